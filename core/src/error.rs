@@ -1,0 +1,63 @@
+//! The error type shared by rewind's core, its ports and its services.
+
+use crate::model::SessionId;
+
+/// A boxed error from an adapter's backend (git, the database, the filesystem).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Every failure the core, a port or a service can report.
+///
+/// Adapters map their backend errors to the domain variants where one fits
+/// (a missing row is `NotFound`, a held lease is `Busy`) and use `Backend` otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An id, message, part, session or snapshot that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// Input that is malformed or breaks a rule (bad id, id out of order, path outside the worktree).
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The session or worktree is held by another operation (an open step, a revert in progress).
+    #[error("{message}")]
+    Busy {
+        /// The session that is busy, when one is concerned.
+        session_id: Option<SessionId>,
+        /// What holds it, in words a user can act on.
+        message: String,
+    },
+    /// The operation's lease or intent record was taken from it (it stalled past its lease).
+    #[error("lease lost: {0}")]
+    LeaseLost(String),
+    /// A tree or blob a snapshot needs is not in the snapshot store.
+    #[error("snapshot object missing: {0}")]
+    MissingObject(String),
+    /// A file of the worktree could not be read, so no snapshot was taken.
+    #[error("cannot read {path}: {reason}")]
+    Unreadable {
+        /// The worktree-relative path of the file.
+        path: String,
+        /// Why it could not be read.
+        reason: String,
+    },
+    /// A fault of an adapter's backend.
+    #[error("backend failure: {0}")]
+    Backend(#[source] BoxError),
+}
+
+impl Error {
+    /// A `Busy` error about a session.
+    pub fn busy(session_id: &SessionId, message: impl Into<String>) -> Self {
+        Error::Busy {
+            session_id: Some(session_id.clone()),
+            message: message.into(),
+        }
+    }
+
+    /// Wraps any backend error.
+    pub fn backend(error: impl Into<BoxError>) -> Self {
+        Error::Backend(error.into())
+    }
+}
+
+/// The result type of the core, its ports and its services.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,209 @@
+//! OpenCode-compatible ids (SPEC section 3): `prefix_` + 12 hex digits of clock + 14 random base62 characters.
+//!
+//! Message and part ids ascend (string order is creation order); session ids descend (the clock bits are
+//! inverted, so newer sessions sort first). Generated ids never sort below the last id they must follow.
+
+use std::fmt;
+use std::sync::Mutex;
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The low 48 bits that the 12 hex digits of an id hold.
+const CLOCK_MASK: u64 = (1 << 48) - 1;
+const HEX_LEN: usize = 12;
+const RANDOM_LEN: usize = 14;
+const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// What every id type shares: its prefix and the order of its clock bits.
+pub trait Id: Sized + Clone + Ord {
+    /// The prefix before the underscore (`ses`, `msg`, `prt`, `evt`).
+    const PREFIX: &'static str;
+    /// True when newer ids sort first (session ids).
+    const DESCENDING: bool;
+    /// Builds the id from text already validated.
+    fn from_validated(text: String) -> Self;
+    /// The id's text.
+    fn as_str(&self) -> &str;
+
+    /// Parses and validates an id of this type.
+    fn parse(text: &str) -> Result<Self> {
+        validate(text, Self::PREFIX)?;
+        Ok(Self::from_validated(text.to_owned()))
+    }
+
+    /// The 48-bit clock value of the id (`ms * 4096 + counter`, low 48 bits), undoing the inversion of
+    /// descending ids.
+    fn clock(&self) -> u64 {
+        let hex = &self.as_str()[Self::PREFIX.len() + 1..Self::PREFIX.len() + 1 + HEX_LEN];
+        // Validated on construction, so the hex digits parse.
+        let raw = u64::from_str_radix(hex, 16).unwrap_or(0);
+        if Self::DESCENDING {
+            !raw & CLOCK_MASK
+        } else {
+            raw
+        }
+    }
+}
+
+fn validate(text: &str, prefix: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::InvalidInput(format!("malformed id {text:?}: {why}")));
+    let Some(rest) = text.strip_prefix(prefix).and_then(|r| r.strip_prefix('_')) else {
+        return bad(&format!("it must start with \"{prefix}_\""));
+    };
+    if rest.len() != HEX_LEN + RANDOM_LEN {
+        return bad(&format!(
+            "expected {} characters after the prefix, found {}",
+            HEX_LEN + RANDOM_LEN,
+            rest.len()
+        ));
+    }
+    let (hex, random) = rest.split_at(HEX_LEN);
+    if !hex
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return bad("the 12 clock digits must be lower-case hex");
+    }
+    if !random.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return bad("the last 14 characters must be base62");
+    }
+    Ok(())
+}
+
+fn format_id(prefix: &str, bits: u64) -> String {
+    let mut rng = rand::rng();
+    let random: String = (0..RANDOM_LEN)
+        .map(|_| BASE62[rng.random_range(0..BASE62.len())] as char)
+        .collect();
+    format!("{prefix}_{:012x}{random}", bits & CLOCK_MASK)
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal, $descending:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl Id for $name {
+            const PREFIX: &'static str = $prefix;
+            const DESCENDING: bool = $descending;
+            fn from_validated(text: String) -> Self {
+                $name(text)
+            }
+            fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl $name {
+            /// Parses and validates an id of this type.
+            pub fn parse(text: &str) -> Result<Self> {
+                <Self as Id>::parse(text)
+            }
+            /// The id's text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = Error;
+            fn try_from(text: String) -> Result<Self> {
+                validate(&text, $prefix)?;
+                Ok($name(text))
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A session id (`ses_…`, descending: newer sessions sort first).
+    SessionId, "ses", true
+);
+id_type!(
+    /// A message id (`msg_…`, ascending).
+    MessageId, "msg", false
+);
+id_type!(
+    /// A part id (`prt_…`, ascending).
+    PartId, "prt", false
+);
+id_type!(
+    /// An event id (`evt_…`, ascending).
+    EventId, "evt", false
+);
+
+/// Makes ids whose clock part is `max(now, last + 1)`, so ids of one process, and ids that must follow
+/// an existing one, keep creation order even when the wall clock steps back or a client's id ran ahead.
+#[derive(Debug, Default)]
+pub struct IdGenerator {
+    last: Mutex<u64>,
+}
+
+impl IdGenerator {
+    /// A generator with no history.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn next_clock(&self, now_ms: u64, after: Option<u64>) -> u64 {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut clock = now_ms.wrapping_mul(4096) & CLOCK_MASK;
+        clock = clock.max(last.saturating_add(1));
+        if let Some(after) = after {
+            clock = clock.max(after.saturating_add(1));
+        }
+        let clock = clock.min(CLOCK_MASK);
+        *last = clock;
+        clock
+    }
+
+    /// A new ascending id that sorts after `after` (the last id of its session or message) when given.
+    pub fn ascending<T: Id>(&self, now_ms: u64, after: Option<&T>) -> T {
+        debug_assert!(!T::DESCENDING);
+        let clock = self.next_clock(now_ms, after.map(Id::clock));
+        T::from_validated(format_id(T::PREFIX, clock))
+    }
+
+    /// A new descending id (sessions): the clock bits inverted, so newer ids sort first.
+    pub fn descending<T: Id>(&self, now_ms: u64) -> T {
+        debug_assert!(T::DESCENDING);
+        let clock = self.next_clock(now_ms, None);
+        T::from_validated(format_id(T::PREFIX, !clock & CLOCK_MASK))
+    }
+}
+
+/// Checks that a client-supplied ascending id sorts after the last existing id of its session or message.
+pub fn ensure_sorts_after<T: Id + fmt::Display>(id: &T, last: Option<&T>) -> Result<()> {
+    match last {
+        Some(last) if id.as_str() <= last.as_str() => Err(Error::InvalidInput(format!(
+            "id {id} does not sort after the last existing id {last}; ids must ascend in creation order"
+        ))),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,163 @@
+//! Leases (who holds a session or a worktree until when), the rule for taking one over, and the intent
+//! records that make revert and unrevert recoverable (SPEC sections 1 and 8).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{RelPath, SessionId, SnapshotId};
+
+/// What a lease guards.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "id", rename_all = "lowercase")]
+pub enum LeaseKey {
+    /// One session: its steps, reverts, unreverts and cleanups.
+    Session(SessionId),
+    /// One worktree (by its absolute path): reverts, unreverts and the snapshots of steps.
+    Worktree(String),
+}
+
+impl LeaseKey {
+    /// A stable text form, for storage.
+    pub fn as_storage_key(&self) -> String {
+        match self {
+            LeaseKey::Session(id) => format!("session:{id}"),
+            LeaseKey::Worktree(path) => format!("worktree:{path}"),
+        }
+    }
+}
+
+impl fmt::Debug for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_storage_key())
+    }
+}
+
+/// A process, identified so that a reused pid is never mistaken for the original one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessIdentity {
+    /// The host name.
+    pub host: String,
+    /// The process id.
+    pub pid: u32,
+    /// The process start time (clock ticks since boot on Linux), so a reused pid is told apart.
+    pub start_time: u64,
+}
+
+/// Whose a lease is: a process working for itself (the command line, embedded use) or a server working for
+/// HTTP clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HolderKind {
+    /// A process that does the work itself: its lease lives as long as the process.
+    Process,
+    /// A server working for HTTP clients: its step leases expire after the step timeout of silence.
+    Server,
+}
+
+/// The owner of a lease.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Holder {
+    /// Process or server.
+    pub kind: HolderKind,
+    /// The process that runs the operation.
+    pub process: ProcessIdentity,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            HolderKind::Process => "process",
+            HolderKind::Server => "server process",
+        };
+        write!(f, "{what} {} on {}", self.process.pid, self.process.host)
+    }
+}
+
+/// A token unique to one operation (or one step).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LeaseToken(pub String);
+
+impl fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A lease row: who holds `key`, until when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// What is held.
+    pub key: LeaseKey,
+    /// The operation's token.
+    pub token: LeaseToken,
+    /// Who holds it.
+    pub holder: Holder,
+    /// When it expires unless renewed, epoch milliseconds.
+    pub expires_at: u64,
+}
+
+/// The answer to an attempt to take a lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseTake {
+    /// The lease is now ours.
+    Taken,
+    /// Someone else holds it (or the lease we meant to replace was not the current one).
+    Held(Lease),
+}
+
+/// SPEC section 1: a lease may be taken over when its process is known to be gone (same host: that pid with
+/// that start time no longer runs), or when it has expired and its process is on another host or is a
+/// server's. A lease whose process still runs on this host is never taken over, even when expired.
+pub fn may_take_over(
+    lease: &Lease,
+    now_ms: u64,
+    this_host: &str,
+    is_alive: impl Fn(&ProcessIdentity) -> bool,
+) -> bool {
+    let expired = now_ms >= lease.expires_at;
+    if lease.holder.process.host == this_host {
+        if !is_alive(&lease.holder.process) {
+            return true;
+        }
+        expired && lease.holder.kind == HolderKind::Server
+    } else {
+        expired
+    }
+}
+
+/// The operation an intent record protects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IntentOperation {
+    /// A revert (including the undo of a previous revert that it starts with).
+    Revert,
+    /// An unrevert.
+    Unrevert,
+}
+
+/// Written before an operation touches any file, deleted in the transaction that stores its result; a
+/// record left behind by a dead owner is finished by recovery (SPEC section 8).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IntentRecord {
+    /// The operation's token (also the session lease's token while it runs).
+    pub token: LeaseToken,
+    /// The session operated on.
+    #[serde(rename = "sessionID")]
+    pub session_id: SessionId,
+    /// The worktree.
+    pub directory: String,
+    /// Revert or unrevert.
+    pub operation: IntentOperation,
+    /// Who runs it.
+    pub holder: Holder,
+    /// The worktree's snapshot before the operation touched anything.
+    pub before: SnapshotId,
+    /// The files the operation may touch (worktree-relative).
+    pub files: Vec<RelPath>,
+    /// When it was written, epoch milliseconds.
+    pub created: u64,
+}

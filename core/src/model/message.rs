@@ -1,0 +1,269 @@
+//! Messages and parts in OpenCode's shapes. Fields rewind does not interpret are kept as they came, so a
+//! client reads back exactly what it stored, including part types rewind does not know.
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use super::{FileDiff, MessageId, PartId, SessionId, SnapshotId, Tokens};
+
+/// Who wrote a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The person (or a script) driving the agent.
+    User,
+    /// The agent: one message per model call of a turn.
+    Assistant,
+}
+
+/// Message times, epoch milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageTime {
+    /// When the message was created.
+    pub created: u64,
+    /// When an assistant message completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<u64>,
+}
+
+/// A message's info (OpenCode's `Message`): the fields rewind uses, and every other field kept in `extra`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// The message id.
+    pub id: MessageId,
+    /// Its session.
+    #[serde(rename = "sessionID")]
+    pub session_id: SessionId,
+    /// User or assistant.
+    pub role: Role,
+    /// Times.
+    pub time: MessageTime,
+    /// For an assistant message: the user message of its turn.
+    #[serde(rename = "parentID", default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<MessageId>,
+    /// Every other field, as the client sent it (agent, model, summary, …).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Message {
+    /// The turn's diffs on a user message (`summary.diffs`), when set.
+    pub fn summary_diffs(&self) -> Option<Vec<FileDiff>> {
+        let diffs = self.extra.get("summary")?.get("diffs")?;
+        serde_json::from_value(diffs.clone()).ok()
+    }
+
+    /// Sets `summary.diffs` on a user message, keeping the summary's other fields.
+    pub fn set_summary_diffs(&mut self, diffs: &[FileDiff]) {
+        let value = serde_json::to_value(diffs).unwrap_or(Value::Array(Vec::new()));
+        let summary = self
+            .extra
+            .entry("summary")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !summary.is_object() {
+            *summary = Value::Object(Map::new());
+        }
+        if let Value::Object(fields) = summary {
+            fields.insert("diffs".to_owned(), value);
+        }
+    }
+}
+
+/// A `text` part.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TextPart {
+    /// The text.
+    #[serde(default)]
+    pub text: String,
+    /// Other fields (`synthetic`, `ignored`, `time`, `metadata`, …).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A `tool` part; rewind only needs to know that it is one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolPart {
+    /// Every field (`callID`, `tool`, `state`, …).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A `step-start` part: the snapshot before the step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepStartPart {
+    /// The snapshot taken when the step began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotId>,
+    /// Other fields.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A `step-finish` part: the snapshot after the step, with its usage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepFinishPart {
+    /// Why the step ended (`stop`, `tool-calls`, `aborted`, `error`, …).
+    #[serde(default)]
+    pub reason: String,
+    /// The snapshot after the step; absent when it could not be taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotId>,
+    /// The step's cost.
+    #[serde(default)]
+    pub cost: f64,
+    /// The step's tokens.
+    #[serde(default)]
+    pub tokens: Tokens,
+    /// Other fields.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A `patch` part: the files a step changed, and the snapshot from before the step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PatchPart {
+    /// The snapshot at step start.
+    pub hash: SnapshotId,
+    /// Absolute, forward-slash paths.
+    pub files: Vec<String>,
+    /// Other fields.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A part's type and fields.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PartBody {
+    /// `text`
+    Text(TextPart),
+    /// `tool`
+    Tool(ToolPart),
+    /// `step-start`
+    StepStart(StepStartPart),
+    /// `step-finish`
+    StepFinish(StepFinishPart),
+    /// `patch`
+    Patch(PatchPart),
+    /// Any other type (`reasoning`, `file`, `agent`, …, or one rewind has never heard of), kept as it came.
+    Other {
+        /// The `type` field.
+        kind: String,
+        /// Every other field.
+        fields: Map<String, Value>,
+    },
+}
+
+impl PartBody {
+    /// The `type` field.
+    pub fn kind(&self) -> &str {
+        match self {
+            PartBody::Text(_) => "text",
+            PartBody::Tool(_) => "tool",
+            PartBody::StepStart(_) => "step-start",
+            PartBody::StepFinish(_) => "step-finish",
+            PartBody::Patch(_) => "patch",
+            PartBody::Other { kind, .. } => kind,
+        }
+    }
+
+    /// A plain text part.
+    pub fn text(text: impl Into<String>) -> Self {
+        PartBody::Text(TextPart {
+            text: text.into(),
+            extra: Map::new(),
+        })
+    }
+}
+
+impl Serialize for PartBody {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error as _;
+        let value = match self {
+            PartBody::Text(p) => serde_json::to_value(p),
+            PartBody::Tool(p) => serde_json::to_value(p),
+            PartBody::StepStart(p) => serde_json::to_value(p),
+            PartBody::StepFinish(p) => serde_json::to_value(p),
+            PartBody::Patch(p) => serde_json::to_value(p),
+            PartBody::Other { fields, .. } => Ok(Value::Object(fields.clone())),
+        }
+        .map_err(S::Error::custom)?;
+        let mut fields = match value {
+            Value::Object(fields) => fields,
+            _ => Map::new(),
+        };
+        fields.insert("type".to_owned(), Value::String(self.kind().to_owned()));
+        fields.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for PartBody {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut fields = Map::<String, Value>::deserialize(deserializer)?;
+        let kind = match fields.remove("type") {
+            Some(Value::String(kind)) => kind,
+            Some(_) => return Err(D::Error::custom("part field \"type\" must be a string")),
+            None => return Err(D::Error::missing_field("type")),
+        };
+        let rest = Value::Object(fields);
+        let body = match kind.as_str() {
+            "text" => PartBody::Text(serde_json::from_value(rest).map_err(D::Error::custom)?),
+            "tool" => PartBody::Tool(serde_json::from_value(rest).map_err(D::Error::custom)?),
+            "step-start" => {
+                PartBody::StepStart(serde_json::from_value(rest).map_err(D::Error::custom)?)
+            }
+            "step-finish" => {
+                PartBody::StepFinish(serde_json::from_value(rest).map_err(D::Error::custom)?)
+            }
+            "patch" => PartBody::Patch(serde_json::from_value(rest).map_err(D::Error::custom)?),
+            _ => match rest {
+                Value::Object(fields) => PartBody::Other { kind, fields },
+                _ => PartBody::Other {
+                    kind,
+                    fields: Map::new(),
+                },
+            },
+        };
+        Ok(body)
+    }
+}
+
+/// A part of a message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Part {
+    /// The part id.
+    pub id: PartId,
+    /// Its session.
+    #[serde(rename = "sessionID")]
+    pub session_id: SessionId,
+    /// Its message.
+    #[serde(rename = "messageID")]
+    pub message_id: MessageId,
+    /// Its type and fields.
+    #[serde(flatten)]
+    pub body: PartBody,
+}
+
+impl Part {
+    /// True for the parts whose presence keeps a part-level revert point (`text`, `tool`).
+    pub fn is_text_or_tool(&self) -> bool {
+        matches!(self.body, PartBody::Text(_) | PartBody::Tool(_))
+    }
+
+    /// The patch, when this is a patch part.
+    pub fn as_patch(&self) -> Option<&PatchPart> {
+        match &self.body {
+            PartBody::Patch(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// A message with its parts in id order (`{info, parts}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MessageWithParts {
+    /// The message.
+    pub info: Message,
+    /// Its parts, ascending.
+    pub parts: Vec<Part>,
+}

@@ -1,0 +1,27 @@
+//! rewind's domain types. Their serde shapes are OpenCode's (camelCase, optional fields left out): they are
+//! both what is stored and what the HTTP API sends.
+
+mod event;
+mod lease;
+mod message;
+mod session;
+mod snapshot;
+
+pub use crate::id::{EventId, MessageId, PartId, SessionId};
+pub use event::{Event, EventPayload, SessionStatus, StoredEvent};
+pub use lease::{
+    Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
+    ProcessIdentity, may_take_over,
+};
+pub use message::{
+    Message, MessageTime, MessageWithParts, Part, PartBody, PatchPart, Role, StepFinishPart,
+    StepStartPart, TextPart, ToolPart,
+};
+pub use session::{
+    DiffSummary, OpenStep, RevertDescriptor, RevertHistoryEntry, Session, SessionTime, TokenCache,
+    Tokens, Warning,
+};
+pub use snapshot::{
+    FileAction, FileActionKind, FileDiff, FileStatus, GcReport, KeptPath, RelPath, RestoreOutcome,
+    RevertOutcome, SkipReason, SkippedPath, SnapshotId, SnapshotPatch, TrackOutcome,
+};

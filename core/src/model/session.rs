@@ -1,0 +1,194 @@
+//! Sessions, their revert state, warnings and revert history, in OpenCode's JSON shapes.
+
+use serde::{Deserialize, Serialize};
+
+use super::{FileDiff, Holder, LeaseToken, MessageId, PartId, SessionId, SnapshotId};
+
+/// Creation and update times, epoch milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionTime {
+    /// When the session was created.
+    pub created: u64,
+    /// When it last changed.
+    pub updated: u64,
+}
+
+/// The sums of a diff: what a revert undid, or what a session changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiffSummary {
+    /// Lines added.
+    pub additions: u64,
+    /// Lines removed.
+    pub deletions: u64,
+    /// Files changed.
+    pub files: u64,
+}
+
+impl DiffSummary {
+    /// The sums over a list of file diffs.
+    pub fn of(diffs: &[FileDiff]) -> Self {
+        DiffSummary {
+            additions: diffs.iter().map(|d| d.additions).sum(),
+            deletions: diffs.iter().map(|d| d.deletions).sum(),
+            files: diffs.len() as u64,
+        }
+    }
+}
+
+/// Token usage as OpenCode reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tokens {
+    /// Total, when the provider reports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// Input tokens.
+    #[serde(default)]
+    pub input: f64,
+    /// Output tokens.
+    #[serde(default)]
+    pub output: f64,
+    /// Reasoning tokens.
+    #[serde(default)]
+    pub reasoning: f64,
+    /// Cache reads and writes.
+    #[serde(default)]
+    pub cache: TokenCache,
+}
+
+/// Cache token usage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenCache {
+    /// Tokens read from the cache.
+    #[serde(default)]
+    pub read: f64,
+    /// Tokens written to the cache.
+    #[serde(default)]
+    pub write: f64,
+}
+
+impl Tokens {
+    /// The element-wise sum.
+    pub fn add(&self, other: &Tokens) -> Tokens {
+        let total = match (self.total, other.total) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+        Tokens {
+            total,
+            input: self.input + other.input,
+            output: self.output + other.output,
+            reasoning: self.reasoning + other.reasoning,
+            cache: TokenCache {
+                read: self.cache.read + other.cache.read,
+                write: self.cache.write + other.cache.write,
+            },
+        }
+    }
+}
+
+/// The revert descriptor stored on a session while it is reverted (OpenCode's `session.revert`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevertDescriptor {
+    /// The first hidden message (or the message whose parts from `partID` on are hidden).
+    #[serde(rename = "messageID")]
+    pub message_id: MessageId,
+    /// The first hidden part of `messageID`, when only part of it is hidden.
+    #[serde(rename = "partID", default, skip_serializing_if = "Option::is_none")]
+    pub part_id: Option<PartId>,
+    /// The pre-revert snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotId>,
+    /// The unified diff from the pre-revert snapshot to the worktree after the revert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+}
+
+/// A step that has begun and not finished: it holds the session's lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenStep {
+    /// The assistant message the step belongs to.
+    #[serde(rename = "messageID")]
+    pub message_id: MessageId,
+    /// The snapshot taken when the step began.
+    pub snapshot: SnapshotId,
+    /// The step's lease token (the session lease).
+    pub token: LeaseToken,
+    /// Who owns the step.
+    pub holder: Holder,
+    /// When the step began, epoch milliseconds.
+    pub started: u64,
+}
+
+/// A session (OpenCode's `Session.Info`), with rewind's extensions: the snapshot store, the state the last
+/// revert left (`applied`) and the open step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// The session id.
+    pub id: SessionId,
+    /// A short readable name.
+    pub slug: String,
+    /// The project id (rewind uses the store's identity).
+    #[serde(rename = "projectID")]
+    pub project_id: String,
+    /// The worktree: an absolute, forward-slash path, fixed at creation.
+    pub directory: String,
+    /// The title.
+    pub title: String,
+    /// The rewind version that created the session.
+    pub version: String,
+    /// Creation and update times.
+    pub time: SessionTime,
+    /// The sums of the last revert's session diff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<DiffSummary>,
+    /// The sum of the cost of the stored `step-finish` parts.
+    #[serde(default)]
+    pub cost: f64,
+    /// The sum of the tokens of the stored `step-finish` parts.
+    #[serde(default)]
+    pub tokens: Tokens,
+    /// Present while the session is reverted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revert: Option<RevertDescriptor>,
+    /// rewind: the snapshot store of the worktree.
+    #[serde(default)]
+    pub store: String,
+    /// rewind: the snapshot the last revert left the worktree in, while reverted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<SnapshotId>,
+    /// rewind: the step in progress, if any (the session is busy while it is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<OpenStep>,
+}
+
+/// Something the user should know about a session's files, with the snapshot that holds what was
+/// overwritten, if anything.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    /// When it was raised, epoch milliseconds.
+    pub time: u64,
+    /// What happened and what the user can do.
+    pub message: String,
+    /// A snapshot holding the files' earlier content (`rewind snapshot restore ID PATH…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotId>,
+    /// The files concerned, absolute forward-slash paths.
+    pub files: Vec<String>,
+}
+
+/// A revert made permanent by cleanup, kept as long as the session so nothing it overwrote is lost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RevertHistoryEntry {
+    /// When cleanup ran, epoch milliseconds.
+    pub time: u64,
+    /// The descriptor the session had.
+    pub descriptor: RevertDescriptor,
+    /// The state the revert left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<SnapshotId>,
+    /// The sums of the revert's session diff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<DiffSummary>,
+    /// The warnings raised while the session was reverted.
+    pub warnings: Vec<Warning>,
+}

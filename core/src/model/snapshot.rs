@@ -1,0 +1,310 @@
+//! Snapshot ids, worktree-relative paths, per-file diffs and the results of the snapshot port's operations.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The id of a snapshot: the 40-hex git tree id of the worktree's tracked content at one moment.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SnapshotId(String);
+
+impl SnapshotId {
+    /// Parses a 40-digit lower-case hex id.
+    pub fn parse(text: &str) -> Result<Self> {
+        if text.len() == 40
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            Ok(SnapshotId(text.to_owned()))
+        } else {
+            Err(Error::InvalidInput(format!(
+                "malformed snapshot id {text:?}: expected 40 lower-case hex digits"
+            )))
+        }
+    }
+
+    /// The id's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for SnapshotId {
+    type Error = Error;
+    fn try_from(text: String) -> Result<Self> {
+        SnapshotId::parse(&text)
+    }
+}
+
+impl From<SnapshotId> for String {
+    fn from(id: SnapshotId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for SnapshotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SnapshotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SnapshotId({})", &self.0[..self.0.len().min(10)])
+    }
+}
+
+/// A worktree-relative path with forward slashes (`a/b.txt`): relative, normalised (no `.`, `..` or empty
+/// components), never leaving the worktree. Every path that crosses a port is one of these.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RelPath(String);
+
+impl RelPath {
+    /// Checks and wraps a worktree-relative path.
+    pub fn new(text: impl Into<String>) -> Result<Self> {
+        let text = text.into();
+        let refuse = |why: &str| Err(Error::InvalidInput(format!("path {text:?} {why}")));
+        if text.is_empty() {
+            return refuse("is empty");
+        }
+        if text.starts_with('/') || text.contains('\\') || text.contains('\0') {
+            return refuse("is not a relative path with forward slashes inside the worktree");
+        }
+        if text
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            return refuse("is not normalised or leaves the worktree");
+        }
+        Ok(RelPath(text))
+    }
+
+    /// The path's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The path's components.
+    pub fn components(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/')
+    }
+
+    /// The parent directories of this path, outermost first (`a`, `a/b` for `a/b/c`).
+    pub fn ancestors(&self) -> impl Iterator<Item = RelPath> + '_ {
+        self.0
+            .match_indices('/')
+            .map(|(i, _)| RelPath(self.0[..i].to_owned()))
+    }
+
+    /// True when `self` lies strictly inside directory `dir`.
+    pub fn is_inside(&self, dir: &RelPath) -> bool {
+        self.0.len() > dir.0.len()
+            && self.0.starts_with(&dir.0)
+            && self.0.as_bytes()[dir.0.len()] == b'/'
+    }
+
+    /// The absolute, forward-slash form of this path under `worktree` (the form of `patch.files`).
+    pub fn to_absolute(&self, worktree: &str) -> String {
+        format!("{}/{}", worktree.trim_end_matches('/'), self.0)
+    }
+
+    /// The worktree-relative form of an absolute `patch.files` path; an error when it is not inside
+    /// `worktree`.
+    pub fn from_absolute(path: &str, worktree: &str) -> Result<Self> {
+        let root = worktree.trim_end_matches('/');
+        match path
+            .strip_prefix(root)
+            .and_then(|rest| rest.strip_prefix('/'))
+        {
+            Some(rest) => RelPath::new(rest),
+            None => Err(Error::InvalidInput(format!(
+                "path {path:?} is outside the worktree {worktree:?}"
+            ))),
+        }
+    }
+}
+
+impl TryFrom<String> for RelPath {
+    type Error = Error;
+    fn try_from(text: String) -> Result<Self> {
+        RelPath::new(text)
+    }
+}
+
+impl TryFrom<&str> for RelPath {
+    type Error = Error;
+    fn try_from(text: &str) -> Result<Self> {
+        RelPath::new(text)
+    }
+}
+
+impl From<RelPath> for String {
+    fn from(path: RelPath) -> String {
+        path.0
+    }
+}
+
+impl fmt::Display for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+/// How a file changed between two snapshots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileStatus {
+    /// Present only in the newer side.
+    Added,
+    /// Present only in the older side.
+    Deleted,
+    /// Present in both with different content or mode.
+    #[default]
+    Modified,
+}
+
+/// One file's change (OpenCode's `FileDiff`). Stored rows may lack `file` or `patch` (OpenCode #26574), so
+/// both default to empty when read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDiff {
+    /// The worktree-relative path.
+    #[serde(default)]
+    pub file: String,
+    /// A unified diff with 3 lines of context; empty for binary files and files over the size cap.
+    #[serde(default)]
+    pub patch: String,
+    /// Lines added.
+    pub additions: u64,
+    /// Lines removed.
+    pub deletions: u64,
+    /// Added, deleted or modified.
+    #[serde(default)]
+    pub status: FileStatus,
+}
+
+/// Why `track` left a path out of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "camelCase")]
+pub enum SkipReason {
+    /// An untracked file over the size cap.
+    TooLarge {
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// A name that is not valid UTF-8 (the path is shown lossily).
+    NotUtf8,
+    /// A FIFO, socket or device: never opened.
+    Special,
+}
+
+/// A path `track` skipped, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedPath {
+    /// The worktree-relative path (lossy for names that are not UTF-8).
+    pub path: String,
+    /// Why it was skipped.
+    #[serde(flatten)]
+    pub reason: SkipReason,
+}
+
+/// What `track` returns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrackOutcome {
+    /// The snapshot's id.
+    pub id: SnapshotId,
+    /// The paths left out.
+    pub skipped: Vec<SkippedPath>,
+    /// How many files had to be read and hashed (0 when the stat cache answered for every file).
+    pub hashed: u64,
+}
+
+/// One patch as the snapshot port sees it: the snapshot taken when a step began, and the worktree-relative
+/// files the step changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotPatch {
+    /// The snapshot at step start.
+    pub hash: SnapshotId,
+    /// The files the step changed.
+    pub files: Vec<RelPath>,
+}
+
+/// What a revert does to one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileActionKind {
+    /// Write the file's content from the snapshot.
+    Write,
+    /// Delete the file: it did not exist in the snapshot.
+    Delete,
+    /// Leave the file as it is (not tracked content, so a revert must not touch it).
+    Keep,
+}
+
+/// One entry of a revert plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileAction {
+    /// The worktree-relative path.
+    pub path: RelPath,
+    /// What the revert does to it.
+    pub action: FileActionKind,
+    /// The snapshot whose content wins for this path (the first patch naming it).
+    pub from: SnapshotId,
+    /// Why the file is kept, for `Keep`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A path an operation left alone, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptPath {
+    /// The worktree-relative path.
+    pub path: RelPath,
+    /// Why it was not written or deleted.
+    pub reason: String,
+}
+
+/// What `restore` did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreOutcome {
+    /// Files written (created or overwritten).
+    pub written: Vec<RelPath>,
+    /// Files deleted.
+    pub deleted: Vec<RelPath>,
+    /// Paths left alone because they are not tracked content.
+    pub kept: Vec<KeptPath>,
+}
+
+/// What `revert` did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevertOutcome {
+    /// The state the revert left: `base` with the written and deleted paths replaced.
+    pub applied: SnapshotId,
+    /// Files written.
+    pub written: Vec<RelPath>,
+    /// Files deleted.
+    pub deleted: Vec<RelPath>,
+    /// Files left alone, with the reason.
+    pub kept: Vec<KeptPath>,
+}
+
+/// What `gc` freed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    /// Objects deleted.
+    pub objects_removed: u64,
+    /// Bytes freed on disk.
+    pub bytes_freed: u64,
+    /// Objects kept.
+    pub objects_kept: u64,
+}

@@ -1,0 +1,268 @@
+//! The ports: what the core needs from the outside world, each with its contract.
+//!
+//! `SnapshotPort` (the snapshot store, on gitoxide), `MessageRepo` (sessions, messages, leases and the event
+//! outbox, on SeaORM), `EventBus` (live delivery, on a tokio broadcast channel) and `HostPort` (the clock and
+//! process liveness). Ports take and return domain types only.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_core::Stream;
+
+use crate::error::Result;
+use crate::model::{
+    Event, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
+    Message, MessageId, MessageWithParts, Part, PartId, ProcessIdentity, RelPath, RestoreOutcome,
+    RevertHistoryEntry, RevertOutcome, Session, SessionId, SnapshotId, SnapshotPatch, StoredEvent,
+    TrackOutcome, Warning,
+};
+
+/// The snapshot store of SPEC section 2.
+///
+/// # Contract
+/// - Every call MUST name the worktree it is about; paths in and out MUST be worktree-relative.
+/// - `track` MUST return the same id for the same tracked content, MUST list every path it skipped, and MUST
+///   fail with an error naming the file, never return a stale or empty id, when a regular file cannot be
+///   read. Re-tracking an unchanged tree MUST NOT read file content.
+/// - `changed_files` MUST list, sorted, the tracked paths whose content or mode differs between `from` and
+///   the worktree now (added, modified, deleted), and MUST NOT list a path that is not tracked content now.
+/// - `changed_between` MUST list, sorted, the paths whose content or mode differs between two snapshots.
+/// - `diff` MUST give one row per changed file in git's path order, with line counts equal to
+///   `git diff --numstat --no-renames` for files under the size cap, and `patch: ""`, 0/0 for binary files.
+/// - `restore` MUST make the tracked content (or the given paths) equal `to`, MUST NOT touch a path that is
+///   already equal, and MUST NOT overwrite or delete anything that is not tracked content (ignored or
+///   skipped files are left alone and reported as kept).
+/// - `plan` MUST NOT change anything. For every file named in the patches the first patch naming it wins.
+/// - `revert` MUST check that every tree and blob it needs exists before touching any file; a missing one is
+///   `Error::MissingObject` and no file is touched. It MUST delete a file only when it is tracked content now
+///   and was absent (and not untracked) at the winning patch's snapshot.
+/// - No call MUST write through a symlink or outside the worktree; every write MUST be atomic.
+/// - `gc` MUST NOT delete an object reachable from `keep`, from the stat cache, or from an id returned by
+///   `track` or `revert` within `grace`.
+#[cfg_attr(any(test, feature = "testkit"), mockall::automock)]
+#[async_trait]
+pub trait SnapshotPort: Send + Sync {
+    /// The identity of the worktree's snapshot store (recorded with its sessions).
+    async fn store_location(&self, worktree: &Path) -> Result<String>;
+    /// Writes the worktree's tracked content as a snapshot.
+    async fn track(&self, worktree: &Path) -> Result<TrackOutcome>;
+    /// Tracked paths that differ between `from` and the worktree now.
+    async fn changed_files(&self, worktree: &Path, from: &SnapshotId) -> Result<Vec<RelPath>>;
+    /// Paths that differ between two snapshots.
+    async fn changed_between(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<Vec<RelPath>>;
+    /// Per-file diffs between two snapshots.
+    async fn diff(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<Vec<FileDiff>>;
+    /// The git-style text diff from `from` to the worktree now.
+    async fn unified_diff(&self, worktree: &Path, from: &SnapshotId) -> Result<String>;
+    /// Makes the tracked content, or only `paths`, equal snapshot `to`.
+    async fn restore(
+        &self,
+        worktree: &Path,
+        to: &SnapshotId,
+        paths: Option<Vec<RelPath>>,
+    ) -> Result<RestoreOutcome>;
+    /// What `revert` would do, changing nothing.
+    async fn plan(&self, worktree: &Path, patches: &[SnapshotPatch]) -> Result<Vec<FileAction>>;
+    /// Carries out `plan`; `applied` is `base` with the written and deleted paths replaced.
+    async fn revert(
+        &self,
+        worktree: &Path,
+        patches: &[SnapshotPatch],
+        base: &SnapshotId,
+    ) -> Result<RevertOutcome>;
+    /// Deletes stored objects that nothing keeps.
+    async fn gc(&self, worktree: &Path, keep: &[SnapshotId], grace: Duration) -> Result<GcReport>;
+}
+
+/// A condition a transaction needs to commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The lease on `key` is still held with `token`.
+    LeaseHeld {
+        /// What is leased.
+        key: LeaseKey,
+        /// The token that must still hold it.
+        token: LeaseToken,
+    },
+    /// The intent record with this token still exists.
+    IntentExists(LeaseToken),
+}
+
+/// One row-level change of a transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// Insert or replace a session.
+    PutSession(Box<Session>),
+    /// Delete a session with its messages, parts, warnings, history, diff and intents.
+    DeleteSession(SessionId),
+    /// Insert or replace a message; its session must exist.
+    PutMessage(Box<Message>),
+    /// Insert or replace a part; its message must exist in its session.
+    PutPart(Box<Part>),
+    /// The hidden-range delete of SPEC section 5: every message of `session` with id > `message`, and
+    /// `message` itself when `part` is none, else its parts with id >= `part`.
+    DeleteHiddenRange {
+        /// The session.
+        session: SessionId,
+        /// The descriptor's message.
+        message: MessageId,
+        /// The descriptor's part.
+        part: Option<PartId>,
+    },
+    /// Store the session diff of the last revert (`GET /session/:id/diff`).
+    SetSessionDiff {
+        /// The session.
+        session: SessionId,
+        /// The diff.
+        diff: Vec<FileDiff>,
+    },
+    /// Append a warning to a session.
+    AddWarning {
+        /// The session.
+        session: SessionId,
+        /// The warning.
+        warning: Warning,
+    },
+    /// Append an entry to a session's revert history.
+    AddRevertHistory {
+        /// The session.
+        session: SessionId,
+        /// The entry.
+        entry: Box<RevertHistoryEntry>,
+    },
+    /// Insert an intent record.
+    PutIntent(Box<IntentRecord>),
+    /// Delete an intent record.
+    DeleteIntent(LeaseToken),
+}
+
+/// A unit of work: all of its changes and events are stored, or none.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Transaction {
+    /// Conditions checked inside the transaction before any change.
+    pub guards: Vec<Guard>,
+    /// The changes, applied in order.
+    pub changes: Vec<Change>,
+    /// The events describing the changes, appended to the outbox in order.
+    pub events: Vec<Event>,
+}
+
+/// The store of sessions, messages, parts, leases, intents, warnings and events.
+///
+/// # Contract
+/// - `commit` MUST apply all of a transaction's changes and append all of its events to the outbox, or none
+///   of them. It MUST fail with `Error::LeaseLost` when a guard does not hold, and with `Error::NotFound` when
+///   a change refers to a session or message that does not exist (nothing stored in either case).
+/// - `messages` MUST return messages in id order, each with its parts in id order. `sessions` MUST return
+///   newest first (ascending session id).
+/// - `take_lease` MUST be a conditional write: it MUST succeed only when no lease exists for the key, when the
+///   existing one has the same token (re-entry), or when `replacing` names the existing lease's token (a
+///   takeover the caller has judged allowed). Otherwise it MUST answer `Held` with the current lease.
+/// - `renew_lease` MUST extend the lease only while `token` holds it, and report whether it did.
+/// - `release_lease` MUST remove the lease only while `token` holds it.
+/// - `events_after` MUST return committed events in commit order, with no gaps and no duplicates, and MUST
+///   NOT return an event of a transaction that did not commit.
+/// - `referenced_snapshots` MUST include every snapshot id the stored rows refer to (step, patch parts,
+///   descriptors, `applied`, intents, warnings, revert history).
+#[cfg_attr(any(test, feature = "testkit"), mockall::automock)]
+#[async_trait]
+pub trait MessageRepo: Send + Sync {
+    /// One session.
+    async fn session(&self, id: &SessionId) -> Result<Option<Session>>;
+    /// Sessions, newest first; only those of `directory` when given.
+    async fn sessions(&self, directory: Option<String>) -> Result<Vec<Session>>;
+    /// Every message of a session with its parts, ascending.
+    async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>>;
+    /// One message with its parts.
+    async fn message(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<Option<MessageWithParts>>;
+    /// The stored session diff of the last revert.
+    async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>>;
+    /// The session's warnings, oldest first.
+    async fn warnings(&self, session: &SessionId) -> Result<Vec<Warning>>;
+    /// The session's revert history, oldest first.
+    async fn revert_history(&self, session: &SessionId) -> Result<Vec<RevertHistoryEntry>>;
+    /// Every intent record.
+    async fn intents(&self) -> Result<Vec<IntentRecord>>;
+    /// The lease on `key`, if any (expired or not).
+    async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>>;
+    /// Takes a lease (see the contract).
+    async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake>;
+    /// Extends a held lease.
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        expires_at: u64,
+    ) -> Result<bool>;
+    /// Releases a held lease.
+    async fn release_lease(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()>;
+    /// Applies a transaction.
+    async fn commit(&self, transaction: Transaction) -> Result<()>;
+    /// Committed events after outbox position `after`, at most `limit`.
+    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>>;
+    /// Every snapshot id the stored rows refer to, of the sessions of `directory` when given.
+    async fn referenced_snapshots(&self, directory: Option<String>)
+    -> Result<BTreeSet<SnapshotId>>;
+}
+
+/// What a subscriber receives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delivery {
+    /// The next event.
+    Event(Event),
+    /// The subscriber fell behind and `missed` events were dropped for it.
+    Lagged {
+        /// How many.
+        missed: u64,
+    },
+}
+
+/// A subscriber's stream of deliveries; it ends when the bus is dropped.
+pub type Subscription = Pin<Box<dyn Stream<Item = Delivery> + Send>>;
+
+/// Live delivery of committed events to subscribers.
+///
+/// # Contract
+/// - `publish` MUST NOT block, whatever the subscribers do.
+/// - Each subscriber MUST receive events in publish order; one that falls behind MUST receive
+///   `Delivery::Lagged` with the number it missed, then continue with the oldest event still held.
+#[cfg_attr(any(test, feature = "testkit"), mockall::automock)]
+pub trait EventBus: Send + Sync {
+    /// Sends an event to every current subscriber.
+    fn publish(&self, event: Event);
+    /// A new subscriber, receiving events published from now on.
+    fn subscribe(&self) -> Subscription;
+}
+
+/// The host: the clock and process liveness, so the services stay pure and testable.
+///
+/// # Contract
+/// - `now_ms` MUST be epoch milliseconds.
+/// - `is_alive` MUST answer false only when the process is known to be gone: on this host, no process with
+///   that pid and that start time runs. For another host it MUST answer true (it cannot know).
+#[cfg_attr(any(test, feature = "testkit"), mockall::automock)]
+pub trait HostPort: Send + Sync {
+    /// Epoch milliseconds.
+    fn now_ms(&self) -> u64;
+    /// This process.
+    fn this_process(&self) -> ProcessIdentity;
+    /// Whether a process still runs.
+    fn is_alive(&self, process: &ProcessIdentity) -> bool;
+}

@@ -1,0 +1,142 @@
+//! Choosing the revert point (SPEC section 5) and what it hides.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::{MessageId, MessageWithParts, Part, PartId, PatchPart, Role};
+
+/// What a client asks to revert to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevertTarget {
+    /// The message.
+    #[serde(rename = "messageID")]
+    pub message_id: MessageId,
+    /// A part of it, for a part-level revert.
+    #[serde(rename = "partID", default, skip_serializing_if = "Option::is_none")]
+    pub part_id: Option<PartId>,
+}
+
+/// Where the hidden range starts: the descriptor's `{messageID, partID?}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevertPoint {
+    /// The first hidden message, or the message whose parts from `part_id` on are hidden.
+    #[serde(rename = "messageID")]
+    pub message_id: MessageId,
+    /// The first hidden part of `message_id`.
+    #[serde(rename = "partID", default, skip_serializing_if = "Option::is_none")]
+    pub part_id: Option<PartId>,
+}
+
+/// OpenCode's rule (reference §3.2), with an unknown target a `NotFound` error: a target inside a turn moves
+/// back to the turn's user message unless text or tool output precedes it in its own message.
+///
+/// `messages` must be in id order, each with its parts in id order.
+pub fn select_revert_point(
+    messages: &[MessageWithParts],
+    target: &RevertTarget,
+) -> Result<RevertPoint> {
+    if !messages.iter().any(|m| m.info.id == target.message_id) {
+        return Err(Error::NotFound(format!(
+            "Message not found: {}",
+            target.message_id
+        )));
+    }
+    let mut last_user: Option<&MessageId> = None;
+    for message in messages {
+        if message.info.role == Role::User {
+            last_user = Some(&message.info.id);
+        }
+        let fallback = last_user.unwrap_or(&message.info.id).clone();
+        let Some(part_id) = &target.part_id else {
+            if message.info.id == target.message_id {
+                return Ok(RevertPoint {
+                    message_id: fallback,
+                    part_id: None,
+                });
+            }
+            continue;
+        };
+        // As in OpenCode, the part id alone decides the match.
+        for (index, part) in message.parts.iter().enumerate() {
+            if &part.id == part_id {
+                let keep = message.parts[..index].iter().any(Part::is_text_or_tool);
+                return Ok(if keep {
+                    RevertPoint {
+                        message_id: message.info.id.clone(),
+                        part_id: Some(part_id.clone()),
+                    }
+                } else {
+                    RevertPoint {
+                        message_id: fallback,
+                        part_id: None,
+                    }
+                });
+            }
+        }
+    }
+    match &target.part_id {
+        Some(part_id) => Err(Error::NotFound(format!("Part not found: {part_id}"))),
+        None => Err(Error::NotFound(format!(
+            "Message not found: {}",
+            target.message_id
+        ))),
+    }
+}
+
+/// True when `part` of `message` lies in the hidden range of `point`.
+pub fn is_hidden(point: &RevertPoint, message: &MessageId, part: Option<&PartId>) -> bool {
+    if message > &point.message_id {
+        return true;
+    }
+    if message < &point.message_id {
+        return false;
+    }
+    match (&point.part_id, part) {
+        (None, _) => true,
+        (Some(first), Some(part)) => part >= first,
+        (Some(_), None) => false,
+    }
+}
+
+/// The patch parts in the hidden range, in order: exactly the patches a revert to `point` undoes.
+pub fn hidden_patches<'a>(
+    messages: &'a [MessageWithParts],
+    point: &RevertPoint,
+) -> Vec<&'a PatchPart> {
+    messages
+        .iter()
+        .flat_map(|m| m.parts.iter().map(move |p| (m, p)))
+        .filter(|(m, p)| is_hidden(point, &m.info.id, Some(&p.id)))
+        .filter_map(|(_, p)| p.as_patch())
+        .collect()
+}
+
+/// What cleanup removes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CleanupPlan {
+    /// Whole messages, ascending.
+    pub removed_messages: Vec<MessageId>,
+    /// Parts cut from the kept message of a part-level point, ascending.
+    pub removed_parts: Vec<(MessageId, PartId)>,
+}
+
+/// The hidden range of `point` as cleanup removes it.
+pub fn cleanup_plan(messages: &[MessageWithParts], point: &RevertPoint) -> CleanupPlan {
+    let mut plan = CleanupPlan::default();
+    for message in messages {
+        let id = &message.info.id;
+        if id < &point.message_id {
+            continue;
+        }
+        if id > &point.message_id || point.part_id.is_none() {
+            plan.removed_messages.push(id.clone());
+            continue;
+        }
+        for part in &message.parts {
+            if is_hidden(point, id, Some(&part.id)) {
+                plan.removed_parts.push((id.clone(), part.id.clone()));
+            }
+        }
+    }
+    plan
+}

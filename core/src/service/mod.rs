@@ -1,0 +1,3 @@
+//! The use cases over the ports.
+pub struct ServiceConfig;
+pub struct Rewind;
