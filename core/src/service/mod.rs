@@ -1,3 +1,238 @@
-//! The use cases over the ports.
-pub struct ServiceConfig;
-pub struct Rewind;
+//! The use cases over the ports: recording a session (messages, parts, steps), revert, unrevert, cleanup,
+//! preview and recovery (SPEC sections 4 to 8). Everything here is async over the ports and does no IO of
+//! its own; the decisions themselves are the pure functions of `crate::revert`.
+
+mod leases;
+mod query;
+mod record;
+mod recovery;
+mod revert;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::id::IdGenerator;
+use crate::model::{
+    Event, EventPayload, FileActionKind, Holder, HolderKind, LeaseToken, MessageId, PartBody, PartId, Role,
+    Session, SessionId, Tokens, Warning,
+};
+use crate::ports::{HostPort, MessageRepo, SnapshotPort};
+use crate::revert::RevertPoint;
+
+pub use leases::HeldLease;
+
+/// How the services behave.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// Whose leases this process takes: `Process` for the command line and embedded use, `Server` for the
+    /// HTTP server (its steps expire after `step_timeout_ms` without a request on the session).
+    pub holder_kind: HolderKind,
+    /// How long a server-owned step may go without a request before it is abandoned (default 10 minutes).
+    pub step_timeout_ms: u64,
+    /// How long an operation's lease lasts before it must be renewed (default 2 minutes).
+    pub operation_lease_ms: u64,
+    /// The version recorded on new sessions.
+    pub version: String,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            holder_kind: HolderKind::Process,
+            step_timeout_ms: 10 * 60 * 1000,
+            operation_lease_ms: 2 * 60 * 1000,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+}
+
+/// A message to record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewMessage {
+    /// The client's own id; it must sort after every message of the session.
+    pub id: Option<MessageId>,
+    /// User or assistant.
+    pub role: Role,
+    /// For an assistant message, its turn's user message (default: the latest user message).
+    pub parent_id: Option<MessageId>,
+    /// Other fields to keep (agent, model, …).
+    pub extra: Map<String, Value>,
+    /// Parts recorded with the message.
+    pub parts: Vec<NewPart>,
+}
+
+impl NewMessage {
+    /// A user message with one text part.
+    pub fn user_text(text: impl Into<String>) -> Self {
+        NewMessage {
+            id: None,
+            role: Role::User,
+            parent_id: None,
+            extra: Map::new(),
+            parts: vec![NewPart::new(PartBody::text(text))],
+        }
+    }
+
+    /// An assistant message of the latest turn, without parts.
+    pub fn assistant() -> Self {
+        NewMessage {
+            id: None,
+            role: Role::Assistant,
+            parent_id: None,
+            extra: Map::new(),
+            parts: Vec::new(),
+        }
+    }
+}
+
+/// A part to record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewPart {
+    /// The client's own id; it must sort after every part of the message.
+    pub id: Option<PartId>,
+    /// Its type and fields.
+    pub body: PartBody,
+}
+
+impl NewPart {
+    /// A part with a generated id.
+    pub fn new(body: PartBody) -> Self {
+        NewPart { id: None, body }
+    }
+}
+
+/// How a step ended, with the agent's usage.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepEnd {
+    /// Why it ended (default `stop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The step's cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// The step's tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Tokens>,
+}
+
+/// One file of a revert preview.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewFile {
+    /// The absolute, forward-slash path.
+    pub file: String,
+    /// What a revert would do to it.
+    pub action: FileActionKind,
+    /// Why it would be kept, for `keep`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What a revert would do, computed without changing anything.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preview {
+    /// The descriptor the revert would store (without snapshot and diff).
+    pub descriptor: RevertPoint,
+    /// The files it would write, delete or keep.
+    pub files: Vec<PreviewFile>,
+}
+
+/// What recovery finished.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Intent records of dead owners that were rolled back.
+    pub recovered: Vec<LeaseToken>,
+    /// Intent records still owned by a live operation, left alone.
+    pub in_progress: Vec<LeaseToken>,
+}
+
+/// rewind's services over its ports.
+pub struct Rewind {
+    snapshots: Arc<dyn SnapshotPort>,
+    repo: Arc<dyn MessageRepo>,
+    host: Arc<dyn HostPort>,
+    config: ServiceConfig,
+    ids: IdGenerator,
+}
+
+impl std::fmt::Debug for Rewind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rewind").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Rewind {
+    /// The services over the given adapters.
+    pub fn new(
+        snapshots: Arc<dyn SnapshotPort>,
+        repo: Arc<dyn MessageRepo>,
+        host: Arc<dyn HostPort>,
+        config: ServiceConfig,
+    ) -> Self {
+        Rewind {
+            snapshots,
+            repo,
+            host,
+            config,
+            ids: IdGenerator::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServiceConfig {
+        &self.config
+    }
+
+    fn now(&self) -> u64 {
+        self.host.now_ms()
+    }
+
+    fn holder(&self) -> Holder {
+        Holder {
+            kind: self.config.holder_kind,
+            process: self.host.this_process(),
+        }
+    }
+
+    fn event(&self, payload: EventPayload) -> Event {
+        Event {
+            id: self.ids.ascending(self.now(), None),
+            payload,
+        }
+    }
+
+    fn warning_event(&self, session: &SessionId, warning: &Warning) -> Event {
+        self.event(EventPayload::SessionWarning {
+            session_id: session.clone(),
+            message: warning.message.clone(),
+            snapshot: warning.snapshot.clone(),
+            files: warning.files.clone(),
+        })
+    }
+
+    fn updated_event(&self, session: &Session) -> Event {
+        self.event(EventPayload::SessionUpdated {
+            session_id: session.id.clone(),
+            info: Box::new(session.clone()),
+        })
+    }
+
+    async fn load_session(&self, id: &SessionId) -> Result<Session> {
+        self.repo
+            .session(id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("Session not found: {id}")))
+    }
+}
+
+/// A fresh token for one operation or step.
+fn new_token() -> LeaseToken {
+    LeaseToken(format!("tok_{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>()))
+}
+
+fn worktree(session: &Session) -> &Path {
+    Path::new(&session.directory)
+}

@@ -1,0 +1,114 @@
+//! Taking, renewing and releasing leases by the rules of SPEC section 1, and the busy checks that come
+//! before every operation on a session or a worktree.
+
+use crate::error::{Error, Result};
+use crate::model::{Lease, LeaseKey, LeaseTake, LeaseToken, SessionId, may_take_over};
+use crate::ports::Guard;
+
+use super::Rewind;
+
+/// A lease this process holds; released explicitly (leases outlive a crash on purpose, so recovery can
+/// find them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldLease {
+    /// What is held.
+    pub key: LeaseKey,
+    /// With which token.
+    pub token: LeaseToken,
+}
+
+impl HeldLease {
+    /// The guard that makes a transaction commit only while this lease is still held.
+    pub fn guard(&self) -> Guard {
+        Guard::LeaseHeld {
+            key: self.key.clone(),
+            token: self.token.clone(),
+        }
+    }
+}
+
+impl Rewind {
+    /// True when the lease's owner is gone or its lease may be taken over (SPEC section 1).
+    pub(super) fn is_abandoned(&self, lease: &Lease) -> bool {
+        let host = self.host.this_process().host;
+        may_take_over(lease, self.now(), &host, |process| self.host.is_alive(process))
+    }
+
+    /// Takes the lease on `key` with `token` for `ttl_ms`, taking it over when its holder is gone; `Busy`
+    /// (naming the holder) otherwise.
+    pub(super) async fn acquire(
+        &self,
+        key: LeaseKey,
+        token: &LeaseToken,
+        ttl_ms: u64,
+        session: Option<&SessionId>,
+    ) -> Result<HeldLease> {
+        let lease = Lease {
+            key: key.clone(),
+            token: token.clone(),
+            holder: self.holder(),
+            expires_at: self.now().saturating_add(ttl_ms),
+        };
+        let current = match self.repo.take_lease(&lease, None).await? {
+            LeaseTake::Taken => return Ok(HeldLease { key, token: token.clone() }),
+            LeaseTake::Held(current) => current,
+        };
+        if self.is_abandoned(&current) {
+            if let LeaseTake::Taken = self.repo.take_lease(&lease, Some(current.token.clone())).await? {
+                return Ok(HeldLease { key, token: token.clone() });
+            }
+        }
+        Err(busy_error(&key, &current, session))
+    }
+
+    /// Takes the session's lease and then the worktree's, releasing the first when the second is busy.
+    pub(super) async fn acquire_session_and_worktree(
+        &self,
+        session: &SessionId,
+        directory: &str,
+        token: &LeaseToken,
+    ) -> Result<(HeldLease, HeldLease)> {
+        let ttl = self.config.operation_lease_ms;
+        let session_lease = self.acquire(LeaseKey::Session(session.clone()), token, ttl, Some(session)).await?;
+        match self
+            .acquire(LeaseKey::Worktree(directory.to_owned()), token, ttl, Some(session))
+            .await
+        {
+            Ok(worktree_lease) => Ok((session_lease, worktree_lease)),
+            Err(error) => {
+                self.release(&session_lease).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Extends a held lease; `LeaseLost` when it was taken from us.
+    pub(super) async fn renew(&self, lease: &HeldLease, ttl_ms: u64) -> Result<()> {
+        let expires = self.now().saturating_add(ttl_ms);
+        if self.repo.renew_lease(&lease.key, &lease.token, expires).await? {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost(format!(
+                "the lease on {:?} was taken over by another process; this operation stopped",
+                lease.key
+            )))
+        }
+    }
+
+    /// Releases a lease. A failure is ignored on purpose: the lease then expires, or its owner is found
+    /// gone, and it is taken over by the rules of SPEC section 1.
+    pub(super) async fn release(&self, lease: &HeldLease) {
+        let _ = self.repo.release_lease(&lease.key, &lease.token).await;
+    }
+}
+
+fn busy_error(key: &LeaseKey, current: &Lease, session: Option<&SessionId>) -> Error {
+    let what = match key {
+        LeaseKey::Session(id) => format!("Session is busy: {id}"),
+        LeaseKey::Worktree(path) => format!("Worktree is busy: {path}"),
+    };
+    Error::Busy {
+        session_id: session.cloned(),
+        message: format!("{what} (held by {}); try again when it has finished", current.holder),
+    }
+}

@@ -1,0 +1,48 @@
+//! Reading a session's state: sessions, messages, warnings, the last revert's diff and the history.
+
+use crate::error::Result;
+use crate::model::{FileDiff, MessageId, MessageWithParts, RevertHistoryEntry, Session, SessionId, Warning};
+
+use super::Rewind;
+
+impl Rewind {
+    /// One session (`NotFound` when unknown).
+    pub async fn session(&self, id: &SessionId) -> Result<Session> {
+        self.load_session(id).await
+    }
+
+    /// Sessions, newest first; only those of `directory` when given.
+    pub async fn sessions(&self, directory: Option<&str>) -> Result<Vec<Session>> {
+        self.repo.sessions(directory.map(str::to_owned)).await
+    }
+
+    /// Every message of a session with its parts, ascending; reverted messages are included until cleanup.
+    pub async fn messages(&self, id: &SessionId) -> Result<Vec<MessageWithParts>> {
+        self.load_session(id).await?;
+        self.repo.messages(id).await
+    }
+
+    /// One message with its parts.
+    pub async fn message(&self, session: &SessionId, message: &MessageId) -> Result<MessageWithParts> {
+        self.load_session(session).await?;
+        self.load_message(session, message).await
+    }
+
+    /// The session's warnings, oldest first.
+    pub async fn warnings(&self, id: &SessionId) -> Result<Vec<Warning>> {
+        self.load_session(id).await?;
+        self.repo.warnings(id).await
+    }
+
+    /// The session diff of the last revert.
+    pub async fn session_diff(&self, id: &SessionId) -> Result<Vec<FileDiff>> {
+        self.load_session(id).await?;
+        self.repo.session_diff(id).await
+    }
+
+    /// The session's revert history, oldest first.
+    pub async fn revert_history(&self, id: &SessionId) -> Result<Vec<RevertHistoryEntry>> {
+        self.load_session(id).await?;
+        self.repo.revert_history(id).await
+    }
+}

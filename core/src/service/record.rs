@@ -1,0 +1,671 @@
+//! Recording a session (SPEC section 4): sessions, messages and parts, and the steps whose snapshots make
+//! the files revertable; abandoned steps are aborted before the next operation.
+
+use std::collections::BTreeSet;
+
+use crate::error::{Error, Result};
+use crate::id::ensure_sorts_after;
+use crate::model::{
+    EventPayload, LeaseKey, Message, MessageId, MessageTime, MessageWithParts, OpenStep, Part, PartBody, PartId,
+    PatchPart, RelPath, Role, Session, SessionId, SessionStatus, SessionTime, SkippedPath, StepFinishPart,
+    StepStartPart, Tokens, Warning,
+};
+use crate::ports::{Change, Transaction};
+
+use super::{NewMessage, NewPart, Rewind, StepEnd, new_token, worktree};
+
+impl Rewind {
+    /// Creates a session for the worktree `directory` (an absolute path).
+    pub async fn create_session(&self, directory: &str, title: Option<String>) -> Result<Session> {
+        let directory = normalise_directory(directory)?;
+        let store = self.snapshots.store_location(std::path::Path::new(&directory)).await?;
+        let now = self.now();
+        let id: SessionId = self.ids.descending(now);
+        let slug = format!("session-{}", &id.as_str()[id.as_str().len() - 6..]).to_lowercase();
+        let session = Session {
+            id: id.clone(),
+            slug,
+            project_id: store.clone(),
+            directory,
+            title: title.unwrap_or_else(|| "New session".to_owned()),
+            version: self.config.version.clone(),
+            time: SessionTime {
+                created: now,
+                updated: now,
+            },
+            summary: None,
+            cost: 0.0,
+            tokens: Tokens::default(),
+            revert: None,
+            store,
+            applied: None,
+            reverted_at: None,
+            step: None,
+        };
+        let created = self.event(EventPayload::SessionCreated {
+            session_id: id,
+            info: Box::new(session.clone()),
+        });
+        self.repo
+            .commit(Transaction {
+                guards: Vec::new(),
+                changes: vec![Change::PutSession(Box::new(session.clone()))],
+                events: vec![created],
+            })
+            .await?;
+        Ok(session)
+    }
+
+    /// Deletes a session with its messages (never its files). Busy while a step or an operation holds it.
+    pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
+        let session = self.load_session(id).await?;
+        self.prepare_worktree(&session.directory).await?;
+        let session = self.load_session(id).await?;
+        if let Some(step) = &session.step {
+            return Err(Error::busy(
+                id,
+                format!("Session is busy: {id} (a step is open in message {})", step.message_id),
+            ));
+        }
+        let token = new_token();
+        let lease = self
+            .acquire(LeaseKey::Session(id.clone()), &token, self.config.operation_lease_ms, Some(id))
+            .await?;
+        let deleted = self.event(EventPayload::SessionDeleted {
+            session_id: id.clone(),
+            info: Box::new(session),
+        });
+        let result = self
+            .repo
+            .commit(Transaction {
+                guards: vec![lease.guard()],
+                changes: vec![Change::DeleteSession(id.clone())],
+                events: vec![deleted],
+            })
+            .await;
+        self.release(&lease).await;
+        result
+    }
+
+    /// Records a message with its parts. While the session is reverted, cleanup runs first (the redo
+    /// history is dropped, as in OpenCode).
+    pub async fn create_message(&self, session_id: &SessionId, input: NewMessage) -> Result<MessageWithParts> {
+        let session = self.load_session(session_id).await?;
+        self.prepare_worktree(&session.directory).await?;
+        let session = self.load_session(session_id).await?;
+        if session.revert.is_some() {
+            self.cleanup(&session).await?;
+        }
+        reject_recorded_kinds(&input.parts)?;
+        let messages = self.repo.messages(session_id).await?;
+        let last = messages.last().map(|m| m.info.id.clone());
+        let id = match input.id {
+            Some(id) => {
+                ensure_sorts_after(&id, last.as_ref())?;
+                id
+            }
+            None => self.ids.ascending(self.now(), last.as_ref()),
+        };
+        let parent_id = match input.role {
+            Role::User => None,
+            Role::Assistant => Some(assistant_parent(&messages, input.parent_id)?),
+        };
+        let now = self.now();
+        let info = Message {
+            id: id.clone(),
+            session_id: session_id.clone(),
+            role: input.role,
+            time: MessageTime {
+                created: now,
+                completed: None,
+            },
+            parent_id,
+            extra: input.extra,
+        };
+        let parts = self.build_parts(&info, None, input.parts)?;
+        let mut transaction = Transaction::default();
+        transaction.changes.push(Change::PutMessage(Box::new(info.clone())));
+        transaction.events.push(self.event(EventPayload::MessageUpdated {
+            session_id: session_id.clone(),
+            info: Box::new(info.clone()),
+        }));
+        for part in &parts {
+            self.push_part(&mut transaction, part.clone());
+        }
+        self.repo.commit(transaction).await?;
+        self.touch_step(&session).await;
+        Ok(MessageWithParts { info, parts })
+    }
+
+    /// Appends a part (text, tool, or any type rewind does not know) to a message. Step parts come only
+    /// from the step operations, so every snapshot a patch names is one rewind took.
+    pub async fn append_part(&self, session_id: &SessionId, message_id: &MessageId, input: NewPart) -> Result<Part> {
+        let session = self.load_session(session_id).await?;
+        self.prepare_worktree(&session.directory).await?;
+        let session = self.load_session(session_id).await?;
+        reject_recorded_kinds(std::slice::from_ref(&input))?;
+        let message = self.load_message(session_id, message_id).await?;
+        if let Some(descriptor) = &session.revert {
+            let point = crate::revert::RevertPoint {
+                message_id: descriptor.message_id.clone(),
+                part_id: descriptor.part_id.clone(),
+            };
+            if crate::revert::is_hidden(&point, message_id, None) || message_id > &point.message_id {
+                return Err(Error::InvalidInput(format!(
+                    "message {message_id} is reverted; unrevert the session or record a new message"
+                )));
+            }
+        }
+        let last = message.parts.last().map(|p| p.id.clone());
+        let mut parts = self.build_parts(&message.info, last, vec![input])?;
+        let part = parts.pop().ok_or_else(|| Error::InvalidInput("no part given".to_owned()))?;
+        let mut transaction = Transaction::default();
+        self.push_part(&mut transaction, part.clone());
+        self.repo.commit(transaction).await?;
+        self.touch_step(&session).await;
+        Ok(part)
+    }
+
+    /// Begins a step of an assistant message: takes the session's lease for the step, snapshots the
+    /// worktree and appends `step-start`.
+    pub async fn begin_step(&self, session_id: &SessionId, message_id: &MessageId) -> Result<Part> {
+        let session = self.load_session(session_id).await?;
+        self.prepare_worktree(&session.directory).await?;
+        let mut session = self.load_session(session_id).await?;
+        if let Some(step) = &session.step {
+            return Err(Error::busy(
+                session_id,
+                format!("Session is busy: {session_id} (a step is already open in message {})", step.message_id),
+            ));
+        }
+        if session.revert.is_some() {
+            session = self.cleanup(&session).await?;
+        }
+        let message = self.load_message(session_id, message_id).await?;
+        if message.info.role != Role::Assistant {
+            return Err(Error::InvalidInput(format!(
+                "message {message_id} is a user message; steps belong to assistant messages"
+            )));
+        }
+        let token = new_token();
+        let session_lease = self
+            .acquire(
+                LeaseKey::Session(session_id.clone()),
+                &token,
+                self.config.step_timeout_ms,
+                Some(session_id),
+            )
+            .await?;
+        let result = self.begin_step_locked(&session, &message, &token, &session_lease).await;
+        if result.is_err() {
+            self.release(&session_lease).await;
+        }
+        result
+    }
+
+    async fn begin_step_locked(
+        &self,
+        session: &Session,
+        message: &MessageWithParts,
+        token: &crate::model::LeaseToken,
+        session_lease: &super::HeldLease,
+    ) -> Result<Part> {
+        let tracked = self.track_under_worktree_lease(session, token).await?;
+        let now = self.now();
+        let last = message.parts.last().map(|p| p.id.clone());
+        let part = Part {
+            id: self.ids.ascending(now, last.as_ref()),
+            session_id: session.id.clone(),
+            message_id: message.info.id.clone(),
+            body: PartBody::StepStart(StepStartPart {
+                snapshot: Some(tracked.id.clone()),
+                extra: Default::default(),
+            }),
+        };
+        let mut updated = session.clone();
+        updated.step = Some(OpenStep {
+            message_id: message.info.id.clone(),
+            snapshot: tracked.id,
+            token: token.clone(),
+            holder: self.holder(),
+            started: now,
+        });
+        updated.time.updated = now;
+        let mut transaction = Transaction {
+            guards: vec![session_lease.guard()],
+            ..Default::default()
+        };
+        self.push_part(&mut transaction, part.clone());
+        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
+        self.push_skipped_warning(&mut transaction, &updated, &tracked.skipped);
+        transaction.events.push(self.event(EventPayload::SessionStatus {
+            session_id: session.id.clone(),
+            status: SessionStatus::Busy,
+        }));
+        self.repo.commit(transaction).await?;
+        Ok(part)
+    }
+
+    /// Finishes the open step of `message_id`: snapshots again, appends `step-finish` and, when files
+    /// changed, a `patch`; updates the turn's `summary.diffs`.
+    pub async fn finish_step(&self, session_id: &SessionId, message_id: &MessageId, end: StepEnd) -> Result<Vec<Part>> {
+        let session = self.load_session(session_id).await?;
+        let step = open_step_of(&session, message_id)?;
+        if step.holder != self.holder() {
+            return Err(Error::busy(
+                session_id,
+                format!("Session is busy: {session_id} (its step is owned by {})", step.holder),
+            ));
+        }
+        self.close_step(&session, end).await
+    }
+
+    /// Aborts the open step of `message_id`, so what it changed can still be reverted.
+    pub async fn abort_step(&self, session_id: &SessionId, message_id: &MessageId) -> Result<Vec<Part>> {
+        let session = self.load_session(session_id).await?;
+        open_step_of(&session, message_id)?;
+        self.abort(session_id).await?;
+        let message = self.load_message(session_id, message_id).await?;
+        let parts = message.parts;
+        let from = parts
+            .iter()
+            .rposition(|p| matches!(p.body, PartBody::StepFinish(_)))
+            .unwrap_or(parts.len());
+        Ok(parts[from..].to_vec())
+    }
+
+    /// `POST /session/:id/abort`: aborts the open step when this process owns it or its owner is gone; a
+    /// step owned by another live process is not taken from it (`Busy`).
+    pub async fn abort(&self, session_id: &SessionId) -> Result<Session> {
+        let session = self.load_session(session_id).await?;
+        let Some(step) = session.step.clone() else {
+            return Ok(session);
+        };
+        let owned = step.holder == self.holder();
+        let gone = match self.repo.lease(&LeaseKey::Session(session_id.clone())).await? {
+            Some(lease) => lease.token != step.token || self.is_abandoned(&lease),
+            None => true,
+        };
+        if !owned && !gone {
+            return Err(Error::busy(
+                session_id,
+                format!("Session is busy: {session_id} (its step is owned by {}, which is still running)", step.holder),
+            ));
+        }
+        self.close_step(
+            &session,
+            StepEnd {
+                reason: Some("aborted".to_owned()),
+                ..Default::default()
+            },
+        )
+        .await?;
+        self.load_session(session_id).await
+    }
+
+    /// Runs recovery for the worktree's intent records and aborts its abandoned steps: what SPEC sections 4
+    /// and 8 ask before any operation.
+    pub(super) async fn prepare_worktree(&self, directory: &str) -> Result<()> {
+        self.recover_worktree(Some(directory)).await?;
+        for session in self.repo.sessions(Some(directory.to_owned())).await? {
+            let Some(step) = &session.step else { continue };
+            let abandoned = match self.repo.lease(&LeaseKey::Session(session.id.clone())).await? {
+                Some(lease) => lease.token != step.token || self.is_abandoned(&lease),
+                None => true,
+            };
+            if abandoned {
+                self.close_step(
+                    &session,
+                    StepEnd {
+                        reason: Some("aborted".to_owned()),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the session's open step: the step's lease is taken (over) with its own token, the worktree is
+    /// tracked, and the finish, patch, summary and status are stored in one transaction.
+    async fn close_step(&self, session: &Session, end: StepEnd) -> Result<Vec<Part>> {
+        let step = session
+            .step
+            .clone()
+            .ok_or_else(|| Error::InvalidInput(format!("no step is open in session {}", session.id)))?;
+        // Re-take the step's own lease with our holder: a no-op for the owner, a takeover for an abandoned
+        // step (the caller has judged it abandoned), a `Busy` for anyone else.
+        let lease = crate::model::Lease {
+            key: LeaseKey::Session(session.id.clone()),
+            token: step.token.clone(),
+            holder: self.holder(),
+            expires_at: self.now().saturating_add(self.config.operation_lease_ms),
+        };
+        let current = self.repo.lease(&lease.key).await?;
+        let replacing = current.map(|c| c.token);
+        if let crate::model::LeaseTake::Held(other) = self.repo.take_lease(&lease, replacing).await? {
+            return Err(Error::busy(
+                &session.id,
+                format!("Session is busy: {} (held by {})", session.id, other.holder),
+            ));
+        }
+        let session_lease = super::HeldLease {
+            key: lease.key.clone(),
+            token: step.token.clone(),
+        };
+        let result = self.close_step_locked(session, &step, end, &session_lease).await;
+        self.release(&session_lease).await;
+        result
+    }
+
+    async fn close_step_locked(
+        &self,
+        session: &Session,
+        step: &OpenStep,
+        end: StepEnd,
+        session_lease: &super::HeldLease,
+    ) -> Result<Vec<Part>> {
+        let directory = session.directory.clone();
+        let messages = self.repo.messages(&session.id).await?;
+        let message = messages
+            .iter()
+            .find(|m| m.info.id == step.message_id)
+            .ok_or_else(|| Error::NotFound(format!("Message not found: {}", step.message_id)))?;
+        let mut warnings = Vec::new();
+        let (snapshot, reason, files) = match self.track_under_worktree_lease(session, &step.token).await {
+            Ok(tracked) => {
+                let files = self.snapshots.changed_files(worktree(session), &step.snapshot).await?;
+                if !tracked.skipped.is_empty() {
+                    warnings.push(skipped_warning(self.now(), &directory, &tracked.skipped));
+                }
+                (Some(tracked.id), end.reason.clone().unwrap_or_else(|| "stop".to_owned()), files)
+            }
+            Err(Error::Busy { .. }) => {
+                return Err(Error::busy(
+                    &session.id,
+                    format!("Worktree is busy: {directory} (a revert is in progress); try again when it has finished"),
+                ));
+            }
+            Err(error) => {
+                warnings.push(Warning {
+                    time: self.now(),
+                    message: format!(
+                        "the snapshot at the end of this step failed ({error}); this step's changes cannot be reverted"
+                    ),
+                    snapshot: None,
+                    files: match &error {
+                        Error::Unreadable { path, .. } => vec![format!("{}/{path}", directory.trim_end_matches('/'))],
+                        _ => Vec::new(),
+                    },
+                });
+                (None, "error".to_owned(), Vec::new())
+            }
+        };
+        let now = self.now();
+        let mut last = message.parts.last().map(|p| p.id.clone());
+        let mut next_id = |ids: &crate::id::IdGenerator| {
+            let id: PartId = ids.ascending(now, last.as_ref());
+            last = Some(id.clone());
+            id
+        };
+        let tokens = end.tokens.unwrap_or_default();
+        let cost = end.cost.unwrap_or(0.0);
+        let mut parts = vec![Part {
+            id: next_id(&self.ids),
+            session_id: session.id.clone(),
+            message_id: step.message_id.clone(),
+            body: PartBody::StepFinish(StepFinishPart {
+                reason,
+                snapshot: snapshot.clone(),
+                cost,
+                tokens,
+                extra: Default::default(),
+            }),
+        }];
+        if !files.is_empty() {
+            parts.push(Part {
+                id: next_id(&self.ids),
+                session_id: session.id.clone(),
+                message_id: step.message_id.clone(),
+                body: PartBody::Patch(PatchPart {
+                    hash: step.snapshot.clone(),
+                    files: files.iter().map(|f| f.to_absolute(&directory)).collect(),
+                    extra: Default::default(),
+                }),
+            });
+        }
+        let mut updated = session.clone();
+        updated.step = None;
+        updated.cost += cost;
+        updated.tokens = updated.tokens.add(&tokens);
+        updated.time.updated = now;
+
+        let mut transaction = Transaction {
+            guards: vec![session_lease.guard()],
+            ..Default::default()
+        };
+        for part in &parts {
+            self.push_part(&mut transaction, part.clone());
+        }
+        if let Some(end_snapshot) = &snapshot {
+            if let Some(user) = self.turn_summary(&messages, message, end_snapshot, &directory).await? {
+                transaction.changes.push(Change::PutMessage(Box::new(user.clone())));
+                transaction.events.push(self.event(EventPayload::MessageUpdated {
+                    session_id: session.id.clone(),
+                    info: Box::new(user),
+                }));
+            }
+        }
+        for warning in warnings {
+            transaction.events.push(self.warning_event(&session.id, &warning));
+            transaction.changes.push(Change::AddWarning {
+                session: session.id.clone(),
+                warning,
+            });
+        }
+        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
+        transaction.events.push(self.event(EventPayload::SessionStatus {
+            session_id: session.id.clone(),
+            status: crate::model::SessionStatus::Idle,
+        }));
+        transaction.events.push(self.updated_event(&updated));
+        self.repo.commit(transaction).await?;
+        Ok(parts)
+    }
+
+    /// The turn's user message with `summary.diffs` = diff(first step-start of the turn, `end`).
+    async fn turn_summary(
+        &self,
+        messages: &[MessageWithParts],
+        message: &MessageWithParts,
+        end: &crate::model::SnapshotId,
+        directory: &str,
+    ) -> Result<Option<Message>> {
+        let Some(user_id) = &message.info.parent_id else { return Ok(None) };
+        let Some(user) = messages.iter().find(|m| &m.info.id == user_id) else { return Ok(None) };
+        let first = messages
+            .iter()
+            .filter(|m| m.info.parent_id.as_ref() == Some(user_id))
+            .flat_map(|m| m.parts.iter())
+            .find_map(|p| match &p.body {
+                PartBody::StepStart(start) => start.snapshot.clone(),
+                _ => None,
+            });
+        let Some(first) = first else { return Ok(None) };
+        let diffs = self.snapshots.diff(std::path::Path::new(directory), &first, end).await?;
+        let mut info = user.info.clone();
+        info.set_summary_diffs(&diffs);
+        Ok(Some(info))
+    }
+
+    /// Tracks the worktree while holding its lease, so a step never snapshots a half-reverted tree.
+    async fn track_under_worktree_lease(
+        &self,
+        session: &Session,
+        token: &crate::model::LeaseToken,
+    ) -> Result<crate::model::TrackOutcome> {
+        let lease = self
+            .acquire(
+                LeaseKey::Worktree(session.directory.clone()),
+                token,
+                self.config.operation_lease_ms,
+                Some(&session.id),
+            )
+            .await?;
+        let tracked = self.snapshots.track(worktree(session)).await;
+        self.release(&lease).await;
+        tracked
+    }
+
+    /// Renews a server-owned step's lease on any request about its session (the step timeout counts
+    /// silence, not duration). Failure is harmless: the step is then judged by its old expiry.
+    async fn touch_step(&self, session: &Session) {
+        if let Some(step) = &session.step {
+            if step.holder == self.holder() {
+                let expires = self.now().saturating_add(self.config.step_timeout_ms);
+                let _ = self
+                    .repo
+                    .renew_lease(&LeaseKey::Session(session.id.clone()), &step.token, expires)
+                    .await;
+            }
+        }
+    }
+
+    pub(super) async fn load_message(&self, session: &SessionId, message: &MessageId) -> Result<MessageWithParts> {
+        self.repo
+            .message(session, message)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("Message not found: {message}")))
+    }
+
+    fn build_parts(&self, message: &Message, last: Option<PartId>, inputs: Vec<NewPart>) -> Result<Vec<Part>> {
+        let mut last = last;
+        let mut parts = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let id = match input.id {
+                Some(id) => {
+                    ensure_sorts_after(&id, last.as_ref())?;
+                    id
+                }
+                None => self.ids.ascending(self.now(), last.as_ref()),
+            };
+            last = Some(id.clone());
+            parts.push(Part {
+                id,
+                session_id: message.session_id.clone(),
+                message_id: message.id.clone(),
+                body: input.body,
+            });
+        }
+        Ok(parts)
+    }
+
+    fn push_part(&self, transaction: &mut Transaction, part: Part) {
+        transaction.events.push(self.event(EventPayload::PartUpdated {
+            session_id: part.session_id.clone(),
+            part: Box::new(part.clone()),
+            time: self.now(),
+        }));
+        transaction.changes.push(Change::PutPart(Box::new(part)));
+    }
+
+    fn push_skipped_warning(&self, transaction: &mut Transaction, session: &Session, skipped: &[SkippedPath]) {
+        if skipped.is_empty() {
+            return;
+        }
+        let warning = skipped_warning(self.now(), &session.directory, skipped);
+        transaction.events.push(self.warning_event(&session.id, &warning));
+        transaction.changes.push(Change::AddWarning {
+            session: session.id.clone(),
+            warning,
+        });
+    }
+}
+
+fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warning {
+    Warning {
+        time: now,
+        message: format!(
+            "{} file(s) were left out of the snapshot (over the size cap, special files or names that are not \
+             UTF-8): rewind cannot revert them",
+            skipped.len()
+        ),
+        snapshot: None,
+        files: skipped
+            .iter()
+            .map(|s| format!("{}/{}", directory.trim_end_matches('/'), s.path))
+            .collect(),
+    }
+}
+
+fn open_step_of(session: &Session, message_id: &MessageId) -> Result<OpenStep> {
+    match &session.step {
+        Some(step) if &step.message_id == message_id => Ok(step.clone()),
+        Some(step) => Err(Error::InvalidInput(format!(
+            "the open step of session {} belongs to message {}, not {message_id}",
+            session.id, step.message_id
+        ))),
+        None => Err(Error::InvalidInput(format!(
+            "no step is open in message {message_id} of session {}",
+            session.id
+        ))),
+    }
+}
+
+fn assistant_parent(messages: &[MessageWithParts], given: Option<MessageId>) -> Result<MessageId> {
+    match given {
+        Some(parent) => match messages.iter().find(|m| m.info.id == parent) {
+            Some(m) if m.info.role == Role::User => Ok(parent),
+            Some(_) => Err(Error::InvalidInput(format!(
+                "parentID {parent} is an assistant message; it must be the turn's user message"
+            ))),
+            None => Err(Error::NotFound(format!("Message not found: {parent}"))),
+        },
+        None => messages
+            .iter()
+            .rev()
+            .find(|m| m.info.role == Role::User)
+            .map(|m| m.info.id.clone())
+            .ok_or_else(|| {
+                Error::InvalidInput("an assistant message needs a user message before it in the session".to_owned())
+            }),
+    }
+}
+
+fn reject_recorded_kinds(parts: &[NewPart]) -> Result<()> {
+    for part in parts {
+        if matches!(
+            part.body,
+            PartBody::StepStart(_) | PartBody::StepFinish(_) | PartBody::Patch(_)
+        ) {
+            return Err(Error::InvalidInput(format!(
+                "{} parts are recorded by the step operations (begin, finish, abort), not sent by clients",
+                part.body.kind()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn normalise_directory(directory: &str) -> Result<String> {
+    let directory = directory.replace('\\', "/");
+    if !directory.starts_with('/') {
+        return Err(Error::InvalidInput(format!(
+            "worktree {directory:?} must be an absolute path"
+        )));
+    }
+    let trimmed = directory.trim_end_matches('/');
+    let normalised = if trimmed.is_empty() { "/" } else { trimmed };
+    if normalised.split('/').any(|c| c == "." || c == "..") {
+        return Err(Error::InvalidInput(format!(
+            "worktree {directory:?} must be a normalised absolute path"
+        )));
+    }
+    Ok(normalised.to_owned())
+}
+
+/// Paths as the set the services compare them in.
+pub(super) fn path_set(paths: &[RelPath]) -> BTreeSet<RelPath> {
+    paths.iter().cloned().collect()
+}

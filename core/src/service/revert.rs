@@ -1,0 +1,570 @@
+//! Revert, unrevert, cleanup and preview (SPEC sections 5 to 7). Every operation that touches files writes
+//! its intent record first and, when it fails part-way, rolls its files back from that record before it
+//! returns the error.
+
+use std::collections::BTreeSet;
+
+use crate::error::{Error, Result};
+use crate::model::{
+    DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken, MessageWithParts, PartBody, RelPath,
+    RevertDescriptor, RevertHistoryEntry, Session, SessionId, SnapshotId, Warning,
+};
+use crate::ports::{Change, Guard, Transaction};
+use crate::revert::{
+    RevertPoint, RevertTarget, cleanup_plan, hidden_patches, select_revert_point, snapshot_patches,
+};
+
+use super::record::path_set;
+use super::{HeldLease, Preview, PreviewFile, Rewind, new_token, worktree};
+
+/// The leases and intent of a running file operation.
+struct Operation {
+    token: LeaseToken,
+    session_lease: HeldLease,
+    worktree_lease: HeldLease,
+}
+
+impl Operation {
+    fn guards(&self) -> Vec<Guard> {
+        vec![
+            self.session_lease.guard(),
+            self.worktree_lease.guard(),
+            Guard::IntentExists(self.token.clone()),
+        ]
+    }
+}
+
+/// What a revert computed before its result is stored.
+struct RevertResult {
+    descriptor: RevertDescriptor,
+    applied: SnapshotId,
+    diff: Vec<crate::model::FileDiff>,
+    warnings: Vec<Warning>,
+}
+
+impl Rewind {
+    /// Reverts the session's files and visible conversation to `target` (SPEC section 6).
+    pub async fn revert(&self, session_id: &SessionId, target: RevertTarget) -> Result<Session> {
+        let session = self.load_session(session_id).await?;
+        self.prepare_worktree(&session.directory).await?;
+        self.refuse_open_steps(&session).await?;
+        let messages = self.repo.messages(session_id).await?;
+        let point = select_revert_point(&messages, &target)?;
+        let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
+        let token = new_token();
+        let (session_lease, worktree_lease) =
+            self.acquire_session_and_worktree(session_id, &session.directory, &token).await?;
+        let operation = Operation {
+            token,
+            session_lease,
+            worktree_lease,
+        };
+        let result = self.revert_locked(session_id, &operation, point, patches).await;
+        self.release(&operation.worktree_lease).await;
+        self.release(&operation.session_lease).await;
+        result
+    }
+
+    async fn revert_locked(
+        &self,
+        session_id: &SessionId,
+        operation: &Operation,
+        point: RevertPoint,
+        patches: Vec<crate::model::SnapshotPatch>,
+    ) -> Result<Session> {
+        // Re-read under the leases: a step may have begun, or the session changed, since the checks above.
+        let session = self.load_session(session_id).await?;
+        self.refuse_open_steps(&session).await?;
+        let messages = self.repo.messages(session_id).await?;
+        let wt = worktree(&session);
+        let before = self.snapshots.track(wt).await?.id;
+        let mut files: BTreeSet<RelPath> = patches.iter().flat_map(|p| p.files.iter().cloned()).collect();
+        if let (Some(descriptor), Some(applied)) = (&session.revert, &session.applied) {
+            if let Some(snapshot) = &descriptor.snapshot {
+                files.extend(self.snapshots.changed_between(wt, snapshot, applied).await?);
+            }
+        }
+        let intent = self.write_intent(&session, operation, IntentOperation::Revert, before, files).await?;
+        if let Err(error) = self.renew_operation(operation).await {
+            return Err(self.roll_back(&session, &intent, error).await);
+        }
+        match self.revert_files(&session, &messages, point, &patches).await {
+            Ok(result) => self.store_revert(&session, operation, result).await,
+            Err(error) => Err(self.roll_back(&session, &intent, error).await),
+        }
+    }
+
+    async fn revert_files(
+        &self,
+        session: &Session,
+        messages: &[MessageWithParts],
+        point: RevertPoint,
+        patches: &[crate::model::SnapshotPatch],
+    ) -> Result<RevertResult> {
+        let wt = worktree(session);
+        let directory = &session.directory;
+        let mut warnings = Vec::new();
+        // Every revert starts from the un-reverted worktree: undo the current revert, scoped as unrevert.
+        if let (Some(descriptor), Some(applied)) = (&session.revert, &session.applied) {
+            if let Some(snapshot) = &descriptor.snapshot {
+                warnings.extend(self.undo_revert(session, snapshot, applied).await?);
+            }
+        }
+        let snapshot = self.snapshots.track(wt).await?.id;
+        let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
+        let diff_text = self.snapshots.unified_diff(wt, &snapshot).await?;
+        let diff = self.snapshots.diff(wt, &outcome.applied, &snapshot).await?;
+        let now = self.now();
+        if !outcome.kept.is_empty() {
+            warnings.push(Warning {
+                time: now,
+                message: format!(
+                    "{} file(s) were left as they are: they are not tracked content (ignored, over the size cap or \
+                     standing where the revert needed a directory), so rewind cannot revert them",
+                    outcome.kept.len()
+                ),
+                snapshot: None,
+                files: outcome.kept.iter().map(|k| k.path.to_absolute(directory)).collect(),
+            });
+        }
+        // Files this revert overwrote whose content no step of this session produced: edited since by the
+        // user or another session. They stay recoverable from the pre-revert snapshot.
+        if let Some(last_finish) = last_step_snapshot(messages) {
+            let touched: BTreeSet<RelPath> = outcome.written.iter().chain(&outcome.deleted).cloned().collect();
+            let edited: Vec<RelPath> = self
+                .snapshots
+                .changed_between(wt, &last_finish, &snapshot)
+                .await?
+                .into_iter()
+                .filter(|path| touched.contains(path))
+                .collect();
+            if !edited.is_empty() {
+                warnings.push(Warning {
+                    time: now,
+                    message: format!(
+                        "{} file(s) had been changed after the session's last step (by you or another session); the \
+                         revert overwrote them. Their content is kept in snapshot {snapshot}: `rewind snapshot \
+                         restore {snapshot} PATH…` brings a file back",
+                        edited.len()
+                    ),
+                    snapshot: Some(snapshot.clone()),
+                    files: edited.iter().map(|p| p.to_absolute(directory)).collect(),
+                });
+            }
+        }
+        Ok(RevertResult {
+            descriptor: RevertDescriptor {
+                message_id: point.message_id,
+                part_id: point.part_id,
+                snapshot: Some(snapshot),
+                diff: Some(diff_text),
+            },
+            applied: outcome.applied,
+            diff,
+            warnings,
+        })
+    }
+
+    async fn store_revert(&self, session: &Session, operation: &Operation, result: RevertResult) -> Result<Session> {
+        let now = self.now();
+        let mut updated = session.clone();
+        updated.revert = Some(result.descriptor);
+        updated.applied = Some(result.applied);
+        updated.summary = Some(DiffSummary::of(&result.diff));
+        updated.reverted_at = Some(now);
+        updated.time.updated = now;
+        let mut transaction = Transaction {
+            guards: operation.guards(),
+            ..Default::default()
+        };
+        for warning in &result.warnings {
+            transaction.events.push(self.warning_event(&session.id, warning));
+            transaction.changes.push(Change::AddWarning {
+                session: session.id.clone(),
+                warning: warning.clone(),
+            });
+        }
+        transaction.events.push(self.event(EventPayload::SessionDiff {
+            session_id: session.id.clone(),
+            diff: result.diff.clone(),
+        }));
+        transaction.events.push(self.updated_event(&updated));
+        transaction.changes.push(Change::SetSessionDiff {
+            session: session.id.clone(),
+            diff: result.diff,
+        });
+        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
+        transaction.changes.push(Change::DeleteIntent(operation.token.clone()));
+        self.repo.commit(transaction).await?;
+        Ok(updated)
+    }
+
+    /// Puts the session's files forward again: exactly the files the revert changed go back to their
+    /// pre-revert content; a user's edit of one of them is captured first (SPEC section 6).
+    pub async fn unrevert(&self, session_id: &SessionId) -> Result<Session> {
+        let session = self.load_session(session_id).await?;
+        self.prepare_worktree(&session.directory).await?;
+        self.refuse_open_steps(&session).await?;
+        let session = self.load_session(session_id).await?;
+        if session.revert.is_none() {
+            return Ok(session);
+        }
+        let token = new_token();
+        let (session_lease, worktree_lease) =
+            self.acquire_session_and_worktree(session_id, &session.directory, &token).await?;
+        let operation = Operation {
+            token,
+            session_lease,
+            worktree_lease,
+        };
+        let result = self.unrevert_locked(session_id, &operation).await;
+        self.release(&operation.worktree_lease).await;
+        self.release(&operation.session_lease).await;
+        result
+    }
+
+    async fn unrevert_locked(&self, session_id: &SessionId, operation: &Operation) -> Result<Session> {
+        let session = self.load_session(session_id).await?;
+        self.refuse_open_steps(&session).await?;
+        let (Some(descriptor), Some(applied)) = (session.revert.clone(), session.applied.clone()) else {
+            return Ok(session);
+        };
+        let wt = worktree(&session);
+        let before = self.snapshots.track(wt).await?.id;
+        let files = match &descriptor.snapshot {
+            Some(snapshot) => self.snapshots.changed_between(wt, snapshot, &applied).await?,
+            None => Vec::new(),
+        };
+        let intent = self
+            .write_intent(&session, operation, IntentOperation::Unrevert, before, files.into_iter().collect())
+            .await?;
+        if let Err(error) = self.renew_operation(operation).await {
+            return Err(self.roll_back(&session, &intent, error).await);
+        }
+        let warnings = match &descriptor.snapshot {
+            Some(snapshot) => match self.undo_revert(&session, snapshot, &applied).await {
+                Ok(warnings) => warnings,
+                Err(error) => return Err(self.roll_back(&session, &intent, error).await),
+            },
+            None => Vec::new(),
+        };
+        let mut updated = session.clone();
+        updated.revert = None;
+        updated.applied = None;
+        updated.reverted_at = None;
+        updated.time.updated = self.now();
+        let mut transaction = Transaction {
+            guards: operation.guards(),
+            ..Default::default()
+        };
+        for warning in warnings {
+            transaction.events.push(self.warning_event(&session.id, &warning));
+            transaction.changes.push(Change::AddWarning {
+                session: session.id.clone(),
+                warning,
+            });
+        }
+        transaction.events.push(self.updated_event(&updated));
+        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
+        transaction.changes.push(Change::DeleteIntent(operation.token.clone()));
+        self.repo.commit(transaction).await?;
+        Ok(updated)
+    }
+
+    /// Undoes a revert that left `applied` from the pre-revert `snapshot`: only the files that differ between
+    /// the two go back, and a file the user changed since the revert is captured first.
+    async fn undo_revert(&self, session: &Session, snapshot: &SnapshotId, applied: &SnapshotId) -> Result<Vec<Warning>> {
+        let wt = worktree(session);
+        let directory = &session.directory;
+        let changed = self.snapshots.changed_between(wt, snapshot, applied).await?;
+        if changed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut warnings = Vec::new();
+        let changed_set = path_set(&changed);
+        let edited: Vec<RelPath> = self
+            .snapshots
+            .changed_files(wt, applied)
+            .await?
+            .into_iter()
+            .filter(|path| changed_set.contains(path))
+            .collect();
+        if !edited.is_empty() {
+            let capture = self.snapshots.track(wt).await?.id;
+            warnings.push(Warning {
+                time: self.now(),
+                message: format!(
+                    "{} file(s) were changed while the session was reverted and have been put back to their \
+                     pre-revert content. Your versions are kept in snapshot {capture}: `rewind snapshot restore \
+                     {capture} PATH…` brings a file back",
+                    edited.len()
+                ),
+                snapshot: Some(capture),
+                files: edited.iter().map(|p| p.to_absolute(directory)).collect(),
+            });
+        }
+        let outcome = self.snapshots.restore(wt, snapshot, Some(changed)).await?;
+        if !outcome.kept.is_empty() {
+            warnings.push(Warning {
+                time: self.now(),
+                message: format!(
+                    "{} file(s) were left as they are: they are not tracked content now (ignored or over the size \
+                     cap), so rewind did not overwrite them",
+                    outcome.kept.len()
+                ),
+                snapshot: None,
+                files: outcome.kept.iter().map(|k| k.path.to_absolute(directory)).collect(),
+            });
+        }
+        Ok(warnings)
+    }
+
+    /// `POST /session/:id/revert/commit`: makes the revert permanent (cleanup, SPEC section 7).
+    pub async fn commit_revert(&self, session_id: &SessionId) -> Result<Session> {
+        let session = self.load_session(session_id).await?;
+        self.prepare_worktree(&session.directory).await?;
+        let session = self.load_session(session_id).await?;
+        self.cleanup(&session).await
+    }
+
+    /// Deletes the hidden range, moves the revert into the history and clears the descriptor, in one
+    /// transaction under the session's lease. Never touches files.
+    pub(super) async fn cleanup(&self, session: &Session) -> Result<Session> {
+        let Some(descriptor) = session.revert.clone() else {
+            return Ok(session.clone());
+        };
+        let token = new_token();
+        let lease = self
+            .acquire(
+                crate::model::LeaseKey::Session(session.id.clone()),
+                &token,
+                self.config.operation_lease_ms,
+                Some(&session.id),
+            )
+            .await?;
+        let result = self.cleanup_locked(&session.id, &descriptor, &lease).await;
+        self.release(&lease).await;
+        result
+    }
+
+    async fn cleanup_locked(
+        &self,
+        session_id: &SessionId,
+        descriptor: &RevertDescriptor,
+        lease: &HeldLease,
+    ) -> Result<Session> {
+        let session = self.load_session(session_id).await?;
+        if session.revert.as_ref() != Some(descriptor) {
+            return Ok(session);
+        }
+        let messages = self.repo.messages(session_id).await?;
+        let point = RevertPoint {
+            message_id: descriptor.message_id.clone(),
+            part_id: descriptor.part_id.clone(),
+        };
+        let plan = cleanup_plan(&messages, &point);
+        let removed_messages: BTreeSet<_> = plan.removed_messages.iter().collect();
+        let removed_parts: BTreeSet<_> = plan.removed_parts.iter().map(|(_, p)| p).collect();
+        let (cost, tokens) = messages
+            .iter()
+            .filter(|m| !removed_messages.contains(&m.info.id))
+            .flat_map(|m| m.parts.iter())
+            .filter(|p| !removed_parts.contains(&p.id))
+            .filter_map(|p| match &p.body {
+                PartBody::StepFinish(finish) => Some(finish),
+                _ => None,
+            })
+            .fold((0.0, crate::model::Tokens::default()), |(cost, tokens), finish| {
+                (cost + finish.cost, tokens.add(&finish.tokens))
+            });
+        let since = session.reverted_at.unwrap_or(0);
+        let warnings: Vec<Warning> = self
+            .repo
+            .warnings(session_id)
+            .await?
+            .into_iter()
+            .filter(|w| w.time >= since)
+            .collect();
+        let now = self.now();
+        let mut updated = session.clone();
+        updated.revert = None;
+        updated.applied = None;
+        updated.reverted_at = None;
+        updated.cost = cost;
+        updated.tokens = tokens;
+        updated.time.updated = now;
+        let mut transaction = Transaction {
+            guards: vec![lease.guard()],
+            ..Default::default()
+        };
+        transaction.changes.push(Change::DeleteHiddenRange {
+            session: session_id.clone(),
+            message: point.message_id.clone(),
+            part: point.part_id.clone(),
+        });
+        transaction.changes.push(Change::AddRevertHistory {
+            session: session_id.clone(),
+            entry: Box::new(RevertHistoryEntry {
+                time: now,
+                descriptor: descriptor.clone(),
+                applied: session.applied.clone(),
+                summary: session.summary,
+                warnings,
+            }),
+        });
+        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
+        for message_id in plan.removed_messages {
+            transaction.events.push(self.event(EventPayload::MessageRemoved {
+                session_id: session_id.clone(),
+                message_id,
+            }));
+        }
+        for (message_id, part_id) in plan.removed_parts {
+            transaction.events.push(self.event(EventPayload::PartRemoved {
+                session_id: session_id.clone(),
+                message_id,
+                part_id,
+            }));
+        }
+        transaction.events.push(self.updated_event(&updated));
+        self.repo.commit(transaction).await?;
+        Ok(updated)
+    }
+
+    /// What a revert to `target` would do, changing nothing.
+    pub async fn preview(&self, session_id: &SessionId, target: RevertTarget) -> Result<Preview> {
+        let session = self.load_session(session_id).await?;
+        let messages = self.repo.messages(session_id).await?;
+        let point = select_revert_point(&messages, &target)?;
+        let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
+        let plan = self.snapshots.plan(worktree(&session), &patches).await?;
+        Ok(Preview {
+            descriptor: point,
+            files: plan
+                .into_iter()
+                .map(|action| PreviewFile {
+                    file: action.path.to_absolute(&session.directory),
+                    action: action.action,
+                    reason: action.reason,
+                })
+                .collect(),
+        })
+    }
+
+    /// Renews both leases of an operation: done before each batch of file writes, so an owner that stalled
+    /// past its lease finds out before it writes.
+    async fn renew_operation(&self, operation: &Operation) -> Result<()> {
+        let ttl = self.config.operation_lease_ms;
+        self.renew(&operation.session_lease, ttl).await?;
+        self.renew(&operation.worktree_lease, ttl).await
+    }
+
+    /// Refuses (409) while a step is open in any session of the worktree.
+    async fn refuse_open_steps(&self, session: &Session) -> Result<()> {
+        for other in self.repo.sessions(Some(session.directory.clone())).await? {
+            if let Some(step) = &other.step {
+                return Err(Error::busy(
+                    &session.id,
+                    format!(
+                        "Session is busy: {} (a step is open in session {} of this worktree, message {}, owned by {})",
+                        session.id, other.id, step.message_id, step.holder
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_intent(
+        &self,
+        session: &Session,
+        operation: &Operation,
+        kind: IntentOperation,
+        before: SnapshotId,
+        files: BTreeSet<RelPath>,
+    ) -> Result<IntentRecord> {
+        let intent = IntentRecord {
+            token: operation.token.clone(),
+            session_id: session.id.clone(),
+            directory: session.directory.clone(),
+            operation: kind,
+            holder: self.holder(),
+            before,
+            files: files.into_iter().collect(),
+            created: self.now(),
+        };
+        self.repo
+            .commit(Transaction {
+                guards: vec![operation.session_lease.guard(), operation.worktree_lease.guard()],
+                changes: vec![Change::PutIntent(Box::new(intent.clone()))],
+                events: Vec::new(),
+            })
+            .await?;
+        Ok(intent)
+    }
+
+    /// Puts the intent's files back to their pre-operation content after a failure, capturing their current
+    /// state first, and returns the original error (with the rollback's own failure, if any, added).
+    async fn roll_back(&self, session: &Session, intent: &IntentRecord, error: Error) -> Error {
+        match self.finish_intent(session, intent, &format!("the {:?} failed: {error}", intent.operation)).await {
+            Ok(()) => error,
+            Err(rollback) => Error::Backend(
+                format!(
+                    "{error}; rolling the files back also failed ({rollback}); the intent record stays, and the next \
+                     rewind command will finish the rollback"
+                )
+                .into(),
+            ),
+        }
+    }
+
+    /// Restores an intent's files to its `before` snapshot (capturing their current state first, with a
+    /// warning) and deletes the record. Shared by rollback and recovery.
+    pub(super) async fn finish_intent(&self, session: &Session, intent: &IntentRecord, why: &str) -> Result<()> {
+        let wt = worktree(session);
+        let capture = self.snapshots.track(wt).await?.id;
+        let files = path_set(&intent.files);
+        let changed: Vec<RelPath> = self
+            .snapshots
+            .changed_between(wt, &intent.before, &capture)
+            .await?
+            .into_iter()
+            .filter(|path| files.contains(path))
+            .collect();
+        let mut transaction = Transaction {
+            guards: vec![Guard::IntentExists(intent.token.clone())],
+            ..Default::default()
+        };
+        if !changed.is_empty() {
+            self.snapshots.restore(wt, &intent.before, Some(changed.clone())).await?;
+            let warning = Warning {
+                time: self.now(),
+                message: format!(
+                    "{why}. Its files were put back to their state before it; their state at that moment is kept in \
+                     snapshot {capture}"
+                ),
+                snapshot: Some(capture),
+                files: changed.iter().map(|p| p.to_absolute(&session.directory)).collect(),
+            };
+            transaction.events.push(self.warning_event(&session.id, &warning));
+            transaction.changes.push(Change::AddWarning {
+                session: session.id.clone(),
+                warning,
+            });
+        }
+        transaction.changes.push(Change::DeleteIntent(intent.token.clone()));
+        self.repo.commit(transaction).await
+    }
+}
+
+/// The snapshot after the session's last finished step, if any.
+fn last_step_snapshot(messages: &[MessageWithParts]) -> Option<SnapshotId> {
+    messages
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| match &p.body {
+            PartBody::StepFinish(finish) => finish.snapshot.clone(),
+            _ => None,
+        })
+        .next_back()
+}
