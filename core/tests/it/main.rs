@@ -1,4 +1,5 @@
-//! rewind-core's integration tests: the revert point, the contract suites on the in-memory adapters, the
-//! services on the in-memory adapters and on mocks.
+//! rewind-core's integration tests: the revert point, the contract suites on the in-memory adapters, and
+//! the services on the in-memory adapters and on mocks.
 
+mod contract_snapshot;
 mod revert_point;
