@@ -3,3 +3,6 @@
 
 mod contract_snapshot;
 mod revert_point;
+mod scenarios;
+mod service_props;
+mod support;

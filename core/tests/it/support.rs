@@ -176,3 +176,16 @@ pub fn patch_files(parts: &[Part]) -> Vec<String> {
         .flatten()
         .collect()
 }
+
+impl World {
+    /// The payloads of the events after outbox position `seq`.
+    pub async fn repo_events_after(&self, seq: u64) -> Vec<rewind_core::model::EventPayload> {
+        self.repo
+            .events_after(seq, 100_000)
+            .await
+            .expect("events")
+            .into_iter()
+            .map(|e| e.event.payload)
+            .collect()
+    }
+}

@@ -1,0 +1,392 @@
+//! OpenCode's revert and cleanup scenarios (reference §5.2, items 54 to 60) with the file states of its
+//! worked example (§3.3), plus the rules where rewind deliberately differs (SPEC section 12).
+
+use rewind_core::model::{EventPayload, PartBody, Role};
+use rewind_core::service::{NewMessage, NewPart};
+use rewind_core::{Error, RevertTarget};
+
+use crate::support::{World, block_on, patch_files};
+
+/// Item 54: revert(U2) keeps all four messages with the revert set; cleanup removes U2 and A2.
+#[test]
+fn compact_after_revert() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "b2")).await;
+        let reverted = w.revert_to(&s.id, &t2.user).await;
+        assert_eq!(reverted.revert.as_ref().map(|r| &r.message_id), Some(&t2.user));
+        assert_eq!(w.messages(&s.id).await.len(), 4, "reverted messages stay until cleanup");
+        let cleaned = w.rewind.commit_revert(&s.id).await.expect("cleanup");
+        assert!(cleaned.revert.is_none());
+        let ids: Vec<_> = w.messages(&s.id).await.into_iter().map(|m| m.info.id).collect();
+        assert_eq!(ids, [t1.user, t1.assistant]);
+    })
+}
+
+/// Item 55: revert(U1) then cleanup leaves no message.
+#[test]
+fn clean_up_revert_state_before_compaction() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        w.revert_to(&s.id, &t1.user).await;
+        let cleaned = w.rewind.commit_revert(&s.id).await.expect("cleanup");
+        assert!(cleaned.revert.is_none());
+        assert!(w.messages(&s.id).await.is_empty());
+    })
+}
+
+/// Item 56: U1 [text p1, tool p2, text p3]; revert {U1, p2} then cleanup leaves only p1.
+#[test]
+fn cleanup_with_part_id_removes_parts_from_the_revert_point_onward() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let tool = PartBody::Tool(rewind_core::model::ToolPart {
+            extra: serde_json::json!({"callID": "c1", "tool": "bash", "state": {"status": "completed"}})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        });
+        let mut message = NewMessage::user_text("p1");
+        message.parts.push(NewPart::new(tool));
+        message.parts.push(NewPart::new(PartBody::text("p3")));
+        let u1 = w.rewind.create_message(&s.id, message).await.expect("message");
+        let (p1, p2) = (u1.parts[0].id.clone(), u1.parts[1].id.clone());
+        let reverted = w
+            .rewind
+            .revert(
+                &s.id,
+                RevertTarget {
+                    message_id: u1.info.id.clone(),
+                    part_id: Some(p2.clone()),
+                },
+            )
+            .await
+            .expect("revert");
+        let descriptor = reverted.revert.expect("reverted");
+        assert_eq!((descriptor.message_id, descriptor.part_id), (u1.info.id.clone(), Some(p2)));
+        let before = w.last_seq().await;
+        w.rewind.commit_revert(&s.id).await.expect("cleanup");
+        let messages = w.messages(&s.id).await;
+        assert_eq!(messages.len(), 1);
+        let parts: Vec<_> = messages[0].parts.iter().map(|p| p.id.clone()).collect();
+        assert_eq!(parts, [p1]);
+        assert_eq!(
+            w.event_types_after(before).await,
+            ["message.part.removed", "message.part.removed", "session.updated"]
+        );
+    })
+}
+
+/// Item 57: cleanup removes the messages after the revert point and keeps the earlier ones, with the
+/// events of SPEC section 7 in order.
+#[test]
+fn cleanup_removes_messages_after_the_revert_point_and_keeps_earlier_ones() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "b2")).await;
+        w.revert_to(&s.id, &t2.user).await;
+        let before = w.last_seq().await;
+        w.rewind.commit_revert(&s.id).await.expect("cleanup");
+        let ids: Vec<_> = w.messages(&s.id).await.into_iter().map(|m| m.info.id).collect();
+        assert_eq!(ids, [t1.user, t1.assistant]);
+        let events = w.repo_events_after(before).await;
+        let removed: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                EventPayload::MessageRemoved { message_id, .. } => Some(message_id.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(removed, [t2.user, t2.assistant], "message.removed ascending");
+        assert_eq!(events.last().map(EventPayload::kind), Some("session.updated"));
+        // Files are untouched by cleanup: b stays reverted (absent).
+        assert_eq!(w.state(&["a.txt", "b.txt"]), ["a1", "-"]);
+    })
+}
+
+/// Item 58: cleanup without a revert changes nothing and publishes nothing.
+#[test]
+fn cleanup_is_a_no_op_without_revert_state() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        let before = w.last_seq().await;
+        let session = w.rewind.commit_revert(&s.id).await.expect("cleanup");
+        assert!(session.revert.is_none());
+        assert_eq!(w.messages(&s.id).await.len(), 2);
+        assert!(w.event_types_after(before).await.is_empty());
+    })
+}
+
+/// Item 59 and the worked example of §3.3: three turns over three files.
+#[test]
+fn restore_messages_in_sequential_order() {
+    block_on(async {
+        let w = World::new();
+        for (f, v) in [("a.txt", "a0"), ("b.txt", "b0"), ("c.txt", "c0")] {
+            w.write(f, v);
+        }
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "b2")).await;
+        let t3 = w.turn(&s.id, "three", |w| w.write("c.txt", "c3")).await;
+        let files = ["a.txt", "b.txt", "c.txt"];
+        w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.state(&files), ["a0", "b0", "c0"]);
+        w.revert_to(&s.id, &t2.user).await;
+        assert_eq!(w.state(&files), ["a1", "b0", "c0"]);
+        w.revert_to(&s.id, &t3.user).await;
+        assert_eq!(w.state(&files), ["a1", "b2", "c0"]);
+        let session = w.rewind.unrevert(&s.id).await.expect("unrevert");
+        assert!(session.revert.is_none());
+        assert_eq!(w.state(&files), ["a1", "b2", "c3"]);
+    })
+}
+
+/// Item 60: one file across three turns walks back a0, a1, a2, and unrevert gives a3.
+#[test]
+fn restore_same_file_in_sequential_order() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("a.txt", "a2")).await;
+        let t3 = w.turn(&s.id, "three", |w| w.write("a.txt", "a3")).await;
+        for (turn, expected) in [(&t1, "a0"), (&t2, "a1"), (&t3, "a2")] {
+            w.revert_to(&s.id, &turn.user).await;
+            assert_eq!(w.state(&["a.txt"]), [expected]);
+        }
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.state(&["a.txt"]), ["a3"]);
+    })
+}
+
+/// SPEC section 10: revert publishes `session.diff` then `session.updated`; unrevert `session.updated`.
+#[test]
+fn revert_and_unrevert_events_in_order() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0\n");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a0\na1\n")).await;
+        let before = w.last_seq().await;
+        let session = w.revert_to(&s.id, &t1.user).await;
+        let events = w.repo_events_after(before).await;
+        let kinds: Vec<_> = events.iter().map(EventPayload::kind).collect();
+        assert_eq!(kinds, ["session.diff", "session.updated"]);
+        match &events[0] {
+            EventPayload::SessionDiff { diff, .. } => {
+                assert_eq!(diff.len(), 1);
+                assert_eq!((diff[0].file.as_str(), diff[0].additions, diff[0].deletions), ("a.txt", 1, 0));
+            }
+            other => panic!("expected session.diff, got {other:?}"),
+        }
+        let summary = session.summary.expect("summary");
+        assert_eq!((summary.additions, summary.deletions, summary.files), (1, 0, 1));
+        let descriptor = session.revert.expect("descriptor");
+        assert!(descriptor.diff.as_deref().is_some_and(|d| d.contains("-a1")), "revert.diff is the inverse");
+        assert_eq!(w.rewind.session_diff(&s.id).await.expect("diff").len(), 1);
+        let before = w.last_seq().await;
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.event_types_after(before).await, ["session.updated"]);
+    })
+}
+
+/// SPEC 12.4: unrevert deletes again a file the revert brought back, and keeps a file the user created
+/// while reverted.
+#[test]
+fn unrevert_is_exact_and_scoped() {
+    block_on(async {
+        let w = World::new();
+        w.write("doomed.txt", "old");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "delete it", |w| w.remove("doomed.txt")).await;
+        w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("doomed.txt").as_deref(), Some("old"));
+        w.write("mine.txt", "made while reverted");
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.read("doomed.txt"), None, "the revert brought it back; unrevert deletes it again");
+        assert_eq!(w.read("mine.txt").as_deref(), Some("made while reverted"));
+    })
+}
+
+/// SPEC section 6: a user's edit, while reverted, of a file the revert changed is captured before unrevert
+/// overwrites it, and a warning names the file and the capture.
+#[test]
+fn unrevert_captures_a_users_edit_with_a_warning() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        w.revert_to(&s.id, &t1.user).await;
+        w.write("a.txt", "user's version");
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        let warning = warnings.last().expect("a warning");
+        assert_eq!(warning.files, [w.abs("a.txt")]);
+        let capture = warning.snapshot.clone().expect("the capture");
+        let tree = w.snapshots.tree(w.path(), &capture).expect("capture stored");
+        assert_eq!(tree.get("a.txt").map(|n| n.content().to_vec()), Some(b"user's version".to_vec()));
+    })
+}
+
+/// SPEC section 6 step 7: a file edited after the session's last step, overwritten by the revert, is
+/// named in a warning with the pre-revert snapshot that holds it.
+#[test]
+fn revert_warns_about_files_edited_after_the_last_step() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        w.write("a.txt", "edited by hand");
+        let before = w.last_seq().await;
+        let session = w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+        let kinds = w.event_types_after(before).await;
+        assert_eq!(kinds, ["session.warning", "session.diff", "session.updated"]);
+        let warning = w.rewind.warnings(&s.id).await.expect("warnings").pop().expect("warning");
+        assert_eq!(warning.files, [w.abs("a.txt")]);
+        assert_eq!(warning.snapshot, session.revert.and_then(|r| r.snapshot));
+    })
+}
+
+/// SPEC 12.3: a part-level revert inside a turn undoes exactly the patches of the hidden range, the
+/// matched step included; earlier steps of the same message stay applied.
+#[test]
+fn partial_turn_revert_at_an_assistant_part() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "two steps", |w| w.write("first.txt", "1")).await;
+        let text = w
+            .rewind
+            .append_part(&s.id, &t1.assistant, NewPart::new(PartBody::text("now the second step")))
+            .await
+            .expect("text part");
+        let second = w.step(&s.id, &t1.assistant, |w| w.write("second.txt", "2")).await;
+        assert_eq!(patch_files(&second), [w.abs("second.txt")]);
+        let session = w
+            .rewind
+            .revert(
+                &s.id,
+                RevertTarget {
+                    message_id: t1.assistant.clone(),
+                    part_id: Some(text.id.clone()),
+                },
+            )
+            .await
+            .expect("revert");
+        let descriptor = session.revert.expect("reverted");
+        assert_eq!((descriptor.message_id, descriptor.part_id), (t1.assistant.clone(), Some(text.id)));
+        assert_eq!(w.state(&["first.txt", "second.txt"]), ["1", "-"]);
+    })
+}
+
+/// SPEC 12.6: an unknown message is a 404-class error and changes nothing.
+#[test]
+fn unknown_target_is_not_found_and_changes_nothing() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        let before = w.last_seq().await;
+        let other = w.session().await;
+        let stranger = w
+            .rewind
+            .create_message(&other.id, NewMessage::user_text("elsewhere"))
+            .await
+            .expect("message");
+        let after_setup = w.last_seq().await;
+        let result = w
+            .rewind
+            .revert(
+                &s.id,
+                RevertTarget {
+                    message_id: stranger.info.id,
+                    part_id: None,
+                },
+            )
+            .await;
+        assert!(matches!(result, Err(Error::NotFound(_))), "{result:?}");
+        assert!(after_setup > before);
+        assert_eq!(w.last_seq().await, after_setup, "no event");
+        assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
+        assert!(w.rewind.session(&s.id).await.expect("session").revert.is_none());
+    })
+}
+
+/// SPEC section 4: a new message while reverted first runs cleanup (the redo history is dropped), and
+/// cleanup lowers the session's cost as OpenCode's does.
+#[test]
+fn a_new_message_while_reverted_runs_cleanup_and_lowers_cost() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "2")).await;
+        // Finish parts carry no cost by default; record one with a cost.
+        w.rewind.begin_step(&s.id, &t2.assistant).await.expect("begin");
+        w.rewind
+            .finish_step(
+                &s.id,
+                &t2.assistant,
+                rewind_core::service::StepEnd {
+                    reason: Some("stop".to_owned()),
+                    cost: Some(0.25),
+                    tokens: None,
+                },
+            )
+            .await
+            .expect("finish");
+        assert_eq!(w.rewind.session(&s.id).await.expect("session").cost, 0.25);
+        w.revert_to(&s.id, &t2.user).await;
+        let next = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("instead"))
+            .await
+            .expect("message");
+        let ids: Vec<_> = w.messages(&s.id).await.into_iter().map(|m| m.info.id).collect();
+        assert_eq!(ids, [t1.user, t1.assistant, next.info.id]);
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert!(session.revert.is_none());
+        assert_eq!(session.cost, 0.0);
+        let history = w.rewind.revert_history(&s.id).await.expect("history");
+        assert_eq!(history.len(), 1);
+        assert_eq!(history[0].descriptor.message_id, t2.user);
+    })
+}
+
+/// SPEC section 4: each finished step updates the turn's user message `summary.diffs`, first step-start
+/// to last step-finish.
+#[test]
+fn turn_summary_covers_the_whole_turn() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1\n")).await;
+        let second = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        assert_eq!(second.info.parent_id.as_ref(), Some(&t1.user));
+        assert_eq!(second.info.role, Role::Assistant);
+        w.step(&s.id, &second.info.id, |w| w.write("b.txt", "2\n3\n")).await;
+        let user = w.rewind.message(&s.id, &t1.user).await.expect("user");
+        let diffs = user.info.summary_diffs().expect("summary.diffs");
+        let rows: Vec<_> = diffs.iter().map(|d| (d.file.as_str(), d.additions)).collect();
+        assert_eq!(rows, [("a.txt", 1), ("b.txt", 2)]);
+    })
+}
