@@ -1,0 +1,2 @@
+mod contract_bus;
+mod contract_repo;
