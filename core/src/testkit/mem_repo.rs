@@ -1,1 +1,433 @@
-//! Placeholder: filled in by its own commit.
+//! An in-memory `MessageRepo`: the reference implementation of the repo contract, for the services' tests.
+//!
+//! Everything lives in one state struct behind a `std::sync::Mutex`. A commit applies its changes to a clone
+//! of the rows and swaps the clone in only when every change succeeded, so a failed transaction leaves
+//! nothing behind, exactly as a database rollback would.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::model::{
+    FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId,
+    MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry, Session, SessionId, SnapshotId,
+    StoredEvent, Warning,
+};
+use crate::ports::{Change, Guard, MessageRepo, Transaction};
+use crate::revert::{RevertPoint, is_hidden};
+
+/// A message with its parts, keyed by id so they come back in id order.
+#[derive(Clone, Debug)]
+struct StoredMessage {
+    info: Message,
+    parts: BTreeMap<PartId, Part>,
+}
+
+/// A session with every row that belongs to it, so deleting the session drops them all.
+#[derive(Clone, Debug)]
+struct StoredSession {
+    info: Session,
+    messages: BTreeMap<MessageId, StoredMessage>,
+    diff: Vec<FileDiff>,
+    warnings: Vec<Warning>,
+    history: Vec<RevertHistoryEntry>,
+}
+
+/// The rows a transaction may change; cloned by every commit so that a failure can be thrown away.
+#[derive(Clone, Debug, Default)]
+struct Rows {
+    sessions: BTreeMap<SessionId, StoredSession>,
+    intents: BTreeMap<LeaseToken, IntentRecord>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rows: Rows,
+    // Leases and the outbox are outside `Rows`: transactions only read leases (guards) and only append to
+    // the outbox, so neither needs to be cloned per commit.
+    leases: BTreeMap<LeaseKey, Lease>,
+    outbox: Vec<StoredEvent>,
+    fail_next_commit: bool,
+}
+
+/// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
+#[derive(Debug, Default)]
+pub struct MemRepo {
+    state: Mutex<State>,
+}
+
+impl MemRepo {
+    /// An empty repo; the first committed event gets outbox position 1.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fault hook: the next `commit` fails with `Error::Backend` and stores nothing (no rows, no events).
+    /// Later commits behave normally again.
+    pub fn fail_next_commit(&self) {
+        self.lock().fail_next_commit = true;
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A test that panicked while holding the lock cannot have left a half-applied commit behind (commits
+        // swap in a finished clone), so the state is still consistent.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn session_not_found(id: &SessionId) -> Error {
+    Error::NotFound(format!("Session not found: {id}"))
+}
+
+fn message_not_found(id: &MessageId) -> Error {
+    Error::NotFound(format!("Message not found: {id}"))
+}
+
+impl Rows {
+    fn session_mut(&mut self, id: &SessionId) -> Result<&mut StoredSession> {
+        self.sessions
+            .get_mut(id)
+            .ok_or_else(|| session_not_found(id))
+    }
+
+    fn apply(&mut self, change: Change) -> Result<()> {
+        match change {
+            Change::PutSession(session) => {
+                let session = *session;
+                // Replacing a session keeps its messages and other rows: only the session row changes.
+                match self.sessions.get_mut(&session.id) {
+                    Some(stored) => stored.info = session,
+                    None => {
+                        self.sessions.insert(
+                            session.id.clone(),
+                            StoredSession {
+                                info: session,
+                                messages: BTreeMap::new(),
+                                diff: Vec::new(),
+                                warnings: Vec::new(),
+                                history: Vec::new(),
+                            },
+                        );
+                    }
+                }
+            }
+            Change::DeleteSession(id) => {
+                if self.sessions.remove(&id).is_none() {
+                    return Err(session_not_found(&id));
+                }
+                self.intents.retain(|_, intent| intent.session_id != id);
+            }
+            Change::PutMessage(message) => {
+                let message = *message;
+                let session = self.session_mut(&message.session_id)?;
+                // Replacing a message keeps its parts.
+                match session.messages.get_mut(&message.id) {
+                    Some(stored) => stored.info = message,
+                    None => {
+                        session.messages.insert(
+                            message.id.clone(),
+                            StoredMessage {
+                                info: message,
+                                parts: BTreeMap::new(),
+                            },
+                        );
+                    }
+                }
+            }
+            Change::PutPart(part) => {
+                let part = *part;
+                let session = self.session_mut(&part.session_id)?;
+                let message = session
+                    .messages
+                    .get_mut(&part.message_id)
+                    .ok_or_else(|| message_not_found(&part.message_id))?;
+                message.parts.insert(part.id.clone(), part);
+            }
+            Change::DeleteHiddenRange {
+                session,
+                message,
+                part,
+            } => {
+                let stored = self.session_mut(&session)?;
+                if !stored.messages.contains_key(&message) {
+                    return Err(message_not_found(&message));
+                }
+                let point = RevertPoint {
+                    message_id: message,
+                    part_id: part,
+                };
+                // `is_hidden(.., None)` asks about the message row itself: hidden when it lies after the
+                // point, or is the point's message and the point names no part.
+                stored.messages.retain(|id, _| !is_hidden(&point, id, None));
+                for (id, kept) in &mut stored.messages {
+                    kept.parts
+                        .retain(|part_id, _| !is_hidden(&point, id, Some(part_id)));
+                }
+            }
+            Change::SetSessionDiff { session, diff } => {
+                self.session_mut(&session)?.diff = diff;
+            }
+            Change::AddWarning { session, warning } => {
+                self.session_mut(&session)?.warnings.push(warning);
+            }
+            Change::AddRevertHistory { session, entry } => {
+                self.session_mut(&session)?.history.push(*entry);
+            }
+            Change::PutIntent(intent) => {
+                self.session_mut(&intent.session_id)?;
+                self.intents.insert(intent.token.clone(), *intent);
+            }
+            Change::DeleteIntent(token) => {
+                // Deleting an absent intent is not an error, like a `DELETE … WHERE token = ?` that matches
+                // no row; a transaction that needs the intent to exist says so with `Guard::IntentExists`.
+                self.intents.remove(&token);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    fn check(&self, guard: &Guard) -> Result<()> {
+        match guard {
+            // Expiry is deliberately not checked: whether an expired lease may be taken over is the services'
+            // decision (`may_take_over`), and until someone takes it over it is still held.
+            Guard::LeaseHeld { key, token } => match self.leases.get(key) {
+                Some(lease) if &lease.token == token => Ok(()),
+                Some(lease) => Err(Error::LeaseLost(format!(
+                    "the lease on {key:?} is now held by {} (token {})",
+                    lease.holder, lease.token
+                ))),
+                None => Err(Error::LeaseLost(format!(
+                    "the lease on {key:?} is no longer held"
+                ))),
+            },
+            Guard::IntentExists(token) => {
+                if self.rows.intents.contains_key(token) {
+                    Ok(())
+                } else {
+                    Err(Error::LeaseLost(format!(
+                        "the intent record {token} no longer exists"
+                    )))
+                }
+            }
+        }
+    }
+}
+
+fn with_parts(message: &StoredMessage) -> MessageWithParts {
+    MessageWithParts {
+        info: message.info.clone(),
+        parts: message.parts.values().cloned().collect(),
+    }
+}
+
+/// Every snapshot id one session's rows refer to.
+fn session_snapshots(stored: &StoredSession, out: &mut BTreeSet<SnapshotId>) {
+    let info = &stored.info;
+    out.extend(info.revert.iter().filter_map(|r| r.snapshot.clone()));
+    out.extend(info.applied.iter().cloned());
+    out.extend(info.step.iter().map(|s| s.snapshot.clone()));
+    for message in stored.messages.values() {
+        for part in message.parts.values() {
+            match &part.body {
+                PartBody::StepStart(p) => out.extend(p.snapshot.iter().cloned()),
+                PartBody::StepFinish(p) => out.extend(p.snapshot.iter().cloned()),
+                PartBody::Patch(p) => {
+                    out.insert(p.hash.clone());
+                }
+                PartBody::Text(_) | PartBody::Tool(_) | PartBody::Other { .. } => {}
+            }
+        }
+    }
+    let warning_snapshots = |warnings: &[Warning]| {
+        warnings
+            .iter()
+            .filter_map(|w| w.snapshot.clone())
+            .collect::<Vec<_>>()
+    };
+    out.extend(warning_snapshots(&stored.warnings));
+    for entry in &stored.history {
+        out.extend(entry.descriptor.snapshot.iter().cloned());
+        out.extend(entry.applied.iter().cloned());
+        out.extend(warning_snapshots(&entry.warnings));
+    }
+}
+
+#[async_trait]
+impl MessageRepo for MemRepo {
+    async fn session(&self, id: &SessionId) -> Result<Option<Session>> {
+        Ok(self.lock().rows.sessions.get(id).map(|s| s.info.clone()))
+    }
+
+    async fn sessions(&self, directory: Option<String>) -> Result<Vec<Session>> {
+        // Session ids descend in time, so ascending id order is newest first.
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .values()
+            .filter(|s| directory.as_ref().is_none_or(|d| &s.info.directory == d))
+            .map(|s| s.info.clone())
+            .collect())
+    }
+
+    async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        // An unknown session simply has no messages, as a `SELECT … WHERE session_id = ?` would answer.
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .map(|s| s.messages.values().map(with_parts).collect())
+            .unwrap_or_default())
+    }
+
+    async fn message(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .and_then(|s| s.messages.get(message))
+            .map(with_parts))
+    }
+
+    async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .map(|s| s.diff.clone())
+            .unwrap_or_default())
+    }
+
+    async fn warnings(&self, session: &SessionId) -> Result<Vec<Warning>> {
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .map(|s| s.warnings.clone())
+            .unwrap_or_default())
+    }
+
+    async fn revert_history(&self, session: &SessionId) -> Result<Vec<RevertHistoryEntry>> {
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .map(|s| s.history.clone())
+            .unwrap_or_default())
+    }
+
+    async fn intents(&self) -> Result<Vec<IntentRecord>> {
+        Ok(self.lock().rows.intents.values().cloned().collect())
+    }
+
+    async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>> {
+        Ok(self.lock().leases.get(key).cloned())
+    }
+
+    async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake> {
+        let mut state = self.lock();
+        if let Some(existing) = state.leases.get(&lease.key) {
+            let ours = existing.token == lease.token;
+            let replaced = replacing.as_ref() == Some(&existing.token);
+            if !ours && !replaced {
+                return Ok(LeaseTake::Held(existing.clone()));
+            }
+        }
+        state.leases.insert(lease.key.clone(), lease.clone());
+        Ok(LeaseTake::Taken)
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        expires_at: u64,
+    ) -> Result<bool> {
+        let mut state = self.lock();
+        match state.leases.get_mut(key) {
+            Some(lease) if &lease.token == token => {
+                lease.expires_at = expires_at;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn release_lease(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
+        let mut state = self.lock();
+        if state.leases.get(key).is_some_and(|l| &l.token == token) {
+            state.leases.remove(key);
+        }
+        Ok(())
+    }
+
+    async fn commit(&self, transaction: Transaction) -> Result<()> {
+        let mut state = self.lock();
+        if std::mem::take(&mut state.fail_next_commit) {
+            return Err(Error::backend("injected fault: MemRepo::fail_next_commit"));
+        }
+        for guard in &transaction.guards {
+            state.check(guard)?;
+        }
+        let mut rows = state.rows.clone();
+        for change in transaction.changes {
+            rows.apply(change)?;
+        }
+        state.rows = rows;
+        let first = state.outbox.last().map_or(0, |e| e.seq) + 1;
+        let stored = (first..).zip(transaction.events);
+        state
+            .outbox
+            .extend(stored.map(|(seq, event)| StoredEvent { seq, event }));
+        Ok(())
+    }
+
+    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
+        let state = self.lock();
+        // Positions are 1, 2, 3, … so the events after `after` start at index `after`.
+        let start = usize::try_from(after).unwrap_or(usize::MAX);
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        Ok(state
+            .outbox
+            .iter()
+            .skip(start)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn referenced_snapshots(
+        &self,
+        directory: Option<String>,
+    ) -> Result<BTreeSet<SnapshotId>> {
+        let state = self.lock();
+        let wanted = |dir: &str| directory.as_deref().is_none_or(|d| d == dir);
+        let mut out = BTreeSet::new();
+        for stored in state.rows.sessions.values() {
+            if wanted(&stored.info.directory) {
+                session_snapshots(stored, &mut out);
+            }
+        }
+        for intent in state.rows.intents.values() {
+            if wanted(&intent.directory) {
+                out.insert(intent.before.clone());
+            }
+        }
+        Ok(out)
+    }
+}

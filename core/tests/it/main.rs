@@ -1,6 +1,8 @@
 //! rewind-core's integration tests: the revert point, the contract suites on the in-memory adapters, and
 //! the services on the in-memory adapters and on mocks.
 
+mod contract_bus;
+mod contract_repo;
 mod contract_snapshot;
 mod revert_point;
 mod scenarios;

@@ -1,1 +1,1600 @@
-//! Placeholder: filled in by its own commit.
+//! The `MessageRepo` contract suite: one public async case per rule of the contract in `ports.rs`, run on
+//! `MemRepo` here and on the SQL adapter in its crate, through `repo_contract_tests!`.
+//!
+//! Each case takes a fresh, empty repo and panics, naming the rule, when the repo breaks it. The cases need no
+//! runtime of their own, so any executor can drive them.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::{Map, Value, json};
+
+use crate::error::Error;
+use crate::id::{EventId, IdGenerator};
+use crate::model::{
+    Event, EventPayload, FileDiff, FileStatus, Holder, HolderKind, IntentOperation, IntentRecord,
+    Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId, MessageTime, MessageWithParts,
+    OpenStep, Part, PartBody, PartId, PatchPart, ProcessIdentity, RelPath, RevertDescriptor,
+    RevertHistoryEntry, Role, Session, SessionId, SessionTime, SnapshotId, StepFinishPart,
+    StepStartPart, StoredEvent, TextPart, TokenCache, Tokens, ToolPart, Warning,
+};
+use crate::ports::{Change, Guard, MessageRepo, Transaction};
+
+/// Expands to one `#[test]` per case of the `MessageRepo` contract suite.
+///
+/// `make` builds a fresh, empty repo for every test, inside `block_on`. It is either a closure with no
+/// arguments returning the repo, or an expression (typically an `async` block) giving a future of the repo,
+/// for adapters that connect asynchronously. The repo must implement `MessageRepo` itself (not through a
+/// pointer). `block_on` is anything callable with a future that runs it to completion.
+///
+/// ```
+/// use rewind_core::testkit::mem_repo::MemRepo;
+///
+/// rewind_core::repo_contract_tests!(make = || MemRepo::new(), block_on = futures::executor::block_on);
+///
+/// // An adapter that connects asynchronously gives an `async` block instead:
+/// mod connected {
+///     use rewind_core::testkit::mem_repo::MemRepo;
+///
+///     rewind_core::repo_contract_tests!(
+///         make = async { MemRepo::new() }, // e.g. `async { SqlRepo::connect(url).await.expect("connects") }`
+///         block_on = futures::executor::block_on,
+///     );
+/// }
+/// ```
+#[macro_export]
+macro_rules! repo_contract_tests {
+    (@each ($make:expr) ($block_on:expr) $($case:ident)*) => {
+        $(
+            #[test]
+            fn $case() {
+                ($block_on)(async {
+                    let repo = $make.await;
+                    $crate::testkit::contract::repo::$case(&repo).await;
+                });
+            }
+        )*
+    };
+    (@cases ($make:expr) ($block_on:expr)) => {
+        $crate::repo_contract_tests!(@each ($make) ($block_on)
+            round_trip_of_every_part_type
+            messages_and_parts_come_back_in_id_order
+            hidden_range_delete_without_part
+            hidden_range_delete_with_part
+            lease_cannot_be_taken_twice
+            lease_can_be_taken_over_when_replacing_the_current_token
+            lease_renew_and_release_need_the_token
+            failed_transaction_leaves_nothing_and_writes_no_event
+            guards_check_lease_and_intent
+            events_come_back_in_commit_order
+            referenced_snapshots_cover_every_reference
+            delete_session_cascades
+            sessions_are_listed_newest_first_and_by_directory
+        );
+    };
+    (make = || $repo:expr, block_on = $block_on:expr $(,)?) => {
+        $crate::repo_contract_tests!(@cases (async { $repo }) ($block_on));
+    };
+    (make = $make:expr, block_on = $block_on:expr $(,)?) => {
+        $crate::repo_contract_tests!(@cases ($make) ($block_on));
+    };
+}
+
+/// Ids in creation order, from a fake clock that moves one millisecond per id.
+struct Ids {
+    generator: IdGenerator,
+    now: AtomicU64,
+}
+
+impl Ids {
+    fn new() -> Self {
+        Ids {
+            generator: IdGenerator::new(),
+            now: AtomicU64::new(1_700_000_000_000),
+        }
+    }
+
+    fn tick(&self) -> u64 {
+        self.now.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn session(&self) -> SessionId {
+        self.generator.descending(self.tick())
+    }
+
+    fn message(&self) -> MessageId {
+        self.generator.ascending(self.tick(), None)
+    }
+
+    fn part(&self) -> PartId {
+        self.generator.ascending(self.tick(), None)
+    }
+
+    fn event(&self) -> EventId {
+        self.generator.ascending(self.tick(), None)
+    }
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(fields) => fields,
+        _ => Map::new(),
+    }
+}
+
+/// Snapshot number `n`: 40 hex digits.
+fn snapshot(n: u32) -> SnapshotId {
+    SnapshotId::parse(&format!("{n:040x}")).expect("a 40-digit hex number is a snapshot id")
+}
+
+fn new_session(ids: &Ids, directory: &str) -> Session {
+    let id = ids.session();
+    let now = ids.tick();
+    Session {
+        title: format!("session {id}"),
+        id,
+        slug: "quiet-river".to_owned(),
+        project_id: "project-1".to_owned(),
+        directory: directory.to_owned(),
+        version: "0.1.0".to_owned(),
+        time: SessionTime {
+            created: now,
+            updated: now,
+        },
+        summary: None,
+        cost: 0.0,
+        tokens: Tokens::default(),
+        revert: None,
+        store: format!("{directory}/.rewind-store"),
+        applied: None,
+        step: None,
+    }
+}
+
+fn new_message(ids: &Ids, session: &Session, role: Role) -> Message {
+    let id = ids.message();
+    Message {
+        id,
+        session_id: session.id.clone(),
+        role,
+        time: MessageTime {
+            created: ids.tick(),
+            completed: None,
+        },
+        parent_id: None,
+        extra: Map::new(),
+    }
+}
+
+fn new_part(ids: &Ids, message: &Message, body: PartBody) -> Part {
+    Part {
+        id: ids.part(),
+        session_id: message.session_id.clone(),
+        message_id: message.id.clone(),
+        body,
+    }
+}
+
+fn text(ids: &Ids, message: &Message, text: &str) -> Part {
+    new_part(ids, message, PartBody::text(text))
+}
+
+fn patch(ids: &Ids, message: &Message, hash: SnapshotId, files: &[&str]) -> Part {
+    let body = PartBody::Patch(PatchPart {
+        hash,
+        files: files.iter().map(|f| (*f).to_owned()).collect(),
+        extra: Map::new(),
+    });
+    new_part(ids, message, body)
+}
+
+fn heartbeat(ids: &Ids) -> Event {
+    Event {
+        id: ids.event(),
+        payload: EventPayload::ServerHeartbeat {},
+    }
+}
+
+fn updated(ids: &Ids, session: &Session) -> Event {
+    Event {
+        id: ids.event(),
+        payload: EventPayload::SessionUpdated {
+            session_id: session.id.clone(),
+            info: Box::new(session.clone()),
+        },
+    }
+}
+
+fn put_session(session: &Session) -> Change {
+    Change::PutSession(Box::new(session.clone()))
+}
+
+fn put_message(message: &Message) -> Change {
+    Change::PutMessage(Box::new(message.clone()))
+}
+
+fn put_part(part: &Part) -> Change {
+    Change::PutPart(Box::new(part.clone()))
+}
+
+fn with_parts(info: &Message, parts: &[&Part]) -> MessageWithParts {
+    MessageWithParts {
+        info: info.clone(),
+        parts: parts.iter().map(|p| (*p).clone()).collect(),
+    }
+}
+
+fn token(text: &str) -> LeaseToken {
+    LeaseToken(text.to_owned())
+}
+
+fn holder(pid: u32) -> Holder {
+    Holder {
+        kind: HolderKind::Process,
+        process: ProcessIdentity {
+            host: "contract-host".to_owned(),
+            pid,
+            start_time: 77,
+        },
+    }
+}
+
+fn lease(key: &LeaseKey, token_text: &str, expires_at: u64) -> Lease {
+    Lease {
+        key: key.clone(),
+        token: token(token_text),
+        holder: holder(4242),
+        expires_at,
+    }
+}
+
+fn warning(ids: &Ids, snapshot: Option<SnapshotId>, file: &str) -> Warning {
+    Warning {
+        time: ids.tick(),
+        message: format!("{file} was edited outside the session and has been overwritten"),
+        snapshot,
+        files: vec![file.to_owned()],
+    }
+}
+
+fn intent(ids: &Ids, session: &Session, token_text: &str, before: SnapshotId) -> IntentRecord {
+    IntentRecord {
+        token: token(token_text),
+        session_id: session.id.clone(),
+        directory: session.directory.clone(),
+        operation: IntentOperation::Revert,
+        holder: holder(4242),
+        before,
+        files: vec![RelPath::new("src/lib.rs").expect("a valid relative path")],
+        created: ids.tick(),
+    }
+}
+
+fn transaction(changes: Vec<Change>, events: Vec<Event>) -> Transaction {
+    Transaction {
+        guards: Vec::new(),
+        changes,
+        events,
+    }
+}
+
+async fn commit(repo: &dyn MessageRepo, changes: Vec<Change>) {
+    repo.commit(transaction(changes, Vec::new()))
+        .await
+        .expect("a valid transaction must commit");
+}
+
+async fn title(repo: &dyn MessageRepo, session: &SessionId) -> Option<String> {
+    repo.session(session)
+        .await
+        .expect("reading a session must succeed")
+        .map(|s| s.title)
+}
+
+async fn listed(repo: &dyn MessageRepo, directory: Option<&str>) -> Vec<Session> {
+    repo.sessions(directory.map(str::to_owned))
+        .await
+        .expect("listing sessions must succeed")
+}
+
+async fn messages(repo: &dyn MessageRepo, session: &SessionId) -> Vec<MessageWithParts> {
+    repo.messages(session)
+        .await
+        .expect("reading messages must succeed")
+}
+
+async fn all_events(repo: &dyn MessageRepo) -> Vec<StoredEvent> {
+    repo.events_after(0, 10_000)
+        .await
+        .expect("reading the outbox must succeed")
+}
+
+/// Every part type (text, tool, step-start, step-finish, patch and a type rewind does not know, with nested
+/// fields) reads back equal to what was stored; the unknown one serialises to the identical JSON text, key
+/// order included, so a client reads back exactly what it sent.
+pub async fn round_trip_of_every_part_type(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/round-trip");
+    let mut user = new_message(&ids, &session, Role::User);
+    user.extra = object(json!({
+        "agent": "build",
+        "model": {"providerID": "anthropic", "modelID": "claude-sonnet"},
+        "summary": {"title": "Fix the parser", "diffs": []},
+    }));
+    let mut assistant = new_message(&ids, &session, Role::Assistant);
+    assistant.parent_id = Some(user.id.clone());
+    assistant.time.completed = Some(ids.tick());
+    assistant.extra = object(json!({
+        "cost": 0.25,
+        "path": {"cwd": "/work/round-trip", "root": "/work/round-trip"},
+        "tokens": {"input": 10, "output": 20, "reasoning": 0, "cache": {"read": 0, "write": 0}},
+    }));
+
+    let user_text = new_part(
+        &ids,
+        &user,
+        PartBody::Text(TextPart {
+            text: "Fix the parser\n– with \"quotes\", tabs\tand ✓ unicode".to_owned(),
+            extra: object(json!({"synthetic": false, "time": {"start": 1, "end": 2}})),
+        }),
+    );
+    let step_start = new_part(
+        &ids,
+        &assistant,
+        PartBody::StepStart(StepStartPart {
+            snapshot: Some(snapshot(1)),
+            extra: Map::new(),
+        }),
+    );
+    let tool = new_part(
+        &ids,
+        &assistant,
+        PartBody::Tool(ToolPart {
+            extra: object(json!({
+                "callID": "call_01",
+                "tool": "edit",
+                "state": {
+                    "status": "completed",
+                    "input": {"filePath": "/work/round-trip/src/parser.rs"},
+                    "output": "Edit applied",
+                    "metadata": {"diff": "@@ -1 +1 @@\n-a\n+b\n"},
+                    "time": {"start": 3, "end": 4},
+                },
+            })),
+        }),
+    );
+    let step_finish = new_part(
+        &ids,
+        &assistant,
+        PartBody::StepFinish(StepFinishPart {
+            reason: "tool-calls".to_owned(),
+            snapshot: Some(snapshot(2)),
+            cost: 0.125,
+            tokens: Tokens {
+                total: Some(1515.0),
+                input: 1000.0,
+                output: 400.0,
+                reasoning: 100.0,
+                cache: TokenCache {
+                    read: 10.0,
+                    write: 5.0,
+                },
+            },
+            extra: Map::new(),
+        }),
+    );
+    let patch_part = patch(
+        &ids,
+        &assistant,
+        snapshot(1),
+        &[
+            "/work/round-trip/src/parser.rs",
+            "/work/round-trip/dir with space/ü.txt",
+        ],
+    );
+    let unknown = new_part(
+        &ids,
+        &assistant,
+        PartBody::Other {
+            kind: "x-future-kind".to_owned(),
+            // Keys deliberately out of alphabetical order: their order must survive storage.
+            fields: object(json!({
+                "zeta": 1,
+                "alpha": {"nested": [1, 2.5, "three", null, {"deep": true}], "empty": {}},
+                "mid": "ü ✓ \"quoted\"",
+                "big": 9_007_199_254_740_993_u64,
+                "negative": -3,
+            })),
+        },
+    );
+
+    let stored_parts = [
+        &user_text,
+        &step_start,
+        &tool,
+        &step_finish,
+        &patch_part,
+        &unknown,
+    ];
+    let mut changes = vec![
+        put_session(&session),
+        put_message(&user),
+        put_message(&assistant),
+    ];
+    changes.extend(stored_parts.iter().copied().map(put_part));
+    commit(repo, changes).await;
+
+    let read_session = repo
+        .session(&session.id)
+        .await
+        .expect("reading a session must succeed");
+    assert_eq!(
+        read_session.as_ref(),
+        Some(&session),
+        "a session must read back as stored"
+    );
+    let expected = vec![
+        with_parts(&user, &[&user_text]),
+        with_parts(
+            &assistant,
+            &[&step_start, &tool, &step_finish, &patch_part, &unknown],
+        ),
+    ];
+    assert_eq!(
+        messages(repo, &session.id).await,
+        expected,
+        "every message and part type must read back as stored"
+    );
+    let read_assistant = repo
+        .message(&session.id, &assistant.id)
+        .await
+        .expect("reading a message must succeed");
+    assert_eq!(
+        read_assistant.as_ref(),
+        Some(&expected[1]),
+        "`message` must return the message with its parts as stored"
+    );
+    let read_unknown = read_assistant
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .find(|p| p.id == unknown.id)
+        .expect("the part of an unknown type must be stored");
+    let json = |p: &Part| serde_json::to_string(p).expect("parts serialise");
+    assert_eq!(
+        json(read_unknown),
+        json(&unknown),
+        "a part of an unknown type must read back as the identical JSON, key order included"
+    );
+}
+
+/// Messages come back in id order, each with its parts in id order, whatever order they were written in;
+/// replacing a message keeps its parts, and replacing a part does not duplicate it.
+pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/order");
+    let m1 = new_message(&ids, &session, Role::User);
+    let m2 = new_message(&ids, &session, Role::Assistant);
+    let m3 = new_message(&ids, &session, Role::User);
+    let a1 = text(&ids, &m1, "a1");
+    let a2 = text(&ids, &m1, "a2");
+    let b1 = text(&ids, &m2, "b1");
+    let b2 = text(&ids, &m2, "b2");
+    let b3 = text(&ids, &m2, "b3");
+
+    commit(repo, vec![put_session(&session)]).await;
+    commit(repo, vec![put_message(&m3), put_message(&m1)]).await;
+    commit(
+        repo,
+        vec![
+            put_message(&m2),
+            put_part(&b3),
+            put_part(&a2),
+            put_part(&b1),
+        ],
+    )
+    .await;
+    commit(repo, vec![put_part(&a1), put_part(&b2)]).await;
+
+    let expected = vec![
+        with_parts(&m1, &[&a1, &a2]),
+        with_parts(&m2, &[&b1, &b2, &b3]),
+        with_parts(&m3, &[]),
+    ];
+    assert_eq!(
+        messages(repo, &session.id).await,
+        expected,
+        "messages must come back in id order, each with its parts in id order"
+    );
+    let read_m2 = repo
+        .message(&session.id, &m2.id)
+        .await
+        .expect("reading a message must succeed");
+    assert_eq!(
+        read_m2.as_ref(),
+        Some(&expected[1]),
+        "`message` must return its parts in id order"
+    );
+    let missing = ids.message();
+    let read_missing = repo
+        .message(&session.id, &missing)
+        .await
+        .expect("reading an unknown message must succeed");
+    assert_eq!(read_missing, None, "an unknown message must read as None");
+
+    let mut m2_done = m2.clone();
+    m2_done.time.completed = Some(ids.tick());
+    let mut b2_edited = b2.clone();
+    b2_edited.body = PartBody::text("b2, edited");
+    commit(repo, vec![put_message(&m2_done), put_part(&b2_edited)]).await;
+    let read_m2 = repo
+        .message(&session.id, &m2.id)
+        .await
+        .expect("reading a message must succeed");
+    assert_eq!(
+        read_m2,
+        Some(with_parts(&m2_done, &[&b1, &b2_edited, &b3])),
+        "replacing a message must keep its parts, and replacing a part must change it in place"
+    );
+}
+
+/// Shared set-up of the hidden-range cases: a session with messages m1..m3 and a second session in the same
+/// directory whose message was created between m2 and m3, so its id sorts inside the range.
+struct HiddenRangeFixture {
+    ids: Ids,
+    session: Session,
+    m1: Message,
+    m2: Message,
+    m3: Message,
+    m1_parts: Vec<Part>,
+    m2_parts: Vec<Part>,
+    other: Session,
+    other_message: MessageWithParts,
+}
+
+impl HiddenRangeFixture {
+    async fn store(repo: &dyn MessageRepo) -> Self {
+        let ids = Ids::new();
+        let session = new_session(&ids, "/work/hidden");
+        let other = new_session(&ids, "/work/hidden");
+        let m1 = new_message(&ids, &session, Role::User);
+        let m1_parts = vec![text(&ids, &m1, "a1"), text(&ids, &m1, "a2")];
+        let m2 = new_message(&ids, &session, Role::Assistant);
+        let m2_parts = vec![
+            text(&ids, &m2, "b1"),
+            text(&ids, &m2, "b2"),
+            patch(&ids, &m2, snapshot(3), &["/work/hidden/a.txt"]),
+            text(&ids, &m2, "b4"),
+        ];
+        let other_info = new_message(&ids, &other, Role::User);
+        let other_part = text(&ids, &other_info, "other");
+        let m3 = new_message(&ids, &session, Role::User);
+        let m3_part = text(&ids, &m3, "c1");
+
+        let mut changes = vec![
+            put_session(&session),
+            put_session(&other),
+            put_message(&m1),
+            put_message(&m2),
+            put_message(&m3),
+            put_message(&other_info),
+            put_part(&other_part),
+            put_part(&m3_part),
+        ];
+        changes.extend(m1_parts.iter().chain(&m2_parts).map(put_part));
+        commit(repo, changes).await;
+        HiddenRangeFixture {
+            ids,
+            session,
+            m1,
+            m2,
+            m3,
+            m1_parts,
+            m2_parts,
+            other,
+            other_message: with_parts(&other_info, &[&other_part]),
+        }
+    }
+
+    async fn other_is_untouched(&self, repo: &dyn MessageRepo) {
+        assert_eq!(
+            messages(repo, &self.other.id).await,
+            vec![self.other_message.clone()],
+            "the hidden-range delete must not touch another session, even one whose ids sort inside the range"
+        );
+    }
+}
+
+/// `DeleteHiddenRange` without a part removes the descriptor's message and every later message of the
+/// session, with their parts, and nothing else; it refers to a session and a message that must exist.
+pub async fn hidden_range_delete_without_part(repo: &dyn MessageRepo) {
+    let fixture = HiddenRangeFixture::store(repo).await;
+    let f = &fixture;
+    repo.commit(transaction(
+        vec![Change::DeleteHiddenRange {
+            session: f.session.id.clone(),
+            message: f.m2.id.clone(),
+            part: None,
+        }],
+        vec![updated(&f.ids, &f.session)],
+    ))
+    .await
+    .expect("a hidden-range delete must commit");
+
+    let m1_parts: Vec<&Part> = f.m1_parts.iter().collect();
+    assert_eq!(
+        messages(repo, &f.session.id).await,
+        vec![with_parts(&f.m1, &m1_parts)],
+        "the hidden range without a part is the message itself and every later one"
+    );
+    assert!(
+        repo.message(&f.session.id, &f.m3.id)
+            .await
+            .expect("reading a message must succeed")
+            .is_none(),
+        "a message of the hidden range must be gone"
+    );
+    f.other_is_untouched(repo).await;
+    let session = repo
+        .session(&f.session.id)
+        .await
+        .expect("reading a session must succeed");
+    assert_eq!(
+        session.as_ref(),
+        Some(&f.session),
+        "the session itself stays"
+    );
+
+    let unknown_message = repo
+        .commit(transaction(
+            vec![Change::DeleteHiddenRange {
+                session: f.session.id.clone(),
+                message: f.m2.id.clone(),
+                part: None,
+            }],
+            Vec::new(),
+        ))
+        .await;
+    assert!(
+        matches!(unknown_message, Err(Error::NotFound(_))),
+        "a hidden-range delete from a message that does not exist must fail with NotFound, got {unknown_message:?}"
+    );
+    let unknown_session = repo
+        .commit(transaction(
+            vec![Change::DeleteHiddenRange {
+                session: f.ids.session(),
+                message: f.m1.id.clone(),
+                part: None,
+            }],
+            Vec::new(),
+        ))
+        .await;
+    assert!(
+        matches!(unknown_session, Err(Error::NotFound(_))),
+        "a hidden-range delete in a session that does not exist must fail with NotFound, got {unknown_session:?}"
+    );
+}
+
+/// `DeleteHiddenRange` with a part keeps the descriptor's message and its parts before `part`, removes
+/// `part` itself, the parts after it and every later message, and nothing else.
+pub async fn hidden_range_delete_with_part(repo: &dyn MessageRepo) {
+    let fixture = HiddenRangeFixture::store(repo).await;
+    let f = &fixture;
+    let cut = &f.m2_parts[2];
+    commit(
+        repo,
+        vec![Change::DeleteHiddenRange {
+            session: f.session.id.clone(),
+            message: f.m2.id.clone(),
+            part: Some(cut.id.clone()),
+        }],
+    )
+    .await;
+
+    let m1_parts: Vec<&Part> = f.m1_parts.iter().collect();
+    let m2_kept: Vec<&Part> = f.m2_parts[..2].iter().collect();
+    assert_eq!(
+        messages(repo, &f.session.id).await,
+        vec![with_parts(&f.m1, &m1_parts), with_parts(&f.m2, &m2_kept)],
+        "the hidden range with a part is that part, the later parts of its message and every later message"
+    );
+    f.other_is_untouched(repo).await;
+
+    // From the first part on: the message stays, without parts.
+    commit(
+        repo,
+        vec![Change::DeleteHiddenRange {
+            session: f.session.id.clone(),
+            message: f.m2.id.clone(),
+            part: Some(f.m2_parts[0].id.clone()),
+        }],
+    )
+    .await;
+    assert_eq!(
+        messages(repo, &f.session.id).await,
+        vec![with_parts(&f.m1, &m1_parts), with_parts(&f.m2, &[])],
+        "a part-level hidden range keeps its message even when every part of it goes"
+    );
+}
+
+/// A lease held by one token cannot be taken by another unless it replaces that token; the holder may take
+/// it again to refresh it; leases on different keys are independent.
+pub async fn lease_cannot_be_taken_twice(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let key = LeaseKey::Session(ids.session());
+    let first = lease(&key, "token-a", 1_000);
+    let taken = repo
+        .take_lease(&first, None)
+        .await
+        .expect("taking a free lease must succeed");
+    assert_eq!(taken, LeaseTake::Taken, "a free lease must be taken");
+
+    let second = lease(&key, "token-b", 5_000);
+    let answer = repo
+        .take_lease(&second, None)
+        .await
+        .expect("asking for a held lease must succeed");
+    assert_eq!(
+        answer,
+        LeaseTake::Held(first.clone()),
+        "a held lease must not be taken by another token, and the answer must name the holder"
+    );
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(
+        current.as_ref(),
+        Some(&first),
+        "a refused take must change nothing"
+    );
+
+    let refreshed = lease(&key, "token-a", 2_000);
+    let again = repo
+        .take_lease(&refreshed, None)
+        .await
+        .expect("re-taking one's own lease must succeed");
+    assert_eq!(
+        again,
+        LeaseTake::Taken,
+        "the holder may take its lease again"
+    );
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(
+        current,
+        Some(refreshed),
+        "taking one's own lease again refreshes it"
+    );
+
+    let worktree = LeaseKey::Worktree("/work/lease".to_owned());
+    let other_key = lease(&worktree, "token-b", 5_000);
+    let taken = repo
+        .take_lease(&other_key, None)
+        .await
+        .expect("taking a free lease must succeed");
+    assert_eq!(
+        taken,
+        LeaseTake::Taken,
+        "a lease on another key is independent"
+    );
+    let unknown = repo
+        .lease(&LeaseKey::Session(ids.session()))
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(unknown, None, "a key nobody took has no lease");
+}
+
+/// A takeover succeeds only when `replacing` names the current token; a stale token (of a lease already
+/// taken over) is refused with the current lease.
+pub async fn lease_can_be_taken_over_when_replacing_the_current_token(repo: &dyn MessageRepo) {
+    let key = LeaseKey::Worktree("/work/takeover".to_owned());
+    let first = lease(&key, "token-a", 1_000);
+    let taken = repo
+        .take_lease(&first, None)
+        .await
+        .expect("taking a free lease must succeed");
+    assert_eq!(taken, LeaseTake::Taken, "a free lease must be taken");
+
+    let second = lease(&key, "token-b", 9_000);
+    let wrong = repo
+        .take_lease(&second, Some(token("token-x")))
+        .await
+        .expect("asking for a held lease must succeed");
+    assert_eq!(
+        wrong,
+        LeaseTake::Held(first.clone()),
+        "replacing a token that does not hold the lease must be refused"
+    );
+    let takeover = repo
+        .take_lease(&second, Some(token("token-a")))
+        .await
+        .expect("a takeover must succeed");
+    assert_eq!(
+        takeover,
+        LeaseTake::Taken,
+        "replacing the current token must take the lease over"
+    );
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(
+        current.as_ref(),
+        Some(&second),
+        "after a takeover the new lease is stored"
+    );
+
+    let third = lease(&key, "token-c", 9_500);
+    let stale = repo
+        .take_lease(&third, Some(token("token-a")))
+        .await
+        .expect("asking for a held lease must succeed");
+    assert_eq!(
+        stale,
+        LeaseTake::Held(second.clone()),
+        "replacing a stale token (the lease was already taken over) must be refused with the current lease"
+    );
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(current, Some(second), "a refused takeover changes nothing");
+}
+
+/// Renewing and releasing a lease work only with the token that holds it.
+pub async fn lease_renew_and_release_need_the_token(repo: &dyn MessageRepo) {
+    let key = LeaseKey::Session(Ids::new().session());
+    let held = lease(&key, "token-a", 1_000);
+    let taken = repo
+        .take_lease(&held, None)
+        .await
+        .expect("taking a free lease must succeed");
+    assert_eq!(taken, LeaseTake::Taken, "a free lease must be taken");
+
+    let renewed = repo
+        .renew_lease(&key, &token("token-b"), 7_000)
+        .await
+        .expect("renewing must succeed");
+    assert!(!renewed, "renewing with another token must report false");
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(
+        current.as_ref(),
+        Some(&held),
+        "renewing with another token must change nothing"
+    );
+
+    let renewed = repo
+        .renew_lease(&key, &token("token-a"), 7_000)
+        .await
+        .expect("renewing must succeed");
+    assert!(renewed, "renewing with the holding token must report true");
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(
+        current.map(|l| (l.token, l.expires_at)),
+        Some((token("token-a"), 7_000)),
+        "renewing must move the expiry"
+    );
+
+    repo.release_lease(&key, &token("token-b"))
+        .await
+        .expect("releasing must succeed");
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert!(
+        current.is_some(),
+        "releasing with another token must not remove the lease"
+    );
+
+    repo.release_lease(&key, &token("token-a"))
+        .await
+        .expect("releasing must succeed");
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(current, None, "releasing with the holding token removes it");
+
+    let renewed = repo
+        .renew_lease(&key, &token("token-a"), 9_000)
+        .await
+        .expect("renewing must succeed");
+    assert!(!renewed, "a released lease cannot be renewed");
+    let current = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed");
+    assert_eq!(
+        current, None,
+        "renewing a released lease must not recreate it"
+    );
+}
+
+/// A transaction that fails, on a change that refers to a missing message or session or on a guard, stores
+/// none of its changes and none of its events, and leaves no gap in the outbox positions.
+pub async fn failed_transaction_leaves_nothing_and_writes_no_event(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let before = all_events(repo).await;
+    let session = new_session(&ids, "/work/failed");
+    let user = new_message(&ids, &session, Role::User);
+    let never_stored = new_message(&ids, &session, Role::Assistant);
+    let stray = text(&ids, &never_stored, "stray");
+
+    let result = repo
+        .commit(transaction(
+            vec![put_session(&session), put_message(&user), put_part(&stray)],
+            vec![updated(&ids, &session)],
+        ))
+        .await;
+    assert!(
+        matches!(result, Err(Error::NotFound(_))),
+        "a part of a message that does not exist must fail the transaction with NotFound, got {result:?}"
+    );
+    let nothing_stored = |what: &str| format!("a failed transaction must store nothing: {what}");
+    assert_eq!(
+        repo.session(&session.id)
+            .await
+            .expect("reading a session must succeed"),
+        None,
+        "{}",
+        nothing_stored("its session was stored")
+    );
+    assert!(
+        messages(repo, &session.id).await.is_empty(),
+        "{}",
+        nothing_stored("its message was stored")
+    );
+    assert_eq!(
+        all_events(repo).await,
+        before,
+        "a failed transaction must append no event"
+    );
+
+    let orphan = repo
+        .commit(transaction(
+            vec![put_message(&user)],
+            vec![updated(&ids, &session)],
+        ))
+        .await;
+    assert!(
+        matches!(orphan, Err(Error::NotFound(_))),
+        "a message of a session that does not exist must fail with NotFound, got {orphan:?}"
+    );
+
+    let guarded = Transaction {
+        guards: vec![Guard::LeaseHeld {
+            key: LeaseKey::Session(session.id.clone()),
+            token: token("nobody"),
+        }],
+        changes: vec![put_session(&session), put_message(&user)],
+        events: vec![updated(&ids, &session)],
+    };
+    let result = repo.commit(guarded).await;
+    assert!(
+        matches!(result, Err(Error::LeaseLost(_))),
+        "a guard that does not hold must fail the transaction with LeaseLost, got {result:?}"
+    );
+    assert_eq!(
+        repo.session(&session.id)
+            .await
+            .expect("reading a session must succeed"),
+        None,
+        "{}",
+        nothing_stored("a guarded-out session was stored")
+    );
+    assert_eq!(
+        all_events(repo).await,
+        before,
+        "a transaction failed by a guard must append no event"
+    );
+
+    let event = updated(&ids, &session);
+    repo.commit(transaction(
+        vec![put_session(&session)],
+        vec![event.clone()],
+    ))
+    .await
+    .expect("a valid transaction must commit after failed ones");
+    let after = all_events(repo).await;
+    assert_eq!(
+        after.len(),
+        before.len() + 1,
+        "one committed event must be appended"
+    );
+    let last = after.last().expect("one event was appended");
+    assert_eq!(last.event, event, "the committed event must be stored");
+    let expected_seq = before.last().map_or(1, |e| e.seq + 1);
+    assert_eq!(
+        last.seq, expected_seq,
+        "failed transactions must leave no gap in the outbox positions"
+    );
+}
+
+/// `LeaseHeld` holds exactly while the lease is held with that token (expiry alone does not lose it: only a
+/// takeover does), and `IntentExists` exactly while the intent record exists.
+pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/guards");
+    commit(repo, vec![put_session(&session)]).await;
+    let key = LeaseKey::Session(session.id.clone());
+    // Long expired: whether it may be taken over is the services' judgement, not the repo's.
+    let held = lease(&key, "token-a", 1);
+    let taken = repo
+        .take_lease(&held, None)
+        .await
+        .expect("taking a free lease must succeed");
+    assert_eq!(taken, LeaseTake::Taken, "a free lease must be taken");
+
+    let lease_guard = |token_text: &str| Guard::LeaseHeld {
+        key: key.clone(),
+        token: token(token_text),
+    };
+    let guarded = |guard: Guard, title: &str| {
+        let mut changed = session.clone();
+        changed.title = title.to_owned();
+        Transaction {
+            guards: vec![guard],
+            changes: vec![put_session(&changed)],
+            events: Vec::new(),
+        }
+    };
+
+    repo.commit(guarded(lease_guard("token-a"), "held"))
+        .await
+        .expect("a transaction guarded by a held lease (expired, not taken over) must commit");
+    assert_eq!(title(repo, &session.id).await.as_deref(), Some("held"));
+
+    let result = repo.commit(guarded(lease_guard("token-b"), "other")).await;
+    assert!(
+        matches!(result, Err(Error::LeaseLost(_))),
+        "a lease guard with a token that does not hold the lease must fail with LeaseLost, got {result:?}"
+    );
+    let takeover = repo
+        .take_lease(&lease(&key, "token-b", 10_000), Some(token("token-a")))
+        .await
+        .expect("a takeover must succeed");
+    assert_eq!(takeover, LeaseTake::Taken, "the takeover must succeed");
+    let result = repo.commit(guarded(lease_guard("token-a"), "stale")).await;
+    assert!(
+        matches!(result, Err(Error::LeaseLost(_))),
+        "a lease guard whose lease was taken over must fail with LeaseLost, got {result:?}"
+    );
+    let released = LeaseKey::Worktree("/work/guards".to_owned());
+    let result = repo
+        .commit(guarded(
+            Guard::LeaseHeld {
+                key: released,
+                token: token("token-a"),
+            },
+            "free",
+        ))
+        .await;
+    assert!(
+        matches!(result, Err(Error::LeaseLost(_))),
+        "a lease guard on a key nobody holds must fail with LeaseLost, got {result:?}"
+    );
+    assert_eq!(
+        title(repo, &session.id).await.as_deref(),
+        Some("held"),
+        "failed guards change nothing"
+    );
+
+    let intent_token = token("intent-1");
+    let result = repo
+        .commit(guarded(Guard::IntentExists(intent_token.clone()), "early"))
+        .await;
+    assert!(
+        matches!(result, Err(Error::LeaseLost(_))),
+        "an intent guard without the intent must fail with LeaseLost, got {result:?}"
+    );
+    let record = intent(&ids, &session, "intent-1", snapshot(5));
+    commit(repo, vec![Change::PutIntent(Box::new(record.clone()))]).await;
+    assert_eq!(
+        repo.intents().await.expect("reading intents must succeed"),
+        vec![record],
+        "a stored intent must be listed"
+    );
+    let mut finish = guarded(Guard::IntentExists(intent_token.clone()), "finished");
+    finish.guards.push(lease_guard("token-b"));
+    finish
+        .changes
+        .push(Change::DeleteIntent(intent_token.clone()));
+    repo.commit(finish)
+        .await
+        .expect("a transaction guarded by an existing intent and a held lease must commit");
+    assert_eq!(title(repo, &session.id).await.as_deref(), Some("finished"));
+    assert!(
+        repo.intents()
+            .await
+            .expect("reading intents must succeed")
+            .is_empty(),
+        "a deleted intent must be gone"
+    );
+    let result = repo
+        .commit(guarded(Guard::IntentExists(intent_token), "twice"))
+        .await;
+    assert!(
+        matches!(result, Err(Error::LeaseLost(_))),
+        "an intent guard after the intent was deleted must fail with LeaseLost, got {result:?}"
+    );
+    assert_eq!(title(repo, &session.id).await.as_deref(), Some("finished"));
+}
+
+/// The outbox returns committed events in commit order (not id order), at strictly ascending positions with
+/// no gaps, and pages through `events_after(cursor, limit)` without losing or repeating one.
+pub async fn events_come_back_in_commit_order(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/events");
+    let message = new_message(&ids, &session, Role::User);
+    let part = text(&ids, &message, "hello");
+    // The last transaction's events get the smallest ids, so an outbox ordered by event id would fail.
+    let late: Vec<Event> = (0..3).map(|_| heartbeat(&ids)).collect();
+    let early = vec![updated(&ids, &session), heartbeat(&ids)];
+
+    repo.commit(transaction(vec![put_session(&session)], early.clone()))
+        .await
+        .expect("a valid transaction must commit");
+    commit(repo, vec![put_message(&message)]).await;
+    repo.commit(transaction(vec![put_part(&part)], late.clone()))
+        .await
+        .expect("a valid transaction must commit");
+
+    let all = all_events(repo).await;
+    let expected: Vec<Event> = early.into_iter().chain(late).collect();
+    let events: Vec<Event> = all.iter().map(|e| e.event.clone()).collect();
+    assert_eq!(
+        events, expected,
+        "events must come back in commit order, each transaction's in its own order"
+    );
+    let first = all.first().map_or(0, |e| e.seq);
+    assert!(
+        first >= 1,
+        "outbox positions must start after 0, got {first}"
+    );
+    for pair in all.windows(2) {
+        assert_eq!(
+            pair[1].seq,
+            pair[0].seq + 1,
+            "outbox positions must ascend without gaps"
+        );
+    }
+
+    let mut paged = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = repo
+            .events_after(cursor, 2)
+            .await
+            .expect("reading the outbox must succeed");
+        assert!(page.len() <= 2, "a page must hold at most `limit` events");
+        assert!(
+            page.iter().all(|e| e.seq > cursor),
+            "events_after({cursor}) must return only events after position {cursor}, got {:?}",
+            page.iter().map(|e| e.seq).collect::<Vec<_>>()
+        );
+        let Some(last) = page.last() else { break };
+        cursor = last.seq;
+        paged.extend(page);
+    }
+    assert_eq!(
+        paged, all,
+        "paging with events_after must return every event once, in order"
+    );
+    let tail = repo
+        .events_after(all[2].seq, 100)
+        .await
+        .expect("reading the outbox must succeed");
+    assert_eq!(
+        tail,
+        all[3..].to_vec(),
+        "events_after must return exactly the events after the cursor"
+    );
+}
+
+/// `referenced_snapshots` includes every snapshot the stored rows refer to: the descriptor, `applied`, the
+/// open step, step-start, step-finish and patch parts, intents, warnings and the revert history (descriptor,
+/// `applied`, warnings); with a directory, exactly that directory's sessions count.
+pub async fn referenced_snapshots_cover_every_reference(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let dir_a = "/work/refs-a";
+    let dir_b = "/work/refs-b";
+    let mut a = new_session(&ids, dir_a);
+    let user = new_message(&ids, &a, Role::User);
+    let assistant = new_message(&ids, &a, Role::Assistant);
+    a.revert = Some(RevertDescriptor {
+        message_id: assistant.id.clone(),
+        part_id: None,
+        snapshot: Some(snapshot(1)),
+        diff: Some("diff --git a/x b/x\n".to_owned()),
+    });
+    a.applied = Some(snapshot(2));
+    a.step = Some(OpenStep {
+        message_id: assistant.id.clone(),
+        snapshot: snapshot(3),
+        token: token("step-1"),
+        holder: holder(4242),
+        started: ids.tick(),
+    });
+    let start = new_part(
+        &ids,
+        &assistant,
+        PartBody::StepStart(StepStartPart {
+            snapshot: Some(snapshot(4)),
+            extra: Map::new(),
+        }),
+    );
+    let finish = new_part(
+        &ids,
+        &assistant,
+        PartBody::StepFinish(StepFinishPart {
+            reason: "stop".to_owned(),
+            snapshot: Some(snapshot(5)),
+            cost: 0.0,
+            tokens: Tokens::default(),
+            extra: Map::new(),
+        }),
+    );
+    let patch_part = patch(&ids, &assistant, snapshot(6), &["/work/refs-a/a.txt"]);
+    let history = RevertHistoryEntry {
+        time: ids.tick(),
+        descriptor: RevertDescriptor {
+            message_id: user.id.clone(),
+            part_id: None,
+            snapshot: Some(snapshot(9)),
+            diff: None,
+        },
+        applied: Some(snapshot(10)),
+        summary: None,
+        warnings: vec![warning(&ids, Some(snapshot(11)), "/work/refs-a/b.txt")],
+    };
+    let mut b = new_session(&ids, dir_b);
+    b.applied = Some(snapshot(13));
+    let b_message = new_message(&ids, &b, Role::Assistant);
+    let b_patch = patch(&ids, &b_message, snapshot(12), &["/work/refs-b/a.txt"]);
+    let c = new_session(&ids, dir_a);
+
+    commit(
+        repo,
+        vec![
+            put_session(&a),
+            put_message(&user),
+            put_message(&assistant),
+            put_part(&start),
+            put_part(&finish),
+            put_part(&patch_part),
+            Change::PutIntent(Box::new(intent(&ids, &a, "intent-a", snapshot(7)))),
+            Change::AddWarning {
+                session: a.id.clone(),
+                warning: warning(&ids, Some(snapshot(8)), "/work/refs-a/c.txt"),
+            },
+            Change::AddWarning {
+                session: a.id.clone(),
+                warning: warning(&ids, None, "/work/refs-a/kept.bin"),
+            },
+            Change::AddRevertHistory {
+                session: a.id.clone(),
+                entry: Box::new(history),
+            },
+            put_session(&b),
+            put_message(&b_message),
+            put_part(&b_patch),
+            Change::PutIntent(Box::new(intent(&ids, &b, "intent-b", snapshot(14)))),
+            put_session(&c),
+            Change::AddWarning {
+                session: c.id.clone(),
+                warning: warning(&ids, Some(snapshot(15)), "/work/refs-a/d.txt"),
+            },
+        ],
+    )
+    .await;
+
+    let of_a: BTreeSet<SnapshotId> = (1..=11).chain([15]).map(snapshot).collect();
+    let of_b: BTreeSet<SnapshotId> = (12..=14).map(snapshot).collect();
+    let everything = repo
+        .referenced_snapshots(None)
+        .await
+        .expect("listing referenced snapshots must succeed");
+    let missing: Vec<&SnapshotId> = of_a
+        .union(&of_b)
+        .filter(|s| !everything.contains(s))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "referenced_snapshots(None) must include every referenced snapshot; missing {missing:?} \
+         (1 descriptor, 2 applied, 3 open step, 4 step-start, 5 step-finish, 6 patch, 7 intent, \
+         8 warning, 9-11 revert history, 12-15 other rows)"
+    );
+    let in_a = repo
+        .referenced_snapshots(Some(dir_a.to_owned()))
+        .await
+        .expect("listing referenced snapshots must succeed");
+    let missing: Vec<&SnapshotId> = of_a.iter().filter(|s| !in_a.contains(s)).collect();
+    assert!(
+        missing.is_empty(),
+        "referenced_snapshots(directory) must include every snapshot of that directory's sessions; missing {missing:?}"
+    );
+    let foreign: Vec<&SnapshotId> = of_b.iter().filter(|s| in_a.contains(s)).collect();
+    assert!(
+        foreign.is_empty(),
+        "referenced_snapshots(directory) must leave out other directories' snapshots; found {foreign:?}"
+    );
+}
+
+/// Deleting a session removes its messages, parts, diff, warnings, revert history and intents, and nothing of
+/// another session; deleting a session that does not exist fails with NotFound.
+pub async fn delete_session_cascades(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let doomed = new_session(&ids, "/work/cascade");
+    let kept = new_session(&ids, "/work/cascade");
+    let doomed_message = new_message(&ids, &doomed, Role::User);
+    let doomed_part = patch(
+        &ids,
+        &doomed_message,
+        snapshot(21),
+        &["/work/cascade/a.txt"],
+    );
+    let kept_message = new_message(&ids, &kept, Role::User);
+    let kept_part = patch(&ids, &kept_message, snapshot(31), &["/work/cascade/b.txt"]);
+    let diff = |file: &str| FileDiff {
+        file: file.to_owned(),
+        patch: String::new(),
+        additions: 1,
+        deletions: 2,
+        status: FileStatus::Modified,
+    };
+    let first_warning = warning(&ids, Some(snapshot(22)), "/work/cascade/a.txt");
+    let second_warning = warning(&ids, None, "/work/cascade/z.txt");
+    let history = RevertHistoryEntry {
+        time: ids.tick(),
+        descriptor: RevertDescriptor {
+            message_id: doomed_message.id.clone(),
+            part_id: None,
+            snapshot: Some(snapshot(23)),
+            diff: None,
+        },
+        applied: Some(snapshot(24)),
+        summary: None,
+        warnings: Vec::new(),
+    };
+    let kept_intent = intent(&ids, &kept, "intent-kept", snapshot(32));
+    let kept_warning = warning(&ids, Some(snapshot(33)), "/work/cascade/b.txt");
+
+    commit(
+        repo,
+        vec![
+            put_session(&doomed),
+            put_session(&kept),
+            put_message(&doomed_message),
+            put_part(&doomed_part),
+            put_message(&kept_message),
+            put_part(&kept_part),
+            Change::SetSessionDiff {
+                session: doomed.id.clone(),
+                diff: vec![diff("old.txt")],
+            },
+            Change::SetSessionDiff {
+                session: doomed.id.clone(),
+                diff: vec![diff("a.txt")],
+            },
+            Change::AddWarning {
+                session: doomed.id.clone(),
+                warning: first_warning.clone(),
+            },
+            Change::AddWarning {
+                session: doomed.id.clone(),
+                warning: second_warning.clone(),
+            },
+            Change::AddRevertHistory {
+                session: doomed.id.clone(),
+                entry: Box::new(history.clone()),
+            },
+            Change::PutIntent(Box::new(intent(
+                &ids,
+                &doomed,
+                "intent-doomed",
+                snapshot(25),
+            ))),
+            Change::PutIntent(Box::new(kept_intent.clone())),
+            Change::SetSessionDiff {
+                session: kept.id.clone(),
+                diff: vec![diff("b.txt")],
+            },
+            Change::AddWarning {
+                session: kept.id.clone(),
+                warning: kept_warning.clone(),
+            },
+        ],
+    )
+    .await;
+    // The rows read back before the delete, so the checks after it test the delete, not the writes.
+    assert_eq!(
+        repo.session_diff(&doomed.id)
+            .await
+            .expect("reading a session diff must succeed"),
+        vec![diff("a.txt")],
+        "a session diff must read back, the last one set replacing the earlier"
+    );
+    assert_eq!(
+        repo.warnings(&doomed.id)
+            .await
+            .expect("reading warnings must succeed"),
+        vec![first_warning, second_warning],
+        "warnings must read back oldest first"
+    );
+    assert_eq!(
+        repo.revert_history(&doomed.id)
+            .await
+            .expect("reading the revert history must succeed"),
+        vec![history],
+        "the revert history must read back"
+    );
+
+    let before = all_events(repo).await;
+    let gone = Event {
+        id: ids.event(),
+        payload: EventPayload::SessionDeleted {
+            session_id: doomed.id.clone(),
+            info: Box::new(doomed.clone()),
+        },
+    };
+    repo.commit(transaction(
+        vec![Change::DeleteSession(doomed.id.clone())],
+        vec![gone.clone()],
+    ))
+    .await
+    .expect("deleting a session must commit");
+
+    let session_read = repo
+        .session(&doomed.id)
+        .await
+        .expect("reading a session must succeed");
+    assert_eq!(session_read, None, "a deleted session must be gone");
+    assert!(
+        messages(repo, &doomed.id).await.is_empty(),
+        "a deleted session's messages must be gone"
+    );
+    assert!(
+        repo.session_diff(&doomed.id)
+            .await
+            .expect("reading a session diff must succeed")
+            .is_empty(),
+        "a deleted session's diff must be gone"
+    );
+    assert!(
+        repo.warnings(&doomed.id)
+            .await
+            .expect("reading warnings must succeed")
+            .is_empty(),
+        "a deleted session's warnings must be gone"
+    );
+    assert!(
+        repo.revert_history(&doomed.id)
+            .await
+            .expect("reading the revert history must succeed")
+            .is_empty(),
+        "a deleted session's revert history must be gone"
+    );
+    assert_eq!(
+        repo.intents().await.expect("reading intents must succeed"),
+        vec![kept_intent],
+        "a deleted session's intents must be gone, and only those"
+    );
+    let referenced = repo
+        .referenced_snapshots(None)
+        .await
+        .expect("listing referenced snapshots must succeed");
+    let lingering: Vec<SnapshotId> = (21..=25)
+        .map(snapshot)
+        .filter(|s| referenced.contains(s))
+        .collect();
+    assert!(
+        lingering.is_empty(),
+        "a deleted session's rows must no longer reference snapshots; still referenced: {lingering:?}"
+    );
+    let after = all_events(repo).await;
+    assert_eq!(
+        after.last().map(|e| &e.event),
+        Some(&gone),
+        "the delete's event must be stored"
+    );
+    assert_eq!(after.len(), before.len() + 1, "exactly one event appended");
+
+    assert_eq!(
+        messages(repo, &kept.id).await,
+        vec![with_parts(&kept_message, &[&kept_part])],
+        "another session's messages must stay"
+    );
+    assert_eq!(
+        repo.warnings(&kept.id)
+            .await
+            .expect("reading warnings must succeed"),
+        vec![kept_warning],
+        "another session's warnings must stay"
+    );
+    assert_eq!(
+        repo.session_diff(&kept.id)
+            .await
+            .expect("reading a session diff must succeed"),
+        vec![diff("b.txt")],
+        "another session's diff must stay"
+    );
+
+    let again = repo
+        .commit(transaction(
+            vec![Change::DeleteSession(doomed.id.clone())],
+            Vec::new(),
+        ))
+        .await;
+    assert!(
+        matches!(again, Err(Error::NotFound(_))),
+        "deleting a session that does not exist must fail with NotFound, got {again:?}"
+    );
+    let late_part = text(&ids, &doomed_message, "too late");
+    let orphan = repo
+        .commit(transaction(vec![put_part(&late_part)], Vec::new()))
+        .await;
+    assert!(
+        matches!(orphan, Err(Error::NotFound(_))),
+        "a part of a deleted session's message must fail with NotFound, got {orphan:?}"
+    );
+}
+
+/// `sessions` lists newest first (ascending session id), whatever order they were stored in, and with a
+/// directory exactly that directory's sessions (not its subdirectories'); replacing a session keeps its
+/// messages.
+pub async fn sessions_are_listed_newest_first_and_by_directory(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let s1 = new_session(&ids, "/work/a");
+    let s2 = new_session(&ids, "/work/b");
+    let s3 = new_session(&ids, "/work/a");
+    let s4 = new_session(&ids, "/work/a/sub");
+    for s in [&s2, &s4, &s1, &s3] {
+        commit(repo, vec![put_session(s)]).await;
+    }
+    assert_eq!(
+        listed(repo, None).await,
+        vec![s4.clone(), s3.clone(), s2.clone(), s1.clone()],
+        "sessions must be listed newest first"
+    );
+    assert_eq!(
+        listed(repo, Some("/work/a")).await,
+        vec![s3.clone(), s1.clone()],
+        "sessions of a directory must be exactly those whose directory is equal, newest first"
+    );
+    assert_eq!(
+        listed(repo, Some("/work/b")).await,
+        vec![s2.clone()],
+        "sessions of a directory must be exactly its own"
+    );
+    assert!(
+        listed(repo, Some("/work/elsewhere")).await.is_empty(),
+        "a directory without sessions lists none"
+    );
+
+    let kept = new_message(&ids, &s1, Role::User);
+    let kept_part = text(&ids, &kept, "still here");
+    commit(repo, vec![put_message(&kept), put_part(&kept_part)]).await;
+    let mut renamed = s1.clone();
+    renamed.title = "renamed".to_owned();
+    renamed.time.updated = ids.tick();
+    commit(repo, vec![put_session(&renamed)]).await;
+    assert_eq!(
+        listed(repo, None).await,
+        vec![s4, s3, s2, renamed],
+        "replacing a session must change it in place"
+    );
+    assert_eq!(
+        messages(repo, &s1.id).await,
+        vec![with_parts(&kept, &[&kept_part])],
+        "replacing a session must keep its messages and parts"
+    );
+}
