@@ -38,6 +38,7 @@ fn session() -> Session {
         revert: None,
         store: String::new(),
         applied: None,
+        reverted_at: None,
         step: None,
     }
 }

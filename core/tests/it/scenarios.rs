@@ -270,26 +270,34 @@ fn partial_turn_revert_at_an_assistant_part() {
         let w = World::new();
         let s = w.session().await;
         let t1 = w.turn(&s.id, "two steps", |w| w.write("first.txt", "1")).await;
-        let text = w
-            .rewind
+        w.rewind
             .append_part(&s.id, &t1.assistant, NewPart::new(PartBody::text("now the second step")))
             .await
             .expect("text part");
         let second = w.step(&s.id, &t1.assistant, |w| w.write("second.txt", "2")).await;
         assert_eq!(patch_files(&second), [w.abs("second.txt")]);
+        // The second step's step-start: text precedes it in its message, so the part-level point is kept.
+        let message = w.rewind.message(&s.id, &t1.assistant).await.expect("message");
+        let start = message
+            .parts
+            .iter()
+            .filter(|p| matches!(p.body, PartBody::StepStart(_)))
+            .nth(1)
+            .map(|p| p.id.clone())
+            .expect("second step-start");
         let session = w
             .rewind
             .revert(
                 &s.id,
                 RevertTarget {
                     message_id: t1.assistant.clone(),
-                    part_id: Some(text.id.clone()),
+                    part_id: Some(start.clone()),
                 },
             )
             .await
             .expect("revert");
         let descriptor = session.revert.expect("reverted");
-        assert_eq!((descriptor.message_id, descriptor.part_id), (t1.assistant.clone(), Some(text.id)));
+        assert_eq!((descriptor.message_id, descriptor.part_id), (t1.assistant.clone(), Some(start)));
         assert_eq!(w.state(&["first.txt", "second.txt"]), ["1", "-"]);
     })
 }

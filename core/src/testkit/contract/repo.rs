@@ -147,6 +147,7 @@ fn new_session(ids: &Ids, directory: &str) -> Session {
         revert: None,
         store: format!("{directory}/.rewind-store"),
         applied: None,
+        reverted_at: None,
         step: None,
     }
 }
