@@ -4,7 +4,9 @@
 mod contract_bus;
 mod contract_repo;
 mod contract_snapshot;
+mod recovery;
 mod revert_point;
 mod scenarios;
 mod service_props;
+mod service_rules;
 mod support;

@@ -44,16 +44,6 @@ impl World {
         }
     }
 
-    /// Another service instance on the same adapters (another process, when the host is told so).
-    pub fn other_rewind(&self) -> Rewind {
-        Rewind::new(
-            self.snapshots.clone(),
-            self.repo.clone(),
-            self.host.clone(),
-            ServiceConfig::default(),
-        )
-    }
-
     pub fn write(&self, path: &str, content: &str) {
         self.fs.write(&self.root, path, content.as_bytes()).expect("write");
     }
@@ -187,5 +177,21 @@ impl World {
             .into_iter()
             .map(|e| e.event.payload)
             .collect()
+    }
+}
+
+impl World {
+    /// A revert to the session's first message, returning the result.
+    pub async fn revert_to_result(&self, session: &SessionId) -> rewind_core::Result<Session> {
+        let first = self.messages(session).await.first().map(|m| m.info.id.clone()).expect("a message");
+        self.rewind
+            .revert(
+                session,
+                RevertTarget {
+                    message_id: first,
+                    part_id: None,
+                },
+            )
+            .await
     }
 }

@@ -1,0 +1,405 @@
+//! The services' interaction rules, checked with a mocked snapshot port (mockall) over the in-memory
+//! repository: what they call, in which order, and what they must not call or store after a failure.
+
+use std::sync::Arc;
+
+use mockall::Sequence;
+use mockall::predicate::always;
+use rewind_core::model::{
+    EventPayload, Holder, HolderKind, Lease, LeaseKey, LeaseToken, MessageWithParts, OpenStep, PartBody,
+    ProcessIdentity, RelPath, RestoreOutcome, RevertDescriptor, RevertOutcome, Session, SessionTime, SnapshotId,
+    Tokens, TrackOutcome,
+};
+use rewind_core::ports::MockSnapshotPort;
+use rewind_core::testkit::FakeHost;
+use rewind_core::testkit::mem_repo::MemRepo;
+use rewind_core::testkit::strategies::{MessageShape, PartShape, WORKTREE, build_session};
+use rewind_core::{Change, Error, MessageRepo, RevertTarget, Rewind, ServiceConfig, Transaction};
+
+use crate::support::block_on;
+
+fn sid(n: u64) -> SnapshotId {
+    SnapshotId::parse(&format!("{:040x}", 0xabc0_0000 + n)).expect("hex")
+}
+
+fn rel(path: &str) -> RelPath {
+    RelPath::new(path).expect("path")
+}
+
+fn tracked(n: u64) -> rewind_core::Result<TrackOutcome> {
+    Ok(TrackOutcome {
+        id: sid(n),
+        skipped: Vec::new(),
+        hashed: 0,
+    })
+}
+
+/// U0 [text]; A1 [step-start, step-finish, patch a.txt]; U2 [text]; A3 [step-start, step-finish, patch b.txt]
+fn messages() -> Vec<MessageWithParts> {
+    use PartShape::*;
+    build_session(&[
+        MessageShape {
+            role: rewind_core::model::Role::User,
+            parts: vec![Text],
+        },
+        MessageShape {
+            role: rewind_core::model::Role::Assistant,
+            parts: vec![StepStart, StepFinish, Patch(vec!["a.txt".to_owned()])],
+        },
+        MessageShape {
+            role: rewind_core::model::Role::User,
+            parts: vec![Text],
+        },
+        MessageShape {
+            role: rewind_core::model::Role::Assistant,
+            parts: vec![StepStart, StepFinish, Patch(vec!["b.txt".to_owned()])],
+        },
+    ])
+}
+
+struct Fixture {
+    repo: Arc<MemRepo>,
+    host: Arc<FakeHost>,
+    session: Session,
+    messages: Vec<MessageWithParts>,
+}
+
+/// Stores the session of `messages()` with `revert`/`applied`/`step` as given.
+fn fixture(revert: Option<(SnapshotId, SnapshotId)>, step: Option<OpenStep>) -> Fixture {
+    let repo = Arc::new(MemRepo::new());
+    let host = Arc::new(FakeHost::new(1_900_000_000_000));
+    let messages = messages();
+    let session = Session {
+        id: messages[0].info.session_id.clone(),
+        slug: "s".to_owned(),
+        project_id: "p".to_owned(),
+        directory: WORKTREE.to_owned(),
+        title: "t".to_owned(),
+        version: "0".to_owned(),
+        time: SessionTime::default(),
+        summary: None,
+        cost: 0.0,
+        tokens: Tokens::default(),
+        revert: revert.as_ref().map(|(snapshot, _)| RevertDescriptor {
+            message_id: messages[2].info.id.clone(),
+            part_id: None,
+            snapshot: Some(snapshot.clone()),
+            diff: Some(String::new()),
+        }),
+        store: "memory".to_owned(),
+        applied: revert.map(|(_, applied)| applied),
+        reverted_at: None,
+        step,
+    };
+    let mut changes = vec![Change::PutSession(Box::new(session.clone()))];
+    for message in &messages {
+        changes.push(Change::PutMessage(Box::new(message.info.clone())));
+        for part in &message.parts {
+            changes.push(Change::PutPart(Box::new(part.clone())));
+        }
+    }
+    block_on(repo.commit(Transaction {
+        guards: Vec::new(),
+        changes,
+        events: Vec::new(),
+    }))
+    .expect("fixture stored");
+    Fixture {
+        repo,
+        host,
+        session,
+        messages,
+    }
+}
+
+impl Fixture {
+    fn rewind(&self, snapshots: MockSnapshotPort) -> Rewind {
+        Rewind::new(Arc::new(snapshots), self.repo.clone(), self.host.clone(), ServiceConfig::default())
+    }
+
+    fn last_seq(&self) -> u64 {
+        block_on(self.repo.events_after(0, 100_000))
+            .expect("events")
+            .last()
+            .map_or(0, |e| e.seq)
+    }
+
+    fn events_after(&self, seq: u64) -> Vec<EventPayload> {
+        block_on(self.repo.events_after(seq, 100_000))
+            .expect("events")
+            .into_iter()
+            .map(|e| e.event.payload)
+            .collect()
+    }
+
+    /// An open step in A3 held by `process`, with its lease.
+    fn open_step(&self, process: ProcessIdentity) -> OpenStep {
+        let token = LeaseToken("tok_step".to_owned());
+        let holder = Holder {
+            kind: HolderKind::Process,
+            process,
+        };
+        block_on(self.repo.take_lease(
+            &Lease {
+                key: LeaseKey::Session(self.session.id.clone()),
+                token: token.clone(),
+                holder: holder.clone(),
+                expires_at: 0,
+            },
+            None,
+        ))
+        .expect("lease");
+        OpenStep {
+            message_id: self.messages[3].info.id.clone(),
+            snapshot: sid(50),
+            token,
+            holder,
+            started: 0,
+        }
+    }
+}
+
+fn with_step(live: bool) -> Fixture {
+    let base = fixture(None, None);
+    let owner = ProcessIdentity {
+        host: "test-host".to_owned(),
+        pid: 4242,
+        start_time: 7,
+    };
+    let step = base.open_step(owner.clone());
+    if !live {
+        base.host.kill(&owner);
+    }
+    let mut session = base.session.clone();
+    session.step = Some(step);
+    block_on(base.repo.commit(Transaction {
+        guards: Vec::new(),
+        changes: vec![Change::PutSession(Box::new(session.clone()))],
+        events: Vec::new(),
+    }))
+    .expect("step stored");
+    Fixture { session, ..base }
+}
+
+#[test]
+fn revert_and_unrevert_with_an_open_step_are_busy_and_call_nothing_else() {
+    let f = with_step(true);
+    let before = f.last_seq();
+    // No expectation is set: any snapshot call fails the test.
+    let rewind = f.rewind(MockSnapshotPort::new());
+    let target = RevertTarget {
+        message_id: f.messages[0].info.id.clone(),
+        part_id: None,
+    };
+    let revert = block_on(rewind.revert(&f.session.id, target));
+    assert!(matches!(revert, Err(Error::Busy { .. })), "{revert:?}");
+    let unrevert = block_on(rewind.unrevert(&f.session.id));
+    assert!(matches!(unrevert, Err(Error::Busy { .. })), "{unrevert:?}");
+    assert_eq!(f.last_seq(), before, "no event");
+    let stored = block_on(f.repo.session(&f.session.id)).expect("read").expect("session");
+    assert_eq!(stored, f.session, "the session is unchanged");
+}
+
+#[test]
+fn an_abandoned_step_is_aborted_first() {
+    let f = with_step(false);
+    let mut snapshots = MockSnapshotPort::new();
+    let mut seq = Sequence::new();
+    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(51));
+    snapshots
+        .expect_changed_files()
+        .withf(|_, from| from == &sid(50))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _| Ok(vec![rel("c.txt")]));
+    snapshots
+        .expect_diff()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(Vec::new()));
+    let rewind = f.rewind(snapshots);
+    // Unrevert of a session that is not reverted does nothing else, once the abandoned step is aborted.
+    let session = block_on(rewind.unrevert(&f.session.id)).expect("unrevert");
+    assert!(session.step.is_none());
+    let message = block_on(f.repo.message(&f.session.id, &f.messages[3].info.id))
+        .expect("read")
+        .expect("message");
+    let tail: Vec<_> = message.parts.iter().rev().take(2).collect();
+    match (&tail[1].body, &tail[0].body) {
+        (PartBody::StepFinish(finish), PartBody::Patch(patch)) => {
+            assert_eq!(finish.reason, "aborted");
+            assert_eq!(finish.snapshot, Some(sid(51)));
+            assert_eq!(patch.hash, sid(50));
+            assert_eq!(patch.files, [format!("{WORKTREE}/c.txt")]);
+        }
+        other => panic!("expected step-finish and patch, got {other:?}"),
+    }
+    assert!(block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone()))).expect("lease").is_none());
+}
+
+#[test]
+fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
+    // Reverted to U2 (hiding A3's patch of b.txt): pre-revert snapshot 10, applied 11.
+    let f = fixture(Some((sid(10), sid(11))), None);
+    let mut snapshots = MockSnapshotPort::new();
+    let mut seq = Sequence::new();
+    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(11));
+    snapshots
+        .expect_changed_between()
+        .withf(|_, from, to| from == &sid(10) && to == &sid(11))
+        .times(2)
+        .returning(|_, _, _| Ok(vec![rel("b.txt")]));
+    snapshots
+        .expect_changed_files()
+        .withf(|_, from| from == &sid(11))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _| Ok(Vec::new()));
+    snapshots
+        .expect_restore()
+        .withf(|_, to, paths| to == &sid(10) && paths.as_deref() == Some(&[rel("b.txt")][..]))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| {
+            Ok(RestoreOutcome {
+                written: vec![rel("b.txt")],
+                ..Default::default()
+            })
+        });
+    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(10));
+    snapshots
+        .expect_revert()
+        .withf(|_, patches, base| {
+            base == &sid(10) && patches.iter().flat_map(|p| p.files.iter()).cloned().collect::<Vec<_>>() == [rel("a.txt"), rel("b.txt")]
+        })
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| {
+            Ok(RevertOutcome {
+                applied: sid(12),
+                written: vec![rel("a.txt")],
+                deleted: vec![rel("b.txt")],
+                kept: Vec::new(),
+            })
+        });
+    snapshots.expect_unified_diff().times(1).returning(|_, _| Ok("diff".to_owned()));
+    snapshots.expect_diff().times(1).returning(|_, _, _| Ok(Vec::new()));
+    snapshots
+        .expect_changed_between()
+        .withf(|_, from, _| from != &sid(10))
+        .times(1)
+        .returning(|_, _, _| Ok(Vec::new()));
+    let rewind = f.rewind(snapshots);
+    let before = f.last_seq();
+    let target = RevertTarget {
+        message_id: f.messages[0].info.id.clone(),
+        part_id: None,
+    };
+    let session = block_on(rewind.revert(&f.session.id, target)).expect("revert");
+    let descriptor = session.revert.expect("descriptor");
+    assert_eq!(descriptor.message_id, f.messages[0].info.id);
+    assert_eq!(descriptor.snapshot, Some(sid(10)));
+    assert_eq!(session.applied, Some(sid(12)));
+    let kinds: Vec<_> = f.events_after(before).iter().map(EventPayload::kind).collect();
+    assert_eq!(kinds, ["session.diff", "session.updated"], "the undo publishes no session.updated of its own");
+    assert!(block_on(f.repo.intents()).expect("intents").is_empty());
+}
+
+#[test]
+fn unrevert_restores_exactly_the_files_the_revert_changed() {
+    let f = fixture(Some((sid(10), sid(11))), None);
+    let mut snapshots = MockSnapshotPort::new();
+    let mut seq = Sequence::new();
+    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(11));
+    snapshots
+        .expect_changed_between()
+        .withf(|_, from, to| from == &sid(10) && to == &sid(11))
+        .times(2)
+        .returning(|_, _, _| Ok(vec![rel("a.txt"), rel("dir/b.txt")]));
+    snapshots
+        .expect_changed_files()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _| Ok(vec![rel("unrelated.txt")]));
+    snapshots
+        .expect_restore()
+        .with(always(), mockall::predicate::eq(sid(10)), mockall::predicate::eq(Some(vec![rel("a.txt"), rel("dir/b.txt")])))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(RestoreOutcome::default()));
+    let rewind = f.rewind(snapshots);
+    let before = f.last_seq();
+    let session = block_on(rewind.unrevert(&f.session.id)).expect("unrevert");
+    assert!(session.revert.is_none() && session.applied.is_none());
+    let kinds: Vec<_> = f.events_after(before).iter().map(EventPayload::kind).collect();
+    assert_eq!(kinds, ["session.updated"]);
+}
+
+#[test]
+fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor() {
+    let f = fixture(None, None);
+    let mut snapshots = MockSnapshotPort::new();
+    let mut seq = Sequence::new();
+    // before, then the pre-revert snapshot
+    snapshots.expect_track().times(2).in_sequence(&mut seq).returning(|_| tracked(20));
+    snapshots
+        .expect_revert()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| {
+            Ok(RevertOutcome {
+                applied: sid(21),
+                written: vec![rel("a.txt")],
+                deleted: vec![rel("b.txt")],
+                kept: Vec::new(),
+            })
+        });
+    snapshots
+        .expect_unified_diff()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _| Err(Error::backend("disk full")));
+    // Rollback: capture first, then put the intent's files back to `before`.
+    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(22));
+    snapshots
+        .expect_changed_between()
+        .withf(|_, from, to| from == &sid(20) && to == &sid(22))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(vec![rel("a.txt"), rel("b.txt")]));
+    snapshots
+        .expect_restore()
+        .with(always(), mockall::predicate::eq(sid(20)), mockall::predicate::eq(Some(vec![rel("a.txt"), rel("b.txt")])))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(RestoreOutcome::default()));
+    let rewind = f.rewind(snapshots);
+    let before = f.last_seq();
+    let target = RevertTarget {
+        message_id: f.messages[0].info.id.clone(),
+        part_id: None,
+    };
+    let result = block_on(rewind.revert(&f.session.id, target));
+    assert!(matches!(&result, Err(Error::Backend(e)) if e.to_string().contains("disk full")), "{result:?}");
+    let stored = block_on(f.repo.session(&f.session.id)).expect("read").expect("session");
+    assert!(stored.revert.is_none() && stored.applied.is_none(), "no descriptor stored");
+    let events = f.events_after(before);
+    assert_eq!(events.len(), 1, "only the rollback's warning: {events:?}");
+    match &events[0] {
+        EventPayload::SessionWarning { snapshot, files, .. } => {
+            assert_eq!(snapshot.as_ref(), Some(&sid(22)), "the capture");
+            assert_eq!(files, &[format!("{WORKTREE}/a.txt"), format!("{WORKTREE}/b.txt")]);
+        }
+        other => panic!("expected a warning, got {other:?}"),
+    }
+    assert!(block_on(f.repo.intents()).expect("intents").is_empty(), "the intent is finished");
+    assert!(block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone()))).expect("lease").is_none());
+}
+
+#[test]
+fn a_step_owned_by_another_live_process_is_not_aborted() {
+    let f = with_step(true);
+    let rewind = f.rewind(MockSnapshotPort::new());
+    let result = block_on(rewind.abort(&f.session.id));
+    assert!(matches!(&result, Err(Error::Busy { message, .. }) if message.contains("4242")), "{result:?}");
+}
