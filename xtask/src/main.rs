@@ -35,9 +35,18 @@ fn run() -> Result<()> {
 }
 
 fn ci() -> Result<()> {
-    cargo(&["fmt", "--all", "--", "--check"]).context("formatting differs: run `cargo fmt --all`")?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"])
-        .context("clippy found problems")?;
+    cargo(&["fmt", "--all", "--", "--check"])
+        .context("formatting differs: run `cargo fmt --all`")?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--",
+        "-D",
+        "warnings",
+    ])
+    .context("clippy found problems")?;
     tidy::run()?;
     cargo(&["test", "--workspace", "--all-features"]).context("tests failed")?;
     Ok(())

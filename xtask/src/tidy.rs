@@ -24,7 +24,11 @@ pub fn run() -> Result<()> {
         eprintln!("xtask: tidy ok");
         Ok(())
     } else {
-        bail!("tidy found {} problem(s):\n  {}", problems.len(), problems.join("\n  "))
+        bail!(
+            "tidy found {} problem(s):\n  {}",
+            problems.len(),
+            problems.join("\n  ")
+        )
     }
 }
 
@@ -35,9 +39,13 @@ fn metadata() -> Result<Value> {
         .output()
         .context("could not run cargo metadata")?;
     if !output.status.success() {
-        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
-    serde_json::from_slice(&output.stdout).context("cargo metadata printed something that is not JSON")
+    serde_json::from_slice(&output.stdout)
+        .context("cargo metadata printed something that is not JSON")
 }
 
 /// The names of a resolve node's dependencies, with whether each edge is a normal/build one (not dev-only).
@@ -48,9 +56,9 @@ fn edges(node: &Value) -> Vec<(String, bool)> {
             deps.iter()
                 .filter_map(|dep| {
                     let pkg = dep["pkg"].as_str()?.to_owned();
-                    let normal = dep["dep_kinds"]
-                        .as_array()
-                        .is_some_and(|kinds| kinds.iter().any(|k| k["kind"].as_str() != Some("dev")));
+                    let normal = dep["dep_kinds"].as_array().is_some_and(|kinds| {
+                        kinds.iter().any(|k| k["kind"].as_str() != Some("dev"))
+                    });
                     Some((pkg, normal))
                 })
                 .collect()
@@ -59,14 +67,26 @@ fn edges(node: &Value) -> Vec<(String, bool)> {
 }
 
 fn check_dependencies(metadata: &Value, problems: &mut Vec<String>) -> Result<()> {
-    let packages = metadata["packages"].as_array().context("no packages in metadata")?;
+    let packages = metadata["packages"]
+        .as_array()
+        .context("no packages in metadata")?;
     let name_of: HashMap<&str, &str> = packages
         .iter()
         .filter_map(|p| Some((p["id"].as_str()?, p["name"].as_str()?)))
         .collect();
-    let nodes = metadata["resolve"]["nodes"].as_array().context("no resolve graph in metadata")?;
-    let node_of: HashMap<&str, &Value> = nodes.iter().filter_map(|n| Some((n["id"].as_str()?, n))).collect();
-    let id_of = |name: &str| name_of.iter().find(|(_, n)| **n == name).map(|(id, _)| (*id).to_owned());
+    let nodes = metadata["resolve"]["nodes"]
+        .as_array()
+        .context("no resolve graph in metadata")?;
+    let node_of: HashMap<&str, &Value> = nodes
+        .iter()
+        .filter_map(|n| Some((n["id"].as_str()?, n)))
+        .collect();
+    let id_of = |name: &str| {
+        name_of
+            .iter()
+            .find(|(_, n)| **n == name)
+            .map(|(id, _)| (*id).to_owned())
+    };
 
     // The core: everything reachable through normal and build edges, plus its direct dev-dependencies.
     let core = id_of("rewind-core").context("rewind-core is not in the workspace")?;
@@ -76,7 +96,9 @@ fn check_dependencies(metadata: &Value, problems: &mut Vec<String>) -> Result<()
         if !seen.insert(id.clone()) {
             continue;
         }
-        let Some(node) = node_of.get(id.as_str()) else { continue };
+        let Some(node) = node_of.get(id.as_str()) else {
+            continue;
+        };
         for (dep, normal) in edges(node) {
             if normal || id == core {
                 stack.push(dep);
@@ -86,17 +108,23 @@ fn check_dependencies(metadata: &Value, problems: &mut Vec<String>) -> Result<()
     for id in &seen {
         let name = name_of.get(id.as_str()).copied().unwrap_or_default();
         if FORBIDDEN_IN_CORE.contains(&name) {
-            problems.push(format!("rewind-core must not depend on {name} (found in its dependency graph)"));
+            problems.push(format!(
+                "rewind-core must not depend on {name} (found in its dependency graph)"
+            ));
         }
     }
 
     for adapter in ADAPTERS {
         let Some(id) = id_of(adapter) else { continue };
-        let Some(node) = node_of.get(id.as_str()) else { continue };
+        let Some(node) = node_of.get(id.as_str()) else {
+            continue;
+        };
         for (dep, _) in edges(node) {
             let name = name_of.get(dep.as_str()).copied().unwrap_or_default();
             if ADAPTERS.contains(&name) {
-                problems.push(format!("adapter {adapter} must not depend on adapter {name}"));
+                problems.push(format!(
+                    "adapter {adapter} must not depend on adapter {name}"
+                ));
             }
         }
     }
@@ -105,17 +133,36 @@ fn check_dependencies(metadata: &Value, problems: &mut Vec<String>) -> Result<()
 
 fn check_module_docs(root: &Path, problems: &mut Vec<String>) -> Result<()> {
     let mut files = Vec::new();
-    for top in ["core", "adapters-git", "adapters-sql", "adapters-bus", "app", "xtask", "tests"] {
+    for top in [
+        "core",
+        "adapters-git",
+        "adapters-sql",
+        "adapters-bus",
+        "app",
+        "xtask",
+        "tests",
+    ] {
         for sub in ["src", "tests", "examples", "benches"] {
             collect_rust_files(&root.join(top).join(sub), &mut files)?;
         }
     }
     for file in files {
-        let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-        let first = text.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or_default();
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        let first = text
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .unwrap_or_default();
         if !first.starts_with("//!") {
-            let shown = file.strip_prefix(root).unwrap_or(&file).display().to_string();
-            problems.push(format!("{shown} does not start with a `//!` line saying what the module is for"));
+            let shown = file
+                .strip_prefix(root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            problems.push(format!(
+                "{shown} does not start with a `//!` line saying what the module is for"
+            ));
         }
     }
     Ok(())

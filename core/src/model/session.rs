@@ -157,7 +157,11 @@ pub struct Session {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<SnapshotId>,
     /// rewind: when the current revert was made, epoch milliseconds (its warnings are those raised since).
-    #[serde(rename = "revertedAt", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "revertedAt",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reverted_at: Option<u64>,
     /// rewind: the step in progress, if any (the session is busy while it is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]

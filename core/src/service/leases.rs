@@ -31,7 +31,9 @@ impl Rewind {
     /// True when the lease's owner is gone or its lease may be taken over (SPEC section 1).
     pub(super) fn is_abandoned(&self, lease: &Lease) -> bool {
         let host = self.host.this_process().host;
-        may_take_over(lease, self.now(), &host, |process| self.host.is_alive(process))
+        may_take_over(lease, self.now(), &host, |process| {
+            self.host.is_alive(process)
+        })
     }
 
     /// Takes the lease on `key` with `token` for `ttl_ms`, taking it over when its holder is gone; `Busy`
@@ -50,13 +52,24 @@ impl Rewind {
             expires_at: self.now().saturating_add(ttl_ms),
         };
         let current = match self.repo.take_lease(&lease, None).await? {
-            LeaseTake::Taken => return Ok(HeldLease { key, token: token.clone() }),
+            LeaseTake::Taken => {
+                return Ok(HeldLease {
+                    key,
+                    token: token.clone(),
+                });
+            }
             LeaseTake::Held(current) => current,
         };
-        if self.is_abandoned(&current) {
-            if let LeaseTake::Taken = self.repo.take_lease(&lease, Some(current.token.clone())).await? {
-                return Ok(HeldLease { key, token: token.clone() });
-            }
+        if self.is_abandoned(&current)
+            && let LeaseTake::Taken = self
+                .repo
+                .take_lease(&lease, Some(current.token.clone()))
+                .await?
+        {
+            return Ok(HeldLease {
+                key,
+                token: token.clone(),
+            });
         }
         Err(busy_error(&key, &current, session))
     }
@@ -69,9 +82,21 @@ impl Rewind {
         token: &LeaseToken,
     ) -> Result<(HeldLease, HeldLease)> {
         let ttl = self.config.operation_lease_ms;
-        let session_lease = self.acquire(LeaseKey::Session(session.clone()), token, ttl, Some(session)).await?;
+        let session_lease = self
+            .acquire(
+                LeaseKey::Session(session.clone()),
+                token,
+                ttl,
+                Some(session),
+            )
+            .await?;
         match self
-            .acquire(LeaseKey::Worktree(directory.to_owned()), token, ttl, Some(session))
+            .acquire(
+                LeaseKey::Worktree(directory.to_owned()),
+                token,
+                ttl,
+                Some(session),
+            )
             .await
         {
             Ok(worktree_lease) => Ok((session_lease, worktree_lease)),
@@ -85,7 +110,11 @@ impl Rewind {
     /// Extends a held lease; `LeaseLost` when it was taken from us.
     pub(super) async fn renew(&self, lease: &HeldLease, ttl_ms: u64) -> Result<()> {
         let expires = self.now().saturating_add(ttl_ms);
-        if self.repo.renew_lease(&lease.key, &lease.token, expires).await? {
+        if self
+            .repo
+            .renew_lease(&lease.key, &lease.token, expires)
+            .await?
+        {
             Ok(())
         } else {
             Err(Error::LeaseLost(format!(
@@ -109,6 +138,9 @@ fn busy_error(key: &LeaseKey, current: &Lease, session: Option<&SessionId>) -> E
     };
     Error::Busy {
         session_id: session.cloned(),
-        message: format!("{what} (held by {}); try again when it has finished", current.holder),
+        message: format!(
+            "{what} (held by {}); try again when it has finished",
+            current.holder
+        ),
     }
 }

@@ -17,8 +17,8 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::id::IdGenerator;
 use crate::model::{
-    Event, EventPayload, FileActionKind, Holder, HolderKind, LeaseToken, MessageId, PartBody, PartId, Role,
-    Session, SessionId, Tokens, Warning,
+    Event, EventPayload, FileActionKind, Holder, HolderKind, LeaseToken, MessageId, PartBody,
+    PartId, Role, Session, SessionId, Tokens, Warning,
 };
 use crate::ports::{HostPort, MessageRepo, SnapshotPort};
 use crate::revert::RevertPoint;
@@ -160,7 +160,9 @@ pub struct Rewind {
 
 impl std::fmt::Debug for Rewind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rewind").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Rewind")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -230,7 +232,11 @@ impl Rewind {
 
 /// A fresh token for one operation or step.
 fn new_token() -> LeaseToken {
-    LeaseToken(format!("tok_{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>()))
+    LeaseToken(format!(
+        "tok_{:016x}{:016x}",
+        rand::random::<u64>(),
+        rand::random::<u64>()
+    ))
 }
 
 fn worktree(session: &Session) -> &Path {

@@ -1,7 +1,9 @@
 //! Reading a session's state: sessions, messages, warnings, the last revert's diff and the history.
 
 use crate::error::Result;
-use crate::model::{FileDiff, MessageId, MessageWithParts, RevertHistoryEntry, Session, SessionId, Warning};
+use crate::model::{
+    FileDiff, MessageId, MessageWithParts, RevertHistoryEntry, Session, SessionId, Warning,
+};
 
 use super::Rewind;
 
@@ -23,7 +25,11 @@ impl Rewind {
     }
 
     /// One message with its parts.
-    pub async fn message(&self, session: &SessionId, message: &MessageId) -> Result<MessageWithParts> {
+    pub async fn message(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<MessageWithParts> {
         self.load_session(session).await?;
         self.load_message(session, message).await
     }

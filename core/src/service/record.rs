@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use crate::error::{Error, Result};
 use crate::id::ensure_sorts_after;
 use crate::model::{
-    EventPayload, LeaseKey, Message, MessageId, MessageTime, MessageWithParts, OpenStep, Part, PartBody, PartId,
-    PatchPart, RelPath, Role, Session, SessionId, SessionStatus, SessionTime, SkippedPath, StepFinishPart,
-    StepStartPart, Tokens, Warning,
+    EventPayload, LeaseKey, Message, MessageId, MessageTime, MessageWithParts, OpenStep, Part,
+    PartBody, PartId, PatchPart, RelPath, Role, Session, SessionId, SessionStatus, SessionTime,
+    SkippedPath, StepFinishPart, StepStartPart, Tokens, Warning,
 };
 use crate::ports::{Change, Transaction};
 
@@ -18,7 +18,10 @@ impl Rewind {
     /// Creates a session for the worktree `directory` (an absolute path).
     pub async fn create_session(&self, directory: &str, title: Option<String>) -> Result<Session> {
         let directory = normalise_directory(directory)?;
-        let store = self.snapshots.store_location(std::path::Path::new(&directory)).await?;
+        let store = self
+            .snapshots
+            .store_location(std::path::Path::new(&directory))
+            .await?;
         let now = self.now();
         let id: SessionId = self.ids.descending(now);
         let slug = format!("session-{}", &id.as_str()[id.as_str().len() - 6..]).to_lowercase();
@@ -64,12 +67,20 @@ impl Rewind {
         if let Some(step) = &session.step {
             return Err(Error::busy(
                 id,
-                format!("Session is busy: {id} (a step is open in message {})", step.message_id),
+                format!(
+                    "Session is busy: {id} (a step is open in message {})",
+                    step.message_id
+                ),
             ));
         }
         let token = new_token();
         let lease = self
-            .acquire(LeaseKey::Session(id.clone()), &token, self.config.operation_lease_ms, Some(id))
+            .acquire(
+                LeaseKey::Session(id.clone()),
+                &token,
+                self.config.operation_lease_ms,
+                Some(id),
+            )
             .await?;
         let deleted = self.event(EventPayload::SessionDeleted {
             session_id: id.clone(),
@@ -89,7 +100,11 @@ impl Rewind {
 
     /// Records a message with its parts. While the session is reverted, cleanup runs first (the redo
     /// history is dropped, as in OpenCode).
-    pub async fn create_message(&self, session_id: &SessionId, input: NewMessage) -> Result<MessageWithParts> {
+    pub async fn create_message(
+        &self,
+        session_id: &SessionId,
+        input: NewMessage,
+    ) -> Result<MessageWithParts> {
         let session = self.load_session(session_id).await?;
         self.prepare_worktree(&session.directory).await?;
         let session = self.load_session(session_id).await?;
@@ -124,11 +139,15 @@ impl Rewind {
         };
         let parts = self.build_parts(&info, None, input.parts)?;
         let mut transaction = Transaction::default();
-        transaction.changes.push(Change::PutMessage(Box::new(info.clone())));
-        transaction.events.push(self.event(EventPayload::MessageUpdated {
-            session_id: session_id.clone(),
-            info: Box::new(info.clone()),
-        }));
+        transaction
+            .changes
+            .push(Change::PutMessage(Box::new(info.clone())));
+        transaction
+            .events
+            .push(self.event(EventPayload::MessageUpdated {
+                session_id: session_id.clone(),
+                info: Box::new(info.clone()),
+            }));
         for part in &parts {
             self.push_part(&mut transaction, part.clone());
         }
@@ -139,7 +158,12 @@ impl Rewind {
 
     /// Appends a part (text, tool, or any type rewind does not know) to a message. Step parts come only
     /// from the step operations, so every snapshot a patch names is one rewind took.
-    pub async fn append_part(&self, session_id: &SessionId, message_id: &MessageId, input: NewPart) -> Result<Part> {
+    pub async fn append_part(
+        &self,
+        session_id: &SessionId,
+        message_id: &MessageId,
+        input: NewPart,
+    ) -> Result<Part> {
         let session = self.load_session(session_id).await?;
         self.prepare_worktree(&session.directory).await?;
         let session = self.load_session(session_id).await?;
@@ -150,7 +174,8 @@ impl Rewind {
                 message_id: descriptor.message_id.clone(),
                 part_id: descriptor.part_id.clone(),
             };
-            if crate::revert::is_hidden(&point, message_id, None) || message_id > &point.message_id {
+            if crate::revert::is_hidden(&point, message_id, None) || message_id > &point.message_id
+            {
                 return Err(Error::InvalidInput(format!(
                     "message {message_id} is reverted; unrevert the session or record a new message"
                 )));
@@ -158,7 +183,9 @@ impl Rewind {
         }
         let last = message.parts.last().map(|p| p.id.clone());
         let mut parts = self.build_parts(&message.info, last, vec![input])?;
-        let part = parts.pop().ok_or_else(|| Error::InvalidInput("no part given".to_owned()))?;
+        let part = parts
+            .pop()
+            .ok_or_else(|| Error::InvalidInput("no part given".to_owned()))?;
         let mut transaction = Transaction::default();
         self.push_part(&mut transaction, part.clone());
         self.repo.commit(transaction).await?;
@@ -175,7 +202,10 @@ impl Rewind {
         if let Some(step) = &session.step {
             return Err(Error::busy(
                 session_id,
-                format!("Session is busy: {session_id} (a step is already open in message {})", step.message_id),
+                format!(
+                    "Session is busy: {session_id} (a step is already open in message {})",
+                    step.message_id
+                ),
             ));
         }
         if session.revert.is_some() {
@@ -196,7 +226,9 @@ impl Rewind {
                 Some(session_id),
             )
             .await?;
-        let result = self.begin_step_locked(&session, &message, &token, &session_lease).await;
+        let result = self
+            .begin_step_locked(&session, &message, &token, &session_lease)
+            .await;
         if result.is_err() {
             self.release(&session_lease).await;
         }
@@ -236,32 +268,48 @@ impl Rewind {
             ..Default::default()
         };
         self.push_part(&mut transaction, part.clone());
-        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
+        transaction
+            .changes
+            .push(Change::PutSession(Box::new(updated.clone())));
         self.push_skipped_warning(&mut transaction, &updated, &tracked.skipped);
-        transaction.events.push(self.event(EventPayload::SessionStatus {
-            session_id: session.id.clone(),
-            status: SessionStatus::Busy,
-        }));
+        transaction
+            .events
+            .push(self.event(EventPayload::SessionStatus {
+                session_id: session.id.clone(),
+                status: SessionStatus::Busy,
+            }));
         self.repo.commit(transaction).await?;
         Ok(part)
     }
 
     /// Finishes the open step of `message_id`: snapshots again, appends `step-finish` and, when files
     /// changed, a `patch`; updates the turn's `summary.diffs`.
-    pub async fn finish_step(&self, session_id: &SessionId, message_id: &MessageId, end: StepEnd) -> Result<Vec<Part>> {
+    pub async fn finish_step(
+        &self,
+        session_id: &SessionId,
+        message_id: &MessageId,
+        end: StepEnd,
+    ) -> Result<Vec<Part>> {
         let session = self.load_session(session_id).await?;
         let step = open_step_of(&session, message_id)?;
         if step.holder != self.holder() {
             return Err(Error::busy(
                 session_id,
-                format!("Session is busy: {session_id} (its step is owned by {})", step.holder),
+                format!(
+                    "Session is busy: {session_id} (its step is owned by {})",
+                    step.holder
+                ),
             ));
         }
         self.close_step(&session, end).await
     }
 
     /// Aborts the open step of `message_id`, so what it changed can still be reverted.
-    pub async fn abort_step(&self, session_id: &SessionId, message_id: &MessageId) -> Result<Vec<Part>> {
+    pub async fn abort_step(
+        &self,
+        session_id: &SessionId,
+        message_id: &MessageId,
+    ) -> Result<Vec<Part>> {
         let session = self.load_session(session_id).await?;
         open_step_of(&session, message_id)?;
         self.abort(session_id).await?;
@@ -282,14 +330,21 @@ impl Rewind {
             return Ok(session);
         };
         let owned = step.holder == self.holder();
-        let gone = match self.repo.lease(&LeaseKey::Session(session_id.clone())).await? {
+        let gone = match self
+            .repo
+            .lease(&LeaseKey::Session(session_id.clone()))
+            .await?
+        {
             Some(lease) => lease.token != step.token || self.is_abandoned(&lease),
             None => true,
         };
         if !owned && !gone {
             return Err(Error::busy(
                 session_id,
-                format!("Session is busy: {session_id} (its step is owned by {}, which is still running)", step.holder),
+                format!(
+                    "Session is busy: {session_id} (its step is owned by {}, which is still running)",
+                    step.holder
+                ),
             ));
         }
         self.close_step(
@@ -309,7 +364,11 @@ impl Rewind {
         self.recover_worktree(Some(directory)).await?;
         for session in self.repo.sessions(Some(directory.to_owned())).await? {
             let Some(step) = &session.step else { continue };
-            let abandoned = match self.repo.lease(&LeaseKey::Session(session.id.clone())).await? {
+            let abandoned = match self
+                .repo
+                .lease(&LeaseKey::Session(session.id.clone()))
+                .await?
+            {
                 Some(lease) => lease.token != step.token || self.is_abandoned(&lease),
                 None => true,
             };
@@ -330,10 +389,9 @@ impl Rewind {
     /// Closes the session's open step: the step's lease is taken (over) with its own token, the worktree is
     /// tracked, and the finish, patch, summary and status are stored in one transaction.
     async fn close_step(&self, session: &Session, end: StepEnd) -> Result<Vec<Part>> {
-        let step = session
-            .step
-            .clone()
-            .ok_or_else(|| Error::InvalidInput(format!("no step is open in session {}", session.id)))?;
+        let step = session.step.clone().ok_or_else(|| {
+            Error::InvalidInput(format!("no step is open in session {}", session.id))
+        })?;
         // Re-take the step's own lease with our holder: a no-op for the owner, a takeover for an abandoned
         // step (the caller has judged it abandoned), a `Busy` for anyone else.
         let lease = crate::model::Lease {
@@ -344,7 +402,9 @@ impl Rewind {
         };
         let current = self.repo.lease(&lease.key).await?;
         let replacing = current.map(|c| c.token);
-        if let crate::model::LeaseTake::Held(other) = self.repo.take_lease(&lease, replacing).await? {
+        if let crate::model::LeaseTake::Held(other) =
+            self.repo.take_lease(&lease, replacing).await?
+        {
             return Err(Error::busy(
                 &session.id,
                 format!("Session is busy: {} (held by {})", session.id, other.holder),
@@ -354,7 +414,9 @@ impl Rewind {
             key: lease.key.clone(),
             token: step.token.clone(),
         };
-        let result = self.close_step_locked(session, &step, end, &session_lease).await;
+        let result = self
+            .close_step_locked(session, &step, end, &session_lease)
+            .await;
         self.release(&session_lease).await;
         result
     }
@@ -373,18 +435,30 @@ impl Rewind {
             .find(|m| m.info.id == step.message_id)
             .ok_or_else(|| Error::NotFound(format!("Message not found: {}", step.message_id)))?;
         let mut warnings = Vec::new();
-        let (snapshot, reason, files) = match self.track_under_worktree_lease(session, &step.token).await {
+        let (snapshot, reason, files) = match self
+            .track_under_worktree_lease(session, &step.token)
+            .await
+        {
             Ok(tracked) => {
-                let files = self.snapshots.changed_files(worktree(session), &step.snapshot).await?;
+                let files = self
+                    .snapshots
+                    .changed_files(worktree(session), &step.snapshot)
+                    .await?;
                 if !tracked.skipped.is_empty() {
                     warnings.push(skipped_warning(self.now(), &directory, &tracked.skipped));
                 }
-                (Some(tracked.id), end.reason.clone().unwrap_or_else(|| "stop".to_owned()), files)
+                (
+                    Some(tracked.id),
+                    end.reason.clone().unwrap_or_else(|| "stop".to_owned()),
+                    files,
+                )
             }
             Err(Error::Busy { .. }) => {
                 return Err(Error::busy(
                     &session.id,
-                    format!("Worktree is busy: {directory} (a revert is in progress); try again when it has finished"),
+                    format!(
+                        "Worktree is busy: {directory} (a revert is in progress); try again when it has finished"
+                    ),
                 ));
             }
             Err(error) => {
@@ -448,27 +522,39 @@ impl Rewind {
         for part in &parts {
             self.push_part(&mut transaction, part.clone());
         }
-        if let Some(end_snapshot) = &snapshot {
-            if let Some(user) = self.turn_summary(&messages, message, end_snapshot, &directory).await? {
-                transaction.changes.push(Change::PutMessage(Box::new(user.clone())));
-                transaction.events.push(self.event(EventPayload::MessageUpdated {
+        if let Some(end_snapshot) = &snapshot
+            && let Some(user) = self
+                .turn_summary(&messages, message, end_snapshot, &directory)
+                .await?
+        {
+            transaction
+                .changes
+                .push(Change::PutMessage(Box::new(user.clone())));
+            transaction
+                .events
+                .push(self.event(EventPayload::MessageUpdated {
                     session_id: session.id.clone(),
                     info: Box::new(user),
                 }));
-            }
         }
         for warning in warnings {
-            transaction.events.push(self.warning_event(&session.id, &warning));
+            transaction
+                .events
+                .push(self.warning_event(&session.id, &warning));
             transaction.changes.push(Change::AddWarning {
                 session: session.id.clone(),
                 warning,
             });
         }
-        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
-        transaction.events.push(self.event(EventPayload::SessionStatus {
-            session_id: session.id.clone(),
-            status: crate::model::SessionStatus::Idle,
-        }));
+        transaction
+            .changes
+            .push(Change::PutSession(Box::new(updated.clone())));
+        transaction
+            .events
+            .push(self.event(EventPayload::SessionStatus {
+                session_id: session.id.clone(),
+                status: crate::model::SessionStatus::Idle,
+            }));
         transaction.events.push(self.updated_event(&updated));
         self.repo.commit(transaction).await?;
         Ok(parts)
@@ -482,8 +568,12 @@ impl Rewind {
         end: &crate::model::SnapshotId,
         directory: &str,
     ) -> Result<Option<Message>> {
-        let Some(user_id) = &message.info.parent_id else { return Ok(None) };
-        let Some(user) = messages.iter().find(|m| &m.info.id == user_id) else { return Ok(None) };
+        let Some(user_id) = &message.info.parent_id else {
+            return Ok(None);
+        };
+        let Some(user) = messages.iter().find(|m| &m.info.id == user_id) else {
+            return Ok(None);
+        };
         let first = messages
             .iter()
             .filter(|m| m.info.parent_id.as_ref() == Some(user_id))
@@ -493,7 +583,10 @@ impl Rewind {
                 _ => None,
             });
         let Some(first) = first else { return Ok(None) };
-        let diffs = self.snapshots.diff(std::path::Path::new(directory), &first, end).await?;
+        let diffs = self
+            .snapshots
+            .diff(std::path::Path::new(directory), &first, end)
+            .await?;
         let mut info = user.info.clone();
         info.set_summary_diffs(&diffs);
         Ok(Some(info))
@@ -521,25 +614,34 @@ impl Rewind {
     /// Renews a server-owned step's lease on any request about its session (the step timeout counts
     /// silence, not duration). Failure is harmless: the step is then judged by its old expiry.
     async fn touch_step(&self, session: &Session) {
-        if let Some(step) = &session.step {
-            if step.holder == self.holder() {
-                let expires = self.now().saturating_add(self.config.step_timeout_ms);
-                let _ = self
-                    .repo
-                    .renew_lease(&LeaseKey::Session(session.id.clone()), &step.token, expires)
-                    .await;
-            }
+        if let Some(step) = &session.step
+            && step.holder == self.holder()
+        {
+            let expires = self.now().saturating_add(self.config.step_timeout_ms);
+            let _ = self
+                .repo
+                .renew_lease(&LeaseKey::Session(session.id.clone()), &step.token, expires)
+                .await;
         }
     }
 
-    pub(super) async fn load_message(&self, session: &SessionId, message: &MessageId) -> Result<MessageWithParts> {
+    pub(super) async fn load_message(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<MessageWithParts> {
         self.repo
             .message(session, message)
             .await?
             .ok_or_else(|| Error::NotFound(format!("Message not found: {message}")))
     }
 
-    fn build_parts(&self, message: &Message, last: Option<PartId>, inputs: Vec<NewPart>) -> Result<Vec<Part>> {
+    fn build_parts(
+        &self,
+        message: &Message,
+        last: Option<PartId>,
+        inputs: Vec<NewPart>,
+    ) -> Result<Vec<Part>> {
         let mut last = last;
         let mut parts = Vec::with_capacity(inputs.len());
         for input in inputs {
@@ -562,20 +664,29 @@ impl Rewind {
     }
 
     fn push_part(&self, transaction: &mut Transaction, part: Part) {
-        transaction.events.push(self.event(EventPayload::PartUpdated {
-            session_id: part.session_id.clone(),
-            part: Box::new(part.clone()),
-            time: self.now(),
-        }));
+        transaction
+            .events
+            .push(self.event(EventPayload::PartUpdated {
+                session_id: part.session_id.clone(),
+                part: Box::new(part.clone()),
+                time: self.now(),
+            }));
         transaction.changes.push(Change::PutPart(Box::new(part)));
     }
 
-    fn push_skipped_warning(&self, transaction: &mut Transaction, session: &Session, skipped: &[SkippedPath]) {
+    fn push_skipped_warning(
+        &self,
+        transaction: &mut Transaction,
+        session: &Session,
+        skipped: &[SkippedPath],
+    ) {
         if skipped.is_empty() {
             return;
         }
         let warning = skipped_warning(self.now(), &session.directory, skipped);
-        transaction.events.push(self.warning_event(&session.id, &warning));
+        transaction
+            .events
+            .push(self.warning_event(&session.id, &warning));
         transaction.changes.push(Change::AddWarning {
             session: session.id.clone(),
             warning,
@@ -628,7 +739,9 @@ fn assistant_parent(messages: &[MessageWithParts], given: Option<MessageId>) -> 
             .find(|m| m.info.role == Role::User)
             .map(|m| m.info.id.clone())
             .ok_or_else(|| {
-                Error::InvalidInput("an assistant message needs a user message before it in the session".to_owned())
+                Error::InvalidInput(
+                    "an assistant message needs a user message before it in the session".to_owned(),
+                )
             }),
     }
 }

@@ -26,11 +26,11 @@ impl Rewind {
             // whose lease may be taken over. A live holder (the owner or an operation already recovering it)
             // is left alone.
             let current = self.repo.lease(&session_key).await?;
-            if let Some(lease) = &current {
-                if !self.is_abandoned(lease) {
-                    report.in_progress.push(intent.token.clone());
-                    continue;
-                }
+            if let Some(lease) = &current
+                && !self.is_abandoned(lease)
+            {
+                report.in_progress.push(intent.token.clone());
+                continue;
             }
             let Some(session) = self.repo.session(&intent.session_id).await? else {
                 // The session is gone (deleted by a later command); nothing refers to the files any more
@@ -44,7 +44,11 @@ impl Rewind {
                 holder: self.holder(),
                 expires_at: self.now().saturating_add(self.config.operation_lease_ms),
             };
-            if let LeaseTake::Held(_) = self.repo.take_lease(&lease, current.map(|c| c.token)).await? {
+            if let LeaseTake::Held(_) = self
+                .repo
+                .take_lease(&lease, current.map(|c| c.token))
+                .await?
+            {
                 report.in_progress.push(intent.token.clone());
                 continue;
             }

@@ -6,8 +6,9 @@ use std::collections::BTreeSet;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken, MessageWithParts, PartBody, RelPath,
-    RevertDescriptor, RevertHistoryEntry, Session, SessionId, SnapshotId, Warning,
+    DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken, MessageWithParts,
+    PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, Session, SessionId, SnapshotId,
+    Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
@@ -52,14 +53,17 @@ impl Rewind {
         let point = select_revert_point(&messages, &target)?;
         let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
         let token = new_token();
-        let (session_lease, worktree_lease) =
-            self.acquire_session_and_worktree(session_id, &session.directory, &token).await?;
+        let (session_lease, worktree_lease) = self
+            .acquire_session_and_worktree(session_id, &session.directory, &token)
+            .await?;
         let operation = Operation {
             token,
             session_lease,
             worktree_lease,
         };
-        let result = self.revert_locked(session_id, &operation, point, patches).await;
+        let result = self
+            .revert_locked(session_id, &operation, point, patches)
+            .await;
         self.release(&operation.worktree_lease).await;
         self.release(&operation.session_lease).await;
         result
@@ -78,17 +82,29 @@ impl Rewind {
         let messages = self.repo.messages(session_id).await?;
         let wt = worktree(&session);
         let before = self.snapshots.track(wt).await?.id;
-        let mut files: BTreeSet<RelPath> = patches.iter().flat_map(|p| p.files.iter().cloned()).collect();
-        if let (Some(descriptor), Some(applied)) = (&session.revert, &session.applied) {
-            if let Some(snapshot) = &descriptor.snapshot {
-                files.extend(self.snapshots.changed_between(wt, snapshot, applied).await?);
-            }
+        let mut files: BTreeSet<RelPath> = patches
+            .iter()
+            .flat_map(|p| p.files.iter().cloned())
+            .collect();
+        if let (Some(descriptor), Some(applied)) = (&session.revert, &session.applied)
+            && let Some(snapshot) = &descriptor.snapshot
+        {
+            files.extend(
+                self.snapshots
+                    .changed_between(wt, snapshot, applied)
+                    .await?,
+            );
         }
-        let intent = self.write_intent(&session, operation, IntentOperation::Revert, before, files).await?;
+        let intent = self
+            .write_intent(&session, operation, IntentOperation::Revert, before, files)
+            .await?;
         if let Err(error) = self.renew_operation(operation).await {
             return Err(self.roll_back(&session, &intent, error).await);
         }
-        match self.revert_files(&session, &messages, point, &patches).await {
+        match self
+            .revert_files(&session, &messages, point, &patches)
+            .await
+        {
             Ok(result) => self.store_revert(&session, operation, result).await,
             Err(error) => Err(self.roll_back(&session, &intent, error).await),
         }
@@ -105,10 +121,10 @@ impl Rewind {
         let directory = &session.directory;
         let mut warnings = Vec::new();
         // Every revert starts from the un-reverted worktree: undo the current revert, scoped as unrevert.
-        if let (Some(descriptor), Some(applied)) = (&session.revert, &session.applied) {
-            if let Some(snapshot) = &descriptor.snapshot {
-                warnings.extend(self.undo_revert(session, snapshot, applied).await?);
-            }
+        if let (Some(descriptor), Some(applied)) = (&session.revert, &session.applied)
+            && let Some(snapshot) = &descriptor.snapshot
+        {
+            warnings.extend(self.undo_revert(session, snapshot, applied).await?);
         }
         let snapshot = self.snapshots.track(wt).await?.id;
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
@@ -130,7 +146,12 @@ impl Rewind {
         // Files this revert overwrote whose content no step of this session produced: edited since by the
         // user or another session. They stay recoverable from the pre-revert snapshot.
         if let Some(last_finish) = last_step_snapshot(messages) {
-            let touched: BTreeSet<RelPath> = outcome.written.iter().chain(&outcome.deleted).cloned().collect();
+            let touched: BTreeSet<RelPath> = outcome
+                .written
+                .iter()
+                .chain(&outcome.deleted)
+                .cloned()
+                .collect();
             let edited: Vec<RelPath> = self
                 .snapshots
                 .changed_between(wt, &last_finish, &snapshot)
@@ -165,7 +186,12 @@ impl Rewind {
         })
     }
 
-    async fn store_revert(&self, session: &Session, operation: &Operation, result: RevertResult) -> Result<Session> {
+    async fn store_revert(
+        &self,
+        session: &Session,
+        operation: &Operation,
+        result: RevertResult,
+    ) -> Result<Session> {
         let now = self.now();
         let mut updated = session.clone();
         updated.revert = Some(result.descriptor);
@@ -178,23 +204,31 @@ impl Rewind {
             ..Default::default()
         };
         for warning in &result.warnings {
-            transaction.events.push(self.warning_event(&session.id, warning));
+            transaction
+                .events
+                .push(self.warning_event(&session.id, warning));
             transaction.changes.push(Change::AddWarning {
                 session: session.id.clone(),
                 warning: warning.clone(),
             });
         }
-        transaction.events.push(self.event(EventPayload::SessionDiff {
-            session_id: session.id.clone(),
-            diff: result.diff.clone(),
-        }));
+        transaction
+            .events
+            .push(self.event(EventPayload::SessionDiff {
+                session_id: session.id.clone(),
+                diff: result.diff.clone(),
+            }));
         transaction.events.push(self.updated_event(&updated));
         transaction.changes.push(Change::SetSessionDiff {
             session: session.id.clone(),
             diff: result.diff,
         });
-        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
-        transaction.changes.push(Change::DeleteIntent(operation.token.clone()));
+        transaction
+            .changes
+            .push(Change::PutSession(Box::new(updated.clone())));
+        transaction
+            .changes
+            .push(Change::DeleteIntent(operation.token.clone()));
         self.repo.commit(transaction).await?;
         Ok(updated)
     }
@@ -210,8 +244,9 @@ impl Rewind {
             return Ok(session);
         }
         let token = new_token();
-        let (session_lease, worktree_lease) =
-            self.acquire_session_and_worktree(session_id, &session.directory, &token).await?;
+        let (session_lease, worktree_lease) = self
+            .acquire_session_and_worktree(session_id, &session.directory, &token)
+            .await?;
         let operation = Operation {
             token,
             session_lease,
@@ -223,20 +258,35 @@ impl Rewind {
         result
     }
 
-    async fn unrevert_locked(&self, session_id: &SessionId, operation: &Operation) -> Result<Session> {
+    async fn unrevert_locked(
+        &self,
+        session_id: &SessionId,
+        operation: &Operation,
+    ) -> Result<Session> {
         let session = self.load_session(session_id).await?;
         self.refuse_open_steps(&session).await?;
-        let (Some(descriptor), Some(applied)) = (session.revert.clone(), session.applied.clone()) else {
+        let (Some(descriptor), Some(applied)) = (session.revert.clone(), session.applied.clone())
+        else {
             return Ok(session);
         };
         let wt = worktree(&session);
         let before = self.snapshots.track(wt).await?.id;
         let files = match &descriptor.snapshot {
-            Some(snapshot) => self.snapshots.changed_between(wt, snapshot, &applied).await?,
+            Some(snapshot) => {
+                self.snapshots
+                    .changed_between(wt, snapshot, &applied)
+                    .await?
+            }
             None => Vec::new(),
         };
         let intent = self
-            .write_intent(&session, operation, IntentOperation::Unrevert, before, files.into_iter().collect())
+            .write_intent(
+                &session,
+                operation,
+                IntentOperation::Unrevert,
+                before,
+                files.into_iter().collect(),
+            )
             .await?;
         if let Err(error) = self.renew_operation(operation).await {
             return Err(self.roll_back(&session, &intent, error).await);
@@ -258,25 +308,39 @@ impl Rewind {
             ..Default::default()
         };
         for warning in warnings {
-            transaction.events.push(self.warning_event(&session.id, &warning));
+            transaction
+                .events
+                .push(self.warning_event(&session.id, &warning));
             transaction.changes.push(Change::AddWarning {
                 session: session.id.clone(),
                 warning,
             });
         }
         transaction.events.push(self.updated_event(&updated));
-        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
-        transaction.changes.push(Change::DeleteIntent(operation.token.clone()));
+        transaction
+            .changes
+            .push(Change::PutSession(Box::new(updated.clone())));
+        transaction
+            .changes
+            .push(Change::DeleteIntent(operation.token.clone()));
         self.repo.commit(transaction).await?;
         Ok(updated)
     }
 
     /// Undoes a revert that left `applied` from the pre-revert `snapshot`: only the files that differ between
     /// the two go back, and a file the user changed since the revert is captured first.
-    async fn undo_revert(&self, session: &Session, snapshot: &SnapshotId, applied: &SnapshotId) -> Result<Vec<Warning>> {
+    async fn undo_revert(
+        &self,
+        session: &Session,
+        snapshot: &SnapshotId,
+        applied: &SnapshotId,
+    ) -> Result<Vec<Warning>> {
         let wt = worktree(session);
         let directory = &session.directory;
-        let changed = self.snapshots.changed_between(wt, snapshot, applied).await?;
+        let changed = self
+            .snapshots
+            .changed_between(wt, snapshot, applied)
+            .await?;
         if changed.is_empty() {
             return Ok(Vec::new());
         }
@@ -374,9 +438,10 @@ impl Rewind {
                 PartBody::StepFinish(finish) => Some(finish),
                 _ => None,
             })
-            .fold((0.0, crate::model::Tokens::default()), |(cost, tokens), finish| {
-                (cost + finish.cost, tokens.add(&finish.tokens))
-            });
+            .fold(
+                (0.0, crate::model::Tokens::default()),
+                |(cost, tokens), finish| (cost + finish.cost, tokens.add(&finish.tokens)),
+            );
         let since = session.reverted_at.unwrap_or(0);
         let warnings: Vec<Warning> = self
             .repo
@@ -412,19 +477,25 @@ impl Rewind {
                 warnings,
             }),
         });
-        transaction.changes.push(Change::PutSession(Box::new(updated.clone())));
+        transaction
+            .changes
+            .push(Change::PutSession(Box::new(updated.clone())));
         for message_id in plan.removed_messages {
-            transaction.events.push(self.event(EventPayload::MessageRemoved {
-                session_id: session_id.clone(),
-                message_id,
-            }));
+            transaction
+                .events
+                .push(self.event(EventPayload::MessageRemoved {
+                    session_id: session_id.clone(),
+                    message_id,
+                }));
         }
         for (message_id, part_id) in plan.removed_parts {
-            transaction.events.push(self.event(EventPayload::PartRemoved {
-                session_id: session_id.clone(),
-                message_id,
-                part_id,
-            }));
+            transaction
+                .events
+                .push(self.event(EventPayload::PartRemoved {
+                    session_id: session_id.clone(),
+                    message_id,
+                    part_id,
+                }));
         }
         transaction.events.push(self.updated_event(&updated));
         self.repo.commit(transaction).await?;
@@ -495,7 +566,10 @@ impl Rewind {
         };
         self.repo
             .commit(Transaction {
-                guards: vec![operation.session_lease.guard(), operation.worktree_lease.guard()],
+                guards: vec![
+                    operation.session_lease.guard(),
+                    operation.worktree_lease.guard(),
+                ],
                 changes: vec![Change::PutIntent(Box::new(intent.clone()))],
                 events: Vec::new(),
             })
@@ -520,7 +594,12 @@ impl Rewind {
 
     /// Restores an intent's files to its `before` snapshot (capturing their current state first, with a
     /// warning) and deletes the record. Shared by rollback and recovery.
-    pub(super) async fn finish_intent(&self, session: &Session, intent: &IntentRecord, why: &str) -> Result<()> {
+    pub(super) async fn finish_intent(
+        &self,
+        session: &Session,
+        intent: &IntentRecord,
+        why: &str,
+    ) -> Result<()> {
         let wt = worktree(session);
         let capture = self.snapshots.track(wt).await?.id;
         let files = path_set(&intent.files);
@@ -536,7 +615,9 @@ impl Rewind {
             ..Default::default()
         };
         if !changed.is_empty() {
-            self.snapshots.restore(wt, &intent.before, Some(changed.clone())).await?;
+            self.snapshots
+                .restore(wt, &intent.before, Some(changed.clone()))
+                .await?;
             let warning = Warning {
                 time: self.now(),
                 message: format!(
@@ -544,15 +625,22 @@ impl Rewind {
                      snapshot {capture}"
                 ),
                 snapshot: Some(capture),
-                files: changed.iter().map(|p| p.to_absolute(&session.directory)).collect(),
+                files: changed
+                    .iter()
+                    .map(|p| p.to_absolute(&session.directory))
+                    .collect(),
             };
-            transaction.events.push(self.warning_event(&session.id, &warning));
+            transaction
+                .events
+                .push(self.warning_event(&session.id, &warning));
             transaction.changes.push(Change::AddWarning {
                 session: session.id.clone(),
                 warning,
             });
         }
-        transaction.changes.push(Change::DeleteIntent(intent.token.clone()));
+        transaction
+            .changes
+            .push(Change::DeleteIntent(intent.token.clone()));
         self.repo.commit(transaction).await
     }
 }

@@ -9,3 +9,6 @@ pub mod mem_snapshot;
 pub mod strategies;
 
 pub use host::FakeHost;
+pub use mem_bus::MemBus;
+pub use mem_repo::MemRepo;
+pub use mem_snapshot::{MemFs, MemHarness, MemSnapshotStore, Node};

@@ -6,8 +6,8 @@ use serde_json::Map;
 
 use crate::id::IdGenerator;
 use crate::model::{
-    Message, MessageId, MessageTime, MessageWithParts, Part, PartBody, PartId, PatchPart, Role, SessionId,
-    SnapshotId, StepFinishPart, StepStartPart, ToolPart,
+    Message, MessageId, MessageTime, MessageWithParts, Part, PartBody, PartId, PatchPart, Role,
+    SessionId, SnapshotId, StepFinishPart, StepStartPart, ToolPart,
 };
 use crate::revert::RevertTarget;
 
@@ -66,7 +66,11 @@ pub fn build_session(shapes: &[MessageShape]) -> Vec<MessageWithParts> {
                 created: clock,
                 completed: None,
             },
-            parent_id: if shape.role == Role::Assistant { last_user.clone() } else { None },
+            parent_id: if shape.role == Role::Assistant {
+                last_user.clone()
+            } else {
+                None
+            },
             extra: Map::new(),
         };
         let mut parts = Vec::new();
@@ -118,13 +122,21 @@ pub fn build_session(shapes: &[MessageShape]) -> Vec<MessageWithParts> {
 }
 
 fn file_name() -> impl Strategy<Value = String> {
-    prop::sample::select(vec!["a.txt", "b.txt", "src/c.rs", "src/d.rs", "e"]).prop_map(str::to_owned)
+    prop::sample::select(vec!["a.txt", "b.txt", "src/c.rs", "src/d.rs", "e"])
+        .prop_map(str::to_owned)
 }
 
 /// One step: `step-start`, text and tool parts, `step-finish`, then a patch when it changed files.
 fn step() -> impl Strategy<Value = Vec<PartShape>> {
     (
-        prop::collection::vec(prop_oneof![Just(PartShape::Text), Just(PartShape::Tool), Just(PartShape::Reasoning)], 0..3),
+        prop::collection::vec(
+            prop_oneof![
+                Just(PartShape::Text),
+                Just(PartShape::Tool),
+                Just(PartShape::Reasoning)
+            ],
+            0..3,
+        ),
         prop::collection::btree_set(file_name(), 0..3),
     )
         .prop_map(|(middle, files)| {
@@ -147,7 +159,10 @@ fn assistant_message() -> impl Strategy<Value = MessageShape> {
 
 fn turn() -> impl Strategy<Value = Vec<MessageShape>> {
     (
-        prop::collection::vec(prop_oneof![3 => Just(PartShape::Text), 1 => Just(PartShape::Reasoning)], 0..3),
+        prop::collection::vec(
+            prop_oneof![3 => Just(PartShape::Text), 1 => Just(PartShape::Reasoning)],
+            0..3,
+        ),
         prop::collection::vec(assistant_message(), 0..4),
     )
         .prop_map(|(user_parts, assistants)| {
@@ -162,13 +177,15 @@ fn turn() -> impl Strategy<Value = Vec<MessageShape>> {
 
 /// Session shapes: 1 to 6 turns, sometimes opened by assistant messages with no user message before them.
 pub fn session_shapes() -> impl Strategy<Value = Vec<MessageShape>> {
-    (prop::collection::vec(assistant_message(), 0..2), prop::collection::vec(turn(), 1..6)).prop_map(
-        |(orphans, turns)| {
+    (
+        prop::collection::vec(assistant_message(), 0..2),
+        prop::collection::vec(turn(), 1..6),
+    )
+        .prop_map(|(orphans, turns)| {
             let mut shapes = orphans;
             shapes.extend(turns.into_iter().flatten());
             shapes
-        },
-    )
+        })
 }
 
 /// A generated session.
@@ -192,7 +209,8 @@ pub enum TargetKind {
 }
 
 /// A session and a target in it.
-pub fn session_and_target() -> impl Strategy<Value = (Vec<MessageWithParts>, RevertTarget, TargetKind)> {
+pub fn session_and_target()
+-> impl Strategy<Value = (Vec<MessageWithParts>, RevertTarget, TargetKind)> {
     session().prop_flat_map(|messages| {
         let count = messages.len();
         let all_parts: Vec<(usize, PartId)> = messages
@@ -200,58 +218,68 @@ pub fn session_and_target() -> impl Strategy<Value = (Vec<MessageWithParts>, Rev
             .enumerate()
             .flat_map(|(i, m)| m.parts.iter().map(move |p| (i, p.id.clone())))
             .collect();
-        (Just(messages), 0..count, any::<prop::sample::Index>(), 0..5u8).prop_map(move |(messages, m, pick, kind)| {
-            let ids = IdGenerator::new();
-            let message_id = messages[m].info.id.clone();
-            let unknown_message: MessageId = ids.ascending(1, None);
-            let unknown_part: PartId = ids.ascending(1, None);
-            let own = &messages[m].parts;
-            match kind {
-                1 if !own.is_empty() => (
-                    messages.clone(),
-                    RevertTarget {
-                        message_id,
-                        part_id: Some(own[pick.index(own.len())].id.clone()),
-                    },
-                    TargetKind::OwnPart,
-                ),
-                2 if !all_parts.is_empty() => {
-                    let (owner, part) = all_parts[pick.index(all_parts.len())].clone();
-                    let kind = if owner == m { TargetKind::OwnPart } else { TargetKind::ForeignPart };
-                    (
+        (
+            Just(messages),
+            0..count,
+            any::<prop::sample::Index>(),
+            0..5u8,
+        )
+            .prop_map(move |(messages, m, pick, kind)| {
+                let ids = IdGenerator::new();
+                let message_id = messages[m].info.id.clone();
+                let unknown_message: MessageId = ids.ascending(1, None);
+                let unknown_part: PartId = ids.ascending(1, None);
+                let own = &messages[m].parts;
+                match kind {
+                    1 if !own.is_empty() => (
                         messages.clone(),
                         RevertTarget {
                             message_id,
-                            part_id: Some(part),
+                            part_id: Some(own[pick.index(own.len())].id.clone()),
                         },
-                        kind,
-                    )
+                        TargetKind::OwnPart,
+                    ),
+                    2 if !all_parts.is_empty() => {
+                        let (owner, part) = all_parts[pick.index(all_parts.len())].clone();
+                        let kind = if owner == m {
+                            TargetKind::OwnPart
+                        } else {
+                            TargetKind::ForeignPart
+                        };
+                        (
+                            messages.clone(),
+                            RevertTarget {
+                                message_id,
+                                part_id: Some(part),
+                            },
+                            kind,
+                        )
+                    }
+                    3 => (
+                        messages.clone(),
+                        RevertTarget {
+                            message_id: unknown_message,
+                            part_id: None,
+                        },
+                        TargetKind::UnknownMessage,
+                    ),
+                    4 => (
+                        messages.clone(),
+                        RevertTarget {
+                            message_id,
+                            part_id: Some(unknown_part),
+                        },
+                        TargetKind::UnknownPart,
+                    ),
+                    _ => (
+                        messages.clone(),
+                        RevertTarget {
+                            message_id,
+                            part_id: None,
+                        },
+                        TargetKind::Message,
+                    ),
                 }
-                3 => (
-                    messages.clone(),
-                    RevertTarget {
-                        message_id: unknown_message,
-                        part_id: None,
-                    },
-                    TargetKind::UnknownMessage,
-                ),
-                4 => (
-                    messages.clone(),
-                    RevertTarget {
-                        message_id,
-                        part_id: Some(unknown_part),
-                    },
-                    TargetKind::UnknownPart,
-                ),
-                _ => (
-                    messages.clone(),
-                    RevertTarget {
-                        message_id,
-                        part_id: None,
-                    },
-                    TargetKind::Message,
-                ),
-            }
-        })
+            })
     })
 }

@@ -2,11 +2,13 @@
 //! host whose processes the test starts and kills.
 
 use rewind_core::model::{
-    Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseToken, PartBody, ProcessIdentity,
-    RelPath,
+    Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseToken, PartBody,
+    ProcessIdentity, RelPath,
 };
 use rewind_core::service::{NewMessage, StepEnd};
-use rewind_core::{Change, Error, HostPort, MessageRepo, Rewind, ServiceConfig, SnapshotPort, Transaction};
+use rewind_core::{
+    Change, Error, HostPort, MessageRepo, Rewind, ServiceConfig, SnapshotPort, Transaction,
+};
 
 use crate::support::{ROOT, World, block_on};
 
@@ -19,13 +21,20 @@ fn process(pid: u32) -> ProcessIdentity {
 }
 
 /// Leaves the state a revert by `owner` leaves when it dies after writing its intent and touching a.txt.
-async fn crashed_revert(w: &World, session: &rewind_core::model::SessionId, owner: &ProcessIdentity) -> LeaseToken {
+async fn crashed_revert(
+    w: &World,
+    session: &rewind_core::model::SessionId,
+    owner: &ProcessIdentity,
+) -> LeaseToken {
     let token = LeaseToken("tok_crashed".to_owned());
     let holder = Holder {
         kind: HolderKind::Process,
         process: owner.clone(),
     };
-    for key in [LeaseKey::Session(session.clone()), LeaseKey::Worktree(ROOT.to_owned())] {
+    for key in [
+        LeaseKey::Session(session.clone()),
+        LeaseKey::Worktree(ROOT.to_owned()),
+    ] {
         let lease = Lease {
             key,
             token: token.clone(),
@@ -42,7 +51,10 @@ async fn crashed_revert(w: &World, session: &rewind_core::model::SessionId, owne
         operation: IntentOperation::Revert,
         holder,
         before,
-        files: vec![RelPath::new("a.txt").expect("path"), RelPath::new("new.txt").expect("path")],
+        files: vec![
+            RelPath::new("a.txt").expect("path"),
+            RelPath::new("new.txt").expect("path"),
+        ],
         created: 0,
     };
     w.repo
@@ -75,15 +87,47 @@ fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
         w.host.kill(&dead);
         let report = w.rewind.recover().await.expect("recover");
         assert_eq!(report.recovered, [token]);
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "wholly before the operation");
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["a1", "n1"],
+            "wholly before the operation"
+        );
         assert!(w.repo.intents().await.expect("intents").is_empty());
-        let warning = w.rewind.warnings(&s.id).await.expect("warnings").pop().expect("warning");
+        let warning = w
+            .rewind
+            .warnings(&s.id)
+            .await
+            .expect("warnings")
+            .pop()
+            .expect("warning");
         let capture = warning.snapshot.expect("capture");
         let tree = w.snapshots.tree(w.path(), &capture).expect("stored");
-        assert_eq!(tree.get("a.txt").map(|n| n.content().to_vec()), Some(b"half reverted".to_vec()));
-        assert!(w.rewind.session(&s.id).await.expect("session").revert.is_none());
-        assert!(w.repo.lease(&LeaseKey::Session(s.id.clone())).await.expect("lease").is_none());
-        assert!(w.repo.lease(&LeaseKey::Worktree(ROOT.to_owned())).await.expect("lease").is_none());
+        assert_eq!(
+            tree.get("a.txt").map(|n| n.content().to_vec()),
+            Some(b"half reverted".to_vec())
+        );
+        assert!(
+            w.rewind
+                .session(&s.id)
+                .await
+                .expect("session")
+                .revert
+                .is_none()
+        );
+        assert!(
+            w.repo
+                .lease(&LeaseKey::Session(s.id.clone()))
+                .await
+                .expect("lease")
+                .is_none()
+        );
+        assert!(
+            w.repo
+                .lease(&LeaseKey::Worktree(ROOT.to_owned()))
+                .await
+                .expect("lease")
+                .is_none()
+        );
     })
 }
 
@@ -101,7 +145,11 @@ fn an_intent_whose_owner_still_runs_is_left_alone() {
         let token = crashed_revert(&w, &s.id, &process(8)).await;
         let report = w.rewind.recover().await.expect("recover");
         assert_eq!(report.in_progress, [token]);
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["half reverted", "-"], "untouched");
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["half reverted", "-"],
+            "untouched"
+        );
         let busy = w.revert_to_result(&s.id).await;
         assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
     })
@@ -138,24 +186,50 @@ fn a_killed_process_leaves_a_step_that_the_next_command_aborts() {
         let exec = process(11);
         let me = w.host.this_process();
         w.host.become_process(exec.clone());
-        let user = w.rewind.create_message(&s.id, NewMessage::user_text("run it")).await.expect("user");
-        let assistant = w.rewind.create_message(&s.id, NewMessage::assistant()).await.expect("assistant");
-        w.rewind.begin_step(&s.id, &assistant.info.id).await.expect("begin");
+        let user = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("run it"))
+            .await
+            .expect("user");
+        let assistant = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        w.rewind
+            .begin_step(&s.id, &assistant.info.id)
+            .await
+            .expect("begin");
         w.write("a.txt", "written by the killed command");
         // The command is killed; the next invocation is another process.
         w.host.become_process(me);
         w.host.kill(&exec);
-        let next = w.rewind.create_message(&s.id, NewMessage::user_text("next")).await;
+        let next = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("next"))
+            .await;
         assert!(next.is_ok(), "{next:?}");
-        let message = w.rewind.message(&s.id, &assistant.info.id).await.expect("message");
-        let kinds: Vec<_> = message.parts.iter().map(|p| p.body.kind().to_owned()).collect();
+        let message = w
+            .rewind
+            .message(&s.id, &assistant.info.id)
+            .await
+            .expect("message");
+        let kinds: Vec<_> = message
+            .parts
+            .iter()
+            .map(|p| p.body.kind().to_owned())
+            .collect();
         assert_eq!(kinds, ["step-start", "step-finish", "patch"]);
         match &message.parts[1].body {
             PartBody::StepFinish(finish) => assert_eq!(finish.reason, "aborted"),
             other => panic!("{other:?}"),
         }
         w.revert_to(&s.id, &user.info.id).await;
-        assert_eq!(w.read("a.txt").as_deref(), Some("a0"), "the aborted step is revertable");
+        assert_eq!(
+            w.read("a.txt").as_deref(),
+            Some("a0"),
+            "the aborted step is revertable"
+        );
     })
 }
 
@@ -166,12 +240,22 @@ fn a_step_of_a_live_process_blocks_revert_in_every_session_of_the_worktree() {
         let s1 = w.session().await;
         let t1 = w.turn(&s1.id, "one", |w| w.write("a.txt", "1")).await;
         let s2 = w.session().await;
-        w.rewind.create_message(&s2.id, NewMessage::user_text("other")).await.expect("user");
-        let a2 = w.rewind.create_message(&s2.id, NewMessage::assistant()).await.expect("assistant");
+        w.rewind
+            .create_message(&s2.id, NewMessage::user_text("other"))
+            .await
+            .expect("user");
+        let a2 = w
+            .rewind
+            .create_message(&s2.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
         let exec = process(12);
         let me = w.host.this_process();
         w.host.become_process(exec);
-        w.rewind.begin_step(&s2.id, &a2.info.id).await.expect("begin");
+        w.rewind
+            .begin_step(&s2.id, &a2.info.id)
+            .await
+            .expect("begin");
         w.host.become_process(me);
         let result = w
             .rewind
@@ -183,10 +267,16 @@ fn a_step_of_a_live_process_blocks_revert_in_every_session_of_the_worktree() {
                 },
             )
             .await;
-        assert!(matches!(&result, Err(Error::Busy { message, .. }) if message.contains(s2.id.as_str())), "{result:?}");
+        assert!(
+            matches!(&result, Err(Error::Busy { message, .. }) if message.contains(s2.id.as_str())),
+            "{result:?}"
+        );
         assert_eq!(w.read("a.txt").as_deref(), Some("1"));
         // And a step cannot be finished by a process that does not own it.
-        let finish = w.rewind.finish_step(&s2.id, &a2.info.id, StepEnd::default()).await;
+        let finish = w
+            .rewind
+            .finish_step(&s2.id, &a2.info.id, StepEnd::default())
+            .await;
         assert!(matches!(finish, Err(Error::Busy { .. })), "{finish:?}");
     })
 }
@@ -202,8 +292,14 @@ fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
         };
         let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
         let s = server.create_session(ROOT, None).await.expect("session");
-        let user = server.create_message(&s.id, NewMessage::user_text("go")).await.expect("user");
-        let a = server.create_message(&s.id, NewMessage::assistant()).await.expect("assistant");
+        let user = server
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let a = server
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
         server.begin_step(&s.id, &a.info.id).await.expect("begin");
         w.write("x.txt", "agent wrote this");
         let target = rewind_core::RevertTarget {
@@ -213,15 +309,29 @@ fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
         w.host.advance(30_000);
         // A request on the session renews the step's lease.
         server
-            .append_part(&s.id, &a.info.id, rewind_core::service::NewPart::new(PartBody::text("working")))
+            .append_part(
+                &s.id,
+                &a.info.id,
+                rewind_core::service::NewPart::new(PartBody::text("working")),
+            )
             .await
             .expect("part");
         w.host.advance(40_000);
         let busy = server.revert(&s.id, target.clone()).await;
-        assert!(matches!(busy, Err(Error::Busy { .. })), "still within the timeout: {busy:?}");
+        assert!(
+            matches!(busy, Err(Error::Busy { .. })),
+            "still within the timeout: {busy:?}"
+        );
         w.host.advance(30_000);
-        let session = server.revert(&s.id, target).await.expect("revert after the timeout");
+        let session = server
+            .revert(&s.id, target)
+            .await
+            .expect("revert after the timeout");
         assert!(session.step.is_none() && session.revert.is_some());
-        assert_eq!(w.read("x.txt"), None, "the abandoned step was aborted, then reverted");
+        assert_eq!(
+            w.read("x.txt"),
+            None,
+            "the abandoned step was aborted, then reverted"
+        );
     })
 }

@@ -4,7 +4,9 @@
 use proptest::prelude::*;
 use rewind_core::Error;
 use rewind_core::model::{MessageWithParts, PartId, Role};
-use rewind_core::revert::{RevertPoint, RevertTarget, cleanup_plan, hidden_patches, select_revert_point};
+use rewind_core::revert::{
+    RevertPoint, RevertTarget, cleanup_plan, hidden_patches, select_revert_point,
+};
 use rewind_core::testkit::strategies::{
     MessageShape, PartShape, TargetKind, build_session, session_and_target,
 };
@@ -57,24 +59,98 @@ fn point(s: &[MessageWithParts], message: usize, part: Option<usize>) -> RevertP
     }
 }
 
+/// (case, target message, target part (message, index), expected point message, expected part index)
+type Case = (&'static str, usize, Option<(usize, usize)>, usize, Option<usize>);
+
 #[test]
 fn table_of_revert_points() {
     let s = fixture();
-    // (case, target message, target part (message, index), expected point message, expected part index)
-    let cases: &[(&str, usize, Option<(usize, usize)>, usize, Option<usize>)] = &[
+    let cases: &[Case] = &[
         ("a user message is its own point", 3, None, 3, None),
-        ("an assistant message moves back to its turn's user message", 2, None, 0, None),
-        ("a later assistant message of a turn also moves back to the user message", 5, None, 3, None),
-        ("a message without parts still matches by id", 4, None, 3, None),
-        ("a user message without parts matches by id", 6, None, 6, None),
-        ("a part preceded by text in its message is kept", 2, Some((2, 2)), 2, Some(2)),
-        ("a part preceded by a tool part in its message is kept", 1, Some((1, 2)), 1, Some(2)),
-        ("a step-finish after text and tool is kept", 2, Some((2, 3)), 2, Some(3)),
-        ("the first part of a message moves back to the user message", 1, Some((1, 0)), 0, None),
-        ("a part preceded only by step-start moves back to the user message", 5, Some((5, 1)), 3, None),
-        ("a user message's second text part is kept", 3, Some((3, 1)), 3, Some(1)),
-        ("a user message's first part is the whole message", 3, Some((3, 0)), 3, None),
-        ("the part id alone decides the match, whatever message is named", 0, Some((2, 2)), 2, Some(2)),
+        (
+            "an assistant message moves back to its turn's user message",
+            2,
+            None,
+            0,
+            None,
+        ),
+        (
+            "a later assistant message of a turn also moves back to the user message",
+            5,
+            None,
+            3,
+            None,
+        ),
+        (
+            "a message without parts still matches by id",
+            4,
+            None,
+            3,
+            None,
+        ),
+        (
+            "a user message without parts matches by id",
+            6,
+            None,
+            6,
+            None,
+        ),
+        (
+            "a part preceded by text in its message is kept",
+            2,
+            Some((2, 2)),
+            2,
+            Some(2),
+        ),
+        (
+            "a part preceded by a tool part in its message is kept",
+            1,
+            Some((1, 2)),
+            1,
+            Some(2),
+        ),
+        (
+            "a step-finish after text and tool is kept",
+            2,
+            Some((2, 3)),
+            2,
+            Some(3),
+        ),
+        (
+            "the first part of a message moves back to the user message",
+            1,
+            Some((1, 0)),
+            0,
+            None,
+        ),
+        (
+            "a part preceded only by step-start moves back to the user message",
+            5,
+            Some((5, 1)),
+            3,
+            None,
+        ),
+        (
+            "a user message's second text part is kept",
+            3,
+            Some((3, 1)),
+            3,
+            Some(1),
+        ),
+        (
+            "a user message's first part is the whole message",
+            3,
+            Some((3, 0)),
+            3,
+            None,
+        ),
+        (
+            "the part id alone decides the match, whatever message is named",
+            0,
+            Some((2, 2)),
+            2,
+            Some(2),
+        ),
     ];
     for (name, message, part, expected_message, expected_part) in cases {
         let got = select_revert_point(&s, &target(&s, *message, *part))
@@ -86,8 +162,14 @@ fn table_of_revert_points() {
 #[test]
 fn an_assistant_message_before_any_user_message_is_its_own_point() {
     let s = build_session(&[assistant(&[StepStart, StepFinish]), user(&[Text])]);
-    assert_eq!(select_revert_point(&s, &target(&s, 0, None)).ok(), Some(point(&s, 0, None)));
-    assert_eq!(select_revert_point(&s, &target(&s, 0, Some((0, 1)))).ok(), Some(point(&s, 0, None)));
+    assert_eq!(
+        select_revert_point(&s, &target(&s, 0, None)).ok(),
+        Some(point(&s, 0, None))
+    );
+    assert_eq!(
+        select_revert_point(&s, &target(&s, 0, Some((0, 1)))).ok(),
+        Some(point(&s, 0, None))
+    );
 }
 
 #[test]
@@ -107,10 +189,16 @@ fn unknown_targets_are_not_found() {
         part_id: Some(s[1].parts[1].id.clone()),
     };
     for t in [unknown_message, unknown_part, known_part_unknown_message] {
-        assert!(matches!(select_revert_point(&s, &t), Err(Error::NotFound(_))), "{t:?}");
+        assert!(
+            matches!(select_revert_point(&s, &t), Err(Error::NotFound(_))),
+            "{t:?}"
+        );
     }
     let empty: Vec<MessageWithParts> = Vec::new();
-    assert!(matches!(select_revert_point(&empty, &target(&s, 0, None)), Err(Error::NotFound(_))));
+    assert!(matches!(
+        select_revert_point(&empty, &target(&s, 0, None)),
+        Err(Error::NotFound(_))
+    ));
 }
 
 #[test]
@@ -118,22 +206,34 @@ fn hidden_patches_of_a_kept_part_include_the_matched_step_and_later_ones() {
     let s = fixture();
     // Point {A2, text}: A2's patch b (after the text) and A5's patch c are undone; A1's patch a is not.
     let p = point(&s, 2, Some(2));
-    let files: Vec<&str> = hidden_patches(&s, &p).iter().flat_map(|p| p.files.iter().map(String::as_str)).collect();
+    let files: Vec<&str> = hidden_patches(&s, &p)
+        .iter()
+        .flat_map(|p| p.files.iter().map(String::as_str))
+        .collect();
     assert_eq!(files, ["/wt/b.txt", "/wt/c.txt"]);
     // Point {U0}: everything.
-    let files: Vec<&str> =
-        hidden_patches(&s, &point(&s, 0, None)).iter().flat_map(|p| p.files.iter().map(String::as_str)).collect();
+    let files: Vec<&str> = hidden_patches(&s, &point(&s, 0, None))
+        .iter()
+        .flat_map(|p| p.files.iter().map(String::as_str))
+        .collect();
     assert_eq!(files, ["/wt/a.txt", "/wt/b.txt", "/wt/c.txt"]);
 }
 
 /// The hidden range stated by position, independently of the id comparisons the library uses: every
 /// message after the point's message, and the point's message whole or from the index of its part on.
 fn hidden_by_position(s: &[MessageWithParts], p: &RevertPoint) -> Vec<(usize, usize)> {
-    let m = s.iter().position(|x| x.info.id == p.message_id).expect("point's message exists");
+    let m = s
+        .iter()
+        .position(|x| x.info.id == p.message_id)
+        .expect("point's message exists");
     let mut hidden = Vec::new();
     for (i, message) in s.iter().enumerate().skip(m) {
         let from = match (&p.part_id, i == m) {
-            (Some(part), true) => message.parts.iter().position(|x| &x.id == part).expect("point's part exists"),
+            (Some(part), true) => message
+                .parts
+                .iter()
+                .position(|x| &x.id == part)
+                .expect("point's part exists"),
             _ => 0,
         };
         hidden.extend((from..message.parts.len()).map(|j| (i, j)));

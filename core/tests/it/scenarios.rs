@@ -16,11 +16,23 @@ fn compact_after_revert() {
         let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
         let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "b2")).await;
         let reverted = w.revert_to(&s.id, &t2.user).await;
-        assert_eq!(reverted.revert.as_ref().map(|r| &r.message_id), Some(&t2.user));
-        assert_eq!(w.messages(&s.id).await.len(), 4, "reverted messages stay until cleanup");
+        assert_eq!(
+            reverted.revert.as_ref().map(|r| &r.message_id),
+            Some(&t2.user)
+        );
+        assert_eq!(
+            w.messages(&s.id).await.len(),
+            4,
+            "reverted messages stay until cleanup"
+        );
         let cleaned = w.rewind.commit_revert(&s.id).await.expect("cleanup");
         assert!(cleaned.revert.is_none());
-        let ids: Vec<_> = w.messages(&s.id).await.into_iter().map(|m| m.info.id).collect();
+        let ids: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
         assert_eq!(ids, [t1.user, t1.assistant]);
     })
 }
@@ -54,7 +66,11 @@ fn cleanup_with_part_id_removes_parts_from_the_revert_point_onward() {
         let mut message = NewMessage::user_text("p1");
         message.parts.push(NewPart::new(tool));
         message.parts.push(NewPart::new(PartBody::text("p3")));
-        let u1 = w.rewind.create_message(&s.id, message).await.expect("message");
+        let u1 = w
+            .rewind
+            .create_message(&s.id, message)
+            .await
+            .expect("message");
         let (p1, p2) = (u1.parts[0].id.clone(), u1.parts[1].id.clone());
         let reverted = w
             .rewind
@@ -68,7 +84,10 @@ fn cleanup_with_part_id_removes_parts_from_the_revert_point_onward() {
             .await
             .expect("revert");
         let descriptor = reverted.revert.expect("reverted");
-        assert_eq!((descriptor.message_id, descriptor.part_id), (u1.info.id.clone(), Some(p2)));
+        assert_eq!(
+            (descriptor.message_id, descriptor.part_id),
+            (u1.info.id.clone(), Some(p2))
+        );
         let before = w.last_seq().await;
         w.rewind.commit_revert(&s.id).await.expect("cleanup");
         let messages = w.messages(&s.id).await;
@@ -77,7 +96,11 @@ fn cleanup_with_part_id_removes_parts_from_the_revert_point_onward() {
         assert_eq!(parts, [p1]);
         assert_eq!(
             w.event_types_after(before).await,
-            ["message.part.removed", "message.part.removed", "session.updated"]
+            [
+                "message.part.removed",
+                "message.part.removed",
+                "session.updated"
+            ]
         );
     })
 }
@@ -94,7 +117,12 @@ fn cleanup_removes_messages_after_the_revert_point_and_keeps_earlier_ones() {
         w.revert_to(&s.id, &t2.user).await;
         let before = w.last_seq().await;
         w.rewind.commit_revert(&s.id).await.expect("cleanup");
-        let ids: Vec<_> = w.messages(&s.id).await.into_iter().map(|m| m.info.id).collect();
+        let ids: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
         assert_eq!(ids, [t1.user, t1.assistant]);
         let events = w.repo_events_after(before).await;
         let removed: Vec<_> = events
@@ -104,8 +132,15 @@ fn cleanup_removes_messages_after_the_revert_point_and_keeps_earlier_ones() {
                 _ => None,
             })
             .collect();
-        assert_eq!(removed, [t2.user, t2.assistant], "message.removed ascending");
-        assert_eq!(events.last().map(EventPayload::kind), Some("session.updated"));
+        assert_eq!(
+            removed,
+            [t2.user, t2.assistant],
+            "message.removed ascending"
+        );
+        assert_eq!(
+            events.last().map(EventPayload::kind),
+            Some("session.updated")
+        );
         // Files are untouched by cleanup: b stays reverted (absent).
         assert_eq!(w.state(&["a.txt", "b.txt"]), ["a1", "-"]);
     })
@@ -186,14 +221,26 @@ fn revert_and_unrevert_events_in_order() {
         match &events[0] {
             EventPayload::SessionDiff { diff, .. } => {
                 assert_eq!(diff.len(), 1);
-                assert_eq!((diff[0].file.as_str(), diff[0].additions, diff[0].deletions), ("a.txt", 1, 0));
+                assert_eq!(
+                    (diff[0].file.as_str(), diff[0].additions, diff[0].deletions),
+                    ("a.txt", 1, 0)
+                );
             }
             other => panic!("expected session.diff, got {other:?}"),
         }
         let summary = session.summary.expect("summary");
-        assert_eq!((summary.additions, summary.deletions, summary.files), (1, 0, 1));
+        assert_eq!(
+            (summary.additions, summary.deletions, summary.files),
+            (1, 0, 1)
+        );
         let descriptor = session.revert.expect("descriptor");
-        assert!(descriptor.diff.as_deref().is_some_and(|d| d.contains("-a1")), "revert.diff is the inverse");
+        assert!(
+            descriptor
+                .diff
+                .as_deref()
+                .is_some_and(|d| d.contains("-a1")),
+            "revert.diff is the inverse"
+        );
         assert_eq!(w.rewind.session_diff(&s.id).await.expect("diff").len(), 1);
         let before = w.last_seq().await;
         w.rewind.unrevert(&s.id).await.expect("unrevert");
@@ -214,7 +261,11 @@ fn unrevert_is_exact_and_scoped() {
         assert_eq!(w.read("doomed.txt").as_deref(), Some("old"));
         w.write("mine.txt", "made while reverted");
         w.rewind.unrevert(&s.id).await.expect("unrevert");
-        assert_eq!(w.read("doomed.txt"), None, "the revert brought it back; unrevert deletes it again");
+        assert_eq!(
+            w.read("doomed.txt"),
+            None,
+            "the revert brought it back; unrevert deletes it again"
+        );
         assert_eq!(w.read("mine.txt").as_deref(), Some("made while reverted"));
     })
 }
@@ -236,8 +287,14 @@ fn unrevert_captures_a_users_edit_with_a_warning() {
         let warning = warnings.last().expect("a warning");
         assert_eq!(warning.files, [w.abs("a.txt")]);
         let capture = warning.snapshot.clone().expect("the capture");
-        let tree = w.snapshots.tree(w.path(), &capture).expect("capture stored");
-        assert_eq!(tree.get("a.txt").map(|n| n.content().to_vec()), Some(b"user's version".to_vec()));
+        let tree = w
+            .snapshots
+            .tree(w.path(), &capture)
+            .expect("capture stored");
+        assert_eq!(
+            tree.get("a.txt").map(|n| n.content().to_vec()),
+            Some(b"user's version".to_vec())
+        );
     })
 }
 
@@ -255,8 +312,17 @@ fn revert_warns_about_files_edited_after_the_last_step() {
         let session = w.revert_to(&s.id, &t1.user).await;
         assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
         let kinds = w.event_types_after(before).await;
-        assert_eq!(kinds, ["session.warning", "session.diff", "session.updated"]);
-        let warning = w.rewind.warnings(&s.id).await.expect("warnings").pop().expect("warning");
+        assert_eq!(
+            kinds,
+            ["session.warning", "session.diff", "session.updated"]
+        );
+        let warning = w
+            .rewind
+            .warnings(&s.id)
+            .await
+            .expect("warnings")
+            .pop()
+            .expect("warning");
         assert_eq!(warning.files, [w.abs("a.txt")]);
         assert_eq!(warning.snapshot, session.revert.and_then(|r| r.snapshot));
     })
@@ -269,15 +335,27 @@ fn partial_turn_revert_at_an_assistant_part() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        let t1 = w.turn(&s.id, "two steps", |w| w.write("first.txt", "1")).await;
+        let t1 = w
+            .turn(&s.id, "two steps", |w| w.write("first.txt", "1"))
+            .await;
         w.rewind
-            .append_part(&s.id, &t1.assistant, NewPart::new(PartBody::text("now the second step")))
+            .append_part(
+                &s.id,
+                &t1.assistant,
+                NewPart::new(PartBody::text("now the second step")),
+            )
             .await
             .expect("text part");
-        let second = w.step(&s.id, &t1.assistant, |w| w.write("second.txt", "2")).await;
+        let second = w
+            .step(&s.id, &t1.assistant, |w| w.write("second.txt", "2"))
+            .await;
         assert_eq!(patch_files(&second), [w.abs("second.txt")]);
         // The second step's step-start: text precedes it in its message, so the part-level point is kept.
-        let message = w.rewind.message(&s.id, &t1.assistant).await.expect("message");
+        let message = w
+            .rewind
+            .message(&s.id, &t1.assistant)
+            .await
+            .expect("message");
         let start = message
             .parts
             .iter()
@@ -297,7 +375,10 @@ fn partial_turn_revert_at_an_assistant_part() {
             .await
             .expect("revert");
         let descriptor = session.revert.expect("reverted");
-        assert_eq!((descriptor.message_id, descriptor.part_id), (t1.assistant.clone(), Some(start)));
+        assert_eq!(
+            (descriptor.message_id, descriptor.part_id),
+            (t1.assistant.clone(), Some(start))
+        );
         assert_eq!(w.state(&["first.txt", "second.txt"]), ["1", "-"]);
     })
 }
@@ -331,7 +412,14 @@ fn unknown_target_is_not_found_and_changes_nothing() {
         assert!(after_setup > before);
         assert_eq!(w.last_seq().await, after_setup, "no event");
         assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
-        assert!(w.rewind.session(&s.id).await.expect("session").revert.is_none());
+        assert!(
+            w.rewind
+                .session(&s.id)
+                .await
+                .expect("session")
+                .revert
+                .is_none()
+        );
     })
 }
 
@@ -345,7 +433,10 @@ fn a_new_message_while_reverted_runs_cleanup_and_lowers_cost() {
         let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
         let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "2")).await;
         // Finish parts carry no cost by default; record one with a cost.
-        w.rewind.begin_step(&s.id, &t2.assistant).await.expect("begin");
+        w.rewind
+            .begin_step(&s.id, &t2.assistant)
+            .await
+            .expect("begin");
         w.rewind
             .finish_step(
                 &s.id,
@@ -365,7 +456,12 @@ fn a_new_message_while_reverted_runs_cleanup_and_lowers_cost() {
             .create_message(&s.id, NewMessage::user_text("instead"))
             .await
             .expect("message");
-        let ids: Vec<_> = w.messages(&s.id).await.into_iter().map(|m| m.info.id).collect();
+        let ids: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
         assert_eq!(ids, [t1.user, t1.assistant, next.info.id]);
         let session = w.rewind.session(&s.id).await.expect("session");
         assert!(session.revert.is_none());
@@ -391,10 +487,14 @@ fn turn_summary_covers_the_whole_turn() {
             .expect("assistant");
         assert_eq!(second.info.parent_id.as_ref(), Some(&t1.user));
         assert_eq!(second.info.role, Role::Assistant);
-        w.step(&s.id, &second.info.id, |w| w.write("b.txt", "2\n3\n")).await;
+        w.step(&s.id, &second.info.id, |w| w.write("b.txt", "2\n3\n"))
+            .await;
         let user = w.rewind.message(&s.id, &t1.user).await.expect("user");
         let diffs = user.info.summary_diffs().expect("summary.diffs");
-        let rows: Vec<_> = diffs.iter().map(|d| (d.file.as_str(), d.additions)).collect();
+        let rows: Vec<_> = diffs
+            .iter()
+            .map(|d| (d.file.as_str(), d.additions))
+            .collect();
         assert_eq!(rows, [("a.txt", 1), ("b.txt", 2)]);
     })
 }

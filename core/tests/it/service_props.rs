@@ -27,7 +27,10 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Turns of steps of operations.
 fn turns() -> impl Strategy<Value = Vec<Vec<Vec<Op>>>> {
-    prop::collection::vec(prop::collection::vec(prop::collection::vec(op(), 0..4), 1..3), 1..5)
+    prop::collection::vec(
+        prop::collection::vec(prop::collection::vec(op(), 0..4), 1..3),
+        1..5,
+    )
 }
 
 fn apply(w: &World, ops: &[Op]) {
@@ -49,7 +52,14 @@ fn apply(w: &World, ops: &[Op]) {
 }
 
 /// Records the session and returns its turns with the worktree's state before each turn, and at the end.
-async fn record(w: &World, turns: &[Vec<Vec<Op>>]) -> (rewind_core::model::SessionId, Vec<(Turn, BTreeMap<String, Node>)>, BTreeMap<String, Node>) {
+async fn record(
+    w: &World,
+    turns: &[Vec<Vec<Op>>],
+) -> (
+    rewind_core::model::SessionId,
+    Vec<(Turn, BTreeMap<String, Node>)>,
+    BTreeMap<String, Node>,
+) {
     w.write("a.txt", "a.txt v0\n");
     w.write("dir/c.txt", "c v0\n");
     let s = w.session().await;

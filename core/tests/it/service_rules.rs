@@ -6,9 +6,9 @@ use std::sync::Arc;
 use mockall::Sequence;
 use mockall::predicate::always;
 use rewind_core::model::{
-    EventPayload, Holder, HolderKind, Lease, LeaseKey, LeaseToken, MessageWithParts, OpenStep, PartBody,
-    ProcessIdentity, RelPath, RestoreOutcome, RevertDescriptor, RevertOutcome, Session, SessionTime, SnapshotId,
-    Tokens, TrackOutcome,
+    EventPayload, Holder, HolderKind, Lease, LeaseKey, LeaseToken, MessageWithParts, OpenStep,
+    PartBody, ProcessIdentity, RelPath, RestoreOutcome, RevertDescriptor, RevertOutcome, Session,
+    SessionTime, SnapshotId, Tokens, TrackOutcome,
 };
 use rewind_core::ports::MockSnapshotPort;
 use rewind_core::testkit::FakeHost;
@@ -114,7 +114,12 @@ fn fixture(revert: Option<(SnapshotId, SnapshotId)>, step: Option<OpenStep>) -> 
 
 impl Fixture {
     fn rewind(&self, snapshots: MockSnapshotPort) -> Rewind {
-        Rewind::new(Arc::new(snapshots), self.repo.clone(), self.host.clone(), ServiceConfig::default())
+        Rewind::new(
+            Arc::new(snapshots),
+            self.repo.clone(),
+            self.host.clone(),
+            ServiceConfig::default(),
+        )
     }
 
     fn last_seq(&self) -> u64 {
@@ -196,7 +201,9 @@ fn revert_and_unrevert_with_an_open_step_are_busy_and_call_nothing_else() {
     let unrevert = block_on(rewind.unrevert(&f.session.id));
     assert!(matches!(unrevert, Err(Error::Busy { .. })), "{unrevert:?}");
     assert_eq!(f.last_seq(), before, "no event");
-    let stored = block_on(f.repo.session(&f.session.id)).expect("read").expect("session");
+    let stored = block_on(f.repo.session(&f.session.id))
+        .expect("read")
+        .expect("session");
     assert_eq!(stored, f.session, "the session is unchanged");
 }
 
@@ -205,7 +212,11 @@ fn an_abandoned_step_is_aborted_first() {
     let f = with_step(false);
     let mut snapshots = MockSnapshotPort::new();
     let mut seq = Sequence::new();
-    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(51));
+    snapshots
+        .expect_track()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| tracked(51));
     snapshots
         .expect_changed_files()
         .withf(|_, from| from == &sid(50))
@@ -234,7 +245,11 @@ fn an_abandoned_step_is_aborted_first() {
         }
         other => panic!("expected step-finish and patch, got {other:?}"),
     }
-    assert!(block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone()))).expect("lease").is_none());
+    assert!(
+        block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone())))
+            .expect("lease")
+            .is_none()
+    );
 }
 
 #[test]
@@ -243,7 +258,11 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
     let f = fixture(Some((sid(10), sid(11))), None);
     let mut snapshots = MockSnapshotPort::new();
     let mut seq = Sequence::new();
-    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(11));
+    snapshots
+        .expect_track()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| tracked(11));
     snapshots
         .expect_changed_between()
         .withf(|_, from, to| from == &sid(10) && to == &sid(11))
@@ -266,11 +285,21 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
                 ..Default::default()
             })
         });
-    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(10));
+    snapshots
+        .expect_track()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| tracked(10));
     snapshots
         .expect_revert()
         .withf(|_, patches, base| {
-            base == &sid(10) && patches.iter().flat_map(|p| p.files.iter()).cloned().collect::<Vec<_>>() == [rel("a.txt"), rel("b.txt")]
+            base == &sid(10)
+                && patches
+                    .iter()
+                    .flat_map(|p| p.files.iter())
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    == [rel("a.txt"), rel("b.txt")]
         })
         .times(1)
         .in_sequence(&mut seq)
@@ -282,8 +311,14 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
                 kept: Vec::new(),
             })
         });
-    snapshots.expect_unified_diff().times(1).returning(|_, _| Ok("diff".to_owned()));
-    snapshots.expect_diff().times(1).returning(|_, _, _| Ok(Vec::new()));
+    snapshots
+        .expect_unified_diff()
+        .times(1)
+        .returning(|_, _| Ok("diff".to_owned()));
+    snapshots
+        .expect_diff()
+        .times(1)
+        .returning(|_, _, _| Ok(Vec::new()));
     snapshots
         .expect_changed_between()
         .withf(|_, from, _| from != &sid(10))
@@ -300,8 +335,16 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
     assert_eq!(descriptor.message_id, f.messages[0].info.id);
     assert_eq!(descriptor.snapshot, Some(sid(10)));
     assert_eq!(session.applied, Some(sid(12)));
-    let kinds: Vec<_> = f.events_after(before).iter().map(EventPayload::kind).collect();
-    assert_eq!(kinds, ["session.diff", "session.updated"], "the undo publishes no session.updated of its own");
+    let kinds: Vec<_> = f
+        .events_after(before)
+        .iter()
+        .map(EventPayload::kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        ["session.diff", "session.updated"],
+        "the undo publishes no session.updated of its own"
+    );
     assert!(block_on(f.repo.intents()).expect("intents").is_empty());
 }
 
@@ -310,7 +353,11 @@ fn unrevert_restores_exactly_the_files_the_revert_changed() {
     let f = fixture(Some((sid(10), sid(11))), None);
     let mut snapshots = MockSnapshotPort::new();
     let mut seq = Sequence::new();
-    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(11));
+    snapshots
+        .expect_track()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| tracked(11));
     snapshots
         .expect_changed_between()
         .withf(|_, from, to| from == &sid(10) && to == &sid(11))
@@ -323,7 +370,11 @@ fn unrevert_restores_exactly_the_files_the_revert_changed() {
         .returning(|_, _| Ok(vec![rel("unrelated.txt")]));
     snapshots
         .expect_restore()
-        .with(always(), mockall::predicate::eq(sid(10)), mockall::predicate::eq(Some(vec![rel("a.txt"), rel("dir/b.txt")])))
+        .with(
+            always(),
+            mockall::predicate::eq(sid(10)),
+            mockall::predicate::eq(Some(vec![rel("a.txt"), rel("dir/b.txt")])),
+        )
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _, _| Ok(RestoreOutcome::default()));
@@ -331,7 +382,11 @@ fn unrevert_restores_exactly_the_files_the_revert_changed() {
     let before = f.last_seq();
     let session = block_on(rewind.unrevert(&f.session.id)).expect("unrevert");
     assert!(session.revert.is_none() && session.applied.is_none());
-    let kinds: Vec<_> = f.events_after(before).iter().map(EventPayload::kind).collect();
+    let kinds: Vec<_> = f
+        .events_after(before)
+        .iter()
+        .map(EventPayload::kind)
+        .collect();
     assert_eq!(kinds, ["session.updated"]);
 }
 
@@ -341,7 +396,11 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
     let mut snapshots = MockSnapshotPort::new();
     let mut seq = Sequence::new();
     // before, then the pre-revert snapshot
-    snapshots.expect_track().times(2).in_sequence(&mut seq).returning(|_| tracked(20));
+    snapshots
+        .expect_track()
+        .times(2)
+        .in_sequence(&mut seq)
+        .returning(|_| tracked(20));
     snapshots
         .expect_revert()
         .times(1)
@@ -360,7 +419,11 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
         .in_sequence(&mut seq)
         .returning(|_, _| Err(Error::backend("disk full")));
     // Rollback: capture first, then put the intent's files back to `before`.
-    snapshots.expect_track().times(1).in_sequence(&mut seq).returning(|_| tracked(22));
+    snapshots
+        .expect_track()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| tracked(22));
     snapshots
         .expect_changed_between()
         .withf(|_, from, to| from == &sid(20) && to == &sid(22))
@@ -369,7 +432,11 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
         .returning(|_, _, _| Ok(vec![rel("a.txt"), rel("b.txt")]));
     snapshots
         .expect_restore()
-        .with(always(), mockall::predicate::eq(sid(20)), mockall::predicate::eq(Some(vec![rel("a.txt"), rel("b.txt")])))
+        .with(
+            always(),
+            mockall::predicate::eq(sid(20)),
+            mockall::predicate::eq(Some(vec![rel("a.txt"), rel("b.txt")])),
+        )
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _, _| Ok(RestoreOutcome::default()));
@@ -380,20 +447,40 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
         part_id: None,
     };
     let result = block_on(rewind.revert(&f.session.id, target));
-    assert!(matches!(&result, Err(Error::Backend(e)) if e.to_string().contains("disk full")), "{result:?}");
-    let stored = block_on(f.repo.session(&f.session.id)).expect("read").expect("session");
-    assert!(stored.revert.is_none() && stored.applied.is_none(), "no descriptor stored");
+    assert!(
+        matches!(&result, Err(Error::Backend(e)) if e.to_string().contains("disk full")),
+        "{result:?}"
+    );
+    let stored = block_on(f.repo.session(&f.session.id))
+        .expect("read")
+        .expect("session");
+    assert!(
+        stored.revert.is_none() && stored.applied.is_none(),
+        "no descriptor stored"
+    );
     let events = f.events_after(before);
     assert_eq!(events.len(), 1, "only the rollback's warning: {events:?}");
     match &events[0] {
-        EventPayload::SessionWarning { snapshot, files, .. } => {
+        EventPayload::SessionWarning {
+            snapshot, files, ..
+        } => {
             assert_eq!(snapshot.as_ref(), Some(&sid(22)), "the capture");
-            assert_eq!(files, &[format!("{WORKTREE}/a.txt"), format!("{WORKTREE}/b.txt")]);
+            assert_eq!(
+                files,
+                &[format!("{WORKTREE}/a.txt"), format!("{WORKTREE}/b.txt")]
+            );
         }
         other => panic!("expected a warning, got {other:?}"),
     }
-    assert!(block_on(f.repo.intents()).expect("intents").is_empty(), "the intent is finished");
-    assert!(block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone()))).expect("lease").is_none());
+    assert!(
+        block_on(f.repo.intents()).expect("intents").is_empty(),
+        "the intent is finished"
+    );
+    assert!(
+        block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone())))
+            .expect("lease")
+            .is_none()
+    );
 }
 
 #[test]
@@ -401,5 +488,8 @@ fn a_step_owned_by_another_live_process_is_not_aborted() {
     let f = with_step(true);
     let rewind = f.rewind(MockSnapshotPort::new());
     let result = block_on(rewind.abort(&f.session.id));
-    assert!(matches!(&result, Err(Error::Busy { message, .. }) if message.contains("4242")), "{result:?}");
+    assert!(
+        matches!(&result, Err(Error::Busy { message, .. }) if message.contains("4242")),
+        "{result:?}"
+    );
 }

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rewind_core::model::{MessageId, MessageWithParts, Part, PartBody, Session, SessionId, StoredEvent};
+use rewind_core::model::{
+    MessageId, MessageWithParts, Part, PartBody, Session, SessionId, StoredEvent,
+};
 use rewind_core::service::{NewMessage, StepEnd};
 use rewind_core::testkit::FakeHost;
 use rewind_core::testkit::mem_repo::MemRepo;
@@ -33,7 +35,12 @@ impl World {
         let snapshots = Arc::new(MemSnapshotStore::new(fs.clone()));
         let repo = Arc::new(MemRepo::new());
         let host = Arc::new(FakeHost::new(1_800_000_000_000));
-        let rewind = Rewind::new(snapshots.clone(), repo.clone(), host.clone(), ServiceConfig::default());
+        let rewind = Rewind::new(
+            snapshots.clone(),
+            repo.clone(),
+            host.clone(),
+            ServiceConfig::default(),
+        );
         World {
             fs,
             snapshots,
@@ -45,7 +52,9 @@ impl World {
     }
 
     pub fn write(&self, path: &str, content: &str) {
-        self.fs.write(&self.root, path, content.as_bytes()).expect("write");
+        self.fs
+            .write(&self.root, path, content.as_bytes())
+            .expect("write");
     }
 
     pub fn remove(&self, path: &str) {
@@ -53,7 +62,9 @@ impl World {
     }
 
     pub fn chmod_x(&self, path: &str, executable: bool) {
-        self.fs.set_executable(&self.root, path, executable).expect("chmod");
+        self.fs
+            .set_executable(&self.root, path, executable)
+            .expect("chmod");
     }
 
     pub fn read(&self, path: &str) -> Option<String> {
@@ -75,7 +86,10 @@ impl World {
     }
 
     pub async fn session(&self) -> Session {
-        self.rewind.create_session(ROOT, None).await.expect("create session")
+        self.rewind
+            .create_session(ROOT, None)
+            .await
+            .expect("create session")
     }
 
     /// One turn: a user message, an assistant message with one step during which `edit` changes files.
@@ -98,8 +112,16 @@ impl World {
     }
 
     /// One step of an existing assistant message.
-    pub async fn step(&self, session: &SessionId, message: &MessageId, edit: impl FnOnce(&World)) -> Vec<Part> {
-        self.rewind.begin_step(session, message).await.expect("begin step");
+    pub async fn step(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+        edit: impl FnOnce(&World),
+    ) -> Vec<Part> {
+        self.rewind
+            .begin_step(session, message)
+            .await
+            .expect("begin step");
         edit(self);
         self.rewind
             .finish_step(session, message, StepEnd::default())
@@ -183,7 +205,12 @@ impl World {
 impl World {
     /// A revert to the session's first message, returning the result.
     pub async fn revert_to_result(&self, session: &SessionId) -> rewind_core::Result<Session> {
-        let first = self.messages(session).await.first().map(|m| m.info.id.clone()).expect("a message");
+        let first = self
+            .messages(session)
+            .await
+            .first()
+            .map(|m| m.info.id.clone())
+            .expect("a message");
         self.rewind
             .revert(
                 session,
