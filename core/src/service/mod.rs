@@ -215,11 +215,35 @@ impl Rewind {
         })
     }
 
+    /// Adds a warning and its `session.warning` event to a transaction.
+    fn push_warning(
+        &self,
+        transaction: &mut crate::ports::Transaction,
+        session: &SessionId,
+        warning: Warning,
+    ) {
+        transaction
+            .events
+            .push(self.warning_event(session, &warning));
+        transaction.changes.push(crate::ports::Change::AddWarning {
+            session: session.clone(),
+            warning,
+        });
+    }
+
     fn updated_event(&self, session: &Session) -> Event {
         self.event(EventPayload::SessionUpdated {
             session_id: session.id.clone(),
             info: Box::new(session.clone()),
         })
+    }
+
+    /// Loads a session after recovery and the abort of abandoned steps in its worktree, which SPEC
+    /// sections 4 and 8 ask before any operation on a session.
+    async fn load_prepared(&self, id: &SessionId) -> Result<Session> {
+        let session = self.load_session(id).await?;
+        self.prepare_worktree(&session.directory).await?;
+        self.load_session(id).await
     }
 
     async fn load_session(&self, id: &SessionId) -> Result<Session> {

@@ -61,9 +61,7 @@ impl Rewind {
 
     /// Deletes a session with its messages (never its files). Busy while a step or an operation holds it.
     pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
-        let session = self.load_session(id).await?;
-        self.prepare_worktree(&session.directory).await?;
-        let session = self.load_session(id).await?;
+        let session = self.load_prepared(id).await?;
         if let Some(step) = &session.step {
             return Err(Error::busy(
                 id,
@@ -105,9 +103,7 @@ impl Rewind {
         session_id: &SessionId,
         input: NewMessage,
     ) -> Result<MessageWithParts> {
-        let session = self.load_session(session_id).await?;
-        self.prepare_worktree(&session.directory).await?;
-        let session = self.load_session(session_id).await?;
+        let session = self.load_prepared(session_id).await?;
         if session.revert.is_some() {
             self.cleanup(&session).await?;
         }
@@ -164,9 +160,7 @@ impl Rewind {
         message_id: &MessageId,
         input: NewPart,
     ) -> Result<Part> {
-        let session = self.load_session(session_id).await?;
-        self.prepare_worktree(&session.directory).await?;
-        let session = self.load_session(session_id).await?;
+        let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(std::slice::from_ref(&input))?;
         let message = self.load_message(session_id, message_id).await?;
         if let Some(descriptor) = &session.revert {
@@ -196,9 +190,7 @@ impl Rewind {
     /// Begins a step of an assistant message: takes the session's lease for the step, snapshots the
     /// worktree and appends `step-start`.
     pub async fn begin_step(&self, session_id: &SessionId, message_id: &MessageId) -> Result<Part> {
-        let session = self.load_session(session_id).await?;
-        self.prepare_worktree(&session.directory).await?;
-        let mut session = self.load_session(session_id).await?;
+        let mut session = self.load_prepared(session_id).await?;
         if let Some(step) = &session.step {
             return Err(Error::busy(
                 session_id,
@@ -538,13 +530,7 @@ impl Rewind {
                 }));
         }
         for warning in warnings {
-            transaction
-                .events
-                .push(self.warning_event(&session.id, &warning));
-            transaction.changes.push(Change::AddWarning {
-                session: session.id.clone(),
-                warning,
-            });
+            self.push_warning(&mut transaction, &session.id, warning);
         }
         transaction
             .changes
@@ -684,13 +670,7 @@ impl Rewind {
             return;
         }
         let warning = skipped_warning(self.now(), &session.directory, skipped);
-        transaction
-            .events
-            .push(self.warning_event(&session.id, &warning));
-        transaction.changes.push(Change::AddWarning {
-            session: session.id.clone(),
-            warning,
-        });
+        self.push_warning(transaction, &session.id, warning);
     }
 }
 

@@ -52,20 +52,11 @@ impl Rewind {
         let messages = self.repo.messages(session_id).await?;
         let point = select_revert_point(&messages, &target)?;
         let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
-        let token = new_token();
-        let (session_lease, worktree_lease) = self
-            .acquire_session_and_worktree(session_id, &session.directory, &token)
-            .await?;
-        let operation = Operation {
-            token,
-            session_lease,
-            worktree_lease,
-        };
+        let operation = self.begin_operation(&session).await?;
         let result = self
             .revert_locked(session_id, &operation, point, patches)
             .await;
-        self.release(&operation.worktree_lease).await;
-        self.release(&operation.session_lease).await;
+        self.end_operation(&operation).await;
         result
     }
 
@@ -204,13 +195,7 @@ impl Rewind {
             ..Default::default()
         };
         for warning in &result.warnings {
-            transaction
-                .events
-                .push(self.warning_event(&session.id, warning));
-            transaction.changes.push(Change::AddWarning {
-                session: session.id.clone(),
-                warning: warning.clone(),
-            });
+            self.push_warning(&mut transaction, &session.id, warning.clone());
         }
         transaction
             .events
@@ -243,18 +228,9 @@ impl Rewind {
         if session.revert.is_none() {
             return Ok(session);
         }
-        let token = new_token();
-        let (session_lease, worktree_lease) = self
-            .acquire_session_and_worktree(session_id, &session.directory, &token)
-            .await?;
-        let operation = Operation {
-            token,
-            session_lease,
-            worktree_lease,
-        };
+        let operation = self.begin_operation(&session).await?;
         let result = self.unrevert_locked(session_id, &operation).await;
-        self.release(&operation.worktree_lease).await;
-        self.release(&operation.session_lease).await;
+        self.end_operation(&operation).await;
         result
     }
 
@@ -308,13 +284,7 @@ impl Rewind {
             ..Default::default()
         };
         for warning in warnings {
-            transaction
-                .events
-                .push(self.warning_event(&session.id, &warning));
-            transaction.changes.push(Change::AddWarning {
-                session: session.id.clone(),
-                warning,
-            });
+            self.push_warning(&mut transaction, &session.id, warning);
         }
         transaction.events.push(self.updated_event(&updated));
         transaction
@@ -385,9 +355,7 @@ impl Rewind {
 
     /// `POST /session/:id/revert/commit`: makes the revert permanent (cleanup, SPEC section 7).
     pub async fn commit_revert(&self, session_id: &SessionId) -> Result<Session> {
-        let session = self.load_session(session_id).await?;
-        self.prepare_worktree(&session.directory).await?;
-        let session = self.load_session(session_id).await?;
+        let session = self.load_prepared(session_id).await?;
         self.cleanup(&session).await
     }
 
@@ -522,6 +490,25 @@ impl Rewind {
         })
     }
 
+    /// Takes the session's and the worktree's leases for a new file operation.
+    async fn begin_operation(&self, session: &Session) -> Result<Operation> {
+        let token = new_token();
+        let (session_lease, worktree_lease) = self
+            .acquire_session_and_worktree(&session.id, &session.directory, &token)
+            .await?;
+        Ok(Operation {
+            token,
+            session_lease,
+            worktree_lease,
+        })
+    }
+
+    /// Releases an operation's leases.
+    async fn end_operation(&self, operation: &Operation) {
+        self.release(&operation.worktree_lease).await;
+        self.release(&operation.session_lease).await;
+    }
+
     /// Renews both leases of an operation: done before each batch of file writes, so an owner that stalled
     /// past its lease finds out before it writes.
     async fn renew_operation(&self, operation: &Operation) -> Result<()> {
@@ -630,13 +617,7 @@ impl Rewind {
                     .map(|p| p.to_absolute(&session.directory))
                     .collect(),
             };
-            transaction
-                .events
-                .push(self.warning_event(&session.id, &warning));
-            transaction.changes.push(Change::AddWarning {
-                session: session.id.clone(),
-                warning,
-            });
+            self.push_warning(&mut transaction, &session.id, warning);
         }
         transaction
             .changes

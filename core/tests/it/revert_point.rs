@@ -60,7 +60,13 @@ fn point(s: &[MessageWithParts], message: usize, part: Option<usize>) -> RevertP
 }
 
 /// (case, target message, target part (message, index), expected point message, expected part index)
-type Case = (&'static str, usize, Option<(usize, usize)>, usize, Option<usize>);
+type Case = (
+    &'static str,
+    usize,
+    Option<(usize, usize)>,
+    usize,
+    Option<usize>,
+);
 
 #[test]
 fn table_of_revert_points() {
