@@ -48,7 +48,53 @@ fn ci() -> Result<()> {
     ])
     .context("clippy found problems")?;
     tidy::run()?;
-    cargo(&["test", "--workspace", "--all-features"]).context("tests failed")?;
+    test_with_summary(&["test", "--workspace", "--all-features"])
+}
+
+/// Runs cargo test, echoing its output, and closes with one line that sums every test binary's result
+/// (`tests: N passed, N failed, N skipped`), so the end of the log says how many tests ran in all rather
+/// than the count of whichever binary happened to run last.
+fn test_with_summary(args: &[&str]) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let mut child = Command::new(cargo)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("could not run cargo")?;
+    let stdout = child
+        .stdout
+        .take()
+        .context("cargo test's output was not captured")?;
+    let (mut passed, mut failed, mut ignored) = (0u64, 0u64, 0u64);
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo test's output")?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            for field in rest.split(';') {
+                let mut words = field.split_whitespace().rev();
+                let (Some(kind), Some(count)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let count: u64 = count.parse().unwrap_or(0);
+                match kind {
+                    "passed" => passed += count,
+                    "failed" => failed += count,
+                    "ignored" => ignored += count,
+                    _ => {}
+                }
+            }
+        }
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    if passed == 0 {
+        bail!("cargo test ran no test");
+    }
     Ok(())
 }
 

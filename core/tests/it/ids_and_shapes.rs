@@ -1,0 +1,214 @@
+//! Ids (SPEC section 3) and the JSON shapes of the domain types (OpenCode's field names, optional fields
+//! left out).
+
+use rewind_core::Error;
+use rewind_core::id::{Id, IdGenerator, ensure_sorts_after};
+use rewind_core::model::{EventId, MessageId, PartId, Role, SessionId, SnapshotId};
+use rewind_core::service::{NewMessage, NewPart};
+use serde_json::json;
+
+use crate::support::{World, block_on};
+
+#[test]
+fn ids_have_opencodes_format() {
+    let ids = IdGenerator::new();
+    let message: MessageId = ids.ascending(1_800_000_000_000, None);
+    let text = message.as_str();
+    assert_eq!(text.len(), "msg_".len() + 26);
+    assert!(text.starts_with("msg_"));
+    assert!(
+        text[4..16]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    assert!(text[16..].bytes().all(|b| b.is_ascii_alphanumeric()));
+    // The clock part is the low 48 bits of ms * 4096 (+ counter).
+    assert_eq!(
+        message.clock(),
+        (1_800_000_000_000u64 * 4096) & ((1 << 48) - 1)
+    );
+    let part: PartId = ids.ascending(1, None);
+    let event: EventId = ids.ascending(1, None);
+    assert!(part.as_str().starts_with("prt_") && event.as_str().starts_with("evt_"));
+}
+
+#[test]
+fn ascending_ids_keep_creation_order_when_the_clock_steps_back() {
+    let ids = IdGenerator::new();
+    let mut last: Option<MessageId> = None;
+    for now in [5_000u64, 5_000, 4_000, 4_000, 6_000, 1] {
+        let id: MessageId = ids.ascending(now, None);
+        if let Some(last) = &last {
+            assert!(id > *last, "{id} after {last}");
+        }
+        last = Some(id);
+    }
+}
+
+#[test]
+fn generated_ids_sort_after_a_clients_id_from_the_future() {
+    let ids = IdGenerator::new();
+    let future: MessageId = IdGenerator::new().ascending(9_000_000_000_000, None);
+    let next: MessageId = ids.ascending(1_000, Some(&future));
+    assert!(next > future);
+}
+
+#[test]
+fn session_ids_descend_so_newer_sessions_sort_first() {
+    let ids = IdGenerator::new();
+    let older: SessionId = ids.descending(1_000);
+    let newer: SessionId = ids.descending(2_000);
+    assert!(newer < older);
+    assert!(
+        older.clock() < newer.clock(),
+        "clock() undoes the inversion"
+    );
+}
+
+#[test]
+fn malformed_ids_are_refused_with_a_clear_error() {
+    for bad in [
+        "",
+        "msg",
+        "msg_",
+        "prt_0123456789abABCDEFGHIJKLMN",
+        "msg_0123456789aXABCDEFGHIJKLMN",
+        "msg_0123456789abABCDEFGHIJKLM",
+        "msg_0123456789abABCDEFGHIJKL-N",
+    ] {
+        match MessageId::parse(bad) {
+            Err(Error::InvalidInput(message)) => {
+                assert!(message.contains("malformed id"), "{message}")
+            }
+            other => panic!("{bad:?} gave {other:?}"),
+        }
+    }
+    assert!(MessageId::parse("msg_0123456789abABCDEFGHIJKLMN").is_ok());
+    let from_json: Result<MessageId, _> =
+        serde_json::from_value(json!("ses_0123456789abABCDEFGHIJKLMN"));
+    assert!(from_json.is_err(), "a session id is not a message id");
+    assert!(SnapshotId::parse("4b825dc642cb6eb9a060e54bf8d69288fbee4904").is_ok());
+    assert!(SnapshotId::parse("4B825DC642CB6EB9A060E54BF8D69288FBEE4904").is_err());
+}
+
+#[test]
+fn client_ids_must_sort_after_existing_ones() {
+    let ids = IdGenerator::new();
+    let first: MessageId = ids.ascending(1_000, None);
+    let second: MessageId = ids.ascending(2_000, None);
+    assert!(ensure_sorts_after(&second, Some(&first)).is_ok());
+    assert!(matches!(
+        ensure_sorts_after(&first, Some(&second)),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        ensure_sorts_after(&first, Some(&first)),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(ensure_sorts_after(&first, None).is_ok());
+}
+
+#[test]
+fn the_service_refuses_a_client_id_out_of_order_and_stores_nothing() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let early: MessageId = IdGenerator::new().ascending(1, None);
+        let kept = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("first"))
+            .await
+            .expect("message");
+        let seq = w.last_seq().await;
+        let mut late = NewMessage::user_text("out of order");
+        late.id = Some(early);
+        let result = w.rewind.create_message(&s.id, late).await;
+        assert!(matches!(result, Err(Error::InvalidInput(_))), "{result:?}");
+        let early_part: PartId = IdGenerator::new().ascending(1, None);
+        let part = w
+            .rewind
+            .append_part(
+                &s.id,
+                &kept.info.id,
+                NewPart {
+                    id: Some(early_part),
+                    body: rewind_core::model::PartBody::text("x"),
+                },
+            )
+            .await;
+        assert!(matches!(part, Err(Error::InvalidInput(_))), "{part:?}");
+        assert_eq!(w.messages(&s.id).await.len(), 1);
+        assert_eq!(w.last_seq().await, seq, "no event");
+        // A client's own id that sorts after is kept as given.
+        let own: MessageId = IdGenerator::new().ascending(9_000_000_000_000, None);
+        let mut message = NewMessage::user_text("mine");
+        message.id = Some(own.clone());
+        let stored = w
+            .rewind
+            .create_message(&s.id, message)
+            .await
+            .expect("stored");
+        assert_eq!(stored.info.id, own);
+        assert_eq!(stored.info.role, Role::User);
+    })
+}
+
+#[test]
+fn json_shapes_are_opencodes() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let session = serde_json::to_value(&s).expect("json");
+        for field in [
+            "id",
+            "slug",
+            "projectID",
+            "directory",
+            "title",
+            "version",
+            "time",
+        ] {
+            assert!(session.get(field).is_some(), "session has {field}");
+        }
+        for absent in ["revert", "summary", "applied", "step", "revertedAt"] {
+            assert!(
+                session.get(absent).is_none(),
+                "optional {absent} is left out, not null"
+            );
+        }
+        let t = w.turn(&s.id, "go", |w| w.write("a.txt", "1")).await;
+        let message = w
+            .rewind
+            .message(&s.id, &t.assistant)
+            .await
+            .expect("message");
+        let json = serde_json::to_value(&message).expect("json");
+        assert_eq!(json["info"]["role"], "assistant");
+        assert_eq!(json["info"]["parentID"], t.user.as_str());
+        assert_eq!(json["info"]["sessionID"], s.id.as_str());
+        let kinds: Vec<_> = json["parts"]
+            .as_array()
+            .expect("parts")
+            .iter()
+            .map(|p| p["type"].clone())
+            .collect();
+        assert_eq!(
+            kinds,
+            [json!("step-start"), json!("step-finish"), json!("patch")]
+        );
+        let patch = &json["parts"][2];
+        assert_eq!(patch["files"], json!([w.abs("a.txt")]));
+        assert_eq!(patch["messageID"], t.assistant.as_str());
+        let events = w.events().await;
+        let event = serde_json::to_value(&events[0].event).expect("json");
+        assert_eq!(event["type"], "session.created");
+        assert!(
+            event["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("evt_"))
+        );
+        assert_eq!(event["properties"]["sessionID"], s.id.as_str());
+        let back: rewind_core::model::Event = serde_json::from_value(event).expect("parses back");
+        assert_eq!(back, events[0].event);
+    })
+}
