@@ -1,0 +1,71 @@
+//! How the git snapshot store is configured.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where the user's global excludes file comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExcludesFile {
+    /// `core.excludesFile` from the git configuration (the enclosing repository's, else the global one),
+    /// defaulting to `$XDG_CONFIG_HOME/git/ignore` (or `~/.config/git/ignore`), as git does.
+    FromGitConfig,
+    /// This file (tests pass one explicitly, so they need no environment).
+    Path(PathBuf),
+    /// No global excludes.
+    None,
+}
+
+/// A fault hook for tests: called with a worktree-relative path before its content is read; when it answers
+/// true the read fails, as a read error of the disk would. (CI runs as root, so permissions cannot make a
+/// read fail.)
+pub type ReadFault = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// The git snapshot store's configuration.
+#[derive(Clone)]
+pub struct GitStoreConfig {
+    /// rewind's data directory; stores live under `<data_dir>/snapshot/`.
+    pub data_dir: PathBuf,
+    /// The identity of the database the snapshots belong to (its URL or file), so two databases never
+    /// share a store and gc never weighs one database's references against another's.
+    pub database_identity: String,
+    /// Untracked files larger than this are skipped (default 2 MiB).
+    pub size_cap: u64,
+    /// A worktree with more files than this is refused (default 500,000).
+    pub file_cap: usize,
+    /// The global excludes file.
+    pub excludes_file: ExcludesFile,
+    /// The user's home directory, which is refused as a worktree (default `$HOME`).
+    pub home_dir: Option<PathBuf>,
+    /// Test fault injection; `None` in production.
+    pub read_fault: Option<ReadFault>,
+}
+
+impl fmt::Debug for GitStoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GitStoreConfig")
+            .field("data_dir", &self.data_dir)
+            .field("database_identity", &self.database_identity)
+            .field("size_cap", &self.size_cap)
+            .field("file_cap", &self.file_cap)
+            .field("excludes_file", &self.excludes_file)
+            .field("home_dir", &self.home_dir)
+            .field("read_fault", &self.read_fault.is_some())
+            .finish()
+    }
+}
+
+impl GitStoreConfig {
+    /// The defaults for a data directory and database.
+    pub fn new(data_dir: impl Into<PathBuf>, database_identity: impl Into<String>) -> Self {
+        GitStoreConfig {
+            data_dir: data_dir.into(),
+            database_identity: database_identity.into(),
+            size_cap: 2 * 1024 * 1024,
+            file_cap: 500_000,
+            excludes_file: ExcludesFile::FromGitConfig,
+            home_dir: std::env::var_os("HOME").map(PathBuf::from),
+            read_fault: None,
+        }
+    }
+}
