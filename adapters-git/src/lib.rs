@@ -5,22 +5,49 @@
 //! tree ids; blobs hold the bytes on disk, with no filter in either direction. See ARCHITECTURE.md for how
 //! the stat cache, the ignore rules and the safe writes keep it exact.
 
+mod apply;
 mod config;
+mod diff;
+mod error;
+mod gc;
+mod ignore;
+mod odb;
+mod stat_cache;
+mod store;
+mod track;
+mod tree;
 
-pub use config::{ExcludesFile, GitStoreConfig};
+pub use config::{ExcludesFile, GitStoreConfig, ReadFault};
+pub use error::GitError;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rewind_core::model::{
+    FileAction, FileDiff, GcReport, RelPath, RestoreOutcome, RevertOutcome, SnapshotId,
+    SnapshotPatch, TrackOutcome,
+};
+use rewind_core::{Error, Result, SnapshotPort};
+
+use crate::apply::{object_id, snapshot_id};
+use crate::error::GitResult;
+use crate::store::Store;
+use crate::tree::read_flat;
 
 /// The snapshot store on gitoxide: implements `rewind_core::SnapshotPort`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct GitSnapshotStore {
-    config: GitStoreConfig,
+    config: Arc<GitStoreConfig>,
 }
 
 impl GitSnapshotStore {
-    /// A store with this configuration; nothing is created until a worktree is first tracked.
+    /// A store with this configuration; nothing is created until a worktree is first used.
     pub fn new(config: GitStoreConfig) -> Self {
-        GitSnapshotStore { config }
+        GitSnapshotStore {
+            config: Arc::new(config),
+        }
     }
 
     /// The configuration.
@@ -28,10 +55,162 @@ impl GitSnapshotStore {
         &self.config
     }
 
-    /// The directory of the bare store that holds `worktree`'s snapshots (a git dir: `objects/`, plus
-    /// rewind's own files under `rewind/`).
-    pub fn store_dir(&self, worktree: &Path) -> rewind_core::Result<PathBuf> {
-        let _ = worktree;
-        Err(rewind_core::Error::backend("not built yet"))
+    /// The directory of the bare store that holds `worktree`'s snapshots (a git dir: `objects/` with loose
+    /// objects, plus rewind's own files under `rewind/`, the stat cache at `rewind/stat-cache`).
+    pub fn store_dir(&self, worktree: &Path) -> Result<PathBuf> {
+        let canonical = store::canonical_worktree(&self.config, worktree)?;
+        Ok(store::location(&self.config, &canonical))
+    }
+
+    /// Runs blocking store work off the async runtime, with the store of `worktree` open and locked.
+    async fn with_store<T: Send + 'static>(
+        &self,
+        worktree: &Path,
+        work: impl FnOnce(&Store, &GitStoreConfig) -> GitResult<T> + Send + 'static,
+    ) -> Result<T> {
+        let config = self.config.clone();
+        let worktree = worktree.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let store = Store::open(&config, &worktree)?;
+            work(&store, &config)
+        })
+        .await
+        .map_err(Error::backend)?
+        .map_err(Error::from)
+    }
+}
+
+fn rel_paths(paths: Vec<String>) -> GitResult<Vec<RelPath>> {
+    paths
+        .into_iter()
+        .map(|p| RelPath::new(p).map_err(|e| GitError::Other(e.to_string())))
+        .collect()
+}
+
+#[async_trait]
+impl SnapshotPort for GitSnapshotStore {
+    async fn store_location(&self, worktree: &Path) -> Result<String> {
+        Ok(self.store_dir(worktree)?.display().to_string())
+    }
+
+    async fn track(&self, worktree: &Path) -> Result<TrackOutcome> {
+        self.with_store(worktree, |store, config| {
+            let tracked = track::track(store, config)?;
+            Ok(TrackOutcome {
+                id: snapshot_id(&tracked.id)?,
+                skipped: tracked.skipped,
+                hashed: tracked.hashed,
+            })
+        })
+        .await
+    }
+
+    async fn changed_files(&self, worktree: &Path, from: &SnapshotId) -> Result<Vec<RelPath>> {
+        let from = object_id(from)?;
+        self.with_store(worktree, move |store, config| {
+            let before = read_flat(&store.odb, &from)?;
+            let now = track::track(store, config)?;
+            let mut changed = Vec::new();
+            for path in diff::changed_paths(&before, &now.flat) {
+                if !now.flat.contains_key(&path) {
+                    // Gone from the tracked content: listed only when it is really gone, never when it is
+                    // still on disk but untracked now (ignored, over the cap) or ignored now.
+                    let abs = store.worktree.join(&path);
+                    let still_there = std::fs::symlink_metadata(&abs).is_ok();
+                    let ignored_now = now.ignores.is_path_ignored(&path, |dir| {
+                        let file = store.worktree.join(dir).join(".gitignore");
+                        ignore::read_rules(&file).ok().flatten()
+                    });
+                    if still_there || ignored_now {
+                        continue;
+                    }
+                }
+                changed.push(path);
+            }
+            rel_paths(changed)
+        })
+        .await
+    }
+
+    async fn changed_between(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<Vec<RelPath>> {
+        let (from, to) = (object_id(from)?, object_id(to)?);
+        self.with_store(worktree, move |store, _| {
+            let a = read_flat(&store.odb, &from)?;
+            let b = read_flat(&store.odb, &to)?;
+            rel_paths(diff::changed_paths(&a, &b))
+        })
+        .await
+    }
+
+    async fn diff(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<Vec<FileDiff>> {
+        let (from, to) = (object_id(from)?, object_id(to)?);
+        self.with_store(worktree, move |store, config| {
+            let a = read_flat(&store.odb, &from)?;
+            let b = read_flat(&store.odb, &to)?;
+            diff::file_diffs(&store.odb, &a, &b, config.size_cap)
+        })
+        .await
+    }
+
+    async fn unified_diff(&self, worktree: &Path, from: &SnapshotId) -> Result<String> {
+        let from = object_id(from)?;
+        self.with_store(worktree, move |store, config| {
+            let before = read_flat(&store.odb, &from)?;
+            let now = track::track(store, config)?;
+            diff::unified(&store.odb, &before, &now.flat, config.size_cap)
+        })
+        .await
+    }
+
+    async fn restore(
+        &self,
+        worktree: &Path,
+        to: &SnapshotId,
+        paths: Option<Vec<RelPath>>,
+    ) -> Result<RestoreOutcome> {
+        let to = object_id(to)?;
+        let scope = paths.map(|paths| paths.into_iter().map(String::from).collect());
+        self.with_store(worktree, move |store, config| {
+            apply::restore(store, config, &to, scope)
+        })
+        .await
+    }
+
+    async fn plan(&self, worktree: &Path, patches: &[SnapshotPatch]) -> Result<Vec<FileAction>> {
+        let patches = patches.to_vec();
+        self.with_store(worktree, move |store, config| {
+            apply::plan(store, config, &patches)
+        })
+        .await
+    }
+
+    async fn revert(
+        &self,
+        worktree: &Path,
+        patches: &[SnapshotPatch],
+        base: &SnapshotId,
+    ) -> Result<RevertOutcome> {
+        let patches = patches.to_vec();
+        let base = object_id(base)?;
+        self.with_store(worktree, move |store, config| {
+            apply::revert(store, config, &patches, &base)
+        })
+        .await
+    }
+
+    async fn gc(&self, worktree: &Path, keep: &[SnapshotId], grace: Duration) -> Result<GcReport> {
+        let keep = keep.iter().map(object_id).collect::<GitResult<Vec<_>>>()?;
+        self.with_store(worktree, move |store, _| gc::gc(store, &keep, grace))
+            .await
     }
 }

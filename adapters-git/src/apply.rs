@@ -1,0 +1,469 @@
+//! Changing the worktree: `restore`, `plan` and `revert`. Every path is checked before it is written or
+//! deleted; no write goes through a symlink or outside the worktree; every write is a temporary file renamed
+//! over the target; and nothing that is not tracked content at that moment is overwritten or deleted.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use gix::ObjectId;
+use rewind_core::model::{
+    FileAction, FileActionKind, KeptPath, RelPath, RestoreOutcome, RevertOutcome, SnapshotId,
+    SnapshotPatch,
+};
+use rewind_core::revert::file_plan;
+
+use crate::config::GitStoreConfig;
+use crate::error::{GitError, GitResult};
+use crate::ignore::Ignores;
+use crate::odb::Kind;
+use crate::store::{Store, TEMP_PREFIX};
+use crate::track::{Tracked, track};
+use crate::tree::{Flat, Mode, read_flat, write_flat};
+
+/// What kind of thing stands at a path, without following symlinks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnDisk {
+    Absent,
+    File,
+    Symlink,
+    Dir,
+}
+
+fn on_disk(path: &Path) -> GitResult<OnDisk> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Ok(OnDisk::Symlink),
+        Ok(meta) if meta.is_dir() => Ok(OnDisk::Dir),
+        Ok(_) => Ok(OnDisk::File),
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
+            Ok(OnDisk::Absent)
+        }
+        Err(e) => Err(GitError::io(path, e)),
+    }
+}
+
+/// Converts a snapshot id of the core to a git object id.
+pub fn object_id(id: &SnapshotId) -> GitResult<ObjectId> {
+    ObjectId::from_hex(id.as_str().as_bytes())
+        .map_err(|e| GitError::Refused(format!("snapshot id {id}: {e}")))
+}
+
+/// Converts a git object id to a snapshot id of the core.
+pub fn snapshot_id(id: &ObjectId) -> GitResult<SnapshotId> {
+    SnapshotId::parse(&id.to_string()).map_err(|e| GitError::Other(e.to_string()))
+}
+
+fn rel(path: &str) -> GitResult<RelPath> {
+    RelPath::new(path).map_err(|e| GitError::Other(e.to_string()))
+}
+
+/// Carries out writes and deletes on one worktree, recording what it did.
+struct Applier<'a> {
+    store: &'a Store,
+    /// Tracked content now, updated as the applier changes it.
+    tracked: &'a mut Flat,
+    batch: String,
+    counter: u64,
+    written: Vec<String>,
+    deleted: Vec<String>,
+    kept: Vec<KeptPath>,
+}
+
+impl<'a> Applier<'a> {
+    fn new(store: &'a Store, tracked: &'a mut Flat) -> Self {
+        Applier {
+            store,
+            tracked,
+            batch: crate::odb::rand_suffix(),
+            counter: 0,
+            written: Vec::new(),
+            deleted: Vec::new(),
+            kept: Vec::new(),
+        }
+    }
+
+    fn abs(&self, rel: &str) -> PathBuf {
+        self.store.worktree.join(rel)
+    }
+
+    fn keep(&mut self, path: &str, reason: impl Into<String>) -> GitResult<()> {
+        self.kept.push(KeptPath {
+            path: rel(path)?,
+            reason: reason.into(),
+        });
+        Ok(())
+    }
+
+    /// Deletes a tracked file (or symlink), then the directories this leaves empty.
+    fn delete(&mut self, path: &str) -> GitResult<()> {
+        let abs = self.abs(path);
+        match on_disk(&abs)? {
+            OnDisk::Absent => Ok(()),
+            OnDisk::Dir => self.keep(path, "a directory stands there now; it is left as it is"),
+            OnDisk::File | OnDisk::Symlink if !self.tracked.contains_key(path) || !self.parents_are_dirs(path)? => {
+                self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is")
+            }
+            OnDisk::File | OnDisk::Symlink => {
+                fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
+                self.tracked.remove(path);
+                self.deleted.push(path.to_owned());
+                self.remove_empty_parents(path);
+                Ok(())
+            }
+        }
+    }
+
+    /// True when every parent of `path` is a real directory (not a symlink), so acting on `path` stays
+    /// inside the worktree.
+    fn parents_are_dirs(&self, path: &str) -> GitResult<bool> {
+        for (i, _) in path.match_indices('/') {
+            if on_disk(&self.abs(&path[..i]))? != OnDisk::Dir {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn remove_empty_parents(&self, path: &str) {
+        let mut current = path;
+        while let Some((parent, _)) = current.rsplit_once('/') {
+            if fs::remove_dir(self.abs(parent)).is_err() {
+                break;
+            }
+            current = parent;
+        }
+    }
+
+    /// Writes blob `id` at `path` with `mode`, making its parent directories; keeps the path instead when
+    /// that would overwrite or delete something that is not tracked content.
+    fn write(&mut self, path: &str, mode: Mode, id: &ObjectId) -> GitResult<()> {
+        // Parents: each must be a real directory; a tracked file or symlink standing there is replaced.
+        for (i, _) in path.match_indices('/') {
+            let parent = &path[..i];
+            let abs = self.abs(parent);
+            match on_disk(&abs)? {
+                OnDisk::Dir => {}
+                OnDisk::Absent => fs::create_dir(&abs).map_err(|e| GitError::io(&abs, e))?,
+                OnDisk::File | OnDisk::Symlink if self.tracked.contains_key(parent) => {
+                    fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
+                    self.tracked.remove(parent);
+                    self.deleted.push(parent.to_owned());
+                    fs::create_dir(&abs).map_err(|e| GitError::io(&abs, e))?;
+                }
+                OnDisk::File | OnDisk::Symlink => {
+                    return self.keep(
+                        path,
+                        format!("{parent} is a file or symlink that is not tracked content, where a directory is needed"),
+                    );
+                }
+            }
+        }
+        let abs = self.abs(path);
+        match on_disk(&abs)? {
+            OnDisk::Absent => {}
+            OnDisk::Dir => {
+                if !holds_no_files(&abs)? {
+                    return self.keep(
+                        path,
+                        "a directory holding other files stands there; it is left as it is",
+                    );
+                }
+                fs::remove_dir_all(&abs).map_err(|e| GitError::io(&abs, e))?;
+            }
+            OnDisk::File | OnDisk::Symlink if !self.tracked.contains_key(path) => {
+                return self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is");
+            }
+            OnDisk::File | OnDisk::Symlink => {}
+        }
+        let parent = abs
+            .parent()
+            .ok_or_else(|| GitError::Other(format!("{path} has no parent")))?;
+        self.counter += 1;
+        let tmp = parent.join(format!("{TEMP_PREFIX}{}-{}", self.batch, self.counter));
+        let result = self
+            .write_temp(&tmp, mode, id)
+            .and_then(|()| fs::rename(&tmp, &abs).map_err(|e| GitError::io(&abs, e)));
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result?;
+        self.tracked.insert(path.to_owned(), (mode, *id));
+        self.written.push(path.to_owned());
+        Ok(())
+    }
+
+    fn write_temp(&self, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
+        let (kind, _, mut reader) = self.store.odb.open(id)?;
+        if kind != Kind::Blob {
+            return Err(GitError::Corrupt(format!("object {id} is not a blob")));
+        }
+        if mode == Mode::Link {
+            let mut target = Vec::new();
+            reader
+                .read_to_end(&mut target)
+                .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
+            let target = std::ffi::OsStr::from_bytes(&target);
+            return std::os::unix::fs::symlink(target, tmp).map_err(|e| GitError::io(tmp, e));
+        }
+        let mut file = fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(tmp)
+            .map_err(|e| GitError::io(tmp, e))?;
+        io::copy(&mut reader, &mut file).map_err(|e| GitError::io(tmp, e))?;
+        let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
+        file.set_permissions(fs::Permissions::from_mode(bits))
+            .map_err(|e| GitError::io(tmp, e))
+    }
+
+    fn outcome_paths(paths: &[String]) -> GitResult<Vec<RelPath>> {
+        paths.iter().map(|p| rel(p)).collect()
+    }
+}
+
+/// True when `dir` holds no file or symlink at any depth (only empty directories).
+fn holds_no_files(dir: &Path) -> GitResult<bool> {
+    for entry in fs::read_dir(dir).map_err(|e| GitError::io(dir, e))? {
+        let entry = entry.map_err(|e| GitError::io(dir, e))?;
+        let file_type = entry
+            .file_type()
+            .map_err(|e| GitError::io(&entry.path(), e))?;
+        if !file_type.is_dir() || !holds_no_files(&entry.path())? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn journal_parents(store: &Store, paths: impl Iterator<Item = String>) -> GitResult<()> {
+    let mut dirs = BTreeSet::new();
+    for path in paths {
+        let abs = store.worktree.join(&path);
+        if let Some(parent) = abs.parent() {
+            dirs.insert(parent.to_path_buf());
+        }
+    }
+    if dirs.is_empty() {
+        return Ok(());
+    }
+    store.journal_temp_dirs(&dirs)
+}
+
+fn in_scope(path: &str, scope: &Option<Vec<String>>) -> bool {
+    match scope {
+        None => true,
+        Some(paths) => paths.iter().any(|p| {
+            path == p
+                || (path.len() > p.len()
+                    && path.starts_with(p.as_str())
+                    && path.as_bytes()[p.len()] == b'/')
+        }),
+    }
+}
+
+/// Makes the tracked content (or the paths in `scope`) equal snapshot `to`.
+pub fn restore(
+    store: &Store,
+    config: &GitStoreConfig,
+    to: &ObjectId,
+    scope: Option<Vec<String>>,
+) -> GitResult<RestoreOutcome> {
+    let target = read_flat(&store.odb, to)?;
+    let Tracked {
+        flat: mut current, ..
+    } = track(store, config)?;
+    let deletions: Vec<String> = current
+        .keys()
+        .filter(|p| in_scope(p, &scope) && !target.contains_key(*p))
+        .cloned()
+        .collect();
+    let writes: Vec<(String, Mode, ObjectId)> = target
+        .iter()
+        .filter(|(p, entry)| in_scope(p, &scope) && current.get(*p) != Some(entry))
+        .map(|(p, (mode, id))| (p.clone(), *mode, *id))
+        .collect();
+    // Every blob needed is checked before any file is touched.
+    if let Some((_, _, id)) = writes.iter().find(|(_, _, id)| !store.odb.contains(id)) {
+        return Err(GitError::Missing(id.to_string()));
+    }
+    journal_parents(store, writes.iter().map(|(p, _, _)| p.clone()))?;
+    let mut applier = Applier::new(store, &mut current);
+    for path in deletions.iter().rev() {
+        applier.delete(path)?;
+    }
+    for (path, mode, id) in &writes {
+        applier.write(path, *mode, id)?;
+    }
+    // Paths named in the scope that are untracked now and absent from the target stay as they are.
+    if let Some(paths) = &scope {
+        for path in paths {
+            let untracked_here = !target
+                .keys()
+                .any(|p| in_scope(p, &Some(vec![path.clone()])))
+                && !deletions
+                    .iter()
+                    .any(|p| in_scope(p, &Some(vec![path.clone()])))
+                && on_disk(&store.worktree.join(path))? != OnDisk::Absent;
+            if untracked_here {
+                applier.keep(
+                    path,
+                    "it is not tracked content now, so it is left as it is",
+                )?;
+            }
+        }
+    }
+    Ok(RestoreOutcome {
+        written: Applier::outcome_paths(&applier.written)?,
+        deleted: Applier::outcome_paths(&applier.deleted)?,
+        kept: applier.kept,
+    })
+}
+
+/// Whether `path` was untracked when snapshot `from` was taken: ignored by the `.gitignore` files of tree
+/// `from` and the outside rules recorded with it, or in its skipped list.
+fn untracked_at(store: &Store, from: &ObjectId, flat: &Flat, path: &str) -> bool {
+    let record = store.record(from);
+    if record.skipped.contains(path) {
+        return true;
+    }
+    let ignores = Ignores::from_outside(record.outside.clone(), record.prefix.clone());
+    ignores.is_path_ignored(path, |dir| {
+        let file = if dir.is_empty() {
+            ".gitignore".to_owned()
+        } else {
+            format!("{dir}/.gitignore")
+        };
+        let (mode, id) = flat.get(&file)?;
+        if !matches!(mode, Mode::File | Mode::Exec) {
+            return None;
+        }
+        store
+            .odb
+            .read(id, Kind::Blob)
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    })
+}
+
+/// The plan of a revert, with what its execution needs.
+struct Planned {
+    actions: Vec<FileAction>,
+    entries: HashMap<String, (Mode, ObjectId)>,
+    current: Flat,
+}
+
+fn plan_inner(
+    store: &Store,
+    config: &GitStoreConfig,
+    patches: &[SnapshotPatch],
+) -> GitResult<Planned> {
+    let Tracked { flat: current, .. } = track(store, config)?;
+    let mut trees: HashMap<ObjectId, Flat> = HashMap::new();
+    let mut actions = Vec::new();
+    let mut entries = HashMap::new();
+    for (path, from) in file_plan(patches) {
+        let from_id = object_id(&from)?;
+        if let std::collections::hash_map::Entry::Vacant(e) = trees.entry(from_id) {
+            e.insert(read_flat(&store.odb, &from_id)?);
+        }
+        let flat = &trees[&from_id];
+        let name = path.as_str();
+        let exists = on_disk(&store.worktree.join(name))?;
+        let (action, reason) = if matches!(exists, OnDisk::File | OnDisk::Symlink)
+            && !current.contains_key(name)
+        {
+            (
+                FileActionKind::Keep,
+                Some(
+                    "it exists but is not tracked content now (ignored or over the size cap)"
+                        .to_owned(),
+                ),
+            )
+        } else if let Some(entry) = flat.get(name) {
+            entries.insert(name.to_owned(), *entry);
+            (FileActionKind::Write, None)
+        } else if untracked_at(store, &from_id, flat, name) {
+            (
+                FileActionKind::Keep,
+                Some("it was not tracked content when the step began (ignored or skipped), so it may have existed then".to_owned()),
+            )
+        } else {
+            (FileActionKind::Delete, None)
+        };
+        actions.push(FileAction {
+            path,
+            action,
+            from,
+            reason,
+        });
+    }
+    Ok(Planned {
+        actions,
+        entries,
+        current,
+    })
+}
+
+/// What a revert would do, changing nothing.
+pub fn plan(
+    store: &Store,
+    config: &GitStoreConfig,
+    patches: &[SnapshotPatch],
+) -> GitResult<Vec<FileAction>> {
+    Ok(plan_inner(store, config, patches)?.actions)
+}
+
+/// Carries out the plan of `patches`; `applied` is `base` with the written and deleted paths replaced.
+pub fn revert(
+    store: &Store,
+    config: &GitStoreConfig,
+    patches: &[SnapshotPatch],
+    base: &ObjectId,
+) -> GitResult<RevertOutcome> {
+    let mut base_flat = read_flat(&store.odb, base)?;
+    let Planned {
+        actions,
+        entries,
+        mut current,
+    } = plan_inner(store, config, patches)?;
+    if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
+        return Err(GitError::Missing(id.to_string()));
+    }
+    journal_parents(store, entries.keys().cloned())?;
+    let mut applier = Applier::new(store, &mut current);
+    for action in &actions {
+        let path = action.path.as_str();
+        match action.action {
+            FileActionKind::Write => {
+                let (mode, id) = entries[path];
+                applier.write(path, mode, &id)?;
+            }
+            FileActionKind::Delete => applier.delete(path)?,
+            FileActionKind::Keep => applier.kept.push(KeptPath {
+                path: action.path.clone(),
+                reason: action.reason.clone().unwrap_or_default(),
+            }),
+        }
+    }
+    for path in &applier.deleted {
+        base_flat.remove(path);
+    }
+    for path in &applier.written {
+        let prefix = format!("{path}/");
+        base_flat.retain(|p, _| !p.starts_with(&prefix));
+        if let Some(entry) = applier.tracked.get(path) {
+            base_flat.insert(path.clone(), *entry);
+        }
+    }
+    let applied = write_flat(&store.odb, &base_flat)?;
+    store.log_returned(&applied)?;
+    Ok(RevertOutcome {
+        applied: snapshot_id(&applied)?,
+        written: Applier::outcome_paths(&applier.written)?,
+        deleted: Applier::outcome_paths(&applier.deleted)?,
+        kept: applier.kept,
+    })
+}

@@ -1,0 +1,95 @@
+//! `gc`: deletes stored objects that no kept snapshot, no recently returned snapshot and not the stat cache
+//! reach (gix has no gc of its own).
+
+use std::collections::HashSet;
+use std::fs;
+use std::time::{Duration, SystemTime};
+
+use gix::ObjectId;
+use rewind_core::model::GcReport;
+
+use crate::error::{GitError, GitResult};
+use crate::stat_cache::StatCache;
+use crate::store::{Store, now_ms};
+use crate::tree::{read_flat, tree_ids};
+
+/// Collects unreachable objects of `store`.
+pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcReport> {
+    let since = now_ms().saturating_sub(grace.as_millis() as u64);
+    let mut roots: Vec<ObjectId> = keep.to_vec();
+    roots.extend(store.returned_since(since, true)?);
+    let cache = StatCache::load(&store.stat_cache_path());
+    roots.extend(cache.tree);
+    let mut reachable: HashSet<ObjectId> = cache.entries.values().map(|e| e.id).collect();
+    let mut live_roots = HashSet::new();
+    for root in roots {
+        let mut trees = Vec::new();
+        // A kept id whose tree is already gone cannot protect anything; it is not an error for gc.
+        if tree_ids(&store.odb, &root, &mut trees).is_err() {
+            continue;
+        }
+        live_roots.insert(root);
+        reachable.extend(trees);
+        if let Ok(flat) = read_flat(&store.odb, &root) {
+            reachable.extend(flat.values().map(|(_, id)| *id));
+        }
+    }
+    let mut report = GcReport::default();
+    let grace_cutoff = SystemTime::now()
+        .checked_sub(grace)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let objects = store.odb.dir().to_path_buf();
+    let Ok(fanout) = fs::read_dir(&objects) else {
+        return Ok(report);
+    };
+    for dir in fanout.flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if name.len() != 2 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            // Temporary object files a crash left behind, once older than the grace period.
+            if name.starts_with("tmp_obj_") && is_older(&dir.path(), grace_cutoff) {
+                remove(&dir.path(), &mut report)?;
+            }
+            continue;
+        }
+        for entry in fs::read_dir(dir.path())
+            .map_err(|e| GitError::io(&dir.path(), e))?
+            .flatten()
+        {
+            let hex = format!("{name}{}", entry.file_name().to_string_lossy());
+            let Ok(id) = ObjectId::from_hex(hex.as_bytes()) else {
+                continue;
+            };
+            if reachable.contains(&id) {
+                report.objects_kept += 1;
+            } else {
+                remove(&entry.path(), &mut report)?;
+            }
+        }
+        let _ = fs::remove_dir(dir.path());
+    }
+    for id in store.recorded_ids() {
+        if !live_roots.contains(&id) && !store.odb.contains(&id) {
+            store.remove_record(&id);
+        }
+    }
+    Ok(report)
+}
+
+fn is_older(path: &std::path::Path, cutoff: SystemTime) -> bool {
+    fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|modified| modified < cutoff)
+}
+
+fn remove(path: &std::path::Path, report: &mut GcReport) -> GitResult<()> {
+    let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    match fs::remove_file(path) {
+        Ok(()) => {
+            report.objects_removed += 1;
+            report.bytes_freed += size;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(GitError::io(path, e)),
+    }
+}

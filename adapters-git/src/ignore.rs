@@ -1,0 +1,300 @@
+//! The ignore rules of SPEC 2.2, as `git add -A` in the worktree would apply them: every `.gitignore` in the
+//! tree, the enclosing repository's `info/exclude` and `.gitignore` files above a subdirectory worktree, and
+//! the global excludes file. Paths are matched relative to the enclosing repository's root (or the worktree
+//! when it is in no repository), so anchored patterns mean what they mean to git.
+
+use std::path::{Path, PathBuf};
+
+use gix::bstr::ByteSlice;
+use gix::glob::pattern::Case;
+use gix::glob::search::pattern::List;
+use gix::ignore::search::Ignore;
+use serde::{Deserialize, Serialize};
+
+use crate::config::ExcludesFile;
+use crate::error::{GitError, GitResult};
+
+/// Ignore rules from outside the worktree's tree, recorded with each snapshot so that "was this path
+/// untracked at that snapshot" can be answered later.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutsideRule {
+    /// The directory the rules are relative to (relative to the ignore root, ending in `/`), or none for
+    /// global rules.
+    pub base: Option<String>,
+    /// The rules' text.
+    pub text: String,
+}
+
+/// The git repository a worktree lies in, if any.
+#[derive(Clone, Debug)]
+pub struct Enclosing {
+    /// The repository's worktree root.
+    pub root: PathBuf,
+    /// Its common git dir (where `info/exclude` lives).
+    pub common_dir: PathBuf,
+}
+
+/// Finds the repository whose worktree contains `worktree` (the worktree itself included).
+pub fn enclosing_repository(worktree: &Path) -> Option<Enclosing> {
+    let mut dir = worktree.to_path_buf();
+    loop {
+        let dot_git = dir.join(".git");
+        if dot_git.is_dir() {
+            let common_dir = common_dir_of(&dot_git);
+            return Some(Enclosing {
+                root: dir,
+                common_dir,
+            });
+        }
+        if dot_git.is_file() {
+            let text = std::fs::read_to_string(&dot_git).ok()?;
+            let git_dir = text.trim().strip_prefix("gitdir:")?.trim();
+            let git_dir = dir.join(git_dir);
+            let common_dir = common_dir_of(&git_dir);
+            return Some(Enclosing {
+                root: dir,
+                common_dir,
+            });
+        }
+        if !dir.pop() {
+            return None;
+        }
+    }
+}
+
+fn common_dir_of(git_dir: &Path) -> PathBuf {
+    match std::fs::read_to_string(git_dir.join("commondir")) {
+        Ok(text) => git_dir.join(text.trim()),
+        Err(_) => git_dir.to_path_buf(),
+    }
+}
+
+/// The ignore rules in force for one worktree, with a stack of per-directory `.gitignore` lists that the
+/// walk pushes and pops.
+#[derive(Clone, Debug)]
+pub struct Ignores {
+    search: gix::ignore::Search,
+    /// The worktree relative to the ignore root: empty, or `sub/dir/`.
+    prefix: String,
+    /// True when a directory above the worktree is itself ignored: then everything is.
+    all_ignored: bool,
+    /// How many lists come from outside the tree (the per-directory lists follow them).
+    outside_lists: usize,
+    /// The rules from outside the tree, in precedence order (lowest first).
+    pub outside: Vec<OutsideRule>,
+}
+
+impl Ignores {
+    /// Assembles the outside rules of `worktree` (global excludes, `info/exclude`, `.gitignore` files above
+    /// it in its repository) and the worktree's own root `.gitignore`.
+    pub fn for_worktree(
+        worktree: &Path,
+        excludes: &ExcludesFile,
+        home: Option<&Path>,
+    ) -> GitResult<Ignores> {
+        let enclosing = enclosing_repository(worktree);
+        let mut outside = Vec::new();
+        if let Some(path) = global_excludes_path(excludes, enclosing.as_ref(), home)
+            && let Some(text) = read_rules(&path)?
+        {
+            outside.push(OutsideRule { base: None, text });
+        }
+        let mut prefix = String::new();
+        if let Some(repo) = &enclosing {
+            if let Some(text) = read_rules(&repo.common_dir.join("info").join("exclude"))? {
+                outside.push(OutsideRule { base: None, text });
+            }
+            let relative = worktree
+                .strip_prefix(&repo.root)
+                .map_err(|_| GitError::Other("worktree is not inside its repository".to_owned()))?;
+            let mut dir = repo.root.clone();
+            let mut base = String::new();
+            for component in relative.components() {
+                if let Some(text) = read_rules(&dir.join(".gitignore"))? {
+                    outside.push(OutsideRule {
+                        base: (!base.is_empty()).then(|| base.clone()),
+                        text,
+                    });
+                }
+                let name = component.as_os_str().to_str().ok_or_else(|| {
+                    GitError::Refused(format!(
+                        "worktree path {} is not valid UTF-8",
+                        worktree.display()
+                    ))
+                })?;
+                dir.push(name);
+                base.push_str(name);
+                base.push('/');
+            }
+            prefix = base;
+        }
+        let mut ignores = Ignores::from_outside(outside, prefix);
+        ignores.push_dir("", read_rules(&worktree.join(".gitignore"))?.as_deref());
+        Ok(ignores)
+    }
+
+    /// Rules rebuilt from a record (for a snapshot taken earlier), with no per-directory lists yet.
+    pub fn from_outside(outside: Vec<OutsideRule>, prefix: String) -> Ignores {
+        let mut search = gix::ignore::Search::default();
+        for rule in &outside {
+            let source = match &rule.base {
+                Some(base) => PathBuf::from(format!("{base}.gitignore")),
+                None => PathBuf::from("<outside>"),
+            };
+            let root = rule.base.as_ref().map(|_| Path::new(""));
+            if let Ok(list) =
+                List::from_bytes(rule.text.as_bytes(), source, root, Ignore::default())
+            {
+                search.patterns.push(list);
+            }
+        }
+        let outside_lists = search.patterns.len();
+        let mut ignores = Ignores {
+            search,
+            prefix,
+            all_ignored: false,
+            outside_lists,
+            outside,
+        };
+        let prefix_dirs: Vec<String> = ancestors_and_self(ignores.prefix.trim_end_matches('/'))
+            .map(str::to_owned)
+            .collect();
+        ignores.all_ignored = prefix_dirs.iter().any(|dir| ignores.matches(dir, true));
+        ignores
+    }
+
+    /// The worktree's path relative to the ignore root (`""` or `sub/dir/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Adds the `.gitignore` of worktree directory `dir` (`""` for the root); returns whether a list was
+    /// pushed (pop it when leaving the directory).
+    pub fn push_dir(&mut self, dir: &str, text: Option<&str>) -> bool {
+        let Some(text) = text else { return false };
+        let full = format!("{}{dir}", self.prefix);
+        let source = if full.is_empty() {
+            PathBuf::from(".gitignore")
+        } else {
+            PathBuf::from(format!("{}/.gitignore", full.trim_end_matches('/')))
+        };
+        match List::from_bytes(
+            text.as_bytes(),
+            source,
+            Some(Path::new("")),
+            Ignore::default(),
+        ) {
+            Ok(list) => {
+                self.search.patterns.push(list);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Removes the list pushed last.
+    pub fn pop(&mut self) {
+        self.search.patterns.pop();
+    }
+
+    fn matches(&self, full: &str, is_dir: bool) -> bool {
+        if full.is_empty() {
+            return false;
+        }
+        match self.search.pattern_matching_relative_path(
+            full.as_bytes().as_bstr(),
+            Some(is_dir),
+            Case::Sensitive,
+        ) {
+            Some(found) => !found.pattern.is_negative(),
+            None => false,
+        }
+    }
+
+    /// Whether the worktree-relative `path` itself is ignored (its parents already checked by the walk).
+    pub fn is_ignored(&self, path: &str, is_dir: bool) -> bool {
+        self.all_ignored || self.matches(&format!("{}{path}", self.prefix), is_dir)
+    }
+
+    /// Whether `path` is ignored, checking each parent directory too, with the `.gitignore` text of each
+    /// directory (`""` for the root) supplied by `gitignore_of`. Used for paths the walk did not reach.
+    pub fn is_path_ignored(
+        &self,
+        path: &str,
+        gitignore_of: impl Fn(&str) -> Option<String>,
+    ) -> bool {
+        if self.all_ignored {
+            return true;
+        }
+        let mut rules = self.clone();
+        rules.search.patterns.truncate(self.outside_lists);
+        let dirs: Vec<&str> = ancestors_and_self(path).collect();
+        let parents = &dirs[..dirs.len().saturating_sub(1)];
+        rules.push_dir("", gitignore_of("").as_deref());
+        for dir in parents {
+            if rules.is_ignored(dir, true) {
+                return true;
+            }
+            rules.push_dir(&format!("{dir}/"), gitignore_of(dir).as_deref());
+        }
+        rules.is_ignored(path, false)
+    }
+}
+
+/// `a`, `a/b`, `a/b/c` for `a/b/c`.
+fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/')
+        .map(move |(i, _)| &path[..i])
+        .chain((!path.is_empty()).then_some(path))
+}
+
+/// Reads a rules file; a missing file is none, and so is one that is not a regular file (git does not
+/// follow a symlinked `.gitignore` either).
+pub fn read_rules(path: &Path) -> GitResult<Option<String>> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        _ => return Ok(None),
+    }
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(GitError::io(path, e)),
+    }
+}
+
+fn global_excludes_path(
+    excludes: &ExcludesFile,
+    enclosing: Option<&Enclosing>,
+    home: Option<&Path>,
+) -> Option<PathBuf> {
+    match excludes {
+        ExcludesFile::None => None,
+        ExcludesFile::Path(path) => Some(path.clone()),
+        ExcludesFile::FromGitConfig => {
+            let configured = match enclosing {
+                Some(repo) => gix::open(&repo.root).ok().and_then(|r| {
+                    r.config_snapshot()
+                        .trusted_path("core.excludesFile")
+                        .ok()
+                        .flatten()
+                }),
+                None => gix::config::File::from_globals().ok().and_then(|file| {
+                    let value = file.path("core.excludesFile")?;
+                    value
+                        .interpolate(gix::config::path::interpolate::Context {
+                            home_dir: home,
+                            ..Default::default()
+                        })
+                        .ok()
+                }),
+            };
+            configured.or_else(|| {
+                let config_home = std::env::var_os("XDG_CONFIG_HOME")
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+                    .or_else(|| home.map(|h| h.join(".config")))?;
+                Some(config_home.join("git").join("ignore"))
+            })
+        }
+    }
+}

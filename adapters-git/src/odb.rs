@@ -1,0 +1,259 @@
+//! The store's object database: git loose objects (`objects/xx/yyyy…`, zlib-compressed `"<kind> <size>\0"`
+//! + content), written and read with streaming so no file is ever held whole in memory.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use flate2::Compression;
+use flate2::read::ZlibDecoder;
+use flate2::write::ZlibEncoder;
+use gix::ObjectId;
+
+use crate::error::{GitError, GitResult};
+
+/// Git's object kinds, as far as snapshots use them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// File content or a symlink's target.
+    Blob,
+    /// A directory.
+    Tree,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Blob => "blob",
+            Kind::Tree => "tree",
+        }
+    }
+}
+
+/// The loose-object database under `<store>/objects`.
+#[derive(Clone, Debug)]
+pub struct Odb {
+    objects: PathBuf,
+}
+
+/// Hashes a git object as it is streamed.
+struct ObjectHasher(gix::hash::Hasher);
+
+impl ObjectHasher {
+    fn new(kind: Kind, size: u64) -> Self {
+        let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
+        hasher.update(format!("{} {size}\0", kind.name()).as_bytes());
+        ObjectHasher(hasher)
+    }
+
+    fn finish(self) -> GitResult<ObjectId> {
+        self.0
+            .try_finalize()
+            .map_err(|e| GitError::Other(format!("hashing failed: {e}")))
+    }
+}
+
+impl Odb {
+    /// The database in `objects`.
+    pub fn new(objects: PathBuf) -> Self {
+        Odb { objects }
+    }
+
+    /// Where the loose object `id` lives.
+    pub fn path_of(&self, id: &ObjectId) -> PathBuf {
+        let hex = id.to_string();
+        self.objects.join(&hex[..2]).join(&hex[2..])
+    }
+
+    /// The objects directory.
+    pub fn dir(&self) -> &Path {
+        &self.objects
+    }
+
+    /// True when the object is stored.
+    pub fn contains(&self, id: &ObjectId) -> bool {
+        self.path_of(id).is_file()
+    }
+
+    /// The id `data` has as an object of `kind`, without storing it.
+    pub fn hash(kind: Kind, data: &[u8]) -> GitResult<ObjectId> {
+        let mut hasher = ObjectHasher::new(kind, data.len() as u64);
+        hasher.0.update(data);
+        hasher.finish()
+    }
+
+    /// Stores an object held in memory (trees, symlink targets) and returns its id.
+    pub fn write_buf(&self, kind: Kind, data: &[u8]) -> GitResult<ObjectId> {
+        let id = Self::hash(kind, data)?;
+        if self.contains(&id) {
+            return Ok(id);
+        }
+        let (tmp, file) = self.temp_file()?;
+        let result = (|| {
+            let mut encoder = ZlibEncoder::new(io::BufWriter::new(file), Compression::fast());
+            encoder.write_all(format!("{} {}\0", kind.name(), data.len()).as_bytes())?;
+            encoder.write_all(data)?;
+            encoder.finish()?.flush()
+        })();
+        self.commit_temp(tmp, &id, result)?;
+        Ok(id)
+    }
+
+    /// Stores the content of a regular file as a blob, reading it once in a stream: hashed and compressed
+    /// together. `Ok(None)` when the file's size changed while it was read (the caller retries).
+    pub fn write_file_blob(&self, path: &Path, expected_size: u64) -> io::Result<Option<ObjectId>> {
+        let source = File::open(path)?;
+        let (tmp, file) = self
+            .temp_file()
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let mut hasher = ObjectHasher::new(Kind::Blob, expected_size);
+        let outcome = (|| -> io::Result<u64> {
+            let mut encoder = ZlibEncoder::new(io::BufWriter::new(file), Compression::fast());
+            encoder.write_all(format!("blob {expected_size}\0").as_bytes())?;
+            let mut source = source;
+            let mut buffer = vec![0u8; 64 * 1024];
+            let mut total = 0u64;
+            loop {
+                let n = match source.read(&mut buffer) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                let chunk = &buffer[..n];
+                hasher.0.update(chunk);
+                encoder.write_all(chunk)?;
+                total += n as u64;
+                if total > expected_size {
+                    break;
+                }
+            }
+            encoder.finish()?.flush()?;
+            Ok(total)
+        })();
+        let read = match outcome {
+            Ok(read) => read,
+            Err(error) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(error);
+            }
+        };
+        if read != expected_size {
+            let _ = fs::remove_file(&tmp);
+            return Ok(None);
+        }
+        let id = hasher
+            .finish()
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.commit_temp(tmp, &id, Ok(()))
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Some(id))
+    }
+
+    fn temp_file(&self) -> GitResult<(PathBuf, File)> {
+        fs::create_dir_all(&self.objects).map_err(|e| GitError::io(&self.objects, e))?;
+        for attempt in 0..16u32 {
+            let name = format!("tmp_obj_{}_{}_{attempt}", std::process::id(), rand_suffix());
+            let path = self.objects.join(name);
+            match File::options().write(true).create_new(true).open(&path) {
+                Ok(file) => return Ok((path, file)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(GitError::io(&path, e)),
+            }
+        }
+        Err(GitError::Other(
+            "could not create a temporary object file".to_owned(),
+        ))
+    }
+
+    fn commit_temp(&self, tmp: PathBuf, id: &ObjectId, written: io::Result<()>) -> GitResult<()> {
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(GitError::io(&tmp, e));
+        }
+        let target = self.path_of(id);
+        if target.is_file() {
+            let _ = fs::remove_file(&tmp);
+            return Ok(());
+        }
+        if let Some(dir) = target.parent() {
+            fs::create_dir_all(dir).map_err(|e| GitError::io(dir, e))?;
+        }
+        fs::rename(&tmp, &target).map_err(|e| GitError::io(&target, e))
+    }
+
+    /// Opens a stored object: its kind, its size and a reader of its content.
+    pub fn open(&self, id: &ObjectId) -> GitResult<(Kind, u64, impl Read + use<>)> {
+        let path = self.path_of(id);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(GitError::Missing(id.to_string()));
+            }
+            Err(e) => return Err(GitError::io(&path, e)),
+        };
+        let mut decoder = BufReader::new(ZlibDecoder::new(BufReader::new(file)));
+        let mut header = Vec::with_capacity(32);
+        loop {
+            let mut byte = [0u8; 1];
+            decoder
+                .read_exact(&mut byte)
+                .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
+            if byte[0] == 0 {
+                break;
+            }
+            header.push(byte[0]);
+            if header.len() > 32 {
+                return Err(GitError::Corrupt(format!("object {id}: header too long")));
+            }
+        }
+        let header = String::from_utf8_lossy(&header).into_owned();
+        let (kind, size) = header
+            .split_once(' ')
+            .ok_or_else(|| GitError::Corrupt(format!("object {id}: bad header {header:?}")))?;
+        let kind = match kind {
+            "blob" => Kind::Blob,
+            "tree" => Kind::Tree,
+            other => {
+                return Err(GitError::Corrupt(format!(
+                    "object {id}: unexpected kind {other}"
+                )));
+            }
+        };
+        let size: u64 = size
+            .parse()
+            .map_err(|_| GitError::Corrupt(format!("object {id}: bad size {size:?}")))?;
+        Ok((kind, size, decoder.take(size)))
+    }
+
+    /// Reads a whole object of the expected kind (trees, and blobs known to be small).
+    pub fn read(&self, id: &ObjectId, expected: Kind) -> GitResult<Vec<u8>> {
+        let (kind, size, mut reader) = self.open(id)?;
+        if kind != expected {
+            return Err(GitError::Corrupt(format!(
+                "object {id} is a {kind:?}, expected a {expected:?}"
+            )));
+        }
+        let mut data = Vec::with_capacity(size as usize);
+        reader
+            .read_to_end(&mut data)
+            .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
+        if data.len() as u64 != size {
+            return Err(GitError::Corrupt(format!("object {id} is truncated")));
+        }
+        Ok(data)
+    }
+}
+
+/// A short random suffix for temporary names.
+pub fn rand_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("{:016x}", hasher.finish())
+}

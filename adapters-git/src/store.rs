@@ -1,0 +1,297 @@
+//! One snapshot store per worktree and database: a bare git dir outside the worktree, locked across
+//! processes while an operation runs, with rewind's own files under `rewind/` (stat cache, per-snapshot
+//! records, the log of returned ids, the journal of temporary files).
+
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gix::ObjectId;
+use serde::{Deserialize, Serialize};
+
+use crate::config::GitStoreConfig;
+use crate::error::{GitError, GitResult};
+use crate::ignore::OutsideRule;
+use crate::odb::Odb;
+
+/// The prefix of every temporary file rewind writes into a worktree.
+pub const TEMP_PREFIX: &str = ".rewind-tmp-";
+
+/// What is recorded with a snapshot id beyond its tree: what made paths untracked when it was taken.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    /// The worktree relative to its ignore root.
+    #[serde(default)]
+    pub prefix: String,
+    /// The ignore rules from outside the tree in force then.
+    #[serde(default)]
+    pub outside: Vec<OutsideRule>,
+    /// The union of the paths skipped by every track that returned this id.
+    #[serde(default)]
+    pub skipped: BTreeSet<String>,
+}
+
+/// An open store, locked for one operation (the lock is released when this is dropped).
+#[derive(Debug)]
+pub struct Store {
+    /// The bare git dir.
+    pub dir: PathBuf,
+    /// Its objects.
+    pub odb: Odb,
+    /// The canonical worktree.
+    pub worktree: PathBuf,
+    _lock: File,
+}
+
+/// The canonical form of a worktree, refusing `/`, the home directory and missing directories.
+pub fn canonical_worktree(config: &GitStoreConfig, worktree: &Path) -> GitResult<PathBuf> {
+    let canonical = fs::canonicalize(worktree).map_err(|e| {
+        GitError::Refused(format!(
+            "worktree {} cannot be used: {e}",
+            worktree.display()
+        ))
+    })?;
+    if !canonical.is_dir() {
+        return Err(GitError::Refused(format!(
+            "worktree {} is not a directory",
+            worktree.display()
+        )));
+    }
+    if canonical.parent().is_none() {
+        return Err(GitError::Refused(
+            "refusing to snapshot the filesystem root: choose a project directory".to_owned(),
+        ));
+    }
+    if let Some(home) = config
+        .home_dir
+        .as_ref()
+        .and_then(|h| fs::canonicalize(h).ok())
+        && canonical == home
+    {
+        return Err(GitError::Refused(format!(
+            "refusing to snapshot the home directory {}: choose a project directory",
+            canonical.display()
+        )));
+    }
+    Ok(canonical)
+}
+
+/// Where the store of `canonical` lives for this database.
+pub fn location(config: &GitStoreConfig, canonical: &Path) -> PathBuf {
+    let mut hasher = sha1_smol::Sha1::new();
+    hasher.update(config.database_identity.as_bytes());
+    hasher.update(b"\0");
+    hasher.update(canonical.as_os_str().as_encoded_bytes());
+    config
+        .data_dir
+        .join("snapshot")
+        .join(hasher.digest().to_string())
+}
+
+impl Store {
+    /// Opens (creating on first use) and locks the store of `worktree`, and removes the temporary files a
+    /// crashed operation left.
+    pub fn open(config: &GitStoreConfig, worktree: &Path) -> GitResult<Store> {
+        let canonical = canonical_worktree(config, worktree)?;
+        let dir = location(config, &canonical);
+        if !dir.join("HEAD").is_file() {
+            create_bare(&dir, &canonical)?;
+        }
+        let lock_path = dir.join("rewind").join("lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| GitError::io(&lock_path, e))?;
+        // An advisory lock: the OS releases it when its process dies, so a dead holder never blocks.
+        lock.lock().map_err(|e| GitError::io(&lock_path, e))?;
+        let store = Store {
+            odb: Odb::new(dir.join("objects")),
+            dir,
+            worktree: canonical,
+            _lock: lock,
+        };
+        store.clean_journal()?;
+        Ok(store)
+    }
+
+    fn rewind_path(&self, name: &str) -> PathBuf {
+        self.dir.join("rewind").join(name)
+    }
+
+    /// The stat cache's file.
+    pub fn stat_cache_path(&self) -> PathBuf {
+        self.rewind_path("stat-cache")
+    }
+
+    /// The record of a snapshot (empty when none was written).
+    pub fn record(&self, id: &ObjectId) -> SnapshotRecord {
+        fs::read(self.rewind_path("records").join(id.to_string()))
+            .ok()
+            .and_then(|data| serde_json::from_slice(&data).ok())
+            .unwrap_or_default()
+    }
+
+    /// Merges what a track saw into the record of `id` (skipped paths are a union).
+    pub fn add_record(
+        &self,
+        id: &ObjectId,
+        prefix: &str,
+        outside: &[OutsideRule],
+        skipped: &BTreeSet<String>,
+    ) -> GitResult<()> {
+        let mut record = self.record(id);
+        let before = record.clone();
+        record.prefix = prefix.to_owned();
+        record.outside = outside.to_vec();
+        record.skipped.extend(skipped.iter().cloned());
+        if record == before || (record == SnapshotRecord::default()) {
+            return Ok(());
+        }
+        let dir = self.rewind_path("records");
+        fs::create_dir_all(&dir).map_err(|e| GitError::io(&dir, e))?;
+        let data = serde_json::to_vec(&record).map_err(|e| GitError::Other(e.to_string()))?;
+        write_atomically(&dir.join(id.to_string()), &data)
+    }
+
+    /// Deletes the record of a collected snapshot.
+    pub fn remove_record(&self, id: &ObjectId) {
+        let _ = fs::remove_file(self.rewind_path("records").join(id.to_string()));
+    }
+
+    /// The ids that have a record.
+    pub fn recorded_ids(&self) -> Vec<ObjectId> {
+        let Ok(entries) = fs::read_dir(self.rewind_path("records")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| ObjectId::from_hex(e.file_name().as_encoded_bytes()).ok())
+            .collect()
+    }
+
+    /// Logs an id that `track` or `revert` returned, with the time, so gc keeps it through its grace period.
+    pub fn log_returned(&self, id: &ObjectId) -> GitResult<()> {
+        let path = self.rewind_path("returned");
+        let mut file = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| GitError::io(&path, e))?;
+        writeln!(file, "{} {id}", now_ms()).map_err(|e| GitError::io(&path, e))
+    }
+
+    /// The ids returned at or after `since_ms`; rewrites the log without older lines when `prune`.
+    pub fn returned_since(&self, since_ms: u64, prune: bool) -> GitResult<Vec<ObjectId>> {
+        let path = self.rewind_path("returned");
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let mut kept = String::new();
+        let mut ids = Vec::new();
+        for line in text.lines() {
+            let Some((time, id)) = line.split_once(' ') else {
+                continue;
+            };
+            let (Ok(time), Ok(id)) = (time.parse::<u64>(), ObjectId::from_hex(id.as_bytes()))
+            else {
+                continue;
+            };
+            if time >= since_ms {
+                ids.push(id);
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+        if prune {
+            write_atomically(&path, kept.as_bytes())?;
+        }
+        Ok(ids)
+    }
+
+    /// Records the directories an operation will create temporary files in, before it creates any.
+    pub fn journal_temp_dirs(&self, dirs: &BTreeSet<PathBuf>) -> GitResult<()> {
+        let mut text = String::new();
+        for dir in dirs {
+            text.push_str(&dir.to_string_lossy());
+            text.push('\n');
+        }
+        write_atomically(&self.rewind_path("journal"), text.as_bytes())
+    }
+
+    /// Removes the temporary files listed by an unfinished operation's journal, then the journal.
+    pub fn clean_journal(&self) -> GitResult<()> {
+        let path = self.rewind_path("journal");
+        let Ok(text) = fs::read_to_string(&path) else {
+            return Ok(());
+        };
+        for dir in text.lines().map(PathBuf::from) {
+            // Only directories inside this store's worktree are ever journalled.
+            if !dir.starts_with(&self.worktree) {
+                continue;
+            }
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
+        fs::remove_file(&path).map_err(|e| GitError::io(&path, e))
+    }
+}
+
+fn create_bare(dir: &Path, worktree: &Path) -> GitResult<()> {
+    for sub in [
+        "objects/info",
+        "objects/pack",
+        "refs/heads",
+        "refs/tags",
+        "info",
+        "rewind",
+    ] {
+        let path = dir.join(sub);
+        fs::create_dir_all(&path).map_err(|e| GitError::io(&path, e))?;
+    }
+    let config = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n";
+    write_atomically(&dir.join("config"), config.as_bytes())?;
+    write_atomically(&dir.join("description"), b"rewind snapshot store\n")?;
+    write_atomically(
+        &dir.join("rewind").join("worktree"),
+        worktree.as_os_str().as_encoded_bytes(),
+    )?;
+    // HEAD last: its presence marks a complete store.
+    write_atomically(&dir.join("HEAD"), b"ref: refs/heads/main\n")
+}
+
+/// Writes a file of the store atomically (temporary file and rename).
+pub fn write_atomically(path: &Path, data: &[u8]) -> GitResult<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| GitError::Other(format!("{} has no parent", path.display())))?;
+    fs::create_dir_all(dir).map_err(|e| GitError::io(dir, e))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id(),
+        crate::odb::rand_suffix()
+    ));
+    fs::write(&tmp, data).map_err(|e| GitError::io(&tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        GitError::io(path, e)
+    })
+}
+
+/// Epoch milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

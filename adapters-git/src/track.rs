@@ -1,0 +1,292 @@
+//! `track`: walk the worktree under its ignore rules, reuse the blob ids of files whose stat data is
+//! unchanged, hash the rest (streamed, in parallel), and write the tree.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gix::ObjectId;
+use rewind_core::model::{SkipReason, SkippedPath};
+
+use crate::config::GitStoreConfig;
+use crate::error::{GitError, GitResult};
+use crate::ignore::{Ignores, read_rules};
+use crate::odb::Kind;
+use crate::stat_cache::{CacheEntry, Stat, StatCache};
+use crate::store::{Store, TEMP_PREFIX};
+use crate::tree::{Flat, Mode, write_flat};
+
+/// The result of a track, with what later steps of the same operation need.
+#[derive(Debug)]
+pub struct Tracked {
+    /// The snapshot.
+    pub id: ObjectId,
+    /// Its files.
+    pub flat: Flat,
+    /// What was left out.
+    pub skipped: Vec<SkippedPath>,
+    /// How many files were read and hashed.
+    pub hashed: u64,
+    /// The ignore rules in force (outside rules and the root `.gitignore`).
+    pub ignores: Ignores,
+}
+
+struct Candidate {
+    rel: String,
+}
+
+struct Walk<'a> {
+    root: &'a Path,
+    data_dir: Option<&'a Path>,
+    file_cap: usize,
+    ignores: Ignores,
+    candidates: Vec<Candidate>,
+    skipped: Vec<SkippedPath>,
+}
+
+impl Walk<'_> {
+    fn dir(&mut self, rel_dir: &str) -> GitResult<()> {
+        let abs_dir = self.root.join(rel_dir);
+        let entries = fs::read_dir(&abs_dir).map_err(|e| GitError::Unreadable {
+            path: if rel_dir.is_empty() {
+                ".".to_owned()
+            } else {
+                rel_dir.trim_end_matches('/').to_owned()
+            },
+            reason: e.to_string(),
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|e| GitError::io(&abs_dir, e))?;
+            let name = entry.file_name();
+            if name == ".git" {
+                continue;
+            }
+            let Some(name) = name.to_str() else {
+                self.skipped.push(SkippedPath {
+                    path: format!("{rel_dir}{}", name.to_string_lossy()),
+                    reason: SkipReason::NotUtf8,
+                });
+                continue;
+            };
+            if name.starts_with(TEMP_PREFIX) {
+                continue;
+            }
+            let rel = format!("{rel_dir}{name}");
+            let file_type = match entry.file_type() {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(GitError::io(&entry.path(), e)),
+            };
+            if file_type.is_dir() {
+                if self.data_dir.is_some_and(|d| d == entry.path())
+                    || self.ignores.is_ignored(&rel, true)
+                {
+                    continue;
+                }
+                let sub = format!("{rel}/");
+                let rules = read_rules(&entry.path().join(".gitignore"))?;
+                let pushed = self.ignores.push_dir(&sub, rules.as_deref());
+                let result = self.dir(&sub);
+                if pushed {
+                    self.ignores.pop();
+                }
+                result?;
+            } else if self.ignores.is_ignored(&rel, false) {
+                continue;
+            } else if file_type.is_file() || file_type.is_symlink() {
+                self.candidates.push(Candidate { rel });
+                if self.candidates.len() > self.file_cap {
+                    return Err(GitError::Refused(format!(
+                        "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it",
+                        self.root.display(),
+                        self.file_cap
+                    )));
+                }
+            } else {
+                self.skipped.push(SkippedPath {
+                    path: rel,
+                    reason: SkipReason::Special,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+/// What each candidate turned out to be.
+enum Outcome {
+    Tracked(Stat, ObjectId, bool),
+    Skipped(SkippedPath),
+    Gone,
+}
+
+/// Tracks the worktree of `store`.
+pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
+    let started_ns = now_ns();
+    let root = store.worktree.as_path();
+    let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
+    let data_dir = fs::canonicalize(&config.data_dir).ok();
+    let mut walk = Walk {
+        root,
+        data_dir: data_dir.as_deref(),
+        file_cap: config.file_cap,
+        ignores: ignores.clone(),
+        candidates: Vec::new(),
+        skipped: Vec::new(),
+    };
+    walk.dir("")?;
+    let cache = StatCache::load(&store.stat_cache_path());
+    let outcomes = parallel_map(&walk.candidates, |candidate| {
+        examine(store, config, &cache, &candidate.rel)
+    })?;
+
+    let mut flat = Flat::new();
+    let mut entries = HashMap::with_capacity(outcomes.len());
+    let mut skipped = walk.skipped;
+    let mut hashed = 0;
+    for (candidate, outcome) in walk.candidates.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Tracked(stat, id, was_hashed) => {
+                hashed += u64::from(was_hashed);
+                flat.insert(candidate.rel.clone(), (stat.mode, id));
+                entries.insert(candidate.rel.clone(), CacheEntry { stat, id });
+            }
+            Outcome::Skipped(skip) => skipped.push(skip),
+            Outcome::Gone => {}
+        }
+    }
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    let id = write_flat(&store.odb, &flat)?;
+    StatCache {
+        started_ns,
+        tree: Some(id),
+        entries,
+    }
+    .save(&store.stat_cache_path())?;
+    let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
+    store.add_record(&id, ignores.prefix(), &ignores.outside, &skipped_set)?;
+    store.log_returned(&id)?;
+    Ok(Tracked {
+        id,
+        flat,
+        skipped,
+        hashed,
+        ignores,
+    })
+}
+
+fn examine(
+    store: &Store,
+    config: &GitStoreConfig,
+    cache: &StatCache,
+    rel: &str,
+) -> GitResult<Outcome> {
+    let abs = store.worktree.join(rel);
+    for _attempt in 0..3 {
+        let meta = match fs::symlink_metadata(&abs) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
+            Err(e) => return Err(unreadable(rel, &e.to_string())),
+        };
+        let mode = if meta.file_type().is_symlink() {
+            Mode::Link
+        } else if meta.is_file() {
+            if meta.permissions().mode() & 0o100 != 0 {
+                Mode::Exec
+            } else {
+                Mode::File
+            }
+        } else if meta.is_dir() {
+            // It turned into a directory after the walk listed it: its content is not known.
+            return Err(unreadable(
+                rel,
+                "it became a directory while the worktree was being read",
+            ));
+        } else {
+            return Ok(Outcome::Skipped(SkippedPath {
+                path: rel.to_owned(),
+                reason: SkipReason::Special,
+            }));
+        };
+        let stat = Stat::of(&meta, mode);
+        if let Some(id) = cache.fresh(rel, &stat) {
+            return Ok(Outcome::Tracked(stat, id, false));
+        }
+        if mode != Mode::Link && stat.size > config.size_cap && !cache.entries.contains_key(rel) {
+            return Ok(Outcome::Skipped(SkippedPath {
+                path: rel.to_owned(),
+                reason: SkipReason::TooLarge { size: stat.size },
+            }));
+        }
+        if config.read_fault.as_ref().is_some_and(|fault| fault(rel)) {
+            return Err(unreadable(rel, "injected read fault"));
+        }
+        if mode == Mode::Link {
+            let target = match fs::read_link(&abs) {
+                Ok(target) => target,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
+                Err(e) => return Err(unreadable(rel, &e.to_string())),
+            };
+            let id = store
+                .odb
+                .write_buf(Kind::Blob, target.as_os_str().as_encoded_bytes())?;
+            return Ok(Outcome::Tracked(stat, id, true));
+        }
+        match store.odb.write_file_blob(&abs, stat.size) {
+            Ok(Some(id)) => return Ok(Outcome::Tracked(stat, id, true)),
+            // The size changed while it was read: look again.
+            Ok(None) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
+            Err(e) => return Err(unreadable(rel, &e.to_string())),
+        }
+    }
+    Err(unreadable(rel, "it kept changing while it was being read"))
+}
+
+fn unreadable(rel: &str, reason: &str) -> GitError {
+    GitError::Unreadable {
+        path: rel.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Maps `items` on a few threads (stat and hashing are IO-bound), keeping order; the first error wins.
+pub fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> GitResult<R> + Sync,
+) -> GitResult<Vec<R>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8);
+    if items.len() < 256 || threads == 1 {
+        return items.iter().map(&f).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    let results: Vec<GitResult<Vec<R>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(chunk)
+            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<GitResult<Vec<R>>>()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(GitError::Other("a worker thread panicked".to_owned())))
+            })
+            .collect()
+    });
+    let mut all = Vec::with_capacity(items.len());
+    for part in results {
+        all.extend(part?);
+    }
+    Ok(all)
+}

@@ -1,0 +1,171 @@
+//! Git tree objects: encoding, decoding, and the flat form (`path → (mode, blob id)`) the store computes
+//! with. Byte order of full paths is git's tree order, so a `BTreeMap` walks paths as git lists them.
+
+use std::collections::BTreeMap;
+
+use gix::ObjectId;
+
+use crate::error::{GitError, GitResult};
+use crate::odb::{Kind, Odb};
+
+/// The mode of a tree entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// `100644`
+    File,
+    /// `100755`
+    Exec,
+    /// `120000`: the blob is the link text.
+    Link,
+    /// `40000`
+    Tree,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::File => "100644",
+            Mode::Exec => "100755",
+            Mode::Link => "120000",
+            Mode::Tree => "40000",
+        }
+    }
+
+    fn parse(text: &[u8]) -> Option<Mode> {
+        match text {
+            b"100644" | b"100664" => Some(Mode::File),
+            b"100755" => Some(Mode::Exec),
+            b"120000" => Some(Mode::Link),
+            b"40000" | b"040000" => Some(Mode::Tree),
+            _ => None,
+        }
+    }
+
+    /// The mode as git's diff headers show it.
+    pub fn header(self) -> &'static str {
+        match self {
+            Mode::Tree => "040000",
+            other => other.as_str(),
+        }
+    }
+}
+
+/// A file entry: its mode and blob.
+pub type Entry = (Mode, ObjectId);
+
+/// A snapshot in flat form: every file (and symlink) path with its entry; directories are implicit.
+pub type Flat = BTreeMap<String, Entry>;
+
+/// Reads a snapshot's tree, and every tree below it, into flat form. A missing tree is `Missing`.
+pub fn read_flat(odb: &Odb, id: &ObjectId) -> GitResult<Flat> {
+    let mut flat = Flat::new();
+    read_into(odb, id, "", &mut flat)?;
+    Ok(flat)
+}
+
+fn read_into(odb: &Odb, id: &ObjectId, prefix: &str, flat: &mut Flat) -> GitResult<()> {
+    for (name, mode, oid) in decode(odb, id)? {
+        let path = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
+        if mode == Mode::Tree {
+            read_into(odb, &oid, &path, flat)?;
+        } else {
+            flat.insert(path, (mode, oid));
+        }
+    }
+    Ok(())
+}
+
+/// Every tree id of a snapshot, the root included (for gc).
+pub fn tree_ids(odb: &Odb, id: &ObjectId, out: &mut Vec<ObjectId>) -> GitResult<()> {
+    out.push(*id);
+    for (_, mode, oid) in decode(odb, id)? {
+        if mode == Mode::Tree {
+            tree_ids(odb, &oid, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn decode(odb: &Odb, id: &ObjectId) -> GitResult<Vec<(String, Mode, ObjectId)>> {
+    let data = odb.read(id, Kind::Tree)?;
+    let corrupt = || GitError::Corrupt(format!("tree {id} cannot be decoded"));
+    let mut entries = Vec::new();
+    let mut rest = &data[..];
+    while !rest.is_empty() {
+        let space = rest.iter().position(|&b| b == b' ').ok_or_else(corrupt)?;
+        let mode = Mode::parse(&rest[..space]);
+        rest = &rest[space + 1..];
+        let nul = rest.iter().position(|&b| b == 0).ok_or_else(corrupt)?;
+        let name = String::from_utf8(rest[..nul].to_vec()).map_err(|_| corrupt())?;
+        rest = &rest[nul + 1..];
+        if rest.len() < 20 {
+            return Err(corrupt());
+        }
+        let oid = ObjectId::try_from(&rest[..20]).map_err(|_| corrupt())?;
+        rest = &rest[20..];
+        // Entries of other kinds (submodule links) are not tracked content.
+        if let Some(mode) = mode {
+            entries.push((name, mode, oid));
+        }
+    }
+    Ok(entries)
+}
+
+/// Writes a snapshot in flat form as git trees and returns the root tree's id.
+pub fn write_flat(odb: &Odb, flat: &Flat) -> GitResult<ObjectId> {
+    let items: Vec<(&str, Entry)> = flat
+        .iter()
+        .map(|(path, entry)| (path.as_str(), *entry))
+        .collect();
+    build(odb, &items)
+}
+
+fn build(odb: &Odb, items: &[(&str, Entry)]) -> GitResult<ObjectId> {
+    let mut entries: Vec<(String, Mode, ObjectId)> = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        let (path, entry) = items[i];
+        match path.split_once('/') {
+            None => {
+                entries.push((path.to_owned(), entry.0, entry.1));
+                i += 1;
+            }
+            Some((dir, _)) => {
+                let mut sub = Vec::new();
+                while let Some((rest, entry)) = items.get(i).and_then(|(p, e)| {
+                    p.strip_prefix(dir)
+                        .and_then(|r| r.strip_prefix('/'))
+                        .map(|r| (r, *e))
+                }) {
+                    sub.push((rest, entry));
+                    i += 1;
+                }
+                let id = build(odb, &sub)?;
+                entries.push((dir.to_owned(), Mode::Tree, id));
+            }
+        }
+    }
+    // Git sorts entries by name, a tree's name compared as if it ended with '/'.
+    entries.sort_by_key(|a| sort_key(&a.0, a.1));
+    let mut data = Vec::with_capacity(entries.len() * 40);
+    for (name, mode, oid) in &entries {
+        data.extend_from_slice(mode.as_str().as_bytes());
+        data.push(b' ');
+        data.extend_from_slice(name.as_bytes());
+        data.push(0);
+        data.extend_from_slice(oid.as_bytes());
+    }
+    odb.write_buf(Kind::Tree, &data)
+}
+
+fn sort_key(name: &str, mode: Mode) -> Vec<u8> {
+    let mut key = name.as_bytes().to_vec();
+    if mode == Mode::Tree {
+        key.push(b'/');
+    }
+    key
+}
