@@ -1,15 +1,19 @@
-//! rewind's project tasks: `cargo xtask ci` (what CI and a new user run) and `cargo xtask tidy` (the
-//! architecture invariants that `cargo metadata` and the source tree can prove).
+//! rewind's project tasks: `cargo xtask ci` (what CI and a new user run), `cargo xtask tidy` (the
+//! architecture invariants that `cargo metadata` and the source tree can prove) and `cargo xtask bench`
+//! (benchmarks, never run by CI).
 
+mod bench;
 mod tidy;
 
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <ci|tidy>
-  ci    cargo fmt --check, clippy -D warnings, tidy, then every test of the workspace
-  tidy  check the dependency rules and module docs of ARCHITECTURE.md";
+const USAGE: &str = "usage: cargo xtask <ci|tidy|bench>
+  ci     cargo fmt --check, clippy -D warnings, tidy, then every test of the workspace
+  tidy   check the dependency rules and module docs of ARCHITECTURE.md
+  bench snapshot [--sizes 10000,100000] [--reps N]
+         time rewind's snapshot store against the git commands OpenCode uses (release build; not run by CI)";
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -26,6 +30,7 @@ fn run() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("tidy") => tidy::run(),
+        Some("bench") => bench::run(&args[1..]),
         Some("-h" | "--help") => {
             println!("{USAGE}");
             Ok(())

@@ -1,0 +1,80 @@
+//! `cargo xtask bench snapshot`: builds `adapters-git/examples/snapshot_bench.rs` in release mode and runs
+//! it, passing its output through. It times rewind's snapshot store against the `git` commands OpenCode uses
+//! for the same operations; CI and the tests never run it.
+
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+pub const USAGE: &str = "usage: cargo xtask bench snapshot [--sizes 10000,100000] [--reps N]
+  --sizes  worktree sizes in files, comma-separated, each at least 100 (default 10000,100000)
+  --reps   repetitions per operation, medians reported (default 5; first track runs at most 3 from
+           50,000 files)
+  Generated worktrees live under the temporary directory ($TMPDIR) and are removed at the end.";
+
+pub fn run(args: &[String]) -> Result<()> {
+    match args.split_first() {
+        Some((what, rest)) if what == "snapshot" => snapshot(rest),
+        Some((help, _)) if help == "-h" || help == "--help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => bail!("{USAGE}"),
+    }
+}
+
+fn snapshot(args: &[String]) -> Result<()> {
+    let mut pass: Vec<String> = Vec::new();
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            "--sizes" => {
+                let value = args.next().context(USAGE)?;
+                let valid = value.split(',').all(|n| {
+                    n.trim()
+                        .replace('_', "")
+                        .parse::<usize>()
+                        .is_ok_and(|n| n >= 100)
+                });
+                if !valid {
+                    bail!("--sizes {value:?}: expected numbers of at least 100, like 10000,100000");
+                }
+                pass.extend([flag.clone(), value.clone()]);
+            }
+            "--reps" => {
+                let value = args.next().context(USAGE)?;
+                if !value.parse::<usize>().is_ok_and(|n| n >= 1) {
+                    bail!("--reps {value:?}: expected a number of at least 1");
+                }
+                pass.extend([flag.clone(), value.clone()]);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut command = Command::new(cargo);
+    command
+        .args([
+            "run",
+            "--release",
+            "-p",
+            "rewind-git",
+            "--example",
+            "snapshot_bench",
+            "--",
+        ])
+        .args(&pass);
+    eprintln!(
+        "xtask: cargo run --release -p rewind-git --example snapshot_bench -- {}",
+        pass.join(" ")
+    );
+    let status = command.status().context("could not run cargo")?;
+    if !status.success() {
+        bail!("the snapshot benchmark failed ({status})");
+    }
+    Ok(())
+}
