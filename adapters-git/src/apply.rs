@@ -2,7 +2,7 @@
 //! deleted; no write goes through a symlink or outside the worktree; every write is a temporary file renamed
 //! over the target; and nothing that is not tracked content at that moment is overwritten or deleted.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -20,9 +20,10 @@ use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::Ignores;
 use crate::odb::Kind;
+use crate::stat_cache::StatCache;
 use crate::store::{Store, TEMP_PREFIX};
 use crate::track::{Tracked, track};
-use crate::tree::{Flat, Mode, read_flat, write_flat};
+use crate::tree::{Flat, Mode, mark_dirty, read_flat, read_flat_with_dirs, write_flat_reusing};
 
 /// What kind of thing stands at a path, without following symlinks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,11 +61,105 @@ fn rel(path: &str) -> GitResult<RelPath> {
     RelPath::new(path).map_err(|e| GitError::Other(e.to_string()))
 }
 
+/// What is tracked content now, answered per path without walking the whole worktree: the path is a file
+/// or symlink under real directories, not ignored by the rules in force, not a temporary or `.git` path,
+/// and not an untracked file over the size cap. Changes made by the running operation override it.
+struct TrackedNow<'a> {
+    store: &'a Store,
+    ignores: Ignores,
+    previous: HashSet<String>,
+    size_cap: u64,
+    data_dir: Option<PathBuf>,
+    overrides: HashMap<String, bool>,
+}
+
+impl<'a> TrackedNow<'a> {
+    fn new(store: &'a Store, config: &GitStoreConfig) -> GitResult<Self> {
+        let cache = StatCache::load(&store.stat_cache_path());
+        Ok(TrackedNow {
+            store,
+            ignores: Ignores::for_worktree(
+                &store.worktree,
+                &config.excludes_file,
+                config.home_dir.as_deref(),
+            )?,
+            previous: cache.entries.into_keys().collect(),
+            size_cap: config.size_cap,
+            data_dir: fs::canonicalize(&config.data_dir).ok(),
+            overrides: HashMap::new(),
+        })
+    }
+
+    fn contains(&self, path: &str) -> GitResult<bool> {
+        if let Some(known) = self.overrides.get(path) {
+            return Ok(*known);
+        }
+        if path
+            .split('/')
+            .any(|c| c == ".git" || c.starts_with(TEMP_PREFIX))
+        {
+            return Ok(false);
+        }
+        for (i, _) in path.match_indices('/') {
+            let parent = self.store.worktree.join(&path[..i]);
+            if on_disk(&parent)? != OnDisk::Dir || self.data_dir.as_ref() == Some(&parent) {
+                return Ok(false);
+            }
+        }
+        let abs = self.store.worktree.join(path);
+        let meta = match fs::symlink_metadata(&abs) {
+            Ok(meta) => meta,
+            Err(_) => return Ok(false),
+        };
+        if !(meta.is_file() || meta.file_type().is_symlink()) {
+            return Ok(false);
+        }
+        if meta.is_file() && meta.len() > self.size_cap && !self.previous.contains(path) {
+            return Ok(false);
+        }
+        let ignored = self.ignores.is_path_ignored(path, |dir| {
+            crate::ignore::read_rules(&self.store.worktree.join(dir).join(".gitignore"))
+                .ok()
+                .flatten()
+        });
+        Ok(!ignored)
+    }
+}
+
+/// Tracked content now: exact (from a track) or answered per path.
+enum Tracking<'a> {
+    Exact(Flat),
+    PerPath(Box<TrackedNow<'a>>),
+}
+
+impl Tracking<'_> {
+    fn contains(&self, path: &str) -> GitResult<bool> {
+        match self {
+            Tracking::Exact(flat) => Ok(flat.contains_key(path)),
+            Tracking::PerPath(now) => now.contains(path),
+        }
+    }
+
+    fn set(&mut self, path: &str, entry: Option<(Mode, ObjectId)>) {
+        match (self, entry) {
+            (Tracking::Exact(flat), Some(entry)) => {
+                flat.insert(path.to_owned(), entry);
+            }
+            (Tracking::Exact(flat), None) => {
+                flat.remove(path);
+            }
+            (Tracking::PerPath(now), entry) => {
+                now.overrides.insert(path.to_owned(), entry.is_some());
+            }
+        }
+    }
+}
+
 /// Carries out writes and deletes on one worktree, recording what it did.
 struct Applier<'a> {
     store: &'a Store,
     /// Tracked content now, updated as the applier changes it.
-    tracked: &'a mut Flat,
+    tracked: Tracking<'a>,
     batch: String,
     counter: u64,
     written: Vec<String>,
@@ -73,7 +168,7 @@ struct Applier<'a> {
 }
 
 impl<'a> Applier<'a> {
-    fn new(store: &'a Store, tracked: &'a mut Flat) -> Self {
+    fn new(store: &'a Store, tracked: Tracking<'a>) -> Self {
         Applier {
             store,
             tracked,
@@ -103,12 +198,12 @@ impl<'a> Applier<'a> {
         match on_disk(&abs)? {
             OnDisk::Absent => Ok(()),
             OnDisk::Dir => self.keep(path, "a directory stands there now; it is left as it is"),
-            OnDisk::File | OnDisk::Symlink if !self.tracked.contains_key(path) || !self.parents_are_dirs(path)? => {
+            OnDisk::File | OnDisk::Symlink if !self.tracked.contains(path)? || !self.parents_are_dirs(path)? => {
                 self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is")
             }
             OnDisk::File | OnDisk::Symlink => {
                 fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
-                self.tracked.remove(path);
+                self.tracked.set(path, None);
                 self.deleted.push(path.to_owned());
                 self.remove_empty_parents(path);
                 Ok(())
@@ -147,9 +242,9 @@ impl<'a> Applier<'a> {
             match on_disk(&abs)? {
                 OnDisk::Dir => {}
                 OnDisk::Absent => fs::create_dir(&abs).map_err(|e| GitError::io(&abs, e))?,
-                OnDisk::File | OnDisk::Symlink if self.tracked.contains_key(parent) => {
+                OnDisk::File | OnDisk::Symlink if self.tracked.contains(parent)? => {
                     fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
-                    self.tracked.remove(parent);
+                    self.tracked.set(parent, None);
                     self.deleted.push(parent.to_owned());
                     fs::create_dir(&abs).map_err(|e| GitError::io(&abs, e))?;
                 }
@@ -173,7 +268,7 @@ impl<'a> Applier<'a> {
                 }
                 fs::remove_dir_all(&abs).map_err(|e| GitError::io(&abs, e))?;
             }
-            OnDisk::File | OnDisk::Symlink if !self.tracked.contains_key(path) => {
+            OnDisk::File | OnDisk::Symlink if !self.tracked.contains(path)? => {
                 return self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is");
             }
             OnDisk::File | OnDisk::Symlink => {}
@@ -190,7 +285,7 @@ impl<'a> Applier<'a> {
             let _ = fs::remove_file(&tmp);
         }
         result?;
-        self.tracked.insert(path.to_owned(), (mode, *id));
+        self.tracked.set(path, Some((mode, *id)));
         self.written.push(path.to_owned());
         Ok(())
     }
@@ -272,9 +367,7 @@ pub fn restore(
     scope: Option<Vec<String>>,
 ) -> GitResult<RestoreOutcome> {
     let target = read_flat(&store.odb, to)?;
-    let Tracked {
-        flat: mut current, ..
-    } = track(store, config)?;
+    let Tracked { flat: current, .. } = track(store, config)?;
     let deletions: Vec<String> = current
         .keys()
         .filter(|p| in_scope(p, &scope) && !target.contains_key(*p))
@@ -290,7 +383,7 @@ pub fn restore(
         return Err(GitError::Missing(id.to_string()));
     }
     journal_parents(store, writes.iter().map(|(p, _, _)| p.clone()))?;
-    let mut applier = Applier::new(store, &mut current);
+    let mut applier = Applier::new(store, Tracking::Exact(current));
     for path in deletions.iter().rev() {
         applier.delete(path)?;
     }
@@ -349,18 +442,18 @@ fn untracked_at(store: &Store, from: &ObjectId, flat: &Flat, path: &str) -> bool
 }
 
 /// The plan of a revert, with what its execution needs.
-struct Planned {
+struct Planned<'a> {
     actions: Vec<FileAction>,
     entries: HashMap<String, (Mode, ObjectId)>,
-    current: Flat,
+    current: TrackedNow<'a>,
 }
 
-fn plan_inner(
-    store: &Store,
+fn plan_inner<'a>(
+    store: &'a Store,
     config: &GitStoreConfig,
     patches: &[SnapshotPatch],
-) -> GitResult<Planned> {
-    let Tracked { flat: current, .. } = track(store, config)?;
+) -> GitResult<Planned<'a>> {
+    let current = TrackedNow::new(store, config)?;
     let mut trees: HashMap<ObjectId, Flat> = HashMap::new();
     let mut actions = Vec::new();
     let mut entries = HashMap::new();
@@ -373,7 +466,7 @@ fn plan_inner(
         let name = path.as_str();
         let exists = on_disk(&store.worktree.join(name))?;
         let (action, reason) = if matches!(exists, OnDisk::File | OnDisk::Symlink)
-            && !current.contains_key(name)
+            && !current.contains(name)?
         {
             (
                 FileActionKind::Keep,
@@ -423,17 +516,29 @@ pub fn revert(
     patches: &[SnapshotPatch],
     base: &ObjectId,
 ) -> GitResult<RevertOutcome> {
-    let mut base_flat = read_flat(&store.odb, base)?;
+    let started = std::time::Instant::now();
+    let timing = std::env::var_os("REWIND_GIT_TIMING").is_some();
+    let phase = |name: &str| {
+        if timing {
+            eprintln!(
+                "revert {name}: {:.1} ms",
+                started.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    };
+    let (mut base_flat, base_dirs) = read_flat_with_dirs(&store.odb, base)?;
+    phase("read base");
     let Planned {
         actions,
         entries,
-        mut current,
+        current,
     } = plan_inner(store, config, patches)?;
     if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
         return Err(GitError::Missing(id.to_string()));
     }
     journal_parents(store, entries.keys().cloned())?;
-    let mut applier = Applier::new(store, &mut current);
+    phase("plan");
+    let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
     for action in &actions {
         let path = action.path.as_str();
         match action.action {
@@ -448,17 +553,28 @@ pub fn revert(
             }),
         }
     }
+    phase("files");
+    let mut dirty = HashSet::new();
     for path in &applier.deleted {
         base_flat.remove(path);
+        mark_dirty(&mut dirty, path);
     }
     for path in &applier.written {
         let prefix = format!("{path}/");
-        base_flat.retain(|p, _| !p.starts_with(&prefix));
-        if let Some(entry) = applier.tracked.get(path) {
-            base_flat.insert(path.clone(), *entry);
+        let below: Vec<String> = base_flat
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for gone in below {
+            base_flat.remove(&gone);
+            mark_dirty(&mut dirty, &gone);
         }
+        base_flat.insert(path.clone(), entries[path.as_str()]);
+        mark_dirty(&mut dirty, path);
     }
-    let applied = write_flat(&store.odb, &base_flat)?;
+    let (applied, _) = write_flat_reusing(&store.odb, &base_flat, &base_dirs, &dirty)?;
+    phase("applied tree");
     store.log_returned(&applied)?;
     Ok(RevertOutcome {
         applied: snapshot_id(&applied)?,

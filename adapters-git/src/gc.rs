@@ -67,12 +67,56 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
         }
         let _ = fs::remove_dir(dir.path());
     }
+    collect_packs(store, &reachable, &mut report)?;
     for id in store.recorded_ids() {
         if !live_roots.contains(&id) && !store.odb.contains(&id) {
             store.remove_record(&id);
         }
     }
     Ok(report)
+}
+
+/// Deletes whole packs (seeded from a user's repository) that hold no reachable object; a pack holding any
+/// reachable object is kept whole.
+fn collect_packs(
+    store: &Store,
+    reachable: &HashSet<ObjectId>,
+    report: &mut GcReport,
+) -> GitResult<()> {
+    let dir = store.odb.dir().join("pack");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    let mut removed_any = false;
+    for entry in entries.flatten() {
+        let idx = entry.path();
+        if idx.extension().is_none_or(|e| e != "idx") {
+            continue;
+        }
+        let Ok(index) = gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1) else {
+            continue;
+        };
+        let objects = u64::from(index.num_objects());
+        if index.iter().any(|e| reachable.contains(&e.oid)) {
+            report.objects_kept += objects;
+            continue;
+        }
+        let stem = idx.with_extension("");
+        let before = report.objects_removed;
+        for ext in ["keep", "idx", "rev", "bitmap", "mtimes", "pack"] {
+            let file = stem.with_extension(ext);
+            if file.exists() {
+                remove(&file, report)?;
+            }
+        }
+        // `remove` counted each file as an object; count the pack's objects instead.
+        report.objects_removed = before + objects;
+        removed_any = true;
+    }
+    if removed_any {
+        store.odb.packs_changed();
+    }
+    Ok(())
 }
 
 fn is_older(path: &std::path::Path, cutoff: SystemTime) -> bool {

@@ -30,6 +30,8 @@ pub struct OutsideRule {
 pub struct Enclosing {
     /// The repository's worktree root.
     pub root: PathBuf,
+    /// Its git dir (for a linked worktree, the worktree's own; the index lives there).
+    pub git_dir: PathBuf,
     /// Its common git dir (where `info/exclude` lives).
     pub common_dir: PathBuf,
 }
@@ -43,6 +45,7 @@ pub fn enclosing_repository(worktree: &Path) -> Option<Enclosing> {
             let common_dir = common_dir_of(&dot_git);
             return Some(Enclosing {
                 root: dir,
+                git_dir: dot_git,
                 common_dir,
             });
         }
@@ -53,6 +56,7 @@ pub fn enclosing_repository(worktree: &Path) -> Option<Enclosing> {
             let common_dir = common_dir_of(&git_dir);
             return Some(Enclosing {
                 root: dir,
+                git_dir,
                 common_dir,
             });
         }
@@ -82,6 +86,8 @@ pub struct Ignores {
     outside_lists: usize,
     /// The rules from outside the tree, in precedence order (lowest first).
     pub outside: Vec<OutsideRule>,
+    /// The repository the worktree lies in, if any.
+    pub enclosing: Option<Enclosing>,
 }
 
 impl Ignores {
@@ -129,6 +135,7 @@ impl Ignores {
             prefix = base;
         }
         let mut ignores = Ignores::from_outside(outside, prefix);
+        ignores.enclosing = enclosing;
         ignores.push_dir("", read_rules(&worktree.join(".gitignore"))?.as_deref());
         Ok(ignores)
     }
@@ -155,6 +162,7 @@ impl Ignores {
             all_ignored: false,
             outside_lists,
             outside,
+            enclosing: None,
         };
         let prefix_dirs: Vec<String> = ancestors_and_self(ignores.prefix.trim_end_matches('/'))
             .map(str::to_owned)

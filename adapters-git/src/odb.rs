@@ -30,10 +30,21 @@ impl Kind {
     }
 }
 
-/// The loose-object database under `<store>/objects`.
-#[derive(Clone, Debug)]
+/// The object database under `<store>/objects`: loose objects written by rewind, and whole packs hardlinked
+/// (or copied) from the user's repository when a first snapshot was seeded from it.
+#[derive(Clone)]
 pub struct Odb {
     objects: PathBuf,
+    /// The packs, opened on first need: `None` until looked at, then the handle if there are packs.
+    packed: std::sync::Arc<std::sync::Mutex<Option<Option<gix::odb::Handle>>>>,
+}
+
+impl std::fmt::Debug for Odb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Odb")
+            .field("objects", &self.objects)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Hashes a git object as it is streamed.
@@ -56,7 +67,10 @@ impl ObjectHasher {
 impl Odb {
     /// The database in `objects`.
     pub fn new(objects: PathBuf) -> Self {
-        Odb { objects }
+        Odb {
+            objects,
+            packed: Default::default(),
+        }
     }
 
     /// Where the loose object `id` lives.
@@ -70,9 +84,42 @@ impl Odb {
         &self.objects
     }
 
+    /// Runs `f` with the store's packs, opened on first need (most stores have none).
+    fn with_packs<T>(&self, f: impl FnOnce(&gix::odb::Handle) -> T) -> Option<T> {
+        let mut state = self
+            .packed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if state.is_none() {
+            let has_packs = fs::read_dir(self.objects.join("pack"))
+                .map(|mut entries| {
+                    entries
+                        .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".idx")))
+                })
+                .unwrap_or(false);
+            *state = Some(if has_packs {
+                gix::odb::at(&self.objects, gix::hash::Kind::Sha1).ok()
+            } else {
+                None
+            });
+        }
+        state.as_ref().and_then(Option::as_ref).map(f)
+    }
+
+    /// Forgets the opened packs, after packs were added or removed.
+    pub fn packs_changed(&self) {
+        *self
+            .packed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    }
+
     /// True when the object is stored.
     pub fn contains(&self, id: &ObjectId) -> bool {
         self.path_of(id).is_file()
+            || self
+                .with_packs(|packs| gix::objs::Exists::exists(packs, id))
+                .unwrap_or(false)
     }
 
     /// The id `data` has as an object of `kind`, without storing it.
@@ -183,13 +230,11 @@ impl Odb {
     }
 
     /// Opens a stored object: its kind, its size and a reader of its content.
-    pub fn open(&self, id: &ObjectId) -> GitResult<(Kind, u64, impl Read + use<>)> {
+    pub fn open(&self, id: &ObjectId) -> GitResult<(Kind, u64, Box<dyn Read + Send>)> {
         let path = self.path_of(id);
         let file = match File::open(&path) {
             Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(GitError::Missing(id.to_string()));
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return self.open_packed(id),
             Err(e) => return Err(GitError::io(&path, e)),
         };
         let mut decoder = BufReader::new(ZlibDecoder::new(BufReader::new(file)));
@@ -223,7 +268,31 @@ impl Odb {
         let size: u64 = size
             .parse()
             .map_err(|_| GitError::Corrupt(format!("object {id}: bad size {size:?}")))?;
-        Ok((kind, size, decoder.take(size)))
+        Ok((kind, size, Box::new(decoder.take(size))))
+    }
+
+    /// Reads an object from a pack (whole, in memory: packs only hold seeded, committed content).
+    fn open_packed(&self, id: &ObjectId) -> GitResult<(Kind, u64, Box<dyn Read + Send>)> {
+        let found = self.with_packs(|packs| {
+            let mut buffer = Vec::new();
+            gix::objs::Find::try_find(packs, id, &mut buffer)
+                .map(|data| data.map(|data| (data.kind, data.data.to_vec())))
+                .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))
+        });
+        let (kind, bytes) = found
+            .transpose()?
+            .flatten()
+            .ok_or_else(|| GitError::Missing(id.to_string()))?;
+        let kind = match kind {
+            gix::objs::Kind::Blob => Kind::Blob,
+            gix::objs::Kind::Tree => Kind::Tree,
+            other => {
+                return Err(GitError::Corrupt(format!(
+                    "object {id}: unexpected kind {other}"
+                )));
+            }
+        };
+        Ok((kind, bytes.len() as u64, Box::new(io::Cursor::new(bytes))))
     }
 
     /// Reads a whole object of the expected kind (trees, and blobs known to be small).

@@ -2,8 +2,10 @@
 //! and its blob id, so a re-track reads no content for files whose stat data is unchanged.
 //!
 //! A file modified within `RACY_MARGIN` before the cache was built is "racy" (its modification could fall
-//! in the same timestamp tick as our read) and is hashed again next time, as git does. The file ends with
-//! a SHA-1 of its content; a cache that fails to parse or to verify is ignored (everything is hashed).
+//! in the same timestamp tick as our read) and is hashed again next time, as git does. The cache also keeps
+//! the tree id of every directory of the last snapshot, so a re-track rewrites only the trees of
+//! directories that changed. The file ends with a CRC-32 of its content; a cache that fails to parse or to
+//! verify is ignored (everything is hashed again, nothing wrong is returned).
 
 use std::collections::HashMap;
 use std::fs;
@@ -12,10 +14,10 @@ use std::path::Path;
 
 use gix::ObjectId;
 
-use crate::error::{GitError, GitResult};
+use crate::error::GitResult;
 use crate::tree::Mode;
 
-const MAGIC: &[u8] = b"RWSTAT1\n";
+const MAGIC: &[u8] = b"RWSTAT2\n";
 /// How close to the start of a track a modification counts as racy, in nanoseconds (covers filesystems
 /// whose timestamps are as coarse as one second).
 const RACY_MARGIN_NS: i128 = 1_000_000_000;
@@ -69,6 +71,8 @@ pub struct StatCache {
     pub tree: Option<ObjectId>,
     /// Per worktree-relative path.
     pub entries: HashMap<String, CacheEntry>,
+    /// The tree id of every directory of `tree` (`""` is the root).
+    pub dirs: HashMap<String, ObjectId>,
 }
 
 impl StatCache {
@@ -119,21 +123,21 @@ impl StatCache {
             data.extend_from_slice(&entry.stat.dev.to_le_bytes());
             data.extend_from_slice(entry.id.as_bytes());
         }
-        let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
-        hasher.update(&data);
-        let sum = hasher
-            .try_finalize()
-            .map_err(|e| GitError::Other(format!("hashing the stat cache: {e}")))?;
-        data.extend_from_slice(sum.as_bytes());
+        data.extend_from_slice(&(self.dirs.len() as u64).to_le_bytes());
+        for (dir, id) in &self.dirs {
+            data.extend_from_slice(&(dir.len() as u32).to_le_bytes());
+            data.extend_from_slice(dir.as_bytes());
+            data.extend_from_slice(id.as_bytes());
+        }
+        let sum = crc32fast::hash(&data);
+        data.extend_from_slice(&sum.to_le_bytes());
         crate::store::write_atomically(path, &data)
     }
 }
 
 fn parse(data: &[u8]) -> Option<StatCache> {
-    let (body, sum) = data.split_at(data.len().checked_sub(20)?);
-    let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
-    hasher.update(body);
-    if hasher.try_finalize().ok()?.as_bytes() != sum {
+    let (body, sum) = data.split_at(data.len().checked_sub(4)?);
+    if crc32fast::hash(body).to_le_bytes() != sum {
         return None;
     }
     let mut r = Reader(body.strip_prefix(MAGIC)?);
@@ -164,10 +168,18 @@ fn parse(data: &[u8]) -> Option<StatCache> {
         let id = ObjectId::try_from(r.take(20)?).ok()?;
         entries.insert(path, CacheEntry { stat, id });
     }
+    let dir_count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
+    let mut dirs = HashMap::with_capacity(dir_count.min(1 << 20) as usize);
+    for _ in 0..dir_count {
+        let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
+        let dir = String::from_utf8(r.take(len)?.to_vec()).ok()?;
+        dirs.insert(dir, ObjectId::try_from(r.take(20)?).ok()?);
+    }
     r.0.is_empty().then_some(StatCache {
         started_ns,
         tree,
         entries,
+        dirs,
     })
 }
 

@@ -1,7 +1,7 @@
 //! `track`: walk the worktree under its ignore rules, reuse the blob ids of files whose stat data is
 //! unchanged, hash the rest (streamed, in parallel), and write the tree.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -14,9 +14,10 @@ use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::{Ignores, read_rules};
 use crate::odb::Kind;
+use crate::seed::Seed;
 use crate::stat_cache::{CacheEntry, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
-use crate::tree::{Flat, Mode, write_flat};
+use crate::tree::{Flat, Mode, mark_dirty, write_flat_reusing};
 
 /// The result of a track, with what later steps of the same operation need.
 #[derive(Debug)]
@@ -39,6 +40,9 @@ struct Candidate {
 
 struct Walk<'a> {
     root: &'a Path,
+    /// Whether to look into `.gitattributes` files (only when a first snapshot may be seeded).
+    check_attributes: bool,
+    attributes_mention_filters: bool,
     data_dir: Option<&'a Path>,
     file_cap: usize,
     ignores: Ignores,
@@ -95,6 +99,10 @@ impl Walk<'_> {
                 result?;
             } else if self.ignores.is_ignored(&rel, false) {
                 continue;
+            } else if file_type.is_file() && self.check_attributes && name == ".gitattributes" {
+                let text = fs::read_to_string(entry.path()).unwrap_or_default();
+                self.attributes_mention_filters |= crate::seed::mentions_filters(&text);
+                self.candidates.push(Candidate { rel });
             } else if file_type.is_file() || file_type.is_symlink() {
                 self.candidates.push(Candidate { rel });
                 if self.candidates.len() > self.file_cap {
@@ -124,7 +132,10 @@ fn now_ns() -> i128 {
 
 /// What each candidate turned out to be.
 enum Outcome {
+    /// Its blob, and whether it was read and hashed.
     Tracked(Stat, ObjectId, bool),
+    /// Its blob as the user's index records it (to be adopted into the store).
+    Seeded(Stat, ObjectId),
     Skipped(SkippedPath),
     Gone,
 }
@@ -132,11 +143,24 @@ enum Outcome {
 /// Tracks the worktree of `store`.
 pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let started_ns = now_ns();
+    let timing = std::env::var_os("REWIND_GIT_TIMING").is_some();
+    let phase = |name: &str| {
+        if timing {
+            eprintln!(
+                "track {name}: {:.1} ms",
+                (now_ns() - started_ns) as f64 / 1e6
+            );
+        }
+    };
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
     let data_dir = fs::canonicalize(&config.data_dir).ok();
+    let cache = StatCache::load(&store.stat_cache_path());
+    let may_seed = cache.entries.is_empty() && ignores.enclosing.is_some();
     let mut walk = Walk {
         root,
+        check_attributes: may_seed,
+        attributes_mention_filters: false,
         data_dir: data_dir.as_deref(),
         file_cap: config.file_cap,
         ignores: ignores.clone(),
@@ -144,11 +168,25 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         skipped: Vec::new(),
     };
     walk.dir("")?;
-    let cache = StatCache::load(&store.stat_cache_path());
+    phase("walk");
+    let seed = match (&ignores.enclosing, may_seed) {
+        (Some(repo), true) => Seed::load(repo, ignores.prefix(), walk.attributes_mention_filters),
+        _ => None,
+    };
+    phase("cache and seed load");
     let outcomes = parallel_map(&walk.candidates, |candidate| {
-        examine(store, config, &cache, &candidate.rel)
+        examine(store, config, &cache, seed.as_ref(), &candidate.rel)
     })?;
+    let outcomes = adopt_seeded(
+        store,
+        config,
+        &cache,
+        seed.as_ref(),
+        &walk.candidates,
+        outcomes,
+    )?;
 
+    phase("stat and hash");
     let mut flat = Flat::new();
     let mut entries = HashMap::with_capacity(outcomes.len());
     let mut skipped = walk.skipped;
@@ -160,21 +198,49 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 flat.insert(candidate.rel.clone(), (stat.mode, id));
                 entries.insert(candidate.rel.clone(), CacheEntry { stat, id });
             }
+            Outcome::Seeded(stat, id) => {
+                flat.insert(candidate.rel.clone(), (stat.mode, id));
+                entries.insert(candidate.rel.clone(), CacheEntry { stat, id });
+            }
             Outcome::Skipped(skip) => skipped.push(skip),
             Outcome::Gone => {}
         }
     }
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    let id = write_flat(&store.odb, &flat)?;
-    StatCache {
-        started_ns,
-        tree: Some(id),
-        entries,
+    // Only the trees of directories where something changed since the cached snapshot are written again.
+    let mut dirty = HashSet::new();
+    for (path, entry) in &entries {
+        let before = cache.entries.get(path).map(|e| (e.stat.mode, e.id));
+        if before != Some((entry.stat.mode, entry.id)) {
+            mark_dirty(&mut dirty, path);
+        }
     }
-    .save(&store.stat_cache_path())?;
+    for path in cache.entries.keys().filter(|p| !entries.contains_key(*p)) {
+        mark_dirty(&mut dirty, path);
+    }
+    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
+    let unchanged = reusable && dirty.is_empty() && hashed == 0;
+    let id = match (unchanged, cache.tree) {
+        (true, Some(tree)) => tree,
+        _ => {
+            let no_dirs = HashMap::new();
+            let old_dirs = if reusable { &cache.dirs } else { &no_dirs };
+            let (id, dirs) = write_flat_reusing(&store.odb, &flat, old_dirs, &dirty)?;
+            StatCache {
+                started_ns,
+                tree: Some(id),
+                entries,
+                dirs,
+            }
+            .save(&store.stat_cache_path())?;
+            id
+        }
+    };
+    phase("trees and cache");
     let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
     store.add_record(&id, ignores.prefix(), &ignores.outside, &skipped_set)?;
     store.log_returned(&id)?;
+    phase("record and log");
     Ok(Tracked {
         id,
         flat,
@@ -184,10 +250,45 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     })
 }
 
+/// Makes the store own the blobs seeded from the user's index; files whose blob could not be adopted are
+/// hashed from disk instead.
+fn adopt_seeded(
+    store: &Store,
+    config: &GitStoreConfig,
+    cache: &StatCache,
+    seed: Option<&Seed>,
+    candidates: &[Candidate],
+    mut outcomes: Vec<Outcome>,
+) -> GitResult<Vec<Outcome>> {
+    let Some(seed) = seed else {
+        return Ok(outcomes);
+    };
+    let wanted: HashSet<ObjectId> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::Seeded(_, id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    if wanted.is_empty() {
+        return Ok(outcomes);
+    }
+    let owned = seed.adopt(&store.odb, &wanted);
+    for (candidate, outcome) in candidates.iter().zip(outcomes.iter_mut()) {
+        if let Outcome::Seeded(_, id) = outcome
+            && !owned.contains(id)
+        {
+            *outcome = examine(store, config, cache, None, &candidate.rel)?;
+        }
+    }
+    Ok(outcomes)
+}
+
 fn examine(
     store: &Store,
     config: &GitStoreConfig,
     cache: &StatCache,
+    seed: Option<&Seed>,
     rel: &str,
 ) -> GitResult<Outcome> {
     let abs = store.worktree.join(rel);
@@ -220,6 +321,9 @@ fn examine(
         let stat = Stat::of(&meta, mode);
         if let Some(id) = cache.fresh(rel, &stat) {
             return Ok(Outcome::Tracked(stat, id, false));
+        }
+        if let Some(id) = seed.and_then(|seed| seed.lookup(rel, &meta, mode)) {
+            return Ok(Outcome::Seeded(stat, id));
         }
         if mode != Mode::Link && stat.size > config.size_cap && !cache.entries.contains_key(rel) {
             return Ok(Outcome::Skipped(SkippedPath {

@@ -1,0 +1,274 @@
+//! Seeding the first snapshot of a committed repository from the user's index and objects (SPEC 2.1), so
+//! a first track does not hash files git already hashed.
+//!
+//! Two rules keep it exact and make it survive whatever the user does to their repository later:
+//! 1. Every object a snapshot needs is owned by the store before the snapshot id is returned: loose
+//!    objects are hardlinked (copied across filesystems) into the store, and packs holding needed objects
+//!    are hardlinked whole. Git never rewrites such files in place; `git gc` or a history rewrite unlinks
+//!    them, which leaves the store's links intact. An object that cannot be adopted is hashed from disk.
+//! 2. Nothing is seeded when the user's index may differ from the bytes on disk while the stat data
+//!    matches: a repository setting `core.autocrlf`, `core.fileMode=false` or `core.symlinks=false`, or any
+//!    attributes file that mentions a filter, `text`, `eol`, `crlf`, `ident` or `working-tree-encoding`
+//!    (checked by keyword: conservative, never wrong).
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use gix::ObjectId;
+
+use crate::ignore::Enclosing;
+use crate::odb::Odb;
+use crate::tree::Mode;
+
+/// Words whose presence in an attributes file turns seeding off.
+const FILTER_WORDS: &[&str] = &[
+    "filter",
+    "text",
+    "eol",
+    "crlf",
+    "ident",
+    "working-tree-encoding",
+];
+
+/// True when an attributes file's text may ask for a conversion between the index and the disk.
+pub fn mentions_filters(text: &str) -> bool {
+    FILTER_WORDS.iter().any(|word| text.contains(word))
+}
+
+struct IndexEntry {
+    mode: Mode,
+    id: ObjectId,
+    mtime: (u32, u32),
+    ctime: (u32, u32),
+    ino: u32,
+    uid: u32,
+    gid: u32,
+    size: u32,
+}
+
+/// The user's index, as far as it may answer for files of the worktree.
+pub struct Seed {
+    entries: HashMap<String, IndexEntry>,
+    /// The index file's modification time: entries modified at or after it are racy.
+    index_mtime: (i64, i64),
+    /// The user's objects directory.
+    objects: PathBuf,
+}
+
+impl Seed {
+    /// The seed for a worktree in `repo` (`prefix` is the worktree relative to the repository root), or
+    /// none when the repository's settings or attributes forbid it or its index cannot be read.
+    pub fn load(
+        repo: &Enclosing,
+        prefix: &str,
+        tree_attributes_mention_filters: bool,
+    ) -> Option<Seed> {
+        if tree_attributes_mention_filters
+            || !settings_allow(repo)
+            || attributes_forbid(repo, prefix)
+        {
+            return None;
+        }
+        let index_path = repo.git_dir.join("index");
+        let meta = fs::metadata(&index_path).ok()?;
+        let index = gix::index::File::at(
+            &index_path,
+            gix::hash::Kind::Sha1,
+            false,
+            Default::default(),
+        )
+        .ok()?;
+        let mut entries = HashMap::new();
+        for entry in index.entries() {
+            if entry.flags.stage_raw() != 0
+                || entry.flags.intersects(
+                    gix::index::entry::Flags::INTENT_TO_ADD
+                        | gix::index::entry::Flags::SKIP_WORKTREE,
+                )
+            {
+                continue;
+            }
+            let mode = match entry.mode {
+                gix::index::entry::Mode::FILE => Mode::File,
+                gix::index::entry::Mode::FILE_EXECUTABLE => Mode::Exec,
+                gix::index::entry::Mode::SYMLINK => Mode::Link,
+                _ => continue,
+            };
+            let path = entry.path(&index);
+            let Ok(path) = std::str::from_utf8(path) else {
+                continue;
+            };
+            let Some(rel) = path.strip_prefix(prefix) else {
+                continue;
+            };
+            entries.insert(
+                rel.to_owned(),
+                IndexEntry {
+                    mode,
+                    id: entry.id,
+                    mtime: (entry.stat.mtime.secs, entry.stat.mtime.nsecs),
+                    ctime: (entry.stat.ctime.secs, entry.stat.ctime.nsecs),
+                    ino: entry.stat.ino,
+                    uid: entry.stat.uid,
+                    gid: entry.stat.gid,
+                    size: entry.stat.size,
+                },
+            );
+        }
+        Some(Seed {
+            entries,
+            index_mtime: (meta.mtime(), meta.mtime_nsec()),
+            objects: repo.common_dir.join("objects"),
+        })
+    }
+
+    /// The blob id the user's index records for `rel`, when its stat data matches the file on disk as git
+    /// would check it and the entry is not racy.
+    pub fn lookup(&self, rel: &str, meta: &fs::Metadata, mode: Mode) -> Option<ObjectId> {
+        let entry = self.entries.get(rel)?;
+        let mtime = (meta.mtime() as u32, meta.mtime_nsec() as u32);
+        let racy = (i64::from(entry.mtime.0), i64::from(entry.mtime.1)) >= self.index_mtime;
+        let matches = entry.mode == mode
+            && meta.len() <= u64::from(u32::MAX)
+            && entry.size == meta.len() as u32
+            && entry.mtime == mtime
+            && entry.ctime == (meta.ctime() as u32, meta.ctime_nsec() as u32)
+            && entry.ino == meta.ino() as u32
+            && entry.uid == meta.uid()
+            && entry.gid == meta.gid();
+        (matches && !racy).then_some(entry.id)
+    }
+
+    /// Makes the store own `ids`: hardlinks (or copies) the user's loose objects, and whole packs holding
+    /// the rest. Returns the ids the store now holds; the others must be hashed from disk.
+    pub fn adopt(&self, odb: &Odb, ids: &HashSet<ObjectId>) -> HashSet<ObjectId> {
+        let mut owned = HashSet::new();
+        let mut missing = Vec::new();
+        for id in ids {
+            if odb.contains(id) {
+                owned.insert(*id);
+                continue;
+            }
+            let hex = id.to_string();
+            let source = self.objects.join(&hex[..2]).join(&hex[2..]);
+            if source.is_file() && link_or_copy(&source, &odb.path_of(id)) {
+                owned.insert(*id);
+            } else {
+                missing.push(*id);
+            }
+        }
+        if !missing.is_empty() {
+            self.adopt_packs(odb, &missing);
+            for id in missing {
+                if odb.contains(&id) {
+                    owned.insert(id);
+                }
+            }
+        }
+        owned
+    }
+
+    fn adopt_packs(&self, odb: &Odb, wanted: &[ObjectId]) {
+        let Ok(entries) = fs::read_dir(self.objects.join("pack")) else {
+            return;
+        };
+        let target_dir = odb.dir().join("pack");
+        let mut linked = false;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "idx") {
+                continue;
+            }
+            let Ok(index) = gix::odb::pack::index::File::at(&path, gix::hash::Kind::Sha1) else {
+                continue;
+            };
+            if !wanted.iter().any(|id| index.lookup(id).is_some()) {
+                continue;
+            }
+            let pack = path.with_extension("pack");
+            let (Some(idx_name), Some(pack_name)) = (path.file_name(), pack.file_name()) else {
+                continue;
+            };
+            if fs::create_dir_all(&target_dir).is_err() {
+                return;
+            }
+            // The pack first, its index last: a store never sees an index without its pack.
+            if link_or_copy(&pack, &target_dir.join(pack_name))
+                && link_or_copy(&path, &target_dir.join(idx_name))
+            {
+                linked = true;
+            }
+        }
+        if linked {
+            odb.packs_changed();
+        }
+    }
+}
+
+/// Hardlinks `from` to `to`, copying when a link is impossible (another filesystem); true when `to` exists.
+fn link_or_copy(from: &Path, to: &Path) -> bool {
+    if to.is_file() {
+        return true;
+    }
+    if let Some(dir) = to.parent() {
+        let _ = fs::create_dir_all(dir);
+    }
+    if fs::hard_link(from, to).is_ok() {
+        return true;
+    }
+    let tmp = to.with_extension(format!("tmp-{}", crate::odb::rand_suffix()));
+    let copied = fs::copy(from, &tmp).is_ok() && fs::rename(&tmp, to).is_ok();
+    if !copied {
+        let _ = fs::remove_file(&tmp);
+    }
+    copied
+}
+
+fn settings_allow(repo: &Enclosing) -> bool {
+    let Ok(user) = gix::open(&repo.root) else {
+        return false;
+    };
+    let config = user.config_snapshot();
+    let autocrlf = config
+        .string("core.autocrlf")
+        .map(|v| v.to_string().to_lowercase());
+    let autocrlf_off = autocrlf.as_deref().is_none_or(|v| v == "false");
+    autocrlf_off
+        && config.boolean("core.fileMode") != Some(false)
+        && config.boolean("core.symlinks") != Some(false)
+}
+
+/// True when an attributes file outside the worktree's tree may ask for conversions: the repository's
+/// `info/attributes`, the `.gitattributes` files above a subdirectory worktree, the global and system ones.
+fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
+    let mut files = vec![
+        repo.common_dir.join("info").join("attributes"),
+        PathBuf::from("/etc/gitattributes"),
+    ];
+    if let Some(config_home) = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+    {
+        files.push(config_home.join("git").join("attributes"));
+    }
+    if let Ok(user) = gix::open(&repo.root)
+        && let Ok(Some(path)) = user.config_snapshot().trusted_path("core.attributesFile")
+    {
+        files.push(path);
+    }
+    let mut dir = repo.root.clone();
+    files.push(dir.join(".gitattributes"));
+    for component in prefix
+        .trim_end_matches('/')
+        .split('/')
+        .filter(|c| !c.is_empty())
+    {
+        dir.push(component);
+        files.push(dir.join(".gitattributes"));
+    }
+    files
+        .iter()
+        .any(|file| fs::read_to_string(file).is_ok_and(|text| mentions_filters(&text)))
+}
