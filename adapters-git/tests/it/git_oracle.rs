@@ -1,0 +1,783 @@
+//! Real `git` as the oracle: `git add -A && git write-tree` into a separate bare repository (SEP) gives the
+//! tree id `track` must return (SPEC 2.4), and `git diff --numstat --no-renames` the line counts `diff` must
+//! report. Every git process runs without the machine's configuration (`GIT_CONFIG_NOSYSTEM`, an empty
+//! global config, a `HOME` of its own). Also the helpers that make test repositories.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use proptest::prelude::*;
+use rewind_core::model::{FileStatus, RelPath};
+use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
+use rewind_git::ExcludesFile;
+use tempfile::TempDir;
+
+use crate::harness::GitHarness;
+
+/// A `HOME` for git processes that are not an oracle's: a path that does not exist, so no default
+/// excludes or attributes file is found.
+fn no_home() -> PathBuf {
+    std::env::temp_dir().join("rewind-git-tests-no-home-do-not-create")
+}
+
+/// A git command isolated from the machine's configuration and environment.
+fn git_command(home: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    for var in [
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_CEILING_DIRECTORIES",
+        "GIT_NAMESPACE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("GIT_AUTHOR_NAME", "rewind tests")
+        .env("GIT_AUTHOR_EMAIL", "tests@rewind.invalid")
+        .env("GIT_COMMITTER_NAME", "rewind tests")
+        .env("GIT_COMMITTER_EMAIL", "tests@rewind.invalid")
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "core.autocrlf=false",
+            "-c",
+            "core.symlinks=true",
+            "-c",
+            "core.fileMode=true",
+            "-c",
+            "commit.gpgSign=false",
+            "-c",
+            "gc.autoDetach=false",
+        ]);
+    cmd
+}
+
+/// Runs a command and returns its stdout; panics with its stderr when it fails (exit codes in `ok` count
+/// as success).
+fn run(cmd: &mut Command, stdin: Option<&[u8]>, ok: &[i32]) -> Vec<u8> {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    if let Some(bytes) = stdin {
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        pipe.write_all(bytes)
+            .unwrap_or_else(|e| panic!("writing to {cmd:?}: {e}"));
+    }
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("waiting for {cmd:?}: {e}"));
+    let code = output.status.code().unwrap_or(-1);
+    assert!(
+        ok.contains(&code),
+        "{cmd:?} exited with {code}:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// Runs `git args…` in `dir` (a test repository) and returns its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = run(
+        git_command(&no_home()).current_dir(dir).args(args),
+        None,
+        &[0],
+    );
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `git args…` in `dir` succeeds.
+pub fn git_succeeds(dir: &Path, args: &[&str]) -> bool {
+    git_command(&no_home())
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// The git blob id of `content`.
+pub fn blob_id(content: &[u8]) -> String {
+    let mut hasher = sha1_smol::Sha1::new();
+    hasher.update(format!("blob {}\0", content.len()).as_bytes());
+    hasher.update(content);
+    hasher.digest().to_string()
+}
+
+/// Makes `dir` a git repository with an empty root commit.
+pub fn init_repo(dir: &Path) {
+    fs::create_dir_all(dir).expect("create the repository directory");
+    git(dir, &["init", "-q"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", "root commit"]);
+}
+
+/// Commits everything in the repository at `dir`.
+pub fn commit_all(dir: &Path, message: &str) {
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", message]);
+}
+
+/// One entry of `git ls-tree -r`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeEntry {
+    /// `100644`, `100755`, `120000` or `160000`.
+    pub mode: String,
+    /// The full path.
+    pub path: String,
+}
+
+/// One row of `git diff --numstat`: `None` for a binary file (`-\t-`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NumstatRow {
+    pub file: String,
+    pub counts: Option<(u64, u64)>,
+}
+
+/// A separate bare repository in which `git add -A && git write-tree` computes the expected tree ids.
+pub struct GitOracle {
+    _temp: TempDir,
+    sep: PathBuf,
+    home: PathBuf,
+    excludes: PathBuf,
+}
+
+impl GitOracle {
+    /// An oracle whose global excludes file is `excludes` (none when `None`), matching the store's
+    /// `ExcludesFile::Path`.
+    pub fn new(excludes: Option<&Path>) -> Self {
+        let temp = tempfile::Builder::new()
+            .prefix("rewind-git-oracle-")
+            .tempdir()
+            .expect("oracle: a temporary directory");
+        let home = temp.path().join("home");
+        fs::create_dir_all(&home).expect("oracle: create its HOME");
+        let sep = temp.path().join("sep.git");
+        run(
+            git_command(&home).args(["init", "-q", "--bare"]).arg(&sep),
+            None,
+            &[0],
+        );
+        GitOracle {
+            sep,
+            home,
+            excludes: excludes.map_or_else(|| PathBuf::from("/dev/null"), Path::to_path_buf),
+            _temp: temp,
+        }
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = git_command(&self.home);
+        cmd.arg("-c")
+            .arg(format!("core.excludesFile={}", self.excludes.display()))
+            .arg(format!("--git-dir={}", self.sep.display()));
+        cmd
+    }
+
+    /// Copies the worktree repository's `info/exclude` (or an empty one) into the SEP.
+    fn sync_exclude(&self, worktree: &Path) {
+        let source = worktree.join(".git").join("info").join("exclude");
+        let text = if source.is_file() {
+            fs::read(&source).expect("oracle: read the worktree's info/exclude")
+        } else {
+            Vec::new()
+        };
+        let target = self.sep.join("info").join("exclude");
+        fs::create_dir_all(target.parent().expect("info/exclude has a parent"))
+            .expect("oracle: create SEP/info");
+        fs::write(&target, text).expect("oracle: write SEP/info/exclude");
+    }
+
+    /// `git --git-dir=SEP --work-tree=WT add -A && git --git-dir=SEP write-tree`, from a fresh index (so a
+    /// file that became ignored leaves the tree, as in a snapshot).
+    pub fn write_tree(&self, worktree: &Path) -> String {
+        self.sync_exclude(worktree);
+        let index = self.sep.join("index");
+        if index.exists() {
+            fs::remove_file(&index).expect("oracle: remove the SEP index");
+        }
+        run(
+            self.cmd()
+                .arg(format!("--work-tree={}", worktree.display()))
+                .current_dir(worktree)
+                .args(["add", "-A"]),
+            None,
+            &[0],
+        );
+        let out = run(self.cmd().arg("write-tree"), None, &[0]);
+        String::from_utf8(out)
+            .expect("write-tree prints hex")
+            .trim()
+            .to_owned()
+    }
+
+    /// Which of `paths` the worktree's ignore rules (the same the last `write_tree` used) ignore now.
+    pub fn ignored(&self, worktree: &Path, paths: &[String]) -> BTreeSet<String> {
+        if paths.is_empty() {
+            return BTreeSet::new();
+        }
+        self.sync_exclude(worktree);
+        let mut input = Vec::new();
+        for path in paths {
+            input.extend_from_slice(path.as_bytes());
+            input.push(0);
+        }
+        let out = run(
+            self.cmd()
+                .arg(format!("--work-tree={}", worktree.display()))
+                .current_dir(worktree)
+                .args(["check-ignore", "--no-index", "-z", "--stdin"]),
+            Some(&input),
+            &[0, 1],
+        );
+        split_nul(&out).collect()
+    }
+
+    /// `git diff --numstat --no-renames a b`, in git's order.
+    pub fn numstat(&self, a: &str, b: &str) -> Vec<NumstatRow> {
+        let out = run(
+            self.cmd()
+                .args(["diff", "--numstat", "--no-renames", "-z", a, b]),
+            None,
+            &[0],
+        );
+        split_nul(&out)
+            .map(|record| {
+                let mut fields = record.splitn(3, '\t');
+                let added = fields.next().expect("numstat: added");
+                let deleted = fields.next().expect("numstat: deleted");
+                let file = fields.next().expect("numstat: path").to_owned();
+                let counts = if added == "-" && deleted == "-" {
+                    None
+                } else {
+                    Some((
+                        added.parse().expect("numstat: a count"),
+                        deleted.parse().expect("numstat: a count"),
+                    ))
+                };
+                NumstatRow { file, counts }
+            })
+            .collect()
+    }
+
+    /// `git diff --name-status --no-renames a b`: each path's status letter.
+    pub fn name_status(&self, a: &str, b: &str) -> BTreeMap<String, char> {
+        let out = run(
+            self.cmd()
+                .args(["diff", "--name-status", "--no-renames", "-z", a, b]),
+            None,
+            &[0],
+        );
+        let fields: Vec<String> = split_nul(&out).collect();
+        fields
+            .chunks(2)
+            .map(|pair| {
+                let status = pair[0].chars().next().expect("a status letter");
+                (pair[1].clone(), status)
+            })
+            .collect()
+    }
+
+    /// `git ls-tree -r` of tree `id`, read from the SEP's objects, or from `objects` (another store's
+    /// object directory, such as rewind's) when given.
+    pub fn ls_tree(&self, objects: Option<&Path>, id: &str) -> Vec<TreeEntry> {
+        let mut cmd = self.cmd();
+        if let Some(objects) = objects {
+            cmd.env("GIT_OBJECT_DIRECTORY", objects);
+        }
+        let out = run(cmd.args(["ls-tree", "-r", "-z", id]), None, &[0]);
+        split_nul(&out)
+            .map(|record| {
+                let (meta, path) = record.split_once('\t').expect("ls-tree: a tab");
+                let mode = meta.split(' ').next().expect("ls-tree: a mode").to_owned();
+                TreeEntry {
+                    mode,
+                    path: path.to_owned(),
+                }
+            })
+            .collect()
+    }
+}
+
+fn split_nul(bytes: &[u8]) -> impl Iterator<Item = String> + '_ {
+    bytes
+        .split(|&b| b == 0)
+        .filter(|field| !field.is_empty())
+        .map(|field| String::from_utf8(field.to_vec()).expect("git printed a UTF-8 path"))
+}
+
+fn entry<'e>(entries: &'e [TreeEntry], path: &str) -> Option<&'e TreeEntry> {
+    entries.iter().find(|e| e.path == path)
+}
+
+/// Fills the worktree of `h` (a repository, so it has `.git/info/exclude`) with every kind of entry at
+/// once, and writes `global` (the global excludes file).
+fn every_kind_of_entry(h: &GitHarness, global: &Path) {
+    fs::write(global, "*.global\n").expect("write the global excludes file");
+    let exclude = h.root().join(".git/info/exclude");
+    let mut text = fs::read_to_string(&exclude).unwrap_or_default();
+    text.push_str("secret-info.txt\n");
+    fs::write(&exclude, text).expect("write info/exclude");
+
+    h.write("top.txt", b"hello\n");
+    h.write("empty", b"");
+    h.write("binary.bin", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\x01");
+    h.write("run.sh", b"#!/bin/sh\necho hi\n");
+    h.set_executable("run.sh", true);
+    h.write("目录/подкаталог/文件.txt", "unicode 文件\n".as_bytes());
+    h.write("with space/it's \"quoted\".txt", b"quotes\n");
+    h.write("new\nline.txt", b"a newline in the name\n");
+    h.write("tab\there.txt", b"a tab in the name\n");
+    h.write("émoji 😀/ñ.txt", "ñ\n".as_bytes());
+    h.write(".hidden", b"hidden\n");
+    // Names around a directory's position in git's order: `a-b` < `a.b` < `a/` < `a0`.
+    h.write("a/b", b"in a\n");
+    h.write("a-b", b"dash\n");
+    h.write("a.b", b"dot\n");
+    h.write("a0", b"zero\n");
+    h.symlink("link-file", "top.txt");
+    h.symlink("dangling", "does/not/exist");
+    h.symlink("loop-a", "loop-b");
+    h.symlink("loop-b", "loop-a");
+    h.symlink("self", "self");
+    h.symlink("link-dir", "with space");
+    h.write(".gitignore", b"*.log\nbuild/\n!keep.log\n");
+    h.write("app.log", b"ignored\n");
+    h.write("keep.log", b"negated, so tracked\n");
+    h.write("build/out.o", b"ignored dir\n");
+    h.write("sub/build/deep.o", b"ignored dir, nested\n");
+    h.write(
+        "sub/.gitignore",
+        b"*.tmp\n!important.tmp\n/local-only.txt\n",
+    );
+    h.write("sub/a.tmp", b"ignored by sub/.gitignore\n");
+    h.write("sub/important.tmp", b"negated in sub\n");
+    h.write("sub/local-only.txt", b"anchored to sub: ignored\n");
+    h.write("sub/deeper/local-only.txt", b"anchored: not ignored here\n");
+    h.write(
+        "local-only.txt",
+        b"the sub pattern does not reach the root\n",
+    );
+    h.write("sub/x.log", b"ignored by the root .gitignore\n");
+    h.write("sub/keep.log", b"negated by the root .gitignore\n");
+    h.write("secret-info.txt", b"ignored by info/exclude\n");
+    h.write("sub/secret-info.txt", b"ignored by info/exclude too\n");
+    h.write("x.global", b"ignored by the global excludes\n");
+    h.write("sub/y.global", b"ignored by the global excludes too\n");
+}
+
+/// What the tree of [`every_kind_of_entry`] holds and does not hold.
+fn check_every_kind_of_entry(entries: &[TreeEntry]) {
+    for e in entries {
+        assert!(
+            e.path.split('/').all(|c| c != ".git"),
+            "{:?} is in the snapshot",
+            e.path
+        );
+    }
+    for present in [
+        "top.txt",
+        "empty",
+        "binary.bin",
+        "run.sh",
+        "目录/подкаталог/文件.txt",
+        "with space/it's \"quoted\".txt",
+        "new\nline.txt",
+        "keep.log",
+        "sub/keep.log",
+        "sub/important.tmp",
+        "sub/deeper/local-only.txt",
+        "local-only.txt",
+        "loop-a",
+        "self",
+        "link-dir",
+    ] {
+        assert!(
+            entry(entries, present).is_some(),
+            "{present:?} missing: {entries:?}"
+        );
+    }
+    for absent in [
+        "app.log",
+        "build/out.o",
+        "sub/build/deep.o",
+        "sub/a.tmp",
+        "sub/local-only.txt",
+        "sub/x.log",
+        "secret-info.txt",
+        "sub/secret-info.txt",
+        "x.global",
+        "sub/y.global",
+        "link-dir/it's \"quoted\".txt",
+    ] {
+        assert!(entry(entries, absent).is_none(), "{absent:?} is tracked");
+    }
+    let mode = |path: &str| entry(entries, path).map(|e| e.mode.as_str());
+    assert_eq!(mode("run.sh"), Some("100755"));
+    assert_eq!(mode("top.txt"), Some("100644"));
+    for link in [
+        "link-file",
+        "dangling",
+        "loop-a",
+        "loop-b",
+        "self",
+        "link-dir",
+    ] {
+        assert_eq!(mode(link), Some("120000"), "{link}");
+    }
+}
+
+/// One worktree holding every kind of entry at once: `track` gives git's `write-tree` id, and no `.git`.
+#[tokio::test]
+async fn every_kind_of_entry_at_once_matches_git_write_tree() {
+    let h = GitHarness::with_config(|config, base| {
+        config.excludes_file = ExcludesFile::Path(base.join("global-excludes"));
+    });
+    let global = h.base().join("global-excludes");
+    init_repo(h.root());
+    every_kind_of_entry(&h, &global);
+
+    let ours = h.track().await;
+    let oracle = GitOracle::new(Some(&global));
+    let expected = oracle.write_tree(h.root());
+    assert_eq!(ours.id.as_str(), expected, "track equals git write-tree");
+    assert!(ours.skipped.is_empty(), "{:?}", ours.skipped);
+    // The tree as rewind's store holds it.
+    let entries = oracle.ls_tree(Some(&h.store_dir().join("objects")), ours.id.as_str());
+    check_every_kind_of_entry(&entries);
+    assert!(
+        h.root().join(".git/HEAD").is_file(),
+        "the user's repository is intact"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The property: random worktrees, then random changes.
+
+/// Name pieces: no `g`, `i` or `t`, so no name is `.git` or one of its NTFS aliases git refuses.
+const ALPHABET: &[&str] = &[
+    "a", "b", "Z", "0", "-", "_", ".", " ", "é", "日", "😀", "'", "\"",
+];
+const LINES: &[&str] = &[
+    "a\n",
+    "b\n",
+    "c\n",
+    "same\n",
+    "x y\n",
+    "\n",
+    "crlf\r\n",
+    "é ü\n",
+    "  indented\n",
+];
+const PATTERNS: &[&str] = &[
+    "a*", "*b", "Z", "*0", "!a0*", "_*/", "/b*", "**/Z*", "é*", "[ab]", "?", "*-*", "a/", "日",
+    "!*b", "*.", "!Z",
+];
+
+#[derive(Clone, Debug)]
+enum Kind {
+    File { bytes: Vec<u8>, executable: bool },
+    Link(String),
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    path: String,
+    kind: Kind,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Add(Entry),
+    Modify(prop::sample::Index, Vec<u8>),
+    Delete(prop::sample::Index),
+    Chmod(prop::sample::Index),
+    Ignore(&'static str),
+}
+
+fn component() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(ALPHABET), 1..4)
+        .prop_map(|parts| parts.concat())
+        .prop_filter("not . or ..", |c| c != "." && c != "..")
+}
+
+fn rel_path() -> impl Strategy<Value = String> {
+    prop::collection::vec(component(), 1..=3).prop_map(|parts| parts.join("/"))
+}
+
+fn content() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        4 => (
+            prop::collection::vec(prop::sample::select(LINES), 0..12),
+            prop::option::of(prop::sample::select(&["tail", "no newline at the end"][..])),
+        )
+            .prop_map(|(lines, tail)| {
+                let mut text = lines.concat();
+                text.push_str(tail.unwrap_or(""));
+                text.into_bytes()
+            }),
+        1 => (
+            prop::collection::vec(any::<u8>(), 0..40),
+            prop::collection::vec(any::<u8>(), 0..40),
+        )
+            .prop_map(|(mut head, tail)| {
+                head.push(0);
+                head.extend(tail);
+                head
+            }),
+    ]
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        5 => (content(), any::<bool>())
+            .prop_map(|(bytes, executable)| Kind::File { bytes, executable }),
+        1 => prop_oneof![
+            rel_path(),
+            Just("../outside".to_owned()),
+            Just("/etc/hostname".to_owned()),
+            Just("a/../b".to_owned()),
+        ]
+        .prop_map(Kind::Link),
+    ]
+}
+
+fn entry_strategy() -> impl Strategy<Value = Entry> {
+    (rel_path(), kind()).prop_map(|(path, kind)| Entry { path, kind })
+}
+
+fn patterns(range: std::ops::Range<usize>) -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(PATTERNS), range).prop_map(|lines| {
+        lines
+            .iter()
+            .map(|line| format!("{line}\n"))
+            .collect::<String>()
+    })
+}
+
+/// The ignore files first (a root `.gitignore`, maybe one in a directory), then the entries.
+fn worktree() -> impl Strategy<Value = Vec<Entry>> {
+    (
+        prop::option::of(patterns(0..4)),
+        prop::option::of((component(), patterns(1..3))),
+        prop::collection::vec(entry_strategy(), 0..14),
+    )
+        .prop_map(|(root_ignore, nested_ignore, entries)| {
+            let mut all = Vec::new();
+            if let Some(text) = root_ignore {
+                all.push(Entry {
+                    path: ".gitignore".to_owned(),
+                    kind: Kind::File {
+                        bytes: text.into_bytes(),
+                        executable: false,
+                    },
+                });
+            }
+            if let Some((dir, text)) = nested_ignore {
+                all.push(Entry {
+                    path: format!("{dir}/.gitignore"),
+                    kind: Kind::File {
+                        bytes: text.into_bytes(),
+                        executable: false,
+                    },
+                });
+            }
+            all.extend(entries);
+            all
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => entry_strategy().prop_map(Op::Add),
+        3 => (any::<prop::sample::Index>(), content()).prop_map(|(i, bytes)| Op::Modify(i, bytes)),
+        2 => any::<prop::sample::Index>().prop_map(Op::Delete),
+        1 => any::<prop::sample::Index>().prop_map(Op::Chmod),
+        1 => prop::sample::select(PATTERNS).prop_map(Op::Ignore),
+    ]
+}
+
+/// Whether `path` cannot be created next to `existing`: it exists, lies under a file, or holds files.
+fn conflicts<'a>(mut existing: impl Iterator<Item = &'a String>, path: &str) -> bool {
+    existing.any(|other| {
+        other == path
+            || other.starts_with(&format!("{path}/"))
+            || path.starts_with(&format!("{other}/"))
+    })
+}
+
+fn create(h: &GitHarness, entry: &Entry) {
+    match &entry.kind {
+        Kind::File { bytes, executable } => {
+            h.write(&entry.path, bytes);
+            if *executable {
+                h.set_executable(&entry.path, true);
+            }
+        }
+        Kind::Link(target) => h.symlink(&entry.path, target),
+    }
+}
+
+fn apply(h: &GitHarness, op: &Op) {
+    let listing = h.list();
+    let paths: Vec<&String> = listing.keys().collect();
+    // Random bytes make no sense as ignore rules: edits leave the ignore files to `Op::Ignore`.
+    let editable: Vec<&String> = paths
+        .iter()
+        .copied()
+        .filter(|p| !p.ends_with(".gitignore"))
+        .collect();
+    match op {
+        Op::Add(entry) if !conflicts(listing.keys(), &entry.path) => create(h, entry),
+        Op::Modify(i, bytes) if !editable.is_empty() => {
+            h.write(editable[i.index(editable.len())], bytes)
+        }
+        Op::Delete(i) if !paths.is_empty() => h.remove(paths[i.index(paths.len())]),
+        Op::Chmod(i) if !paths.is_empty() => {
+            let path = paths[i.index(paths.len())];
+            if let Some(Node::File { executable, .. }) = listing.get(path) {
+                h.set_executable(path, !executable);
+            }
+        }
+        Op::Ignore(pattern) => {
+            let mut text = match h.read(".gitignore") {
+                Some(Node::File { bytes, .. }) => bytes,
+                _ => Vec::new(),
+            };
+            if !text.is_empty() && !text.ends_with(b"\n") {
+                text.push(b'\n');
+            }
+            text.extend_from_slice(pattern.as_bytes());
+            text.push(b'\n');
+            h.write(".gitignore", &text);
+        }
+        _ => {}
+    }
+}
+
+async fn check_worktree_and_changes(entries: Vec<Entry>, ops: Vec<Op>) {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    let port = h.port();
+    let mut created: Vec<String> = Vec::new();
+    for entry in &entries {
+        if !conflicts(created.iter(), &entry.path) {
+            create(&h, entry);
+            created.push(entry.path.clone());
+        }
+    }
+
+    let a = h.track().await;
+    let git_a = oracle.write_tree(h.root());
+    assert_eq!(a.id.as_str(), git_a, "the first tree equals git's");
+    assert!(a.skipped.is_empty(), "{:?}", a.skipped);
+
+    for op in &ops {
+        apply(&h, op);
+    }
+    let listing = h.list();
+    let b = h.track().await;
+    let git_b = oracle.write_tree(h.root());
+    assert_eq!(b.id.as_str(), git_b, "the changed tree equals git's");
+    assert_eq!(h.list(), listing, "track changes no file");
+
+    // diff: the rows, their order, status and counts equal git's.
+    let ours = port.diff(h.root(), &a.id, &b.id).await.expect("diff");
+    let theirs = oracle.numstat(&git_a, &git_b);
+    let statuses = oracle.name_status(&git_a, &git_b);
+    let our_files: Vec<&str> = ours.iter().map(|d| d.file.as_str()).collect();
+    let their_files: Vec<&str> = theirs.iter().map(|r| r.file.as_str()).collect();
+    assert_eq!(our_files, their_files, "diff rows in git's order");
+    for (d, r) in ours.iter().zip(&theirs) {
+        match r.counts {
+            None => assert_eq!(
+                (d.additions, d.deletions, d.patch.as_str()),
+                (0, 0, ""),
+                "binary {:?}",
+                d.file
+            ),
+            Some(counts) => assert_eq!(
+                (d.additions, d.deletions),
+                counts,
+                "{:?}: {}",
+                d.file,
+                d.patch
+            ),
+        }
+        let expected = match statuses.get(&d.file) {
+            Some('A') => FileStatus::Added,
+            Some('D') => FileStatus::Deleted,
+            Some('M' | 'T') => FileStatus::Modified,
+            other => panic!("git status {other:?} for {:?}", d.file),
+        };
+        assert_eq!(d.status, expected, "{:?}", d.file);
+    }
+
+    // changed_between: the same paths, sorted.
+    let between = port
+        .changed_between(h.root(), &a.id, &b.id)
+        .await
+        .expect("changed_between");
+    assert!(between.is_sorted(), "{between:?}");
+    let between: BTreeSet<&str> = between.iter().map(RelPath::as_str).collect();
+    assert_eq!(
+        between,
+        their_files.iter().copied().collect::<BTreeSet<_>>()
+    );
+
+    // changed_files: the same paths, less those ignored now.
+    let ignored = oracle.ignored(
+        h.root(),
+        &their_files
+            .iter()
+            .map(|f| (*f).to_owned())
+            .collect::<Vec<_>>(),
+    );
+    let expected: BTreeSet<&str> = their_files
+        .iter()
+        .copied()
+        .filter(|f| !ignored.contains(*f))
+        .collect();
+    let changed = port
+        .changed_files(h.root(), &a.id)
+        .await
+        .expect("changed_files");
+    assert!(changed.is_sorted(), "{changed:?}");
+    let changed: BTreeSet<&str> = changed.iter().map(RelPath::as_str).collect();
+    assert_eq!(changed, expected, "changed_files");
+    assert_eq!(h.list(), listing, "reading diffs changes no file");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::default())]
+
+    /// Random worktrees (names with spaces, quotes and unicode, text and binary content, executable bits,
+    /// symlinks, random `.gitignore` files), then random additions, edits, deletions, mode flips and new
+    /// ignore patterns: every tree id equals git's, and `diff` equals `git diff --numstat --no-renames`.
+    #[test]
+    fn track_and_diff_agree_with_git(entries in worktree(), ops in prop::collection::vec(op(), 0..10)) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+            .block_on(check_worktree_and_changes(entries, ops));
+    }
+}

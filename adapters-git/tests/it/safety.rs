@@ -1,0 +1,852 @@
+//! The safety rules of SPEC 2.2, 2.3 and 2.5 on the git store: no write through a symlink or outside the
+//! worktree, ignored files never overwritten or deleted, files untracked at a step's start never deleted by
+//! its revert, byte-exact content, fail-closed errors that leave the worktree as it was, a stat cache that
+//! cannot be fooled or broken, nested repositories, refused worktrees and the file-count cap.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rewind_core::Error;
+use rewind_core::model::{FileActionKind, RelPath, SkipReason, SnapshotId, SnapshotPatch};
+use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
+use rewind_git::ExcludesFile;
+
+use crate::git_oracle::{GitOracle, blob_id, commit_all, git, git_succeeds, init_repo};
+use crate::harness::{GitHarness, list_tree};
+
+fn rels(paths: &[&str]) -> Vec<RelPath> {
+    paths
+        .iter()
+        .map(|p| RelPath::new(*p).expect("a valid relative path"))
+        .collect()
+}
+
+fn text(content: &str) -> Option<Node> {
+    Some(Node::file(content))
+}
+
+fn one_patch(hash: &SnapshotId, files: &[&str]) -> Vec<SnapshotPatch> {
+    vec![SnapshotPatch {
+        hash: hash.clone(),
+        files: rels(files),
+    }]
+}
+
+fn kept_paths(kept: &[rewind_core::model::KeptPath]) -> Vec<&str> {
+    kept.iter().map(|k| k.path.as_str()).collect()
+}
+
+/// A directory outside the worktree, with content that must never change.
+fn sentinel(h: &GitHarness) -> (PathBuf, BTreeMap<String, Node>) {
+    let dir = h.base().join("outside");
+    fs::create_dir_all(dir.join("deeper")).expect("create the sentinel directory");
+    fs::write(dir.join("file.txt"), "outside, do not touch\n").expect("write the sentinel");
+    fs::write(dir.join("deeper/other.txt"), "outside too\n").expect("write the sentinel");
+    let listing = list_tree(&dir);
+    (dir, listing)
+}
+
+fn is_real_dir(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+async fn revert_with_fresh_base(
+    h: &GitHarness,
+    patches: &[SnapshotPatch],
+) -> rewind_core::model::RevertOutcome {
+    let base = h.id().await;
+    h.port()
+        .revert(h.root(), patches, &base)
+        .await
+        .expect("revert")
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (a) Symlinks where a directory is needed.
+
+/// A tracked symlink standing where a directory is needed is replaced by a real directory, never written
+/// through, whether it points outside the worktree or inside it.
+#[tokio::test]
+async fn tracked_symlink_where_a_directory_is_needed_is_replaced() {
+    let h = GitHarness::new();
+    let (outside, outside_before) = sentinel(&h);
+    h.write("dir/file.txt", b"v1\n");
+    h.write("inner/other.txt", b"inner\n");
+    let s = h.id().await;
+    let inner_before = list_tree(&h.path("inner"));
+
+    // Pointing outside: revert of a patch naming only dir/file.txt.
+    h.remove("dir");
+    h.symlink("dir", outside.to_str().expect("a UTF-8 temp path"));
+    let outcome = revert_with_fresh_base(&h, &one_patch(&s, &["dir/file.txt"])).await;
+    assert!(
+        is_real_dir(&h.path("dir")),
+        "the symlink became a directory"
+    );
+    assert_eq!(h.read("dir/file.txt"), text("v1\n"));
+    assert!(
+        outcome.written.contains(&rels(&["dir/file.txt"])[0]),
+        "{outcome:?}"
+    );
+    assert!(outcome.kept.is_empty(), "{outcome:?}");
+    assert_eq!(outcome.applied, h.id().await);
+    assert_eq!(list_tree(&outside), outside_before);
+
+    // Pointing inside: revert again.
+    h.remove("dir");
+    h.symlink("dir", "inner");
+    revert_with_fresh_base(&h, &one_patch(&s, &["dir/file.txt"])).await;
+    assert!(is_real_dir(&h.path("dir")));
+    assert_eq!(h.read("dir/file.txt"), text("v1\n"));
+    assert_eq!(
+        list_tree(&h.path("inner")),
+        inner_before,
+        "nothing written through the link"
+    );
+
+    // Restore naming the link and the file replaces the link.
+    h.remove("dir");
+    h.symlink("dir", outside.to_str().expect("a UTF-8 temp path"));
+    h.track().await;
+    h.port()
+        .restore(h.root(), &s, Some(rels(&["dir", "dir/file.txt"])))
+        .await
+        .expect("restore");
+    assert!(is_real_dir(&h.path("dir")));
+    assert_eq!(h.read("dir/file.txt"), text("v1\n"));
+    assert_eq!(list_tree(&outside), outside_before);
+
+    // A whole restore deletes the tracked link and recreates the directory.
+    h.remove("dir");
+    h.symlink("dir", "inner");
+    h.track().await;
+    h.port().restore(h.root(), &s, None).await.expect("restore");
+    assert!(is_real_dir(&h.path("dir")));
+    assert_eq!(h.read("dir/file.txt"), text("v1\n"));
+    assert_eq!(list_tree(&h.path("inner")), inner_before);
+    assert_eq!(h.id().await, s);
+
+    // Restore of only the file leaves the link (not named) alone and says so.
+    h.remove("dir");
+    h.symlink("dir", outside.to_str().expect("a UTF-8 temp path"));
+    h.track().await;
+    let outcome = h
+        .port()
+        .restore(h.root(), &s, Some(rels(&["dir/file.txt"])))
+        .await
+        .expect("restore");
+    assert_eq!(kept_paths(&outcome.kept), ["dir/file.txt"], "{outcome:?}");
+    assert!(
+        outcome.written.is_empty() && outcome.deleted.is_empty(),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        h.read("dir"),
+        Some(Node::symlink(outside.to_str().expect("a UTF-8 temp path")))
+    );
+    assert_eq!(list_tree(&outside), outside_before);
+}
+
+/// An ignored symlink standing where a directory is needed is kept (reported), and nothing is written
+/// through it, whether it points outside the worktree or inside it.
+#[tokio::test]
+async fn untracked_symlink_where_a_directory_is_needed_is_kept() {
+    for inside in [false, true] {
+        let h = GitHarness::new();
+        let (outside, outside_before) = sentinel(&h);
+        h.write("dir/file.txt", b"v1\n");
+        h.write("inner/other.txt", b"inner\n");
+        h.write("inner/file.txt", b"inner file, do not touch\n");
+        let s = h.id().await;
+        let inner_before = list_tree(&h.path("inner"));
+
+        h.remove("dir");
+        let target = if inside {
+            "inner".to_owned()
+        } else {
+            outside.to_string_lossy().into_owned()
+        };
+        h.symlink("dir", &target);
+        h.write(".gitignore", b"dir\n");
+        let listing = h.list();
+
+        let plan = h
+            .port()
+            .plan(h.root(), &one_patch(&s, &["dir/file.txt"]))
+            .await
+            .expect("plan");
+        assert_eq!(plan.len(), 1);
+        assert_eq!(plan[0].action, FileActionKind::Keep, "{plan:?}");
+        assert!(plan[0].reason.is_some());
+
+        let outcome = revert_with_fresh_base(&h, &one_patch(&s, &["dir/file.txt"])).await;
+        assert_eq!(kept_paths(&outcome.kept), ["dir/file.txt"], "{outcome:?}");
+        assert!(outcome.written.is_empty() && outcome.deleted.is_empty());
+        assert_eq!(h.list(), listing, "inside={inside}");
+
+        for paths in [vec!["dir/file.txt"], vec!["dir", "dir/file.txt"]] {
+            let outcome = h
+                .port()
+                .restore(h.root(), &s, Some(rels(&paths)))
+                .await
+                .expect("restore");
+            assert!(
+                outcome.written.is_empty() && outcome.deleted.is_empty(),
+                "{outcome:?}"
+            );
+            assert!(!outcome.kept.is_empty(), "{outcome:?}");
+            assert_eq!(h.list(), listing, "inside={inside} paths={paths:?}");
+        }
+        assert_eq!(h.read("dir"), Some(Node::symlink(target)));
+        assert_eq!(list_tree(&outside), outside_before);
+        assert_eq!(list_tree(&h.path("inner")), inner_before);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (b) Ignored files are never overwritten or deleted.
+
+/// `.env` is ignored all along: a patch naming it (stale or hostile) and restores never touch it.
+#[tokio::test]
+async fn ignored_env_file_is_never_overwritten_or_deleted() {
+    let h = GitHarness::new();
+    h.write(".gitignore", b".env*\n");
+    h.write(".env", b"SECRET=1\n");
+    h.write("a.txt", b"a1\n");
+    let s = h.id().await;
+    h.write(".env", b"SECRET=2\n");
+    h.write(".env.local", b"LOCAL=1\n");
+    h.write("a.txt", b"a2\n");
+    h.write("new.txt", b"new\n");
+
+    let patches = one_patch(&s, &[".env", ".env.local", "a.txt", "new.txt"]);
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    let actions: Vec<(&str, FileActionKind)> =
+        plan.iter().map(|a| (a.path.as_str(), a.action)).collect();
+    assert_eq!(
+        actions,
+        [
+            (".env", FileActionKind::Keep),
+            (".env.local", FileActionKind::Keep),
+            ("a.txt", FileActionKind::Write),
+            ("new.txt", FileActionKind::Delete),
+        ]
+    );
+    let outcome = revert_with_fresh_base(&h, &patches).await;
+    assert_eq!(kept_paths(&outcome.kept), [".env", ".env.local"]);
+    assert_eq!(h.read(".env"), text("SECRET=2\n"));
+    assert_eq!(h.read(".env.local"), text("LOCAL=1\n"));
+    assert_eq!(h.read("a.txt"), text("a1\n"));
+    assert_eq!(h.read("new.txt"), None);
+
+    let whole = h.port().restore(h.root(), &s, None).await.expect("restore");
+    assert!(whole.deleted.is_empty(), "{whole:?}");
+    let named = h
+        .port()
+        .restore(h.root(), &s, Some(rels(&[".env", ".env.local"])))
+        .await
+        .expect("restore");
+    assert!(
+        named.written.is_empty() && named.deleted.is_empty(),
+        "{named:?}"
+    );
+    assert_eq!(kept_paths(&named.kept), [".env", ".env.local"]);
+    assert_eq!(h.read(".env"), text("SECRET=2\n"));
+    assert_eq!(h.read(".env.local"), text("LOCAL=1\n"));
+}
+
+/// `.env` was tracked when the snapshot was taken and is ignored now: it is not tracked content any more,
+/// so neither revert nor restore writes the snapshot's version over it.
+#[tokio::test]
+async fn env_file_ignored_since_the_snapshot_is_left_alone() {
+    let h = GitHarness::new();
+    h.write(".env", b"SECRET=old\n");
+    h.write("a.txt", b"a1\n");
+    let s = h.id().await;
+    h.write(".gitignore", b".env\n");
+    h.write(".env", b"SECRET=new\n");
+
+    let outcome = revert_with_fresh_base(&h, &one_patch(&s, &[".env"])).await;
+    assert_eq!(kept_paths(&outcome.kept), [".env"]);
+    assert_eq!(h.read(".env"), text("SECRET=new\n"));
+
+    let whole = h.port().restore(h.root(), &s, None).await.expect("restore");
+    assert_eq!(kept_paths(&whole.kept), [".env"], "{whole:?}");
+    assert_eq!(whole.deleted, rels(&[".gitignore"]));
+    assert_eq!(h.read(".env"), text("SECRET=new\n"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (c) Ignored when the step began, tracked at its end: the revert keeps it.
+
+async fn check_untracked_at_start_survives(h: &GitHarness, unignore: impl FnOnce()) {
+    h.write("a.txt", b"a\n");
+    h.write("gen.txt", b"generated before the step\n");
+    let start = h.id().await;
+    unignore();
+    h.write("gen.txt", b"generated during the step\n");
+    let changed = h
+        .port()
+        .changed_files(h.root(), &start)
+        .await
+        .expect("changed_files");
+    assert!(
+        changed.contains(&rels(&["gen.txt"])[0]),
+        "gen.txt is tracked now: {changed:?}"
+    );
+    let patches = vec![SnapshotPatch {
+        hash: start,
+        files: changed,
+    }];
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    let gen_action = plan
+        .iter()
+        .find(|a| a.path.as_str() == "gen.txt")
+        .expect("gen.txt is planned");
+    assert_eq!(gen_action.action, FileActionKind::Keep, "{plan:?}");
+    let outcome = revert_with_fresh_base(h, &patches).await;
+    assert!(
+        kept_paths(&outcome.kept).contains(&"gen.txt"),
+        "{outcome:?}"
+    );
+    assert!(!outcome.deleted.contains(&rels(&["gen.txt"])[0]));
+    assert_eq!(h.read("gen.txt"), text("generated during the step\n"));
+}
+
+/// Ignored by the tree's `.gitignore` at the start.
+#[tokio::test]
+async fn file_ignored_by_gitignore_at_step_start_survives_revert() {
+    let h = GitHarness::new();
+    h.write(".gitignore", b"gen.txt\n");
+    let writer = h.clone();
+    check_untracked_at_start_survives(&h, move || writer.write(".gitignore", b"*.tmp\n")).await;
+    assert_eq!(
+        h.read(".gitignore"),
+        text("gen.txt\n"),
+        "the revert restored the rule"
+    );
+}
+
+/// Ignored by the repository's `info/exclude` at the start (a rule from outside the tree, recorded with
+/// the snapshot).
+#[tokio::test]
+async fn file_ignored_by_info_exclude_at_step_start_survives_revert() {
+    let h = GitHarness::git_repo();
+    let exclude = h.root().join(".git/info/exclude");
+    fs::write(&exclude, "gen.txt\n").expect("write info/exclude");
+    check_untracked_at_start_survives(&h, || {
+        fs::write(&exclude, "# nothing\n").expect("rewrite info/exclude");
+    })
+    .await;
+}
+
+/// Ignored by the global excludes file at the start.
+#[tokio::test]
+async fn file_ignored_by_global_excludes_at_step_start_survives_revert() {
+    let h = GitHarness::with_config(|config, base| {
+        config.excludes_file = ExcludesFile::Path(base.join("global-ignore"));
+    });
+    let global = h.base().join("global-ignore");
+    fs::write(&global, "gen.txt\n").expect("write the global excludes");
+    check_untracked_at_start_survives(&h, || {
+        fs::write(&global, "*.nothing\n").expect("rewrite the global excludes");
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (d) Byte-exact content.
+
+/// With `* text=auto`, a CRLF file still round-trips byte for byte through track, change, restore and
+/// revert: no filter is applied in either direction.
+#[tokio::test]
+async fn crlf_file_round_trips_byte_for_byte_under_text_auto() {
+    let h = GitHarness::git_repo();
+    let crlf: &[u8] = b"line one\r\nline two\r\nmixed\nend\r\n";
+    h.write(".gitattributes", b"* text=auto\n");
+    h.write("crlf.txt", crlf);
+    commit_all(h.root(), "crlf");
+    let s = h.id().await;
+
+    h.write("crlf.txt", b"changed\n");
+    h.port().restore(h.root(), &s, None).await.expect("restore");
+    assert_eq!(fs::read(h.path("crlf.txt")).expect("read"), crlf);
+    assert_eq!(h.id().await, s);
+
+    h.write("crlf.txt", b"changed again\r\n");
+    let patches = one_patch(&s, &["crlf.txt"]);
+    revert_with_fresh_base(&h, &patches).await;
+    assert_eq!(fs::read(h.path("crlf.txt")).expect("read"), crlf);
+
+    // The blob holds the CRLF bytes: its diff against an LF version changes every CRLF line.
+    h.write("crlf.txt", b"line one\nline two\nmixed\nend\n");
+    let lf = h.id().await;
+    let diffs = h.port().diff(h.root(), &s, &lf).await.expect("diff");
+    assert_eq!(diffs.len(), 1, "{diffs:?}");
+    assert_eq!((diffs[0].additions, diffs[0].deletions), (3, 3));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (e) Fail closed.
+
+/// A file that cannot be read fails `track` with an error naming it, and nothing changes.
+#[tokio::test]
+async fn unreadable_file_fails_track_naming_it() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    h.write("sub/secret.txt", b"s\n");
+    h.fail_reads("sub/secret.txt");
+    let listing = h.list();
+    match h.port().track(h.root()).await {
+        Ok(outcome) => panic!(
+            "track returned {:?} although a file cannot be read",
+            outcome.id
+        ),
+        Err(Error::Unreadable { path, .. }) => assert_eq!(path, "sub/secret.txt"),
+        Err(other) => panic!("expected Unreadable naming sub/secret.txt, got {other:?}"),
+    }
+    assert_eq!(h.list(), listing);
+}
+
+/// Runs `f` on a thread of its own and waits at most 20 s; when it does not finish, a writer opens the FIFO
+/// (non-blocking) so that a reader stuck on it wakes up, and the test fails.
+fn within_deadline<T: Send + 'static>(
+    what: &str,
+    fifo: &Path,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    /// `O_NONBLOCK` on Linux (x86, ARM, RISC-V).
+    const O_NONBLOCK: i32 = 0o4000;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(value) => value,
+        Err(_) => {
+            let _ = fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(O_NONBLOCK)
+                .open(fifo);
+            panic!("{what} blocked: it opened the FIFO");
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// A FIFO is skipped and reported, never opened (opening it would block `track` forever), and never
+/// deleted by a restore.
+#[test]
+fn fifo_is_skipped_and_never_opened() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    let s = runtime().block_on(h.id());
+    let fifo = h.path("pipe");
+    let status = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success(), "mkfifo failed");
+
+    let worker = h.clone();
+    let outcome = within_deadline("track", &fifo, move || {
+        runtime().block_on(worker.port().track(worker.root()))
+    })
+    .expect("track");
+    assert_eq!(outcome.id, s, "the FIFO is not tracked content");
+    let skipped: Vec<(&str, &SkipReason)> = outcome
+        .skipped
+        .iter()
+        .map(|s| (s.path.as_str(), &s.reason))
+        .collect();
+    assert_eq!(skipped, [("pipe", &SkipReason::Special)]);
+
+    h.write("a.txt", b"changed\n");
+    let worker = h.clone();
+    let to = s.clone();
+    let restored = within_deadline("restore", &fifo, move || {
+        runtime().block_on(worker.port().restore(worker.root(), &to, None))
+    })
+    .expect("restore");
+    assert_eq!(restored.written, rels(&["a.txt"]));
+    assert!(restored.deleted.is_empty(), "{restored:?}");
+    let meta = fs::symlink_metadata(&fifo).expect("the FIFO is still there");
+    assert!(meta.file_type().is_fifo());
+}
+
+/// A step that modified `a.txt` and `b.txt` and created `new.txt`: the snapshot at its start, its patch, and
+/// the pre-revert snapshot.
+async fn step_with_patch(h: &GitHarness) -> (SnapshotId, Vec<SnapshotPatch>, SnapshotId) {
+    h.write("a.txt", b"a unique content 8e1f\n");
+    h.write("b.txt", b"b1\n");
+    let start = h.id().await;
+    h.write("a.txt", b"a2\n");
+    h.write("b.txt", b"b2\n");
+    h.write("new.txt", b"new\n");
+    let patches = one_patch(&start, &["a.txt", "b.txt", "new.txt"]);
+    let base = h.id().await;
+    (start, patches, base)
+}
+
+fn assert_missing<T: std::fmt::Debug>(what: &str, result: rewind_core::Result<T>) {
+    assert!(
+        matches!(result, Err(Error::MissingObject(_))),
+        "{what}: expected MissingObject, got {result:?}"
+    );
+}
+
+/// A missing blob of the patch's snapshot: revert and restore fail with `MissingObject` before touching
+/// any file (not even `b.txt`, whose blob exists).
+#[tokio::test]
+async fn missing_blob_fails_before_anything_is_touched() {
+    let h = GitHarness::new();
+    let (start, patches, base) = step_with_patch(&h).await;
+    let listing = h.list();
+    let blob = SnapshotId::parse(&blob_id(b"a unique content 8e1f\n")).expect("a blob id");
+    h.remove_snapshot_object(&blob);
+    assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
+    assert_eq!(h.list(), listing);
+    assert_missing("restore", h.port().restore(h.root(), &start, None).await);
+    assert_eq!(h.list(), listing);
+}
+
+/// A missing base tree: the revert cannot compute `applied`, so it fails before touching any file.
+#[tokio::test]
+async fn missing_base_tree_fails_before_anything_is_touched() {
+    let h = GitHarness::new();
+    let (_, patches, base) = step_with_patch(&h).await;
+    let listing = h.list();
+    h.remove_snapshot_object(&base);
+    assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
+    assert_eq!(h.list(), listing);
+}
+
+/// A missing patch tree: every operation that needs it fails with `MissingObject`, and nothing is touched.
+#[tokio::test]
+async fn missing_patch_tree_fails_every_operation() {
+    let h = GitHarness::new();
+    let (start, patches, base) = step_with_patch(&h).await;
+    let listing = h.list();
+    h.remove_snapshot_object(&start);
+    assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
+    assert_missing("plan", h.port().plan(h.root(), &patches).await);
+    assert_missing("restore", h.port().restore(h.root(), &start, None).await);
+    assert_missing(
+        "changed_files",
+        h.port().changed_files(h.root(), &start).await,
+    );
+    assert_missing("diff", h.port().diff(h.root(), &start, &base).await);
+    assert_missing(
+        "unified_diff",
+        h.port().unified_diff(h.root(), &start).await,
+    );
+    assert_eq!(h.list(), listing);
+}
+
+/// A stat cache overwritten with garbage, truncated (a torn write) or with bytes flipped in the middle
+/// does not change what `track` returns: git's tree id.
+#[tokio::test]
+async fn corrupted_stat_cache_still_gives_git_tree_ids() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    for i in 0..40 {
+        h.write(
+            &format!("dir{}/file-{i:02}.txt", i % 4),
+            format!("content {i:02}\n").as_bytes(),
+        );
+    }
+    h.id().await;
+    let cache = h.store_dir().join("rewind").join("stat-cache");
+    assert!(cache.is_file(), "no stat cache at {}", cache.display());
+
+    type Corruption = fn(Vec<u8>) -> Vec<u8>;
+    let corruptions: [(&str, Corruption); 4] = [
+        ("garbage", |_| {
+            b"garbage\0\xff\xfe not a stat cache ".repeat(64)
+        }),
+        ("empty", |_| Vec::new()),
+        ("truncated", |mut bytes| {
+            bytes.truncate(bytes.len() / 2);
+            bytes
+        }),
+        ("flipped", |mut bytes| {
+            let len = bytes.len();
+            for b in &mut bytes[len / 3..len / 3 + (len / 3).min(64)] {
+                *b ^= 0x5a;
+            }
+            bytes
+        }),
+    ];
+    for (round, (name, corrupt)) in corruptions.into_iter().enumerate() {
+        // Same-size edits, so only content hashing can tell.
+        h.write(
+            &format!("dir{}/file-{:02}.txt", round % 4, round),
+            format!("CHANGED {round:02}\n").as_bytes(),
+        );
+        h.write(&format!("added-{round}.txt"), b"added\n");
+        let bytes = fs::read(&cache).expect("read the stat cache");
+        fs::write(&cache, corrupt(bytes)).expect("corrupt the stat cache");
+        let ours = h.track().await;
+        assert_eq!(ours.id.as_str(), oracle.write_tree(h.root()), "{name}");
+        assert_eq!(h.id().await, ours.id, "{name}: and again");
+    }
+}
+
+/// A patch path that leaves the worktree cannot be built, in code or from JSON.
+#[test]
+fn paths_leaving_the_worktree_cannot_be_built() {
+    for bad in [
+        "../x",
+        "../outside",
+        "a/../../x",
+        "/etc/passwd",
+        "a/./b",
+        "a//b",
+        "",
+        "a\\b",
+    ] {
+        assert!(
+            matches!(RelPath::new(bad), Err(Error::InvalidInput(_))),
+            "{bad:?} was accepted"
+        );
+    }
+    let json = r#"{"hash":"0123456789abcdef0123456789abcdef01234567","files":["../outside"]}"#;
+    assert!(serde_json::from_str::<SnapshotPatch>(json).is_err());
+    assert!(RelPath::from_absolute("/elsewhere/x", "/work/wt").is_err());
+}
+
+/// Snapshots do not depend on the user's repository: after `git gc --prune=now`, and even after its
+/// `.git` is deleted, a snapshot taken of committed files still restores.
+#[tokio::test]
+async fn restore_survives_the_users_gc_and_deleted_git_dir() {
+    let h = GitHarness::git_repo();
+    let big: String = (0..2000).map(|i| format!("committed line {i}\n")).collect();
+    h.write("committed.txt", big.as_bytes());
+    h.write("src/lib.rs", b"pub fn f() {}\n");
+    h.write("run.sh", b"#!/bin/sh\n");
+    h.set_executable("run.sh", true);
+    commit_all(h.root(), "user's work");
+    let s = h.id().await;
+    let listing = h.list();
+
+    // Rewrite the user's history so the committed blobs become unreachable, then prune them.
+    git(h.root(), &["checkout", "-q", "--orphan", "other"]);
+    git(h.root(), &["rm", "-rq", "--cached", "."]);
+    git(h.root(), &["commit", "-q", "--allow-empty", "-m", "orphan"]);
+    git(h.root(), &["branch", "-D", "main"]);
+    git(h.root(), &["reflog", "expire", "--expire=now", "--all"]);
+    git(h.root(), &["gc", "-q", "--prune=now"]);
+    let lib_blob = blob_id(b"pub fn f() {}\n");
+    assert!(
+        !git_succeeds(h.root(), &["cat-file", "-e", &lib_blob]),
+        "the user's gc pruned the committed blob"
+    );
+    h.write("committed.txt", b"overwritten\n");
+    h.remove("src/lib.rs");
+    h.port()
+        .restore(h.root(), &s, None)
+        .await
+        .expect("restore after the user's gc");
+    assert_eq!(h.list(), listing);
+
+    fs::remove_dir_all(h.root().join(".git")).expect("delete the user's .git");
+    h.write("committed.txt", b"overwritten again\n");
+    h.set_executable("run.sh", false);
+    h.port()
+        .restore(h.root(), &s, None)
+        .await
+        .expect("restore after .git is gone");
+    assert_eq!(h.list(), listing);
+    assert_eq!(h.id().await, s);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (f) Nested repositories.
+
+/// A nested repository (with a commit, or without) is snapshotted as plain files under its own ignore
+/// rules, without its `.git`, and a restore leaves that `.git` alone.
+#[tokio::test]
+async fn nested_repository_is_snapshotted_as_plain_files() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    h.write("top.txt", b"top\n");
+    init_repo(&h.path("nested"));
+    h.write("nested/inner.txt", b"inner\n");
+    h.write("nested/.gitignore", b"*.o\n");
+    h.write("nested/build.o", b"ignored by the nested rules\n");
+    commit_all(&h.path("nested"), "nested");
+    fs::create_dir_all(h.path("fresh")).expect("mkdir");
+    git(&h.path("fresh"), &["init", "-q"]);
+    h.write("fresh/file.txt", b"in a repository without commits\n");
+
+    let s = h.track().await;
+    let entries = oracle.ls_tree(Some(&h.store_dir().join("objects")), s.id.as_str());
+    let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "fresh/file.txt",
+            "nested/.gitignore",
+            "nested/inner.txt",
+            "top.txt"
+        ]
+    );
+    assert!(entries.iter().all(|e| e.mode == "100644"), "{entries:?}");
+
+    let nested_git = list_tree(&h.path("nested/.git"));
+    assert!(!nested_git.is_empty());
+    h.remove("nested/inner.txt");
+    h.write("fresh/file.txt", b"changed\n");
+    h.port()
+        .restore(h.root(), &s.id, None)
+        .await
+        .expect("restore");
+    assert_eq!(h.read("nested/inner.txt"), text("inner\n"));
+    assert_eq!(
+        h.read("fresh/file.txt"),
+        text("in a repository without commits\n")
+    );
+    assert_eq!(list_tree(&h.path("nested/.git")), nested_git);
+
+    // Without the nested `.git` directories git sees the same plain files.
+    fs::remove_dir_all(h.path("nested/.git")).expect("rm nested/.git");
+    fs::remove_dir_all(h.path("fresh/.git")).expect("rm fresh/.git");
+    assert_eq!(oracle.write_tree(h.root()), s.id.as_str());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (g) The stat cache is not fooled.
+
+/// A file rewritten with other content of the same size right after a track (same second, no sleep, no
+/// backdating) is seen by the next track.
+#[tokio::test]
+async fn same_size_rewrite_in_the_same_second_is_seen() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    fs::write(h.path("other.txt"), "other\n").expect("write");
+    let path = h.path("racy.txt");
+    for round in 0..20 {
+        fs::write(&path, format!("round {round:03} A\n")).expect("write");
+        let first = h.id().await;
+        assert_eq!(
+            first.as_str(),
+            oracle.write_tree(h.root()),
+            "round {round} A"
+        );
+        fs::write(&path, format!("round {round:03} B\n")).expect("write");
+        let second = h.id().await;
+        assert_ne!(second, first, "round {round}: the rewrite was missed");
+        assert_eq!(
+            second.as_str(),
+            oracle.write_tree(h.root()),
+            "round {round} B"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (h) Refused worktrees, (i) the file-count cap, and names that are not UTF-8.
+
+/// `/` and the configured home directory are refused, and nothing is written, neither in the data dir nor
+/// in the home directory.
+#[tokio::test]
+async fn filesystem_root_and_home_are_refused() {
+    let h = GitHarness::with_config(|config, base| config.home_dir = Some(base.join("home")));
+    let home = h.base().join("home");
+    fs::create_dir_all(home.join("project")).expect("mkdir home");
+    fs::write(home.join("notes.txt"), "notes\n").expect("write");
+    fs::write(home.join("project/x.txt"), "x\n").expect("write");
+    h.write("a.txt", b"a\n");
+    let some_id = h.id().await;
+    let data_before = list_tree(h.data_dir());
+    let home_before = list_tree(&home);
+
+    let tracked = h.port().track(Path::new("/")).await;
+    assert!(
+        matches!(tracked, Err(Error::InvalidInput(_))),
+        "track / must be refused with InvalidInput: {tracked:?}"
+    );
+    // Only the (temporary) home is also given to restore and revert: were `/` not refused, they could
+    // delete real files.
+    for refused in [home.clone(), home.join("project").join("..")] {
+        let tracked = h.port().track(&refused).await;
+        assert!(
+            matches!(tracked, Err(Error::InvalidInput(_))),
+            "track {} must be refused with InvalidInput: {tracked:?}",
+            refused.display()
+        );
+        let restored = h.port().restore(&refused, &some_id, None).await;
+        assert!(
+            restored.is_err(),
+            "restore {}: {restored:?}",
+            refused.display()
+        );
+        let reverted = h
+            .port()
+            .revert(&refused, &one_patch(&some_id, &["notes.txt"]), &some_id)
+            .await;
+        assert!(
+            reverted.is_err(),
+            "revert {}: {reverted:?}",
+            refused.display()
+        );
+    }
+    assert_eq!(
+        list_tree(h.data_dir()),
+        data_before,
+        "nothing written to the data dir"
+    );
+    assert_eq!(
+        list_tree(&home),
+        home_before,
+        "nothing written in the home directory"
+    );
+}
+
+/// A worktree with more files than the cap is refused; one at the cap is not.
+#[tokio::test]
+async fn worktree_over_the_file_cap_is_refused() {
+    let h = GitHarness::with_config(|config, _| config.file_cap = 10);
+    for i in 0..10 {
+        h.write(&format!("f{i:02}.txt"), format!("{i}\n").as_bytes());
+    }
+    h.track().await;
+    h.write("f10.txt", b"one too many\n");
+    let listing = h.list();
+    let result = h.port().track(h.root()).await;
+    match result {
+        Ok(outcome) => panic!("11 files with a cap of 10 gave {:?}", outcome.id),
+        Err(error) => assert!(!error.to_string().is_empty()),
+    }
+    assert_eq!(h.list(), listing);
+}
+
+/// A name that is not UTF-8 is skipped and reported, never mangled, and a restore leaves it alone.
+#[tokio::test]
+async fn non_utf8_name_is_skipped_and_left_alone() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    let s = h.id().await;
+    let bad = h.root().join(OsStr::from_bytes(b"bad-\xff-name.txt"));
+    fs::write(&bad, "not utf-8 name\n").expect("write");
+    let outcome = h.track().await;
+    assert_eq!(outcome.id, s);
+    assert_eq!(outcome.skipped.len(), 1, "{:?}", outcome.skipped);
+    assert_eq!(outcome.skipped[0].reason, SkipReason::NotUtf8);
+    assert!(outcome.skipped[0].path.starts_with("bad-"));
+    h.write("a.txt", b"changed\n");
+    h.port().restore(h.root(), &s, None).await.expect("restore");
+    assert_eq!(fs::read(&bad).expect("still there"), b"not utf-8 name\n");
+}
