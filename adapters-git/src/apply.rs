@@ -162,9 +162,14 @@ struct Applier<'a> {
     tracked: Tracking<'a>,
     batch: String,
     counter: u64,
-    written: Vec<String>,
-    deleted: Vec<String>,
+    /// Every path touched, in order, with whether it was tracked content before the first touch.
+    touched: Vec<(String, bool)>,
+    /// The last thing done to each touched path: its new entry, or none when deleted.
+    last: HashMap<String, Option<(Mode, ObjectId)>>,
     kept: Vec<KeptPath>,
+    /// For a restore of given paths: a parent standing in the way may be replaced only when it is itself
+    /// in scope.
+    scope: Option<Vec<String>>,
 }
 
 impl<'a> Applier<'a> {
@@ -174,10 +179,35 @@ impl<'a> Applier<'a> {
             tracked,
             batch: crate::odb::rand_suffix(),
             counter: 0,
-            written: Vec::new(),
-            deleted: Vec::new(),
+            touched: Vec::new(),
+            last: HashMap::new(),
             kept: Vec::new(),
+            scope: None,
         }
+    }
+
+    /// Records a change of `path` (its entry after the change, or none when deleted).
+    fn record(&mut self, path: &str, before: bool, after: Option<(Mode, ObjectId)>) {
+        if !self.last.contains_key(path) {
+            self.touched.push((path.to_owned(), before));
+        }
+        self.last.insert(path.to_owned(), after);
+        self.tracked.set(path, after);
+    }
+
+    /// The net effect: paths whose final content was written, and paths that were tracked before and are
+    /// gone after (a path written and then replaced within the operation counts by its end state).
+    fn net(&self) -> (Vec<String>, Vec<String>) {
+        let mut written = Vec::new();
+        let mut deleted = Vec::new();
+        for (path, before) in &self.touched {
+            match self.last.get(path) {
+                Some(Some(_)) => written.push(path.clone()),
+                _ if *before => deleted.push(path.clone()),
+                _ => {}
+            }
+        }
+        (written, deleted)
     }
 
     fn abs(&self, rel: &str) -> PathBuf {
@@ -203,8 +233,7 @@ impl<'a> Applier<'a> {
             }
             OnDisk::File | OnDisk::Symlink => {
                 fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
-                self.tracked.set(path, None);
-                self.deleted.push(path.to_owned());
+                self.record(path, true, None);
                 self.remove_empty_parents(path);
                 Ok(())
             }
@@ -235,6 +264,7 @@ impl<'a> Applier<'a> {
     /// Writes blob `id` at `path` with `mode`, making its parent directories; keeps the path instead when
     /// that would overwrite or delete something that is not tracked content.
     fn write(&mut self, path: &str, mode: Mode, id: &ObjectId) -> GitResult<()> {
+        let was_tracked = self.tracked.contains(path)?;
         // Parents: each must be a real directory; a tracked file or symlink standing there is replaced.
         for (i, _) in path.match_indices('/') {
             let parent = &path[..i];
@@ -242,10 +272,11 @@ impl<'a> Applier<'a> {
             match on_disk(&abs)? {
                 OnDisk::Dir => {}
                 OnDisk::Absent => fs::create_dir(&abs).map_err(|e| GitError::io(&abs, e))?,
-                OnDisk::File | OnDisk::Symlink if self.tracked.contains(parent)? => {
+                OnDisk::File | OnDisk::Symlink
+                    if self.tracked.contains(parent)? && in_scope(parent, &self.scope) =>
+                {
                     fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
-                    self.tracked.set(parent, None);
-                    self.deleted.push(parent.to_owned());
+                    self.record(parent, true, None);
                     fs::create_dir(&abs).map_err(|e| GitError::io(&abs, e))?;
                 }
                 OnDisk::File | OnDisk::Symlink => {
@@ -285,8 +316,7 @@ impl<'a> Applier<'a> {
             let _ = fs::remove_file(&tmp);
         }
         result?;
-        self.tracked.set(path, Some((mode, *id)));
-        self.written.push(path.to_owned());
+        self.record(path, was_tracked, Some((mode, *id)));
         Ok(())
     }
 
@@ -317,6 +347,36 @@ impl<'a> Applier<'a> {
     fn outcome_paths(paths: &[String]) -> GitResult<Vec<RelPath>> {
         paths.iter().map(|p| rel(p)).collect()
     }
+}
+
+/// The first parent of `path` that is a file or symlink which is not tracked content now (so it must not
+/// be replaced by a directory), if any.
+fn blocking_parent(
+    store: &Store,
+    current: &TrackedNow<'_>,
+    path: &str,
+) -> GitResult<Option<String>> {
+    for (i, _) in path.match_indices('/') {
+        let parent = &path[..i];
+        match on_disk(&store.worktree.join(parent))? {
+            OnDisk::Dir => continue,
+            OnDisk::Absent => return Ok(None),
+            OnDisk::File | OnDisk::Symlink if current.contains(parent)? => return Ok(None),
+            OnDisk::File | OnDisk::Symlink => return Ok(Some(parent.to_owned())),
+        }
+    }
+    Ok(None)
+}
+
+/// True when every parent directory of `path` is a real directory (no symlink on the way), so the path
+/// names something inside the worktree.
+fn parents_are_real_dirs(root: &Path, path: &str) -> GitResult<bool> {
+    for (i, _) in path.match_indices('/') {
+        if on_disk(&root.join(&path[..i]))? != OnDisk::Dir {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// True when `dir` holds no file or symlink at any depth (only empty directories).
@@ -384,6 +444,7 @@ pub fn restore(
     }
     journal_parents(store, writes.iter().map(|(p, _, _)| p.clone()))?;
     let mut applier = Applier::new(store, Tracking::Exact(current));
+    applier.scope = scope.clone();
     for path in deletions.iter().rev() {
         applier.delete(path)?;
     }
@@ -408,9 +469,10 @@ pub fn restore(
             }
         }
     }
+    let (written, deleted) = applier.net();
     Ok(RestoreOutcome {
-        written: Applier::outcome_paths(&applier.written)?,
-        deleted: Applier::outcome_paths(&applier.deleted)?,
+        written: Applier::outcome_paths(&written)?,
+        deleted: Applier::outcome_paths(&deleted)?,
         kept: applier.kept,
     })
 }
@@ -464,10 +526,20 @@ fn plan_inner<'a>(
         }
         let flat = &trees[&from_id];
         let name = path.as_str();
-        let exists = on_disk(&store.worktree.join(name))?;
-        let (action, reason) = if matches!(exists, OnDisk::File | OnDisk::Symlink)
-            && !current.contains(name)?
-        {
+        let exists = if parents_are_real_dirs(&store.worktree, name)? {
+            on_disk(&store.worktree.join(name))?
+        } else {
+            OnDisk::Absent
+        };
+        let blocked = blocking_parent(store, &current, name)?;
+        let (action, reason) = if let Some(parent) = blocked {
+            (
+                FileActionKind::Keep,
+                Some(format!(
+                    "{parent} is a file or symlink that is not tracked content, standing where a directory is needed"
+                )),
+            )
+        } else if matches!(exists, OnDisk::File | OnDisk::Symlink) && !current.contains(name)? {
             (
                 FileActionKind::Keep,
                 Some(
@@ -554,32 +626,38 @@ pub fn revert(
         }
     }
     phase("files");
+    // `applied` is `base` with every touched path set to its end state, in the order they were touched
+    // (a file replaced by a directory, or the reverse, ends as it ended on disk).
     let mut dirty = HashSet::new();
-    for path in &applier.deleted {
-        base_flat.remove(path);
-        mark_dirty(&mut dirty, path);
-    }
-    for path in &applier.written {
-        let prefix = format!("{path}/");
-        let below: Vec<String> = base_flat
-            .range(prefix.clone()..)
-            .take_while(|(p, _)| p.starts_with(&prefix))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for gone in below {
-            base_flat.remove(&gone);
-            mark_dirty(&mut dirty, &gone);
+    for (path, _) in &applier.touched {
+        match applier.last.get(path).copied().flatten() {
+            Some(entry) => {
+                let prefix = format!("{path}/");
+                let below: Vec<String> = base_flat
+                    .range(prefix.clone()..)
+                    .take_while(|(p, _)| p.starts_with(&prefix))
+                    .map(|(p, _)| p.clone())
+                    .collect();
+                for gone in below {
+                    base_flat.remove(&gone);
+                    mark_dirty(&mut dirty, &gone);
+                }
+                base_flat.insert(path.clone(), entry);
+            }
+            None => {
+                base_flat.remove(path);
+            }
         }
-        base_flat.insert(path.clone(), entries[path.as_str()]);
         mark_dirty(&mut dirty, path);
     }
     let (applied, _) = write_flat_reusing(&store.odb, &base_flat, &base_dirs, &dirty)?;
     phase("applied tree");
     store.log_returned(&applied)?;
+    let (written, deleted) = applier.net();
     Ok(RevertOutcome {
         applied: snapshot_id(&applied)?,
-        written: Applier::outcome_paths(&applier.written)?,
-        deleted: Applier::outcome_paths(&applier.deleted)?,
+        written: Applier::outcome_paths(&written)?,
+        deleted: Applier::outcome_paths(&deleted)?,
         kept: applier.kept,
     })
 }

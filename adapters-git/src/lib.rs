@@ -117,7 +117,7 @@ impl SnapshotPort for GitSnapshotStore {
                     // Gone from the tracked content: listed only when it is really gone, never when it is
                     // still on disk but untracked now (ignored, over the cap) or ignored now.
                     let abs = store.worktree.join(&path);
-                    let still_there = std::fs::symlink_metadata(&abs).is_ok();
+                    let still_there = std::fs::symlink_metadata(&abs).is_ok_and(|m| !m.is_dir());
                     let ignored_now = now.ignores.is_path_ignored(&path, |dir| {
                         let file = store.worktree.join(dir).join(".gitignore");
                         ignore::read_rules(&file).ok().flatten()

@@ -300,6 +300,9 @@ impl WorktreeHarness for GitHarness {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(path.to_owned());
+        // A file that becomes unreadable in real life changes its stat data (a chmod changes the ctime),
+        // so the stat cache does not answer for it: give it a new modification time too.
+        backdate(&self.path(path));
     }
 
     fn remove_snapshot_object(&self, id: &SnapshotId) {
