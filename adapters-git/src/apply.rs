@@ -71,6 +71,8 @@ struct TrackedNow<'a> {
     size_cap: u64,
     data_dir: Option<PathBuf>,
     overrides: HashMap<String, bool>,
+    /// The `.gitignore` text of each directory looked at, read once per operation.
+    rules: std::cell::RefCell<HashMap<String, Option<String>>>,
 }
 
 impl<'a> TrackedNow<'a> {
@@ -87,6 +89,7 @@ impl<'a> TrackedNow<'a> {
             size_cap: config.size_cap,
             data_dir: fs::canonicalize(&config.data_dir).ok(),
             overrides: HashMap::new(),
+            rules: Default::default(),
         })
     }
 
@@ -118,9 +121,15 @@ impl<'a> TrackedNow<'a> {
             return Ok(false);
         }
         let ignored = self.ignores.is_path_ignored(path, |dir| {
-            crate::ignore::read_rules(&self.store.worktree.join(dir).join(".gitignore"))
-                .ok()
-                .flatten()
+            self.rules
+                .borrow_mut()
+                .entry(dir.to_owned())
+                .or_insert_with(|| {
+                    crate::ignore::read_rules(&self.store.worktree.join(dir).join(".gitignore"))
+                        .ok()
+                        .flatten()
+                })
+                .clone()
         });
         Ok(!ignored)
     }
@@ -588,18 +597,7 @@ pub fn revert(
     patches: &[SnapshotPatch],
     base: &ObjectId,
 ) -> GitResult<RevertOutcome> {
-    let started = std::time::Instant::now();
-    let timing = std::env::var_os("REWIND_GIT_TIMING").is_some();
-    let phase = |name: &str| {
-        if timing {
-            eprintln!(
-                "revert {name}: {:.1} ms",
-                started.elapsed().as_secs_f64() * 1e3
-            );
-        }
-    };
     let (mut base_flat, base_dirs) = read_flat_with_dirs(&store.odb, base)?;
-    phase("read base");
     let Planned {
         actions,
         entries,
@@ -609,7 +607,6 @@ pub fn revert(
         return Err(GitError::Missing(id.to_string()));
     }
     journal_parents(store, entries.keys().cloned())?;
-    phase("plan");
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
     for action in &actions {
         let path = action.path.as_str();
@@ -625,7 +622,6 @@ pub fn revert(
             }),
         }
     }
-    phase("files");
     // `applied` is `base` with every touched path set to its end state, in the order they were touched
     // (a file replaced by a directory, or the reverse, ends as it ended on disk).
     let mut dirty = HashSet::new();
@@ -651,7 +647,6 @@ pub fn revert(
         mark_dirty(&mut dirty, path);
     }
     let (applied, _) = write_flat_reusing(&store.odb, &base_flat, &base_dirs, &dirty)?;
-    phase("applied tree");
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
     Ok(RevertOutcome {

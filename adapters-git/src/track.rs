@@ -143,15 +143,6 @@ enum Outcome {
 /// Tracks the worktree of `store`.
 pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let started_ns = now_ns();
-    let timing = std::env::var_os("REWIND_GIT_TIMING").is_some();
-    let phase = |name: &str| {
-        if timing {
-            eprintln!(
-                "track {name}: {:.1} ms",
-                (now_ns() - started_ns) as f64 / 1e6
-            );
-        }
-    };
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
     let data_dir = fs::canonicalize(&config.data_dir).ok();
@@ -168,12 +159,10 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         skipped: Vec::new(),
     };
     walk.dir("")?;
-    phase("walk");
     let seed = match (&ignores.enclosing, may_seed) {
         (Some(repo), true) => Seed::load(repo, ignores.prefix(), walk.attributes_mention_filters),
         _ => None,
     };
-    phase("cache and seed load");
     let outcomes = parallel_map(&walk.candidates, |candidate| {
         examine(store, config, &cache, seed.as_ref(), &candidate.rel)
     })?;
@@ -185,8 +174,6 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         &walk.candidates,
         outcomes,
     )?;
-
-    phase("stat and hash");
     let mut flat = Flat::new();
     let mut entries = HashMap::with_capacity(outcomes.len());
     let mut skipped = walk.skipped;
@@ -236,11 +223,9 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             id
         }
     };
-    phase("trees and cache");
     let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
     store.add_record(&id, ignores.prefix(), &ignores.outside, &skipped_set)?;
     store.log_returned(&id)?;
-    phase("record and log");
     Ok(Tracked {
         id,
         flat,
