@@ -144,16 +144,27 @@ impl Seed {
     /// Makes the store own `ids`: hardlinks (or copies) the user's loose objects, and whole packs holding
     /// the rest. Returns the ids the store now holds; the others must be hashed from disk.
     pub fn adopt(&self, odb: &Odb, ids: &HashSet<ObjectId>) -> HashSet<ObjectId> {
-        let mut owned = HashSet::new();
-        let mut missing = Vec::new();
-        for id in ids {
-            if odb.contains(id) {
-                owned.insert(*id);
-                continue;
+        // Loose objects: one hardlink each, on a few threads (the fan-out directories made first).
+        let ids: Vec<ObjectId> = ids.iter().copied().collect();
+        let mut fanout = HashSet::new();
+        for id in &ids {
+            if let Some(dir) = odb.path_of(id).parent() {
+                fanout.insert(dir.to_path_buf());
             }
+        }
+        for dir in fanout {
+            let _ = fs::create_dir_all(dir);
+        }
+        let linked = crate::track::parallel_map(&ids, |id| {
             let hex = id.to_string();
             let source = self.objects.join(&hex[..2]).join(&hex[2..]);
-            if source.is_file() && link_or_copy(&source, &odb.path_of(id)) {
+            Ok(link_or_copy(&source, &odb.path_of(id)))
+        })
+        .unwrap_or_else(|_| vec![false; ids.len()]);
+        let mut owned = HashSet::new();
+        let mut missing = Vec::new();
+        for (id, linked) in ids.iter().zip(linked) {
+            if linked {
                 owned.insert(*id);
             } else {
                 missing.push(*id);
@@ -209,15 +220,23 @@ impl Seed {
 
 /// Hardlinks `from` to `to`, copying when a link is impossible (another filesystem); true when `to` exists.
 fn link_or_copy(from: &Path, to: &Path) -> bool {
-    if to.is_file() {
-        return true;
+    match fs::hard_link(from, to) {
+        Ok(()) => return true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return to.is_file(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !from.exists() {
+                return false;
+            }
+            if let Some(dir) = to.parent() {
+                let _ = fs::create_dir_all(dir);
+            }
+            if fs::hard_link(from, to).is_ok() {
+                return true;
+            }
+        }
+        Err(_) => {}
     }
-    if let Some(dir) = to.parent() {
-        let _ = fs::create_dir_all(dir);
-    }
-    if fs::hard_link(from, to).is_ok() {
-        return true;
-    }
+    // Another filesystem (or links refused): copy, then rename into place.
     let tmp = to.with_extension(format!("tmp-{}", crate::odb::rand_suffix()));
     let copied = fs::copy(from, &tmp).is_ok() && fs::rename(&tmp, to).is_ok();
     if !copied {
