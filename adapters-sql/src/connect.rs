@@ -146,9 +146,10 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     })
 }
 
-/// Checks, without writing, that the database can be written: SQLite takes and drops its write lock
-/// (`BEGIN IMMEDIATE`, which fails on a read-only file and waits out another writer up to the busy
-/// timeout); PostgreSQL reports whether its transactions are read-only (a standby, a read-only default).
+/// Checks, without writing, that the database can be written. SQLite takes its write lock (`BEGIN
+/// IMMEDIATE`, which waits out another writer up to the busy timeout), creates a table and rolls back: on a
+/// read-only file `BEGIN IMMEDIATE` quietly starts a read transaction, and only a write statement fails.
+/// PostgreSQL reports whether its transactions are read-only (a standby, a read-only default).
 /// `Ok(Some(reason))` when it cannot.
 async fn writable(db: &DatabaseConnection, backend: Backend) -> Result<Option<DbErr>, DbErr> {
     if backend.is_sqlite() {
@@ -158,8 +159,15 @@ async fn writable(db: &DatabaseConnection, backend: Backend) -> Result<Option<Db
                 ..TransactionOptions::default()
             })
             .await?;
+        let probe = txn
+            .execute_unprepared("CREATE TABLE rewind_write_probe (x INTEGER)")
+            .await;
         txn.rollback().await?;
-        return Ok(None);
+        return match probe {
+            Ok(_) => Ok(None),
+            Err(error) if fault_kind(&error) == FaultKind::ReadOnly => Ok(Some(error)),
+            Err(error) => Err(error),
+        };
     }
     let row = db
         .query_one_raw(Statement::from_string(

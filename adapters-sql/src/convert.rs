@@ -47,7 +47,7 @@ impl SqlRepo {
     }
 
     /// Epoch milliseconds (or an outbox position) as a `BIGINT`.
-    pub(crate) fn to_bigint(&self, value: u64, what: &'static str) -> Result<i64> {
+    pub(crate) fn u64_to_bigint(&self, value: u64, what: &'static str) -> Result<i64> {
         i64::try_from(value).map_err(|_| {
             SqlError::Encode {
                 target: self.target.clone(),
@@ -58,7 +58,7 @@ impl SqlRepo {
         })
     }
 
-    pub(crate) fn from_bigint(&self, value: i64, what: &'static str) -> Result<u64> {
+    pub(crate) fn bigint_to_u64(&self, value: i64, what: &'static str) -> Result<u64> {
         u64::try_from(value).map_err(|_| self.decode_error(what, format!("negative value {value}")))
     }
 
@@ -121,7 +121,7 @@ impl SqlRepo {
             key: Set(lease.key.as_storage_key()),
             token: Set(lease.token.0.clone()),
             holder: Set(self.encode(&lease.holder, "lease holder")?),
-            expires_at: Set(self.to_bigint(lease.expires_at, "a lease's expiry")?),
+            expires_at: Set(self.u64_to_bigint(lease.expires_at, "a lease's expiry")?),
         })
     }
 
@@ -139,7 +139,7 @@ impl SqlRepo {
             key,
             token: LeaseToken(row.token.clone()),
             holder: self.decode::<Holder>(&row.holder, "lease holder")?,
-            expires_at: self.from_bigint(row.expires_at, "lease expiry")?,
+            expires_at: self.bigint_to_u64(row.expires_at, "lease expiry")?,
         })
     }
 }

@@ -3,7 +3,8 @@
 use sea_orm::{DbErr, RuntimeErr};
 
 /// Every failure of the SQL adapter. Each names the database (a SQLite file or a Postgres URL without its
-/// password), so a message read in a log says which store is at fault.
+/// password), so a message read in a log says which store is at fault. The driver's error is the
+/// `source()`, not repeated in the message, so a printed cause chain shows it once.
 #[derive(Debug, thiserror::Error)]
 pub enum SqlError {
     /// The URL or configuration cannot be used.
@@ -15,7 +16,7 @@ pub enum SqlError {
         reason: String,
     },
     /// The database cannot be reached or opened.
-    #[error("cannot open the database {target}: {source}")]
+    #[error("cannot open the database {target}")]
     Open {
         /// The database.
         target: String,
@@ -69,7 +70,7 @@ pub enum SqlError {
         unknown: Vec<String>,
     },
     /// A statement failed.
-    #[error("{context} failed on the database {target}: {source}")]
+    #[error("{context} failed on the database {target}")]
     Query {
         /// The database.
         target: String,

@@ -68,7 +68,7 @@ impl SqlRepo {
         token: &LeaseToken,
         expires_at: u64,
     ) -> Result<bool> {
-        let expires_at = self.to_bigint(expires_at, "a lease's expiry")?;
+        let expires_at = self.u64_to_bigint(expires_at, "a lease's expiry")?;
         let result = lease::Entity::update_many()
             .col_expr(lease::Column::ExpiresAt, Expr::value(expires_at))
             .filter(lease::Column::Key.eq(key.as_storage_key()))

@@ -175,7 +175,7 @@ impl SqlRepo {
         rows.iter()
             .map(|r| {
                 Ok(StoredEvent {
-                    seq: self.from_bigint(r.seq, "event position")?,
+                    seq: self.bigint_to_u64(r.seq, "event position")?,
                     event: self.decode::<Event>(&r.body, "event")?,
                 })
             })

@@ -53,7 +53,7 @@ pub fn run_pg<F: Future<Output = ()>>(body: F) {
 
 /// A SQLite file in its own temporary directory.
 pub struct SqliteFile {
-    pub dir: TempDir,
+    pub _dir: TempDir,
     pub path: PathBuf,
 }
 
@@ -61,7 +61,7 @@ impl SqliteFile {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("rewind.db");
-        SqliteFile { dir, path }
+        SqliteFile { _dir: dir, path }
     }
 
     pub fn config(&self) -> SqlConfig {
@@ -111,6 +111,29 @@ impl PgSchema {
         SqlRepo::open(self.config())
             .await
             .expect("the PostgreSQL schema opens")
+    }
+
+    /// Deletes every row of rewind's tables, so the next test case starts from an empty store.
+    pub async fn empty(&self) {
+        let admin = admin(&self.url).await;
+        let tables = [
+            "event_outbox",
+            "intent",
+            "lease",
+            "revert_history",
+            "warning",
+            "session_diff",
+            "part",
+            "message",
+            "session",
+        ]
+        .map(|table| format!("\"{}\".{table}", self.name))
+        .join(", ");
+        admin
+            .execute_unprepared(&format!("TRUNCATE {tables} RESTART IDENTITY"))
+            .await
+            .expect("the test schema is emptied");
+        let _ = admin.close().await;
     }
 
     /// How many sessions wait for a lock on this schema's outbox table.
@@ -165,7 +188,7 @@ impl Drop for PgSchema {
 /// A repo together with what its store needs to live (a temporary directory, a schema to drop).
 pub struct Owned<G> {
     pub repo: SqlRepo,
-    pub guard: G,
+    pub _guard: G,
 }
 
 pub async fn memory_repo() -> SqlRepo {
@@ -178,7 +201,7 @@ pub async fn file_repo() -> Owned<SqliteFile> {
     let file = SqliteFile::new();
     Owned {
         repo: file.open().await,
-        guard: file,
+        _guard: file,
     }
 }
 
@@ -186,7 +209,7 @@ pub async fn pg_repo() -> Owned<PgSchema> {
     let schema = PgSchema::create().await;
     Owned {
         repo: schema.open().await,
-        guard: schema,
+        _guard: schema,
     }
 }
 
@@ -275,6 +298,17 @@ macro_rules! impl_repo {
     };
 }
 
+/// A handle shared between test cases.
+pub struct Shared(pub std::sync::Arc<SqlRepo>);
+
+macro_rules! shared {
+    ($self:ident, $repo:ident => $call:expr) => {{
+        let $repo = &$self.0;
+        $call.await
+    }};
+}
+
+impl_repo!(Shared, shared);
 impl_repo!(Owned<SqliteFile>, delegate);
 impl_repo!(Owned<PgSchema>, delegate);
 
