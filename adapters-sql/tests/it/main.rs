@@ -5,6 +5,7 @@
 
 mod cleanup_failure;
 mod contract;
+mod ids;
 mod leases;
 mod model;
 mod open;
