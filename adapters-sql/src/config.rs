@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use crate::error::SqlError;
 
-/// How to open the store.
+/// How to open the store. Start from [`SqlConfig::new`] (or a shortcut) and set the fields to change.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SqlConfig {
     /// `sqlite://path?mode=rwc`, `sqlite::memory:` or `postgres://user:password@host/db`.
     pub url: String,

@@ -14,7 +14,7 @@ use sea_orm_migration::{MigratorTrait, SchemaManager};
 
 use crate::SqlRepo;
 use crate::config::{Backend, SqlConfig, check_schema_name, display_target};
-use crate::error::{FaultKind, SqlError, fault_kind};
+use crate::error::{FaultKind, SqlError, classify, fault_kind};
 use crate::hooks::Hooks;
 use crate::migration::Migrator;
 
@@ -77,34 +77,17 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             .foreign_keys(true)
     });
 
-    let classify = |context: &'static str, source: DbErr| match fault_kind(&source) {
-        FaultKind::Locked => SqlError::Locked {
-            target: target.clone(),
-            waited_ms: busy_timeout.as_millis(),
-            source,
-        },
-        FaultKind::ReadOnly => SqlError::ReadOnly {
-            target: target.clone(),
-            source,
-        },
-        FaultKind::Corrupt => SqlError::Corrupt {
-            target: target.clone(),
-            source,
-        },
-        FaultKind::Other if context == "connecting" => SqlError::Open {
-            target: target.clone(),
-            source,
-        },
-        FaultKind::Other => SqlError::Query {
-            target: target.clone(),
-            context,
-            source,
-        },
-    };
-
+    let classify =
+        |context: &'static str, source: DbErr| classify(&target, busy_timeout, context, source);
     let db = Database::connect(options)
         .await
-        .map_err(|e| classify("connecting", e))?;
+        .map_err(|source| match fault_kind(&source) {
+            FaultKind::Other => SqlError::Open {
+                target: target.clone(),
+                source,
+            },
+            _ => classify("connecting", source),
+        })?;
     let checked = async {
         let refused = writable(&db, backend)
             .await

@@ -1,5 +1,7 @@
 //! The adapter's errors: what went wrong with which database, mapped to `rewind_core::Error` at the port.
 
+use std::time::Duration;
+
 use sea_orm::{DbErr, RuntimeErr};
 
 /// Every failure of the SQL adapter. Each names the database (a SQLite file or a Postgres URL without its
@@ -151,5 +153,30 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
         "25006" => FaultKind::ReadOnly,          // read_only_sql_transaction
         "XX001" | "XX002" => FaultKind::Corrupt, // data_corrupted, index_corrupted
         _ => FaultKind::Other,
+    }
+}
+
+/// Maps a driver error to the adapter's error: a lock, a read-only or a corrupt database by what it is,
+/// anything else as a failed statement, naming the database and what rewind was doing.
+pub(crate) fn classify(
+    target: &str,
+    busy_timeout: Duration,
+    context: &'static str,
+    source: DbErr,
+) -> SqlError {
+    let target = target.to_owned();
+    match fault_kind(&source) {
+        FaultKind::Locked => SqlError::Locked {
+            target,
+            waited_ms: busy_timeout.as_millis(),
+            source,
+        },
+        FaultKind::ReadOnly => SqlError::ReadOnly { target, source },
+        FaultKind::Corrupt => SqlError::Corrupt { target, source },
+        FaultKind::Other => SqlError::Query {
+            target,
+            context,
+            source,
+        },
     }
 }

@@ -50,7 +50,6 @@ pub use error::SqlError;
 pub use hooks::{CommitPause, CommitStart};
 
 use config::Backend;
-use error::{FaultKind, fault_kind};
 use hooks::Hooks;
 
 /// The SQL store: a pool of connections to one SQLite file, in-memory SQLite database or PostgreSQL
@@ -136,21 +135,7 @@ impl SqlRepo {
 
     /// Maps a driver error to the adapter's error, naming the database and what rewind was doing.
     fn sql_error(&self, context: &'static str, source: DbErr) -> SqlError {
-        let target = self.target.clone();
-        match fault_kind(&source) {
-            FaultKind::Locked => SqlError::Locked {
-                target,
-                waited_ms: self.busy_timeout.as_millis(),
-                source,
-            },
-            FaultKind::ReadOnly => SqlError::ReadOnly { target, source },
-            FaultKind::Corrupt => SqlError::Corrupt { target, source },
-            FaultKind::Other => SqlError::Query {
-                target,
-                context,
-                source,
-            },
-        }
+        error::classify(&self.target, self.busy_timeout, context, source)
     }
 
     /// `map_err` adapter for driver errors.
