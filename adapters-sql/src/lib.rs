@@ -1,4 +1,252 @@
-//! rewind-sql: sessions, messages, leases and the event outbox (MessageRepo) on SeaORM.
+//! rewind-sql: `MessageRepo` on SeaORM. rewind keeps its sessions, messages, parts, leases, intent records
+//! and event outbox in an embedded SQLite file by default, and in PostgreSQL when several processes or
+//! machines share one store.
 //!
-//! Not built yet: this crate holds no adapter until its issue lands, and exports nothing, so nothing can
-//! mistake it for a working one.
+//! - Opening a store ([`SqlRepo::open`]) checks that the database can be written and that this binary
+//!   knows every migration applied to it, then applies the pending ones; a store that is locked,
+//!   read-only, corrupt or newer fails with an error naming the file or URL (without the password), and
+//!   nothing is written.
+//! - Every [`commit`](rewind_core::MessageRepo::commit) is one database transaction: guards, changes and
+//!   outbox appends, all or nothing. Commits are serialised (SQLite's single writer, taken at `BEGIN
+//!   IMMEDIATE`; on PostgreSQL an exclusive lock on the outbox table taken first in the transaction), so
+//!   outbox positions follow commit order with no gaps, and guards are checked against the state the
+//!   transaction commits on.
+//! - Leases are conditional writes (`INSERT … ON CONFLICT DO UPDATE … WHERE token = ours OR token =
+//!   replaced`), the same on both databases and across processes.
+//! - Bodies are JSON text, never `jsonb`, so a part type rewind does not know reads back byte for byte.
+
+#![forbid(unsafe_code)]
+
+mod commit;
+mod config;
+mod connect;
+mod convert;
+mod entity;
+mod error;
+mod hooks;
+mod lease;
+mod migration;
+mod read;
+
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rewind_core::Result;
+use rewind_core::model::{
+    FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageId, MessageWithParts,
+    RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
+};
+use rewind_core::ports::{MessageRepo, Transaction};
+use sea_orm::{
+    AccessMode, DatabaseConnection, DatabaseTransaction, DbErr, IsolationLevel,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
+};
+
+pub use config::SqlConfig;
+pub use error::SqlError;
+#[doc(hidden)]
+pub use hooks::{CommitPause, CommitStart};
+
+use config::Backend;
+use hooks::Hooks;
+
+/// The SQL store: a pool of connections to one SQLite file, in-memory SQLite database or PostgreSQL
+/// database (or schema). Open it once and share it; handles in other processes may use the same store.
+pub struct SqlRepo {
+    db: DatabaseConnection,
+    backend: Backend,
+    /// The database as messages name it: a file path, or a URL without its password.
+    target: String,
+    busy_timeout: Duration,
+    hooks: Mutex<Hooks>,
+}
+
+impl std::fmt::Debug for SqlRepo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlRepo")
+            .field("target", &self.target)
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqlRepo {
+    /// Opens the store at `url` with the default configuration (see [`SqlConfig`]).
+    pub async fn connect(url: &str) -> Result<SqlRepo> {
+        SqlRepo::open(SqlConfig::new(url)).await
+    }
+
+    /// Opens the store: connects, checks that the database is writable and not newer than this binary,
+    /// then applies the pending migrations.
+    pub async fn open(config: SqlConfig) -> Result<SqlRepo> {
+        Ok(connect::open(config).await?)
+    }
+
+    /// The database as messages name it: a SQLite file's path, or the URL without its password.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Closes every connection of this handle, waiting until they are closed.
+    pub async fn close(self) -> Result<()> {
+        let target = self.target.clone();
+        self.db.close().await.map_err(|source| {
+            SqlError::Query {
+                target,
+                context: "closing the connections",
+                source,
+            }
+            .into()
+        })
+    }
+
+    /// Test hook: the next commit of this handle stops after it applied its changes and appended its
+    /// events, with its transaction open, until the returned pause is resumed or dropped.
+    #[doc(hidden)]
+    pub fn pause_next_commit(&self) -> CommitPause {
+        let (pause, side) = CommitPause::new();
+        self.hooks().pause = Some(side);
+        pause
+    }
+
+    /// Test hook: the next commit of this handle fails after it applied its changes and appended its
+    /// events (and after its pause, if one is set), so the whole transaction is rolled back.
+    #[doc(hidden)]
+    pub fn fail_next_commit(&self) {
+        self.hooks().fail = true;
+    }
+
+    /// Test hook: tells when the next commit of this handle is about to open its write transaction.
+    #[doc(hidden)]
+    pub fn watch_next_commit_start(&self) -> CommitStart {
+        let (started, receiver) = tokio::sync::oneshot::channel();
+        self.hooks().started = Some(started);
+        CommitStart { started: receiver }
+    }
+
+    fn hooks(&self) -> MutexGuard<'_, Hooks> {
+        // The hooks hold no invariant a panic could break.
+        self.hooks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Maps a driver error to the adapter's error, naming the database and what rewind was doing.
+    fn sql_error(&self, context: &'static str, source: DbErr) -> SqlError {
+        error::classify(&self.target, self.busy_timeout, context, source)
+    }
+
+    /// `map_err` adapter for driver errors.
+    fn fault(&self, context: &'static str) -> impl Fn(DbErr) -> rewind_core::Error + '_ {
+        move |source| self.sql_error(context, source).into()
+    }
+
+    /// A transaction for reads that must see one state (a message list and its parts): a snapshot.
+    async fn begin_read(&self) -> Result<DatabaseTransaction> {
+        let begun = if self.backend.is_sqlite() {
+            // A deferred SQLite transaction reads from one snapshot once its first read began.
+            self.db.begin().await
+        } else {
+            self.db
+                .begin_with_config(
+                    Some(IsolationLevel::RepeatableRead),
+                    Some(AccessMode::ReadOnly),
+                )
+                .await
+        };
+        begun.map_err(self.fault("starting a read transaction"))
+    }
+
+    /// A transaction that will write: on SQLite it takes the database's write lock at once (`BEGIN
+    /// IMMEDIATE`), waiting up to the busy timeout, so it never fails later on a lock upgrade.
+    async fn begin_write(&self) -> Result<DatabaseTransaction> {
+        let begun = if self.backend.is_sqlite() {
+            self.db
+                .begin_with_options(TransactionOptions {
+                    sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                    ..TransactionOptions::default()
+                })
+                .await
+        } else {
+            self.db.begin().await
+        };
+        begun.map_err(self.fault("starting a write transaction"))
+    }
+}
+
+#[async_trait]
+impl MessageRepo for SqlRepo {
+    async fn session(&self, id: &SessionId) -> Result<Option<Session>> {
+        self.read_session(id).await
+    }
+
+    async fn sessions(&self, directory: Option<String>) -> Result<Vec<Session>> {
+        self.read_sessions(directory).await
+    }
+
+    async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        self.read_messages(session).await
+    }
+
+    async fn message(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        self.read_message(session, message).await
+    }
+
+    async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {
+        self.read_session_diff(session).await
+    }
+
+    async fn warnings(&self, session: &SessionId) -> Result<Vec<Warning>> {
+        self.read_warnings(session).await
+    }
+
+    async fn revert_history(&self, session: &SessionId) -> Result<Vec<RevertHistoryEntry>> {
+        self.read_revert_history(session).await
+    }
+
+    async fn intents(&self) -> Result<Vec<IntentRecord>> {
+        self.read_intents().await
+    }
+
+    async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>> {
+        self.read_lease(key).await
+    }
+
+    async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake> {
+        self.take(lease, replacing).await
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        expires_at: u64,
+    ) -> Result<bool> {
+        self.renew(key, token, expires_at).await
+    }
+
+    async fn release_lease(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
+        self.release(key, token).await
+    }
+
+    async fn commit(&self, transaction: Transaction) -> Result<()> {
+        self.apply(transaction).await
+    }
+
+    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
+        self.read_events_after(after, limit).await
+    }
+
+    async fn referenced_snapshots(
+        &self,
+        directory: Option<String>,
+    ) -> Result<BTreeSet<SnapshotId>> {
+        self.read_referenced_snapshots(directory).await
+    }
+}

@@ -1,0 +1,427 @@
+//! `commit`: one database transaction per `Transaction`. It checks the guards, applies the changes in order
+//! and appends the events to the outbox, all or nothing.
+//!
+//! Commits are serialised, so outbox positions are assigned in commit order: on SQLite by the database's
+//! single write lock, taken when the transaction begins (`BEGIN IMMEDIATE`); on PostgreSQL by an exclusive
+//! lock on the outbox table, taken first in every commit and held until it ends (plain reads go on
+//! beside it). Under that lock the next position is `max(seq) + 1`: a sequence would leave gaps on
+//! rollback, and a reader's cursor could pass a position whose transaction had not committed yet.
+
+use rewind_core::model::{MessageId, RevertHistoryEntry, SessionId, Warning};
+use rewind_core::ports::{Change, Guard, Transaction};
+use rewind_core::{Error, Result};
+use sea_orm::ActiveValue::{NotSet, Set};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, QuerySelect,
+};
+
+use crate::SqlRepo;
+use crate::entity::{
+    event_outbox, intent, lease, message, part, revert_history, session, session_diff, warning,
+};
+use crate::error::SqlError;
+use crate::hooks::Hooks;
+
+fn session_not_found(id: &SessionId) -> Error {
+    Error::NotFound(format!("Session not found: {id}"))
+}
+
+fn message_not_found(id: &MessageId) -> Error {
+    Error::NotFound(format!("Message not found: {id}"))
+}
+
+impl SqlRepo {
+    pub(crate) async fn apply(&self, transaction: Transaction) -> Result<()> {
+        let mut hooks = std::mem::take(&mut *self.hooks());
+        if let Some(started) = hooks.started.take() {
+            let _ = started.send(());
+        }
+        let txn = self.begin_write().await?;
+        let fault = self.fault("committing a transaction");
+        match self.apply_in(&txn, transaction, hooks).await {
+            Ok(()) => txn.commit().await.map_err(fault),
+            Err(error) => {
+                // The error that failed the transaction is the one to report; a failed rollback closes the
+                // connection, which rolls back as well.
+                let _ = txn.rollback().await;
+                Err(error)
+            }
+        }
+    }
+
+    async fn apply_in(
+        &self,
+        txn: &DatabaseTransaction,
+        transaction: Transaction,
+        hooks: Hooks,
+    ) -> Result<()> {
+        if !self.backend.is_sqlite() {
+            txn.execute_unprepared("LOCK TABLE event_outbox IN EXCLUSIVE MODE")
+                .await
+                .map_err(self.fault("locking the event outbox"))?;
+        }
+        for guard in &transaction.guards {
+            self.check_guard(txn, guard).await?;
+        }
+        for change in transaction.changes {
+            self.apply_change(txn, change).await?;
+        }
+        self.append_events(txn, &transaction.events).await?;
+        if let Some(pause) = hooks.pause {
+            pause.hold().await;
+        }
+        if hooks.fail {
+            return Err(SqlError::Injected {
+                target: self.target.clone(),
+                what: "fail_next_commit",
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    async fn check_guard(&self, txn: &DatabaseTransaction, guard: &Guard) -> Result<()> {
+        match guard {
+            // Expiry is deliberately not checked: until someone takes an expired lease over, it is still
+            // held. On PostgreSQL the row is share-locked until the commit ends, so a takeover waits for
+            // this transaction instead of slipping in between the check and the commit.
+            Guard::LeaseHeld { key, token } => {
+                let row = lease::Entity::find_by_id(key.as_storage_key())
+                    .lock_shared()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("checking a lease guard"))?;
+                match row {
+                    Some(row) if row.token == token.0 => Ok(()),
+                    Some(row) => {
+                        let holder = self.lease_from_row(&row)?.holder;
+                        Err(Error::LeaseLost(format!(
+                            "the lease on {key:?} is now held by {holder} (token {})",
+                            row.token
+                        )))
+                    }
+                    None => Err(Error::LeaseLost(format!(
+                        "the lease on {key:?} is no longer held"
+                    ))),
+                }
+            }
+            Guard::IntentExists(token) => {
+                let found = intent::Entity::find_by_id(token.0.as_str())
+                    .select_only()
+                    .column(intent::Column::Token)
+                    .into_tuple::<String>()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("checking an intent guard"))?;
+                match found {
+                    Some(_) => Ok(()),
+                    None => Err(Error::LeaseLost(format!(
+                        "the intent record {token} no longer exists"
+                    ))),
+                }
+            }
+        }
+    }
+
+    async fn require_session(&self, txn: &DatabaseTransaction, id: &SessionId) -> Result<()> {
+        let found = session::Entity::find_by_id(id.as_str())
+            .select_only()
+            .column(session::Column::Id)
+            .into_tuple::<String>()
+            .one(txn)
+            .await
+            .map_err(self.fault("looking up a session"))?;
+        found.map(|_| ()).ok_or_else(|| session_not_found(id))
+    }
+
+    async fn require_message(
+        &self,
+        txn: &DatabaseTransaction,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<()> {
+        let found =
+            message::Entity::find_by_id((session.as_str().to_owned(), id.as_str().to_owned()))
+                .select_only()
+                .column(message::Column::Id)
+                .into_tuple::<String>()
+                .one(txn)
+                .await
+                .map_err(self.fault("looking up a message"))?;
+        found.map(|_| ()).ok_or_else(|| message_not_found(id))
+    }
+
+    async fn apply_change(&self, txn: &DatabaseTransaction, change: Change) -> Result<()> {
+        match change {
+            Change::PutSession(info) => {
+                // Replacing a session keeps its messages and other rows: only the session row changes.
+                let row = session::ActiveModel {
+                    id: Set(info.id.as_str().to_owned()),
+                    directory: Set(info.directory.clone()),
+                    body: Set(self.encode(&*info, "session")?),
+                };
+                session::Entity::insert(row)
+                    .on_conflict(
+                        OnConflict::column(session::Column::Id)
+                            .update_columns([session::Column::Directory, session::Column::Body])
+                            .to_owned(),
+                    )
+                    .exec_without_returning(txn)
+                    .await
+                    .map_err(self.fault("storing a session"))?;
+            }
+            Change::DeleteSession(id) => {
+                self.require_session(txn, &id).await?;
+                let fault = self.fault("deleting a session");
+                // Children first, explicitly: the foreign keys cascade too, but the delete must not depend on
+                // a connection having them switched on.
+                let sid = id.as_str();
+                part::Entity::delete_many()
+                    .filter(part::Column::SessionId.eq(sid))
+                    .exec(txn)
+                    .await
+                    .map_err(&fault)?;
+                message::Entity::delete_many()
+                    .filter(message::Column::SessionId.eq(sid))
+                    .exec(txn)
+                    .await
+                    .map_err(&fault)?;
+                session_diff::Entity::delete_many()
+                    .filter(session_diff::Column::SessionId.eq(sid))
+                    .exec(txn)
+                    .await
+                    .map_err(&fault)?;
+                warning::Entity::delete_many()
+                    .filter(warning::Column::SessionId.eq(sid))
+                    .exec(txn)
+                    .await
+                    .map_err(&fault)?;
+                revert_history::Entity::delete_many()
+                    .filter(revert_history::Column::SessionId.eq(sid))
+                    .exec(txn)
+                    .await
+                    .map_err(&fault)?;
+                intent::Entity::delete_many()
+                    .filter(intent::Column::SessionId.eq(sid))
+                    .exec(txn)
+                    .await
+                    .map_err(&fault)?;
+                session::Entity::delete_by_id(sid)
+                    .exec(txn)
+                    .await
+                    .map_err(&fault)?;
+            }
+            Change::PutMessage(info) => {
+                self.require_session(txn, &info.session_id).await?;
+                // Replacing a message keeps its parts.
+                message::Entity::insert(self.message_row(&info)?)
+                    .on_conflict(
+                        OnConflict::columns([message::Column::SessionId, message::Column::Id])
+                            .update_column(message::Column::Body)
+                            .to_owned(),
+                    )
+                    .exec_without_returning(txn)
+                    .await
+                    .map_err(self.fault("storing a message"))?;
+            }
+            Change::PutPart(part) => {
+                self.require_session(txn, &part.session_id).await?;
+                self.require_message(txn, &part.session_id, &part.message_id)
+                    .await?;
+                part::Entity::insert(self.part_row(&part)?)
+                    .on_conflict(
+                        OnConflict::columns([
+                            part::Column::SessionId,
+                            part::Column::MessageId,
+                            part::Column::Id,
+                        ])
+                        .update_columns([part::Column::Kind, part::Column::Body])
+                        .to_owned(),
+                    )
+                    .exec_without_returning(txn)
+                    .await
+                    .map_err(self.fault("storing a part"))?;
+            }
+            Change::DeleteHiddenRange {
+                session,
+                message,
+                part,
+            } => {
+                self.require_session(txn, &session).await?;
+                self.require_message(txn, &session, &message).await?;
+                self.delete_hidden_range(txn, &session, &message, part.as_ref())
+                    .await?;
+            }
+            Change::SetSessionDiff { session, diff } => {
+                self.require_session(txn, &session).await?;
+                let row = session_diff::ActiveModel {
+                    session_id: Set(session.as_str().to_owned()),
+                    body: Set(self.encode(&diff, "session diff")?),
+                };
+                session_diff::Entity::insert(row)
+                    .on_conflict(
+                        OnConflict::column(session_diff::Column::SessionId)
+                            .update_column(session_diff::Column::Body)
+                            .to_owned(),
+                    )
+                    .exec_without_returning(txn)
+                    .await
+                    .map_err(self.fault("storing a session diff"))?;
+            }
+            Change::AddWarning { session, warning } => {
+                self.require_session(txn, &session).await?;
+                self.add_warning(txn, &session, &warning).await?;
+            }
+            Change::AddRevertHistory { session, entry } => {
+                self.require_session(txn, &session).await?;
+                self.add_history(txn, &session, &entry).await?;
+            }
+            Change::PutIntent(record) => {
+                self.require_session(txn, &record.session_id).await?;
+                let row = intent::ActiveModel {
+                    token: Set(record.token.0.clone()),
+                    session_id: Set(record.session_id.as_str().to_owned()),
+                    directory: Set(record.directory.clone()),
+                    body: Set(self.encode(&*record, "intent record")?),
+                };
+                intent::Entity::insert(row)
+                    .on_conflict(
+                        OnConflict::column(intent::Column::Token)
+                            .update_columns([
+                                intent::Column::SessionId,
+                                intent::Column::Directory,
+                                intent::Column::Body,
+                            ])
+                            .to_owned(),
+                    )
+                    .exec_without_returning(txn)
+                    .await
+                    .map_err(self.fault("storing an intent record"))?;
+            }
+            Change::DeleteIntent(token) => {
+                // Deleting an absent intent is not an error; a transaction that needs it to exist says so
+                // with `Guard::IntentExists`.
+                intent::Entity::delete_by_id(token.0.as_str())
+                    .exec(txn)
+                    .await
+                    .map_err(self.fault("deleting an intent record"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// SPEC section 5's hidden range: every later message, and `message` itself when `part` is none, else
+    /// its parts from `part` on.
+    async fn delete_hidden_range(
+        &self,
+        txn: &DatabaseTransaction,
+        session: &SessionId,
+        message: &MessageId,
+        part: Option<&rewind_core::model::PartId>,
+    ) -> Result<()> {
+        let fault = self.fault("deleting a hidden range");
+        let sid = session.as_str();
+        let mid = message.as_str();
+        let (parts_of_later, later_messages) = match part {
+            None => (
+                part::Column::MessageId.gte(mid),
+                message::Column::Id.gte(mid),
+            ),
+            Some(first) => {
+                part::Entity::delete_many()
+                    .filter(part::Column::SessionId.eq(sid))
+                    .filter(part::Column::MessageId.eq(mid))
+                    .filter(part::Column::Id.gte(first.as_str()))
+                    .exec(txn)
+                    .await
+                    .map_err(&fault)?;
+                (part::Column::MessageId.gt(mid), message::Column::Id.gt(mid))
+            }
+        };
+        part::Entity::delete_many()
+            .filter(part::Column::SessionId.eq(sid))
+            .filter(parts_of_later)
+            .exec(txn)
+            .await
+            .map_err(&fault)?;
+        message::Entity::delete_many()
+            .filter(message::Column::SessionId.eq(sid))
+            .filter(later_messages)
+            .exec(txn)
+            .await
+            .map_err(&fault)?;
+        Ok(())
+    }
+
+    async fn add_warning(
+        &self,
+        txn: &DatabaseTransaction,
+        session: &SessionId,
+        warning: &Warning,
+    ) -> Result<()> {
+        let row = warning::ActiveModel {
+            seq: NotSet,
+            session_id: Set(session.as_str().to_owned()),
+            body: Set(self.encode(warning, "warning")?),
+        };
+        warning::Entity::insert(row)
+            .exec_without_returning(txn)
+            .await
+            .map_err(self.fault("storing a warning"))?;
+        Ok(())
+    }
+
+    async fn add_history(
+        &self,
+        txn: &DatabaseTransaction,
+        session: &SessionId,
+        entry: &RevertHistoryEntry,
+    ) -> Result<()> {
+        let row = revert_history::ActiveModel {
+            seq: NotSet,
+            session_id: Set(session.as_str().to_owned()),
+            body: Set(self.encode(entry, "revert history entry")?),
+        };
+        revert_history::Entity::insert(row)
+            .exec_without_returning(txn)
+            .await
+            .map_err(self.fault("storing a revert history entry"))?;
+        Ok(())
+    }
+
+    /// Appends the events at the next positions. The caller holds the write serialisation (see the module
+    /// doc), so `max(seq)` is the last committed position and no other writer can take the next one.
+    async fn append_events(
+        &self,
+        txn: &DatabaseTransaction,
+        events: &[rewind_core::model::Event],
+    ) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let fault = self.fault("appending to the event outbox");
+        let last = event_outbox::Entity::find()
+            .select_only()
+            .column_as(event_outbox::Column::Seq.max(), "last")
+            .into_tuple::<Option<i64>>()
+            .one(txn)
+            .await
+            .map_err(&fault)?
+            .flatten()
+            .unwrap_or(0);
+        let mut rows = Vec::with_capacity(events.len());
+        for (seq, event) in (last + 1..).zip(events) {
+            rows.push(event_outbox::ActiveModel {
+                seq: Set(seq),
+                event_id: Set(event.id.as_str().to_owned()),
+                body: Set(self.encode(event, "event")?),
+            });
+        }
+        event_outbox::Entity::insert_many(rows)
+            .exec_without_returning(txn)
+            .await
+            .map_err(&fault)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,221 @@
+//! Opening a store: connect, refuse a database that cannot be written or was migrated by a newer rewind
+//! (before anything is written), then apply the pending migrations.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbErr, EntityTrait,
+    SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
+};
+use sea_orm_migration::seaql_migrations;
+use sea_orm_migration::{MigratorTrait, SchemaManager};
+
+use crate::SqlRepo;
+use crate::config::{Backend, SqlConfig, check_schema_name, display_target};
+use crate::error::{FaultKind, SqlError, classify, fault_kind};
+use crate::hooks::Hooks;
+use crate::migration::Migrator;
+
+/// How often migrating is retried when another process migrated the same database at the same moment.
+const MIGRATION_ATTEMPTS: u32 = 3;
+
+pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
+    let target = display_target(&config.url);
+    let config_error = |reason: &str| SqlError::Config {
+        target: target.clone(),
+        reason: reason.to_owned(),
+    };
+    let backend = Backend::of(&config.url)
+        .ok_or_else(|| config_error("expected a sqlite:… or postgres://… URL"))?;
+    if let Some(schema) = &config.schema {
+        if backend != Backend::Postgres {
+            return Err(config_error("a schema can only be given for PostgreSQL"));
+        }
+        if !check_schema_name(schema) {
+            return Err(config_error(
+                "a schema name must be a plain identifier (letters, digits, `_`)",
+            ));
+        }
+    }
+
+    let mut options = ConnectOptions::new(config.url.clone());
+    options.sqlx_logging(false);
+    match backend {
+        Backend::SqliteMemory => {
+            if config.max_connections.is_some_and(|n| n != 1) {
+                return Err(config_error(
+                    "an in-memory SQLite database lives in exactly one connection",
+                ));
+            }
+            // The database lives as long as its one connection: never let the pool close it.
+            options
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        }
+        Backend::SqliteFile => {
+            options.max_connections(config.max_connections.unwrap_or(4).max(1));
+        }
+        Backend::Postgres => {
+            options.max_connections(config.max_connections.unwrap_or(8).max(1));
+            if let Some(schema) = &config.schema {
+                options.set_schema_search_path(schema.clone());
+            }
+        }
+    }
+    let busy_timeout = config.busy_timeout;
+    options.map_sqlx_sqlite_opts(move |sqlite| {
+        // WAL lets readers run beside the writer; FULL makes every commit durable before it returns
+        // (an intent record is on disk before any file is touched).
+        sqlite
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(busy_timeout)
+            .foreign_keys(true)
+    });
+
+    let classify =
+        |context: &'static str, source: DbErr| classify(&target, busy_timeout, context, source);
+    let db = Database::connect(options)
+        .await
+        .map_err(|source| match fault_kind(&source) {
+            FaultKind::Other => SqlError::Open {
+                target: target.clone(),
+                source,
+            },
+            _ => classify("connecting", source),
+        })?;
+    let checked = async {
+        let refused = writable(&db, backend)
+            .await
+            .map_err(|e| classify("checking that the database can be written", e))?;
+        if let Some(source) = refused {
+            return Err(SqlError::ReadOnly {
+                target: target.clone(),
+                source,
+            });
+        }
+        let applied = applied_migrations(&db)
+            .await
+            .map_err(|e| classify("reading the schema version", e))?;
+        let known = known_migrations();
+        let unknown: Vec<String> = applied.difference(&known).cloned().collect();
+        if !unknown.is_empty() {
+            return Err(SqlError::NewerSchema {
+                target: target.clone(),
+                unknown,
+            });
+        }
+        if !known.is_subset(&applied) {
+            migrate(&db, config.schema.as_deref())
+                .await
+                .map_err(|e| classify("applying the schema migrations", e))?;
+        }
+        Ok(())
+    };
+    if let Err(error) = checked.await {
+        let _ = db.close().await;
+        return Err(error);
+    }
+    Ok(SqlRepo {
+        db,
+        backend,
+        target,
+        busy_timeout,
+        hooks: Mutex::new(Hooks::default()),
+    })
+}
+
+/// Checks, without writing, that the database can be written. SQLite takes its write lock (`BEGIN
+/// IMMEDIATE`, which waits out another writer up to the busy timeout), creates a table and rolls back: on a
+/// read-only file `BEGIN IMMEDIATE` quietly starts a read transaction, and only a write statement fails.
+/// PostgreSQL reports whether its transactions are read-only (a standby, a read-only default).
+/// `Ok(Some(reason))` when it cannot.
+async fn writable(db: &DatabaseConnection, backend: Backend) -> Result<Option<DbErr>, DbErr> {
+    if backend.is_sqlite() {
+        let txn = db
+            .begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..TransactionOptions::default()
+            })
+            .await?;
+        let probe = txn
+            .execute_unprepared("CREATE TABLE rewind_write_probe (x INTEGER)")
+            .await;
+        txn.rollback().await?;
+        return match probe {
+            Ok(_) => Ok(None),
+            Err(error) if fault_kind(&error) == FaultKind::ReadOnly => Ok(Some(error)),
+            Err(error) => Err(error),
+        };
+    }
+    let row = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT current_setting('transaction_read_only') AS read_only",
+        ))
+        .await?;
+    let read_only = match row {
+        Some(row) => row.try_get::<String>("", "read_only")?,
+        None => String::new(),
+    };
+    Ok((read_only == "on")
+        .then(|| DbErr::Custom("the server accepts only read-only transactions".to_owned())))
+}
+
+fn known_migrations() -> BTreeSet<String> {
+    Migrator::migrations()
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect()
+}
+
+/// The migrations applied to the database, read without creating anything.
+async fn applied_migrations(db: &DatabaseConnection) -> Result<BTreeSet<String>, DbErr> {
+    let manager = SchemaManager::new(db);
+    if !manager.has_table("seaql_migrations").await? {
+        return Ok(BTreeSet::new());
+    }
+    Ok(seaql_migrations::Entity::find()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|m| m.version)
+        .collect())
+}
+
+/// Applies the pending migrations, each in its own transaction. When another process migrates the same
+/// database at the same moment one of the two fails on a table the other created: it then finds every
+/// migration applied and is done.
+async fn migrate(db: &DatabaseConnection, schema: Option<&str>) -> Result<(), DbErr> {
+    let known = known_migrations();
+    let mut attempt = 1;
+    loop {
+        let result = async {
+            if let Some(schema) = schema {
+                db.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+                    .await?;
+            }
+            Migrator::up(db, None).await
+        }
+        .await;
+        match result {
+            Ok(()) => return Ok(()),
+            Err(error) => {
+                let done = applied_migrations(db)
+                    .await
+                    .is_ok_and(|applied| known.is_subset(&applied));
+                if done {
+                    return Ok(());
+                }
+                if attempt >= MIGRATION_ATTEMPTS {
+                    return Err(error);
+                }
+                attempt += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The adapter's errors: what went wrong with which database, mapped to `rewind_core::Error` at the port.
+
+use std::time::Duration;
+
+use sea_orm::{DbErr, RuntimeErr};
+
+/// Every failure of the SQL adapter. Each names the database (a SQLite file or a Postgres URL without its
+/// password), so a message read in a log says which store is at fault. The driver's error is the
+/// `source()`, not repeated in the message, so a printed cause chain shows it once.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// The URL or configuration cannot be used.
+    #[error("cannot use the database {target}: {reason}")]
+    Config {
+        /// The database.
+        target: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The database cannot be reached or opened.
+    #[error("cannot open the database {target}")]
+    Open {
+        /// The database.
+        target: String,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// Another process holds the database's write lock for longer than the busy timeout.
+    #[error(
+        "the database {target} is locked by another process (waited {waited_ms} ms); \
+         retry when the other rewind command has finished"
+    )]
+    Locked {
+        /// The database.
+        target: String,
+        /// How long we waited.
+        waited_ms: u128,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// The database cannot be written (a read-only file, mount or connection).
+    #[error("the database {target} is read-only; rewind needs to write to it")]
+    ReadOnly {
+        /// The database.
+        target: String,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// The file is not a SQLite database, or is damaged.
+    #[error(
+        "the database {target} is corrupt or is not a SQLite database; move it aside to start afresh"
+    )]
+    Corrupt {
+        /// The database.
+        target: String,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// The database was migrated by a newer rewind: this binary does not know some of its migrations.
+    #[error(
+        "the database {target} was written by a newer rewind (schema migrations this version does not know: \
+         {}); upgrade rewind to use it", unknown.join(", ")
+    )]
+    NewerSchema {
+        /// The database.
+        target: String,
+        /// The migrations this binary does not know.
+        unknown: Vec<String>,
+    },
+    /// A statement failed.
+    #[error("{context} failed on the database {target}")]
+    Query {
+        /// The database.
+        target: String,
+        /// What rewind was doing.
+        context: &'static str,
+        /// The driver's error.
+        #[source]
+        source: DbErr,
+    },
+    /// A stored row could not be read back.
+    #[error("a stored {what} in the database {target} cannot be read: {reason}")]
+    Decode {
+        /// The database.
+        target: String,
+        /// Which kind of row.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A value cannot be stored (a number beyond the database's range).
+    #[error("cannot store {what} in the database {target}: {reason}")]
+    Encode {
+        /// The database.
+        target: String,
+        /// Which value.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A fault injected by a test hook.
+    #[error("injected fault on the database {target}: {what}")]
+    Injected {
+        /// The database.
+        target: String,
+        /// Which hook.
+        what: &'static str,
+    },
+}
+
+impl From<SqlError> for rewind_core::Error {
+    fn from(error: SqlError) -> Self {
+        rewind_core::Error::backend(error)
+    }
+}
+
+/// What kind of fault a driver error is, as far as the user can act on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FaultKind {
+    Locked,
+    ReadOnly,
+    Corrupt,
+    Other,
+}
+
+/// Classifies a driver error by its SQLite result code or Postgres SQLSTATE.
+pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
+    let runtime = match error {
+        DbErr::Conn(e) | DbErr::Exec(e) | DbErr::Query(e) => e,
+        _ => return FaultKind::Other,
+    };
+    let RuntimeErr::SqlxError(sqlx) = runtime else {
+        return FaultKind::Other;
+    };
+    let Some(code) = sqlx.as_database_error().and_then(|e| e.code()) else {
+        return FaultKind::Other;
+    };
+    // SQLite reports its extended result code as a number; the primary code is its low byte.
+    if let Ok(extended) = code.parse::<i64>() {
+        return match extended & 0xff {
+            5 | 6 => FaultKind::Locked,    // SQLITE_BUSY, SQLITE_LOCKED
+            8 => FaultKind::ReadOnly,      // SQLITE_READONLY
+            11 | 26 => FaultKind::Corrupt, // SQLITE_CORRUPT, SQLITE_NOTADB
+            _ => FaultKind::Other,
+        };
+    }
+    match &*code {
+        "55P03" => FaultKind::Locked,            // lock_not_available
+        "25006" => FaultKind::ReadOnly,          // read_only_sql_transaction
+        "XX001" | "XX002" => FaultKind::Corrupt, // data_corrupted, index_corrupted
+        _ => FaultKind::Other,
+    }
+}
+
+/// Maps a driver error to the adapter's error: a lock, a read-only or a corrupt database by what it is,
+/// anything else as a failed statement, naming the database and what rewind was doing.
+pub(crate) fn classify(
+    target: &str,
+    busy_timeout: Duration,
+    context: &'static str,
+    source: DbErr,
+) -> SqlError {
+    let target = target.to_owned();
+    match fault_kind(&source) {
+        FaultKind::Locked => SqlError::Locked {
+            target,
+            waited_ms: busy_timeout.as_millis(),
+            source,
+        },
+        FaultKind::ReadOnly => SqlError::ReadOnly { target, source },
+        FaultKind::Corrupt => SqlError::Corrupt { target, source },
+        FaultKind::Other => SqlError::Query {
+            target,
+            context,
+            source,
+        },
+    }
+}

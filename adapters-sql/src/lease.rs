@@ -1,0 +1,91 @@
+//! Leases: taken with one conditional write (insert when absent; update only when the stored token is our
+//! own or the one we replace), renewed and released only with the holding token. The same statements run
+//! on SQLite and PostgreSQL, so leases hold across processes and machines sharing the store.
+
+use rewind_core::Result;
+use rewind_core::model::{Lease, LeaseKey, LeaseTake, LeaseToken};
+use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+
+use crate::SqlRepo;
+use crate::entity::lease;
+
+/// A refused take reads the current lease in the same transaction, which still holds the row (SQLite's
+/// write lock; PostgreSQL locks the conflicting row even when the update's condition fails), so it is
+/// always found. The bound only guards against a driver behaving otherwise.
+const TAKE_ATTEMPTS: u32 = 3;
+
+impl SqlRepo {
+    pub(crate) async fn take(
+        &self,
+        lease: &Lease,
+        replacing: Option<LeaseToken>,
+    ) -> Result<LeaseTake> {
+        let fault = self.fault("taking a lease");
+        let stored_token = || Expr::col((lease::Entity, lease::Column::Token));
+        for _ in 0..TAKE_ATTEMPTS {
+            let mut allowed = stored_token().eq(lease.token.0.as_str());
+            if let Some(replaced) = &replacing {
+                allowed = allowed.or(stored_token().eq(replaced.0.as_str()));
+            }
+            let txn = self.begin_write().await?;
+            let written = lease::Entity::insert(self.lease_row(lease)?)
+                .on_conflict(
+                    OnConflict::column(lease::Column::Key)
+                        .update_columns([
+                            lease::Column::Token,
+                            lease::Column::Holder,
+                            lease::Column::ExpiresAt,
+                        ])
+                        .action_and_where(allowed)
+                        .to_owned(),
+                )
+                .exec_without_returning(&txn)
+                .await
+                .map_err(&fault)?;
+            if written > 0 {
+                txn.commit().await.map_err(&fault)?;
+                return Ok(LeaseTake::Taken);
+            }
+            let current = lease::Entity::find_by_id(lease.key.as_storage_key())
+                .one(&txn)
+                .await
+                .map_err(&fault)?;
+            txn.commit().await.map_err(&fault)?;
+            if let Some(current) = current {
+                return Ok(LeaseTake::Held(self.lease_from_row(&current)?));
+            }
+        }
+        Err(rewind_core::Error::backend(format!(
+            "the lease on {:?} in the database {} kept changing while it was taken",
+            lease.key, self.target
+        )))
+    }
+
+    pub(crate) async fn renew(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        expires_at: u64,
+    ) -> Result<bool> {
+        let expires_at = self.u64_to_bigint(expires_at, "a lease's expiry")?;
+        let result = lease::Entity::update_many()
+            .col_expr(lease::Column::ExpiresAt, Expr::value(expires_at))
+            .filter(lease::Column::Key.eq(key.as_storage_key()))
+            .filter(lease::Column::Token.eq(token.0.as_str()))
+            .exec(&self.db)
+            .await
+            .map_err(self.fault("renewing a lease"))?;
+        Ok(result.rows_affected > 0)
+    }
+
+    pub(crate) async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
+        lease::Entity::delete_many()
+            .filter(lease::Column::Key.eq(key.as_storage_key()))
+            .filter(lease::Column::Token.eq(token.0.as_str()))
+            .exec(&self.db)
+            .await
+            .map_err(self.fault("releasing a lease"))?;
+        Ok(())
+    }
+}

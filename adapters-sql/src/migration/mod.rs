@@ -1,0 +1,16 @@
+//! The schema migrations, run at start-up: one file per migration, named `mYYYYMMDD_HHMMSS_name.rs`
+//! (SeaORM takes each migration's name from its file name). A migration, once released, never changes.
+
+use sea_orm_migration::prelude::*;
+
+mod m20261201_000001_initial_schema;
+
+/// Every migration this binary knows, oldest first.
+pub(crate) struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261201_000001_initial_schema::Migration)]
+    }
+}

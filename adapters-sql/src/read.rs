@@ -1,0 +1,258 @@
+//! The reads of the port. A read that takes several queries (a message list and its parts, the snapshot
+//! references) runs in one read transaction, so it sees one committed state.
+
+use std::collections::BTreeSet;
+
+use rewind_core::Result;
+use rewind_core::model::{
+    Event, FileDiff, IntentRecord, Lease, LeaseKey, MessageId, MessageWithParts, PartBody,
+    RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
+};
+use sea_orm::sea_query::{Query, SelectStatement};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait};
+
+use crate::SqlRepo;
+use crate::convert::{
+    SNAPSHOT_PART_KINDS, history_snapshots, part_snapshots, session_snapshots, warning_snapshots,
+};
+use crate::entity::{
+    event_outbox, intent, lease, message, part, revert_history, session, session_diff, warning,
+};
+
+/// `SELECT id FROM session WHERE directory = ?`: the sessions of one worktree.
+fn sessions_of(directory: &str) -> SelectStatement {
+    Query::select()
+        .column(session::Column::Id)
+        .from(session::Entity)
+        .and_where(session::Column::Directory.eq(directory))
+        .to_owned()
+}
+
+impl SqlRepo {
+    pub(crate) async fn read_session(&self, id: &SessionId) -> Result<Option<Session>> {
+        let row = session::Entity::find_by_id(id.as_str())
+            .one(&self.db)
+            .await
+            .map_err(self.fault("reading a session"))?;
+        row.map(|r| self.decode(&r.body, "session")).transpose()
+    }
+
+    pub(crate) async fn read_sessions(&self, directory: Option<String>) -> Result<Vec<Session>> {
+        // Session ids descend in time, so ascending id order is newest first.
+        let rows = session::Entity::find()
+            .apply_if(directory, |query, directory| {
+                query.filter(session::Column::Directory.eq(directory))
+            })
+            .order_by_asc(session::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(self.fault("listing sessions"))?;
+        rows.iter()
+            .map(|r| self.decode(&r.body, "session"))
+            .collect()
+    }
+
+    pub(crate) async fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        let fault = self.fault("reading a session's messages");
+        let txn = self.begin_read().await?;
+        let messages = message::Entity::find()
+            .filter(message::Column::SessionId.eq(session.as_str()))
+            .order_by_asc(message::Column::Id)
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        let parts = part::Entity::find()
+            .filter(part::Column::SessionId.eq(session.as_str()))
+            .order_by_asc(part::Column::MessageId)
+            .order_by_asc(part::Column::Id)
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        txn.commit().await.map_err(&fault)?;
+        self.assemble(messages, parts)
+    }
+
+    pub(crate) async fn read_message(
+        &self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageWithParts>> {
+        let fault = self.fault("reading a message");
+        let txn = self.begin_read().await?;
+        let Some(row) =
+            message::Entity::find_by_id((session.as_str().to_owned(), id.as_str().to_owned()))
+                .one(&txn)
+                .await
+                .map_err(&fault)?
+        else {
+            txn.commit().await.map_err(&fault)?;
+            return Ok(None);
+        };
+        let parts = part::Entity::find()
+            .filter(part::Column::SessionId.eq(session.as_str()))
+            .filter(part::Column::MessageId.eq(id.as_str()))
+            .order_by_asc(part::Column::Id)
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        txn.commit().await.map_err(&fault)?;
+        Ok(self.assemble(vec![row], parts)?.pop())
+    }
+
+    pub(crate) async fn read_session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {
+        let row = session_diff::Entity::find_by_id(session.as_str())
+            .one(&self.db)
+            .await
+            .map_err(self.fault("reading a session diff"))?;
+        match row {
+            Some(row) => self.decode(&row.body, "session diff"),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    pub(crate) async fn read_warnings(&self, session: &SessionId) -> Result<Vec<Warning>> {
+        let rows = warning::Entity::find()
+            .filter(warning::Column::SessionId.eq(session.as_str()))
+            .order_by_asc(warning::Column::Seq)
+            .all(&self.db)
+            .await
+            .map_err(self.fault("reading a session's warnings"))?;
+        rows.iter()
+            .map(|r| self.decode(&r.body, "warning"))
+            .collect()
+    }
+
+    pub(crate) async fn read_revert_history(
+        &self,
+        session: &SessionId,
+    ) -> Result<Vec<RevertHistoryEntry>> {
+        let rows = revert_history::Entity::find()
+            .filter(revert_history::Column::SessionId.eq(session.as_str()))
+            .order_by_asc(revert_history::Column::Seq)
+            .all(&self.db)
+            .await
+            .map_err(self.fault("reading a session's revert history"))?;
+        rows.iter()
+            .map(|r| self.decode(&r.body, "revert history entry"))
+            .collect()
+    }
+
+    pub(crate) async fn read_intents(&self) -> Result<Vec<IntentRecord>> {
+        let rows = intent::Entity::find()
+            .order_by_asc(intent::Column::Token)
+            .all(&self.db)
+            .await
+            .map_err(self.fault("reading the intent records"))?;
+        rows.iter()
+            .map(|r| self.decode(&r.body, "intent record"))
+            .collect()
+    }
+
+    pub(crate) async fn read_lease(&self, key: &LeaseKey) -> Result<Option<Lease>> {
+        let row = lease::Entity::find_by_id(key.as_storage_key())
+            .one(&self.db)
+            .await
+            .map_err(self.fault("reading a lease"))?;
+        row.map(|r| self.lease_from_row(&r)).transpose()
+    }
+
+    pub(crate) async fn read_events_after(
+        &self,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        // No position is beyond the 64-bit signed range, so nothing comes after such a cursor.
+        let Ok(after) = i64::try_from(after) else {
+            return Ok(Vec::new());
+        };
+        let rows = event_outbox::Entity::find()
+            .filter(event_outbox::Column::Seq.gt(after))
+            .order_by_asc(event_outbox::Column::Seq)
+            .limit(u64::from(limit))
+            .all(&self.db)
+            .await
+            .map_err(self.fault("reading the event outbox"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredEvent {
+                    seq: self.bigint_to_u64(r.seq, "event position")?,
+                    event: self.decode::<Event>(&r.body, "event")?,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn read_referenced_snapshots(
+        &self,
+        directory: Option<String>,
+    ) -> Result<BTreeSet<SnapshotId>> {
+        let fault = self.fault("listing the referenced snapshots");
+        let txn = self.begin_read().await?;
+        let mut out = BTreeSet::new();
+
+        let sessions = session::Entity::find()
+            .apply_if(directory.clone(), |query, directory| {
+                query.filter(session::Column::Directory.eq(directory))
+            })
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        for row in &sessions {
+            session_snapshots(&self.decode::<Session>(&row.body, "session")?, &mut out);
+        }
+
+        let parts = part::Entity::find()
+            .filter(part::Column::Kind.is_in(SNAPSHOT_PART_KINDS))
+            .apply_if(directory.as_deref(), |query, directory| {
+                query.filter(part::Column::SessionId.in_subquery(sessions_of(directory)))
+            })
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        for row in &parts {
+            part_snapshots(&self.decode::<PartBody>(&row.body, "part")?, &mut out);
+        }
+
+        let warnings = warning::Entity::find()
+            .apply_if(directory.as_deref(), |query, directory| {
+                query.filter(warning::Column::SessionId.in_subquery(sessions_of(directory)))
+            })
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        for row in &warnings {
+            warning_snapshots(&self.decode::<Warning>(&row.body, "warning")?, &mut out);
+        }
+
+        let history = revert_history::Entity::find()
+            .apply_if(directory.as_deref(), |query, directory| {
+                query.filter(revert_history::Column::SessionId.in_subquery(sessions_of(directory)))
+            })
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        for row in &history {
+            history_snapshots(
+                &self.decode::<RevertHistoryEntry>(&row.body, "revert history entry")?,
+                &mut out,
+            );
+        }
+
+        // An intent counts for the worktree it names.
+        let intents = intent::Entity::find()
+            .apply_if(directory.as_deref(), |query, directory| {
+                query.filter(intent::Column::Directory.eq(directory))
+            })
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        for row in &intents {
+            out.insert(
+                self.decode::<IntentRecord>(&row.body, "intent record")?
+                    .before,
+            );
+        }
+        txn.commit().await.map_err(&fault)?;
+        Ok(out)
+    }
+}

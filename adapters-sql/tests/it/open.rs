@@ -1,0 +1,411 @@
+//! Opening stores: a SQLite file keeps everything across handles being dropped and reopened, migrations
+//! run once, and a database that is locked, read-only, corrupt or at a newer schema version is refused with
+//! an error that names the file or URL (never the password), with nothing written.
+
+use std::time::Duration;
+
+use rewind_core::Error;
+use rewind_core::model::{
+    FileDiff, FileStatus, LeaseKey, LeaseTake, PartBody, RevertDescriptor, RevertHistoryEntry, Role,
+};
+use rewind_core::ports::{Change, MessageRepo};
+use rewind_sql::{SqlConfig, SqlRepo};
+use sea_orm::{ConnectionTrait, Database, DbBackend, Statement};
+use serde_json::json;
+
+use crate::support::{
+    Ids, PgSchema, SqliteFile, admin, dump, heartbeat, intent, lease, message, part, run, run_pg,
+    session, snapshot, transaction, updated, warning,
+};
+
+/// The message of a failed open, with its sources.
+fn described(result: Result<SqlRepo, Error>) -> String {
+    let error = result.expect_err("the store must be refused");
+    assert!(matches!(error, Error::Backend(_)), "{error:?}");
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Writes one of every kind of row.
+async fn fill(
+    repo: &dyn MessageRepo,
+    ids: &Ids,
+) -> (Vec<rewind_core::model::SessionId>, Vec<LeaseKey>) {
+    let mut s = session(ids, "/work/reopen");
+    let other = session(ids, "/work/reopen-other");
+    let user = message(ids, &s, Role::User);
+    let assistant = message(ids, &s, Role::Assistant);
+    let unknown = part(
+        ids,
+        &assistant,
+        PartBody::Other {
+            kind: "x-future".to_owned(),
+            fields: match json!({"zeta": 1, "alpha": [1, 2.5, null], "mid": "ü"}) {
+                serde_json::Value::Object(fields) => fields,
+                _ => serde_json::Map::new(),
+            },
+        },
+    );
+    let text = part(ids, &user, PartBody::text("hello"));
+    s.revert = Some(RevertDescriptor {
+        message_id: assistant.id.clone(),
+        part_id: None,
+        snapshot: Some(snapshot(1)),
+        diff: None,
+    });
+    s.cost = 0.1 + 0.2;
+    let key = LeaseKey::Session(s.id.clone());
+    let worktree = LeaseKey::Worktree("/work/reopen".to_owned());
+    repo.commit(transaction(
+        vec![
+            Change::PutSession(Box::new(s.clone())),
+            Change::PutSession(Box::new(other.clone())),
+            Change::PutMessage(Box::new(user.clone())),
+            Change::PutMessage(Box::new(assistant.clone())),
+            Change::PutPart(Box::new(text)),
+            Change::PutPart(Box::new(unknown)),
+            Change::SetSessionDiff {
+                session: s.id.clone(),
+                diff: vec![FileDiff {
+                    file: "a.txt".to_owned(),
+                    patch: "@@ -1 +1 @@\n-a\n+b\n".to_owned(),
+                    additions: 1,
+                    deletions: 1,
+                    status: FileStatus::Modified,
+                }],
+            },
+            Change::AddWarning {
+                session: s.id.clone(),
+                warning: warning(ids, Some(snapshot(2)), "/work/reopen/a.txt"),
+            },
+            Change::AddRevertHistory {
+                session: s.id.clone(),
+                entry: Box::new(RevertHistoryEntry {
+                    time: ids.tick(),
+                    descriptor: RevertDescriptor {
+                        message_id: user.id.clone(),
+                        part_id: None,
+                        snapshot: Some(snapshot(3)),
+                        diff: None,
+                    },
+                    applied: Some(snapshot(4)),
+                    summary: None,
+                    warnings: Vec::new(),
+                }),
+            },
+            Change::PutIntent(Box::new(intent(ids, &s, "intent-1", snapshot(5)))),
+        ],
+        vec![updated(ids, &s), heartbeat(ids)],
+    ))
+    .await
+    .expect("commits");
+    for (k, token) in [(&key, "token-a"), (&worktree, "token-b")] {
+        let taken = repo
+            .take_lease(&lease(k, token, 1, 1_700_000_100_000), None)
+            .await
+            .expect("takes");
+        assert_eq!(taken, LeaseTake::Taken);
+    }
+    (vec![s.id, other.id], vec![key, worktree])
+}
+
+#[test]
+fn sqlite_file_keeps_everything_after_every_handle_is_dropped() {
+    run(async {
+        let file = SqliteFile::new();
+        let ids = Ids::default();
+        let first = file.open().await;
+        let second = file.open().await;
+        let (sessions, keys) = fill(&first, &ids).await;
+        let before = dump(&first, &sessions, &keys).await;
+        assert_eq!(before.events.len(), 2);
+        assert_eq!(
+            dump(&second, &sessions, &keys).await,
+            before,
+            "a second handle sees it all"
+        );
+        first.close().await.expect("closes");
+        drop(second);
+
+        let reopened = file.open().await;
+        assert_eq!(
+            dump(&reopened, &sessions, &keys).await,
+            before,
+            "nothing is lost when every handle is dropped and the file is opened again"
+        );
+        // Positions go on after the stored ones.
+        reopened
+            .commit(transaction(Vec::new(), vec![heartbeat(&ids)]))
+            .await
+            .expect("commits");
+        let events = reopened.events_after(0, 10).await.expect("reads");
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+    });
+}
+
+#[test]
+fn sqlite_migrations_run_once_and_reopening_applies_none() {
+    run(async {
+        let file = SqliteFile::new();
+        for _ in 0..3 {
+            file.open().await.close().await.expect("closes");
+        }
+        let raw = Database::connect(file.config().url.as_str())
+            .await
+            .expect("connects");
+        let row = raw
+            .query_one_raw(Statement::from_string(
+                DbBackend::Sqlite,
+                "SELECT count(*) AS applied FROM seaql_migrations",
+            ))
+            .await
+            .expect("reads")
+            .expect("a row");
+        assert_eq!(row.try_get::<i64>("", "applied").expect("a count"), 1);
+        let mode = raw
+            .query_one_raw(Statement::from_string(
+                DbBackend::Sqlite,
+                "PRAGMA journal_mode",
+            ))
+            .await
+            .expect("reads")
+            .expect("a row");
+        assert_eq!(
+            mode.try_get::<String>("", "journal_mode").expect("a mode"),
+            "wal"
+        );
+    });
+}
+
+#[test]
+fn sqlite_handles_opened_at_once_all_migrate_one_fresh_file() {
+    run(async {
+        let file = SqliteFile::new();
+        let mut opening = Vec::new();
+        for _ in 0..4 {
+            let config = file.config();
+            opening.push(tokio::spawn(async move { SqlRepo::open(config).await }));
+        }
+        for handle in opening {
+            handle
+                .await
+                .expect("finishes")
+                .expect("every concurrent open succeeds");
+        }
+    });
+}
+
+#[test]
+fn a_corrupt_sqlite_file_is_refused_untouched() {
+    run(async {
+        let file = SqliteFile::new();
+        let garbage = b"this is not a SQLite database, it only has its name\n".repeat(200);
+        std::fs::write(&file.path, &garbage).expect("writes");
+        let message = described(SqlRepo::open(file.config()).await);
+        assert!(
+            message.contains(&file.path.display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains("corrupt"), "{message}");
+        assert_eq!(
+            std::fs::read(&file.path).expect("reads"),
+            garbage,
+            "nothing is written"
+        );
+    });
+}
+
+#[test]
+fn a_read_only_sqlite_file_is_refused_untouched() {
+    run(async {
+        let file = SqliteFile::new();
+        file.open().await.close().await.expect("closes");
+        let bytes = std::fs::read(&file.path).expect("reads");
+        // The tests run as root, which file permissions do not stop: open the file read-only instead.
+        let url = format!("sqlite://{}?mode=ro", file.path.display());
+        let message = described(SqlRepo::connect(&url).await);
+        assert!(
+            message.contains(&file.path.display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains("read-only"), "{message}");
+        assert_eq!(
+            std::fs::read(&file.path).expect("reads"),
+            bytes,
+            "nothing is written"
+        );
+    });
+}
+
+#[test]
+fn a_locked_sqlite_file_is_refused_after_the_busy_timeout() {
+    run(async {
+        let file = SqliteFile::new();
+        let writer = file.open().await;
+        let ids = Ids::default();
+        let s = session(&ids, "/work/locked");
+        // The writer holds the write lock: its commit is paused inside its transaction.
+        let mut pause = writer.pause_next_commit();
+        let writer = std::sync::Arc::new(writer);
+        let committing = tokio::spawn({
+            let (writer, s) = (writer.clone(), s.clone());
+            async move {
+                writer
+                    .commit(transaction(
+                        vec![Change::PutSession(Box::new(s))],
+                        Vec::new(),
+                    ))
+                    .await
+            }
+        });
+        assert!(pause.reached().await);
+
+        let mut config = file.config();
+        config.busy_timeout = Duration::from_millis(200);
+        let message = described(SqlRepo::open(config).await);
+        assert!(
+            message.contains(&file.path.display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains("locked"), "{message}");
+
+        pause.resume();
+        committing
+            .await
+            .expect("finishes")
+            .expect("the writer commits");
+        let reopened = file.open().await;
+        assert!(
+            reopened.session(&s.id).await.expect("reads").is_some(),
+            "the refused open disturbed nothing"
+        );
+    });
+}
+
+#[test]
+fn a_sqlite_file_of_a_newer_schema_is_refused_untouched() {
+    run(async {
+        let file = SqliteFile::new();
+        let ids = Ids::default();
+        let repo = file.open().await;
+        let s = session(&ids, "/work/newer");
+        repo.commit(transaction(
+            vec![Change::PutSession(Box::new(s))],
+            Vec::new(),
+        ))
+        .await
+        .expect("commits");
+        repo.close().await.expect("closes");
+        let raw = Database::connect(file.config().url.as_str())
+            .await
+            .expect("connects");
+        raw.execute_unprepared(
+            "INSERT INTO seaql_migrations (version, applied_at) VALUES ('m29990101_000000_future', 0)",
+        )
+        .await
+        .expect("a newer rewind's migration is recorded");
+        raw.close().await.expect("closes");
+        let bytes = std::fs::read(&file.path).expect("reads");
+
+        let message = described(SqlRepo::open(file.config()).await);
+        assert!(
+            message.contains(&file.path.display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains("newer rewind"), "{message}");
+        assert!(message.contains("m29990101_000000_future"), "{message}");
+        assert_eq!(
+            std::fs::read(&file.path).expect("reads"),
+            bytes,
+            "nothing is written"
+        );
+    });
+}
+
+#[test]
+fn a_url_that_is_not_a_database_is_refused() {
+    run(async {
+        let message = described(SqlRepo::connect("mysql://somewhere/db").await);
+        assert!(message.contains("mysql://somewhere/db"), "{message}");
+        let mut config = SqlConfig::sqlite_memory();
+        config.schema = Some("x".to_owned());
+        let message = described(SqlRepo::open(config).await);
+        assert!(message.contains("schema"), "{message}");
+    });
+}
+
+#[test]
+fn sqlite_file_paths_with_url_characters_work() {
+    run(async {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("odd ?#% name.db");
+        let repo = SqlRepo::open(SqlConfig::sqlite_file(&path).expect("UTF-8"))
+            .await
+            .expect("opens");
+        assert_eq!(repo.target(), path.display().to_string());
+        repo.close().await.expect("closes");
+        assert!(path.is_file(), "the file is created at exactly that path");
+    });
+}
+
+#[test]
+fn postgres_refuses_a_newer_schema_and_hides_the_password() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        schema.open().await.close().await.expect("closes");
+        let admin = admin(&schema.url).await;
+        admin
+            .execute_unprepared(&format!(
+                "INSERT INTO \"{}\".seaql_migrations (version, applied_at) \
+                 VALUES ('m29990101_000000_future', 0)",
+                schema.name
+            ))
+            .await
+            .expect("a newer rewind's migration is recorded");
+        let message = described(SqlRepo::open(schema.config()).await);
+        assert!(message.contains("newer rewind"), "{message}");
+        assert!(message.contains("m29990101_000000_future"), "{message}");
+        assert!(
+            message.contains("***"),
+            "the URL is named without its password: {message}"
+        );
+        let _ = admin.close().await;
+
+        let wrong = schema
+            .url
+            .replacen("rewind:rewind@", "rewind:wrong-secret@", 1);
+        let message = described(SqlRepo::connect(&wrong).await);
+        assert!(
+            !message.contains("wrong-secret"),
+            "the password never shows: {message}"
+        );
+        assert!(message.contains("rewind:***@"), "{message}");
+    });
+}
+
+#[test]
+fn postgres_opens_at_once_from_many_handles_migrate_one_fresh_schema() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let mut opening = Vec::new();
+        for _ in 0..4 {
+            let config = schema.config();
+            opening.push(tokio::spawn(async move { SqlRepo::open(config).await }));
+        }
+        for handle in opening {
+            handle
+                .await
+                .expect("finishes")
+                .expect("every concurrent open succeeds");
+        }
+    });
+}

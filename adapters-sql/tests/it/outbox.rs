@@ -1,0 +1,337 @@
+//! The outbox under concurrent writers: positions follow commit order with no gaps and no duplicates, a
+//! reader's cursor never skips an event, and an event of a rolled-back transaction never appears. Writer A
+//! is held inside its transaction (after it appended its events, before COMMIT) by a test hook until
+//! writer B has tried to commit.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rewind_core::Error;
+use rewind_core::model::{Event, StoredEvent};
+use rewind_core::ports::{Change, MessageRepo};
+use rewind_sql::SqlRepo;
+
+use crate::support::{
+    Ids, PgSchema, SqliteFile, heartbeat, run, run_pg, session, transaction, updated,
+};
+
+/// Waits until writer B is blocked on writer A's transaction. On PostgreSQL this is observed in
+/// `pg_locks`; SQLite shows no lock waiters, so there B gets a moment to try, and must still be waiting.
+enum BlockedProbe<'a> {
+    Postgres(&'a PgSchema),
+    Sqlite,
+}
+
+impl BlockedProbe<'_> {
+    async fn wait_until_blocked(&self) {
+        match self {
+            BlockedProbe::Postgres(schema) => {
+                for _ in 0..500 {
+                    if schema.outbox_lock_waiters().await > 0 {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                panic!("writer B never waited for writer A's lock on the outbox");
+            }
+            BlockedProbe::Sqlite => tokio::time::sleep(Duration::from_millis(300)).await,
+        }
+    }
+}
+
+fn seqs(events: &[StoredEvent]) -> Vec<u64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+fn bodies(events: &[StoredEvent]) -> Vec<Event> {
+    events.iter().map(|e| e.event.clone()).collect()
+}
+
+/// A commits (paused before COMMIT), B tries meanwhile and must wait; a reader sees none of A's events
+/// while A is open, then A's events and B's, in commit order, at positions 2, 3, 4 after the seed's 1.
+/// With `fail_a`, A's transaction is rolled back instead: its events never appear and leave no gap.
+async fn writer_b_waits_for_writer_a(
+    a: SqlRepo,
+    b: SqlRepo,
+    reader: SqlRepo,
+    probe: BlockedProbe<'_>,
+    fail_a: bool,
+) {
+    let ids = Ids::default();
+    let first = session(&ids, "/work/outbox");
+    let second = session(&ids, "/work/outbox");
+    let seed = heartbeat(&ids);
+    a.commit(transaction(
+        vec![Change::PutSession(Box::new(first.clone()))],
+        vec![seed.clone()],
+    ))
+    .await
+    .expect("the seed commits");
+
+    let a_events = vec![updated(&ids, &first), heartbeat(&ids)];
+    let b_events = vec![updated(&ids, &second)];
+    let a = Arc::new(a);
+    let mut pause = a.pause_next_commit();
+    if fail_a {
+        a.fail_next_commit();
+    }
+    let mut renamed = first.clone();
+    renamed.title = "renamed by A".to_owned();
+    let a_task = tokio::spawn({
+        let (a, events) = (a.clone(), a_events.clone());
+        async move {
+            a.commit(transaction(
+                vec![Change::PutSession(Box::new(renamed))],
+                events,
+            ))
+            .await
+        }
+    });
+    assert!(
+        pause.reached().await,
+        "A appended its events and holds its transaction open"
+    );
+    let during = reader.events_after(0, 100).await.expect("reads");
+    assert_eq!(
+        bodies(&during),
+        vec![seed.clone()],
+        "a reader never sees the events of a transaction that has not committed"
+    );
+
+    let b = Arc::new(b);
+    let b_started = b.watch_next_commit_start();
+    let b_task = tokio::spawn({
+        let (b, second, events) = (b.clone(), second.clone(), b_events.clone());
+        async move {
+            b.commit(transaction(
+                vec![Change::PutSession(Box::new(second))],
+                events,
+            ))
+            .await
+        }
+    });
+    assert!(b_started.started().await, "B began to commit");
+    probe.wait_until_blocked().await;
+    assert!(
+        !b_task.is_finished(),
+        "B cannot commit while A's transaction, which appended events, is open"
+    );
+    let cursor = reader.events_after(0, 100).await.expect("reads");
+    assert_eq!(
+        seqs(&cursor),
+        vec![1],
+        "nothing new is visible while A is open"
+    );
+
+    pause.resume();
+    let a_result = a_task.await.expect("A finishes");
+    let b_result = b_task.await.expect("B finishes");
+    b_result.expect("B commits once A is done");
+
+    // The reader goes on from its cursor: it must not have skipped anything.
+    let after_cursor = reader.events_after(1, 100).await.expect("reads");
+    let all = reader.events_after(0, 100).await.expect("reads");
+    let title = reader
+        .session(&first.id)
+        .await
+        .expect("reads")
+        .map(|s| s.title);
+    if fail_a {
+        assert!(
+            matches!(a_result, Err(Error::Backend(_))),
+            "the injected fault fails A, got {a_result:?}"
+        );
+        assert_eq!(
+            bodies(&all),
+            vec![seed, b_events[0].clone()],
+            "an event of a rolled-back transaction never appears"
+        );
+        assert_eq!(seqs(&all), vec![1, 2], "a rollback leaves no gap");
+        assert_eq!(
+            title,
+            Some(first.title),
+            "A's change was rolled back with its events"
+        );
+    } else {
+        a_result.expect("A commits");
+        let mut expected = vec![seed];
+        expected.extend(a_events);
+        expected.extend(b_events);
+        assert_eq!(
+            bodies(&all),
+            expected,
+            "events come back in commit order: A's, then B's"
+        );
+        assert_eq!(
+            seqs(&all),
+            vec![1, 2, 3, 4],
+            "positions ascend without gaps"
+        );
+        assert_eq!(title.as_deref(), Some("renamed by A"));
+    }
+    assert_eq!(
+        after_cursor,
+        all[1..].to_vec(),
+        "a reader continuing from its cursor sees every event committed after it"
+    );
+}
+
+/// Several writers commit many small transactions at once while a reader follows the outbox with a cursor:
+/// positions are 1..=N without gaps or duplicates, each writer's events keep their order, and the reader
+/// collects exactly every event once.
+async fn concurrent_writers_and_a_following_reader(handles: Vec<SqlRepo>, reader: SqlRepo) {
+    const COMMITS: usize = 15;
+    let writers = handles.len();
+    let ids = Arc::new(Ids::default());
+    let mut tasks = Vec::new();
+    for (w, repo) in handles.into_iter().enumerate() {
+        let ids = ids.clone();
+        tasks.push(tokio::spawn(async move {
+            let owned = session(&ids, &format!("/work/writer-{w}"));
+            repo.commit(transaction(
+                vec![Change::PutSession(Box::new(owned.clone()))],
+                Vec::new(),
+            ))
+            .await
+            .expect("commits");
+            let mut mine = Vec::new();
+            for n in 0..COMMITS {
+                // Every third transaction fails on an unknown session, after its first change.
+                let doomed = n % 3 == 2;
+                let mut changes = vec![Change::PutSession(Box::new(owned.clone()))];
+                if doomed {
+                    changes.push(Change::DeleteSession(ids.session()));
+                }
+                let events = vec![heartbeat(&ids), updated(&ids, &owned)];
+                let result = repo.commit(transaction(changes, events.clone())).await;
+                if doomed {
+                    assert!(matches!(result, Err(Error::NotFound(_))), "{result:?}");
+                } else {
+                    result.expect("commits");
+                    mine.extend(events);
+                }
+            }
+            mine
+        }));
+    }
+    let follower = tokio::spawn(async move {
+        let mut seen: Vec<StoredEvent> = Vec::new();
+        let expected = writers * (COMMITS - COMMITS / 3) * 2;
+        let mut cursor = 0;
+        while seen.len() < expected {
+            let page = reader.events_after(cursor, 7).await.expect("reads");
+            if let Some(last) = page.last() {
+                cursor = last.seq;
+            } else {
+                tokio::task::yield_now().await;
+            }
+            seen.extend(page);
+        }
+        (seen, reader)
+    });
+    let mut written = Vec::new();
+    for task in tasks {
+        written.push(task.await.expect("a writer finishes"));
+    }
+    let (seen, reader) = tokio::time::timeout(Duration::from_secs(60), follower)
+        .await
+        .expect("the reader catches up")
+        .expect("the reader finishes");
+    let all = reader.events_after(0, u32::MAX).await.expect("reads");
+    let count = all.len() as u64;
+    assert_eq!(
+        seqs(&all),
+        (1..=count).collect::<Vec<_>>(),
+        "positions 1..=N, no gap, no duplicate"
+    );
+    assert_eq!(
+        seen, all,
+        "a reader following with a cursor sees every event exactly once, in order"
+    );
+    let position: BTreeMap<_, _> = all.iter().map(|e| (e.event.id.clone(), e.seq)).collect();
+    for events in &written {
+        let positions: Vec<u64> = events
+            .iter()
+            .map(|e| {
+                *position
+                    .get(&e.id)
+                    .expect("every committed event is stored")
+            })
+            .collect();
+        assert!(
+            positions.windows(2).all(|p| p[0] < p[1]),
+            "a writer's events keep its commit order"
+        );
+    }
+    let committed: usize = written.iter().map(Vec::len).sum();
+    assert_eq!(all.len(), committed, "only committed events are stored");
+}
+
+#[test]
+fn sqlite_file_writer_b_waits_for_writer_a_and_events_keep_commit_order() {
+    run(async {
+        let file = SqliteFile::new();
+        let (a, b, reader) = (file.open().await, file.open().await, file.open().await);
+        writer_b_waits_for_writer_a(a, b, reader, BlockedProbe::Sqlite, false).await;
+    });
+}
+
+#[test]
+fn sqlite_file_events_of_a_rolled_back_writer_never_appear() {
+    run(async {
+        let file = SqliteFile::new();
+        let (a, b, reader) = (file.open().await, file.open().await, file.open().await);
+        writer_b_waits_for_writer_a(a, b, reader, BlockedProbe::Sqlite, true).await;
+    });
+}
+
+#[test]
+fn sqlite_file_concurrent_writers_leave_no_gap_for_a_following_reader() {
+    run(async {
+        let file = SqliteFile::new();
+        let mut handles = Vec::new();
+        for _ in 0..4 {
+            handles.push(file.open().await);
+        }
+        concurrent_writers_and_a_following_reader(handles, file.open().await).await;
+    });
+}
+
+#[test]
+fn postgres_writer_b_waits_for_writer_a_and_events_keep_commit_order() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let (a, b, reader) = (
+            schema.open().await,
+            schema.open().await,
+            schema.open().await,
+        );
+        writer_b_waits_for_writer_a(a, b, reader, BlockedProbe::Postgres(&schema), false).await;
+    });
+}
+
+#[test]
+fn postgres_events_of_a_rolled_back_writer_never_appear() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let (a, b, reader) = (
+            schema.open().await,
+            schema.open().await,
+            schema.open().await,
+        );
+        writer_b_waits_for_writer_a(a, b, reader, BlockedProbe::Postgres(&schema), true).await;
+    });
+}
+
+#[test]
+fn postgres_concurrent_writers_leave_no_gap_for_a_following_reader() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let mut handles = Vec::new();
+        for _ in 0..4 {
+            handles.push(schema.open().await);
+        }
+        concurrent_writers_and_a_following_reader(handles, schema.open().await).await;
+    });
+}
