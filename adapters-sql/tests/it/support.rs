@@ -42,10 +42,13 @@ pub fn postgres_url() -> Option<String> {
         .filter(|url| !url.is_empty())
 }
 
-/// Runs a test body when a PostgreSQL server is configured, and says so when it is not.
+/// Runs a test body when a PostgreSQL server is configured, and says so when it is not. Under CI (`CI`
+/// set, as `.ci/run` runs) a missing server is a failure: the PostgreSQL runs must not be skipped there.
 pub fn run_pg<F: Future<Output = ()>>(body: F) {
     if postgres_url().is_some() {
         run(body);
+    } else if std::env::var_os("CI").is_some() {
+        panic!("{POSTGRES_ENV} is not set under CI: .ci/run must start PostgreSQL and export it");
     } else {
         eprintln!("{POSTGRES_ENV} is not set: the PostgreSQL run of this test is skipped");
     }
