@@ -436,7 +436,7 @@ pub fn restore(
     scope: Option<Vec<String>>,
 ) -> GitResult<RestoreOutcome> {
     let target = read_flat(&store.odb, to)?;
-    let Tracked { flat: current, .. } = track(store, config)?;
+    let Tracked { flat: current, .. } = track(store, config, true)?;
     let deletions: Vec<String> = current
         .keys()
         .filter(|p| in_scope(p, &scope) && !target.contains_key(*p))

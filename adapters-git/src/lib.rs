@@ -96,7 +96,7 @@ impl SnapshotPort for GitSnapshotStore {
 
     async fn track(&self, worktree: &Path) -> Result<TrackOutcome> {
         self.with_store(worktree, |store, config| {
-            let tracked = track::track(store, config)?;
+            let tracked = track::track(store, config, false)?;
             Ok(TrackOutcome {
                 id: snapshot_id(&tracked.id)?,
                 skipped: tracked.skipped,
@@ -110,7 +110,7 @@ impl SnapshotPort for GitSnapshotStore {
         let from = object_id(from)?;
         self.with_store(worktree, move |store, config| {
             let before = read_flat(&store.odb, &from)?;
-            let now = track::track(store, config)?;
+            let now = track::track(store, config, true)?;
             let mut changed = Vec::new();
             for path in diff::changed_paths(&before, &now.flat) {
                 if !now.flat.contains_key(&path) {
@@ -167,7 +167,7 @@ impl SnapshotPort for GitSnapshotStore {
         let from = object_id(from)?;
         self.with_store(worktree, move |store, config| {
             let before = read_flat(&store.odb, &from)?;
-            let now = track::track(store, config)?;
+            let now = track::track(store, config, true)?;
             diff::unified(&store.odb, &before, &now.flat, config.size_cap)
         })
         .await

@@ -140,8 +140,9 @@ enum Outcome {
     Gone,
 }
 
-/// Tracks the worktree of `store`.
-pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
+/// Tracks the worktree of `store`. `want_flat` asks for the snapshot's files in `Tracked::flat` (left
+/// empty otherwise, which spares building it when the worktree is unchanged).
+pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResult<Tracked> {
     let started_ns = now_ns();
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
@@ -174,9 +175,46 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         &walk.candidates,
         outcomes,
     )?;
+    let mut skipped = walk.skipped;
+    // Unchanged since the cached snapshot: every file answered by the stat cache, and as many files as it
+    // holds (each answer is for a distinct cached path, so the path sets are equal). The cached tree is the
+    // snapshot; nothing is written.
+    let fresh = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Tracked(_, _, false)))
+        .count();
+    let all_fresh = outcomes
+        .iter()
+        .all(|o| matches!(o, Outcome::Tracked(_, _, false) | Outcome::Skipped(_)));
+    if let (true, Some(tree), true) = (
+        all_fresh && fresh == cache.entries.len(),
+        cache.tree,
+        cache.dirs.contains_key(""),
+    ) {
+        let mut flat = Flat::new();
+        for (candidate, outcome) in walk.candidates.iter().zip(outcomes) {
+            match outcome {
+                Outcome::Tracked(stat, id, _) if want_flat => {
+                    flat.insert(candidate.rel.clone(), (stat.mode, id));
+                }
+                Outcome::Skipped(skip) => skipped.push(skip),
+                _ => {}
+            }
+        }
+        skipped.sort_by(|a, b| a.path.cmp(&b.path));
+        let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
+        store.add_record(&tree, ignores.prefix(), &ignores.outside, &skipped_set)?;
+        store.log_returned(&tree)?;
+        return Ok(Tracked {
+            id: tree,
+            flat,
+            skipped,
+            hashed: 0,
+            ignores,
+        });
+    }
     let mut flat = Flat::new();
     let mut entries = HashMap::with_capacity(outcomes.len());
-    let mut skipped = walk.skipped;
     let mut hashed = 0;
     for (candidate, outcome) in walk.candidates.iter().zip(outcomes) {
         match outcome {

@@ -58,25 +58,7 @@ pub type Flat = BTreeMap<String, Entry>;
 
 /// Reads a snapshot's tree, and every tree below it, into flat form. A missing tree is `Missing`.
 pub fn read_flat(odb: &Odb, id: &ObjectId) -> GitResult<Flat> {
-    let mut flat = Flat::new();
-    read_into(odb, id, "", &mut flat)?;
-    Ok(flat)
-}
-
-fn read_into(odb: &Odb, id: &ObjectId, prefix: &str, flat: &mut Flat) -> GitResult<()> {
-    for (name, mode, oid) in decode(odb, id)? {
-        let path = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
-        if mode == Mode::Tree {
-            read_into(odb, &oid, &path, flat)?;
-        } else {
-            flat.insert(path, (mode, oid));
-        }
-    }
-    Ok(())
+    Ok(read_flat_with_dirs(odb, id)?.0)
 }
 
 /// Every tree id of a snapshot, the root included (for gc).
