@@ -87,13 +87,19 @@ impl Rewind {
             );
         }
         let intent = self
-            .write_intent(&session, operation, IntentOperation::Revert, before, files)
+            .write_intent(
+                &session,
+                operation,
+                IntentOperation::Revert,
+                before.clone(),
+                files,
+            )
             .await?;
         if let Err(error) = self.renew_operation(operation).await {
             return Err(self.roll_back(&session, &intent, error).await);
         }
         match self
-            .revert_files(&session, &messages, point, &patches)
+            .revert_files(&session, &messages, point, &patches, before)
             .await
         {
             Ok(result) => self.store_revert(&session, operation, result).await,
@@ -107,17 +113,26 @@ impl Rewind {
         messages: &[MessageWithParts],
         point: RevertPoint,
         patches: &[crate::model::SnapshotPatch],
+        before: SnapshotId,
     ) -> Result<RevertResult> {
         let wt = worktree(session);
         let directory = &session.directory;
         let mut warnings = Vec::new();
         // Every revert starts from the un-reverted worktree: undo the current revert, scoped as unrevert.
-        if let (Some(descriptor), Some(applied)) = (&session.revert, &session.applied)
-            && let Some(snapshot) = &descriptor.snapshot
-        {
-            warnings.extend(self.undo_revert(session, snapshot, applied).await?);
-        }
-        let snapshot = self.snapshots.track(wt).await?.id;
+        // The pre-revert state is then tracked again; without a revert to undo it is `before` itself.
+        let snapshot = match (&session.revert, &session.applied) {
+            (
+                Some(RevertDescriptor {
+                    snapshot: Some(previous),
+                    ..
+                }),
+                Some(applied),
+            ) => {
+                warnings.extend(self.undo_revert(session, previous, applied).await?);
+                self.snapshots.track(wt).await?.id
+            }
+            _ => before,
+        };
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
         let diff_text = self.snapshots.unified_diff(wt, &snapshot).await?;
         let diff = self.snapshots.diff(wt, &outcome.applied, &snapshot).await?;

@@ -395,10 +395,10 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
     let f = fixture(None, None);
     let mut snapshots = MockSnapshotPort::new();
     let mut seq = Sequence::new();
-    // before, then the pre-revert snapshot
+    // before, which is also the pre-revert snapshot (the session was not reverted)
     snapshots
         .expect_track()
-        .times(2)
+        .times(1)
         .in_sequence(&mut seq)
         .returning(|_| tracked(20));
     snapshots
