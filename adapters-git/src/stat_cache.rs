@@ -104,10 +104,8 @@ impl StatCache {
             None => data.push(0),
         }
         data.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        let mut paths: Vec<&String> = self.entries.keys().collect();
-        paths.sort();
-        for path in paths {
-            let entry = &self.entries[path];
+        // Order does not matter: the cache is read back into a map.
+        for (path, entry) in &self.entries {
             data.extend_from_slice(&(path.len() as u32).to_le_bytes());
             data.extend_from_slice(path.as_bytes());
             data.push(match entry.stat.mode {

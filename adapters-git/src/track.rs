@@ -232,16 +232,27 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         }
     }
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    // Only the trees of directories where something changed since the cached snapshot are written again.
+    // Only the trees of directories where something changed since the cached snapshot are written again:
+    // paths whose entry differs from the cache's, and paths the cache has that are gone (looked for only
+    // when the counts say some are).
     let mut dirty = HashSet::new();
+    let mut still_cached = 0;
     for (path, entry) in &entries {
-        let before = cache.entries.get(path).map(|e| (e.stat.mode, e.id));
-        if before != Some((entry.stat.mode, entry.id)) {
-            mark_dirty(&mut dirty, path);
+        match cache.entries.get(path) {
+            Some(before) if (before.stat.mode, before.id) == (entry.stat.mode, entry.id) => {
+                still_cached += 1
+            }
+            Some(_) => {
+                still_cached += 1;
+                mark_dirty(&mut dirty, path);
+            }
+            None => mark_dirty(&mut dirty, path),
         }
     }
-    for path in cache.entries.keys().filter(|p| !entries.contains_key(*p)) {
-        mark_dirty(&mut dirty, path);
+    if still_cached < cache.entries.len() {
+        for path in cache.entries.keys().filter(|p| !entries.contains_key(*p)) {
+            mark_dirty(&mut dirty, path);
+        }
     }
     let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
     let unchanged = reusable && dirty.is_empty() && hashed == 0;
