@@ -7,4 +7,5 @@ mod git_oracle;
 mod harness;
 mod opencode;
 mod safety;
+mod seeding;
 mod stat_cache_io;

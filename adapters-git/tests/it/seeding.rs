@@ -1,0 +1,114 @@
+//! Seeding a first snapshot from the user's index and objects (SPEC 2.1): no committed file is read, the
+//! id is git's, the store owns every object before the id is returned (so the user's `.git` can go), and
+//! nothing is seeded when the index may differ from the disk (`core.autocrlf`).
+
+use std::fs;
+
+use rewind_core::testkit::contract::snapshot::WorktreeHarness;
+
+use crate::git_oracle::{GitOracle, git};
+use crate::harness::GitHarness;
+
+const FILES: usize = 40;
+
+fn commit_all(h: &GitHarness, settings: &[(&str, &str)]) {
+    let root = h.root();
+    git(root, &["init", "-q"]);
+    for (key, value) in settings {
+        git(root, &["config", key, value]);
+    }
+    git(root, &["add", "-A"]);
+    git(
+        root,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "all",
+        ],
+    );
+}
+
+fn write_tree(h: &GitHarness) {
+    for i in 0..FILES {
+        h.write(
+            &format!("dir{}/file{i}.txt", i % 4),
+            format!("line of file {i}\r\nsecond\r\n").as_bytes(),
+        );
+    }
+}
+
+#[tokio::test]
+async fn first_track_of_a_committed_packed_repository_reads_no_file_and_owns_its_objects() {
+    let h = GitHarness::new();
+    write_tree(&h);
+    commit_all(&h, &[("core.autocrlf", "false")]);
+    git(h.root(), &["gc", "-q"]);
+    let outcome = h.track().await;
+    assert_eq!(
+        outcome.hashed, 0,
+        "every committed file was taken from the user's index"
+    );
+    assert_eq!(
+        outcome.id.as_str(),
+        GitOracle::new(None).write_tree(h.root())
+    );
+    let packs: Vec<_> = fs::read_dir(h.store_dir().join("objects").join("pack"))
+        .expect("the store has a pack directory")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
+        .collect();
+    assert_eq!(packs.len(), 1, "the user's pack was adopted whole");
+
+    // The user's repository disappears; the snapshot still restores.
+    fs::remove_dir_all(h.path(".git")).expect("remove .git");
+    h.write("dir1/file1.txt", b"changed\n");
+    h.remove("dir2/file2.txt");
+    h.port()
+        .restore(h.root(), &outcome.id, None)
+        .await
+        .expect("restore from the store's own objects");
+    assert_eq!(
+        fs::read(h.path("dir1/file1.txt")).expect("restored"),
+        b"line of file 1\r\nsecond\r\n"
+    );
+    assert!(h.path("dir2/file2.txt").is_file());
+}
+
+#[tokio::test]
+async fn loose_objects_are_adopted_too() {
+    let h = GitHarness::new();
+    write_tree(&h);
+    commit_all(&h, &[("core.autocrlf", "false")]);
+    let outcome = h.track().await;
+    assert_eq!(outcome.hashed, 0);
+    fs::remove_dir_all(h.path(".git")).expect("remove .git");
+    h.remove("dir3/file3.txt");
+    h.port()
+        .restore(h.root(), &outcome.id, None)
+        .await
+        .expect("restore");
+    assert!(h.path("dir3/file3.txt").is_file());
+}
+
+#[tokio::test]
+async fn nothing_is_seeded_when_autocrlf_makes_the_index_differ_from_the_disk() {
+    let h = GitHarness::new();
+    write_tree(&h);
+    // With autocrlf the user's blobs hold LF line ends while the files on disk hold CRLF.
+    commit_all(&h, &[("core.autocrlf", "true")]);
+    let outcome = h.track().await;
+    assert_eq!(
+        outcome.hashed as usize, FILES,
+        "every file was hashed from its bytes on disk"
+    );
+    assert_eq!(
+        outcome.id.as_str(),
+        GitOracle::new(None).write_tree(h.root()),
+        "byte-exact, CRLF kept"
+    );
+}
