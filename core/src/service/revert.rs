@@ -73,19 +73,26 @@ impl Rewind {
         let messages = self.repo.messages(session_id).await?;
         let wt = worktree(&session);
         let before = self.snapshots.track(wt).await?.id;
-        let mut files: BTreeSet<RelPath> = patches
-            .iter()
-            .flat_map(|p| p.files.iter().cloned())
-            .collect();
-        if let (Some(descriptor), Some(applied)) = (&session.revert, &session.applied)
-            && let Some(snapshot) = &descriptor.snapshot
-        {
-            files.extend(
+        // The files the current revert changed (if any): undone first, and in the intent.
+        let previous_changed = match (&session.revert, &session.applied) {
+            (
+                Some(RevertDescriptor {
+                    snapshot: Some(snapshot),
+                    ..
+                }),
+                Some(applied),
+            ) => {
                 self.snapshots
                     .changed_between(wt, snapshot, applied)
-                    .await?,
-            );
-        }
+                    .await?
+            }
+            _ => Vec::new(),
+        };
+        let files: BTreeSet<RelPath> = patches
+            .iter()
+            .flat_map(|p| p.files.iter().cloned())
+            .chain(previous_changed.iter().cloned())
+            .collect();
         let intent = self
             .write_intent(
                 &session,
@@ -99,7 +106,14 @@ impl Rewind {
             return Err(self.roll_back(&session, &intent, error).await);
         }
         match self
-            .revert_files(&session, &messages, point, &patches, before)
+            .revert_files(
+                &session,
+                &messages,
+                point,
+                &patches,
+                before,
+                previous_changed,
+            )
             .await
         {
             Ok(result) => self.store_revert(&session, operation, result).await,
@@ -114,6 +128,7 @@ impl Rewind {
         point: RevertPoint,
         patches: &[crate::model::SnapshotPatch],
         before: SnapshotId,
+        previous_changed: Vec<RelPath>,
     ) -> Result<RevertResult> {
         let wt = worktree(session);
         let directory = &session.directory;
@@ -128,7 +143,10 @@ impl Rewind {
                 }),
                 Some(applied),
             ) => {
-                warnings.extend(self.undo_revert(session, previous, applied).await?);
+                warnings.extend(
+                    self.undo_revert(session, previous, applied, previous_changed, &before)
+                        .await?,
+                );
                 self.snapshots.track(wt).await?.id
             }
             _ => before,
@@ -275,15 +293,18 @@ impl Rewind {
                 &session,
                 operation,
                 IntentOperation::Unrevert,
-                before,
-                files.into_iter().collect(),
+                before.clone(),
+                files.iter().cloned().collect(),
             )
             .await?;
         if let Err(error) = self.renew_operation(operation).await {
             return Err(self.roll_back(&session, &intent, error).await);
         }
         let warnings = match &descriptor.snapshot {
-            Some(snapshot) => match self.undo_revert(&session, snapshot, &applied).await {
+            Some(snapshot) => match self
+                .undo_revert(&session, snapshot, &applied, files, &before)
+                .await
+            {
                 Ok(warnings) => warnings,
                 Err(error) => return Err(self.roll_back(&session, &intent, error).await),
             },
@@ -312,20 +333,20 @@ impl Rewind {
         Ok(updated)
     }
 
-    /// Undoes a revert that left `applied` from the pre-revert `snapshot`: only the files that differ between
-    /// the two go back, and a file the user changed since the revert is captured first.
+    /// Undoes a revert that left `applied` from the pre-revert `snapshot`: only `changed` (the files that
+    /// differ between the two) go back. `current` is the worktree's snapshot taken by the caller just
+    /// before; a changed file whose content there differs from `applied` was changed by the user since the
+    /// revert, and `current` already holds it, so it serves as the capture without another walk.
     async fn undo_revert(
         &self,
         session: &Session,
         snapshot: &SnapshotId,
         applied: &SnapshotId,
+        changed: Vec<RelPath>,
+        current: &SnapshotId,
     ) -> Result<Vec<Warning>> {
         let wt = worktree(session);
         let directory = &session.directory;
-        let changed = self
-            .snapshots
-            .changed_between(wt, snapshot, applied)
-            .await?;
         if changed.is_empty() {
             return Ok(Vec::new());
         }
@@ -333,13 +354,13 @@ impl Rewind {
         let changed_set = path_set(&changed);
         let edited: Vec<RelPath> = self
             .snapshots
-            .changed_files(wt, applied)
+            .changed_between(wt, applied, current)
             .await?
             .into_iter()
             .filter(|path| changed_set.contains(path))
             .collect();
         if !edited.is_empty() {
-            let capture = self.snapshots.track(wt).await?.id;
+            let capture = current.clone();
             warnings.push(Warning {
                 time: self.now(),
                 message: format!(
