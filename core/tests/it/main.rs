@@ -5,6 +5,7 @@ mod contract_bus;
 mod contract_repo;
 mod contract_snapshot;
 mod ids_and_shapes;
+mod leases;
 mod recovery;
 mod revert_point;
 mod scenarios;

@@ -1,0 +1,127 @@
+//! The takeover rule of SPEC section 1, case by case: a lease whose process is gone on this host, or that
+//! expired on another host or for a server, may be taken over; a live process's lease on this host never.
+
+use rewind_core::id::IdGenerator;
+use rewind_core::model::SessionId;
+use rewind_core::model::{
+    Holder, HolderKind, Lease, LeaseKey, LeaseToken, ProcessIdentity, may_take_over,
+};
+
+const NOW: u64 = 1_000_000;
+
+fn lease(host: &str, kind: HolderKind, expires_at: u64) -> Lease {
+    let session: SessionId = IdGenerator::new().descending(1);
+    Lease {
+        key: LeaseKey::Session(session),
+        token: LeaseToken("tok".to_owned()),
+        holder: Holder {
+            kind,
+            process: ProcessIdentity {
+                host: host.to_owned(),
+                pid: 42,
+                start_time: 7,
+            },
+        },
+        expires_at,
+    }
+}
+
+#[test]
+fn takeover_rule_table() {
+    let expired = NOW - 1;
+    let valid = NOW + 60_000;
+    // (case, holder host, kind, expires, holder alive, expected)
+    let cases = [
+        (
+            "live process on this host, expired",
+            "here",
+            HolderKind::Process,
+            expired,
+            true,
+            false,
+        ),
+        (
+            "live process on this host, valid",
+            "here",
+            HolderKind::Process,
+            valid,
+            true,
+            false,
+        ),
+        (
+            "dead process on this host, valid",
+            "here",
+            HolderKind::Process,
+            valid,
+            false,
+            true,
+        ),
+        (
+            "dead process on this host, expired",
+            "here",
+            HolderKind::Process,
+            expired,
+            false,
+            true,
+        ),
+        (
+            "live server on this host, expired",
+            "here",
+            HolderKind::Server,
+            expired,
+            true,
+            true,
+        ),
+        (
+            "live server on this host, valid",
+            "here",
+            HolderKind::Server,
+            valid,
+            true,
+            false,
+        ),
+        (
+            "process on another host, expired",
+            "there",
+            HolderKind::Process,
+            expired,
+            true,
+            true,
+        ),
+        (
+            "process on another host, valid",
+            "there",
+            HolderKind::Process,
+            valid,
+            true,
+            false,
+        ),
+        (
+            "server on another host, valid",
+            "there",
+            HolderKind::Server,
+            valid,
+            true,
+            false,
+        ),
+        (
+            "lease expiring exactly now",
+            "there",
+            HolderKind::Process,
+            NOW,
+            true,
+            true,
+        ),
+    ];
+    for (name, host, kind, expires, alive, expected) in cases {
+        let got = may_take_over(&lease(host, kind, expires), NOW, "here", |_| alive);
+        assert_eq!(got, expected, "{name}");
+    }
+}
+
+#[test]
+fn liveness_is_asked_only_about_this_hosts_processes() {
+    // Another host's process cannot be checked from here: its liveness answer must not matter.
+    let other = lease("there", HolderKind::Process, NOW + 1);
+    assert!(!may_take_over(&other, NOW, "here", |_| false));
+}
