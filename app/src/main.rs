@@ -1,13 +1,7 @@
-//! The `rewind` binary: wires the core and the adapters into a command line and an HTTP server.
-//!
-//! The command line and the server are not built yet (issues 5 and 6); until then the binary says so and
-//! exits non-zero instead of pretending to work.
+//! The `rewind` binary: parses the command line and runs it (see `rewind_app::cli`).
 
-fn main() -> std::process::ExitCode {
-    eprintln!(
-        "rewind {}: the command line is not built yet. Run the core walkthrough instead:\n  \
-         cargo run -p rewind-core --features testkit --example walkthrough",
-        env!("CARGO_PKG_VERSION")
-    );
-    std::process::ExitCode::FAILURE
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    rewind_app::cli::main()
 }

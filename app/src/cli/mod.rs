@@ -1,0 +1,187 @@
+//! The command line (SPEC section 11): argument parsing, dispatch, and how errors and exit codes reach
+//! the terminal. Each command works directly on the database and the snapshot store with the same
+//! configuration as the server; its changes reach a running server's event stream through the outbox.
+
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::config::{ConfigArgs, ServerArgs, Settings};
+
+/// rewind: undo that can itself be undone, for coding-agent sessions and any directory.
+#[derive(Parser, Debug)]
+#[command(name = "rewind", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Print machine-readable JSON instead of text (fields documented in the README).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The worktree to work on (default: the current directory).
+    #[arg(long, short = 'C', global = true, value_name = "DIR")]
+    pub directory: Option<PathBuf>,
+    /// Configuration shared with the server.
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the HTTP server (OpenCode's session API and event stream).
+    Serve(ServerArgs),
+    /// Record a scripted session in a temporary repository and show revert, re-revert and unrevert.
+    Demo {
+        /// Keep the demo's repository in this directory instead of a temporary one.
+        #[arg(long, value_name = "DIR")]
+        keep: Option<PathBuf>,
+    },
+    /// Run a command as one step of this directory's latest session, passing its exit code through.
+    Exec {
+        /// Start a new session instead of continuing the latest one.
+        #[arg(long)]
+        new_session: bool,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Undo the last turn of the latest session (OpenCode's /undo).
+    Undo,
+    /// Redo the last undone turn (OpenCode's /redo).
+    Redo,
+    /// The session's timeline: one line per message, each step's files, the revert point and warnings.
+    Log {
+        /// The session (default: the latest of this directory).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+    },
+    /// Revert the session to a message (or a part of it).
+    Revert {
+        /// The session (default: the latest of this directory).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// The message to revert to.
+        message: String,
+        /// The part to revert to.
+        #[arg(long, value_name = "ID")]
+        part: Option<String>,
+    },
+    /// Undo the session's revert.
+    Unrevert {
+        /// The session (default: the latest of this directory).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+    },
+    /// The diff of the session's revert.
+    Diff {
+        /// The session (default: the latest of this directory).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+    },
+    /// Sessions of this directory, the store's size on disk and the last gc.
+    Status,
+    /// Delete old sessions, then collect the snapshots nothing refers to.
+    Gc {
+        /// Delete sessions not updated for this many days first.
+        #[arg(long, value_name = "DAYS")]
+        older_than: Option<u64>,
+    },
+    /// The snapshot store of this directory, for scripts and for getting single files back.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+/// `rewind snapshot …`.
+#[derive(Subcommand, Debug)]
+pub enum SnapshotCommand {
+    /// Snapshot the directory now; prints the id and the skipped files.
+    Track,
+    /// The diff between two snapshots, or from one to the directory now.
+    Diff {
+        /// The older snapshot.
+        from: String,
+        /// The newer snapshot (default: the directory now).
+        to: Option<String>,
+    },
+    /// Put the directory (or the given paths) back to a snapshot, capturing the current state first.
+    Restore {
+        /// The snapshot.
+        id: String,
+        /// Paths relative to the directory (default: everything).
+        paths: Vec<PathBuf>,
+    },
+}
+
+/// An error whose exit code is not 1 (a command run by `exec` that failed, say).
+#[derive(Debug)]
+pub struct Exit(pub u8);
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit code {}", self.0)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// Parses the command line, runs the command and turns its outcome into an exit code; errors go to
+/// stderr with their causes.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(matches!(cli.command, Command::Serve(_)));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => match error.downcast_ref::<Exit>() {
+            Some(Exit(code)) => ExitCode::from(*code),
+            None => {
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let directory = match &cli.directory {
+        Some(dir) if dir.is_absolute() => dir.clone(),
+        Some(dir) => cwd.join(dir),
+        None => cwd.clone(),
+    };
+    match cli.command {
+        Command::Serve(server) => {
+            let settings = Settings::resolve(&cli.config, Some(&server), &directory)?;
+            crate::http::serve(settings).await
+        }
+        command => {
+            let settings = Settings::resolve(&cli.config, None, &directory)?;
+            commands::run(command, &settings, &directory, cli.json).await
+        }
+    }
+}
+
+fn init_tracing(server: bool) {
+    let default = if server { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // A second initialisation (tests that call `main` twice) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

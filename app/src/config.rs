@@ -1,0 +1,384 @@
+//! Configuration shared by the server and the command line. Each setting comes from, in order of
+//! precedence: a command-line flag, a `REWIND_*` environment variable, the config file (`--config`,
+//! `REWIND_CONFIG`, or `$XDG_CONFIG_HOME/rewind/config.toml` when it exists), then the default.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::Deserialize;
+
+/// The default port, OpenCode's.
+pub const DEFAULT_PORT: u16 = 4096;
+/// The default address: loopback only.
+pub const DEFAULT_HOSTNAME: &str = "127.0.0.1";
+/// Untracked files larger than this are not snapshotted (2 MiB).
+pub const DEFAULT_SIZE_CAP: u64 = 2 * 1024 * 1024;
+/// Worktrees with more files than this are refused.
+pub const DEFAULT_FILE_CAP: usize = 500_000;
+/// An HTTP client's open step is abandoned after this many seconds without a request on its session.
+pub const DEFAULT_STEP_TIMEOUT_SECS: u64 = 600;
+
+/// The flags every command takes (each also read from its `REWIND_*` variable).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConfigArgs {
+    /// The config file (TOML). Default: `$XDG_CONFIG_HOME/rewind/config.toml` when it exists.
+    #[arg(long, env = "REWIND_CONFIG", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where rewind keeps its database and snapshot stores. Default: `$XDG_DATA_HOME/rewind`
+    /// (`~/.local/share/rewind`).
+    #[arg(long, env = "REWIND_DATA_DIR", global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The database: `sqlite://FILE?mode=rwc` or `postgres://…`. Default: `rewind.db` in the data directory.
+    #[arg(long, env = "REWIND_DATABASE_URL", global = true, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// A directory under which sessions' worktrees may lie (repeatable; `:`-separated in the variable).
+    /// Default: the current directory.
+    #[arg(
+        long = "project-root",
+        env = "REWIND_PROJECT_ROOTS",
+        global = true,
+        value_delimiter = ':',
+        value_name = "DIR"
+    )]
+    pub project_roots: Vec<PathBuf>,
+    /// Untracked files larger than this many bytes are not snapshotted (they are reported as skipped).
+    #[arg(long, env = "REWIND_SIZE_CAP", global = true, value_name = "BYTES")]
+    pub size_cap: Option<u64>,
+    /// Worktrees with more files than this are refused.
+    #[arg(long, env = "REWIND_FILE_CAP", global = true, value_name = "COUNT")]
+    pub file_cap: Option<usize>,
+    /// Seconds without a request after which an HTTP client's open step is abandoned.
+    #[arg(
+        long,
+        env = "REWIND_STEP_TIMEOUT",
+        global = true,
+        value_name = "SECONDS"
+    )]
+    pub step_timeout: Option<u64>,
+}
+
+/// The server's own flags (OpenCode's names), also read from `REWIND_HOSTNAME`, `REWIND_PORT` and
+/// `REWIND_PASSWORD`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServerArgs {
+    /// The address to listen on. Anything but loopback requires a password.
+    #[arg(long, env = "REWIND_HOSTNAME", value_name = "HOST")]
+    pub hostname: Option<String>,
+    /// The port to listen on (0: any free port).
+    #[arg(long, env = "REWIND_PORT", value_name = "PORT")]
+    pub port: Option<u16>,
+    /// The HTTP basic-auth password (user `rewind`); required on a non-loopback address.
+    #[arg(
+        long,
+        env = "REWIND_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    pub password: Option<String>,
+}
+
+/// The config file's keys; every one is optional.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct FileConfig {
+    /// As `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// As `--database-url`.
+    pub database_url: Option<String>,
+    /// As `--hostname`.
+    pub hostname: Option<String>,
+    /// As `--port`.
+    pub port: Option<u16>,
+    /// As `--password`.
+    pub password: Option<String>,
+    /// As `--project-root`.
+    pub project_roots: Option<Vec<PathBuf>>,
+    /// As `--size-cap`.
+    pub size_cap: Option<u64>,
+    /// As `--file-cap`.
+    pub file_cap: Option<usize>,
+    /// As `--step-timeout` (seconds).
+    pub step_timeout: Option<u64>,
+}
+
+/// The resolved configuration.
+#[derive(Clone)]
+pub struct Settings {
+    /// rewind's data directory (absolute).
+    pub data_dir: PathBuf,
+    /// The database URL.
+    pub database_url: String,
+    /// The server's address.
+    pub hostname: String,
+    /// The server's port (0: any free port).
+    pub port: u16,
+    /// The server's basic-auth password.
+    pub password: Option<String>,
+    /// Directories under which worktrees may lie (absolute).
+    pub project_roots: Vec<PathBuf>,
+    /// The untracked-file size cap in bytes.
+    pub size_cap: u64,
+    /// The worktree file-count cap.
+    pub file_cap: usize,
+    /// The step timeout of HTTP clients, in milliseconds.
+    pub step_timeout_ms: u64,
+    /// The config file that was read, if any.
+    pub config_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("data_dir", &self.data_dir)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("hostname", &self.hostname)
+            .field("port", &self.port)
+            .field("password", &self.password.as_ref().map(|_| "<set>"))
+            .field("project_roots", &self.project_roots)
+            .field("size_cap", &self.size_cap)
+            .field("file_cap", &self.file_cap)
+            .field("step_timeout_ms", &self.step_timeout_ms)
+            .field("config_file", &self.config_file)
+            .finish()
+    }
+}
+
+impl Settings {
+    /// The defaults for a data directory: the SQLite file in it, loopback on the default port, the
+    /// current directory `cwd` as the only project root.
+    pub fn new(data_dir: impl Into<PathBuf>, cwd: &Path) -> Settings {
+        let data_dir = absolute(cwd, &data_dir.into());
+        Settings {
+            database_url: default_database_url(&data_dir),
+            data_dir,
+            hostname: DEFAULT_HOSTNAME.to_owned(),
+            port: DEFAULT_PORT,
+            password: None,
+            project_roots: vec![cwd.to_path_buf()],
+            size_cap: DEFAULT_SIZE_CAP,
+            file_cap: DEFAULT_FILE_CAP,
+            step_timeout_ms: DEFAULT_STEP_TIMEOUT_SECS * 1000,
+            config_file: None,
+        }
+    }
+
+    /// Resolves flags and environment (already merged by clap) over the config file over the defaults.
+    /// Relative paths are taken from `cwd`.
+    pub fn resolve(args: &ConfigArgs, server: Option<&ServerArgs>, cwd: &Path) -> Result<Settings> {
+        let (file, config_file) = read_config_file(args.config.as_deref(), cwd)?;
+        let data_dir = match args.data_dir.clone().or(file.data_dir.clone()) {
+            Some(dir) => absolute(cwd, &dir),
+            None => default_data_dir()?,
+        };
+        let mut settings = Settings::new(data_dir, cwd);
+        settings.config_file = config_file;
+        if let Some(url) = args.database_url.clone().or(file.database_url) {
+            settings.database_url = url;
+        }
+        let server = server.cloned().unwrap_or_default();
+        if let Some(hostname) = server.hostname.or(file.hostname) {
+            settings.hostname = hostname;
+        }
+        if let Some(port) = server.port.or(file.port) {
+            settings.port = port;
+        }
+        settings.password = server
+            .password
+            .or(file.password)
+            .filter(|password| !password.is_empty());
+        let roots = if args.project_roots.is_empty() {
+            file.project_roots.unwrap_or_default()
+        } else {
+            args.project_roots.clone()
+        };
+        if !roots.is_empty() {
+            settings.project_roots = roots.iter().map(|root| absolute(cwd, root)).collect();
+        }
+        if let Some(cap) = args.size_cap.or(file.size_cap) {
+            settings.size_cap = cap;
+        }
+        if let Some(cap) = args.file_cap.or(file.file_cap) {
+            if cap == 0 {
+                bail!("the file-count cap must be at least 1");
+            }
+            settings.file_cap = cap;
+        }
+        if let Some(secs) = args.step_timeout.or(file.step_timeout) {
+            if secs == 0 {
+                bail!("the step timeout must be at least 1 second");
+            }
+            settings.step_timeout_ms = secs.saturating_mul(1000);
+        }
+        Ok(settings)
+    }
+
+    /// Whether the server would listen on a loopback address only.
+    pub fn is_loopback(&self) -> bool {
+        is_loopback_name(&self.hostname)
+    }
+}
+
+/// Whether `host` (a name or an address, without port) is loopback.
+pub fn is_loopback_name(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    host.parse::<std::net::IpAddr>()
+        .map(|ip| ip.is_loopback())
+        .unwrap_or(false)
+}
+
+/// `sqlite://<data dir>/rewind.db?mode=rwc`.
+pub fn default_database_url(data_dir: &Path) -> String {
+    format!("sqlite://{}?mode=rwc", data_dir.join("rewind.db").display())
+}
+
+/// A URL with its password replaced, for logs and messages.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+fn absolute(cwd: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    }
+}
+
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map(PathBuf::from)
+}
+
+fn xdg_dir(variable: &str, fallback: &str) -> Option<PathBuf> {
+    std::env::var_os(variable)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .or_else(|| home_dir().map(|home| home.join(fallback)))
+}
+
+fn default_data_dir() -> Result<PathBuf> {
+    xdg_dir("XDG_DATA_HOME", ".local/share")
+        .map(|dir| dir.join("rewind"))
+        .context("no data directory: set --data-dir or REWIND_DATA_DIR (HOME is not set)")
+}
+
+fn read_config_file(explicit: Option<&Path>, cwd: &Path) -> Result<(FileConfig, Option<PathBuf>)> {
+    let path = match explicit {
+        Some(path) => absolute(cwd, path),
+        None => match xdg_dir("XDG_CONFIG_HOME", ".config") {
+            Some(dir) if dir.join("rewind/config.toml").is_file() => dir.join("rewind/config.toml"),
+            _ => return Ok((FileConfig::default(), None)),
+        },
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the config file {}", path.display()))?;
+    let file: FileConfig = toml::from_str(&text)
+        .with_context(|| format!("the config file {} is not valid", path.display()))?;
+    Ok((file, Some(path)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_names() {
+        for host in [
+            "127.0.0.1",
+            "localhost",
+            "::1",
+            "[::1]",
+            "127.1.2.3",
+            "LOCALHOST",
+        ] {
+            assert!(is_loopback_name(host), "{host}");
+        }
+        for host in [
+            "0.0.0.0",
+            "192.168.1.2",
+            "example.com",
+            "::",
+            "localhost.evil.com",
+        ] {
+            assert!(!is_loopback_name(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_url("sqlite:///x/y.db"), "sqlite:///x/y.db");
+    }
+
+    #[test]
+    fn flags_win_over_the_file_which_wins_over_defaults() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("rewind.toml");
+        std::fs::write(
+            &file,
+            "data_dir = \"data\"\nport = 5000\nfile_cap = 10\nstep_timeout = 7\nproject_roots = [\"/srv\"]\n",
+        )?;
+        let args = ConfigArgs {
+            config: Some(file.clone()),
+            file_cap: Some(20),
+            ..ConfigArgs::default()
+        };
+        let settings = Settings::resolve(&args, None, dir.path())?;
+        assert_eq!(settings.data_dir, dir.path().join("data"));
+        assert_eq!(settings.port, 5000);
+        assert_eq!(settings.file_cap, 20);
+        assert_eq!(settings.step_timeout_ms, 7000);
+        assert_eq!(settings.project_roots, vec![PathBuf::from("/srv")]);
+        assert_eq!(settings.size_cap, DEFAULT_SIZE_CAP);
+        assert_eq!(settings.hostname, DEFAULT_HOSTNAME);
+        assert_eq!(
+            settings.database_url,
+            default_database_url(&dir.path().join("data"))
+        );
+        let server = ServerArgs {
+            port: Some(0),
+            ..ServerArgs::default()
+        };
+        assert_eq!(Settings::resolve(&args, Some(&server), dir.path())?.port, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn a_bad_config_file_is_an_error_naming_it() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("rewind.toml");
+        std::fs::write(&file, "prot = 5000\n")?;
+        let args = ConfigArgs {
+            config: Some(file.clone()),
+            data_dir: Some(dir.path().to_path_buf()),
+            ..ConfigArgs::default()
+        };
+        let error = match Settings::resolve(&args, None, dir.path()) {
+            Ok(settings) => panic!("accepted an unknown key: {settings:?}"),
+            Err(error) => format!("{error:#}"),
+        };
+        assert!(
+            error.contains("rewind.toml") && error.contains("prot"),
+            "{error}"
+        );
+        Ok(())
+    }
+}

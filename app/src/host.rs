@@ -1,0 +1,132 @@
+//! The real `HostPort`: the system clock, and the process table read from `/proc` (Linux), so a lease's
+//! owner is known to be gone when its pid no longer runs with the start time it had.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rewind_core::HostPort;
+use rewind_core::model::ProcessIdentity;
+
+/// The host rewind runs on.
+#[derive(Debug, Clone)]
+pub struct SystemHost {
+    me: ProcessIdentity,
+}
+
+impl SystemHost {
+    /// This process on this host.
+    pub fn new() -> SystemHost {
+        let pid = std::process::id();
+        SystemHost {
+            me: ProcessIdentity {
+                host: host_name(),
+                pid,
+                start_time: process_start_time(pid).unwrap_or(0),
+            },
+        }
+    }
+}
+
+impl Default for SystemHost {
+    fn default() -> Self {
+        SystemHost::new()
+    }
+}
+
+impl HostPort for SystemHost {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    }
+
+    fn this_process(&self) -> ProcessIdentity {
+        self.me.clone()
+    }
+
+    fn is_alive(&self, process: &ProcessIdentity) -> bool {
+        if process.host != self.me.host {
+            // Another host's process table cannot be read: it is alive until its lease expires.
+            return true;
+        }
+        match read_stat(process.pid) {
+            // A zombie has exited; only its parent has not collected it yet.
+            Some(stat) => stat.state != 'Z' && stat.start_time == process.start_time,
+            None => false,
+        }
+    }
+}
+
+/// The host's name (`/proc/sys/kernel/hostname`, else `HOSTNAME`, else `localhost`).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            std::env::var("HOSTNAME")
+                .ok()
+                .filter(|name| !name.is_empty())
+        })
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// A process's start time in clock ticks since boot, `None` when it does not run.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    read_stat(pid).map(|stat| stat.start_time)
+}
+
+struct ProcStat {
+    state: char,
+    start_time: u64,
+}
+
+fn read_stat(pid: u32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may itself hold spaces and parentheses: the
+    // fields after it start after the last `)`.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); starttime is field 22.
+    let state = fields.first()?.chars().next()?;
+    let start_time = fields.get(22 - 3)?.parse().ok()?;
+    Some(ProcStat { state, start_time })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_changed_start_time_is_not() {
+        let host = SystemHost::new();
+        let me = host.this_process();
+        assert!(me.start_time > 0);
+        assert!(host.is_alive(&me));
+        let reused = ProcessIdentity {
+            start_time: me.start_time + 1,
+            ..me.clone()
+        };
+        assert!(!host.is_alive(&reused));
+        let elsewhere = ProcessIdentity {
+            host: format!("{}-elsewhere", me.host),
+            pid: u32::MAX,
+            ..me
+        };
+        assert!(host.is_alive(&elsewhere));
+    }
+
+    #[test]
+    fn an_exited_child_is_gone() -> std::io::Result<()> {
+        let host = SystemHost::new();
+        let mut child = std::process::Command::new("true").spawn()?;
+        let identity = ProcessIdentity {
+            host: host_name(),
+            pid: child.id(),
+            start_time: process_start_time(child.id()).unwrap_or(0),
+        };
+        child.wait()?;
+        assert!(!host.is_alive(&identity));
+        Ok(())
+    }
+}

@@ -1,0 +1,12 @@
+//! rewind's application: configuration, wiring of the core services to the adapters, the HTTP server
+//! (`rewind serve`) and the command line. Only this crate knows HTTP, terminals and process exit codes.
+
+pub mod cli;
+pub mod config;
+pub mod host;
+pub mod http;
+pub mod startup;
+
+pub use config::Settings;
+pub use host::SystemHost;
+pub use startup::Services;
