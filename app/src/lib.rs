@@ -9,4 +9,4 @@ pub mod startup;
 
 pub use config::Settings;
 pub use host::SystemHost;
-pub use startup::Services;
+pub use startup::{Application, ServerOptions, Services};

@@ -80,3 +80,159 @@ impl Services {
         })
     }
 }
+
+/// Server settings that are not user configuration (tests and benchmarks change them).
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// The largest request body accepted (larger: 413).
+    pub body_limit: usize,
+    /// How often the outbox relay polls the database.
+    pub relay_interval: std::time::Duration,
+    /// How often event streams send `server.heartbeat`.
+    pub heartbeat: std::time::Duration,
+    /// The default worktree (default: the process's current directory).
+    pub cwd: Option<std::path::PathBuf>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            body_limit: 8 * 1024 * 1024,
+            relay_interval: std::time::Duration::from_millis(50),
+            heartbeat: std::time::Duration::from_secs(10),
+            cwd: None,
+        }
+    }
+}
+
+/// The HTTP server, bound and ready: `build` then `run_until_stopped` (port 0 picks a free port, which
+/// `port` tells).
+pub struct Application {
+    listener: tokio::net::TcpListener,
+    address: std::net::SocketAddr,
+    state: crate::http::AppState,
+    relay_cursor: u64,
+    relay_interval: std::time::Duration,
+    body_limit: usize,
+}
+
+impl std::fmt::Debug for Application {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Application")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Application {
+    /// Opens the services, runs recovery (SPEC section 8), finds the end of the outbox and binds the
+    /// listener. Refuses a non-loopback address without a password.
+    pub async fn build(settings: Settings) -> Result<Application> {
+        Application::build_with(settings, ServerOptions::default()).await
+    }
+
+    /// `build` with non-default server options.
+    pub async fn build_with(settings: Settings, options: ServerOptions) -> Result<Application> {
+        if !settings.is_loopback() && settings.password.is_none() {
+            anyhow::bail!(
+                "refusing to listen on {} without a password: set --password or REWIND_PASSWORD \
+                 (anything but loopback requires HTTP basic auth)",
+                settings.hostname
+            );
+        }
+        let cwd = match options.cwd.clone() {
+            Some(cwd) => cwd,
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        let roots = settings
+            .project_roots
+            .iter()
+            .map(|root| {
+                std::fs::canonicalize(root)
+                    .with_context(|| format!("project root {} cannot be opened", root.display()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let services = Services::open(&settings, HolderKind::Server).await?;
+        let report = services
+            .rewind
+            .recover()
+            .await
+            .context("recovery of interrupted operations failed")?;
+        if !report.recovered.is_empty() || !report.in_progress.is_empty() {
+            tracing::info!(
+                recovered = report.recovered.len(),
+                in_progress = report.in_progress.len(),
+                "recovery"
+            );
+        }
+        let relay_cursor = crate::http::events::outbox_end(services.repo.as_ref())
+            .await
+            .context("cannot read the event outbox")?;
+        let listener = tokio::net::TcpListener::bind((settings.hostname.as_str(), settings.port))
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {}:{} (is another server running? --port 0 picks a free port)",
+                    settings.hostname, settings.port
+                )
+            })?;
+        let address = listener.local_addr()?;
+        let state = crate::http::AppState {
+            bus: Arc::new(rewind_bus::BroadcastBus::default()),
+            roots: Arc::new(roots),
+            cwd,
+            loopback_only: settings.is_loopback(),
+            password: settings.password.as_deref().map(Arc::from),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            relay_wake: Arc::new(tokio::sync::Notify::new()),
+            heartbeat: options.heartbeat,
+            services,
+        };
+        Ok(Application {
+            listener,
+            address,
+            state,
+            relay_cursor,
+            relay_interval: options.relay_interval,
+            body_limit: options.body_limit,
+        })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    /// The bound address.
+    pub fn address(&self) -> std::net::SocketAddr {
+        self.address
+    }
+
+    /// Cancelling this token stops the server gracefully: requests in flight finish, event streams end.
+    pub fn shutdown_token(&self) -> tokio_util::sync::CancellationToken {
+        self.state.shutdown.clone()
+    }
+
+    /// Serves until the shutdown token is cancelled, with the outbox relay running beside.
+    pub async fn run_until_stopped(self) -> Result<()> {
+        let stop = self.state.shutdown.clone();
+        let relay = tokio::spawn(crate::http::events::relay(
+            Arc::clone(&self.state.services.repo) as Arc<dyn MessageRepo>,
+            Arc::clone(&self.state.bus),
+            self.relay_cursor,
+            self.relay_interval,
+            Arc::clone(&self.state.relay_wake),
+            stop.clone(),
+        ));
+        tracing::info!(address = %self.address, "rewind serving");
+        let router = crate::http::router(self.state, self.body_limit);
+        let served = axum::serve(self.listener, router)
+            .with_graceful_shutdown(stop.clone().cancelled_owned())
+            .await
+            .context("the HTTP server failed");
+        stop.cancel();
+        let _ = relay.await;
+        tracing::info!("rewind stopped");
+        served
+    }
+}

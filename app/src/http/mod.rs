@@ -1,11 +1,137 @@
-//! The HTTP server (SPEC sections 9 and 10).
+//! The HTTP server (SPEC sections 9 and 10): OpenCode's session API over the core services, the event
+//! stream fed by the outbox relay, and the OpenAPI document. Handlers are thin: they parse, call
+//! `Rewind`, and map its errors to OpenCode's JSON error bodies.
 
-use anyhow::{Result, bail};
+pub mod doc;
+pub mod dto;
+pub mod error;
+pub mod events;
+pub mod extract;
+pub mod routes;
+pub mod security;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use rewind_bus::BroadcastBus;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::startup::{Application, Services};
+use error::ApiError;
 
-/// Runs the server until it is stopped.
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    /// The core services and adapters.
+    pub services: Services,
+    /// The live event bus the relay feeds.
+    pub bus: Arc<BroadcastBus>,
+    /// Canonical project roots.
+    pub roots: Arc<Vec<PathBuf>>,
+    /// The server's working directory: the default worktree.
+    pub cwd: PathBuf,
+    /// Whether `Host`/`Origin` must be loopback.
+    pub loopback_only: bool,
+    /// The basic-auth password, when one is set.
+    pub password: Option<Arc<str>>,
+    /// Cancelled when the server stops; ends the event streams.
+    pub shutdown: CancellationToken,
+    /// Wakes the outbox relay early.
+    pub relay_wake: Arc<Notify>,
+    /// The heartbeat interval of event streams.
+    pub heartbeat: Duration,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("roots", &self.roots)
+            .field("cwd", &self.cwd)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// `raw` canonical and under a project root, or 400.
+    pub fn check_worktree(&self, raw: &str) -> Result<String, ApiError> {
+        security::worktree_under_roots(raw, &self.roots)
+    }
+}
+
+/// The router with every route of SPEC section 9, the guards and the body limit.
+pub fn router(state: AppState, body_limit: usize) -> Router {
+    use routes::*;
+    Router::new()
+        .route("/session", get(list_sessions).post(create_session))
+        .route("/session/{id}", get(get_session).delete(delete_session))
+        .route(
+            "/session/{id}/message",
+            get(list_messages).post(create_message),
+        )
+        .route("/session/{id}/message/{mid}", get(get_message))
+        .route("/session/{id}/message/{mid}/part", post(append_part))
+        .route("/session/{id}/message/{mid}/step", post(begin_step))
+        .route("/session/{id}/message/{mid}/step/finish", post(finish_step))
+        .route("/session/{id}/message/{mid}/step/abort", post(abort_step))
+        .route("/session/{id}/abort", post(abort))
+        .route("/session/{id}/revert", post(revert))
+        .route("/session/{id}/unrevert", post(unrevert))
+        .route("/session/{id}/revert/commit", post(commit_revert))
+        .route("/session/{id}/revert/preview", get(preview))
+        .route("/session/{id}/diff", get(session_diff))
+        .route("/session/{id}/warnings", get(warnings))
+        .route("/event", get(events::stream))
+        .route("/doc", get(doc::openapi_json))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            security::guard,
+        ))
+        .with_state(state)
+}
+
+/// Runs `rewind serve` until SIGINT or SIGTERM: recovery, then the server and its outbox relay.
 pub async fn serve(settings: Settings) -> Result<()> {
-    let _ = settings;
-    bail!("`rewind serve` is not built yet")
+    let application = Application::build(settings).await?;
+    let stop = application.shutdown_token();
+    // Scripts read the port from this line (`--port 0` picks a free one).
+    println!("rewind listening on http://{}", application.address());
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("stopping: finishing requests and closing event streams");
+        stop.cancel();
+    });
+    application.run_until_stopped().await
+}
+
+async fn wait_for_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
 }

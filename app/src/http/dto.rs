@@ -1,0 +1,103 @@
+//! Request bodies and query strings of the HTTP API, in OpenCode's field names. Responses are the core's
+//! domain types, which already serialise in OpenCode's shapes.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
+
+/// `POST /session`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct CreateSessionBody {
+    /// The title (default "New session").
+    pub title: Option<String>,
+    /// The worktree (default: `?directory=`, the `x-opencode-directory` header, the server's directory).
+    pub directory: Option<String>,
+    /// Accepted for OpenCode's client; rewind has no child sessions.
+    #[serde(rename = "parentID")]
+    pub parent_id: Option<String>,
+}
+
+/// `POST /session/:id/message`: OpenCode's prompt body (`{messageID?, parts, agent?, model?, …}`) or
+/// rewind's extension (`{id?, role, parentID?, parts?}`). Fields not listed are kept on the message.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct MessageBody {
+    /// The client's own message id (rewind's name).
+    pub id: Option<String>,
+    /// The client's own message id (OpenCode's name).
+    #[serde(rename = "messageID")]
+    pub message_id: Option<String>,
+    /// `user` (default) or `assistant`.
+    pub role: Option<String>,
+    /// For an assistant message: its turn's user message (default: the latest).
+    #[serde(rename = "parentID")]
+    pub parent_id: Option<String>,
+    /// The parts, each `{id?, type, …}`.
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub parts: Vec<Value>,
+}
+
+/// The fields of a message body that are not kept on the message.
+pub const MESSAGE_BODY_FIELDS: &[&str] =
+    &["id", "messageID", "role", "parentID", "parts", "noReply"];
+
+/// `POST /session/:id/message/:mid/step/finish`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct StepFinishBody {
+    /// Why the step ended (default `stop`).
+    pub reason: Option<String>,
+    /// The step's cost.
+    pub cost: Option<f64>,
+    /// The step's tokens `{input, output, reasoning, cache:{read, write}}`.
+    #[schema(value_type = Option<Object>)]
+    pub tokens: Option<rewind_core::model::Tokens>,
+}
+
+/// `POST /session/:id/revert`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RevertBody {
+    /// The message to revert to.
+    #[serde(rename = "messageID")]
+    pub message_id: String,
+    /// A part of it, for a part-level revert.
+    #[serde(rename = "partID")]
+    pub part_id: Option<String>,
+}
+
+/// `GET /session/:id/revert/preview`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PreviewQuery {
+    /// The message a revert would go to.
+    #[serde(rename = "messageID")]
+    pub message_id: String,
+    /// A part of it.
+    #[serde(rename = "partID")]
+    pub part_id: Option<String>,
+}
+
+/// `GET /session/:id/message`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MessagesQuery {
+    /// Only the newest `limit` messages.
+    pub limit: Option<usize>,
+    /// OpenCode's paging cursor; not supported by rewind (400).
+    pub before: Option<String>,
+}
+
+/// The worktree parameter every route accepts.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DirectoryParam {
+    /// The worktree (also the `x-opencode-directory` header); it must lie under a project root.
+    pub directory: Option<String>,
+}
+
+/// Fields of an object other than `known`.
+pub fn extra_fields(mut fields: Map<String, Value>, known: &[&str]) -> Map<String, Value> {
+    for key in known {
+        fields.remove(*key);
+    }
+    fields
+}

@@ -1,0 +1,128 @@
+//! Errors as OpenCode's clients expect them: each failure becomes a status and a JSON body in OpenCode's
+//! shapes (SPEC section 9); 500 is kept for real internal faults, whose cause is logged, never sent.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rewind_core::Error;
+use rewind_core::model::SessionId;
+use serde_json::{Value, json};
+
+/// A failed request.
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400 `{name:"BadRequest", data:{message}}`.
+    BadRequest(String),
+    /// 404 `{name:"NotFoundError", data:{message}}`.
+    NotFound(String),
+    /// 409 `{_tag:"SessionBusyError", sessionID, message}`.
+    Busy {
+        /// The session concerned, when known.
+        session_id: Option<String>,
+        /// What holds it.
+        message: String,
+    },
+    /// 401 with `WWW-Authenticate`: the password is missing or wrong.
+    Unauthorized,
+    /// 403: a foreign `Host` or `Origin`.
+    Forbidden(String),
+    /// 405: the route exists with other methods.
+    MethodNotAllowed(String),
+    /// 413: the request body is over the limit.
+    PayloadTooLarge(String),
+    /// 500: an internal fault; `public` is sent, the cause has been logged.
+    Internal(String),
+}
+
+impl ApiError {
+    /// Maps a core error, naming `session` in a 409 when the core did not.
+    pub fn from_core(error: Error, session: Option<&SessionId>) -> ApiError {
+        match error {
+            Error::NotFound(message) => ApiError::NotFound(message),
+            Error::InvalidInput(message) => ApiError::BadRequest(message),
+            Error::Busy {
+                session_id,
+                message,
+            } => ApiError::Busy {
+                session_id: session_id
+                    .or_else(|| session.cloned())
+                    .map(|id| id.as_str().to_owned()),
+                message,
+            },
+            Error::LeaseLost(what) => ApiError::Busy {
+                session_id: session.map(|id| id.as_str().to_owned()),
+                message: format!(
+                    "the operation lost its lease ({what}) to another one; nothing was stored, retry"
+                ),
+            },
+            error @ (Error::MissingObject(_) | Error::Unreadable { .. }) => {
+                tracing::error!(error = %error, "request failed");
+                ApiError::Internal(error.to_string())
+            }
+            error @ Error::Backend(_) => {
+                tracing::error!(error = %error, cause = ?std::error::Error::source(&error), "internal fault");
+                ApiError::Internal("internal error; the server log has the cause".to_owned())
+            }
+        }
+    }
+
+    /// The status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Busy { .. } => StatusCode::CONFLICT,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The JSON body of this error.
+    pub fn body(&self) -> Value {
+        let named = |name: &str, message: &str| json!({"name": name, "data": {"message": message}});
+        match self {
+            ApiError::BadRequest(message) => named("BadRequest", message),
+            ApiError::NotFound(message) => named("NotFoundError", message),
+            ApiError::Busy {
+                session_id,
+                message,
+            } => {
+                let mut body = json!({"_tag": "SessionBusyError", "message": message});
+                if let (Some(id), Value::Object(fields)) = (session_id, &mut body) {
+                    fields.insert("sessionID".to_owned(), Value::String(id.clone()));
+                }
+                body
+            }
+            ApiError::Unauthorized => named(
+                "Unauthorized",
+                "this server requires a password (HTTP basic auth)",
+            ),
+            ApiError::Forbidden(message) => named("Forbidden", message),
+            ApiError::MethodNotAllowed(message) => named("MethodNotAllowed", message),
+            ApiError::PayloadTooLarge(message) => named("PayloadTooLarge", message),
+            ApiError::Internal(message) => named("UnknownError", message),
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        ApiError::from_core(error, None)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if matches!(self, ApiError::Unauthorized) {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"rewind\", charset=\"UTF-8\""),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,133 @@
+//! The event stream (SPEC section 10): `GET /event` sends `server.connected`, then every event the relay
+//! publishes, `server.heartbeat` every 10 s and `server.lagged {missed}` when the subscriber fell behind;
+//! it ends when the server stops. The relay follows the database's outbox and publishes new rows in
+//! order, so changes made by the command line or another server reach every stream.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::IntoResponse;
+use axum::response::sse::{Event as SseEvent, Sse};
+use futures::stream::{self, Stream, StreamExt};
+use rewind_bus::BroadcastBus;
+use rewind_core::id::IdGenerator;
+use rewind_core::model::{Event, EventPayload};
+use rewind_core::{Delivery, EventBus, HostPort, MessageRepo};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+
+/// How many outbox rows the relay reads at once.
+const RELAY_BATCH: u32 = 512;
+
+/// `GET /event`.
+#[utoipa::path(get, path = "/event",
+    responses((status = 200, description = "text/event-stream of {id, type, properties}", content_type = "text/event-stream", body = String)))]
+pub async fn stream(State(state): State<AppState>) -> impl IntoResponse {
+    // Subscribe before `server.connected` is sent, so nothing published after it is missed.
+    let subscription = state.bus.subscribe();
+    let ids = Arc::new(IdGenerator::new());
+    let host = Arc::clone(&state.services.host);
+    let server_event = {
+        let ids = Arc::clone(&ids);
+        move |payload: EventPayload| Event {
+            id: ids.ascending(host.now_ms(), None),
+            payload,
+        }
+    };
+    let connected = stream::iter([server_event(EventPayload::ServerConnected {})]);
+    let live = subscription.map({
+        let server_event = server_event.clone();
+        move |delivery| match delivery {
+            Delivery::Event(event) => event,
+            Delivery::Lagged { missed } => server_event(EventPayload::ServerLagged { missed }),
+        }
+    });
+    let heartbeat =
+        heartbeats(state.heartbeat).map(move |()| server_event(EventPayload::ServerHeartbeat {}));
+    let events = connected
+        .chain(stream::select(live, heartbeat))
+        .map(|event| Ok::<_, Infallible>(to_sse(&event)))
+        .take_until(state.shutdown.clone().cancelled_owned());
+    (
+        [
+            (
+                "cache-control",
+                HeaderValue::from_static("no-cache, no-transform"),
+            ),
+            ("x-accel-buffering", HeaderValue::from_static("no")),
+        ],
+        Sse::new(events),
+    )
+}
+
+fn to_sse(event: &Event) -> SseEvent {
+    match serde_json::to_string(event) {
+        Ok(json) => SseEvent::default().data(json),
+        Err(error) => {
+            tracing::error!(%error, "cannot serialise an event");
+            SseEvent::default().comment("an event could not be serialised")
+        }
+    }
+}
+
+/// Ticks every `period`, the first one after `period`.
+fn heartbeats(period: Duration) -> impl Stream<Item = ()> + Send {
+    stream::unfold((), move |()| async move {
+        tokio::time::sleep(period).await;
+        Some(((), ()))
+    })
+}
+
+/// The outbox position after the last committed event: where a starting relay begins.
+pub async fn outbox_end(repo: &dyn MessageRepo) -> rewind_core::Result<u64> {
+    let mut cursor = 0;
+    loop {
+        let batch = repo.events_after(cursor, 10_000).await?;
+        match batch.last() {
+            Some(last) => cursor = last.seq,
+            None => return Ok(cursor),
+        }
+        if batch.len() < 10_000 {
+            return Ok(cursor);
+        }
+    }
+}
+
+/// Follows the outbox from `cursor` and publishes each new event, in order, until `stop`; polls every
+/// `interval`, or at once when woken.
+pub async fn relay(
+    repo: Arc<dyn MessageRepo>,
+    bus: Arc<BroadcastBus>,
+    mut cursor: u64,
+    interval: Duration,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+) {
+    loop {
+        match repo.events_after(cursor, RELAY_BATCH).await {
+            Ok(events) => {
+                let full = events.len() == RELAY_BATCH as usize;
+                for stored in events {
+                    cursor = stored.seq;
+                    bus.publish(stored.event);
+                }
+                if full {
+                    continue;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the outbox relay cannot read new events; retrying")
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Request extractors whose rejections are OpenCode's JSON errors, never axum's plain text: bodies (with
+//! the size limit as 413), path ids (a malformed id is 400) and query strings.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// A JSON body. An empty body reads as `{}` (OpenCode's clients send none on some POSTs); the
+/// `Content-Type` is not required.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(format!(
+                        "the request body is larger than the server's limit: {}",
+                        rejection.body_text()
+                    ))
+                } else {
+                    ApiError::BadRequest(format!(
+                        "cannot read the request body: {}",
+                        rejection.body_text()
+                    ))
+                }
+            })?;
+        let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(text)
+            .map(JsonBody)
+            .map_err(|error| ApiError::BadRequest(format!("invalid JSON body: {error}")))
+    }
+}
+
+/// Path parameters, parsed by `T`'s deserializer (ids validate themselves): a bad one is 400.
+#[derive(Debug)]
+pub struct PathIds<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathIds<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(value)| PathIds(value))
+            .map_err(|rejection| {
+                ApiError::BadRequest(format!("invalid path: {}", rejection.body_text()))
+            })
+    }
+}
+
+/// A query string: a bad one is 400.
+#[derive(Debug)]
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|Query(value)| QueryParams(value))
+            .map_err(|rejection| {
+                ApiError::BadRequest(format!("invalid query: {}", rejection.body_text()))
+            })
+    }
+}

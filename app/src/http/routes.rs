@@ -1,0 +1,528 @@
+//! The session routes of SPEC section 9. Each parses its input (a bad one is 400 before the core is
+//! asked anything), calls one `Rewind` use case and returns its result in OpenCode's shape.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{Extension, State};
+use axum::http::{Method, Uri};
+use rewind_core::model::{
+    FileDiff, FileStatus, MessageId, MessageWithParts, Part, PartBody, PartId, Role, Session,
+    SessionId, Warning,
+};
+use rewind_core::service::{NewMessage, NewPart, Preview, StepEnd};
+use rewind_core::{HostPort, RevertTarget};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::AppState;
+use super::dto::{
+    CreateSessionBody, DirectoryParam, MESSAGE_BODY_FIELDS, MessageBody, MessagesQuery,
+    PreviewQuery, RevertBody, StepFinishBody, extra_fields,
+};
+use super::error::ApiError;
+use super::extract::{JsonBody, PathIds, QueryParams};
+use super::security::RequestDirectory;
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+/// `/session/{id}`.
+#[derive(Debug, Deserialize)]
+pub struct SessionPath {
+    id: SessionId,
+}
+
+/// `/session/{id}/message/{mid}`.
+#[derive(Debug, Deserialize)]
+pub struct MessagePath {
+    id: SessionId,
+    mid: MessageId,
+}
+
+fn in_session(id: &SessionId) -> impl FnOnce(rewind_core::Error) -> ApiError + '_ {
+    move |error| ApiError::from_core(error, Some(id))
+}
+
+/// Lists sessions, newest first (only those of the worktree the request names, when it names one).
+#[utoipa::path(get, path = "/session", params(DirectoryParam),
+    responses((status = 200, description = "Sessions, newest first", body = Vec<Object>)))]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
+) -> ApiResult<Vec<Session>> {
+    Ok(Json(
+        state.services.rewind.sessions(directory.as_deref()).await?,
+    ))
+}
+
+/// Creates a session; its worktree is the body's `directory`, else the request's, else the server's.
+#[utoipa::path(post, path = "/session", params(DirectoryParam), request_body = CreateSessionBody,
+    responses((status = 200, description = "The session", body = Object),
+              (status = 400, description = "Bad request", body = Object)))]
+pub async fn create_session(
+    State(state): State<AppState>,
+    Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
+    JsonBody(body): JsonBody<CreateSessionBody>,
+) -> ApiResult<Session> {
+    let directory = match (body.directory, directory) {
+        (Some(raw), _) => state.check_worktree(&raw)?,
+        (None, Some(canonical)) => canonical,
+        (None, None) => {
+            let cwd = state.cwd.to_str().ok_or_else(|| {
+                ApiError::BadRequest("the server's directory is not a UTF-8 path".to_owned())
+            })?;
+            state.check_worktree(cwd)?
+        }
+    };
+    let session = state
+        .services
+        .rewind
+        .create_session(&directory, body.title)
+        .await?;
+    tracing::info!(session = %session.id, directory = %session.directory, "session created");
+    Ok(Json(session))
+}
+
+/// One session.
+#[utoipa::path(get, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
+    responses((status = 200, description = "The session", body = Object),
+              (status = 404, description = "Not found", body = Object)))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+) -> ApiResult<Session> {
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .session(&path.id)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// Deletes a session and its messages (never its files).
+#[utoipa::path(delete, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
+    responses((status = 200, description = "true", body = bool),
+              (status = 404, description = "Not found", body = Object),
+              (status = 409, description = "Busy", body = Object)))]
+pub async fn delete_session(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+) -> ApiResult<bool> {
+    let rewind = &state.services.rewind;
+    rewind
+        .delete_session(&path.id)
+        .await
+        .map_err(in_session(&path.id))?;
+    Ok(Json(true))
+}
+
+/// The session's messages with their parts, ascending (reverted ones included until cleanup).
+#[utoipa::path(get, path = "/session/{id}/message",
+    params(("id" = String, Path), MessagesQuery, DirectoryParam),
+    responses((status = 200, description = "[{info, parts}]", body = Vec<Object>),
+              (status = 404, description = "Not found", body = Object)))]
+pub async fn list_messages(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+    QueryParams(query): QueryParams<MessagesQuery>,
+) -> ApiResult<Vec<MessageWithParts>> {
+    if query.before.is_some() {
+        return Err(ApiError::BadRequest(
+            "the `before` cursor is not supported; use `limit` alone".to_owned(),
+        ));
+    }
+    let rewind = &state.services.rewind;
+    let mut messages = rewind
+        .messages(&path.id)
+        .await
+        .map_err(in_session(&path.id))?;
+    if let Some(limit) = query.limit {
+        let skip = messages.len().saturating_sub(limit);
+        messages.drain(..skip);
+    }
+    Ok(Json(messages))
+}
+
+/// One message with its parts.
+#[utoipa::path(get, path = "/session/{id}/message/{mid}",
+    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    responses((status = 200, description = "{info, parts}", body = Object),
+              (status = 404, description = "Not found", body = Object)))]
+pub async fn get_message(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<MessagePath>,
+) -> ApiResult<MessageWithParts> {
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .message(&path.id, &path.mid)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// Records a message: OpenCode's prompt body records a user message (rewind runs no model); rewind's
+/// extension `{id?, role, parentID?, parts?}` records either kind.
+#[utoipa::path(post, path = "/session/{id}/message",
+    params(("id" = String, Path), DirectoryParam), request_body = MessageBody,
+    responses((status = 200, description = "{info, parts} of the recorded message", body = Object),
+              (status = 400, description = "Bad request", body = Object),
+              (status = 404, description = "Not found", body = Object),
+              (status = 409, description = "Busy", body = Object)))]
+pub async fn create_message(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+    JsonBody(fields): JsonBody<Map<String, Value>>,
+) -> ApiResult<MessageWithParts> {
+    let body: MessageBody = serde_json::from_value(Value::Object(fields.clone()))
+        .map_err(|error| ApiError::BadRequest(format!("invalid message: {error}")))?;
+    let id = match body.id.or(body.message_id) {
+        Some(id) => Some(parse_id(&id, MessageId::parse)?),
+        None => None,
+    };
+    let role = match body.role.as_deref() {
+        None | Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "role must be \"user\" or \"assistant\", not {other:?}"
+            )));
+        }
+    };
+    let parent_id = match body.parent_id {
+        Some(id) => Some(parse_id(&id, MessageId::parse)?),
+        None => None,
+    };
+    let parts = body
+        .parts
+        .into_iter()
+        .map(|part| new_part(part, &path.id, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    let input = NewMessage {
+        id,
+        role,
+        parent_id,
+        extra: extra_fields(fields, MESSAGE_BODY_FIELDS),
+        parts,
+    };
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .create_message(&path.id, input)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// Appends a part (with or without its own `prt_` id) to a message.
+#[utoipa::path(post, path = "/session/{id}/message/{mid}/part",
+    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    request_body(content = Object, description = "A part: {id?, type, …}"),
+    responses((status = 200, description = "The part", body = Object),
+              (status = 400, description = "Bad request", body = Object),
+              (status = 404, description = "Not found", body = Object)))]
+pub async fn append_part(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<MessagePath>,
+    JsonBody(part): JsonBody<Value>,
+) -> ApiResult<Part> {
+    let part = new_part(part, &path.id, Some(&path.mid))?;
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .append_part(&path.id, &path.mid, part)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// Begins a step of an assistant message: snapshots the worktree and appends `step-start`.
+#[utoipa::path(post, path = "/session/{id}/message/{mid}/step",
+    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    responses((status = 200, description = "The parts appended ([step-start])", body = Vec<Object>),
+              (status = 409, description = "Busy", body = Object)))]
+pub async fn begin_step(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<MessagePath>,
+) -> ApiResult<Vec<Part>> {
+    let rewind = &state.services.rewind;
+    let part = rewind
+        .begin_step(&path.id, &path.mid)
+        .await
+        .map_err(in_session(&path.id))?;
+    Ok(Json(vec![part]))
+}
+
+/// Finishes the open step: snapshots again, appends `step-finish` and, when files changed, `patch`.
+#[utoipa::path(post, path = "/session/{id}/message/{mid}/step/finish",
+    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    request_body = StepFinishBody,
+    responses((status = 200, description = "The parts appended", body = Vec<Object>),
+              (status = 409, description = "Busy", body = Object)))]
+pub async fn finish_step(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<MessagePath>,
+    JsonBody(body): JsonBody<StepFinishBody>,
+) -> ApiResult<Vec<Part>> {
+    let end = StepEnd {
+        reason: body.reason,
+        cost: body.cost,
+        tokens: body.tokens,
+    };
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .finish_step(&path.id, &path.mid, end)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// Aborts the open step of the message (it stays revertable).
+#[utoipa::path(post, path = "/session/{id}/message/{mid}/step/abort",
+    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    responses((status = 200, description = "The parts appended", body = Vec<Object>),
+              (status = 409, description = "Busy", body = Object)))]
+pub async fn abort_step(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<MessagePath>,
+) -> ApiResult<Vec<Part>> {
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .abort_step(&path.id, &path.mid)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// Aborts the session's open step, if any, when this server owns it or its owner is gone.
+#[utoipa::path(post, path = "/session/{id}/abort", params(("id" = String, Path), DirectoryParam),
+    responses((status = 200, description = "true", body = bool),
+              (status = 409, description = "The step belongs to a running process", body = Object)))]
+pub async fn abort(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+) -> ApiResult<bool> {
+    let rewind = &state.services.rewind;
+    rewind.abort(&path.id).await.map_err(in_session(&path.id))?;
+    Ok(Json(true))
+}
+
+/// Reverts the files and the visible conversation to a message or part.
+#[utoipa::path(post, path = "/session/{id}/revert", params(("id" = String, Path), DirectoryParam),
+    request_body = RevertBody,
+    responses((status = 200, description = "The session with `revert`", body = Object),
+              (status = 400, description = "Bad request", body = Object),
+              (status = 404, description = "Unknown message or part", body = Object),
+              (status = 409, description = "Busy", body = Object)))]
+pub async fn revert(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+    JsonBody(body): JsonBody<RevertBody>,
+) -> ApiResult<Session> {
+    let target = revert_target(body.message_id, body.part_id)?;
+    let rewind = &state.services.rewind;
+    let started = Instant::now();
+    let session = rewind
+        .revert(&path.id, target)
+        .await
+        .map_err(in_session(&path.id))?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let diff = rewind.session_diff(&path.id).await.unwrap_or_default();
+    // diff(applied, snapshot) is the forward direction: a file it "adds" is one the revert deleted.
+    let deleted = diff
+        .iter()
+        .filter(|d| d.status == FileStatus::Added)
+        .count();
+    let written = diff.len() - deleted;
+    let kept = kept_files(&state, &session, session.reverted_at.unwrap_or(0)).await;
+    tracing::info!(session = %path.id, written, deleted, kept, elapsed_ms, "revert");
+    Ok(Json(session))
+}
+
+/// Puts the files the revert changed back as they were before it.
+#[utoipa::path(post, path = "/session/{id}/unrevert", params(("id" = String, Path), DirectoryParam),
+    responses((status = 200, description = "The session", body = Object),
+              (status = 404, description = "Not found", body = Object),
+              (status = 409, description = "Busy", body = Object)))]
+pub async fn unrevert(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+) -> ApiResult<Session> {
+    let rewind = &state.services.rewind;
+    let was_reverted = rewind
+        .session(&path.id)
+        .await
+        .map_err(in_session(&path.id))?
+        .revert
+        .is_some();
+    let changed = if was_reverted {
+        rewind.session_diff(&path.id).await.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let since = state.services.host.now_ms();
+    let started = Instant::now();
+    let session = rewind
+        .unrevert(&path.id)
+        .await
+        .map_err(in_session(&path.id))?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // Unrevert goes from `applied` to the pre-revert snapshot: a file the diff marks deleted is removed.
+    let deleted = changed
+        .iter()
+        .filter(|d| d.status == FileStatus::Deleted)
+        .count();
+    let written = changed.len() - deleted;
+    let kept = kept_files(&state, &session, since).await;
+    tracing::info!(session = %path.id, written, deleted, kept, elapsed_ms, "unrevert");
+    Ok(Json(session))
+}
+
+/// Makes the current revert permanent (cleanup): the hidden messages and parts are deleted.
+#[utoipa::path(post, path = "/session/{id}/revert/commit",
+    params(("id" = String, Path), DirectoryParam),
+    responses((status = 200, description = "The session", body = Object),
+              (status = 404, description = "Not found", body = Object),
+              (status = 409, description = "Busy", body = Object)))]
+pub async fn commit_revert(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+) -> ApiResult<Session> {
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .commit_revert(&path.id)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// What a revert would do, changing nothing.
+#[utoipa::path(get, path = "/session/{id}/revert/preview",
+    params(("id" = String, Path), PreviewQuery, DirectoryParam),
+    responses((status = 200, description = "{descriptor, files: [{file, action}]}", body = Object),
+              (status = 404, description = "Unknown message or part", body = Object)))]
+pub async fn preview(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+    QueryParams(query): QueryParams<PreviewQuery>,
+) -> ApiResult<Preview> {
+    let target = revert_target(query.message_id, query.part_id)?;
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .preview(&path.id, target)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// The file diffs of the last revert (`?messageID=` is accepted and ignored, as in OpenCode).
+#[utoipa::path(get, path = "/session/{id}/diff", params(("id" = String, Path), DirectoryParam),
+    responses((status = 200, description = "FileDiff[]", body = Vec<Object>),
+              (status = 404, description = "Not found", body = Object)))]
+pub async fn session_diff(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+) -> ApiResult<Vec<FileDiff>> {
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .session_diff(&path.id)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// The session's warnings with the snapshots that hold what was overwritten.
+#[utoipa::path(get, path = "/session/{id}/warnings", params(("id" = String, Path), DirectoryParam),
+    responses((status = 200, description = "[{time, message, snapshot?, files}]", body = Vec<Object>),
+              (status = 404, description = "Not found", body = Object)))]
+pub async fn warnings(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+) -> ApiResult<Vec<Warning>> {
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .warnings(&path.id)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
+}
+
+/// Unknown routes: OpenCode's 404 body.
+pub async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("No route for {method} {}", uri.path()))
+}
+
+/// A known route with another method.
+pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
+}
+
+fn parse_id<T>(text: &str, parse: fn(&str) -> rewind_core::Result<T>) -> Result<T, ApiError> {
+    parse(text).map_err(|error| ApiError::BadRequest(error.to_string()))
+}
+
+fn revert_target(message_id: String, part_id: Option<String>) -> Result<RevertTarget, ApiError> {
+    Ok(RevertTarget {
+        message_id: parse_id(&message_id, MessageId::parse)?,
+        part_id: match part_id {
+            Some(id) => Some(parse_id(&id, PartId::parse)?),
+            None => None,
+        },
+    })
+}
+
+/// A part as a client sends it: `{id?, type, …}`, maybe with `sessionID`/`messageID`, which must then
+/// name the route's session and message.
+fn new_part(
+    value: Value,
+    session: &SessionId,
+    message: Option<&MessageId>,
+) -> Result<NewPart, ApiError> {
+    let Value::Object(mut fields) = value else {
+        return Err(ApiError::BadRequest(
+            "a part must be a JSON object {type, …}".to_owned(),
+        ));
+    };
+    let id = match fields.remove("id") {
+        Some(Value::String(id)) => Some(parse_id(&id, PartId::parse)?),
+        Some(Value::Null) | None => None,
+        Some(_) => return Err(ApiError::BadRequest("part id must be a string".to_owned())),
+    };
+    for (key, expected) in [
+        ("sessionID", Some(session.as_str())),
+        ("messageID", message.map(MessageId::as_str)),
+    ] {
+        match (fields.remove(key), expected) {
+            (None, _) => {}
+            (Some(Value::String(given)), Some(expected)) if given == expected => {}
+            (Some(given), _) => {
+                return Err(ApiError::BadRequest(format!(
+                    "part {key} {given} does not match the route"
+                )));
+            }
+        }
+    }
+    let body: PartBody = serde_json::from_value(Value::Object(fields))
+        .map_err(|error| ApiError::BadRequest(format!("invalid part: {error}")))?;
+    Ok(NewPart { id, body })
+}
+
+/// How many files the warnings raised since `since` (epoch ms) name as left alone (no snapshot holds
+/// them, so they were kept rather than overwritten).
+async fn kept_files(state: &AppState, session: &Session, since: u64) -> usize {
+    match state.services.rewind.warnings(&session.id).await {
+        Ok(warnings) => warnings
+            .iter()
+            .filter(|w| w.time >= since && w.snapshot.is_none())
+            .map(|w| w.files.len())
+            .sum(),
+        Err(_) => 0,
+    }
+}

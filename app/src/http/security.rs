@@ -1,0 +1,243 @@
+//! The guards every request passes (SPEC section 9): on loopback, a `Host` that names loopback and no
+//! foreign `Origin` (a web page must not drive the server through DNS rebinding); the basic-auth password
+//! when one is set; and a worktree (`?directory=` or `x-opencode-directory`) under the project roots.
+
+use std::path::{Path, PathBuf};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde::Deserialize;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::config::is_loopback_name;
+
+/// The worktree a request named (query or header), canonical and under a project root; `None` when it
+/// named none.
+#[derive(Clone, Debug)]
+pub struct RequestDirectory(pub Option<String>);
+
+#[derive(Deserialize)]
+struct DirectoryQuery {
+    directory: Option<String>,
+}
+
+/// Host, Origin and password checks, then the worktree check; wakes the outbox relay after a request that
+/// may have changed something, so this server's own events reach its streams at once.
+pub async fn guard(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    if state.loopback_only
+        && let Err(error) = check_host_and_origin(request.headers())
+    {
+        return error.into_response();
+    }
+    if let Some(password) = &state.password
+        && !authorized(request.headers(), password)
+    {
+        return ApiError::Unauthorized.into_response();
+    }
+    let directory = match requested_directory(&request) {
+        Ok(directory) => directory,
+        Err(error) => return error.into_response(),
+    };
+    let directory = match directory {
+        Some(raw) => match state.check_worktree(&raw) {
+            Ok(canonical) => Some(canonical),
+            Err(error) => return error.into_response(),
+        },
+        None => None,
+    };
+    request.extensions_mut().insert(RequestDirectory(directory));
+    let mutating = request.method() != axum::http::Method::GET;
+    let response = next.run(request).await;
+    if mutating {
+        state.relay_wake.notify_one();
+    }
+    response
+}
+
+fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .ok_or_else(|| ApiError::Forbidden("a Host header is required".to_owned()))?;
+    if !is_loopback_name(strip_port(host)) {
+        return Err(ApiError::Forbidden(format!(
+            "Host {host:?} is not a loopback name; this server only answers requests made to localhost"
+        )));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let host = origin
+            .split_once("://")
+            .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+            .unwrap_or("");
+        if host.is_empty() || !is_loopback_name(strip_port(host)) {
+            return Err(ApiError::Forbidden(format!(
+                "Origin {origin:?} is foreign; only pages served from localhost may call this server"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port` without the port.
+fn strip_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return match authority.find(']') {
+            Some(end) => &authority[..=end],
+            None => authority,
+        };
+    }
+    match authority.rsplit_once(':') {
+        // A bare IPv6 address has several colons and no port.
+        Some((host, port)) if !host.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => {
+            host
+        }
+        _ => authority,
+    }
+}
+
+fn authorized(headers: &HeaderMap, password: &str) -> bool {
+    let Some(value) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+    else {
+        return false;
+    };
+    let Some(encoded) = value
+        .strip_prefix("Basic ")
+        .or_else(|| value.strip_prefix("basic "))
+    else {
+        return false;
+    };
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
+        return false;
+    };
+    // Any user name is accepted (OpenCode's clients send `opencode`); the password decides.
+    let given = match decoded.iter().position(|&b| b == b':') {
+        Some(colon) => &decoded[colon + 1..],
+        None => return false,
+    };
+    constant_time_eq(given, password.as_bytes())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut difference = a.len() ^ b.len();
+    for (i, byte) in b.iter().enumerate() {
+        difference |= usize::from(a.get(i).copied().unwrap_or(0) ^ byte);
+    }
+    difference == 0
+}
+
+/// The worktree named by `?directory=` or else the `x-opencode-directory` header (percent-encoded by
+/// OpenCode's client).
+fn requested_directory(request: &Request) -> Result<Option<String>, ApiError> {
+    let query = axum::extract::Query::<DirectoryQuery>::try_from_uri(request.uri())
+        .map(|axum::extract::Query(query)| query.directory)
+        .unwrap_or(None);
+    if let Some(directory) = query.filter(|d| !d.is_empty()) {
+        return Ok(Some(directory));
+    }
+    match request.headers().get("x-opencode-directory") {
+        Some(value) => {
+            let raw = value.to_str().map_err(|_| {
+                ApiError::BadRequest("the x-opencode-directory header is not text".to_owned())
+            })?;
+            let decoded = percent_decode(raw).ok_or_else(|| {
+                ApiError::BadRequest(
+                    "the x-opencode-directory header is not valid percent-encoded UTF-8".to_owned(),
+                )
+            })?;
+            Ok(Some(decoded).filter(|d| !d.is_empty()))
+        }
+        None => Ok(None),
+    }
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Canonicalises `raw` and checks it lies under one of `roots` (already canonical).
+pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiError> {
+    let path = Path::new(raw);
+    if !path.is_absolute() {
+        return Err(ApiError::BadRequest(format!(
+            "worktree {raw:?} must be an absolute path"
+        )));
+    }
+    let canonical = std::fs::canonicalize(path).map_err(|error| {
+        ApiError::BadRequest(format!("worktree {raw:?} cannot be opened: {error}"))
+    })?;
+    if !canonical.is_dir() {
+        return Err(ApiError::BadRequest(format!(
+            "worktree {raw:?} is not a directory"
+        )));
+    }
+    if !roots.iter().any(|root| canonical.starts_with(root)) {
+        let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        return Err(ApiError::BadRequest(format!(
+            "worktree {} is outside the project roots ({}); start the server with --project-root",
+            canonical.display(),
+            roots.join(", ")
+        )));
+    }
+    canonical
+        .to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::BadRequest(format!("worktree {raw:?} is not a UTF-8 path")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_stripped_from_authorities() {
+        assert_eq!(strip_port("localhost:4096"), "localhost");
+        assert_eq!(strip_port("127.0.0.1"), "127.0.0.1");
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("::1"), "::1");
+        assert_eq!(strip_port("evil.com:80"), "evil.com");
+    }
+
+    #[test]
+    fn percent_decoding_matches_encode_uri_component() {
+        assert_eq!(
+            percent_decode("%2Ftmp%2Fa%20b%C3%A9").as_deref(),
+            Some("/tmp/a bé")
+        );
+        assert_eq!(percent_decode("/plain").as_deref(), Some("/plain"));
+        assert_eq!(percent_decode("%zz"), None);
+    }
+
+    #[test]
+    fn basic_auth_checks_the_password() {
+        let mut headers = HeaderMap::new();
+        assert!(!authorized(&headers, "pw"));
+        let encoded = base64::engine::general_purpose::STANDARD.encode("opencode:pw");
+        headers.insert(
+            header::AUTHORIZATION,
+            format!("Basic {encoded}").parse().expect("a valid header"),
+        );
+        assert!(authorized(&headers, "pw"));
+        assert!(!authorized(&headers, "pw2"));
+        assert!(!authorized(&headers, "p"));
+    }
+}
