@@ -1,0 +1,371 @@
+//! Bad input over HTTP: each request gets the documented status and OpenCode's error body, and neither
+//! the database nor the worktree changes (both re-read after each request).
+
+use std::collections::BTreeMap;
+
+use anyhow::{Result, ensure};
+use serde_json::{Value, json};
+
+use crate::support::{TestApp, id_of, spawn_app};
+
+/// Everything a bad request must leave as it was: the sessions, the session's messages, the files.
+async fn observed(
+    app: &TestApp,
+    session: &str,
+) -> Result<(Value, Value, BTreeMap<String, String>)> {
+    let sessions = app.read("/session").await?;
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(&app.repo)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type()?.is_file() {
+            files.insert(name, std::fs::read_to_string(entry.path())?);
+        } else {
+            files.insert(name, String::new());
+        }
+    }
+    Ok((sessions, messages, files))
+}
+
+fn is_named(body: &Value, name: &str) -> bool {
+    body["name"] == name
+        && body["data"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+}
+
+#[tokio::test]
+async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let (user, assistant) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("a.txt"), "a1\n")?;
+            Ok(())
+        })
+        .await?;
+    // A symlink under the root that leads outside it: canonicalised, it is outside.
+    std::os::unix::fs::symlink(&app.data_dir, app.repo.join("escape"))?;
+    let before = observed(&app, &session).await?;
+    let unknown_message = "msg_000000000001abcdefghijklmn";
+    let unknown_session = "ses_000000000001abcdefghijklmn";
+    let old_part = "prt_000000000001abcdefghijklmn";
+    let escape = app.repo.join("escape");
+    let messages = format!("/session/{session}/message");
+    let revert = format!("/session/{session}/revert");
+    let part = format!("/session/{session}/message/{assistant}/part");
+
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            "malformed JSON",
+            raw(&app, &messages, "{bad"),
+            400,
+            "BadRequest",
+        ),
+        (
+            "parts of the wrong type",
+            json_post(&app, &messages, json!({"parts": 5})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "role of the wrong type",
+            json_post(&app, &messages, json!({"role": 7})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "an unknown role",
+            json_post(&app, &messages, json!({"role": "robot"})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a part without a type",
+            json_post(&app, &messages, json!({"parts": [{"text": "x"}]})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a message id that does not sort last",
+            json_post(
+                &app,
+                &messages,
+                json!({"id": unknown_message, "parts": [{"type": "text", "text": "x"}]}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "OpenCode's messageID that does not sort last",
+            json_post(
+                &app,
+                &messages,
+                json!({"messageID": user, "parts": [{"type": "text", "text": "x"}]}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a malformed client message id",
+            json_post(&app, &messages, json!({"id": "msg_x", "parts": []})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a part id that does not sort last",
+            json_post(
+                &app,
+                &part,
+                json!({"id": old_part, "type": "text", "text": "x"}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a part naming another session",
+            json_post(
+                &app,
+                &part,
+                json!({"sessionID": unknown_session, "type": "text", "text": "x"}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a client-sent patch part",
+            json_post(
+                &app,
+                &part,
+                json!({"type": "patch", "hash": "0".repeat(40), "files": []}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "an oversize body",
+            json_post(
+                &app,
+                &part,
+                json!({"type": "text", "text": "x".repeat(100 * 1024)}),
+            ),
+            413,
+            "PayloadTooLarge",
+        ),
+        (
+            "a revert messageID of the wrong type",
+            json_post(&app, &revert, json!({"messageID": 5})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a revert without messageID",
+            json_post(&app, &revert, json!({})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a malformed revert messageID",
+            json_post(&app, &revert, json!({"messageID": "msg_bad"})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a partID that is not a part id",
+            json_post(
+                &app,
+                &revert,
+                json!({"messageID": user, "partID": "msg_000000000001abcdefghijklmn"}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "an unknown revert message",
+            json_post(&app, &revert, json!({"messageID": unknown_message})),
+            404,
+            "NotFoundError",
+        ),
+        (
+            "an unknown revert part",
+            json_post(
+                &app,
+                &revert,
+                json!({"messageID": user, "partID": old_part}),
+            ),
+            404,
+            "NotFoundError",
+        ),
+        (
+            "a malformed session id",
+            app.http.get(app.url("/session/ses_bad")),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a message id in the session's place",
+            app.http.get(app.url(&format!("/session/{user}"))),
+            400,
+            "BadRequest",
+        ),
+        (
+            "an unknown session",
+            app.http
+                .get(app.url(&format!("/session/{unknown_session}"))),
+            404,
+            "NotFoundError",
+        ),
+        (
+            "a revert of an unknown session",
+            json_post(
+                &app,
+                &format!("/session/{unknown_session}/revert"),
+                json!({"messageID": user}),
+            ),
+            404,
+            "NotFoundError",
+        ),
+        (
+            "an unknown message",
+            app.http
+                .get(app.url(&format!("/session/{session}/message/{unknown_message}"))),
+            404,
+            "NotFoundError",
+        ),
+        (
+            "a malformed message id",
+            app.http
+                .get(app.url(&format!("/session/{session}/message/nope"))),
+            400,
+            "BadRequest",
+        ),
+        (
+            "an unknown route",
+            app.http.get(app.url("/nope")),
+            404,
+            "NotFoundError",
+        ),
+        (
+            "an unknown sub-route",
+            json_post(&app, &format!("/session/{session}/nope"), json!({})),
+            404,
+            "NotFoundError",
+        ),
+        (
+            "a wrong method",
+            app.http.put(app.url("/session")),
+            405,
+            "MethodNotAllowed",
+        ),
+        (
+            "a preview without messageID",
+            app.http
+                .get(app.url(&format!("/session/{session}/revert/preview"))),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a title of the wrong type",
+            json_post(&app, "/session", json!({"title": 5})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a worktree outside the roots",
+            json_post(&app, "/session", json!({"directory": "/"})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a worktree escaping through a symlink",
+            json_post(&app, "/session", json!({"directory": escape})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a relative worktree",
+            json_post(&app, "/session", json!({"directory": "repo"})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a query worktree outside the roots",
+            json_post(
+                &app,
+                &format!("{revert}?directory=%2Ftmp"),
+                json!({"messageID": user}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a header worktree outside the roots",
+            app.http
+                .get(app.url(&format!("/session/{session}/message")))
+                .header("x-opencode-directory", "%2F"),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a message for an unknown session",
+            json_post(
+                &app,
+                &format!("/session/{unknown_session}/message"),
+                json!({"parts": []}),
+            ),
+            404,
+            "NotFoundError",
+        ),
+        (
+            "a step on a user message",
+            json_post(
+                &app,
+                &format!("/session/{session}/message/{user}/step"),
+                json!({}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "finishing a step that is not open",
+            json_post(
+                &app,
+                &format!("/session/{session}/message/{assistant}/step/finish"),
+                json!({}),
+            ),
+            400,
+            "BadRequest",
+        ),
+    ];
+    for (what, request, status, name) in cases {
+        let reply = app.send(request).await?;
+        ensure!(
+            reply.status == status && is_named(&reply.body, name),
+            "{what}: expected {status} {name}, got {} {}",
+            reply.status,
+            reply.body
+        );
+        let after = observed(&app, &session).await?;
+        ensure!(
+            after == before,
+            "{what} changed the state:\n{:?}\n{:?}",
+            before,
+            after
+        );
+    }
+    let fine = app.read(&format!("/session/{session}")).await?;
+    assert_eq!(id_of(&fine)?, session);
+    app.stop().await
+}
+
+fn json_post(app: &TestApp, path: &str, body: Value) -> reqwest::RequestBuilder {
+    app.http.post(app.url(path)).json(&body)
+}
+
+fn raw(app: &TestApp, path: &str, body: &'static str) -> reqwest::RequestBuilder {
+    app.http
+        .post(app.url(path))
+        .header("content-type", "application/json")
+        .body(body)
+}

@@ -1,0 +1,354 @@
+//! Recording sessions over HTTP and reverting them: the files on disk and the JSON after revert,
+//! re-revert, unrevert, commit and abort.
+
+use anyhow::{Result, ensure};
+use serde_json::{Value, json};
+
+use crate::support::{id_of, spawn_app};
+
+fn message_ids(messages: &Value) -> Vec<String> {
+    messages
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|m| m["info"]["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn diff_files(diff: &Value) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = diff
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|d| {
+                    (
+                        d["file"].as_str().unwrap_or("?").to_owned(),
+                        d["status"].as_str().unwrap_or("?").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn revert_rerevert_unrevert_and_commit_move_files_and_conversation() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let created = app.read(&format!("/session/{session}")).await?;
+    assert_eq!(created["directory"], json!(app.repo.to_str()));
+    assert!(created.get("revert").is_none(), "{created}");
+
+    let (user1, _) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("a.txt"), "a1\n")?;
+            std::fs::write(repo.join("c.txt"), "c1\n")?;
+            Ok(())
+        })
+        .await?;
+    let (user2, assistant2) = app
+        .turn(&session, "two", |repo| {
+            std::fs::write(repo.join("a.txt"), "a2\n")?;
+            std::fs::write(repo.join("b.txt"), "b2\n")?;
+            Ok(())
+        })
+        .await?;
+    let (user3, _) = app
+        .turn(&session, "three", |repo| {
+            std::fs::remove_file(repo.join("c.txt"))?;
+            std::fs::write(repo.join("d.txt"), "d3\n")?;
+            Ok(())
+        })
+        .await?;
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    assert_eq!(message_ids(&messages).len(), 6);
+    // The second turn's assistant message: text, step-start, step-finish, patch naming both files.
+    let turn2 = app
+        .read(&format!("/session/{session}/message/{assistant2}"))
+        .await?;
+    let kinds: Vec<&str> = turn2["parts"]
+        .as_array()
+        .map(|p| p.iter().filter_map(|p| p["type"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(kinds, ["text", "step-start", "step-finish", "patch"]);
+    let repo = app.repo.to_str().unwrap_or_default();
+    assert_eq!(
+        turn2["parts"][3]["files"],
+        json!([format!("{repo}/a.txt"), format!("{repo}/b.txt")])
+    );
+
+    // Revert to turn 2: the files are as turn 1 left them; the messages stay listed until cleanup.
+    let reverted = app
+        .ok(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": user2}),
+        )
+        .await?;
+    assert_eq!(reverted["revert"]["messageID"], json!(user2));
+    assert!(reverted["revert"]["snapshot"].is_string(), "{reverted}");
+    assert_eq!(
+        (
+            app.file("a.txt"),
+            app.file("b.txt"),
+            app.file("c.txt"),
+            app.file("d.txt")
+        ),
+        (
+            Some("a1\n".into()),
+            Some("b0\n".into()),
+            Some("c1\n".into()),
+            None
+        )
+    );
+    assert_eq!(
+        app.read(&format!("/session/{session}")).await?["revert"],
+        reverted["revert"]
+    );
+    assert_eq!(
+        message_ids(&app.read(&format!("/session/{session}/message")).await?).len(),
+        6
+    );
+    let diff = app.read(&format!("/session/{session}/diff")).await?;
+    assert_eq!(
+        diff_files(&diff),
+        [
+            ("a.txt".into(), "modified".into()),
+            ("b.txt".into(), "modified".into()),
+            ("c.txt".into(), "deleted".into()),
+            ("d.txt".into(), "added".into()),
+        ]
+    );
+    assert_eq!(reverted["summary"]["files"], json!(4));
+
+    // Re-revert to turn 1: starts from the un-reverted tree, ends at the initial commit's files.
+    let rereverted = app
+        .ok(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": user1}),
+        )
+        .await?;
+    assert_eq!(rereverted["revert"]["messageID"], json!(user1));
+    assert_eq!(
+        (
+            app.file("a.txt"),
+            app.file("b.txt"),
+            app.file("c.txt"),
+            app.file("d.txt")
+        ),
+        (Some("a0\n".into()), Some("b0\n".into()), None, None)
+    );
+
+    // Unrevert: exactly the files the revert changed go forward again.
+    app.write("untracked-while-reverted.txt", "mine\n")?;
+    let unreverted = app
+        .ok(&format!("/session/{session}/unrevert"), json!({}))
+        .await?;
+    assert!(unreverted.get("revert").is_none(), "{unreverted}");
+    assert_eq!(
+        (
+            app.file("a.txt"),
+            app.file("b.txt"),
+            app.file("c.txt"),
+            app.file("d.txt")
+        ),
+        (
+            Some("a2\n".into()),
+            Some("b2\n".into()),
+            None,
+            Some("d3\n".into())
+        )
+    );
+    assert_eq!(
+        app.file("untracked-while-reverted.txt").as_deref(),
+        Some("mine\n")
+    );
+    // Unrevert of a session that is not reverted returns it unchanged.
+    let again = app
+        .ok(&format!("/session/{session}/unrevert"), json!({}))
+        .await?;
+    assert_eq!(again["id"], json!(session));
+    assert_eq!(app.file("a.txt").as_deref(), Some("a2\n"));
+
+    // Revert turn 3 and commit: its messages are gone for good, the files stay as the revert left them.
+    app.ok(
+        &format!("/session/{session}/revert"),
+        json!({"messageID": user3}),
+    )
+    .await?;
+    assert_eq!(
+        (app.file("c.txt"), app.file("d.txt")),
+        (Some("c1\n".into()), None)
+    );
+    let committed = app
+        .ok(&format!("/session/{session}/revert/commit"), json!({}))
+        .await?;
+    assert!(committed.get("revert").is_none(), "{committed}");
+    let left = message_ids(&app.read(&format!("/session/{session}/message")).await?);
+    assert_eq!(left.len(), 4, "{left:?}");
+    assert!(!left.contains(&user3));
+    assert_eq!(
+        (app.file("a.txt"), app.file("c.txt"), app.file("d.txt")),
+        (Some("a2\n".into()), Some("c1\n".into()), None)
+    );
+    let unknown = app
+        .post(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": user3}),
+        )
+        .await?;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    app.stop().await
+}
+
+#[tokio::test]
+async fn an_aborted_step_can_be_reverted_and_preview_changes_nothing() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let user = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": "go"}]}),
+        )
+        .await?;
+    let user = id_of(&user["info"])?;
+    let assistant = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"role": "assistant"}),
+        )
+        .await?;
+    let assistant = id_of(&assistant["info"])?;
+    app.ok(
+        &format!("/session/{session}/message/{assistant}/step"),
+        json!({}),
+    )
+    .await?;
+    let busy = app.read(&format!("/session/{session}")).await?;
+    assert!(busy["step"].is_object(), "an open step shows: {busy}");
+    // A revert while the step is open is refused with OpenCode's busy error.
+    let refused = app
+        .post(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": user}),
+        )
+        .await?;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.body["_tag"], "SessionBusyError");
+    assert_eq!(refused.body["sessionID"], json!(session));
+    app.write("a.txt", "half-done\n")?;
+    app.write("new.txt", "new\n")?;
+    // OpenCode's TUI calls abort before /undo.
+    assert_eq!(
+        app.ok(&format!("/session/{session}/abort"), json!({}))
+            .await?,
+        json!(true)
+    );
+    let idle = app.read(&format!("/session/{session}")).await?;
+    assert!(idle.get("step").is_none(), "{idle}");
+    let parts = app
+        .read(&format!("/session/{session}/message/{assistant}"))
+        .await?["parts"]
+        .clone();
+    ensure!(
+        parts.as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
+        "no aborted step-finish: {parts}"
+    );
+
+    let preview = app
+        .read(&format!(
+            "/session/{session}/revert/preview?messageID={user}"
+        ))
+        .await?;
+    assert_eq!(preview["descriptor"]["messageID"], json!(user));
+    let mut actions: Vec<(String, String)> = preview["files"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|f| {
+                    (
+                        f["file"]
+                            .as_str()
+                            .unwrap_or("?")
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or("?")
+                            .to_owned(),
+                        f["action"].as_str().unwrap_or("?").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    actions.sort();
+    assert_eq!(
+        actions,
+        [
+            ("a.txt".into(), "write".into()),
+            ("new.txt".into(), "delete".into())
+        ]
+    );
+    assert_eq!(app.file("a.txt").as_deref(), Some("half-done\n"));
+
+    app.ok(
+        &format!("/session/{session}/revert"),
+        json!({"messageID": user}),
+    )
+    .await?;
+    assert_eq!(
+        (app.file("a.txt"), app.file("new.txt")),
+        (Some("a0\n".into()), None)
+    );
+    assert_eq!(
+        app.ok(&format!("/session/{session}/abort"), json!({}))
+            .await?,
+        json!(true),
+        "abort without an open step is a no-op"
+    );
+    app.stop().await
+}
+
+#[tokio::test]
+async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -> Result<()> {
+    let app = spawn_app().await?;
+    let first = app.new_session().await?;
+    let second = app.new_session().await?;
+    let listed = app.read("/session").await?;
+    let ids: Vec<&str> = listed
+        .as_array()
+        .map(|l| l.iter().filter_map(|s| s["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, [second.as_str(), first.as_str()]);
+    app.turn(&first, "edit", |repo| {
+        std::fs::write(repo.join("a.txt"), "edited\n")?;
+        Ok(())
+    })
+    .await?;
+    let deleted = app.delete(&format!("/session/{first}")).await?;
+    assert_eq!((deleted.status, deleted.body.clone()), (200, json!(true)));
+    assert_eq!(app.get(&format!("/session/{first}")).await?.status, 404);
+    assert_eq!(app.file("a.txt").as_deref(), Some("edited\n"));
+    // The directory can come from the header (percent-encoded, as OpenCode's client sends it).
+    let encoded: String = app.repo.to_str().unwrap_or_default().replace('/', "%2F");
+    let by_header = app
+        .send(
+            app.http
+                .post(app.url("/session"))
+                .header("x-opencode-directory", encoded)
+                .json(&json!({})),
+        )
+        .await?;
+    assert_eq!(by_header.status, 200, "{}", by_header.body);
+    assert_eq!(by_header.body["directory"], json!(app.repo.to_str()));
+    let doc = app.read("/doc").await?;
+    assert!(
+        doc["paths"]["/session/{id}/revert"]["post"].is_object(),
+        "{doc}"
+    );
+    app.stop().await
+}

@@ -1,0 +1,104 @@
+//! The guards of SPEC section 9: loopback `Host` and `Origin` checks, the basic-auth password, and the
+//! refusal to listen beyond loopback without one. Refused requests change nothing.
+
+use anyhow::Result;
+use rewind_app::{Application, Settings};
+use serde_json::json;
+
+use crate::support::{AppConfig, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn foreign_hosts_and_origins_are_refused_on_loopback() -> Result<()> {
+    let app = spawn_app().await?;
+    let before = app.read("/session").await?;
+    for (host, origin, status) in [
+        (Some("evil.example:4096"), None, 403),
+        (Some("127.0.0.1.nip.io"), None, 403),
+        (None, Some("http://evil.example"), 403),
+        (None, Some("null"), 403),
+        (Some("localhost:9"), Some("http://localhost:3000"), 200),
+        (Some("[::1]:4096"), Some("http://127.0.0.1"), 200),
+    ] {
+        let mut request = app.http.post(app.url("/session")).json(&json!({}));
+        if let Some(host) = host {
+            request = request.header("host", host);
+        }
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        let reply = app.send(request).await?;
+        assert_eq!(reply.status, status, "{host:?} {origin:?}: {}", reply.body);
+        if status == 403 {
+            assert_eq!(reply.body["name"], "Forbidden", "{}", reply.body);
+            assert_eq!(
+                app.read("/session").await?,
+                before,
+                "{host:?} {origin:?} changed state"
+            );
+        }
+    }
+    app.stop().await
+}
+
+#[tokio::test]
+async fn a_password_is_required_when_set() -> Result<()> {
+    let app = spawn_app_with(AppConfig {
+        password: Some("s3cret".to_owned()),
+        ..AppConfig::default()
+    })
+    .await?;
+    let missing = app
+        .send(app.http.post(app.url("/session")).json(&json!({})))
+        .await?;
+    assert_eq!(missing.status, 401);
+    assert_eq!(missing.body["name"], "Unauthorized");
+    let challenge = missing
+        .headers
+        .get("www-authenticate")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    assert!(challenge.starts_with("Basic"), "{challenge:?}");
+    let wrong = app
+        .send(
+            app.http
+                .get(app.url("/session"))
+                .basic_auth("opencode", Some("guess")),
+        )
+        .await?;
+    assert_eq!(wrong.status, 401);
+    let right = app
+        .send(
+            app.http
+                .get(app.url("/session"))
+                .basic_auth("opencode", Some("s3cret")),
+        )
+        .await?;
+    assert_eq!(right.status, 200);
+    assert_eq!(right.body, json!([]), "the refused POST created nothing");
+    let events = app
+        .send(
+            app.http
+                .get(app.url("/doc"))
+                .basic_auth("x", Some("s3cret")),
+        )
+        .await?;
+    assert_eq!(events.status, 200);
+    app.stop().await
+}
+
+#[tokio::test]
+async fn beyond_loopback_the_server_refuses_to_start_without_a_password() -> Result<()> {
+    let data = tempfile::tempdir()?;
+    let mut settings = Settings::new(data.path(), data.path());
+    settings.hostname = "0.0.0.0".to_owned();
+    settings.port = 0;
+    let error = match Application::build(settings.clone()).await {
+        Ok(app) => panic!("started without a password: {app:?}"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(error.contains("password"), "{error}");
+    settings.password = Some("pw".to_owned());
+    let app = Application::build(settings).await?;
+    assert_ne!(app.port(), 0);
+    Ok(())
+}

@@ -1,0 +1,352 @@
+//! The test harness: `spawn_app` starts the application on port 0 over a fresh git repository and data
+//! directory; helpers record turns over HTTP and read the event stream.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use futures::StreamExt;
+use rewind_app::{Application, ServerOptions, Settings};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// A running application with its own repository and database.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// A client with no default headers.
+    pub http: reqwest::Client,
+    /// The worktree (canonical path).
+    pub repo: PathBuf,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// The database URL.
+    pub database_url: String,
+    stop: Box<dyn Fn() + Send + Sync>,
+    server: Option<tokio::task::JoinHandle<Result<()>>>,
+    _dirs: (TempDir, TempDir),
+}
+
+/// Options of `spawn_app`.
+#[derive(Default)]
+pub struct AppConfig {
+    /// The basic-auth password.
+    pub password: Option<String>,
+    /// The body limit (default 64 KiB, so the 413 test sends little).
+    pub body_limit: Option<usize>,
+    /// The heartbeat interval (default 10 s).
+    pub heartbeat: Option<Duration>,
+}
+
+/// Runs `git` in `dir`, failing on a non-zero exit.
+pub fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    let output = Command::new("git")
+        .args([
+            "-c",
+            "user.name=rewind-tests",
+            "-c",
+            "user.email=tests@rewind.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .context("cannot run git")?;
+    ensure!(
+        output.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Starts the application over a new repository holding `a.txt` and `b.txt`, committed.
+pub async fn spawn_app() -> Result<TestApp> {
+    spawn_app_with(AppConfig::default()).await
+}
+
+/// `spawn_app` with options.
+pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
+    let repo_dir = tempfile::tempdir()?;
+    let data = tempfile::tempdir()?;
+    let repo = std::fs::canonicalize(repo_dir.path())?;
+    git(&repo, &["init", "-q"])?;
+    std::fs::write(repo.join("a.txt"), "a0\n")?;
+    std::fs::write(repo.join("b.txt"), "b0\n")?;
+    git(&repo, &["add", "-A"])?;
+    git(&repo, &["commit", "-qm", "initial"])?;
+    let mut settings = Settings::new(data.path(), &repo);
+    settings.port = 0;
+    settings.password = config.password;
+    let database_url = settings.database_url.clone();
+    let options = ServerOptions {
+        body_limit: config.body_limit.unwrap_or(64 * 1024),
+        relay_interval: Duration::from_millis(20),
+        heartbeat: config.heartbeat.unwrap_or(Duration::from_secs(10)),
+        cwd: Some(repo.clone()),
+    };
+    let app = Application::build_with(settings, options).await?;
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let token = app.shutdown_token();
+    let stop: Box<dyn Fn() + Send + Sync> = Box::new(move || token.cancel());
+    let server = tokio::spawn(app.run_until_stopped());
+    Ok(TestApp {
+        base,
+        http: reqwest::Client::new(),
+        repo,
+        data_dir: data.path().to_path_buf(),
+        database_url,
+        stop,
+        server: Some(server),
+        _dirs: (repo_dir, data),
+    })
+}
+
+/// A response's status and JSON body (`Value::Null` when the body is not JSON).
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// The body.
+    pub body: Value,
+    /// The response headers.
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl TestApp {
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Result<Reply> {
+        self.send(self.http.get(self.url(path))).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: Value) -> Result<Reply> {
+        self.send(self.http.post(self.url(path)).json(&body)).await
+    }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> Result<Reply> {
+        self.send(self.http.delete(self.url(path))).await
+    }
+
+    /// The full URL of `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends a request and reads its reply.
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<Reply> {
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await?;
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok(Reply {
+            status,
+            body,
+            headers,
+        })
+    }
+
+    /// `POST path` that must succeed; its body.
+    pub async fn ok(&self, path: &str, body: Value) -> Result<Value> {
+        let reply = self.post(path, body).await?;
+        ensure!(
+            reply.status == 200,
+            "POST {path} answered {}: {}",
+            reply.status,
+            reply.body
+        );
+        Ok(reply.body)
+    }
+
+    /// `GET path` that must succeed; its body.
+    pub async fn read(&self, path: &str) -> Result<Value> {
+        let reply = self.get(path).await?;
+        ensure!(
+            reply.status == 200,
+            "GET {path} answered {}: {}",
+            reply.status,
+            reply.body
+        );
+        Ok(reply.body)
+    }
+
+    /// Creates a session in the repository.
+    pub async fn new_session(&self) -> Result<String> {
+        let session = self.ok("/session", json!({"title": "test"})).await?;
+        id_of(&session)
+    }
+
+    /// Records a turn: a user message, an assistant message and one step during which `edit` changes
+    /// the worktree. Returns the user and assistant message ids.
+    pub async fn turn(
+        &self,
+        session: &str,
+        text: &str,
+        edit: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<(String, String)> {
+        let user = self
+            .ok(
+                &format!("/session/{session}/message"),
+                json!({"parts": [{"type": "text", "text": text}]}),
+            )
+            .await?;
+        let assistant = self
+            .ok(
+                &format!("/session/{session}/message"),
+                json!({"role": "assistant", "parts": [{"type": "text", "text": "on it"}]}),
+            )
+            .await?;
+        let user_id = id_of(&user["info"])?;
+        let assistant_id = id_of(&assistant["info"])?;
+        self.ok(
+            &format!("/session/{session}/message/{assistant_id}/step"),
+            json!({}),
+        )
+        .await?;
+        edit(&self.repo)?;
+        self.ok(
+            &format!("/session/{session}/message/{assistant_id}/step/finish"),
+            json!({"reason": "stop", "cost": 0.5}),
+        )
+        .await?;
+        Ok((user_id, assistant_id))
+    }
+
+    /// A file of the worktree, `None` when absent.
+    pub fn file(&self, name: &str) -> Option<String> {
+        std::fs::read_to_string(self.repo.join(name)).ok()
+    }
+
+    /// Writes a file of the worktree.
+    pub fn write(&self, name: &str, text: &str) -> Result<()> {
+        std::fs::write(self.repo.join(name), text)?;
+        Ok(())
+    }
+
+    /// Opens the event stream.
+    pub async fn events(&self) -> Result<EventStream> {
+        let response = self.http.get(self.url("/event")).send().await?;
+        ensure!(
+            response.status() == 200,
+            "GET /event: {}",
+            response.status()
+        );
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        ensure!(
+            content_type.starts_with("text/event-stream"),
+            "GET /event content type {content_type:?}"
+        );
+        Ok(EventStream {
+            bytes: Box::pin(
+                response
+                    .bytes_stream()
+                    .map(|chunk| chunk.map(|b| b.to_vec())),
+            ),
+            buffer: String::new(),
+        })
+    }
+
+    /// Stops the server gracefully and waits for it (it must stop within 10 s).
+    pub async fn stop(mut self) -> Result<()> {
+        (self.stop)();
+        if let Some(server) = self.server.take() {
+            tokio::time::timeout(Duration::from_secs(10), server)
+                .await
+                .context("the server did not stop within 10 s")???;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        (self.stop)();
+    }
+}
+
+/// The `id` field of a JSON object.
+pub fn id_of(value: &Value) -> Result<String> {
+    value["id"]
+        .as_str()
+        .map(str::to_owned)
+        .with_context(|| format!("no id in {value}"))
+}
+
+type ByteStream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Vec<u8>>> + Send>>;
+
+/// The SSE stream of `GET /event`, as parsed JSON events.
+pub struct EventStream {
+    bytes: ByteStream,
+    buffer: String,
+}
+
+impl EventStream {
+    /// The next event, within `wait`; `None` when the stream ended.
+    pub async fn next(&mut self, wait: Duration) -> Result<Option<Value>> {
+        tokio::time::timeout(wait, self.next_event())
+            .await
+            .context("no event arrived in time")?
+    }
+
+    async fn next_event(&mut self) -> Result<Option<Value>> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer.drain(..end + 2).collect();
+                let data: Vec<&str> = frame
+                    .lines()
+                    .filter_map(|line| line.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if data.is_empty() {
+                    continue;
+                }
+                return Ok(Some(serde_json::from_str(&data.join("\n"))?));
+            }
+            match self.bytes.next().await {
+                Some(chunk) => self.buffer.push_str(&String::from_utf8_lossy(&chunk?)),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Every event that arrives until none has for `quiet`.
+    pub async fn drain(&mut self, quiet: Duration) -> Result<Vec<Value>> {
+        let mut seen = Vec::new();
+        while let Ok(next) = tokio::time::timeout(quiet, self.next_event()).await {
+            match next? {
+                Some(event) => seen.push(event),
+                None => break,
+            }
+        }
+        Ok(seen)
+    }
+
+    /// Events until one of type `last` (included), within `wait` each.
+    pub async fn until(&mut self, last: &str) -> Result<Vec<Value>> {
+        let mut seen = Vec::new();
+        loop {
+            let Some(event) = self.next(Duration::from_secs(10)).await? else {
+                bail!("the stream ended before {last}; saw {:?}", types(&seen));
+            };
+            let done = event["type"] == last;
+            seen.push(event);
+            if done {
+                return Ok(seen);
+            }
+        }
+    }
+}
+
+/// The `type` of each event.
+pub fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
