@@ -1,0 +1,131 @@
+// OpenCode's own JavaScript client (@opencode-ai/sdk, pinned) against a running `rewind serve`.
+// It records a turn that writes files (the user message through the client's prompt method, the
+// assistant's step through rewind's extension routes, editing the files on disk between step start and
+// finish), then uses the client's own methods and checks after each call the response and the files.
+// Environment: REWIND_URL (the server), REWIND_REPO (a git worktree under the server's project roots).
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { createOpencodeClient } from "@opencode-ai/sdk";
+
+const base = process.env.REWIND_URL;
+const repo = process.env.REWIND_REPO;
+assert.ok(base && repo, "set REWIND_URL and REWIND_REPO");
+
+const client = createOpencodeClient({ baseUrl: base, directory: repo });
+const file = (name) => {
+  const full = path.join(repo, name);
+  return fs.existsSync(full) ? fs.readFileSync(full, "utf8") : null;
+};
+let passed = 0;
+const check = (what, fn) => {
+  fn();
+  passed += 1;
+  console.log(`ok - ${what}`);
+};
+async function extension(route, body) {
+  const response = await fetch(`${base}${route}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-opencode-directory": encodeURIComponent(repo) },
+    body: JSON.stringify(body ?? {}),
+  });
+  const json = await response.json();
+  assert.equal(response.status, 200, `${route}: ${JSON.stringify(json)}`);
+  return json;
+}
+
+const created = await client.session.create({ body: { title: "sdk check" } });
+check("session.create returns a session in the client's directory", () => {
+  assert.equal(created.error, undefined, JSON.stringify(created.error));
+  assert.match(created.data.id, /^ses_/);
+  assert.equal(created.data.directory, repo);
+  assert.equal(created.data.title, "sdk check");
+});
+const id = created.data.id;
+
+const prompted = await client.session.prompt({
+  path: { id },
+  body: { parts: [{ type: "text", text: "create hello.txt and change a.txt" }] },
+});
+check("session.prompt records the user message", () => {
+  assert.equal(prompted.error, undefined, JSON.stringify(prompted.error));
+  assert.equal(prompted.data.info.role, "user");
+  assert.equal(prompted.data.parts[0].text, "create hello.txt and change a.txt");
+});
+const userID = prompted.data.info.id;
+
+// The assistant's turn: rewind's extension routes, the edits made on disk inside the step.
+const assistant = await extension(`/session/${id}/message`, {
+  role: "assistant",
+  parts: [{ type: "text", text: "done" }],
+});
+const assistantID = assistant.info.id;
+await extension(`/session/${id}/message/${assistantID}/step`);
+fs.writeFileSync(path.join(repo, "hello.txt"), "hello from the agent\n");
+fs.writeFileSync(path.join(repo, "a.txt"), "a changed by the agent\n");
+await extension(`/session/${id}/message/${assistantID}/step/finish`, { reason: "stop" });
+
+const messages = await client.session.messages({ path: { id } });
+check("session.messages lists the turn with its patch", () => {
+  assert.equal(messages.error, undefined, JSON.stringify(messages.error));
+  assert.deepEqual(
+    messages.data.map((m) => m.info.id),
+    [userID, assistantID],
+  );
+  const patch = messages.data[1].parts.find((p) => p.type === "patch");
+  assert.ok(patch, JSON.stringify(messages.data[1].parts));
+  assert.deepEqual(patch.files, [`${repo}/a.txt`, `${repo}/hello.txt`]);
+  assert.equal(file("hello.txt"), "hello from the agent\n");
+});
+
+const reverted = await client.session.revert({ path: { id }, body: { messageID: userID } });
+check("session.revert puts the files back and returns the session with revert", () => {
+  assert.equal(reverted.error, undefined, JSON.stringify(reverted.error));
+  assert.equal(reverted.data.revert.messageID, userID);
+  assert.equal(file("hello.txt"), null);
+  assert.equal(file("a.txt"), "a0\n");
+});
+
+const got = await client.session.get({ path: { id } });
+check("session.get shows the revert", () => {
+  assert.equal(got.error, undefined, JSON.stringify(got.error));
+  assert.equal(got.data.revert.messageID, userID);
+  assert.deepEqual(got.data.summary, { additions: 2, deletions: 1, files: 2 });
+  assert.equal(file("hello.txt"), null);
+});
+
+const diff = await client.session.diff({ path: { id } });
+check("session.diff lists what the revert undid", () => {
+  assert.equal(diff.error, undefined, JSON.stringify(diff.error));
+  const byFile = Object.fromEntries(diff.data.map((d) => [d.file, d]));
+  assert.deepEqual(Object.keys(byFile).sort(), ["a.txt", "hello.txt"]);
+  assert.equal(byFile["hello.txt"].status, "added");
+  assert.equal(byFile["hello.txt"].additions, 1);
+  assert.equal(byFile["a.txt"].status, "modified");
+  assert.match(byFile["a.txt"].patch, /^--- a\/a\.txt/m);
+  assert.equal(file("a.txt"), "a0\n");
+});
+
+const unreverted = await client.session.unrevert({ path: { id } });
+check("session.unrevert brings the agent's files back", () => {
+  assert.equal(unreverted.error, undefined, JSON.stringify(unreverted.error));
+  assert.equal(unreverted.data.revert, undefined);
+  assert.equal(file("hello.txt"), "hello from the agent\n");
+  assert.equal(file("a.txt"), "a changed by the agent\n");
+});
+
+const missing = await client.session.get({ path: { id: "ses_000000000001abcdefghijklmn" } });
+check("an unknown session is OpenCode's NotFoundError", () => {
+  assert.equal(missing.response.status, 404);
+  assert.equal(missing.error.name, "NotFoundError");
+  assert.equal(file("hello.txt"), "hello from the agent\n");
+});
+
+const busy = await client.session.revert({ path: { id }, body: { messageID: "msg_bad" } });
+check("a malformed messageID is OpenCode's BadRequest", () => {
+  assert.equal(busy.response.status, 400);
+  assert.equal(busy.error.name, "BadRequest");
+  assert.equal(file("a.txt"), "a changed by the agent\n");
+});
+
+console.log(`sdk: ${passed} passed, 0 failed`);
