@@ -13,7 +13,9 @@ const USAGE: &str = "usage: cargo xtask <ci|tidy|bench>
   ci     cargo fmt --check, clippy -D warnings, tidy, then every test of the workspace
   tidy   check the dependency rules and module docs of ARCHITECTURE.md
   bench snapshot [--sizes 10000,100000] [--reps N]
-         time rewind's snapshot store against the git commands OpenCode uses (release build; not run by CI)";
+         time rewind's snapshot store against the git commands OpenCode uses (release build; not run by CI)
+  bench http [--reps N]
+         latency of revert and unrevert through the HTTP API (release build; not run by CI)";
 
 fn main() -> std::process::ExitCode {
     match run() {

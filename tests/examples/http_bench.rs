@@ -1,0 +1,196 @@
+//! The benchmark behind `cargo xtask bench http`: latency of revert and unrevert through HTTP.
+//!
+//! A repository of 5,000 committed files (about 3 KB each), a session of 10 turns in which each turn
+//! changes 10 files, then, repeatedly: revert to turn 1, 5 or 9 and unrevert, each timed as one HTTP
+//! request to the application on a loopback port. Prints the median and 95th percentile of each.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use rewind_app::{Application, ServerOptions, Settings};
+use serde_json::{Value, json};
+
+const FILES: usize = 5_000;
+const TURNS: usize = 10;
+const FILES_PER_TURN: usize = 10;
+const TARGETS: [usize; 3] = [1, 5, 9];
+
+fn content(seed: usize, version: usize) -> String {
+    let line =
+        format!("file {seed} version {version}: the quick brown fox jumps over the lazy dog\n");
+    line.repeat(3 * 1024 / line.len() + 1)
+}
+
+fn path_of(index: usize) -> String {
+    format!("dir{:02}/file{index:05}.txt", index % 50)
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<()> {
+    let status = Command::new("git")
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@rewind.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .context("cannot run git")?;
+    ensure!(status.success(), "git {args:?} failed");
+    Ok(())
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: Value) -> Result<Value> {
+    let response = client.post(url).json(&body).send().await?;
+    let status = response.status();
+    let body: Value = response.json().await?;
+    ensure!(status.is_success(), "POST {url}: {status} {body}");
+    Ok(body)
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> f64 {
+    samples.sort();
+    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[index].as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let reps: usize = std::env::args()
+        .skip_while(|a| a != "--reps")
+        .nth(1)
+        .map(|r| r.parse())
+        .transpose()
+        .context("--reps N")?
+        .unwrap_or(20);
+    let work = tempfile::tempdir()?;
+    let repo = std::fs::canonicalize(work.path())?.join("repo");
+    for index in 0..FILES {
+        let path = repo.join(path_of(index));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, content(index, 0))?;
+    }
+    git(&repo, &["init", "-q"])?;
+    git(&repo, &["add", "-A"])?;
+    git(&repo, &["commit", "-qm", "initial"])?;
+    eprintln!("bench: {FILES} committed files in {}", repo.display());
+
+    let mut settings = Settings::new(work.path().join("data"), &repo);
+    settings.port = 0;
+    let app = Application::build_with(
+        settings,
+        ServerOptions {
+            cwd: Some(repo.clone()),
+            ..ServerOptions::default()
+        },
+    )
+    .await?;
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let stop = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    let client = reqwest::Client::new();
+
+    let session = post(
+        &client,
+        &format!("{base}/session"),
+        json!({"title": "bench"}),
+    )
+    .await?;
+    let id = session["id"].as_str().context("session id")?.to_owned();
+    let mut users = Vec::new();
+    let started = Instant::now();
+    for turn in 0..TURNS {
+        let user = post(
+            &client,
+            &format!("{base}/session/{id}/message"),
+            json!({"parts": [{"type": "text", "text": format!("turn {turn}")}]}),
+        )
+        .await?;
+        users.push(user["info"]["id"].as_str().context("user id")?.to_owned());
+        let assistant = post(
+            &client,
+            &format!("{base}/session/{id}/message"),
+            json!({"role": "assistant"}),
+        )
+        .await?;
+        let mid = assistant["info"]["id"]
+            .as_str()
+            .context("assistant id")?
+            .to_owned();
+        post(
+            &client,
+            &format!("{base}/session/{id}/message/{mid}/step"),
+            json!({}),
+        )
+        .await?;
+        for k in 0..FILES_PER_TURN {
+            // Spread the turns' files over the tree; turn t's set overlaps turn t-1's by half.
+            let index = (turn * FILES_PER_TURN / 2 + k) * 37 % FILES;
+            std::fs::write(repo.join(path_of(index)), content(index, turn + 1))?;
+        }
+        post(
+            &client,
+            &format!("{base}/session/{id}/message/{mid}/step/finish"),
+            json!({"reason": "stop"}),
+        )
+        .await?;
+    }
+    eprintln!(
+        "bench: recorded {TURNS} turns in {:.0} ms",
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+
+    let mut reverts: Vec<Vec<Duration>> = vec![Vec::new(); TARGETS.len()];
+    let mut unreverts = Vec::new();
+    for _ in 0..reps {
+        for (slot, &turn) in TARGETS.iter().enumerate() {
+            let t = Instant::now();
+            let reverted = post(
+                &client,
+                &format!("{base}/session/{id}/revert"),
+                json!({"messageID": users[turn]}),
+            )
+            .await?;
+            reverts[slot].push(t.elapsed());
+            ensure!(reverted["revert"]["messageID"] == json!(users[turn]));
+            let t = Instant::now();
+            post(&client, &format!("{base}/session/{id}/unrevert"), json!({})).await?;
+            unreverts.push(t.elapsed());
+        }
+    }
+    println!(
+        "rewind HTTP bench: {FILES} files, {TURNS} turns x {FILES_PER_TURN} files of ~3 KB, {reps} reps"
+    );
+    println!("{:<22} {:>10} {:>10}", "operation", "median ms", "p95 ms");
+    let mut all = Vec::new();
+    for (slot, &turn) in TARGETS.iter().enumerate() {
+        all.extend(reverts[slot].iter().copied());
+        let samples = &mut reverts[slot];
+        println!(
+            "{:<22} {:>10.2} {:>10.2}",
+            format!("revert to turn {turn}"),
+            percentile(samples, 0.5),
+            percentile(samples, 0.95)
+        );
+    }
+    println!(
+        "{:<22} {:>10.2} {:>10.2}",
+        "revert (all)",
+        percentile(&mut all, 0.5),
+        percentile(&mut all, 0.95)
+    );
+    println!(
+        "{:<22} {:>10.2} {:>10.2}",
+        "unrevert",
+        percentile(&mut unreverts, 0.5),
+        percentile(&mut unreverts, 0.95)
+    );
+    stop.cancel();
+    server.await??;
+    Ok(())
+}
