@@ -2,6 +2,7 @@
 //! preview and recovery (SPEC sections 4 to 8). Everything here is async over the ports and does no IO of
 //! its own; the decisions themselves are the pure functions of `crate::revert`.
 
+mod activity;
 mod leases;
 mod query;
 mod record;

@@ -1,0 +1,27 @@
+//! Noting a client's request on a session: an HTTP client's open step lives as long as the client keeps
+//! talking about its session (SPEC section 4, the step timeout), whatever the request.
+
+use crate::error::Result;
+use crate::model::{LeaseKey, SessionId};
+
+use super::Rewind;
+
+impl Rewind {
+    /// Renews the session's open step when this process owns it, so the step timeout counts from the
+    /// client's latest request on the session. Does nothing when no step is open or another process owns
+    /// it; an unknown session is not an error here (the request itself will say so).
+    pub async fn note_activity(&self, session_id: &SessionId) -> Result<()> {
+        let Some(session) = self.repo.session(session_id).await? else {
+            return Ok(());
+        };
+        if let Some(step) = &session.step
+            && step.holder == self.holder()
+        {
+            let expires = self.now().saturating_add(self.config.step_timeout_ms);
+            self.repo
+                .renew_lease(&LeaseKey::Session(session.id.clone()), &step.token, expires)
+                .await?;
+        }
+        Ok(())
+    }
+}
