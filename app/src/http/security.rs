@@ -50,12 +50,35 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         None => None,
     };
     request.extensions_mut().insert(RequestDirectory(directory));
-    let mutating = request.method() != axum::http::Method::GET;
+    let session = session_of(request.uri().path());
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let started = std::time::Instant::now();
     let response = next.run(request).await;
-    if mutating {
+    tracing::debug!(
+        %method,
+        %path,
+        status = response.status().as_u16(),
+        elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "request"
+    );
+    // Any request on a session keeps its HTTP client's open step alive (the step timeout). It is noted
+    // after the request ran, so the request itself first sees whether the step was already abandoned.
+    if let Some(session) = session
+        && let Err(error) = state.services.rewind.note_activity(&session).await
+    {
+        tracing::warn!(%session, %error, "cannot renew the session's open step");
+    }
+    if method != axum::http::Method::GET {
         state.relay_wake.notify_one();
     }
     response
+}
+
+/// The session a `/session/{id}…` path names, when the id is well-formed.
+fn session_of(path: &str) -> Option<rewind_core::model::SessionId> {
+    let id = path.strip_prefix("/session/")?.split('/').next()?;
+    rewind_core::model::SessionId::parse(id).ok()
 }
 
 fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {

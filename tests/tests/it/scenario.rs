@@ -4,7 +4,9 @@
 use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 
-use crate::support::{id_of, spawn_app};
+use std::time::Duration;
+
+use crate::support::{AppConfig, id_of, spawn_app, spawn_app_with};
 
 fn message_ids(messages: &Value) -> Vec<String> {
     messages
@@ -349,6 +351,75 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
     assert!(
         doc["paths"]["/session/{id}/revert"]["post"].is_object(),
         "{doc}"
+    );
+    app.stop().await
+}
+
+#[tokio::test]
+async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_timeout() -> Result<()>
+{
+    let app = spawn_app_with(AppConfig {
+        step_timeout: Some(Duration::from_millis(1500)),
+        ..AppConfig::default()
+    })
+    .await?;
+    let session = app.new_session().await?;
+    let user = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": "go"}]}),
+        )
+        .await?;
+    let user = id_of(&user["info"])?;
+    let assistant = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"role": "assistant"}),
+        )
+        .await?;
+    let assistant = id_of(&assistant["info"])?;
+    app.ok(
+        &format!("/session/{session}/message/{assistant}/step"),
+        json!({}),
+    )
+    .await?;
+    app.write("a.txt", "during the step\n")?;
+    // Reads on the session, for longer than the timeout, keep the step open.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.read(&format!("/session/{session}/message")).await?;
+    }
+    let refused = app
+        .post(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": user}),
+        )
+        .await?;
+    assert_eq!(
+        refused.status, 409,
+        "the step is still open: {}",
+        refused.body
+    );
+    assert_eq!(app.file("a.txt").as_deref(), Some("during the step\n"));
+    // Silence past the timeout: the next operation aborts the step first, so the revert goes ahead.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let reverted = app
+        .ok(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": user}),
+        )
+        .await?;
+    assert_eq!(reverted["revert"]["messageID"], json!(user));
+    assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
+    let parts = app
+        .read(&format!("/session/{session}/message/{assistant}"))
+        .await?["parts"]
+        .clone();
+    ensure!(
+        parts.as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
+        "the abandoned step was aborted: {parts}"
     );
     app.stop().await
 }

@@ -37,6 +37,8 @@ pub struct AppConfig {
     pub body_limit: Option<usize>,
     /// The heartbeat interval (default 10 s).
     pub heartbeat: Option<Duration>,
+    /// The step timeout (default 10 minutes).
+    pub step_timeout: Option<Duration>,
 }
 
 /// Runs `git` in `dir`, failing on a non-zero exit.
@@ -78,6 +80,9 @@ pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
     let mut settings = Settings::new(data.path(), &repo);
     settings.port = 0;
     settings.password = config.password;
+    if let Some(timeout) = config.step_timeout {
+        settings.step_timeout_ms = u64::try_from(timeout.as_millis())?;
+    }
     let database_url = settings.database_url.clone();
     let options = ServerOptions {
         body_limit: config.body_limit.unwrap_or(64 * 1024),
