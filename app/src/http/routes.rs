@@ -329,7 +329,7 @@ pub async fn revert(
         .revert(&path.id, target)
         .await
         .map_err(in_session(&path.id))?;
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let elapsed_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
     let diff = rewind.session_diff(&path.id).await.unwrap_or_default();
     // diff(applied, snapshot) is the forward direction: a file it "adds" is one the revert deleted.
     let deleted = diff
@@ -369,7 +369,7 @@ pub async fn unrevert(
         .unrevert(&path.id)
         .await
         .map_err(in_session(&path.id))?;
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let elapsed_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
     // Unrevert goes from `applied` to the pre-revert snapshot: a file the diff marks deleted is removed.
     let deleted = changed
         .iter()
