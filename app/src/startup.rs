@@ -92,6 +92,8 @@ pub struct ServerOptions {
     pub heartbeat: std::time::Duration,
     /// The default worktree (default: the process's current directory).
     pub cwd: Option<std::path::PathBuf>,
+    /// How many events a stream may fall behind before it gets `server.lagged`.
+    pub bus_capacity: usize,
 }
 
 impl Default for ServerOptions {
@@ -101,6 +103,7 @@ impl Default for ServerOptions {
             relay_interval: std::time::Duration::from_millis(50),
             heartbeat: std::time::Duration::from_secs(10),
             cwd: None,
+            bus_capacity: rewind_bus::DEFAULT_CAPACITY,
         }
     }
 }
@@ -178,7 +181,7 @@ impl Application {
             })?;
         let address = listener.local_addr()?;
         let state = crate::http::AppState {
-            bus: Arc::new(rewind_bus::BroadcastBus::default()),
+            bus: Arc::new(rewind_bus::BroadcastBus::new(options.bus_capacity)),
             roots: Arc::new(roots),
             cwd,
             loopback_only: settings.is_loopback(),

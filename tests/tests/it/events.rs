@@ -195,3 +195,44 @@ async fn heartbeats_arrive_and_stopping_the_server_ends_open_streams() -> Result
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stream_that_falls_behind_is_told_how_many_events_it_missed() -> Result<()> {
+    // Two events of room: the relay publishes a transaction's events without yielding, and the test
+    // runtime has one thread, so a message with ten parts (eleven events) overflows the stream.
+    let app = spawn_app_with(AppConfig {
+        bus_capacity: Some(2),
+        ..AppConfig::default()
+    })
+    .await?;
+    let mut stream = app.events().await?;
+    stream.until("server.connected").await?;
+    let session = app.new_session().await?;
+    stream.until("session.created").await?;
+    let parts: Vec<_> = (0..10)
+        .map(|i| json!({"type": "text", "text": format!("part {i}")}))
+        .collect();
+    let message = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"parts": parts}),
+        )
+        .await?;
+    let events = stream.drain(Duration::from_millis(500)).await?;
+    let kinds = types(&events);
+    let lagged = events
+        .iter()
+        .find(|e| e["type"] == "server.lagged")
+        .with_context(|| format!("no server.lagged in {kinds:?}"))?;
+    let missed = lagged["properties"]["missed"].as_u64().context("missed")?;
+    let delivered = events
+        .iter()
+        .filter(|e| e["type"] != "server.lagged")
+        .count() as u64;
+    assert_eq!(missed + delivered, 11, "{kinds:?}");
+    // The newest events still arrive after the notice: the last part of the message.
+    let last = events.last().context("no event")?;
+    assert_eq!(last["type"], "message.part.updated");
+    assert_eq!(last["properties"]["part"]["id"], message["parts"][9]["id"]);
+    app.stop().await
+}

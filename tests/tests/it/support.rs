@@ -39,6 +39,8 @@ pub struct AppConfig {
     pub heartbeat: Option<Duration>,
     /// The step timeout (default 10 minutes).
     pub step_timeout: Option<Duration>,
+    /// The event bus capacity (default the server's).
+    pub bus_capacity: Option<usize>,
 }
 
 /// Runs `git` in `dir`, failing on a non-zero exit.
@@ -89,6 +91,9 @@ pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
         relay_interval: Duration::from_millis(20),
         heartbeat: config.heartbeat.unwrap_or(Duration::from_secs(10)),
         cwd: Some(repo.clone()),
+        bus_capacity: config
+            .bus_capacity
+            .unwrap_or(ServerOptions::default().bus_capacity),
     };
     let app = Application::build_with(settings, options).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
