@@ -34,6 +34,27 @@ async function extension(route, body) {
   return json;
 }
 
+// The live event stream, through the client's own SSE subscription.
+const seen = [];
+const subscription = await client.event.subscribe();
+(async () => {
+  for await (const event of subscription.stream) seen.push(event);
+})().catch(() => {});
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+async function eventAfter(start, predicate, what) {
+  for (let i = 0; i < 200; i += 1) {
+    const index = seen.findIndex((event, at) => at >= start && predicate(event));
+    if (index >= 0) return index;
+    await sleep(25);
+  }
+  throw new Error(`no ${what} event; saw ${seen.map((event) => event.type).join(", ")}`);
+}
+await eventAfter(0, (event) => event.type === "server.connected", "server.connected");
+check("event.subscribe starts with server.connected", () => {
+  assert.equal(seen[0].type, "server.connected");
+  assert.match(seen[0].id, /^evt_/);
+});
+
 const created = await client.session.create({ body: { title: "sdk check" } });
 check("session.create returns a session in the client's directory", () => {
   assert.equal(created.error, undefined, JSON.stringify(created.error));
@@ -78,12 +99,31 @@ check("session.messages lists the turn with its patch", () => {
   assert.equal(file("hello.txt"), "hello from the agent\n");
 });
 
+const beforeRevert = seen.length;
 const reverted = await client.session.revert({ path: { id }, body: { messageID: userID } });
 check("session.revert puts the files back and returns the session with revert", () => {
   assert.equal(reverted.error, undefined, JSON.stringify(reverted.error));
   assert.equal(reverted.data.revert.messageID, userID);
   assert.equal(file("hello.txt"), null);
   assert.equal(file("a.txt"), "a0\n");
+});
+
+const revertDiff = await eventAfter(
+  beforeRevert,
+  (event) => event.type === "session.diff" && event.properties.sessionID === id,
+  "session.diff",
+);
+const revertUpdated = await eventAfter(
+  beforeRevert,
+  (event) => event.type === "session.updated" && event.properties.info.revert?.messageID === userID,
+  "session.updated",
+);
+check("the stream shows the revert: session.diff, then session.updated", () => {
+  assert.ok(revertDiff < revertUpdated, seen.map((event) => event.type).join(", "));
+  assert.deepEqual(
+    seen[revertDiff].properties.diff.map((d) => d.file).sort(),
+    ["a.txt", "hello.txt"],
+  );
 });
 
 const got = await client.session.get({ path: { id } });
@@ -129,3 +169,5 @@ check("a malformed messageID is OpenCode's BadRequest", () => {
 });
 
 console.log(`sdk: ${passed} passed, 0 failed`);
+// The SSE subscription reconnects forever; the checks are done.
+process.exit(0);
