@@ -126,3 +126,61 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_errors_map_to_opencode_statuses_and_bodies() {
+        let session = SessionId::parse("ses_000000000001abcdefghijklmn").expect("a valid id");
+        let cases = [
+            (
+                Error::NotFound("Session not found: x".into()),
+                404,
+                json!({"name": "NotFoundError", "data": {"message": "Session not found: x"}}),
+            ),
+            (
+                Error::InvalidInput("bad id".into()),
+                400,
+                json!({"name": "BadRequest", "data": {"message": "bad id"}}),
+            ),
+            (
+                Error::Busy {
+                    session_id: None,
+                    message: "Session is busy".into(),
+                },
+                409,
+                json!({"_tag": "SessionBusyError", "sessionID": session.as_str(), "message": "Session is busy"}),
+            ),
+        ];
+        for (error, status, body) in cases {
+            let api = ApiError::from_core(error, Some(&session));
+            assert_eq!(api.status().as_u16(), status);
+            assert_eq!(api.body(), body);
+        }
+        let lost = ApiError::from_core(Error::LeaseLost("token".into()), Some(&session));
+        assert_eq!(lost.status().as_u16(), 409);
+        assert_eq!(lost.body()["sessionID"], session.as_str());
+    }
+
+    #[test]
+    fn backend_faults_are_500s_that_do_not_leak_their_cause() {
+        let api = ApiError::from_core(Error::backend("password=hunter2 at db"), None);
+        assert_eq!(api.status().as_u16(), 500);
+        assert_eq!(api.body()["name"], "UnknownError");
+        assert!(!api.body().to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn unauthorized_carries_the_basic_challenge() {
+        let response = ApiError::Unauthorized.into_response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let challenge = response
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        assert!(challenge.starts_with("Basic "), "{challenge}");
+    }
+}
