@@ -9,7 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use rewind_app::{Application, ServerOptions, Settings};
+use rewind_app::{Application, ServerOptions, Services, Settings};
+use rewind_core::model::{HolderKind, MessageId, SessionId};
+use rewind_core::{RevertTarget, SnapshotPort};
 use serde_json::{Value, json};
 
 const FILES: usize = 5_000;
@@ -82,6 +84,8 @@ async fn main() -> Result<()> {
 
     let mut settings = Settings::new(work.path().join("data"), &repo);
     settings.port = 0;
+    // The same services in this process, to tell the core's time from the HTTP layer's.
+    let direct = Services::open(&settings, HolderKind::Server).await?;
     let app = Application::build_with(
         settings,
         ServerOptions {
@@ -145,8 +149,15 @@ async fn main() -> Result<()> {
         started.elapsed().as_secs_f64() * 1000.0
     );
 
+    // HTTP and direct core calls are interleaved, so machine load weighs on both alike and their
+    // difference is the HTTP layer's cost. A re-track of the unchanged tree is timed alone too.
+    let session_id = SessionId::parse(&id)?;
     let mut reverts: Vec<Vec<Duration>> = vec![Vec::new(); TARGETS.len()];
     let mut unreverts = Vec::new();
+    let mut core_reverts = Vec::new();
+    let mut core_unreverts = Vec::new();
+    let mut tracks = Vec::new();
+    let mut unified_diffs = Vec::new();
     for _ in 0..reps {
         for (slot, &turn) in TARGETS.iter().enumerate() {
             let t = Instant::now();
@@ -161,8 +172,26 @@ async fn main() -> Result<()> {
             let t = Instant::now();
             post(&client, &format!("{base}/session/{id}/unrevert"), json!({})).await?;
             unreverts.push(t.elapsed());
+
+            let target = RevertTarget {
+                message_id: MessageId::parse(&users[turn])?,
+                part_id: None,
+            };
+            let t = Instant::now();
+            direct.rewind.revert(&session_id, target).await?;
+            core_reverts.push(t.elapsed());
+            let t = Instant::now();
+            direct.rewind.unrevert(&session_id).await?;
+            core_unreverts.push(t.elapsed());
         }
+        let t = Instant::now();
+        let tracked = direct.snapshots.track(&repo).await?;
+        tracks.push(t.elapsed());
+        let t = Instant::now();
+        direct.snapshots.unified_diff(&repo, &tracked.id).await?;
+        unified_diffs.push(t.elapsed());
     }
+
     println!(
         "rewind HTTP bench: {FILES} files, {TURNS} turns x {FILES_PER_TURN} files of ~3 KB, {reps} reps"
     );
@@ -189,6 +218,30 @@ async fn main() -> Result<()> {
         "unrevert",
         percentile(&mut unreverts, 0.5),
         percentile(&mut unreverts, 0.95)
+    );
+    println!(
+        "{:<22} {:>10.2} {:>10.2}",
+        "core revert (no HTTP)",
+        percentile(&mut core_reverts, 0.5),
+        percentile(&mut core_reverts, 0.95)
+    );
+    println!(
+        "{:<22} {:>10.2} {:>10.2}",
+        "core unrevert",
+        percentile(&mut core_unreverts, 0.5),
+        percentile(&mut core_unreverts, 0.95)
+    );
+    println!(
+        "{:<22} {:>10.2} {:>10.2}",
+        "track (unchanged)",
+        percentile(&mut tracks, 0.5),
+        percentile(&mut tracks, 0.95)
+    );
+    println!(
+        "{:<22} {:>10.2} {:>10.2}",
+        "unified_diff (no change)",
+        percentile(&mut unified_diffs, 0.5),
+        percentile(&mut unified_diffs, 0.95)
     );
     stop.cancel();
     server.await??;
