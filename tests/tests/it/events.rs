@@ -45,7 +45,12 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
         })
         .await?;
     // Recording: each step makes the session busy, then idle again, with its parts in between.
-    let recorded = stream.drain(Duration::from_millis(500)).await?;
+    // Two steps: busy, idle, busy, idle; closing a step ends with its session.updated.
+    let mut recorded = Vec::new();
+    for _ in 0..4 {
+        recorded.extend(stream.until("session.status").await?);
+    }
+    recorded.extend(stream.until("session.updated").await?);
     let statuses: Vec<_> = recorded
         .iter()
         .filter(|e| e["type"] == "session.status")
@@ -218,7 +223,20 @@ async fn a_stream_that_falls_behind_is_told_how_many_events_it_missed() -> Resul
             json!({"parts": parts}),
         )
         .await?;
-    let events = stream.drain(Duration::from_millis(500)).await?;
+    let last_part = message["parts"][9]["id"].clone();
+    let mut events = Vec::new();
+    loop {
+        let event = stream
+            .next(Duration::from_secs(10))
+            .await?
+            .context("the stream ended")?;
+        let done = event["type"] == "message.part.updated"
+            && event["properties"]["part"]["id"] == last_part;
+        events.push(event);
+        if done {
+            break;
+        }
+    }
     let kinds = types(&events);
     let lagged = events
         .iter()
@@ -233,6 +251,6 @@ async fn a_stream_that_falls_behind_is_told_how_many_events_it_missed() -> Resul
     // The newest events still arrive after the notice: the last part of the message.
     let last = events.last().context("no event")?;
     assert_eq!(last["type"], "message.part.updated");
-    assert_eq!(last["properties"]["part"]["id"], message["parts"][9]["id"]);
+    assert_eq!(last["properties"]["part"]["id"], last_part);
     app.stop().await
 }

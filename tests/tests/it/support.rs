@@ -325,18 +325,6 @@ impl EventStream {
         }
     }
 
-    /// Every event that arrives until none has for `quiet`.
-    pub async fn drain(&mut self, quiet: Duration) -> Result<Vec<Value>> {
-        let mut seen = Vec::new();
-        while let Ok(next) = tokio::time::timeout(quiet, self.next_event()).await {
-            match next? {
-                Some(event) => seen.push(event),
-                None => break,
-            }
-        }
-        Ok(seen)
-    }
-
     /// Events until one of type `last` (included), within `wait` each.
     pub async fn until(&mut self, last: &str) -> Result<Vec<Value>> {
         let mut seen = Vec::new();
