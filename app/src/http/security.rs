@@ -28,9 +28,12 @@ struct DirectoryQuery {
 /// Host, Origin and password checks, then the worktree check; wakes the outbox relay after a request that
 /// may have changed something, so this server's own events reach its streams at once.
 pub async fn guard(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    if state.loopback_only
-        && let Err(error) = check_host_and_origin(request.headers())
-    {
+    let checked = if state.loopback_only {
+        check_host_and_origin(request.headers())
+    } else {
+        check_same_origin(request.headers())
+    };
+    if let Err(error) = checked {
         return error.into_response();
     }
     if let Some(password) = &state.password
@@ -93,10 +96,7 @@ fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
-        let host = origin
-            .split_once("://")
-            .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
-            .unwrap_or("");
+        let host = origin_authority(origin);
         if host.is_empty() || !is_loopback_name(strip_port(host)) {
             return Err(ApiError::Forbidden(format!(
                 "Origin {origin:?} is foreign; only pages served from localhost may call this server"
@@ -104,6 +104,36 @@ fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// Beyond loopback, where a browser may hold the basic-auth credentials: a page may call the server
+/// only from the server's own origin (its `Origin` names the `Host` it calls) or from loopback.
+fn check_same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("");
+    let origin_host = origin_authority(origin);
+    let host = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    let same = !origin_host.is_empty() && origin_host.eq_ignore_ascii_case(host);
+    if same || (!origin_host.is_empty() && is_loopback_name(strip_port(origin_host))) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "Origin {origin:?} is foreign; only pages served by this server or from localhost may call it"
+        )))
+    }
+}
+
+/// The `host[:port]` of an `Origin` value (`scheme://host[:port]`), empty when it has none (`null`).
+fn origin_authority(origin: &str) -> &str {
+    origin
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+        .unwrap_or("")
 }
 
 /// `host`, `host:port`, `[v6]` or `[v6]:port` without the port.

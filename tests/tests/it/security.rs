@@ -87,7 +87,7 @@ async fn a_password_is_required_when_set() -> Result<()> {
 }
 
 #[tokio::test]
-async fn beyond_loopback_the_server_refuses_to_start_without_a_password() -> Result<()> {
+async fn beyond_loopback_a_password_is_required_and_foreign_origins_are_refused() -> Result<()> {
     let data = tempfile::tempdir()?;
     let mut settings = Settings::new(data.path(), data.path());
     settings.hostname = "0.0.0.0".to_owned();
@@ -99,6 +99,34 @@ async fn beyond_loopback_the_server_refuses_to_start_without_a_password() -> Res
     assert!(error.contains("password"), "{error}");
     settings.password = Some("pw".to_owned());
     let app = Application::build(settings).await?;
-    assert_ne!(app.port(), 0);
+    let port = app.port();
+    let stop = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    // Any Host is served once the password is right, but a page of another origin is refused: the
+    // browser could otherwise send the credentials it holds for this server.
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/session");
+    let host = format!("rewind.example:{port}");
+    for (origin, status) in [
+        (None, 200),
+        (Some(format!("http://{host}")), 200),
+        (Some("http://localhost:3000".to_owned()), 200),
+        (Some("http://evil.example".to_owned()), 403),
+        (Some("null".to_owned()), 403),
+    ] {
+        let mut request = http
+            .get(&url)
+            .header("host", &host)
+            .basic_auth("u", Some("pw"));
+        if let Some(origin) = &origin {
+            request = request.header("origin", origin);
+        }
+        let response = request.send().await?;
+        assert_eq!(response.status().as_u16(), status, "{origin:?}");
+    }
+    let unauthenticated = http.get(&url).header("host", &host).send().await?;
+    assert_eq!(unauthenticated.status().as_u16(), 401);
+    stop.cancel();
+    server.await??;
     Ok(())
 }
