@@ -3,6 +3,7 @@
 //! its own; the decisions themselves are the pure functions of `crate::revert`.
 
 mod leases;
+mod maintenance;
 mod query;
 mod record;
 mod recovery;
@@ -24,6 +25,7 @@ use crate::ports::{HostPort, MessageRepo, SnapshotPort};
 use crate::revert::RevertPoint;
 
 pub use leases::HeldLease;
+pub use maintenance::{GcRequest, GcSkipped, GcSummary, SnapshotRestore, WorktreeGc};
 
 /// How the services behave.
 #[derive(Clone, Debug)]
