@@ -146,6 +146,9 @@ impl Rewind {
         guard: crate::ports::Guard,
     ) -> Result<SnapshotRestore> {
         let worktree = Path::new(directory);
+        // Reading `to` against the worktree fails on an unknown snapshot before anything is recorded or
+        // written: bad input changes nothing.
+        self.snapshots.changed_files(worktree, to).await?;
         let capture = self.snapshots.track(worktree).await?.id;
         let record = Capture {
             directory: directory.to_owned(),

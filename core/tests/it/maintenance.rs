@@ -202,7 +202,7 @@ fn gc_older_than_deletes_old_sessions_and_then_their_snapshots() {
             .await
             .expect("gc");
 
-        assert_eq!(summary.sessions_deleted, [old.id.clone()]);
+        assert_eq!(summary.sessions_deleted, std::slice::from_ref(&old.id));
         assert!(world.rewind.session(&old.id).await.is_err());
         assert!(world.rewind.session(&new.id).await.is_ok());
         let still = world
@@ -281,6 +281,26 @@ fn gc_leaves_a_busy_old_session_alone_and_deletes_old_captures() {
                 .tree(world.path(), &restored.capture)
                 .is_none(),
             "an expired capture's snapshot is collected"
+        );
+    });
+}
+
+#[test]
+fn restore_from_an_unknown_snapshot_records_nothing_and_changes_nothing() {
+    block_on(async {
+        let world = World::new();
+        world.write("a.txt", "a1\n");
+        let unknown = SnapshotId::parse(&"1".repeat(40)).expect("id");
+        let refused = world.rewind.restore_snapshot(ROOT, &unknown, None).await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(world.state(&["a.txt"]), ["a1\n"]);
+        assert!(
+            world
+                .rewind
+                .captures(None)
+                .await
+                .expect("captures")
+                .is_empty()
         );
     });
 }
