@@ -1,0 +1,87 @@
+//! An `exec` killed half-way leaves its step open; the next command aborts it (its owner is gone) and the
+//! session stays usable: undo gives back the state before the killed turn.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{Env, assert_state};
+
+#[test]
+fn an_exec_killed_by_its_own_command_leaves_the_session_usable() {
+    let env = Env::plain();
+    env.exec_sh("printf 'kept\\n' > kept.txt");
+    let before = env.state();
+
+    // The command kills rewind (its parent) with SIGKILL after writing a file.
+    let output = env
+        .rewind(&[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "printf 'x\\n' > f.txt; kill -9 $PPID; sleep 1",
+        ])
+        .output()
+        .expect("runs");
+    assert!(!output.status.success(), "rewind was killed");
+    assert!(env.path().join("f.txt").exists());
+
+    let status = env.json(&["status"]);
+    assert_eq!(
+        status["sessions"][0]["busy"], true,
+        "the killed step is still open until an operation on the session aborts it: {status:#}"
+    );
+    env.ok(&["undo"]);
+    assert_state(&env, &before, "undoing the killed turn");
+    let log = env.json(&["log"]);
+    let reasons: Vec<String> = log["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["steps"].as_array().cloned().unwrap_or_default())
+        .map(|s| s["reason"].as_str().unwrap_or("open").to_owned())
+        .collect();
+    assert_eq!(reasons, ["stop", "aborted"], "{log:#}");
+    env.ok(&["redo"]);
+    assert!(
+        env.path().join("f.txt").exists(),
+        "redo brings the killed turn's file back"
+    );
+}
+
+#[test]
+fn an_exec_killed_while_its_command_runs_is_aborted_by_the_next_exec() {
+    let env = Env::plain();
+    let before = env.state();
+    let mut child = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "echo $$ > sh.pid; printf 'x\\n' > f.txt; sleep 30",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("f.txt").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL rewind");
+    child.wait().expect("reaped");
+    let shell = std::fs::read_to_string(env.path().join("sh.pid")).expect("pid");
+    let _ = std::process::Command::new("kill")
+        .args(["-9", shell.trim()])
+        .status();
+    let during = env.state();
+
+    // The next exec aborts the abandoned step (its owner is gone) and records its own turn.
+    env.exec_sh("printf 'y\\n' > g.txt");
+    env.ok(&["undo"]);
+    assert_state(&env, &during, "undoing the turn after the killed one");
+    env.ok(&["undo"]);
+    assert_state(&env, &before, "undoing the killed turn");
+}
