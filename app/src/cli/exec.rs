@@ -4,7 +4,8 @@
 
 use std::os::unix::process::ExitStatusExt;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
+use rewind_core::HostPort;
 use rewind_core::model::{PartBody, Session};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use serde::Serialize;
@@ -38,6 +39,18 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         (false, Some(session)) => session,
         _ => create_session(ctx, &line).await?,
     };
+    // Refuse before recording anything when a live process (another `rewind exec`, or a server's
+    // client) has a step open in this session; an abandoned step is aborted by the next call instead.
+    if let Some(step) = &session.step
+        && ctx.services.host.is_alive(&step.holder.process)
+    {
+        bail!(
+            "session {} is busy: a step is open in message {}, owned by {}; wait for it to finish, or run with --new-session",
+            session.id,
+            step.message_id,
+            step.holder
+        );
+    }
     let user = rewind
         .create_message(&session.id, NewMessage::user_text(line.clone()))
         .await

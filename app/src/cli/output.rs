@@ -60,6 +60,16 @@ pub fn print_diffs(diffs: &[FileDiff], colour: bool) {
             );
             continue;
         }
+        if !diff.patch.contains("\n@@") {
+            // Headers without a hunk: only the file's mode changed (or an empty file came or went).
+            println!("{}", diff.patch.trim_end());
+            println!(
+                "(no line changed: {} {})",
+                status_word(diff).trim_end(),
+                diff.file
+            );
+            continue;
+        }
         for line in diff.patch.lines() {
             if !colour {
                 println!("{line}");

@@ -4,11 +4,11 @@
 use std::path::Path;
 
 use anyhow::Result;
-use rewind_core::SnapshotPort;
 use rewind_core::model::{
     FileDiff, MessageWithParts, PartBody, RevertDescriptor, Role, SnapshotId, Warning,
 };
 use rewind_core::revert::RevertPoint;
+use rewind_core::{HostPort, SnapshotPort};
 use serde::Serialize;
 
 use super::context::{Context, explain};
@@ -227,6 +227,8 @@ struct SessionRow {
     revert_message_id: Option<String>,
     /// Whether a step is open.
     busy: bool,
+    /// Whether that step's owner is gone (the next operation on the session aborts the step).
+    abandoned: bool,
 }
 
 /// `status --json`.
@@ -277,6 +279,10 @@ pub async fn status(ctx: &Context) -> Result<()> {
             updated: s.time.updated,
             revert_message_id: s.revert.as_ref().map(|r| r.message_id.to_string()),
             busy: s.step.is_some(),
+            abandoned: s
+                .step
+                .as_ref()
+                .is_some_and(|step| !ctx.services.host.is_alive(&step.holder.process)),
         })
         .collect();
     if ctx.json {
@@ -308,6 +314,9 @@ pub async fn status(ctx: &Context) -> Result<()> {
     }
     for row in &rows {
         let state = match (&row.revert_message_id, row.busy) {
+            (_, true) if row.abandoned => {
+                "a step whose owner is gone is open (the next command aborts it)".to_owned()
+            }
             (_, true) => "busy: a step is open".to_owned(),
             (Some(message), false) => format!("reverted to {message}"),
             (None, false) => "idle".to_owned(),

@@ -30,6 +30,7 @@ fn an_exec_killed_by_its_own_command_leaves_the_session_usable() {
         status["sessions"][0]["busy"], true,
         "the killed step is still open until an operation on the session aborts it: {status:#}"
     );
+    assert_eq!(status["sessions"][0]["abandoned"], true, "{status:#}");
     env.ok(&["undo"]);
     assert_state(&env, &before, "undoing the killed turn");
     let log = env.json(&["log"]);
@@ -84,4 +85,51 @@ fn an_exec_killed_while_its_command_runs_is_aborted_by_the_next_exec() {
     assert_state(&env, &during, "undoing the turn after the killed one");
     env.ok(&["undo"]);
     assert_state(&env, &before, "undoing the killed turn");
+}
+
+#[test]
+fn a_second_exec_while_one_runs_is_refused_and_records_nothing() {
+    let env = Env::plain();
+    let mut first = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; rm go started",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = env.json(&["status"]);
+    assert_eq!(status["sessions"][0]["busy"], true);
+    assert_eq!(status["sessions"][0]["abandoned"], false);
+
+    let stderr = env.fails(&["exec", "--", "sh", "-c", "printf 'y\\n' > second.txt"]);
+    assert!(stderr.contains("busy"), "{stderr}");
+    assert!(
+        !env.path().join("second.txt").exists(),
+        "the second command did not run"
+    );
+    let stderr = env.fails(&["undo"]);
+    assert!(
+        stderr.contains("busy"),
+        "a running exec's step is not taken from it: {stderr}"
+    );
+
+    std::fs::write(env.path().join("go"), "").expect("write");
+    assert!(first.wait().expect("waits").success());
+    let log = env.json(&["log"]);
+    assert_eq!(
+        log["messages"].as_array().expect("messages").len(),
+        2,
+        "only the first exec's turn is recorded: {log:#}"
+    );
 }
