@@ -304,7 +304,9 @@ async fn report(
 /// A warning, marked with `!`.
 pub fn print_warning(warning: &Warning) {
     println!("! {}", warning.message);
-    if let Some(snapshot) = &warning.snapshot {
+    if let Some(snapshot) = &warning.snapshot
+        && !warning.message.contains(snapshot.as_str())
+    {
         println!("    earlier content: `rewind snapshot restore {snapshot} PATH…`");
     }
     for file in &warning.files {

@@ -113,7 +113,14 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         "session {}  {}  ({})",
         session.id, session.title, session.directory
     );
-    for row in &rows {
+    // Warnings are shown where they happened: after the last message created before them.
+    let mut pending = warnings.iter().peekable();
+    for (index, row) in rows.iter().enumerate() {
+        if index == 0 {
+            while let Some(warning) = pending.next_if(|w| w.time < row.created) {
+                print_marked_warning(warning);
+            }
+        }
         if row.revert_point {
             println!(
                 "── reverted from here (`rewind redo` or `rewind unrevert` brings it back) ──"
@@ -145,15 +152,20 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             ));
         }
         println!("{line}");
-    }
-    if !warnings.is_empty() {
-        println!("warnings:");
-        for warning in &warnings {
-            print!("  [{}] ", time_text(warning.time));
-            print_warning(warning);
+        let next = rows.get(index + 1).map(|r| r.created);
+        while let Some(warning) = pending.next_if(|w| next.is_none_or(|next| w.time < next)) {
+            print_marked_warning(warning);
         }
     }
+    for warning in pending {
+        print_marked_warning(warning);
+    }
     Ok(())
+}
+
+fn print_marked_warning(warning: &Warning) {
+    print!("  [{}] ", time_text(warning.time));
+    print_warning(warning);
 }
 
 async fn steps(ctx: &Context, worktree: &Path, message: &MessageWithParts) -> Result<Vec<StepRow>> {
@@ -246,8 +258,13 @@ struct StatusReport {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct StoreRow {
-    path: String,
+    /// The store's directory (absent when this directory cannot have one, e.g. `/` or the home).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
     bytes: u64,
+    /// Why there is no store path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 /// `rewind status`.
@@ -258,17 +275,18 @@ pub async fn status(ctx: &Context) -> Result<()> {
         .sessions(Some(&ctx.directory))
         .await
         .map_err(|error| explain(error, "listing the sessions"))?;
-    let store = ctx
-        .services
-        .snapshots
-        .store_dir(&ctx.path)
-        .map_err(|error| {
-            anyhow::anyhow!(
-                "cannot locate the snapshot store of {}: {error}",
-                ctx.directory
-            )
-        })?;
-    let bytes = disk_usage(&store);
+    let store = match ctx.services.snapshots.store_dir(&ctx.path) {
+        Ok(dir) => StoreRow {
+            bytes: disk_usage(&dir),
+            path: Some(dir.display().to_string()),
+            error: None,
+        },
+        Err(error) => StoreRow {
+            path: None,
+            bytes: 0,
+            error: Some(error.to_string()),
+        },
+    };
     let last_gc = LastGc::read(&ctx.services.settings.data_dir);
     let rows: Vec<SessionRow> = sessions
         .iter()
@@ -289,16 +307,16 @@ pub async fn status(ctx: &Context) -> Result<()> {
         return print_json(&StatusReport {
             directory: ctx.directory.clone(),
             data_dir: ctx.services.settings.data_dir.display().to_string(),
-            store: StoreRow {
-                path: store.display().to_string(),
-                bytes,
-            },
+            store,
             sessions: rows,
             last_gc,
         });
     }
     println!("directory  {}", ctx.directory);
-    println!("store      {} ({})", store.display(), bytes_text(bytes));
+    match (&store.path, &store.error) {
+        (Some(path), _) => println!("store      {path} ({})", bytes_text(store.bytes)),
+        (None, error) => println!("store      none: {}", error.as_deref().unwrap_or("")),
+    }
     match &last_gc {
         Some(gc) => println!(
             "last gc    {} (freed {}, {} objects, {} sessions deleted)",

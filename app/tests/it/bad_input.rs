@@ -110,3 +110,29 @@ fn a_usage_error_exits_non_zero_with_clap_s_message() {
         .expect("runs");
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn exec_in_the_home_directory_is_refused_before_anything_runs_or_is_recorded() {
+    let env = Env::plain();
+    let home = env.config_home.path();
+    let output = env
+        .rewind_in(home, &["exec", "--", "sh", "-c", "printf 'x\\n' > ran.txt"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("home directory"), "{stderr}");
+    assert!(!home.join("ran.txt").exists(), "the command did not run");
+    let output = env
+        .rewind_in(home, &["--json", "status"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "status works anywhere");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        status["sessions"],
+        serde_json::json!([]),
+        "no session was recorded"
+    );
+    assert!(status["store"]["error"].as_str().is_some(), "{status}");
+}

@@ -133,3 +133,48 @@ fn a_second_exec_while_one_runs_is_refused_and_records_nothing() {
         "only the first exec's turn is recorded: {log:#}"
     );
 }
+
+#[test]
+fn an_interrupt_reaches_the_command_and_rewind_still_finishes_the_step() {
+    let env = Env::plain();
+    // The command ignores SIGINT itself, so it outlives the interrupt; rewind must too.
+    let mut child = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "trap '' INT; printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; printf 'done\\n' > out.txt",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(env.path().join("go"), "").expect("write");
+    let status = child.wait().expect("waits");
+    assert!(
+        status.success(),
+        "rewind survived the interrupt: {status:?}"
+    );
+    let log = env.json(&["log"]);
+    assert_eq!(log["messages"][1]["steps"][0]["reason"], "stop", "{log:#}");
+    let files: Vec<&str> = log["messages"][1]["steps"][0]["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["file"].as_str().expect("file"))
+        .collect();
+    assert_eq!(files, ["go", "out.txt", "started"]);
+}

@@ -8,3 +8,4 @@ mod json;
 mod killed_exec;
 mod snapshot_and_gc;
 mod support;
+mod warnings;
