@@ -115,6 +115,11 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
     use rewind_core::Error;
     match error {
         Error::Busy { message, .. } => anyhow!("{message}"),
+        Error::NotFound(message)
+            if message.starts_with("Message") || message.starts_with("Part") =>
+        {
+            anyhow!("{message}; `rewind log --json` lists the session's message and part ids")
+        }
         Error::NotFound(message) => anyhow!("{message}"),
         Error::InvalidInput(message) => anyhow!("{message}"),
         Error::MissingObject(message) => anyhow!(

@@ -44,7 +44,17 @@ struct MessageRow {
     hidden: bool,
     /// Whether the revert point is this message.
     revert_point: bool,
+    /// Its parts, in order: `{id, type}` (targets for `rewind revert MESSAGE --part ID`).
+    parts: Vec<PartRow>,
     steps: Vec<StepRow>,
+}
+
+/// A part in `log --json`.
+#[derive(Serialize)]
+struct PartRow {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
 }
 
 /// `log --json`.
@@ -96,6 +106,14 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             revert_point: point
                 .as_ref()
                 .is_some_and(|p| p.message_id == message.info.id),
+            parts: message
+                .parts
+                .iter()
+                .map(|p| PartRow {
+                    id: p.id.to_string(),
+                    kind: p.body.kind().to_owned(),
+                })
+                .collect(),
             steps: steps(ctx, worktree, message).await?,
         });
     }

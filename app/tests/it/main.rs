@@ -4,6 +4,7 @@
 mod bad_input;
 mod demo;
 mod exec_undo_redo;
+mod explicit_revert;
 mod json;
 mod killed_exec;
 mod snapshot_and_gc;
