@@ -216,6 +216,8 @@ pub async fn run(settings: Option<Settings>, keep: Option<&Path>, json: bool) ->
             }
             println!("   the changes undone (`rewind diff`):");
             print_diffs(&diff, super::output::colour());
+            println!("   the timeline (`rewind log`; ~ marks hidden messages):");
+            super::show::log(&ctx, Some(session.id.as_str())).await?;
         }
         stages.push(compared(&ctx, name, &stages, same_as, diff).await?);
     }
