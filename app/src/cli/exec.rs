@@ -5,6 +5,8 @@
 use std::os::unix::process::ExitStatusExt;
 
 use anyhow::{Context as _, Result, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use rewind_core::HostPort;
 use rewind_core::model::{PartBody, Session};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
@@ -150,11 +152,14 @@ async fn create_session(ctx: &Context, line: &str) -> Result<Session> {
 }
 
 /// Runs the command in the worktree with the terminal's stdin, stdout and stderr. An interrupt (Ctrl-C)
-/// reaches the command through the terminal's process group; rewind itself waits for the command to end,
-/// so the step is still finished.
+/// reaches the command through the terminal's process group, and a SIGTERM sent to rewind alone (by
+/// `timeout` or `kill`) is passed on to the command; either way rewind waits for the command to end, so the
+/// step is still finished.
 async fn run_child(ctx: &Context, command: &[String]) -> Result<std::process::ExitStatus> {
     let mut interrupts =
         signal(SignalKind::interrupt()).context("cannot install the interrupt handler")?;
+    let mut terminations =
+        signal(SignalKind::terminate()).context("cannot install the termination handler")?;
     let (program, args) = command
         .split_first()
         .context("no command given after `--`")?;
@@ -163,10 +168,20 @@ async fn run_child(ctx: &Context, command: &[String]) -> Result<std::process::Ex
         .current_dir(&ctx.path)
         .spawn()
         .with_context(|| format!("cannot start {program}"))?;
+    let pid = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw);
     loop {
         tokio::select! {
             status = child.wait() => return status.context("cannot wait for the command"),
             _ = interrupts.recv() => {}
+            _ = terminations.recv() => {
+                if let Some(pid) = pid {
+                    // The command may be gone already; then there is nothing to pass the signal to.
+                    let _ = kill(pid, Signal::SIGTERM);
+                }
+            }
         }
     }
 }

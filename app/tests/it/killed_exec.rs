@@ -178,3 +178,51 @@ fn an_interrupt_reaches_the_command_and_rewind_still_finishes_the_step() {
         .collect();
     assert_eq!(files, ["go", "out.txt", "started"]);
 }
+
+#[test]
+fn a_sigterm_sent_to_rewind_is_passed_to_the_command_and_the_step_is_finished() {
+    let env = Env::plain();
+    let mut child = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "trap 'printf t > got-term; exit 143' TERM; printf x > started; while true; do sleep 0.05; done",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = child.wait().expect("waits");
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "the command's exit code: {status:?}"
+    );
+    assert!(
+        env.path().join("got-term").exists(),
+        "the command got the SIGTERM"
+    );
+    let log = env.json(&["log"]);
+    let step = &log["messages"][1]["steps"][0];
+    assert_eq!(step["reason"], "error", "{log:#}");
+    let files: Vec<&str> = step["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["file"].as_str().expect("file"))
+        .collect();
+    assert_eq!(files, ["got-term", "started"]);
+}
