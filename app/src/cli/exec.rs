@@ -7,14 +7,13 @@ use std::os::unix::process::ExitStatusExt;
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use rewind_core::HostPort;
 use rewind_core::model::{PartBody, Session};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
-use super::context::{Context, explain};
+use super::context::{Context, explain, step_is_abandoned};
 use super::output::{print_json, shell_line, with_progress};
 
 /// `exec --json`: printed on stdout after the command's own output.
@@ -44,7 +43,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     // Refuse before recording anything when a live process (another `rewind exec`, or a server's
     // client) has a step open in this session; an abandoned step is aborted by the next call instead.
     if let Some(step) = &session.step
-        && ctx.services.host.is_alive(&step.holder.process)
+        && !step_is_abandoned(ctx, &session).await?
     {
         bail!(
             "session {} is busy: a step is open in message {}, owned by {}; wait for it to finish, or run with --new-session",

@@ -4,14 +4,14 @@
 use std::path::Path;
 
 use anyhow::Result;
+use rewind_core::SnapshotPort;
 use rewind_core::model::{
     FileDiff, MessageWithParts, PartBody, RevertDescriptor, Role, SnapshotId, Warning,
 };
 use rewind_core::revert::RevertPoint;
-use rewind_core::{HostPort, SnapshotPort};
 use serde::Serialize;
 
-use super::context::{Context, explain};
+use super::context::{Context, explain, step_is_abandoned};
 use super::gc::LastGc;
 use super::history::{FileRow, message_text, print_warning};
 use super::output::{bytes_text, colour, print_diffs, print_json, time_text};
@@ -306,21 +306,18 @@ pub async fn status(ctx: &Context) -> Result<()> {
         },
     };
     let last_gc = LastGc::read(&ctx.services.settings.data_dir);
-    let rows: Vec<SessionRow> = sessions
-        .iter()
-        .map(|s| SessionRow {
+    let mut rows = Vec::new();
+    for s in &sessions {
+        rows.push(SessionRow {
             id: s.id.to_string(),
             title: s.title.clone(),
             created: s.time.created,
             updated: s.time.updated,
             revert_message_id: s.revert.as_ref().map(|r| r.message_id.to_string()),
             busy: s.step.is_some(),
-            abandoned: s
-                .step
-                .as_ref()
-                .is_some_and(|step| !ctx.services.host.is_alive(&step.holder.process)),
-        })
-        .collect();
+            abandoned: step_is_abandoned(ctx, s).await?,
+        });
+    }
     if ctx.json {
         return print_json(&StatusReport {
             directory: ctx.directory.clone(),
