@@ -171,3 +171,42 @@ pub fn bytes_text(bytes: u64) -> String {
         format!("{value:.1} {}", UNITS[unit])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{bytes_text, shell_line, time_text};
+
+    #[test]
+    fn times_are_utc_calendar_dates() {
+        // Expected values from Python's datetime, an independent calendar.
+        assert_eq!(time_text(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(time_text(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(time_text(1_795_994_891_755), "2026-11-29 23:28:11 UTC");
+        assert_eq!(time_text(4_102_444_799_000), "2099-12-31 23:59:59 UTC");
+    }
+
+    #[test]
+    fn command_lines_read_back_as_the_same_words_in_sh() {
+        let words: Vec<String> = ["printf", "%s|", "a b", "it's", "", "plain-1.txt"]
+            .iter()
+            .map(|w| (*w).to_owned())
+            .collect();
+        let line = shell_line(&words);
+        let output = std::process::Command::new("sh")
+            .args(["-c", &line])
+            .output()
+            .expect("sh runs");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "a b|it's||plain-1.txt|"
+        );
+    }
+
+    #[test]
+    fn sizes_use_binary_units() {
+        assert_eq!(bytes_text(0), "0 B");
+        assert_eq!(bytes_text(1023), "1023 B");
+        assert_eq!(bytes_text(1536), "1.5 KiB");
+        assert_eq!(bytes_text(3 * 1024 * 1024), "3.0 MiB");
+    }
+}
