@@ -18,7 +18,8 @@ use sea_orm::{
 
 use crate::SqlRepo;
 use crate::entity::{
-    event_outbox, intent, lease, message, part, revert_history, session, session_diff, warning,
+    capture, event_outbox, intent, lease, message, part, revert_history, session, session_diff,
+    warning,
 };
 use crate::error::SqlError;
 use crate::hooks::Hooks;
@@ -306,6 +307,25 @@ impl SqlRepo {
                     .exec(txn)
                     .await
                     .map_err(self.fault("deleting an intent record"))?;
+            }
+            Change::AddCapture(record) => {
+                let row = capture::ActiveModel {
+                    seq: NotSet,
+                    directory: Set(record.directory.clone()),
+                    time: Set(i64::try_from(record.time).unwrap_or(i64::MAX)),
+                    body: Set(self.encode(&*record, "capture")?),
+                };
+                capture::Entity::insert(row)
+                    .exec_without_returning(txn)
+                    .await
+                    .map_err(self.fault("storing a capture"))?;
+            }
+            Change::DeleteCapturesBefore { before } => {
+                capture::Entity::delete_many()
+                    .filter(capture::Column::Time.lt(i64::try_from(before).unwrap_or(i64::MAX)))
+                    .exec(txn)
+                    .await
+                    .map_err(self.fault("deleting old captures"))?;
             }
         }
         Ok(())

@@ -35,8 +35,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rewind_core::Result;
 use rewind_core::model::{
-    FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageId, MessageWithParts,
-    RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
+    Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageId,
+    MessageWithParts, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
 };
 use rewind_core::ports::{MessageRepo, Transaction};
 use sea_orm::{
@@ -248,5 +248,9 @@ impl MessageRepo for SqlRepo {
         directory: Option<String>,
     ) -> Result<BTreeSet<SnapshotId>> {
         self.read_referenced_snapshots(directory).await
+    }
+
+    async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>> {
+        self.read_captures(directory).await
     }
 }

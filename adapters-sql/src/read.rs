@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use rewind_core::Result;
 use rewind_core::model::{
-    Event, FileDiff, IntentRecord, Lease, LeaseKey, MessageId, MessageWithParts, PartBody,
+    Capture, Event, FileDiff, IntentRecord, Lease, LeaseKey, MessageId, MessageWithParts, PartBody,
     RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
 };
 use sea_orm::sea_query::{Query, SelectStatement};
@@ -16,7 +16,8 @@ use crate::convert::{
     SNAPSHOT_PART_KINDS, history_snapshots, part_snapshots, session_snapshots, warning_snapshots,
 };
 use crate::entity::{
-    event_outbox, intent, lease, message, part, revert_history, session, session_diff, warning,
+    capture, event_outbox, intent, lease, message, part, revert_history, session, session_diff,
+    warning,
 };
 
 /// `SELECT id FROM session WHERE directory = ?`: the sessions of one worktree.
@@ -252,7 +253,33 @@ impl SqlRepo {
                     .before,
             );
         }
+
+        let captures = capture::Entity::find()
+            .apply_if(directory.as_deref(), |query, directory| {
+                query.filter(capture::Column::Directory.eq(directory))
+            })
+            .all(&txn)
+            .await
+            .map_err(&fault)?;
+        for row in &captures {
+            out.insert(self.decode::<Capture>(&row.body, "capture")?.snapshot);
+        }
         txn.commit().await.map_err(&fault)?;
         Ok(out)
+    }
+
+    pub(crate) async fn read_captures(&self, directory: Option<String>) -> Result<Vec<Capture>> {
+        let fault = self.fault("listing the captures");
+        let rows = capture::Entity::find()
+            .apply_if(directory, |query, directory| {
+                query.filter(capture::Column::Directory.eq(directory))
+            })
+            .order_by_asc(capture::Column::Seq)
+            .all(&self.db)
+            .await
+            .map_err(&fault)?;
+        rows.iter()
+            .map(|row| self.decode::<Capture>(&row.body, "capture"))
+            .collect()
     }
 }

@@ -14,10 +14,10 @@ use futures_core::Stream;
 
 use crate::error::Result;
 use crate::model::{
-    Event, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
-    Message, MessageId, MessageWithParts, Part, PartId, ProcessIdentity, RelPath, RestoreOutcome,
-    RevertHistoryEntry, RevertOutcome, Session, SessionId, SnapshotId, SnapshotPatch, StoredEvent,
-    TrackOutcome, Warning,
+    Capture, Event, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey, LeaseTake,
+    LeaseToken, Message, MessageId, MessageWithParts, Part, PartId, ProcessIdentity, RelPath,
+    RestoreOutcome, RevertHistoryEntry, RevertOutcome, Session, SessionId, SnapshotId,
+    SnapshotPatch, StoredEvent, TrackOutcome, Warning,
 };
 
 /// The snapshot store of SPEC section 2.
@@ -147,6 +147,13 @@ pub enum Change {
     PutIntent(Box<IntentRecord>),
     /// Delete an intent record.
     DeleteIntent(LeaseToken),
+    /// Record a capture (a worktree's state saved before `snapshot restore` overwrote it).
+    AddCapture(Box<Capture>),
+    /// Delete the captures taken before `before` (epoch milliseconds), of every worktree.
+    DeleteCapturesBefore {
+        /// The cut-off time.
+        before: u64,
+    },
 }
 
 /// A unit of work: all of its changes and events are stored, or none.
@@ -176,7 +183,8 @@ pub struct Transaction {
 /// - `events_after` MUST return committed events in commit order, with no gaps and no duplicates, and MUST
 ///   NOT return an event of a transaction that did not commit.
 /// - `referenced_snapshots` MUST include every snapshot id the stored rows refer to (step, patch parts,
-///   descriptors, `applied`, intents, warnings, revert history).
+///   descriptors, `applied`, intents, warnings, revert history, captures).
+/// - `captures` MUST return the recorded captures oldest first, only those of `directory` when given.
 #[cfg_attr(any(test, feature = "testkit"), mockall::automock)]
 #[async_trait]
 pub trait MessageRepo: Send + Sync {
@@ -217,6 +225,8 @@ pub trait MessageRepo: Send + Sync {
     async fn commit(&self, transaction: Transaction) -> Result<()>;
     /// Committed events after outbox position `after`, at most `limit`.
     async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>>;
+    /// The captures, oldest first; only those of `directory` when given.
+    async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>>;
     /// Every snapshot id the stored rows refer to, of the sessions of `directory` when given.
     async fn referenced_snapshots(&self, directory: Option<String>)
     -> Result<BTreeSet<SnapshotId>>;

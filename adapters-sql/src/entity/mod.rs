@@ -1,6 +1,7 @@
 //! The SeaORM entities, one module per table. Bodies are JSON text (never `jsonb`), so what a client stored
 //! reads back byte for byte, key order included.
 
+pub(crate) mod capture;
 pub(crate) mod event_outbox;
 pub(crate) mod intent;
 pub(crate) mod lease;

@@ -4,6 +4,7 @@
 use sea_orm_migration::prelude::*;
 
 mod m20261201_000001_initial_schema;
+mod m20261202_000001_captures;
 
 /// Every migration this binary knows, oldest first.
 pub(crate) struct Migrator;
@@ -11,6 +12,9 @@ pub(crate) struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261201_000001_initial_schema::Migration)]
+        vec![
+            Box::new(m20261201_000001_initial_schema::Migration),
+            Box::new(m20261202_000001_captures::Migration),
+        ]
     }
 }

@@ -170,7 +170,8 @@ fn sqlite_migrations_run_once_and_reopening_applies_none() {
             .await
             .expect("reads")
             .expect("a row");
-        assert_eq!(row.try_get::<i64>("", "applied").expect("a count"), 1);
+        // One row per migration (the initial schema, the captures), each applied once.
+        assert_eq!(row.try_get::<i64>("", "applied").expect("a count"), 2);
         let mode = raw
             .query_one_raw(Statement::from_string(
                 DbBackend::Sqlite,
@@ -182,6 +183,63 @@ fn sqlite_migrations_run_once_and_reopening_applies_none() {
         assert_eq!(
             mode.try_get::<String>("", "journal_mode").expect("a mode"),
             "wal"
+        );
+    });
+}
+
+/// A database made before the captures migration (its table and its migration row removed, as an older
+/// rewind left it) is upgraded when opened: the table comes back, every existing row is kept, and
+/// captures then work.
+#[test]
+fn sqlite_database_from_before_the_captures_migration_is_upgraded_and_keeps_its_rows() {
+    run(async {
+        let file = SqliteFile::new();
+        let ids = Ids::default();
+        let first = file.open().await;
+        let (sessions, keys) = fill(&first, &ids).await;
+        let before = dump(&first, &sessions, &keys).await;
+        first.close().await.expect("closes");
+
+        let raw = Database::connect(file.config().url.as_str())
+            .await
+            .expect("connects");
+        for sql in [
+            "DROP TABLE capture",
+            "DELETE FROM seaql_migrations WHERE version = 'm20261202_000001_captures'",
+        ] {
+            raw.execute_raw(Statement::from_string(DbBackend::Sqlite, sql))
+                .await
+                .expect("downgrades");
+        }
+        raw.close().await.expect("closes");
+
+        let upgraded = file.open().await;
+        assert_eq!(
+            dump(&upgraded, &sessions, &keys).await,
+            before,
+            "the upgrade keeps every row"
+        );
+        let capture = rewind_core::model::Capture {
+            directory: "/work/reopen".to_owned(),
+            snapshot: snapshot(9),
+            time: 1_700_000_000_000,
+            message: "captured".to_owned(),
+            paths: Vec::new(),
+        };
+        upgraded
+            .commit(transaction(
+                vec![Change::AddCapture(Box::new(capture.clone()))],
+                Vec::new(),
+            ))
+            .await
+            .expect("a capture commits after the upgrade");
+        assert_eq!(upgraded.captures(None).await.expect("reads"), vec![capture]);
+        assert!(
+            upgraded
+                .referenced_snapshots(Some("/work/reopen".to_owned()))
+                .await
+                .expect("reads")
+                .contains(&snapshot(9))
         );
     });
 }

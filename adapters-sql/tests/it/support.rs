@@ -297,6 +297,12 @@ macro_rules! impl_repo {
             ) -> Result<BTreeSet<SnapshotId>> {
                 $with!(self, repo => repo.referenced_snapshots(directory))
             }
+            async fn captures(
+                &self,
+                directory: Option<String>,
+            ) -> Result<Vec<rewind_core::model::Capture>> {
+                $with!(self, repo => repo.captures(directory))
+            }
         }
     };
 }

@@ -1,10 +1,12 @@
-//! The commands other than `serve`.
+//! Dispatch of the commands other than `serve` and `demo`: each opens the services for its directory
+//! (running recovery first) and hands over to its module.
 
 use std::path::Path;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
-use super::Command;
+use super::context::Context;
+use super::{Command, SnapshotCommand, exec, gc, history, show, snapshot};
 use crate::config::Settings;
 
 /// Runs one command in `directory`.
@@ -14,6 +16,36 @@ pub async fn run(
     directory: &Path,
     json: bool,
 ) -> Result<()> {
-    let _ = (settings, directory, json);
-    bail!("`rewind {command:?}` is not built yet")
+    let ctx = Context::open(settings, directory, json).await?;
+    match command {
+        Command::Exec {
+            new_session,
+            command,
+        } => exec::run(&ctx, new_session, &command).await,
+        Command::Undo => history::undo(&ctx).await,
+        Command::Redo => history::redo(&ctx).await,
+        Command::Revert {
+            session,
+            message,
+            part,
+        } => history::revert(&ctx, session.as_deref(), &message, part.as_deref()).await,
+        Command::Unrevert { session } => history::unrevert(&ctx, session.as_deref()).await,
+        Command::Log { session } => show::log(&ctx, session.as_deref()).await,
+        Command::Diff { session } => show::diff(&ctx, session.as_deref()).await,
+        Command::Status => show::status(&ctx).await,
+        Command::Gc {
+            older_than,
+            grace_seconds,
+        } => gc::run(&ctx, older_than, grace_seconds).await,
+        Command::Snapshot(SnapshotCommand::Track) => snapshot::track(&ctx).await,
+        Command::Snapshot(SnapshotCommand::Diff { from, to }) => {
+            snapshot::diff(&ctx, &from, to.as_deref()).await
+        }
+        Command::Snapshot(SnapshotCommand::Restore { id, paths }) => {
+            snapshot::restore(&ctx, &id, &paths).await
+        }
+        Command::Serve(_) | Command::Demo { .. } => {
+            unreachable!("`serve` and `demo` are dispatched by cli::run")
+        }
+    }
 }

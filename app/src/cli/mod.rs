@@ -3,6 +3,14 @@
 //! configuration as the server; its changes reach a running server's event stream through the outbox.
 
 mod commands;
+mod context;
+mod demo;
+mod exec;
+mod gc;
+mod history;
+mod output;
+mod show;
+mod snapshot;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,9 +95,13 @@ pub enum Command {
     Status,
     /// Delete old sessions, then collect the snapshots nothing refers to.
     Gc {
-        /// Delete sessions not updated for this many days first.
+        /// Delete sessions not updated (and restore captures not taken) for this many days first.
         #[arg(long, value_name = "DAYS")]
         older_than: Option<u64>,
+        /// Keep objects that `track` or `revert` returned this recently, in seconds (SPEC 2.4's grace
+        /// period, so a snapshot being recorded by another process is never collected).
+        #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+        grace_seconds: u64,
     },
     /// The snapshot store of this directory, for scripts and for getting single files back.
     #[command(subcommand)]
@@ -167,6 +179,22 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Serve(server) => {
             let settings = Settings::resolve(&cli.config, Some(&server), &directory)?;
             crate::http::serve(settings).await
+        }
+        Command::Demo { keep } => {
+            // The demo uses a temporary data directory unless one is given (flag or environment).
+            let settings = if cli.config.data_dir.is_some() || cli.config.database_url.is_some() {
+                Some(Settings::resolve(&cli.config, None, &cwd)?)
+            } else {
+                None
+            };
+            let keep = keep.map(|dir| {
+                if dir.is_absolute() {
+                    dir
+                } else {
+                    cwd.join(dir)
+                }
+            });
+            demo::run(settings, keep.as_deref(), cli.json).await
         }
         command => {
             let settings = Settings::resolve(&cli.config, None, &directory)?;

@@ -1,6 +1,7 @@
 //! rewind's domain types. Their serde shapes are OpenCode's (camelCase, optional fields left out): they are
 //! both what is stored and what the HTTP API sends.
 
+mod capture;
 mod event;
 mod lease;
 mod message;
@@ -8,6 +9,7 @@ mod session;
 mod snapshot;
 
 pub use crate::id::{EventId, MessageId, PartId, SessionId};
+pub use capture::Capture;
 pub use event::{Event, EventPayload, SessionStatus, StoredEvent};
 pub use lease::{
     Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,

@@ -300,6 +300,7 @@ pub struct RevertOutcome {
 
 /// What `gc` freed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GcReport {
     /// Objects deleted.
     pub objects_removed: u64,

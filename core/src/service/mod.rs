@@ -4,6 +4,7 @@
 
 mod activity;
 mod leases;
+mod maintenance;
 mod query;
 mod record;
 mod recovery;
@@ -25,6 +26,7 @@ use crate::ports::{HostPort, MessageRepo, SnapshotPort};
 use crate::revert::RevertPoint;
 
 pub use leases::HeldLease;
+pub use maintenance::{GcRequest, GcSkipped, GcSummary, SnapshotRestore, WorktreeGc};
 
 /// How the services behave.
 #[derive(Clone, Debug)]

@@ -741,7 +741,7 @@ fn reject_recorded_kinds(parts: &[NewPart]) -> Result<()> {
     Ok(())
 }
 
-fn normalise_directory(directory: &str) -> Result<String> {
+pub(super) fn normalise_directory(directory: &str) -> Result<String> {
     let directory = directory.replace('\\', "/");
     if !directory.starts_with('/') {
         return Err(Error::InvalidInput(format!(

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId,
+    Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId,
     MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry, Session, SessionId, SnapshotId,
     StoredEvent, Warning,
 };
@@ -40,6 +40,7 @@ struct StoredSession {
 struct Rows {
     sessions: BTreeMap<SessionId, StoredSession>,
     intents: BTreeMap<LeaseToken, IntentRecord>,
+    captures: Vec<Capture>,
 }
 
 #[derive(Debug, Default)]
@@ -185,6 +186,10 @@ impl Rows {
                 // Deleting an absent intent is not an error, like a `DELETE … WHERE token = ?` that matches
                 // no row; a transaction that needs the intent to exist says so with `Guard::IntentExists`.
                 self.intents.remove(&token);
+            }
+            Change::AddCapture(capture) => self.captures.push(*capture),
+            Change::DeleteCapturesBefore { before } => {
+                self.captures.retain(|capture| capture.time >= before);
             }
         }
         Ok(())
@@ -428,6 +433,22 @@ impl MessageRepo for MemRepo {
                 out.insert(intent.before.clone());
             }
         }
+        for capture in &state.rows.captures {
+            if wanted(&capture.directory) {
+                out.insert(capture.snapshot.clone());
+            }
+        }
         Ok(out)
+    }
+
+    async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>> {
+        let state = self.lock();
+        Ok(state
+            .rows
+            .captures
+            .iter()
+            .filter(|capture| directory.as_deref().is_none_or(|d| d == capture.directory))
+            .cloned()
+            .collect())
     }
 }

@@ -6,6 +6,7 @@ mod contract_repo;
 mod contract_snapshot;
 mod ids_and_shapes;
 mod leases;
+mod maintenance;
 mod recovery;
 mod revert_point;
 mod scenarios;

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::Error;
 use crate::id::{EventId, IdGenerator};
+use crate::model::Capture;
 use crate::model::{
     Event, EventPayload, FileDiff, FileStatus, Holder, HolderKind, IntentOperation, IntentRecord,
     Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId, MessageTime, MessageWithParts,
@@ -68,6 +69,7 @@ macro_rules! repo_contract_tests {
             guards_check_lease_and_intent
             events_come_back_in_commit_order
             referenced_snapshots_cover_every_reference
+            captures_are_listed_referenced_and_deleted_by_age
             delete_session_cascades
             sessions_are_listed_newest_first_and_by_directory
         );
@@ -1597,5 +1599,86 @@ pub async fn sessions_are_listed_newest_first_and_by_directory(repo: &dyn Messag
         messages(repo, &s1.id).await,
         vec![with_parts(&kept, &[&kept_part])],
         "replacing a session must keep its messages and parts"
+    );
+}
+
+fn capture(directory: &str, n: u32, time: u64) -> Capture {
+    Capture {
+        directory: directory.to_owned(),
+        snapshot: snapshot(n),
+        time,
+        message: format!("captured before restore {n}"),
+        paths: vec![format!("file-{n}.txt")],
+    }
+}
+
+/// Captures need no session, come back oldest first (all, or one worktree's), count for
+/// `referenced_snapshots` of their worktree only, and `DeleteCapturesBefore` removes exactly those taken
+/// before the cut-off.
+pub async fn captures_are_listed_referenced_and_deleted_by_age(repo: &dyn MessageRepo) {
+    let dir_a = "/work/captures-a";
+    let dir_b = "/work/captures-b";
+    let (a1, b1, a2) = (
+        capture(dir_a, 31, 1_000),
+        capture(dir_b, 32, 1_500),
+        capture(dir_a, 33, 2_000),
+    );
+    commit(
+        repo,
+        vec![
+            Change::AddCapture(Box::new(a1.clone())),
+            Change::AddCapture(Box::new(b1.clone())),
+            Change::AddCapture(Box::new(a2.clone())),
+        ],
+    )
+    .await;
+    let all = repo
+        .captures(None)
+        .await
+        .expect("listing captures must succeed");
+    assert_eq!(
+        all,
+        vec![a1.clone(), b1.clone(), a2.clone()],
+        "captures(None) must return every capture, oldest first, as stored"
+    );
+    let of_a = repo
+        .captures(Some(dir_a.to_owned()))
+        .await
+        .expect("listing captures must succeed");
+    assert_eq!(
+        of_a,
+        vec![a1.clone(), a2.clone()],
+        "captures(directory) must return only that worktree's captures, oldest first"
+    );
+    let referenced = repo
+        .referenced_snapshots(Some(dir_a.to_owned()))
+        .await
+        .expect("listing referenced snapshots must succeed");
+    assert!(
+        referenced.contains(&snapshot(31)) && referenced.contains(&snapshot(33)),
+        "referenced_snapshots(directory) must include the worktree's captures; got {referenced:?}"
+    );
+    assert!(
+        !referenced.contains(&snapshot(32)),
+        "referenced_snapshots(directory) must leave out other worktrees' captures; got {referenced:?}"
+    );
+
+    commit(repo, vec![Change::DeleteCapturesBefore { before: 1_500 }]).await;
+    let left = repo
+        .captures(None)
+        .await
+        .expect("listing captures must succeed");
+    assert_eq!(
+        left,
+        vec![b1, a2],
+        "DeleteCapturesBefore must delete exactly the captures taken before the cut-off"
+    );
+    let referenced = repo
+        .referenced_snapshots(None)
+        .await
+        .expect("listing referenced snapshots must succeed");
+    assert!(
+        !referenced.contains(&snapshot(31)),
+        "a deleted capture must no longer be referenced; got {referenced:?}"
     );
 }

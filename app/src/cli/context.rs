@@ -1,0 +1,161 @@
+//! What every command starts from: the worktree it is about, the opened services (after recovery), and
+//! the session it works on, with errors that say what to do.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use rewind_core::model::{HolderKind, LeaseKey, Session, SessionId, may_take_over};
+
+use crate::config::Settings;
+use crate::startup::Services;
+
+/// An opened command: the services and the worktree.
+pub struct Context {
+    /// The services over the database and the snapshot stores.
+    pub services: Services,
+    /// The worktree, canonical.
+    pub path: PathBuf,
+    /// The worktree as sessions record it (absolute, forward slashes).
+    pub directory: String,
+    /// Print JSON instead of text.
+    pub json: bool,
+}
+
+impl Context {
+    /// Checks the directory, opens the services and runs recovery (SPEC section 11: every command first
+    /// runs recovery).
+    pub async fn open(settings: &Settings, directory: &Path, json: bool) -> Result<Context> {
+        let path = worktree_path(directory)?;
+        let directory = directory_string(&path)?;
+        let services = Services::open(settings, HolderKind::Process).await?;
+        services
+            .rewind
+            .recover()
+            .await
+            .map_err(|error| explain(error, "recovering interrupted operations"))?;
+        Ok(Context {
+            services,
+            path,
+            directory,
+            json,
+        })
+    }
+
+    /// The session named by `--session`, or the latest of this directory.
+    pub async fn session(&self, explicit: Option<&str>) -> Result<Session> {
+        match explicit {
+            Some(text) => {
+                let id = SessionId::parse(text).map_err(|error| {
+                    anyhow!("{error}; a session id looks like ses_… (`rewind status` lists them)")
+                })?;
+                self.services
+                    .rewind
+                    .session(&id)
+                    .await
+                    .map_err(|error| match error {
+                        rewind_core::Error::NotFound(_) => anyhow!(
+                            "no session {id} in the database {}; `rewind status` lists the sessions of this directory",
+                            crate::config::redact_url(&self.services.settings.database_url)
+                        ),
+                        other => explain(other, "reading the session"),
+                    })
+            }
+            None => self.latest_session().await?.ok_or_else(|| {
+                anyhow!(
+                    "no rewind session in {}; record one with `rewind exec -- COMMAND…`, or pass -C DIR or --session ID",
+                    self.directory
+                )
+            }),
+        }
+    }
+
+    /// The newest session of this directory, if any.
+    pub async fn latest_session(&self) -> Result<Option<Session>> {
+        let sessions = self
+            .services
+            .rewind
+            .sessions(Some(&self.directory))
+            .await
+            .map_err(|error| explain(error, "listing the sessions"))?;
+        Ok(sessions.into_iter().next())
+    }
+}
+
+/// Whether the session's open step is abandoned (SPEC section 4: its owner is gone, or its lease may be
+/// taken over), by the rule core applies before the next operation; false when no step is open.
+pub async fn step_is_abandoned(ctx: &Context, session: &Session) -> Result<bool> {
+    use rewind_core::{HostPort, MessageRepo};
+    let Some(step) = &session.step else {
+        return Ok(false);
+    };
+    let lease = ctx
+        .services
+        .repo
+        .lease(&LeaseKey::Session(session.id.clone()))
+        .await
+        .map_err(|error| explain(error, "reading the session's lease"))?;
+    let host = &ctx.services.host;
+    Ok(match lease {
+        None => true,
+        Some(lease) => {
+            lease.token != step.token
+                || may_take_over(
+                    &lease,
+                    host.now_ms(),
+                    &host.this_process().host,
+                    |process| host.is_alive(process),
+                )
+        }
+    })
+}
+
+/// The canonical worktree path: it must exist and be a directory.
+pub fn worktree_path(directory: &Path) -> Result<PathBuf> {
+    let path = std::fs::canonicalize(directory).with_context(|| {
+        format!(
+            "the directory {} does not exist or cannot be read; pass an existing directory with -C DIR",
+            directory.display()
+        )
+    })?;
+    if !path.is_dir() {
+        bail!(
+            "{} is not a directory; pass the worktree's directory with -C DIR",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A path as sessions record it.
+pub fn directory_string(path: &Path) -> Result<String> {
+    path.to_str()
+        .map(|text| text.replace('\\', "/"))
+        .ok_or_else(|| {
+            anyhow!(
+                "the directory {} is not valid UTF-8; rewind needs a UTF-8 path",
+                path.display()
+            )
+        })
+}
+
+/// A core error as the user should read it: what went wrong while doing `what`, and what to do.
+pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
+    use rewind_core::Error;
+    match error {
+        Error::Busy { message, .. } => anyhow!("{message}"),
+        Error::NotFound(message)
+            if message.starts_with("Message") || message.starts_with("Part") =>
+        {
+            anyhow!("{message}; `rewind log --json` lists the session's message and part ids")
+        }
+        Error::NotFound(message) => anyhow!("{message}"),
+        Error::InvalidInput(message) => anyhow!("{message}"),
+        Error::MissingObject(message) => anyhow!(
+            "snapshot object missing: {message}; nothing was changed (was the snapshot collected, or is it from another directory's store?)"
+        ),
+        Error::Unreadable { path, reason } => anyhow!(
+            "cannot read {path}: {reason}; fix its permissions and try again (nothing was changed)"
+        ),
+        other => anyhow::Error::new(other).context(format!("failed while {what}")),
+    }
+}

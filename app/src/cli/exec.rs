@@ -1,0 +1,186 @@
+//! `rewind exec [--new-session] -- CMD…`: the command line becomes the user message and the command runs
+//! as one step of an assistant message, owned by this process (a killed `exec` leaves a step the next
+//! command aborts). The command's exit code is passed through.
+
+use std::os::unix::process::ExitStatusExt;
+
+use anyhow::{Context as _, Result, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rewind_core::model::{PartBody, Session};
+use rewind_core::service::{NewMessage, NewPart, StepEnd};
+use serde::Serialize;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::Exit;
+use super::context::{Context, explain, step_is_abandoned};
+use super::output::{print_json, shell_line, with_progress};
+
+/// `exec --json`: printed on stdout after the command's own output.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ExecReport {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    #[serde(rename = "userMessageID")]
+    user_message_id: String,
+    #[serde(rename = "assistantMessageID")]
+    assistant_message_id: String,
+    command: String,
+    exit_code: i32,
+    reason: String,
+    files: Vec<String>,
+}
+
+/// Runs `command` as a step of this directory's latest session (or a new one).
+pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result<()> {
+    let rewind = &ctx.services.rewind;
+    let line = shell_line(command);
+    let session = match (new_session, ctx.latest_session().await?) {
+        (false, Some(session)) => session,
+        _ => create_session(ctx, &line).await?,
+    };
+    // Refuse before recording anything when a live process (another `rewind exec`, or a server's
+    // client) has a step open in this session; an abandoned step is aborted by the next call instead.
+    if let Some(step) = &session.step
+        && !step_is_abandoned(ctx, &session).await?
+    {
+        bail!(
+            "session {} is busy: a step is open in message {}, owned by {}; wait for it to finish, or run with --new-session",
+            session.id,
+            step.message_id,
+            step.holder
+        );
+    }
+    let user = rewind
+        .create_message(&session.id, NewMessage::user_text(line.clone()))
+        .await
+        .map_err(|error| explain(error, "recording the command as a user message"))?;
+    let assistant = rewind
+        .create_message(&session.id, NewMessage::assistant())
+        .await
+        .map_err(|error| explain(error, "recording the assistant message"))?;
+    with_progress(
+        "snapshotting before the command",
+        rewind.begin_step(&session.id, &assistant.info.id),
+    )
+    .await
+    .map_err(|error| explain(error, "beginning the step"))?;
+
+    // From here on the step is open: whatever happens to the command, the step is finished.
+    let outcome = run_child(ctx, command).await;
+    let (code, reason, note) = match &outcome {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(0), _) => (0, "stop", format!("`{line}` exited with code 0")),
+            (Some(code), _) => (code, "error", format!("`{line}` exited with code {code}")),
+            (None, Some(signal)) => (
+                128 + signal,
+                "aborted",
+                format!("`{line}` was killed by signal {signal}"),
+            ),
+            (None, None) => (1, "error", format!("`{line}` ended without an exit code")),
+        },
+        Err(error) => (
+            127,
+            "error",
+            format!("`{line}` could not be run: {error:#}"),
+        ),
+    };
+    rewind
+        .append_part(
+            &session.id,
+            &assistant.info.id,
+            NewPart::new(PartBody::text(note.clone())),
+        )
+        .await
+        .map_err(|error| explain(error, "recording the command's exit status"))?;
+    let parts = with_progress(
+        "snapshotting after the command",
+        rewind.finish_step(
+            &session.id,
+            &assistant.info.id,
+            StepEnd {
+                reason: Some(reason.to_owned()),
+                ..StepEnd::default()
+            },
+        ),
+    )
+    .await
+    .map_err(|error| explain(error, "finishing the step"))?;
+    let files: Vec<String> = parts
+        .iter()
+        .filter_map(|part| part.as_patch())
+        .flat_map(|patch| patch.files.iter().cloned())
+        .collect();
+
+    if ctx.json {
+        print_json(&ExecReport {
+            session_id: session.id.to_string(),
+            user_message_id: user.info.id.to_string(),
+            assistant_message_id: assistant.info.id.to_string(),
+            command: line.clone(),
+            exit_code: code,
+            reason: reason.to_owned(),
+            files,
+        })?;
+    } else {
+        eprintln!(
+            "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back",
+            session.id,
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        );
+    }
+    if let Err(error) = outcome {
+        eprintln!("error: cannot run `{line}`: {error:#}; check the command's name and PATH");
+    }
+    match u8::try_from(code) {
+        Ok(0) => Ok(()),
+        Ok(code) => Err(Exit(code).into()),
+        Err(_) => Err(Exit(1).into()),
+    }
+}
+
+async fn create_session(ctx: &Context, line: &str) -> Result<Session> {
+    let title: String = line.chars().take(60).collect();
+    ctx.services
+        .rewind
+        .create_session(&ctx.directory, Some(title))
+        .await
+        .map_err(|error| explain(error, "creating a session"))
+}
+
+/// Runs the command in the worktree with the terminal's stdin, stdout and stderr. An interrupt (Ctrl-C)
+/// reaches the command through the terminal's process group, and a SIGTERM sent to rewind alone (by
+/// `timeout` or `kill`) is passed on to the command; either way rewind waits for the command to end, so the
+/// step is still finished.
+async fn run_child(ctx: &Context, command: &[String]) -> Result<std::process::ExitStatus> {
+    let mut interrupts =
+        signal(SignalKind::interrupt()).context("cannot install the interrupt handler")?;
+    let mut terminations =
+        signal(SignalKind::terminate()).context("cannot install the termination handler")?;
+    let (program, args) = command
+        .split_first()
+        .context("no command given after `--`")?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .current_dir(&ctx.path)
+        .spawn()
+        .with_context(|| format!("cannot start {program}"))?;
+    let pid = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw);
+    loop {
+        tokio::select! {
+            status = child.wait() => return status.context("cannot wait for the command"),
+            _ = interrupts.recv() => {}
+            _ = terminations.recv() => {
+                if let Some(pid) = pid {
+                    // The command may be gone already; then there is nothing to pass the signal to.
+                    let _ = kill(pid, Signal::SIGTERM);
+                }
+            }
+        }
+    }
+}

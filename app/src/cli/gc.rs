@@ -1,0 +1,138 @@
+//! `rewind gc [--older-than DAYS]`: deletes old sessions, then collects the objects nothing refers to, and
+//! remembers when it ran (for `rewind status`) in the data directory.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
+use rewind_core::HostPort;
+use rewind_core::service::{GcRequest, GcSummary};
+use serde::{Deserialize, Serialize};
+
+use super::context::{Context, explain};
+use super::output::{bytes_text, print_json, with_progress};
+
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+const LAST_GC_FILE: &str = "last-gc.json";
+
+/// What the last gc did, kept in `<data dir>/last-gc.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastGc {
+    /// When it ran, epoch milliseconds.
+    pub time: u64,
+    /// Objects removed.
+    pub objects_removed: u64,
+    /// Bytes freed.
+    pub bytes_freed: u64,
+    /// Sessions deleted.
+    pub sessions_deleted: u64,
+}
+
+impl LastGc {
+    /// The record of the last gc in `data_dir`, if any.
+    pub fn read(data_dir: &Path) -> Option<LastGc> {
+        let text = std::fs::read_to_string(data_dir.join(LAST_GC_FILE)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    fn write(&self, data_dir: &Path) -> Result<()> {
+        let path = data_dir.join(LAST_GC_FILE);
+        let temporary = data_dir.join(format!("{LAST_GC_FILE}.tmp"));
+        std::fs::write(&temporary, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&temporary, &path)?;
+        Ok(())
+    }
+}
+
+/// `gc --json`: the service's summary plus the totals.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GcReport {
+    #[serde(flatten)]
+    summary: GcSummary,
+    objects_removed: u64,
+    bytes_freed: u64,
+}
+
+/// `rewind gc`.
+pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64) -> Result<()> {
+    let rewind = &ctx.services.rewind;
+    // This directory's store is collected too when it exists, even without a session (a store that only
+    // `snapshot track` used).
+    let mut directories = Vec::new();
+    if let Ok(store) = ctx.services.snapshots.store_dir(&ctx.path)
+        && store.exists()
+    {
+        directories.push(ctx.directory.clone());
+    }
+    let summary = with_progress(
+        "collecting",
+        rewind.gc(GcRequest {
+            older_than_ms: older_than_days.map(|days| days.saturating_mul(DAY_MS)),
+            grace: Duration::from_secs(grace_seconds),
+            directories,
+        }),
+    )
+    .await
+    .map_err(|error| explain(error, "collecting garbage"))?;
+    let record = LastGc {
+        time: ctx.services.host.now_ms(),
+        objects_removed: summary.objects_removed(),
+        bytes_freed: summary.bytes_freed(),
+        sessions_deleted: summary.sessions_deleted.len() as u64,
+    };
+    if let Err(error) = record.write(&ctx.services.settings.data_dir) {
+        eprintln!("rewind: warning: cannot record the time of this gc: {error:#}");
+    }
+    if ctx.json {
+        return print_json(&GcReport {
+            objects_removed: summary.objects_removed(),
+            bytes_freed: summary.bytes_freed(),
+            summary,
+        });
+    }
+    println!(
+        "freed {} ({} objects) in {} store{}; deleted {} session{} and {} capture{}",
+        bytes_text(summary.bytes_freed()),
+        summary.objects_removed(),
+        summary.worktrees.len(),
+        if summary.worktrees.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        summary.sessions_deleted.len(),
+        if summary.sessions_deleted.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        summary.captures_deleted,
+        if summary.captures_deleted == 1 {
+            ""
+        } else {
+            "s"
+        },
+    );
+    for id in &summary.sessions_deleted {
+        println!("  deleted session {id}");
+    }
+    for skipped in &summary.sessions_skipped {
+        println!("! kept session {}: {}", skipped.session_id, skipped.reason);
+    }
+    for worktree in &summary.worktrees {
+        match (&worktree.report, &worktree.error) {
+            (Some(report), _) => println!(
+                "  {}: removed {} objects ({}), kept {} referenced snapshots",
+                worktree.directory,
+                report.objects_removed,
+                bytes_text(report.bytes_freed),
+                worktree.kept_snapshots
+            ),
+            (None, Some(error)) => println!("! {}: not collected: {error}", worktree.directory),
+            (None, None) => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,315 @@
+//! Moving through a session's history: `undo` and `redo` (OpenCode's TUI `/undo` and `/redo`, reference
+//! section 3.6), and the explicit `revert MESSAGE [--part P]` and `unrevert`.
+
+use anyhow::{Result, anyhow, bail};
+use rewind_core::RevertTarget;
+use rewind_core::model::{
+    DiffSummary, FileDiff, MessageId, MessageWithParts, PartBody, PartId, RevertDescriptor, Role,
+    Session, Warning,
+};
+use serde::Serialize;
+
+use super::context::{Context, explain};
+use super::output::{print_file_summary, print_json, with_progress};
+
+/// What `undo`, `redo`, `revert` and `unrevert` print with `--json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MoveReport {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    /// `revert` or `unrevert`: what was done.
+    action: &'static str,
+    /// The descriptor after the operation (absent when no longer reverted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revert: Option<RevertDescriptor>,
+    /// The text of the user message reverted to, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt: Option<String>,
+    /// How many messages are now hidden.
+    hidden_messages: usize,
+    /// The sums of the revert's session diff.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<DiffSummary>,
+    /// The files the revert undid, with counts (no patches: `rewind diff` shows them).
+    files: Vec<FileRow>,
+    /// Warnings this operation raised.
+    warnings: Vec<Warning>,
+}
+
+/// A file of a diff, without its patch.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileRow {
+    /// The worktree-relative path.
+    pub file: String,
+    /// Added, deleted or modified.
+    pub status: rewind_core::model::FileStatus,
+    /// Lines added.
+    pub additions: u64,
+    /// Lines removed.
+    pub deletions: u64,
+}
+
+impl From<&FileDiff> for FileRow {
+    fn from(diff: &FileDiff) -> Self {
+        FileRow {
+            file: diff.file.clone(),
+            status: diff.status,
+            additions: diff.additions,
+            deletions: diff.deletions,
+        }
+    }
+}
+
+/// `rewind undo`: revert to the last user message before the current revert point (or the last user
+/// message when not reverted).
+pub async fn undo(ctx: &Context) -> Result<()> {
+    let session = ctx.session(None).await?;
+    let session = abort_open_step(ctx, session).await?;
+    let messages = messages(ctx, &session).await?;
+    let users = user_messages(&messages);
+    let target = match &session.revert {
+        Some(revert) => users.iter().rev().find(|m| m.info.id < revert.message_id),
+        None => users.last(),
+    };
+    let Some(target) = target else {
+        bail!(
+            "nothing to undo in session {}: {}",
+            session.id,
+            if users.is_empty() {
+                "it has no user message yet"
+            } else {
+                "every turn is already undone (`rewind redo` puts them back)"
+            }
+        );
+    };
+    revert_to(ctx, &session, target.info.id.clone(), None, &messages).await
+}
+
+/// `rewind redo`: revert to the first user message after the revert point, or unrevert when there is none.
+pub async fn redo(ctx: &Context) -> Result<()> {
+    let session = ctx.session(None).await?;
+    let session = abort_open_step(ctx, session).await?;
+    let Some(revert) = session.revert.clone() else {
+        bail!(
+            "nothing to redo in session {}: it is not reverted (`rewind undo` undoes the last turn)",
+            session.id
+        );
+    };
+    let messages = messages(ctx, &session).await?;
+    let next = user_messages(&messages)
+        .into_iter()
+        .find(|m| m.info.id > revert.message_id);
+    match next {
+        Some(next) => revert_to(ctx, &session, next.info.id.clone(), None, &messages).await,
+        None => unrevert_session(ctx, &session).await,
+    }
+}
+
+/// `rewind revert [--session S] MESSAGE [--part P]`.
+pub async fn revert(
+    ctx: &Context,
+    session: Option<&str>,
+    message: &str,
+    part: Option<&str>,
+) -> Result<()> {
+    let message = MessageId::parse(message)
+        .map_err(|error| anyhow!("{error}; `rewind log` shows the message ids (msg_…)"))?;
+    let part = part
+        .map(PartId::parse)
+        .transpose()
+        .map_err(|error| anyhow!("{error}; `rewind log --json` shows the part ids (prt_…)"))?;
+    let session = ctx.session(session).await?;
+    let messages = messages(ctx, &session).await?;
+    revert_to(ctx, &session, message, part, &messages).await
+}
+
+/// `rewind unrevert [--session S]`.
+pub async fn unrevert(ctx: &Context, session: Option<&str>) -> Result<()> {
+    let session = ctx.session(session).await?;
+    if session.revert.is_none() {
+        bail!(
+            "session {} is not reverted; nothing to unrevert",
+            session.id
+        );
+    }
+    unrevert_session(ctx, &session).await
+}
+
+/// OpenCode's TUI aborts a busy session before `/undo`: an abandoned step is aborted; a step owned by a
+/// live `rewind exec` is not taken from it (the error names it).
+async fn abort_open_step(ctx: &Context, session: Session) -> Result<Session> {
+    if session.step.is_none() {
+        return Ok(session);
+    }
+    ctx.services
+        .rewind
+        .abort(&session.id)
+        .await
+        .map_err(|error| explain(error, "aborting the open step"))
+}
+
+async fn messages(ctx: &Context, session: &Session) -> Result<Vec<MessageWithParts>> {
+    ctx.services
+        .rewind
+        .messages(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the messages"))
+}
+
+fn user_messages(messages: &[MessageWithParts]) -> Vec<&MessageWithParts> {
+    messages
+        .iter()
+        .filter(|m| m.info.role == Role::User)
+        .collect()
+}
+
+/// The text of a message's text parts.
+pub fn message_text(message: &MessageWithParts) -> String {
+    message
+        .parts
+        .iter()
+        .filter_map(|part| match &part.body {
+            PartBody::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn revert_to(
+    ctx: &Context,
+    session: &Session,
+    message: MessageId,
+    part: Option<PartId>,
+    messages: &[MessageWithParts],
+) -> Result<()> {
+    let rewind = &ctx.services.rewind;
+    let before = warning_count(ctx, session).await?;
+    let reverted = with_progress(
+        "reverting files",
+        rewind.revert(
+            &session.id,
+            RevertTarget {
+                message_id: message,
+                part_id: part,
+            },
+        ),
+    )
+    .await
+    .map_err(|error| explain(error, "reverting"))?;
+    report(ctx, &reverted, "revert", before, messages).await
+}
+
+async fn unrevert_session(ctx: &Context, session: &Session) -> Result<()> {
+    let before = warning_count(ctx, session).await?;
+    let done = with_progress(
+        "putting files back",
+        ctx.services.rewind.unrevert(&session.id),
+    )
+    .await
+    .map_err(|error| explain(error, "unreverting"))?;
+    report(ctx, &done, "unrevert", before, &[]).await
+}
+
+async fn warning_count(ctx: &Context, session: &Session) -> Result<usize> {
+    Ok(ctx
+        .services
+        .rewind
+        .warnings(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the warnings"))?
+        .len())
+}
+
+async fn report(
+    ctx: &Context,
+    session: &Session,
+    action: &'static str,
+    warnings_before: usize,
+    messages: &[MessageWithParts],
+) -> Result<()> {
+    let rewind = &ctx.services.rewind;
+    let warnings: Vec<Warning> = rewind
+        .warnings(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the warnings"))?
+        .into_iter()
+        .skip(warnings_before)
+        .collect();
+    let diffs = match session.revert {
+        Some(_) => rewind
+            .session_diff(&session.id)
+            .await
+            .map_err(|error| explain(error, "reading the session diff"))?,
+        None => Vec::new(),
+    };
+    let prompt = session.revert.as_ref().and_then(|revert| {
+        messages
+            .iter()
+            .find(|m| m.info.id == revert.message_id && m.info.role == Role::User)
+            .map(message_text)
+    });
+    let hidden = session.revert.as_ref().map_or(0, |revert| {
+        messages
+            .iter()
+            .filter(|m| m.info.id >= revert.message_id)
+            .count()
+    });
+    if ctx.json {
+        return print_json(&MoveReport {
+            session_id: session.id.to_string(),
+            action,
+            revert: session.revert.clone(),
+            prompt,
+            hidden_messages: hidden,
+            summary: session.revert.as_ref().and(session.summary),
+            files: diffs.iter().map(FileRow::from).collect(),
+            warnings,
+        });
+    }
+    match &session.revert {
+        Some(revert) => {
+            println!(
+                "Reverted session {} to {}{}: {} message{} hidden.",
+                session.id,
+                revert.message_id,
+                prompt
+                    .as_deref()
+                    .map(|p| format!(" ({p})"))
+                    .unwrap_or_default(),
+                hidden,
+                if hidden == 1 { "" } else { "s" }
+            );
+            if diffs.is_empty() {
+                println!("  no file changed");
+            } else {
+                println!("  undone:");
+                print_file_summary(&diffs, "    ");
+            }
+            println!("`rewind redo` goes forward again, `rewind diff` shows the changes undone.");
+        }
+        None => println!(
+            "Session {} is no longer reverted: every turn is back.",
+            session.id
+        ),
+    }
+    for warning in &warnings {
+        print_warning(warning);
+    }
+    Ok(())
+}
+
+/// A warning, marked with `!`.
+pub fn print_warning(warning: &Warning) {
+    println!("! {}", warning.message);
+    if let Some(snapshot) = &warning.snapshot
+        && !warning.message.contains(snapshot.as_str())
+    {
+        println!("    earlier content: `rewind snapshot restore {snapshot} PATH…`");
+    }
+    for file in &warning.files {
+        println!("    {file}");
+    }
+}

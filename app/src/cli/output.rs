@@ -1,0 +1,212 @@
+//! How commands talk to the terminal: JSON on stdout, coloured diffs when stdout is a terminal, and a
+//! spinner on stderr for work that takes more than a moment when stderr is a terminal.
+
+use std::future::Future;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rewind_core::model::FileDiff;
+use serde::Serialize;
+
+/// How long work runs before the spinner appears.
+const SPINNER_DELAY: Duration = Duration::from_millis(300);
+
+/// Prints a value as pretty JSON on stdout.
+pub fn print_json(value: &impl Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).context("cannot encode the JSON output")?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").context("cannot write to stdout")?;
+    Ok(())
+}
+
+/// Runs `work`, showing a spinner with `label` on stderr once it has taken longer than a moment; quiet
+/// when stderr is not a terminal.
+pub async fn with_progress<F: Future>(label: &str, work: F) -> F::Output {
+    if !std::io::stderr().is_terminal() {
+        return work.await;
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(label.to_owned());
+    let shown = bar.clone();
+    let reveal = tokio::spawn(async move {
+        tokio::time::sleep(SPINNER_DELAY).await;
+        shown.set_draw_target(ProgressDrawTarget::stderr());
+        shown.enable_steady_tick(Duration::from_millis(100));
+    });
+    let result = work.await;
+    reveal.abort();
+    bar.finish_and_clear();
+    result
+}
+
+/// Whether stdout is a terminal (colours on).
+pub fn colour() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+/// Prints unified diffs, coloured on a terminal.
+pub fn print_diffs(diffs: &[FileDiff], colour: bool) {
+    for diff in diffs {
+        if diff.patch.is_empty() {
+            println!(
+                "{} {} (binary or over the size cap: no line diff)",
+                status_word(diff),
+                diff.file
+            );
+            continue;
+        }
+        if !diff.patch.contains("\n@@") {
+            // Headers without a hunk: only the file's mode changed (or an empty file came or went).
+            println!("{}", diff.patch.trim_end());
+            println!(
+                "(no line changed: {} {})",
+                status_word(diff).trim_end(),
+                diff.file
+            );
+            continue;
+        }
+        for line in diff.patch.lines() {
+            if !colour {
+                println!("{line}");
+                continue;
+            }
+            let code = if line.starts_with("+++") || line.starts_with("---") {
+                "1"
+            } else if line.starts_with('+') {
+                "32"
+            } else if line.starts_with('-') {
+                "31"
+            } else if line.starts_with("@@") {
+                "36"
+            } else if line.starts_with("diff ") {
+                "1"
+            } else {
+                ""
+            };
+            if code.is_empty() {
+                println!("{line}");
+            } else {
+                println!("\x1b[{code}m{line}\x1b[0m");
+            }
+        }
+    }
+}
+
+/// One line per file: status, path, +/- counts.
+pub fn print_file_summary(diffs: &[FileDiff], indent: &str) {
+    for diff in diffs {
+        println!(
+            "{indent}{} {} +{} -{}",
+            status_word(diff),
+            diff.file,
+            diff.additions,
+            diff.deletions
+        );
+    }
+}
+
+/// `added`, `deleted` or `modified`.
+pub fn status_word(diff: &FileDiff) -> &'static str {
+    match diff.status {
+        rewind_core::model::FileStatus::Added => "added   ",
+        rewind_core::model::FileStatus::Deleted => "deleted ",
+        rewind_core::model::FileStatus::Modified => "modified",
+    }
+}
+
+/// A command line as a shell would read it back: words with spaces or quotes are single-quoted.
+pub fn shell_line(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|word| {
+            let plain = !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                word.clone()
+            } else {
+                format!("'{}'", word.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Epoch milliseconds as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn time_text(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02} UTC")
+}
+
+/// Bytes in a readable unit.
+pub fn bytes_text(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bytes_text, shell_line, time_text};
+
+    #[test]
+    fn times_are_utc_calendar_dates() {
+        // Expected values from Python's datetime, an independent calendar.
+        assert_eq!(time_text(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(time_text(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(time_text(1_795_994_891_755), "2026-11-29 23:28:11 UTC");
+        assert_eq!(time_text(4_102_444_799_000), "2099-12-31 23:59:59 UTC");
+    }
+
+    #[test]
+    fn command_lines_read_back_as_the_same_words_in_sh() {
+        let words: Vec<String> = ["printf", "%s|", "a b", "it's", "", "plain-1.txt"]
+            .iter()
+            .map(|w| (*w).to_owned())
+            .collect();
+        let line = shell_line(&words);
+        let output = std::process::Command::new("sh")
+            .args(["-c", &line])
+            .output()
+            .expect("sh runs");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "a b|it's||plain-1.txt|"
+        );
+    }
+
+    #[test]
+    fn sizes_use_binary_units() {
+        assert_eq!(bytes_text(0), "0 B");
+        assert_eq!(bytes_text(1023), "1023 B");
+        assert_eq!(bytes_text(1536), "1.5 KiB");
+        assert_eq!(bytes_text(3 * 1024 * 1024), "3.0 MiB");
+    }
+}

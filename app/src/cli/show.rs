@@ -1,0 +1,380 @@
+//! Reading a session: `log` (the timeline), `diff` (the last revert's changes) and `status` (the sessions
+//! of this directory, the store's size on disk, the last gc).
+
+use std::path::Path;
+
+use anyhow::Result;
+use rewind_core::SnapshotPort;
+use rewind_core::model::{
+    FileDiff, MessageWithParts, PartBody, RevertDescriptor, Role, SnapshotId, Warning,
+};
+use rewind_core::revert::RevertPoint;
+use serde::Serialize;
+
+use super::context::{Context, explain, step_is_abandoned};
+use super::gc::LastGc;
+use super::history::{FileRow, message_text, print_warning};
+use super::output::{bytes_text, colour, print_diffs, print_json, time_text};
+
+/// One step of an assistant message in `log --json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StepRow {
+    /// The snapshot at step start.
+    start: Option<SnapshotId>,
+    /// The snapshot at step end (absent when the end could not be snapshotted).
+    end: Option<SnapshotId>,
+    /// Why the step ended (`stop`, `error`, `aborted`), absent while it is open.
+    reason: Option<String>,
+    /// The files the step changed, with counts.
+    files: Vec<FileRow>,
+}
+
+/// One message in `log --json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageRow {
+    id: String,
+    role: Role,
+    /// Epoch milliseconds.
+    created: u64,
+    /// Its text parts.
+    text: String,
+    /// Whether the current revert hides it (wholly or from one of its parts).
+    hidden: bool,
+    /// Whether the revert point is this message.
+    revert_point: bool,
+    /// Its parts, in order: `{id, type}` (targets for `rewind revert MESSAGE --part ID`).
+    parts: Vec<PartRow>,
+    steps: Vec<StepRow>,
+}
+
+/// A part in `log --json`.
+#[derive(Serialize)]
+struct PartRow {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// `log --json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LogReport {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    directory: String,
+    title: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revert: Option<RevertDescriptor>,
+    messages: Vec<MessageRow>,
+    warnings: Vec<Warning>,
+}
+
+/// `rewind log [--session S]`.
+pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
+    let session = ctx.session(session).await?;
+    let rewind = &ctx.services.rewind;
+    let messages = rewind
+        .messages(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the messages"))?;
+    let warnings = rewind
+        .warnings(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the warnings"))?;
+    let point = session.revert.as_ref().map(|revert| RevertPoint {
+        message_id: revert.message_id.clone(),
+        part_id: revert.part_id.clone(),
+    });
+    let worktree = Path::new(&session.directory);
+    let mut rows = Vec::new();
+    for message in &messages {
+        let hidden = point.as_ref().is_some_and(|point| {
+            rewind_core::revert::is_hidden(point, &message.info.id, None)
+                || message
+                    .parts
+                    .iter()
+                    .any(|p| rewind_core::revert::is_hidden(point, &message.info.id, Some(&p.id)))
+        });
+        rows.push(MessageRow {
+            id: message.info.id.to_string(),
+            role: message.info.role,
+            created: message.info.time.created,
+            text: message_text(message),
+            hidden,
+            revert_point: point
+                .as_ref()
+                .is_some_and(|p| p.message_id == message.info.id),
+            parts: message
+                .parts
+                .iter()
+                .map(|p| PartRow {
+                    id: p.id.to_string(),
+                    kind: p.body.kind().to_owned(),
+                })
+                .collect(),
+            steps: steps(ctx, worktree, message).await?,
+        });
+    }
+    if ctx.json {
+        return print_json(&LogReport {
+            session_id: session.id.to_string(),
+            directory: session.directory.clone(),
+            title: session.title.clone(),
+            revert: session.revert.clone(),
+            messages: rows,
+            warnings,
+        });
+    }
+    println!(
+        "session {}  {}  ({})",
+        session.id, session.title, session.directory
+    );
+    // Warnings are shown where they happened: after the last message created before them.
+    let mut pending = warnings.iter().peekable();
+    for (index, row) in rows.iter().enumerate() {
+        if index == 0 {
+            while let Some(warning) = pending.next_if(|w| w.time < row.created) {
+                print_marked_warning(warning);
+            }
+        }
+        if row.revert_point {
+            println!(
+                "── reverted from here (`rewind redo` or `rewind unrevert` brings it back) ──"
+            );
+        }
+        let mark = if row.hidden { "~" } else { " " };
+        let role = match row.role {
+            Role::User => "user     ",
+            Role::Assistant => "assistant",
+        };
+        let mut line = format!("{mark} {} {role}", row.id);
+        if !row.text.is_empty() {
+            line.push_str(&format!(" {}", row.text));
+        }
+        for step in &row.steps {
+            let files: Vec<String> = step
+                .files
+                .iter()
+                .map(|f| format!("{} +{} -{}", f.file, f.additions, f.deletions))
+                .collect();
+            line.push_str(&format!(
+                " [step {}: {}]",
+                step.reason.as_deref().unwrap_or("open"),
+                if files.is_empty() {
+                    "no file changed".to_owned()
+                } else {
+                    files.join(", ")
+                }
+            ));
+        }
+        println!("{line}");
+        let next = rows.get(index + 1).map(|r| r.created);
+        while let Some(warning) = pending.next_if(|w| next.is_none_or(|next| w.time < next)) {
+            print_marked_warning(warning);
+        }
+    }
+    for warning in pending {
+        print_marked_warning(warning);
+    }
+    Ok(())
+}
+
+fn print_marked_warning(warning: &Warning) {
+    print!("  [{}] ", time_text(warning.time));
+    print_warning(warning);
+}
+
+async fn steps(ctx: &Context, worktree: &Path, message: &MessageWithParts) -> Result<Vec<StepRow>> {
+    let mut steps: Vec<StepRow> = Vec::new();
+    for part in &message.parts {
+        match &part.body {
+            PartBody::StepStart(start) => steps.push(StepRow {
+                start: start.snapshot.clone(),
+                end: None,
+                reason: None,
+                files: Vec::new(),
+            }),
+            PartBody::StepFinish(finish) => {
+                if let Some(step) = steps.last_mut() {
+                    step.end = finish.snapshot.clone();
+                    step.reason = Some(finish.reason.clone());
+                    if let (Some(from), Some(to)) = (&step.start, &step.end) {
+                        let diffs: Vec<FileDiff> = ctx
+                            .services
+                            .snapshots
+                            .diff(worktree, from, to)
+                            .await
+                            .map_err(|error| explain(error, "diffing a step's snapshots"))?;
+                        step.files = diffs.iter().map(FileRow::from).collect();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(steps)
+}
+
+/// `rewind diff [--session S]`: the changes the session's revert undid.
+pub async fn diff(ctx: &Context, session: Option<&str>) -> Result<()> {
+    let session = ctx.session(session).await?;
+    let diffs = ctx
+        .services
+        .rewind
+        .session_diff(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the session diff"))?;
+    if ctx.json {
+        return print_json(&diffs);
+    }
+    if session.revert.is_none() {
+        eprintln!(
+            "rewind: session {} is not reverted{}",
+            session.id,
+            if diffs.is_empty() {
+                ""
+            } else {
+                "; this is the diff of its last revert"
+            }
+        );
+    }
+    print_diffs(&diffs, colour());
+    Ok(())
+}
+
+/// A session in `status --json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionRow {
+    id: String,
+    title: String,
+    created: u64,
+    updated: u64,
+    /// The revert point, while reverted.
+    #[serde(rename = "revertMessageID", skip_serializing_if = "Option::is_none")]
+    revert_message_id: Option<String>,
+    /// Whether a step is open.
+    busy: bool,
+    /// Whether that step's owner is gone (the next operation on the session aborts the step).
+    abandoned: bool,
+}
+
+/// `status --json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusReport {
+    directory: String,
+    data_dir: String,
+    store: StoreRow,
+    sessions: Vec<SessionRow>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_gc: Option<LastGc>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StoreRow {
+    /// The store's directory (absent when this directory cannot have one, e.g. `/` or the home).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path: Option<String>,
+    bytes: u64,
+    /// Why there is no store path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// `rewind status`.
+pub async fn status(ctx: &Context) -> Result<()> {
+    let sessions = ctx
+        .services
+        .rewind
+        .sessions(Some(&ctx.directory))
+        .await
+        .map_err(|error| explain(error, "listing the sessions"))?;
+    let store = match ctx.services.snapshots.store_dir(&ctx.path) {
+        Ok(dir) => StoreRow {
+            bytes: disk_usage(&dir),
+            path: Some(dir.display().to_string()),
+            error: None,
+        },
+        Err(error) => StoreRow {
+            path: None,
+            bytes: 0,
+            error: Some(error.to_string()),
+        },
+    };
+    let last_gc = LastGc::read(&ctx.services.settings.data_dir);
+    let mut rows = Vec::new();
+    for s in &sessions {
+        rows.push(SessionRow {
+            id: s.id.to_string(),
+            title: s.title.clone(),
+            created: s.time.created,
+            updated: s.time.updated,
+            revert_message_id: s.revert.as_ref().map(|r| r.message_id.to_string()),
+            busy: s.step.is_some(),
+            abandoned: step_is_abandoned(ctx, s).await?,
+        });
+    }
+    if ctx.json {
+        return print_json(&StatusReport {
+            directory: ctx.directory.clone(),
+            data_dir: ctx.services.settings.data_dir.display().to_string(),
+            store,
+            sessions: rows,
+            last_gc,
+        });
+    }
+    println!("directory  {}", ctx.directory);
+    match (&store.path, &store.error) {
+        (Some(path), _) => println!("store      {path} ({})", bytes_text(store.bytes)),
+        (None, error) => println!("store      none: {}", error.as_deref().unwrap_or("")),
+    }
+    match &last_gc {
+        Some(gc) => println!(
+            "last gc    {} (freed {}, {} objects, {} sessions deleted)",
+            time_text(gc.time),
+            bytes_text(gc.bytes_freed),
+            gc.objects_removed,
+            gc.sessions_deleted
+        ),
+        None => println!("last gc    never (`rewind gc` collects what nothing refers to)"),
+    }
+    if rows.is_empty() {
+        println!("no session yet (`rewind exec -- COMMAND…` records one)");
+    }
+    for row in &rows {
+        let state = match (&row.revert_message_id, row.busy) {
+            (_, true) if row.abandoned => {
+                "a step whose owner is gone is open (the next command aborts it)".to_owned()
+            }
+            (_, true) => "busy: a step is open".to_owned(),
+            (Some(message), false) => format!("reverted to {message}"),
+            (None, false) => "idle".to_owned(),
+        };
+        println!(
+            "{}  {}  updated {}  {state}",
+            row.id,
+            row.title,
+            time_text(row.updated)
+        );
+    }
+    Ok(())
+}
+
+/// The bytes the files under `dir` take (0 when it does not exist).
+pub fn disk_usage(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => disk_usage(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}

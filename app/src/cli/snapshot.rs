@@ -1,0 +1,195 @@
+//! `rewind snapshot track | diff | restore`: the snapshot store of this directory, for scripts and for
+//! getting single files back (a restore first records a capture, so it can itself be undone).
+
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Result, anyhow, bail};
+use rewind_core::SnapshotPort;
+use rewind_core::model::{FileDiff, RelPath, SnapshotId};
+use serde::Serialize;
+
+use super::context::{Context, explain};
+use super::output::{colour, print_diffs, print_json, with_progress};
+
+/// `snapshot diff --json`.
+#[derive(Serialize)]
+struct DiffReport {
+    from: SnapshotId,
+    to: SnapshotId,
+    files: Vec<FileDiff>,
+}
+
+/// `snapshot restore --json`.
+#[derive(Serialize)]
+struct RestoreReport {
+    /// The snapshot restored from.
+    restored: SnapshotId,
+    /// The state before the restore (`rewind snapshot restore CAPTURE` undoes it).
+    capture: SnapshotId,
+    written: Vec<RelPath>,
+    deleted: Vec<RelPath>,
+    kept: Vec<rewind_core::model::KeptPath>,
+}
+
+/// `rewind snapshot track`.
+pub async fn track(ctx: &Context) -> Result<()> {
+    let outcome = with_progress("snapshotting", ctx.services.snapshots.track(&ctx.path))
+        .await
+        .map_err(|error| explain(error, "snapshotting"))?;
+    if ctx.json {
+        return print_json(&outcome);
+    }
+    println!("{}", outcome.id);
+    for skipped in &outcome.skipped {
+        let why = match &skipped.reason {
+            rewind_core::model::SkipReason::TooLarge { size } => {
+                format!("untracked and over the size cap ({size} bytes)")
+            }
+            rewind_core::model::SkipReason::NotUtf8 => "name is not UTF-8".to_owned(),
+            rewind_core::model::SkipReason::Special => {
+                "not a regular file, directory or symlink".to_owned()
+            }
+        };
+        eprintln!("skipped {}: {why}", skipped.path);
+    }
+    Ok(())
+}
+
+/// `rewind snapshot diff FROM [TO]`.
+pub async fn diff(ctx: &Context, from: &str, to: Option<&str>) -> Result<()> {
+    let from = parse_snapshot(from)?;
+    let to = match to {
+        Some(to) => parse_snapshot(to)?,
+        None => {
+            with_progress("snapshotting", ctx.services.snapshots.track(&ctx.path))
+                .await
+                .map_err(|error| explain(error, "snapshotting"))?
+                .id
+        }
+    };
+    let files = ctx
+        .services
+        .snapshots
+        .diff(&ctx.path, &from, &to)
+        .await
+        .map_err(|error| explain(error, "diffing"))?;
+    if ctx.json {
+        return print_json(&DiffReport { from, to, files });
+    }
+    print_diffs(&files, colour());
+    Ok(())
+}
+
+/// `rewind snapshot restore ID [PATH…]`.
+pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
+    let id = parse_snapshot(id)?;
+    let paths = if paths.is_empty() {
+        None
+    } else {
+        Some(
+            paths
+                .iter()
+                .map(|path| worktree_relative(&ctx.path, path))
+                .collect::<Result<Vec<_>>>()?,
+        )
+    };
+    let done = with_progress(
+        "restoring",
+        ctx.services
+            .rewind
+            .restore_snapshot(&ctx.directory, &id, paths),
+    )
+    .await
+    .map_err(|error| explain(error, "restoring"))?;
+    if ctx.json {
+        return print_json(&RestoreReport {
+            restored: id,
+            capture: done.capture,
+            written: done.outcome.written,
+            deleted: done.outcome.deleted,
+            kept: done.outcome.kept,
+        });
+    }
+    println!(
+        "restored from {id}: {} written, {} deleted",
+        done.outcome.written.len(),
+        done.outcome.deleted.len()
+    );
+    for path in &done.outcome.written {
+        println!("  written  {path}");
+    }
+    for path in &done.outcome.deleted {
+        println!("  deleted  {path}");
+    }
+    for kept in &done.outcome.kept {
+        println!("! kept     {} ({})", kept.path, kept.reason);
+    }
+    println!(
+        "the state before is captured as {}; `rewind snapshot restore {}` undoes this",
+        done.capture, done.capture
+    );
+    Ok(())
+}
+
+fn parse_snapshot(text: &str) -> Result<SnapshotId> {
+    SnapshotId::parse(text).map_err(|error| {
+        anyhow!(
+            "{error}; `rewind snapshot track`, `rewind log --json` and warnings show snapshot ids"
+        )
+    })
+}
+
+/// A path given on the command line (relative to the worktree, or absolute inside it) as a
+/// worktree-relative path; `.` and `..` are resolved by name, and a path that leaves the worktree is
+/// refused.
+fn worktree_relative(worktree: &Path, path: &Path) -> Result<RelPath> {
+    let relative = if path.is_absolute() {
+        let lexical = normalise(path)?;
+        match lexical.strip_prefix(worktree) {
+            Ok(rest) => rest.to_path_buf(),
+            Err(_) => bail!(
+                "{} is outside the worktree {}; give paths inside it",
+                path.display(),
+                worktree.display()
+            ),
+        }
+    } else {
+        normalise(&worktree.join(path))?
+            .strip_prefix(worktree)
+            .map(Path::to_path_buf)
+            .map_err(|_| {
+                anyhow!(
+                    "{} is outside the worktree {}; give paths inside it",
+                    path.display(),
+                    worktree.display()
+                )
+            })?
+    };
+    let text = relative
+        .to_str()
+        .ok_or_else(|| anyhow!("{} is not valid UTF-8", path.display()))?;
+    if text.is_empty() {
+        bail!(
+            "{} is the worktree itself; leave the paths out to restore everything",
+            path.display()
+        );
+    }
+    RelPath::new(text).map_err(|error| anyhow!("{error}"))
+}
+
+/// Resolves `.` and `..` by name (the path need not exist).
+fn normalise(path: &Path) -> Result<PathBuf> {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                if !out.pop() {
+                    bail!("{} leaves the root directory", path.display());
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    Ok(out)
+}

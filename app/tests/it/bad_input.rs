@@ -1,0 +1,138 @@
+//! Bad arguments and unknown ids: a clear message on stderr, exit code 1, and nothing changed (files and
+//! the recorded session alike).
+
+use crate::support::{Env, assert_state};
+
+/// A well-formed id that names nothing (OpenCode's format: prefix, 12 hex digits, 14 base62 characters).
+fn unknown(prefix: &str) -> String {
+    format!("{prefix}_0123456789abABCDEFGHIJKLMN")
+}
+
+#[test]
+fn undo_redo_log_and_diff_in_a_directory_without_a_session_say_so() {
+    let env = Env::plain();
+    for command in ["undo", "redo", "log", "diff", "unrevert"] {
+        let stderr = env.fails(&[command]);
+        assert!(
+            stderr.contains("no rewind session in") && stderr.contains("rewind exec"),
+            "`{command}` says there is no session and how to record one: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn bad_ids_paths_and_directories_are_refused_and_change_nothing() {
+    let env = Env::plain();
+    env.exec_sh("printf 'one\\n' > a.txt");
+    env.exec_sh("printf 'two\\n' > a.txt");
+    let snapshot = env.json(&["snapshot", "track"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    std::fs::write(env.path().join("a.txt"), "edited\n").expect("write");
+    let files = env.state();
+    let log = env.json(&["log"]);
+
+    let session = unknown("ses");
+    let message = unknown("msg");
+    let missing_snapshot = "0123456789abcdef0123456789abcdef01234567";
+    let outside = env.path().join("..").join("elsewhere.txt");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["log", "--session", "ses_bad"], "malformed id"),
+        (vec!["log", "--session", &session], "no session"),
+        (vec!["diff", "--session", &session], "no session"),
+        (vec!["revert", "msg_bad"], "malformed id"),
+        (vec!["revert", &message], "not found"),
+        (
+            vec!["revert", "--session", &session, &message],
+            "no session",
+        ),
+        (
+            vec!["revert", &message, "--part", "prt_bad"],
+            "malformed id",
+        ),
+        (vec!["unrevert"], "not reverted"),
+        (vec!["redo"], "nothing to redo"),
+        (vec!["snapshot", "diff", "abc"], "malformed snapshot id"),
+        (vec!["snapshot", "restore", "xyz"], "malformed snapshot id"),
+        (vec!["snapshot", "restore", missing_snapshot], "missing"),
+        (
+            vec!["snapshot", "restore", missing_snapshot, "a.txt"],
+            "missing",
+        ),
+        (vec!["snapshot", "diff", missing_snapshot], "missing"),
+        (
+            vec!["snapshot", "restore", &snapshot, "../elsewhere.txt"],
+            "outside the worktree",
+        ),
+        (
+            vec![
+                "snapshot",
+                "restore",
+                &snapshot,
+                outside.to_str().expect("utf-8"),
+            ],
+            "outside the worktree",
+        ),
+    ];
+    for (args, expected) in &cases {
+        let stderr = env.fails(args);
+        assert!(
+            stderr.to_lowercase().contains(expected),
+            "`rewind {}` should say {expected:?}: {stderr}",
+            args.join(" ")
+        );
+        assert_state(&env, &files, &format!("after `rewind {}`", args.join(" ")));
+        assert_eq!(env.json(&["log"]), log, "after `rewind {}`", args.join(" "));
+    }
+    // A directory that does not exist.
+    let output = env
+        .rewind_in(
+            std::path::Path::new("/nonexistent/rewind-test"),
+            &["status"],
+        )
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("does not exist"), "{stderr}");
+}
+
+#[test]
+fn a_usage_error_exits_non_zero_with_clap_s_message() {
+    let env = Env::plain();
+    let output = env.rewind(&["exec"]).output().expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("Usage"));
+    let output = env
+        .rewind(&["gc", "--older-than", "soon"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn exec_in_the_home_directory_is_refused_before_anything_runs_or_is_recorded() {
+    let env = Env::plain();
+    let home = env.config_home.path();
+    let output = env
+        .rewind_in(home, &["exec", "--", "sh", "-c", "printf 'x\\n' > ran.txt"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("home directory"), "{stderr}");
+    assert!(!home.join("ran.txt").exists(), "the command did not run");
+    let output = env
+        .rewind_in(home, &["--json", "status"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "status works anywhere");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        status["sessions"],
+        serde_json::json!([]),
+        "no session was recorded"
+    );
+    assert!(status["store"]["error"].as_str().is_some(), "{status}");
+}

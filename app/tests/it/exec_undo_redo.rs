@@ -1,0 +1,204 @@
+//! `exec` of shell commands that create, edit, chmod and delete files across several turns, then `undo`
+//! and `redo` back and forth: each must give back exactly the state recorded before the turn, file by
+//! file, modes included; in a plain directory and in a git checkout.
+
+use crate::support::{Env, State, assert_state};
+
+/// Turns that create, append, chmod, delete (a file and its directory), and make a symlink.
+const TURNS: &[&str] = &[
+    "printf 'one\\n' > a.txt; mkdir -p d/e; printf 'x\\n' > d/e/x.txt",
+    "printf 'two\\n' >> a.txt; chmod +x d/e/x.txt; printf 'b\\n' > 'b file.txt'",
+    "rm d/e/x.txt; rmdir d/e d; chmod +x a.txt; printf 'B\\n' > 'b file.txt'; printf 'c\\n' > c.txt",
+    "rm 'b file.txt'; chmod -x a.txt; ln -s c.txt link; printf 'a\\nb\\nc\\n' > c.txt",
+];
+
+/// Runs the turns, recording the state before each and after the last: `states[i]` is the state
+/// before turn `i` (and `states[TURNS.len()]` the final one).
+fn record(env: &Env) -> Vec<State> {
+    let mut states = vec![env.state()];
+    for turn in TURNS {
+        env.exec_sh(turn);
+        states.push(env.state());
+    }
+    for pair in states.windows(2) {
+        assert_ne!(pair[0], pair[1], "every turn changes something");
+    }
+    states
+}
+
+fn undo_redo_everything(env: &Env) {
+    let states = record(env);
+    let last = TURNS.len();
+    // Undo every turn, one at a time.
+    for turn in (0..last).rev() {
+        env.ok(&["undo"]);
+        assert_state(
+            env,
+            &states[turn],
+            &format!("after undoing turn {}", turn + 1),
+        );
+    }
+    let stderr = env.fails(&["undo"]);
+    assert!(stderr.contains("nothing to undo"), "{stderr}");
+    assert_state(env, &states[0], "after an undo with nothing to undo");
+
+    // Redo every turn; the last redo unreverts.
+    for (turn, expected) in states.iter().enumerate().skip(1) {
+        env.ok(&["redo"]);
+        assert_state(env, expected, &format!("after redoing turn {turn}"));
+    }
+    let stderr = env.fails(&["redo"]);
+    assert!(stderr.contains("nothing to redo"), "{stderr}");
+    assert_state(env, &states[last], "after a redo with nothing to redo");
+
+    // Back and forth in the middle.
+    env.ok(&["undo"]);
+    env.ok(&["undo"]);
+    assert_state(env, &states[last - 2], "after two undos");
+    env.ok(&["redo"]);
+    assert_state(env, &states[last - 1], "after undo, undo, redo");
+    env.ok(&["undo"]);
+    env.ok(&["undo"]);
+    assert_state(env, &states[last - 3], "after three net undos");
+    env.ok(&["redo"]);
+    env.ok(&["redo"]);
+    env.ok(&["redo"]);
+    assert_state(env, &states[last], "after redoing everything again");
+}
+
+#[test]
+fn undo_and_redo_give_back_every_state_in_a_plain_directory() {
+    undo_redo_everything(&Env::plain());
+}
+
+#[test]
+fn undo_and_redo_give_back_every_state_in_a_git_checkout() {
+    let env = Env::git_checkout();
+    let head = crate::support::git(env.path(), &["rev-parse", "HEAD"]);
+    undo_redo_everything(&env);
+    assert_eq!(
+        crate::support::git(env.path(), &["rev-parse", "HEAD"]),
+        head,
+        "the user's repository is never written"
+    );
+    assert_eq!(
+        crate::support::git(env.path(), &["status", "--porcelain", "--", "README.md"]),
+        "",
+        "a committed file no turn touched stays as committed"
+    );
+}
+
+#[test]
+fn exec_while_reverted_drops_the_redo_history() {
+    let env = Env::plain();
+    let states = record(&env);
+    env.ok(&["undo"]);
+    env.ok(&["undo"]);
+    assert_state(&env, &states[2], "after two undos");
+
+    env.exec_sh("printf 'new\\n' > new.txt");
+    let mut expected = states[2].clone();
+    expected.insert(
+        "new.txt".to_owned(),
+        ("100644".to_owned(), b"new\n".to_vec()),
+    );
+    assert_state(&env, &expected, "after a new turn while reverted");
+
+    let stderr = env.fails(&["redo"]);
+    assert!(
+        stderr.contains("nothing to redo"),
+        "the undone turns are gone: {stderr}"
+    );
+    let log = env.json(&["log"]);
+    let messages = log["messages"].as_array().expect("messages");
+    assert_eq!(
+        messages.len(),
+        6,
+        "turns 1, 2 and the new one remain (user + assistant each): {log:#}"
+    );
+    assert!(messages.iter().all(|m| m["hidden"] == false));
+
+    env.ok(&["undo"]);
+    assert_state(&env, &states[2], "undoing the new turn");
+    env.ok(&["undo"]);
+    assert_state(&env, &states[1], "undoing turn 2");
+}
+
+#[test]
+fn exec_passes_the_exit_code_through_and_still_records_the_turn() {
+    let env = Env::plain();
+    let before = env.state();
+    let output = env
+        .rewind(&["exec", "--", "sh", "-c", "printf 'x\\n' > f.txt; exit 7"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(7));
+    let after = env.state();
+    assert_ne!(before, after);
+
+    let output = env
+        .rewind(&["exec", "--", "rewind-test-no-such-command"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(127));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("rewind-test-no-such-command"),
+        "the error names the command: {stderr}"
+    );
+
+    // The failed command's turn is recorded with reason `error`, and it can be undone.
+    let log = env.json(&["log"]);
+    let reasons: Vec<String> = log["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["steps"].as_array().cloned().unwrap_or_default())
+        .map(|s| s["reason"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(reasons, ["error", "error"]);
+    env.ok(&["undo"]);
+    assert_state(&env, &after, "undoing the command that could not run");
+    env.ok(&["undo"]);
+    assert_state(&env, &before, "undoing the command that exited with 7");
+}
+
+#[test]
+fn stdout_and_stdin_of_the_command_are_the_terminal_s() {
+    let env = Env::plain();
+    let output = env
+        .rewind(&[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"; echo err >&2",
+        ])
+        .write_stdin("hello\n")
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "got hello\n");
+    assert!(String::from_utf8_lossy(&output.stderr).starts_with("err\n"));
+}
+
+#[test]
+fn new_session_starts_a_separate_history() {
+    let env = Env::plain();
+    env.exec_sh("printf '1\\n' > one.txt");
+    let before_second = env.state();
+    env.ok(&[
+        "exec",
+        "--new-session",
+        "--",
+        "sh",
+        "-c",
+        "printf '2\\n' > two.txt",
+    ]);
+    let status = env.json(&["status"]);
+    assert_eq!(status["sessions"].as_array().expect("sessions").len(), 2);
+    // The latest session has one turn: undo takes it back, and then there is nothing more to undo there.
+    env.ok(&["undo"]);
+    assert_state(&env, &before_second, "undo in the new session");
+    env.fails(&["undo"]);
+}

@@ -1,0 +1,59 @@
+//! `revert MESSAGE [--part P]` and `unrevert` with ids taken from `log --json`: the files follow SPEC
+//! section 5's hidden range, checked against the states recorded before each turn.
+
+use crate::support::{Env, assert_state};
+
+#[test]
+fn revert_to_a_message_or_a_part_and_unrevert() {
+    let env = Env::git_checkout();
+    let s0 = env.state();
+    env.exec_sh("printf 'one\\n' >> a.txt; printf 'n\\n' > n.txt");
+    let s1 = env.state();
+    env.exec_sh("rm n.txt; chmod +x a.txt");
+    let s2 = env.state();
+    let log = env.json(&["log"]);
+    let messages = log["messages"].as_array().expect("messages").clone();
+    let session = log["sessionID"].as_str().expect("id").to_owned();
+
+    // The first user message: everything is undone.
+    let first = messages[0]["id"].as_str().expect("id");
+    let revert = env.json(&["revert", first]);
+    assert_eq!(revert["revert"]["messageID"], first);
+    assert_state(&env, &s0, "revert to the first message");
+
+    // Turn 2's step-finish part: text precedes it in its message, so the point stays inside the
+    // assistant message, and the hidden range holds turn 2's patch (SPEC 5: the matched part on).
+    let assistant = &messages[3];
+    let finish = assistant["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .find(|p| p["type"] == "step-finish")
+        .and_then(|p| p["id"].as_str())
+        .expect("a step-finish part");
+    let assistant_id = assistant["id"].as_str().expect("id");
+    let revert = env.json(&[
+        "revert",
+        "--session",
+        &session,
+        assistant_id,
+        "--part",
+        finish,
+    ]);
+    assert_eq!(revert["revert"]["messageID"], assistant_id);
+    assert_eq!(revert["revert"]["partID"], finish);
+    assert_state(&env, &s1, "revert to turn 2's step-finish part");
+    let log = env.json(&["log"]);
+    let hidden: Vec<bool> = log["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["hidden"].as_bool().expect("bool"))
+        .collect();
+    assert_eq!(hidden, [false, false, false, true]);
+
+    env.ok(&["unrevert", "--session", &session]);
+    assert_state(&env, &s2, "unrevert");
+    let stderr = env.fails(&["unrevert"]);
+    assert!(stderr.contains("not reverted"), "{stderr}");
+}

@@ -1,0 +1,175 @@
+//! `--json` output parses and carries the fields the README documents, with values that match what
+//! happened (ids that other commands accept, files that changed).
+
+use serde_json::Value;
+
+use crate::support::Env;
+
+fn has(value: &Value, fields: &[&str], what: &str) {
+    for field in fields {
+        assert!(
+            value.get(*field).is_some(),
+            "{what} lacks the documented field {field:?}: {value:#}"
+        );
+    }
+}
+
+#[test]
+fn every_command_s_json_has_the_documented_fields() {
+    let env = Env::plain();
+    let exec = env.json(&["exec", "--", "sh", "-c", "printf 'one\\n' > a.txt"]);
+    has(
+        &exec,
+        &[
+            "sessionID",
+            "userMessageID",
+            "assistantMessageID",
+            "command",
+            "exitCode",
+            "reason",
+            "files",
+        ],
+        "exec",
+    );
+    assert_eq!(exec["exitCode"], 0);
+    assert_eq!(exec["reason"], "stop");
+    assert_eq!(exec["command"], "sh -c 'printf '\\''one\\n'\\'' > a.txt'");
+    let file = env.path().canonicalize().expect("canonical").join("a.txt");
+    assert_eq!(
+        exec["files"],
+        serde_json::json!([file.to_str().expect("utf-8")])
+    );
+    let session = exec["sessionID"].as_str().expect("id").to_owned();
+    env.exec_sh("printf 'two\\n' >> a.txt");
+
+    let log = env.json(&["log"]);
+    has(
+        &log,
+        &["sessionID", "directory", "title", "messages", "warnings"],
+        "log",
+    );
+    assert_eq!(log["sessionID"], session.as_str());
+    let messages = log["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 4);
+    for message in messages {
+        has(
+            message,
+            &[
+                "id",
+                "role",
+                "created",
+                "text",
+                "hidden",
+                "revertPoint",
+                "steps",
+            ],
+            "a log message",
+        );
+    }
+    assert_eq!(messages[0]["id"], exec["userMessageID"]);
+    assert_eq!(messages[0]["role"], "user");
+    let step = &messages[3]["steps"][0];
+    has(step, &["start", "end", "reason", "files"], "a log step");
+    assert_eq!(
+        step["files"],
+        serde_json::json!([{"file": "a.txt", "status": "modified", "additions": 1, "deletions": 0}])
+    );
+
+    let undo = env.json(&["undo"]);
+    has(
+        &undo,
+        &[
+            "sessionID",
+            "action",
+            "revert",
+            "prompt",
+            "hiddenMessages",
+            "summary",
+            "files",
+            "warnings",
+        ],
+        "undo",
+    );
+    assert_eq!(undo["action"], "revert");
+    assert_eq!(undo["revert"]["messageID"], messages[2]["id"]);
+    assert_eq!(undo["hiddenMessages"], 2);
+    assert_eq!(undo["summary"]["files"], 1);
+    let log = env.json(&["log"]);
+    let hidden: Vec<bool> = log["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["hidden"].as_bool().expect("bool"))
+        .collect();
+    assert_eq!(hidden, [false, false, true, true]);
+    assert_eq!(log["revert"]["messageID"], messages[2]["id"]);
+
+    let diff = env.json(&["diff"]);
+    let rows = diff.as_array().expect("a FileDiff array");
+    assert_eq!(rows.len(), 1);
+    has(
+        &rows[0],
+        &["file", "patch", "additions", "deletions", "status"],
+        "diff",
+    );
+    assert!(rows[0]["patch"].as_str().expect("patch").contains("+two"));
+
+    let redo = env.json(&["redo"]);
+    assert_eq!(redo["action"], "unrevert");
+    assert!(redo.get("revert").is_none());
+
+    let status = env.json(&["status"]);
+    has(
+        &status,
+        &["directory", "dataDir", "store", "sessions"],
+        "status",
+    );
+    has(&status["store"], &["path", "bytes"], "status.store");
+    assert!(status["store"]["bytes"].as_u64().expect("bytes") > 0);
+    has(
+        &status["sessions"][0],
+        &["id", "title", "created", "updated", "busy"],
+        "a status session",
+    );
+    assert!(status.get("lastGc").is_none(), "no gc has run yet");
+
+    let track = env.json(&["snapshot", "track"]);
+    has(&track, &["id", "skipped", "hashed"], "snapshot track");
+    let id = track["id"].as_str().expect("id").to_owned();
+    std::fs::write(env.path().join("a.txt"), "three\n").expect("write");
+    let diff = env.json(&["snapshot", "diff", &id]);
+    has(&diff, &["from", "to", "files"], "snapshot diff");
+    assert_eq!(diff["files"][0]["file"], "a.txt");
+    let restore = env.json(&["snapshot", "restore", &id]);
+    has(
+        &restore,
+        &["restored", "capture", "written", "deleted", "kept"],
+        "snapshot restore",
+    );
+    assert_eq!(restore["written"], serde_json::json!(["a.txt"]));
+
+    let gc = env.json(&["gc"]);
+    has(
+        &gc,
+        &[
+            "sessionsDeleted",
+            "sessionsSkipped",
+            "capturesDeleted",
+            "worktrees",
+            "objectsRemoved",
+            "bytesFreed",
+        ],
+        "gc",
+    );
+    has(
+        &gc["worktrees"][0],
+        &["directory", "keptSnapshots", "report"],
+        "gc.worktrees",
+    );
+    let status = env.json(&["status"]);
+    has(
+        &status["lastGc"],
+        &["time", "objectsRemoved", "bytesFreed", "sessionsDeleted"],
+        "status.lastGc",
+    );
+}

@@ -1,0 +1,228 @@
+//! An `exec` killed half-way leaves its step open; the next command aborts it (its owner is gone) and the
+//! session stays usable: undo gives back the state before the killed turn.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{Env, assert_state};
+
+#[test]
+fn an_exec_killed_by_its_own_command_leaves_the_session_usable() {
+    let env = Env::plain();
+    env.exec_sh("printf 'kept\\n' > kept.txt");
+    let before = env.state();
+
+    // The command kills rewind (its parent) with SIGKILL after writing a file.
+    let output = env
+        .rewind(&[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "printf 'x\\n' > f.txt; kill -9 $PPID; sleep 1",
+        ])
+        .output()
+        .expect("runs");
+    assert!(!output.status.success(), "rewind was killed");
+    assert!(env.path().join("f.txt").exists());
+
+    let status = env.json(&["status"]);
+    assert_eq!(
+        status["sessions"][0]["busy"], true,
+        "the killed step is still open until an operation on the session aborts it: {status:#}"
+    );
+    assert_eq!(status["sessions"][0]["abandoned"], true, "{status:#}");
+    env.ok(&["undo"]);
+    assert_state(&env, &before, "undoing the killed turn");
+    let log = env.json(&["log"]);
+    let reasons: Vec<String> = log["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["steps"].as_array().cloned().unwrap_or_default())
+        .map(|s| s["reason"].as_str().unwrap_or("open").to_owned())
+        .collect();
+    assert_eq!(reasons, ["stop", "aborted"], "{log:#}");
+    env.ok(&["redo"]);
+    assert!(
+        env.path().join("f.txt").exists(),
+        "redo brings the killed turn's file back"
+    );
+}
+
+#[test]
+fn an_exec_killed_while_its_command_runs_is_aborted_by_the_next_exec() {
+    let env = Env::plain();
+    let before = env.state();
+    let mut child = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "echo $$ > sh.pid; printf 'x\\n' > f.txt; sleep 30",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("f.txt").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL rewind");
+    child.wait().expect("reaped");
+    let shell = std::fs::read_to_string(env.path().join("sh.pid")).expect("pid");
+    let _ = std::process::Command::new("kill")
+        .args(["-9", shell.trim()])
+        .status();
+    let during = env.state();
+
+    // The next exec aborts the abandoned step (its owner is gone) and records its own turn.
+    env.exec_sh("printf 'y\\n' > g.txt");
+    env.ok(&["undo"]);
+    assert_state(&env, &during, "undoing the turn after the killed one");
+    env.ok(&["undo"]);
+    assert_state(&env, &before, "undoing the killed turn");
+}
+
+#[test]
+fn a_second_exec_while_one_runs_is_refused_and_records_nothing() {
+    let env = Env::plain();
+    let mut first = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; rm go started",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = env.json(&["status"]);
+    assert_eq!(status["sessions"][0]["busy"], true);
+    assert_eq!(status["sessions"][0]["abandoned"], false);
+
+    let stderr = env.fails(&["exec", "--", "sh", "-c", "printf 'y\\n' > second.txt"]);
+    assert!(stderr.contains("busy"), "{stderr}");
+    assert!(
+        !env.path().join("second.txt").exists(),
+        "the second command did not run"
+    );
+    let stderr = env.fails(&["undo"]);
+    assert!(
+        stderr.contains("busy"),
+        "a running exec's step is not taken from it: {stderr}"
+    );
+
+    std::fs::write(env.path().join("go"), "").expect("write");
+    assert!(first.wait().expect("waits").success());
+    let log = env.json(&["log"]);
+    assert_eq!(
+        log["messages"].as_array().expect("messages").len(),
+        2,
+        "only the first exec's turn is recorded: {log:#}"
+    );
+}
+
+#[test]
+fn an_interrupt_reaches_the_command_and_rewind_still_finishes_the_step() {
+    let env = Env::plain();
+    // The command ignores SIGINT itself, so it outlives the interrupt; rewind must too.
+    let mut child = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "trap '' INT; printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; printf 'done\\n' > out.txt",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(env.path().join("go"), "").expect("write");
+    let status = child.wait().expect("waits");
+    assert!(
+        status.success(),
+        "rewind survived the interrupt: {status:?}"
+    );
+    let log = env.json(&["log"]);
+    assert_eq!(log["messages"][1]["steps"][0]["reason"], "stop", "{log:#}");
+    let files: Vec<&str> = log["messages"][1]["steps"][0]["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["file"].as_str().expect("file"))
+        .collect();
+    assert_eq!(files, ["go", "out.txt", "started"]);
+}
+
+#[test]
+fn a_sigterm_sent_to_rewind_is_passed_to_the_command_and_the_step_is_finished() {
+    let env = Env::plain();
+    let mut child = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "trap 'printf t > got-term; exit 143' TERM; printf x > started; while true; do sleep 0.05; done",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = child.wait().expect("waits");
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "the command's exit code: {status:?}"
+    );
+    assert!(
+        env.path().join("got-term").exists(),
+        "the command got the SIGTERM"
+    );
+    let log = env.json(&["log"]);
+    let step = &log["messages"][1]["steps"][0];
+    assert_eq!(step["reason"], "error", "{log:#}");
+    let files: Vec<&str> = step["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["file"].as_str().expect("file"))
+        .collect();
+    assert_eq!(files, ["got-term", "started"]);
+}

@@ -1,0 +1,64 @@
+//! `snapshot restore ID PATH` brings back one file and touches no other, records a capture that undoes it;
+//! `gc` frees what nothing refers to and keeps what the sessions and captures need.
+
+use crate::support::{Env, assert_state};
+
+#[test]
+fn restore_of_one_path_touches_no_other_file_and_can_be_undone() {
+    let env = Env::git_checkout();
+    std::fs::write(env.path().join("b.txt"), "b1\n").expect("write");
+    let id = env.json(&["snapshot", "track"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let at_snapshot = env.state();
+    std::fs::write(env.path().join("a.txt"), "changed\n").expect("write");
+    std::fs::write(env.path().join("b.txt"), "b2\n").expect("write");
+    std::fs::write(env.path().join("c.txt"), "new\n").expect("write");
+    let before = env.state();
+
+    let restore = env.json(&["snapshot", "restore", &id, "a.txt"]);
+    let mut expected = before.clone();
+    expected.insert("a.txt".to_owned(), at_snapshot["a.txt"].clone());
+    assert_state(&env, &expected, "after restoring a.txt");
+
+    // The capture holds what the restore overwrote: restoring it undoes the restore.
+    let capture = restore["capture"].as_str().expect("capture").to_owned();
+    env.ok(&["snapshot", "restore", &capture, "a.txt"]);
+    assert_state(&env, &before, "after restoring the capture");
+
+    // A whole restore puts back the snapshot's tracked content (c.txt did not exist then).
+    env.ok(&["snapshot", "restore", &id]);
+    assert_state(&env, &at_snapshot, "after restoring everything");
+}
+
+#[test]
+fn gc_frees_unreferenced_snapshots_and_undo_still_works() {
+    let env = Env::plain();
+    env.exec_sh("printf 'one\\n' > a.txt");
+    let after_one = env.state();
+    env.exec_sh("printf 'two\\n' > a.txt");
+    std::fs::write(env.path().join("stray.txt"), "nobody refers to this\n").expect("write");
+    env.ok(&["snapshot", "track"]);
+    std::fs::remove_file(env.path().join("stray.txt")).expect("remove");
+    env.ok(&["snapshot", "track"]);
+
+    let gc = env.json(&["gc", "--grace-seconds", "0"]);
+    assert!(
+        gc["objectsRemoved"].as_u64().expect("count") >= 1,
+        "the stray snapshot's objects are freed: {gc:#}"
+    );
+    assert_eq!(gc["sessionsDeleted"], serde_json::json!([]));
+    env.ok(&["undo"]);
+    assert_state(&env, &after_one, "undo after gc");
+    env.ok(&["redo"]);
+
+    // Everything older than 0 days: the session goes, and with it its snapshots.
+    let gc = env.json(&["gc", "--older-than", "0", "--grace-seconds", "0"]);
+    assert_eq!(gc["sessionsDeleted"].as_array().expect("ids").len(), 1);
+    assert!(gc["objectsRemoved"].as_u64().expect("count") >= 1, "{gc:#}");
+    let stderr = env.fails(&["undo"]);
+    assert!(stderr.contains("no rewind session"), "{stderr}");
+    let status = env.json(&["status"]);
+    assert_eq!(status["lastGc"]["sessionsDeleted"], 1);
+}

@@ -1,0 +1,245 @@
+//! Looking after the snapshot stores: `snapshot restore` with a capture recorded first (so the restore can
+//! itself be undone and gc keeps what it overwrote), and gc (SPEC sections 2.4 and 11): delete old
+//! sessions, then collect the objects nothing refers to.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::{Capture, GcReport, LeaseKey, RelPath, RestoreOutcome, SessionId, SnapshotId};
+use crate::ports::{Change, Transaction};
+
+use super::record::normalise_directory;
+use super::{Rewind, new_token};
+
+/// What `restore_snapshot` did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRestore {
+    /// The worktree's state before the restore, recorded in the database (`snapshot restore` it to undo).
+    pub capture: SnapshotId,
+    /// The files written, deleted and kept.
+    pub outcome: RestoreOutcome,
+}
+
+/// What gc should do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GcRequest {
+    /// Delete the sessions not updated, and the captures not taken, for this long first (none: delete
+    /// nothing, only collect).
+    pub older_than_ms: Option<u64>,
+    /// Objects returned by `track` or `revert` within this period are kept (SPEC 2.4, default 1 hour).
+    pub grace: Duration,
+    /// Worktrees whose stores are collected even when no session or capture names them (the caller's own
+    /// directory, say).
+    pub directories: Vec<String>,
+}
+
+/// A session gc left alone, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcSkipped {
+    /// The session.
+    #[serde(rename = "sessionID")]
+    pub session_id: SessionId,
+    /// Why (a step or an operation holds it).
+    pub reason: String,
+}
+
+/// What gc did in one worktree's store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeGc {
+    /// The worktree.
+    pub directory: String,
+    /// How many snapshots the database still refers to there (all kept).
+    pub kept_snapshots: u64,
+    /// What the store freed, when it could be collected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<GcReport>,
+    /// Why it could not be collected (the worktree is gone, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What gc did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcSummary {
+    /// The sessions deleted (older than the cut-off).
+    pub sessions_deleted: Vec<SessionId>,
+    /// Old sessions left alone because they are busy.
+    pub sessions_skipped: Vec<GcSkipped>,
+    /// How many captures older than the cut-off were deleted.
+    pub captures_deleted: u64,
+    /// Per worktree, what its store freed.
+    pub worktrees: Vec<WorktreeGc>,
+}
+
+impl GcSummary {
+    /// Objects removed over every store.
+    pub fn objects_removed(&self) -> u64 {
+        self.worktrees
+            .iter()
+            .filter_map(|w| w.report.as_ref())
+            .map(|r| r.objects_removed)
+            .sum()
+    }
+
+    /// Bytes freed over every store.
+    pub fn bytes_freed(&self) -> u64 {
+        self.worktrees
+            .iter()
+            .filter_map(|w| w.report.as_ref())
+            .map(|r| r.bytes_freed)
+            .sum()
+    }
+}
+
+impl Rewind {
+    /// Puts the worktree `directory` (or only `paths`) back to snapshot `to`. The current state is tracked
+    /// first and recorded as a capture in the database before any file is touched, so the restore can be
+    /// undone with another restore and gc keeps what it overwrote. Refused (409) while a step is open in a
+    /// session of the worktree or another operation holds it.
+    pub async fn restore_snapshot(
+        &self,
+        directory: &str,
+        to: &SnapshotId,
+        paths: Option<Vec<RelPath>>,
+    ) -> Result<SnapshotRestore> {
+        let directory = normalise_directory(directory)?;
+        self.prepare_worktree(&directory).await?;
+        for session in self.repo.sessions(Some(directory.clone())).await? {
+            if let Some(step) = &session.step {
+                return Err(Error::Busy {
+                    session_id: Some(session.id.clone()),
+                    message: format!(
+                        "Worktree is busy: a step is open in session {} (message {}, owned by {}); try again when it has finished",
+                        session.id, step.message_id, step.holder
+                    ),
+                });
+            }
+        }
+        let token = new_token();
+        let lease = self
+            .acquire(
+                LeaseKey::Worktree(directory.clone()),
+                &token,
+                self.config.operation_lease_ms,
+                None,
+            )
+            .await?;
+        let result = self
+            .restore_locked(&directory, to, paths, lease.guard())
+            .await;
+        self.release(&lease).await;
+        result
+    }
+
+    async fn restore_locked(
+        &self,
+        directory: &str,
+        to: &SnapshotId,
+        paths: Option<Vec<RelPath>>,
+        guard: crate::ports::Guard,
+    ) -> Result<SnapshotRestore> {
+        let worktree = Path::new(directory);
+        // Reading `to` against the worktree fails on an unknown snapshot before anything is recorded or
+        // written: bad input changes nothing.
+        self.snapshots.changed_files(worktree, to).await?;
+        let capture = self.snapshots.track(worktree).await?.id;
+        let record = Capture {
+            directory: directory.to_owned(),
+            snapshot: capture.clone(),
+            time: self.now(),
+            message: format!("captured before `snapshot restore {to}`"),
+            paths: paths
+                .iter()
+                .flatten()
+                .map(|p| p.as_str().to_owned())
+                .collect(),
+        };
+        self.repo
+            .commit(Transaction {
+                guards: vec![guard],
+                changes: vec![Change::AddCapture(Box::new(record))],
+                events: Vec::new(),
+            })
+            .await?;
+        let outcome = self.snapshots.restore(worktree, to, paths).await?;
+        Ok(SnapshotRestore { capture, outcome })
+    }
+
+    /// The captures, oldest first; only those of `directory` when given.
+    pub async fn captures(&self, directory: Option<&str>) -> Result<Vec<Capture>> {
+        self.repo.captures(directory.map(str::to_owned)).await
+    }
+
+    /// Deletes the sessions and captures older than the cut-off (when one is given), then collects, in every
+    /// worktree's store, the objects no snapshot the database refers to needs. A busy session is left alone
+    /// and reported; a store that cannot be collected is reported and the others still are.
+    pub async fn gc(&self, request: GcRequest) -> Result<GcSummary> {
+        self.recover().await?;
+        let mut summary = GcSummary::default();
+        let sessions = self.repo.sessions(None).await?;
+        let captures = self.repo.captures(None).await?;
+        let mut directories: BTreeSet<String> = request
+            .directories
+            .iter()
+            .map(|d| normalise_directory(d))
+            .collect::<Result<_>>()?;
+        directories.extend(sessions.iter().map(|s| s.directory.clone()));
+        directories.extend(captures.iter().map(|c| c.directory.clone()));
+        if let Some(older_than) = request.older_than_ms {
+            let cutoff = self.now().saturating_sub(older_than);
+            for session in sessions.iter().filter(|s| s.time.updated < cutoff) {
+                match self.delete_session(&session.id).await {
+                    Ok(()) => summary.sessions_deleted.push(session.id.clone()),
+                    Err(Error::Busy { message, .. }) => summary.sessions_skipped.push(GcSkipped {
+                        session_id: session.id.clone(),
+                        reason: message,
+                    }),
+                    // Deleted meanwhile by another process: nothing left to do.
+                    Err(Error::NotFound(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            summary.captures_deleted = captures.iter().filter(|c| c.time < cutoff).count() as u64;
+            if summary.captures_deleted > 0 {
+                self.repo
+                    .commit(Transaction {
+                        guards: Vec::new(),
+                        changes: vec![Change::DeleteCapturesBefore { before: cutoff }],
+                        events: Vec::new(),
+                    })
+                    .await?;
+            }
+        }
+        for directory in directories {
+            let keep: Vec<SnapshotId> = self
+                .repo
+                .referenced_snapshots(Some(directory.clone()))
+                .await?
+                .into_iter()
+                .collect();
+            let kept_snapshots = keep.len() as u64;
+            let (report, error) = match self
+                .snapshots
+                .gc(Path::new(&directory), &keep, request.grace)
+                .await
+            {
+                Ok(report) => (Some(report), None),
+                Err(error) => (None, Some(error.to_string())),
+            };
+            summary.worktrees.push(WorktreeGc {
+                directory,
+                kept_snapshots,
+                report,
+                error,
+            });
+        }
+        Ok(summary)
+    }
+}

@@ -1,0 +1,306 @@
+//! `snapshot restore` with its capture, and gc (delete old sessions, then collect what nothing refers to),
+//! on the in-memory adapters: the oracle is the in-memory store's own trees and files.
+
+use std::time::Duration;
+
+use rewind_core::MessageRepo;
+use rewind_core::SnapshotPort;
+use rewind_core::model::{RelPath, SnapshotId};
+use rewind_core::service::{GcRequest, NewMessage};
+
+use crate::support::{ROOT, World, block_on};
+
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+fn collect_all() -> GcRequest {
+    GcRequest {
+        older_than_ms: None,
+        grace: Duration::ZERO,
+        directories: Vec::new(),
+    }
+}
+
+async fn track(world: &World) -> SnapshotId {
+    world.snapshots.track(world.path()).await.expect("track").id
+}
+
+#[test]
+fn restore_of_one_path_records_a_capture_first_and_touches_no_other_file() {
+    block_on(async {
+        let world = World::new();
+        world.write("a.txt", "a1\n");
+        world.write("b.txt", "b1\n");
+        let first = track(&world).await;
+        world.write("a.txt", "a2\n");
+        world.write("b.txt", "b2\n");
+        world.write("c.txt", "new\n");
+
+        let done = world
+            .rewind
+            .restore_snapshot(
+                ROOT,
+                &first,
+                Some(vec![RelPath::new("a.txt").expect("path")]),
+            )
+            .await
+            .expect("restore");
+
+        assert_eq!(
+            world.state(&["a.txt", "b.txt", "c.txt"]),
+            ["a1\n", "b2\n", "new\n"]
+        );
+        let captured = world
+            .snapshots
+            .tree(world.path(), &done.capture)
+            .expect("the capture is a stored snapshot");
+        assert_eq!(
+            captured.get("a.txt").map(|n| n.content().to_vec()),
+            Some(b"a2\n".to_vec()),
+            "the capture holds the state the restore overwrote"
+        );
+        let captures = world.rewind.captures(Some(ROOT)).await.expect("captures");
+        assert_eq!(captures.len(), 1);
+        assert_eq!(captures[0].snapshot, done.capture);
+        assert_eq!(captures[0].paths, ["a.txt"]);
+        let referenced = world
+            .repo
+            .referenced_snapshots(Some(ROOT.to_owned()))
+            .await
+            .expect("referenced");
+        assert!(referenced.contains(&done.capture));
+
+        // The restore can itself be undone from its capture.
+        world
+            .rewind
+            .restore_snapshot(ROOT, &done.capture, None)
+            .await
+            .expect("restore the capture");
+        assert_eq!(
+            world.state(&["a.txt", "b.txt", "c.txt"]),
+            ["a2\n", "b2\n", "new\n"]
+        );
+    });
+}
+
+#[test]
+fn restore_is_refused_while_a_step_is_open_and_changes_nothing() {
+    block_on(async {
+        let world = World::new();
+        world.write("a.txt", "a1\n");
+        let first = track(&world).await;
+        let session = world.session().await;
+        world
+            .rewind
+            .create_message(&session.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let assistant = world
+            .rewind
+            .create_message(&session.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        world
+            .rewind
+            .begin_step(&session.id, &assistant.info.id)
+            .await
+            .expect("begin");
+        world.write("a.txt", "a2\n");
+
+        let refused = world.rewind.restore_snapshot(ROOT, &first, None).await;
+        assert!(
+            matches!(refused, Err(rewind_core::Error::Busy { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(world.state(&["a.txt"]), ["a2\n"]);
+        assert!(
+            world
+                .rewind
+                .captures(None)
+                .await
+                .expect("captures")
+                .is_empty()
+        );
+    });
+}
+
+#[test]
+fn gc_collects_unreferenced_snapshots_and_keeps_every_referenced_one() {
+    block_on(async {
+        let world = World::new();
+        let session = world.session().await;
+        let one = world
+            .turn(&session.id, "one", |w| w.write("a.txt", "one\n"))
+            .await;
+        world
+            .turn(&session.id, "two", |w| w.write("a.txt", "two\n"))
+            .await;
+        world.write("stray.txt", "nobody refers to this\n");
+        let stray = track(&world).await;
+        world.remove("stray.txt");
+        track(&world).await;
+        let referenced = world
+            .repo
+            .referenced_snapshots(Some(ROOT.to_owned()))
+            .await
+            .expect("referenced");
+        assert!(!referenced.contains(&stray));
+
+        let summary = world.rewind.gc(collect_all()).await.expect("gc");
+
+        assert!(summary.sessions_deleted.is_empty());
+        assert_eq!(summary.worktrees.len(), 1);
+        assert_eq!(summary.worktrees[0].directory, ROOT);
+        assert_eq!(summary.worktrees[0].kept_snapshots, referenced.len() as u64);
+        assert!(summary.objects_removed() >= 1, "{summary:?}");
+        assert!(world.snapshots.tree(world.path(), &stray).is_none());
+        for id in &referenced {
+            assert!(
+                world.snapshots.tree(world.path(), id).is_some(),
+                "gc removed the referenced snapshot {id}"
+            );
+        }
+        // The session still reverts after gc.
+        world.revert_to(&session.id, &one.user).await;
+        assert_eq!(world.state(&["a.txt"]), ["-"]);
+    });
+}
+
+#[test]
+fn gc_older_than_deletes_old_sessions_and_then_their_snapshots() {
+    block_on(async {
+        let world = World::new();
+        let old = world.session().await;
+        world
+            .turn(&old.id, "old", |w| w.write("old.txt", "old\n"))
+            .await;
+        let old_refs = world
+            .repo
+            .referenced_snapshots(Some(ROOT.to_owned()))
+            .await
+            .expect("referenced");
+        world.host.advance(10 * DAY_MS);
+        world.remove("old.txt");
+        let new = world.session().await;
+        world
+            .turn(&new.id, "new", |w| w.write("new.txt", "new\n"))
+            .await;
+        let new_refs: Vec<SnapshotId> = world
+            .repo
+            .referenced_snapshots(Some(ROOT.to_owned()))
+            .await
+            .expect("referenced")
+            .difference(&old_refs)
+            .cloned()
+            .collect();
+
+        let summary = world
+            .rewind
+            .gc(GcRequest {
+                older_than_ms: Some(7 * DAY_MS),
+                ..collect_all()
+            })
+            .await
+            .expect("gc");
+
+        assert_eq!(summary.sessions_deleted, std::slice::from_ref(&old.id));
+        assert!(world.rewind.session(&old.id).await.is_err());
+        assert!(world.rewind.session(&new.id).await.is_ok());
+        let still = world
+            .repo
+            .referenced_snapshots(Some(ROOT.to_owned()))
+            .await
+            .expect("referenced");
+        for id in old_refs.iter().filter(|id| !still.contains(id)) {
+            assert!(
+                world.snapshots.tree(world.path(), id).is_none(),
+                "the deleted session's snapshot {id} was not collected"
+            );
+        }
+        assert!(old_refs.iter().any(|id| !still.contains(id)));
+        for id in &new_refs {
+            assert!(world.snapshots.tree(world.path(), id).is_some());
+        }
+    });
+}
+
+#[test]
+fn gc_leaves_a_busy_old_session_alone_and_deletes_old_captures() {
+    block_on(async {
+        let world = World::new();
+        world.write("a.txt", "a1\n");
+        let first = track(&world).await;
+        world.write("a.txt", "a2\n");
+        let restored = world
+            .rewind
+            .restore_snapshot(ROOT, &first, None)
+            .await
+            .expect("restore");
+        let session = world.session().await;
+        world
+            .rewind
+            .create_message(&session.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let assistant = world
+            .rewind
+            .create_message(&session.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        world
+            .rewind
+            .begin_step(&session.id, &assistant.info.id)
+            .await
+            .expect("begin");
+        world.host.advance(10 * DAY_MS);
+
+        let summary = world
+            .rewind
+            .gc(GcRequest {
+                older_than_ms: Some(7 * DAY_MS),
+                ..collect_all()
+            })
+            .await
+            .expect("gc");
+
+        assert!(summary.sessions_deleted.is_empty());
+        assert_eq!(summary.sessions_skipped.len(), 1);
+        assert_eq!(summary.sessions_skipped[0].session_id, session.id);
+        assert!(world.rewind.session(&session.id).await.is_ok());
+        assert_eq!(summary.captures_deleted, 1);
+        assert!(
+            world
+                .rewind
+                .captures(None)
+                .await
+                .expect("captures")
+                .is_empty()
+        );
+        assert!(
+            world
+                .snapshots
+                .tree(world.path(), &restored.capture)
+                .is_none(),
+            "an expired capture's snapshot is collected"
+        );
+    });
+}
+
+#[test]
+fn restore_from_an_unknown_snapshot_records_nothing_and_changes_nothing() {
+    block_on(async {
+        let world = World::new();
+        world.write("a.txt", "a1\n");
+        let unknown = SnapshotId::parse(&"1".repeat(40)).expect("id");
+        let refused = world.rewind.restore_snapshot(ROOT, &unknown, None).await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(world.state(&["a.txt"]), ["a1\n"]);
+        assert!(
+            world
+                .rewind
+                .captures(None)
+                .await
+                .expect("captures")
+                .is_empty()
+        );
+    });
+}
