@@ -43,16 +43,28 @@ fn in_session(id: &SessionId) -> impl FnOnce(rewind_core::Error) -> ApiError + '
     move |error| ApiError::from_core(error, Some(id))
 }
 
-/// Lists sessions, newest first (only those of the worktree the request names, when it names one).
+/// Lists the sessions of the request's worktree (default: the server's directory), newest first.
 #[utoipa::path(get, path = "/session", params(DirectoryParam),
     responses((status = 200, description = "Sessions, newest first", body = Vec<Object>)))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
 ) -> ApiResult<Vec<Session>> {
+    let directory = match directory {
+        Some(directory) => directory,
+        None => default_worktree(&state)?,
+    };
     Ok(Json(
-        state.services.rewind.sessions(directory.as_deref()).await?,
+        state.services.rewind.sessions(Some(&directory)).await?,
     ))
+}
+
+/// The server's directory as a worktree: canonical and under a project root.
+fn default_worktree(state: &AppState) -> Result<String, ApiError> {
+    let cwd = state.cwd.to_str().ok_or_else(|| {
+        ApiError::BadRequest("the server's directory is not a UTF-8 path".to_owned())
+    })?;
+    state.check_worktree(cwd)
 }
 
 /// Creates a session; its worktree is the body's `directory`, else the request's, else the server's.
@@ -67,12 +79,7 @@ pub async fn create_session(
     let directory = match (body.directory, directory) {
         (Some(raw), _) => state.check_worktree(&raw)?,
         (None, Some(canonical)) => canonical,
-        (None, None) => {
-            let cwd = state.cwd.to_str().ok_or_else(|| {
-                ApiError::BadRequest("the server's directory is not a UTF-8 path".to_owned())
-            })?;
-            state.check_worktree(cwd)?
-        }
+        (None, None) => default_worktree(&state)?,
     };
     let session = state
         .services

@@ -326,6 +326,19 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
         .map(|l| l.iter().filter_map(|s| s["id"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(ids, [second.as_str(), first.as_str()]);
+    // A session of another worktree is listed under its own directory, not the server's.
+    let sub = app.repo.join("sub");
+    std::fs::create_dir(&sub)?;
+    let other = app
+        .ok("/session", json!({"directory": sub.to_str()}))
+        .await?;
+    assert_eq!(other["directory"], json!(sub.to_str()));
+    let listed = app.read("/session").await?;
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+    let encoded = sub.to_str().unwrap_or_default().replace('/', "%2F");
+    let listed = app.read(&format!("/session?directory={encoded}")).await?;
+    assert_eq!(listed[0]["id"], other["id"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
     app.turn(&first, "edit", |repo| {
         std::fs::write(repo.join("a.txt"), "edited\n")?;
         Ok(())

@@ -105,7 +105,7 @@ async fn beyond_loopback_a_password_is_required_and_foreign_origins_are_refused(
     // Any Host is served once the password is right, but a page of another origin is refused: the
     // browser could otherwise send the credentials it holds for this server.
     let http = reqwest::Client::new();
-    let url = format!("http://127.0.0.1:{port}/session");
+    let url = format!("http://127.0.0.1:{port}/doc");
     let host = format!("rewind.example:{port}");
     for (origin, status) in [
         (None, 200),
