@@ -102,6 +102,19 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
         "warnings come first: {kinds:?}"
     );
 
+    // The warning is kept with the session, naming the file and the snapshot that holds the user's edit.
+    let warnings = app.read(&format!("/session/{session}/warnings")).await?;
+    let repo = app.repo.to_str().unwrap_or_default();
+    let edited = warnings
+        .as_array()
+        .and_then(|list| {
+            list.iter()
+                .find(|w| w["files"] == json!([format!("{repo}/a.txt")]))
+        })
+        .with_context(|| format!("no warning names a.txt: {warnings}"))?;
+    assert!(edited["snapshot"].is_string(), "{edited}");
+    assert!(edited["time"].is_u64(), "{edited}");
+
     app.ok(&format!("/session/{session}/unrevert"), json!({}))
         .await?;
     let unrevert = stream.until("session.updated").await?;

@@ -68,6 +68,10 @@ async fn revert_rerevert_unrevert_and_commit_move_files_and_conversation() -> Re
         .await?;
     let messages = app.read(&format!("/session/{session}/message")).await?;
     assert_eq!(message_ids(&messages).len(), 6);
+    let newest = app
+        .read(&format!("/session/{session}/message?limit=2"))
+        .await?;
+    assert_eq!(message_ids(&newest), message_ids(&messages)[4..]);
     // The second turn's assistant message: text, step-start, step-finish, patch naming both files.
     let turn2 = app
         .read(&format!("/session/{session}/message/{assistant2}"))
