@@ -173,6 +173,22 @@ impl SnapshotPort for GitSnapshotStore {
         .await
     }
 
+    async fn unified_diff_between(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<String> {
+        let from = object_id(from)?;
+        let to = object_id(to)?;
+        self.with_store(worktree, move |store, config| {
+            let before = read_flat(&store.odb, &from)?;
+            let after = read_flat(&store.odb, &to)?;
+            diff::unified(&store.odb, &before, &after, config.size_cap)
+        })
+        .await
+    }
+
     async fn restore(
         &self,
         worktree: &Path,

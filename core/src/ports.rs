@@ -67,6 +67,14 @@ pub trait SnapshotPort: Send + Sync {
     ) -> Result<Vec<FileDiff>>;
     /// The git-style text diff from `from` to the worktree now.
     async fn unified_diff(&self, worktree: &Path, from: &SnapshotId) -> Result<String>;
+    /// The git-style text diff between two snapshots, in the form `unified_diff` gives (a revert's text
+    /// diff is the one between its pre-revert snapshot and `applied`, with no second walk of the worktree).
+    async fn unified_diff_between(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<String>;
     /// Makes the tracked content, or only `paths`, equal snapshot `to`.
     async fn restore(
         &self,

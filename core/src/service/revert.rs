@@ -152,7 +152,12 @@ impl Rewind {
             _ => before,
         };
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
-        let diff_text = self.snapshots.unified_diff(wt, &snapshot).await?;
+        // The worktree's tracked content is now `applied`: its text diff comes from the two trees, without a
+        // second walk of the worktree.
+        let diff_text = self
+            .snapshots
+            .unified_diff_between(wt, &snapshot, &outcome.applied)
+            .await?;
         let diff = self.snapshots.diff(wt, &outcome.applied, &snapshot).await?;
         let now = self.now();
         if !outcome.kept.is_empty() {

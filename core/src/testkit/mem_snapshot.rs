@@ -1391,6 +1391,16 @@ impl SnapshotPort for MemSnapshotStore {
         Ok(unified_text(&old, &new, self.config.size_cap))
     }
 
+    async fn unified_diff_between(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<String> {
+        let (old, new) = self.two_trees(worktree, from, to)?;
+        Ok(unified_text(&old, &new, self.config.size_cap))
+    }
+
     async fn restore(
         &self,
         worktree: &Path,

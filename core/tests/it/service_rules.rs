@@ -313,9 +313,9 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
             })
         });
     snapshots
-        .expect_unified_diff()
+        .expect_unified_diff_between()
         .times(1)
-        .returning(|_, _| Ok("diff".to_owned()));
+        .returning(|_, _, _| Ok("diff".to_owned()));
     snapshots
         .expect_diff()
         .times(1)
@@ -416,10 +416,10 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
             })
         });
     snapshots
-        .expect_unified_diff()
+        .expect_unified_diff_between()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _| Err(Error::backend("disk full")));
+        .returning(|_, _, _| Err(Error::backend("disk full")));
     // Rollback: capture first, then put the intent's files back to `before`.
     snapshots
         .expect_track()

@@ -137,6 +137,7 @@ macro_rules! snapshot_contract_tests {
             diff_counts_lines,
             diff_marks_binary_files,
             unified_diff_names_every_changed_file,
+            unified_diff_between_snapshots_equals_the_diff_to_the_worktree,
             restore_of_given_paths_touches_nothing_else,
             restore_never_touches_ignored_files,
             restore_brings_back_symlinks_and_modes,
@@ -523,6 +524,46 @@ pub async fn unified_diff_names_every_changed_file(h: &dyn WorktreeHarness) {
     let a = text.find("a/a.txt").expect("a.txt is named");
     let n = text.find("a/new.txt").expect("new.txt is named");
     assert!(a < n, "files come in path order");
+}
+
+/// The text diff between two snapshots is the text diff from the first to a worktree holding the second,
+/// and a snapshot the store lacks is an error.
+pub async fn unified_diff_between_snapshots_equals_the_diff_to_the_worktree(
+    h: &dyn WorktreeHarness,
+) {
+    h.write("a.txt", b"alpha\n");
+    h.write("b.txt", b"old\nkept\n");
+    h.write("bin.dat", b"\0\x01binary");
+    let from = track(h).await.id;
+    h.remove("a.txt");
+    h.write("b.txt", b"new\nkept\n");
+    h.write("dir/new.txt", b"new content\n");
+    h.write("bin.dat", b"\0\x02binary");
+    let to = track(h).await.id;
+    let port = h.port();
+    let between = port
+        .unified_diff_between(h.root(), &from, &to)
+        .await
+        .expect("unified_diff_between");
+    let to_worktree = port
+        .unified_diff(h.root(), &from)
+        .await
+        .expect("unified_diff");
+    assert_eq!(between, to_worktree);
+    assert!(between.contains("+new content\n"), "{between}");
+    let same = port
+        .unified_diff_between(h.root(), &to, &to)
+        .await
+        .expect("unified_diff_between");
+    assert_eq!(same, "");
+    let missing =
+        SnapshotId::parse("0123456789abcdef0123456789abcdef01234567").expect("a valid id");
+    assert!(
+        port.unified_diff_between(h.root(), &from, &missing)
+            .await
+            .is_err(),
+        "a snapshot the store lacks is an error"
+    );
 }
 
 /// Restoring given paths writes exactly those and touches nothing else; restoring again writes nothing.
