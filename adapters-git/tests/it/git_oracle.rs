@@ -240,6 +240,20 @@ impl GitOracle {
             input.extend_from_slice(path.as_bytes());
             input.push(0);
         }
+        // git refuses a path beyond a symlink ("beyond a symbolic link"); ignore rules match names, so each
+        // such symlink is moved aside while git answers (its parent directories are then missing ones).
+        let mut aside = Vec::new();
+        for path in paths {
+            for (i, _) in path.match_indices('/') {
+                let parent = worktree.join(&path[..i]);
+                if fs::symlink_metadata(&parent).is_ok_and(|m| m.file_type().is_symlink()) {
+                    let moved = worktree.join(format!(".oracle-aside-{}", aside.len()));
+                    fs::rename(&parent, &moved).expect("oracle: move a symlink aside");
+                    aside.push((parent, moved));
+                    break;
+                }
+            }
+        }
         let out = run(
             self.cmd()
                 .arg(format!("--work-tree={}", worktree.display()))
@@ -248,6 +262,9 @@ impl GitOracle {
             Some(&input),
             &[0, 1],
         );
+        for (parent, moved) in aside.iter().rev() {
+            fs::rename(moved, parent).expect("oracle: put a symlink back");
+        }
         split_nul(&out).collect()
     }
 
