@@ -24,7 +24,8 @@ use rewind_git::{ExcludesFile, GitSnapshotStore, GitStoreConfig};
 const USAGE: &str = "usage: snapshot_bench [--sizes 10000,100000] [--reps N]
   (internal) snapshot_bench child track --wt DIR --data DIR
   (internal) snapshot_bench child revert --wt DIR --data DIR --snapshot ID --base ID --files LIST
-  (internal) snapshot_bench child restore --wt DIR --data DIR --to ID";
+  (internal) snapshot_bench child restore --wt DIR --data DIR --to ID
+  (profiling) snapshot_bench generate --wt DIR --files N   (the benchmark's worktree, kept)";
 
 /// The generator's seed: every run generates the same worktrees.
 const SEED: u64 = 0x5eed_2e71_d0c5;
@@ -63,6 +64,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.split_first() {
         Some((first, rest)) if first == "child" => child(rest),
+        Some((first, rest)) if first == "generate" => generate_only(rest),
         _ => drive(&args),
     };
     match result {
@@ -172,6 +174,27 @@ fn options(args: &[String]) -> Result<HashMap<String, String>> {
         options.insert(name.to_owned(), value.clone());
     }
     Ok(options)
+}
+
+/// Writes the benchmark's worktree of `--files N` into `--wt DIR` and leaves it there, so one operation can
+/// be profiled (`strace -c`, timing spans) with the `child` commands.
+fn generate_only(args: &[String]) -> Result<()> {
+    let options = options(args)?;
+    let wt = PathBuf::from(options.get("wt").context(USAGE)?);
+    let n: usize = options
+        .get("files")
+        .context(USAGE)?
+        .parse()
+        .context("--files: expected a number")?;
+    fs::create_dir_all(&wt).with_context(|| format!("creating {}", wt.display()))?;
+    let (files, bytes) = generate(&wt, n)?;
+    eprintln!(
+        "generated {} files, {:.1} MB, in {}",
+        thousands(files.len()),
+        bytes as f64 / 1e6,
+        wt.display()
+    );
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------------------
