@@ -12,10 +12,10 @@ use rewind_core::model::{SkipReason, SkippedPath};
 
 use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
-use crate::ignore::{Ignores, read_rules};
+use crate::ignore::{Ignores, dir_rules_hash, read_rules};
 use crate::odb::Kind;
 use crate::seed::Seed;
-use crate::stat_cache::{CacheEntry, Stat, StatCache};
+use crate::stat_cache::{CacheEntry, DirStat, Listed, ListedKind, Listing, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
 use crate::tree::{Flat, Mode, mark_dirty, write_flat_reusing};
 
@@ -46,77 +46,186 @@ struct Walk<'a> {
     data_dir: Option<&'a Path>,
     file_cap: usize,
     ignores: Ignores,
+    /// The untracked cache of the previous track: its listings, taken out as directories are walked.
+    old: StatCache,
+    /// The listings of this walk, for the next one.
+    listings: HashMap<String, Listing>,
+    /// How many directories were read (not answered by the untracked cache) or had their names matched
+    /// against changed rules: when none, the untracked cache needs no rewrite.
+    relisted: usize,
     candidates: Vec<Candidate>,
     skipped: Vec<SkippedPath>,
 }
 
+/// Reads a directory's entries: names with their kind, leaving out `.git` and rewind's temporary files.
+/// Names that are not UTF-8 are reported as skipped (a listing that skipped any is not cached).
+fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<SkippedPath>)> {
+    let entries = fs::read_dir(abs_dir).map_err(|e| GitError::Unreadable {
+        path: if rel_dir.is_empty() {
+            ".".to_owned()
+        } else {
+            rel_dir.trim_end_matches('/').to_owned()
+        },
+        reason: e.to_string(),
+    })?;
+    let mut listed = Vec::new();
+    let mut skipped = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| GitError::io(abs_dir, e))?;
+        let name = entry.file_name();
+        if name == ".git" {
+            continue;
+        }
+        let Some(name) = name.to_str() else {
+            skipped.push(SkippedPath {
+                path: format!("{rel_dir}{}", name.to_string_lossy()),
+                reason: SkipReason::NotUtf8,
+            });
+            continue;
+        };
+        if name.starts_with(TEMP_PREFIX) {
+            continue;
+        }
+        let file_type = match entry.file_type() {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(GitError::io(&entry.path(), e)),
+        };
+        let kind = if file_type.is_dir() {
+            ListedKind::Dir
+        } else if file_type.is_file() || file_type.is_symlink() {
+            ListedKind::File
+        } else {
+            ListedKind::Special
+        };
+        listed.push(Listed {
+            name: name.to_owned(),
+            kind,
+            ignored: false,
+        });
+    }
+    Ok((listed, skipped))
+}
+
 impl Walk<'_> {
-    fn dir(&mut self, rel_dir: &str) -> GitResult<()> {
+    /// Walks directory `rel_dir` (`""` or `a/b/`). `rules` hashes the rules on the stack: for the root,
+    /// every rule in force for its entries; for a sub-directory, those of its parent (its own `.gitignore`
+    /// is read here, when its listing names one, and pushed while its entries are walked).
+    fn dir(&mut self, rel_dir: &str, rules: [u8; 20]) -> GitResult<()> {
         let abs_dir = self.root.join(rel_dir);
-        let entries = fs::read_dir(&abs_dir).map_err(|e| GitError::Unreadable {
+        let unreadable = |reason: String| GitError::Unreadable {
             path: if rel_dir.is_empty() {
                 ".".to_owned()
             } else {
                 rel_dir.trim_end_matches('/').to_owned()
             },
-            reason: e.to_string(),
-        })?;
-        for entry in entries {
-            let entry = entry.map_err(|e| GitError::io(&abs_dir, e))?;
-            let name = entry.file_name();
-            if name == ".git" {
-                continue;
+            reason,
+        };
+        // The directory's stat data is taken before it is read: a change after this shows next time.
+        let meta = fs::symlink_metadata(&abs_dir).map_err(|e| unreadable(e.to_string()))?;
+        if !meta.is_dir() {
+            return Err(unreadable(
+                "it stopped being a directory while the worktree was being read".to_owned(),
+            ));
+        }
+        let stat = DirStat::of(&meta);
+        let cached = self.old.take_listing(rel_dir, &stat);
+        let cached_rules = cached.as_ref().map(|listing| listing.rules);
+        let (mut entries, cacheable) = match cached {
+            Some(listing) => (listing.entries, true),
+            None => {
+                let (entries, not_utf8) = read_listing(&abs_dir, rel_dir)?;
+                let cacheable = not_utf8.is_empty();
+                self.skipped.extend(not_utf8);
+                (entries, cacheable)
             }
-            let Some(name) = name.to_str() else {
-                self.skipped.push(SkippedPath {
-                    path: format!("{rel_dir}{}", name.to_string_lossy()),
-                    reason: SkipReason::NotUtf8,
-                });
-                continue;
-            };
-            if name.starts_with(TEMP_PREFIX) {
-                continue;
-            }
-            let rel = format!("{rel_dir}{name}");
-            let file_type = match entry.file_type() {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(GitError::io(&entry.path(), e)),
-            };
-            if file_type.is_dir() {
-                if self.data_dir.is_some_and(|d| d == entry.path())
-                    || self.ignores.is_ignored(&rel, true)
-                {
-                    continue;
-                }
-                let sub = format!("{rel}/");
-                let rules = read_rules(&entry.path().join(".gitignore"))?;
-                let pushed = self.ignores.push_dir(&sub, rules.as_deref());
-                let result = self.dir(&sub);
-                if pushed {
-                    self.ignores.pop();
-                }
-                result?;
-            } else if self.ignores.is_ignored(&rel, false) {
-                continue;
-            } else if file_type.is_file() && self.check_attributes && name == ".gitattributes" {
-                let text = fs::read_to_string(entry.path()).unwrap_or_default();
-                self.attributes_mention_filters |= crate::seed::mentions_filters(&text);
-                self.candidates.push(Candidate { rel });
-            } else if file_type.is_file() || file_type.is_symlink() {
-                self.candidates.push(Candidate { rel });
-                if self.candidates.len() > self.file_cap {
-                    return Err(GitError::Refused(format!(
-                        "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it",
-                        self.root.display(),
-                        self.file_cap
-                    )));
-                }
+        };
+        let mut pushed = false;
+        let rules = if rel_dir.is_empty() {
+            rules
+        } else {
+            // A missing `.gitignore` is not looked for: the listing says whether there is one.
+            let text = if entries.iter().any(|e| e.name == ".gitignore") {
+                read_rules(&abs_dir.join(".gitignore"))?
             } else {
-                self.skipped.push(SkippedPath {
+                None
+            };
+            pushed = self.ignores.push_dir(rel_dir, text.as_deref());
+            dir_rules_hash(&rules, rel_dir, text.as_deref())
+        };
+        // Which names are ignored is reused only from a listing matched under the same rules.
+        let matched = cached_rules == Some(rules);
+        let result = self.entries(rel_dir, &abs_dir, &mut entries, matched, rules);
+        if pushed {
+            self.ignores.pop();
+        }
+        result?;
+        if cacheable {
+            self.listings.insert(
+                rel_dir.to_owned(),
+                Listing {
+                    stat,
+                    rules,
+                    entries,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Matches the entries of `rel_dir` against the rules (unless the cached listing was matched under the
+    /// same rules) and walks them.
+    fn entries(
+        &mut self,
+        rel_dir: &str,
+        abs_dir: &Path,
+        entries: &mut [Listed],
+        matched: bool,
+        rules: [u8; 20],
+    ) -> GitResult<()> {
+        if !matched {
+            self.relisted += 1;
+            for entry in entries.iter_mut() {
+                let rel = format!("{rel_dir}{}", entry.name);
+                entry.ignored = match entry.kind {
+                    ListedKind::Dir => {
+                        self.data_dir
+                            .is_some_and(|d| d == abs_dir.join(&entry.name))
+                            || self.ignores.is_ignored(&rel, true)
+                    }
+                    _ => self.ignores.is_ignored(&rel, false),
+                };
+            }
+        }
+        for entry in entries.iter() {
+            if entry.ignored {
+                continue;
+            }
+            let rel = format!("{rel_dir}{}", entry.name);
+            match entry.kind {
+                ListedKind::Dir => self.dir(&format!("{rel}/"), rules)?,
+                ListedKind::File => {
+                    if self.check_attributes && entry.name == ".gitattributes" {
+                        // Read only when it is a regular file (a symlink is not followed out of the tree).
+                        let path = abs_dir.join(&entry.name);
+                        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                            let text = fs::read_to_string(&path).unwrap_or_default();
+                            self.attributes_mention_filters |= crate::seed::mentions_filters(&text);
+                        }
+                    }
+                    self.candidates.push(Candidate { rel });
+                    if self.candidates.len() > self.file_cap {
+                        return Err(GitError::Refused(format!(
+                            "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it",
+                            self.root.display(),
+                            self.file_cap
+                        )));
+                    }
+                }
+                ListedKind::Special => self.skipped.push(SkippedPath {
                     path: rel,
                     reason: SkipReason::Special,
-                });
+                }),
             }
         }
         Ok(())
@@ -147,7 +256,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
     let data_dir = fs::canonicalize(&config.data_dir).ok();
-    let cache = StatCache::load(&store.stat_cache_path());
+    let mut cache = StatCache::load(&store.stat_cache_path());
     let may_seed = cache.entries.is_empty() && ignores.enclosing.is_some();
     let mut walk = Walk {
         root,
@@ -156,26 +265,32 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         data_dir: data_dir.as_deref(),
         file_cap: config.file_cap,
         ignores: ignores.clone(),
+        old: StatCache {
+            started_ns: cache.started_ns,
+            listings: std::mem::take(&mut cache.listings),
+            ..StatCache::default()
+        },
+        listings: HashMap::new(),
+        relisted: 0,
         candidates: Vec::new(),
         skipped: Vec::new(),
     };
-    walk.dir("")?;
+    walk.dir("", ignores.root_rules_hash(data_dir.as_deref()))?;
     let seed = match (&ignores.enclosing, may_seed) {
         (Some(repo), true) => Seed::load(repo, ignores.prefix(), walk.attributes_mention_filters),
         _ => None,
     };
-    let outcomes = parallel_map(&walk.candidates, |candidate| {
+    let Walk {
+        candidates,
+        mut skipped,
+        listings,
+        relisted,
+        ..
+    } = walk;
+    let outcomes = parallel_map(&candidates, |candidate| {
         examine(store, config, &cache, seed.as_ref(), &candidate.rel)
     })?;
-    let outcomes = adopt_seeded(
-        store,
-        config,
-        &cache,
-        seed.as_ref(),
-        &walk.candidates,
-        outcomes,
-    )?;
-    let mut skipped = walk.skipped;
+    let outcomes = adopt_seeded(store, config, &cache, seed.as_ref(), &candidates, outcomes)?;
     // Unchanged since the cached snapshot: every file answered by the stat cache, and as many files as it
     // holds (each answer is for a distinct cached path, so the path sets are equal). The cached tree is the
     // snapshot; nothing is written.
@@ -192,7 +307,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         cache.dirs.contains_key(""),
     ) {
         let mut flat = Flat::new();
-        for (candidate, outcome) in walk.candidates.iter().zip(outcomes) {
+        for (candidate, outcome) in candidates.iter().zip(outcomes) {
             match outcome {
                 Outcome::Tracked(stat, id, _) if want_flat => {
                     flat.insert(candidate.rel.clone(), (stat.mode, id));
@@ -202,6 +317,21 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
             }
         }
         skipped.sort_by(|a, b| a.path.cmp(&b.path));
+        if relisted > 0 {
+            // Only directory listings changed (a directory was read again, or its rules changed without
+            // changing what is tracked): the cache keeps its files and trees and takes the new listings.
+            // Its start time moves forward, which leaves every file entry as it was: each was fresh, so its
+            // mtime lies before the old start time less the margin, and so before the new one too.
+            let StatCache { entries, dirs, .. } = cache;
+            StatCache {
+                started_ns,
+                tree: Some(tree),
+                entries,
+                dirs,
+                listings,
+            }
+            .save(&store.stat_cache_path())?;
+        }
         let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
         store.add_record(&tree, ignores.prefix(), &ignores.outside, &skipped_set)?;
         store.log_returned(&tree)?;
@@ -216,7 +346,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
     let mut flat = Flat::new();
     let mut entries = HashMap::with_capacity(outcomes.len());
     let mut hashed = 0;
-    for (candidate, outcome) in walk.candidates.iter().zip(outcomes) {
+    for (candidate, outcome) in candidates.iter().zip(outcomes) {
         match outcome {
             Outcome::Tracked(stat, id, was_hashed) => {
                 hashed += u64::from(was_hashed);
@@ -255,7 +385,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         }
     }
     let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
-    let unchanged = reusable && dirty.is_empty() && hashed == 0;
+    let unchanged = reusable && dirty.is_empty() && hashed == 0 && relisted == 0;
     let id = match (unchanged, cache.tree) {
         (true, Some(tree)) => tree,
         _ => {
@@ -267,6 +397,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
                 tree: Some(id),
                 entries,
                 dirs,
+                listings,
             }
             .save(&store.stat_cache_path())?;
             id

@@ -9,3 +9,4 @@ mod opencode;
 mod safety;
 mod seeding;
 mod stat_cache_io;
+mod untracked_cache;
