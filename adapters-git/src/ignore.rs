@@ -250,6 +250,18 @@ impl Ignores {
         self.all_ignored || self.matches(&format!("{}{path}", self.prefix), is_dir)
     }
 
+    /// The rules in force for the entries of the worktree's root: the outside rules and the root
+    /// `.gitignore` text given; none when everything is ignored (a directory above the worktree is).
+    pub fn rules_below_root(&self, root_text: Option<&str>) -> Option<Ignores> {
+        if self.all_ignored {
+            return None;
+        }
+        let mut rules = self.clone();
+        rules.search.patterns.truncate(self.outside_lists);
+        rules.push_dir("", root_text);
+        Some(rules)
+    }
+
     /// Whether `path` is ignored, checking each parent directory too, with the `.gitignore` text of each
     /// directory (`""` for the root) supplied by `gitignore_of`. Used for paths the walk did not reach.
     pub fn is_path_ignored(

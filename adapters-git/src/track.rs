@@ -317,6 +317,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
             }
         }
         skipped.sort_by(|a, b| a.path.cmp(&b.path));
+
         if relisted > 0 {
             // Only directory listings changed (a directory was read again, or its rules changed without
             // changing what is tracked): the cache keeps its files and trees and takes the new listings.
