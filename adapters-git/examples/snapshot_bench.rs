@@ -50,6 +50,8 @@ const FILES_PER_IGNORED: usize = 100;
 const FEW_CHANGES: usize = 10;
 const REVERT_FILES: usize = 1000;
 const CHECKOUT_BATCH: usize = 100;
+/// Longer than the stat cache's racy margin (1 s).
+const RACY_PAUSE: Duration = Duration::from_millis(1100);
 /// From this size on, the first-track cases run at most 3 repetitions.
 const LARGE: usize = 50_000;
 const MEMORY_GOAL_MB: f64 = 200.0;
@@ -279,7 +281,8 @@ fn print_preamble(temp: &Path, reps: usize) -> Result<()> {
         "method:  median of {reps} repetitions (at most 3 for first track from {} files); rewind timed inside \
          a child process (peak = largest VmHWM of its children); git timed as whole processes, -c \
          core.autocrlf=false -c core.symlinks=true -c core.longpaths=true, GIT_CONFIG_NOSYSTEM=1, \
-         GIT_CONFIG_GLOBAL=/dev/null; git's `init --bare` and seeding are not timed",
+         GIT_CONFIG_GLOBAL=/dev/null; git's `init --bare` and seeding are not timed; before the restore row, \
+         a 1.1 s pause (untimed) so the files the revert row's git side wrote are not racy for rewind",
         thousands(LARGE)
     );
     println!(
@@ -696,6 +699,10 @@ impl<'a> Bench<'a> {
         self.progress(&label);
         let mut row = Row::new(self.n, label, GOAL_REVERT_RESTORE);
         // The service tracks before it restores; this also refreshes rewind's stat cache after git's writes.
+        // First a pause past the racy margin (1 s, as git's): the previous row's git side has just rewritten
+        // 1,000 files, and a track within a second of that would cache them as racy, so every restore of this
+        // row would hash them again. This row measures a restore after 10 changes, not that.
+        std::thread::sleep(RACY_PAUSE);
         let now = self.rewind("track", &[])?.id()?;
         row.check("unchanged since revert", now == snapshot.id);
         // rewind first: git's checkout-index rewrites every file, which would stale rewind's stat cache.
