@@ -36,6 +36,18 @@ pub struct Tracked {
 
 struct Candidate {
     rel: String,
+    /// Where its name begins in `rel` (the length of its directory's `a/b/` prefix).
+    name_at: usize,
+}
+
+impl Candidate {
+    fn dir(&self) -> &str {
+        &self.rel[..self.name_at]
+    }
+
+    fn name(&self) -> &str {
+        &self.rel[self.name_at..]
+    }
 }
 
 struct Walk<'a> {
@@ -197,13 +209,15 @@ impl Walk<'_> {
                 };
             }
         }
+        // Files first, then sub-directories: a directory's candidates are next to each other, so each
+        // worker that examines them opens the directory once.
         for entry in entries.iter() {
             if entry.ignored {
                 continue;
             }
             let rel = format!("{rel_dir}{}", entry.name);
             match entry.kind {
-                ListedKind::Dir => self.dir(&format!("{rel}/"), rules)?,
+                ListedKind::Dir => {}
                 ListedKind::File => {
                     if self.check_attributes && entry.name == ".gitattributes" {
                         // Read only when it is a regular file (a symlink is not followed out of the tree).
@@ -213,7 +227,10 @@ impl Walk<'_> {
                             self.attributes_mention_filters |= crate::seed::mentions_filters(&text);
                         }
                     }
-                    self.candidates.push(Candidate { rel });
+                    self.candidates.push(Candidate {
+                        rel,
+                        name_at: rel_dir.len(),
+                    });
                     if self.candidates.len() > self.file_cap {
                         return Err(GitError::Refused(format!(
                             "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it",
@@ -226,6 +243,11 @@ impl Walk<'_> {
                     path: rel,
                     reason: SkipReason::Special,
                 }),
+            }
+        }
+        for entry in entries.iter() {
+            if entry.kind == ListedKind::Dir && !entry.ignored {
+                self.dir(&format!("{rel_dir}{}/", entry.name), rules)?;
             }
         }
         Ok(())
@@ -287,8 +309,8 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         relisted,
         ..
     } = walk;
-    let outcomes = parallel_map(&candidates, |candidate| {
-        examine(store, config, &cache, seed.as_ref(), &candidate.rel)
+    let outcomes = parallel_map_with(&candidates, OpenDir::none, |open, candidate| {
+        examine(store, config, &cache, seed.as_ref(), open, candidate)
     })?;
     let outcomes = adopt_seeded(store, config, &cache, seed.as_ref(), &candidates, outcomes)?;
     // Unchanged since the cached snapshot: every file answered by the stat cache, and as many files as it
@@ -444,10 +466,144 @@ fn adopt_seeded(
         if let Outcome::Seeded(_, id) = outcome
             && !owned.contains(id)
         {
-            *outcome = examine(store, config, cache, None, &candidate.rel)?;
+            *outcome = examine(store, config, cache, None, &mut OpenDir::none(), candidate)?;
         }
     }
     Ok(outcomes)
+}
+
+/// The lstat data of a candidate: its kind and stat data, and the metadata std gives (only when looked up by
+/// path, which seeding needs).
+struct Seen {
+    kind: SeenKind,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    ino: u64,
+    dev: u64,
+    meta: Option<fs::Metadata>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SeenKind {
+    File { executable: bool },
+    Link,
+    Dir,
+    Other,
+}
+
+impl Seen {
+    fn from_std(meta: fs::Metadata) -> Seen {
+        let kind = if meta.file_type().is_symlink() {
+            SeenKind::Link
+        } else if meta.is_file() {
+            SeenKind::File {
+                executable: meta.permissions().mode() & 0o100 != 0,
+            }
+        } else if meta.is_dir() {
+            SeenKind::Dir
+        } else {
+            SeenKind::Other
+        };
+        let stat = Stat::of(&meta, Mode::File);
+        Seen {
+            kind,
+            size: stat.size,
+            mtime_ns: stat.mtime_ns,
+            ctime_ns: stat.ctime_ns,
+            ino: stat.ino,
+            dev: stat.dev,
+            meta: Some(meta),
+        }
+    }
+
+    // The field types of `Stat` differ between rustix's backends (signed or not): the casts say which
+    // git's stat data means.
+    #[allow(clippy::unnecessary_cast)]
+    fn from_rustix(st: &rustix::fs::Stat) -> Seen {
+        let file_type = rustix::fs::FileType::from_raw_mode(st.st_mode as _);
+        let kind = if file_type.is_symlink() {
+            SeenKind::Link
+        } else if file_type.is_file() {
+            SeenKind::File {
+                executable: st.st_mode & 0o100 != 0,
+            }
+        } else if file_type.is_dir() {
+            SeenKind::Dir
+        } else {
+            SeenKind::Other
+        };
+        Seen {
+            kind,
+            size: st.st_size as u64,
+            mtime_ns: i128::from(st.st_mtime as i64) * 1_000_000_000
+                + i128::from(st.st_mtime_nsec as i64),
+            ctime_ns: i128::from(st.st_ctime as i64) * 1_000_000_000
+                + i128::from(st.st_ctime_nsec as i64),
+            ino: st.st_ino as u64,
+            dev: st.st_dev as u64,
+            meta: None,
+        }
+    }
+
+    /// The stat data the cache compares, for the file tracked as `mode`.
+    fn stat(&self, mode: Mode) -> Stat {
+        Stat {
+            mode,
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            ino: self.ino,
+            dev: self.dev,
+        }
+    }
+}
+
+/// A directory opened (`O_PATH`, not following a symlink) by one worker, so the files in it are looked up
+/// by name instead of by their whole path.
+struct OpenDir {
+    dir: String,
+    fd: Option<rustix::fd::OwnedFd>,
+}
+
+impl OpenDir {
+    fn none() -> OpenDir {
+        OpenDir {
+            dir: String::new(),
+            fd: None,
+        }
+    }
+
+    /// The open handle of worktree directory `dir` (`""` or `a/b/`), or none when it cannot be opened as
+    /// a directory (the caller then looks the file up by its path).
+    fn of(&mut self, root: &Path, dir: &str) -> Option<&rustix::fd::OwnedFd> {
+        if self.fd.is_none() || self.dir != dir {
+            use rustix::fs::{Mode as FsMode, OFlags};
+            self.fd = rustix::fs::open(
+                root.join(dir),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                FsMode::empty(),
+            )
+            .ok();
+            dir.clone_into(&mut self.dir);
+        }
+        self.fd.as_ref()
+    }
+}
+
+/// lstat of a candidate: through its directory's handle when there is one (no seeding), else by path.
+fn lstat(
+    store: &Store,
+    open: &mut OpenDir,
+    candidate: &Candidate,
+    by_path: bool,
+) -> std::io::Result<Seen> {
+    if !by_path && let Some(fd) = open.of(&store.worktree, candidate.dir()) {
+        return rustix::fs::statat(fd, candidate.name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map(|st| Seen::from_rustix(&st))
+            .map_err(std::io::Error::from);
+    }
+    fs::symlink_metadata(store.worktree.join(&candidate.rel)).map(Seen::from_std)
 }
 
 fn examine(
@@ -455,40 +611,44 @@ fn examine(
     config: &GitStoreConfig,
     cache: &StatCache,
     seed: Option<&Seed>,
-    rel: &str,
+    open: &mut OpenDir,
+    candidate: &Candidate,
 ) -> GitResult<Outcome> {
+    let rel = candidate.rel.as_str();
     let abs = store.worktree.join(rel);
     for _attempt in 0..3 {
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(meta) => meta,
+        // Seeding compares the user's index with std's metadata: then files are looked up by path.
+        let seen = match lstat(store, open, candidate, seed.is_some()) {
+            Ok(seen) => seen,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
             Err(e) => return Err(unreadable(rel, &e.to_string())),
         };
-        let mode = if meta.file_type().is_symlink() {
-            Mode::Link
-        } else if meta.is_file() {
-            if meta.permissions().mode() & 0o100 != 0 {
-                Mode::Exec
-            } else {
-                Mode::File
+        let mode = match seen.kind {
+            SeenKind::Link => Mode::Link,
+            SeenKind::File { executable: true } => Mode::Exec,
+            SeenKind::File { executable: false } => Mode::File,
+            SeenKind::Dir => {
+                // It turned into a directory after the walk listed it: its content is not known.
+                return Err(unreadable(
+                    rel,
+                    "it became a directory while the worktree was being read",
+                ));
             }
-        } else if meta.is_dir() {
-            // It turned into a directory after the walk listed it: its content is not known.
-            return Err(unreadable(
-                rel,
-                "it became a directory while the worktree was being read",
-            ));
-        } else {
-            return Ok(Outcome::Skipped(SkippedPath {
-                path: rel.to_owned(),
-                reason: SkipReason::Special,
-            }));
+            SeenKind::Other => {
+                return Ok(Outcome::Skipped(SkippedPath {
+                    path: rel.to_owned(),
+                    reason: SkipReason::Special,
+                }));
+            }
         };
-        let stat = Stat::of(&meta, mode);
+        let stat = seen.stat(mode);
         if let Some(id) = cache.fresh(rel, &stat) {
             return Ok(Outcome::Tracked(stat, id, false));
         }
-        if let Some(id) = seed.and_then(|seed| seed.lookup(rel, &meta, mode)) {
+        if let Some(id) = seed
+            .zip(seen.meta.as_ref())
+            .and_then(|(seed, meta)| seed.lookup(rel, meta, mode))
+        {
             return Ok(Outcome::Seeded(stat, id));
         }
         if mode != Mode::Link && stat.size > config.size_cap && !cache.entries.contains_key(rel) {
@@ -534,17 +694,35 @@ pub fn parallel_map<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> GitResult<R> + Sync,
 ) -> GitResult<Vec<R>> {
+    parallel_map_with(items, || (), |_, item| f(item))
+}
+
+/// `parallel_map` where each thread has state of its own, made by `init` (it sees a contiguous run of
+/// `items`).
+pub fn parallel_map_with<T: Sync, R: Send, S>(
+    items: &[T],
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, &T) -> GitResult<R> + Sync,
+) -> GitResult<Vec<R>> {
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(1, 8);
     if items.len() < 256 || threads == 1 {
-        return items.iter().map(&f).collect();
+        let mut state = init();
+        return items.iter().map(|item| f(&mut state, item)).collect();
     }
     let chunk = items.len().div_ceil(threads);
     let results: Vec<GitResult<Vec<R>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = items
             .chunks(chunk)
-            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<GitResult<Vec<R>>>()))
+            .map(|part| {
+                scope.spawn(|| {
+                    let mut state = init();
+                    part.iter()
+                        .map(|item| f(&mut state, item))
+                        .collect::<GitResult<Vec<R>>>()
+                })
+            })
             .collect();
         handles
             .into_iter()
