@@ -256,6 +256,60 @@ struct Applier<'a> {
     /// For a restore of given paths: a parent standing in the way may be replaced only when it is itself
     /// in scope.
     scope: Option<Vec<String>>,
+    /// Files checked and decided but not yet written (a temporary file renamed over the target): written
+    /// together, on several threads, before anything is done to a related path and before the end.
+    pending: Vec<PendingWrite>,
+    /// The pending paths.
+    pending_paths: HashSet<String>,
+    /// Every directory above a pending path.
+    pending_dirs: HashSet<String>,
+}
+
+/// How many files are written at once (their IO overlaps: each rename can wait for the disk).
+const WRITE_BATCH: usize = 64;
+const WRITE_THREADS: usize = 8;
+
+/// One file to write: checked and decided, with the temporary name it is written under first.
+struct PendingWrite {
+    tmp: PathBuf,
+    abs: PathBuf,
+    mode: Mode,
+    id: ObjectId,
+}
+
+/// Writes blob `id` to `tmp` with `mode`, then renames it over `abs`; the temporary file is removed when
+/// anything fails.
+fn write_file(store: &Store, job: &PendingWrite) -> GitResult<()> {
+    let result = write_temp(store, &job.tmp, job.mode, &job.id)
+        .and_then(|()| fs::rename(&job.tmp, &job.abs).map_err(|e| GitError::io(&job.abs, e)));
+    if result.is_err() {
+        let _ = fs::remove_file(&job.tmp);
+    }
+    result
+}
+
+fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
+    let (kind, _, mut reader) = store.odb.open(id)?;
+    if kind != Kind::Blob {
+        return Err(GitError::Corrupt(format!("object {id} is not a blob")));
+    }
+    if mode == Mode::Link {
+        let mut target = Vec::new();
+        reader
+            .read_to_end(&mut target)
+            .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
+        let target = std::ffi::OsStr::from_bytes(&target);
+        return std::os::unix::fs::symlink(target, tmp).map_err(|e| GitError::io(tmp, e));
+    }
+    let mut file = fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(|e| GitError::io(tmp, e))?;
+    io::copy(&mut reader, &mut file).map_err(|e| GitError::io(tmp, e))?;
+    let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
+    file.set_permissions(fs::Permissions::from_mode(bits))
+        .map_err(|e| GitError::io(tmp, e))
 }
 
 impl<'a> Applier<'a> {
@@ -269,7 +323,43 @@ impl<'a> Applier<'a> {
             last: HashMap::new(),
             kept: Vec::new(),
             scope: None,
+            pending: Vec::new(),
+            pending_paths: HashSet::new(),
+            pending_dirs: HashSet::new(),
         }
+    }
+
+    /// Writes the pending files, several at a time.
+    fn flush(&mut self) -> GitResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let jobs = std::mem::take(&mut self.pending);
+        self.pending_paths.clear();
+        self.pending_dirs.clear();
+        let store = self.store;
+        crate::track::parallel_map_on(
+            &jobs,
+            WRITE_THREADS,
+            1,
+            || (),
+            |_, job| write_file(store, job),
+        )?;
+        Ok(())
+    }
+
+    /// Writes the pending files first when `path` is one of them, lies below one, or holds one: what is
+    /// on disk there is about to be looked at.
+    fn flush_if_related(&mut self, path: &str) -> GitResult<()> {
+        let related = self.pending_paths.contains(path)
+            || self.pending_dirs.contains(path)
+            || path
+                .match_indices('/')
+                .any(|(i, _)| self.pending_paths.contains(&path[..i]));
+        if related {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Records a change of `path` (its entry after the change, or none when deleted).
@@ -310,6 +400,8 @@ impl<'a> Applier<'a> {
 
     /// Deletes a tracked file (or symlink), then the directories this leaves empty.
     fn delete(&mut self, path: &str) -> GitResult<()> {
+        // Removing emptied directories must not race a pending write into one of them.
+        self.flush()?;
         let abs = self.abs(path);
         match on_disk(&abs)? {
             OnDisk::Absent => Ok(()),
@@ -350,6 +442,7 @@ impl<'a> Applier<'a> {
     /// Writes blob `id` at `path` with `mode`, making its parent directories; keeps the path instead when
     /// that would overwrite or delete something that is not tracked content.
     fn write(&mut self, path: &str, mode: Mode, id: &ObjectId) -> GitResult<()> {
+        self.flush_if_related(path)?;
         let was_tracked = self.tracked.contains(path)?;
         // Parents: each must be a real directory; a tracked file or symlink standing there is replaced.
         for (i, _) in path.match_indices('/') {
@@ -395,39 +488,21 @@ impl<'a> Applier<'a> {
             .ok_or_else(|| GitError::Other(format!("{path} has no parent")))?;
         self.counter += 1;
         let tmp = parent.join(format!("{TEMP_PREFIX}{}-{}", self.batch, self.counter));
-        let result = self
-            .write_temp(&tmp, mode, id)
-            .and_then(|()| fs::rename(&tmp, &abs).map_err(|e| GitError::io(&abs, e)));
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
+        self.pending.push(PendingWrite {
+            tmp,
+            abs,
+            mode,
+            id: *id,
+        });
+        self.pending_paths.insert(path.to_owned());
+        for (i, _) in path.match_indices('/') {
+            self.pending_dirs.insert(path[..i].to_owned());
         }
-        result?;
         self.record(path, was_tracked, Some((mode, *id)));
+        if self.pending.len() >= WRITE_BATCH {
+            self.flush()?;
+        }
         Ok(())
-    }
-
-    fn write_temp(&self, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
-        let (kind, _, mut reader) = self.store.odb.open(id)?;
-        if kind != Kind::Blob {
-            return Err(GitError::Corrupt(format!("object {id} is not a blob")));
-        }
-        if mode == Mode::Link {
-            let mut target = Vec::new();
-            reader
-                .read_to_end(&mut target)
-                .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
-            let target = std::ffi::OsStr::from_bytes(&target);
-            return std::os::unix::fs::symlink(target, tmp).map_err(|e| GitError::io(tmp, e));
-        }
-        let mut file = fs::File::options()
-            .write(true)
-            .create_new(true)
-            .open(tmp)
-            .map_err(|e| GitError::io(tmp, e))?;
-        io::copy(&mut reader, &mut file).map_err(|e| GitError::io(tmp, e))?;
-        let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
-        file.set_permissions(fs::Permissions::from_mode(bits))
-            .map_err(|e| GitError::io(tmp, e))
     }
 
     fn outcome_paths(paths: &[String]) -> GitResult<Vec<RelPath>> {
@@ -545,6 +620,7 @@ pub fn restore(
     for (path, mode, id) in &writes {
         applier.write(path, *mode, id)?;
     }
+    applier.flush()?;
     // Paths named in the scope that are untracked now and absent from the target stay as they are.
     if let Some(paths) = &scope {
         for path in paths {
@@ -727,6 +803,7 @@ pub fn revert(
             }),
         }
     }
+    applier.flush()?;
     // `applied` is `base` with every touched path set to its end state, in the order they were touched
     // (a file replaced by a directory, or the reverse, ends as it ended on disk).
     let changes: Vec<(String, Option<(Mode, ObjectId)>)> = applier

@@ -707,7 +707,18 @@ pub fn parallel_map_with<T: Sync, R: Send, S>(
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(1, 8);
-    if items.len() < 256 || threads == 1 {
+    parallel_map_on(items, threads, 256, init, f)
+}
+
+/// `parallel_map_with` on `threads` threads, or on this one when there are fewer than `min_items`.
+pub fn parallel_map_on<T: Sync, R: Send, S>(
+    items: &[T],
+    threads: usize,
+    min_items: usize,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, &T) -> GitResult<R> + Sync,
+) -> GitResult<Vec<R>> {
+    if items.len() < min_items.max(2) || threads <= 1 {
         let mut state = init();
         return items.iter().map(|item| f(&mut state, item)).collect();
     }
