@@ -17,7 +17,7 @@ use crate::odb::Kind;
 use crate::seed::Seed;
 use crate::stat_cache::{CacheEntry, DirStat, Listed, ListedKind, Listing, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
-use crate::tree::{Flat, Mode, mark_dirty, write_flat_reusing};
+use crate::tree::{Flat, Mode, mark_dirty, write_dirty};
 
 /// The result of a track, with what later steps of the same operation need.
 #[derive(Debug)]
@@ -366,33 +366,33 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
             ignores,
         });
     }
-    let mut flat = Flat::new();
     let mut entries = HashMap::with_capacity(outcomes.len());
     let mut hashed = 0;
-    for (candidate, outcome) in candidates.iter().zip(outcomes) {
+    for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
         match outcome {
             Outcome::Tracked(stat, id, was_hashed) => {
                 hashed += u64::from(was_hashed);
-                flat.insert(candidate.rel.clone(), (stat.mode, id));
-                entries.insert(candidate.rel.clone(), CacheEntry { stat, id });
+                entries.insert(candidate.rel, CacheEntry { stat, id });
             }
             Outcome::Seeded(stat, id) => {
-                flat.insert(candidate.rel.clone(), (stat.mode, id));
-                entries.insert(candidate.rel.clone(), CacheEntry { stat, id });
+                entries.insert(candidate.rel, CacheEntry { stat, id });
             }
             Outcome::Skipped(skip) => skipped.push(skip),
             Outcome::Gone => {}
         }
     }
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
     // Only the trees of directories where something changed since the cached snapshot are written again:
     // paths whose entry differs from the cache's, and paths the cache has that are gone (looked for only
-    // when the counts say some are).
+    // when the counts say some are). Without a cached tree every directory is written.
     let mut dirty = HashSet::new();
     let mut still_cached = 0;
     for (path, entry) in &entries {
         match cache.entries.get(path) {
-            Some(before) if (before.stat.mode, before.id) == (entry.stat.mode, entry.id) => {
+            Some(before)
+                if reusable && (before.stat.mode, before.id) == (entry.stat.mode, entry.id) =>
+            {
                 still_cached += 1
             }
             Some(_) => {
@@ -407,14 +407,24 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
             mark_dirty(&mut dirty, path);
         }
     }
-    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
     let unchanged = reusable && dirty.is_empty() && hashed == 0 && relisted == 0;
+    let flat: Flat = if want_flat {
+        entries
+            .iter()
+            .map(|(path, entry)| (path.clone(), (entry.stat.mode, entry.id)))
+            .collect()
+    } else {
+        Flat::new()
+    };
     let id = match (unchanged, cache.tree) {
         (true, Some(tree)) => tree,
         _ => {
             let no_dirs = HashMap::new();
             let old_dirs = if reusable { &cache.dirs } else { &no_dirs };
-            let (id, dirs) = write_flat_reusing(&store.odb, &flat, old_dirs, &dirty)?;
+            let files = entries
+                .iter()
+                .map(|(path, entry)| (path.as_str(), (entry.stat.mode, entry.id)));
+            let (id, dirs) = write_dirty(&store.odb, files, old_dirs, &dirty)?;
             StatCache {
                 started_ns,
                 tree: Some(id),

@@ -1,7 +1,7 @@
 //! Git tree objects: encoding, decoding, and the flat form (`path → (mode, blob id)`) the store computes
 //! with. Byte order of full paths is git's tree order, so a `BTreeMap` walks paths as git lists them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use gix::ObjectId;
 
@@ -145,6 +145,7 @@ pub fn mark_dirty(dirty: &mut HashSet<String>, path: &str) {
     }
 }
 
+#[cfg(test)]
 struct Builder<'a> {
     odb: &'a Odb,
     old: &'a HashMap<String, ObjectId>,
@@ -152,6 +153,7 @@ struct Builder<'a> {
     built: HashMap<String, ObjectId>,
 }
 
+#[cfg(test)]
 /// Writes `flat` as git trees, reusing the old id of every directory that is not `dirty` (a directory is
 /// dirty when a path below it was added, removed or changed). Returns the root id and the id of every
 /// directory of the new tree.
@@ -184,6 +186,7 @@ pub fn write_flat_reusing(
     Ok((root, dirs))
 }
 
+#[cfg(test)]
 impl Builder<'_> {
     fn build(&mut self, items: &[(&str, Entry)], dir: &str) -> GitResult<ObjectId> {
         if !self.dirty.contains(dir)
@@ -426,7 +429,7 @@ fn diff_into(
         })
     };
     let (left, right) = (side(a)?, side(b)?);
-    let names: std::collections::BTreeSet<&String> = left.keys().chain(right.keys()).collect();
+    let names: BTreeSet<&String> = left.keys().chain(right.keys()).collect();
     for name in names {
         let path = if prefix.is_empty() {
             name.clone()
@@ -447,6 +450,84 @@ fn diff_into(
         }
     }
     Ok(())
+}
+
+/// Writes the trees of the `dirty` directories (`""` is the root, others `a/b`; every directory above a
+/// dirty one is dirty) from `files`, every tracked file with its entry, reusing `old`'s id for every other
+/// directory. Returns the root and the id of every directory of the new tree. Unlike `write_flat_reusing`
+/// it needs no sorted copy of the snapshot: only the files of dirty directories are gathered.
+pub fn write_dirty<'p>(
+    odb: &Odb,
+    files: impl Iterator<Item = (&'p str, Entry)>,
+    old: &HashMap<String, ObjectId>,
+    dirty: &HashSet<String>,
+) -> GitResult<(ObjectId, HashMap<String, ObjectId>)> {
+    let parent_of = |path: &'p str| path.rsplit_once('/').unwrap_or(("", path));
+    let mut children: HashMap<&str, Vec<TreeEntry>> = HashMap::new();
+    for (path, (mode, id)) in files {
+        let (parent, name) = parent_of(path);
+        if let Some(dir) = dirty.get(parent) {
+            children
+                .entry(dir.as_str())
+                .or_default()
+                .push((name.to_owned(), mode, id));
+        }
+    }
+    // The sub-directories of each dirty directory: those of the old tree, and the dirty ones (new or not).
+    let mut subdirs: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for dir in old.keys().chain(dirty.iter()) {
+        if dir.is_empty() {
+            continue;
+        }
+        let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
+        if let Some(parent) = dirty.get(parent) {
+            subdirs.entry(parent.as_str()).or_default().insert(dir);
+        }
+    }
+    // Deepest first, so every dirty sub-directory is written before its parent.
+    let mut order: Vec<&String> = dirty.iter().collect();
+    order.sort_by_key(|dir| {
+        std::cmp::Reverse(if dir.is_empty() {
+            0
+        } else {
+            dir.matches('/').count() + 1
+        })
+    });
+    let mut built: HashMap<&str, Option<ObjectId>> = HashMap::with_capacity(order.len());
+    for dir in order {
+        let mut entries = children.remove(dir.as_str()).unwrap_or_default();
+        for sub in subdirs.get(dir.as_str()).into_iter().flatten() {
+            let id = if dirty.contains(*sub) {
+                built.get(sub).copied().flatten()
+            } else {
+                old.get(*sub).copied()
+            };
+            if let Some(id) = id {
+                let name = sub.rsplit_once('/').map_or(*sub, |(_, name)| name);
+                entries.push((name.to_owned(), Mode::Tree, id));
+            }
+        }
+        let id = if entries.is_empty() {
+            None
+        } else {
+            Some(write_entries(odb, entries)?)
+        };
+        built.insert(dir.as_str(), id);
+    }
+    let root = match (built.get("").copied(), old.get("")) {
+        (Some(Some(id)), _) => id,
+        (None, Some(id)) => *id,
+        _ => odb.write_buf(Kind::Tree, &[])?,
+    };
+    let mut dirs = old.clone();
+    for (dir, id) in built {
+        match id {
+            Some(id) => dirs.insert(dir.to_owned(), id),
+            None => dirs.remove(dir),
+        };
+    }
+    dirs.insert(String::new(), root);
+    Ok((root, dirs))
 }
 
 #[cfg(test)]
@@ -506,6 +587,21 @@ mod tests {
         }
         let edited = edit(&odb, &base, &changes).expect("edit");
         assert_eq!(edited, write(&odb, &expected));
+        // The same tree written again from the files, only the changed directories dirty.
+        let (_, old_dirs) = read_flat_with_dirs(&odb, &base).expect("read base");
+        let mut dirty = HashSet::new();
+        for path in flat.keys().chain(expected.keys()) {
+            if flat.get(path) != expected.get(path) {
+                mark_dirty(&mut dirty, path);
+            }
+        }
+        let files = expected.iter().map(|(p, e)| (p.as_str(), *e));
+        let (rewritten, dirs) = write_dirty(&odb, files, &old_dirs, &dirty).expect("write_dirty");
+        assert_eq!(rewritten, edited);
+        assert_eq!(
+            dirs,
+            read_flat_with_dirs(&odb, &edited).expect("read back").1
+        );
         assert_eq!(read_flat(&odb, &edited).expect("read back"), expected);
 
         let diff = diff_trees(&odb, &base, &edited).expect("diff");
