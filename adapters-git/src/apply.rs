@@ -266,8 +266,8 @@ struct Applier<'a> {
 }
 
 /// How many files are written at once (their IO overlaps: each rename can wait for the disk).
-const WRITE_BATCH: usize = 64;
-const WRITE_THREADS: usize = 8;
+const WRITE_BATCH: usize = 256;
+const WRITE_THREADS: usize = 16;
 
 /// One file to write: checked and decided, with the temporary name it is written under first.
 struct PendingWrite {
