@@ -476,6 +476,15 @@ impl ChildReport {
     }
 }
 
+/// What the first track may seed from: nothing (no repository), the user's loose objects (right after
+/// `git commit`), or their packs (after `git gc`, as in a clone).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Seeding {
+    None,
+    Loose,
+    Packed,
+}
+
 /// The state revert and restore go back to.
 struct Snapshot {
     /// rewind's snapshot id.
@@ -554,10 +563,13 @@ impl<'a> Bench<'a> {
             row.print();
             rows.push(row);
         };
-        finish(self.first_track(first_reps, false)?);
+        finish(self.first_track(first_reps, Seeding::None)?);
         self.progress("committing the worktree");
         self.commit_worktree()?;
-        finish(self.first_track(first_reps, true)?);
+        finish(self.first_track(first_reps, Seeding::Loose)?);
+        self.progress("packing the repository (git gc)");
+        run(git_command(&self.wt).args(["-c", "gc.autoDetach=false", "gc", "-q"]))?;
+        finish(self.first_track(first_reps, Seeding::Packed)?);
         finish(self.retrack(0)?);
         finish(self.retrack(FEW_CHANGES)?);
         let snapshot = self.snapshot_both()?;
@@ -568,11 +580,12 @@ impl<'a> Bench<'a> {
 
     // --- the operations ---
 
-    fn first_track(&self, reps: usize, committed: bool) -> Result<Row> {
-        let label = if committed {
-            "first track, committed"
-        } else {
-            "first track, uncommitted"
+    fn first_track(&self, reps: usize, seeding: Seeding) -> Result<Row> {
+        let committed = seeding != Seeding::None;
+        let label = match seeding {
+            Seeding::None => "first track, uncommitted",
+            Seeding::Loose => "first track, committed",
+            Seeding::Packed => "first track, committed, packed",
         };
         self.progress(label);
         let mut row = Row::new(self.n, label, GOAL_FIRST_TRACK);
@@ -783,7 +796,12 @@ impl<'a> Bench<'a> {
     fn commit_worktree(&self) -> Result<()> {
         run(git_command(&self.wt).args(["init", "-q"]))?;
         run(git_command(&self.wt).args(["add", "--all"]))?;
+        // No automatic gc: from about 6,700 loose objects `git commit` starts `git gc --auto` in the
+        // background, which would pack the repository at some point during the next rows. The committed
+        // row seeds from loose objects; the packed row runs `git gc` itself first.
         run(git_command(&self.wt).args([
+            "-c",
+            "gc.auto=0",
             "-c",
             "user.name=rewind bench",
             "-c",
