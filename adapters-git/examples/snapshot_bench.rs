@@ -24,7 +24,8 @@ use rewind_git::{ExcludesFile, GitSnapshotStore, GitStoreConfig};
 const USAGE: &str = "usage: snapshot_bench [--sizes 10000,100000] [--reps N]
   (internal) snapshot_bench child track --wt DIR --data DIR
   (internal) snapshot_bench child revert --wt DIR --data DIR --snapshot ID --base ID --files LIST
-  (internal) snapshot_bench child restore --wt DIR --data DIR --to ID";
+  (internal) snapshot_bench child restore --wt DIR --data DIR --to ID
+  (profiling) snapshot_bench generate --wt DIR --files N   (the benchmark's worktree, kept)";
 
 /// The generator's seed: every run generates the same worktrees.
 const SEED: u64 = 0x5eed_2e71_d0c5;
@@ -49,6 +50,8 @@ const FILES_PER_IGNORED: usize = 100;
 const FEW_CHANGES: usize = 10;
 const REVERT_FILES: usize = 1000;
 const CHECKOUT_BATCH: usize = 100;
+/// Longer than the stat cache's racy margin (1 s).
+const RACY_PAUSE: Duration = Duration::from_millis(1100);
 /// From this size on, the first-track cases run at most 3 repetitions.
 const LARGE: usize = 50_000;
 const MEMORY_GOAL_MB: f64 = 200.0;
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.split_first() {
         Some((first, rest)) if first == "child" => child(rest),
+        Some((first, rest)) if first == "generate" => generate_only(rest),
         _ => drive(&args),
     };
     match result {
@@ -174,6 +178,27 @@ fn options(args: &[String]) -> Result<HashMap<String, String>> {
     Ok(options)
 }
 
+/// Writes the benchmark's worktree of `--files N` into `--wt DIR` and leaves it there, so one operation can
+/// be profiled (`strace -c`, timing spans) with the `child` commands.
+fn generate_only(args: &[String]) -> Result<()> {
+    let options = options(args)?;
+    let wt = PathBuf::from(options.get("wt").context(USAGE)?);
+    let n: usize = options
+        .get("files")
+        .context(USAGE)?
+        .parse()
+        .context("--files: expected a number")?;
+    fs::create_dir_all(&wt).with_context(|| format!("creating {}", wt.display()))?;
+    let (files, bytes) = generate(&wt, n)?;
+    eprintln!(
+        "generated {} files, {:.1} MB, in {}",
+        thousands(files.len()),
+        bytes as f64 / 1e6,
+        wt.display()
+    );
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The driver.
 
@@ -256,7 +281,8 @@ fn print_preamble(temp: &Path, reps: usize) -> Result<()> {
         "method:  median of {reps} repetitions (at most 3 for first track from {} files); rewind timed inside \
          a child process (peak = largest VmHWM of its children); git timed as whole processes, -c \
          core.autocrlf=false -c core.symlinks=true -c core.longpaths=true, GIT_CONFIG_NOSYSTEM=1, \
-         GIT_CONFIG_GLOBAL=/dev/null; git's `init --bare` and seeding are not timed",
+         GIT_CONFIG_GLOBAL=/dev/null; git's `init --bare` and seeding are not timed; before the restore row, \
+         a 1.1 s pause (untimed) so the files the revert row's git side wrote are not racy for rewind",
         thousands(LARGE)
     );
     println!(
@@ -450,6 +476,15 @@ impl ChildReport {
     }
 }
 
+/// What the first track may seed from: nothing (no repository), the user's loose objects (right after
+/// `git commit`), or their packs (after `git gc`, as in a clone).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Seeding {
+    None,
+    Loose,
+    Packed,
+}
+
 /// The state revert and restore go back to.
 struct Snapshot {
     /// rewind's snapshot id.
@@ -528,10 +563,13 @@ impl<'a> Bench<'a> {
             row.print();
             rows.push(row);
         };
-        finish(self.first_track(first_reps, false)?);
+        finish(self.first_track(first_reps, Seeding::None)?);
         self.progress("committing the worktree");
         self.commit_worktree()?;
-        finish(self.first_track(first_reps, true)?);
+        finish(self.first_track(first_reps, Seeding::Loose)?);
+        self.progress("packing the repository (git gc)");
+        run(git_command(&self.wt).args(["-c", "gc.autoDetach=false", "gc", "-q"]))?;
+        finish(self.first_track(first_reps, Seeding::Packed)?);
         finish(self.retrack(0)?);
         finish(self.retrack(FEW_CHANGES)?);
         let snapshot = self.snapshot_both()?;
@@ -542,11 +580,12 @@ impl<'a> Bench<'a> {
 
     // --- the operations ---
 
-    fn first_track(&self, reps: usize, committed: bool) -> Result<Row> {
-        let label = if committed {
-            "first track, committed"
-        } else {
-            "first track, uncommitted"
+    fn first_track(&self, reps: usize, seeding: Seeding) -> Result<Row> {
+        let committed = seeding != Seeding::None;
+        let label = match seeding {
+            Seeding::None => "first track, uncommitted",
+            Seeding::Loose => "first track, committed",
+            Seeding::Packed => "first track, committed, packed",
         };
         self.progress(label);
         let mut row = Row::new(self.n, label, GOAL_FIRST_TRACK);
@@ -673,6 +712,10 @@ impl<'a> Bench<'a> {
         self.progress(&label);
         let mut row = Row::new(self.n, label, GOAL_REVERT_RESTORE);
         // The service tracks before it restores; this also refreshes rewind's stat cache after git's writes.
+        // First a pause past the racy margin (1 s, as git's): the previous row's git side has just rewritten
+        // 1,000 files, and a track within a second of that would cache them as racy, so every restore of this
+        // row would hash them again. This row measures a restore after 10 changes, not that.
+        std::thread::sleep(RACY_PAUSE);
         let now = self.rewind("track", &[])?.id()?;
         row.check("unchanged since revert", now == snapshot.id);
         // rewind first: git's checkout-index rewrites every file, which would stale rewind's stat cache.
@@ -753,7 +796,12 @@ impl<'a> Bench<'a> {
     fn commit_worktree(&self) -> Result<()> {
         run(git_command(&self.wt).args(["init", "-q"]))?;
         run(git_command(&self.wt).args(["add", "--all"]))?;
+        // No automatic gc: from about 6,700 loose objects `git commit` starts `git gc --auto` in the
+        // background, which would pack the repository at some point during the next rows. The committed
+        // row seeds from loose objects; the packed row runs `git gc` itself first.
         run(git_command(&self.wt).args([
+            "-c",
+            "gc.auto=0",
             "-c",
             "user.name=rewind bench",
             "-c",

@@ -2,6 +2,7 @@
 //! deleted; no write goes through a symlink or outside the worktree; every write is a temporary file renamed
 //! over the target; and nothing that is not tracked content at that moment is overwritten or deleted.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
@@ -22,8 +23,8 @@ use crate::ignore::Ignores;
 use crate::odb::Kind;
 use crate::stat_cache::StatCache;
 use crate::store::{Store, TEMP_PREFIX};
-use crate::track::{Tracked, track};
-use crate::tree::{Flat, Mode, mark_dirty, read_flat, read_flat_with_dirs, write_flat_reusing};
+use crate::track::track;
+use crate::tree::{LazyTree, Mode, diff_trees, edit};
 
 /// What kind of thing stands at a path, without following symlinks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,17 +68,25 @@ fn rel(path: &str) -> GitResult<RelPath> {
 struct TrackedNow<'a> {
     store: &'a Store,
     ignores: Ignores,
-    previous: HashSet<String>,
+    /// The paths of the last snapshot (the stat cache's), read only when a file over the size cap needs
+    /// them.
+    previous: RefCell<Option<HashSet<String>>>,
     size_cap: u64,
     data_dir: Option<PathBuf>,
     overrides: HashMap<String, bool>,
     /// The `.gitignore` text of each directory looked at, read once per operation.
-    rules: std::cell::RefCell<HashMap<String, Option<String>>>,
+    rules: RefCell<HashMap<String, Option<String>>>,
+    /// The rules in force for the entries of each directory looked at (none when the directory itself is
+    /// ignored), built once per operation from the texts above.
+    dir_rules: RefCell<HashMap<String, Option<Ignores>>>,
+    /// While planning (nothing is changed yet), what each parent directory was found to be, so the same
+    /// directory is not looked at again for every file in it. Off while changes are made: every parent is
+    /// then checked right before it is used.
+    planning_dirs: RefCell<Option<HashMap<String, OnDisk>>>,
 }
 
 impl<'a> TrackedNow<'a> {
     fn new(store: &'a Store, config: &GitStoreConfig) -> GitResult<Self> {
-        let cache = StatCache::load(&store.stat_cache_path());
         Ok(TrackedNow {
             store,
             ignores: Ignores::for_worktree(
@@ -85,12 +94,73 @@ impl<'a> TrackedNow<'a> {
                 &config.excludes_file,
                 config.home_dir.as_deref(),
             )?,
-            previous: cache.entries.into_keys().collect(),
+            previous: RefCell::new(None),
             size_cap: config.size_cap,
             data_dir: fs::canonicalize(&config.data_dir).ok(),
             overrides: HashMap::new(),
             rules: Default::default(),
+            dir_rules: Default::default(),
+            planning_dirs: RefCell::new(Some(HashMap::new())),
         })
+    }
+
+    /// What stands at worktree directory `dir`, remembered while planning.
+    fn dir_on_disk(&self, dir: &str) -> GitResult<OnDisk> {
+        if let Some(known) = self
+            .planning_dirs
+            .borrow()
+            .as_ref()
+            .and_then(|m| m.get(dir).copied())
+        {
+            return Ok(known);
+        }
+        let found = on_disk(&self.store.worktree.join(dir))?;
+        if let Some(memo) = self.planning_dirs.borrow_mut().as_mut() {
+            memo.insert(dir.to_owned(), found);
+        }
+        Ok(found)
+    }
+
+    /// Planning is over: from now on every parent is looked at when it is used.
+    fn stop_planning(&self) {
+        *self.planning_dirs.borrow_mut() = None;
+    }
+
+    fn gitignore_text(&self, dir: &str) -> Option<String> {
+        self.rules
+            .borrow_mut()
+            .entry(dir.to_owned())
+            .or_insert_with(|| {
+                crate::ignore::read_rules(&self.store.worktree.join(dir).join(".gitignore"))
+                    .ok()
+                    .flatten()
+            })
+            .clone()
+    }
+
+    /// The rules in force for the entries of directory `dir` (`""` or `a/b`), or none when `dir` or a
+    /// directory above it is ignored (as `Ignores::is_path_ignored` decides, one directory at a time).
+    fn rules_for(&self, dir: &str) -> Option<Ignores> {
+        if let Some(known) = self.dir_rules.borrow().get(dir) {
+            return known.clone();
+        }
+        let rules = if dir.is_empty() {
+            self.ignores
+                .rules_below_root(self.gitignore_text("").as_deref())
+        } else {
+            let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
+            self.rules_for(parent).and_then(|mut rules| {
+                if rules.is_ignored(dir, true) {
+                    return None;
+                }
+                rules.push_dir(&format!("{dir}/"), self.gitignore_text(dir).as_deref());
+                Some(rules)
+            })
+        };
+        self.dir_rules
+            .borrow_mut()
+            .insert(dir.to_owned(), rules.clone());
+        rules
     }
 
     fn contains(&self, path: &str) -> GitResult<bool> {
@@ -104,8 +174,9 @@ impl<'a> TrackedNow<'a> {
             return Ok(false);
         }
         for (i, _) in path.match_indices('/') {
-            let parent = self.store.worktree.join(&path[..i]);
-            if on_disk(&parent)? != OnDisk::Dir || self.data_dir.as_ref() == Some(&parent) {
+            if self.dir_on_disk(&path[..i])? != OnDisk::Dir
+                || self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i]))
+            {
                 return Ok(false);
             }
         }
@@ -117,47 +188,53 @@ impl<'a> TrackedNow<'a> {
         if !(meta.is_file() || meta.file_type().is_symlink()) {
             return Ok(false);
         }
-        if meta.is_file() && meta.len() > self.size_cap && !self.previous.contains(path) {
+        if meta.is_file() && meta.len() > self.size_cap && !self.was_tracked(path) {
             return Ok(false);
         }
-        let ignored = self.ignores.is_path_ignored(path, |dir| {
-            self.rules
-                .borrow_mut()
-                .entry(dir.to_owned())
-                .or_insert_with(|| {
-                    crate::ignore::read_rules(&self.store.worktree.join(dir).join(".gitignore"))
-                        .ok()
-                        .flatten()
-                })
-                .clone()
-        });
-        Ok(!ignored)
+        let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+        Ok(self
+            .rules_for(parent)
+            .is_some_and(|rules| !rules.is_ignored(path, false)))
+    }
+
+    /// Whether `path` is in the last snapshot (a file there stays tracked when it grows past the cap).
+    fn was_tracked(&self, path: &str) -> bool {
+        self.previous
+            .borrow_mut()
+            .get_or_insert_with(|| {
+                StatCache::load(&self.store.stat_cache_path())
+                    .entries
+                    .into_keys()
+                    .collect()
+            })
+            .contains(path)
     }
 }
 
-/// Tracked content now: exact (from a track) or answered per path.
+/// Tracked content now: the snapshot a track just took (its trees read along the paths asked about), or
+/// answered per path; changes made by the running operation override either.
 enum Tracking<'a> {
-    Exact(Flat),
+    Snapshot(RefCell<LazyTree<'a>>, HashMap<String, bool>),
     PerPath(Box<TrackedNow<'a>>),
 }
 
 impl Tracking<'_> {
     fn contains(&self, path: &str) -> GitResult<bool> {
         match self {
-            Tracking::Exact(flat) => Ok(flat.contains_key(path)),
+            Tracking::Snapshot(tree, overrides) => match overrides.get(path) {
+                Some(known) => Ok(*known),
+                None => Ok(tree.borrow_mut().get(path)?.is_some()),
+            },
             Tracking::PerPath(now) => now.contains(path),
         }
     }
 
     fn set(&mut self, path: &str, entry: Option<(Mode, ObjectId)>) {
-        match (self, entry) {
-            (Tracking::Exact(flat), Some(entry)) => {
-                flat.insert(path.to_owned(), entry);
+        match self {
+            Tracking::Snapshot(_, overrides) => {
+                overrides.insert(path.to_owned(), entry.is_some());
             }
-            (Tracking::Exact(flat), None) => {
-                flat.remove(path);
-            }
-            (Tracking::PerPath(now), entry) => {
+            Tracking::PerPath(now) => {
                 now.overrides.insert(path.to_owned(), entry.is_some());
             }
         }
@@ -179,6 +256,60 @@ struct Applier<'a> {
     /// For a restore of given paths: a parent standing in the way may be replaced only when it is itself
     /// in scope.
     scope: Option<Vec<String>>,
+    /// Files checked and decided but not yet written (a temporary file renamed over the target): written
+    /// together, on several threads, before anything is done to a related path and before the end.
+    pending: Vec<PendingWrite>,
+    /// The pending paths.
+    pending_paths: HashSet<String>,
+    /// Every directory above a pending path.
+    pending_dirs: HashSet<String>,
+}
+
+/// How many files are written at once (their IO overlaps: each rename can wait for the disk).
+const WRITE_BATCH: usize = 256;
+const WRITE_THREADS: usize = 16;
+
+/// One file to write: checked and decided, with the temporary name it is written under first.
+struct PendingWrite {
+    tmp: PathBuf,
+    abs: PathBuf,
+    mode: Mode,
+    id: ObjectId,
+}
+
+/// Writes blob `id` to `tmp` with `mode`, then renames it over `abs`; the temporary file is removed when
+/// anything fails.
+fn write_file(store: &Store, job: &PendingWrite) -> GitResult<()> {
+    let result = write_temp(store, &job.tmp, job.mode, &job.id)
+        .and_then(|()| fs::rename(&job.tmp, &job.abs).map_err(|e| GitError::io(&job.abs, e)));
+    if result.is_err() {
+        let _ = fs::remove_file(&job.tmp);
+    }
+    result
+}
+
+fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
+    let (kind, _, mut reader) = store.odb.open(id)?;
+    if kind != Kind::Blob {
+        return Err(GitError::Corrupt(format!("object {id} is not a blob")));
+    }
+    if mode == Mode::Link {
+        let mut target = Vec::new();
+        reader
+            .read_to_end(&mut target)
+            .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
+        let target = std::ffi::OsStr::from_bytes(&target);
+        return std::os::unix::fs::symlink(target, tmp).map_err(|e| GitError::io(tmp, e));
+    }
+    let mut file = fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(|e| GitError::io(tmp, e))?;
+    io::copy(&mut reader, &mut file).map_err(|e| GitError::io(tmp, e))?;
+    let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
+    file.set_permissions(fs::Permissions::from_mode(bits))
+        .map_err(|e| GitError::io(tmp, e))
 }
 
 impl<'a> Applier<'a> {
@@ -192,7 +323,43 @@ impl<'a> Applier<'a> {
             last: HashMap::new(),
             kept: Vec::new(),
             scope: None,
+            pending: Vec::new(),
+            pending_paths: HashSet::new(),
+            pending_dirs: HashSet::new(),
         }
+    }
+
+    /// Writes the pending files, several at a time.
+    fn flush(&mut self) -> GitResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let jobs = std::mem::take(&mut self.pending);
+        self.pending_paths.clear();
+        self.pending_dirs.clear();
+        let store = self.store;
+        crate::track::parallel_map_on(
+            &jobs,
+            WRITE_THREADS,
+            1,
+            || (),
+            |_, job| write_file(store, job),
+        )?;
+        Ok(())
+    }
+
+    /// Writes the pending files first when `path` is one of them, lies below one, or holds one: what is
+    /// on disk there is about to be looked at.
+    fn flush_if_related(&mut self, path: &str) -> GitResult<()> {
+        let related = self.pending_paths.contains(path)
+            || self.pending_dirs.contains(path)
+            || path
+                .match_indices('/')
+                .any(|(i, _)| self.pending_paths.contains(&path[..i]));
+        if related {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Records a change of `path` (its entry after the change, or none when deleted).
@@ -233,6 +400,8 @@ impl<'a> Applier<'a> {
 
     /// Deletes a tracked file (or symlink), then the directories this leaves empty.
     fn delete(&mut self, path: &str) -> GitResult<()> {
+        // Removing emptied directories must not race a pending write into one of them.
+        self.flush()?;
         let abs = self.abs(path);
         match on_disk(&abs)? {
             OnDisk::Absent => Ok(()),
@@ -273,6 +442,7 @@ impl<'a> Applier<'a> {
     /// Writes blob `id` at `path` with `mode`, making its parent directories; keeps the path instead when
     /// that would overwrite or delete something that is not tracked content.
     fn write(&mut self, path: &str, mode: Mode, id: &ObjectId) -> GitResult<()> {
+        self.flush_if_related(path)?;
         let was_tracked = self.tracked.contains(path)?;
         // Parents: each must be a real directory; a tracked file or symlink standing there is replaced.
         for (i, _) in path.match_indices('/') {
@@ -318,39 +488,21 @@ impl<'a> Applier<'a> {
             .ok_or_else(|| GitError::Other(format!("{path} has no parent")))?;
         self.counter += 1;
         let tmp = parent.join(format!("{TEMP_PREFIX}{}-{}", self.batch, self.counter));
-        let result = self
-            .write_temp(&tmp, mode, id)
-            .and_then(|()| fs::rename(&tmp, &abs).map_err(|e| GitError::io(&abs, e)));
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
+        self.pending.push(PendingWrite {
+            tmp,
+            abs,
+            mode,
+            id: *id,
+        });
+        self.pending_paths.insert(path.to_owned());
+        for (i, _) in path.match_indices('/') {
+            self.pending_dirs.insert(path[..i].to_owned());
         }
-        result?;
         self.record(path, was_tracked, Some((mode, *id)));
+        if self.pending.len() >= WRITE_BATCH {
+            self.flush()?;
+        }
         Ok(())
-    }
-
-    fn write_temp(&self, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
-        let (kind, _, mut reader) = self.store.odb.open(id)?;
-        if kind != Kind::Blob {
-            return Err(GitError::Corrupt(format!("object {id} is not a blob")));
-        }
-        if mode == Mode::Link {
-            let mut target = Vec::new();
-            reader
-                .read_to_end(&mut target)
-                .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
-            let target = std::ffi::OsStr::from_bytes(&target);
-            return std::os::unix::fs::symlink(target, tmp).map_err(|e| GitError::io(tmp, e));
-        }
-        let mut file = fs::File::options()
-            .write(true)
-            .create_new(true)
-            .open(tmp)
-            .map_err(|e| GitError::io(tmp, e))?;
-        io::copy(&mut reader, &mut file).map_err(|e| GitError::io(tmp, e))?;
-        let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
-        file.set_permissions(fs::Permissions::from_mode(bits))
-            .map_err(|e| GitError::io(tmp, e))
     }
 
     fn outcome_paths(paths: &[String]) -> GitResult<Vec<RelPath>> {
@@ -360,14 +512,10 @@ impl<'a> Applier<'a> {
 
 /// The first parent of `path` that is a file or symlink which is not tracked content now (so it must not
 /// be replaced by a directory), if any.
-fn blocking_parent(
-    store: &Store,
-    current: &TrackedNow<'_>,
-    path: &str,
-) -> GitResult<Option<String>> {
+fn blocking_parent(current: &TrackedNow<'_>, path: &str) -> GitResult<Option<String>> {
     for (i, _) in path.match_indices('/') {
         let parent = &path[..i];
-        match on_disk(&store.worktree.join(parent))? {
+        match current.dir_on_disk(parent)? {
             OnDisk::Dir => continue,
             OnDisk::Absent => return Ok(None),
             OnDisk::File | OnDisk::Symlink if current.contains(parent)? => return Ok(None),
@@ -379,9 +527,9 @@ fn blocking_parent(
 
 /// True when every parent directory of `path` is a real directory (no symlink on the way), so the path
 /// names something inside the worktree.
-fn parents_are_real_dirs(root: &Path, path: &str) -> GitResult<bool> {
+fn parents_are_real_dirs(current: &TrackedNow<'_>, path: &str) -> GitResult<bool> {
     for (i, _) in path.match_indices('/') {
-        if on_disk(&root.join(&path[..i]))? != OnDisk::Dir {
+        if current.dir_on_disk(&path[..i])? != OnDisk::Dir {
             return Ok(false);
         }
     }
@@ -435,24 +583,36 @@ pub fn restore(
     to: &ObjectId,
     scope: Option<Vec<String>>,
 ) -> GitResult<RestoreOutcome> {
-    let target = read_flat(&store.odb, to)?;
-    let Tracked { flat: current, .. } = track(store, config, true)?;
-    let deletions: Vec<String> = current
-        .keys()
-        .filter(|p| in_scope(p, &scope) && !target.contains_key(*p))
-        .cloned()
-        .collect();
-    let writes: Vec<(String, Mode, ObjectId)> = target
+    let current = track(store, config, false)?.id;
+    // Only the sub-trees that differ between the worktree's snapshot and `to` are read.
+    let changes = diff_trees(&store.odb, &current, to)?;
+    let deletions: Vec<String> = changes
         .iter()
-        .filter(|(p, entry)| in_scope(p, &scope) && current.get(*p) != Some(entry))
-        .map(|(p, (mode, id))| (p.clone(), *mode, *id))
+        .filter(|(p, now, then)| in_scope(p, &scope) && now.is_some() && then.is_none())
+        .map(|(p, _, _)| p.clone())
+        .collect();
+    let writes: Vec<(String, Mode, ObjectId)> = changes
+        .iter()
+        .filter(|(p, _, _)| in_scope(p, &scope))
+        .filter_map(|(p, _, then)| then.map(|(mode, id)| (p.clone(), mode, id)))
         .collect();
     // Every blob needed is checked before any file is touched.
     if let Some((_, _, id)) = writes.iter().find(|(_, _, id)| !store.odb.contains(id)) {
         return Err(GitError::Missing(id.to_string()));
     }
+    let mut target = LazyTree::new(&store.odb, *to);
+    if let Some(paths) = &scope {
+        // The trees of `to` along the named paths, read now (the check below needs them).
+        for path in paths {
+            target.holds(path)?;
+        }
+    }
     journal_parents(store, writes.iter().map(|(p, _, _)| p.clone()))?;
-    let mut applier = Applier::new(store, Tracking::Exact(current));
+    let tracking = Tracking::Snapshot(
+        RefCell::new(LazyTree::new(&store.odb, current)),
+        HashMap::new(),
+    );
+    let mut applier = Applier::new(store, tracking);
     applier.scope = scope.clone();
     for path in deletions.iter().rev() {
         applier.delete(path)?;
@@ -460,12 +620,11 @@ pub fn restore(
     for (path, mode, id) in &writes {
         applier.write(path, *mode, id)?;
     }
+    applier.flush()?;
     // Paths named in the scope that are untracked now and absent from the target stay as they are.
     if let Some(paths) = &scope {
         for path in paths {
-            let untracked_here = !target
-                .keys()
-                .any(|p| in_scope(p, &Some(vec![path.clone()])))
+            let untracked_here = !target.holds(path)?
                 && !deletions
                     .iter()
                     .any(|p| in_scope(p, &Some(vec![path.clone()])))
@@ -488,28 +647,44 @@ pub fn restore(
 
 /// Whether `path` was untracked when snapshot `from` was taken: ignored by the `.gitignore` files of tree
 /// `from` and the outside rules recorded with it, or in its skipped list.
-fn untracked_at(store: &Store, from: &ObjectId, flat: &Flat, path: &str) -> bool {
+fn untracked_at(
+    store: &Store,
+    from: &ObjectId,
+    tree: &RefCell<LazyTree<'_>>,
+    path: &str,
+) -> GitResult<bool> {
     let record = store.record(from);
     if record.skipped.contains(path) {
-        return true;
+        return Ok(true);
     }
     let ignores = Ignores::from_outside(record.outside.clone(), record.prefix.clone());
-    ignores.is_path_ignored(path, |dir| {
+    let failed = RefCell::new(None);
+    let ignored = ignores.is_path_ignored(path, |dir| {
         let file = if dir.is_empty() {
             ".gitignore".to_owned()
         } else {
             format!("{dir}/.gitignore")
         };
-        let (mode, id) = flat.get(&file)?;
+        let (mode, id) = match tree.borrow_mut().get(&file) {
+            Ok(found) => found?,
+            Err(e) => {
+                *failed.borrow_mut() = Some(e);
+                return None;
+            }
+        };
         if !matches!(mode, Mode::File | Mode::Exec) {
             return None;
         }
         store
             .odb
-            .read(id, Kind::Blob)
+            .read(&id, Kind::Blob)
             .ok()
             .map(|b| String::from_utf8_lossy(&b).into_owned())
-    })
+    });
+    match failed.into_inner() {
+        Some(e) => Err(e),
+        None => Ok(ignored),
+    }
 }
 
 /// The plan of a revert, with what its execution needs.
@@ -525,22 +700,22 @@ fn plan_inner<'a>(
     patches: &[SnapshotPatch],
 ) -> GitResult<Planned<'a>> {
     let current = TrackedNow::new(store, config)?;
-    let mut trees: HashMap<ObjectId, Flat> = HashMap::new();
+    // Each snapshot's trees are read only along the paths looked up.
+    let mut trees: HashMap<ObjectId, RefCell<LazyTree<'a>>> = HashMap::new();
     let mut actions = Vec::new();
     let mut entries = HashMap::new();
     for (path, from) in file_plan(patches) {
         let from_id = object_id(&from)?;
-        if let std::collections::hash_map::Entry::Vacant(e) = trees.entry(from_id) {
-            e.insert(read_flat(&store.odb, &from_id)?);
-        }
-        let flat = &trees[&from_id];
+        let tree = trees
+            .entry(from_id)
+            .or_insert_with(|| RefCell::new(LazyTree::new(&store.odb, from_id)));
         let name = path.as_str();
-        let exists = if parents_are_real_dirs(&store.worktree, name)? {
+        let exists = if parents_are_real_dirs(&current, name)? {
             on_disk(&store.worktree.join(name))?
         } else {
             OnDisk::Absent
         };
-        let blocked = blocking_parent(store, &current, name)?;
+        let blocked = blocking_parent(&current, name)?;
         let (action, reason) = if let Some(parent) = blocked {
             (
                 FileActionKind::Keep,
@@ -556,10 +731,10 @@ fn plan_inner<'a>(
                         .to_owned(),
                 ),
             )
-        } else if let Some(entry) = flat.get(name) {
-            entries.insert(name.to_owned(), *entry);
+        } else if let Some(entry) = tree.borrow_mut().get(name)? {
+            entries.insert(name.to_owned(), entry);
             (FileActionKind::Write, None)
-        } else if untracked_at(store, &from_id, flat, name) {
+        } else if untracked_at(store, &from_id, tree, name)? {
             (
                 FileActionKind::Keep,
                 Some("it was not tracked content when the step began (ignored or skipped), so it may have existed then".to_owned()),
@@ -597,16 +772,22 @@ pub fn revert(
     patches: &[SnapshotPatch],
     base: &ObjectId,
 ) -> GitResult<RevertOutcome> {
-    let (mut base_flat, base_dirs) = read_flat_with_dirs(&store.odb, base)?;
     let Planned {
         actions,
         entries,
         current,
     } = plan_inner(store, config, patches)?;
+    // Every tree `applied` is made from is read before any file is touched (those of `base` along the
+    // paths of the plan), and so is every blob to be written.
+    let mut base_tree = LazyTree::new(&store.odb, *base);
+    for action in &actions {
+        base_tree.get(action.path.as_str())?;
+    }
     if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
         return Err(GitError::Missing(id.to_string()));
     }
     journal_parents(store, entries.keys().cloned())?;
+    current.stop_planning();
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
     for action in &actions {
         let path = action.path.as_str();
@@ -622,31 +803,15 @@ pub fn revert(
             }),
         }
     }
+    applier.flush()?;
     // `applied` is `base` with every touched path set to its end state, in the order they were touched
     // (a file replaced by a directory, or the reverse, ends as it ended on disk).
-    let mut dirty = HashSet::new();
-    for (path, _) in &applier.touched {
-        match applier.last.get(path).copied().flatten() {
-            Some(entry) => {
-                let prefix = format!("{path}/");
-                let below: Vec<String> = base_flat
-                    .range(prefix.clone()..)
-                    .take_while(|(p, _)| p.starts_with(&prefix))
-                    .map(|(p, _)| p.clone())
-                    .collect();
-                for gone in below {
-                    base_flat.remove(&gone);
-                    mark_dirty(&mut dirty, &gone);
-                }
-                base_flat.insert(path.clone(), entry);
-            }
-            None => {
-                base_flat.remove(path);
-            }
-        }
-        mark_dirty(&mut dirty, path);
-    }
-    let (applied, _) = write_flat_reusing(&store.odb, &base_flat, &base_dirs, &dirty)?;
+    let changes: Vec<(String, Option<(Mode, ObjectId)>)> = applier
+        .touched
+        .iter()
+        .map(|(path, _)| (path.clone(), applier.last.get(path).copied().flatten()))
+        .collect();
+    let applied = edit(&store.odb, base, &changes)?;
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
     Ok(RevertOutcome {

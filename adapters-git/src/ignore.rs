@@ -88,6 +88,8 @@ pub struct Ignores {
     pub outside: Vec<OutsideRule>,
     /// The repository the worktree lies in, if any.
     pub enclosing: Option<Enclosing>,
+    /// The text of the worktree's root `.gitignore` as it was pushed (none when there is none).
+    pub root_rules: Option<String>,
 }
 
 impl Ignores {
@@ -136,7 +138,9 @@ impl Ignores {
         }
         let mut ignores = Ignores::from_outside(outside, prefix);
         ignores.enclosing = enclosing;
-        ignores.push_dir("", read_rules(&worktree.join(".gitignore"))?.as_deref());
+        ignores.root_rules = read_rules(&worktree.join(".gitignore"))?;
+        let root_rules = ignores.root_rules.clone();
+        ignores.push_dir("", root_rules.as_deref());
         Ok(ignores)
     }
 
@@ -163,12 +167,34 @@ impl Ignores {
             outside_lists,
             outside,
             enclosing: None,
+            root_rules: None,
         };
         let prefix_dirs: Vec<String> = ancestors_and_self(ignores.prefix.trim_end_matches('/'))
             .map(str::to_owned)
             .collect();
         ignores.all_ignored = prefix_dirs.iter().any(|dir| ignores.matches(dir, true));
         ignores
+    }
+
+    /// A hash of every rule in force for the entries of the worktree's root directory: the rules from
+    /// outside the tree (in order, with their bases), the worktree's place in its repository, and the root
+    /// `.gitignore`; plus the data dir, which the walk leaves out like an ignored directory. The untracked
+    /// cache reuses which names were ignored only under the same hash.
+    pub fn root_rules_hash(&self, data_dir: Option<&Path>) -> [u8; 20] {
+        let mut hasher = sha1_smol::Sha1::new();
+        hasher.update(b"rewind untracked cache 1\0");
+        hasher.update(self.prefix.as_bytes());
+        hasher.update(&[0, u8::from(self.all_ignored)]);
+        for rule in &self.outside {
+            hash_text(&mut hasher, rule.base.as_deref());
+            hash_text(&mut hasher, Some(&rule.text));
+        }
+        hash_text(
+            &mut hasher,
+            data_dir.map(|d| d.as_os_str().to_string_lossy()).as_deref(),
+        );
+        hash_text(&mut hasher, self.root_rules.as_deref());
+        hasher.digest().bytes()
     }
 
     /// The worktree's path relative to the ignore root (`""` or `sub/dir/`).
@@ -224,6 +250,18 @@ impl Ignores {
         self.all_ignored || self.matches(&format!("{}{path}", self.prefix), is_dir)
     }
 
+    /// The rules in force for the entries of the worktree's root: the outside rules and the root
+    /// `.gitignore` text given; none when everything is ignored (a directory above the worktree is).
+    pub fn rules_below_root(&self, root_text: Option<&str>) -> Option<Ignores> {
+        if self.all_ignored {
+            return None;
+        }
+        let mut rules = self.clone();
+        rules.search.patterns.truncate(self.outside_lists);
+        rules.push_dir("", root_text);
+        Some(rules)
+    }
+
     /// Whether `path` is ignored, checking each parent directory too, with the `.gitignore` text of each
     /// directory (`""` for the root) supplied by `gitignore_of`. Used for paths the walk did not reach.
     pub fn is_path_ignored(
@@ -246,6 +284,28 @@ impl Ignores {
             rules.push_dir(&format!("{dir}/"), gitignore_of(dir).as_deref());
         }
         rules.is_ignored(path, false)
+    }
+}
+
+/// The rules hash of worktree directory `dir` (`a/b/`) whose parent's hash is `parent` and whose own
+/// `.gitignore` text is `text`: it changes when any rule file from the root down to `dir` changes.
+pub fn dir_rules_hash(parent: &[u8; 20], dir: &str, text: Option<&str>) -> [u8; 20] {
+    let mut hasher = sha1_smol::Sha1::new();
+    hasher.update(parent);
+    hash_text(&mut hasher, Some(dir));
+    hash_text(&mut hasher, text);
+    hasher.digest().bytes()
+}
+
+/// Feeds an optional text to a hash unambiguously (absent, or length and bytes).
+fn hash_text(hasher: &mut sha1_smol::Sha1, text: Option<&str>) {
+    match text {
+        None => hasher.update(&[0]),
+        Some(text) => {
+            hasher.update(&[1]);
+            hasher.update(&(text.len() as u64).to_le_bytes());
+            hasher.update(text.as_bytes());
+        }
     }
 }
 

@@ -141,13 +141,24 @@ impl Seed {
         (matches && !racy).then_some(entry.id)
     }
 
-    /// Makes the store own `ids`: hardlinks (or copies) the user's loose objects, and whole packs holding
-    /// the rest. Returns the ids the store now holds; the others must be hashed from disk.
+    /// Makes the store own `ids`: hardlinks (or copies) the user's packs that hold any of them, whole, and
+    /// the user's loose objects for the rest. Returns the ids the store now holds; the others must be
+    /// hashed from disk.
     pub fn adopt(&self, odb: &Odb, ids: &HashSet<ObjectId>) -> HashSet<ObjectId> {
+        // Packs first: a cloned or collected repository holds (nearly) everything in a few packs, one link
+        // each, where trying a loose link per object first would fail once per object.
+        let mut owned = self.adopt_packs(odb, ids);
+        let loose: Vec<ObjectId> = ids
+            .iter()
+            .filter(|id| !owned.contains(*id))
+            .copied()
+            .collect();
+        if loose.is_empty() {
+            return owned;
+        }
         // Loose objects: one hardlink each, on a few threads (the fan-out directories made first).
-        let ids: Vec<ObjectId> = ids.iter().copied().collect();
         let mut fanout = HashSet::new();
-        for id in &ids {
+        for id in &loose {
             if let Some(dir) = odb.path_of(id).parent() {
                 fanout.insert(dir.to_path_buf());
             }
@@ -155,35 +166,28 @@ impl Seed {
         for dir in fanout {
             let _ = fs::create_dir_all(dir);
         }
-        let linked = crate::track::parallel_map(&ids, |id| {
+        let linked = crate::track::parallel_map(&loose, |id| {
             let hex = id.to_string();
             let source = self.objects.join(&hex[..2]).join(&hex[2..]);
             Ok(link_or_copy(&source, &odb.path_of(id)))
         })
-        .unwrap_or_else(|_| vec![false; ids.len()]);
-        let mut owned = HashSet::new();
-        let mut missing = Vec::new();
-        for (id, linked) in ids.iter().zip(linked) {
-            if linked {
-                owned.insert(*id);
-            } else {
-                missing.push(*id);
-            }
-        }
-        if !missing.is_empty() {
-            self.adopt_packs(odb, &missing);
-            for id in missing {
-                if odb.contains(&id) {
-                    owned.insert(id);
-                }
-            }
-        }
+        .unwrap_or_else(|_| vec![false; loose.len()]);
+        owned.extend(
+            loose
+                .iter()
+                .zip(linked)
+                .filter(|(_, linked)| *linked)
+                .map(|(id, _)| *id),
+        );
         owned
     }
 
-    fn adopt_packs(&self, odb: &Odb, wanted: &[ObjectId]) {
+    /// Links into the store every pack of the user's that holds any of `wanted` (the pack first, its
+    /// index last); returns the wanted ids those packs hold.
+    fn adopt_packs(&self, odb: &Odb, wanted: &HashSet<ObjectId>) -> HashSet<ObjectId> {
+        let mut covered = HashSet::new();
         let Ok(entries) = fs::read_dir(self.objects.join("pack")) else {
-            return;
+            return covered;
         };
         let target_dir = odb.dir().join("pack");
         let mut linked = false;
@@ -195,7 +199,12 @@ impl Seed {
             let Ok(index) = gix::odb::pack::index::File::at(&path, gix::hash::Kind::Sha1) else {
                 continue;
             };
-            if !wanted.iter().any(|id| index.lookup(id).is_some()) {
+            let held: Vec<ObjectId> = wanted
+                .iter()
+                .filter(|id| !covered.contains(*id) && index.lookup(*id).is_some())
+                .copied()
+                .collect();
+            if held.is_empty() {
                 continue;
             }
             let pack = path.with_extension("pack");
@@ -203,18 +212,20 @@ impl Seed {
                 continue;
             };
             if fs::create_dir_all(&target_dir).is_err() {
-                return;
+                break;
             }
             // The pack first, its index last: a store never sees an index without its pack.
             if link_or_copy(&pack, &target_dir.join(pack_name))
                 && link_or_copy(&path, &target_dir.join(idx_name))
             {
                 linked = true;
+                covered.extend(held);
             }
         }
         if linked {
             odb.packs_changed();
         }
+        covered
     }
 }
 

@@ -6,6 +6,14 @@
 //! the tree id of every directory of the last snapshot, so a re-track rewrites only the trees of
 //! directories that changed. The file ends with a CRC-32 of its content; a cache that fails to parse or to
 //! verify is ignored (everything is hashed again, nothing wrong is returned).
+//!
+//! It also holds the untracked cache (git's idea of the same name): for every directory the last walk
+//! entered, its own stat data, a hash of the ignore rules that were in force for its entries, and its
+//! listing (each name, its kind, and whether the rules ignored it). A directory's listing changes only
+//! through its own entries being created, removed or renamed, which sets its mtime and ctime; so when the
+//! directory's stat data is unchanged and not racy, its listing is reused without reading the directory, and
+//! when the rules hash is unchanged too, so is which names are ignored. The files listed still get their own
+//! lstat (their content can change without touching the directory).
 
 use std::collections::HashMap;
 use std::fs;
@@ -17,7 +25,7 @@ use gix::ObjectId;
 use crate::error::GitResult;
 use crate::tree::Mode;
 
-const MAGIC: &[u8] = b"RWSTAT2\n";
+const MAGIC: &[u8] = b"RWSTAT3\n";
 /// How close to the start of a track a modification counts as racy, in nanoseconds (covers filesystems
 /// whose timestamps are as coarse as one second).
 const RACY_MARGIN_NS: i128 = 1_000_000_000;
@@ -53,6 +61,64 @@ impl Stat {
     }
 }
 
+/// The stat data of a directory that decides whether its listing can be reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirStat {
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i128,
+    /// Status change time, nanoseconds since the epoch.
+    pub ctime_ns: i128,
+    /// Inode.
+    pub ino: u64,
+    /// Device.
+    pub dev: u64,
+}
+
+impl DirStat {
+    /// The stat data of a directory's `symlink_metadata`.
+    pub fn of(meta: &fs::Metadata) -> DirStat {
+        DirStat {
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            ino: meta.ino(),
+            dev: meta.dev(),
+        }
+    }
+}
+
+/// What a directory entry is, as far as the walk cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListedKind {
+    /// A regular file or a symlink (a candidate for tracking).
+    File,
+    /// A directory.
+    Dir,
+    /// A FIFO, socket or device (skipped and reported).
+    Special,
+}
+
+/// One entry of a cached directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// Its name (UTF-8: a directory holding any other name is never cached).
+    pub name: String,
+    /// Its kind.
+    pub kind: ListedKind,
+    /// Whether the rules of `Listing::rules` ignore it (or it is the data dir).
+    pub ignored: bool,
+}
+
+/// The cached listing of one directory (the untracked cache).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listing {
+    /// The directory's stat data, taken before it was read.
+    pub stat: DirStat,
+    /// The hash of the ignore rules in force for its entries when they were matched.
+    pub rules: [u8; 20],
+    /// Its entries (`.git` and rewind's temporary files left out).
+    pub entries: Vec<Listed>,
+}
+
 /// One cached file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheEntry {
@@ -73,6 +139,8 @@ pub struct StatCache {
     pub entries: HashMap<String, CacheEntry>,
     /// The tree id of every directory of `tree` (`""` is the root).
     pub dirs: HashMap<String, ObjectId>,
+    /// The listing of every directory the last walk entered (`""` is the root, others end in `/`).
+    pub listings: HashMap<String, Listing>,
 }
 
 impl StatCache {
@@ -81,6 +149,16 @@ impl StatCache {
         let entry = self.entries.get(path)?;
         let racy = entry.stat.mtime_ns >= self.started_ns - RACY_MARGIN_NS;
         (entry.stat == *stat && !racy).then_some(entry.id)
+    }
+
+    /// Takes the cached listing of directory `dir` out of the cache when its stat data is unchanged and it
+    /// is not racy: modified within `RACY_MARGIN_NS` before the track that cached it began, where a change
+    /// made after that track's read could fall in the same timestamp tick and leave the mtime as it was.
+    /// (The same rule as for files; any change sets the ctime too, which is compared as well.)
+    pub fn take_listing(&mut self, dir: &str, stat: &DirStat) -> Option<Listing> {
+        let listing = self.listings.remove(dir)?;
+        let racy = listing.stat.mtime_ns >= self.started_ns - RACY_MARGIN_NS;
+        (listing.stat == *stat && !racy).then_some(listing)
     }
 
     /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing).
@@ -126,6 +204,27 @@ impl StatCache {
             data.extend_from_slice(&(dir.len() as u32).to_le_bytes());
             data.extend_from_slice(dir.as_bytes());
             data.extend_from_slice(id.as_bytes());
+        }
+        data.extend_from_slice(&(self.listings.len() as u64).to_le_bytes());
+        for (dir, listing) in &self.listings {
+            data.extend_from_slice(&(dir.len() as u32).to_le_bytes());
+            data.extend_from_slice(dir.as_bytes());
+            data.extend_from_slice(&listing.stat.mtime_ns.to_le_bytes());
+            data.extend_from_slice(&listing.stat.ctime_ns.to_le_bytes());
+            data.extend_from_slice(&listing.stat.ino.to_le_bytes());
+            data.extend_from_slice(&listing.stat.dev.to_le_bytes());
+            data.extend_from_slice(&listing.rules);
+            data.extend_from_slice(&(listing.entries.len() as u32).to_le_bytes());
+            for entry in &listing.entries {
+                data.extend_from_slice(&(entry.name.len() as u32).to_le_bytes());
+                data.extend_from_slice(entry.name.as_bytes());
+                let kind = match entry.kind {
+                    ListedKind::File => 0,
+                    ListedKind::Dir => 1,
+                    ListedKind::Special => 2,
+                };
+                data.push(kind | if entry.ignored { 0x80 } else { 0 });
+            }
         }
         let sum = crc32fast::hash(&data);
         data.extend_from_slice(&sum.to_le_bytes());
@@ -173,11 +272,51 @@ fn parse(data: &[u8]) -> Option<StatCache> {
         let dir = String::from_utf8(r.take(len)?.to_vec()).ok()?;
         dirs.insert(dir, ObjectId::try_from(r.take(20)?).ok()?);
     }
+    let listing_count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
+    let mut listings = HashMap::with_capacity(listing_count.min(1 << 20) as usize);
+    for _ in 0..listing_count {
+        let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
+        let dir = String::from_utf8(r.take(len)?.to_vec()).ok()?;
+        let stat = DirStat {
+            mtime_ns: i128::from_le_bytes(r.take(16)?.try_into().ok()?),
+            ctime_ns: i128::from_le_bytes(r.take(16)?.try_into().ok()?),
+            ino: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
+            dev: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
+        };
+        let rules: [u8; 20] = r.take(20)?.try_into().ok()?;
+        let count = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
+        let mut entries = Vec::with_capacity(count.min(1 << 16));
+        for _ in 0..count {
+            let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
+            let name = String::from_utf8(r.take(len)?.to_vec()).ok()?;
+            let byte = r.take(1)?[0];
+            let kind = match byte & 0x7f {
+                0 => ListedKind::File,
+                1 => ListedKind::Dir,
+                2 => ListedKind::Special,
+                _ => return None,
+            };
+            entries.push(Listed {
+                name,
+                kind,
+                ignored: byte & 0x80 != 0,
+            });
+        }
+        listings.insert(
+            dir,
+            Listing {
+                stat,
+                rules,
+                entries,
+            },
+        );
+    }
     r.0.is_empty().then_some(StatCache {
         started_ns,
         tree,
         entries,
         dirs,
+        listings,
     })
 }
 
@@ -191,5 +330,88 @@ impl<'a> Reader<'a> {
         let (head, tail) = self.0.split_at(n);
         self.0 = tail;
         Some(head)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listing_at(mtime_ns: i128) -> (StatCache, DirStat) {
+        let stat = DirStat {
+            mtime_ns,
+            ctime_ns: mtime_ns,
+            ino: 7,
+            dev: 1,
+        };
+        let mut cache = StatCache {
+            started_ns: 100 * RACY_MARGIN_NS,
+            ..StatCache::default()
+        };
+        cache.listings.insert(
+            "d/".to_owned(),
+            Listing {
+                stat,
+                rules: [3; 20],
+                entries: vec![Listed {
+                    name: "f".to_owned(),
+                    kind: ListedKind::File,
+                    ignored: false,
+                }],
+            },
+        );
+        (cache, stat)
+    }
+
+    /// A listing is reused only under the same stat data, and never when the directory changed within the
+    /// racy margin before the caching track began (the same timestamp tick as its read, on a filesystem
+    /// with coarse timestamps).
+    #[test]
+    fn racy_or_changed_directories_are_read_again() {
+        let (cache, stat) = listing_at(50 * RACY_MARGIN_NS);
+        assert!(
+            cache.clone().take_listing("d/", &stat).is_some(),
+            "old and unchanged"
+        );
+        for changed in [
+            DirStat {
+                mtime_ns: stat.mtime_ns + 1,
+                ..stat
+            },
+            DirStat {
+                ctime_ns: stat.ctime_ns + 1,
+                ..stat
+            },
+            DirStat { ino: 8, ..stat },
+            DirStat { dev: 2, ..stat },
+        ] {
+            assert!(
+                cache.clone().take_listing("d/", &changed).is_none(),
+                "{changed:?}"
+            );
+        }
+        assert!(
+            cache.clone().take_listing("e/", &stat).is_none(),
+            "never listed"
+        );
+
+        let (mut racy, stat) = listing_at(99 * RACY_MARGIN_NS + 1);
+        assert!(racy.take_listing("d/", &stat).is_none(), "racy: read again");
+    }
+
+    /// Listings survive a save and load; a cache of the previous format is ignored.
+    #[test]
+    fn listings_round_trip() {
+        let (cache, stat) = listing_at(50 * RACY_MARGIN_NS);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("stat-cache");
+        cache.save(&path).expect("save");
+        let mut loaded = StatCache::load(&path);
+        assert_eq!(loaded.listings, cache.listings);
+        assert!(loaded.take_listing("d/", &stat).is_some());
+        let mut data = fs::read(&path).expect("read back");
+        data[..MAGIC.len()].copy_from_slice(b"RWSTAT2\n");
+        fs::write(&path, &data).expect("write an old header");
+        assert!(StatCache::load(&path).listings.is_empty());
     }
 }

@@ -12,12 +12,12 @@ use rewind_core::model::{SkipReason, SkippedPath};
 
 use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
-use crate::ignore::{Ignores, read_rules};
+use crate::ignore::{Ignores, dir_rules_hash, read_rules};
 use crate::odb::Kind;
 use crate::seed::Seed;
-use crate::stat_cache::{CacheEntry, Stat, StatCache};
+use crate::stat_cache::{CacheEntry, DirStat, Listed, ListedKind, Listing, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
-use crate::tree::{Flat, Mode, mark_dirty, write_flat_reusing};
+use crate::tree::{Flat, Mode, mark_dirty, write_dirty};
 
 /// The result of a track, with what later steps of the same operation need.
 #[derive(Debug)]
@@ -36,6 +36,18 @@ pub struct Tracked {
 
 struct Candidate {
     rel: String,
+    /// Where its name begins in `rel` (the length of its directory's `a/b/` prefix).
+    name_at: usize,
+}
+
+impl Candidate {
+    fn dir(&self) -> &str {
+        &self.rel[..self.name_at]
+    }
+
+    fn name(&self) -> &str {
+        &self.rel[self.name_at..]
+    }
 }
 
 struct Walk<'a> {
@@ -46,77 +58,196 @@ struct Walk<'a> {
     data_dir: Option<&'a Path>,
     file_cap: usize,
     ignores: Ignores,
+    /// The untracked cache of the previous track: its listings, taken out as directories are walked.
+    old: StatCache,
+    /// The listings of this walk, for the next one.
+    listings: HashMap<String, Listing>,
+    /// How many directories were read (not answered by the untracked cache) or had their names matched
+    /// against changed rules: when none, the untracked cache needs no rewrite.
+    relisted: usize,
     candidates: Vec<Candidate>,
     skipped: Vec<SkippedPath>,
 }
 
+/// Reads a directory's entries: names with their kind, leaving out `.git` and rewind's temporary files.
+/// Names that are not UTF-8 are reported as skipped (a listing that skipped any is not cached).
+fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<SkippedPath>)> {
+    let entries = fs::read_dir(abs_dir).map_err(|e| GitError::Unreadable {
+        path: if rel_dir.is_empty() {
+            ".".to_owned()
+        } else {
+            rel_dir.trim_end_matches('/').to_owned()
+        },
+        reason: e.to_string(),
+    })?;
+    let mut listed = Vec::new();
+    let mut skipped = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| GitError::io(abs_dir, e))?;
+        let name = entry.file_name();
+        if name == ".git" {
+            continue;
+        }
+        let Some(name) = name.to_str() else {
+            skipped.push(SkippedPath {
+                path: format!("{rel_dir}{}", name.to_string_lossy()),
+                reason: SkipReason::NotUtf8,
+            });
+            continue;
+        };
+        if name.starts_with(TEMP_PREFIX) {
+            continue;
+        }
+        let file_type = match entry.file_type() {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(GitError::io(&entry.path(), e)),
+        };
+        let kind = if file_type.is_dir() {
+            ListedKind::Dir
+        } else if file_type.is_file() || file_type.is_symlink() {
+            ListedKind::File
+        } else {
+            ListedKind::Special
+        };
+        listed.push(Listed {
+            name: name.to_owned(),
+            kind,
+            ignored: false,
+        });
+    }
+    Ok((listed, skipped))
+}
+
 impl Walk<'_> {
-    fn dir(&mut self, rel_dir: &str) -> GitResult<()> {
+    /// Walks directory `rel_dir` (`""` or `a/b/`). `rules` hashes the rules on the stack: for the root,
+    /// every rule in force for its entries; for a sub-directory, those of its parent (its own `.gitignore`
+    /// is read here, when its listing names one, and pushed while its entries are walked).
+    fn dir(&mut self, rel_dir: &str, rules: [u8; 20]) -> GitResult<()> {
         let abs_dir = self.root.join(rel_dir);
-        let entries = fs::read_dir(&abs_dir).map_err(|e| GitError::Unreadable {
+        let unreadable = |reason: String| GitError::Unreadable {
             path: if rel_dir.is_empty() {
                 ".".to_owned()
             } else {
                 rel_dir.trim_end_matches('/').to_owned()
             },
-            reason: e.to_string(),
-        })?;
-        for entry in entries {
-            let entry = entry.map_err(|e| GitError::io(&abs_dir, e))?;
-            let name = entry.file_name();
-            if name == ".git" {
-                continue;
+            reason,
+        };
+        // The directory's stat data is taken before it is read: a change after this shows next time.
+        let meta = fs::symlink_metadata(&abs_dir).map_err(|e| unreadable(e.to_string()))?;
+        if !meta.is_dir() {
+            return Err(unreadable(
+                "it stopped being a directory while the worktree was being read".to_owned(),
+            ));
+        }
+        let stat = DirStat::of(&meta);
+        let cached = self.old.take_listing(rel_dir, &stat);
+        let cached_rules = cached.as_ref().map(|listing| listing.rules);
+        let (mut entries, cacheable) = match cached {
+            Some(listing) => (listing.entries, true),
+            None => {
+                let (entries, not_utf8) = read_listing(&abs_dir, rel_dir)?;
+                let cacheable = not_utf8.is_empty();
+                self.skipped.extend(not_utf8);
+                (entries, cacheable)
             }
-            let Some(name) = name.to_str() else {
-                self.skipped.push(SkippedPath {
-                    path: format!("{rel_dir}{}", name.to_string_lossy()),
-                    reason: SkipReason::NotUtf8,
-                });
-                continue;
-            };
-            if name.starts_with(TEMP_PREFIX) {
-                continue;
-            }
-            let rel = format!("{rel_dir}{name}");
-            let file_type = match entry.file_type() {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(GitError::io(&entry.path(), e)),
-            };
-            if file_type.is_dir() {
-                if self.data_dir.is_some_and(|d| d == entry.path())
-                    || self.ignores.is_ignored(&rel, true)
-                {
-                    continue;
-                }
-                let sub = format!("{rel}/");
-                let rules = read_rules(&entry.path().join(".gitignore"))?;
-                let pushed = self.ignores.push_dir(&sub, rules.as_deref());
-                let result = self.dir(&sub);
-                if pushed {
-                    self.ignores.pop();
-                }
-                result?;
-            } else if self.ignores.is_ignored(&rel, false) {
-                continue;
-            } else if file_type.is_file() && self.check_attributes && name == ".gitattributes" {
-                let text = fs::read_to_string(entry.path()).unwrap_or_default();
-                self.attributes_mention_filters |= crate::seed::mentions_filters(&text);
-                self.candidates.push(Candidate { rel });
-            } else if file_type.is_file() || file_type.is_symlink() {
-                self.candidates.push(Candidate { rel });
-                if self.candidates.len() > self.file_cap {
-                    return Err(GitError::Refused(format!(
-                        "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it",
-                        self.root.display(),
-                        self.file_cap
-                    )));
-                }
+        };
+        let mut pushed = false;
+        let rules = if rel_dir.is_empty() {
+            rules
+        } else {
+            // A missing `.gitignore` is not looked for: the listing says whether there is one.
+            let text = if entries.iter().any(|e| e.name == ".gitignore") {
+                read_rules(&abs_dir.join(".gitignore"))?
             } else {
-                self.skipped.push(SkippedPath {
+                None
+            };
+            pushed = self.ignores.push_dir(rel_dir, text.as_deref());
+            dir_rules_hash(&rules, rel_dir, text.as_deref())
+        };
+        // Which names are ignored is reused only from a listing matched under the same rules.
+        let matched = cached_rules == Some(rules);
+        let result = self.entries(rel_dir, &abs_dir, &mut entries, matched, rules);
+        if pushed {
+            self.ignores.pop();
+        }
+        result?;
+        if cacheable {
+            self.listings.insert(
+                rel_dir.to_owned(),
+                Listing {
+                    stat,
+                    rules,
+                    entries,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Matches the entries of `rel_dir` against the rules (unless the cached listing was matched under the
+    /// same rules) and walks them.
+    fn entries(
+        &mut self,
+        rel_dir: &str,
+        abs_dir: &Path,
+        entries: &mut [Listed],
+        matched: bool,
+        rules: [u8; 20],
+    ) -> GitResult<()> {
+        if !matched {
+            self.relisted += 1;
+            for entry in entries.iter_mut() {
+                let rel = format!("{rel_dir}{}", entry.name);
+                entry.ignored = match entry.kind {
+                    ListedKind::Dir => {
+                        self.data_dir
+                            .is_some_and(|d| d == abs_dir.join(&entry.name))
+                            || self.ignores.is_ignored(&rel, true)
+                    }
+                    _ => self.ignores.is_ignored(&rel, false),
+                };
+            }
+        }
+        // Files first, then sub-directories: a directory's candidates are next to each other, so each
+        // worker that examines them opens the directory once.
+        for entry in entries.iter() {
+            if entry.ignored {
+                continue;
+            }
+            let rel = format!("{rel_dir}{}", entry.name);
+            match entry.kind {
+                ListedKind::Dir => {}
+                ListedKind::File => {
+                    if self.check_attributes && entry.name == ".gitattributes" {
+                        // Read only when it is a regular file (a symlink is not followed out of the tree).
+                        let path = abs_dir.join(&entry.name);
+                        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                            let text = fs::read_to_string(&path).unwrap_or_default();
+                            self.attributes_mention_filters |= crate::seed::mentions_filters(&text);
+                        }
+                    }
+                    self.candidates.push(Candidate {
+                        rel,
+                        name_at: rel_dir.len(),
+                    });
+                    if self.candidates.len() > self.file_cap {
+                        return Err(GitError::Refused(format!(
+                            "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it",
+                            self.root.display(),
+                            self.file_cap
+                        )));
+                    }
+                }
+                ListedKind::Special => self.skipped.push(SkippedPath {
                     path: rel,
                     reason: SkipReason::Special,
-                });
+                }),
+            }
+        }
+        for entry in entries.iter() {
+            if entry.kind == ListedKind::Dir && !entry.ignored {
+                self.dir(&format!("{rel_dir}{}/", entry.name), rules)?;
             }
         }
         Ok(())
@@ -147,7 +278,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
     let data_dir = fs::canonicalize(&config.data_dir).ok();
-    let cache = StatCache::load(&store.stat_cache_path());
+    let mut cache = StatCache::load(&store.stat_cache_path());
     let may_seed = cache.entries.is_empty() && ignores.enclosing.is_some();
     let mut walk = Walk {
         root,
@@ -156,26 +287,32 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         data_dir: data_dir.as_deref(),
         file_cap: config.file_cap,
         ignores: ignores.clone(),
+        old: StatCache {
+            started_ns: cache.started_ns,
+            listings: std::mem::take(&mut cache.listings),
+            ..StatCache::default()
+        },
+        listings: HashMap::new(),
+        relisted: 0,
         candidates: Vec::new(),
         skipped: Vec::new(),
     };
-    walk.dir("")?;
+    walk.dir("", ignores.root_rules_hash(data_dir.as_deref()))?;
     let seed = match (&ignores.enclosing, may_seed) {
         (Some(repo), true) => Seed::load(repo, ignores.prefix(), walk.attributes_mention_filters),
         _ => None,
     };
-    let outcomes = parallel_map(&walk.candidates, |candidate| {
-        examine(store, config, &cache, seed.as_ref(), &candidate.rel)
+    let Walk {
+        candidates,
+        mut skipped,
+        listings,
+        relisted,
+        ..
+    } = walk;
+    let outcomes = parallel_map_with(&candidates, OpenDir::none, |open, candidate| {
+        examine(store, config, &cache, seed.as_ref(), open, candidate)
     })?;
-    let outcomes = adopt_seeded(
-        store,
-        config,
-        &cache,
-        seed.as_ref(),
-        &walk.candidates,
-        outcomes,
-    )?;
-    let mut skipped = walk.skipped;
+    let outcomes = adopt_seeded(store, config, &cache, seed.as_ref(), &candidates, outcomes)?;
     // Unchanged since the cached snapshot: every file answered by the stat cache, and as many files as it
     // holds (each answer is for a distinct cached path, so the path sets are equal). The cached tree is the
     // snapshot; nothing is written.
@@ -192,7 +329,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         cache.dirs.contains_key(""),
     ) {
         let mut flat = Flat::new();
-        for (candidate, outcome) in walk.candidates.iter().zip(outcomes) {
+        for (candidate, outcome) in candidates.iter().zip(outcomes) {
             match outcome {
                 Outcome::Tracked(stat, id, _) if want_flat => {
                     flat.insert(candidate.rel.clone(), (stat.mode, id));
@@ -202,6 +339,22 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
             }
         }
         skipped.sort_by(|a, b| a.path.cmp(&b.path));
+
+        if relisted > 0 {
+            // Only directory listings changed (a directory was read again, or its rules changed without
+            // changing what is tracked): the cache keeps its files and trees and takes the new listings.
+            // Its start time moves forward, which leaves every file entry as it was: each was fresh, so its
+            // mtime lies before the old start time less the margin, and so before the new one too.
+            let StatCache { entries, dirs, .. } = cache;
+            StatCache {
+                started_ns,
+                tree: Some(tree),
+                entries,
+                dirs,
+                listings,
+            }
+            .save(&store.stat_cache_path())?;
+        }
         let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
         store.add_record(&tree, ignores.prefix(), &ignores.outside, &skipped_set)?;
         store.log_returned(&tree)?;
@@ -213,33 +366,33 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
             ignores,
         });
     }
-    let mut flat = Flat::new();
     let mut entries = HashMap::with_capacity(outcomes.len());
     let mut hashed = 0;
-    for (candidate, outcome) in walk.candidates.iter().zip(outcomes) {
+    for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
         match outcome {
             Outcome::Tracked(stat, id, was_hashed) => {
                 hashed += u64::from(was_hashed);
-                flat.insert(candidate.rel.clone(), (stat.mode, id));
-                entries.insert(candidate.rel.clone(), CacheEntry { stat, id });
+                entries.insert(candidate.rel, CacheEntry { stat, id });
             }
             Outcome::Seeded(stat, id) => {
-                flat.insert(candidate.rel.clone(), (stat.mode, id));
-                entries.insert(candidate.rel.clone(), CacheEntry { stat, id });
+                entries.insert(candidate.rel, CacheEntry { stat, id });
             }
             Outcome::Skipped(skip) => skipped.push(skip),
             Outcome::Gone => {}
         }
     }
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
     // Only the trees of directories where something changed since the cached snapshot are written again:
     // paths whose entry differs from the cache's, and paths the cache has that are gone (looked for only
-    // when the counts say some are).
+    // when the counts say some are). Without a cached tree every directory is written.
     let mut dirty = HashSet::new();
     let mut still_cached = 0;
     for (path, entry) in &entries {
         match cache.entries.get(path) {
-            Some(before) if (before.stat.mode, before.id) == (entry.stat.mode, entry.id) => {
+            Some(before)
+                if reusable && (before.stat.mode, before.id) == (entry.stat.mode, entry.id) =>
+            {
                 still_cached += 1
             }
             Some(_) => {
@@ -254,19 +407,30 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
             mark_dirty(&mut dirty, path);
         }
     }
-    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
-    let unchanged = reusable && dirty.is_empty() && hashed == 0;
+    let unchanged = reusable && dirty.is_empty() && hashed == 0 && relisted == 0;
+    let flat: Flat = if want_flat {
+        entries
+            .iter()
+            .map(|(path, entry)| (path.clone(), (entry.stat.mode, entry.id)))
+            .collect()
+    } else {
+        Flat::new()
+    };
     let id = match (unchanged, cache.tree) {
         (true, Some(tree)) => tree,
         _ => {
             let no_dirs = HashMap::new();
             let old_dirs = if reusable { &cache.dirs } else { &no_dirs };
-            let (id, dirs) = write_flat_reusing(&store.odb, &flat, old_dirs, &dirty)?;
+            let files = entries
+                .iter()
+                .map(|(path, entry)| (path.as_str(), (entry.stat.mode, entry.id)));
+            let (id, dirs) = write_dirty(&store.odb, files, old_dirs, &dirty)?;
             StatCache {
                 started_ns,
                 tree: Some(id),
                 entries,
                 dirs,
+                listings,
             }
             .save(&store.stat_cache_path())?;
             id
@@ -312,10 +476,144 @@ fn adopt_seeded(
         if let Outcome::Seeded(_, id) = outcome
             && !owned.contains(id)
         {
-            *outcome = examine(store, config, cache, None, &candidate.rel)?;
+            *outcome = examine(store, config, cache, None, &mut OpenDir::none(), candidate)?;
         }
     }
     Ok(outcomes)
+}
+
+/// The lstat data of a candidate: its kind and stat data, and the metadata std gives (only when looked up by
+/// path, which seeding needs).
+struct Seen {
+    kind: SeenKind,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    ino: u64,
+    dev: u64,
+    meta: Option<fs::Metadata>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SeenKind {
+    File { executable: bool },
+    Link,
+    Dir,
+    Other,
+}
+
+impl Seen {
+    fn from_std(meta: fs::Metadata) -> Seen {
+        let kind = if meta.file_type().is_symlink() {
+            SeenKind::Link
+        } else if meta.is_file() {
+            SeenKind::File {
+                executable: meta.permissions().mode() & 0o100 != 0,
+            }
+        } else if meta.is_dir() {
+            SeenKind::Dir
+        } else {
+            SeenKind::Other
+        };
+        let stat = Stat::of(&meta, Mode::File);
+        Seen {
+            kind,
+            size: stat.size,
+            mtime_ns: stat.mtime_ns,
+            ctime_ns: stat.ctime_ns,
+            ino: stat.ino,
+            dev: stat.dev,
+            meta: Some(meta),
+        }
+    }
+
+    // The field types of `Stat` differ between rustix's backends (signed or not): the casts say which
+    // git's stat data means.
+    #[allow(clippy::unnecessary_cast)]
+    fn from_rustix(st: &rustix::fs::Stat) -> Seen {
+        let file_type = rustix::fs::FileType::from_raw_mode(st.st_mode as _);
+        let kind = if file_type.is_symlink() {
+            SeenKind::Link
+        } else if file_type.is_file() {
+            SeenKind::File {
+                executable: st.st_mode & 0o100 != 0,
+            }
+        } else if file_type.is_dir() {
+            SeenKind::Dir
+        } else {
+            SeenKind::Other
+        };
+        Seen {
+            kind,
+            size: st.st_size as u64,
+            mtime_ns: i128::from(st.st_mtime as i64) * 1_000_000_000
+                + i128::from(st.st_mtime_nsec as i64),
+            ctime_ns: i128::from(st.st_ctime as i64) * 1_000_000_000
+                + i128::from(st.st_ctime_nsec as i64),
+            ino: st.st_ino as u64,
+            dev: st.st_dev as u64,
+            meta: None,
+        }
+    }
+
+    /// The stat data the cache compares, for the file tracked as `mode`.
+    fn stat(&self, mode: Mode) -> Stat {
+        Stat {
+            mode,
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            ino: self.ino,
+            dev: self.dev,
+        }
+    }
+}
+
+/// A directory opened (`O_PATH`, not following a symlink) by one worker, so the files in it are looked up
+/// by name instead of by their whole path.
+struct OpenDir {
+    dir: String,
+    fd: Option<rustix::fd::OwnedFd>,
+}
+
+impl OpenDir {
+    fn none() -> OpenDir {
+        OpenDir {
+            dir: String::new(),
+            fd: None,
+        }
+    }
+
+    /// The open handle of worktree directory `dir` (`""` or `a/b/`), or none when it cannot be opened as
+    /// a directory (the caller then looks the file up by its path).
+    fn of(&mut self, root: &Path, dir: &str) -> Option<&rustix::fd::OwnedFd> {
+        if self.fd.is_none() || self.dir != dir {
+            use rustix::fs::{Mode as FsMode, OFlags};
+            self.fd = rustix::fs::open(
+                root.join(dir),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                FsMode::empty(),
+            )
+            .ok();
+            dir.clone_into(&mut self.dir);
+        }
+        self.fd.as_ref()
+    }
+}
+
+/// lstat of a candidate: through its directory's handle when there is one (no seeding), else by path.
+fn lstat(
+    store: &Store,
+    open: &mut OpenDir,
+    candidate: &Candidate,
+    by_path: bool,
+) -> std::io::Result<Seen> {
+    if !by_path && let Some(fd) = open.of(&store.worktree, candidate.dir()) {
+        return rustix::fs::statat(fd, candidate.name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map(|st| Seen::from_rustix(&st))
+            .map_err(std::io::Error::from);
+    }
+    fs::symlink_metadata(store.worktree.join(&candidate.rel)).map(Seen::from_std)
 }
 
 fn examine(
@@ -323,40 +621,44 @@ fn examine(
     config: &GitStoreConfig,
     cache: &StatCache,
     seed: Option<&Seed>,
-    rel: &str,
+    open: &mut OpenDir,
+    candidate: &Candidate,
 ) -> GitResult<Outcome> {
+    let rel = candidate.rel.as_str();
     let abs = store.worktree.join(rel);
     for _attempt in 0..3 {
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(meta) => meta,
+        // Seeding compares the user's index with std's metadata: then files are looked up by path.
+        let seen = match lstat(store, open, candidate, seed.is_some()) {
+            Ok(seen) => seen,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
             Err(e) => return Err(unreadable(rel, &e.to_string())),
         };
-        let mode = if meta.file_type().is_symlink() {
-            Mode::Link
-        } else if meta.is_file() {
-            if meta.permissions().mode() & 0o100 != 0 {
-                Mode::Exec
-            } else {
-                Mode::File
+        let mode = match seen.kind {
+            SeenKind::Link => Mode::Link,
+            SeenKind::File { executable: true } => Mode::Exec,
+            SeenKind::File { executable: false } => Mode::File,
+            SeenKind::Dir => {
+                // It turned into a directory after the walk listed it: its content is not known.
+                return Err(unreadable(
+                    rel,
+                    "it became a directory while the worktree was being read",
+                ));
             }
-        } else if meta.is_dir() {
-            // It turned into a directory after the walk listed it: its content is not known.
-            return Err(unreadable(
-                rel,
-                "it became a directory while the worktree was being read",
-            ));
-        } else {
-            return Ok(Outcome::Skipped(SkippedPath {
-                path: rel.to_owned(),
-                reason: SkipReason::Special,
-            }));
+            SeenKind::Other => {
+                return Ok(Outcome::Skipped(SkippedPath {
+                    path: rel.to_owned(),
+                    reason: SkipReason::Special,
+                }));
+            }
         };
-        let stat = Stat::of(&meta, mode);
+        let stat = seen.stat(mode);
         if let Some(id) = cache.fresh(rel, &stat) {
             return Ok(Outcome::Tracked(stat, id, false));
         }
-        if let Some(id) = seed.and_then(|seed| seed.lookup(rel, &meta, mode)) {
+        if let Some(id) = seed
+            .zip(seen.meta.as_ref())
+            .and_then(|(seed, meta)| seed.lookup(rel, meta, mode))
+        {
             return Ok(Outcome::Seeded(stat, id));
         }
         if mode != Mode::Link && stat.size > config.size_cap && !cache.entries.contains_key(rel) {
@@ -402,17 +704,46 @@ pub fn parallel_map<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> GitResult<R> + Sync,
 ) -> GitResult<Vec<R>> {
+    parallel_map_with(items, || (), |_, item| f(item))
+}
+
+/// `parallel_map` where each thread has state of its own, made by `init` (it sees a contiguous run of
+/// `items`).
+pub fn parallel_map_with<T: Sync, R: Send, S>(
+    items: &[T],
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, &T) -> GitResult<R> + Sync,
+) -> GitResult<Vec<R>> {
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(1, 8);
-    if items.len() < 256 || threads == 1 {
-        return items.iter().map(&f).collect();
+    parallel_map_on(items, threads, 256, init, f)
+}
+
+/// `parallel_map_with` on `threads` threads, or on this one when there are fewer than `min_items`.
+pub fn parallel_map_on<T: Sync, R: Send, S>(
+    items: &[T],
+    threads: usize,
+    min_items: usize,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, &T) -> GitResult<R> + Sync,
+) -> GitResult<Vec<R>> {
+    if items.len() < min_items.max(2) || threads <= 1 {
+        let mut state = init();
+        return items.iter().map(|item| f(&mut state, item)).collect();
     }
     let chunk = items.len().div_ceil(threads);
     let results: Vec<GitResult<Vec<R>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = items
             .chunks(chunk)
-            .map(|part| scope.spawn(|| part.iter().map(&f).collect::<GitResult<Vec<R>>>()))
+            .map(|part| {
+                scope.spawn(|| {
+                    let mut state = init();
+                    part.iter()
+                        .map(|item| f(&mut state, item))
+                        .collect::<GitResult<Vec<R>>>()
+                })
+            })
             .collect();
         handles
             .into_iter()

@@ -1,7 +1,7 @@
 //! Git tree objects: encoding, decoding, and the flat form (`path → (mode, blob id)`) the store computes
 //! with. Byte order of full paths is git's tree order, so a `BTreeMap` walks paths as git lists them.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use gix::ObjectId;
 
@@ -52,6 +52,12 @@ impl Mode {
 
 /// A file entry: its mode and blob.
 pub type Entry = (Mode, ObjectId);
+
+/// One decoded tree entry: its name, mode and object.
+pub type TreeEntry = (String, Mode, ObjectId);
+
+/// A path whose file entry differs between two snapshots, with the entry on each side.
+pub type Change = (String, Option<Entry>, Option<Entry>);
 
 /// A snapshot in flat form: every file (and symlink) path with its entry; directories are implicit.
 pub type Flat = BTreeMap<String, Entry>;
@@ -139,6 +145,7 @@ pub fn mark_dirty(dirty: &mut HashSet<String>, path: &str) {
     }
 }
 
+#[cfg(test)]
 struct Builder<'a> {
     odb: &'a Odb,
     old: &'a HashMap<String, ObjectId>,
@@ -146,6 +153,7 @@ struct Builder<'a> {
     built: HashMap<String, ObjectId>,
 }
 
+#[cfg(test)]
 /// Writes `flat` as git trees, reusing the old id of every directory that is not `dirty` (a directory is
 /// dirty when a path below it was added, removed or changed). Returns the root id and the id of every
 /// directory of the new tree.
@@ -178,6 +186,7 @@ pub fn write_flat_reusing(
     Ok((root, dirs))
 }
 
+#[cfg(test)]
 impl Builder<'_> {
     fn build(&mut self, items: &[(&str, Entry)], dir: &str) -> GitResult<ObjectId> {
         if !self.dirty.contains(dir)
@@ -214,17 +223,7 @@ impl Builder<'_> {
                 }
             }
         }
-        // Git sorts entries by name, a tree's name compared as if it ended with '/'.
-        entries.sort_by_key(|(name, mode, _)| sort_key(name, *mode));
-        let mut data = Vec::with_capacity(entries.len() * 40);
-        for (name, mode, oid) in &entries {
-            data.extend_from_slice(mode.as_str().as_bytes());
-            data.push(b' ');
-            data.extend_from_slice(name.as_bytes());
-            data.push(0);
-            data.extend_from_slice(oid.as_bytes());
-        }
-        let id = self.odb.write_buf(Kind::Tree, &data)?;
+        let id = write_entries(self.odb, entries)?;
         self.built.insert(dir.to_owned(), id);
         Ok(id)
     }
@@ -236,4 +235,394 @@ fn sort_key(name: &str, mode: Mode) -> Vec<u8> {
         key.push(b'/');
     }
     key
+}
+
+/// One snapshot's trees, read on demand and each at most once: for looking up a few paths without reading
+/// the whole snapshot.
+pub struct LazyTree<'a> {
+    odb: &'a Odb,
+    root: ObjectId,
+    /// Decoded directories (`""` is the root, others `a/b`); `None` when the path is no directory there.
+    dirs: HashMap<String, Option<Vec<TreeEntry>>>,
+}
+
+impl<'a> LazyTree<'a> {
+    /// The snapshot with root tree `root` (nothing is read yet).
+    pub fn new(odb: &'a Odb, root: ObjectId) -> Self {
+        LazyTree {
+            odb,
+            root,
+            dirs: HashMap::new(),
+        }
+    }
+
+    /// The entries of directory `dir` (`""` or `a/b`), or none when the snapshot has no such directory.
+    fn dir(&mut self, dir: &str) -> GitResult<Option<&[TreeEntry]>> {
+        if !self.dirs.contains_key(dir) {
+            let id = if dir.is_empty() {
+                Some(self.root)
+            } else {
+                let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
+                self.dir(parent)?.and_then(|entries| {
+                    entries
+                        .iter()
+                        .find(|(n, mode, _)| n == name && *mode == Mode::Tree)
+                        .map(|(_, _, id)| *id)
+                })
+            };
+            let entries = match id {
+                Some(id) => Some(decode(self.odb, &id)?),
+                None => None,
+            };
+            self.dirs.insert(dir.to_owned(), entries);
+        }
+        Ok(self.dirs.get(dir).and_then(|d| d.as_deref()))
+    }
+
+    /// The file (or symlink) entry at `path`, if the snapshot has one there.
+    pub fn get(&mut self, path: &str) -> GitResult<Option<Entry>> {
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        Ok(self.dir(parent)?.and_then(|entries| {
+            entries
+                .iter()
+                .find(|(n, mode, _)| n == name && *mode != Mode::Tree)
+                .map(|(_, mode, id)| (*mode, *id))
+        }))
+    }
+
+    /// True when the snapshot has a file or symlink at `path` or below it (`path` is a directory there).
+    pub fn holds(&mut self, path: &str) -> GitResult<bool> {
+        Ok(self.get(path)?.is_some() || self.dir(path)?.is_some())
+    }
+}
+
+/// A directory being edited: its entries, with sub-directories loaded only where a change goes.
+enum Node {
+    File(Mode, ObjectId),
+    Tree(ObjectId),
+    Dir(BTreeMap<String, Node>),
+}
+
+fn load_dir(odb: &Odb, id: &ObjectId) -> GitResult<BTreeMap<String, Node>> {
+    Ok(decode(odb, id)?
+        .into_iter()
+        .map(|(name, mode, oid)| {
+            let node = match mode {
+                Mode::Tree => Node::Tree(oid),
+                mode => Node::File(mode, oid),
+            };
+            (name, node)
+        })
+        .collect())
+}
+
+/// Writes the tree of `base` with `changes` applied in order (a path set to a file, replacing whatever was
+/// there, directory or not; or a file removed), reading and writing only the trees on the changed paths.
+/// Directories left empty disappear, as in git.
+pub fn edit(
+    odb: &Odb,
+    base: &ObjectId,
+    changes: &[(String, Option<Entry>)],
+) -> GitResult<ObjectId> {
+    let mut root = load_dir(odb, base)?;
+    for (path, entry) in changes {
+        let mut dir = &mut root;
+        let mut parts = path.split('/').peekable();
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                match entry {
+                    Some((mode, id)) => {
+                        dir.insert(part.to_owned(), Node::File(*mode, *id));
+                    }
+                    None => {
+                        if matches!(dir.get(part), Some(Node::File(..))) {
+                            dir.remove(part);
+                        }
+                    }
+                }
+                break;
+            }
+            let node = match dir.get(part) {
+                Some(Node::Tree(id)) => Node::Dir(load_dir(odb, id)?),
+                Some(Node::Dir(_)) => match dir.remove(part) {
+                    Some(node) => node,
+                    None => Node::Dir(BTreeMap::new()),
+                },
+                // A file where a directory is needed, or nothing: a removal has nothing to remove.
+                _ if entry.is_none() => break,
+                _ => Node::Dir(BTreeMap::new()),
+            };
+            dir.insert(part.to_owned(), node);
+            dir = match dir.get_mut(part) {
+                Some(Node::Dir(sub)) => sub,
+                _ => return Err(GitError::Other(format!("editing the tree at {path}"))),
+            };
+        }
+    }
+    match write_node_dir(odb, root)? {
+        Some(id) => Ok(id),
+        None => odb.write_buf(Kind::Tree, &[]),
+    }
+}
+
+/// Writes a loaded directory (its loaded sub-directories first); none when it holds nothing.
+fn write_node_dir(odb: &Odb, dir: BTreeMap<String, Node>) -> GitResult<Option<ObjectId>> {
+    let mut entries: Vec<(String, Mode, ObjectId)> = Vec::with_capacity(dir.len());
+    for (name, node) in dir {
+        match node {
+            Node::File(mode, id) => entries.push((name, mode, id)),
+            Node::Tree(id) => entries.push((name, Mode::Tree, id)),
+            Node::Dir(sub) => {
+                if let Some(id) = write_node_dir(odb, sub)? {
+                    entries.push((name, Mode::Tree, id));
+                }
+            }
+        }
+    }
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(write_entries(odb, entries)?))
+}
+
+/// Encodes and stores one tree from its entries (in any order).
+fn write_entries(odb: &Odb, mut entries: Vec<(String, Mode, ObjectId)>) -> GitResult<ObjectId> {
+    // Git sorts entries by name, a tree's name compared as if it ended with '/'.
+    entries.sort_by_key(|(name, mode, _)| sort_key(name, *mode));
+    let mut data = Vec::with_capacity(entries.len() * 40);
+    for (name, mode, oid) in &entries {
+        data.extend_from_slice(mode.as_str().as_bytes());
+        data.push(b' ');
+        data.extend_from_slice(name.as_bytes());
+        data.push(0);
+        data.extend_from_slice(oid.as_bytes());
+    }
+    odb.write_buf(Kind::Tree, &data)
+}
+
+/// The file paths whose entry differs between trees `a` and `b`, with the entry on each side (none where
+/// the path holds no file), in path order; sub-trees with the same id are not read.
+pub fn diff_trees(odb: &Odb, a: &ObjectId, b: &ObjectId) -> GitResult<Vec<Change>> {
+    let mut out = Vec::new();
+    diff_into(odb, Some(a), Some(b), "", &mut out)?;
+    out.sort_by(|x, y| x.0.cmp(&y.0));
+    Ok(out)
+}
+
+fn diff_into(
+    odb: &Odb,
+    a: Option<&ObjectId>,
+    b: Option<&ObjectId>,
+    prefix: &str,
+    out: &mut Vec<Change>,
+) -> GitResult<()> {
+    if a == b {
+        return Ok(());
+    }
+    let side = |id: Option<&ObjectId>| -> GitResult<BTreeMap<String, (Mode, ObjectId)>> {
+        Ok(match id {
+            Some(id) => decode(odb, id)?
+                .into_iter()
+                .map(|(name, mode, oid)| (name, (mode, oid)))
+                .collect(),
+            None => BTreeMap::new(),
+        })
+    };
+    let (left, right) = (side(a)?, side(b)?);
+    let names: BTreeSet<&String> = left.keys().chain(right.keys()).collect();
+    for name in names {
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let (l, r) = (left.get(name).copied(), right.get(name).copied());
+        let tree_of =
+            |e: Option<(Mode, ObjectId)>| e.filter(|(m, _)| *m == Mode::Tree).map(|(_, id)| id);
+        let file_of = |e: Option<(Mode, ObjectId)>| e.filter(|(m, _)| *m != Mode::Tree);
+        let (lt, rt) = (tree_of(l), tree_of(r));
+        if lt.is_some() || rt.is_some() {
+            diff_into(odb, lt.as_ref(), rt.as_ref(), &path, out)?;
+        }
+        let (lf, rf) = (file_of(l), file_of(r));
+        if lf != rf {
+            out.push((path, lf, rf));
+        }
+    }
+    Ok(())
+}
+
+/// Writes the trees of the `dirty` directories (`""` is the root, others `a/b`; every directory above a
+/// dirty one is dirty) from `files`, every tracked file with its entry, reusing `old`'s id for every other
+/// directory. Returns the root and the id of every directory of the new tree. Unlike `write_flat_reusing`
+/// it needs no sorted copy of the snapshot: only the files of dirty directories are gathered.
+pub fn write_dirty<'p>(
+    odb: &Odb,
+    files: impl Iterator<Item = (&'p str, Entry)>,
+    old: &HashMap<String, ObjectId>,
+    dirty: &HashSet<String>,
+) -> GitResult<(ObjectId, HashMap<String, ObjectId>)> {
+    let parent_of = |path: &'p str| path.rsplit_once('/').unwrap_or(("", path));
+    let mut children: HashMap<&str, Vec<TreeEntry>> = HashMap::new();
+    for (path, (mode, id)) in files {
+        let (parent, name) = parent_of(path);
+        if let Some(dir) = dirty.get(parent) {
+            children
+                .entry(dir.as_str())
+                .or_default()
+                .push((name.to_owned(), mode, id));
+        }
+    }
+    // The sub-directories of each dirty directory: those of the old tree, and the dirty ones (new or not).
+    let mut subdirs: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for dir in old.keys().chain(dirty.iter()) {
+        if dir.is_empty() {
+            continue;
+        }
+        let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
+        if let Some(parent) = dirty.get(parent) {
+            subdirs.entry(parent.as_str()).or_default().insert(dir);
+        }
+    }
+    // Deepest first, so every dirty sub-directory is written before its parent.
+    let mut order: Vec<&String> = dirty.iter().collect();
+    order.sort_by_key(|dir| {
+        std::cmp::Reverse(if dir.is_empty() {
+            0
+        } else {
+            dir.matches('/').count() + 1
+        })
+    });
+    let mut built: HashMap<&str, Option<ObjectId>> = HashMap::with_capacity(order.len());
+    for dir in order {
+        let mut entries = children.remove(dir.as_str()).unwrap_or_default();
+        for sub in subdirs.get(dir.as_str()).into_iter().flatten() {
+            let id = if dirty.contains(*sub) {
+                built.get(sub).copied().flatten()
+            } else {
+                old.get(*sub).copied()
+            };
+            if let Some(id) = id {
+                let name = sub.rsplit_once('/').map_or(*sub, |(_, name)| name);
+                entries.push((name.to_owned(), Mode::Tree, id));
+            }
+        }
+        let id = if entries.is_empty() {
+            None
+        } else {
+            Some(write_entries(odb, entries)?)
+        };
+        built.insert(dir.as_str(), id);
+    }
+    let root = match (built.get("").copied(), old.get("")) {
+        (Some(Some(id)), _) => id,
+        (None, Some(id)) => *id,
+        _ => odb.write_buf(Kind::Tree, &[])?,
+    };
+    let mut dirs = old.clone();
+    for (dir, id) in built {
+        match id {
+            Some(id) => dirs.insert(dir.to_owned(), id),
+            None => dirs.remove(dir),
+        };
+    }
+    dirs.insert(String::new(), root);
+    Ok((root, dirs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob(odb: &Odb, text: &str) -> Entry {
+        let id = odb
+            .write_buf(Kind::Blob, text.as_bytes())
+            .expect("write a blob");
+        (Mode::File, id)
+    }
+
+    fn write(odb: &Odb, flat: &Flat) -> ObjectId {
+        write_flat_reusing(odb, flat, &HashMap::new(), &HashSet::new())
+            .expect("write a tree")
+            .0
+    }
+
+    /// `edit` gives the tree of the edited flat form, and `diff_trees` the paths that differ, for files
+    /// replaced by directories and back, removals that empty a directory, and removals of nothing.
+    #[test]
+    fn edit_and_diff_agree_with_the_flat_form() {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let odb = Odb::new(temp.path().join("objects"));
+        let mut flat = Flat::new();
+        for path in ["a/b/c.txt", "a/b/d.txt", "a/e", "f", "g/h/i", "z"] {
+            flat.insert(path.to_owned(), blob(&odb, path));
+        }
+        let base = write(&odb, &flat);
+        let x = blob(&odb, "x");
+        let changes: Vec<(String, Option<Entry>)> = vec![
+            ("a/b/c.txt".to_owned(), Some(x)),
+            ("a/e".to_owned(), None),
+            ("a/e/new".to_owned(), Some(x)),
+            ("g/h".to_owned(), Some(x)),
+            ("z".to_owned(), None),
+            ("missing/file".to_owned(), None),
+            ("f".to_owned(), None),
+            ("f/under".to_owned(), Some((Mode::Exec, x.1))),
+            ("a/b/d.txt".to_owned(), None),
+            ("new/dir/file".to_owned(), Some(x)),
+            ("new/dir/file".to_owned(), None),
+        ];
+        let mut expected = flat.clone();
+        for (path, entry) in &changes {
+            match entry {
+                Some(entry) => {
+                    let below = format!("{path}/");
+                    expected.retain(|p, _| !p.starts_with(&below));
+                    expected.insert(path.clone(), *entry);
+                }
+                None => {
+                    expected.remove(path);
+                }
+            }
+        }
+        let edited = edit(&odb, &base, &changes).expect("edit");
+        assert_eq!(edited, write(&odb, &expected));
+        // The same tree written again from the files, only the changed directories dirty.
+        let (_, old_dirs) = read_flat_with_dirs(&odb, &base).expect("read base");
+        let mut dirty = HashSet::new();
+        for path in flat.keys().chain(expected.keys()) {
+            if flat.get(path) != expected.get(path) {
+                mark_dirty(&mut dirty, path);
+            }
+        }
+        let files = expected.iter().map(|(p, e)| (p.as_str(), *e));
+        let (rewritten, dirs) = write_dirty(&odb, files, &old_dirs, &dirty).expect("write_dirty");
+        assert_eq!(rewritten, edited);
+        assert_eq!(
+            dirs,
+            read_flat_with_dirs(&odb, &edited).expect("read back").1
+        );
+        assert_eq!(read_flat(&odb, &edited).expect("read back"), expected);
+
+        let diff = diff_trees(&odb, &base, &edited).expect("diff");
+        let mut paths: Vec<String> = flat.keys().chain(expected.keys()).cloned().collect();
+        paths.sort();
+        paths.dedup();
+        let want: Vec<Change> = paths
+            .into_iter()
+            .map(|p| {
+                let (a, b) = (flat.get(&p).copied(), expected.get(&p).copied());
+                (p, a, b)
+            })
+            .filter(|(_, a, b)| a != b)
+            .collect();
+        assert_eq!(diff, want);
+        assert!(diff_trees(&odb, &base, &base).expect("diff").is_empty());
+
+        let mut lazy = LazyTree::new(&odb, edited);
+        assert_eq!(lazy.get("a/e/new").expect("get"), Some(x));
+        assert_eq!(lazy.get("a/e").expect("get"), None);
+        assert!(lazy.holds("a/e").expect("holds"));
+        assert!(!lazy.holds("missing").expect("holds"));
+    }
 }

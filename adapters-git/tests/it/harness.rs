@@ -41,6 +41,35 @@ pub fn backdate(path: &Path) {
         .unwrap_or_else(|e| panic!("harness: set mtime of {}: {e}", path.display()));
 }
 
+/// Gives every directory under `root` (itself included, `.git` left out) whose mtime lies in the last hour
+/// an mtime of its own about a day in the past, so the untracked cache may answer for it next time (a
+/// directory changed within a second of a track is racy and always read again). Directories not changed
+/// since the last call keep their backdated mtime: the cache is then really used for them.
+pub fn backdate_dirs(root: &Path) {
+    let recent = SystemTime::now() - Duration::from_secs(3600);
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("harness: read_dir {}: {e}", dir.display()));
+        for entry in entries {
+            let entry =
+                entry.unwrap_or_else(|e| panic!("harness: read_dir {}: {e}", dir.display()));
+            if entry.file_name() != ".git" && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
+        let meta = fs::symlink_metadata(&dir)
+            .unwrap_or_else(|e| panic!("harness: stat {}: {e}", dir.display()));
+        if meta.modified().is_ok_and(|m| m > recent) {
+            let k = MTIME_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let when = *MTIME_BASE + Duration::from_millis(k);
+            fs::File::open(&dir)
+                .and_then(|handle| handle.set_modified(when))
+                .unwrap_or_else(|e| panic!("harness: set mtime of {}: {e}", dir.display()));
+        }
+    }
+}
+
 /// Writes a file (creating its parents) and backdates it.
 pub fn write_file(path: &Path, bytes: &[u8]) {
     if let Some(parent) = path.parent() {

@@ -2,6 +2,7 @@
 //! oracle of tree ids and line counts, OpenCode's snapshot scenarios, the safety rules of SPEC 2.5, and the
 //! stat cache measured from outside the process.
 
+mod bulk;
 mod contract;
 mod git_oracle;
 mod harness;
@@ -9,3 +10,4 @@ mod opencode;
 mod safety;
 mod seeding;
 mod stat_cache_io;
+mod untracked_cache;

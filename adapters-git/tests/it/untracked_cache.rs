@@ -1,0 +1,168 @@
+//! The untracked cache (the stat cache's directory listings): a directory whose stat data is unchanged is
+//! not read again, and its names are not matched again under unchanged rules. These tests change the
+//! worktree in the ways that must still be seen — a new file, an edited `.gitignore`, `info/exclude` or
+//! global excludes file, a directory replaced at once — with every directory backdated first (so the cache
+//! really answers for the directories left alone), and check each snapshot against git's `write-tree`.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use rewind_core::testkit::contract::snapshot::WorktreeHarness;
+use rewind_git::ExcludesFile;
+
+use crate::git_oracle::{GitOracle, init_repo};
+use crate::harness::{GitHarness, backdate_dirs};
+
+/// The mtime of a directory, in nanoseconds.
+fn dir_mtime(path: &Path) -> i128 {
+    let meta = fs::symlink_metadata(path).expect("stat a directory");
+    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
+}
+
+/// Tracks, checks the id against git's, and returns it.
+async fn track_as_git(h: &GitHarness, oracle: &GitOracle) -> String {
+    let ours = h.track().await;
+    let theirs = oracle.write_tree(h.root());
+    assert_eq!(ours.id.as_str(), theirs, "track equals git write-tree");
+    ours.id.to_string()
+}
+
+/// A file created in a directory whose listing is cached changes the directory's mtime: it is seen, and
+/// so is a file created in a directory below it.
+#[tokio::test]
+async fn a_new_file_in_a_cached_directory_is_seen() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    h.write("a/one.txt", b"one\n");
+    h.write("a/b/two.txt", b"two\n");
+    h.write("c/three.txt", b"three\n");
+    backdate_dirs(h.root());
+    let first = track_as_git(&h, &oracle).await;
+    // Answered from the caches: the same id, nothing read.
+    let again = h.track().await;
+    assert_eq!((again.id.as_str(), again.hashed), (first.as_str(), 0));
+
+    let before = dir_mtime(&h.path("a/b"));
+    h.write("a/b/new.txt", b"new\n");
+    assert_ne!(
+        dir_mtime(&h.path("a/b")),
+        before,
+        "creating a file sets the directory's mtime"
+    );
+    backdate_dirs(h.root());
+    let second = track_as_git(&h, &oracle).await;
+    assert_ne!(second, first, "the new file is in the snapshot");
+
+    // A new directory with a file, in the root: seen too.
+    h.write("d/e/f.txt", b"f\n");
+    backdate_dirs(h.root());
+    let third = track_as_git(&h, &oracle).await;
+    assert_ne!(third, second);
+    // And removing them again gives the earlier tree back.
+    h.remove("d/e/f.txt");
+    h.remove("a/b/new.txt");
+    backdate_dirs(h.root());
+    assert_eq!(track_as_git(&h, &oracle).await, first);
+}
+
+/// Editing a `.gitignore` in place does not touch its directory's mtime, yet a file it no longer ignores is
+/// tracked at once (the rules' hash differs, so names are matched again), and one it ignores now leaves.
+#[tokio::test]
+async fn a_gitignore_edit_that_unignores_a_file_is_seen() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    h.write("a/.gitignore", b"*.log\n");
+    h.write("a/x.log", b"log\n");
+    h.write("a/keep.txt", b"keep\n");
+    h.write("a/sub/deep.log", b"deep\n");
+    h.write("a/sub/deep.txt", b"deep\n");
+    h.write(".gitignore", b"build/\n");
+    h.write("build/out.o", b"object\n");
+    backdate_dirs(h.root());
+    let first = track_as_git(&h, &oracle).await;
+
+    let (a, sub) = (dir_mtime(&h.path("a")), dir_mtime(&h.path("a/sub")));
+    h.write("a/.gitignore", b"*.txt\n");
+    assert_eq!(
+        (dir_mtime(&h.path("a")), dir_mtime(&h.path("a/sub"))),
+        (a, sub),
+        "an edit in place leaves the directories' mtimes alone"
+    );
+    let second = track_as_git(&h, &oracle).await;
+    assert_ne!(
+        second, first,
+        "x.log and deep.log are in, keep.txt and deep.txt out"
+    );
+
+    // The root `.gitignore` stops ignoring an ignored directory: it is entered and tracked.
+    let root = dir_mtime(h.root());
+    h.write(".gitignore", b"\n");
+    assert_eq!(dir_mtime(h.root()), root);
+    let third = track_as_git(&h, &oracle).await;
+    assert_ne!(third, second, "build/out.o is in");
+    assert_eq!(h.track().await.id.as_str(), third, "and stays in");
+}
+
+/// `info/exclude` and the global excludes file lie outside the tree: editing them changes what is ignored
+/// in every directory, cached or not.
+#[tokio::test]
+async fn outside_rule_edits_are_seen() {
+    let h = GitHarness::with_config(|config, base| {
+        config.excludes_file = ExcludesFile::Path(base.join("global-ignore"));
+    });
+    let global = h.base().join("global-ignore");
+    fs::write(&global, "*.tmp\n").expect("write the global excludes");
+    init_repo(h.root());
+    let exclude = h.root().join(".git/info/exclude");
+    fs::create_dir_all(exclude.parent().expect("info/ has a parent")).expect("mkdir info");
+    fs::write(&exclude, "*.bak\n").expect("write info/exclude");
+    let oracle = GitOracle::new(Some(&global));
+    h.write("src/main.rs", b"fn main() {}\n");
+    h.write("src/old.bak", b"old\n");
+    h.write("src/scratch.tmp", b"scratch\n");
+    backdate_dirs(h.root());
+    let first = track_as_git(&h, &oracle).await;
+
+    fs::write(&exclude, "").expect("empty info/exclude");
+    let second = track_as_git(&h, &oracle).await;
+    assert_ne!(second, first, "src/old.bak is in");
+
+    fs::write(&global, "*.rs\n").expect("edit the global excludes");
+    let third = track_as_git(&h, &oracle).await;
+    assert_ne!(third, second, "src/scratch.tmp is in, src/main.rs out");
+}
+
+/// A directory removed and made again at once (the same second, as a racy cache entry could not tell
+/// apart on a filesystem with coarse timestamps), holding other files and given the old mtime back: read
+/// again, never answered from the cache.
+#[tokio::test]
+async fn a_directory_replaced_within_the_same_second_is_read_again() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    h.write("keep/k.txt", b"k\n");
+    h.write("d/one.txt", b"one\n");
+    h.write("d/inner/two.txt", b"two\n");
+    // No backdating: `d` is racy for the track that caches it.
+    let first = track_as_git(&h, &oracle).await;
+    let old = fs::symlink_metadata(h.path("d"))
+        .and_then(|m| m.modified())
+        .expect("the mtime of d");
+    fs::remove_dir_all(h.path("d")).expect("remove d");
+    h.write("d/three.txt", b"three\n");
+    h.write("d/inner/four.txt", b"four\n");
+    for dir in ["d/inner", "d"] {
+        fs::File::open(h.path(dir))
+            .and_then(|handle| handle.set_modified(old))
+            .expect("give the old mtime back");
+    }
+    let second = track_as_git(&h, &oracle).await;
+    assert_ne!(second, first);
+    // A directory replaced by a file of the same name, and back.
+    fs::remove_dir_all(h.path("d")).expect("remove d");
+    h.write("d", b"now a file\n");
+    track_as_git(&h, &oracle).await;
+    h.remove("d");
+    h.write("d/five.txt", b"five\n");
+    track_as_git(&h, &oracle).await;
+}
