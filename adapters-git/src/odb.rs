@@ -64,6 +64,9 @@ impl ObjectHasher {
     }
 }
 
+/// Files up to this size are read whole before they are stored; larger ones are streamed.
+const IN_MEMORY_BLOB: u64 = 256 * 1024;
+
 impl Odb {
     /// The database in `objects`.
     pub fn new(objects: PathBuf) -> Self {
@@ -150,6 +153,21 @@ impl Odb {
     /// together. `Ok(None)` when the file's size changed while it was read (the caller retries).
     pub fn write_file_blob(&self, path: &Path, expected_size: u64) -> io::Result<Option<ObjectId>> {
         let source = File::open(path)?;
+        if expected_size <= IN_MEMORY_BLOB {
+            // A small file is read whole, hashed, and written only when the store lacks it: re-hashing a
+            // file whose content is already stored (a racy entry, a file a revert just wrote) then creates
+            // no temporary object file.
+            let mut data = Vec::with_capacity(expected_size as usize);
+            // `read_to_end` retries interrupted reads itself.
+            source.take(expected_size + 1).read_to_end(&mut data)?;
+            if data.len() as u64 != expected_size {
+                return Ok(None);
+            }
+            return self
+                .write_buf(Kind::Blob, &data)
+                .map(Some)
+                .map_err(|e| io::Error::other(e.to_string()));
+        }
         let (tmp, file) = self
             .temp_file()
             .map_err(|e| io::Error::other(e.to_string()))?;
