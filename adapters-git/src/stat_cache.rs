@@ -144,6 +144,14 @@ pub struct StatCache {
 }
 
 impl StatCache {
+    /// Whether a cache that a track starting at `started_ns` wrote would still count `stat` as racy for
+    /// `path`, with the same stat data as now: saving such a cache would teach the next track nothing.
+    pub fn stays_racy(&self, path: &str, stat: &Stat, started_ns: i128) -> bool {
+        self.entries.get(path).is_some_and(|entry| {
+            entry.stat == *stat && stat.mtime_ns >= started_ns - RACY_MARGIN_NS
+        })
+    }
+
     /// The blob of `path` when its stat data is unchanged and it is not racy.
     pub fn fresh(&self, path: &str, stat: &Stat) -> Option<ObjectId> {
         let entry = self.entries.get(path)?;
@@ -155,10 +163,21 @@ impl StatCache {
     /// is not racy: modified within `RACY_MARGIN_NS` before the track that cached it began, where a change
     /// made after that track's read could fall in the same timestamp tick and leave the mtime as it was.
     /// (The same rule as for files; any change sets the ctime too, which is compared as well.)
-    pub fn take_listing(&mut self, dir: &str, stat: &DirStat) -> Option<Listing> {
-        let listing = self.listings.remove(dir)?;
+    /// `Err` holds the listing that could not be used (racy or changed), if there was one.
+    pub fn take_listing(&mut self, dir: &str, stat: &DirStat) -> Result<Listing, Option<Listing>> {
+        let listing = self.listings.remove(dir).ok_or(None)?;
         let racy = listing.stat.mtime_ns >= self.started_ns - RACY_MARGIN_NS;
-        (listing.stat == *stat && !racy).then_some(listing)
+        if listing.stat == *stat && !racy {
+            Ok(listing)
+        } else {
+            Err(Some(listing))
+        }
+    }
+
+    /// Whether a listing taken now would still be racy in a cache written by a track that started at
+    /// `started_ns`.
+    pub fn listing_stays_racy(listing: &Listing, started_ns: i128) -> bool {
+        listing.stat.mtime_ns >= started_ns - RACY_MARGIN_NS
     }
 
     /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing).
@@ -370,7 +389,7 @@ mod tests {
     fn racy_or_changed_directories_are_read_again() {
         let (cache, stat) = listing_at(50 * RACY_MARGIN_NS);
         assert!(
-            cache.clone().take_listing("d/", &stat).is_some(),
+            cache.clone().take_listing("d/", &stat).is_ok(),
             "old and unchanged"
         );
         for changed in [
@@ -386,17 +405,17 @@ mod tests {
             DirStat { dev: 2, ..stat },
         ] {
             assert!(
-                cache.clone().take_listing("d/", &changed).is_none(),
+                cache.clone().take_listing("d/", &changed).is_err(),
                 "{changed:?}"
             );
         }
         assert!(
-            cache.clone().take_listing("e/", &stat).is_none(),
+            cache.clone().take_listing("e/", &stat).is_err(),
             "never listed"
         );
 
         let (mut racy, stat) = listing_at(99 * RACY_MARGIN_NS + 1);
-        assert!(racy.take_listing("d/", &stat).is_none(), "racy: read again");
+        assert!(racy.take_listing("d/", &stat).is_err(), "racy: read again");
     }
 
     /// Listings survive a save and load; a cache of the previous format is ignored.
@@ -408,7 +427,7 @@ mod tests {
         cache.save(&path).expect("save");
         let mut loaded = StatCache::load(&path);
         assert_eq!(loaded.listings, cache.listings);
-        assert!(loaded.take_listing("d/", &stat).is_some());
+        assert!(loaded.take_listing("d/", &stat).is_ok());
         let mut data = fs::read(&path).expect("read back");
         data[..MAGIC.len()].copy_from_slice(b"RWSTAT2\n");
         fs::write(&path, &data).expect("write an old header");

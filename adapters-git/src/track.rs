@@ -65,6 +65,10 @@ struct Walk<'a> {
     /// How many directories were read (not answered by the untracked cache) or had their names matched
     /// against changed rules: when none, the untracked cache needs no rewrite.
     relisted: usize,
+    /// Whether a listing read again differs from what the old cache held, or would no longer be racy.
+    learned_listings: bool,
+    /// When this track began (the racy rule of the cache it writes).
+    started_ns: i128,
     candidates: Vec<Candidate>,
     skipped: Vec<SkippedPath>,
 }
@@ -141,7 +145,10 @@ impl Walk<'_> {
             ));
         }
         let stat = DirStat::of(&meta);
-        let cached = self.old.take_listing(rel_dir, &stat);
+        let (cached, unusable) = match self.old.take_listing(rel_dir, &stat) {
+            Ok(listing) => (Some(listing), None),
+            Err(unusable) => (None, unusable),
+        };
         let cached_rules = cached.as_ref().map(|listing| listing.rules);
         let (mut entries, cacheable) = match cached {
             Some(listing) => (listing.entries, true),
@@ -173,14 +180,19 @@ impl Walk<'_> {
         }
         result?;
         if cacheable {
-            self.listings.insert(
-                rel_dir.to_owned(),
-                Listing {
-                    stat,
-                    rules,
-                    entries,
-                },
-            );
+            let listing = Listing {
+                stat,
+                rules,
+                entries,
+            };
+            // A listing read again teaches the next track something unless it equals the old one and
+            // would be racy again (a directory changed within the last second, e.g. by a revert's writes).
+            let same_and_racy_again = unusable.as_ref() == Some(&listing)
+                && StatCache::listing_stays_racy(&listing, self.started_ns);
+            if !matched && !same_and_racy_again {
+                self.learned_listings = true;
+            }
+            self.listings.insert(rel_dir.to_owned(), listing);
         }
         Ok(())
     }
@@ -294,6 +306,8 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         },
         listings: HashMap::new(),
         relisted: 0,
+        learned_listings: false,
+        started_ns,
         candidates: Vec::new(),
         skipped: Vec::new(),
     };
@@ -307,6 +321,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         mut skipped,
         listings,
         relisted,
+        learned_listings,
         ..
     } = walk;
     let outcomes = parallel_map_with(&candidates, OpenDir::none, |open, candidate| {
@@ -340,7 +355,7 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         }
         skipped.sort_by(|a, b| a.path.cmp(&b.path));
 
-        if relisted > 0 {
+        if relisted > 0 && learned_listings {
             // Only directory listings changed (a directory was read again, or its rules changed without
             // changing what is tracked): the cache keeps its files and trees and takes the new listings.
             // Its start time moves forward, which leaves every file entry as it was: each was fresh, so its
@@ -368,10 +383,17 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
     }
     let mut entries = HashMap::with_capacity(outcomes.len());
     let mut hashed = 0;
+    // Whether every file hashed again had the cache's stat data and would still be racy in a cache this
+    // track wrote (files written within the last second, e.g. by a revert): then a new cache would hold
+    // the same entries and answer the next track no better, and is not written.
+    let mut hashed_stay_racy = true;
     for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
         match outcome {
             Outcome::Tracked(stat, id, was_hashed) => {
                 hashed += u64::from(was_hashed);
+                if was_hashed {
+                    hashed_stay_racy &= cache.stays_racy(&candidate.rel, &stat, started_ns);
+                }
                 entries.insert(candidate.rel, CacheEntry { stat, id });
             }
             Outcome::Seeded(stat, id) => {
@@ -407,7 +429,10 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
             mark_dirty(&mut dirty, path);
         }
     }
-    let unchanged = reusable && dirty.is_empty() && hashed == 0 && relisted == 0;
+    let unchanged = reusable
+        && dirty.is_empty()
+        && (relisted == 0 || !learned_listings)
+        && (hashed == 0 || hashed_stay_racy);
     let flat: Flat = if want_flat {
         entries
             .iter()

@@ -166,3 +166,49 @@ async fn a_directory_replaced_within_the_same_second_is_read_again() {
     h.write("d/five.txt", b"five\n");
     track_as_git(&h, &oracle).await;
 }
+
+/// Files written within the last second are racy: each re-track hashes them again. While nothing about
+/// them changed and they would still be racy, the stat cache is not rewritten (a new one would answer no
+/// better); an edit that keeps size and mode is still seen, and once the files are a second old the cache
+/// is written again and answers for them.
+#[tokio::test]
+async fn racy_files_are_hashed_again_without_rewriting_the_cache() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    // Written now, not backdated as the harness's writes are: these files are racy.
+    let write_now = |rel: &str, bytes: &[u8]| {
+        let path = h.path(rel);
+        fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        fs::write(&path, bytes).expect("write");
+    };
+    write_now("a/one.txt", b"one\n");
+    write_now("b/two.txt", b"two\n");
+    let first = track_as_git(&h, &oracle).await;
+    let cache = h.store_dir().join("rewind").join("stat-cache");
+    let written = fs::symlink_metadata(&cache).expect("the stat cache exists");
+
+    let again = h.track().await;
+    assert_eq!(again.id.as_str(), first);
+    assert!(again.hashed > 0, "fresh files are racy and hashed again");
+    let after = fs::symlink_metadata(&cache).expect("the stat cache exists");
+    assert_eq!(
+        (after.ino(), after.mtime(), after.mtime_nsec()),
+        (written.ino(), written.mtime(), written.mtime_nsec()),
+        "a re-track that learned nothing leaves the cache as it was"
+    );
+
+    // Same size, same mode, same second: still seen.
+    write_now("a/one.txt", b"ONE\n");
+    let edited = track_as_git(&h, &oracle).await;
+    assert_ne!(edited, first);
+
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let settled = h.track().await;
+    assert_eq!(settled.id.as_str(), edited);
+    let settled_again = h.track().await;
+    assert_eq!(
+        (settled_again.id.as_str(), settled_again.hashed),
+        (edited.as_str(), 0),
+        "a second later the cache answers for every file"
+    );
+}
