@@ -79,15 +79,27 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 
     let classify =
         |context: &'static str, source: DbErr| classify(&target, busy_timeout, context, source);
-    let db = Database::connect(options)
-        .await
-        .map_err(|source| match fault_kind(&source) {
-            FaultKind::Other => SqlError::Open {
-                target: target.clone(),
-                source,
-            },
-            _ => classify("connecting", source),
-        })?;
+    // Switching a fresh file to WAL needs a lock SQLite does not wait for: when several processes open
+    // the same new file at once, a connection can fail at once with SQLITE_BUSY. Such a failure is retried
+    // until the busy timeout has passed, as a busy statement would have waited.
+    let started = std::time::Instant::now();
+    let connected = loop {
+        match Database::connect(options.clone()).await {
+            Err(source)
+                if fault_kind(&source) == FaultKind::Locked && started.elapsed() < busy_timeout =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            other => break other,
+        }
+    };
+    let db = connected.map_err(|source| match fault_kind(&source) {
+        FaultKind::Other => SqlError::Open {
+            target: target.clone(),
+            source,
+        },
+        _ => classify("connecting", source),
+    })?;
     let checked = async {
         let refused = writable(&db, backend)
             .await
@@ -110,7 +122,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             });
         }
         if !known.is_subset(&applied) {
-            migrate(&db, config.schema.as_deref())
+            migrate(&db, backend, config.schema.as_deref())
                 .await
                 .map_err(|e| classify("applying the schema migrations", e))?;
         }
@@ -187,14 +199,31 @@ async fn applied_migrations(db: &DatabaseConnection) -> Result<BTreeSet<String>,
         .collect())
 }
 
-/// Applies the pending migrations, each in its own transaction. When another process migrates the same
-/// database at the same moment one of the two fails on a table the other created: it then finds every
-/// migration applied and is done.
-async fn migrate(db: &DatabaseConnection, schema: Option<&str>) -> Result<(), DbErr> {
+/// Applies the pending migrations. On SQLite they all run inside one `BEGIN IMMEDIATE` transaction (each
+/// migration a savepoint in it): a second process opening the same fresh file waits for the write lock (up
+/// to the busy timeout) and then finds nothing left to do, instead of failing when its read transaction
+/// cannot be upgraded to a write one. On PostgreSQL each migration runs in its own transaction; when
+/// another process migrates the same database at the same moment one of the two fails on a table the other
+/// created: it then finds every migration applied and is done.
+async fn migrate(
+    db: &DatabaseConnection,
+    backend: Backend,
+    schema: Option<&str>,
+) -> Result<(), DbErr> {
     let known = known_migrations();
     let mut attempt = 1;
     loop {
         let result = async {
+            if backend.is_sqlite() {
+                let txn = db
+                    .begin_with_options(TransactionOptions {
+                        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                        ..TransactionOptions::default()
+                    })
+                    .await?;
+                Migrator::up(&txn, None).await?;
+                return txn.commit().await;
+            }
             if let Some(schema) = schema {
                 db.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
                     .await?;
