@@ -243,6 +243,10 @@ impl MessageRepo for SqlRepo {
         self.read_events_after(after, limit).await
     }
 
+    async fn last_event_seq(&self) -> Result<u64> {
+        self.read_last_event_seq().await
+    }
+
     async fn referenced_snapshots(
         &self,
         directory: Option<String>,

@@ -183,6 +183,18 @@ impl SqlRepo {
             .collect()
     }
 
+    pub(crate) async fn read_last_event_seq(&self) -> Result<u64> {
+        let last = event_outbox::Entity::find()
+            .order_by_desc(event_outbox::Column::Seq)
+            .one(&self.db)
+            .await
+            .map_err(self.fault("reading the end of the event outbox"))?;
+        match last {
+            Some(row) => self.bigint_to_u64(row.seq, "event position"),
+            None => Ok(0),
+        }
+    }
+
     pub(crate) async fn read_referenced_snapshots(
         &self,
         directory: Option<String>,

@@ -233,6 +233,9 @@ pub trait MessageRepo: Send + Sync {
     async fn commit(&self, transaction: Transaction) -> Result<()>;
     /// Committed events after outbox position `after`, at most `limit`.
     async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>>;
+    /// The position of the last committed event (0 when the outbox is empty), so a follower can start at the
+    /// end without reading the outbox through.
+    async fn last_event_seq(&self) -> Result<u64>;
     /// The captures, oldest first; only those of `directory` when given.
     async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>>;
     /// Every snapshot id the stored rows refer to, of the sessions of `directory` when given.

@@ -291,6 +291,9 @@ macro_rules! impl_repo {
             async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
                 $with!(self, repo => repo.events_after(after, limit))
             }
+            async fn last_event_seq(&self) -> Result<u64> {
+                $with!(self, repo => repo.last_event_seq())
+            }
             async fn referenced_snapshots(
                 &self,
                 directory: Option<String>,

@@ -85,17 +85,7 @@ fn heartbeats(period: Duration) -> impl Stream<Item = ()> + Send {
 
 /// The outbox position after the last committed event: where a starting relay begins.
 pub async fn outbox_end(repo: &dyn MessageRepo) -> rewind_core::Result<u64> {
-    let mut cursor = 0;
-    loop {
-        let batch = repo.events_after(cursor, 10_000).await?;
-        match batch.last() {
-            Some(last) => cursor = last.seq,
-            None => return Ok(cursor),
-        }
-        if batch.len() < 10_000 {
-            return Ok(cursor);
-        }
-    }
+    repo.last_event_seq().await
 }
 
 /// Follows the outbox from `cursor` and publishes each new event, in order, until `stop`; polls every

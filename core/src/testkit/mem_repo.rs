@@ -402,6 +402,10 @@ impl MessageRepo for MemRepo {
         Ok(())
     }
 
+    async fn last_event_seq(&self) -> Result<u64> {
+        Ok(self.lock().outbox.last().map_or(0, |stored| stored.seq))
+    }
+
     async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
         let state = self.lock();
         // Positions are 1, 2, 3, … so the events after `after` start at index `after`.

@@ -1135,6 +1135,13 @@ pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
 /// The outbox returns committed events in commit order (not id order), at strictly ascending positions with
 /// no gaps, and pages through `events_after(cursor, limit)` without losing or repeating one.
 pub async fn events_come_back_in_commit_order(repo: &dyn MessageRepo) {
+    assert_eq!(
+        repo.last_event_seq()
+            .await
+            .expect("reading the outbox end must succeed"),
+        0,
+        "an empty outbox ends at position 0"
+    );
     let ids = Ids::new();
     let session = new_session(&ids, "/work/events");
     let message = new_message(&ids, &session, Role::User);
@@ -1200,6 +1207,31 @@ pub async fn events_come_back_in_commit_order(repo: &dyn MessageRepo) {
         tail,
         all[3..].to_vec(),
         "events_after must return exactly the events after the cursor"
+    );
+    assert_eq!(
+        repo.last_event_seq()
+            .await
+            .expect("reading the outbox end must succeed"),
+        all.last().map_or(0, |e| e.seq),
+        "the outbox ends at the last committed event"
+    );
+    let failed = repo
+        .commit(Transaction {
+            guards: vec![Guard::IntentExists(LeaseToken("tok_none".to_owned()))],
+            changes: Vec::new(),
+            events: vec![heartbeat(&ids)],
+        })
+        .await;
+    assert!(
+        failed.is_err(),
+        "a transaction whose guard fails must not commit"
+    );
+    assert_eq!(
+        repo.last_event_seq()
+            .await
+            .expect("reading the outbox end must succeed"),
+        all.last().map_or(0, |e| e.seq),
+        "a rolled-back transaction's events never move the outbox end"
     );
 }
 
