@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use rewind_core::model::{HolderKind, LeaseKey, Session, SessionId, may_take_over};
+use rewind_core::model::{HolderKind, Session, SessionId};
 
 use crate::config::Settings;
 use crate::startup::Services;
@@ -81,32 +81,13 @@ impl Context {
     }
 }
 
-/// Whether the session's open step is abandoned (SPEC section 4: its owner is gone, or its lease may be
-/// taken over), by the rule core applies before the next operation; false when no step is open.
+/// Whether the session's open step is abandoned (core's rule, SPEC section 4); false when none is open.
 pub async fn step_is_abandoned(ctx: &Context, session: &Session) -> Result<bool> {
-    use rewind_core::{HostPort, MessageRepo};
-    let Some(step) = &session.step else {
-        return Ok(false);
-    };
-    let lease = ctx
-        .services
-        .repo
-        .lease(&LeaseKey::Session(session.id.clone()))
+    ctx.services
+        .rewind
+        .step_is_abandoned(session)
         .await
-        .map_err(|error| explain(error, "reading the session's lease"))?;
-    let host = &ctx.services.host;
-    Ok(match lease {
-        None => true,
-        Some(lease) => {
-            lease.token != step.token
-                || may_take_over(
-                    &lease,
-                    host.now_ms(),
-                    &host.this_process().host,
-                    |process| host.is_alive(process),
-                )
-        }
-    })
+        .map_err(|error| explain(error, "reading the session's lease"))
 }
 
 /// The canonical worktree path: it must exist and be a directory.

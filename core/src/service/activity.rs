@@ -2,7 +2,7 @@
 //! talking about its session (SPEC section 4, the step timeout), whatever the request.
 
 use crate::error::Result;
-use crate::model::{LeaseKey, SessionId};
+use crate::model::{LeaseKey, Session, SessionId};
 
 use super::Rewind;
 
@@ -14,6 +14,11 @@ impl Rewind {
         let Some(session) = self.repo.session(session_id).await? else {
             return Ok(());
         };
+        self.renew_own_step(&session).await
+    }
+
+    /// Renews the session's open step for the step timeout when this process owns it; nothing otherwise.
+    pub(super) async fn renew_own_step(&self, session: &Session) -> Result<()> {
         if let Some(step) = &session.step
             && step.holder == self.holder()
         {

@@ -2,7 +2,7 @@
 //! before every operation on a session or a worktree.
 
 use crate::error::{Error, Result};
-use crate::model::{Lease, LeaseKey, LeaseTake, LeaseToken, SessionId, may_take_over};
+use crate::model::{Lease, LeaseKey, LeaseTake, LeaseToken, Session, SessionId, may_take_over};
 use crate::ports::Guard;
 
 use super::Rewind;
@@ -34,6 +34,24 @@ impl Rewind {
         may_take_over(lease, self.now(), &host, |process| {
             self.host.is_alive(process)
         })
+    }
+
+    /// True when the session has an open step whose owner is gone or whose lease may be taken over (or
+    /// was lost): the step the next operation aborts (SPEC section 4). False when no step is open.
+    pub async fn step_is_abandoned(&self, session: &Session) -> Result<bool> {
+        let Some(step) = &session.step else {
+            return Ok(false);
+        };
+        Ok(
+            match self
+                .repo
+                .lease(&LeaseKey::Session(session.id.clone()))
+                .await?
+            {
+                Some(lease) => lease.token != step.token || self.is_abandoned(&lease),
+                None => true,
+            },
+        )
     }
 
     /// Takes the lease on `key` with `token` for `ttl_ms`, taking it over when its holder is gone; `Busy`

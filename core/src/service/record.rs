@@ -322,14 +322,7 @@ impl Rewind {
             return Ok(session);
         };
         let owned = step.holder == self.holder();
-        let gone = match self
-            .repo
-            .lease(&LeaseKey::Session(session_id.clone()))
-            .await?
-        {
-            Some(lease) => lease.token != step.token || self.is_abandoned(&lease),
-            None => true,
-        };
+        let gone = self.step_is_abandoned(&session).await?;
         if !owned && !gone {
             return Err(Error::busy(
                 session_id,
@@ -355,16 +348,7 @@ impl Rewind {
     pub(super) async fn prepare_worktree(&self, directory: &str) -> Result<()> {
         self.recover_worktree(Some(directory)).await?;
         for session in self.repo.sessions(Some(directory.to_owned())).await? {
-            let Some(step) = &session.step else { continue };
-            let abandoned = match self
-                .repo
-                .lease(&LeaseKey::Session(session.id.clone()))
-                .await?
-            {
-                Some(lease) => lease.token != step.token || self.is_abandoned(&lease),
-                None => true,
-            };
-            if abandoned {
+            if self.step_is_abandoned(&session).await? {
                 self.close_step(
                     &session,
                     StepEnd {
@@ -600,15 +584,7 @@ impl Rewind {
     /// Renews a server-owned step's lease on any request about its session (the step timeout counts
     /// silence, not duration). Failure is harmless: the step is then judged by its old expiry.
     async fn touch_step(&self, session: &Session) {
-        if let Some(step) = &session.step
-            && step.holder == self.holder()
-        {
-            let expires = self.now().saturating_add(self.config.step_timeout_ms);
-            let _ = self
-                .repo
-                .renew_lease(&LeaseKey::Session(session.id.clone()), &step.token, expires)
-                .await;
-        }
+        let _ = self.renew_own_step(session).await;
     }
 
     pub(super) async fn load_message(
