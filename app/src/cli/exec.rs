@@ -14,7 +14,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
 use super::context::{Context, explain, step_is_abandoned};
-use super::output::{print_json, shell_line, with_progress};
+use super::output::{plural, print_json, shell_line, with_progress};
 
 /// `exec --json`: printed on stdout after the command's own output.
 #[derive(Serialize)]
@@ -128,7 +128,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back",
             session.id,
             files.len(),
-            if files.len() == 1 { "" } else { "s" }
+            plural(files.len() as u64)
         );
     }
     if let Err(error) = outcome {

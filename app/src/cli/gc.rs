@@ -10,7 +10,7 @@ use rewind_core::service::{GcRequest, GcSummary};
 use serde::{Deserialize, Serialize};
 
 use super::context::{Context, explain};
-use super::output::{bytes_text, print_json, with_progress};
+use super::output::{bytes_text, plural, print_json, with_progress};
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 const LAST_GC_FILE: &str = "last-gc.json";
@@ -97,23 +97,11 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
         bytes_text(summary.bytes_freed()),
         summary.objects_removed(),
         summary.worktrees.len(),
-        if summary.worktrees.len() == 1 {
-            ""
-        } else {
-            "s"
-        },
+        plural(summary.worktrees.len() as u64),
         summary.sessions_deleted.len(),
-        if summary.sessions_deleted.len() == 1 {
-            ""
-        } else {
-            "s"
-        },
+        plural(summary.sessions_deleted.len() as u64),
         summary.captures_deleted,
-        if summary.captures_deleted == 1 {
-            ""
-        } else {
-            "s"
-        },
+        plural(summary.captures_deleted as u64),
     );
     for id in &summary.sessions_deleted {
         println!("  deleted session {id}");

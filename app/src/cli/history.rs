@@ -10,7 +10,7 @@ use rewind_core::model::{
 use serde::Serialize;
 
 use super::context::{Context, explain};
-use super::output::{print_file_summary, print_json, with_progress};
+use super::output::{plural, print_file_summary, print_json, with_progress};
 
 /// What `undo`, `redo`, `revert` and `unrevert` print with `--json`.
 #[derive(Serialize)]
@@ -280,7 +280,7 @@ async fn report(
                     .map(|p| format!(" ({p})"))
                     .unwrap_or_default(),
                 hidden,
-                if hidden == 1 { "" } else { "s" }
+                plural(hidden as u64)
             );
             if diffs.is_empty() {
                 println!("  no file changed");

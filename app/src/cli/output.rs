@@ -156,6 +156,11 @@ pub fn time_text(ms: u64) -> String {
     format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02} UTC")
 }
 
+/// The plural ending for `count` things.
+pub fn plural(count: u64) -> &'static str {
+    if count == 1 { "" } else { "s" }
+}
+
 /// Bytes in a readable unit.
 pub fn bytes_text(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
