@@ -1,5 +1,7 @@
 //! Errors as OpenCode's clients expect them: each failure becomes a status and a JSON body in OpenCode's
-//! shapes (SPEC section 9); 500 is kept for real internal faults, whose cause is logged, never sent.
+//! shapes (SPEC section 9); 500 is kept for real internal faults. A backend fault's cause is logged, never
+//! sent; a missing snapshot object or an unreadable file is sent with its message (it names the object or
+//! the worktree file, which the client needs to act on) and logged too.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
