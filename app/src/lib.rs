@@ -6,6 +6,7 @@ pub mod config;
 pub mod host;
 pub mod http;
 pub mod startup;
+pub mod worktree;
 
 pub use config::Settings;
 pub use host::SystemHost;

@@ -3,11 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use rewind_core::model::{HolderKind, Session, SessionId};
 
 use crate::config::Settings;
 use crate::startup::Services;
+use crate::worktree::{canonical_worktree, path_text};
 
 /// An opened command: the services and the worktree.
 pub struct Context {
@@ -25,8 +26,8 @@ impl Context {
     /// Checks the directory, opens the services and runs recovery (SPEC section 11: every command first
     /// runs recovery).
     pub async fn open(settings: &Settings, directory: &Path, json: bool) -> Result<Context> {
-        let path = worktree_path(directory)?;
-        let directory = directory_string(&path)?;
+        let (path, directory) = canonical_worktree(directory)
+            .map_err(|error| anyhow!("{error}; pass the worktree's directory with -C DIR"))?;
         let services = Services::open(settings, HolderKind::Process).await?;
         services
             .rewind
@@ -92,31 +93,14 @@ pub async fn step_is_abandoned(ctx: &Context, session: &Session) -> Result<bool>
 
 /// The canonical worktree path: it must exist and be a directory.
 pub fn worktree_path(directory: &Path) -> Result<PathBuf> {
-    let path = std::fs::canonicalize(directory).with_context(|| {
-        format!(
-            "the directory {} does not exist or cannot be read; pass an existing directory with -C DIR",
-            directory.display()
-        )
-    })?;
-    if !path.is_dir() {
-        bail!(
-            "{} is not a directory; pass the worktree's directory with -C DIR",
-            path.display()
-        );
-    }
-    Ok(path)
+    canonical_worktree(directory)
+        .map(|(path, _)| path)
+        .map_err(|error| anyhow!("{error}; pass the worktree's directory with -C DIR"))
 }
 
 /// A path as sessions record it.
 pub fn directory_string(path: &Path) -> Result<String> {
-    path.to_str()
-        .map(|text| text.replace('\\', "/"))
-        .ok_or_else(|| {
-            anyhow!(
-                "the directory {} is not valid UTF-8; rewind needs a UTF-8 path",
-                path.display()
-            )
-        })
+    Ok(path_text(path)?)
 }
 
 /// A core error as the user should read it: what went wrong while doing `what`, and what to do.

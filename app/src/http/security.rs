@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::AppState;
 use super::error::ApiError;
 use crate::config::is_loopback_name;
+use crate::worktree::canonical_worktree;
 
 /// The worktree a request named (query or header), canonical and under a project root; `None` when it
 /// named none.
@@ -235,14 +236,8 @@ pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiE
             "worktree {raw:?} must be an absolute path"
         )));
     }
-    let canonical = std::fs::canonicalize(path).map_err(|error| {
-        ApiError::BadRequest(format!("worktree {raw:?} cannot be opened: {error}"))
-    })?;
-    if !canonical.is_dir() {
-        return Err(ApiError::BadRequest(format!(
-            "worktree {raw:?} is not a directory"
-        )));
-    }
+    let (canonical, text) = canonical_worktree(path)
+        .map_err(|error| ApiError::BadRequest(format!("worktree {error}")))?;
     if !roots.iter().any(|root| canonical.starts_with(root)) {
         let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
         return Err(ApiError::BadRequest(format!(
@@ -251,10 +246,7 @@ pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiE
             roots.join(", ")
         )));
     }
-    canonical
-        .to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| ApiError::BadRequest(format!("worktree {raw:?} is not a UTF-8 path")))
+    Ok(text)
 }
 
 #[cfg(test)]

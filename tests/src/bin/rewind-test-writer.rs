@@ -3,6 +3,7 @@
 //! `rewind-test-writer DATA_DIR DATABASE_URL WORKTREE TITLE`.
 
 use anyhow::{Context, Result};
+use rewind_app::worktree::canonical_worktree;
 use rewind_app::{Services, Settings};
 use rewind_core::model::HolderKind;
 
@@ -15,9 +16,11 @@ async fn main() -> Result<()> {
     let mut settings = Settings::new(data_dir, std::path::Path::new(worktree));
     settings.database_url = database_url.clone();
     let services = Services::open(&settings, HolderKind::Process).await?;
+    // The worktree as the server and the command line record it.
+    let (_, worktree) = canonical_worktree(std::path::Path::new(worktree))?;
     let session = services
         .rewind
-        .create_session(worktree, Some(title.clone()))
+        .create_session(&worktree, Some(title.clone()))
         .await
         .context("cannot create the session")?;
     println!("{}", session.id);

@@ -1,0 +1,44 @@
+//! A worktree as sessions record it, for the command line and the server alike: the directory's canonical
+//! path (symlinks resolved, so one directory is always one worktree) and its text form (UTF-8, forward
+//! slashes).
+
+use std::path::{Path, PathBuf};
+
+/// Why a directory cannot be a worktree.
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    /// It does not exist or cannot be read.
+    #[error("{path} does not exist or cannot be read: {source}")]
+    Unreadable {
+        /// The path as given.
+        path: String,
+        /// What the filesystem said.
+        source: std::io::Error,
+    },
+    /// It is not a directory.
+    #[error("{0} is not a directory")]
+    NotADirectory(String),
+    /// Its canonical path is not UTF-8.
+    #[error("{0} is not a UTF-8 path; rewind needs one")]
+    NotUtf8(String),
+}
+
+/// The canonical path of `directory` and its text form.
+pub fn canonical_worktree(directory: &Path) -> Result<(PathBuf, String), WorktreeError> {
+    let path = std::fs::canonicalize(directory).map_err(|source| WorktreeError::Unreadable {
+        path: directory.display().to_string(),
+        source,
+    })?;
+    if !path.is_dir() {
+        return Err(WorktreeError::NotADirectory(path.display().to_string()));
+    }
+    let text = path_text(&path)?;
+    Ok((path, text))
+}
+
+/// A path as sessions record it: UTF-8 with forward slashes.
+pub fn path_text(path: &Path) -> Result<String, WorktreeError> {
+    path.to_str()
+        .map(|text| text.replace('\\', "/"))
+        .ok_or_else(|| WorktreeError::NotUtf8(path.display().to_string()))
+}
