@@ -583,7 +583,7 @@ pub fn restore(
     to: &ObjectId,
     scope: Option<Vec<String>>,
 ) -> GitResult<RestoreOutcome> {
-    let current = track(store, config, false)?.id;
+    let current = track(store, config)?.id;
     // Only the sub-trees that differ between the worktree's snapshot and `to` are read.
     let changes = diff_trees(&store.odb, &current, to)?;
     let deletions: Vec<String> = changes

@@ -1,4 +1,4 @@
-//! Differences between snapshots: changed paths, per-file diffs with line counts (as
+//! Differences between snapshots (the changed paths come from `tree::diff_trees`): per-file diffs with line counts (as
 //! `git diff --numstat --no-renames` counts them) and 3 lines of context, and git-style text diffs.
 
 use std::io::Read;
@@ -9,24 +9,11 @@ use rewind_core::model::{FileDiff, FileStatus};
 
 use crate::error::{GitError, GitResult};
 use crate::odb::{Kind, Odb};
-use crate::tree::{Entry, Flat};
+use crate::tree::{Change, Entry};
 
 const CONTEXT: u32 = 3;
 /// Git looks for a NUL byte in this many leading bytes to call a file binary.
 const BINARY_PROBE: usize = 8000;
-
-/// Paths whose entry (mode or content) differs between two snapshots, in git's order.
-pub fn changed_paths(from: &Flat, to: &Flat) -> Vec<String> {
-    let mut paths: Vec<String> = from
-        .iter()
-        .filter(|(path, entry)| to.get(*path) != Some(entry))
-        .map(|(path, _)| path.clone())
-        .chain(to.keys().filter(|path| !from.contains_key(*path)).cloned())
-        .collect();
-    paths.sort();
-    paths.dedup();
-    paths
-}
 
 /// One side of a file's change, loaded for diffing.
 enum Content {
@@ -194,12 +181,12 @@ fn push_line(out: &mut String, sign: char, bytes: &[u8]) {
     }
 }
 
-/// Per-file diffs from `from` to `to`, in git's path order.
-pub fn file_diffs(odb: &Odb, from: &Flat, to: &Flat, size_cap: u64) -> GitResult<Vec<FileDiff>> {
-    changed_paths(from, to)
-        .into_iter()
-        .map(|path| {
-            let change = compute(odb, &path, from.get(&path), to.get(&path), size_cap)?;
+/// Per-file diffs of `changes` (as `tree::diff_trees` gives them, in path order).
+pub fn file_diffs(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<Vec<FileDiff>> {
+    changes
+        .iter()
+        .map(|(path, old, new)| {
+            let change = compute(odb, path, old.as_ref(), new.as_ref(), size_cap)?;
             let patch = if change.binary {
                 String::new()
             } else {
@@ -216,11 +203,11 @@ pub fn file_diffs(odb: &Odb, from: &Flat, to: &Flat, size_cap: u64) -> GitResult
         .collect()
 }
 
-/// The git-style text diff from `from` to `to` (OpenCode's `revert.diff`).
-pub fn unified(odb: &Odb, from: &Flat, to: &Flat, size_cap: u64) -> GitResult<String> {
+/// The git-style text diff of `changes` (OpenCode's `revert.diff`).
+pub fn unified(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<String> {
     let mut out = String::new();
-    for path in changed_paths(from, to) {
-        let change = compute(odb, &path, from.get(&path), to.get(&path), size_cap)?;
+    for (path, old, new) in changes {
+        let change = compute(odb, path, old.as_ref(), new.as_ref(), size_cap)?;
         out.push_str(&format!("diff --git a/{path} b/{path}\n"));
         let short = |id: &ObjectId| id.to_string()[..7].to_owned();
         let zero = "0000000".to_owned();

@@ -35,7 +35,7 @@ use rewind_core::{Error, Result, SnapshotPort};
 use crate::apply::{object_id, snapshot_id};
 use crate::error::GitResult;
 use crate::store::Store;
-use crate::tree::read_flat;
+use crate::tree::diff_trees;
 
 /// The snapshot store on gitoxide: implements `rewind_core::SnapshotPort`.
 #[derive(Debug, Clone)]
@@ -96,7 +96,7 @@ impl SnapshotPort for GitSnapshotStore {
 
     async fn track(&self, worktree: &Path) -> Result<TrackOutcome> {
         self.with_store(worktree, |store, config| {
-            let tracked = track::track(store, config, false)?;
+            let tracked = track::track(store, config)?;
             Ok(TrackOutcome {
                 id: snapshot_id(&tracked.id)?,
                 skipped: tracked.skipped,
@@ -109,11 +109,10 @@ impl SnapshotPort for GitSnapshotStore {
     async fn changed_files(&self, worktree: &Path, from: &SnapshotId) -> Result<Vec<RelPath>> {
         let from = object_id(from)?;
         self.with_store(worktree, move |store, config| {
-            let before = read_flat(&store.odb, &from)?;
-            let now = track::track(store, config, true)?;
+            let now = track::track(store, config)?;
             let mut changed = Vec::new();
-            for path in diff::changed_paths(&before, &now.flat) {
-                if !now.flat.contains_key(&path) {
+            for (path, _, after) in diff_trees(&store.odb, &from, &now.id)? {
+                if after.is_none() {
                     // Gone from the tracked content: listed only when it is really gone, never when it is
                     // still on disk but untracked now (ignored, over the cap) or ignored now.
                     let abs = store.worktree.join(&path);
@@ -141,9 +140,8 @@ impl SnapshotPort for GitSnapshotStore {
     ) -> Result<Vec<RelPath>> {
         let (from, to) = (object_id(from)?, object_id(to)?);
         self.with_store(worktree, move |store, _| {
-            let a = read_flat(&store.odb, &from)?;
-            let b = read_flat(&store.odb, &to)?;
-            rel_paths(diff::changed_paths(&a, &b))
+            let changes = diff_trees(&store.odb, &from, &to)?;
+            rel_paths(changes.into_iter().map(|(path, _, _)| path).collect())
         })
         .await
     }
@@ -156,9 +154,8 @@ impl SnapshotPort for GitSnapshotStore {
     ) -> Result<Vec<FileDiff>> {
         let (from, to) = (object_id(from)?, object_id(to)?);
         self.with_store(worktree, move |store, config| {
-            let a = read_flat(&store.odb, &from)?;
-            let b = read_flat(&store.odb, &to)?;
-            diff::file_diffs(&store.odb, &a, &b, config.size_cap)
+            let changes = diff_trees(&store.odb, &from, &to)?;
+            diff::file_diffs(&store.odb, &changes, config.size_cap)
         })
         .await
     }
@@ -166,9 +163,9 @@ impl SnapshotPort for GitSnapshotStore {
     async fn unified_diff(&self, worktree: &Path, from: &SnapshotId) -> Result<String> {
         let from = object_id(from)?;
         self.with_store(worktree, move |store, config| {
-            let before = read_flat(&store.odb, &from)?;
-            let now = track::track(store, config, true)?;
-            diff::unified(&store.odb, &before, &now.flat, config.size_cap)
+            let now = track::track(store, config)?;
+            let changes = diff_trees(&store.odb, &from, &now.id)?;
+            diff::unified(&store.odb, &changes, config.size_cap)
         })
         .await
     }
@@ -182,9 +179,8 @@ impl SnapshotPort for GitSnapshotStore {
         let from = object_id(from)?;
         let to = object_id(to)?;
         self.with_store(worktree, move |store, config| {
-            let before = read_flat(&store.odb, &from)?;
-            let after = read_flat(&store.odb, &to)?;
-            diff::unified(&store.odb, &before, &after, config.size_cap)
+            let changes = diff_trees(&store.odb, &from, &to)?;
+            diff::unified(&store.odb, &changes, config.size_cap)
         })
         .await
     }

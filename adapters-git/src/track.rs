@@ -17,15 +17,13 @@ use crate::odb::Kind;
 use crate::seed::Seed;
 use crate::stat_cache::{CacheEntry, DirStat, Listed, ListedKind, Listing, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
-use crate::tree::{Flat, Mode, mark_dirty, write_dirty};
+use crate::tree::{Mode, mark_dirty, write_dirty};
 
 /// The result of a track, with what later steps of the same operation need.
 #[derive(Debug)]
 pub struct Tracked {
     /// The snapshot.
     pub id: ObjectId,
-    /// Its files.
-    pub flat: Flat,
     /// What was left out.
     pub skipped: Vec<SkippedPath>,
     /// How many files were read and hashed.
@@ -283,9 +281,8 @@ enum Outcome {
     Gone,
 }
 
-/// Tracks the worktree of `store`. `want_flat` asks for the snapshot's files in `Tracked::flat` (left
-/// empty otherwise, which spares building it when the worktree is unchanged).
-pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResult<Tracked> {
+/// Tracks the worktree of `store`.
+pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let started_ns = now_ns();
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
@@ -328,29 +325,40 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         examine(store, config, &cache, seed.as_ref(), open, candidate)
     })?;
     let outcomes = adopt_seeded(store, config, &cache, seed.as_ref(), &candidates, outcomes)?;
-    // Unchanged since the cached snapshot: every file answered by the stat cache, and as many files as it
-    // holds (each answer is for a distinct cached path, so the path sets are equal). The cached tree is the
-    // snapshot; nothing is written.
-    let fresh = outcomes
-        .iter()
-        .filter(|o| matches!(o, Outcome::Tracked(_, _, false)))
-        .count();
-    let all_fresh = outcomes
-        .iter()
-        .all(|o| matches!(o, Outcome::Tracked(_, _, false) | Outcome::Skipped(_)));
+    // Unchanged since the cached snapshot: every file answered by the stat cache, or hashed again (racy)
+    // with the cache's stat data and blob and still racy in a cache this track would write, and as many
+    // files as it holds (each answer is for a distinct cached path, so the path sets are equal). The cached
+    // tree is the snapshot; nothing is written (a new cache would answer the next track no better).
+    let as_cached = |candidate: &Candidate, outcome: &Outcome| match outcome {
+        Outcome::Tracked(_, _, false) => true,
+        Outcome::Tracked(stat, id, true) => {
+            cache.stays_racy(&candidate.rel, stat, started_ns)
+                && cache
+                    .entries
+                    .get(&candidate.rel)
+                    .is_some_and(|e| e.id == *id)
+        }
+        _ => false,
+    };
+    let mut fresh = 0;
+    let mut all_fresh = true;
+    let mut hashed = 0;
+    for (candidate, outcome) in candidates.iter().zip(&outcomes) {
+        hashed += u64::from(matches!(outcome, Outcome::Tracked(_, _, true)));
+        if as_cached(candidate, outcome) {
+            fresh += 1;
+        } else if !matches!(outcome, Outcome::Skipped(_)) {
+            all_fresh = false;
+        }
+    }
     if let (true, Some(tree), true) = (
         all_fresh && fresh == cache.entries.len(),
         cache.tree,
         cache.dirs.contains_key(""),
     ) {
-        let mut flat = Flat::new();
-        for (candidate, outcome) in candidates.iter().zip(outcomes) {
-            match outcome {
-                Outcome::Tracked(stat, id, _) if want_flat => {
-                    flat.insert(candidate.rel.clone(), (stat.mode, id));
-                }
-                Outcome::Skipped(skip) => skipped.push(skip),
-                _ => {}
+        for outcome in outcomes {
+            if let Outcome::Skipped(skip) = outcome {
+                skipped.push(skip);
             }
         }
         skipped.sort_by(|a, b| a.path.cmp(&b.path));
@@ -375,14 +383,13 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         store.log_returned(&tree)?;
         return Ok(Tracked {
             id: tree,
-            flat,
             skipped,
-            hashed: 0,
+            hashed,
             ignores,
         });
     }
     let mut entries = HashMap::with_capacity(outcomes.len());
-    let mut hashed = 0;
+    hashed = 0;
     // Whether every file hashed again had the cache's stat data and would still be racy in a cache this
     // track wrote (files written within the last second, e.g. by a revert): then a new cache would hold
     // the same entries and answer the next track no better, and is not written.
@@ -433,14 +440,6 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
         && dirty.is_empty()
         && (relisted == 0 || !learned_listings)
         && (hashed == 0 || hashed_stay_racy);
-    let flat: Flat = if want_flat {
-        entries
-            .iter()
-            .map(|(path, entry)| (path.clone(), (entry.stat.mode, entry.id)))
-            .collect()
-    } else {
-        Flat::new()
-    };
     let id = match (unchanged, cache.tree) {
         (true, Some(tree)) => tree,
         _ => {
@@ -466,7 +465,6 @@ pub fn track(store: &Store, config: &GitStoreConfig, want_flat: bool) -> GitResu
     store.log_returned(&id)?;
     Ok(Tracked {
         id,
-        flat,
         skipped,
         hashed,
         ignores,
