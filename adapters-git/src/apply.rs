@@ -20,11 +20,11 @@ use rewind_core::revert::file_plan;
 use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::Ignores;
-use crate::odb::Kind;
-use crate::stat_cache::StatCache;
+use crate::odb::{Kind, Odb};
+use crate::stat_cache::{Applied, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
 use crate::track::track;
-use crate::tree::{LazyTree, Mode, diff_trees, edit};
+use crate::tree::{Change as TreeChange, LazyTree, Mode, diff_trees, edit};
 
 /// What kind of thing stands at a path, without following symlinks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,6 +261,8 @@ struct Applier<'a> {
     pending: Vec<PendingWrite>,
     /// The pending paths.
     pending_paths: HashSet<String>,
+    /// The stat data of each file written, right after it was written (none when it could not be taken).
+    written_stats: HashMap<String, Option<Stat>>,
     /// Every directory above a pending path.
     pending_dirs: HashSet<String>,
 }
@@ -271,6 +273,7 @@ const WRITE_THREADS: usize = 16;
 
 /// One file to write: checked and decided, with the temporary name it is written under first.
 struct PendingWrite {
+    rel: String,
     tmp: PathBuf,
     abs: PathBuf,
     mode: Mode,
@@ -279,13 +282,28 @@ struct PendingWrite {
 
 /// Writes blob `id` to `tmp` with `mode`, then renames it over `abs`; the temporary file is removed when
 /// anything fails.
-fn write_file(store: &Store, job: &PendingWrite) -> GitResult<()> {
+/// Returns the file's stat data as it stands after the rename, when it is still what was written (the
+/// stat cache takes it, see `StatCache::note_applied`).
+fn write_file(store: &Store, job: &PendingWrite) -> GitResult<Option<Stat>> {
     let result = write_temp(store, &job.tmp, job.mode, &job.id)
         .and_then(|()| fs::rename(&job.tmp, &job.abs).map_err(|e| GitError::io(&job.abs, e)));
     if result.is_err() {
         let _ = fs::remove_file(&job.tmp);
     }
-    result
+    result?;
+    let Ok(meta) = fs::symlink_metadata(&job.abs) else {
+        return Ok(None);
+    };
+    let mode = if meta.file_type().is_symlink() {
+        Mode::Link
+    } else if meta.is_file() && meta.permissions().mode() & 0o100 != 0 {
+        Mode::Exec
+    } else if meta.is_file() {
+        Mode::File
+    } else {
+        return Ok(None);
+    };
+    Ok((mode == job.mode).then(|| Stat::of(&meta, mode)))
 }
 
 fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
@@ -325,6 +343,7 @@ impl<'a> Applier<'a> {
             scope: None,
             pending: Vec::new(),
             pending_paths: HashSet::new(),
+            written_stats: HashMap::new(),
             pending_dirs: HashSet::new(),
         }
     }
@@ -338,13 +357,16 @@ impl<'a> Applier<'a> {
         self.pending_paths.clear();
         self.pending_dirs.clear();
         let store = self.store;
-        crate::track::parallel_map_on(
+        let stats = crate::track::parallel_map_on(
             &jobs,
             WRITE_THREADS,
             1,
             || (),
             |_, job| write_file(store, job),
         )?;
+        for (job, stat) in jobs.into_iter().zip(stats) {
+            self.written_stats.insert(job.rel, stat);
+        }
         Ok(())
     }
 
@@ -489,6 +511,7 @@ impl<'a> Applier<'a> {
         self.counter += 1;
         let tmp = parent.join(format!("{TEMP_PREFIX}{}-{}", self.batch, self.counter));
         self.pending.push(PendingWrite {
+            rel: path.to_owned(),
             tmp,
             abs,
             mode,
@@ -503,6 +526,31 @@ impl<'a> Applier<'a> {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// Every touched path with its end state and, for a file written, its stat data after the write: what
+    /// the stat cache learns from this operation. None when any written file's stat data is unknown.
+    fn applied_with_stats(&self) -> Option<Vec<Applied>> {
+        self.touched
+            .iter()
+            .map(|(path, _)| match self.last.get(path).copied().flatten() {
+                Some((_, id)) => {
+                    let stat = self.written_stats.get(path).copied().flatten()?;
+                    Some((path.clone(), Some((stat, id))))
+                }
+                None => Some((path.clone(), None)),
+            })
+            .collect()
+    }
+
+    /// Teaches the stat cache what this operation wrote and deleted, so the next track reads only these
+    /// files again (they are racy) instead of rebuilding the cache. Best effort: the cache stays as it was
+    /// when anything is unknown, and a stale cache only costs re-hashing.
+    fn teach_stat_cache(&self) -> GitResult<()> {
+        match self.applied_with_stats() {
+            Some(changes) if !changes.is_empty() => StatCache::note_applied(self.store, &changes),
+            _ => Ok(()),
+        }
     }
 
     fn outcome_paths(paths: &[String]) -> GitResult<Vec<RelPath>> {
@@ -583,9 +631,14 @@ pub fn restore(
     to: &ObjectId,
     scope: Option<Vec<String>>,
 ) -> GitResult<RestoreOutcome> {
-    let current = track(store, config)?.id;
-    // Only the sub-trees that differ between the worktree's snapshot and `to` are read.
-    let changes = diff_trees(&store.odb, &current, to)?;
+    let mut target = LazyTree::new(&store.odb, *to);
+    let (changes, tracking) = match &scope {
+        Some(paths) => match changes_at_paths(store, config, &mut target, paths)? {
+            Some((changes, now)) => (changes, Tracking::PerPath(Box::new(now))),
+            None => whole_tree_changes(store, config, to)?,
+        },
+        None => whole_tree_changes(store, config, to)?,
+    };
     let deletions: Vec<String> = changes
         .iter()
         .filter(|(p, now, then)| in_scope(p, &scope) && now.is_some() && then.is_none())
@@ -600,7 +653,6 @@ pub fn restore(
     if let Some((_, _, id)) = writes.iter().find(|(_, _, id)| !store.odb.contains(id)) {
         return Err(GitError::Missing(id.to_string()));
     }
-    let mut target = LazyTree::new(&store.odb, *to);
     if let Some(paths) = &scope {
         // The trees of `to` along the named paths, read now (the check below needs them).
         for path in paths {
@@ -608,10 +660,9 @@ pub fn restore(
         }
     }
     journal_parents(store, writes.iter().map(|(p, _, _)| p.clone()))?;
-    let tracking = Tracking::Snapshot(
-        RefCell::new(LazyTree::new(&store.odb, current)),
-        HashMap::new(),
-    );
+    if let Tracking::PerPath(now) = &tracking {
+        now.stop_planning();
+    }
     let mut applier = Applier::new(store, tracking);
     applier.scope = scope.clone();
     for path in deletions.iter().rev() {
@@ -621,6 +672,8 @@ pub fn restore(
         applier.write(path, *mode, id)?;
     }
     applier.flush()?;
+    store.clear_journal()?;
+    applier.teach_stat_cache()?;
     // Paths named in the scope that are untracked now and absent from the target stay as they are.
     if let Some(paths) = &scope {
         for path in paths {
@@ -643,6 +696,79 @@ pub fn restore(
         deleted: Applier::outcome_paths(&deleted)?,
         kept: applier.kept,
     })
+}
+
+/// The changes a whole restore to `to` makes: the worktree is tracked, and only the sub-trees that differ
+/// between its snapshot and `to` are read.
+fn whole_tree_changes<'a>(
+    store: &'a Store,
+    config: &GitStoreConfig,
+    to: &ObjectId,
+) -> GitResult<(Vec<TreeChange>, Tracking<'a>)> {
+    let current = track(store, config)?.id;
+    let changes = diff_trees(&store.odb, &current, to)?;
+    let tracking = Tracking::Snapshot(
+        RefCell::new(LazyTree::new(&store.odb, current)),
+        HashMap::new(),
+    );
+    Ok((changes, tracking))
+}
+
+/// The changes a restore of the given `paths` to `target` makes, found without walking the worktree: each
+/// path's tracked content now (looked at and hashed alone) against its entry in `target`. None when a path
+/// is a directory in `target` or on disk: what lies below it is then found by the whole-tree comparison.
+fn changes_at_paths<'a>(
+    store: &'a Store,
+    config: &GitStoreConfig,
+    target: &mut LazyTree<'_>,
+    paths: &[String],
+) -> GitResult<Option<(Vec<TreeChange>, TrackedNow<'a>)>> {
+    let now = TrackedNow::new(store, config)?;
+    let mut changes = Vec::new();
+    let unique: BTreeSet<&String> = paths.iter().collect();
+    for path in unique {
+        let then = target.get(path)?;
+        if then.is_none() && target.holds(path)? {
+            return Ok(None);
+        }
+        let abs = store.worktree.join(path);
+        let current = if now.contains(path)? {
+            Some(entry_on_disk(config, &abs, path)?)
+        } else {
+            if parents_are_real_dirs(&now, path)? && on_disk(&abs)? == OnDisk::Dir {
+                return Ok(None);
+            }
+            None
+        };
+        if current != then {
+            changes.push((path.clone(), current, then));
+        }
+    }
+    Ok(Some((changes, now)))
+}
+
+/// The entry a track would record for the tracked file or symlink at `abs`.
+fn entry_on_disk(config: &GitStoreConfig, abs: &Path, path: &str) -> GitResult<(Mode, ObjectId)> {
+    let unreadable = |reason: String| GitError::Unreadable {
+        path: path.to_owned(),
+        reason,
+    };
+    if config.read_fault.as_ref().is_some_and(|fault| fault(path)) {
+        return Err(unreadable("injected read fault".to_owned()));
+    }
+    let meta = fs::symlink_metadata(abs).map_err(|e| unreadable(e.to_string()))?;
+    if meta.file_type().is_symlink() {
+        let target = fs::read_link(abs).map_err(|e| unreadable(e.to_string()))?;
+        let id = Odb::hash(Kind::Blob, target.as_os_str().as_bytes())?;
+        return Ok((Mode::Link, id));
+    }
+    let mode = if meta.permissions().mode() & 0o100 != 0 {
+        Mode::Exec
+    } else {
+        Mode::File
+    };
+    let data = fs::read(abs).map_err(|e| unreadable(e.to_string()))?;
+    Ok((mode, Odb::hash(Kind::Blob, &data)?))
 }
 
 /// Whether `path` was untracked when snapshot `from` was taken: ignored by the `.gitignore` files of tree
@@ -789,6 +915,13 @@ pub fn revert(
     journal_parents(store, entries.keys().cloned())?;
     current.stop_planning();
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
+    // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
+    // is gone before what was there comes back.
+    for action in actions.iter().rev() {
+        if action.action == FileActionKind::Delete {
+            applier.delete(action.path.as_str())?;
+        }
+    }
     for action in &actions {
         let path = action.path.as_str();
         match action.action {
@@ -796,7 +929,7 @@ pub fn revert(
                 let (mode, id) = entries[path];
                 applier.write(path, mode, &id)?;
             }
-            FileActionKind::Delete => applier.delete(path)?,
+            FileActionKind::Delete => {}
             FileActionKind::Keep => applier.kept.push(KeptPath {
                 path: action.path.clone(),
                 reason: action.reason.clone().unwrap_or_default(),
@@ -804,6 +937,8 @@ pub fn revert(
         }
     }
     applier.flush()?;
+    store.clear_journal()?;
+    applier.teach_stat_cache()?;
     // `applied` is `base` with every touched path set to its end state, in the order they were touched
     // (a file replaced by a directory, or the reverse, ends as it ended on disk).
     let changes: Vec<(String, Option<(Mode, ObjectId)>)> = applier

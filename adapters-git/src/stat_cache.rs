@@ -15,7 +15,7 @@
 //! when the rules hash is unchanged too, so is which names are ignored. The files listed still get their own
 //! lstat (their content can change without touching the directory).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -23,7 +23,7 @@ use std::path::Path;
 use gix::ObjectId;
 
 use crate::error::GitResult;
-use crate::tree::Mode;
+use crate::tree::{Mode, mark_dirty, write_dirty};
 
 const MAGIC: &[u8] = b"RWSTAT3\n";
 /// How close to the start of a track a modification counts as racy, in nanoseconds (covers filesystems
@@ -128,6 +128,9 @@ pub struct CacheEntry {
     pub id: ObjectId,
 }
 
+/// A path an operation wrote (with the written file's stat data and blob) or deleted (none).
+pub type Applied = (String, Option<(Stat, ObjectId)>);
+
 /// The cache: the last tracked tree and the stat data of its files.
 #[derive(Clone, Debug, Default)]
 pub struct StatCache {
@@ -180,6 +183,69 @@ impl StatCache {
         listing.stat.mtime_ns >= started_ns - RACY_MARGIN_NS
     }
 
+    /// Takes in what a revert or restore just did to the worktree (each touched path with the stat data and
+    /// blob of the file written there, or none when it was deleted), as git's checkout refreshes its index:
+    /// the entries of those paths are replaced (a file written where a directory or a file stood displaces
+    /// their entries) and the trees of their directories rewritten, so the cache's tree stays the tree of
+    /// its entries. The start time is kept: every file just written was modified after it, so it is racy
+    /// and the next track hashes it again rather than trusting stat data taken after the write. Nothing is
+    /// done to a cache without a tree.
+    pub fn note_applied(store: &crate::store::Store, changes: &[Applied]) -> GitResult<()> {
+        let path = store.stat_cache_path();
+        let mut cache = StatCache::load(&path);
+        if cache.tree.is_none() || !cache.dirs.contains_key("") {
+            return Ok(());
+        }
+        let mut dirty = HashSet::new();
+        let mut replaced_dirs = Vec::new();
+        for (changed, after) in changes {
+            // A file written below a path that held a file displaces that file.
+            for (i, _) in changed.match_indices('/') {
+                if cache.entries.remove(&changed[..i]).is_some() {
+                    mark_dirty(&mut dirty, &changed[..i]);
+                }
+            }
+            match after {
+                Some((stat, id)) => {
+                    if cache.dirs.contains_key(changed.as_str()) {
+                        replaced_dirs.push(format!("{changed}/"));
+                    }
+                    cache.entries.insert(
+                        changed.clone(),
+                        CacheEntry {
+                            stat: *stat,
+                            id: *id,
+                        },
+                    );
+                }
+                None => {
+                    cache.entries.remove(changed);
+                }
+            }
+            mark_dirty(&mut dirty, changed);
+        }
+        if !replaced_dirs.is_empty() {
+            // A file written where a directory stood displaces every file below it.
+            cache.entries.retain(|entry, _| {
+                let below = replaced_dirs
+                    .iter()
+                    .any(|dir| entry.starts_with(dir.as_str()));
+                if below {
+                    mark_dirty(&mut dirty, entry);
+                }
+                !below
+            });
+        }
+        let files = cache
+            .entries
+            .iter()
+            .map(|(file, entry)| (file.as_str(), (entry.stat.mode, entry.id)));
+        let (tree, dirs) = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
+        cache.tree = Some(tree);
+        cache.dirs = dirs;
+        cache.save(&path)
+    }
+
     /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing).
     pub fn load(path: &Path) -> StatCache {
         fs::read(path)
@@ -188,7 +254,7 @@ impl StatCache {
             .unwrap_or_default()
     }
 
-    /// Writes the cache atomically.
+    /// Writes the cache.
     pub fn save(&self, path: &Path) -> GitResult<()> {
         let mut data = Vec::with_capacity(64 + self.entries.len() * 96);
         data.extend_from_slice(MAGIC);
@@ -247,7 +313,8 @@ impl StatCache {
         }
         let sum = crc32fast::hash(&data);
         data.extend_from_slice(&sum.to_le_bytes());
-        crate::store::write_atomically(path, &data)
+        // In place: a torn cache fails its checksum and is ignored, and the store's lock keeps readers out.
+        crate::store::write_in_place(path, &data)
     }
 }
 
@@ -432,5 +499,87 @@ mod tests {
         data[..MAGIC.len()].copy_from_slice(b"RWSTAT2\n");
         fs::write(&path, &data).expect("write an old header");
         assert!(StatCache::load(&path).listings.is_empty());
+    }
+
+    /// The cache's tree is always the tree of its entries: after a revert and after a restore of given
+    /// paths (a file replaced by a directory among them), it is the tree the worktree now holds, each
+    /// written file's entry has the stat data on disk, and the start time has not moved (so each is racy).
+    #[test]
+    fn a_revert_and_a_restore_leave_the_cache_the_tree_of_its_entries() {
+        use crate::config::{ExcludesFile, GitStoreConfig};
+        use crate::store::Store;
+        use rewind_core::model::{RelPath, SnapshotPatch};
+
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let wt = temp.path().join("wt");
+        let write = |rel: &str, text: &str| {
+            let path = wt.join(rel);
+            fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            fs::write(path, text).expect("write");
+        };
+        for i in 0..12 {
+            write(&format!("d{}/f{i}.txt", i % 3), &format!("{i}\n"));
+        }
+        write("x", "a file\n");
+        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
+        config.excludes_file = ExcludesFile::None;
+        let store = Store::open(&config, &wt).expect("open the store");
+        let first = crate::track::track(&store, &config).expect("track").id;
+        write("d0/f0.txt", "edited\n");
+        fs::remove_file(wt.join("d1/f1.txt")).expect("delete");
+        fs::remove_file(wt.join("x")).expect("delete x");
+        write("x/inside.txt", "x is a directory now\n");
+        let second = crate::track::track(&store, &config).expect("track").id;
+        let started = StatCache::load(&store.stat_cache_path()).started_ns;
+
+        let consistent = |expected_tree: ObjectId| {
+            let cache = StatCache::load(&store.stat_cache_path());
+            assert_eq!(cache.tree, Some(expected_tree));
+            assert_eq!(cache.started_ns, started, "the start time stays");
+            let flat = crate::tree::read_flat(&store.odb, &expected_tree).expect("read the tree");
+            let from_entries: crate::tree::Flat = cache
+                .entries
+                .iter()
+                .map(|(path, entry)| (path.clone(), (entry.stat.mode, entry.id)))
+                .collect();
+            assert_eq!(from_entries, flat, "the entries are the tree's files");
+            let (_, dirs) = crate::tree::read_flat_with_dirs(&store.odb, &expected_tree)
+                .expect("read the tree's directories");
+            assert_eq!(cache.dirs, dirs, "and the directories its directories");
+            for (path, entry) in &cache.entries {
+                let meta = fs::symlink_metadata(wt.join(path)).expect("stat");
+                assert_eq!(entry.stat, Stat::of(&meta, entry.stat.mode), "{path}");
+            }
+        };
+
+        let files: Vec<RelPath> = ["d0/f0.txt", "d1/f1.txt", "x", "x/inside.txt"]
+            .into_iter()
+            .map(|p| RelPath::new(p).expect("a path"))
+            .collect();
+        let patch = SnapshotPatch {
+            hash: crate::apply::snapshot_id(&first).expect("an id"),
+            files,
+        };
+        let outcome = crate::apply::revert(&store, &config, &[patch], &second).expect("revert");
+        assert_eq!(outcome.applied.as_str(), first.to_string());
+        consistent(first);
+
+        let scope = vec!["d0/f0.txt".to_owned(), "d1/f1.txt".to_owned()];
+        crate::apply::restore(&store, &config, &second, Some(scope)).expect("restore paths");
+        let expected = crate::tree::edit(
+            &store.odb,
+            &first,
+            &[
+                (
+                    "d0/f0.txt".to_owned(),
+                    crate::tree::LazyTree::new(&store.odb, second)
+                        .get("d0/f0.txt")
+                        .expect("read"),
+                ),
+                ("d1/f1.txt".to_owned(), None),
+            ],
+        )
+        .expect("the expected tree");
+        consistent(expected);
     }
 }

@@ -211,21 +211,35 @@ impl Store {
     }
 
     /// Records the directories an operation will create temporary files in, before it creates any.
+    /// (Written in place: a torn journal can only name directories whose temporary files are removed.)
     pub fn journal_temp_dirs(&self, dirs: &BTreeSet<PathBuf>) -> GitResult<()> {
         let mut text = String::new();
         for dir in dirs {
             text.push_str(&dir.to_string_lossy());
             text.push('\n');
         }
-        write_atomically(&self.rewind_path("journal"), text.as_bytes())
+        write_in_place(&self.rewind_path("journal"), text.as_bytes())
     }
 
-    /// Removes the temporary files listed by an unfinished operation's journal, then the journal.
+    /// Empties the journal once every temporary file it announced has been renamed or removed.
+    pub fn clear_journal(&self) -> GitResult<()> {
+        let path = self.rewind_path("journal");
+        match File::options().write(true).open(&path) {
+            Ok(file) => file.set_len(0).map_err(|e| GitError::io(&path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(GitError::io(&path, e)),
+        }
+    }
+
+    /// Removes the temporary files listed by an unfinished operation's journal, then empties it.
     pub fn clean_journal(&self) -> GitResult<()> {
         let path = self.rewind_path("journal");
         let Ok(text) = fs::read_to_string(&path) else {
             return Ok(());
         };
+        if text.is_empty() {
+            return Ok(());
+        }
         for dir in text.lines().map(PathBuf::from) {
             // Only directories inside this store's worktree are ever journalled.
             if !dir.starts_with(&self.worktree) {
@@ -240,7 +254,7 @@ impl Store {
                 }
             }
         }
-        fs::remove_file(&path).map_err(|e| GitError::io(&path, e))
+        self.clear_journal()
     }
 }
 
@@ -286,6 +300,22 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> GitResult<()> {
         let _ = fs::remove_file(&tmp);
         GitError::io(path, e)
     })
+}
+
+/// Overwrites a file of the store in place (created when missing), for files whose torn content is
+/// harmless: the stat cache (checksummed, so a torn one is ignored) and the journal. Creating a new inode
+/// for each write, as a rename does, is what costs most in a revert on some filesystems (ext4 without a
+/// journal scans past every inode deleted in the last seconds for each one it allocates).
+pub fn write_in_place(path: &Path, data: &[u8]) -> GitResult<()> {
+    let mut file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| GitError::io(path, e))?;
+    file.write_all(data).map_err(|e| GitError::io(path, e))?;
+    file.set_len(data.len() as u64)
+        .map_err(|e| GitError::io(path, e))
 }
 
 /// Epoch milliseconds.

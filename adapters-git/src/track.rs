@@ -170,9 +170,19 @@ impl Walk<'_> {
             pushed = self.ignores.push_dir(rel_dir, text.as_deref());
             dir_rules_hash(&rules, rel_dir, text.as_deref())
         };
-        // Which names are ignored is reused only from a listing matched under the same rules.
+        // Which names are ignored is reused only from a listing matched under the same rules: the whole
+        // listing when it is still valid; when the directory changed, each name that was there before with
+        // the same kind (what it matches depends only on its path, its kind and the rules).
         let matched = cached_rules == Some(rules);
-        let result = self.entries(rel_dir, &abs_dir, &mut entries, matched, rules);
+        let before: HashMap<&str, (ListedKind, bool)> = match &unusable {
+            Some(old) if !matched && old.rules == rules => old
+                .entries
+                .iter()
+                .map(|e| (e.name.as_str(), (e.kind, e.ignored)))
+                .collect(),
+            _ => HashMap::new(),
+        };
+        let result = self.entries(rel_dir, &abs_dir, &mut entries, rules, matched, &before);
         if pushed {
             self.ignores.pop();
         }
@@ -202,12 +212,19 @@ impl Walk<'_> {
         rel_dir: &str,
         abs_dir: &Path,
         entries: &mut [Listed],
-        matched: bool,
         rules: [u8; 20],
+        matched: bool,
+        before: &HashMap<&str, (ListedKind, bool)>,
     ) -> GitResult<()> {
         if !matched {
             self.relisted += 1;
             for entry in entries.iter_mut() {
+                if let Some((kind, ignored)) = before.get(entry.name.as_str())
+                    && *kind == entry.kind
+                {
+                    entry.ignored = *ignored;
+                    continue;
+                }
                 let rel = format!("{rel_dir}{}", entry.name);
                 entry.ignored = match entry.kind {
                     ListedKind::Dir => {

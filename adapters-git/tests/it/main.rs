@@ -2,6 +2,7 @@
 //! oracle of tree ids and line counts, OpenCode's snapshot scenarios, the safety rules of SPEC 2.5, and the
 //! stat cache measured from outside the process.
 
+mod applied;
 mod bulk;
 mod contract;
 mod git_oracle;

@@ -1,0 +1,250 @@
+//! What a revert or a restore writes, the stat cache learns (as git's checkout refreshes its index; the
+//! cache's own consistency is a unit test in `stat_cache.rs`): the next track hashes again only the files
+//! just written (they are racy) and still gives git's tree, also when a file is edited right after the write or a file and a directory trade places.
+//! A restore of given paths looks only at those paths; a path that is a directory falls back to comparing
+//! whole trees. Every snapshot is checked against git's `write-tree`.
+
+use std::fs;
+
+use rewind_core::model::{RelPath, SnapshotId, SnapshotPatch};
+use rewind_core::testkit::contract::snapshot::WorktreeHarness;
+
+use crate::git_oracle::GitOracle;
+use crate::harness::{GitHarness, backdate_dirs};
+
+fn rels(paths: &[&str]) -> Vec<RelPath> {
+    paths
+        .iter()
+        .map(|p| RelPath::new(*p).expect("a relative path"))
+        .collect()
+}
+
+/// Tracks, checks the id against git's, and returns it.
+async fn track_as_git(h: &GitHarness, oracle: &GitOracle) -> SnapshotId {
+    let ours = h.track().await;
+    assert_eq!(
+        ours.id.as_str(),
+        oracle.write_tree(h.root()),
+        "track equals git write-tree"
+    );
+    ours.id
+}
+
+/// Twenty files in four directories, all backdated: the cache answers for every one.
+async fn settled_tree(h: &GitHarness, oracle: &GitOracle) -> SnapshotId {
+    for i in 0..20 {
+        h.write(
+            &format!("d{}/f{i:02}.txt", i % 4),
+            format!("file {i}\n").as_bytes(),
+        );
+    }
+    backdate_dirs(h.root());
+    let id = track_as_git(h, oracle).await;
+    let again = h.track().await;
+    assert_eq!((again.id.clone(), again.hashed), (id.clone(), 0));
+    id
+}
+
+#[tokio::test]
+async fn after_a_revert_the_next_track_hashes_only_the_files_it_wrote() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    let before = settled_tree(&h, &oracle).await;
+    // A step: three edits, one deletion, one new file.
+    for i in [1, 6, 11] {
+        h.write(&format!("d{}/f{i:02}.txt", i % 4), b"edited by the step\n");
+    }
+    h.remove("d0/f04.txt");
+    h.write("d1/new.txt", b"new\n");
+    backdate_dirs(h.root());
+    let after = track_as_git(&h, &oracle).await;
+    let files = rels(&[
+        "d1/f01.txt",
+        "d2/f06.txt",
+        "d3/f11.txt",
+        "d0/f04.txt",
+        "d1/new.txt",
+    ]);
+    let outcome = h
+        .port()
+        .revert(
+            h.root(),
+            &[SnapshotPatch {
+                hash: before.clone(),
+                files,
+            }],
+            &after,
+        )
+        .await
+        .expect("revert");
+    assert_eq!((outcome.written.len(), outcome.deleted.len()), (4, 1));
+
+    let next = h.track().await;
+    assert_eq!(
+        next.id, before,
+        "the reverted worktree is the pre-step tree"
+    );
+    assert_eq!(next.id, outcome.applied);
+    assert_eq!(next.id.as_str(), oracle.write_tree(h.root()));
+    assert_eq!(
+        next.hashed, 4,
+        "only the four files the revert wrote are read again (racy), not the other sixteen"
+    );
+
+    // An edit right after the revert that keeps size and mode is seen (the written files stay racy).
+    fs::write(h.path("d2/f06.txt"), b"file 7\n").expect("edit");
+    let edited = track_as_git(&h, &oracle).await;
+    assert_ne!(edited, before);
+}
+
+#[tokio::test]
+async fn after_a_restore_of_given_paths_the_next_track_hashes_only_those() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    let before = settled_tree(&h, &oracle).await;
+    h.write("d0/f00.txt", b"changed\n");
+    h.write("d1/f05.txt", b"changed too\n");
+    h.write("d2/f02.txt", b"not restored\n");
+    h.remove("d3/f03.txt");
+    backdate_dirs(h.root());
+    let changed = track_as_git(&h, &oracle).await;
+
+    let outcome = h
+        .port()
+        .restore(
+            h.root(),
+            &before,
+            Some(rels(&[
+                "d0/f00.txt",
+                "d1/f05.txt",
+                "d3/f03.txt",
+                "d0/f08.txt",
+            ])),
+        )
+        .await
+        .expect("restore given paths");
+    let written: Vec<&str> = outcome.written.iter().map(|p| p.as_str()).collect();
+    assert_eq!(written, ["d0/f00.txt", "d1/f05.txt", "d3/f03.txt"]);
+    assert!(outcome.deleted.is_empty() && outcome.kept.is_empty());
+    assert_eq!(
+        fs::read(h.path("d2/f02.txt")).expect("read"),
+        b"not restored\n",
+        "a path outside the scope is left as it is"
+    );
+    let next = h.track().await;
+    assert_eq!(next.id.as_str(), oracle.write_tree(h.root()));
+    assert_ne!(next.id, changed);
+    assert_eq!(
+        next.hashed, 3,
+        "only the three files written are read again"
+    );
+
+    // Restoring the same paths again writes nothing: what is on disk already matches.
+    let again = h
+        .port()
+        .restore(
+            h.root(),
+            &before,
+            Some(rels(&["d0/f00.txt", "d1/f05.txt", "d3/f03.txt"])),
+        )
+        .await
+        .expect("restore again");
+    assert!(again.written.is_empty() && again.deleted.is_empty());
+}
+
+#[tokio::test]
+async fn a_file_and_a_directory_trading_places_keep_the_cache_exact() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    settled_tree(&h, &oracle).await;
+    h.write("swap", b"a file\n");
+    h.write("dir/inner/deep.txt", b"deep\n");
+    h.write("dir/top.txt", b"top\n");
+    backdate_dirs(h.root());
+    let files_first = track_as_git(&h, &oracle).await;
+    // The step makes `swap` a directory and `dir` a file.
+    h.remove("swap");
+    h.write("swap/inside.txt", b"inside\n");
+    h.remove("dir/inner/deep.txt");
+    h.remove("dir/top.txt");
+    if h.path("dir").exists() {
+        fs::remove_dir_all(h.path("dir")).expect("remove dir");
+    }
+    h.write("dir", b"now a file\n");
+    backdate_dirs(h.root());
+    let swapped = track_as_git(&h, &oracle).await;
+
+    let outcome = h
+        .port()
+        .revert(
+            h.root(),
+            &[SnapshotPatch {
+                hash: files_first.clone(),
+                files: rels(&[
+                    "swap",
+                    "swap/inside.txt",
+                    "dir",
+                    "dir/inner/deep.txt",
+                    "dir/top.txt",
+                ]),
+            }],
+            &swapped,
+        )
+        .await
+        .expect("revert the swap");
+    assert_eq!(outcome.applied, files_first);
+    assert_eq!(track_as_git(&h, &oracle).await, files_first);
+
+    // And forward again, by a restore of the same paths (directories among them: whole trees compared).
+    h.port()
+        .restore(h.root(), &swapped, Some(rels(&["swap", "dir"])))
+        .await
+        .expect("restore the swap");
+    assert_eq!(track_as_git(&h, &oracle).await, swapped);
+    h.port()
+        .restore(h.root(), &files_first, Some(rels(&["swap", "dir"])))
+        .await
+        .expect("restore back");
+    assert_eq!(track_as_git(&h, &oracle).await, files_first);
+}
+
+/// A restore of given paths compares each with what is tracked now: an ignored file in the scope is left
+/// alone, as is one behind a symlinked parent, and an unreadable one fails the restore before anything
+/// is written.
+#[tokio::test]
+async fn a_restore_of_given_paths_reads_each_path_as_a_track_would() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    h.write("a.txt", b"a\n");
+    h.write("b.txt", b"b\n");
+    h.write("secret.env", b"v1\n");
+    backdate_dirs(h.root());
+    let first = track_as_git(&h, &oracle).await;
+    h.write("a.txt", b"a changed\n");
+    h.write("b.txt", b"b changed\n");
+    h.write(".gitignore", b"*.env\n");
+    h.write("secret.env", b"v2\n");
+    backdate_dirs(h.root());
+    track_as_git(&h, &oracle).await;
+
+    let outcome = h
+        .port()
+        .restore(h.root(), &first, Some(rels(&["a.txt", "secret.env"])))
+        .await
+        .expect("restore");
+    let written: Vec<&str> = outcome.written.iter().map(|p| p.as_str()).collect();
+    assert_eq!(written, ["a.txt"]);
+    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
+    assert_eq!(kept, ["secret.env"], "an ignored file is not overwritten");
+    assert_eq!(fs::read(h.path("secret.env")).expect("read"), b"v2\n");
+    assert_eq!(fs::read(h.path("a.txt")).expect("read"), b"a\n");
+
+    h.fail_reads("b.txt");
+    let error = h
+        .port()
+        .restore(h.root(), &first, Some(rels(&["b.txt"])))
+        .await
+        .expect_err("an unreadable file fails the restore");
+    assert!(error.to_string().contains("b.txt"), "{error}");
+    assert_eq!(fs::read(h.path("b.txt")).expect("read"), b"b changed\n");
+}
