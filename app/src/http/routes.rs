@@ -6,12 +6,12 @@ use std::time::Instant;
 use axum::Json;
 use axum::extract::{Extension, State};
 use axum::http::{Method, Uri};
+use rewind_core::RevertTarget;
 use rewind_core::model::{
-    FileDiff, FileStatus, MessageId, MessageWithParts, Part, PartBody, PartId, Role, Session,
-    SessionId, Warning,
+    FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId, Role, Session, SessionId,
+    Warning,
 };
-use rewind_core::service::{NewMessage, NewPart, Preview, StepEnd};
-use rewind_core::{HostPort, RevertTarget};
+use rewind_core::service::{FileCounts, NewMessage, NewPart, Preview, StepEnd};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -330,23 +330,26 @@ pub async fn revert(
     JsonBody(body): JsonBody<RevertBody>,
 ) -> ApiResult<Session> {
     let target = revert_target(body.message_id, body.part_id)?;
-    let rewind = &state.services.rewind;
     let started = Instant::now();
-    let session = rewind
-        .revert(&path.id, target)
+    let (session, counts) = state
+        .services
+        .rewind
+        .revert_counted(&path.id, target)
         .await
         .map_err(in_session(&path.id))?;
-    let elapsed_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
-    let diff = rewind.session_diff(&path.id).await.unwrap_or_default();
-    // diff(applied, snapshot) is the forward direction: a file it "adds" is one the revert deleted.
-    let deleted = diff
-        .iter()
-        .filter(|d| d.status == FileStatus::Added)
-        .count();
-    let written = diff.len() - deleted;
-    let kept = kept_files(&state, &session, session.reverted_at.unwrap_or(0)).await;
-    tracing::info!(session = %path.id, written, deleted, kept, elapsed_ms, "revert");
+    log_file_operation("revert", &path.id, counts, started);
     Ok(Json(session))
+}
+
+/// The one log line of a revert or unrevert: the session, the files written, deleted and kept, the time.
+fn log_file_operation(what: &str, session: &SessionId, counts: FileCounts, started: Instant) {
+    let elapsed_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+    let FileCounts {
+        written,
+        deleted,
+        kept,
+    } = counts;
+    tracing::info!(session = %session, written, deleted, kept, elapsed_ms, "{what}");
 }
 
 /// Puts the files the revert changed back as they were before it.
@@ -358,33 +361,14 @@ pub async fn unrevert(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
 ) -> ApiResult<Session> {
-    let rewind = &state.services.rewind;
-    let was_reverted = rewind
-        .session(&path.id)
-        .await
-        .map_err(in_session(&path.id))?
-        .revert
-        .is_some();
-    let changed = if was_reverted {
-        rewind.session_diff(&path.id).await.unwrap_or_default()
-    } else {
-        Vec::new()
-    };
-    let since = state.services.host.now_ms();
     let started = Instant::now();
-    let session = rewind
-        .unrevert(&path.id)
+    let (session, counts) = state
+        .services
+        .rewind
+        .unrevert_counted(&path.id)
         .await
         .map_err(in_session(&path.id))?;
-    let elapsed_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
-    // Unrevert goes from `applied` to the pre-revert snapshot: a file the diff marks deleted is removed.
-    let deleted = changed
-        .iter()
-        .filter(|d| d.status == FileStatus::Deleted)
-        .count();
-    let written = changed.len() - deleted;
-    let kept = kept_files(&state, &session, since).await;
-    tracing::info!(session = %path.id, written, deleted, kept, elapsed_ms, "unrevert");
+    log_file_operation("unrevert", &path.id, counts, started);
     Ok(Json(session))
 }
 
@@ -519,17 +503,4 @@ fn new_part(
     let body: PartBody = serde_json::from_value(Value::Object(fields))
         .map_err(|error| ApiError::BadRequest(format!("invalid part: {error}")))?;
     Ok(NewPart { id, body })
-}
-
-/// How many files the warnings raised since `since` (epoch ms) name as left alone (no snapshot holds
-/// them, so they were kept rather than overwritten).
-async fn kept_files(state: &AppState, session: &Session, since: u64) -> usize {
-    match state.services.rewind.warnings(&session.id).await {
-        Ok(warnings) => warnings
-            .iter()
-            .filter(|w| w.time >= since && w.snapshot.is_none())
-            .map(|w| w.files.len())
-            .sum(),
-        Err(_) => 0,
-    }
 }

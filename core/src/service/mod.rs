@@ -143,6 +143,25 @@ pub struct Preview {
     pub files: Vec<PreviewFile>,
 }
 
+/// How many files a revert or unrevert wrote, deleted and left as they were (for logs and reports).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileCounts {
+    /// Files written.
+    pub written: usize,
+    /// Files deleted.
+    pub deleted: usize,
+    /// Files left as they were (not tracked content where the operation needed to change them).
+    pub kept: usize,
+}
+
+impl FileCounts {
+    fn add(&mut self, written: usize, deleted: usize, kept: usize) {
+        self.written += written;
+        self.deleted += deleted;
+        self.kept += kept;
+    }
+}
+
 /// What recovery finished.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryReport {

@@ -16,13 +16,15 @@ use crate::revert::{
 };
 
 use super::record::path_set;
-use super::{HeldLease, Preview, PreviewFile, Rewind, new_token, worktree};
+use super::{FileCounts, HeldLease, Preview, PreviewFile, Rewind, new_token, worktree};
 
 /// The leases and intent of a running file operation.
 struct Operation {
     token: LeaseToken,
     session_lease: HeldLease,
     worktree_lease: HeldLease,
+    /// When the leases were taken (host clock, ms).
+    taken_at: u64,
 }
 
 impl Operation {
@@ -37,6 +39,7 @@ impl Operation {
 
 /// What a revert computed before its result is stored.
 struct RevertResult {
+    counts: FileCounts,
     descriptor: RevertDescriptor,
     applied: SnapshotId,
     diff: Vec<crate::model::FileDiff>,
@@ -46,16 +49,20 @@ struct RevertResult {
 impl Rewind {
     /// Reverts the session's files and visible conversation to `target` (SPEC section 6).
     pub async fn revert(&self, session_id: &SessionId, target: RevertTarget) -> Result<Session> {
+        Ok(self.revert_counted(session_id, target).await?.0)
+    }
+
+    /// `revert`, also saying how many files it wrote, deleted and kept.
+    pub async fn revert_counted(
+        &self,
+        session_id: &SessionId,
+        target: RevertTarget,
+    ) -> Result<(Session, FileCounts)> {
         let session = self.load_session(session_id).await?;
         self.prepare_worktree(&session.directory).await?;
         self.refuse_open_steps(&session).await?;
-        let messages = self.repo.messages(session_id).await?;
-        let point = select_revert_point(&messages, &target)?;
-        let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
         let operation = self.begin_operation(&session).await?;
-        let result = self
-            .revert_locked(session_id, &operation, point, patches)
-            .await;
+        let result = self.revert_locked(session_id, &operation, &target).await;
         self.end_operation(&operation).await;
         result
     }
@@ -64,13 +71,15 @@ impl Rewind {
         &self,
         session_id: &SessionId,
         operation: &Operation,
-        point: RevertPoint,
-        patches: Vec<crate::model::SnapshotPatch>,
-    ) -> Result<Session> {
-        // Re-read under the leases: a step may have begun, or the session changed, since the checks above.
+        target: &RevertTarget,
+    ) -> Result<(Session, FileCounts)> {
+        // Read under the leases: a step may have begun, or the session changed, since the checks above.
+        // A target that names no message or part is refused here, before anything is written.
         let session = self.load_session(session_id).await?;
         self.refuse_open_steps(&session).await?;
         let messages = self.repo.messages(session_id).await?;
+        let point = select_revert_point(&messages, target)?;
+        let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
         let wt = worktree(&session);
         let before = self.snapshots.track(wt).await?.id;
         // The files the current revert changed (if any): undone first, and in the intent.
@@ -133,6 +142,7 @@ impl Rewind {
         let wt = worktree(session);
         let directory = &session.directory;
         let mut warnings = Vec::new();
+        let mut counts = FileCounts::default();
         // Every revert starts from the un-reverted worktree: undo the current revert, scoped as unrevert.
         // The pre-revert state is then tracked again; without a revert to undo it is `before` itself.
         let snapshot = match (&session.revert, &session.applied) {
@@ -143,15 +153,21 @@ impl Rewind {
                 }),
                 Some(applied),
             ) => {
-                warnings.extend(
-                    self.undo_revert(session, previous, applied, previous_changed, &before)
-                        .await?,
-                );
+                let (undo_warnings, undo_counts) = self
+                    .undo_revert(session, previous, applied, previous_changed, &before)
+                    .await?;
+                warnings.extend(undo_warnings);
+                counts.add(undo_counts.written, undo_counts.deleted, undo_counts.kept);
                 self.snapshots.track(wt).await?.id
             }
             _ => before,
         };
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
+        counts.add(
+            outcome.written.len(),
+            outcome.deleted.len(),
+            outcome.kept.len(),
+        );
         // The worktree's tracked content is now `applied`: its text diff comes from the two trees, without a
         // second walk of the worktree.
         let diff_text = self
@@ -203,6 +219,7 @@ impl Rewind {
             }
         }
         Ok(RevertResult {
+            counts,
             descriptor: RevertDescriptor {
                 message_id: point.message_id,
                 part_id: point.part_id,
@@ -220,7 +237,7 @@ impl Rewind {
         session: &Session,
         operation: &Operation,
         result: RevertResult,
-    ) -> Result<Session> {
+    ) -> Result<(Session, FileCounts)> {
         let now = self.now();
         let mut updated = session.clone();
         updated.revert = Some(result.descriptor);
@@ -253,18 +270,23 @@ impl Rewind {
             .changes
             .push(Change::DeleteIntent(operation.token.clone()));
         self.repo.commit(transaction).await?;
-        Ok(updated)
+        Ok((updated, result.counts))
     }
 
     /// Puts the session's files forward again: exactly the files the revert changed go back to their
     /// pre-revert content; a user's edit of one of them is captured first (SPEC section 6).
     pub async fn unrevert(&self, session_id: &SessionId) -> Result<Session> {
+        Ok(self.unrevert_counted(session_id).await?.0)
+    }
+
+    /// `unrevert`, also saying how many files it wrote, deleted and kept.
+    pub async fn unrevert_counted(&self, session_id: &SessionId) -> Result<(Session, FileCounts)> {
         let session = self.load_session(session_id).await?;
         self.prepare_worktree(&session.directory).await?;
         self.refuse_open_steps(&session).await?;
         let session = self.load_session(session_id).await?;
         if session.revert.is_none() {
-            return Ok(session);
+            return Ok((session, FileCounts::default()));
         }
         let operation = self.begin_operation(&session).await?;
         let result = self.unrevert_locked(session_id, &operation).await;
@@ -276,12 +298,12 @@ impl Rewind {
         &self,
         session_id: &SessionId,
         operation: &Operation,
-    ) -> Result<Session> {
+    ) -> Result<(Session, FileCounts)> {
         let session = self.load_session(session_id).await?;
         self.refuse_open_steps(&session).await?;
         let (Some(descriptor), Some(applied)) = (session.revert.clone(), session.applied.clone())
         else {
-            return Ok(session);
+            return Ok((session, FileCounts::default()));
         };
         let wt = worktree(&session);
         let before = self.snapshots.track(wt).await?.id;
@@ -305,15 +327,15 @@ impl Rewind {
         if let Err(error) = self.renew_operation(operation).await {
             return Err(self.roll_back(&session, &intent, error).await);
         }
-        let warnings = match &descriptor.snapshot {
+        let (warnings, counts) = match &descriptor.snapshot {
             Some(snapshot) => match self
                 .undo_revert(&session, snapshot, &applied, files, &before)
                 .await
             {
-                Ok(warnings) => warnings,
+                Ok(done) => done,
                 Err(error) => return Err(self.roll_back(&session, &intent, error).await),
             },
-            None => Vec::new(),
+            None => (Vec::new(), FileCounts::default()),
         };
         let mut updated = session.clone();
         updated.revert = None;
@@ -335,7 +357,7 @@ impl Rewind {
             .changes
             .push(Change::DeleteIntent(operation.token.clone()));
         self.repo.commit(transaction).await?;
-        Ok(updated)
+        Ok((updated, counts))
     }
 
     /// Undoes a revert that left `applied` from the pre-revert `snapshot`: only `changed` (the files that
@@ -349,11 +371,11 @@ impl Rewind {
         applied: &SnapshotId,
         changed: Vec<RelPath>,
         current: &SnapshotId,
-    ) -> Result<Vec<Warning>> {
+    ) -> Result<(Vec<Warning>, FileCounts)> {
         let wt = worktree(session);
         let directory = &session.directory;
         if changed.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), FileCounts::default()));
         }
         let mut warnings = Vec::new();
         let changed_set = path_set(&changed);
@@ -379,6 +401,11 @@ impl Rewind {
             });
         }
         let outcome = self.snapshots.restore(wt, snapshot, Some(changed)).await?;
+        let counts = FileCounts {
+            written: outcome.written.len(),
+            deleted: outcome.deleted.len(),
+            kept: outcome.kept.len(),
+        };
         if !outcome.kept.is_empty() {
             warnings.push(Warning {
                 time: self.now(),
@@ -391,7 +418,7 @@ impl Rewind {
                 files: outcome.kept.iter().map(|k| k.path.to_absolute(directory)).collect(),
             });
         }
-        Ok(warnings)
+        Ok((warnings, counts))
     }
 
     /// `POST /session/:id/revert/commit`: makes the revert permanent (cleanup, SPEC section 7).
@@ -534,6 +561,7 @@ impl Rewind {
     /// Takes the session's and the worktree's leases for a new file operation.
     async fn begin_operation(&self, session: &Session) -> Result<Operation> {
         let token = new_token();
+        let taken_at = self.now();
         let (session_lease, worktree_lease) = self
             .acquire_session_and_worktree(&session.id, &session.directory, &token)
             .await?;
@@ -541,6 +569,7 @@ impl Rewind {
             token,
             session_lease,
             worktree_lease,
+            taken_at,
         })
     }
 
@@ -550,10 +579,15 @@ impl Rewind {
         self.release(&operation.session_lease).await;
     }
 
-    /// Renews both leases of an operation: done before each batch of file writes, so an owner that stalled
-    /// past its lease finds out before it writes.
+    /// Renews both leases of an operation once more than half their time has passed since they were taken
+    /// (a long track of a big worktree): done before the file writes, so an owner that stalled past its
+    /// lease finds out before it writes. (The intent's transaction, just before, checks that both are
+    /// still held.)
     async fn renew_operation(&self, operation: &Operation) -> Result<()> {
         let ttl = self.config.operation_lease_ms;
+        if self.now().saturating_sub(operation.taken_at) < ttl / 2 {
+            return Ok(());
+        }
         self.renew(&operation.session_lease, ttl).await?;
         self.renew(&operation.worktree_lease, ttl).await
     }

@@ -498,3 +498,56 @@ fn turn_summary_covers_the_whole_turn() {
         assert_eq!(rows, [("a.txt", 1), ("b.txt", 2)]);
     })
 }
+
+/// `revert_counted` and `unrevert_counted` (behind the server's log line) count what the operations did:
+/// a revert of a turn that edited one file, created one and deleted one writes two and deletes one, and a
+/// re-revert further back counts its undo of the first revert too; the unrevert counts the way back.
+#[test]
+fn revert_and_unrevert_count_the_files_they_change() {
+    block_on(async {
+        let w = World::new();
+        w.write("kept.txt", "k0");
+        w.write("gone.txt", "g0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("kept.txt", "k1")).await;
+        let t2 = w
+            .turn(&s.id, "two", |w| {
+                w.write("kept.txt", "k2");
+                w.write("new.txt", "n2");
+                w.remove("gone.txt");
+            })
+            .await;
+        let target = |message| RevertTarget {
+            message_id: message,
+            part_id: None,
+        };
+        let (_, counts) = w
+            .rewind
+            .revert_counted(&s.id, target(t2.user.clone()))
+            .await
+            .expect("revert");
+        assert_eq!((counts.written, counts.deleted, counts.kept), (2, 1, 0));
+        assert_eq!(w.read("gone.txt").as_deref(), Some("g0"));
+        assert_eq!(w.read("new.txt"), None);
+        // Further back: the first revert is undone (kept.txt and new.txt written, gone.txt deleted), then
+        // turns two and one are reverted (kept.txt and gone.txt written, new.txt deleted).
+        let (_, counts) = w
+            .rewind
+            .revert_counted(&s.id, target(t1.user.clone()))
+            .await
+            .expect("re-revert");
+        assert_eq!((counts.written, counts.deleted, counts.kept), (4, 2, 0));
+        assert_eq!(w.read("kept.txt").as_deref(), Some("k0"));
+        let (session, counts) = w.rewind.unrevert_counted(&s.id).await.expect("unrevert");
+        assert!(session.revert.is_none());
+        assert_eq!((counts.written, counts.deleted, counts.kept), (2, 1, 0));
+        assert_eq!(w.read("new.txt").as_deref(), Some("n2"));
+        assert_eq!(w.read("gone.txt"), None);
+        let (_, counts) = w
+            .rewind
+            .unrevert_counted(&s.id)
+            .await
+            .expect("nothing to do");
+        assert_eq!(counts, rewind_core::service::FileCounts::default());
+    })
+}
