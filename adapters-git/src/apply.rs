@@ -202,10 +202,11 @@ impl<'a> TrackedNow<'a> {
         self.previous
             .borrow_mut()
             .get_or_insert_with(|| {
-                StatCache::load(&self.store.stat_cache_path())
-                    .entries
-                    .into_keys()
-                    .collect()
+                let path = self.store.stat_cache_path();
+                let cache = StatCache::load(&path);
+                let paths = cache.entries.keys().cloned().collect();
+                cache.keep(&path);
+                paths
             })
             .contains(path)
     }

@@ -18,9 +18,11 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
     let since = now_ms().saturating_sub(grace.as_millis() as u64);
     let mut roots: Vec<ObjectId> = keep.to_vec();
     roots.extend(store.returned_since(since, true)?);
-    let cache = StatCache::load(&store.stat_cache_path());
+    let cache_path = store.stat_cache_path();
+    let cache = StatCache::load(&cache_path);
     roots.extend(cache.tree);
     let mut reachable: HashSet<ObjectId> = cache.entries.values().map(|e| e.id).collect();
+    cache.keep(&cache_path);
     let mut live_roots = HashSet::new();
     for root in roots {
         let mut trees = Vec::new();

@@ -334,6 +334,11 @@ impl Odb {
 
 /// A short random suffix for temporary names.
 pub fn rand_suffix() -> String {
+    format!("{:016x}", random_u64())
+}
+
+/// A random number (from std's randomly keyed hasher, fed the time and the process id).
+pub fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(
@@ -342,5 +347,6 @@ pub fn rand_suffix() -> String {
             .map(|d| d.as_nanos())
             .unwrap_or(0),
     );
-    format!("{:016x}", hasher.finish())
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }

@@ -18,14 +18,23 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use gix::ObjectId;
 
 use crate::error::GitResult;
 use crate::tree::{Mode, mark_dirty, write_dirty};
 
-const MAGIC: &[u8] = b"RWSTAT3\n";
+const MAGIC: &[u8] = b"RWSTAT4\n";
+/// How many stores' caches a process keeps in memory (see `MEMO`).
+const MEMO_STORES: usize = 8;
+
+/// The cache each store of this process last saved, or loaded and handed back unchanged, with the
+/// generation its file holds: a load whose file still starts with that generation takes it from here
+/// instead of parsing the file (a long-running server loads the same cache for every operation). Any
+/// other process's save writes a new random generation.
+static MEMO: LazyLock<Mutex<HashMap<PathBuf, StatCache>>> = LazyLock::new(Mutex::default);
 /// How close to the start of a track a modification counts as racy, in nanoseconds (covers filesystems
 /// whose timestamps are as coarse as one second).
 const RACY_MARGIN_NS: i128 = 1_000_000_000;
@@ -134,6 +143,8 @@ pub type Applied = (String, Option<(Stat, ObjectId)>);
 /// The cache: the last tracked tree and the stat data of its files.
 #[derive(Clone, Debug, Default)]
 pub struct StatCache {
+    /// A random number written with it, new at every save (0: never saved or loaded).
+    pub generation: u64,
     /// When the track that wrote it began, nanoseconds since the epoch.
     pub started_ns: i128,
     /// The tree that track returned.
@@ -246,18 +257,43 @@ impl StatCache {
         cache.save(&path)
     }
 
-    /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing).
+    /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing). The
+    /// copy kept in memory is used when the file still holds its generation.
     pub fn load(path: &Path) -> StatCache {
+        let remembered = MEMO
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path);
+        if let Some(cache) = remembered
+            && file_generation(path) == Some(cache.generation)
+        {
+            return cache;
+        }
         fs::read(path)
             .ok()
             .and_then(|data| parse(&data))
             .unwrap_or_default()
     }
 
-    /// Writes the cache.
-    pub fn save(&self, path: &Path) -> GitResult<()> {
+    /// Hands back a loaded cache that still equals what its file holds (or holds less of it: fewer
+    /// listings), so the next load in this process need not parse the file.
+    pub fn keep(self, path: &Path) {
+        if self.generation != 0 {
+            remember(path, self);
+        }
+    }
+
+    /// Writes the cache with a new generation, and keeps it in memory for the next load.
+    pub fn save(mut self, path: &Path) -> GitResult<()> {
+        self.generation = loop {
+            let generation = crate::odb::random_u64();
+            if generation != 0 {
+                break generation;
+            }
+        };
         let mut data = Vec::with_capacity(64 + self.entries.len() * 96);
         data.extend_from_slice(MAGIC);
+        data.extend_from_slice(&self.generation.to_le_bytes());
         data.extend_from_slice(&self.started_ns.to_le_bytes());
         match &self.tree {
             Some(id) => {
@@ -314,7 +350,9 @@ impl StatCache {
         let sum = crc32fast::hash(&data);
         data.extend_from_slice(&sum.to_le_bytes());
         // In place: a torn cache fails its checksum and is ignored, and the store's lock keeps readers out.
-        crate::store::write_in_place(path, &data)
+        crate::store::write_in_place(path, &data)?;
+        remember(path, self);
+        Ok(())
     }
 }
 
@@ -324,6 +362,7 @@ fn parse(data: &[u8]) -> Option<StatCache> {
         return None;
     }
     let mut r = Reader(body.strip_prefix(MAGIC)?);
+    let generation = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
     let started_ns = i128::from_le_bytes(r.take(16)?.try_into().ok()?);
     let tree = match r.take(1)?[0] {
         1 => Some(ObjectId::try_from(r.take(20)?).ok()?),
@@ -398,12 +437,30 @@ fn parse(data: &[u8]) -> Option<StatCache> {
         );
     }
     r.0.is_empty().then_some(StatCache {
+        generation,
         started_ns,
         tree,
         entries,
         dirs,
         listings,
     })
+}
+
+/// The generation a cache file starts with, read without reading the rest.
+fn file_generation(path: &Path) -> Option<u64> {
+    let mut head = [0u8; 16];
+    let mut file = fs::File::open(path).ok()?;
+    std::io::Read::read_exact(&mut file, &mut head[..MAGIC.len() + 8]).ok()?;
+    let (magic, generation) = head[..MAGIC.len() + 8].split_at(MAGIC.len());
+    (magic == MAGIC).then(|| u64::from_le_bytes(generation.try_into().unwrap_or_default()))
+}
+
+fn remember(path: &Path, cache: StatCache) {
+    let mut memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
+    if memo.len() >= MEMO_STORES && !memo.contains_key(path) {
+        memo.clear();
+    }
+    memo.insert(path.to_path_buf(), cache);
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -485,20 +542,65 @@ mod tests {
         assert!(racy.take_listing("d/", &stat).is_err(), "racy: read again");
     }
 
-    /// Listings survive a save and load; a cache of the previous format is ignored.
+    /// Listings survive a save and load, from the file and from memory; a cache of the previous format is
+    /// ignored.
     #[test]
     fn listings_round_trip() {
         let (cache, stat) = listing_at(50 * RACY_MARGIN_NS);
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("stat-cache");
-        cache.save(&path).expect("save");
+        cache.clone().save(&path).expect("save");
+        // Parsed from the file: a copy of its bytes elsewhere is not in memory.
+        let copy = dir.path().join("copy");
+        fs::copy(&path, &copy).expect("copy");
+        let mut parsed = StatCache::load(&copy);
+        assert_eq!(parsed.listings, cache.listings);
+        assert!(parsed.take_listing("d/", &stat).is_ok());
         let mut loaded = StatCache::load(&path);
         assert_eq!(loaded.listings, cache.listings);
         assert!(loaded.take_listing("d/", &stat).is_ok());
         let mut data = fs::read(&path).expect("read back");
-        data[..MAGIC.len()].copy_from_slice(b"RWSTAT2\n");
+        data[..MAGIC.len()].copy_from_slice(b"RWSTAT3\n");
         fs::write(&path, &data).expect("write an old header");
         assert!(StatCache::load(&path).listings.is_empty());
+    }
+
+    /// The copy in memory is used only while the file holds its generation: a cache another process saved
+    /// over it is read from the file, and a corrupt file is ignored.
+    #[test]
+    fn the_copy_in_memory_gives_way_to_another_processs_save() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("stat-cache");
+        let (mut ours, _) = listing_at(50 * RACY_MARGIN_NS);
+        ours.started_ns = 1;
+        ours.clone().save(&path).expect("save ours");
+        let loaded = StatCache::load(&path);
+        assert_eq!(loaded.started_ns, 1);
+        loaded.keep(&path);
+        // Another process saves its own cache (here: saved elsewhere, its bytes copied over ours).
+        let theirs_path = dir.path().join("theirs");
+        let (mut theirs, _) = listing_at(50 * RACY_MARGIN_NS);
+        theirs.started_ns = 2;
+        theirs.save(&theirs_path).expect("save theirs");
+        fs::copy(&theirs_path, &path).expect("copy over ours");
+        let loaded = StatCache::load(&path);
+        assert_eq!(
+            loaded.started_ns, 2,
+            "the file's cache, not the one in memory"
+        );
+        loaded.keep(&path);
+        // A corrupt file (a byte of its generation and one of its body changed) is ignored.
+        let mut data = fs::read(&path).expect("read");
+        let last = data.len() - 5;
+        data[last] ^= 0xff;
+        data[MAGIC.len()] ^= 0xff;
+        fs::write(&path, &data).expect("corrupt");
+        let loaded = StatCache::load(&path);
+        assert_eq!(
+            (loaded.started_ns, loaded.tree),
+            (0, None),
+            "ignored: empty"
+        );
     }
 
     /// The cache's tree is always the tree of its entries: after a revert and after a restore of given

@@ -384,9 +384,11 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             // Only directory listings changed (a directory was read again, or its rules changed without
             // changing what is tracked): the cache keeps its files and trees and takes the new listings.
             // Its start time moves forward, which leaves every file entry as it was: each was fresh, so its
-            // mtime lies before the old start time less the margin, and so before the new one too.
+            // mtime lies before the old start time less the margin, and so before the new one too; or it
+            // was hashed again and stays racy (`as_cached`), so it stays racy under the new start time.
             let StatCache { entries, dirs, .. } = cache;
             StatCache {
+                generation: 0,
                 started_ns,
                 tree: Some(tree),
                 entries,
@@ -394,6 +396,9 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 listings,
             }
             .save(&store.stat_cache_path())?;
+        } else {
+            // What the file holds, but for the listings of directories not walked this time.
+            StatCache { listings, ..cache }.keep(&store.stat_cache_path());
         }
         let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
         store.add_record(&tree, ignores.prefix(), &ignores.outside, &skipped_set)?;
@@ -458,7 +463,10 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         && (relisted == 0 || !learned_listings)
         && (hashed == 0 || hashed_stay_racy);
     let id = match (unchanged, cache.tree) {
-        (true, Some(tree)) => tree,
+        (true, Some(tree)) => {
+            StatCache { listings, ..cache }.keep(&store.stat_cache_path());
+            tree
+        }
         _ => {
             let no_dirs = HashMap::new();
             let old_dirs = if reusable { &cache.dirs } else { &no_dirs };
@@ -467,6 +475,7 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 .map(|(path, entry)| (path.as_str(), (entry.stat.mode, entry.id)));
             let (id, dirs) = write_dirty(&store.odb, files, old_dirs, &dirty)?;
             StatCache {
+                generation: 0,
                 started_ns,
                 tree: Some(id),
                 entries,
