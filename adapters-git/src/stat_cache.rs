@@ -203,8 +203,13 @@ impl StatCache {
     /// done to a cache without a tree.
     pub fn note_applied(store: &crate::store::Store, changes: &[Applied]) -> GitResult<()> {
         let path = store.stat_cache_path();
-        let mut cache = StatCache::load(&path);
+        // Only a cache this process holds in memory is taught: parsing a big one from disk would cost
+        // the operation about what it saves the next track (and a command-line process ends here).
+        let Some(mut cache) = StatCache::remembered(&path) else {
+            return Ok(());
+        };
         if cache.tree.is_none() || !cache.dirs.contains_key("") {
+            cache.keep(&path);
             return Ok(());
         }
         let mut dirty = HashSet::new();
@@ -257,16 +262,19 @@ impl StatCache {
         cache.save(&path)
     }
 
-    /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing). The
-    /// copy kept in memory is used when the file still holds its generation.
-    pub fn load(path: &Path) -> StatCache {
+    /// The copy kept in memory, when the file still holds its generation.
+    pub fn remembered(path: &Path) -> Option<StatCache> {
         let remembered = MEMO
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(path);
-        if let Some(cache) = remembered
-            && file_generation(path) == Some(cache.generation)
-        {
+            .remove(path)?;
+        (file_generation(path) == Some(remembered.generation)).then_some(remembered)
+    }
+
+    /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing). The
+    /// copy kept in memory is used when the file still holds its generation.
+    pub fn load(path: &Path) -> StatCache {
+        if let Some(cache) = StatCache::remembered(path) {
             return cache;
         }
         fs::read(path)
@@ -632,10 +640,15 @@ mod tests {
         fs::remove_file(wt.join("x")).expect("delete x");
         write("x/inside.txt", "x is a directory now\n");
         let second = crate::track::track(&store, &config).expect("track").id;
-        let started = StatCache::load(&store.stat_cache_path()).started_ns;
+        let loaded = StatCache::load(&store.stat_cache_path());
+        let started = loaded.started_ns;
+        loaded.keep(&store.stat_cache_path());
 
         let consistent = |expected_tree: ObjectId| {
             let cache = StatCache::load(&store.stat_cache_path());
+            let check = cache.clone();
+            cache.keep(&store.stat_cache_path());
+            let cache = check;
             assert_eq!(cache.tree, Some(expected_tree));
             assert_eq!(cache.started_ns, started, "the start time stays");
             let flat = crate::tree::read_flat(&store.odb, &expected_tree).expect("read the tree");
@@ -683,5 +696,23 @@ mod tests {
         )
         .expect("the expected tree");
         consistent(expected);
+
+        // A process that does not hold the cache in memory (a command that ends after its revert) leaves
+        // the file as it is: still the tree of its entries, and the next track finds the worktree.
+        drop(StatCache::load(&store.stat_cache_path()));
+        let patch = SnapshotPatch {
+            hash: crate::apply::snapshot_id(&first).expect("an id"),
+            files: vec![RelPath::new("d0/f0.txt").expect("a path")],
+        };
+        crate::apply::revert(&store, &config, &[patch], &expected).expect("revert again");
+        let untaught = StatCache::load(&store.stat_cache_path());
+        assert_eq!(untaught.tree, Some(expected), "not taught");
+        let now = crate::track::track(&store, &config).expect("track").id;
+        let want = crate::tree::edit(&store.odb, &first, &[("d1/f1.txt".to_owned(), None)])
+            .expect("the expected tree");
+        assert_eq!(
+            now, want,
+            "d0/f0.txt is back as it was, d1/f1.txt still deleted"
+        );
     }
 }

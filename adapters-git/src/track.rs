@@ -193,9 +193,13 @@ impl Walk<'_> {
                 rules,
                 entries,
             };
-            // A listing read again teaches the next track something unless it equals the old one and
-            // would be racy again (a directory changed within the last second, e.g. by a revert's writes).
-            let same_and_racy_again = unusable.as_ref() == Some(&listing)
+            // A listing read again teaches the next track something unless it holds what the old one held
+            // and would be racy again (a directory changed within the last second, e.g. by a revert's
+            // writes, which changed its times and not its names): the next track reads it again either
+            // way.
+            let same_and_racy_again = unusable
+                .as_ref()
+                .is_some_and(|old| old.rules == listing.rules && old.entries == listing.entries)
                 && StatCache::listing_stays_racy(&listing, self.started_ns);
             if !matched && !same_and_racy_again {
                 self.learned_listings = true;
