@@ -99,15 +99,8 @@ impl Store {
         if !dir.join("HEAD").is_file() {
             create_bare(&dir, &canonical)?;
         }
-        let lock_path = dir.join("rewind").join("lock");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| GitError::io(&lock_path, e))?;
         // An advisory lock: the OS releases it when its process dies, so a dead holder never blocks.
-        lock.lock().map_err(|e| GitError::io(&lock_path, e))?;
+        let lock = lock_file(&dir, File::lock)?;
         let store = Store {
             odb: Odb::new(dir.join("objects")),
             dir,
@@ -116,6 +109,24 @@ impl Store {
         };
         store.clean_journal()?;
         Ok(store)
+    }
+
+    /// Opens the store of `worktree` for reading objects only (comparing snapshots), under a shared lock:
+    /// readers run side by side, and wait for any operation that changes the store. A store that does not
+    /// exist yet is created through `open`.
+    pub fn open_shared(config: &GitStoreConfig, worktree: &Path) -> GitResult<Store> {
+        let canonical = canonical_worktree(config, worktree)?;
+        let dir = location(config, &canonical);
+        if !dir.join("HEAD").is_file() {
+            return Store::open(config, worktree);
+        }
+        let lock = lock_file(&dir, File::lock_shared)?;
+        Ok(Store {
+            odb: Odb::new(dir.join("objects")),
+            dir,
+            worktree: canonical,
+            _lock: lock,
+        })
     }
 
     fn rewind_path(&self, name: &str) -> PathBuf {
@@ -256,6 +267,19 @@ impl Store {
         }
         self.clear_journal()
     }
+}
+
+/// Opens the store's lock file and locks it with `lock` (exclusive or shared; waits for it).
+fn lock_file(dir: &Path, lock: fn(&File) -> std::io::Result<()>) -> GitResult<File> {
+    let path = dir.join("rewind").join("lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| GitError::io(&path, e))?;
+    lock(&file).map_err(|e| GitError::io(&path, e))?;
+    Ok(file)
 }
 
 fn create_bare(dir: &Path, worktree: &Path) -> GitResult<()> {

@@ -248,3 +248,61 @@ async fn a_restore_of_given_paths_reads_each_path_as_a_track_would() {
     assert!(error.to_string().contains("b.txt"), "{error}");
     assert_eq!(fs::read(h.path("b.txt")).expect("read"), b"b changed\n");
 }
+
+/// The store's lock: comparing snapshots takes it shared, so comparisons run side by side while another
+/// holds it shared, and wait while anyone holds it exclusively (a track, a revert, gc); a track waits for
+/// the readers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn comparisons_share_the_store_lock_and_wait_for_a_writer() {
+    use std::time::Duration;
+
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    let first = h.id().await;
+    h.write("a.txt", b"b\n");
+    let second = h.id().await;
+    let lock = fs::File::options()
+        .write(true)
+        .open(h.store_dir().join("rewind").join("lock"))
+        .expect("open the store's lock file");
+    let compare = || {
+        let h = h.clone();
+        let (first, second) = (first.clone(), second.clone());
+        tokio::spawn(async move {
+            h.port()
+                .changed_between(h.root(), &first, &second)
+                .await
+                .expect("compare")
+        })
+    };
+
+    lock.lock_shared().expect("a shared lock");
+    let changed = tokio::time::timeout(Duration::from_secs(20), compare())
+        .await
+        .expect("a comparison does not wait for another reader")
+        .expect("join");
+    assert_eq!(changed, rels(&["a.txt"]));
+    let tracking = {
+        let h = h.clone();
+        tokio::spawn(async move { h.id().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!tracking.is_finished(), "a track waits for the readers");
+    lock.unlock().expect("unlock");
+    let tracked = tokio::time::timeout(Duration::from_secs(20), tracking)
+        .await
+        .expect("the track goes on once the readers are gone")
+        .expect("join");
+    assert_eq!(tracked, second);
+
+    lock.lock().expect("an exclusive lock");
+    let waiting = compare();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a comparison waits for a writer");
+    lock.unlock().expect("unlock");
+    let changed = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the comparison goes on once the writer is gone")
+        .expect("join");
+    assert_eq!(changed, rels(&["a.txt"]));
+}
