@@ -420,6 +420,17 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _, _| Err(Error::backend("disk full")));
+    // The file diffs and the files changed since the last step are computed at the same time as the text
+    // diff (all three only read the store).
+    snapshots
+        .expect_diff()
+        .times(0..=1)
+        .returning(|_, _, _| Ok(Vec::new()));
+    snapshots
+        .expect_changed_between()
+        .withf(|_, _, to| to == &sid(20))
+        .times(0..=1)
+        .returning(|_, _, _| Ok(Vec::new()));
     // Rollback: capture first, then put the intent's files back to `before`.
     snapshots
         .expect_track()
