@@ -306,3 +306,72 @@ async fn comparisons_share_the_store_lock_and_wait_for_a_writer() {
         .expect("join");
     assert_eq!(changed, rels(&["a.txt"]));
 }
+
+/// What a crash in the middle of a revert's writes leaves (temporary files next to their targets, and the
+/// journal naming their directories) is removed the next time the store is opened, and nothing else is:
+/// a file of the user's with a similar name in a directory the journal does not name stays, and so does a
+/// directory outside the worktree that a (corrupt) journal names. A finished operation leaves no temporary
+/// file and an empty journal.
+#[tokio::test]
+async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    h.write("src/a.txt", b"a\n");
+    h.write("other/b.txt", b"b\n");
+    let first = track_as_git(&h, &oracle).await;
+    h.write("src/a.txt", b"changed\n");
+    let second = track_as_git(&h, &oracle).await;
+    h.port()
+        .revert(
+            h.root(),
+            &[SnapshotPatch {
+                hash: first.clone(),
+                files: rels(&["src/a.txt"]),
+            }],
+            &second,
+        )
+        .await
+        .expect("revert");
+    let journal = h.store_dir().join("rewind").join("journal");
+    assert_eq!(
+        fs::read_to_string(&journal).unwrap_or_default(),
+        "",
+        "a finished operation leaves an empty journal"
+    );
+    let leftovers = |dir: &str| -> Vec<String> {
+        fs::read_dir(h.path(dir))
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(".rewind-tmp-"))
+            .collect()
+    };
+    assert!(leftovers("src").is_empty(), "no temporary file is left");
+
+    // The state a crash during the writes leaves.
+    fs::write(h.path("src/.rewind-tmp-dead-1"), b"half written").expect("a stray file");
+    fs::write(h.path("src/.rewind-tmp-dead-2"), b"").expect("a stray file");
+    fs::write(h.path("other/.rewind-tmp-users-own"), b"mine").expect("a user's file");
+    let outside = h.base().join("outside");
+    fs::create_dir_all(&outside).expect("mkdir outside");
+    fs::write(outside.join(".rewind-tmp-x-1"), b"not ours").expect("a file outside");
+    fs::write(
+        &journal,
+        format!("{}\n{}\n", h.path("src").display(), outside.display()),
+    )
+    .expect("write the journal");
+
+    // (git would track the user's file; rewind never tracks its own temporary names.)
+    let tracked = h.id().await;
+    assert_eq!(tracked, first, "temporary files are never tracked");
+    assert!(
+        leftovers("src").is_empty(),
+        "the crash's temporary files are gone"
+    );
+    assert_eq!(leftovers("other"), [".rewind-tmp-users-own"]);
+    assert!(
+        outside.join(".rewind-tmp-x-1").exists(),
+        "nothing outside the worktree is touched"
+    );
+    assert_eq!(fs::read_to_string(&journal).unwrap_or_default(), "");
+}
