@@ -327,6 +327,17 @@ impl SqlRepo {
                     .await
                     .map_err(self.fault("deleting old captures"))?;
             }
+            Change::DeleteEventsThrough { seq } => {
+                // The newest event stays, so the next position (`max(seq) + 1`) is never one a relay has
+                // already passed. The caller holds the write serialisation (see the module doc).
+                let last = self.last_seq_in(txn).await?;
+                let through = i64::try_from(seq).unwrap_or(i64::MAX).min(last - 1);
+                event_outbox::Entity::delete_many()
+                    .filter(event_outbox::Column::Seq.lte(through))
+                    .exec(txn)
+                    .await
+                    .map_err(self.fault("deleting old outbox events"))?;
+            }
         }
         Ok(())
     }
@@ -410,6 +421,19 @@ impl SqlRepo {
         Ok(())
     }
 
+    /// The last position in the outbox (0 when it is empty), read inside `txn`.
+    async fn last_seq_in(&self, txn: &DatabaseTransaction) -> Result<i64> {
+        Ok(event_outbox::Entity::find()
+            .select_only()
+            .column_as(event_outbox::Column::Seq.max(), "last")
+            .into_tuple::<Option<i64>>()
+            .one(txn)
+            .await
+            .map_err(self.fault("reading the end of the event outbox"))?
+            .flatten()
+            .unwrap_or(0))
+    }
+
     /// Appends the events at the next positions. The caller holds the write serialisation (see the module
     /// doc), so `max(seq)` is the last committed position and no other writer can take the next one.
     async fn append_events(
@@ -421,15 +445,7 @@ impl SqlRepo {
             return Ok(());
         }
         let fault = self.fault("appending to the event outbox");
-        let last = event_outbox::Entity::find()
-            .select_only()
-            .column_as(event_outbox::Column::Seq.max(), "last")
-            .into_tuple::<Option<i64>>()
-            .one(txn)
-            .await
-            .map_err(&fault)?
-            .flatten()
-            .unwrap_or(0);
+        let last = self.last_seq_in(txn).await?;
         let mut rows = Vec::with_capacity(events.len());
         for (seq, event) in (last + 1..).zip(events) {
             rows.push(event_outbox::ActiveModel {

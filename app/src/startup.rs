@@ -227,6 +227,10 @@ impl Application {
             Arc::clone(&self.state.relay_wake),
             stop.clone(),
         ));
+        let outbox_cutter = tokio::spawn(cut_outbox_hourly(
+            self.state.services.rewind.clone(),
+            stop.clone(),
+        ));
         tracing::info!(address = %self.address, "rewind serving");
         let router = crate::http::router(self.state, self.body_limit);
         let served = axum::serve(self.listener, router)
@@ -235,7 +239,26 @@ impl Application {
             .context("the HTTP server failed");
         stop.cancel();
         let _ = relay.await;
+        let _ = outbox_cutter.await;
         tracing::info!("rewind stopped");
         served
+    }
+}
+
+/// Cuts the event outbox to its newest events once an hour (as `rewind gc` does), so a server that runs
+/// for months without a gc does not fill its database with delivered events.
+async fn cut_outbox_hourly(rewind: Arc<Rewind>, stop: tokio_util::sync::CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
+        }
+        match rewind.cut_outbox().await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "cut the event outbox"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot cut the event outbox; trying again in an hour")
+            }
+        }
     }
 }

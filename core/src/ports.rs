@@ -162,6 +162,12 @@ pub enum Change {
         /// The cut-off time.
         before: u64,
     },
+    /// Delete the outbox events at positions up to `seq`, except the newest event, which always stays:
+    /// the next event's position follows it, so no relay ever sees a position again.
+    DeleteEventsThrough {
+        /// The last position that may go.
+        seq: u64,
+    },
 }
 
 /// A unit of work: all of its changes and events are stored, or none.

@@ -103,6 +103,13 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
         summary.captures_deleted,
         plural(summary.captures_deleted as u64),
     );
+    if summary.events_deleted > 0 {
+        println!(
+            "  removed {} old event{} from the event outbox (the newest are kept)",
+            summary.events_deleted,
+            plural(summary.events_deleted)
+        );
+    }
     for id in &summary.sessions_deleted {
         println!("  deleted session {id}");
     }

@@ -155,6 +155,7 @@ fn every_command_s_json_has_the_documented_fields() {
             "sessionsDeleted",
             "sessionsSkipped",
             "capturesDeleted",
+            "eventsDeleted",
             "worktrees",
             "objectsRemoved",
             "bytesFreed",

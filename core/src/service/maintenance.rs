@@ -74,6 +74,8 @@ pub struct GcSummary {
     pub sessions_skipped: Vec<GcSkipped>,
     /// How many captures older than the cut-off were deleted.
     pub captures_deleted: u64,
+    /// How many old events were deleted from the outbox (all but the newest `ServiceConfig::outbox_kept`).
+    pub events_deleted: u64,
     /// Per worktree, what its store freed.
     pub worktrees: Vec<WorktreeGc>,
 }
@@ -217,6 +219,7 @@ impl Rewind {
                     .await?;
             }
         }
+        summary.events_deleted = self.cut_outbox().await?;
         for directory in directories {
             let keep: Vec<SnapshotId> = self
                 .repo
@@ -241,5 +244,29 @@ impl Rewind {
             });
         }
         Ok(summary)
+    }
+
+    /// Deletes the outbox's events but the newest `outbox_kept` (the newest always stays, so positions go
+    /// on after it). Returns how many were deleted. `gc` does it, and a server once an hour.
+    pub async fn cut_outbox(&self) -> Result<u64> {
+        let last = self.repo.last_event_seq().await?;
+        let Some(through) = last.checked_sub(self.config.outbox_kept.max(1)) else {
+            return Ok(0);
+        };
+        let first = match self.repo.events_after(0, 1).await?.first() {
+            Some(oldest) => oldest.seq,
+            None => return Ok(0),
+        };
+        if first > through {
+            return Ok(0);
+        }
+        self.repo
+            .commit(Transaction {
+                guards: Vec::new(),
+                changes: vec![Change::DeleteEventsThrough { seq: through }],
+                events: Vec::new(),
+            })
+            .await?;
+        Ok(through - first + 1)
     }
 }

@@ -40,6 +40,10 @@ pub struct ServiceConfig {
     pub operation_lease_ms: u64,
     /// The version recorded on new sessions.
     pub version: String,
+    /// How many of the newest outbox events gc keeps (default 10,000). Events exist to reach the servers'
+    /// event streams, which follow the outbox within milliseconds; older ones only fill the database (a
+    /// revert's events carry its whole diff).
+    pub outbox_kept: u64,
 }
 
 impl Default for ServiceConfig {
@@ -49,6 +53,7 @@ impl Default for ServiceConfig {
             step_timeout_ms: 10 * 60 * 1000,
             operation_lease_ms: 2 * 60 * 1000,
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            outbox_kept: 10_000,
         }
     }
 }

@@ -191,6 +191,8 @@ impl Rows {
             Change::DeleteCapturesBefore { before } => {
                 self.captures.retain(|capture| capture.time >= before);
             }
+            // The outbox is outside `Rows`: `commit` applies it.
+            Change::DeleteEventsThrough { .. } => {}
         }
         Ok(())
     }
@@ -390,10 +392,20 @@ impl MessageRepo for MemRepo {
             state.check(guard)?;
         }
         let mut rows = state.rows.clone();
+        let mut prune_through = None;
         for change in transaction.changes {
+            if let Change::DeleteEventsThrough { seq } = change {
+                prune_through = prune_through.max(Some(seq));
+            }
             rows.apply(change)?;
         }
         state.rows = rows;
+        if let Some(seq) = prune_through {
+            let last = state.outbox.last().map_or(0, |stored| stored.seq);
+            state
+                .outbox
+                .retain(|stored| stored.seq > seq || stored.seq == last);
+        }
         let first = state.outbox.last().map_or(0, |e| e.seq) + 1;
         let stored = (first..).zip(transaction.events);
         state
@@ -408,8 +420,8 @@ impl MessageRepo for MemRepo {
 
     async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
         let state = self.lock();
-        // Positions are 1, 2, 3, … so the events after `after` start at index `after`.
-        let start = usize::try_from(after).unwrap_or(usize::MAX);
+        // The outbox is in position order (old events may have been deleted from its front).
+        let start = state.outbox.partition_point(|stored| stored.seq <= after);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         Ok(state
             .outbox

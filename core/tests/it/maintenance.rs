@@ -304,3 +304,60 @@ fn restore_from_an_unknown_snapshot_records_nothing_and_changes_nothing() {
         );
     });
 }
+
+/// gc keeps only the newest `outbox_kept` events of the outbox (they exist to reach the event streams,
+/// which follow the outbox within milliseconds); the sessions, messages and files are untouched, and
+/// the events recorded after gc take the positions after the newest one kept.
+#[test]
+fn gc_deletes_old_outbox_events_and_keeps_the_newest() {
+    block_on(async {
+        let world = World::new();
+        let session = world.session().await;
+        for turn in ["one", "two", "three"] {
+            world
+                .turn(&session.id, turn, |w| w.write("a.txt", turn))
+                .await;
+        }
+        let last = world.repo.last_event_seq().await.expect("outbox end");
+        assert!(last > 5, "the turns recorded events: {last}");
+        let keeping_five = rewind_core::Rewind::new(
+            world.snapshots.clone(),
+            world.repo.clone(),
+            world.host.clone(),
+            rewind_core::ServiceConfig {
+                outbox_kept: 5,
+                ..rewind_core::ServiceConfig::default()
+            },
+        );
+        let messages_before = world.messages(&session.id).await;
+
+        let summary = keeping_five.gc(collect_all()).await.expect("gc");
+        assert_eq!(summary.events_deleted, last - 5);
+        let left: Vec<u64> = world.events().await.iter().map(|e| e.seq).collect();
+        assert_eq!(left, ((last - 4)..=last).collect::<Vec<_>>());
+        assert_eq!(world.messages(&session.id).await, messages_before);
+        assert_eq!(world.read("a.txt").as_deref(), Some("three"));
+
+        let again = keeping_five.gc(collect_all()).await.expect("gc again");
+        assert_eq!(again.events_deleted, 0, "nothing older is left");
+        world
+            .turn(&session.id, "four", |w| w.write("a.txt", "four"))
+            .await;
+        assert_eq!(
+            world.events().await.first().map(|e| e.seq),
+            Some(last - 4),
+            "new events go after the newest kept"
+        );
+        assert!(world.repo.last_event_seq().await.expect("end") > last);
+        // The default keeps 10,000: nothing goes.
+        assert_eq!(
+            world
+                .rewind
+                .gc(collect_all())
+                .await
+                .expect("gc")
+                .events_deleted,
+            0
+        );
+    });
+}

@@ -70,6 +70,7 @@ macro_rules! repo_contract_tests {
             events_come_back_in_commit_order
             referenced_snapshots_cover_every_reference
             captures_are_listed_referenced_and_deleted_by_age
+            old_outbox_events_are_deleted_and_positions_never_repeat
             delete_session_cascades
             sessions_are_listed_newest_first_and_by_directory
         );
@@ -1712,5 +1713,54 @@ pub async fn captures_are_listed_referenced_and_deleted_by_age(repo: &dyn Messag
     assert!(
         !referenced.contains(&snapshot(31)),
         "a deleted capture must no longer be referenced; got {referenced:?}"
+    );
+}
+
+/// `DeleteEventsThrough` removes the outbox's oldest events up to a position, never the newest one: the
+/// end stays, and the next event takes the position after it, also when every older event is gone (a
+/// relay that has passed a position never sees it again). The events left come back in order.
+pub async fn old_outbox_events_are_deleted_and_positions_never_repeat(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    for _ in 0..5 {
+        repo.commit(transaction(Vec::new(), vec![heartbeat(&ids)]))
+            .await
+            .expect("a transaction with an event must commit");
+    }
+    let before = all_events(repo).await;
+    assert_eq!(before.len(), 5);
+    let first = before[0].seq;
+    let seqs = |events: &[StoredEvent]| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+
+    commit(repo, vec![Change::DeleteEventsThrough { seq: first + 2 }]).await;
+    let after = all_events(repo).await;
+    assert_eq!(
+        seqs(&after),
+        [first + 3, first + 4],
+        "the events through the position are deleted, the later ones stay in order"
+    );
+    assert_eq!(after[0].event, before[3].event);
+    assert_eq!(
+        repo.events_after(first + 1, 10).await.expect("read"),
+        after,
+        "reading from a deleted position starts at the first event left"
+    );
+    assert_eq!(
+        repo.last_event_seq().await.expect("the outbox end"),
+        first + 4
+    );
+
+    commit(repo, vec![Change::DeleteEventsThrough { seq: u64::MAX }]).await;
+    assert_eq!(
+        seqs(&all_events(repo).await),
+        [first + 4],
+        "the newest event is never deleted"
+    );
+    repo.commit(transaction(Vec::new(), vec![heartbeat(&ids)]))
+        .await
+        .expect("commit");
+    assert_eq!(
+        seqs(&all_events(repo).await),
+        [first + 4, first + 5],
+        "the next event follows the newest, not a deleted position"
     );
 }
