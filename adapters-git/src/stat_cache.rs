@@ -259,7 +259,11 @@ impl StatCache {
         let (tree, dirs) = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
         cache.tree = Some(tree);
         cache.dirs = dirs;
-        cache.save(&path)
+        // Kept in memory only, under the file's generation: the file still holds the cache as it was, which
+        // is consistent too (a cache only spares hashing), and the next track that learns anything writes
+        // this one. Another process's save changes the generation and the copy in memory is dropped.
+        cache.keep(&path);
+        Ok(())
     }
 
     /// The copy kept in memory, when the file still holds its generation.
@@ -283,8 +287,10 @@ impl StatCache {
             .unwrap_or_default()
     }
 
-    /// Hands back a loaded cache that still equals what its file holds (or holds less of it: fewer
-    /// listings), so the next load in this process need not parse the file.
+    /// Hands back a loaded cache, so the next load in this process need not parse the file while the file
+    /// keeps its generation. The cache must be one the file's could have become without anything being
+    /// trusted that the file's would not trust: the file's itself, the same with fewer listings, or the
+    /// same taught what this process's revert or restore wrote (`note_applied`).
     pub fn keep(self, path: &Path) {
         if self.generation != 0 {
             remember(path, self);
@@ -697,8 +703,9 @@ mod tests {
         .expect("the expected tree");
         consistent(expected);
 
-        // A process that does not hold the cache in memory (a command that ends after its revert) leaves
-        // the file as it is: still the tree of its entries, and the next track finds the worktree.
+        // What was taught stayed in memory; the file still holds the cache the last track saved. A process
+        // that does not hold the cache in memory (a command that ends after its revert) leaves the file
+        // as it is: still the tree of its entries, and the next track finds the worktree.
         drop(StatCache::load(&store.stat_cache_path()));
         let patch = SnapshotPatch {
             hash: crate::apply::snapshot_id(&first).expect("an id"),
@@ -706,7 +713,11 @@ mod tests {
         };
         crate::apply::revert(&store, &config, &[patch], &expected).expect("revert again");
         let untaught = StatCache::load(&store.stat_cache_path());
-        assert_eq!(untaught.tree, Some(expected), "not taught");
+        assert_eq!(
+            untaught.tree,
+            Some(second),
+            "not taught: the file holds what the last track saved"
+        );
         let now = crate::track::track(&store, &config).expect("track").id;
         let want = crate::tree::edit(&store.odb, &first, &[("d1/f1.txt".to_owned(), None)])
             .expect("the expected tree");

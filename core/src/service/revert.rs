@@ -74,14 +74,17 @@ impl Rewind {
         target: &RevertTarget,
     ) -> Result<(Session, FileCounts)> {
         // Read under the leases: a step may have begun, or the session changed, since the checks above.
-        // A target that names no message or part is refused here, before anything is written.
+        // A target that names no message or part is refused here, before any file is written.
         let session = self.load_session(session_id).await?;
         self.refuse_open_steps(&session).await?;
-        let messages = self.repo.messages(session_id).await?;
+        let wt = worktree(&session);
+        // The messages are read while the worktree is tracked (the track only adds objects to the store).
+        let (messages, tracked) =
+            futures::future::join(self.repo.messages(session_id), self.snapshots.track(wt)).await;
+        let messages = messages?;
         let point = select_revert_point(&messages, target)?;
         let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
-        let wt = worktree(&session);
-        let before = self.snapshots.track(wt).await?.id;
+        let before = tracked?.id;
         // The files the current revert changed (if any): undone first, and in the intent.
         let previous_changed = match (&session.revert, &session.applied) {
             (
