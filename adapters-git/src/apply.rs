@@ -295,16 +295,7 @@ fn write_file(store: &Store, job: &PendingWrite) -> GitResult<Option<Stat>> {
     let Ok(meta) = fs::symlink_metadata(&job.abs) else {
         return Ok(None);
     };
-    let mode = if meta.file_type().is_symlink() {
-        Mode::Link
-    } else if meta.is_file() && meta.permissions().mode() & 0o100 != 0 {
-        Mode::Exec
-    } else if meta.is_file() {
-        Mode::File
-    } else {
-        return Ok(None);
-    };
-    Ok((mode == job.mode).then(|| Stat::of(&meta, mode)))
+    Ok((Mode::of_file(&meta) == Some(job.mode)).then(|| Stat::of(&meta, job.mode)))
 }
 
 fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
@@ -748,7 +739,8 @@ fn changes_at_paths<'a>(
     Ok(Some((changes, now)))
 }
 
-/// The entry a track would record for the tracked file or symlink at `abs`.
+/// The entry a track would record for the tracked file or symlink at `abs` (its content streamed through
+/// the hash, never held whole).
 fn entry_on_disk(config: &GitStoreConfig, abs: &Path, path: &str) -> GitResult<(Mode, ObjectId)> {
     let unreadable = |reason: String| GitError::Unreadable {
         path: path.to_owned(),
@@ -757,19 +749,26 @@ fn entry_on_disk(config: &GitStoreConfig, abs: &Path, path: &str) -> GitResult<(
     if config.read_fault.as_ref().is_some_and(|fault| fault(path)) {
         return Err(unreadable("injected read fault".to_owned()));
     }
-    let meta = fs::symlink_metadata(abs).map_err(|e| unreadable(e.to_string()))?;
-    if meta.file_type().is_symlink() {
-        let target = fs::read_link(abs).map_err(|e| unreadable(e.to_string()))?;
-        let id = Odb::hash(Kind::Blob, target.as_os_str().as_bytes())?;
-        return Ok((Mode::Link, id));
+    for _attempt in 0..3 {
+        let meta = fs::symlink_metadata(abs).map_err(|e| unreadable(e.to_string()))?;
+        let mode = Mode::of_file(&meta).ok_or_else(|| {
+            unreadable("it stopped being a file while it was being read".to_owned())
+        })?;
+        if mode == Mode::Link {
+            let target = fs::read_link(abs).map_err(|e| unreadable(e.to_string()))?;
+            let id = Odb::hash(Kind::Blob, target.as_os_str().as_bytes())?;
+            return Ok((mode, id));
+        }
+        // `None`: the size changed while it was read; look again.
+        if let Some(id) =
+            Odb::hash_file_blob(abs, meta.len()).map_err(|e| unreadable(e.to_string()))?
+        {
+            return Ok((mode, id));
+        }
     }
-    let mode = if meta.permissions().mode() & 0o100 != 0 {
-        Mode::Exec
-    } else {
-        Mode::File
-    };
-    let data = fs::read(abs).map_err(|e| unreadable(e.to_string()))?;
-    Ok((mode, Odb::hash(Kind::Blob, &data)?))
+    Err(unreadable(
+        "it kept changing while it was being read".to_owned(),
+    ))
 }
 
 /// Whether `path` was untracked when snapshot `from` was taken: ignored by the `.gitignore` files of tree

@@ -149,6 +149,35 @@ impl Odb {
         Ok(id)
     }
 
+    /// The blob id of a regular file's content, read in a stream and not stored. `Ok(None)` when the
+    /// file's size changed while it was read (the caller looks again).
+    pub fn hash_file_blob(path: &Path, expected_size: u64) -> io::Result<Option<ObjectId>> {
+        let mut source = File::open(path)?;
+        let mut hasher = ObjectHasher::new(Kind::Blob, expected_size);
+        let mut buffer = vec![0u8; 64 * 1024];
+        let mut total = 0u64;
+        loop {
+            let n = match source.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            total += n as u64;
+            if total > expected_size {
+                return Ok(None);
+            }
+            hasher.0.update(&buffer[..n]);
+        }
+        if total != expected_size {
+            return Ok(None);
+        }
+        hasher
+            .finish()
+            .map(Some)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
     /// Stores the content of a regular file as a blob, reading it once in a stream: hashed and compressed
     /// together. `Ok(None)` when the file's size changed while it was read (the caller retries).
     pub fn write_file_blob(&self, path: &Path, expected_size: u64) -> io::Result<Option<ObjectId>> {
@@ -349,4 +378,44 @@ pub fn random_u64() -> u64 {
     );
     hasher.write_u32(std::process::id());
     hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file hashed in a stream has the id `git hash-object` gives it (several chunks, and an empty
+    /// file), and one whose size is not what the caller saw gives `None`.
+    #[test]
+    fn hash_file_blob_is_git_hash_object() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        for (name, size) in [("big", 200 * 1024 + 17), ("empty", 0), ("small", 5)] {
+            let path = dir.path().join(name);
+            let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+            fs::write(&path, &data).expect("write");
+            let ours = Odb::hash_file_blob(&path, size as u64)
+                .expect("read")
+                .expect("the size is right");
+            let git = std::process::Command::new("git")
+                .args(["hash-object", "--no-filters"])
+                .arg(&path)
+                .output()
+                .expect("run git hash-object");
+            let theirs = String::from_utf8_lossy(&git.stdout).trim().to_owned();
+            assert_eq!(ours.to_string(), theirs, "{name}");
+            assert_eq!(ours, Odb::hash(Kind::Blob, &data).expect("hash"), "{name}");
+            assert_eq!(
+                Odb::hash_file_blob(&path, size as u64 + 1).expect("read"),
+                None,
+                "{name}: shorter than expected"
+            );
+            if size > 0 {
+                assert_eq!(
+                    Odb::hash_file_blob(&path, size as u64 - 1).expect("read"),
+                    None,
+                    "{name}: longer than expected"
+                );
+            }
+        }
+    }
 }

@@ -561,7 +561,7 @@ impl Seen {
             SeenKind::Link
         } else if meta.is_file() {
             SeenKind::File {
-                executable: meta.permissions().mode() & 0o100 != 0,
+                executable: Mode::is_executable(meta.permissions().mode()),
             }
         } else if meta.is_dir() {
             SeenKind::Dir
@@ -589,7 +589,7 @@ impl Seen {
             SeenKind::Link
         } else if file_type.is_file() {
             SeenKind::File {
-                executable: st.st_mode & 0o100 != 0,
+                executable: Mode::is_executable(st.st_mode),
             }
         } else if file_type.is_dir() {
             SeenKind::Dir

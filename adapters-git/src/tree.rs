@@ -22,6 +22,26 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Whether permission bits make a regular file executable for git (the owner's execute bit).
+    pub fn is_executable(permission_bits: u32) -> bool {
+        permission_bits & 0o100 != 0
+    }
+
+    /// The mode a file, executable or symlink is tracked as, from its `symlink_metadata`; none for
+    /// anything else (a directory, a FIFO, a device).
+    pub fn of_file(meta: &std::fs::Metadata) -> Option<Mode> {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.file_type().is_symlink() {
+            Some(Mode::Link)
+        } else if meta.is_file() && Mode::is_executable(meta.permissions().mode()) {
+            Some(Mode::Exec)
+        } else if meta.is_file() {
+            Some(Mode::File)
+        } else {
+            None
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Mode::File => "100644",
