@@ -178,7 +178,7 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(server) => {
             let settings = Settings::resolve(&cli.config, Some(&server), &directory)?;
-            crate::http::serve(settings).await
+            crate::http::serve(settings, directory).await
         }
         Command::Demo { keep } => {
             // The demo uses a temporary data directory unless one is given (flag or environment).

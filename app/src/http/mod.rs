@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
-use crate::startup::{Application, Services};
+use crate::startup::{Application, ServerOptions, Services};
 use error::ApiError;
 
 /// What the handlers share.
@@ -100,8 +100,16 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
 }
 
 /// Runs `rewind serve` until SIGINT or SIGTERM: recovery, then the server and its outbox relay.
-pub async fn serve(settings: Settings) -> Result<()> {
-    let application = Application::build(settings).await?;
+/// `directory` (the current directory, or `-C`) is the worktree of requests that name none.
+pub async fn serve(settings: Settings, directory: PathBuf) -> Result<()> {
+    let application = Application::build_with(
+        settings,
+        ServerOptions {
+            cwd: Some(directory),
+            ..ServerOptions::default()
+        },
+    )
+    .await?;
     let stop = application.shutdown_token();
     // Scripts read the port from this line (`--port 0` picks a free one).
     println!("rewind listening on http://{}", application.address());

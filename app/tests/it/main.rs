@@ -7,6 +7,7 @@ mod exec_undo_redo;
 mod explicit_revert;
 mod json;
 mod killed_exec;
+mod serve_log;
 mod snapshot_and_gc;
 mod support;
 mod warnings;

@@ -1,0 +1,178 @@
+//! `rewind serve` writes one log line per revert and unrevert (issue 5): the session, the files written,
+//! deleted and kept, and the time taken. The real binary is started on a free port with `RUST_LOG`, a turn
+//! is recorded through the HTTP API with the agent's edits made on disk, and the lines on stderr are read
+//! back after SIGTERM. The server runs with `-C WORKTREE` from another current directory, and the requests
+//! name no directory: `-C` is the default worktree, as for every other command.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+
+use crate::support::Env;
+
+/// One HTTP/1.1 request to the server on `port`; returns the status and the JSON body.
+fn request(port: u16, method: &str, path: &str, body: &Value) -> (u16, Value) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the server");
+    let body = body.to_string();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send the request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("read the response");
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("a response with a body: {response:?}"));
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {head}"));
+    let value = serde_json::from_str(body).unwrap_or_else(|e| panic!("JSON body ({e}): {body}"));
+    (status, value)
+}
+
+fn post(port: u16, path: &str, body: Value) -> Value {
+    let (status, value) = request(port, "POST", path, &body);
+    assert_eq!(status, 200, "POST {path}: {value}");
+    value
+}
+
+/// The text of a log line without its colour codes.
+fn plain(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for end in chars.by_ref() {
+                if end.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn serve_logs_each_revert_and_unrevert_with_its_file_counts_and_time() {
+    let env = Env::git_checkout();
+    let mut server = env
+        .process_in(env.path(), &["serve", "--port", "0"])
+        .env("RUST_LOG", "rewind_app=info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rewind serve");
+    let stdout = server.stdout.take().expect("stdout");
+    let stderr = server.stderr.take().expect("stderr");
+    let log_reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("the server's first line");
+    let port: u16 = first
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("`rewind listening on http://HOST:PORT`, got {first:?}"));
+
+    let session = post(port, "/session", json!({}));
+    let id = session["id"].as_str().expect("a session id").to_owned();
+    let user = post(
+        port,
+        &format!("/session/{id}/message"),
+        json!({"parts": [{"type": "text", "text": "change three files"}]}),
+    );
+    let user_id = user["info"]["id"]
+        .as_str()
+        .expect("a message id")
+        .to_owned();
+    let assistant = post(
+        port,
+        &format!("/session/{id}/message"),
+        json!({"role": "assistant"}),
+    );
+    let mid = assistant["info"]["id"]
+        .as_str()
+        .expect("a message id")
+        .to_owned();
+    post(
+        port,
+        &format!("/session/{id}/message/{mid}/step"),
+        json!({}),
+    );
+    std::fs::write(env.path().join("new.txt"), "created by the step\n").expect("write");
+    std::fs::write(env.path().join("a.txt"), "edited by the step\n").expect("write");
+    std::fs::remove_file(env.path().join("README.md")).expect("delete");
+    post(
+        port,
+        &format!("/session/{id}/message/{mid}/step/finish"),
+        json!({"reason": "stop"}),
+    );
+    post(
+        port,
+        &format!("/session/{id}/revert"),
+        json!({"messageID": user_id}),
+    );
+    assert!(!env.path().join("new.txt").exists());
+    post(port, &format!("/session/{id}/unrevert"), json!({}));
+    assert!(env.path().join("new.txt").exists());
+
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    let status = server.wait().expect("the server stops");
+    assert!(status.success(), "{status:?}");
+    let log: Vec<String> = log_reader
+        .join()
+        .expect("the log reader")
+        .iter()
+        .map(|line| plain(line))
+        .collect();
+    let line_of = |what: &str| -> &String {
+        log.iter()
+            .find(|line| line.contains(&format!(" {what} session=")))
+            .unwrap_or_else(|| panic!("no `{what}` line in the log:\n{}", log.join("\n")))
+    };
+    // The revert deletes the file the step created and writes back the one it edited and the one it
+    // deleted; the unrevert does the opposite.
+    for (what, counts) in [
+        ("revert", "written=2 deleted=1 kept=0"),
+        ("unrevert", "written=2 deleted=1 kept=0"),
+    ] {
+        let line = line_of(what);
+        assert!(line.contains(&format!("session={id}")), "{line}");
+        assert!(line.contains(counts), "{line}");
+        let elapsed: f64 = line
+            .split("elapsed_ms=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("an elapsed_ms field: {line}"));
+        assert!(elapsed > 0.0, "{line}");
+    }
+}
