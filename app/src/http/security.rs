@@ -188,10 +188,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The worktree named by `?directory=` or else the `x-opencode-directory` header (percent-encoded by
 /// OpenCode's client).
+/// A query that cannot be read is refused rather than ignored: ignoring it would run the request on the
+/// server's directory instead of the one the client meant.
 fn requested_directory(request: &Request) -> Result<Option<String>, ApiError> {
     let query = axum::extract::Query::<DirectoryQuery>::try_from_uri(request.uri())
         .map(|axum::extract::Query(query)| query.directory)
-        .unwrap_or(None);
+        .map_err(|rejection| {
+            ApiError::BadRequest(format!("invalid query: {}", rejection.body_text()))
+        })?;
     if let Some(directory) = query.filter(|d| !d.is_empty()) {
         return Ok(Some(directory));
     }

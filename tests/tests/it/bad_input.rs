@@ -300,6 +300,18 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            // Two directories: the query cannot be read, and the request must not fall back to the
+            // server's directory.
+            "an unreadable query worktree",
+            json_post(
+                &app,
+                &format!("{revert}?directory=%2Ftmp&directory=%2Fsrv"),
+                json!({"messageID": user}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
             "a header worktree outside the roots",
             app.http
                 .get(app.url(&format!("/session/{session}/message")))
