@@ -6,6 +6,7 @@ use crate::model::{
 };
 
 use super::Rewind;
+use super::record::normalise_directory;
 
 impl Rewind {
     /// One session (`NotFound` when unknown).
@@ -13,9 +14,11 @@ impl Rewind {
         self.load_session(id).await
     }
 
-    /// Sessions, newest first; only those of `directory` when given.
+    /// Sessions, newest first; only those of `directory` when given (normalised as `create_session`
+    /// normalises what it stores, so `/wt/` finds the sessions of `/wt`).
     pub async fn sessions(&self, directory: Option<&str>) -> Result<Vec<Session>> {
-        self.repo.sessions(directory.map(str::to_owned)).await
+        let directory = directory.map(normalise_directory).transpose()?;
+        self.repo.sessions(directory).await
     }
 
     /// Every message of a session with its parts, ascending; reverted messages are included until cleanup.

@@ -212,3 +212,40 @@ fn json_shapes_are_opencodes() {
         assert_eq!(back, events[0].event);
     })
 }
+
+/// The directory filter of `sessions` is normalised as `create_session` normalises what it stores: a
+/// trailing slash finds the same sessions, another directory none, and a relative or `..` path is refused.
+#[test]
+fn the_session_list_filter_is_normalised_like_the_stored_directory() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        for filter in [
+            crate::support::ROOT.to_owned(),
+            format!("{}/", crate::support::ROOT),
+        ] {
+            let listed = w.rewind.sessions(Some(&filter)).await.expect("list");
+            assert_eq!(
+                listed.iter().map(|x| &x.id).collect::<Vec<_>>(),
+                [&s.id],
+                "{filter}"
+            );
+        }
+        assert!(
+            w.rewind
+                .sessions(Some("/work/other"))
+                .await
+                .expect("list")
+                .is_empty()
+        );
+        for bad in ["work/project", "/work/../work/project"] {
+            assert!(
+                matches!(
+                    w.rewind.sessions(Some(bad)).await,
+                    Err(Error::InvalidInput(_))
+                ),
+                "{bad}"
+            );
+        }
+    })
+}
