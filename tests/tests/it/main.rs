@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod events;
+mod postgres;
 mod scenario;
 mod security;
 mod support;

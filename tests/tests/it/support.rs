@@ -41,6 +41,8 @@ pub struct AppConfig {
     pub step_timeout: Option<Duration>,
     /// The event bus capacity (default the server's).
     pub bus_capacity: Option<usize>,
+    /// The database (default a SQLite file in the data directory).
+    pub database_url: Option<String>,
 }
 
 /// Runs `git` in `dir`, failing on a non-zero exit.
@@ -84,6 +86,9 @@ pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
     settings.password = config.password;
     if let Some(timeout) = config.step_timeout {
         settings.step_timeout_ms = u64::try_from(timeout.as_millis())?;
+    }
+    if let Some(url) = config.database_url {
+        settings.database_url = url;
     }
     let database_url = settings.database_url.clone();
     let options = ServerOptions {
