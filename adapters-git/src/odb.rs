@@ -64,6 +64,30 @@ impl ObjectHasher {
     }
 }
 
+/// Reads `source` to its end in 64 KiB chunks, handing each to `each`, and returns how many bytes it read;
+/// it stops early once more than `limit` bytes have come (the file grew: the caller looks again).
+fn read_chunks(
+    mut source: impl Read,
+    limit: u64,
+    mut each: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<u64> {
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = match source.read(&mut buffer) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        total += n as u64;
+        if total > limit {
+            return Ok(total);
+        }
+        each(&buffer[..n])?;
+    }
+}
+
 /// Files up to this size are read whole before they are stored; larger ones are streamed.
 const IN_MEMORY_BLOB: u64 = 256 * 1024;
 
@@ -152,24 +176,12 @@ impl Odb {
     /// The blob id of a regular file's content, read in a stream and not stored. `Ok(None)` when the
     /// file's size changed while it was read (the caller looks again).
     pub fn hash_file_blob(path: &Path, expected_size: u64) -> io::Result<Option<ObjectId>> {
-        let mut source = File::open(path)?;
         let mut hasher = ObjectHasher::new(Kind::Blob, expected_size);
-        let mut buffer = vec![0u8; 64 * 1024];
-        let mut total = 0u64;
-        loop {
-            let n = match source.read(&mut buffer) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            total += n as u64;
-            if total > expected_size {
-                return Ok(None);
-            }
-            hasher.0.update(&buffer[..n]);
-        }
-        if total != expected_size {
+        let read = read_chunks(File::open(path)?, expected_size, |chunk| {
+            hasher.0.update(chunk);
+            Ok(())
+        })?;
+        if read != expected_size {
             return Ok(None);
         }
         hasher
@@ -204,24 +216,10 @@ impl Odb {
         let outcome = (|| -> io::Result<u64> {
             let mut encoder = ZlibEncoder::new(io::BufWriter::new(file), Compression::fast());
             encoder.write_all(format!("blob {expected_size}\0").as_bytes())?;
-            let mut source = source;
-            let mut buffer = vec![0u8; 64 * 1024];
-            let mut total = 0u64;
-            loop {
-                let n = match source.read(&mut buffer) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                let chunk = &buffer[..n];
+            let total = read_chunks(source, expected_size, |chunk| {
                 hasher.0.update(chunk);
-                encoder.write_all(chunk)?;
-                total += n as u64;
-                if total > expected_size {
-                    break;
-                }
-            }
+                encoder.write_all(chunk)
+            })?;
             encoder.finish()?.flush()?;
             Ok(total)
         })();
