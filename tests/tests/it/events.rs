@@ -68,11 +68,7 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
         );
     }
 
-    app.ok(
-        &format!("/session/{session}/revert"),
-        json!({"messageID": user2}),
-    )
-    .await?;
+    app.revert_to(&session, &user2).await?;
     let revert_events = stream.until("session.updated").await?;
     assert_eq!(types(&revert_events), ["session.diff", "session.updated"]);
     let diff = &revert_events[0]["properties"];
@@ -85,11 +81,7 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
 
     // A revert that overwrites a file the user edited since the last step warns first.
     app.write("a.txt", "user edit\n")?;
-    app.ok(
-        &format!("/session/{session}/revert"),
-        json!({"messageID": user1}),
-    )
-    .await?;
+    app.revert_to(&session, &user1).await?;
     let rerevert = stream.until("session.updated").await?;
     let kinds = types(&rerevert);
     assert_eq!(kinds.last().map(String::as_str), Some("session.updated"));
@@ -131,11 +123,7 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
             .is_some_and(|e| e["properties"]["info"].get("revert").is_none())
     );
 
-    app.ok(
-        &format!("/session/{session}/revert"),
-        json!({"messageID": user2}),
-    )
-    .await?;
+    app.revert_to(&session, &user2).await?;
     stream.until("session.updated").await?;
     app.ok(&format!("/session/{session}/revert/commit"), json!({}))
         .await?;
@@ -155,25 +143,8 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
 #[tokio::test]
 async fn a_second_process_writing_the_database_reaches_the_stream() -> Result<()> {
     let app = spawn_app().await?;
-    let mut stream = app.events().await?;
-    let first = stream
-        .next(Duration::from_secs(5))
-        .await?
-        .context("no first event")?;
-    assert_eq!(first["type"], "server.connected");
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_rewind-test-writer"))
-        .arg(&app.data_dir)
-        .arg(&app.database_url)
-        .arg(&app.repo)
-        .arg("from another process")
-        .output()
-        .await?;
-    ensure!(
-        output.status.success(),
-        "the writer failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let written = String::from_utf8(output.stdout)?.trim().to_owned();
+    let mut stream = app.connected_events().await?;
+    let written = app.create_session_elsewhere("from another process").await?;
     let events = stream.until("session.created").await?;
     let created = events.last().context("no event")?;
     assert_eq!(created["properties"]["sessionID"], json!(written));

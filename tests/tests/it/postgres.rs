@@ -4,7 +4,7 @@
 //! recorded turn reverts and unreverts with the files on disk checked.
 
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::json;
@@ -77,27 +77,10 @@ async fn on_postgres_the_relay_carries_another_process_events_and_a_turn_reverts
         ..AppConfig::default()
     })
     .await?;
-    let mut stream = app.events().await?;
-    let first = stream
-        .next(Duration::from_secs(5))
-        .await?
-        .context("no first event")?;
-    assert_eq!(first["type"], "server.connected");
+    let mut stream = app.connected_events().await?;
 
     // Another process writes the same database: its event reaches this server's stream.
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_rewind-test-writer"))
-        .arg(&app.data_dir)
-        .arg(&app.database_url)
-        .arg(&app.repo)
-        .arg("written on postgres")
-        .output()
-        .await?;
-    ensure!(
-        output.status.success(),
-        "the writer failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let written = String::from_utf8(output.stdout)?.trim().to_owned();
+    let written = app.create_session_elsewhere("written on postgres").await?;
     let events = stream.until("session.created").await?;
     let created = events.last().context("no event")?;
     assert_eq!(created["properties"]["sessionID"], json!(written));
@@ -111,12 +94,7 @@ async fn on_postgres_the_relay_carries_another_process_events_and_a_turn_reverts
             Ok(())
         })
         .await?;
-    let reverted = app
-        .ok(
-            &format!("/session/{session}/revert"),
-            json!({"messageID": user}),
-        )
-        .await?;
+    let reverted = app.revert_to(&session, &user).await?;
     assert_eq!(reverted["revert"]["messageID"], json!(user));
     assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
     assert_eq!(app.file("c.txt"), None);

@@ -88,12 +88,7 @@ async fn revert_rerevert_unrevert_and_commit_move_files_and_conversation() -> Re
     );
 
     // Revert to turn 2: the files are as turn 1 left them; the messages stay listed until cleanup.
-    let reverted = app
-        .ok(
-            &format!("/session/{session}/revert"),
-            json!({"messageID": user2}),
-        )
-        .await?;
+    let reverted = app.revert_to(&session, &user2).await?;
     assert_eq!(reverted["revert"]["messageID"], json!(user2));
     assert!(reverted["revert"]["snapshot"].is_string(), "{reverted}");
     assert_eq!(
@@ -131,12 +126,7 @@ async fn revert_rerevert_unrevert_and_commit_move_files_and_conversation() -> Re
     assert_eq!(reverted["summary"]["files"], json!(4));
 
     // Re-revert to turn 1: starts from the un-reverted tree, ends at the initial commit's files.
-    let rereverted = app
-        .ok(
-            &format!("/session/{session}/revert"),
-            json!({"messageID": user1}),
-        )
-        .await?;
+    let rereverted = app.revert_to(&session, &user1).await?;
     assert_eq!(rereverted["revert"]["messageID"], json!(user1));
     assert_eq!(
         (
@@ -180,11 +170,7 @@ async fn revert_rerevert_unrevert_and_commit_move_files_and_conversation() -> Re
     assert_eq!(app.file("a.txt").as_deref(), Some("a2\n"));
 
     // Revert turn 3 and commit: its messages are gone for good, the files stay as the revert left them.
-    app.ok(
-        &format!("/session/{session}/revert"),
-        json!({"messageID": user3}),
-    )
-    .await?;
+    app.revert_to(&session, &user3).await?;
     assert_eq!(
         (app.file("c.txt"), app.file("d.txt")),
         (Some("c1\n".into()), None)
@@ -301,11 +287,7 @@ async fn an_aborted_step_can_be_reverted_and_preview_changes_nothing() -> Result
     );
     assert_eq!(app.file("a.txt").as_deref(), Some("half-done\n"));
 
-    app.ok(
-        &format!("/session/{session}/revert"),
-        json!({"messageID": user}),
-    )
-    .await?;
+    app.revert_to(&session, &user).await?;
     assert_eq!(
         (app.file("a.txt"), app.file("new.txt")),
         (Some("a0\n".into()), None)
@@ -420,12 +402,7 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
     assert_eq!(app.file("a.txt").as_deref(), Some("during the step\n"));
     // Silence past the timeout: the next operation aborts the step first, so the revert goes ahead.
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    let reverted = app
-        .ok(
-            &format!("/session/{session}/revert"),
-            json!({"messageID": user}),
-        )
-        .await?;
+    let reverted = app.revert_to(&session, &user).await?;
     assert_eq!(reverted["revert"]["messageID"], json!(user));
     assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
     let parts = app

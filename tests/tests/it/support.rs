@@ -228,6 +228,47 @@ impl TestApp {
         Ok((user_id, assistant_id))
     }
 
+    /// Reverts `session` to `message` (which must succeed) and returns the session.
+    pub async fn revert_to(&self, session: &str, message: &str) -> Result<Value> {
+        self.ok(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": message}),
+        )
+        .await
+    }
+
+    /// Opens the event stream and reads its first event, which must be `server.connected`.
+    pub async fn connected_events(&self) -> Result<EventStream> {
+        let mut stream = self.events().await?;
+        let first = stream
+            .next(Duration::from_secs(5))
+            .await?
+            .context("no first event")?;
+        ensure!(
+            first["type"] == "server.connected",
+            "the first event is not server.connected: {first}"
+        );
+        Ok(stream)
+    }
+
+    /// Creates a session titled `title` from another process on the same database and data directory
+    /// (`rewind-test-writer`); returns its id.
+    pub async fn create_session_elsewhere(&self, title: &str) -> Result<String> {
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_rewind-test-writer"))
+            .arg(&self.data_dir)
+            .arg(&self.database_url)
+            .arg(&self.repo)
+            .arg(title)
+            .output()
+            .await?;
+        ensure!(
+            output.status.success(),
+            "the writer failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(String::from_utf8(output.stdout)?.trim().to_owned())
+    }
+
     /// A file of the worktree, `None` when absent.
     pub fn file(&self, name: &str) -> Option<String> {
         std::fs::read_to_string(self.repo.join(name)).ok()
