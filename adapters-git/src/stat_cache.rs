@@ -259,11 +259,10 @@ impl StatCache {
         let (tree, dirs) = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
         cache.tree = Some(tree);
         cache.dirs = dirs;
-        // Kept in memory only, under the file's generation: the file still holds the cache as it was, which
-        // is consistent too (a cache only spares hashing), and the next track that learns anything writes
-        // this one. Another process's save changes the generation and the copy in memory is dropped.
-        cache.keep(&path);
-        Ok(())
+        // Written, not only kept in memory: gc (in any process) keeps the file's tree and everything under
+        // it, and the next track may return this tree as the snapshot. A cache held only in memory names
+        // trees another process's gc would collect once they are older than its grace period.
+        cache.save(&path)
     }
 
     /// The copy kept in memory, when the file still holds its generation.
@@ -289,8 +288,8 @@ impl StatCache {
 
     /// Hands back a loaded cache, so the next load in this process need not parse the file while the file
     /// keeps its generation. The cache must be one the file's could have become without anything being
-    /// trusted that the file's would not trust: the file's itself, the same with fewer listings, or the
-    /// same taught what this process's revert or restore wrote (`note_applied`).
+    /// trusted that the file's would not trust, and naming no tree the file does not name (gc keeps only
+    /// the file's): the file's itself, or the same with fewer listings.
     pub fn keep(self, path: &Path) {
         if self.generation != 0 {
             remember(path, self);
@@ -703,9 +702,15 @@ mod tests {
         .expect("the expected tree");
         consistent(expected);
 
-        // What was taught stayed in memory; the file still holds the cache the last track saved. A process
-        // that does not hold the cache in memory (a command that ends after its revert) leaves the file
-        // as it is: still the tree of its entries, and the next track finds the worktree.
+        // What was taught is in the file too (gc, in any process, keeps the file's tree). A process that
+        // does not hold the cache in memory (a command that ends after its revert) leaves the file as it
+        // is: still the tree of its entries, and the next track finds the worktree.
+        let on_disk = fs::read(store.stat_cache_path()).expect("read the cache file");
+        assert_eq!(
+            parse(&on_disk).and_then(|c| c.tree),
+            Some(expected),
+            "the taught cache is written"
+        );
         drop(StatCache::load(&store.stat_cache_path()));
         let patch = SnapshotPatch {
             hash: crate::apply::snapshot_id(&first).expect("an id"),
@@ -715,8 +720,8 @@ mod tests {
         let untaught = StatCache::load(&store.stat_cache_path());
         assert_eq!(
             untaught.tree,
-            Some(second),
-            "not taught: the file holds what the last track saved"
+            Some(expected),
+            "not taught: the file holds what the restore taught it"
         );
         let now = crate::track::track(&store, &config).expect("track").id;
         let want = crate::tree::edit(&store.odb, &first, &[("d1/f1.txt".to_owned(), None)])
