@@ -69,29 +69,10 @@ impl GitSnapshotStore {
         worktree: &Path,
         work: impl FnOnce(&Store, &GitStoreConfig) -> GitResult<T> + Send + 'static,
     ) -> Result<T> {
-        self.run_on_store(worktree, Store::open, work).await
-    }
-
-    /// `with_store` for work that only reads objects: under the store's shared lock, so comparisons of
-    /// snapshots run side by side.
-    async fn reading_store<T: Send + 'static>(
-        &self,
-        worktree: &Path,
-        work: impl FnOnce(&Store, &GitStoreConfig) -> GitResult<T> + Send + 'static,
-    ) -> Result<T> {
-        self.run_on_store(worktree, Store::open_shared, work).await
-    }
-
-    async fn run_on_store<T: Send + 'static>(
-        &self,
-        worktree: &Path,
-        open: fn(&GitStoreConfig, &Path) -> GitResult<Store>,
-        work: impl FnOnce(&Store, &GitStoreConfig) -> GitResult<T> + Send + 'static,
-    ) -> Result<T> {
         let config = self.config.clone();
         let worktree = worktree.to_path_buf();
         tokio::task::spawn_blocking(move || {
-            let store = open(&config, &worktree)?;
+            let store = Store::open(&config, &worktree)?;
             work(&store, &config)
         })
         .await
@@ -158,7 +139,7 @@ impl SnapshotPort for GitSnapshotStore {
         to: &SnapshotId,
     ) -> Result<Vec<RelPath>> {
         let (from, to) = (object_id(from)?, object_id(to)?);
-        self.reading_store(worktree, move |store, _| {
+        self.with_store(worktree, move |store, _| {
             let changes = diff_trees(&store.odb, &from, &to)?;
             rel_paths(changes.into_iter().map(|(path, _, _)| path).collect())
         })
@@ -172,7 +153,7 @@ impl SnapshotPort for GitSnapshotStore {
         to: &SnapshotId,
     ) -> Result<Vec<FileDiff>> {
         let (from, to) = (object_id(from)?, object_id(to)?);
-        self.reading_store(worktree, move |store, config| {
+        self.with_store(worktree, move |store, config| {
             let changes = diff_trees(&store.odb, &from, &to)?;
             diff::file_diffs(&store.odb, &changes, config.size_cap)
         })
@@ -197,7 +178,7 @@ impl SnapshotPort for GitSnapshotStore {
     ) -> Result<String> {
         let from = object_id(from)?;
         let to = object_id(to)?;
-        self.reading_store(worktree, move |store, config| {
+        self.with_store(worktree, move |store, config| {
             let changes = diff_trees(&store.odb, &from, &to)?;
             diff::unified(&store.odb, &changes, config.size_cap)
         })

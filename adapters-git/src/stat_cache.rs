@@ -362,8 +362,7 @@ impl StatCache {
         }
         let sum = crc32fast::hash(&data);
         data.extend_from_slice(&sum.to_le_bytes());
-        // In place: a torn cache fails its checksum and is ignored, and the store's lock keeps readers out.
-        crate::store::write_in_place(path, &data)?;
+        crate::store::write_atomically(path, &data)?;
         remember(path, self);
         Ok(())
     }

@@ -100,7 +100,7 @@ impl Store {
             create_bare(&dir, &canonical)?;
         }
         // An advisory lock: the OS releases it when its process dies, so a dead holder never blocks.
-        let lock = lock_file(&dir, File::lock)?;
+        let lock = lock_file(&dir)?;
         let store = Store {
             odb: Odb::new(dir.join("objects")),
             dir,
@@ -109,24 +109,6 @@ impl Store {
         };
         store.clean_journal()?;
         Ok(store)
-    }
-
-    /// Opens the store of `worktree` for reading objects only (comparing snapshots), under a shared lock:
-    /// readers run side by side, and wait for any operation that changes the store. A store that does not
-    /// exist yet is created through `open`.
-    pub fn open_shared(config: &GitStoreConfig, worktree: &Path) -> GitResult<Store> {
-        let canonical = canonical_worktree(config, worktree)?;
-        let dir = location(config, &canonical);
-        if !dir.join("HEAD").is_file() {
-            return Store::open(config, worktree);
-        }
-        let lock = lock_file(&dir, File::lock_shared)?;
-        Ok(Store {
-            odb: Odb::new(dir.join("objects")),
-            dir,
-            worktree: canonical,
-            _lock: lock,
-        })
     }
 
     fn rewind_path(&self, name: &str) -> PathBuf {
@@ -222,35 +204,30 @@ impl Store {
     }
 
     /// Records the directories an operation will create temporary files in, before it creates any.
-    /// (Written in place: a torn journal can only name directories whose temporary files are removed.)
     pub fn journal_temp_dirs(&self, dirs: &BTreeSet<PathBuf>) -> GitResult<()> {
         let mut text = String::new();
         for dir in dirs {
             text.push_str(&dir.to_string_lossy());
             text.push('\n');
         }
-        write_in_place(&self.rewind_path("journal"), text.as_bytes())
+        write_atomically(&self.rewind_path("journal"), text.as_bytes())
     }
 
-    /// Empties the journal once every temporary file it announced has been renamed or removed.
+    /// Removes the journal once every temporary file it announced has been renamed or removed.
     pub fn clear_journal(&self) -> GitResult<()> {
         let path = self.rewind_path("journal");
-        match File::options().write(true).open(&path) {
-            Ok(file) => file.set_len(0).map_err(|e| GitError::io(&path, e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(GitError::io(&path, e)),
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(GitError::io(&path, e)),
+            _ => Ok(()),
         }
     }
 
-    /// Removes the temporary files listed by an unfinished operation's journal, then empties it.
+    /// Removes the temporary files listed by an unfinished operation's journal, then the journal.
     pub fn clean_journal(&self) -> GitResult<()> {
         let path = self.rewind_path("journal");
         let Ok(text) = fs::read_to_string(&path) else {
             return Ok(());
         };
-        if text.is_empty() {
-            return Ok(());
-        }
         for dir in text.lines().map(PathBuf::from) {
             // Only directories inside this store's worktree are ever journalled.
             if !dir.starts_with(&self.worktree) {
@@ -269,8 +246,8 @@ impl Store {
     }
 }
 
-/// Opens the store's lock file and locks it with `lock` (exclusive or shared; waits for it).
-fn lock_file(dir: &Path, lock: fn(&File) -> std::io::Result<()>) -> GitResult<File> {
+/// Opens the store's lock file and locks it (exclusively; waits for it).
+fn lock_file(dir: &Path) -> GitResult<File> {
     let path = dir.join("rewind").join("lock");
     let file = File::options()
         .create(true)
@@ -278,7 +255,7 @@ fn lock_file(dir: &Path, lock: fn(&File) -> std::io::Result<()>) -> GitResult<Fi
         .write(true)
         .open(&path)
         .map_err(|e| GitError::io(&path, e))?;
-    lock(&file).map_err(|e| GitError::io(&path, e))?;
+    file.lock().map_err(|e| GitError::io(&path, e))?;
     Ok(file)
 }
 
@@ -324,22 +301,6 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> GitResult<()> {
         let _ = fs::remove_file(&tmp);
         GitError::io(path, e)
     })
-}
-
-/// Overwrites a file of the store in place (created when missing), for files whose torn content is
-/// harmless: the stat cache (checksummed, so a torn one is ignored) and the journal. Creating a new inode
-/// for each write, as a rename does, is what costs most in a revert on some filesystems (ext4 without a
-/// journal scans past every inode deleted in the last seconds for each one it allocates).
-pub fn write_in_place(path: &Path, data: &[u8]) -> GitResult<()> {
-    let mut file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| GitError::io(path, e))?;
-    file.write_all(data).map_err(|e| GitError::io(path, e))?;
-    file.set_len(data.len() as u64)
-        .map_err(|e| GitError::io(path, e))
 }
 
 /// Epoch milliseconds.

@@ -249,11 +249,11 @@ async fn a_restore_of_given_paths_reads_each_path_as_a_track_would() {
     assert_eq!(fs::read(h.path("b.txt")).expect("read"), b"b changed\n");
 }
 
-/// The store's lock: comparing snapshots takes it shared, so comparisons run side by side while another
-/// holds it shared, and wait while anyone holds it exclusively (a track, a revert, gc); a track waits for
-/// the readers.
+/// SPEC 2.5: one operation at a time on a store, across processes too. While another holder has the
+/// store's lock (here the test, as another process would), a comparison of snapshots and a track both wait,
+/// and go on once it is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn comparisons_share_the_store_lock_and_wait_for_a_writer() {
+async fn every_store_operation_waits_for_the_store_lock() {
     use std::time::Duration;
 
     let h = GitHarness::new();
@@ -265,7 +265,9 @@ async fn comparisons_share_the_store_lock_and_wait_for_a_writer() {
         .write(true)
         .open(h.store_dir().join("rewind").join("lock"))
         .expect("open the store's lock file");
-    let compare = || {
+
+    lock.lock().expect("take the store's lock");
+    let comparing = {
         let h = h.clone();
         let (first, second) = (first.clone(), second.clone());
         tokio::spawn(async move {
@@ -275,43 +277,31 @@ async fn comparisons_share_the_store_lock_and_wait_for_a_writer() {
                 .expect("compare")
         })
     };
-
-    lock.lock_shared().expect("a shared lock");
-    let changed = tokio::time::timeout(Duration::from_secs(20), compare())
-        .await
-        .expect("a comparison does not wait for another reader")
-        .expect("join");
-    assert_eq!(changed, rels(&["a.txt"]));
     let tracking = {
         let h = h.clone();
         tokio::spawn(async move { h.id().await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!tracking.is_finished(), "a track waits for the readers");
+    assert!(!comparing.is_finished(), "a comparison waits for the lock");
+    assert!(!tracking.is_finished(), "a track waits for the lock");
     lock.unlock().expect("unlock");
-    let tracked = tokio::time::timeout(Duration::from_secs(20), tracking)
+    let changed = tokio::time::timeout(Duration::from_secs(20), comparing)
         .await
-        .expect("the track goes on once the readers are gone")
-        .expect("join");
-    assert_eq!(tracked, second);
-
-    lock.lock().expect("an exclusive lock");
-    let waiting = compare();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "a comparison waits for a writer");
-    lock.unlock().expect("unlock");
-    let changed = tokio::time::timeout(Duration::from_secs(20), waiting)
-        .await
-        .expect("the comparison goes on once the writer is gone")
+        .expect("the comparison goes on once the lock is free")
         .expect("join");
     assert_eq!(changed, rels(&["a.txt"]));
+    let tracked = tokio::time::timeout(Duration::from_secs(20), tracking)
+        .await
+        .expect("the track goes on once the lock is free")
+        .expect("join");
+    assert_eq!(tracked, second);
 }
 
 /// What a crash in the middle of a revert's writes leaves (temporary files next to their targets, and the
 /// journal naming their directories) is removed the next time the store is opened, and nothing else is:
 /// a file of the user's with a similar name in a directory the journal does not name stays, and so does a
 /// directory outside the worktree that a (corrupt) journal names. A finished operation leaves no temporary
-/// file and an empty journal.
+/// file and no journal.
 #[tokio::test]
 async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
     let h = GitHarness::new();

@@ -172,27 +172,12 @@ impl Rewind {
             outcome.kept.len(),
         );
         // The worktree's tracked content is now `applied`: its text diff comes from the two trees, without a
-        // second walk of the worktree. The three comparisons only read the store, so they run at once.
-        let last_finish = last_step_snapshot(messages);
-        let changed_since_last_step = async {
-            match &last_finish {
-                Some(last) => self
-                    .snapshots
-                    .changed_between(wt, last, &snapshot)
-                    .await
-                    .map(Some),
-                None => Ok(None),
-            }
-        };
-        let (diff_text, diff, changed_since_last_step) = futures::future::join3(
-            self.snapshots
-                .unified_diff_between(wt, &snapshot, &outcome.applied),
-            self.snapshots.diff(wt, &outcome.applied, &snapshot),
-            changed_since_last_step,
-        )
-        .await;
-        let (diff_text, diff, changed_since_last_step) =
-            (diff_text?, diff?, changed_since_last_step?);
+        // second walk of the worktree.
+        let diff_text = self
+            .snapshots
+            .unified_diff_between(wt, &snapshot, &outcome.applied)
+            .await?;
+        let diff = self.snapshots.diff(wt, &outcome.applied, &snapshot).await?;
         let now = self.now();
         if !outcome.kept.is_empty() {
             warnings.push(Warning {
@@ -208,14 +193,17 @@ impl Rewind {
         }
         // Files this revert overwrote whose content no step of this session produced: edited since by the
         // user or another session. They stay recoverable from the pre-revert snapshot.
-        if let Some(changed) = changed_since_last_step {
+        if let Some(last_finish) = last_step_snapshot(messages) {
             let touched: BTreeSet<RelPath> = outcome
                 .written
                 .iter()
                 .chain(&outcome.deleted)
                 .cloned()
                 .collect();
-            let edited: Vec<RelPath> = changed
+            let edited: Vec<RelPath> = self
+                .snapshots
+                .changed_between(wt, &last_finish, &snapshot)
+                .await?
                 .into_iter()
                 .filter(|path| touched.contains(path))
                 .collect();
