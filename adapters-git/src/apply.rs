@@ -204,7 +204,7 @@ impl<'a> TrackedNow<'a> {
             .get_or_insert_with(|| {
                 let path = self.store.stat_cache_path();
                 let cache = StatCache::load(&path);
-                let paths = cache.entries.keys().cloned().collect();
+                let paths = cache.entries.iter().map(|(p, _)| p.to_owned()).collect();
                 cache.keep(&path);
                 paths
             })

@@ -12,6 +12,7 @@ mod error;
 mod gc;
 mod ignore;
 mod odb;
+mod path_map;
 mod seed;
 mod stat_cache;
 mod store;

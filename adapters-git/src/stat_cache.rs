@@ -24,6 +24,7 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use gix::ObjectId;
 
 use crate::error::GitResult;
+use crate::path_map::PathMap;
 use crate::tree::{Mode, mark_dirty, write_dirty};
 
 const MAGIC: &[u8] = b"RWSTAT4\n";
@@ -149,8 +150,8 @@ pub struct StatCache {
     pub started_ns: i128,
     /// The tree that track returned.
     pub tree: Option<ObjectId>,
-    /// Per worktree-relative path.
-    pub entries: HashMap<String, CacheEntry>,
+    /// Per worktree-relative path, in the order of the walk that wrote it.
+    pub entries: PathMap<CacheEntry>,
     /// The tree id of every directory of `tree` (`""` is the root).
     pub dirs: HashMap<String, ObjectId>,
     /// The listing of every directory the last walk entered (`""` is the root, others end in `/`).
@@ -158,19 +159,19 @@ pub struct StatCache {
 }
 
 impl StatCache {
-    /// Whether a cache that a track starting at `started_ns` wrote would still count `stat` as racy for
-    /// `path`, with the same stat data as now: saving such a cache would teach the next track nothing.
-    pub fn stays_racy(&self, path: &str, stat: &Stat, started_ns: i128) -> bool {
-        self.entries.get(path).is_some_and(|entry| {
-            entry.stat == *stat && stat.mtime_ns >= started_ns - RACY_MARGIN_NS
-        })
+    /// Whether a cache that a track starting at `started_ns` wrote would still count `stat` as racy for a
+    /// file whose entry is `entry`, with the same stat data as now: saving such a cache would teach the next
+    /// track nothing.
+    pub fn stays_racy(entry: &CacheEntry, stat: &Stat, started_ns: i128) -> bool {
+        entry.stat == *stat && stat.mtime_ns >= started_ns - RACY_MARGIN_NS
     }
 
-    /// The blob of `path` when its stat data is unchanged and it is not racy.
-    pub fn fresh(&self, path: &str, stat: &Stat) -> Option<ObjectId> {
-        let entry = self.entries.get(path)?;
+    /// The blob of `path` when its stat data is unchanged and it is not racy, looked for first at position
+    /// `hint` of the entries; with the position it was found at.
+    pub fn fresh_near(&self, hint: usize, path: &str, stat: &Stat) -> Option<(usize, ObjectId)> {
+        let (at, entry) = self.entries.get_near(hint, path)?;
         let racy = entry.stat.mtime_ns >= self.started_ns - RACY_MARGIN_NS;
-        (entry.stat == *stat && !racy).then_some(entry.id)
+        (entry.stat == *stat && !racy).then_some((at, entry.id))
     }
 
     /// Takes the cached listing of directory `dir` out of the cache when its stat data is unchanged and it
@@ -227,7 +228,7 @@ impl StatCache {
                         replaced_dirs.push(format!("{changed}/"));
                     }
                     cache.entries.insert(
-                        changed.clone(),
+                        changed,
                         CacheEntry {
                             stat: *stat,
                             id: *id,
@@ -255,7 +256,7 @@ impl StatCache {
         let files = cache
             .entries
             .iter()
-            .map(|(file, entry)| (file.as_str(), (entry.stat.mode, entry.id)));
+            .map(|(file, entry)| (file, (entry.stat.mode, entry.id)));
         let (tree, dirs) = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
         cache.tree = Some(tree);
         cache.dirs = dirs;
@@ -316,8 +317,8 @@ impl StatCache {
             None => data.push(0),
         }
         data.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        // Order does not matter: the cache is read back into a map.
-        for (path, entry) in &self.entries {
+        // In the order of the walk that wrote them: the next walk looks for each path at its position.
+        for (path, entry) in self.entries.iter() {
             data.extend_from_slice(&(path.len() as u32).to_le_bytes());
             data.extend_from_slice(path.as_bytes());
             data.push(match entry.stat.mode {
@@ -381,10 +382,11 @@ fn parse(data: &[u8]) -> Option<StatCache> {
         _ => None,
     };
     let count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
-    let mut entries = HashMap::with_capacity(count.min(1 << 20) as usize);
+    let slots = count.min(1 << 20) as usize;
+    let mut entries = PathMap::with_capacity(slots, slots * 48);
     for _ in 0..count {
         let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
-        let path = String::from_utf8(r.take(len)?.to_vec()).ok()?;
+        let path = std::str::from_utf8(r.take(len)?).ok()?;
         let mode = match r.take(1)?[0] {
             0 => Mode::File,
             1 => Mode::Exec,
@@ -400,7 +402,7 @@ fn parse(data: &[u8]) -> Option<StatCache> {
             dev: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
         };
         let id = ObjectId::try_from(r.take(20)?).ok()?;
-        entries.insert(path, CacheEntry { stat, id });
+        entries.push_new(path, CacheEntry { stat, id });
     }
     let dir_count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
     let mut dirs = HashMap::with_capacity(dir_count.min(1 << 20) as usize);
@@ -659,13 +661,13 @@ mod tests {
             let from_entries: crate::tree::Flat = cache
                 .entries
                 .iter()
-                .map(|(path, entry)| (path.clone(), (entry.stat.mode, entry.id)))
+                .map(|(path, entry)| (path.to_owned(), (entry.stat.mode, entry.id)))
                 .collect();
             assert_eq!(from_entries, flat, "the entries are the tree's files");
             let (_, dirs) = crate::tree::read_flat_with_dirs(&store.odb, &expected_tree)
                 .expect("read the tree's directories");
             assert_eq!(cache.dirs, dirs, "and the directories its directories");
-            for (path, entry) in &cache.entries {
+            for (path, entry) in cache.entries.iter() {
                 let meta = fs::symlink_metadata(wt.join(path)).expect("stat");
                 assert_eq!(entry.stat, Stat::of(&meta, entry.stat.mode), "{path}");
             }

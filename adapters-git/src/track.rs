@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gix::ObjectId;
@@ -14,6 +15,7 @@ use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::{Ignores, dir_rules_hash, read_rules};
 use crate::odb::Kind;
+use crate::path_map::PathMap;
 use crate::seed::Seed;
 use crate::stat_cache::{CacheEntry, DirStat, Listed, ListedKind, Listing, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
@@ -34,6 +36,9 @@ pub struct Tracked {
 
 struct Candidate {
     rel: String,
+    /// Its position among the walk's candidates (where the stat cache, written in walk order, is likely
+    /// to hold it).
+    at: usize,
     /// Where its name begins in `rel` (the length of its directory's `a/b/` prefix).
     name_at: usize,
 }
@@ -260,6 +265,7 @@ impl Walk<'_> {
                     }
                     self.candidates.push(Candidate {
                         rel,
+                        at: self.candidates.len(),
                         name_at: rel_dir.len(),
                     });
                     if self.candidates.len() > self.file_cap {
@@ -342,9 +348,15 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         learned_listings,
         ..
     } = walk;
-    let outcomes = parallel_map_with(&candidates, OpenDir::none, |open, candidate| {
-        examine(store, config, &cache, seed.as_ref(), open, candidate)
-    })?;
+    let misplaced = AtomicUsize::new(0);
+    let outcomes = parallel_map_with(
+        &candidates,
+        || Worker::new(&misplaced),
+        |worker, candidate| examine(store, config, &cache, seed.as_ref(), worker, candidate),
+    )?;
+    // A cache whose order is far from the walk's (written by an older version, or after many files moved)
+    // is written again in walk order, so later tracks find each path where they look first.
+    let misordered = misplaced.into_inner() > cache.entries.len() / 8 + 16;
     let outcomes = adopt_seeded(store, config, &cache, seed.as_ref(), &candidates, outcomes)?;
     // Unchanged since the cached snapshot: every file answered by the stat cache, or hashed again (racy)
     // with the cache's stat data and blob and still racy in a cache this track would write, and as many
@@ -352,13 +364,10 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // tree is the snapshot; nothing is written (a new cache would answer the next track no better).
     let as_cached = |candidate: &Candidate, outcome: &Outcome| match outcome {
         Outcome::Tracked(_, _, false) => true,
-        Outcome::Tracked(stat, id, true) => {
-            cache.stays_racy(&candidate.rel, stat, started_ns)
-                && cache
-                    .entries
-                    .get(&candidate.rel)
-                    .is_some_and(|e| e.id == *id)
-        }
+        Outcome::Tracked(stat, id, true) => cache
+            .entries
+            .get_near(candidate.at, &candidate.rel)
+            .is_some_and(|(_, e)| e.id == *id && StatCache::stays_racy(e, stat, started_ns)),
         _ => false,
     };
     let mut fresh = 0;
@@ -373,7 +382,7 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         }
     }
     if let (true, Some(tree), true) = (
-        all_fresh && fresh == cache.entries.len(),
+        all_fresh && fresh == cache.entries.len() && !misordered,
         cache.tree,
         cache.dirs.contains_key(""),
     ) {
@@ -414,61 +423,106 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             ignores,
         });
     }
-    let mut entries = HashMap::with_capacity(outcomes.len());
     hashed = 0;
     // Whether every file hashed again had the cache's stat data and would still be racy in a cache this
     // track wrote (files written within the last second, e.g. by a revert): then a new cache would hold
     // the same entries and answer the next track no better, and is not written.
     let mut hashed_stay_racy = true;
-    for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
-        match outcome {
-            Outcome::Tracked(stat, id, was_hashed) => {
-                hashed += u64::from(was_hashed);
-                if was_hashed {
-                    hashed_stay_racy &= cache.stays_racy(&candidate.rel, &stat, started_ns);
+    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
+    // Only the trees of directories where something changed since the cached snapshot are written again:
+    // paths whose entry differs from the cache's, and paths the cache has that are gone. Without a cached
+    // tree every directory is written.
+    let mut dirty = HashSet::new();
+    let mut entries;
+    if same_paths(&cache.entries, &candidates, &outcomes) {
+        // The files of the cache, in its order (files changed, none came or went): its entries are
+        // updated in place.
+        entries = std::mem::take(&mut cache.entries);
+        let mut at = 0;
+        for (candidate, outcome) in candidates.iter().zip(outcomes) {
+            let (entry, was_hashed) = match outcome {
+                Outcome::Tracked(stat, id, was_hashed) => (CacheEntry { stat, id }, was_hashed),
+                Outcome::Seeded(stat, id) => (CacheEntry { stat, id }, false),
+                Outcome::Skipped(skip) => {
+                    skipped.push(skip);
+                    continue;
                 }
-                entries.insert(candidate.rel, CacheEntry { stat, id });
+                Outcome::Gone => continue,
+            };
+            let before = entries.set_at(at, entry);
+            at += 1;
+            hashed += u64::from(was_hashed);
+            if was_hashed {
+                hashed_stay_racy &= before
+                    .as_ref()
+                    .is_some_and(|b| StatCache::stays_racy(b, &entry.stat, started_ns));
             }
-            Outcome::Seeded(stat, id) => {
-                entries.insert(candidate.rel, CacheEntry { stat, id });
+            if !reusable
+                || before.is_none_or(|b| (b.stat.mode, b.id) != (entry.stat.mode, entry.id))
+            {
+                mark_dirty(&mut dirty, &candidate.rel);
             }
-            Outcome::Skipped(skip) => skipped.push(skip),
-            Outcome::Gone => {}
+        }
+    } else {
+        entries = PathMap::with_capacity(outcomes.len(), outcomes.len() * 48);
+        for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
+            match outcome {
+                Outcome::Tracked(stat, id, was_hashed) => {
+                    hashed += u64::from(was_hashed);
+                    if was_hashed {
+                        hashed_stay_racy &= cache
+                            .entries
+                            .get_near(candidate.at, &candidate.rel)
+                            .is_some_and(|(_, b)| StatCache::stays_racy(b, &stat, started_ns));
+                    }
+                    entries.push_new(&candidate.rel, CacheEntry { stat, id });
+                }
+                Outcome::Seeded(stat, id) => {
+                    entries.push_new(&candidate.rel, CacheEntry { stat, id });
+                }
+                Outcome::Skipped(skip) => skipped.push(skip),
+                Outcome::Gone => {}
+            }
+        }
+        // Both are in walk order: each path is looked for first just after the one before it.
+        let mut hint = 0;
+        let mut still_cached = 0;
+        for (path, entry) in entries.iter() {
+            match cache.entries.get_near(hint, path) {
+                Some((at, before)) => {
+                    hint = at + 1;
+                    still_cached += 1;
+                    if !reusable || (before.stat.mode, before.id) != (entry.stat.mode, entry.id) {
+                        mark_dirty(&mut dirty, path);
+                    }
+                }
+                None => mark_dirty(&mut dirty, path),
+            }
+        }
+        if still_cached < cache.entries.len() {
+            for (path, _) in cache
+                .entries
+                .iter()
+                .filter(|(p, _)| !entries.contains_key(p))
+            {
+                mark_dirty(&mut dirty, path);
+            }
         }
     }
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
-    // Only the trees of directories where something changed since the cached snapshot are written again:
-    // paths whose entry differs from the cache's, and paths the cache has that are gone (looked for only
-    // when the counts say some are). Without a cached tree every directory is written.
-    let mut dirty = HashSet::new();
-    let mut still_cached = 0;
-    for (path, entry) in &entries {
-        match cache.entries.get(path) {
-            Some(before)
-                if reusable && (before.stat.mode, before.id) == (entry.stat.mode, entry.id) =>
-            {
-                still_cached += 1
-            }
-            Some(_) => {
-                still_cached += 1;
-                mark_dirty(&mut dirty, path);
-            }
-            None => mark_dirty(&mut dirty, path),
-        }
-    }
-    if still_cached < cache.entries.len() {
-        for path in cache.entries.keys().filter(|p| !entries.contains_key(*p)) {
-            mark_dirty(&mut dirty, path);
-        }
-    }
     let unchanged = reusable
+        && !misordered
         && dirty.is_empty()
         && (relisted == 0 || !learned_listings)
         && (hashed == 0 || hashed_stay_racy);
     let id = match (unchanged, cache.tree) {
         (true, Some(tree)) => {
-            StatCache { listings, ..cache }.keep(&store.stat_cache_path());
+            StatCache {
+                listings,
+                entries,
+                ..cache
+            }
+            .keep(&store.stat_cache_path());
             tree
         }
         _ => {
@@ -476,7 +530,7 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             let old_dirs = if reusable { &cache.dirs } else { &no_dirs };
             let files = entries
                 .iter()
-                .map(|(path, entry)| (path.as_str(), (entry.stat.mode, entry.id)));
+                .map(|(path, entry)| (path, (entry.stat.mode, entry.id)));
             let (id, dirs) = write_dirty(&store.odb, files, old_dirs, &dirty)?;
             StatCache {
                 generation: 0,
@@ -499,6 +553,25 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         hashed,
         ignores,
     })
+}
+
+/// Whether the files a track found are those of `cached`, at the same positions: the candidates that are
+/// files (neither skipped nor gone) hold the cache's paths in its order, and it has no other position.
+fn same_paths(
+    cached: &PathMap<CacheEntry>,
+    candidates: &[Candidate],
+    outcomes: &[Outcome],
+) -> bool {
+    let mut at = 0;
+    for (candidate, outcome) in candidates.iter().zip(outcomes) {
+        if matches!(outcome, Outcome::Tracked(..) | Outcome::Seeded(..)) {
+            if !cached.holds_at(at, &candidate.rel) {
+                return false;
+            }
+            at += 1;
+        }
+    }
+    at == cached.positions()
 }
 
 /// Makes the store own the blobs seeded from the user's index; files whose blob could not be adopted are
@@ -529,7 +602,15 @@ fn adopt_seeded(
         if let Outcome::Seeded(_, id) = outcome
             && !owned.contains(id)
         {
-            *outcome = examine(store, config, cache, None, &mut OpenDir::none(), candidate)?;
+            let misplaced = AtomicUsize::new(0);
+            *outcome = examine(
+                store,
+                config,
+                cache,
+                None,
+                &mut Worker::new(&misplaced),
+                candidate,
+            )?;
         }
     }
     Ok(outcomes)
@@ -654,6 +735,30 @@ impl OpenDir {
     }
 }
 
+/// What each thread examining candidates keeps between them.
+struct Worker<'a> {
+    open: OpenDir,
+    /// How far the stat cache's positions were from the candidates' at the last path found in it.
+    shift: isize,
+    /// Counts the paths the stat cache held elsewhere than where the shift said.
+    misplaced: &'a AtomicUsize,
+}
+
+impl Worker<'_> {
+    fn new(misplaced: &AtomicUsize) -> Worker<'_> {
+        Worker {
+            open: OpenDir::none(),
+            shift: 0,
+            misplaced,
+        }
+    }
+
+    /// Where the stat cache probably holds `candidate`.
+    fn hint(&self, candidate: &Candidate) -> usize {
+        candidate.at.saturating_add_signed(self.shift)
+    }
+}
+
 /// lstat of a candidate: through its directory's handle when there is one (no seeding), else by path.
 fn lstat(
     store: &Store,
@@ -674,14 +779,13 @@ fn examine(
     config: &GitStoreConfig,
     cache: &StatCache,
     seed: Option<&Seed>,
-    open: &mut OpenDir,
+    worker: &mut Worker,
     candidate: &Candidate,
 ) -> GitResult<Outcome> {
     let rel = candidate.rel.as_str();
-    let abs = store.worktree.join(rel);
     for _attempt in 0..3 {
         // Seeding compares the user's index with std's metadata: then files are looked up by path.
-        let seen = match lstat(store, open, candidate, seed.is_some()) {
+        let seen = match lstat(store, &mut worker.open, candidate, seed.is_some()) {
             Ok(seen) => seen,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
             Err(e) => return Err(unreadable(rel, &e.to_string())),
@@ -705,7 +809,12 @@ fn examine(
             }
         };
         let stat = seen.stat(mode);
-        if let Some(id) = cache.fresh(rel, &stat) {
+        let hint = worker.hint(candidate);
+        if let Some((at, id)) = cache.fresh_near(hint, rel, &stat) {
+            if at != hint {
+                worker.misplaced.fetch_add(1, Ordering::Relaxed);
+                worker.shift = at as isize - candidate.at as isize;
+            }
             return Ok(Outcome::Tracked(stat, id, false));
         }
         if let Some(id) = seed
@@ -723,6 +832,7 @@ fn examine(
         if config.read_fault.as_ref().is_some_and(|fault| fault(rel)) {
             return Err(unreadable(rel, "injected read fault"));
         }
+        let abs = store.worktree.join(rel);
         if mode == Mode::Link {
             let target = match fs::read_link(&abs) {
                 Ok(target) => target,
