@@ -27,7 +27,7 @@ use crate::error::GitResult;
 use crate::path_map::PathMap;
 use crate::tree::{Mode, mark_dirty, write_dirty};
 
-const MAGIC: &[u8] = b"RWSTAT4\n";
+const MAGIC: &[u8] = b"RWSTAT5\n";
 /// How many stores' caches a process keeps in memory (see `MEMO`).
 const MEMO_STORES: usize = 8;
 
@@ -305,7 +305,9 @@ impl StatCache {
                 break generation;
             }
         };
-        let mut data = Vec::with_capacity(64 + self.entries.len() * 96);
+        let names: usize = self.listings.values().map(|l| l.entries.len()).sum();
+        let mut data =
+            Vec::with_capacity(64 + self.entries.len() * 80 + self.dirs.len() * 64 + names * 24);
         data.extend_from_slice(MAGIC);
         data.extend_from_slice(&self.generation.to_le_bytes());
         data.extend_from_slice(&self.started_ns.to_le_bytes());
@@ -317,10 +319,19 @@ impl StatCache {
             None => data.push(0),
         }
         data.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        // In the order of the walk that wrote them: the next walk looks for each path at its position.
+        // In the order of the walk that wrote them (the next walk looks for each path at its position),
+        // each path as the length it shares with the one before it and the rest.
+        let mut previous = "";
         for (path, entry) in self.entries.iter() {
-            data.extend_from_slice(&(path.len() as u32).to_le_bytes());
-            data.extend_from_slice(path.as_bytes());
+            let shared = previous
+                .bytes()
+                .zip(path.bytes())
+                .take_while(|(a, b)| a == b)
+                .count();
+            put_varint(&mut data, shared as u64);
+            put_varint(&mut data, (path.len() - shared) as u64);
+            data.extend_from_slice(&path.as_bytes()[shared..]);
+            previous = path;
             data.push(match entry.stat.mode {
                 Mode::File => 0,
                 Mode::Exec => 1,
@@ -328,30 +339,30 @@ impl StatCache {
                 Mode::Tree => 3,
             });
             data.extend_from_slice(&entry.stat.size.to_le_bytes());
-            data.extend_from_slice(&entry.stat.mtime_ns.to_le_bytes());
-            data.extend_from_slice(&entry.stat.ctime_ns.to_le_bytes());
+            put_time(&mut data, entry.stat.mtime_ns);
+            put_time(&mut data, entry.stat.ctime_ns);
             data.extend_from_slice(&entry.stat.ino.to_le_bytes());
             data.extend_from_slice(&entry.stat.dev.to_le_bytes());
             data.extend_from_slice(entry.id.as_bytes());
         }
         data.extend_from_slice(&(self.dirs.len() as u64).to_le_bytes());
         for (dir, id) in &self.dirs {
-            data.extend_from_slice(&(dir.len() as u32).to_le_bytes());
+            put_varint(&mut data, dir.len() as u64);
             data.extend_from_slice(dir.as_bytes());
             data.extend_from_slice(id.as_bytes());
         }
         data.extend_from_slice(&(self.listings.len() as u64).to_le_bytes());
         for (dir, listing) in &self.listings {
-            data.extend_from_slice(&(dir.len() as u32).to_le_bytes());
+            put_varint(&mut data, dir.len() as u64);
             data.extend_from_slice(dir.as_bytes());
-            data.extend_from_slice(&listing.stat.mtime_ns.to_le_bytes());
-            data.extend_from_slice(&listing.stat.ctime_ns.to_le_bytes());
+            put_time(&mut data, listing.stat.mtime_ns);
+            put_time(&mut data, listing.stat.ctime_ns);
             data.extend_from_slice(&listing.stat.ino.to_le_bytes());
             data.extend_from_slice(&listing.stat.dev.to_le_bytes());
             data.extend_from_slice(&listing.rules);
-            data.extend_from_slice(&(listing.entries.len() as u32).to_le_bytes());
+            put_varint(&mut data, listing.entries.len() as u64);
             for entry in &listing.entries {
-                data.extend_from_slice(&(entry.name.len() as u32).to_le_bytes());
+                put_varint(&mut data, entry.name.len() as u64);
                 data.extend_from_slice(entry.name.as_bytes());
                 let kind = match entry.kind {
                     ListedKind::File => 0,
@@ -384,9 +395,15 @@ fn parse(data: &[u8]) -> Option<StatCache> {
     let count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
     let slots = count.min(1 << 20) as usize;
     let mut entries = PathMap::with_capacity(slots, slots * 48);
+    let mut path = Vec::new();
     for _ in 0..count {
-        let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
-        let path = std::str::from_utf8(r.take(len)?).ok()?;
+        let shared = usize::try_from(r.varint()?).ok()?;
+        let rest = usize::try_from(r.varint()?).ok()?;
+        if shared > path.len() {
+            return None;
+        }
+        path.truncate(shared);
+        path.extend_from_slice(r.take(rest)?);
         let mode = match r.take(1)?[0] {
             0 => Mode::File,
             1 => Mode::Exec,
@@ -396,38 +413,35 @@ fn parse(data: &[u8]) -> Option<StatCache> {
         let stat = Stat {
             mode,
             size: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
-            mtime_ns: i128::from_le_bytes(r.take(16)?.try_into().ok()?),
-            ctime_ns: i128::from_le_bytes(r.take(16)?.try_into().ok()?),
+            mtime_ns: r.time()?,
+            ctime_ns: r.time()?,
             ino: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
             dev: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
         };
         let id = ObjectId::try_from(r.take(20)?).ok()?;
-        entries.push_new(path, CacheEntry { stat, id });
+        entries.push_new(std::str::from_utf8(&path).ok()?, CacheEntry { stat, id });
     }
     let dir_count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
     let mut dirs = HashMap::with_capacity(dir_count.min(1 << 20) as usize);
     for _ in 0..dir_count {
-        let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
-        let dir = String::from_utf8(r.take(len)?.to_vec()).ok()?;
+        let dir = r.string()?;
         dirs.insert(dir, ObjectId::try_from(r.take(20)?).ok()?);
     }
     let listing_count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
     let mut listings = HashMap::with_capacity(listing_count.min(1 << 20) as usize);
     for _ in 0..listing_count {
-        let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
-        let dir = String::from_utf8(r.take(len)?.to_vec()).ok()?;
+        let dir = r.string()?;
         let stat = DirStat {
-            mtime_ns: i128::from_le_bytes(r.take(16)?.try_into().ok()?),
-            ctime_ns: i128::from_le_bytes(r.take(16)?.try_into().ok()?),
+            mtime_ns: r.time()?,
+            ctime_ns: r.time()?,
             ino: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
             dev: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
         };
         let rules: [u8; 20] = r.take(20)?.try_into().ok()?;
-        let count = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
+        let count = usize::try_from(r.varint()?).ok()?;
         let mut entries = Vec::with_capacity(count.min(1 << 16));
         for _ in 0..count {
-            let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
-            let name = String::from_utf8(r.take(len)?.to_vec()).ok()?;
+            let name = r.string()?;
             let byte = r.take(1)?[0];
             let kind = match byte & 0x7f {
                 0 => ListedKind::File,
@@ -477,6 +491,22 @@ fn remember(path: &Path, cache: StatCache) {
     memo.insert(path.to_path_buf(), cache);
 }
 
+/// Appends `n` in 7-bit groups, low first, the high bit set on all but the last.
+fn put_varint(data: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        data.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    data.push(n as u8);
+}
+
+/// Appends a time in nanoseconds as 8 bytes. A time outside that range (after 2262) is written as the
+/// nearest one inside it: it then never equals the file's, which is hashed again, as a changed file is.
+fn put_time(data: &mut Vec<u8>, ns: i128) {
+    let clamped = i64::try_from(ns).unwrap_or(if ns < 0 { i64::MIN } else { i64::MAX });
+    data.extend_from_slice(&clamped.to_le_bytes());
+}
+
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
@@ -487,6 +517,30 @@ impl<'a> Reader<'a> {
         let (head, tail) = self.0.split_at(n);
         self.0 = tail;
         Some(head)
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.take(1)?[0];
+            n |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    fn time(&mut self) -> Option<i128> {
+        Some(i128::from(i64::from_le_bytes(
+            self.take(8)?.try_into().ok()?,
+        )))
+    }
+
+    /// A UTF-8 string after its varint length.
+    fn string(&mut self) -> Option<String> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        String::from_utf8(self.take(len)?.to_vec()).ok()
     }
 }
 
@@ -574,9 +628,70 @@ mod tests {
         assert_eq!(loaded.listings, cache.listings);
         assert!(loaded.take_listing("d/", &stat).is_ok());
         let mut data = fs::read(&path).expect("read back");
-        data[..MAGIC.len()].copy_from_slice(b"RWSTAT3\n");
+        data[..MAGIC.len()].copy_from_slice(b"RWSTAT4\n");
         fs::write(&path, &data).expect("write an old header");
         assert!(StatCache::load(&path).listings.is_empty());
+    }
+
+    /// Entries survive a save and a parse from the file in their order, with paths that share bytes
+    /// inside a UTF-8 character ("é" and "è" share their first byte); a time after 2262 does not fit
+    /// the file and comes back different, so that file is hashed again instead of trusted.
+    #[test]
+    fn entries_round_trip_in_order() {
+        let id = ObjectId::from_hex(b"0123456789abcdef0123456789abcdef01234567").expect("an id");
+        let stat = |mtime_ns: i128| Stat {
+            mode: Mode::File,
+            size: 3,
+            mtime_ns,
+            ctime_ns: 5,
+            ino: 6,
+            dev: 7,
+        };
+        let paths = [
+            "dir/é.txt",
+            "dir/è.txt",
+            "a",
+            "dir/é.txt.bak",
+            "z/deep/name",
+        ];
+        let mut cache = StatCache {
+            started_ns: 100 * RACY_MARGIN_NS,
+            tree: Some(id),
+            ..StatCache::default()
+        };
+        for path in paths {
+            cache.entries.push_new(
+                path,
+                CacheEntry {
+                    stat: stat(RACY_MARGIN_NS),
+                    id,
+                },
+            );
+        }
+        let future = i128::from(i64::MAX) + 1;
+        cache.entries.push_new(
+            "future",
+            CacheEntry {
+                stat: stat(future),
+                id,
+            },
+        );
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("stat-cache");
+        cache.clone().save(&path).expect("save");
+        let data = fs::read(&path).expect("read");
+        let loaded = parse(&data).expect("parse");
+        let order: Vec<&str> = loaded.entries.iter().map(|(p, _)| p).collect();
+        assert_eq!(order, [&paths[..], &["future"]].concat());
+        for (at, path) in paths.iter().enumerate() {
+            assert_eq!(
+                loaded.fresh_near(at, path, &stat(RACY_MARGIN_NS)),
+                Some((at, id)),
+                "{path}"
+            );
+        }
+        let kept = loaded.entries.get("future").map(|entry| entry.stat);
+        assert!(kept.is_some_and(|kept| kept != stat(future)), "{kept:?}");
     }
 
     /// The copy in memory is used only while the file holds its generation: a cache another process saved
