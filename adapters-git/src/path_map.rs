@@ -131,6 +131,12 @@ impl<V> PathMap<V> {
         self.slots.len()
     }
 
+    /// The path and value at position `at`, unless it was removed.
+    pub fn at(&self, at: usize) -> Option<(&str, &V)> {
+        let value = self.slots.get(at)?.value.as_ref()?;
+        Some((self.path(at), value))
+    }
+
     /// Whether position `at` holds `path` (and it was not removed).
     pub fn holds_at(&self, at: usize, path: &str) -> bool {
         at < self.slots.len() && self.slots[at].value.is_some() && self.path(at) == path
@@ -362,6 +368,8 @@ mod tests {
         map.remove("b/d");
         assert!(!map.holds_at(2, "b/d"), "removed");
         assert_eq!(map.positions(), 3);
+        assert_eq!(map.at(1), Some(("b/c", &1)));
+        assert_eq!(map.at(2), None);
     }
 
     /// Paths read twice (a file this crate never writes): counted twice, so a track does not trust them;

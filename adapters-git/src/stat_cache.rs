@@ -166,12 +166,16 @@ impl StatCache {
         entry.stat == *stat && stat.mtime_ns >= started_ns - RACY_MARGIN_NS
     }
 
+    /// Whether `entry` answers for a file whose stat data is now `stat`: the same, and not racy.
+    pub fn answers(&self, entry: &CacheEntry, stat: &Stat) -> bool {
+        entry.stat == *stat && entry.stat.mtime_ns < self.started_ns - RACY_MARGIN_NS
+    }
+
     /// The blob of `path` when its stat data is unchanged and it is not racy, looked for first at position
     /// `hint` of the entries; with the position it was found at.
     pub fn fresh_near(&self, hint: usize, path: &str, stat: &Stat) -> Option<(usize, ObjectId)> {
         let (at, entry) = self.entries.get_near(hint, path)?;
-        let racy = entry.stat.mtime_ns >= self.started_ns - RACY_MARGIN_NS;
-        (entry.stat == *stat && !racy).then_some((at, entry.id))
+        self.answers(entry, stat).then_some((at, entry.id))
     }
 
     /// Takes the cached listing of directory `dir` out of the cache when its stat data is unchanged and it

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gix::ObjectId;
@@ -335,7 +335,26 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         candidates: Vec::new(),
         skipped: Vec::new(),
     };
-    walk.dir("", ignores.root_rules_hash(data_dir.as_deref()))?;
+    // While this thread walks, the others lstat the files the cache holds, in its order: the walk is
+    // mostly this process's own work and the lstat calls mostly the kernel's, and each would otherwise
+    // leave a core idle (a re-track of 100,000 unchanged files is one walk and 100,000 lstat calls).
+    let prestat = Prestat::new(if may_seed {
+        0
+    } else {
+        cache.entries.positions()
+    });
+    let rules = ignores.root_rules_hash(data_dir.as_deref());
+    std::thread::scope(|scope| {
+        for _ in 1..worker_threads() {
+            scope.spawn(|| prestat.run(root, &cache));
+        }
+        let walked = walk.dir("", rules);
+        match walked {
+            Ok(()) => prestat.run(root, &cache),
+            Err(_) => prestat.stop(),
+        }
+        walked
+    })?;
     let seed = match (&ignores.enclosing, may_seed) {
         (Some(repo), true) => Seed::load(repo, ignores.prefix(), walk.attributes_mention_filters),
         _ => None,
@@ -352,7 +371,18 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let outcomes = parallel_map_with(
         &candidates,
         || Worker::new(&misplaced),
-        |worker, candidate| examine(store, config, &cache, seed.as_ref(), worker, candidate),
+        |worker, candidate| {
+            // Answered by the lstat taken during the walk, when the cache holds the path where the
+            // worker expects it.
+            let hint = worker.hint(candidate);
+            if prestat.was_fresh(hint)
+                && let Some((path, entry)) = cache.entries.at(hint)
+                && path == candidate.rel
+            {
+                return Ok(Outcome::Tracked(entry.stat, entry.id, false));
+            }
+            examine(store, config, &cache, seed.as_ref(), worker, candidate)
+        },
     )?;
     // A cache whose order is far from the walk's (written by an older version, or after many files moved)
     // is written again in walk order, so later tracks find each path where they look first.
@@ -690,6 +720,16 @@ impl Seen {
         }
     }
 
+    /// The mode it is tracked as, when it is a file or a symlink.
+    fn mode(&self) -> Option<Mode> {
+        match self.kind {
+            SeenKind::Link => Some(Mode::Link),
+            SeenKind::File { executable: true } => Some(Mode::Exec),
+            SeenKind::File { executable: false } => Some(Mode::File),
+            SeenKind::Dir | SeenKind::Other => None,
+        }
+    }
+
     /// The stat data the cache compares, for the file tracked as `mode`.
     fn stat(&self, mode: Mode) -> Stat {
         Stat {
@@ -723,8 +763,14 @@ impl OpenDir {
     fn of(&mut self, root: &Path, dir: &str) -> Option<&rustix::fd::OwnedFd> {
         if self.fd.is_none() || self.dir != dir {
             use rustix::fs::{Mode as FsMode, OFlags};
+            // Without the trailing slash, which would make the kernel follow a symlink named like the
+            // directory despite `NOFOLLOW`.
+            let path = match dir.trim_end_matches('/') {
+                "" => root.to_path_buf(),
+                dir => root.join(dir),
+            };
             self.fd = rustix::fs::open(
-                root.join(dir),
+                path,
                 OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 FsMode::empty(),
             )
@@ -790,18 +836,16 @@ fn examine(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
             Err(e) => return Err(unreadable(rel, &e.to_string())),
         };
-        let mode = match seen.kind {
-            SeenKind::Link => Mode::Link,
-            SeenKind::File { executable: true } => Mode::Exec,
-            SeenKind::File { executable: false } => Mode::File,
-            SeenKind::Dir => {
+        let mode = match (seen.mode(), seen.kind) {
+            (Some(mode), _) => mode,
+            (None, SeenKind::Dir) => {
                 // It turned into a directory after the walk listed it: its content is not known.
                 return Err(unreadable(
                     rel,
                     "it became a directory while the worktree was being read",
                 ));
             }
-            SeenKind::Other => {
+            (None, _) => {
                 return Ok(Outcome::Skipped(SkippedPath {
                     path: rel.to_owned(),
                     reason: SkipReason::Special,
@@ -862,6 +906,85 @@ fn unreadable(rel: &str, reason: &str) -> GitError {
     }
 }
 
+/// The cache's files looked at while the walk runs: for each position of the cache, whether its file's
+/// lstat data was the entry's (and the entry not racy). Threads take chunks of positions until none is
+/// left. A file looked at here is looked at during the track, as when it is looked at after the walk: a
+/// change after the look is the next track's to see, as always.
+struct Prestat {
+    fresh: Vec<AtomicBool>,
+    next_chunk: AtomicUsize,
+}
+
+const PRESTAT_CHUNK: usize = 256;
+
+impl Prestat {
+    fn new(positions: usize) -> Prestat {
+        Prestat {
+            fresh: (0..positions).map(|_| AtomicBool::new(false)).collect(),
+            next_chunk: AtomicUsize::new(0),
+        }
+    }
+
+    /// Looks at chunks of the cache's files until none is left.
+    fn run(&self, root: &Path, cache: &StatCache) {
+        let mut open = OpenDir::none();
+        loop {
+            let start = self
+                .next_chunk
+                .fetch_add(1, Ordering::Relaxed)
+                .saturating_mul(PRESTAT_CHUNK);
+            if start >= self.fresh.len() {
+                return;
+            }
+            let end = (start + PRESTAT_CHUNK).min(self.fresh.len());
+            for at in start..end {
+                let Some((path, entry)) = cache.entries.at(at) else {
+                    continue;
+                };
+                let (dir, name) = match path.rfind('/') {
+                    Some(slash) => path.split_at(slash + 1),
+                    None => ("", path),
+                };
+                // A directory that cannot be opened as one (gone, or a symlink now) is left to the walk.
+                let Some(fd) = open.of(root, dir) else {
+                    continue;
+                };
+                let Ok(st) = rustix::fs::statat(fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                else {
+                    continue;
+                };
+                let seen = Seen::from_rustix(&st);
+                if seen
+                    .mode()
+                    .is_some_and(|mode| cache.answers(entry, &seen.stat(mode)))
+                {
+                    self.fresh[at].store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Makes every `run` return after its chunk (the walk failed).
+    fn stop(&self) {
+        self.next_chunk
+            .store(usize::MAX / PRESTAT_CHUNK, Ordering::Relaxed);
+    }
+
+    /// Whether the file at position `at` of the cache was found as cached (after every `run` ended).
+    fn was_fresh(&self, at: usize) -> bool {
+        self.fresh
+            .get(at)
+            .is_some_and(|fresh| fresh.load(Ordering::Relaxed))
+    }
+}
+
+/// How many threads stat and hash files (they are IO-bound): the cores, at most 8.
+fn worker_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8)
+}
+
 /// Maps `items` on a few threads (stat and hashing are IO-bound), keeping order; the first error wins.
 pub fn parallel_map<T: Sync, R: Send>(
     items: &[T],
@@ -877,10 +1000,7 @@ pub fn parallel_map_with<T: Sync, R: Send, S>(
     init: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, &T) -> GitResult<R> + Sync,
 ) -> GitResult<Vec<R>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(1, 8);
-    parallel_map_on(items, threads, 256, init, f)
+    parallel_map_on(items, worker_threads(), 256, init, f)
 }
 
 /// `parallel_map_with` on `threads` threads, or on this one when there are fewer than `min_items`.
@@ -921,4 +1041,72 @@ pub fn parallel_map_on<T: Sync, R: Send, S>(
         all.extend(part?);
     }
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The look taken during the walk says "as cached" only for a file whose lstat data is the entry's
+    /// and not racy: not for one edited since, one that became a directory, one that is gone, one below a
+    /// directory that became a symlink, or one the cache would hash again anyway (racy).
+    #[test]
+    fn the_look_during_the_walk_trusts_only_unchanged_files() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let root = dir.path();
+        for name in [
+            "same",
+            "edited",
+            "becomes-dir",
+            "gone",
+            "sub/inside",
+            "racy",
+        ] {
+            let path = root.join(name);
+            fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            fs::write(&path, name).expect("write");
+        }
+        let id = ObjectId::null(gix::hash::Kind::Sha1);
+        let stat_of = |name: &str| {
+            Stat::of(
+                &fs::symlink_metadata(root.join(name)).expect("lstat"),
+                Mode::File,
+            )
+        };
+        let mut cache = StatCache {
+            started_ns: now_ns() + 10_000_000_000,
+            ..StatCache::default()
+        };
+        for name in ["same", "edited", "becomes-dir", "gone", "sub/inside"] {
+            cache.entries.push_new(
+                name,
+                CacheEntry {
+                    stat: stat_of(name),
+                    id,
+                },
+            );
+        }
+        let mut racy = stat_of("racy");
+        racy.mtime_ns = cache.started_ns;
+        cache
+            .entries
+            .push_new("racy", CacheEntry { stat: racy, id });
+
+        fs::write(root.join("edited"), "edited, longer").expect("edit");
+        fs::remove_file(root.join("becomes-dir")).expect("rm");
+        fs::create_dir(root.join("becomes-dir")).expect("mkdir");
+        fs::remove_file(root.join("gone")).expect("rm");
+        fs::rename(root.join("sub"), root.join("real-sub")).expect("mv");
+        std::os::unix::fs::symlink(root.join("real-sub"), root.join("sub")).expect("symlink");
+
+        let prestat = Prestat::new(cache.entries.positions());
+        prestat.run(root, &cache);
+        let fresh: Vec<bool> = (0..6).map(|at| prestat.was_fresh(at)).collect();
+        assert_eq!(fresh, [true, false, false, false, false, false]);
+
+        let stopped = Prestat::new(cache.entries.positions());
+        stopped.stop();
+        stopped.run(root, &cache);
+        assert!(!stopped.was_fresh(0), "a stopped look looks at nothing");
+    }
 }
