@@ -64,11 +64,6 @@ impl<V> PathMap<V> {
         self.live
     }
 
-    /// Whether it holds no path.
-    pub fn is_empty(&self) -> bool {
-        self.live == 0
-    }
-
     fn path(&self, slot: usize) -> &str {
         slot_path(&self.text, &self.slots, slot)
     }

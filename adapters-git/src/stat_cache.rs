@@ -138,6 +138,14 @@ pub struct CacheEntry {
     pub id: ObjectId,
 }
 
+impl CacheEntry {
+    /// Whether this entry, in a cache written by a track that began at `cache_started_ns`, answers for a
+    /// file whose stat data is now `stat`: the same, and not racy.
+    pub fn answers(&self, stat: &Stat, cache_started_ns: i128) -> bool {
+        self.stat == *stat && self.stat.mtime_ns < cache_started_ns - RACY_MARGIN_NS
+    }
+}
+
 /// A path an operation wrote (with the written file's stat data and blob) or deleted (none).
 pub type Applied = (String, Option<(Stat, ObjectId)>);
 
@@ -166,16 +174,13 @@ impl StatCache {
         entry.stat == *stat && stat.mtime_ns >= started_ns - RACY_MARGIN_NS
     }
 
-    /// Whether `entry` answers for a file whose stat data is now `stat`: the same, and not racy.
-    pub fn answers(&self, entry: &CacheEntry, stat: &Stat) -> bool {
-        entry.stat == *stat && entry.stat.mtime_ns < self.started_ns - RACY_MARGIN_NS
-    }
-
     /// The blob of `path` when its stat data is unchanged and it is not racy, looked for first at position
     /// `hint` of the entries; with the position it was found at.
     pub fn fresh_near(&self, hint: usize, path: &str, stat: &Stat) -> Option<(usize, ObjectId)> {
         let (at, entry) = self.entries.get_near(hint, path)?;
-        self.answers(entry, stat).then_some((at, entry.id))
+        entry
+            .answers(stat, self.started_ns)
+            .then_some((at, entry.id))
     }
 
     /// Takes the cached listing of directory `dir` out of the cache when its stat data is unchanged and it
@@ -285,10 +290,20 @@ impl StatCache {
         if let Some(cache) = StatCache::remembered(path) {
             return cache;
         }
-        fs::read(path)
-            .ok()
-            .and_then(|data| parse(&data))
-            .unwrap_or_default()
+        fs::read(path).ok().and_then(parse).unwrap_or_default()
+    }
+
+    /// `load`, with the entries (most of the file) left to parse, so a track can parse them on another
+    /// thread while it walks with the rest. The entries are in the cache when it comes from memory (then
+    /// there is nothing to parse), and when nothing could be read (then there are none).
+    pub fn load_deferred(path: &Path) -> (StatCache, Option<PendingEntries>) {
+        if let Some(cache) = StatCache::remembered(path) {
+            return (cache, None);
+        }
+        match fs::read(path).ok().and_then(parse_deferred) {
+            Some((cache, pending)) => (cache, Some(pending)),
+            None => (StatCache::default(), None),
+        }
     }
 
     /// Hands back a loaded cache, so the next load in this process need not parse the file while the file
@@ -323,6 +338,10 @@ impl StatCache {
             None => data.push(0),
         }
         data.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        // The entries' length in bytes follows, so a reader can parse the rest first (see `load_deferred`).
+        let length_at = data.len();
+        data.extend_from_slice(&0u64.to_le_bytes());
+        let entries_start = data.len();
         // In the order of the walk that wrote them (the next walk looks for each path at its position),
         // each path as the length it shares with the one before it and the rest.
         let mut previous = "";
@@ -349,6 +368,8 @@ impl StatCache {
             data.extend_from_slice(&entry.stat.dev.to_le_bytes());
             data.extend_from_slice(entry.id.as_bytes());
         }
+        let entries_length = (data.len() - entries_start) as u64;
+        data[length_at..entries_start].copy_from_slice(&entries_length.to_le_bytes());
         data.extend_from_slice(&(self.dirs.len() as u64).to_le_bytes());
         for (dir, id) in &self.dirs {
             put_varint(&mut data, dir.len() as u64);
@@ -384,8 +405,38 @@ impl StatCache {
     }
 }
 
-fn parse(data: &[u8]) -> Option<StatCache> {
-    let (body, sum) = data.split_at(data.len().checked_sub(4)?);
+/// The entries of a cache file, read and checked but not parsed yet.
+pub struct PendingEntries {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+    count: u64,
+}
+
+impl PendingEntries {
+    /// How many entries the file holds.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The entries; none when they do not parse (the file is then not to be trusted at all).
+    pub fn parse(&self) -> Option<PathMap<CacheEntry>> {
+        let mut r = Reader(&self.data[self.start..self.end]);
+        let entries = parse_entries(&mut r, self.count)?;
+        r.0.is_empty().then_some(entries)
+    }
+}
+
+fn parse(data: Vec<u8>) -> Option<StatCache> {
+    let (mut cache, pending) = parse_deferred(data)?;
+    cache.entries = pending.parse()?;
+    Some(cache)
+}
+
+/// Checks the file and parses all but its entries.
+fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
+    let body_length = data.len().checked_sub(4)?;
+    let (body, sum) = data.split_at(body_length);
     if crc32fast::hash(body).to_le_bytes() != sum {
         return None;
     }
@@ -397,34 +448,9 @@ fn parse(data: &[u8]) -> Option<StatCache> {
         _ => None,
     };
     let count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
-    let slots = count.min(1 << 20) as usize;
-    let mut entries = PathMap::with_capacity(slots, slots * 48);
-    let mut path = Vec::new();
-    for _ in 0..count {
-        let shared = usize::try_from(r.varint()?).ok()?;
-        let rest = usize::try_from(r.varint()?).ok()?;
-        if shared > path.len() {
-            return None;
-        }
-        path.truncate(shared);
-        path.extend_from_slice(r.take(rest)?);
-        let mode = match r.take(1)?[0] {
-            0 => Mode::File,
-            1 => Mode::Exec,
-            2 => Mode::Link,
-            _ => return None,
-        };
-        let stat = Stat {
-            mode,
-            size: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
-            mtime_ns: r.time()?,
-            ctime_ns: r.time()?,
-            ino: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
-            dev: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
-        };
-        let id = ObjectId::try_from(r.take(20)?).ok()?;
-        entries.push_new(std::str::from_utf8(&path).ok()?, CacheEntry { stat, id });
-    }
+    let length = usize::try_from(u64::from_le_bytes(r.take(8)?.try_into().ok()?)).ok()?;
+    let start = body_length - r.0.len();
+    r.take(length)?;
     let dir_count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
     let mut dirs = HashMap::with_capacity(dir_count.min(1 << 20) as usize);
     for _ in 0..dir_count {
@@ -468,14 +494,59 @@ fn parse(data: &[u8]) -> Option<StatCache> {
             },
         );
     }
-    r.0.is_empty().then_some(StatCache {
+    if !r.0.is_empty() {
+        return None;
+    }
+    let cache = StatCache {
         generation,
         started_ns,
         tree,
-        entries,
+        entries: PathMap::default(),
         dirs,
         listings,
-    })
+    };
+    let end = start + length;
+    Some((
+        cache,
+        PendingEntries {
+            data,
+            start,
+            end,
+            count,
+        },
+    ))
+}
+
+fn parse_entries(r: &mut Reader<'_>, count: u64) -> Option<PathMap<CacheEntry>> {
+    let slots = count.min(1 << 20) as usize;
+    let mut entries = PathMap::with_capacity(slots, slots * 48);
+    let mut path = Vec::new();
+    for _ in 0..count {
+        let shared = usize::try_from(r.varint()?).ok()?;
+        let rest = usize::try_from(r.varint()?).ok()?;
+        if shared > path.len() {
+            return None;
+        }
+        path.truncate(shared);
+        path.extend_from_slice(r.take(rest)?);
+        let mode = match r.take(1)?[0] {
+            0 => Mode::File,
+            1 => Mode::Exec,
+            2 => Mode::Link,
+            _ => return None,
+        };
+        let stat = Stat {
+            mode,
+            size: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
+            mtime_ns: r.time()?,
+            ctime_ns: r.time()?,
+            ino: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
+            dev: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
+        };
+        let id = ObjectId::try_from(r.take(20)?).ok()?;
+        entries.push_new(std::str::from_utf8(&path).ok()?, CacheEntry { stat, id });
+    }
+    Some(entries)
 }
 
 /// The generation a cache file starts with, read without reading the rest.
@@ -684,7 +755,7 @@ mod tests {
         let path = dir.path().join("stat-cache");
         cache.clone().save(&path).expect("save");
         let data = fs::read(&path).expect("read");
-        let loaded = parse(&data).expect("parse");
+        let loaded = parse(data).expect("parse");
         let order: Vec<&str> = loaded.entries.iter().map(|(p, _)| p).collect();
         assert_eq!(order, [&paths[..], &["future"]].concat());
         for (at, path) in paths.iter().enumerate() {
@@ -696,6 +767,48 @@ mod tests {
         }
         let kept = loaded.entries.get("future").map(|entry| entry.stat);
         assert!(kept.is_some_and(|kept| kept != stat(future)), "{kept:?}");
+    }
+
+    /// A file whose checksum holds but whose entries do not parse (a count larger than the entries it
+    /// holds) is not trusted at all: `load` gives an empty cache, and the deferred load's rest parses
+    /// while its entries do not (a track then drops the file's tree too).
+    #[test]
+    fn entries_that_do_not_parse_distrust_the_whole_file() {
+        let id = ObjectId::from_hex(b"0123456789abcdef0123456789abcdef01234567").expect("an id");
+        let mut cache = StatCache {
+            tree: Some(id),
+            ..StatCache::default()
+        };
+        let stat = Stat {
+            mode: Mode::File,
+            size: 1,
+            mtime_ns: 2,
+            ctime_ns: 3,
+            ino: 4,
+            dev: 5,
+        };
+        cache.entries.push_new("a", CacheEntry { stat, id });
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("stat-cache");
+        cache.save(&path).expect("save");
+        let mut data = fs::read(&path).expect("read");
+        // The entry count follows the magic, the generation, the start time and the tree.
+        let count_at = MAGIC.len() + 8 + 16 + 1 + 20;
+        data[count_at..count_at + 8].copy_from_slice(&2u64.to_le_bytes());
+        // As another process would write it: another generation, so the copy in memory is not used.
+        data[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&12345u64.to_le_bytes());
+        let body = data.len() - 4;
+        let sum = crc32fast::hash(&data[..body]);
+        data[body..].copy_from_slice(&sum.to_le_bytes());
+        fs::write(&path, &data).expect("write");
+
+        let loaded = StatCache::load(&path);
+        assert!(loaded.entries.len() == 0 && loaded.tree.is_none());
+        let (rest, pending) = StatCache::load_deferred(&path);
+        assert_eq!(rest.tree, Some(id), "the rest parses");
+        let pending = pending.expect("entries to parse");
+        assert_eq!(pending.count(), 2);
+        assert!(pending.parse().is_none(), "the entries do not");
     }
 
     /// The copy in memory is used only while the file holds its generation: a cache another process saved
@@ -827,7 +940,7 @@ mod tests {
         // is: still the tree of its entries, and the next track finds the worktree.
         let on_disk = fs::read(store.stat_cache_path()).expect("read the cache file");
         assert_eq!(
-            parse(&on_disk).and_then(|c| c.tree),
+            parse(on_disk.clone()).and_then(|c| c.tree),
             Some(expected),
             "the taught cache is written"
         );

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -314,8 +315,11 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
     let data_dir = fs::canonicalize(&config.data_dir).ok();
-    let mut cache = StatCache::load(&store.stat_cache_path());
-    let may_seed = cache.entries.is_empty() && ignores.enclosing.is_some();
+    let (mut cache, pending) = StatCache::load_deferred(&store.stat_cache_path());
+    let cached_files = pending
+        .as_ref()
+        .map_or(cache.entries.positions(), |p| p.count() as usize);
+    let may_seed = cached_files == 0 && ignores.enclosing.is_some();
     let mut walk = Walk {
         root,
         check_attributes: may_seed,
@@ -338,23 +342,43 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // While this thread walks, the others lstat the files the cache holds, in its order: the walk is
     // mostly this process's own work and the lstat calls mostly the kernel's, and each would otherwise
     // leave a core idle (a re-track of 100,000 unchanged files is one walk and 100,000 lstat calls).
-    let prestat = Prestat::new(if may_seed {
-        0
-    } else {
-        cache.entries.positions()
-    });
+    // The cache's entries, read from its file, are parsed by the first thread that needs them, while
+    // this one walks.
+    let prestat = Prestat::new(if may_seed { 0 } else { cached_files });
     let rules = ignores.root_rules_hash(data_dir.as_deref());
+    let parsed = OnceLock::new();
+    if pending.is_none() {
+        let _ = parsed.set(Some(std::mem::take(&mut cache.entries)));
+    }
+    let entries = || {
+        parsed
+            .get_or_init(|| pending.as_ref().and_then(|p| p.parse()))
+            .as_ref()
+    };
+    let cache_started_ns = cache.started_ns;
     std::thread::scope(|scope| {
         for _ in 1..worker_threads() {
-            scope.spawn(|| prestat.run(root, &cache));
+            scope.spawn(|| {
+                if let Some(entries) = entries() {
+                    prestat.run(root, entries, cache_started_ns);
+                }
+            });
         }
         let walked = walk.dir("", rules);
-        match walked {
-            Ok(()) => prestat.run(root, &cache),
-            Err(_) => prestat.stop(),
+        match (&walked, entries()) {
+            (Ok(()), Some(entries)) => prestat.run(root, entries, cache_started_ns),
+            _ => prestat.stop(),
         }
         walked
     })?;
+    match parsed.into_inner() {
+        Some(Some(entries)) => cache.entries = entries,
+        // The checksum held and the entries did not parse: nothing of the file is trusted.
+        _ => {
+            cache.tree = None;
+            cache.dirs.clear();
+        }
+    }
     let seed = match (&ignores.enclosing, may_seed) {
         (Some(repo), true) => Seed::load(repo, ignores.prefix(), walk.attributes_mention_filters),
         _ => None,
@@ -367,6 +391,22 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         learned_listings,
         ..
     } = walk;
+    // Every file the walk found was looked at during it and found as cached, at the cache's positions in
+    // order, and the cache holds no other: the cached tree is the snapshot, nothing more to look at.
+    let all_seen = !may_seed
+        && candidates.len() == cache.entries.positions()
+        && candidates
+            .iter()
+            .all(|c| prestat.was_fresh(c.at) && cache.entries.holds_at(c.at, &c.rel));
+    if let (true, Some(tree), true) = (all_seen, cache.tree, cache.dirs.contains_key("")) {
+        let found = Found {
+            skipped,
+            hashed: 0,
+            listings,
+            listings_learned: relisted > 0 && learned_listings,
+        };
+        return unchanged(store, cache, tree, found, started_ns, ignores);
+    }
     let misplaced = AtomicUsize::new(0);
     let outcomes = parallel_map_with(
         &candidates,
@@ -421,37 +461,13 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 skipped.push(skip);
             }
         }
-        skipped.sort_by(|a, b| a.path.cmp(&b.path));
-
-        if relisted > 0 && learned_listings {
-            // Only directory listings changed (a directory was read again, or its rules changed without
-            // changing what is tracked): the cache keeps its files and trees and takes the new listings.
-            // Its start time moves forward, which leaves every file entry as it was: each was fresh, so its
-            // mtime lies before the old start time less the margin, and so before the new one too; or it
-            // was hashed again and stays racy (`as_cached`), so it stays racy under the new start time.
-            let StatCache { entries, dirs, .. } = cache;
-            StatCache {
-                generation: 0,
-                started_ns,
-                tree: Some(tree),
-                entries,
-                dirs,
-                listings,
-            }
-            .save(&store.stat_cache_path())?;
-        } else {
-            // What the file holds, but for the listings of directories not walked this time.
-            StatCache { listings, ..cache }.keep(&store.stat_cache_path());
-        }
-        let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
-        store.add_record(&tree, ignores.prefix(), &ignores.outside, &skipped_set)?;
-        store.log_returned(&tree)?;
-        return Ok(Tracked {
-            id: tree,
+        let found = Found {
             skipped,
             hashed,
-            ignores,
-        });
+            listings,
+            listings_learned: relisted > 0 && learned_listings,
+        };
+        return unchanged(store, cache, tree, found, started_ns, ignores);
     }
     hashed = 0;
     // Whether every file hashed again had the cache's stat data and would still be racy in a cache this
@@ -579,6 +595,63 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     store.log_returned(&id)?;
     Ok(Tracked {
         id,
+        skipped,
+        hashed,
+        ignores,
+    })
+}
+
+/// What a track found, besides its files' blobs.
+struct Found {
+    skipped: Vec<SkippedPath>,
+    hashed: u64,
+    /// The listings of the directories walked.
+    listings: HashMap<String, Listing>,
+    /// Whether they teach the next track something (see `Walk::learned_listings`).
+    listings_learned: bool,
+}
+
+/// Ends a track that found every file as `cache` has it: the snapshot is the cached tree.
+fn unchanged(
+    store: &Store,
+    cache: StatCache,
+    tree: ObjectId,
+    found: Found,
+    started_ns: i128,
+    ignores: Ignores,
+) -> GitResult<Tracked> {
+    let Found {
+        mut skipped,
+        hashed,
+        listings,
+        listings_learned,
+    } = found;
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    if listings_learned {
+        // Only directory listings changed (a directory was read again, or its rules changed without
+        // changing what is tracked): the cache keeps its files and trees and takes the new listings.
+        // Its start time moves forward, which leaves every file entry as it was: each was fresh, so its
+        // mtime lies before the old start time less the margin, and so before the new one too; or it
+        // was hashed again and stays racy (`as_cached`), so it stays racy under the new start time.
+        let StatCache { entries, dirs, .. } = cache;
+        StatCache {
+            generation: 0,
+            started_ns,
+            tree: Some(tree),
+            entries,
+            dirs,
+            listings,
+        }
+        .save(&store.stat_cache_path())?;
+    } else {
+        // What the file holds, but for the listings of directories not walked this time.
+        StatCache { listings, ..cache }.keep(&store.stat_cache_path());
+    }
+    let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
+    store.add_record(&tree, ignores.prefix(), &ignores.outside, &skipped_set)?;
+    store.log_returned(&tree)?;
+    Ok(Tracked {
+        id: tree,
         skipped,
         hashed,
         ignores,
@@ -925,8 +998,9 @@ impl Prestat {
         }
     }
 
-    /// Looks at chunks of the cache's files until none is left.
-    fn run(&self, root: &Path, cache: &StatCache) {
+    /// Looks at chunks of the files of `entries` (from a cache a track began at `cache_started_ns`) until
+    /// none is left.
+    fn run(&self, root: &Path, entries: &PathMap<CacheEntry>, cache_started_ns: i128) {
         let mut open = OpenDir::none();
         loop {
             let start = self
@@ -938,7 +1012,7 @@ impl Prestat {
             }
             let end = (start + PRESTAT_CHUNK).min(self.fresh.len());
             for at in start..end {
-                let Some((path, entry)) = cache.entries.at(at) else {
+                let Some((path, entry)) = entries.at(at) else {
                     continue;
                 };
                 let (dir, name) = match path.rfind('/') {
@@ -956,7 +1030,7 @@ impl Prestat {
                 let seen = Seen::from_rustix(&st);
                 if seen
                     .mode()
-                    .is_some_and(|mode| cache.answers(entry, &seen.stat(mode)))
+                    .is_some_and(|mode| entry.answers(&seen.stat(mode), cache_started_ns))
                 {
                     self.fresh[at].store(true, Ordering::Relaxed);
                 }
@@ -1100,13 +1174,13 @@ mod tests {
         std::os::unix::fs::symlink(root.join("real-sub"), root.join("sub")).expect("symlink");
 
         let prestat = Prestat::new(cache.entries.positions());
-        prestat.run(root, &cache);
+        prestat.run(root, &cache.entries, cache.started_ns);
         let fresh: Vec<bool> = (0..6).map(|at| prestat.was_fresh(at)).collect();
         assert_eq!(fresh, [true, false, false, false, false, false]);
 
         let stopped = Prestat::new(cache.entries.positions());
         stopped.stop();
-        stopped.run(root, &cache);
+        stopped.run(root, &cache.entries, cache.started_ns);
         assert!(!stopped.was_fresh(0), "a stopped look looks at nothing");
     }
 }
