@@ -393,19 +393,73 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     } = walk;
     // Every file the walk found was looked at during it and found as cached, at the cache's positions in
     // order, and the cache holds no other: the cached tree is the snapshot, nothing more to look at.
-    let all_seen = !may_seed
+    // Aligned: the walk found the cache's paths, at its positions, and no other.
+    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
+    let aligned = reusable
+        && !may_seed
         && candidates.len() == cache.entries.positions()
         && candidates
             .iter()
-            .all(|c| prestat.was_fresh(c.at) && cache.entries.holds_at(c.at, &c.rel));
-    if let (true, Some(tree), true) = (all_seen, cache.tree, cache.dirs.contains_key("")) {
-        let found = Found {
-            skipped,
-            hashed: 0,
-            listings,
-            listings_learned: relisted > 0 && learned_listings,
-        };
-        return unchanged(store, cache, tree, found, started_ns, ignores);
+            .all(|c| cache.entries.holds_at(c.at, &c.rel));
+    if aligned {
+        let unanswered: Vec<&Candidate> = candidates
+            .iter()
+            .filter(|c| !prestat.was_fresh(c.at))
+            .collect();
+        let listings_learned = relisted > 0 && learned_listings;
+        if let (true, Some(tree)) = (unanswered.is_empty(), cache.tree) {
+            let found = Found {
+                skipped,
+                hashed: 0,
+                listings,
+                listings_learned,
+            };
+            return unchanged(store, cache, tree, found, started_ns, ignores);
+        }
+        // Only those files are looked at again; their entries are replaced in place. A file that
+        // vanished, or turned into something that is not tracked, takes the general way below.
+        let misplaced = AtomicUsize::new(0);
+        let outcomes = parallel_map_with(
+            &unanswered,
+            || Worker::new(&misplaced),
+            |worker, candidate| examine(store, config, &cache, None, worker, candidate),
+        )?;
+        if outcomes.iter().all(|o| matches!(o, Outcome::Tracked(..))) {
+            let mut entries = std::mem::take(&mut cache.entries);
+            let mut dirty = HashSet::new();
+            let mut hashed = 0;
+            let mut hashed_stay_racy = true;
+            for (candidate, outcome) in unanswered.into_iter().zip(outcomes) {
+                let Outcome::Tracked(stat, id, was_hashed) = outcome else {
+                    continue;
+                };
+                let entry = CacheEntry { stat, id };
+                let before = entries.set_at(candidate.at, entry);
+                hashed += u64::from(was_hashed);
+                if was_hashed {
+                    hashed_stay_racy &= before
+                        .as_ref()
+                        .is_some_and(|b| StatCache::stays_racy(b, &stat, started_ns));
+                }
+                if before.is_none_or(|b| (b.stat.mode, b.id) != (stat.mode, id)) {
+                    mark_dirty(&mut dirty, &candidate.rel);
+                }
+            }
+            let found = Found {
+                skipped,
+                hashed,
+                listings,
+                listings_learned,
+            };
+            let changed = Changed {
+                entries,
+                dirty,
+                hashed_stay_racy,
+                reusable,
+                misordered: false,
+            };
+            return finish(store, cache, changed, found, started_ns, ignores);
+        }
     }
     let misplaced = AtomicUsize::new(0);
     let outcomes = parallel_map_with(
@@ -474,7 +528,6 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // track wrote (files written within the last second, e.g. by a revert): then a new cache would hold
     // the same entries and answer the next track no better, and is not written.
     let mut hashed_stay_racy = true;
-    let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
     // Only the trees of directories where something changed since the cached snapshot are written again:
     // paths whose entry differs from the cache's, and paths the cache has that are gone. Without a cached
     // tree every directory is written.
@@ -556,10 +609,75 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         }
     }
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    let found = Found {
+        skipped,
+        hashed,
+        listings,
+        listings_learned: relisted > 0 && learned_listings,
+    };
+    let changed = Changed {
+        entries,
+        dirty,
+        hashed_stay_racy,
+        reusable,
+        misordered,
+    };
+    finish(store, cache, changed, found, started_ns, ignores)
+}
+
+/// What a track found, besides its files' blobs.
+struct Found {
+    skipped: Vec<SkippedPath>,
+    hashed: u64,
+    /// The listings of the directories walked.
+    listings: HashMap<String, Listing>,
+    /// Whether they teach the next track something (see `Walk::learned_listings`).
+    listings_learned: bool,
+}
+
+/// The files a track found, as the entries of the cache it leaves, and what differs from `cache`.
+struct Changed {
+    entries: PathMap<CacheEntry>,
+    /// The directories whose trees are to be written again.
+    dirty: HashSet<String>,
+    /// Whether every file hashed again had the cache's stat data and would still be racy in a cache this
+    /// track wrote (files written within the last second, e.g. by a revert): then a new cache would hold
+    /// the same entries and answer the next track no better.
+    hashed_stay_racy: bool,
+    /// Whether the cache's trees can be reused.
+    reusable: bool,
+    /// Whether the cache is to be written again in walk order.
+    misordered: bool,
+}
+
+/// Ends a track that found files other than the cache has them: writes the trees of the dirty
+/// directories and the new cache, unless nothing changed that the next track would profit from.
+fn finish(
+    store: &Store,
+    cache: StatCache,
+    changed: Changed,
+    found: Found,
+    started_ns: i128,
+    ignores: Ignores,
+) -> GitResult<Tracked> {
+    let Changed {
+        entries,
+        dirty,
+        hashed_stay_racy,
+        reusable,
+        misordered,
+    } = changed;
+    let Found {
+        mut skipped,
+        hashed,
+        listings,
+        listings_learned,
+    } = found;
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
     let unchanged = reusable
         && !misordered
         && dirty.is_empty()
-        && (relisted == 0 || !learned_listings)
+        && !listings_learned
         && (hashed == 0 || hashed_stay_racy);
     let id = match (unchanged, cache.tree) {
         (true, Some(tree)) => {
@@ -599,16 +717,6 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         hashed,
         ignores,
     })
-}
-
-/// What a track found, besides its files' blobs.
-struct Found {
-    skipped: Vec<SkippedPath>,
-    hashed: u64,
-    /// The listings of the directories walked.
-    listings: HashMap<String, Listing>,
-    /// Whether they teach the next track something (see `Walk::learned_listings`).
-    listings_learned: bool,
 }
 
 /// Ends a track that found every file as `cache` has it: the snapshot is the cached tree.

@@ -484,9 +484,19 @@ pub fn write_dirty<'p>(
 ) -> GitResult<(ObjectId, HashMap<String, ObjectId>)> {
     let parent_of = |path: &'p str| path.rsplit_once('/').unwrap_or(("", path));
     let mut children: HashMap<&str, Vec<TreeEntry>> = HashMap::new();
+    // Files come grouped by directory (the stat cache's walk order): one lookup per run of a directory.
+    let mut last: Option<(&str, Option<&String>)> = None;
     for (path, (mode, id)) in files {
         let (parent, name) = parent_of(path);
-        if let Some(dir) = dirty.get(parent) {
+        let dirty_dir = match last {
+            Some((last_parent, dir)) if last_parent == parent => dir,
+            _ => {
+                let dir = dirty.get(parent);
+                last = Some((parent, dir));
+                dir
+            }
+        };
+        if let Some(dir) = dirty_dir {
             children
                 .entry(dir.as_str())
                 .or_default()
