@@ -1229,6 +1229,49 @@ pub fn parallel_map_on<T: Sync, R: Send, S>(
 mod tests {
     use super::*;
 
+    /// A cache far out of walk order (an older version's, or after many files moved) still answers (the
+    /// track reads nothing and returns the same tree), and is written again in walk order, so the next
+    /// track finds every file where it looks first.
+    #[test]
+    fn a_cache_out_of_walk_order_is_rewritten_in_order() {
+        use crate::config::{ExcludesFile, GitStoreConfig};
+
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let wt = temp.path().join("wt");
+        for i in 0..60 {
+            let path = wt.join(format!("d{}/f{i}.txt", i % 4));
+            fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            fs::write(path, format!("{i}\n")).expect("write");
+        }
+        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
+        config.excludes_file = ExcludesFile::None;
+        let store = Store::open(&config, &wt).expect("open the store");
+        track(&store, &config).expect("the first track");
+        // Past the racy margin, so every file is answered by the cache.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let settled = track(&store, &config).expect("a track past the racy margin");
+        let path = store.stat_cache_path();
+        let walk_order = |cache: &StatCache| -> Vec<String> {
+            cache.entries.iter().map(|(p, _)| p.to_owned()).collect()
+        };
+        let cache = StatCache::load(&path);
+        let in_order = walk_order(&cache);
+        let mut reversed = PathMap::default();
+        for (p, entry) in cache.entries.iter().collect::<Vec<_>>().into_iter().rev() {
+            reversed.push_new(p, *entry);
+        }
+        StatCache {
+            entries: reversed,
+            ..cache
+        }
+        .save(&path)
+        .expect("save the reversed cache");
+
+        let again = track(&store, &config).expect("a track over the reversed cache");
+        assert_eq!((again.id, again.hashed), (settled.id, 0));
+        assert_eq!(walk_order(&StatCache::load(&path)), in_order);
+    }
+
     /// The look taken during the walk says "as cached" only for a file whose lstat data is the entry's
     /// and not racy: not for one edited since, one that became a directory, one that is gone, one below a
     /// directory that became a symlink, or one the cache would hash again anyway (racy).
