@@ -149,6 +149,12 @@ impl<V> PathMap<V> {
 
     /// Adds `path`, which the caller knows is not in the map yet (a walk's paths are distinct).
     pub fn push_new(&mut self, path: &str, value: V) {
+        self.append(path, value);
+        self.index.take();
+    }
+
+    /// A new slot for `path` at the end, left out of the index; returns its position.
+    fn append(&mut self, path: &str, value: V) -> usize {
         self.slots.push(Slot {
             start: self.text.len(),
             len: path.len(),
@@ -156,7 +162,7 @@ impl<V> PathMap<V> {
         });
         self.text.push_str(path);
         self.live += 1;
-        self.index.take();
+        self.slots.len() - 1
     }
 
     /// Makes sure the index is built and every path has one slot (the later slot of a path met twice is
@@ -193,14 +199,7 @@ impl<V> PathMap<V> {
             }
             return old;
         }
-        let slot = self.slots.len();
-        self.slots.push(Slot {
-            start: self.text.len(),
-            len: path.len(),
-            value: Some(value),
-        });
-        self.text.push_str(path);
-        self.live += 1;
+        let slot = self.append(path, value);
         let hash = self.hash(path);
         let PathMap {
             text,

@@ -708,15 +708,7 @@ fn finish(
             id
         }
     };
-    let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
-    store.add_record(&id, ignores.prefix(), &ignores.outside, &skipped_set)?;
-    store.log_returned(&id)?;
-    Ok(Tracked {
-        id,
-        skipped,
-        hashed,
-        ignores,
-    })
+    returned(store, id, skipped, hashed, ignores)
 }
 
 /// Ends a track that found every file as `cache` has it: the snapshot is the cached tree.
@@ -755,11 +747,22 @@ fn unchanged(
         // What the file holds, but for the listings of directories not walked this time.
         StatCache { listings, ..cache }.keep(&store.stat_cache_path());
     }
+    returned(store, tree, skipped, hashed, ignores)
+}
+
+/// Records snapshot `id` (with what it skipped) as returned, and returns it.
+fn returned(
+    store: &Store,
+    id: ObjectId,
+    skipped: Vec<SkippedPath>,
+    hashed: u64,
+    ignores: Ignores,
+) -> GitResult<Tracked> {
     let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
-    store.add_record(&tree, ignores.prefix(), &ignores.outside, &skipped_set)?;
-    store.log_returned(&tree)?;
+    store.add_record(&id, ignores.prefix(), &ignores.outside, &skipped_set)?;
+    store.log_returned(&id)?;
     Ok(Tracked {
-        id: tree,
+        id,
         skipped,
         hashed,
         ignores,
