@@ -28,6 +28,9 @@ use crate::path_map::PathMap;
 use crate::tree::{Mode, mark_dirty, write_dirty};
 
 const MAGIC: &[u8] = b"RWSTAT5\n";
+/// The fewest bytes an entry takes in the file: two one-byte lengths, an empty path, the mode, size, two
+/// times, inode, device and blob id.
+const MIN_ENTRY_BYTES: usize = 2 + 1 + 8 + 8 + 8 + 8 + 8 + 20;
 /// How many stores' caches a process keeps in memory (see `MEMO`).
 const MEMO_STORES: usize = 8;
 
@@ -449,6 +452,11 @@ fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
     };
     let count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
     let length = usize::try_from(u64::from_le_bytes(r.take(8)?.try_into().ok()?)).ok()?;
+    // Each entry takes at least `MIN_ENTRY_BYTES`: a larger count is refused here, before anyone sizes
+    // anything by it.
+    if count > (length / MIN_ENTRY_BYTES) as u64 {
+        return None;
+    }
     let start = body_length - r.0.len();
     r.take(length)?;
     let dir_count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
@@ -770,7 +778,7 @@ mod tests {
     }
 
     /// A file whose checksum holds but whose entries do not parse (a count larger than the entries it
-    /// holds) is not trusted at all: `load` gives an empty cache, and the deferred load's rest parses
+    /// holds, or larger than its bytes could hold) is not trusted at all: `load` gives an empty cache, and the deferred load's rest parses
     /// while its entries do not (a track then drops the file's tree too).
     #[test]
     fn entries_that_do_not_parse_distrust_the_whole_file() {
@@ -787,7 +795,10 @@ mod tests {
             ino: 4,
             dev: 5,
         };
-        cache.entries.push_new("a", CacheEntry { stat, id });
+        // A long path, so that one entry's bytes could hold the count of two written below.
+        cache
+            .entries
+            .push_new(&"a".repeat(100), CacheEntry { stat, id });
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("stat-cache");
         cache.save(&path).expect("save");
@@ -804,6 +815,13 @@ mod tests {
 
         let loaded = StatCache::load(&path);
         assert!(loaded.entries.len() == 0 && loaded.tree.is_none());
+        // A count no file of this length could hold is refused before the rest is parsed: nothing is
+        // sized by it.
+        let mut huge = data.clone();
+        huge[count_at..count_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let sum = crc32fast::hash(&huge[..body]);
+        huge[body..].copy_from_slice(&sum.to_le_bytes());
+        assert!(parse_deferred(huge).is_none());
         let (rest, pending) = StatCache::load_deferred(&path);
         assert_eq!(rest.tree, Some(id), "the rest parses");
         let pending = pending.expect("entries to parse");
