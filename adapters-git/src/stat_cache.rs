@@ -147,6 +147,13 @@ impl CacheEntry {
     pub fn answers(&self, stat: &Stat, cache_started_ns: i128) -> bool {
         self.stat == *stat && self.stat.mtime_ns < cache_started_ns - RACY_MARGIN_NS
     }
+
+    /// Whether a cache that a track starting at `started_ns` wrote would still count a file whose stat
+    /// data is now `stat` as racy, with this entry's stat data: saving such a cache would teach the next
+    /// track nothing.
+    pub fn stays_racy(&self, stat: &Stat, started_ns: i128) -> bool {
+        self.stat == *stat && stat.mtime_ns >= started_ns - RACY_MARGIN_NS
+    }
 }
 
 /// A path an operation wrote (with the written file's stat data and blob) or deleted (none).
@@ -170,13 +177,6 @@ pub struct StatCache {
 }
 
 impl StatCache {
-    /// Whether a cache that a track starting at `started_ns` wrote would still count `stat` as racy for a
-    /// file whose entry is `entry`, with the same stat data as now: saving such a cache would teach the next
-    /// track nothing.
-    pub fn stays_racy(entry: &CacheEntry, stat: &Stat, started_ns: i128) -> bool {
-        entry.stat == *stat && stat.mtime_ns >= started_ns - RACY_MARGIN_NS
-    }
-
     /// The blob of `path` when its stat data is unchanged and it is not racy, looked for first at position
     /// `hint` of the entries; with the position it was found at.
     pub fn fresh_near(&self, hint: usize, path: &str, stat: &Stat) -> Option<(usize, ObjectId)> {

@@ -365,9 +365,9 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             });
         }
         let walked = walk.dir("", rules);
-        match (&walked, entries()) {
-            (Ok(()), Some(entries)) => prestat.run(root, entries, cache_started_ns),
-            _ => prestat.stop(),
+        match walked.as_ref().ok().and_then(|()| entries()) {
+            Some(entries) => prestat.run(root, entries, cache_started_ns),
+            None => prestat.stop(),
         }
         walked
     })?;
@@ -391,8 +391,6 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         learned_listings,
         ..
     } = walk;
-    // Every file the walk found was looked at during it and found as cached, at the cache's positions in
-    // order, and the cache holds no other: the cached tree is the snapshot, nothing more to look at.
     // Aligned: the walk found the cache's paths, at its positions, and no other.
     let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
     let aligned = reusable
@@ -407,14 +405,23 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             .filter(|c| !prestat.was_fresh(c.at))
             .collect();
         let listings_learned = relisted > 0 && learned_listings;
-        if let (true, Some(tree)) = (unanswered.is_empty(), cache.tree) {
+        if unanswered.is_empty() {
+            // Every file was found as cached during the walk: nothing more to look at.
             let found = Found {
                 skipped,
                 hashed: 0,
                 listings,
                 listings_learned,
             };
-            return unchanged(store, cache, tree, found, started_ns, ignores);
+            let in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
+            return finish(
+                store,
+                cache,
+                in_place.done(false),
+                found,
+                started_ns,
+                ignores,
+            );
         }
         // Only those files are looked at again; their entries are replaced in place. A file that
         // vanished, or turned into something that is not tracked, takes the general way below.
@@ -425,40 +432,32 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             |worker, candidate| examine(store, config, &cache, None, worker, candidate),
         )?;
         if outcomes.iter().all(|o| matches!(o, Outcome::Tracked(..))) {
-            let mut entries = std::mem::take(&mut cache.entries);
-            let mut dirty = HashSet::new();
-            let mut hashed = 0;
-            let mut hashed_stay_racy = true;
+            let mut in_place =
+                InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
             for (candidate, outcome) in unanswered.into_iter().zip(outcomes) {
-                let Outcome::Tracked(stat, id, was_hashed) = outcome else {
-                    continue;
-                };
-                let entry = CacheEntry { stat, id };
-                let before = entries.set_at(candidate.at, entry);
-                hashed += u64::from(was_hashed);
-                if was_hashed {
-                    hashed_stay_racy &= before
-                        .as_ref()
-                        .is_some_and(|b| StatCache::stays_racy(b, &stat, started_ns));
-                }
-                if before.is_none_or(|b| (b.stat.mode, b.id) != (stat.mode, id)) {
-                    mark_dirty(&mut dirty, &candidate.rel);
+                if let Outcome::Tracked(stat, id, was_hashed) = outcome {
+                    in_place.set(
+                        candidate.at,
+                        &candidate.rel,
+                        CacheEntry { stat, id },
+                        was_hashed,
+                    );
                 }
             }
             let found = Found {
                 skipped,
-                hashed,
+                hashed: in_place.hashed,
                 listings,
                 listings_learned,
             };
-            let changed = Changed {
-                entries,
-                dirty,
-                hashed_stay_racy,
-                reusable,
-                misordered: false,
-            };
-            return finish(store, cache, changed, found, started_ns, ignores);
+            return finish(
+                store,
+                cache,
+                in_place.done(false),
+                found,
+                started_ns,
+                ignores,
+            );
         }
     }
     let misplaced = AtomicUsize::new(0);
@@ -491,7 +490,7 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         Outcome::Tracked(stat, id, true) => cache
             .entries
             .get_near(candidate.at, &candidate.rel)
-            .is_some_and(|(_, e)| e.id == *id && StatCache::stays_racy(e, stat, started_ns)),
+            .is_some_and(|(_, e)| e.id == *id && e.stays_racy(stat, started_ns)),
         _ => false,
     };
     let mut fresh = 0;
@@ -505,11 +504,7 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             all_fresh = false;
         }
     }
-    if let (true, Some(tree), true) = (
-        all_fresh && fresh == cache.entries.len() && !misordered,
-        cache.tree,
-        cache.dirs.contains_key(""),
-    ) {
+    if reusable && all_fresh && fresh == cache.entries.len() && !misordered {
         for outcome in outcomes {
             if let Outcome::Skipped(skip) = outcome {
                 skipped.push(skip);
@@ -521,22 +516,24 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             listings,
             listings_learned: relisted > 0 && learned_listings,
         };
-        return unchanged(store, cache, tree, found, started_ns, ignores);
+        // Each file hashed again stays racy (`as_cached`), and no entry changes.
+        let in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
+        return finish(
+            store,
+            cache,
+            in_place.done(false),
+            found,
+            started_ns,
+            ignores,
+        );
     }
-    hashed = 0;
-    // Whether every file hashed again had the cache's stat data and would still be racy in a cache this
-    // track wrote (files written within the last second, e.g. by a revert): then a new cache would hold
-    // the same entries and answer the next track no better, and is not written.
-    let mut hashed_stay_racy = true;
     // Only the trees of directories where something changed since the cached snapshot are written again:
     // paths whose entry differs from the cache's, and paths the cache has that are gone. Without a cached
     // tree every directory is written.
-    let mut dirty = HashSet::new();
-    let mut entries;
     if same_paths(&cache.entries, &candidates, &outcomes) {
-        // The files of the cache, in its order (files changed, none came or went): its entries are
-        // updated in place.
-        entries = std::mem::take(&mut cache.entries);
+        // The files of the cache, in its order (files changed, none came or went, some may be skipped):
+        // its entries are updated in place.
+        let mut in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
         let mut at = 0;
         for (candidate, outcome) in candidates.iter().zip(outcomes) {
             let (entry, was_hashed) = match outcome {
@@ -548,67 +545,74 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 }
                 Outcome::Gone => continue,
             };
-            let before = entries.set_at(at, entry);
+            in_place.set(at, &candidate.rel, entry, was_hashed);
             at += 1;
-            hashed += u64::from(was_hashed);
-            if was_hashed {
-                hashed_stay_racy &= before
-                    .as_ref()
-                    .is_some_and(|b| StatCache::stays_racy(b, &entry.stat, started_ns));
-            }
-            if !reusable
-                || before.is_none_or(|b| (b.stat.mode, b.id) != (entry.stat.mode, entry.id))
-            {
-                mark_dirty(&mut dirty, &candidate.rel);
-            }
         }
-    } else {
-        entries = PathMap::with_capacity(outcomes.len(), outcomes.len() * 48);
-        for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
-            match outcome {
-                Outcome::Tracked(stat, id, was_hashed) => {
-                    hashed += u64::from(was_hashed);
-                    if was_hashed {
-                        hashed_stay_racy &= cache
-                            .entries
-                            .get_near(candidate.at, &candidate.rel)
-                            .is_some_and(|(_, b)| StatCache::stays_racy(b, &stat, started_ns));
-                    }
-                    entries.push_new(&candidate.rel, CacheEntry { stat, id });
+        let found = Found {
+            skipped,
+            hashed: in_place.hashed,
+            listings,
+            listings_learned: relisted > 0 && learned_listings,
+        };
+        return finish(
+            store,
+            cache,
+            in_place.done(misordered),
+            found,
+            started_ns,
+            ignores,
+        );
+    }
+    hashed = 0;
+    // Whether every file hashed again had the cache's stat data and would still be racy in a cache this
+    // track wrote (files written within the last second, e.g. by a revert): then a new cache would hold
+    // the same entries and answer the next track no better, and is not written.
+    let mut hashed_stay_racy = true;
+    let mut dirty = HashSet::new();
+    let mut entries = PathMap::with_capacity(outcomes.len(), outcomes.len() * 48);
+    for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
+        match outcome {
+            Outcome::Tracked(stat, id, was_hashed) => {
+                hashed += u64::from(was_hashed);
+                if was_hashed {
+                    hashed_stay_racy &= cache
+                        .entries
+                        .get_near(candidate.at, &candidate.rel)
+                        .is_some_and(|(_, b)| b.stays_racy(&stat, started_ns));
                 }
-                Outcome::Seeded(stat, id) => {
-                    entries.push_new(&candidate.rel, CacheEntry { stat, id });
-                }
-                Outcome::Skipped(skip) => skipped.push(skip),
-                Outcome::Gone => {}
+                entries.push_new(&candidate.rel, CacheEntry { stat, id });
             }
-        }
-        // Both are in walk order: each path is looked for first just after the one before it.
-        let mut hint = 0;
-        let mut still_cached = 0;
-        for (path, entry) in entries.iter() {
-            match cache.entries.get_near(hint, path) {
-                Some((at, before)) => {
-                    hint = at + 1;
-                    still_cached += 1;
-                    if !reusable || (before.stat.mode, before.id) != (entry.stat.mode, entry.id) {
-                        mark_dirty(&mut dirty, path);
-                    }
-                }
-                None => mark_dirty(&mut dirty, path),
+            Outcome::Seeded(stat, id) => {
+                entries.push_new(&candidate.rel, CacheEntry { stat, id });
             }
-        }
-        if still_cached < cache.entries.len() {
-            for (path, _) in cache
-                .entries
-                .iter()
-                .filter(|(p, _)| !entries.contains_key(p))
-            {
-                mark_dirty(&mut dirty, path);
-            }
+            Outcome::Skipped(skip) => skipped.push(skip),
+            Outcome::Gone => {}
         }
     }
-    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    // Both are in walk order: each path is looked for first just after the one before it.
+    let mut hint = 0;
+    let mut still_cached = 0;
+    for (path, entry) in entries.iter() {
+        match cache.entries.get_near(hint, path) {
+            Some((at, before)) => {
+                hint = at + 1;
+                still_cached += 1;
+                if !reusable || (before.stat.mode, before.id) != (entry.stat.mode, entry.id) {
+                    mark_dirty(&mut dirty, path);
+                }
+            }
+            None => mark_dirty(&mut dirty, path),
+        }
+    }
+    if still_cached < cache.entries.len() {
+        for (path, _) in cache
+            .entries
+            .iter()
+            .filter(|(p, _)| !entries.contains_key(p))
+        {
+            mark_dirty(&mut dirty, path);
+        }
+    }
     let found = Found {
         skipped,
         hashed,
@@ -650,8 +654,58 @@ struct Changed {
     misordered: bool,
 }
 
-/// Ends a track that found files other than the cache has them: writes the trees of the dirty
-/// directories and the new cache, unless nothing changed that the next track would profit from.
+/// The cache's entries replaced in place, by a track that found the cache's paths at its positions.
+struct InPlace {
+    entries: PathMap<CacheEntry>,
+    dirty: HashSet<String>,
+    /// How many files were read and hashed.
+    hashed: u64,
+    hashed_stay_racy: bool,
+    reusable: bool,
+    started_ns: i128,
+}
+
+impl InPlace {
+    fn new(entries: PathMap<CacheEntry>, reusable: bool, started_ns: i128) -> InPlace {
+        InPlace {
+            entries,
+            dirty: HashSet::new(),
+            hashed: 0,
+            hashed_stay_racy: true,
+            reusable,
+            started_ns,
+        }
+    }
+
+    /// Puts `entry`, found for `rel` (read and hashed when `was_hashed`), at position `at`.
+    fn set(&mut self, at: usize, rel: &str, entry: CacheEntry, was_hashed: bool) {
+        let before = self.entries.set_at(at, entry);
+        self.hashed += u64::from(was_hashed);
+        if was_hashed {
+            self.hashed_stay_racy &= before
+                .as_ref()
+                .is_some_and(|b| b.stays_racy(&entry.stat, self.started_ns));
+        }
+        if !self.reusable
+            || before.is_none_or(|b| (b.stat.mode, b.id) != (entry.stat.mode, entry.id))
+        {
+            mark_dirty(&mut self.dirty, rel);
+        }
+    }
+
+    fn done(self, misordered: bool) -> Changed {
+        Changed {
+            entries: self.entries,
+            dirty: self.dirty,
+            hashed_stay_racy: self.hashed_stay_racy,
+            reusable: self.reusable,
+            misordered,
+        }
+    }
+}
+
+/// Ends a track: writes the trees of the dirty directories and the new cache, unless nothing changed
+/// that the next track would profit from (then the cached tree is the snapshot and nothing is written).
 fn finish(
     store: &Store,
     cache: StatCache,
@@ -679,75 +733,41 @@ fn finish(
         && dirty.is_empty()
         && !listings_learned
         && (hashed == 0 || hashed_stay_racy);
-    let id = match (unchanged, cache.tree) {
-        (true, Some(tree)) => {
-            StatCache {
-                listings,
-                entries,
-                ..cache
-            }
-            .keep(&store.stat_cache_path());
-            tree
+    if unchanged && let Some(tree) = cache.tree {
+        // What the file holds, but for the listings of directories not walked this time.
+        StatCache {
+            listings,
+            entries,
+            ..cache
         }
+        .keep(&store.stat_cache_path());
+        return returned(store, tree, skipped, hashed, ignores);
+    }
+    let (id, dirs) = match cache.tree {
+        // No directory changed (only listings, the order, or files still racy): the cache's trees stay.
+        // Its start time moves forward, which leaves every unchanged entry as it was: one found as cached
+        // has its mtime before the old start time less the margin, so before the new one too; one hashed
+        // again and found as cached stays racy under the new start time.
+        Some(tree) if reusable && dirty.is_empty() => (tree, cache.dirs),
         _ => {
             let no_dirs = HashMap::new();
             let old_dirs = if reusable { &cache.dirs } else { &no_dirs };
             let files = entries
                 .iter()
                 .map(|(path, entry)| (path, (entry.stat.mode, entry.id)));
-            let (id, dirs) = write_dirty(&store.odb, files, old_dirs, &dirty)?;
-            StatCache {
-                generation: 0,
-                started_ns,
-                tree: Some(id),
-                entries,
-                dirs,
-                listings,
-            }
-            .save(&store.stat_cache_path())?;
-            id
+            write_dirty(&store.odb, files, old_dirs, &dirty)?
         }
     };
-    returned(store, id, skipped, hashed, ignores)
-}
-
-/// Ends a track that found every file as `cache` has it: the snapshot is the cached tree.
-fn unchanged(
-    store: &Store,
-    cache: StatCache,
-    tree: ObjectId,
-    found: Found,
-    started_ns: i128,
-    ignores: Ignores,
-) -> GitResult<Tracked> {
-    let Found {
-        mut skipped,
-        hashed,
+    StatCache {
+        generation: 0,
+        started_ns,
+        tree: Some(id),
+        entries,
+        dirs,
         listings,
-        listings_learned,
-    } = found;
-    skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    if listings_learned {
-        // Only directory listings changed (a directory was read again, or its rules changed without
-        // changing what is tracked): the cache keeps its files and trees and takes the new listings.
-        // Its start time moves forward, which leaves every file entry as it was: each was fresh, so its
-        // mtime lies before the old start time less the margin, and so before the new one too; or it
-        // was hashed again and stays racy (`as_cached`), so it stays racy under the new start time.
-        let StatCache { entries, dirs, .. } = cache;
-        StatCache {
-            generation: 0,
-            started_ns,
-            tree: Some(tree),
-            entries,
-            dirs,
-            listings,
-        }
-        .save(&store.stat_cache_path())?;
-    } else {
-        // What the file holds, but for the listings of directories not walked this time.
-        StatCache { listings, ..cache }.keep(&store.stat_cache_path());
     }
-    returned(store, tree, skipped, hashed, ignores)
+    .save(&store.stat_cache_path())?;
+    returned(store, id, skipped, hashed, ignores)
 }
 
 /// Records snapshot `id` (with what it skipped) as returned, and returns it.
