@@ -134,7 +134,7 @@ impl<V> PathMap<V> {
 
     /// Whether position `at` holds `path` (and it was not removed).
     pub fn holds_at(&self, at: usize, path: &str) -> bool {
-        at < self.slots.len() && self.slots[at].value.is_some() && self.path(at) == path
+        self.at(at).is_some_and(|(held, _)| held == path)
     }
 
     /// Replaces the value at position `at`, which `holds_at` said holds a path; returns the value it had.
