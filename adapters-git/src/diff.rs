@@ -5,7 +5,7 @@ use std::io::Read;
 
 use gix::ObjectId;
 use gix::diff::blob::{Algorithm, Diff, InternedInput, sources::byte_lines};
-use rewind_core::model::{FileDiff, FileStatus};
+use rewind_core::model::{FileDiff, FileStatus, RevertDiffs};
 
 use crate::error::{GitError, GitResult};
 use crate::odb::{Kind, Odb};
@@ -14,6 +14,8 @@ use crate::tree::{Change, Entry};
 const CONTEXT: u32 = 3;
 /// Git looks for a NUL byte in this many leading bytes to call a file binary.
 const BINARY_PROBE: usize = 8000;
+/// From how many changed files the diffs are computed on several threads.
+const PARALLEL_FROM: usize = 8;
 
 /// One side of a file's change, loaded for diffing.
 enum Content {
@@ -64,6 +66,80 @@ impl FileChange {
         }
     }
 
+    /// This change as a `FileDiff` row (no patch for a binary file).
+    fn into_file_diff(self) -> FileDiff {
+        let patch = if self.binary {
+            String::new()
+        } else {
+            format!("{}{}", self.headers(), self.hunks)
+        };
+        FileDiff {
+            status: self.status(),
+            additions: self.additions,
+            deletions: self.deletions,
+            patch,
+            file: self.path,
+        }
+    }
+
+    /// Appends this change to a git-style text diff.
+    fn push_unified(&self, out: &mut String) {
+        let path = &self.path;
+        out.push_str(&format!("diff --git a/{path} b/{path}\n"));
+        let short = |id: &ObjectId| id.to_string()[..7].to_owned();
+        let zero = "0000000".to_owned();
+        match (&self.old, &self.new) {
+            (None, Some((mode, id))) => out.push_str(&format!(
+                "new file mode {}\nindex {zero}..{}\n",
+                mode.header(),
+                short(id)
+            )),
+            (Some((mode, id)), None) => out.push_str(&format!(
+                "deleted file mode {}\nindex {}..{zero}\n",
+                mode.header(),
+                short(id)
+            )),
+            (Some((old_mode, old_id)), Some((new_mode, new_id))) => {
+                if old_mode != new_mode {
+                    out.push_str(&format!(
+                        "old mode {}\nnew mode {}\n",
+                        old_mode.header(),
+                        new_mode.header()
+                    ));
+                }
+                if old_id != new_id {
+                    let mode = if old_mode == new_mode {
+                        format!(" {}", new_mode.header())
+                    } else {
+                        String::new()
+                    };
+                    out.push_str(&format!(
+                        "index {}..{}{mode}\n",
+                        short(old_id),
+                        short(new_id)
+                    ));
+                }
+            }
+            (None, None) => {}
+        }
+        if self.binary {
+            let old = if self.old.is_some() {
+                format!("a/{path}")
+            } else {
+                "/dev/null".to_owned()
+            };
+            let new = if self.new.is_some() {
+                format!("b/{path}")
+            } else {
+                "/dev/null".to_owned()
+            };
+            out.push_str(&format!("Binary files {old} and {new} differ\n"));
+        } else if !self.hunks.is_empty() {
+            out.push_str(&self.headers());
+            out.push_str(&self.hunks);
+        }
+    }
+
     fn headers(&self) -> String {
         let old = if self.old.is_some() {
             format!("a/{}", self.path)
@@ -79,15 +155,14 @@ impl FileChange {
     }
 }
 
-fn compute(
-    odb: &Odb,
+/// The change from `before` to `after` (the loaded contents of entries `old` and `new`) of one file.
+fn change_of(
     path: &str,
     old: Option<&Entry>,
     new: Option<&Entry>,
-    size_cap: u64,
-) -> GitResult<FileChange> {
-    let before = load(odb, old, size_cap)?;
-    let after = load(odb, new, size_cap)?;
+    before: &Content,
+    after: &Content,
+) -> FileChange {
     let mut change = FileChange {
         path: path.to_owned(),
         old: old.copied(),
@@ -97,15 +172,15 @@ fn compute(
         deletions: 0,
         hunks: String::new(),
     };
-    let (a, b): (&[u8], &[u8]) = match (&before, &after) {
+    let (a, b): (&[u8], &[u8]) = match (before, after) {
         (Content::Opaque, _) | (_, Content::Opaque) => {
             change.binary = true;
-            return Ok(change);
+            return change;
         }
         (Content::Text(a), Content::Text(b)) => (a, b),
         (Content::Text(a), Content::Absent) => (a, &[]),
         (Content::Absent, Content::Text(b)) => (&[], b),
-        (Content::Absent, Content::Absent) => return Ok(change),
+        (Content::Absent, Content::Absent) => return change,
     };
     let input = InternedInput::new(byte_lines(a), byte_lines(b));
     let mut diff = Diff::compute(Algorithm::Myers, &input);
@@ -113,7 +188,28 @@ fn compute(
     change.additions = u64::from(diff.count_additions());
     change.deletions = u64::from(diff.count_removals());
     change.hunks = render_hunks(&diff, &input);
-    Ok(change)
+    change
+}
+
+/// Each of `changes` read from the store (its two blobs once) and diffed by `diff`, on several threads
+/// when there are enough of them, in order.
+fn each_change<R: Send>(
+    odb: &Odb,
+    changes: &[Change],
+    size_cap: u64,
+    diff: impl Fn(&str, Option<&Entry>, Option<&Entry>, &Content, &Content) -> R + Sync,
+) -> GitResult<Vec<R>> {
+    crate::track::parallel_map_on(
+        changes,
+        crate::track::worker_threads(),
+        PARALLEL_FROM,
+        || (),
+        |_, (path, old, new)| {
+            let before = load(odb, old.as_ref(), size_cap)?;
+            let after = load(odb, new.as_ref(), size_cap)?;
+            Ok(diff(path, old.as_ref(), new.as_ref(), &before, &after))
+        },
+    )
 }
 
 fn render_hunks(diff: &Diff, input: &InternedInput<&[u8]>) -> String {
@@ -183,84 +279,38 @@ fn push_line(out: &mut String, sign: char, bytes: &[u8]) {
 
 /// Per-file diffs of `changes` (as `tree::diff_trees` gives them, in path order).
 pub fn file_diffs(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<Vec<FileDiff>> {
-    changes
-        .iter()
-        .map(|(path, old, new)| {
-            let change = compute(odb, path, old.as_ref(), new.as_ref(), size_cap)?;
-            let patch = if change.binary {
-                String::new()
-            } else {
-                format!("{}{}", change.headers(), change.hunks)
-            };
-            Ok(FileDiff {
-                status: change.status(),
-                additions: change.additions,
-                deletions: change.deletions,
-                patch,
-                file: change.path,
-            })
-        })
-        .collect()
+    each_change(odb, changes, size_cap, change_of).map(|computed| {
+        computed
+            .into_iter()
+            .map(FileChange::into_file_diff)
+            .collect()
+    })
 }
 
 /// The git-style text diff of `changes` (OpenCode's `revert.diff`).
 pub fn unified(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<String> {
+    let computed = each_change(odb, changes, size_cap, change_of)?;
     let mut out = String::new();
-    for (path, old, new) in changes {
-        let change = compute(odb, path, old.as_ref(), new.as_ref(), size_cap)?;
-        out.push_str(&format!("diff --git a/{path} b/{path}\n"));
-        let short = |id: &ObjectId| id.to_string()[..7].to_owned();
-        let zero = "0000000".to_owned();
-        match (&change.old, &change.new) {
-            (None, Some((mode, id))) => out.push_str(&format!(
-                "new file mode {}\nindex {zero}..{}\n",
-                mode.header(),
-                short(id)
-            )),
-            (Some((mode, id)), None) => out.push_str(&format!(
-                "deleted file mode {}\nindex {}..{zero}\n",
-                mode.header(),
-                short(id)
-            )),
-            (Some((old_mode, old_id)), Some((new_mode, new_id))) => {
-                if old_mode != new_mode {
-                    out.push_str(&format!(
-                        "old mode {}\nnew mode {}\n",
-                        old_mode.header(),
-                        new_mode.header()
-                    ));
-                }
-                if old_id != new_id {
-                    let mode = if old_mode == new_mode {
-                        format!(" {}", new_mode.header())
-                    } else {
-                        String::new()
-                    };
-                    out.push_str(&format!(
-                        "index {}..{}{mode}\n",
-                        short(old_id),
-                        short(new_id)
-                    ));
-                }
-            }
-            (None, None) => {}
-        }
-        if change.binary {
-            let old = if change.old.is_some() {
-                format!("a/{path}")
-            } else {
-                "/dev/null".to_owned()
-            };
-            let new = if change.new.is_some() {
-                format!("b/{path}")
-            } else {
-                "/dev/null".to_owned()
-            };
-            out.push_str(&format!("Binary files {old} and {new} differ\n"));
-        } else if !change.hunks.is_empty() {
-            out.push_str(&change.headers());
-            out.push_str(&change.hunks);
-        }
+    for change in &computed {
+        change.push_unified(&mut out);
     }
     Ok(out)
+}
+
+/// A revert's two diffs from `changes` (from its pre-revert snapshot to `applied`): the text diff in that
+/// direction and the per-file diffs in the other, each file's blobs read once.
+pub fn revert_diffs(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<RevertDiffs> {
+    let computed = each_change(odb, changes, size_cap, |path, old, new, before, after| {
+        (
+            change_of(path, old, new, before, after),
+            change_of(path, new, old, after, before),
+        )
+    })?;
+    let mut text = String::new();
+    let mut files = Vec::with_capacity(computed.len());
+    for (forward, back) in computed {
+        forward.push_unified(&mut text);
+        files.push(back.into_file_diff());
+    }
+    Ok(RevertDiffs { text, files })
 }

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rewind_core::model::{
-    FileAction, FileDiff, GcReport, RelPath, RestoreOutcome, RevertOutcome, SnapshotId,
-    SnapshotPatch, TrackOutcome,
+    FileAction, FileDiff, GcReport, RelPath, RestoreOutcome, RevertDiffs, RevertOutcome,
+    SnapshotId, SnapshotPatch, TrackOutcome,
 };
 use rewind_core::{Error, Result, SnapshotPort};
 
@@ -171,17 +171,16 @@ impl SnapshotPort for GitSnapshotStore {
         .await
     }
 
-    async fn unified_diff_between(
+    async fn revert_diffs(
         &self,
         worktree: &Path,
-        from: &SnapshotId,
-        to: &SnapshotId,
-    ) -> Result<String> {
-        let from = object_id(from)?;
-        let to = object_id(to)?;
+        before: &SnapshotId,
+        applied: &SnapshotId,
+    ) -> Result<RevertDiffs> {
+        let (before, applied) = (object_id(before)?, object_id(applied)?);
         self.with_store(worktree, move |store, config| {
-            let changes = diff_trees(&store.odb, &from, &to)?;
-            diff::unified(&store.odb, &changes, config.size_cap)
+            let changes = diff_trees(&store.odb, &before, &applied)?;
+            diff::revert_diffs(&store.odb, &changes, config.size_cap)
         })
         .await
     }

@@ -1184,7 +1184,7 @@ impl Prestat {
 }
 
 /// How many threads stat and hash files (they are IO-bound): the cores, at most 8.
-fn worker_threads() -> usize {
+pub(crate) fn worker_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .clamp(1, 8)

@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::model::{
     Capture, Event, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey, LeaseTake,
     LeaseToken, Message, MessageId, MessageWithParts, Part, PartId, ProcessIdentity, RelPath,
-    RestoreOutcome, RevertHistoryEntry, RevertOutcome, Session, SessionId, SnapshotId,
+    RestoreOutcome, RevertDiffs, RevertHistoryEntry, RevertOutcome, Session, SessionId, SnapshotId,
     SnapshotPatch, StoredEvent, TrackOutcome, Warning,
 };
 
@@ -32,6 +32,8 @@ use crate::model::{
 /// - `changed_between` MUST list, sorted, the paths whose content or mode differs between two snapshots.
 /// - `diff` MUST give one row per changed file in git's path order, with line counts equal to
 ///   `git diff --numstat --no-renames` for files under the size cap, and `patch: ""`, 0/0 for binary files.
+/// - `revert_diffs(before, applied)` MUST equal `unified_diff(before)` taken with the worktree holding
+///   `applied`, and `diff(applied, before)`.
 /// - `restore` MUST make the tracked content (or the given paths) equal `to`, MUST NOT touch a path that is
 ///   already equal, and MUST NOT overwrite or delete anything that is not tracked content (ignored or
 ///   skipped files are left alone and reported as kept).
@@ -67,14 +69,15 @@ pub trait SnapshotPort: Send + Sync {
     ) -> Result<Vec<FileDiff>>;
     /// The git-style text diff from `from` to the worktree now.
     async fn unified_diff(&self, worktree: &Path, from: &SnapshotId) -> Result<String>;
-    /// The git-style text diff between two snapshots, in the form `unified_diff` gives (a revert's text
-    /// diff is the one between its pre-revert snapshot and `applied`, with no second walk of the worktree).
-    async fn unified_diff_between(
+    /// A revert's two diffs between its pre-revert snapshot `before` and `applied`, from one reading of
+    /// the files that differ: the text diff `unified_diff(before)` would give once the worktree holds
+    /// `applied` (with no walk of the worktree), and the per-file diffs `diff(applied, before)` gives.
+    async fn revert_diffs(
         &self,
         worktree: &Path,
-        from: &SnapshotId,
-        to: &SnapshotId,
-    ) -> Result<String>;
+        before: &SnapshotId,
+        applied: &SnapshotId,
+    ) -> Result<RevertDiffs>;
     /// Makes the tracked content, or only `paths`, equal snapshot `to`.
     async fn restore(
         &self,

@@ -25,5 +25,5 @@ pub use session::{
 };
 pub use snapshot::{
     FileAction, FileActionKind, FileDiff, FileStatus, GcReport, KeptPath, RelPath, RestoreOutcome,
-    RevertOutcome, SkipReason, SkippedPath, SnapshotId, SnapshotPatch, TrackOutcome,
+    RevertDiffs, RevertOutcome, SkipReason, SkippedPath, SnapshotId, SnapshotPatch, TrackOutcome,
 };

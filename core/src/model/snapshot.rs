@@ -193,6 +193,17 @@ pub struct FileDiff {
     pub status: FileStatus,
 }
 
+/// The two diffs a revert stores (SPEC section 6, steps 5 and 6), between its pre-revert snapshot and
+/// `applied`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RevertDiffs {
+    /// The git-style text diff from the pre-revert snapshot to `applied` (the descriptor's `diff`).
+    pub text: String,
+    /// The per-file diffs from `applied` to the pre-revert snapshot: the changes being undone, in the
+    /// forward direction (the session diff).
+    pub files: Vec<FileDiff>,
+}
+
 /// Why `track` left a path out of a snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "camelCase")]

@@ -171,13 +171,12 @@ impl Rewind {
             outcome.deleted.len(),
             outcome.kept.len(),
         );
-        // The worktree's tracked content is now `applied`: its text diff comes from the two trees, without a
-        // second walk of the worktree.
-        let diff_text = self
+        // The worktree's tracked content is now `applied`: the text diff and the session diff come from the
+        // two trees, without a second walk of the worktree.
+        let diffs = self
             .snapshots
-            .unified_diff_between(wt, &snapshot, &outcome.applied)
+            .revert_diffs(wt, &snapshot, &outcome.applied)
             .await?;
-        let diff = self.snapshots.diff(wt, &outcome.applied, &snapshot).await?;
         let now = self.now();
         if !outcome.kept.is_empty() {
             warnings.push(Warning {
@@ -227,10 +226,10 @@ impl Rewind {
                 message_id: point.message_id,
                 part_id: point.part_id,
                 snapshot: Some(snapshot),
-                diff: Some(diff_text),
+                diff: Some(diffs.text),
             },
             applied: outcome.applied,
-            diff,
+            diff: diffs.files,
             warnings,
         })
     }

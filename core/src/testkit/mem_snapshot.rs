@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use crate::error::{Error, Result};
 use crate::model::{
     FileAction, FileActionKind, FileDiff, FileStatus, GcReport, KeptPath, RelPath, RestoreOutcome,
-    RevertOutcome, SkipReason, SkippedPath, SnapshotId, SnapshotPatch, TrackOutcome,
+    RevertDiffs, RevertOutcome, SkipReason, SkippedPath, SnapshotId, SnapshotPatch, TrackOutcome,
 };
 use crate::ports::SnapshotPort;
 use crate::revert::file_plan;
@@ -1391,14 +1391,17 @@ impl SnapshotPort for MemSnapshotStore {
         Ok(unified_text(&old, &new, self.config.size_cap))
     }
 
-    async fn unified_diff_between(
+    async fn revert_diffs(
         &self,
         worktree: &Path,
-        from: &SnapshotId,
-        to: &SnapshotId,
-    ) -> Result<String> {
-        let (old, new) = self.two_trees(worktree, from, to)?;
-        Ok(unified_text(&old, &new, self.config.size_cap))
+        before: &SnapshotId,
+        applied: &SnapshotId,
+    ) -> Result<RevertDiffs> {
+        let (old, new) = self.two_trees(worktree, before, applied)?;
+        Ok(RevertDiffs {
+            text: unified_text(&old, &new, self.config.size_cap),
+            files: diff_trees(&new, &old, self.config.size_cap),
+        })
     }
 
     async fn restore(

@@ -7,8 +7,8 @@ use mockall::Sequence;
 use mockall::predicate::always;
 use rewind_core::model::{
     EventPayload, Holder, HolderKind, Lease, LeaseKey, LeaseToken, MessageWithParts, OpenStep,
-    PartBody, ProcessIdentity, RelPath, RestoreOutcome, RevertDescriptor, RevertOutcome, Session,
-    SessionTime, SnapshotId, Tokens, TrackOutcome,
+    PartBody, ProcessIdentity, RelPath, RestoreOutcome, RevertDescriptor, RevertDiffs,
+    RevertOutcome, Session, SessionTime, SnapshotId, Tokens, TrackOutcome,
 };
 use rewind_core::ports::MockSnapshotPort;
 use rewind_core::testkit::FakeHost;
@@ -313,13 +313,14 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
             })
         });
     snapshots
-        .expect_unified_diff_between()
+        .expect_revert_diffs()
         .times(1)
-        .returning(|_, _, _| Ok("diff".to_owned()));
-    snapshots
-        .expect_diff()
-        .times(1)
-        .returning(|_, _, _| Ok(Vec::new()));
+        .returning(|_, _, _| {
+            Ok(RevertDiffs {
+                text: "diff".to_owned(),
+                files: Vec::new(),
+            })
+        });
     snapshots
         .expect_changed_between()
         .withf(|_, from, _| from != &sid(10) && from != &sid(11))
@@ -416,16 +417,12 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
             })
         });
     snapshots
-        .expect_unified_diff_between()
+        .expect_revert_diffs()
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _, _| Err(Error::backend("disk full")));
-    // Whether the file diffs and the files changed since the last step are computed once the text diff
-    // has failed is the service's business: allowed, not required.
-    snapshots
-        .expect_diff()
-        .times(0..=1)
-        .returning(|_, _, _| Ok(Vec::new()));
+    // Whether the files changed since the last step are computed once the diffs have failed is the
+    // service's business: allowed, not required.
     snapshots
         .expect_changed_between()
         .withf(|_, _, to| to == &sid(20))

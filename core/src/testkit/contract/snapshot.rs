@@ -18,8 +18,8 @@ pub use crate::testkit::mem_snapshot::Node;
 
 use crate::error::Error;
 use crate::model::{
-    FileActionKind, FileDiff, FileStatus, RelPath, SkipReason, SnapshotId, SnapshotPatch,
-    TrackOutcome,
+    FileActionKind, FileDiff, FileStatus, RelPath, RevertDiffs, SkipReason, SnapshotId,
+    SnapshotPatch, TrackOutcome,
 };
 use crate::ports::SnapshotPort;
 
@@ -137,7 +137,7 @@ macro_rules! snapshot_contract_tests {
             diff_counts_lines,
             diff_marks_binary_files,
             unified_diff_names_every_changed_file,
-            unified_diff_between_snapshots_equals_the_diff_to_the_worktree,
+            revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back,
             restore_of_given_paths_touches_nothing_else,
             restore_never_touches_ignored_files,
             restore_brings_back_symlinks_and_modes,
@@ -526,42 +526,53 @@ pub async fn unified_diff_names_every_changed_file(h: &dyn WorktreeHarness) {
     assert!(a < n, "files come in path order");
 }
 
-/// The text diff between two snapshots is the text diff from the first to a worktree holding the second,
-/// and a snapshot the store lacks is an error.
-pub async fn unified_diff_between_snapshots_equals_the_diff_to_the_worktree(
+/// A revert's diffs between two snapshots are the text diff from the first to a worktree holding the
+/// second and the per-file diffs from the second back to the first; a snapshot the store lacks is an error.
+pub async fn revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back(
     h: &dyn WorktreeHarness,
 ) {
     h.write("a.txt", b"alpha\n");
     h.write("b.txt", b"old\nkept\n");
     h.write("bin.dat", b"\0\x01binary");
+    h.write("mode.sh", b"echo\n");
     let from = track(h).await.id;
     h.remove("a.txt");
     h.write("b.txt", b"new\nkept\n");
     h.write("dir/new.txt", b"new content\n");
     h.write("bin.dat", b"\0\x02binary");
+    h.set_executable("mode.sh", true);
     let to = track(h).await.id;
     let port = h.port();
-    let between = port
-        .unified_diff_between(h.root(), &from, &to)
+    let diffs = port
+        .revert_diffs(h.root(), &from, &to)
         .await
-        .expect("unified_diff_between");
+        .expect("revert_diffs");
     let to_worktree = port
         .unified_diff(h.root(), &from)
         .await
         .expect("unified_diff");
-    assert_eq!(between, to_worktree);
-    assert!(between.contains("+new content\n"), "{between}");
+    assert_eq!(diffs.text, to_worktree);
+    assert!(diffs.text.contains("+new content\n"), "{}", diffs.text);
+    let back = port.diff(h.root(), &to, &from).await.expect("diff");
+    assert_eq!(diffs.files, back);
+    assert_eq!(
+        diffs
+            .files
+            .iter()
+            .map(|f| f.file.as_str())
+            .collect::<Vec<_>>(),
+        ["a.txt", "b.txt", "bin.dat", "dir/new.txt", "mode.sh"],
+        "every changed file, in path order"
+    );
     let same = port
-        .unified_diff_between(h.root(), &to, &to)
+        .revert_diffs(h.root(), &to, &to)
         .await
-        .expect("unified_diff_between");
-    assert_eq!(same, "");
+        .expect("revert_diffs");
+    assert_eq!(same, RevertDiffs::default());
     let missing =
         SnapshotId::parse("0123456789abcdef0123456789abcdef01234567").expect("a valid id");
     assert!(
-        port.unified_diff_between(h.root(), &from, &missing)
-            .await
-            .is_err(),
+        port.revert_diffs(h.root(), &from, &missing).await.is_err(),
         "a snapshot the store lacks is an error"
     );
 }
