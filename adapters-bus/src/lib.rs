@@ -28,6 +28,13 @@ impl BroadcastBus {
     }
 }
 
+impl BroadcastBus {
+    /// How many subscriptions are open now.
+    pub fn subscribers(&self) -> usize {
+        self.sender.receiver_count()
+    }
+}
+
 impl Default for BroadcastBus {
     fn default() -> Self {
         BroadcastBus::new(DEFAULT_CAPACITY)

@@ -89,7 +89,7 @@ pub async fn outbox_end(repo: &dyn MessageRepo) -> rewind_core::Result<u64> {
 }
 
 /// Follows the outbox from `cursor` and publishes each new event, in order, until `stop`; polls every
-/// `interval`, or at once when woken.
+/// `interval`, or at once when woken. While nobody is subscribed, the events are passed over unread.
 pub async fn relay(
     repo: Arc<dyn MessageRepo>,
     bus: Arc<BroadcastBus>,
@@ -99,6 +99,19 @@ pub async fn relay(
     stop: CancellationToken,
 ) {
     loop {
+        if bus.subscribers() == 0 {
+            // Nobody to deliver to: the cursor moves to the end of the outbox without reading the events (a
+            // revert's two events carry its whole diff, and decoding them would take a core from the next
+            // request). The end is read before the subscribers are counted again, so every event committed
+            // after someone subscribed is still read and published.
+            match repo.last_event_seq().await {
+                Ok(last) if bus.subscribers() == 0 => cursor = cursor.max(last),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "the outbox relay cannot read the outbox's end; retrying")
+                }
+            }
+        }
         match repo.events_after(cursor, RELAY_BATCH).await {
             Ok(events) => {
                 let full = events.len() == RELAY_BATCH as usize;
@@ -119,5 +132,87 @@ pub async fn relay(
             () = wake.notified() => {}
             () = tokio::time::sleep(interval) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use rewind_core::id::IdGenerator;
+    use rewind_core::model::{EventId, StoredEvent};
+    use rewind_core::ports::MockMessageRepo;
+
+    use super::*;
+
+    /// Outbox rows 1 to `n`.
+    fn outbox(n: u64) -> Vec<StoredEvent> {
+        let ids = IdGenerator::new();
+        (1..=n)
+            .map(|seq| StoredEvent {
+                seq,
+                event: Event {
+                    id: ids.ascending::<EventId>(seq, None),
+                    payload: EventPayload::ServerHeartbeat {},
+                },
+            })
+            .collect()
+    }
+
+    /// Runs the relay from `cursor` until it has polled a few times, then stops it.
+    async fn relay_briefly(repo: MockMessageRepo, bus: Arc<BroadcastBus>, cursor: u64) {
+        let stop = CancellationToken::new();
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            stopper.cancel();
+        });
+        relay(
+            Arc::new(repo),
+            bus,
+            cursor,
+            Duration::from_millis(5),
+            Arc::new(Notify::new()),
+            stop,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn with_nobody_subscribed_the_relay_passes_over_the_events_unread() {
+        let mut repo = MockMessageRepo::new();
+        repo.expect_last_event_seq().returning(|| Ok(7));
+        // Only ever asked for what follows the outbox's end: the events up to it are not read.
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        repo.expect_events_after().returning(move |after, _| {
+            seen.lock().expect("lock").push(after);
+            Ok(Vec::new())
+        });
+        relay_briefly(repo, Arc::new(BroadcastBus::default()), 2).await;
+        let asked = asked.lock().expect("lock").clone();
+        assert!(!asked.is_empty(), "the relay polled");
+        assert!(asked.iter().all(|&after| after == 7), "{asked:?}");
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_receives_every_event_after_the_cursor_in_order() {
+        let rows = outbox(4);
+        let mut repo = MockMessageRepo::new();
+        repo.expect_last_event_seq().times(0);
+        let served = rows.clone();
+        repo.expect_events_after().returning(move |after, _| {
+            Ok(served.iter().filter(|r| r.seq > after).cloned().collect())
+        });
+        let bus = Arc::new(BroadcastBus::default());
+        let mut subscription = bus.subscribe();
+        relay_briefly(repo, bus.clone(), 2).await;
+        drop(bus);
+        let mut received = Vec::new();
+        while let Some(Delivery::Event(event)) = subscription.next().await {
+            received.push(event);
+        }
+        let expected: Vec<Event> = rows[2..].iter().map(|r| r.event.clone()).collect();
+        assert_eq!(received, expected, "events 3 and 4, once each, in order");
     }
 }
