@@ -1,9 +1,11 @@
 //! The store's object database: git loose objects (`objects/xx/yyyy…`, zlib-compressed `"<kind> <size>\0"`
 //! + content), written and read with streaming so no file is ever held whole in memory.
 
+use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use flate2::Compression;
 use flate2::read::ZlibDecoder;
@@ -86,6 +88,49 @@ fn read_chunks(
         }
         each(&buffer[..n])?;
     }
+}
+
+/// How many bytes of tree objects a process keeps read (see `TREES`).
+const TREE_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Tree objects this process has read, by id, oldest first out when full. An id names its content, so what
+/// is kept is right for every store; whether a store still holds the object is asked again at every read
+/// (one stat of a loose object), so a missing object stays an error. A revert reads the same few trees of
+/// the same snapshots in each of its calls (plan, checks, `applied`, diffs), and the next operation again.
+static TREES: LazyLock<Mutex<TreeCache>> = LazyLock::new(Mutex::default);
+
+#[derive(Default)]
+struct TreeCache {
+    trees: HashMap<ObjectId, Arc<[u8]>>,
+    order: VecDeque<ObjectId>,
+    bytes: usize,
+}
+
+impl TreeCache {
+    fn get(&self, id: &ObjectId) -> Option<Arc<[u8]>> {
+        self.trees.get(id).cloned()
+    }
+
+    fn insert(&mut self, id: ObjectId, data: Arc<[u8]>) {
+        if data.len() > TREE_CACHE_BYTES || self.trees.contains_key(&id) {
+            return;
+        }
+        while self.bytes + data.len() > TREE_CACHE_BYTES {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.trees.remove(&oldest) {
+                self.bytes -= gone.len();
+            }
+        }
+        self.bytes += data.len();
+        self.order.push_back(id);
+        self.trees.insert(id, data);
+    }
+}
+
+fn tree_cache() -> std::sync::MutexGuard<'static, TreeCache> {
+    TREES.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Files up to this size are read whole before they are stored; larger ones are streamed.
@@ -340,6 +385,19 @@ impl Odb {
         Ok((kind, bytes.len() as u64, Box::new(io::Cursor::new(bytes))))
     }
 
+    /// Reads a tree object, from the trees this process has read when the store still holds it.
+    pub fn read_tree(&self, id: &ObjectId) -> GitResult<Arc<[u8]>> {
+        let known = tree_cache().get(id);
+        if let Some(data) = known
+            && self.contains(id)
+        {
+            return Ok(data);
+        }
+        let data: Arc<[u8]> = self.read(id, Kind::Tree)?.into();
+        tree_cache().insert(*id, data.clone());
+        Ok(data)
+    }
+
     /// Reads a whole object of the expected kind (trees, and blobs known to be small).
     pub fn read(&self, id: &ObjectId, expected: Kind) -> GitResult<Vec<u8>> {
         let (kind, size, mut reader) = self.open(id)?;
@@ -415,5 +473,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A tree read before comes from memory only while the store still holds it: once its object is gone
+    /// from this store, or in another store that never had it, reading it is an error again.
+    #[test]
+    fn a_kept_tree_does_not_hide_a_missing_object() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let odb = Odb::new(dir.path().join("objects"));
+        let other = Odb::new(dir.path().join("other"));
+        let entry = Odb::hash(Kind::Blob, b"kept").expect("hash");
+        let mut data = b"100644 kept.txt\0".to_vec();
+        data.extend_from_slice(entry.as_bytes());
+        let id = odb.write_buf(Kind::Tree, &data).expect("write the tree");
+        assert_eq!(&*odb.read_tree(&id).expect("read"), &data[..]);
+        assert_eq!(&*odb.read_tree(&id).expect("read again"), &data[..]);
+        assert!(matches!(other.read_tree(&id), Err(GitError::Missing(_))));
+        fs::remove_file(odb.path_of(&id)).expect("delete the object");
+        assert!(matches!(odb.read_tree(&id), Err(GitError::Missing(_))));
+        assert!(tree_cache().get(&id).is_some(), "the content stays known");
     }
 }

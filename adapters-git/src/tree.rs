@@ -99,7 +99,7 @@ pub fn tree_ids(odb: &Odb, id: &ObjectId, out: &mut Vec<ObjectId>) -> GitResult<
 }
 
 fn decode(odb: &Odb, id: &ObjectId) -> GitResult<Vec<(String, Mode, ObjectId)>> {
-    let data = odb.read(id, Kind::Tree)?;
+    let data = odb.read_tree(id)?;
     let corrupt = || GitError::Corrupt(format!("tree {id} cannot be decoded"));
     let mut entries = Vec::new();
     let mut rest = &data[..];
