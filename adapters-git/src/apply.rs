@@ -21,6 +21,7 @@ use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::Ignores;
 use crate::odb::{Kind, Odb};
+use crate::replace::{Held, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
 use crate::track::track;
@@ -286,8 +287,12 @@ struct PendingWrite {
 /// Returns the file's stat data as it stands after the rename, when it is still what was written (the
 /// stat cache takes it, see `StatCache::note_applied`).
 fn write_file(store: &Store, job: &PendingWrite) -> GitResult<Option<Stat>> {
-    let result = write_temp(store, &job.tmp, job.mode, &job.id)
-        .and_then(|()| fs::rename(&job.tmp, &job.abs).map_err(|e| GitError::io(&job.abs, e)));
+    let result = write_temp(store, &job.tmp, job.mode, &job.id).and_then(|()| {
+        let replaced = Held::at(&job.abs);
+        fs::rename(&job.tmp, &job.abs).map_err(|e| GitError::io(&job.abs, e))?;
+        replaced.release();
+        Ok(())
+    });
     if result.is_err() {
         let _ = fs::remove_file(&job.tmp);
     }
@@ -299,7 +304,7 @@ fn write_file(store: &Store, job: &PendingWrite) -> GitResult<Option<Stat>> {
 }
 
 fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
-    let (kind, _, mut reader) = store.odb.open(id)?;
+    let (kind, size, mut reader) = store.odb.open(id)?;
     if kind != Kind::Blob {
         return Err(GitError::Corrupt(format!("object {id} is not a blob")));
     }
@@ -316,6 +321,7 @@ fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult
         .create_new(true)
         .open(tmp)
         .map_err(|e| GitError::io(tmp, e))?;
+    preallocate(&file, size);
     io::copy(&mut reader, &mut file).map_err(|e| GitError::io(tmp, e))?;
     let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
     file.set_permissions(fs::Permissions::from_mode(bits))
@@ -424,7 +430,9 @@ impl<'a> Applier<'a> {
                 self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is")
             }
             OnDisk::File | OnDisk::Symlink => {
+                let deleted = Held::at(&abs);
                 fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
+                deleted.release();
                 self.record(path, true, None);
                 self.remove_empty_parents(path);
                 Ok(())

@@ -13,6 +13,7 @@ mod gc;
 mod ignore;
 mod odb;
 mod path_map;
+mod replace;
 mod seed;
 mod stat_cache;
 mod store;

@@ -15,6 +15,7 @@ use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::OutsideRule;
 use crate::odb::Odb;
+use crate::replace::{Held, preallocate};
 
 /// The prefix of every temporary file rewind writes into a worktree.
 pub const TEMP_PREFIX: &str = ".rewind-tmp-";
@@ -296,11 +297,25 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> GitResult<()> {
         std::process::id(),
         crate::odb::rand_suffix()
     ));
-    fs::write(&tmp, data).map_err(|e| GitError::io(&tmp, e))?;
+    let written = File::options()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut file| {
+            preallocate(&file, data.len() as u64);
+            file.write_all(data)
+        });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(GitError::io(&tmp, e));
+    }
+    let replaced = Held::at(path);
     fs::rename(&tmp, path).map_err(|e| {
         let _ = fs::remove_file(&tmp);
         GitError::io(path, e)
-    })
+    })?;
+    replaced.release();
+    Ok(())
 }
 
 /// Epoch milliseconds.
