@@ -269,16 +269,29 @@ impl Rewind {
     /// sections 4 and 8 ask before any operation on a session.
     async fn load_prepared(&self, id: &SessionId) -> Result<Session> {
         let session = self.load_session(id).await?;
-        self.prepare_worktree(&session.directory).await?;
-        self.load_session(id).await
+        let sessions = self.prepare_worktree(&session.directory).await?;
+        session_in(id, &sessions)
     }
 
     async fn load_session(&self, id: &SessionId) -> Result<Session> {
         self.repo
             .session(id)
             .await?
-            .ok_or_else(|| Error::NotFound(format!("Session not found: {id}")))
+            .ok_or_else(|| session_not_found(id))
     }
+}
+
+fn session_not_found(id: &SessionId) -> Error {
+    Error::NotFound(format!("Session not found: {id}"))
+}
+
+/// Session `id` out of a list of its worktree's sessions.
+fn session_in(id: &SessionId, sessions: &[Session]) -> Result<Session> {
+    sessions
+        .iter()
+        .find(|s| &s.id == id)
+        .cloned()
+        .ok_or_else(|| session_not_found(id))
 }
 
 /// A fresh token for one operation or step.

@@ -344,22 +344,28 @@ impl Rewind {
     }
 
     /// Runs recovery for the worktree's intent records and aborts its abandoned steps: what SPEC sections 4
-    /// and 8 ask before any operation.
-    pub(super) async fn prepare_worktree(&self, directory: &str) -> Result<()> {
+    /// and 8 ask before any operation. Returns the worktree's sessions as they are then.
+    pub(super) async fn prepare_worktree(&self, directory: &str) -> Result<Vec<Session>> {
         self.recover_worktree(Some(directory)).await?;
-        for session in self.repo.sessions(Some(directory.to_owned())).await? {
-            if self.step_is_abandoned(&session).await? {
+        let sessions = self.repo.sessions(Some(directory.to_owned())).await?;
+        let mut aborted = false;
+        for session in &sessions {
+            if self.step_is_abandoned(session).await? {
                 self.close_step(
-                    &session,
+                    session,
                     StepEnd {
                         reason: Some("aborted".to_owned()),
                         ..Default::default()
                     },
                 )
                 .await?;
+                aborted = true;
             }
         }
-        Ok(())
+        if aborted {
+            return self.repo.sessions(Some(directory.to_owned())).await;
+        }
+        Ok(sessions)
     }
 
     /// Closes the session's open step: the step's lease is taken (over) with its own token, the worktree is

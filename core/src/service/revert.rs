@@ -59,10 +59,12 @@ impl Rewind {
         target: RevertTarget,
     ) -> Result<(Session, FileCounts)> {
         let session = self.load_session(session_id).await?;
-        self.prepare_worktree(&session.directory).await?;
-        self.refuse_open_steps(&session).await?;
+        let sessions = self.prepare_worktree(&session.directory).await?;
+        refuse_open_steps(&session, &sessions)?;
         let operation = self.begin_operation(&session).await?;
-        let result = self.revert_locked(session_id, &operation, &target).await;
+        let result = self
+            .revert_locked(session_id, &session.directory, &operation, &target)
+            .await;
         self.end_operation(&operation).await;
         result
     }
@@ -70,13 +72,13 @@ impl Rewind {
     async fn revert_locked(
         &self,
         session_id: &SessionId,
+        directory: &str,
         operation: &Operation,
         target: &RevertTarget,
     ) -> Result<(Session, FileCounts)> {
         // Read under the leases: a step may have begun, or the session changed, since the checks above.
         // A target that names no message or part is refused here, before any file is written.
-        let session = self.load_session(session_id).await?;
-        self.refuse_open_steps(&session).await?;
+        let session = self.load_leased(session_id, directory).await?;
         let wt = worktree(&session);
         // The messages are read while the worktree is tracked (the track only adds objects to the store).
         let (messages, tracked) =
@@ -284,14 +286,16 @@ impl Rewind {
     /// `unrevert`, also saying how many files it wrote, deleted and kept.
     pub async fn unrevert_counted(&self, session_id: &SessionId) -> Result<(Session, FileCounts)> {
         let session = self.load_session(session_id).await?;
-        self.prepare_worktree(&session.directory).await?;
-        self.refuse_open_steps(&session).await?;
-        let session = self.load_session(session_id).await?;
+        let sessions = self.prepare_worktree(&session.directory).await?;
+        let session = super::session_in(session_id, &sessions)?;
+        refuse_open_steps(&session, &sessions)?;
         if session.revert.is_none() {
             return Ok((session, FileCounts::default()));
         }
         let operation = self.begin_operation(&session).await?;
-        let result = self.unrevert_locked(session_id, &operation).await;
+        let result = self
+            .unrevert_locked(session_id, &session.directory, &operation)
+            .await;
         self.end_operation(&operation).await;
         result
     }
@@ -299,10 +303,10 @@ impl Rewind {
     async fn unrevert_locked(
         &self,
         session_id: &SessionId,
+        directory: &str,
         operation: &Operation,
     ) -> Result<(Session, FileCounts)> {
-        let session = self.load_session(session_id).await?;
-        self.refuse_open_steps(&session).await?;
+        let session = self.load_leased(session_id, directory).await?;
         let (Some(descriptor), Some(applied)) = (session.revert.clone(), session.applied.clone())
         else {
             return Ok((session, FileCounts::default()));
@@ -594,20 +598,14 @@ impl Rewind {
         self.renew(&operation.worktree_lease, ttl).await
     }
 
-    /// Refuses (409) while a step is open in any session of the worktree.
-    async fn refuse_open_steps(&self, session: &Session) -> Result<()> {
-        for other in self.repo.sessions(Some(session.directory.clone())).await? {
-            if let Some(step) = &other.step {
-                return Err(Error::busy(
-                    &session.id,
-                    format!(
-                        "Session is busy: {} (a step is open in session {} of this worktree, message {}, owned by {})",
-                        session.id, other.id, step.message_id, step.holder
-                    ),
-                ));
-            }
-        }
-        Ok(())
+    /// The session read again once its operation holds the leases (a step may have begun, or the session
+    /// changed, since the checks before), refused (409) while a step is open in any session of its
+    /// worktree `directory`: one read of the worktree's sessions.
+    async fn load_leased(&self, session_id: &SessionId, directory: &str) -> Result<Session> {
+        let sessions = self.repo.sessions(Some(directory.to_owned())).await?;
+        let session = super::session_in(session_id, &sessions)?;
+        refuse_open_steps(&session, &sessions)?;
+        Ok(session)
     }
 
     async fn write_intent(
@@ -701,6 +699,22 @@ impl Rewind {
             .push(Change::DeleteIntent(intent.token.clone()));
         self.repo.commit(transaction).await
     }
+}
+
+/// Refuses (409) while a step is open in any of `sessions` (those of `session`'s worktree).
+fn refuse_open_steps(session: &Session, sessions: &[Session]) -> Result<()> {
+    for other in sessions {
+        if let Some(step) = &other.step {
+            return Err(Error::busy(
+                &session.id,
+                format!(
+                    "Session is busy: {} (a step is open in session {} of this worktree, message {}, owned by {})",
+                    session.id, other.id, step.message_id, step.holder
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The snapshot after the session's last finished step, if any.
