@@ -249,12 +249,19 @@ impl Builder<'_> {
     }
 }
 
-fn sort_key(name: &str, mode: Mode) -> Vec<u8> {
-    let mut key = name.as_bytes().to_vec();
-    if mode == Mode::Tree {
-        key.push(b'/');
-    }
-    key
+/// Git's order of tree entries: by name, a tree's name compared as if it ended with '/'. (Names hold no
+/// '/', so past the shorter name the next byte, or the tree's '/', decides; nothing sorts first.)
+fn git_order(a: &str, a_mode: Mode, b: &str, b_mode: Mode) -> std::cmp::Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let common = a.len().min(b.len());
+    a[..common].cmp(&b[..common]).then_with(|| {
+        let next = |name: &[u8], mode: Mode| {
+            name.get(common)
+                .copied()
+                .or((mode == Mode::Tree).then_some(b'/'))
+        };
+        next(a, a_mode).cmp(&next(b, b_mode))
+    })
 }
 
 /// One snapshot's trees, read on demand and each at most once: for looking up a few paths without reading
@@ -406,14 +413,18 @@ fn write_node_dir(odb: &Odb, dir: BTreeMap<String, Node>) -> GitResult<Option<Ob
 }
 
 /// Encodes and stores one tree from its entries (in any order).
-fn write_entries(odb: &Odb, mut entries: Vec<(String, Mode, ObjectId)>) -> GitResult<ObjectId> {
-    // Git sorts entries by name, a tree's name compared as if it ended with '/'.
-    entries.sort_by_key(|(name, mode, _)| sort_key(name, *mode));
+fn write_entries<S: AsRef<str>>(
+    odb: &Odb,
+    mut entries: Vec<(S, Mode, ObjectId)>,
+) -> GitResult<ObjectId> {
+    entries.sort_by(|(a, a_mode, _), (b, b_mode, _)| {
+        git_order(a.as_ref(), *a_mode, b.as_ref(), *b_mode)
+    });
     let mut data = Vec::with_capacity(entries.len() * 40);
     for (name, mode, oid) in &entries {
         data.extend_from_slice(mode.as_str().as_bytes());
         data.push(b' ');
-        data.extend_from_slice(name.as_bytes());
+        data.extend_from_slice(name.as_ref().as_bytes());
         data.push(0);
         data.extend_from_slice(oid.as_bytes());
     }
@@ -483,7 +494,7 @@ pub fn write_dirty<'p>(
     dirty: &HashSet<String>,
 ) -> GitResult<(ObjectId, HashMap<String, ObjectId>)> {
     let parent_of = |path: &'p str| path.rsplit_once('/').unwrap_or(("", path));
-    let mut children: HashMap<&str, Vec<TreeEntry>> = HashMap::new();
+    let mut children: HashMap<&str, Vec<(&str, Mode, ObjectId)>> = HashMap::new();
     // Files come grouped by directory (the stat cache's walk order): one lookup per run of a directory.
     let mut last: Option<(&str, Option<&String>)> = None;
     for (path, (mode, id)) in files {
@@ -500,7 +511,7 @@ pub fn write_dirty<'p>(
             children
                 .entry(dir.as_str())
                 .or_default()
-                .push((name.to_owned(), mode, id));
+                .push((name, mode, id));
         }
     }
     // The sub-directories of each dirty directory: those of the old tree, and the dirty ones (new or not).
@@ -534,7 +545,7 @@ pub fn write_dirty<'p>(
             };
             if let Some(id) = id {
                 let name = sub.rsplit_once('/').map_or(*sub, |(_, name)| name);
-                entries.push((name.to_owned(), Mode::Tree, id));
+                entries.push((name, Mode::Tree, id));
             }
         }
         let id = if entries.is_empty() {
@@ -654,5 +665,61 @@ mod tests {
         assert_eq!(lazy.get("a/e").expect("get"), None);
         assert!(lazy.holds("a/e").expect("holds"));
         assert!(!lazy.holds("missing").expect("holds"));
+    }
+
+    /// Entries come out in git's order, a tree sorting as if its name ended with '/': the tree id is the
+    /// one `git mktree` (which sorts for itself) gives the same entries.
+    #[test]
+    fn entries_are_written_in_gits_order() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let init = std::process::Command::new("git")
+            .args(["init", "-q", "--bare"])
+            .arg(dir.path())
+            .status()
+            .expect("run git init");
+        assert!(init.success());
+        let odb = Odb::new(dir.path().join("objects"));
+        let (_, file) = blob(&odb, "x");
+        let sub = odb.write_buf(Kind::Tree, &[]).expect("write a tree");
+        let entries = vec![
+            ("a0", Mode::File, file),
+            ("a", Mode::Tree, sub),
+            ("a.b", Mode::File, file),
+            ("a-b", Mode::Exec, file),
+            ("ab", Mode::Tree, sub),
+            ("a.", Mode::File, file),
+            ("b", Mode::Link, file),
+        ];
+        let ours = write_entries(&odb, entries.clone()).expect("write the tree");
+        let listing: String = entries
+            .iter()
+            .map(|(name, mode, id)| {
+                let kind = if *mode == Mode::Tree { "tree" } else { "blob" };
+                format!("{} {kind} {id}\t{name}\n", mode.as_str())
+            })
+            .collect();
+        let mut git = std::process::Command::new("git")
+            .args(["mktree", "--missing"])
+            .env("GIT_DIR", dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run git mktree");
+        use std::io::Write as _;
+        git.stdin
+            .take()
+            .expect("stdin")
+            .write_all(listing.as_bytes())
+            .expect("write to git");
+        let out = git.wait_with_output().expect("git mktree");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            ours.to_string(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
     }
 }
