@@ -425,9 +425,13 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         }
         // Only those files are looked at again; their entries are replaced in place. A file that
         // vanished, or turned into something that is not tracked, takes the general way below.
+        // Most of them are hashed (files written within the last second, by the user or a revert): worth
+        // a thread each from a few files on.
         let misplaced = AtomicUsize::new(0);
-        let outcomes = parallel_map_with(
+        let outcomes = parallel_map_on(
             &unanswered,
+            worker_threads(),
+            EXAMINE_IN_PARALLEL_FROM,
             || Worker::new(&misplaced),
             |worker, candidate| examine(store, config, &cache, None, worker, candidate),
         )?;
@@ -1182,6 +1186,9 @@ impl Prestat {
             .is_some_and(|fresh| fresh.load(Ordering::Relaxed))
     }
 }
+
+/// From how many files the aligned path examines them on several threads.
+const EXAMINE_IN_PARALLEL_FROM: usize = 16;
 
 /// How many threads stat and hash files (they are IO-bound): the cores, at most 8.
 pub(crate) fn worker_threads() -> usize {
