@@ -405,28 +405,10 @@ pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             .filter(|c| !prestat.was_fresh(c.at))
             .collect();
         let listings_learned = relisted > 0 && learned_listings;
-        if unanswered.is_empty() {
-            // Every file was found as cached during the walk: nothing more to look at.
-            let found = Found {
-                skipped,
-                hashed: 0,
-                listings,
-                listings_learned,
-            };
-            let in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
-            return finish(
-                store,
-                cache,
-                in_place.done(false),
-                found,
-                started_ns,
-                ignores,
-            );
-        }
-        // Only those files are looked at again; their entries are replaced in place. A file that
-        // vanished, or turned into something that is not tracked, takes the general way below.
-        // Most of them are hashed (files written within the last second, by the user or a revert): worth
-        // a thread each from a few files on.
+        // Only the files not found as cached during the walk (often none) are looked at again; their
+        // entries are replaced in place. A file that vanished, or turned into something that is not
+        // tracked, takes the general way below. Most of them are hashed (files written within the last
+        // second, by the user or a revert): worth a thread each from a few files on.
         let misplaced = AtomicUsize::new(0);
         let outcomes = parallel_map_on(
             &unanswered,
