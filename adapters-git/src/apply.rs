@@ -793,7 +793,9 @@ fn untracked_at(
     }
     let ignores = Ignores::from_outside(record.outside.clone(), record.prefix.clone());
     let failed = RefCell::new(None);
-    let ignored = ignores.is_path_ignored(path, |dir| {
+    // `path` is absent from that snapshot: matched as a file, as the track that took it saw no
+    // directory there either.
+    let ignored = ignores.is_path_ignored(path, false, |dir| {
         let file = if dir.is_empty() {
             ".gitignore".to_owned()
         } else {

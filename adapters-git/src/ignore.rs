@@ -262,11 +262,13 @@ impl Ignores {
         Some(rules)
     }
 
-    /// Whether `path` is ignored, checking each parent directory too, with the `.gitignore` text of each
-    /// directory (`""` for the root) supplied by `gitignore_of`. Used for paths the walk did not reach.
+    /// Whether `path` (a directory when `is_dir`, as patterns ending in `/` ask) is ignored, checking each
+    /// parent directory too, with the `.gitignore` text of each directory (`""` for the root) supplied by
+    /// `gitignore_of`. Used for paths the walk did not reach.
     pub fn is_path_ignored(
         &self,
         path: &str,
+        is_dir: bool,
         gitignore_of: impl Fn(&str) -> Option<String>,
     ) -> bool {
         if self.all_ignored {
@@ -283,7 +285,7 @@ impl Ignores {
             }
             rules.push_dir(&format!("{dir}/"), gitignore_of(dir).as_deref());
         }
-        rules.is_ignored(path, false)
+        rules.is_ignored(path, is_dir)
     }
 }
 

@@ -116,10 +116,13 @@ impl SnapshotPort for GitSnapshotStore {
             for (path, _, after) in diff_trees(&store.odb, &from, &now.id)? {
                 if after.is_none() {
                     // Gone from the tracked content: listed only when it is really gone, never when it is
-                    // still on disk but untracked now (ignored, over the cap) or ignored now.
+                    // still on disk but untracked now (ignored, over the cap) or ignored now; a directory
+                    // standing there now is matched as one (`build/` ignores it).
                     let abs = store.worktree.join(&path);
-                    let still_there = std::fs::symlink_metadata(&abs).is_ok_and(|m| !m.is_dir());
-                    let ignored_now = now.ignores.is_path_ignored(&path, |dir| {
+                    let on_disk = std::fs::symlink_metadata(&abs);
+                    let still_there = on_disk.as_ref().is_ok_and(|m| !m.is_dir());
+                    let is_dir = on_disk.is_ok_and(|m| m.is_dir());
+                    let ignored_now = now.ignores.is_path_ignored(&path, is_dir, |dir| {
                         let file = store.worktree.join(dir).join(".gitignore");
                         ignore::read_rules(&file).ok().flatten()
                     });

@@ -1030,12 +1030,23 @@ impl MemSnapshotStore {
         let old = store.tree(from)?;
         let (nodes, tracked, _) = self.read_tracked(worktree, store)?;
         let rules = IgnoreRules::of_tree(&nodes);
+        // A path of `from` is left out when it is ignored now, when something untracked stands there, or
+        // when a directory that is ignored as one stands there.
+        let ignored_dir_now = |path: &str| {
+            let below = format!("{path}/");
+            nodes
+                .range(below.clone()..)
+                .next()
+                .is_some_and(|(p, _)| p.starts_with(&below))
+                && rules.is_ignored(&below)
+        };
         let old = old
             .iter()
             .filter(|(path, _)| {
                 !rules.is_ignored(path)
                     && !is_git_path(path)
                     && (tracked.contains_key(*path) || !nodes.contains_key(*path))
+                    && !ignored_dir_now(path)
             })
             .map(|(path, node)| (path.clone(), node.clone()))
             .collect();

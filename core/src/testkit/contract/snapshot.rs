@@ -329,9 +329,10 @@ pub async fn unchanged_retrack_hashes_nothing(h: &dyn WorktreeHarness) {
 }
 
 /// `changed_files` lists added, modified, deleted and mode-changed paths, sorted, and never a path that is
-/// ignored now; `changed_between` compares two trees.
+/// ignored now (a file replaced by an ignored directory included); `changed_between` compares two trees.
 pub async fn changed_files_lists_added_modified_deleted_and_mode_changes(h: &dyn WorktreeHarness) {
     h.write(".gitignore", b"*.log\n");
+    h.write("out", b"a file at first\n");
     h.write("keep.txt", b"same\n");
     h.write("mod.txt", b"old\n");
     h.write("del.txt", b"bye\n");
@@ -353,7 +354,11 @@ pub async fn changed_files_lists_added_modified_deleted_and_mode_changes(h: &dyn
     h.write("debug.log", b"ignored\n");
     // A file of the snapshot that is modified and then ignored is never listed (OpenCode tests 25-26).
     h.write("later.txt", b"modified\n");
-    h.write(".gitignore", b"*.log\nlater.txt\n");
+    // A file of the snapshot whose path is now a directory ignored as one (`out/`) is not listed either:
+    // git's check-ignore calls the path ignored.
+    h.remove("out");
+    h.write("out/build.bin", b"generated\n");
+    h.write(".gitignore", b"*.log\nlater.txt\nout/\n");
 
     let changed = h
         .port()
@@ -385,7 +390,8 @@ pub async fn changed_files_lists_added_modified_deleted_and_mode_changes(h: &dyn
             "exe.sh",
             "later.txt",
             "mod.txt",
-            "new/added.txt"
+            "new/added.txt",
+            "out"
         ]),
         "between two trees, a file that left the tree is a change"
     );
