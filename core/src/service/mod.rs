@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::id::IdGenerator;
 use crate::model::{
     Event, EventPayload, FileActionKind, Holder, HolderKind, LeaseToken, MessageId, PartBody,
-    PartId, Role, Session, SessionId, Tokens, Warning,
+    PartId, RelPath, Role, Session, SessionId, SnapshotId, Tokens, Warning,
 };
 use crate::ports::{HostPort, MessageRepo, SnapshotPort};
 use crate::revert::RevertPoint;
@@ -271,6 +271,20 @@ impl Rewind {
         let session = self.load_session(id).await?;
         let sessions = self.prepare_worktree(&session.directory).await?;
         session_in(id, &sessions)
+    }
+
+    /// Paths that differ between two snapshots; none, without asking the store, when they are the same
+    /// snapshot (an id names its content).
+    async fn changed_between(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+        to: &SnapshotId,
+    ) -> Result<Vec<RelPath>> {
+        if from == to {
+            return Ok(Vec::new());
+        }
+        self.snapshots.changed_between(worktree, from, to).await
     }
 
     async fn load_session(&self, id: &SessionId) -> Result<Session> {

@@ -95,11 +95,7 @@ impl Rewind {
                     ..
                 }),
                 Some(applied),
-            ) => {
-                self.snapshots
-                    .changed_between(wt, snapshot, applied)
-                    .await?
-            }
+            ) => self.changed_between(wt, snapshot, applied).await?,
             _ => Vec::new(),
         };
         let files: BTreeSet<RelPath> = patches
@@ -202,7 +198,6 @@ impl Rewind {
                 .cloned()
                 .collect();
             let edited: Vec<RelPath> = self
-                .snapshots
                 .changed_between(wt, &last_finish, &snapshot)
                 .await?
                 .into_iter()
@@ -314,11 +309,7 @@ impl Rewind {
         let wt = worktree(&session);
         let before = self.snapshots.track(wt).await?.id;
         let files = match &descriptor.snapshot {
-            Some(snapshot) => {
-                self.snapshots
-                    .changed_between(wt, snapshot, &applied)
-                    .await?
-            }
+            Some(snapshot) => self.changed_between(wt, snapshot, &applied).await?,
             None => Vec::new(),
         };
         let intent = self
@@ -386,7 +377,6 @@ impl Rewind {
         let mut warnings = Vec::new();
         let changed_set = path_set(&changed);
         let edited: Vec<RelPath> = self
-            .snapshots
             .changed_between(wt, applied, current)
             .await?
             .into_iter()
@@ -666,7 +656,6 @@ impl Rewind {
         let capture = self.snapshots.track(wt).await?.id;
         let files = path_set(&intent.files);
         let changed: Vec<RelPath> = self
-            .snapshots
             .changed_between(wt, &intent.before, &capture)
             .await?
             .into_iter()
