@@ -148,6 +148,15 @@ mod tests {
             .count()
     }
 
+    /// A new empty file `new` in `dir`.
+    fn created(dir: &Path) -> std::fs::File {
+        std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(dir.join("new"))
+            .expect("create")
+    }
+
     /// A held file stays the same file while held (its inode is not freed), whatever is renamed over its
     /// name; once released it is closed on the background thread.
     #[test]
@@ -161,11 +170,7 @@ mod tests {
             assert!(held.0.is_none(), "only a file on ext4 is held");
             return;
         }
-        let new = std::fs::File::options()
-            .write(true)
-            .create_new(true)
-            .open(dir.path().join("new"))
-            .expect("create");
+        let new = created(dir.path());
         preallocate(&new, 1 << 20);
         assert!(
             rustix::fs::fstat(&new).expect("fstat").st_blocks >= 2048,
@@ -204,11 +209,7 @@ mod tests {
         let target = dir.path().join("file");
         std::fs::write(&target, b"old").expect("write");
         assert!(Held::at(&target).0.is_none());
-        let file = std::fs::File::options()
-            .write(true)
-            .create_new(true)
-            .open(dir.path().join("new"))
-            .expect("create");
+        let file = created(dir.path());
         preallocate(&file, 1 << 20);
         let blocks = rustix::fs::fstat(&file).expect("fstat").st_blocks;
         assert_eq!(blocks, 0, "no blocks reserved off ext4");
