@@ -26,9 +26,7 @@ impl BroadcastBus {
         let (sender, _) = broadcast::channel(capacity.max(1));
         BroadcastBus { sender }
     }
-}
 
-impl BroadcastBus {
     /// How many subscriptions are open now.
     pub fn subscribers(&self) -> usize {
         self.sender.receiver_count()

@@ -102,10 +102,16 @@ pub async fn relay(
         if bus.subscribers() == 0 {
             // Nobody to deliver to: the cursor moves to the end of the outbox without reading the events (a
             // revert's two events carry its whole diff, and decoding them would take a core from the next
-            // request). The end is read before the subscribers are counted again, so every event committed
-            // after someone subscribed is still read and published.
+            // request), and the relay waits again. The end is read before the subscribers are counted
+            // again, so every event committed after someone subscribed is still read and published.
             match repo.last_event_seq().await {
-                Ok(last) if bus.subscribers() == 0 => cursor = cursor.max(last),
+                Ok(last) if bus.subscribers() == 0 => {
+                    cursor = cursor.max(last);
+                    if wait(&stop, &wake, interval).await {
+                        return;
+                    }
+                    continue;
+                }
                 Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(%error, "the outbox relay cannot read the outbox's end; retrying")
@@ -127,11 +133,18 @@ pub async fn relay(
                 tracing::warn!(%error, "the outbox relay cannot read new events; retrying")
             }
         }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = wake.notified() => {}
-            () = tokio::time::sleep(interval) => {}
+        if wait(&stop, &wake, interval).await {
+            return;
         }
+    }
+}
+
+/// Waits until the relay is woken or `interval` has passed; true when it is to stop instead.
+async fn wait(stop: &CancellationToken, wake: &Notify, interval: Duration) -> bool {
+    tokio::select! {
+        () = stop.cancelled() => true,
+        () = wake.notified() => false,
+        () = tokio::time::sleep(interval) => false,
     }
 }
 
@@ -181,8 +194,14 @@ mod tests {
     #[tokio::test]
     async fn with_nobody_subscribed_the_relay_passes_over_the_events_unread() {
         let mut repo = MockMessageRepo::new();
-        repo.expect_last_event_seq().returning(|| Ok(7));
-        // Only ever asked for what follows the outbox's end: the events up to it are not read.
+        let polls = Arc::new(Mutex::new(0));
+        let counted = polls.clone();
+        repo.expect_last_event_seq().returning(move || {
+            *counted.lock().expect("lock") += 1;
+            Ok(7)
+        });
+        // Never asked for events up to the outbox's end: they are not read (nor, while nobody listens,
+        // anything after it: the next poll moves to the end again).
         let asked = Arc::new(Mutex::new(Vec::new()));
         let seen = asked.clone();
         repo.expect_events_after().returning(move |after, _| {
@@ -191,8 +210,12 @@ mod tests {
         });
         relay_briefly(repo, Arc::new(BroadcastBus::default()), 2).await;
         let asked = asked.lock().expect("lock").clone();
-        assert!(!asked.is_empty(), "the relay polled");
+        assert!(*polls.lock().expect("lock") > 1, "the relay polled");
         assert!(asked.iter().all(|&after| after == 7), "{asked:?}");
+        assert!(
+            asked.is_empty(),
+            "one query a poll while nobody listens: {asked:?}"
+        );
     }
 
     #[tokio::test]
