@@ -123,16 +123,7 @@ impl FileChange {
             (None, None) => {}
         }
         if self.binary {
-            let old = if self.old.is_some() {
-                format!("a/{path}")
-            } else {
-                "/dev/null".to_owned()
-            };
-            let new = if self.new.is_some() {
-                format!("b/{path}")
-            } else {
-                "/dev/null".to_owned()
-            };
+            let (old, new) = self.sides();
             out.push_str(&format!("Binary files {old} and {new} differ\n"));
         } else if !self.hunks.is_empty() {
             out.push_str(&self.headers());
@@ -140,17 +131,20 @@ impl FileChange {
         }
     }
 
+    /// The names git gives the two sides: `a/PATH` and `b/PATH`, `/dev/null` for a side that is absent.
+    fn sides(&self) -> (String, String) {
+        let side = |present: bool, prefix: &str| {
+            if present {
+                format!("{prefix}/{}", self.path)
+            } else {
+                "/dev/null".to_owned()
+            }
+        };
+        (side(self.old.is_some(), "a"), side(self.new.is_some(), "b"))
+    }
+
     fn headers(&self) -> String {
-        let old = if self.old.is_some() {
-            format!("a/{}", self.path)
-        } else {
-            "/dev/null".to_owned()
-        };
-        let new = if self.new.is_some() {
-            format!("b/{}", self.path)
-        } else {
-            "/dev/null".to_owned()
-        };
+        let (old, new) = self.sides();
         format!("--- {old}\n+++ {new}\n")
     }
 }

@@ -559,6 +559,13 @@ pub async fn revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back(
         .expect("unified_diff");
     assert_eq!(diffs.text, to_worktree);
     assert!(diffs.text.contains("+new content\n"), "{}", diffs.text);
+    assert!(
+        diffs
+            .text
+            .contains("Binary files a/bin.dat and b/bin.dat differ\n"),
+        "git's line for a binary file: {}",
+        diffs.text
+    );
     let back = port.diff(h.root(), &to, &from).await.expect("diff");
     assert_eq!(diffs.files, back);
     assert_eq!(
