@@ -165,6 +165,14 @@ pub enum Change {
         /// The cut-off time.
         before: u64,
     },
+    /// Release a lease when `token` holds it (nothing otherwise), as `MessageRepo::release_lease` does:
+    /// an operation gives up its leases in the transaction that stores its result.
+    ReleaseLease {
+        /// What is released.
+        key: LeaseKey,
+        /// The token that must hold it.
+        token: LeaseToken,
+    },
     /// Delete the outbox events at positions up to `seq`, except the newest event, which always stays:
     /// the next event's position follows it, so no relay ever sees a position again.
     DeleteEventsThrough {

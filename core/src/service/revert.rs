@@ -3,6 +3,7 @@
 //! returns the error.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
 use crate::model::{
@@ -25,6 +26,8 @@ struct Operation {
     worktree_lease: HeldLease,
     /// When the leases were taken (host clock, ms).
     taken_at: u64,
+    /// Set once a committed transaction released both leases (see `finishing`).
+    released: AtomicBool,
 }
 
 impl Operation {
@@ -34,6 +37,23 @@ impl Operation {
             self.worktree_lease.guard(),
             Guard::IntentExists(self.token.clone()),
         ]
+    }
+
+    /// `transaction` made the one that stores the operation's result: it commits only while both leases
+    /// and the intent are still this operation's, deletes the intent, and releases both leases as it
+    /// commits (two round trips fewer than releasing them after it).
+    fn finishing(&self, mut transaction: Transaction) -> Transaction {
+        transaction.guards = self.guards();
+        transaction
+            .changes
+            .push(Change::DeleteIntent(self.token.clone()));
+        for lease in [&self.session_lease, &self.worktree_lease] {
+            transaction.changes.push(Change::ReleaseLease {
+                key: lease.key.clone(),
+                token: lease.token.clone(),
+            });
+        }
+        transaction
     }
 }
 
@@ -244,10 +264,7 @@ impl Rewind {
         updated.summary = Some(DiffSummary::of(&result.diff));
         updated.reverted_at = Some(now);
         updated.time.updated = now;
-        let mut transaction = Transaction {
-            guards: operation.guards(),
-            ..Default::default()
-        };
+        let mut transaction = Transaction::default();
         for warning in &result.warnings {
             self.push_warning(&mut transaction, &session.id, warning.clone());
         }
@@ -265,10 +282,9 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        transaction
-            .changes
-            .push(Change::DeleteIntent(operation.token.clone()));
+        let transaction = operation.finishing(transaction);
         self.repo.commit(transaction).await?;
+        operation.released.store(true, Ordering::Relaxed);
         Ok((updated, result.counts))
     }
 
@@ -339,10 +355,7 @@ impl Rewind {
         updated.applied = None;
         updated.reverted_at = None;
         updated.time.updated = self.now();
-        let mut transaction = Transaction {
-            guards: operation.guards(),
-            ..Default::default()
-        };
+        let mut transaction = Transaction::default();
         for warning in warnings {
             self.push_warning(&mut transaction, &session.id, warning);
         }
@@ -350,10 +363,9 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        transaction
-            .changes
-            .push(Change::DeleteIntent(operation.token.clone()));
+        let transaction = operation.finishing(transaction);
         self.repo.commit(transaction).await?;
+        operation.released.store(true, Ordering::Relaxed);
         Ok((updated, counts))
     }
 
@@ -566,11 +578,15 @@ impl Rewind {
             session_lease,
             worktree_lease,
             taken_at,
+            released: AtomicBool::new(false),
         })
     }
 
-    /// Releases an operation's leases.
+    /// Releases an operation's leases, unless the transaction that stored its result did.
     async fn end_operation(&self, operation: &Operation) {
+        if operation.released.load(Ordering::Relaxed) {
+            return;
+        }
         self.release(&operation.worktree_lease).await;
         self.release(&operation.session_lease).await;
     }

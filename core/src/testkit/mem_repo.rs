@@ -191,8 +191,8 @@ impl Rows {
             Change::DeleteCapturesBefore { before } => {
                 self.captures.retain(|capture| capture.time >= before);
             }
-            // The outbox is outside `Rows`: `commit` applies it.
-            Change::DeleteEventsThrough { .. } => {}
+            // The outbox and the leases are outside `Rows`: `commit` applies these.
+            Change::DeleteEventsThrough { .. } | Change::ReleaseLease { .. } => {}
         }
         Ok(())
     }
@@ -393,13 +393,22 @@ impl MessageRepo for MemRepo {
         }
         let mut rows = state.rows.clone();
         let mut prune_through = None;
+        let mut released = Vec::new();
         for change in transaction.changes {
-            if let Change::DeleteEventsThrough { seq } = change {
-                prune_through = prune_through.max(Some(seq));
+            match change {
+                Change::DeleteEventsThrough { seq } => {
+                    prune_through = prune_through.max(Some(seq));
+                }
+                Change::ReleaseLease { key, token } => released.push((key, token)),
+                change => rows.apply(change)?,
             }
-            rows.apply(change)?;
         }
         state.rows = rows;
+        for (key, token) in released {
+            if state.leases.get(&key).is_some_and(|l| l.token == token) {
+                state.leases.remove(&key);
+            }
+        }
         if let Some(seq) = prune_through {
             let last = state.outbox.last().map_or(0, |stored| stored.seq);
             state

@@ -65,6 +65,7 @@ macro_rules! repo_contract_tests {
             lease_cannot_be_taken_twice
             lease_can_be_taken_over_when_replacing_the_current_token
             lease_renew_and_release_need_the_token
+            a_transaction_releases_a_lease_only_with_its_token
             failed_transaction_leaves_nothing_and_writes_no_event
             guards_check_lease_and_intent
             events_come_back_in_commit_order
@@ -920,6 +921,98 @@ pub async fn lease_renew_and_release_need_the_token(repo: &dyn MessageRepo) {
     assert_eq!(
         current, None,
         "renewing a released lease must not recreate it"
+    );
+}
+
+/// `Change::ReleaseLease` in a transaction removes the lease only while the given token holds it, only when
+/// the transaction commits, and after the transaction's guards were checked (an operation's result
+/// transaction is guarded by the very leases it releases).
+pub async fn a_transaction_releases_a_lease_only_with_its_token(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/release-in-transaction");
+    commit(repo, vec![put_session(&session)]).await;
+    let key = LeaseKey::Session(session.id.clone());
+    let other_key = LeaseKey::Worktree("/work/release-in-transaction".to_owned());
+    for held in [
+        lease(&key, "token-a", 5_000),
+        lease(&other_key, "token-a", 5_000),
+    ] {
+        let taken = repo
+            .take_lease(&held, None)
+            .await
+            .expect("taking a free lease must succeed");
+        assert_eq!(taken, LeaseTake::Taken, "a free lease must be taken");
+    }
+    let release = |key: &LeaseKey, token_text: &str| Change::ReleaseLease {
+        key: key.clone(),
+        token: token(token_text),
+    };
+    let held_by = |token_text: &str| Guard::LeaseHeld {
+        key: key.clone(),
+        token: token(token_text),
+    };
+
+    commit(repo, vec![release(&key, "token-b")]).await;
+    assert_eq!(
+        repo.lease(&key)
+            .await
+            .expect("reading a lease must succeed")
+            .map(|l| l.token),
+        Some(token("token-a")),
+        "releasing with another token must not remove the lease"
+    );
+
+    let mut renamed = session.clone();
+    renamed.title = "must not be stored".to_owned();
+    let failed = repo
+        .commit(Transaction {
+            guards: vec![held_by("token-b")],
+            changes: vec![put_session(&renamed), release(&key, "token-a")],
+            events: Vec::new(),
+        })
+        .await;
+    assert!(
+        matches!(failed, Err(Error::LeaseLost(_))),
+        "a guard on another token must fail the transaction, got {failed:?}"
+    );
+    assert!(
+        repo.lease(&key)
+            .await
+            .expect("reading a lease must succeed")
+            .is_some(),
+        "a failed transaction must not release anything"
+    );
+
+    let mut finished = session.clone();
+    finished.title = "finished".to_owned();
+    repo.commit(Transaction {
+        guards: vec![held_by("token-a")],
+        changes: vec![
+            put_session(&finished),
+            release(&key, "token-a"),
+            release(&other_key, "token-a"),
+        ],
+        events: Vec::new(),
+    })
+    .await
+    .expect("a transaction guarded by a lease it releases must commit");
+    assert_eq!(title(repo, &session.id).await.as_deref(), Some("finished"));
+    for released in [&key, &other_key] {
+        assert_eq!(
+            repo.lease(released)
+                .await
+                .expect("reading a lease must succeed"),
+            None,
+            "both leases must be released by the committed transaction"
+        );
+    }
+    let again = lease(&key, "token-c", 5_000);
+    assert_eq!(
+        repo.take_lease(&again, None)
+            .await
+            .expect("taking a released lease must succeed"),
+        LeaseTake::Taken,
+        "a released lease can be taken by anyone"
     );
 }
 
