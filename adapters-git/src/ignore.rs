@@ -341,23 +341,7 @@ fn global_excludes_path(
         ExcludesFile::None => None,
         ExcludesFile::Path(path) => Some(path.clone()),
         ExcludesFile::FromGitConfig => {
-            let configured = match enclosing {
-                Some(repo) => gix::open(&repo.root).ok().and_then(|r| {
-                    r.config_snapshot()
-                        .trusted_path("core.excludesFile")
-                        .ok()
-                        .flatten()
-                }),
-                None => gix::config::File::from_globals().ok().and_then(|file| {
-                    let value = file.path("core.excludesFile")?;
-                    value
-                        .interpolate(gix::config::path::interpolate::Context {
-                            home_dir: home,
-                            ..Default::default()
-                        })
-                        .ok()
-                }),
-            };
+            let configured = crate::git_config::configured_excludes_file(enclosing, home);
             configured.or_else(|| {
                 let config_home = std::env::var_os("XDG_CONFIG_HOME")
                     .map(PathBuf::from)

@@ -10,6 +10,7 @@ mod config;
 mod diff;
 mod error;
 mod gc;
+mod git_config;
 mod ignore;
 mod odb;
 mod path_map;

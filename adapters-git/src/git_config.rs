@@ -1,0 +1,260 @@
+//! `core.excludesFile` as git's configuration sets it, read with gix and kept in the process while every
+//! file it could come from is unchanged.
+//!
+//! Reading it opens the enclosing repository with gix (its configuration files, the global and system
+//! ones): ~0.3 ms, and every store call that applies ignore rules needs it (a revert two, a track one).
+//! What is kept is checked at each use against a stamp: the stat data (device, inode, size, modification
+//! and change times) of every file git's configuration could be read from (system, global and XDG files,
+//! the repository's `config` and `config.worktree`, its `HEAD` for `onbranch:` includes, and every file
+//! the configuration actually came from, includes too), whether each exists, and the environment variables
+//! that choose or add configuration (`GIT_*`, `HOME`, `XDG_CONFIG_HOME`). A file modified within the last
+//! second is not trusted to have changed its stat data, as a racy index entry in git: nothing is kept then.
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::ignore::Enclosing;
+
+/// How recent a modification makes a configuration file's stat data untrustworthy, in nanoseconds.
+const RACY_NS: i128 = 1_000_000_000;
+
+/// How many repositories' values are kept.
+const KEPT_MAX: usize = 16;
+
+/// What a value was read from, as it was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stamp {
+    files: Vec<(PathBuf, Option<FileStamp>)>,
+    env: Vec<(OsString, OsString)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+struct Kept {
+    repo: Option<PathBuf>,
+    stamp: Stamp,
+    value: Option<PathBuf>,
+}
+
+static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+/// `core.excludesFile` of the repository `enclosing` (with its global and system configuration), or of
+/// the global and system configuration alone when the worktree is in no repository; `home` expands `~`
+/// in the latter case.
+pub fn configured_excludes_file(
+    enclosing: Option<&Enclosing>,
+    home: Option<&Path>,
+) -> Option<PathBuf> {
+    let repo = enclosing.map(|e| e.root.clone());
+    {
+        let kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = kept.iter().find(|k| k.repo == repo)
+            && Stamp::of(found.stamp.files.iter().map(|(p, _)| p.clone())).as_ref()
+                == Some(&found.stamp)
+        {
+            return found.value.clone();
+        }
+    }
+    let (value, sources) = read(enclosing, home);
+    let mut files = candidates(enclosing, home);
+    for source in sources {
+        if !files.contains(&source) {
+            files.push(source);
+        }
+    }
+    if let Some(stamp) = Stamp::of(files.into_iter()) {
+        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.retain(|k| k.repo != repo);
+        if kept.len() >= KEPT_MAX {
+            kept.remove(0);
+        }
+        kept.push(Kept {
+            repo,
+            stamp,
+            value: value.clone(),
+        });
+    }
+    value
+}
+
+/// The value read with gix, and the files the configuration came from.
+fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>, Vec<PathBuf>) {
+    let sources = |file: &gix::config::File| -> Vec<PathBuf> {
+        file.sections()
+            .filter_map(|section| section.meta().path.clone())
+            .collect()
+    };
+    match enclosing {
+        Some(repo) => match gix::open(&repo.root) {
+            Ok(opened) => {
+                let config = opened.config_snapshot();
+                let value = config.trusted_path("core.excludesFile").ok().flatten();
+                (value, sources(config.plumbing()))
+            }
+            Err(_) => (None, Vec::new()),
+        },
+        None => match gix::config::File::from_globals() {
+            Ok(file) => {
+                let value = file.path("core.excludesFile").and_then(|value| {
+                    value
+                        .interpolate(gix::config::path::interpolate::Context {
+                            home_dir: home,
+                            ..Default::default()
+                        })
+                        .ok()
+                });
+                (value, sources(&file))
+            }
+            Err(_) => (None, Vec::new()),
+        },
+    }
+}
+
+/// Every file git reads its configuration from for this repository, whether it exists or not.
+fn candidates(enclosing: Option<&Enclosing>, home: Option<&Path>) -> Vec<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    let home = home.map(Path::to_path_buf).or_else(|| var("HOME"));
+    let mut files =
+        vec![var("GIT_CONFIG_SYSTEM").unwrap_or_else(|| PathBuf::from("/etc/gitconfig"))];
+    if let Some(global) = var("GIT_CONFIG_GLOBAL") {
+        files.push(global);
+    }
+    if let Some(home) = &home {
+        files.push(home.join(".gitconfig"));
+        files.push(home.join(".config/git/config"));
+    }
+    if let Some(xdg) = var("XDG_CONFIG_HOME") {
+        files.push(xdg.join("git/config"));
+    }
+    if let Some(repo) = enclosing {
+        files.push(repo.common_dir.join("config"));
+        files.push(repo.git_dir.join("config.worktree"));
+        files.push(repo.git_dir.join("HEAD"));
+    }
+    files
+}
+
+impl Stamp {
+    /// The stamp of `files` and the environment now; none when a file was modified too recently to tell a
+    /// later change by its stat data.
+    fn of(files: impl Iterator<Item = PathBuf>) -> Option<Stamp> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(0);
+        let mut stamped = Vec::new();
+        for path in files {
+            let stamp = std::fs::metadata(&path).ok().map(|meta| FileStamp {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                size: meta.size(),
+                mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+                ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            });
+            if stamp.is_some_and(|s| s.mtime_ns.max(s.ctime_ns) >= now - RACY_NS) {
+                return None;
+            }
+            stamped.push((path, stamp));
+        }
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(name, _)| {
+                let name = name.as_encoded_bytes();
+                name.starts_with(b"GIT_") || name == b"HOME" || name == b"XDG_CONFIG_HOME"
+            })
+            .collect();
+        env.sort();
+        Some(Stamp {
+            files: stamped,
+            env,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo_in(dir: &Path) -> Enclosing {
+        let status = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(dir)
+            .status()
+            .expect("run git init");
+        assert!(status.success());
+        crate::ignore::enclosing_repository(dir).expect("the repository is found")
+    }
+
+    fn set_excludes(dir: &Path, value: &str) {
+        let status = std::process::Command::new("git")
+            .args(["config", "core.excludesFile", value])
+            .current_dir(dir)
+            .status()
+            .expect("run git config");
+        assert!(status.success());
+    }
+
+    /// Waits until a file just written is past the racy second, so its value may be kept.
+    fn settle() {
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+
+    /// The kept value follows every change of the repository's configuration: a value set, changed in
+    /// place with the same length, and removed, each read back as git reads it.
+    #[test]
+    fn a_kept_value_follows_the_configuration() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let repo = repo_in(dir.path());
+        set_excludes(dir.path(), "/tmp/first-excludes");
+        settle();
+        let read = || configured_excludes_file(Some(&repo), None);
+        assert_eq!(read(), Some(PathBuf::from("/tmp/first-excludes")));
+        assert_eq!(read(), Some(PathBuf::from("/tmp/first-excludes")), "kept");
+        set_excludes(dir.path(), "/tmp/other-excludes");
+        assert_eq!(
+            read(),
+            Some(PathBuf::from("/tmp/other-excludes")),
+            "changed, same length"
+        );
+        settle();
+        assert_eq!(read(), Some(PathBuf::from("/tmp/other-excludes")));
+        let status = std::process::Command::new("git")
+            .args(["config", "--unset", "core.excludesFile"])
+            .current_dir(dir.path())
+            .status()
+            .expect("run git config --unset");
+        assert!(status.success());
+        let unset = read();
+        assert_ne!(unset, Some(PathBuf::from("/tmp/other-excludes")), "removed");
+    }
+
+    /// A value that comes from an included file follows that file too.
+    #[test]
+    fn an_included_file_is_part_of_the_stamp() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let repo = repo_in(dir.path());
+        let included = dir.path().join("extra.gitconfig");
+        std::fs::write(&included, "[core]\n\texcludesFile = /tmp/included-one\n").expect("write");
+        let status = std::process::Command::new("git")
+            .args(["config", "include.path"])
+            .arg(&included)
+            .current_dir(dir.path())
+            .status()
+            .expect("run git config");
+        assert!(status.success());
+        settle();
+        let read = || configured_excludes_file(Some(&repo), None);
+        assert_eq!(read(), Some(PathBuf::from("/tmp/included-one")));
+        std::fs::write(&included, "[core]\n\texcludesFile = /tmp/included-two\n").expect("write");
+        assert_eq!(read(), Some(PathBuf::from("/tmp/included-two")));
+    }
+}
