@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use gix::ObjectId;
 use rewind_core::model::{
-    FileAction, FileActionKind, KeptPath, RelPath, RestoreOutcome, RevertOutcome, SnapshotId,
-    SnapshotPatch,
+    FileAction, FileActionKind, KeptPath, RelPath, RestoreOutcome, RevertDiffs, RevertOutcome,
+    SnapshotId, SnapshotPatch,
 };
 use rewind_core::revert::file_plan;
 
@@ -902,6 +902,12 @@ pub fn plan(
 }
 
 /// Carries out the plan of `patches`; `applied` is `base` with the written and deleted paths replaced.
+///
+/// While the files are written, another thread computes the revert's diffs (`diff::revert_diffs`) from the
+/// `applied` the plan predicts; when the written `applied` is that tree, they are kept for the
+/// `revert_diffs` call that follows (the text and session diffs then cost no time of their own). When a
+/// path had to be kept instead (the worktree changed after the plan), the prediction differs and nothing
+/// is kept.
 pub fn revert(
     store: &Store,
     config: &GitStoreConfig,
@@ -922,6 +928,45 @@ pub fn revert(
     if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
         return Err(GitError::Missing(id.to_string()));
     }
+    // The end state the plan predicts, in the order the files are touched below.
+    let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
+        .iter()
+        .rev()
+        .filter(|a| a.action == FileActionKind::Delete)
+        .map(|a| (String::from(a.path.clone()), None))
+        .chain(
+            actions
+                .iter()
+                .filter(|a| a.action == FileActionKind::Write)
+                .map(|a| (String::from(a.path.clone()), Some(entries[a.path.as_str()]))),
+        )
+        .collect();
+    std::thread::scope(|scope| {
+        let speculative = scope.spawn(|| -> GitResult<(ObjectId, RevertDiffs)> {
+            let applied = edit(&store.odb, base, &predicted)?;
+            let changes = diff_trees(&store.odb, base, &applied)?;
+            let diffs = crate::diff::revert_diffs(&store.odb, &changes, config.size_cap)?;
+            Ok((applied, diffs))
+        });
+        let outcome = write_planned(store, &actions, &entries, current, base)?;
+        if let Ok(Ok((predicted_applied, diffs))) = speculative.join()
+            && predicted_applied == outcome.1
+        {
+            crate::diff::keep_revert_diffs(*base, outcome.1, config.size_cap, diffs);
+        }
+        Ok(outcome.0)
+    })
+}
+
+/// The writing half of `revert`: deletes and writes what the plan says (re-checking each path as it
+/// goes), teaches the stat cache, and returns the outcome with `applied`'s id.
+fn write_planned(
+    store: &Store,
+    actions: &[FileAction],
+    entries: &HashMap<String, (Mode, ObjectId)>,
+    current: TrackedNow<'_>,
+    base: &ObjectId,
+) -> GitResult<(RevertOutcome, ObjectId)> {
     journal_parents(store, entries.keys().cloned())?;
     current.stop_planning();
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
@@ -932,7 +977,7 @@ pub fn revert(
             applier.delete(action.path.as_str())?;
         }
     }
-    for action in &actions {
+    for action in actions {
         let path = action.path.as_str();
         match action.action {
             FileActionKind::Write => {
@@ -959,10 +1004,13 @@ pub fn revert(
     let applied = edit(&store.odb, base, &changes)?;
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
-    Ok(RevertOutcome {
-        applied: snapshot_id(&applied)?,
-        written: Applier::outcome_paths(&written)?,
-        deleted: Applier::outcome_paths(&deleted)?,
-        kept: applier.kept,
-    })
+    Ok((
+        RevertOutcome {
+            applied: snapshot_id(&applied)?,
+            written: Applier::outcome_paths(&written)?,
+            deleted: Applier::outcome_paths(&deleted)?,
+            kept: applier.kept,
+        },
+        applied,
+    ))
 }

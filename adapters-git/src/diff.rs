@@ -2,6 +2,7 @@
 //! `git diff --numstat --no-renames` counts them) and 3 lines of context, and git-style text diffs.
 
 use std::io::Read;
+use std::sync::{Mutex, PoisonError};
 
 use gix::ObjectId;
 use gix::diff::blob::{Algorithm, Diff, InternedInput, sources::byte_lines};
@@ -289,6 +290,50 @@ pub fn unified(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<String
         change.push_unified(&mut out);
     }
     Ok(out)
+}
+
+/// A revert's diffs computed while its files were being written (see `apply::revert`), kept for the
+/// `revert_diffs` call that follows the revert. One at a time in the process: the diffs of two trees are
+/// the same in any store that holds them (ids name content), so the key is the two ids and the size cap.
+static KEPT: Mutex<Option<KeptDiffs>> = Mutex::new(None);
+
+struct KeptDiffs {
+    before: ObjectId,
+    applied: ObjectId,
+    size_cap: u64,
+    diffs: RevertDiffs,
+}
+
+/// Keeps `diffs`, the revert diffs from `before` to `applied`, in place of any kept before.
+pub fn keep_revert_diffs(before: ObjectId, applied: ObjectId, size_cap: u64, diffs: RevertDiffs) {
+    *KEPT.lock().unwrap_or_else(PoisonError::into_inner) = Some(KeptDiffs {
+        before,
+        applied,
+        size_cap,
+        diffs,
+    });
+}
+
+/// The kept revert diffs from `before` to `applied` (taken: a later call computes them again), when
+/// both trees are still in `odb`.
+pub fn kept_revert_diffs(
+    odb: &Odb,
+    before: &ObjectId,
+    applied: &ObjectId,
+    size_cap: u64,
+) -> Option<RevertDiffs> {
+    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    let matches = kept
+        .as_ref()
+        .is_some_and(|k| k.before == *before && k.applied == *applied && k.size_cap == size_cap);
+    if !matches {
+        return None;
+    }
+    let diffs = kept.take().map(|k| k.diffs);
+    drop(kept);
+    (odb.contains(before) && odb.contains(applied))
+        .then_some(diffs)
+        .flatten()
 }
 
 /// A revert's two diffs from `changes` (from its pre-revert snapshot to `applied`): the text diff in that

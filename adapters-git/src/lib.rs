@@ -184,6 +184,11 @@ impl SnapshotPort for GitSnapshotStore {
     ) -> Result<RevertDiffs> {
         let (before, applied) = (object_id(before)?, object_id(applied)?);
         self.with_store(worktree, move |store, config| {
+            if let Some(kept) =
+                diff::kept_revert_diffs(&store.odb, &before, &applied, config.size_cap)
+            {
+                return Ok(kept);
+            }
             let changes = diff_trees(&store.odb, &before, &applied)?;
             diff::revert_diffs(&store.odb, &changes, config.size_cap)
         })

@@ -138,6 +138,7 @@ macro_rules! snapshot_contract_tests {
             diff_marks_binary_files,
             unified_diff_names_every_changed_file,
             revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back,
+            revert_diffs_after_a_revert_are_those_of_its_two_snapshots,
             restore_of_given_paths_touches_nothing_else,
             restore_never_touches_ignored_files,
             restore_brings_back_symlinks_and_modes,
@@ -587,6 +588,70 @@ pub async fn revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back(
     assert!(
         port.revert_diffs(h.root(), &from, &missing).await.is_err(),
         "a snapshot the store lacks is an error"
+    );
+}
+
+/// Right after a revert (what the service does: `revert`, then `revert_diffs` from the snapshot it reverted
+/// from to the `applied` it returned), the diffs are those of the two snapshots: the text diff equals
+/// `unified_diff` from the pre-revert snapshot to the worktree the revert left, and the per-file diffs equal
+/// `diff(applied, pre-revert)`; asked again, the same. (A store may work them out while it writes.)
+pub async fn revert_diffs_after_a_revert_are_those_of_its_two_snapshots(h: &dyn WorktreeHarness) {
+    h.write("kept.txt", b"kept\n");
+    h.write("edited.txt", b"one\ntwo\nthree\n");
+    h.write("gone.txt", b"was there\n");
+    let start = track(h).await.id;
+    h.write("edited.txt", b"one\n2\nthree\nfour\n");
+    h.remove("gone.txt");
+    h.write("dir/added.txt", b"added by the step\n");
+    let end = track(h).await.id;
+    let patches = [patch(&start, &["edited.txt", "gone.txt", "dir/added.txt"])];
+    let port = h.port();
+    let outcome = port.revert(h.root(), &patches, &end).await.expect("revert");
+    let diffs = port
+        .revert_diffs(h.root(), &end, &outcome.applied)
+        .await
+        .expect("revert_diffs");
+    assert_eq!(
+        outcome.applied, start,
+        "the revert put the step's files back"
+    );
+    let to_worktree = port
+        .unified_diff(h.root(), &end)
+        .await
+        .expect("unified_diff");
+    assert_eq!(diffs.text, to_worktree);
+    assert!(diffs.text.contains("-four\n"), "{}", diffs.text);
+    let back = port
+        .diff(h.root(), &outcome.applied, &end)
+        .await
+        .expect("diff");
+    assert_eq!(diffs.files, back);
+    assert_eq!(
+        diffs
+            .files
+            .iter()
+            .map(|f| f.file.as_str())
+            .collect::<Vec<_>>(),
+        ["dir/added.txt", "edited.txt", "gone.txt"]
+    );
+    let again = port
+        .revert_diffs(h.root(), &end, &outcome.applied)
+        .await
+        .expect("revert_diffs again");
+    assert_eq!(again, diffs);
+    // Once the snapshot the revert went back to is gone from the store, its diffs are an error, as for any
+    // snapshot the store lacks: nothing worked out during the revert answers for it.
+    port.restore(h.root(), &end, None).await.expect("restore");
+    let outcome = port
+        .revert(h.root(), &patches, &end)
+        .await
+        .expect("revert again");
+    h.remove_snapshot_object(&outcome.applied);
+    assert!(
+        port.revert_diffs(h.root(), &end, &outcome.applied)
+            .await
+            .is_err(),
+        "the diffs to a snapshot the store lost are an error"
     );
 }
 
