@@ -2,6 +2,7 @@
 //! with. Byte order of full paths is git's tree order, so a `BTreeMap` walks paths as git lists them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use gix::ObjectId;
 
@@ -100,15 +101,31 @@ pub fn tree_ids(odb: &Odb, id: &ObjectId, out: &mut Vec<ObjectId>) -> GitResult<
 
 fn decode(odb: &Odb, id: &ObjectId) -> GitResult<Vec<(String, Mode, ObjectId)>> {
     let data = odb.read_tree(id)?;
+    Ok(decode_borrowed(id, &data)?
+        .into_iter()
+        .map(|(name, mode, oid)| (name.to_owned(), mode, oid))
+        .collect())
+}
+
+/// The entries of a tree read (none for no tree), names borrowed from its bytes.
+fn entries_of(tree: Option<&(ObjectId, Arc<[u8]>)>) -> GitResult<Vec<(&str, Mode, ObjectId)>> {
+    match tree {
+        Some((id, data)) => decode_borrowed(id, data),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The entries of tree `id` from its bytes, names borrowed from them.
+fn decode_borrowed<'d>(id: &ObjectId, data: &'d [u8]) -> GitResult<Vec<(&'d str, Mode, ObjectId)>> {
     let corrupt = || GitError::Corrupt(format!("tree {id} cannot be decoded"));
     let mut entries = Vec::new();
-    let mut rest = &data[..];
+    let mut rest = data;
     while !rest.is_empty() {
         let space = rest.iter().position(|&b| b == b' ').ok_or_else(corrupt)?;
         let mode = Mode::parse(&rest[..space]);
         rest = &rest[space + 1..];
         let nul = rest.iter().position(|&b| b == 0).ok_or_else(corrupt)?;
-        let name = String::from_utf8(rest[..nul].to_vec()).map_err(|_| corrupt())?;
+        let name = std::str::from_utf8(&rest[..nul]).map_err(|_| corrupt())?;
         rest = &rest[nul + 1..];
         if rest.len() < 20 {
             return Err(corrupt());
@@ -450,24 +467,40 @@ fn diff_into(
     if a == b {
         return Ok(());
     }
-    let side = |id: Option<&ObjectId>| -> GitResult<BTreeMap<String, (Mode, ObjectId)>> {
-        Ok(match id {
-            Some(id) => decode(odb, id)?
-                .into_iter()
-                .map(|(name, mode, oid)| (name, (mode, oid)))
-                .collect(),
-            None => BTreeMap::new(),
-        })
+    let data = |id: Option<&ObjectId>| -> GitResult<Option<(ObjectId, Arc<[u8]>)>> {
+        id.map(|id| Ok((*id, odb.read_tree(id)?))).transpose()
     };
-    let (left, right) = (side(a)?, side(b)?);
-    let names: BTreeSet<&String> = left.keys().chain(right.keys()).collect();
+    let (left_data, right_data) = (data(a)?, data(b)?);
+    let (left, right) = (
+        entries_of(left_data.as_ref())?,
+        entries_of(right_data.as_ref())?,
+    );
+    let on_left: HashMap<&str, (Mode, ObjectId)> = left
+        .iter()
+        .map(|&(name, mode, id)| (name, (mode, id)))
+        .collect();
+    let on_right: HashMap<&str, (Mode, ObjectId)> = right
+        .iter()
+        .map(|&(name, mode, id)| (name, (mode, id)))
+        .collect();
+    // Every name once (a name on both sides is visited from the left), and only where the sides differ
+    // is a path built or a sub-tree read.
+    let names = left.iter().map(|(name, ..)| *name).chain(
+        right
+            .iter()
+            .map(|(name, ..)| *name)
+            .filter(|name| !on_left.contains_key(name)),
+    );
     for name in names {
+        let (l, r) = (on_left.get(name).copied(), on_right.get(name).copied());
+        if l == r {
+            continue;
+        }
         let path = if prefix.is_empty() {
-            name.clone()
+            name.to_owned()
         } else {
             format!("{prefix}/{name}")
         };
-        let (l, r) = (left.get(name).copied(), right.get(name).copied());
         let tree_of =
             |e: Option<(Mode, ObjectId)>| e.filter(|(m, _)| *m == Mode::Tree).map(|(_, id)| id);
         let file_of = |e: Option<(Mode, ObjectId)>| e.filter(|(m, _)| *m != Mode::Tree);
