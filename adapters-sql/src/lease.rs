@@ -62,6 +62,56 @@ impl SqlRepo {
         )))
     }
 
+    /// Every lease of `leases` in one transaction, or none: each is written only where it is free or
+    /// already held by its own token; when one is refused the transaction is rolled back, and the current
+    /// holder (read inside it) is named for each refused lease.
+    pub(crate) async fn take_all(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>> {
+        let fault = self.fault("taking leases");
+        let txn = self.begin_write().await?;
+        let mut takes = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let own = Expr::col((lease::Entity, lease::Column::Token)).eq(lease.token.0.as_str());
+            let written = lease::Entity::insert(self.lease_row(lease)?)
+                .on_conflict(
+                    OnConflict::column(lease::Column::Key)
+                        .update_columns([
+                            lease::Column::Token,
+                            lease::Column::Holder,
+                            lease::Column::ExpiresAt,
+                        ])
+                        .action_and_where(own)
+                        .to_owned(),
+                )
+                .exec_without_returning(&txn)
+                .await
+                .map_err(&fault)?;
+            if written > 0 {
+                takes.push(LeaseTake::Taken);
+                continue;
+            }
+            let current = lease::Entity::find_by_id(lease.key.as_storage_key())
+                .one(&txn)
+                .await
+                .map_err(&fault)?;
+            match current {
+                Some(current) => takes.push(LeaseTake::Held(self.lease_from_row(&current)?)),
+                None => {
+                    let _ = txn.rollback().await;
+                    return Err(rewind_core::Error::backend(format!(
+                        "the lease on {:?} in the database {} was neither written nor found",
+                        lease.key, self.target
+                    )));
+                }
+            }
+        }
+        if takes.iter().all(|take| *take == LeaseTake::Taken) {
+            txn.commit().await.map_err(&fault)?;
+        } else {
+            txn.rollback().await.map_err(&fault)?;
+        }
+        Ok(takes)
+    }
+
     pub(crate) async fn renew(
         &self,
         key: &LeaseKey,

@@ -222,6 +222,10 @@ impl MessageRepo for SqlRepo {
         self.take(lease, replacing).await
     }
 
+    async fn take_leases(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>> {
+        self.take_all(leases).await
+    }
+
     async fn renew_lease(
         &self,
         key: &LeaseKey,

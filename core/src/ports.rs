@@ -203,6 +203,9 @@ pub struct Transaction {
 /// - `take_lease` MUST be a conditional write: it MUST succeed only when no lease exists for the key, when the
 ///   existing one has the same token (re-entry), or when `replacing` names the existing lease's token (a
 ///   takeover the caller has judged allowed). Otherwise it MUST answer `Held` with the current lease.
+/// - `take_leases` MUST take every one of `leases` (each by `take_lease`'s rule, with no takeover) in one
+///   transaction, or none of them: when one is held by another token, no lease is changed, and the answer
+///   is `Held` for each lease that was refused and `Taken` for the others.
 /// - `renew_lease` MUST extend the lease only while `token` holds it, and report whether it did.
 /// - `release_lease` MUST remove the lease only while `token` holds it.
 /// - `events_after` MUST return committed events in commit order, with no gaps and no duplicates, and MUST
@@ -237,6 +240,8 @@ pub trait MessageRepo: Send + Sync {
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>>;
     /// Takes a lease (see the contract).
     async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake>;
+    /// Takes all of `leases` or none (see the contract): one round trip for an operation's two leases.
+    async fn take_leases(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>>;
     /// Extends a held lease.
     async fn renew_lease(
         &self,

@@ -274,6 +274,9 @@ macro_rules! impl_repo {
             ) -> Result<LeaseTake> {
                 $with!(self, repo => repo.take_lease(lease, replacing))
             }
+            async fn take_leases(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>> {
+                $with!(self, repo => repo.take_leases(leases))
+            }
             async fn renew_lease(
                 &self,
                 key: &LeaseKey,

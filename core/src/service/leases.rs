@@ -92,7 +92,9 @@ impl Rewind {
         Err(busy_error(&key, &current, session))
     }
 
-    /// Takes the session's lease and then the worktree's, releasing the first when the second is busy.
+    /// Takes the session's lease and the worktree's: both in one round trip when both are free, else the
+    /// session's and then the worktree's (taking over one whose holder is gone), releasing the first when
+    /// the second is busy.
     pub(super) async fn acquire_session_and_worktree(
         &self,
         session: &SessionId,
@@ -100,6 +102,34 @@ impl Rewind {
         token: &LeaseToken,
     ) -> Result<(HeldLease, HeldLease)> {
         let ttl = self.config.operation_lease_ms;
+        let keys = [
+            LeaseKey::Session(session.clone()),
+            LeaseKey::Worktree(directory.to_owned()),
+        ];
+        let expires_at = self.now().saturating_add(ttl);
+        let both: Vec<Lease> = keys
+            .iter()
+            .map(|key| Lease {
+                key: key.clone(),
+                token: token.clone(),
+                holder: self.holder(),
+                expires_at,
+            })
+            .collect();
+        if self
+            .repo
+            .take_leases(&both)
+            .await?
+            .iter()
+            .all(|take| *take == LeaseTake::Taken)
+        {
+            let [session_key, worktree_key] = keys;
+            let held = |key| HeldLease {
+                key,
+                token: token.clone(),
+            };
+            return Ok((held(session_key), held(worktree_key)));
+        }
         let session_lease = self
             .acquire(
                 LeaseKey::Session(session.clone()),

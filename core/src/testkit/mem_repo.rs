@@ -359,6 +359,25 @@ impl MessageRepo for MemRepo {
         Ok(LeaseTake::Taken)
     }
 
+    async fn take_leases(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>> {
+        let mut state = self.lock();
+        let takes: Vec<LeaseTake> = leases
+            .iter()
+            .map(|lease| match state.leases.get(&lease.key) {
+                Some(existing) if existing.token != lease.token => {
+                    LeaseTake::Held(existing.clone())
+                }
+                _ => LeaseTake::Taken,
+            })
+            .collect();
+        if takes.iter().all(|take| *take == LeaseTake::Taken) {
+            for lease in leases {
+                state.leases.insert(lease.key.clone(), lease.clone());
+            }
+        }
+        Ok(takes)
+    }
+
     async fn renew_lease(
         &self,
         key: &LeaseKey,

@@ -66,6 +66,7 @@ macro_rules! repo_contract_tests {
             lease_can_be_taken_over_when_replacing_the_current_token
             lease_renew_and_release_need_the_token
             a_transaction_releases_a_lease_only_with_its_token
+            leases_are_taken_together_or_not_at_all
             failed_transaction_leaves_nothing_and_writes_no_event
             guards_check_lease_and_intent
             events_come_back_in_commit_order
@@ -921,6 +922,76 @@ pub async fn lease_renew_and_release_need_the_token(repo: &dyn MessageRepo) {
     assert_eq!(
         current, None,
         "renewing a released lease must not recreate it"
+    );
+}
+
+/// `take_leases` takes all of its leases or none: both free (or already held by their own token) are taken;
+/// when one is held by another token, neither is changed and the refused one names its holder.
+pub async fn leases_are_taken_together_or_not_at_all(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let first = LeaseKey::Session(new_session(&ids, "/work/together").id);
+    let second = LeaseKey::Worktree("/work/together".to_owned());
+    let both = |token_text: &str, expires_at: u64| {
+        vec![
+            lease(&first, token_text, expires_at),
+            lease(&second, token_text, expires_at),
+        ]
+    };
+    let taken = repo
+        .take_leases(&both("token-a", 5_000))
+        .await
+        .expect("taking free leases must succeed");
+    assert_eq!(taken, vec![LeaseTake::Taken, LeaseTake::Taken]);
+    for key in [&first, &second] {
+        assert_eq!(
+            repo.lease(key).await.expect("read").map(|l| l.token),
+            Some(token("token-a")),
+            "both leases must be held"
+        );
+    }
+    let again = repo
+        .take_leases(&both("token-a", 6_000))
+        .await
+        .expect("re-taking with the same token must succeed");
+    assert_eq!(again, vec![LeaseTake::Taken, LeaseTake::Taken], "re-entry");
+    assert_eq!(
+        repo.lease(&second)
+            .await
+            .expect("read")
+            .map(|l| l.expires_at),
+        Some(6_000),
+        "re-entry moves the expiry"
+    );
+
+    repo.release_lease(&first, &token("token-a"))
+        .await
+        .expect("release");
+    let refused = repo
+        .take_leases(&both("token-b", 7_000))
+        .await
+        .expect("a refusal is an answer, not an error");
+    assert_eq!(refused.len(), 2);
+    assert_eq!(
+        refused[0],
+        LeaseTake::Taken,
+        "the free one could have been taken"
+    );
+    assert!(
+        matches!(&refused[1], LeaseTake::Held(current) if current.token == token("token-a")),
+        "the held one names its holder: {refused:?}"
+    );
+    assert_eq!(
+        repo.lease(&first).await.expect("read"),
+        None,
+        "nothing is taken when one lease is refused"
+    );
+    assert_eq!(
+        repo.lease(&second)
+            .await
+            .expect("read")
+            .map(|l| (l.token, l.expires_at)),
+        Some((token("token-a"), 6_000)),
+        "the held lease is unchanged"
     );
 }
 
