@@ -901,13 +901,17 @@ pub fn plan(
     Ok(plan_inner(store, config, patches)?.actions)
 }
 
+/// Up to how many files a revert works out its diffs while it writes. Past that the diffs are long work of
+/// their own that would take the cores the writes use, and are left to `revert_diffs`.
+const SPECULATE_UP_TO: usize = 128;
+
 /// Carries out the plan of `patches`; `applied` is `base` with the written and deleted paths replaced.
 ///
 /// While the files are written, another thread computes the revert's diffs (`diff::revert_diffs`) from the
 /// `applied` the plan predicts; when the written `applied` is that tree, they are kept for the
 /// `revert_diffs` call that follows (the text and session diffs then cost no time of their own). When a
 /// path had to be kept instead (the worktree changed after the plan), the prediction differs and nothing
-/// is kept.
+/// is kept. Only for up to `SPECULATE_UP_TO` files.
 pub fn revert(
     store: &Store,
     config: &GitStoreConfig,
@@ -941,6 +945,9 @@ pub fn revert(
                 .map(|a| (String::from(a.path.clone()), Some(entries[a.path.as_str()]))),
         )
         .collect();
+    if predicted.len() > SPECULATE_UP_TO {
+        return write_planned(store, &actions, &entries, current, base).map(|(outcome, _)| outcome);
+    }
     std::thread::scope(|scope| {
         let speculative = scope.spawn(|| -> GitResult<(ObjectId, RevertDiffs)> {
             let applied = edit(&store.odb, base, &predicted)?;
