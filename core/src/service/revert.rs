@@ -3,6 +3,7 @@
 //! returns the error.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
@@ -98,11 +99,16 @@ impl Rewind {
     ) -> Result<(Session, FileCounts)> {
         // Read under the leases: a step may have begun, or the session changed, since the checks above.
         // A target that names no message or part is refused here, before any file is written.
-        let session = self.load_leased(session_id, directory).await?;
+        // The session and its messages are read while the worktree is tracked (the track only adds objects
+        // to the store, so it is harmless when the session turns out to be refused).
+        let (session, messages, tracked) = futures::future::join3(
+            self.load_leased(session_id, directory),
+            self.repo.messages(session_id),
+            self.snapshots.track(Path::new(directory)),
+        )
+        .await;
+        let session = session?;
         let wt = worktree(&session);
-        // The messages are read while the worktree is tracked (the track only adds objects to the store).
-        let (messages, tracked) =
-            futures::future::join(self.repo.messages(session_id), self.snapshots.track(wt)).await;
         let messages = messages?;
         let point = select_revert_point(&messages, target)?;
         let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
@@ -317,13 +323,19 @@ impl Rewind {
         directory: &str,
         operation: &Operation,
     ) -> Result<(Session, FileCounts)> {
-        let session = self.load_leased(session_id, directory).await?;
+        // The session is read while the worktree is tracked (see `revert_locked`).
+        let (session, tracked) = futures::future::join(
+            self.load_leased(session_id, directory),
+            self.snapshots.track(Path::new(directory)),
+        )
+        .await;
+        let session = session?;
         let (Some(descriptor), Some(applied)) = (session.revert.clone(), session.applied.clone())
         else {
             return Ok((session, FileCounts::default()));
         };
         let wt = worktree(&session);
-        let before = self.snapshots.track(wt).await?.id;
+        let before = tracked?.id;
         let files = match &descriptor.snapshot {
             Some(snapshot) => self.changed_between(wt, snapshot, &applied).await?,
             None => Vec::new(),
