@@ -952,7 +952,8 @@ pub fn revert(
         let speculative = scope.spawn(|| -> GitResult<(ObjectId, RevertDiffs)> {
             let applied = edit(&store.odb, base, &predicted)?;
             let changes = diff_trees(&store.odb, base, &applied)?;
-            let diffs = crate::diff::revert_diffs(&store.odb, &changes, config.size_cap)?;
+            // One thread: the writes have the others.
+            let diffs = crate::diff::revert_diffs_on(&store.odb, &changes, config.size_cap, 1)?;
             Ok((applied, diffs))
         });
         let outcome = write_planned(store, &actions, &entries, current, base)?;

@@ -194,9 +194,20 @@ fn each_change<R: Send>(
     size_cap: u64,
     diff: impl Fn(&str, Option<&Entry>, Option<&Entry>, &Content, &Content) -> R + Sync,
 ) -> GitResult<Vec<R>> {
+    each_change_on(odb, changes, size_cap, crate::track::worker_threads(), diff)
+}
+
+/// `each_change` on at most `threads` threads.
+fn each_change_on<R: Send>(
+    odb: &Odb,
+    changes: &[Change],
+    size_cap: u64,
+    threads: usize,
+    diff: impl Fn(&str, Option<&Entry>, Option<&Entry>, &Content, &Content) -> R + Sync,
+) -> GitResult<Vec<R>> {
     crate::track::parallel_map_on(
         changes,
-        crate::track::worker_threads(),
+        threads,
         PARALLEL_FROM,
         || (),
         |_, (path, old, new)| {
@@ -339,12 +350,28 @@ pub fn kept_revert_diffs(
 /// A revert's two diffs from `changes` (from its pre-revert snapshot to `applied`): the text diff in that
 /// direction and the per-file diffs in the other, each file's blobs read once.
 pub fn revert_diffs(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<RevertDiffs> {
-    let computed = each_change(odb, changes, size_cap, |path, old, new, before, after| {
-        (
-            change_of(path, old, new, before, after),
-            change_of(path, new, old, after, before),
-        )
-    })?;
+    revert_diffs_on(odb, changes, size_cap, crate::track::worker_threads())
+}
+
+/// `revert_diffs` on at most `threads` threads (one beside a revert's writes, which have the others).
+pub fn revert_diffs_on(
+    odb: &Odb,
+    changes: &[Change],
+    size_cap: u64,
+    threads: usize,
+) -> GitResult<RevertDiffs> {
+    let computed = each_change_on(
+        odb,
+        changes,
+        size_cap,
+        threads,
+        |path, old, new, before, after| {
+            (
+                change_of(path, old, new, before, after),
+                change_of(path, new, old, after, before),
+            )
+        },
+    )?;
     let mut text = String::new();
     let mut files = Vec::with_capacity(computed.len());
     for (forward, back) in computed {
