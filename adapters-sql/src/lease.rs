@@ -5,7 +5,7 @@
 use rewind_core::Result;
 use rewind_core::model::{Lease, LeaseKey, LeaseTake, LeaseToken};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter};
 
 use crate::SqlRepo;
 use crate::entity::lease;
@@ -29,31 +29,14 @@ impl SqlRepo {
                 allowed = allowed.or(stored_token().eq(replaced.0.as_str()));
             }
             let txn = self.begin_write().await?;
-            let written = lease::Entity::insert(self.lease_row(lease)?)
-                .on_conflict(
-                    OnConflict::column(lease::Column::Key)
-                        .update_columns([
-                            lease::Column::Token,
-                            lease::Column::Holder,
-                            lease::Column::ExpiresAt,
-                        ])
-                        .action_and_where(allowed)
-                        .to_owned(),
-                )
-                .exec_without_returning(&txn)
-                .await
-                .map_err(&fault)?;
-            if written > 0 {
+            if self.write_lease_where(&txn, lease, allowed).await? > 0 {
                 txn.commit().await.map_err(&fault)?;
                 return Ok(LeaseTake::Taken);
             }
-            let current = lease::Entity::find_by_id(lease.key.as_storage_key())
-                .one(&txn)
-                .await
-                .map_err(&fault)?;
+            let current = self.lease_in(&txn, &lease.key).await?;
             txn.commit().await.map_err(&fault)?;
             if let Some(current) = current {
-                return Ok(LeaseTake::Held(self.lease_from_row(&current)?));
+                return Ok(LeaseTake::Held(current));
             }
         }
         Err(rewind_core::Error::backend(format!(
@@ -71,30 +54,12 @@ impl SqlRepo {
         let mut takes = Vec::with_capacity(leases.len());
         for lease in leases {
             let own = Expr::col((lease::Entity, lease::Column::Token)).eq(lease.token.0.as_str());
-            let written = lease::Entity::insert(self.lease_row(lease)?)
-                .on_conflict(
-                    OnConflict::column(lease::Column::Key)
-                        .update_columns([
-                            lease::Column::Token,
-                            lease::Column::Holder,
-                            lease::Column::ExpiresAt,
-                        ])
-                        .action_and_where(own)
-                        .to_owned(),
-                )
-                .exec_without_returning(&txn)
-                .await
-                .map_err(&fault)?;
-            if written > 0 {
+            if self.write_lease_where(&txn, lease, own).await? > 0 {
                 takes.push(LeaseTake::Taken);
                 continue;
             }
-            let current = lease::Entity::find_by_id(lease.key.as_storage_key())
-                .one(&txn)
-                .await
-                .map_err(&fault)?;
-            match current {
-                Some(current) => takes.push(LeaseTake::Held(self.lease_from_row(&current)?)),
+            match self.lease_in(&txn, &lease.key).await? {
+                Some(current) => takes.push(LeaseTake::Held(current)),
                 None => {
                     let _ = txn.rollback().await;
                     return Err(rewind_core::Error::backend(format!(
@@ -110,6 +75,40 @@ impl SqlRepo {
             txn.rollback().await.map_err(&fault)?;
         }
         Ok(takes)
+    }
+
+    /// Writes `lease` where its key has none, or where the stored lease meets `allowed`; the rows written
+    /// (none when refused).
+    async fn write_lease_where(
+        &self,
+        txn: &DatabaseTransaction,
+        lease: &Lease,
+        allowed: Expr,
+    ) -> Result<u64> {
+        lease::Entity::insert(self.lease_row(lease)?)
+            .on_conflict(
+                OnConflict::column(lease::Column::Key)
+                    .update_columns([
+                        lease::Column::Token,
+                        lease::Column::Holder,
+                        lease::Column::ExpiresAt,
+                    ])
+                    .action_and_where(allowed)
+                    .to_owned(),
+            )
+            .exec_without_returning(txn)
+            .await
+            .map_err(self.fault("taking a lease"))
+    }
+
+    /// The lease on `key` as `txn` sees it.
+    async fn lease_in(&self, txn: &DatabaseTransaction, key: &LeaseKey) -> Result<Option<Lease>> {
+        lease::Entity::find_by_id(key.as_storage_key())
+            .one(txn)
+            .await
+            .map_err(self.fault("reading a lease"))?
+            .map(|row| self.lease_from_row(&row))
+            .transpose()
     }
 
     pub(crate) async fn renew(
