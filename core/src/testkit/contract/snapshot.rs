@@ -187,6 +187,33 @@ fn patch(hash: &SnapshotId, files: &[&str]) -> SnapshotPatch {
     }
 }
 
+/// The revert diffs from `before` to `applied`, checked against their two oracles while the worktree holds
+/// `applied`'s content: the text equals `unified_diff(before)`, the files equal `diff(applied, before)`.
+async fn revert_diffs_by_their_oracles(
+    h: &dyn WorktreeHarness,
+    before: &SnapshotId,
+    applied: &SnapshotId,
+) -> RevertDiffs {
+    let port = h.port();
+    let diffs = port
+        .revert_diffs(h.root(), before, applied)
+        .await
+        .expect("revert_diffs");
+    let to_worktree = port
+        .unified_diff(h.root(), before)
+        .await
+        .expect("unified_diff");
+    assert_eq!(diffs.text, to_worktree);
+    let back = port.diff(h.root(), applied, before).await.expect("diff");
+    assert_eq!(diffs.files, back);
+    diffs
+}
+
+/// The files of the session diff, in its order.
+fn changed_names(diffs: &RevertDiffs) -> Vec<&str> {
+    diffs.files.iter().map(|f| f.file.as_str()).collect()
+}
+
 fn row<'d>(diffs: &'d [FileDiff], file: &str) -> &'d FileDiff {
     diffs
         .iter()
@@ -550,15 +577,7 @@ pub async fn revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back(
     h.set_executable("mode.sh", true);
     let to = track(h).await.id;
     let port = h.port();
-    let diffs = port
-        .revert_diffs(h.root(), &from, &to)
-        .await
-        .expect("revert_diffs");
-    let to_worktree = port
-        .unified_diff(h.root(), &from)
-        .await
-        .expect("unified_diff");
-    assert_eq!(diffs.text, to_worktree);
+    let diffs = revert_diffs_by_their_oracles(h, &from, &to).await;
     assert!(diffs.text.contains("+new content\n"), "{}", diffs.text);
     assert!(
         diffs
@@ -567,14 +586,8 @@ pub async fn revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back(
         "git's line for a binary file: {}",
         diffs.text
     );
-    let back = port.diff(h.root(), &to, &from).await.expect("diff");
-    assert_eq!(diffs.files, back);
     assert_eq!(
-        diffs
-            .files
-            .iter()
-            .map(|f| f.file.as_str())
-            .collect::<Vec<_>>(),
+        changed_names(&diffs),
         ["a.txt", "b.txt", "bin.dat", "dir/new.txt", "mode.sh"],
         "every changed file, in path order"
     );
@@ -607,31 +620,14 @@ pub async fn revert_diffs_after_a_revert_are_those_of_its_two_snapshots(h: &dyn 
     let patches = [patch(&start, &["edited.txt", "gone.txt", "dir/added.txt"])];
     let port = h.port();
     let outcome = port.revert(h.root(), &patches, &end).await.expect("revert");
-    let diffs = port
-        .revert_diffs(h.root(), &end, &outcome.applied)
-        .await
-        .expect("revert_diffs");
+    let diffs = revert_diffs_by_their_oracles(h, &end, &outcome.applied).await;
     assert_eq!(
         outcome.applied, start,
         "the revert put the step's files back"
     );
-    let to_worktree = port
-        .unified_diff(h.root(), &end)
-        .await
-        .expect("unified_diff");
-    assert_eq!(diffs.text, to_worktree);
     assert!(diffs.text.contains("-four\n"), "{}", diffs.text);
-    let back = port
-        .diff(h.root(), &outcome.applied, &end)
-        .await
-        .expect("diff");
-    assert_eq!(diffs.files, back);
     assert_eq!(
-        diffs
-            .files
-            .iter()
-            .map(|f| f.file.as_str())
-            .collect::<Vec<_>>(),
+        changed_names(&diffs),
         ["dir/added.txt", "edited.txt", "gone.txt"]
     );
     let again = port
