@@ -74,11 +74,12 @@ static SYNCS: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug)]
 pub struct Held(Option<Release>);
 
-/// A held file and, when it is on ext4 without a journal, its directory (where the write-back is asked).
+/// A held file and, when it is on ext4 without a journal, that filesystem's device and the file's directory
+/// (where the write-back is asked).
 #[derive(Debug)]
 struct Release {
     fd: OwnedFd,
-    sync_in: Option<PathBuf>,
+    sync_in: Option<(u64, PathBuf)>,
 }
 
 impl Held {
@@ -104,8 +105,9 @@ impl Held {
         ) {
             Ok(fd) => {
                 let sync_in = rustix::fs::fstat(&fd)
-                    .is_ok_and(|st| lacks_journal(st.st_dev))
-                    .then(|| dir.to_path_buf());
+                    .ok()
+                    .filter(|st| lacks_journal(st.st_dev))
+                    .map(|st| (st.st_dev, dir.to_path_buf()));
                 Held(Some(Release { fd, sync_in }))
             }
             Err(_) => {
@@ -177,12 +179,8 @@ fn close_and_write_back(handles: &Receiver<Release>) {
         };
         match next {
             Ok(Release { fd, sync_in }) => {
-                let dev = sync_in
-                    .as_ref()
-                    .and_then(|_| rustix::fs::fstat(&fd).ok())
-                    .map(|st| st.st_dev);
                 close(fd);
-                if let (Some(dev), Some(dir)) = (dev, sync_in) {
+                if let Some((dev, dir)) = sync_in {
                     if to_sync.is_empty() {
                         first_unsynced = Instant::now();
                     }
