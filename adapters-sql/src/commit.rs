@@ -327,14 +327,7 @@ impl SqlRepo {
                     .await
                     .map_err(self.fault("deleting old captures"))?;
             }
-            Change::ReleaseLease { key, token } => {
-                lease::Entity::delete_many()
-                    .filter(lease::Column::Key.eq(key.as_storage_key()))
-                    .filter(lease::Column::Token.eq(token.0.as_str()))
-                    .exec(txn)
-                    .await
-                    .map_err(self.fault("releasing a lease"))?;
-            }
+            Change::ReleaseLease { key, token } => self.release_on(txn, &key, &token).await?,
             Change::DeleteEventsThrough { seq } => {
                 // The newest event stays, so the next position (`max(seq) + 1`) is never one a relay has
                 // already passed. The caller holds the write serialisation (see the module doc).

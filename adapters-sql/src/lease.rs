@@ -5,7 +5,7 @@
 use rewind_core::Result;
 use rewind_core::model::{Lease, LeaseKey, LeaseTake, LeaseToken};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
-use sea_orm::{ColumnTrait, DatabaseTransaction, EntityTrait, QueryFilter};
+use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter};
 
 use crate::SqlRepo;
 use crate::entity::lease;
@@ -129,10 +129,21 @@ impl SqlRepo {
     }
 
     pub(crate) async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
+        self.release_on(&self.db, key, token).await
+    }
+
+    /// Deletes the lease on `key` where `token` holds it, on `conn` (the database, or a transaction that
+    /// releases it as it commits).
+    pub(crate) async fn release_on(
+        &self,
+        conn: &impl ConnectionTrait,
+        key: &LeaseKey,
+        token: &LeaseToken,
+    ) -> Result<()> {
         lease::Entity::delete_many()
             .filter(lease::Column::Key.eq(key.as_storage_key()))
             .filter(lease::Column::Token.eq(token.0.as_str()))
-            .exec(&self.db)
+            .exec(conn)
             .await
             .map_err(self.fault("releasing a lease"))?;
         Ok(())

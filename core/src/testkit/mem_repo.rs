@@ -199,6 +199,13 @@ impl Rows {
 }
 
 impl State {
+    /// Removes the lease on `key` while `token` holds it.
+    fn release(&mut self, key: &LeaseKey, token: &LeaseToken) {
+        if self.leases.get(key).is_some_and(|l| &l.token == token) {
+            self.leases.remove(key);
+        }
+    }
+
     fn check(&self, guard: &Guard) -> Result<()> {
         match guard {
             // Expiry is deliberately not checked: whether an expired lease may be taken over is the services'
@@ -395,10 +402,7 @@ impl MessageRepo for MemRepo {
     }
 
     async fn release_lease(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
-        let mut state = self.lock();
-        if state.leases.get(key).is_some_and(|l| &l.token == token) {
-            state.leases.remove(key);
-        }
+        self.lock().release(key, token);
         Ok(())
     }
 
@@ -424,9 +428,7 @@ impl MessageRepo for MemRepo {
         }
         state.rows = rows;
         for (key, token) in released {
-            if state.leases.get(&key).is_some_and(|l| l.token == token) {
-                state.leases.remove(&key);
-            }
+            state.release(&key, &token);
         }
         if let Some(seq) = prune_through {
             let last = state.outbox.last().map_or(0, |stored| stored.seq);
