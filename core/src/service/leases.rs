@@ -18,6 +18,14 @@ pub struct HeldLease {
 }
 
 impl HeldLease {
+    /// What holding `lease` is.
+    fn of(lease: &Lease) -> HeldLease {
+        HeldLease {
+            key: lease.key.clone(),
+            token: lease.token.clone(),
+        }
+    }
+
     /// The guard that makes a transaction commit only while this lease is still held.
     pub fn guard(&self) -> Guard {
         Guard::LeaseHeld {
@@ -63,19 +71,9 @@ impl Rewind {
         ttl_ms: u64,
         session: Option<&SessionId>,
     ) -> Result<HeldLease> {
-        let lease = Lease {
-            key: key.clone(),
-            token: token.clone(),
-            holder: self.holder(),
-            expires_at: self.now().saturating_add(ttl_ms),
-        };
+        let lease = self.new_lease(key, token, ttl_ms);
         let current = match self.repo.take_lease(&lease, None).await? {
-            LeaseTake::Taken => {
-                return Ok(HeldLease {
-                    key,
-                    token: token.clone(),
-                });
-            }
+            LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
             LeaseTake::Held(current) => current,
         };
         if self.is_abandoned(&current)
@@ -84,12 +82,19 @@ impl Rewind {
                 .take_lease(&lease, Some(current.token.clone()))
                 .await?
         {
-            return Ok(HeldLease {
-                key,
-                token: token.clone(),
-            });
+            return Ok(HeldLease::of(&lease));
         }
-        Err(busy_error(&key, &current, session))
+        Err(busy_error(&lease.key, &current, session))
+    }
+
+    /// A lease on `key` for this process with `token`, for `ttl_ms` from now.
+    fn new_lease(&self, key: LeaseKey, token: &LeaseToken, ttl_ms: u64) -> Lease {
+        Lease {
+            key,
+            token: token.clone(),
+            holder: self.holder(),
+            expires_at: self.now().saturating_add(ttl_ms),
+        }
     }
 
     /// Takes the session's lease and the worktree's: both in one round trip when both are free, else the
@@ -102,20 +107,10 @@ impl Rewind {
         token: &LeaseToken,
     ) -> Result<(HeldLease, HeldLease)> {
         let ttl = self.config.operation_lease_ms;
-        let keys = [
-            LeaseKey::Session(session.clone()),
-            LeaseKey::Worktree(directory.to_owned()),
+        let both = [
+            self.new_lease(LeaseKey::Session(session.clone()), token, ttl),
+            self.new_lease(LeaseKey::Worktree(directory.to_owned()), token, ttl),
         ];
-        let expires_at = self.now().saturating_add(ttl);
-        let both: Vec<Lease> = keys
-            .iter()
-            .map(|key| Lease {
-                key: key.clone(),
-                token: token.clone(),
-                holder: self.holder(),
-                expires_at,
-            })
-            .collect();
         if self
             .repo
             .take_leases(&both)
@@ -123,12 +118,7 @@ impl Rewind {
             .iter()
             .all(|take| *take == LeaseTake::Taken)
         {
-            let [session_key, worktree_key] = keys;
-            let held = |key| HeldLease {
-                key,
-                token: token.clone(),
-            };
-            return Ok((held(session_key), held(worktree_key)));
+            return Ok((HeldLease::of(&both[0]), HeldLease::of(&both[1])));
         }
         let session_lease = self
             .acquire(

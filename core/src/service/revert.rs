@@ -288,9 +288,7 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        let transaction = operation.finishing(transaction);
-        self.repo.commit(transaction).await?;
-        operation.released.store(true, Ordering::Relaxed);
+        self.store_result(operation, transaction).await?;
         Ok((updated, result.counts))
     }
 
@@ -375,9 +373,7 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        let transaction = operation.finishing(transaction);
-        self.repo.commit(transaction).await?;
-        operation.released.store(true, Ordering::Relaxed);
+        self.store_result(operation, transaction).await?;
         Ok((updated, counts))
     }
 
@@ -592,6 +588,13 @@ impl Rewind {
             taken_at,
             released: AtomicBool::new(false),
         })
+    }
+
+    /// Commits `transaction` as the one that stores `operation`'s result (see `Operation::finishing`).
+    async fn store_result(&self, operation: &Operation, transaction: Transaction) -> Result<()> {
+        self.repo.commit(operation.finishing(transaction)).await?;
+        operation.released.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Releases an operation's leases, unless the transaction that stored its result did.
