@@ -932,7 +932,14 @@ pub fn revert(
     if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
         return Err(GitError::Missing(id.to_string()));
     }
-    // The end state the plan predicts, in the order the files are touched below.
+    let touched = actions
+        .iter()
+        .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
+        .count();
+    if touched > SPECULATE_UP_TO {
+        return write_planned(store, &actions, &entries, current, base);
+    }
+    // The end state the plan predicts, in the order `write_planned` touches the files.
     let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
         .iter()
         .rev()
@@ -945,9 +952,6 @@ pub fn revert(
                 .map(|a| (String::from(a.path.clone()), Some(entries[a.path.as_str()]))),
         )
         .collect();
-    if predicted.len() > SPECULATE_UP_TO {
-        return write_planned(store, &actions, &entries, current, base).map(|(outcome, _)| outcome);
-    }
     std::thread::scope(|scope| {
         let speculative = scope.spawn(|| -> GitResult<(ObjectId, RevertDiffs)> {
             let applied = edit(&store.odb, base, &predicted)?;
@@ -957,24 +961,25 @@ pub fn revert(
             Ok((applied, diffs))
         });
         let outcome = write_planned(store, &actions, &entries, current, base)?;
-        if let Ok(Ok((predicted_applied, diffs))) = speculative.join()
-            && predicted_applied == outcome.1
+        let applied = object_id(&outcome.applied)?;
+        if let Ok(Ok((predicted, diffs))) = speculative.join()
+            && predicted == applied
         {
-            crate::diff::keep_revert_diffs(*base, outcome.1, config.size_cap, diffs);
+            crate::diff::keep_revert_diffs(*base, applied, config.size_cap, diffs);
         }
-        Ok(outcome.0)
+        Ok(outcome)
     })
 }
 
 /// The writing half of `revert`: deletes and writes what the plan says (re-checking each path as it
-/// goes), teaches the stat cache, and returns the outcome with `applied`'s id.
+/// goes), teaches the stat cache, and returns the outcome.
 fn write_planned(
     store: &Store,
     actions: &[FileAction],
     entries: &HashMap<String, (Mode, ObjectId)>,
     current: TrackedNow<'_>,
     base: &ObjectId,
-) -> GitResult<(RevertOutcome, ObjectId)> {
+) -> GitResult<RevertOutcome> {
     journal_parents(store, entries.keys().cloned())?;
     current.stop_planning();
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
@@ -1012,13 +1017,10 @@ fn write_planned(
     let applied = edit(&store.odb, base, &changes)?;
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
-    Ok((
-        RevertOutcome {
-            applied: snapshot_id(&applied)?,
-            written: Applier::outcome_paths(&written)?,
-            deleted: Applier::outcome_paths(&deleted)?,
-            kept: applier.kept,
-        },
-        applied,
-    ))
+    Ok(RevertOutcome {
+        applied: snapshot_id(&applied)?,
+        written: Applier::outcome_paths(&written)?,
+        deleted: Applier::outcome_paths(&deleted)?,
+        kept: applier.kept,
+    })
 }
