@@ -41,7 +41,8 @@ struct FileStamp {
 }
 
 struct Kept {
-    repo: Option<PathBuf>,
+    /// The repository's root (none outside any) and the home directory the value was read with.
+    key: (Option<PathBuf>, Option<PathBuf>),
     stamp: Stamp,
     value: Option<PathBuf>,
 }
@@ -55,10 +56,13 @@ pub fn configured_excludes_file(
     enclosing: Option<&Enclosing>,
     home: Option<&Path>,
 ) -> Option<PathBuf> {
-    let repo = enclosing.map(|e| e.root.clone());
+    let key = (
+        enclosing.map(|e| e.root.clone()),
+        home.map(Path::to_path_buf),
+    );
     {
         let kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(found) = kept.iter().find(|k| k.repo == repo)
+        if let Some(found) = kept.iter().find(|k| k.key == key)
             && Stamp::of(found.stamp.files.iter().map(|(p, _)| p.clone())).as_ref()
                 == Some(&found.stamp)
         {
@@ -74,12 +78,12 @@ pub fn configured_excludes_file(
     }
     if let Some(stamp) = Stamp::of(files.into_iter()) {
         let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.retain(|k| k.repo != repo);
+        kept.retain(|k| k.key != key);
         if kept.len() >= KEPT_MAX {
             kept.remove(0);
         }
         kept.push(Kept {
-            repo,
+            key,
             stamp,
             value: value.clone(),
         });
