@@ -207,6 +207,102 @@ fn revert_and_unrevert_with_an_open_step_are_busy_and_call_nothing_else() {
     assert_eq!(stored, f.session, "the session is unchanged");
 }
 
+/// Puts a worktree lease held by another operation (of another process, `owner`) in the fixture's store.
+fn worktree_held_by(f: &Fixture, owner: &ProcessIdentity) -> LeaseToken {
+    let token = LeaseToken("tok_other_operation".to_owned());
+    let taken = block_on(f.repo.take_lease(
+        &Lease {
+            key: LeaseKey::Worktree(WORKTREE.to_owned()),
+            token: token.clone(),
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: owner.clone(),
+            },
+            expires_at: u64::MAX,
+        },
+        None,
+    ))
+    .expect("lease");
+    assert_eq!(taken, rewind_core::model::LeaseTake::Taken);
+    token
+}
+
+/// While another live operation holds the worktree, a revert is busy, asks the snapshot store nothing, and
+/// leaves no lease of its own behind (the two leases are taken together or, one by one, given back).
+#[test]
+fn a_worktree_held_by_a_live_operation_makes_revert_busy_and_takes_nothing() {
+    let f = fixture(None, None);
+    let owner = ProcessIdentity {
+        host: "test-host".to_owned(),
+        pid: 5151,
+        start_time: 3,
+    };
+    let token = worktree_held_by(&f, &owner);
+    // No expectation is set: any snapshot call fails the test.
+    let rewind = f.rewind(MockSnapshotPort::new());
+    let target = RevertTarget {
+        message_id: f.messages[0].info.id.clone(),
+        part_id: None,
+    };
+    let revert = block_on(rewind.revert(&f.session.id, target));
+    assert!(
+        matches!(&revert, Err(Error::Busy { message, .. }) if message.contains("Worktree is busy")),
+        "{revert:?}"
+    );
+    assert_eq!(
+        block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone()))).expect("read"),
+        None,
+        "the session's lease is not left taken"
+    );
+    assert_eq!(
+        block_on(f.repo.lease(&LeaseKey::Worktree(WORKTREE.to_owned())))
+            .expect("read")
+            .map(|l| l.token),
+        Some(token),
+        "the other operation keeps the worktree"
+    );
+}
+
+/// A worktree lease whose owner is gone is taken over by the next revert (the paired take is refused, the
+/// one-by-one way applies the takeover rule): the revert gets as far as its track, and gives both leases
+/// back when it fails there.
+#[test]
+fn a_worktree_held_by_a_dead_operation_is_taken_over() {
+    let f = fixture(None, None);
+    let owner = ProcessIdentity {
+        host: "test-host".to_owned(),
+        pid: 5252,
+        start_time: 3,
+    };
+    worktree_held_by(&f, &owner);
+    f.host.kill(&owner);
+    let mut snapshots = MockSnapshotPort::new();
+    snapshots
+        .expect_track()
+        .times(1)
+        .returning(|_| Err(Error::backend("the test stops the revert here")));
+    let rewind = f.rewind(snapshots);
+    let target = RevertTarget {
+        message_id: f.messages[0].info.id.clone(),
+        part_id: None,
+    };
+    let revert = block_on(rewind.revert(&f.session.id, target));
+    assert!(
+        matches!(&revert, Err(Error::Backend(source)) if source.to_string().contains("stops the revert here")),
+        "the revert took the leases and reached its track: {revert:?}"
+    );
+    for key in [
+        LeaseKey::Session(f.session.id.clone()),
+        LeaseKey::Worktree(WORKTREE.to_owned()),
+    ] {
+        assert_eq!(
+            block_on(f.repo.lease(&key)).expect("read"),
+            None,
+            "{key:?} is given back after the failure"
+        );
+    }
+}
+
 #[test]
 fn an_abandoned_step_is_aborted_first() {
     let f = with_step(false);
