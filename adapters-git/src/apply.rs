@@ -25,7 +25,7 @@ use crate::replace::{Held, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
 use crate::track::track;
-use crate::tree::{Change as TreeChange, LazyTree, Mode, diff_trees, edit};
+use crate::tree::{Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
 
 /// What kind of thing stands at a path, without following symlinks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -546,9 +546,12 @@ impl<'a> Applier<'a> {
     /// Teaches the stat cache what this operation wrote and deleted, so the next track reads only these
     /// files again (they are racy) instead of rebuilding the cache. Best effort: the cache stays as it was
     /// when anything is unknown, and a stale cache only costs re-hashing.
-    fn teach_stat_cache(&self) -> GitResult<()> {
+    /// `edited` as `StatCache::note_applied` takes it.
+    fn teach_stat_cache(&self, edited: Option<(ObjectId, ObjectId)>) -> GitResult<()> {
         match self.applied_with_stats() {
-            Some(changes) if !changes.is_empty() => StatCache::note_applied(self.store, &changes),
+            Some(changes) if !changes.is_empty() => {
+                StatCache::note_applied(self.store, &changes, edited)
+            }
             _ => Ok(()),
         }
     }
@@ -673,7 +676,7 @@ pub fn restore(
     }
     applier.flush()?;
     store.clear_journal()?;
-    applier.teach_stat_cache()?;
+    applier.teach_stat_cache(None)?;
     // Paths named in the scope that are untracked now and absent from the target stay as they are.
     if let Some(paths) = &scope {
         for path in paths {
@@ -937,7 +940,7 @@ pub fn revert(
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
         .count();
     if touched > SPECULATE_UP_TO {
-        return write_planned(store, &actions, &entries, current, base);
+        return write_planned(store, &actions, &entries, current, base, None);
     }
     // The end state the plan predicts, in the order `write_planned` touches the files.
     let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
@@ -952,15 +955,22 @@ pub fn revert(
                 .map(|a| (String::from(a.path.clone()), Some(entries[a.path.as_str()]))),
         )
         .collect();
+    let (built, built_rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
         let speculative = scope.spawn(|| -> GitResult<(ObjectId, RevertDiffs)> {
             let applied = edit(&store.odb, base, &predicted)?;
+            // The writes take it when they end as predicted (a failed send only means they did not).
+            let _ = built.send(applied);
             let changes = diff_trees(&store.odb, base, &applied)?;
             // One thread: the writes have the others.
             let diffs = crate::diff::revert_diffs_on(&store.odb, &changes, config.size_cap, 1)?;
             Ok((applied, diffs))
         });
-        let outcome = write_planned(store, &actions, &entries, current, base)?;
+        let prediction = Prediction {
+            changes: &predicted,
+            applied: built_rx,
+        };
+        let outcome = write_planned(store, &actions, &entries, current, base, Some(prediction))?;
         let applied = object_id(&outcome.applied)?;
         if let Ok(Ok((predicted, diffs))) = speculative.join()
             && predicted == applied
@@ -971,14 +981,24 @@ pub fn revert(
     })
 }
 
+/// The end state a revert's plan predicts, and the tree built from it on another thread.
+struct Prediction<'p> {
+    /// Each path to touch with its end state, in the order the writes touch them.
+    changes: &'p [(String, Option<Entry>)],
+    /// `edit(base, changes)`, once built (nothing comes when building it failed).
+    applied: std::sync::mpsc::Receiver<ObjectId>,
+}
+
 /// The writing half of `revert`: deletes and writes what the plan says (re-checking each path as it
-/// goes), teaches the stat cache, and returns the outcome.
+/// goes), teaches the stat cache, and returns the outcome. `applied` is taken from `prediction` when the
+/// writes ended as it predicted.
 fn write_planned(
     store: &Store,
     actions: &[FileAction],
     entries: &HashMap<String, (Mode, ObjectId)>,
     current: TrackedNow<'_>,
     base: &ObjectId,
+    prediction: Option<Prediction<'_>>,
 ) -> GitResult<RevertOutcome> {
     journal_parents(store, entries.keys().cloned())?;
     current.stop_planning();
@@ -1006,7 +1026,6 @@ fn write_planned(
     }
     applier.flush()?;
     store.clear_journal()?;
-    applier.teach_stat_cache()?;
     // `applied` is `base` with every touched path set to its end state, in the order they were touched
     // (a file replaced by a directory, or the reverse, ends as it ended on disk).
     let changes: Vec<(String, Option<(Mode, ObjectId)>)> = applier
@@ -1014,7 +1033,14 @@ fn write_planned(
         .iter()
         .map(|(path, _)| (path.clone(), applier.last.get(path).copied().flatten()))
         .collect();
-    let applied = edit(&store.odb, base, &changes)?;
+    let built = prediction
+        .filter(|p| p.changes == changes.as_slice())
+        .and_then(|p| p.applied.recv().ok());
+    let applied = match built {
+        Some(applied) => applied,
+        None => edit(&store.odb, base, &changes)?,
+    };
+    applier.teach_stat_cache(Some((*base, applied)))?;
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
     Ok(RevertOutcome {

@@ -25,7 +25,7 @@ use gix::ObjectId;
 
 use crate::error::GitResult;
 use crate::path_map::PathMap;
-use crate::tree::{Mode, mark_dirty, write_dirty};
+use crate::tree::{self, Mode, mark_dirty, write_dirty};
 
 const MAGIC: &[u8] = b"RWSTAT5\n";
 /// The fewest bytes an entry takes in the file: two one-byte lengths, an empty path, the mode, size, two
@@ -214,7 +214,17 @@ impl StatCache {
     /// its entries. The start time is kept: every file just written was modified after it, so it is racy
     /// and the next track hashes it again rather than trusting stat data taken after the write. Nothing is
     /// done to a cache without a tree.
-    pub fn note_applied(store: &crate::store::Store, changes: &[Applied]) -> GitResult<()> {
+    ///
+    /// `edited` is `(base, applied)` when the caller already built `applied` as `base` with these changes
+    /// (a revert's end state): when the cache's tree is `base` and every change rewrote a file the cache
+    /// holds (no path came, went or changed kind, so the cache's directories are `base`'s), the new tree
+    /// is `applied` and only the ids of the changed directories are read from it, instead of building the
+    /// same trees a second time.
+    pub fn note_applied(
+        store: &crate::store::Store,
+        changes: &[Applied],
+        edited: Option<(ObjectId, ObjectId)>,
+    ) -> GitResult<()> {
         let path = store.stat_cache_path();
         // Only a cache this process holds in memory is taught: parsing a big one from disk would cost
         // the operation about what it saves the next track (and a command-line process ends here).
@@ -225,6 +235,10 @@ impl StatCache {
             cache.keep(&path);
             return Ok(());
         }
+        let same_paths = changes.iter().all(|(changed, after)| {
+            after.is_some_and(|(stat, _)| stat.mode != Mode::Tree)
+                && cache.entries.contains_key(changed)
+        });
         let mut dirty = HashSet::new();
         let mut replaced_dirs = Vec::new();
         for (changed, after) in changes {
@@ -265,13 +279,23 @@ impl StatCache {
                 !below
             });
         }
-        let files = cache
-            .entries
-            .iter()
-            .map(|(file, entry)| (file, (entry.stat.mode, entry.id)));
-        let (tree, dirs) = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
-        cache.tree = Some(tree);
-        cache.dirs = dirs;
+        match edited {
+            Some((base, applied)) if same_paths && cache.tree == Some(base) => {
+                for (dir, id) in tree::dir_ids(&store.odb, &applied, &dirty)? {
+                    cache.dirs.insert(dir, id);
+                }
+                cache.tree = Some(applied);
+            }
+            _ => {
+                let files = cache
+                    .entries
+                    .iter()
+                    .map(|(file, entry)| (file, (entry.stat.mode, entry.id)));
+                let (tree, dirs) = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
+                cache.tree = Some(tree);
+                cache.dirs = dirs;
+            }
+        }
         // Written, not only kept in memory: gc (in any process) keeps the file's tree and everything under
         // it, and the next track may return this tree as the snapshot. A cache held only in memory names
         // trees another process's gc would collect once they are older than its grace period.

@@ -151,6 +151,41 @@ pub fn read_flat_with_dirs(
     Ok((flat, dirs))
 }
 
+/// The tree id of each directory of `dirs` (`""` is the root, others `a/b`; every directory above one of
+/// them must be in it too) within snapshot `root`, found by descending only into those directories. A
+/// directory missing from the snapshot is an error.
+pub fn dir_ids(
+    odb: &Odb,
+    root: &ObjectId,
+    dirs: &HashSet<String>,
+) -> GitResult<HashMap<String, ObjectId>> {
+    let mut found = HashMap::with_capacity(dirs.len());
+    let mut pending = vec![(String::new(), *root)];
+    while let Some((path, id)) = pending.pop() {
+        let data = odb.read_tree(&id)?;
+        for (name, mode, oid) in decode_borrowed(&id, &data)? {
+            if mode != Mode::Tree {
+                continue;
+            }
+            let child = if path.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{path}/{name}")
+            };
+            if dirs.contains(&child) {
+                pending.push((child, oid));
+            }
+        }
+        found.insert(path, id);
+    }
+    match dirs.iter().find(|dir| !found.contains_key(*dir)) {
+        Some(dir) => Err(GitError::Other(format!(
+            "directory {dir:?} is not in tree {root}"
+        ))),
+        None => Ok(found),
+    }
+}
+
 fn read_with_dirs(
     odb: &Odb,
     id: &ObjectId,

@@ -365,3 +365,40 @@ async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
     );
     assert_eq!(fs::read_to_string(&journal).unwrap_or_default(), "");
 }
+
+/// A revert that only rewrites files the cache holds takes its new trees from `applied` (not built a
+/// second time): the directories it touched keep the right ids for later tracks, which rebuild only the
+/// directories that change after it (here a directory the revert did not touch, whose parent holds the
+/// touched ones).
+#[tokio::test]
+async fn a_revert_that_rewrites_files_leaves_the_cache_with_the_trees_of_applied() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    let before = settled_tree(&h, &oracle).await;
+    for i in [1, 5, 6] {
+        h.write(&format!("d{}/f{i:02}.txt", i % 4), b"edited by the step\n");
+    }
+    backdate_dirs(h.root());
+    let after = track_as_git(&h, &oracle).await;
+    let outcome = h
+        .port()
+        .revert(
+            h.root(),
+            &[SnapshotPatch {
+                hash: before.clone(),
+                files: rels(&["d1/f01.txt", "d1/f05.txt", "d2/f06.txt"]),
+            }],
+            &after,
+        )
+        .await
+        .expect("revert");
+    assert_eq!(outcome.applied, before);
+    let next = h.track().await;
+    assert_eq!((next.id.clone(), next.hashed), (before.clone(), 3));
+    // d3 was not touched by the revert: the root is rebuilt with the cached ids of d1 and d2.
+    h.write("d3/f03.txt", b"edited after the revert\n");
+    let later = track_as_git(&h, &oracle).await;
+    assert_ne!(later, before);
+    h.write("d3/f03.txt", b"file 3\n");
+    assert_eq!(track_as_git(&h, &oracle).await, before);
+}
