@@ -915,11 +915,15 @@ const SPECULATE_UP_TO: usize = 128;
 /// `revert_diffs` call that follows (the text and session diffs then cost no time of their own). When a
 /// path had to be kept instead (the worktree changed after the plan), the prediction differs and nothing
 /// is kept. Only for up to `SPECULATE_UP_TO` files.
+///
+/// No file is touched before `ready` says `true` (the plan and the checks come first): when it says
+/// `false` the revert is `GitError::CalledOff`.
 pub fn revert(
     store: &Store,
     config: &GitStoreConfig,
     patches: &[SnapshotPatch],
     base: &ObjectId,
+    ready: impl FnOnce() -> bool,
 ) -> GitResult<RevertOutcome> {
     let Planned {
         actions,
@@ -940,6 +944,9 @@ pub fn revert(
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
         .count();
     if touched > SPECULATE_UP_TO {
+        if !ready() {
+            return Err(GitError::CalledOff);
+        }
         return write_planned(store, &actions, &entries, current, base, None);
     }
     // The end state the plan predicts, in the order `write_planned` touches the files.
@@ -966,6 +973,9 @@ pub fn revert(
             let diffs = crate::diff::revert_diffs_on(&store.odb, &changes, config.size_cap, 1)?;
             Ok((applied, diffs))
         });
+        if !ready() {
+            return Err(GitError::CalledOff);
+        }
         let prediction = Prediction {
             changes: &predicted,
             applied: built_rx,

@@ -33,7 +33,7 @@ use rewind_core::model::{
     FileAction, FileDiff, GcReport, RelPath, RestoreOutcome, RevertDiffs, RevertOutcome,
     SnapshotId, SnapshotPatch, TrackOutcome,
 };
-use rewind_core::{Error, Result, SnapshotPort};
+use rewind_core::{Error, Ready, Result, SnapshotPort};
 
 use crate::apply::{object_id, snapshot_id};
 use crate::error::GitResult;
@@ -226,7 +226,26 @@ impl SnapshotPort for GitSnapshotStore {
         let patches = patches.to_vec();
         let base = object_id(base)?;
         self.with_store(worktree, move |store, config| {
-            apply::revert(store, config, &patches, &base)
+            apply::revert(store, config, &patches, &base, || true)
+        })
+        .await
+    }
+
+    async fn revert_when(
+        &self,
+        worktree: &Path,
+        patches: &[SnapshotPatch],
+        base: &SnapshotId,
+        ready: Ready,
+    ) -> Result<RevertOutcome> {
+        let patches = patches.to_vec();
+        let base = object_id(base)?;
+        // The store's thread waits for the go-ahead after planning (the caller stores its intent record
+        // meanwhile on the async side).
+        self.with_store(worktree, move |store, config| {
+            apply::revert(store, config, &patches, &base, || {
+                futures::executor::block_on(ready) == Ok(true)
+            })
         })
         .await
     }

@@ -955,7 +955,8 @@ mod tests {
             hash: crate::apply::snapshot_id(&first).expect("an id"),
             files,
         };
-        let outcome = crate::apply::revert(&store, &config, &[patch], &second).expect("revert");
+        let outcome =
+            crate::apply::revert(&store, &config, &[patch], &second, || true).expect("revert");
         assert_eq!(outcome.applied.as_str(), first.to_string());
         consistent(first);
 
@@ -991,7 +992,7 @@ mod tests {
             hash: crate::apply::snapshot_id(&first).expect("an id"),
             files: vec![RelPath::new("d0/f0.txt").expect("a path")],
         };
-        crate::apply::revert(&store, &config, &[patch], &expected).expect("revert again");
+        crate::apply::revert(&store, &config, &[patch], &expected, || true).expect("revert again");
         let untaught = StatCache::load(&store.stat_cache_path());
         assert_eq!(
             untaught.tree,

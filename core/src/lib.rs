@@ -17,7 +17,7 @@ pub mod testkit;
 
 pub use error::{Error, Result};
 pub use ports::{
-    Change, Delivery, EventBus, Guard, HostPort, MessageRepo, SnapshotPort, Subscription,
+    Change, Delivery, EventBus, Guard, HostPort, MessageRepo, Ready, SnapshotPort, Subscription,
     Transaction,
 };
 pub use revert::{RevertPoint, RevertTarget};

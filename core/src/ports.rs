@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_core::Stream;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{
     Capture, Event, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey, LeaseTake,
     LeaseToken, Message, MessageId, MessageWithParts, Part, PartId, ProcessIdentity, RelPath,
@@ -94,8 +94,31 @@ pub trait SnapshotPort: Send + Sync {
         patches: &[SnapshotPatch],
         base: &SnapshotId,
     ) -> Result<RevertOutcome>;
+    /// `revert`, touching nothing until `ready` says `true` (the caller has stored its intent record):
+    /// the plan and the checks may run before. When `ready` says `false` or is dropped, nothing is touched
+    /// and the call fails. By default it waits for `ready` first, then reverts.
+    async fn revert_when(
+        &self,
+        worktree: &Path,
+        patches: &[SnapshotPatch],
+        base: &SnapshotId,
+        ready: Ready,
+    ) -> Result<RevertOutcome> {
+        if ready.await != Ok(true) {
+            return Err(called_off());
+        }
+        self.revert(worktree, patches, base).await
+    }
     /// Deletes stored objects that nothing keeps.
     async fn gc(&self, worktree: &Path, keep: &[SnapshotId], grace: Duration) -> Result<GcReport>;
+}
+
+/// The go-ahead `SnapshotPort::revert_when` waits for before it touches a file.
+pub type Ready = futures::channel::oneshot::Receiver<bool>;
+
+/// The error of a `revert_when` whose go-ahead was refused or dropped (nothing was touched).
+pub fn called_off() -> Error {
+    Error::backend("the revert was called off before any file was touched")
 }
 
 /// A condition a transaction needs to commit.

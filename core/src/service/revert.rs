@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::error::{Error, Result};
 use crate::model::{
     DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken, MessageWithParts,
-    PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, Session, SessionId, SnapshotId,
-    Warning,
+    PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, RevertOutcome, Session, SessionId,
+    SnapshotId, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
@@ -129,6 +129,23 @@ impl Rewind {
             .flat_map(|p| p.files.iter().cloned())
             .chain(previous_changed.iter().cloned())
             .collect();
+        let reverted = matches!(
+            (&session.revert, &session.applied),
+            (
+                Some(RevertDescriptor {
+                    snapshot: Some(_),
+                    ..
+                }),
+                Some(_)
+            )
+        );
+        if !reverted {
+            return self
+                .revert_gated(
+                    &session, operation, &messages, point, &patches, before, files,
+                )
+                .await;
+        }
         let intent = self
             .write_intent(
                 &session,
@@ -157,6 +174,64 @@ impl Rewind {
         }
     }
 
+    /// The revert of a session that is not reverted: the snapshot store plans the revert and checks what it
+    /// needs while the intent record is stored, and touches no file before it is (SPEC section 6, step 2).
+    #[allow(clippy::too_many_arguments)]
+    async fn revert_gated(
+        &self,
+        session: &Session,
+        operation: &Operation,
+        messages: &[MessageWithParts],
+        point: RevertPoint,
+        patches: &[crate::model::SnapshotPatch],
+        before: SnapshotId,
+        files: BTreeSet<RelPath>,
+    ) -> Result<(Session, FileCounts)> {
+        let (ready, gate) = futures::channel::oneshot::channel();
+        let intent_stored = async {
+            let intent = self
+                .write_intent(
+                    session,
+                    operation,
+                    IntentOperation::Revert,
+                    before.clone(),
+                    files,
+                )
+                .await;
+            let renewed = match &intent {
+                Ok(_) => self.renew_operation(operation).await,
+                Err(_) => Ok(()),
+            };
+            // A refusal (or this future dropped) makes the store touch nothing.
+            let _ = ready.send(intent.is_ok() && renewed.is_ok());
+            (intent, renewed)
+        };
+        let reverting = self
+            .snapshots
+            .revert_when(worktree(session), patches, &before, gate);
+        let ((intent, renewed), outcome) = futures::future::join(intent_stored, reverting).await;
+        let intent = intent?;
+        let result = match (renewed, outcome) {
+            (Err(error), _) | (Ok(()), Err(error)) => Err(error),
+            (Ok(()), Ok(outcome)) => {
+                self.finish_revert(
+                    session,
+                    messages,
+                    point,
+                    before,
+                    outcome,
+                    Vec::new(),
+                    FileCounts::default(),
+                )
+                .await
+            }
+        };
+        match result {
+            Ok(result) => self.store_revert(session, operation, result).await,
+            Err(error) => Err(self.roll_back(session, &intent, error).await),
+        }
+    }
+
     async fn revert_files(
         &self,
         session: &Session,
@@ -167,7 +242,6 @@ impl Rewind {
         previous_changed: Vec<RelPath>,
     ) -> Result<RevertResult> {
         let wt = worktree(session);
-        let directory = &session.directory;
         let mut warnings = Vec::new();
         let mut counts = FileCounts::default();
         // Every revert starts from the un-reverted worktree: undo the current revert, scoped as unrevert.
@@ -190,6 +264,26 @@ impl Rewind {
             _ => before,
         };
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
+        self.finish_revert(
+            session, messages, point, snapshot, outcome, warnings, counts,
+        )
+        .await
+    }
+
+    /// What a revert computed, once its files are written: the diffs, the warnings and the descriptor.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish_revert(
+        &self,
+        session: &Session,
+        messages: &[MessageWithParts],
+        point: RevertPoint,
+        snapshot: SnapshotId,
+        outcome: RevertOutcome,
+        mut warnings: Vec<Warning>,
+        mut counts: FileCounts,
+    ) -> Result<RevertResult> {
+        let wt = worktree(session);
+        let directory = &session.directory;
         counts.add(
             outcome.written.len(),
             outcome.deleted.len(),

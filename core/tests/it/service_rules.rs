@@ -499,11 +499,13 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_| tracked(20));
+    // The store is given the go-ahead once the intent is stored (the intent is checked below).
     snapshots
-        .expect_revert()
+        .expect_revert_when()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| {
+        .returning(|_, _, _, mut ready| {
+            assert_eq!(ready.try_recv(), Ok(Some(true)), "the go-ahead came first");
             Ok(RevertOutcome {
                 applied: sid(21),
                 written: vec![rel("a.txt")],
@@ -585,6 +587,57 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
         block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone())))
             .expect("lease")
             .is_none()
+    );
+}
+
+/// The store plans while the intent record is stored, and is told to touch nothing when it cannot be:
+/// the revert fails with the database's error, no file is written or rolled back, nothing is stored.
+#[test]
+fn a_revert_whose_intent_cannot_be_stored_touches_no_file() {
+    let f = fixture(None, None);
+    let mut snapshots = MockSnapshotPort::new();
+    snapshots.expect_track().times(1).returning(|_| tracked(20));
+    let go_ahead = Arc::new(std::sync::Mutex::new(None));
+    let seen = go_ahead.clone();
+    snapshots
+        .expect_revert_when()
+        .times(1)
+        .returning(move |_, _, _, mut ready| {
+            // What the store's thread would wait for (the in-memory intent's commit has ended by now).
+            *seen.lock().expect("lock") = Some(ready.try_recv());
+            Err(rewind_core::ports::called_off())
+        });
+    snapshots.expect_restore().times(0);
+    snapshots.expect_revert().times(0);
+    let rewind = f.rewind(snapshots);
+    let before = f.last_seq();
+    // The leases are taken without a commit of the transaction kind; the intent's commit is the next.
+    f.repo.fail_next_commit();
+    let target = RevertTarget {
+        message_id: f.messages[0].info.id.clone(),
+        part_id: None,
+    };
+    let result = block_on(rewind.revert(&f.session.id, target));
+    assert!(
+        matches!(&result, Err(Error::Backend(e)) if e.to_string().contains("injected fault")),
+        "the intent's error: {result:?}"
+    );
+    assert_eq!(
+        *go_ahead.lock().expect("lock"),
+        Some(Ok(Some(false))),
+        "the store was told to touch nothing"
+    );
+    let stored = block_on(f.repo.session(&f.session.id))
+        .expect("read")
+        .expect("session");
+    assert!(stored.revert.is_none() && stored.applied.is_none());
+    assert!(f.events_after(before).is_empty(), "no event");
+    assert!(block_on(f.repo.intents()).expect("intents").is_empty());
+    assert!(
+        block_on(f.repo.lease(&LeaseKey::Session(f.session.id.clone())))
+            .expect("lease")
+            .is_none(),
+        "the leases are given back"
     );
 }
 
