@@ -21,7 +21,7 @@ use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::Ignores;
 use crate::odb::{Kind, Odb};
-use crate::replace::{Held, preallocate};
+use crate::replace::{Held, Releases, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
 use crate::store::{Store, TEMP_PREFIX};
 use crate::track::track;
@@ -286,11 +286,16 @@ struct PendingWrite {
 /// anything fails.
 /// Returns the file's stat data as it stands after the rename, when it is still what was written (the
 /// stat cache takes it, see `StatCache::note_applied`).
-fn write_file(store: &Store, job: &PendingWrite) -> GitResult<Option<Stat>> {
-    let result = write_temp(store, &job.tmp, job.mode, &job.id).and_then(|()| {
-        let replaced = Held::at(&job.abs);
+/// The file renamed over is handed to `releases` (see `replace.rs`).
+fn write_file(
+    store: &Store,
+    job: &PendingWrite,
+    releases: &mut Releases,
+) -> GitResult<Option<Stat>> {
+    let result = write_temp(store, &job.tmp, job.mode, &job.id).and_then(|ext4| {
+        let replaced = Held::on_ext4(&job.abs, ext4);
         fs::rename(&job.tmp, &job.abs).map_err(|e| GitError::io(&job.abs, e))?;
-        replaced.release();
+        releases.push(replaced);
         Ok(())
     });
     if result.is_err() {
@@ -303,7 +308,8 @@ fn write_file(store: &Store, job: &PendingWrite) -> GitResult<Option<Stat>> {
     Ok((Mode::of_file(&meta) == Some(job.mode)).then(|| Stat::of(&meta, job.mode)))
 }
 
-fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<()> {
+/// Returns whether the temporary file is on ext4 (a symlink: not known, `false`).
+fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<bool> {
     let (kind, size, mut reader) = store.odb.open(id)?;
     if kind != Kind::Blob {
         return Err(GitError::Corrupt(format!("object {id} is not a blob")));
@@ -314,17 +320,20 @@ fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult
             .read_to_end(&mut target)
             .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
         let target = std::ffi::OsStr::from_bytes(&target);
-        return std::os::unix::fs::symlink(target, tmp).map_err(|e| GitError::io(tmp, e));
+        return std::os::unix::fs::symlink(target, tmp)
+            .map(|()| false)
+            .map_err(|e| GitError::io(tmp, e));
     }
     let mut file = fs::File::options()
         .write(true)
         .create_new(true)
         .open(tmp)
         .map_err(|e| GitError::io(tmp, e))?;
-    preallocate(&file, size);
+    let ext4 = preallocate(&file, size);
     io::copy(&mut reader, &mut file).map_err(|e| GitError::io(tmp, e))?;
     let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
     file.set_permissions(fs::Permissions::from_mode(bits))
+        .map(|()| ext4)
         .map_err(|e| GitError::io(tmp, e))
 }
 
@@ -359,8 +368,8 @@ impl<'a> Applier<'a> {
             &jobs,
             WRITE_THREADS,
             1,
-            || (),
-            |_, job| write_file(store, job),
+            Releases::default,
+            |releases, job| write_file(store, job, releases),
         )?;
         for (job, stat) in jobs.into_iter().zip(stats) {
             self.written_stats.insert(job.rel, stat);

@@ -302,14 +302,17 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> GitResult<()> {
         .create_new(true)
         .open(&tmp)
         .and_then(|mut file| {
-            preallocate(&file, data.len() as u64);
-            file.write_all(data)
+            let ext4 = preallocate(&file, data.len() as u64);
+            file.write_all(data).map(|()| ext4)
         });
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(GitError::io(&tmp, e));
-    }
-    let replaced = Held::at(path);
+    let ext4 = match written {
+        Ok(ext4) => ext4,
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            return Err(GitError::io(&tmp, e));
+        }
+    };
+    let replaced = Held::on_ext4(path, ext4);
     fs::rename(&tmp, path).map_err(|e| {
         let _ = fs::remove_file(&tmp);
         GitError::io(path, e)
