@@ -7,6 +7,8 @@
 //! beside it). Under that lock the next position is `max(seq) + 1`: a sequence would leave gaps on
 //! rollback, and a reader's cursor could pass a position whose transaction had not committed yet.
 
+use std::collections::HashMap;
+
 use rewind_core::model::{MessageId, RevertHistoryEntry, SessionId, Warning};
 use rewind_core::ports::{Change, Guard, Transaction};
 use rewind_core::{Error, Result};
@@ -62,9 +64,7 @@ impl SqlRepo {
                 .await
                 .map_err(self.fault("locking the event outbox"))?;
         }
-        for guard in &transaction.guards {
-            self.check_guard(txn, guard).await?;
-        }
+        self.check_guards(txn, &transaction.guards).await?;
         for change in transaction.changes {
             self.apply_change(txn, change).await?;
         }
@@ -82,31 +82,59 @@ impl SqlRepo {
         Ok(())
     }
 
-    async fn check_guard(&self, txn: &DatabaseTransaction, guard: &Guard) -> Result<()> {
+    /// Checks every guard, in order (the first that fails is the error). The leases of all lease guards
+    /// are read with one query.
+    async fn check_guards(&self, txn: &DatabaseTransaction, guards: &[Guard]) -> Result<()> {
+        let keys: Vec<String> = guards
+            .iter()
+            .filter_map(|guard| match guard {
+                Guard::LeaseHeld { key, .. } => Some(key.as_storage_key()),
+                Guard::IntentExists(_) => None,
+            })
+            .collect();
+        // Expiry is deliberately not checked: until someone takes an expired lease over, it is still
+        // held. On PostgreSQL the rows are share-locked until the commit ends, so a takeover waits for
+        // this transaction instead of slipping in between the check and the commit.
+        let leases: HashMap<String, lease::Model> = if keys.is_empty() {
+            HashMap::new()
+        } else {
+            lease::Entity::find()
+                .filter(lease::Column::Key.is_in(keys))
+                .lock_shared()
+                .all(txn)
+                .await
+                .map_err(self.fault("checking the lease guards"))?
+                .into_iter()
+                .map(|row| (row.key.clone(), row))
+                .collect()
+        };
+        for guard in guards {
+            self.check_guard(txn, guard, &leases).await?;
+        }
+        Ok(())
+    }
+
+    /// One guard, the lease guards against `leases` (read by `check_guards`).
+    async fn check_guard(
+        &self,
+        txn: &DatabaseTransaction,
+        guard: &Guard,
+        leases: &HashMap<String, lease::Model>,
+    ) -> Result<()> {
         match guard {
-            // Expiry is deliberately not checked: until someone takes an expired lease over, it is still
-            // held. On PostgreSQL the row is share-locked until the commit ends, so a takeover waits for
-            // this transaction instead of slipping in between the check and the commit.
-            Guard::LeaseHeld { key, token } => {
-                let row = lease::Entity::find_by_id(key.as_storage_key())
-                    .lock_shared()
-                    .one(txn)
-                    .await
-                    .map_err(self.fault("checking a lease guard"))?;
-                match row {
-                    Some(row) if row.token == token.0 => Ok(()),
-                    Some(row) => {
-                        let holder = self.lease_from_row(&row)?.holder;
-                        Err(Error::LeaseLost(format!(
-                            "the lease on {key:?} is now held by {holder} (token {})",
-                            row.token
-                        )))
-                    }
-                    None => Err(Error::LeaseLost(format!(
-                        "the lease on {key:?} is no longer held"
-                    ))),
+            Guard::LeaseHeld { key, token } => match leases.get(&key.as_storage_key()) {
+                Some(row) if row.token == token.0 => Ok(()),
+                Some(row) => {
+                    let holder = self.lease_from_row(row)?.holder;
+                    Err(Error::LeaseLost(format!(
+                        "the lease on {key:?} is now held by {holder} (token {})",
+                        row.token
+                    )))
                 }
-            }
+                None => Err(Error::LeaseLost(format!(
+                    "the lease on {key:?} is no longer held"
+                ))),
+            },
             Guard::IntentExists(token) => {
                 let found = intent::Entity::find_by_id(token.0.as_str())
                     .select_only()
@@ -123,6 +151,47 @@ impl SqlRepo {
                 }
             }
         }
+    }
+
+    /// Inserts (or on `conflict` updates) a row of `table` that belongs to session `id`, only when that
+    /// session exists: `INSERT … SELECT … WHERE EXISTS (the session)`, one statement where a lookup and a
+    /// write were two. `NotFound` when the session does not exist (nothing written).
+    async fn upsert_of_session<C: sea_orm::sea_query::IntoIden>(
+        &self,
+        txn: &DatabaseTransaction,
+        id: &SessionId,
+        table: impl sea_orm::sea_query::IntoTableRef,
+        row: Vec<(C, sea_orm::Value)>,
+        conflict: OnConflict,
+        what: &'static str,
+    ) -> Result<()> {
+        use sea_orm::sea_query::{Expr, Query};
+        let (columns, values): (Vec<C>, Vec<sea_orm::Value>) = row.into_iter().unzip();
+        let session_exists = Query::select()
+            .expr(Expr::val(1))
+            .from(session::Entity)
+            .and_where(session::Column::Id.eq(id.as_str()))
+            .to_owned();
+        let select = Query::select()
+            .exprs(values.into_iter().map(Expr::val))
+            .and_where(Expr::exists(session_exists))
+            .to_owned();
+        let mut insert = Query::insert();
+        insert
+            .into_table(table)
+            .columns(columns)
+            .select_from(select)
+            .map_err(|e| SqlError::Encode {
+                target: self.target.clone(),
+                what,
+                reason: e.to_string(),
+            })?
+            .on_conflict(conflict);
+        let written = txn.execute(&insert).await.map_err(self.fault(what))?;
+        if written.rows_affected() == 0 {
+            return Err(session_not_found(id));
+        }
+        Ok(())
     }
 
     async fn require_session(&self, txn: &DatabaseTransaction, id: &SessionId) -> Result<()> {
@@ -255,20 +324,21 @@ impl SqlRepo {
                     .await?;
             }
             Change::SetSessionDiff { session, diff } => {
-                self.require_session(txn, &session).await?;
-                let row = session_diff::ActiveModel {
-                    session_id: Set(session.as_str().to_owned()),
-                    body: Set(self.encode(&diff, "session diff")?),
-                };
-                session_diff::Entity::insert(row)
-                    .on_conflict(
-                        OnConflict::column(session_diff::Column::SessionId)
-                            .update_column(session_diff::Column::Body)
-                            .to_owned(),
-                    )
-                    .exec_without_returning(txn)
-                    .await
-                    .map_err(self.fault("storing a session diff"))?;
+                let body = self.encode(&diff, "session diff")?;
+                self.upsert_of_session(
+                    txn,
+                    &session,
+                    session_diff::Entity,
+                    vec![
+                        (session_diff::Column::SessionId, session.as_str().into()),
+                        (session_diff::Column::Body, body.into()),
+                    ],
+                    OnConflict::column(session_diff::Column::SessionId)
+                        .update_column(session_diff::Column::Body)
+                        .to_owned(),
+                    "storing a session diff",
+                )
+                .await?;
             }
             Change::AddWarning { session, warning } => {
                 self.require_session(txn, &session).await?;
@@ -279,26 +349,27 @@ impl SqlRepo {
                 self.add_history(txn, &session, &entry).await?;
             }
             Change::PutIntent(record) => {
-                self.require_session(txn, &record.session_id).await?;
-                let row = intent::ActiveModel {
-                    token: Set(record.token.0.clone()),
-                    session_id: Set(record.session_id.as_str().to_owned()),
-                    directory: Set(record.directory.clone()),
-                    body: Set(self.encode(&*record, "intent record")?),
-                };
-                intent::Entity::insert(row)
-                    .on_conflict(
-                        OnConflict::column(intent::Column::Token)
-                            .update_columns([
-                                intent::Column::SessionId,
-                                intent::Column::Directory,
-                                intent::Column::Body,
-                            ])
-                            .to_owned(),
-                    )
-                    .exec_without_returning(txn)
-                    .await
-                    .map_err(self.fault("storing an intent record"))?;
+                let body = self.encode(&*record, "intent record")?;
+                self.upsert_of_session(
+                    txn,
+                    &record.session_id,
+                    intent::Entity,
+                    vec![
+                        (intent::Column::Token, record.token.0.as_str().into()),
+                        (intent::Column::SessionId, record.session_id.as_str().into()),
+                        (intent::Column::Directory, record.directory.as_str().into()),
+                        (intent::Column::Body, body.into()),
+                    ],
+                    OnConflict::column(intent::Column::Token)
+                        .update_columns([
+                            intent::Column::SessionId,
+                            intent::Column::Directory,
+                            intent::Column::Body,
+                        ])
+                        .to_owned(),
+                    "storing an intent record",
+                )
+                .await?;
             }
             Change::DeleteIntent(token) => {
                 // Deleting an absent intent is not an error; a transaction that needs it to exist says so

@@ -68,6 +68,7 @@ macro_rules! repo_contract_tests {
             a_transaction_releases_a_lease_only_with_its_token
             leases_are_taken_together_or_not_at_all
             failed_transaction_leaves_nothing_and_writes_no_event
+            changes_of_a_session_that_does_not_exist_fail_with_not_found
             guards_check_lease_and_intent
             events_come_back_in_commit_order
             referenced_snapshots_cover_every_reference
@@ -1085,6 +1086,92 @@ pub async fn a_transaction_releases_a_lease_only_with_its_token(repo: &dyn Messa
         LeaseTake::Taken,
         "a released lease can be taken by anyone"
     );
+}
+
+/// Each change that belongs to a session (its diff, an intent record, a warning) fails with NotFound when
+/// the session does not exist, alone or after other changes of the same transaction, and nothing of the
+/// transaction is stored: no diff, no intent, no event. A session that exists takes them.
+pub async fn changes_of_a_session_that_does_not_exist_fail_with_not_found(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let stored = new_session(&ids, "/work/missing-a");
+    let missing = new_session(&ids, "/work/missing-b");
+    commit(repo, vec![put_session(&stored)]).await;
+    let before = all_events(repo).await;
+    let diff = vec![FileDiff {
+        file: "a.txt".to_owned(),
+        patch: String::new(),
+        additions: 1,
+        deletions: 0,
+        status: FileStatus::Added,
+    }];
+    let changes_of_missing = [
+        Change::SetSessionDiff {
+            session: missing.id.clone(),
+            diff: diff.clone(),
+        },
+        Change::PutIntent(Box::new(intent(
+            &ids,
+            &missing,
+            "intent-missing",
+            snapshot(5),
+        ))),
+        Change::AddWarning {
+            session: missing.id.clone(),
+            warning: warning(&ids, None, "/work/missing-b/a.txt"),
+        },
+    ];
+    for change in changes_of_missing {
+        let result = repo
+            .commit(transaction(
+                vec![
+                    Change::SetSessionDiff {
+                        session: stored.id.clone(),
+                        diff: diff.clone(),
+                    },
+                    change.clone(),
+                ],
+                vec![updated(&ids, &stored)],
+            ))
+            .await;
+        assert!(
+            matches!(result, Err(Error::NotFound(_))),
+            "{change:?} for a session that does not exist must fail with NotFound, got {result:?}"
+        );
+    }
+    assert!(
+        repo.session_diff(&stored.id)
+            .await
+            .expect("reading a session diff must succeed")
+            .is_empty(),
+        "the failed transactions stored no diff of the session that exists"
+    );
+    assert!(
+        repo.intents().await.expect("listing intents").is_empty(),
+        "no intent record was stored"
+    );
+    assert_eq!(all_events(repo).await, before, "no event was appended");
+    commit(
+        repo,
+        vec![
+            Change::SetSessionDiff {
+                session: stored.id.clone(),
+                diff: diff.clone(),
+            },
+            Change::PutIntent(Box::new(intent(
+                &ids,
+                &stored,
+                "intent-stored",
+                snapshot(6),
+            ))),
+        ],
+    )
+    .await;
+    assert_eq!(
+        repo.session_diff(&stored.id).await.expect("read"),
+        diff,
+        "a session that exists takes its diff"
+    );
+    assert_eq!(repo.intents().await.expect("intents").len(), 1);
 }
 
 /// A transaction that fails, on a change that refers to a missing message or session or on a guard, stores
