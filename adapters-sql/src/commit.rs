@@ -6,6 +6,10 @@
 //! lock on the outbox table, taken first in every commit and held until it ends (plain reads go on
 //! beside it). Under that lock the next position is `max(seq) + 1`: a sequence would leave gaps on
 //! rollback, and a reader's cursor could pass a position whose transaction had not committed yet.
+//!
+//! Each statement is a round trip to the driver's worker, so a commit uses few: the lease guards are read
+//! with one query, and a row that belongs to a session (its diff, an intent record) is written with
+//! `INSERT … SELECT … WHERE EXISTS (the session)` instead of a lookup and then a write.
 
 use std::collections::HashMap;
 

@@ -45,15 +45,20 @@ async fn settled_tree(h: &GitHarness, oracle: &GitOracle) -> SnapshotId {
     id
 }
 
+/// Files `f{i}` of `settled_tree` edited (as a step would).
+fn edit_by_a_step(h: &GitHarness, indices: &[usize]) {
+    for i in indices {
+        h.write(&format!("d{}/f{i:02}.txt", i % 4), b"edited by the step\n");
+    }
+}
+
 #[tokio::test]
 async fn after_a_revert_the_next_track_hashes_only_the_files_it_wrote() {
     let h = GitHarness::new();
     let oracle = GitOracle::new(None);
     let before = settled_tree(&h, &oracle).await;
     // A step: three edits, one deletion, one new file.
-    for i in [1, 6, 11] {
-        h.write(&format!("d{}/f{i:02}.txt", i % 4), b"edited by the step\n");
-    }
+    edit_by_a_step(&h, &[1, 6, 11]);
     h.remove("d0/f04.txt");
     h.write("d1/new.txt", b"new\n");
     backdate_dirs(h.root());
@@ -375,9 +380,7 @@ async fn a_revert_that_rewrites_files_leaves_the_cache_with_the_trees_of_applied
     let h = GitHarness::new();
     let oracle = GitOracle::new(None);
     let before = settled_tree(&h, &oracle).await;
-    for i in [1, 5, 6] {
-        h.write(&format!("d{}/f{i:02}.txt", i % 4), b"edited by the step\n");
-    }
+    edit_by_a_step(&h, &[1, 5, 6]);
     backdate_dirs(h.root());
     let after = track_as_git(&h, &oracle).await;
     let outcome = h
@@ -400,52 +403,5 @@ async fn a_revert_that_rewrites_files_leaves_the_cache_with_the_trees_of_applied
     let later = track_as_git(&h, &oracle).await;
     assert_ne!(later, before);
     h.write("d3/f03.txt", b"file 3\n");
-    assert_eq!(track_as_git(&h, &oracle).await, before);
-}
-
-/// `revert_when` touches nothing until its go-ahead: refused or dropped, the worktree stays as it was and
-/// the call fails; given, it reverts as `revert` does.
-#[tokio::test]
-async fn revert_when_touches_nothing_without_its_go_ahead() {
-    let h = GitHarness::new();
-    let oracle = GitOracle::new(None);
-    let before = settled_tree(&h, &oracle).await;
-    h.write("d1/f01.txt", b"edited by the step\n");
-    h.remove("d2/f02.txt");
-    h.write("d3/new.txt", b"new\n");
-    let after = track_as_git(&h, &oracle).await;
-    let patches = [SnapshotPatch {
-        hash: before.clone(),
-        files: rels(&["d1/f01.txt", "d2/f02.txt", "d3/new.txt"]),
-    }];
-    let refused = {
-        let (ready, gate) = futures::channel::oneshot::channel();
-        ready.send(false).expect("send");
-        h.port().revert_when(h.root(), &patches, &after, gate).await
-    };
-    let dropped = {
-        let (_, gate) = futures::channel::oneshot::channel::<bool>();
-        h.port().revert_when(h.root(), &patches, &after, gate).await
-    };
-    for result in [refused, dropped] {
-        assert!(
-            matches!(&result, Err(rewind_core::Error::Backend(e)) if e.to_string().contains("called off")),
-            "{result:?}"
-        );
-        assert_eq!(h.track().await.id, after, "nothing was touched");
-        assert_eq!(
-            fs::read(h.path("d1/f01.txt")).expect("read"),
-            b"edited by the step\n"
-        );
-        assert!(h.path("d3/new.txt").exists() && !h.path("d2/f02.txt").exists());
-    }
-    let (ready, gate) = futures::channel::oneshot::channel();
-    ready.send(true).expect("send");
-    let outcome = h
-        .port()
-        .revert_when(h.root(), &patches, &after, gate)
-        .await
-        .expect("revert");
-    assert_eq!(outcome.applied, before);
     assert_eq!(track_as_git(&h, &oracle).await, before);
 }

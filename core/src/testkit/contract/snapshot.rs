@@ -139,6 +139,7 @@ macro_rules! snapshot_contract_tests {
             unified_diff_names_every_changed_file,
             revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back,
             revert_diffs_after_a_revert_are_those_of_its_two_snapshots,
+            revert_when_touches_nothing_without_its_go_ahead,
             restore_of_given_paths_touches_nothing_else,
             restore_never_touches_ignored_files,
             restore_brings_back_symlinks_and_modes,
@@ -649,6 +650,45 @@ pub async fn revert_diffs_after_a_revert_are_those_of_its_two_snapshots(h: &dyn 
             .is_err(),
         "the diffs to a snapshot the store lost are an error"
     );
+}
+
+/// `revert_when` touches nothing until its go-ahead: refused or dropped, the call fails and the worktree is
+/// as it was; given, it reverts as `revert` does.
+pub async fn revert_when_touches_nothing_without_its_go_ahead(h: &dyn WorktreeHarness) {
+    h.write("edited.txt", b"one\n");
+    h.write("gone.txt", b"was there\n");
+    let start = track(h).await.id;
+    h.write("edited.txt", b"two\n");
+    h.remove("gone.txt");
+    h.write("dir/added.txt", b"added by the step\n");
+    let end = track(h).await.id;
+    let before = h.list();
+    let patches = [patch(&start, &["edited.txt", "gone.txt", "dir/added.txt"])];
+    let port = h.port();
+    for answer in [Some(false), None] {
+        let (ready, gate) = futures::channel::oneshot::channel();
+        match answer {
+            Some(go) => ready.send(go).expect("the receiver is there"),
+            None => drop(ready),
+        }
+        let result = port.revert_when(h.root(), &patches, &end, gate).await;
+        assert!(
+            matches!(&result, Err(e) if e.to_string().contains("called off")),
+            "go-ahead {answer:?}: {result:?}"
+        );
+        assert_eq!(h.list(), before, "go-ahead {answer:?}: nothing was touched");
+        assert_eq!(track(h).await.id, end);
+    }
+    let (ready, gate) = futures::channel::oneshot::channel();
+    ready.send(true).expect("the receiver is there");
+    let outcome = port
+        .revert_when(h.root(), &patches, &end, gate)
+        .await
+        .expect("revert with the go-ahead");
+    assert_eq!(outcome.applied, start);
+    assert_eq!(track(h).await.id, start);
+    assert_eq!(h.read("edited.txt"), text("one\n"));
+    assert_eq!(h.read("dir/added.txt"), None);
 }
 
 /// Restoring given paths writes exactly those and touches nothing else; restoring again writes nothing.
