@@ -188,6 +188,7 @@ impl Application {
             password: settings.password.as_deref().map(Arc::from),
             shutdown: tokio_util::sync::CancellationToken::new(),
             relay_wake: Arc::new(tokio::sync::Notify::new()),
+            requests: tokio_util::task::TaskTracker::new(),
             heartbeat: options.heartbeat,
             services,
         };
@@ -211,6 +212,12 @@ impl Application {
         self.address
     }
 
+    /// The database handle the server uses (tests set its hooks).
+    #[doc(hidden)]
+    pub fn repo(&self) -> Arc<SqlRepo> {
+        Arc::clone(&self.state.services.repo)
+    }
+
     /// Cancelling this token stops the server gracefully: requests in flight finish, event streams end.
     pub fn shutdown_token(&self) -> tokio_util::sync::CancellationToken {
         self.state.shutdown.clone()
@@ -232,12 +239,16 @@ impl Application {
             stop.clone(),
         ));
         tracing::info!(address = %self.address, "rewind serving");
+        let requests = self.state.requests.clone();
         let router = crate::http::router(self.state, self.body_limit);
         let served = axum::serve(self.listener, router)
             .with_graceful_shutdown(stop.clone().cancelled_owned())
             .await
             .context("the HTTP server failed");
         stop.cancel();
+        // Requests whose clients went away run on: a revert ends with its result stored.
+        requests.close();
+        requests.wait().await;
         let _ = relay.await;
         let _ = outbox_cutter.await;
         tracing::info!("rewind stopped");

@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use rewind_bus::BroadcastBus;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::Settings;
 use crate::startup::{Application, ServerOptions, Services};
@@ -47,6 +48,8 @@ pub struct AppState {
     pub relay_wake: Arc<Notify>,
     /// The heartbeat interval of event streams.
     pub heartbeat: Duration,
+    /// The requests running detached from their connection (`detach`), waited for when the server stops.
+    pub requests: TaskTracker,
 }
 
 impl std::fmt::Debug for AppState {
@@ -96,7 +99,29 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
             state.clone(),
             security::guard,
         ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), detach))
         .with_state(state)
+}
+
+/// Runs every request to its end even when its client goes away. hyper drops a handler's future when the
+/// connection closes, at whatever await it stands: a revert dropped there would keep its leases until they
+/// expire (the session answers 409 meanwhile) and leave its intent for recovery to roll back, and the
+/// store's thread would go on writing files no one records. So the request is a task of its own, tracked
+/// in `AppState::requests` (the server waits for those still running when it stops); only the wait for its
+/// response is dropped with the connection.
+async fn detach(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match state.requests.spawn(next.run(request)).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::error!(%error, "a request's task failed");
+            ApiError::Internal("the request failed inside the server".to_owned()).into_response()
+        }
+    }
 }
 
 /// Runs `rewind serve` until SIGINT or SIGTERM: recovery, then the server and its outbox relay.

@@ -417,3 +417,56 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
     );
     app.stop().await
 }
+
+/// A client that goes away during a revert does not stop it: the revert runs to its end (files written,
+/// result stored, leases given back), so the next request finds it done instead of a session that answers
+/// 409 until the leases expire. hyper drops a handler's future when its connection closes; the server runs
+/// each request as a task of its own.
+#[tokio::test]
+async fn a_revert_whose_client_goes_away_still_completes() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("a.txt"), "a1\n")?;
+            Ok(())
+        })
+        .await?;
+    // The revert's next commit is its intent record: held open until the client has gone.
+    let mut pause = app.db.pause_next_commit();
+    let request = app
+        .http
+        .post(app.url(&format!("/session/{session}/revert")))
+        .json(&json!({"messageID": user}));
+    let client = tokio::spawn(request.send());
+    ensure!(
+        pause.reached().await,
+        "the revert reached its intent's commit"
+    );
+    client.abort();
+    ensure!(client.await.is_err(), "the client was stopped mid-request");
+    // Time for the server to see the connection close (and, without the fix, drop the handler).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(
+        app.file("a.txt").as_deref() == Some("a1\n"),
+        "no file touched before the intent"
+    );
+    pause.resume();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let reverted = loop {
+        let current = app.read(&format!("/session/{session}")).await?;
+        if current.get("revert").is_some() || tokio::time::Instant::now() > deadline {
+            break current;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(reverted["revert"]["messageID"], json!(user), "{reverted}");
+    assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
+    // The leases were given back: the next operation is not refused as busy.
+    let unreverted = app
+        .post(&format!("/session/{session}/unrevert"), json!({}))
+        .await?;
+    assert_eq!(unreverted.status, 200, "{}", unreverted.body);
+    assert_eq!(app.file("a.txt").as_deref(), Some("a1\n"));
+    app.stop().await
+}

@@ -23,6 +23,8 @@ pub struct TestApp {
     pub data_dir: PathBuf,
     /// The database URL.
     pub database_url: String,
+    /// The server's own database handle (for its test hooks).
+    pub db: std::sync::Arc<rewind_sql::SqlRepo>,
     stop: Box<dyn Fn() + Send + Sync>,
     server: Option<tokio::task::JoinHandle<Result<()>>>,
     _dirs: (TempDir, TempDir),
@@ -103,6 +105,7 @@ pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
     let app = Application::build_with(settings, options).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
     let token = app.shutdown_token();
+    let db = app.repo();
     let stop: Box<dyn Fn() + Send + Sync> = Box::new(move || token.cancel());
     let server = tokio::spawn(app.run_until_stopped());
     Ok(TestApp {
@@ -111,6 +114,7 @@ pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
         repo,
         data_dir: data.path().to_path_buf(),
         database_url,
+        db,
         stop,
         server: Some(server),
         _dirs: (repo_dir, data),
