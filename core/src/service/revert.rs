@@ -58,6 +58,21 @@ impl Operation {
     }
 }
 
+/// A reverted session's pre-revert snapshot and `applied` (none when it is not reverted, or its descriptor
+/// names no snapshot).
+fn current_revert(session: &Session) -> Option<(SnapshotId, SnapshotId)> {
+    match (&session.revert, &session.applied) {
+        (
+            Some(RevertDescriptor {
+                snapshot: Some(snapshot),
+                ..
+            }),
+            Some(applied),
+        ) => Some((snapshot.clone(), applied.clone())),
+        _ => None,
+    }
+}
+
 /// What a revert computed before its result is stored.
 struct RevertResult {
     counts: FileCounts,
@@ -113,39 +128,25 @@ impl Rewind {
         let point = select_revert_point(&messages, target)?;
         let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
         let before = tracked?.id;
-        // The files the current revert changed (if any): undone first, and in the intent.
-        let previous_changed = match (&session.revert, &session.applied) {
-            (
-                Some(RevertDescriptor {
-                    snapshot: Some(snapshot),
-                    ..
-                }),
-                Some(applied),
-            ) => self.changed_between(wt, snapshot, applied).await?,
-            _ => Vec::new(),
-        };
-        let files: BTreeSet<RelPath> = patches
-            .iter()
-            .flat_map(|p| p.files.iter().cloned())
-            .chain(previous_changed.iter().cloned())
-            .collect();
-        let reverted = matches!(
-            (&session.revert, &session.applied),
-            (
-                Some(RevertDescriptor {
-                    snapshot: Some(_),
-                    ..
-                }),
-                Some(_)
-            )
-        );
-        if !reverted {
+        // The current revert (its pre-revert snapshot and `applied`), if any: undone first.
+        let Some((previous, applied)) = current_revert(&session) else {
+            let files = patches
+                .iter()
+                .flat_map(|p| p.files.iter().cloned())
+                .collect();
             return self
                 .revert_gated(
                     &session, operation, &messages, point, &patches, before, files,
                 )
                 .await;
-        }
+        };
+        // The files the current revert changed are in the intent too.
+        let previous_changed = self.changed_between(wt, &previous, &applied).await?;
+        let files: BTreeSet<RelPath> = patches
+            .iter()
+            .flat_map(|p| p.files.iter().cloned())
+            .chain(previous_changed.iter().cloned())
+            .collect();
         let intent = self
             .write_intent(
                 &session,
@@ -165,6 +166,7 @@ impl Rewind {
                 point,
                 &patches,
                 before,
+                (&previous, &applied),
                 previous_changed,
             )
             .await
@@ -232,6 +234,10 @@ impl Rewind {
         }
     }
 
+    /// The revert of a session that is reverted (`current` is its pre-revert snapshot and `applied`): the
+    /// current revert is undone first, scoped as unrevert, so every revert starts from the un-reverted
+    /// worktree, which is then tracked again as this revert's pre-revert state.
+    #[allow(clippy::too_many_arguments)]
     async fn revert_files(
         &self,
         session: &Session,
@@ -239,30 +245,15 @@ impl Rewind {
         point: RevertPoint,
         patches: &[crate::model::SnapshotPatch],
         before: SnapshotId,
+        current: (&SnapshotId, &SnapshotId),
         previous_changed: Vec<RelPath>,
     ) -> Result<RevertResult> {
         let wt = worktree(session);
-        let mut warnings = Vec::new();
-        let mut counts = FileCounts::default();
-        // Every revert starts from the un-reverted worktree: undo the current revert, scoped as unrevert.
-        // The pre-revert state is then tracked again; without a revert to undo it is `before` itself.
-        let snapshot = match (&session.revert, &session.applied) {
-            (
-                Some(RevertDescriptor {
-                    snapshot: Some(previous),
-                    ..
-                }),
-                Some(applied),
-            ) => {
-                let (undo_warnings, undo_counts) = self
-                    .undo_revert(session, previous, applied, previous_changed, &before)
-                    .await?;
-                warnings.extend(undo_warnings);
-                counts.add(undo_counts.written, undo_counts.deleted, undo_counts.kept);
-                self.snapshots.track(wt).await?.id
-            }
-            _ => before,
-        };
+        let (previous, applied) = current;
+        let (warnings, counts) = self
+            .undo_revert(session, previous, applied, previous_changed, &before)
+            .await?;
+        let snapshot = self.snapshots.track(wt).await?.id;
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
         self.finish_revert(
             session, messages, point, snapshot, outcome, warnings, counts,
