@@ -953,10 +953,7 @@ pub fn revert(
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
         .count();
     if touched > SPECULATE_UP_TO {
-        if !ready() {
-            return Err(GitError::CalledOff);
-        }
-        return write_planned(store, &actions, &entries, current, base, None);
+        return write_planned(store, &actions, &entries, current, base, ready, None);
     }
     // The end state the plan predicts, in the order `write_planned` touches the files.
     let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
@@ -982,14 +979,19 @@ pub fn revert(
             let diffs = crate::diff::revert_diffs_on(&store.odb, &changes, config.size_cap, 1)?;
             Ok((applied, diffs))
         });
-        if !ready() {
-            return Err(GitError::CalledOff);
-        }
         let prediction = Prediction {
             changes: &predicted,
             applied: built_rx,
         };
-        let outcome = write_planned(store, &actions, &entries, current, base, Some(prediction))?;
+        let outcome = write_planned(
+            store,
+            &actions,
+            &entries,
+            current,
+            base,
+            ready,
+            Some(prediction),
+        )?;
         let applied = object_id(&outcome.applied)?;
         if let Ok(Ok((predicted, diffs))) = speculative.join()
             && predicted == applied
@@ -1008,17 +1010,21 @@ struct Prediction<'p> {
     applied: std::sync::mpsc::Receiver<ObjectId>,
 }
 
-/// The writing half of `revert`: deletes and writes what the plan says (re-checking each path as it
-/// goes), teaches the stat cache, and returns the outcome. `applied` is taken from `prediction` when the
-/// writes ended as it predicted.
+/// The writing half of `revert`: once `ready` says so, deletes and writes what the plan says (re-checking
+/// each path as it goes), teaches the stat cache, and returns the outcome. `applied` is taken from
+/// `prediction` when the writes ended as it predicted.
 fn write_planned(
     store: &Store,
     actions: &[FileAction],
     entries: &HashMap<String, (Mode, ObjectId)>,
     current: TrackedNow<'_>,
     base: &ObjectId,
+    ready: impl FnOnce() -> bool,
     prediction: Option<Prediction<'_>>,
 ) -> GitResult<RevertOutcome> {
+    if !ready() {
+        return Err(GitError::CalledOff);
+    }
     journal_parents(store, entries.keys().cloned())?;
     current.stop_planning();
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));

@@ -84,6 +84,24 @@ impl GitSnapshotStore {
     }
 }
 
+impl GitSnapshotStore {
+    /// `revert` and `revert_when`: the store's thread plans, then touches files once `ready` says so.
+    async fn revert_once(
+        &self,
+        worktree: &Path,
+        patches: &[SnapshotPatch],
+        base: &SnapshotId,
+        ready: impl FnOnce() -> bool + Send + 'static,
+    ) -> Result<RevertOutcome> {
+        let patches = patches.to_vec();
+        let base = object_id(base)?;
+        self.with_store(worktree, move |store, config| {
+            apply::revert(store, config, &patches, &base, ready)
+        })
+        .await
+    }
+}
+
 fn rel_paths(paths: Vec<String>) -> GitResult<Vec<RelPath>> {
     paths
         .into_iter()
@@ -223,12 +241,7 @@ impl SnapshotPort for GitSnapshotStore {
         patches: &[SnapshotPatch],
         base: &SnapshotId,
     ) -> Result<RevertOutcome> {
-        let patches = patches.to_vec();
-        let base = object_id(base)?;
-        self.with_store(worktree, move |store, config| {
-            apply::revert(store, config, &patches, &base, || true)
-        })
-        .await
+        self.revert_once(worktree, patches, base, || true).await
     }
 
     async fn revert_when(
@@ -238,14 +251,10 @@ impl SnapshotPort for GitSnapshotStore {
         base: &SnapshotId,
         ready: Ready,
     ) -> Result<RevertOutcome> {
-        let patches = patches.to_vec();
-        let base = object_id(base)?;
         // The store's thread waits for the go-ahead after planning (the caller stores its intent record
         // meanwhile on the async side).
-        self.with_store(worktree, move |store, config| {
-            apply::revert(store, config, &patches, &base, || {
-                futures::executor::block_on(ready) == Ok(true)
-            })
+        self.revert_once(worktree, patches, base, move || {
+            futures::executor::block_on(ready) == Ok(true)
         })
         .await
     }

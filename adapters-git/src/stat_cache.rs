@@ -235,10 +235,9 @@ impl StatCache {
             cache.keep(&path);
             return Ok(());
         }
-        let same_paths = changes.iter().all(|(changed, after)| {
-            after.is_some_and(|(stat, _)| stat.mode != Mode::Tree)
-                && cache.entries.contains_key(changed)
-        });
+        let same_paths = changes
+            .iter()
+            .all(|(changed, after)| after.is_some() && cache.entries.contains_key(changed));
         let mut dirty = HashSet::new();
         let mut replaced_dirs = Vec::new();
         for (changed, after) in changes {
