@@ -14,8 +14,8 @@
 //!
 //! At most `MAX_HELD` handles are held at once in the process; past that a file is freed at once, as
 //! without this. A process that ends closes what it still holds. A thread that writes many files hands
-//! them over in batches (`Releases`): each hand-over wakes the background thread, which then takes a
-//! core from the writes (on 2 cores, a 30-file revert woke it 30 times). The caller that just created a
+//! them over in batches of 8 (`Releases`): each hand-over wakes the background thread, which then takes
+//! a core from the writes (on 2 cores, a 30-file revert woke it 30 times). The caller that just created a
 //! temporary file beside the target already knows whether the directory is on ext4 (`preallocate`
 //! says), so `Held::on_ext4` skips asking the filesystem again.
 //!
@@ -143,23 +143,18 @@ impl Held {
         if releases.is_empty() {
             return;
         }
-        match closer() {
-            Some(inbox) => {
-                let sent = inbox
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .send(releases);
-                if let Err(unsent) = sent {
-                    for release in unsent.0 {
-                        close(release.fd);
-                    }
-                }
-            }
-            None => {
-                for release in releases {
-                    close(release.fd);
-                }
-            }
+        // Closed here when the background thread is not there to take them.
+        let unsent = match closer() {
+            Some(inbox) => inbox
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .send(releases)
+                .err()
+                .map(|unsent| unsent.0),
+            None => Some(releases),
+        };
+        for release in unsent.into_iter().flatten() {
+            close(release.fd);
         }
     }
 }
@@ -170,8 +165,9 @@ impl Held {
 pub struct Releases(Vec<Held>);
 
 impl Releases {
-    /// How many files are handed over at once at most.
-    const BATCH: usize = 16;
+    /// How many files are handed over at once at most: the 16 threads a revert writes with then hold
+    /// fewer than `MAX_HELD` files between them, so none is freed on the spot for want of a handle.
+    const BATCH: usize = 8;
 
     /// Adds a file to hand over.
     pub fn push(&mut self, held: Held) {
