@@ -97,43 +97,28 @@ impl Rewind {
     }
 
     /// Records a message with its parts. While the session is reverted, cleanup runs first (the redo
-    /// history is dropped, as in OpenCode).
+    /// history is dropped, as in OpenCode). Cleanup deletes for good, so a message that would be refused is
+    /// refused before it, checked against the conversation as cleanup will leave it: a refused request
+    /// changes nothing.
     pub async fn create_message(
         &self,
         session_id: &SessionId,
         input: NewMessage,
     ) -> Result<MessageWithParts> {
         let session = self.load_prepared(session_id).await?;
-        if session.revert.is_some() {
+        reject_recorded_kinds(&input.parts)?;
+        if let Some(point) = revert_point_of(&session) {
+            let messages = self.repo.messages(session_id).await?;
+            let plan = crate::revert::cleanup_plan(&messages, &point);
+            let kept: Vec<MessageWithParts> = messages
+                .into_iter()
+                .filter(|m| !plan.removed_messages.contains(&m.info.id))
+                .collect();
+            self.new_message(session_id, &kept, input.clone())?;
             self.cleanup(&session).await?;
         }
-        reject_recorded_kinds(&input.parts)?;
         let messages = self.repo.messages(session_id).await?;
-        let last = messages.last().map(|m| m.info.id.clone());
-        let id = match input.id {
-            Some(id) => {
-                ensure_sorts_after(&id, last.as_ref())?;
-                id
-            }
-            None => self.ids.ascending(self.now(), last.as_ref()),
-        };
-        let parent_id = match input.role {
-            Role::User => None,
-            Role::Assistant => Some(assistant_parent(&messages, input.parent_id)?),
-        };
-        let now = self.now();
-        let info = Message {
-            id: id.clone(),
-            session_id: session_id.clone(),
-            role: input.role,
-            time: MessageTime {
-                created: now,
-                completed: None,
-            },
-            parent_id,
-            extra: input.extra,
-        };
-        let parts = self.build_parts(&info, None, input.parts)?;
+        let (info, parts) = self.new_message(session_id, &messages, input)?;
         let mut transaction = Transaction::default();
         transaction
             .changes
@@ -152,6 +137,41 @@ impl Rewind {
         Ok(MessageWithParts { info, parts })
     }
 
+    /// The message `input` describes, following `messages` (the session's), with its parts; every check
+    /// of the input is made here (its id's order, its parent, its parts' ids).
+    fn new_message(
+        &self,
+        session_id: &SessionId,
+        messages: &[MessageWithParts],
+        input: NewMessage,
+    ) -> Result<(Message, Vec<Part>)> {
+        let last = messages.last().map(|m| m.info.id.clone());
+        let id = match input.id {
+            Some(id) => {
+                ensure_sorts_after(&id, last.as_ref())?;
+                id
+            }
+            None => self.ids.ascending(self.now(), last.as_ref()),
+        };
+        let parent_id = match input.role {
+            Role::User => None,
+            Role::Assistant => Some(assistant_parent(messages, input.parent_id)?),
+        };
+        let info = Message {
+            id,
+            session_id: session_id.clone(),
+            role: input.role,
+            time: MessageTime {
+                created: self.now(),
+                completed: None,
+            },
+            parent_id,
+            extra: input.extra,
+        };
+        let parts = self.build_parts(&info, None, input.parts)?;
+        Ok((info, parts))
+    }
+
     /// Appends a part (text, tool, or any type rewind does not know) to a message. Step parts come only
     /// from the step operations, so every snapshot a patch names is one rewind took.
     pub async fn append_part(
@@ -163,18 +183,7 @@ impl Rewind {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(std::slice::from_ref(&input))?;
         let message = self.load_message(session_id, message_id).await?;
-        if let Some(descriptor) = &session.revert {
-            let point = crate::revert::RevertPoint {
-                message_id: descriptor.message_id.clone(),
-                part_id: descriptor.part_id.clone(),
-            };
-            if crate::revert::is_hidden(&point, message_id, None) || message_id > &point.message_id
-            {
-                return Err(Error::InvalidInput(format!(
-                    "message {message_id} is reverted; unrevert the session or record a new message"
-                )));
-            }
-        }
+        refuse_reverted_message(&session, message_id)?;
         let last = message.parts.last().map(|p| p.id.clone());
         let mut parts = self.build_parts(&message.info, last, vec![input])?;
         let part = parts
@@ -200,14 +209,17 @@ impl Rewind {
                 ),
             ));
         }
-        if session.revert.is_some() {
-            session = self.cleanup(&session).await?;
-        }
-        let message = self.load_message(session_id, message_id).await?;
+        // Checked before cleanup, which deletes for good: a refused step changes nothing.
+        let mut message = self.load_message(session_id, message_id).await?;
         if message.info.role != Role::Assistant {
             return Err(Error::InvalidInput(format!(
                 "message {message_id} is a user message; steps belong to assistant messages"
             )));
+        }
+        refuse_reverted_message(&session, message_id)?;
+        if session.revert.is_some() {
+            session = self.cleanup(&session).await?;
+            message = self.load_message(session_id, message_id).await?;
         }
         let token = new_token();
         let session_lease = self
@@ -683,6 +695,30 @@ fn open_step_of(session: &Session, message_id: &MessageId) -> Result<OpenStep> {
             "no step is open in message {message_id} of session {}",
             session.id
         ))),
+    }
+}
+
+/// The revert point of a reverted session.
+fn revert_point_of(session: &Session) -> Option<crate::revert::RevertPoint> {
+    session
+        .revert
+        .as_ref()
+        .map(|descriptor| crate::revert::RevertPoint {
+            message_id: descriptor.message_id.clone(),
+            part_id: descriptor.part_id.clone(),
+        })
+}
+
+/// Refuses (400) a message the session's revert hides whole (cleanup would delete it): nothing more is
+/// recorded in it.
+fn refuse_reverted_message(session: &Session, message_id: &MessageId) -> Result<()> {
+    match revert_point_of(session) {
+        Some(point) if crate::revert::is_hidden(&point, message_id, None) => {
+            Err(Error::InvalidInput(format!(
+                "message {message_id} is reverted; unrevert the session or record a new message"
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -472,6 +472,82 @@ fn a_new_message_while_reverted_runs_cleanup_and_lowers_cost() {
     })
 }
 
+/// SPEC sections 3 and 4: a message or step that is refused changes nothing, also while the session is
+/// reverted, where the operation would first run cleanup, which deletes the hidden messages for good. Each
+/// refusal leaves the revert in place, every message kept and no revert history.
+#[test]
+fn a_refused_message_or_step_while_reverted_does_not_run_cleanup() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "2")).await;
+        w.revert_to(&s.id, &t2.user).await;
+        let before = w.messages(&s.id).await;
+        assert_eq!(before.len(), 4);
+
+        let mut behind = NewMessage::user_text("behind");
+        // After cleanup the last message would be t1's assistant: an id equal to it does not sort after.
+        behind.id = Some(t1.assistant.clone());
+        let mut orphan = NewMessage::assistant();
+        // Its parent is hidden by the revert: cleanup would delete it.
+        orphan.parent_id = Some(t2.user.clone());
+        let mut recorded = NewMessage::user_text("forged");
+        recorded.parts.push(NewPart::new(PartBody::StepStart(
+            rewind_core::model::StepStartPart {
+                snapshot: None,
+                extra: Default::default(),
+            },
+        )));
+        for (what, input, expected) in [
+            ("an id that does not sort after", behind, "InvalidInput"),
+            ("a hidden parent", orphan, "NotFound"),
+            ("a step part sent by the client", recorded, "InvalidInput"),
+        ] {
+            let refused = w.rewind.create_message(&s.id, input).await;
+            let kind = match &refused {
+                Err(Error::InvalidInput(_)) => "InvalidInput",
+                Err(Error::NotFound(_)) => "NotFound",
+                _ => "other",
+            };
+            assert_eq!(kind, expected, "{what}: {refused:?}");
+        }
+        for (what, message) in [
+            ("a step on a hidden message", &t2.assistant),
+            ("a step on a user message", &t1.user),
+        ] {
+            let refused = w.rewind.begin_step(&s.id, message).await;
+            assert!(
+                matches!(refused, Err(Error::InvalidInput(_))),
+                "{what}: {refused:?}"
+            );
+        }
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert_eq!(
+            session.revert.as_ref().map(|r| &r.message_id),
+            Some(&t2.user),
+            "still reverted"
+        );
+        assert_eq!(w.messages(&s.id).await, before, "every message kept");
+        let history = w.rewind.revert_history(&s.id).await.expect("history");
+        assert!(history.is_empty(), "no cleanup ran: {history:?}");
+
+        // An accepted message still runs cleanup first.
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("instead"))
+            .await
+            .expect("message");
+        assert!(
+            w.rewind
+                .session(&s.id)
+                .await
+                .expect("session")
+                .revert
+                .is_none()
+        );
+    })
+}
+
 /// SPEC section 4: each finished step updates the turn's user message `summary.diffs`, first step-start
 /// to last step-finish.
 #[test]
