@@ -66,6 +66,16 @@ impl AppState {
     pub fn check_worktree(&self, raw: &str) -> Result<String, ApiError> {
         security::worktree_under_roots(raw, &self.roots)
     }
+
+    /// 400 when session `id` belongs to a worktree outside the project roots: the command line records
+    /// sessions of any directory in the same database, and a request naming one must not read or change
+    /// them. An unknown session (or one that cannot be read) is left to its route.
+    pub async fn check_session(&self, id: &rewind_core::model::SessionId) -> Result<(), ApiError> {
+        match self.services.rewind.session(id).await {
+            Ok(session) => security::session_under_roots(&session.directory, &self.roots),
+            Err(_) => Ok(()),
+        }
+    }
 }
 
 /// The router with every route of SPEC section 9, the guards and the body limit.

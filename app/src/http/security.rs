@@ -1,6 +1,7 @@
 //! The guards every request passes (SPEC section 9): on loopback, a `Host` that names loopback and no
 //! foreign `Origin` (a web page must not drive the server through DNS rebinding); the basic-auth password
-//! when one is set; and a worktree (`?directory=` or `x-opencode-directory`) under the project roots.
+//! when one is set; and a worktree (`?directory=` or `x-opencode-directory`), and the session a path
+//! names, under the project roots.
 
 use std::path::{Path, PathBuf};
 
@@ -55,6 +56,11 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
     };
     request.extensions_mut().insert(RequestDirectory(directory));
     let session = session_of(request.uri().path());
+    if let Some(id) = &session
+        && let Err(error) = state.check_session(id).await
+    {
+        return error.into_response();
+    }
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let started = std::time::Instant::now();
@@ -243,14 +249,32 @@ pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiE
     let (canonical, text) = canonical_worktree(path)
         .map_err(|error| ApiError::BadRequest(format!("worktree {error}")))?;
     if !roots.iter().any(|root| canonical.starts_with(root)) {
-        let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-        return Err(ApiError::BadRequest(format!(
-            "worktree {} is outside the project roots ({}); start the server with --project-root",
-            canonical.display(),
-            roots.join(", ")
-        )));
+        return Err(outside_roots(&canonical, roots));
     }
     Ok(text)
+}
+
+/// A stored session's worktree `directory` (canonical when it was recorded) under a project root, or 400.
+/// It is resolved again only when it is not under one as written (a root reached through a symlink
+/// since): a session whose directory was deleted stays readable.
+pub fn session_under_roots(directory: &str, roots: &[PathBuf]) -> Result<(), ApiError> {
+    let path = Path::new(directory);
+    if roots.iter().any(|root| path.starts_with(root)) {
+        return Ok(());
+    }
+    match canonical_worktree(path) {
+        Ok((canonical, _)) if roots.iter().any(|root| canonical.starts_with(root)) => Ok(()),
+        _ => Err(outside_roots(path, roots)),
+    }
+}
+
+fn outside_roots(worktree: &Path, roots: &[PathBuf]) -> ApiError {
+    let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+    ApiError::BadRequest(format!(
+        "worktree {} is outside the project roots ({}); start the server with --project-root",
+        worktree.display(),
+        roots.join(", ")
+    ))
 }
 
 #[cfg(test)]

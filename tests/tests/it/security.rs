@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use rewind_app::{Application, Settings};
+use rewind_core::ports::MessageRepo;
 use serde_json::json;
 
 use crate::support::{AppConfig, spawn_app, spawn_app_with};
@@ -129,4 +130,61 @@ async fn beyond_loopback_a_password_is_required_and_foreign_origins_are_refused(
     stop.cancel();
     server.await??;
     Ok(())
+}
+
+/// SPEC section 9: a session whose worktree lies outside the project roots is refused (400) on every
+/// route that names it, though it is in the same database (the command line records sessions of any
+/// directory): it is neither read, nor changed, nor deleted.
+#[tokio::test]
+async fn a_session_outside_the_project_roots_is_refused() -> Result<()> {
+    let app = spawn_app().await?;
+    let outside = tempfile::tempdir()?;
+    std::fs::write(outside.path().join("keep.txt"), "mine\n")?;
+    let id = app.create_session_in(outside.path(), "elsewhere").await?;
+    let message = "msg_000000000001abcdefghijklmn";
+    let requests = [
+        app.http.get(app.url(&format!("/session/{id}"))),
+        app.http.delete(app.url(&format!("/session/{id}"))),
+        app.http.get(app.url(&format!("/session/{id}/message"))),
+        app.http
+            .post(app.url(&format!("/session/{id}/message")))
+            .json(&json!({"parts": [{"type": "text", "text": "hi"}]})),
+        app.http
+            .post(app.url(&format!("/session/{id}/revert")))
+            .json(&json!({"messageID": message})),
+        app.http
+            .post(app.url(&format!("/session/{id}/unrevert")))
+            .json(&json!({})),
+        app.http.get(app.url(&format!("/session/{id}/diff"))),
+        // A worktree under the roots named beside it does not make it allowed.
+        app.http
+            .get(app.url(&format!("/session/{id}?directory={}", app.repo.display()))),
+    ];
+    for request in requests {
+        let reply = app.send(request).await?;
+        assert_eq!(reply.status, 400, "{}", reply.body);
+        assert_eq!(reply.body["name"], "BadRequest", "{}", reply.body);
+        assert!(
+            reply.body["data"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("outside the project roots")),
+            "{}",
+            reply.body
+        );
+    }
+    let stored = app.db.sessions(None).await?;
+    assert!(
+        stored.iter().any(|s| s.id.as_str() == id),
+        "the session is still stored"
+    );
+    let session_id = rewind_core::model::SessionId::parse(&id)?;
+    assert!(app.db.messages(&session_id).await?.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("keep.txt"))?,
+        "mine\n"
+    );
+    // A session under the roots is served as before.
+    let inside = app.new_session().await?;
+    assert_eq!(app.get(&format!("/session/{inside}")).await?.status, 200);
+    app.stop().await
 }

@@ -258,10 +258,16 @@ impl TestApp {
     /// Creates a session titled `title` from another process on the same database and data directory
     /// (`rewind-test-writer`); returns its id.
     pub async fn create_session_elsewhere(&self, title: &str) -> Result<String> {
+        self.create_session_in(&self.repo, title).await
+    }
+
+    /// `create_session_elsewhere` for the worktree `worktree` (any directory, as the command line may
+    /// record).
+    pub async fn create_session_in(&self, worktree: &Path, title: &str) -> Result<String> {
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_rewind-test-writer"))
             .arg(&self.data_dir)
             .arg(&self.database_url)
-            .arg(&self.repo)
+            .arg(worktree)
             .arg(title)
             .output()
             .await?;
