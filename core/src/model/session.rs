@@ -156,7 +156,7 @@ pub struct Session {
     /// rewind: the snapshot the last revert left the worktree in, while reverted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<SnapshotId>,
-    /// rewind: when the current revert was made, epoch milliseconds (its warnings are those raised since).
+    /// rewind: when the current revert began, epoch milliseconds (its warnings are those raised since).
     #[serde(
         rename = "revertedAt",
         default,

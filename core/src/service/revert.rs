@@ -353,7 +353,8 @@ impl Rewind {
         updated.revert = Some(result.descriptor);
         updated.applied = Some(result.applied);
         updated.summary = Some(DiffSummary::of(&result.diff));
-        updated.reverted_at = Some(now);
+        // When the operation began: the revert's own warnings, raised on the way, are not older than it.
+        updated.reverted_at = Some(operation.taken_at);
         updated.time.updated = now;
         let mut transaction = Transaction::default();
         for warning in &result.warnings {

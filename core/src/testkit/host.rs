@@ -7,10 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::model::ProcessIdentity;
 use crate::ports::HostPort;
 
-/// A fake `HostPort`: the clock moves only when told, and a process is alive until marked dead.
+/// A fake `HostPort`: the clock moves only when told (or, once `ticking`, by a step at every reading), and
+/// a process is alive until marked dead.
 #[derive(Debug)]
 pub struct FakeHost {
     now: AtomicU64,
+    tick: AtomicU64,
     me: Mutex<ProcessIdentity>,
     dead: Mutex<HashSet<ProcessIdentity>>,
 }
@@ -20,6 +22,7 @@ impl FakeHost {
     pub fn new(now_ms: u64) -> Self {
         FakeHost {
             now: AtomicU64::new(now_ms),
+            tick: AtomicU64::new(0),
             me: Mutex::new(ProcessIdentity {
                 host: "test-host".to_owned(),
                 pid: 1000,
@@ -32,6 +35,12 @@ impl FakeHost {
     /// Moves the clock forward.
     pub fn advance(&self, ms: u64) {
         self.now.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    /// Makes every reading of the clock move it forward by `ms` afterwards (0: only when told), as a real
+    /// clock moves between the steps of an operation.
+    pub fn ticking(&self, ms: u64) {
+        self.tick.store(ms, Ordering::SeqCst);
     }
 
     /// Sets the clock.
@@ -58,7 +67,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl HostPort for FakeHost {
     fn now_ms(&self) -> u64 {
-        self.now.load(Ordering::SeqCst)
+        self.now
+            .fetch_add(self.tick.load(Ordering::SeqCst), Ordering::SeqCst)
     }
 
     fn this_process(&self) -> ProcessIdentity {

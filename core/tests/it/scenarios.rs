@@ -328,6 +328,27 @@ fn revert_warns_about_files_edited_after_the_last_step() {
     })
 }
 
+/// SPEC section 7: cleanup moves the revert's warnings into the revert history, also when the clock moved
+/// between the warning and the revert's end (the revert's own warnings are older than its result).
+#[test]
+fn cleanup_keeps_the_reverts_own_warnings_in_the_history() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        w.write("a.txt", "edited by hand");
+        w.host.ticking(1);
+        w.revert_to(&s.id, &t1.user).await;
+        let raised = w.rewind.warnings(&s.id).await.expect("warnings");
+        assert_eq!(raised.len(), 1, "{raised:?}");
+        w.rewind.commit_revert(&s.id).await.expect("cleanup");
+        let history = w.rewind.revert_history(&s.id).await.expect("history");
+        assert_eq!(history.len(), 1);
+        assert_eq!(history[0].warnings, raised);
+    })
+}
+
 /// SPEC 12.3: a part-level revert inside a turn undoes exactly the patches of the hidden range, the
 /// matched step included; earlier steps of the same message stay applied.
 #[test]
