@@ -11,7 +11,7 @@ use rewind_core::model::GcReport;
 use crate::error::{GitError, GitResult};
 use crate::stat_cache::StatCache;
 use crate::store::{Store, now_ms};
-use crate::tree::{read_flat, tree_ids};
+use crate::tree::reachable_from;
 
 /// Collects unreachable objects of `store`.
 pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcReport> {
@@ -25,15 +25,11 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
     cache.keep(&cache_path);
     let mut live_roots = HashSet::new();
     for root in roots {
-        let mut trees = Vec::new();
-        // A kept id whose tree is already gone cannot protect anything; it is not an error for gc.
-        if tree_ids(&store.odb, &root, &mut trees).is_err() {
-            continue;
-        }
-        live_roots.insert(root);
-        reachable.extend(trees);
-        if let Ok(flat) = read_flat(&store.odb, &root) {
-            reachable.extend(flat.values().map(|(_, id)| *id));
+        // A kept id whose tree is already gone cannot protect anything, and a missing sub-tree only what
+        // it held: neither is an error for gc. A tree that cannot be read is: nothing is deleted, since
+        // what it reaches is unknown.
+        if reachable_from(&store.odb, &root, &mut reachable)? {
+            live_roots.insert(root);
         }
     }
     let mut report = GcReport::default();
@@ -70,6 +66,7 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
         let _ = fs::remove_dir(dir.path());
     }
     collect_packs(store, &reachable, &mut report)?;
+    remove_stray_temp_files(store, grace_cutoff, &mut report)?;
     for id in store.recorded_ids() {
         if !live_roots.contains(&id) && !store.odb.contains(&id) {
             store.remove_record(&id);
@@ -117,6 +114,37 @@ fn collect_packs(
     }
     if removed_any {
         store.odb.packs_changed();
+    }
+    Ok(())
+}
+
+/// Removes the temporary files `write_atomically` leaves when a process dies between writing and renaming
+/// one (`.NAME.tmp-PID-RAND`, beside the store's own files: its config, the stat cache, the records), once
+/// older than the grace period (a file being written now is milliseconds old).
+fn remove_stray_temp_files(
+    store: &Store,
+    cutoff: SystemTime,
+    report: &mut GcReport,
+) -> GitResult<()> {
+    let rewind = store.dir.join("rewind");
+    for dir in [store.dir.clone(), rewind.join("records"), rewind] {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let path = entry.path();
+            if !(name.starts_with('.') && name.contains(".tmp-") && is_older(&path, cutoff)) {
+                continue;
+            }
+            let size = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            match fs::remove_file(&path) {
+                Ok(()) => report.bytes_freed += size,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(GitError::io(&path, e)),
+            }
+        }
     }
     Ok(())
 }

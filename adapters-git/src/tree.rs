@@ -81,22 +81,47 @@ pub type TreeEntry = (String, Mode, ObjectId);
 pub type Change = (String, Option<Entry>, Option<Entry>);
 
 /// A snapshot in flat form: every file (and symlink) path with its entry; directories are implicit.
+#[cfg(test)]
 pub type Flat = BTreeMap<String, Entry>;
 
 /// Reads a snapshot's tree, and every tree below it, into flat form. A missing tree is `Missing`.
+#[cfg(test)]
 pub fn read_flat(odb: &Odb, id: &ObjectId) -> GitResult<Flat> {
     Ok(read_flat_with_dirs(odb, id)?.0)
 }
 
-/// Every tree id of a snapshot, the root included (for gc).
-pub fn tree_ids(odb: &Odb, id: &ObjectId, out: &mut Vec<ObjectId>) -> GitResult<()> {
-    out.push(*id);
-    for (_, mode, oid) in decode(odb, id)? {
-        if mode == Mode::Tree {
-            tree_ids(odb, &oid, out)?;
+/// Adds every object snapshot `root` reaches (its trees, the root included, and its blobs) to `out`, for
+/// gc; a tree already in `out` was walked before and is not read again. A tree missing from the store
+/// reaches nothing more, and the rest is still walked: `false` when the root itself is missing. Any other
+/// failure to read a tree (corrupt, unreadable) is an error, since what it reaches is unknown.
+pub fn reachable_from(
+    odb: &Odb,
+    root: &ObjectId,
+    out: &mut std::collections::HashSet<ObjectId>,
+) -> GitResult<bool> {
+    let mut pending = vec![*root];
+    let mut root_found = true;
+    while let Some(id) = pending.pop() {
+        if !out.insert(id) {
+            continue;
+        }
+        let data = match odb.read_tree(&id) {
+            Ok(data) => data,
+            Err(GitError::Missing(_)) => {
+                root_found &= id != *root;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        for (_, mode, oid) in decode_borrowed(&id, &data)? {
+            if mode == Mode::Tree {
+                pending.push(oid);
+            } else {
+                out.insert(oid);
+            }
         }
     }
-    Ok(())
+    Ok(root_found)
 }
 
 fn decode(odb: &Odb, id: &ObjectId) -> GitResult<Vec<(String, Mode, ObjectId)>> {
@@ -141,6 +166,7 @@ fn decode_borrowed<'d>(id: &ObjectId, data: &'d [u8]) -> GitResult<Vec<(&'d str,
 }
 
 /// Reads a snapshot in flat form together with the tree id of each of its directories (`""` is the root).
+#[cfg(test)]
 pub fn read_flat_with_dirs(
     odb: &Odb,
     id: &ObjectId,
@@ -186,6 +212,7 @@ pub fn dir_ids(
     }
 }
 
+#[cfg(test)]
 fn read_with_dirs(
     odb: &Odb,
     id: &ObjectId,

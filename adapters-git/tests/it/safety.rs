@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rewind_core::Error;
 use rewind_core::model::{FileActionKind, RelPath, SkipReason, SnapshotId, SnapshotPatch};
@@ -849,4 +849,133 @@ async fn non_utf8_name_is_skipped_and_left_alone() {
     h.write("a.txt", b"changed\n");
     h.port().restore(h.root(), &s, None).await.expect("restore");
     assert_eq!(fs::read(&bad).expect("still there"), b"not utf-8 name\n");
+}
+
+/// The id of a tree holding one regular file `name` with `content` (git's object format, computed here).
+fn one_file_tree_id(name: &str, content: &[u8]) -> String {
+    let blob = blob_id(content);
+    let raw: Vec<u8> = (0..blob.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&blob[i..i + 2], 16).expect("a hex byte"))
+        .collect();
+    let mut body = format!("100644 {name}\0").into_bytes();
+    body.extend_from_slice(&raw);
+    let mut hasher = sha1_smol::Sha1::new();
+    hasher.update(format!("tree {}\0", body.len()).as_bytes());
+    hasher.update(&body);
+    hasher.digest().to_string()
+}
+
+fn loose_object(h: &GitHarness, hex: &str) -> PathBuf {
+    h.store_dir()
+        .join("objects")
+        .join(&hex[..2])
+        .join(&hex[2..])
+}
+
+/// A kept snapshot with one sub-tree missing from the store (SPEC 2.4): gc still keeps everything else it
+/// reaches. (It used to give up on the whole snapshot and delete the blobs of its other directories.)
+#[tokio::test]
+async fn gc_keeps_the_rest_of_a_kept_snapshot_whose_sub_tree_is_missing() {
+    let h = GitHarness::new();
+    h.write("a/x.txt", b"in a 51c0\n");
+    h.write("b/y.txt", b"in b 51c0\n");
+    let kept = h.id().await;
+    // The kept snapshot is then the only one that holds b/y.txt's blob.
+    h.write("b/y.txt", b"changed\n");
+    h.id().await;
+    let sub_tree = one_file_tree_id("x.txt", b"in a 51c0\n");
+    let object = loose_object(&h, &sub_tree);
+    fs::remove_file(&object).expect("delete the sub-tree of a/");
+    h.port()
+        .gc(h.root(), std::slice::from_ref(&kept), Duration::ZERO)
+        .await
+        .expect("gc");
+    for (what, hex) in [
+        ("the kept root", kept.as_str().to_owned()),
+        ("b/y.txt's blob", blob_id(b"in b 51c0\n")),
+    ] {
+        assert!(loose_object(&h, &hex).is_file(), "gc deleted {what}");
+    }
+    h.port()
+        .restore(h.root(), &kept, Some(rels(&["b/y.txt"])))
+        .await
+        .expect("b/y.txt restores from the kept snapshot");
+    assert_eq!(
+        fs::read(h.path("b/y.txt")).expect("read b/y.txt"),
+        b"in b 51c0\n"
+    );
+}
+
+/// A kept snapshot with a tree that cannot be read (corrupt): gc fails and deletes nothing, since what that
+/// tree reaches is unknown (SPEC 2.4 keeps everything a kept snapshot reaches).
+#[tokio::test]
+async fn gc_that_cannot_read_a_kept_tree_deletes_nothing() {
+    let h = GitHarness::new();
+    h.write("a/x.txt", b"in a 9d41\n");
+    h.write("b/y.txt", b"in b 9d41\n");
+    let kept = h.id().await;
+    h.write("b/y.txt", b"changed\n");
+    h.id().await;
+    // Not kept by anything: gc would delete it.
+    h.write("c.txt", b"unkept 9d41\n");
+    h.id().await;
+    h.remove("c.txt");
+    h.id().await;
+    let sub_tree = one_file_tree_id("x.txt", b"in a 9d41\n");
+    let object = loose_object(&h, &sub_tree);
+    let mut permissions = fs::metadata(&object).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
+    fs::set_permissions(&object, permissions).expect("make it writable");
+    fs::write(&object, b"not a zlib stream").expect("corrupt the sub-tree of a/");
+    let before = list_tree(&h.store_dir().join("objects"));
+    let result = h
+        .port()
+        .gc(h.root(), std::slice::from_ref(&kept), Duration::ZERO)
+        .await;
+    assert!(result.is_err(), "gc went on: {result:?}");
+    assert_eq!(
+        list_tree(&h.store_dir().join("objects")),
+        before,
+        "gc deleted objects"
+    );
+    assert!(loose_object(&h, &blob_id(b"unkept 9d41\n")).is_file());
+}
+
+/// The temporary files a process that died mid-write leaves beside the store's own files (its stat cache,
+/// its records) are removed by gc once older than the grace period; a recent one (a write under way) and
+/// the files themselves stay.
+#[tokio::test]
+async fn gc_removes_the_stores_stray_temporary_files() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    h.id().await;
+    let rewind = h.store_dir().join("rewind");
+    let old = SystemTime::now() - Duration::from_secs(7200);
+    let stray = [
+        h.store_dir().join(".config.tmp-1-abcdef"),
+        rewind.join(".stat-cache.tmp-1-abcdef"),
+        rewind.join("records").join(".0123.tmp-1-abcdef"),
+    ];
+    for path in &stray {
+        fs::create_dir_all(path.parent().expect("a parent")).expect("create its directory");
+        fs::write(path, b"torn").expect("write a stray file");
+        fs::File::options()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_modified(old))
+            .expect("age it");
+    }
+    let recent = rewind.join(".stat-cache.tmp-2-fedcba");
+    fs::write(&recent, b"being written").expect("write a recent one");
+    h.port()
+        .gc(h.root(), &[], Duration::from_secs(3600))
+        .await
+        .expect("gc");
+    for path in &stray {
+        assert!(!path.exists(), "{} stayed", path.display());
+    }
+    assert!(recent.exists(), "a recent temporary file was removed");
+    assert!(rewind.join("stat-cache").is_file(), "the stat cache went");
+    assert!(h.store_dir().join("config").is_file(), "the config went");
 }
