@@ -87,6 +87,36 @@ impl Rewind {
         Err(busy_error(&lease.key, &current, session))
     }
 
+    /// Takes the session lease of its open `step`, with the step's own token, to close the step: the step's
+    /// lease when this process holds it (its owner finishing it) or none is held; any lease only when its
+    /// holder is gone (SPEC section 1). The caller has judged the step its own or abandoned from what it
+    /// read, but another operation may have taken the session since; its live lease is `Busy`.
+    pub(super) async fn take_step_lease(
+        &self,
+        session: &SessionId,
+        step: &crate::model::OpenStep,
+    ) -> Result<HeldLease> {
+        let lease = self.new_lease(
+            LeaseKey::Session(session.clone()),
+            &step.token,
+            self.config.operation_lease_ms,
+        );
+        let replacing = match self.repo.lease(&lease.key).await? {
+            None => None,
+            Some(current)
+                if (current.token == step.token && current.holder == lease.holder)
+                    || self.is_abandoned(&current) =>
+            {
+                Some(current.token)
+            }
+            Some(current) => return Err(busy_error(&lease.key, &current, Some(session))),
+        };
+        match self.repo.take_lease(&lease, replacing).await? {
+            LeaseTake::Taken => Ok(HeldLease::of(&lease)),
+            LeaseTake::Held(current) => Err(busy_error(&lease.key, &current, Some(session))),
+        }
+    }
+
     /// A lease on `key` for this process with `token`, for `ttl_ms` from now.
     fn new_lease(&self, key: LeaseKey, token: &LeaseToken, ttl_ms: u64) -> Lease {
         Lease {

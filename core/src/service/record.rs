@@ -305,7 +305,11 @@ impl Rewind {
                 ),
             ));
         }
-        self.close_step(&session, end).await
+        self.close_step(&session, end).await?.ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "no step is open in message {message_id} of session {session_id} (it was closed meanwhile)"
+            ))
+        })
     }
 
     /// Aborts the open step of `message_id`, so what it changed can still be reverted.
@@ -380,37 +384,26 @@ impl Rewind {
         Ok(sessions)
     }
 
-    /// Closes the session's open step: the step's lease is taken (over) with its own token, the worktree is
-    /// tracked, and the finish, patch, summary and status are stored in one transaction.
-    async fn close_step(&self, session: &Session, end: StepEnd) -> Result<Vec<Part>> {
+    /// Closes the session's open step (as `session` shows it): the step's lease is taken (over) with its own
+    /// token, the session is read again, and, when that step is still open, the worktree is tracked and the
+    /// finish, patch, summary and status are stored in one transaction. `None` when the step was closed
+    /// meanwhile (by its owner, or by another operation that found it abandoned): a step is closed once.
+    async fn close_step(&self, session: &Session, end: StepEnd) -> Result<Option<Vec<Part>>> {
         let step = session.step.clone().ok_or_else(|| {
             Error::InvalidInput(format!("no step is open in session {}", session.id))
         })?;
-        // Re-take the step's own lease with our holder: a no-op for the owner, a takeover for an abandoned
-        // step (the caller has judged it abandoned), a `Busy` for anyone else.
-        let lease = crate::model::Lease {
-            key: LeaseKey::Session(session.id.clone()),
-            token: step.token.clone(),
-            holder: self.holder(),
-            expires_at: self.now().saturating_add(self.config.operation_lease_ms),
-        };
-        let current = self.repo.lease(&lease.key).await?;
-        let replacing = current.map(|c| c.token);
-        if let crate::model::LeaseTake::Held(other) =
-            self.repo.take_lease(&lease, replacing).await?
-        {
-            return Err(Error::busy(
-                &session.id,
-                format!("Session is busy: {} (held by {})", session.id, other.holder),
-            ));
+        let session_lease = self.take_step_lease(&session.id, &step).await?;
+        let result = async {
+            let current = self.load_session(&session.id).await?;
+            match &current.step {
+                Some(open) if open.token == step.token => self
+                    .close_step_locked(&current, &step, end, &session_lease)
+                    .await
+                    .map(Some),
+                _ => Ok(None),
+            }
         }
-        let session_lease = super::HeldLease {
-            key: lease.key.clone(),
-            token: step.token.clone(),
-        };
-        let result = self
-            .close_step_locked(session, &step, end, &session_lease)
-            .await;
+        .await;
         self.release(&session_lease).await;
         result
     }

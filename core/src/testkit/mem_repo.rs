@@ -57,6 +57,15 @@ struct State {
 #[derive(Debug, Default)]
 pub struct MemRepo {
     state: Mutex<State>,
+    /// Armed by `pause_next_lease_read`.
+    pause: Mutex<Option<LeaseReadPause>>,
+}
+
+/// The two ends of a paused lease read: signalled when it is reached, resumed when told.
+#[derive(Debug)]
+struct LeaseReadPause {
+    reached: futures::channel::oneshot::Sender<()>,
+    resume: futures::channel::oneshot::Receiver<()>,
 }
 
 impl MemRepo {
@@ -69,6 +78,26 @@ impl MemRepo {
     /// Later commits behave normally again.
     pub fn fail_next_commit(&self) {
         self.lock().fail_next_commit = true;
+    }
+
+    /// Race hook: the next `lease` read signals `reached` and then waits until `resume` is sent (or
+    /// dropped), so a test can run another operation in between, as a concurrent request would.
+    pub fn pause_next_lease_read(
+        &self,
+    ) -> (
+        futures::channel::oneshot::Receiver<()>,
+        futures::channel::oneshot::Sender<()>,
+    ) {
+        let (reached_tx, reached_rx) = futures::channel::oneshot::channel();
+        let (resume_tx, resume_rx) = futures::channel::oneshot::channel();
+        *self
+            .pause
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(LeaseReadPause {
+            reached: reached_tx,
+            resume: resume_rx,
+        });
+        (reached_rx, resume_tx)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -350,6 +379,15 @@ impl MessageRepo for MemRepo {
     }
 
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>> {
+        let pause = self
+            .pause
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(pause) = pause {
+            let _ = pause.reached.send(());
+            let _ = pause.resume.await;
+        }
         Ok(self.lock().leases.get(key).cloned())
     }
 

@@ -648,3 +648,111 @@ fn revert_and_unrevert_count_the_files_they_change() {
         assert_eq!(counts, rewind_core::service::FileCounts::default());
     })
 }
+
+/// The step finishes that a message holds.
+async fn step_finishes(
+    w: &World,
+    session: &rewind_core::model::SessionId,
+    message: &rewind_core::model::MessageId,
+) -> Vec<String> {
+    w.rewind
+        .message(session, message)
+        .await
+        .expect("message")
+        .parts
+        .into_iter()
+        .filter_map(|p| match p.body {
+            PartBody::StepFinish(finish) => Some(finish.reason),
+            _ => None,
+        })
+        .collect()
+}
+
+/// SPEC sections 4 and 8: a step is closed once. An abort that read the session while the step was open,
+/// and goes on after its owner finished it, finds it closed and adds nothing (it used to add a second
+/// step-finish, "aborted", and write back the session as it had read it).
+#[test]
+fn an_abort_racing_the_steps_finish_closes_nothing_twice() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let a = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant")
+            .info
+            .id;
+        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        w.write("a.txt", "1");
+        // The abort stops at its first lease read (after it read the session) while the step finishes.
+        let (reached, resume) = w.repo.pause_next_lease_read();
+        let aborting = w.rewind.abort(&s.id);
+        let finishing = async {
+            reached.await.expect("the abort reads the lease");
+            let finished = w
+                .rewind
+                .finish_step(&s.id, &a, rewind_core::service::StepEnd::default())
+                .await;
+            resume.send(()).expect("resume the abort");
+            finished
+        };
+        let (aborted, finished) = futures::future::join(aborting, finishing).await;
+        finished.expect("finish");
+        let session = aborted.expect("the abort finds nothing left to do");
+        assert!(session.step.is_none());
+        assert_eq!(step_finishes(&w, &s.id, &a).await, ["stop"]);
+    })
+}
+
+/// SPEC section 1: a live lease is never taken over. An abort that judged a step abandoned from what it
+/// read, and goes on after that step was closed and a new one begun (its lease held by a live owner),
+/// does not take the new step's lease nor close it.
+#[test]
+fn an_abort_racing_a_new_step_leaves_it_open() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let a = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant")
+            .info
+            .id;
+        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        let (reached, resume) = w.repo.pause_next_lease_read();
+        let aborting = w.rewind.abort(&s.id);
+        let meanwhile = async {
+            reached.await.expect("the abort reads the lease");
+            w.rewind
+                .finish_step(&s.id, &a, rewind_core::service::StepEnd::default())
+                .await
+                .expect("finish");
+            w.rewind.begin_step(&s.id, &a).await.expect("begin again");
+            resume.send(()).expect("resume the abort");
+        };
+        let (aborted, ()) = futures::future::join(aborting, meanwhile).await;
+        let session = w.rewind.session(&s.id).await.expect("session");
+        let step = session.step.expect("the new step is still open");
+        assert_eq!(step.message_id, a);
+        assert_eq!(
+            step_finishes(&w, &s.id, &a).await,
+            ["stop"],
+            "abort: {aborted:?}"
+        );
+        // Its owner finishes it as usual.
+        w.rewind
+            .finish_step(&s.id, &a, rewind_core::service::StepEnd::default())
+            .await
+            .expect("finish the new step");
+    })
+}
