@@ -199,7 +199,7 @@ impl Rewind {
     /// Begins a step of an assistant message: takes the session's lease for the step, snapshots the
     /// worktree and appends `step-start`.
     pub async fn begin_step(&self, session_id: &SessionId, message_id: &MessageId) -> Result<Part> {
-        let mut session = self.load_prepared(session_id).await?;
+        let session = self.load_prepared(session_id).await?;
         if let Some(step) = &session.step {
             return Err(Error::busy(
                 session_id,
@@ -210,7 +210,7 @@ impl Rewind {
             ));
         }
         // Checked before cleanup, which deletes for good: a refused step changes nothing.
-        let mut message = self.load_message(session_id, message_id).await?;
+        let message = self.load_message(session_id, message_id).await?;
         if message.info.role != Role::Assistant {
             return Err(Error::InvalidInput(format!(
                 "message {message_id} is a user message; steps belong to assistant messages"
@@ -218,8 +218,7 @@ impl Rewind {
         }
         refuse_reverted_message(&session, message_id)?;
         if session.revert.is_some() {
-            session = self.cleanup(&session).await?;
-            message = self.load_message(session_id, message_id).await?;
+            self.cleanup(&session).await?;
         }
         let token = new_token();
         let session_lease = self
@@ -231,7 +230,7 @@ impl Rewind {
             )
             .await?;
         let result = self
-            .begin_step_locked(&session, &message, &token, &session_lease)
+            .begin_step_locked(session_id, message_id, &token, &session_lease)
             .await;
         if result.is_err() {
             self.release(&session_lease).await;
@@ -239,14 +238,51 @@ impl Rewind {
         result
     }
 
+    /// The step's start, under the session's lease: the session and message are read again (a revert or
+    /// another step may have come between the checks and the lease), and the step-start is stored while
+    /// the worktree's lease is still held, so no operation on the worktree sees it without the open step.
     async fn begin_step_locked(
+        &self,
+        session_id: &SessionId,
+        message_id: &MessageId,
+        token: &crate::model::LeaseToken,
+        session_lease: &super::HeldLease,
+    ) -> Result<Part> {
+        let session = self.load_session(session_id).await?;
+        if session.revert.is_some() || session.step.is_some() {
+            return Err(Error::busy(
+                session_id,
+                format!(
+                    "Session is busy: {session_id} (it was reverted, or a step began, while this step was \
+                     starting); try again"
+                ),
+            ));
+        }
+        let message = self.load_message(session_id, message_id).await?;
+        let worktree_lease = self
+            .acquire(
+                LeaseKey::Worktree(session.directory.clone()),
+                token,
+                self.config.operation_lease_ms,
+                Some(session_id),
+            )
+            .await?;
+        let result = self
+            .store_step_start(&session, &message, token, session_lease, &worktree_lease)
+            .await;
+        self.release(&worktree_lease).await;
+        result
+    }
+
+    async fn store_step_start(
         &self,
         session: &Session,
         message: &MessageWithParts,
         token: &crate::model::LeaseToken,
         session_lease: &super::HeldLease,
+        worktree_lease: &super::HeldLease,
     ) -> Result<Part> {
-        let tracked = self.track_under_worktree_lease(session, token).await?;
+        let tracked = self.snapshots.track(worktree(session)).await?;
         let now = self.now();
         let last = message.parts.last().map(|p| p.id.clone());
         let part = Part {
@@ -268,7 +304,7 @@ impl Rewind {
         });
         updated.time.updated = now;
         let mut transaction = Transaction {
-            guards: vec![session_lease.guard()],
+            guards: vec![session_lease.guard(), worktree_lease.guard()],
             ..Default::default()
         };
         self.push_part(&mut transaction, part.clone());

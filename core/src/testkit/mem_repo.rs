@@ -57,13 +57,20 @@ struct State {
 #[derive(Debug, Default)]
 pub struct MemRepo {
     state: Mutex<State>,
-    /// Armed by `pause_next_lease_read`.
-    pause: Mutex<Option<LeaseReadPause>>,
+    /// Armed by `pause_next_lease_read` and `pause_next_lease_take`.
+    pause: Mutex<Option<(PausedCall, Pause)>>,
 }
 
-/// The two ends of a paused lease read: signalled when it is reached, resumed when told.
+/// Which call a race hook pauses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PausedCall {
+    LeaseRead,
+    LeaseTake,
+}
+
+/// The two ends of a paused call: signalled when it is reached, resumed when told.
 #[derive(Debug)]
-struct LeaseReadPause {
+struct Pause {
     reached: futures::channel::oneshot::Sender<()>,
     resume: futures::channel::oneshot::Receiver<()>,
 }
@@ -88,16 +95,60 @@ impl MemRepo {
         futures::channel::oneshot::Receiver<()>,
         futures::channel::oneshot::Sender<()>,
     ) {
+        self.pause_next(PausedCall::LeaseRead)
+    }
+
+    /// `pause_next_lease_read` for the next `take_lease`.
+    pub fn pause_next_lease_take(
+        &self,
+    ) -> (
+        futures::channel::oneshot::Receiver<()>,
+        futures::channel::oneshot::Sender<()>,
+    ) {
+        self.pause_next(PausedCall::LeaseTake)
+    }
+
+    fn pause_next(
+        &self,
+        call: PausedCall,
+    ) -> (
+        futures::channel::oneshot::Receiver<()>,
+        futures::channel::oneshot::Sender<()>,
+    ) {
         let (reached_tx, reached_rx) = futures::channel::oneshot::channel();
         let (resume_tx, resume_rx) = futures::channel::oneshot::channel();
         *self
             .pause
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(LeaseReadPause {
-            reached: reached_tx,
-            resume: resume_rx,
-        });
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((
+            call,
+            Pause {
+                reached: reached_tx,
+                resume: resume_rx,
+            },
+        ));
         (reached_rx, resume_tx)
+    }
+
+    /// Waits here when a race hook is armed for `call`.
+    async fn paused(&self, call: PausedCall) {
+        let pause = {
+            let mut armed = self
+                .pause
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match armed.take() {
+                Some((armed_for, pause)) if armed_for == call => Some(pause),
+                other => {
+                    *armed = other;
+                    None
+                }
+            }
+        };
+        if let Some(pause) = pause {
+            let _ = pause.reached.send(());
+            let _ = pause.resume.await;
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -379,19 +430,12 @@ impl MessageRepo for MemRepo {
     }
 
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>> {
-        let pause = self
-            .pause
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        if let Some(pause) = pause {
-            let _ = pause.reached.send(());
-            let _ = pause.resume.await;
-        }
+        self.paused(PausedCall::LeaseRead).await;
         Ok(self.lock().leases.get(key).cloned())
     }
 
     async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake> {
+        self.paused(PausedCall::LeaseTake).await;
         let mut state = self.lock();
         if let Some(existing) = state.leases.get(&lease.key) {
             let ours = existing.token == lease.token;

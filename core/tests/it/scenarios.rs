@@ -756,3 +756,53 @@ fn an_abort_racing_a_new_step_leaves_it_open() {
             .expect("finish the new step");
     })
 }
+
+/// SPEC sections 4 and 12.5: a step that begins as a revert of its session completes (between the step's
+/// checks and its lease) does not write back the session as it was before the revert: the revert stays
+/// (the step is refused as busy, and a retry runs cleanup first).
+#[test]
+fn a_step_racing_a_revert_does_not_undo_it() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("a.txt", "2")).await;
+        // The step stops where it takes the session's lease, while the session is reverted.
+        let (reached, resume) = w.repo.pause_next_lease_take();
+        let beginning = w.rewind.begin_step(&s.id, &t2.assistant);
+        let reverting = async {
+            reached.await.expect("the step takes its lease");
+            let reverted = w
+                .rewind
+                .revert(
+                    &s.id,
+                    RevertTarget {
+                        message_id: t2.user.clone(),
+                        part_id: None,
+                    },
+                )
+                .await;
+            resume.send(()).expect("resume the step");
+            reverted
+        };
+        let (begun, reverted) = futures::future::join(beginning, reverting).await;
+        reverted.expect("revert");
+        assert!(
+            matches!(begun, Err(Error::Busy { .. })),
+            "the step: {begun:?}"
+        );
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert_eq!(
+            session.revert.as_ref().map(|r| &r.message_id),
+            Some(&t2.user),
+            "the revert stays"
+        );
+        assert!(session.step.is_none());
+        assert_eq!(w.read("a.txt").as_deref(), Some("1"));
+        // A retry runs cleanup, then begins the step on the kept turn.
+        w.rewind
+            .begin_step(&s.id, &t1.assistant)
+            .await
+            .expect("begin after cleanup");
+    })
+}
