@@ -171,7 +171,10 @@ impl Rewind {
             )
             .await
         {
-            Ok(result) => self.store_revert(&session, operation, result).await,
+            Ok(result) => {
+                self.store_revert(&session, operation, &intent, result)
+                    .await
+            }
             Err(error) => Err(self.roll_back(&session, &intent, error).await),
         }
     }
@@ -229,7 +232,7 @@ impl Rewind {
             }
         };
         match result {
-            Ok(result) => self.store_revert(session, operation, result).await,
+            Ok(result) => self.store_revert(session, operation, &intent, result).await,
             Err(error) => Err(self.roll_back(session, &intent, error).await),
         }
     }
@@ -346,6 +349,7 @@ impl Rewind {
         &self,
         session: &Session,
         operation: &Operation,
+        intent: &IntentRecord,
         result: RevertResult,
     ) -> Result<(Session, FileCounts)> {
         let now = self.now();
@@ -374,7 +378,8 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        self.store_result(operation, transaction).await?;
+        self.store_result(operation, session, intent, transaction)
+            .await?;
         Ok((updated, result.counts))
     }
 
@@ -459,7 +464,8 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        self.store_result(operation, transaction).await?;
+        self.store_result(operation, &session, &intent, transaction)
+            .await?;
         Ok((updated, counts))
     }
 
@@ -677,10 +683,35 @@ impl Rewind {
     }
 
     /// Commits `transaction` as the one that stores `operation`'s result (see `Operation::finishing`).
-    async fn store_result(&self, operation: &Operation, transaction: Transaction) -> Result<()> {
-        self.repo.commit(operation.finishing(transaction)).await?;
-        operation.released.store(true, Ordering::Relaxed);
-        Ok(())
+    ///
+    /// When that commit fails for another reason than a lost lease (which stops the operation where it is:
+    /// its new holder's recovery finishes the intent, SPEC 8), the files are rolled back from `intent`
+    /// before the error is returned, so the worktree and the database agree. Unless the intent is gone:
+    /// the commit was made and only its answer was lost, and the result stands. When even the intents
+    /// cannot be read, the record stays for recovery.
+    async fn store_result(
+        &self,
+        operation: &Operation,
+        session: &Session,
+        intent: &IntentRecord,
+        transaction: Transaction,
+    ) -> Result<()> {
+        let error = match self.repo.commit(operation.finishing(transaction)).await {
+            Ok(()) => {
+                operation.released.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
+            Err(error @ Error::LeaseLost(_)) => return Err(error),
+            Err(error) => error,
+        };
+        match self.repo.intents().await {
+            Ok(intents) if intents.iter().all(|i| i.token != intent.token) => {
+                operation.released.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(_) => Err(self.roll_back(session, intent, error).await),
+            Err(_) => Err(error),
+        }
     }
 
     /// Releases an operation's leases, unless the transaction that stored its result did.
@@ -772,11 +803,14 @@ impl Rewind {
         let wt = worktree(session);
         let capture = self.snapshots.track(wt).await?.id;
         let files = path_set(&intent.files);
+        // The operation's files, and the paths it replaced to write them: a file or symlink standing where
+        // a directory was needed (above one of them), files of a directory standing where a file was
+        // needed (below one).
         let changed: Vec<RelPath> = self
             .changed_between(wt, &intent.before, &capture)
             .await?
             .into_iter()
-            .filter(|path| files.contains(path))
+            .filter(|path| files.contains(path) || related_to_any(path, &files))
             .collect();
         let mut transaction = Transaction {
             guards: vec![Guard::IntentExists(intent.token.clone())],
@@ -833,4 +867,18 @@ fn last_step_snapshot(messages: &[MessageWithParts]) -> Option<SnapshotId> {
             _ => None,
         })
         .next_back()
+}
+
+/// Whether `path` lies above or below one of `files` (`a` for `a/b.txt`, `a/b.txt` for `a`).
+fn related_to_any(path: &RelPath, files: &BTreeSet<RelPath>) -> bool {
+    let path = path.as_str();
+    files.iter().any(|file| {
+        let file = file.as_str();
+        let (short, long) = if file.len() < path.len() {
+            (file, path)
+        } else {
+            (path, file)
+        };
+        long.len() > short.len() && long.starts_with(short) && long.as_bytes()[short.len()] == b'/'
+    })
 }

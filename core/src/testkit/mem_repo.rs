@@ -51,6 +51,7 @@ struct State {
     leases: BTreeMap<LeaseKey, Lease>,
     outbox: Vec<StoredEvent>,
     fail_next_commit: bool,
+    fail_next_result_commit: bool,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -85,6 +86,13 @@ impl MemRepo {
     /// Later commits behave normally again.
     pub fn fail_next_commit(&self) {
         self.lock().fail_next_commit = true;
+    }
+
+    /// Fault hook: the next `commit` that releases a lease (the one that stores an operation's result, see
+    /// `Change::ReleaseLease`) fails with `Error::Backend` and stores nothing; commits before it (the
+    /// intent's) and after it behave normally.
+    pub fn fail_next_result_commit(&self) {
+        self.lock().fail_next_result_commit = true;
     }
 
     /// Race hook: the next `lease` read signals `reached` and then waits until `resume` is sent (or
@@ -492,6 +500,17 @@ impl MessageRepo for MemRepo {
         let mut state = self.lock();
         if std::mem::take(&mut state.fail_next_commit) {
             return Err(Error::backend("injected fault: MemRepo::fail_next_commit"));
+        }
+        if state.fail_next_result_commit
+            && transaction
+                .changes
+                .iter()
+                .any(|change| matches!(change, Change::ReleaseLease { .. }))
+        {
+            state.fail_next_result_commit = false;
+            return Err(Error::backend(
+                "injected fault: MemRepo::fail_next_result_commit",
+            ));
         }
         for guard in &transaction.guards {
             state.check(guard)?;

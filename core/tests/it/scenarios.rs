@@ -3,7 +3,7 @@
 
 use rewind_core::model::{EventPayload, PartBody, Role};
 use rewind_core::service::{NewMessage, NewPart};
-use rewind_core::{Error, RevertTarget};
+use rewind_core::{Error, MessageRepo, RevertTarget};
 
 use crate::support::{World, block_on, patch_files};
 
@@ -804,5 +804,91 @@ fn a_step_racing_a_revert_does_not_undo_it() {
             .begin_step(&s.id, &t1.assistant)
             .await
             .expect("begin after cleanup");
+    })
+}
+
+/// SPEC section 8: an operation whose result cannot be stored (the database refuses the commit) rolls its
+/// files back from its intent before it returns the error: the worktree and the session agree (neither
+/// reverted), and no intent is left.
+#[test]
+fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        w.repo.fail_next_result_commit();
+        let failed = w
+            .rewind
+            .revert(
+                &s.id,
+                RevertTarget {
+                    message_id: t1.user.clone(),
+                    part_id: None,
+                },
+            )
+            .await;
+        assert!(matches!(failed, Err(Error::Backend(_))), "{failed:?}");
+        assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert!(session.revert.is_none());
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        // The same holds for an unrevert.
+        w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("a.txt").as_deref(), Some("0"));
+        w.repo.fail_next_result_commit();
+        let failed = w.rewind.unrevert(&s.id).await;
+        assert!(matches!(failed, Err(Error::Backend(_))), "{failed:?}");
+        assert_eq!(w.read("a.txt").as_deref(), Some("0"), "rolled back");
+        assert!(
+            w.rewind
+                .session(&s.id)
+                .await
+                .expect("session")
+                .revert
+                .is_some()
+        );
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+    })
+}
+
+/// SPEC sections 2.5 and 8: a rollback also puts back what the revert replaced to write its files: here a
+/// file the user put where the reverted file's directory was (tracked before the revert, so the revert
+/// removed it to make the directory).
+#[test]
+fn a_rollback_puts_back_a_file_the_revert_replaced_with_a_directory() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.write("lib/x.rs", "v1");
+        let t1 = w.turn(&s.id, "remove lib", |w| w.remove("lib/x.rs")).await;
+        // The user puts a file where the directory was.
+        w.write("lib", "mine");
+        w.repo.fail_next_result_commit();
+        let failed = w
+            .rewind
+            .revert(
+                &s.id,
+                RevertTarget {
+                    message_id: t1.user.clone(),
+                    part_id: None,
+                },
+            )
+            .await;
+        assert!(matches!(failed, Err(Error::Backend(_))), "{failed:?}");
+        assert_eq!(
+            w.read("lib").as_deref(),
+            Some("mine"),
+            "the user's file is back"
+        );
+        assert_eq!(w.read("lib/x.rs"), None);
+        let warning = w
+            .rewind
+            .warnings(&s.id)
+            .await
+            .expect("warnings")
+            .pop()
+            .expect("the rollback's warning");
+        assert!(warning.files.contains(&w.abs("lib")), "{warning:?}");
     })
 }
