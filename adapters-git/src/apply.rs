@@ -502,10 +502,7 @@ impl<'a> Applier<'a> {
             OnDisk::Absent => {}
             OnDisk::Dir => {
                 if !holds_no_files(&abs)? {
-                    return self.keep(
-                        path,
-                        "a directory holding other files stands there; it is left as it is",
-                    );
+                    return self.keep(path, OCCUPIED_DIR);
                 }
                 fs::remove_dir_all(&abs).map_err(|e| GitError::io(&abs, e))?;
             }
@@ -897,11 +894,68 @@ fn plan_inner<'a>(
             reason,
         });
     }
+    keep_writes_over_occupied_dirs(store, &mut actions, &mut entries)?;
     Ok(Planned {
         actions,
         entries,
         current,
     })
+}
+
+/// A file the plan writes where a directory stands is kept instead (as the writing would find) unless every
+/// file under that directory is one the plan deletes first (SPEC 2.4 `plan`): the directory still holding
+/// files that are not tracked content, or that the plan does not remove, stays.
+fn keep_writes_over_occupied_dirs(
+    store: &Store,
+    actions: &mut [FileAction],
+    entries: &mut HashMap<String, (Mode, ObjectId)>,
+) -> GitResult<()> {
+    let deleted: HashSet<String> = actions
+        .iter()
+        .filter(|a| a.action == FileActionKind::Delete)
+        .map(|a| String::from(a.path.clone()))
+        .collect();
+    for action in actions
+        .iter_mut()
+        .filter(|a| a.action == FileActionKind::Write)
+    {
+        let path = action.path.as_str();
+        let abs = store.worktree.join(path);
+        if matches!(on_disk(&abs)?, OnDisk::Dir) && !holds_only(&abs, path, &deleted)? {
+            entries.remove(path);
+            action.action = FileActionKind::Keep;
+            action.reason = Some(OCCUPIED_DIR.to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Why a file is not written where a directory holding other files stands.
+const OCCUPIED_DIR: &str = "a directory holding other files stands there; it is left as it is";
+
+/// Whether every file under directory `dir` (worktree path `rel`) is one of `files` (empty directories
+/// aside).
+fn holds_only(dir: &Path, rel: &str, files: &HashSet<String>) -> GitResult<bool> {
+    for entry in fs::read_dir(dir).map_err(|e| GitError::io(dir, e))? {
+        let entry = entry.map_err(|e| GitError::io(dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            return Ok(false);
+        };
+        let child = format!("{rel}/{name}");
+        let file_type = entry
+            .file_type()
+            .map_err(|e| GitError::io(&entry.path(), e))?;
+        let only = if file_type.is_dir() {
+            holds_only(&entry.path(), &child, files)?
+        } else {
+            files.contains(&child)
+        };
+        if !only {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// What a revert would do, changing nothing.

@@ -1009,6 +1009,21 @@ pub async fn revert_keeps_a_file_that_would_replace_untracked_files(h: &dyn Work
         files: changed,
     }];
 
+    // The plan says what the revert does (SPEC 2.4 `plan`).
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    let mut planned: Vec<(&str, FileActionKind, bool)> = plan
+        .iter()
+        .map(|a| (a.path.as_str(), a.action, a.reason.is_some()))
+        .collect();
+    planned.sort_by(|a, b| a.0.cmp(b.0));
+    assert_eq!(
+        planned,
+        [
+            ("x", FileActionKind::Keep, true),
+            ("x/new.txt", FileActionKind::Delete, false)
+        ],
+        "{plan:?}"
+    );
     let outcome = h
         .port()
         .revert(h.root(), &patches, &base)
