@@ -820,11 +820,14 @@ fn untracked_at(
         if !matches!(mode, Mode::File | Mode::Exec) {
             return None;
         }
-        store
-            .odb
-            .read(&id, Kind::Blob)
-            .ok()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
+        match store.odb.read(&id, Kind::Blob) {
+            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            // Read as no rules, the file would count as tracked then, and be deleted.
+            Err(e) => {
+                *failed.borrow_mut() = Some(e);
+                None
+            }
+        }
     });
     match failed.into_inner() {
         Some(e) => Err(e),

@@ -979,3 +979,39 @@ async fn gc_removes_the_stores_stray_temporary_files() {
     assert!(rewind.join("stat-cache").is_file(), "the stat cache went");
     assert!(h.store_dir().join("config").is_file(), "the config went");
 }
+
+/// Whether a file absent from a step's start snapshot was there, ignored, is read from that snapshot's
+/// `.gitignore` files (SPEC 2.4 `revert`): one missing from the store is an error and nothing is touched
+/// (read as no rules, the file would have counted as tracked then, and been deleted).
+#[tokio::test]
+async fn a_missing_gitignore_blob_of_the_start_snapshot_deletes_nothing() {
+    let h = GitHarness::new();
+    h.write(".gitignore", b"*.log\n# 7f3a\n");
+    h.write("sub/x.log", b"precious, ignored at the start\n");
+    h.write("a.txt", b"a\n");
+    let start = h.id().await;
+    // During the step a deeper rule makes the file tracked.
+    h.write("sub/.gitignore", b"!x.log\n");
+    let base = h.id().await;
+    let changed = h
+        .port()
+        .changed_files(h.root(), &start)
+        .await
+        .expect("changed_files");
+    assert_eq!(changed, rels(&["sub/.gitignore", "sub/x.log"]));
+    let patches = [SnapshotPatch {
+        hash: start,
+        files: changed,
+    }];
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    let x = plan
+        .iter()
+        .find(|a| a.path.as_str() == "sub/x.log")
+        .expect("planned");
+    assert_eq!(x.action, FileActionKind::Keep, "{plan:?}");
+    let listing = h.list();
+    h.remove_snapshot_object(&SnapshotId::parse(&blob_id(b"*.log\n# 7f3a\n")).expect("a blob id"));
+    assert_missing("plan", h.port().plan(h.root(), &patches).await);
+    assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
+    assert_eq!(h.list(), listing);
+}
