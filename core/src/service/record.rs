@@ -184,6 +184,17 @@ impl Rewind {
         reject_recorded_kinds(std::slice::from_ref(&input))?;
         let message = self.load_message(session_id, message_id).await?;
         refuse_reverted_message(&session, message_id)?;
+        // In the message the revert point lies in, a new part would come after the point: hidden at once,
+        // and deleted by the next cleanup.
+        if let Some(point) = revert_point_of(&session)
+            && &point.message_id == message_id
+            && let Some(part) = &point.part_id
+        {
+            return Err(Error::InvalidInput(format!(
+                "message {message_id} is reverted from part {part} on; unrevert the session or record a new \
+                 message"
+            )));
+        }
         let last = message.parts.last().map(|p| p.id.clone());
         let mut parts = self.build_parts(&message.info, last, vec![input])?;
         let part = parts

@@ -401,6 +401,34 @@ fn partial_turn_revert_at_an_assistant_part() {
             (t1.assistant.clone(), Some(start))
         );
         assert_eq!(w.state(&["first.txt", "second.txt"]), ["1", "-"]);
+        // A part appended to that message would come after the point, hidden at once: refused, nothing
+        // stored.
+        let parts_before = w
+            .rewind
+            .message(&s.id, &t1.assistant)
+            .await
+            .expect("message")
+            .parts;
+        let appended = w
+            .rewind
+            .append_part(
+                &s.id,
+                &t1.assistant,
+                NewPart::new(PartBody::text("lost at cleanup")),
+            )
+            .await;
+        assert!(
+            matches!(appended, Err(Error::InvalidInput(_))),
+            "{appended:?}"
+        );
+        assert_eq!(
+            w.rewind
+                .message(&s.id, &t1.assistant)
+                .await
+                .expect("message")
+                .parts,
+            parts_before
+        );
     })
 }
 
