@@ -84,6 +84,8 @@ struct TrackedNow<'a> {
     /// directory is not looked at again for every file in it. Off while changes are made: every parent is
     /// then checked right before it is used.
     planning_dirs: RefCell<Option<HashMap<String, OnDisk>>>,
+    /// The tests' read fault hook (`GitStoreConfig::read_fault`).
+    read_fault: Option<crate::config::ReadFault>,
 }
 
 impl<'a> TrackedNow<'a> {
@@ -102,6 +104,7 @@ impl<'a> TrackedNow<'a> {
             rules: Default::default(),
             dir_rules: Default::default(),
             planning_dirs: RefCell::new(Some(HashMap::new())),
+            read_fault: config.read_fault.clone(),
         })
     }
 
@@ -127,41 +130,52 @@ impl<'a> TrackedNow<'a> {
         *self.planning_dirs.borrow_mut() = None;
     }
 
-    fn gitignore_text(&self, dir: &str) -> Option<String> {
-        self.rules
-            .borrow_mut()
-            .entry(dir.to_owned())
-            .or_insert_with(|| {
-                crate::ignore::read_rules(&self.store.worktree.join(dir).join(".gitignore"))
-                    .ok()
-                    .flatten()
-            })
-            .clone()
+    /// The `.gitignore` text of directory `dir`, read once per operation. One that exists and cannot be
+    /// read is an error: read as no rules, the files it ignores would count as tracked content.
+    fn gitignore_text(&self, dir: &str) -> GitResult<Option<String>> {
+        if let Some(known) = self.rules.borrow().get(dir) {
+            return Ok(known.clone());
+        }
+        let rel = if dir.is_empty() {
+            ".gitignore".to_owned()
+        } else {
+            format!("{dir}/.gitignore")
+        };
+        if self.read_fault.as_ref().is_some_and(|fault| fault(&rel)) {
+            return Err(GitError::Unreadable {
+                path: rel,
+                reason: "injected read fault".to_owned(),
+            });
+        }
+        let text = crate::ignore::read_rules(&self.store.worktree.join(&rel))?;
+        self.rules.borrow_mut().insert(dir.to_owned(), text.clone());
+        Ok(text)
     }
 
     /// The rules in force for the entries of directory `dir` (`""` or `a/b`), or none when `dir` or a
     /// directory above it is ignored (as `Ignores::is_path_ignored` decides, one directory at a time).
-    fn rules_for(&self, dir: &str) -> Option<Ignores> {
+    fn rules_for(&self, dir: &str) -> GitResult<Option<Ignores>> {
         if let Some(known) = self.dir_rules.borrow().get(dir) {
-            return known.clone();
+            return Ok(known.clone());
         }
         let rules = if dir.is_empty() {
             self.ignores
-                .rules_below_root(self.gitignore_text("").as_deref())
+                .rules_below_root(self.gitignore_text("")?.as_deref())
         } else {
             let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
-            self.rules_for(parent).and_then(|mut rules| {
-                if rules.is_ignored(dir, true) {
-                    return None;
+            match self.rules_for(parent)? {
+                Some(rules) if rules.is_ignored(dir, true) => None,
+                Some(mut rules) => {
+                    rules.push_dir(&format!("{dir}/"), self.gitignore_text(dir)?.as_deref());
+                    Some(rules)
                 }
-                rules.push_dir(&format!("{dir}/"), self.gitignore_text(dir).as_deref());
-                Some(rules)
-            })
+                None => None,
+            }
         };
         self.dir_rules
             .borrow_mut()
             .insert(dir.to_owned(), rules.clone());
-        rules
+        Ok(rules)
     }
 
     fn contains(&self, path: &str) -> GitResult<bool> {
@@ -194,7 +208,7 @@ impl<'a> TrackedNow<'a> {
         }
         let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
         Ok(self
-            .rules_for(parent)
+            .rules_for(parent)?
             .is_some_and(|rules| !rules.is_ignored(path, false)))
     }
 

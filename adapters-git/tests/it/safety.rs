@@ -1015,3 +1015,42 @@ async fn a_missing_gitignore_blob_of_the_start_snapshot_deletes_nothing() {
     assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
     assert_eq!(h.list(), listing);
 }
+
+/// What is tracked content now decides whether a revert may touch a file: a `.gitignore` that cannot be
+/// read while the revert plans is an error and nothing is touched (read as no rules, the `.env` it ignores
+/// would count as tracked, and the revert of the step that created it would delete it).
+#[tokio::test]
+async fn an_unreadable_gitignore_while_planning_touches_nothing() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    let start = h.id().await;
+    // The step creates .env; the user then ignores it.
+    h.write(".env", b"SECRET=1\n");
+    let changed = h
+        .port()
+        .changed_files(h.root(), &start)
+        .await
+        .expect("changed_files");
+    assert_eq!(changed, rels(&[".env"]));
+    h.write(".gitignore", b"*.env\n.env\n");
+    let base = h.id().await;
+    let patches = [SnapshotPatch {
+        hash: start,
+        files: changed,
+    }];
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    assert_eq!(plan[0].action, FileActionKind::Keep, "{plan:?}");
+    let listing = h.list();
+    h.fail_reads(".gitignore");
+    let planned = h.port().plan(h.root(), &patches).await;
+    assert!(
+        matches!(planned, Err(Error::Unreadable { .. })),
+        "{planned:?}"
+    );
+    let reverted = h.port().revert(h.root(), &patches, &base).await;
+    assert!(
+        matches!(reverted, Err(Error::Unreadable { .. })),
+        "{reverted:?}"
+    );
+    assert_eq!(h.list(), listing);
+}
