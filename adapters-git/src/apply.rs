@@ -866,6 +866,8 @@ fn plan_inner<'a>(
     let mut trees: HashMap<ObjectId, RefCell<LazyTree<'a>>> = HashMap::new();
     let mut actions = Vec::new();
     let mut entries = HashMap::new();
+    // The writes planned where a directory stands (positions in `actions`).
+    let mut over_dirs = Vec::new();
     for (path, from) in file_plan(patches) {
         let from_id = object_id(&from)?;
         let tree = trees
@@ -904,6 +906,9 @@ fn plan_inner<'a>(
         } else {
             (FileActionKind::Delete, None)
         };
+        if action == FileActionKind::Write && matches!(exists, OnDisk::Dir) {
+            over_dirs.push(actions.len());
+        }
         actions.push(FileAction {
             path,
             action,
@@ -911,7 +916,7 @@ fn plan_inner<'a>(
             reason,
         });
     }
-    keep_writes_over_occupied_dirs(store, &mut actions, &mut entries)?;
+    keep_writes_over_occupied_dirs(store, &mut actions, &mut entries, &over_dirs)?;
     Ok(Planned {
         actions,
         entries,
@@ -919,26 +924,28 @@ fn plan_inner<'a>(
     })
 }
 
-/// A file the plan writes where a directory stands is kept instead (as the writing would find) unless every
-/// file under that directory is one the plan deletes first (SPEC 2.4 `plan`): the directory still holding
-/// files that are not tracked content, or that the plan does not remove, stays.
+/// A file the plan writes where a directory stands (`over_dirs`, positions in `actions`) is kept instead,
+/// as the writing would find, unless every file under that directory is one the plan deletes first (SPEC
+/// 2.4 `plan`): the directory still holding files that are not tracked content, or that the plan does not
+/// remove, stays.
 fn keep_writes_over_occupied_dirs(
     store: &Store,
     actions: &mut [FileAction],
     entries: &mut HashMap<String, (Mode, ObjectId)>,
+    over_dirs: &[usize],
 ) -> GitResult<()> {
+    if over_dirs.is_empty() {
+        return Ok(());
+    }
     let deleted: HashSet<String> = actions
         .iter()
         .filter(|a| a.action == FileActionKind::Delete)
         .map(|a| String::from(a.path.clone()))
         .collect();
-    for action in actions
-        .iter_mut()
-        .filter(|a| a.action == FileActionKind::Write)
-    {
+    for &at in over_dirs {
+        let action = &mut actions[at];
         let path = action.path.as_str();
-        let abs = store.worktree.join(path);
-        if matches!(on_disk(&abs)?, OnDisk::Dir) && !holds_only(&abs, path, &deleted)? {
+        if !holds_only(&store.worktree.join(path), path, &deleted)? {
             entries.remove(path);
             action.action = FileActionKind::Keep;
             action.reason = Some(OCCUPIED_DIR.to_owned());
