@@ -19,7 +19,7 @@ use rewind_core::revert::file_plan;
 
 use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
-use crate::ignore::Ignores;
+use crate::ignore::{Ignores, OutsideRule};
 use crate::odb::{Kind, Odb};
 use crate::replace::{Held, Releases, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
@@ -814,7 +814,25 @@ fn untracked_at(
     if record.skipped.contains(path) {
         return Ok(true);
     }
-    let ignores = Ignores::from_outside(record.outside.clone(), record.prefix.clone());
+    // Ignored under any of the rule sets in force when a track returned that id.
+    for (prefix, outside) in record.rule_sets() {
+        if ignored_at(store, tree, path, prefix, outside)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether `path`, absent from the snapshot `tree`, was ignored under its `.gitignore` files and the
+/// outside rules `outside` (with the worktree at `prefix` in its ignore root).
+fn ignored_at(
+    store: &Store,
+    tree: &RefCell<LazyTree<'_>>,
+    path: &str,
+    prefix: &str,
+    outside: &[OutsideRule],
+) -> GitResult<bool> {
+    let ignores = Ignores::from_outside(outside.to_vec(), prefix.to_owned());
     let failed = RefCell::new(None);
     // `path` is absent from that snapshot: matched as a file, as the track that took it saw no
     // directory there either.

@@ -32,6 +32,21 @@ pub struct SnapshotRecord {
     /// The union of the paths skipped by every track that returned this id.
     #[serde(default)]
     pub skipped: BTreeSet<String>,
+    /// The other rule sets (with their prefix) in force when a track returned this id: one id can stand for
+    /// several disk states, and a path ignored under any of them may have existed then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<(String, Vec<OutsideRule>)>,
+}
+
+impl SnapshotRecord {
+    /// Every rule set in force when a track returned this id, with its prefix: the latest first.
+    pub fn rule_sets(&self) -> impl Iterator<Item = (&String, &Vec<OutsideRule>)> {
+        std::iter::once((&self.prefix, &self.outside)).chain(
+            self.earlier
+                .iter()
+                .map(|(prefix, outside)| (prefix, outside)),
+        )
+    }
 }
 
 /// An open store, locked for one operation (the lock is released when this is dropped).
@@ -129,7 +144,7 @@ impl Store {
             .unwrap_or_default()
     }
 
-    /// Merges what a track saw into the record of `id` (skipped paths are a union).
+    /// Merges what a track saw into the record of `id` (skipped paths and rule sets are unions).
     pub fn add_record(
         &self,
         id: &ObjectId,
@@ -139,6 +154,19 @@ impl Store {
     ) -> GitResult<()> {
         let mut record = self.record(id);
         let before = record.clone();
+        let known = before != SnapshotRecord::default();
+        if known && (record.prefix != prefix || record.outside != outside) {
+            let latest = (
+                std::mem::take(&mut record.prefix),
+                std::mem::take(&mut record.outside),
+            );
+            record
+                .earlier
+                .retain(|(p, o)| !(p == prefix && o == outside));
+            if !record.earlier.contains(&latest) {
+                record.earlier.push(latest);
+            }
+        }
         record.prefix = prefix.to_owned();
         record.outside = outside.to_vec();
         record.skipped.extend(skipped.iter().cloned());

@@ -1054,3 +1054,47 @@ async fn an_unreadable_gitignore_while_planning_touches_nothing() {
     );
     assert_eq!(h.list(), listing);
 }
+
+/// One id can stand for several disk states (SPEC 2.3): when a later track returns the same id under other
+/// outside rules, the rules of the first still count. Here a file ignored by the global excludes when the
+/// id was first returned, and absent from it, is kept by the revert of a step that started from that id
+/// and made it tracked (it may have existed then), not deleted.
+#[tokio::test]
+async fn every_rule_set_an_id_was_returned_under_counts() {
+    let h = GitHarness::with_config(|config, base| {
+        config.excludes_file = ExcludesFile::Path(base.join("global-ignore"));
+    });
+    let global = h.base().join("global-ignore");
+    fs::write(&global, "*.secret\n").expect("write the global excludes");
+    h.write("a.txt", b"a\n");
+    h.write("keys.secret", b"ignored at the first track\n");
+    let first = h.id().await;
+    // The rule goes; the tree (without the ignored file) is the same id again.
+    fs::write(&global, "*.nothing\n").expect("rewrite the global excludes");
+    h.remove("keys.secret");
+    assert_eq!(h.id().await, first);
+    // A step from that id: the file appears, now tracked.
+    h.write("keys.secret", b"written during the step\n");
+    let changed = h
+        .port()
+        .changed_files(h.root(), &first)
+        .await
+        .expect("changed_files");
+    assert_eq!(changed, rels(&["keys.secret"]));
+    let base = h.id().await;
+    let patches = [SnapshotPatch {
+        hash: first,
+        files: changed,
+    }];
+    let outcome = h
+        .port()
+        .revert(h.root(), &patches, &base)
+        .await
+        .expect("revert");
+    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
+    assert_eq!(kept, ["keys.secret"], "{outcome:?}");
+    assert_eq!(
+        fs::read(h.path("keys.secret")).expect("still there"),
+        b"written during the step\n"
+    );
+}
