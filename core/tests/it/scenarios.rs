@@ -704,17 +704,7 @@ fn an_abort_racing_the_steps_finish_closes_nothing_twice() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        w.rewind
-            .create_message(&s.id, NewMessage::user_text("go"))
-            .await
-            .expect("user");
-        let a = w
-            .rewind
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant")
-            .info
-            .id;
+        let a = w.prompt(&s.id, "go").await;
         w.rewind.begin_step(&s.id, &a).await.expect("begin");
         w.write("a.txt", "1");
         // The abort stops at its first lease read (after it read the session) while the step finishes.
@@ -745,17 +735,7 @@ fn an_abort_racing_a_new_step_leaves_it_open() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        w.rewind
-            .create_message(&s.id, NewMessage::user_text("go"))
-            .await
-            .expect("user");
-        let a = w
-            .rewind
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant")
-            .info
-            .id;
+        let a = w.prompt(&s.id, "go").await;
         w.rewind.begin_step(&s.id, &a).await.expect("begin");
         let (reached, resume) = w.repo.pause_next_lease_read();
         let aborting = w.rewind.abort(&s.id);

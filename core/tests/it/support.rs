@@ -111,6 +111,20 @@ impl World {
         }
     }
 
+    /// A user message and its assistant message, with no step yet: the assistant message's id.
+    pub async fn prompt(&self, session: &SessionId, prompt: &str) -> MessageId {
+        self.rewind
+            .create_message(session, NewMessage::user_text(prompt))
+            .await
+            .expect("user message");
+        self.rewind
+            .create_message(session, NewMessage::assistant())
+            .await
+            .expect("assistant message")
+            .info
+            .id
+    }
+
     /// One step of an existing assistant message.
     pub async fn step(
         &self,
