@@ -780,16 +780,7 @@ fn a_step_racing_a_revert_does_not_undo_it() {
         let beginning = w.rewind.begin_step(&s.id, &t2.assistant);
         let reverting = async {
             reached.await.expect("the step takes its lease");
-            let reverted = w
-                .rewind
-                .revert(
-                    &s.id,
-                    RevertTarget {
-                        message_id: t2.user.clone(),
-                        part_id: None,
-                    },
-                )
-                .await;
+            let reverted = w.try_revert_to(&s.id, &t2.user).await;
             resume.send(()).expect("resume the step");
             reverted
         };
@@ -826,16 +817,7 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
         let s = w.session().await;
         let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
         w.repo.fail_next_result_commit();
-        let failed = w
-            .rewind
-            .revert(
-                &s.id,
-                RevertTarget {
-                    message_id: t1.user.clone(),
-                    part_id: None,
-                },
-            )
-            .await;
+        let failed = w.try_revert_to(&s.id, &t1.user).await;
         assert!(matches!(failed, Err(Error::Backend(_))), "{failed:?}");
         assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
         let session = w.rewind.session(&s.id).await.expect("session");
@@ -873,16 +855,7 @@ fn a_rollback_puts_back_a_file_the_revert_replaced_with_a_directory() {
         // The user puts a file where the directory was.
         w.write("lib", "mine");
         w.repo.fail_next_result_commit();
-        let failed = w
-            .rewind
-            .revert(
-                &s.id,
-                RevertTarget {
-                    message_id: t1.user.clone(),
-                    part_id: None,
-                },
-            )
-            .await;
+        let failed = w.try_revert_to(&s.id, &t1.user).await;
         assert!(matches!(failed, Err(Error::Backend(_))), "{failed:?}");
         assert_eq!(
             w.read("lib").as_deref(),

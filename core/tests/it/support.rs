@@ -217,6 +217,23 @@ impl World {
 }
 
 impl World {
+    /// A revert to `message`, returning the result.
+    pub async fn try_revert_to(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> rewind_core::Result<Session> {
+        self.rewind
+            .revert(
+                session,
+                RevertTarget {
+                    message_id: message.clone(),
+                    part_id: None,
+                },
+            )
+            .await
+    }
+
     /// A revert to the session's first message, returning the result.
     pub async fn revert_to_result(&self, session: &SessionId) -> rewind_core::Result<Session> {
         let first = self
