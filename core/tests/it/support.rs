@@ -144,16 +144,7 @@ impl World {
     }
 
     pub async fn revert_to(&self, session: &SessionId, message: &MessageId) -> Session {
-        self.rewind
-            .revert(
-                session,
-                RevertTarget {
-                    message_id: message.clone(),
-                    part_id: None,
-                },
-            )
-            .await
-            .expect("revert")
+        self.try_revert_to(session, message).await.expect("revert")
     }
 
     pub async fn messages(&self, session: &SessionId) -> Vec<MessageWithParts> {
