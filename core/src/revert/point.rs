@@ -27,6 +27,16 @@ pub struct RevertPoint {
     pub part_id: Option<PartId>,
 }
 
+impl RevertPoint {
+    /// The point a revert descriptor names.
+    pub fn of(descriptor: &crate::model::RevertDescriptor) -> RevertPoint {
+        RevertPoint {
+            message_id: descriptor.message_id.clone(),
+            part_id: descriptor.part_id.clone(),
+        }
+    }
+}
+
 /// OpenCode's rule (reference §3.2), with an unknown target a `NotFound` error: a target inside a turn moves
 /// back to the turn's user message unless text or tool output precedes it in its own message.
 ///

@@ -740,13 +740,7 @@ fn open_step_of(session: &Session, message_id: &MessageId) -> Result<OpenStep> {
 
 /// The revert point of a reverted session.
 fn revert_point_of(session: &Session) -> Option<crate::revert::RevertPoint> {
-    session
-        .revert
-        .as_ref()
-        .map(|descriptor| crate::revert::RevertPoint {
-            message_id: descriptor.message_id.clone(),
-            part_id: descriptor.part_id.clone(),
-        })
+    session.revert.as_ref().map(crate::revert::RevertPoint::of)
 }
 
 /// Refuses (400) a message the session's revert hides whole (cleanup would delete it): nothing more is

@@ -566,10 +566,7 @@ impl Rewind {
             return Ok(session);
         }
         let messages = self.repo.messages(session_id).await?;
-        let point = RevertPoint {
-            message_id: descriptor.message_id.clone(),
-            part_id: descriptor.part_id.clone(),
-        };
+        let point = RevertPoint::of(descriptor);
         let plan = cleanup_plan(&messages, &point);
         let removed_messages: BTreeSet<_> = plan.removed_messages.iter().collect();
         let removed_parts: BTreeSet<_> = plan.removed_parts.iter().map(|(_, p)| p).collect();
