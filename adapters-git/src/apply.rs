@@ -1028,6 +1028,7 @@ pub fn revert(
     config: &GitStoreConfig,
     patches: &[SnapshotPatch],
     base: &ObjectId,
+    since: Option<i128>,
     ready: impl FnOnce() -> bool,
 ) -> GitResult<RevertOutcome> {
     let Planned {
@@ -1049,7 +1050,15 @@ pub fn revert(
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
         .count();
     if touched > SPECULATE_UP_TO {
-        return write_planned(store, &actions, &entries, current, base, ready, None);
+        return write_planned(
+            store,
+            config,
+            (&actions, &entries),
+            current,
+            (base, since),
+            ready,
+            None,
+        );
     }
     // The end state the plan predicts, in the order `write_planned` touches the files.
     let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
@@ -1081,10 +1090,10 @@ pub fn revert(
         };
         let outcome = write_planned(
             store,
-            &actions,
-            &entries,
+            config,
+            (&actions, &entries),
             current,
-            base,
+            (base, since),
             ready,
             Some(prediction),
         )?;
@@ -1098,6 +1107,79 @@ pub fn revert(
     })
 }
 
+/// Why a file a revert would overwrite or delete is left as it is: it changed after the revert's snapshot.
+const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this revert started from (an edit \
+                                made while the revert ran), so no snapshot holds that content; it is left as it is";
+
+/// The planned targets that changed after the track the revert's `base` came from (an edit made while the
+/// revert planned or stored its intent): overwriting or deleting one would lose content no snapshot holds.
+/// A target whose status changed before that track began (`since`, less the racy margin) is as the track
+/// saw it; any other that exists is read and compared with its entry in `base` (absent there: made since).
+/// Without `since` (another process took the track), every existing target is read.
+fn changed_after_track(
+    store: &Store,
+    config: &GitStoreConfig,
+    actions: &[FileAction],
+    base: &ObjectId,
+    since: Option<i128>,
+) -> GitResult<HashSet<String>> {
+    let mut base_tree = LazyTree::new(&store.odb, *base);
+    let mut suspects: Vec<(String, Option<Entry>)> = Vec::new();
+    // Whether each parent directory is a real one (a path below a symlink or a file is not looked at: the
+    // writing replaces or keeps what stands there, and nothing is read through a symlink).
+    let mut real_dirs: HashMap<&str, bool> = HashMap::new();
+    for action in actions
+        .iter()
+        .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
+    {
+        let path = action.path.as_str();
+        let mut parents_real = true;
+        for (i, _) in path.match_indices('/') {
+            let parent = &path[..i];
+            let real = match real_dirs.get(parent) {
+                Some(real) => *real,
+                None => {
+                    let real = on_disk(&store.worktree.join(parent))? == OnDisk::Dir;
+                    real_dirs.insert(parent, real);
+                    real
+                }
+            };
+            if !real {
+                parents_real = false;
+                break;
+            }
+        }
+        if !parents_real {
+            continue;
+        }
+        let abs = store.worktree.join(path);
+        let meta = match fs::symlink_metadata(&abs) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(GitError::io(&abs, e)),
+        };
+        if !(meta.is_file() || meta.file_type().is_symlink()) {
+            continue;
+        }
+        let changed_ns = Stat::of(&meta, Mode::File).ctime_ns;
+        if since.is_some_and(|began| changed_ns < began - crate::stat_cache::RACY_MARGIN_NS) {
+            continue;
+        }
+        suspects.push((path.to_owned(), base_tree.get(path)?));
+    }
+    let edited = crate::track::parallel_map_on(
+        &suspects,
+        crate::track::worker_threads(),
+        8,
+        || (),
+        |(), (path, then)| {
+            let now = entry_on_disk(config, &store.worktree.join(path), path)?;
+            Ok((Some(now) != *then).then(|| path.clone()))
+        },
+    )?;
+    Ok(edited.into_iter().flatten().collect())
+}
+
 /// The end state a revert's plan predicts, and the tree built from it on another thread.
 struct Prediction<'p> {
     /// Each path to touch with its end state, in the order the writes touch them.
@@ -1109,31 +1191,37 @@ struct Prediction<'p> {
 /// The writing half of `revert`: once `ready` says so, deletes and writes what the plan says (re-checking
 /// each path as it goes), teaches the stat cache, and returns the outcome. `applied` is taken from
 /// `prediction` when the writes ended as it predicted.
+#[allow(clippy::too_many_arguments)]
 fn write_planned(
     store: &Store,
-    actions: &[FileAction],
-    entries: &HashMap<String, (Mode, ObjectId)>,
+    config: &GitStoreConfig,
+    (actions, entries): (&[FileAction], &HashMap<String, (Mode, ObjectId)>),
     current: TrackedNow<'_>,
-    base: &ObjectId,
+    (base, since): (&ObjectId, Option<i128>),
     ready: impl FnOnce() -> bool,
     prediction: Option<Prediction<'_>>,
 ) -> GitResult<RevertOutcome> {
     if !ready() {
         return Err(GitError::CalledOff);
     }
+    let edited = changed_after_track(store, config, actions, base, since)?;
     journal_parents(store, entries.keys().cloned())?;
     current.stop_planning();
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
     // is gone before what was there comes back.
     for action in actions.iter().rev() {
-        if action.action == FileActionKind::Delete {
+        if action.action == FileActionKind::Delete && !edited.contains(action.path.as_str()) {
             applier.delete(action.path.as_str())?;
         }
     }
     for action in actions {
         let path = action.path.as_str();
         match action.action {
+            _ if edited.contains(path) => applier.kept.push(KeptPath {
+                path: action.path.clone(),
+                reason: EDITED_MEANWHILE.to_owned(),
+            }),
             FileActionKind::Write => {
                 let (mode, id) = entries[path];
                 applier.write(path, mode, &id)?;

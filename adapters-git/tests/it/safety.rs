@@ -1098,3 +1098,49 @@ async fn every_rule_set_an_id_was_returned_under_counts() {
         b"written during the step\n"
     );
 }
+
+/// SPEC 2.5: everything a revert overwrites or deletes is in a snapshot first. A file edited after the
+/// revert's snapshot was taken (here while the revert waits for its go-ahead, as it does while its intent
+/// is stored) is not in one: the revert keeps it, with a reason, and still reverts the others. A file made
+/// meanwhile where the revert would delete one is kept too.
+#[tokio::test]
+async fn an_edit_made_while_the_revert_waits_is_kept() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a0\n");
+    h.write("b.txt", b"b0\n");
+    let start = h.id().await;
+    h.write("a.txt", b"a1\n");
+    h.write("b.txt", b"b1\n");
+    h.write("new.txt", b"new\n");
+    let patches = one_patch(&start, &["a.txt", "b.txt", "new.txt"]);
+    let base = h.id().await;
+    let (go, ready) = futures::channel::oneshot::channel();
+    let root = h.root().to_path_buf();
+    let reverting = h.port().revert_when(h.root(), &patches, &base, ready);
+    let editing = async move {
+        fs::write(root.join("a.txt"), b"the user's edit\n").expect("edit a.txt");
+        fs::write(root.join("new.txt"), b"the user's version\n").expect("edit new.txt");
+        go.send(true).expect("the go-ahead");
+    };
+    let (outcome, ()) = futures::future::join(reverting, editing).await;
+    let outcome = outcome.expect("revert");
+    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
+    assert_eq!(kept, ["a.txt", "new.txt"], "{outcome:?}");
+    assert!(
+        outcome
+            .kept
+            .iter()
+            .all(|k| k.reason.contains("changed after"))
+    );
+    assert_eq!(outcome.written, rels(&["b.txt"]));
+    assert!(outcome.deleted.is_empty());
+    assert_eq!(
+        fs::read(h.path("a.txt")).expect("a.txt"),
+        b"the user's edit\n"
+    );
+    assert_eq!(fs::read(h.path("b.txt")).expect("b.txt"), b"b0\n");
+    assert_eq!(
+        fs::read(h.path("new.txt")).expect("new.txt"),
+        b"the user's version\n"
+    );
+}

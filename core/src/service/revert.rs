@@ -295,7 +295,8 @@ impl Rewind {
                 time: now,
                 message: format!(
                     "{} file(s) were left as they are: they are not tracked content (ignored, over the size cap or \
-                     standing where the revert needed a directory), so rewind cannot revert them",
+                     standing where the revert needed a directory), or they changed while the revert ran (their new \
+                     content is in no snapshot), so rewind did not revert them",
                     outcome.kept.len()
                 ),
                 snapshot: None,
