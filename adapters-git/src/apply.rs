@@ -1028,7 +1028,6 @@ pub fn revert(
     config: &GitStoreConfig,
     patches: &[SnapshotPatch],
     base: &ObjectId,
-    since: Option<i128>,
     ready: impl FnOnce() -> bool,
 ) -> GitResult<RevertOutcome> {
     let Planned {
@@ -1055,7 +1054,7 @@ pub fn revert(
             config,
             (&actions, &entries),
             current,
-            (base, since),
+            base,
             ready,
             None,
         );
@@ -1093,7 +1092,7 @@ pub fn revert(
             config,
             (&actions, &entries),
             current,
-            (base, since),
+            base,
             ready,
             Some(prediction),
         )?;
@@ -1113,16 +1112,23 @@ const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this r
 
 /// The planned targets that changed after the track the revert's `base` came from (an edit made while the
 /// revert planned or stored its intent): overwriting or deleting one would lose content no snapshot holds.
-/// A target whose status changed before that track began (`since`, less the racy margin) is as the track
-/// saw it; any other that exists is read and compared with its entry in `base` (absent there: made since).
-/// Without `since` (another process took the track), every existing target is read.
+/// A target whose stat data is what that track recorded (the stat cache, when it describes `base`) is as
+/// the track saw it; any other that exists is read and compared with its entry in `base` (absent there:
+/// made since).
 fn changed_after_track(
     store: &Store,
     config: &GitStoreConfig,
     actions: &[FileAction],
     base: &ObjectId,
-    since: Option<i128>,
 ) -> GitResult<HashSet<String>> {
+    // The cache is handed back to memory only when it came from there: a process that does not hold it
+    // (a command that ends after its revert) leaves the file to the next track, as `teach_stat_cache` does.
+    let cache_path = store.stat_cache_path();
+    let (cache, remembered) = match StatCache::remembered(&cache_path) {
+        Some(cache) => (cache, true),
+        None => (StatCache::load(&cache_path), false),
+    };
+    let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
     let mut base_tree = LazyTree::new(&store.odb, *base);
     let mut suspects: Vec<(String, Option<Entry>)> = Vec::new();
     // Whether each parent directory is a real one (a path below a symlink or a file is not looked at: the
@@ -1158,14 +1164,18 @@ fn changed_after_track(
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(GitError::io(&abs, e)),
         };
-        if !(meta.is_file() || meta.file_type().is_symlink()) {
+        let Some(mode) = Mode::of_file(&meta) else {
             continue;
+        };
+        let as_recorded = recorded
+            .and_then(|entries| entries.get(path))
+            .is_some_and(|entry| entry.stat == Stat::of(&meta, mode));
+        if !as_recorded {
+            suspects.push((path.to_owned(), base_tree.get(path)?));
         }
-        let changed_ns = Stat::of(&meta, Mode::File).ctime_ns;
-        if since.is_some_and(|began| changed_ns < began - crate::stat_cache::RACY_MARGIN_NS) {
-            continue;
-        }
-        suspects.push((path.to_owned(), base_tree.get(path)?));
+    }
+    if remembered {
+        cache.keep(&cache_path);
     }
     let edited = crate::track::parallel_map_on(
         &suspects,
@@ -1197,14 +1207,14 @@ fn write_planned(
     config: &GitStoreConfig,
     (actions, entries): (&[FileAction], &HashMap<String, (Mode, ObjectId)>),
     current: TrackedNow<'_>,
-    (base, since): (&ObjectId, Option<i128>),
+    base: &ObjectId,
     ready: impl FnOnce() -> bool,
     prediction: Option<Prediction<'_>>,
 ) -> GitResult<RevertOutcome> {
     if !ready() {
         return Err(GitError::CalledOff);
     }
-    let edited = changed_after_track(store, config, actions, base, since)?;
+    let edited = changed_after_track(store, config, actions, base)?;
     journal_parents(store, entries.keys().cloned())?;
     current.stop_planning();
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));

@@ -96,10 +96,7 @@ impl GitSnapshotStore {
         let patches = patches.to_vec();
         let base = object_id(base)?;
         self.with_store(worktree, move |store, config| {
-            // When the track `base` came from began (the stat cache names it): files changed before are
-            // as it saw them.
-            let since = stat_cache::StatCache::track_began(&store.stat_cache_path(), &base);
-            apply::revert(store, config, &patches, &base, since, ready)
+            apply::revert(store, config, &patches, &base, ready)
         })
         .await
     }

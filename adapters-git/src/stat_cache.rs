@@ -41,7 +41,7 @@ const MEMO_STORES: usize = 8;
 static MEMO: LazyLock<Mutex<HashMap<PathBuf, StatCache>>> = LazyLock::new(Mutex::default);
 /// How close to the start of a track a modification counts as racy, in nanoseconds (covers filesystems
 /// whose timestamps are as coarse as one second).
-pub(crate) const RACY_MARGIN_NS: i128 = 1_000_000_000;
+const RACY_MARGIN_NS: i128 = 1_000_000_000;
 
 /// The stat data that decides whether a file must be hashed again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,17 +330,6 @@ impl StatCache {
             Some((cache, pending)) => (cache, Some(pending)),
             None => (StatCache::default(), None),
         }
-    }
-
-    /// When the track that wrote the cache file at `path` began, when that cache describes snapshot `tree`
-    /// (a revert from `tree` checks the files it would overwrite for edits made since). Only the file's
-    /// first bytes are read; `None` when it describes another tree or cannot be read.
-    pub fn track_began(path: &Path, tree: &ObjectId) -> Option<i128> {
-        let mut head = [0u8; 8 + 8 + 16 + 1 + 20];
-        std::io::Read::read_exact(&mut fs::File::open(path).ok()?, &mut head).ok()?;
-        let rest = head.strip_prefix(MAGIC)?;
-        let started = i128::from_le_bytes(rest.get(8..24)?.try_into().ok()?);
-        (rest.get(24) == Some(&1) && rest.get(25..45) == Some(tree.as_bytes())).then_some(started)
     }
 
     /// Hands back a loaded cache, so the next load in this process need not parse the file while the file
@@ -965,8 +954,8 @@ mod tests {
             hash: crate::apply::snapshot_id(&first).expect("an id"),
             files,
         };
-        let outcome = crate::apply::revert(&store, &config, &[patch], &second, None, || true)
-            .expect("revert");
+        let outcome =
+            crate::apply::revert(&store, &config, &[patch], &second, || true).expect("revert");
         assert_eq!(outcome.applied.as_str(), first.to_string());
         consistent(first);
 
@@ -1002,8 +991,7 @@ mod tests {
             hash: crate::apply::snapshot_id(&first).expect("an id"),
             files: vec![RelPath::new("d0/f0.txt").expect("a path")],
         };
-        crate::apply::revert(&store, &config, &[patch], &expected, None, || true)
-            .expect("revert again");
+        crate::apply::revert(&store, &config, &[patch], &expected, || true).expect("revert again");
         let untaught = StatCache::load(&store.stat_cache_path());
         assert_eq!(
             untaught.tree,
@@ -1017,27 +1005,5 @@ mod tests {
             now, want,
             "d0/f0.txt is back as it was, d1/f1.txt still deleted"
         );
-    }
-
-    /// `track_began` reads the start time of the track from the file's first bytes, only for the tree the
-    /// cache names.
-    #[test]
-    fn the_track_start_is_read_for_the_cached_tree_only() {
-        let tree = ObjectId::from_hex(b"0123456789abcdef0123456789abcdef01234567").expect("an id");
-        let other = ObjectId::from_hex(b"89abcdef0123456789abcdef0123456789abcdef").expect("an id");
-        let cache = StatCache {
-            started_ns: 1_700_000_000_123_456_789,
-            tree: Some(tree),
-            ..StatCache::default()
-        };
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("stat-cache");
-        assert_eq!(StatCache::track_began(&path, &tree), None, "no file");
-        cache.save(&path).expect("save");
-        assert_eq!(
-            StatCache::track_began(&path, &tree),
-            Some(1_700_000_000_123_456_789)
-        );
-        assert_eq!(StatCache::track_began(&path, &other), None);
     }
 }
