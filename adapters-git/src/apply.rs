@@ -1201,7 +1201,6 @@ struct Prediction<'p> {
 /// The writing half of `revert`: once `ready` says so, deletes and writes what the plan says (re-checking
 /// each path as it goes), teaches the stat cache, and returns the outcome. `applied` is taken from
 /// `prediction` when the writes ended as it predicted.
-#[allow(clippy::too_many_arguments)]
 fn write_planned(
     store: &Store,
     config: &GitStoreConfig,
