@@ -515,7 +515,7 @@ impl<'a> Applier<'a> {
         match on_disk(&abs)? {
             OnDisk::Absent => {}
             OnDisk::Dir => {
-                if !holds_no_files(&abs)? {
+                if !holds_only(&abs, path, &HashSet::new())? {
                     return self.keep(path, OCCUPIED_DIR);
                 }
                 fs::remove_dir_all(&abs).map_err(|e| GitError::io(&abs, e))?;
@@ -601,20 +601,6 @@ fn blocking_parent(current: &TrackedNow<'_>, path: &str) -> GitResult<Option<Str
 fn parents_are_real_dirs(current: &TrackedNow<'_>, path: &str) -> GitResult<bool> {
     for (i, _) in path.match_indices('/') {
         if current.dir_on_disk(&path[..i])? != OnDisk::Dir {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// True when `dir` holds no file or symlink at any depth (only empty directories).
-fn holds_no_files(dir: &Path) -> GitResult<bool> {
-    for entry in fs::read_dir(dir).map_err(|e| GitError::io(dir, e))? {
-        let entry = entry.map_err(|e| GitError::io(dir, e))?;
-        let file_type = entry
-            .file_type()
-            .map_err(|e| GitError::io(&entry.path(), e))?;
-        if !file_type.is_dir() || !holds_no_files(&entry.path())? {
             return Ok(false);
         }
     }
@@ -975,8 +961,8 @@ fn keep_writes_over_occupied_dirs(
 /// Why a file is not written where a directory holding other files stands.
 const OCCUPIED_DIR: &str = "a directory holding other files stands there; it is left as it is";
 
-/// Whether every file under directory `dir` (worktree path `rel`) is one of `files` (empty directories
-/// aside).
+/// Whether every file (or symlink, or anything else but a directory) under directory `dir` (worktree
+/// path `rel`) is one of `files`: with none, whether it holds only empty directories.
 fn holds_only(dir: &Path, rel: &str, files: &HashSet<String>) -> GitResult<bool> {
     for entry in fs::read_dir(dir).map_err(|e| GitError::io(dir, e))? {
         let entry = entry.map_err(|e| GitError::io(dir, e))?;
