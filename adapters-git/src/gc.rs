@@ -138,12 +138,7 @@ fn remove_stray_temp_files(
             if !(name.starts_with('.') && name.contains(".tmp-") && is_older(&path, cutoff)) {
                 continue;
             }
-            let size = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            match fs::remove_file(&path) {
-                Ok(()) => report.bytes_freed += size,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(GitError::io(&path, e)),
-            }
+            free(&path, report)?;
         }
     }
     Ok(())
@@ -155,15 +150,23 @@ fn is_older(path: &std::path::Path, cutoff: SystemTime) -> bool {
         .is_ok_and(|modified| modified < cutoff)
 }
 
+/// Removes an object's file, counting it as an object removed.
 fn remove(path: &std::path::Path, report: &mut GcReport) -> GitResult<()> {
+    if free(path, report)? {
+        report.objects_removed += 1;
+    }
+    Ok(())
+}
+
+/// Removes a file, counting the bytes freed; whether it was there to remove.
+fn free(path: &std::path::Path, report: &mut GcReport) -> GitResult<bool> {
     let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     match fs::remove_file(path) {
         Ok(()) => {
-            report.objects_removed += 1;
             report.bytes_freed += size;
-            Ok(())
+            Ok(true)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(GitError::io(path, e)),
     }
 }
