@@ -1034,16 +1034,19 @@ pub fn revert(
         .iter()
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
         .count();
-    if touched > SPECULATE_UP_TO {
-        return write_planned(
+    let write = |prediction| {
+        write_planned(
             store,
             config,
             (&actions, &entries),
             current,
             base,
             ready,
-            None,
-        );
+            prediction,
+        )
+    };
+    if touched > SPECULATE_UP_TO {
+        return write(None);
     }
     // The end state the plan predicts, in the order `write_planned` touches the files.
     let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
@@ -1073,15 +1076,7 @@ pub fn revert(
             changes: &predicted,
             applied: built_rx,
         };
-        let outcome = write_planned(
-            store,
-            config,
-            (&actions, &entries),
-            current,
-            base,
-            ready,
-            Some(prediction),
-        )?;
+        let outcome = write(Some(prediction))?;
         let applied = object_id(&outcome.applied)?;
         if let Ok(Ok((predicted, diffs))) = speculative.join()
             && predicted == applied
@@ -1104,6 +1099,7 @@ const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this r
 fn changed_after_track(
     store: &Store,
     config: &GitStoreConfig,
+    current: &TrackedNow<'_>,
     actions: &[FileAction],
     base: &ObjectId,
 ) -> GitResult<HashSet<String>> {
@@ -1117,31 +1113,14 @@ fn changed_after_track(
     let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
     let mut base_tree = LazyTree::new(&store.odb, *base);
     let mut suspects: Vec<(String, Option<Entry>)> = Vec::new();
-    // Whether each parent directory is a real one (a path below a symlink or a file is not looked at: the
-    // writing replaces or keeps what stands there, and nothing is read through a symlink).
-    let mut real_dirs: HashMap<&str, bool> = HashMap::new();
     for action in actions
         .iter()
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
     {
         let path = action.path.as_str();
-        let mut parents_real = true;
-        for (i, _) in path.match_indices('/') {
-            let parent = &path[..i];
-            let real = match real_dirs.get(parent) {
-                Some(real) => *real,
-                None => {
-                    let real = on_disk(&store.worktree.join(parent))? == OnDisk::Dir;
-                    real_dirs.insert(parent, real);
-                    real
-                }
-            };
-            if !real {
-                parents_real = false;
-                break;
-            }
-        }
-        if !parents_real {
+        // A path below a symlink or a file is not looked at: the writing replaces or keeps what stands
+        // there, and nothing is read through a symlink.
+        if !parents_are_real_dirs(current, path)? {
             continue;
         }
         let abs = store.worktree.join(path);
@@ -1199,9 +1178,10 @@ fn write_planned(
     if !ready() {
         return Err(GitError::CalledOff);
     }
-    let edited = changed_after_track(store, config, actions, base)?;
-    journal_parents(store, entries.keys().cloned())?;
+    // From here on every parent is looked at when it is used (the disk may have changed since the plan).
     current.stop_planning();
+    let edited = changed_after_track(store, config, &current, actions, base)?;
+    journal_parents(store, entries.keys().cloned())?;
     let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
     // is gone before what was there comes back.
