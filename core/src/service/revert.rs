@@ -800,7 +800,7 @@ impl Rewind {
     ) -> Result<()> {
         let wt = worktree(session);
         let capture = self.snapshots.track(wt).await?.id;
-        let files = path_set(&intent.files);
+        let files: BTreeSet<&str> = intent.files.iter().map(RelPath::as_str).collect();
         // The operation's files, and the paths it replaced to write them: a file or symlink standing where
         // a directory was needed (above one of them), files of a directory standing where a file was
         // needed (below one).
@@ -808,7 +808,7 @@ impl Rewind {
             .changed_between(wt, &intent.before, &capture)
             .await?
             .into_iter()
-            .filter(|path| files.contains(path) || related_to_any(path, &files))
+            .filter(|path| touched_for(path.as_str(), &files))
             .collect();
         let mut transaction = Transaction {
             guards: vec![Guard::IntentExists(intent.token.clone())],
@@ -867,16 +867,45 @@ fn last_step_snapshot(messages: &[MessageWithParts]) -> Option<SnapshotId> {
         .next_back()
 }
 
-/// Whether `path` lies above or below one of `files` (`a` for `a/b.txt`, `a/b.txt` for `a`).
-fn related_to_any(path: &RelPath, files: &BTreeSet<RelPath>) -> bool {
-    let path = path.as_str();
-    files.iter().any(|file| {
-        let file = file.as_str();
-        let (short, long) = if file.len() < path.len() {
-            (file, path)
-        } else {
-            (path, file)
-        };
-        long.len() > short.len() && long.starts_with(short) && long.as_bytes()[short.len()] == b'/'
-    })
+/// Whether `path` is one of `files`, or lies above or below one of them (`a` for `a/b.txt`, `a/b.txt` for
+/// `a`): one lookup per parent of `path`, and one for the first file at or after `path/`.
+fn touched_for(path: &str, files: &BTreeSet<&str>) -> bool {
+    let below_one = || {
+        path.match_indices('/')
+            .any(|(i, _)| files.contains(&path[..i]))
+    };
+    let prefix = format!("{path}/");
+    let above_one = || {
+        files
+            .range(prefix.as_str()..)
+            .next()
+            .is_some_and(|file| file.starts_with(prefix.as_str()))
+    };
+    files.contains(path) || below_one() || above_one()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn touched_for_finds_the_files_and_the_paths_above_and_below_them() {
+        let files: BTreeSet<&str> = ["a/b.txt", "c", "d/e/f"].into_iter().collect();
+        for (path, touched) in [
+            ("a/b.txt", true),
+            ("a", true),
+            ("c/x", true),
+            ("c/x/y", true),
+            ("d", true),
+            ("d/e", true),
+            ("a/b", false),
+            ("ab", false),
+            ("a/b.txt2", false),
+            ("cc", false),
+            ("d/e/g", false),
+            ("b.txt", false),
+        ] {
+            assert_eq!(touched_for(path, &files), touched, "{path}");
+        }
+    }
 }
