@@ -108,11 +108,12 @@ impl Rewind {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(&input.parts)?;
         if let Some(point) = revert_point_of(&session) {
-            let messages = self.repo.messages(session_id).await?;
-            let plan = crate::revert::cleanup_plan(&messages, &point);
-            let kept: Vec<MessageWithParts> = messages
+            let kept: Vec<MessageWithParts> = self
+                .repo
+                .messages(session_id)
+                .await?
                 .into_iter()
-                .filter(|m| !plan.removed_messages.contains(&m.info.id))
+                .filter(|m| !crate::revert::is_hidden(&point, &m.info.id, None))
                 .collect();
             self.new_message(session_id, &kept, input.clone())?;
             self.cleanup(&session).await?;
