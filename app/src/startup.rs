@@ -189,6 +189,7 @@ impl Application {
             shutdown: tokio_util::sync::CancellationToken::new(),
             relay_wake: Arc::new(tokio::sync::Notify::new()),
             requests: tokio_util::task::TaskTracker::new(),
+            sessions_in_roots: Arc::default(),
             heartbeat: options.heartbeat,
             services,
         };

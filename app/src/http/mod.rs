@@ -19,6 +19,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use rewind_bus::BroadcastBus;
+use rewind_core::model::SessionId;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -50,7 +51,13 @@ pub struct AppState {
     pub heartbeat: Duration,
     /// The requests running detached from their connection (`detach`), waited for when the server stops.
     pub requests: TaskTracker,
+    /// The sessions found under the project roots (`check_session`): a session's directory never
+    /// changes and its id is never reused, so each is read once, not with its whole body on every request.
+    pub sessions_in_roots: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
 }
+
+/// How many sessions `AppState::sessions_in_roots` holds before it starts again.
+const SESSIONS_IN_ROOTS: usize = 10_000;
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,12 +77,27 @@ impl AppState {
     /// 400 when session `id` belongs to a worktree outside the project roots: the command line records
     /// sessions of any directory in the same database, and a request naming one must not read or change
     /// them. An unknown session (or one that cannot be read) is left to its route.
-    pub async fn check_session(&self, id: &rewind_core::model::SessionId) -> Result<(), ApiError> {
-        match self.services.rewind.session(id).await {
-            Ok(session) => security::session_under_roots(&session.directory, &self.roots),
-            Err(_) => Ok(()),
+    pub async fn check_session(&self, id: &SessionId) -> Result<(), ApiError> {
+        if lock(&self.sessions_in_roots).contains(id) {
+            return Ok(());
         }
+        let Ok(session) = self.services.rewind.session(id).await else {
+            return Ok(());
+        };
+        security::session_under_roots(&session.directory, &self.roots)?;
+        let mut known = lock(&self.sessions_in_roots);
+        if known.len() >= SESSIONS_IN_ROOTS {
+            known.clear();
+        }
+        known.insert(id.clone());
+        Ok(())
     }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The router with every route of SPEC section 9, the guards and the body limit.
