@@ -1091,8 +1091,7 @@ async fn every_rule_set_an_id_was_returned_under_counts() {
         .revert(h.root(), &patches, &base)
         .await
         .expect("revert");
-    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
-    assert_eq!(kept, ["keys.secret"], "{outcome:?}");
+    assert_eq!(kept_paths(&outcome.kept), ["keys.secret"], "{outcome:?}");
     assert_eq!(
         fs::read(h.path("keys.secret")).expect("still there"),
         b"written during the step\n"
@@ -1124,8 +1123,11 @@ async fn an_edit_made_while_the_revert_waits_is_kept() {
     };
     let (outcome, ()) = futures::future::join(reverting, editing).await;
     let outcome = outcome.expect("revert");
-    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
-    assert_eq!(kept, ["a.txt", "new.txt"], "{outcome:?}");
+    assert_eq!(
+        kept_paths(&outcome.kept),
+        ["a.txt", "new.txt"],
+        "{outcome:?}"
+    );
     assert!(
         outcome
             .kept
