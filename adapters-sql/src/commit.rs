@@ -25,10 +25,11 @@ use sea_orm::{
 use crate::SqlRepo;
 use crate::entity::{
     capture, event_outbox, intent, lease, message, part, revert_history, session, session_diff,
-    warning,
+    shared_text, warning,
 };
 use crate::error::SqlError;
 use crate::hooks::Hooks;
+use crate::shared::{SWEEP, Shared};
 
 fn session_not_found(id: &SessionId) -> Error {
     Error::NotFound(format!("Session not found: {id}"))
@@ -39,14 +40,16 @@ fn message_not_found(id: &MessageId) -> Error {
 }
 
 impl SqlRepo {
-    pub(crate) async fn apply(&self, transaction: Transaction) -> Result<()> {
+    pub(crate) async fn apply(&self, mut transaction: Transaction) -> Result<()> {
         let mut hooks = std::mem::take(&mut *self.hooks());
         if let Some(started) = hooks.started.take() {
             let _ = started.send(());
         }
+        // Before the write lock: finding and encoding the shared texts holds no one up.
+        let shared = self.share(&mut transaction)?;
         let txn = self.begin_write().await?;
         let fault = self.fault("committing a transaction");
-        match self.apply_in(&txn, transaction, hooks).await {
+        match self.apply_in(&txn, transaction, shared, hooks).await {
             Ok(()) => txn.commit().await.map_err(fault),
             Err(error) => {
                 // The error that failed the transaction is the one to report; a failed rollback closes the
@@ -61,6 +64,7 @@ impl SqlRepo {
         &self,
         txn: &DatabaseTransaction,
         transaction: Transaction,
+        mut shared: Shared,
         hooks: Hooks,
     ) -> Result<()> {
         if !self.backend.is_sqlite() {
@@ -69,10 +73,14 @@ impl SqlRepo {
                 .map_err(self.fault("locking the event outbox"))?;
         }
         self.check_guards(txn, &transaction.guards).await?;
-        for change in transaction.changes {
-            self.apply_change(txn, change).await?;
+        self.insert_shared(txn, std::mem::take(&mut shared.rows))
+            .await?;
+        for (at, change) in transaction.changes.into_iter().enumerate() {
+            self.apply_change(txn, change, shared.changes.remove(&at))
+                .await?;
         }
-        self.append_events(txn, &transaction.events).await?;
+        self.append_events(txn, &transaction.events, &shared.events)
+            .await?;
         if let Some(pause) = hooks.pause {
             pause.hold().await;
         }
@@ -226,7 +234,42 @@ impl SqlRepo {
         found.map(|_| ()).ok_or_else(|| message_not_found(id))
     }
 
-    async fn apply_change(&self, txn: &DatabaseTransaction, change: Change) -> Result<()> {
+    /// Stores the texts `share` found, before the rows that reference them.
+    async fn insert_shared(
+        &self,
+        txn: &DatabaseTransaction,
+        rows: Vec<(String, String)>,
+    ) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        shared_text::Entity::insert_many(rows.into_iter().map(|(id, body)| {
+            shared_text::ActiveModel {
+                id: Set(id),
+                body: Set(body),
+            }
+        }))
+        .exec_without_returning(txn)
+        .await
+        .map_err(self.fault("storing a shared text"))?;
+        Ok(())
+    }
+
+    /// Deletes the shared texts nothing references any more.
+    async fn sweep_shared(&self, txn: &DatabaseTransaction) -> Result<()> {
+        txn.execute_unprepared(SWEEP)
+            .await
+            .map_err(self.fault("deleting unreferenced shared texts"))?;
+        Ok(())
+    }
+
+    /// Applies one change; `shared` names the shared text that holds the large text taken out of it.
+    async fn apply_change(
+        &self,
+        txn: &DatabaseTransaction,
+        change: Change,
+        shared: Option<String>,
+    ) -> Result<()> {
         match change {
             Change::PutSession(info) => {
                 // Replacing a session keeps its messages and other rows: only the session row changes.
@@ -234,11 +277,16 @@ impl SqlRepo {
                     id: Set(info.id.as_str().to_owned()),
                     directory: Set(info.directory.clone()),
                     body: Set(self.encode(&*info, "session")?),
+                    diff_ref: Set(shared),
                 };
                 session::Entity::insert(row)
                     .on_conflict(
                         OnConflict::column(session::Column::Id)
-                            .update_columns([session::Column::Directory, session::Column::Body])
+                            .update_columns([
+                                session::Column::Directory,
+                                session::Column::Body,
+                                session::Column::DiffRef,
+                            ])
                             .to_owned(),
                     )
                     .exec_without_returning(txn)
@@ -285,6 +333,7 @@ impl SqlRepo {
                     .exec(txn)
                     .await
                     .map_err(&fault)?;
+                self.sweep_shared(txn).await?;
             }
             Change::PutMessage(info) => {
                 self.require_session(txn, &info.session_id).await?;
@@ -328,7 +377,10 @@ impl SqlRepo {
                     .await?;
             }
             Change::SetSessionDiff { session, diff } => {
-                let body = self.encode(&diff, "session diff")?;
+                let body = match shared {
+                    Some(_) => String::new(),
+                    None => self.encode(&diff, "session diff")?,
+                };
                 self.upsert_of_session(
                     txn,
                     &session,
@@ -336,9 +388,10 @@ impl SqlRepo {
                     vec![
                         (session_diff::Column::SessionId, session.as_str().into()),
                         (session_diff::Column::Body, body.into()),
+                        (session_diff::Column::BodyRef, shared.into()),
                     ],
                     OnConflict::column(session_diff::Column::SessionId)
-                        .update_column(session_diff::Column::Body)
+                        .update_columns([session_diff::Column::Body, session_diff::Column::BodyRef])
                         .to_owned(),
                     "storing a session diff",
                 )
@@ -413,6 +466,7 @@ impl SqlRepo {
                     .exec(txn)
                     .await
                     .map_err(self.fault("deleting old outbox events"))?;
+                self.sweep_shared(txn).await?;
             }
         }
         Ok(())
@@ -516,6 +570,7 @@ impl SqlRepo {
         &self,
         txn: &DatabaseTransaction,
         events: &[rewind_core::model::Event],
+        shared: &HashMap<usize, String>,
     ) -> Result<()> {
         if events.is_empty() {
             return Ok(());
@@ -523,11 +578,12 @@ impl SqlRepo {
         let fault = self.fault("appending to the event outbox");
         let last = self.last_seq_in(txn).await?;
         let mut rows = Vec::with_capacity(events.len());
-        for (seq, event) in (last + 1..).zip(events) {
+        for (at, (seq, event)) in (last + 1..).zip(events).enumerate() {
             rows.push(event_outbox::ActiveModel {
                 seq: Set(seq),
                 event_id: Set(event.id.as_str().to_owned()),
                 body: Set(self.encode(event, "event")?),
+                body_ref: Set(shared.get(&at).cloned()),
             });
         }
         event_outbox::Entity::insert_many(rows)

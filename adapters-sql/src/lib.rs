@@ -14,6 +14,8 @@
 //! - Leases are conditional writes (`INSERT … ON CONFLICT DO UPDATE … WHERE token = ours OR token =
 //!   replaced`), the same on both databases and across processes.
 //! - Bodies are JSON text, never `jsonb`, so a part type rewind does not know reads back byte for byte.
+//! - A revert's large texts (its text diff, its session diff) are stored once, in a `shared_text` row that
+//!   the session, the session diff and their events reference (`shared.rs`).
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +29,7 @@ mod hooks;
 mod lease;
 mod migration;
 mod read;
+mod shared;
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};

@@ -5,11 +5,14 @@ use std::collections::BTreeSet;
 
 use rewind_core::Result;
 use rewind_core::model::{
-    Capture, Event, FileDiff, IntentRecord, Lease, LeaseKey, MessageId, MessageWithParts, PartBody,
+    Capture, FileDiff, IntentRecord, Lease, LeaseKey, MessageId, MessageWithParts, PartBody,
     RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
 };
 use sea_orm::sea_query::{Query, SelectStatement};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, QueryTrait};
+use sea_orm::{
+    ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, QueryTrait,
+    RelationDef, Select,
+};
 
 use crate::SqlRepo;
 use crate::convert::{
@@ -17,8 +20,9 @@ use crate::convert::{
 };
 use crate::entity::{
     capture, event_outbox, intent, lease, message, part, revert_history, session, session_diff,
-    warning,
+    shared_text, warning,
 };
+use crate::shared::{JoinedEvent, JoinedRow};
 
 /// `SELECT id FROM session WHERE directory = ?`: the sessions of one worktree.
 fn sessions_of(directory: &str) -> SelectStatement {
@@ -29,28 +33,52 @@ fn sessions_of(directory: &str) -> SelectStatement {
         .to_owned()
 }
 
+/// `query` narrowed to its rows' `body`, their `reference` to a shared text as `body_ref`, and that text
+/// as `shared` (a left join: one statement, so the row and its text come from one committed state).
+fn with_shared<E: EntityTrait>(
+    query: Select<E>,
+    body: E::Column,
+    reference: E::Column,
+) -> Select<E> {
+    let on: RelationDef = E::belongs_to(shared_text::Entity)
+        .from(reference)
+        .to(shared_text::Column::Id)
+        .into();
+    query
+        .select_only()
+        .column(body)
+        .column_as(reference, "body_ref")
+        .column_as(shared_text::Column::Body, "shared")
+        .join(JoinType::LeftJoin, on)
+}
+
 impl SqlRepo {
     pub(crate) async fn read_session(&self, id: &SessionId) -> Result<Option<Session>> {
-        let row = session::Entity::find_by_id(id.as_str())
-            .one(&self.db)
-            .await
-            .map_err(self.fault("reading a session"))?;
-        row.map(|r| self.decode(&r.body, "session")).transpose()
+        let row = with_shared(
+            session::Entity::find_by_id(id.as_str()),
+            session::Column::Body,
+            session::Column::DiffRef,
+        )
+        .into_model::<JoinedRow>()
+        .one(&self.db)
+        .await
+        .map_err(self.fault("reading a session"))?;
+        row.map(|r| self.session_from(r)).transpose()
     }
 
     pub(crate) async fn read_sessions(&self, directory: Option<String>) -> Result<Vec<Session>> {
         // Session ids descend in time, so ascending id order is newest first.
-        let rows = session::Entity::find()
+        let query = session::Entity::find()
             .apply_if(directory, |query, directory| {
                 query.filter(session::Column::Directory.eq(directory))
             })
-            .order_by_asc(session::Column::Id)
+            .order_by_asc(session::Column::Id);
+        let rows = with_shared(query, session::Column::Body, session::Column::DiffRef)
+            .into_model::<JoinedRow>()
             .all(&self.db)
             .await
             .map_err(self.fault("listing sessions"))?;
-        rows.iter()
-            .map(|r| self.decode(&r.body, "session"))
-            .collect()
+        rows.into_iter().map(|r| self.session_from(r)).collect()
     }
 
     pub(crate) async fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
@@ -101,12 +129,17 @@ impl SqlRepo {
     }
 
     pub(crate) async fn read_session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {
-        let row = session_diff::Entity::find_by_id(session.as_str())
-            .one(&self.db)
-            .await
-            .map_err(self.fault("reading a session diff"))?;
+        let row = with_shared(
+            session_diff::Entity::find_by_id(session.as_str()),
+            session_diff::Column::Body,
+            session_diff::Column::BodyRef,
+        )
+        .into_model::<JoinedRow>()
+        .one(&self.db)
+        .await
+        .map_err(self.fault("reading a session diff"))?;
         match row {
-            Some(row) => self.decode(&row.body, "session diff"),
+            Some(row) => self.session_diff_from(row),
             None => Ok(Vec::new()),
         }
     }
@@ -166,18 +199,25 @@ impl SqlRepo {
         let Ok(after) = i64::try_from(after) else {
             return Ok(Vec::new());
         };
-        let rows = event_outbox::Entity::find()
+        let query = event_outbox::Entity::find()
             .filter(event_outbox::Column::Seq.gt(after))
             .order_by_asc(event_outbox::Column::Seq)
-            .limit(u64::from(limit))
-            .all(&self.db)
-            .await
-            .map_err(self.fault("reading the event outbox"))?;
-        rows.iter()
+            .limit(u64::from(limit));
+        let rows = with_shared(
+            query,
+            event_outbox::Column::Body,
+            event_outbox::Column::BodyRef,
+        )
+        .column(event_outbox::Column::Seq)
+        .into_model::<JoinedEvent>()
+        .all(&self.db)
+        .await
+        .map_err(self.fault("reading the event outbox"))?;
+        rows.into_iter()
             .map(|r| {
                 Ok(StoredEvent {
                     seq: self.bigint_to_u64(r.seq, "event position")?,
-                    event: self.decode::<Event>(&r.body, "event")?,
+                    event: self.event_from(r.into())?,
                 })
             })
             .collect()

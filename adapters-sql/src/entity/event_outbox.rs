@@ -1,5 +1,6 @@
 //! The `event_outbox` table: every committed event at its position `seq` (1, 2, 3, … in commit order, no
-//! gaps), as JSON text.
+//! gaps), as JSON text. When `body_ref` is set, the event's large text (a session's revert diff, or a
+//! session diff) is left out of `body` and is the `shared_text` row it names.
 
 use sea_orm::entity::prelude::*;
 
@@ -12,6 +13,7 @@ pub struct Model {
     pub event_id: String,
     #[sea_orm(column_type = "Text")]
     pub body: String,
+    pub body_ref: Option<String>,
 }
 
 /// The foreign keys are declared in the migration; queries join by hand.

@@ -10,4 +10,5 @@ pub(crate) mod part;
 pub(crate) mod revert_history;
 pub(crate) mod session;
 pub(crate) mod session_diff;
+pub(crate) mod shared_text;
 pub(crate) mod warning;

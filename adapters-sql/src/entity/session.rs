@@ -1,4 +1,6 @@
 //! The `session` table: one row per session, the whole `Session` as JSON text, its worktree beside it for listing by directory.
+//! When `diff_ref` is set, the revert descriptor's `diff` is left out of the body and is the `shared_text`
+//! row it names.
 
 use sea_orm::entity::prelude::*;
 
@@ -11,6 +13,7 @@ pub struct Model {
     pub directory: String,
     #[sea_orm(column_type = "Text")]
     pub body: String,
+    pub diff_ref: Option<String>,
 }
 
 /// The foreign keys are declared in the migration; queries join by hand.

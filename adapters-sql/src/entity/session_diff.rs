@@ -1,4 +1,5 @@
-//! The `session_diff` table: the stored diff of a session's last revert, as JSON text.
+//! The `session_diff` table: the stored diff of a session's last revert, as JSON text; when `body_ref` is
+//! set, the text is the `shared_text` row it names and `body` is empty.
 
 use sea_orm::entity::prelude::*;
 
@@ -10,6 +11,7 @@ pub struct Model {
     pub session_id: String,
     #[sea_orm(column_type = "Text")]
     pub body: String,
+    pub body_ref: Option<String>,
 }
 
 /// The foreign keys are declared in the migration; queries join by hand.

@@ -5,6 +5,7 @@ use sea_orm_migration::prelude::*;
 
 mod m20261201_000001_initial_schema;
 mod m20261202_000001_captures;
+mod m20261203_000001_shared_text;
 
 /// Every migration this binary knows, oldest first.
 pub(crate) struct Migrator;
@@ -15,6 +16,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261201_000001_initial_schema::Migration),
             Box::new(m20261202_000001_captures::Migration),
+            Box::new(m20261203_000001_shared_text::Migration),
         ]
     }
 }

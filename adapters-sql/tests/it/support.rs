@@ -129,6 +129,7 @@ impl PgSchema {
             "part",
             "message",
             "session",
+            "shared_text",
         ]
         .map(|table| format!("\"{}\".{table}", self.name))
         .join(", ");

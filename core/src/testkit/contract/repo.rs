@@ -74,6 +74,7 @@ macro_rules! repo_contract_tests {
             referenced_snapshots_cover_every_reference
             captures_are_listed_referenced_and_deleted_by_age
             old_outbox_events_are_deleted_and_positions_never_repeat
+            large_revert_texts_read_back_whole_from_every_row
             delete_session_cascades
             sessions_are_listed_newest_first_and_by_directory
         );
@@ -2013,5 +2014,186 @@ pub async fn old_outbox_events_are_deleted_and_positions_never_repeat(repo: &dyn
         seqs(&all_events(repo).await),
         [first + 4, first + 5],
         "the next event follows the newest, not a deleted position"
+    );
+}
+
+/// `assert_eq!` without the values in the message: these texts are tens of kilobytes.
+macro_rules! same {
+    ($left:expr, $right:expr $(,)?) => {
+        same!($left, $right, "the values differ")
+    };
+    ($left:expr, $right:expr, $($message:tt)+) => {
+        assert!($left == $right, $($message)+)
+    };
+}
+
+/// A revert of `files` files whose every line changed: the text diff (the descriptor's `diff`) and the
+/// session diff, each tens of kilobytes, as a revert's result carries them.
+fn large_revert(files: usize, turn: u32) -> (String, Vec<FileDiff>) {
+    let patch = |file: usize| -> String {
+        (0..60)
+            .map(|line| format!("-turn {turn} file {file} old line {line}\n+turn {turn} file {file} new line {line}\n"))
+            .collect()
+    };
+    let text: String = (0..files)
+        .map(|file| format!("diff --git a/f{file} b/f{file}\n{}", patch(file)))
+        .collect();
+    let diff = (0..files)
+        .map(|file| FileDiff {
+            file: format!("src/f{file}.rs"),
+            patch: patch(file),
+            additions: 60,
+            deletions: 60,
+            status: FileStatus::Modified,
+        })
+        .collect();
+    (text, diff)
+}
+
+/// A revert's result transaction carries its text diff twice (the session and its `session.updated` event)
+/// and its session diff twice (the session diff and its `session.diff` event); an adapter may store each
+/// once. Every read gives them back whole and as they were when each event was committed: the session, the
+/// listing, the session diff and the events, also after the session changes again (unrevert, a second
+/// revert), after old events are deleted, and after the session is deleted.
+pub async fn large_revert_texts_read_back_whole_from_every_row(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let directory = "/work/large-diffs";
+    let plain = new_session(&ids, directory);
+    commit(repo, vec![put_session(&plain)]).await;
+    let revert_with = |turn: u32, files: usize| {
+        let (text, diff) = large_revert(files, turn);
+        let mut session = plain.clone();
+        session.revert = Some(RevertDescriptor {
+            message_id: ids.message(),
+            part_id: None,
+            snapshot: Some(snapshot(turn)),
+            diff: Some(text),
+        });
+        let diff_event = Event {
+            id: ids.event(),
+            payload: EventPayload::SessionDiff {
+                session_id: session.id.clone(),
+                diff: diff.clone(),
+            },
+        };
+        let updated_event = updated(&ids, &session);
+        let transaction = transaction(
+            vec![
+                Change::SetSessionDiff {
+                    session: session.id.clone(),
+                    diff: diff.clone(),
+                },
+                put_session(&session),
+            ],
+            vec![diff_event, updated_event],
+        );
+        (session, diff, transaction)
+    };
+    let reads = |session: Session, diff: Vec<FileDiff>| async move {
+        same!(
+            repo.session(&session.id)
+                .await
+                .expect("reading the session"),
+            Some(session.clone()),
+            "the session reads back with its whole revert diff"
+        );
+        same!(listed(repo, Some(directory)).await, vec![session.clone()]);
+        same!(
+            repo.session_diff(&session.id)
+                .await
+                .expect("reading the session diff"),
+            diff,
+            "the session diff reads back whole"
+        );
+    };
+    let events_of = |transaction: &Transaction| transaction.events.clone();
+    let last_events = |n: usize| async move {
+        let events = all_events(repo).await;
+        events[events.len() - n..]
+            .iter()
+            .map(|stored| stored.event.clone())
+            .collect::<Vec<_>>()
+    };
+
+    let (first, first_diff, first_tx) = revert_with(1, 40);
+    let first_events = events_of(&first_tx);
+    repo.commit(first_tx)
+        .await
+        .expect("a revert's result commits");
+    reads(first.clone(), first_diff.clone()).await;
+    same!(
+        last_events(2).await,
+        first_events,
+        "its events read back whole"
+    );
+
+    // Unrevert: the session loses its revert, the session diff stays; the first events are unchanged.
+    let mut unreverted = first.clone();
+    unreverted.revert = None;
+    repo.commit(transaction(
+        vec![put_session(&unreverted)],
+        vec![updated(&ids, &unreverted)],
+    ))
+    .await
+    .expect("an unrevert's result commits");
+    reads(unreverted.clone(), first_diff.clone()).await;
+    same!(last_events(3).await[..2], first_events[..]);
+
+    // A second revert with other texts: the first revert's events still read as they were.
+    let (second, second_diff, second_tx) = revert_with(2, 25);
+    let second_events = events_of(&second_tx);
+    repo.commit(second_tx)
+        .await
+        .expect("a second revert's result commits");
+    reads(second.clone(), second_diff.clone()).await;
+    let events = last_events(5).await;
+    same!(events[..2], first_events[..]);
+    same!(events[3..], second_events[..]);
+
+    // A transaction that fails stores nothing of its texts.
+    let (_, _, mut failing) = revert_with(3, 30);
+    failing
+        .guards
+        .push(Guard::IntentExists(token("no-such-intent")));
+    assert!(repo.commit(failing).await.is_err(), "its guard fails");
+    reads(second.clone(), second_diff.clone()).await;
+    same!(
+        last_events(5).await,
+        events,
+        "no event of the failed transaction"
+    );
+
+    // Old events deleted: what is left, the session and its diff still read whole.
+    let through = all_events(repo).await[1].seq;
+    commit(repo, vec![Change::DeleteEventsThrough { seq: through }]).await;
+    same!(
+        all_events(repo)
+            .await
+            .into_iter()
+            .map(|stored| stored.event)
+            .collect::<Vec<_>>(),
+        events[2..].to_vec()
+    );
+    reads(second.clone(), second_diff.clone()).await;
+
+    // The session deleted: the events before its deletion still read whole.
+    repo.commit(transaction(
+        vec![Change::DeleteSession(second.id.clone())],
+        vec![heartbeat(&ids)],
+    ))
+    .await
+    .expect("deleting the session commits");
+    same!(repo.session(&second.id).await.expect("reading"), None);
+    same!(
+        repo.session_diff(&second.id).await.expect("reading"),
+        Vec::<FileDiff>::new()
+    );
+    let left = all_events(repo).await;
+    same!(
+        left[..3]
+            .iter()
+            .map(|stored| stored.event.clone())
+            .collect::<Vec<_>>(),
+        events[2..].to_vec()
     );
 }

@@ -1,0 +1,209 @@
+//! Large texts stored once. A revert's result transaction carries its text diff twice (the session row
+//! and the `session.updated` event) and its session diff twice (the `session_diff` row and the
+//! `session.diff` event). When a transaction writes a session and an event with the very same session, or a
+//! session diff and an event with the very same diff, and the text is at least `MIN_BYTES` long, the text
+//! goes into one `shared_text` row, which both rows reference, instead of into both bodies.
+//!
+//! A `shared_text` row never changes. Every read joins it in the same statement as the row that names it,
+//! so a read sees both from one committed state. A row is deleted by `sweep` once no session, session diff
+//! or outbox event references it; `sweep` runs when outbox events are deleted and when a session is.
+
+use std::collections::HashMap;
+
+use rewind_core::Result;
+use rewind_core::model::{Event, EventPayload, FileDiff, Session};
+use rewind_core::ports::{Change, Transaction};
+
+use crate::SqlRepo;
+
+/// Texts shorter than this stay inline: below it, a row of its own costs more than the copy it saves.
+pub(crate) const MIN_BYTES: usize = 4096;
+
+/// Deletes every shared text that no row references.
+pub(crate) const SWEEP: &str = "DELETE FROM shared_text WHERE id NOT IN (\
+     SELECT diff_ref FROM session WHERE diff_ref IS NOT NULL \
+     UNION ALL SELECT body_ref FROM session_diff WHERE body_ref IS NOT NULL \
+     UNION ALL SELECT body_ref FROM event_outbox WHERE body_ref IS NOT NULL)";
+
+/// What one transaction shares: the rows to insert, and which change and event reference which row.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// `(id, text)` of each new `shared_text` row.
+    pub rows: Vec<(String, String)>,
+    /// The row referenced by the change at an index.
+    pub changes: HashMap<usize, String>,
+    /// The row referenced by the event at an index.
+    pub events: HashMap<usize, String>,
+}
+
+/// The revert descriptor's text diff, taken out of `session` (none when it has none).
+fn take_revert_text(session: &mut Session) -> Option<String> {
+    session
+        .revert
+        .as_mut()
+        .and_then(|revert| revert.diff.take())
+}
+
+impl SqlRepo {
+    /// Finds the texts `transaction` would store twice, takes them out of the change and the event, and
+    /// returns them as rows to store once. Each shared row is named after the event that carries it.
+    pub(crate) fn share(&self, transaction: &mut Transaction) -> Result<Shared> {
+        let mut shared = Shared::default();
+        let Transaction {
+            changes, events, ..
+        } = transaction;
+        for (index, event) in events.iter_mut().enumerate() {
+            let id = event.id.as_str();
+            match &mut event.payload {
+                EventPayload::SessionUpdated { info, .. } => {
+                    let large = info
+                        .revert
+                        .as_ref()
+                        .and_then(|revert| revert.diff.as_ref())
+                        .is_some_and(|text| text.len() >= MIN_BYTES);
+                    if !large {
+                        continue;
+                    }
+                    let Some(at) = changes.iter().enumerate().position(|(at, change)| {
+                        !shared.changes.contains_key(&at)
+                            && matches!(change, Change::PutSession(session) if **session == **info)
+                    }) else {
+                        continue;
+                    };
+                    if let Change::PutSession(session) = &mut changes[at] {
+                        take_revert_text(session);
+                    }
+                    if let Some(text) = take_revert_text(info) {
+                        shared.add(id, text, at, index);
+                    }
+                }
+                EventPayload::SessionDiff { session_id, diff } => {
+                    if diff.is_empty() {
+                        continue;
+                    }
+                    let Some(at) = changes.iter().enumerate().position(|(at, change)| {
+                        !shared.changes.contains_key(&at)
+                            && matches!(change, Change::SetSessionDiff { session, diff: stored }
+                                if session == session_id && stored == diff)
+                    }) else {
+                        continue;
+                    };
+                    let text = self.encode(diff, "session diff")?;
+                    if text.len() < MIN_BYTES {
+                        continue;
+                    }
+                    if let Change::SetSessionDiff { diff: stored, .. } = &mut changes[at] {
+                        stored.clear();
+                    }
+                    diff.clear();
+                    shared.add(id, text, at, index);
+                }
+                _ => {}
+            }
+        }
+        Ok(shared)
+    }
+
+    /// A session from its row: `body`, and the shared text its `diff_ref` names.
+    pub(crate) fn session_from(&self, mut row: JoinedRow) -> Result<Session> {
+        let mut session: Session = self.decode(&row.body, "session")?;
+        if let Some(text) = self.shared_of(&mut row, "session")? {
+            match session.revert.as_mut() {
+                Some(revert) => revert.diff = Some(text),
+                None => {
+                    return Err(self.decode_error(
+                        "session",
+                        "it references a revert diff but has no revert".to_owned(),
+                    ));
+                }
+            }
+        }
+        Ok(session)
+    }
+
+    /// A session diff from its row.
+    pub(crate) fn session_diff_from(&self, mut row: JoinedRow) -> Result<Vec<FileDiff>> {
+        match self.shared_of(&mut row, "session diff")? {
+            Some(text) => self.decode(&text, "session diff"),
+            None => self.decode(&row.body, "session diff"),
+        }
+    }
+
+    /// An outbox event from its row: the shared text goes back where `share` took it from.
+    pub(crate) fn event_from(&self, mut row: JoinedRow) -> Result<Event> {
+        let mut event: Event = self.decode(&row.body, "event")?;
+        let Some(text) = self.shared_of(&mut row, "event")? else {
+            return Ok(event);
+        };
+        match &mut event.payload {
+            EventPayload::SessionUpdated { info, .. } => match info.revert.as_mut() {
+                Some(revert) => revert.diff = Some(text),
+                None => {
+                    return Err(self.decode_error(
+                        "event",
+                        "it references a revert diff but its session has no revert".to_owned(),
+                    ));
+                }
+            },
+            EventPayload::SessionDiff { diff, .. } => *diff = self.decode(&text, "session diff")?,
+            _ => {
+                return Err(self.decode_error(
+                    "event",
+                    format!(
+                        "a {} event cannot reference a shared text",
+                        event.payload.kind()
+                    ),
+                ));
+            }
+        }
+        Ok(event)
+    }
+
+    /// The shared text a row references, or none when it references none; an error when the reference
+    /// leads nowhere (the database was changed behind rewind's back).
+    fn shared_of(&self, row: &mut JoinedRow, what: &'static str) -> Result<Option<String>> {
+        match (&row.body_ref, row.shared.take()) {
+            (None, _) => Ok(None),
+            (Some(_), Some(text)) => Ok(Some(text)),
+            (Some(id), None) => Err(self.decode_error(
+                what,
+                format!("the shared text {id} it references is missing"),
+            )),
+        }
+    }
+}
+
+impl Shared {
+    fn add(&mut self, id: &str, text: String, change: usize, event: usize) {
+        self.rows.push((id.to_owned(), text));
+        self.changes.insert(change, id.to_owned());
+        self.events.insert(event, id.to_owned());
+    }
+}
+
+/// A row's body with the shared text it references, read in one statement.
+#[derive(Debug, sea_orm::FromQueryResult)]
+pub(crate) struct JoinedRow {
+    pub body: String,
+    pub body_ref: Option<String>,
+    pub shared: Option<String>,
+}
+
+/// An outbox row with the shared text it references.
+#[derive(Debug, sea_orm::FromQueryResult)]
+pub(crate) struct JoinedEvent {
+    pub seq: i64,
+    pub body: String,
+    pub body_ref: Option<String>,
+    pub shared: Option<String>,
+}
+
+impl From<JoinedEvent> for JoinedRow {
+    fn from(row: JoinedEvent) -> Self {
+        JoinedRow {
+            body: row.body,
+            body_ref: row.body_ref,
+            shared: row.shared,
+        }
+    }
+}

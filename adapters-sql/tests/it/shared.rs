@@ -1,0 +1,249 @@
+//! A revert's large texts are stored once (see `shared.rs` in the adapter): the text diff is in one
+//! `shared_text` row that the session and its `session.updated` event reference, the session diff in one
+//! that the session diff and its `session.diff` event reference. Checked in the database itself, on SQLite
+//! and PostgreSQL: the texts are not in the bodies, a text is deleted once nothing references it, and a
+//! reference that leads nowhere is an error, not an empty diff. (The contract suite's
+//! `large_revert_texts_read_back_whole_from_every_row` checks every read gives the texts back whole.)
+
+use rewind_core::model::{
+    Event, EventPayload, FileDiff, FileStatus, RevertDescriptor, Session, SnapshotId,
+};
+use rewind_core::ports::{Change, MessageRepo};
+use rewind_sql::SqlRepo;
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+
+use crate::support::{
+    Ids, PgSchema, SqliteFile, admin, run, run_pg, session, transaction, updated,
+};
+
+/// One number from a query of the database itself.
+async fn number(raw: &DatabaseConnection, sql: String) -> i64 {
+    let row = raw
+        .query_one_raw(Statement::from_string(
+            raw.get_database_backend(),
+            sql.clone(),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_else(|| panic!("{sql}: no row"));
+    row.try_get::<Option<i64>>("", "n")
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or(0)
+}
+
+/// `session` reverted with a text diff and a session diff of `files` files, each line changed, and the
+/// transaction a revert's result commits: the session diff, the session, and their two events.
+fn revert_result(
+    ids: &Ids,
+    plain: &Session,
+    files: usize,
+) -> (Session, rewind_core::ports::Transaction) {
+    let patch = |file: usize| -> String {
+        (0..50)
+            .map(|line| format!("-old {file} {line}\n+new {file} {line}\n"))
+            .collect()
+    };
+    let diff: Vec<FileDiff> = (0..files)
+        .map(|file| FileDiff {
+            file: format!("src/{file}.rs"),
+            patch: patch(file),
+            additions: 50,
+            deletions: 50,
+            status: FileStatus::Modified,
+        })
+        .collect();
+    let mut session = plain.clone();
+    session.revert = Some(RevertDescriptor {
+        message_id: ids.message(),
+        part_id: None,
+        snapshot: Some(SnapshotId::parse(&"ab".repeat(20)).expect("40 hex digits")),
+        diff: Some((0..files).map(patch).collect()),
+    });
+    let diff_event = Event {
+        id: ids.event(),
+        payload: EventPayload::SessionDiff {
+            session_id: session.id.clone(),
+            diff: diff.clone(),
+        },
+    };
+    let updated_event = updated(ids, &session);
+    let transaction = transaction(
+        vec![
+            Change::SetSessionDiff {
+                session: session.id.clone(),
+                diff,
+            },
+            Change::PutSession(Box::new(session.clone())),
+        ],
+        vec![diff_event, updated_event],
+    );
+    (session, transaction)
+}
+
+/// `table` names a table of rewind's schema (`prefix` is the PostgreSQL schema, quoted, and a dot).
+async fn texts_are_stored_once_and_deleted_when_unreferenced(
+    repo: &SqlRepo,
+    raw: &DatabaseConnection,
+    prefix: &str,
+) {
+    let table = |name: &str| format!("{prefix}{name}");
+    let ids = Ids::default();
+    let plain = session(&ids, "/work/shared");
+    repo.commit(transaction(
+        vec![Change::PutSession(Box::new(plain.clone()))],
+        vec![],
+    ))
+    .await
+    .expect("the session is stored");
+    let (reverted, result) = revert_result(&ids, &plain, 20);
+    let text_len = reverted
+        .revert
+        .as_ref()
+        .and_then(|r| r.diff.as_ref())
+        .map_or(0, String::len);
+    repo.commit(result)
+        .await
+        .expect("the revert's result commits");
+
+    assert_eq!(
+        number(
+            raw,
+            format!("SELECT count(*) AS n FROM {}", table("shared_text"))
+        )
+        .await,
+        2,
+        "one shared row for the text diff, one for the session diff"
+    );
+    let shared_bytes = number(
+        raw,
+        format!(
+            "SELECT sum(length(body)) AS n FROM {}",
+            table("shared_text")
+        ),
+    )
+    .await;
+    assert!(
+        shared_bytes > 2 * text_len as i64,
+        "the shared rows hold both texts ({shared_bytes} bytes)"
+    );
+    let elsewhere = number(
+        raw,
+        format!(
+            "SELECT (SELECT sum(length(body)) FROM {}) + (SELECT sum(length(body)) FROM {}) \
+             + (SELECT sum(length(body)) FROM {}) AS n",
+            table("session"),
+            table("session_diff"),
+            table("event_outbox")
+        ),
+    )
+    .await;
+    assert!(
+        elsewhere < 4_000,
+        "the session, the session diff and the events hold no copy of the texts ({elsewhere} bytes)"
+    );
+    assert_eq!(
+        repo.session(&plain.id).await.expect("reads"),
+        Some(reverted.clone()),
+        "the session reads back with its text diff"
+    );
+
+    // Unrevert: the session no longer references its text, but the outbox's events still do.
+    repo.commit(transaction(
+        vec![Change::PutSession(Box::new(plain.clone()))],
+        vec![updated(&ids, &plain)],
+    ))
+    .await
+    .expect("the unrevert commits");
+    assert_eq!(
+        number(
+            raw,
+            format!("SELECT count(*) AS n FROM {}", table("shared_text"))
+        )
+        .await,
+        2,
+        "texts the outbox references stay"
+    );
+    // The old events go: the text diff is referenced by nothing now; the session diff still is.
+    repo.commit(transaction(
+        vec![Change::DeleteEventsThrough { seq: u64::MAX }],
+        vec![],
+    ))
+    .await
+    .expect("the old events are deleted");
+    assert_eq!(
+        number(
+            raw,
+            format!("SELECT count(*) AS n FROM {}", table("shared_text"))
+        )
+        .await,
+        1,
+        "the unreferenced text is deleted, the session diff's stays"
+    );
+    let diff = repo
+        .session_diff(&plain.id)
+        .await
+        .expect("the session diff reads");
+    assert_eq!(diff.len(), 20, "the session diff reads back whole");
+
+    // A reference that leads nowhere (the database changed behind rewind's back) is an error.
+    raw.execute_unprepared(&format!("DELETE FROM {}", table("shared_text")))
+        .await
+        .expect("the shared text is deleted by hand");
+    let error = repo
+        .session_diff(&plain.id)
+        .await
+        .expect_err("a session diff whose text is missing is an error, not an empty diff");
+    assert!(
+        error.to_string().contains("missing"),
+        "the error says the text is missing: {error}"
+    );
+
+    // Deleting the session deletes what only it referenced.
+    let (_, second) = revert_result(&ids, &plain, 10);
+    repo.commit(second).await.expect("a second revert commits");
+    repo.commit(transaction(
+        vec![
+            Change::DeleteSession(plain.id.clone()),
+            Change::DeleteEventsThrough { seq: u64::MAX },
+        ],
+        vec![],
+    ))
+    .await
+    .expect("the session and the old events are deleted");
+    assert_eq!(
+        number(
+            raw,
+            format!("SELECT count(*) AS n FROM {}", table("shared_text"))
+        )
+        .await,
+        1,
+        "only the text the newest event references is left"
+    );
+}
+
+#[test]
+fn sqlite_stores_a_reverts_texts_once() {
+    run(async {
+        let file = SqliteFile::new();
+        let repo = file.open().await;
+        let raw = Database::connect(file.config().url.as_str())
+            .await
+            .expect("connects");
+        texts_are_stored_once_and_deleted_when_unreferenced(&repo, &raw, "").await;
+    });
+}
+
+#[test]
+fn postgres_stores_a_reverts_texts_once() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let repo = schema.open().await;
+        let raw = admin(&schema.url).await;
+        texts_are_stored_once_and_deleted_when_unreferenced(
+            &repo,
+            &raw,
+            &format!("\"{}\".", schema.name),
+        )
+        .await;
+    });
+}
