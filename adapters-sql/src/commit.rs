@@ -75,12 +75,22 @@ impl SqlRepo {
         self.check_guards(txn, &transaction.guards).await?;
         self.insert_shared(txn, std::mem::take(&mut shared.rows))
             .await?;
+        // After the events: a text this transaction's events reference must not be swept before they are in.
+        let sweep = transaction.changes.iter().any(|change| {
+            matches!(
+                change,
+                Change::DeleteSession(_) | Change::DeleteEventsThrough { .. }
+            )
+        });
         for (at, change) in transaction.changes.into_iter().enumerate() {
             self.apply_change(txn, change, shared.changes.remove(&at))
                 .await?;
         }
         self.append_events(txn, &transaction.events, &shared.events)
             .await?;
+        if sweep {
+            self.sweep_shared(txn).await?;
+        }
         if let Some(pause) = hooks.pause {
             pause.hold().await;
         }
@@ -333,7 +343,6 @@ impl SqlRepo {
                     .exec(txn)
                     .await
                     .map_err(&fault)?;
-                self.sweep_shared(txn).await?;
             }
             Change::PutMessage(info) => {
                 self.require_session(txn, &info.session_id).await?;
@@ -466,7 +475,6 @@ impl SqlRepo {
                     .exec(txn)
                     .await
                     .map_err(self.fault("deleting old outbox events"))?;
-                self.sweep_shared(txn).await?;
             }
         }
         Ok(())

@@ -219,6 +219,29 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
         1,
         "only the text the newest event references is left"
     );
+
+    // A text that only this transaction's own event references survives the sweep the transaction runs.
+    let again = session(&ids, "/work/shared");
+    repo.commit(transaction(
+        vec![Change::PutSession(Box::new(again.clone()))],
+        vec![],
+    ))
+    .await
+    .expect("another session is stored");
+    let (last, mut result) = revert_result(&ids, &again, 10);
+    result.changes.push(Change::DeleteSession(again.id.clone()));
+    repo.commit(result)
+        .await
+        .expect("a revert and a delete commit together");
+    let newest = repo.events_after(0, 100).await.expect("the outbox reads");
+    let Some(EventPayload::SessionUpdated { info, .. }) = newest.last().map(|e| &e.event.payload)
+    else {
+        panic!("the transaction's session.updated event is the newest");
+    };
+    assert!(
+        **info == last,
+        "the event reads back with its whole text diff after the transaction's sweep"
+    );
 }
 
 #[test]
