@@ -105,28 +105,30 @@ impl SqlRepo {
     }
 
     /// A session from its row: `body`, and the shared text its `diff_ref` names.
+    ///
+    /// The reference is in force only where `share` left its mark: a revert without its text. A body
+    /// with no revert, or with its text inline, was written since by a process that predates shared
+    /// texts (its upsert leaves `diff_ref` as it was), and the body is what that process stored.
     pub(crate) fn session_from(&self, mut row: JoinedRow) -> Result<Session> {
         let mut session: Session = self.decode(&row.body, "session")?;
-        if let Some(text) = self.shared_of(&mut row, "session")? {
-            match session.revert.as_mut() {
-                Some(revert) => revert.diff = Some(text),
-                None => {
-                    return Err(self.decode_error(
-                        "session",
-                        "it references a revert diff but has no revert".to_owned(),
-                    ));
-                }
-            }
+        if let Some(revert) = session.revert.as_mut()
+            && revert.diff.is_none()
+            && let Some(text) = self.shared_of(&mut row, "session")?
+        {
+            revert.diff = Some(text);
         }
         Ok(session)
     }
 
-    /// A session diff from its row.
+    /// A session diff from its row. The reference is in force only with the empty body `share` leaves
+    /// (an inline diff is never empty: at least `[]`); see `session_from`.
     pub(crate) fn session_diff_from(&self, mut row: JoinedRow) -> Result<Vec<FileDiff>> {
-        match self.shared_of(&mut row, "session diff")? {
-            Some(text) => self.decode(&text, "session diff"),
-            None => self.decode(&row.body, "session diff"),
+        if row.body.is_empty()
+            && let Some(text) = self.shared_of(&mut row, "session diff")?
+        {
+            return self.decode(&text, "session diff");
         }
+        self.decode(&row.body, "session diff")
     }
 
     /// An outbox event from its row: the shared text goes back where `share` took it from.

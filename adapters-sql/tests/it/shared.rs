@@ -242,6 +242,50 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
         **info == last,
         "the event reads back with its whole text diff after the transaction's sweep"
     );
+
+    // A process that predates shared texts, still running after the migration, writes bodies inline and
+    // leaves the reference columns as they were: what it wrote is what reads back.
+    let older = session(&ids, "/work/shared");
+    repo.commit(transaction(
+        vec![Change::PutSession(Box::new(older.clone()))],
+        vec![],
+    ))
+    .await
+    .expect("a third session is stored");
+    let (_, result) = revert_result(&ids, &older, 10);
+    repo.commit(result)
+        .await
+        .expect("its revert commits, sharing its texts");
+    let body = serde_json::to_string(&older).expect("a session encodes");
+    for sql in [
+        format!(
+            "UPDATE {} SET body = '{}' WHERE id = '{}'",
+            table("session"),
+            body.replace('\'', "''"),
+            older.id
+        ),
+        format!(
+            "UPDATE {} SET body = '[]' WHERE session_id = '{}'",
+            table("session_diff"),
+            older.id
+        ),
+    ] {
+        raw.execute_unprepared(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    assert_eq!(
+        repo.session(&older.id).await.expect("the session reads"),
+        Some(older.clone()),
+        "the unreverted body an older process wrote is what reads back"
+    );
+    assert_eq!(
+        repo.session_diff(&older.id)
+            .await
+            .expect("the session diff reads"),
+        Vec::<FileDiff>::new(),
+        "the session diff an older process wrote is what reads back"
+    );
 }
 
 #[test]
