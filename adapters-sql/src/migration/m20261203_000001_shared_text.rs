@@ -39,6 +39,21 @@ enum EventOutbox {
     BodyRef,
 }
 
+/// The columns that reference a shared text, with their tables.
+fn references() -> [(DynIden, DynIden); 3] {
+    [
+        (Session::Table.into_iden(), Session::DiffRef.into_iden()),
+        (
+            SessionDiff::Table.into_iden(),
+            SessionDiff::BodyRef.into_iden(),
+        ),
+        (
+            EventOutbox::Table.into_iden(),
+            EventOutbox::BodyRef.into_iden(),
+        ),
+    ]
+}
+
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
@@ -62,17 +77,7 @@ impl MigrationTrait for Migration {
             )
             .await?;
         // One column per statement: SQLite's ALTER TABLE adds one at a time.
-        for (table, column) in [
-            (Session::Table.into_iden(), Session::DiffRef.into_iden()),
-            (
-                SessionDiff::Table.into_iden(),
-                SessionDiff::BodyRef.into_iden(),
-            ),
-            (
-                EventOutbox::Table.into_iden(),
-                EventOutbox::BodyRef.into_iden(),
-            ),
-        ] {
+        for (table, column) in references() {
             manager
                 .alter_table(
                     Table::alter()
@@ -102,17 +107,7 @@ impl MigrationTrait for Migration {
                  this migration would lose them"
             )));
         }
-        for (table, column) in [
-            (Session::Table.into_iden(), Session::DiffRef.into_iden()),
-            (
-                SessionDiff::Table.into_iden(),
-                SessionDiff::BodyRef.into_iden(),
-            ),
-            (
-                EventOutbox::Table.into_iden(),
-                EventOutbox::BodyRef.into_iden(),
-            ),
-        ] {
+        for (table, column) in references() {
             manager
                 .alter_table(Table::alter().table(table).drop_column(column).to_owned())
                 .await?;
