@@ -80,6 +80,18 @@ fn revert_result(
     (session, transaction)
 }
 
+/// A new session, stored.
+async fn stored_session(repo: &SqlRepo, ids: &Ids) -> Session {
+    let stored = session(ids, "/work/shared");
+    repo.commit(transaction(
+        vec![Change::PutSession(Box::new(stored.clone()))],
+        vec![],
+    ))
+    .await
+    .expect("the session is stored");
+    stored
+}
+
 /// `table` names a table of rewind's schema (`prefix` is the PostgreSQL schema, quoted, and a dot).
 async fn texts_are_stored_once_and_deleted_when_unreferenced(
     repo: &SqlRepo,
@@ -87,14 +99,14 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
     prefix: &str,
 ) {
     let table = |name: &str| format!("{prefix}{name}");
+    let shared_rows = || {
+        number(
+            raw,
+            format!("SELECT count(*) AS n FROM {}", table("shared_text")),
+        )
+    };
     let ids = Ids::default();
-    let plain = session(&ids, "/work/shared");
-    repo.commit(transaction(
-        vec![Change::PutSession(Box::new(plain.clone()))],
-        vec![],
-    ))
-    .await
-    .expect("the session is stored");
+    let plain = stored_session(repo, &ids).await;
     let (reverted, result) = revert_result(&ids, &plain, 20);
     let text_len = reverted
         .revert
@@ -106,11 +118,7 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
         .expect("the revert's result commits");
 
     assert_eq!(
-        number(
-            raw,
-            format!("SELECT count(*) AS n FROM {}", table("shared_text"))
-        )
-        .await,
+        shared_rows().await,
         2,
         "one shared row for the text diff, one for the session diff"
     );
@@ -154,15 +162,7 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
     ))
     .await
     .expect("the unrevert commits");
-    assert_eq!(
-        number(
-            raw,
-            format!("SELECT count(*) AS n FROM {}", table("shared_text"))
-        )
-        .await,
-        2,
-        "texts the outbox references stay"
-    );
+    assert_eq!(shared_rows().await, 2, "texts the outbox references stay");
     // The old events go: the text diff is referenced by nothing now; the session diff still is.
     repo.commit(transaction(
         vec![Change::DeleteEventsThrough { seq: u64::MAX }],
@@ -171,11 +171,7 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
     .await
     .expect("the old events are deleted");
     assert_eq!(
-        number(
-            raw,
-            format!("SELECT count(*) AS n FROM {}", table("shared_text"))
-        )
-        .await,
+        shared_rows().await,
         1,
         "the unreferenced text is deleted, the session diff's stays"
     );
@@ -211,23 +207,13 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
     .await
     .expect("the session and the old events are deleted");
     assert_eq!(
-        number(
-            raw,
-            format!("SELECT count(*) AS n FROM {}", table("shared_text"))
-        )
-        .await,
+        shared_rows().await,
         1,
         "only the text the newest event references is left"
     );
 
     // A text that only this transaction's own event references survives the sweep the transaction runs.
-    let again = session(&ids, "/work/shared");
-    repo.commit(transaction(
-        vec![Change::PutSession(Box::new(again.clone()))],
-        vec![],
-    ))
-    .await
-    .expect("another session is stored");
+    let again = stored_session(repo, &ids).await;
     let (last, mut result) = revert_result(&ids, &again, 10);
     result.changes.push(Change::DeleteSession(again.id.clone()));
     repo.commit(result)
@@ -245,13 +231,7 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
 
     // A process that predates shared texts, still running after the migration, writes bodies inline and
     // leaves the reference columns as they were: what it wrote is what reads back.
-    let older = session(&ids, "/work/shared");
-    repo.commit(transaction(
-        vec![Change::PutSession(Box::new(older.clone()))],
-        vec![],
-    ))
-    .await
-    .expect("a third session is stored");
+    let older = stored_session(repo, &ids).await;
     let (_, result) = revert_result(&ids, &older, 10);
     repo.commit(result)
         .await
