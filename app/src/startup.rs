@@ -168,6 +168,13 @@ impl Application {
                 "recovery"
             );
         }
+        for failure in &report.failed {
+            tracing::warn!(
+                directory = %failure.directory,
+                error = %failure.error,
+                "an interrupted operation could not be recovered; operations on its worktree are refused until it can be"
+            );
+        }
         let relay_cursor = crate::http::events::outbox_end(services.repo.as_ref())
             .await
             .context("cannot read the event outbox")?;

@@ -29,11 +29,20 @@ impl Context {
         let (path, directory) = canonical_worktree(directory)
             .map_err(|error| anyhow!("{error}; pass the worktree's directory with -C DIR"))?;
         let services = Services::open(settings, HolderKind::Process).await?;
-        services
+        let report = services
             .rewind
             .recover()
             .await
             .map_err(|error| explain(error, "recovering interrupted operations"))?;
+        // An operation that could not be finished keeps its worktree refused (each operation there tries
+        // again and fails with the reason); commands elsewhere go on.
+        for failure in &report.failed {
+            eprintln!(
+                "rewind: warning: an interrupted operation in {} could not be recovered: {}; operations on \
+                 that directory are refused until it can be",
+                failure.directory, failure.error
+            );
+        }
         Ok(Context {
             services,
             path,

@@ -174,6 +174,19 @@ pub struct RecoveryReport {
     pub recovered: Vec<LeaseToken>,
     /// Intent records still owned by a live operation, left alone.
     pub in_progress: Vec<LeaseToken>,
+    /// Intent records that could not be finished (`recover` goes on with the others).
+    pub failed: Vec<RecoveryFailure>,
+}
+
+/// An intent record recovery could not finish: operations on its worktree stay refused until it can.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryFailure {
+    /// The intent's token.
+    pub token: LeaseToken,
+    /// Its worktree.
+    pub directory: String,
+    /// Why it could not be finished.
+    pub error: String,
 }
 
 /// rewind's services over its ports.

@@ -410,7 +410,7 @@ impl Rewind {
     /// Runs recovery for the worktree's intent records and aborts its abandoned steps: what SPEC sections 4
     /// and 8 ask before any operation. Returns the worktree's sessions as they are then.
     pub(super) async fn prepare_worktree(&self, directory: &str) -> Result<Vec<Session>> {
-        self.recover_worktree(Some(directory)).await?;
+        self.recover_worktree(directory).await?;
         let sessions = self.repo.sessions(Some(directory.to_owned())).await?;
         let mut aborted = false;
         for session in &sessions {

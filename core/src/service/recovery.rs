@@ -2,85 +2,135 @@
 //! to their pre-operation content, so after a crash at any instant the worktree and the session are wholly
 //! before or wholly after the operation.
 
-use crate::error::Result;
-use crate::model::{LeaseKey, LeaseTake};
+use crate::error::{Error, Result};
+use crate::model::{IntentRecord, LeaseKey, LeaseTake};
 
-use super::{RecoveryReport, Rewind, new_token};
+use super::{RecoveryFailure, RecoveryReport, Rewind, new_token};
+
+/// What became of one intent record.
+enum Outcome {
+    Recovered,
+    InProgress,
+    /// Finished by someone else, or its session is gone: nothing to do.
+    Gone,
+}
 
 impl Rewind {
     /// Finishes every intent record whose owner is gone (every worktree). Every command-line invocation and
-    /// every server start runs this.
+    /// every server start runs this. An intent that cannot be finished (its worktree was removed, a file
+    /// cannot be read) is reported in `failed` and the others are still recovered: only operations on its
+    /// worktree are refused, each of which runs recovery for that worktree again and fails with the reason.
     pub async fn recover(&self) -> Result<RecoveryReport> {
-        self.recover_worktree(None).await
-    }
-
-    /// Finishes the intent records of one worktree (or of all when `directory` is none).
-    pub(super) async fn recover_worktree(&self, directory: Option<&str>) -> Result<RecoveryReport> {
         let mut report = RecoveryReport::default();
         for intent in self.repo.intents().await? {
-            if directory.is_some_and(|d| d != intent.directory) {
-                continue;
+            match self.recover_intent(&intent).await {
+                Ok(outcome) => report.add(&intent, outcome),
+                Err(error) => report.failed.push(RecoveryFailure {
+                    token: intent.token.clone(),
+                    directory: intent.directory.clone(),
+                    error: error.to_string(),
+                }),
             }
-            let session_key = LeaseKey::Session(intent.session_id.clone());
-            // The owner is gone when the session's lease is absent, or held by a process that is gone or
-            // whose lease may be taken over. A live holder (the owner or an operation already recovering it)
-            // is left alone.
-            let current = self.repo.lease(&session_key).await?;
-            if let Some(lease) = &current
-                && !self.is_abandoned(lease)
-            {
-                report.in_progress.push(intent.token.clone());
-                continue;
-            }
-            let Some(session) = self.repo.session(&intent.session_id).await? else {
-                // The session is gone (deleted by a later command); nothing refers to the files any more
-                // except the intent itself, which recovery still honours: put the files back.
-                continue;
-            };
-            let token = new_token();
-            let lease = crate::model::Lease {
-                key: session_key.clone(),
-                token: token.clone(),
-                holder: self.holder(),
-                expires_at: self.now().saturating_add(self.config.operation_lease_ms),
-            };
-            if let LeaseTake::Held(_) = self
-                .repo
-                .take_lease(&lease, current.map(|c| c.token))
-                .await?
-            {
-                report.in_progress.push(intent.token.clone());
-                continue;
-            }
-            let session_lease = super::HeldLease {
-                key: session_key,
-                token: token.clone(),
-            };
-            let worktree_lease = match self
-                .acquire(
-                    LeaseKey::Worktree(intent.directory.clone()),
-                    &token,
-                    self.config.operation_lease_ms,
-                    Some(&intent.session_id),
-                )
-                .await
-            {
-                Ok(lease) => lease,
-                Err(error) => {
-                    self.release(&session_lease).await;
-                    return Err(error);
-                }
-            };
-            let why = format!(
-                "a {:?} by {} was interrupted",
-                intent.operation, intent.holder
-            );
-            let result = self.finish_intent(&session, &intent, &why).await;
-            self.release(&worktree_lease).await;
-            self.release(&session_lease).await;
-            result?;
-            report.recovered.push(intent.token.clone());
         }
         Ok(report)
+    }
+
+    /// Finishes the intent records of one worktree, before an operation on it: the first that cannot be
+    /// finished is the error.
+    pub(super) async fn recover_worktree(&self, directory: &str) -> Result<RecoveryReport> {
+        let mut report = RecoveryReport::default();
+        for intent in self.repo.intents().await? {
+            if intent.directory == directory {
+                let outcome = self.recover_intent(&intent).await?;
+                report.add(&intent, outcome);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Finishes one intent record when its owner is gone.
+    async fn recover_intent(&self, intent: &IntentRecord) -> Result<Outcome> {
+        let session_key = LeaseKey::Session(intent.session_id.clone());
+        // The owner is gone when the session's lease is absent, or held by a process that is gone or
+        // whose lease may be taken over. A live holder (the owner or an operation already recovering it)
+        // is left alone.
+        let current = self.repo.lease(&session_key).await?;
+        if let Some(lease) = &current
+            && !self.is_abandoned(lease)
+        {
+            return Ok(Outcome::InProgress);
+        }
+        let token = new_token();
+        let lease = crate::model::Lease {
+            key: session_key.clone(),
+            token: token.clone(),
+            holder: self.holder(),
+            expires_at: self.now().saturating_add(self.config.operation_lease_ms),
+        };
+        if let LeaseTake::Held(_) = self
+            .repo
+            .take_lease(&lease, current.map(|c| c.token))
+            .await?
+        {
+            return Ok(Outcome::InProgress);
+        }
+        let session_lease = super::HeldLease {
+            key: session_key,
+            token: token.clone(),
+        };
+        let worktree_lease = match self
+            .acquire(
+                LeaseKey::Worktree(intent.directory.clone()),
+                &token,
+                self.config.operation_lease_ms,
+                Some(&intent.session_id),
+            )
+            .await
+        {
+            Ok(lease) => lease,
+            // Another operation holds the worktree: it runs recovery for it first.
+            Err(Error::Busy { .. }) => {
+                self.release(&session_lease).await;
+                return Ok(Outcome::InProgress);
+            }
+            Err(error) => {
+                self.release(&session_lease).await;
+                return Err(error);
+            }
+        };
+        let result = self.finish_held_intent(intent).await;
+        self.release(&worktree_lease).await;
+        self.release(&session_lease).await;
+        result
+    }
+
+    /// Finishes an intent record once both leases are held. What was read before them is read again: the
+    /// owner (or another recovery) may have finished the intent in between, and then its files are as the
+    /// session says and must not be put back (a user's edit since would be lost).
+    async fn finish_held_intent(&self, intent: &IntentRecord) -> Result<Outcome> {
+        let pending = self.repo.intents().await?;
+        if !pending.iter().any(|i| i.token == intent.token) {
+            return Ok(Outcome::Gone);
+        }
+        // Deleting a session deletes its intents, so a session that is gone has none left to finish.
+        let Some(session) = self.repo.session(&intent.session_id).await? else {
+            return Ok(Outcome::Gone);
+        };
+        let why = format!(
+            "a {:?} by {} was interrupted",
+            intent.operation, intent.holder
+        );
+        self.finish_intent(&session, intent, &why).await?;
+        Ok(Outcome::Recovered)
+    }
+}
+
+impl RecoveryReport {
+    fn add(&mut self, intent: &IntentRecord, outcome: Outcome) {
+        match outcome {
+            Outcome::Recovered => self.recovered.push(intent.token.clone()),
+            Outcome::InProgress => self.in_progress.push(intent.token.clone()),
+            Outcome::Gone => {}
+        }
     }
 }

@@ -335,3 +335,125 @@ fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
         );
     })
 }
+
+/// Two recoveries of one dead owner's intent: the second finishes it while the first waits on its lease
+/// read; the user then edits a file the intent names. The first, resumed, finds the intent gone and touches
+/// nothing (it used to put the file back to the intent's `before`, losing the edit, then fail its commit).
+#[test]
+fn a_recovery_that_finds_its_intent_finished_meanwhile_touches_nothing() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        w.turn(&s.id, "one", |w| {
+            w.write("a.txt", "a1");
+            w.write("new.txt", "n1");
+        })
+        .await;
+        let dead = process(11);
+        let token = crashed_revert(&w, &s.id, &dead).await;
+        w.host.kill(&dead);
+        let (reached, resume) = w.repo.pause_next_lease_read();
+        let first = w.rewind.recover();
+        let meanwhile = async {
+            reached.await.expect("the first recovery reads the lease");
+            let report = w.rewind.recover().await.expect("the second recovery");
+            assert_eq!(report.recovered, std::slice::from_ref(&token));
+            w.write("a.txt", "edited after recovery");
+            resume.send(()).expect("resumed");
+        };
+        let (first, ()) = futures::future::join(first, meanwhile).await;
+        let first = first.expect("the first recovery succeeds");
+        assert!(
+            first.recovered.is_empty() && first.failed.is_empty(),
+            "{first:?}"
+        );
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["edited after recovery", "n1"],
+            "the user's edit is kept"
+        );
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+    })
+}
+
+/// An intent that cannot be finished (its `before` snapshot is missing from the store) does not stop
+/// recovery: the other dead owner's intent is still rolled back, the failure is reported, and an operation
+/// on the failing intent's worktree is refused with the reason, changing nothing.
+#[test]
+fn an_intent_that_cannot_be_finished_does_not_stop_the_others() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t = w
+            .turn(&s.id, "one", |w| {
+                w.write("a.txt", "a1");
+                w.write("new.txt", "n1");
+            })
+            .await;
+        let dead = process(12);
+        let token = crashed_revert(&w, &s.id, &dead).await;
+        w.host.kill(&dead);
+        let other = w.session().await;
+        let broken = IntentRecord {
+            token: LeaseToken("tok_broken".to_owned()),
+            session_id: other.id.clone(),
+            directory: ROOT.to_owned(),
+            operation: IntentOperation::Unrevert,
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: dead.clone(),
+            },
+            before: rewind_core::model::SnapshotId::parse(&"0f".repeat(20)).expect("an id"),
+            files: vec![RelPath::new("a.txt").expect("path")],
+            created: 0,
+        };
+        w.repo
+            .commit(Transaction {
+                guards: Vec::new(),
+                changes: vec![Change::PutIntent(Box::new(broken.clone()))],
+                events: Vec::new(),
+            })
+            .await
+            .expect("intent");
+        let report = w
+            .rewind
+            .recover()
+            .await
+            .expect("recovery reports, not fails");
+        assert_eq!(report.recovered, [token]);
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+        assert_eq!(report.failed[0].token, broken.token);
+        assert_eq!(report.failed[0].directory, ROOT);
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["a1", "n1"],
+            "the other intent is rolled back"
+        );
+        let refused = w
+            .rewind
+            .revert(
+                &s.id,
+                rewind_core::RevertTarget {
+                    message_id: t.user.clone(),
+                    part_id: None,
+                },
+            )
+            .await;
+        assert!(
+            refused.is_err(),
+            "an operation on the worktree is refused: {refused:?}"
+        );
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["a1", "n1"],
+            "nothing changed"
+        );
+        assert_eq!(
+            w.repo.intents().await.expect("intents"),
+            [broken],
+            "the failing intent stays for a later recovery"
+        );
+    })
+}
