@@ -9,7 +9,10 @@
 //! 2. Nothing is seeded when the user's index may differ from the bytes on disk while the stat data
 //!    matches: a repository setting `core.autocrlf`, `core.fileMode=false` or `core.symlinks=false`, or any
 //!    attributes file that mentions a filter, `text`, `eol`, `crlf`, `ident` or `working-tree-encoding`
-//!    (checked by keyword: conservative, never wrong).
+//!    (checked by keyword, as bytes: conservative, never wrong; an ignored `.gitattributes` counts, as git
+//!    applies it, and one that cannot be read counts as mentioning them). An entry git "racily smudged"
+//!    (size 0) is believed only for the empty blob, and a file over the size cap is skipped as it would be
+//!    if hashed.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -32,9 +35,22 @@ const FILTER_WORDS: &[&str] = &[
     "working-tree-encoding",
 ];
 
-/// True when an attributes file's text may ask for a conversion between the index and the disk.
-pub fn mentions_filters(text: &str) -> bool {
-    FILTER_WORDS.iter().any(|word| text.contains(word))
+/// True when an attributes file's text may ask for a conversion between the index and the disk (git
+/// reads it as bytes: a file that is not UTF-8 is searched as bytes too).
+pub fn mentions_filters(text: &[u8]) -> bool {
+    FILTER_WORDS
+        .iter()
+        .any(|word| text.windows(word.len()).any(|w| w == word.as_bytes()))
+}
+
+/// `mentions_filters` of an attributes file: absent mentions none; one that is not a regular file (a
+/// symlink is not followed, as git does not for in-tree attributes) or cannot be read may mention anything.
+pub fn file_mentions_filters(path: &Path) -> bool {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Ok(meta) if meta.is_file() => fs::read(path).map_or(true, |text| mentions_filters(&text)),
+        _ => true,
+    }
 }
 
 struct IndexEntry {
@@ -138,7 +154,10 @@ impl Seed {
             && entry.ino == meta.ino() as u32
             && entry.uid == meta.uid()
             && entry.gid == meta.gid();
-        (matches && !racy).then_some(entry.id)
+        // git marks an entry it found racy and changed by writing its size as 0 ("racily smudged"): a
+        // size 0 is believed only for the empty blob.
+        let smudged = entry.size == 0 && entry.id != ObjectId::empty_blob(gix::hash::Kind::Sha1);
+        (matches && !racy && !smudged).then_some(entry.id)
     }
 
     /// Makes the store own `ids`: hardlinks (or copies) the user's packs that hold any of them, whole, and
@@ -298,7 +317,53 @@ fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
         dir.push(component);
         files.push(dir.join(".gitattributes"));
     }
-    files
-        .iter()
-        .any(|file| fs::read_to_string(file).is_ok_and(|text| mentions_filters(&text)))
+    files.iter().any(|file| attributes_file_forbids(file))
+}
+
+/// An attributes file outside the tree: absent or naming no conversion lets seeding go on; one that
+/// cannot be read may name anything. (A symlink is followed here, as git follows it for these files.)
+fn attributes_file_forbids(file: &Path) -> bool {
+    match fs::read(file) {
+        Ok(text) => mentions_filters(&text),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    /// git writes the size of an entry it found racy and changed as 0 ("racily smudged"); with the rest of
+    /// the stat data matching an empty file, such an entry is believed only when its blob is the empty one.
+    #[test]
+    fn a_racily_smudged_entry_is_believed_only_for_the_empty_blob() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("e.txt");
+        fs::write(&path, b"").expect("an empty file");
+        let meta = fs::symlink_metadata(&path).expect("its stat data");
+        let seed = |id: ObjectId| Seed {
+            entries: HashMap::from([(
+                "e.txt".to_owned(),
+                IndexEntry {
+                    mode: Mode::File,
+                    id,
+                    mtime: (meta.mtime() as u32, meta.mtime_nsec() as u32),
+                    ctime: (meta.ctime() as u32, meta.ctime_nsec() as u32),
+                    ino: meta.ino() as u32,
+                    uid: meta.uid(),
+                    gid: meta.gid(),
+                    size: 0,
+                },
+            )]),
+            // Written long after the entry: not racy.
+            index_mtime: (i64::MAX, 0),
+            objects: PathBuf::new(),
+        };
+        let hello = ObjectId::from_hex(b"ce013625030ba8dba906f756967f9e9ca394464a").expect("an id");
+        assert_eq!(seed(hello).lookup("e.txt", &meta, Mode::File), None);
+        let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
+        assert_eq!(seed(empty).lookup("e.txt", &meta, Mode::File), Some(empty));
+    }
 }

@@ -249,6 +249,14 @@ impl Walk<'_> {
         // Files first, then sub-directories: a directory's candidates are next to each other, so each
         // worker that examines them opens the directory once.
         for entry in entries.iter() {
+            // git applies an ignored `.gitattributes` too: it is checked before the ignore rules apply.
+            if self.check_attributes
+                && entry.kind == ListedKind::File
+                && entry.name == ".gitattributes"
+            {
+                self.attributes_mention_filters |=
+                    crate::seed::file_mentions_filters(&abs_dir.join(&entry.name));
+            }
             if entry.ignored {
                 continue;
             }
@@ -256,14 +264,6 @@ impl Walk<'_> {
             match entry.kind {
                 ListedKind::Dir => {}
                 ListedKind::File => {
-                    if self.check_attributes && entry.name == ".gitattributes" {
-                        // Read only when it is a regular file (a symlink is not followed out of the tree).
-                        let path = abs_dir.join(&entry.name);
-                        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
-                            let text = fs::read_to_string(&path).unwrap_or_default();
-                            self.attributes_mention_filters |= crate::seed::mentions_filters(&text);
-                        }
-                    }
                     self.candidates.push(Candidate {
                         rel,
                         at: self.candidates.len(),
@@ -1051,17 +1051,18 @@ fn examine(
             }
             return Ok(Outcome::Tracked(stat, id, false));
         }
-        if let Some(id) = seed
-            .zip(seen.meta.as_ref())
-            .and_then(|(seed, meta)| seed.lookup(rel, meta, mode))
-        {
-            return Ok(Outcome::Seeded(stat, id));
-        }
+        // The size cap first: a seeded file is tracked exactly as a hashed one would be.
         if mode != Mode::Link && stat.size > config.size_cap && !cache.entries.contains_key(rel) {
             return Ok(Outcome::Skipped(SkippedPath {
                 path: rel.to_owned(),
                 reason: SkipReason::TooLarge { size: stat.size },
             }));
+        }
+        if let Some(id) = seed
+            .zip(seen.meta.as_ref())
+            .and_then(|(seed, meta)| seed.lookup(rel, meta, mode))
+        {
+            return Ok(Outcome::Seeded(stat, id));
         }
         if config.read_fault.as_ref().is_some_and(|fault| fault(rel)) {
             return Err(unreadable(rel, "injected read fault"));

@@ -112,3 +112,80 @@ async fn nothing_is_seeded_when_autocrlf_makes_the_index_differ_from_the_disk() 
         "byte-exact, CRLF kept"
     );
 }
+
+/// A repository whose clean filter changes the bytes: the user's blobs hold them uppercased, the disk
+/// lowercase, and the stat data matches. `sub/.gitattributes` holds `attributes` (the root's is read
+/// whatever the ignore rules say; a nested one is found by the walk).
+fn commit_with_upper_filter(h: &GitHarness, attributes: &[u8], ignore_attributes: bool) {
+    for i in 0..4 {
+        h.write(&format!("sub/f{i}.txt"), format!("hello {i}\n").as_bytes());
+    }
+    h.write("sub/.gitattributes", attributes);
+    if ignore_attributes {
+        h.write(".gitignore", b".gitattributes\n");
+    }
+    commit_all(
+        h,
+        &[
+            ("core.autocrlf", "false"),
+            ("filter.up.clean", "tr a-z A-Z"),
+            ("filter.up.smudge", "cat"),
+        ],
+    );
+}
+
+/// git applies an ignored `.gitattributes` too, so its filter turns seeding off; the id is the disk's
+/// bytes (SPEC 2.1: no filter in either direction), as the oracle's separate git dir sees them.
+#[tokio::test]
+async fn an_ignored_gitattributes_naming_a_filter_turns_seeding_off() {
+    let h = GitHarness::new();
+    commit_with_upper_filter(&h, b"*.txt filter=up\n", true);
+    let outcome = h.track().await;
+    assert_eq!(outcome.hashed, 5, "every file hashed (the .gitignore too)");
+    assert_eq!(
+        outcome.id.as_str(),
+        GitOracle::new(None).write_tree(h.root()),
+        "the files' own bytes, not the filtered blobs"
+    );
+}
+
+/// An attributes file that is not UTF-8 is still read (as bytes) for the words that turn seeding off.
+#[tokio::test]
+async fn a_gitattributes_that_is_not_utf8_still_turns_seeding_off() {
+    let h = GitHarness::new();
+    commit_with_upper_filter(&h, b"# caf\xe9\n*.txt filter=up\n", false);
+    let outcome = h.track().await;
+    assert_eq!(outcome.hashed, 5, "every file hashed");
+    assert_eq!(
+        outcome.id.as_str(),
+        GitOracle::new(None).write_tree(h.root())
+    );
+}
+
+/// A committed file over the size cap is skipped as it would be if hashed: seeding does not track what
+/// a plain copy of the same tree would skip.
+#[tokio::test]
+async fn a_committed_file_over_the_size_cap_is_skipped_as_when_hashed() {
+    let h = GitHarness::with_config(|config, _| config.size_cap = 1_000);
+    h.write("small.txt", b"small\n");
+    h.write("big.bin", &[7u8; 2_000]);
+    commit_all(&h, &[("core.autocrlf", "false")]);
+    let outcome = h.track().await;
+    assert_eq!(
+        outcome
+            .skipped
+            .iter()
+            .map(|s| s.path.as_str())
+            .collect::<Vec<_>>(),
+        ["big.bin"],
+        "the big file is skipped, seeded or not"
+    );
+    let copy = GitHarness::with_config(|config, _| config.size_cap = 1_000);
+    copy.write("small.txt", b"small\n");
+    copy.write("big.bin", &[7u8; 2_000]);
+    assert_eq!(
+        copy.track().await.id,
+        outcome.id,
+        "the same tree as a plain copy's"
+    );
+}
