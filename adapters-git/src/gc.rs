@@ -19,7 +19,7 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
     let mut roots: Vec<ObjectId> = keep.to_vec();
     roots.extend(store.returned_since(since, true)?);
     let cache_path = store.stat_cache_path();
-    let cache = StatCache::load(&cache_path);
+    let cache = StatCache::load_for_gc(&cache_path)?;
     roots.extend(cache.tree);
     let mut reachable: HashSet<ObjectId> = cache.entries.values().map(|e| e.id).collect();
     cache.keep(&cache_path);

@@ -23,7 +23,7 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 
 use gix::ObjectId;
 
-use crate::error::GitResult;
+use crate::error::{GitError, GitResult};
 use crate::path_map::PathMap;
 use crate::tree::{self, Mode, mark_dirty, write_dirty};
 
@@ -317,6 +317,20 @@ impl StatCache {
             return cache;
         }
         fs::read(path).ok().and_then(parse).unwrap_or_default()
+    }
+
+    /// `load` for gc, which keeps what the cache references: a file that exists but cannot be read is an
+    /// error (read as empty, its tree and blobs would be collected while the next track, reading it again,
+    /// still returns them). A file that reads but does not parse is no cache for a track either.
+    pub fn load_for_gc(path: &Path) -> GitResult<StatCache> {
+        if let Some(cache) = StatCache::remembered(path) {
+            return Ok(cache);
+        }
+        match fs::read(path) {
+            Ok(bytes) => Ok(parse(bytes).unwrap_or_default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StatCache::default()),
+            Err(e) => Err(GitError::io(path, e)),
+        }
     }
 
     /// `load`, with the entries (most of the file) left to parse, so a track can parse them on another

@@ -203,13 +203,23 @@ impl Store {
             .append(true)
             .open(&path)
             .map_err(|e| GitError::io(&path, e))?;
-        writeln!(file, "{} {id}", now_ms()).map_err(|e| GitError::io(&path, e))
+        // One write: with O_APPEND a line is never split by another writer, nor left half by a kill
+        // that then runs into the next process's line.
+        let line = format!("{} {id}\n", now_ms());
+        file.write_all(line.as_bytes())
+            .map_err(|e| GitError::io(&path, e))
     }
 
     /// The ids returned at or after `since_ms`; rewrites the log without older lines when `prune`.
     pub fn returned_since(&self, since_ms: u64, prune: bool) -> GitResult<Vec<ObjectId>> {
         let path = self.rewind_path("returned");
-        let text = fs::read_to_string(&path).unwrap_or_default();
+        // Absent is empty; a log that cannot be read is an error, never empty (gc would collect what the
+        // ids returned within the grace period need).
+        let text = match fs::read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(GitError::io(&path, e)),
+        };
         let mut kept = String::new();
         let mut ids = Vec::new();
         for line in text.lines() {

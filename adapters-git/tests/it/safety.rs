@@ -1146,3 +1146,34 @@ async fn an_edit_made_while_the_revert_waits_is_kept() {
         b"the user's version\n"
     );
 }
+
+/// gc keeps what the stat cache and the ids returned within the grace period reach: when either file
+/// exists but cannot be read, gc fails and deletes nothing (read as empty, it would collect a tree the
+/// next track, reading the cache again, still returns).
+#[tokio::test]
+async fn gc_that_cannot_read_the_stat_cache_or_the_returned_log_deletes_nothing() {
+    for unreadable in ["stat-cache", "returned"] {
+        let h = GitHarness::new();
+        h.write("a.txt", b"kept 51d7\n");
+        h.id().await;
+        h.write("c.txt", b"unkept 51d7\n");
+        h.id().await;
+        h.remove("c.txt");
+        h.id().await;
+        // A directory where the file is: it exists and cannot be read.
+        let file = h.store_dir().join("rewind").join(unreadable);
+        fs::remove_file(&file).expect("the store has the file");
+        fs::create_dir(&file).expect("a directory in its place");
+        let before = list_tree(&h.store_dir().join("objects"));
+        let result = h.port().gc(h.root(), &[], Duration::ZERO).await;
+        assert!(
+            result.is_err(),
+            "gc went on without {unreadable}: {result:?}"
+        );
+        assert_eq!(
+            list_tree(&h.store_dir().join("objects")),
+            before,
+            "gc deleted objects without {unreadable}"
+        );
+    }
+}
