@@ -385,6 +385,34 @@ impl Odb {
         Ok((kind, bytes.len() as u64, Box::new(io::Cursor::new(bytes))))
     }
 
+    /// A stored object's kind and size, without reading its content (a loose object's header is inflated,
+    /// a packed one's read from the pack).
+    pub fn header(&self, id: &ObjectId) -> GitResult<(Kind, u64)> {
+        match File::open(self.path_of(id)) {
+            Ok(file) => return loose_header(file, id),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(GitError::io(&self.path_of(id), e)),
+        }
+        let found = self
+            .with_packs(|packs| {
+                gix::objs::FindHeader::try_header(packs, id)
+                    .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))
+            })
+            .transpose()?
+            .flatten()
+            .ok_or_else(|| GitError::Missing(id.to_string()))?;
+        let kind = match found.kind {
+            gix::objs::Kind::Blob => Kind::Blob,
+            gix::objs::Kind::Tree => Kind::Tree,
+            other => {
+                return Err(GitError::Corrupt(format!(
+                    "object {id}: unexpected kind {other}"
+                )));
+            }
+        };
+        Ok((kind, found.size))
+    }
+
     /// Reads a tree object, from the trees this process has read when the store still holds it.
     pub fn read_tree(&self, id: &ObjectId) -> GitResult<Arc<[u8]>> {
         let known = tree_cache().get(id);
@@ -436,9 +464,76 @@ pub fn random_u64() -> u64 {
     hasher.finish()
 }
 
+/// A loose object's kind and size from the first bytes of its file: one read, inflated on the stack (a
+/// header is at most a few dozen bytes).
+fn loose_header(mut file: File, id: &ObjectId) -> GitResult<(Kind, u64)> {
+    let corrupt = |why: &str| GitError::Corrupt(format!("object {id}: {why}"));
+    let mut compressed = [0u8; 64];
+    let mut read = 0;
+    while read < compressed.len() {
+        match file.read(&mut compressed[read..]) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(corrupt(&e.to_string())),
+        }
+    }
+    let mut header = [0u8; 48];
+    let mut inflate = flate2::Decompress::new(true);
+    let _ = inflate
+        .decompress(
+            &compressed[..read],
+            &mut header,
+            flate2::FlushDecompress::Sync,
+        )
+        .map_err(|e| corrupt(&e.to_string()))?;
+    let out = usize::try_from(inflate.total_out())
+        .unwrap_or(0)
+        .min(header.len());
+    let end = header[..out]
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or_else(|| corrupt("no header in its first bytes"))?;
+    let text = std::str::from_utf8(&header[..end]).map_err(|_| corrupt("bad header"))?;
+    let (kind, size) = text.split_once(' ').ok_or_else(|| corrupt("bad header"))?;
+    let kind = match kind {
+        "blob" => Kind::Blob,
+        "tree" => Kind::Tree,
+        other => return Err(corrupt(&format!("unexpected kind {other}"))),
+    };
+    let size = size.parse().map_err(|_| corrupt("bad size"))?;
+    Ok((kind, size))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `header` gives the kind and size `open` gives, for loose objects of every size (a header read from
+    /// the first bytes only) and for an object that is not stored (`Missing`); a damaged one is `Corrupt`.
+    #[test]
+    fn header_is_what_open_reads() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let odb = Odb::new(dir.path().join("objects"));
+        let mut ids = Vec::new();
+        for size in [0usize, 5, 100, 70_000] {
+            let data: Vec<u8> = (0..size).map(|i| (i * 13 % 251) as u8).collect();
+            ids.push(odb.write_buf(Kind::Blob, &data).expect("stored"));
+        }
+        ids.push(odb.write_buf(Kind::Tree, &[]).expect("stored"));
+        for id in &ids {
+            let (kind, size, _) = odb.open(id).expect("opens");
+            assert_eq!(odb.header(id).expect("a header"), (kind, size), "{id}");
+        }
+        let absent = Odb::hash(Kind::Blob, b"not stored").expect("hash");
+        assert!(matches!(odb.header(&absent), Err(GitError::Missing(_))));
+        let damaged = odb.path_of(&ids[1]);
+        let mut permissions = fs::metadata(&damaged).expect("stat").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
+        fs::set_permissions(&damaged, permissions).expect("writable");
+        fs::write(&damaged, b"not zlib").expect("damage it");
+        assert!(matches!(odb.header(&ids[1]), Err(GitError::Corrupt(_))));
+    }
 
     /// A file hashed in a stream has the id `git hash-object` gives it (several chunks, and an empty
     /// file), and one whose size is not what the caller saw gives `None`.

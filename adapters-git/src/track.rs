@@ -795,7 +795,10 @@ fn same_paths(
 }
 
 /// Makes the store own the blobs seeded from the user's index; files whose blob could not be adopted are
-/// hashed from disk instead.
+/// hashed from disk instead, and so are files whose blob's size is not the file's: the blob was made under
+/// other settings or attributes than now (`core.autocrlf` switched off since, a `.gitattributes` gone since,
+/// a branch switched), or the user's object is damaged. A filter that keeps sizes is caught by the
+/// attributes check before (`Seed::load`).
 fn adopt_seeded(
     store: &Store,
     config: &GitStoreConfig,
@@ -817,10 +820,21 @@ fn adopt_seeded(
     if wanted.is_empty() {
         return Ok(outcomes);
     }
-    let owned = seed.adopt(&store.odb, &wanted);
+    let owned: Vec<ObjectId> = seed.adopt(&store.odb, &wanted).into_iter().collect();
+    let sizes = parallel_map(&owned, |id| {
+        Ok(match store.odb.header(id) {
+            Ok((Kind::Blob, size)) => Some(size),
+            _ => None,
+        })
+    })?;
+    let size_of: HashMap<ObjectId, u64> = owned
+        .into_iter()
+        .zip(sizes)
+        .filter_map(|(id, size)| size.map(|size| (id, size)))
+        .collect();
     for (candidate, outcome) in candidates.iter().zip(outcomes.iter_mut()) {
-        if let Outcome::Seeded(_, id) = outcome
-            && !owned.contains(id)
+        if let Outcome::Seeded(stat, id) = outcome
+            && size_of.get(id) != Some(&stat.size)
         {
             let misplaced = AtomicUsize::new(0);
             *outcome = examine(

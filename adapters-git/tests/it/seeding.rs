@@ -189,3 +189,35 @@ async fn a_committed_file_over_the_size_cap_is_skipped_as_when_hashed() {
         "the same tree as a plain copy's"
     );
 }
+
+/// The user's blobs were made under `core.autocrlf=true` (LF) and the setting is off now, so nothing in the
+/// settings forbids seeding; the stat data matches, but each blob's size is not the file's (CRLF on disk):
+/// those files are hashed, and the snapshot is the disk's bytes.
+#[tokio::test]
+async fn blobs_made_under_other_settings_are_not_seeded() {
+    let h = GitHarness::new();
+    write_tree(&h);
+    let root = h.root();
+    git(root, &["init", "-q"]);
+    // Added with autocrlf on (the blobs hold LF), then the setting is off (the repository says false).
+    git(root, &["-c", "core.autocrlf=true", "add", "-A"]);
+    git(root, &["commit", "-q", "-m", "all"]);
+    git(root, &["config", "core.autocrlf", "false"]);
+    let blob = git(root, &["ls-files", "-s", "dir1/file1.txt"]);
+    let blob = blob.split_whitespace().nth(1).expect("an index entry");
+    assert_eq!(
+        git(root, &["cat-file", "-s", blob]).trim(),
+        "22",
+        "the blob holds LF line ends (the file, CRLF, is 24 bytes)"
+    );
+    let outcome = h.track().await;
+    assert_eq!(
+        outcome.hashed as usize, FILES,
+        "every file whose blob differs in size was hashed"
+    );
+    assert_eq!(
+        outcome.id.as_str(),
+        GitOracle::new(None).write_tree(h.root()),
+        "byte-exact, CRLF kept"
+    );
+}
