@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
 use crate::model::{
-    DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken, MessageWithParts,
-    PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, RevertOutcome, Session, SessionId,
-    SnapshotId, Warning,
+    Capture, DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken,
+    MessageWithParts, PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, RevertOutcome,
+    Session, SessionId, SnapshotId, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
@@ -815,6 +815,22 @@ impl Rewind {
             ..Default::default()
         };
         if !changed.is_empty() {
+            // The capture is recorded before any file is put back: should the last commit fail, the state
+            // the files had is still kept (gc keeps captures), and a later recovery captures anew.
+            let record = Capture {
+                directory: session.directory.clone(),
+                snapshot: capture.clone(),
+                time: self.now(),
+                message: format!("{why}: the state of its files before they were put back"),
+                paths: changed.iter().map(|p| p.as_str().to_owned()).collect(),
+            };
+            self.repo
+                .commit(Transaction {
+                    guards: vec![Guard::IntentExists(intent.token.clone())],
+                    changes: vec![Change::AddCapture(Box::new(record))],
+                    events: Vec::new(),
+                })
+                .await?;
             self.snapshots
                 .restore(wt, &intent.before, Some(changed.clone()))
                 .await?;

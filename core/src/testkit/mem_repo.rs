@@ -52,6 +52,8 @@ struct State {
     outbox: Vec<StoredEvent>,
     fail_next_commit: bool,
     fail_next_result_commit: bool,
+    /// Armed by `fail_next_intent_delete`.
+    fail_next_intent_delete: bool,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -93,6 +95,12 @@ impl MemRepo {
     /// intent's) and after it behave normally.
     pub fn fail_next_result_commit(&self) {
         self.lock().fail_next_result_commit = true;
+    }
+
+    /// Fault hook: the next `commit` that deletes an intent record (an operation's result, or recovery's
+    /// last step) fails with `Error::Backend` and stores nothing; other commits behave normally.
+    pub fn fail_next_intent_delete(&self) {
+        self.lock().fail_next_intent_delete = true;
     }
 
     /// Race hook: the next `lease` read signals `reached` and then waits until `resume` is sent (or
@@ -510,6 +518,17 @@ impl MessageRepo for MemRepo {
             state.fail_next_result_commit = false;
             return Err(Error::backend(
                 "injected fault: MemRepo::fail_next_result_commit",
+            ));
+        }
+        if state.fail_next_intent_delete
+            && transaction
+                .changes
+                .iter()
+                .any(|change| matches!(change, Change::DeleteIntent(_)))
+        {
+            state.fail_next_intent_delete = false;
+            return Err(Error::backend(
+                "injected fault: MemRepo::fail_next_intent_delete",
             ));
         }
         for guard in &transaction.guards {

@@ -457,3 +457,44 @@ fn an_intent_that_cannot_be_finished_does_not_stop_the_others() {
         );
     })
 }
+
+/// Recovery puts the files back and then commits; when that last commit fails, the state the files had
+/// (the capture) is still recorded, so gc keeps it, and the next recovery finishes the intent.
+#[test]
+fn a_recovery_whose_last_commit_fails_keeps_the_state_it_put_back() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        w.turn(&s.id, "one", |w| {
+            w.write("a.txt", "a1");
+            w.write("new.txt", "n1");
+        })
+        .await;
+        let dead = process(13);
+        let token = crashed_revert(&w, &s.id, &dead).await;
+        w.host.kill(&dead);
+        w.repo.fail_next_intent_delete();
+        let report = w.rewind.recover().await.expect("recovery reports");
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "put back");
+        let captures = w
+            .repo
+            .captures(Some(ROOT.to_owned()))
+            .await
+            .expect("captures");
+        assert_eq!(captures.len(), 1, "the capture is recorded: {captures:?}");
+        let tree = w
+            .snapshots
+            .tree(w.path(), &captures[0].snapshot)
+            .expect("stored");
+        assert_eq!(
+            tree.get("a.txt").map(|n| n.content().to_vec()),
+            Some(b"half reverted".to_vec()),
+            "it holds the files as the crash left them"
+        );
+        let report = w.rewind.recover().await.expect("the next recovery");
+        assert_eq!(report.recovered, [token]);
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+    })
+}
