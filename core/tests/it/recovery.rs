@@ -10,7 +10,7 @@ use rewind_core::{
     Change, Error, HostPort, MessageRepo, Rewind, ServiceConfig, SnapshotPort, Transaction,
 };
 
-use crate::support::{ROOT, World, block_on};
+use crate::support::{ROOT, Turn, World, block_on};
 
 fn process(pid: u32) -> ProcessIdentity {
     ProcessIdentity {
@@ -71,20 +71,28 @@ async fn crashed_revert(
     token
 }
 
-#[test]
-fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
-    block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let s = w.session().await;
-        w.turn(&s.id, "one", |w| {
+/// A session of one turn (a.txt a0 -> a1, new.txt created) whose revert by process `pid` crashed half
+/// way (`crashed_revert`), that process gone.
+async fn crashed_world(pid: u32) -> (World, rewind_core::model::Session, Turn, LeaseToken) {
+    let w = World::new();
+    w.write("a.txt", "a0");
+    let s = w.session().await;
+    let t = w
+        .turn(&s.id, "one", |w| {
             w.write("a.txt", "a1");
             w.write("new.txt", "n1");
         })
         .await;
-        let dead = process(7);
-        let token = crashed_revert(&w, &s.id, &dead).await;
-        w.host.kill(&dead);
+    let dead = process(pid);
+    let token = crashed_revert(&w, &s.id, &dead).await;
+    w.host.kill(&dead);
+    (w, s, t, token)
+}
+
+#[test]
+fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
+    block_on(async {
+        let (w, s, _, token) = crashed_world(7).await;
         let report = w.rewind.recover().await.expect("recover");
         assert_eq!(report.recovered, [token]);
         assert_eq!(
@@ -342,17 +350,7 @@ fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
 #[test]
 fn a_recovery_that_finds_its_intent_finished_meanwhile_touches_nothing() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let s = w.session().await;
-        w.turn(&s.id, "one", |w| {
-            w.write("a.txt", "a1");
-            w.write("new.txt", "n1");
-        })
-        .await;
-        let dead = process(11);
-        let token = crashed_revert(&w, &s.id, &dead).await;
-        w.host.kill(&dead);
+        let (w, _, _, token) = crashed_world(11).await;
         let (reached, resume) = w.repo.pause_next_lease_read();
         let first = w.rewind.recover();
         let meanwhile = async {
@@ -383,18 +381,8 @@ fn a_recovery_that_finds_its_intent_finished_meanwhile_touches_nothing() {
 #[test]
 fn an_intent_that_cannot_be_finished_does_not_stop_the_others() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let s = w.session().await;
-        let t = w
-            .turn(&s.id, "one", |w| {
-                w.write("a.txt", "a1");
-                w.write("new.txt", "n1");
-            })
-            .await;
+        let (w, s, t, token) = crashed_world(12).await;
         let dead = process(12);
-        let token = crashed_revert(&w, &s.id, &dead).await;
-        w.host.kill(&dead);
         let other = w.session().await;
         let broken = IntentRecord {
             token: LeaseToken("tok_broken".to_owned()),
@@ -463,17 +451,7 @@ fn an_intent_that_cannot_be_finished_does_not_stop_the_others() {
 #[test]
 fn a_recovery_whose_last_commit_fails_keeps_the_state_it_put_back() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let s = w.session().await;
-        w.turn(&s.id, "one", |w| {
-            w.write("a.txt", "a1");
-            w.write("new.txt", "n1");
-        })
-        .await;
-        let dead = process(13);
-        let token = crashed_revert(&w, &s.id, &dead).await;
-        w.host.kill(&dead);
+        let (w, _, _, token) = crashed_world(13).await;
         w.repo.fail_next_intent_delete();
         let report = w.rewind.recover().await.expect("recovery reports");
         assert_eq!(report.failed.len(), 1, "{report:?}");
