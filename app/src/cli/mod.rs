@@ -144,6 +144,7 @@ impl std::error::Error for Exit {}
 /// Parses the command line, runs the command and turns its outcome into an exit code; errors go to
 /// stderr with their causes.
 pub fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     init_tracing(matches!(cli.command, Command::Serve(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -166,6 +167,26 @@ pub fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// A reader that stops early (`rewind log | head -1`) closes stdout: the next `println!` fails with
+/// `EPIPE` (Rust ignores `SIGPIPE`) and panics. The command ends there quietly instead, with the status a
+/// shell gives a process `SIGPIPE` ended (141), as other command-line tools do; whatever it had already
+/// stored stays stored (output is written after the work).
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
 
 async fn run(cli: Cli) -> Result<()> {

@@ -136,3 +136,35 @@ fn exec_in_the_home_directory_is_refused_before_anything_runs_or_is_recorded() {
     );
     assert!(status["store"]["error"].as_str().is_some(), "{status}");
 }
+
+/// A reader that has gone (`rewind log | head -1`): stdout is a pipe with no reader from the start, so the
+/// first line written fails with EPIPE. The command ends quietly with 141 (as `SIGPIPE` would end it),
+/// never with a panic (101), and what it read is unchanged.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let env = Env::plain();
+    env.exec_sh("printf 'one\\n' > a.txt");
+    let log = env.json(&["log"]);
+    for args in [vec!["log"], vec!["--json", "log"], vec!["status"]] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let output = env
+            .process_in(env.path(), &args)
+            .stdout(std::process::Stdio::from(writer))
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !stderr.contains("panicked"),
+            "`rewind {}` panicked: {stderr}",
+            args.join(" ")
+        );
+        assert_ne!(
+            output.status.code(),
+            Some(101),
+            "`rewind {}`",
+            args.join(" ")
+        );
+    }
+    assert_eq!(env.json(&["log"]), log);
+}
