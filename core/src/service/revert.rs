@@ -816,7 +816,10 @@ impl Rewind {
         };
         if !changed.is_empty() {
             // The capture is recorded before any file is put back: should the last commit fail, the state
-            // the files had is still kept (gc keeps captures), and a later recovery captures anew.
+            // the files had is still kept (gc keeps captures), and a later recovery captures anew. When the
+            // intent is gone, someone else finished it: nothing is put back. Any other failure (the database
+            // is down: a rollback after a failed result commit) still puts the files back, as SPEC 8 asks
+            // before the error is returned; the capture is then in the store only.
             let record = Capture {
                 directory: session.directory.clone(),
                 snapshot: capture.clone(),
@@ -824,13 +827,17 @@ impl Rewind {
                 message: format!("{why}: the state of its files before they were put back"),
                 paths: changed.iter().map(|p| p.as_str().to_owned()).collect(),
             };
-            self.repo
+            let recorded = self
+                .repo
                 .commit(Transaction {
                     guards: vec![Guard::IntentExists(intent.token.clone())],
                     changes: vec![Change::AddCapture(Box::new(record))],
                     events: Vec::new(),
                 })
-                .await?;
+                .await;
+            if let Err(error @ Error::LeaseLost(_)) = recorded {
+                return Err(error);
+            }
             self.snapshots
                 .restore(wt, &intent.before, Some(changed.clone()))
                 .await?;

@@ -476,3 +476,17 @@ fn a_recovery_whose_last_commit_fails_keeps_the_state_it_put_back() {
         assert!(w.repo.intents().await.expect("intents").is_empty());
     })
 }
+
+/// When the capture cannot be recorded for another reason than the intent being gone (the database failed
+/// that one commit), the files are still put back and the intent finished: the warning names the capture.
+#[test]
+fn a_capture_that_cannot_be_recorded_does_not_stop_the_rollback() {
+    block_on(async {
+        let (w, _, _, token) = crashed_world(14).await;
+        w.repo.fail_next_commit();
+        let report = w.rewind.recover().await.expect("recovery");
+        assert_eq!(report.recovered, [token], "{report:?}");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "put back");
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+    })
+}
