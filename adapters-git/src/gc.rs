@@ -53,8 +53,13 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
             .map_err(|e| GitError::io(&dir.path(), e))?
             .flatten()
         {
-            let hex = format!("{name}{}", entry.file_name().to_string_lossy());
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let hex = format!("{name}{file}");
             let Ok(id) = ObjectId::from_hex(hex.as_bytes()) else {
+                // A copy of a user's object that a crash left half made (seeding across filesystems).
+                if file.contains(".tmp-") && is_older(&entry.path(), grace_cutoff) {
+                    free(&entry.path(), &mut report)?;
+                }
                 continue;
             };
             if reachable.contains(&id) {
@@ -66,6 +71,7 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
         let _ = fs::remove_dir(dir.path());
     }
     collect_packs(store, &reachable, &mut report)?;
+    remove_pack_leftovers(store, grace_cutoff, &mut report)?;
     remove_stray_temp_files(store, grace_cutoff, &mut report)?;
     for id in store.recorded_ids() {
         if !live_roots.contains(&id) && !store.odb.contains(&id) {
@@ -114,6 +120,31 @@ fn collect_packs(
     }
     if removed_any {
         store.odb.packs_changed();
+    }
+    Ok(())
+}
+
+/// Removes what a crash left in the pack directory, once older than the grace period: half-made copies of a
+/// user's pack or index (seeding across filesystems), and a pack without its index (seeding links the pack
+/// first; gc removes the index first). Without its index no reader uses a pack. gc holds the store's lock,
+/// so no seeding is between its two links now.
+fn remove_pack_leftovers(
+    store: &Store,
+    cutoff: SystemTime,
+    report: &mut GcReport,
+) -> GitResult<()> {
+    let dir = store.odb.dir().join("pack");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let leftover = name.contains(".tmp-")
+            || (name.ends_with(".pack") && !path.with_extension("idx").exists());
+        if leftover && is_older(&path, cutoff) {
+            free(&path, report)?;
+        }
     }
     Ok(())
 }

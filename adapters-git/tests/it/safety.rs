@@ -1177,3 +1177,58 @@ async fn gc_that_cannot_read_the_stat_cache_or_the_returned_log_deletes_nothing(
         );
     }
 }
+
+/// What a crash leaves while seeding copies a user's objects or packs (a half-made copy, a pack without
+/// its index) is removed by gc once older than the grace period; recent ones and whole packs stay.
+#[tokio::test]
+async fn gc_removes_half_made_copies_and_packs_without_an_index() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    h.id().await;
+    let objects = h.store_dir().join("objects");
+    let pack_dir = objects.join("pack");
+    fs::create_dir_all(&pack_dir).expect("a pack directory");
+    let old = SystemTime::now() - Duration::from_secs(7200);
+    let leftovers = [
+        objects
+            .join("ab")
+            .join("cdef0123456789abcdef0123456789abcdef01.tmp-xyz"),
+        pack_dir.join("pack-0123.tmp-xyz"),
+        pack_dir.join("pack-orphan.pack"),
+    ];
+    for path in &leftovers {
+        fs::create_dir_all(path.parent().expect("a parent")).expect("its directory");
+        fs::write(path, b"left by a crash").expect("write");
+        fs::File::options()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_modified(old))
+            .expect("age it");
+    }
+    let recent = pack_dir.join("pack-1234.tmp-abc");
+    fs::write(&recent, b"being copied").expect("write a recent one");
+    let whole = [
+        pack_dir.join("pack-whole.pack"),
+        pack_dir.join("pack-whole.idx"),
+    ];
+    for path in &whole {
+        fs::write(path, b"a pack and its index").expect("write");
+        fs::File::options()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_modified(old))
+            .expect("age it");
+    }
+    h.port()
+        .gc(h.root(), &[], Duration::from_secs(3600))
+        .await
+        .expect("gc");
+    for path in &leftovers {
+        assert!(!path.exists(), "{} stayed", path.display());
+    }
+    assert!(recent.exists(), "a recent copy was removed");
+    assert!(
+        whole[0].exists(),
+        "a pack with its index is not a leftover (its index does not parse: gc keeps what it cannot read)"
+    );
+}
