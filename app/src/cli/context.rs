@@ -58,7 +58,8 @@ impl Context {
                 let id = SessionId::parse(text).map_err(|error| {
                     anyhow!("{error}; a session id looks like ses_… (`rewind status` lists them)")
                 })?;
-                self.services
+                let session = self
+                    .services
                     .rewind
                     .session(&id)
                     .await
@@ -68,7 +69,16 @@ impl Context {
                             crate::config::redact_url(&self.services.settings.database_url)
                         ),
                         other => explain(other, "reading the session"),
-                    })
+                    })?;
+                // A session of another directory is acted on where it lives: said, so a `-C` that names
+                // another directory does not pass unnoticed.
+                if session.directory != self.directory {
+                    eprintln!(
+                        "rewind: session {id} belongs to {}, not to {}; acting on {}",
+                        session.directory, self.directory, session.directory
+                    );
+                }
+                Ok(session)
             }
             None => self.latest_session().await?.ok_or_else(|| {
                 anyhow!(

@@ -57,3 +57,36 @@ fn revert_to_a_message_or_a_part_and_unrevert() {
     let stderr = env.fails(&["unrevert"]);
     assert!(stderr.contains("not reverted"), "{stderr}");
 }
+
+/// `-C B revert --session <a session of A>` acts on A, where the session lives, and says so on stderr;
+/// B's files are not touched.
+#[test]
+fn a_session_of_another_directory_is_acted_on_where_it_lives_and_said() {
+    let env = Env::plain();
+    env.exec_sh("printf 'one\\n' > a.txt");
+    let log = env.json(&["log"]);
+    let session = log["sessionID"].as_str().expect("id").to_owned();
+    let first = log["messages"][0]["id"].as_str().expect("id").to_owned();
+    let other = tempfile::TempDir::new().expect("another directory");
+    std::fs::write(other.path().join("b.txt"), "b\n").expect("write");
+    let output = env
+        .rewind_in(other.path(), &["revert", "--session", &session, &first])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let home = std::fs::canonicalize(env.path()).expect("canonical");
+    assert!(
+        stderr.contains(&format!("belongs to {}", home.display())),
+        "the directory acted on is named: {stderr}"
+    );
+    assert!(
+        !env.path().join("a.txt").exists(),
+        "the revert happened in the session's directory"
+    );
+    assert_eq!(
+        std::fs::read_to_string(other.path().join("b.txt")).expect("b.txt"),
+        "b\n",
+        "the other directory is untouched"
+    );
+}
