@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::model::{Lease, LeaseKey, LeaseTake, LeaseToken, Session, SessionId, may_take_over};
 use crate::ports::Guard;
 
-use super::Rewind;
+use super::{Rewind, new_token};
 
 /// A lease this process holds; released explicitly (leases outlive a crash on purpose, so recovery can
 /// find them).
@@ -87,10 +87,12 @@ impl Rewind {
         Err(busy_error(&lease.key, &current, session))
     }
 
-    /// Takes the session lease of its open `step`, with the step's own token, to close the step: the step's
-    /// lease when this process holds it (its owner finishing it) or none is held; any lease only when its
-    /// holder is gone (SPEC section 1). The caller has judged the step its own or abandoned from what it
-    /// read, but another operation may have taken the session since; its live lease is `Busy`.
+    /// Takes the session lease of its open `step`, to close the step: the step's lease when this process
+    /// holds it (its owner finishing it) or none is held; any lease only when its holder is gone (SPEC
+    /// section 1). The caller has judged the step its own or abandoned from what it read, but another
+    /// operation may have taken the session since; its live lease is `Busy`. The lease is taken with a new
+    /// token, never the step's: two closers that both read the step's lease (a finish and an abort of the
+    /// same process, say) cannot both hold it, since only the first replaces the step's token.
     pub(super) async fn take_step_lease(
         &self,
         session: &SessionId,
@@ -98,7 +100,7 @@ impl Rewind {
     ) -> Result<HeldLease> {
         let lease = self.new_lease(
             LeaseKey::Session(session.clone()),
-            &step.token,
+            &new_token(),
             self.config.operation_lease_ms,
         );
         let replacing = match self.repo.lease(&lease.key).await? {

@@ -471,7 +471,7 @@ impl Rewind {
             .ok_or_else(|| Error::NotFound(format!("Message not found: {}", step.message_id)))?;
         let mut warnings = Vec::new();
         let (snapshot, reason, files) = match self
-            .track_under_worktree_lease(session, &step.token)
+            .track_under_worktree_lease(session, &session_lease.token)
             .await
         {
             Ok(tracked) => {

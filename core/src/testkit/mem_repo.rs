@@ -69,6 +69,7 @@ pub struct MemRepo {
 enum PausedCall {
     LeaseRead,
     LeaseTake,
+    Commit,
 }
 
 /// The two ends of a paused call: signalled when it is reached, resumed when told.
@@ -122,6 +123,16 @@ impl MemRepo {
         futures::channel::oneshot::Sender<()>,
     ) {
         self.pause_next(PausedCall::LeaseTake)
+    }
+
+    /// `pause_next_lease_read` for the next `commit` (before it checks or stores anything).
+    pub fn pause_next_commit(
+        &self,
+    ) -> (
+        futures::channel::oneshot::Receiver<()>,
+        futures::channel::oneshot::Sender<()>,
+    ) {
+        self.pause_next(PausedCall::Commit)
     }
 
     fn pause_next(
@@ -505,6 +516,7 @@ impl MessageRepo for MemRepo {
     }
 
     async fn commit(&self, transaction: Transaction) -> Result<()> {
+        self.paused(PausedCall::Commit).await;
         let mut state = self.lock();
         if std::mem::take(&mut state.fail_next_commit) {
             return Err(Error::backend("injected fault: MemRepo::fail_next_commit"));

@@ -727,6 +727,38 @@ fn an_abort_racing_the_steps_finish_closes_nothing_twice() {
     })
 }
 
+/// SPEC sections 1 and 4: a step is closed by one closer. An abort that comes while the step's owner is
+/// finishing it (the finish holds the step's lease, its commit not yet made) is refused as busy, and the
+/// finish stands. (Both used to take the lease with the step's own token, so both held it: the abort
+/// closed the step as "aborted" under the live finish, whose commit then failed.)
+#[test]
+fn an_abort_while_the_owner_finishes_its_step_is_refused() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let a = w.prompt(&s.id, "go").await;
+        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        w.write("a.txt", "1");
+        let (reached, resume) = w.repo.pause_next_commit();
+        let finishing = w
+            .rewind
+            .finish_step(&s.id, &a, rewind_core::service::StepEnd::default());
+        let meanwhile = async {
+            reached.await.expect("the finish reaches its commit");
+            let aborted = w.rewind.abort(&s.id).await;
+            resume.send(()).expect("resume the finish");
+            aborted
+        };
+        let (finished, aborted) = futures::future::join(finishing, meanwhile).await;
+        assert!(
+            matches!(aborted, Err(rewind_core::Error::Busy { .. })),
+            "the abort is refused while the finish holds the step: {aborted:?}"
+        );
+        finished.expect("the finish stands");
+        assert_eq!(step_finishes(&w, &s.id, &a).await, ["stop"]);
+    })
+}
+
 /// SPEC section 1: a live lease is never taken over. An abort that judged a step abandoned from what it
 /// read, and goes on after that step was closed and a new one begun (its lease held by a live owner),
 /// does not take the new step's lease nor close it.
