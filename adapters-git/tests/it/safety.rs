@@ -942,6 +942,15 @@ async fn gc_that_cannot_read_a_kept_tree_deletes_nothing() {
     assert!(loose_object(&h, &blob_id(b"unkept 9d41\n")).is_file());
 }
 
+/// Sets a file's modification time to `when` (older than a gc's grace period, in these tests).
+fn age(path: &Path, when: SystemTime) {
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(when))
+        .expect("age it");
+}
+
 /// The temporary files a process that died mid-write leaves beside the store's own files (its stat cache,
 /// its records) are removed by gc once older than the grace period; a recent one (a write under way) and
 /// the files themselves stay.
@@ -960,11 +969,7 @@ async fn gc_removes_the_stores_stray_temporary_files() {
     for path in &stray {
         fs::create_dir_all(path.parent().expect("a parent")).expect("create its directory");
         fs::write(path, b"torn").expect("write a stray file");
-        fs::File::options()
-            .write(true)
-            .open(path)
-            .and_then(|f| f.set_modified(old))
-            .expect("age it");
+        age(path, old);
     }
     let recent = rewind.join(".stat-cache.tmp-2-fedcba");
     fs::write(&recent, b"being written").expect("write a recent one");
@@ -1199,11 +1204,7 @@ async fn gc_removes_half_made_copies_and_packs_without_an_index() {
     for path in &leftovers {
         fs::create_dir_all(path.parent().expect("a parent")).expect("its directory");
         fs::write(path, b"left by a crash").expect("write");
-        fs::File::options()
-            .write(true)
-            .open(path)
-            .and_then(|f| f.set_modified(old))
-            .expect("age it");
+        age(path, old);
     }
     let recent = pack_dir.join("pack-1234.tmp-abc");
     fs::write(&recent, b"being copied").expect("write a recent one");
@@ -1213,11 +1214,7 @@ async fn gc_removes_half_made_copies_and_packs_without_an_index() {
     ];
     for path in &whole {
         fs::write(path, b"a pack and its index").expect("write");
-        fs::File::options()
-            .write(true)
-            .open(path)
-            .and_then(|f| f.set_modified(old))
-            .expect("age it");
+        age(path, old);
     }
     h.port()
         .gc(h.root(), &[], Duration::from_secs(3600))
