@@ -164,12 +164,19 @@ impl Settings {
     }
 
     /// Resolves flags and environment (already merged by clap) over the config file over the defaults.
-    /// Relative paths are taken from `cwd`.
+    /// Relative paths of flags and environment are taken from `cwd`; those of the config file from the
+    /// file's own directory (one file serves every worktree alike).
     pub fn resolve(args: &ConfigArgs, server: Option<&ServerArgs>, cwd: &Path) -> Result<Settings> {
         let (file, config_file) = read_config_file(args.config.as_deref(), cwd)?;
-        let data_dir = match args.data_dir.clone().or(file.data_dir.clone()) {
-            Some(dir) => absolute(cwd, &dir),
-            None => default_data_dir()?,
+        let file_dir = config_file
+            .as_deref()
+            .and_then(Path::parent)
+            .unwrap_or(cwd)
+            .to_path_buf();
+        let data_dir = match (&args.data_dir, &file.data_dir) {
+            (Some(dir), _) => absolute(cwd, dir),
+            (None, Some(dir)) => absolute(&file_dir, dir),
+            (None, None) => default_data_dir()?,
         };
         let mut settings = Settings::new(data_dir, cwd);
         settings.config_file = config_file;
@@ -187,13 +194,16 @@ impl Settings {
             .password
             .or(file.password)
             .filter(|password| !password.is_empty());
-        let roots = if args.project_roots.is_empty() {
-            file.project_roots.unwrap_or_default()
+        let (roots, roots_from) = if args.project_roots.is_empty() {
+            (file.project_roots.unwrap_or_default(), file_dir.as_path())
         } else {
-            args.project_roots.clone()
+            (args.project_roots.clone(), cwd)
         };
         if !roots.is_empty() {
-            settings.project_roots = roots.iter().map(|root| absolute(cwd, root)).collect();
+            settings.project_roots = roots
+                .iter()
+                .map(|root| absolute(roots_from, root))
+                .collect();
         }
         if let Some(cap) = args.size_cap.or(file.size_cap) {
             settings.size_cap = cap;
@@ -358,6 +368,33 @@ mod tests {
             ..ServerArgs::default()
         };
         assert_eq!(Settings::resolve(&args, Some(&server), dir.path())?.port, 0);
+        Ok(())
+    }
+
+    /// Relative paths in the config file are the file's directory's, whatever the worktree; those of
+    /// flags are the worktree's (`cwd`).
+    #[test]
+    fn relative_paths_of_the_config_file_are_taken_from_its_directory() -> Result<()> {
+        let config_dir = tempfile::tempdir()?;
+        let worktree = tempfile::tempdir()?;
+        let file = config_dir.path().join("rewind.toml");
+        std::fs::write(&file, "data_dir = \"d\"\nproject_roots = [\"r\"]\n")?;
+        let args = ConfigArgs {
+            config: Some(file.clone()),
+            ..ConfigArgs::default()
+        };
+        let settings = Settings::resolve(&args, None, worktree.path())?;
+        assert_eq!(settings.data_dir, config_dir.path().join("d"));
+        assert_eq!(settings.project_roots, vec![config_dir.path().join("r")]);
+        let flags = ConfigArgs {
+            config: Some(file),
+            data_dir: Some(PathBuf::from("flag-d")),
+            project_roots: vec![PathBuf::from("flag-r")],
+            ..ConfigArgs::default()
+        };
+        let settings = Settings::resolve(&flags, None, worktree.path())?;
+        assert_eq!(settings.data_dir, worktree.path().join("flag-d"));
+        assert_eq!(settings.project_roots, vec![worktree.path().join("flag-r")]);
         Ok(())
     }
 
