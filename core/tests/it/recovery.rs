@@ -71,6 +71,12 @@ async fn crashed_revert(
     token
 }
 
+/// a.txt as a capture holds it.
+fn captured_a(w: &World, capture: &rewind_core::model::SnapshotId) -> Option<Vec<u8>> {
+    let tree = w.snapshots.tree(w.path(), capture).expect("stored");
+    tree.get("a.txt").map(|n| n.content().to_vec())
+}
+
 /// A session of one turn (a.txt a0 -> a1, new.txt created) whose revert by process `pid` crashed half
 /// way (`crashed_revert`), that process gone.
 async fn crashed_world(pid: u32) -> (World, rewind_core::model::Session, Turn, LeaseToken) {
@@ -109,11 +115,7 @@ fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
             .pop()
             .expect("warning");
         let capture = warning.snapshot.expect("capture");
-        let tree = w.snapshots.tree(w.path(), &capture).expect("stored");
-        assert_eq!(
-            tree.get("a.txt").map(|n| n.content().to_vec()),
-            Some(b"half reverted".to_vec())
-        );
+        assert_eq!(captured_a(&w, &capture), Some(b"half reverted".to_vec()));
         assert!(
             w.rewind
                 .session(&s.id)
@@ -462,12 +464,8 @@ fn a_recovery_whose_last_commit_fails_keeps_the_state_it_put_back() {
             .await
             .expect("captures");
         assert_eq!(captures.len(), 1, "the capture is recorded: {captures:?}");
-        let tree = w
-            .snapshots
-            .tree(w.path(), &captures[0].snapshot)
-            .expect("stored");
         assert_eq!(
-            tree.get("a.txt").map(|n| n.content().to_vec()),
+            captured_a(&w, &captures[0].snapshot),
             Some(b"half reverted".to_vec()),
             "it holds the files as the crash left them"
         );

@@ -677,6 +677,19 @@ fn revert_and_unrevert_count_the_files_they_change() {
     })
 }
 
+/// A session whose assistant message (the third value) has a step open.
+async fn open_step() -> (
+    World,
+    rewind_core::model::Session,
+    rewind_core::model::MessageId,
+) {
+    let w = World::new();
+    let s = w.session().await;
+    let a = w.prompt(&s.id, "go").await;
+    w.rewind.begin_step(&s.id, &a).await.expect("begin");
+    (w, s, a)
+}
+
 /// The step finishes that a message holds.
 async fn step_finishes(
     w: &World,
@@ -702,10 +715,7 @@ async fn step_finishes(
 #[test]
 fn an_abort_racing_the_steps_finish_closes_nothing_twice() {
     block_on(async {
-        let w = World::new();
-        let s = w.session().await;
-        let a = w.prompt(&s.id, "go").await;
-        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        let (w, s, a) = open_step().await;
         w.write("a.txt", "1");
         // The abort stops at its first lease read (after it read the session) while the step finishes.
         let (reached, resume) = w.repo.pause_next_lease_read();
@@ -734,10 +744,7 @@ fn an_abort_racing_the_steps_finish_closes_nothing_twice() {
 #[test]
 fn an_abort_while_the_owner_finishes_its_step_is_refused() {
     block_on(async {
-        let w = World::new();
-        let s = w.session().await;
-        let a = w.prompt(&s.id, "go").await;
-        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        let (w, s, a) = open_step().await;
         w.write("a.txt", "1");
         let (reached, resume) = w.repo.pause_next_commit();
         let finishing = w
@@ -765,10 +772,7 @@ fn an_abort_while_the_owner_finishes_its_step_is_refused() {
 #[test]
 fn an_abort_racing_a_new_step_leaves_it_open() {
     block_on(async {
-        let w = World::new();
-        let s = w.session().await;
-        let a = w.prompt(&s.id, "go").await;
-        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        let (w, s, a) = open_step().await;
         let (reached, resume) = w.repo.pause_next_lease_read();
         let aborting = w.rewind.abort(&s.id);
         let meanwhile = async {
