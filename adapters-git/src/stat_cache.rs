@@ -313,10 +313,7 @@ impl StatCache {
     /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing). The
     /// copy kept in memory is used when the file still holds its generation.
     pub fn load(path: &Path) -> StatCache {
-        if let Some(cache) = StatCache::remembered(path) {
-            return cache;
-        }
-        fs::read(path).ok().and_then(parse).unwrap_or_default()
+        StatCache::load_for_gc(path).unwrap_or_default()
     }
 
     /// `load` for gc, which keeps what the cache references: a file that exists but cannot be read is an
