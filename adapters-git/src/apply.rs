@@ -1016,6 +1016,20 @@ pub fn revert(
     base: &ObjectId,
     ready: impl FnOnce() -> bool,
 ) -> GitResult<RevertOutcome> {
+    // The trees of `applied` are written as one pack (or loose when few), before the stat cache or the
+    // returned log name them (`write_planned`).
+    store
+        .odb
+        .batched(|| revert_batched(store, config, patches, base, ready))
+}
+
+fn revert_batched(
+    store: &Store,
+    config: &GitStoreConfig,
+    patches: &[SnapshotPatch],
+    base: &ObjectId,
+    ready: impl FnOnce() -> bool,
+) -> GitResult<RevertOutcome> {
     let Planned {
         actions,
         entries,
@@ -1224,6 +1238,7 @@ fn write_planned(
         Some(applied) => applied,
         None => edit(&store.odb, base, &changes)?,
     };
+    store.odb.end_batch()?;
     applier.teach_stat_cache(Some((*base, applied)))?;
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();

@@ -9,6 +9,7 @@ use gix::ObjectId;
 use rewind_core::model::GcReport;
 
 use crate::error::{GitError, GitResult};
+use crate::pack;
 use crate::stat_cache::StatCache;
 use crate::store::{Store, now_ms};
 use crate::tree::reachable_from;
@@ -81,21 +82,40 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
     Ok(report)
 }
 
-/// Deletes whole packs (seeded from a user's repository) that hold no reachable object; a pack holding any
-/// reachable object is kept whole.
+/// Collects the packs: a pack of rewind's own loses its unreachable objects (rewritten without them, or
+/// deleted when none is reachable); a pack seeded from a user's repository is deleted when it holds no
+/// reachable object, else kept whole (its entries may be deltas of each other).
 fn collect_packs(
     store: &Store,
     reachable: &HashSet<ObjectId>,
     report: &mut GcReport,
 ) -> GitResult<()> {
     let dir = store.odb.dir().join("pack");
-    let Ok(entries) = fs::read_dir(&dir) else {
-        return Ok(());
-    };
-    let mut removed_any = false;
-    for entry in entries.flatten() {
+    let mut changed = false;
+    for own in pack::own_packs(&dir) {
+        let ids = pack::ids(&own)?;
+        let live = ids.iter().filter(|id| reachable.contains(*id)).count() as u64;
+        if live == ids.len() as u64 {
+            report.objects_kept += live;
+            continue;
+        }
+        let rewritten = pack::rewrite(&dir, std::slice::from_ref(&own), |id| {
+            reachable.contains(id)
+        })?;
+        report.objects_kept += rewritten.kept;
+        report.objects_removed += rewritten.dropped;
+        report.bytes_freed += rewritten.bytes_freed;
+        changed = true;
+    }
+    let entries = fs::read_dir(&dir).into_iter().flatten().flatten();
+    for entry in entries {
         let idx = entry.path();
-        if idx.extension().is_none_or(|e| e != "idx") {
+        if idx.extension().is_none_or(|e| e != "idx")
+            || entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(pack::OWN_PREFIX)
+        {
             continue;
         }
         let Ok(index) = gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1) else {
@@ -116,9 +136,9 @@ fn collect_packs(
         }
         // `remove` counted each file as an object; count the pack's objects instead.
         report.objects_removed = before + objects;
-        removed_any = true;
+        changed = true;
     }
-    if removed_any {
+    if changed {
         store.odb.packs_changed();
     }
     Ok(())

@@ -13,6 +13,7 @@ mod gc;
 mod git_config;
 mod ignore;
 mod odb;
+mod pack;
 mod path_map;
 mod replace;
 mod seed;
@@ -64,6 +65,30 @@ impl GitSnapshotStore {
     pub fn store_dir(&self, worktree: &Path) -> Result<PathBuf> {
         let canonical = store::canonical_worktree(&self.config, worktree)?;
         Ok(store::location(&self.config, &canonical))
+    }
+
+    /// Deletes one stored object, loose or in one of rewind's own packs (rewritten without it), as damage
+    /// to a store would; whether it was there. For tests of what a missing object does (fails closed).
+    #[doc(hidden)]
+    pub fn remove_object(&self, worktree: &Path, id: &SnapshotId) -> Result<bool> {
+        let id = object_id(id)?;
+        let remove = || -> GitResult<bool> {
+            let store = Store::open(&self.config, worktree)?;
+            let loose = store.odb.path_of(&id);
+            if loose.is_file() {
+                std::fs::remove_file(&loose).map_err(|e| GitError::io(&loose, e))?;
+                return Ok(true);
+            }
+            let dir = store.odb.dir().join("pack");
+            for own in pack::own_packs(&dir) {
+                if pack::ids(&own)?.contains(&id) {
+                    pack::rewrite(&dir, std::slice::from_ref(&own), |other| *other != id)?;
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        };
+        remove().map_err(Error::from)
     }
 
     /// Runs blocking store work off the async runtime, with the store of `worktree` open and locked.

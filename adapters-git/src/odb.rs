@@ -13,6 +13,7 @@ use flate2::write::ZlibEncoder;
 use gix::ObjectId;
 
 use crate::error::{GitError, GitResult};
+use crate::pack;
 
 /// Git's object kinds, as far as snapshots use them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,14 +33,38 @@ impl Kind {
     }
 }
 
-/// The object database under `<store>/objects`: loose objects written by rewind, and whole packs hardlinked
-/// (or copied) from the user's repository when a first snapshot was seeded from it.
+/// The object database under `<store>/objects`: loose objects and packs written by rewind (see `pack.rs`),
+/// and whole packs hardlinked (or copied) from the user's repository when a first snapshot was seeded from
+/// it.
 #[derive(Clone)]
 pub struct Odb {
     objects: PathBuf,
     /// The packs, opened on first need: `None` until looked at, then the handle if there are packs.
     packed: std::sync::Arc<std::sync::Mutex<Option<Option<gix::odb::Handle>>>>,
+    /// The objects written since `begin_batch`, held until `end_batch` writes them as one pack.
+    batch: Arc<Mutex<Batch>>,
 }
+
+/// Objects held for one pack.
+#[derive(Default)]
+struct Batch {
+    on: bool,
+    entries: Vec<pack::Entry>,
+    ids: HashMap<ObjectId, usize>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn get(&self, id: &ObjectId) -> Option<&pack::Entry> {
+        self.ids.get(id).map(|&at| &self.entries[at])
+    }
+}
+
+/// A batch is written as a pack once it holds this many compressed bytes (memory stays bounded on a
+/// first track of a big worktree).
+const BATCH_BYTES: usize = 16 * 1024 * 1024;
+/// Fewer objects than this are written loose: a pack is two files.
+const PACK_FROM: usize = 3;
 
 impl std::fmt::Debug for Odb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -142,7 +167,64 @@ impl Odb {
         Odb {
             objects,
             packed: Default::default(),
+            batch: Default::default(),
         }
+    }
+
+    fn batch(&self) -> std::sync::MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// From now until `end_batch`, objects up to `IN_MEMORY_BLOB` are held and written together as one pack
+    /// (or loose when they are few). Readers of this `Odb` find them meanwhile; nothing that names one may
+    /// be stored before `end_batch` returns.
+    pub fn begin_batch(&self) {
+        self.batch().on = true;
+    }
+
+    /// Writes the objects held since `begin_batch` and stops holding them.
+    pub fn end_batch(&self) -> GitResult<()> {
+        let mut batch = self.batch();
+        batch.on = false;
+        self.write_batch(&mut batch)
+    }
+
+    /// Forgets the objects held since `begin_batch` (the operation failed; nothing names them).
+    pub fn drop_batch(&self) {
+        *self.batch() = Batch::default();
+    }
+
+    /// Runs `work` with a batch begun (see `begin_batch`); `work` ends it with `end_batch` before it stores
+    /// anything that names a held object. When `work` fails, what the batch still holds is dropped.
+    pub fn batched<T>(&self, work: impl FnOnce() -> GitResult<T>) -> GitResult<T> {
+        self.begin_batch();
+        let outcome = work();
+        if outcome.is_err() {
+            self.drop_batch();
+        }
+        outcome
+    }
+
+    /// Writes what `batch` holds (the lock is held throughout, so no reader misses an object in between).
+    fn write_batch(&self, batch: &mut Batch) -> GitResult<()> {
+        let entries = std::mem::take(&mut batch.entries);
+        batch.ids.clear();
+        batch.bytes = 0;
+        if entries.len() < PACK_FROM {
+            for entry in entries {
+                let mut data = Vec::with_capacity(entry.size as usize);
+                ZlibDecoder::new(entry.compressed())
+                    .read_to_end(&mut data)
+                    .map_err(|e| GitError::Corrupt(format!("object {}: {e}", entry.id)))?;
+                self.write_loose(entry.kind, &data, &entry.id)?;
+            }
+            return Ok(());
+        }
+        let dir = self.objects.join("pack");
+        pack::write(&dir, &entries)?;
+        pack::merge_small(&dir)?;
+        self.packs_changed();
+        Ok(())
     }
 
     /// Where the loose object `id` lives.
@@ -188,7 +270,8 @@ impl Odb {
 
     /// True when the object is stored.
     pub fn contains(&self, id: &ObjectId) -> bool {
-        self.path_of(id).is_file()
+        let held = self.batch().get(id).is_some();
+        held || self.path_of(id).is_file()
             || self
                 .with_packs(|packs| gix::objs::Exists::exists(packs, id))
                 .unwrap_or(false)
@@ -207,6 +290,30 @@ impl Odb {
         if self.contains(&id) {
             return Ok(id);
         }
+        if data.len() as u64 <= IN_MEMORY_BLOB && self.batch().on {
+            // Compressed before the batch is locked: the hashing threads compress in parallel.
+            let entry =
+                pack::Entry::new(id, kind, data).map_err(|e| GitError::io(&self.objects, e))?;
+            let mut batch = self.batch();
+            if batch.on {
+                if !batch.ids.contains_key(&id) {
+                    batch.bytes += entry.raw.len();
+                    let at = batch.entries.len();
+                    batch.ids.insert(id, at);
+                    batch.entries.push(entry);
+                }
+                if batch.bytes >= BATCH_BYTES {
+                    self.write_batch(&mut batch)?;
+                }
+                return Ok(id);
+            }
+        }
+        self.write_loose(kind, data, &id)?;
+        Ok(id)
+    }
+
+    /// Writes an object as a loose file (`id` is its id).
+    fn write_loose(&self, kind: Kind, data: &[u8], id: &ObjectId) -> GitResult<()> {
         let (tmp, file) = self.temp_file()?;
         let result = (|| {
             let mut encoder = ZlibEncoder::new(io::BufWriter::new(file), Compression::fast());
@@ -214,8 +321,7 @@ impl Odb {
             encoder.write_all(data)?;
             encoder.finish()?.flush()
         })();
-        self.commit_temp(tmp, &id, result)?;
-        Ok(id)
+        self.commit_temp(tmp, id, result)
     }
 
     /// The blob id of a regular file's content, read in a stream and not stored. `Ok(None)` when the
@@ -321,6 +427,14 @@ impl Odb {
 
     /// Opens a stored object: its kind, its size and a reader of its content.
     pub fn open(&self, id: &ObjectId) -> GitResult<(Kind, u64, Box<dyn Read + Send>)> {
+        let held = self
+            .batch()
+            .get(id)
+            .map(|e| (e.kind, e.size, e.compressed().to_vec()));
+        if let Some((kind, size, compressed)) = held {
+            let reader = ZlibDecoder::new(io::Cursor::new(compressed));
+            return Ok((kind, size, Box::new(reader.take(size))));
+        }
         let path = self.path_of(id);
         let file = match File::open(&path) {
             Ok(file) => file,
@@ -361,7 +475,8 @@ impl Odb {
         Ok((kind, size, Box::new(decoder.take(size))))
     }
 
-    /// Reads an object from a pack (whole, in memory: packs only hold seeded, committed content).
+    /// Reads an object from a pack (whole, in memory: packs hold seeded, committed content, and rewind's
+    /// own packs only objects up to `IN_MEMORY_BLOB`).
     fn open_packed(&self, id: &ObjectId) -> GitResult<(Kind, u64, Box<dyn Read + Send>)> {
         let found = self.with_packs(|packs| {
             let mut buffer = Vec::new();
@@ -388,6 +503,10 @@ impl Odb {
     /// A stored object's kind and size, without reading its content (a loose object's header is inflated,
     /// a packed one's read from the pack).
     pub fn header(&self, id: &ObjectId) -> GitResult<(Kind, u64)> {
+        let held = self.batch().get(id).map(|e| (e.kind, e.size));
+        if let Some(held) = held {
+            return Ok(held);
+        }
         match File::open(self.path_of(id)) {
             Ok(file) => return loose_header(file, id),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -508,6 +627,55 @@ fn loose_header(mut file: File, id: &ObjectId) -> GitResult<(Kind, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Objects held by a batch are found by every reader of the same `Odb` before they are written; a
+    /// dropped batch leaves nothing, a small one is written loose and a bigger one as one pack.
+    #[test]
+    fn a_batch_is_read_while_held_and_written_when_it_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let odb = Odb::new(dir.path().join("objects"));
+        let pack_files = || {
+            fs::read_dir(dir.path().join("objects").join("pack"))
+                .map(|entries| entries.count())
+                .unwrap_or(0)
+        };
+        odb.begin_batch();
+        let dropped = odb.write_buf(Kind::Blob, b"dropped").expect("held");
+        assert!(odb.contains(&dropped));
+        odb.drop_batch();
+        assert!(!odb.contains(&dropped));
+        odb.begin_batch();
+        let small = odb.write_buf(Kind::Blob, b"one of two").expect("held");
+        odb.write_buf(Kind::Tree, &[]).expect("held");
+        assert_eq!(odb.header(&small).expect("header"), (Kind::Blob, 10));
+        assert_eq!(odb.read(&small, Kind::Blob).expect("read"), b"one of two");
+        assert!(!odb.path_of(&small).exists(), "held, not written");
+        odb.end_batch().expect("written");
+        assert!(
+            odb.path_of(&small).is_file(),
+            "two objects are written loose"
+        );
+        assert_eq!(pack_files(), 0);
+        odb.begin_batch();
+        let many: Vec<ObjectId> = (0..5)
+            .map(|i| {
+                odb.write_buf(Kind::Blob, format!("blob {i}").as_bytes())
+                    .expect("held")
+            })
+            .collect();
+        odb.end_batch().expect("written");
+        assert_eq!(pack_files(), 2, "a pack and its index");
+        for (i, id) in many.iter().enumerate() {
+            assert!(!odb.path_of(id).exists());
+            assert_eq!(
+                odb.read(id, Kind::Blob).expect("read"),
+                format!("blob {i}").as_bytes()
+            );
+        }
+        // After the batch, objects are written loose again.
+        let after = odb.write_buf(Kind::Blob, b"after").expect("written");
+        assert!(odb.path_of(&after).is_file());
+    }
 
     /// `header` gives the kind and size `open` gives, for loose objects of every size (a header read from
     /// the first bytes only) and for an object that is not stored (`Missing`); a damaged one is `Corrupt`.

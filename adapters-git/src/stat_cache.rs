@@ -290,7 +290,12 @@ impl StatCache {
                     .entries
                     .iter()
                     .map(|(file, entry)| (file, (entry.stat.mode, entry.id)));
-                let (tree, dirs) = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
+                // The trees written here go out as one pack (or loose when few), before the save names them.
+                let (tree, dirs) = store.odb.batched(|| {
+                    let written = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
+                    store.odb.end_batch()?;
+                    Ok(written)
+                })?;
                 cache.tree = Some(tree);
                 cache.dirs = dirs;
             }

@@ -311,6 +311,11 @@ enum Outcome {
 
 /// Tracks the worktree of `store`.
 pub fn track(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
+    // The objects this track adds are written together, as one pack, before anything names them (`finish`).
+    store.odb.batched(|| track_batched(store, config))
+}
+
+fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let started_ns = now_ns();
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
@@ -720,6 +725,8 @@ fn finish(
         && !listings_learned
         && (hashed == 0 || hashed_stay_racy);
     if unchanged && let Some(tree) = cache.tree {
+        // Before the cache or the returned log name any of them, the objects of this track are written.
+        store.odb.end_batch()?;
         // What the file holds, but for the listings of directories not walked this time.
         StatCache {
             listings,
@@ -744,6 +751,7 @@ fn finish(
             write_dirty(&store.odb, files, old_dirs, &dirty)?
         }
     };
+    store.odb.end_batch()?;
     StatCache {
         generation: 0,
         started_ns,

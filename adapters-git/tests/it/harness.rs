@@ -335,18 +335,13 @@ impl WorktreeHarness for GitHarness {
     }
 
     fn remove_snapshot_object(&self, id: &SnapshotId) {
-        let hex = id.as_str();
-        let object = self
-            .store_dir()
-            .join("objects")
-            .join(&hex[..2])
-            .join(&hex[2..]);
+        let removed = self
+            .store
+            .remove_object(&self.root, id)
+            .unwrap_or_else(|e| panic!("harness: delete {id}: {e}"));
         assert!(
-            object.is_file(),
-            "harness: {hex} is not a loose object at {}",
-            object.display()
+            removed,
+            "harness: {id} is not a loose object or in a pack of rewind's own"
         );
-        fs::remove_file(&object)
-            .unwrap_or_else(|e| panic!("harness: delete {}: {e}", object.display()));
     }
 }

@@ -8,6 +8,7 @@ mod contract;
 mod git_oracle;
 mod harness;
 mod opencode;
+mod packs;
 mod safety;
 mod seeding;
 mod stat_cache_io;

@@ -1,0 +1,223 @@
+//! The store's own packs: a track's new objects are written as one pack (two files, not one per object),
+//! many small packs are merged, gc prunes a pack to what is still reachable. Real `git` reads the store
+//! as the oracle: `fsck`, `cat-file`, `ls-tree` against the ids of `git write-tree`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rewind_core::model::SnapshotId;
+use rewind_core::testkit::contract::snapshot::WorktreeHarness;
+
+use crate::git_oracle::{GitOracle, blob_id, git, git_succeeds};
+use crate::harness::GitHarness;
+
+/// The files of `dir` whose names satisfy `pick`.
+fn files_in(dir: &Path, pick: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| pick(&e.file_name().to_string_lossy()))
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
+fn own_packs(h: &GitHarness) -> Vec<PathBuf> {
+    files_in(&h.store_dir().join("objects").join("pack"), |name| {
+        name.starts_with("pack-rewind-") && name.ends_with(".pack")
+    })
+}
+
+/// The loose objects of the store (files in its two-hex-digit fan-out directories).
+fn loose_objects(h: &GitHarness) -> usize {
+    files_in(&h.store_dir().join("objects"), |name| {
+        name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+    .iter()
+    .map(|dir| files_in(dir, |_| true).len())
+    .sum()
+}
+
+fn stored(h: &GitHarness, hex: &str) -> bool {
+    git_succeeds(
+        &h.store_dir(),
+        &[
+            "--git-dir",
+            ".",
+            "cat-file",
+            "-e",
+            &format!("{hex}^{{object}}"),
+        ],
+    )
+}
+
+/// `git fsck` of the whole store: every object, loose or packed, and every pack and index, checked.
+fn fsck(h: &GitHarness) {
+    git(
+        &h.store_dir(),
+        &[
+            "--git-dir",
+            ".",
+            "fsck",
+            "--full",
+            "--strict",
+            "--no-dangling",
+        ],
+    );
+}
+
+/// The snapshot's tree, as git lists it from the store, is the tree git writes for the worktree.
+fn same_as_git(h: &GitHarness, id: &SnapshotId) {
+    let oracle = GitOracle::new(None);
+    assert_eq!(
+        id.as_str(),
+        oracle.write_tree(h.root()),
+        "the tree id is git's"
+    );
+    let objects = h.store_dir().join("objects");
+    assert_eq!(
+        oracle.ls_tree(Some(&objects), id.as_str()),
+        oracle.ls_tree(None, id.as_str()),
+        "git reads the whole snapshot from the store"
+    );
+}
+
+#[tokio::test]
+async fn a_tracks_new_objects_are_one_pack_that_git_reads() {
+    let h = GitHarness::new();
+    for i in 0..30 {
+        h.write(
+            &format!("d{}/f{i}.txt", i % 4),
+            format!("file {i} 7c2e\n").as_bytes(),
+        );
+    }
+    let first = h.id().await;
+    assert_eq!(own_packs(&h).len(), 1, "one pack");
+    assert_eq!(loose_objects(&h), 0, "no loose object");
+    same_as_git(&h, &first);
+    fsck(&h);
+    // Ten files changed in two directories: 10 blobs and 3 trees, one more pack.
+    for i in 0..10 {
+        h.write(
+            &format!("d{}/f{i}.txt", i % 2),
+            format!("changed {i} 7c2e\n").as_bytes(),
+        );
+    }
+    let second = h.id().await;
+    assert_eq!(own_packs(&h).len(), 2);
+    assert_eq!(loose_objects(&h), 0);
+    same_as_git(&h, &second);
+    fsck(&h);
+    // Both snapshots restore from the packs.
+    h.port()
+        .restore(h.root(), &first, None)
+        .await
+        .expect("restore the first");
+    assert_eq!(h.id().await, first);
+    assert_eq!(
+        fs::read(h.path("d0/f0.txt")).expect("read"),
+        b"file 0 7c2e\n"
+    );
+}
+
+/// One or two new objects are not worth a pack's two files: they are written loose.
+#[tokio::test]
+async fn a_track_that_adds_one_blob_and_its_tree_writes_them_loose() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a 19be\n");
+    h.write("b.txt", b"b 19be\n");
+    h.id().await;
+    let packs = own_packs(&h);
+    let loose = loose_objects(&h);
+    h.write("a.txt", b"a changed 19be\n");
+    let id = h.id().await;
+    assert_eq!(own_packs(&h), packs);
+    assert_eq!(loose_objects(&h), loose + 2);
+    assert!(stored(&h, &blob_id(b"a changed 19be\n")));
+    same_as_git(&h, &id);
+}
+
+/// Many tracks: their small packs are merged, so lookups never search more than a few indexes, and every
+/// snapshot stays whole.
+#[tokio::test]
+async fn many_small_packs_are_merged_and_every_snapshot_stays_whole() {
+    let h = GitHarness::new();
+    let mut ids = Vec::new();
+    for round in 0..24 {
+        for i in 0..4 {
+            h.write(
+                &format!("f{i}.txt"),
+                format!("round {round} file {i} 3d0a\n").as_bytes(),
+            );
+        }
+        ids.push(h.id().await);
+        assert!(
+            own_packs(&h).len() <= 17,
+            "round {round}: {:?}",
+            own_packs(&h)
+        );
+    }
+    assert!(own_packs(&h).len() < 24, "packs were merged");
+    fsck(&h);
+    for (round, id) in ids.iter().enumerate() {
+        for i in 0..4 {
+            let blob = blob_id(format!("round {round} file {i} 3d0a\n").as_bytes());
+            assert!(stored(&h, &blob), "round {round} file {i}");
+        }
+        h.port().restore(h.root(), id, None).await.expect("restore");
+        assert_eq!(&h.id().await, id);
+    }
+}
+
+/// gc rewrites a pack of rewind's own that holds unreachable objects without them, and deletes one that
+/// holds nothing reachable; what a kept snapshot reaches stays.
+#[tokio::test]
+async fn gc_prunes_the_stores_own_packs_to_what_is_reachable() {
+    let h = GitHarness::new();
+    for i in 0..6 {
+        h.write(
+            &format!("keep{i}.txt"),
+            format!("kept {i} a81f\n").as_bytes(),
+        );
+    }
+    let kept = h.id().await;
+    // Not kept by anything once gc runs without a grace period.
+    for i in 0..6 {
+        h.write(
+            &format!("drop{i}.txt"),
+            format!("dropped {i} a81f\n").as_bytes(),
+        );
+    }
+    h.id().await;
+    for i in 0..6 {
+        h.remove(&format!("drop{i}.txt"));
+    }
+    assert_eq!(h.id().await, kept);
+    assert_eq!(own_packs(&h).len(), 2);
+    let report = h
+        .port()
+        .gc(h.root(), std::slice::from_ref(&kept), Duration::ZERO)
+        .await
+        .expect("gc");
+    assert!(
+        report.objects_removed >= 7,
+        "6 blobs and a tree: {report:?}"
+    );
+    for i in 0..6 {
+        assert!(stored(&h, &blob_id(format!("kept {i} a81f\n").as_bytes())));
+        assert!(!stored(
+            &h,
+            &blob_id(format!("dropped {i} a81f\n").as_bytes())
+        ));
+    }
+    assert_eq!(
+        own_packs(&h).len(),
+        1,
+        "the dropped snapshot's pack is gone"
+    );
+    same_as_git(&h, &kept);
+    fsck(&h);
+}
