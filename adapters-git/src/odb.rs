@@ -154,6 +154,36 @@ impl TreeCache {
     }
 }
 
+/// The pack handles this process opened, per objects directory, with the names in its pack directory
+/// then. A pack's name is its checksum and pack files are never changed in place, so while the names are
+/// the same the handle reads the same packs (its indexes stay mapped, instead of being mapped again by
+/// every operation).
+type PackHandles = HashMap<PathBuf, (Vec<std::ffi::OsString>, gix::odb::Handle)>;
+static PACK_HANDLES: LazyLock<Mutex<PackHandles>> = LazyLock::new(Mutex::default);
+
+/// A handle on the packs of `objects`, or `None` when it has none.
+fn open_packs(objects: &Path) -> Option<gix::odb::Handle> {
+    let mut names: Vec<std::ffi::OsString> = fs::read_dir(objects.join("pack"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    if !names.iter().any(|n| n.to_string_lossy().ends_with(".idx")) {
+        return None;
+    }
+    names.sort();
+    let mut handles = PACK_HANDLES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((known, handle)) = handles.get(objects)
+        && *known == names
+    {
+        return Some(handle.clone());
+    }
+    let handle = gix::odb::at(objects, gix::hash::Kind::Sha1).ok()?;
+    handles.insert(objects.to_path_buf(), (names, handle.clone()));
+    Some(handle)
+}
+
 fn tree_cache() -> std::sync::MutexGuard<'static, TreeCache> {
     TREES.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -245,17 +275,7 @@ impl Odb {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if state.is_none() {
-            let has_packs = fs::read_dir(self.objects.join("pack"))
-                .map(|mut entries| {
-                    entries
-                        .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".idx")))
-                })
-                .unwrap_or(false);
-            *state = Some(if has_packs {
-                gix::odb::at(&self.objects, gix::hash::Kind::Sha1).ok()
-            } else {
-                None
-            });
+            *state = Some(open_packs(&self.objects));
         }
         state.as_ref().and_then(Option::as_ref).map(f)
     }
@@ -627,6 +647,38 @@ fn loose_header(mut file: File, id: &ObjectId) -> GitResult<(Kind, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pack handle kept for a store follows its pack directory: a pack written, rewritten or removed by
+    /// any `Odb` (or another process) is seen by the next `Odb` of the same directory.
+    #[test]
+    fn the_kept_pack_handle_follows_the_pack_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let objects = dir.path().join("objects");
+        let pack_dir = objects.join("pack");
+        let blobs: Vec<pack::Entry> = (0..4)
+            .map(|i| {
+                let data = format!("handle {i}");
+                let id = Odb::hash(Kind::Blob, data.as_bytes()).expect("hash");
+                pack::Entry::new(id, Kind::Blob, data.as_bytes()).expect("entry")
+            })
+            .collect();
+        pack::write(&pack_dir, &blobs[..2]).expect("first pack");
+        assert!(Odb::new(objects.clone()).contains(&blobs[0].id));
+        assert!(!Odb::new(objects.clone()).contains(&blobs[2].id));
+        pack::write(&pack_dir, &blobs[2..]).expect("second pack");
+        assert!(
+            Odb::new(objects.clone()).contains(&blobs[2].id),
+            "a new pack is seen"
+        );
+        let gone = blobs[0].id;
+        pack::rewrite(&pack_dir, &pack::own_packs(&pack_dir), |id| *id != gone).expect("prune");
+        let odb = Odb::new(objects);
+        assert!(!odb.contains(&gone), "a pruned object is gone");
+        assert!(matches!(odb.open(&gone), Err(GitError::Missing(_))));
+        for blob in &blobs[1..] {
+            assert!(odb.contains(&blob.id));
+        }
+    }
 
     /// Objects held by a batch are found by every reader of the same `Odb` before they are written; a
     /// dropped batch leaves nothing, a small one is written loose and a bigger one as one pack.
