@@ -179,7 +179,10 @@ fn open_packs(objects: &Path) -> Option<gix::odb::Handle> {
     {
         return Some(handle.clone());
     }
-    let handle = gix::odb::at(objects, gix::hash::Kind::Sha1).ok()?;
+    let mut handle = gix::odb::at(objects, gix::hash::Kind::Sha1).ok()?;
+    // A lookup that misses (every new object is looked up before it is written) must not list the pack
+    // directory again, as gix does by default: the names above decide when a new handle is needed.
+    handle.refresh_never();
     handles.insert(objects.to_path_buf(), (names, handle.clone()));
     Some(handle)
 }
