@@ -16,6 +16,10 @@ use crate::tree::reachable_from;
 
 /// Collects unreachable objects of `store`.
 pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcReport> {
+    // Every pack index is read first, strictly: a pack that cannot be read stops gc before anything is
+    // deleted (its objects would otherwise look missing, and what they reach unreachable).
+    let packed = pack::all_packed_ids(&store.odb.dir().join("pack"))?;
+    let stored = |id: &ObjectId| packed.contains(id) || store.odb.path_of(id).is_file();
     let since = now_ms().saturating_sub(grace.as_millis() as u64);
     let mut roots: Vec<ObjectId> = keep.to_vec();
     roots.extend(store.returned_since(since, true)?);
@@ -29,7 +33,7 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
         // A kept id whose tree is already gone cannot protect anything, and a missing sub-tree only what
         // it held: neither is an error for gc. A tree that cannot be read is: nothing is deleted, since
         // what it reaches is unknown.
-        if reachable_from(&store.odb, &root, &mut reachable)? {
+        if reachable_from(&store.odb, &root, &mut reachable, &stored)? {
             live_roots.insert(root);
         }
     }
@@ -110,11 +114,11 @@ fn collect_packs(
     let entries = fs::read_dir(&dir).into_iter().flatten().flatten();
     for entry in entries {
         let idx = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Rewind's own packs are done above; a temporary file is a crash's leftover (below).
         if idx.extension().is_none_or(|e| e != "idx")
-            || entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with(pack::OWN_PREFIX)
+            || name.starts_with(pack::OWN_PREFIX)
+            || name.starts_with(".tmp-")
         {
             continue;
         }

@@ -67,26 +67,27 @@ impl GitSnapshotStore {
         Ok(store::location(&self.config, &canonical))
     }
 
-    /// Deletes one stored object, loose or in one of rewind's own packs (rewritten without it), as damage
+    /// Deletes one stored object, loose and from rewind's own packs (each rewritten without it), as damage
     /// to a store would; whether it was there. For tests of what a missing object does (fails closed).
     #[doc(hidden)]
     pub fn remove_object(&self, worktree: &Path, id: &SnapshotId) -> Result<bool> {
         let id = object_id(id)?;
         let remove = || -> GitResult<bool> {
             let store = Store::open(&self.config, worktree)?;
+            let mut removed = false;
             let loose = store.odb.path_of(&id);
             if loose.is_file() {
                 std::fs::remove_file(&loose).map_err(|e| GitError::io(&loose, e))?;
-                return Ok(true);
+                removed = true;
             }
             let dir = store.odb.dir().join("pack");
             for own in pack::own_packs(&dir) {
                 if pack::ids(&own)?.contains(&id) {
                     pack::rewrite(&dir, std::slice::from_ref(&own), |other| *other != id)?;
-                    return Ok(true);
+                    removed = true;
                 }
             }
-            Ok(false)
+            Ok(removed)
         };
         remove().map_err(Error::from)
     }

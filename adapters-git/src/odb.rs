@@ -163,16 +163,20 @@ static PACK_HANDLES: LazyLock<Mutex<PackHandles>> = LazyLock::new(Mutex::default
 
 /// A handle on the packs of `objects`, or `None` when it has none.
 fn open_packs(objects: &Path) -> Option<gix::odb::Handle> {
-    let mut names: Vec<std::ffi::OsString> = fs::read_dir(objects.join("pack"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let pack_names = || {
+        let mut names: Vec<std::ffi::OsString> = fs::read_dir(objects.join("pack"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        names
+    };
+    let names = pack_names();
     if !names.iter().any(|n| n.to_string_lossy().ends_with(".idx")) {
         return None;
     }
-    names.sort();
     let mut handles = PACK_HANDLES.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((known, handle)) = handles.get(objects)
         && *known == names
@@ -181,11 +185,23 @@ fn open_packs(objects: &Path) -> Option<gix::odb::Handle> {
     }
     let mut handle = gix::odb::at(objects, gix::hash::Kind::Sha1).ok()?;
     // A lookup that misses (every new object is looked up before it is written) must not list the pack
-    // directory again, as gix does by default: the names above decide when a new handle is needed.
+    // directory again, as gix does by default: the names decide when a new handle is needed.
     handle.refresh_never();
-    handles.insert(objects.to_path_buf(), (names, handle.clone()));
+    // gix lists the directory at its first lookup: made now (a miss loads every index), and the handle is
+    // kept only when the names are still those it was opened under.
+    gix::objs::Exists::exists(&handle, &ObjectId::null(gix::hash::Kind::Sha1));
+    if pack_names() == names {
+        if handles.len() >= PACK_HANDLES_KEPT {
+            // Stores not used for a while keep no packs mapped (deleted ones would hold their space).
+            handles.clear();
+        }
+        handles.insert(objects.to_path_buf(), (names, handle.clone()));
+    }
     Some(handle)
 }
+
+/// At most this many stores have their pack handle kept.
+const PACK_HANDLES_KEPT: usize = 32;
 
 fn tree_cache() -> std::sync::MutexGuard<'static, TreeCache> {
     TREES.lock().unwrap_or_else(PoisonError::into_inner)
@@ -232,8 +248,10 @@ impl Odb {
     pub fn batched<T>(&self, work: impl FnOnce() -> GitResult<T>) -> GitResult<T> {
         self.begin_batch();
         let outcome = work();
-        if outcome.is_err() {
-            self.drop_batch();
+        match outcome {
+            // Ended by `work` already, as a rule (then this writes nothing).
+            Ok(_) => self.end_batch()?,
+            Err(_) => self.drop_batch(),
         }
         outcome
     }
@@ -255,7 +273,9 @@ impl Odb {
         }
         let dir = self.objects.join("pack");
         pack::write(&dir, &entries)?;
-        pack::merge_small(&dir)?;
+        // Merging is housekeeping: when it fails the packs stay as they are (each still readable, a damaged
+        // one failing closed when read) and this batch is written all the same.
+        let _merged = pack::merge_small(&dir);
         self.packs_changed();
         Ok(())
     }

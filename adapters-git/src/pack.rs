@@ -132,8 +132,9 @@ impl Writer {
         self.put(raw)
     }
 
-    /// Ends the pack and writes its index; returns the pack's path.
-    fn finish(self) -> GitResult<PathBuf> {
+    /// Ends the pack and writes its index; returns the pack's path. `durable`: both are on disk (and their
+    /// names in the directory) before this returns, for a pack that replaces others about to be deleted.
+    fn finish(self, durable: bool) -> GitResult<PathBuf> {
         let Writer {
             dir,
             tmp,
@@ -149,13 +150,29 @@ impl Writer {
             file.write_all(sum.as_bytes())
                 .map_err(|e| GitError::io(&tmp, e))?;
             file.flush().map_err(|e| GitError::io(&tmp, e))?;
+            if durable {
+                file.get_ref()
+                    .sync_all()
+                    .map_err(|e| GitError::io(&tmp, e))?;
+            }
             let idx = index_bytes(index, &sum)?;
             let stem = dir.join(format!("{OWN_PREFIX}{sum}"));
             let pack = stem.with_extension("pack");
             let idx_tmp = dir.join(format!(".tmp-{}-{}.idx", std::process::id(), rand_suffix()));
-            fs::write(&idx_tmp, idx).map_err(|e| GitError::io(&idx_tmp, e))?;
-            let renamed = fs::rename(&tmp, &pack)
-                .and_then(|()| fs::rename(&idx_tmp, stem.with_extension("idx")));
+            let written = File::create(&idx_tmp).and_then(|mut f| {
+                f.write_all(&idx)?;
+                if durable { f.sync_all() } else { Ok(()) }
+            });
+            let renamed = written
+                .and_then(|()| fs::rename(&tmp, &pack))
+                .and_then(|()| fs::rename(&idx_tmp, stem.with_extension("idx")))
+                .and_then(|()| {
+                    if durable {
+                        File::open(&dir)?.sync_all()
+                    } else {
+                        Ok(())
+                    }
+                });
             if let Err(e) = renamed {
                 let _ = fs::remove_file(&idx_tmp);
                 return Err(GitError::io(&pack, e));
@@ -220,10 +237,15 @@ fn index_bytes(mut index: Vec<(ObjectId, u32, u64)>, pack_sum: &ObjectId) -> Git
 /// Writes `entries` (distinct ids) as one pack in `dir`; returns the pack's path.
 pub fn write(dir: &Path, entries: &[Entry]) -> GitResult<PathBuf> {
     let mut writer = Writer::create(dir, entries.len())?;
-    for entry in entries {
-        writer.add(entry.id, &entry.raw)?;
+    let added = entries
+        .iter()
+        .try_for_each(|entry| writer.add(entry.id, &entry.raw));
+    if let Err(error) = added {
+        let _ = fs::remove_file(&writer.tmp);
+        return Err(error);
     }
-    writer.finish()
+    // Like a loose object, a new pack is not synced: it replaces nothing.
+    writer.finish(false)
 }
 
 /// One of the store's own packs.
@@ -262,6 +284,33 @@ pub fn own_packs(dir: &Path) -> Vec<OwnPack> {
         .collect();
     packs.sort_by(|a, b| a.pack.cmp(&b.pack));
     packs
+}
+
+/// The ids of every pack in `dir` (rewind's own and seeded ones), each index read strictly: a directory
+/// or an index that cannot be read is an error. Temporary files and packs without their index (a crash's
+/// leftovers, which no reader uses) are left out.
+pub fn all_packed_ids(dir: &Path) -> GitResult<HashSet<ObjectId>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) => return Err(GitError::io(dir, e)),
+    };
+    let mut ids = HashSet::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| GitError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let idx = entry.path();
+        if !name.ends_with(".idx")
+            || name.starts_with(".tmp-")
+            || !idx.with_extension("pack").exists()
+        {
+            continue;
+        }
+        let index = gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1)
+            .map_err(|e| GitError::Corrupt(format!("pack index {}: {e}", idx.display())))?;
+        ids.extend(index.iter().map(|e| e.oid));
+    }
+    Ok(ids)
 }
 
 /// The ids an own pack holds, read from its index.
@@ -352,7 +401,8 @@ pub fn rewrite(
             let _ = fs::remove_file(&writer.tmp);
             return Err(error);
         }
-        written = Some(writer.finish()?);
+        // On disk before any source is deleted: a power loss must not leave neither.
+        written = Some(writer.finish(true)?);
         report.kept = chosen.len() as u64;
     }
     for source in sources {
@@ -373,11 +423,12 @@ pub fn rewrite(
 }
 
 /// Merges the store's small own packs into one once there are more than `MERGE_ABOVE` of them, so lookups
-/// never search many indexes. Returns whether packs changed.
+/// never search many indexes. Returns whether packs changed. A pack whose index cannot be read is left out
+/// (and left as it is: its objects fail closed when read); a merge that fails changes nothing.
 pub fn merge_small(dir: &Path) -> GitResult<bool> {
     let small: Vec<OwnPack> = own_packs(dir)
         .into_iter()
-        .filter(|p| p.size < SMALL_PACK)
+        .filter(|p| p.size < SMALL_PACK && open_index(p).is_ok())
         .collect();
     if small.len() <= MERGE_ABOVE {
         return Ok(false);

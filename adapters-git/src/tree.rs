@@ -94,10 +94,15 @@ pub fn read_flat(odb: &Odb, id: &ObjectId) -> GitResult<Flat> {
 /// gc; a tree already in `out` was walked before and is not read again. A tree missing from the store
 /// reaches nothing more, and the rest is still walked: `false` when the root itself is missing. Any other
 /// failure to read a tree (corrupt, unreadable) is an error, since what it reaches is unknown.
+///
+/// `stored` says whether the store holds an object by another account than the reader's (its loose file,
+/// the indexes of its packs read strictly): a tree the reader cannot find although it is stored is an
+/// error, never a missing tree, so gc never decides what to delete from packs it could not read.
 pub fn reachable_from(
     odb: &Odb,
     root: &ObjectId,
     out: &mut std::collections::HashSet<ObjectId>,
+    stored: &dyn Fn(&ObjectId) -> bool,
 ) -> GitResult<bool> {
     let mut pending = vec![*root];
     let mut root_found = true;
@@ -107,6 +112,11 @@ pub fn reachable_from(
         }
         let data = match odb.read_tree(&id) {
             Ok(data) => data,
+            Err(GitError::Missing(_)) if stored(&id) => {
+                return Err(GitError::Corrupt(format!(
+                    "tree {id} is stored but could not be read (a pack of the store could not be opened)"
+                )));
+            }
             Err(GitError::Missing(_)) => {
                 root_found &= id != *root;
                 continue;
