@@ -219,6 +219,20 @@ impl GitHarness {
             .expect("harness: the store directory of the worktree")
     }
 
+    /// Whether the store holds object `hex`, loose or packed, as real git reads the store.
+    pub fn stored(&self, hex: &str) -> bool {
+        crate::git_oracle::git_succeeds(
+            &self.store_dir(),
+            &[
+                "--git-dir",
+                ".",
+                "cat-file",
+                "-e",
+                &format!("{hex}^{{object}}"),
+            ],
+        )
+    }
+
     /// An absolute path inside the worktree.
     pub fn path(&self, rel: &str) -> PathBuf {
         assert!(

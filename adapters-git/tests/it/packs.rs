@@ -9,7 +9,7 @@ use std::time::Duration;
 use rewind_core::model::SnapshotId;
 use rewind_core::testkit::contract::snapshot::WorktreeHarness;
 
-use crate::git_oracle::{GitOracle, blob_id, git, git_succeeds};
+use crate::git_oracle::{GitOracle, blob_id, git};
 use crate::harness::GitHarness;
 
 /// The files of `dir` whose names satisfy `pick`.
@@ -39,19 +39,6 @@ fn loose_objects(h: &GitHarness) -> usize {
     .iter()
     .map(|dir| files_in(dir, |_| true).len())
     .sum()
-}
-
-fn stored(h: &GitHarness, hex: &str) -> bool {
-    git_succeeds(
-        &h.store_dir(),
-        &[
-            "--git-dir",
-            ".",
-            "cat-file",
-            "-e",
-            &format!("{hex}^{{object}}"),
-        ],
-    )
 }
 
 /// `git fsck` of the whole store: every object, loose or packed, and every pack and index, checked.
@@ -136,7 +123,7 @@ async fn a_track_that_adds_one_blob_and_its_tree_writes_them_loose() {
     let id = h.id().await;
     assert_eq!(own_packs(&h), packs);
     assert_eq!(loose_objects(&h), loose + 2);
-    assert!(stored(&h, &blob_id(b"a changed 19be\n")));
+    assert!(h.stored(&blob_id(b"a changed 19be\n")));
     same_as_git(&h, &id);
 }
 
@@ -165,7 +152,7 @@ async fn many_small_packs_are_merged_and_every_snapshot_stays_whole() {
     for (round, id) in ids.iter().enumerate() {
         for i in 0..4 {
             let blob = blob_id(format!("round {round} file {i} 3d0a\n").as_bytes());
-            assert!(stored(&h, &blob), "round {round} file {i}");
+            assert!(h.stored(&blob), "round {round} file {i}");
         }
         h.port().restore(h.root(), id, None).await.expect("restore");
         assert_eq!(&h.id().await, id);
@@ -207,11 +194,8 @@ async fn gc_prunes_the_stores_own_packs_to_what_is_reachable() {
         "6 blobs and a tree: {report:?}"
     );
     for i in 0..6 {
-        assert!(stored(&h, &blob_id(format!("kept {i} a81f\n").as_bytes())));
-        assert!(!stored(
-            &h,
-            &blob_id(format!("dropped {i} a81f\n").as_bytes())
-        ));
+        assert!(h.stored(&blob_id(format!("kept {i} a81f\n").as_bytes())));
+        assert!(!h.stored(&blob_id(format!("dropped {i} a81f\n").as_bytes())));
     }
     assert_eq!(
         own_packs(&h).len(),
@@ -250,7 +234,7 @@ async fn gc_with_an_unreadable_pack_index_deletes_nothing() {
         before,
         "gc deleted something"
     );
-    assert!(stored(&h, &blob_id(b"stray 5e07\n")));
+    assert!(h.stored(&blob_id(b"stray 5e07\n")));
 }
 
 /// A damaged pack does not stop later tracks: merging small packs leaves it out, and the new objects are
@@ -288,7 +272,7 @@ fn same_as_git_ignoring_damage(h: &GitHarness, id: &SnapshotId) {
     assert_eq!(id.as_str(), oracle.write_tree(h.root()));
     for i in 0..3 {
         let content = fs::read(h.path(&format!("f{i}.txt"))).expect("read");
-        assert!(stored(h, &blob_id(&content)));
+        assert!(h.stored(&blob_id(&content)));
     }
 }
 

@@ -873,20 +873,6 @@ fn loose_object(h: &GitHarness, hex: &str) -> PathBuf {
         .join(&hex[2..])
 }
 
-/// Whether the store holds object `hex`, loose or packed, as real git reads the store.
-fn stored(h: &GitHarness, hex: &str) -> bool {
-    git_succeeds(
-        &h.store_dir(),
-        &[
-            "--git-dir",
-            ".",
-            "cat-file",
-            "-e",
-            &format!("{hex}^{{object}}"),
-        ],
-    )
-}
-
 /// A kept snapshot with one sub-tree missing from the store (SPEC 2.4): gc still keeps everything else it
 /// reaches. (It used to give up on the whole snapshot and delete the blobs of its other directories.)
 #[tokio::test]
@@ -900,7 +886,7 @@ async fn gc_keeps_the_rest_of_a_kept_snapshot_whose_sub_tree_is_missing() {
     h.id().await;
     let sub_tree = one_file_tree_id("x.txt", b"in a 51c0\n");
     h.remove_snapshot_object(&SnapshotId::parse(&sub_tree).expect("a tree id"));
-    assert!(!stored(&h, &sub_tree));
+    assert!(!h.stored(&sub_tree));
     h.port()
         .gc(h.root(), std::slice::from_ref(&kept), Duration::ZERO)
         .await
@@ -909,7 +895,7 @@ async fn gc_keeps_the_rest_of_a_kept_snapshot_whose_sub_tree_is_missing() {
         ("the kept root", kept.as_str().to_owned()),
         ("b/y.txt's blob", blob_id(b"in b 51c0\n")),
     ] {
-        assert!(stored(&h, &hex), "gc deleted {what}");
+        assert!(h.stored(&hex), "gc deleted {what}");
     }
     h.port()
         .restore(h.root(), &kept, Some(rels(&["b/y.txt"])))
@@ -942,7 +928,7 @@ async fn gc_that_cannot_read_a_kept_tree_deletes_nothing() {
     let object = loose_object(&h, &sub_tree);
     fs::create_dir_all(object.parent().expect("fan-out dir")).expect("fan-out dir");
     fs::write(&object, b"not a zlib stream").expect("corrupt the sub-tree of a/");
-    assert!(stored(&h, &blob_id(b"unkept 9d41\n")));
+    assert!(h.stored(&blob_id(b"unkept 9d41\n")));
     let before = list_tree(&h.store_dir().join("objects"));
     let result = h
         .port()
@@ -954,7 +940,7 @@ async fn gc_that_cannot_read_a_kept_tree_deletes_nothing() {
         before,
         "gc deleted objects"
     );
-    assert!(stored(&h, &blob_id(b"unkept 9d41\n")));
+    assert!(h.stored(&blob_id(b"unkept 9d41\n")));
 }
 
 /// Sets a file's modification time to `when` (older than a gc's grace period, in these tests).
