@@ -7,7 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use rewind_core::model::{PartBody, Session};
+use rewind_core::model::{PartBody, Session, SessionId};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
@@ -68,7 +68,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     .map_err(|error| explain(error, "beginning the step"))?;
 
     // From here on the step is open: whatever happens to the command, the step is finished.
-    let outcome = run_child(ctx, command).await;
+    let outcome = run_child(ctx, &session.id, command).await;
     let (code, reason, note) = match &outcome {
         Ok(status) => match (status.code(), status.signal()) {
             (Some(0), _) => (0, "stop", format!("`{line}` exited with code 0")),
@@ -154,7 +154,15 @@ async fn create_session(ctx: &Context, line: &str) -> Result<Session> {
 /// reaches the command through the terminal's process group, and a SIGTERM sent to rewind alone (by
 /// `timeout` or `kill`) is passed on to the command; either way rewind waits for the command to end, so the
 /// step is still finished.
-async fn run_child(ctx: &Context, command: &[String]) -> Result<std::process::ExitStatus> {
+///
+/// While the command runs, the step's lease is renewed every third of the step timeout: on this host a
+/// live owner keeps its step whatever the lease says, but a process on another host sharing the database
+/// takes an expired lease for an abandoned step (SPEC section 4) and would abort it under the command.
+async fn run_child(
+    ctx: &Context,
+    session_id: &SessionId,
+    command: &[String],
+) -> Result<std::process::ExitStatus> {
     let mut interrupts =
         signal(SignalKind::interrupt()).context("cannot install the interrupt handler")?;
     let mut terminations =
@@ -171,9 +179,25 @@ async fn run_child(ctx: &Context, command: &[String]) -> Result<std::process::Ex
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
         .map(Pid::from_raw);
+    let timeout = ctx.services.rewind.config().step_timeout_ms;
+    let mut renewals =
+        tokio::time::interval(std::time::Duration::from_millis((timeout / 3).max(100)));
+    renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once; the step was taken just now.
+    renewals.tick().await;
+    let mut warned = false;
     loop {
         tokio::select! {
             status = child.wait() => return status.context("cannot wait for the command"),
+            _ = renewals.tick() => {
+                if let Err(error) = ctx.services.rewind.note_activity(session_id).await
+                    && !warned
+                {
+                    // The command goes on; the step is still finished when it ends.
+                    eprintln!("rewind: warning: cannot renew the step's lease: {error}");
+                    warned = true;
+                }
+            }
             _ = interrupts.recv() => {}
             _ = terminations.recv() => {
                 if let Some(pid) = pid {

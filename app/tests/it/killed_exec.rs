@@ -226,3 +226,54 @@ fn a_sigterm_sent_to_rewind_is_passed_to_the_command_and_the_step_is_finished() 
         .collect();
     assert_eq!(files, ["got-term", "started"]);
 }
+
+/// While `exec`'s command runs, its step's lease is renewed: a process on another host sharing the
+/// database takes an expired lease for an abandoned step (SPEC section 4) and would abort it. With a step
+/// timeout of one second, the lease read from the database after two and a half seconds still runs.
+#[test]
+fn a_long_exec_keeps_its_steps_lease_renewed() {
+    use rewind_core::MessageRepo;
+    use rewind_core::model::{LeaseKey, SessionId};
+
+    let env = Env::plain();
+    let mut child = env
+        .process_in(env.path(), &["exec", "--", "sleep", "4"])
+        .env("REWIND_STEP_TIMEOUT", "1")
+        .spawn()
+        .expect("starts");
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = env.json(&["status"]);
+    assert_eq!(status["sessions"][0]["busy"], true, "{status:#}");
+    let id = SessionId::parse(status["sessions"][0]["id"].as_str().expect("an id")).expect("an id");
+    let url = format!(
+        "sqlite://{}?mode=rw",
+        env.data.path().join("rewind.db").display()
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let lease = runtime
+        .block_on(async {
+            let repo = rewind_sql::SqlRepo::connect(&url).await?;
+            repo.lease(&LeaseKey::Session(id)).await
+        })
+        .expect("read the lease")
+        .expect("the step's lease");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+    assert!(
+        lease.expires_at > now_ms,
+        "the lease expired {} ms ago while the command ran",
+        now_ms - lease.expires_at
+    );
+    assert!(child.wait().expect("ends").success());
+    let log = env.json(&["log"]);
+    let reasons: Vec<&str> = log["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["steps"].as_array().into_iter().flatten())
+        .map(|s| s["reason"].as_str().unwrap_or("open"))
+        .collect();
+    assert_eq!(reasons, ["stop"], "{log:#}");
+}
