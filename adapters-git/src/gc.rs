@@ -67,8 +67,12 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
                 }
                 continue;
             };
+            // An object also in a pack is counted with the pack's objects, once.
+            let counted_in_a_pack = packed.contains(&id);
             if reachable.contains(&id) {
-                report.objects_kept += 1;
+                report.objects_kept += u64::from(!counted_in_a_pack);
+            } else if counted_in_a_pack {
+                free(&entry.path(), &mut report)?;
             } else {
                 remove(&entry.path(), &mut report)?;
             }

@@ -308,3 +308,54 @@ async fn gc_leaves_a_recent_temporary_index_alone() {
         .expect("gc");
     assert!(!tmp.exists(), "an old one goes");
 }
+
+/// gc counts an object it deletes once, also when a loose copy of it stands beside its pack's.
+#[tokio::test]
+async fn gc_counts_an_object_with_a_loose_copy_once() {
+    let h = GitHarness::new();
+    for i in 0..4 {
+        h.write(
+            &format!("c{i}.txt"),
+            format!("counted {i} 4d2e\n").as_bytes(),
+        );
+    }
+    h.id().await;
+    // A loose copy of a packed blob, written by git into another repository and copied in (git writes no
+    // loose copy of an object its repository holds already).
+    let other = tempfile::tempdir().expect("tempdir");
+    git(other.path(), &["init", "-q", "--bare", "."]);
+    let file = h.path("c0.txt");
+    let hex = git(
+        other.path(),
+        &[
+            "--git-dir",
+            ".",
+            "hash-object",
+            "-w",
+            &file.to_string_lossy(),
+        ],
+    );
+    let hex = hex.trim();
+    assert_eq!(hex, blob_id(b"counted 0 4d2e\n"));
+    let fanout = h.store_dir().join("objects").join(&hex[..2]);
+    fs::create_dir_all(&fanout).expect("fan-out dir");
+    fs::copy(
+        other.path().join("objects").join(&hex[..2]).join(&hex[2..]),
+        fanout.join(&hex[2..]),
+    )
+    .expect("copy the loose object");
+    assert_eq!(loose_objects(&h), 1);
+    for i in 0..4 {
+        h.write(
+            &format!("c{i}.txt"),
+            format!("replaced {i} 4d2e\n").as_bytes(),
+        );
+    }
+    let now = h.id().await;
+    let report = h
+        .port()
+        .gc(h.root(), std::slice::from_ref(&now), Duration::ZERO)
+        .await
+        .expect("gc");
+    assert_eq!(report.objects_removed, 5, "4 blobs and a tree: {report:?}");
+}
