@@ -18,7 +18,8 @@ use crate::tree::reachable_from;
 pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcReport> {
     // Every pack index is read first, strictly: a pack that cannot be read stops gc before anything is
     // deleted (its objects would otherwise look missing, and what they reach unreachable).
-    let packed = pack::all_packed_ids(&store.odb.dir().join("pack"))?;
+    let packs = pack::inventory(&store.odb.dir().join("pack"))?;
+    let packed: HashSet<ObjectId> = packs.iter().flat_map(|p| p.ids.iter().copied()).collect();
     let stored = |id: &ObjectId| packed.contains(id) || store.odb.path_of(id).is_file();
     let since = now_ms().saturating_sub(grace.as_millis() as u64);
     let mut roots: Vec<ObjectId> = keep.to_vec();
@@ -79,7 +80,7 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
         }
         let _ = fs::remove_dir(dir.path());
     }
-    collect_packs(store, &reachable, &mut report)?;
+    collect_packs(store, &packs, &reachable, &mut report)?;
     remove_pack_leftovers(store, grace_cutoff, &mut report)?;
     remove_stray_temp_files(store, grace_cutoff, &mut report)?;
     for id in store.recorded_ids() {
@@ -95,56 +96,47 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
 /// reachable object, else kept whole (its entries may be deltas of each other).
 fn collect_packs(
     store: &Store,
+    packs: &[pack::Listed],
     reachable: &HashSet<ObjectId>,
     report: &mut GcReport,
 ) -> GitResult<()> {
     let dir = store.odb.dir().join("pack");
     let mut changed = false;
-    for own in pack::own_packs(&dir) {
-        let ids = pack::ids(&own)?;
-        let live = ids.iter().filter(|id| reachable.contains(*id)).count() as u64;
-        if live == ids.len() as u64 {
-            report.objects_kept += live;
-            continue;
-        }
-        let rewritten = pack::rewrite(&dir, std::slice::from_ref(&own), |id| {
-            reachable.contains(id)
-        })?;
-        report.objects_kept += rewritten.kept;
-        report.objects_removed += rewritten.dropped;
-        report.bytes_freed += rewritten.bytes_freed;
-        changed = true;
-    }
-    let entries = fs::read_dir(&dir).into_iter().flatten().flatten();
-    for entry in entries {
-        let idx = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        // Rewind's own packs are done above; a temporary file is a crash's leftover (below).
-        if idx.extension().is_none_or(|e| e != "idx")
-            || name.starts_with(pack::OWN_PREFIX)
-            || name.starts_with(".tmp-")
-        {
-            continue;
-        }
-        let Ok(index) = gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1) else {
-            continue;
+    for listed in packs {
+        let objects = listed.ids.len() as u64;
+        let live = listed
+            .ids
+            .iter()
+            .filter(|id| reachable.contains(*id))
+            .count() as u64;
+        let whole = if listed.own {
+            live == objects
+        } else {
+            live > 0
         };
-        let objects = u64::from(index.num_objects());
-        if index.iter().any(|e| reachable.contains(&e.oid)) {
+        if whole {
             report.objects_kept += objects;
             continue;
         }
-        let stem = idx.with_extension("");
-        let before = report.objects_removed;
-        for ext in ["keep", "idx", "rev", "bitmap", "mtimes", "pack"] {
-            let file = stem.with_extension(ext);
-            if file.exists() {
-                remove(&file, report)?;
-            }
-        }
-        // `remove` counted each file as an object; count the pack's objects instead.
-        report.objects_removed = before + objects;
         changed = true;
+        if listed.own {
+            let own = pack::OwnPack {
+                pack: listed.pack.clone(),
+                size: listed.size,
+            };
+            let rewritten = pack::rewrite(&dir, std::slice::from_ref(&own), |id| {
+                reachable.contains(id)
+            })?;
+            report.objects_kept += rewritten.kept;
+            report.objects_removed += rewritten.dropped;
+            report.bytes_freed += rewritten.bytes_freed;
+            continue;
+        }
+        // The index first: without it no reader takes the pack.
+        for ext in ["keep", "idx", "rev", "bitmap", "mtimes", "pack"] {
+            free(&listed.pack.with_extension(ext), report)?;
+        }
+        report.objects_removed += objects;
     }
     if changed {
         store.odb.packs_changed();
@@ -219,13 +211,7 @@ fn remove(path: &std::path::Path, report: &mut GcReport) -> GitResult<()> {
 
 /// Removes a file, counting the bytes freed; whether it was there to remove.
 fn free(path: &std::path::Path, report: &mut GcReport) -> GitResult<bool> {
-    let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    match fs::remove_file(path) {
-        Ok(()) => {
-            report.bytes_freed += size;
-            Ok(true)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(GitError::io(path, e)),
-    }
+    let size = pack::remove_counted(path)?;
+    report.bytes_freed += size.unwrap_or(0);
+    Ok(size.is_some())
 }

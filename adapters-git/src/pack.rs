@@ -286,31 +286,47 @@ pub fn own_packs(dir: &Path) -> Vec<OwnPack> {
     packs
 }
 
-/// The ids of every pack in `dir` (rewind's own and seeded ones), each index read strictly: a directory
+/// One pack of the store, with the ids its index lists.
+pub struct Listed {
+    /// The pack file (its index beside it, `.idx`).
+    pub pack: PathBuf,
+    /// Whether rewind wrote it (else it was seeded from a user's repository).
+    pub own: bool,
+    pub size: u64,
+    pub ids: Vec<ObjectId>,
+}
+
+/// Every pack in `dir` (rewind's own and seeded ones) with its ids, each index read strictly: a directory
 /// or an index that cannot be read is an error. Temporary files and packs without their index (a crash's
 /// leftovers, which no reader uses) are left out.
-pub fn all_packed_ids(dir: &Path) -> GitResult<HashSet<ObjectId>> {
+pub fn inventory(dir: &Path) -> GitResult<Vec<Listed>> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(GitError::io(dir, e)),
     };
-    let mut ids = HashSet::new();
+    let mut packs = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| GitError::io(dir, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let idx = entry.path();
-        if !name.ends_with(".idx")
-            || name.starts_with(".tmp-")
-            || !idx.with_extension("pack").exists()
-        {
+        let pack = entry.path().with_extension("pack");
+        if !name.ends_with(".idx") || name.starts_with(".tmp-") {
             continue;
         }
-        let index = gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1)
-            .map_err(|e| GitError::Corrupt(format!("pack index {}: {e}", idx.display())))?;
-        ids.extend(index.iter().map(|e| e.oid));
+        let size = match fs::metadata(&pack) {
+            Ok(meta) => meta.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(GitError::io(&pack, e)),
+        };
+        let ids = index_at(&entry.path())?.iter().map(|e| e.oid).collect();
+        packs.push(Listed {
+            own: name.starts_with(OWN_PREFIX),
+            pack,
+            size,
+            ids,
+        });
     }
-    Ok(ids)
+    Ok(packs)
 }
 
 /// The ids an own pack holds, read from its index.
@@ -319,8 +335,11 @@ pub fn ids(pack: &OwnPack) -> GitResult<Vec<ObjectId>> {
 }
 
 fn open_index(pack: &OwnPack) -> GitResult<gix::odb::pack::index::File> {
-    let idx = pack.idx();
-    gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1)
+    index_at(&pack.idx())
+}
+
+fn index_at(idx: &Path) -> GitResult<gix::odb::pack::index::File> {
+    gix::odb::pack::index::File::at(idx, gix::hash::Kind::Sha1)
         .map_err(|e| GitError::Corrupt(format!("pack index {}: {e}", idx.display())))
 }
 
@@ -411,15 +430,20 @@ pub fn rewrite(
             continue;
         }
         for file in [source.idx(), source.pack.clone()] {
-            let size = fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-            match fs::remove_file(&file) {
-                Ok(()) => report.bytes_freed += size,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(GitError::io(&file, e)),
-            }
+            report.bytes_freed += remove_counted(&file)?.unwrap_or(0);
         }
     }
     Ok(report)
+}
+
+/// Removes a file; its size, or `None` when it was not there.
+pub fn remove_counted(path: &Path) -> GitResult<Option<u64>> {
+    let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    match fs::remove_file(path) {
+        Ok(()) => Ok(Some(size)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(GitError::io(path, e)),
+    }
 }
 
 /// Merges the store's small own packs into one once there are more than `MERGE_ABOVE` of them, so lookups
@@ -428,7 +452,15 @@ pub fn rewrite(
 pub fn merge_small(dir: &Path) -> GitResult<bool> {
     let small: Vec<OwnPack> = own_packs(dir)
         .into_iter()
-        .filter(|p| p.size < SMALL_PACK && open_index(p).is_ok())
+        .filter(|p| p.size < SMALL_PACK)
+        .collect();
+    // Counted before any index is opened: this runs after every pack a track writes.
+    if small.len() <= MERGE_ABOVE {
+        return Ok(false);
+    }
+    let small: Vec<OwnPack> = small
+        .into_iter()
+        .filter(|p| open_index(p).is_ok())
         .collect();
     if small.len() <= MERGE_ABOVE {
         return Ok(false);

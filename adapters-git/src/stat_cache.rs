@@ -290,12 +290,11 @@ impl StatCache {
                     .entries
                     .iter()
                     .map(|(file, entry)| (file, (entry.stat.mode, entry.id)));
-                // The trees written here go out as one pack (or loose when few), before the save names them.
-                let (tree, dirs) = store.odb.batched(|| {
-                    let written = write_dirty(&store.odb, files, &cache.dirs, &dirty)?;
-                    store.odb.end_batch()?;
-                    Ok(written)
-                })?;
+                // The trees written here go out as one pack (or loose when few), before the save names them:
+                // `batched` ends the batch when `write_dirty` returns.
+                let (tree, dirs) = store
+                    .odb
+                    .batched(|| write_dirty(&store.odb, files, &cache.dirs, &dirty))?;
                 cache.tree = Some(tree);
                 cache.dirs = dirs;
             }
