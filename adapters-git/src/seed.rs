@@ -48,7 +48,7 @@ pub fn mentions_filters(text: &[u8]) -> bool {
 pub fn file_mentions_filters(path: &Path) -> bool {
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Ok(meta) if meta.is_file() => fs::read(path).map_or(true, |text| mentions_filters(&text)),
+        Ok(meta) if meta.is_file() => attributes_file_forbids(path),
         _ => true,
     }
 }
