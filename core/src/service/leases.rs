@@ -19,7 +19,7 @@ pub struct HeldLease {
 
 impl HeldLease {
     /// What holding `lease` is.
-    fn of(lease: &Lease) -> HeldLease {
+    pub(super) fn of(lease: &Lease) -> HeldLease {
         HeldLease {
             key: lease.key.clone(),
             token: lease.token.clone(),
@@ -120,7 +120,7 @@ impl Rewind {
     }
 
     /// A lease on `key` for this process with `token`, for `ttl_ms` from now.
-    fn new_lease(&self, key: LeaseKey, token: &LeaseToken, ttl_ms: u64) -> Lease {
+    pub(super) fn new_lease(&self, key: LeaseKey, token: &LeaseToken, ttl_ms: u64) -> Lease {
         Lease {
             key,
             token: token.clone(),

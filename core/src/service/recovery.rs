@@ -61,12 +61,7 @@ impl Rewind {
             return Ok(Outcome::InProgress);
         }
         let token = new_token();
-        let lease = crate::model::Lease {
-            key: session_key.clone(),
-            token: token.clone(),
-            holder: self.holder(),
-            expires_at: self.now().saturating_add(self.config.operation_lease_ms),
-        };
+        let lease = self.new_lease(session_key, &token, self.config.operation_lease_ms);
         if let LeaseTake::Held(_) = self
             .repo
             .take_lease(&lease, current.map(|c| c.token))
@@ -74,10 +69,7 @@ impl Rewind {
         {
             return Ok(Outcome::InProgress);
         }
-        let session_lease = super::HeldLease {
-            key: session_key,
-            token: token.clone(),
-        };
+        let session_lease = super::HeldLease::of(&lease);
         let worktree_lease = match self
             .acquire(
                 LeaseKey::Worktree(intent.directory.clone()),
