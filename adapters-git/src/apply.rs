@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,8 @@ use rewind_core::model::{
 };
 use rewind_core::revert::file_plan;
 
-use crate::config::GitStoreConfig;
+use crate::beneath::{self, Root};
+use crate::config::{ChangeHook, GitStoreConfig};
 use crate::error::{GitError, GitResult};
 use crate::ignore::{Ignores, OutsideRule};
 use crate::odb::{Kind, Odb};
@@ -37,12 +39,25 @@ enum OnDisk {
 }
 
 fn on_disk(path: &Path) -> GitResult<OnDisk> {
+    look(path).map(|(kind, _)| kind)
+}
+
+/// What stands at `path`, with its stat data when it is a file or symlink: the identity a write or delete
+/// checks again right before it changes the path (`Applier::replace`, `Applier::remove`).
+fn look(path: &Path) -> GitResult<(OnDisk, Option<Stat>)> {
     match fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_symlink() => Ok(OnDisk::Symlink),
-        Ok(meta) if meta.is_dir() => Ok(OnDisk::Dir),
-        Ok(_) => Ok(OnDisk::File),
+        Ok(meta) => {
+            let kind = if meta.file_type().is_symlink() {
+                OnDisk::Symlink
+            } else if meta.is_dir() {
+                OnDisk::Dir
+            } else {
+                OnDisk::File
+            };
+            Ok((kind, Mode::of_file(&meta).map(|mode| Stat::of(&meta, mode))))
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
-            Ok(OnDisk::Absent)
+            Ok((OnDisk::Absent, None))
         }
         Err(e) => Err(GitError::io(path, e)),
     }
@@ -245,6 +260,14 @@ impl Tracking<'_> {
         }
     }
 
+    /// Takes back what `set` said of `path` (a write that did not happen).
+    fn forget(&mut self, path: &str) {
+        match self {
+            Tracking::Snapshot(_, overrides) => overrides.remove(path),
+            Tracking::PerPath(now) => now.overrides.remove(path),
+        };
+    }
+
     fn set(&mut self, path: &str, entry: Option<(Mode, ObjectId)>) {
         match self {
             Tracking::Snapshot(_, overrides) => {
@@ -260,6 +283,14 @@ impl Tracking<'_> {
 /// Carries out writes and deletes on one worktree, recording what it did.
 struct Applier<'a> {
     store: &'a Store,
+    /// The worktree, every change is made through (`beneath`).
+    root: Root,
+    /// The tests' race hook (`GitStoreConfig::change_hook`).
+    hook: Option<ChangeHook>,
+    /// For a revert: what each target was when the revert checked it against its snapshot (stat data, or
+    /// none when absent). A target found otherwise when it is written or deleted changed after that
+    /// check, and is left as it is.
+    expected: Expected,
     /// Tracked content now, updated as the applier changes it.
     tracked: Tracking<'a>,
     batch: String,
@@ -287,74 +318,224 @@ struct Applier<'a> {
 const WRITE_BATCH: usize = 256;
 const WRITE_THREADS: usize = 16;
 
-/// One file to write: checked and decided, with the temporary name it is written under first.
+/// One file to write: checked and decided, with the temporary name it is written under first (in the
+/// same directory).
 struct PendingWrite {
     rel: String,
-    tmp: PathBuf,
+    tmp: String,
     abs: PathBuf,
     mode: Mode,
     id: ObjectId,
+    /// What stood at the path when it was checked: its stat data, or none when nothing stood there. The
+    /// file is replaced only while that is still so.
+    was: Option<Stat>,
 }
 
-/// Writes blob `id` to `tmp` with `mode`, then renames it over `abs`; the temporary file is removed when
-/// anything fails.
+/// What each target of a revert was when the revert looked at it: stat data, or none when absent.
+type Expected = HashMap<String, Option<Stat>>;
+
+/// How a write or delete ended.
+enum Done {
+    /// Done; for a write, the file's stat data right after it (when it is still what was written).
+    Changed(Option<Stat>),
+    /// Nothing done: the path, or a directory above it, is not what was checked any more (changed by
+    /// someone else meanwhile), so it is left as it is.
+    Moved,
+}
+
+/// Why a path is left as it is when it changed between its check and its write or delete.
+const MOVED_MEANWHILE: &str = "it, or a directory above it, changed while rewind was writing (another \
+                               program at work in the worktree), so it is left as it is";
+
+/// A failure to write the temporary file: of the store (reading the blob) or of the disk.
+enum TempError {
+    Store(GitError),
+    Disk(io::Error),
+}
+
+/// Writes blob `id` to a temporary file beside `job.rel`, then renames it over the path while what stands
+/// there is what was checked (`job.was`); the temporary file is removed when anything fails. Every step
+/// goes through a handle on the file's directory, opened without following a symlink (`beneath`).
 /// Returns the file's stat data as it stands after the rename, when it is still what was written (the
 /// stat cache takes it, see `StatCache::note_applied`).
 /// The file renamed over is handed to `releases` (see `replace.rs`).
 fn write_file(
     store: &Store,
+    root: &Root,
+    hook: Option<&ChangeHook>,
     job: &PendingWrite,
     releases: &mut Releases,
-) -> GitResult<Option<Stat>> {
-    let result = write_temp(store, &job.tmp, job.mode, &job.id).and_then(|ext4| {
-        let replaced = Held::on_ext4(&job.abs, ext4);
-        fs::rename(&job.tmp, &job.abs).map_err(|e| GitError::io(&job.abs, e))?;
-        releases.push(replaced);
-        Ok(())
-    });
-    if result.is_err() {
-        let _ = fs::remove_file(&job.tmp);
+) -> GitResult<Done> {
+    if let Some(hook) = hook {
+        hook(&job.rel);
     }
-    result?;
-    let Ok(meta) = fs::symlink_metadata(&job.abs) else {
-        return Ok(None);
+    let (dir_rel, name) = beneath::split(&job.rel);
+    let dir = match root.dir(dir_rel) {
+        Ok(dir) => dir,
+        Err(e) if beneath::moved(&e) => return Ok(Done::Moved),
+        Err(e) => return Err(GitError::io(&job.abs, e)),
     };
-    Ok((Mode::of_file(&meta) == Some(job.mode)).then(|| Stat::of(&meta, job.mode)))
+    let dir_path = job.abs.parent().unwrap_or(&store.worktree);
+    let remove_temp = || {
+        let _ = rustix::fs::unlinkat(&dir, job.tmp.as_str(), rustix::fs::AtFlags::empty());
+    };
+    let ext4 = match write_temp(store, &dir, &job.tmp, job.mode, &job.id) {
+        Ok(ext4) => ext4,
+        Err(failure) => {
+            remove_temp();
+            return match failure {
+                TempError::Disk(e) if beneath::moved(&e) => Ok(Done::Moved),
+                TempError::Disk(e) => Err(GitError::io(&job.abs, e)),
+                TempError::Store(e) => Err(e),
+            };
+        }
+    };
+    match replace(&dir, &job.tmp, name, job.was, ext4, dir_path) {
+        Ok(Some(replaced)) => releases.push(replaced),
+        Ok(None) => {
+            remove_temp();
+            return Ok(Done::Moved);
+        }
+        Err(e) => {
+            remove_temp();
+            return Err(GitError::io(&job.abs, e));
+        }
+    }
+    let stat = beneath::lstat_at(&dir, name)
+        .ok()
+        .and_then(|st| Stat::of_rustix(&st))
+        .filter(|stat| stat.mode == job.mode);
+    Ok(Done::Changed(stat))
 }
 
-/// Returns whether the temporary file is on ext4 (a symlink: not known, `false`).
-fn write_temp(store: &Store, tmp: &Path, mode: Mode, id: &ObjectId) -> GitResult<bool> {
-    let (kind, size, mut reader) = store.odb.open(id)?;
+/// Renames `tmp` over `name` in `dir` while what stands there is `was` (its stat data when checked; none:
+/// nothing stood there): for nothing, atomically (`RENAME_NOREPLACE`); for a file, right after looking at
+/// it again through a handle, which is returned for `Releases`. None when the path is not what was
+/// checked (nothing is renamed); a file gone meanwhile is written where it was.
+fn replace(
+    dir: &OwnedFd,
+    tmp: &str,
+    name: &str,
+    was: Option<Stat>,
+    ext4: bool,
+    dir_path: &Path,
+) -> io::Result<Option<Held>> {
+    use rustix::fs::{Mode as Bits, OFlags, RenameFlags};
+    use rustix::io::Errno;
+    if let Some(was) = was {
+        match rustix::fs::openat(
+            dir,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Bits::empty(),
+        ) {
+            Ok(fd) => {
+                let st = rustix::fs::fstat(&fd)?;
+                if Stat::of_rustix(&st) != Some(was) {
+                    return Ok(None);
+                }
+                #[allow(clippy::unnecessary_cast)]
+                let held = Held::of(fd, st.st_dev as u64, dir_path, ext4);
+                rustix::fs::renameat(dir, tmp, dir, name)?;
+                return Ok(Some(held));
+            }
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(Some(Held::none())),
+        Err(Errno::EXIST) => Ok(None),
+        // A filesystem without `RENAME_NOREPLACE`: look, then rename.
+        Err(Errno::INVAL | Errno::NOSYS) => match beneath::lstat_at(dir, name) {
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                rustix::fs::renameat(dir, tmp, dir, name)?;
+                Ok(Some(Held::none()))
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes `name` in `dir` while it is the file or symlink `was` (its stat data when checked). Moved when
+/// it is something else now; a file gone meanwhile counts as deleted.
+fn remove(dir: &OwnedFd, name: &str, was: Stat, dir_path: &Path) -> io::Result<Done> {
+    use rustix::fs::{Mode as Bits, OFlags};
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Bits::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(Done::Changed(None)),
+        Err(e) => return Err(e.into()),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if Stat::of_rustix(&st) != Some(was) {
+        return Ok(Done::Moved);
+    }
+    let ext4 = crate::replace::is_ext4_fd(dir);
+    #[allow(clippy::unnecessary_cast)]
+    let held = Held::of(fd, st.st_dev as u64, dir_path, ext4);
+    match rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    held.release();
+    Ok(Done::Changed(None))
+}
+
+/// Writes blob `id` to a new file `tmp` of `dir` with `mode`. Returns whether it is on ext4 (a symlink:
+/// not known, `false`).
+fn write_temp(
+    store: &Store,
+    dir: &OwnedFd,
+    tmp: &str,
+    mode: Mode,
+    id: &ObjectId,
+) -> Result<bool, TempError> {
+    let (kind, size, mut reader) = store.odb.open(id).map_err(TempError::Store)?;
     if kind != Kind::Blob {
-        return Err(GitError::Corrupt(format!("object {id} is not a blob")));
+        return Err(TempError::Store(GitError::Corrupt(format!(
+            "object {id} is not a blob"
+        ))));
     }
     if mode == Mode::Link {
         let mut target = Vec::new();
         reader
             .read_to_end(&mut target)
-            .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
-        let target = std::ffi::OsStr::from_bytes(&target);
-        return std::os::unix::fs::symlink(target, tmp)
+            .map_err(|e| TempError::Store(GitError::Corrupt(format!("object {id}: {e}"))))?;
+        return rustix::fs::symlinkat(std::ffi::OsStr::from_bytes(&target), dir, tmp)
             .map(|()| false)
-            .map_err(|e| GitError::io(tmp, e));
+            .map_err(|e| TempError::Disk(e.into()));
     }
-    let mut file = fs::File::options()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .map_err(|e| GitError::io(tmp, e))?;
+    use rustix::fs::{Mode as Bits, OFlags};
+    let fd = rustix::fs::openat(
+        dir,
+        tmp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Bits::from_raw_mode(0o600),
+    )
+    .map_err(|e| TempError::Disk(e.into()))?;
+    let mut file = fs::File::from(fd);
     let ext4 = preallocate(&file, size);
-    io::copy(&mut reader, &mut file).map_err(|e| GitError::io(tmp, e))?;
+    io::copy(&mut reader, &mut file).map_err(TempError::Disk)?;
     let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
     file.set_permissions(fs::Permissions::from_mode(bits))
         .map(|()| ext4)
-        .map_err(|e| GitError::io(tmp, e))
+        .map_err(TempError::Disk)
 }
 
 impl<'a> Applier<'a> {
-    fn new(store: &'a Store, tracked: Tracking<'a>) -> Self {
-        Applier {
+    fn new(store: &'a Store, config: &GitStoreConfig, tracked: Tracking<'a>) -> GitResult<Self> {
+        Ok(Applier {
             store,
+            root: Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?,
+            hook: config.change_hook.clone(),
+            expected: HashMap::new(),
             tracked,
             batch: crate::odb::rand_suffix(),
             counter: 0,
@@ -366,7 +547,7 @@ impl<'a> Applier<'a> {
             pending_paths: HashSet::new(),
             written_stats: HashMap::new(),
             pending_dirs: HashSet::new(),
-        }
+        })
     }
 
     /// Writes the pending files, several at a time.
@@ -377,18 +558,45 @@ impl<'a> Applier<'a> {
         let jobs = std::mem::take(&mut self.pending);
         self.pending_paths.clear();
         self.pending_dirs.clear();
-        let store = self.store;
-        let stats = crate::track::parallel_map_on(
+        let (store, root, hook) = (self.store, &self.root, self.hook.as_ref());
+        let outcomes = crate::track::parallel_map_on(
             &jobs,
             WRITE_THREADS,
             1,
             Releases::default,
-            |releases, job| write_file(store, job, releases),
+            |releases, job| write_file(store, root, hook, job, releases),
         )?;
-        for (job, stat) in jobs.into_iter().zip(stats) {
-            self.written_stats.insert(job.rel, stat);
+        for (job, outcome) in jobs.into_iter().zip(outcomes) {
+            match outcome {
+                Done::Changed(stat) => {
+                    self.written_stats.insert(job.rel, stat);
+                }
+                Done::Moved => {
+                    self.unrecord(&job.rel);
+                    self.keep(&job.rel, MOVED_MEANWHILE)?;
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Takes back the record of a write that did not happen (`Done::Moved`).
+    fn unrecord(&mut self, path: &str) {
+        self.last.remove(path);
+        if let Some(at) = self.touched.iter().rposition(|(p, _)| p == path) {
+            self.touched.remove(at);
+        }
+        self.tracked.forget(path);
+    }
+
+    /// Whether what stands at `path` now (`now`, from `look`) is what the revert checked there (always,
+    /// when it checked nothing there).
+    fn as_expected(&self, path: &str, kind: OnDisk, now: Option<Stat>) -> bool {
+        match self.expected.get(path) {
+            None => true,
+            Some(None) => kind == OnDisk::Absent,
+            Some(Some(was)) => now == Some(*was),
+        }
     }
 
     /// Writes the pending files first when `path` is one of them, lies below one, or holds one: what is
@@ -446,20 +654,63 @@ impl<'a> Applier<'a> {
         // Removing emptied directories must not race a pending write into one of them.
         self.flush()?;
         let abs = self.abs(path);
-        match on_disk(&abs)? {
+        let (kind, now) = look(&abs)?;
+        if !self.as_expected(path, kind, now) {
+            return self.keep(path, EDITED_MEANWHILE);
+        }
+        match kind {
             OnDisk::Absent => Ok(()),
             OnDisk::Dir => self.keep(path, "a directory stands there now; it is left as it is"),
             OnDisk::File | OnDisk::Symlink if !self.tracked.contains(path)? || !self.parents_are_dirs(path)? => {
                 self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is")
             }
             OnDisk::File | OnDisk::Symlink => {
-                let deleted = Held::at(&abs);
-                fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
-                deleted.release();
-                self.record(path, true, None);
-                self.remove_empty_parents(path);
-                Ok(())
+                let Some(was) = now else {
+                    return self.keep(path, "it is not a file or symlink, so it is left as it is");
+                };
+                match self.remove_file(path, was)? {
+                    Done::Changed(_) => {
+                        self.record(path, true, None);
+                        self.remove_empty_parents(path);
+                        Ok(())
+                    }
+                    Done::Moved => self.keep(path, MOVED_MEANWHILE),
+                }
             }
+        }
+    }
+
+    /// Deletes file or symlink `path` through its directory's handle, while it is `was`.
+    fn remove_file(&self, path: &str, was: Stat) -> GitResult<Done> {
+        if let Some(hook) = &self.hook {
+            hook(path);
+        }
+        let abs = self.abs(path);
+        let (dir_rel, name) = beneath::split(path);
+        let dir = match self.root.dir(dir_rel) {
+            Ok(dir) => dir,
+            Err(e) if beneath::moved(&e) => return Ok(Done::Moved),
+            Err(e) => return Err(GitError::io(&abs, e)),
+        };
+        let dir_path = abs.parent().unwrap_or(&self.store.worktree);
+        remove(&dir, name, was, dir_path).map_err(|e| GitError::io(&abs, e))
+    }
+
+    /// Makes directory `path` through its parent's handle. Moved when the parent is not a directory
+    /// inside the worktree any more, or something else took the name meanwhile.
+    fn make_dir(&self, path: &str) -> GitResult<Done> {
+        let abs = self.abs(path);
+        let (dir_rel, name) = beneath::split(path);
+        let made = self.root.dir(dir_rel).and_then(|dir| {
+            rustix::fs::mkdirat(&dir, name, rustix::fs::Mode::from_raw_mode(0o777))
+                .map_err(io::Error::from)
+        });
+        match made {
+            Ok(()) => Ok(Done::Changed(None)),
+            Err(e) if beneath::moved(&e) || e.kind() == io::ErrorKind::AlreadyExists => {
+                Ok(Done::Moved)
+            }
+            Err(e) => Err(GitError::io(&abs, e)),
         }
     }
 
@@ -477,7 +728,11 @@ impl<'a> Applier<'a> {
     fn remove_empty_parents(&self, path: &str) {
         let mut current = path;
         while let Some((parent, _)) = current.rsplit_once('/') {
-            if fs::remove_dir(self.abs(parent)).is_err() {
+            let (dir_rel, name) = beneath::split(parent);
+            let removed = self.root.dir(dir_rel).is_ok_and(|dir| {
+                rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::REMOVEDIR).is_ok()
+            });
+            if !removed {
                 break;
             }
             current = parent;
@@ -493,15 +748,28 @@ impl<'a> Applier<'a> {
         for (i, _) in path.match_indices('/') {
             let parent = &path[..i];
             let abs = self.abs(parent);
-            match on_disk(&abs)? {
+            let (kind, now) = look(&abs)?;
+            match kind {
                 OnDisk::Dir => {}
-                OnDisk::Absent => fs::create_dir(&abs).map_err(|e| GitError::io(&abs, e))?,
+                OnDisk::Absent => {
+                    if let Done::Moved = self.make_dir(parent)? {
+                        return self.keep(path, MOVED_MEANWHILE);
+                    }
+                }
                 OnDisk::File | OnDisk::Symlink
                     if self.tracked.contains(parent)? && in_scope(parent, &self.scope) =>
                 {
-                    fs::remove_file(&abs).map_err(|e| GitError::io(&abs, e))?;
+                    let removed = match now {
+                        Some(was) => self.remove_file(parent, was)?,
+                        None => Done::Moved,
+                    };
+                    if let Done::Moved = removed {
+                        return self.keep(path, MOVED_MEANWHILE);
+                    }
                     self.record(parent, true, None);
-                    fs::create_dir(&abs).map_err(|e| GitError::io(&abs, e))?;
+                    if let Done::Moved = self.make_dir(parent)? {
+                        return self.keep(path, MOVED_MEANWHILE);
+                    }
                 }
                 OnDisk::File | OnDisk::Symlink => {
                     return self.keep(
@@ -512,30 +780,47 @@ impl<'a> Applier<'a> {
             }
         }
         let abs = self.abs(path);
-        match on_disk(&abs)? {
+        let (kind, mut was) = look(&abs)?;
+        if !self.as_expected(path, kind, was) {
+            return self.keep(path, EDITED_MEANWHILE);
+        }
+        match kind {
             OnDisk::Absent => {}
             OnDisk::Dir => {
                 if !holds_only(&abs, path, &HashSet::new())? {
                     return self.keep(path, OCCUPIED_DIR);
                 }
-                fs::remove_dir_all(&abs).map_err(|e| GitError::io(&abs, e))?;
+                let (dir_rel, name) = beneath::split(path);
+                let removed = self
+                    .root
+                    .dir(dir_rel)
+                    .and_then(|dir| beneath::remove_empty_tree(&dir, name));
+                match removed {
+                    Ok(()) => was = None,
+                    Err(e)
+                        if beneath::moved(&e)
+                            || e.raw_os_error()
+                                == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) =>
+                    {
+                        return self.keep(path, OCCUPIED_DIR);
+                    }
+                    Err(e) => return Err(GitError::io(&abs, e)),
+                }
             }
             OnDisk::File | OnDisk::Symlink if !self.tracked.contains(path)? => {
                 return self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is");
             }
             OnDisk::File | OnDisk::Symlink => {}
         }
-        let parent = abs
-            .parent()
-            .ok_or_else(|| GitError::Other(format!("{path} has no parent")))?;
         self.counter += 1;
-        let tmp = parent.join(format!("{TEMP_PREFIX}{}-{}", self.batch, self.counter));
+        let tmp = format!("{TEMP_PREFIX}{}-{}", self.batch, self.counter);
         self.pending.push(PendingWrite {
             rel: path.to_owned(),
             tmp,
             abs,
             mode,
             id: *id,
+            was,
         });
         self.pending_paths.insert(path.to_owned());
         for (i, _) in path.match_indices('/') {
@@ -672,7 +957,7 @@ pub fn restore(
     if let Tracking::PerPath(now) = &tracking {
         now.stop_planning();
     }
-    let mut applier = Applier::new(store, tracking);
+    let mut applier = Applier::new(store, config, tracking)?;
     applier.scope = scope.clone();
     for path in deletions.iter().rev() {
         applier.delete(path)?;
@@ -1110,13 +1395,15 @@ const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this r
 /// A target whose stat data is what that track recorded (the stat cache, when it describes `base`) is as
 /// the track saw it; any other that exists is read and compared with its entry in `base` (absent there:
 /// made since).
+/// Also returns what each target looked at was then (its stat data, or none when absent): the writes and
+/// deletes leave a target that is anything else by then as it is (`Applier::as_expected`).
 fn changed_after_track(
     store: &Store,
     config: &GitStoreConfig,
     current: &TrackedNow<'_>,
     actions: &[FileAction],
     base: &ObjectId,
-) -> GitResult<HashSet<String>> {
+) -> GitResult<(HashSet<String>, Expected)> {
     // The cache is handed back to memory only when it came from there: a process that does not hold it
     // (a command that ends after its revert) leaves the file to the next track, as `teach_stat_cache` does.
     let cache_path = store.stat_cache_path();
@@ -1127,6 +1414,7 @@ fn changed_after_track(
     let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
     let mut base_tree = LazyTree::new(&store.odb, *base);
     let mut suspects: Vec<(String, Option<Entry>)> = Vec::new();
+    let mut expected = HashMap::new();
     for action in actions
         .iter()
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
@@ -1140,15 +1428,21 @@ fn changed_after_track(
         let abs = store.worktree.join(path);
         let meta = match fs::symlink_metadata(&abs) {
             Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // Made after this look, a file there would be new content: left alone, not overwritten.
+                expected.insert(path.to_owned(), None);
+                continue;
+            }
             Err(e) => return Err(GitError::io(&abs, e)),
         };
         let Some(mode) = Mode::of_file(&meta) else {
             continue;
         };
+        let stat = Stat::of(&meta, mode);
+        expected.insert(path.to_owned(), Some(stat));
         let as_recorded = recorded
             .and_then(|entries| entries.get(path))
-            .is_some_and(|entry| entry.stat == Stat::of(&meta, mode));
+            .is_some_and(|entry| entry.stat == stat);
         if !as_recorded {
             suspects.push((path.to_owned(), base_tree.get(path)?));
         }
@@ -1166,7 +1460,7 @@ fn changed_after_track(
             Ok((Some(now) != *then).then(|| path.clone()))
         },
     )?;
-    Ok(edited.into_iter().flatten().collect())
+    Ok((edited.into_iter().flatten().collect(), expected))
 }
 
 /// The end state a revert's plan predicts, and the tree built from it on another thread.
@@ -1194,9 +1488,10 @@ fn write_planned(
     }
     // From here on every parent is looked at when it is used (the disk may have changed since the plan).
     current.stop_planning();
-    let edited = changed_after_track(store, config, &current, actions, base)?;
+    let (edited, expected) = changed_after_track(store, config, &current, actions, base)?;
     journal_parents(store, entries.keys().cloned())?;
-    let mut applier = Applier::new(store, Tracking::PerPath(Box::new(current)));
+    let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
+    applier.expected = expected;
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
     // is gone before what was there comes back.
     for action in actions.iter().rev() {

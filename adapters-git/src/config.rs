@@ -21,6 +21,11 @@ pub enum ExcludesFile {
 /// read fail.)
 pub type ReadFault = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
+/// A hook for tests: called with a worktree-relative path right before rewind writes or deletes the file
+/// there, after every check, so a test can change the worktree in that moment (a directory turned into a
+/// symlink, a file created or edited) and show the change is found and left alone.
+pub type ChangeHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// The git snapshot store's configuration.
 #[derive(Clone)]
 pub struct GitStoreConfig {
@@ -39,6 +44,8 @@ pub struct GitStoreConfig {
     pub home_dir: Option<PathBuf>,
     /// Test fault injection; `None` in production.
     pub read_fault: Option<ReadFault>,
+    /// Test race injection; `None` in production.
+    pub change_hook: Option<ChangeHook>,
 }
 
 impl fmt::Debug for GitStoreConfig {
@@ -51,6 +58,7 @@ impl fmt::Debug for GitStoreConfig {
             .field("excludes_file", &self.excludes_file)
             .field("home_dir", &self.home_dir)
             .field("read_fault", &self.read_fault.is_some())
+            .field("change_hook", &self.change_hook.is_some())
             .finish()
     }
 }
@@ -66,6 +74,7 @@ impl GitStoreConfig {
             excludes_file: ExcludesFile::FromGitConfig,
             home_dir: std::env::var_os("HOME").map(PathBuf::from),
             read_fault: None,
+            change_hook: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! the stat cache, the ignore rules and the safe writes keep it exact.
 
 mod apply;
+mod beneath;
 mod config;
 mod diff;
 mod error;
@@ -22,7 +23,7 @@ mod store;
 mod track;
 mod tree;
 
-pub use config::{ExcludesFile, GitStoreConfig, ReadFault};
+pub use config::{ChangeHook, ExcludesFile, GitStoreConfig, ReadFault};
 pub use error::GitError;
 
 use std::path::{Path, PathBuf};

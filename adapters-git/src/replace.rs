@@ -54,6 +54,11 @@ pub fn preallocate(file: &impl std::os::fd::AsFd, len: u64) -> bool {
     ext4
 }
 
+/// Whether the file or directory of `fd` is on ext4.
+pub fn is_ext4_fd(fd: &impl std::os::fd::AsFd) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|fs| is_ext4(&fs))
+}
+
 /// Whether a filesystem is ext4 (ext2 and ext3 share the magic number, and are served by ext4's driver).
 fn is_ext4(fs: &rustix::fs::StatFs) -> bool {
     const EXT4_SUPER_MAGIC: u64 = 0xEF53;
@@ -92,9 +97,13 @@ struct Release {
 }
 
 impl Held {
-    /// Holds what stands at `path` now (not following a symlink), when its directory is on ext4 and the
-    /// process holds fewer than `MAX_HELD` such files; nothing otherwise (or when nothing can be opened
-    /// there).
+    /// Nothing held (nothing stood where the file was written).
+    pub fn none() -> Held {
+        Held(None)
+    }
+
+    /// Holds what stands at `path` now, asking the filesystem whether its directory is on ext4.
+    #[cfg(test)]
     pub fn at(path: &Path) -> Held {
         let ext4 = path
             .parent()
@@ -102,14 +111,14 @@ impl Held {
         Held::on_ext4(path, ext4)
     }
 
-    /// `at`, for a caller that knows whether `path`'s directory is on ext4 (a temporary file beside it was
-    /// just created there, see `preallocate`).
+    /// Holds what stands at `path` now (not following a symlink), for a caller that knows whether
+    /// `path`'s directory is on ext4 (a temporary file beside it was just created there, see
+    /// `preallocate`); see `of`.
     pub fn on_ext4(path: &Path, ext4: bool) -> Held {
         let Some(dir) = path.parent().filter(|_| ext4) else {
             return Held(None);
         };
-        if HELD.fetch_add(1, Ordering::Relaxed) >= MAX_HELD {
-            HELD.fetch_sub(1, Ordering::Relaxed);
+        if HELD.load(Ordering::Relaxed) >= MAX_HELD {
             return Held(None);
         }
         use rustix::fs::{Mode, OFlags};
@@ -118,18 +127,27 @@ impl Held {
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         ) {
-            Ok(fd) => {
-                let sync_in = rustix::fs::fstat(&fd)
-                    .ok()
-                    .filter(|st| lacks_journal(st.st_dev))
-                    .map(|st| (st.st_dev, dir.to_path_buf()));
-                Held(Some(Release { fd, sync_in }))
-            }
-            Err(_) => {
-                HELD.fetch_sub(1, Ordering::Relaxed);
-                Held(None)
-            }
+            Ok(fd) => match rustix::fs::fstat(&fd) {
+                #[allow(clippy::unnecessary_cast)]
+                Ok(st) => Held::of(fd, st.st_dev as u64, dir, true),
+                Err(_) => Held(None),
+            },
+            Err(_) => Held(None),
         }
+    }
+
+    /// Holds `fd`, a handle (`O_PATH` is enough) on a file of directory `dir` on device `dev` that is
+    /// about to be replaced or deleted, when the directory is on ext4 (`ext4`) and the process holds
+    /// fewer than `MAX_HELD` such files; otherwise the handle is closed here.
+    pub fn of(fd: OwnedFd, dev: u64, dir: &Path, ext4: bool) -> Held {
+        if !ext4 || HELD.fetch_add(1, Ordering::Relaxed) >= MAX_HELD {
+            if ext4 {
+                HELD.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Held(None);
+        }
+        let sync_in = lacks_journal(dev).then(|| (dev, dir.to_path_buf()));
+        Held(Some(Release { fd, sync_in }))
     }
 
     /// Hands the file to the background thread, which closes it (and the kernel frees it there).

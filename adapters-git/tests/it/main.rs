@@ -9,6 +9,7 @@ mod git_oracle;
 mod harness;
 mod opencode;
 mod packs;
+mod races;
 mod safety;
 mod seeding;
 mod stat_cache_io;

@@ -1,0 +1,262 @@
+//! Another program changing the worktree while a revert or restore writes it (SPEC 2.5): a directory
+//! turned into a symlink is never written through, and a file created or edited after rewind checked the
+//! path is left as it is and named as kept. The change is made from the store's race hook
+//! (`GitStoreConfig::change_hook`), called after every check and right before the write or delete, or from
+//! its read hook, called while the revert compares its targets with the snapshot it started from.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rewind_core::model::{KeptPath, RelPath, SnapshotId, SnapshotPatch};
+use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
+
+use crate::harness::{GitHarness, list_tree};
+
+/// What a hook does once, the first time it is called with its path.
+type Action = Box<dyn FnOnce(&Path) + Send>;
+
+/// The action a hook runs, once armed.
+type Armed = Arc<Mutex<Option<Action>>>;
+
+/// A harness whose race hook runs the armed action (given the worktree) the first time rewind is about to
+/// write or delete `at` after it is armed; with `on_read`, the first time rewind reads `at` (as the revert
+/// does to compare it with its snapshot).
+fn racing(at: &'static str, on_read: bool) -> (GitHarness, Armed) {
+    let armed: Armed = Arc::default();
+    let pending = Arc::clone(&armed);
+    let h = GitHarness::with_config(move |config, base| {
+        let wt = base.join("wt");
+        let run = move |path: &str| {
+            if path == at {
+                let action = pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                if let Some(action) = action {
+                    action(&wt);
+                }
+            }
+        };
+        if on_read {
+            config.read_fault = Some(Arc::new(move |path: &str| {
+                run(path);
+                false
+            }));
+        } else {
+            config.change_hook = Some(Arc::new(run));
+        }
+    });
+    (h, armed)
+}
+
+fn arm(armed: &Armed, action: Action) {
+    *armed.lock().unwrap_or_else(PoisonError::into_inner) = Some(action);
+}
+
+fn patch(hash: &SnapshotId, files: &[&str]) -> Vec<SnapshotPatch> {
+    vec![SnapshotPatch {
+        hash: hash.clone(),
+        files: files
+            .iter()
+            .map(|p| RelPath::new(*p).expect("a valid relative path"))
+            .collect(),
+    }]
+}
+
+fn kept<'a>(kept: &'a [KeptPath], path: &str) -> Option<&'a KeptPath> {
+    kept.iter().find(|k| k.path.as_str() == path)
+}
+
+fn text(content: &str) -> Option<Node> {
+    Some(Node::file(content))
+}
+
+/// A directory outside the worktree, and its listing.
+fn outside(h: &GitHarness) -> (PathBuf, std::collections::BTreeMap<String, Node>) {
+    let dir = h.base().join("outside");
+    fs::create_dir_all(&dir).expect("mkdir outside");
+    fs::write(dir.join("x.txt"), "outside, do not touch\n").expect("write outside");
+    let listing = list_tree(&dir);
+    (dir, listing)
+}
+
+/// Moves `wt/b` aside to `wt/b-moved` and puts a symlink to the sibling `outside` directory in its place.
+fn swap_b_for_a_symlink() -> Action {
+    Box::new(|wt: &Path| {
+        fs::rename(wt.join("b"), wt.join("b-moved")).expect("move b aside");
+        let outside = wt.parent().expect("the base directory").join("outside");
+        std::os::unix::fs::symlink(outside, wt.join("b")).expect("symlink b");
+    })
+}
+
+/// Puts `wt/b` back as the directory it was, so the worktree can be compared with a snapshot.
+fn unswap_b(h: &GitHarness) {
+    fs::remove_file(h.path("b")).expect("remove the symlink");
+    fs::rename(h.path("b-moved"), h.path("b")).expect("move b back");
+}
+
+#[tokio::test]
+async fn a_directory_turned_into_a_symlink_while_a_revert_writes_is_not_written_through() {
+    let (h, armed) = racing("b/x.txt", false);
+    let (outside, outside_before) = outside(&h);
+    h.write("a/1.txt", b"v1\n");
+    h.write("b/x.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("a/1.txt", b"v2\n");
+    h.write("b/x.txt", b"v2 longer\n");
+    let base = h.id().await;
+    arm(&armed, swap_b_for_a_symlink());
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["a/1.txt", "b/x.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(
+        list_tree(&outside),
+        outside_before,
+        "nothing written outside"
+    );
+    assert_eq!(h.read("a/1.txt"), text("v1\n"));
+    assert_eq!(
+        h.read("b-moved/x.txt"),
+        text("v2 longer\n"),
+        "left as it was"
+    );
+    assert!(
+        kept(&outcome.kept, "b/x.txt").is_some(),
+        "named as kept: {outcome:?}"
+    );
+    let written: Vec<&str> = outcome.written.iter().map(RelPath::as_str).collect();
+    assert_eq!(written, ["a/1.txt"]);
+    // `applied` is what the files are now: a/1.txt reverted, b/x.txt as it was.
+    unswap_b(&h);
+    assert_eq!(h.id().await, outcome.applied);
+}
+
+#[tokio::test]
+async fn a_directory_turned_into_a_symlink_while_a_restore_writes_is_not_written_through() {
+    let (h, armed) = racing("b/x.txt", false);
+    let (outside, outside_before) = outside(&h);
+    h.write("a/1.txt", b"v1\n");
+    h.write("b/x.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("a/1.txt", b"v2\n");
+    h.write("b/x.txt", b"v2 longer\n");
+    h.track().await;
+    arm(&armed, swap_b_for_a_symlink());
+    let outcome = h.port().restore(h.root(), &s, None).await.expect("restore");
+    assert_eq!(
+        list_tree(&outside),
+        outside_before,
+        "nothing written outside"
+    );
+    assert_eq!(h.read("a/1.txt"), text("v1\n"));
+    assert_eq!(h.read("b-moved/x.txt"), text("v2 longer\n"));
+    assert!(
+        kept(&outcome.kept, "b/x.txt").is_some(),
+        "named as kept: {outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_file_created_where_a_revert_creates_one_is_left_alone() {
+    let (h, armed) = racing("c.txt", false);
+    h.write("c.txt", b"v1\n");
+    h.write("other.txt", b"v1\n");
+    let s = h.id().await;
+    h.remove("c.txt");
+    h.write("other.txt", b"v2\n");
+    let base = h.id().await;
+    arm(
+        &armed,
+        Box::new(|wt: &Path| fs::write(wt.join("c.txt"), "the user's\n").expect("write c.txt")),
+    );
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["c.txt", "other.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("c.txt"), text("the user's\n"), "not overwritten");
+    assert_eq!(h.read("other.txt"), text("v1\n"));
+    assert!(kept(&outcome.kept, "c.txt").is_some(), "{outcome:?}");
+    // `applied` holds no c.txt (as `base`): the user's file is untracked by this revert.
+    fs::remove_file(h.path("c.txt")).expect("remove c.txt");
+    assert_eq!(h.id().await, outcome.applied);
+}
+
+#[tokio::test]
+async fn a_file_edited_right_before_a_revert_overwrites_it_is_left_alone() {
+    let (h, armed) = racing("e.txt", false);
+    h.write("e.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("e.txt", b"v2\n");
+    let base = h.id().await;
+    arm(
+        &armed,
+        Box::new(|wt: &Path| fs::write(wt.join("e.txt"), "edited meanwhile\n").expect("edit")),
+    );
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["e.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("e.txt"), text("edited meanwhile\n"));
+    assert!(kept(&outcome.kept, "e.txt").is_some(), "{outcome:?}");
+    assert!(outcome.written.is_empty(), "{outcome:?}");
+    assert_eq!(outcome.applied, base);
+}
+
+#[tokio::test]
+async fn a_file_edited_right_before_a_revert_deletes_it_is_left_alone() {
+    let (h, armed) = racing("d.txt", false);
+    h.write("keep.txt", b"k\n");
+    let s = h.id().await;
+    h.write("d.txt", b"made by the step\n");
+    let base = h.id().await;
+    arm(
+        &armed,
+        Box::new(|wt: &Path| fs::write(wt.join("d.txt"), "edited meanwhile\n").expect("edit")),
+    );
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["d.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("d.txt"), text("edited meanwhile\n"), "not deleted");
+    assert!(kept(&outcome.kept, "d.txt").is_some(), "{outcome:?}");
+    assert!(outcome.deleted.is_empty(), "{outcome:?}");
+    assert_eq!(outcome.applied, base);
+}
+
+/// A file made after the revert looked at an absent target (while it compared another target with its
+/// snapshot) is not overwritten, though it would count as tracked content by then.
+#[tokio::test]
+async fn a_file_made_after_the_revert_looked_is_left_alone() {
+    let (h, armed) = racing("changed.txt", true);
+    h.write("new.txt", b"v1\n");
+    h.write("changed.txt", b"v1\n");
+    let s = h.id().await;
+    h.remove("new.txt");
+    let base = h.id().await;
+    // Edited after `base`, so the revert reads it to compare (and the hook runs then).
+    h.write("changed.txt", b"v2, after the track\n");
+    arm(
+        &armed,
+        Box::new(|wt: &Path| fs::write(wt.join("new.txt"), "made meanwhile\n").expect("write")),
+    );
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["new.txt", "changed.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(
+        h.read("new.txt"),
+        text("made meanwhile\n"),
+        "not overwritten"
+    );
+    assert_eq!(h.read("changed.txt"), text("v2, after the track\n"));
+    assert!(kept(&outcome.kept, "new.txt").is_some(), "{outcome:?}");
+    assert!(kept(&outcome.kept, "changed.txt").is_some(), "{outcome:?}");
+    assert!(outcome.written.is_empty(), "{outcome:?}");
+}
