@@ -64,6 +64,11 @@ impl Rewind {
 
     /// Takes the lease on `key` with `token` for `ttl_ms`, taking it over when its holder is gone; `Busy`
     /// (naming the holder) otherwise.
+    ///
+    /// A holder that is gone may have died in the middle of a revert or unrevert, after the caller's
+    /// recovery ran: its intent record is finished first (SPEC 8: before any operation), as recovery does,
+    /// and the lease, released by that, is then taken as a free one. An intent that cannot be finished is
+    /// the error.
     pub(super) async fn acquire(
         &self,
         key: LeaseKey,
@@ -71,20 +76,51 @@ impl Rewind {
         ttl_ms: u64,
         session: Option<&SessionId>,
     ) -> Result<HeldLease> {
+        self.acquire_with(key, token, ttl_ms, session, true).await
+    }
+
+    /// `acquire` for recovery itself, which is finishing the intent: a holder that is gone is taken over
+    /// as it is.
+    pub(super) async fn acquire_recovering(
+        &self,
+        key: LeaseKey,
+        token: &LeaseToken,
+        ttl_ms: u64,
+        session: Option<&SessionId>,
+    ) -> Result<HeldLease> {
+        self.acquire_with(key, token, ttl_ms, session, false).await
+    }
+
+    async fn acquire_with(
+        &self,
+        key: LeaseKey,
+        token: &LeaseToken,
+        ttl_ms: u64,
+        session: Option<&SessionId>,
+        finish_intents: bool,
+    ) -> Result<HeldLease> {
         let lease = self.new_lease(key, token, ttl_ms);
         let current = match self.repo.take_lease(&lease, None).await? {
             LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
             LeaseTake::Held(current) => current,
         };
-        if self.is_abandoned(&current)
-            && let LeaseTake::Taken = self
-                .repo
-                .take_lease(&lease, Some(current.token.clone()))
-                .await?
-        {
-            return Ok(HeldLease::of(&lease));
+        if !self.is_abandoned(&current) {
+            return Err(busy_error(&lease.key, &current, session));
         }
-        Err(busy_error(&lease.key, &current, session))
+        let mut replacing = Some(current.token.clone());
+        if finish_intents {
+            for intent in self.repo.intents().await? {
+                if intent.token == current.token {
+                    // Recovery takes its own leases (`acquire_recovering`) and releases them when done.
+                    Box::pin(self.recover_intent(&intent)).await?;
+                    replacing = None;
+                }
+            }
+        }
+        match self.repo.take_lease(&lease, replacing).await? {
+            LeaseTake::Taken => Ok(HeldLease::of(&lease)),
+            LeaseTake::Held(holder) => Err(busy_error(&lease.key, &holder, session)),
+        }
     }
 
     /// Takes the session lease of its open `step`, to close the step: the step's lease when this process

@@ -8,7 +8,7 @@ use crate::model::{IntentRecord, LeaseKey, LeaseTake};
 use super::{RecoveryFailure, RecoveryReport, Rewind, new_token};
 
 /// What became of one intent record.
-enum Outcome {
+pub(super) enum Outcome {
     Recovered,
     InProgress,
     /// Finished by someone else, or its session is gone: nothing to do.
@@ -49,7 +49,7 @@ impl Rewind {
     }
 
     /// Finishes one intent record when its owner is gone.
-    async fn recover_intent(&self, intent: &IntentRecord) -> Result<Outcome> {
+    pub(super) async fn recover_intent(&self, intent: &IntentRecord) -> Result<Outcome> {
         let session_key = LeaseKey::Session(intent.session_id.clone());
         // The owner is gone when the session's lease is absent, or held by a process that is gone or
         // whose lease may be taken over. A live holder (the owner or an operation already recovering it)
@@ -71,7 +71,7 @@ impl Rewind {
         }
         let session_lease = super::HeldLease::of(&lease);
         let worktree_lease = match self
-            .acquire(
+            .acquire_recovering(
                 LeaseKey::Worktree(intent.directory.clone()),
                 &token,
                 self.config.operation_lease_ms,

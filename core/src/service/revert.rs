@@ -162,6 +162,7 @@ impl Rewind {
         match self
             .revert_files(
                 &session,
+                operation,
                 &messages,
                 point,
                 &patches,
@@ -175,6 +176,8 @@ impl Rewind {
                 self.store_revert(&session, operation, &intent, result)
                     .await
             }
+            // Stopped where it was: the lease's new holder finishes the intent (SPEC 8).
+            Err(error @ Error::LeaseLost(_)) => Err(error),
             Err(error) => Err(self.roll_back(&session, &intent, error).await),
         }
     }
@@ -239,11 +242,14 @@ impl Rewind {
 
     /// The revert of a session that is reverted (`current` is its pre-revert snapshot and `applied`): the
     /// current revert is undone first, scoped as unrevert, so every revert starts from the un-reverted
-    /// worktree, which is then tracked again as this revert's pre-revert state.
+    /// worktree, which is then tracked again as this revert's pre-revert state. The leases are checked
+    /// again between the undo's writes and the revert's (SPEC 8: before each batch of writes): the track
+    /// between them walks the whole worktree.
     #[allow(clippy::too_many_arguments)]
     async fn revert_files(
         &self,
         session: &Session,
+        operation: &Operation,
         messages: &[MessageWithParts],
         point: RevertPoint,
         patches: &[crate::model::SnapshotPatch],
@@ -257,6 +263,7 @@ impl Rewind {
             .undo_revert(session, previous, applied, previous_changed, &before)
             .await?;
         let snapshot = self.snapshots.track(wt).await?.id;
+        self.renew_operation(operation).await?;
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
         self.finish_revert(
             session, messages, point, snapshot, outcome, warnings, counts,

@@ -187,6 +187,45 @@ fn the_next_operation_recovers_before_it_runs() {
     })
 }
 
+/// SPEC 8, "before any operation on a session": a revert that dies after the next operation ran its
+/// recovery, while that operation waits to take its lease, is finished before the lease is taken over (the
+/// operation would otherwise run on a half-reverted worktree, and its own lease would keep recovery away).
+#[test]
+fn a_revert_that_dies_after_the_next_operations_recovery_is_finished_before_its_lease_is_taken() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        w.turn(&s.id, "one", |w| {
+            w.write("a.txt", "a1");
+            w.write("new.txt", "n1");
+        })
+        .await;
+        let assistant = w.prompt(&s.id, "two").await;
+        let dead = process(12);
+        // The step stops where it takes the session's lease, after its recovery found nothing to do.
+        let (reached, resume) = w.repo.pause_next_lease_take();
+        let beginning = w.rewind.begin_step(&s.id, &assistant);
+        let crashing = async {
+            reached.await.expect("the step takes its lease");
+            crashed_revert(&w, &s.id, &dead).await;
+            w.host.kill(&dead);
+            resume.send(()).expect("resume the step");
+        };
+        let (begun, ()) = futures::future::join(beginning, crashing).await;
+        begun.expect("the step begins once the interrupted revert is finished");
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["a1", "n1"],
+            "the half-done revert is put back"
+        );
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert!(session.step.is_some(), "the step is open");
+        assert!(session.revert.is_none());
+    })
+}
+
 #[test]
 fn a_killed_process_leaves_a_step_that_the_next_command_aborts() {
     block_on(async {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use mockall::Sequence;
 use mockall::predicate::always;
 use rewind_core::model::{
-    EventPayload, Holder, HolderKind, Lease, LeaseKey, LeaseToken, MessageWithParts, OpenStep,
-    PartBody, ProcessIdentity, RelPath, RestoreOutcome, RevertDescriptor, RevertDiffs,
+    EventPayload, Holder, HolderKind, Lease, LeaseKey, LeaseTake, LeaseToken, MessageWithParts,
+    OpenStep, PartBody, ProcessIdentity, RelPath, RestoreOutcome, RevertDescriptor, RevertDiffs,
     RevertOutcome, Session, SessionTime, SnapshotId, Tokens, TrackOutcome,
 };
 use rewind_core::ports::MockSnapshotPort;
@@ -443,6 +443,74 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
         "the undo publishes no session.updated of its own"
     );
     assert!(block_on(f.repo.intents()).expect("intents").is_empty());
+}
+
+/// SPEC 8, "check it before each batch of writes": a second revert checks its leases again between
+/// undoing the first revert and writing its own files (the track between them can be long). One taken over
+/// meanwhile stops it there, the revert's writes never made and its intent left to the lease's new holder.
+#[test]
+fn a_second_revert_that_lost_its_lease_after_the_undo_writes_nothing_more() {
+    let f = fixture(Some((sid(10), sid(11))), None);
+    let mut snapshots = MockSnapshotPort::new();
+    let mut seq = Sequence::new();
+    snapshots
+        .expect_track()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| tracked(11));
+    snapshots
+        .expect_changed_between()
+        .withf(|_, from, to| from == &sid(10) && to == &sid(11))
+        .times(1)
+        .returning(|_, _, _| Ok(vec![rel("b.txt")]));
+    snapshots
+        .expect_restore()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| {
+            Ok(RestoreOutcome {
+                written: vec![rel("b.txt")],
+                ..Default::default()
+            })
+        });
+    // While the worktree is tracked again, past half the lease's time, another owner takes the session.
+    let (repo, host) = (f.repo.clone(), f.host.clone());
+    let key = LeaseKey::Session(f.session.id.clone());
+    snapshots
+        .expect_track()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(move |_| {
+            host.advance(ServiceConfig::default().operation_lease_ms);
+            let (repo, key) = (repo.clone(), key.clone());
+            std::thread::spawn(move || {
+                block_on(async {
+                    let held = repo.lease(&key).await.expect("read").expect("held");
+                    let thief = Lease {
+                        key,
+                        token: LeaseToken("tok_thief".to_owned()),
+                        holder: held.holder.clone(),
+                        expires_at: u64::MAX,
+                    };
+                    let taken = repo.take_lease(&thief, Some(held.token)).await;
+                    assert!(matches!(taken, Ok(LeaseTake::Taken)), "{taken:?}");
+                });
+            })
+            .join()
+            .expect("the lease taken");
+            tracked(10)
+        });
+    snapshots.expect_revert().times(0);
+    snapshots.expect_restore().times(0);
+    let rewind = f.rewind(snapshots);
+    let target = RevertTarget {
+        message_id: f.messages[0].info.id.clone(),
+        part_id: None,
+    };
+    let result = block_on(rewind.revert(&f.session.id, target));
+    assert!(matches!(result, Err(Error::LeaseLost(_))), "{result:?}");
+    let intents = block_on(f.repo.intents()).expect("intents");
+    assert_eq!(intents.len(), 1, "left for the lease's new holder");
 }
 
 #[test]
