@@ -918,21 +918,44 @@ fn in_scope(path: &str, scope: &Option<Vec<String>>) -> bool {
     }
 }
 
-/// Makes the tracked content (or the paths in `scope`) equal snapshot `to`.
+/// Why `restore` with `since` leaves a path alone.
+const CHANGED_SINCE: &str = "it changed after the snapshot this restore started from (by someone else), so \
+                             its content is in no snapshot; it is left as it is";
+
+/// Makes the tracked content (or the paths in `scope`) equal snapshot `to`. With `since` (a snapshot the
+/// caller took just before), a path in scope whose tracked content differs from `since` now is left as it
+/// is and kept (`CHANGED_SINCE`).
 pub fn restore(
     store: &Store,
     config: &GitStoreConfig,
     to: &ObjectId,
     scope: Option<Vec<String>>,
+    since: Option<&ObjectId>,
 ) -> GitResult<RestoreOutcome> {
     let mut target = LazyTree::new(&store.odb, *to);
-    let (changes, tracking) = match &scope {
-        Some(paths) => match changes_at_paths(store, config, &mut target, paths)? {
+    let mut since_tree = since.map(|since| LazyTree::new(&store.odb, *since));
+    let mut expected = Expected::new();
+    let mut changed_since = BTreeSet::new();
+    let (mut changes, tracking) = match &scope {
+        Some(paths) => match changes_at_paths(
+            store,
+            config,
+            &mut target,
+            paths,
+            (since_tree.as_mut(), &mut changed_since),
+            &mut expected,
+        )? {
             Some((changes, now)) => (changes, Tracking::PerPath(Box::new(now))),
-            None => whole_tree_changes(store, config, to)?,
+            None => {
+                changed_since.clear();
+                expected.clear();
+                whole_tree_changes(store, config, to, since, &mut changed_since)?
+            }
         },
-        None => whole_tree_changes(store, config, to)?,
+        None => whole_tree_changes(store, config, to, since, &mut changed_since)?,
     };
+    changed_since.retain(|path| in_scope(path, &scope));
+    changes.retain(|(path, _, _)| !changed_since.contains(path));
     let deletions: Vec<String> = changes
         .iter()
         .filter(|(p, now, then)| in_scope(p, &scope) && now.is_some() && then.is_none())
@@ -959,6 +982,10 @@ pub fn restore(
     }
     let mut applier = Applier::new(store, config, tracking)?;
     applier.scope = scope.clone();
+    applier.expected = expected;
+    for path in &changed_since {
+        applier.keep(path, CHANGED_SINCE)?;
+    }
     for path in deletions.iter().rev() {
         applier.delete(path)?;
     }
@@ -971,7 +998,8 @@ pub fn restore(
     // Paths named in the scope that are untracked now and absent from the target stay as they are.
     if let Some(paths) = &scope {
         for path in paths {
-            let untracked_here = !target.holds(path)?
+            let untracked_here = !changed_since.contains(path)
+                && !target.holds(path)?
                 && !deletions
                     .iter()
                     .any(|p| in_scope(p, &Some(vec![path.clone()])))
@@ -993,13 +1021,23 @@ pub fn restore(
 }
 
 /// The changes a whole restore to `to` makes: the worktree is tracked, and only the sub-trees that differ
-/// between its snapshot and `to` are read.
+/// between its snapshot and `to` are read. With `since`, the paths that differ between `since` and the
+/// worktree now are added to `changed_since`.
 fn whole_tree_changes<'a>(
     store: &'a Store,
     config: &GitStoreConfig,
     to: &ObjectId,
+    since: Option<&ObjectId>,
+    changed_since: &mut BTreeSet<String>,
 ) -> GitResult<(Vec<TreeChange>, Tracking<'a>)> {
     let current = track(store, config)?.id;
+    if let Some(since) = since {
+        changed_since.extend(
+            diff_trees(&store.odb, since, &current)?
+                .into_iter()
+                .map(|(path, _, _)| path),
+        );
+    }
     let changes = diff_trees(&store.odb, &current, to)?;
     let tracking = Tracking::Snapshot(
         RefCell::new(LazyTree::new(&store.odb, current)),
@@ -1011,11 +1049,15 @@ fn whole_tree_changes<'a>(
 /// The changes a restore of the given `paths` to `target` makes, found without walking the worktree: each
 /// path's tracked content now (looked at and hashed alone) against its entry in `target`. None when a path
 /// is a directory in `target` or on disk: what lies below it is then found by the whole-tree comparison.
+/// With a `since` tree, a path whose content now differs from its entry there goes to `changed_since`
+/// instead. What each path was when looked at goes to `expected` (see `Applier::as_expected`).
 fn changes_at_paths<'a>(
     store: &'a Store,
     config: &GitStoreConfig,
     target: &mut LazyTree<'_>,
     paths: &[String],
+    (mut since, changed_since): (Option<&mut LazyTree<'_>>, &mut BTreeSet<String>),
+    expected: &mut Expected,
 ) -> GitResult<Option<(Vec<TreeChange>, TrackedNow<'a>)>> {
     let now = TrackedNow::new(store, config)?;
     let mut changes = Vec::new();
@@ -1027,13 +1069,28 @@ fn changes_at_paths<'a>(
         }
         let abs = store.worktree.join(path);
         let current = if now.contains(path)? {
+            // Looked at before it is read: an edit during the read shows in its stat data.
+            let (_, stat) = look(&abs)?;
+            expected.insert(path.clone(), stat);
             Some(entry_on_disk(config, &abs, path)?)
         } else {
-            if parents_are_real_dirs(&now, path)? && on_disk(&abs)? == OnDisk::Dir {
-                return Ok(None);
+            if parents_are_real_dirs(&now, path)? {
+                match look(&abs)? {
+                    (OnDisk::Dir, _) => return Ok(None),
+                    (OnDisk::Absent, _) => {
+                        expected.insert(path.clone(), None);
+                    }
+                    _ => {}
+                }
             }
             None
         };
+        if let Some(since) = since.as_deref_mut()
+            && since.get(path)? != current
+        {
+            changed_since.insert(path.clone());
+            continue;
+        }
         if current != then {
             changes.push((path.clone(), current, then));
         }

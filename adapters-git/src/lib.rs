@@ -249,7 +249,22 @@ impl SnapshotPort for GitSnapshotStore {
         let to = object_id(to)?;
         let scope = paths.map(|paths| paths.into_iter().map(String::from).collect());
         self.with_store(worktree, move |store, config| {
-            apply::restore(store, config, &to, scope)
+            apply::restore(store, config, &to, scope, None)
+        })
+        .await
+    }
+
+    async fn restore_since(
+        &self,
+        worktree: &Path,
+        to: &SnapshotId,
+        paths: Vec<RelPath>,
+        since: &SnapshotId,
+    ) -> Result<RestoreOutcome> {
+        let (to, since) = (object_id(to)?, object_id(since)?);
+        let scope = paths.into_iter().map(String::from).collect();
+        self.with_store(worktree, move |store, config| {
+            apply::restore(store, config, &to, Some(scope), Some(&since))
         })
         .await
     }

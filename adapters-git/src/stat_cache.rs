@@ -1004,7 +1004,7 @@ mod tests {
         consistent(first);
 
         let scope = vec!["d0/f0.txt".to_owned(), "d1/f1.txt".to_owned()];
-        crate::apply::restore(&store, &config, &second, Some(scope)).expect("restore paths");
+        crate::apply::restore(&store, &config, &second, Some(scope), None).expect("restore paths");
         let expected = crate::tree::edit(
             &store.odb,
             &first,

@@ -37,6 +37,8 @@ use crate::model::{
 /// - `restore` MUST make the tracked content (or the given paths) equal `to`, MUST NOT touch a path that is
 ///   already equal, and MUST NOT overwrite or delete anything that is not tracked content (ignored or
 ///   skipped files are left alone and reported as kept).
+/// - `restore_since` MUST act as `restore` of its paths, except that a path whose tracked content (or
+///   absence) now differs from snapshot `since` MUST be left as it is and reported as kept.
 /// - `plan` MUST NOT change anything. For every file named in the patches the first patch naming it wins.
 /// - `revert` MUST check that every tree and blob it needs exists before touching any file; a missing one is
 ///   `Error::MissingObject` and no file is touched. It MUST delete a file only when it is tracked content now
@@ -84,6 +86,17 @@ pub trait SnapshotPort: Send + Sync {
         worktree: &Path,
         to: &SnapshotId,
         paths: Option<Vec<RelPath>>,
+    ) -> Result<RestoreOutcome>;
+    /// `restore` of `paths`, each only while its tracked content is still what snapshot `since` holds (a
+    /// snapshot the caller took just before): a path that differs from `since` now was changed since by
+    /// someone else, and is left as it is and reported as kept, so no content that is in no snapshot is
+    /// overwritten or deleted.
+    async fn restore_since(
+        &self,
+        worktree: &Path,
+        to: &SnapshotId,
+        paths: Vec<RelPath>,
+        since: &SnapshotId,
     ) -> Result<RestoreOutcome>;
     /// What `revert` would do, changing nothing.
     async fn plan(&self, worktree: &Path, patches: &[SnapshotPatch]) -> Result<Vec<FileAction>>;

@@ -516,7 +516,12 @@ impl Rewind {
                 files: edited.iter().map(|p| p.to_absolute(directory)).collect(),
             });
         }
-        let outcome = self.snapshots.restore(wt, snapshot, Some(changed)).await?;
+        // Only while each file is as `current` holds it: one changed since (by someone else) is left as it
+        // is, since its content is in no snapshot.
+        let outcome = self
+            .snapshots
+            .restore_since(wt, snapshot, changed, current)
+            .await?;
         let counts = FileCounts {
             written: outcome.written.len(),
             deleted: outcome.deleted.len(),
@@ -527,7 +532,8 @@ impl Rewind {
                 time: self.now(),
                 message: format!(
                     "{} file(s) were left as they are: they are not tracked content now (ignored or over the size \
-                     cap), so rewind did not overwrite them",
+                     cap), or they changed while rewind was putting them back (their content is in no snapshot), \
+                     so rewind did not overwrite them",
                     outcome.kept.len()
                 ),
                 snapshot: None,
@@ -845,14 +851,29 @@ impl Rewind {
             if let Err(error @ Error::LeaseLost(_)) = recorded {
                 return Err(error);
             }
-            self.snapshots
-                .restore(wt, &intent.before, Some(changed.clone()))
+            // A file changed after the capture (by someone else) is left as it is: its content is in no
+            // snapshot.
+            let outcome = self
+                .snapshots
+                .restore_since(wt, &intent.before, changed.clone(), &capture)
                 .await?;
+            let left = match outcome.kept.len() {
+                0 => String::new(),
+                n => format!(
+                    " ({n} of them changed meanwhile, or are not tracked content now, and were left as they are: {})",
+                    outcome
+                        .kept
+                        .iter()
+                        .map(|k| k.path.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
             let warning = Warning {
                 time: self.now(),
                 message: format!(
-                    "{why}. Its files were put back to their state before it; their state at that moment is kept in \
-                     snapshot {capture}"
+                    "{why}. Its files were put back to their state before it{left}; their state at that moment is \
+                     kept in snapshot {capture}"
                 ),
                 snapshot: Some(capture),
                 files: changed

@@ -44,6 +44,10 @@ const CONTEXT_LINES: usize = 3;
 const NOT_TRACKED_NOW: &str =
     "exists but is not tracked content now (ignored or over the size cap), so it is left as it is";
 
+/// Why `restore_since` leaves a path alone.
+const CHANGED_SINCE: &str = "it changed after the snapshot this restore started from (by someone else), so \
+                             its content is in no snapshot; it is left as it is";
+
 /// One entry of a worktree or a tree: a regular file or a symlink. Directories are implicit.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Node {
@@ -1102,6 +1106,68 @@ impl MemSnapshotStore {
         Ok((store.tree(from)?.clone(), store.tree(to)?.clone()))
     }
 
+    /// `restore_now` of `paths`, leaving the files that differ from `since` now (within `paths`) as they
+    /// are: the others are named one by one (a named directory holding a changed file is replaced by its
+    /// files).
+    fn restore_since_now(
+        &self,
+        worktree: &Path,
+        to: &SnapshotId,
+        paths: Vec<RelPath>,
+        since: &SnapshotId,
+    ) -> Result<RestoreOutcome> {
+        Self::check_worktree(worktree)?;
+        let (changed, candidates) = {
+            let mut stores = lock(&self.stores);
+            let store = stores.entry(worktree.to_path_buf()).or_default();
+            let then = store.tree(since)?;
+            let target = store.tree(to)?;
+            let nodes = self.fs.worktree(worktree)?.nodes;
+            let (tracked, _) = tracked_content(&nodes, store.previous(), self.config.size_cap);
+            let under = |path: &str, named: &str| {
+                path == named
+                    || path
+                        .strip_prefix(named)
+                        .is_some_and(|rest| rest.starts_with('/'))
+            };
+            let in_scope = |path: &str| paths.iter().any(|p| under(path, p.as_str()));
+            let changed: BTreeSet<String> = tracked
+                .keys()
+                .chain(then.keys())
+                .filter(|path| in_scope(path) && tracked.get(*path) != then.get(*path))
+                .cloned()
+                .collect();
+            let candidates: BTreeSet<String> = tracked
+                .keys()
+                .chain(target.keys())
+                .filter(|path| in_scope(path))
+                .cloned()
+                .chain(paths.iter().map(|p| p.as_str().to_owned()))
+                .collect();
+            (changed, candidates)
+        };
+        let scope = candidates
+            .into_iter()
+            .filter(|path| {
+                !changed.iter().any(|c| {
+                    c == path
+                        || c.strip_prefix(path.as_str())
+                            .is_some_and(|rest| rest.starts_with('/'))
+                })
+            })
+            .map(RelPath::new)
+            .collect::<Result<Vec<_>>>()?;
+        let mut outcome = self.restore_now(worktree, to, Some(scope))?;
+        for path in changed {
+            outcome.kept.push(KeptPath {
+                path: RelPath::new(path)?,
+                reason: CHANGED_SINCE.to_owned(),
+            });
+        }
+        outcome.kept.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(outcome)
+    }
+
     fn restore_now(
         &self,
         worktree: &Path,
@@ -1422,6 +1488,16 @@ impl SnapshotPort for MemSnapshotStore {
         paths: Option<Vec<RelPath>>,
     ) -> Result<RestoreOutcome> {
         self.restore_now(worktree, to, paths)
+    }
+
+    async fn restore_since(
+        &self,
+        worktree: &Path,
+        to: &SnapshotId,
+        paths: Vec<RelPath>,
+        since: &SnapshotId,
+    ) -> Result<RestoreOutcome> {
+        self.restore_since_now(worktree, to, paths, since)
     }
 
     async fn plan(&self, worktree: &Path, patches: &[SnapshotPatch]) -> Result<Vec<FileAction>> {

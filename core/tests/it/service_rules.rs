@@ -371,11 +371,13 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
         .withf(|_, from, to| from == to)
         .times(0);
     snapshots
-        .expect_restore()
-        .withf(|_, to, paths| to == &sid(10) && paths.as_deref() == Some(&[rel("b.txt")][..]))
+        .expect_restore_since()
+        .withf(|_, to, paths, since| {
+            to == &sid(10) && paths.as_slice() == [rel("b.txt")] && since == &sid(11)
+        })
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| {
+        .returning(|_, _, _, _| {
             Ok(RestoreOutcome {
                 written: vec![rel("b.txt")],
                 ..Default::default()
@@ -464,10 +466,10 @@ fn a_second_revert_that_lost_its_lease_after_the_undo_writes_nothing_more() {
         .times(1)
         .returning(|_, _, _| Ok(vec![rel("b.txt")]));
     snapshots
-        .expect_restore()
+        .expect_restore_since()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| {
+        .returning(|_, _, _, _| {
             Ok(RestoreOutcome {
                 written: vec![rel("b.txt")],
                 ..Default::default()
@@ -501,7 +503,7 @@ fn a_second_revert_that_lost_its_lease_after_the_undo_writes_nothing_more() {
             tracked(10)
         });
     snapshots.expect_revert().times(0);
-    snapshots.expect_restore().times(0);
+    snapshots.expect_restore_since().times(0);
     let rewind = f.rewind(snapshots);
     let target = RevertTarget {
         message_id: f.messages[0].info.id.clone(),
@@ -535,15 +537,16 @@ fn unrevert_restores_exactly_the_files_the_revert_changed() {
         .in_sequence(&mut seq)
         .returning(|_, _, _| Ok(vec![rel("unrelated.txt")]));
     snapshots
-        .expect_restore()
+        .expect_restore_since()
         .with(
             always(),
             mockall::predicate::eq(sid(10)),
-            mockall::predicate::eq(Some(vec![rel("a.txt"), rel("dir/b.txt")])),
+            mockall::predicate::eq(vec![rel("a.txt"), rel("dir/b.txt")]),
+            mockall::predicate::eq(sid(12)),
         )
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Ok(RestoreOutcome::default()));
+        .returning(|_, _, _, _| Ok(RestoreOutcome::default()));
     let rewind = f.rewind(snapshots);
     let before = f.last_seq();
     let session = block_on(rewind.unrevert(&f.session.id)).expect("unrevert");
@@ -606,15 +609,16 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
         .in_sequence(&mut seq)
         .returning(|_, _, _| Ok(vec![rel("a.txt"), rel("b.txt")]));
     snapshots
-        .expect_restore()
+        .expect_restore_since()
         .with(
             always(),
             mockall::predicate::eq(sid(20)),
-            mockall::predicate::eq(Some(vec![rel("a.txt"), rel("b.txt")])),
+            mockall::predicate::eq(vec![rel("a.txt"), rel("b.txt")]),
+            mockall::predicate::eq(sid(22)),
         )
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Ok(RestoreOutcome::default()));
+        .returning(|_, _, _, _| Ok(RestoreOutcome::default()));
     let rewind = f.rewind(snapshots);
     let before = f.last_seq();
     let target = RevertTarget {
@@ -675,7 +679,7 @@ fn a_revert_whose_intent_cannot_be_stored_touches_no_file() {
             *seen.lock().expect("lock") = Some(ready.try_recv());
             Err(rewind_core::ports::called_off())
         });
-    snapshots.expect_restore().times(0);
+    snapshots.expect_restore_since().times(0);
     snapshots.expect_revert().times(0);
     let rewind = f.rewind(snapshots);
     let before = f.last_seq();

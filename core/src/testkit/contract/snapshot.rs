@@ -142,6 +142,7 @@ macro_rules! snapshot_contract_tests {
             revert_when_touches_nothing_without_its_go_ahead,
             restore_of_given_paths_touches_nothing_else,
             restore_never_touches_ignored_files,
+            restore_since_leaves_what_changed_since_alone,
             restore_brings_back_symlinks_and_modes,
             revert_applies_first_patch_wins,
             revert_deletes_only_what_did_not_exist,
@@ -745,6 +746,66 @@ pub async fn restore_of_given_paths_touches_nothing_else(h: &dyn WorktreeHarness
     assert_eq!(whole.written, rels(&["b.txt"]));
     assert!(whole.deleted.is_empty());
     assert_eq!(track(h).await.id, snapshot);
+}
+
+/// `restore_since` puts back only the paths still as `since` holds them: a file edited, made or deleted
+/// after `since` is left as it is and reported as kept, the others are restored as `restore` would. A named
+/// directory holding a changed file keeps that file and restores the rest.
+pub async fn restore_since_leaves_what_changed_since_alone(h: &dyn WorktreeHarness) {
+    h.write("a.txt", b"a1\n");
+    h.write("b.txt", b"b1\n");
+    h.write("dir/c.txt", b"c1\n");
+    h.write("dir/d.txt", b"d1\n");
+    let to = track(h).await.id;
+    h.write("a.txt", b"a2\n");
+    h.write("b.txt", b"b2\n");
+    h.write("dir/c.txt", b"c2\n");
+    h.write("dir/d.txt", b"d2\n");
+    h.write("e.txt", b"e2\n");
+    let since = track(h).await.id;
+    h.write("b.txt", b"b3, edited after\n");
+    h.write("dir/d.txt", b"d3, edited after\n");
+    h.write("new.txt", b"made after\n");
+    h.remove("e.txt");
+
+    let outcome = h
+        .port()
+        .restore_since(
+            h.root(),
+            &to,
+            rels(&["a.txt", "b.txt", "dir", "e.txt", "new.txt"]),
+            &since,
+        )
+        .await
+        .expect("restore_since");
+    assert_eq!(h.read("a.txt"), text("a1\n"));
+    assert_eq!(h.read("dir/c.txt"), text("c1\n"));
+    assert_eq!(h.read("b.txt"), text("b3, edited after\n"));
+    assert_eq!(h.read("dir/d.txt"), text("d3, edited after\n"));
+    assert_eq!(h.read("new.txt"), text("made after\n"));
+    assert_eq!(h.read("e.txt"), None);
+    let mut kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
+    kept.sort_unstable();
+    assert_eq!(
+        kept,
+        ["b.txt", "dir/d.txt", "e.txt", "new.txt"],
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.written, rels(&["a.txt", "dir/c.txt"]));
+    assert!(outcome.deleted.is_empty(), "{outcome:?}");
+
+    // Nothing changed since `since`: as `restore` of the paths.
+    let since = track(h).await.id;
+    let outcome = h
+        .port()
+        .restore_since(h.root(), &to, rels(&["b.txt", "new.txt"]), &since)
+        .await
+        .expect("restore_since");
+    assert!(outcome.kept.is_empty(), "{outcome:?}");
+    assert_eq!(outcome.written, rels(&["b.txt"]));
+    assert_eq!(outcome.deleted, rels(&["new.txt"]));
+    assert_eq!(h.read("b.txt"), text("b1\n"));
+    assert_eq!(h.read("new.txt"), None);
 }
 
 /// Restore never overwrites or deletes a file that is not tracked content now, and reports it as kept.
