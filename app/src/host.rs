@@ -21,6 +21,7 @@ impl SystemHost {
                 host: host_name(),
                 pid,
                 start_time: process_start_time(pid).unwrap_or(0),
+                boot: boot_id(),
             },
         }
     }
@@ -49,12 +50,26 @@ impl HostPort for SystemHost {
             // Another host's process table cannot be read: it is alive until its lease expires.
             return true;
         }
+        // A process of an earlier boot is gone, whatever runs under its pid now.
+        if let (Some(then), Some(now)) = (&process.boot, &self.me.boot)
+            && then != now
+        {
+            return false;
+        }
         match read_stat(process.pid) {
             // A zombie has exited; only its parent has not collected it yet.
             Some(stat) => stat.state != 'Z' && stat.start_time == process.start_time,
             None => false,
         }
     }
+}
+
+/// This boot of the host (`/proc/sys/kernel/random/boot_id`), when the kernel tells.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|id| id.trim().to_owned())
+        .filter(|id| !id.is_empty())
 }
 
 /// The host's name (`/proc/sys/kernel/hostname`, else `HOSTNAME`, else `localhost`).
@@ -108,6 +123,19 @@ mod tests {
             ..me.clone()
         };
         assert!(!host.is_alive(&reused));
+        // This very pid and start time, in an earlier boot: gone (it only looks like this process).
+        assert!(me.boot.is_some(), "Linux tells the boot id");
+        let earlier_boot = ProcessIdentity {
+            boot: Some("00000000-0000-0000-0000-000000000000".to_owned()),
+            ..me.clone()
+        };
+        assert!(!host.is_alive(&earlier_boot));
+        // A lease written before boot ids were recorded is judged by pid and start time.
+        let unknown_boot = ProcessIdentity {
+            boot: None,
+            ..me.clone()
+        };
+        assert!(host.is_alive(&unknown_boot));
         let elsewhere = ProcessIdentity {
             host: format!("{}-elsewhere", me.host),
             pid: u32::MAX,
@@ -124,6 +152,7 @@ mod tests {
             host: host_name(),
             pid: child.id(),
             start_time: process_start_time(child.id()).unwrap_or(0),
+            boot: None,
         };
         child.wait()?;
         assert!(!host.is_alive(&identity));

@@ -452,6 +452,7 @@ pub fn holder(pid: u32) -> Holder {
             host: "test-host".to_owned(),
             pid,
             start_time: 7,
+            boot: None,
         },
     }
 }

@@ -43,6 +43,11 @@ pub struct ProcessIdentity {
     pub pid: u32,
     /// The process start time (clock ticks since boot on Linux), so a reused pid is told apart.
     pub start_time: u64,
+    /// The boot the process ran in (Linux's `/proc/sys/kernel/random/boot_id`), when known: after a
+    /// restart of the host, a pid and a start time can come back, a boot id does not. Absent in leases
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
 }
 
 /// Whose a lease is: a process working for itself (the command line, embedded use) or a server working for

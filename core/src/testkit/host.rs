@@ -27,6 +27,7 @@ impl FakeHost {
                 host: "test-host".to_owned(),
                 pid: 1000,
                 start_time: 1,
+                boot: None,
             }),
             dead: Mutex::new(HashSet::new()),
         }

@@ -20,6 +20,7 @@ fn lease(host: &str, kind: HolderKind, expires_at: u64) -> Lease {
                 host: host.to_owned(),
                 pid: 42,
                 start_time: 7,
+                boot: None,
             },
         },
         expires_at,
@@ -124,4 +125,20 @@ fn liveness_is_asked_only_about_this_hosts_processes() {
     // Another host's process cannot be checked from here: its liveness answer must not matter.
     let other = lease("there", HolderKind::Process, NOW + 1);
     assert!(!may_take_over(&other, NOW, "here", |_| false));
+}
+
+/// Holders are stored as JSON: one written before boot ids were recorded reads back without one, and is
+/// written back the same.
+#[test]
+fn a_holder_stored_before_boot_ids_reads_without_one() {
+    let old = r#"{"host":"h","pid":4,"startTime":9}"#;
+    let process: ProcessIdentity = serde_json::from_str(old).expect("decodes");
+    assert_eq!(process.boot, None);
+    assert_eq!(serde_json::to_string(&process).expect("encodes"), old);
+    let with_boot = ProcessIdentity {
+        boot: Some("b00t".to_owned()),
+        ..process
+    };
+    let json = serde_json::to_string(&with_boot).expect("encodes");
+    assert_eq!(json, r#"{"host":"h","pid":4,"startTime":9,"boot":"b00t"}"#);
 }

@@ -17,6 +17,7 @@ fn process(pid: u32) -> ProcessIdentity {
         host: "test-host".to_owned(),
         pid,
         start_time: 99,
+        boot: None,
     }
 }
 

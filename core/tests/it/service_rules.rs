@@ -170,6 +170,7 @@ fn with_step(live: bool) -> Fixture {
         host: "test-host".to_owned(),
         pid: 4242,
         start_time: 7,
+        boot: None,
     };
     let step = base.open_step(owner.clone());
     if !live {
@@ -236,6 +237,7 @@ fn a_worktree_held_by_a_live_operation_makes_revert_busy_and_takes_nothing() {
         host: "test-host".to_owned(),
         pid: 5151,
         start_time: 3,
+        boot: None,
     };
     let token = worktree_held_by(&f, &owner);
     // No expectation is set: any snapshot call fails the test.
@@ -273,6 +275,7 @@ fn a_worktree_held_by_a_dead_operation_is_taken_over() {
         host: "test-host".to_owned(),
         pid: 5252,
         start_time: 3,
+        boot: None,
     };
     worktree_held_by(&f, &owner);
     f.host.kill(&owner);

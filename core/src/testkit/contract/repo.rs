@@ -243,6 +243,7 @@ fn holder(pid: u32) -> Holder {
             host: "contract-host".to_owned(),
             pid,
             start_time: 77,
+            boot: None,
         },
     }
 }
