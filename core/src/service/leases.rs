@@ -99,7 +99,7 @@ impl Rewind {
         session: Option<&SessionId>,
         finish_intents: bool,
     ) -> Result<HeldLease> {
-        let lease = self.new_lease(key, token, ttl_ms);
+        let lease = self.new_lease(key.clone(), token, ttl_ms);
         let current = match self.repo.take_lease(&lease, None).await? {
             LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
             LeaseTake::Held(current) => current,
@@ -112,11 +112,21 @@ impl Rewind {
             for intent in self.repo.intents().await? {
                 if intent.token == current.token {
                     // Recovery takes its own leases (`acquire_recovering`) and releases them when done.
-                    Box::pin(self.recover_intent(&intent)).await?;
-                    replacing = None;
+                    match Box::pin(self.recover_intent(&intent)).await? {
+                        super::recovery::Outcome::Recovered | super::recovery::Outcome::Gone => {
+                            replacing = None;
+                        }
+                        // Another operation holds the session or the worktree (and finishes the intent
+                        // before it runs): the holder's work is not done, so its lease is not taken.
+                        super::recovery::Outcome::InProgress => {
+                            return Err(busy_error(&lease.key, &current, session));
+                        }
+                    }
                 }
             }
         }
+        // Recovery can take a while (a track and a restore): the lease counts from now.
+        let lease = self.new_lease(key, token, ttl_ms);
         match self.repo.take_lease(&lease, replacing).await? {
             LeaseTake::Taken => Ok(HeldLease::of(&lease)),
             LeaseTake::Held(holder) => Err(busy_error(&lease.key, &holder, session)),

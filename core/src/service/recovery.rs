@@ -64,12 +64,23 @@ impl Rewind {
         let lease = self.new_lease(session_key, &token, self.config.operation_lease_ms);
         if let LeaseTake::Held(_) = self
             .repo
-            .take_lease(&lease, current.map(|c| c.token))
+            .take_lease(&lease, current.as_ref().map(|c| c.token.clone()))
             .await?
         {
             return Ok(Outcome::InProgress);
         }
         let session_lease = super::HeldLease::of(&lease);
+        // Given up (the worktree is busy): the session's lease goes back to the gone holder, not free, so
+        // no other operation takes the session while the intent waits (an operation that finds that lease
+        // tries this recovery again first, see `acquire`).
+        let give_back = |session_lease: super::HeldLease| async move {
+            match &current {
+                Some(gone) => {
+                    let _ = self.repo.take_lease(gone, Some(session_lease.token)).await;
+                }
+                None => self.release(&session_lease).await,
+            }
+        };
         let worktree_lease = match self
             .acquire_recovering(
                 LeaseKey::Worktree(intent.directory.clone()),
@@ -82,11 +93,11 @@ impl Rewind {
             Ok(lease) => lease,
             // Another operation holds the worktree: it runs recovery for it first.
             Err(Error::Busy { .. }) => {
-                self.release(&session_lease).await;
+                give_back(session_lease).await;
                 return Ok(Outcome::InProgress);
             }
             Err(error) => {
-                self.release(&session_lease).await;
+                give_back(session_lease).await;
                 return Err(error);
             }
         };

@@ -227,6 +227,50 @@ fn a_revert_that_dies_after_the_next_operations_recovery_is_finished_before_its_
     })
 }
 
+/// A gone holder's lease is not taken over while its intent cannot be finished yet (another live
+/// operation holds the worktree): the operation is busy, and the half-done files wait for recovery.
+#[test]
+fn a_gone_holders_lease_is_not_taken_while_its_intent_waits_for_the_worktree() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        w.turn(&s.id, "one", |w| {
+            w.write("a.txt", "a1");
+            w.write("new.txt", "n1");
+        })
+        .await;
+        let assistant = w.prompt(&s.id, "two").await;
+        let dead = process(13);
+        let token = crashed_revert(&w, &s.id, &dead).await;
+        w.host.kill(&dead);
+        // A live process of this host holds the worktree now.
+        let live = Lease {
+            key: LeaseKey::Worktree(ROOT.to_owned()),
+            token: LeaseToken("tok_live".to_owned()),
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: w.host.this_process(),
+            },
+            expires_at: u64::MAX,
+        };
+        w.repo
+            .take_lease(&live, Some(token))
+            .await
+            .expect("the worktree's lease");
+        let begun = w.rewind.begin_step(&s.id, &assistant).await;
+        assert!(matches!(begun, Err(Error::Busy { .. })), "{begun:?}");
+        // Deleting the session takes only its lease: taken, it would delete the intent with the session,
+        // and the half-done files would never be put back.
+        let deleted = w.rewind.delete_session(&s.id).await;
+        assert!(matches!(deleted, Err(Error::Busy { .. })), "{deleted:?}");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["half reverted", "-"]);
+        assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert!(session.step.is_none());
+    })
+}
+
 #[test]
 fn a_killed_process_leaves_a_step_that_the_next_command_aborts() {
     block_on(async {
