@@ -291,6 +291,9 @@ struct Applier<'a> {
     /// none when absent). A target found otherwise when it is written or deleted changed after that
     /// check, and is left as it is.
     expected: Expected,
+    /// Paths the operation leaves as they are because they changed after its snapshot (a revert's
+    /// `edited`, a restore's `changed_since`): never replaced, not even by a directory a write needs.
+    protected: HashSet<String>,
     /// Tracked content now, updated as the applier changes it.
     tracked: Tracking<'a>,
     batch: String,
@@ -436,8 +439,12 @@ fn replace(
                 }
                 #[allow(clippy::unnecessary_cast)]
                 let held = Held::of(fd, st.st_dev as u64, dir_path, ext4);
-                rustix::fs::renameat(dir, tmp, dir, name)?;
-                return Ok(Some(held));
+                return match rustix::fs::renameat(dir, tmp, dir, name) {
+                    Ok(()) => Ok(Some(held)),
+                    // Turned into a directory since the look.
+                    Err(e) if taken_by_a_directory(e) => Ok(None),
+                    Err(e) => Err(e.into()),
+                };
             }
             Err(Errno::NOENT) => {}
             Err(e) => return Err(e.into()),
@@ -446,6 +453,7 @@ fn replace(
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(Some(Held::none())),
         Err(Errno::EXIST) => Ok(None),
+        Err(e) if taken_by_a_directory(e) => Ok(None),
         // A filesystem without `RENAME_NOREPLACE`: look, then rename.
         Err(Errno::INVAL | Errno::NOSYS) => match beneath::lstat_at(dir, name) {
             Ok(_) => Ok(None),
@@ -482,10 +490,18 @@ fn remove(dir: &OwnedFd, name: &str, was: Stat, dir_path: &Path) -> io::Result<D
     let held = Held::of(fd, st.st_dev as u64, dir_path, ext4);
     match rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) if taken_by_a_directory(e) => return Ok(Done::Moved),
         Err(e) => return Err(e.into()),
     }
     held.release();
     Ok(Done::Changed(None))
+}
+
+/// Whether a rename or unlink failed because a directory stands at the name now (made there since the
+/// look): the path is then left as it is.
+fn taken_by_a_directory(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    [Errno::ISDIR, Errno::NOTEMPTY, Errno::EXIST, Errno::NOTDIR].contains(&e)
 }
 
 /// Writes blob `id` to a new file `tmp` of `dir` with `mode`. Returns whether it is on ext4 (a symlink:
@@ -536,6 +552,7 @@ impl<'a> Applier<'a> {
             root: Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?,
             hook: config.change_hook.clone(),
             expected: HashMap::new(),
+            protected: HashSet::new(),
             tracked,
             batch: crate::odb::rand_suffix(),
             counter: 0,
@@ -589,9 +606,12 @@ impl<'a> Applier<'a> {
         self.tracked.forget(path);
     }
 
-    /// Whether what stands at `path` now (`now`, from `look`) is what the revert checked there (always,
-    /// when it checked nothing there).
+    /// Whether what stands at `path` now (`now`, from `look`) is what the operation checked there (always,
+    /// when it checked nothing there, or has changed the path itself since).
     fn as_expected(&self, path: &str, kind: OnDisk, now: Option<Stat>) -> bool {
+        if self.last.contains_key(path) {
+            return true;
+        }
         match self.expected.get(path) {
             None => true,
             Some(None) => kind == OnDisk::Absent,
@@ -656,7 +676,7 @@ impl<'a> Applier<'a> {
         let abs = self.abs(path);
         let (kind, now) = look(&abs)?;
         if !self.as_expected(path, kind, now) {
-            return self.keep(path, EDITED_MEANWHILE);
+            return self.keep(path, MOVED_MEANWHILE);
         }
         match kind {
             OnDisk::Absent => Ok(()),
@@ -759,6 +779,15 @@ impl<'a> Applier<'a> {
                 OnDisk::File | OnDisk::Symlink
                     if self.tracked.contains(parent)? && in_scope(parent, &self.scope) =>
                 {
+                    if self.protected.contains(parent) || !self.as_expected(parent, kind, now) {
+                        return self.keep(
+                            path,
+                            format!(
+                                "{parent}, where a directory is needed, changed after rewind's snapshot (its content \
+                                 is in no snapshot), so it is left as it is"
+                            ),
+                        );
+                    }
                     let removed = match now {
                         Some(was) => self.remove_file(parent, was)?,
                         None => Done::Moved,
@@ -782,7 +811,7 @@ impl<'a> Applier<'a> {
         let abs = self.abs(path);
         let (kind, mut was) = look(&abs)?;
         if !self.as_expected(path, kind, was) {
-            return self.keep(path, EDITED_MEANWHILE);
+            return self.keep(path, MOVED_MEANWHILE);
         }
         match kind {
             OnDisk::Absent => {}
@@ -949,10 +978,10 @@ pub fn restore(
             None => {
                 changed_since.clear();
                 expected.clear();
-                whole_tree_changes(store, config, to, since, &mut changed_since)?
+                whole_tree_changes(store, config, to, since, &mut changed_since, &mut expected)?
             }
         },
-        None => whole_tree_changes(store, config, to, since, &mut changed_since)?,
+        None => whole_tree_changes(store, config, to, since, &mut changed_since, &mut expected)?,
     };
     changed_since.retain(|path| in_scope(path, &scope));
     changes.retain(|(path, _, _)| !changed_since.contains(path));
@@ -983,6 +1012,7 @@ pub fn restore(
     let mut applier = Applier::new(store, config, tracking)?;
     applier.scope = scope.clone();
     applier.expected = expected;
+    applier.protected = changed_since.iter().cloned().collect();
     for path in &changed_since {
         applier.keep(path, CHANGED_SINCE)?;
     }
@@ -1022,13 +1052,15 @@ pub fn restore(
 
 /// The changes a whole restore to `to` makes: the worktree is tracked, and only the sub-trees that differ
 /// between its snapshot and `to` are read. With `since`, the paths that differ between `since` and the
-/// worktree now are added to `changed_since`.
+/// worktree now are added to `changed_since`. The stat data the track recorded for each file to be
+/// overwritten or deleted goes to `expected` (see `Applier::as_expected`).
 fn whole_tree_changes<'a>(
     store: &'a Store,
     config: &GitStoreConfig,
     to: &ObjectId,
     since: Option<&ObjectId>,
     changed_since: &mut BTreeSet<String>,
+    expected: &mut Expected,
 ) -> GitResult<(Vec<TreeChange>, Tracking<'a>)> {
     let current = track(store, config)?.id;
     if let Some(since) = since {
@@ -1039,11 +1071,45 @@ fn whole_tree_changes<'a>(
         );
     }
     let changes = diff_trees(&store.odb, &current, to)?;
+    recorded_stats(
+        store,
+        &current,
+        changes
+            .iter()
+            .filter(|(_, now, _)| now.is_some())
+            .map(|(path, _, _)| path.as_str()),
+        expected,
+    );
     let tracking = Tracking::Snapshot(
         RefCell::new(LazyTree::new(&store.odb, current)),
         HashMap::new(),
     );
     Ok((changes, tracking))
+}
+
+/// The stat data the stat cache recorded for each of `paths`, when the cache describes `tree` (the track
+/// just taken wrote it): into `expected`. A path the cache does not hold gets no expectation.
+fn recorded_stats<'p>(
+    store: &Store,
+    tree: &ObjectId,
+    paths: impl Iterator<Item = &'p str>,
+    expected: &mut Expected,
+) {
+    let cache_path = store.stat_cache_path();
+    let (cache, remembered) = match StatCache::remembered(&cache_path) {
+        Some(cache) => (cache, true),
+        None => (StatCache::load(&cache_path), false),
+    };
+    if cache.tree == Some(*tree) {
+        for path in paths {
+            if let Some(entry) = cache.entries.get(path) {
+                expected.insert(path.to_owned(), Some(entry.stat));
+            }
+        }
+    }
+    if remembered {
+        cache.keep(&cache_path);
+    }
 }
 
 /// The changes a restore of the given `paths` to `target` makes, found without walking the worktree: each
@@ -1549,6 +1615,7 @@ fn write_planned(
     journal_parents(store, entries.keys().cloned())?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
     applier.expected = expected;
+    applier.protected = edited.clone();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
     // is gone before what was there comes back.
     for action in actions.iter().rev() {

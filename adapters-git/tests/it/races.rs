@@ -260,3 +260,56 @@ async fn a_file_made_after_the_revert_looked_is_left_alone() {
     assert!(kept(&outcome.kept, "changed.txt").is_some(), "{outcome:?}");
     assert!(outcome.written.is_empty(), "{outcome:?}");
 }
+
+/// A file edited after the revert's snapshot is kept, and so is what depends on it: a write below it, which
+/// would need it replaced by a directory, is kept too (the edit is in no snapshot).
+#[tokio::test]
+async fn a_file_edited_where_a_revert_needs_a_directory_is_not_replaced() {
+    let (h, _armed) = racing("unused", false);
+    h.write("a/b.txt", b"v1\n");
+    let s = h.id().await;
+    h.remove("a");
+    h.write("a", b"a file now\n");
+    let base = h.id().await;
+    h.write("a", b"a file, edited after the track\n");
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["a", "a/b.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("a"), text("a file, edited after the track\n"));
+    assert!(kept(&outcome.kept, "a").is_some(), "{outcome:?}");
+    assert!(kept(&outcome.kept, "a/b.txt").is_some(), "{outcome:?}");
+    assert!(
+        outcome.written.is_empty() && outcome.deleted.is_empty(),
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.applied, base);
+}
+
+/// A whole restore tracks the worktree first; a file edited after that track looked at it (here while the
+/// track reads another file) is left as it is.
+#[tokio::test]
+async fn a_file_edited_after_a_whole_restore_tracked_it_is_left_alone() {
+    let (h, armed) = racing("y.txt", true);
+    h.write("x.txt", b"x1\n");
+    h.write("y.txt", b"y1\n");
+    let s = h.id().await;
+    h.write("x.txt", b"x2\n");
+    h.write("y.txt", b"y2\n");
+    h.track().await;
+    // Changed again: the restore's track reads it (after it has looked at x.txt, as cached).
+    h.write("y.txt", b"y3, longer\n");
+    arm(
+        &armed,
+        Box::new(|wt: &Path| {
+            fs::write(wt.join("x.txt"), "x, edited during the track\n").expect("edit x.txt");
+        }),
+    );
+    let outcome = h.port().restore(h.root(), &s, None).await.expect("restore");
+    assert_eq!(h.read("x.txt"), text("x, edited during the track\n"));
+    assert_eq!(h.read("y.txt"), text("y1\n"));
+    assert!(kept(&outcome.kept, "x.txt").is_some(), "{outcome:?}");
+    let written: Vec<&str> = outcome.written.iter().map(RelPath::as_str).collect();
+    assert_eq!(written, ["y.txt"]);
+}
