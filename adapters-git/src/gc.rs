@@ -39,6 +39,10 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
         }
     }
     let mut report = GcReport::default();
+    // Objects are counted by id, once each, however many copies the store held (a loose copy beside a
+    // packed one, the same object in two packs after a merge that did not finish).
+    let mut held: HashSet<ObjectId> = packed.clone();
+    let mut still: HashSet<ObjectId> = HashSet::new();
     let grace_cutoff = SystemTime::now()
         .checked_sub(grace)
         .unwrap_or(SystemTime::UNIX_EPOCH);
@@ -51,7 +55,7 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
         if name.len() != 2 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
             // Temporary object files a crash left behind, once older than the grace period.
             if name.starts_with("tmp_obj_") && is_older(&dir.path(), grace_cutoff) {
-                remove(&dir.path(), &mut report)?;
+                free(&dir.path(), &mut report)?;
             }
             continue;
         }
@@ -68,19 +72,18 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
                 }
                 continue;
             };
-            // An object also in a pack is counted with the pack's objects, once.
-            let counted_in_a_pack = packed.contains(&id);
+            held.insert(id);
             if reachable.contains(&id) {
-                report.objects_kept += u64::from(!counted_in_a_pack);
-            } else if counted_in_a_pack {
-                free(&entry.path(), &mut report)?;
+                still.insert(id);
             } else {
-                remove(&entry.path(), &mut report)?;
+                free(&entry.path(), &mut report)?;
             }
         }
         let _ = fs::remove_dir(dir.path());
     }
-    collect_packs(store, &packs, &reachable, &mut report)?;
+    collect_packs(store, &packs, &reachable, &mut still, &mut report)?;
+    report.objects_kept = still.len() as u64;
+    report.objects_removed = held.difference(&still).count() as u64;
     remove_pack_leftovers(store, grace_cutoff, &mut report)?;
     remove_stray_temp_files(store, grace_cutoff, &mut report)?;
     for id in store.recorded_ids() {
@@ -94,10 +97,12 @@ pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcRepo
 /// Collects the packs: a pack of rewind's own loses its unreachable objects (rewritten without them, or
 /// deleted when none is reachable); a pack seeded from a user's repository is deleted when it holds no
 /// reachable object, else kept whole (its entries may be deltas of each other).
+/// Every object still stored after this goes to `still`.
 fn collect_packs(
     store: &Store,
     packs: &[pack::Listed],
     reachable: &HashSet<ObjectId>,
+    still: &mut HashSet<ObjectId>,
     report: &mut GcReport,
 ) -> GitResult<()> {
     let dir = store.odb.dir().join("pack");
@@ -115,7 +120,7 @@ fn collect_packs(
             live > 0
         };
         if whole {
-            report.objects_kept += objects;
+            still.extend(listed.ids.iter().copied());
             continue;
         }
         changed = true;
@@ -127,8 +132,13 @@ fn collect_packs(
             let rewritten = pack::rewrite(&dir, std::slice::from_ref(&own), |id| {
                 reachable.contains(id)
             })?;
-            report.objects_kept += rewritten.kept;
-            report.objects_removed += rewritten.dropped;
+            still.extend(
+                listed
+                    .ids
+                    .iter()
+                    .filter(|id| reachable.contains(*id))
+                    .copied(),
+            );
             report.bytes_freed += rewritten.bytes_freed;
             continue;
         }
@@ -136,7 +146,6 @@ fn collect_packs(
         for ext in ["keep", "idx", "rev", "bitmap", "mtimes", "pack"] {
             free(&listed.pack.with_extension(ext), report)?;
         }
-        report.objects_removed += objects;
     }
     if changed {
         store.odb.packs_changed();
@@ -199,14 +208,6 @@ fn is_older(path: &std::path::Path, cutoff: SystemTime) -> bool {
     fs::metadata(path)
         .and_then(|m| m.modified())
         .is_ok_and(|modified| modified < cutoff)
-}
-
-/// Removes an object's file, counting it as an object removed.
-fn remove(path: &std::path::Path, report: &mut GcReport) -> GitResult<()> {
-    if free(path, report)? {
-        report.objects_removed += 1;
-    }
-    Ok(())
 }
 
 /// Removes a file, counting the bytes freed; whether it was there to remove.

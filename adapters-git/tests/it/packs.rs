@@ -359,3 +359,31 @@ async fn gc_counts_an_object_with_a_loose_copy_once() {
         .expect("gc");
     assert_eq!(report.objects_removed, 5, "4 blobs and a tree: {report:?}");
 }
+
+/// The same objects in two packs of the store's own (a merge that stopped between writing its pack and
+/// removing its sources leaves that) are counted once by gc.
+#[tokio::test]
+async fn gc_counts_an_object_in_two_packs_once() {
+    let h = GitHarness::new();
+    for i in 0..30 {
+        h.write(
+            &format!("d{}/f{i}.txt", i % 4),
+            format!("twice {i} 51c0\n").as_bytes(),
+        );
+    }
+    let first = h.id().await;
+    let packs = own_packs(&h);
+    assert_eq!(packs.len(), 1);
+    let copy = packs[0].with_file_name(format!("pack-rewind-{}.pack", "0".repeat(40)));
+    fs::copy(&packs[0], &copy).expect("copy the pack");
+    fs::copy(packs[0].with_extension("idx"), copy.with_extension("idx")).expect("copy the index");
+    let report = h
+        .port()
+        .gc(h.root(), std::slice::from_ref(&first), Duration::ZERO)
+        .await
+        .expect("gc");
+    // 30 blobs, 4 directories and the root.
+    assert_eq!(report.objects_kept, 35, "{report:?}");
+    assert_eq!(report.objects_removed, 0, "{report:?}");
+    same_as_git(&h, &first);
+}
