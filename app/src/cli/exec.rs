@@ -52,20 +52,18 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             step.holder
         );
     }
-    let user = rewind
-        .create_message(&session.id, NewMessage::user_text(line.clone()))
-        .await
-        .map_err(|error| explain(error, "recording the command as a user message"))?;
-    let assistant = rewind
-        .create_message(&session.id, NewMessage::assistant())
-        .await
-        .map_err(|error| explain(error, "recording the assistant message"))?;
-    with_progress(
+    // The turn's two messages and its step are stored together: a step that cannot begin (the session or
+    // the worktree busy) leaves nothing recorded.
+    let (user, assistant, _) = with_progress(
         "snapshotting before the command",
-        rewind.begin_step(&session.id, &assistant.info.id),
+        rewind.begin_turn(
+            &session.id,
+            NewMessage::user_text(line.clone()),
+            NewMessage::assistant(),
+        ),
     )
     .await
-    .map_err(|error| explain(error, "beginning the step"))?;
+    .map_err(|error| explain(error, "recording the command and beginning its step"))?;
 
     // From here on the step is open: whatever happens to the command, the step is finished.
     let outcome = run_child(ctx, &session.id, command).await;

@@ -250,6 +250,110 @@ impl Rewind {
         result
     }
 
+    /// A whole turn's start in one go: a user message, the assistant message answering it, and a step of
+    /// that assistant message (`begin_step`), stored in one transaction. When the step cannot begin (the
+    /// session or its worktree is busy, the snapshot fails), nothing is recorded: no turn is left without
+    /// its step. `rewind exec` records its command this way.
+    pub async fn begin_turn(
+        &self,
+        session_id: &SessionId,
+        user: NewMessage,
+        assistant: NewMessage,
+    ) -> Result<(MessageWithParts, MessageWithParts, Part)> {
+        if user.role != Role::User || assistant.role != Role::Assistant {
+            return Err(Error::InvalidInput(
+                "a turn is a user message and an assistant message".to_owned(),
+            ));
+        }
+        reject_recorded_kinds(&user.parts)?;
+        reject_recorded_kinds(&assistant.parts)?;
+        let session = self.load_prepared(session_id).await?;
+        if let Some(step) = &session.step {
+            return Err(Error::busy(
+                session_id,
+                format!(
+                    "Session is busy: {session_id} (a step is already open in message {})",
+                    step.message_id
+                ),
+            ));
+        }
+        if let Some(point) = revert_point_of(&session) {
+            // Checked on the messages cleanup keeps before it deletes for good: a refused turn changes
+            // nothing.
+            let mut kept: Vec<MessageWithParts> = self
+                .repo
+                .messages(session_id)
+                .await?
+                .into_iter()
+                .filter(|m| !crate::revert::is_hidden(&point, &m.info.id, None))
+                .collect();
+            let (info, parts) = self.new_message(session_id, &kept, user.clone())?;
+            kept.push(MessageWithParts { info, parts });
+            self.new_message(session_id, &kept, assistant.clone())?;
+            self.cleanup(&session).await?;
+        }
+        let token = new_token();
+        let session_lease = self
+            .acquire(
+                LeaseKey::Session(session_id.clone()),
+                &token,
+                self.config.step_timeout_ms,
+                Some(session_id),
+            )
+            .await?;
+        let result = self
+            .begin_turn_locked(session_id, (user, assistant), &token, &session_lease)
+            .await;
+        if result.is_err() {
+            self.release(&session_lease).await;
+        }
+        result
+    }
+
+    async fn begin_turn_locked(
+        &self,
+        session_id: &SessionId,
+        (user, assistant): (NewMessage, NewMessage),
+        token: &crate::model::LeaseToken,
+        session_lease: &super::HeldLease,
+    ) -> Result<(MessageWithParts, MessageWithParts, Part)> {
+        let session = self.load_session(session_id).await?;
+        if session.revert.is_some() || session.step.is_some() {
+            return Err(Error::busy(
+                session_id,
+                format!(
+                    "Session is busy: {session_id} (it was reverted, or a step began, while this turn was \
+                     starting); try again"
+                ),
+            ));
+        }
+        let mut messages = self.repo.messages(session_id).await?;
+        let (info, parts) = self.new_message(session_id, &messages, user)?;
+        let user = MessageWithParts { info, parts };
+        messages.push(user.clone());
+        let (info, parts) = self.new_message(session_id, &messages, assistant)?;
+        let assistant = MessageWithParts { info, parts };
+        let worktree_lease = self
+            .acquire(
+                LeaseKey::Worktree(session.directory.clone()),
+                token,
+                self.config.operation_lease_ms,
+                Some(session_id),
+            )
+            .await?;
+        let result = self
+            .store_step_start(
+                &session,
+                (&assistant, &[&user, &assistant]),
+                token,
+                session_lease,
+                &worktree_lease,
+            )
+            .await;
+        self.release(&worktree_lease).await;
+        Ok((user, assistant, result?))
+    }
+
     /// The step's start, under the session's lease: the session and message are read again (a revert or
     /// another step may have come between the checks and the lease), and the step-start is stored while
     /// the worktree's lease is still held, so no operation on the worktree sees it without the open step.
@@ -280,16 +384,24 @@ impl Rewind {
             )
             .await?;
         let result = self
-            .store_step_start(&session, &message, token, session_lease, &worktree_lease)
+            .store_step_start(
+                &session,
+                (&message, &[]),
+                token,
+                session_lease,
+                &worktree_lease,
+            )
             .await;
         self.release(&worktree_lease).await;
         result
     }
 
+    /// Tracks and stores the step-start of `message`, with `new` messages (not stored yet) stored first in
+    /// the same transaction.
     async fn store_step_start(
         &self,
         session: &Session,
-        message: &MessageWithParts,
+        (message, new): (&MessageWithParts, &[&MessageWithParts]),
         token: &crate::model::LeaseToken,
         session_lease: &super::HeldLease,
         worktree_lease: &super::HeldLease,
@@ -319,6 +431,20 @@ impl Rewind {
             guards: vec![session_lease.guard(), worktree_lease.guard()],
             ..Default::default()
         };
+        for created in new {
+            transaction
+                .changes
+                .push(Change::PutMessage(Box::new(created.info.clone())));
+            transaction
+                .events
+                .push(self.event(EventPayload::MessageUpdated {
+                    session_id: session.id.clone(),
+                    info: Box::new(created.info.clone()),
+                }));
+            for part in &created.parts {
+                self.push_part(&mut transaction, part.clone());
+            }
+        }
         self.push_part(&mut transaction, part.clone());
         transaction
             .changes

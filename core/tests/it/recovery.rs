@@ -271,6 +271,74 @@ fn a_gone_holders_lease_is_not_taken_while_its_intent_waits_for_the_worktree() {
     })
 }
 
+/// `begin_turn` stores a user message, its assistant message and the step together; while the worktree
+/// is busy (a revert of another process holds it) it is refused and records nothing, so no turn is left
+/// without its step.
+#[test]
+fn a_turn_that_cannot_begin_its_step_records_nothing() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let before = w.messages(&s.id).await.len();
+        let busy = Lease {
+            key: LeaseKey::Worktree(ROOT.to_owned()),
+            token: LeaseToken("tok_revert".to_owned()),
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: w.host.this_process(),
+            },
+            expires_at: u64::MAX,
+        };
+        w.repo
+            .take_lease(&busy, None)
+            .await
+            .expect("the worktree's lease");
+        let refused = w
+            .rewind
+            .begin_turn(
+                &s.id,
+                NewMessage::user_text("run it"),
+                NewMessage::assistant(),
+            )
+            .await;
+        assert!(matches!(refused, Err(Error::Busy { .. })), "{refused:?}");
+        assert_eq!(w.messages(&s.id).await.len(), before, "nothing recorded");
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert!(session.step.is_none());
+
+        w.repo
+            .release_lease(&busy.key, &busy.token)
+            .await
+            .expect("release");
+        let (user, assistant, start) = w
+            .rewind
+            .begin_turn(
+                &s.id,
+                NewMessage::user_text("run it"),
+                NewMessage::assistant(),
+            )
+            .await
+            .expect("begin the turn");
+        assert_eq!(assistant.info.parent_id.as_ref(), Some(&user.info.id));
+        assert_eq!(start.message_id, assistant.info.id);
+        let messages = w.messages(&s.id).await;
+        assert_eq!(messages.len(), before + 2);
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert_eq!(
+            session.step.map(|step| step.message_id),
+            Some(assistant.info.id.clone())
+        );
+        w.write("a.txt", "a1");
+        w.rewind
+            .finish_step(&s.id, &assistant.info.id, StepEnd::default())
+            .await
+            .expect("finish");
+        w.revert_to(&s.id, &user.info.id).await;
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+    })
+}
+
 #[test]
 fn a_killed_process_leaves_a_step_that_the_next_command_aborts() {
     block_on(async {
