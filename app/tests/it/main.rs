@@ -7,6 +7,7 @@ mod exec_undo_redo;
 mod explicit_revert;
 mod json;
 mod killed_exec;
+mod recovery_failure;
 mod serve_log;
 mod snapshot_and_gc;
 mod support;

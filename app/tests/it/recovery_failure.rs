@@ -1,0 +1,159 @@
+//! An interrupted operation that recovery cannot finish (its directory is gone) is a warning on stderr
+//! at every command, and commands on other directories go on (SPEC 8: only that worktree is refused).
+
+use rewind_core::model::{
+    Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseToken,
+    ProcessIdentity, RelPath, SessionId, SnapshotId,
+};
+use rewind_core::{Change, MessageRepo, Transaction};
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use crate::support::Env;
+
+/// A pid no process has now: that of a child that has exited and been reaped.
+fn gone_pid() -> u32 {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    child.wait().expect("wait");
+    child.id()
+}
+
+/// Leaves in the data dir what a revert of `session` in `directory` leaves when its process dies after
+/// storing its intent: both leases held by that gone process, and the intent.
+fn interrupted_revert(env: &Env, session: &SessionId, directory: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let url = rewind_app::config::default_database_url(env.data.path());
+        let repo = rewind_sql::SqlRepo::connect(&url).await.expect("database");
+        let holder = Holder {
+            kind: HolderKind::Process,
+            process: ProcessIdentity {
+                host: rewind_app::host::host_name(),
+                pid: gone_pid(),
+                start_time: 1,
+                boot: None,
+            },
+        };
+        let token = LeaseToken("tok_interrupted".to_owned());
+        for key in [
+            LeaseKey::Session(session.clone()),
+            LeaseKey::Worktree(directory.to_owned()),
+        ] {
+            let lease = Lease {
+                key,
+                token: token.clone(),
+                holder: holder.clone(),
+                expires_at: i64::MAX as u64,
+            };
+            repo.take_lease(&lease, None).await.expect("lease");
+        }
+        let intent = IntentRecord {
+            token,
+            session_id: session.clone(),
+            directory: directory.to_owned(),
+            operation: IntentOperation::Revert,
+            holder,
+            before: SnapshotId::parse(&"0".repeat(40)).expect("id"),
+            files: vec![RelPath::new("x.txt").expect("path")],
+            created: 0,
+        };
+        repo.commit(Transaction {
+            guards: Vec::new(),
+            changes: vec![Change::PutIntent(Box::new(intent))],
+            events: Vec::new(),
+        })
+        .await
+        .expect("intent");
+    });
+}
+
+/// A session in another (temporary) directory whose revert was interrupted, that directory then removed:
+/// the directory's path.
+fn unrecoverable(env: &Env) -> String {
+    let elsewhere = tempfile::TempDir::new().expect("another worktree");
+    env.rewind_in(
+        elsewhere.path(),
+        &["exec", "--", "sh", "-c", "printf 'x\\n' > x.txt"],
+    )
+    .assert()
+    .success();
+    let output = env
+        .rewind_in(elsewhere.path(), &["--json", "status"])
+        .output()
+        .expect("status");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let session = SessionId::parse(status["sessions"][0]["id"].as_str().expect("id")).expect("id");
+    let directory = status["directory"].as_str().expect("directory").to_owned();
+    interrupted_revert(env, &session, &directory);
+    // The directory goes away: its intent can no longer be finished.
+    drop(elsewhere);
+    directory
+}
+
+#[test]
+fn an_operation_that_cannot_be_recovered_is_a_warning_and_other_directories_go_on() {
+    let env = Env::plain();
+    env.exec_sh("printf 'one\\n' > a.txt");
+    let directory = unrecoverable(&env);
+    let warning =
+        format!("warning: an interrupted operation in {directory} could not be recovered");
+    // Every command warns (the intent stays), and goes on with this directory.
+    for (command, a_txt) in [("undo", false), ("redo", true)] {
+        let output = env.rewind(&[command]).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{command} here goes on: {stderr}");
+        assert!(stderr.contains(&warning), "{stderr}");
+        assert_eq!(
+            env.path().join("a.txt").exists(),
+            a_txt,
+            "{command} was done"
+        );
+    }
+}
+
+/// The server's start-up recovery logs the same warning, and the server starts.
+#[test]
+fn a_server_logs_an_operation_it_cannot_recover_and_starts() {
+    let env = Env::plain();
+    let directory = unrecoverable(&env);
+    let mut server = env
+        .process_in(env.path(), &["serve", "--port", "0"])
+        .env("RUST_LOG", "rewind_app=warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rewind serve");
+    let stdout = server.stdout.take().expect("stdout");
+    let stderr = server.stderr.take().expect("stderr");
+    let log_reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("the server's first line");
+    assert!(first.contains("listening"), "{first:?}");
+    let kill = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(server.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    server.wait().expect("the server stops");
+    let log = log_reader.join().expect("the log");
+    assert!(
+        log.iter()
+            .any(|line| line.contains("could not be recovered") && line.contains(&directory)),
+        "{}",
+        log.join("\n")
+    );
+}
