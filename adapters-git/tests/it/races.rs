@@ -54,6 +54,27 @@ fn arm(armed: &Armed, action: Action) {
     *armed.lock().unwrap_or_else(PoisonError::into_inner) = Some(action);
 }
 
+/// A file `name` of the worktree written with `content` (the edit another program makes).
+fn writes(name: &'static str, content: &'static str) -> Action {
+    Box::new(move |wt: &Path| fs::write(wt.join(name), content).expect("the other program's write"))
+}
+
+/// Tracks (the revert's `base`), arms `action`, and reverts `files` to snapshot `s`.
+async fn revert_racing(
+    h: &GitHarness,
+    armed: &Armed,
+    action: Action,
+    s: &SnapshotId,
+    files: &[&str],
+) -> rewind_core::model::RevertOutcome {
+    let base = h.id().await;
+    arm(armed, action);
+    h.port()
+        .revert(h.root(), &patch(s, files), &base)
+        .await
+        .expect("revert")
+}
+
 fn patch(hash: &SnapshotId, files: &[&str]) -> Vec<SnapshotPatch> {
     vec![SnapshotPatch {
         hash: hash.clone(),
@@ -105,13 +126,14 @@ async fn a_directory_turned_into_a_symlink_while_a_revert_writes_is_not_written_
     let s = h.id().await;
     h.write("a/1.txt", b"v2\n");
     h.write("b/x.txt", b"v2 longer\n");
-    let base = h.id().await;
-    arm(&armed, swap_b_for_a_symlink());
-    let outcome = h
-        .port()
-        .revert(h.root(), &patch(&s, &["a/1.txt", "b/x.txt"]), &base)
-        .await
-        .expect("revert");
+    let outcome = revert_racing(
+        &h,
+        &armed,
+        swap_b_for_a_symlink(),
+        &s,
+        &["a/1.txt", "b/x.txt"],
+    )
+    .await;
     assert_eq!(
         list_tree(&outside),
         outside_before,
@@ -167,16 +189,8 @@ async fn a_file_created_where_a_revert_creates_one_is_left_alone() {
     let s = h.id().await;
     h.remove("c.txt");
     h.write("other.txt", b"v2\n");
-    let base = h.id().await;
-    arm(
-        &armed,
-        Box::new(|wt: &Path| fs::write(wt.join("c.txt"), "the user's\n").expect("write c.txt")),
-    );
-    let outcome = h
-        .port()
-        .revert(h.root(), &patch(&s, &["c.txt", "other.txt"]), &base)
-        .await
-        .expect("revert");
+    let action = writes("c.txt", "the user's\n");
+    let outcome = revert_racing(&h, &armed, action, &s, &["c.txt", "other.txt"]).await;
     assert_eq!(h.read("c.txt"), text("the user's\n"), "not overwritten");
     assert_eq!(h.read("other.txt"), text("v1\n"));
     assert!(kept(&outcome.kept, "c.txt").is_some(), "{outcome:?}");
@@ -192,15 +206,8 @@ async fn a_file_edited_right_before_a_revert_overwrites_it_is_left_alone() {
     let s = h.id().await;
     h.write("e.txt", b"v2\n");
     let base = h.id().await;
-    arm(
-        &armed,
-        Box::new(|wt: &Path| fs::write(wt.join("e.txt"), "edited meanwhile\n").expect("edit")),
-    );
-    let outcome = h
-        .port()
-        .revert(h.root(), &patch(&s, &["e.txt"]), &base)
-        .await
-        .expect("revert");
+    let action = writes("e.txt", "edited meanwhile\n");
+    let outcome = revert_racing(&h, &armed, action, &s, &["e.txt"]).await;
     assert_eq!(h.read("e.txt"), text("edited meanwhile\n"));
     assert!(kept(&outcome.kept, "e.txt").is_some(), "{outcome:?}");
     assert!(outcome.written.is_empty(), "{outcome:?}");
@@ -214,15 +221,8 @@ async fn a_file_edited_right_before_a_revert_deletes_it_is_left_alone() {
     let s = h.id().await;
     h.write("d.txt", b"made by the step\n");
     let base = h.id().await;
-    arm(
-        &armed,
-        Box::new(|wt: &Path| fs::write(wt.join("d.txt"), "edited meanwhile\n").expect("edit")),
-    );
-    let outcome = h
-        .port()
-        .revert(h.root(), &patch(&s, &["d.txt"]), &base)
-        .await
-        .expect("revert");
+    let action = writes("d.txt", "edited meanwhile\n");
+    let outcome = revert_racing(&h, &armed, action, &s, &["d.txt"]).await;
     assert_eq!(h.read("d.txt"), text("edited meanwhile\n"), "not deleted");
     assert!(kept(&outcome.kept, "d.txt").is_some(), "{outcome:?}");
     assert!(outcome.deleted.is_empty(), "{outcome:?}");
@@ -241,10 +241,7 @@ async fn a_file_made_after_the_revert_looked_is_left_alone() {
     let base = h.id().await;
     // Edited after `base`, so the revert reads it to compare (and the hook runs then).
     h.write("changed.txt", b"v2, after the track\n");
-    arm(
-        &armed,
-        Box::new(|wt: &Path| fs::write(wt.join("new.txt"), "made meanwhile\n").expect("write")),
-    );
+    arm(&armed, writes("new.txt", "made meanwhile\n"));
     let outcome = h
         .port()
         .revert(h.root(), &patch(&s, &["new.txt", "changed.txt"]), &base)

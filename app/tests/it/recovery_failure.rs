@@ -7,10 +7,7 @@ use rewind_core::model::{
 };
 use rewind_core::{Change, MessageRepo, Transaction};
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-
-use crate::support::Env;
+use crate::support::{Env, Server};
 
 /// A pid no process has now: that of a child that has exited and been reaped.
 fn gone_pid() -> u32 {
@@ -122,34 +119,8 @@ fn an_operation_that_cannot_be_recovered_is_a_warning_and_other_directories_go_o
 fn a_server_logs_an_operation_it_cannot_recover_and_starts() {
     let env = Env::plain();
     let directory = unrecoverable(&env);
-    let mut server = env
-        .process_in(env.path(), &["serve", "--port", "0"])
-        .env("RUST_LOG", "rewind_app=warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rewind serve");
-    let stdout = server.stdout.take().expect("stdout");
-    let stderr = server.stderr.take().expect("stderr");
-    let log_reader = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
-    });
-    let mut first = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut first)
-        .expect("the server's first line");
-    assert!(first.contains("listening"), "{first:?}");
-    let kill = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(server.id().to_string())
-        .status()
-        .expect("run kill");
-    assert!(kill.success());
-    server.wait().expect("the server stops");
-    let log = log_reader.join().expect("the log");
+    // It starts (its first line says where it listens), then stops on SIGTERM with success.
+    let log = Server::start(&env, "rewind_app=warn").stop();
     assert!(
         log.iter()
             .any(|line| line.contains("could not be recovered") && line.contains(&directory)),

@@ -4,13 +4,12 @@
 //! back after SIGTERM. The server runs with `-C WORKTREE` from another current directory, and the requests
 //! name no directory: `-C` is the default worktree, as for every other command.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
 
 use serde_json::{Value, json};
 
-use crate::support::Env;
+use crate::support::{Env, Server};
 
 /// One HTTP/1.1 request to the server on `port`; returns the status and the JSON body.
 fn request(port: u16, method: &str, path: &str, body: &Value) -> (u16, Value) {
@@ -72,31 +71,8 @@ fn plain(line: &str) -> String {
 #[test]
 fn serve_logs_each_revert_and_unrevert_with_its_file_counts_and_time() {
     let env = Env::git_checkout();
-    let mut server = env
-        .process_in(env.path(), &["serve", "--port", "0"])
-        .env("RUST_LOG", "rewind_app=info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rewind serve");
-    let stdout = server.stdout.take().expect("stdout");
-    let stderr = server.stderr.take().expect("stderr");
-    let log_reader = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
-    });
-    let mut first = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut first)
-        .expect("the server's first line");
-    let port: u16 = first
-        .trim()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("`rewind listening on http://HOST:PORT`, got {first:?}"));
+    let server = Server::start(&env, "rewind_app=info");
+    let port = server.port;
 
     let session = post(port, "/session", json!({}));
     let id = session["id"].as_str().expect("a session id").to_owned();
@@ -140,19 +116,7 @@ fn serve_logs_each_revert_and_unrevert_with_its_file_counts_and_time() {
     post(port, &format!("/session/{id}/unrevert"), json!({}));
     assert!(env.path().join("new.txt").exists());
 
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(kill.success());
-    let status = server.wait().expect("the server stops");
-    assert!(status.success(), "{status:?}");
-    let log: Vec<String> = log_reader
-        .join()
-        .expect("the log reader")
-        .iter()
-        .map(|line| plain(line))
-        .collect();
+    let log: Vec<String> = server.stop().iter().map(|line| plain(line)).collect();
     let line_of = |what: &str| -> &String {
         log.iter()
             .find(|line| line.contains(&format!(" {what} session=")))

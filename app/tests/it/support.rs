@@ -226,3 +226,55 @@ pub fn assert_state(env: &Env, expected: &State, when: &str) {
         describe(expected, &actual)
     );
 }
+
+/// `rewind serve --port 0` in `env`'s worktree with `RUST_LOG` set, its stdout and stderr read.
+pub struct Server {
+    child: std::process::Child,
+    /// The port it listens on (from its first line).
+    pub port: u16,
+    log: std::thread::JoinHandle<Vec<String>>,
+}
+
+impl Server {
+    pub fn start(env: &Env, rust_log: &str) -> Server {
+        use std::io::{BufRead, BufReader};
+        let mut child = env
+            .process_in(env.path(), &["serve", "--port", "0"])
+            .env("RUST_LOG", rust_log)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rewind serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = std::thread::spawn(move || {
+            BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<String>>()
+        });
+        let mut first = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("the server's first line");
+        let port = first
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("`rewind listening on http://HOST:PORT`, got {first:?}"));
+        Server { child, port, log }
+    }
+
+    /// Stops the server with SIGTERM; it must exit with success. Returns its log lines.
+    pub fn stop(mut self) -> Vec<String> {
+        let kill = Process::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(kill.success());
+        let status = self.child.wait().expect("the server stops");
+        assert!(status.success(), "{status:?}");
+        self.log.join().expect("the log reader")
+    }
+}

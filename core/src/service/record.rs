@@ -212,15 +212,7 @@ impl Rewind {
     /// worktree and appends `step-start`.
     pub async fn begin_step(&self, session_id: &SessionId, message_id: &MessageId) -> Result<Part> {
         let session = self.load_prepared(session_id).await?;
-        if let Some(step) = &session.step {
-            return Err(Error::busy(
-                session_id,
-                format!(
-                    "Session is busy: {session_id} (a step is already open in message {})",
-                    step.message_id
-                ),
-            ));
-        }
+        refuse_open_step(&session)?;
         // Checked before cleanup, which deletes for good: a refused step changes nothing.
         let message = self.load_message(session_id, message_id).await?;
         if message.info.role != Role::Assistant {
@@ -232,22 +224,13 @@ impl Rewind {
         if session.revert.is_some() {
             self.cleanup(&session).await?;
         }
-        let token = new_token();
-        let session_lease = self
-            .acquire(
-                LeaseKey::Session(session_id.clone()),
-                &token,
-                self.config.step_timeout_ms,
-                Some(session_id),
-            )
-            .await?;
-        let result = self
-            .begin_step_locked(session_id, message_id, &token, &session_lease)
-            .await;
-        if result.is_err() {
-            self.release(&session_lease).await;
-        }
-        result
+        self.under_step_lease(session_id, async |token, session_lease| {
+            let session = self.load_unchanged(session_id).await?;
+            let message = self.load_message(session_id, message_id).await?;
+            self.store_step_start(&session, (&message, &[]), token, session_lease)
+                .await
+        })
+        .await
     }
 
     /// A whole turn's start in one go: a user message, the assistant message answering it, and a step of
@@ -268,30 +251,59 @@ impl Rewind {
         reject_recorded_kinds(&user.parts)?;
         reject_recorded_kinds(&assistant.parts)?;
         let session = self.load_prepared(session_id).await?;
-        if let Some(step) = &session.step {
-            return Err(Error::busy(
-                session_id,
-                format!(
-                    "Session is busy: {session_id} (a step is already open in message {})",
-                    step.message_id
-                ),
-            ));
-        }
+        refuse_open_step(&session)?;
         if let Some(point) = revert_point_of(&session) {
             // Checked on the messages cleanup keeps before it deletes for good: a refused turn changes
             // nothing.
-            let mut kept: Vec<MessageWithParts> = self
+            let kept: Vec<MessageWithParts> = self
                 .repo
                 .messages(session_id)
                 .await?
                 .into_iter()
                 .filter(|m| !crate::revert::is_hidden(&point, &m.info.id, None))
                 .collect();
-            let (info, parts) = self.new_message(session_id, &kept, user.clone())?;
-            kept.push(MessageWithParts { info, parts });
-            self.new_message(session_id, &kept, assistant.clone())?;
+            self.new_turn(session_id, kept, user.clone(), assistant.clone())?;
             self.cleanup(&session).await?;
         }
+        self.under_step_lease(session_id, async |token, session_lease| {
+            let session = self.load_unchanged(session_id).await?;
+            let messages = self.repo.messages(session_id).await?;
+            let (user, assistant) = self.new_turn(session_id, messages, user, assistant)?;
+            let part = self
+                .store_step_start(
+                    &session,
+                    (&assistant, &[&user, &assistant]),
+                    token,
+                    session_lease,
+                )
+                .await?;
+            Ok((user, assistant, part))
+        })
+        .await
+    }
+
+    /// A user message following `messages` and the assistant message answering it (not stored).
+    fn new_turn(
+        &self,
+        session_id: &SessionId,
+        mut messages: Vec<MessageWithParts>,
+        user: NewMessage,
+        assistant: NewMessage,
+    ) -> Result<(MessageWithParts, MessageWithParts)> {
+        let (info, parts) = self.new_message(session_id, &messages, user)?;
+        let user = MessageWithParts { info, parts };
+        messages.push(user.clone());
+        let (info, parts) = self.new_message(session_id, &messages, assistant)?;
+        Ok((user, MessageWithParts { info, parts }))
+    }
+
+    /// Runs `locked` holding the session's lease for a step (taken with a new token, for the step
+    /// timeout); the lease is released when `locked` fails, and kept by the step otherwise.
+    async fn under_step_lease<T>(
+        &self,
+        session_id: &SessionId,
+        locked: impl AsyncFnOnce(&crate::model::LeaseToken, &super::HeldLease) -> Result<T>,
+    ) -> Result<T> {
         let token = new_token();
         let session_lease = self
             .acquire(
@@ -301,69 +313,16 @@ impl Rewind {
                 Some(session_id),
             )
             .await?;
-        let result = self
-            .begin_turn_locked(session_id, (user, assistant), &token, &session_lease)
-            .await;
+        let result = locked(&token, &session_lease).await;
         if result.is_err() {
             self.release(&session_lease).await;
         }
         result
     }
 
-    async fn begin_turn_locked(
-        &self,
-        session_id: &SessionId,
-        (user, assistant): (NewMessage, NewMessage),
-        token: &crate::model::LeaseToken,
-        session_lease: &super::HeldLease,
-    ) -> Result<(MessageWithParts, MessageWithParts, Part)> {
-        let session = self.load_session(session_id).await?;
-        if session.revert.is_some() || session.step.is_some() {
-            return Err(Error::busy(
-                session_id,
-                format!(
-                    "Session is busy: {session_id} (it was reverted, or a step began, while this turn was \
-                     starting); try again"
-                ),
-            ));
-        }
-        let mut messages = self.repo.messages(session_id).await?;
-        let (info, parts) = self.new_message(session_id, &messages, user)?;
-        let user = MessageWithParts { info, parts };
-        messages.push(user.clone());
-        let (info, parts) = self.new_message(session_id, &messages, assistant)?;
-        let assistant = MessageWithParts { info, parts };
-        let worktree_lease = self
-            .acquire(
-                LeaseKey::Worktree(session.directory.clone()),
-                token,
-                self.config.operation_lease_ms,
-                Some(session_id),
-            )
-            .await?;
-        let result = self
-            .store_step_start(
-                &session,
-                (&assistant, &[&user, &assistant]),
-                token,
-                session_lease,
-                &worktree_lease,
-            )
-            .await;
-        self.release(&worktree_lease).await;
-        Ok((user, assistant, result?))
-    }
-
-    /// The step's start, under the session's lease: the session and message are read again (a revert or
-    /// another step may have come between the checks and the lease), and the step-start is stored while
-    /// the worktree's lease is still held, so no operation on the worktree sees it without the open step.
-    async fn begin_step_locked(
-        &self,
-        session_id: &SessionId,
-        message_id: &MessageId,
-        token: &crate::model::LeaseToken,
-        session_lease: &super::HeldLease,
-    ) -> Result<Part> {
+    /// The session read again under a step's lease: a revert or another step may have come between the
+    /// checks and the lease (`Busy` then).
+    async fn load_unchanged(&self, session_id: &SessionId) -> Result<Session> {
         let session = self.load_session(session_id).await?;
         if session.revert.is_some() || session.step.is_some() {
             return Err(Error::busy(
@@ -374,31 +333,35 @@ impl Rewind {
                 ),
             ));
         }
-        let message = self.load_message(session_id, message_id).await?;
+        Ok(session)
+    }
+
+    /// Tracks and stores the step-start of `message`, with `new` messages (not stored yet) stored first in
+    /// the same transaction. The worktree's lease is held meanwhile: the step-start is stored before it is
+    /// given up, so no operation on the worktree sees the worktree tracked for a step that is not open.
+    async fn store_step_start(
+        &self,
+        session: &Session,
+        message: (&MessageWithParts, &[&MessageWithParts]),
+        token: &crate::model::LeaseToken,
+        session_lease: &super::HeldLease,
+    ) -> Result<Part> {
         let worktree_lease = self
             .acquire(
                 LeaseKey::Worktree(session.directory.clone()),
                 token,
                 self.config.operation_lease_ms,
-                Some(session_id),
+                Some(&session.id),
             )
             .await?;
         let result = self
-            .store_step_start(
-                &session,
-                (&message, &[]),
-                token,
-                session_lease,
-                &worktree_lease,
-            )
+            .store_step_start_locked(session, message, token, session_lease, &worktree_lease)
             .await;
         self.release(&worktree_lease).await;
         result
     }
 
-    /// Tracks and stores the step-start of `message`, with `new` messages (not stored yet) stored first in
-    /// the same transaction.
-    async fn store_step_start(
+    async fn store_step_start_locked(
         &self,
         session: &Session,
         (message, new): (&MessageWithParts, &[&MessageWithParts]),
@@ -940,4 +903,18 @@ pub(super) fn normalise_directory(directory: &str) -> Result<String> {
 /// Paths as the set the services compare them in.
 pub(super) fn path_set(paths: &[RelPath]) -> BTreeSet<RelPath> {
     paths.iter().cloned().collect()
+}
+
+/// `Busy` while a step is open in `session`.
+fn refuse_open_step(session: &Session) -> Result<()> {
+    match &session.step {
+        Some(step) => Err(Error::busy(
+            &session.id,
+            format!(
+                "Session is busy: {} (a step is already open in message {})",
+                session.id, step.message_id
+            ),
+        )),
+        None => Ok(()),
+    }
 }

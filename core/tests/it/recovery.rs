@@ -78,9 +78,8 @@ fn captured_a(w: &World, capture: &rewind_core::model::SnapshotId) -> Option<Vec
     tree.get("a.txt").map(|n| n.content().to_vec())
 }
 
-/// A session of one turn (a.txt a0 -> a1, new.txt created) whose revert by process `pid` crashed half
-/// way (`crashed_revert`), that process gone.
-async fn crashed_world(pid: u32) -> (World, rewind_core::model::Session, Turn, LeaseToken) {
+/// A session of one turn: a.txt a0 -> a1, new.txt created.
+async fn one_turn_world() -> (World, rewind_core::model::Session, Turn) {
     let w = World::new();
     w.write("a.txt", "a0");
     let s = w.session().await;
@@ -90,6 +89,12 @@ async fn crashed_world(pid: u32) -> (World, rewind_core::model::Session, Turn, L
             w.write("new.txt", "n1");
         })
         .await;
+    (w, s, t)
+}
+
+/// `one_turn_world` whose revert by process `pid` crashed half way (`crashed_revert`), that process gone.
+async fn crashed_world(pid: u32) -> (World, rewind_core::model::Session, Turn, LeaseToken) {
+    let (w, s, t) = one_turn_world().await;
     let dead = process(pid);
     let token = crashed_revert(&w, &s.id, &dead).await;
     w.host.kill(&dead);
@@ -145,14 +150,7 @@ fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
 #[test]
 fn an_intent_whose_owner_still_runs_is_left_alone() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let s = w.session().await;
-        w.turn(&s.id, "one", |w| {
-            w.write("a.txt", "a1");
-            w.write("new.txt", "n1");
-        })
-        .await;
+        let (w, s, _) = one_turn_world().await;
         let token = crashed_revert(&w, &s.id, &process(8)).await;
         let report = w.rewind.recover().await.expect("recover");
         assert_eq!(report.in_progress, [token]);
@@ -169,15 +167,7 @@ fn an_intent_whose_owner_still_runs_is_left_alone() {
 #[test]
 fn the_next_operation_recovers_before_it_runs() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let s = w.session().await;
-        let t = w
-            .turn(&s.id, "one", |w| {
-                w.write("a.txt", "a1");
-                w.write("new.txt", "n1");
-            })
-            .await;
+        let (w, s, t) = one_turn_world().await;
         let dead = process(9);
         crashed_revert(&w, &s.id, &dead).await;
         w.host.kill(&dead);
@@ -194,14 +184,7 @@ fn the_next_operation_recovers_before_it_runs() {
 #[test]
 fn a_revert_that_dies_after_the_next_operations_recovery_is_finished_before_its_lease_is_taken() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let s = w.session().await;
-        w.turn(&s.id, "one", |w| {
-            w.write("a.txt", "a1");
-            w.write("new.txt", "n1");
-        })
-        .await;
+        let (w, s, _) = one_turn_world().await;
         let assistant = w.prompt(&s.id, "two").await;
         let dead = process(12);
         // The step stops where it takes the session's lease, after its recovery found nothing to do.
@@ -232,14 +215,7 @@ fn a_revert_that_dies_after_the_next_operations_recovery_is_finished_before_its_
 #[test]
 fn a_gone_holders_lease_is_not_taken_while_its_intent_waits_for_the_worktree() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let s = w.session().await;
-        w.turn(&s.id, "one", |w| {
-            w.write("a.txt", "a1");
-            w.write("new.txt", "n1");
-        })
-        .await;
+        let (w, s, _) = one_turn_world().await;
         let assistant = w.prompt(&s.id, "two").await;
         let dead = process(13);
         let token = crashed_revert(&w, &s.id, &dead).await;
