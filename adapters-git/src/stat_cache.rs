@@ -77,29 +77,9 @@ impl Stat {
 impl Stat {
     /// The stat data of a file or symlink from rustix's `Stat`, with the mode it is tracked as (none for
     /// anything else).
-    // The field types of `Stat` differ between rustix's backends (signed or not).
-    #[allow(clippy::unnecessary_cast)]
     pub fn of_rustix(st: &rustix::fs::Stat) -> Option<Stat> {
-        let file_type = rustix::fs::FileType::from_raw_mode(st.st_mode as _);
-        let mode = if file_type.is_symlink() {
-            Mode::Link
-        } else if file_type.is_file() && Mode::is_executable(st.st_mode as u32) {
-            Mode::Exec
-        } else if file_type.is_file() {
-            Mode::File
-        } else {
-            return None;
-        };
-        Some(Stat {
-            mode,
-            size: st.st_size as u64,
-            mtime_ns: i128::from(st.st_mtime as i64) * 1_000_000_000
-                + i128::from(st.st_mtime_nsec as i64),
-            ctime_ns: i128::from(st.st_ctime as i64) * 1_000_000_000
-                + i128::from(st.st_ctime_nsec as i64),
-            ino: st.st_ino as u64,
-            dev: st.st_dev as u64,
-        })
+        let seen = crate::track::Seen::from_rustix(st);
+        seen.mode().map(|mode| seen.stat(mode))
     }
 }
 

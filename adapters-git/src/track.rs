@@ -860,7 +860,7 @@ fn adopt_seeded(
 
 /// The lstat data of a candidate: its kind and stat data, and the metadata std gives (only when looked up by
 /// path, which seeding needs).
-struct Seen {
+pub(crate) struct Seen {
     kind: SeenKind,
     size: u64,
     mtime_ns: i128,
@@ -906,7 +906,7 @@ impl Seen {
     // The field types of `Stat` differ between rustix's backends (signed or not): the casts say which
     // git's stat data means.
     #[allow(clippy::unnecessary_cast)]
-    fn from_rustix(st: &rustix::fs::Stat) -> Seen {
+    pub(crate) fn from_rustix(st: &rustix::fs::Stat) -> Seen {
         let file_type = rustix::fs::FileType::from_raw_mode(st.st_mode as _);
         let kind = if file_type.is_symlink() {
             SeenKind::Link
@@ -933,7 +933,7 @@ impl Seen {
     }
 
     /// The mode it is tracked as, when it is a file or a symlink.
-    fn mode(&self) -> Option<Mode> {
+    pub(crate) fn mode(&self) -> Option<Mode> {
         match self.kind {
             SeenKind::Link => Some(Mode::Link),
             SeenKind::File { executable: true } => Some(Mode::Exec),
@@ -943,7 +943,7 @@ impl Seen {
     }
 
     /// The stat data the cache compares, for the file tracked as `mode`.
-    fn stat(&self, mode: Mode) -> Stat {
+    pub(crate) fn stat(&self, mode: Mode) -> Stat {
         Stat {
             mode,
             size: self.size,

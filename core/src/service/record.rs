@@ -108,13 +108,7 @@ impl Rewind {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(&input.parts)?;
         if let Some(point) = revert_point_of(&session) {
-            let kept: Vec<MessageWithParts> = self
-                .repo
-                .messages(session_id)
-                .await?
-                .into_iter()
-                .filter(|m| !crate::revert::is_hidden(&point, &m.info.id, None))
-                .collect();
+            let kept = self.kept_messages(session_id, &point).await?;
             self.new_message(session_id, &kept, input.clone())?;
             self.cleanup(&session).await?;
         }
@@ -255,13 +249,7 @@ impl Rewind {
         if let Some(point) = revert_point_of(&session) {
             // Checked on the messages cleanup keeps before it deletes for good: a refused turn changes
             // nothing.
-            let kept: Vec<MessageWithParts> = self
-                .repo
-                .messages(session_id)
-                .await?
-                .into_iter()
-                .filter(|m| !crate::revert::is_hidden(&point, &m.info.id, None))
-                .collect();
+            let kept = self.kept_messages(session_id, &point).await?;
             self.new_turn(session_id, kept, user.clone(), assistant.clone())?;
             self.cleanup(&session).await?;
         }
@@ -280,6 +268,22 @@ impl Rewind {
             Ok((user, assistant, part))
         })
         .await
+    }
+
+    /// The messages of a reverted session that its cleanup keeps (those before the revert point `point`):
+    /// what a new message is checked against before cleanup deletes the rest for good.
+    async fn kept_messages(
+        &self,
+        session_id: &SessionId,
+        point: &crate::revert::RevertPoint,
+    ) -> Result<Vec<MessageWithParts>> {
+        Ok(self
+            .repo
+            .messages(session_id)
+            .await?
+            .into_iter()
+            .filter(|m| !crate::revert::is_hidden(point, &m.info.id, None))
+            .collect())
     }
 
     /// A user message following `messages` and the assistant message answering it (not stored).
