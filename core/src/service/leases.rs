@@ -119,7 +119,15 @@ impl Rewind {
                         // Another operation holds the session or the worktree (and finishes the intent
                         // before it runs): the holder's work is not done, so its lease is not taken.
                         super::recovery::Outcome::InProgress => {
-                            return Err(busy_error(&lease.key, &current, session));
+                            return Err(Error::Busy {
+                                session_id: session.cloned(),
+                                message: format!(
+                                    "an interrupted operation of {} on this session waits to be finished \
+                                     while another operation holds its worktree; try again when that has \
+                                     finished",
+                                    current.holder
+                                ),
+                            });
                         }
                     }
                 }

@@ -3,7 +3,7 @@
 //! before or wholly after the operation.
 
 use crate::error::{Error, Result};
-use crate::model::{IntentRecord, LeaseKey, LeaseTake};
+use crate::model::{IntentRecord, Lease, LeaseKey, LeaseTake};
 
 use super::{RecoveryFailure, RecoveryReport, Rewind, new_token};
 
@@ -70,15 +70,20 @@ impl Rewind {
             return Ok(Outcome::InProgress);
         }
         let session_lease = super::HeldLease::of(&lease);
-        // Given up (the worktree is busy): the session's lease goes back to the gone holder, not free, so
-        // no other operation takes the session while the intent waits (an operation that finds that lease
-        // tries this recovery again first, see `acquire`).
-        let give_back = |session_lease: super::HeldLease| async move {
-            match &current {
-                Some(gone) => {
-                    let _ = self.repo.take_lease(gone, Some(session_lease.token)).await;
-                }
-                None => self.release(&session_lease).await,
+        // Given up (the worktree is busy, or finishing failed): the session's lease goes back to the gone
+        // holder (or to the intent's holder, expired, when none was there), not free, so no other
+        // operation takes the session while the intent waits: an operation that finds that lease tries
+        // this recovery again first (`acquire`).
+        let gone = current.unwrap_or_else(|| Lease {
+            key: lease.key.clone(),
+            token: intent.token.clone(),
+            holder: intent.holder.clone(),
+            expires_at: 0,
+        });
+        let give_back = |session_lease: super::HeldLease| {
+            let gone = &gone;
+            async move {
+                let _ = self.repo.take_lease(gone, Some(session_lease.token)).await;
             }
         };
         let worktree_lease = match self
@@ -103,7 +108,10 @@ impl Rewind {
         };
         let result = self.finish_held_intent(intent).await;
         self.release(&worktree_lease).await;
-        self.release(&session_lease).await;
+        match &result {
+            Ok(_) => self.release(&session_lease).await,
+            Err(_) => give_back(session_lease).await,
+        }
         result
     }
 

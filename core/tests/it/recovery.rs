@@ -301,9 +301,17 @@ fn a_turn_that_cannot_begin_its_step_records_nothing() {
         let messages = w.messages(&s.id).await;
         assert_eq!(messages.len(), before + 2);
         let session = w.rewind.session(&s.id).await.expect("session");
+        let step = session.step.expect("the step is open");
+        assert_eq!(step.message_id, assistant.info.id);
+        let held = w
+            .repo
+            .lease(&LeaseKey::Session(s.id.clone()))
+            .await
+            .expect("lease");
         assert_eq!(
-            session.step.map(|step| step.message_id),
-            Some(assistant.info.id.clone())
+            held.map(|lease| lease.token),
+            Some(step.token),
+            "the step keeps the session's lease"
         );
         w.write("a.txt", "a1");
         w.rewind
@@ -312,6 +320,50 @@ fn a_turn_that_cannot_begin_its_step_records_nothing() {
             .expect("finish");
         w.revert_to(&s.id, &user.info.id).await;
         assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+    })
+}
+
+/// A recovery whose last step failed leaves its session's lease to the interrupted operation (expired),
+/// not free: deleting the session while its worktree is busy is refused, and the intent stays for the next
+/// recovery.
+#[test]
+fn a_failed_recovery_leaves_the_session_to_its_intent() {
+    block_on(async {
+        let (w, s, _, token) = crashed_world(14).await;
+        w.repo.fail_next_intent_delete();
+        let report = w.rewind.recover().await.expect("recover");
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+        let lease = w
+            .repo
+            .lease(&LeaseKey::Session(s.id.clone()))
+            .await
+            .expect("lease")
+            .expect("the session's lease is held");
+        assert_eq!(lease.token, token, "by the interrupted operation again");
+        // A live process of this host holds the worktree now.
+        let live = Lease {
+            key: LeaseKey::Worktree(ROOT.to_owned()),
+            token: LeaseToken("tok_live".to_owned()),
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: w.host.this_process(),
+            },
+            expires_at: u64::MAX,
+        };
+        w.repo
+            .take_lease(&live, None)
+            .await
+            .expect("the worktree's lease");
+        let deleted = w.rewind.delete_session(&s.id).await;
+        assert!(matches!(deleted, Err(Error::Busy { .. })), "{deleted:?}");
+        assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+        // Once the worktree is free, the next operation finishes the intent first.
+        w.repo
+            .release_lease(&live.key, &live.token)
+            .await
+            .expect("release");
+        w.rewind.delete_session(&s.id).await.expect("delete");
+        assert!(w.repo.intents().await.expect("intents").is_empty());
     })
 }
 
