@@ -78,6 +78,24 @@ fn captured_a(w: &World, capture: &rewind_core::model::SnapshotId) -> Option<Vec
     tree.get("a.txt").map(|n| n.content().to_vec())
 }
 
+/// The worktree's lease, held by this (live) process with `token`, replacing the lease of `replacing`.
+async fn hold_worktree(w: &World, token: &str, replacing: Option<LeaseToken>) -> Lease {
+    let lease = Lease {
+        key: LeaseKey::Worktree(ROOT.to_owned()),
+        token: LeaseToken(token.to_owned()),
+        holder: Holder {
+            kind: HolderKind::Process,
+            process: w.host.this_process(),
+        },
+        expires_at: u64::MAX,
+    };
+    w.repo
+        .take_lease(&lease, replacing)
+        .await
+        .expect("the worktree's lease");
+    lease
+}
+
 /// A session of one turn: a.txt a0 -> a1, new.txt created.
 async fn one_turn_world() -> (World, rewind_core::model::Session, Turn) {
     let w = World::new();
@@ -221,19 +239,7 @@ fn a_gone_holders_lease_is_not_taken_while_its_intent_waits_for_the_worktree() {
         let token = crashed_revert(&w, &s.id, &dead).await;
         w.host.kill(&dead);
         // A live process of this host holds the worktree now.
-        let live = Lease {
-            key: LeaseKey::Worktree(ROOT.to_owned()),
-            token: LeaseToken("tok_live".to_owned()),
-            holder: Holder {
-                kind: HolderKind::Process,
-                process: w.host.this_process(),
-            },
-            expires_at: u64::MAX,
-        };
-        w.repo
-            .take_lease(&live, Some(token))
-            .await
-            .expect("the worktree's lease");
+        hold_worktree(&w, "tok_live", Some(token)).await;
         let begun = w.rewind.begin_step(&s.id, &assistant).await;
         assert!(matches!(begun, Err(Error::Busy { .. })), "{begun:?}");
         // Deleting the session takes only its lease: taken, it would delete the intent with the session,
@@ -257,19 +263,7 @@ fn a_turn_that_cannot_begin_its_step_records_nothing() {
         w.write("a.txt", "a0");
         let s = w.session().await;
         let before = w.messages(&s.id).await.len();
-        let busy = Lease {
-            key: LeaseKey::Worktree(ROOT.to_owned()),
-            token: LeaseToken("tok_revert".to_owned()),
-            holder: Holder {
-                kind: HolderKind::Process,
-                process: w.host.this_process(),
-            },
-            expires_at: u64::MAX,
-        };
-        w.repo
-            .take_lease(&busy, None)
-            .await
-            .expect("the worktree's lease");
+        let busy = hold_worktree(&w, "tok_revert", None).await;
         let refused = w
             .rewind
             .begin_turn(
@@ -341,19 +335,7 @@ fn a_failed_recovery_leaves_the_session_to_its_intent() {
             .expect("the session's lease is held");
         assert_eq!(lease.token, token, "by the interrupted operation again");
         // A live process of this host holds the worktree now.
-        let live = Lease {
-            key: LeaseKey::Worktree(ROOT.to_owned()),
-            token: LeaseToken("tok_live".to_owned()),
-            holder: Holder {
-                kind: HolderKind::Process,
-                process: w.host.this_process(),
-            },
-            expires_at: u64::MAX,
-        };
-        w.repo
-            .take_lease(&live, None)
-            .await
-            .expect("the worktree's lease");
+        let live = hold_worktree(&w, "tok_live", None).await;
         let deleted = w.rewind.delete_session(&s.id).await;
         assert!(matches!(deleted, Err(Error::Busy { .. })), "{deleted:?}");
         assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
