@@ -107,10 +107,26 @@ impl Rewind {
             }
         };
         let result = self.finish_held_intent(intent).await;
-        self.release(&worktree_lease).await;
         match &result {
-            Ok(_) => self.release(&session_lease).await,
-            Err(_) => give_back(session_lease).await,
+            Ok(_) => {
+                self.release(&worktree_lease).await;
+                self.release(&session_lease).await;
+            }
+            // The worktree's lease goes back to the interrupted operation as well (expired): whatever
+            // takes it next, a step's snapshot included, tries this recovery first.
+            Err(_) => {
+                let interrupted = Lease {
+                    key: worktree_lease.key.clone(),
+                    token: intent.token.clone(),
+                    holder: intent.holder.clone(),
+                    expires_at: 0,
+                };
+                let _ = self
+                    .repo
+                    .take_lease(&interrupted, Some(worktree_lease.token.clone()))
+                    .await;
+                give_back(session_lease).await;
+            }
         }
         result
     }

@@ -334,8 +334,15 @@ fn a_failed_recovery_leaves_the_session_to_its_intent() {
             .expect("lease")
             .expect("the session's lease is held");
         assert_eq!(lease.token, token, "by the interrupted operation again");
+        let worktree = w
+            .repo
+            .lease(&LeaseKey::Worktree(ROOT.to_owned()))
+            .await
+            .expect("lease")
+            .expect("the worktree's lease is held");
+        assert_eq!(worktree.token, token, "the worktree's too");
         // A live process of this host holds the worktree now.
-        let live = hold_worktree(&w, "tok_live", None).await;
+        let live = hold_worktree(&w, "tok_live", Some(token)).await;
         let deleted = w.rewind.delete_session(&s.id).await;
         assert!(matches!(deleted, Err(Error::Busy { .. })), "{deleted:?}");
         assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
