@@ -43,7 +43,7 @@ fn on_disk(path: &Path) -> GitResult<OnDisk> {
 }
 
 /// What stands at `path`, with its stat data when it is a file or symlink: the identity a write or delete
-/// checks again right before it changes the path (`Applier::replace`, `Applier::remove`).
+/// checks again right before it changes the path (`standing`).
 fn look(path: &Path) -> GitResult<(OnDisk, Option<Stat>)> {
     match fs::symlink_metadata(path) {
         Ok(meta) => {
@@ -232,11 +232,9 @@ impl<'a> TrackedNow<'a> {
         self.previous
             .borrow_mut()
             .get_or_insert_with(|| {
-                let path = self.store.stat_cache_path();
-                let cache = StatCache::load(&path);
-                let paths = cache.entries.iter().map(|(p, _)| p.to_owned()).collect();
-                cache.keep(&path);
-                paths
+                StatCache::peek(&self.store.stat_cache_path(), |cache| {
+                    cache.entries.iter().map(|(p, _)| p.to_owned()).collect()
+                })
             })
             .contains(path)
     }
@@ -411,9 +409,51 @@ fn write_file(
     Ok(Done::Changed(stat))
 }
 
+/// What stands at `name` of `dir` now, against `was` (the stat data of the file or symlink checked there).
+enum Standing {
+    /// Nothing stands there any more.
+    Gone,
+    /// Something else stands there.
+    Other,
+    /// Still `was`, held through a handle (`O_PATH`) until it is released (see `replace.rs`).
+    Same(Held),
+}
+
+/// Looks at `name` in `dir` again, through a handle, right before it is renamed over or deleted.
+fn standing(
+    dir: &OwnedFd,
+    name: &str,
+    was: Stat,
+    dir_path: &Path,
+    ext4: bool,
+) -> io::Result<Standing> {
+    use rustix::fs::{Mode as Bits, OFlags};
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Bits::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(Standing::Gone),
+        Err(e) => return Err(e.into()),
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if Stat::of_rustix(&st) != Some(was) {
+        return Ok(Standing::Other);
+    }
+    #[allow(clippy::unnecessary_cast)]
+    Ok(Standing::Same(Held::of(
+        fd,
+        st.st_dev as u64,
+        dir_path,
+        ext4,
+    )))
+}
+
 /// Renames `tmp` over `name` in `dir` while what stands there is `was` (its stat data when checked; none:
 /// nothing stood there): for nothing, atomically (`RENAME_NOREPLACE`); for a file, right after looking at
-/// it again through a handle, which is returned for `Releases`. None when the path is not what was
+/// it again (`standing`), whose handle is returned for `Releases`. None when the path is not what was
 /// checked (nothing is renamed); a file gone meanwhile is written where it was.
 fn replace(
     dir: &OwnedFd,
@@ -423,22 +463,11 @@ fn replace(
     ext4: bool,
     dir_path: &Path,
 ) -> io::Result<Option<Held>> {
-    use rustix::fs::{Mode as Bits, OFlags, RenameFlags};
+    use rustix::fs::RenameFlags;
     use rustix::io::Errno;
     if let Some(was) = was {
-        match rustix::fs::openat(
-            dir,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Bits::empty(),
-        ) {
-            Ok(fd) => {
-                let st = rustix::fs::fstat(&fd)?;
-                if Stat::of_rustix(&st) != Some(was) {
-                    return Ok(None);
-                }
-                #[allow(clippy::unnecessary_cast)]
-                let held = Held::of(fd, st.st_dev as u64, dir_path, ext4);
+        match standing(dir, name, was, dir_path, ext4)? {
+            Standing::Same(held) => {
                 return match rustix::fs::renameat(dir, tmp, dir, name) {
                     Ok(()) => Ok(Some(held)),
                     // Turned into a directory since the look.
@@ -446,8 +475,8 @@ fn replace(
                     Err(e) => Err(e.into()),
                 };
             }
-            Err(Errno::NOENT) => {}
-            Err(e) => return Err(e.into()),
+            Standing::Other => return Ok(None),
+            Standing::Gone => {}
         }
     }
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
@@ -470,24 +499,11 @@ fn replace(
 /// Deletes `name` in `dir` while it is the file or symlink `was` (its stat data when checked). Moved when
 /// it is something else now; a file gone meanwhile counts as deleted.
 fn remove(dir: &OwnedFd, name: &str, was: Stat, dir_path: &Path) -> io::Result<Done> {
-    use rustix::fs::{Mode as Bits, OFlags};
-    let fd = match rustix::fs::openat(
-        dir,
-        name,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Bits::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Ok(Done::Changed(None)),
-        Err(e) => return Err(e.into()),
+    let held = match standing(dir, name, was, dir_path, crate::replace::is_ext4_fd(dir))? {
+        Standing::Same(held) => held,
+        Standing::Other => return Ok(Done::Moved),
+        Standing::Gone => return Ok(Done::Changed(None)),
     };
-    let st = rustix::fs::fstat(&fd)?;
-    if Stat::of_rustix(&st) != Some(was) {
-        return Ok(Done::Moved);
-    }
-    let ext4 = crate::replace::is_ext4_fd(dir);
-    #[allow(clippy::unnecessary_cast)]
-    let held = Held::of(fd, st.st_dev as u64, dir_path, ext4);
     match rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => {}
         Err(e) if taken_by_a_directory(e) => return Ok(Done::Moved),
@@ -1095,21 +1111,15 @@ fn recorded_stats<'p>(
     paths: impl Iterator<Item = &'p str>,
     expected: &mut Expected,
 ) {
-    let cache_path = store.stat_cache_path();
-    let (cache, remembered) = match StatCache::remembered(&cache_path) {
-        Some(cache) => (cache, true),
-        None => (StatCache::load(&cache_path), false),
-    };
-    if cache.tree == Some(*tree) {
-        for path in paths {
-            if let Some(entry) = cache.entries.get(path) {
-                expected.insert(path.to_owned(), Some(entry.stat));
+    StatCache::peek(&store.stat_cache_path(), |cache| {
+        if cache.tree == Some(*tree) {
+            for path in paths {
+                if let Some(entry) = cache.entries.get(path) {
+                    expected.insert(path.to_owned(), Some(entry.stat));
+                }
             }
         }
-    }
-    if remembered {
-        cache.keep(&cache_path);
-    }
+    });
 }
 
 /// The changes a restore of the given `paths` to `target` makes, found without walking the worktree: each
@@ -1135,10 +1145,9 @@ fn changes_at_paths<'a>(
         }
         let abs = store.worktree.join(path);
         let current = if now.contains(path)? {
-            // Looked at before it is read: an edit during the read shows in its stat data.
-            let (_, stat) = look(&abs)?;
-            expected.insert(path.clone(), stat);
-            Some(entry_on_disk(config, &abs, path)?)
+            let (entry, stat) = entry_on_disk(config, &abs, path)?;
+            expected.insert(path.clone(), Some(stat));
+            Some(entry)
         } else {
             if parents_are_real_dirs(&now, path)? {
                 match look(&abs)? {
@@ -1165,8 +1174,13 @@ fn changes_at_paths<'a>(
 }
 
 /// The entry a track would record for the tracked file or symlink at `abs` (its content streamed through
-/// the hash, never held whole).
-fn entry_on_disk(config: &GitStoreConfig, abs: &Path, path: &str) -> GitResult<(Mode, ObjectId)> {
+/// the hash, never held whole), with the stat data seen right before it was read (an edit during the read
+/// shows there).
+fn entry_on_disk(
+    config: &GitStoreConfig,
+    abs: &Path,
+    path: &str,
+) -> GitResult<((Mode, ObjectId), Stat)> {
     let unreadable = |reason: String| GitError::Unreadable {
         path: path.to_owned(),
         reason,
@@ -1182,13 +1196,13 @@ fn entry_on_disk(config: &GitStoreConfig, abs: &Path, path: &str) -> GitResult<(
         if mode == Mode::Link {
             let target = fs::read_link(abs).map_err(|e| unreadable(e.to_string()))?;
             let id = Odb::hash(Kind::Blob, target.as_os_str().as_bytes())?;
-            return Ok((mode, id));
+            return Ok(((mode, id), Stat::of(&meta, mode)));
         }
         // `None`: the size changed while it was read; look again.
         if let Some(id) =
             Odb::hash_file_blob(abs, meta.len()).map_err(|e| unreadable(e.to_string()))?
         {
-            return Ok((mode, id));
+            return Ok(((mode, id), Stat::of(&meta, mode)));
         }
     }
     Err(unreadable(
@@ -1527,59 +1541,52 @@ fn changed_after_track(
     actions: &[FileAction],
     base: &ObjectId,
 ) -> GitResult<(HashSet<String>, Expected)> {
-    // The cache is handed back to memory only when it came from there: a process that does not hold it
-    // (a command that ends after its revert) leaves the file to the next track, as `teach_stat_cache` does.
-    let cache_path = store.stat_cache_path();
-    let (cache, remembered) = match StatCache::remembered(&cache_path) {
-        Some(cache) => (cache, true),
-        None => (StatCache::load(&cache_path), false),
-    };
-    let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
     let mut base_tree = LazyTree::new(&store.odb, *base);
     let mut suspects: Vec<(String, Option<Entry>)> = Vec::new();
     let mut expected = HashMap::new();
-    for action in actions
-        .iter()
-        .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
-    {
-        let path = action.path.as_str();
-        // A path below a symlink or a file is not looked at: the writing replaces or keeps what stands
-        // there, and nothing is read through a symlink.
-        if !parents_are_real_dirs(current, path)? {
-            continue;
-        }
-        let abs = store.worktree.join(path);
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // Made after this look, a file there would be new content: left alone, not overwritten.
-                expected.insert(path.to_owned(), None);
+    StatCache::peek(&store.stat_cache_path(), |cache| -> GitResult<()> {
+        let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
+        for action in actions
+            .iter()
+            .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
+        {
+            let path = action.path.as_str();
+            // A path below a symlink or a file is not looked at: the writing replaces or keeps what stands
+            // there, and nothing is read through a symlink.
+            if !parents_are_real_dirs(current, path)? {
                 continue;
             }
-            Err(e) => return Err(GitError::io(&abs, e)),
-        };
-        let Some(mode) = Mode::of_file(&meta) else {
-            continue;
-        };
-        let stat = Stat::of(&meta, mode);
-        expected.insert(path.to_owned(), Some(stat));
-        let as_recorded = recorded
-            .and_then(|entries| entries.get(path))
-            .is_some_and(|entry| entry.stat == stat);
-        if !as_recorded {
-            suspects.push((path.to_owned(), base_tree.get(path)?));
+            let abs = store.worktree.join(path);
+            let meta = match fs::symlink_metadata(&abs) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // Made after this look, a file there would be new content: left alone, not overwritten.
+                    expected.insert(path.to_owned(), None);
+                    continue;
+                }
+                Err(e) => return Err(GitError::io(&abs, e)),
+            };
+            let Some(mode) = Mode::of_file(&meta) else {
+                continue;
+            };
+            let stat = Stat::of(&meta, mode);
+            expected.insert(path.to_owned(), Some(stat));
+            let as_recorded = recorded
+                .and_then(|entries| entries.get(path))
+                .is_some_and(|entry| entry.stat == stat);
+            if !as_recorded {
+                suspects.push((path.to_owned(), base_tree.get(path)?));
+            }
         }
-    }
-    if remembered {
-        cache.keep(&cache_path);
-    }
+        Ok(())
+    })?;
     let edited = crate::track::parallel_map_on(
         &suspects,
         crate::track::worker_threads(),
         8,
         || (),
         |(), (path, then)| {
-            let now = entry_on_disk(config, &store.worktree.join(path), path)?;
+            let (now, _) = entry_on_disk(config, &store.worktree.join(path), path)?;
             Ok((Some(now) != *then).then(|| path.clone()))
         },
     )?;

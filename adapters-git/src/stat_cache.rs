@@ -323,6 +323,20 @@ impl StatCache {
         (file_generation(path) == Some(remembered.generation)).then_some(remembered)
     }
 
+    /// Runs `f` on the cache without taking it: the copy in memory is handed back after; one read from
+    /// the file is not kept in memory (a process that does not hold the cache, a command that ends after
+    /// its operation, leaves the file to the next track).
+    pub fn peek<T>(path: &Path, f: impl FnOnce(&StatCache) -> T) -> T {
+        match StatCache::remembered(path) {
+            Some(cache) => {
+                let out = f(&cache);
+                cache.keep(path);
+                out
+            }
+            None => f(&StatCache::load(path)),
+        }
+    }
+
     /// Reads the cache; a missing, unreadable or corrupt cache is empty (costing only re-hashing). The
     /// copy kept in memory is used when the file still holds its generation.
     pub fn load(path: &Path) -> StatCache {
