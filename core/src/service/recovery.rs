@@ -74,18 +74,7 @@ impl Rewind {
         // holder (or to the intent's holder, expired, when none was there), not free, so no other
         // operation takes the session while the intent waits: an operation that finds that lease tries
         // this recovery again first (`acquire`).
-        let gone = current.unwrap_or_else(|| Lease {
-            key: lease.key.clone(),
-            token: intent.token.clone(),
-            holder: intent.holder.clone(),
-            expires_at: 0,
-        });
-        let give_back = |session_lease: super::HeldLease| {
-            let gone = &gone;
-            async move {
-                let _ = self.repo.take_lease(gone, Some(session_lease.token)).await;
-            }
-        };
+        let gone = current.unwrap_or_else(|| interrupted(intent, lease.key.clone()));
         let worktree_lease = match self
             .acquire_recovering(
                 LeaseKey::Worktree(intent.directory.clone()),
@@ -98,11 +87,11 @@ impl Rewind {
             Ok(lease) => lease,
             // Another operation holds the worktree: it runs recovery for it first.
             Err(Error::Busy { .. }) => {
-                give_back(session_lease).await;
+                self.hand_back(&session_lease, &gone).await;
                 return Ok(Outcome::InProgress);
             }
             Err(error) => {
-                give_back(session_lease).await;
+                self.hand_back(&session_lease, &gone).await;
                 return Err(error);
             }
         };
@@ -115,20 +104,18 @@ impl Rewind {
             // The worktree's lease goes back to the interrupted operation as well (expired): whatever
             // takes it next, a step's snapshot included, tries this recovery first.
             Err(_) => {
-                let interrupted = Lease {
-                    key: worktree_lease.key.clone(),
-                    token: intent.token.clone(),
-                    holder: intent.holder.clone(),
-                    expires_at: 0,
-                };
-                let _ = self
-                    .repo
-                    .take_lease(&interrupted, Some(worktree_lease.token.clone()))
-                    .await;
-                give_back(session_lease).await;
+                let to = interrupted(intent, worktree_lease.key.clone());
+                self.hand_back(&worktree_lease, &to).await;
+                self.hand_back(&session_lease, &gone).await;
             }
         }
         result
+    }
+
+    /// Puts `to` back in the place of `held` (this recovery's): the lease goes back to the operation it
+    /// was taken from. A failure leaves ours to expire.
+    async fn hand_back(&self, held: &super::HeldLease, to: &Lease) {
+        let _ = self.repo.take_lease(to, Some(held.token.clone())).await;
     }
 
     /// Finishes an intent record once both leases are held. What was read before them is read again: the
@@ -159,5 +146,16 @@ impl RecoveryReport {
             Outcome::InProgress => self.in_progress.push(intent.token.clone()),
             Outcome::Gone => {}
         }
+    }
+}
+
+/// The lease on `key` of the operation `intent` records, expired: what a recovery that cannot finish
+/// leaves where none of the operation's own was left.
+fn interrupted(intent: &IntentRecord, key: LeaseKey) -> Lease {
+    Lease {
+        key,
+        token: intent.token.clone(),
+        holder: intent.holder.clone(),
+        expires_at: 0,
     }
 }
