@@ -311,13 +311,15 @@ impl Odb {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
     }
 
-    /// True when the object is stored.
+    /// True when the object is stored. The packs' indexes are asked before the loose objects' directory:
+    /// they are in memory, and a seeded or collected store keeps most objects there (a missing loose
+    /// object costs a path lookup in the kernel).
     pub fn contains(&self, id: &ObjectId) -> bool {
         let held = self.batch().get(id).is_some();
-        held || self.path_of(id).is_file()
-            || self
-                .with_packs(|packs| gix::objs::Exists::exists(packs, id))
-                .unwrap_or(false)
+        held || self
+            .with_packs(|packs| gix::objs::Exists::exists(packs, id))
+            .unwrap_or(false)
+            || self.path_of(id).is_file()
     }
 
     /// The id `data` has as an object of `kind`, without storing it.
@@ -478,10 +480,23 @@ impl Odb {
             let reader = ZlibDecoder::new(io::Cursor::new(compressed));
             return Ok((kind, size, Box::new(reader.take(size))));
         }
+        // The packs first, as in `contains`; an object a pack cannot give (damaged there) is still read
+        // loose when it is stored so.
+        let packed = match self.open_packed(id) {
+            Err(GitError::Missing(_)) => None,
+            other => Some(other),
+        };
+        let packed = match packed {
+            Some(Ok(found)) => return Ok(found),
+            Some(Err(error)) => Some(error),
+            None => None,
+        };
         let path = self.path_of(id);
         let file = match File::open(&path) {
             Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return self.open_packed(id),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(packed.unwrap_or_else(|| GitError::Missing(id.to_string())));
+            }
             Err(e) => return Err(GitError::io(&path, e)),
         };
         let mut decoder = BufReader::new(ZlibDecoder::new(BufReader::new(file)));
@@ -543,26 +558,33 @@ impl Odb {
         Ok((kind, bytes.len() as u64, Box::new(io::Cursor::new(bytes))))
     }
 
-    /// A stored object's kind and size, without reading its content (a loose object's header is inflated,
-    /// a packed one's read from the pack).
+    /// A stored object's kind and size, without reading its content (a packed one's read from the pack,
+    /// a loose object's header inflated). The packs come first, as in `contains`; an object a pack cannot
+    /// give (damaged there) is still found loose.
     pub fn header(&self, id: &ObjectId) -> GitResult<(Kind, u64)> {
         let held = self.batch().get(id).map(|e| (e.kind, e.size));
         if let Some(held) = held {
             return Ok(held);
         }
-        match File::open(self.path_of(id)) {
-            Ok(file) => return loose_header(file, id),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(GitError::io(&self.path_of(id), e)),
-        }
-        let found = self
+        let packed = self
             .with_packs(|packs| {
                 gix::objs::FindHeader::try_header(packs, id)
                     .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))
             })
-            .transpose()?
-            .flatten()
-            .ok_or_else(|| GitError::Missing(id.to_string()))?;
+            .transpose()
+            .map(Option::flatten);
+        let found = match packed {
+            Ok(Some(found)) => found,
+            Ok(None) | Err(_) => match File::open(self.path_of(id)) {
+                Ok(file) => return loose_header(file, id),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(packed
+                        .err()
+                        .unwrap_or_else(|| GitError::Missing(id.to_string())));
+                }
+                Err(e) => return Err(GitError::io(&self.path_of(id), e)),
+            },
+        };
         let kind = match found.kind {
             gix::objs::Kind::Blob => Kind::Blob,
             gix::objs::Kind::Tree => Kind::Tree,
@@ -750,6 +772,62 @@ mod tests {
         // After the batch, objects are written loose again.
         let after = odb.write_buf(Kind::Blob, b"after").expect("written");
         assert!(odb.path_of(&after).is_file());
+    }
+
+    /// The packs are asked first, and an object a damaged pack cannot give is still read, and its header
+    /// found, from its loose copy; one stored only in that pack is `Corrupt`, never `Missing`.
+    #[test]
+    fn an_object_a_damaged_pack_cannot_give_is_read_loose() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let odb = Odb::new(dir.path().join("objects"));
+        odb.begin_batch();
+        let ids: Vec<ObjectId> = (0..5)
+            .map(|i| {
+                odb.write_buf(Kind::Blob, format!("packed blob {i}").as_bytes())
+                    .expect("held")
+            })
+            .collect();
+        odb.end_batch().expect("written as a pack");
+        assert_eq!(
+            odb.header(&ids[0]).expect("from the pack"),
+            (Kind::Blob, 13)
+        );
+        // The first one is also stored loose (as another store would have written it).
+        let other = Odb::new(dir.path().join("other"));
+        other
+            .write_buf(Kind::Blob, b"packed blob 0")
+            .expect("written loose");
+        let loose = odb.path_of(&ids[0]);
+        fs::create_dir_all(loose.parent().expect("a fan-out directory")).expect("mkdir");
+        fs::copy(other.path_of(&ids[0]), &loose).expect("copied");
+        let pack_dir = dir.path().join("objects").join("pack");
+        for entry in fs::read_dir(&pack_dir).expect("the packs") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "pack") {
+                let mut bytes = fs::read(&path).expect("read the pack");
+                let end = bytes.len() - 20;
+                bytes[12..end].fill(0);
+                let mut permissions = fs::metadata(&path).expect("stat").permissions();
+                std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
+                fs::set_permissions(&path, permissions).expect("writable");
+                fs::write(&path, bytes).expect("damage it");
+            }
+        }
+        odb.packs_changed();
+        assert_eq!(
+            odb.header(&ids[0]).expect("from the loose copy"),
+            (Kind::Blob, 13)
+        );
+        assert_eq!(
+            odb.read(&ids[0], Kind::Blob).expect("read"),
+            b"packed blob 0"
+        );
+        assert!(odb.contains(&ids[0]));
+        assert!(matches!(odb.header(&ids[1]), Err(GitError::Corrupt(_))));
+        assert!(matches!(
+            odb.read(&ids[1], Kind::Blob),
+            Err(GitError::Corrupt(_))
+        ));
     }
 
     /// `header` gives the kind and size `open` gives, for loose objects of every size (a header read from
