@@ -23,6 +23,7 @@ use gix::ObjectId;
 
 use crate::ignore::Enclosing;
 use crate::odb::Odb;
+use crate::track::IndexStat;
 use crate::tree::Mode;
 
 /// Words whose presence in an attributes file turns seeding off.
@@ -142,18 +143,17 @@ impl Seed {
 
     /// The blob id the user's index records for `rel`, when its stat data matches the file on disk as git
     /// would check it and the entry is not racy.
-    pub fn lookup(&self, rel: &str, meta: &fs::Metadata, mode: Mode) -> Option<ObjectId> {
+    pub fn lookup(&self, rel: &str, seen: &IndexStat, mode: Mode) -> Option<ObjectId> {
         let entry = self.entries.get(rel)?;
-        let mtime = (meta.mtime() as u32, meta.mtime_nsec() as u32);
         let racy = (i64::from(entry.mtime.0), i64::from(entry.mtime.1)) >= self.index_mtime;
         let matches = entry.mode == mode
-            && meta.len() <= u64::from(u32::MAX)
-            && entry.size == meta.len() as u32
-            && entry.mtime == mtime
-            && entry.ctime == (meta.ctime() as u32, meta.ctime_nsec() as u32)
-            && entry.ino == meta.ino() as u32
-            && entry.uid == meta.uid()
-            && entry.gid == meta.gid();
+            && seen.size <= u64::from(u32::MAX)
+            && entry.size == seen.size as u32
+            && entry.mtime == seen.mtime
+            && entry.ctime == seen.ctime
+            && entry.ino == seen.ino
+            && entry.uid == seen.uid
+            && entry.gid == seen.gid;
         // git marks an entry it found racy and changed by writing its size as 0 ("racily smudged"): a
         // size 0 is believed only for the empty blob.
         let smudged = entry.size == 0 && entry.id != ObjectId::empty_blob(gix::hash::Kind::Sha1);
@@ -362,8 +362,9 @@ mod tests {
             objects: PathBuf::new(),
         };
         let hello = ObjectId::from_hex(b"ce013625030ba8dba906f756967f9e9ca394464a").expect("an id");
-        assert_eq!(seed(hello).lookup("e.txt", &meta, Mode::File), None);
+        let seen = crate::track::Seen::from_std(meta.clone()).as_in_index();
+        assert_eq!(seed(hello).lookup("e.txt", &seen, Mode::File), None);
         let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
-        assert_eq!(seed(empty).lookup("e.txt", &meta, Mode::File), Some(empty));
+        assert_eq!(seed(empty).lookup("e.txt", &seen, Mode::File), Some(empty));
     }
 }

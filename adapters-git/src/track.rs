@@ -858,8 +858,8 @@ fn adopt_seeded(
     Ok(outcomes)
 }
 
-/// The lstat data of a candidate: its kind and stat data, and the metadata std gives (only when looked up by
-/// path, which seeding needs).
+/// The lstat data of a candidate: its kind, the stat data the cache compares, and the owner seeding
+/// compares.
 pub(crate) struct Seen {
     kind: SeenKind,
     size: u64,
@@ -867,7 +867,9 @@ pub(crate) struct Seen {
     ctime_ns: i128,
     ino: u64,
     dev: u64,
-    meta: Option<fs::Metadata>,
+    /// The owner, which seeding compares with the user's index as git does.
+    uid: u32,
+    gid: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -879,7 +881,7 @@ enum SeenKind {
 }
 
 impl Seen {
-    fn from_std(meta: fs::Metadata) -> Seen {
+    pub(crate) fn from_std(meta: fs::Metadata) -> Seen {
         let kind = if meta.file_type().is_symlink() {
             SeenKind::Link
         } else if meta.is_file() {
@@ -899,7 +901,8 @@ impl Seen {
             ctime_ns: stat.ctime_ns,
             ino: stat.ino,
             dev: stat.dev,
-            meta: Some(meta),
+            uid: std::os::unix::fs::MetadataExt::uid(&meta),
+            gid: std::os::unix::fs::MetadataExt::gid(&meta),
         }
     }
 
@@ -928,7 +931,8 @@ impl Seen {
                 + i128::from(st.st_ctime_nsec as i64),
             ino: st.st_ino as u64,
             dev: st.st_dev as u64,
-            meta: None,
+            uid: st.st_uid as u32,
+            gid: st.st_gid as u32,
         }
     }
 
@@ -939,6 +943,24 @@ impl Seen {
             SeenKind::File { executable: true } => Some(Mode::Exec),
             SeenKind::File { executable: false } => Some(Mode::File),
             SeenKind::Dir | SeenKind::Other => None,
+        }
+    }
+
+    /// The size, owner and times as git's index stores them (32-bit fields, seconds and nanoseconds).
+    pub(crate) fn as_in_index(&self) -> IndexStat {
+        let split = |ns: i128| {
+            (
+                ns.div_euclid(1_000_000_000) as i64 as u32,
+                ns.rem_euclid(1_000_000_000) as u32,
+            )
+        };
+        IndexStat {
+            size: self.size,
+            mtime: split(self.mtime_ns),
+            ctime: split(self.ctime_ns),
+            ino: self.ino as u32,
+            uid: self.uid,
+            gid: self.gid,
         }
     }
 
@@ -953,6 +975,16 @@ impl Seen {
             dev: self.dev,
         }
     }
+}
+
+/// A file's stat data in the terms of git's index (`Seen::as_in_index`).
+pub(crate) struct IndexStat {
+    pub size: u64,
+    pub mtime: (u32, u32),
+    pub ctime: (u32, u32),
+    pub ino: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// A directory opened (`O_PATH`, not following a symlink) by one worker, so the files in it are looked up
@@ -1017,14 +1049,9 @@ impl Worker<'_> {
     }
 }
 
-/// lstat of a candidate: through its directory's handle when there is one (no seeding), else by path.
-fn lstat(
-    store: &Store,
-    open: &mut OpenDir,
-    candidate: &Candidate,
-    by_path: bool,
-) -> std::io::Result<Seen> {
-    if !by_path && let Some(fd) = open.of(&store.worktree, candidate.dir()) {
+/// lstat of a candidate: through its directory's handle when there is one, else by path.
+fn lstat(store: &Store, open: &mut OpenDir, candidate: &Candidate) -> std::io::Result<Seen> {
+    if let Some(fd) = open.of(&store.worktree, candidate.dir()) {
         return rustix::fs::statat(fd, candidate.name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
             .map(|st| Seen::from_rustix(&st))
             .map_err(std::io::Error::from);
@@ -1042,8 +1069,7 @@ fn examine(
 ) -> GitResult<Outcome> {
     let rel = candidate.rel.as_str();
     for _attempt in 0..3 {
-        // Seeding compares the user's index with std's metadata: then files are looked up by path.
-        let seen = match lstat(store, &mut worker.open, candidate, seed.is_some()) {
+        let seen = match lstat(store, &mut worker.open, candidate) {
             Ok(seen) => seen,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
             Err(e) => return Err(unreadable(rel, &e.to_string())),
@@ -1080,10 +1106,7 @@ fn examine(
                 reason: SkipReason::TooLarge { size: stat.size },
             }));
         }
-        if let Some(id) = seed
-            .zip(seen.meta.as_ref())
-            .and_then(|(seed, meta)| seed.lookup(rel, meta, mode))
-        {
+        if let Some(id) = seed.and_then(|seed| seed.lookup(rel, &seen.as_in_index(), mode)) {
             return Ok(Outcome::Seeded(stat, id));
         }
         if config.read_fault.as_ref().is_some_and(|fault| fault(rel)) {
