@@ -76,16 +76,10 @@ pub struct Seed {
 
 impl Seed {
     /// The seed for a worktree in `repo` (`prefix` is the worktree relative to the repository root), or
-    /// none when the repository's settings or attributes forbid it or its index cannot be read.
-    pub fn load(
-        repo: &Enclosing,
-        prefix: &str,
-        tree_attributes_mention_filters: bool,
-    ) -> Option<Seed> {
-        if tree_attributes_mention_filters
-            || !settings_allow(repo)
-            || attributes_forbid(repo, prefix)
-        {
+    /// none when the repository's settings or attributes outside the worktree forbid it or its index cannot
+    /// be read. The attributes files inside the worktree are the caller's to check (the walk reads them).
+    pub fn load(repo: &Enclosing, prefix: &str) -> Option<Seed> {
+        if !settings_allow(repo) || attributes_forbid(repo, prefix) {
             return None;
         }
         let index_path = repo.git_dir.join("index");

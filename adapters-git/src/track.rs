@@ -361,7 +361,14 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             .as_ref()
     };
     let cache_started_ns = cache.started_ns;
-    std::thread::scope(|scope| {
+    let (walked, seed) = std::thread::scope(|scope| {
+        // A first track that may be seeded reads the user's index on another thread while this one walks
+        // (nothing is cached to look at meanwhile); the walk's attributes files decide afterwards whether
+        // it is used.
+        let seeding = match (&ignores.enclosing, may_seed) {
+            (Some(repo), true) => Some(scope.spawn(|| Seed::load(repo, ignores.prefix()))),
+            _ => None,
+        };
         for _ in 1..worker_threads() {
             scope.spawn(|| {
                 if let Some(entries) = entries() {
@@ -374,8 +381,11 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             Some(entries) => prestat.run(root, entries, cache_started_ns),
             None => prestat.stop(),
         }
-        walked
-    })?;
+        // A thread that panicked seeds nothing: every file is hashed.
+        let seed = seeding.and_then(|loading| loading.join().ok().flatten());
+        (walked, seed)
+    });
+    walked?;
     match parsed.into_inner() {
         Some(Some(entries)) => cache.entries = entries,
         // The checksum held and the entries did not parse: nothing of the file is trusted.
@@ -384,10 +394,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             cache.dirs.clear();
         }
     }
-    let seed = match (&ignores.enclosing, may_seed) {
-        (Some(repo), true) => Seed::load(repo, ignores.prefix(), walk.attributes_mention_filters),
-        _ => None,
-    };
+    let seed = seed.filter(|_| !walk.attributes_mention_filters);
     let Walk {
         candidates,
         mut skipped,
@@ -1218,11 +1225,16 @@ impl Prestat {
 /// From how many files the aligned path examines them on several threads.
 const EXAMINE_IN_PARALLEL_FROM: usize = 16;
 
-/// How many threads stat and hash files (they are IO-bound): the cores, at most 8.
+/// How many threads stat and hash files (they are IO-bound): the cores, at most 8. Asked once per process:
+/// the standard library reads the cgroup's CPU quota from three files at each call, and an operation asks
+/// several times.
 pub(crate) fn worker_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(1, 8)
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 8)
+    })
 }
 
 /// Maps `items` on a few threads (stat and hashing are IO-bound), keeping order; the first error wins.
