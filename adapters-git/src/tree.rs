@@ -246,11 +246,18 @@ fn read_with_dirs(
     Ok(())
 }
 
-/// The directories a change of `path` makes dirty: its parents and the root.
+/// The directories a change of `path` makes dirty: its parents and the root. The set holds every parent of
+/// each directory in it (only this function adds to it), so the walk up from the deepest parent ends at the
+/// first one already there: a whole first track (every file new) allocates each directory's name once.
 pub fn mark_dirty(dirty: &mut HashSet<String>, path: &str) {
-    dirty.insert(String::new());
-    for (i, _) in path.match_indices('/') {
+    for (i, _) in path.rmatch_indices('/') {
+        if dirty.contains(&path[..i]) {
+            return;
+        }
         dirty.insert(path[..i].to_owned());
+    }
+    if !dirty.contains("") {
+        dirty.insert(String::new());
     }
 }
 
@@ -679,6 +686,36 @@ pub fn write_dirty<'p>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `mark_dirty` stops at the first parent already marked, and still marks every parent of every path
+    /// and the root, in any order of paths.
+    #[test]
+    fn mark_dirty_marks_every_parent_in_any_order() {
+        let paths = [
+            "a/b/c/file",
+            "a/b/other",
+            "a/x/y/z",
+            "top",
+            "a/b/c/d/e/deep",
+            "q/r",
+        ];
+        let mut expected = HashSet::from([String::new()]);
+        for path in paths {
+            for (i, _) in path.match_indices('/') {
+                expected.insert(path[..i].to_owned());
+            }
+        }
+        for order in [paths.to_vec(), paths.iter().rev().copied().collect()] {
+            let mut dirty = HashSet::new();
+            for path in order {
+                mark_dirty(&mut dirty, path);
+            }
+            assert_eq!(dirty, expected);
+        }
+        let mut only_root = HashSet::new();
+        mark_dirty(&mut only_root, "file");
+        assert_eq!(only_root, HashSet::from([String::new()]));
+    }
 
     fn blob(odb: &Odb, text: &str) -> Entry {
         let id = odb
