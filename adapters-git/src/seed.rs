@@ -154,6 +154,15 @@ impl Seed {
         (matches && !racy && !smudged).then_some(entry.id)
     }
 
+    /// The blob id the user's index records for `rel` as `mode`, whatever its stat data says: for an entry
+    /// `lookup` does not believe (racy, or smudged by git), the id to compare with the file's own hash.
+    pub fn recorded(&self, rel: &str, mode: Mode) -> Option<ObjectId> {
+        self.entries
+            .get(rel)
+            .filter(|entry| entry.mode == mode)
+            .map(|entry| entry.id)
+    }
+
     /// Makes the store own `ids`: hardlinks (or copies) the user's packs that hold any of them, whole, and
     /// the user's loose objects for the rest. Returns the ids the store now holds; the others must be
     /// hashed from disk.

@@ -15,7 +15,7 @@ use rewind_core::model::{SkipReason, SkippedPath};
 use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::{Ignores, dir_rules_hash, read_rules};
-use crate::odb::Kind;
+use crate::odb::{Kind, Odb};
 use crate::path_map::PathMap;
 use crate::seed::Seed;
 use crate::stat_cache::{CacheEntry, DirStat, Listed, ListedKind, Listing, Stat, StatCache};
@@ -1120,6 +1120,21 @@ fn examine(
             return Err(unreadable(rel, "injected read fault"));
         }
         let abs = store.worktree.join(rel);
+        // An entry of the user's index whose stat data is not believed (a file written in the second the
+        // index was, which git leaves racy or smudges): the file is hashed without being stored, and when
+        // it is the recorded blob, that blob is adopted as a seeded one instead of being compressed and
+        // written again.
+        if mode != Mode::Link
+            && let Some(recorded) = seed.and_then(|seed| seed.recorded(rel, mode))
+        {
+            match Odb::hash_file_blob(&abs, stat.size) {
+                Ok(Some(id)) if id == recorded => return Ok(Outcome::Seeded(stat, id)),
+                // Another content, or its size changed while it was read: stored as any other file.
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
+                Err(e) => return Err(unreadable(rel, &e.to_string())),
+            }
+        }
         if mode == Mode::Link {
             let target = match fs::read_link(&abs) {
                 Ok(target) => target,

@@ -221,3 +221,47 @@ async fn blobs_made_under_other_settings_are_not_seeded() {
         "byte-exact, CRLF kept"
     );
 }
+
+/// Entries git cannot vouch for (racy: the index is no newer than the files) are confirmed by hashing the
+/// files, without storing them: a file that is its recorded blob adopts that blob (nothing compressed or
+/// written, and the store owns it, so the user's `.git` can go); one edited since, with the same size, is
+/// stored from its own bytes. The id is git's for the disk as it is.
+#[tokio::test]
+async fn racy_entries_are_confirmed_by_their_hash_and_adopted() {
+    let h = GitHarness::new();
+    write_tree(&h);
+    commit_all(&h, &[("core.autocrlf", "false")]);
+    // Same size, other bytes: only its hash tells it from the recorded blob.
+    h.write("dir0/file0.txt", b"LINE OF FILE 0\r\nsecond\r\n");
+    // Every entry racy: the index seems written before the files (the harness dates them in the past).
+    fs::File::options()
+        .write(true)
+        .open(h.path(".git/index"))
+        .expect("the index")
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000))
+        .expect("set its mtime");
+    let outcome = h.track().await;
+    assert_eq!(
+        outcome.hashed, 1,
+        "only the edited file was stored from its bytes; the others adopted the user's blobs"
+    );
+    assert_eq!(
+        outcome.id.as_str(),
+        GitOracle::new(None).write_tree(h.root())
+    );
+    fs::remove_dir_all(h.path(".git")).expect("remove .git");
+    h.remove("dir3/file3.txt");
+    h.remove("dir0/file0.txt");
+    h.port()
+        .restore(h.root(), &outcome.id, None)
+        .await
+        .expect("restore from the store's own objects");
+    assert_eq!(
+        fs::read(h.path("dir3/file3.txt")).expect("restored"),
+        b"line of file 3\r\nsecond\r\n"
+    );
+    assert_eq!(
+        fs::read(h.path("dir0/file0.txt")).expect("restored"),
+        b"LINE OF FILE 0\r\nsecond\r\n"
+    );
+}
