@@ -25,12 +25,12 @@
 //!
 //! On ext4 without a journal, the background thread also asks for the filesystem's write-back (`syncfs`)
 //! once the files it freed have been closed and no more arrive for `SETTLE`. There the kernel skips, when
-//! it allocates an inode, every inode freed within the last five seconds, or within five minutes while the
+//! it allocates an inode, every inode freed within the last minute (five seconds before Linux 5.7), or within five minutes while the
 //! block of the inode table holding it is not yet written back; each skip is a lookup. Every file rewind
 //! writes is a new inode (the temporary file) and frees one (the file renamed over), so back-to-back
 //! operations made each new file cost a scan past hundreds of freed inodes (measured on such a disk: the
 //! writes of a 30-file revert in `cargo xtask bench http` took 7.5 ms, 2.5 ms with the write-back).
-//! Written back, the freed inodes count for five seconds only. The files just written reach the disk
+//! Written back, the freed inodes count for a minute only. The files just written reach the disk
 //! sooner as well. With a journal, the kernel does not check, and nothing is asked. A write-back that takes
 //! long (much else dirty on the filesystem) only delays the closing of the files handed over meanwhile;
 //! past `MAX_HELD` of them, files are freed at once, as without this.
