@@ -197,29 +197,45 @@ impl<'a> TrackedNow<'a> {
         if let Some(known) = self.overrides.get(path) {
             return Ok(*known);
         }
+        for (i, _) in path.match_indices('/') {
+            if self.dir_on_disk(&path[..i])? != OnDisk::Dir {
+                return Ok(false);
+            }
+        }
+        match look(&self.store.worktree.join(path)) {
+            Ok((kind, stat)) => self.contains_below_dirs(path, kind, stat),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// `contains` for a path whose parents the caller has just found to be real directories, and which
+    /// it has just looked at (`look`): what stands there is not looked at again.
+    fn contains_below_dirs(&self, path: &str, kind: OnDisk, stat: Option<Stat>) -> GitResult<bool> {
+        if let Some(known) = self.overrides.get(path) {
+            return Ok(*known);
+        }
         if path
             .split('/')
             .any(|c| c == ".git" || c.starts_with(TEMP_PREFIX))
         {
             return Ok(false);
         }
-        for (i, _) in path.match_indices('/') {
-            if self.dir_on_disk(&path[..i])? != OnDisk::Dir
-                || self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i]))
-            {
-                return Ok(false);
+        if path
+            .match_indices('/')
+            .any(|(i, _)| self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i])))
+        {
+            return Ok(false);
+        }
+        // A regular file has stat data; a FIFO, socket or device (`OnDisk::File` without it) is not
+        // tracked content.
+        match (kind, stat) {
+            (OnDisk::Symlink, _) => {}
+            (OnDisk::File, Some(stat)) => {
+                if stat.size > self.size_cap && !self.was_tracked(path) {
+                    return Ok(false);
+                }
             }
-        }
-        let abs = self.store.worktree.join(path);
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(meta) => meta,
-            Err(_) => return Ok(false),
-        };
-        if !(meta.is_file() || meta.file_type().is_symlink()) {
-            return Ok(false);
-        }
-        if meta.is_file() && meta.len() > self.size_cap && !self.was_tracked(path) {
-            return Ok(false);
+            _ => return Ok(false),
         }
         let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
         Ok(self
@@ -255,6 +271,15 @@ impl Tracking<'_> {
                 None => Ok(tree.borrow_mut().get(path)?.is_some()),
             },
             Tracking::PerPath(now) => now.contains(path),
+        }
+    }
+
+    /// `contains` for a path whose parents were just found to be real directories and which was just
+    /// looked at (`TrackedNow::contains_below_dirs`).
+    fn contains_below_dirs(&self, path: &str, kind: OnDisk, stat: Option<Stat>) -> GitResult<bool> {
+        match self {
+            Tracking::Snapshot(..) => self.contains(path),
+            Tracking::PerPath(now) => now.contains_below_dirs(path, kind, stat),
         }
     }
 
@@ -697,7 +722,10 @@ impl<'a> Applier<'a> {
         match kind {
             OnDisk::Absent => Ok(()),
             OnDisk::Dir => self.keep(path, "a directory stands there now; it is left as it is"),
-            OnDisk::File | OnDisk::Symlink if !self.tracked.contains(path)? || !self.parents_are_dirs(path)? => {
+            OnDisk::File | OnDisk::Symlink
+                if !self.parents_are_dirs(path)?
+                    || !self.tracked.contains_below_dirs(path, kind, now)? =>
+            {
                 self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is")
             }
             OnDisk::File | OnDisk::Symlink => {
@@ -779,12 +807,17 @@ impl<'a> Applier<'a> {
     /// that would overwrite or delete something that is not tracked content.
     fn write(&mut self, path: &str, mode: Mode, id: &ObjectId) -> GitResult<()> {
         self.flush_if_related(path)?;
-        let was_tracked = self.tracked.contains(path)?;
+        // Whether the path was tracked content before this write: asked before anything is changed when a
+        // parent is not a directory; otherwise from the looks below (each path is looked at once).
+        let mut was_tracked = None;
         // Parents: each must be a real directory; a tracked file or symlink standing there is replaced.
         for (i, _) in path.match_indices('/') {
             let parent = &path[..i];
             let abs = self.abs(parent);
             let (kind, now) = look(&abs)?;
+            if kind != OnDisk::Dir && was_tracked.is_none() {
+                was_tracked = Some(self.tracked.contains(path)?);
+            }
             match kind {
                 OnDisk::Dir => {}
                 OnDisk::Absent => {
@@ -826,6 +859,10 @@ impl<'a> Applier<'a> {
         }
         let abs = self.abs(path);
         let (kind, mut was) = look(&abs)?;
+        let was_tracked = match was_tracked {
+            Some(was_tracked) => was_tracked,
+            None => self.tracked.contains_below_dirs(path, kind, was)?,
+        };
         if !self.as_expected(path, kind, was) {
             return self.keep(path, MOVED_MEANWHILE);
         }
@@ -852,7 +889,7 @@ impl<'a> Applier<'a> {
                     Err(e) => return Err(GitError::io(&abs, e)),
                 }
             }
-            OnDisk::File | OnDisk::Symlink if !self.tracked.contains(path)? => {
+            OnDisk::File | OnDisk::Symlink if !was_tracked => {
                 return self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is");
             }
             OnDisk::File | OnDisk::Symlink => {}
@@ -1300,10 +1337,10 @@ fn plan_inner<'a>(
             .entry(from_id)
             .or_insert_with(|| RefCell::new(LazyTree::new(&store.odb, from_id)));
         let name = path.as_str();
-        let exists = if parents_are_real_dirs(&current, name)? {
-            on_disk(&store.worktree.join(name))?
+        let (exists, stat) = if parents_are_real_dirs(&current, name)? {
+            look(&store.worktree.join(name))?
         } else {
-            OnDisk::Absent
+            (OnDisk::Absent, None)
         };
         let blocked = blocking_parent(&current, name)?;
         let (action, reason) = if let Some(parent) = blocked {
@@ -1313,7 +1350,9 @@ fn plan_inner<'a>(
                     "{parent} is a file or symlink that is not tracked content, standing where a directory is needed"
                 )),
             )
-        } else if matches!(exists, OnDisk::File | OnDisk::Symlink) && !current.contains(name)? {
+        } else if matches!(exists, OnDisk::File | OnDisk::Symlink)
+            && !current.contains_below_dirs(name, exists, stat)?
+        {
             (
                 FileActionKind::Keep,
                 Some(
