@@ -197,6 +197,9 @@ impl<'a> TrackedNow<'a> {
         if let Some(known) = self.overrides.get(path) {
             return Ok(*known);
         }
+        if self.never_tracked(path) {
+            return Ok(false);
+        }
         for (i, _) in path.match_indices('/') {
             if self.dir_on_disk(&path[..i])? != OnDisk::Dir {
                 return Ok(false);
@@ -208,22 +211,22 @@ impl<'a> TrackedNow<'a> {
         }
     }
 
+    /// A `.git` or temporary path, or one inside the data dir: never tracked content, whatever stands there.
+    fn never_tracked(&self, path: &str) -> bool {
+        path.split('/')
+            .any(|c| c == ".git" || c.starts_with(TEMP_PREFIX))
+            || path
+                .match_indices('/')
+                .any(|(i, _)| self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i])))
+    }
+
     /// `contains` for a path whose parents the caller has just found to be real directories, and which
     /// it has just looked at (`look`): what stands there is not looked at again.
     fn contains_below_dirs(&self, path: &str, kind: OnDisk, stat: Option<Stat>) -> GitResult<bool> {
         if let Some(known) = self.overrides.get(path) {
             return Ok(*known);
         }
-        if path
-            .split('/')
-            .any(|c| c == ".git" || c.starts_with(TEMP_PREFIX))
-        {
-            return Ok(false);
-        }
-        if path
-            .match_indices('/')
-            .any(|(i, _)| self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i])))
-        {
+        if self.never_tracked(path) {
             return Ok(false);
         }
         // A regular file has stat data; a FIFO, socket or device (`OnDisk::File` without it) is not

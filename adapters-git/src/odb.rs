@@ -648,11 +648,11 @@ pub fn random_u64() -> u64 {
     hasher.finish()
 }
 
-/// A loose object's kind and size from the first bytes of its file: one read, inflated on the stack (a
-/// header is at most a few dozen bytes).
 /// How many compressed bytes of a loose object are read at most to find its header.
 const LOOSE_HEADER_READ_MAX: usize = 4096;
 
+/// A loose object's kind and size from the first bytes of its file, inflated on the stack (a header is at
+/// most a few dozen bytes).
 fn loose_header(mut file: File, id: &ObjectId) -> GitResult<(Kind, u64)> {
     let corrupt = |why: &str| GitError::Corrupt(format!("object {id}: {why}"));
     // The compressed bytes are read a little at a time until the header is out: a stream that begins with

@@ -154,12 +154,18 @@ impl Seed {
         (matches && !racy && !smudged).then_some(entry.id)
     }
 
-    /// The blob id the user's index records for `rel` as `mode`, whatever its stat data says: for an entry
-    /// `lookup` does not believe (racy, or smudged by git), the id to compare with the file's own hash.
-    pub fn recorded(&self, rel: &str, mode: Mode) -> Option<ObjectId> {
+    /// The blob id the user's index records for `rel` as `mode` when the file may still be that blob
+    /// although `lookup` does not believe its stat data (racy, or smudged by git to size 0): the id to
+    /// compare with the file's own hash. An entry of another size is not offered: seeding runs only
+    /// without filters, so the recorded size is the blob's, and a file of another size was edited since.
+    pub fn recorded(&self, rel: &str, seen: &IndexStat, mode: Mode) -> Option<ObjectId> {
         self.entries
             .get(rel)
-            .filter(|entry| entry.mode == mode)
+            .filter(|entry| {
+                entry.mode == mode
+                    && (entry.size == 0
+                        || (seen.size <= u64::from(u32::MAX) && entry.size == seen.size as u32))
+            })
             .map(|entry| entry.id)
     }
 
@@ -340,6 +346,55 @@ mod tests {
 
     /// git writes the size of an entry it found racy and changed as 0 ("racily smudged"); with the rest of
     /// the stat data matching an empty file, such an entry is believed only when its blob is the empty one.
+    /// `recorded` offers an entry's blob for confirming by hash only when the file may still be it: the
+    /// same size, or an entry git smudged to size 0; never for another mode.
+    #[test]
+    fn recorded_offers_only_entries_the_file_may_still_be() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("f.txt");
+        fs::write(&path, b"hello\n").expect("a file");
+        let seen =
+            crate::track::Seen::from_std(fs::symlink_metadata(&path).expect("stat")).as_in_index();
+        let id = ObjectId::from_hex(b"ce013625030ba8dba906f756967f9e9ca394464a").expect("an id");
+        let seed = |size: u32, mode: Mode| Seed {
+            entries: HashMap::from([(
+                "f.txt".to_owned(),
+                IndexEntry {
+                    mode,
+                    id,
+                    mtime: (0, 0),
+                    ctime: (0, 0),
+                    ino: 0,
+                    uid: 0,
+                    gid: 0,
+                    size,
+                },
+            )]),
+            index_mtime: (0, 0),
+            objects: PathBuf::new(),
+        };
+        assert_eq!(
+            seed(6, Mode::File).recorded("f.txt", &seen, Mode::File),
+            Some(id)
+        );
+        assert_eq!(
+            seed(0, Mode::File).recorded("f.txt", &seen, Mode::File),
+            Some(id)
+        );
+        assert_eq!(
+            seed(7, Mode::File).recorded("f.txt", &seen, Mode::File),
+            None
+        );
+        assert_eq!(
+            seed(6, Mode::Exec).recorded("f.txt", &seen, Mode::File),
+            None
+        );
+        assert_eq!(
+            seed(6, Mode::File).recorded("other.txt", &seen, Mode::File),
+            None
+        );
+    }
+
     #[test]
     fn a_racily_smudged_entry_is_believed_only_for_the_empty_blob() {
         let dir = tempfile::tempdir().expect("a temporary directory");

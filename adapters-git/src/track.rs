@@ -1125,7 +1125,8 @@ fn examine(
         // it is the recorded blob, that blob is adopted as a seeded one instead of being compressed and
         // written again.
         if mode != Mode::Link
-            && let Some(recorded) = seed.and_then(|seed| seed.recorded(rel, mode))
+            && let Some(recorded) =
+                seed.and_then(|seed| seed.recorded(rel, &seen.as_in_index(), mode))
         {
             match Odb::hash_file_blob(&abs, stat.size) {
                 Ok(Some(id)) if id == recorded => return Ok(Outcome::Seeded(stat, id)),
