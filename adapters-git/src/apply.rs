@@ -206,7 +206,7 @@ impl<'a> TrackedNow<'a> {
             }
         }
         match look(&self.store.worktree.join(path)) {
-            Ok((kind, stat)) => self.contains_below_dirs(path, kind, stat),
+            Ok((kind, stat)) => self.tracked_as_seen(path, kind, stat),
             Err(_) => Ok(false),
         }
     }
@@ -229,6 +229,11 @@ impl<'a> TrackedNow<'a> {
         if self.never_tracked(path) {
             return Ok(false);
         }
+        self.tracked_as_seen(path, kind, stat)
+    }
+
+    /// The rest of `contains`, for a path whose name and parents passed its checks, from what stands there.
+    fn tracked_as_seen(&self, path: &str, kind: OnDisk, stat: Option<Stat>) -> GitResult<bool> {
         // A regular file has stat data; a FIFO, socket or device (`OnDisk::File` without it) is not
         // tracked content.
         match (kind, stat) {
