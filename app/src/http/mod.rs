@@ -168,35 +168,52 @@ pub async fn serve(settings: Settings, directory: PathBuf) -> Result<()> {
     )
     .await?;
     let stop = application.shutdown_token();
+    // Listened for before the line below: a script that sends SIGTERM as soon as it reads it is heard.
+    let stop_signal = stop_signal();
     // Scripts read the port from this line (`--port 0` picks a free one).
     println!("rewind listening on http://{}", application.address());
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop_signal.await;
         tracing::info!("stopping: finishing requests and closing event streams");
         stop.cancel();
     });
     application.run_until_stopped().await
 }
 
-async fn wait_for_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
+/// Listens for SIGINT and SIGTERM from the moment it is called; the future ends at the first of them.
+#[cfg(unix)]
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        match (interrupt, terminate) {
+            (Ok(mut interrupt), Ok(mut terminate)) => {
                 tokio::select! {
-                    _ = interrupt => {}
+                    _ = interrupt.recv() => {}
                     _ = terminate.recv() => {}
                 }
             }
-            Err(error) => {
+            (Ok(mut interrupt), Err(error)) => {
                 tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the server");
-                let _ = interrupt.await;
+                interrupt.recv().await;
+            }
+            (Err(error), Ok(mut terminate)) => {
+                tracing::warn!(%error, "cannot listen for SIGINT; only SIGTERM stops the server");
+                terminate.recv().await;
+            }
+            (Err(interrupt), Err(terminate)) => {
+                tracing::error!(%interrupt, %terminate, "cannot listen for SIGINT or SIGTERM; the server runs until it is killed");
+                std::future::pending::<()>().await;
             }
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
+}
+
+/// Listens for Ctrl-C (from its first poll, where signals are not Unix's).
+#[cfg(not(unix))]
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -140,3 +140,19 @@ fn serve_logs_each_revert_and_unrevert_with_its_file_counts_and_time() {
         assert!(elapsed > 0.0, "{line}");
     }
 }
+
+/// A SIGTERM sent the moment the server says where it listens stops it cleanly (exit status 0): the
+/// signals are listened for before that line is printed. Before, the handler was installed on a task
+/// spawned after it, and a quick enough SIGTERM killed the server instead. Started and stopped several
+/// times, as the window was short.
+#[test]
+fn a_sigterm_sent_as_soon_as_the_server_says_it_listens_stops_it_cleanly() {
+    let env = Env::plain();
+    for _ in 0..5 {
+        let log = Server::start(&env, "rewind_app=info").stop();
+        assert!(
+            log.iter().any(|line| line.contains("stopping")),
+            "the server logged its stop: {log:?}"
+        );
+    }
+}
