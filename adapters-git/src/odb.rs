@@ -480,25 +480,12 @@ impl Odb {
             let reader = ZlibDecoder::new(io::Cursor::new(compressed));
             return Ok((kind, size, Box::new(reader.take(size))));
         }
-        // The packs first, as in `contains`; an object a pack cannot give (damaged there) is still read
-        // loose when it is stored so.
-        let packed = match self.open_packed(id) {
+        let pack_error = match self.open_packed(id) {
+            Ok(found) => return Ok(found),
             Err(GitError::Missing(_)) => None,
-            other => Some(other),
+            Err(error) => Some(error),
         };
-        let packed = match packed {
-            Some(Ok(found)) => return Ok(found),
-            Some(Err(error)) => Some(error),
-            None => None,
-        };
-        let path = self.path_of(id);
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(packed.unwrap_or_else(|| GitError::Missing(id.to_string())));
-            }
-            Err(e) => return Err(GitError::io(&path, e)),
-        };
+        let file = self.open_loose(id, pack_error)?;
         let mut decoder = BufReader::new(ZlibDecoder::new(BufReader::new(file)));
         let mut header = Vec::with_capacity(32);
         loop {
@@ -514,23 +501,20 @@ impl Odb {
                 return Err(GitError::Corrupt(format!("object {id}: header too long")));
             }
         }
-        let header = String::from_utf8_lossy(&header).into_owned();
-        let (kind, size) = header
-            .split_once(' ')
-            .ok_or_else(|| GitError::Corrupt(format!("object {id}: bad header {header:?}")))?;
-        let kind = match kind {
-            "blob" => Kind::Blob,
-            "tree" => Kind::Tree,
-            other => {
-                return Err(GitError::Corrupt(format!(
-                    "object {id}: unexpected kind {other}"
-                )));
-            }
-        };
-        let size: u64 = size
-            .parse()
-            .map_err(|_| GitError::Corrupt(format!("object {id}: bad size {size:?}")))?;
+        let (kind, size) = header_fields(&header, id)?;
         Ok((kind, size, Box::new(decoder.take(size))))
+    }
+
+    /// The loose file of `id`, looked for after the packs (`pack_error`: what they gave instead of the
+    /// object, if anything but "not there"). Absent, the answer is the packs' error, or `Missing`.
+    fn open_loose(&self, id: &ObjectId, pack_error: Option<GitError>) -> GitResult<File> {
+        let path = self.path_of(id);
+        File::open(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => {
+                pack_error.unwrap_or_else(|| GitError::Missing(id.to_string()))
+            }
+            _ => GitError::io(&path, e),
+        })
     }
 
     /// Reads an object from a pack (whole, in memory: packs hold seeded, committed content, and rewind's
@@ -546,16 +530,11 @@ impl Odb {
             .transpose()?
             .flatten()
             .ok_or_else(|| GitError::Missing(id.to_string()))?;
-        let kind = match kind {
-            gix::objs::Kind::Blob => Kind::Blob,
-            gix::objs::Kind::Tree => Kind::Tree,
-            other => {
-                return Err(GitError::Corrupt(format!(
-                    "object {id}: unexpected kind {other}"
-                )));
-            }
-        };
-        Ok((kind, bytes.len() as u64, Box::new(io::Cursor::new(bytes))))
+        Ok((
+            packed_kind(kind, id)?,
+            bytes.len() as u64,
+            Box::new(io::Cursor::new(bytes)),
+        ))
     }
 
     /// A stored object's kind and size, without reading its content (a packed one's read from the pack,
@@ -573,28 +552,12 @@ impl Odb {
             })
             .transpose()
             .map(Option::flatten);
-        let found = match packed {
-            Ok(Some(found)) => found,
-            Ok(None) | Err(_) => match File::open(self.path_of(id)) {
-                Ok(file) => return loose_header(file, id),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    return Err(packed
-                        .err()
-                        .unwrap_or_else(|| GitError::Missing(id.to_string())));
-                }
-                Err(e) => return Err(GitError::io(&self.path_of(id), e)),
-            },
+        let pack_error = match packed {
+            Ok(Some(found)) => return Ok((packed_kind(found.kind, id)?, found.size)),
+            Ok(None) => None,
+            Err(error) => Some(error),
         };
-        let kind = match found.kind {
-            gix::objs::Kind::Blob => Kind::Blob,
-            gix::objs::Kind::Tree => Kind::Tree,
-            other => {
-                return Err(GitError::Corrupt(format!(
-                    "object {id}: unexpected kind {other}"
-                )));
-            }
-        };
-        Ok((kind, found.size))
+        loose_header(self.open_loose(id, pack_error)?, id)
     }
 
     /// Reads a tree object, from the trees this process has read when the store still holds it.
@@ -689,15 +652,36 @@ fn loose_header(mut file: File, id: &ObjectId) -> GitResult<(Kind, u64)> {
             .unwrap_or(usize::MAX)
             .min(header.len());
     };
-    let text = std::str::from_utf8(&header[..end]).map_err(|_| corrupt("bad header"))?;
-    let (kind, size) = text.split_once(' ').ok_or_else(|| corrupt("bad header"))?;
+    header_fields(&header[..end], id)
+}
+
+/// The kind and size of a loose object's header text (`blob 12`, without its NUL).
+fn header_fields(header: &[u8], id: &ObjectId) -> GitResult<(Kind, u64)> {
+    let corrupt = |why: String| GitError::Corrupt(format!("object {id}: {why}"));
+    let text = std::str::from_utf8(header).map_err(|_| corrupt("bad header".to_owned()))?;
+    let (kind, size) = text
+        .split_once(' ')
+        .ok_or_else(|| corrupt(format!("bad header {text:?}")))?;
     let kind = match kind {
         "blob" => Kind::Blob,
         "tree" => Kind::Tree,
-        other => return Err(corrupt(&format!("unexpected kind {other}"))),
+        other => return Err(corrupt(format!("unexpected kind {other}"))),
     };
-    let size = size.parse().map_err(|_| corrupt("bad size"))?;
+    let size = size
+        .parse()
+        .map_err(|_| corrupt(format!("bad size {size:?}")))?;
     Ok((kind, size))
+}
+
+/// The kind of an object a pack holds: a blob or a tree, anything else is not rewind's.
+fn packed_kind(kind: gix::objs::Kind, id: &ObjectId) -> GitResult<Kind> {
+    match kind {
+        gix::objs::Kind::Blob => Ok(Kind::Blob),
+        gix::objs::Kind::Tree => Ok(Kind::Tree),
+        other => Err(GitError::Corrupt(format!(
+            "object {id}: unexpected kind {other}"
+        ))),
+    }
 }
 
 #[cfg(test)]

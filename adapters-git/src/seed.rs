@@ -141,8 +141,7 @@ impl Seed {
         let entry = self.entries.get(rel)?;
         let racy = (i64::from(entry.mtime.0), i64::from(entry.mtime.1)) >= self.index_mtime;
         let matches = entry.mode == mode
-            && seen.size <= u64::from(u32::MAX)
-            && entry.size == seen.size as u32
+            && seen.has_size(entry.size)
             && entry.mtime == seen.mtime
             && entry.ctime == seen.ctime
             && entry.ino == seen.ino
@@ -161,11 +160,7 @@ impl Seed {
     pub fn recorded(&self, rel: &str, seen: &IndexStat, mode: Mode) -> Option<ObjectId> {
         self.entries
             .get(rel)
-            .filter(|entry| {
-                entry.mode == mode
-                    && (entry.size == 0
-                        || (seen.size <= u64::from(u32::MAX) && entry.size == seen.size as u32))
-            })
+            .filter(|entry| entry.mode == mode && (entry.size == 0 || seen.has_size(entry.size)))
             .map(|entry| entry.id)
     }
 

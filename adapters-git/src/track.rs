@@ -994,6 +994,13 @@ pub(crate) struct IndexStat {
     pub gid: u32,
 }
 
+impl IndexStat {
+    /// Whether an index entry's 32-bit size is this file's (a file of 4 GiB or more never matches).
+    pub fn has_size(&self, recorded: u32) -> bool {
+        self.size <= u64::from(u32::MAX) && recorded == self.size as u32
+    }
+}
+
 /// A directory opened (`O_PATH`, not following a symlink) by one worker, so the files in it are looked up
 /// by name instead of by their whole path.
 struct OpenDir {
