@@ -23,7 +23,7 @@ use rewind_git::{ExcludesFile, GitSnapshotStore, GitStoreConfig};
 
 const USAGE: &str = "usage: snapshot_bench [--sizes 10000,100000] [--reps N]
   (internal) snapshot_bench child track --wt DIR --data DIR [--repeat N]
-  (internal) snapshot_bench child revert --wt DIR --data DIR --snapshot ID --base ID --files LIST
+  (internal) snapshot_bench child revert --wt DIR --data DIR --snapshot ID [--base ID] --files LIST
   (internal) snapshot_bench child restore --wt DIR --data DIR --to ID
   (profiling) snapshot_bench generate --wt DIR --files N   (the benchmark's worktree, kept)";
 
@@ -120,7 +120,13 @@ fn child(args: &[String]) -> Result<()> {
         }
         "revert" => {
             let snapshot = SnapshotId::parse(get("snapshot")?)?;
-            let base = SnapshotId::parse(get("base")?)?;
+            // As the service reverts: the worktree tracked first, in the same process (SPEC 6 step 4), and
+            // that snapshot is the base; only the revert is timed. `--base ID` (profiling) skips the track,
+            // so the revert reads the stat cache from its file, as no caller of the port does.
+            let base = match options.get("base") {
+                Some(base) => SnapshotId::parse(base)?,
+                None => runtime.block_on(store.track(&wt))?.id,
+            };
             let list = fs::read_to_string(get("files")?).context("reading the file list")?;
             let files = list
                 .lines()
@@ -134,7 +140,7 @@ fn child(args: &[String]) -> Result<()> {
             let outcome = runtime.block_on(store.revert(&wt, &patches, &base))?;
             let elapsed = start.elapsed();
             let fields = format!(
-                "applied={} written={} deleted={} kept={}",
+                "base={base} applied={} written={} deleted={} kept={}",
                 outcome.applied,
                 outcome.written.len(),
                 outcome.deleted.len(),
@@ -687,12 +693,10 @@ impl<'a> Bench<'a> {
         // rewind first, then git, so neither tool's writes stale the other's stat cache mid-measurement.
         for _ in 0..self.reps {
             self.modify(&targets)?;
-            let base = self.rewind("track", &[])?.id()?;
             let report = self.rewind(
                 "revert",
                 &[
                     ("snapshot", OsStr::new(&snapshot.id)),
-                    ("base", OsStr::new(&base)),
                     ("files", list.as_os_str()),
                 ],
             )?;
