@@ -58,3 +58,144 @@ fn an_edit_made_while_reverted_is_captured_by_redo_and_can_be_restored() {
         "no other file is touched"
     );
 }
+
+/// The text of the file at `rel`, or none when nothing readable as a file stands there.
+fn read(env: &Env, rel: &str) -> Option<String> {
+    std::fs::read_to_string(env.path().join(rel)).ok()
+}
+
+fn warning_files(redo: &serde_json::Value) -> Vec<Vec<String>> {
+    redo["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .map(|w| {
+            w["files"]
+                .as_array()
+                .expect("files")
+                .iter()
+                .map(|f| f.as_str().expect("a path").to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// A file the user created while reverted survives the redo (SPEC 6): the turn's file the revert removed
+/// is not put back where the user made a directory holding a file of theirs, and the warning says so.
+#[test]
+fn redo_keeps_a_directory_the_user_made_where_the_reverted_turn_had_a_file() {
+    let env = Env::plain();
+    env.exec_sh("printf 'new\\n' > n.txt; printf 'a\\n' > a.txt");
+    env.ok(&["undo"]);
+    assert!(!env.path().join("n.txt").exists());
+    std::fs::create_dir(env.path().join("n.txt")).expect("mkdir");
+    std::fs::write(env.path().join("n.txt/inner"), "precious\n").expect("write");
+
+    let redo = env.json(&["redo"]);
+    assert_eq!(read(&env, "n.txt/inner").as_deref(), Some("precious\n"));
+    assert_eq!(
+        read(&env, "a.txt").as_deref(),
+        Some("a\n"),
+        "the rest goes back"
+    );
+    let root = env.path().canonicalize().expect("canonical");
+    let n = root.join("n.txt").to_str().expect("utf-8").to_owned();
+    assert_eq!(warning_files(&redo), [vec![n]], "{redo:#}");
+    assert!(
+        redo["warnings"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not put back")),
+        "{redo:#}"
+    );
+}
+
+/// The mirror of the case above: the revert put a directory back where the turn had made a file; a file
+/// the user added in that directory while reverted keeps the directory (and the file) in place.
+#[test]
+fn redo_keeps_a_file_the_user_created_in_a_directory_the_revert_brought_back() {
+    let env = Env::plain();
+    std::fs::create_dir(env.path().join("d")).expect("mkdir");
+    std::fs::write(env.path().join("d/f"), "f\n").expect("write");
+    env.exec_sh("rm -r d; printf 'file\\n' > d");
+    env.ok(&["undo"]);
+    assert_eq!(read(&env, "d/f").as_deref(), Some("f\n"));
+    std::fs::write(env.path().join("d/g"), "precious\n").expect("write");
+
+    let redo = env.json(&["redo"]);
+    assert_eq!(read(&env, "d/g").as_deref(), Some("precious\n"));
+    assert!(
+        !env.path().join("d/f").exists(),
+        "the turn's deletion of d/f still goes back: it removes nothing of the user's"
+    );
+    let root = env.path().canonicalize().expect("canonical");
+    let d = root.join("d").to_str().expect("utf-8").to_owned();
+    assert_eq!(warning_files(&redo), [vec![d]], "{redo:#}");
+}
+
+/// A file the revert brought back that the user then edited and made ignored is left as it is by the redo
+/// (ignored now), and only that is said: no warning claims it was put back or captured.
+#[test]
+fn redo_names_a_file_it_left_alone_once_and_never_as_put_back() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("x"), "x\n").expect("write");
+    env.exec_sh("rm x; printf 'a\\n' > a.txt");
+    env.ok(&["undo"]);
+    assert_eq!(read(&env, "x").as_deref(), Some("x\n"));
+    std::fs::write(env.path().join(".gitignore"), "x\n").expect("write");
+    std::fs::write(env.path().join("x"), "precious\n").expect("write");
+
+    let redo = env.json(&["redo"]);
+    assert_eq!(read(&env, "x").as_deref(), Some("precious\n"));
+    let root = env.path().canonicalize().expect("canonical");
+    let x = root.join("x").to_str().expect("utf-8").to_owned();
+    let files = warning_files(&redo);
+    assert_eq!(
+        files.iter().filter(|f| f.contains(&x)).count(),
+        1,
+        "{redo:#}"
+    );
+    for warning in redo["warnings"].as_array().expect("warnings") {
+        assert!(
+            !warning["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("put back to their pre-revert content")),
+            "{redo:#}"
+        );
+    }
+}
+
+/// The user replaced a directory the revert had put back with a symlink to a directory outside the
+/// worktree: the redo writes nothing through it, keeps it, and says so once, accurately.
+#[test]
+fn redo_keeps_a_symlink_the_user_put_where_a_directory_was() {
+    let env = Env::plain();
+    let outside = tempfile::tempdir().expect("a directory outside");
+    std::fs::create_dir(env.path().join("sub")).expect("mkdir");
+    std::fs::write(env.path().join("sub/f.txt"), "orig\n").expect("write");
+    env.exec_sh("printf 'modified\\n' > sub/f.txt");
+    env.ok(&["undo"]);
+    assert_eq!(read(&env, "sub/f.txt").as_deref(), Some("orig\n"));
+    std::fs::remove_dir_all(env.path().join("sub")).expect("rm");
+    std::os::unix::fs::symlink(outside.path(), env.path().join("sub")).expect("symlink");
+
+    let redo = env.json(&["redo"]);
+    assert!(
+        std::fs::symlink_metadata(env.path().join("sub"))
+            .expect("sub")
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_dir(outside.path()).expect("outside").count(),
+        0,
+        "nothing is written outside the worktree"
+    );
+    let files = warning_files(&redo);
+    assert_eq!(files.len(), 1, "{redo:#}");
+    assert!(
+        !redo["warnings"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("put back to their pre-revert content")),
+        "{redo:#}"
+    );
+}

@@ -481,6 +481,9 @@ impl Rewind {
     /// differ between the two) go back. `current` is the worktree's snapshot taken by the caller just
     /// before; a changed file whose content there differs from `applied` was changed by the user since the
     /// revert, and `current` already holds it, so it serves as the capture without another walk.
+    /// A changed path that cannot go back without removing a file the user made while reverted (one below
+    /// it, where the revert left a directory, or one standing where it needs a directory) is left as it is:
+    /// a file the user created while reverted survives (SPEC section 6).
     async fn undo_revert(
         &self,
         session: &Session,
@@ -496,12 +499,28 @@ impl Rewind {
         }
         let mut warnings = Vec::new();
         let changed_set = path_set(&changed);
-        let edited: Vec<RelPath> = self
+        let (edited, made): (Vec<RelPath>, Vec<RelPath>) = self
             .changed_between(wt, applied, current)
             .await?
             .into_iter()
-            .filter(|path| changed_set.contains(path))
+            .partition(|path| changed_set.contains(path));
+        let blocked = blocked_by_new_files(&changed_set, &made);
+        let scope: Vec<RelPath> = changed
+            .into_iter()
+            .filter(|path| !blocked.contains(path))
             .collect();
+        // Only while each file is as `current` holds it: one changed since (by someone else) is left as it
+        // is, since its content is in no snapshot.
+        let outcome = if scope.is_empty() {
+            crate::model::RestoreOutcome::default()
+        } else {
+            self.snapshots
+                .restore_since(wt, snapshot, scope, current)
+                .await?
+        };
+        // The user's versions named are those the restore replaced or removed (one it left is not put back).
+        let touched: BTreeSet<&RelPath> = outcome.written.iter().chain(&outcome.deleted).collect();
+        let edited: Vec<&RelPath> = edited.iter().filter(|p| touched.contains(p)).collect();
         if !edited.is_empty() {
             let capture = current.clone();
             warnings.push(Warning {
@@ -516,24 +535,31 @@ impl Rewind {
                 files: edited.iter().map(|p| p.to_absolute(directory)).collect(),
             });
         }
-        // Only while each file is as `current` holds it: one changed since (by someone else) is left as it
-        // is, since its content is in no snapshot.
-        let outcome = self
-            .snapshots
-            .restore_since(wt, snapshot, changed, current)
-            .await?;
+        if !blocked.is_empty() {
+            warnings.push(Warning {
+                time: self.now(),
+                message: format!(
+                    "{} file(s) were not put back: while the session was reverted you created files below them, \
+                     or in their place where they need a directory, and putting them back would remove yours",
+                    blocked.len()
+                ),
+                snapshot: None,
+                files: blocked.iter().map(|p| p.to_absolute(directory)).collect(),
+            });
+        }
         let counts = FileCounts {
             written: outcome.written.len(),
             deleted: outcome.deleted.len(),
-            kept: outcome.kept.len(),
+            kept: outcome.kept.len() + blocked.len(),
         };
         if !outcome.kept.is_empty() {
             warnings.push(Warning {
                 time: self.now(),
                 message: format!(
                     "{} file(s) were left as they are: they are not tracked content now (ignored or over the size \
-                     cap), or they changed while rewind was putting them back (their content is in no snapshot), \
-                     so rewind did not overwrite them",
+                     cap), something that is not tracked content stands where they need a directory, or they \
+                     changed while rewind was putting them back (their content is in no snapshot), so rewind did \
+                     not overwrite them",
                     outcome.kept.len()
                 ),
                 snapshot: None,
@@ -935,6 +961,26 @@ fn touched_for(path: &str, files: &BTreeSet<&str>) -> bool {
     files.contains(path) || below_one() || above_one()
 }
 
+/// The paths of `changed` that cannot be put back without removing one of `made` (paths the user changed
+/// while reverted that the revert did not touch): one of them lies below the path (the user's file in a
+/// directory standing where the path's file goes) or is a parent of it (the user's file where the path
+/// needs a directory).
+fn blocked_by_new_files(changed: &BTreeSet<RelPath>, made: &[RelPath]) -> BTreeSet<RelPath> {
+    let made_set = path_set(made);
+    let mut blocked: BTreeSet<RelPath> = made
+        .iter()
+        .flat_map(|path| path.ancestors())
+        .filter(|dir| changed.contains(dir))
+        .collect();
+    blocked.extend(
+        changed
+            .iter()
+            .filter(|path| path.ancestors().any(|dir| made_set.contains(&dir)))
+            .cloned(),
+    );
+    blocked
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -958,5 +1004,30 @@ mod tests {
         ] {
             assert_eq!(touched_for(path, &files), touched, "{path}");
         }
+    }
+
+    #[test]
+    fn a_changed_path_is_blocked_by_a_new_file_below_it_or_in_place_of_a_parent() {
+        let paths = |list: &[&str]| -> Vec<RelPath> {
+            list.iter()
+                .map(|p| RelPath::new(*p).expect("a valid path"))
+                .collect()
+        };
+        let changed = path_set(&paths(&[
+            "n.txt",
+            "d",
+            "d/f",
+            "sub/f.txt",
+            "keep/x",
+            "other",
+        ]));
+        let made = paths(&["n.txt/inner", "d/g", "sub", "keepsake", "other2", "keep/y"]);
+        let blocked: Vec<String> = blocked_by_new_files(&changed, &made)
+            .into_iter()
+            .map(|p| p.as_str().to_owned())
+            .collect();
+        // `d/f` stays in scope: putting back its absence removes nothing of the user's.
+        assert_eq!(blocked, ["d", "n.txt", "sub/f.txt"]);
+        assert!(blocked_by_new_files(&changed, &[]).is_empty());
     }
 }
