@@ -25,7 +25,8 @@ const USAGE: &str = "usage: snapshot_bench [--sizes 10000,100000] [--reps N]
   (internal) snapshot_bench child track --wt DIR --data DIR [--repeat N]
   (internal) snapshot_bench child revert --wt DIR --data DIR --snapshot ID [--base ID] --files LIST
   (internal) snapshot_bench child restore --wt DIR --data DIR --to ID
-  (profiling) snapshot_bench generate --wt DIR --files N   (the benchmark's worktree, kept)";
+  (profiling) snapshot_bench generate --wt DIR --files N   (the benchmark's worktree, kept)
+  (profiling) snapshot_bench floor --wt DIR [--writes N]   (the bare system calls, one thread)";
 
 /// The generator's seed: every run generates the same worktrees.
 const SEED: u64 = 0x5eed_2e71_d0c5;
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
     let result = match args.split_first() {
         Some((first, rest)) if first == "child" => child(rest),
         Some((first, rest)) if first == "generate" => generate_only(rest),
+        Some((first, rest)) if first == "floor" => floor(rest),
         _ => drive(&args),
     };
     match result {
@@ -193,6 +195,112 @@ fn options(args: &[String]) -> Result<HashMap<String, String>> {
 
 /// Writes the benchmark's worktree of `--files N` into `--wt DIR` and leaves it there, so one operation can
 /// be profiled (`strace -c`, timing spans) with the `child` commands.
+/// What the bare system calls under three of the benchmark's operations cost on this machine, on one thread,
+/// with no other work: lstat of every file in `--wt` (a track's stat pass), `--writes` files (default 1,000)
+/// each written to a new file beside it and renamed over it (a revert's safe writes, SPEC 2.5; the content
+/// written is the file's own, so the worktree is unchanged), and, when `--wt` has a `.git` with loose
+/// objects, a hard link of each into a new fan-out directory and the first 256 bytes of each read (what owning
+/// a committed repository's loose objects costs, SPEC 2.1). A goal below these on this machine is not one a
+/// few threads can reach.
+fn floor(args: &[String]) -> Result<()> {
+    use std::io::Read as _;
+    let options = options(args)?;
+    let wt = PathBuf::from(options.get("wt").context(USAGE)?);
+    let writes: usize = options.get("writes").map_or(Ok(1_000), |n| n.parse())?;
+    let mut files = Vec::new();
+    let mut dirs = vec![wt.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() && entry.file_name() != ".git" {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    let ms = |start: Instant| start.elapsed().as_secs_f64() * 1000.0;
+    let start = Instant::now();
+    for file in &files {
+        fs::symlink_metadata(file)?;
+    }
+    println!(
+        "floor: lstat of {} files: {:.1} ms",
+        thousands(files.len()),
+        ms(start)
+    );
+
+    let step = (files.len() / writes.max(1)).max(1);
+    let chosen: Vec<&PathBuf> = files.iter().step_by(step).take(writes).collect();
+    let contents = chosen
+        .iter()
+        .map(|file| fs::read(file))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let start = Instant::now();
+    for (file, content) in chosen.iter().zip(&contents) {
+        let temp = file.with_file_name(".rewind-floor.tmp");
+        let mut out = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        out.write_all(content)?;
+        drop(out);
+        fs::rename(&temp, file)?;
+    }
+    println!(
+        "floor: {} files written to a new file and renamed over: {:.1} ms",
+        thousands(chosen.len()),
+        ms(start)
+    );
+
+    let objects = wt.join(".git").join("objects");
+    let mut loose = Vec::new();
+    for fan in fs::read_dir(&objects).into_iter().flatten().flatten() {
+        let name = fan.file_name();
+        if name.len() == 2
+            && name
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit())
+        {
+            for object in fs::read_dir(fan.path())?.flatten() {
+                loose.push((name.clone(), object.file_name()));
+            }
+        }
+    }
+    if loose.is_empty() {
+        return Ok(());
+    }
+    let target = tempfile::tempdir_in(wt.parent().unwrap_or(&wt))?;
+    let start = Instant::now();
+    let mut made = std::collections::HashSet::new();
+    for (fan, name) in &loose {
+        if made.insert(fan.clone()) {
+            fs::create_dir(target.path().join(fan))?;
+        }
+        fs::hard_link(
+            objects.join(fan).join(name),
+            target.path().join(fan).join(name),
+        )?;
+    }
+    let linked = ms(start);
+    let start = Instant::now();
+    let mut head = [0u8; 256];
+    for (fan, name) in &loose {
+        let mut object = fs::File::open(objects.join(fan).join(name))?;
+        let _ = object.read(&mut head)?;
+    }
+    println!(
+        "floor: {} loose objects: hard links (and {} fan-out directories) {linked:.1} ms, first 256 bytes read {:.1} ms",
+        thousands(loose.len()),
+        made.len(),
+        ms(start)
+    );
+    Ok(())
+}
+
 fn generate_only(args: &[String]) -> Result<()> {
     let options = options(args)?;
     let wt = PathBuf::from(options.get("wt").context(USAGE)?);
