@@ -202,3 +202,26 @@ fn new_session_starts_a_separate_history() {
     assert_state(&env, &before_second, "undo in the new session");
     env.fails(&["undo"]);
 }
+
+/// A backslash is part of a file's name, not a separator (SPEC 12.10): a turn that writes `back\slash.txt`
+/// finishes, and undo and redo take it away and bring it back, next to a file whose name has none.
+#[test]
+fn a_file_name_with_a_backslash_is_recorded_undone_and_redone() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "a\n").expect("write");
+    env.exec_sh("printf 'x\\n' > 'back\\slash.txt'; printf 'b\\n' > a.txt");
+    let name = env.path().join("back\\slash.txt");
+    assert!(name.exists());
+    env.ok(&["undo"]);
+    assert!(!name.exists(), "undo removes the file the turn made");
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "a\n"
+    );
+    env.ok(&["redo"]);
+    assert_eq!(std::fs::read_to_string(&name).expect("read"), "x\n");
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "b\n"
+    );
+}

@@ -59,7 +59,9 @@ impl fmt::Debug for SnapshotId {
 }
 
 /// A worktree-relative path with forward slashes (`a/b.txt`): relative, normalised (no `.`, `..` or empty
-/// components), never leaving the worktree. Every path that crosses a port is one of these.
+/// components), never leaving the worktree. Every path that crosses a port is one of these. A backslash is
+/// an ordinary character of a name (`back\slash.txt` is one file on the filesystems rewind runs on, SPEC
+/// 12.10), never a separator.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct RelPath(String);
@@ -72,8 +74,8 @@ impl RelPath {
         if text.is_empty() {
             return refuse("is empty");
         }
-        if text.starts_with('/') || text.contains('\\') || text.contains('\0') {
-            return refuse("is not a relative path with forward slashes inside the worktree");
+        if text.starts_with('/') || text.contains('\0') {
+            return refuse("is not a relative path inside the worktree");
         }
         if text
             .split('/')
