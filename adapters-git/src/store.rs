@@ -61,7 +61,8 @@ pub struct Store {
     _lock: File,
 }
 
-/// The canonical form of a worktree, refusing `/`, the home directory and missing directories.
+/// The canonical form of a worktree, refusing `/`, the home directory, rewind's data directory (and what is
+/// inside it) and missing directories.
 pub fn canonical_worktree(config: &GitStoreConfig, worktree: &Path) -> GitResult<PathBuf> {
     let canonical = fs::canonicalize(worktree).map_err(|e| {
         GitError::Refused(format!(
@@ -89,6 +90,19 @@ pub fn canonical_worktree(config: &GitStoreConfig, worktree: &Path) -> GitResult
         return Err(GitError::Refused(format!(
             "refusing to snapshot the home directory {}: choose a project directory",
             canonical.display()
+        )));
+    }
+    // rewind's own data (its database and stores) is never a project: a data directory inside the worktree
+    // is left out of its snapshots, but one that is the worktree, or holds it, would be snapshotted and
+    // rewritten by the operations that use it.
+    if let Ok(data) = fs::canonicalize(&config.data_dir)
+        && canonical.starts_with(&data)
+    {
+        return Err(GitError::Refused(format!(
+            "refusing to snapshot {}: it is rewind's data directory {} or inside it; choose another data \
+             directory (--data-dir or REWIND_DATA_DIR) or another project directory",
+            canonical.display(),
+            data.display()
         )));
     }
     Ok(canonical)

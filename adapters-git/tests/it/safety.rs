@@ -815,6 +815,38 @@ async fn filesystem_root_and_home_are_refused() {
     );
 }
 
+/// rewind's data directory, and a directory inside it, are refused as worktrees, and nothing is written:
+/// snapshotted, the database and the store would be rewritten by the operations that use them.
+#[tokio::test]
+async fn the_data_directory_and_what_is_inside_it_are_refused_as_worktrees() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    let some_id = h.id().await;
+    let inside = h.data_dir().join("project");
+    fs::create_dir_all(&inside).expect("mkdir");
+    fs::write(inside.join("x.txt"), "x\n").expect("write");
+    let data_before = list_tree(h.data_dir());
+    for refused in [
+        h.data_dir().to_path_buf(),
+        inside.clone(),
+        inside.join(".."),
+    ] {
+        let tracked = h.port().track(&refused).await;
+        assert!(
+            matches!(&tracked, Err(Error::InvalidInput(m)) if m.contains("data directory")),
+            "track {} must be refused with InvalidInput: {tracked:?}",
+            refused.display()
+        );
+        let restored = h.port().restore(&refused, &some_id, None).await;
+        assert!(
+            restored.is_err(),
+            "restore {}: {restored:?}",
+            refused.display()
+        );
+    }
+    assert_eq!(list_tree(h.data_dir()), data_before, "nothing written");
+}
+
 /// A worktree with more files than the cap is refused; one at the cap is not.
 #[tokio::test]
 async fn worktree_over_the_file_cap_is_refused() {
