@@ -236,7 +236,7 @@ fn floor(args: &[String]) -> Result<()> {
     let chosen: Vec<&PathBuf> = files.iter().step_by(step).take(writes).collect();
     let contents = chosen
         .iter()
-        .map(|file| fs::read(file))
+        .map(fs::read)
         .collect::<std::io::Result<Vec<_>>>()?;
     let start = Instant::now();
     for (file, content) in chosen.iter().zip(&contents) {
