@@ -410,7 +410,7 @@ mod tests {
         };
         let error = match Settings::resolve(&args, None, dir.path()) {
             Ok(settings) => panic!("accepted an unknown key: {settings:?}"),
-            Err(error) => format!("{error:#}"),
+            Err(error) => crate::report::chain_anyhow(&error),
         };
         assert!(
             error.contains("rewind.toml") && error.contains("prot"),

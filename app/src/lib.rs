@@ -5,6 +5,7 @@ pub mod cli;
 pub mod config;
 pub mod host;
 pub mod http;
+pub mod report;
 pub mod startup;
 pub mod worktree;
 

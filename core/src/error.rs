@@ -40,7 +40,7 @@ pub enum Error {
         reason: String,
     },
     /// A fault of an adapter's backend.
-    #[error("backend failure: {0}")]
+    #[error("{0}")]
     Backend(#[source] BoxError),
 }
 

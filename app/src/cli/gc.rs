@@ -83,7 +83,10 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
         sessions_deleted: summary.sessions_deleted.len() as u64,
     };
     if let Err(error) = record.write(&ctx.services.settings.data_dir) {
-        eprintln!("rewind: warning: cannot record the time of this gc: {error:#}");
+        eprintln!(
+            "rewind: warning: cannot record the time of this gc: {}",
+            crate::report::chain_anyhow(&error)
+        );
     }
     if ctx.json {
         return print_json(&GcReport {

@@ -162,7 +162,7 @@ pub fn main() -> ExitCode {
         Err(error) => match error.downcast_ref::<Exit>() {
             Some(Exit(code)) => ExitCode::from(*code),
             None => {
-                eprintln!("error: {error:#}");
+                eprintln!("error: {}", crate::report::chain_anyhow(&error));
                 ExitCode::FAILURE
             }
         },

@@ -62,7 +62,7 @@ impl ApiError {
                 ApiError::Internal(error.to_string())
             }
             error @ Error::Backend(_) => {
-                tracing::error!(error = %error, cause = ?std::error::Error::source(&error), "internal fault");
+                tracing::error!(error = %crate::report::chain(&error), "internal fault");
                 ApiError::Internal("internal error; the server log has the cause".to_owned())
             }
         }
