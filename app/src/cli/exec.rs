@@ -30,15 +30,18 @@ struct ExecReport {
     exit_code: i32,
     reason: String,
     files: Vec<String>,
+    /// False when the snapshot after the command failed: the step is recorded, its changes are not
+    /// undoable (the session's warning says why).
+    undoable: bool,
 }
 
 /// Runs `command` as a step of this directory's latest session (or a new one).
 pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result<()> {
     let rewind = &ctx.services.rewind;
     let line = shell_line(command);
-    let session = match (new_session, ctx.latest_session().await?) {
-        (false, Some(session)) => session,
-        _ => create_session(ctx, &line).await?,
+    let (session, created) = match (new_session, ctx.latest_session().await?) {
+        (false, Some(session)) => (session, false),
+        _ => (create_session(ctx, &line).await?, true),
     };
     // Refuse before recording anything when a live process (another `rewind exec`, or a server's
     // client) has a step open in this session; an abandoned step is aborted by the next call instead.
@@ -54,7 +57,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     }
     // The turn's two messages and its step are stored together: a step that cannot begin (the session or
     // the worktree busy) leaves nothing recorded.
-    let (user, assistant, _) = with_progress(
+    let begun = with_progress(
         "snapshotting before the command",
         rewind.begin_turn(
             &session.id,
@@ -62,8 +65,21 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             NewMessage::assistant(),
         ),
     )
-    .await
-    .map_err(|error| explain(error, "recording the command and beginning its step"))?;
+    .await;
+    let (user, assistant, _) = match begun {
+        Ok(turn) => turn,
+        Err(error) => {
+            // A session this command created for the turn would stay behind empty: take it away again
+            // (best effort; the refusal is what the user needs to read).
+            if created {
+                let _ = rewind.delete_session(&session.id).await;
+            }
+            return Err(explain(
+                error,
+                "recording the command and beginning its step",
+            ));
+        }
+    };
 
     // From here on the step is open: whatever happens to the command, the step is finished.
     let outcome = run_child(ctx, &session.id, command).await;
@@ -81,7 +97,10 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         Err(error) => (
             127,
             "error",
-            format!("`{line}` could not be run: {error:#}"),
+            format!(
+                "`{line}` could not be run: {}",
+                crate::report::chain_anyhow(error)
+            ),
         ),
     };
     rewind
@@ -110,6 +129,11 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         .filter_map(|part| part.as_patch())
         .flat_map(|patch| patch.files.iter().cloned())
         .collect();
+    // The step is recorded either way; without its end snapshot its changes cannot be undone (the
+    // session's warning says why), and saying "`rewind undo` takes it back" would be a false promise.
+    let undoable = parts.iter().any(
+        |part| matches!(&part.body, PartBody::StepFinish(finish) if finish.snapshot.is_some()),
+    );
 
     if ctx.json {
         print_json(&ExecReport {
@@ -120,17 +144,27 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             exit_code: code,
             reason: reason.to_owned(),
             files,
+            undoable,
         })?;
-    } else {
+    } else if undoable {
         eprintln!(
             "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back",
             session.id,
             files.len(),
             plural(files.len() as u64)
         );
+    } else {
+        eprintln!(
+            "rewind: warning: recorded in session {}, but the snapshot after the command failed, so its \
+             changes cannot be undone; `rewind log` shows why",
+            session.id
+        );
     }
     if let Err(error) = outcome {
-        eprintln!("error: cannot run `{line}`: {error:#}; check the command's name and PATH");
+        eprintln!(
+            "error: cannot run `{line}`: {}; check the command's name and PATH",
+            crate::report::chain_anyhow(&error)
+        );
     }
     match u8::try_from(code) {
         Ok(0) => Ok(()),

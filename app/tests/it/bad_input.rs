@@ -168,3 +168,53 @@ fn a_closed_stdout_ends_the_command_quietly() {
     }
     assert_eq!(env.json(&["log"]), log);
 }
+
+/// A first `exec` the store refuses (the worktree is over the file-count cap) runs nothing and leaves no
+/// empty session behind: the session it created for the turn is taken away again.
+#[test]
+fn a_refused_first_exec_runs_nothing_and_leaves_no_session() {
+    let env = Env::plain();
+    for name in ["a", "b", "c", "d", "e"] {
+        std::fs::write(env.path().join(name), name).expect("write");
+    }
+    let files = env.state();
+    let output = env
+        .rewind(&["--file-cap", "3", "exec", "--", "sh", "-c", "touch ran"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cap"), "{stderr}");
+    assert_state(&env, &files, "after the refused exec");
+    let status = env.json(&["status"]);
+    assert_eq!(status["sessions"], serde_json::json!([]), "{status}");
+}
+
+/// A database file that is not SQLite: the message says so once, with the driver's cause once (errors
+/// that repeat their cause in their own text are printed without the repeat), and the file is untouched.
+#[test]
+fn a_corrupt_database_is_named_once_with_its_cause_once() {
+    let env = Env::plain();
+    let db = env.data.path().join("other.db");
+    let mut bytes = b"this is not a database, only some text ".repeat(200);
+    bytes.truncate(4096);
+    std::fs::write(&db, &bytes).expect("write");
+    let url = format!("sqlite://{}", db.display());
+    let output = env
+        .rewind(&["--database-url", &url, "status"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("is corrupt").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("file is not a database").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&db).expect("read"),
+        bytes,
+        "the file is untouched"
+    );
+}

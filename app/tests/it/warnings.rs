@@ -1,6 +1,7 @@
 //! Nothing a redo overwrites is lost: a file the user edited while the session was reverted is captured
 //! before the redo puts the turn back, the warning names it with its snapshot (in the command's output and
-//! in `log`), and `snapshot restore SNAPSHOT PATH` brings the user's version back.
+//! in `log`), and `snapshot restore SNAPSHOT PATH` brings the user's version back. A step whose end
+//! snapshot failed is recorded with a warning, and `exec` does not promise that `undo` takes it back.
 
 use crate::support::Env;
 
@@ -197,5 +198,45 @@ fn redo_keeps_a_symlink_the_user_put_where_a_directory_was() {
             .as_str()
             .is_some_and(|m| m.contains("put back to their pre-revert content")),
         "{redo:#}"
+    );
+}
+
+/// The snapshot after the command fails (the command took the worktree over the file-count cap): the
+/// step is recorded, the exit code passes through, and rewind says the changes cannot be undone instead
+/// of promising that `rewind undo` takes them back; `--json` says `undoable: false`.
+#[test]
+fn an_exec_whose_end_snapshot_fails_says_its_changes_cannot_be_undone() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "a\n").expect("write");
+    let many = "for n in 1 2 3 4 5; do printf '%s\\n' $n > f$n; done";
+    let output = env
+        .rewind(&["--file-cap", "3", "exec", "--", "sh", "-c", many])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot be undone"), "{stderr}");
+    assert!(!stderr.contains("takes it back"), "{stderr}");
+    let log = env.json(&["log"]);
+    assert!(
+        log.to_string()
+            .contains("snapshot at the end of this step failed"),
+        "the session's warning says why: {log}"
+    );
+
+    for n in 1..=5 {
+        std::fs::remove_file(env.path().join(format!("f{n}"))).expect("remove");
+    }
+    let report = env.json(&["--file-cap", "3", "exec", "--", "sh", "-c", many]);
+    assert_eq!(report["undoable"], false, "{report}");
+    for n in 1..=5 {
+        std::fs::remove_file(env.path().join(format!("f{n}"))).expect("remove");
+    }
+    let report = env.json(&["exec", "--", "sh", "-c", "printf 'b\\n' > a.txt"]);
+    assert_eq!(report["undoable"], true, "{report}");
+    assert_eq!(
+        report["files"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
     );
 }
