@@ -1,6 +1,6 @@
 //! A worktree as sessions record it, for the command line and the server alike: the directory's canonical
-//! path (symlinks resolved, so one directory is always one worktree) and its text form (UTF-8, forward
-//! slashes).
+//! path (symlinks resolved, so one directory is always one worktree) and its text form (its UTF-8 text,
+//! unchanged).
 
 use std::path::{Path, PathBuf};
 
@@ -36,9 +36,11 @@ pub fn canonical_worktree(directory: &Path) -> Result<(PathBuf, String), Worktre
     Ok((path, text))
 }
 
-/// A path as sessions record it: UTF-8 with forward slashes.
+/// A path as sessions record it: its UTF-8 text, unchanged. On the Unix systems rewind runs on `/` is the
+/// only separator and a backslash is a character of a name (`a\b` is one directory, not `a/b`), so it is
+/// kept as it is (SPEC 12.10: never mangled).
 pub fn path_text(path: &Path) -> Result<String, WorktreeError> {
     path.to_str()
-        .map(|text| text.replace('\\', "/"))
+        .map(str::to_owned)
         .ok_or_else(|| WorktreeError::NotUtf8(path.display().to_string()))
 }

@@ -225,3 +225,61 @@ fn a_file_name_with_a_backslash_is_recorded_undone_and_redone() {
         "b\n"
     );
 }
+
+/// A worktree whose directory name holds a backslash (`a\b`) is that directory, not `a/b`: the session
+/// records its path unchanged, the step's files are under it, and undo and redo work there while a
+/// sibling `a/b` with a file of its own is never touched.
+#[test]
+fn a_worktree_whose_name_has_a_backslash_is_that_directory_and_no_other() {
+    let env = Env::plain();
+    let worktree = env.path().join("a\\b");
+    let sibling = env.path().join("a").join("b");
+    std::fs::create_dir_all(&worktree).expect("mkdir");
+    std::fs::create_dir_all(&sibling).expect("mkdir");
+    std::fs::write(worktree.join("f.txt"), "mine\n").expect("write");
+    std::fs::write(sibling.join("f.txt"), "sibling\n").expect("write");
+    let sibling_before = crate::support::state(&sibling);
+
+    let exec = |script: &str| {
+        let output = env
+            .rewind_in(&worktree, &["--json", "exec", "--", "sh", "-c", script])
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")
+    };
+    let report = exec("printf 'new\\n' > f.txt; printf 'x\\n' > g.txt");
+    let canonical = std::fs::canonicalize(&worktree).expect("canonical");
+    let expected: Vec<String> = ["f.txt", "g.txt"]
+        .iter()
+        .map(|name| canonical.join(name).to_str().expect("UTF-8").to_owned())
+        .collect();
+    let mut files: Vec<String> = report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .filter_map(|file| file.as_str().map(str::to_owned))
+        .collect();
+    files.sort();
+    assert_eq!(files, expected, "{report}");
+
+    let undo = env.rewind_in(&worktree, &["undo"]).output().expect("runs");
+    assert!(undo.status.success(), "{undo:?}");
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("f.txt")).expect("read"),
+        "mine\n"
+    );
+    assert!(!worktree.join("g.txt").exists());
+    let redo = env.rewind_in(&worktree, &["redo"]).output().expect("runs");
+    assert!(redo.status.success(), "{redo:?}");
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("g.txt")).expect("read"),
+        "x\n"
+    );
+    assert_eq!(
+        crate::support::state(&sibling),
+        sibling_before,
+        "the sibling a/b is untouched"
+    );
+    assert!(!sibling.join("g.txt").exists());
+}

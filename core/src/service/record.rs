@@ -887,8 +887,10 @@ fn reject_recorded_kinds(parts: &[NewPart]) -> Result<()> {
     Ok(())
 }
 
+/// The worktree as sessions record it: absolute, without `.`/`..` components or a trailing slash. A
+/// backslash is a character of a directory's name on Unix, never a separator: turning it into `/` would
+/// name another directory (SPEC 12.10).
 pub(super) fn normalise_directory(directory: &str) -> Result<String> {
-    let directory = directory.replace('\\', "/");
     if !directory.starts_with('/') {
         return Err(Error::InvalidInput(format!(
             "worktree {directory:?} must be an absolute path"

@@ -249,3 +249,27 @@ fn the_session_list_filter_is_normalised_like_the_stored_directory() {
         }
     })
 }
+
+/// A backslash is a character of a directory's name (SPEC 12.10): `/work/a\b` is stored as it is and is
+/// not the directory `/work/a/b`, whose filter finds nothing.
+#[test]
+fn a_backslash_in_a_worktree_s_name_is_kept_and_names_no_other_directory() {
+    block_on(async {
+        let w = World::new();
+        let session = w
+            .rewind
+            .create_session("/work/a\\b", None)
+            .await
+            .expect("create");
+        assert_eq!(session.directory, "/work/a\\b");
+        let listed = w.rewind.sessions(Some("/work/a\\b")).await.expect("list");
+        assert_eq!(listed.len(), 1);
+        assert!(
+            w.rewind
+                .sessions(Some("/work/a/b"))
+                .await
+                .expect("list")
+                .is_empty()
+        );
+    })
+}
