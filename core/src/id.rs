@@ -157,6 +157,12 @@ id_type!(
 
 /// Makes ids whose clock part is `max(now, last + 1)`, so ids of one process, and ids that must follow
 /// an existing one, keep creation order even when the wall clock steps back or a client's id ran ahead.
+///
+/// `last` is this process's own clock: an id that must follow a client's id that ran ahead is placed after
+/// that id, but the run-ahead does not move `last`, so it stays within its own session or message and the
+/// ids of every other session keep the wall clock (and their order). At the top of the 48-bit clock, where
+/// `last + 1` does not exist, an id that must follow another takes the same clock and the next 14-character
+/// tail after the other's, so it still sorts after it.
 #[derive(Debug, Default)]
 pub struct IdGenerator {
     last: Mutex<u64>,
@@ -168,17 +174,14 @@ impl IdGenerator {
         Self::default()
     }
 
-    fn next_clock(&self, now_ms: u64, after: Option<u64>) -> u64 {
+    fn own_clock(&self, now_ms: u64) -> u64 {
         let mut last = self
             .last
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut clock = now_ms.wrapping_mul(4096) & CLOCK_MASK;
-        clock = clock.max(last.saturating_add(1));
-        if let Some(after) = after {
-            clock = clock.max(after.saturating_add(1));
-        }
-        let clock = clock.min(CLOCK_MASK);
+        let clock = (now_ms.wrapping_mul(4096) & CLOCK_MASK)
+            .max(last.saturating_add(1))
+            .min(CLOCK_MASK);
         *last = clock;
         clock
     }
@@ -186,24 +189,121 @@ impl IdGenerator {
     /// A new ascending id that sorts after `after` (the last id of its session or message) when given.
     pub fn ascending<T: Id>(&self, now_ms: u64, after: Option<&T>) -> T {
         debug_assert!(!T::DESCENDING);
-        let clock = self.next_clock(now_ms, after.map(Id::clock));
-        T::from_validated(format_id(T::PREFIX, clock))
+        let own = self.own_clock(now_ms);
+        let Some(after) = after else {
+            return T::from_validated(format_id(T::PREFIX, own));
+        };
+        let clock = own.max(after.clock().saturating_add(1)).min(CLOCK_MASK);
+        if clock > after.clock() {
+            return T::from_validated(format_id(T::PREFIX, clock));
+        }
+        // `after` is at the top of the clock: follow its tail. Client ids there are refused
+        // (`ensure_sorts_after`), so `after` is one of ours, with a random tail and room after it.
+        let tail = &after.as_str()[T::PREFIX.len() + 1 + HEX_LEN..];
+        match next_tail(tail) {
+            Some(tail) => T::from_validated(format!("{}_{clock:012x}{tail}", T::PREFIX)),
+            None => T::from_validated(format_id(T::PREFIX, clock)),
+        }
     }
 
     /// A new descending id (sessions): the clock bits inverted, so newer ids sort first.
     pub fn descending<T: Id>(&self, now_ms: u64) -> T {
         debug_assert!(T::DESCENDING);
-        let clock = self.next_clock(now_ms, None);
+        let clock = self.own_clock(now_ms);
         T::from_validated(format_id(T::PREFIX, !clock & CLOCK_MASK))
     }
 }
 
-/// Checks that a client-supplied ascending id sorts after the last existing id of its session or message.
+/// The base62 string right after `tail` in string order (same length), or `None` when it is all `z`.
+fn next_tail(tail: &str) -> Option<String> {
+    let mut digits: Vec<u8> = tail.bytes().collect();
+    for digit in digits.iter_mut().rev() {
+        let index = BASE62.iter().position(|b| b == digit)?;
+        match BASE62.get(index + 1) {
+            Some(next) => {
+                *digit = *next;
+                return String::from_utf8(digits).ok();
+            }
+            None => *digit = BASE62[0],
+        }
+    }
+    None
+}
+
+/// Checks that a client-supplied ascending id sorts after the last existing id of its session or message,
+/// and that it leaves room after it: an id at the top of the 48-bit clock (`ffffffffffff`) is refused, as
+/// no id rewind makes could then be sure to follow it.
 pub fn ensure_sorts_after<T: Id + fmt::Display>(id: &T, last: Option<&T>) -> Result<()> {
+    if id.clock() == CLOCK_MASK {
+        return Err(Error::InvalidInput(format!(
+            "id {id} is at the end of the id clock (ffffffffffff); no later id could follow it, so it is \
+             refused: use an id made from the current time"
+        )));
+    }
     match last {
         Some(last) if id.as_str() <= last.as_str() => Err(Error::InvalidInput(format!(
             "id {id} does not sort after the last existing id {last}; ids must ascend in creation order"
         ))),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOP: &str = "ffffffffffff";
+
+    #[test]
+    fn a_client_id_that_ran_ahead_moves_only_the_ids_that_follow_it() {
+        let ids = IdGenerator::new();
+        let now = 1_000;
+        let ahead = MessageId::parse("msg_fffffffff000AAAAAAAAAAAAAA").expect("id");
+        let follower: MessageId = ids.ascending(now, Some(&ahead));
+        assert!(follower > ahead);
+        let elsewhere: MessageId = ids.ascending(now, None);
+        assert_eq!(
+            elsewhere.clock(),
+            now * 4096 + 1,
+            "another session keeps the clock"
+        );
+        let session: SessionId = ids.descending(now);
+        assert_eq!(session.clock(), now * 4096 + 2);
+    }
+
+    #[test]
+    fn at_the_top_of_the_clock_a_following_id_still_sorts_after() {
+        let ids = IdGenerator::new();
+        let mut last = PartId::parse(&format!("prt_{TOP}zzzzzzzzzzzzzy")).expect("id");
+        let next: PartId = ids.ascending(5, Some(&last));
+        assert_eq!(next.as_str(), format!("prt_{TOP}zzzzzzzzzzzzzz"));
+        last = PartId::parse(&format!("prt_{TOP}0000000000000z")).expect("id");
+        for _ in 0..100 {
+            let next: PartId = ids.ascending(5, Some(&last));
+            assert!(next > last, "{next} > {last}");
+            assert_eq!(next.clock(), CLOCK_MASK);
+            last = next;
+        }
+        // 61 (`z`) + 100 = 161 = 2 * 62 + 37 (`b`).
+        assert_eq!(last.as_str(), format!("prt_{TOP}0000000000002b"));
+    }
+
+    #[test]
+    fn a_client_id_at_the_top_of_the_clock_is_refused() {
+        let top = MessageId::parse(&format!("msg_{TOP}AAAAAAAAAAAAAA")).expect("id");
+        assert!(matches!(
+            ensure_sorts_after(&top, None),
+            Err(Error::InvalidInput(_))
+        ));
+        let below = MessageId::parse("msg_fffffffffffeAAAAAAAAAAAAAA").expect("id");
+        assert!(ensure_sorts_after(&below, None).is_ok());
+    }
+
+    #[test]
+    fn next_tail_carries_in_base62_order() {
+        assert_eq!(next_tail("0z").as_deref(), Some("10"));
+        assert_eq!(next_tail("09").as_deref(), Some("0A"));
+        assert_eq!(next_tail("0Z").as_deref(), Some("0a"));
+        assert_eq!(next_tail("zz"), None);
     }
 }

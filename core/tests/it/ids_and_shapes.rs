@@ -273,3 +273,58 @@ fn a_backslash_in_a_worktree_s_name_is_kept_and_names_no_other_directory() {
         );
     })
 }
+
+/// A client's id that runs far ahead of the clock moves only its own session: the next id rewind makes
+/// there follows it, while another session's ids keep the wall clock and their creation order. An id at
+/// the very top of the clock is refused (400), stores nothing, and leaves every later id in order.
+#[test]
+fn a_client_id_far_ahead_stays_in_its_session_and_one_at_the_top_of_the_clock_is_refused() {
+    block_on(async {
+        let w = World::new();
+        let a = w.session().await;
+        let b = w.session().await;
+        let mut ahead = NewMessage::user_text("ahead");
+        ahead.id = Some(MessageId::parse("msg_fffffffff000AAAAAAAAAAAAAA").expect("id"));
+        let ahead = w.rewind.create_message(&a.id, ahead).await.expect("ahead");
+        let follows = w
+            .rewind
+            .create_message(&a.id, NewMessage::user_text("follows"))
+            .await
+            .expect("follows");
+        assert!(follows.info.id > ahead.info.id);
+
+        let mut top = NewMessage::user_text("top");
+        top.id = Some(MessageId::parse("msg_ffffffffffffzzzzzzzzzzzzzz").expect("id"));
+        let seq = w.last_seq().await;
+        let refused = w.rewind.create_message(&b.id, top).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidInput(_))),
+            "{refused:?}"
+        );
+        assert_eq!(w.last_seq().await, seq, "nothing stored");
+
+        let mut made = Vec::new();
+        for n in 0..20 {
+            made.push(
+                w.rewind
+                    .create_message(&b.id, NewMessage::user_text(format!("b{n}")))
+                    .await
+                    .expect("message")
+                    .info
+                    .id,
+            );
+        }
+        assert!(made.windows(2).all(|pair| pair[0] < pair[1]), "{made:?}");
+        assert!(
+            made.iter().all(|id| id.clock() < ahead.info.id.clock()),
+            "session b keeps the clock: {made:?}"
+        );
+        let stored: Vec<MessageId> = w
+            .messages(&b.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
+        assert_eq!(stored, made);
+    })
+}

@@ -108,6 +108,16 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            "a message id at the top of the id clock, which nothing could follow",
+            json_post(
+                &app,
+                &messages,
+                json!({"id": "msg_ffffffffffffzzzzzzzzzzzzzz", "parts": [{"type": "text", "text": "x"}]}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
             "a malformed client message id",
             json_post(&app, &messages, json!({"id": "msg_x", "parts": []})),
             400,
