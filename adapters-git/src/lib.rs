@@ -158,16 +158,24 @@ impl SnapshotPort for GitSnapshotStore {
         let from = object_id(from)?;
         self.with_store(worktree, move |store, config| {
             let now = track::track(store, config)?;
+            let root = beneath::Root::open(&store.worktree)
+                .map_err(|e| error::GitError::io(&store.worktree, e))?;
             let mut changed = Vec::new();
             for (path, _, after) in diff_trees(&store.odb, &from, &now.id)? {
                 if after.is_none() {
                     // Gone from the tracked content: listed only when it is really gone, never when it is
                     // still on disk but untracked now (ignored, over the cap) or ignored now; a directory
-                    // standing there now is matched as one (`build/` ignores it).
-                    let abs = store.worktree.join(&path);
-                    let on_disk = std::fs::symlink_metadata(&abs);
-                    let still_there = on_disk.as_ref().is_ok_and(|m| !m.is_dir());
-                    let is_dir = on_disk.is_ok_and(|m| m.is_dir());
+                    // standing there now is matched as one (`build/` ignores it). Looked up without
+                    // following a symlink on the way: `real/f` is gone when `real` is a symlink now, even
+                    // to a directory that has an `f` (that `f` is another file, not tracked as `real/f`).
+                    let (dir, name) = beneath::split(&path);
+                    let mode = root
+                        .dir(dir)
+                        .and_then(|fd| beneath::lstat_at(&fd, name))
+                        .ok()
+                        .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
+                    let is_dir = mode.is_some_and(|t| t == rustix::fs::FileType::Directory);
+                    let still_there = mode.is_some() && !is_dir;
                     let ignored_now = now.ignores.is_path_ignored(&path, is_dir, |dir| {
                         let file = store.worktree.join(dir).join(".gitignore");
                         ignore::read_rules(&file).ok().flatten()

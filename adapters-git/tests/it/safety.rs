@@ -209,6 +209,62 @@ async fn untracked_symlink_where_a_directory_is_needed_is_kept() {
     }
 }
 
+/// A directory replaced by a symlink to a directory that has files of the same names: the tracked files
+/// below the old directory are gone (the names the symlink shows are another directory's files), so
+/// `changed_files` lists them, and the revert puts the directory and its files back, replacing the
+/// symlink, while the directory it pointed to is untouched.
+#[tokio::test]
+async fn a_directory_replaced_by_a_symlink_to_a_look_alike_lists_and_gets_back_its_files() {
+    let h = GitHarness::new();
+    let (outside, outside_before) = sentinel(&h);
+    h.write("real/f", b"f0\n");
+    h.write("other/f", b"OTHER\n");
+    let start = h.id().await;
+    fs::remove_dir_all(h.path("real")).expect("remove real");
+    std::os::unix::fs::symlink("other", h.path("real")).expect("symlink to other");
+    let changed = h
+        .port()
+        .changed_files(h.root(), &start)
+        .await
+        .expect("changed_files");
+    assert_eq!(changed, rels(&["real", "real/f"]));
+
+    let outcome = revert_with_fresh_base(&h, &one_patch(&start, &["real", "real/f"])).await;
+    assert!(outcome.kept.is_empty(), "{outcome:?}");
+    assert_eq!(h.read("real/f"), text("f0\n"));
+    assert!(
+        !fs::symlink_metadata(h.path("real"))
+            .expect("real")
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(h.read("other/f"), text("OTHER\n"));
+
+    // The same with the symlink leading out of the worktree, to a directory that has a `file.txt`.
+    h.write("real/file.txt", b"mine\n");
+    let start = h.id().await;
+    fs::remove_dir_all(h.path("real")).expect("remove real");
+    std::os::unix::fs::symlink(&outside, h.path("real")).expect("symlink outside");
+    let changed = h
+        .port()
+        .changed_files(h.root(), &start)
+        .await
+        .expect("changed_files");
+    assert!(
+        changed.contains(&rels(&["real/file.txt"])[0]),
+        "{changed:?}"
+    );
+    let outcome =
+        revert_with_fresh_base(&h, &one_patch(&start, &["real", "real/f", "real/file.txt"])).await;
+    assert!(outcome.kept.is_empty(), "{outcome:?}");
+    assert_eq!(h.read("real/file.txt"), text("mine\n"));
+    assert_eq!(
+        list_tree(&outside),
+        outside_before,
+        "nothing outside was written"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // (b) Ignored files are never overwritten or deleted.
 
