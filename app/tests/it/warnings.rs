@@ -240,3 +240,70 @@ fn an_exec_whose_end_snapshot_fails_says_its_changes_cannot_be_undone() {
         "{report}"
     );
 }
+
+/// An untracked file over the size cap is named once per step: the snapshot at the step's end does not
+/// repeat the warning its start raised, and a file newly over the cap at the end is still named.
+#[test]
+fn a_skipped_file_is_named_once_per_step() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("big"), vec![b'x'; 300]).expect("write");
+    let exec = |script: &str| {
+        let output = env
+            .rewind(&["--size-cap", "100", "exec", "--", "sh", "-c", script])
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+    };
+    let skipped_warnings = || -> Vec<Vec<String>> {
+        let output = env
+            .rewind(&["--json", "--size-cap", "100", "log"])
+            .output()
+            .expect("runs");
+        let log: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        let mut found = Vec::new();
+        collect_skipped(&log, &mut found);
+        found
+    };
+    exec("printf 'a\\n' > a.txt");
+    let first = skipped_warnings();
+    assert_eq!(first.len(), 1, "{first:?}");
+    exec("head -c 500 /dev/zero > bigger");
+    let second = skipped_warnings();
+    assert_eq!(second.len(), 3, "{second:?}");
+    assert!(
+        second
+            .iter()
+            .any(|files| files.len() == 1 && files[0].ends_with("/bigger")),
+        "the file that went over the cap during the step is named: {second:?}"
+    );
+}
+
+/// The `files` of every warning object in `value` whose message says files were left out.
+fn collect_skipped(value: &serde_json::Value, found: &mut Vec<Vec<String>>) {
+    match value {
+        serde_json::Value::Object(fields) => {
+            let is_skipped = fields
+                .get("message")
+                .and_then(|m| m.as_str())
+                .is_some_and(|m| m.contains("left out of the snapshot"));
+            if is_skipped && let Some(files) = fields.get("files").and_then(|f| f.as_array()) {
+                found.push(
+                    files
+                        .iter()
+                        .filter_map(|f| f.as_str().map(str::to_owned))
+                        .collect(),
+                );
+                return;
+            }
+            for child in fields.values() {
+                collect_skipped(child, found);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                collect_skipped(item, found);
+            }
+        }
+        _ => {}
+    }
+}

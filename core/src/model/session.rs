@@ -67,6 +67,21 @@ pub struct TokenCache {
 }
 
 impl Tokens {
+    /// Each count with its name, as OpenCode's JSON names it (`total` only when reported).
+    pub fn named_values(&self) -> Vec<(&'static str, f64)> {
+        let mut values = vec![
+            ("tokens.input", self.input),
+            ("tokens.output", self.output),
+            ("tokens.reasoning", self.reasoning),
+            ("tokens.cache.read", self.cache.read),
+            ("tokens.cache.write", self.cache.write),
+        ];
+        if let Some(total) = self.total {
+            values.push(("tokens.total", total));
+        }
+        values
+    }
+
     /// The element-wise sum.
     pub fn add(&self, other: &Tokens) -> Tokens {
         let total = match (self.total, other.total) {

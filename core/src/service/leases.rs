@@ -62,6 +62,26 @@ impl Rewind {
         )
     }
 
+    /// `Busy` (409) while an operation (a revert, unrevert or cleanup) holds the session's lease: what it is
+    /// about to store would hide, undo or ignore what this request does (a message recorded during a revert
+    /// would land in its hidden range; an unrevert or commit would find no revert yet and answer that
+    /// nothing was done). The lease of the session's own open step is not such an operation.
+    pub(super) async fn refuse_while_operating(&self, session: &Session) -> Result<()> {
+        let key = LeaseKey::Session(session.id.clone());
+        match self.repo.lease(&key).await? {
+            Some(current)
+                if session
+                    .step
+                    .as_ref()
+                    .is_none_or(|step| step.token != current.token)
+                    && !self.is_abandoned(&current) =>
+            {
+                Err(busy_error(&key, &current, Some(&session.id)))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Takes the lease on `key` with `token` for `ttl_ms`, taking it over when its holder is gone; `Busy`
     /// (naming the holder) otherwise.
     ///

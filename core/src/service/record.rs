@@ -107,6 +107,7 @@ impl Rewind {
     ) -> Result<MessageWithParts> {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(&input.parts)?;
+        self.refuse_while_operating(&session).await?;
         if let Some(point) = revert_point_of(&session) {
             let kept = self.kept_messages(session_id, &point).await?;
             self.new_message(session_id, &kept, input.clone())?;
@@ -177,6 +178,7 @@ impl Rewind {
     ) -> Result<Part> {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(std::slice::from_ref(&input))?;
+        self.refuse_while_operating(&session).await?;
         let message = self.load_message(session_id, message_id).await?;
         refuse_reverted_message(&session, message_id)?;
         // In the message the revert point lies in, a new part would come after the point: hidden at once,
@@ -437,6 +439,7 @@ impl Rewind {
     ) -> Result<Vec<Part>> {
         let session = self.load_session(session_id).await?;
         let step = open_step_of(&session, message_id)?;
+        check_usage(&session, &end)?;
         if step.holder != self.holder() {
             return Err(Error::busy(
                 session_id,
@@ -572,8 +575,10 @@ impl Rewind {
                     .snapshots
                     .changed_files(worktree(session), &step.snapshot)
                     .await?;
-                if !tracked.skipped.is_empty() {
-                    warnings.push(skipped_warning(self.now(), &directory, &tracked.skipped));
+                // Files the step's start already named as skipped are not named a second time.
+                let skipped = self.newly_skipped(session, step, &tracked.skipped).await?;
+                if !skipped.is_empty() {
+                    warnings.push(skipped_warning(self.now(), &directory, &skipped));
                 }
                 (
                     Some(tracked.id),
@@ -788,6 +793,32 @@ impl Rewind {
         transaction.changes.push(Change::PutPart(Box::new(part)));
     }
 
+    /// The paths of `skipped` that no skipped-files warning raised since `step` began names yet.
+    async fn newly_skipped(
+        &self,
+        session: &Session,
+        step: &OpenStep,
+        skipped: &[SkippedPath],
+    ) -> Result<Vec<SkippedPath>> {
+        if skipped.is_empty() {
+            return Ok(Vec::new());
+        }
+        let named: BTreeSet<String> = self
+            .repo
+            .warnings(&session.id)
+            .await?
+            .into_iter()
+            .filter(|w| w.time >= step.started && w.message.contains(SKIPPED_WARNING))
+            .flat_map(|w| w.files)
+            .collect();
+        let directory = session.directory.trim_end_matches('/');
+        Ok(skipped
+            .iter()
+            .filter(|s| !named.contains(&format!("{directory}/{}", s.path)))
+            .cloned()
+            .collect())
+    }
+
     fn push_skipped_warning(
         &self,
         transaction: &mut Transaction,
@@ -802,12 +833,15 @@ impl Rewind {
     }
 }
 
+/// The words every skipped-files warning holds (how a later one finds the files an earlier one named).
+const SKIPPED_WARNING: &str = "were left out of the snapshot";
+
 fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warning {
     Warning {
         time: now,
         message: format!(
-            "{} file(s) were left out of the snapshot (over the size cap, special files or names that are not \
-             UTF-8): rewind cannot revert them",
+            "{} file(s) {SKIPPED_WARNING} (over the size cap, special files or names that are not UTF-8): \
+             rewind cannot revert them",
             skipped.len()
         ),
         snapshot: None,
@@ -885,6 +919,32 @@ fn reject_recorded_kinds(parts: &[NewPart]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The cost and token counts an agent reports at a step's end: each finite and not negative, and the
+/// session's totals with them still finite. A sum that overflowed to infinity would be stored as JSON
+/// `null` and make the session unreadable, so such a finish is refused (400) and the step stays open.
+fn check_usage(session: &Session, end: &StepEnd) -> Result<()> {
+    let cost = end.cost.unwrap_or(0.0);
+    let tokens = end.tokens.unwrap_or_default();
+    let mut given = vec![("cost", cost)];
+    given.extend(tokens.named_values());
+    for (name, value) in given {
+        if !value.is_finite() || value < 0.0 {
+            return Err(Error::InvalidInput(format!(
+                "{name} must be a finite number, not negative; got {value}"
+            )));
+        }
+    }
+    let mut totals = vec![("cost", session.cost + cost)];
+    totals.extend(session.tokens.add(&tokens).named_values());
+    match totals.into_iter().find(|(_, total)| !total.is_finite()) {
+        Some((name, _)) => Err(Error::InvalidInput(format!(
+            "the session's total {name} would exceed the largest number rewind can store; the step is \
+             still open: finish it with smaller counts"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The worktree as sessions record it: absolute, without `.`/`..` components or a trailing slash. A

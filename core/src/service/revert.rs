@@ -2,7 +2,7 @@
 //! its intent record first and, when it fails part-way, rolls its files back from that record before it
 //! returns the error.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -310,17 +310,18 @@ impl Rewind {
                 files: outcome.kept.iter().map(|k| k.path.to_absolute(directory)).collect(),
             });
         }
-        // Files this revert overwrote whose content no step of this session produced: edited since by the
-        // user or another session. They stay recoverable from the pre-revert snapshot.
-        if let Some(last_finish) = last_step_snapshot(messages) {
-            let touched: BTreeSet<RelPath> = outcome
-                .written
-                .iter()
-                .chain(&outcome.deleted)
-                .cloned()
-                .collect();
+        // Files this revert overwrote whose content no step of this session produced: edited by the user or
+        // another session, between two steps or after the last one. They stay recoverable from the
+        // pre-revert snapshot, which holds their current content.
+        let touched: BTreeSet<RelPath> = outcome
+            .written
+            .iter()
+            .chain(&outcome.deleted)
+            .cloned()
+            .collect();
+        if !touched.is_empty() {
             let edited: Vec<RelPath> = self
-                .changed_between(wt, &last_finish, &snapshot)
+                .changed_outside_steps(wt, messages, directory, &snapshot)
                 .await?
                 .into_iter()
                 .filter(|path| touched.contains(path))
@@ -329,9 +330,10 @@ impl Rewind {
                 warnings.push(Warning {
                     time: now,
                     message: format!(
-                        "{} file(s) had been changed after the session's last step (by you or another session); the \
-                         revert overwrote them. Their content is kept in snapshot {snapshot}: `rewind snapshot \
-                         restore {snapshot} PATH…` brings a file back",
+                        "{} file(s) had been changed outside the session's steps (by you or another session, \
+                         between two steps or after the last one); the revert overwrote them. Their content is \
+                         kept in snapshot {snapshot}: `rewind snapshot restore {snapshot} PATH…` brings a file \
+                         back",
                         edited.len()
                     ),
                     snapshot: Some(snapshot.clone()),
@@ -404,6 +406,8 @@ impl Rewind {
         let session = super::session_in(session_id, &sessions)?;
         refuse_open_steps(&session, &sessions)?;
         if session.revert.is_none() {
+            // Nothing to undo, unless a revert holding the session is about to store one.
+            self.refuse_while_operating(&session).await?;
             return Ok((session, FileCounts::default()));
         }
         let operation = self.begin_operation(&session).await?;
@@ -572,6 +576,10 @@ impl Rewind {
     /// `POST /session/:id/revert/commit`: makes the revert permanent (cleanup, SPEC section 7).
     pub async fn commit_revert(&self, session_id: &SessionId) -> Result<Session> {
         let session = self.load_prepared(session_id).await?;
+        if session.revert.is_none() {
+            // Nothing to commit, unless a revert holding the session is about to store one.
+            self.refuse_while_operating(&session).await?;
+        }
         self.cleanup(&session).await
     }
 
@@ -701,6 +709,48 @@ impl Rewind {
                 })
                 .collect(),
         })
+    }
+
+    /// The paths whose last change before `now` (the pre-revert snapshot) was made outside the session's
+    /// steps: between the end of one step and the start of the next, or after the last one. Walks the steps
+    /// in order: a gap's changes (one tree diff, only when its two snapshots differ) mark their paths as
+    /// changed outside, and a step's patch marks its files as changed by the step.
+    async fn changed_outside_steps(
+        &self,
+        wt: &Path,
+        messages: &[MessageWithParts],
+        directory: &str,
+        now: &SnapshotId,
+    ) -> Result<BTreeSet<RelPath>> {
+        let mut outside: BTreeMap<RelPath, bool> = BTreeMap::new();
+        let mut previous_end: Option<SnapshotId> = None;
+        for part in messages.iter().flat_map(|m| m.parts.iter()) {
+            match &part.body {
+                PartBody::StepStart(start) => {
+                    if let (Some(end), Some(start)) = (previous_end.take(), &start.snapshot) {
+                        for path in self.changed_between(wt, &end, start).await? {
+                            outside.insert(path, true);
+                        }
+                    }
+                }
+                PartBody::StepFinish(finish) => previous_end = finish.snapshot.clone(),
+                PartBody::Patch(patch) => {
+                    for file in &patch.files {
+                        outside.insert(RelPath::from_absolute(file, directory)?, false);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(end) = previous_end {
+            for path in self.changed_between(wt, &end, now).await? {
+                outside.insert(path, true);
+            }
+        }
+        Ok(outside
+            .into_iter()
+            .filter_map(|(path, by_outside)| by_outside.then_some(path))
+            .collect())
     }
 
     /// Takes the session's and the worktree's leases for a new file operation.
@@ -930,18 +980,6 @@ fn refuse_open_steps(session: &Session, sessions: &[Session]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The snapshot after the session's last finished step, if any.
-fn last_step_snapshot(messages: &[MessageWithParts]) -> Option<SnapshotId> {
-    messages
-        .iter()
-        .flat_map(|m| m.parts.iter())
-        .filter_map(|p| match &p.body {
-            PartBody::StepFinish(finish) => finish.snapshot.clone(),
-            _ => None,
-        })
-        .next_back()
 }
 
 /// Whether `path` is one of `files`, or lies above or below one of them (`a` for `a/b.txt`, `a/b.txt` for

@@ -1,7 +1,7 @@
 //! OpenCode's revert and cleanup scenarios (reference §5.2, items 54 to 60) with the file states of its
 //! worked example (§3.3), plus the rules where rewind deliberately differs (SPEC section 12).
 
-use rewind_core::model::{EventPayload, PartBody, Role};
+use rewind_core::model::{EventPayload, PartBody, RelPath, Role};
 use rewind_core::service::{NewMessage, NewPart};
 use rewind_core::{Error, MessageRepo, RevertTarget};
 
@@ -325,6 +325,153 @@ fn revert_warns_about_files_edited_after_the_last_step() {
             .expect("warning");
         assert_eq!(warning.files, [w.abs("a.txt")]);
         assert_eq!(warning.snapshot, session.revert.and_then(|r| r.snapshot));
+    })
+}
+
+/// SPEC section 6 step 7, between two steps: a file edited by hand after one turn and before the next
+/// (which does not touch it) has content no step produced; reverting both turns overwrites it, so the
+/// warning names it with the pre-revert snapshot, which holds the hand edit. A file only the turns changed
+/// is not named.
+#[test]
+fn revert_warns_about_files_edited_between_two_steps() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        w.write("b.txt", "b0");
+        let s = w.session().await;
+        let t1 = w
+            .turn(&s.id, "edit", |w| {
+                w.write("a.txt", "a1");
+                w.write("b.txt", "b1");
+            })
+            .await;
+        w.write("a.txt", "edited by hand");
+        w.turn(&s.id, "another file", |w| w.write("k.txt", "k"))
+            .await;
+        let session = w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+        assert_eq!(w.read("b.txt").as_deref(), Some("b0"));
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].files, [w.abs("a.txt")]);
+        let snapshot = session.revert.and_then(|r| r.snapshot).expect("snapshot");
+        assert_eq!(warnings[0].snapshot.as_ref(), Some(&snapshot));
+        let kept = w
+            .rewind
+            .restore_snapshot(
+                crate::support::ROOT,
+                &snapshot,
+                Some(vec![RelPath::new("a.txt").expect("path")]),
+            )
+            .await;
+        assert!(kept.is_ok(), "{kept:?}");
+        assert_eq!(w.read("a.txt").as_deref(), Some("edited by hand"));
+    })
+}
+
+/// SPEC section 8: while a revert holds the session (here paused at its intent's commit, before it has
+/// stored anything), an unrevert, a commit and a new message are refused as busy: answered at once, the
+/// first two would report that there is no revert, and the message would land in the revert's hidden
+/// range, to be deleted by the next cleanup. When the revert is done, nothing of theirs was stored.
+#[test]
+fn unrevert_commit_and_messages_during_a_revert_are_busy() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        w.turn(&s.id, "edit again", |w| w.write("a.txt", "a2"))
+            .await;
+        let count = w.messages(&s.id).await.len();
+        let (reached, resume) = w.repo.pause_next_commit();
+        let reverting = w.rewind.revert(
+            &s.id,
+            RevertTarget {
+                message_id: t1.user.clone(),
+                part_id: None,
+            },
+        );
+        let meanwhile = async {
+            reached.await.expect("the revert reaches its intent");
+            let unreverted = w.rewind.unrevert(&s.id).await;
+            let committed = w.rewind.commit_revert(&s.id).await;
+            let message = w
+                .rewind
+                .create_message(&s.id, NewMessage::user_text("typed during the revert"))
+                .await;
+            resume.send(()).expect("resume the revert");
+            (unreverted, committed, message)
+        };
+        let (reverted, (unreverted, committed, message)) =
+            futures::future::join(reverting, meanwhile).await;
+        assert!(
+            matches!(unreverted, Err(Error::Busy { .. })),
+            "{unreverted:?}"
+        );
+        assert!(
+            matches!(committed, Err(Error::Busy { .. })),
+            "{committed:?}"
+        );
+        assert!(matches!(message, Err(Error::Busy { .. })), "{message:?}");
+        let session = reverted.expect("the revert stands");
+        assert_eq!(session.revert.map(|r| r.message_id), Some(t1.user.clone()));
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+        assert_eq!(
+            w.messages(&s.id).await.len(),
+            count,
+            "no message was stored"
+        );
+        // Once it is done, the same requests work.
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.read("a.txt").as_deref(), Some("a2"));
+    })
+}
+
+/// A step's cost or tokens that would take the session's totals past the largest finite number (two
+/// finishes of 1e308) are refused (400) and the step stays open: stored, the infinite sum would be JSON
+/// `null` and the session unreadable. Negative and the largest finite counts are checked the same way.
+#[test]
+fn a_step_finish_whose_usage_would_overflow_the_totals_is_refused_and_the_step_stays_open() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let huge = rewind_core::service::StepEnd {
+            cost: Some(1e308),
+            ..Default::default()
+        };
+        let first = w.prompt(&s.id, "first").await;
+        w.rewind.begin_step(&s.id, &first).await.expect("begin");
+        w.rewind
+            .finish_step(&s.id, &first, huge.clone())
+            .await
+            .expect("one 1e308 is finite");
+        let assistant = w.prompt(&s.id, "second").await;
+        w.rewind.begin_step(&s.id, &assistant).await.expect("begin");
+        let refused = w.rewind.finish_step(&s.id, &assistant, huge).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidInput(_))),
+            "{refused:?}"
+        );
+        let negative = rewind_core::service::StepEnd {
+            tokens: Some(rewind_core::model::Tokens {
+                input: -1.0,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let refused = w.rewind.finish_step(&s.id, &assistant, negative).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidInput(_))),
+            "{refused:?}"
+        );
+        let session = w.rewind.session(&s.id).await.expect("readable");
+        assert!(session.step.is_some(), "the step is still open");
+        assert_eq!(session.cost, 1e308);
+        w.rewind
+            .finish_step(&s.id, &assistant, rewind_core::service::StepEnd::default())
+            .await
+            .expect("a finish with no cost");
+        assert_eq!(w.rewind.session(&s.id).await.expect("session").cost, 1e308);
     })
 }
 
