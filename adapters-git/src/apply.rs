@@ -857,6 +857,15 @@ impl<'a> Applier<'a> {
                         return self.keep(path, MOVED_MEANWHILE);
                     }
                 }
+                OnDisk::File | OnDisk::Symlink if self.tracked.contains(parent)? => {
+                    return self.keep(
+                        path,
+                        format!(
+                            "{parent}, where a directory is needed, is tracked content outside the paths being \
+                             restored, so it is left as it is; restore {parent} too to put this file back"
+                        ),
+                    );
+                }
                 OnDisk::File | OnDisk::Symlink => {
                     return self.keep(
                         path,

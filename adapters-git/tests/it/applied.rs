@@ -254,6 +254,46 @@ async fn a_restore_of_given_paths_reads_each_path_as_a_track_would() {
     assert_eq!(fs::read(h.path("b.txt")).expect("read"), b"b changed\n");
 }
 
+/// A restore of given paths changes only those: `d/f` cannot be put back while `d` is a tracked file now
+/// and not among the paths, so it is kept, and the reason says that `d` is tracked content outside the
+/// paths (not that it is untracked); restoring `d` with it puts both back.
+#[tokio::test]
+async fn a_restore_of_given_paths_keeps_one_below_a_tracked_file_outside_them_and_says_why() {
+    let h = GitHarness::new();
+    h.write("d/f", b"f\n");
+    let first = h.id().await;
+    fs::remove_dir_all(h.path("d")).expect("remove d");
+    h.write("d", b"d is a file now\n");
+    h.id().await;
+
+    let outcome = h
+        .port()
+        .restore(h.root(), &first, Some(rels(&["d/f"])))
+        .await
+        .expect("restore");
+    assert!(outcome.written.is_empty(), "{outcome:?}");
+    let kept: Vec<(&str, &str)> = outcome
+        .kept
+        .iter()
+        .map(|k| (k.path.as_str(), k.reason.as_str()))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].0, "d/f");
+    assert!(
+        kept[0].1.contains("tracked content outside the paths"),
+        "{kept:?}"
+    );
+    assert_eq!(fs::read(h.path("d")).expect("read"), b"d is a file now\n");
+
+    let both = h
+        .port()
+        .restore(h.root(), &first, Some(rels(&["d", "d/f"])))
+        .await
+        .expect("restore both");
+    assert!(both.kept.is_empty(), "{both:?}");
+    assert_eq!(fs::read(h.path("d/f")).expect("read"), b"f\n");
+}
+
 /// SPEC 2.5: one operation at a time on a store, across processes too. While another holder has the
 /// store's lock (here the test, as another process would), a comparison of snapshots and a track both wait,
 /// and go on once it is released.
