@@ -5,7 +5,7 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
 use rewind_core::SnapshotPort;
-use rewind_core::model::{FileDiff, RelPath, SnapshotId};
+use rewind_core::model::{FileDiff, RelPath, RestoreOutcome, SnapshotId};
 use serde::Serialize;
 
 use super::context::{Context, explain};
@@ -29,6 +29,9 @@ struct RestoreReport {
     written: Vec<RelPath>,
     deleted: Vec<RelPath>,
     kept: Vec<rewind_core::model::KeptPath>,
+    /// Given paths found nowhere: in neither the snapshot nor the worktree (a typo, most likely).
+    #[serde(rename = "notFound")]
+    not_found: Vec<RelPath>,
 }
 
 /// `rewind snapshot track`.
@@ -93,6 +96,7 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
                 .collect::<Result<Vec<_>>>()?,
         )
     };
+    let given = paths.clone();
     let done = with_progress(
         "restoring",
         ctx.services
@@ -101,6 +105,7 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
     )
     .await
     .map_err(|error| explain(error, "restoring"))?;
+    let not_found = found_nowhere(ctx, given.as_deref().unwrap_or_default(), &done.outcome);
     if ctx.json {
         return print_json(&RestoreReport {
             restored: id,
@@ -108,7 +113,13 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
             written: done.outcome.written,
             deleted: done.outcome.deleted,
             kept: done.outcome.kept,
+            not_found,
         });
+    }
+    for path in &not_found {
+        eprintln!(
+            "rewind: warning: {path} is in neither snapshot {id} nor the worktree: nothing to restore there"
+        );
     }
     println!(
         "restored from {id}: {} written, {} deleted",
@@ -129,6 +140,27 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
         done.capture, done.capture
     );
     Ok(())
+}
+
+/// The given paths a restore found nowhere: absent from the worktree after it, and neither written,
+/// deleted nor kept, at that path or below it (a path in the snapshot is written, one only on disk is
+/// deleted or kept, so these were in neither).
+fn found_nowhere(ctx: &Context, given: &[RelPath], outcome: &RestoreOutcome) -> Vec<RelPath> {
+    let touched = |path: &RelPath| {
+        let below = format!("{path}/");
+        outcome
+            .written
+            .iter()
+            .chain(&outcome.deleted)
+            .chain(outcome.kept.iter().map(|kept| &kept.path))
+            .any(|done| done == path || done.as_str().starts_with(&below))
+    };
+    given
+        .iter()
+        .filter(|path| std::fs::symlink_metadata(ctx.path.join(path.as_str())).is_err())
+        .filter(|path| !touched(path))
+        .cloned()
+        .collect()
 }
 
 fn parse_snapshot(text: &str) -> Result<SnapshotId> {

@@ -143,10 +143,26 @@ fn every_command_s_json_has_the_documented_fields() {
     let restore = env.json(&["snapshot", "restore", &id]);
     has(
         &restore,
-        &["restored", "capture", "written", "deleted", "kept"],
+        &[
+            "restored", "capture", "written", "deleted", "kept", "notFound",
+        ],
         "snapshot restore",
     );
     assert_eq!(restore["written"], serde_json::json!(["a.txt"]));
+    assert_eq!(restore["notFound"], serde_json::json!([]));
+    // A path in neither the snapshot nor the worktree is named, with a warning without --json.
+    let nowhere = env.json(&["snapshot", "restore", &id, "no/such/path", "a.txt"]);
+    assert_eq!(nowhere["notFound"], serde_json::json!(["no/such/path"]));
+    let output = env
+        .rewind(&["snapshot", "restore", &id, "no/such/path"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no/such/path is in neither snapshot"),
+        "{stderr}"
+    );
 
     let gc = env.json(&["gc"]);
     has(
