@@ -277,7 +277,7 @@ async fn report(
                 revert.message_id,
                 prompt
                     .as_deref()
-                    .map(|p| format!(" ({p})"))
+                    .map(|p| format!(" ({})", super::output::one_line(p)))
                     .unwrap_or_default(),
                 hidden,
                 plural(hidden as u64)
@@ -310,6 +310,6 @@ pub fn print_warning(warning: &Warning) {
         println!("    earlier content: `rewind snapshot restore {snapshot} PATH…`");
     }
     for file in &warning.files {
-        println!("    {file}");
+        println!("    {}", super::output::shown(file));
     }
 }

@@ -56,7 +56,7 @@ pub fn print_diffs(diffs: &[FileDiff], colour: bool) {
             println!(
                 "{} {} (binary or over the size cap: no line diff)",
                 status_word(diff),
-                diff.file
+                shown(&diff.file)
             );
             continue;
         }
@@ -66,7 +66,7 @@ pub fn print_diffs(diffs: &[FileDiff], colour: bool) {
             println!(
                 "(no line changed: {} {})",
                 status_word(diff).trim_end(),
-                diff.file
+                shown(&diff.file)
             );
             continue;
         }
@@ -97,13 +97,59 @@ pub fn print_diffs(diffs: &[FileDiff], colour: bool) {
     }
 }
 
+/// A path as the line-based output shows it: as it is, unless it holds a control character (a newline,
+/// a tab), a double quote or a backslash; then in double quotes with C escapes, as git quotes names, so
+/// one file is always one line and a quoted name cannot be mistaken for a plain one.
+pub fn shown(path: &str) -> std::borrow::Cow<'_, str> {
+    if !path
+        .chars()
+        .any(|c| c.is_control() || c == '"' || c == '\\')
+    {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let mut quoted = String::with_capacity(path.len() + 2);
+    quoted.push('"');
+    for c in path.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            '\n' => quoted.push_str("\\n"),
+            '\t' => quoted.push_str("\\t"),
+            '\r' => quoted.push_str("\\r"),
+            c if c.is_control() => quoted.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    std::borrow::Cow::Owned(quoted)
+}
+
+/// A message's text or a title on one line: each control character (a newline, a tab) written as its C
+/// escape, the rest as it is.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut line = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => line.push_str("\\n"),
+            '\t' => line.push_str("\\t"),
+            '\r' => line.push_str("\\r"),
+            c if c.is_control() => line.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => line.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(line)
+}
+
 /// One line per file: status, path, +/- counts.
 pub fn print_file_summary(diffs: &[FileDiff], indent: &str) {
     for diff in diffs {
         println!(
             "{indent}{} {} +{} -{}",
             status_word(diff),
-            diff.file,
+            shown(&diff.file),
             diff.additions,
             diff.deletions
         );
@@ -213,5 +259,26 @@ mod tests {
         assert_eq!(bytes_text(1023), "1023 B");
         assert_eq!(bytes_text(1536), "1.5 KiB");
         assert_eq!(bytes_text(3 * 1024 * 1024), "3.0 MiB");
+    }
+}
+
+#[cfg(test)]
+mod shown_tests {
+    use super::shown;
+
+    #[test]
+    fn plain_names_are_shown_as_they_are_and_others_quoted_like_git() {
+        assert_eq!(shown("src/main.rs"), "src/main.rs");
+        assert_eq!(shown("ünïcode and spaces.txt"), "ünïcode and spaces.txt");
+        assert_eq!(shown("new\nline"), "\"new\\nline\"");
+        assert_eq!(shown("tab\there"), "\"tab\\there\"");
+        assert_eq!(shown("say \"hi\""), "\"say \\\"hi\\\"\"");
+        assert_eq!(shown("back\\slash"), "\"back\\\\slash\"");
+        assert_eq!(shown("bell\u{7}"), "\"bell\\x07\"");
+        assert_eq!(
+            super::one_line("two\nlines\tand a tab"),
+            "two\\nlines\\tand a tab"
+        );
+        assert_eq!(super::one_line("plain"), "plain");
     }
 }

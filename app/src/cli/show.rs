@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::context::{Context, explain, step_is_abandoned};
 use super::gc::LastGc;
 use super::history::{FileRow, message_text, print_warning};
-use super::output::{bytes_text, colour, print_diffs, print_json, time_text};
+use super::output::{bytes_text, colour, one_line, print_diffs, print_json, shown, time_text};
 
 /// One step of an assistant message in `log --json`.
 #[derive(Serialize)]
@@ -129,7 +129,9 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
     }
     println!(
         "session {}  {}  ({})",
-        session.id, session.title, session.directory
+        session.id,
+        one_line(&session.title),
+        session.directory
     );
     // Warnings are shown where they happened: after the last message created before them.
     let mut pending = warnings.iter().peekable();
@@ -151,13 +153,13 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         };
         let mut line = format!("{mark} {} {role}", row.id);
         if !row.text.is_empty() {
-            line.push_str(&format!(" {}", row.text));
+            line.push_str(&format!(" {}", one_line(&row.text)));
         }
         for step in &row.steps {
             let files: Vec<String> = step
                 .files
                 .iter()
-                .map(|f| format!("{} +{} -{}", f.file, f.additions, f.deletions))
+                .map(|f| format!("{} +{} -{}", shown(&f.file), f.additions, f.deletions))
                 .collect();
             line.push_str(&format!(
                 " [step {}: {}]",
@@ -357,7 +359,7 @@ pub async fn status(ctx: &Context) -> Result<()> {
         println!(
             "{}  {}  updated {}  {state}",
             row.id,
-            row.title,
+            one_line(&row.title),
             time_text(row.updated)
         );
     }

@@ -9,7 +9,7 @@ use rewind_core::model::{FileDiff, RelPath, RestoreOutcome, SnapshotId};
 use serde::Serialize;
 
 use super::context::{Context, explain};
-use super::output::{colour, print_diffs, print_json, with_progress};
+use super::output::{colour, print_diffs, print_json, shown, with_progress};
 
 /// `snapshot diff --json`.
 #[derive(Serialize)]
@@ -53,7 +53,7 @@ pub async fn track(ctx: &Context) -> Result<()> {
                 "not a regular file, directory or symlink".to_owned()
             }
         };
-        eprintln!("skipped {}: {why}", skipped.path);
+        eprintln!("skipped {}: {why}", shown(skipped.path.as_str()));
     }
     Ok(())
 }
@@ -118,7 +118,8 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
     }
     for path in &not_found {
         eprintln!(
-            "rewind: warning: {path} is in neither snapshot {id} nor the worktree: nothing to restore there"
+            "rewind: warning: {} is in neither snapshot {id} nor the worktree: nothing to restore there",
+            shown(path.as_str())
         );
     }
     println!(
@@ -127,13 +128,13 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
         done.outcome.deleted.len()
     );
     for path in &done.outcome.written {
-        println!("  written  {path}");
+        println!("  written  {}", shown(path.as_str()));
     }
     for path in &done.outcome.deleted {
-        println!("  deleted  {path}");
+        println!("  deleted  {}", shown(path.as_str()));
     }
     for kept in &done.outcome.kept {
-        println!("! kept     {} ({})", kept.path, kept.reason);
+        println!("! kept     {} ({})", shown(kept.path.as_str()), kept.reason);
     }
     println!(
         "the state before is captured as {}; `rewind snapshot restore {}` undoes this",

@@ -283,3 +283,25 @@ fn a_worktree_whose_name_has_a_backslash_is_that_directory_and_no_other() {
     );
     assert!(!sibling.join("g.txt").exists());
 }
+
+/// A file name with a newline is one line in the text output, quoted as git quotes it, and the turn that
+/// made it is undone like any other.
+#[test]
+fn a_file_name_with_a_newline_is_one_quoted_line_in_the_output() {
+    let env = Env::plain();
+    env.exec_sh("printf 'x\\n' > 'new\nline'");
+    let output = env.rewind(&["undo"]).output().expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("\"new\\nline\""), "{stdout}");
+    assert!(
+        !stdout.lines().any(|line| line.starts_with("line")),
+        "no line starts inside the name: {stdout}"
+    );
+    assert!(!env.path().join("new\nline").exists());
+    for command in ["log", "status"] {
+        let output = env.rewind(&[command]).output().expect("runs");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(!text.lines().any(|line| line.starts_with("line")), "{text}");
+    }
+}
