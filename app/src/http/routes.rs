@@ -228,7 +228,8 @@ pub async fn create_message(
     request_body(content = Object, description = "A part: {id?, type, …}"),
     responses((status = 200, description = "The part", body = Object),
               (status = 400, description = "Bad request", body = Object),
-              (status = 404, description = "Not found", body = Object)))]
+              (status = 404, description = "Not found", body = Object),
+              (status = 409, description = "Busy (a revert or unrevert holds the session)", body = Object)))]
 pub async fn append_part(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,
@@ -248,6 +249,8 @@ pub async fn append_part(
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step",
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
     responses((status = 200, description = "The parts appended ([step-start])", body = Vec<Object>),
+              (status = 400, description = "Bad request (not an assistant message, a step already open)", body = Object),
+              (status = 404, description = "Unknown session or message", body = Object),
               (status = 409, description = "Busy", body = Object)))]
 pub async fn begin_step(
     State(state): State<AppState>,
@@ -266,6 +269,8 @@ pub async fn begin_step(
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
     request_body = StepFinishBody,
     responses((status = 200, description = "The parts appended", body = Vec<Object>),
+              (status = 400, description = "Bad request (no step open in the message, bad usage counts)", body = Object),
+              (status = 404, description = "Unknown session or message", body = Object),
               (status = 409, description = "Busy", body = Object)))]
 pub async fn finish_step(
     State(state): State<AppState>,
@@ -290,6 +295,8 @@ pub async fn finish_step(
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step/abort",
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
     responses((status = 200, description = "The parts appended", body = Vec<Object>),
+              (status = 400, description = "Bad request (no step open in the message, bad usage counts)", body = Object),
+              (status = 404, description = "Unknown session or message", body = Object),
               (status = 409, description = "Busy", body = Object)))]
 pub async fn abort_step(
     State(state): State<AppState>,
@@ -395,6 +402,7 @@ pub async fn commit_revert(
 #[utoipa::path(get, path = "/session/{id}/revert/preview",
     params(("id" = String, Path), PreviewQuery, DirectoryParam),
     responses((status = 200, description = "{descriptor, files: [{file, action}]}", body = Object),
+              (status = 400, description = "Bad request (a malformed id)", body = Object),
               (status = 404, description = "Unknown message or part", body = Object)))]
 pub async fn preview(
     State(state): State<AppState>,

@@ -351,6 +351,53 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
         doc["paths"]["/session/{id}/revert"]["post"].is_object(),
         "{doc}"
     );
+    // The statuses the routes answer with are documented, the step routes' refusals included.
+    for (path, method, statuses) in [
+        (
+            "/session/{id}/message/{mid}/step",
+            "post",
+            &["200", "400", "404", "409"][..],
+        ),
+        (
+            "/session/{id}/message/{mid}/step/finish",
+            "post",
+            &["200", "400", "404", "409"],
+        ),
+        (
+            "/session/{id}/message/{mid}/step/abort",
+            "post",
+            &["200", "400", "404", "409"],
+        ),
+        (
+            "/session/{id}/message/{mid}/part",
+            "post",
+            &["200", "400", "404", "409"],
+        ),
+        (
+            "/session/{id}/message",
+            "post",
+            &["200", "400", "404", "409"],
+        ),
+        ("/session/{id}/unrevert", "post", &["200", "404", "409"]),
+        (
+            "/session/{id}/revert/commit",
+            "post",
+            &["200", "404", "409"],
+        ),
+        (
+            "/session/{id}/revert/preview",
+            "get",
+            &["200", "400", "404"],
+        ),
+    ] {
+        let responses = &doc["paths"][path][method]["responses"];
+        for status in statuses {
+            assert!(
+                responses[*status].is_object(),
+                "{method} {path} documents {status}: {responses}"
+            );
+        }
+    }
     app.stop().await
 }
 
