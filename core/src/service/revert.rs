@@ -735,8 +735,12 @@ impl Rewind {
                 }
                 PartBody::StepFinish(finish) => previous_end = finish.snapshot.clone(),
                 PartBody::Patch(patch) => {
+                    // Every patch rewind stored names paths in its worktree; one that does not (a row
+                    // edited by hand) says nothing about this worktree's files.
                     for file in &patch.files {
-                        outside.insert(RelPath::from_absolute(file, directory)?, false);
+                        if let Ok(path) = RelPath::from_absolute(file, directory) {
+                            outside.insert(path, false);
+                        }
                     }
                 }
                 _ => {}
