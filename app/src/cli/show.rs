@@ -273,6 +273,10 @@ struct StatusReport {
     sessions: Vec<SessionRow>,
     #[serde(skip_serializing_if = "Option::is_none")]
     last_gc: Option<LastGc>,
+    /// The newest capture of this worktree (the state before a `snapshot restore`): the way back from a
+    /// restore, also from one that was interrupted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_capture: Option<rewind_core::model::Capture>,
 }
 
 #[derive(Serialize)]
@@ -308,6 +312,13 @@ pub async fn status(ctx: &Context) -> Result<()> {
         },
     };
     let last_gc = LastGc::read(&ctx.services.settings.data_dir);
+    let last_capture = ctx
+        .services
+        .rewind
+        .captures(Some(&ctx.directory))
+        .await
+        .map_err(|error| explain(error, "listing the captures"))?
+        .pop();
     let mut rows = Vec::new();
     for s in &sessions {
         rows.push(SessionRow {
@@ -327,6 +338,7 @@ pub async fn status(ctx: &Context) -> Result<()> {
             store,
             sessions: rows,
             last_gc,
+            last_capture,
         });
     }
     println!("directory  {}", ctx.directory);
@@ -343,6 +355,15 @@ pub async fn status(ctx: &Context) -> Result<()> {
             gc.sessions_deleted
         ),
         None => println!("last gc    never (`rewind gc` collects what nothing refers to)"),
+    }
+    if let Some(capture) = &last_capture {
+        println!(
+            "capture    {} {} ({}; `rewind snapshot restore {}` puts that state back)",
+            capture.snapshot,
+            time_text(capture.time),
+            one_line(&capture.message),
+            capture.snapshot
+        );
     }
     if rows.is_empty() {
         println!("no session yet (`rewind exec -- COMMAND…` records one)");

@@ -97,11 +97,23 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
         )
     };
     let given = paths.clone();
+    // Said before any file is touched: a restore killed halfway is put back with this capture.
+    let json = ctx.json;
     let done = with_progress(
         "restoring",
-        ctx.services
-            .rewind
-            .restore_snapshot(&ctx.directory, &id, paths),
+        ctx.services.rewind.restore_snapshot_reporting(
+            &ctx.directory,
+            &id,
+            paths,
+            move |capture| {
+                if !json {
+                    eprintln!(
+                        "rewind: the current state is captured as {capture}; `rewind snapshot restore \
+                         {capture}` puts it back, also if this restore is interrupted"
+                    );
+                }
+            },
+        ),
     )
     .await
     .map_err(|error| explain(error, "restoring"))?;

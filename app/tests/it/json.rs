@@ -150,6 +150,11 @@ fn every_command_s_json_has_the_documented_fields() {
     );
     assert_eq!(restore["written"], serde_json::json!(["a.txt"]));
     assert_eq!(restore["notFound"], serde_json::json!([]));
+    let status = env.json(&["status"]);
+    assert_eq!(
+        status["lastCapture"]["snapshot"], restore["capture"],
+        "status names the capture that undoes the restore: {status}"
+    );
     // A path in neither the snapshot nor the worktree is named, with a warning without --json.
     let nowhere = env.json(&["snapshot", "restore", &id, "no/such/path", "a.txt"]);
     assert_eq!(nowhere["notFound"], serde_json::json!(["no/such/path"]));
@@ -162,6 +167,17 @@ fn every_command_s_json_has_the_documented_fields() {
     assert!(
         stderr.contains("no/such/path is in neither snapshot"),
         "{stderr}"
+    );
+    // The capture is said before any file is touched (a restore killed halfway is put back with it).
+    let capture_line = stderr
+        .lines()
+        .find(|line| line.contains("the current state is captured as"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let status = env.json(&["status"]);
+    let newest = status["lastCapture"]["snapshot"].as_str().expect("capture");
+    assert!(
+        capture_line.contains(newest),
+        "{capture_line} names {newest}"
     );
 
     let gc = env.json(&["gc"]);

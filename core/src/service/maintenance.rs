@@ -111,6 +111,20 @@ impl Rewind {
         to: &SnapshotId,
         paths: Option<Vec<RelPath>>,
     ) -> Result<SnapshotRestore> {
+        self.restore_snapshot_reporting(directory, to, paths, |_| {})
+            .await
+    }
+
+    /// `restore_snapshot`, calling `captured` with the capture once it is recorded and before any file is
+    /// touched: a restore has no intent record, so a caller that is killed during the writes leaves the
+    /// worktree part restored, and the capture, told in advance, is how the user puts it back.
+    pub async fn restore_snapshot_reporting(
+        &self,
+        directory: &str,
+        to: &SnapshotId,
+        paths: Option<Vec<RelPath>>,
+        captured: impl FnOnce(&SnapshotId) + Send,
+    ) -> Result<SnapshotRestore> {
         let directory = normalise_directory(directory)?;
         self.prepare_worktree(&directory).await?;
         for session in self.repo.sessions(Some(directory.clone())).await? {
@@ -134,7 +148,7 @@ impl Rewind {
             )
             .await?;
         let result = self
-            .restore_locked(&directory, to, paths, lease.guard())
+            .restore_locked(&directory, to, paths, lease.guard(), captured)
             .await;
         self.release(&lease).await;
         result
@@ -146,6 +160,7 @@ impl Rewind {
         to: &SnapshotId,
         paths: Option<Vec<RelPath>>,
         guard: crate::ports::Guard,
+        captured: impl FnOnce(&SnapshotId) + Send,
     ) -> Result<SnapshotRestore> {
         let worktree = Path::new(directory);
         // Reading `to` against the worktree fails on an unknown snapshot before anything is recorded or
@@ -170,6 +185,7 @@ impl Rewind {
                 events: Vec::new(),
             })
             .await?;
+        captured(&capture);
         let outcome = self.snapshots.restore(worktree, to, paths).await?;
         Ok(SnapshotRestore { capture, outcome })
     }

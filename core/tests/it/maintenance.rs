@@ -24,6 +24,35 @@ async fn track(world: &World) -> SnapshotId {
     world.snapshots.track(world.path()).await.expect("track").id
 }
 
+/// A restore has no intent record: the caller is told the capture once it is recorded, before any file
+/// is touched, so a restore killed halfway can be put back with it (`snapshot restore` prints it).
+#[test]
+fn restore_tells_its_capture_before_it_touches_a_file() {
+    block_on(async {
+        let world = World::new();
+        world.write("a.txt", "a1\n");
+        let first = track(&world).await;
+        world.write("a.txt", "a2\n");
+        let told = std::sync::Mutex::new(None);
+        let done = world
+            .rewind
+            .restore_snapshot_reporting(ROOT, &first, None, |capture| {
+                *told.lock().expect("lock") = Some((capture.clone(), world.state(&["a.txt"])));
+            })
+            .await
+            .expect("restore");
+        let (capture, files_then) = told
+            .into_inner()
+            .expect("lock")
+            .expect("told before the restore returned");
+        assert_eq!(capture, done.capture);
+        assert_eq!(files_then, ["a2\n"], "no file was touched yet");
+        let recorded = world.rewind.captures(Some(ROOT)).await.expect("captures");
+        assert_eq!(recorded.last().map(|c| &c.snapshot), Some(&capture));
+        assert_eq!(world.state(&["a.txt"]), ["a1\n"]);
+    })
+}
+
 #[test]
 fn restore_of_one_path_records_a_capture_first_and_touches_no_other_file() {
     block_on(async {
