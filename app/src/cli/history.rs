@@ -101,10 +101,23 @@ pub async fn redo(ctx: &Context) -> Result<()> {
     let next = user_messages(&messages)
         .into_iter()
         .find(|m| m.info.id > revert.message_id);
-    match next {
+    let done = match next {
         Some(next) => revert_to(ctx, &session, next.info.id.clone(), None, &messages).await,
         None => unrevert_session(ctx, &session).await,
+    };
+    // Another command may have made the undo permanent meanwhile (a new turn runs cleanup, which deletes
+    // the undone turns): the turn this redo aimed at is gone, and "message not found" would not say why.
+    if done.is_err()
+        && let Ok(now) = ctx.services.rewind.session(&session.id).await
+        && now.revert.as_ref() != Some(&revert)
+    {
+        bail!(
+            "nothing to redo in session {}: another command changed it while this redo ran (a new turn \
+             makes an undo permanent); `rewind log` shows where it stands",
+            session.id
+        );
     }
+    done
 }
 
 /// `rewind revert [--session S] MESSAGE [--part P]`.
