@@ -724,16 +724,28 @@ impl Rewind {
     ) -> Result<BTreeSet<RelPath>> {
         let mut outside: BTreeMap<RelPath, bool> = BTreeMap::new();
         let mut previous_end: Option<SnapshotId> = None;
+        let mut step_start: Option<SnapshotId> = None;
         for part in messages.iter().flat_map(|m| m.parts.iter()) {
             match &part.body {
                 PartBody::StepStart(start) => {
                     if let (Some(end), Some(start)) = (previous_end.take(), &start.snapshot) {
-                        for path in self.changed_between(wt, &end, start).await? {
+                        // A gap that cannot be compared (a tree gc took from an old step) names
+                        // nothing; the revert's files are written by now and must not fail for it.
+                        for path in self
+                            .changed_between(wt, &end, start)
+                            .await
+                            .unwrap_or_default()
+                        {
                             outside.insert(path, true);
                         }
                     }
+                    step_start = start.snapshot.clone();
                 }
-                PartBody::StepFinish(finish) => previous_end = finish.snapshot.clone(),
+                // A finish without a snapshot (it failed) has no patch either: what the step changed
+                // counts as changed outside the steps, from the step's start on.
+                PartBody::StepFinish(finish) => {
+                    previous_end = finish.snapshot.clone().or_else(|| step_start.take());
+                }
                 PartBody::Patch(patch) => {
                     // Every patch rewind stored names paths in its worktree; one that does not (a row
                     // edited by hand) says nothing about this worktree's files.
@@ -747,7 +759,11 @@ impl Rewind {
             }
         }
         if let Some(end) = previous_end {
-            for path in self.changed_between(wt, &end, now).await? {
+            for path in self
+                .changed_between(wt, &end, now)
+                .await
+                .unwrap_or_default()
+            {
                 outside.insert(path, true);
             }
         }

@@ -369,6 +369,52 @@ fn revert_warns_about_files_edited_between_two_steps() {
     })
 }
 
+/// SPEC 4 and 6 step 7: a step whose end snapshot failed has no patch, so what it changed counts as
+/// changed outside the steps: a revert of an earlier turn that overwrites it names it in the warning.
+#[test]
+fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        let failing = w.prompt(&s.id, "a step whose end snapshot fails").await;
+        w.rewind.begin_step(&s.id, &failing).await.expect("begin");
+        w.write("a.txt", "by the failed step");
+        w.write("unreadable.txt", "x");
+        w.snapshots
+            .fs()
+            .fail_reads(w.path(), "unreadable.txt")
+            .expect("fault hook");
+        let parts = w
+            .rewind
+            .finish_step(&s.id, &failing, rewind_core::service::StepEnd::default())
+            .await
+            .expect("the step is closed all the same");
+        assert!(
+            parts.iter().all(|p| p.as_patch().is_none()),
+            "no patch: {parts:?}"
+        );
+        w.remove("unreadable.txt");
+        let session = w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        let overwritten = warnings
+            .iter()
+            .find(|warning| {
+                warning
+                    .message
+                    .contains("changed outside the session's steps")
+            })
+            .unwrap_or_else(|| panic!("{warnings:?}"));
+        assert_eq!(overwritten.files, [w.abs("a.txt")]);
+        assert_eq!(
+            overwritten.snapshot,
+            session.revert.and_then(|r| r.snapshot)
+        );
+    })
+}
+
 /// SPEC section 8: while a revert holds the session (here paused at its intent's commit, before it has
 /// stored anything), an unrevert, a commit and a new message are refused as busy: answered at once, the
 /// first two would report that there is no revert, and the message would land in the revert's hidden
