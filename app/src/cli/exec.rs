@@ -69,9 +69,15 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     let (user, assistant, _) = match begun {
         Ok(turn) => turn,
         Err(error) => {
-            // A session this command created for the turn would stay behind empty: take it away again
-            // (best effort; the refusal is what the user needs to read).
-            if created {
+            // A session this command created for the turn would stay behind empty: take it away again,
+            // unless another process has recorded a turn in it meanwhile (it is this directory's latest
+            // session from the moment it exists). Best effort: the refusal is what the user must read.
+            if created
+                && rewind
+                    .messages(&session.id)
+                    .await
+                    .is_ok_and(|messages| messages.is_empty())
+            {
                 let _ = rewind.delete_session(&session.id).await;
             }
             return Err(explain(
