@@ -101,23 +101,30 @@ pub async fn redo(ctx: &Context) -> Result<()> {
     let next = user_messages(&messages)
         .into_iter()
         .find(|m| m.info.id > revert.message_id);
-    let done = match next {
-        Some(next) => revert_to(ctx, &session, next.info.id.clone(), None, &messages).await,
-        None => unrevert_session(ctx, &session).await,
+    let Some(next) = next else {
+        return unrevert_session(ctx, &session).await;
     };
+    let target = next.info.id.clone();
+    let done = revert_to(ctx, &session, target.clone(), None, &messages).await;
     // Another command may have made the undo permanent meanwhile (a new turn runs cleanup, which deletes
     // the undone turns): the turn this redo aimed at is gone, and "message not found" would not say why.
-    if done.is_err()
-        && let Ok(now) = ctx.services.rewind.session(&session.id).await
-        && now.revert.as_ref() != Some(&revert)
-    {
-        bail!(
-            "nothing to redo in session {}: another command changed it while this redo ran (a new turn \
-             makes an undo permanent); `rewind log` shows where it stands",
-            session.id
+    // Only then; any other failure is reported as it is.
+    if let Err(error) = done {
+        let gone = matches!(
+            ctx.services.rewind.message(&session.id, &target).await,
+            Err(rewind_core::Error::NotFound(_))
         );
+        if gone {
+            bail!(
+                "nothing to redo in session {}: the turn to redo ({target}) is gone, made permanent by \
+                 another command while this redo ran (a new turn ends an undo); `rewind log` shows where \
+                 it stands",
+                session.id
+            );
+        }
+        return Err(error);
     }
-    done
+    Ok(())
 }
 
 /// `rewind revert [--session S] MESSAGE [--part P]`.
