@@ -443,6 +443,7 @@ impl World {
                     token: token(0),
                     holder: holder(9),
                     started: time,
+                    skipped: Vec::new(),
                 });
                 reverted.time.updated = time;
                 self.remember_session(&reverted);

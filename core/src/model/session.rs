@@ -132,6 +132,10 @@ pub struct OpenStep {
     pub holder: Holder,
     /// When the step began, epoch milliseconds.
     pub started: u64,
+    /// The worktree-relative paths the snapshot at the step's start left out (over the cap, special,
+    /// not UTF-8): already named in a warning, so the step's end names only others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// A session (OpenCode's `Session.Info`), with rewind's extensions: the snapshot store, the state the last

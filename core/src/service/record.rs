@@ -394,6 +394,7 @@ impl Rewind {
             token: token.clone(),
             holder: self.holder(),
             started: now,
+            skipped: tracked.skipped.iter().map(|s| s.path.clone()).collect(),
         });
         updated.time.updated = now;
         let mut transaction = Transaction {
@@ -576,7 +577,12 @@ impl Rewind {
                     .changed_files(worktree(session), &step.snapshot)
                     .await?;
                 // Files the step's start already named as skipped are not named a second time.
-                let skipped = self.newly_skipped(session, step, &tracked.skipped).await?;
+                let skipped: Vec<SkippedPath> = tracked
+                    .skipped
+                    .iter()
+                    .filter(|s| !step.skipped.contains(&s.path))
+                    .cloned()
+                    .collect();
                 if !skipped.is_empty() {
                     warnings.push(skipped_warning(self.now(), &directory, &skipped));
                 }
@@ -793,32 +799,6 @@ impl Rewind {
         transaction.changes.push(Change::PutPart(Box::new(part)));
     }
 
-    /// The paths of `skipped` that no skipped-files warning raised since `step` began names yet.
-    async fn newly_skipped(
-        &self,
-        session: &Session,
-        step: &OpenStep,
-        skipped: &[SkippedPath],
-    ) -> Result<Vec<SkippedPath>> {
-        if skipped.is_empty() {
-            return Ok(Vec::new());
-        }
-        let named: BTreeSet<String> = self
-            .repo
-            .warnings(&session.id)
-            .await?
-            .into_iter()
-            .filter(|w| w.time >= step.started && w.message.contains(SKIPPED_WARNING))
-            .flat_map(|w| w.files)
-            .collect();
-        let directory = session.directory.trim_end_matches('/');
-        Ok(skipped
-            .iter()
-            .filter(|s| !named.contains(&format!("{directory}/{}", s.path)))
-            .cloned()
-            .collect())
-    }
-
     fn push_skipped_warning(
         &self,
         transaction: &mut Transaction,
@@ -833,14 +813,11 @@ impl Rewind {
     }
 }
 
-/// The words every skipped-files warning holds (how a later one finds the files an earlier one named).
-const SKIPPED_WARNING: &str = "were left out of the snapshot";
-
 fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warning {
     Warning {
         time: now,
         message: format!(
-            "{} file(s) {SKIPPED_WARNING} (over the size cap, special files or names that are not UTF-8): \
+            "{} file(s) were left out of the snapshot (over the size cap, special files or names that are not UTF-8): \
              rewind cannot revert them",
             skipped.len()
         ),

@@ -160,6 +160,7 @@ impl Fixture {
             token,
             holder,
             started: 0,
+            skipped: Vec::new(),
         }
     }
 }

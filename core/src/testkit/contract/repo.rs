@@ -1512,6 +1512,7 @@ pub async fn referenced_snapshots_cover_every_reference(repo: &dyn MessageRepo) 
         token: token("step-1"),
         holder: holder(4242),
         started: ids.tick(),
+        skipped: Vec::new(),
     });
     let start = new_part(
         &ids,
