@@ -833,9 +833,22 @@ impl<'a> Applier<'a> {
                         return self.keep(path, MOVED_MEANWHILE);
                     }
                 }
-                OnDisk::File | OnDisk::Symlink
-                    if self.tracked.contains(parent)? && in_scope(parent, &self.scope) =>
-                {
+                OnDisk::File | OnDisk::Symlink => {
+                    if !self.tracked.contains(parent)? {
+                        return self.keep(
+                            path,
+                            format!("{parent} is a file or symlink that is not tracked content, where a directory is needed"),
+                        );
+                    }
+                    if !in_scope(parent, &self.scope) {
+                        return self.keep(
+                            path,
+                            format!(
+                                "{parent}, where a directory is needed, is tracked content outside the paths being \
+                                 restored, so it is left as it is; restore {parent} too to put this file back"
+                            ),
+                        );
+                    }
                     if self.protected.contains(parent) || !self.as_expected(parent, kind, now) {
                         return self.keep(
                             path,
@@ -856,21 +869,6 @@ impl<'a> Applier<'a> {
                     if let Done::Moved = self.make_dir(parent)? {
                         return self.keep(path, MOVED_MEANWHILE);
                     }
-                }
-                OnDisk::File | OnDisk::Symlink if self.tracked.contains(parent)? => {
-                    return self.keep(
-                        path,
-                        format!(
-                            "{parent}, where a directory is needed, is tracked content outside the paths being \
-                             restored, so it is left as it is; restore {parent} too to put this file back"
-                        ),
-                    );
-                }
-                OnDisk::File | OnDisk::Symlink => {
-                    return self.keep(
-                        path,
-                        format!("{parent} is a file or symlink that is not tracked content, where a directory is needed"),
-                    );
                 }
             }
         }
