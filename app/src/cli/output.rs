@@ -1,6 +1,7 @@
 //! How commands talk to the terminal: JSON on stdout, coloured diffs when stdout is a terminal, and a
 //! spinner on stderr for work that takes more than a moment when stderr is a terminal.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -100,39 +101,36 @@ pub fn print_diffs(diffs: &[FileDiff], colour: bool) {
 /// A path as the line-based output shows it: as it is, unless it holds a control character (a newline,
 /// a tab), a double quote or a backslash; then in double quotes with C escapes, as git quotes names, so
 /// one file is always one line and a quoted name cannot be mistaken for a plain one.
-pub fn shown(path: &str) -> std::borrow::Cow<'_, str> {
-    if !path
+pub fn shown(path: &str) -> Cow<'_, str> {
+    if path
         .chars()
         .any(|c| c.is_control() || c == '"' || c == '\\')
     {
-        return std::borrow::Cow::Borrowed(path);
+        Cow::Owned(format!("\"{}\"", escaped(path, true)))
+    } else {
+        Cow::Borrowed(path)
     }
-    let mut quoted = String::with_capacity(path.len() + 2);
-    quoted.push('"');
-    for c in path.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            '\n' => quoted.push_str("\\n"),
-            '\t' => quoted.push_str("\\t"),
-            '\r' => quoted.push_str("\\r"),
-            c if c.is_control() => quoted.push_str(&format!("\\x{:02x}", u32::from(c))),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    std::borrow::Cow::Owned(quoted)
 }
 
 /// A message's text or a title on one line: each control character (a newline, a tab) written as its C
 /// escape, the rest as it is.
-pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(text);
+pub fn one_line(text: &str) -> Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        Cow::Owned(escaped(text, false))
+    } else {
+        Cow::Borrowed(text)
     }
+}
+
+/// `text` with its control characters as C escapes, and with `"` and `\` escaped too when `quoted`.
+fn escaped(text: &str, quoted: bool) -> String {
     let mut line = String::with_capacity(text.len() + 8);
     for c in text.chars() {
         match c {
+            '"' | '\\' if quoted => {
+                line.push('\\');
+                line.push(c);
+            }
             '\n' => line.push_str("\\n"),
             '\t' => line.push_str("\\t"),
             '\r' => line.push_str("\\r"),
@@ -140,7 +138,7 @@ pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
             c => line.push(c),
         }
     }
-    std::borrow::Cow::Owned(line)
+    line
 }
 
 /// One line per file: status, path, +/- counts.
@@ -225,7 +223,7 @@ pub fn bytes_text(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{bytes_text, shell_line, time_text};
+    use super::{bytes_text, one_line, shell_line, shown, time_text};
 
     #[test]
     fn times_are_utc_calendar_dates() {
@@ -260,11 +258,6 @@ mod tests {
         assert_eq!(bytes_text(1536), "1.5 KiB");
         assert_eq!(bytes_text(3 * 1024 * 1024), "3.0 MiB");
     }
-}
-
-#[cfg(test)]
-mod shown_tests {
-    use super::shown;
 
     #[test]
     fn plain_names_are_shown_as_they_are_and_others_quoted_like_git() {
@@ -275,10 +268,7 @@ mod shown_tests {
         assert_eq!(shown("say \"hi\""), "\"say \\\"hi\\\"\"");
         assert_eq!(shown("back\\slash"), "\"back\\\\slash\"");
         assert_eq!(shown("bell\u{7}"), "\"bell\\x07\"");
-        assert_eq!(
-            super::one_line("two\nlines\tand a tab"),
-            "two\\nlines\\tand a tab"
-        );
-        assert_eq!(super::one_line("plain"), "plain");
+        assert_eq!(one_line("two\nlines\tand a tab"), "two\\nlines\\tand a tab");
+        assert_eq!(one_line("plain"), "plain");
     }
 }
