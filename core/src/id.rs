@@ -78,7 +78,12 @@ fn format_id(prefix: &str, bits: u64) -> String {
     let random: String = (0..RANDOM_LEN)
         .map(|_| BASE62[rng.random_range(0..BASE62.len())] as char)
         .collect();
-    format!("{prefix}_{:012x}{random}", bits & CLOCK_MASK)
+    compose_id(prefix, bits, &random)
+}
+
+/// `prefix_` + the 12 hex digits of `bits` + `tail` (14 base62 characters).
+fn compose_id(prefix: &str, bits: u64, tail: &str) -> String {
+    format!("{prefix}_{:012x}{tail}", bits & CLOCK_MASK)
 }
 
 macro_rules! id_type {
@@ -201,7 +206,7 @@ impl IdGenerator {
         // (`ensure_sorts_after`), so `after` is one of ours, with a random tail and room after it.
         let tail = &after.as_str()[T::PREFIX.len() + 1 + HEX_LEN..];
         match next_tail(tail) {
-            Some(tail) => T::from_validated(format!("{}_{clock:012x}{tail}", T::PREFIX)),
+            Some(tail) => T::from_validated(compose_id(T::PREFIX, clock, &tail)),
             None => T::from_validated(format_id(T::PREFIX, clock)),
         }
     }
