@@ -817,8 +817,8 @@ fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warnin
     Warning {
         time: now,
         message: format!(
-            "{} file(s) were left out of the snapshot (over the size cap, special files or names that are not UTF-8): \
-             rewind cannot revert them",
+            "{} file(s) were left out of the snapshot (over the size cap, special files or names that are not \
+             UTF-8): rewind cannot revert them",
             skipped.len()
         ),
         snapshot: None,
