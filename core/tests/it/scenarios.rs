@@ -445,11 +445,23 @@ fn unrevert_commit_and_messages_during_a_revert_are_busy() {
                 .rewind
                 .create_message(&s.id, NewMessage::user_text("typed during the revert"))
                 .await;
+            let part = w
+                .rewind
+                .append_part(
+                    &s.id,
+                    &t1.user,
+                    NewPart {
+                        id: None,
+                        body: PartBody::text("added during the revert"),
+                    },
+                )
+                .await;
             resume.send(()).expect("resume the revert");
-            (unreverted, committed, message)
+            (unreverted, committed, message, part)
         };
-        let (reverted, (unreverted, committed, message)) =
+        let (reverted, (unreverted, committed, message, part)) =
             futures::future::join(reverting, meanwhile).await;
+        assert!(matches!(part, Err(Error::Busy { .. })), "{part:?}");
         assert!(
             matches!(unreverted, Err(Error::Busy { .. })),
             "{unreverted:?}"
