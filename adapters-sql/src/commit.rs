@@ -3,8 +3,8 @@
 //!
 //! Commits are serialised, so outbox positions are assigned in commit order: on SQLite by the database's
 //! single write lock, taken when the transaction begins (`BEGIN IMMEDIATE`); on PostgreSQL by an exclusive
-//! lock on the outbox table, taken first in every commit and held until it ends (plain reads go on
-//! beside it). Under that lock the next position is `max(seq) + 1`: a sequence would leave gaps on
+//! lock on the outbox table, taken first in every write transaction (lease takes too) and held until it
+//! ends (plain reads go on beside it). Under that lock the next position is `max(seq) + 1`: a sequence would leave gaps on
 //! rollback, and a reader's cursor could pass a position whose transaction had not committed yet.
 //!
 //! Each statement is a round trip to the driver's worker, so a commit uses few: the lease guards are read
@@ -67,11 +67,6 @@ impl SqlRepo {
         mut shared: Shared,
         hooks: Hooks,
     ) -> Result<()> {
-        if !self.backend.is_sqlite() {
-            txn.execute_unprepared("LOCK TABLE event_outbox IN EXCLUSIVE MODE")
-                .await
-                .map_err(self.fault("locking the event outbox"))?;
-        }
         self.check_guards(txn, &transaction.guards).await?;
         self.insert_shared(txn, std::mem::take(&mut shared.rows))
             .await?;
@@ -110,13 +105,16 @@ impl SqlRepo {
         let keys: Vec<String> = guards
             .iter()
             .filter_map(|guard| match guard {
-                Guard::LeaseHeld { key, .. } => Some(key.as_storage_key()),
-                Guard::IntentExists(_) => None,
+                Guard::LeaseHeld { key, .. } | Guard::LeaseNotTaken { key, .. } => {
+                    Some(key.as_storage_key())
+                }
+                Guard::IntentExists(_) | Guard::RevertIs { .. } => None,
             })
             .collect();
         // Expiry is deliberately not checked: until someone takes an expired lease over, it is still
-        // held. On PostgreSQL the rows are share-locked until the commit ends, so a takeover waits for
-        // this transaction instead of slipping in between the check and the commit.
+        // held. On PostgreSQL the rows are share-locked until the commit ends, and lease takes wait for
+        // the outbox lock this transaction holds, so no take slips in between the check and the commit
+        // (also not of a lease that has no row yet).
         let leases: HashMap<String, lease::Model> = if keys.is_empty() {
             HashMap::new()
         } else {
@@ -157,6 +155,35 @@ impl SqlRepo {
                     "the lease on {key:?} is no longer held"
                 ))),
             },
+            Guard::LeaseNotTaken { key, seen } => match leases.get(&key.as_storage_key()) {
+                Some(row) if Some(row.token.as_str()) != seen.as_ref().map(|t| t.0.as_str()) => {
+                    let holder = self.lease_from_row(row)?.holder;
+                    Err(Error::lease_busy(key, holder, key.session()))
+                }
+                _ => Ok(()),
+            },
+            Guard::RevertIs { session: id, point } => {
+                // Only the descriptor's message and part are read out of the session's body.
+                #[derive(serde::Deserialize)]
+                struct RevertOnly {
+                    #[serde(default)]
+                    revert: Option<rewind_core::model::RevertDescriptor>,
+                }
+                let body = session::Entity::find_by_id(id.as_str())
+                    .select_only()
+                    .column(session::Column::Body)
+                    .into_tuple::<String>()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("checking a revert guard"))?
+                    .ok_or_else(|| session_not_found(id))?;
+                let stored: RevertOnly = self.decode(&body, "session")?;
+                if stored.revert.map(|r| r.point()) == *point {
+                    Ok(())
+                } else {
+                    Err(Error::revert_changed(id))
+                }
+            }
             Guard::IntentExists(token) => {
                 let found = intent::Entity::find_by_id(token.0.as_str())
                     .select_only()

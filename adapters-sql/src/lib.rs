@@ -43,7 +43,7 @@ use rewind_core::model::{
 };
 use rewind_core::ports::{MessageRepo, Transaction};
 use sea_orm::{
-    AccessMode, DatabaseConnection, DatabaseTransaction, DbErr, IsolationLevel,
+    AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, IsolationLevel,
     SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
@@ -162,20 +162,35 @@ impl SqlRepo {
         begun.map_err(self.fault("starting a read transaction"))
     }
 
-    /// A transaction that will write: on SQLite it takes the database's write lock at once (`BEGIN
-    /// IMMEDIATE`), waiting up to the busy timeout, so it never fails later on a lock upgrade.
+    /// A transaction that will write, serialised with every other one (commits and lease takes): on SQLite
+    /// it takes the database's write lock at once (`BEGIN IMMEDIATE`), waiting up to the busy timeout, so
+    /// it never fails later on a lock upgrade; on PostgreSQL it takes an exclusive lock on the outbox
+    /// table first, held until it ends (plain reads go on beside it). So a lease take and a commit
+    /// guarded by `Guard::LeaseNotTaken` never overlap: whichever commits second sees the other.
     async fn begin_write(&self) -> Result<DatabaseTransaction> {
-        let begun = if self.backend.is_sqlite() {
-            self.db
+        if self.backend.is_sqlite() {
+            return self
+                .db
                 .begin_with_options(TransactionOptions {
                     sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
                     ..TransactionOptions::default()
                 })
                 .await
-        } else {
-            self.db.begin().await
-        };
-        begun.map_err(self.fault("starting a write transaction"))
+                .map_err(self.fault("starting a write transaction"));
+        }
+        let txn = self
+            .db
+            .begin()
+            .await
+            .map_err(self.fault("starting a write transaction"))?;
+        if let Err(source) = txn
+            .execute_unprepared("LOCK TABLE event_outbox IN EXCLUSIVE MODE")
+            .await
+        {
+            let _ = txn.rollback().await;
+            return Err(self.sql_error("locking the event outbox", source).into());
+        }
+        Ok(txn)
     }
 }
 

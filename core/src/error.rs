@@ -1,6 +1,6 @@
 //! The error type shared by rewind's core, its ports and its services.
 
-use crate::model::SessionId;
+use crate::model::{LeaseKey, SessionId};
 
 /// A boxed error from an adapter's backend (git, the database, the filesystem).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -51,6 +51,34 @@ impl Error {
             session_id: Some(session_id.clone()),
             message: message.into(),
         }
+    }
+
+    /// The `Busy` error for a lease on `key` held by `holder`, in the words every refusal uses.
+    pub fn lease_busy(
+        key: &LeaseKey,
+        holder: impl std::fmt::Display,
+        session_id: Option<&SessionId>,
+    ) -> Self {
+        let what = match key {
+            LeaseKey::Session(id) => format!("Session is busy: {id}"),
+            LeaseKey::Worktree(path) => format!("Worktree is busy: {path}"),
+        };
+        Error::Busy {
+            session_id: session_id.cloned(),
+            message: format!("{what} (held by {holder}); try again when it has finished"),
+        }
+    }
+
+    /// The `Busy` error for a write to session `id` whose revert state changed after the write's checks
+    /// (a revert, unrevert or cleanup was stored meanwhile; `Guard::RevertIs`).
+    pub fn revert_changed(id: &SessionId) -> Self {
+        Error::busy(
+            id,
+            format!(
+                "Session {id} was reverted, unreverted or its revert made permanent while this request ran; \
+                 try again"
+            ),
+        )
     }
 
     /// Wraps any backend error.

@@ -146,6 +146,28 @@ pub enum Guard {
     },
     /// The intent record with this token still exists.
     IntentExists(LeaseToken),
+    /// No holder other than `seen` has the lease on `key`: it is free, or still held by `seen` (the holder
+    /// the caller saw and judged harmless, such as the session's own open step). Fails with `Busy` naming
+    /// the holder when someone else took it since the caller looked: a write that an operation would
+    /// hide or undo (a message recorded while a revert runs) is refused instead. Adapters order lease
+    /// takes and guarded commits, so a take that commits first is seen by this guard, and one that
+    /// commits after sees this transaction's writes.
+    LeaseNotTaken {
+        /// What is leased.
+        key: LeaseKey,
+        /// The holder the caller saw, if any.
+        seen: Option<LeaseToken>,
+    },
+    /// Session `session` is reverted to `point` (its descriptor's message and part), or not reverted when
+    /// `None`, as the caller read it: no revert, unrevert or cleanup was stored since. Fails with `Busy`
+    /// otherwise (a message recorded behind a revert that ran meanwhile would land in its hidden range),
+    /// and with `NotFound` when the session is gone.
+    RevertIs {
+        /// The session.
+        session: SessionId,
+        /// The revert point the caller saw.
+        point: Option<(MessageId, Option<PartId>)>,
+    },
 }
 
 /// One row-level change of a transaction.

@@ -25,6 +25,14 @@ impl LeaseKey {
             LeaseKey::Worktree(path) => format!("worktree:{path}"),
         }
     }
+
+    /// The session leased, when the key is a session's.
+    pub fn session(&self) -> Option<&SessionId> {
+        match self {
+            LeaseKey::Session(id) => Some(id),
+            LeaseKey::Worktree(_) => None,
+        }
+    }
 }
 
 impl fmt::Debug for LeaseKey {

@@ -118,6 +118,13 @@ pub struct RevertDescriptor {
     pub diff: Option<String>,
 }
 
+impl RevertDescriptor {
+    /// Where the hidden range begins: the message, and the part when only part of it is hidden.
+    pub fn point(&self) -> (MessageId, Option<PartId>) {
+        (self.message_id.clone(), self.part_id.clone())
+    }
+}
+
 /// A step that has begun and not finished: it holds the session's lease.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpenStep {

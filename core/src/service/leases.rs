@@ -66,9 +66,14 @@ impl Rewind {
     /// about to store would hide, undo or ignore what this request does (a message recorded during a revert
     /// would land in its hidden range; an unrevert or commit would find no revert yet and answer that
     /// nothing was done). The lease of the session's own open step is not such an operation.
-    pub(super) async fn refuse_while_operating(&self, session: &Session) -> Result<()> {
+    ///
+    /// Otherwise the guard for the request's transaction: an operation that takes the lease between this
+    /// check and that commit makes the commit fail with `Busy` too, where it would otherwise have
+    /// written behind the operation's back.
+    pub(super) async fn refuse_while_operating(&self, session: &Session) -> Result<Guard> {
         let key = LeaseKey::Session(session.id.clone());
-        match self.repo.lease(&key).await? {
+        let current = self.repo.lease(&key).await?;
+        match current {
             Some(current)
                 if session
                     .step
@@ -78,7 +83,10 @@ impl Rewind {
             {
                 Err(busy_error(&key, &current, Some(&session.id)))
             }
-            _ => Ok(()),
+            current => Ok(Guard::LeaseNotTaken {
+                key,
+                seen: current.map(|lease| lease.token),
+            }),
         }
     }
 
@@ -276,15 +284,5 @@ impl Rewind {
 }
 
 fn busy_error(key: &LeaseKey, current: &Lease, session: Option<&SessionId>) -> Error {
-    let what = match key {
-        LeaseKey::Session(id) => format!("Session is busy: {id}"),
-        LeaseKey::Worktree(path) => format!("Worktree is busy: {path}"),
-    };
-    Error::Busy {
-        session_id: session.cloned(),
-        message: format!(
-            "{what} (held by {}); try again when it has finished",
-            current.holder
-        ),
-    }
+    Error::lease_busy(key, &current.holder, session)
 }

@@ -10,7 +10,7 @@ use crate::model::{
     PartBody, PartId, PatchPart, RelPath, Role, Session, SessionId, SessionStatus, SessionTime,
     SkippedPath, StepFinishPart, StepStartPart, Tokens, Warning,
 };
-use crate::ports::{Change, Transaction};
+use crate::ports::{Change, Guard, Transaction};
 
 use super::{NewMessage, NewPart, Rewind, StepEnd, new_token, worktree};
 
@@ -107,7 +107,7 @@ impl Rewind {
     ) -> Result<MessageWithParts> {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(&input.parts)?;
-        self.refuse_while_operating(&session).await?;
+        let not_operating = self.refuse_while_operating(&session).await?;
         if let Some(point) = revert_point_of(&session) {
             let kept = self.kept_messages(session_id, &point).await?;
             self.new_message(session_id, &kept, input.clone())?;
@@ -115,7 +115,15 @@ impl Rewind {
         }
         let messages = self.repo.messages(session_id).await?;
         let (info, parts) = self.new_message(session_id, &messages, input)?;
-        let mut transaction = Transaction::default();
+        // Not reverted now (cleanup ran): a revert stored since the checks would hide this message.
+        let unreverted = Guard::RevertIs {
+            session: session_id.clone(),
+            point: None,
+        };
+        let mut transaction = Transaction {
+            guards: vec![not_operating, unreverted],
+            ..Transaction::default()
+        };
         transaction
             .changes
             .push(Change::PutMessage(Box::new(info.clone())));
@@ -178,7 +186,7 @@ impl Rewind {
     ) -> Result<Part> {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(std::slice::from_ref(&input))?;
-        self.refuse_while_operating(&session).await?;
+        let not_operating = self.refuse_while_operating(&session).await?;
         let message = self.load_message(session_id, message_id).await?;
         refuse_reverted_message(&session, message_id)?;
         // In the message the revert point lies in, a new part would come after the point: hidden at once,
@@ -197,7 +205,14 @@ impl Rewind {
         let part = parts
             .pop()
             .ok_or_else(|| Error::InvalidInput("no part given".to_owned()))?;
-        let mut transaction = Transaction::default();
+        let as_checked = Guard::RevertIs {
+            session: session_id.clone(),
+            point: session.revert.as_ref().map(|r| r.point()),
+        };
+        let mut transaction = Transaction {
+            guards: vec![not_operating, as_checked],
+            ..Transaction::default()
+        };
         self.push_part(&mut transaction, part.clone());
         self.repo.commit(transaction).await?;
         self.touch_step(&session).await;

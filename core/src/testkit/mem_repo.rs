@@ -327,6 +327,24 @@ impl State {
                     "the lease on {key:?} is no longer held"
                 ))),
             },
+            Guard::LeaseNotTaken { key, seen } => match self.leases.get(key) {
+                Some(lease) if Some(&lease.token) != seen.as_ref() => {
+                    Err(Error::lease_busy(key, &lease.holder, key.session()))
+                }
+                _ => Ok(()),
+            },
+            Guard::RevertIs { session, point } => {
+                let stored = self
+                    .rows
+                    .sessions
+                    .get(session)
+                    .ok_or_else(|| session_not_found(session))?;
+                if stored.info.revert.as_ref().map(|r| r.point()) == *point {
+                    Ok(())
+                } else {
+                    Err(Error::revert_changed(session))
+                }
+            }
             Guard::IntentExists(token) => {
                 if self.rows.intents.contains_key(token) {
                     Ok(())

@@ -70,6 +70,7 @@ macro_rules! repo_contract_tests {
             failed_transaction_leaves_nothing_and_writes_no_event
             changes_of_a_session_that_does_not_exist_fail_with_not_found
             guards_check_lease_and_intent
+            guards_check_that_no_one_took_the_lease_nor_changed_the_revert
             events_come_back_in_commit_order
             referenced_snapshots_cover_every_reference
             captures_are_listed_referenced_and_deleted_by_age
@@ -1384,6 +1385,115 @@ pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
         "an intent guard after the intent was deleted must fail with LeaseLost, got {result:?}"
     );
     assert_eq!(title(repo, &session.id).await.as_deref(), Some("finished"));
+}
+
+/// `LeaseNotTaken` passes while the lease is free or held by the token the caller saw (an expired
+/// holder too: expiry is the services' judgement), and fails with `Busy` once another token holds it.
+/// `RevertIs` passes while the session's revert point is the one the caller saw (none, or the
+/// descriptor's message and part), fails with `Busy` once it differs, and with `NotFound` for a session
+/// that does not exist. A failed guard changes nothing.
+pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
+    repo: &dyn MessageRepo,
+) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/not-taken");
+    commit(repo, vec![put_session(&session)]).await;
+    let key = LeaseKey::Session(session.id.clone());
+    let guarded = |guard: Guard, title: &str| {
+        let mut changed = session.clone();
+        changed.title = title.to_owned();
+        Transaction {
+            guards: vec![guard],
+            changes: vec![put_session(&changed)],
+            events: Vec::new(),
+        }
+    };
+    let not_taken = |seen: Option<&str>| Guard::LeaseNotTaken {
+        key: key.clone(),
+        seen: seen.map(token),
+    };
+
+    repo.commit(guarded(not_taken(None), "free"))
+        .await
+        .expect("a free lease is not taken");
+    assert_eq!(title(repo, &session.id).await.as_deref(), Some("free"));
+    repo.commit(guarded(not_taken(Some("token-a")), "free, a seen"))
+        .await
+        .expect("a lease released since it was seen is not taken either");
+
+    let taken = repo
+        .take_lease(&lease(&key, "token-a", 1), None)
+        .await
+        .expect("taking a free lease must succeed");
+    assert_eq!(taken, LeaseTake::Taken, "a free lease must be taken");
+    repo.commit(guarded(not_taken(Some("token-a")), "seen"))
+        .await
+        .expect("the holder seen (expired, not taken over) still holds it");
+    assert_eq!(title(repo, &session.id).await.as_deref(), Some("seen"));
+    for seen in [None, Some("token-b")] {
+        let result = repo.commit(guarded(not_taken(seen), "taken")).await;
+        assert!(
+            matches!(&result, Err(Error::Busy { session_id, .. }) if session_id.as_ref() == Some(&session.id)),
+            "a lease taken by another than {seen:?} must fail with Busy about the session, got {result:?}"
+        );
+    }
+    assert_eq!(
+        title(repo, &session.id).await.as_deref(),
+        Some("seen"),
+        "failed guards change nothing"
+    );
+
+    let revert_is = |point: Option<(MessageId, Option<PartId>)>| Guard::RevertIs {
+        session: session.id.clone(),
+        point,
+    };
+    let message = ids.message();
+    let part = ids.part();
+    repo.commit(guarded(revert_is(None), "not reverted"))
+        .await
+        .expect("a session that is not reverted passes a guard that saw none");
+    let mut reverted = session.clone();
+    reverted.title = "reverted".to_owned();
+    reverted.revert = Some(RevertDescriptor {
+        message_id: message.clone(),
+        part_id: Some(part.clone()),
+        snapshot: Some(snapshot(1)),
+        diff: Some("diff --git a/x b/x\n".to_owned()),
+    });
+    commit(repo, vec![put_session(&reverted)]).await;
+    for seen in [
+        None,
+        Some((message.clone(), None)),
+        Some((ids.message(), Some(part.clone()))),
+    ] {
+        let result = repo.commit(guarded(revert_is(seen.clone()), "stale")).await;
+        assert!(
+            matches!(&result, Err(Error::Busy { session_id, .. }) if session_id.as_ref() == Some(&session.id)),
+            "a revert point other than {seen:?} must fail with Busy, got {result:?}"
+        );
+    }
+    assert_eq!(
+        title(repo, &session.id).await.as_deref(),
+        Some("reverted"),
+        "failed guards change nothing"
+    );
+    repo.commit(guarded(
+        revert_is(Some((message.clone(), Some(part.clone())))),
+        "as seen",
+    ))
+    .await
+    .expect("the revert point seen passes");
+    assert_eq!(title(repo, &session.id).await.as_deref(), Some("as seen"));
+
+    let missing = Guard::RevertIs {
+        session: ids.session(),
+        point: None,
+    };
+    let result = repo.commit(guarded(missing, "missing")).await;
+    assert!(
+        matches!(result, Err(Error::NotFound(_))),
+        "a revert guard on a session that does not exist must fail with NotFound, got {result:?}"
+    );
 }
 
 /// The outbox returns committed events in commit order (not id order), at strictly ascending positions with
