@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rewind_core::Error;
-use rewind_core::model::{Event, StoredEvent};
-use rewind_core::ports::{Change, MessageRepo};
+use rewind_core::model::{Event, LeaseKey, LeaseTake, StoredEvent};
+use rewind_core::ports::{Change, Guard, MessageRepo};
 use rewind_sql::SqlRepo;
 
 use crate::support::{
-    Ids, PgSchema, SqliteFile, heartbeat, run, run_pg, session, transaction, updated,
+    Ids, PgSchema, SqliteFile, heartbeat, lease, run, run_pg, session, transaction, updated,
 };
 
 /// Waits until writer B is blocked on writer A's transaction. On PostgreSQL this is observed in
@@ -333,5 +333,91 @@ fn postgres_concurrent_writers_leave_no_gap_for_a_following_reader() {
             handles.push(schema.open().await);
         }
         concurrent_writers_and_a_following_reader(handles, schema.open().await).await;
+    });
+}
+
+/// A lease take waits for a commit in progress, as another commit does: the commit's `LeaseNotTaken`
+/// guard was checked when no one held the lease (there is no row for it, so none is locked), and a take
+/// slipping in before its COMMIT would begin an operation that never sees its writes. Once the commit is
+/// in, the take goes through, and the same guard now fails as busy.
+async fn a_lease_take_waits_for_a_guarded_commit(a: SqlRepo, b: SqlRepo, probe: BlockedProbe<'_>) {
+    let ids = Ids::default();
+    let owner = session(&ids, "/work/take-waits");
+    a.commit(transaction(
+        vec![Change::PutSession(Box::new(owner.clone()))],
+        Vec::new(),
+    ))
+    .await
+    .expect("stores the session");
+    let key = LeaseKey::Session(owner.id.clone());
+    let guarded = |title: &str| {
+        let mut renamed = owner.clone();
+        renamed.title = title.to_owned();
+        let mut guarded = transaction(vec![Change::PutSession(Box::new(renamed))], Vec::new());
+        guarded.guards = vec![Guard::LeaseNotTaken {
+            key: key.clone(),
+            seen: None,
+        }];
+        guarded
+    };
+
+    let mut pause = a.pause_next_commit();
+    let a = Arc::new(a);
+    let committing = tokio::spawn({
+        let (a, transaction) = (a.clone(), guarded("written before the take"));
+        async move { a.commit(transaction).await }
+    });
+    assert!(pause.reached().await, "the guarded commit is inside");
+    let taking = tokio::spawn({
+        let wanted = lease(&key, "token-operation", 7, 4_000_000_000_000);
+        async move { b.take_lease(&wanted, None).await.map(|take| (take, b)) }
+    });
+    probe.wait_until_blocked().await;
+    assert!(
+        !taking.is_finished(),
+        "the take must wait for the guarded commit"
+    );
+    pause.resume();
+    committing
+        .await
+        .expect("the commit finishes")
+        .expect("the guard held: no one had the lease");
+    let (take, b) = taking
+        .await
+        .expect("the take finishes")
+        .expect("the take is answered");
+    assert_eq!(take, LeaseTake::Taken, "the free lease is taken after");
+    let stored = b.session(&owner.id).await.expect("reads").expect("exists");
+    assert_eq!(stored.title, "written before the take");
+    let refused = a.commit(guarded("after the take")).await;
+    assert!(
+        matches!(refused, Err(Error::Busy { .. })),
+        "with the lease taken the guard fails, got {refused:?}"
+    );
+}
+
+#[test]
+fn sqlite_file_a_lease_take_waits_for_a_guarded_commit() {
+    run(async {
+        let file = SqliteFile::new();
+        a_lease_take_waits_for_a_guarded_commit(
+            file.open().await,
+            file.open().await,
+            BlockedProbe::Sqlite,
+        )
+        .await;
+    });
+}
+
+#[test]
+fn postgres_a_lease_take_waits_for_a_guarded_commit() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        a_lease_take_waits_for_a_guarded_commit(
+            schema.open().await,
+            schema.open().await,
+            BlockedProbe::Postgres(&schema),
+        )
+        .await;
     });
 }

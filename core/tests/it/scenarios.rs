@@ -485,6 +485,151 @@ fn unrevert_commit_and_messages_during_a_revert_are_busy() {
     })
 }
 
+/// SPEC section 8, the other order: a message and a part passed their checks before a revert began, and
+/// their commits come only after that whole revert was stored (and its lease released). Stored then,
+/// the message would land in the revert's hidden range, and the part in a message it hides, both to be
+/// deleted by the next cleanup; they are refused as busy instead, and nothing of theirs is stored.
+#[test]
+fn a_message_checked_before_a_revert_and_committed_after_it_is_busy() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        let t2 = w
+            .turn(&s.id, "edit again", |w| w.write("a.txt", "a2"))
+            .await;
+        let count = w.messages(&s.id).await.len();
+        let revert_to_t1 = || {
+            w.rewind.revert(
+                &s.id,
+                RevertTarget {
+                    message_id: t1.user.clone(),
+                    part_id: None,
+                },
+            )
+        };
+
+        let (reached, resume) = w.repo.pause_next_commit();
+        let message = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("typed as the revert began"));
+        let meanwhile = async {
+            reached.await.expect("the message reaches its commit");
+            let reverted = revert_to_t1().await;
+            resume.send(()).expect("resume the message");
+            reverted
+        };
+        let (message, reverted) = futures::future::join(message, meanwhile).await;
+        reverted.expect("the revert stands");
+        assert!(matches!(message, Err(Error::Busy { .. })), "{message:?}");
+        assert_eq!(w.messages(&s.id).await.len(), count, "no message stored");
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+
+        let (reached, resume) = w.repo.pause_next_commit();
+        let part = w.rewind.append_part(
+            &s.id,
+            &t2.user,
+            NewPart {
+                id: None,
+                body: PartBody::text("added as the revert began"),
+            },
+        );
+        let meanwhile = async {
+            reached.await.expect("the part reaches its commit");
+            let reverted = revert_to_t1().await;
+            resume.send(()).expect("resume the part");
+            reverted
+        };
+        let (part, reverted) = futures::future::join(part, meanwhile).await;
+        reverted.expect("the revert stands");
+        assert!(matches!(part, Err(Error::Busy { .. })), "{part:?}");
+        let t2_user = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .find(|m| m.info.id == t2.user)
+            .expect("the second prompt is still there");
+        assert_eq!(
+            t2_user.parts.len(),
+            1,
+            "no part stored: {:?}",
+            t2_user.parts
+        );
+
+        // Once the revert is there to see, a new message makes it permanent first, as always.
+        let typed = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("typed after"))
+            .await
+            .expect("a message after the revert");
+        let ids: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
+        assert_eq!(ids.last(), Some(&typed.info.id));
+        assert!(!ids.contains(&t1.user), "cleanup removed the reverted turn");
+    })
+}
+
+/// SPEC section 8: a message that passed its checks before a revert took the session, and whose commit
+/// comes while that revert runs (here paused at its intent, before it stored anything), is refused as
+/// busy: the revert read the conversation before it, and its hidden range would take the message.
+#[test]
+fn a_message_checked_before_a_revert_and_committed_during_it_is_busy() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        w.turn(&s.id, "edit again", |w| w.write("a.txt", "a2"))
+            .await;
+        let count = w.messages(&s.id).await.len();
+        let (message_reached, resume_message) = w.repo.pause_next_commit();
+        let message = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("typed as the revert began"));
+        let meanwhile = async {
+            message_reached
+                .await
+                .expect("the message reaches its commit");
+            let (revert_reached, resume_revert) = w.repo.pause_next_commit();
+            let reverting = w.rewind.revert(
+                &s.id,
+                RevertTarget {
+                    message_id: t1.user.clone(),
+                    part_id: None,
+                },
+            );
+            let order = async {
+                revert_reached.await.expect("the revert reaches its intent");
+                resume_message.send(()).expect("resume the message");
+                // The message's commit is done or refused before the revert goes on.
+                let mut yielded = false;
+                futures::future::poll_fn(|cx| {
+                    if std::mem::replace(&mut yielded, true) {
+                        std::task::Poll::Ready(())
+                    } else {
+                        cx.waker().wake_by_ref();
+                        std::task::Poll::Pending
+                    }
+                })
+                .await;
+                resume_revert.send(()).expect("resume the revert");
+            };
+            futures::future::join(reverting, order).await.0
+        };
+        let (message, reverted) = futures::future::join(message, meanwhile).await;
+        let session = reverted.expect("the revert stands");
+        assert_eq!(session.revert.map(|r| r.message_id), Some(t1.user.clone()));
+        assert!(matches!(message, Err(Error::Busy { .. })), "{message:?}");
+        assert_eq!(w.messages(&s.id).await.len(), count, "no message stored");
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+    })
+}
+
 /// A step's cost or tokens that would take the session's totals past the largest finite number (two
 /// finishes of 1e308) are refused (400) and the step stays open: stored, the infinite sum would be JSON
 /// `null` and the session unreadable. Negative and the largest finite counts are checked the same way.
