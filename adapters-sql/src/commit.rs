@@ -4,8 +4,9 @@
 //! Commits are serialised, so outbox positions are assigned in commit order: on SQLite by the database's
 //! single write lock, taken when the transaction begins (`BEGIN IMMEDIATE`); on PostgreSQL by an exclusive
 //! lock on the outbox table, taken first in every write transaction (lease takes too) and held until it
-//! ends (plain reads go on beside it). Under that lock the next position is `max(seq) + 1`: a sequence would leave gaps on
-//! rollback, and a reader's cursor could pass a position whose transaction had not committed yet.
+//! ends (plain reads go on beside it). Under that lock the next position is `max(seq) + 1`: a sequence
+//! would leave gaps on rollback, and a reader's cursor could pass a position whose transaction had not
+//! committed yet.
 //!
 //! Each statement is a round trip to the driver's worker, so a commit uses few: the lease guards are read
 //! with one query, and a row that belongs to a session (its diff, an intent record) is written with

@@ -72,8 +72,7 @@ impl Rewind {
     /// written behind the operation's back.
     pub(super) async fn refuse_while_operating(&self, session: &Session) -> Result<Guard> {
         let key = LeaseKey::Session(session.id.clone());
-        let current = self.repo.lease(&key).await?;
-        match current {
+        match self.repo.lease(&key).await? {
             Some(current)
                 if session
                     .step
