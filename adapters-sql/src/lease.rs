@@ -5,7 +5,9 @@
 use rewind_core::Result;
 use rewind_core::model::{Lease, LeaseKey, LeaseTake, LeaseToken};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
-use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, QueryOrder,
+};
 
 use crate::SqlRepo;
 use crate::entity::lease;
@@ -29,6 +31,10 @@ impl SqlRepo {
                 allowed = allowed.or(stored_token().eq(replaced.0.as_str()));
             }
             let txn = self.begin_write().await?;
+            if let Some(nested) = self.nested_holder(&txn, lease, replacing.as_ref()).await? {
+                txn.commit().await.map_err(&fault)?;
+                return Ok(LeaseTake::Held(nested));
+            }
             if self.write_lease_where(&txn, lease, allowed).await? > 0 {
                 txn.commit().await.map_err(&fault)?;
                 return Ok(LeaseTake::Taken);
@@ -53,6 +59,10 @@ impl SqlRepo {
         let txn = self.begin_write().await?;
         let mut takes = Vec::with_capacity(leases.len());
         for lease in leases {
+            if let Some(nested) = self.nested_holder(&txn, lease, None).await? {
+                takes.push(LeaseTake::Held(nested));
+                continue;
+            }
             let own = Expr::col((lease::Entity, lease::Column::Token)).eq(lease.token.0.as_str());
             if self.write_lease_where(&txn, lease, own).await? > 0 {
                 takes.push(LeaseTake::Taken);
@@ -99,6 +109,36 @@ impl SqlRepo {
             .exec_without_returning(txn)
             .await
             .map_err(self.fault("taking a lease"))
+    }
+
+    /// For a worktree's lease: a lease of a worktree inside or around it (`LeaseKey::overlaps`) held by
+    /// another token than `lease`'s and `replacing`, as `txn` sees it (the first by key). Worktree leases
+    /// are few (one per operation or step being snapshotted, and those of dead holders not yet taken
+    /// over), so they are all read and compared here, whatever the database's collation and `LIKE`.
+    async fn nested_holder(
+        &self,
+        txn: &DatabaseTransaction,
+        lease: &Lease,
+        replacing: Option<&LeaseToken>,
+    ) -> Result<Option<Lease>> {
+        if !matches!(lease.key, LeaseKey::Worktree(_)) {
+            return Ok(None);
+        }
+        let rows = lease::Entity::find()
+            .filter(lease::Column::Key.starts_with("worktree:"))
+            .filter(lease::Column::Key.ne(lease.key.as_storage_key()))
+            .filter(lease::Column::Token.ne(lease.token.0.as_str()))
+            .order_by_asc(lease::Column::Key)
+            .all(txn)
+            .await
+            .map_err(self.fault("reading the leases of nested worktrees"))?;
+        for row in &rows {
+            let other = self.lease_from_row(row)?;
+            if other.key.overlaps(&lease.key) && Some(&other.token) != replacing {
+                return Ok(Some(other));
+            }
+        }
+        Ok(None)
     }
 
     /// The lease on `key` as `txn` sees it.

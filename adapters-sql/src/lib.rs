@@ -204,6 +204,10 @@ impl MessageRepo for SqlRepo {
         self.read_sessions(directory).await
     }
 
+    async fn sessions_overlapping(&self, directory: &str) -> Result<Vec<Session>> {
+        self.read_sessions_overlapping(directory).await
+    }
+
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         self.read_messages(session).await
     }

@@ -6,12 +6,12 @@ use std::collections::BTreeSet;
 use rewind_core::Result;
 use rewind_core::model::{
     Capture, FileDiff, IntentRecord, Lease, LeaseKey, MessageId, MessageWithParts, PartBody,
-    RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
+    RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning, worktrees_overlap,
 };
-use sea_orm::sea_query::{Query, SelectStatement};
+use sea_orm::sea_query::{LikeExpr, Query, SelectStatement};
 use sea_orm::{
-    ColumnTrait, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect, QueryTrait,
-    RelationDef, Select,
+    ColumnTrait, Condition, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect,
+    QueryTrait, RelationDef, Select,
 };
 
 use crate::SqlRepo;
@@ -79,6 +79,45 @@ impl SqlRepo {
             .await
             .map_err(self.fault("listing sessions"))?;
         rows.into_iter().map(|r| self.session_from(r)).collect()
+    }
+
+    /// The sessions of worktrees that overlap `directory` (`worktrees_overlap`): its ancestors by equality,
+    /// the worktrees inside it by a `LIKE` on the path with `/`, whose answer is checked again here (SQLite's
+    /// `LIKE` ignores ASCII case).
+    pub(crate) async fn read_sessions_overlapping(&self, directory: &str) -> Result<Vec<Session>> {
+        let mut around: Vec<String> = directory
+            .match_indices('/')
+            .map(|(at, _)| directory[..at.max(1)].to_owned())
+            .collect();
+        around.push(directory.to_owned());
+        let escaped: String = directory
+            .chars()
+            .flat_map(|c| match c {
+                '\\' | '%' | '_' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        let inside = LikeExpr::new(format!("{}/%", escaped.trim_end_matches('/'))).escape('\\');
+        let query = session::Entity::find()
+            .filter(
+                Condition::any()
+                    .add(session::Column::Directory.is_in(around))
+                    .add(session::Column::Directory.like(inside)),
+            )
+            .order_by_asc(session::Column::Id);
+        let rows = with_shared(query, session::Column::Body, session::Column::DiffRef)
+            .into_model::<JoinedRow>()
+            .all(&self.db)
+            .await
+            .map_err(self.fault("listing the sessions of nested worktrees"))?;
+        let mut sessions = Vec::with_capacity(rows.len());
+        for row in rows {
+            let session = self.session_from(row)?;
+            if worktrees_overlap(&session.directory, directory) {
+                sessions.push(session);
+            }
+        }
+        Ok(sessions)
     }
 
     pub(crate) async fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {

@@ -278,6 +278,9 @@ pub trait MessageRepo: Send + Sync {
     async fn session(&self, id: &SessionId) -> Result<Option<Session>>;
     /// Sessions, newest first; only those of `directory` when given.
     async fn sessions(&self, directory: Option<String>) -> Result<Vec<Session>>;
+    /// The sessions whose worktree is `directory`, lies inside it or encloses it
+    /// (`model::worktrees_overlap`), newest first.
+    async fn sessions_overlapping(&self, directory: &str) -> Result<Vec<Session>>;
     /// Every message of a session with its parts, ascending.
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>>;
     /// One message with its parts.
@@ -296,9 +299,12 @@ pub trait MessageRepo: Send + Sync {
     async fn intents(&self) -> Result<Vec<IntentRecord>>;
     /// The lease on `key`, if any (expired or not).
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>>;
-    /// Takes a lease (see the contract).
+    /// Takes a lease (see the contract). A worktree's lease is also refused while another token holds the
+    /// lease of a worktree inside it or enclosing it (`LeaseKey::overlaps`), unless that token is
+    /// `replacing`: the answer is `Held` with that lease.
     async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake>;
     /// Takes all of `leases` or none (see the contract): one round trip for an operation's two leases.
+    /// A worktree's lease is refused as `take_lease` refuses it.
     async fn take_leases(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>>;
     /// Extends a held lease.
     async fn renew_lease(

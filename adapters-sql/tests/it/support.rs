@@ -243,6 +243,9 @@ macro_rules! impl_repo {
             async fn sessions(&self, directory: Option<String>) -> Result<Vec<Session>> {
                 $with!(self, repo => repo.sessions(directory))
             }
+            async fn sessions_overlapping(&self, directory: &str) -> Result<Vec<Session>> {
+                $with!(self, repo => repo.sessions_overlapping(directory))
+            }
             async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
                 $with!(self, repo => repo.messages(session))
             }

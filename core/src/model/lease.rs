@@ -26,6 +26,16 @@ impl LeaseKey {
         }
     }
 
+    /// Whether an operation holding one of the two keys must keep out of the other: the same key, or two
+    /// worktrees one of which lies inside the other (`/x` and `/x/sub`: a revert of either writes files of
+    /// both).
+    pub fn overlaps(&self, other: &LeaseKey) -> bool {
+        match (self, other) {
+            (LeaseKey::Worktree(a), LeaseKey::Worktree(b)) => worktrees_overlap(a, b),
+            _ => self == other,
+        }
+    }
+
     /// The session leased, when the key is a session's.
     pub fn session(&self) -> Option<&SessionId> {
         match self {
@@ -39,6 +49,17 @@ impl fmt::Debug for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.as_storage_key())
     }
+}
+
+/// Whether worktree `a` is `b`, lies inside it or encloses it (by path components: `/x` and `/x/sub` do,
+/// `/x` and `/xy` do not).
+pub fn worktrees_overlap(a: &str, b: &str) -> bool {
+    let inside = |inner: &str, outer: &str| {
+        inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || outer.ends_with('/'))
+    };
+    inside(a, b) || inside(b, a)
 }
 
 /// A process, identified so that a reused pid is never mistaken for the original one.
@@ -173,4 +194,39 @@ pub struct IntentRecord {
     pub files: Vec<RelPath>,
     /// When it was written, epoch milliseconds.
     pub created: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worktrees_overlap_by_whole_path_components() {
+        for (a, b) in [
+            ("/x", "/x"),
+            ("/x", "/x/sub"),
+            ("/x/sub/deeper", "/x"),
+            ("/", "/x"),
+        ] {
+            assert!(worktrees_overlap(a, b), "{a} and {b} overlap");
+            assert!(worktrees_overlap(b, a), "{b} and {a} overlap");
+        }
+        for (a, b) in [
+            ("/x", "/xy"),
+            ("/x/sub", "/x/sub2"),
+            ("/x", "/X/sub"),
+            ("/a\\b", "/a"),
+            ("/x/a", "/x/b"),
+        ] {
+            assert!(!worktrees_overlap(a, b), "{a} and {b} do not overlap");
+            assert!(!worktrees_overlap(b, a), "{b} and {a} do not overlap");
+        }
+        let session =
+            LeaseKey::Session(crate::id::IdGenerator::new().descending(1_700_000_000_000));
+        assert!(session.overlaps(&session));
+        assert!(!session.overlaps(&LeaseKey::Worktree("/x".to_owned())));
+        assert!(
+            LeaseKey::Worktree("/x".to_owned()).overlaps(&LeaseKey::Worktree("/x/sub".to_owned()))
+        );
+    }
 }

@@ -80,7 +80,7 @@ impl Rewind {
                     .is_none_or(|step| step.token != current.token)
                     && !self.is_abandoned(&current) =>
             {
-                Err(busy_error(&key, &current, Some(&session.id)))
+                Err(busy_error(&current, Some(&session.id)))
             }
             current => Ok(Guard::LeaseNotTaken {
                 key,
@@ -126,46 +126,82 @@ impl Rewind {
         session: Option<&SessionId>,
         finish_intents: bool,
     ) -> Result<HeldLease> {
-        let lease = self.new_lease(key.clone(), token, ttl_ms);
-        let current = match self.repo.take_lease(&lease, None).await? {
-            LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
-            LeaseTake::Held(current) => current,
-        };
-        if !self.is_abandoned(&current) {
-            return Err(busy_error(&lease.key, &current, session));
+        let mut replacing = None;
+        let mut attempts = 0;
+        loop {
+            // After a recovery (a track and a restore, which can take a while) the lease counts from now.
+            let lease = self.new_lease(key.clone(), token, ttl_ms);
+            let current = match self.repo.take_lease(&lease, replacing.take()).await? {
+                LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
+                LeaseTake::Held(current) => current,
+            };
+            attempts += 1;
+            if !self.is_abandoned(&current) || attempts > TAKEOVER_ATTEMPTS {
+                return Err(busy_error(&current, session));
+            }
+            let recovered = if finish_intents {
+                self.finish_intents_of(&current, session).await?
+            } else {
+                false
+            };
+            if recovered {
+                // Recovery released the holder's leases.
+            } else if current.key == key {
+                replacing = Some(current.token);
+            } else {
+                // A gone holder's lease on a worktree inside or around this one, with no intent left to
+                // finish: taken over and dropped, as its own key's next taker would take it over.
+                self.drop_gone_lease(&current).await?;
+            }
         }
-        let mut replacing = Some(current.token.clone());
-        if finish_intents {
-            for intent in self.repo.intents().await? {
-                if intent.token == current.token {
-                    // Recovery takes its own leases (`acquire_recovering`) and releases them when done.
-                    match Box::pin(self.recover_intent(&intent)).await? {
-                        super::recovery::Outcome::Recovered | super::recovery::Outcome::Gone => {
-                            replacing = None;
-                        }
-                        // Another operation holds the session or the worktree (and finishes the intent
-                        // before it runs): the holder's work is not done, so its lease is not taken.
-                        super::recovery::Outcome::InProgress => {
-                            return Err(Error::Busy {
-                                session_id: session.cloned(),
-                                message: format!(
-                                    "an interrupted operation of {} on this session waits to be finished \
-                                     while another operation holds its worktree; try again when that has \
-                                     finished",
-                                    current.holder
-                                ),
-                            });
-                        }
+    }
+
+    /// Finishes the intent records of `holder`'s token (it is gone): true when one was finished, which
+    /// released its leases; `Busy` when another operation holds what recovery needs.
+    async fn finish_intents_of(&self, holder: &Lease, session: Option<&SessionId>) -> Result<bool> {
+        let mut recovered = false;
+        for intent in self.repo.intents().await? {
+            if intent.token == holder.token {
+                // Recovery takes its own leases (`acquire_recovering`) and releases them when done.
+                match Box::pin(self.recover_intent(&intent)).await? {
+                    super::recovery::Outcome::Recovered | super::recovery::Outcome::Gone => {
+                        recovered = true;
+                    }
+                    // Another operation holds the session or the worktree (and finishes the intent before
+                    // it runs): the holder's work is not done, so its lease is not taken.
+                    super::recovery::Outcome::InProgress => {
+                        return Err(Error::Busy {
+                            session_id: session.cloned(),
+                            message: format!(
+                                "an interrupted operation of {} on this session waits to be finished while \
+                                 another operation holds its worktree; try again when that has finished",
+                                holder.holder
+                            ),
+                        });
                     }
                 }
             }
         }
-        // Recovery can take a while (a track and a restore): the lease counts from now.
-        let lease = self.new_lease(key, token, ttl_ms);
-        match self.repo.take_lease(&lease, replacing).await? {
-            LeaseTake::Taken => Ok(HeldLease::of(&lease)),
-            LeaseTake::Held(holder) => Err(busy_error(&lease.key, &holder, session)),
+        Ok(recovered)
+    }
+
+    /// Takes over the lease `gone` (its holder is gone) with a fresh token and releases it. Another taker
+    /// that got there first keeps it.
+    async fn drop_gone_lease(&self, gone: &Lease) -> Result<()> {
+        let lease = self.new_lease(
+            gone.key.clone(),
+            &new_token(),
+            self.config.operation_lease_ms,
+        );
+        if self
+            .repo
+            .take_lease(&lease, Some(gone.token.clone()))
+            .await?
+            == LeaseTake::Taken
+        {
+            self.repo.release_lease(&lease.key, &lease.token).await?;
         }
+        Ok(())
     }
 
     /// Takes the session lease of its open `step`, to close the step: the step's lease when this process
@@ -192,11 +228,11 @@ impl Rewind {
             {
                 Some(current.token)
             }
-            Some(current) => return Err(busy_error(&lease.key, &current, Some(session))),
+            Some(current) => return Err(busy_error(&current, Some(session))),
         };
         match self.repo.take_lease(&lease, replacing).await? {
             LeaseTake::Taken => Ok(HeldLease::of(&lease)),
-            LeaseTake::Held(current) => Err(busy_error(&lease.key, &current, Some(session))),
+            LeaseTake::Held(current) => Err(busy_error(&current, Some(session))),
         }
     }
 
@@ -282,6 +318,12 @@ impl Rewind {
     }
 }
 
-fn busy_error(key: &LeaseKey, current: &Lease, session: Option<&SessionId>) -> Error {
-    Error::lease_busy(key, &current.holder, session)
+/// `Busy`, naming the lease `current` that refused a take: the one asked for, or the lease of a worktree
+/// inside or around the one asked for.
+/// How many gone holders one take may take over or clear (its own key's, then those of worktrees inside
+/// or around it) before it answers `Busy`.
+const TAKEOVER_ATTEMPTS: u32 = 8;
+
+fn busy_error(current: &Lease, session: Option<&SessionId>) -> Error {
+    Error::lease_busy(&current.key, &current.holder, session)
 }

@@ -126,14 +126,13 @@ impl Rewind {
         captured: impl FnOnce(&SnapshotId) + Send,
     ) -> Result<SnapshotRestore> {
         let directory = normalise_directory(directory)?;
-        self.prepare_worktree(&directory).await?;
-        for session in self.repo.sessions(Some(directory.clone())).await? {
+        for session in self.prepare_worktree(&directory).await? {
             if let Some(step) = &session.step {
                 return Err(Error::Busy {
                     session_id: Some(session.id.clone()),
                     message: format!(
-                        "Worktree is busy: a step is open in session {} (message {}, owned by {}); try again when it has finished",
-                        session.id, step.message_id, step.holder
+                        "Worktree is busy: a step is open in session {} of {} (message {}, owned by {}); try again when it has finished",
+                        session.id, session.directory, step.message_id, step.holder
                     ),
                 });
             }

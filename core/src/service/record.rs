@@ -520,10 +520,12 @@ impl Rewind {
     }
 
     /// Runs recovery for the worktree's intent records and aborts its abandoned steps: what SPEC sections 4
-    /// and 8 ask before any operation. Returns the worktree's sessions as they are then.
+    /// and 8 ask before any operation. Returns the worktree's sessions as they are then. The worktrees
+    /// inside it or around it (`/x` and `/x/sub`) count as the same worktree here: a revert of either
+    /// writes files of both.
     pub(super) async fn prepare_worktree(&self, directory: &str) -> Result<Vec<Session>> {
         self.recover_worktree(directory).await?;
-        let sessions = self.repo.sessions(Some(directory.to_owned())).await?;
+        let sessions = self.repo.sessions_overlapping(directory).await?;
         let mut aborted = false;
         for session in &sessions {
             if self.step_is_abandoned(session).await? {
@@ -539,7 +541,7 @@ impl Rewind {
             }
         }
         if aborted {
-            return self.repo.sessions(Some(directory.to_owned())).await;
+            return self.repo.sessions_overlapping(directory).await;
         }
         Ok(sessions)
     }

@@ -3,7 +3,7 @@
 //! before or wholly after the operation.
 
 use crate::error::{Error, Result};
-use crate::model::{IntentRecord, Lease, LeaseKey, LeaseTake};
+use crate::model::{IntentRecord, Lease, LeaseKey, LeaseTake, worktrees_overlap};
 
 use super::{RecoveryFailure, RecoveryReport, Rewind, new_token};
 
@@ -35,12 +35,13 @@ impl Rewind {
         Ok(report)
     }
 
-    /// Finishes the intent records of one worktree, before an operation on it: the first that cannot be
-    /// finished is the error.
+    /// Finishes the intent records of one worktree, and of the worktrees inside it or around it (an
+    /// interrupted revert of either wrote files of both), before an operation on it: the first that cannot
+    /// be finished is the error.
     pub(super) async fn recover_worktree(&self, directory: &str) -> Result<RecoveryReport> {
         let mut report = RecoveryReport::default();
         for intent in self.repo.intents().await? {
-            if intent.directory == directory {
+            if worktrees_overlap(&intent.directory, directory) {
                 let outcome = self.recover_intent(&intent).await?;
                 report.add(&intent, outcome);
             }

@@ -845,9 +845,9 @@ impl Rewind {
 
     /// The session read again once its operation holds the leases (a step may have begun, or the session
     /// changed, since the checks before), refused (409) while a step is open in any session of its
-    /// worktree `directory`: one read of the worktree's sessions.
+    /// worktree `directory`, or of a worktree inside it or around it: one read of those sessions.
     async fn load_leased(&self, session_id: &SessionId, directory: &str) -> Result<Session> {
-        let sessions = self.repo.sessions(Some(directory.to_owned())).await?;
+        let sessions = self.repo.sessions_overlapping(directory).await?;
         let session = super::session_in(session_id, &sessions)?;
         refuse_open_steps(&session, &sessions)?;
         Ok(session)
@@ -990,10 +990,18 @@ impl Rewind {
 fn refuse_open_steps(session: &Session, sessions: &[Session]) -> Result<()> {
     for other in sessions {
         if let Some(step) = &other.step {
+            let place = if other.directory == session.directory {
+                "of this worktree".to_owned()
+            } else {
+                format!(
+                    "of {}, a worktree inside or around this one",
+                    other.directory
+                )
+            };
             return Err(Error::busy(
                 &session.id,
                 format!(
-                    "Session is busy: {} (a step is open in session {} of this worktree, message {}, owned by {})",
+                    "Session is busy: {} (a step is open in session {} {place}, message {}, owned by {})",
                     session.id, other.id, step.message_id, step.holder
                 ),
             ));

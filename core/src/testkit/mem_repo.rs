@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId,
     MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry, Session, SessionId, SnapshotId,
-    StoredEvent, Warning,
+    StoredEvent, Warning, worktrees_overlap,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 use crate::revert::{RevertPoint, is_hidden};
@@ -306,6 +306,20 @@ impl Rows {
 }
 
 impl State {
+    /// A lease on another key than `lease`'s that overlaps it (a worktree inside or around), held by
+    /// another token than `lease`'s and `replacing`.
+    fn nested_holder(&self, lease: &Lease, replacing: Option<&LeaseToken>) -> Option<Lease> {
+        self.leases
+            .values()
+            .find(|other| {
+                other.key != lease.key
+                    && other.key.overlaps(&lease.key)
+                    && other.token != lease.token
+                    && Some(&other.token) != replacing
+            })
+            .cloned()
+    }
+
     /// Removes the lease on `key` while `token` holds it.
     fn release(&mut self, key: &LeaseKey, token: &LeaseToken) {
         if self.leases.get(key).is_some_and(|l| &l.token == token) {
@@ -415,6 +429,17 @@ impl MessageRepo for MemRepo {
             .collect())
     }
 
+    async fn sessions_overlapping(&self, directory: &str) -> Result<Vec<Session>> {
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .values()
+            .filter(|s| worktrees_overlap(&s.info.directory, directory))
+            .map(|s| s.info.clone())
+            .collect())
+    }
+
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
         // An unknown session simply has no messages, as a `SELECT … WHERE session_id = ?` would answer.
         Ok(self
@@ -489,6 +514,9 @@ impl MessageRepo for MemRepo {
                 return Ok(LeaseTake::Held(existing.clone()));
             }
         }
+        if let Some(nested) = state.nested_holder(lease, replacing.as_ref()) {
+            return Ok(LeaseTake::Held(nested));
+        }
         state.leases.insert(lease.key.clone(), lease.clone());
         Ok(LeaseTake::Taken)
     }
@@ -501,7 +529,10 @@ impl MessageRepo for MemRepo {
                 Some(existing) if existing.token != lease.token => {
                     LeaseTake::Held(existing.clone())
                 }
-                _ => LeaseTake::Taken,
+                _ => match state.nested_holder(lease, None) {
+                    Some(nested) => LeaseTake::Held(nested),
+                    None => LeaseTake::Taken,
+                },
             })
             .collect();
         if takes.iter().all(|take| *take == LeaseTake::Taken) {

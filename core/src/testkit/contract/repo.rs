@@ -63,6 +63,8 @@ macro_rules! repo_contract_tests {
             hidden_range_delete_without_part
             hidden_range_delete_with_part
             lease_cannot_be_taken_twice
+            worktree_leases_keep_out_of_worktrees_inside_and_around
+            sessions_overlapping_are_those_of_worktrees_inside_and_around
             lease_can_be_taken_over_when_replacing_the_current_token
             lease_renew_and_release_need_the_token
             a_transaction_releases_a_lease_only_with_its_token
@@ -794,6 +796,131 @@ pub async fn lease_cannot_be_taken_twice(repo: &dyn MessageRepo) {
         .await
         .expect("reading a lease must succeed");
     assert_eq!(unknown, None, "a key nobody took has no lease");
+}
+
+/// A worktree's lease is refused while another token holds the lease of a worktree inside it or around it
+/// (the answer names that lease), by `take_lease` and `take_leases` alike; not for a sibling that merely
+/// shares a string prefix (`/w/a` and `/w/ab`), another case, nor a backslash; not for the same token;
+/// and not for the token the take replaces (its holder is gone). A refusal changes nothing.
+pub async fn worktree_leases_keep_out_of_worktrees_inside_and_around(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let worktree = |path: &str| LeaseKey::Worktree(path.to_owned());
+    let take = |key: LeaseKey, token_text: &str| {
+        let wanted = lease(&key, token_text, 5_000);
+        async move {
+            repo.take_lease(&wanted, None)
+                .await
+                .expect("asking for a lease must succeed")
+        }
+    };
+    let held = lease(&worktree("/w/a"), "token-a", 5_000);
+    assert_eq!(
+        repo.take_lease(&held, None).await.expect("takes"),
+        LeaseTake::Taken
+    );
+    for path in ["/w/a/b", "/w/a/b/c", "/w", "/"] {
+        assert_eq!(
+            take(worktree(path), "token-b").await,
+            LeaseTake::Held(held.clone()),
+            "{path} lies inside or around /w/a: refused, naming the holder"
+        );
+        assert_eq!(
+            repo.lease(&worktree(path)).await.expect("reads"),
+            None,
+            "a refused take of {path} writes nothing"
+        );
+    }
+    for path in ["/w/ab", "/W/a/b", "/w/a\\b", "/w/b"] {
+        assert_eq!(
+            take(worktree(path), "token-b").await,
+            LeaseTake::Taken,
+            "{path} is neither inside nor around /w/a"
+        );
+        repo.release_lease(&worktree(path), &token("token-b"))
+            .await
+            .expect("releases");
+    }
+    assert_eq!(
+        take(worktree("/w/a/b"), "token-a").await,
+        LeaseTake::Taken,
+        "the holder's own token is not kept out"
+    );
+    repo.release_lease(&worktree("/w/a/b"), &token("token-a"))
+        .await
+        .expect("releases");
+    let replacing = lease(&worktree("/w/a/b"), "token-c", 5_000);
+    assert_eq!(
+        repo.take_lease(&replacing, Some(token("token-a")))
+            .await
+            .expect("takes"),
+        LeaseTake::Taken,
+        "a take that replaces the holder (gone) is not kept out by its lease"
+    );
+    repo.release_lease(&replacing.key, &replacing.token)
+        .await
+        .expect("releases");
+
+    let session = LeaseKey::Session(ids.session());
+    let both = [
+        lease(&session, "token-d", 5_000),
+        lease(&worktree("/w/a/d"), "token-d", 5_000),
+    ];
+    let takes = repo.take_leases(&both).await.expect("asks");
+    assert_eq!(
+        takes,
+        vec![LeaseTake::Taken, LeaseTake::Held(held.clone())],
+        "take_leases refuses a worktree inside a held one"
+    );
+    assert_eq!(
+        repo.lease(&session).await.expect("reads"),
+        None,
+        "and takes none of the leases"
+    );
+    assert_eq!(
+        repo.take_leases(&[lease(&worktree("/w/ab"), "token-d", 5_000)])
+            .await
+            .expect("asks"),
+        vec![LeaseTake::Taken],
+        "a sibling is free"
+    );
+}
+
+/// `sessions_overlapping(d)` lists the sessions of `d`, of the worktrees around it and of those inside it,
+/// newest first; not those of a sibling sharing a string prefix, of another case, of a path with a
+/// backslash, `%` or `_` where `d` has none, nor of unrelated worktrees.
+pub async fn sessions_overlapping_are_those_of_worktrees_inside_and_around(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let mut stored = Vec::new();
+    for directory in [
+        "/w", "/w/a", "/w/a/b", "/w/a/b/c", "/w/ab", "/W/a/b", "/w/a\\b", "/w/a%/x", "/w/a_/x",
+        "/w/b", "/v/a",
+    ] {
+        let session = new_session(&ids, directory);
+        commit(repo, vec![put_session(&session)]).await;
+        stored.push(session);
+    }
+    let listed = |directory: &'static str| async move {
+        repo.sessions_overlapping(directory)
+            .await
+            .expect("listing sessions must succeed")
+            .into_iter()
+            .map(|s| s.directory)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listed("/w/a").await,
+        ["/w/a/b/c", "/w/a/b", "/w/a", "/w"],
+        "its own, those around and those inside, newest first"
+    );
+    assert_eq!(listed("/w/a%").await, ["/w/a%/x", "/w"]);
+    assert_eq!(listed("/w/a_").await, ["/w/a_/x", "/w"]);
+    assert_eq!(listed("/w/a\\b").await, ["/w/a\\b", "/w"]);
+    assert_eq!(listed("/elsewhere").await, Vec::<String>::new());
+    assert_eq!(
+        listed("/").await.len(),
+        stored.len(),
+        "every worktree lies inside /"
+    );
 }
 
 /// A takeover succeeds only when `replacing` names the current token; a stale token (of a lease already
