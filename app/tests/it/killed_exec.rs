@@ -1,6 +1,7 @@
 //! An `exec` killed half-way leaves its step open; the next command aborts it (its owner is gone) and the
 //! session stays usable: undo gives back the state before the killed turn.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::{Env, assert_state};
@@ -276,4 +277,113 @@ fn a_long_exec_keeps_its_steps_lease_renewed() {
         .map(|s| s["reason"].as_str().unwrap_or("open"))
         .collect();
     assert_eq!(reasons, ["stop"], "{log:#}");
+}
+
+/// SPEC 6 step 1 for worktrees one inside the other, with the real store: while an exec runs in `sub/`
+/// (its step open), `undo` in the enclosing worktree is refused, naming `sub/`, and writes nothing; and
+/// while an exec runs in the enclosing worktree, `undo` in `sub/` is refused. Once the execs are done,
+/// each undo takes back exactly its own turn.
+#[test]
+fn an_undo_in_a_worktree_around_or_inside_a_running_exec_is_refused() {
+    let env = Env::plain();
+    let sub = env.path().join("sub");
+    std::fs::create_dir(&sub).expect("mkdir");
+    std::fs::write(env.path().join("outer.txt"), "o0\n").expect("write");
+    std::fs::write(sub.join("inner.txt"), "i0\n").expect("write");
+    let wait_for = |flag: &Path| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !flag.exists() {
+            assert!(Instant::now() < deadline, "the command never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let flag = env.path().join("started");
+    // Says it is running (in the outer worktree's root), then waits for `go` in its own directory.
+    let held = format!(
+        "printf 'x\\n' > '{flag}'; while [ ! -e go ]; do sleep 0.05; done; rm -f go '{flag}'",
+        flag = flag.display()
+    );
+    let refused_in = |dir: &Path| {
+        let output = env.rewind_in(dir, &["undo"]).output().expect("runs");
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+
+    env.exec_sh("printf 'o1\\n' > outer.txt");
+    let mut inner = env
+        .process_in(
+            &sub,
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                &format!("printf 'i1\\n' > inner.txt; {held}"),
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    wait_for(&flag);
+    let stderr = refused_in(env.path());
+    assert!(
+        stderr.contains("busy") && stderr.contains(&sub.display().to_string()),
+        "{stderr}"
+    );
+    let read = |path: &Path| std::fs::read_to_string(path).expect("read");
+    assert_eq!(
+        read(&env.path().join("outer.txt")),
+        "o1\n",
+        "nothing undone"
+    );
+    assert_eq!(
+        read(&sub.join("inner.txt")),
+        "i1\n",
+        "nothing written in sub/"
+    );
+    std::fs::write(sub.join("go"), "").expect("write");
+    assert!(inner.wait().expect("waits").success());
+
+    let mut outer = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                &format!("printf 'o2\\n' > outer.txt; {held}"),
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    wait_for(&flag);
+    let stderr = refused_in(&sub);
+    assert!(stderr.contains("busy"), "{stderr}");
+    assert_eq!(
+        read(&sub.join("inner.txt")),
+        "i1\n",
+        "nothing undone in sub/"
+    );
+    std::fs::write(env.path().join("go"), "").expect("write");
+    assert!(outer.wait().expect("waits").success());
+
+    let output = env.rewind_in(&sub, &["undo"]).output().expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        read(&sub.join("inner.txt")),
+        "i0\n",
+        "sub/'s own turn is taken back"
+    );
+    assert_eq!(
+        read(&env.path().join("outer.txt")),
+        "o2\n",
+        "and nothing of the outer worktree"
+    );
+    env.ok(&["undo"]);
+    assert_eq!(
+        read(&env.path().join("outer.txt")),
+        "o1\n",
+        "the outer undo takes back its last turn"
+    );
+    assert_eq!(read(&sub.join("inner.txt")), "i0\n");
 }

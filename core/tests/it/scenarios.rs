@@ -1259,3 +1259,100 @@ fn a_rollback_puts_back_a_file_the_revert_replaced_with_a_directory() {
         assert!(warning.files.contains(&w.abs("lib")), "{warning:?}");
     })
 }
+
+/// SPEC 6 step 1 and SPEC 8 for worktrees one inside the other (`/work/project` and `/work/project/sub`):
+/// a revert of either writes files of both, so they count as one worktree. A revert of one is refused
+/// while a step is open in a session of the other (naming it), and while the other's revert runs; a
+/// step of the other cannot begin during a revert. A refusal changes no file.
+#[test]
+fn worktrees_one_inside_the_other_count_as_one_for_steps_and_reverts() {
+    block_on(async {
+        let w = World::new();
+        let sub = format!("{}/sub", crate::support::ROOT);
+        let sub_path = std::path::PathBuf::from(&sub);
+        w.fs.create_worktree(&sub_path);
+        let write_sub = |content: &str| {
+            w.fs.write(&sub_path, "b.txt", content.as_bytes())
+                .expect("write in sub");
+        };
+        let read_sub = || {
+            w.fs.read(&sub_path, "b.txt")
+                .map(|node| node.content().to_vec())
+        };
+        w.write("a.txt", "a0");
+        write_sub("b0");
+        let outer = w.session().await;
+        let outer_turn = w.turn(&outer.id, "outer", |w| w.write("a.txt", "a1")).await;
+        let inner = w
+            .rewind
+            .create_session(&sub, None)
+            .await
+            .expect("a session in the inner worktree");
+        let inner_turn = w.turn(&inner.id, "inner", |_| write_sub("b1")).await;
+
+        // A step open inside: the outer revert is refused, and the other way round.
+        let working = w.prompt(&inner.id, "inner again").await;
+        w.rewind
+            .begin_step(&inner.id, &working)
+            .await
+            .expect("begin");
+        let refused = w.try_revert_to(&outer.id, &outer_turn.user).await;
+        assert!(
+            matches!(&refused, Err(Error::Busy { message, .. }) if message.contains(&sub)),
+            "{refused:?}"
+        );
+        assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
+        w.rewind
+            .finish_step(&inner.id, &working, Default::default())
+            .await
+            .expect("finish");
+        let working = w.prompt(&outer.id, "outer again").await;
+        w.rewind
+            .begin_step(&outer.id, &working)
+            .await
+            .expect("begin");
+        let refused = w.try_revert_to(&inner.id, &inner_turn.user).await;
+        assert!(
+            matches!(&refused, Err(Error::Busy { message, .. }) if message.contains("step is open")),
+            "{refused:?}"
+        );
+        assert_eq!(read_sub(), Some(b"b1".to_vec()));
+        w.rewind
+            .finish_step(&outer.id, &working, Default::default())
+            .await
+            .expect("finish");
+
+        // During the outer revert (paused at its intent): no inner step begins, no inner revert runs.
+        let inner_working = w.prompt(&inner.id, "inner, during the outer revert").await;
+        let (reached, resume) = w.repo.pause_next_commit();
+        let reverting = w.try_revert_to(&outer.id, &outer_turn.user);
+        let meanwhile = async {
+            reached.await.expect("the outer revert reaches its intent");
+            let step = w.rewind.begin_step(&inner.id, &inner_working).await;
+            let inner_revert = w.try_revert_to(&inner.id, &inner_turn.user).await;
+            resume.send(()).expect("resume");
+            (step, inner_revert)
+        };
+        let (reverted, (step, inner_revert)) = futures::future::join(reverting, meanwhile).await;
+        reverted.expect("the outer revert stands");
+        assert!(matches!(step, Err(Error::Busy { .. })), "{step:?}");
+        assert!(
+            matches!(&inner_revert, Err(Error::Busy { message, .. }) if message.contains(crate::support::ROOT)),
+            "{inner_revert:?}"
+        );
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+        assert_eq!(
+            read_sub(),
+            Some(b"b1".to_vec()),
+            "the inner worktree is untouched"
+        );
+
+        // Once it is done, the inner session reverts as usual.
+        w.rewind.unrevert(&outer.id).await.expect("unrevert");
+        w.try_revert_to(&inner.id, &inner_turn.user)
+            .await
+            .expect("inner revert");
+        assert_eq!(read_sub(), Some(b"b0".to_vec()));
+        assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
+    })
+}
