@@ -148,6 +148,17 @@ impl Rewind {
                 // Recovery released the holder's leases.
             } else if current.key == key {
                 replacing = Some(current.token);
+            } else if !finish_intents
+                && self
+                    .repo
+                    .intents()
+                    .await?
+                    .iter()
+                    .any(|intent| intent.token == current.token)
+            {
+                // Recovery itself does not finish another interrupted operation on a nested worktree:
+                // the next operation there (or on this worktree) recovers it first.
+                return Err(busy_error(&current, session));
             } else {
                 // A gone holder's lease on a worktree inside or around this one, with no intent left to
                 // finish: taken over and dropped, as its own key's next taker would take it over.
@@ -318,12 +329,12 @@ impl Rewind {
     }
 }
 
-/// `Busy`, naming the lease `current` that refused a take: the one asked for, or the lease of a worktree
-/// inside or around the one asked for.
 /// How many gone holders one take may take over or clear (its own key's, then those of worktrees inside
 /// or around it) before it answers `Busy`.
 const TAKEOVER_ATTEMPTS: u32 = 8;
 
+/// `Busy`, naming the lease `current` that refused a take: the one asked for, or the lease of a worktree
+/// inside or around the one asked for.
 fn busy_error(current: &Lease, session: Option<&SessionId>) -> Error {
     Error::lease_busy(&current.key, &current.holder, session)
 }
