@@ -1356,3 +1356,58 @@ fn worktrees_one_inside_the_other_count_as_one_for_steps_and_reverts() {
         assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
     })
 }
+
+/// Leases on worktrees inside this one whose holder is gone, with no intent left to finish (a command
+/// killed while its step began), do not block a revert for good: the revert takes them over and drops
+/// them, two as well as one. While their holder lives they are `Busy`, and nothing is written.
+#[test]
+fn gone_holders_leases_on_worktrees_inside_do_not_block_a_revert() {
+    use rewind_core::model::{
+        Holder, HolderKind, Lease, LeaseKey, LeaseTake, LeaseToken, ProcessIdentity,
+    };
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        let other = ProcessIdentity {
+            host: "test-host".to_owned(),
+            pid: 4242,
+            start_time: 9,
+            boot: None,
+        };
+        let inside = ["sub", "other/deeper"]
+            .map(|dir| LeaseKey::Worktree(format!("{}/{dir}", crate::support::ROOT)));
+        for (at, key) in inside.iter().enumerate() {
+            let held = Lease {
+                key: key.clone(),
+                token: LeaseToken(format!("token-{at}")),
+                holder: Holder {
+                    kind: HolderKind::Process,
+                    process: other.clone(),
+                },
+                expires_at: u64::MAX,
+            };
+            assert_eq!(
+                w.repo.take_lease(&held, None).await.expect("takes"),
+                LeaseTake::Taken
+            );
+        }
+        let refused = w.try_revert_to(&s.id, &t1.user).await;
+        assert!(
+            matches!(&refused, Err(Error::Busy { message, .. }) if message.contains("/work/project/")),
+            "{refused:?}"
+        );
+        assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
+        w.host.kill(&other);
+        w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
+        for key in &inside {
+            assert_eq!(
+                w.repo.lease(key).await.expect("reads"),
+                None,
+                "the gone holder's lease on {key:?} was dropped"
+            );
+        }
+    })
+}
