@@ -31,7 +31,7 @@ impl SqlRepo {
                 allowed = allowed.or(stored_token().eq(replaced.0.as_str()));
             }
             let txn = self.begin_write().await?;
-            if let Some(nested) = self.nested_holder(&txn, lease, replacing.as_ref()).await? {
+            if let Some(nested) = self.nested_holder(&txn, lease).await? {
                 txn.commit().await.map_err(&fault)?;
                 return Ok(LeaseTake::Held(nested));
             }
@@ -59,7 +59,7 @@ impl SqlRepo {
         let txn = self.begin_write().await?;
         let mut takes = Vec::with_capacity(leases.len());
         for lease in leases {
-            if let Some(nested) = self.nested_holder(&txn, lease, None).await? {
+            if let Some(nested) = self.nested_holder(&txn, lease).await? {
                 takes.push(LeaseTake::Held(nested));
                 continue;
             }
@@ -112,14 +112,13 @@ impl SqlRepo {
     }
 
     /// For a worktree's lease: a lease of a worktree inside or around it (`LeaseKey::overlaps`) held by
-    /// another token than `lease`'s and `replacing`, as `txn` sees it (the first by key). Worktree leases
+    /// another token than `lease`'s, as `txn` sees it (the first by key). Worktree leases
     /// are few (one per operation or step being snapshotted, and those of dead holders not yet taken
     /// over), so they are all read and compared here, whatever the database's collation and `LIKE`.
     async fn nested_holder(
         &self,
         txn: &DatabaseTransaction,
         lease: &Lease,
-        replacing: Option<&LeaseToken>,
     ) -> Result<Option<Lease>> {
         if !matches!(lease.key, LeaseKey::Worktree(_)) {
             return Ok(None);
@@ -134,7 +133,7 @@ impl SqlRepo {
             .map_err(self.fault("reading the leases of nested worktrees"))?;
         for row in &rows {
             let other = self.lease_from_row(row)?;
-            if other.key.overlaps(&lease.key) && Some(&other.token) != replacing {
+            if other.key.overlaps(&lease.key) {
                 return Ok(Some(other));
             }
         }

@@ -300,8 +300,8 @@ pub trait MessageRepo: Send + Sync {
     /// The lease on `key`, if any (expired or not).
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>>;
     /// Takes a lease (see the contract). A worktree's lease is also refused while another token holds the
-    /// lease of a worktree inside it or enclosing it (`LeaseKey::overlaps`), unless that token is
-    /// `replacing`: the answer is `Held` with that lease.
+    /// lease of a worktree inside it or enclosing it (`LeaseKey::overlaps`), even one the take replaces on
+    /// its own key: the answer is `Held` with that lease.
     async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake>;
     /// Takes all of `leases` or none (see the contract): one round trip for an operation's two leases.
     /// A worktree's lease is refused as `take_lease` refuses it.

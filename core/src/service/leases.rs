@@ -72,21 +72,34 @@ impl Rewind {
     /// written behind the operation's back.
     pub(super) async fn refuse_while_operating(&self, session: &Session) -> Result<Guard> {
         let key = LeaseKey::Session(session.id.clone());
-        match self.repo.lease(&key).await? {
+        let seen = match self.repo.lease(&key).await? {
             Some(current)
                 if session
                     .step
                     .as_ref()
-                    .is_none_or(|step| step.token != current.token)
-                    && !self.is_abandoned(&current) =>
+                    .is_some_and(|step| step.token == current.token) =>
             {
-                Err(busy_error(&current, Some(&session.id)))
+                Some(current.token)
             }
-            current => Ok(Guard::LeaseNotTaken {
-                key,
-                seen: current.map(|lease| lease.token),
-            }),
-        }
+            Some(current) if self.is_abandoned(&current) => {
+                // An operation that stalled past its lease (or died) without being taken over would still
+                // store its result, over this request's write: it is taken over (its intent finished) and
+                // the lease released, so its own commit fails on its lease guard.
+                let taken = self
+                    .acquire(
+                        key.clone(),
+                        &new_token(),
+                        self.config.operation_lease_ms,
+                        Some(&session.id),
+                    )
+                    .await?;
+                self.release(&taken).await;
+                None
+            }
+            Some(current) => return Err(busy_error(&current, Some(&session.id))),
+            None => None,
+        };
+        Ok(Guard::LeaseNotTaken { key, seen })
     }
 
     /// Takes the lease on `key` with `token` for `ttl_ms`, taking it over when its holder is gone; `Busy`
@@ -131,7 +144,7 @@ impl Rewind {
         loop {
             // After a recovery (a track and a restore, which can take a while) the lease counts from now.
             let lease = self.new_lease(key.clone(), token, ttl_ms);
-            let current = match self.repo.take_lease(&lease, replacing.take()).await? {
+            let current = match self.repo.take_lease(&lease, replacing.clone()).await? {
                 LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
                 LeaseTake::Held(current) => current,
             };
@@ -196,23 +209,11 @@ impl Rewind {
         Ok(recovered)
     }
 
-    /// Takes over the lease `gone` (its holder is gone) with a fresh token and releases it. Another taker
-    /// that got there first keeps it.
+    /// Drops the lease `gone` (its holder is gone): removed only while that token still holds it, so a
+    /// taker that got there first keeps its own. Not a take, which a lease around or inside it (another
+    /// gone holder's) would refuse.
     async fn drop_gone_lease(&self, gone: &Lease) -> Result<()> {
-        let lease = self.new_lease(
-            gone.key.clone(),
-            &new_token(),
-            self.config.operation_lease_ms,
-        );
-        if self
-            .repo
-            .take_lease(&lease, Some(gone.token.clone()))
-            .await?
-            == LeaseTake::Taken
-        {
-            self.repo.release_lease(&lease.key, &lease.token).await?;
-        }
-        Ok(())
+        self.repo.release_lease(&gone.key, &gone.token).await
     }
 
     /// Takes the session lease of its open `step`, to close the step: the step's lease when this process

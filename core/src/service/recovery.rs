@@ -36,14 +36,25 @@ impl Rewind {
     }
 
     /// Finishes the intent records of one worktree, and of the worktrees inside it or around it (an
-    /// interrupted revert of either wrote files of both), before an operation on it: the first that cannot
-    /// be finished is the error.
+    /// interrupted revert of either wrote files of both), before an operation on it. The first of this
+    /// worktree's own that cannot be finished is the error; one of a worktree inside or around it is
+    /// reported (`failed`) and stays to be finished: the operations that take this worktree's lease meet
+    /// its holder's lease and are refused with the reason, while recording messages goes on.
     pub(super) async fn recover_worktree(&self, directory: &str) -> Result<RecoveryReport> {
         let mut report = RecoveryReport::default();
         for intent in self.repo.intents().await? {
-            if worktrees_overlap(&intent.directory, directory) {
+            if intent.directory == directory {
                 let outcome = self.recover_intent(&intent).await?;
                 report.add(&intent, outcome);
+            } else if worktrees_overlap(&intent.directory, directory) {
+                match self.recover_intent(&intent).await {
+                    Ok(outcome) => report.add(&intent, outcome),
+                    Err(error) => report.failed.push(RecoveryFailure {
+                        token: intent.token.clone(),
+                        directory: intent.directory.clone(),
+                        error: error.to_string(),
+                    }),
+                }
             }
         }
         Ok(report)

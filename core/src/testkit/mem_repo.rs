@@ -307,15 +307,14 @@ impl Rows {
 
 impl State {
     /// A lease on another key than `lease`'s that overlaps it (a worktree inside or around), held by
-    /// another token than `lease`'s and `replacing`.
-    fn nested_holder(&self, lease: &Lease, replacing: Option<&LeaseToken>) -> Option<Lease> {
+    /// another token than `lease`'s.
+    fn nested_holder(&self, lease: &Lease) -> Option<Lease> {
         self.leases
             .values()
             .find(|other| {
                 other.key != lease.key
                     && other.key.overlaps(&lease.key)
                     && other.token != lease.token
-                    && Some(&other.token) != replacing
             })
             .cloned()
     }
@@ -514,7 +513,7 @@ impl MessageRepo for MemRepo {
                 return Ok(LeaseTake::Held(existing.clone()));
             }
         }
-        if let Some(nested) = state.nested_holder(lease, replacing.as_ref()) {
+        if let Some(nested) = state.nested_holder(lease) {
             return Ok(LeaseTake::Held(nested));
         }
         state.leases.insert(lease.key.clone(), lease.clone());
@@ -529,7 +528,7 @@ impl MessageRepo for MemRepo {
                 Some(existing) if existing.token != lease.token => {
                     LeaseTake::Held(existing.clone())
                 }
-                _ => match state.nested_holder(lease, None) {
+                _ => match state.nested_holder(lease) {
                     Some(nested) => LeaseTake::Held(nested),
                     None => LeaseTake::Taken,
                 },
