@@ -657,3 +657,81 @@ fn a_capture_that_cannot_be_recorded_does_not_stop_the_rollback() {
         assert!(w.repo.intents().await.expect("intents").is_empty());
     })
 }
+
+/// An intent that cannot be finished in a worktree inside this one (`sub/`, its `before` snapshot
+/// missing) does not stop recording messages here: it is reported and stays. A revert here, which would
+/// write files of `sub/` too, is refused with the reason, and changes nothing.
+#[test]
+fn an_unfinishable_intent_inside_refuses_reverts_around_it_but_not_messages() {
+    block_on(async {
+        let w = World::new();
+        let sub = format!("{ROOT}/sub");
+        w.fs.create_worktree(std::path::PathBuf::from(&sub));
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        let inner = w.rewind.create_session(&sub, None).await.expect("session");
+        let dead = process(14);
+        let holder = Holder {
+            kind: HolderKind::Process,
+            process: dead.clone(),
+        };
+        let token = LeaseToken("tok_broken_inside".to_owned());
+        for key in [
+            LeaseKey::Session(inner.id.clone()),
+            LeaseKey::Worktree(sub.clone()),
+        ] {
+            let lease = Lease {
+                key,
+                token: token.clone(),
+                holder: holder.clone(),
+                expires_at: u64::MAX,
+            };
+            w.repo.take_lease(&lease, None).await.expect("lease");
+        }
+        let broken = IntentRecord {
+            token,
+            session_id: inner.id.clone(),
+            directory: sub.clone(),
+            operation: IntentOperation::Revert,
+            holder,
+            before: rewind_core::model::SnapshotId::parse(&"0e".repeat(20)).expect("an id"),
+            files: vec![RelPath::new("b.txt").expect("path")],
+            created: 0,
+        };
+        w.repo
+            .commit(Transaction {
+                guards: Vec::new(),
+                changes: vec![Change::PutIntent(Box::new(broken.clone()))],
+                events: Vec::new(),
+            })
+            .await
+            .expect("intent");
+        w.host.kill(&dead);
+
+        w.rewind
+            .create_message(
+                &s.id,
+                rewind_core::service::NewMessage::user_text("still recorded"),
+            )
+            .await
+            .expect("a message around a broken intent inside is recorded");
+        let refused = w
+            .rewind
+            .revert(
+                &s.id,
+                rewind_core::RevertTarget {
+                    message_id: t.user.clone(),
+                    part_id: None,
+                },
+            )
+            .await;
+        assert!(refused.is_err(), "the revert is refused: {refused:?}");
+        assert_eq!(w.state(&["a.txt"]), ["a1"], "nothing changed");
+        assert_eq!(
+            w.repo.intents().await.expect("intents"),
+            [broken],
+            "the failing intent stays for a later recovery"
+        );
+    })
+}

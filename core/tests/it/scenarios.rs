@@ -1411,3 +1411,59 @@ fn gone_holders_leases_on_worktrees_inside_do_not_block_a_revert() {
         }
     })
 }
+
+/// A message that finds the session's lease held by an operation whose holder may be taken over (a
+/// server's lease, expired: the revert stalled) takes that lease over and releases it, rather than
+/// writing beside it: the stalled operation's own commit, guarded by its lease, then fails, so it cannot
+/// store a revert that would hide the message.
+#[test]
+fn a_message_takes_over_a_stalled_operations_lease_so_its_result_cannot_hide_it() {
+    use rewind_core::model::{
+        Holder, HolderKind, Lease, LeaseKey, LeaseTake, LeaseToken, ProcessIdentity,
+    };
+    use rewind_core::ports::{Guard, Transaction};
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let key = LeaseKey::Session(s.id.clone());
+        let stalled = Lease {
+            key: key.clone(),
+            token: LeaseToken("token-stalled".to_owned()),
+            holder: Holder {
+                kind: HolderKind::Server,
+                process: ProcessIdentity {
+                    host: "test-host".to_owned(),
+                    pid: 1000,
+                    start_time: 1,
+                    boot: None,
+                },
+            },
+            expires_at: 1,
+        };
+        assert_eq!(
+            w.repo.take_lease(&stalled, None).await.expect("takes"),
+            LeaseTake::Taken
+        );
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("after the stall"))
+            .await
+            .expect("the stalled lease does not refuse the message");
+        assert_eq!(
+            w.repo.lease(&key).await.expect("reads"),
+            None,
+            "taken over and released"
+        );
+        let late = w
+            .repo
+            .commit(Transaction {
+                guards: vec![Guard::LeaseHeld {
+                    key,
+                    token: stalled.token,
+                }],
+                changes: Vec::new(),
+                events: Vec::new(),
+            })
+            .await;
+        assert!(matches!(late, Err(Error::LeaseLost(_))), "{late:?}");
+    })
+}
