@@ -18,21 +18,27 @@ pub(super) enum Outcome {
 impl Rewind {
     /// Finishes every intent record whose owner is gone (every worktree). Every command-line invocation and
     /// every server start runs this. An intent that cannot be finished (its worktree was removed, a file
-    /// cannot be read) is reported in `failed` and the others are still recovered: only operations on its
-    /// worktree are refused, each of which runs recovery for that worktree again and fails with the reason.
+    /// cannot be read) is reported in `failed` and the others are still recovered. Every operation on its
+    /// worktree, and those that take the lease of a worktree inside or around it, are refused: each runs
+    /// the recovery again and fails with the reason.
     pub async fn recover(&self) -> Result<RecoveryReport> {
         let mut report = RecoveryReport::default();
         for intent in self.repo.intents().await? {
-            match self.recover_intent(&intent).await {
-                Ok(outcome) => report.add(&intent, outcome),
-                Err(error) => report.failed.push(RecoveryFailure {
-                    token: intent.token.clone(),
-                    directory: intent.directory.clone(),
-                    error: error.to_string(),
-                }),
-            }
+            self.recover_into(&intent, &mut report).await;
         }
         Ok(report)
+    }
+
+    /// Finishes `intent`, adding its outcome, or why it could not be finished, to `report`.
+    async fn recover_into(&self, intent: &IntentRecord, report: &mut RecoveryReport) {
+        match self.recover_intent(intent).await {
+            Ok(outcome) => report.add(intent, outcome),
+            Err(error) => report.failed.push(RecoveryFailure {
+                token: intent.token.clone(),
+                directory: intent.directory.clone(),
+                error: error.to_string(),
+            }),
+        }
     }
 
     /// Finishes the intent records of one worktree, and of the worktrees inside it or around it (an
@@ -47,14 +53,7 @@ impl Rewind {
                 let outcome = self.recover_intent(&intent).await?;
                 report.add(&intent, outcome);
             } else if worktrees_overlap(&intent.directory, directory) {
-                match self.recover_intent(&intent).await {
-                    Ok(outcome) => report.add(&intent, outcome),
-                    Err(error) => report.failed.push(RecoveryFailure {
-                        token: intent.token.clone(),
-                        directory: intent.directory.clone(),
-                        error: error.to_string(),
-                    }),
-                }
+                self.recover_into(&intent, &mut report).await;
             }
         }
         Ok(report)
