@@ -109,7 +109,9 @@ impl SqlRepo {
                 Guard::LeaseHeld { key, .. } | Guard::LeaseNotTaken { key, .. } => {
                     Some(key.as_storage_key())
                 }
-                Guard::IntentExists(_) | Guard::RevertIs { .. } => None,
+                Guard::IntentExists(_) | Guard::RevertIs { .. } | Guard::MessageExists { .. } => {
+                    None
+                }
             })
             .collect();
         // Expiry is deliberately not checked: until someone takes an expired lease over, it is still
@@ -183,6 +185,22 @@ impl SqlRepo {
                     Ok(())
                 } else {
                     Err(Error::revert_changed(id))
+                }
+            }
+            Guard::MessageExists {
+                session,
+                message: id,
+            } => {
+                let found = message::Entity::find_by_id((session.to_string(), id.to_string()))
+                    .select_only()
+                    .column(message::Column::Id)
+                    .into_tuple::<String>()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("checking a message guard"))?;
+                match found {
+                    Some(_) => Ok(()),
+                    None => Err(Error::revert_changed(session)),
                 }
             }
             Guard::IntentExists(token) => {

@@ -168,6 +168,15 @@ pub enum Guard {
         /// The revert point the caller saw.
         point: Option<(MessageId, Option<PartId>)>,
     },
+    /// Message `message` of session `session` still exists: no cleanup deleted it since the caller read it
+    /// (a revert and its cleanup can both land between a request's checks and its commit, leaving the
+    /// revert point as it was). Fails with `Busy` otherwise, as `RevertIs` does.
+    MessageExists {
+        /// The session.
+        session: SessionId,
+        /// The message.
+        message: MessageId,
+    },
 }
 
 /// One row-level change of a transaction.

@@ -120,8 +120,17 @@ impl Rewind {
             session: session_id.clone(),
             point: None,
         };
+        let mut guards = vec![not_operating, unreverted];
+        // The user message an assistant message answers: a revert and its cleanup since the checks may have
+        // deleted it, leaving the revert point as it was.
+        if let Some(parent) = &info.parent_id {
+            guards.push(Guard::MessageExists {
+                session: session_id.clone(),
+                message: parent.clone(),
+            });
+        }
         let mut transaction = Transaction {
-            guards: vec![not_operating, unreverted],
+            guards,
             ..Transaction::default()
         };
         transaction

@@ -358,6 +358,18 @@ impl State {
                     Err(Error::revert_changed(session))
                 }
             }
+            Guard::MessageExists { session, message } => {
+                let stored = self
+                    .rows
+                    .sessions
+                    .get(session)
+                    .is_some_and(|s| s.messages.contains_key(message));
+                if stored {
+                    Ok(())
+                } else {
+                    Err(Error::revert_changed(session))
+                }
+            }
             Guard::IntentExists(token) => {
                 if self.rows.intents.contains_key(token) {
                     Ok(())

@@ -73,6 +73,7 @@ macro_rules! repo_contract_tests {
             changes_of_a_session_that_does_not_exist_fail_with_not_found
             guards_check_lease_and_intent
             guards_check_that_no_one_took_the_lease_nor_changed_the_revert
+            message_exists_guard_checks_the_message_in_its_session
             events_come_back_in_commit_order
             referenced_snapshots_cover_every_reference
             captures_are_listed_referenced_and_deleted_by_age
@@ -1631,6 +1632,72 @@ pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
     assert!(
         matches!(result, Err(Error::NotFound(_))),
         "a revert guard on a session that does not exist must fail with NotFound, got {result:?}"
+    );
+}
+
+/// `MessageExists` passes while the message is stored in that session, and fails with `Busy` for a message
+/// of another session, an unknown one, and one a hidden-range delete (cleanup) removed. A failed guard
+/// changes nothing.
+pub async fn message_exists_guard_checks_the_message_in_its_session(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/message-exists");
+    let other = new_session(&ids, "/work/message-exists-other");
+    let message = new_message(&ids, &session, Role::User);
+    let elsewhere = new_message(&ids, &other, Role::User);
+    commit(
+        repo,
+        vec![
+            put_session(&session),
+            put_session(&other),
+            Change::PutMessage(Box::new(message.clone())),
+            Change::PutMessage(Box::new(elsewhere.clone())),
+        ],
+    )
+    .await;
+    let guarded = |id: &MessageId, title: &str| {
+        let mut changed = session.clone();
+        changed.title = title.to_owned();
+        Transaction {
+            guards: vec![Guard::MessageExists {
+                session: session.id.clone(),
+                message: id.clone(),
+            }],
+            changes: vec![put_session(&changed)],
+            events: Vec::new(),
+        }
+    };
+    repo.commit(guarded(&message.id, "present"))
+        .await
+        .expect("a stored message passes");
+    assert_eq!(title(repo, &session.id).await.as_deref(), Some("present"));
+    for (id, what) in [
+        (&elsewhere.id, "a message of another session"),
+        (&ids.message(), "an unknown message"),
+    ] {
+        let result = repo.commit(guarded(id, "wrong")).await;
+        assert!(
+            matches!(&result, Err(Error::Busy { session_id, .. }) if session_id.as_ref() == Some(&session.id)),
+            "{what} must fail with Busy, got {result:?}"
+        );
+    }
+    commit(
+        repo,
+        vec![Change::DeleteHiddenRange {
+            session: session.id.clone(),
+            message: message.id.clone(),
+            part: None,
+        }],
+    )
+    .await;
+    let result = repo.commit(guarded(&message.id, "deleted")).await;
+    assert!(
+        matches!(result, Err(Error::Busy { .. })),
+        "a message cleanup deleted must fail with Busy, got {result:?}"
+    );
+    assert_eq!(
+        title(repo, &session.id).await.as_deref(),
+        Some("present"),
+        "failed guards change nothing"
     );
 }
 
