@@ -1467,3 +1467,50 @@ fn a_message_takes_over_a_stalled_operations_lease_so_its_result_cannot_hide_it(
         assert!(matches!(late, Err(Error::LeaseLost(_))), "{late:?}");
     })
 }
+
+/// SPEC section 8, the last order: an assistant message checked before a revert, committed after that
+/// revert and its cleanup (which left the session unreverted, as it was when checked, but deleted the user
+/// message the assistant message answers). Stored then, it would answer a message that is gone; it is
+/// refused as busy instead, and nothing of it is stored.
+#[test]
+fn an_answer_committed_after_a_revert_and_cleanup_removed_its_question_is_busy() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.turn(&s.id, "first", |w| w.write("a.txt", "a1")).await;
+        let question = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("second"))
+            .await
+            .expect("user message")
+            .info
+            .id;
+        let before: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
+        let (reached, resume) = w.repo.pause_next_commit();
+        let answer = w.rewind.create_message(&s.id, NewMessage::assistant());
+        let meanwhile = async {
+            reached.await.expect("the answer reaches its commit");
+            w.revert_to(&s.id, &question).await;
+            w.rewind.commit_revert(&s.id).await.expect("cleanup");
+            resume.send(()).expect("resume the answer");
+        };
+        let (answer, ()) = futures::future::join(answer, meanwhile).await;
+        assert!(matches!(answer, Err(Error::Busy { .. })), "{answer:?}");
+        let after: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
+        assert_eq!(
+            after,
+            before[..before.len() - 1],
+            "only the question went, by the cleanup"
+        );
+    })
+}
