@@ -7,7 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use rewind_core::model::{PartBody, Session, SessionId};
+use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
@@ -109,27 +109,23 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             ),
         ),
     };
-    rewind
-        .append_part(
-            &session.id,
-            &assistant.info.id,
-            NewPart::new(PartBody::text(note.clone())),
-        )
-        .await
-        .map_err(|error| explain(error, "recording the command's exit status"))?;
-    let parts = with_progress(
-        "snapshotting after the command",
-        rewind.finish_step(
-            &session.id,
-            &assistant.info.id,
-            StepEnd {
-                reason: Some(reason.to_owned()),
-                ..StepEnd::default()
-            },
-        ),
-    )
-    .await
-    .map_err(|error| explain(error, "finishing the step"))?;
+    // The command has run: from here on its exit code is what this process reports, also when its step's
+    // end cannot be recorded (a locked database, say). A failed command's code is never replaced; a
+    // command that succeeded reports 1 then, so a script does not go on as if all was recorded.
+    let parts = match record_end(ctx, &session.id, &assistant.info.id, &note, reason).await {
+        Ok(parts) => parts,
+        Err(error) => {
+            eprintln!("error: {}", crate::report::chain_anyhow(&error));
+            eprintln!(
+                "rewind: `{line}` ended (exit code {code}), but its step in session {} could not be recorded as \
+                 finished; the step stays open, and the next rewind command in this directory aborts it with a \
+                 snapshot of the files as they are then (`rewind status` shows it)",
+                session.id
+            );
+            report_unrunnable(&outcome, &line);
+            return Err(Exit(exit_code_after_failed_record(code)).into());
+        }
+    };
     let files: Vec<String> = parts
         .iter()
         .filter_map(|part| part.as_patch())
@@ -166,16 +162,62 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             session.id
         );
     }
-    if let Err(error) = outcome {
-        eprintln!(
-            "error: cannot run `{line}`: {}; check the command's name and PATH",
-            crate::report::chain_anyhow(&error)
-        );
-    }
+    report_unrunnable(&outcome, &line);
     match u8::try_from(code) {
         Ok(0) => Ok(()),
         Ok(code) => Err(Exit(code).into()),
         Err(_) => Err(Exit(1).into()),
+    }
+}
+
+/// Says why the command could not be run, when it could not.
+fn report_unrunnable<T>(outcome: &Result<T>, line: &str) {
+    if let Err(error) = outcome {
+        eprintln!(
+            "error: cannot run `{line}`: {}; check the command's name and PATH",
+            crate::report::chain_anyhow(error)
+        );
+    }
+}
+
+/// Records how the command ended (a text part with `note`) and finishes the step with `reason`.
+async fn record_end(
+    ctx: &Context,
+    session: &SessionId,
+    assistant: &MessageId,
+    note: &str,
+    reason: &str,
+) -> Result<Vec<Part>> {
+    let rewind = &ctx.services.rewind;
+    rewind
+        .append_part(
+            session,
+            assistant,
+            NewPart::new(PartBody::text(note.to_owned())),
+        )
+        .await
+        .map_err(|error| explain(error, "recording the command's exit status"))?;
+    with_progress(
+        "snapshotting after the command",
+        rewind.finish_step(
+            session,
+            assistant,
+            StepEnd {
+                reason: Some(reason.to_owned()),
+                ..StepEnd::default()
+            },
+        ),
+    )
+    .await
+    .map_err(|error| explain(error, "finishing the step"))
+}
+
+/// The exit code when the command ended with `code` and its step's end could not be recorded: the
+/// command's own failure code, or 1 when it succeeded (or its code does not fit an exit status).
+fn exit_code_after_failed_record(code: i32) -> u8 {
+    match u8::try_from(code) {
+        Ok(0) | Err(_) => 1,
+        Ok(code) => code,
     }
 }
 

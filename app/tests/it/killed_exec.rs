@@ -387,3 +387,72 @@ fn an_undo_in_a_worktree_around_or_inside_a_running_exec_is_refused() {
     );
     assert_eq!(read(&sub.join("inner.txt")), "i0\n");
 }
+
+/// The command's script locks rewind's database (`BEGIN EXCLUSIVE` in a process it leaves behind, for
+/// longer than rewind's 5 s busy timeout) and then exits with `code`: rewind cannot record the step's end.
+fn exec_that_locks_the_database(env: &Env, code: i32) -> std::process::Output {
+    let data = env.data.path();
+    let (locked, released) = (data.join("locked"), data.join("released"));
+    let holder = format!(
+        "import sqlite3, time, pathlib\n\
+         db = sqlite3.connect({database:?}, isolation_level=None)\n\
+         db.execute('BEGIN EXCLUSIVE')\n\
+         pathlib.Path({locked:?}).touch()\n\
+         time.sleep(8)\n\
+         db.execute('ROLLBACK')\n\
+         pathlib.Path({locked:?}).rename({released:?})\n",
+        database = data.join("rewind.db").display().to_string(),
+        locked = locked.display().to_string(),
+        released = released.display().to_string(),
+    );
+    std::fs::write(env.data.path().join("holder.py"), holder).expect("write the holder");
+    let script = format!(
+        "printf 'x\\n' > f.txt; python3 {holder} </dev/null >/dev/null 2>&1 & \
+         while [ ! -e {locked} ]; do sleep 0.05; done; exit {code}",
+        holder = data.join("holder.py").display(),
+        locked = locked.display(),
+    );
+    let output = env
+        .process_in(env.path(), &["exec", "--", "sh", "-c", &script])
+        .output()
+        .expect("runs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !released.exists() {
+        assert!(Instant::now() < deadline, "the lock holder never ended");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    output
+}
+
+#[test]
+fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_session_usable() {
+    for (code, expected) in [(3, 3), (0, 1)] {
+        let env = Env::plain();
+        env.exec_sh("printf 'kept\\n' > kept.txt");
+        let before = env.state();
+
+        let output = exec_that_locks_the_database(&env, code);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(expected),
+            "a command that exited {code}, whose end could not be recorded: {stderr}"
+        );
+        assert!(stderr.contains("locked"), "{stderr}");
+        assert!(
+            stderr.contains(&format!("ended (exit code {code})")) && stderr.contains("stays open"),
+            "{stderr}"
+        );
+
+        // Once the lock is gone, the next command aborts the step, and undo takes the turn back.
+        let status = env.json(&["status"]);
+        assert_eq!(status["sessions"][0]["abandoned"], true, "{status:#}");
+        env.ok(&["undo"]);
+        assert_state(&env, &before, "undoing the turn whose end was not recorded");
+        env.ok(&["redo"]);
+        assert!(
+            env.path().join("f.txt").exists(),
+            "redo brings the file back"
+        );
+    }
+}
