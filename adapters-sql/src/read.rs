@@ -73,11 +73,20 @@ impl SqlRepo {
                 query.filter(session::Column::Directory.eq(directory))
             })
             .order_by_asc(session::Column::Id);
+        self.sessions_of(query, "listing sessions").await
+    }
+
+    /// The sessions `query` selects, in its order, each with its shared text joined.
+    async fn sessions_of(
+        &self,
+        query: Select<session::Entity>,
+        what: &'static str,
+    ) -> Result<Vec<Session>> {
         let rows = with_shared(query, session::Column::Body, session::Column::DiffRef)
             .into_model::<JoinedRow>()
             .all(&self.db)
             .await
-            .map_err(self.fault("listing sessions"))?;
+            .map_err(self.fault(what))?;
         rows.into_iter().map(|r| self.session_from(r)).collect()
     }
 
@@ -105,18 +114,10 @@ impl SqlRepo {
                     .add(session::Column::Directory.like(inside)),
             )
             .order_by_asc(session::Column::Id);
-        let rows = with_shared(query, session::Column::Body, session::Column::DiffRef)
-            .into_model::<JoinedRow>()
-            .all(&self.db)
-            .await
-            .map_err(self.fault("listing the sessions of nested worktrees"))?;
-        let mut sessions = Vec::with_capacity(rows.len());
-        for row in rows {
-            let session = self.session_from(row)?;
-            if worktrees_overlap(&session.directory, directory) {
-                sessions.push(session);
-            }
-        }
+        let mut sessions = self
+            .sessions_of(query, "listing the sessions of nested worktrees")
+            .await?;
+        sessions.retain(|session| worktrees_overlap(&session.directory, directory));
         Ok(sessions)
     }
 
