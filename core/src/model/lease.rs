@@ -172,6 +172,16 @@ pub enum IntentOperation {
     Unrevert,
 }
 
+impl fmt::Display for IntentOperation {
+    /// As a sentence names it: `revert`, `unrevert`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IntentOperation::Revert => "revert",
+            IntentOperation::Unrevert => "unrevert",
+        })
+    }
+}
+
 /// Written before an operation touches any file, deleted in the transaction that stores its result; a
 /// record left behind by a dead owner is finished by recovery (SPEC section 8).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 //! before or wholly after the operation.
 
 use crate::error::{Error, Result};
-use crate::model::{IntentRecord, Lease, LeaseKey, LeaseTake, worktrees_overlap};
+use crate::model::{IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, worktrees_overlap};
 
 use super::{RecoveryFailure, RecoveryReport, Rewind, new_token};
 
@@ -142,11 +142,20 @@ impl Rewind {
             return Ok(Outcome::Gone);
         };
         let why = format!(
-            "a {:?} by {} was interrupted",
-            intent.operation, intent.holder
+            "{} by {} was interrupted",
+            article(intent.operation),
+            intent.holder
         );
         self.finish_intent(&session, intent, &why).await?;
         Ok(Outcome::Recovered)
+    }
+}
+
+/// The operation with its article: `a revert`, `an unrevert`.
+fn article(operation: IntentOperation) -> String {
+    match operation {
+        IntentOperation::Revert => format!("a {operation}"),
+        IntentOperation::Unrevert => format!("an {operation}"),
     }
 }
 

@@ -887,16 +887,33 @@ impl Rewind {
     /// Puts the intent's files back to their pre-operation content after a failure, capturing their current
     /// state first, and returns the original error (with the rollback's own failure, if any, added).
     async fn roll_back(&self, session: &Session, intent: &IntentRecord, error: Error) -> Error {
-        match self.finish_intent(session, intent, &format!("the {:?} failed: {error}", intent.operation)).await {
-            Ok(()) => error,
-            Err(rollback) => Error::Backend(
-                format!(
-                    "{error}; rolling the files back also failed ({rollback}); the intent record stays, and the next \
-                     rewind command will finish the rollback"
-                )
-                .into(),
+        let why = format!("the {} failed: {error}", intent.operation);
+        let failure = match self.put_back_intent(session, intent, &why).await {
+            Ok(PutBack { record, capture }) => match self.repo.commit(record).await {
+                Ok(()) => return error,
+                Err(recording) => {
+                    let kept = capture
+                        .map(|id| {
+                            format!(
+                                "; the files' state before they were put back is kept in snapshot {id} \
+                                 (`rewind snapshot restore {id} PATH…` brings a file back)"
+                            )
+                        })
+                        .unwrap_or_default();
+                    format!(
+                        "the files were put back to their state before the {}, but recording that failed \
+                         ({recording}){kept}; the intent record stays, and the next rewind command finishes it \
+                         (it finds the files already back)",
+                        intent.operation
+                    )
+                }
+            },
+            Err(rollback) => format!(
+                "rolling the files back also failed ({rollback}); the intent record stays, and the next rewind \
+                 command will finish the rollback"
             ),
-        }
+        };
+        Error::Backend(format!("{error}; {failure}").into())
     }
 
     /// Restores an intent's files to its `before` snapshot (capturing their current state first, with a
@@ -907,6 +924,18 @@ impl Rewind {
         intent: &IntentRecord,
         why: &str,
     ) -> Result<()> {
+        let put_back = self.put_back_intent(session, intent, why).await?;
+        self.repo.commit(put_back.record).await
+    }
+
+    /// The part of `finish_intent` that captures the intent's files and puts them back: returns the
+    /// transaction that records it (the warning, the intent's removal), not yet committed.
+    async fn put_back_intent(
+        &self,
+        session: &Session,
+        intent: &IntentRecord,
+        why: &str,
+    ) -> Result<PutBack> {
         let wt = worktree(session);
         let capture = self.snapshots.track(wt).await?.id;
         let files: BTreeSet<&str> = intent.files.iter().map(RelPath::as_str).collect();
@@ -923,12 +952,14 @@ impl Rewind {
             guards: vec![Guard::IntentExists(intent.token.clone())],
             ..Default::default()
         };
+        let mut captured = None;
         if !changed.is_empty() {
             // The capture is recorded before any file is put back: should the last commit fail, the state
             // the files had is still kept (gc keeps captures), and a later recovery captures anew. When the
             // intent is gone, someone else finished it: nothing is put back. Any other failure (the database
             // is down: a rollback after a failed result commit) still puts the files back, as SPEC 8 asks
-            // before the error is returned; the capture is then in the store only.
+            // before the error is returned; the capture then goes with the last commit (and a rollback's
+            // error names its snapshot, should that commit fail too).
             let record = Capture {
                 directory: session.directory.clone(),
                 snapshot: capture.clone(),
@@ -940,12 +971,16 @@ impl Rewind {
                 .repo
                 .commit(Transaction {
                     guards: vec![Guard::IntentExists(intent.token.clone())],
-                    changes: vec![Change::AddCapture(Box::new(record))],
+                    changes: vec![Change::AddCapture(Box::new(record.clone()))],
                     events: Vec::new(),
                 })
                 .await;
-            if let Err(error @ Error::LeaseLost(_)) = recorded {
-                return Err(error);
+            match recorded {
+                Ok(()) => {}
+                Err(error @ Error::LeaseLost(_)) => return Err(error),
+                Err(_) => transaction
+                    .changes
+                    .push(Change::AddCapture(Box::new(record))),
             }
             // A file changed after the capture (by someone else) is left as it is: its content is in no
             // snapshot.
@@ -971,19 +1006,30 @@ impl Rewind {
                     "{why}. Its files were put back to their state before it{left}; their state at that moment is \
                      kept in snapshot {capture}"
                 ),
-                snapshot: Some(capture),
+                snapshot: Some(capture.clone()),
                 files: changed
                     .iter()
                     .map(|p| p.to_absolute(&session.directory))
                     .collect(),
             };
             self.push_warning(&mut transaction, &session.id, warning);
+            captured = Some(capture);
         }
         transaction
             .changes
             .push(Change::DeleteIntent(intent.token.clone()));
-        self.repo.commit(transaction).await
+        Ok(PutBack {
+            record: transaction,
+            capture: captured,
+        })
     }
+}
+
+/// An intent's files put back (`put_back_intent`): the transaction that records it, and the snapshot that
+/// holds the files' state before they were put back (none when none of them had changed).
+struct PutBack {
+    record: Transaction,
+    capture: Option<SnapshotId>,
 }
 
 /// Refuses (409) while a step is open in any of `sessions` (those of `session`'s worktree).

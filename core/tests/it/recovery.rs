@@ -138,6 +138,7 @@ fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
             .expect("warnings")
             .pop()
             .expect("warning");
+        assert!(warning.message.starts_with("a revert by "), "{warning:?}");
         let capture = warning.snapshot.expect("capture");
         assert_eq!(captured_a(&w, &capture), Some(b"half reverted".to_vec()));
         assert!(

@@ -1209,6 +1209,17 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
         let session = w.rewind.session(&s.id).await.expect("session");
         assert!(session.revert.is_none());
         assert!(w.repo.intents().await.expect("intents").is_empty());
+        let warning = w
+            .rewind
+            .warnings(&s.id)
+            .await
+            .expect("warnings")
+            .pop()
+            .expect("the rollback's warning");
+        assert!(
+            warning.message.starts_with("the revert failed: "),
+            "{warning:?}"
+        );
         // The same holds for an unrevert.
         w.revert_to(&s.id, &t1.user).await;
         assert_eq!(w.read("a.txt").as_deref(), Some("0"));
@@ -1225,6 +1236,51 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
                 .is_some()
         );
         assert!(w.repo.intents().await.expect("intents").is_empty());
+    })
+}
+
+/// SPEC section 8: a rollback that puts the files back but cannot store its record (the database refuses
+/// that commit too) says the files are back, not that the rollback failed, and names the snapshot holding
+/// their state before; the record waits, and the next operation finishes it without touching the files.
+#[test]
+fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        w.repo.fail_next_result_commit();
+        w.repo.fail_next_intent_delete();
+        let failed = w.try_revert_to(&s.id, &t1.user).await;
+        let message = match &failed {
+            Err(Error::Backend(error)) => error.to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            message.contains(
+                "the files were put back to their state before the revert, but recording that failed"
+            ) && message.contains("kept in snapshot ")
+                && !message.contains("rolling the files back also failed"),
+            "{message}"
+        );
+        assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
+        assert_eq!(
+            w.repo.intents().await.expect("intents").len(),
+            1,
+            "the record waits"
+        );
+        // The next operation finishes the record (the files are already back), then reverts.
+        w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("a.txt").as_deref(), Some("0"));
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        // The snapshot the message names is the capture stored before the files were put back.
+        let captures = w.rewind.captures(None).await.expect("captures");
+        assert!(
+            captures
+                .iter()
+                .any(|capture| message.contains(&format!("kept in snapshot {}", capture.snapshot))),
+            "{message} {captures:?}"
+        );
     })
 }
 
