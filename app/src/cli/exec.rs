@@ -7,13 +7,14 @@ use std::os::unix::process::ExitStatusExt;
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId};
+use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
 use super::context::{Context, explain, step_is_abandoned};
+use super::history::{warning_count, warning_text};
 use super::output::{plural, print_json, shell_line, with_progress};
 
 /// `exec --json`: printed on stdout after the command's own output.
@@ -33,6 +34,8 @@ struct ExecReport {
     /// False when the snapshot after the command failed: the step is recorded, its changes are not
     /// undoable (the session's warning says why).
     undoable: bool,
+    /// The warnings the turn raised (files its snapshots left out, say).
+    warnings: Vec<Warning>,
 }
 
 /// Runs `command` as a step of this directory's latest session (or a new one).
@@ -55,6 +58,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             step.holder
         );
     }
+    let warnings_before = warning_count(ctx, &session).await?;
     // The turn's two messages and its step are stored together: a step that cannot begin (the session or
     // the worktree busy) leaves nothing recorded.
     let begun = with_progress(
@@ -136,6 +140,15 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     let undoable = parts.iter().any(
         |part| matches!(&part.body, PartBody::StepFinish(finish) if finish.snapshot.is_some()),
     );
+    // What the turn's snapshots left out (a file over the size cap, a FIFO) cannot be undone: said here,
+    // not only in `rewind log`.
+    let warnings: Vec<Warning> = rewind
+        .warnings(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the warnings"))?
+        .into_iter()
+        .skip(warnings_before)
+        .collect();
 
     if ctx.json {
         print_json(&ExecReport {
@@ -147,20 +160,29 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             reason: reason.to_owned(),
             files,
             undoable,
+            warnings,
         })?;
-    } else if undoable {
-        eprintln!(
-            "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back",
-            session.id,
-            files.len(),
-            plural(files.len() as u64)
-        );
     } else {
-        eprintln!(
-            "rewind: warning: recorded in session {}, but the snapshot after the command failed, so its \
-             changes cannot be undone; `rewind log` shows why",
-            session.id
-        );
+        for warning in &warnings {
+            eprint!(
+                "rewind: warning: {}",
+                warning_text(warning).trim_start_matches("! ")
+            );
+        }
+        if undoable {
+            eprintln!(
+                "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back",
+                session.id,
+                files.len(),
+                plural(files.len() as u64)
+            );
+        } else {
+            eprintln!(
+                "rewind: warning: recorded in session {}, but the snapshot after the command failed, so its \
+                 changes cannot be undone; `rewind log` shows why",
+                session.id
+            );
+        }
     }
     report_unrunnable(&outcome, &line);
     match u8::try_from(code) {

@@ -233,7 +233,7 @@ async fn unrevert_session(ctx: &Context, session: &Session) -> Result<()> {
     report(ctx, &done, "unrevert", before, &[]).await
 }
 
-async fn warning_count(ctx: &Context, session: &Session) -> Result<usize> {
+pub(super) async fn warning_count(ctx: &Context, session: &Session) -> Result<usize> {
     Ok(ctx
         .services
         .rewind
@@ -323,13 +323,21 @@ async fn report(
 
 /// A warning, marked with `!`.
 pub fn print_warning(warning: &Warning) {
-    println!("! {}", warning.message);
+    print!("{}", warning_text(warning));
+}
+
+/// A warning as `print_warning` prints it (lines ending in a newline).
+pub fn warning_text(warning: &Warning) -> String {
+    let mut text = format!("! {}\n", warning.message);
     if let Some(snapshot) = &warning.snapshot
         && !warning.message.contains(snapshot.as_str())
     {
-        println!("    earlier content: `rewind snapshot restore {snapshot} PATH…`");
+        text.push_str(&format!(
+            "    earlier content: `rewind snapshot restore {snapshot} PATH…`\n"
+        ));
     }
     for file in &warning.files {
-        println!("    {}", super::output::shown(file));
+        text.push_str(&format!("    {}\n", super::output::shown(file)));
     }
+    text
 }

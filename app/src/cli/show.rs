@@ -1,6 +1,7 @@
 //! Reading a session: `log` (the timeline), `diff` (the last revert's changes) and `status` (the sessions
 //! of this directory, the store's size on disk, the last gc).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::Result;
@@ -14,7 +15,9 @@ use serde::Serialize;
 use super::context::{Context, explain, step_is_abandoned};
 use super::gc::LastGc;
 use super::history::{FileRow, message_text, print_warning};
-use super::output::{bytes_text, colour, one_line, print_diffs, print_json, shown, time_text};
+use super::output::{
+    bytes_text, colour, one_line, plural, print_diffs, print_json, shown, time_text,
+};
 
 /// One step of an assistant message in `log --json`.
 #[derive(Serialize)]
@@ -161,15 +164,12 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                 .iter()
                 .map(|f| format!("{} +{} -{}", shown(&f.file), f.additions, f.deletions))
                 .collect();
-            line.push_str(&format!(
-                " [step {}: {}]",
-                step.reason.as_deref().unwrap_or("open"),
-                if files.is_empty() {
-                    "no file changed".to_owned()
-                } else {
-                    files.join(", ")
-                }
-            ));
+            // An open step has no end snapshot yet: what it changed is not known.
+            line.push_str(&match (&step.reason, files.is_empty()) {
+                (None, _) => " [step open]".to_owned(),
+                (Some(reason), true) => format!(" [step {reason}: no file changed]"),
+                (Some(reason), false) => format!(" [step {reason}: {}]", files.join(", ")),
+            });
         }
         println!("{line}");
         let next = rows.get(index + 1).map(|r| r.created);
@@ -188,35 +188,61 @@ fn print_marked_warning(warning: &Warning) {
     print_warning(warning);
 }
 
+/// The steps of `message`. A step's files are those of its `patch` part (which follows its `step-finish`),
+/// with their counts from the step's two snapshots: what `undo` takes back. A path the snapshots differ on
+/// but the patch leaves out (a file the end snapshot skipped: over the size cap, or a special file now) is
+/// not listed; the session's warning names it.
 async fn steps(ctx: &Context, worktree: &Path, message: &MessageWithParts) -> Result<Vec<StepRow>> {
-    let mut steps: Vec<StepRow> = Vec::new();
+    let mut steps: Vec<(StepRow, BTreeSet<String>)> = Vec::new();
     for part in &message.parts {
         match &part.body {
-            PartBody::StepStart(start) => steps.push(StepRow {
-                start: start.snapshot.clone(),
-                end: None,
-                reason: None,
-                files: Vec::new(),
-            }),
+            PartBody::StepStart(start) => steps.push((
+                StepRow {
+                    start: start.snapshot.clone(),
+                    end: None,
+                    reason: None,
+                    files: Vec::new(),
+                },
+                BTreeSet::new(),
+            )),
             PartBody::StepFinish(finish) => {
-                if let Some(step) = steps.last_mut() {
+                if let Some((step, _)) = steps.last_mut() {
                     step.end = finish.snapshot.clone();
                     step.reason = Some(finish.reason.clone());
-                    if let (Some(from), Some(to)) = (&step.start, &step.end) {
-                        let diffs: Vec<FileDiff> = ctx
-                            .services
-                            .snapshots
-                            .diff(worktree, from, to)
-                            .await
-                            .map_err(|error| explain(error, "diffing a step's snapshots"))?;
-                        step.files = diffs.iter().map(FileRow::from).collect();
-                    }
+                }
+            }
+            PartBody::Patch(patch) => {
+                if let Some((_, patched)) = steps.last_mut() {
+                    patched.extend(patch.files.iter().filter_map(|file| {
+                        Path::new(file)
+                            .strip_prefix(worktree)
+                            .ok()
+                            .and_then(Path::to_str)
+                            .map(str::to_owned)
+                    }));
                 }
             }
             _ => {}
         }
     }
-    Ok(steps)
+    let mut rows = Vec::with_capacity(steps.len());
+    for (mut step, patched) in steps {
+        if let (Some(from), Some(to)) = (&step.start, &step.end) {
+            let diffs: Vec<FileDiff> = ctx
+                .services
+                .snapshots
+                .diff(worktree, from, to)
+                .await
+                .map_err(|error| explain(error, "diffing a step's snapshots"))?;
+            step.files = diffs
+                .iter()
+                .filter(|diff| patched.contains(&diff.file))
+                .map(FileRow::from)
+                .collect();
+        }
+        rows.push(step);
+    }
+    Ok(rows)
 }
 
 /// `rewind diff [--session S]`: the changes the session's revert undid.
@@ -348,11 +374,13 @@ pub async fn status(ctx: &Context) -> Result<()> {
     }
     match &last_gc {
         Some(gc) => println!(
-            "last gc    {} (freed {}, {} objects, {} sessions deleted)",
+            "last gc    {} (freed {}, {} object{}, {} session{} deleted)",
             time_text(gc.time),
             bytes_text(gc.bytes_freed),
             gc.objects_removed,
-            gc.sessions_deleted
+            plural(gc.objects_removed),
+            gc.sessions_deleted,
+            plural(gc.sessions_deleted)
         ),
         None => println!("last gc    never (`rewind gc` collects what nothing refers to)"),
     }

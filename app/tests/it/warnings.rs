@@ -307,3 +307,76 @@ fn collect_skipped(value: &serde_json::Value, found: &mut Vec<Vec<String>>) {
         _ => {}
     }
 }
+
+/// SPEC 4: a file a turn's snapshots leave out cannot be undone, and the user should know. `exec` says so
+/// as the turn ends (on stderr, and in `--json`), and `log` lists as the step's files only what `undo`
+/// takes back: a tracked file the command replaced by a FIFO is named in the warning, not as deleted.
+#[test]
+fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_takes_back() {
+    let env = Env::plain();
+    env.exec_sh("printf 'x\\n' > x; printf 'y\\n' > y");
+    let worktree = env.path().canonicalize().expect("canonical");
+    let x = worktree.join("x");
+
+    let output = env
+        .rewind(&[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "rm x; mkfifo x; printf 'y2\\n' > y",
+        ])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("rewind: warning: 1 file(s) were left out of the snapshot")
+            && stderr.contains(&format!("    {}", x.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(1 file changed)"), "{stderr}");
+
+    let log = env.json(&["log"]);
+    let steps = log["messages"][3]["steps"].as_array().expect("steps");
+    let files: Vec<&str> = steps[0]["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["file"].as_str().expect("file"))
+        .collect();
+    assert_eq!(files, ["y"], "{log:#}");
+
+    // A file over the size cap that the command creates: named in `exec --json`'s warnings.
+    let report = env.json(&[
+        "--size-cap",
+        "100",
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "head -c 1000 /dev/zero > big.bin",
+    ]);
+    let warnings = report["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w["files"].as_array().is_some_and(|files| files
+                .iter()
+                .any(|f| f.as_str().is_some_and(|f| f.ends_with("/big.bin"))))),
+        "{report:#}"
+    );
+
+    // Undo takes back what the patch names, and leaves the FIFO as it is.
+    env.ok(&["undo"]);
+    env.ok(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("y")).expect("read"),
+        "y\n"
+    );
+    let kind = std::fs::symlink_metadata(&x).expect("x").file_type();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_fifo(&kind),
+        "the FIFO stays"
+    );
+}
