@@ -29,7 +29,7 @@ pub enum SqlError {
     /// Another process holds the database's write lock for longer than the busy timeout.
     #[error(
         "the database {target} is locked by another process (waited {waited_ms} ms); \
-         retry when the other rewind command has finished"
+         retry when the other process using it (another rewind command, say) has finished"
     )]
     Locked {
         /// The database.
