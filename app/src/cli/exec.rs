@@ -14,7 +14,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
 use super::context::{Context, explain, step_is_abandoned};
-use super::history::{warning_count, warning_text};
+use super::history::{warning_count, warning_text, warnings_since};
 use super::output::{plural, print_json, shell_line, with_progress};
 
 /// `exec --json`: printed on stdout after the command's own output.
@@ -142,13 +142,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     );
     // What the turn's snapshots left out (a file over the size cap, a FIFO) cannot be undone: said here,
     // not only in `rewind log`.
-    let warnings: Vec<Warning> = rewind
-        .warnings(&session.id)
-        .await
-        .map_err(|error| explain(error, "reading the warnings"))?
-        .into_iter()
-        .skip(warnings_before)
-        .collect();
+    let warnings = warnings_since(ctx, &session, warnings_before).await?;
 
     if ctx.json {
         print_json(&ExecReport {

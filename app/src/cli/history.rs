@@ -233,6 +233,24 @@ async fn unrevert_session(ctx: &Context, session: &Session) -> Result<()> {
     report(ctx, &done, "unrevert", before, &[]).await
 }
 
+/// The session's warnings after the first `before` (those an operation raised, when `before` is
+/// `warning_count` from before it).
+pub(super) async fn warnings_since(
+    ctx: &Context,
+    session: &Session,
+    before: usize,
+) -> Result<Vec<Warning>> {
+    Ok(ctx
+        .services
+        .rewind
+        .warnings(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the warnings"))?
+        .into_iter()
+        .skip(before)
+        .collect())
+}
+
 pub(super) async fn warning_count(ctx: &Context, session: &Session) -> Result<usize> {
     Ok(ctx
         .services
@@ -251,13 +269,7 @@ async fn report(
     messages: &[MessageWithParts],
 ) -> Result<()> {
     let rewind = &ctx.services.rewind;
-    let warnings: Vec<Warning> = rewind
-        .warnings(&session.id)
-        .await
-        .map_err(|error| explain(error, "reading the warnings"))?
-        .into_iter()
-        .skip(warnings_before)
-        .collect();
+    let warnings = warnings_since(ctx, session, warnings_before).await?;
     let diffs = match session.revert {
         Some(_) => rewind
             .session_diff(&session.id)
