@@ -251,14 +251,9 @@ pub(super) async fn warnings_since(
         .collect())
 }
 
+/// How many warnings the session has (before an operation, for `warnings_since` after it).
 pub(super) async fn warning_count(ctx: &Context, session: &Session) -> Result<usize> {
-    Ok(ctx
-        .services
-        .rewind
-        .warnings(&session.id)
-        .await
-        .map_err(|error| explain(error, "reading the warnings"))?
-        .len())
+    Ok(warnings_since(ctx, session, 0).await?.len())
 }
 
 async fn report(
