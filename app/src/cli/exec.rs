@@ -58,7 +58,9 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             step.holder
         );
     }
-    let warnings_before = warning_count(ctx, &session).await?;
+    // Read to tell the turn's own warnings apart later; unread (the database busy, say), none is shown
+    // rather than old ones (the turn's are still in `rewind log`).
+    let warnings_before = warning_count(ctx, &session).await.unwrap_or(usize::MAX);
     // The turn's two messages and its step are stored together: a step that cannot begin (the session or
     // the worktree busy) leaves nothing recorded.
     let begun = with_progress(
@@ -141,8 +143,11 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         |part| matches!(&part.body, PartBody::StepFinish(finish) if finish.snapshot.is_some()),
     );
     // What the turn's snapshots left out (a file over the size cap, a FIFO) cannot be undone: said here,
-    // not only in `rewind log`.
-    let warnings = warnings_since(ctx, &session, warnings_before).await?;
+    // not only in `rewind log`. The step is recorded by now: a failure to read them must not replace the
+    // command's exit code.
+    let warnings = warnings_since(ctx, &session, warnings_before)
+        .await
+        .unwrap_or_default();
 
     if ctx.json {
         print_json(&ExecReport {
