@@ -15,6 +15,7 @@ mod git_config;
 mod ignore;
 mod odb;
 mod pack;
+mod pack_header;
 mod path_map;
 mod replace;
 mod seed;

@@ -165,19 +165,20 @@ impl Seed {
     }
 
     /// Makes the store own `ids`: hardlinks (or copies) the user's packs that hold any of them, whole, and
-    /// the user's loose objects for the rest. Returns the ids the store now holds; the others must be
-    /// hashed from disk.
-    pub fn adopt(&self, odb: &Odb, ids: &HashSet<ObjectId>) -> HashSet<ObjectId> {
+    /// the user's loose objects for the rest. Returns the ids the store now holds (the others must be
+    /// hashed from disk) and the indexes of the packs it linked.
+    pub fn adopt(&self, odb: &Odb, ids: &HashSet<ObjectId>) -> Adopted {
         // Packs first: a cloned or collected repository holds (nearly) everything in a few packs, one link
         // each, where trying a loose link per object first would fail once per object.
-        let mut owned = self.adopt_packs(odb, ids);
+        let (mut owned, packs) = self.adopt_packs(odb, ids);
+        let adopted = |owned| Adopted { owned, packs };
         let loose: Vec<ObjectId> = ids
             .iter()
             .filter(|id| !owned.contains(*id))
             .copied()
             .collect();
         if loose.is_empty() {
-            return owned;
+            return adopted(owned);
         }
         // Loose objects: one hardlink each, on a few threads (the fan-out directories made first).
         let mut fanout = HashSet::new();
@@ -202,15 +203,20 @@ impl Seed {
                 .filter(|(_, linked)| *linked)
                 .map(|(id, _)| *id),
         );
-        owned
+        adopted(owned)
     }
 
     /// Links into the store every pack of the user's that holds any of `wanted` (the pack first, its
-    /// index last); returns the wanted ids those packs hold.
-    fn adopt_packs(&self, odb: &Odb, wanted: &HashSet<ObjectId>) -> HashSet<ObjectId> {
+    /// index last); returns the wanted ids those packs hold, and the store's indexes of those packs.
+    fn adopt_packs(
+        &self,
+        odb: &Odb,
+        wanted: &HashSet<ObjectId>,
+    ) -> (HashSet<ObjectId>, Vec<PathBuf>) {
         let mut covered = HashSet::new();
+        let mut linked_indexes = Vec::new();
         let Ok(entries) = fs::read_dir(self.objects.join("pack")) else {
-            return covered;
+            return (covered, linked_indexes);
         };
         let target_dir = odb.dir().join("pack");
         let mut linked = false;
@@ -243,13 +249,22 @@ impl Seed {
             {
                 linked = true;
                 covered.extend(held);
+                linked_indexes.push(target_dir.join(idx_name));
             }
         }
         if linked {
             odb.packs_changed();
         }
-        covered
+        (covered, linked_indexes)
     }
+}
+
+/// What `Seed::adopt` made the store own.
+pub struct Adopted {
+    /// The ids the store now holds.
+    pub owned: HashSet<ObjectId>,
+    /// The store's indexes of the user's packs it linked.
+    pub packs: Vec<PathBuf>,
 }
 
 /// Hardlinks `from` to `to`, copying when a link is impossible (another filesystem); true when `to` exists.

@@ -835,18 +835,28 @@ fn adopt_seeded(
     if wanted.is_empty() {
         return Ok(outcomes);
     }
-    let owned: Vec<ObjectId> = seed.adopt(&store.odb, &wanted).into_iter().collect();
-    let sizes = parallel_map(&owned, |id| {
+    let adopted = seed.adopt(&store.odb, &wanted);
+    // The blobs of the linked packs are sized from the packs' entry headers (`pack_header`); the rest
+    // (loose objects, or anything a pack could not answer for) through the store.
+    let mut size_of: HashMap<ObjectId, u64> = HashMap::new();
+    let mut rest: Vec<ObjectId> = adopted.owned.into_iter().collect();
+    for idx in &adopted.packs {
+        if let Ok(sizes) = crate::pack_header::blob_sizes(idx, &rest) {
+            size_of.extend(sizes);
+            rest.retain(|id| !size_of.contains_key(id));
+        }
+    }
+    let sizes = parallel_map(&rest, |id| {
         Ok(match store.odb.header(id) {
             Ok((Kind::Blob, size)) => Some(size),
             _ => None,
         })
     })?;
-    let size_of: HashMap<ObjectId, u64> = owned
-        .into_iter()
-        .zip(sizes)
-        .filter_map(|(id, size)| size.map(|size| (id, size)))
-        .collect();
+    size_of.extend(
+        rest.into_iter()
+            .zip(sizes)
+            .filter_map(|(id, size)| size.map(|size| (id, size))),
+    );
     for (candidate, outcome) in candidates.iter().zip(outcomes.iter_mut()) {
         if let Outcome::Seeded(stat, id) = outcome
             && size_of.get(id) != Some(&stat.size)

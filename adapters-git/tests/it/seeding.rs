@@ -195,6 +195,16 @@ async fn a_committed_file_over_the_size_cap_is_skipped_as_when_hashed() {
 /// those files are hashed, and the snapshot is the disk's bytes.
 #[tokio::test]
 async fn blobs_made_under_other_settings_are_not_seeded() {
+    blobs_made_under_other_settings(false).await;
+}
+
+/// The same with the blobs in a pack: their sizes are read from the pack's entries (`pack_header`).
+#[tokio::test]
+async fn packed_blobs_made_under_other_settings_are_not_seeded() {
+    blobs_made_under_other_settings(true).await;
+}
+
+async fn blobs_made_under_other_settings(packed: bool) {
     let h = GitHarness::new();
     write_tree(&h);
     let root = h.root();
@@ -203,6 +213,14 @@ async fn blobs_made_under_other_settings_are_not_seeded() {
     git(root, &["-c", "core.autocrlf=true", "add", "-A"]);
     git(root, &["commit", "-q", "-m", "all"]);
     git(root, &["config", "core.autocrlf", "false"]);
+    if packed {
+        git(root, &["gc", "-q"]);
+        assert!(
+            git(root, &["count-objects", "-v"]).contains("\ncount: 0\n")
+                || git(root, &["count-objects", "-v"]).starts_with("count: 0\n"),
+            "every object is packed"
+        );
+    }
     let blob = git(root, &["ls-files", "-s", "dir1/file1.txt"]);
     let blob = blob.split_whitespace().nth(1).expect("an index entry");
     assert_eq!(
