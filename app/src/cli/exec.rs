@@ -168,7 +168,12 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
                 warning_text(warning).trim_start_matches("! ")
             );
         }
-        if undoable {
+        if undoable && files.is_empty() {
+            eprintln!(
+                "rewind: recorded in session {} (no tracked file changed)",
+                session.id
+            );
+        } else if undoable {
             eprintln!(
                 "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back",
                 session.id,

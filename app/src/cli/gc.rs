@@ -96,9 +96,10 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
         });
     }
     println!(
-        "freed {} ({} objects) in {} store{}; deleted {} session{} and {} capture{}",
+        "freed {} ({} object{}) in {} store{}; deleted {} session{} and {} capture{}",
         bytes_text(summary.bytes_freed()),
         summary.objects_removed(),
+        plural(summary.objects_removed()),
         summary.worktrees.len(),
         plural(summary.worktrees.len() as u64),
         summary.sessions_deleted.len(),
@@ -122,11 +123,13 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
     for worktree in &summary.worktrees {
         match (&worktree.report, &worktree.error) {
             (Some(report), _) => println!(
-                "  {}: removed {} objects ({}), kept {} referenced snapshots",
+                "  {}: removed {} object{} ({}), kept {} referenced snapshot{}",
                 worktree.directory,
                 report.objects_removed,
+                plural(report.objects_removed),
                 bytes_text(report.bytes_freed),
-                worktree.kept_snapshots
+                worktree.kept_snapshots,
+                plural(worktree.kept_snapshots)
             ),
             (None, Some(error)) => println!("! {}: not collected: {error}", worktree.directory),
             (None, None) => {}
