@@ -889,25 +889,16 @@ impl Rewind {
     async fn roll_back(&self, session: &Session, intent: &IntentRecord, error: Error) -> Error {
         let why = format!("the {} failed: {error}", intent.operation);
         let failure = match self.put_back_intent(session, intent, &why).await {
-            Ok(PutBack { record, capture }) => match self.repo.commit(record).await {
-                Ok(()) => return error,
-                Err(recording) => {
-                    let kept = capture
-                        .map(|id| {
-                            format!(
-                                "; the files' state before they were put back is kept in snapshot {id} \
-                                 (`rewind snapshot restore {id} PATH…` brings a file back)"
-                            )
-                        })
-                        .unwrap_or_default();
-                    format!(
-                        "the files were put back to their state before the {}, but recording that failed \
-                         ({recording}){kept}; the intent record stays, and the next rewind command finishes it \
-                         (it finds the files already back)",
-                        intent.operation
-                    )
+            Ok(mut put_back) => {
+                match self.repo.commit(std::mem::take(&mut put_back.record)).await {
+                    Ok(()) => return error,
+                    Err(recording) => put_back.unrecorded(intent.operation, &recording),
                 }
-            },
+            }
+            Err(rollback @ Error::LeaseLost(_)) => format!(
+                "rolling the files back stopped ({rollback}): another process has taken the operation over and \
+                 finishes it"
+            ),
             Err(rollback) => format!(
                 "rolling the files back also failed ({rollback}); the intent record stays, and the next rewind \
                  command will finish the rollback"
@@ -953,6 +944,8 @@ impl Rewind {
             ..Default::default()
         };
         let mut captured = None;
+        let mut capture_stored = false;
+        let mut left = Vec::new();
         if !changed.is_empty() {
             // The capture is recorded before any file is put back: should the last commit fail, the state
             // the files had is still kept (gc keeps captures), and a later recovery captures anew. When the
@@ -976,7 +969,7 @@ impl Rewind {
                 })
                 .await;
             match recorded {
-                Ok(()) => {}
+                Ok(()) => capture_stored = true,
                 Err(error @ Error::LeaseLost(_)) => return Err(error),
                 Err(_) => transaction
                     .changes
@@ -988,23 +981,13 @@ impl Rewind {
                 .snapshots
                 .restore_since(wt, &intent.before, changed.clone(), &capture)
                 .await?;
-            let left = match outcome.kept.len() {
-                0 => String::new(),
-                n => format!(
-                    " ({n} of them changed meanwhile, or are not tracked content now, and were left as they are: {})",
-                    outcome
-                        .kept
-                        .iter()
-                        .map(|k| k.path.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            };
+            left = outcome.kept.into_iter().map(|k| k.path).collect::<Vec<_>>();
             let warning = Warning {
                 time: self.now(),
                 message: format!(
-                    "{why}. Its files were put back to their state before it{left}; their state at that moment is \
-                     kept in snapshot {capture}"
+                    "{why}. Its files were put back to their state before it{}; their state at that moment is \
+                     kept in snapshot {capture}",
+                    left_as_they_are(&left)
                 ),
                 snapshot: Some(capture.clone()),
                 files: changed
@@ -1021,6 +1004,8 @@ impl Rewind {
         Ok(PutBack {
             record: transaction,
             capture: captured,
+            capture_stored,
+            left,
         })
     }
 }
@@ -1030,6 +1015,56 @@ impl Rewind {
 struct PutBack {
     record: Transaction,
     capture: Option<SnapshotId>,
+    /// Whether the capture's own record is committed (else it is only in `record`).
+    capture_stored: bool,
+    /// The files left as they are (changed meanwhile, or not tracked content now).
+    left: Vec<RelPath>,
+}
+
+impl PutBack {
+    /// What a rollback says when its files are back but `record` could not be committed (`recording`).
+    fn unrecorded(&self, operation: IntentOperation, recording: &Error) -> String {
+        let kept = match (&self.capture, self.capture_stored) {
+            (None, _) => String::new(),
+            (Some(id), true) => format!(
+                "; the files' state before they were put back is kept in snapshot {id} (`rewind snapshot \
+                 restore {id} PATH…` brings a file back)"
+            ),
+            (Some(id), false) => format!(
+                "; the files' state before they were put back is in snapshot {id}, which no record names yet: \
+                 `rewind gc` removes it once its grace period has passed, so restore what you need from it now \
+                 (`rewind snapshot restore {id} PATH…`)"
+            ),
+        };
+        let put_back = format!(
+            "the files were put back to their state before the {operation}{}",
+            left_as_they_are(&self.left)
+        );
+        match recording {
+            // The intent's guard: another process's recovery finished the record meanwhile.
+            Error::LeaseLost(_) => format!(
+                "{put_back}, and another process finished its record meanwhile ({recording}){kept}"
+            ),
+            _ => format!(
+                "{put_back}, but recording that failed ({recording}){kept}; the intent record stays, and the \
+                 next rewind command finishes it (it finds the files already back)"
+            ),
+        }
+    }
+}
+
+/// ` (N of them … left as they are: a, b)` for the files a rollback left as they are; empty for none.
+fn left_as_they_are(left: &[RelPath]) -> String {
+    match left.len() {
+        0 => String::new(),
+        n => format!(
+            " ({n} of them changed meanwhile, or are not tracked content now, and were left as they are: {})",
+            left.iter()
+                .map(RelPath::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// Refuses (409) while a step is open in any of `sessions` (those of `session`'s worktree).

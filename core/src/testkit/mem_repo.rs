@@ -54,6 +54,8 @@ struct State {
     fail_next_result_commit: bool,
     /// Armed by `fail_next_intent_delete`.
     fail_next_intent_delete: bool,
+    /// Armed by `fail_next_capture`.
+    fail_next_capture: bool,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -102,6 +104,12 @@ impl MemRepo {
     /// last step) fails with `Error::Backend` and stores nothing; other commits behave normally.
     pub fn fail_next_intent_delete(&self) {
         self.lock().fail_next_intent_delete = true;
+    }
+
+    /// Fault hook: the next `commit` that adds a capture (a rollback's or a recovery's, before it puts the
+    /// files back) fails with `Error::Backend` and stores nothing; other commits behave normally.
+    pub fn fail_next_capture(&self) {
+        self.lock().fail_next_capture = true;
     }
 
     /// Race hook: the next `lease` read signals `reached` and then waits until `resume` is sent (or
@@ -602,6 +610,15 @@ impl MessageRepo for MemRepo {
             return Err(Error::backend(
                 "injected fault: MemRepo::fail_next_intent_delete",
             ));
+        }
+        if state.fail_next_capture
+            && transaction
+                .changes
+                .iter()
+                .any(|change| matches!(change, Change::AddCapture(_)))
+        {
+            state.fail_next_capture = false;
+            return Err(Error::backend("injected fault: MemRepo::fail_next_capture"));
         }
         for guard in &transaction.guards {
             state.check(guard)?;

@@ -646,7 +646,8 @@ fn a_recovery_whose_last_commit_fails_keeps_the_state_it_put_back() {
 }
 
 /// When the capture cannot be recorded for another reason than the intent being gone (the database failed
-/// that one commit), the files are still put back and the intent finished: the warning names the capture.
+/// that one commit), the files are still put back and the intent finished: the warning names the capture,
+/// and the capture is recorded with the last commit.
 #[test]
 fn a_capture_that_cannot_be_recorded_does_not_stop_the_rollback() {
     block_on(async {
@@ -656,6 +657,13 @@ fn a_capture_that_cannot_be_recorded_does_not_stop_the_rollback() {
         assert_eq!(report.recovered, [token], "{report:?}");
         assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "put back");
         assert!(w.repo.intents().await.expect("intents").is_empty());
+        // The capture refused on its own is stored with the last record.
+        let captures = w.rewind.captures(None).await.expect("captures");
+        assert_eq!(captures.len(), 1, "{captures:?}");
+        assert_eq!(
+            captured_a(&w, &captures[0].snapshot),
+            Some(b"half reverted".to_vec())
+        );
     })
 }
 

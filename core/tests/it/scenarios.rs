@@ -1284,6 +1284,33 @@ fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
     })
 }
 
+/// As above, when the capture's own record was refused too: the message says that no record names the
+/// snapshot yet (gc would collect it after its grace period), and nothing names it in the database.
+#[test]
+fn a_rollback_whose_capture_and_record_cannot_be_stored_says_the_snapshot_is_unrecorded() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        w.repo.fail_next_result_commit();
+        w.repo.fail_next_capture();
+        w.repo.fail_next_intent_delete();
+        let failed = w.try_revert_to(&s.id, &t1.user).await;
+        let message = match &failed {
+            Err(Error::Backend(error)) => error.to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            message.contains("the files were put back to their state before the revert")
+                && message.contains("which no record names yet"),
+            "{message}"
+        );
+        assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
+        assert!(w.rewind.captures(None).await.expect("captures").is_empty());
+    })
+}
+
 /// SPEC sections 2.5 and 8: a rollback also puts back what the revert replaced to write its files: here a
 /// file the user put where the reverted file's directory was (tracked before the revert, so the revert
 /// removed it to make the directory).
