@@ -206,7 +206,9 @@ fn report_unrunnable<T>(outcome: &Result<T>, line: &str) {
     }
 }
 
-/// Records how the command ended (a text part with `note`) and finishes the step with `reason`.
+/// Records how the command ended (a text part with `note`) and finishes the step with `reason`. The step
+/// is finished also when the note cannot be stored (then said on stderr): its end snapshot is best taken
+/// now, as the command left the files.
 async fn record_end(
     ctx: &Context,
     session: &SessionId,
@@ -215,14 +217,19 @@ async fn record_end(
     reason: &str,
 ) -> Result<Vec<Part>> {
     let rewind = &ctx.services.rewind;
-    rewind
+    if let Err(error) = rewind
         .append_part(
             session,
             assistant,
             NewPart::new(PartBody::text(note.to_owned())),
         )
         .await
-        .map_err(|error| explain(error, "recording the command's exit status"))?;
+    {
+        eprintln!(
+            "rewind: warning: {}",
+            crate::report::chain_anyhow(&explain(error, "recording the command's exit status"))
+        );
+    }
     with_progress(
         "snapshotting after the command",
         rewind.finish_step(

@@ -389,7 +389,8 @@ fn an_undo_in_a_worktree_around_or_inside_a_running_exec_is_refused() {
 }
 
 /// The command's script locks rewind's database (`BEGIN EXCLUSIVE` in a process it leaves behind, for
-/// longer than rewind's 5 s busy timeout) and then exits with `code`: rewind cannot record the step's end.
+/// longer than two of rewind's 5 s busy timeouts: the note of the exit status, then the step's end) and
+/// then exits with `code`: rewind cannot record the step's end.
 fn exec_that_locks_the_database(env: &Env, code: i32) -> std::process::Output {
     let data = env.data.path();
     let (locked, released) = (data.join("locked"), data.join("released"));
@@ -398,7 +399,7 @@ fn exec_that_locks_the_database(env: &Env, code: i32) -> std::process::Output {
          db = sqlite3.connect({database:?}, isolation_level=None)\n\
          db.execute('BEGIN EXCLUSIVE')\n\
          pathlib.Path({locked:?}).touch()\n\
-         time.sleep(8)\n\
+         time.sleep(14)\n\
          db.execute('ROLLBACK')\n\
          pathlib.Path({locked:?}).rename({released:?})\n",
         database = data.join("rewind.db").display().to_string(),
