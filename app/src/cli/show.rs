@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use rewind_core::SnapshotPort;
 use rewind_core::model::{
-    FileDiff, MessageWithParts, PartBody, RevertDescriptor, Role, SnapshotId, Warning,
+    FileDiff, MessageWithParts, PartBody, RelPath, RevertDescriptor, Role, SnapshotId, Warning,
 };
 use rewind_core::revert::RevertPoint;
 use serde::Serialize;
@@ -167,6 +167,10 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             // An open step has no end snapshot yet: what it changed is not known.
             line.push_str(&match (&step.reason, files.is_empty()) {
                 (None, _) => " [step open]".to_owned(),
+                // A snapshot of the step failed: what it changed was not recorded.
+                (Some(reason), _) if step.start.is_none() || step.end.is_none() => {
+                    format!(" [step {reason}: changes not recorded]")
+                }
                 (Some(reason), true) => format!(" [step {reason}: no file changed]"),
                 (Some(reason), false) => format!(" [step {reason}: {}]", files.join(", ")),
             });
@@ -212,13 +216,12 @@ async fn steps(ctx: &Context, worktree: &Path, message: &MessageWithParts) -> Re
                 }
             }
             PartBody::Patch(patch) => {
-                if let Some((_, patched)) = steps.last_mut() {
+                if let (Some((_, patched)), Some(directory)) = (steps.last_mut(), worktree.to_str())
+                {
                     patched.extend(patch.files.iter().filter_map(|file| {
-                        Path::new(file)
-                            .strip_prefix(worktree)
+                        RelPath::from_absolute(file, directory)
                             .ok()
-                            .and_then(Path::to_str)
-                            .map(str::to_owned)
+                            .map(String::from)
                     }));
                 }
             }
