@@ -179,8 +179,11 @@ impl Reader<'_> {
             let read = read_at_most(self.pack, &mut compressed, data)?;
             let mut out = [0u8; 32];
             let mut inflate = Decompress::new(true);
-            // An error (damaged data) leaves nothing decoded; a short read decodes what it can.
-            let _ = inflate.decompress(&compressed[..read], &mut out, FlushDecompress::None);
+            // Damaged data answers nothing (what was decoded before the error is not trusted); a short
+            // read decodes what it can.
+            inflate
+                .decompress(&compressed[..read], &mut out, FlushDecompress::None)
+                .ok()?;
             let produced = usize::try_from(inflate.total_out()).ok()?.min(out.len());
             let mut numbers = out[..produced].iter().copied();
             if let Some(size) = varint(&mut numbers).and_then(|_| varint(&mut numbers)) {
@@ -302,16 +305,46 @@ mod tests {
             }
         }
         assert!(deltas > 20, "the pack stores versions as deltas: {listed}");
-        let packs: Vec<_> = std::fs::read_dir(dir.join(".git/objects/pack"))
-            .expect("packs")
-            .map(|e| e.expect("entry").path())
-            .filter(|p| p.extension().is_some_and(|e| e == "idx"))
-            .collect();
-        assert_eq!(packs.len(), 1);
         // An id the pack does not hold is left out.
         ids.push(ObjectId::from_hex(b"0123456789012345678901234567890123456789").expect("id"));
-        let sizes = blob_sizes(&packs[0], &ids).expect("read");
-        assert_eq!(sizes, expected);
+        let only_pack = || {
+            let packs: Vec<_> = std::fs::read_dir(dir.join(".git/objects/pack"))
+                .expect("packs")
+                .map(|e| e.expect("entry").path())
+                .filter(|p| p.extension().is_some_and(|e| e == "idx"))
+                .collect();
+            assert_eq!(packs.len(), 1);
+            packs[0].clone()
+        };
+        // Deltas naming their base by offset (git's default), then by id.
+        assert_eq!(blob_sizes(&only_pack(), &ids).expect("read"), expected);
+        git(
+            dir,
+            &[
+                "-c",
+                "repack.useDeltaBaseOffset=false",
+                "repack",
+                "-a",
+                "-d",
+                "-f",
+                "-q",
+            ],
+        );
+        let idx = only_pack();
+        let pack = std::fs::read(idx.with_extension("pack")).expect("read the pack");
+        let index = gix::odb::pack::index::File::at(&idx, gix::hash::Kind::Sha1).expect("index");
+        let by_id = index
+            .iter()
+            .filter(|entry| {
+                let at = usize::try_from(entry.pack_offset).expect("offset");
+                (pack[at] >> 4) & 0x07 == REF_DELTA
+            })
+            .count();
+        assert!(
+            by_id > 20,
+            "the repacked pack's deltas name their base by id"
+        );
+        assert_eq!(blob_sizes(&only_pack(), &ids).expect("read"), expected);
     }
 
     /// A damaged entry is left out, not guessed: its header bytes overwritten with an unknown kind.
