@@ -589,36 +589,31 @@ impl MessageRepo for MemRepo {
         if std::mem::take(&mut state.fail_next_commit) {
             return Err(Error::backend("injected fault: MemRepo::fail_next_commit"));
         }
-        if state.fail_next_result_commit
-            && transaction
-                .changes
-                .iter()
-                .any(|change| matches!(change, Change::ReleaseLease { .. }))
-        {
-            state.fail_next_result_commit = false;
-            return Err(Error::backend(
-                "injected fault: MemRepo::fail_next_result_commit",
-            ));
-        }
-        if state.fail_next_intent_delete
-            && transaction
-                .changes
-                .iter()
-                .any(|change| matches!(change, Change::DeleteIntent(_)))
-        {
-            state.fail_next_intent_delete = false;
-            return Err(Error::backend(
-                "injected fault: MemRepo::fail_next_intent_delete",
-            ));
-        }
-        if state.fail_next_capture
-            && transaction
-                .changes
-                .iter()
-                .any(|change| matches!(change, Change::AddCapture(_)))
-        {
-            state.fail_next_capture = false;
-            return Err(Error::backend("injected fault: MemRepo::fail_next_capture"));
+        let has = |wanted: fn(&Change) -> bool| transaction.changes.iter().any(wanted);
+        let hooks = &mut *state;
+        let armed = [
+            (
+                &mut hooks.fail_next_result_commit,
+                has(|c| matches!(c, Change::ReleaseLease { .. })),
+                "fail_next_result_commit",
+            ),
+            (
+                &mut hooks.fail_next_intent_delete,
+                has(|c| matches!(c, Change::DeleteIntent(_))),
+                "fail_next_intent_delete",
+            ),
+            (
+                &mut hooks.fail_next_capture,
+                has(|c| matches!(c, Change::AddCapture(_))),
+                "fail_next_capture",
+            ),
+        ];
+        // The first armed hook whose kind of change this transaction makes fires (and is disarmed).
+        for (flag, applies, hook) in armed {
+            if *flag && applies {
+                *flag = false;
+                return Err(Error::backend(format!("injected fault: MemRepo::{hook}")));
+            }
         }
         for guard in &transaction.guards {
             state.check(guard)?;
