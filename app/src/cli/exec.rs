@@ -189,10 +189,9 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         }
     }
     report_unrunnable(&outcome, &line);
-    match u8::try_from(code) {
-        Ok(0) => Ok(()),
-        Ok(code) => Err(Exit(code).into()),
-        Err(_) => Err(Exit(1).into()),
+    match exit_status(code) {
+        0 => Ok(()),
+        status => Err(Exit(status).into()),
     }
 }
 
@@ -245,13 +244,15 @@ async fn record_end(
     .map_err(|error| explain(error, "finishing the step"))
 }
 
-/// The exit code when the command ended with `code` and its step's end could not be recorded: the
-/// command's own failure code, or 1 when it succeeded (or its code does not fit an exit status).
+/// The exit status `exec` passes on for the command's `code` (1 when it does not fit one).
+fn exit_status(code: i32) -> u8 {
+    u8::try_from(code).unwrap_or(1)
+}
+
+/// The exit status when the command ended with `code` and its step's end could not be recorded: the
+/// command's own failure status, or 1 when it succeeded.
 fn exit_code_after_failed_record(code: i32) -> u8 {
-    match u8::try_from(code) {
-        Ok(0) | Err(_) => 1,
-        Ok(code) => code,
-    }
+    exit_status(code).max(1)
 }
 
 async fn create_session(ctx: &Context, line: &str) -> Result<Session> {
