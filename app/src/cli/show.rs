@@ -230,7 +230,8 @@ async fn steps(ctx: &Context, worktree: &Path, message: &MessageWithParts) -> Re
     }
     let mut rows = Vec::with_capacity(steps.len());
     for (mut step, patched) in steps {
-        if let (Some(from), Some(to)) = (&step.start, &step.end) {
+        // A step whose patch names no file lists none: its snapshots are not diffed.
+        if let (Some(from), Some(to), false) = (&step.start, &step.end, patched.is_empty()) {
             let diffs: Vec<FileDiff> = ctx
                 .services
                 .snapshots
