@@ -1,11 +1,12 @@
 //! OpenCode's revert and cleanup scenarios (reference §5.2, items 54 to 60) with the file states of its
 //! worked example (§3.3), plus the rules where rewind deliberately differs (SPEC section 12).
 
-use rewind_core::model::{EventPayload, PartBody, RelPath, Role};
+use rewind_core::model::{EventPayload, PartBody, RelPath, Role, Session};
 use rewind_core::service::{NewMessage, NewPart};
+use rewind_core::testkit::mem_repo::MemRepo;
 use rewind_core::{Error, MessageRepo, RevertTarget};
 
-use crate::support::{World, block_on, patch_files};
+use crate::support::{Turn, World, block_on, patch_files};
 
 /// Item 54: revert(U2) keeps all four messages with the revert set; cleanup removes U2 and A2.
 #[test]
@@ -1239,6 +1240,19 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
     })
 }
 
+/// One turn (`a.txt` from 0 to 1), then a revert to it that fails with the faults `arm` sets on the repo:
+/// the session, the turn and the revert's error message (a `Backend` error).
+async fn revert_failing_with(w: &World, arm: impl FnOnce(&MemRepo)) -> (Session, Turn, String) {
+    w.write("a.txt", "0");
+    let s = w.session().await;
+    let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+    arm(&w.repo);
+    match w.try_revert_to(&s.id, &t1.user).await {
+        Err(Error::Backend(error)) => (s, t1, error.to_string()),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// SPEC section 8: a rollback that puts the files back but cannot store its record (the database refuses
 /// that commit too) says the files are back, not that the rollback failed, and names the snapshot holding
 /// their state before; the record waits, and the next operation finishes it without touching the files.
@@ -1246,16 +1260,11 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
 fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
     block_on(async {
         let w = World::new();
-        w.write("a.txt", "0");
-        let s = w.session().await;
-        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
-        w.repo.fail_next_result_commit();
-        w.repo.fail_next_intent_delete();
-        let failed = w.try_revert_to(&s.id, &t1.user).await;
-        let message = match &failed {
-            Err(Error::Backend(error)) => error.to_string(),
-            other => panic!("{other:?}"),
-        };
+        let (s, t1, message) = revert_failing_with(&w, |repo| {
+            repo.fail_next_result_commit();
+            repo.fail_next_intent_delete();
+        })
+        .await;
         assert!(
             message.contains(
                 "the files were put back to their state before the revert, but recording that failed"
@@ -1290,17 +1299,12 @@ fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
 fn a_rollback_whose_capture_and_record_cannot_be_stored_says_the_snapshot_is_unrecorded() {
     block_on(async {
         let w = World::new();
-        w.write("a.txt", "0");
-        let s = w.session().await;
-        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
-        w.repo.fail_next_result_commit();
-        w.repo.fail_next_capture();
-        w.repo.fail_next_intent_delete();
-        let failed = w.try_revert_to(&s.id, &t1.user).await;
-        let message = match &failed {
-            Err(Error::Backend(error)) => error.to_string(),
-            other => panic!("{other:?}"),
-        };
+        let (_, _, message) = revert_failing_with(&w, |repo| {
+            repo.fail_next_result_commit();
+            repo.fail_next_capture();
+            repo.fail_next_intent_delete();
+        })
+        .await;
         assert!(
             message.contains("the files were put back to their state before the revert")
                 && message.contains("which no record names yet"),
