@@ -443,8 +443,12 @@ impl World {
                     token: token(0),
                     holder: holder(9),
                     started: time,
-                    skipped: Vec::new(),
                 });
+                reverted.skipped = if *step {
+                    vec![format!("big {time}.bin")]
+                } else {
+                    Vec::new()
+                };
                 reverted.time.updated = time;
                 self.remember_session(&reverted);
                 let diff = vec![FileDiff {

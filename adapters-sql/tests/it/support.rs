@@ -405,6 +405,7 @@ pub fn session(ids: &Ids, directory: &str) -> Session {
         applied: None,
         reverted_at: None,
         step: None,
+        skipped: Vec::new(),
     }
 }
 

@@ -139,10 +139,6 @@ pub struct OpenStep {
     pub holder: Holder,
     /// When the step began, epoch milliseconds.
     pub started: u64,
-    /// The worktree-relative paths the snapshot at the step's start left out (over the cap, special,
-    /// not UTF-8): already named in a warning, so the step's end names only others.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub skipped: Vec<String>,
 }
 
 /// A session (OpenCode's `Session.Info`), with rewind's extensions: the snapshot store, the state the last
@@ -192,6 +188,11 @@ pub struct Session {
     /// rewind: the step in progress, if any (the session is busy while it is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<OpenStep>,
+    /// rewind: the worktree-relative paths the session's last step snapshot (a step's start or end) left
+    /// out: over the size cap, special files, names that are not UTF-8. Each was named in a warning when a
+    /// step's snapshot first left it out; a later step names only paths not in this list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// Something the user should know about a session's files, with the snapshot that holds what was

@@ -44,6 +44,7 @@ impl Rewind {
             applied: None,
             reverted_at: None,
             step: None,
+            skipped: Vec::new(),
         };
         let created = self.event(EventPayload::SessionCreated {
             session_id: id,
@@ -418,8 +419,9 @@ impl Rewind {
             token: token.clone(),
             holder: self.holder(),
             started: now,
-            skipped: tracked.skipped.iter().map(|s| s.path.clone()).collect(),
         });
+        let newly_skipped = newly_skipped(session, &tracked.skipped);
+        updated.skipped = tracked.skipped.iter().map(|s| s.path.clone()).collect();
         updated.time.updated = now;
         let mut transaction = Transaction {
             guards: vec![session_lease.guard(), worktree_lease.guard()],
@@ -443,7 +445,7 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        self.push_skipped_warning(&mut transaction, &updated, &tracked.skipped);
+        self.push_skipped_warning(&mut transaction, &updated, &newly_skipped);
         transaction
             .events
             .push(self.event(EventPayload::SessionStatus {
@@ -593,6 +595,7 @@ impl Rewind {
             .find(|m| m.info.id == step.message_id)
             .ok_or_else(|| Error::NotFound(format!("Message not found: {}", step.message_id)))?;
         let mut warnings = Vec::new();
+        let mut skipped_now = None;
         let (snapshot, reason, files) = match self
             .track_under_worktree_lease(session, &session_lease.token)
             .await
@@ -602,16 +605,12 @@ impl Rewind {
                     .snapshots
                     .changed_files(worktree(session), &step.snapshot)
                     .await?;
-                // Files the step's start already named as skipped are not named a second time.
-                let skipped: Vec<SkippedPath> = tracked
-                    .skipped
-                    .iter()
-                    .filter(|s| !step.skipped.contains(&s.path))
-                    .cloned()
-                    .collect();
+                // Files the step's start already left out were named then, not a second time.
+                let skipped = newly_skipped(session, &tracked.skipped);
                 if !skipped.is_empty() {
                     warnings.push(skipped_warning(self.now(), &directory, &skipped));
                 }
+                skipped_now = Some(tracked.skipped.iter().map(|s| s.path.clone()).collect());
                 (
                     Some(tracked.id),
                     end.reason.clone().unwrap_or_else(|| "stop".to_owned()),
@@ -676,6 +675,9 @@ impl Rewind {
         }
         let mut updated = session.clone();
         updated.step = None;
+        if let Some(skipped) = skipped_now {
+            updated.skipped = skipped;
+        }
         updated.cost += cost;
         updated.tokens = updated.tokens.add(&tokens);
         updated.time.updated = now;
@@ -837,6 +839,17 @@ impl Rewind {
         let warning = skipped_warning(self.now(), &session.directory, skipped);
         self.push_warning(transaction, &session.id, warning);
     }
+}
+
+/// The paths of `skipped` (what a step's snapshot left out) that the session's last step snapshot did not
+/// leave out: those not named in a warning yet. A file left out turn after turn (an old FIFO, a big
+/// untracked file) is named once, and again only after a snapshot has held it or not seen it.
+fn newly_skipped(session: &Session, skipped: &[SkippedPath]) -> Vec<SkippedPath> {
+    skipped
+        .iter()
+        .filter(|s| !session.skipped.contains(&s.path))
+        .cloned()
+        .collect()
 }
 
 fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warning {

@@ -40,6 +40,7 @@ fn session() -> Session {
         applied: None,
         reverted_at: None,
         step: None,
+        skipped: Vec::new(),
     }
 }
 

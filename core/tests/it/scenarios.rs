@@ -1601,3 +1601,53 @@ fn an_answer_committed_after_a_revert_and_cleanup_removed_its_question_is_busy()
         );
     })
 }
+
+/// SPEC section 4: files a step's snapshots leave out are named in a warning, once while they stay left
+/// out. A big untracked file is named by the first step that leaves it out, not by every later one; once
+/// a snapshot no longer leaves it out (here: it was deleted), leaving it out again names it again. A file
+/// that goes over the cap during a step is named at the step's end, alone.
+#[test]
+fn a_file_left_out_turn_after_turn_is_named_once() {
+    block_on(async {
+        let w = World::new();
+        let big = "x".repeat(2 * 1024 * 1024 + 1);
+        w.write("big.bin", &big);
+        let s = w.session().await;
+        let named = || async {
+            w.rewind
+                .warnings(&s.id)
+                .await
+                .expect("warnings")
+                .into_iter()
+                .filter(|warning| warning.message.contains("left out of the snapshot"))
+                .map(|warning| warning.files)
+                .collect::<Vec<_>>()
+        };
+        w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        assert_eq!(named().await, [vec![w.abs("big.bin")]]);
+        w.turn(&s.id, "two", |w| w.write("a.txt", "2")).await;
+        w.turn(&s.id, "three", |w| w.write("a.txt", "3")).await;
+        assert_eq!(named().await.len(), 1, "not named again while left out");
+
+        w.turn(&s.id, "four", |w| w.remove("big.bin")).await;
+        w.turn(&s.id, "five", |w| w.write("a.txt", "5")).await;
+        w.write("big.bin", &big);
+        w.turn(&s.id, "six", |w| w.write("a.txt", "6")).await;
+        assert_eq!(
+            named().await,
+            [vec![w.abs("big.bin")], vec![w.abs("big.bin")]],
+            "left out again after a snapshot that did not leave it out"
+        );
+
+        w.turn(&s.id, "seven", |w| w.write("other.bin", &big)).await;
+        w.turn(&s.id, "eight", |w| w.write("a.txt", "8")).await;
+        assert_eq!(
+            named().await,
+            [
+                vec![w.abs("big.bin")],
+                vec![w.abs("big.bin")],
+                vec![w.abs("other.bin")]
+            ]
+        );
+    })
+}

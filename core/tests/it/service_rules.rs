@@ -90,6 +90,7 @@ fn fixture(revert: Option<(SnapshotId, SnapshotId)>, step: Option<OpenStep>) -> 
         applied: revert.map(|(_, applied)| applied),
         reverted_at: None,
         step,
+        skipped: Vec::new(),
     };
     let mut changes = vec![Change::PutSession(Box::new(session.clone()))];
     for message in &messages {
@@ -160,7 +161,6 @@ impl Fixture {
             token,
             holder,
             started: 0,
-            skipped: Vec::new(),
         }
     }
 }

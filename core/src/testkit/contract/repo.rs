@@ -160,6 +160,7 @@ fn new_session(ids: &Ids, directory: &str) -> Session {
         applied: None,
         reverted_at: None,
         step: None,
+        skipped: Vec::new(),
     }
 }
 
@@ -1827,7 +1828,6 @@ pub async fn referenced_snapshots_cover_every_reference(repo: &dyn MessageRepo) 
         token: token("step-1"),
         holder: holder(4242),
         started: ids.tick(),
-        skipped: Vec::new(),
     });
     let start = new_part(
         &ids,
