@@ -54,6 +54,8 @@ struct State {
     fail_next_result_commit: bool,
     /// Armed by `fail_next_intent_delete`.
     fail_next_intent_delete: bool,
+    /// Armed by `finish_intents_before_next_intent_delete`.
+    finish_intents_before_next_intent_delete: bool,
     /// Armed by `fail_next_capture`.
     fail_next_capture: bool,
 }
@@ -104,6 +106,13 @@ impl MemRepo {
     /// last step) fails with `Error::Backend` and stores nothing; other commits behave normally.
     pub fn fail_next_intent_delete(&self) {
         self.lock().fail_next_intent_delete = true;
+    }
+
+    /// Race hook: right before the next `commit` that deletes an intent record, every intent record is
+    /// removed, as another process's recovery that finished them meanwhile would: that commit's
+    /// `IntentExists` guard then fails (`Error::LeaseLost`) and it stores nothing.
+    pub fn finish_intents_before_next_intent_delete(&self) {
+        self.lock().finish_intents_before_next_intent_delete = true;
     }
 
     /// Fault hook: the next `commit` that adds a capture (a rollback's or a recovery's, before it puts the
@@ -614,6 +623,12 @@ impl MessageRepo for MemRepo {
                 *flag = false;
                 return Err(Error::backend(format!("injected fault: MemRepo::{hook}")));
             }
+        }
+        if hooks.finish_intents_before_next_intent_delete
+            && has(|c| matches!(c, Change::DeleteIntent(_)))
+        {
+            hooks.finish_intents_before_next_intent_delete = false;
+            hooks.rows.intents.clear();
         }
         for guard in &transaction.guards {
             state.check(guard)?;

@@ -1315,6 +1315,38 @@ fn a_rollback_whose_capture_and_record_cannot_be_stored_says_the_snapshot_is_unr
     })
 }
 
+/// SPEC section 8: a rollback whose last record finds the intent already finished by another process (its
+/// recovery ran meanwhile) says the files are back and that the other process finished the record, and
+/// names the capture it stored before putting them back.
+#[test]
+fn a_rollback_whose_intent_another_process_finished_says_so() {
+    block_on(async {
+        let w = World::new();
+        let (_, _, message) = revert_failing_with(&w, |repo| {
+            repo.fail_next_result_commit();
+            repo.finish_intents_before_next_intent_delete();
+        })
+        .await;
+        assert!(
+            message.contains(
+                "the files were put back to their state before the revert, and another process finished its \
+                 record meanwhile"
+            ) && message.contains("kept in snapshot ")
+                && !message.contains("the intent record stays"),
+            "{message}"
+        );
+        assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        let captures = w.rewind.captures(None).await.expect("captures");
+        assert!(
+            captures
+                .iter()
+                .any(|capture| message.contains(&format!("kept in snapshot {}", capture.snapshot))),
+            "{message} {captures:?}"
+        );
+    })
+}
+
 /// SPEC sections 2.5 and 8: a rollback also puts back what the revert replaced to write its files: here a
 /// file the user put where the reverted file's directory was (tracked before the revert, so the revert
 /// removed it to make the directory).
