@@ -413,8 +413,8 @@ fn write_file(
     let remove_temp = || {
         let _ = rustix::fs::unlinkat(&dir, job.tmp.as_str(), rustix::fs::AtFlags::empty());
     };
-    let ext4 = match write_temp(store, &dir, &job.tmp, job.mode, &job.id) {
-        Ok(ext4) => ext4,
+    let temp = match write_temp(store, &dir, &job.tmp, job.mode, &job.id) {
+        Ok(temp) => temp,
         Err(failure) => {
             remove_temp();
             return match failure {
@@ -424,7 +424,7 @@ fn write_file(
             };
         }
     };
-    match replace(&dir, &job.tmp, name, job.was, ext4, dir_path) {
+    match replace(&dir, &job.tmp, &temp, name, job.was, dir_path) {
         Ok(Some(replaced)) => releases.push(replaced),
         Ok(None) => {
             remove_temp();
@@ -448,8 +448,9 @@ enum Standing {
     Gone,
     /// Something else stands there.
     Other,
-    /// Still `was`, held through a handle (`O_PATH`) until it is released (see `replace.rs`).
-    Same(Held),
+    /// Still `was`, held through a handle (`O_PATH`) until it is released (see `replace.rs`), with its
+    /// permission bits when it is a regular file.
+    Same(Held, Option<u32>),
 }
 
 /// Looks at `name` in `dir` again, through a handle, right before it is renamed over or deleted.
@@ -475,13 +476,17 @@ fn standing(
     if Stat::of_rustix(&st) != Some(was) {
         return Ok(Standing::Other);
     }
+    let regular =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
     #[allow(clippy::unnecessary_cast)]
-    Ok(Standing::Same(Held::of(
-        fd,
+    let (permissions, dev) = (
+        regular.then_some(st.st_mode as u32 & 0o777),
         st.st_dev as u64,
-        dir_path,
-        ext4,
-    )))
+    );
+    Ok(Standing::Same(
+        Held::of(fd, dev, dir_path, ext4),
+        permissions,
+    ))
 }
 
 /// Renames `tmp` over `name` in `dir` while what stands there is `was` (its stat data when checked; none:
@@ -491,16 +496,24 @@ fn standing(
 fn replace(
     dir: &OwnedFd,
     tmp: &str,
+    temp: &Temp,
     name: &str,
     was: Option<Stat>,
-    ext4: bool,
     dir_path: &Path,
 ) -> io::Result<Option<Held>> {
     use rustix::fs::RenameFlags;
     use rustix::io::Errno;
     if let Some(was) = was {
-        match standing(dir, name, was, dir_path, ext4)? {
-            Standing::Same(held) => {
+        match standing(dir, name, was, dir_path, temp.ext4)? {
+            Standing::Same(held, permissions) => {
+                // The file keeps the permissions it has (a private file stays private), with the execute
+                // bits its snapshot says.
+                if let (Some(file), Some(permissions)) = (&temp.file, permissions) {
+                    let kept = kept_permissions(permissions, temp.executable);
+                    if kept != temp.permissions {
+                        file.set_permissions(fs::Permissions::from_mode(kept))?;
+                    }
+                }
                 return match rustix::fs::renameat(dir, tmp, dir, name) {
                     Ok(()) => Ok(Some(held)),
                     // Turned into a directory since the look.
@@ -533,7 +546,7 @@ fn replace(
 /// it is something else now; a file gone meanwhile counts as deleted.
 fn remove(dir: &OwnedFd, name: &str, was: Stat, dir_path: &Path) -> io::Result<Done> {
     let held = match standing(dir, name, was, dir_path, crate::replace::is_ext4_fd(dir))? {
-        Standing::Same(held) => held,
+        Standing::Same(held, _) => held,
         Standing::Other => return Ok(Done::Moved),
         Standing::Gone => return Ok(Done::Changed(None)),
     };
@@ -555,13 +568,41 @@ fn taken_by_a_directory(e: rustix::io::Errno) -> bool {
 
 /// Writes blob `id` to a new file `tmp` of `dir` with `mode`. Returns whether it is on ext4 (a symlink:
 /// not known, `false`).
+/// A temporary file written by `write_temp`, open until it is renamed over its target.
+struct Temp {
+    /// The file (none for a symlink).
+    file: Option<fs::File>,
+    /// Whether it is on ext4 (see `replace.rs`).
+    ext4: bool,
+    /// Whether the snapshot has it executable.
+    executable: bool,
+    /// Its permission bits.
+    permissions: u32,
+}
+
+/// The permission bits a file that replaces one with `permissions` gets: the same, with the execute bits
+/// its snapshot says (set where a read bit is, and always for the owner; or none).
+fn kept_permissions(permissions: u32, executable: bool) -> u32 {
+    let permissions = permissions & 0o777;
+    if !executable {
+        permissions & !0o111
+    } else if permissions & 0o100 != 0 {
+        permissions
+    } else {
+        permissions | ((permissions & 0o444) >> 2) | 0o100
+    }
+}
+
+/// Writes blob `id` to the new file `tmp` in `dir`: a symlink, or a file whose permissions follow the
+/// process's umask, as git's checkout does (`0666` or `0777` less the umask; an executable one always has
+/// the owner's execute bit). `replace` gives a file that replaces another that one's permissions.
 fn write_temp(
     store: &Store,
     dir: &OwnedFd,
     tmp: &str,
     mode: Mode,
     id: &ObjectId,
-) -> Result<bool, TempError> {
+) -> Result<Temp, TempError> {
     let (kind, size, mut reader) = store.odb.open(id).map_err(TempError::Store)?;
     if kind != Kind::Blob {
         return Err(TempError::Store(GitError::Corrupt(format!(
@@ -574,24 +615,44 @@ fn write_temp(
             .read_to_end(&mut target)
             .map_err(|e| TempError::Store(GitError::Corrupt(format!("object {id}: {e}"))))?;
         return rustix::fs::symlinkat(std::ffi::OsStr::from_bytes(&target), dir, tmp)
-            .map(|()| false)
+            .map(|()| Temp {
+                file: None,
+                ext4: false,
+                executable: false,
+                permissions: 0,
+            })
             .map_err(|e| TempError::Disk(e.into()));
     }
     use rustix::fs::{Mode as Bits, OFlags};
+    let executable = mode == Mode::Exec;
+    // The kernel takes the umask off the mode given here.
     let fd = rustix::fs::openat(
         dir,
         tmp,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Bits::from_raw_mode(0o600),
+        Bits::from_raw_mode(if executable { 0o777 } else { 0o666 }),
     )
     .map_err(|e| TempError::Disk(e.into()))?;
     let mut file = fs::File::from(fd);
     let ext4 = preallocate(&file, size);
     io::copy(&mut reader, &mut file).map_err(TempError::Disk)?;
-    let bits = if mode == Mode::Exec { 0o755 } else { 0o644 };
-    file.set_permissions(fs::Permissions::from_mode(bits))
-        .map(|()| ext4)
-        .map_err(TempError::Disk)
+    let mut permissions = file
+        .metadata()
+        .map_err(TempError::Disk)?
+        .permissions()
+        .mode()
+        & 0o777;
+    if executable && permissions & 0o100 == 0 {
+        permissions |= 0o100;
+        file.set_permissions(fs::Permissions::from_mode(permissions))
+            .map_err(TempError::Disk)?;
+    }
+    Ok(Temp {
+        file: Some(file),
+        ext4,
+        executable,
+        permissions,
+    })
 }
 
 impl<'a> Applier<'a> {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -446,6 +446,87 @@ async fn crlf_file_round_trips_byte_for_byte_under_text_auto() {
     let diffs = h.port().diff(h.root(), &s, &lf).await.expect("diff");
     assert_eq!(diffs.len(), 1, "{diffs:?}");
     assert_eq!((diffs[0].additions, diffs[0].deletions), (3, 3));
+}
+
+/// The process's umask, from `/proc/self/status`.
+fn umask() -> u32 {
+    let status = fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Umask:"))
+        .expect("a Umask line");
+    u32::from_str_radix(line.trim(), 8).expect("an octal umask")
+}
+
+fn permissions(h: &GitHarness, path: &str) -> u32 {
+    fs::symlink_metadata(h.path(path))
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+fn chmod(h: &GitHarness, path: &str, bits: u32) {
+    fs::set_permissions(h.path(path), fs::Permissions::from_mode(bits)).expect("chmod");
+}
+
+/// A file a revert or restore writes over keeps its permission bits (a private key stays private), with the
+/// execute bits its snapshot says; a file it creates gets `0666` or `0777` less the umask, as git's
+/// checkout gives it. Each written file's content and mode equal the snapshot's.
+#[tokio::test]
+async fn written_files_keep_their_permissions_and_new_ones_follow_the_umask() {
+    let h = GitHarness::new();
+    h.write("key.pem", b"k1\n");
+    h.write("run.sh", b"#!/bin/sh\n");
+    h.write("notes.txt", b"n1\n");
+    h.write("gone.txt", b"g1\n");
+    h.write("tool", b"#!/bin/sh\n");
+    chmod(&h, "key.pem", 0o600);
+    chmod(&h, "run.sh", 0o750);
+    chmod(&h, "notes.txt", 0o640);
+    chmod(&h, "tool", 0o755);
+    let start = h.id().await;
+
+    h.write("key.pem", b"k2\n");
+    h.write("run.sh", b"#!/bin/sh\necho changed\n");
+    chmod(&h, "run.sh", 0o640);
+    h.write("notes.txt", b"n2\n");
+    chmod(&h, "notes.txt", 0o750);
+    h.remove("gone.txt");
+    h.remove("tool");
+    let patches = one_patch(
+        &start,
+        &["key.pem", "run.sh", "notes.txt", "gone.txt", "tool"],
+    );
+    let outcome = revert_with_fresh_base(&h, &patches).await;
+    assert_eq!(outcome.written.len(), 5, "{outcome:?}");
+    assert_eq!(h.id().await, start, "content and modes are the snapshot's");
+    let umask = umask();
+    assert_eq!(
+        [
+            permissions(&h, "key.pem"),
+            permissions(&h, "run.sh"),
+            permissions(&h, "notes.txt"),
+            permissions(&h, "gone.txt"),
+            permissions(&h, "tool"),
+        ],
+        [
+            0o600,
+            0o750,
+            0o640,
+            0o666 & !umask,
+            (0o777 & !umask) | 0o100
+        ]
+    );
+
+    // A restore keeps them the same way.
+    h.write("key.pem", b"k3\n");
+    h.port()
+        .restore(h.root(), &start, None)
+        .await
+        .expect("restore");
+    assert_eq!(fs::read(h.path("key.pem")).expect("read"), b"k1\n");
+    assert_eq!(permissions(&h, "key.pem"), 0o600);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -305,3 +305,67 @@ fn a_file_name_with_a_newline_is_one_quoted_line_in_the_output() {
         assert!(!text.lines().any(|line| line.starts_with("line")), "{text}");
     }
 }
+
+/// Runs `rewind ARGS…` under umask 077, which the command `exec` runs inherits too.
+fn under_umask_077(env: &Env, args: &[&str]) {
+    let rewind = env.process_in(env.path(), args);
+    let mut shell = std::process::Command::new("sh");
+    shell
+        .env_clear()
+        .envs(rewind.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .arg("-c")
+        .arg("umask 077 && exec \"$@\"")
+        .arg("sh")
+        .arg(rewind.get_program())
+        .args(rewind.get_args());
+    let output = shell.output().expect("runs");
+    assert!(output.status.success(), "{args:?}: {output:?}");
+}
+
+fn permissions(env: &Env, path: &str) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(env.path().join(path))
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Undo and redo never make a private file readable by others: a file they write over keeps its
+/// permissions (0600 stays 0600), and a file they create follows the umask (077 gives 0600), as git's
+/// checkout does.
+#[test]
+fn undo_and_redo_keep_private_files_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::plain();
+    std::fs::write(env.path().join("key.pem"), "k1\n").expect("write");
+    std::fs::set_permissions(env.path().join("key.pem"), PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    under_umask_077(
+        &env,
+        &[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "echo k2 > key.pem; echo n > new.txt",
+        ],
+    );
+    assert_eq!(permissions(&env, "new.txt"), 0o600);
+    under_umask_077(&env, &["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("key.pem")).expect("read"),
+        "k1\n"
+    );
+    assert_eq!(permissions(&env, "key.pem"), 0o600);
+    assert!(!env.path().join("new.txt").exists());
+    under_umask_077(&env, &["redo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("key.pem")).expect("read"),
+        "k2\n"
+    );
+    assert_eq!(
+        (permissions(&env, "key.pem"), permissions(&env, "new.txt")),
+        (0o600, 0o600)
+    );
+}
