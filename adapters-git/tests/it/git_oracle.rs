@@ -486,6 +486,76 @@ async fn every_kind_of_entry_at_once_matches_git_write_tree() {
     );
 }
 
+/// The header lines of a git-style diff (`diff --git`, `---`, `+++`, `Binary files`), in order.
+fn diff_headers(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|line| {
+            ["diff --git ", "--- ", "+++ ", "Binary files "]
+                .iter()
+                .any(|start| line.starts_with(start))
+        })
+        .collect()
+}
+
+/// Names with a newline, a tab, a double quote, a backslash or another control character are quoted in
+/// `unified_diff`'s headers as git quotes them (so a name cannot break a header line), and names without
+/// one are not (unicode included, as with `core.quotePath=false`): the header lines equal those of `git
+/// diff` for the same change, for added, modified, deleted and binary files.
+#[tokio::test]
+async fn unified_diff_headers_quote_names_as_git_does() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    let names = [
+        "new\nline.txt",
+        "tab\there and space.txt",
+        "quote\"d.txt",
+        "back\\slash.txt",
+        "bell\u{7}.txt",
+        "plain name é.txt",
+    ];
+    for name in &names[..4] {
+        h.write(name, b"one\n");
+    }
+    h.write("bell\u{7}.txt", b"bin\0ary\n");
+    h.write("plain name é.txt", b"one\n");
+    commit_all(h.root(), "names");
+    let before = h.id().await;
+
+    h.write("new\nline.txt", b"two\n");
+    h.write("back\\slash.txt", b"two\n");
+    h.write("tab\there and space.txt", b"two\n");
+    h.remove("quote\"d.txt");
+    h.write("bell\u{7}.txt", b"bin\0ary 2\n");
+    h.write("plain name é.txt", b"two\n");
+    h.write("added\r.txt", b"new\n");
+    let ours = h
+        .port()
+        .unified_diff(h.root(), &before)
+        .await
+        .expect("unified_diff");
+    // The harness backdates what it writes, and same-size edits would look unchanged to git's index:
+    // the index is built anew.
+    git(h.root(), &["rm", "-r", "-q", "--cached", "."]);
+    git(h.root(), &["add", "-A"]);
+    let theirs = git(
+        h.root(),
+        &[
+            "-c",
+            "core.quotePath=false",
+            "diff",
+            "--cached",
+            "--no-renames",
+        ],
+    );
+    assert_eq!(
+        diff_headers(&ours),
+        diff_headers(&theirs),
+        "{ours}\n---\n{theirs}"
+    );
+    assert!(ours.contains("+++ \"b/new\\nline.txt\""), "{ours}");
+    assert!(ours.contains("+++ b/plain name é.txt"), "{ours}");
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The property: random worktrees, then random changes.
 
