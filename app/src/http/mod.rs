@@ -51,9 +51,10 @@ pub struct AppState {
     pub heartbeat: Duration,
     /// The requests running detached from their connection (`detach`), waited for when the server stops.
     pub requests: TaskTracker,
-    /// The sessions found under the project roots (`check_session`): a session's directory never
-    /// changes and its id is never reused, so each is read once, not with its whole body on every request.
-    pub sessions_in_roots: Arc<std::sync::Mutex<std::collections::HashSet<SessionId>>>,
+    /// The worktrees of the sessions found under the project roots (`check_session`): a session's
+    /// directory never changes and its id is never reused, so each is read once, not with its whole body
+    /// on every request.
+    pub sessions_in_roots: Arc<std::sync::Mutex<std::collections::HashMap<SessionId, String>>>,
 }
 
 /// How many sessions `AppState::sessions_in_roots` holds before it starts again.
@@ -76,10 +77,13 @@ impl AppState {
 
     /// 400 when session `id` belongs to a worktree outside the project roots: the command line records
     /// sessions of any directory in the same database, and a request naming one must not read or change
-    /// them. An unknown session (or one that cannot be read) is left to its route.
+    /// them. Also 400 when its worktree no longer resolves to itself (replaced by a symlink, or a directory
+    /// above it was): that is looked at on every request. An unknown session (or one that cannot be read)
+    /// is left to its route.
     pub async fn check_session(&self, id: &SessionId) -> Result<(), ApiError> {
-        if lock(&self.sessions_in_roots).contains(id) {
-            return Ok(());
+        let known = lock(&self.sessions_in_roots).get(id).cloned();
+        if let Some(directory) = known {
+            return security::session_resolves_to_itself(&directory);
         }
         let Ok(session) = self.services.rewind.session(id).await else {
             return Ok(());
@@ -89,7 +93,7 @@ impl AppState {
         if known.len() >= SESSIONS_IN_ROOTS {
             known.clear();
         }
-        known.insert(id.clone());
+        known.insert(id.clone(), session.directory);
         Ok(())
     }
 }

@@ -254,17 +254,32 @@ pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiE
     Ok(text)
 }
 
-/// A stored session's worktree `directory` (canonical when it was recorded) under a project root, or 400.
-/// It is resolved again only when it is not under one as written (a root reached through a symlink
-/// since): a session whose directory was deleted stays readable.
+/// A stored session's worktree `directory` (canonical when it was recorded) under a project root, and
+/// still resolving to itself (`session_resolves_to_itself`), or 400. A session whose directory was deleted
+/// stays readable.
 pub fn session_under_roots(directory: &str, roots: &[PathBuf]) -> Result<(), ApiError> {
+    session_resolves_to_itself(directory)?;
     let path = Path::new(directory);
     if roots.iter().any(|root| path.starts_with(root)) {
         return Ok(());
     }
-    match canonical_worktree(path) {
-        Ok((canonical, _)) if roots.iter().any(|root| canonical.starts_with(root)) => Ok(()),
-        _ => Err(outside_roots(path, roots)),
+    Err(outside_roots(path, roots))
+}
+
+/// 400 when a stored session's worktree `directory` (canonical when it was recorded) resolves elsewhere
+/// now: it, or a directory above it, was replaced by a symlink (or moved). Following it would read and
+/// write another directory, perhaps outside the project roots, with snapshots of the first. A directory
+/// that is gone is left to the routes (the session stays readable).
+pub fn session_resolves_to_itself(directory: &str) -> Result<(), ApiError> {
+    match canonical_worktree(Path::new(directory)) {
+        Ok((canonical, _)) if canonical != Path::new(directory) => {
+            Err(ApiError::BadRequest(format!(
+                "worktree {directory} now resolves to {}: it, or a directory above it, was replaced by a \
+                 symlink or moved; rewind does not follow it (the session's snapshots are of {directory})",
+                canonical.display()
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -6,7 +6,7 @@ use rewind_app::{Application, Settings};
 use rewind_core::ports::MessageRepo;
 use serde_json::json;
 
-use crate::support::{AppConfig, spawn_app, spawn_app_with};
+use crate::support::{AppConfig, id_of, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn foreign_hosts_and_origins_are_refused_on_loopback() -> Result<()> {
@@ -130,6 +130,89 @@ async fn beyond_loopback_a_password_is_required_and_foreign_origins_are_refused(
     stop.cancel();
     server.await??;
     Ok(())
+}
+
+/// SPEC section 9: a session's worktree that is replaced by a symlink after the session was created (here
+/// to a directory outside the project roots) is refused (400) on every route that names the session, also
+/// after earlier requests were served: nothing outside the roots is read or written, and the session's
+/// records are unchanged.
+#[tokio::test]
+async fn a_session_whose_worktree_became_a_symlink_is_refused() -> Result<()> {
+    let app = spawn_app().await?;
+    let sub = app.repo.join("sub");
+    std::fs::create_dir(&sub)?;
+    std::fs::write(sub.join("f.txt"), "v1\n")?;
+    let session = app
+        .ok(
+            &format!("/session?directory={}", sub.display()),
+            json!({"title": "sub"}),
+        )
+        .await?;
+    let id = id_of(&session)?;
+    let user = app
+        .ok(
+            &format!("/session/{id}/message"),
+            json!({"parts": [{"type": "text", "text": "edit"}]}),
+        )
+        .await?;
+    let assistant = app
+        .ok(
+            &format!("/session/{id}/message"),
+            json!({"role": "assistant"}),
+        )
+        .await?;
+    let (user, assistant) = (id_of(&user["info"])?, id_of(&assistant["info"])?);
+    app.ok(
+        &format!("/session/{id}/message/{assistant}/step"),
+        json!({}),
+    )
+    .await?;
+    std::fs::write(sub.join("f.txt"), "v2\n")?;
+    app.ok(
+        &format!("/session/{id}/message/{assistant}/step/finish"),
+        json!({"reason": "stop"}),
+    )
+    .await?;
+    assert_eq!(app.get(&format!("/session/{id}")).await?.status, 200);
+
+    let outside = tempfile::tempdir()?;
+    std::fs::write(outside.path().join("f.txt"), "TOP SECRET\n")?;
+    std::fs::remove_dir_all(&sub)?;
+    std::os::unix::fs::symlink(outside.path(), &sub)?;
+    let messages_before = app.get(&format!("/session/{id}/message")).await?;
+    assert_eq!(messages_before.status, 400, "{}", messages_before.body);
+    let requests = [
+        app.http.get(app.url(&format!("/session/{id}"))),
+        app.http
+            .post(app.url(&format!("/session/{id}/revert")))
+            .json(&json!({"messageID": user})),
+        app.http
+            .post(app.url(&format!("/session/{id}/message/{assistant}/step")))
+            .json(&json!({})),
+        app.http.get(app.url(&format!("/session/{id}/diff"))),
+        app.http.delete(app.url(&format!("/session/{id}"))),
+    ];
+    for request in requests {
+        let reply = app.send(request).await?;
+        assert_eq!(reply.status, 400, "{}", reply.body);
+        assert!(
+            reply.body["data"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("now resolves to") && m.contains("symlink")),
+            "{}",
+            reply.body
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("f.txt"))?,
+        "TOP SECRET\n"
+    );
+    let session_id = rewind_core::model::SessionId::parse(&id)?;
+    let stored = app.db.messages(&session_id).await?;
+    assert_eq!(stored.len(), 2, "nothing recorded");
+    let session = app.db.session(&session_id).await?;
+    assert!(session.is_some_and(|s| s.revert.is_none()), "not reverted");
+    app.stop().await
 }
 
 /// SPEC section 9: a session whose worktree lies outside the project roots is refused (400) on every
