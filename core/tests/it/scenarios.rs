@@ -1253,6 +1253,17 @@ async fn revert_failing_with(w: &World, arm: impl FnOnce(&MemRepo)) -> (Session,
     }
 }
 
+/// The rollback `message` names a stored capture's snapshot as where the files' state is kept.
+async fn assert_names_a_capture(w: &World, message: &str) {
+    let captures = w.rewind.captures(None).await.expect("captures");
+    assert!(
+        captures
+            .iter()
+            .any(|capture| message.contains(&format!("kept in snapshot {}", capture.snapshot))),
+        "{message} {captures:?}"
+    );
+}
+
 /// SPEC section 8: a rollback that puts the files back but cannot store its record (the database refuses
 /// that commit too) says the files are back, not that the rollback failed, and names the snapshot holding
 /// their state before; the record waits, and the next operation finishes it without touching the files.
@@ -1283,13 +1294,7 @@ fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
         assert_eq!(w.read("a.txt").as_deref(), Some("0"));
         assert!(w.repo.intents().await.expect("intents").is_empty());
         // The snapshot the message names is the capture stored before the files were put back.
-        let captures = w.rewind.captures(None).await.expect("captures");
-        assert!(
-            captures
-                .iter()
-                .any(|capture| message.contains(&format!("kept in snapshot {}", capture.snapshot))),
-            "{message} {captures:?}"
-        );
+        assert_names_a_capture(&w, &message).await;
     })
 }
 
@@ -1337,13 +1342,7 @@ fn a_rollback_whose_intent_another_process_finished_says_so() {
         );
         assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
         assert!(w.repo.intents().await.expect("intents").is_empty());
-        let captures = w.rewind.captures(None).await.expect("captures");
-        assert!(
-            captures
-                .iter()
-                .any(|capture| message.contains(&format!("kept in snapshot {}", capture.snapshot))),
-            "{message} {captures:?}"
-        );
+        assert_names_a_capture(&w, &message).await;
     })
 }
 
