@@ -566,13 +566,11 @@ fn taken_by_a_directory(e: rustix::io::Errno) -> bool {
     [Errno::ISDIR, Errno::NOTEMPTY, Errno::EXIST, Errno::NOTDIR].contains(&e)
 }
 
-/// Writes blob `id` to a new file `tmp` of `dir` with `mode`. Returns whether it is on ext4 (a symlink:
-/// not known, `false`).
 /// A temporary file written by `write_temp`, open until it is renamed over its target.
 struct Temp {
     /// The file (none for a symlink).
     file: Option<fs::File>,
-    /// Whether it is on ext4 (see `replace.rs`).
+    /// Whether it is on ext4 (see `replace.rs`; a symlink: not known, `false`).
     ext4: bool,
     /// Whether the snapshot has it executable.
     executable: bool,
