@@ -36,6 +36,8 @@ struct ExecReport {
     undoable: bool,
     /// The warnings the turn raised (files its snapshots left out, say).
     warnings: Vec<Warning>,
+    /// How many messages a revert of the session hid, discarded before this turn (the redo history).
+    discarded_messages: usize,
 }
 
 /// Runs `command` as a step of this directory's latest session (or a new one).
@@ -61,6 +63,17 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     // Read to tell the turn's own warnings apart later; unread (the database busy, say), none is shown
     // rather than old ones (the turn's are still in `rewind log`).
     let warnings_before = warning_count(ctx, &session).await.unwrap_or(usize::MAX);
+    // A reverted session's hidden messages are discarded when the turn begins (SPEC 7): said afterwards,
+    // since `redo` can no longer bring them back.
+    let hidden = match &session.revert {
+        Some(revert) => rewind.messages(&session.id).await.map_or(0, |messages| {
+            messages
+                .iter()
+                .filter(|m| m.info.id >= revert.message_id)
+                .count()
+        }),
+        None => 0,
+    };
     // The turn's two messages and its step are stored together: a step that cannot begin (the session or
     // the worktree busy) leaves nothing recorded.
     let begun = with_progress(
@@ -160,8 +173,18 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             files,
             undoable,
             warnings,
+            discarded_messages: hidden,
         })?;
     } else {
+        if hidden > 0 {
+            eprintln!(
+                "rewind: the session was reverted: its {hidden} hidden message{} {} discarded before this turn \
+                 (as OpenCode does), so `rewind redo` can no longer bring them back; the files were left as \
+                 the revert put them",
+                plural(hidden as u64),
+                if hidden == 1 { "was" } else { "were" }
+            );
+        }
         for warning in &warnings {
             eprint!(
                 "rewind: warning: {}",

@@ -369,3 +369,34 @@ fn undo_and_redo_keep_private_files_private() {
         (0o600, 0o600)
     );
 }
+
+/// SPEC 7: an `exec` while the session is reverted discards the hidden turn first (OpenCode's cleanup),
+/// and says so: on stderr, and as `discardedMessages` in `--json`; `redo` then has nothing to bring back.
+#[test]
+fn an_exec_after_undo_says_the_undone_turn_is_discarded() {
+    let env = Env::plain();
+    env.exec_sh("printf 'a\\n' > a.txt");
+    env.exec_sh("printf 'b\\n' > b.txt");
+    env.ok(&["undo"]);
+    let output = env
+        .rewind(&["exec", "--", "sh", "-c", "printf 'c\\n' > c.txt"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("its 2 hidden messages were discarded before this turn")
+            && stderr.contains("`rewind redo` can no longer bring them back"),
+        "{stderr}"
+    );
+    let next = env.json(&["exec", "--", "sh", "-c", "printf 'd\\n' > d.txt"]);
+    assert_eq!(next["discardedMessages"], 0, "{next}");
+    env.ok(&["undo"]);
+    let again = env.json(&["exec", "--", "sh", "-c", "printf 'e\\n' > e.txt"]);
+    assert_eq!(again["discardedMessages"], 2, "{again}");
+    assert!(
+        !env.path().join("b.txt").exists(),
+        "the files stay as the undo left them"
+    );
+    assert!(!env.path().join("d.txt").exists());
+}
