@@ -6,7 +6,9 @@ use std::sync::{Mutex, PoisonError};
 
 use gix::ObjectId;
 use gix::diff::blob::{Algorithm, Diff, InternedInput, sources::byte_lines};
-use rewind_core::model::{FileDiff, FileStatus, RevertDiffs};
+use rewind_core::model::{
+    FileDiff, FileStatus, RevertDiffs, diff_file_headers, diff_git_line, diff_side,
+};
 
 use crate::error::{GitError, GitResult};
 use crate::odb::{Kind, Odb};
@@ -85,11 +87,7 @@ impl FileChange {
 
     /// Appends this change to a git-style text diff.
     fn push_unified(&self, out: &mut String) {
-        out.push_str(&format!(
-            "diff --git {} {}\n",
-            quoted("a/", &self.path),
-            quoted("b/", &self.path)
-        ));
+        out.push_str(&diff_git_line(&self.path));
         let short = |id: &ObjectId| id.to_string()[..7].to_owned();
         let zero = "0000000".to_owned();
         match (&self.old, &self.new) {
@@ -137,53 +135,16 @@ impl FileChange {
 
     /// The names git gives the two sides: `a/PATH` and `b/PATH`, `/dev/null` for a side that is absent.
     fn sides(&self) -> (String, String) {
-        let side = |present: bool, prefix: &str| {
-            if present {
-                quoted(prefix, &self.path)
-            } else {
-                "/dev/null".to_owned()
-            }
-        };
         (
-            side(self.old.is_some(), "a/"),
-            side(self.new.is_some(), "b/"),
+            diff_side("a/", &self.path, self.old.is_some()),
+            diff_side("b/", &self.path, self.new.is_some()),
         )
     }
 
-    /// The `---` and `+++` lines. As git does (for GNU patch), a name with a space is followed by a tab.
+    /// The `---` and `+++` lines.
     fn headers(&self) -> String {
-        let (old, new) = self.sides();
-        let tab = |side: &str| if side.contains(' ') { "\t" } else { "" };
-        format!("--- {old}{}\n+++ {new}{}\n", tab(&old), tab(&new))
+        diff_file_headers(&self.path, self.old.is_some(), self.new.is_some())
     }
-}
-
-/// `prefix` and `path` as git writes them in a diff's headers (with `core.quotePath=false`): as they are,
-/// or, when the path holds a control character (a newline), a double quote or a backslash, in double
-/// quotes with C escapes, so that a name cannot break a header line in two.
-fn quoted(prefix: &str, path: &str) -> String {
-    let special = |c: char| c == '"' || c == '\\' || c < ' ' || c == '\x7f';
-    if !path.contains(special) {
-        return format!("{prefix}{path}");
-    }
-    let mut out = format!("\"{prefix}");
-    for c in path.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\x07' => out.push_str("\\a"),
-            '\x08' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\x0b' => out.push_str("\\v"),
-            '\x0c' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            c if special(c) => out.push_str(&format!("\\{:03o}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// The change from `before` to `after` (the loaded contents of entries `old` and `new`) of one file.

@@ -26,4 +26,5 @@ pub use session::{
 pub use snapshot::{
     FileAction, FileActionKind, FileDiff, FileStatus, GcReport, KeptPath, RelPath, RestoreOutcome,
     RevertDiffs, RevertOutcome, SkipReason, SkippedPath, SnapshotId, SnapshotPatch, TrackOutcome,
+    diff_file_headers, diff_git_line, diff_side,
 };

@@ -195,6 +195,57 @@ pub struct FileDiff {
     pub status: FileStatus,
 }
 
+/// How git names side `prefix` (`a/` or `b/`) of `path`'s diff in its headers (with `core.quotePath=false`):
+/// `/dev/null` when the side is absent; as it is; or, when the path holds a control character (a newline),
+/// a double quote or a backslash, in double quotes with C escapes, so that a name cannot break a header
+/// line in two (SPEC 12.10).
+pub fn diff_side(prefix: &str, path: &str, present: bool) -> String {
+    let special = |c: char| c == '"' || c == '\\' || c < ' ' || c == '\x7f';
+    if !present {
+        return "/dev/null".to_owned();
+    }
+    if !path.contains(special) {
+        return format!("{prefix}{path}");
+    }
+    let mut out = format!("\"{prefix}");
+    for c in path.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\x07' => out.push_str("\\a"),
+            '\x08' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\x0b' => out.push_str("\\v"),
+            '\x0c' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if special(c) => out.push_str(&format!("\\{:03o}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The `diff --git` line of `path`'s diff, as git writes it.
+pub fn diff_git_line(path: &str) -> String {
+    format!(
+        "diff --git {} {}\n",
+        diff_side("a/", path, true),
+        diff_side("b/", path, true)
+    )
+}
+
+/// The `---` and `+++` lines of `path`'s diff, as git writes them: a side with a space is followed by a tab
+/// (for GNU patch).
+pub fn diff_file_headers(path: &str, has_old: bool, has_new: bool) -> String {
+    let line = |marker: &str, side: String| {
+        let tab = if side.contains(' ') { "\t" } else { "" };
+        format!("{marker} {side}{tab}\n")
+    };
+    line("---", diff_side("a/", path, has_old)) + &line("+++", diff_side("b/", path, has_new))
+}
+
 /// The two diffs a revert stores (SPEC section 6, steps 5 and 6), between its pre-revert snapshot and
 /// `applied`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     FileAction, FileActionKind, FileDiff, FileStatus, GcReport, KeptPath, RelPath, RestoreOutcome,
     RevertDiffs, RevertOutcome, SkipReason, SkippedPath, SnapshotId, SnapshotPatch, TrackOutcome,
+    diff_file_headers, diff_git_line, diff_side,
 };
 use crate::ports::SnapshotPort;
 use crate::revert::file_plan;
@@ -723,7 +724,7 @@ fn diff_trees(from: &Tree, to: &Tree, size_cap: u64) -> Vec<FileDiff> {
             continue;
         }
         let lines = LineDiff::new(old_bytes, new_bytes);
-        let mut patch = file_headers(path, old.is_some(), new.is_some());
+        let mut patch = diff_file_headers(path, old.is_some(), new.is_some());
         patch.push_str(&lines.hunks());
         diffs.push(FileDiff {
             file: path.clone(),
@@ -736,20 +737,6 @@ fn diff_trees(from: &Tree, to: &Tree, size_cap: u64) -> Vec<FileDiff> {
     diffs
 }
 
-fn file_headers(path: &str, has_old: bool, has_new: bool) -> String {
-    let old = if has_old {
-        format!("a/{path}")
-    } else {
-        "/dev/null".to_owned()
-    };
-    let new = if has_new {
-        format!("b/{path}")
-    } else {
-        "/dev/null".to_owned()
-    };
-    format!("--- {old}\n+++ {new}\n")
-}
-
 /// The git-style text diff between two trees (`diff --git` headers, mode lines, hunks).
 fn unified_text(from: &Tree, to: &Tree, size_cap: u64) -> String {
     let paths: BTreeSet<&String> = from.keys().chain(to.keys()).collect();
@@ -759,7 +746,7 @@ fn unified_text(from: &Tree, to: &Tree, size_cap: u64) -> String {
         if old == new {
             continue;
         }
-        out.push_str(&format!("diff --git a/{path} b/{path}\n"));
+        out.push_str(&diff_git_line(path));
         match (old, new) {
             (None, Some(node)) => out.push_str(&format!("new file mode {}\n", node.mode())),
             (Some(node), None) => out.push_str(&format!("deleted file mode {}\n", node.mode())),
@@ -774,21 +761,14 @@ fn unified_text(from: &Tree, to: &Tree, size_cap: u64) -> String {
             continue;
         }
         if without_line_diff(old_bytes, new_bytes, size_cap) {
-            let side = |present: bool, prefix: &str| {
-                if present {
-                    format!("{prefix}/{path}")
-                } else {
-                    "/dev/null".to_owned()
-                }
-            };
             out.push_str(&format!(
                 "Binary files {} and {} differ\n",
-                side(old.is_some(), "a"),
-                side(new.is_some(), "b")
+                diff_side("a/", path, old.is_some()),
+                diff_side("b/", path, new.is_some())
             ));
             continue;
         }
-        out.push_str(&file_headers(path, old.is_some(), new.is_some()));
+        out.push_str(&diff_file_headers(path, old.is_some(), new.is_some()));
         out.push_str(&LineDiff::new(old_bytes, new_bytes).hunks());
     }
     out

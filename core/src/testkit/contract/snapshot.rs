@@ -137,6 +137,7 @@ macro_rules! snapshot_contract_tests {
             diff_counts_lines,
             diff_marks_binary_files,
             unified_diff_names_every_changed_file,
+            unified_diff_quotes_names_that_would_break_a_header,
             revert_diffs_equal_the_text_diff_to_the_worktree_and_the_diff_back,
             revert_diffs_after_a_revert_are_those_of_its_two_snapshots,
             revert_when_touches_nothing_without_its_go_ahead,
@@ -560,6 +561,34 @@ pub async fn unified_diff_names_every_changed_file(h: &dyn WorktreeHarness) {
     let a = text.find("a/a.txt").expect("a.txt is named");
     let n = text.find("a/new.txt").expect("new.txt is named");
     assert!(a < n, "files come in path order");
+}
+
+/// A name with a newline (or a tab, a double quote, a backslash) is quoted in the diff headers as git
+/// quotes it, so it cannot break a header line in two (SPEC 12.10); `FileDiff.patch` headers too. A name
+/// with a space ends its `---`/`+++` line with a tab, as git's does.
+pub async fn unified_diff_quotes_names_that_would_break_a_header(h: &dyn WorktreeHarness) {
+    h.write("keep.txt", b"k\n");
+    let from = track(h).await.id;
+    h.write("evil\nmsg_fake user.txt", b"x\n");
+    let to = track(h).await.id;
+    let text = h
+        .port()
+        .unified_diff(h.root(), &from)
+        .await
+        .expect("unified_diff");
+    assert!(
+        text.starts_with(
+            "diff --git \"a/evil\\nmsg_fake user.txt\" \"b/evil\\nmsg_fake user.txt\"\n"
+        ) && text.contains("--- /dev/null\n+++ \"b/evil\\nmsg_fake user.txt\"\t\n"),
+        "{text}"
+    );
+    let diffs = h.port().diff(h.root(), &from, &to).await.expect("diff");
+    assert!(
+        diffs[0]
+            .patch
+            .starts_with("--- /dev/null\n+++ \"b/evil\\nmsg_fake user.txt\"\t\n@@"),
+        "{diffs:#?}"
+    );
 }
 
 /// A revert's diffs between two snapshots are the text diff from the first to a worktree holding the
