@@ -508,12 +508,7 @@ fn replace(
             Standing::Same(held, permissions) => {
                 // The file keeps the permissions it has (a private file stays private), with the execute
                 // bits its snapshot says.
-                if let (Some(file), Some(permissions)) = (&temp.file, permissions) {
-                    let kept = kept_permissions(permissions, temp.executable);
-                    if kept != temp.permissions {
-                        file.set_permissions(fs::Permissions::from_mode(kept))?;
-                    }
-                }
+                temp.set_permissions(permissions.map(|p| kept_permissions(p, temp.executable)))?;
                 return match rustix::fs::renameat(dir, tmp, dir, name) {
                     Ok(()) => Ok(Some(held)),
                     // Turned into a directory since the look.
@@ -525,6 +520,7 @@ fn replace(
             Standing::Gone => {}
         }
     }
+    temp.set_permissions(None)?;
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(Some(Held::none())),
         Err(Errno::EXIST) => Ok(None),
@@ -578,6 +574,45 @@ struct Temp {
     permissions: u32,
 }
 
+impl Temp {
+    /// Gives the file its final permission bits, right before it is renamed over its target: `bits`, or
+    /// those of a new file. Until then only its owner can read it (it may be a private file's content).
+    fn set_permissions(&self, bits: Option<u32>) -> io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let bits = bits.unwrap_or_else(|| new_file_permissions(self.executable));
+        if bits != self.permissions {
+            file.set_permissions(fs::Permissions::from_mode(bits))?;
+        }
+        Ok(())
+    }
+}
+
+/// The permission bits of a new file, as git's checkout gives them: `0666` or `0777` less the process's
+/// umask, an executable one always with the owner's execute bit.
+fn new_file_permissions(executable: bool) -> u32 {
+    let bits = if executable { 0o777 } else { 0o666 } & !umask();
+    if executable { bits | 0o100 } else { bits }
+}
+
+/// The process's umask, read once from `/proc/self/status` (`umask(2)` can only be read by setting it, which
+/// would race the other threads' file creations); 022 where the kernel does not say.
+fn umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|line| line.strip_prefix("Umask:"))
+                    .and_then(|value| u32::from_str_radix(value.trim(), 8).ok())
+            })
+            .unwrap_or(0o022)
+    })
+}
+
 /// The permission bits a file that replaces one with `permissions` gets: the same, with the execute bits
 /// its snapshot says (set where a read bit is, and always for the owner; or none).
 fn kept_permissions(permissions: u32, executable: bool) -> u32 {
@@ -591,9 +626,8 @@ fn kept_permissions(permissions: u32, executable: bool) -> u32 {
     }
 }
 
-/// Writes blob `id` to the new file `tmp` in `dir`: a symlink, or a file whose permissions follow the
-/// process's umask, as git's checkout does (`0666` or `0777` less the umask; an executable one always has
-/// the owner's execute bit). `replace` gives a file that replaces another that one's permissions.
+/// Writes blob `id` to the new file `tmp` in `dir`: a symlink, or a file only its owner can read until
+/// `replace` gives it its final permissions (`Temp::set_permissions`).
 fn write_temp(
     store: &Store,
     dir: &OwnedFd,
@@ -623,28 +657,23 @@ fn write_temp(
     }
     use rustix::fs::{Mode as Bits, OFlags};
     let executable = mode == Mode::Exec;
-    // The kernel takes the umask off the mode given here.
+    // The kernel takes the umask off the mode given here; a umask can only narrow it further.
     let fd = rustix::fs::openat(
         dir,
         tmp,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Bits::from_raw_mode(if executable { 0o777 } else { 0o666 }),
+        Bits::from_raw_mode(0o600),
     )
     .map_err(|e| TempError::Disk(e.into()))?;
     let mut file = fs::File::from(fd);
     let ext4 = preallocate(&file, size);
     io::copy(&mut reader, &mut file).map_err(TempError::Disk)?;
-    let mut permissions = file
+    let permissions = file
         .metadata()
         .map_err(TempError::Disk)?
         .permissions()
         .mode()
         & 0o777;
-    if executable && permissions & 0o100 == 0 {
-        permissions |= 0o100;
-        file.set_permissions(fs::Permissions::from_mode(permissions))
-            .map_err(TempError::Disk)?;
-    }
     Ok(Temp {
         file: Some(file),
         ext4,
