@@ -86,9 +86,10 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
 }
 
 /// The session a `/session/{id}…` path names, when the id is well-formed.
+/// The session a request's path names (its id percent-decoded, as the router decodes it).
 fn session_of(path: &str) -> Option<rewind_core::model::SessionId> {
     let id = path.strip_prefix("/session/")?.split('/').next()?;
-    rewind_core::model::SessionId::parse(id).ok()
+    rewind_core::model::SessionId::parse(&percent_decode(id)?).ok()
 }
 
 fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {
@@ -271,14 +272,18 @@ pub fn session_under_roots(directory: &str, roots: &[PathBuf]) -> Result<(), Api
 /// write another directory, perhaps outside the project roots, with snapshots of the first. A directory
 /// that is gone is left to the routes (the session stays readable).
 pub fn session_resolves_to_itself(directory: &str) -> Result<(), ApiError> {
+    let elsewhere = |canonical: &dyn std::fmt::Display| {
+        ApiError::BadRequest(format!(
+            "worktree {directory} now resolves to {canonical}: it, or a directory above it, was replaced by a \
+             symlink or moved; rewind does not follow it (the session's snapshots are of {directory})"
+        ))
+    };
     match canonical_worktree(Path::new(directory)) {
         Ok((canonical, _)) if canonical != Path::new(directory) => {
-            Err(ApiError::BadRequest(format!(
-                "worktree {directory} now resolves to {}: it, or a directory above it, was replaced by a \
-                 symlink or moved; rewind does not follow it (the session's snapshots are of {directory})",
-                canonical.display()
-            )))
+            Err(elsewhere(&canonical.display()))
         }
+        // The stored path is UTF-8: one that resolves to a path that is not lies elsewhere.
+        Err(crate::worktree::WorktreeError::NotUtf8(canonical)) => Err(elsewhere(&canonical)),
         _ => Ok(()),
     }
 }

@@ -191,6 +191,9 @@ async fn a_session_whose_worktree_became_a_symlink_is_refused() -> Result<()> {
             .json(&json!({})),
         app.http.get(app.url(&format!("/session/{id}/diff"))),
         app.http.delete(app.url(&format!("/session/{id}"))),
+        // The id percent-encoded, as the router decodes it.
+        app.http
+            .get(app.url(&format!("/session/{}", id.replacen('s', "%73", 1)))),
     ];
     for request in requests {
         let reply = app.send(request).await?;
@@ -203,6 +206,22 @@ async fn a_session_whose_worktree_became_a_symlink_is_refused() -> Result<()> {
             reply.body
         );
     }
+    // A symlink to a directory whose path is not UTF-8 is refused the same way.
+    let odd = outside
+        .path()
+        .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"odd\xff"));
+    std::fs::create_dir(&odd)?;
+    std::fs::remove_file(&sub)?;
+    std::os::unix::fs::symlink(&odd, &sub)?;
+    let reply = app.get(&format!("/session/{id}")).await?;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(
+        reply.body["data"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("now resolves to")),
+        "{}",
+        reply.body
+    );
     assert_eq!(
         std::fs::read_to_string(outside.path().join("f.txt"))?,
         "TOP SECRET\n"
