@@ -65,15 +65,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     let warnings_before = warning_count(ctx, &session).await.unwrap_or(usize::MAX);
     // A reverted session's hidden messages are discarded when the turn begins (SPEC 7): said afterwards,
     // since `redo` can no longer bring them back.
-    let hidden = match &session.revert {
-        Some(revert) => rewind.messages(&session.id).await.map_or(0, |messages| {
-            messages
-                .iter()
-                .filter(|m| m.info.id >= revert.message_id)
-                .count()
-        }),
-        None => 0,
-    };
+    let hidden = hidden_messages(ctx, &session).await;
     // The turn's two messages and its step are stored together: a step that cannot begin (the session or
     // the worktree busy) leaves nothing recorded.
     let begun = with_progress(
@@ -85,6 +77,12 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         ),
     )
     .await;
+    // Counted as what is gone afterwards: the cleanup is committed on its own, also when the step then
+    // cannot begin, and another process may have unreverted the session meanwhile.
+    let discarded = discarded_of(ctx, &session.id, &hidden).await;
+    if discarded > 0 && (!ctx.json || begun.is_err()) {
+        say_discarded(discarded);
+    }
     let (user, assistant, _) = match begun {
         Ok(turn) => turn,
         Err(error) => {
@@ -173,18 +171,9 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             files,
             undoable,
             warnings,
-            discarded_messages: hidden,
+            discarded_messages: discarded,
         })?;
     } else {
-        if hidden > 0 {
-            eprintln!(
-                "rewind: the session was reverted: its {hidden} hidden message{} {} discarded before this turn \
-                 (as OpenCode does), so `rewind redo` can no longer bring them back; the files were left as \
-                 the revert put them",
-                plural(hidden as u64),
-                if hidden == 1 { "was" } else { "were" }
-            );
-        }
         for warning in &warnings {
             eprint!(
                 "rewind: warning: {}",
@@ -216,6 +205,51 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         0 => Ok(()),
         status => Err(Exit(status).into()),
     }
+}
+
+/// The messages a revert of `session` hides (none when it is not reverted, or they cannot be read).
+async fn hidden_messages(ctx: &Context, session: &Session) -> Vec<MessageId> {
+    let Some(revert) = &session.revert else {
+        return Vec::new();
+    };
+    ctx.services
+        .rewind
+        .messages(&session.id)
+        .await
+        .map(|messages| {
+            messages
+                .into_iter()
+                .filter(|m| m.info.id >= revert.message_id)
+                .map(|m| m.info.id)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many of the `hidden` messages are gone now (0 when they cannot be read).
+async fn discarded_of(ctx: &Context, session: &SessionId, hidden: &[MessageId]) -> usize {
+    if hidden.is_empty() {
+        return 0;
+    }
+    ctx.services
+        .rewind
+        .messages(session)
+        .await
+        .map_or(0, |messages| {
+            hidden
+                .iter()
+                .filter(|id| !messages.iter().any(|m| &m.info.id == *id))
+                .count()
+        })
+}
+
+fn say_discarded(discarded: usize) {
+    eprintln!(
+        "rewind: the session was reverted: its {discarded} hidden message{} {} discarded (as OpenCode does), \
+         so `rewind redo` can no longer bring them back; the files were left as the revert put them",
+        plural(discarded as u64),
+        if discarded == 1 { "was" } else { "were" }
+    );
 }
 
 /// Says why the command could not be run, when it could not.

@@ -385,7 +385,7 @@ fn an_exec_after_undo_says_the_undone_turn_is_discarded() {
     assert!(output.status.success(), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("its 2 hidden messages were discarded before this turn")
+        stderr.contains("its 2 hidden messages were discarded (as OpenCode does)")
             && stderr.contains("`rewind redo` can no longer bring them back"),
         "{stderr}"
     );
@@ -399,4 +399,25 @@ fn an_exec_after_undo_says_the_undone_turn_is_discarded() {
         "the files stay as the undo left them"
     );
     assert!(!env.path().join("d.txt").exists());
+}
+
+/// The undone turn is discarded before the new turn's step begins, so it is said also when that step then
+/// cannot begin (here the worktree is over the file-count cap).
+#[test]
+fn an_exec_that_cannot_begin_after_undo_still_says_the_undone_turn_is_discarded() {
+    let env = Env::plain();
+    env.exec_sh("printf 'a\\n' > a.txt");
+    env.exec_sh("printf 'b\\n' > b.txt");
+    env.ok(&["undo"]);
+    std::fs::write(env.path().join("c.txt"), "c\n").expect("write");
+    let output = env
+        .rewind(&["--file-cap", "1", "exec", "--", "true"])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("its 2 hidden messages were discarded"),
+        "{stderr}"
+    );
 }
