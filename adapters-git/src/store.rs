@@ -122,9 +122,19 @@ pub fn location(config: &GitStoreConfig, canonical: &Path) -> PathBuf {
 
 impl Store {
     /// Opens (creating on first use) and locks the store of `worktree`, and removes the temporary files a
-    /// crashed operation left.
+    /// crashed operation left. `worktree` is the canonical path sessions record: one that resolves to
+    /// another directory now (it, or a directory above it, was replaced by a symlink) is refused, so no
+    /// operation reads or writes where the symlink leads with the snapshots of the recorded worktree.
     pub fn open(config: &GitStoreConfig, worktree: &Path) -> GitResult<Store> {
         let canonical = canonical_worktree(config, worktree)?;
+        if canonical != worktree {
+            return Err(GitError::Refused(format!(
+                "worktree {} resolves to {}: it, or a directory above it, is a symlink; rewind works on the \
+                 real directory's path, and does not follow a worktree replaced by a symlink",
+                worktree.display(),
+                canonical.display()
+            )));
+        }
         let dir = location(config, &canonical);
         if !dir.join("HEAD").is_file() {
             create_bare(&dir, &canonical)?;

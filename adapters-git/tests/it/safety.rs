@@ -898,6 +898,53 @@ async fn same_size_rewrite_in_the_same_second_is_seen() {
     }
 }
 
+/// The store works on the canonical path a session records: a worktree replaced by a symlink after its
+/// snapshots were taken (here to a directory outside it) is refused by every operation, so nothing is read
+/// or written where the symlink leads; and so is a worktree named through a symlink.
+#[tokio::test]
+async fn a_worktree_replaced_by_a_symlink_is_refused() {
+    let h = GitHarness::new();
+    h.write("f.txt", b"v1\n");
+    let start = h.id().await;
+    h.write("f.txt", b"v2\n");
+    let (outside, outside_before) = sentinel(&h);
+    fs::rename(h.root(), h.base().join("moved")).expect("move the worktree away");
+    std::os::unix::fs::symlink(&outside, h.root()).expect("symlink in its place");
+
+    let refused = |what: &str, result: Result<(), Error>| match result {
+        Err(Error::InvalidInput(message)) => {
+            assert!(message.contains("is a symlink"), "{what}: {message}")
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    refused("track", h.port().track(h.root()).await.map(|_| ()));
+    refused(
+        "restore",
+        h.port().restore(h.root(), &start, None).await.map(|_| ()),
+    );
+    let patches = one_patch(&start, &["file.txt", "f.txt"]);
+    refused(
+        "revert",
+        h.port()
+            .revert(h.root(), &patches, &start)
+            .await
+            .map(|_| ()),
+    );
+    refused(
+        "diff",
+        h.port().unified_diff(h.root(), &start).await.map(|_| ()),
+    );
+    assert_eq!(
+        list_tree(&outside),
+        outside_before,
+        "nothing outside changed"
+    );
+    assert_eq!(
+        fs::read(h.base().join("moved/f.txt")).expect("read"),
+        b"v2\n"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // (h) Refused worktrees, (i) the file-count cap, and names that are not UTF-8.
 
