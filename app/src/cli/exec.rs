@@ -8,6 +8,7 @@ use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
+use rewind_core::revert::{RevertPoint, cleanup_plan};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
@@ -207,7 +208,8 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     }
 }
 
-/// The messages a revert of `session` hides (none when it is not reverted, or they cannot be read).
+/// The messages cleanup would remove from `session` (SPEC 7): those its revert hides whole (none when it
+/// is not reverted, or they cannot be read).
 async fn hidden_messages(ctx: &Context, session: &Session) -> Vec<MessageId> {
     let Some(revert) = &session.revert else {
         return Vec::new();
@@ -216,13 +218,7 @@ async fn hidden_messages(ctx: &Context, session: &Session) -> Vec<MessageId> {
         .rewind
         .messages(&session.id)
         .await
-        .map(|messages| {
-            messages
-                .into_iter()
-                .filter(|m| m.info.id >= revert.message_id)
-                .map(|m| m.info.id)
-                .collect()
-        })
+        .map(|messages| cleanup_plan(&messages, &RevertPoint::of(revert)).removed_messages)
         .unwrap_or_default()
 }
 
