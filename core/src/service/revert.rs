@@ -943,8 +943,7 @@ impl Rewind {
             guards: vec![Guard::IntentExists(intent.token.clone())],
             ..Default::default()
         };
-        let mut captured = None;
-        let mut capture_stored = false;
+        let mut captured = Captured::Nothing;
         let mut left = Vec::new();
         if !changed.is_empty() {
             // The capture is recorded before any file is put back: should the last commit fail, the state
@@ -968,13 +967,16 @@ impl Rewind {
                     events: Vec::new(),
                 })
                 .await;
-            match recorded {
-                Ok(()) => capture_stored = true,
+            let stored = match recorded {
+                Ok(()) => true,
                 Err(error @ Error::LeaseLost(_)) => return Err(error),
-                Err(_) => transaction
-                    .changes
-                    .push(Change::AddCapture(Box::new(record))),
-            }
+                Err(_) => {
+                    transaction
+                        .changes
+                        .push(Change::AddCapture(Box::new(record)));
+                    false
+                }
+            };
             // A file changed after the capture (by someone else) is left as it is: its content is in no
             // snapshot.
             let outcome = self
@@ -996,41 +998,52 @@ impl Rewind {
                     .collect(),
             };
             self.push_warning(&mut transaction, &session.id, warning);
-            captured = Some(capture);
+            captured = if stored {
+                Captured::Stored(capture)
+            } else {
+                Captured::WithRecord(capture)
+            };
         }
         transaction
             .changes
             .push(Change::DeleteIntent(intent.token.clone()));
         Ok(PutBack {
             record: transaction,
-            capture: captured,
-            capture_stored,
+            captured,
             left,
         })
     }
 }
 
 /// An intent's files put back (`put_back_intent`): the transaction that records it, and the snapshot that
-/// holds the files' state before they were put back (none when none of them had changed).
+/// holds the files' state before they were put back.
 struct PutBack {
     record: Transaction,
-    capture: Option<SnapshotId>,
-    /// Whether the capture's own record is committed (else it is only in `record`).
-    capture_stored: bool,
+    captured: Captured,
     /// The files left as they are (changed meanwhile, or not tracked content now).
     left: Vec<RelPath>,
+}
+
+/// The snapshot of an intent's files before they were put back, and where it is recorded.
+enum Captured {
+    /// None of the files had changed: nothing was captured.
+    Nothing,
+    /// Its capture record is committed.
+    Stored(SnapshotId),
+    /// Its capture record goes with `PutBack::record` (its own commit was refused).
+    WithRecord(SnapshotId),
 }
 
 impl PutBack {
     /// What a rollback says when its files are back but `record` could not be committed (`recording`).
     fn unrecorded(&self, operation: IntentOperation, recording: &Error) -> String {
-        let kept = match (&self.capture, self.capture_stored) {
-            (None, _) => String::new(),
-            (Some(id), true) => format!(
+        let kept = match &self.captured {
+            Captured::Nothing => String::new(),
+            Captured::Stored(id) => format!(
                 "; the files' state before they were put back is kept in snapshot {id} (`rewind snapshot \
                  restore {id} PATH…` brings a file back)"
             ),
-            (Some(id), false) => format!(
+            Captured::WithRecord(id) => format!(
                 "; the files' state before they were put back is in snapshot {id}, which no record names yet: \
                  `rewind gc` removes it once its grace period has passed, so restore what you need from it now \
                  (`rewind snapshot restore {id} PATH…`)"
