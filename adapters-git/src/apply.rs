@@ -570,7 +570,8 @@ struct Temp {
     ext4: bool,
     /// Whether the snapshot has it executable.
     executable: bool,
-    /// Its permission bits.
+    /// Its permission bits as created, read back (a directory's default ACL may give others than the
+    /// umask would).
     permissions: u32,
 }
 
