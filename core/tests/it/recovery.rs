@@ -131,13 +131,7 @@ fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
             "wholly before the operation"
         );
         assert!(w.repo.intents().await.expect("intents").is_empty());
-        let warning = w
-            .rewind
-            .warnings(&s.id)
-            .await
-            .expect("warnings")
-            .pop()
-            .expect("warning");
+        let warning = w.last_warning(&s.id, "warning").await;
         assert!(warning.message.starts_with("a revert by "), "{warning:?}");
         let capture = warning.snapshot.expect("capture");
         assert_eq!(captured_a(&w, &capture), Some(b"half reverted".to_vec()));

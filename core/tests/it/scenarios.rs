@@ -317,13 +317,7 @@ fn revert_warns_about_files_edited_after_the_last_step() {
             kinds,
             ["session.warning", "session.diff", "session.updated"]
         );
-        let warning = w
-            .rewind
-            .warnings(&s.id)
-            .await
-            .expect("warnings")
-            .pop()
-            .expect("warning");
+        let warning = w.last_warning(&s.id, "warning").await;
         assert_eq!(warning.files, [w.abs("a.txt")]);
         assert_eq!(warning.snapshot, session.revert.and_then(|r| r.snapshot));
     })
@@ -1210,13 +1204,7 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
         let session = w.rewind.session(&s.id).await.expect("session");
         assert!(session.revert.is_none());
         assert!(w.repo.intents().await.expect("intents").is_empty());
-        let warning = w
-            .rewind
-            .warnings(&s.id)
-            .await
-            .expect("warnings")
-            .pop()
-            .expect("the rollback's warning");
+        let warning = w.last_warning(&s.id, "the rollback's warning").await;
         assert!(
             warning.message.starts_with("the revert failed: "),
             "{warning:?}"
@@ -1241,16 +1229,19 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
 }
 
 /// One turn (`a.txt` from 0 to 1), then a revert to it that fails with the faults `arm` sets on the repo:
-/// the session, the turn and the revert's error message (a `Backend` error).
+/// the session, the turn and the revert's error message (a `Backend` error). The rollback has put `a.txt`
+/// back to 1.
 async fn revert_failing_with(w: &World, arm: impl FnOnce(&MemRepo)) -> (Session, Turn, String) {
     w.write("a.txt", "0");
     let s = w.session().await;
     let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
     arm(&w.repo);
-    match w.try_revert_to(&s.id, &t1.user).await {
+    let failed = match w.try_revert_to(&s.id, &t1.user).await {
         Err(Error::Backend(error)) => (s, t1, error.to_string()),
         other => panic!("{other:?}"),
-    }
+    };
+    assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
+    failed
 }
 
 /// The rollback `message` names a stored capture's snapshot as where the files' state is kept.
@@ -1283,7 +1274,6 @@ fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
                 && !message.contains("rolling the files back also failed"),
             "{message}"
         );
-        assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
         assert_eq!(
             w.repo.intents().await.expect("intents").len(),
             1,
@@ -1315,7 +1305,6 @@ fn a_rollback_whose_capture_and_record_cannot_be_stored_says_the_snapshot_is_unr
                 && message.contains("which no record names yet"),
             "{message}"
         );
-        assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
         assert!(w.rewind.captures(None).await.expect("captures").is_empty());
     })
 }
@@ -1340,7 +1329,6 @@ fn a_rollback_whose_intent_another_process_finished_says_so() {
                 && !message.contains("the intent record stays"),
             "{message}"
         );
-        assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
         assert!(w.repo.intents().await.expect("intents").is_empty());
         assert_names_a_capture(&w, &message).await;
     })
@@ -1367,13 +1355,7 @@ fn a_rollback_puts_back_a_file_the_revert_replaced_with_a_directory() {
             "the user's file is back"
         );
         assert_eq!(w.read("lib/x.rs"), None);
-        let warning = w
-            .rewind
-            .warnings(&s.id)
-            .await
-            .expect("warnings")
-            .pop()
-            .expect("the rollback's warning");
+        let warning = w.last_warning(&s.id, "the rollback's warning").await;
         assert!(warning.files.contains(&w.abs("lib")), "{warning:?}");
     })
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rewind_core::model::{
-    MessageId, MessageWithParts, Part, PartBody, Session, SessionId, StoredEvent,
+    MessageId, MessageWithParts, Part, PartBody, Session, SessionId, StoredEvent, Warning,
 };
 use rewind_core::service::{NewMessage, StepEnd};
 use rewind_core::testkit::FakeHost;
@@ -163,6 +163,16 @@ impl World {
             .into_iter()
             .map(|e| e.event.payload.kind().to_owned())
             .collect()
+    }
+
+    /// The session's newest warning (which must exist; `what` names it in the panic).
+    pub async fn last_warning(&self, session: &SessionId, what: &str) -> Warning {
+        self.rewind
+            .warnings(session)
+            .await
+            .expect("warnings")
+            .pop()
+            .unwrap_or_else(|| panic!("{what}"))
     }
 
     pub async fn last_seq(&self) -> u64 {
