@@ -3,10 +3,11 @@
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbErr, EntityTrait,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, EntityTrait,
     SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
 };
 use sea_orm_migration::seaql_migrations;
@@ -122,7 +123,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             });
         }
         if !known.is_subset(&applied) {
-            migrate(&db, backend, config.schema.as_deref())
+            migrate(&db, backend, config.schema.as_deref(), busy_timeout)
                 .await
                 .map_err(|e| classify("applying the schema migrations", e))?;
         }
@@ -199,16 +200,24 @@ async fn applied_migrations(db: &DatabaseConnection) -> Result<BTreeSet<String>,
         .collect())
 }
 
-/// Applies the pending migrations. On SQLite they all run inside one `BEGIN IMMEDIATE` transaction (each
-/// migration a savepoint in it): a second process opening the same fresh file waits for the write lock (up
-/// to the busy timeout) and then finds nothing left to do, instead of failing when its read transaction
-/// cannot be upgraded to a write one. On PostgreSQL each migration runs in its own transaction; when
-/// another process migrates the same database at the same moment one of the two fails on a table the other
-/// created: it then finds every migration applied and is done.
+/// Applies the pending migrations, all inside one transaction (each migration a savepoint in it), so that
+/// two processes opening the same fresh database at once never both create its tables:
+/// - on SQLite the transaction is `BEGIN IMMEDIATE`: a second process waits for the write lock (up to the
+///   busy timeout) and then finds nothing left to do, instead of failing when its read transaction cannot
+///   be upgraded to a write one;
+/// - on PostgreSQL the transaction first takes an advisory lock named after the schema
+///   (`pg_advisory_xact_lock`, waited for up to the busy timeout, released at commit or rollback); the
+///   second process waits for it, then reads the first one's committed migration rows and has nothing left
+///   to do. Without the lock each would create the same table, and one would fail on a duplicate key of
+///   PostgreSQL's own catalogue.
+///
+/// Should it fail all the same (a database being migrated by an older rewind, which takes no lock), the
+/// migrations are read again: all applied means another process did the work.
 async fn migrate(
     db: &DatabaseConnection,
     backend: Backend,
     schema: Option<&str>,
+    busy_timeout: Duration,
 ) -> Result<(), DbErr> {
     let known = known_migrations();
     let mut attempt = 1;
@@ -224,11 +233,25 @@ async fn migrate(
                 Migrator::up(&txn, None).await?;
                 return txn.commit().await;
             }
+            let txn = db.begin().await?;
+            // `SET LOCAL` ends with the transaction; a connection of the pool keeps no changed setting.
+            txn.execute_unprepared(&format!(
+                "SET LOCAL lock_timeout = {}",
+                busy_timeout.as_millis().max(1)
+            ))
+            .await?;
+            txn.execute_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT pg_advisory_xact_lock(hashtext($1))",
+                [format!("rewind schema migrations: {}", schema.unwrap_or("public")).into()],
+            ))
+            .await?;
             if let Some(schema) = schema {
-                db.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+                txn.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
                     .await?;
             }
-            Migrator::up(db, None).await
+            Migrator::up(&txn, None).await?;
+            txn.commit().await
         }
         .await;
         match result {
@@ -240,7 +263,8 @@ async fn migrate(
                 if done {
                     return Ok(());
                 }
-                if attempt >= MIGRATION_ATTEMPTS {
+                // A lock waited out has already taken the whole busy timeout.
+                if attempt >= MIGRATION_ATTEMPTS || fault_kind(&error) == FaultKind::Locked {
                     return Err(error);
                 }
                 attempt += 1;
