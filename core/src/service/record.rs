@@ -183,6 +183,9 @@ impl Rewind {
             extra: input.extra,
         };
         let parts = self.build_parts(&info, None, input.parts)?;
+        for part in &parts {
+            ensure_part_id_unused(messages, &part.id)?;
+        }
         Ok((info, parts))
     }
 
@@ -209,6 +212,9 @@ impl Rewind {
                 "message {message_id} is reverted from part {part} on; unrevert the session or record a new \
                  message"
             )));
+        }
+        if let Some(id) = &input.id {
+            ensure_part_id_unused(&self.repo.messages(session_id).await?, id)?;
         }
         let last = message.parts.last().map(|p| p.id.clone());
         let mut parts = self.build_parts(&message.info, last, vec![input])?;
@@ -838,6 +844,23 @@ impl Rewind {
         }
         let warning = skipped_warning(self.now(), &session.directory, skipped);
         self.push_warning(transaction, &session.id, warning);
+    }
+}
+
+/// Refuses a client's part id that a part of another message of the session already has: a revert finds
+/// its target part by id alone (SPEC 5, as OpenCode), so a second part with the same id would make a revert
+/// to it land on the first one, and undo that turn instead. (Within one message, ids must ascend.)
+fn ensure_part_id_unused(messages: &[MessageWithParts], id: &PartId) -> Result<()> {
+    match messages
+        .iter()
+        .find(|m| m.parts.iter().any(|p| &p.id == id))
+    {
+        Some(holder) => Err(Error::InvalidInput(format!(
+            "part id {id} is already the id of a part of message {}; a part id names one part of its \
+             session",
+            holder.info.id
+        ))),
+        None => Ok(()),
     }
 }
 

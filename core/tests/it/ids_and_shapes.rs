@@ -153,6 +153,74 @@ fn the_service_refuses_a_client_id_out_of_order_and_stores_nothing() {
     })
 }
 
+/// A revert finds its target part by id alone (SPEC 5), so a part id a part of another message already has
+/// would make a revert to the new part land on the old one and undo the wrong turn: it is refused, by both
+/// routes that take a client's part ids, and nothing is stored. Another session may use it.
+#[test]
+fn a_part_id_another_message_of_the_session_has_is_refused_and_stores_nothing() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let first = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("first"))
+            .await
+            .expect("message");
+        let taken = first.parts[0].id.clone();
+        let seq = w.last_seq().await;
+
+        let mut again = NewMessage::user_text("second");
+        again.parts[0].id = Some(taken.clone());
+        let result = w.rewind.create_message(&s.id, again).await;
+        let Err(Error::InvalidInput(message)) = result else {
+            panic!("refused: {result:?}");
+        };
+        assert!(
+            message.contains(taken.as_str()) && message.contains(first.info.id.as_str()),
+            "names the id and the message that has it: {message}"
+        );
+
+        let second = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("second"))
+            .await
+            .expect("message");
+        let seq_after_second = w.last_seq().await;
+        assert!(seq_after_second > seq);
+        let part = w
+            .rewind
+            .append_part(
+                &s.id,
+                &second.info.id,
+                NewPart {
+                    id: Some(taken.clone()),
+                    body: rewind_core::model::PartBody::text("x"),
+                },
+            )
+            .await;
+        assert!(matches!(part, Err(Error::InvalidInput(_))), "{part:?}");
+        let messages = w.messages(&s.id).await;
+        assert_eq!(messages.len(), 2);
+        let holding: Vec<_> = messages
+            .iter()
+            .flat_map(|m| &m.parts)
+            .filter(|p| p.id == taken)
+            .collect();
+        assert_eq!(holding.len(), 1, "only the first part has the id");
+        assert_eq!(w.last_seq().await, seq_after_second, "no event");
+
+        let other = w.session().await;
+        let mut elsewhere = NewMessage::user_text("in another session");
+        elsewhere.parts[0].id = Some(taken.clone());
+        let stored = w
+            .rewind
+            .create_message(&other.id, elsewhere)
+            .await
+            .expect("another session may use the id");
+        assert_eq!(stored.parts[0].id, taken);
+    })
+}
+
 #[test]
 fn json_shapes_are_opencodes() {
     block_on(async {
