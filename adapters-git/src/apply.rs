@@ -25,7 +25,7 @@ use crate::ignore::{Ignores, OutsideRule};
 use crate::odb::{Kind, Odb};
 use crate::replace::{Held, Releases, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
-use crate::store::{Store, TEMP_PREFIX};
+use crate::store::{Store, TEMP_PREFIX, is_temp_name};
 use crate::track::track;
 use crate::tree::{Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
 
@@ -213,8 +213,7 @@ impl<'a> TrackedNow<'a> {
 
     /// A `.git` or temporary path, or one inside the data dir: never tracked content, whatever stands there.
     fn never_tracked(&self, path: &str) -> bool {
-        path.split('/')
-            .any(|c| c == ".git" || c.starts_with(TEMP_PREFIX))
+        path.split('/').any(|c| c == ".git" || is_temp_name(c))
             || path
                 .match_indices('/')
                 .any(|(i, _)| self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i])))
@@ -1078,7 +1077,11 @@ fn parents_are_real_dirs(current: &TrackedNow<'_>, path: &str) -> GitResult<bool
     Ok(true)
 }
 
-fn journal_parents(store: &Store, paths: impl Iterator<Item = String>) -> GitResult<()> {
+fn journal_parents(
+    store: &Store,
+    batch: &str,
+    paths: impl Iterator<Item = String>,
+) -> GitResult<()> {
     let mut dirs = BTreeSet::new();
     for path in paths {
         let abs = store.worktree.join(&path);
@@ -1089,7 +1092,7 @@ fn journal_parents(store: &Store, paths: impl Iterator<Item = String>) -> GitRes
     if dirs.is_empty() {
         return Ok(());
     }
-    store.journal_temp_dirs(&dirs)
+    store.journal_temp_dirs(batch, &dirs)
 }
 
 fn in_scope(path: &str, scope: &Option<Vec<String>>) -> bool {
@@ -1162,11 +1165,15 @@ pub fn restore(
             target.holds(path)?;
         }
     }
-    journal_parents(store, writes.iter().map(|(p, _, _)| p.clone()))?;
     if let Tracking::PerPath(now) = &tracking {
         now.stop_planning();
     }
     let mut applier = Applier::new(store, config, tracking)?;
+    journal_parents(
+        store,
+        &applier.batch,
+        writes.iter().map(|(p, _, _)| p.clone()),
+    )?;
     applier.scope = scope.clone();
     applier.expected = expected;
     applier.protected = changed_since.iter().cloned().collect();
@@ -1762,8 +1769,8 @@ fn write_planned(
     // From here on every parent is looked at when it is used (the disk may have changed since the plan).
     current.stop_planning();
     let (edited, expected) = changed_after_track(store, config, &current, actions, base)?;
-    journal_parents(store, entries.keys().cloned())?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
+    journal_parents(store, &applier.batch, entries.keys().cloned())?;
     applier.expected = expected;
     applier.protected = edited.clone();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)

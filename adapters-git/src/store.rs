@@ -17,8 +17,32 @@ use crate::ignore::OutsideRule;
 use crate::odb::Odb;
 use crate::replace::{Held, preallocate};
 
-/// The prefix of every temporary file rewind writes into a worktree.
+/// The prefix of every temporary file rewind writes into a worktree: `.rewind-tmp-<batch>-<n>`, where the
+/// batch is 16 lowercase hex digits drawn at random for each operation and `n` counts its files.
 pub const TEMP_PREFIX: &str = ".rewind-tmp-";
+
+/// Whether `name` is a temporary file's name, of any batch: exactly `.rewind-tmp-`, 16 lowercase hex
+/// digits, `-` and a decimal count. A user's own file that merely starts with the prefix
+/// (`.rewind-tmp-notes`) is not one: it is tracked content like any other, and never removed.
+pub fn is_temp_name(name: &str) -> bool {
+    temp_batch(name).is_some()
+}
+
+/// The batch of a temporary file's name (see `is_temp_name`).
+fn temp_batch(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(TEMP_PREFIX)?;
+    let (batch, count) = rest.split_once('-')?;
+    let batch_ok = batch.len() == 16
+        && batch
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let count_ok =
+        !count.is_empty() && count.len() <= 20 && count.bytes().all(|b| b.is_ascii_digit());
+    (batch_ok && count_ok).then_some(batch)
+}
+
+/// The first line of a journal, naming the batch whose temporary files it announces.
+const JOURNAL_BATCH: &str = "batch ";
 
 /// What is recorded with a snapshot id beyond its tree: what made paths untracked when it was taken.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,9 +290,10 @@ impl Store {
         Ok(ids)
     }
 
-    /// Records the directories an operation will create temporary files in, before it creates any.
-    pub fn journal_temp_dirs(&self, dirs: &BTreeSet<PathBuf>) -> GitResult<()> {
-        let mut text = String::new();
+    /// Records the directories an operation will create temporary files in, and the batch they are named
+    /// after, before it creates any.
+    pub fn journal_temp_dirs(&self, batch: &str, dirs: &BTreeSet<PathBuf>) -> GitResult<()> {
+        let mut text = format!("{JOURNAL_BATCH}{batch}\n");
         for dir in dirs {
             text.push_str(&dir.to_string_lossy());
             text.push('\n');
@@ -285,13 +310,19 @@ impl Store {
         }
     }
 
-    /// Removes the temporary files listed by an unfinished operation's journal, then the journal.
+    /// Removes the temporary files an unfinished operation's journal announced (those of its batch, in the
+    /// directories it lists), then the journal. A journal written before batches were recorded names none:
+    /// then every temporary file's name of any batch is removed from those directories.
     pub fn clean_journal(&self) -> GitResult<()> {
         let path = self.rewind_path("journal");
         let Ok(text) = fs::read_to_string(&path) else {
             return Ok(());
         };
-        for dir in text.lines().map(PathBuf::from) {
+        let mut lines = text.lines().peekable();
+        let batch = lines
+            .next_if(|line| line.starts_with(JOURNAL_BATCH))
+            .map(|line| &line[JOURNAL_BATCH.len()..]);
+        for dir in lines.map(PathBuf::from) {
             // Only directories inside this store's worktree are ever journalled.
             if !dir.starts_with(&self.worktree) {
                 continue;
@@ -300,7 +331,12 @@ impl Store {
                 continue;
             };
             for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                let name = entry.file_name();
+                let ours = name
+                    .to_str()
+                    .and_then(temp_batch)
+                    .is_some_and(|of| batch.is_none_or(|batch| batch == of));
+                if ours {
                     let _ = fs::remove_file(entry.path());
                 }
             }

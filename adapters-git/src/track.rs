@@ -19,7 +19,7 @@ use crate::odb::{Kind, Odb};
 use crate::path_map::PathMap;
 use crate::seed::Seed;
 use crate::stat_cache::{CacheEntry, DirStat, Listed, ListedKind, Listing, Stat, StatCache};
-use crate::store::{Store, TEMP_PREFIX};
+use crate::store::{Store, is_temp_name};
 use crate::tree::{Mode, mark_dirty, write_dirty};
 
 /// The result of a track, with what later steps of the same operation need.
@@ -103,7 +103,7 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
             });
             continue;
         };
-        if name.starts_with(TEMP_PREFIX) {
+        if is_temp_name(name) {
             continue;
         }
         let file_type = match entry.file_type() {

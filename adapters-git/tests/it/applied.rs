@@ -343,10 +343,12 @@ async fn every_store_operation_waits_for_the_store_lock() {
 }
 
 /// What a crash in the middle of a revert's writes leaves (temporary files next to their targets, and the
-/// journal naming their directories) is removed the next time the store is opened, and nothing else is:
-/// a file of the user's with a similar name in a directory the journal does not name stays, and so does a
-/// directory outside the worktree that a (corrupt) journal names. A finished operation leaves no temporary
-/// file and no journal.
+/// journal naming their batch and their directories) is removed the next time the store is opened, and
+/// nothing else is: not a file of the user's whose name merely starts like a temporary file's, even in a
+/// directory the journal names (it is tracked content, as git would have it); not another batch's
+/// temporary file (another store's operation in a nested worktree); not a directory outside the worktree
+/// that a (corrupt) journal names. A journal from before batches were recorded removes the temporary
+/// files of any batch. A finished operation leaves no temporary file and no journal.
 #[tokio::test]
 async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
     let h = GitHarness::new();
@@ -383,32 +385,75 @@ async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
     };
     assert!(leftovers("src").is_empty(), "no temporary file is left");
 
-    // The state a crash during the writes leaves.
-    fs::write(h.path("src/.rewind-tmp-dead-1"), b"half written").expect("a stray file");
-    fs::write(h.path("src/.rewind-tmp-dead-2"), b"").expect("a stray file");
-    fs::write(h.path("other/.rewind-tmp-users-own"), b"mine").expect("a user's file");
+    // The state a crash during the writes leaves, beside files that are not the crash's.
+    let crashed = "0123456789abcdef";
+    let other_batch = ".rewind-tmp-fedcba9876543210-1";
+    fs::write(
+        h.path(&format!("src/.rewind-tmp-{crashed}-1")),
+        b"half written",
+    )
+    .expect("a stray file");
+    fs::write(h.path(&format!("src/.rewind-tmp-{crashed}-2")), b"").expect("a stray file");
+    fs::write(h.path(&format!("src/{other_batch}")), b"another's").expect("another batch's file");
+    let users = [
+        ".rewind-tmp-notes",
+        ".rewind-tmp-0123456789abcdef-x",
+        ".rewind-tmp-0123456789ABCDEF-1",
+    ];
+    for name in users {
+        fs::write(h.path(&format!("src/{name}")), b"mine").expect("a user's file");
+    }
     let outside = h.base().join("outside");
     fs::create_dir_all(&outside).expect("mkdir outside");
-    fs::write(outside.join(".rewind-tmp-x-1"), b"not ours").expect("a file outside");
+    let outside_temp = outside.join(format!(".rewind-tmp-{crashed}-3"));
+    fs::write(&outside_temp, b"not ours").expect("a file outside");
     fs::write(
         &journal,
-        format!("{}\n{}\n", h.path("src").display(), outside.display()),
+        format!(
+            "batch {crashed}\n{}\n{}\n",
+            h.path("src").display(),
+            outside.display()
+        ),
     )
     .expect("write the journal");
 
-    // (git would track the user's file; rewind never tracks its own temporary names.)
+    // (git would track the other batch's file; rewind never tracks a temporary file's name.)
     let tracked = h.id().await;
-    assert_eq!(tracked, first, "temporary files are never tracked");
+    assert_ne!(tracked, first, "the user's files are tracked");
+    let mut left = leftovers("src");
+    left.sort();
+    let mut expected: Vec<String> = users
+        .iter()
+        .copied()
+        .chain([other_batch])
+        .map(str::to_owned)
+        .collect();
+    expected.sort();
+    assert_eq!(left, expected, "only the crash's temporary files are gone");
+    for name in users {
+        assert_eq!(
+            fs::read(h.path(&format!("src/{name}"))).expect("the user's file stays"),
+            b"mine"
+        );
+    }
     assert!(
-        leftovers("src").is_empty(),
-        "the crash's temporary files are gone"
-    );
-    assert_eq!(leftovers("other"), [".rewind-tmp-users-own"]);
-    assert!(
-        outside.join(".rewind-tmp-x-1").exists(),
+        outside_temp.exists(),
         "nothing outside the worktree is touched"
     );
     assert_eq!(fs::read_to_string(&journal).unwrap_or_default(), "");
+
+    // A journal without a batch line (written before batches were recorded) removes any batch's.
+    fs::write(&journal, format!("{}\n", h.path("src").display())).expect("an old journal");
+    let retracked = track_as_git(&h, &oracle).await;
+    assert_eq!(
+        retracked, tracked,
+        "the user's files are tracked as git tracks them; the other batch's file never was"
+    );
+    let mut left = leftovers("src");
+    left.sort();
+    let mut users_only: Vec<String> = users.iter().map(|n| (*n).to_owned()).collect();
+    users_only.sort();
+    assert_eq!(left, users_only);
 }
 
 /// A revert that only rewrites files the cache holds takes its new trees from `applied` (not built a
