@@ -110,6 +110,18 @@ impl Rewind {
         reject_recorded_kinds(&input.parts)?;
         let not_operating = self.refuse_while_operating(&session).await?;
         if let Some(point) = revert_point_of(&session) {
+            // A parent the revert hides exists, but cleanup would delete it: say so rather than "not found".
+            if input.role == Role::Assistant
+                && let Some(parent) = &input.parent_id
+                && crate::revert::is_hidden(&point, parent, None)
+                && self.repo.message(session_id, parent).await?.is_some()
+            {
+                return Err(Error::InvalidInput(format!(
+                    "parentID {parent} is reverted: a message recorded while the session is reverted deletes \
+                     the reverted messages first; unrevert the session, or answer a message before the revert \
+                     point"
+                )));
+            }
             let kept = self.kept_messages(session_id, &point).await?;
             self.new_message(session_id, &kept, input.clone())?;
             self.cleanup(&session).await?;

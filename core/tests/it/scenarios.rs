@@ -895,10 +895,18 @@ fn a_refused_message_or_step_while_reverted_does_not_run_cleanup() {
         )));
         for (what, input, expected) in [
             ("an id that does not sort after", behind, "InvalidInput"),
-            ("a hidden parent", orphan, "NotFound"),
+            ("a hidden parent", orphan, "InvalidInput"),
             ("a step part sent by the client", recorded, "InvalidInput"),
         ] {
             let refused = w.rewind.create_message(&s.id, input).await;
+            if let Err(Error::InvalidInput(message)) = &refused
+                && what == "a hidden parent"
+            {
+                assert!(
+                    message.contains(t2.user.as_str()) && message.contains("reverted"),
+                    "says the parent is reverted: {message}"
+                );
+            }
             let kind = match &refused {
                 Err(Error::InvalidInput(_)) => "InvalidInput",
                 Err(Error::NotFound(_)) => "NotFound",
