@@ -880,9 +880,12 @@ fn ensure_part_id_unused(messages: &[MessageWithParts], id: &PartId) -> Result<(
 /// leave out: those not named in a warning yet. A file left out turn after turn (an old FIFO, a big
 /// untracked file) is named once, and again only after a snapshot has held it or not seen it.
 fn newly_skipped(session: &Session, skipped: &[SkippedPath]) -> Vec<SkippedPath> {
+    // A set: a tree can leave out thousands of files (a data directory of big files).
+    let named: std::collections::HashSet<&str> =
+        session.skipped.iter().map(String::as_str).collect();
     skipped
         .iter()
-        .filter(|s| !session.skipped.contains(&s.path))
+        .filter(|s| !named.contains(s.path.as_str()))
         .cloned()
         .collect()
 }
