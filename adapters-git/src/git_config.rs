@@ -103,7 +103,10 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>,
             Ok(opened) => {
                 let config = opened.config_snapshot();
                 let value = config.trusted_path("core.excludesFile").ok().flatten();
-                (value, sources(config.plumbing()))
+                (
+                    set_empty(config.plumbing()).or(value),
+                    sources(config.plumbing()),
+                )
             }
             Err(_) => (None, Vec::new()),
         },
@@ -117,11 +120,19 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>,
                         })
                         .ok()
                 });
-                (value, sources(&file))
+                (set_empty(&file).or(value), sources(&file))
             }
             Err(_) => (None, Vec::new()),
         },
     }
+}
+
+/// An empty path when `core.excludesFile` is set to the empty string: git then reads no global excludes
+/// file at all (the empty path cannot be opened), where an unset key means the XDG default.
+fn set_empty(file: &gix::config::File) -> Option<PathBuf> {
+    file.string("core.excludesFile")
+        .filter(|value| value.is_empty())
+        .map(|_| PathBuf::new())
 }
 
 /// Every file git reads its configuration from for this repository, whether it exists or not.
@@ -205,6 +216,45 @@ mod tests {
             .status()
             .expect("run git config");
         assert!(status.success());
+    }
+
+    /// `core.excludesFile` set to the empty string is how git is told to read no global excludes file:
+    /// the value is the empty path (which opens nothing), not "unset" (which means the XDG default). Real
+    /// git, given an XDG default that ignores `*.xdg`, agrees in both cases.
+    #[test]
+    fn an_empty_value_means_no_excludes_file_not_the_default() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let repo = repo_in(dir.path());
+        let home = tempfile::tempdir().expect("a temporary HOME");
+        let xdg = home.path().join(".config");
+        std::fs::create_dir_all(xdg.join("git")).expect("mkdir");
+        std::fs::write(xdg.join("git").join("ignore"), "*.xdg\n").expect("write the default");
+        let git_ignores = || {
+            std::process::Command::new("git")
+                .args(["check-ignore", "-q", "a.xdg"])
+                .current_dir(dir.path())
+                .env("HOME", home.path())
+                .env("XDG_CONFIG_HOME", &xdg)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .status()
+                .expect("run git check-ignore")
+                .success()
+        };
+        assert!(git_ignores(), "unset: git reads the XDG default");
+        // (The machine's own global configuration may set a value; it is never the empty path here.)
+        assert_ne!(
+            configured_excludes_file(Some(&repo), None),
+            Some(PathBuf::new())
+        );
+
+        set_excludes(dir.path(), "");
+        assert!(!git_ignores(), "set empty: git reads no excludes file");
+        let value = configured_excludes_file(Some(&repo), None);
+        assert_eq!(value, Some(PathBuf::new()));
+        let rules = crate::ignore::read_rules(value.as_deref().unwrap_or(Path::new("/")))
+            .expect("reading the empty path is not an error");
+        assert_eq!(rules, None, "and it holds no rules");
     }
 
     /// Waits until a file just written is past the racy second, so its value may be kept.
