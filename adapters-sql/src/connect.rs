@@ -8,7 +8,7 @@ use std::time::Duration;
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, EntityTrait,
-    SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
+    IsolationLevel, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
 };
 use sea_orm_migration::seaql_migrations;
 use sea_orm_migration::{MigratorTrait, SchemaManager};
@@ -21,6 +21,10 @@ use crate::migration::Migrator;
 
 /// How often migrating is retried when another process migrated the same database at the same moment.
 const MIGRATION_ATTEMPTS: u32 = 3;
+
+/// The start of the text whose hash names PostgreSQL's advisory lock for migrating one schema; the schema's
+/// name follows it.
+const MIGRATION_LOCK: &str = "rewind schema migrations: ";
 
 pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     let target = display_target(&config.url);
@@ -233,19 +237,36 @@ async fn migrate(
                 Migrator::up(&txn, None).await?;
                 return txn.commit().await;
             }
-            let txn = db.begin().await?;
-            // `SET LOCAL` ends with the transaction; a connection of the pool keeps no changed setting.
-            txn.execute_unprepared(&format!(
-                "SET LOCAL lock_timeout = {}",
-                busy_timeout.as_millis().max(1)
-            ))
-            .await?;
-            txn.execute_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                "SELECT pg_advisory_xact_lock(hashtext($1))",
-                [format!("rewind schema migrations: {}", schema.unwrap_or("public")).into()],
-            ))
-            .await?;
+            // READ COMMITTED whatever the server's default: each statement after the lock wait then sees
+            // what the process that held it committed (under REPEATABLE READ the snapshot would be the one
+            // taken before the wait, and the migrations would be tried again).
+            let txn = db
+                .begin_with_options(TransactionOptions {
+                    isolation_level: Some(IsolationLevel::ReadCommitted),
+                    ..TransactionOptions::default()
+                })
+                .await?;
+            // `SET LOCAL` ends with the transaction; a connection of the pool keeps no changed setting. It
+            // bounds every lock the migrations wait for, the advisory one first (milliseconds; PostgreSQL
+            // takes at most `i32::MAX`).
+            let timeout_ms = busy_timeout.as_millis().clamp(1, i32::MAX as u128);
+            txn.execute_unprepared(&format!("SET LOCAL lock_timeout = {timeout_ms}"))
+                .await?;
+            // Named after the schema the migrations create their tables in: the configured one, or else
+            // the connection's search path (the URL may set one).
+            let lock = match schema {
+                Some(schema) => Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    "SELECT pg_advisory_xact_lock(hashtext($1))",
+                    [format!("{MIGRATION_LOCK}{schema}").into()],
+                ),
+                None => Statement::from_sql_and_values(
+                    DbBackend::Postgres,
+                    "SELECT pg_advisory_xact_lock(hashtext($1 || current_setting('search_path')))",
+                    [format!("{MIGRATION_LOCK}search_path ").into()],
+                ),
+            };
+            txn.execute_raw(lock).await?;
             if let Some(schema) = schema {
                 txn.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
                     .await?;
@@ -263,8 +284,9 @@ async fn migrate(
                 if done {
                     return Ok(());
                 }
-                // A lock waited out has already taken the whole busy timeout.
-                if attempt >= MIGRATION_ATTEMPTS || fault_kind(&error) == FaultKind::Locked {
+                // On PostgreSQL a lock waited out has already taken the whole busy timeout.
+                let waited_out = !backend.is_sqlite() && fault_kind(&error) == FaultKind::Locked;
+                if attempt >= MIGRATION_ATTEMPTS || waited_out {
                     return Err(error);
                 }
                 attempt += 1;

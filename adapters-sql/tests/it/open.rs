@@ -456,8 +456,17 @@ fn postgres_refuses_a_newer_schema_and_hides_the_password() {
 #[test]
 fn postgres_opens_at_once_from_many_handles_migrate_one_fresh_schema() {
     run_pg(async {
-        for _ in 0..3 {
+        for round in 0..3 {
             let schema = PgSchema::create().await;
+            if round > 0 {
+                // A schema that does not exist yet: the opens create it too (under the same lock).
+                let admin = admin(&schema.url).await;
+                admin
+                    .execute_unprepared(&format!("DROP SCHEMA \"{}\"", schema.name))
+                    .await
+                    .expect("the schema is dropped");
+                let _ = admin.close().await;
+            }
             let mut opening = Vec::new();
             for _ in 0..8 {
                 let config = schema.config();
@@ -495,8 +504,13 @@ fn postgres_open_waits_for_another_migration_no_longer_than_the_busy_timeout() {
 
         let mut config = schema.config();
         config.busy_timeout = Duration::from_millis(300);
+        let started = std::time::Instant::now();
         let message = described(SqlRepo::open(config).await);
         assert!(message.contains("locked"), "{message}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "it waited for the other process first"
+        );
         let tables = other
             .query_all_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
