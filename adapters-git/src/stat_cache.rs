@@ -27,7 +27,10 @@ use crate::error::{GitError, GitResult};
 use crate::path_map::PathMap;
 use crate::tree::{self, Mode, mark_dirty, write_dirty};
 
-const MAGIC: &[u8] = b"RWSTAT5\n";
+/// The file's format and meaning. 6: listings may name files that start with `.rewind-tmp-` without being
+/// rewind's temporary files (a cache of 5 left them out, and would hide them while their directory stays
+/// unchanged).
+const MAGIC: &[u8] = b"RWSTAT6\n";
 /// The fewest bytes an entry takes in the file: two one-byte lengths, an empty path, the mode, size, two
 /// times, inode, device and blob id.
 const MIN_ENTRY_BYTES: usize = 2 + 1 + 8 + 8 + 8 + 8 + 8 + 20;
@@ -772,7 +775,7 @@ mod tests {
         assert_eq!(loaded.listings, cache.listings);
         assert!(loaded.take_listing("d/", &stat).is_ok());
         let mut data = fs::read(&path).expect("read back");
-        data[..MAGIC.len()].copy_from_slice(b"RWSTAT4\n");
+        data[..MAGIC.len()].copy_from_slice(b"RWSTAT5\n");
         fs::write(&path, &data).expect("write an old header");
         assert!(StatCache::load(&path).listings.is_empty());
     }
