@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use rewind_core::Result;
 use rewind_core::model::{
     Capture, FileDiff, IntentRecord, Lease, LeaseKey, MessageId, MessageWithParts, PartBody,
-    RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning, worktrees_overlap,
+    PartId, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
+    worktrees_overlap,
 };
 use sea_orm::sea_query::{LikeExpr, Query, SelectStatement};
 use sea_orm::{
@@ -166,6 +167,32 @@ impl SqlRepo {
             .map_err(&fault)?;
         txn.commit().await.map_err(&fault)?;
         Ok(self.assemble(vec![row], parts)?.pop())
+    }
+
+    /// The part's key is (session, message, id): this reads the session's part keys (no bodies), in the
+    /// key's index, and keeps the first message that has the id.
+    pub(crate) async fn read_part_message(
+        &self,
+        session: &SessionId,
+        id: &PartId,
+    ) -> Result<Option<MessageId>> {
+        let fault = self.fault("looking up a part id");
+        let found: Option<String> = part::Entity::find()
+            .select_only()
+            .column(part::Column::MessageId)
+            .filter(part::Column::SessionId.eq(session.as_str()))
+            .filter(part::Column::Id.eq(id.as_str()))
+            .order_by_asc(part::Column::MessageId)
+            .into_tuple()
+            .one(&self.db)
+            .await
+            .map_err(&fault)?;
+        found
+            .map(|message| {
+                MessageId::parse(&message)
+                    .map_err(|e| self.decode_error("a part's message id", e.to_string()))
+            })
+            .transpose()
     }
 
     pub(crate) async fn read_session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {

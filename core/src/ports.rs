@@ -298,6 +298,9 @@ pub trait MessageRepo: Send + Sync {
         session: &SessionId,
         message: &MessageId,
     ) -> Result<Option<MessageWithParts>>;
+    /// The message of `session` that has a part with id `part`, if any (the first in id order when
+    /// several do, which rows stored before part ids were checked per session may).
+    async fn part_message(&self, session: &SessionId, part: &PartId) -> Result<Option<MessageId>>;
     /// The stored session diff of the last revert.
     async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>>;
     /// The session's warnings, oldest first.

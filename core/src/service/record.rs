@@ -1,7 +1,7 @@
 //! Recording a session (SPEC section 4): sessions, messages and parts, and the steps whose snapshots make
 //! the files revertable; abandoned steps are aborted before the next operation.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::error::{Error, Result};
 use crate::id::ensure_sorts_after;
@@ -195,8 +195,14 @@ impl Rewind {
             extra: input.extra,
         };
         let parts = self.build_parts(&info, None, input.parts)?;
+        let holders: HashMap<&PartId, &MessageId> = messages
+            .iter()
+            .flat_map(|m| m.parts.iter().map(move |p| (&p.id, &m.info.id)))
+            .collect();
         for part in &parts {
-            ensure_part_id_unused(messages, &part.id)?;
+            if let Some(holder) = holders.get(&part.id) {
+                return Err(part_id_taken(&part.id, holder));
+            }
         }
         Ok((info, parts))
     }
@@ -225,8 +231,10 @@ impl Rewind {
                  message"
             )));
         }
-        if let Some(id) = &input.id {
-            ensure_part_id_unused(&self.repo.messages(session_id).await?, id)?;
+        if let Some(id) = &input.id
+            && let Some(holder) = self.repo.part_message(session_id, id).await?
+        {
+            return Err(part_id_taken(id, &holder));
         }
         let last = message.parts.last().map(|p| p.id.clone());
         let mut parts = self.build_parts(&message.info, last, vec![input])?;
@@ -328,6 +336,13 @@ impl Rewind {
             .await?
             .into_iter()
             .filter(|m| !crate::revert::is_hidden(point, &m.info.id, None))
+            .map(|mut m| {
+                // The parts of the point's message from the point's part on go too.
+                let id = m.info.id.clone();
+                m.parts
+                    .retain(|p| !crate::revert::is_hidden(point, &id, Some(&p.id)));
+                m
+            })
             .collect())
     }
 
@@ -859,21 +874,14 @@ impl Rewind {
     }
 }
 
-/// Refuses a client's part id that a part of another message of the session already has: a revert finds
-/// its target part by id alone (SPEC 5, as OpenCode), so a second part with the same id would make a revert
-/// to it land on the first one, and undo that turn instead. (Within one message, ids must ascend.)
-fn ensure_part_id_unused(messages: &[MessageWithParts], id: &PartId) -> Result<()> {
-    match messages
-        .iter()
-        .find(|m| m.parts.iter().any(|p| &p.id == id))
-    {
-        Some(holder) => Err(Error::InvalidInput(format!(
-            "part id {id} is already the id of a part of message {}; a part id names one part of its \
-             session",
-            holder.info.id
-        ))),
-        None => Ok(()),
-    }
+/// The refusal of a client's part id that a part of message `holder` of the session already has: a revert
+/// finds its target part by id alone (SPEC 5, as OpenCode), so a second part with the same id would make a
+/// revert to it land on the first one, and undo that turn instead. (Within one message, ids must ascend.)
+fn part_id_taken(id: &PartId, holder: &MessageId) -> Error {
+    Error::InvalidInput(format!(
+        "part id {id} is already the id of a part of message {holder}; a part id names one part of its \
+         session"
+    ))
 }
 
 /// The paths of `skipped` (what a step's snapshot left out) that the session's last step snapshot did not

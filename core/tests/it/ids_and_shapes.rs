@@ -221,6 +221,70 @@ fn a_part_id_another_message_of_the_session_has_is_refused_and_stores_nothing() 
     })
 }
 
+/// While a session is reverted to a part, the parts of that message from the part on are deleted by the
+/// cleanup a new message runs first: their ids are free for the new message, not refused.
+#[test]
+fn a_part_id_the_cleanup_deletes_is_free_for_the_message_that_runs_it() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("one"))
+            .await
+            .expect("user message");
+        let assistant = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant message");
+        w.rewind
+            .append_part(
+                &s.id,
+                &assistant.info.id,
+                NewPart::new(rewind_core::model::PartBody::text("thinking")),
+            )
+            .await
+            .expect("text part");
+        let step = w
+            .step(&s.id, &assistant.info.id, |w| w.write("a.txt", "1"))
+            .await;
+        let start = step[0].id.clone();
+        let reverted = w
+            .rewind
+            .revert(
+                &s.id,
+                rewind_core::RevertTarget {
+                    message_id: assistant.info.id.clone(),
+                    part_id: Some(start.clone()),
+                },
+            )
+            .await
+            .expect("revert to the step's start");
+        assert_eq!(
+            reverted.revert.as_ref().and_then(|r| r.part_id.clone()),
+            Some(start.clone()),
+            "the text before it keeps the point in its message"
+        );
+
+        let mut reuse = NewMessage::user_text("two");
+        reuse.parts[0].id = Some(start.clone());
+        let stored = w
+            .rewind
+            .create_message(&s.id, reuse)
+            .await
+            .expect("the id of a part the cleanup deletes is free");
+        assert_eq!(stored.parts[0].id, start);
+        let holding = w
+            .messages(&s.id)
+            .await
+            .iter()
+            .flat_map(|m| m.parts.iter())
+            .filter(|p| p.id == start)
+            .count();
+        assert_eq!(holding, 1);
+    })
+}
+
 #[test]
 fn json_shapes_are_opencodes() {
     block_on(async {

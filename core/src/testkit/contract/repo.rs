@@ -60,6 +60,7 @@ macro_rules! repo_contract_tests {
         $crate::repo_contract_tests!(@each ($make) ($block_on)
             round_trip_of_every_part_type
             messages_and_parts_come_back_in_id_order
+            part_message_names_the_message_that_has_the_part
             hidden_range_delete_without_part
             hidden_range_delete_with_part
             lease_cannot_be_taken_twice
@@ -483,6 +484,61 @@ pub async fn round_trip_of_every_part_type(repo: &dyn MessageRepo) {
 
 /// Messages come back in id order, each with its parts in id order, whatever order they were written in;
 /// replacing a message keeps its parts, and replacing a part does not duplicate it.
+/// `part_message` finds the message of a session that has a part id (the record service refuses a client's
+/// part id another message has), and only in that session; the first one in id order when rows stored
+/// before that check hold an id twice.
+pub async fn part_message_names_the_message_that_has_the_part(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/part-ids");
+    let other = new_session(&ids, "/work/part-ids-other");
+    let m1 = new_message(&ids, &session, Role::User);
+    let m2 = new_message(&ids, &session, Role::Assistant);
+    let a1 = text(&ids, &m1, "a1");
+    let b1 = text(&ids, &m2, "b1");
+    let mut twice = text(&ids, &m2, "b2");
+    twice.id = a1.id.clone();
+    commit(repo, vec![put_session(&session), put_session(&other)]).await;
+    commit(
+        repo,
+        vec![
+            put_message(&m1),
+            put_message(&m2),
+            put_part(&a1),
+            put_part(&b1),
+        ],
+    )
+    .await;
+    let found = |part: PartId, session: SessionId| async move {
+        repo.part_message(&session, &part)
+            .await
+            .expect("part_message reads")
+    };
+    assert_eq!(
+        found(b1.id.clone(), session.id.clone()).await,
+        Some(m2.id.clone())
+    );
+    assert_eq!(
+        found(a1.id.clone(), session.id.clone()).await,
+        Some(m1.id.clone())
+    );
+    assert_eq!(
+        found(ids.part(), session.id.clone()).await,
+        None,
+        "an unknown id"
+    );
+    assert_eq!(
+        found(b1.id.clone(), other.id.clone()).await,
+        None,
+        "only in its session"
+    );
+    commit(repo, vec![put_part(&twice)]).await;
+    assert_eq!(
+        found(a1.id.clone(), session.id.clone()).await,
+        Some(m1.id.clone()),
+        "the first message in id order"
+    );
+}
+
 pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
     let ids = Ids::new();
     let session = new_session(&ids, "/work/order");
