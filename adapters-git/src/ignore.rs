@@ -250,6 +250,12 @@ impl Ignores {
         self.all_ignored || self.matches(&format!("{}{path}", self.prefix), is_dir)
     }
 
+    /// Whether the worktree lies in a directory its enclosing repository ignores: then nothing in it is
+    /// tracked content.
+    pub fn worktree_ignored(&self) -> bool {
+        self.all_ignored
+    }
+
     /// The rules in force for the entries of the worktree's root: the outside rules and the root
     /// `.gitignore` text given; none when everything is ignored (a directory above the worktree is).
     pub fn rules_below_root(&self, root_text: Option<&str>) -> Option<Ignores> {

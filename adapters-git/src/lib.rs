@@ -34,7 +34,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rewind_core::model::{
     FileAction, FileDiff, GcReport, RelPath, RestoreOutcome, RevertDiffs, RevertOutcome,
-    SnapshotId, SnapshotPatch, TrackOutcome,
+    SkipReason, SkippedPath, SnapshotId, SnapshotPatch, TrackOutcome,
 };
 use rewind_core::{Error, Ready, Result, SnapshotPort};
 
@@ -146,9 +146,21 @@ impl SnapshotPort for GitSnapshotStore {
     async fn track(&self, worktree: &Path) -> Result<TrackOutcome> {
         self.with_store(worktree, |store, config| {
             let tracked = track::track(store, config)?;
+            let mut skipped = tracked.skipped;
+            // Said, not recorded with the id: every path of such a tree is ignored, which the record's
+            // rules already say.
+            if tracked.ignores.worktree_ignored() {
+                skipped.insert(
+                    0,
+                    SkippedPath {
+                        path: ".".to_owned(),
+                        reason: SkipReason::IgnoredWorktree,
+                    },
+                );
+            }
             Ok(TrackOutcome {
                 id: snapshot_id(&tracked.id)?,
-                skipped: tracked.skipped,
+                skipped,
                 hashed: tracked.hashed,
             })
         })

@@ -12,8 +12,8 @@ use std::os::unix::fs::PermissionsExt;
 
 use rewind_core::Error;
 use rewind_core::model::{
-    FileActionKind, FileDiff, FileStatus, RelPath, RevertOutcome, SkipReason, SnapshotId,
-    SnapshotPatch,
+    FileActionKind, FileDiff, FileStatus, RelPath, RevertOutcome, SkipReason, SkippedPath,
+    SnapshotId, SnapshotPatch,
 };
 use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
 use rewind_git::ExcludesFile;
@@ -1220,6 +1220,38 @@ async fn subdirectory_worktree_stays_inside() {
     assert_eq!(h.list(), expected);
     assert_eq!(list_tree(&repo.root().join("sibling")), outside);
     assert_eq!(repo.read("top.txt"), top);
+}
+
+/// A worktree inside a directory its enclosing repository ignores holds no tracked content (SPEC 2.2, as
+/// `git add -A` there adds nothing): its track is the empty tree, and says why by naming the worktree
+/// itself (`.`) as skipped, so the service can warn that nothing here can be reverted. A worktree the
+/// rules do not ignore names nothing of the kind.
+#[tokio::test]
+async fn a_worktree_its_repository_ignores_is_named_as_skipped() {
+    let repo = GitHarness::git_repo();
+    repo.write(".gitignore", b"scratch/\n");
+    repo.write("scratch/proj/a.txt", b"a\n");
+    repo.write("kept/b.txt", b"b\n");
+    commit_all(repo.root(), "layout");
+
+    let ignored = repo.view(repo.root().join("scratch/proj"));
+    let tracked = ignored.track().await;
+    assert_eq!(
+        tracked.id.as_str(),
+        "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+        "the empty tree"
+    );
+    assert_eq!(
+        tracked.skipped,
+        vec![SkippedPath {
+            path: ".".to_owned(),
+            reason: SkipReason::IgnoredWorktree,
+        }]
+    );
+
+    let plain = repo.view(repo.root().join("kept"));
+    let tracked = plain.track().await;
+    assert!(tracked.skipped.is_empty(), "{:?}", tracked.skipped);
 }
 
 /// A missing tree object must not delete files (OpenCode #3148): the revert fails and changes nothing.

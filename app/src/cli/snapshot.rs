@@ -52,6 +52,11 @@ pub async fn track(ctx: &Context) -> Result<()> {
             rewind_core::model::SkipReason::Special => {
                 "not a regular file, directory or symlink".to_owned()
             }
+            rewind_core::model::SkipReason::IgnoredWorktree => {
+                "the worktree lies in a directory that its enclosing git repository ignores: nothing \
+                 in it is snapshotted"
+                    .to_owned()
+            }
         };
         eprintln!("skipped {}: {why}", shown(skipped.path.as_str()));
     }

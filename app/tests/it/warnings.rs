@@ -3,7 +3,7 @@
 //! in `log`), and `snapshot restore SNAPSHOT PATH` brings the user's version back. A step whose end
 //! snapshot failed is recorded with a warning, and `exec` does not promise that `undo` takes it back.
 
-use crate::support::Env;
+use crate::support::{Env, git};
 
 #[test]
 fn an_edit_made_while_reverted_is_captured_by_redo_and_can_be_restored() {
@@ -379,5 +379,54 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
     assert!(
         std::os::unix::fs::FileTypeExt::is_fifo(&kind),
         "the FIFO stays"
+    );
+}
+
+/// A directory that its enclosing git repository ignores holds no tracked content (SPEC 2.2: the
+/// enclosing repository's rules apply), so no change made in it can be undone. That was silent: every
+/// `exec` said "no tracked file changed" and `undo` took nothing back. The first turn now says why, once;
+/// `snapshot track` names the worktree as skipped.
+#[test]
+fn a_worktree_its_repository_ignores_is_named_once_as_not_snapshotted() {
+    let env = Env::plain();
+    git(env.path(), &["init", "-q"]);
+    std::fs::write(env.path().join(".gitignore"), "scratch/\n").expect("write");
+    let proj = env.path().join("scratch").join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir");
+    std::fs::write(proj.join("a.txt"), "a\n").expect("write");
+    let exec = |script: &str| {
+        let output = env
+            .rewind_in(&proj, &["exec", "--", "sh", "-c", script])
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let first = exec("echo b > a.txt");
+    assert!(
+        first.contains("lies in a directory that its enclosing git repository ignores")
+            && first.contains("cannot revert any change"),
+        "{first}"
+    );
+    let second = exec("echo c > a.txt");
+    assert!(
+        !second.contains("enclosing git repository ignores"),
+        "said once: {second}"
+    );
+
+    let output = env
+        .rewind_in(&proj, &["--json", "snapshot", "track"])
+        .output()
+        .expect("runs");
+    let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        tracked["skipped"],
+        serde_json::json!([{"path": ".", "reason": "ignoredWorktree"}])
+    );
+    // The empty tree, as `git add -A` in that directory adds nothing.
+    assert_eq!(tracked["id"], "4b825dc642cb6eb9a060e54bf8d69288fbee4904");
+    assert_eq!(
+        git(&proj, &["ls-files", "--others", "--exclude-standard", "."]),
+        ""
     );
 }

@@ -270,6 +270,9 @@ pub enum SkipReason {
     NotUtf8,
     /// A FIFO, socket or device: never opened.
     Special,
+    /// The worktree itself (path `.`): it lies in a directory that its enclosing git repository ignores,
+    /// so under SPEC 2.2 nothing in it is tracked content, and no change to it can be reverted.
+    IgnoredWorktree,
 }
 
 /// A path `track` skipped, and why.

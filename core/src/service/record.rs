@@ -8,7 +8,7 @@ use crate::id::ensure_sorts_after;
 use crate::model::{
     EventPayload, LeaseKey, Message, MessageId, MessageTime, MessageWithParts, OpenStep, Part,
     PartBody, PartId, PatchPart, RelPath, Role, Session, SessionId, SessionStatus, SessionTime,
-    SkippedPath, StepFinishPart, StepStartPart, Tokens, Warning,
+    SkipReason, SkippedPath, StepFinishPart, StepStartPart, Tokens, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 
@@ -899,6 +899,21 @@ fn newly_skipped(session: &Session, skipped: &[SkippedPath]) -> Vec<SkippedPath>
 }
 
 fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warning {
+    if skipped
+        .iter()
+        .any(|s| s.reason == SkipReason::IgnoredWorktree)
+    {
+        return Warning {
+            time: now,
+            message: format!(
+                "the worktree {directory} lies in a directory that its enclosing git repository ignores \
+                 (a .gitignore or info/exclude rule): nothing in it is snapshotted, so rewind cannot \
+                 revert any change made here; un-ignore the directory or use rewind in another one"
+            ),
+            snapshot: None,
+            files: vec![directory.to_owned()],
+        };
+    }
     Warning {
         time: now,
         message: format!(
