@@ -248,18 +248,21 @@ fn sqlite_database_from_before_the_captures_migration_is_upgraded_and_keeps_its_
 fn sqlite_handles_opened_at_once_all_migrate_one_fresh_file() {
     run(async {
         let file = SqliteFile::new();
-        let mut opening = Vec::new();
-        for _ in 0..4 {
-            let config = file.config();
-            opening.push(tokio::spawn(async move { SqlRepo::open(config).await }));
-        }
-        for handle in opening {
-            handle
-                .await
-                .expect("finishes")
-                .expect("every concurrent open succeeds");
-        }
+        open_at_once((0..4).map(|_| file.config())).await;
     });
+}
+
+/// Opens a store with each of `configs` at the same time; every open must succeed.
+async fn open_at_once(configs: impl Iterator<Item = SqlConfig>) {
+    let opening: Vec<_> = configs
+        .map(|config| tokio::spawn(async move { SqlRepo::open(config).await }))
+        .collect();
+    for handle in opening {
+        handle
+            .await
+            .expect("finishes")
+            .expect("every concurrent open succeeds");
+    }
 }
 
 #[test]
@@ -467,17 +470,7 @@ fn postgres_opens_at_once_from_many_handles_migrate_one_fresh_schema() {
                     .expect("the schema is dropped");
                 let _ = admin.close().await;
             }
-            let mut opening = Vec::new();
-            for _ in 0..8 {
-                let config = schema.config();
-                opening.push(tokio::spawn(async move { SqlRepo::open(config).await }));
-            }
-            for handle in opening {
-                handle
-                    .await
-                    .expect("finishes")
-                    .expect("every concurrent open succeeds");
-            }
+            open_at_once((0..8).map(|_| schema.config())).await;
         }
     });
 }
