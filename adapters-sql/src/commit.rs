@@ -109,9 +109,10 @@ impl SqlRepo {
                 Guard::LeaseHeld { key, .. } | Guard::LeaseNotTaken { key, .. } => {
                     Some(key.as_storage_key())
                 }
-                Guard::IntentExists(_) | Guard::RevertIs { .. } | Guard::MessageExists { .. } => {
-                    None
-                }
+                Guard::IntentExists(_)
+                | Guard::RevertIs { .. }
+                | Guard::MessageExists { .. }
+                | Guard::PartIdFree { .. } => None,
             })
             .collect();
         // Expiry is deliberately not checked: until someone takes an expired lease over, it is still
@@ -201,6 +202,14 @@ impl SqlRepo {
                 match found {
                     Some(_) => Ok(()),
                     None => Err(Error::revert_changed(session)),
+                }
+            }
+            // Commits take the outbox lock first (`SqlRepo::commit`), so no other commit stores a part
+            // between this read and this commit.
+            Guard::PartIdFree { session, part } => {
+                match self.part_message_in(txn, session, part).await? {
+                    Some(holder) => Err(Error::part_id_taken(part, &holder)),
+                    None => Ok(()),
                 }
             }
             Guard::IntentExists(token) => {

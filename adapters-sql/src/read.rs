@@ -11,8 +11,8 @@ use rewind_core::model::{
 };
 use sea_orm::sea_query::{LikeExpr, Query, SelectStatement};
 use sea_orm::{
-    ColumnTrait, Condition, EntityTrait, JoinType, QueryFilter, QueryOrder, QuerySelect,
-    QueryTrait, RelationDef, Select,
+    ColumnTrait, Condition, ConnectionTrait, EntityTrait, JoinType, QueryFilter, QueryOrder,
+    QuerySelect, QueryTrait, RelationDef, Select,
 };
 
 use crate::SqlRepo;
@@ -176,6 +176,16 @@ impl SqlRepo {
         session: &SessionId,
         id: &PartId,
     ) -> Result<Option<MessageId>> {
+        self.part_message_in(&self.db, session, id).await
+    }
+
+    /// `read_part_message` on `db`, a connection or a transaction (a commit's guard).
+    pub(crate) async fn part_message_in(
+        &self,
+        db: &impl ConnectionTrait,
+        session: &SessionId,
+        id: &PartId,
+    ) -> Result<Option<MessageId>> {
         let fault = self.fault("looking up a part id");
         let found: Option<String> = part::Entity::find()
             .select_only()
@@ -184,7 +194,7 @@ impl SqlRepo {
             .filter(part::Column::Id.eq(id.as_str()))
             .order_by_asc(part::Column::MessageId)
             .into_tuple()
-            .one(&self.db)
+            .one(db)
             .await
             .map_err(&fault)?;
         found

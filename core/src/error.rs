@@ -1,6 +1,6 @@
 //! The error type shared by rewind's core, its ports and its services.
 
-use crate::model::{LeaseKey, SessionId};
+use crate::model::{LeaseKey, MessageId, PartId, SessionId};
 
 /// A boxed error from an adapter's backend (git, the database, the filesystem).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -79,6 +79,16 @@ impl Error {
                  try again"
             ),
         )
+    }
+
+    /// The `InvalidInput` error for a client's part id that a part of message `holder` of the session
+    /// already has: a revert finds its target part by id alone (SPEC 5, as OpenCode), so a second part
+    /// with that id would send a revert to it to the first one, and undo that turn instead.
+    pub fn part_id_taken(id: &PartId, holder: &MessageId) -> Self {
+        Error::InvalidInput(format!(
+            "part id {id} is already the id of a part of message {holder}; a part id names one part of \
+             its session"
+        ))
     }
 
     /// Wraps any backend error.

@@ -177,6 +177,15 @@ pub enum Guard {
         /// The message.
         message: MessageId,
     },
+    /// No part of session `session` has id `part` (a client's own part id, checked by the caller before):
+    /// no request stored a part with that id since. Fails with `InvalidInput` (`Error::part_id_taken`)
+    /// otherwise.
+    PartIdFree {
+        /// The session.
+        session: SessionId,
+        /// The part id.
+        part: PartId,
+    },
 }
 
 /// One row-level change of a transaction.

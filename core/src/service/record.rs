@@ -1,7 +1,7 @@
 //! Recording a session (SPEC section 4): sessions, messages and parts, and the steps whose snapshots make
 //! the files revertable; abandoned steps are aborted before the next operation.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::id::ensure_sorts_after;
@@ -127,6 +127,8 @@ impl Rewind {
             self.cleanup(&session).await?;
         }
         let messages = self.repo.messages(session_id).await?;
+        let ids_free: Vec<Guard> =
+            part_id_guards(session_id, input.parts.iter().map(|p| &p.id)).collect();
         let (info, parts) = self.new_message(session_id, &messages, input)?;
         // Not reverted now (cleanup ran): a revert stored since the checks would hide this message.
         let unreverted = Guard::RevertIs {
@@ -134,6 +136,7 @@ impl Rewind {
             point: None,
         };
         let mut guards = vec![not_operating, unreverted];
+        guards.extend(ids_free);
         // The user message an assistant message answers: a revert and its cleanup since the checks may have
         // deleted it, leaving the revert point as it was.
         if let Some(parent) = &info.parent_id {
@@ -201,7 +204,7 @@ impl Rewind {
             .collect();
         for part in &parts {
             if let Some(holder) = holders.get(&part.id) {
-                return Err(part_id_taken(&part.id, holder));
+                return Err(Error::part_id_taken(&part.id, holder));
             }
         }
         Ok((info, parts))
@@ -234,8 +237,9 @@ impl Rewind {
         if let Some(id) = &input.id
             && let Some(holder) = self.repo.part_message(session_id, id).await?
         {
-            return Err(part_id_taken(id, &holder));
+            return Err(Error::part_id_taken(id, &holder));
         }
+        let id_free = part_id_guards(session_id, std::iter::once(&input.id)).next();
         let last = message.parts.last().map(|p| p.id.clone());
         let mut parts = self.build_parts(&message.info, last, vec![input])?;
         let part = parts
@@ -246,7 +250,10 @@ impl Rewind {
             point: session.revert.as_ref().map(|r| r.point()),
         };
         let mut transaction = Transaction {
-            guards: vec![not_operating, as_checked],
+            guards: [not_operating, as_checked]
+                .into_iter()
+                .chain(id_free)
+                .collect(),
             ..Transaction::default()
         };
         self.push_part(&mut transaction, part.clone());
@@ -874,14 +881,16 @@ impl Rewind {
     }
 }
 
-/// The refusal of a client's part id that a part of message `holder` of the session already has: a revert
-/// finds its target part by id alone (SPEC 5, as OpenCode), so a second part with the same id would make a
-/// revert to it land on the first one, and undo that turn instead. (Within one message, ids must ascend.)
-fn part_id_taken(id: &PartId, holder: &MessageId) -> Error {
-    Error::InvalidInput(format!(
-        "part id {id} is already the id of a part of message {holder}; a part id names one part of its \
-         session"
-    ))
+/// A guard for each of `parts` whose id the client gave (`given`): no other request stores a part with
+/// that id between the check and the commit.
+fn part_id_guards<'a>(
+    session: &SessionId,
+    given: impl Iterator<Item = &'a Option<PartId>>,
+) -> impl Iterator<Item = Guard> {
+    given.flatten().map(|part| Guard::PartIdFree {
+        session: session.clone(),
+        part: part.clone(),
+    })
 }
 
 /// The paths of `skipped` (what a step's snapshot left out) that the session's last step snapshot did not
@@ -889,8 +898,7 @@ fn part_id_taken(id: &PartId, holder: &MessageId) -> Error {
 /// untracked file) is named once, and again only after a snapshot has held it or not seen it.
 fn newly_skipped(session: &Session, skipped: &[SkippedPath]) -> Vec<SkippedPath> {
     // A set: a tree can leave out thousands of files (a data directory of big files).
-    let named: std::collections::HashSet<&str> =
-        session.skipped.iter().map(String::as_str).collect();
+    let named: HashSet<&str> = session.skipped.iter().map(String::as_str).collect();
     skipped
         .iter()
         .filter(|s| !named.contains(s.path.as_str()))

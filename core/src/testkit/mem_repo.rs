@@ -387,6 +387,18 @@ impl State {
                     Err(Error::revert_changed(session))
                 }
             }
+            Guard::PartIdFree { session, part } => {
+                let holder = self.rows.sessions.get(session).and_then(|s| {
+                    s.messages
+                        .iter()
+                        .find(|(_, m)| m.parts.contains_key(part))
+                        .map(|(id, _)| id)
+                });
+                match holder {
+                    Some(holder) => Err(Error::part_id_taken(part, holder)),
+                    None => Ok(()),
+                }
+            }
             Guard::IntentExists(token) => {
                 if self.rows.intents.contains_key(token) {
                     Ok(())

@@ -61,6 +61,7 @@ macro_rules! repo_contract_tests {
             round_trip_of_every_part_type
             messages_and_parts_come_back_in_id_order
             part_message_names_the_message_that_has_the_part
+            part_id_free_guard_refuses_an_id_a_part_of_the_session_has
             hidden_range_delete_without_part
             hidden_range_delete_with_part
             lease_cannot_be_taken_twice
@@ -537,6 +538,64 @@ pub async fn part_message_names_the_message_that_has_the_part(repo: &dyn Message
         Some(m1.id.clone()),
         "the first message in id order"
     );
+}
+
+/// `Guard::PartIdFree` passes while no part of the session has the id (another session's may), and fails
+/// with `InvalidInput` naming the message that has it once one does; the failed commit stores nothing.
+pub async fn part_id_free_guard_refuses_an_id_a_part_of_the_session_has(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/part-id-guard");
+    let other = new_session(&ids, "/work/part-id-guard-other");
+    let m1 = new_message(&ids, &session, Role::User);
+    let m2 = new_message(&ids, &session, Role::User);
+    let elsewhere = new_message(&ids, &other, Role::User);
+    let first = text(&ids, &m1, "first");
+    let mut theirs = text(&ids, &elsewhere, "another session's");
+    theirs.id = ids.part();
+    commit(repo, vec![put_session(&session), put_session(&other)]).await;
+    commit(
+        repo,
+        vec![
+            put_message(&m1),
+            put_message(&m2),
+            put_message(&elsewhere),
+            put_part(&theirs),
+        ],
+    )
+    .await;
+    let guarded = |part: &Part| Transaction {
+        guards: vec![Guard::PartIdFree {
+            session: session.id.clone(),
+            part: part.id.clone(),
+        }],
+        changes: vec![put_part(part)],
+        events: Vec::new(),
+    };
+    repo.commit(guarded(&first))
+        .await
+        .expect("a free id passes");
+    let mut same_as_theirs = text(&ids, &m1, "same id as another session's part");
+    same_as_theirs.id = theirs.id.clone();
+    repo.commit(guarded(&same_as_theirs))
+        .await
+        .expect("another session's part ids do not count");
+
+    let mut again = text(&ids, &m2, "again");
+    again.id = first.id.clone();
+    let result = repo.commit(guarded(&again)).await;
+    match &result {
+        Err(Error::InvalidInput(message)) => assert!(
+            message.contains(first.id.as_str()) && message.contains(m1.id.as_str()),
+            "names the id and the message that has it: {message}"
+        ),
+        other => panic!("a taken id must fail with InvalidInput, got {other:?}"),
+    }
+    let stored = messages(repo, &session.id).await;
+    let m2_parts = stored
+        .iter()
+        .find(|m| m.info.id == m2.id)
+        .map(|m| m.parts.len());
+    assert_eq!(m2_parts, Some(0), "the failed commit stored nothing");
 }
 
 pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
