@@ -8,7 +8,8 @@ use crate::id::ensure_sorts_after;
 use crate::model::{
     EventPayload, LeaseKey, Message, MessageId, MessageTime, MessageWithParts, OpenStep, Part,
     PartBody, PartId, PatchPart, RelPath, Role, Session, SessionId, SessionStatus, SessionTime,
-    SkipReason, SkippedPath, StepFinishPart, StepStartPart, Tokens, Warning,
+    SkipReason, SkippedPath, SnapshotId, StepFinishPart, StepStartPart, Tokens, TrackOutcome,
+    Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 
@@ -650,6 +651,12 @@ impl Rewind {
                 if !skipped.is_empty() {
                     warnings.push(skipped_warning(self.now(), &directory, &skipped));
                 }
+                if let Some(warning) = self
+                    .newly_ignored_warning(session, &step.snapshot, &tracked, &files)
+                    .await?
+                {
+                    warnings.push(warning);
+                }
                 skipped_now = Some(tracked.skipped.iter().map(|s| s.path.clone()).collect());
                 (
                     Some(tracked.id),
@@ -816,6 +823,51 @@ impl Rewind {
     /// silence, not duration). Failure is harmless: the step is then judged by its old expiry.
     async fn touch_step(&self, session: &Session) {
         let _ = self.renew_own_step(session).await;
+    }
+
+    /// The warning for files that left the tracked content during a step without being named in its
+    /// patch: they differ between the step's two snapshots, yet `changed_files` leaves them out, as it
+    /// leaves out every path ignored now (SPEC 2.4, OpenCode's tests 25-27), and the end snapshot did not
+    /// skip them. A file edited or deleted in the same step that made it ignored is not put back by
+    /// `undo`; the user should know, and where its content before the step is.
+    async fn newly_ignored_warning(
+        &self,
+        session: &Session,
+        start: &SnapshotId,
+        tracked: &TrackOutcome,
+        patched: &[RelPath],
+    ) -> Result<Option<Warning>> {
+        if &tracked.id == start {
+            return Ok(None);
+        }
+        let differing = self
+            .snapshots
+            .changed_between(worktree(session), start, &tracked.id)
+            .await?;
+        let named: HashSet<&str> = patched
+            .iter()
+            .map(RelPath::as_str)
+            .chain(tracked.skipped.iter().map(|s| s.path.as_str()))
+            .collect();
+        let left: Vec<String> = differing
+            .iter()
+            .filter(|path| !named.contains(path.as_str()))
+            .map(|path| format!("{}/{path}", session.directory.trim_end_matches('/')))
+            .collect();
+        if left.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Warning {
+            time: self.now(),
+            message: format!(
+                "{} file(s) became ignored during this step (a .gitignore or exclude rule changed): the \
+                 step's patch leaves them out, so undoing it does not put them back; their content before \
+                 the step is in snapshot {start}: `rewind snapshot restore {start} PATH…` brings a file back",
+                left.len()
+            ),
+            snapshot: Some(start.clone()),
+            files: left,
+        }))
     }
 
     pub(super) async fn load_message(

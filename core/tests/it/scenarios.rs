@@ -1623,6 +1623,67 @@ fn an_answer_committed_after_a_revert_and_cleanup_removed_its_question_is_busy()
     })
 }
 
+/// A step that edits or deletes a file and also makes it ignored leaves it out of its patch (SPEC 2.4:
+/// a path ignored now is never listed, as OpenCode's tests 25-27), so reverting the step does not put
+/// it back. The step's end says so, naming the files and the snapshot that holds their content before
+/// the step; a step that only edits tracked files says nothing of the kind.
+#[test]
+fn a_file_a_step_made_ignored_is_named_with_the_snapshot_that_holds_it() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "before\n");
+        w.write("b.txt", "kept\n");
+        w.write("gone.txt", "deleted by the step\n");
+        let s = w.session().await;
+        let became_ignored = || async {
+            w.rewind
+                .warnings(&s.id)
+                .await
+                .expect("warnings")
+                .into_iter()
+                .filter(|warning| warning.message.contains("became ignored"))
+                .collect::<Vec<_>>()
+        };
+        w.turn(&s.id, "edit", |w| w.write("b.txt", "edited\n"))
+            .await;
+        assert!(
+            became_ignored().await.is_empty(),
+            "an edit alone is not named"
+        );
+
+        let t = w
+            .turn(&s.id, "ignore", |w| {
+                w.write("a.txt", "after\n");
+                w.remove("gone.txt");
+                w.write(".gitignore", "a.txt\ngone.txt\n");
+            })
+            .await;
+        let named = became_ignored().await;
+        assert_eq!(named.len(), 1, "{named:?}");
+        assert_eq!(named[0].files, [w.abs("a.txt"), w.abs("gone.txt")]);
+        let start = w
+            .messages(&s.id)
+            .await
+            .iter()
+            .find(|m| m.info.id == t.assistant)
+            .and_then(|m| {
+                m.parts.iter().find_map(|p| match &p.body {
+                    PartBody::StepStart(start) => start.snapshot.clone(),
+                    _ => None,
+                })
+            })
+            .expect("the step's start snapshot");
+        assert_eq!(named[0].snapshot.as_ref(), Some(&start));
+        assert!(named[0].message.contains(start.as_str()));
+
+        // As the warning says: reverting the step puts .gitignore back, not the two files.
+        w.revert_to(&s.id, &t.user).await;
+        assert_eq!(w.read(".gitignore"), None);
+        assert_eq!(w.read("a.txt").as_deref(), Some("after\n"));
+        assert_eq!(w.read("gone.txt"), None);
+    })
+}
+
 /// SPEC section 4: files a step's snapshots leave out are named in a warning, once while they stay left
 /// out. A big untracked file is named by the first step that leaves it out, not by every later one; once
 /// a snapshot no longer leaves it out (here: it was deleted), leaving it out again names it again. A file

@@ -323,6 +323,13 @@ fn an_abandoned_step_is_aborted_first() {
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _| Ok(vec![rel("c.txt")]));
+    // The snapshots differ only where the patch says: no file became ignored.
+    snapshots
+        .expect_changed_between()
+        .withf(|_, from, to| from == &sid(50) && to == &sid(51))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(vec![rel("c.txt")]));
     snapshots
         .expect_diff()
         .times(1)
