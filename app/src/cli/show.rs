@@ -136,6 +136,12 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         one_line(&session.title),
         session.directory
     );
+    // `log` only reads: an open step whose owner is gone stays open until the next command aborts it.
+    let open_step = if step_is_abandoned(ctx, &session).await? {
+        " [step open: its process is gone; the next command aborts it]"
+    } else {
+        " [step open]"
+    };
     // Warnings are shown where they happened: after the last message created before them.
     let mut pending = warnings.iter().peekable();
     for (index, row) in rows.iter().enumerate() {
@@ -166,7 +172,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                 .collect();
             // An open step has no end snapshot yet: what it changed is not known.
             line.push_str(&match (&step.reason, files.is_empty()) {
-                (None, _) => " [step open]".to_owned(),
+                (None, _) => open_step.to_owned(),
                 // A snapshot of the step failed: what it changed was not recorded.
                 (Some(reason), _) if step.start.is_none() || step.end.is_none() => {
                     format!(" [step {reason}: changes not recorded]")

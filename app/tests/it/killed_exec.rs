@@ -32,6 +32,12 @@ fn an_exec_killed_by_its_own_command_leaves_the_session_usable() {
         "the killed step is still open until an operation on the session aborts it: {status:#}"
     );
     assert_eq!(status["sessions"][0]["abandoned"], true, "{status:#}");
+    // `log` only reads, and says the open step's process is gone.
+    let text = env.ok(&["log"]);
+    assert!(
+        text.contains("[step open: its process is gone; the next command aborts it]"),
+        "{text}"
+    );
     env.ok(&["undo"]);
     assert_state(&env, &before, "undoing the killed turn");
     let log = env.json(&["log"]);
