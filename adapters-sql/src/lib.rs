@@ -39,8 +39,7 @@ use async_trait::async_trait;
 use rewind_core::Result;
 use rewind_core::model::{
     Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageId,
-    MessageWithParts, PartId, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent,
-    Warning,
+    MessageWithParts, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
 };
 use rewind_core::ports::{MessageRepo, Transaction};
 use sea_orm::{
@@ -219,10 +218,6 @@ impl MessageRepo for SqlRepo {
         message: &MessageId,
     ) -> Result<Option<MessageWithParts>> {
         self.read_message(session, message).await
-    }
-
-    async fn part_message(&self, session: &SessionId, part: &PartId) -> Result<Option<MessageId>> {
-        self.read_part_message(session, part).await
     }
 
     async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {

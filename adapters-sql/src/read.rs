@@ -169,17 +169,9 @@ impl SqlRepo {
         Ok(self.assemble(vec![row], parts)?.pop())
     }
 
-    /// The part's key is (session, message, id): this reads the session's part keys (no bodies), in the
-    /// key's index, and keeps the first message that has the id.
-    pub(crate) async fn read_part_message(
-        &self,
-        session: &SessionId,
-        id: &PartId,
-    ) -> Result<Option<MessageId>> {
-        self.part_message_in(&self.db, session, id).await
-    }
-
-    /// `read_part_message` on `db`, a connection or a transaction (a commit's guard).
+    /// The first message (in id order) of `session` that has a part with id `id`, read on `db` (a commit's
+    /// transaction, for `Guard::PartIdFree`). The part's key is (session, message, id): this reads the
+    /// session's part keys, no bodies.
     pub(crate) async fn part_message_in(
         &self,
         db: &impl ConnectionTrait,

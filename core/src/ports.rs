@@ -177,9 +177,9 @@ pub enum Guard {
         /// The message.
         message: MessageId,
     },
-    /// No part of session `session` has id `part` (a client's own part id, checked by the caller before):
-    /// no request stored a part with that id since. Fails with `InvalidInput` (`Error::part_id_taken`)
-    /// otherwise.
+    /// No part of session `session` has id `part` (a client's own part id): no request stored a part with
+    /// that id, before or since the caller's checks. Fails with `InvalidInput` (`Error::part_id_taken`,
+    /// naming the first message in id order that has it) otherwise.
     PartIdFree {
         /// The session.
         session: SessionId,
@@ -307,9 +307,6 @@ pub trait MessageRepo: Send + Sync {
         session: &SessionId,
         message: &MessageId,
     ) -> Result<Option<MessageWithParts>>;
-    /// The message of `session` that has a part with id `part`, if any (the first in id order when
-    /// several do, which rows stored before part ids were checked per session may).
-    async fn part_message(&self, session: &SessionId, part: &PartId) -> Result<Option<MessageId>>;
     /// The stored session diff of the last revert.
     async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>>;
     /// The session's warnings, oldest first.

@@ -256,13 +256,6 @@ macro_rules! impl_repo {
             ) -> Result<Option<MessageWithParts>> {
                 $with!(self, repo => repo.message(session, message))
             }
-            async fn part_message(
-                &self,
-                session: &SessionId,
-                part: &PartId,
-            ) -> Result<Option<MessageId>> {
-                $with!(self, repo => repo.part_message(session, part))
-            }
             async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {
                 $with!(self, repo => repo.session_diff(session))
             }

@@ -235,11 +235,7 @@ impl Rewind {
                  message"
             )));
         }
-        if let Some(id) = &input.id
-            && let Some(holder) = self.repo.part_message(session_id, id).await?
-        {
-            return Err(Error::part_id_taken(id, &holder));
-        }
+        // A part id another message has is refused by this guard, in the commit.
         let id_free = part_id_guards(session_id, std::iter::once(&input.id)).next();
         let last = message.parts.last().map(|p| p.id.clone());
         let mut parts = self.build_parts(&message.info, last, vec![input])?;

@@ -505,15 +505,6 @@ impl MessageRepo for MemRepo {
             .map(with_parts))
     }
 
-    async fn part_message(&self, session: &SessionId, part: &PartId) -> Result<Option<MessageId>> {
-        Ok(self.lock().rows.sessions.get(session).and_then(|s| {
-            s.messages
-                .iter()
-                .find(|(_, m)| m.parts.contains_key(part))
-                .map(|(id, _)| id.clone())
-        }))
-    }
-
     async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {
         Ok(self
             .lock()

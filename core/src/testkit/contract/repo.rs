@@ -60,7 +60,7 @@ macro_rules! repo_contract_tests {
         $crate::repo_contract_tests!(@each ($make) ($block_on)
             round_trip_of_every_part_type
             messages_and_parts_come_back_in_id_order
-            part_message_names_the_message_that_has_the_part
+            part_id_free_guard_names_the_message_that_has_the_part
             part_id_free_guard_refuses_an_id_a_part_of_the_session_has
             hidden_range_delete_without_part
             hidden_range_delete_with_part
@@ -483,12 +483,9 @@ pub async fn round_trip_of_every_part_type(repo: &dyn MessageRepo) {
     );
 }
 
-/// Messages come back in id order, each with its parts in id order, whatever order they were written in;
-/// replacing a message keeps its parts, and replacing a part does not duplicate it.
-/// `part_message` finds the message of a session that has a part id (the record service refuses a client's
-/// part id another message has), and only in that session; the first one in id order when rows stored
-/// before that check hold an id twice.
-pub async fn part_message_names_the_message_that_has_the_part(repo: &dyn MessageRepo) {
+/// `Guard::PartIdFree` names the message of the session that has the part id, only in that session, and
+/// the first one in id order when rows stored before part ids were checked per session hold an id twice.
+pub async fn part_id_free_guard_names_the_message_that_has_the_part(repo: &dyn MessageRepo) {
     let ids = Ids::new();
     let session = new_session(&ids, "/work/part-ids");
     let other = new_session(&ids, "/work/part-ids-other");
@@ -509,19 +506,24 @@ pub async fn part_message_names_the_message_that_has_the_part(repo: &dyn Message
         ],
     )
     .await;
+    // What the guard says of `part` in `session`: the refusal's text, None when it passes.
     let found = |part: PartId, session: SessionId| async move {
-        repo.part_message(&session, &part)
-            .await
-            .expect("part_message reads")
+        let guarded = Transaction {
+            guards: vec![Guard::PartIdFree { session, part }],
+            changes: Vec::new(),
+            events: Vec::new(),
+        };
+        match repo.commit(guarded).await {
+            Ok(()) => None,
+            Err(Error::InvalidInput(message)) => Some(message),
+            Err(other) => panic!("a taken id must fail with InvalidInput, got {other:?}"),
+        }
     };
-    assert_eq!(
-        found(b1.id.clone(), session.id.clone()).await,
-        Some(m2.id.clone())
-    );
-    assert_eq!(
-        found(a1.id.clone(), session.id.clone()).await,
-        Some(m1.id.clone())
-    );
+    let names = |refusal: Option<String>, holder: &Message| {
+        refusal.is_some_and(|m| m.contains(holder.id.as_str()))
+    };
+    assert!(names(found(b1.id.clone(), session.id.clone()).await, &m2));
+    assert!(names(found(a1.id.clone(), session.id.clone()).await, &m1));
     assert_eq!(
         found(ids.part(), session.id.clone()).await,
         None,
@@ -533,9 +535,8 @@ pub async fn part_message_names_the_message_that_has_the_part(repo: &dyn Message
         "only in its session"
     );
     commit(repo, vec![put_part(&twice)]).await;
-    assert_eq!(
-        found(a1.id.clone(), session.id.clone()).await,
-        Some(m1.id.clone()),
+    assert!(
+        names(found(a1.id.clone(), session.id.clone()).await, &m1),
         "the first message in id order"
     );
 }
@@ -550,8 +551,7 @@ pub async fn part_id_free_guard_refuses_an_id_a_part_of_the_session_has(repo: &d
     let m2 = new_message(&ids, &session, Role::User);
     let elsewhere = new_message(&ids, &other, Role::User);
     let first = text(&ids, &m1, "first");
-    let mut theirs = text(&ids, &elsewhere, "another session's");
-    theirs.id = ids.part();
+    let theirs = text(&ids, &elsewhere, "another session's");
     commit(repo, vec![put_session(&session), put_session(&other)]).await;
     commit(
         repo,
@@ -598,6 +598,8 @@ pub async fn part_id_free_guard_refuses_an_id_a_part_of_the_session_has(repo: &d
     assert_eq!(m2_parts, Some(0), "the failed commit stored nothing");
 }
 
+/// Messages come back in id order, each with its parts in id order, whatever order they were written in;
+/// replacing a message keeps its parts, and replacing a part does not duplicate it.
 pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
     let ids = Ids::new();
     let session = new_session(&ids, "/work/order");
