@@ -85,8 +85,8 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
     response
 }
 
-/// The session a `/session/{id}…` path names, when the id is well-formed.
-/// The session a request's path names (its id percent-decoded, as the router decodes it).
+/// The session a `/session/{id}…` path names, when the id is well-formed (percent-decoded first, as the
+/// router decodes it).
 fn session_of(path: &str) -> Option<rewind_core::model::SessionId> {
     let id = path.strip_prefix("/session/")?.split('/').next()?;
     rewind_core::model::SessionId::parse(&percent_decode(id)?).ok()
