@@ -25,7 +25,7 @@ use crate::ignore::{Ignores, OutsideRule};
 use crate::odb::{Kind, Odb};
 use crate::replace::{Held, Releases, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
-use crate::store::{Store, TEMP_PREFIX, is_temp_name};
+use crate::store::{Store, is_temp_name, temp_name};
 use crate::track::track;
 use crate::tree::{Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
 
@@ -998,7 +998,7 @@ impl<'a> Applier<'a> {
             OnDisk::File | OnDisk::Symlink => {}
         }
         self.counter += 1;
-        let tmp = format!("{TEMP_PREFIX}{}-{}", self.batch, self.counter);
+        let tmp = temp_name(&self.batch, self.counter);
         self.pending.push(PendingWrite {
             rel: path.to_owned(),
             tmp,
@@ -1077,22 +1077,21 @@ fn parents_are_real_dirs(current: &TrackedNow<'_>, path: &str) -> GitResult<bool
     Ok(true)
 }
 
-fn journal_parents(
-    store: &Store,
-    batch: &str,
-    paths: impl Iterator<Item = String>,
-) -> GitResult<()> {
-    let mut dirs = BTreeSet::new();
-    for path in paths {
-        let abs = store.worktree.join(&path);
-        if let Some(parent) = abs.parent() {
-            dirs.insert(parent.to_path_buf());
+impl Applier<'_> {
+    /// Journals the directories of `paths` and this applier's batch, before any temporary file is made.
+    fn journal_parents(&self, paths: impl Iterator<Item = String>) -> GitResult<()> {
+        let mut dirs = BTreeSet::new();
+        for path in paths {
+            let abs = self.store.worktree.join(&path);
+            if let Some(parent) = abs.parent() {
+                dirs.insert(parent.to_path_buf());
+            }
         }
+        if dirs.is_empty() {
+            return Ok(());
+        }
+        self.store.journal_temp_dirs(&self.batch, &dirs)
     }
-    if dirs.is_empty() {
-        return Ok(());
-    }
-    store.journal_temp_dirs(batch, &dirs)
 }
 
 fn in_scope(path: &str, scope: &Option<Vec<String>>) -> bool {
@@ -1169,11 +1168,7 @@ pub fn restore(
         now.stop_planning();
     }
     let mut applier = Applier::new(store, config, tracking)?;
-    journal_parents(
-        store,
-        &applier.batch,
-        writes.iter().map(|(p, _, _)| p.clone()),
-    )?;
+    applier.journal_parents(writes.iter().map(|(p, _, _)| p.clone()))?;
     applier.scope = scope.clone();
     applier.expected = expected;
     applier.protected = changed_since.iter().cloned().collect();
@@ -1770,7 +1765,7 @@ fn write_planned(
     current.stop_planning();
     let (edited, expected) = changed_after_track(store, config, &current, actions, base)?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
-    journal_parents(store, &applier.batch, entries.keys().cloned())?;
+    applier.journal_parents(entries.keys().cloned())?;
     applier.expected = expected;
     applier.protected = edited.clone();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)

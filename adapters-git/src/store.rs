@@ -19,7 +19,12 @@ use crate::replace::{Held, preallocate};
 
 /// The prefix of every temporary file rewind writes into a worktree: `.rewind-tmp-<batch>-<n>`, where the
 /// batch is 16 lowercase hex digits drawn at random for each operation and `n` counts its files.
-pub const TEMP_PREFIX: &str = ".rewind-tmp-";
+const TEMP_PREFIX: &str = ".rewind-tmp-";
+
+/// The name of the `n`th temporary file of `batch`.
+pub fn temp_name(batch: &str, n: u64) -> String {
+    format!("{TEMP_PREFIX}{batch}-{n}")
+}
 
 /// Whether `name` is a temporary file's name, of any batch: exactly `.rewind-tmp-`, 16 lowercase hex
 /// digits, `-` and a decimal count. A user's own file that merely starts with the prefix
