@@ -345,6 +345,9 @@ struct Applier<'a> {
     written_stats: HashMap<String, Option<Stat>>,
     /// Every directory above a pending path.
     pending_dirs: HashSet<String>,
+    /// Directories the state being put back had while they held no file (`Store::dirs_existing_empty`):
+    /// a delete that empties one leaves it, as it leaves a directory that still holds something.
+    existed_empty: HashSet<String>,
 }
 
 /// How many files are written at once (their IO overlaps: each rename can wait for the disk).
@@ -701,6 +704,7 @@ impl<'a> Applier<'a> {
             pending_paths: HashSet::new(),
             written_stats: HashMap::new(),
             pending_dirs: HashSet::new(),
+            existed_empty: HashSet::new(),
         })
     }
 
@@ -885,9 +889,14 @@ impl<'a> Applier<'a> {
         Ok(true)
     }
 
+    /// Removes the directories above `path` that its deletion left empty, deepest first, up to the first
+    /// that is not empty or that the state being put back had empty.
     fn remove_empty_parents(&self, path: &str) {
         let mut current = path;
         while let Some((parent, _)) = current.rsplit_once('/') {
+            if self.existed_empty.contains(parent) {
+                break;
+            }
             let (dir_rel, name) = beneath::split(parent);
             let removed = self.root.dir(dir_rel).is_ok_and(|dir| {
                 rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::REMOVEDIR).is_ok()
@@ -1168,6 +1177,9 @@ pub fn restore(
         now.stop_planning();
     }
     let mut applier = Applier::new(store, config, tracking)?;
+    if !deletions.is_empty() {
+        applier.existed_empty = store.dirs_existing_empty([*to]);
+    }
     applier.journal_parents(writes.iter().map(|(p, _, _)| p.clone()))?;
     applier.scope = scope.clone();
     applier.expected = expected;
@@ -1765,6 +1777,13 @@ fn write_planned(
     current.stop_planning();
     let (edited, expected) = changed_after_track(store, config, &current, actions, base)?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
+    applier.existed_empty = store.dirs_existing_empty(
+        actions
+            .iter()
+            .filter(|a| a.action == FileActionKind::Delete)
+            .map(|a| object_id(&a.from))
+            .collect::<GitResult<HashSet<ObjectId>>>()?,
+    );
     applier.journal_parents(entries.keys().cloned())?;
     applier.expected = expected;
     applier.protected = edited.clone();

@@ -2,7 +2,7 @@
 //! processes while an operation runs, with rewind's own files under `rewind/` (stat cache, per-snapshot
 //! records, the log of returned ids, the journal of temporary files).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -65,6 +65,11 @@ pub struct SnapshotRecord {
     /// several disk states, and a path ignored under any of them may have existed then.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<(String, Vec<OutsideRule>)>,
+    /// The union of the directories that held no entry at all when a track returned this id. A git tree
+    /// holds no empty directory; a revert or restore to this snapshot leaves these (and those above them)
+    /// in place when it empties them, instead of removing a directory the snapshot's disk state had.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub empty_dirs: BTreeSet<String>,
 }
 
 impl SnapshotRecord {
@@ -197,13 +202,14 @@ impl Store {
             .unwrap_or_default()
     }
 
-    /// Merges what a track saw into the record of `id` (skipped paths and rule sets are unions).
+    /// Merges what a track saw into the record of `id` (skipped paths, empty directories and rule sets are
+    /// unions).
     pub fn add_record(
         &self,
         id: &ObjectId,
         prefix: &str,
         outside: &[OutsideRule],
-        skipped: &BTreeSet<String>,
+        (skipped, empty_dirs): (&BTreeSet<String>, &BTreeSet<String>),
     ) -> GitResult<()> {
         let mut record = self.record(id);
         let before = record.clone();
@@ -223,6 +229,7 @@ impl Store {
         record.prefix = prefix.to_owned();
         record.outside = outside.to_vec();
         record.skipped.extend(skipped.iter().cloned());
+        record.empty_dirs.extend(empty_dirs.iter().cloned());
         if record == before || (record == SnapshotRecord::default()) {
             return Ok(());
         }
@@ -230,6 +237,27 @@ impl Store {
         fs::create_dir_all(&dir).map_err(|e| GitError::io(&dir, e))?;
         let data = serde_json::to_vec(&record).map_err(|e| GitError::Other(e.to_string()))?;
         write_atomically(&dir.join(id.to_string()), &data)
+    }
+
+    /// The directories that existed, empty or holding only empty directories, when a track returned one of
+    /// `ids`: each recorded empty directory and every directory above it (the worktree's root left out).
+    pub fn dirs_existing_empty(&self, ids: impl IntoIterator<Item = ObjectId>) -> HashSet<String> {
+        let mut dirs = HashSet::new();
+        for id in ids {
+            for dir in self.record(&id).empty_dirs {
+                let mut at = dir.as_str();
+                loop {
+                    if !dirs.insert(at.to_owned()) {
+                        break;
+                    }
+                    match at.rsplit_once('/') {
+                        Some((parent, _)) => at = parent,
+                        None => break,
+                    }
+                }
+            }
+        }
+        dirs
     }
 
     /// Deletes the record of a collected snapshot.

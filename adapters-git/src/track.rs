@@ -726,6 +726,12 @@ fn finish(
         listings_learned,
     } = found;
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    // Every directory walked has a listing (one with a name that is not UTF-8 has none, and is not empty).
+    let empty_dirs: BTreeSet<String> = listings
+        .iter()
+        .filter(|(dir, listing)| !dir.is_empty() && listing.entries.is_empty())
+        .map(|(dir, _)| dir.trim_end_matches('/').to_owned())
+        .collect();
     let unchanged = reusable
         && !misordered
         && dirty.is_empty()
@@ -741,7 +747,7 @@ fn finish(
             ..cache
         }
         .keep(&store.stat_cache_path());
-        return returned(store, tree, skipped, hashed, ignores);
+        return returned(store, tree, (skipped, &empty_dirs), hashed, ignores);
     }
     let (id, dirs) = match cache.tree {
         // No directory changed (only listings, the order, or files still racy): the cache's trees stay.
@@ -768,19 +774,24 @@ fn finish(
         listings,
     }
     .save(&store.stat_cache_path())?;
-    returned(store, id, skipped, hashed, ignores)
+    returned(store, id, (skipped, &empty_dirs), hashed, ignores)
 }
 
-/// Records snapshot `id` (with what it skipped) as returned, and returns it.
+/// Records snapshot `id` (with what it skipped and the empty directories it saw) as returned, and returns it.
 fn returned(
     store: &Store,
     id: ObjectId,
-    skipped: Vec<SkippedPath>,
+    (skipped, empty_dirs): (Vec<SkippedPath>, &BTreeSet<String>),
     hashed: u64,
     ignores: Ignores,
 ) -> GitResult<Tracked> {
     let skipped_set: BTreeSet<String> = skipped.iter().map(|s| s.path.clone()).collect();
-    store.add_record(&id, ignores.prefix(), &ignores.outside, &skipped_set)?;
+    store.add_record(
+        &id,
+        ignores.prefix(),
+        &ignores.outside,
+        (&skipped_set, empty_dirs),
+    )?;
     store.log_returned(&id)?;
     Ok(Tracked {
         id,

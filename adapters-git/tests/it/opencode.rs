@@ -176,6 +176,53 @@ async fn oc05_empty_directory_handling() {
     assert_eq!(h.id().await, before, "empty directories are not tracked");
 }
 
+/// Not one of OpenCode's: git trees hold no empty directory, but the disk state a snapshot was taken from
+/// may have had some. Files a turn made in directories that were empty before it are deleted by the revert,
+/// and those directories stay (empty, as they were); a directory the turn made goes with its files. A
+/// restore to the snapshot leaves them the same way (SPEC 2.4: it removes the directories it leaves empty
+/// that the snapshot's state did not have).
+#[tokio::test]
+async fn a_revert_keeps_directories_that_were_empty_before_the_turn() {
+    let h = setup();
+    fs::create_dir_all(h.path("empty/nested")).expect("mkdir");
+    fs::create_dir_all(h.path("spare")).expect("mkdir");
+    let before = h.id().await;
+    let listing = h.list();
+    h.write("empty/nested/new.txt", b"new\n");
+    h.write("empty/top.txt", b"top\n");
+    h.write("spare/deep/x.txt", b"x\n");
+    h.write("made/y.txt", b"y\n");
+    let p = patch(&h, &before).await;
+    let outcome = revert(&h, &[p]).await;
+    assert_eq!(outcome.deleted.len(), 4, "{outcome:?}");
+    assert_eq!(h.list(), listing);
+    assert!(
+        h.path("empty/nested").is_dir(),
+        "empty/nested was there, empty"
+    );
+    assert!(h.path("spare").is_dir(), "spare was there, empty");
+    assert!(
+        !h.path("spare/deep").exists(),
+        "spare/deep was made by the turn"
+    );
+    assert!(!h.path("made").exists(), "made was made by the turn");
+
+    h.write("empty/nested/again.txt", b"again\n");
+    h.write("made/z.txt", b"z\n");
+    let outcome = h
+        .port()
+        .restore(h.root(), &before, None)
+        .await
+        .expect("restore");
+    assert_eq!(outcome.deleted.len(), 2, "{outcome:?}");
+    assert!(h.path("empty/nested").is_dir(), "a restore keeps it too");
+    assert!(
+        !h.path("made").exists(),
+        "a restore removes what it empties"
+    );
+    assert_eq!(h.list(), listing);
+}
+
 /// 6. binary file handling.
 #[tokio::test]
 async fn oc06_binary_file_handling() {

@@ -421,3 +421,30 @@ fn an_exec_that_cannot_begin_after_undo_still_says_the_undone_turn_is_discarded(
         "{stderr}"
     );
 }
+
+/// A directory that was empty before a turn is there, empty, after the turn is undone, and after a turn that
+/// emptied it is undone and redone: git trees hold no empty directory, so each snapshot's record names the
+/// empty directories its state had. A directory the turn made goes with the turn.
+#[test]
+fn undo_and_redo_keep_a_directory_that_was_empty_before_the_turn() {
+    let env = Env::plain();
+    let dir = |rel: &str| env.path().join(rel);
+    std::fs::create_dir_all(dir("logs/today")).expect("mkdir");
+    env.exec_sh("printf 'x\\n' > logs/today/x.txt; mkdir made; printf 'y\\n' > made/y.txt");
+    env.ok(&["undo"]);
+    assert!(dir("logs/today").is_dir(), "logs/today was there, empty");
+    assert!(!dir("logs/today/x.txt").exists());
+    assert!(!dir("made").exists(), "the turn made it");
+    env.ok(&["redo"]);
+    assert!(dir("logs/today/x.txt").is_file() && dir("made/y.txt").is_file());
+
+    env.exec_sh("rm logs/today/x.txt");
+    env.ok(&["undo"]);
+    assert!(dir("logs/today/x.txt").is_file());
+    env.ok(&["redo"]);
+    assert!(!dir("logs/today/x.txt").exists());
+    assert!(
+        dir("logs/today").is_dir(),
+        "the turn left logs/today empty, and so does its redo"
+    );
+}
