@@ -368,9 +368,12 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
         "{report:#}"
     );
 
-    // Undo takes back what the patch names, and leaves the FIFO as it is.
-    env.ok(&["undo"]);
-    env.ok(&["undo"]);
+    // Undo takes back what the patch names, and leaves the FIFO as it is. The big file was in no snapshot
+    // before its turn, so that undo has nothing to say of it; the FIFO's undo says that `x` could not be put
+    // back, with the snapshot that holds it.
+    let first = env.json(&["undo"]);
+    assert_eq!(first["warnings"], serde_json::json!([]), "{first:#}");
+    let undo = env.json(&["undo"]);
     assert_eq!(
         std::fs::read_to_string(env.path().join("y")).expect("read"),
         "y\n"
@@ -380,6 +383,26 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
         std::os::unix::fs::FileTypeExt::is_fifo(&kind),
         "the FIFO stays"
     );
+    let warnings = undo["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{undo:#}");
+    assert!(
+        warnings[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("1 file(s) could not be put back")),
+        "{undo:#}"
+    );
+    assert_eq!(
+        warnings[0]["files"],
+        serde_json::json!([x.to_str().expect("utf-8")])
+    );
+    let snapshot = warnings[0]["snapshot"].as_str().expect("a snapshot");
+    std::fs::remove_file(&x).expect("rm the FIFO");
+    env.ok(&["snapshot", "restore", snapshot, "x"]);
+    assert_eq!(std::fs::read_to_string(&x).expect("read"), "x\n");
+    // Redo, then undo again: the file is tracked content now, and the revert says nothing more of it.
+    env.ok(&["redo"]);
+    let again = env.json(&["undo"]);
+    assert_eq!(again["warnings"], serde_json::json!([]), "{again:#}");
 }
 
 /// A directory that its enclosing git repository ignores holds no tracked content (SPEC 2.2: the

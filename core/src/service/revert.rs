@@ -10,11 +10,12 @@ use crate::error::{Error, Result};
 use crate::model::{
     Capture, DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken,
     MessageWithParts, PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, RevertOutcome,
-    Session, SessionId, SnapshotId, Warning,
+    Session, SessionId, SkipReason, SnapshotId, SnapshotPatch, TrackOutcome, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
-    RevertPoint, RevertTarget, cleanup_plan, hidden_patches, select_revert_point, snapshot_patches,
+    RevertPoint, RevertTarget, cleanup_plan, hidden_patches, is_hidden, select_revert_point,
+    snapshot_patches,
 };
 
 use super::record::path_set;
@@ -127,7 +128,11 @@ impl Rewind {
         let messages = messages?;
         let point = select_revert_point(&messages, target)?;
         let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
-        let before = tracked?.id;
+        let tracked = tracked?;
+        let left_out = self
+            .left_out_warning(&session, &messages, &point, &tracked, &patches)
+            .await;
+        let before = tracked.id;
         // The current revert (its pre-revert snapshot and `applied`), if any: undone first.
         let Some((previous, applied)) = current_revert(&session) else {
             let files = patches
@@ -136,7 +141,13 @@ impl Rewind {
                 .collect();
             return self
                 .revert_gated(
-                    &session, operation, &messages, point, &patches, before, files,
+                    &session,
+                    operation,
+                    &messages,
+                    (point, left_out),
+                    &patches,
+                    before,
+                    files,
                 )
                 .await;
         };
@@ -164,7 +175,7 @@ impl Rewind {
                 &session,
                 operation,
                 &messages,
-                point,
+                (point, left_out),
                 &patches,
                 before,
                 (&previous, &applied),
@@ -190,7 +201,7 @@ impl Rewind {
         session: &Session,
         operation: &Operation,
         messages: &[MessageWithParts],
-        point: RevertPoint,
+        (point, left_out): (RevertPoint, Option<Warning>),
         patches: &[crate::model::SnapshotPatch],
         before: SnapshotId,
         files: BTreeSet<RelPath>,
@@ -228,7 +239,7 @@ impl Rewind {
                     point,
                     before,
                     outcome,
-                    Vec::new(),
+                    left_out.into_iter().collect(),
                     FileCounts::default(),
                 )
                 .await
@@ -251,7 +262,7 @@ impl Rewind {
         session: &Session,
         operation: &Operation,
         messages: &[MessageWithParts],
-        point: RevertPoint,
+        (point, left_out): (RevertPoint, Option<Warning>),
         patches: &[crate::model::SnapshotPatch],
         before: SnapshotId,
         current: (&SnapshotId, &SnapshotId),
@@ -259,9 +270,10 @@ impl Rewind {
     ) -> Result<RevertResult> {
         let wt = worktree(session);
         let (previous, applied) = current;
-        let (warnings, counts) = self
+        let (mut warnings, counts) = self
             .undo_revert(session, previous, applied, previous_changed, &before)
             .await?;
+        warnings.extend(left_out);
         let snapshot = self.snapshots.track(wt).await?.id;
         self.renew_operation(operation).await?;
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
@@ -269,6 +281,65 @@ impl Rewind {
             session, messages, point, snapshot, outcome, warnings, counts,
         )
         .await
+    }
+
+    /// The files a revert to `point` cannot put back: the snapshot it goes back to (the first hidden step's
+    /// start) has a file there, and what stands there now is left out of every snapshot (a FIFO or another
+    /// special file, an untracked file over the size cap), so no patch names it and the revert leaves it as
+    /// it is. Named in a warning with that snapshot, which holds the earlier content. No warning when there
+    /// is nothing left out, no hidden step, or the trees cannot be compared (the revert must not fail for a
+    /// warning; one whose snapshot is gone fails on its own).
+    async fn left_out_warning(
+        &self,
+        session: &Session,
+        messages: &[MessageWithParts],
+        point: &RevertPoint,
+        tracked: &TrackOutcome,
+        patches: &[SnapshotPatch],
+    ) -> Option<Warning> {
+        let left_out: BTreeSet<RelPath> = tracked
+            .skipped
+            .iter()
+            .filter(|s| matches!(s.reason, SkipReason::Special | SkipReason::TooLarge { .. }))
+            .filter_map(|s| RelPath::new(s.path.as_str()).ok())
+            .collect();
+        if left_out.is_empty() {
+            return None;
+        }
+        let target = messages
+            .iter()
+            .flat_map(|m| m.parts.iter().map(move |p| (m, p)))
+            .filter(|(m, p)| is_hidden(point, &m.info.id, Some(&p.id)))
+            .find_map(|(_, p)| match &p.body {
+                PartBody::StepStart(start) => start.snapshot.clone(),
+                _ => None,
+            })?;
+        let in_patches: BTreeSet<&RelPath> = patches.iter().flat_map(|p| &p.files).collect();
+        let files: Vec<RelPath> = self
+            .changed_between(worktree(session), &target, &tracked.id)
+            .await
+            .ok()?
+            .into_iter()
+            .filter(|path| left_out.contains(path) && !in_patches.contains(path))
+            .collect();
+        if files.is_empty() {
+            return None;
+        }
+        Some(Warning {
+            time: self.now(),
+            message: format!(
+                "{} file(s) could not be put back: rewind leaves out of its snapshots what stands there now (a \
+                 special file such as a FIFO, or an untracked file over the size cap), so the revert left it as \
+                 it is. The content they had is in snapshot {target}: move what stands there away, then \
+                 `rewind snapshot restore {target} PATH…` brings a file back",
+                files.len()
+            ),
+            snapshot: Some(target),
+            files: files
+                .iter()
+                .map(|p| p.to_absolute(&session.directory))
+                .collect(),
+        })
     }
 
     /// What a revert computed, once its files are written: the diffs, the warnings and the descriptor.
