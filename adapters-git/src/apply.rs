@@ -1580,11 +1580,12 @@ const SPECULATE_UP_TO: usize = 128;
 
 /// Carries out the plan of `patches`; `applied` is `base` with the written and deleted paths replaced.
 ///
-/// While the files are written, another thread computes the revert's diffs (`diff::revert_diffs`) from the
-/// `applied` the plan predicts; when the written `applied` is that tree, they are kept for the
-/// `revert_diffs` call that follows (the text and session diffs then cost no time of their own). When a
-/// path had to be kept instead (the worktree changed after the plan), the prediction differs and nothing
-/// is kept. Only for up to `SPECULATE_UP_TO` files.
+/// Another thread builds the `applied` the plan predicts before any file is touched (reading every tree of
+/// `base` it is made from), then, for up to `SPECULATE_UP_TO` files, computes the revert's diffs
+/// (`diff::revert_diffs`) from it while the files are written. When the writes end as predicted, that
+/// tree is `applied` and the diffs are kept for the `revert_diffs` call that follows (the text and
+/// session diffs then cost no time of their own). When a path had to be kept instead (the worktree
+/// changed after the plan), `applied` is built again from what was done, and nothing is kept.
 ///
 /// No file is touched before `ready` says `true` (the plan and the checks come first): when it says
 /// `false` the revert is `GitError::CalledOff`.
@@ -1614,12 +1615,8 @@ fn revert_batched(
         entries,
         current,
     } = plan_inner(store, config, patches)?;
-    // Every tree `applied` is made from is read before any file is touched (those of `base` along the
-    // paths of the plan), and so is every blob to be written.
-    let mut base_tree = LazyTree::new(&store.odb, *base);
-    for action in &actions {
-        base_tree.get(action.path.as_str())?;
-    }
+    // Every blob to be written is checked before any file is touched, and so is every tree `applied` is
+    // made from (those of `base` along the paths of the plan: building `applied` reads them all).
     if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
         return Err(GitError::Missing(id.to_string()));
     }
@@ -1627,20 +1624,6 @@ fn revert_batched(
         .iter()
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
         .count();
-    let write = |prediction| {
-        write_planned(
-            store,
-            config,
-            (&actions, &entries),
-            current,
-            base,
-            ready,
-            prediction,
-        )
-    };
-    if touched > SPECULATE_UP_TO {
-        return write(None);
-    }
     // The end state the plan predicts, in the order `write_planned` touches the files.
     let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
         .iter()
@@ -1656,22 +1639,39 @@ fn revert_batched(
         .collect();
     let (built, built_rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
-        let speculative = scope.spawn(|| -> GitResult<(ObjectId, RevertDiffs)> {
-            let applied = edit(&store.odb, base, &predicted)?;
-            // The writes take it when they end as predicted (a failed send only means they did not).
+        // `applied` as predicted is built while this thread looks at the targets again (and, gated, while
+        // the caller stores its intent); the writes wait for it before they touch anything, so a tree that
+        // cannot be read stops the revert first. Up to `SPECULATE_UP_TO` files, the diffs follow.
+        let speculative = scope.spawn(|| -> Option<(ObjectId, RevertDiffs)> {
+            let applied = edit(&store.odb, base, &predicted);
+            let sent = applied.as_ref().ok().copied();
+            // A failed send only means the writes did not wait for it (they failed first).
             let _ = built.send(applied);
-            let changes = diff_trees(&store.odb, base, &applied)?;
+            let applied = sent?;
+            if touched > SPECULATE_UP_TO {
+                return None;
+            }
+            let changes = diff_trees(&store.odb, base, &applied).ok()?;
             // One thread: the writes have the others.
-            let diffs = crate::diff::revert_diffs_on(&store.odb, &changes, config.size_cap, 1)?;
-            Ok((applied, diffs))
+            let diffs =
+                crate::diff::revert_diffs_on(&store.odb, &changes, config.size_cap, 1).ok()?;
+            Some((applied, diffs))
         });
         let prediction = Prediction {
             changes: &predicted,
             applied: built_rx,
         };
-        let outcome = write(Some(prediction))?;
+        let outcome = write_planned(
+            store,
+            config,
+            (&actions, &entries),
+            current,
+            base,
+            ready,
+            prediction,
+        )?;
         let applied = object_id(&outcome.applied)?;
-        if let Ok(Ok((predicted, diffs))) = speculative.join()
+        if let Ok(Some((predicted, diffs))) = speculative.join()
             && predicted == applied
         {
             crate::diff::keep_revert_diffs(*base, applied, config.size_cap, diffs);
@@ -1754,8 +1754,8 @@ fn changed_after_track(
 struct Prediction<'p> {
     /// Each path to touch with its end state, in the order the writes touch them.
     changes: &'p [(String, Option<Entry>)],
-    /// `edit(base, changes)`, once built (nothing comes when building it failed).
-    applied: std::sync::mpsc::Receiver<ObjectId>,
+    /// `edit(base, changes)`, or why it could not be built (a tree of `base` that cannot be read).
+    applied: std::sync::mpsc::Receiver<GitResult<ObjectId>>,
 }
 
 /// The writing half of `revert`: once `ready` says so, deletes and writes what the plan says (re-checking
@@ -1768,7 +1768,7 @@ fn write_planned(
     current: TrackedNow<'_>,
     base: &ObjectId,
     ready: impl FnOnce() -> bool,
-    prediction: Option<Prediction<'_>>,
+    prediction: Prediction<'_>,
 ) -> GitResult<RevertOutcome> {
     if !ready() {
         return Err(GitError::CalledOff);
@@ -1776,6 +1776,10 @@ fn write_planned(
     // From here on every parent is looked at when it is used (the disk may have changed since the plan).
     current.stop_planning();
     let (edited, expected) = changed_after_track(store, config, &current, actions, base)?;
+    // Nothing is touched before the trees `applied` is made from have all been read.
+    let predicted = prediction.applied.recv().map_err(|_| {
+        GitError::Other("building the tree the revert leaves stopped unexpectedly".to_owned())
+    })??;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
     applier.existed_empty = store.dirs_existing_empty(
         actions
@@ -1821,12 +1825,10 @@ fn write_planned(
         .iter()
         .map(|(path, _)| (path.clone(), applier.last.get(path).copied().flatten()))
         .collect();
-    let built = prediction
-        .filter(|p| p.changes == changes.as_slice())
-        .and_then(|p| p.applied.recv().ok());
-    let applied = match built {
-        Some(applied) => applied,
-        None => edit(&store.odb, base, &changes)?,
+    let applied = if prediction.changes == changes.as_slice() {
+        predicted
+    } else {
+        edit(&store.odb, base, &changes)?
     };
     store.odb.end_batch()?;
     applier.teach_stat_cache(Some((*base, applied)))?;

@@ -670,6 +670,35 @@ async fn missing_base_tree_fails_before_anything_is_touched() {
     assert_eq!(h.list(), listing);
 }
 
+/// A missing sub-tree of the base, on a path the revert changes: `applied` cannot be built from it, and the
+/// revert fails before touching any file (the tree is built while the targets are looked at again, and the
+/// writes wait for it).
+#[tokio::test]
+async fn missing_base_sub_tree_fails_before_anything_is_touched() {
+    let h = GitHarness::new();
+    h.write("top.txt", b"top\n");
+    h.write("dir/x.txt", b"x1\n");
+    let start = h.id().await;
+    h.write("dir/x.txt", b"x2 unique 5c1d\n");
+    h.write("dir/y.txt", b"y\n");
+    let base = h.id().await;
+    let listing = h.list();
+    let store = h.store_dir();
+    let sub = git(
+        h.base(),
+        &[
+            &format!("--git-dir={}", store.display()),
+            "rev-parse",
+            &format!("{base}:dir"),
+        ],
+    );
+    let sub = SnapshotId::parse(sub.trim()).expect("a tree id");
+    h.remove_snapshot_object(&sub);
+    let patches = one_patch(&start, &["dir/x.txt", "dir/y.txt"]);
+    assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
+    assert_eq!(h.list(), listing);
+}
+
 /// A missing patch tree: every operation that needs it fails with `MissingObject`, and nothing is touched.
 #[tokio::test]
 async fn missing_patch_tree_fails_every_operation() {
