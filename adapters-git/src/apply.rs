@@ -345,7 +345,7 @@ struct Applier<'a> {
     written_stats: HashMap<String, Option<Stat>>,
     /// Every directory above a pending path.
     pending_dirs: HashSet<String>,
-    /// Directories the state being put back had while they held no file (`Store::dirs_existing_empty`):
+    /// Directories the snapshot gone back to had while they held no file (`Store::dirs_kept_when_emptied`):
     /// a delete that empties one leaves it, as it leaves a directory that still holds something.
     existed_empty: HashSet<String>,
 }
@@ -1178,7 +1178,7 @@ pub fn restore(
     }
     let mut applier = Applier::new(store, config, tracking)?;
     if !deletions.is_empty() {
-        applier.existed_empty = store.dirs_existing_empty([*to]);
+        applier.existed_empty = store.dirs_kept_when_emptied(to);
     }
     applier.journal_parents(writes.iter().map(|(p, _, _)| p.clone()))?;
     applier.scope = scope.clone();
@@ -1661,12 +1661,13 @@ fn revert_batched(
             changes: &predicted,
             applied: built_rx,
         };
+        let earliest = patches.first().map(|p| object_id(&p.hash)).transpose()?;
         let outcome = write_planned(
             store,
             config,
             (&actions, &entries),
             current,
-            base,
+            (base, earliest),
             ready,
             prediction,
         )?;
@@ -1766,7 +1767,7 @@ fn write_planned(
     config: &GitStoreConfig,
     (actions, entries): (&[FileAction], &HashMap<String, (Mode, ObjectId)>),
     current: TrackedNow<'_>,
-    base: &ObjectId,
+    (base, earliest): (&ObjectId, Option<ObjectId>),
     ready: impl FnOnce() -> bool,
     prediction: Prediction<'_>,
 ) -> GitResult<RevertOutcome> {
@@ -1781,13 +1782,11 @@ fn write_planned(
         GitError::Other("building the tree the revert leaves stopped unexpectedly".to_owned())
     })??;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
-    applier.existed_empty = store.dirs_existing_empty(
-        actions
-            .iter()
-            .filter(|a| a.action == FileActionKind::Delete)
-            .map(|a| object_id(&a.from))
-            .collect::<GitResult<HashSet<ObjectId>>>()?,
-    );
+    // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
+    // later patch's start may have had directories that an earlier hidden step made.
+    if let Some(first) = earliest {
+        applier.existed_empty = store.dirs_kept_when_emptied(&first);
+    }
     applier.journal_parents(entries.keys().cloned())?;
     applier.expected = expected;
     applier.protected = edited.clone();

@@ -65,11 +65,15 @@ pub struct SnapshotRecord {
     /// several disk states, and a path ignored under any of them may have existed then.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<(String, Vec<OutsideRule>)>,
-    /// The union of the directories that held no entry at all when a track returned this id. A git tree
-    /// holds no empty directory; a revert or restore to this snapshot leaves these (and those above them)
-    /// in place when it empties them, instead of removing a directory the snapshot's disk state had.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub empty_dirs: BTreeSet<String>,
+    /// The directories that held no entry (but `.git` or rewind's temporary files) at every track that
+    /// returned this id since it was first recorded: the intersection, since one id stands for every disk
+    /// state with the same files, empty directories or not. None when no track recorded it yet. A git tree
+    /// holds no empty directory; a revert or restore that goes back to this snapshot leaves these (and those
+    /// above them) in place when it empties them, instead of removing a directory the snapshot's disk state
+    /// had. A directory seen at one track of the id and not at another is not kept: it is removed when
+    /// emptied, as git would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_dirs: Option<BTreeSet<String>>,
 }
 
 impl SnapshotRecord {
@@ -202,8 +206,8 @@ impl Store {
             .unwrap_or_default()
     }
 
-    /// Merges what a track saw into the record of `id` (skipped paths, empty directories and rule sets are
-    /// unions).
+    /// Merges what a track saw into the record of `id` (skipped paths and rule sets are unions, empty
+    /// directories an intersection).
     pub fn add_record(
         &self,
         id: &ObjectId,
@@ -229,7 +233,10 @@ impl Store {
         record.prefix = prefix.to_owned();
         record.outside = outside.to_vec();
         record.skipped.extend(skipped.iter().cloned());
-        record.empty_dirs.extend(empty_dirs.iter().cloned());
+        match &mut record.empty_dirs {
+            Some(seen) => seen.retain(|dir| empty_dirs.contains(dir)),
+            None => record.empty_dirs = Some(empty_dirs.clone()),
+        }
         if record == before || (record == SnapshotRecord::default()) {
             return Ok(());
         }
@@ -239,21 +246,17 @@ impl Store {
         write_atomically(&dir.join(id.to_string()), &data)
     }
 
-    /// The directories that existed, empty or holding only empty directories, when a track returned one of
-    /// `ids`: each recorded empty directory and every directory above it (the worktree's root left out).
-    pub fn dirs_existing_empty(&self, ids: impl IntoIterator<Item = ObjectId>) -> HashSet<String> {
+    /// The directories a revert or restore going back to snapshot `id` leaves when it empties them: each
+    /// directory the record names as empty at every track of `id`, and every directory above one (the
+    /// worktree's root left out).
+    pub fn dirs_kept_when_emptied(&self, id: &ObjectId) -> HashSet<String> {
         let mut dirs = HashSet::new();
-        for id in ids {
-            for dir in self.record(&id).empty_dirs {
-                let mut at = dir.as_str();
-                loop {
-                    if !dirs.insert(at.to_owned()) {
-                        break;
-                    }
-                    match at.rsplit_once('/') {
-                        Some((parent, _)) => at = parent,
-                        None => break,
-                    }
+        for dir in self.record(id).empty_dirs.unwrap_or_default() {
+            let mut at = dir.as_str();
+            while dirs.insert(at.to_owned()) {
+                match at.rsplit_once('/') {
+                    Some((parent, _)) => at = parent,
+                    None => break,
                 }
             }
         }

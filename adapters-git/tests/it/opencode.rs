@@ -179,8 +179,8 @@ async fn oc05_empty_directory_handling() {
 /// Not one of OpenCode's: git trees hold no empty directory, but the disk state a snapshot was taken from
 /// may have had some. Files a turn made in directories that were empty before it are deleted by the revert,
 /// and those directories stay (empty, as they were); a directory the turn made goes with its files. A
-/// restore to the snapshot leaves them the same way (SPEC 2.4: it removes the directories it leaves empty
-/// that the snapshot's state did not have).
+/// restore to the snapshot leaves them the same way. (SPEC 2.4 says a restore removes the directories it
+/// leaves empty; rewind reads that as those the snapshot's state did not have.)
 #[tokio::test]
 async fn a_revert_keeps_directories_that_were_empty_before_the_turn() {
     let h = setup();
@@ -221,6 +221,40 @@ async fn a_revert_keeps_directories_that_were_empty_before_the_turn() {
         "a restore removes what it empties"
     );
     assert_eq!(h.list(), listing);
+}
+
+/// One id stands for every disk state with the same files: a directory made empty within the same
+/// snapshot id (a step that only ran `mkdir`) was not there at every track of that id, so a revert to it
+/// removes the directory when it empties it, as before. Of several patches, the earliest one's snapshot
+/// is the state gone back to: a directory a later step's start had empty, which an earlier undone step
+/// made, goes.
+#[tokio::test]
+async fn a_directory_made_empty_within_a_snapshot_id_or_by_an_undone_step_goes() {
+    let h = setup();
+    let before = h.id().await;
+    fs::create_dir_all(h.path("feat")).expect("mkdir");
+    assert_eq!(h.id().await, before, "an empty directory changes no id");
+    h.write("feat/a.rs", b"a\n");
+    let p = patch(&h, &before).await;
+    revert(&h, &[p]).await;
+    assert!(
+        !h.path("feat").exists(),
+        "feat was not there at every track of {before}"
+    );
+
+    // Step 1 writes a.txt and makes `made` empty; step 2 writes into it. Undoing both goes back to
+    // before step 1.
+    let start1 = h.id().await;
+    h.write("a.txt", b"a changed\n");
+    fs::create_dir_all(h.path("made")).expect("mkdir");
+    let start2 = h.id().await;
+    let p1 = patch(&h, &start1).await;
+    h.write("made/x.txt", b"x\n");
+    let p2 = patch(&h, &start2).await;
+    let outcome = revert(&h, &[p1, p2]).await;
+    assert_eq!(outcome.written, rels(&["a.txt"]), "{outcome:?}");
+    assert_eq!(outcome.deleted, rels(&["made/x.txt"]), "{outcome:?}");
+    assert!(!h.path("made").exists(), "made was not there before step 1");
 }
 
 /// 6. binary file handling.

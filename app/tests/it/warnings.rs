@@ -368,11 +368,12 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
         "{report:#}"
     );
 
-    // Undo takes back what the patch names, and leaves the FIFO as it is. The big file was in no snapshot
-    // before its turn, so that undo has nothing to say of it; the FIFO's undo says that `x` could not be put
-    // back, with the snapshot that holds it.
-    let first = env.json(&["undo"]);
+    // Undo takes back what the patch names, and leaves the FIFO as it is. The big file is over the cap
+    // and was in no snapshot before its turn, so that undo has nothing to say of it; the FIFO's undo says
+    // that `x` could not be put back, with the snapshot that holds it.
+    let first = env.json(&["--size-cap", "100", "undo"]);
     assert_eq!(first["warnings"], serde_json::json!([]), "{first:#}");
+    assert!(env.path().join("big.bin").is_file(), "left as it is");
     let undo = env.json(&["undo"]);
     assert_eq!(
         std::fs::read_to_string(env.path().join("y")).expect("read"),
@@ -451,5 +452,49 @@ fn a_worktree_its_repository_ignores_is_named_once_as_not_snapshotted() {
     assert_eq!(
         git(&proj, &["ls-files", "--others", "--exclude-standard", "."]),
         ""
+    );
+}
+
+/// A revert to a part inside a step (here its finish, which hides the step's patch but not its start) goes
+/// back to that step's start, and so does its warning about a file a FIFO now stands in place of.
+#[test]
+fn a_revert_to_a_part_inside_a_step_names_the_file_it_cannot_put_back() {
+    let env = Env::plain();
+    env.exec_sh("printf 'x\\n' > x; printf 'y\\n' > y");
+    env.exec_sh("rm x; mkfifo x; printf 'y2\\n' > y");
+    let x = env.path().canonicalize().expect("canonical").join("x");
+    let log = env.json(&["log"]);
+    let assistant = &log["messages"][3];
+    let finish = assistant["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .find(|p| p["type"] == "step-finish")
+        .and_then(|p| p["id"].as_str())
+        .expect("a step-finish part");
+    let id = assistant["id"].as_str().expect("an id");
+    let report = env.json(&["revert", id, "--part", finish]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("y")).expect("read"),
+        "y\n",
+        "the step's patch is undone"
+    );
+    let warnings = report["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{report:#}");
+    assert_eq!(
+        warnings[0]["files"],
+        serde_json::json!([x.to_str().expect("utf-8")])
+    );
+    let start = assistant["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .find(|p| p["type"] == "step-start")
+        .and_then(|p| p["id"].as_str())
+        .expect("a step-start part");
+    let steps = assistant["steps"].as_array().expect("steps");
+    assert_eq!(
+        warnings[0]["snapshot"], steps[0]["start"],
+        "the snapshot named is the step's start ({start})"
     );
 }

@@ -283,8 +283,9 @@ impl Rewind {
         .await
     }
 
-    /// The files a revert to `point` cannot put back: the snapshot it goes back to (the first hidden step's
-    /// start) has a file there, and what stands there now is left out of every snapshot (a FIFO or another
+    /// The files a revert to `point` cannot put back: the snapshot it goes back to (the start of the
+    /// earliest step it undoes: the first hidden patch's `hash`, or the first hidden step start when that
+    /// comes first, as for a turn whose only change was to put a FIFO in place of a file) has a file there, and what stands there now is left out of every snapshot (a FIFO or another
     /// special file, an untracked file over the size cap), so no patch names it and the revert leaves it as
     /// it is. Named in a warning with that snapshot, which holds the earlier content. No warning when there
     /// is nothing left out, no hidden step, or the trees cannot be compared (the revert must not fail for a
@@ -306,14 +307,17 @@ impl Rewind {
         if left_out.is_empty() {
             return None;
         }
+        // A point inside a step hides its patch and not its start: the patch's hash is that start.
         let target = messages
             .iter()
             .flat_map(|m| m.parts.iter().map(move |p| (m, p)))
             .filter(|(m, p)| is_hidden(point, &m.info.id, Some(&p.id)))
             .find_map(|(_, p)| match &p.body {
-                PartBody::StepStart(start) => start.snapshot.clone(),
+                // A start without a snapshot (its track failed): what it went back to is not known.
+                PartBody::StepStart(start) => Some(start.snapshot.clone()),
+                PartBody::Patch(patch) => Some(Some(patch.hash.clone())),
                 _ => None,
-            })?;
+            })??;
         let in_patches: BTreeSet<&RelPath> = patches.iter().flat_map(|p| &p.files).collect();
         let files: Vec<RelPath> = self
             .changed_between(worktree(session), &target, &tracked.id)
