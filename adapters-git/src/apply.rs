@@ -1158,6 +1158,25 @@ pub fn restore(
         .filter(|(p, now, then)| in_scope(p, &scope) && now.is_some() && then.is_none())
         .map(|(p, _, _)| p.clone())
         .collect();
+    // A restore to a snapshot (not the scoped undo of a revert, `since`) leaves the files that snapshot
+    // did not track (ignored by its rules, or skipped) as a revert's plan does: one may have existed then,
+    // so it is kept, not deleted. So restoring a capture gives back a file the restore it undoes left
+    // alone because it was ignored then.
+    let mut untracked_then = Vec::new();
+    let deletions: Vec<String> = if since.is_none() && !deletions.is_empty() {
+        let target_rules = RefCell::new(LazyTree::new(&store.odb, *to));
+        let mut kept = Vec::new();
+        for path in deletions {
+            if untracked_at(store, to, &target_rules, &path)? {
+                untracked_then.push(path);
+            } else {
+                kept.push(path);
+            }
+        }
+        kept
+    } else {
+        deletions
+    };
     let writes: Vec<(String, Mode, ObjectId)> = changes
         .iter()
         .filter(|(p, _, _)| in_scope(p, &scope))
@@ -1187,6 +1206,9 @@ pub fn restore(
     for path in &changed_since {
         applier.keep(path, CHANGED_SINCE)?;
     }
+    for path in &untracked_then {
+        applier.keep(path, UNTRACKED_THEN)?;
+    }
     for path in deletions.iter().rev() {
         applier.delete(path)?;
     }
@@ -1200,6 +1222,7 @@ pub fn restore(
     if let Some(paths) = &scope {
         for path in paths {
             let untracked_here = !changed_since.contains(path)
+                && !untracked_then.contains(path)
                 && !target.holds(path)?
                 && !deletions
                     .iter()
@@ -1220,6 +1243,10 @@ pub fn restore(
         kept: applier.kept,
     })
 }
+
+/// Why a restore leaves a file that its snapshot does not hold.
+const UNTRACKED_THEN: &str = "it was not tracked content in the snapshot restored (ignored or skipped then), so \
+                              it may have existed then; it is left as it is";
 
 /// The changes a whole restore to `to` makes: the worktree is tracked, and only the sub-trees that differ
 /// between its snapshot and `to` are read. With `since`, the paths that differ between `since` and the

@@ -699,6 +699,44 @@ async fn missing_base_sub_tree_fails_before_anything_is_touched() {
     assert_eq!(h.list(), listing);
 }
 
+/// A restore leaves a file its snapshot did not track (ignored by that snapshot's `.gitignore`), as a
+/// revert's plan does: the snapshot cannot say the file was absent. So restoring the capture taken before
+/// a restore gives back exactly what that restore left: here `k`, which the restore had kept because it
+/// was ignored then, is not deleted when the capture's `.gitignore` comes back. Found by a black-box run.
+#[tokio::test]
+async fn restoring_a_capture_keeps_a_file_the_capture_ignored() {
+    let h = GitHarness::new();
+    h.write("k", b"keep\n");
+    let s = h.id().await;
+    h.write(".gitignore", b"k\n");
+    h.write("k", b"mine\n");
+    let capture = h.id().await;
+    let restored = h.port().restore(h.root(), &s, None).await.expect("restore");
+    assert_eq!(restored.deleted, rels(&[".gitignore"]), "{restored:?}");
+    assert_eq!(kept_paths(&restored.kept), ["k"], "{restored:?}");
+    assert_eq!(h.read("k"), text("mine\n"));
+
+    let back = h
+        .port()
+        .restore(h.root(), &capture, None)
+        .await
+        .expect("restore the capture");
+    assert_eq!(back.written, rels(&[".gitignore"]), "{back:?}");
+    assert!(back.deleted.is_empty(), "{back:?}");
+    assert_eq!(kept_paths(&back.kept), ["k"], "{back:?}");
+    assert_eq!(h.read("k"), text("mine\n"), "nothing is lost");
+    assert_eq!(h.id().await, capture);
+
+    // A file the snapshot tracked nowhere and did not ignore is deleted as before.
+    h.write("new.txt", b"new\n");
+    let again = h
+        .port()
+        .restore(h.root(), &capture, None)
+        .await
+        .expect("restore");
+    assert_eq!(again.deleted, rels(&["new.txt"]), "{again:?}");
+}
+
 /// A missing patch tree: every operation that needs it fails with `MissingObject`, and nothing is touched.
 #[tokio::test]
 async fn missing_patch_tree_fails_every_operation() {
