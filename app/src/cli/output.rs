@@ -18,8 +18,12 @@ const SPINNER_DELAY: Duration = Duration::from_millis(300);
 pub fn print_json(value: &impl Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(value).context("cannot encode the JSON output")?;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}").context("cannot write to stdout")?;
-    Ok(())
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        // The reader has gone (`rewind log --json | head -1`): ended quietly, as `println!` output is
+        // (`quiet_on_closed_stdout`); the work was done and stored before the output.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(141),
+        written => written.context("cannot write to stdout"),
+    }
 }
 
 /// Runs `work`, showing a spinner with `label` on stderr once it has taken longer than a moment; quiet

@@ -139,13 +139,19 @@ fn exec_in_the_home_directory_is_refused_before_anything_runs_or_is_recorded() {
 
 /// A reader that has gone (`rewind log | head -1`): stdout is a pipe with no reader from the start, so the
 /// first line written fails with EPIPE. The command ends quietly with 141 (as `SIGPIPE` would end it),
-/// never with a panic (101), and what it read is unchanged.
+/// never with a panic (101) or an error (`--json` said "cannot write to stdout" and exited 1), and what it
+/// read is unchanged.
 #[test]
 fn a_closed_stdout_ends_the_command_quietly() {
     let env = Env::plain();
     env.exec_sh("printf 'one\\n' > a.txt");
     let log = env.json(&["log"]);
-    for args in [vec!["log"], vec!["--json", "log"], vec!["status"]] {
+    for args in [
+        vec!["log"],
+        vec!["--json", "log"],
+        vec!["status"],
+        vec!["--json", "status"],
+    ] {
         let (reader, writer) = std::io::pipe().expect("a pipe");
         drop(reader);
         let output = env
@@ -159,12 +165,13 @@ fn a_closed_stdout_ends_the_command_quietly() {
             "`rewind {}` panicked: {stderr}",
             args.join(" ")
         );
-        assert_ne!(
+        assert_eq!(
             output.status.code(),
-            Some(101),
-            "`rewind {}`",
+            Some(141),
+            "`rewind {}`: {stderr}",
             args.join(" ")
         );
+        assert!(stderr.is_empty(), "`rewind {}`: {stderr}", args.join(" "));
     }
     assert_eq!(env.json(&["log"]), log);
 }
