@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use rewind_core::model::{HolderKind, Session, SessionId};
 
 use crate::config::Settings;
@@ -28,6 +28,18 @@ impl Context {
     pub async fn open(settings: &Settings, directory: &Path, json: bool) -> Result<Context> {
         let (path, directory) = canonical_worktree(directory)
             .map_err(|error| anyhow!("{error}; pass the worktree's directory with -C DIR"))?;
+        // Refused before the database is opened, which would create its files there: every operation on
+        // such a directory is refused by the snapshot store anyway.
+        if let Ok(data) = std::fs::canonicalize(&settings.data_dir)
+            && path.starts_with(&data)
+        {
+            bail!(
+                "{} is rewind's data directory {} or inside it, not a project directory; choose another \
+                 data directory (--data-dir or REWIND_DATA_DIR) or another directory (-C DIR)",
+                path.display(),
+                data.display()
+            );
+        }
         let services = Services::open(settings, HolderKind::Process).await?;
         let report = services
             .rewind

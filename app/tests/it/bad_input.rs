@@ -225,3 +225,41 @@ fn a_corrupt_database_is_named_once_with_its_cause_once() {
         "the file is untouched"
     );
 }
+
+/// A worktree that is the data directory (or inside it) is refused before the database is opened: the
+/// refusal used to come from the snapshot store, after the database files had been created in the user's
+/// directory (found by a black-box run).
+#[test]
+fn a_worktree_that_is_the_data_directory_is_refused_before_anything_is_written() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "a\n").expect("write");
+    let before = env.state();
+    let worktree = env.path().to_str().expect("utf-8").to_owned();
+    for args in [
+        vec!["snapshot", "track"],
+        vec!["exec", "--", "touch", "ran"],
+        vec!["log"],
+    ] {
+        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", env.config_home.path())
+            .env("XDG_CONFIG_HOME", env.config_home.path())
+            .args(["--data-dir", worktree.as_str(), "-C", worktree.as_str()])
+            .args(&args)
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("is rewind's data directory") && stderr.contains("--data-dir"),
+            "{stderr}"
+        );
+        assert_eq!(
+            env.state(),
+            before,
+            "`rewind {}` wrote nothing",
+            args.join(" ")
+        );
+    }
+}
