@@ -180,8 +180,10 @@ impl Settings {
         };
         let mut settings = Settings::new(data_dir, cwd);
         settings.config_file = config_file;
-        if let Some(url) = args.database_url.clone().or(file.database_url) {
-            settings.database_url = url;
+        match (&args.database_url, &file.database_url) {
+            (Some(url), _) => settings.database_url = sqlite_url_from(cwd, url)?,
+            (None, Some(url)) => settings.database_url = sqlite_url_from(&file_dir, url)?,
+            (None, None) => {}
         }
         let server = server.cloned().unwrap_or_default();
         if let Some(hostname) = server.hostname.or(file.hostname) {
@@ -257,6 +259,32 @@ pub fn redact_url(url: &str) -> String {
         Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
         None => url.to_owned(),
     }
+}
+
+/// A SQLite URL with a relative file path (`sqlite:rewind.db`, `sqlite://data/rewind.db?mode=rwc`) made
+/// absolute against `base`, as every other relative path of the configuration is (SQLite would take it
+/// from the process's current directory); other URLs as they are. One that names no file (`sqlite://`)
+/// is refused with what to write instead.
+fn sqlite_url_from(base: &Path, url: &str) -> Result<String> {
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        return Ok(url.to_owned());
+    };
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    if path.is_empty() {
+        bail!(
+            "the database URL {url:?} names no file; write sqlite:///path/to/rewind.db?mode=rwc (or leave \
+             it out: the default is rewind.db in the data directory)"
+        );
+    }
+    if path.starts_with(":memory:") || Path::new(path).is_absolute() {
+        return Ok(url.to_owned());
+    }
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    Ok(format!("sqlite://{}{query}", base.join(path).display()))
 }
 
 fn absolute(cwd: &Path, path: &Path) -> PathBuf {
@@ -395,6 +423,73 @@ mod tests {
         let settings = Settings::resolve(&flags, None, worktree.path())?;
         assert_eq!(settings.data_dir, worktree.path().join("flag-d"));
         assert_eq!(settings.project_roots, vec![worktree.path().join("flag-r")]);
+        Ok(())
+    }
+
+    /// A SQLite file named by a relative path follows the same rule (SQLite itself would take it from the
+    /// process's current directory); other URLs are left as they are, and one naming no file is refused.
+    #[test]
+    fn a_relative_sqlite_path_is_taken_from_the_same_directory_as_other_paths() -> Result<()> {
+        let config_dir = tempfile::tempdir()?;
+        let worktree = tempfile::tempdir()?;
+        let file = config_dir.path().join("rewind.toml");
+        std::fs::write(&file, "database_url = \"sqlite://db/r.db?mode=rwc\"\n")?;
+        let from_file = ConfigArgs {
+            config: Some(file.clone()),
+            ..ConfigArgs::default()
+        };
+        assert_eq!(
+            Settings::resolve(&from_file, None, worktree.path())?.database_url,
+            format!(
+                "sqlite://{}?mode=rwc",
+                config_dir.path().join("db/r.db").display()
+            )
+        );
+        for (given, expected) in [
+            (
+                "sqlite:rel.db".to_owned(),
+                format!("sqlite://{}", worktree.path().join("rel.db").display()),
+            ),
+            (
+                "sqlite://rel.db?mode=rwc".to_owned(),
+                format!(
+                    "sqlite://{}?mode=rwc",
+                    worktree.path().join("rel.db").display()
+                ),
+            ),
+            (
+                "sqlite:///abs/r.db".to_owned(),
+                "sqlite:///abs/r.db".to_owned(),
+            ),
+            ("sqlite::memory:".to_owned(), "sqlite::memory:".to_owned()),
+            (
+                "postgres://u@h/db".to_owned(),
+                "postgres://u@h/db".to_owned(),
+            ),
+        ] {
+            let flags = ConfigArgs {
+                config: Some(file.clone()),
+                database_url: Some(given.clone()),
+                ..ConfigArgs::default()
+            };
+            assert_eq!(
+                Settings::resolve(&flags, None, worktree.path())?.database_url,
+                expected,
+                "{given}"
+            );
+        }
+        for empty in ["sqlite://", "sqlite:", "sqlite://?mode=rwc"] {
+            let flags = ConfigArgs {
+                database_url: Some(empty.to_owned()),
+                data_dir: Some(worktree.path().to_path_buf()),
+                ..ConfigArgs::default()
+            };
+            let error = match Settings::resolve(&flags, None, worktree.path()) {
+                Ok(settings) => panic!("accepted {empty}: {settings:?}"),
+                Err(error) => error.to_string(),
+            };
+            assert!(error.contains("names no file"), "{error}");
+        }
         Ok(())
     }
 
