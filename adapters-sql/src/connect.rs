@@ -88,15 +88,30 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     // the same new file at once, a connection can fail at once with SQLITE_BUSY. Such a failure is retried
     // until the busy timeout has passed, as a busy statement would have waited.
     let started = std::time::Instant::now();
-    let connected = loop {
-        match Database::connect(options.clone()).await {
-            Err(source)
-                if fault_kind(&source) == FaultKind::Locked && started.elapsed() < busy_timeout =>
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let pooled = async {
+        loop {
+            match Database::connect(options.clone()).await {
+                Err(source)
+                    if fault_kind(&source) == FaultKind::Locked
+                        && started.elapsed() < busy_timeout =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                other => break other,
             }
-            other => break other,
         }
+    };
+    let connected = if backend == Backend::Postgres {
+        // The pool retries a server that cannot be reached until its acquire timeout (30 s) has passed,
+        // then says only "pool timed out". One direct connection beside it says why at once (refused,
+        // unknown host, failed login); when it succeeds, the pool's own connect decides.
+        tokio::pin!(pooled);
+        tokio::select! {
+            connected = &mut pooled => connected,
+            Err(source) = postgres_reachable(&config.url) => Err(source),
+        }
+    } else {
+        pooled.await
     };
     let db = connected.map_err(|source| match fault_kind(&source) {
         FaultKind::Other => SqlError::Open {
@@ -144,6 +159,18 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         busy_timeout,
         hooks: Mutex::new(Hooks::default()),
     })
+}
+
+/// One connection to the PostgreSQL server at `url`, closed at once: the cause when it cannot be made.
+async fn postgres_reachable(url: &str) -> Result<(), DbErr> {
+    use sea_orm::sqlx::{ConnectOptions as _, Connection as _};
+    let failed = |source: sea_orm::SqlxError| {
+        DbErr::Conn(sea_orm::RuntimeErr::SqlxError(std::sync::Arc::new(source)))
+    };
+    let options: sea_orm::sqlx::postgres::PgConnectOptions = url.parse().map_err(failed)?;
+    let connection = options.connect().await.map_err(failed)?;
+    let _ = connection.close().await;
+    Ok(())
 }
 
 /// Checks, without writing, that the database can be written. SQLite takes its write lock (`BEGIN

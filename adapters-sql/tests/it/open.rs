@@ -404,6 +404,20 @@ fn a_url_that_is_not_a_database_is_refused() {
     });
 }
 
+/// A PostgreSQL server that cannot be reached is refused with the cause (the pool alone retried it until
+/// its acquire timeout, 30 s, and then said only "pool timed out"; found by a black-box run). No server is
+/// needed: nothing listens on port 1.
+#[test]
+fn an_unreachable_postgres_server_is_refused_with_the_cause() {
+    run(async {
+        let message =
+            described(SqlRepo::connect("postgres://nobody:secret-9f2@127.0.0.1:1/db").await);
+        assert!(message.contains("refused"), "{message}");
+        assert!(!message.contains("pool timed out"), "{message}");
+        assert!(!message.contains("secret-9f2"), "{message}");
+    });
+}
+
 #[test]
 fn sqlite_file_paths_with_url_characters_work() {
     run(async {
