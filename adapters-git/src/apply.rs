@@ -56,7 +56,13 @@ fn look(path: &Path) -> GitResult<(OnDisk, Option<Stat>)> {
             };
             Ok((kind, Mode::of_file(&meta).map(|mode| Stat::of(&meta, mode))))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {
+        // A parent that is not a directory (ENOTDIR), or a symlink that loops (ELOOP: `sub -> sub` makes
+        // `sub/x` unresolvable): nothing stands at the path as a worktree path.
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error())
+                || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) =>
+        {
             Ok((OnDisk::Absent, None))
         }
         Err(e) => Err(GitError::io(path, e)),

@@ -448,3 +448,24 @@ fn undo_and_redo_keep_a_directory_that_was_empty_before_the_turn() {
         "the turn left logs/today empty, and so does its redo"
     );
 }
+
+/// A symlink that points at itself (`sub -> sub`) where a directory was: after the user removed the
+/// directory the undo brought back, the redo looked at `sub/sub` through the new symlink and failed on
+/// the loop (ELOOP) every time, so the session could go neither forward nor back (found by a black-box
+/// run). A path below a looping symlink is one where nothing stands.
+#[test]
+fn a_symlink_to_itself_where_a_directory_was_does_not_stick_the_session() {
+    let env = Env::plain();
+    env.exec_sh("mkdir sub; printf 'x\\n' > sub/sub");
+    env.exec_sh("rm -rf sub; ln -s sub sub");
+    let after = env.state();
+    env.ok(&["undo"]);
+    std::fs::remove_dir_all(env.path().join("sub")).expect("rm -rf sub");
+    env.ok(&["redo"]);
+    assert_state(&env, &after, "after the redo");
+    env.ok(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("sub/sub")).expect("read"),
+        "x\n"
+    );
+}
