@@ -308,6 +308,11 @@ impl Rewind {
             // nothing.
             let kept = self.kept_messages(session_id, &point).await?;
             self.new_turn(session_id, kept, user.clone(), assistant.clone())?;
+            // So is a turn whose step the snapshot store would refuse (a worktree over the file-count cap,
+            // a file that cannot be read): tracked first, it fails before cleanup deletes the hidden
+            // messages for good, and the redo history stays. The step's own track, below, finds the files
+            // as this one left the stat cache.
+            self.snapshots.track(worktree(&session)).await?;
             self.cleanup(&session).await?;
         }
         self.under_step_lease(session_id, async |token, session_lease| {
