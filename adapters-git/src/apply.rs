@@ -826,7 +826,12 @@ impl<'a> Applier<'a> {
             return self.keep(path, MOVED_MEANWHILE);
         }
         match kind {
-            OnDisk::Absent => Ok(()),
+            // Already gone (a revert that first undid another put the state back where this file was
+            // deleted): the directories that deletion left empty go now, as they would have then.
+            OnDisk::Absent => {
+                self.remove_empty_parents(path);
+                Ok(())
+            }
             OnDisk::Dir => self.keep(path, "a directory stands there now; it is left as it is"),
             OnDisk::File | OnDisk::Symlink
                 if !self.parents_are_dirs(path)?

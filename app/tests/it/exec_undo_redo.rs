@@ -476,3 +476,21 @@ fn a_symlink_to_itself_where_a_directory_was_does_not_stick_the_session() {
         "x\n"
     );
 }
+
+/// A directory a turn made with a file in it goes when the turn is undone, also after a later turn
+/// emptied it and was undone first: the second undo starts by putting that later turn's state back (where
+/// the directory was there, empty), and the file it then deletes is already gone; the directories its
+/// deletion left empty went with it (found by a black-box run).
+#[test]
+fn undoing_two_turns_removes_a_directory_the_first_made_and_the_second_emptied() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("base"), "base\n").expect("write");
+    let before = env.state();
+    env.exec_sh("mkdir -p d/s; printf '1\\n' > d/s/f");
+    env.exec_sh("rm d/s/f; printf '2\\n' > base");
+    env.ok(&["undo"]);
+    assert!(env.path().join("d/s/f").is_file());
+    env.ok(&["undo"]);
+    assert_state(&env, &before, "after undoing both turns");
+    assert!(!env.path().join("d").exists(), "d was made by the first turn");
+}
