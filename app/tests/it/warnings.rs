@@ -498,3 +498,31 @@ fn a_revert_to_a_part_inside_a_step_names_the_file_it_cannot_put_back() {
         "the snapshot named is the step's start ({start})"
     );
 }
+
+/// A FIFO the user put where a file the undone turn deleted was: the file is in the patch, but the undo
+/// cannot write it over the FIFO; it is named with the snapshot that holds it, once, instead of only in the
+/// general "left as they are" warning (found by a black-box run).
+#[test]
+fn an_undo_names_the_snapshot_of_a_file_a_fifo_made_after_the_turn_stands_in_place_of() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("f"), "v1\n").expect("write");
+    std::fs::write(env.path().join("g"), "g\n").expect("write");
+    env.exec_sh("rm f; printf 'g2\\n' > g");
+    let f = env.path().canonicalize().expect("canonical").join("f");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&f)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let undo = env.json(&["undo"]);
+    let warnings = undo["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{undo:#}");
+    assert_eq!(
+        warnings[0]["files"],
+        serde_json::json!([f.to_str().expect("utf-8")])
+    );
+    let snapshot = warnings[0]["snapshot"].as_str().expect("a snapshot");
+    std::fs::remove_file(&f).expect("rm the FIFO");
+    env.ok(&["snapshot", "restore", snapshot, "f"]);
+    assert_eq!(std::fs::read_to_string(&f).expect("read"), "v1\n");
+}

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     Capture, DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken,
     MessageWithParts, PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, RevertOutcome,
-    Session, SessionId, SkipReason, SnapshotId, SnapshotPatch, TrackOutcome, Warning,
+    Session, SessionId, SkipReason, SnapshotId, TrackOutcome, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
@@ -130,7 +130,7 @@ impl Rewind {
         let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
         let tracked = tracked?;
         let left_out = self
-            .left_out_warning(&session, &messages, &point, &tracked, &patches)
+            .left_out_warning(&session, &messages, &point, &tracked)
             .await;
         let before = tracked.id;
         // The current revert (its pre-revert snapshot and `applied`), if any: undone first.
@@ -296,7 +296,6 @@ impl Rewind {
         messages: &[MessageWithParts],
         point: &RevertPoint,
         tracked: &TrackOutcome,
-        patches: &[SnapshotPatch],
     ) -> Option<Warning> {
         let left_out: BTreeSet<RelPath> = tracked
             .skipped
@@ -318,13 +317,12 @@ impl Rewind {
                 PartBody::Patch(patch) => Some(Some(patch.hash.clone())),
                 _ => None,
             })??;
-        let in_patches: BTreeSet<&RelPath> = patches.iter().flat_map(|p| &p.files).collect();
         let files: Vec<RelPath> = self
             .changed_between(worktree(session), &target, &tracked.id)
             .await
             .ok()?
             .into_iter()
-            .filter(|path| left_out.contains(path) && !in_patches.contains(path))
+            .filter(|path| left_out.contains(path))
             .collect();
         if files.is_empty() {
             return None;
@@ -372,17 +370,29 @@ impl Rewind {
             .revert_diffs(wt, &snapshot, &outcome.applied)
             .await?;
         let now = self.now();
-        if !outcome.kept.is_empty() {
+        // A file already named with the snapshot that holds it (`left_out_warning`) is not named again.
+        let named: BTreeSet<&str> = warnings
+            .iter()
+            .filter(|w| w.snapshot.is_some())
+            .flat_map(|w| w.files.iter().map(String::as_str))
+            .collect();
+        let kept: Vec<String> = outcome
+            .kept
+            .iter()
+            .map(|k| k.path.to_absolute(directory))
+            .filter(|file| !named.contains(file.as_str()))
+            .collect();
+        if !kept.is_empty() {
             warnings.push(Warning {
                 time: now,
                 message: format!(
                     "{} file(s) were left as they are: they are not tracked content (ignored, over the size cap or \
                      standing where the revert needed a directory), or they changed while the revert ran (their new \
                      content is in no snapshot), so rewind did not revert them",
-                    outcome.kept.len()
+                    kept.len()
                 ),
                 snapshot: None,
-                files: outcome.kept.iter().map(|k| k.path.to_absolute(directory)).collect(),
+                files: kept,
             });
         }
         // Files this revert overwrote whose content no step of this session produced: edited by the user or
