@@ -492,5 +492,8 @@ fn undoing_two_turns_removes_a_directory_the_first_made_and_the_second_emptied()
     assert!(env.path().join("d/s/f").is_file());
     env.ok(&["undo"]);
     assert_state(&env, &before, "after undoing both turns");
-    assert!(!env.path().join("d").exists(), "d was made by the first turn");
+    assert!(
+        !env.path().join("d").exists(),
+        "d was made by the first turn"
+    );
 }

@@ -285,11 +285,13 @@ impl Rewind {
 
     /// The files a revert to `point` cannot put back: the snapshot it goes back to (the start of the
     /// earliest step it undoes: the first hidden patch's `hash`, or the first hidden step start when that
-    /// comes first, as for a turn whose only change was to put a FIFO in place of a file) has a file there, and what stands there now is left out of every snapshot (a FIFO or another
-    /// special file, an untracked file over the size cap), so no patch names it and the revert leaves it as
-    /// it is. Named in a warning with that snapshot, which holds the earlier content. No warning when there
-    /// is nothing left out, no hidden step, or the trees cannot be compared (the revert must not fail for a
-    /// warning; one whose snapshot is gone fails on its own).
+    /// comes first, as for a turn whose only change was to put a FIFO in place of a file) has a file
+    /// there, and what stands there now is left out of every snapshot (a FIFO or another special file, an
+    /// untracked file over the size cap), which the revert leaves as it is (no patch names it when the
+    /// turn made it; the plan keeps it when the user did). Named in a warning with that snapshot, which
+    /// holds the earlier content. No warning when there is nothing left out, no hidden step, or the trees
+    /// cannot be compared (the revert must not fail for a warning; one whose snapshot is gone fails on its
+    /// own).
     async fn left_out_warning(
         &self,
         session: &Session,
