@@ -1618,9 +1618,10 @@ const SPECULATE_UP_TO: usize = 128;
 
 /// Carries out the plan of `patches`; `applied` is `base` with the written and deleted paths replaced.
 ///
-/// Another thread builds the `applied` the plan predicts before any file is touched (reading every tree of
-/// `base` it is made from), then, for up to `SPECULATE_UP_TO` files, computes the revert's diffs
-/// (`diff::revert_diffs`) from it while the files are written. When the writes end as predicted, that
+/// Another thread builds the `applied` the plan predicts: for more than `SPECULATE_UP_TO` files before any
+/// file is touched (its reads of the trees of `base` are the check that they can all be read); for up to
+/// that many while the files are written (those trees are read first), and then it computes the revert's
+/// diffs (`diff::revert_diffs`) from it. When the writes end as predicted, that
 /// tree is `applied` and the diffs are kept for the `revert_diffs` call that follows (the text and
 /// session diffs then cost no time of their own). When a path had to be kept instead (the worktree
 /// changed after the plan), `applied` is built again from what was done, and nothing is kept.
@@ -1654,7 +1655,9 @@ fn revert_batched(
         current,
     } = plan_inner(store, config, patches)?;
     // Every blob to be written is checked before any file is touched, and so is every tree `applied` is
-    // made from (those of `base` along the paths of the plan: building `applied` reads them all).
+    // made from (those of `base` along the paths of the plan). A few are read here, and `applied` is
+    // built while the files are written; for many, building `applied` reads them, and the writes wait
+    // for it.
     if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
         return Err(GitError::Missing(id.to_string()));
     }
@@ -1662,6 +1665,13 @@ fn revert_batched(
         .iter()
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
         .count();
+    let small = touched <= SPECULATE_UP_TO;
+    if small {
+        let mut base_tree = LazyTree::new(&store.odb, *base);
+        for action in &actions {
+            base_tree.get(action.path.as_str())?;
+        }
+    }
     // The end state the plan predicts, in the order `write_planned` touches the files.
     let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
         .iter()
@@ -1678,15 +1688,16 @@ fn revert_batched(
     let (built, built_rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
         // `applied` as predicted is built while this thread looks at the targets again (and, gated, while
-        // the caller stores its intent); the writes wait for it before they touch anything, so a tree that
-        // cannot be read stops the revert first. Up to `SPECULATE_UP_TO` files, the diffs follow.
+        // the caller stores its intent). For many files the writes wait for it before they touch anything,
+        // so a tree that cannot be read stops the revert first; for a few they do not (their trees were
+        // read above), and the diffs follow it.
         let speculative = scope.spawn(|| -> Option<(ObjectId, RevertDiffs)> {
             let applied = edit(&store.odb, base, &predicted);
             let sent = applied.as_ref().ok().copied();
             // A failed send only means the writes did not wait for it (they failed first).
             let _ = built.send(applied);
             let applied = sent?;
-            if touched > SPECULATE_UP_TO {
+            if !small {
                 return None;
             }
             let changes = diff_trees(&store.odb, base, &applied).ok()?;
@@ -1698,6 +1709,7 @@ fn revert_batched(
         let prediction = Prediction {
             changes: &predicted,
             applied: built_rx,
+            before_writes: !small,
         };
         let earliest = patches.first().map(|p| object_id(&p.hash)).transpose()?;
         let outcome = write_planned(
@@ -1795,6 +1807,9 @@ struct Prediction<'p> {
     changes: &'p [(String, Option<Entry>)],
     /// `edit(base, changes)`, or why it could not be built (a tree of `base` that cannot be read).
     applied: std::sync::mpsc::Receiver<GitResult<ObjectId>>,
+    /// Whether the writes wait for it before they touch anything (its reads are the check that every tree
+    /// of `base` it needs can be read); otherwise that check was made before, and it is taken after.
+    before_writes: bool,
 }
 
 /// The writing half of `revert`: once `ready` says so, deletes and writes what the plan says (re-checking
@@ -1815,10 +1830,17 @@ fn write_planned(
     // From here on every parent is looked at when it is used (the disk may have changed since the plan).
     current.stop_planning();
     let (edited, expected) = changed_after_track(store, config, &current, actions, base)?;
+    let take_predicted = || {
+        prediction.applied.recv().map_err(|_| {
+            GitError::Other("building the tree the revert leaves stopped unexpectedly".to_owned())
+        })?
+    };
     // Nothing is touched before the trees `applied` is made from have all been read.
-    let predicted = prediction.applied.recv().map_err(|_| {
-        GitError::Other("building the tree the revert leaves stopped unexpectedly".to_owned())
-    })??;
+    let predicted = if prediction.before_writes {
+        Some(take_predicted()?)
+    } else {
+        None
+    };
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
     // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
     // later patch's start may have had directories that an earlier hidden step made.
@@ -1862,10 +1884,10 @@ fn write_planned(
         .iter()
         .map(|(path, _)| (path.clone(), applier.last.get(path).copied().flatten()))
         .collect();
-    let applied = if prediction.changes == changes.as_slice() {
-        predicted
-    } else {
-        edit(&store.odb, base, &changes)?
+    let applied = match predicted {
+        Some(predicted) if prediction.changes == changes.as_slice() => predicted,
+        None if prediction.changes == changes.as_slice() => take_predicted()?,
+        _ => edit(&store.odb, base, &changes)?,
     };
     store.odb.end_batch()?;
     applier.teach_stat_cache(Some((*base, applied)))?;

@@ -671,16 +671,28 @@ async fn missing_base_tree_fails_before_anything_is_touched() {
 }
 
 /// A missing sub-tree of the base, on a path the revert changes: `applied` cannot be built from it, and the
-/// revert fails before touching any file (the tree is built while the targets are looked at again, and the
-/// writes wait for it).
+/// revert fails before touching any file. With a few files the base's trees are read before the writes;
+/// with many (more than the revert speculates for), building `applied` reads them while the targets are
+/// looked at again, and the writes wait for it.
 #[tokio::test]
 async fn missing_base_sub_tree_fails_before_anything_is_touched() {
+    for count in [1, 200] {
+        missing_base_sub_tree_with(count).await;
+    }
+}
+
+async fn missing_base_sub_tree_with(count: usize) {
     let h = GitHarness::new();
     h.write("top.txt", b"top\n");
     h.write("dir/x.txt", b"x1\n");
     let start = h.id().await;
     h.write("dir/x.txt", b"x2 unique 5c1d\n");
-    h.write("dir/y.txt", b"y\n");
+    let mut files = vec!["dir/x.txt".to_owned()];
+    for i in 0..count {
+        let name = format!("dir/y{i}.txt");
+        h.write(&name, b"y\n");
+        files.push(name);
+    }
     let base = h.id().await;
     let listing = h.list();
     let store = h.store_dir();
@@ -694,9 +706,10 @@ async fn missing_base_sub_tree_fails_before_anything_is_touched() {
     );
     let sub = SnapshotId::parse(sub.trim()).expect("a tree id");
     h.remove_snapshot_object(&sub);
-    let patches = one_patch(&start, &["dir/x.txt", "dir/y.txt"]);
+    let names: Vec<&str> = files.iter().map(String::as_str).collect();
+    let patches = one_patch(&start, &names);
     assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
-    assert_eq!(h.list(), listing);
+    assert_eq!(h.list(), listing, "{count} files");
 }
 
 /// A restore leaves a file its snapshot did not track (ignored by that snapshot's `.gitignore`), as a
