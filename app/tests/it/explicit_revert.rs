@@ -1,7 +1,7 @@
 //! `revert MESSAGE [--part P]` and `unrevert` with ids taken from `log --json`: the files follow SPEC
 //! section 5's hidden range, checked against the states recorded before each turn.
 
-use crate::support::{Env, assert_state};
+use crate::support::{Env, assert_state, part_id};
 
 #[test]
 fn revert_to_a_message_or_a_part_and_unrevert() {
@@ -24,13 +24,7 @@ fn revert_to_a_message_or_a_part_and_unrevert() {
     // Turn 2's step-finish part: text precedes it in its message, so the point stays inside the
     // assistant message, and the hidden range holds turn 2's patch (SPEC 5: the matched part on).
     let assistant = &messages[3];
-    let finish = assistant["parts"]
-        .as_array()
-        .expect("parts")
-        .iter()
-        .find(|p| p["type"] == "step-finish")
-        .and_then(|p| p["id"].as_str())
-        .expect("a step-finish part");
+    let finish = part_id(assistant, "step-finish");
     let assistant_id = assistant["id"].as_str().expect("id");
     let revert = env.json(&[
         "revert",

@@ -278,3 +278,14 @@ impl Server {
         self.log.join().expect("the log reader")
     }
 }
+
+/// The id of the first part of type `kind` (`step-start`, `step-finish`, …) of a message of `log --json`.
+pub fn part_id<'a>(message: &'a Value, kind: &str) -> &'a str {
+    message["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .find(|p| p["type"] == kind)
+        .and_then(|p| p["id"].as_str())
+        .unwrap_or_else(|| panic!("a {kind} part in {message}"))
+}

@@ -3,7 +3,7 @@
 //! in `log`), and `snapshot restore SNAPSHOT PATH` brings the user's version back. A step whose end
 //! snapshot failed is recorded with a warning, and `exec` does not promise that `undo` takes it back.
 
-use crate::support::{Env, git};
+use crate::support::{Env, git, part_id};
 
 #[test]
 fn an_edit_made_while_reverted_is_captured_by_redo_and_can_be_restored() {
@@ -465,13 +465,7 @@ fn a_revert_to_a_part_inside_a_step_names_the_file_it_cannot_put_back() {
     let x = env.path().canonicalize().expect("canonical").join("x");
     let log = env.json(&["log"]);
     let assistant = &log["messages"][3];
-    let finish = assistant["parts"]
-        .as_array()
-        .expect("parts")
-        .iter()
-        .find(|p| p["type"] == "step-finish")
-        .and_then(|p| p["id"].as_str())
-        .expect("a step-finish part");
+    let finish = part_id(assistant, "step-finish");
     let id = assistant["id"].as_str().expect("an id");
     let report = env.json(&["revert", id, "--part", finish]);
     assert_eq!(
@@ -485,13 +479,7 @@ fn a_revert_to_a_part_inside_a_step_names_the_file_it_cannot_put_back() {
         warnings[0]["files"],
         serde_json::json!([x.to_str().expect("utf-8")])
     );
-    let start = assistant["parts"]
-        .as_array()
-        .expect("parts")
-        .iter()
-        .find(|p| p["type"] == "step-start")
-        .and_then(|p| p["id"].as_str())
-        .expect("a step-start part");
+    let start = part_id(assistant, "step-start");
     let steps = assistant["steps"].as_array().expect("steps");
     assert_eq!(
         warnings[0]["snapshot"], steps[0]["start"],
