@@ -236,10 +236,10 @@ impl Rewind {
                 self.finish_revert(
                     session,
                     messages,
-                    point,
+                    (point, left_out),
                     before,
                     outcome,
-                    left_out.into_iter().collect(),
+                    Vec::new(),
                     FileCounts::default(),
                 )
                 .await
@@ -270,15 +270,20 @@ impl Rewind {
     ) -> Result<RevertResult> {
         let wt = worktree(session);
         let (previous, applied) = current;
-        let (mut warnings, counts) = self
+        let (warnings, counts) = self
             .undo_revert(session, previous, applied, previous_changed, &before)
             .await?;
-        warnings.extend(left_out);
         let snapshot = self.snapshots.track(wt).await?.id;
         self.renew_operation(operation).await?;
         let outcome = self.snapshots.revert(wt, patches, &snapshot).await?;
         self.finish_revert(
-            session, messages, point, snapshot, outcome, warnings, counts,
+            session,
+            messages,
+            (point, left_out),
+            snapshot,
+            outcome,
+            warnings,
+            counts,
         )
         .await
     }
@@ -352,7 +357,7 @@ impl Rewind {
         &self,
         session: &Session,
         messages: &[MessageWithParts],
-        point: RevertPoint,
+        (point, left_out): (RevertPoint, Option<Warning>),
         snapshot: SnapshotId,
         outcome: RevertOutcome,
         mut warnings: Vec<Warning>,
@@ -372,10 +377,9 @@ impl Rewind {
             .revert_diffs(wt, &snapshot, &outcome.applied)
             .await?;
         let now = self.now();
-        // A file already named with the snapshot that holds it (`left_out_warning`) is not named again.
-        let named: BTreeSet<&str> = warnings
+        // A file named with the snapshot that holds it (`left_out_warning`) is not named again.
+        let named: BTreeSet<&str> = left_out
             .iter()
-            .filter(|w| w.snapshot.is_some())
             .flat_map(|w| w.files.iter().map(String::as_str))
             .collect();
         let kept: Vec<String> = outcome
@@ -384,6 +388,7 @@ impl Rewind {
             .map(|k| k.path.to_absolute(directory))
             .filter(|file| !named.contains(file.as_str()))
             .collect();
+        warnings.extend(left_out);
         if !kept.is_empty() {
             warnings.push(Warning {
                 time: now,
