@@ -130,6 +130,19 @@ impl GitSnapshotStore {
     }
 }
 
+/// A snapshot id the caller gave, checked to name a tree when the store holds it: a file's (blob's) id is bad
+/// input, not a corrupt store. One the store does not hold is left to the operation, which fails on it as
+/// missing.
+fn check_snapshot(store: &Store, id: &gix::ObjectId) -> GitResult<()> {
+    match store.odb.open(id) {
+        Ok((kind, _, _)) if kind != odb::Kind::Tree => Err(error::GitError::Refused(format!(
+            "{id} is not a snapshot: it names a file's content in the snapshot store, not a tree; \
+             `rewind snapshot track`, `rewind log --json` and warnings show snapshot ids"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn rel_paths(paths: Vec<String>) -> GitResult<Vec<RelPath>> {
     paths
         .into_iter()
@@ -170,6 +183,7 @@ impl SnapshotPort for GitSnapshotStore {
     async fn changed_files(&self, worktree: &Path, from: &SnapshotId) -> Result<Vec<RelPath>> {
         let from = object_id(from)?;
         self.with_store(worktree, move |store, config| {
+            check_snapshot(store, &from)?;
             let now = track::track(store, config)?;
             let root = beneath::Root::open(&store.worktree)
                 .map_err(|e| error::GitError::io(&store.worktree, e))?;
@@ -226,6 +240,8 @@ impl SnapshotPort for GitSnapshotStore {
     ) -> Result<Vec<FileDiff>> {
         let (from, to) = (object_id(from)?, object_id(to)?);
         self.with_store(worktree, move |store, config| {
+            check_snapshot(store, &from)?;
+            check_snapshot(store, &to)?;
             let changes = diff_trees(&store.odb, &from, &to)?;
             diff::file_diffs(&store.odb, &changes, config.size_cap)
         })
@@ -235,6 +251,7 @@ impl SnapshotPort for GitSnapshotStore {
     async fn unified_diff(&self, worktree: &Path, from: &SnapshotId) -> Result<String> {
         let from = object_id(from)?;
         self.with_store(worktree, move |store, config| {
+            check_snapshot(store, &from)?;
             let now = track::track(store, config)?;
             let changes = diff_trees(&store.odb, &from, &now.id)?;
             diff::unified(&store.odb, &changes, config.size_cap)
@@ -270,6 +287,7 @@ impl SnapshotPort for GitSnapshotStore {
         let to = object_id(to)?;
         let scope = paths.map(|paths| paths.into_iter().map(String::from).collect());
         self.with_store(worktree, move |store, config| {
+            check_snapshot(store, &to)?;
             apply::restore(store, config, &to, scope, None)
         })
         .await

@@ -750,6 +750,42 @@ async fn restoring_a_capture_keeps_a_file_the_capture_ignored() {
     assert_eq!(again.deleted, rels(&["new.txt"]), "{again:?}");
 }
 
+/// A file's (blob's) id given as a snapshot is bad input, said as such, and nothing is touched: it was
+/// reported as a corrupt snapshot store (found by a black-box run).
+#[tokio::test]
+async fn a_blob_id_given_as_a_snapshot_is_refused_as_not_a_snapshot() {
+    let h = GitHarness::new();
+    let (start, _, _) = step_with_patch(&h).await;
+    let listing = h.list();
+    let blob = SnapshotId::parse(&blob_id(b"a2\n")).expect("a blob id");
+    assert!(h.stored(blob.as_str()), "the store holds the blob");
+    let refused = |what: &str, result: rewind_core::Result<()>| match result {
+        Err(Error::InvalidInput(message)) => {
+            assert!(message.contains("is not a snapshot"), "{what}: {message}")
+        }
+        other => panic!("{what}: expected InvalidInput, got {other:?}"),
+    };
+    let port = h.port();
+    refused(
+        "restore",
+        port.restore(h.root(), &blob, None).await.map(drop),
+    );
+    refused("diff", port.diff(h.root(), &blob, &start).await.map(drop));
+    refused(
+        "diff to",
+        port.diff(h.root(), &start, &blob).await.map(drop),
+    );
+    refused(
+        "changed_files",
+        port.changed_files(h.root(), &blob).await.map(drop),
+    );
+    refused(
+        "unified_diff",
+        port.unified_diff(h.root(), &blob).await.map(drop),
+    );
+    assert_eq!(h.list(), listing);
+}
+
 /// A missing patch tree: every operation that needs it fails with `MissingObject`, and nothing is touched.
 #[tokio::test]
 async fn missing_patch_tree_fails_every_operation() {
