@@ -25,7 +25,7 @@ use crate::ignore::{Ignores, OutsideRule};
 use crate::odb::{Kind, Odb};
 use crate::replace::{Held, Releases, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
-use crate::store::{Store, is_temp_name, temp_name};
+use crate::store::{SnapshotRecord, Store, is_temp_name, temp_name};
 use crate::track::track;
 use crate::tree::{Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
 
@@ -351,8 +351,9 @@ struct Applier<'a> {
     written_stats: HashMap<String, Option<Stat>>,
     /// Every directory above a pending path.
     pending_dirs: HashSet<String>,
-    /// Directories the snapshot gone back to had while they held no file (`Store::dirs_kept_when_emptied`):
-    /// a delete that empties one leaves it, as it leaves a directory that still holds something.
+    /// Directories the snapshot gone back to had while they held no file
+    /// (`SnapshotRecord::dirs_kept_when_emptied`): a delete that empties one leaves it, as it leaves a
+    /// directory that still holds something.
     existed_empty: HashSet<String>,
 }
 
@@ -1173,12 +1174,13 @@ pub fn restore(
     // did not track (ignored by its rules, or skipped) as a revert's plan does: one may have existed then,
     // so it is kept, not deleted. So restoring a capture gives back a file the restore it undoes left
     // alone because it was ignored then.
+    let record = (!deletions.is_empty()).then(|| store.record(to));
     let mut untracked_then = Vec::new();
-    let deletions: Vec<String> = if since.is_none() && !deletions.is_empty() {
+    let deletions: Vec<String> = if let Some(record) = record.as_ref().filter(|_| since.is_none()) {
         let target_rules = RefCell::new(LazyTree::new(&store.odb, *to));
         let mut kept = Vec::new();
         for path in deletions {
-            if untracked_at(store, to, &target_rules, &path)? {
+            if untracked_at(store, record, &target_rules, &path)? {
                 untracked_then.push(path);
             } else {
                 kept.push(path);
@@ -1207,8 +1209,10 @@ pub fn restore(
         now.stop_planning();
     }
     let mut applier = Applier::new(store, config, tracking)?;
-    if !deletions.is_empty() {
-        applier.existed_empty = store.dirs_kept_when_emptied(to);
+    if let Some(record) = &record
+        && !deletions.is_empty()
+    {
+        applier.existed_empty = record.dirs_kept_when_emptied();
     }
     applier.journal_parents(writes.iter().map(|(p, _, _)| p.clone()))?;
     applier.scope = scope.clone();
@@ -1403,15 +1407,14 @@ fn entry_on_disk(
     ))
 }
 
-/// Whether `path` was untracked when snapshot `from` was taken: ignored by the `.gitignore` files of tree
-/// `from` and the outside rules recorded with it, or in its skipped list.
+/// Whether `path` was untracked when the snapshot of `tree` was taken: ignored by the `.gitignore` files of
+/// the tree and the outside rules of its `record`, or in its skipped list.
 fn untracked_at(
     store: &Store,
-    from: &ObjectId,
+    record: &SnapshotRecord,
     tree: &RefCell<LazyTree<'_>>,
     path: &str,
 ) -> GitResult<bool> {
-    let record = store.record(from);
     if record.skipped.contains(path) {
         return Ok(true);
     }
@@ -1483,6 +1486,8 @@ fn plan_inner<'a>(
     let current = TrackedNow::new(store, config)?;
     // Each snapshot's trees are read only along the paths looked up.
     let mut trees: HashMap<ObjectId, RefCell<LazyTree<'a>>> = HashMap::new();
+    // Each snapshot's record, read once, when a path absent from its tree needs it.
+    let mut records: HashMap<ObjectId, SnapshotRecord> = HashMap::new();
     let mut actions = Vec::new();
     let mut entries = HashMap::new();
     // The writes planned where a directory stands (positions in `actions`).
@@ -1519,7 +1524,14 @@ fn plan_inner<'a>(
         } else if let Some(entry) = tree.borrow_mut().get(name)? {
             entries.insert(name.to_owned(), entry);
             (FileActionKind::Write, None)
-        } else if untracked_at(store, &from_id, tree, name)? {
+        } else if untracked_at(
+            store,
+            records
+                .entry(from_id)
+                .or_insert_with(|| store.record(&from_id)),
+            tree,
+            name,
+        )? {
             (
                 FileActionKind::Keep,
                 Some("it was not tracked content when the step began (ignored or skipped), so it may have existed then".to_owned()),
@@ -1845,7 +1857,7 @@ fn write_planned(
     // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
     // later patch's start may have had directories that an earlier hidden step made.
     if let Some(first) = earliest {
-        applier.existed_empty = store.dirs_kept_when_emptied(&first);
+        applier.existed_empty = store.record(&first).dirs_kept_when_emptied();
     }
     applier.journal_parents(entries.keys().cloned())?;
     applier.expected = expected;

@@ -77,6 +77,23 @@ pub struct SnapshotRecord {
 }
 
 impl SnapshotRecord {
+    /// The directories a revert or restore going back to this snapshot leaves when it empties them: each
+    /// directory named as empty at every track of the id, and every directory above one (the worktree's
+    /// root left out).
+    pub fn dirs_kept_when_emptied(&self) -> HashSet<String> {
+        let mut dirs = HashSet::new();
+        for dir in self.empty_dirs.iter().flatten() {
+            let mut at = dir.as_str();
+            while dirs.insert(at.to_owned()) {
+                match at.rsplit_once('/') {
+                    Some((parent, _)) => at = parent,
+                    None => break,
+                }
+            }
+        }
+        dirs
+    }
+
     /// Every rule set in force when a track returned this id, with its prefix: the latest first.
     pub fn rule_sets(&self) -> impl Iterator<Item = (&String, &Vec<OutsideRule>)> {
         std::iter::once((&self.prefix, &self.outside)).chain(
@@ -244,23 +261,6 @@ impl Store {
         fs::create_dir_all(&dir).map_err(|e| GitError::io(&dir, e))?;
         let data = serde_json::to_vec(&record).map_err(|e| GitError::Other(e.to_string()))?;
         write_atomically(&dir.join(id.to_string()), &data)
-    }
-
-    /// The directories a revert or restore going back to snapshot `id` leaves when it empties them: each
-    /// directory the record names as empty at every track of `id`, and every directory above one (the
-    /// worktree's root left out).
-    pub fn dirs_kept_when_emptied(&self, id: &ObjectId) -> HashSet<String> {
-        let mut dirs = HashSet::new();
-        for dir in self.record(id).empty_dirs.unwrap_or_default() {
-            let mut at = dir.as_str();
-            while dirs.insert(at.to_owned()) {
-                match at.rsplit_once('/') {
-                    Some((parent, _)) => at = parent,
-                    None => break,
-                }
-            }
-        }
-        dirs
     }
 
     /// Deletes the record of a collected snapshot.
