@@ -853,7 +853,7 @@ impl Rewind {
         let left: Vec<String> = differing
             .iter()
             .filter(|path| !named.contains(path.as_str()))
-            .map(|path| format!("{}/{path}", session.directory.trim_end_matches('/')))
+            .map(|path| path.to_absolute(&session.directory))
             .collect();
         if left.is_empty() {
             return Ok(None);
