@@ -1067,8 +1067,21 @@ impl<'a> Applier<'a> {
         }
     }
 
+    /// The paths an outcome reports, in path order (the writes and deletions were made in the order
+    /// their directories needed).
     fn outcome_paths(paths: &[String]) -> GitResult<Vec<RelPath>> {
-        paths.iter().map(|p| rel(p)).collect()
+        let mut paths = paths
+            .iter()
+            .map(|p| rel(p))
+            .collect::<GitResult<Vec<_>>>()?;
+        paths.sort_unstable();
+        Ok(paths)
+    }
+
+    /// The kept paths, in path order.
+    fn outcome_kept(mut kept: Vec<KeptPath>) -> Vec<KeptPath> {
+        kept.sort_by(|a, b| a.path.cmp(&b.path));
+        kept
     }
 }
 
@@ -1255,7 +1268,7 @@ pub fn restore(
     Ok(RestoreOutcome {
         written: Applier::outcome_paths(&written)?,
         deleted: Applier::outcome_paths(&deleted)?,
-        kept: applier.kept,
+        kept: Applier::outcome_kept(applier.kept),
     })
 }
 
@@ -1909,6 +1922,6 @@ fn write_planned(
         applied: snapshot_id(&applied)?,
         written: Applier::outcome_paths(&written)?,
         deleted: Applier::outcome_paths(&deleted)?,
-        kept: applier.kept,
+        kept: Applier::outcome_kept(applier.kept),
     })
 }

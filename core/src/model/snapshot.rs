@@ -341,7 +341,7 @@ pub struct KeptPath {
     pub reason: String,
 }
 
-/// What `restore` did.
+/// What `restore` did (each list in path order).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoreOutcome {
     /// Files written (created or overwritten).
@@ -352,7 +352,7 @@ pub struct RestoreOutcome {
     pub kept: Vec<KeptPath>,
 }
 
-/// What `revert` did.
+/// What `revert` did (each list in path order).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevertOutcome {
     /// The state the revert left: `base` with the written and deleted paths replaced.

@@ -142,6 +142,7 @@ macro_rules! snapshot_contract_tests {
             revert_diffs_after_a_revert_are_those_of_its_two_snapshots,
             revert_when_touches_nothing_without_its_go_ahead,
             restore_of_given_paths_touches_nothing_else,
+            outcomes_list_paths_in_path_order,
             restore_never_touches_ignored_files,
             restore_since_leaves_what_changed_since_alone,
             restore_brings_back_symlinks_and_modes,
@@ -775,6 +776,68 @@ pub async fn restore_of_given_paths_touches_nothing_else(h: &dyn WorktreeHarness
     assert_eq!(whole.written, rels(&["b.txt"]));
     assert!(whole.deleted.is_empty());
     assert_eq!(track(h).await.id, snapshot);
+}
+
+/// A restore's and a revert's written, deleted and kept lists are in path order, whatever order the files
+/// were touched in (deletions go deepest first, so that their directories can go too).
+pub async fn outcomes_list_paths_in_path_order(h: &dyn WorktreeHarness) {
+    h.write(".gitignore", b"*.log\n");
+    h.write("a.txt", b"a1\n");
+    h.write("z/z.txt", b"z1\n");
+    let start = track(h).await.id;
+    for path in ["b/deep/x.txt", "b/y.txt", "c.txt", "d/e.txt", "z/z.txt"] {
+        h.write(path, b"new\n");
+    }
+    h.write("a.txt", b"a2\n");
+    let end = track(h).await.id;
+    let deleted = rels(&["b/deep/x.txt", "b/y.txt", "c.txt", "d/e.txt"]);
+    let sorted = |paths: &[RelPath]| paths.windows(2).all(|pair| pair[0] < pair[1]);
+
+    let restored = h
+        .port()
+        .restore(h.root(), &start, None)
+        .await
+        .expect("restore");
+    assert_eq!(restored.deleted, deleted);
+    assert_eq!(restored.written, rels(&["a.txt", "z/z.txt"]));
+
+    h.port()
+        .restore(h.root(), &end, None)
+        .await
+        .expect("restore");
+    let files = [
+        "z/z.txt",
+        "d/e.txt",
+        "c.txt",
+        "b/y.txt",
+        "b/deep/x.txt",
+        "a.txt",
+    ];
+    let reverted = h
+        .port()
+        .revert(h.root(), &[patch(&start, &files)], &end)
+        .await
+        .expect("revert");
+    assert_eq!(reverted.deleted, deleted);
+    assert_eq!(reverted.written, rels(&["a.txt", "z/z.txt"]));
+    assert!(sorted(&reverted.written) && sorted(&reverted.deleted));
+
+    // Files the snapshot holds that are ignored now are kept, in path order too.
+    h.port()
+        .restore(h.root(), &end, None)
+        .await
+        .expect("restore");
+    h.write("z/z.txt", b"edited\n");
+    h.write("b/y.txt", b"edited\n");
+    h.write(".gitignore", b"*.log\ny.txt\nz.txt\n");
+    let outcome = h
+        .port()
+        .restore(h.root(), &end, Some(rels(&["z/z.txt", "b/y.txt"])))
+        .await
+        .expect("restore");
+    let kept: Vec<RelPath> = outcome.kept.into_iter().map(|k| k.path).collect();
+    assert_eq!(kept, rels(&["b/y.txt", "z/z.txt"]));
+    assert_eq!(h.read("z/z.txt"), text("edited\n"));
 }
 
 /// `restore_since` puts back only the paths still as `since` holds them: a file edited, made or deleted
