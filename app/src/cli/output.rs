@@ -116,6 +116,17 @@ pub fn shown(path: &str) -> Cow<'_, str> {
     }
 }
 
+/// `word` as one word of a POSIX shell command line: as it is when it holds only characters no shell
+/// treats specially, else in single quotes (a `'` in it written as `'\''`).
+pub fn shell_word(word: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._/+-@%,:=".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        Cow::Borrowed(word)
+    } else {
+        Cow::Owned(format!("'{}'", word.replace('\'', "'\\''")))
+    }
+}
+
 /// A message's text or a title on one line: each control character (a newline, a tab) written as its C
 /// escape, the rest as it is.
 pub fn one_line(text: &str) -> Cow<'_, str> {

@@ -9,7 +9,7 @@ use rewind_core::model::{FileDiff, RelPath, RestoreOutcome, SnapshotId};
 use serde::Serialize;
 
 use super::context::{Context, explain};
-use super::output::{colour, print_diffs, print_json, shown, with_progress};
+use super::output::{colour, print_diffs, print_json, shell_word, shown, with_progress};
 
 /// `snapshot diff --json`.
 #[derive(Serialize)]
@@ -102,8 +102,17 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
         )
     };
     let given = paths.clone();
+    // The command that undoes this restore: the capture, restored at the same paths when paths were given
+    // (a whole restore of it would also put back files changed since, outside those paths).
+    let undo_paths: String = given
+        .iter()
+        .flatten()
+        .map(|path| format!(" {}", shell_word(path.as_str())))
+        .collect();
+    let undo = move |capture: &SnapshotId| format!("rewind snapshot restore {capture}{undo_paths}");
     // Said before any file is touched: a restore killed halfway is put back with this capture.
     let json = ctx.json;
+    let undo_early = undo.clone();
     let done = with_progress(
         "restoring",
         ctx.services.rewind.restore_snapshot_reporting(
@@ -113,8 +122,9 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
             move |capture| {
                 if !json {
                     eprintln!(
-                        "rewind: the current state is captured as {capture}; `rewind snapshot restore \
-                         {capture}` puts it back, also if this restore is interrupted"
+                        "rewind: the current state is captured as {capture}; `{}` puts it back, also if \
+                         this restore is interrupted",
+                        undo_early(capture)
                     );
                 }
             },
@@ -154,8 +164,9 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
         println!("! kept     {} ({})", shown(kept.path.as_str()), kept.reason);
     }
     println!(
-        "the state before is captured as {}; `rewind snapshot restore {}` undoes this",
-        done.capture, done.capture
+        "the state before is captured as {}; `{}` undoes this",
+        done.capture,
+        undo(&done.capture)
     );
     Ok(())
 }

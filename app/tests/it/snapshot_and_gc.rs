@@ -32,6 +32,49 @@ fn restore_of_one_path_touches_no_other_file_and_can_be_undone() {
     assert_state(&env, &at_snapshot, "after restoring everything");
 }
 
+/// The command a restore of given paths names to undo it restores the capture at those same paths (a
+/// whole restore of the capture would also put back files changed since, elsewhere), quoted for the shell.
+#[test]
+fn a_restore_of_paths_names_the_undo_for_those_paths() {
+    let env = Env::git_checkout();
+    let names = ["my file.txt", "it's.txt"];
+    for name in names {
+        std::fs::write(env.path().join(name), "one\n").expect("write");
+    }
+    let id = env.json(&["snapshot", "track"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    for name in names.iter().chain(&["a.txt"]) {
+        std::fs::write(env.path().join(name), "two\n").expect("write");
+    }
+    let before = env.state();
+    let stdout = env.ok(&["snapshot", "restore", &id, names[0], names[1]]);
+    let line = stdout
+        .lines()
+        .find(|line| line.contains("undoes this"))
+        .unwrap_or_else(|| panic!("no undo hint: {stdout}"));
+    let command = line
+        .split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command in {line}"));
+    let rest = command
+        .strip_prefix("rewind snapshot restore ")
+        .unwrap_or_else(|| panic!("not a restore: {command}"));
+    // The shell splits the named command into the capture and the two paths, as given.
+    let split = std::process::Command::new("sh")
+        .args(["-c", &format!("printf '%s\\n' {rest}")])
+        .output()
+        .expect("sh runs");
+    let words = String::from_utf8(split.stdout).expect("utf-8");
+    let words: Vec<&str> = words.lines().collect();
+    assert_eq!(words.len(), 3, "{command}");
+    assert_eq!(&words[1..], &names[..], "{command}");
+
+    env.ok(&["snapshot", "restore", words[0], words[1], words[2]]);
+    assert_state(&env, &before, "after the named undo");
+}
+
 #[test]
 fn gc_frees_unreferenced_snapshots_and_undo_still_works() {
     let env = Env::plain();
