@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, anyhow, bail};
 use rewind_core::model::{HolderKind, Session, SessionId};
 
+use super::output::shown;
 use crate::config::Settings;
 use crate::startup::Services;
 use crate::worktree::{canonical_worktree, path_text};
@@ -87,7 +88,9 @@ impl Context {
                 if session.directory != self.directory {
                     eprintln!(
                         "rewind: session {id} belongs to {}, not to {}; acting on {}",
-                        session.directory, self.directory, session.directory
+                        shown(&session.directory),
+                        shown(&self.directory),
+                        shown(&session.directory)
                     );
                 }
                 Ok(session)
@@ -95,7 +98,7 @@ impl Context {
             None => self.latest_session().await?.ok_or_else(|| {
                 anyhow!(
                     "no rewind session in {}; record one with `rewind exec -- COMMAND…`, or pass -C DIR or --session ID",
-                    self.directory
+                    shown(&self.directory)
                 )
             }),
         }

@@ -10,7 +10,7 @@ use rewind_core::service::{GcRequest, GcSummary};
 use serde::{Deserialize, Serialize};
 
 use super::context::{Context, explain};
-use super::output::{bytes_text, plural, print_json, with_progress};
+use super::output::{bytes_text, plural, print_json, shown, with_progress};
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 const LAST_GC_FILE: &str = "last-gc.json";
@@ -124,14 +124,16 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
         match (&worktree.report, &worktree.error) {
             (Some(report), _) => println!(
                 "  {}: removed {} object{} ({}), kept {} referenced snapshot{}",
-                worktree.directory,
+                shown(&worktree.directory),
                 report.objects_removed,
                 plural(report.objects_removed),
                 bytes_text(report.bytes_freed),
                 worktree.kept_snapshots,
                 plural(worktree.kept_snapshots)
             ),
-            (None, Some(error)) => println!("! {}: not collected: {error}", worktree.directory),
+            (None, Some(error)) => {
+                println!("! {}: not collected: {error}", shown(&worktree.directory))
+            }
             (None, None) => {}
         }
     }

@@ -29,8 +29,9 @@ struct StepRow {
     end: Option<SnapshotId>,
     /// Why the step ended (`stop`, `error`, `aborted`), absent while it is open.
     reason: Option<String>,
-    /// The files the step changed, with counts.
-    files: Vec<FileRow>,
+    /// The files the step changed, with counts; `None` when the session's directory no longer exists (the
+    /// counts come from the diff of its two snapshots, which lie in that directory's store).
+    files: Option<Vec<FileRow>>,
 }
 
 /// One message in `log --json`.
@@ -91,6 +92,17 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         part_id: revert.part_id.clone(),
     });
     let worktree = Path::new(&session.directory);
+    // Only read: a session whose directory is gone is still shown, without its steps' files.
+    let gone = !worktree.is_dir();
+    if gone {
+        eprintln!(
+            "rewind: session {}'s directory {} no longer exists: its steps' files are not shown, and it \
+             cannot be reverted until the directory is back (`rewind gc --older-than DAYS` deletes old \
+             sessions)",
+            session.id,
+            shown(&session.directory)
+        );
+    }
     let mut rows = Vec::new();
     for message in &messages {
         let hidden = point.as_ref().is_some_and(|point| {
@@ -117,7 +129,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                     kind: p.body.kind().to_owned(),
                 })
                 .collect(),
-            steps: steps(ctx, worktree, message).await?,
+            steps: steps(ctx, (worktree, !gone), message).await?,
         });
     }
     if ctx.json {
@@ -134,7 +146,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         "session {}  {}  ({})",
         session.id,
         one_line(&session.title),
-        session.directory
+        shown(&session.directory)
     );
     // `log` only reads: an open step whose owner is gone stays open until the next command aborts it.
     let open_step = if step_is_abandoned(ctx, &session).await? {
@@ -168,6 +180,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             let files: Vec<String> = step
                 .files
                 .iter()
+                .flatten()
                 .map(|f| format!("{} +{} -{}", shown(&f.file), f.additions, f.deletions))
                 .collect();
             // An open step has no end snapshot yet: what it changed is not known.
@@ -176,6 +189,9 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                 // A snapshot of the step failed: what it changed was not recorded.
                 (Some(reason), _) if step.start.is_none() || step.end.is_none() => {
                     format!(" [step {reason}: changes not recorded]")
+                }
+                (Some(reason), _) if step.files.is_none() => {
+                    format!(" [step {reason}: files not shown, the directory is gone]")
                 }
                 (Some(reason), true) => format!(" [step {reason}: no file changed]"),
                 (Some(reason), false) => format!(" [step {reason}: {}]", files.join(", ")),
@@ -202,7 +218,11 @@ fn print_marked_warning(warning: &Warning) {
 /// with their counts from the step's two snapshots: what `undo` takes back. A path the snapshots differ on
 /// but the patch leaves out (a file the end snapshot skipped: over the size cap, or a special file now) is
 /// not listed; the session's warning names it.
-async fn steps(ctx: &Context, worktree: &Path, message: &MessageWithParts) -> Result<Vec<StepRow>> {
+async fn steps(
+    ctx: &Context,
+    (worktree, present): (&Path, bool),
+    message: &MessageWithParts,
+) -> Result<Vec<StepRow>> {
     let mut steps: Vec<(StepRow, BTreeSet<String>)> = Vec::new();
     for part in &message.parts {
         match &part.body {
@@ -211,7 +231,7 @@ async fn steps(ctx: &Context, worktree: &Path, message: &MessageWithParts) -> Re
                     start: start.snapshot.clone(),
                     end: None,
                     reason: None,
-                    files: Vec::new(),
+                    files: present.then(Vec::new),
                 },
                 BTreeSet::new(),
             )),
@@ -237,18 +257,22 @@ async fn steps(ctx: &Context, worktree: &Path, message: &MessageWithParts) -> Re
     let mut rows = Vec::with_capacity(steps.len());
     for (mut step, patched) in steps {
         // A step whose patch names no file lists none: its snapshots are not diffed.
-        if let (Some(from), Some(to), false) = (&step.start, &step.end, patched.is_empty()) {
+        if let (Some(from), Some(to), false, true) =
+            (&step.start, &step.end, patched.is_empty(), present)
+        {
             let diffs: Vec<FileDiff> = ctx
                 .services
                 .snapshots
                 .diff(worktree, from, to)
                 .await
                 .map_err(|error| explain(error, "diffing a step's snapshots"))?;
-            step.files = diffs
-                .iter()
-                .filter(|diff| patched.contains(&diff.file))
-                .map(FileRow::from)
-                .collect();
+            step.files = Some(
+                diffs
+                    .iter()
+                    .filter(|diff| patched.contains(&diff.file))
+                    .map(FileRow::from)
+                    .collect(),
+            );
         }
         rows.push(step);
     }
@@ -377,7 +401,7 @@ pub async fn status(ctx: &Context) -> Result<()> {
             last_capture,
         });
     }
-    println!("directory  {}", ctx.directory);
+    println!("directory  {}", shown(&ctx.directory));
     match (&store.path, &store.error) {
         (Some(path), _) => println!("store      {path} ({})", bytes_text(store.bytes)),
         (None, error) => println!("store      none: {}", error.as_deref().unwrap_or("")),

@@ -497,3 +497,81 @@ fn undoing_two_turns_removes_a_directory_the_first_made_and_the_second_emptied()
         "d was made by the first turn"
     );
 }
+
+/// `log --session` of a session whose directory was moved away still shows its messages, without the
+/// steps' files (their counts come from that directory's snapshot store), and says why, exiting 0; with
+/// the directory back, the files are shown again.
+#[test]
+fn log_of_a_session_whose_directory_is_gone_shows_it_without_its_files() {
+    let env = Env::git_checkout();
+    env.exec_sh("printf 'two\\n' > a.txt");
+    let log = env.json(&["log"]);
+    let id = log["sessionID"].as_str().expect("session id").to_owned();
+    let files = |log: &serde_json::Value| -> Vec<serde_json::Value> {
+        log["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .flat_map(|m| m["steps"].as_array().cloned().unwrap_or_default())
+            .map(|step| step["files"].clone())
+            .collect()
+    };
+    let recorded = files(&log);
+    assert_eq!(recorded.len(), 1, "{log:#}");
+    assert_eq!(recorded[0][0]["file"], "a.txt", "{log:#}");
+
+    let elsewhere = tempfile::TempDir::new().expect("dir");
+    let moved = env.path().with_extension("moved");
+    std::fs::rename(env.path(), &moved).expect("move the worktree away");
+    let json = env
+        .rewind_in(elsewhere.path(), &["--json", "log", "--session", &id])
+        .output()
+        .expect("runs");
+    let text = env
+        .rewind_in(elsewhere.path(), &["log", "--session", &id])
+        .output()
+        .expect("runs");
+    std::fs::rename(&moved, env.path()).expect("move the worktree back");
+
+    let stderr = String::from_utf8_lossy(&json.stderr);
+    assert!(json.status.success(), "{stderr}");
+    assert!(stderr.contains("no longer exists"), "{stderr}");
+    let gone: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(gone["sessionID"], id);
+    assert_eq!(files(&gone), vec![serde_json::Value::Null], "{gone:#}");
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+    assert!(
+        stdout.contains("[step stop: files not shown, the directory is gone]"),
+        "{stdout}"
+    );
+
+    assert_eq!(files(&env.json(&["log", "--session", &id])), recorded);
+}
+
+/// A worktree whose name holds a newline is shown on one line, quoted, by `log` and `status`.
+#[test]
+fn a_worktree_name_with_a_newline_is_one_quoted_line_in_log_and_status() {
+    let env = Env::plain();
+    let worktree = env.path().join("new\nline");
+    std::fs::create_dir_all(&worktree).expect("mkdir");
+    let run = |args: &[&str]| {
+        let output = env.rewind_in(&worktree, args).output().expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).expect("UTF-8")
+    };
+    run(&["exec", "--", "sh", "-c", "printf 'x\\n' > f.txt"]);
+    let log = run(&["log"]);
+    let first = log.lines().next().expect("a first line");
+    assert!(first.ends_with("/new\\nline\")"), "{log}");
+    let status = run(&["status"]);
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("directory"))
+        .expect("directory line");
+    assert!(line.ends_with("/new\\nline\""), "{status}");
+}
