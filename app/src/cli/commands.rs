@@ -22,8 +22,8 @@ pub async fn run(
             new_session,
             command,
         } => exec::run(&ctx, new_session, &command).await,
-        Command::Undo => history::undo(&ctx).await,
-        Command::Redo => history::redo(&ctx).await,
+        Command::Undo { session } => history::undo(&ctx, session.as_deref()).await,
+        Command::Redo { session } => history::redo(&ctx, session.as_deref()).await,
         Command::Revert {
             session,
             message,

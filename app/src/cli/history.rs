@@ -62,10 +62,10 @@ impl From<&FileDiff> for FileRow {
     }
 }
 
-/// `rewind undo`: revert to the last user message before the current revert point (or the last user
-/// message when not reverted).
-pub async fn undo(ctx: &Context) -> Result<()> {
-    let session = ctx.session(None).await?;
+/// `rewind undo [--session S]`: revert to the last user message before the current revert point (or the
+/// last user message when not reverted).
+pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
+    let session = ctx.session(session).await?;
     let session = abort_open_step(ctx, session).await?;
     let messages = messages(ctx, &session).await?;
     let users = user_messages(&messages);
@@ -87,9 +87,10 @@ pub async fn undo(ctx: &Context) -> Result<()> {
     revert_to(ctx, &session, target.info.id.clone(), None, &messages).await
 }
 
-/// `rewind redo`: revert to the first user message after the revert point, or unrevert when there is none.
-pub async fn redo(ctx: &Context) -> Result<()> {
-    let session = ctx.session(None).await?;
+/// `rewind redo [--session S]`: revert to the first user message after the revert point, or unrevert when
+/// there is none.
+pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
+    let session = ctx.session(session).await?;
     let session = abort_open_step(ctx, session).await?;
     let Some(revert) = session.revert.clone() else {
         bail!(

@@ -59,9 +59,17 @@ pub enum Command {
         command: Vec<String>,
     },
     /// Undo the last turn of the latest session (OpenCode's /undo).
-    Undo,
+    Undo {
+        /// The session (default: the latest of this directory).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+    },
     /// Redo the last undone turn (OpenCode's /redo).
-    Redo,
+    Redo {
+        /// The session (default: the latest of this directory).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+    },
     /// The session's timeline: one line per message, each step's files, the revert point and warnings.
     Log {
         /// The session (default: the latest of this directory).

@@ -201,6 +201,31 @@ fn new_session_starts_a_separate_history() {
     env.ok(&["undo"]);
     assert_state(&env, &before_second, "undo in the new session");
     env.fails(&["undo"]);
+
+    // `--session` names the older session: its turn is undone and redone, the latest session is untouched.
+    let latest = env.json(&["log"])["sessionID"].clone();
+    let older = status["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .find(|s| s["id"] != latest)
+        .and_then(|s| s["id"].as_str())
+        .expect("the other session's id")
+        .to_owned();
+    env.ok(&["undo", "--session", &older]);
+    assert!(
+        !env.path().join("one.txt").exists(),
+        "the older turn is undone"
+    );
+    assert!(!env.path().join("two.txt").exists());
+    let log = env.json(&["log"]);
+    assert!(
+        log["revert"].is_object(),
+        "the latest session is still reverted: {log:#}"
+    );
+    env.ok(&["redo", "--session", &older]);
+    assert_state(&env, &before_second, "redo in the older session");
+    env.fails(&["redo", "--session", &older]);
 }
 
 /// A backslash is part of a file's name, not a separator (SPEC 12.10): a turn that writes `back\slash.txt`
