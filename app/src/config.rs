@@ -287,6 +287,21 @@ fn sqlite_url_from(base: &Path, url: &str) -> Result<String> {
     Ok(format!("sqlite://{}{query}", base.join(path).display()))
 }
 
+/// Why a SQLite URL could not be opened, when the URL says it: its file does not exist and the URL does not
+/// ask SQLite to create it (no `mode=rwc`, which the default database URL has).
+pub fn missing_sqlite_file(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let creates = query.split('&').any(|pair| pair == "mode=rwc");
+    if path.is_empty() || path.starts_with(":memory:") || creates || Path::new(path).exists() {
+        return None;
+    }
+    Some(format!(
+        "{path} does not exist, and the URL does not ask for it to be created: add ?mode=rwc to create it"
+    ))
+}
+
 fn absolute(cwd: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
         path.to_path_buf()

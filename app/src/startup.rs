@@ -48,8 +48,11 @@ impl Services {
         let repo = SqlRepo::connect(&settings.database_url)
             .await
             .with_context(|| {
+                let hint = crate::config::missing_sqlite_file(&settings.database_url)
+                    .map(|why| format!(" ({why})"))
+                    .unwrap_or_default();
                 format!(
-                    "cannot open the database {}",
+                    "cannot open the database {}{hint}",
                     redact_url(&settings.database_url)
                 )
             })?;

@@ -226,6 +226,23 @@ fn a_corrupt_database_is_named_once_with_its_cause_once() {
     );
 }
 
+/// A SQLite URL naming a file that does not exist, without `mode=rwc`: the error says so and how to ask for
+/// the file to be created, and nothing is created; with `mode=rwc` the database is made.
+#[test]
+fn a_missing_sqlite_file_without_mode_rwc_is_named_with_the_fix() {
+    let env = Env::plain();
+    let db = env.data.path().join("new.db");
+    let url = format!("sqlite://{}", db.display());
+    let stderr = env.fails(&["--database-url", &url, "status"]);
+    assert!(
+        stderr.contains("does not exist") && stderr.contains("add ?mode=rwc to create it"),
+        "{stderr}"
+    );
+    assert!(!db.exists());
+    env.ok(&["--database-url", &format!("{url}?mode=rwc"), "status"]);
+    assert!(db.exists());
+}
+
 /// A worktree that is the data directory (or inside it) is refused before the database is opened: the
 /// refusal used to come from the snapshot store, after the database files had been created in the user's
 /// directory (found by a black-box run).
