@@ -173,6 +173,21 @@ impl Settings {
             .and_then(Path::parent)
             .unwrap_or(cwd)
             .to_path_buf();
+        let from_file = config_file.as_deref().map(Path::display);
+        if args
+            .data_dir
+            .as_ref()
+            .is_some_and(|dir| dir.as_os_str().is_empty())
+        {
+            bail!("--data-dir is empty: name a directory, or leave it out for the default");
+        }
+        if let (None, Some(dir), Some(from)) = (&args.data_dir, &file.data_dir, &from_file)
+            && dir.as_os_str().is_empty()
+        {
+            bail!(
+                "data_dir in {from} is empty: name a directory, or leave the setting out for the default"
+            );
+        }
         let data_dir = match (&args.data_dir, &file.data_dir) {
             (Some(dir), _) => absolute(cwd, dir),
             (None, Some(dir)) => absolute(&file_dir, dir),
@@ -411,6 +426,47 @@ mod tests {
             ..ServerArgs::default()
         };
         assert_eq!(Settings::resolve(&args, Some(&server), dir.path())?.port, 0);
+        Ok(())
+    }
+
+    /// An empty data directory, in the config file or as the flag, is refused: it would be taken as the
+    /// file's directory (or the worktree), not as "no setting".
+    #[test]
+    fn an_empty_data_dir_is_refused() -> Result<()> {
+        let config_dir = tempfile::tempdir()?;
+        let file = config_dir.path().join("rewind.toml");
+        std::fs::write(&file, "data_dir = \"\"\n")?;
+        let args = ConfigArgs {
+            config: Some(file.clone()),
+            ..ConfigArgs::default()
+        };
+        let error = Settings::resolve(&args, None, config_dir.path())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.contains("data_dir in") && error.contains("is empty"),
+            "{error}"
+        );
+        let flag = ConfigArgs {
+            data_dir: Some(PathBuf::new()),
+            ..ConfigArgs::default()
+        };
+        let error = Settings::resolve(&flag, None, config_dir.path())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("--data-dir is empty"), "{error}");
+        // A flag overrides the file's empty setting.
+        let both = ConfigArgs {
+            config: Some(file),
+            data_dir: Some(PathBuf::from("d")),
+            ..ConfigArgs::default()
+        };
+        assert_eq!(
+            Settings::resolve(&both, None, config_dir.path())?.data_dir,
+            config_dir.path().join("d")
+        );
         Ok(())
     }
 
