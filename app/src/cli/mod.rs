@@ -165,12 +165,18 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let json = cli.json;
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => match error.downcast_ref::<Exit>() {
             Some(Exit(code)) => ExitCode::from(*code),
             None => {
-                eprintln!("error: {}", crate::report::chain_anyhow(&error));
+                let message = crate::report::chain_anyhow(&error);
+                eprintln!("error: {message}");
+                // A script reading stdout gets a document for a failure too (the exit code says which).
+                if json {
+                    println!("{}", serde_json::json!({ "error": { "message": message } }));
+                }
                 ExitCode::FAILURE
             }
         },

@@ -206,3 +206,26 @@ fn every_command_s_json_has_the_documented_fields() {
         "status.lastGc",
     );
 }
+
+/// With `--json`, a command that fails (exit 1) prints `{"error": {"message"}}` on stdout, the message
+/// stderr shows; a usage error (exit 2) prints nothing on stdout.
+#[test]
+fn a_failure_with_json_prints_an_error_document() {
+    let env = Env::plain();
+    for args in [
+        vec!["--json", "undo"],
+        vec!["--json", "revert", "msg_unknown"],
+        vec!["--json", "snapshot", "restore", "0123"],
+    ] {
+        let output = env.rewind(&args).output().expect("runs");
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let document: Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("{args:?}: not JSON ({error}): {output:?}"));
+        let message = document["error"]["message"].as_str().expect("a message");
+        assert_eq!(stderr.trim_end(), format!("error: {message}"), "{args:?}");
+    }
+    let usage = env.rewind(&["--json", "revert"]).output().expect("runs");
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(usage.stdout.is_empty(), "{usage:?}");
+}
