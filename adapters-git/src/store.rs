@@ -147,6 +147,20 @@ pub fn canonical_worktree(config: &GitStoreConfig, worktree: &Path) -> GitResult
             canonical.display()
         )));
     }
+    // A repository's own directory (a `.git`, or a bare repository) holds git's refs, index and objects:
+    // snapshotting it would make a revert rewrite them (SPEC 2.1: the user's `.git` is never written).
+    if let Some(git_dir) = git_dir_at_or_above(&canonical) {
+        return Err(GitError::Refused(format!(
+            "refusing to snapshot {}: {} is a git repository's own directory (its refs, index and objects), \
+             not a worktree; choose the project directory that holds the repository",
+            canonical.display(),
+            if git_dir == canonical {
+                "it".to_owned()
+            } else {
+                git_dir.display().to_string()
+            }
+        )));
+    }
     // rewind's own data (its database and stores) is never a project: a data directory inside the worktree
     // is left out of its snapshots, but one that is the worktree, or holds it, would be snapshotted and
     // rewritten by the operations that use it.
@@ -161,6 +175,21 @@ pub fn canonical_worktree(config: &GitStoreConfig, worktree: &Path) -> GitResult
         )));
     }
     Ok(canonical)
+}
+
+/// The git directory `canonical` is, or lies in, if any: a directory named `.git`, or one laid out as a
+/// repository's directory (`HEAD`, `objects/` and `refs/`: a bare repository, or a `.git` under another
+/// name).
+fn git_dir_at_or_above(canonical: &Path) -> Option<PathBuf> {
+    canonical
+        .ancestors()
+        .find(|dir| {
+            dir.file_name().is_some_and(|name| name == ".git")
+                || (dir.join("HEAD").is_file()
+                    && dir.join("objects").is_dir()
+                    && dir.join("refs").is_dir())
+        })
+        .map(Path::to_path_buf)
 }
 
 /// Where the store of `canonical` lives for this database.

@@ -1152,6 +1152,56 @@ async fn the_data_directory_and_what_is_inside_it_are_refused_as_worktrees() {
     assert_eq!(list_tree(h.data_dir()), data_before, "nothing written");
 }
 
+/// A repository's own directory is refused as a worktree, and nothing in it is written: its `.git`, a
+/// directory inside that, and a bare repository. Snapshotted, a revert would rewrite the user's refs and
+/// index and delete commit objects (black-box, over HTTP). The project directory itself is fine.
+#[tokio::test]
+async fn a_repository_s_own_directory_is_refused_as_a_worktree() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    h.write("a.txt", b"a\n");
+    commit_all(h.root(), "a");
+    let some_id = h.id().await;
+    let bare = h.root().parent().expect("a parent").join("bare.git");
+    git(
+        h.root(),
+        &["clone", "-q", "--bare", ".", bare.to_str().expect("UTF-8")],
+    );
+    let dot_git = h.root().join(".git");
+    let git_before = list_tree(&dot_git);
+    let bare_before = list_tree(&bare);
+    for refused in [
+        dot_git.clone(),
+        dot_git.join("refs"),
+        bare.clone(),
+        bare.join("objects"),
+    ] {
+        let tracked = h.port().track(&refused).await;
+        assert!(
+            matches!(&tracked, Err(Error::InvalidInput(m)) if m.contains("git repository's own directory")),
+            "track {} must be refused with InvalidInput: {tracked:?}",
+            refused.display()
+        );
+        let restored = h.port().restore(&refused, &some_id, None).await;
+        assert!(
+            restored.is_err(),
+            "restore {}: {restored:?}",
+            refused.display()
+        );
+    }
+    assert_eq!(list_tree(&dot_git), git_before, "nothing written in .git");
+    assert_eq!(
+        list_tree(&bare),
+        bare_before,
+        "nothing written in the bare repository"
+    );
+    assert_eq!(
+        h.id().await,
+        some_id,
+        "the project directory itself is a worktree"
+    );
+}
+
 /// A worktree with more files than the cap is refused; one at the cap is not.
 #[tokio::test]
 async fn worktree_over_the_file_cap_is_refused() {

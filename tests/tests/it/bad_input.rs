@@ -294,6 +294,17 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            // Snapshotted, its refs, index and objects would be rewritten by a revert.
+            "the repository's .git as the worktree",
+            json_post(
+                &app,
+                "/session",
+                json!({"directory": app.repo.join(".git")}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
             "a relative worktree",
             json_post(&app, "/session", json!({"directory": "repo"})),
             400,
