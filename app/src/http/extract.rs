@@ -9,8 +9,9 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
-/// A JSON body. An empty body reads as `{}` (OpenCode's clients send none on some POSTs); the
-/// `Content-Type` is not required.
+/// A JSON body: an object, as every body of OpenCode's API is (serde would also take a struct's fields
+/// as an array, `["msg_…", null]`). An empty body reads as `{}` (OpenCode's clients send none on some
+/// POSTs); the `Content-Type` is not required.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
@@ -38,6 +39,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         } else {
             &bytes
         };
+        if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::BadRequest(
+                "invalid JSON body: it must be a JSON object ({…})".to_owned(),
+            ));
+        }
         serde_json::from_slice(text)
             .map(JsonBody)
             .map_err(|error| ApiError::BadRequest(format!("invalid JSON body: {error}")))

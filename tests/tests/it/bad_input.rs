@@ -170,6 +170,19 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            // serde would take the struct's two fields as an array: OpenCode's bodies are objects.
+            "a revert body that is an array",
+            json_post(&app, &revert, json!([user, null])),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a part that is a JSON string",
+            json_post(&app, &part, json!("text")),
+            400,
+            "BadRequest",
+        ),
+        (
             "a revert without messageID",
             json_post(&app, &revert, json!({})),
             400,
