@@ -38,8 +38,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rewind_core::Result;
 use rewind_core::model::{
-    Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageId,
-    MessageWithParts, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
+    Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageHead,
+    MessageId, MessageWithParts, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent,
+    Warning,
 };
 use rewind_core::ports::{MessageRepo, Transaction};
 use sea_orm::{
@@ -218,6 +219,14 @@ impl MessageRepo for SqlRepo {
         message: &MessageId,
     ) -> Result<Option<MessageWithParts>> {
         self.read_message(session, message).await
+    }
+
+    async fn message_head(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<Option<MessageHead>> {
+        self.read_message_head(session, message).await
     }
 
     async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {

@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 
 use rewind_core::Result;
 use rewind_core::model::{
-    Capture, FileDiff, IntentRecord, Lease, LeaseKey, MessageId, MessageWithParts, PartBody,
-    PartId, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning,
-    worktrees_overlap,
+    Capture, FileDiff, IntentRecord, Lease, LeaseKey, Message, MessageHead, MessageId,
+    MessageWithParts, PartBody, PartId, RevertHistoryEntry, Session, SessionId, SnapshotId,
+    StoredEvent, Warning, worktrees_overlap,
 };
 use sea_orm::sea_query::{LikeExpr, Query, SelectStatement};
 use sea_orm::{
@@ -167,6 +167,44 @@ impl SqlRepo {
             .map_err(&fault)?;
         txn.commit().await.map_err(&fault)?;
         Ok(self.assemble(vec![row], parts)?.pop())
+    }
+
+    /// One message and its last part's id: the part rows' keys are read, not their bodies.
+    pub(crate) async fn read_message_head(
+        &self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<MessageHead>> {
+        let fault = self.fault("reading a message");
+        let txn = self.begin_read().await?;
+        let Some(row) =
+            message::Entity::find_by_id((session.as_str().to_owned(), id.as_str().to_owned()))
+                .one(&txn)
+                .await
+                .map_err(&fault)?
+        else {
+            txn.commit().await.map_err(&fault)?;
+            return Ok(None);
+        };
+        let last: Option<String> = part::Entity::find()
+            .select_only()
+            .column(part::Column::Id)
+            .filter(part::Column::SessionId.eq(session.as_str()))
+            .filter(part::Column::MessageId.eq(id.as_str()))
+            .order_by_desc(part::Column::Id)
+            .into_tuple()
+            .one(&txn)
+            .await
+            .map_err(&fault)?;
+        txn.commit().await.map_err(&fault)?;
+        Ok(Some(MessageHead {
+            info: self.decode::<Message>(&row.body, "message")?,
+            last_part: last
+                .map(|id| {
+                    PartId::parse(&id).map_err(|e| self.decode_error("a part id", e.to_string()))
+                })
+                .transpose()?,
+        }))
     }
 
     /// The first message (in id order) of `session` that has a part with id `id`, read on `db` (a commit's

@@ -15,9 +15,9 @@ use futures_core::Stream;
 use crate::error::{Error, Result};
 use crate::model::{
     Capture, Event, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey, LeaseTake,
-    LeaseToken, Message, MessageId, MessageWithParts, Part, PartId, ProcessIdentity, RelPath,
-    RestoreOutcome, RevertDiffs, RevertHistoryEntry, RevertOutcome, Session, SessionId, SnapshotId,
-    SnapshotPatch, StoredEvent, TrackOutcome, Warning,
+    LeaseToken, Message, MessageHead, MessageId, MessageWithParts, Part, PartId, ProcessIdentity,
+    RelPath, RestoreOutcome, RevertDiffs, RevertHistoryEntry, RevertOutcome, Session, SessionId,
+    SnapshotId, SnapshotPatch, StoredEvent, TrackOutcome, Warning,
 };
 
 /// The snapshot store of SPEC section 2.
@@ -307,6 +307,12 @@ pub trait MessageRepo: Send + Sync {
         session: &SessionId,
         message: &MessageId,
     ) -> Result<Option<MessageWithParts>>;
+    /// One message and its last part's id, without reading the parts' bodies.
+    async fn message_head(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<Option<MessageHead>>;
     /// The stored session diff of the last revert.
     async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>>;
     /// The session's warnings, oldest first.

@@ -11,9 +11,9 @@ use rewind_core::Result;
 use rewind_core::id::IdGenerator;
 use rewind_core::model::{
     Event, EventId, EventPayload, FileDiff, Holder, HolderKind, IntentOperation, IntentRecord,
-    Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId, MessageTime, MessageWithParts,
-    Part, PartBody, PartId, ProcessIdentity, RelPath, RevertHistoryEntry, Role, Session, SessionId,
-    SessionTime, SnapshotId, StoredEvent, Tokens, Warning,
+    Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageHead, MessageId, MessageTime,
+    MessageWithParts, Part, PartBody, PartId, ProcessIdentity, RelPath, RevertHistoryEntry, Role,
+    Session, SessionId, SessionTime, SnapshotId, StoredEvent, Tokens, Warning,
 };
 use rewind_core::ports::{MessageRepo, Transaction};
 use rewind_sql::{SqlConfig, SqlRepo};
@@ -255,6 +255,13 @@ macro_rules! impl_repo {
                 message: &MessageId,
             ) -> Result<Option<MessageWithParts>> {
                 $with!(self, repo => repo.message(session, message))
+            }
+            async fn message_head(
+                &self,
+                session: &SessionId,
+                message: &MessageId,
+            ) -> Result<Option<MessageHead>> {
+                $with!(self, repo => repo.message_head(session, message))
             }
             async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {
                 $with!(self, repo => repo.session_diff(session))

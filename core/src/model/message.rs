@@ -259,6 +259,16 @@ impl Part {
     }
 }
 
+/// A message with the id of its last part, without the parts' bodies: what appending to it needs (a new
+/// part's id must sort after the last), read without the parts a long message holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MessageHead {
+    /// The message.
+    pub info: Message,
+    /// Its last part's id (parts are in id order), if it has any.
+    pub last_part: Option<PartId>,
+}
+
 /// A message with its parts in id order (`{info, parts}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MessageWithParts {

@@ -16,8 +16,8 @@ pub use lease::{
     ProcessIdentity, may_take_over, worktrees_overlap,
 };
 pub use message::{
-    Message, MessageTime, MessageWithParts, Part, PartBody, PatchPart, Role, StepFinishPart,
-    StepStartPart, TextPart, ToolPart,
+    Message, MessageHead, MessageTime, MessageWithParts, Part, PartBody, PatchPart, Role,
+    StepFinishPart, StepStartPart, TextPart, ToolPart,
 };
 pub use session::{
     DiffSummary, OpenStep, RevertDescriptor, RevertHistoryEntry, Session, SessionTime, TokenCache,

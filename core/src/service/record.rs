@@ -6,10 +6,10 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use crate::error::{Error, Result};
 use crate::id::ensure_sorts_after;
 use crate::model::{
-    EventPayload, LeaseKey, Message, MessageId, MessageTime, MessageWithParts, OpenStep, Part,
-    PartBody, PartId, PatchPart, RelPath, Role, Session, SessionId, SessionStatus, SessionTime,
-    SkipReason, SkippedPath, SnapshotId, StepFinishPart, StepStartPart, Tokens, TrackOutcome,
-    Warning,
+    EventPayload, LeaseKey, Message, MessageHead, MessageId, MessageTime, MessageWithParts,
+    OpenStep, Part, PartBody, PartId, PatchPart, RelPath, Role, Session, SessionId, SessionStatus,
+    SessionTime, SkipReason, SkippedPath, SnapshotId, StepFinishPart, StepStartPart, Tokens,
+    TrackOutcome, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 
@@ -115,7 +115,7 @@ impl Rewind {
             if input.role == Role::Assistant
                 && let Some(parent) = &input.parent_id
                 && crate::revert::is_hidden(&point, parent, None)
-                && self.repo.message(session_id, parent).await?.is_some()
+                && self.repo.message_head(session_id, parent).await?.is_some()
             {
                 return Err(Error::InvalidInput(format!(
                     "parentID {parent} is reverted: a message recorded while the session is reverted deletes \
@@ -222,7 +222,8 @@ impl Rewind {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(std::slice::from_ref(&input))?;
         let not_operating = self.refuse_while_operating(&session).await?;
-        let message = self.load_message(session_id, message_id).await?;
+        // Its head only: a long message's parts are not read for each part appended to it.
+        let message = self.load_message_head(session_id, message_id).await?;
         refuse_reverted_message(&session, message_id)?;
         // In the message the revert point lies in, a new part would come after the point: hidden at once,
         // and deleted by the next cleanup.
@@ -237,8 +238,7 @@ impl Rewind {
         }
         // A part id another message has is refused by this guard, in the commit.
         let id_free = part_id_guards(session_id, std::iter::once(&input.id)).next();
-        let last = message.parts.last().map(|p| p.id.clone());
-        let mut parts = self.build_parts(&message.info, last, vec![input])?;
+        let mut parts = self.build_parts(&message.info, message.last_part, vec![input])?;
         let part = parts
             .pop()
             .ok_or_else(|| Error::InvalidInput("no part given".to_owned()))?;
@@ -265,7 +265,7 @@ impl Rewind {
         let session = self.load_prepared(session_id).await?;
         refuse_open_step(&session)?;
         // Checked before cleanup, which deletes for good: a refused step changes nothing.
-        let message = self.load_message(session_id, message_id).await?;
+        let message = self.load_message_head(session_id, message_id).await?;
         if message.info.role != Role::Assistant {
             return Err(Error::InvalidInput(format!(
                 "message {message_id} is a user message; steps belong to assistant messages"
@@ -878,6 +878,18 @@ impl Rewind {
     ) -> Result<MessageWithParts> {
         self.repo
             .message(session, message)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("Message not found: {message}")))
+    }
+
+    /// `load_message` without the parts: the message and its last part's id.
+    pub(super) async fn load_message_head(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<MessageHead> {
+        self.repo
+            .message_head(session, message)
             .await?
             .ok_or_else(|| Error::NotFound(format!("Message not found: {message}")))
     }

@@ -11,9 +11,9 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId,
-    MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry, Session, SessionId, SnapshotId,
-    StoredEvent, Warning, worktrees_overlap,
+    Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageHead,
+    MessageId, MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry, Session, SessionId,
+    SnapshotId, StoredEvent, Warning, worktrees_overlap,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 use crate::revert::{RevertPoint, is_hidden};
@@ -503,6 +503,23 @@ impl MessageRepo for MemRepo {
             .get(session)
             .and_then(|s| s.messages.get(message))
             .map(with_parts))
+    }
+
+    async fn message_head(
+        &self,
+        session: &SessionId,
+        message: &MessageId,
+    ) -> Result<Option<MessageHead>> {
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .and_then(|s| s.messages.get(message))
+            .map(|m| MessageHead {
+                info: m.info.clone(),
+                last_part: m.parts.keys().next_back().cloned(),
+            }))
     }
 
     async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {

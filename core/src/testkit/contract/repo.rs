@@ -14,10 +14,10 @@ use crate::id::{EventId, IdGenerator};
 use crate::model::Capture;
 use crate::model::{
     Event, EventPayload, FileDiff, FileStatus, Holder, HolderKind, IntentOperation, IntentRecord,
-    Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageId, MessageTime, MessageWithParts,
-    OpenStep, Part, PartBody, PartId, PatchPart, ProcessIdentity, RelPath, RevertDescriptor,
-    RevertHistoryEntry, Role, Session, SessionId, SessionTime, SnapshotId, StepFinishPart,
-    StepStartPart, StoredEvent, TextPart, TokenCache, Tokens, ToolPart, Warning,
+    Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageHead, MessageId, MessageTime,
+    MessageWithParts, OpenStep, Part, PartBody, PartId, PatchPart, ProcessIdentity, RelPath,
+    RevertDescriptor, RevertHistoryEntry, Role, Session, SessionId, SessionTime, SnapshotId,
+    StepFinishPart, StepStartPart, StoredEvent, TextPart, TokenCache, Tokens, ToolPart, Warning,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 
@@ -651,6 +651,40 @@ pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
         .await
         .expect("reading an unknown message must succeed");
     assert_eq!(read_missing, None, "an unknown message must read as None");
+    // The head: the message and its last part in id order (b3 was stored first), without the parts.
+    let head = |message: &MessageId| {
+        let message = message.clone();
+        let session = session.id.clone();
+        async move {
+            repo.message_head(&session, &message)
+                .await
+                .expect("reading a message's head must succeed")
+        }
+    };
+    assert_eq!(
+        head(&m2.id).await,
+        Some(MessageHead {
+            info: m2.clone(),
+            last_part: Some(b3.id.clone()),
+        }),
+        "`message_head` must name the last part in id order"
+    );
+    assert_eq!(
+        head(&m3.id).await,
+        Some(MessageHead {
+            info: m3.clone(),
+            last_part: None,
+        })
+    );
+    assert_eq!(head(&missing).await, None, "an unknown message has no head");
+    let elsewhere = repo
+        .message_head(&ids.session(), &m2.id)
+        .await
+        .expect("reading a message's head must succeed");
+    assert_eq!(
+        elsewhere, None,
+        "a message is found only in its own session"
+    );
 
     let mut m2_done = m2.clone();
     m2_done.time.completed = Some(ids.tick());
