@@ -221,6 +221,14 @@ impl MessageRepo for SqlRepo {
         self.read_message(session, message).await
     }
 
+    async fn messages_from(
+        &self,
+        session: &SessionId,
+        from: &MessageId,
+    ) -> Result<Vec<MessageWithParts>> {
+        self.read_messages_from(session, Some(from)).await
+    }
+
     async fn message_head(
         &self,
         session: &SessionId,

@@ -123,16 +123,30 @@ impl SqlRepo {
     }
 
     pub(crate) async fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        self.read_messages_from(session, None).await
+    }
+
+    /// The session's messages (those from `from` on, when given) with their parts, ascending.
+    pub(crate) async fn read_messages_from(
+        &self,
+        session: &SessionId,
+        from: Option<&MessageId>,
+    ) -> Result<Vec<MessageWithParts>> {
         let fault = self.fault("reading a session's messages");
         let txn = self.begin_read().await?;
-        let messages = message::Entity::find()
-            .filter(message::Column::SessionId.eq(session.as_str()))
+        let mut messages =
+            message::Entity::find().filter(message::Column::SessionId.eq(session.as_str()));
+        let mut parts = part::Entity::find().filter(part::Column::SessionId.eq(session.as_str()));
+        if let Some(from) = from {
+            messages = messages.filter(message::Column::Id.gte(from.as_str()));
+            parts = parts.filter(part::Column::MessageId.gte(from.as_str()));
+        }
+        let messages = messages
             .order_by_asc(message::Column::Id)
             .all(&txn)
             .await
             .map_err(&fault)?;
-        let parts = part::Entity::find()
-            .filter(part::Column::SessionId.eq(session.as_str()))
+        let parts = parts
             .order_by_asc(part::Column::MessageId)
             .order_by_asc(part::Column::Id)
             .all(&txn)

@@ -301,6 +301,13 @@ pub trait MessageRepo: Send + Sync {
     async fn sessions_overlapping(&self, directory: &str) -> Result<Vec<Session>>;
     /// Every message of a session with its parts, ascending.
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>>;
+    /// The session's messages whose id is `from` or later (a turn's user message, say, and every message
+    /// after it), with their parts, ascending: `messages` without the ones before.
+    async fn messages_from(
+        &self,
+        session: &SessionId,
+        from: &MessageId,
+    ) -> Result<Vec<MessageWithParts>>;
     /// One message with its parts.
     async fn message(
         &self,

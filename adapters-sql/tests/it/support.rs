@@ -256,6 +256,13 @@ macro_rules! impl_repo {
             ) -> Result<Option<MessageWithParts>> {
                 $with!(self, repo => repo.message(session, message))
             }
+            async fn messages_from(
+                &self,
+                session: &SessionId,
+                from: &MessageId,
+            ) -> Result<Vec<MessageWithParts>> {
+                $with!(self, repo => repo.messages_from(session, from))
+            }
             async fn message_head(
                 &self,
                 session: &SessionId,

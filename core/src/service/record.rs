@@ -631,11 +631,10 @@ impl Rewind {
         session_lease: &super::HeldLease,
     ) -> Result<Vec<Part>> {
         let directory = session.directory.clone();
-        let messages = self.repo.messages(&session.id).await?;
-        let message = messages
-            .iter()
-            .find(|m| m.info.id == step.message_id)
-            .ok_or_else(|| Error::NotFound(format!("Message not found: {}", step.message_id)))?;
+        // The message's head, and later its turn: a step's end does not read the whole session.
+        let message = self
+            .load_message_head(&session.id, &step.message_id)
+            .await?;
         let mut warnings = Vec::new();
         let mut skipped_now = None;
         let (snapshot, reason, files) = match self
@@ -689,7 +688,7 @@ impl Rewind {
             }
         };
         let now = self.now();
-        let mut last = message.parts.last().map(|p| p.id.clone());
+        let mut last = message.last_part.clone();
         let mut next_id = |ids: &crate::id::IdGenerator| {
             let id: PartId = ids.ascending(now, last.as_ref());
             last = Some(id.clone());
@@ -739,7 +738,7 @@ impl Rewind {
         }
         if let Some(end_snapshot) = &snapshot
             && let Some(user) = self
-                .turn_summary(&messages, message, end_snapshot, &directory)
+                .turn_summary(&session.id, &message.info, end_snapshot, &directory)
                 .await?
         {
             transaction
@@ -772,14 +771,16 @@ impl Rewind {
     /// The turn's user message with `summary.diffs` = diff(first step-start of the turn, `end`).
     async fn turn_summary(
         &self,
-        messages: &[MessageWithParts],
-        message: &MessageWithParts,
+        session: &SessionId,
+        message: &Message,
         end: &crate::model::SnapshotId,
         directory: &str,
     ) -> Result<Option<Message>> {
-        let Some(user_id) = &message.info.parent_id else {
+        let Some(user_id) = &message.parent_id else {
             return Ok(None);
         };
+        // The turn's messages come after its user message (ids ascend), which is the first read.
+        let messages = self.repo.messages_from(session, user_id).await?;
         let Some(user) = messages.iter().find(|m| &m.info.id == user_id) else {
             return Ok(None);
         };

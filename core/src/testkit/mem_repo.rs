@@ -491,6 +491,25 @@ impl MessageRepo for MemRepo {
             .unwrap_or_default())
     }
 
+    async fn messages_from(
+        &self,
+        session: &SessionId,
+        from: &MessageId,
+    ) -> Result<Vec<MessageWithParts>> {
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .map(|s| {
+                s.messages
+                    .range(from.clone()..)
+                    .map(|(_, m)| with_parts(m))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     async fn message(
         &self,
         session: &SessionId,

@@ -651,6 +651,19 @@ pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
         .await
         .expect("reading an unknown message must succeed");
     assert_eq!(read_missing, None, "an unknown message must read as None");
+    // From a message on: it and the later ones, with their parts; from an id after every message, none.
+    for (from, expected) in [(&m1.id, &expected[..]), (&m2.id, &expected[1..])] {
+        let read = repo
+            .messages_from(&session.id, from)
+            .await
+            .expect("reading messages from one on must succeed");
+        assert_eq!(read, expected, "`messages_from` {from}");
+    }
+    let after_all = repo
+        .messages_from(&session.id, &missing)
+        .await
+        .expect("reading messages from one on must succeed");
+    assert_eq!(after_all, Vec::new(), "no message comes after {missing}");
     // The head: the message and its last part in id order (b3 was stored first), without the parts.
     let head = |message: &MessageId| {
         let message = message.clone();
