@@ -3,6 +3,10 @@
 //! A repository of 5,000 committed files (about 3 KB each), a session of 10 turns in which each turn
 //! changes 10 files, then, repeatedly: revert to turn 1, 5 or 9 and unrevert, each timed as one HTTP
 //! request to the application on a loopback port. Prints the median and 95th percentile of each.
+//!
+//! Then recording in a long session: a part appended to an assistant message that already holds 300 parts
+//! of 60 KB, and a step finished after 40 turns of 10 such parts (24 MB), each against the same request at
+//! the start of the message or session: what a request costs should not grow with what came before.
 
 use std::path::Path;
 use std::process::Command;
@@ -243,7 +247,96 @@ async fn main() -> Result<()> {
         percentile(&mut unified_diffs, 0.5),
         percentile(&mut unified_diffs, 0.95)
     );
+    long_session(&client, &base, &repo).await?;
     stop.cancel();
     server.await??;
+    Ok(())
+}
+
+/// Part appends and step finishes early and late in a long session (see the module doc): the appends in
+/// one session's first message, the finishes in another session's turns.
+async fn long_session(client: &reqwest::Client, base: &str, repo: &Path) -> Result<()> {
+    const PARTS: usize = 300;
+    const TURNS: usize = 40;
+    const SAMPLES: usize = 10;
+    let big = json!({"type": "text", "text": "x".repeat(60_000)});
+    // A new session's turn: its user message, its assistant message and a step begun; the assistant's URL.
+    let turn = async |session: &str, t: usize| -> Result<String> {
+        let messages = format!("{base}/session/{session}/message");
+        let text = format!("turn {t}");
+        let user = post(
+            client,
+            &messages,
+            json!({"parts": [{"type": "text", "text": text}]}),
+        )
+        .await?;
+        let user = user["info"]["id"].as_str().context("user id")?.to_owned();
+        let assistant = post(
+            client,
+            &messages,
+            json!({"role": "assistant", "parentID": user}),
+        )
+        .await?;
+        let assistant = assistant["info"]["id"].as_str().context("id")?;
+        let url = format!("{messages}/{assistant}");
+        post(client, &format!("{url}/step"), json!({})).await?;
+        Ok(url)
+    };
+    let new_session = async || -> Result<String> {
+        let session = post(client, &format!("{base}/session"), json!({"title": "long"})).await?;
+        Ok(session["id"].as_str().context("session id")?.to_owned())
+    };
+    let timed = async |url: &str, body: &Value| -> Result<Duration> {
+        let t = Instant::now();
+        post(client, url, body.clone()).await?;
+        Ok(t.elapsed())
+    };
+    let finish = json!({"reason": "stop"});
+
+    let appending = new_session().await?;
+    let message = turn(&appending, 0).await?;
+    let mut appends = Vec::new();
+    for _ in 0..PARTS {
+        appends.push(timed(&format!("{message}/part"), &big).await?);
+    }
+    post(client, &format!("{message}/step/finish"), finish.clone()).await?;
+    let mut early_appends = appends[..SAMPLES].to_vec();
+    let mut late_appends = appends[PARTS - SAMPLES..].to_vec();
+
+    let finishing = new_session().await?;
+    let (mut early_finishes, mut late_finishes) = (Vec::new(), Vec::new());
+    for t in 0..TURNS + SAMPLES {
+        let message = turn(&finishing, t).await?;
+        for _ in 0..10 {
+            post(client, &format!("{message}/part"), big.clone()).await?;
+        }
+        std::fs::write(repo.join("long.txt"), format!("{t}\n"))?;
+        let took = timed(&format!("{message}/step/finish"), &finish).await?;
+        if t < SAMPLES {
+            early_finishes.push(took);
+        } else if t >= TURNS {
+            late_finishes.push(took);
+        }
+    }
+    println!("recording in a long session (parts of 60 KB; median of {SAMPLES}, ms): early, late");
+    println!(
+        "{:<34} {:>8.2} {:>8.2}",
+        format!(
+            "part append (parts 1-{SAMPLES} vs {}-{PARTS})",
+            PARTS - SAMPLES + 1
+        ),
+        percentile(&mut early_appends, 0.5),
+        percentile(&mut late_appends, 0.5)
+    );
+    println!(
+        "{:<34} {:>8.2} {:>8.2}",
+        format!(
+            "step finish (turns 1-{SAMPLES} vs {}-{})",
+            TURNS + 1,
+            TURNS + SAMPLES
+        ),
+        percentile(&mut early_finishes, 0.5),
+        percentile(&mut late_finishes, 0.5)
+    );
     Ok(())
 }

@@ -13,7 +13,8 @@ pub const USAGE: &str = "usage: cargo xtask bench snapshot [--sizes 10000,100000
   --reps   repetitions per operation, medians reported (default 5; first track runs at most 3 from
            50,000 files)
   http: revert (to turns 1, 5, 9) and unrevert through rewind's HTTP API over a 5,000-file repository
-         and a 10-turn session; --reps per target (default 20); median and p95 in ms
+         and a 10-turn session; --reps per target (default 20); median and p95 in ms; then a part append
+         and a step finish early and late in a long session (300 parts, 40 turns of 600 KB)
   Generated worktrees live under the temporary directory ($TMPDIR) and are removed at the end.";
 
 pub fn run(args: &[String]) -> Result<()> {
