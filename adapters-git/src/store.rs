@@ -147,6 +147,19 @@ pub fn canonical_worktree(config: &GitStoreConfig, worktree: &Path) -> GitResult
             canonical.display()
         )));
     }
+    // rewind's own data (its database and stores) is never a project: a data directory inside the worktree
+    // is left out of its snapshots, but one that is the worktree, or holds it, would be snapshotted and
+    // rewritten by the operations that use it.
+    if let Ok(data) = fs::canonicalize(&config.data_dir)
+        && canonical.starts_with(&data)
+    {
+        return Err(GitError::Refused(format!(
+            "refusing to snapshot {}: it is rewind's data directory {} or inside it; choose another data \
+             directory (--data-dir or REWIND_DATA_DIR) or another project directory",
+            canonical.display(),
+            data.display()
+        )));
+    }
     // A repository's own directory (a `.git`, or a bare repository) holds git's refs, index and objects:
     // snapshotting it would make a revert rewrite them (SPEC 2.1: the user's `.git` is never written).
     if let Some(git_dir) = git_dir_at_or_above(&canonical) {
@@ -161,35 +174,39 @@ pub fn canonical_worktree(config: &GitStoreConfig, worktree: &Path) -> GitResult
             }
         )));
     }
-    // rewind's own data (its database and stores) is never a project: a data directory inside the worktree
-    // is left out of its snapshots, but one that is the worktree, or holds it, would be snapshotted and
-    // rewritten by the operations that use it.
-    if let Ok(data) = fs::canonicalize(&config.data_dir)
-        && canonical.starts_with(&data)
-    {
-        return Err(GitError::Refused(format!(
-            "refusing to snapshot {}: it is rewind's data directory {} or inside it; choose another data \
-             directory (--data-dir or REWIND_DATA_DIR) or another project directory",
-            canonical.display(),
-            data.display()
-        )));
-    }
     Ok(canonical)
 }
 
-/// The git directory `canonical` is, or lies in, if any: a directory named `.git`, or one laid out as a
-/// repository's directory (`HEAD`, `objects/` and `refs/`: a bare repository, or a `.git` under another
-/// name).
+/// The git directory `canonical` is, or lies in, if any: a directory named `.git`, or one laid out as git
+/// lays out a repository's directory (`objects/`, `refs/` and a `HEAD` that names a ref or holds an
+/// object id: a bare repository, or a git dir under another name). The search stops at the first directory
+/// that has a `.git` entry of its own: that is a worktree's root (a linked worktree made inside a `.git`
+/// included), as git's own discovery finds it.
 fn git_dir_at_or_above(canonical: &Path) -> Option<PathBuf> {
-    canonical
-        .ancestors()
-        .find(|dir| {
-            dir.file_name().is_some_and(|name| name == ".git")
-                || (dir.join("HEAD").is_file()
-                    && dir.join("objects").is_dir()
-                    && dir.join("refs").is_dir())
-        })
-        .map(Path::to_path_buf)
+    for dir in canonical.ancestors() {
+        if dir.file_name().is_some_and(|name| name == ".git") || laid_out_as_git_dir(dir) {
+            return Some(dir.to_path_buf());
+        }
+        if fs::symlink_metadata(dir.join(".git")).is_ok() {
+            return None;
+        }
+    }
+    None
+}
+
+/// Whether `dir` holds what git checks for a repository's directory (`is_git_directory`).
+fn laid_out_as_git_dir(dir: &Path) -> bool {
+    if !dir.join("objects").is_dir() || !dir.join("refs").is_dir() {
+        return false;
+    }
+    let Ok(head) = fs::read(dir.join("HEAD")) else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&head);
+    let head = head.trim_end();
+    let hex =
+        |text: &str| matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit());
+    head.starts_with("ref: refs/") || hex(head)
 }
 
 /// Where the store of `canonical` lives for this database.

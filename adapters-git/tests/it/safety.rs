@@ -1200,6 +1200,22 @@ async fn a_repository_s_own_directory_is_refused_as_a_worktree() {
         some_id,
         "the project directory itself is a worktree"
     );
+
+    // Not refused: a project that merely has `HEAD`, `objects/` and `refs/` (HEAD is no ref nor id), and a
+    // linked worktree git made inside the `.git` (its own `.git` file makes it a worktree's root).
+    let lookalike = h.root().parent().expect("a parent").join("lookalike");
+    fs::create_dir_all(lookalike.join("objects")).expect("mkdir");
+    fs::create_dir_all(lookalike.join("refs")).expect("mkdir");
+    fs::write(lookalike.join("HEAD"), "the head of the project\n").expect("write");
+    let linked = dot_git.join("wt").join("feature");
+    git(
+        h.root(),
+        &["worktree", "add", "-q", linked.to_str().expect("UTF-8")],
+    );
+    for accepted in [&lookalike, &linked] {
+        let tracked = h.port().track(accepted).await;
+        assert!(tracked.is_ok(), "track {}: {tracked:?}", accepted.display());
+    }
 }
 
 /// A worktree with more files than the cap is refused; one at the cap is not.
