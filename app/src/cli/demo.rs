@@ -253,6 +253,14 @@ pub async fn run(settings: Option<Settings>, keep: Option<&Path>, json: bool) ->
         }
     }
     if !all_match {
+        // With `--json` the report, printed above, is the one document on stdout (its `matches` say
+        // which stage differs); the exit code says it failed.
+        if json {
+            eprintln!(
+                "error: a stage's files differ from the state they should equal (see `matches`)"
+            );
+            return Err(super::Exit(1).into());
+        }
         bail!("a stage's files differ from the state they should equal (see above)");
     }
     Ok(())

@@ -16,7 +16,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::Exit;
 use super::context::{Context, explain, step_is_abandoned};
 use super::history::{warning_count, warning_text, warnings_since};
-use super::output::{plural, print_json, shell_line, with_progress};
+use super::output::{plural, print_error_json, print_json, shell_line, with_progress};
 
 /// `exec --json`: printed on stdout after the command's own output.
 #[derive(Serialize)]
@@ -133,7 +133,11 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
     let parts = match record_end(ctx, &session.id, &assistant.info.id, &note, reason).await {
         Ok(parts) => parts,
         Err(error) => {
-            eprintln!("error: {}", crate::report::chain_anyhow(&error));
+            let message = crate::report::chain_anyhow(&error);
+            eprintln!("error: {message}");
+            if ctx.json {
+                print_error_json(&message);
+            }
             eprintln!(
                 "rewind: `{line}` ended (exit code {code}), but its step in session {} could not be recorded as \
                  finished; the step stays open, and the next rewind command in this directory aborts it with a \

@@ -175,7 +175,7 @@ pub fn main() -> ExitCode {
                 eprintln!("error: {message}");
                 // A script reading stdout gets a document for a failure too (the exit code says which).
                 if json {
-                    println!("{}", serde_json::json!({ "error": { "message": message } }));
+                    output::print_error_json(&message);
                 }
                 ExitCode::FAILURE
             }

@@ -116,6 +116,14 @@ pub fn shown(path: &str) -> Cow<'_, str> {
     }
 }
 
+/// With `--json`, a failure's document on stdout: `{"error": {"message"}}`. A stdout that cannot be
+/// written is left alone (the message is on stderr already).
+pub fn print_error_json(message: &str) {
+    use std::io::Write as _;
+    let document = serde_json::json!({ "error": { "message": message } });
+    let _ = writeln!(std::io::stdout().lock(), "{document}");
+}
+
 /// `word` as one word of a POSIX shell command line: as it is when it holds only characters no shell
 /// treats specially, else in single quotes (a `'` in it written as `'\''`).
 pub fn shell_word(word: &str) -> Cow<'_, str> {

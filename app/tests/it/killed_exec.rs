@@ -396,7 +396,7 @@ fn an_undo_in_a_worktree_around_or_inside_a_running_exec_is_refused() {
 
 /// The command's script locks rewind's database (`BEGIN EXCLUSIVE` in a process it leaves behind, for
 /// longer than two of rewind's 5 s busy timeouts: the note of the exit status, then the step's end) and
-/// then exits with `code`: rewind cannot record the step's end.
+/// then exits with `code`: rewind cannot record the step's end. Run with `--json`.
 fn exec_that_locks_the_database(env: &Env, code: i32) -> std::process::Output {
     let data = env.data.path();
     let (locked, released) = (data.join("locked"), data.join("released"));
@@ -420,7 +420,7 @@ fn exec_that_locks_the_database(env: &Env, code: i32) -> std::process::Output {
         locked = locked.display(),
     );
     let output = env
-        .process_in(env.path(), &["exec", "--", "sh", "-c", &script])
+        .process_in(env.path(), &["--json", "exec", "--", "sh", "-c", &script])
         .output()
         .expect("runs");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -450,6 +450,13 @@ fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_ses
             stderr.contains(&format!("ended (exit code {code})")) && stderr.contains("stays open"),
             "{stderr}"
         );
+        // With `--json`, stdout holds the error's document (no report: the step was not recorded).
+        let document: serde_json::Value =
+            serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+                panic!("stdout is not one JSON document ({error}): {output:?}")
+            });
+        let message = document["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("locked"), "{document}");
 
         // Once the lock is gone, the next command aborts the step, and undo takes the turn back.
         let status = env.json(&["status"]);
