@@ -104,6 +104,15 @@ impl Context {
         }
     }
 
+    /// What a hint naming another command adds so that it acts on `session`: nothing when that is this
+    /// directory's latest session (the default), else ` --session ID`.
+    pub async fn session_flag(&self, session: &SessionId) -> String {
+        match self.latest_session().await {
+            Ok(Some(latest)) if &latest.id == session => String::new(),
+            _ => format!(" --session {session}"),
+        }
+    }
+
     /// The newest session of this directory, if any.
     pub async fn latest_session(&self) -> Result<Option<Session>> {
         let sessions = self

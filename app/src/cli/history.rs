@@ -74,13 +74,14 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
         None => users.last(),
     };
     let Some(target) = target else {
+        let flag = ctx.session_flag(&session.id).await;
         bail!(
             "nothing to undo in session {}: {}",
             session.id,
             if users.is_empty() {
-                "it has no user message yet"
+                "it has no user message yet".to_owned()
             } else {
-                "every turn is already undone (`rewind redo` puts them back)"
+                format!("every turn is already undone (`rewind redo{flag}` puts them back)")
             }
         );
     };
@@ -93,8 +94,9 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session(session).await?;
     let session = abort_open_step(ctx, session).await?;
     let Some(revert) = session.revert.clone() else {
+        let flag = ctx.session_flag(&session.id).await;
         bail!(
-            "nothing to redo in session {}: it is not reverted (`rewind undo` undoes the last turn)",
+            "nothing to redo in session {}: it is not reverted (`rewind undo{flag}` undoes the last turn)",
             session.id
         );
     };
@@ -316,7 +318,10 @@ async fn report(
                 println!("  undone:");
                 print_file_summary(&diffs, "    ");
             }
-            println!("`rewind redo` goes forward again, `rewind diff` shows the changes undone.");
+            let flag = ctx.session_flag(&session.id).await;
+            println!(
+                "`rewind redo{flag}` goes forward again, `rewind diff{flag}` shows the changes undone."
+            );
         }
         None => println!(
             "Session {} is no longer reverted: every turn is back.",

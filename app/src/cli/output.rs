@@ -124,6 +124,22 @@ pub fn print_error_json(message: &str) {
     let _ = writeln!(std::io::stdout().lock(), "{document}");
 }
 
+/// The command that restores `snapshot` at `paths` (worktree-relative; none: the whole worktree), as a
+/// shell line: each path quoted when needed, and one that starts with `-` written as `./-…`, so that it is
+/// not read as an option.
+pub fn restore_command<'a>(snapshot: &str, paths: impl IntoIterator<Item = &'a str>) -> String {
+    let mut line = format!("rewind snapshot restore {snapshot}");
+    for path in paths {
+        line.push(' ');
+        if path.starts_with('-') {
+            line.push_str(&shell_word(&format!("./{path}")));
+        } else {
+            line.push_str(&shell_word(path));
+        }
+    }
+    line
+}
+
 /// `word` as one word of a POSIX shell command line: as it is when it holds only characters no shell
 /// treats specially, else in single quotes (a `'` in it written as `'\''`).
 pub fn shell_word(word: &str) -> Cow<'_, str> {

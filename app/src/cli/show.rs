@@ -16,7 +16,8 @@ use super::context::{Context, explain, step_is_abandoned};
 use super::gc::LastGc;
 use super::history::{FileRow, message_text, print_warning};
 use super::output::{
-    bytes_text, colour, one_line, plural, print_diffs, print_json, shown, time_text,
+    bytes_text, colour, one_line, plural, print_diffs, print_json, restore_command, shown,
+    time_text,
 };
 
 /// One step of an assistant message in `log --json`.
@@ -149,6 +150,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         shown(&session.directory)
     );
     // `log` only reads: an open step whose owner is gone stays open until the next command aborts it.
+    let flag = ctx.session_flag(&session.id).await;
     let open_step = if step_is_abandoned(ctx, &session).await? {
         " [step open: its process is gone; the next command aborts it]"
     } else {
@@ -164,7 +166,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         }
         if row.revert_point {
             println!(
-                "── reverted from here (`rewind redo` or `rewind unrevert` brings it back) ──"
+                "── reverted from here (`rewind redo{flag}` or `rewind unrevert{flag}` brings it back) ──"
             );
         }
         let mark = if row.hidden { "~" } else { " " };
@@ -420,11 +422,14 @@ pub async fn status(ctx: &Context) -> Result<()> {
     }
     if let Some(capture) = &last_capture {
         println!(
-            "capture    {} {} ({}; `rewind snapshot restore {}` puts that state back)",
+            "capture    {} {} ({}; `{}` puts that state back)",
             capture.snapshot,
             time_text(capture.time),
             one_line(&capture.message),
-            capture.snapshot
+            one_line(&restore_command(
+                capture.snapshot.as_str(),
+                capture.paths.iter().map(String::as_str)
+            ))
         );
     }
     if rows.is_empty() {

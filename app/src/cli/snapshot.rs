@@ -9,7 +9,7 @@ use rewind_core::model::{FileDiff, RelPath, RestoreOutcome, SnapshotId};
 use serde::Serialize;
 
 use super::context::{Context, explain};
-use super::output::{colour, print_diffs, print_json, shell_word, shown, with_progress};
+use super::output::{colour, print_diffs, print_json, restore_command, shown, with_progress};
 
 /// `snapshot diff --json`.
 #[derive(Serialize)]
@@ -104,12 +104,14 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
     let given = paths.clone();
     // The command that undoes this restore: the capture, restored at the same paths when paths were given
     // (a whole restore of it would also put back files changed since, outside those paths).
-    let undo_paths: String = given
+    let undo_paths: Vec<String> = given
         .iter()
         .flatten()
-        .map(|path| format!(" {}", shell_word(path.as_str())))
+        .map(|path| path.as_str().to_owned())
         .collect();
-    let undo = move |capture: &SnapshotId| format!("rewind snapshot restore {capture}{undo_paths}");
+    let undo = move |capture: &SnapshotId| {
+        restore_command(capture.as_str(), undo_paths.iter().map(String::as_str))
+    };
     // Said before any file is touched: a restore killed halfway is put back with this capture.
     let json = ctx.json;
     let undo_early = undo.clone();

@@ -198,7 +198,11 @@ fn new_session_starts_a_separate_history() {
     let status = env.json(&["status"]);
     assert_eq!(status["sessions"].as_array().expect("sessions").len(), 2);
     // The latest session has one turn: undo takes it back, and then there is nothing more to undo there.
-    env.ok(&["undo"]);
+    let undone = env.ok(&["undo"]);
+    assert!(
+        undone.contains("`rewind redo` goes forward again"),
+        "{undone}"
+    );
     assert_state(&env, &before_second, "undo in the new session");
     env.fails(&["undo"]);
 
@@ -212,7 +216,14 @@ fn new_session_starts_a_separate_history() {
         .and_then(|s| s["id"].as_str())
         .expect("the other session's id")
         .to_owned();
-    env.ok(&["undo", "--session", &older]);
+    // The hints name the session too: without it they would act on the latest one.
+    let undone = env.ok(&["undo", "--session", &older]);
+    assert!(
+        undone.contains(&format!(
+            "`rewind redo --session {older}` goes forward again"
+        )),
+        "{undone}"
+    );
     assert!(
         !env.path().join("one.txt").exists(),
         "the older turn is undone"

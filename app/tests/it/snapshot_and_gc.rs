@@ -37,7 +37,7 @@ fn restore_of_one_path_touches_no_other_file_and_can_be_undone() {
 #[test]
 fn a_restore_of_paths_names_the_undo_for_those_paths() {
     let env = Env::git_checkout();
-    let names = ["my file.txt", "it's.txt"];
+    let names = ["my file.txt", "it's.txt", "-dash.txt"];
     for name in names {
         std::fs::write(env.path().join(name), "one\n").expect("write");
     }
@@ -49,7 +49,9 @@ fn a_restore_of_paths_names_the_undo_for_those_paths() {
         std::fs::write(env.path().join(name), "two\n").expect("write");
     }
     let before = env.state();
-    let stdout = env.ok(&["snapshot", "restore", &id, names[0], names[1]]);
+    // A name starting with `-` is given, and named back, as `./-…`, so it is not read as an option.
+    let given = ["my file.txt", "it's.txt", "./-dash.txt"];
+    let stdout = env.ok(&["snapshot", "restore", &id, given[0], given[1], given[2]]);
     let line = stdout
         .lines()
         .find(|line| line.contains("undoes this"))
@@ -68,10 +70,18 @@ fn a_restore_of_paths_names_the_undo_for_those_paths() {
         .expect("sh runs");
     let words = String::from_utf8(split.stdout).expect("utf-8");
     let words: Vec<&str> = words.lines().collect();
-    assert_eq!(words.len(), 3, "{command}");
-    assert_eq!(&words[1..], &names[..], "{command}");
+    assert_eq!(words.len(), 4, "{command}");
+    assert_eq!(&words[1..], &given[..], "{command}");
+    // `status` names the same command for its last capture.
+    let status = env.ok(&["status"]);
+    assert!(
+        status.contains(&format!("`{command}` puts that state back")),
+        "{status}"
+    );
 
-    env.ok(&["snapshot", "restore", words[0], words[1], words[2]]);
+    let mut undo = vec!["snapshot", "restore"];
+    undo.extend(&words);
+    env.ok(&undo);
     assert_state(&env, &before, "after the named undo");
 }
 
