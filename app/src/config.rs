@@ -174,13 +174,7 @@ impl Settings {
             .unwrap_or(cwd)
             .to_path_buf();
         let from_file = config_file.as_deref().map(Path::display);
-        if args
-            .data_dir
-            .as_ref()
-            .is_some_and(|dir| dir.as_os_str().is_empty())
-        {
-            bail!("--data-dir is empty: name a directory, or leave it out for the default");
-        }
+        // An empty `--data-dir` (or REWIND_DATA_DIR) is refused by clap's path parser already.
         if let (None, Some(dir), Some(from)) = (&args.data_dir, &file.data_dir, &from_file)
             && dir.as_os_str().is_empty()
         {
@@ -302,18 +296,28 @@ fn sqlite_url_from(base: &Path, url: &str) -> Result<String> {
     Ok(format!("sqlite://{}{query}", base.join(path).display()))
 }
 
-/// Why a SQLite URL could not be opened, when the URL says it: its file does not exist and the URL does not
-/// ask SQLite to create it (no `mode=rwc`, which the default database URL has).
+/// Why a SQLite URL could not be opened, when the URL says it: its file (the URL's path, `%XX` escapes
+/// decoded, as SQLite's driver reads it) does not exist and the URL does not ask SQLite to create it (no
+/// `mode=rwc`, which the default database URL has).
 pub fn missing_sqlite_file(url: &str) -> Option<String> {
     let rest = url.strip_prefix("sqlite:")?;
     let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let creates = query.split('&').any(|pair| pair == "mode=rwc");
-    if path.is_empty() || path.starts_with(":memory:") || creates || Path::new(path).exists() {
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    let creates = query.is_some_and(|query| query.split('&').any(|pair| pair == "mode=rwc"));
+    let path = crate::http::security::percent_decode(path)?;
+    if path.is_empty() || path.starts_with(":memory:") || creates || Path::new(&path).exists() {
         return None;
     }
+    let add = if query.is_some() {
+        "&mode=rwc"
+    } else {
+        "?mode=rwc"
+    };
     Some(format!(
-        "{path} does not exist, and the URL does not ask for it to be created: add ?mode=rwc to create it"
+        "{path} does not exist, and the URL does not ask for it to be created: add {add} to create it"
     ))
 }
 
@@ -429,8 +433,26 @@ mod tests {
         Ok(())
     }
 
-    /// An empty data directory, in the config file or as the flag, is refused: it would be taken as the
-    /// file's directory (or the worktree), not as "no setting".
+    /// The missing-file hint reads the path as SQLite's driver does (escapes decoded), and says how to add
+    /// `mode=rwc` to the URL's own query.
+    #[test]
+    fn the_missing_sqlite_file_hint_decodes_the_path_and_fits_the_query() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("a?b.db"), "")?;
+        let existing = format!("sqlite://{}/a%3Fb.db", dir.path().display());
+        assert_eq!(missing_sqlite_file(&existing), None);
+        let missing = format!("sqlite://{}/new.db", dir.path().display());
+        let hint = missing_sqlite_file(&missing).unwrap_or_default();
+        assert!(hint.ends_with("add ?mode=rwc to create it"), "{hint}");
+        let with_query = format!("{missing}?cache=shared");
+        let hint = missing_sqlite_file(&with_query).unwrap_or_default();
+        assert!(hint.ends_with("add &mode=rwc to create it"), "{hint}");
+        assert_eq!(missing_sqlite_file(&format!("{missing}?mode=rwc")), None);
+        Ok(())
+    }
+
+    /// An empty data directory in the config file is refused: it would be taken as the file's directory, not
+    /// as "no setting".
     #[test]
     fn an_empty_data_dir_is_refused() -> Result<()> {
         let config_dir = tempfile::tempdir()?;
@@ -448,15 +470,6 @@ mod tests {
             error.contains("data_dir in") && error.contains("is empty"),
             "{error}"
         );
-        let flag = ConfigArgs {
-            data_dir: Some(PathBuf::new()),
-            ..ConfigArgs::default()
-        };
-        let error = Settings::resolve(&flag, None, config_dir.path())
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(error.contains("--data-dir is empty"), "{error}");
         // A flag overrides the file's empty setting.
         let both = ConfigArgs {
             config: Some(file),

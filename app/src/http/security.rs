@@ -222,7 +222,8 @@ fn requested_directory(request: &Request) -> Result<Option<String>, ApiError> {
     }
 }
 
-fn percent_decode(text: &str) -> Option<String> {
+/// `text` with its `%XX` escapes decoded; `None` when an escape is malformed or the result is not UTF-8.
+pub(crate) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
