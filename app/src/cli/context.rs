@@ -53,7 +53,8 @@ impl Context {
             eprintln!(
                 "rewind: warning: an interrupted operation in {} could not be recovered: {}; operations on \
                  that directory are refused until it can be",
-                failure.directory, failure.error
+                shown(&failure.directory),
+                failure.error
             );
         }
         Ok(Context {

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use rewind_core::SnapshotPort;
 use rewind_core::model::{
-    FileDiff, MessageWithParts, PartBody, RelPath, RevertDescriptor, Role, SnapshotId, Warning,
+    MessageWithParts, PartBody, RelPath, RevertDescriptor, Role, SnapshotId, Warning,
 };
 use rewind_core::revert::RevertPoint;
 use serde::Serialize;
@@ -105,6 +105,8 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         );
     }
     let mut rows = Vec::new();
+    // Why the steps' snapshots could not be diffed, if they could not: said once, and `log` goes on.
+    let mut undiffable: Option<String> = None;
     for message in &messages {
         let hidden = point.as_ref().is_some_and(|point| {
             rewind_core::revert::is_hidden(point, &message.info.id, None)
@@ -130,8 +132,14 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                     kind: p.body.kind().to_owned(),
                 })
                 .collect(),
-            steps: steps(ctx, (worktree, !gone), message).await?,
+            steps: steps(ctx, (worktree, !gone), message, &mut undiffable).await?,
         });
+    }
+    if let Some(why) = &undiffable {
+        eprintln!(
+            "rewind: the steps' files of session {} are not shown: their snapshots cannot be diffed ({why})",
+            session.id
+        );
     }
     if ctx.json {
         return print_json(&LogReport {
@@ -192,8 +200,11 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                 (Some(reason), _) if step.start.is_none() || step.end.is_none() => {
                     format!(" [step {reason}: changes not recorded]")
                 }
-                (Some(reason), _) if step.files.is_none() => {
+                (Some(reason), _) if step.files.is_none() && gone => {
                     format!(" [step {reason}: files not shown, the directory is gone]")
+                }
+                (Some(reason), _) if step.files.is_none() => {
+                    format!(" [step {reason}: files not shown, its snapshots cannot be diffed]")
                 }
                 (Some(reason), true) => format!(" [step {reason}: no file changed]"),
                 (Some(reason), false) => format!(" [step {reason}: {}]", files.join(", ")),
@@ -224,6 +235,7 @@ async fn steps(
     ctx: &Context,
     (worktree, present): (&Path, bool),
     message: &MessageWithParts,
+    undiffable: &mut Option<String>,
 ) -> Result<Vec<StepRow>> {
     let mut steps: Vec<(StepRow, BTreeSet<String>)> = Vec::new();
     for part in &message.parts {
@@ -259,22 +271,26 @@ async fn steps(
     let mut rows = Vec::with_capacity(steps.len());
     for (mut step, patched) in steps {
         // A step whose patch names no file lists none: its snapshots are not diffed.
+        // A diff that fails (the directory now resolves elsewhere, a snapshot is gone) leaves the step's
+        // files unknown (`None`); `log` only reads, and shows the rest.
         if let (Some(from), Some(to), false, true) =
             (&step.start, &step.end, patched.is_empty(), present)
         {
-            let diffs: Vec<FileDiff> = ctx
-                .services
-                .snapshots
-                .diff(worktree, from, to)
-                .await
-                .map_err(|error| explain(error, "diffing a step's snapshots"))?;
-            step.files = Some(
-                diffs
-                    .iter()
-                    .filter(|diff| patched.contains(&diff.file))
-                    .map(FileRow::from)
-                    .collect(),
-            );
+            match ctx.services.snapshots.diff(worktree, from, to).await {
+                Ok(diffs) => {
+                    step.files = Some(
+                        diffs
+                            .iter()
+                            .filter(|diff| patched.contains(&diff.file))
+                            .map(FileRow::from)
+                            .collect(),
+                    )
+                }
+                Err(error) => {
+                    step.files = None;
+                    undiffable.get_or_insert_with(|| error.to_string());
+                }
+            }
         }
         rows.push(step);
     }

@@ -587,6 +587,26 @@ fn log_of_a_session_whose_directory_is_gone_shows_it_without_its_files() {
     );
 
     assert_eq!(files(&env.json(&["log", "--session", &id])), recorded);
+
+    // Replaced by a symlink to where it went, the directory resolves elsewhere: the store refuses to diff
+    // there, and `log` still shows the session, without the files, and says why.
+    std::fs::rename(env.path(), &moved).expect("move the worktree away");
+    std::os::unix::fs::symlink(&moved, env.path()).expect("symlink");
+    let json = env
+        .rewind_in(elsewhere.path(), &["--json", "log", "--session", &id])
+        .output()
+        .expect("runs");
+    std::fs::remove_file(env.path()).expect("remove the symlink");
+    std::fs::rename(&moved, env.path()).expect("move the worktree back");
+    let stderr = String::from_utf8_lossy(&json.stderr);
+    assert!(json.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot be diffed"), "{stderr}");
+    let undiffable: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(
+        files(&undiffable),
+        vec![serde_json::Value::Null],
+        "{undiffable:#}"
+    );
 }
 
 /// A worktree whose name holds a newline is shown on one line, quoted, by `log` and `status`.
