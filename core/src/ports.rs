@@ -274,8 +274,10 @@ pub struct Transaction {
 /// - `commit` MUST apply all of a transaction's changes and append all of its events to the outbox, or none
 ///   of them. It MUST fail with `Error::LeaseLost` when a guard does not hold, and with `Error::NotFound` when
 ///   a change refers to a session or message that does not exist (nothing stored in either case).
-/// - `messages` MUST return messages in id order, each with its parts in id order. `sessions` MUST return
-///   newest first (ascending session id).
+/// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`
+///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist).
+///   `message_head` MUST return the message as `message` does, with the greatest of its part ids, without
+///   reading the parts' bodies. `sessions` MUST return newest first (ascending session id).
 /// - `take_lease` MUST be a conditional write: it MUST succeed only when no lease exists for the key, when the
 ///   existing one has the same token (re-entry), or when `replacing` names the existing lease's token (a
 ///   takeover the caller has judged allowed). Otherwise it MUST answer `Held` with the current lease.

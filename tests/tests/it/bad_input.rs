@@ -177,8 +177,8 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
-            "a part that is a JSON string",
-            json_post(&app, &part, json!("text")),
+            "a session body that is an array",
+            json_post(&app, "/session", json!(["an array's title", null, null])),
             400,
             "BadRequest",
         ),

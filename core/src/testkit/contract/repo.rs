@@ -60,6 +60,7 @@ macro_rules! repo_contract_tests {
         $crate::repo_contract_tests!(@each ($make) ($block_on)
             round_trip_of_every_part_type
             messages_and_parts_come_back_in_id_order
+            messages_from_an_id_on_are_those_of_the_session_from_there
             part_id_free_guard_names_the_message_that_has_the_part
             part_id_free_guard_refuses_an_id_a_part_of_the_session_has
             hidden_range_delete_without_part
@@ -651,19 +652,6 @@ pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
         .await
         .expect("reading an unknown message must succeed");
     assert_eq!(read_missing, None, "an unknown message must read as None");
-    // From a message on: it and the later ones, with their parts; from an id after every message, none.
-    for (from, expected) in [(&m1.id, &expected[..]), (&m2.id, &expected[1..])] {
-        let read = repo
-            .messages_from(&session.id, from)
-            .await
-            .expect("reading messages from one on must succeed");
-        assert_eq!(read, expected, "`messages_from` {from}");
-    }
-    let after_all = repo
-        .messages_from(&session.id, &missing)
-        .await
-        .expect("reading messages from one on must succeed");
-    assert_eq!(after_all, Vec::new(), "no message comes after {missing}");
     // The head: the message and its last part in id order (b3 was stored first), without the parts.
     let head = |message: &MessageId| {
         let message = message.clone();
@@ -779,6 +767,57 @@ impl HiddenRangeFixture {
             vec![self.other_message.clone()],
             "the hidden-range delete must not touch another session, even one whose ids sort inside the range"
         );
+    }
+}
+
+/// `messages_from` is `messages` from an id on: from a message, it and the later ones with their parts;
+/// from an id no message has, those after it; from an id after every message, none. Another session's
+/// messages in the range are not among them.
+pub async fn messages_from_an_id_on_are_those_of_the_session_from_there(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/from");
+    let other = new_session(&ids, "/work/from-other");
+    let m1 = new_message(&ids, &session, Role::User);
+    let a1 = text(&ids, &m1, "a1");
+    let m2 = new_message(&ids, &session, Role::Assistant);
+    let b1 = text(&ids, &m2, "b1");
+    let between = ids.message();
+    let elsewhere = new_message(&ids, &other, Role::User);
+    let e1 = text(&ids, &elsewhere, "elsewhere");
+    let m3 = new_message(&ids, &session, Role::User);
+    let after = ids.message();
+    commit(repo, vec![put_session(&session), put_session(&other)]).await;
+    commit(
+        repo,
+        vec![
+            put_message(&m3),
+            put_message(&m1),
+            put_message(&m2),
+            put_message(&elsewhere),
+            put_part(&e1),
+            put_part(&b1),
+            put_part(&a1),
+        ],
+    )
+    .await;
+    let all = vec![
+        with_parts(&m1, &[&a1]),
+        with_parts(&m2, &[&b1]),
+        with_parts(&m3, &[]),
+    ];
+    assert_eq!(messages(repo, &session.id).await, all);
+    for (from, expected) in [
+        (&m1.id, &all[..]),
+        (&m2.id, &all[1..]),
+        (&between, &all[2..]),
+        (&m3.id, &all[2..]),
+        (&after, &all[3..]),
+    ] {
+        let read = repo
+            .messages_from(&session.id, from)
+            .await
+            .expect("reading messages from one on must succeed");
+        assert_eq!(read, expected, "`messages_from` {from}");
     }
 }
 
