@@ -33,6 +33,9 @@ pub enum GitError {
     /// The request cannot be carried out as asked.
     #[error("{0}")]
     Refused(String),
+    /// Another process holds the store and cannot go on (it is stopped): waiting would never end.
+    #[error("{0}")]
+    Busy(String),
     /// A `revert_when` whose go-ahead was refused or dropped: nothing was touched.
     #[error("the revert was called off before any file was touched")]
     CalledOff,
@@ -60,6 +63,10 @@ impl From<GitError> for Error {
             GitError::Missing(id) => Error::MissingObject(id),
             GitError::Unreadable { path, reason } => Error::Unreadable { path, reason },
             GitError::Refused(message) => Error::InvalidInput(message),
+            GitError::Busy(message) => Error::Busy {
+                session_id: None,
+                message,
+            },
             GitError::CalledOff => rewind_core::ports::called_off(),
             other => Error::backend(other),
         }

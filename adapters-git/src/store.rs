@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gix::ObjectId;
 use serde::{Deserialize, Serialize};
@@ -427,17 +427,75 @@ impl Store {
     }
 }
 
-/// Opens the store's lock file and locks it (exclusively; waits for it).
+/// Opens the store's lock file and locks it exclusively, waiting while another process holds it, and
+/// writes this process's id and start time into it. The wait is refused when the holder, as the file names
+/// it, is stopped (suspended with Ctrl-Z or SIGSTOP): it would hold the store until resumed, and every
+/// command would wait without a word. It must be seen stopped twice, a pause apart, with the file unchanged
+/// (a new holder writes its name just after it locks).
 fn lock_file(dir: &Path) -> GitResult<File> {
+    use std::os::unix::fs::FileExt as _;
     let path = dir.join("rewind").join("lock");
     let file = File::options()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .open(&path)
         .map_err(|e| GitError::io(&path, e))?;
-    file.lock().map_err(|e| GitError::io(&path, e))?;
+    let mut pause = Duration::from_millis(2);
+    let mut seen_stopped: Option<String> = None;
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(fs::TryLockError::WouldBlock) => {}
+            Err(fs::TryLockError::Error(e)) => return Err(GitError::io(&path, e)),
+        }
+        let holder = fs::read_to_string(&path).unwrap_or_default();
+        match stopped_holder(&holder) {
+            Some(pid) if seen_stopped.as_deref() == Some(holder.as_str()) => {
+                return Err(GitError::Busy(format!(
+                    "the snapshot store of this directory is held by rewind process {pid}, which is stopped \
+                     (suspended with Ctrl-Z or SIGSTOP) and holds it until it goes on: resume it (`fg`, or \
+                     `kill -CONT {pid}`) or end it, then try again"
+                )));
+            }
+            Some(_) => seen_stopped = Some(holder),
+            None => seen_stopped = None,
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+    let me = std::process::id();
+    let name = format!("{me} {}\n", process_start_time(me).unwrap_or(0));
+    file.set_len(0)
+        .and_then(|()| file.write_all_at(name.as_bytes(), 0))
+        .map_err(|e| GitError::io(&path, e))?;
     Ok(file)
+}
+
+/// The process a lock file names (`PID START`), when it runs still and is stopped.
+fn stopped_holder(holder: &str) -> Option<u32> {
+    let mut fields = holder.split_whitespace();
+    let pid: u32 = fields.next()?.parse().ok()?;
+    let start: u64 = fields.next()?.parse().ok()?;
+    let (state, started) = process_state(pid)?;
+    (started == start && matches!(state, 'T' | 't')).then_some(pid)
+}
+
+/// A process's state letter and start time (clock ticks since boot), from `/proc/PID/stat`.
+fn process_state(pid: u32) -> Option<(char, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold either: the fields after it start
+    // after the last `)`, with the state (field 3) first and the start time at field 22.
+    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+    Some((
+        fields.first()?.chars().next()?,
+        fields.get(22 - 3)?.parse().ok()?,
+    ))
+}
+
+fn process_start_time(pid: u32) -> Option<u64> {
+    process_state(pid).map(|(_, start)| start)
 }
 
 fn create_bare(dir: &Path, worktree: &Path) -> GitResult<()> {

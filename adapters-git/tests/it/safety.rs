@@ -1641,3 +1641,73 @@ async fn gc_removes_half_made_copies_and_packs_without_an_index() {
         "a pack with its index is not a leftover"
     );
 }
+
+/// `/proc/PID/stat`'s state letter and start time.
+fn proc_state(pid: u32) -> (char, u64) {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    let rest = &text[text.rfind(')').expect("a command name") + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields[0].chars().next().expect("a state");
+    (state, fields[22 - 3].parse().expect("a start time"))
+}
+
+/// A process that holds the store and is stopped (Ctrl-Z, SIGSTOP) would make every operation wait without
+/// a word, for ever (black-box): the wait is refused as busy, naming the process and what to do, and
+/// nothing is touched. A holder that runs is waited for, as before.
+#[tokio::test]
+async fn a_stopped_holder_of_the_store_is_named_instead_of_waited_for() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    let id = h.id().await;
+    let lock_path = h.store_dir().join("rewind").join("lock");
+    let mut sleeper = Command::new("sleep").arg("60").spawn().expect("sleep runs");
+    let pid = sleeper.id();
+    let signal = |name: &str| {
+        let status = Command::new("kill")
+            .args([name, &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
+    signal("-STOP");
+    while proc_state(pid).0 != 'T' {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The stopped process holds the store, as its lock file says.
+    let holder = fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&lock_path)
+        .expect("open the lock");
+    holder.lock().expect("lock");
+    fs::write(&lock_path, format!("{pid} {}\n", proc_state(pid).1)).expect("name the holder");
+    let listing = h.list();
+    let tracked = tokio::time::timeout(Duration::from_secs(20), h.port().track(h.root()))
+        .await
+        .expect("refused, not waited for");
+    assert!(
+        matches!(&tracked, Err(Error::Busy { message, .. })
+            if message.contains(&format!("process {pid}")) && message.contains("kill -CONT")),
+        "{tracked:?}"
+    );
+    let restored = tokio::time::timeout(
+        Duration::from_secs(20),
+        h.port().restore(h.root(), &id, None),
+    )
+    .await
+    .expect("refused, not waited for");
+    assert!(matches!(&restored, Err(Error::Busy { .. })), "{restored:?}");
+    assert_eq!(h.list(), listing, "nothing touched");
+
+    // Resumed, it runs: the operation waits until the store is let go, then goes on.
+    signal("-CONT");
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(holder);
+    });
+    let tracked = h.port().track(h.root()).await.expect("track once released");
+    assert_eq!(tracked.id, id);
+    release.join().expect("released");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
