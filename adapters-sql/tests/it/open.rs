@@ -225,6 +225,7 @@ fn sqlite_database_from_before_the_captures_migration_is_upgraded_and_keeps_its_
             time: 1_700_000_000_000,
             message: "captured".to_owned(),
             paths: Vec::new(),
+            intent: None,
         };
         upgraded
             .commit(transaction(

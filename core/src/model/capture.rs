@@ -19,4 +19,9 @@ pub struct Capture {
     /// The worktree-relative paths the operation was about (empty: the whole worktree).
     #[serde(default)]
     pub paths: Vec<String>,
+    /// The token of the intent record whose files were being put back, for a recovery's or rollback's
+    /// capture: a later attempt at the same intent (the first was interrupted) finds the earlier captures,
+    /// which hold what the files were before any was put back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<String>,
 }

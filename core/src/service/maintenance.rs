@@ -176,6 +176,7 @@ impl Rewind {
                 .flatten()
                 .map(|p| p.as_str().to_owned())
                 .collect(),
+            intent: None,
         };
         self.repo
             .commit(Transaction {

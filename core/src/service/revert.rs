@@ -1020,6 +1020,15 @@ impl Rewind {
         why: &str,
     ) -> Result<PutBack> {
         let wt = worktree(session);
+        // An earlier attempt at this intent that was interrupted after its capture (a recovery killed
+        // too) may have put some files back already: its capture, not this one, holds what they were.
+        let earlier: Vec<Capture> = self
+            .repo
+            .captures(Some(session.directory.clone()))
+            .await?
+            .into_iter()
+            .filter(|c| c.intent.as_deref() == Some(intent.token.0.as_str()))
+            .collect();
         let capture = self.snapshots.track(wt).await?.id;
         let files: BTreeSet<&str> = intent.files.iter().map(RelPath::as_str).collect();
         // The operation's files, and the paths it replaced to write them: a file or symlink standing where
@@ -1050,6 +1059,7 @@ impl Rewind {
                 time: self.now(),
                 message: format!("{why}: the state of its files before they were put back"),
                 paths: changed.iter().map(|p| p.as_str().to_owned()).collect(),
+                intent: Some(intent.token.0.clone()),
             };
             let recorded = self
                 .repo
@@ -1076,25 +1086,59 @@ impl Rewind {
                 .restore_since(wt, &intent.before, changed.clone(), &capture)
                 .await?;
             left = outcome.kept.into_iter().map(|k| k.path).collect::<Vec<_>>();
+            if earlier.is_empty() {
+                let warning = Warning {
+                    time: self.now(),
+                    message: format!(
+                        "{why}. Its files were put back to their state before it{}; their state at that moment \
+                         is kept in snapshot {capture}",
+                        left_as_they_are(&left)
+                    ),
+                    snapshot: Some(capture.clone()),
+                    files: changed
+                        .iter()
+                        .map(|p| p.to_absolute(&session.directory))
+                        .collect(),
+                };
+                self.push_warning(&mut transaction, &session.id, warning);
+            }
+            captured = if stored {
+                Captured::Stored(capture.clone())
+            } else {
+                Captured::WithRecord(capture.clone())
+            };
+        }
+        // After an interrupted attempt, the warning names its capture first: it holds the files as they
+        // were before any was put back (this attempt's capture holds, for those, their state before the
+        // operation again). Files changed between the two attempts are in this attempt's capture.
+        if let Some(first) = earlier.first() {
+            let later = if changed.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; any of them changed between the two attempts is kept as it was then in snapshot \
+                     {capture}"
+                )
+            };
+            let named: BTreeSet<String> = first
+                .paths
+                .iter()
+                .filter_map(|p| RelPath::new(p.clone()).ok())
+                .chain(changed.iter().cloned())
+                .map(|p| p.to_absolute(&session.directory))
+                .collect();
             let warning = Warning {
                 time: self.now(),
                 message: format!(
-                    "{why}. Its files were put back to their state before it{}; their state at that moment is \
-                     kept in snapshot {capture}",
-                    left_as_they_are(&left)
+                    "{why}. Its files were put back to their state before it{}. An earlier attempt to put them \
+                     back was interrupted; their state before that attempt is kept in snapshot {}{later}",
+                    left_as_they_are(&left),
+                    first.snapshot
                 ),
-                snapshot: Some(capture.clone()),
-                files: changed
-                    .iter()
-                    .map(|p| p.to_absolute(&session.directory))
-                    .collect(),
+                snapshot: Some(first.snapshot.clone()),
+                files: named.into_iter().collect(),
             };
             self.push_warning(&mut transaction, &session.id, warning);
-            captured = if stored {
-                Captured::Stored(capture)
-            } else {
-                Captured::WithRecord(capture)
-            };
         }
         transaction
             .changes

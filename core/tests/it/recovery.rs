@@ -614,10 +614,14 @@ fn an_intent_that_cannot_be_finished_does_not_stop_the_others() {
 
 /// Recovery puts the files back and then commits; when that last commit fails, the state the files had
 /// (the capture) is still recorded, so gc keeps it, and the next recovery finishes the intent.
+/// ... and the next recovery, which finds the files back already, names that first capture in its warning:
+/// the first recovery's warning went with its failed commit, and the capture holds the files as the crash
+/// left them (black-box: a recovery killed half way left them named nowhere). A file the user changed
+/// between the two attempts is in the second attempt's capture, which the warning names too.
 #[test]
 fn a_recovery_whose_last_commit_fails_keeps_the_state_it_put_back() {
     block_on(async {
-        let (w, _, _, token) = crashed_world(13).await;
+        let (w, s, _, token) = crashed_world(13).await;
         w.repo.fail_next_intent_delete();
         let report = w.rewind.recover().await.expect("recovery reports");
         assert_eq!(report.failed.len(), 1, "{report:?}");
@@ -633,9 +637,37 @@ fn a_recovery_whose_last_commit_fails_keeps_the_state_it_put_back() {
             Some(b"half reverted".to_vec()),
             "it holds the files as the crash left them"
         );
+        w.write("new.txt", "user edit");
         let report = w.rewind.recover().await.expect("the next recovery");
         assert_eq!(report.recovered, [token]);
         assert!(w.repo.intents().await.expect("intents").is_empty());
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "put back");
+        let warning = w.last_warning(&s.id, "warning").await;
+        assert_eq!(
+            warning.snapshot.as_ref(),
+            Some(&captures[0].snapshot),
+            "the first capture, which holds the crash's state: {warning:?}"
+        );
+        assert!(warning.message.contains("interrupted"), "{warning:?}");
+        assert!(
+            warning.files.iter().any(|f| f.ends_with("/a.txt"))
+                && warning.files.iter().any(|f| f.ends_with("/new.txt")),
+            "{warning:?}"
+        );
+        let all = w
+            .repo
+            .captures(Some(ROOT.to_owned()))
+            .await
+            .expect("captures");
+        let second = &all.last().expect("a second capture").snapshot;
+        assert_ne!(second, &captures[0].snapshot);
+        assert!(warning.message.contains(second.as_str()), "{warning:?}");
+        let tree = w.snapshots.tree(w.path(), second).expect("stored");
+        assert_eq!(
+            tree.get("new.txt").map(|n| n.content().to_vec()),
+            Some(b"user edit".to_vec()),
+            "the user's edit between the attempts is in the second capture"
+        );
     })
 }
 

@@ -2414,6 +2414,7 @@ fn capture(directory: &str, n: u32, time: u64) -> Capture {
         time,
         message: format!("captured before restore {n}"),
         paths: vec![format!("file-{n}.txt")],
+        intent: None,
     }
 }
 
