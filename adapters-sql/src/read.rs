@@ -163,18 +163,11 @@ impl SqlRepo {
     ) -> Result<Option<MessageWithParts>> {
         let fault = self.fault("reading a message");
         let txn = self.begin_read().await?;
-        let Some(row) =
-            message::Entity::find_by_id((session.as_str().to_owned(), id.as_str().to_owned()))
-                .one(&txn)
-                .await
-                .map_err(&fault)?
-        else {
+        let Some(row) = message_row(session, id).one(&txn).await.map_err(&fault)? else {
             txn.commit().await.map_err(&fault)?;
             return Ok(None);
         };
-        let parts = part::Entity::find()
-            .filter(part::Column::SessionId.eq(session.as_str()))
-            .filter(part::Column::MessageId.eq(id.as_str()))
+        let parts = parts_of(session, id)
             .order_by_asc(part::Column::Id)
             .all(&txn)
             .await
@@ -191,20 +184,13 @@ impl SqlRepo {
     ) -> Result<Option<MessageHead>> {
         let fault = self.fault("reading a message");
         let txn = self.begin_read().await?;
-        let Some(row) =
-            message::Entity::find_by_id((session.as_str().to_owned(), id.as_str().to_owned()))
-                .one(&txn)
-                .await
-                .map_err(&fault)?
-        else {
+        let Some(row) = message_row(session, id).one(&txn).await.map_err(&fault)? else {
             txn.commit().await.map_err(&fault)?;
             return Ok(None);
         };
-        let last: Option<String> = part::Entity::find()
+        let last: Option<String> = parts_of(session, id)
             .select_only()
             .column(part::Column::Id)
-            .filter(part::Column::SessionId.eq(session.as_str()))
-            .filter(part::Column::MessageId.eq(id.as_str()))
             .order_by_desc(part::Column::Id)
             .into_tuple()
             .one(&txn)
@@ -455,4 +441,16 @@ impl SqlRepo {
             .map(|row| self.decode::<Capture>(&row.body, "capture"))
             .collect()
     }
+}
+
+/// Message `id` of `session`.
+fn message_row(session: &SessionId, id: &MessageId) -> Select<message::Entity> {
+    message::Entity::find_by_id((session.as_str().to_owned(), id.as_str().to_owned()))
+}
+
+/// The parts of message `id` of `session`.
+fn parts_of(session: &SessionId, id: &MessageId) -> Select<part::Entity> {
+    part::Entity::find()
+        .filter(part::Column::SessionId.eq(session.as_str()))
+        .filter(part::Column::MessageId.eq(id.as_str()))
 }
