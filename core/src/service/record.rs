@@ -277,7 +277,7 @@ impl Rewind {
         }
         self.under_step_lease(session_id, async |token, session_lease| {
             let session = self.load_unchanged(session_id).await?;
-            let message = self.load_message(session_id, message_id).await?;
+            let message = self.load_message_head(session_id, message_id).await?;
             self.store_step_start(&session, (&message, &[]), token, session_lease)
                 .await
         })
@@ -319,10 +319,14 @@ impl Rewind {
             let session = self.load_unchanged(session_id).await?;
             let messages = self.repo.messages(session_id).await?;
             let (user, assistant) = self.new_turn(session_id, messages, user, assistant)?;
+            let head = MessageHead {
+                info: assistant.info.clone(),
+                last_part: assistant.parts.last().map(|p| p.id.clone()),
+            };
             let part = self
                 .store_step_start(
                     &session,
-                    (&assistant, &[&user, &assistant]),
+                    (&head, &[&user, &assistant]),
                     token,
                     session_lease,
                 )
@@ -415,7 +419,7 @@ impl Rewind {
     async fn store_step_start(
         &self,
         session: &Session,
-        message: (&MessageWithParts, &[&MessageWithParts]),
+        message: (&MessageHead, &[&MessageWithParts]),
         token: &crate::model::LeaseToken,
         session_lease: &super::HeldLease,
     ) -> Result<Part> {
@@ -437,16 +441,15 @@ impl Rewind {
     async fn store_step_start_locked(
         &self,
         session: &Session,
-        (message, new): (&MessageWithParts, &[&MessageWithParts]),
+        (message, new): (&MessageHead, &[&MessageWithParts]),
         token: &crate::model::LeaseToken,
         session_lease: &super::HeldLease,
         worktree_lease: &super::HeldLease,
     ) -> Result<Part> {
         let tracked = self.snapshots.track(worktree(session)).await?;
         let now = self.now();
-        let last = message.parts.last().map(|p| p.id.clone());
         let part = Part {
-            id: self.ids.ascending(now, last.as_ref()),
+            id: self.ids.ascending(now, message.last_part.as_ref()),
             session_id: session.id.clone(),
             message_id: message.info.id.clone(),
             body: PartBody::StepStart(StepStartPart {
