@@ -1086,57 +1086,56 @@ impl Rewind {
                 .restore_since(wt, &intent.before, changed.clone(), &capture)
                 .await?;
             left = outcome.kept.into_iter().map(|k| k.path).collect::<Vec<_>>();
-            if earlier.is_empty() {
-                let warning = Warning {
-                    time: self.now(),
-                    message: format!(
-                        "{why}. Its files were put back to their state before it{}; their state at that moment \
-                         is kept in snapshot {capture}",
-                        left_as_they_are(&left)
-                    ),
-                    snapshot: Some(capture.clone()),
-                    files: changed
-                        .iter()
-                        .map(|p| p.to_absolute(&session.directory))
-                        .collect(),
-                };
-                self.push_warning(&mut transaction, &session.id, warning);
-            }
             captured = if stored {
                 Captured::Stored(capture.clone())
             } else {
                 Captured::WithRecord(capture.clone())
             };
         }
-        // After an interrupted attempt, the warning names its capture first: it holds the files as they
-        // were before any was put back (this attempt's capture holds, for those, their state before the
-        // operation again). Files changed between the two attempts are in this attempt's capture.
-        if let Some(first) = earlier.first() {
-            let later = if changed.is_empty() {
-                String::new()
-            } else {
+        // The warning names where the files' state before they were put back is kept: this attempt's
+        // capture, or, after an interrupted attempt, that attempt's (it holds the files as they were before
+        // any was put back; this one holds, for those, their state before the operation again), with this
+        // one for files changed between the two attempts.
+        let kept_in = match earlier.first() {
+            None if changed.is_empty() => None,
+            None => Some((
+                capture.clone(),
+                format!("; their state at that moment is kept in snapshot {capture}"),
+                Vec::new(),
+            )),
+            Some(first) => Some((
+                first.snapshot.clone(),
                 format!(
-                    "; any of them changed between the two attempts is kept as it was then in snapshot \
-                     {capture}"
-                )
-            };
-            let named: BTreeSet<String> = first
-                .paths
-                .iter()
-                .filter_map(|p| RelPath::new(p.clone()).ok())
+                    ". An earlier attempt to put them back was interrupted; their state before that attempt is \
+                     kept in snapshot {}{}",
+                    first.snapshot,
+                    if changed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; any of them changed between the two attempts is kept as it was then in \
+                             snapshot {capture}"
+                        )
+                    }
+                ),
+                first.paths.clone(),
+            )),
+        };
+        if let Some((snapshot, where_kept, earlier_paths)) = kept_in {
+            let files: BTreeSet<String> = earlier_paths
+                .into_iter()
+                .filter_map(|p| RelPath::new(p).ok())
                 .chain(changed.iter().cloned())
                 .map(|p| p.to_absolute(&session.directory))
                 .collect();
             let warning = Warning {
                 time: self.now(),
                 message: format!(
-                    "{why}. Its files were put back to their state before it{}. An earlier attempt to put them \
-                     back was interrupted; their state before that attempt is kept in snapshot {}{later}",
-                    left_as_they_are(&left),
-                    first.snapshot
+                    "{why}. Its files were put back to their state before it{}{where_kept}",
+                    left_as_they_are(&left)
                 ),
-                snapshot: Some(first.snapshot.clone()),
-                files: named.into_iter().collect(),
+                snapshot: Some(snapshot),
+                files: files.into_iter().collect(),
             };
             self.push_warning(&mut transaction, &session.id, warning);
         }
