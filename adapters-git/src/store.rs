@@ -466,7 +466,8 @@ fn lock_file(dir: &Path) -> GitResult<File> {
         pause = (pause * 2).min(Duration::from_millis(100));
     }
     let me = std::process::id();
-    let name = format!("{me} {}\n", process_start_time(me).unwrap_or(0));
+    let start = process_state(me).map_or(0, |(_, start)| start);
+    let name = format!("{me} {start}\n");
     file.set_len(0)
         .and_then(|()| file.write_all_at(name.as_bytes(), 0))
         .map_err(|e| GitError::io(&path, e))?;
@@ -492,10 +493,6 @@ fn process_state(pid: u32) -> Option<(char, u64)> {
         fields.first()?.chars().next()?,
         fields.get(22 - 3)?.parse().ok()?,
     ))
-}
-
-fn process_start_time(pid: u32) -> Option<u64> {
-    process_state(pid).map(|(_, start)| start)
 }
 
 fn create_bare(dir: &Path, worktree: &Path) -> GitResult<()> {
