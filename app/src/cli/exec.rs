@@ -1,12 +1,11 @@
 //! `rewind exec [--new-session] -- CMD…`: the command line becomes the user message and the command runs
 //! as one step of an assistant message, owned by this process (a killed `exec` leaves a step the next
-//! command aborts). The command's exit code is passed through.
+//! command aborts, and its command is killed with it: `guard`). The command's exit code is passed through.
 
 use std::os::unix::process::ExitStatusExt;
 
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
 use rewind_core::revert::{RevertPoint, cleanup_plan};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
@@ -324,7 +323,7 @@ async fn create_session(ctx: &Context, line: &str) -> Result<Session> {
 /// Runs the command in the worktree with the terminal's stdin, stdout and stderr. An interrupt (Ctrl-C)
 /// reaches the command through the terminal's process group, and a SIGTERM sent to rewind alone (by
 /// `timeout` or `kill`) is passed on to the command; either way rewind waits for the command to end, so the
-/// step is still finished.
+/// step is still finished. A rewind killed outright takes the command with it (`guard`).
 ///
 /// While the command runs, the step's lease is renewed every third of the step timeout: on this host a
 /// live owner keeps its step whatever the lease says, but a process on another host sharing the database
@@ -338,18 +337,7 @@ async fn run_child(
         signal(SignalKind::interrupt()).context("cannot install the interrupt handler")?;
     let mut terminations =
         signal(SignalKind::terminate()).context("cannot install the termination handler")?;
-    let (program, args) = command
-        .split_first()
-        .context("no command given after `--`")?;
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .current_dir(&ctx.path)
-        .spawn()
-        .with_context(|| format!("cannot start {program}"))?;
-    let pid = child
-        .id()
-        .and_then(|pid| i32::try_from(pid).ok())
-        .map(Pid::from_raw);
+    let super::guard::Guarded { pid, mut status } = super::guard::spawn(&ctx.path, command)?;
     let timeout = ctx.services.rewind.config().step_timeout_ms;
     let mut renewals =
         tokio::time::interval(std::time::Duration::from_millis((timeout / 3).max(100)));
@@ -359,7 +347,9 @@ async fn run_child(
     let mut warned = false;
     loop {
         tokio::select! {
-            status = child.wait() => return status.context("cannot wait for the command"),
+            status = &mut status => {
+                return status.context("the thread that waits for the command ended early")?;
+            }
             _ = renewals.tick() => {
                 if let Err(error) = ctx.services.rewind.note_activity(session_id).await
                     && !warned

@@ -7,6 +7,7 @@ mod context;
 mod demo;
 mod exec;
 mod gc;
+mod guard;
 mod history;
 mod output;
 mod show;
@@ -152,6 +153,10 @@ impl std::error::Error for Exit {}
 /// Parses the command line, runs the command and turns its outcome into an exit code; errors go to
 /// stderr with their causes.
 pub fn main() -> ExitCode {
+    // `rewind exec`'s command starts as a second rewind that becomes it (`guard`).
+    if let Some(code) = guard::run_if_guard() {
+        return code;
+    }
     quiet_on_closed_stdout();
     let cli = Cli::parse();
     init_tracing(matches!(cli.command, Command::Serve(_)));

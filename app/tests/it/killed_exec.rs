@@ -1,5 +1,6 @@
-//! An `exec` killed half-way leaves its step open; the next command aborts it (its owner is gone) and the
-//! session stays usable: undo gives back the state before the killed turn.
+//! An `exec` killed half-way leaves its step open, and its command dies with it; the next command aborts
+//! the step (its owner is gone) and the session stays usable: undo gives back the state before the killed
+//! turn.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -80,10 +81,16 @@ fn an_exec_killed_while_its_command_runs_is_aborted_by_the_next_exec() {
     }
     child.kill().expect("SIGKILL rewind");
     child.wait().expect("reaped");
+    // The command dies with rewind: it cannot go on writing under the step the next command aborts.
     let shell = std::fs::read_to_string(env.path().join("sh.pid")).expect("pid");
-    let _ = std::process::Command::new("kill")
-        .args(["-9", shell.trim()])
-        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while runs(shell.trim()) {
+        assert!(
+            Instant::now() < deadline,
+            "the command of a killed `rewind exec` still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let during = env.state();
 
     // The next exec aborts the abandoned step (its owner is gone) and records its own turn.
@@ -92,6 +99,16 @@ fn an_exec_killed_while_its_command_runs_is_aborted_by_the_next_exec() {
     assert_state(&env, &during, "undoing the turn after the killed one");
     env.ok(&["undo"]);
     assert_state(&env, &before, "undoing the killed turn");
+}
+
+/// Whether process `pid` runs: it exists and is not a zombie waiting to be reaped.
+fn runs(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 #[test]
