@@ -229,6 +229,10 @@ impl MessageRepo for SqlRepo {
         self.read_messages_from(session, Some(from)).await
     }
 
+    async fn message_infos(&self, session: &SessionId) -> Result<Vec<rewind_core::model::Message>> {
+        self.read_message_infos(session).await
+    }
+
     async fn message_head(
         &self,
         session: &SessionId,

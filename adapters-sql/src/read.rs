@@ -177,6 +177,20 @@ impl SqlRepo {
     }
 
     /// One message and its last part's id: the part rows' keys are read, not their bodies.
+    /// Every message of `session`, ascending, from the `message` rows alone (no part is read).
+    pub(crate) async fn read_message_infos(&self, session: &SessionId) -> Result<Vec<Message>> {
+        let fault = self.fault("reading a session's messages");
+        let rows = message::Entity::find()
+            .filter(message::Column::SessionId.eq(session.as_str()))
+            .order_by_asc(message::Column::Id)
+            .all(&self.db)
+            .await
+            .map_err(&fault)?;
+        rows.iter()
+            .map(|row| self.decode::<Message>(&row.body, "message"))
+            .collect()
+    }
+
     pub(crate) async fn read_message_head(
         &self,
         session: &SessionId,

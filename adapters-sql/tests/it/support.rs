@@ -263,6 +263,10 @@ macro_rules! impl_repo {
             ) -> Result<Vec<MessageWithParts>> {
                 $with!(self, repo => repo.messages_from(session, from))
             }
+            async fn message_infos(&self, session: &SessionId) -> Result<Vec<Message>> {
+                $with!(self, repo => repo.message_infos(session))
+            }
+
             async fn message_head(
                 &self,
                 session: &SessionId,

@@ -124,12 +124,15 @@ impl Rewind {
                 )));
             }
             let kept = self.kept_messages(session_id, &point).await?;
-            self.new_message(session_id, &kept, input.clone())?;
+            let (_, parts) = self.new_message(session_id, &infos(&kept), input.clone())?;
+            refuse_taken_part_ids(&kept, &parts)?;
             self.cleanup(&session).await?;
         }
-        let messages = self.repo.messages(session_id).await?;
+        // The messages without their parts: a long session's parts are not read for each message. The
+        // parts' ids are checked by the commit's guards.
+        let messages = self.repo.message_infos(session_id).await?;
         let ids_free: Vec<Guard> =
-            part_id_guards(session_id, input.parts.iter().map(|p| &p.id)).collect();
+            part_id_guards(session_id, input.parts.iter().map(|p| p.id.as_ref())).collect();
         let (info, parts) = self.new_message(session_id, &messages, input)?;
         // Not reverted now (cleanup ran): a revert stored since the checks would hide this message.
         let unreverted = Guard::RevertIs {
@@ -167,15 +170,16 @@ impl Rewind {
         Ok(MessageWithParts { info, parts })
     }
 
-    /// The message `input` describes, following `messages` (the session's), with its parts; every check
-    /// of the input is made here (its id's order, its parent, its parts' ids).
+    /// The message `input` describes, following `messages` (the session's), with its parts; the checks of
+    /// the input made here are its id's order, its parent and its parts' order. That its parts' ids are
+    /// free in the session is the caller's to check (`refuse_taken_part_ids`, or the commit's guards).
     fn new_message(
         &self,
         session_id: &SessionId,
-        messages: &[MessageWithParts],
+        messages: &[Message],
         input: NewMessage,
     ) -> Result<(Message, Vec<Part>)> {
-        let last = messages.last().map(|m| m.info.id.clone());
+        let last = messages.last().map(|m| m.id.clone());
         let id = match input.id {
             Some(id) => {
                 ensure_sorts_after(&id, last.as_ref())?;
@@ -199,15 +203,6 @@ impl Rewind {
             extra: input.extra,
         };
         let parts = self.build_parts(&info, None, input.parts)?;
-        let holders: HashMap<&PartId, &MessageId> = messages
-            .iter()
-            .flat_map(|m| m.parts.iter().map(move |p| (&p.id, &m.info.id)))
-            .collect();
-        for part in &parts {
-            if let Some(holder) = holders.get(&part.id) {
-                return Err(Error::part_id_taken(&part.id, holder));
-            }
-        }
         Ok((info, parts))
     }
 
@@ -237,7 +232,7 @@ impl Rewind {
             )));
         }
         // A part id another message has is refused by this guard, in the commit.
-        let id_free = part_id_guards(session_id, std::iter::once(&input.id)).next();
+        let id_free = part_id_guards(session_id, std::iter::once(input.id.as_ref())).next();
         let mut parts = self.build_parts(&message.info, message.last_part, vec![input])?;
         let part = parts
             .pop()
@@ -307,7 +302,10 @@ impl Rewind {
             // Checked on the messages cleanup keeps before it deletes for good: a refused turn changes
             // nothing.
             let kept = self.kept_messages(session_id, &point).await?;
-            self.new_turn(session_id, kept, user.clone(), assistant.clone())?;
+            let (new_user, new_assistant) =
+                self.new_turn(session_id, infos(&kept), user.clone(), assistant.clone())?;
+            refuse_taken_part_ids(&kept, &new_user.parts)?;
+            refuse_taken_part_ids(&kept, &new_assistant.parts)?;
             // So is a turn whose step the snapshot store would refuse (a worktree over the file-count cap,
             // a file that cannot be read): tracked first, it fails before cleanup deletes the hidden
             // messages for good, and the redo history stays. The step's own track, below, finds the files
@@ -317,7 +315,8 @@ impl Rewind {
         }
         self.under_step_lease(session_id, async |token, session_lease| {
             let session = self.load_unchanged(session_id).await?;
-            let messages = self.repo.messages(session_id).await?;
+            // Without their parts; the new parts' ids are checked by the commit's guards.
+            let messages = self.repo.message_infos(session_id).await?;
             let (user, assistant) = self.new_turn(session_id, messages, user, assistant)?;
             let head = MessageHead {
                 info: assistant.info.clone(),
@@ -359,18 +358,20 @@ impl Rewind {
             .collect())
     }
 
-    /// A user message following `messages` and the assistant message answering it (not stored).
+    /// A user message following `messages` and the assistant message answering it (not stored). The two
+    /// have no part id in common; the session's other parts are the caller's to check.
     fn new_turn(
         &self,
         session_id: &SessionId,
-        mut messages: Vec<MessageWithParts>,
+        mut messages: Vec<Message>,
         user: NewMessage,
         assistant: NewMessage,
     ) -> Result<(MessageWithParts, MessageWithParts)> {
         let (info, parts) = self.new_message(session_id, &messages, user)?;
         let user = MessageWithParts { info, parts };
-        messages.push(user.clone());
+        messages.push(user.info.clone());
         let (info, parts) = self.new_message(session_id, &messages, assistant)?;
+        refuse_taken_part_ids(std::slice::from_ref(&user), &parts)?;
         Ok((user, MessageWithParts { info, parts }))
     }
 
@@ -473,6 +474,11 @@ impl Rewind {
             ..Default::default()
         };
         for created in new {
+            // Their ids were checked against the new messages only: free in the rest of the session too.
+            transaction.guards.extend(part_id_guards(
+                &session.id,
+                created.parts.iter().map(|p| Some(&p.id)),
+            ));
             transaction
                 .changes
                 .push(Change::PutMessage(Box::new(created.info.clone())));
@@ -954,7 +960,7 @@ impl Rewind {
 /// that id between the check and the commit.
 fn part_id_guards<'a>(
     session: &SessionId,
-    given: impl Iterator<Item = &'a Option<PartId>>,
+    given: impl Iterator<Item = Option<&'a PartId>>,
 ) -> impl Iterator<Item = Guard> {
     given.flatten().map(|part| Guard::PartIdFree {
         session: session.clone(),
@@ -1038,10 +1044,10 @@ fn refuse_reverted_message(session: &Session, message_id: &MessageId) -> Result<
     }
 }
 
-fn assistant_parent(messages: &[MessageWithParts], given: Option<MessageId>) -> Result<MessageId> {
+fn assistant_parent(messages: &[Message], given: Option<MessageId>) -> Result<MessageId> {
     match given {
-        Some(parent) => match messages.iter().find(|m| m.info.id == parent) {
-            Some(m) if m.info.role == Role::User => Ok(parent),
+        Some(parent) => match messages.iter().find(|m| m.id == parent) {
+            Some(m) if m.role == Role::User => Ok(parent),
             Some(_) => Err(Error::InvalidInput(format!(
                 "parentID {parent} is an assistant message; it must be the turn's user message"
             ))),
@@ -1050,13 +1056,33 @@ fn assistant_parent(messages: &[MessageWithParts], given: Option<MessageId>) -> 
         None => messages
             .iter()
             .rev()
-            .find(|m| m.info.role == Role::User)
-            .map(|m| m.info.id.clone())
+            .find(|m| m.role == Role::User)
+            .map(|m| m.id.clone())
             .ok_or_else(|| {
                 Error::InvalidInput(
                     "an assistant message needs a user message before it in the session".to_owned(),
                 )
             }),
+    }
+}
+
+/// The infos of `messages`.
+fn infos(messages: &[MessageWithParts]) -> Vec<Message> {
+    messages.iter().map(|m| m.info.clone()).collect()
+}
+
+/// Refuses `parts` when one's id is the id of a part of `messages` (`Error::part_id_taken`).
+fn refuse_taken_part_ids(messages: &[MessageWithParts], parts: &[Part]) -> Result<()> {
+    let holders: HashMap<&PartId, &MessageId> = messages
+        .iter()
+        .flat_map(|m| m.parts.iter().map(move |p| (&p.id, &m.info.id)))
+        .collect();
+    match parts
+        .iter()
+        .find_map(|p| holders.get(&p.id).map(|h| (&p.id, *h)))
+    {
+        Some((part, holder)) => Err(Error::part_id_taken(part, holder)),
+        None => Ok(()),
     }
 }
 

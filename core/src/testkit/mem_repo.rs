@@ -524,6 +524,16 @@ impl MessageRepo for MemRepo {
             .map(with_parts))
     }
 
+    async fn message_infos(&self, session: &SessionId) -> Result<Vec<Message>> {
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .map(|s| s.messages.values().map(|m| m.info.clone()).collect())
+            .unwrap_or_default())
+    }
+
     async fn message_head(
         &self,
         session: &SessionId,

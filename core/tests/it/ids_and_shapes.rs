@@ -154,8 +154,8 @@ fn the_service_refuses_a_client_id_out_of_order_and_stores_nothing() {
 }
 
 /// A revert finds its target part by id alone (SPEC 5), so a part id a part of another message already has
-/// would make a revert to the new part land on the old one and undo the wrong turn: it is refused, by both
-/// routes that take a client's part ids, and nothing is stored. Another session may use it.
+/// would make a revert to the new part land on the old one and undo the wrong turn: it is refused, by every
+/// operation that takes a client's part ids, and nothing is stored. Another session may use it.
 #[test]
 fn a_part_id_another_message_of_the_session_has_is_refused_and_stores_nothing() {
     block_on(async {
@@ -199,6 +199,32 @@ fn a_part_id_another_message_of_the_session_has_is_refused_and_stores_nothing() 
             )
             .await;
         assert!(matches!(part, Err(Error::InvalidInput(_))), "{part:?}");
+        // A turn begun in one call: its messages' ids are checked against the session's parts (by the
+        // commit's guard, the session's parts not being read), and against each other.
+        let mut user = NewMessage::user_text("a turn");
+        user.parts[0].id = Some(taken.clone());
+        let turn = w
+            .rewind
+            .begin_turn(&s.id, user, NewMessage::assistant())
+            .await;
+        assert!(
+            matches!(&turn, Err(Error::InvalidInput(m)) if m.contains(first.info.id.as_str())),
+            "{turn:?}"
+        );
+        let mut user = NewMessage::user_text("a turn");
+        let mut assistant = NewMessage::assistant();
+        let shared =
+            rewind_core::model::PartId::parse("prt_fffffffffff0aaaaaaaaaaaaaa").expect("a part id");
+        user.parts[0].id = Some(shared.clone());
+        assistant.parts.push(NewPart {
+            id: Some(shared.clone()),
+            body: rewind_core::model::PartBody::text("the same id"),
+        });
+        let turn = w.rewind.begin_turn(&s.id, user, assistant).await;
+        assert!(
+            matches!(&turn, Err(Error::InvalidInput(m)) if m.contains(shared.as_str())),
+            "{turn:?}"
+        );
         let messages = w.messages(&s.id).await;
         assert_eq!(messages.len(), 2);
         let holding: Vec<_> = messages

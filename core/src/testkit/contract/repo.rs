@@ -678,6 +678,20 @@ pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
         })
     );
     assert_eq!(head(&missing).await, None, "an unknown message has no head");
+    let infos = repo
+        .message_infos(&session.id)
+        .await
+        .expect("reading a session's messages must succeed");
+    assert_eq!(
+        infos,
+        [m1.clone(), m2.clone(), m3.clone()],
+        "`message_infos` must return each message's info in id order"
+    );
+    let none = repo
+        .message_infos(&ids.session())
+        .await
+        .expect("reading a session's messages must succeed");
+    assert!(none.is_empty(), "an unknown session has no messages");
     let elsewhere = repo
         .message_head(&ids.session(), &m2.id)
         .await
