@@ -6,7 +6,8 @@
 //!
 //! Then recording in a long session: a part appended to an assistant message that already holds 300 parts
 //! of 60 KB, and a step finished after 40 turns of 10 such parts (24 MB), each against the same request at
-//! the start of the message or session: what a request costs should not grow with what came before.
+//! the start of the message or session, and the user message that begins each of those turns: what a
+//! request costs should not grow with what came before.
 
 use std::path::Path;
 use std::process::Command;
@@ -260,16 +261,19 @@ async fn long_session(client: &reqwest::Client, base: &str, repo: &Path) -> Resu
     const TURNS: usize = 40;
     const SAMPLES: usize = 10;
     let big = json!({"type": "text", "text": "x".repeat(60_000)});
-    // A new session's turn: its user message, its assistant message and a step begun; the assistant's URL.
-    let turn = async |session: &str, t: usize| -> Result<String> {
+    // A new session's turn: its user message, its assistant message and a step begun; the assistant's URL,
+    // and how long the user message's creation took.
+    let turn = async |session: &str, t: usize| -> Result<(String, Duration)> {
         let messages = format!("{base}/session/{session}/message");
         let text = format!("turn {t}");
+        let created = Instant::now();
         let user = post(
             client,
             &messages,
             json!({"parts": [{"type": "text", "text": text}]}),
         )
         .await?;
+        let created = created.elapsed();
         let user = user["info"]["id"].as_str().context("user id")?.to_owned();
         let assistant = post(
             client,
@@ -280,7 +284,7 @@ async fn long_session(client: &reqwest::Client, base: &str, repo: &Path) -> Resu
         let assistant = assistant["info"]["id"].as_str().context("id")?;
         let url = format!("{messages}/{assistant}");
         post(client, &format!("{url}/step"), json!({})).await?;
-        Ok(url)
+        Ok((url, created))
     };
     let new_session = async || -> Result<String> {
         let session = post(client, &format!("{base}/session"), json!({"title": "long"})).await?;
@@ -294,7 +298,7 @@ async fn long_session(client: &reqwest::Client, base: &str, repo: &Path) -> Resu
     let finish = json!({"reason": "stop"});
 
     let appending = new_session().await?;
-    let message = turn(&appending, 0).await?;
+    let (message, _) = turn(&appending, 0).await?;
     let mut appends = Vec::new();
     for _ in 0..PARTS {
         appends.push(timed(&format!("{message}/part"), &big).await?);
@@ -305,8 +309,9 @@ async fn long_session(client: &reqwest::Client, base: &str, repo: &Path) -> Resu
 
     let finishing = new_session().await?;
     let (mut early_finishes, mut late_finishes) = (Vec::new(), Vec::new());
+    let (mut early_creates, mut late_creates) = (Vec::new(), Vec::new());
     for t in 0..TURNS + SAMPLES {
-        let message = turn(&finishing, t).await?;
+        let (message, created) = turn(&finishing, t).await?;
         for _ in 0..10 {
             post(client, &format!("{message}/part"), big.clone()).await?;
         }
@@ -314,8 +319,10 @@ async fn long_session(client: &reqwest::Client, base: &str, repo: &Path) -> Resu
         let took = timed(&format!("{message}/step/finish"), &finish).await?;
         if t < SAMPLES {
             early_finishes.push(took);
+            early_creates.push(created);
         } else if t >= TURNS {
             late_finishes.push(took);
+            late_creates.push(created);
         }
     }
     println!("recording in a long session (parts of 60 KB; median of {SAMPLES}, ms): early, late");
@@ -337,6 +344,16 @@ async fn long_session(client: &reqwest::Client, base: &str, repo: &Path) -> Resu
         ),
         percentile(&mut early_finishes, 0.5),
         percentile(&mut late_finishes, 0.5)
+    );
+    println!(
+        "{:<34} {:>8.2} {:>8.2}",
+        format!(
+            "user message (turns 1-{SAMPLES} vs {}-{})",
+            TURNS + 1,
+            TURNS + SAMPLES
+        ),
+        percentile(&mut early_creates, 0.5),
+        percentile(&mut late_creates, 0.5)
     );
     Ok(())
 }
