@@ -5,7 +5,7 @@
 use std::os::unix::process::ExitStatusExt;
 
 use anyhow::{Context as _, Result, bail};
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::Signal;
 use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
 use rewind_core::revert::{RevertPoint, cleanup_plan};
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
@@ -337,7 +337,7 @@ async fn run_child(
         signal(SignalKind::interrupt()).context("cannot install the interrupt handler")?;
     let mut terminations =
         signal(SignalKind::terminate()).context("cannot install the termination handler")?;
-    let super::guard::Guarded { pid, mut status } = super::guard::spawn(&ctx.path, command)?;
+    let (command, mut ended) = super::guard::spawn(&ctx.path, command).await?;
     let timeout = ctx.services.rewind.config().step_timeout_ms;
     let mut renewals =
         tokio::time::interval(std::time::Duration::from_millis((timeout / 3).max(100)));
@@ -347,7 +347,7 @@ async fn run_child(
     let mut warned = false;
     loop {
         tokio::select! {
-            status = &mut status => {
+            status = &mut ended => {
                 return status.context("the thread that waits for the command ended early")?;
             }
             _ = renewals.tick() => {
@@ -360,12 +360,7 @@ async fn run_child(
                 }
             }
             _ = interrupts.recv() => {}
-            _ = terminations.recv() => {
-                if let Some(pid) = pid {
-                    // The command may be gone already; then there is nothing to pass the signal to.
-                    let _ = kill(pid, Signal::SIGTERM);
-                }
-            }
+            _ = terminations.recv() => command.signal(Signal::SIGTERM),
         }
     }
 }

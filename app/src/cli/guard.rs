@@ -8,19 +8,26 @@
 //!
 //! The kernel sends the death signal when the *thread* that started the process ends, so `exec` starts it
 //! from a thread of its own that lives until the command has ended ([`spawn`]). A failure to start the
-//! command (not found, not executable) is written by the guard to a file `exec` names, and read back by
-//! `exec` as the error `spawn` would have given; the guard then exits with 127, as a shell does.
+//! command (not found, not executable) comes back through a pipe the guard inherits and closes on a
+//! successful `execvp`; the guard then exits with 127, as a shell does.
 //!
-//! What dies is the command itself: processes it started are its own to end, as with `timeout(1)`.
+//! Not covered: processes the command started (they are its own to end, as with `timeout(1)`), and a
+//! command that is a set-user-ID, set-group-ID or file-capability program (`sudo`, `ping`): the kernel
+//! clears the death signal when it starts one.
 
 use std::ffi::OsString;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, ExitStatus};
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context as _, Result, anyhow};
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::sys::prctl::set_pdeathsig;
-use nix::sys::signal::Signal;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::{Pid, getppid};
 use tokio::sync::oneshot;
 
@@ -28,35 +35,38 @@ use tokio::sync::oneshot;
 pub const GUARD: &str = "__exec-guard";
 
 /// The status the guard exits with when the command cannot be started (a shell's "command not found").
-const UNSTARTABLE: i32 = 127;
+const UNSTARTABLE: u8 = 127;
 
-/// When rewind was started as a guard (`rewind __exec-guard PARENT ERROR-FILE -- CMD…`), runs the command
-/// in its place and returns only when it cannot; `None` for every other command line.
+/// When rewind was started as a guard (`rewind __exec-guard PARENT FD -- CMD…`), runs the command in its
+/// place and returns only when it cannot; `None` for every other command line.
 pub fn run_if_guard() -> Option<ExitCode> {
     let mut args = std::env::args_os().skip(1);
     if args.next()? != GUARD {
         return None;
     }
-    let parent = args
-        .next()
-        .and_then(|pid| pid.to_str()?.parse::<i32>().ok());
-    let error_file = args.next().map(PathBuf::from);
-    let (Some(parent), Some(error_file), Some(separator)) = (parent, error_file, args.next())
-    else {
+    let number = |arg: Option<OsString>| arg.and_then(|a| a.to_str()?.parse::<i32>().ok());
+    let (parent, fd) = (number(args.next()), number(args.next()));
+    let separator = args.next();
+    let command: Vec<OsString> = args.collect();
+    let (Some(parent), Some(fd), Some(program), true) = (
+        parent,
+        fd,
+        command.first(),
+        separator.is_some_and(|s| s == "--"),
+    ) else {
         eprintln!("rewind: {GUARD} is rewind's own; it is not a command");
         return Some(ExitCode::from(2));
     };
-    let command: Vec<OsString> = args.collect();
-    let (Some(program), true) = (command.first(), separator == "--") else {
+    // The pipe's write end, inherited: opened again through /proc (closed on exec, unlike the inherited
+    // descriptor, which is closed now so the command does not inherit it). Only a pipe is accepted, so
+    // the guard run by hand writes to no file.
+    let Some(mut errors) = inherited_pipe(fd) else {
         eprintln!("rewind: {GUARD} is rewind's own; it is not a command");
         return Some(ExitCode::from(2));
     };
     if let Err(error) = set_pdeathsig(Signal::SIGKILL) {
-        let _ = std::fs::write(
-            &error_file,
-            format!("cannot tie it to rewind's life: {error}"),
-        );
-        return Some(ExitCode::from(UNSTARTABLE as u8));
+        let _ = write!(errors, "cannot tie it to rewind's life: {error}");
+        return Some(ExitCode::from(UNSTARTABLE));
     }
     // The parent may have died before the death signal was asked for: then it never comes, and the
     // command is not started at all.
@@ -65,44 +75,78 @@ pub fn run_if_guard() -> Option<ExitCode> {
     }
     // `exec` returns only on failure.
     let error = Command::new(program).args(&command[1..]).exec();
-    let _ = std::fs::write(&error_file, error.to_string());
-    Some(ExitCode::from(UNSTARTABLE as u8))
+    let _ = write!(errors, "{error}");
+    Some(ExitCode::from(UNSTARTABLE))
+}
+
+/// Descriptor `fd` of this process opened again, when it is a pipe, and `fd` itself closed.
+fn inherited_pipe(fd: i32) -> Option<std::fs::File> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    if !link.to_string_lossy().starts_with("pipe:") {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/self/fd/{fd}"))
+        .ok()?;
+    nix::unistd::close(fd).ok()?;
+    Some(file)
 }
 
 /// A command started under a guard.
 pub struct Guarded {
-    /// The command's process id (the guard's, which became the command).
-    pub pid: Option<Pid>,
-    /// How the command ended; the error when it could not be started or waited for.
-    pub status: oneshot::Receiver<Result<ExitStatus>>,
+    pid: Pid,
+    /// Set once the command has ended, before it is reaped: a signal is passed on only before.
+    ended: Arc<Mutex<bool>>,
+}
+
+/// How a guarded command ended; the error when it could not be started or waited for.
+pub type Ended = oneshot::Receiver<Result<ExitStatus>>;
+
+impl Guarded {
+    /// Passes `signal` on to the command, unless it has ended: its pid is not reaped meanwhile, so the
+    /// signal cannot reach another process that took the pid.
+    pub fn signal(&self, signal: Signal) {
+        let ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);
+        if !*ended {
+            // The command may be on its way out; then there is nothing to pass the signal to.
+            let _ = kill(self.pid, signal);
+        }
+    }
 }
 
 /// Starts `command` in `directory` under a guard (module docs), from a thread that waits for it.
-pub fn spawn(directory: &Path, command: &[String]) -> Result<Guarded> {
+pub async fn spawn(directory: &Path, command: &[String]) -> Result<(Guarded, Ended)> {
     let (program, _) = command
         .split_first()
         .context("no command given after `--`")?;
-    let error_file = tempfile::Builder::new()
-        .prefix("rewind-exec-")
-        .tempfile()
-        .context("cannot create the file the command's start errors are written to")?
-        .into_temp_path();
+    let (errors, errors_in) = nix::unistd::pipe()
+        .context("cannot make the pipe a command's start error comes back by")?;
+    // Only the write end is for the guard.
+    fcntl(&errors, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+        .and_then(|_| fcntl(&errors, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)))
+        .context("cannot set up the pipe a command's start error comes back by")?;
     let mut guard = Command::new("/proc/self/exe");
     guard
         .arg0("rewind")
         .arg(GUARD)
         .arg(std::process::id().to_string())
-        .arg(&*error_file)
+        .arg(errors_in.as_raw_fd().to_string())
         .arg("--")
         .args(command)
         .current_dir(directory);
-    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (started_tx, started_rx) = oneshot::channel();
     let (status_tx, status_rx) = oneshot::channel();
+    let ended = Arc::new(Mutex::new(false));
+    let waiter = Arc::clone(&ended);
     let program = program.clone();
     std::thread::Builder::new()
         .name("rewind-exec".to_owned())
         .spawn(move || {
-            let mut child = match guard.spawn() {
+            let started = guard.spawn();
+            // The guard has its copy; without this one, the pipe ends when the command starts.
+            drop(errors_in);
+            let mut child = match started {
                 Ok(child) => child,
                 Err(error) => {
                     let _ =
@@ -111,32 +155,52 @@ pub fn spawn(directory: &Path, command: &[String]) -> Result<Guarded> {
                 }
             };
             let _ = started_tx.send(Ok(child.id()));
-            let status = child
-                .wait()
-                .context("cannot wait for the command")
-                .and_then(|status| unstarted(status, &error_file, &program));
+            let status =
+                wait(&mut child, &waiter).and_then(|status| unstarted(status, errors, &program));
             // This thread must outlive the command (module docs); it ends only now.
             let _ = status_tx.send(status);
         })
         .context("cannot start the thread that runs the command")?;
     let pid = started_rx
-        .recv()
+        .await
         .context("the thread that runs the command ended early")??;
-    Ok(Guarded {
-        pid: i32::try_from(pid).ok().map(Pid::from_raw),
-        status: status_rx,
-    })
+    let guarded = Guarded {
+        pid: Pid::from_raw(i32::try_from(pid).context("a process id out of range")?),
+        ended,
+    };
+    Ok((guarded, status_rx))
+}
+
+/// Waits for `child` to end, sets `ended`, then reaps it.
+fn wait(child: &mut Child, ended: &Mutex<bool>) -> Result<ExitStatus> {
+    let pid = Pid::from_raw(i32::try_from(child.id()).context("a process id out of range")?);
+    loop {
+        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(error) => return Err(anyhow!(error).context("cannot wait for the command")),
+        }
+    }
+    *ended.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    child.wait().context("cannot wait for the command")
 }
 
 /// `status` as it is, or the error the guard wrote when the command could not be started.
-fn unstarted(status: ExitStatus, error_file: &Path, program: &str) -> Result<ExitStatus> {
-    if status.code() != Some(UNSTARTABLE) {
+fn unstarted(status: ExitStatus, errors: OwnedFd, program: &str) -> Result<ExitStatus> {
+    if status.code() != Some(i32::from(UNSTARTABLE)) {
         return Ok(status);
     }
-    match std::fs::read_to_string(error_file) {
-        Ok(error) if !error.is_empty() => {
-            Err(anyhow!(error).context(format!("cannot start {program}")))
-        }
-        _ => Ok(status),
+    // The guard has ended: what it wrote is in the pipe (read without waiting, in case a process the
+    // command started still holds the other end).
+    let mut error = String::new();
+    match std::fs::File::from(errors).read_to_string(&mut error) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        Err(e) => return Err(anyhow!(e).context("cannot read why the command did not start")),
+    }
+    if error.is_empty() {
+        Ok(status)
+    } else {
+        Err(anyhow!(error).context(format!("cannot start {program}")))
     }
 }
