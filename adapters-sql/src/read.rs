@@ -176,7 +176,6 @@ impl SqlRepo {
         Ok(self.assemble(vec![row], parts)?.pop())
     }
 
-    /// One message and its last part's id: the part rows' keys are read, not their bodies.
     /// Every message of `session`, ascending, from the `message` rows alone (no part is read).
     pub(crate) async fn read_message_infos(&self, session: &SessionId) -> Result<Vec<Message>> {
         let fault = self.fault("reading a session's messages");
@@ -191,6 +190,7 @@ impl SqlRepo {
             .collect()
     }
 
+    /// One message and its last part's id: the part rows' keys are read, not their bodies.
     pub(crate) async fn read_message_head(
         &self,
         session: &SessionId,

@@ -277,7 +277,8 @@ pub struct Transaction {
 /// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`
 ///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist).
 ///   `message_head` MUST return the message as `message` does, with the greatest of its part ids, without
-///   reading the parts' bodies. `message_infos` MUST equal the `info` of each of `messages`, in order. `sessions` MUST return newest first (ascending session id).
+///   reading the parts' bodies. `message_infos` MUST equal the `info` of each of `messages`, in order.
+///   `sessions` MUST return newest first (ascending session id).
 /// - `take_lease` MUST be a conditional write: it MUST succeed only when no lease exists for the key, when the
 ///   existing one has the same token (re-entry), or when `replacing` names the existing lease's token (a
 ///   takeover the caller has judged allowed). Otherwise it MUST answer `Held` with the current lease.

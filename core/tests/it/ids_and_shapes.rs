@@ -311,6 +311,88 @@ fn a_part_id_the_cleanup_deletes_is_free_for_the_message_that_runs_it() {
     })
 }
 
+/// While a session is reverted, a new message first runs the cleanup that deletes the hidden messages for
+/// good. A part id a kept message holds is refused before that: the session stays reverted, its redo
+/// history whole (the commit's guard alone would refuse it only after the cleanup).
+#[test]
+fn a_part_id_a_kept_message_holds_is_refused_before_the_cleanup() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let first = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("one"))
+            .await
+            .expect("user message");
+        let kept = first.parts[0].id.clone();
+        let assistant = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant message");
+        w.step(&s.id, &assistant.info.id, |w| w.write("a.txt", "1"))
+            .await;
+        let second = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("two"))
+            .await
+            .expect("user message");
+        let answer = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant message");
+        w.step(&s.id, &answer.info.id, |w| w.write("b.txt", "2"))
+            .await;
+        w.rewind
+            .revert(
+                &s.id,
+                rewind_core::RevertTarget {
+                    message_id: second.info.id.clone(),
+                    part_id: None,
+                },
+            )
+            .await
+            .expect("revert the second turn");
+        let before = w.messages(&s.id).await;
+        let seq = w.last_seq().await;
+
+        let mut message = NewMessage::user_text("three");
+        message.parts[0].id = Some(kept.clone());
+        let created = w.rewind.create_message(&s.id, message).await;
+        assert!(
+            matches!(&created, Err(Error::InvalidInput(m)) if m.contains(first.info.id.as_str())),
+            "{created:?}"
+        );
+        let mut user = NewMessage::user_text("three");
+        user.parts[0].id = Some(kept.clone());
+        let turn = w
+            .rewind
+            .begin_turn(&s.id, user, NewMessage::assistant())
+            .await;
+        assert!(
+            matches!(&turn, Err(Error::InvalidInput(m)) if m.contains(first.info.id.as_str())),
+            "{turn:?}"
+        );
+
+        assert_eq!(
+            w.messages(&s.id).await,
+            before,
+            "the hidden turn is still there"
+        );
+        assert!(
+            w.rewind
+                .session(&s.id)
+                .await
+                .expect("session")
+                .revert
+                .is_some(),
+            "the session is still reverted"
+        );
+        assert_eq!(w.last_seq().await, seq, "no event");
+    })
+}
+
 #[test]
 fn json_shapes_are_opencodes() {
     block_on(async {
