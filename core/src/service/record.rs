@@ -673,12 +673,12 @@ impl Rewind {
                     files,
                 )
             }
-            Err(Error::Busy { .. }) => {
+            // The worktree's lease (a revert or another session's step in or around it) or the store's
+            // lock is held: the step stays open, and the refusal names the holder.
+            Err(Error::Busy { message, .. }) => {
                 return Err(Error::busy(
                     &session.id,
-                    format!(
-                        "Worktree is busy: {directory} (a revert is in progress); try again when it has finished"
-                    ),
+                    format!("the step cannot be finished yet: {message}"),
                 ));
             }
             Err(error) => {

@@ -734,3 +734,46 @@ fn a_step_owned_by_another_live_process_is_not_aborted() {
         "{result:?}"
     );
 }
+
+/// A step whose end finds the worktree held by another live operation (a revert, or a step of a session in
+/// or around the worktree) stays open, and the refusal names the holder instead of guessing what it is.
+#[test]
+fn a_step_end_while_the_worktree_is_held_is_busy_names_the_holder_and_keeps_the_step() {
+    // The step is this process's own (its end is not refused for the session's sake).
+    let base = fixture(None, None);
+    let step = base.open_step(rewind_core::HostPort::this_process(&*base.host));
+    let mut session = base.session.clone();
+    session.step = Some(step);
+    block_on(base.repo.commit(Transaction {
+        guards: Vec::new(),
+        changes: vec![Change::PutSession(Box::new(session.clone()))],
+        events: Vec::new(),
+    }))
+    .expect("step stored");
+    let f = Fixture { session, ..base };
+    let other = ProcessIdentity {
+        host: "test-host".to_owned(),
+        pid: 5353,
+        start_time: 3,
+        boot: None,
+    };
+    worktree_held_by(&f, &other);
+    let before = f.last_seq();
+    // No expectation is set: any snapshot call fails the test.
+    let rewind = f.rewind(MockSnapshotPort::new());
+    let finished = block_on(rewind.finish_step(
+        &f.session.id,
+        &f.messages[3].info.id,
+        rewind_core::service::StepEnd::default(),
+    ));
+    assert!(
+        matches!(&finished, Err(Error::Busy { message, .. })
+            if message.contains("Worktree is busy") && message.contains("5353") && !message.contains("revert")),
+        "{finished:?}"
+    );
+    assert_eq!(f.last_seq(), before, "no event");
+    let stored = block_on(f.repo.session(&f.session.id))
+        .expect("read")
+        .expect("session");
+    assert_eq!(stored.step, f.session.step, "the step is still open");
+}
