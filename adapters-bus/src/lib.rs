@@ -6,14 +6,16 @@
 //! the bus is dropped and the subscriber has drained what was held.
 //!
 //! What the bus holds is bounded twice: by count (the channel's capacity, tokio's broadcast ring) and by
-//! bytes. The ring keeps its last `capacity` events whether or not anyone still needs them, and one event
-//! can be as large as a request body (a part of megabytes), so 1,024 large parts would stay in memory for
-//! as long as the server runs. Each slot therefore holds its event behind a shared cell, and the bus lets go
-//! of the oldest events' contents once what it holds passes its byte budget; a subscriber that reaches a
-//! slot whose event was let go counts it as missed, exactly as if the ring had overwritten it.
+//! bytes. The ring lets go of an event once every subscriber has received it, but a subscriber that stops
+//! reading (an event stream whose client stalled) keeps the last `capacity` events in memory, and one
+//! event can be as large as a request body (a part of megabytes): 1,024 of them would be gigabytes. Each
+//! slot therefore holds its event behind a shared cell, and the bus, which knows the events not yet
+//! received by all (it keeps a weak reference to each), lets go of the oldest ones' contents once they pass
+//! its byte budget; a subscriber that reaches a slot whose event was let go counts it as missed, exactly as
+//! if the ring had overwritten it.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use futures::stream::{self, StreamExt};
 use rewind_core::model::Event;
@@ -41,11 +43,32 @@ impl Held {
     }
 }
 
-/// The events the ring still holds, oldest first, and their bytes.
+/// The events the ring may still hold, oldest first, with their bytes, and the sum of those bytes. An
+/// event every subscriber has received is gone from the ring (its weak reference is dead).
 #[derive(Debug, Default)]
 struct Budget {
-    held: VecDeque<Arc<Held>>,
+    held: VecDeque<(Weak<Held>, usize)>,
     bytes: usize,
+}
+
+impl Budget {
+    /// Forgets the oldest event.
+    fn pop(&mut self) -> Option<Weak<Held>> {
+        let (held, bytes) = self.held.pop_front()?;
+        self.bytes -= bytes;
+        Some(held)
+    }
+
+    /// Forgets the events every subscriber has received: subscribers read in order, so they are the oldest.
+    fn prune(&mut self) {
+        while self
+            .held
+            .front()
+            .is_some_and(|(held, _)| held.strong_count() == 0)
+        {
+            self.pop();
+        }
+    }
 }
 
 /// The `EventBus` on a tokio broadcast channel.
@@ -83,9 +106,11 @@ impl BroadcastBus {
         self.sender.receiver_count()
     }
 
-    /// How many bytes of events the bus holds now.
+    /// How many bytes of events the bus holds now (events some subscriber has not received).
     pub fn held_bytes(&self) -> usize {
-        self.budget().bytes
+        let mut budget = self.budget();
+        budget.prune();
+        budget.bytes
     }
 
     fn budget(&self) -> MutexGuard<'_, Budget> {
@@ -106,18 +131,16 @@ impl EventBus for BroadcastBus {
             event: Mutex::new(Some(event)),
         });
         let mut budget = self.budget();
+        budget.prune();
         budget.bytes += held.bytes;
-        budget.held.push_back(Arc::clone(&held));
+        budget.held.push_back((Arc::downgrade(&held), held.bytes));
         // The ring overwrites its oldest slot when full: that event is no longer held.
         while budget.held.len() > self.capacity {
-            if let Some(gone) = budget.held.pop_front() {
-                budget.bytes -= gone.bytes;
-            }
+            budget.pop();
         }
         // Over the budget, the oldest events' contents go; their slots stay, empty.
         while budget.bytes > self.byte_budget && budget.held.len() > 1 {
-            if let Some(gone) = budget.held.pop_front() {
-                budget.bytes -= gone.bytes;
+            if let Some(gone) = budget.pop().and_then(|held| held.upgrade()) {
                 gone.event().take();
             }
         }

@@ -120,6 +120,32 @@ mod budget {
         });
     }
 
+    /// Events every subscriber has received are not held: a flood leaves nothing behind.
+    #[test]
+    fn events_every_subscriber_received_are_not_held() {
+        futures::executor::block_on(async {
+            let bus = BroadcastBus::with_byte_budget(1024, 10_000_000);
+            let ids = IdGenerator::new();
+            // With no subscriber, nothing is held at all.
+            bus.publish(large(&ids, 0, 100_000));
+            assert_eq!(bus.held_bytes(), 0);
+            let mut first = bus.subscribe();
+            let mut second = bus.subscribe();
+            for n in 1..50 {
+                bus.publish(large(&ids, n, 100_000));
+                assert_eq!(number(&first.next().await.expect("a delivery")), n);
+            }
+            assert!(
+                bus.held_bytes() > 4_000_000,
+                "the second has read nothing yet"
+            );
+            for n in 1..50 {
+                assert_eq!(number(&second.next().await.expect("a delivery")), n);
+            }
+            assert_eq!(bus.held_bytes(), 0, "both have received every event");
+        });
+    }
+
     #[test]
     fn small_events_are_bounded_by_count_as_before() {
         futures::executor::block_on(async {
