@@ -487,3 +487,98 @@ fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_ses
         );
     }
 }
+
+/// The state and start time of process `pid`, from `/proc/PID/stat`.
+fn stat_of(pid: u32) -> (String, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    let rest = &text[text.rfind(')').expect("a command name") + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    (
+        fields[0].to_owned(),
+        fields[22 - 3].parse().expect("a start time"),
+    )
+}
+
+/// A snapshot store held by a stopped process (a rewind suspended with Ctrl-Z or SIGSTOP) made every
+/// command wait without a word, for ever: a command is refused at once instead, naming the process and
+/// how to resume it, with nothing changed; once the holder lets go, the command works.
+#[test]
+fn a_command_on_a_store_held_by_a_stopped_process_is_refused_at_once() {
+    let env = Env::plain();
+    env.exec_sh("printf 'one\\n' > f.txt");
+    let before = env.state();
+    let stores: Vec<_> = std::fs::read_dir(env.data.path().join("snapshot"))
+        .expect("the stores")
+        .map(|entry| entry.expect("an entry").path())
+        .collect();
+    assert_eq!(stores.len(), 1, "{stores:?}");
+    let lock_path = stores[0].join("rewind").join("lock");
+
+    // A stopped process holds the store, as its lock file says (the test holds the lock for it).
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("sleep runs");
+    let pid = sleeper.id();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
+    signal("-STOP");
+    while stat_of(pid).0 != "T" {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let holder = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&lock_path)
+        .expect("open the lock");
+    holder.lock().expect("lock");
+    std::fs::write(&lock_path, format!("{pid} {}\n", stat_of(pid).1)).expect("name the holder");
+
+    for args in [&["undo"][..], &["--json", "snapshot", "track"][..]] {
+        let mut child = env
+            .process_in(env.path(), args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().expect("waits").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("`rewind {}` waited for the stopped holder", args.join(" "));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().expect("output");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("process {pid}")) && stderr.contains("kill -CONT"),
+            "{stderr}"
+        );
+        if args[0] == "--json" {
+            let document: serde_json::Value =
+                serde_json::from_slice(&output.stdout).expect("an error document");
+            assert!(
+                document["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("kill -CONT")),
+                "{document}"
+            );
+        }
+        assert_state(&env, &before, "a refused command");
+    }
+
+    // Resumed, and the store let go: the undo goes through.
+    signal("-CONT");
+    drop(holder);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    env.ok(&["undo"]);
+    assert!(!env.path().join("f.txt").exists(), "the turn is undone");
+}
