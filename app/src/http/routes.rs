@@ -201,6 +201,15 @@ pub async fn create_message(
         Some(id) => Some(parse_id(&id, MessageId::parse)?),
         None => None,
     };
+    match fields.get("sessionID") {
+        None => {}
+        Some(Value::String(given)) if given == path.id.as_str() => {}
+        Some(given) => {
+            return Err(ApiError::BadRequest(format!(
+                "message sessionID {given} does not match the route"
+            )));
+        }
+    }
     let parts = body
         .parts
         .into_iter()

@@ -179,6 +179,17 @@ impl Rewind {
         messages: &[Message],
         input: NewMessage,
     ) -> Result<(Message, Vec<Part>)> {
+        // Kept beside the message's own field of that name, it would be stored twice, and the message,
+        // with its whole session, could not be read back.
+        if let Some(key) = input
+            .extra
+            .keys()
+            .find(|key| MESSAGE_FIELDS.contains(&key.as_str()))
+        {
+            return Err(Error::InvalidInput(format!(
+                "a message's {key} is rewind's to set; it cannot be given among the message's other fields"
+            )));
+        }
         let last = messages.last().map(|m| m.id.clone());
         let id = match input.id {
             Some(id) => {
@@ -1065,6 +1076,9 @@ fn assistant_parent(messages: &[Message], given: Option<MessageId>) -> Result<Me
             }),
     }
 }
+
+/// The fields of a stored message that are its own, not among its other fields (`Message::extra`).
+const MESSAGE_FIELDS: &[&str] = &["id", "sessionID", "role", "time", "parentID"];
 
 /// The infos of `messages`.
 fn infos(messages: &[MessageWithParts]) -> Vec<Message> {

@@ -393,6 +393,48 @@ fn a_part_id_a_kept_message_holds_is_refused_before_the_cleanup() {
     })
 }
 
+/// A message's own fields cannot come among its other fields (`extra`): stored twice, the message and its
+/// whole session could not be read back (black-box: `sessionID` and `time` in a message body).
+#[test]
+fn a_message_s_own_fields_are_refused_among_its_other_fields() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("one"))
+            .await
+            .expect("user message");
+        let assistant = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant message");
+        // The oracle: the fields a stored message has of its own, as it is written out.
+        let serde_json::Value::Object(own) = serde_json::to_value(&assistant.info).expect("json")
+        else {
+            panic!("a message is an object");
+        };
+        assert!(own.len() >= 5, "{own:?}");
+        let before = w.messages(&s.id).await;
+        for key in own.keys() {
+            let mut message = NewMessage::user_text("two");
+            message
+                .extra
+                .insert(key.clone(), serde_json::json!({"created": 1}));
+            let created = w.rewind.create_message(&s.id, message).await;
+            assert!(
+                matches!(&created, Err(Error::InvalidInput(m)) if m.contains(key.as_str())),
+                "{key}: {created:?}"
+            );
+        }
+        assert_eq!(
+            w.messages(&s.id).await,
+            before,
+            "nothing stored, all readable"
+        );
+    })
+}
+
 #[test]
 fn json_shapes_are_opencodes() {
     block_on(async {

@@ -134,6 +134,27 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            // Kept among the message's other fields, it was stored twice and made the session unreadable.
+            "a message naming another session",
+            json_post(
+                &app,
+                &messages,
+                json!({"sessionID": unknown_session, "parts": [{"type": "text", "text": "x"}]}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a message with its own time",
+            json_post(
+                &app,
+                &messages,
+                json!({"time": {"created": 1}, "parts": [{"type": "text", "text": "x"}]}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
             "a part naming another session",
             json_post(
                 &app,
