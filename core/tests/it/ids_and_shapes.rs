@@ -153,6 +153,28 @@ fn the_service_refuses_a_client_id_out_of_order_and_stores_nothing() {
     })
 }
 
+/// A user message with one text part and the assistant message answering it.
+async fn turn(
+    w: &World,
+    session: &SessionId,
+    text: &str,
+) -> (
+    rewind_core::model::MessageWithParts,
+    rewind_core::model::MessageWithParts,
+) {
+    let user = w
+        .rewind
+        .create_message(session, NewMessage::user_text(text))
+        .await
+        .expect("user message");
+    let assistant = w
+        .rewind
+        .create_message(session, NewMessage::assistant())
+        .await
+        .expect("assistant message");
+    (user, assistant)
+}
+
 /// A revert finds its target part by id alone (SPEC 5), so a part id a part of another message already has
 /// would make a revert to the new part land on the old one and undo the wrong turn: it is refused, by every
 /// operation that takes a client's part ids, and nothing is stored. Another session may use it.
@@ -254,15 +276,7 @@ fn a_part_id_the_cleanup_deletes_is_free_for_the_message_that_runs_it() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        w.rewind
-            .create_message(&s.id, NewMessage::user_text("one"))
-            .await
-            .expect("user message");
-        let assistant = w
-            .rewind
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant message");
+        let (_, assistant) = turn(&w, &s.id, "one").await;
         w.rewind
             .append_part(
                 &s.id,
@@ -319,29 +333,11 @@ fn a_part_id_a_kept_message_holds_is_refused_before_the_cleanup() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        let first = w
-            .rewind
-            .create_message(&s.id, NewMessage::user_text("one"))
-            .await
-            .expect("user message");
+        let (first, assistant) = turn(&w, &s.id, "one").await;
         let kept = first.parts[0].id.clone();
-        let assistant = w
-            .rewind
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant message");
         w.step(&s.id, &assistant.info.id, |w| w.write("a.txt", "1"))
             .await;
-        let second = w
-            .rewind
-            .create_message(&s.id, NewMessage::user_text("two"))
-            .await
-            .expect("user message");
-        let answer = w
-            .rewind
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant message");
+        let (second, answer) = turn(&w, &s.id, "two").await;
         w.step(&s.id, &answer.info.id, |w| w.write("b.txt", "2"))
             .await;
         w.rewind
@@ -400,15 +396,7 @@ fn a_message_s_own_fields_are_refused_among_its_other_fields() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        w.rewind
-            .create_message(&s.id, NewMessage::user_text("one"))
-            .await
-            .expect("user message");
-        let assistant = w
-            .rewind
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant message");
+        let (_, assistant) = turn(&w, &s.id, "one").await;
         // The oracle: the fields a stored message has of its own, as it is written out.
         let serde_json::Value::Object(own) = serde_json::to_value(&assistant.info).expect("json")
         else {

@@ -166,17 +166,24 @@ impl Fixture {
 }
 
 fn with_step(live: bool) -> Fixture {
+    with_step_of(|base| {
+        let owner = ProcessIdentity {
+            host: "test-host".to_owned(),
+            pid: 4242,
+            start_time: 7,
+            boot: None,
+        };
+        if !live {
+            base.host.kill(&owner);
+        }
+        owner
+    })
+}
+
+/// The fixture with a step open in A3, owned by the process `owner` names.
+fn with_step_of(owner: impl FnOnce(&Fixture) -> ProcessIdentity) -> Fixture {
     let base = fixture(None, None);
-    let owner = ProcessIdentity {
-        host: "test-host".to_owned(),
-        pid: 4242,
-        start_time: 7,
-        boot: None,
-    };
-    let step = base.open_step(owner.clone());
-    if !live {
-        base.host.kill(&owner);
-    }
+    let step = base.open_step(owner(&base));
     let mut session = base.session.clone();
     session.step = Some(step);
     block_on(base.repo.commit(Transaction {
@@ -740,17 +747,7 @@ fn a_step_owned_by_another_live_process_is_not_aborted() {
 #[test]
 fn a_step_end_while_the_worktree_is_held_is_busy_names_the_holder_and_keeps_the_step() {
     // The step is this process's own (its end is not refused for the session's sake).
-    let base = fixture(None, None);
-    let step = base.open_step(rewind_core::HostPort::this_process(&*base.host));
-    let mut session = base.session.clone();
-    session.step = Some(step);
-    block_on(base.repo.commit(Transaction {
-        guards: Vec::new(),
-        changes: vec![Change::PutSession(Box::new(session.clone()))],
-        events: Vec::new(),
-    }))
-    .expect("step stored");
-    let f = Fixture { session, ..base };
+    let f = with_step_of(|base| rewind_core::HostPort::this_process(&*base.host));
     let other = ProcessIdentity {
         host: "test-host".to_owned(),
         pid: 5353,
