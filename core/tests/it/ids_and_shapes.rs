@@ -175,6 +175,21 @@ async fn turn(
     (user, assistant)
 }
 
+/// Begins a turn whose user message's part has the id `part`, which a part of message `holder` has: it
+/// must be refused, naming the holder.
+async fn turn_is_refused(w: &World, session: &SessionId, part: &PartId, holder: &MessageId) {
+    let mut user = NewMessage::user_text("a turn");
+    user.parts[0].id = Some(part.clone());
+    let turn = w
+        .rewind
+        .begin_turn(session, user, NewMessage::assistant())
+        .await;
+    assert!(
+        matches!(&turn, Err(Error::InvalidInput(m)) if m.contains(holder.as_str())),
+        "{turn:?}"
+    );
+}
+
 /// A revert finds its target part by id alone (SPEC 5), so a part id a part of another message already has
 /// would make a revert to the new part land on the old one and undo the wrong turn: it is refused, by every
 /// operation that takes a client's part ids, and nothing is stored. Another session may use it.
@@ -223,16 +238,7 @@ fn a_part_id_another_message_of_the_session_has_is_refused_and_stores_nothing() 
         assert!(matches!(part, Err(Error::InvalidInput(_))), "{part:?}");
         // A turn begun in one call: its messages' ids are checked against the session's parts (by the
         // commit's guard, the session's parts not being read), and against each other.
-        let mut user = NewMessage::user_text("a turn");
-        user.parts[0].id = Some(taken.clone());
-        let turn = w
-            .rewind
-            .begin_turn(&s.id, user, NewMessage::assistant())
-            .await;
-        assert!(
-            matches!(&turn, Err(Error::InvalidInput(m)) if m.contains(first.info.id.as_str())),
-            "{turn:?}"
-        );
+        turn_is_refused(&w, &s.id, &taken, &first.info.id).await;
         let mut user = NewMessage::user_text("a turn");
         let mut assistant = NewMessage::assistant();
         let shared =
@@ -360,16 +366,7 @@ fn a_part_id_a_kept_message_holds_is_refused_before_the_cleanup() {
             matches!(&created, Err(Error::InvalidInput(m)) if m.contains(first.info.id.as_str())),
             "{created:?}"
         );
-        let mut user = NewMessage::user_text("three");
-        user.parts[0].id = Some(kept.clone());
-        let turn = w
-            .rewind
-            .begin_turn(&s.id, user, NewMessage::assistant())
-            .await;
-        assert!(
-            matches!(&turn, Err(Error::InvalidInput(m)) if m.contains(first.info.id.as_str())),
-            "{turn:?}"
-        );
+        turn_is_refused(&w, &s.id, &kept, &first.info.id).await;
 
         assert_eq!(
             w.messages(&s.id).await,
