@@ -200,20 +200,24 @@ async fn revert_rerevert_unrevert_and_commit_move_files_and_conversation() -> Re
 async fn an_aborted_step_can_be_reverted_and_preview_changes_nothing() -> Result<()> {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
+    // A body may name its own session, as OpenCode's message objects do; it is not kept twice.
     let user = app
         .ok(
             &format!("/session/{session}/message"),
-            json!({"parts": [{"type": "text", "text": "go"}]}),
+            json!({"sessionID": session, "parts": [{"type": "text", "text": "go"}]}),
         )
         .await?;
     let user = id_of(&user["info"])?;
     let assistant = app
         .ok(
             &format!("/session/{session}/message"),
-            json!({"role": "assistant"}),
+            json!({"role": "assistant", "sessionID": session}),
         )
         .await?;
     let assistant = id_of(&assistant["info"])?;
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    assert_eq!(messages.as_array().map(Vec::len), Some(2), "{messages}");
+    assert_eq!(messages[0]["info"]["sessionID"], json!(session));
     app.ok(
         &format!("/session/{session}/message/{assistant}/step"),
         json!({}),
