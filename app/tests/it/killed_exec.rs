@@ -488,6 +488,16 @@ fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_ses
     }
 }
 
+/// A child process killed (also when stopped) and reaped when the test ends, whether it passes or not.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The state and start time of process `pid`, from `/proc/PID/stat`.
 fn stat_of(pid: u32) -> (String, u64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
@@ -515,11 +525,13 @@ fn a_command_on_a_store_held_by_a_stopped_process_is_refused_at_once() {
     let lock_path = stores[0].join("rewind").join("lock");
 
     // A stopped process holds the store, as its lock file says (the test holds the lock for it).
-    let mut sleeper = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .expect("sleep runs");
-    let pid = sleeper.id();
+    let sleeper = KilledOnDrop(
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep runs"),
+    );
+    let pid = sleeper.0.id();
     let signal = |name: &str| {
         let status = std::process::Command::new("kill")
             .args([name, &pid.to_string()])
@@ -577,8 +589,7 @@ fn a_command_on_a_store_held_by_a_stopped_process_is_refused_at_once() {
     // Resumed, and the store let go: the undo goes through.
     signal("-CONT");
     drop(holder);
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
+    drop(sleeper);
     env.ok(&["undo"]);
     assert!(!env.path().join("f.txt").exists(), "the turn is undone");
 }
