@@ -61,8 +61,12 @@ pub fn run_if_guard() -> Option<ExitCode> {
     // descriptor, which is closed now so the command does not inherit it). Only a pipe is accepted, so
     // the guard run by hand writes to no file.
     let Some(mut errors) = inherited_pipe(fd) else {
-        eprintln!("rewind: {GUARD} is rewind's own; it is not a command");
-        return Some(ExitCode::from(2));
+        // Run by `exec`, the command is not started, and `exec` records why (127, as for a command that
+        // cannot be started); run by hand, it is refused.
+        eprintln!(
+            "rewind: cannot open the pipe `rewind exec` passed ({GUARD} is rewind's own; it is not a command)"
+        );
+        return Some(ExitCode::from(UNSTARTABLE));
     };
     if let Err(error) = set_pdeathsig(Signal::SIGKILL) {
         let _ = write!(errors, "cannot tie it to rewind's life: {error}");
