@@ -32,12 +32,13 @@ pub const DEFAULT_BYTE_BUDGET: usize = 64 * 1024 * 1024;
 /// One published event, as a slot of the ring holds it: emptied when the bus lets it go.
 #[derive(Debug)]
 struct Held {
-    event: Mutex<Option<Event>>,
+    /// Shared, so a subscriber copies the event after letting go of the lock.
+    event: Mutex<Option<Arc<Event>>>,
     bytes: usize,
 }
 
 impl Held {
-    fn event(&self) -> MutexGuard<'_, Option<Event>> {
+    fn event(&self) -> MutexGuard<'_, Option<Arc<Event>>> {
         // A panic while the lock was held cannot leave an `Option` half-written.
         self.event.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -128,7 +129,7 @@ impl EventBus for BroadcastBus {
     fn publish(&self, event: Event) {
         let held = Arc::new(Held {
             bytes: json_bytes(&event),
-            event: Mutex::new(Some(event)),
+            event: Mutex::new(Some(Arc::new(event))),
         });
         let mut budget = self.budget();
         budget.prune();
@@ -162,13 +163,17 @@ impl EventBus for BroadcastBus {
                 let mut missed = 0_u64;
                 loop {
                     let delivery = match receiver.recv().await {
-                        Ok(held) => match held.event().clone() {
-                            Some(event) => Delivery::Event(event),
-                            None => {
-                                missed += 1;
-                                continue;
+                        Ok(held) => {
+                            // The lock is let go before the event is copied.
+                            let event = held.event().clone();
+                            match event {
+                                Some(event) => Delivery::Event(Event::clone(&event)),
+                                None => {
+                                    missed += 1;
+                                    continue;
+                                }
                             }
-                        },
+                        }
                         Err(RecvError::Lagged(lagged)) => {
                             missed += lagged;
                             continue;
