@@ -153,28 +153,6 @@ fn the_service_refuses_a_client_id_out_of_order_and_stores_nothing() {
     })
 }
 
-/// A user message with one text part and the assistant message answering it.
-async fn turn(
-    w: &World,
-    session: &SessionId,
-    text: &str,
-) -> (
-    rewind_core::model::MessageWithParts,
-    rewind_core::model::MessageWithParts,
-) {
-    let user = w
-        .rewind
-        .create_message(session, NewMessage::user_text(text))
-        .await
-        .expect("user message");
-    let assistant = w
-        .rewind
-        .create_message(session, NewMessage::assistant())
-        .await
-        .expect("assistant message");
-    (user, assistant)
-}
-
 /// Begins a turn whose user message's part has the id `part`, which a part of message `holder` has: it
 /// must be refused, naming the holder.
 async fn turn_is_refused(w: &World, session: &SessionId, part: &PartId, holder: &MessageId) {
@@ -282,7 +260,7 @@ fn a_part_id_the_cleanup_deletes_is_free_for_the_message_that_runs_it() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        let (_, assistant) = turn(&w, &s.id, "one").await;
+        let (_, assistant) = w.exchange(&s.id, "one").await;
         w.rewind
             .append_part(
                 &s.id,
@@ -339,11 +317,11 @@ fn a_part_id_a_kept_message_holds_is_refused_before_the_cleanup() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        let (first, assistant) = turn(&w, &s.id, "one").await;
+        let (first, assistant) = w.exchange(&s.id, "one").await;
         let kept = first.parts[0].id.clone();
         w.step(&s.id, &assistant.info.id, |w| w.write("a.txt", "1"))
             .await;
-        let (second, answer) = turn(&w, &s.id, "two").await;
+        let (second, answer) = w.exchange(&s.id, "two").await;
         w.step(&s.id, &answer.info.id, |w| w.write("b.txt", "2"))
             .await;
         w.rewind
@@ -373,15 +351,7 @@ fn a_part_id_a_kept_message_holds_is_refused_before_the_cleanup() {
             before,
             "the hidden turn is still there"
         );
-        assert!(
-            w.rewind
-                .session(&s.id)
-                .await
-                .expect("session")
-                .revert
-                .is_some(),
-            "the session is still reverted"
-        );
+        assert!(w.is_reverted(&s.id).await, "the session is still reverted");
         assert_eq!(w.last_seq().await, seq, "no event");
     })
 }
@@ -393,7 +363,7 @@ fn a_message_s_own_fields_are_refused_among_its_other_fields() {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
-        let (_, assistant) = turn(&w, &s.id, "one").await;
+        let (_, assistant) = w.exchange(&s.id, "one").await;
         // The oracle: the fields a stored message has of its own, as it is written out.
         let serde_json::Value::Object(own) = serde_json::to_value(&assistant.info).expect("json")
         else {

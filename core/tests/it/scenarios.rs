@@ -806,14 +806,7 @@ fn unknown_target_is_not_found_and_changes_nothing() {
         assert!(after_setup > before);
         assert_eq!(w.last_seq().await, after_setup, "no event");
         assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
-        assert!(
-            w.rewind
-                .session(&s.id)
-                .await
-                .expect("session")
-                .revert
-                .is_none()
-        );
+        assert!(!w.is_reverted(&s.id).await);
     })
 }
 
@@ -939,14 +932,7 @@ fn a_refused_message_or_step_while_reverted_does_not_run_cleanup() {
             .create_message(&s.id, NewMessage::user_text("instead"))
             .await
             .expect("message");
-        assert!(
-            w.rewind
-                .session(&s.id)
-                .await
-                .expect("session")
-                .revert
-                .is_none()
-        );
+        assert!(!w.is_reverted(&s.id).await);
     })
 }
 
@@ -1224,14 +1210,7 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
         let failed = w.rewind.unrevert(&s.id).await;
         assert!(matches!(failed, Err(Error::Backend(_))), "{failed:?}");
         assert_eq!(w.read("a.txt").as_deref(), Some("0"), "rolled back");
-        assert!(
-            w.rewind
-                .session(&s.id)
-                .await
-                .expect("session")
-                .revert
-                .is_some()
-        );
+        assert!(w.is_reverted(&s.id).await);
         assert!(w.repo.intents().await.expect("intents").is_empty());
     })
 }

@@ -94,6 +94,25 @@ impl World {
 
     /// One turn: a user message, an assistant message with one step during which `edit` changes files.
     pub async fn turn(&self, session: &SessionId, prompt: &str, edit: impl FnOnce(&World)) -> Turn {
+        let (user, assistant) = self.exchange(session, prompt).await;
+        self.step(session, &assistant.info.id, edit).await;
+        Turn {
+            user: user.info.id,
+            assistant: assistant.info.id,
+        }
+    }
+
+    /// A user message and its assistant message, with no step yet: the assistant message's id.
+    pub async fn prompt(&self, session: &SessionId, prompt: &str) -> MessageId {
+        self.exchange(session, prompt).await.1.info.id
+    }
+
+    /// A user message with one text part (`prompt`) and the assistant message answering it, no step yet.
+    pub async fn exchange(
+        &self,
+        session: &SessionId,
+        prompt: &str,
+    ) -> (MessageWithParts, MessageWithParts) {
         let user = self
             .rewind
             .create_message(session, NewMessage::user_text(prompt))
@@ -104,25 +123,17 @@ impl World {
             .create_message(session, NewMessage::assistant())
             .await
             .expect("assistant message");
-        self.step(session, &assistant.info.id, edit).await;
-        Turn {
-            user: user.info.id,
-            assistant: assistant.info.id,
-        }
+        (user, assistant)
     }
 
-    /// A user message and its assistant message, with no step yet: the assistant message's id.
-    pub async fn prompt(&self, session: &SessionId, prompt: &str) -> MessageId {
+    /// Whether the session is reverted, as stored now.
+    pub async fn is_reverted(&self, session: &SessionId) -> bool {
         self.rewind
-            .create_message(session, NewMessage::user_text(prompt))
+            .session(session)
             .await
-            .expect("user message");
-        self.rewind
-            .create_message(session, NewMessage::assistant())
-            .await
-            .expect("assistant message")
-            .info
-            .id
+            .expect("session")
+            .revert
+            .is_some()
     }
 
     /// One step of an existing assistant message.
