@@ -326,34 +326,31 @@ async fn long_session(client: &reqwest::Client, base: &str, repo: &Path) -> Resu
         }
     }
     println!("recording in a long session (parts of 60 KB; median of {SAMPLES}, ms): early, late");
-    println!(
-        "{:<34} {:>8.2} {:>8.2}",
+    let row = |what: String, early: &mut [Duration], late: &mut [Duration]| {
+        println!(
+            "{what:<34} {:>8.2} {:>8.2}",
+            percentile(early, 0.5),
+            percentile(late, 0.5)
+        );
+    };
+    let turns = format!("turns 1-{SAMPLES} vs {}-{}", TURNS + 1, TURNS + SAMPLES);
+    row(
         format!(
             "part append (parts 1-{SAMPLES} vs {}-{PARTS})",
             PARTS - SAMPLES + 1
         ),
-        percentile(&mut early_appends, 0.5),
-        percentile(&mut late_appends, 0.5)
+        &mut early_appends,
+        &mut late_appends,
     );
-    println!(
-        "{:<34} {:>8.2} {:>8.2}",
-        format!(
-            "step finish (turns 1-{SAMPLES} vs {}-{})",
-            TURNS + 1,
-            TURNS + SAMPLES
-        ),
-        percentile(&mut early_finishes, 0.5),
-        percentile(&mut late_finishes, 0.5)
+    row(
+        format!("step finish ({turns})"),
+        &mut early_finishes,
+        &mut late_finishes,
     );
-    println!(
-        "{:<34} {:>8.2} {:>8.2}",
-        format!(
-            "user message (turns 1-{SAMPLES} vs {}-{})",
-            TURNS + 1,
-            TURNS + SAMPLES
-        ),
-        percentile(&mut early_creates, 0.5),
-        percentile(&mut late_creates, 0.5)
+    row(
+        format!("user message ({turns})"),
+        &mut early_creates,
+        &mut late_creates,
     );
     Ok(())
 }
