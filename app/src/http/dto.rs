@@ -37,17 +37,10 @@ pub struct MessageBody {
     pub parts: Vec<Value>,
 }
 
-/// The fields of a message body that are not kept on the message (`sessionID`, when given, must be the
-/// route's session).
-pub const MESSAGE_BODY_FIELDS: &[&str] = &[
-    "id",
-    "messageID",
-    "sessionID",
-    "role",
-    "parentID",
-    "parts",
-    "noReply",
-];
+/// The fields of a message body that are not kept on the message (a `sessionID` is checked against the
+/// route and taken out before).
+pub const MESSAGE_BODY_FIELDS: &[&str] =
+    &["id", "messageID", "role", "parentID", "parts", "noReply"];
 
 /// `POST /session/:id/message/:mid/step/finish`.
 #[derive(Debug, Default, Deserialize, ToSchema)]

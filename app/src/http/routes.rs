@@ -180,8 +180,13 @@ pub async fn get_message(
 pub async fn create_message(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
-    JsonBody(fields): JsonBody<Map<String, Value>>,
+    JsonBody(mut fields): JsonBody<Map<String, Value>>,
 ) -> ApiResult<MessageWithParts> {
+    take_route_ids(
+        &mut fields,
+        "message",
+        &[("sessionID", Some(path.id.as_str()))],
+    )?;
     let body: MessageBody = serde_json::from_value(Value::Object(fields.clone()))
         .map_err(|error| ApiError::BadRequest(format!("invalid message: {error}")))?;
     let id = match body.id.or(body.message_id) {
@@ -201,15 +206,6 @@ pub async fn create_message(
         Some(id) => Some(parse_id(&id, MessageId::parse)?),
         None => None,
     };
-    match fields.get("sessionID") {
-        None => {}
-        Some(Value::String(given)) if given == path.id.as_str() => {}
-        Some(given) => {
-            return Err(ApiError::BadRequest(format!(
-                "message sessionID {given} does not match the route"
-            )));
-        }
-    }
     let parts = body
         .parts
         .into_iter()
@@ -486,6 +482,28 @@ fn revert_target(message_id: String, part_id: Option<String>) -> Result<RevertTa
     })
 }
 
+/// Takes the ids a body of `what` (a message, a part) may repeat from its route out of `fields`: each
+/// `(key, expected)` must be absent or name the route's own (`expected`; `None` when the route has none).
+/// Kept, they would be stored beside the fields of the same name.
+fn take_route_ids(
+    fields: &mut Map<String, Value>,
+    what: &str,
+    ids: &[(&str, Option<&str>)],
+) -> Result<(), ApiError> {
+    for &(key, expected) in ids {
+        match (fields.remove(key), expected) {
+            (None, _) => {}
+            (Some(Value::String(given)), Some(expected)) if given == expected => {}
+            (Some(given), _) => {
+                return Err(ApiError::BadRequest(format!(
+                    "{what} {key} {given} does not match the route"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A part as a client sends it: `{id?, type, …}`, maybe with `sessionID`/`messageID`, which must then
 /// name the route's session and message.
 fn new_part(
@@ -503,20 +521,14 @@ fn new_part(
         Some(Value::Null) | None => None,
         Some(_) => return Err(ApiError::BadRequest("part id must be a string".to_owned())),
     };
-    for (key, expected) in [
-        ("sessionID", Some(session.as_str())),
-        ("messageID", message.map(MessageId::as_str)),
-    ] {
-        match (fields.remove(key), expected) {
-            (None, _) => {}
-            (Some(Value::String(given)), Some(expected)) if given == expected => {}
-            (Some(given), _) => {
-                return Err(ApiError::BadRequest(format!(
-                    "part {key} {given} does not match the route"
-                )));
-            }
-        }
-    }
+    take_route_ids(
+        &mut fields,
+        "part",
+        &[
+            ("sessionID", Some(session.as_str())),
+            ("messageID", message.map(MessageId::as_str)),
+        ],
+    )?;
     let body: PartBody = serde_json::from_value(Value::Object(fields))
         .map_err(|error| ApiError::BadRequest(format!("invalid part: {error}")))?;
     Ok(NewPart { id, body })
