@@ -20,7 +20,8 @@ use rewind_core::{Error, Result};
 use sea_orm::ActiveValue::{NotSet, Set};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, QuerySelect,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect,
 };
 
 use crate::SqlRepo;
@@ -112,6 +113,8 @@ impl SqlRepo {
                 Guard::IntentExists(_)
                 | Guard::RevertIs { .. }
                 | Guard::MessageExists { .. }
+                | Guard::LastMessageIs { .. }
+                | Guard::LastPartIs { .. }
                 | Guard::PartIdFree { .. } => None,
             })
             .collect();
@@ -202,6 +205,73 @@ impl SqlRepo {
                 match found {
                     Some(_) => Ok(()),
                     None => Err(Error::revert_changed(session)),
+                }
+            }
+            // Commits take the outbox lock first (`SqlRepo::commit`), so no other commit stores a message
+            // or part between these reads and this commit.
+            Guard::LastMessageIs {
+                session,
+                message: seen,
+            } => {
+                let last: Option<String> = message::Entity::find()
+                    .select_only()
+                    .column(message::Column::Id)
+                    .filter(message::Column::SessionId.eq(session.as_str()))
+                    .order_by_desc(message::Column::Id)
+                    .into_tuple()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("checking a last-message guard"))?;
+                // No message is also what a deleted session has: told apart by its row.
+                if last.is_some() && last.as_deref() == seen.as_ref().map(|m| m.as_str()) {
+                    return Ok(());
+                }
+                let found = session::Entity::find_by_id(session.as_str())
+                    .select_only()
+                    .column(session::Column::Id)
+                    .into_tuple::<String>()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("checking a last-message guard"))?;
+                match found {
+                    None => Err(session_not_found(session)),
+                    Some(_) if last.is_none() && seen.is_none() => Ok(()),
+                    Some(_) => Err(Error::stale(
+                        session,
+                        format!("the last message of session {session}"),
+                    )),
+                }
+            }
+            Guard::LastPartIs {
+                session,
+                message,
+                part: seen,
+            } => {
+                let last: Option<String> = crate::read::parts_of(session, message)
+                    .select_only()
+                    .column(part::Column::Id)
+                    .order_by_desc(part::Column::Id)
+                    .into_tuple()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("checking a last-part guard"))?;
+                if last.is_some() && last.as_deref() == seen.as_ref().map(|p| p.as_str()) {
+                    return Ok(());
+                }
+                let found = crate::read::message_row(session, message)
+                    .select_only()
+                    .column(message::Column::Id)
+                    .into_tuple::<String>()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("checking a last-part guard"))?;
+                match found {
+                    None => Err(message_not_found(message)),
+                    Some(_) if last.is_none() && seen.is_none() => Ok(()),
+                    Some(_) => Err(Error::stale(
+                        session,
+                        format!("the last part of message {message}"),
+                    )),
                 }
             }
             // Commits take the outbox lock first (`SqlRepo::commit`), so no other commit stores a part

@@ -458,12 +458,12 @@ impl SqlRepo {
 }
 
 /// Message `id` of `session`.
-fn message_row(session: &SessionId, id: &MessageId) -> Select<message::Entity> {
+pub(crate) fn message_row(session: &SessionId, id: &MessageId) -> Select<message::Entity> {
     message::Entity::find_by_id((session.as_str().to_owned(), id.as_str().to_owned()))
 }
 
 /// The parts of message `id` of `session`.
-fn parts_of(session: &SessionId, id: &MessageId) -> Select<part::Entity> {
+pub(crate) fn parts_of(session: &SessionId, id: &MessageId) -> Select<part::Entity> {
     part::Entity::find()
         .filter(part::Column::SessionId.eq(session.as_str()))
         .filter(part::Column::MessageId.eq(id.as_str()))

@@ -25,6 +25,17 @@ pub enum Error {
         /// What holds it, in words a user can act on.
         message: String,
     },
+    /// What a write was built on changed before it could commit: another request stored or deleted a
+    /// message or part where this one's id or parent was chosen (`Guard::LastMessageIs`,
+    /// `Guard::LastPartIs`). The services build such a write again on what is stored then, so a caller sees
+    /// this only from the port, or when that kept happening (as `Busy` then).
+    #[error("{message}")]
+    Stale {
+        /// The session written to.
+        session_id: SessionId,
+        /// What changed.
+        message: String,
+    },
     /// The operation's lease or intent record was taken from it (it stalled past its lease).
     #[error("lease lost: {0}")]
     LeaseLost(String),
@@ -79,6 +90,17 @@ impl Error {
                  try again"
             ),
         )
+    }
+
+    /// The `Stale` error for session `id`, where `what` (the session's last message, or a message's last
+    /// part) changed between a write's reads and its commit.
+    pub fn stale(id: &SessionId, what: impl std::fmt::Display) -> Self {
+        Error::Stale {
+            session_id: id.clone(),
+            message: format!(
+                "{what} changed while this request ran (another request wrote there first)"
+            ),
+        }
     }
 
     /// The `InvalidInput` error for a client's part id that a part of message `holder` of the session

@@ -177,6 +177,28 @@ pub enum Guard {
         /// The message.
         message: MessageId,
     },
+    /// The last message of session `session` (in id order) is still `message` (`None`: the session has
+    /// none): no message was stored or deleted since the caller read them. A new message's id sorts after
+    /// the last, and an assistant message's default parent is the last user message, so a message stored
+    /// meanwhile would leave this one out of order, or answering the wrong message. Fails with
+    /// `Error::Stale` otherwise, and with `NotFound` when the session is gone.
+    LastMessageIs {
+        /// The session.
+        session: SessionId,
+        /// Its last message as the caller read it.
+        message: Option<MessageId>,
+    },
+    /// The last part of message `message` of session `session` (in id order) is still `part` (`None`: it
+    /// has none), as `LastMessageIs` is for messages: a new part's id sorts after the message's last.
+    /// Fails with `Error::Stale` otherwise, and with `NotFound` when the message is gone.
+    LastPartIs {
+        /// The session.
+        session: SessionId,
+        /// The message.
+        message: MessageId,
+        /// Its last part as the caller read it.
+        part: Option<PartId>,
+    },
     /// No part of session `session` has id `part` (a client's own part id): no request stored a part with
     /// that id, before or since the caller's checks. Fails with `InvalidInput` (`Error::part_id_taken`,
     /// naming the first message in id order that has it) otherwise.
@@ -272,8 +294,9 @@ pub struct Transaction {
 ///
 /// # Contract
 /// - `commit` MUST apply all of a transaction's changes and append all of its events to the outbox, or none
-///   of them. It MUST fail with `Error::LeaseLost` when a guard does not hold, and with `Error::NotFound` when
-///   a change refers to a session or message that does not exist (nothing stored in either case).
+///   of them. It MUST fail with the error a guard names when it does not hold (`Error::LeaseLost` for the
+///   lease and intent guards), and with `Error::NotFound` when a change refers to a session or message
+///   that does not exist (nothing stored in either case).
 /// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`
 ///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist).
 ///   `message_head` MUST return the message as `message` does, with the greatest of its part ids, without

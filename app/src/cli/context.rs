@@ -152,6 +152,7 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
     use rewind_core::Error;
     match error {
         Error::Busy { message, .. } => anyhow!("{message}"),
+        Error::Stale { message, .. } => anyhow!("{message}; try again"),
         Error::NotFound(message)
             if message.starts_with("Message") || message.starts_with("Part") =>
         {

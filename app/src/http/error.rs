@@ -51,6 +51,14 @@ impl ApiError {
                     .map(|id| id.as_str().to_owned()),
                 message,
             },
+            // The services build a stale write again; one still stale after that is a busy session.
+            Error::Stale {
+                session_id,
+                message,
+            } => ApiError::Busy {
+                session_id: Some(session_id.as_str().to_owned()),
+                message: format!("{message}; try again"),
+            },
             Error::LeaseLost(what) => ApiError::Busy {
                 session_id: session.map(|id| id.as_str().to_owned()),
                 message: format!(

@@ -308,6 +308,35 @@ impl Rewind {
     }
 }
 
+/// How many times a write whose reads went stale is tried in all (`again_if_stale`).
+const FRESH_TRIES: usize = 16;
+
+/// Whether a write (its reads, checks and commit) that gave `result` is to be built again: when its commit
+/// found its reads stale (`Error::Stale`: another request stored a message or part first), it is done
+/// again as if it had come after the winner: its id follows the winner's, or it is refused as it would
+/// have been then. `None` means again; `tries` counts the stale attempts, and after `FRESH_TRIES` of them
+/// the session is reported busy. (A loop in each write rather than a helper taking an async closure: the
+/// futures of such closures are not known to be `Send`, which the server's handlers must be.)
+fn again_if_stale<T>(result: Result<T>, tries: &mut usize) -> Option<Result<T>> {
+    match result {
+        Err(Error::Stale {
+            session_id,
+            message,
+        }) => {
+            *tries += 1;
+            if *tries < FRESH_TRIES {
+                None
+            } else {
+                Some(Err(Error::busy(
+                    &session_id,
+                    format!("{message}, {FRESH_TRIES} times in a row; try again"),
+                )))
+            }
+        }
+        other => Some(other),
+    }
+}
+
 fn session_not_found(id: &SessionId) -> Error {
     Error::NotFound(format!("Session not found: {id}"))
 }

@@ -133,39 +133,68 @@ impl Rewind {
         let messages = self.repo.message_infos(session_id).await?;
         let ids_free: Vec<Guard> =
             part_id_guards(session_id, input.parts.iter().map(|p| p.id.as_ref())).collect();
-        let (info, parts) = self.new_message(session_id, &messages, input)?;
-        // Not reverted now (cleanup ran): a revert stored since the checks would hide this message.
-        let unreverted = Guard::RevertIs {
-            session: session_id.clone(),
-            point: None,
-        };
-        let mut guards = vec![not_operating, unreverted];
-        guards.extend(ids_free);
-        // The user message an assistant message answers: a revert and its cleanup since the checks may have
-        // deleted it, leaving the revert point as it was.
-        if let Some(parent) = &info.parent_id {
-            guards.push(Guard::MessageExists {
+        let given = (input.id.clone(), input.parent_id.clone());
+        let (mut info, mut parts) = self.new_message(session_id, &messages, input)?;
+        let mut last = messages.last().map(|m| m.id.clone());
+        let mut tries = 0;
+        loop {
+            if tries > 0 {
+                // A message stored since: this one follows it (its parts' ids do not depend on it).
+                let messages = self.repo.message_infos(session_id).await?;
+                last = messages.last().map(|m| m.id.clone());
+                info = self.message_info(
+                    session_id,
+                    &messages,
+                    info.role,
+                    given.clone(),
+                    std::mem::take(&mut info.extra),
+                )?;
+                for part in &mut parts {
+                    part.message_id = info.id.clone();
+                }
+            }
+            // Not reverted now (cleanup ran): a revert stored since the checks would hide this message.
+            let unreverted = Guard::RevertIs {
                 session: session_id.clone(),
-                message: parent.clone(),
+                point: None,
+            };
+            let mut guards = vec![not_operating.clone(), unreverted];
+            guards.extend(ids_free.iter().cloned());
+            // The user message an assistant message answers: a revert and its cleanup since the checks may
+            // have deleted it, leaving the revert point as it was.
+            if let Some(parent) = &info.parent_id {
+                guards.push(Guard::MessageExists {
+                    session: session_id.clone(),
+                    message: parent.clone(),
+                });
+            }
+            // Last: a refusal above is the answer, whatever else was stored meanwhile.
+            guards.push(Guard::LastMessageIs {
+                session: session_id.clone(),
+                message: last.clone(),
             });
+            let mut transaction = Transaction {
+                guards,
+                ..Transaction::default()
+            };
+            transaction
+                .changes
+                .push(Change::PutMessage(Box::new(info.clone())));
+            transaction
+                .events
+                .push(self.event(EventPayload::MessageUpdated {
+                    session_id: session_id.clone(),
+                    info: Box::new(info.clone()),
+                }));
+            for part in &parts {
+                self.push_part(&mut transaction, part.clone());
+            }
+            if let Some(done) =
+                super::again_if_stale(self.repo.commit(transaction).await, &mut tries)
+            {
+                break done?;
+            }
         }
-        let mut transaction = Transaction {
-            guards,
-            ..Transaction::default()
-        };
-        transaction
-            .changes
-            .push(Change::PutMessage(Box::new(info.clone())));
-        transaction
-            .events
-            .push(self.event(EventPayload::MessageUpdated {
-                session_id: session_id.clone(),
-                info: Box::new(info.clone()),
-            }));
-        for part in &parts {
-            self.push_part(&mut transaction, part.clone());
-        }
-        self.repo.commit(transaction).await?;
         self.touch_step(&session).await;
         Ok(MessageWithParts { info, parts })
     }
@@ -190,31 +219,50 @@ impl Rewind {
                 "a message's {key} is rewind's to set; it cannot be given among the message's other fields"
             )));
         }
+        let info = self.message_info(
+            session_id,
+            messages,
+            input.role,
+            (input.id, input.parent_id),
+            input.extra,
+        )?;
+        let parts = self.build_parts(&info, None, input.parts)?;
+        Ok((info, parts))
+    }
+
+    /// The message following `messages` (the session's) with role `role`, the client's id and parent
+    /// (`given`), when given, and `extra`: its id's order and its parent are checked here.
+    fn message_info(
+        &self,
+        session_id: &SessionId,
+        messages: &[Message],
+        role: Role,
+        (id, parent): (Option<MessageId>, Option<MessageId>),
+        extra: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Message> {
         let last = messages.last().map(|m| m.id.clone());
-        let id = match input.id {
+        let id = match id {
             Some(id) => {
                 ensure_sorts_after(&id, last.as_ref())?;
                 id
             }
             None => self.ids.ascending(self.now(), last.as_ref()),
         };
-        let parent_id = match input.role {
+        let parent_id = match role {
             Role::User => None,
-            Role::Assistant => Some(assistant_parent(messages, input.parent_id)?),
+            Role::Assistant => Some(assistant_parent(messages, parent)?),
         };
-        let info = Message {
+        Ok(Message {
             id,
             session_id: session_id.clone(),
-            role: input.role,
+            role,
             time: MessageTime {
                 created: self.now(),
                 completed: None,
             },
             parent_id,
-            extra: input.extra,
-        };
-        let parts = self.build_parts(&info, None, input.parts)?;
-        Ok((info, parts))
+            extra,
+        })
     }
 
     /// Appends a part (text, tool, or any type rewind does not know) to a message. Step parts come only
@@ -244,23 +292,50 @@ impl Rewind {
         }
         // A part id another message has is refused by this guard, in the commit.
         let id_free = part_id_guards(session_id, std::iter::once(input.id.as_ref())).next();
-        let mut parts = self.build_parts(&message.info, message.last_part, vec![input])?;
-        let part = parts
+        let given = input.id.is_some();
+        let mut last = message.last_part;
+        let mut parts = self.build_parts(&message.info, last.clone(), vec![input])?;
+        let mut part = parts
             .pop()
             .ok_or_else(|| Error::InvalidInput("no part given".to_owned()))?;
         let as_checked = Guard::RevertIs {
             session: session_id.clone(),
             point: session.revert.as_ref().map(|r| r.point()),
         };
-        let mut transaction = Transaction {
-            guards: [not_operating, as_checked]
-                .into_iter()
-                .chain(id_free)
-                .collect(),
-            ..Transaction::default()
-        };
-        self.push_part(&mut transaction, part.clone());
-        self.repo.commit(transaction).await?;
+        let mut tries = 0;
+        loop {
+            if tries > 0 {
+                // A part stored since: this one follows it, or is refused as it would have been then.
+                last = self
+                    .load_message_head(session_id, message_id)
+                    .await?
+                    .last_part;
+                if given {
+                    ensure_sorts_after(&part.id, last.as_ref())?;
+                } else {
+                    part.id = self.ids.ascending(self.now(), last.as_ref());
+                }
+            }
+            let last_is = Guard::LastPartIs {
+                session: session_id.clone(),
+                message: message_id.clone(),
+                part: last.clone(),
+            };
+            let mut transaction = Transaction {
+                guards: [not_operating.clone(), as_checked.clone()]
+                    .into_iter()
+                    .chain(id_free.clone())
+                    .chain([last_is])
+                    .collect(),
+                ..Transaction::default()
+            };
+            self.push_part(&mut transaction, part.clone());
+            if let Some(done) =
+                super::again_if_stale(self.repo.commit(transaction).await, &mut tries)
+            {
+                break done?;
+            }
+        }
         self.touch_step(&session).await;
         Ok(part)
     }
@@ -428,6 +503,8 @@ impl Rewind {
     /// Tracks and stores the step-start of `message`, with `new` messages (not stored yet) stored first in
     /// the same transaction. The worktree's lease is held meanwhile: the step-start is stored before it is
     /// given up, so no operation on the worktree sees the worktree tracked for a step that is not open.
+    /// The new ids follow what was read under the session's lease, which no other message or part is
+    /// stored under (`refuse_while_operating`, `Guard::LeaseNotTaken`): they need no order guard.
     async fn store_step_start(
         &self,
         session: &Session,

@@ -387,6 +387,41 @@ impl State {
                     Err(Error::revert_changed(session))
                 }
             }
+            Guard::LastMessageIs { session, message } => {
+                let stored = self
+                    .rows
+                    .sessions
+                    .get(session)
+                    .ok_or_else(|| session_not_found(session))?;
+                if stored.messages.keys().next_back() == message.as_ref() {
+                    Ok(())
+                } else {
+                    Err(Error::stale(
+                        session,
+                        format!("the last message of session {session}"),
+                    ))
+                }
+            }
+            Guard::LastPartIs {
+                session,
+                message,
+                part,
+            } => {
+                let stored = self
+                    .rows
+                    .sessions
+                    .get(session)
+                    .and_then(|s| s.messages.get(message))
+                    .ok_or_else(|| message_not_found(message))?;
+                if stored.parts.keys().next_back() == part.as_ref() {
+                    Ok(())
+                } else {
+                    Err(Error::stale(
+                        session,
+                        format!("the last part of message {message}"),
+                    ))
+                }
+            }
             Guard::PartIdFree { session, part } => {
                 let holder = self.rows.sessions.get(session).and_then(|s| {
                     s.messages

@@ -1712,3 +1712,247 @@ fn a_file_left_out_turn_after_turn_is_named_once() {
         );
     })
 }
+
+/// Runs `first` until it reaches its commit (paused there, as a slow request would be), then `meanwhile`
+/// to its end, then lets `first` commit: two racing requests that `meanwhile` wins.
+async fn overtaken<A, B>(
+    w: &World,
+    first: impl std::future::Future<Output = A>,
+    meanwhile: impl AsyncFnOnce() -> B,
+) -> (A, B) {
+    let (reached, resume) = w.repo.pause_next_commit();
+    let second = async {
+        reached.await.expect("the first request reaches its commit");
+        let won = meanwhile().await;
+        resume.send(()).expect("resume the first request");
+        won
+    };
+    futures::future::join(first, second).await
+}
+
+/// Ids for a client that numbers its messages and parts itself: each sorts after the one before.
+fn client_ids<T: rewind_core::id::Id>(after: &T, count: usize) -> Vec<T> {
+    let ids = rewind_core::id::IdGenerator::new();
+    let mut made: Vec<T> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = ids.ascending(0, Some(made.last().unwrap_or(after)));
+        made.push(id);
+    }
+    made
+}
+
+/// SPEC 5 (client ids sort after the session's): two messages sent together, the later id committed
+/// first, end as one after the other would: the earlier id, checked before the later one was stored and
+/// committed after it, is refused (400) as it would have been had it come second, and nothing of it is
+/// stored. Sent the other way round, both are stored, in id order.
+#[test]
+fn racing_messages_with_client_ids_are_stored_as_one_after_the_other_would_be() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let first = w.prompt(&s.id, "first").await;
+        let [early, late, later] =
+            <[rewind_core::model::MessageId; 3]>::try_from(client_ids(&first, 3))
+                .expect("three ids");
+        let with_id = |id: &rewind_core::model::MessageId, text: &str| {
+            let mut message = NewMessage::user_text(text);
+            message.id = Some(id.clone());
+            message
+        };
+        let (lost, won) = overtaken(
+            &w,
+            w.rewind
+                .create_message(&s.id, with_id(&early, "sent first")),
+            async || {
+                w.rewind
+                    .create_message(&s.id, with_id(&late, "sent second"))
+                    .await
+            },
+        )
+        .await;
+        won.expect("the later id, committed first, is stored");
+        assert!(
+            matches!(&lost, Err(Error::InvalidInput(m)) if m.contains(early.as_str())),
+            "{lost:?}"
+        );
+        let stored: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
+        assert_eq!(
+            stored.last(),
+            Some(&late),
+            "the refused message stored nothing"
+        );
+        assert!(!stored.contains(&early));
+
+        // The other way round: the earlier id, committed first, leaves the later one in order after it.
+        let more = client_ids(&later, 2);
+        let (second, first) = overtaken(
+            &w,
+            w.rewind
+                .create_message(&s.id, with_id(&more[1], "sent first")),
+            async || {
+                w.rewind
+                    .create_message(&s.id, with_id(&more[0], "sent second"))
+                    .await
+            },
+        )
+        .await;
+        first.expect("the earlier id");
+        second.expect("the later id, checked again after the earlier one was stored");
+        let stored: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
+        assert_eq!(stored[stored.len() - 2..], more[..]);
+    })
+}
+
+/// A message whose id rewind makes, overtaken by another message, follows it: its id is made again
+/// after the winner's, and an assistant message without `parentID` answers the user message that was
+/// stored meanwhile, as it would had it come second (its parent is the last user message before it).
+#[test]
+fn an_overtaken_message_follows_the_message_stored_before_it() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("first question"))
+            .await
+            .expect("user message");
+        let (answer, question) = overtaken(
+            &w,
+            w.rewind.create_message(&s.id, NewMessage::assistant()),
+            async || {
+                w.rewind
+                    .create_message(&s.id, NewMessage::user_text("second question"))
+                    .await
+            },
+        )
+        .await;
+        let question = question.expect("the user message");
+        let answer = answer.expect("the assistant message");
+        assert!(answer.info.id > question.info.id, "the answer's id follows");
+        assert_eq!(answer.info.parent_id.as_ref(), Some(&question.info.id));
+        let stored = w.messages(&s.id).await;
+        let last = stored.last().expect("messages");
+        assert_eq!(last.info.id, answer.info.id);
+        assert_eq!(last.info.parent_id.as_ref(), Some(&question.info.id));
+        assert!(last.parts.iter().all(|p| p.message_id == answer.info.id));
+    })
+}
+
+/// Parts race as messages do: an overtaken part with an id rewind makes follows the part stored
+/// meanwhile; one with the client's id that no longer sorts after the message's last part is refused
+/// (400) and stores nothing.
+#[test]
+fn racing_parts_of_a_message_are_stored_as_one_after_the_other_would_be() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let message = w.prompt(&s.id, "a question").await;
+        let append = |id: Option<rewind_core::model::PartId>, text: &str| {
+            w.rewind.append_part(
+                &s.id,
+                &message,
+                NewPart {
+                    id,
+                    body: PartBody::text(text),
+                },
+            )
+        };
+        let (overtaken_part, winner) = overtaken(&w, append(None, "slow"), async || {
+            append(None, "fast").await
+        })
+        .await;
+        let (overtaken_part, winner) = (
+            overtaken_part.expect("slow part"),
+            winner.expect("fast part"),
+        );
+        assert!(
+            overtaken_part.id > winner.id,
+            "the overtaken part's id follows"
+        );
+        let ids = |parts: Vec<rewind_core::model::MessageWithParts>| -> Vec<_> {
+            parts
+                .into_iter()
+                .find(|m| m.info.id == message)
+                .map(|m| m.parts.into_iter().map(|p| p.id).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            ids(w.messages(&s.id).await)[..],
+            [winner.id.clone(), overtaken_part.id.clone()]
+        );
+
+        let given = client_ids(&overtaken_part.id, 2);
+        let (lost, won) = overtaken(
+            &w,
+            append(Some(given[0].clone()), "sent first"),
+            async || append(Some(given[1].clone()), "sent second").await,
+        )
+        .await;
+        won.expect("the later id, committed first");
+        assert!(
+            matches!(&lost, Err(Error::InvalidInput(m)) if m.contains(given[0].as_str())),
+            "{lost:?}"
+        );
+        assert_eq!(
+            ids(w.messages(&s.id).await)[..],
+            [winner.id, overtaken_part.id, given[1].clone()],
+            "the refused part stored nothing"
+        );
+    })
+}
+
+/// A part appended to a step's message (an agent's tool part, sent as the step ends) whose commit is
+/// overtaken by the step's end follows the step-finish and patch: its id is made again after theirs.
+#[test]
+fn a_part_overtaken_by_its_step_s_end_follows_the_step_s_parts() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let message = w.prompt(&s.id, "edit").await;
+        w.rewind
+            .begin_step(&s.id, &message)
+            .await
+            .expect("begin step");
+        w.write("a.txt", "written by the step");
+        let (tool, finished) = overtaken(
+            &w,
+            w.rewind.append_part(
+                &s.id,
+                &message,
+                NewPart {
+                    id: None,
+                    body: PartBody::text("sent as the step ended"),
+                },
+            ),
+            async || {
+                w.rewind
+                    .finish_step(&s.id, &message, rewind_core::service::StepEnd::default())
+                    .await
+            },
+        )
+        .await;
+        let finished = finished.expect("the step ends");
+        let tool = tool.expect("the part");
+        assert!(
+            finished.iter().all(|p| p.id < tool.id),
+            "{tool:?} after {finished:?}"
+        );
+        assert_eq!(patch_files(&finished), [w.abs("a.txt")]);
+        let stored = w.messages(&s.id).await;
+        let kinds: Vec<&str> = stored
+            .iter()
+            .find(|m| m.info.id == message)
+            .map(|m| m.parts.iter().map(|p| p.body.kind()).collect())
+            .unwrap_or_default();
+        assert_eq!(kinds, ["step-start", "step-finish", "patch", "text"]);
+    })
+}

@@ -63,6 +63,8 @@ macro_rules! repo_contract_tests {
             messages_from_an_id_on_are_those_of_the_session_from_there
             part_id_free_guard_names_the_message_that_has_the_part
             part_id_free_guard_refuses_an_id_a_part_of_the_session_has
+            last_message_guard_fails_stale_once_a_message_is_stored_or_deleted
+            last_part_guard_fails_stale_once_a_part_of_its_message_is_stored_or_deleted
             hidden_range_delete_without_part
             hidden_range_delete_with_part
             lease_cannot_be_taken_twice
@@ -540,6 +542,172 @@ pub async fn part_id_free_guard_names_the_message_that_has_the_part(repo: &dyn M
         names(found(a1.id.clone(), session.id.clone()).await, &m1),
         "the first message in id order"
     );
+}
+
+/// What a commit of `guard` alone says: `Ok` when it holds, else its error.
+async fn guard_alone(repo: &dyn MessageRepo, guard: Guard) -> Result<(), Error> {
+    repo.commit(Transaction {
+        guards: vec![guard],
+        changes: Vec::new(),
+        events: Vec::new(),
+    })
+    .await
+}
+
+/// `Guard::LastMessageIs` holds while the session's last message in id order is the one named (none for a
+/// session without messages), and fails with `Error::Stale` naming the session once a message is stored
+/// after it or it is deleted; a message of another session does not count. A gone session is `NotFound`,
+/// and the failed commit stores nothing.
+pub async fn last_message_guard_fails_stale_once_a_message_is_stored_or_deleted(
+    repo: &dyn MessageRepo,
+) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/last-message");
+    let other = new_session(&ids, "/work/last-message-other");
+    commit(repo, vec![put_session(&session), put_session(&other)]).await;
+    let last_is = |message: Option<&Message>| Guard::LastMessageIs {
+        session: session.id.clone(),
+        message: message.map(|m| m.id.clone()),
+    };
+    let is_stale = |result: Result<(), Error>| matches!(&result, Err(Error::Stale { session_id, .. }) if session_id == &session.id);
+    guard_alone(repo, last_is(None))
+        .await
+        .expect("no message yet: holds for none");
+    let m1 = new_message(&ids, &session, Role::User);
+    let m2 = new_message(&ids, &session, Role::Assistant);
+    commit(repo, vec![put_message(&m1)]).await;
+    assert!(
+        is_stale(guard_alone(repo, last_is(None)).await),
+        "a message stored since"
+    );
+    guard_alone(repo, last_is(Some(&m1)))
+        .await
+        .expect("the last message");
+    commit(repo, vec![put_message(&m2)]).await;
+    assert!(
+        is_stale(guard_alone(repo, last_is(Some(&m1))).await),
+        "not the last any more"
+    );
+    let elsewhere = new_message(&ids, &other, Role::User);
+    commit(repo, vec![put_message(&elsewhere)]).await;
+    guard_alone(repo, last_is(Some(&m2)))
+        .await
+        .expect("another session's message does not count");
+    commit(
+        repo,
+        vec![Change::DeleteHiddenRange {
+            session: session.id.clone(),
+            message: m2.id.clone(),
+            part: None,
+        }],
+    )
+    .await;
+    assert!(
+        is_stale(guard_alone(repo, last_is(Some(&m2))).await),
+        "the last message deleted"
+    );
+    let m3 = new_message(&ids, &session, Role::User);
+    let refused = repo
+        .commit(Transaction {
+            guards: vec![last_is(Some(&m2))],
+            changes: vec![put_message(&m3)],
+            events: Vec::new(),
+        })
+        .await;
+    assert!(is_stale(refused), "a message after the deleted one");
+    assert_eq!(
+        messages(repo, &session.id)
+            .await
+            .iter()
+            .map(|m| m.info.id.clone())
+            .collect::<Vec<_>>(),
+        vec![m1.id.clone()],
+        "the refused commit stored nothing"
+    );
+    commit(repo, vec![Change::DeleteSession(session.id.clone())]).await;
+    for seen in [None, Some(&m1)] {
+        assert!(
+            matches!(
+                guard_alone(repo, last_is(seen)).await,
+                Err(Error::NotFound(_))
+            ),
+            "a deleted session is not found"
+        );
+    }
+}
+
+/// `Guard::LastPartIs` is `LastMessageIs` for the parts of one message: it holds while the message's last
+/// part is the one named (none for a message without parts), fails with `Error::Stale` once a part is
+/// stored after it or it is deleted (a part of another message does not count), and is `NotFound` for a
+/// message that is gone.
+pub async fn last_part_guard_fails_stale_once_a_part_of_its_message_is_stored_or_deleted(
+    repo: &dyn MessageRepo,
+) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/last-part");
+    let m1 = new_message(&ids, &session, Role::User);
+    let m2 = new_message(&ids, &session, Role::Assistant);
+    commit(
+        repo,
+        vec![put_session(&session), put_message(&m1), put_message(&m2)],
+    )
+    .await;
+    let last_is = |message: &Message, part: Option<&Part>| Guard::LastPartIs {
+        session: session.id.clone(),
+        message: message.id.clone(),
+        part: part.map(|p| p.id.clone()),
+    };
+    let is_stale = |result: Result<(), Error>| matches!(&result, Err(Error::Stale { session_id, .. }) if session_id == &session.id);
+    guard_alone(repo, last_is(&m2, None))
+        .await
+        .expect("no part yet: holds for none");
+    let a = text(&ids, &m2, "a");
+    let b = text(&ids, &m2, "b");
+    commit(repo, vec![put_part(&a)]).await;
+    assert!(is_stale(guard_alone(repo, last_is(&m2, None)).await));
+    guard_alone(repo, last_is(&m2, Some(&a)))
+        .await
+        .expect("the last part");
+    commit(repo, vec![put_part(&text(&ids, &m1, "another message's"))]).await;
+    guard_alone(repo, last_is(&m2, Some(&a)))
+        .await
+        .expect("another message's part does not count");
+    commit(repo, vec![put_part(&b)]).await;
+    assert!(is_stale(guard_alone(repo, last_is(&m2, Some(&a))).await));
+    commit(
+        repo,
+        vec![Change::DeleteHiddenRange {
+            session: session.id.clone(),
+            message: m2.id.clone(),
+            part: Some(b.id.clone()),
+        }],
+    )
+    .await;
+    assert!(
+        is_stale(guard_alone(repo, last_is(&m2, Some(&b))).await),
+        "the last part deleted"
+    );
+    guard_alone(repo, last_is(&m2, Some(&a)))
+        .await
+        .expect("the last part again");
+    commit(
+        repo,
+        vec![Change::DeleteHiddenRange {
+            session: session.id.clone(),
+            message: m2.id.clone(),
+            part: None,
+        }],
+    )
+    .await;
+    for seen in [None, Some(&a)] {
+        assert!(
+            matches!(
+                guard_alone(repo, last_is(&m2, seen)).await,
+                Err(Error::NotFound(_))
+            ),
+            "a deleted message is not found"
+        );
+    }
 }
 
 /// `Guard::PartIdFree` passes while no part of the session has the id (another session's may), and fails
