@@ -95,6 +95,8 @@ struct TrackedNow<'a> {
     previous: RefCell<Option<HashSet<String>>>,
     size_cap: u64,
     data_dir: Option<PathBuf>,
+    /// rewind's own files inside the worktree (`GitStoreConfig::own_files`), worktree-relative.
+    own_files: HashSet<String>,
     overrides: HashMap<String, bool>,
     /// The `.gitignore` text of each directory looked at, read once per operation.
     rules: RefCell<HashMap<String, Option<String>>>,
@@ -121,6 +123,7 @@ impl<'a> TrackedNow<'a> {
             previous: RefCell::new(None),
             size_cap: config.size_cap,
             data_dir: fs::canonicalize(&config.data_dir).ok(),
+            own_files: own_files_in(store, config),
             overrides: HashMap::new(),
             rules: Default::default(),
             dir_rules: Default::default(),
@@ -217,9 +220,11 @@ impl<'a> TrackedNow<'a> {
         }
     }
 
-    /// A `.git` or temporary path, or one inside the data dir: never tracked content, whatever stands there.
+    /// A `.git` or temporary path, one inside the data dir, or one of rewind's own files: never tracked
+    /// content, whatever stands there.
     fn never_tracked(&self, path: &str) -> bool {
-        path.split('/').any(|c| c == ".git" || is_temp_name(c))
+        self.own_files.contains(path)
+            || path.split('/').any(|c| c == ".git" || is_temp_name(c))
             || path
                 .match_indices('/')
                 .any(|(i, _)| self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i])))
@@ -1178,6 +1183,14 @@ pub fn restore(
     };
     changed_since.retain(|path| in_scope(path, &scope));
     changes.retain(|(path, _, _)| !changed_since.contains(path));
+    // An old snapshot may hold rewind's own database: it is never written back.
+    let own = own_files_in(store, config);
+    let own_kept: Vec<String> = changes
+        .iter()
+        .filter(|(p, _, _)| own.contains(p) && in_scope(p, &scope))
+        .map(|(p, _, _)| p.clone())
+        .collect();
+    changes.retain(|(path, _, _)| !own.contains(path));
     let deletions: Vec<String> = changes
         .iter()
         .filter(|(p, now, then)| in_scope(p, &scope) && now.is_some() && then.is_none())
@@ -1237,6 +1250,9 @@ pub fn restore(
     for path in &untracked_then {
         applier.keep(path, UNTRACKED_THEN)?;
     }
+    for path in &own_kept {
+        applier.keep(path, OWN_FILE)?;
+    }
     for path in deletions.iter().rev() {
         applier.delete(path)?;
     }
@@ -1270,6 +1286,20 @@ pub fn restore(
         deleted: Applier::outcome_paths(&deleted)?,
         kept: Applier::outcome_kept(applier.kept),
     })
+}
+
+/// Why a restore or revert leaves one of rewind's own files (`GitStoreConfig::own_files`).
+const OWN_FILE: &str = "it is rewind's own file (its database), never tracked content";
+
+/// rewind's own files that lie in the worktree of `store`, worktree-relative.
+fn own_files_in(store: &Store, config: &GitStoreConfig) -> HashSet<String> {
+    crate::config::canonical_own_files(&config.own_files)
+        .into_iter()
+        .filter_map(|file| {
+            let rel = file.strip_prefix(&store.worktree).ok()?;
+            rel.to_str().map(str::to_owned)
+        })
+        .collect()
 }
 
 /// Why a restore leaves a file that its snapshot does not hold.
@@ -1534,6 +1564,9 @@ fn plan_inner<'a>(
                         .to_owned(),
                 ),
             )
+        } else if current.own_files.contains(name) {
+            // Absent, or not a file: still never written (an old snapshot may hold rewind's own database).
+            (FileActionKind::Keep, Some(OWN_FILE.to_owned()))
         } else if let Some(entry) = tree.borrow_mut().get(name)? {
             entries.insert(name.to_owned(), entry);
             (FileActionKind::Write, None)

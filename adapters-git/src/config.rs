@@ -34,6 +34,11 @@ pub struct GitStoreConfig {
     /// The identity of the database the snapshots belong to (its URL or file), so two databases never
     /// share a store and gc never weighs one database's references against another's.
     pub database_identity: String,
+    /// rewind's own files outside its data directory, which may lie in a worktree: a SQLite database
+    /// given elsewhere, with its journal, WAL and shared-memory files. Snapshots leave them out, as they
+    /// do ignored files and the data directory, and no restore or revert writes or deletes them (a revert
+    /// would otherwise write an old copy of the database over the live one). Default: none.
+    pub own_files: Vec<PathBuf>,
     /// Untracked files larger than this are skipped (default 2 MiB).
     pub size_cap: u64,
     /// A worktree with more files than this is refused (default 500,000).
@@ -53,6 +58,7 @@ impl fmt::Debug for GitStoreConfig {
         f.debug_struct("GitStoreConfig")
             .field("data_dir", &self.data_dir)
             .field("database_identity", &self.database_identity)
+            .field("own_files", &self.own_files)
             .field("size_cap", &self.size_cap)
             .field("file_cap", &self.file_cap)
             .field("excludes_file", &self.excludes_file)
@@ -69,6 +75,7 @@ impl GitStoreConfig {
         GitStoreConfig {
             data_dir: data_dir.into(),
             database_identity: database_identity.into(),
+            own_files: Vec::new(),
             size_cap: 2 * 1024 * 1024,
             file_cap: 500_000,
             excludes_file: ExcludesFile::FromGitConfig,
@@ -77,4 +84,17 @@ impl GitStoreConfig {
             change_hook: None,
         }
     }
+}
+
+/// The files of `own` as they are found in a walk: each with its directory's symlinks resolved (the walk
+/// goes through real directories). One whose directory does not exist cannot be in a worktree, and is
+/// left out.
+pub(crate) fn canonical_own_files(own: &[PathBuf]) -> Vec<PathBuf> {
+    own.iter()
+        .filter_map(|file| {
+            let name = file.file_name()?;
+            let dir = std::fs::canonicalize(file.parent()?).ok()?;
+            Some(dir.join(name))
+        })
+        .collect()
 }

@@ -178,9 +178,9 @@ impl Ignores {
 
     /// A hash of every rule in force for the entries of the worktree's root directory: the rules from
     /// outside the tree (in order, with their bases), the worktree's place in its repository, and the root
-    /// `.gitignore`; plus the data dir, which the walk leaves out like an ignored directory. The untracked
-    /// cache reuses which names were ignored only under the same hash.
-    pub fn root_rules_hash(&self, data_dir: Option<&Path>) -> [u8; 20] {
+    /// `.gitignore`; plus the data dir and rewind's own files, which the walk leaves out as it does ignored
+    /// entries. The untracked cache reuses which names were ignored only under the same hash.
+    pub fn root_rules_hash(&self, data_dir: Option<&Path>, own_files: &[PathBuf]) -> [u8; 20] {
         let mut hasher = sha1_smol::Sha1::new();
         hasher.update(b"rewind untracked cache 1\0");
         hasher.update(self.prefix.as_bytes());
@@ -193,6 +193,9 @@ impl Ignores {
             &mut hasher,
             data_dir.map(|d| d.as_os_str().to_string_lossy()).as_deref(),
         );
+        for file in own_files {
+            hash_text(&mut hasher, Some(&file.as_os_str().to_string_lossy()));
+        }
         hash_text(&mut hasher, self.root_rules.as_deref());
         hasher.digest().bytes()
     }

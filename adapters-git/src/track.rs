@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -60,6 +60,8 @@ struct Walk<'a> {
     check_attributes: bool,
     attributes_mention_filters: bool,
     data_dir: Option<&'a Path>,
+    /// rewind's own files (`GitStoreConfig::own_files`, canonical), left out as ignored files are.
+    own_files: &'a [PathBuf],
     file_cap: usize,
     ignores: Ignores,
     /// The untracked cache of the previous track: its listings, taken out as directories are walked.
@@ -242,7 +244,12 @@ impl Walk<'_> {
                             .is_some_and(|d| d == abs_dir.join(&entry.name))
                             || self.ignores.is_ignored(&rel, true)
                     }
-                    _ => self.ignores.is_ignored(&rel, false),
+                    _ => {
+                        self.own_files
+                            .iter()
+                            .any(|f| f.parent() == Some(abs_dir) && f.ends_with(&entry.name))
+                            || self.ignores.is_ignored(&rel, false)
+                    }
                 };
             }
         }
@@ -320,6 +327,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
     let data_dir = fs::canonicalize(&config.data_dir).ok();
+    let own_files = crate::config::canonical_own_files(&config.own_files);
     let (mut cache, pending) = StatCache::load_deferred(&store.stat_cache_path());
     let cached_files = pending
         .as_ref()
@@ -330,6 +338,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         check_attributes: may_seed,
         attributes_mention_filters: false,
         data_dir: data_dir.as_deref(),
+        own_files: &own_files,
         file_cap: config.file_cap,
         ignores: ignores.clone(),
         old: StatCache {
@@ -350,7 +359,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // The cache's entries, read from its file, are parsed by the first thread that needs them, while
     // this one walks.
     let prestat = Prestat::new(if may_seed { 0 } else { cached_files });
-    let rules = ignores.root_rules_hash(data_dir.as_deref());
+    let rules = ignores.root_rules_hash(data_dir.as_deref(), &own_files);
     let parsed = OnceLock::new();
     if pending.is_none() {
         let _ = parsed.set(Some(std::mem::take(&mut cache.entries)));

@@ -300,15 +300,9 @@ fn sqlite_url_from(base: &Path, url: &str) -> Result<String> {
 /// decoded, as SQLite's driver reads it) does not exist and the URL does not ask SQLite to create it (no
 /// `mode=rwc`, which the default database URL has).
 pub fn missing_sqlite_file(url: &str) -> Option<String> {
-    let rest = url.strip_prefix("sqlite:")?;
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let (path, query) = match rest.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (rest, None),
-    };
+    let (path, query) = sqlite_path(url)?;
     let creates = query.is_some_and(|query| query.split('&').any(|pair| pair == "mode=rwc"));
-    let path = crate::http::security::percent_decode(path)?;
-    if path.is_empty() || path.starts_with(":memory:") || creates || Path::new(&path).exists() {
+    if creates || path.exists() {
         return None;
     }
     let add = if query.is_some() {
@@ -317,8 +311,40 @@ pub fn missing_sqlite_file(url: &str) -> Option<String> {
         "?mode=rwc"
     };
     Some(format!(
-        "{path} does not exist, and the URL does not ask for it to be created: add {add} to create it"
+        "{} does not exist, and the URL does not ask for it to be created: add {add} to create it",
+        path.display()
     ))
+}
+
+/// The files of the SQLite database of `url` (none for another database or an in-memory one): the
+/// database, its rollback journal, its WAL and its shared-memory file. Inside a worktree, snapshots must
+/// leave them out (`GitStoreConfig::own_files`).
+pub fn sqlite_files(url: &str) -> Vec<PathBuf> {
+    let Some((path, _)) = sqlite_path(url) else {
+        return Vec::new();
+    };
+    let mut files = vec![path.clone()];
+    for suffix in ["-journal", "-wal", "-shm"] {
+        let mut name = path.clone().into_os_string();
+        name.push(suffix);
+        files.push(PathBuf::from(name));
+    }
+    files
+}
+
+/// The file path (percent-decoded) and the query of a `sqlite:` URL naming a file.
+fn sqlite_path(url: &str) -> Option<(PathBuf, Option<&str>)> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    let path = crate::http::security::percent_decode(path)?;
+    if path.is_empty() || path.starts_with(":memory:") {
+        return None;
+    }
+    Some((PathBuf::from(path), query))
 }
 
 fn absolute(cwd: &Path, path: &Path) -> PathBuf {
@@ -508,6 +534,29 @@ mod tests {
         assert_eq!(settings.data_dir, worktree.path().join("flag-d"));
         assert_eq!(settings.project_roots, vec![worktree.path().join("flag-r")]);
         Ok(())
+    }
+
+    /// The files of a SQLite database URL, which snapshots leave out: the database and its three sidecar
+    /// files, percent-decoded; none for an in-memory database or another kind.
+    #[test]
+    fn a_sqlite_url_s_files_are_the_database_and_its_journal_wal_and_shm() {
+        assert_eq!(
+            sqlite_files("sqlite:///p/my%20data/rewind.db?mode=rwc"),
+            [
+                "/p/my data/rewind.db",
+                "/p/my data/rewind.db-journal",
+                "/p/my data/rewind.db-wal",
+                "/p/my data/rewind.db-shm",
+            ]
+            .map(PathBuf::from)
+        );
+        for other in [
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "postgres://u:p@h/db",
+        ] {
+            assert_eq!(sqlite_files(other), Vec::<PathBuf>::new(), "{other}");
+        }
     }
 
     /// A SQLite file named by a relative path follows the same rule (SQLite itself would take it from the

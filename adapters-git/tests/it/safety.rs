@@ -1711,3 +1711,101 @@ async fn a_stopped_holder_of_the_store_is_named_instead_of_waited_for() {
     let _ = sleeper.kill();
     let _ = sleeper.wait();
 }
+
+/// rewind's own files inside a worktree (a SQLite database given in the project directory, with its
+/// journal, WAL and shared-memory files: `GitStoreConfig::own_files`) are left out of its snapshots, as
+/// git leaves out the files its excludes name (the oracle), and no restore or revert writes or deletes
+/// them, also when the snapshot holds them (taken by a store configured without them, as stores were
+/// before this rule). Black-box: with `--database-url sqlite://rewind.db`, each undo wrote an old copy of
+/// the WAL over the live one, and the session lost its history.
+#[tokio::test]
+async fn rewind_s_own_files_in_a_worktree_are_never_snapshotted_nor_written() {
+    let own = ["rewind.db", "rewind.db-wal", "sub/other.db"];
+    let h = GitHarness::with_config(|config, base| {
+        config.own_files = own.iter().map(|f| base.join("wt").join(f)).collect();
+        // One whose directory does not exist is no file of the worktree.
+        config.own_files.push(base.join("missing/dir/rewind.db"));
+    });
+    let mut plain_config = rewind_git::GitStoreConfig::new(h.data_dir(), crate::harness::DATABASE);
+    plain_config.excludes_file = ExcludesFile::None;
+    let plain = rewind_git::GitSnapshotStore::new(plain_config);
+    h.write("a.txt", b"a1\n");
+    h.write("sub/b.txt", b"b1\n");
+    for file in own {
+        h.write(file, b"old database pages\n");
+    }
+    let holding = rewind_core::SnapshotPort::track(&plain, h.root())
+        .await
+        .expect("a track that does not know the database");
+    let excludes = h.base().join("excludes");
+    fs::write(&excludes, own.map(|f| format!("/{f}\n")).concat()).expect("write excludes");
+    let oracle = GitOracle::new(Some(&excludes));
+    let first = h.id().await;
+    assert_eq!(
+        first.as_str(),
+        oracle.write_tree(h.root()),
+        "left out, as git's excludes leave them"
+    );
+    assert_ne!(first, holding.id, "the plain store's snapshot holds them");
+
+    h.write("a.txt", b"a2\n");
+    h.write("rewind.db", b"live database pages\n");
+    h.remove("rewind.db-wal");
+    let second = h.id().await;
+    assert_eq!(second.as_str(), oracle.write_tree(h.root()));
+    let live = |h: &GitHarness| {
+        (
+            h.read("rewind.db"),
+            h.read("rewind.db-wal"),
+            h.read("sub/other.db"),
+        )
+    };
+    let before = live(&h);
+    let planned = h
+        .port()
+        .plan(
+            h.root(),
+            &one_patch(
+                &holding.id,
+                &["a.txt", "rewind.db", "rewind.db-wal", "sub/other.db"],
+            ),
+        )
+        .await
+        .expect("plan");
+    assert!(
+        planned
+            .iter()
+            .all(|a| !own.contains(&a.path.as_str()) || a.action == FileActionKind::Keep),
+        "the database is only ever kept: {planned:?}"
+    );
+    h.port()
+        .revert(
+            h.root(),
+            &one_patch(
+                &holding.id,
+                &["a.txt", "rewind.db", "rewind.db-wal", "sub/other.db"],
+            ),
+            &second,
+        )
+        .await
+        .expect("revert");
+    assert_eq!(h.read("a.txt"), text("a1\n"));
+    assert_eq!(live(&h), before, "the revert wrote none of them");
+    h.write("a.txt", b"a3\n");
+    h.port()
+        .restore(h.root(), &holding.id, None)
+        .await
+        .expect("restore");
+    assert_eq!(h.read("a.txt"), text("a1\n"));
+    assert_eq!(live(&h), before, "the restore wrote none of them");
+    h.port()
+        .restore(h.root(), &second, None)
+        .await
+        .expect("restore");
+    assert_eq!(h.read("a.txt"), text("a2\n"));
+    assert_eq!(
+        live(&h),
+        before,
+        "nor did the restore of a snapshot without them delete them"
+    );
+}

@@ -631,3 +631,44 @@ fn a_worktree_name_with_a_newline_is_one_quoted_line_in_log_and_status() {
         .expect("directory line");
     assert!(line.ends_with("/new\\nline\""), "{status}");
 }
+
+/// A SQLite database given inside the project (`--database-url sqlite://rewind.db`, taken from the `-C`
+/// directory as the README says) is rewind's own: its steps do not record it, and undo and redo never
+/// write it. Black-box: each undo wrote an old copy of its WAL over the live one; after two, the session
+/// had no messages, `redo` found nothing to redo, and the database was later found malformed.
+#[test]
+fn a_database_inside_the_worktree_is_never_recorded_nor_reverted() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a"), "a\n").expect("write");
+    let db = ["--database-url", "sqlite://rewind.db?mode=rwc"];
+    fn with_db<'a>(db: &[&'a str], args: &[&'a str]) -> Vec<&'a str> {
+        [db, args].concat()
+    }
+    env.ok(&with_db(&db, &["exec", "--", "sh", "-c", "echo b >> a"]));
+    env.ok(&with_db(&db, &["exec", "--", "sh", "-c", "echo c >> a"]));
+    assert!(
+        env.path().join("rewind.db").is_file(),
+        "the database is in the worktree"
+    );
+    let log = env.json(&with_db(&db, &["log"]));
+    let recorded: Vec<&str> = log["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["steps"].as_array().into_iter().flatten())
+        .flat_map(|step| step["files"].as_array().into_iter().flatten())
+        .filter_map(|f| f["file"].as_str())
+        .collect();
+    assert_eq!(recorded, ["a", "a"], "{log}");
+    let a = env.path().join("a");
+    let read = || std::fs::read_to_string(&a).expect("read a");
+    env.ok(&with_db(&db, &["undo"]));
+    assert_eq!(read(), "a\nb\n");
+    env.ok(&with_db(&db, &["undo"]));
+    assert_eq!(read(), "a\n");
+    let log = env.json(&with_db(&db, &["log"]));
+    assert_eq!(log["messages"].as_array().map(Vec::len), Some(4), "{log}");
+    env.ok(&with_db(&db, &["redo"]));
+    env.ok(&with_db(&db, &["redo"]));
+    assert_eq!(read(), "a\nb\nc\n");
+}
