@@ -191,7 +191,8 @@ pub fn main() -> ExitCode {
 /// A reader that stops early (`rewind log | head -1`) closes stdout: the next `println!` fails with
 /// `EPIPE` (Rust ignores `SIGPIPE`) and panics. The command ends there quietly instead, with the status a
 /// shell gives a process `SIGPIPE` ended (141), as other command-line tools do; whatever it had already
-/// stored stays stored (output is written after the work).
+/// stored stays stored (output is written after the work). Any other failure to write stdout (a full
+/// disk, `> /dev/full`) is an error as any other: `error: …` on stderr, exit 1, not a panic.
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -201,8 +202,13 @@ fn quiet_on_closed_stdout() {
             .map(String::as_str)
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or_default();
-        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(141);
+        if let Some(cause) = message.strip_prefix("failed printing to stdout") {
+            if message.contains("Broken pipe") {
+                std::process::exit(141);
+            }
+            let cause = cause.trim_start_matches(':').trim();
+            eprintln!("error: cannot write to stdout: {cause}; the command itself ran to its end");
+            std::process::exit(1);
         }
         default(info);
     }));

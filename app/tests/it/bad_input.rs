@@ -280,3 +280,37 @@ fn a_worktree_that_is_the_data_directory_is_refused_before_anything_is_written()
         );
     }
 }
+
+/// Text output that cannot be written (a full disk: `> /dev/full`) is an error as any other, `error: …`
+/// on stderr and exit 1, not a panic with exit 101 (black-box). Output comes after the work, so an undo
+/// whose report could not be written has still undone the turn, and says so.
+#[test]
+fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "a0\n").expect("write");
+    env.exec_sh("printf 'a1\\n' > a.txt");
+    for args in [&["status"][..], &["log"], &["undo"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full");
+        let output = env
+            .process_in(env.path(), args)
+            .stdout(full)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: cannot write to stdout: No space left on device")
+                && stderr.contains("ran to its end")
+                && !stderr.contains("panicked"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "a0\n",
+        "the undo was done"
+    );
+}
