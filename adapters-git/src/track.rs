@@ -100,7 +100,7 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
         }
         let Some(name) = name.to_str() else {
             skipped.push(SkippedPath {
-                path: format!("{rel_dir}{}", name.to_string_lossy()),
+                path: format!("{rel_dir}{}", escaped_name(&name)),
                 reason: SkipReason::NotUtf8,
             });
             continue;
@@ -127,6 +127,21 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
         });
     }
     Ok((listed, skipped))
+}
+
+/// A name that is not UTF-8 as reports show it: its valid UTF-8 as it is, each other byte as `\xHH`, so two
+/// names that differ only there are told apart (a lossy conversion makes both `\u{fffd}`).
+fn escaped_name(name: &std::ffi::OsStr) -> String {
+    use std::fmt::Write as _;
+    use std::os::unix::ffi::OsStrExt;
+    let mut shown = String::new();
+    for chunk in name.as_bytes().utf8_chunks() {
+        shown.push_str(chunk.valid());
+        for byte in chunk.invalid() {
+            let _ = write!(shown, "\\x{byte:02x}");
+        }
+    }
+    shown
 }
 
 impl Walk<'_> {

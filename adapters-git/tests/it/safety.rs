@@ -1244,11 +1244,31 @@ async fn non_utf8_name_is_skipped_and_left_alone() {
     let s = h.id().await;
     let bad = h.root().join(OsStr::from_bytes(b"bad-\xff-name.txt"));
     fs::write(&bad, "not utf-8 name\n").expect("write");
+    // Reported with its bytes that are not UTF-8 written as `\xHH`, so two such names stay two (black-box:
+    // both were `bad-\u{fffd}-name.txt`); the valid UTF-8 around them is kept as it is.
+    fs::create_dir(h.root().join("dir")).expect("mkdir");
+    fs::write(
+        h.root()
+            .join(OsStr::from_bytes(b"dir/\xc3\xa9-\xfe\xc3.txt")),
+        "x\n",
+    )
+    .expect("write");
+    let outcome = h.track().await;
+    assert_eq!(outcome.id, h.id().await);
+    assert!(
+        outcome
+            .skipped
+            .iter()
+            .all(|s| s.reason == SkipReason::NotUtf8),
+        "{:?}",
+        outcome.skipped
+    );
+    let mut reported: Vec<&str> = outcome.skipped.iter().map(|s| s.path.as_str()).collect();
+    reported.sort();
+    assert_eq!(reported, ["bad-\\xff-name.txt", "dir/é-\\xfe\\xc3.txt"]);
+    fs::remove_dir_all(h.root().join("dir")).expect("rm");
     let outcome = h.track().await;
     assert_eq!(outcome.id, s);
-    assert_eq!(outcome.skipped.len(), 1, "{:?}", outcome.skipped);
-    assert_eq!(outcome.skipped[0].reason, SkipReason::NotUtf8);
-    assert!(outcome.skipped[0].path.starts_with("bad-"));
     h.write("a.txt", b"changed\n");
     h.port().restore(h.root(), &s, None).await.expect("restore");
     assert_eq!(fs::read(&bad).expect("still there"), b"not utf-8 name\n");
