@@ -17,15 +17,25 @@ impl Rewind {
         self.renew_own_step(&session).await
     }
 
-    /// Renews the session's open step for the step timeout when this process owns it; nothing otherwise.
+    /// Renews the session's open step for the step timeout when this process owns it and its timeout has
+    /// not passed; nothing otherwise. A step whose client was silent for the timeout is abandoned (SPEC
+    /// section 4): the next operation aborts it, and a later request, a read included, does not bring it
+    /// back (black-box: a UI polling the messages kept a dead agent's step open for ever).
     pub(super) async fn renew_own_step(&self, session: &Session) -> Result<()> {
         if let Some(step) = &session.step
             && step.holder == self.holder()
         {
-            let expires = self.now().saturating_add(self.config.step_timeout_ms);
-            self.repo
-                .renew_lease(&LeaseKey::Session(session.id.clone()), &step.token, expires)
-                .await?;
+            let key = LeaseKey::Session(session.id.clone());
+            let now = self.now();
+            let live = self
+                .repo
+                .lease(&key)
+                .await?
+                .is_some_and(|lease| lease.token == step.token && lease.expires_at > now);
+            if live {
+                let expires = now.saturating_add(self.config.step_timeout_ms);
+                self.repo.renew_lease(&key, &step.token, expires).await?;
+            }
         }
         Ok(())
     }
