@@ -163,9 +163,47 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
         Error::MissingObject(message) => anyhow!(
             "snapshot object missing: {message}; nothing was changed (was the snapshot collected, or is it from another directory's store?)"
         ),
-        Error::Unreadable { path, reason } => anyhow!(
+        // The hint fits the cause: permissions only when they are what refused the read (a path too long,
+        // or a file gone mid-snapshot, is not).
+        Error::Unreadable { path, reason } if reason.contains("Permission denied") => anyhow!(
             "cannot read {path}: {reason}; fix its permissions and try again (nothing was changed)"
         ),
+        Error::Unreadable { path, reason } => {
+            anyhow!("cannot read {path}: {reason}; nothing was changed")
+        }
         other => anyhow::Error::new(other).context(format!("failed while {what}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::explain;
+
+    /// An unreadable file's hint fits its cause: permissions only when they refused the read (black-box:
+    /// a path too long was told to fix its permissions).
+    #[test]
+    fn an_unreadable_file_s_hint_names_permissions_only_when_they_are_the_cause() {
+        let unreadable = |reason: &str| {
+            explain(
+                rewind_core::Error::Unreadable {
+                    path: "a.txt".to_owned(),
+                    reason: reason.to_owned(),
+                },
+                "tracking",
+            )
+            .to_string()
+        };
+        let denied = unreadable("Permission denied (os error 13)");
+        assert!(denied.contains("fix its permissions"), "{denied}");
+        for other in [
+            "File name too long (os error 36)",
+            "No such file or directory (os error 2)",
+        ] {
+            let said = unreadable(other);
+            assert!(
+                !said.contains("permissions") && said.contains("nothing was changed"),
+                "{said}"
+            );
+        }
     }
 }

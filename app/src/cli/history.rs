@@ -94,6 +94,12 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session(session).await?;
     let session = abort_open_step(ctx, session).await?;
     let Some(revert) = session.revert.clone() else {
+        // An undo that is running has not stored its revert yet: busy, not "nothing to redo".
+        ctx.services
+            .rewind
+            .refuse_if_operating(&session)
+            .await
+            .map_err(|error| explain(error, "checking the session"))?;
         let flag = ctx.session_flag(&session.id).await;
         bail!(
             "nothing to redo in session {}: it is not reverted (`rewind undo{flag}` undoes the last turn)",

@@ -75,7 +75,8 @@ pub fn print_diffs(diffs: &[FileDiff], colour: bool) {
             );
             continue;
         }
-        for line in diff.patch.lines() {
+        // Not `lines()`, which would drop the `\r` of a CRLF line: the output is a faithful patch.
+        for line in diff.patch.split_terminator('\n') {
             if !colour {
                 println!("{line}");
                 continue;

@@ -672,3 +672,15 @@ fn a_database_inside_the_worktree_is_never_recorded_nor_reverted() {
     env.ok(&with_db(&db, &["redo"]));
     assert_eq!(read(), "a\nb\nc\n");
 }
+
+/// The text `diff` keeps a line's `\r`: undone, a turn that changed a CRLF line end to LF shows as
+/// `-x\r` / `+x` (the session diff goes from before the turn to after it), a faithful patch (black-box: both lines printed as `x`, so `rewind diff > file` lost the change).
+#[test]
+fn the_text_diff_keeps_carriage_returns() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("crlf.txt"), "x\r\ny\r\n").expect("write");
+    env.exec_sh("printf 'x\\ny\\r\\n' > crlf.txt");
+    env.ok(&["undo"]);
+    let diff = env.ok(&["diff"]);
+    assert!(diff.contains("\n-x\r\n+x\n y\r\n"), "{diff:?}");
+}

@@ -128,3 +128,38 @@ fn a_server_logs_an_operation_it_cannot_recover_and_starts() {
         log.join("\n")
     );
 }
+
+/// `redo` while an undo of the session is running (its lease held by a live process, before it stored its
+/// revert) says the session is busy, naming the holder, rather than "nothing to redo" (black-box).
+#[test]
+fn redo_while_an_undo_is_running_is_busy_not_nothing_to_redo() {
+    use rewind_core::HostPort;
+    let env = Env::plain();
+    env.exec_sh("printf 'x\\n' > x.txt");
+    let status = env.json(&["status"]);
+    let session = SessionId::parse(status["sessions"][0]["id"].as_str().expect("id")).expect("id");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let url = rewind_app::config::default_database_url(env.data.path());
+        let repo = rewind_sql::SqlRepo::connect(&url).await.expect("database");
+        let lease = Lease {
+            key: LeaseKey::Session(session.clone()),
+            token: LeaseToken("tok_running_undo".to_owned()),
+            // This test's own process: alive, so not taken over.
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: rewind_app::host::SystemHost::new().this_process(),
+            },
+            expires_at: i64::MAX as u64,
+        };
+        repo.take_lease(&lease, None).await.expect("lease");
+    });
+    let stderr = env.fails(&["redo"]);
+    assert!(
+        stderr.contains("Session is busy") && !stderr.contains("nothing to redo"),
+        "{stderr}"
+    );
+}

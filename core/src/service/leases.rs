@@ -62,6 +62,13 @@ impl Rewind {
         )
     }
 
+    /// `Busy` while an operation (a revert, unrevert or cleanup) holds `session`'s lease (one whose holder
+    /// is gone is taken over first): for a caller about to answer from the session as it reads it now, such
+    /// as "nothing to redo" while an undo is about to store its revert.
+    pub async fn refuse_if_operating(&self, session: &Session) -> Result<()> {
+        self.refuse_while_operating(session).await.map(|_| ())
+    }
+
     /// `Busy` (409) while an operation (a revert, unrevert or cleanup) holds the session's lease: what it is
     /// about to store would hide, undo or ignore what this request does (a message recorded during a revert
     /// would land in its hidden range; an unrevert or commit would find no revert yet and answer that
