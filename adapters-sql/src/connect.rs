@@ -152,11 +152,20 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         let _ = db.close().await;
         return Err(error);
     }
+    // The file the connections opened (SQLite made it by now), to see it deleted or replaced later.
+    let file = (backend == Backend::SqliteFile)
+        .then(|| std::fs::metadata(&target).ok())
+        .flatten()
+        .map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        });
     Ok(SqlRepo {
         db,
         backend,
         target,
         busy_timeout,
+        file,
         hooks: Mutex::new(Hooks::default()),
     })
 }

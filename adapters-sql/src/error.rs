@@ -102,6 +102,16 @@ pub enum SqlError {
         /// Why.
         reason: String,
     },
+    /// The SQLite file was deleted or replaced while this process had it open: what it wrote now would go
+    /// to a file no other process sees, and be lost when this one ends.
+    #[error(
+        "the database file {target} was deleted or replaced while rewind had it open; nothing was stored: \
+         restart rewind to use the file now at that path"
+    )]
+    Replaced {
+        /// The database.
+        target: String,
+    },
     /// A fault injected by a test hook.
     #[error("injected fault on the database {target}: {what}")]
     Injected {

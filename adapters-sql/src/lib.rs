@@ -64,6 +64,9 @@ pub struct SqlRepo {
     /// The database as messages name it: a file path, or a URL without its password.
     target: String,
     busy_timeout: Duration,
+    /// A SQLite file's device and inode when it was opened: a write first checks that the path still
+    /// names that file (`SqlError::Replaced`).
+    file: Option<(u64, u64)>,
     hooks: Mutex<Hooks>,
 }
 
@@ -169,6 +172,18 @@ impl SqlRepo {
     /// table first, held until it ends (plain reads go on beside it). So a lease take and a commit
     /// guarded by `Guard::LeaseNotTaken` never overlap: whichever commits second sees the other.
     async fn begin_write(&self) -> Result<DatabaseTransaction> {
+        if let Some(opened) = self.file {
+            use std::os::unix::fs::MetadataExt;
+            let now = std::fs::metadata(&self.target)
+                .ok()
+                .map(|m| (m.dev(), m.ino()));
+            if now != Some(opened) {
+                return Err(SqlError::Replaced {
+                    target: self.target.clone(),
+                }
+                .into());
+            }
+        }
         if self.backend.is_sqlite() {
             return self
                 .db

@@ -542,3 +542,73 @@ fn postgres_open_waits_for_another_migration_no_longer_than_the_busy_timeout() {
         let _ = other.close().await;
     });
 }
+
+/// A SQLite file deleted, or replaced by another, while a handle has it open: the handle's next write
+/// (a commit, a lease take) is refused with an error that says so, and nothing reaches either file.
+/// Black-box: a server went on answering 200 into the deleted file, and every session was gone at its
+/// restart, with a worktree left reverted.
+#[test]
+fn a_sqlite_file_deleted_or_replaced_under_an_open_handle_refuses_writes() {
+    run(async {
+        let ids = Ids::default();
+        for replaced in [false, true] {
+            let file = SqliteFile::new();
+            let repo = file.open().await;
+            let s = session(&ids, "/work/deleted-db");
+            repo.commit(transaction(
+                vec![Change::PutSession(Box::new(s.clone()))],
+                Vec::new(),
+            ))
+            .await
+            .expect("a write while the file is there");
+            for suffix in ["", "-wal", "-shm"] {
+                let path = format!("{}{suffix}", file.path.display());
+                let _ = std::fs::remove_file(&path);
+            }
+            if replaced {
+                let other = file.open().await;
+                other.close().await.expect("closes");
+            }
+            let refused = |result: Result<(), Error>| {
+                let text = match result {
+                    Err(error @ Error::Backend(_)) => error.to_string(),
+                    other => panic!("a write must be refused: {other:?}"),
+                };
+                assert!(
+                    text.contains("was deleted or replaced while rewind had it open")
+                        && text.contains(file.path.to_str().expect("UTF-8")),
+                    "{text}"
+                );
+            };
+            let other = session(&ids, "/work/deleted-db-2");
+            refused(
+                repo.commit(transaction(
+                    vec![Change::PutSession(Box::new(other.clone()))],
+                    Vec::new(),
+                ))
+                .await,
+            );
+            refused(
+                repo.take_lease(
+                    &lease(
+                        &LeaseKey::Session(s.id.clone()),
+                        "tok",
+                        std::process::id(),
+                        u64::MAX,
+                    ),
+                    None,
+                )
+                .await
+                .map(|_| ()),
+            );
+            if replaced {
+                let fresh = file.open().await;
+                assert_eq!(
+                    fresh.session(&other.id).await.expect("reads"),
+                    None,
+                    "nothing stored"
+                );
+            }
+        }
+    });
+}
