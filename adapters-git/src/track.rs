@@ -129,14 +129,15 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
     Ok((listed, skipped))
 }
 
-/// A name that is not UTF-8 as reports show it: its valid UTF-8 as it is, each other byte as `\xHH`, so two
-/// names that differ only there are told apart (a lossy conversion makes both `\u{fffd}`).
+/// A name that is not UTF-8 as reports show it: its valid UTF-8 as it is but for `\`, written `\\`, and
+/// each other byte as `\xHH`, so two names that differ only there are told apart (a lossy conversion makes
+/// both `\u{fffd}`).
 fn escaped_name(name: &std::ffi::OsStr) -> String {
     use std::fmt::Write as _;
     use std::os::unix::ffi::OsStrExt;
     let mut shown = String::new();
     for chunk in name.as_bytes().utf8_chunks() {
-        shown.push_str(chunk.valid());
+        shown.push_str(&chunk.valid().replace('\\', "\\\\"));
         for byte in chunk.invalid() {
             let _ = write!(shown, "\\x{byte:02x}");
         }

@@ -40,22 +40,31 @@ impl SqlConfig {
             target: path.to_string_lossy().into_owned(),
             reason: "the path is not valid UTF-8".to_owned(),
         })?;
-        let mut escaped = String::with_capacity(text.len());
-        for c in text.chars() {
-            match c {
-                '%' => escaped.push_str("%25"),
-                '?' => escaped.push_str("%3F"),
-                '#' => escaped.push_str("%23"),
-                c => escaped.push(c),
-            }
-        }
-        Ok(SqlConfig::new(format!("sqlite://{escaped}?mode=rwc")))
+        Ok(SqlConfig::new(format!(
+            "sqlite://{}?mode=rwc",
+            escape_sqlite_path(text)
+        )))
     }
 
     /// An in-memory SQLite database, private to this handle (for tests).
     pub fn sqlite_memory() -> Self {
         SqlConfig::new("sqlite::memory:")
     }
+}
+
+/// A file path as a `sqlite://` URL's path: the characters a URL would misread (`%`, `?`, `#`) escaped, so
+/// the driver reads back exactly `path`.
+pub fn escape_sqlite_path(path: &str) -> String {
+    let mut escaped = String::with_capacity(path.len());
+    for c in path.chars() {
+        match c {
+            '%' => escaped.push_str("%25"),
+            '?' => escaped.push_str("%3F"),
+            '#' => escaped.push_str("%23"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 /// The database kinds rewind supports.

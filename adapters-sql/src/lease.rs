@@ -156,6 +156,7 @@ impl SqlRepo {
         token: &LeaseToken,
         expires_at: u64,
     ) -> Result<bool> {
+        self.check_file()?;
         let expires_at = self.u64_to_bigint(expires_at, "a lease's expiry")?;
         let result = lease::Entity::update_many()
             .col_expr(lease::Column::ExpiresAt, Expr::value(expires_at))
@@ -168,6 +169,7 @@ impl SqlRepo {
     }
 
     pub(crate) async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
+        self.check_file()?;
         self.release_on(&self.db, key, token).await
     }
 

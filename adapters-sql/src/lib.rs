@@ -48,7 +48,7 @@ use sea_orm::{
     SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
-pub use config::SqlConfig;
+pub use config::{SqlConfig, escape_sqlite_path};
 pub use error::SqlError;
 #[doc(hidden)]
 pub use hooks::{CommitPause, CommitStart};
@@ -94,6 +94,11 @@ impl SqlRepo {
     /// The database as messages name it: a SQLite file's path, or the URL without its password.
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// The file of a SQLite database, as it was opened (none for an in-memory one or PostgreSQL).
+    pub fn sqlite_file(&self) -> Option<&std::path::Path> {
+        (self.backend == Backend::SqliteFile).then(|| std::path::Path::new(&self.target))
     }
 
     /// Closes every connection of this handle, waiting until they are closed.
@@ -171,7 +176,9 @@ impl SqlRepo {
     /// it never fails later on a lock upgrade; on PostgreSQL it takes an exclusive lock on the outbox
     /// table first, held until it ends (plain reads go on beside it). So a lease take and a commit
     /// guarded by `Guard::LeaseNotTaken` never overlap: whichever commits second sees the other.
-    async fn begin_write(&self) -> Result<DatabaseTransaction> {
+    /// `SqlError::Replaced` when the SQLite file this handle opened is no longer at its path; checked
+    /// before every write.
+    fn check_file(&self) -> Result<()> {
         if let Some(opened) = self.file {
             use std::os::unix::fs::MetadataExt;
             let now = std::fs::metadata(&self.target)
@@ -184,6 +191,11 @@ impl SqlRepo {
                 .into());
             }
         }
+        Ok(())
+    }
+
+    async fn begin_write(&self) -> Result<DatabaseTransaction> {
+        self.check_file()?;
         if self.backend.is_sqlite() {
             return self
                 .db

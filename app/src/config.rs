@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use serde::Deserialize;
 
@@ -293,16 +293,30 @@ fn sqlite_url_from(base: &Path, url: &str) -> Result<String> {
         return Ok(url.to_owned());
     }
     let query = query.map(|q| format!("?{q}")).unwrap_or_default();
-    Ok(format!("sqlite://{}{query}", base.join(path).display()))
+    // The directory is a file path, not URL text: a `%`, `?` or `#` in it is escaped (the relative part is
+    // the user's URL text already).
+    let base = base
+        .to_str()
+        .ok_or_else(|| anyhow!("the directory {} is not valid UTF-8", base.display()))?;
+    Ok(format!(
+        "sqlite://{}/{path}{query}",
+        rewind_sql::escape_sqlite_path(base.trim_end_matches('/'))
+    ))
 }
 
 /// Why a SQLite URL could not be opened, when the URL says it: its file (the URL's path, `%XX` escapes
 /// decoded, as SQLite's driver reads it) does not exist and the URL does not ask SQLite to create it (no
 /// `mode=rwc`, which the default database URL has).
 pub fn missing_sqlite_file(url: &str) -> Option<String> {
-    let (path, query) = sqlite_path(url)?;
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
     let creates = query.is_some_and(|query| query.split('&').any(|pair| pair == "mode=rwc"));
-    if creates || path.exists() {
+    let path = crate::http::security::percent_decode(path)?;
+    if path.is_empty() || path.starts_with(":memory:") || creates || Path::new(&path).exists() {
         return None;
     }
     let add = if query.is_some() {
@@ -311,40 +325,35 @@ pub fn missing_sqlite_file(url: &str) -> Option<String> {
         "?mode=rwc"
     };
     Some(format!(
-        "{} does not exist, and the URL does not ask for it to be created: add {add} to create it",
-        path.display()
+        "{path} does not exist, and the URL does not ask for it to be created: add {add} to create it"
     ))
 }
 
-/// The files of the SQLite database of `url` (none for another database or an in-memory one): the
-/// database, its rollback journal, its WAL and its shared-memory file. Inside a worktree, snapshots must
-/// leave them out (`GitStoreConfig::own_files`).
-pub fn sqlite_files(url: &str) -> Vec<PathBuf> {
-    let Some((path, _)) = sqlite_path(url) else {
-        return Vec::new();
+/// The files of the SQLite database at `file` (the path the database was opened at): the database, its
+/// rollback journal, its WAL and its shared-memory file, and, when `file` is a symlink, the same four
+/// beside the file it leads to (where SQLite writes). Inside a worktree, snapshots must leave them out
+/// (`GitStoreConfig::own_files`).
+pub fn sqlite_files(file: &Path) -> Vec<PathBuf> {
+    let with_sidecars = |path: &Path| {
+        ["", "-journal", "-wal", "-shm"].map(|suffix| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            PathBuf::from(name)
+        })
     };
-    let mut files = vec![path.clone()];
-    for suffix in ["-journal", "-wal", "-shm"] {
-        let mut name = path.clone().into_os_string();
-        name.push(suffix);
-        files.push(PathBuf::from(name));
+    let mut files = with_sidecars(file).to_vec();
+    // The file itself is a symlink when its real path differs from its directory's real path and name.
+    let as_named = file
+        .parent()
+        .and_then(|dir| std::fs::canonicalize(dir).ok())
+        .zip(file.file_name())
+        .map(|(dir, name)| dir.join(name));
+    if let Ok(target) = std::fs::canonicalize(file)
+        && Some(&target) != as_named.as_ref()
+    {
+        files.extend(with_sidecars(&target));
     }
     files
-}
-
-/// The file path (percent-decoded) and the query of a `sqlite:` URL naming a file.
-fn sqlite_path(url: &str) -> Option<(PathBuf, Option<&str>)> {
-    let rest = url.strip_prefix("sqlite:")?;
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let (path, query) = match rest.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (rest, None),
-    };
-    let path = crate::http::security::percent_decode(path)?;
-    if path.is_empty() || path.starts_with(":memory:") {
-        return None;
-    }
-    Some((PathBuf::from(path), query))
 }
 
 fn absolute(cwd: &Path, path: &Path) -> PathBuf {
@@ -536,27 +545,49 @@ mod tests {
         Ok(())
     }
 
-    /// The files of a SQLite database URL, which snapshots leave out: the database and its three sidecar
-    /// files, percent-decoded; none for an in-memory database or another kind.
+    /// The files of a SQLite database, which snapshots leave out: the database and its three sidecar
+    /// files, and when the database is a symlink, the same beside the file it leads to (where SQLite
+    /// writes them).
     #[test]
-    fn a_sqlite_url_s_files_are_the_database_and_its_journal_wal_and_shm() {
-        assert_eq!(
-            sqlite_files("sqlite:///p/my%20data/rewind.db?mode=rwc"),
-            [
-                "/p/my data/rewind.db",
-                "/p/my data/rewind.db-journal",
-                "/p/my data/rewind.db-wal",
-                "/p/my data/rewind.db-shm",
-            ]
-            .map(PathBuf::from)
+    fn a_sqlite_database_s_files_are_it_and_its_journal_wal_and_shm_where_sqlite_writes_them() {
+        let dir = tempfile::TempDir::new().expect("temp dir");
+        let dir = std::fs::canonicalize(dir.path()).expect("canonical");
+        let named =
+            |name: &str| ["", "-journal", "-wal", "-shm"].map(|s| dir.join(format!("{name}{s}")));
+        assert_eq!(sqlite_files(&dir.join("rewind.db")), named("rewind.db"));
+        std::fs::create_dir(dir.join("state")).expect("mkdir");
+        std::fs::write(dir.join("state/real.db"), "").expect("write");
+        std::os::unix::fs::symlink("state/real.db", dir.join("link.db")).expect("symlink");
+        let mut expected = named("link.db").to_vec();
+        expected.extend(
+            ["", "-journal", "-wal", "-shm"].map(|s| dir.join(format!("state/real.db{s}"))),
         );
-        for other in [
-            "sqlite::memory:",
-            "sqlite://:memory:",
-            "postgres://u:p@h/db",
-        ] {
-            assert_eq!(sqlite_files(other), Vec::<PathBuf>::new(), "{other}");
-        }
+        assert_eq!(sqlite_files(&dir.join("link.db")), expected);
+    }
+
+    /// A relative SQLite path made absolute against a directory whose name has characters a URL misreads
+    /// (`%`, `?`, `#`) escapes them, so the database opened is the file in that directory (review: a
+    /// project directory `50%off` gave a URL the driver read as another path).
+    #[test]
+    fn a_relative_sqlite_path_in_a_directory_with_url_characters_is_escaped() -> Result<()> {
+        let parent = tempfile::tempdir()?;
+        let odd = parent.path().join("50%off?#x");
+        std::fs::create_dir(&odd)?;
+        let url = Settings::resolve(
+            &ConfigArgs {
+                database_url: Some("sqlite://rel.db?mode=rwc".to_owned()),
+                ..ConfigArgs::default()
+            },
+            None,
+            &odd,
+        )?
+        .database_url;
+        let base = parent.path().to_str().expect("UTF-8");
+        assert_eq!(
+            url,
+            format!("sqlite://{base}/50%25off%3F%23x/rel.db?mode=rwc")
+        );
+        Ok(())
     }
 
     /// A SQLite file named by a relative path follows the same rule (SQLite itself would take it from the

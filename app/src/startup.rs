@@ -59,7 +59,10 @@ impl Services {
         let mut store_config =
             GitStoreConfig::new(settings.data_dir.clone(), repo.target().to_owned());
         // A database given inside a project directory is snapshotted and reverted with it otherwise.
-        store_config.own_files = crate::config::sqlite_files(&settings.database_url);
+        store_config.own_files = repo
+            .sqlite_file()
+            .map(crate::config::sqlite_files)
+            .unwrap_or_default();
         store_config.size_cap = settings.size_cap;
         store_config.file_cap = settings.file_cap;
         let snapshots = Arc::new(GitSnapshotStore::new(store_config));

@@ -601,6 +601,10 @@ fn a_sqlite_file_deleted_or_replaced_under_an_open_handle_refuses_writes() {
                 .await
                 .map(|_| ()),
             );
+            let key = LeaseKey::Session(s.id.clone());
+            let token = rewind_core::model::LeaseToken("tok".to_owned());
+            refused(repo.renew_lease(&key, &token, 1).await.map(|_| ()));
+            refused(repo.release_lease(&key, &token).await);
             if replaced {
                 let fresh = file.open().await;
                 assert_eq!(

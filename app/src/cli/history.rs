@@ -92,14 +92,23 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
 /// there is none.
 pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session(session).await?;
-    let session = abort_open_step(ctx, session).await?;
-    let Some(revert) = session.revert.clone() else {
-        // An undo that is running has not stored its revert yet: busy, not "nothing to redo".
+    let mut session = abort_open_step(ctx, session).await?;
+    if session.revert.is_none() {
+        // An undo that is running has not stored its revert yet: busy, not "nothing to redo". One that
+        // stored it since the session was read is found by reading it again.
         ctx.services
             .rewind
             .refuse_if_operating(&session)
             .await
             .map_err(|error| explain(error, "checking the session"))?;
+        session = ctx
+            .services
+            .rewind
+            .session(&session.id)
+            .await
+            .map_err(|error| explain(error, "reading the session"))?;
+    }
+    let Some(revert) = session.revert.clone() else {
         let flag = ctx.session_flag(&session.id).await;
         bail!(
             "nothing to redo in session {}: it is not reverted (`rewind undo{flag}` undoes the last turn)",

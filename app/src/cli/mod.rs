@@ -192,7 +192,8 @@ pub fn main() -> ExitCode {
 /// `EPIPE` (Rust ignores `SIGPIPE`) and panics. The command ends there quietly instead, with the status a
 /// shell gives a process `SIGPIPE` ended (141), as other command-line tools do; whatever it had already
 /// stored stays stored (output is written after the work). Any other failure to write stdout (a full
-/// disk, `> /dev/full`) is an error as any other: `error: …` on stderr, exit 1, not a panic.
+/// disk, `> /dev/full`) is an error as any other: `error: …` on stderr, exit 1, not a panic; what the
+/// command stored before it printed stays stored.
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -207,7 +208,7 @@ fn quiet_on_closed_stdout() {
                 std::process::exit(141);
             }
             let cause = cause.trim_start_matches(':').trim();
-            eprintln!("error: cannot write to stdout: {cause}; the command itself ran to its end");
+            eprintln!("error: cannot write to stdout: {cause}");
             std::process::exit(1);
         }
         default(info);

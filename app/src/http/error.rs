@@ -69,6 +69,19 @@ impl ApiError {
                 tracing::error!(error = %error, "request failed");
                 ApiError::Internal(error.to_string())
             }
+            // Another process holding the database's write lock past the busy timeout is no internal
+            // fault (SPEC 9: 500 only for those): the request may be sent again once it lets go.
+            Error::Backend(source)
+                if matches!(
+                    source.downcast_ref::<rewind_sql::SqlError>(),
+                    Some(rewind_sql::SqlError::Locked { .. })
+                ) =>
+            {
+                ApiError::Busy {
+                    session_id: session.map(|id| id.as_str().to_owned()),
+                    message: source.to_string(),
+                }
+            }
             error @ Error::Backend(_) => {
                 tracing::error!(error = %crate::report::chain(&error), "internal fault");
                 ApiError::Internal("internal error; the server log has the cause".to_owned())
@@ -172,6 +185,27 @@ mod tests {
         let lost = ApiError::from_core(Error::LeaseLost("token".into()), Some(&session));
         assert_eq!(lost.status().as_u16(), 409);
         assert_eq!(lost.body()["sessionID"], session.as_str());
+    }
+
+    /// A database locked by another process past the busy timeout is a 409 that says so, not a 500.
+    #[test]
+    fn a_locked_database_is_busy_not_an_internal_fault() {
+        let session = SessionId::parse("ses_0123456789abABCDEFGHIJKLMN").expect("id");
+        let locked = rewind_sql::SqlError::Locked {
+            target: "/data/rewind.db".to_owned(),
+            waited_ms: 5000,
+            source: sea_orm::DbErr::Custom("database is locked".to_owned()),
+        };
+        let api = ApiError::from_core(locked.into(), Some(&session));
+        assert_eq!(api.status().as_u16(), 409);
+        let body = api.body();
+        assert_eq!(body["_tag"], "SessionBusyError");
+        assert_eq!(body["sessionID"], session.as_str());
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("is locked by another process"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let started = std::time::Instant::now();
+    let arrived = rewind_core::HostPort::now_ms(&*state.services.host);
     let response = next.run(request).await;
     tracing::debug!(
         %method,
@@ -72,10 +73,16 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
         "request"
     );
-    // Any request on a session keeps its HTTP client's open step alive (the step timeout). It is noted
-    // after the request ran, so the request itself first sees whether the step was already abandoned.
-    if let Some(session) = session
-        && let Err(error) = state.services.rewind.note_activity(&session).await
+    // A request that writes on a session keeps its HTTP client's open step alive (the step timeout),
+    // unless the timeout had passed when it came. Reads do not: a UI polling the session says nothing of
+    // the agent, and would keep a dead agent's step open for ever (black-box). It is noted after the
+    // request ran, so the request itself first sees whether the step was already abandoned.
+    let reads = matches!(
+        method,
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if let Some(session) = session.filter(|_| !reads)
+        && let Err(error) = state.services.rewind.note_request(&session, arrived).await
     {
         tracing::warn!(%session, %error, "cannot renew the session's open step");
     }

@@ -921,7 +921,7 @@ impl Rewind {
     /// Renews a server-owned step's lease on any request about its session (the step timeout counts
     /// silence, not duration). Failure is harmless: the step is then judged by its old expiry.
     async fn touch_step(&self, session: &Session) {
-        let _ = self.renew_own_step(session).await;
+        let _ = self.renew_own_step(session, None).await;
     }
 
     /// The warning for files that left the tracked content during a step without being named in its

@@ -492,7 +492,10 @@ fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
         w.host.advance(30_000);
         // Past the timeout the step is abandoned: a request now (a UI polling the messages) does not bring
         // it back (black-box: it renewed the lease, and every revert stayed 409).
-        server.note_activity(&s.id).await.expect("activity");
+        server
+            .note_request(&s.id, rewind_core::HostPort::now_ms(&*w.host))
+            .await
+            .expect("activity");
         server.messages(&s.id).await.expect("messages");
         let session = server
             .revert(&s.id, target)

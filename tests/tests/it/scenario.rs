@@ -434,10 +434,14 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
     )
     .await?;
     app.write("a.txt", "during the step\n")?;
-    // Reads on the session, for longer than the timeout, keep the step open.
-    for _ in 0..8 {
+    // Writes on the session (the agent's parts), for longer than the timeout, keep the step open.
+    for n in 0..8 {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        app.read(&format!("/session/{session}/message")).await?;
+        app.ok(
+            &format!("/session/{session}/message/{assistant}/part"),
+            json!({"type": "text", "text": format!("working {n}")}),
+        )
+        .await?;
     }
     let refused = app
         .post(
@@ -451,8 +455,13 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
         refused.body
     );
     assert_eq!(app.file("a.txt").as_deref(), Some("during the step\n"));
-    // Silence past the timeout: the next operation aborts the step first, so the revert goes ahead.
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    // Reads alone past the timeout (a UI polling a dead agent's session) are silence: the next operation
+    // aborts the step first, so the revert goes ahead.
+    for _ in 0..7 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.read(&format!("/session/{session}/message")).await?;
+        app.read(&format!("/session/{session}")).await?;
+    }
     let reverted = app.revert_to(&session, &user).await?;
     assert_eq!(reverted["revert"]["messageID"], json!(user));
     assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
