@@ -43,6 +43,31 @@ fn in_session(id: &SessionId) -> impl FnOnce(rewind_core::Error) -> ApiError + '
     move |error| ApiError::from_core(error, Some(id))
 }
 
+/// How long a message or part waits for an operation holding its session (a step beginning or ending, a
+/// revert) before it is refused as busy.
+const OPERATION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits, up to `OPERATION_WAIT`, while an operation holds session `id` (its lease, not the session's
+/// open step's): a message or part sent while a step begins or ends, or a revert runs, is then recorded
+/// after it, as it would have been sent a moment later (OpenCode queues a prompt sent while it is busy),
+/// instead of a 409 the client must retry (black-box). It only waits: the write's own checks and guards
+/// then decide, and answer busy still when the operation outlasts the wait.
+async fn wait_while_operating(state: &AppState, id: &SessionId) {
+    let rewind = &state.services.rewind;
+    let deadline = Instant::now() + OPERATION_WAIT;
+    loop {
+        let Ok(session) = rewind.session(id).await else {
+            return;
+        };
+        match rewind.refuse_if_operating(&session).await {
+            Err(rewind_core::Error::Busy { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            _ => return,
+        }
+    }
+}
+
 /// Lists the sessions of the request's worktree (default: the server's directory), newest first.
 #[utoipa::path(get, path = "/session", params(DirectoryParam),
     responses((status = 200, description = "Sessions, newest first", body = Vec<Object>)))]
@@ -218,6 +243,7 @@ pub async fn create_message(
         extra: extra_fields(fields, MESSAGE_BODY_FIELDS),
         parts,
     };
+    wait_while_operating(&state, &path.id).await;
     let rewind = &state.services.rewind;
     Ok(Json(
         rewind
@@ -241,6 +267,7 @@ pub async fn append_part(
     JsonBody(part): JsonBody<Value>,
 ) -> ApiResult<Part> {
     let part = new_part(part, &path.id, Some(&path.mid))?;
+    wait_while_operating(&state, &path.id).await;
     let rewind = &state.services.rewind;
     Ok(Json(
         rewind

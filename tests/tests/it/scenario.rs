@@ -530,3 +530,89 @@ async fn a_revert_whose_client_goes_away_still_completes() -> Result<()> {
     assert_eq!(app.file("a.txt").as_deref(), Some("a1\n"));
     app.stop().await
 }
+
+/// A message or part sent while a step ends (the session's lease held by the step's end, here paused at
+/// its commit) waits for it and is recorded after it, as if sent a moment later, instead of a 409 the
+/// client must retry (black-box: 15 of 15 user messages sent during a step's end were refused).
+#[tokio::test]
+async fn a_message_and_a_part_sent_while_a_step_ends_wait_and_are_recorded_after_it() -> Result<()>
+{
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    app.ok(
+        &format!("/session/{session}/message"),
+        json!({"parts": [{"type": "text", "text": "go"}]}),
+    )
+    .await?;
+    let assistant = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"role": "assistant"}),
+        )
+        .await?;
+    let assistant = id_of(&assistant["info"])?;
+    app.ok(
+        &format!("/session/{session}/message/{assistant}/step"),
+        json!({}),
+    )
+    .await?;
+    app.write("a.txt", "written by the step\n")?;
+    let mut pause = app.db.pause_next_commit();
+    let finish = tokio::spawn(
+        app.http
+            .post(app.url(&format!(
+                "/session/{session}/message/{assistant}/step/finish"
+            )))
+            .json(&json!({}))
+            .send(),
+    );
+    ensure!(pause.reached().await, "the step's end reached its commit");
+    let message = tokio::spawn(
+        app.http
+            .post(app.url(&format!("/session/{session}/message")))
+            .json(&json!({"parts": [{"type": "text", "text": "sent as the step ended"}]}))
+            .send(),
+    );
+    let part = tokio::spawn(
+        app.http
+            .post(app.url(&format!("/session/{session}/message/{assistant}/part")))
+            .json(&json!({"type": "text", "text": "a tool's last words"}))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(
+        !message.is_finished() && !part.is_finished(),
+        "both wait for the step's end"
+    );
+    pause.resume();
+    ensure!(finish.await??.status() == 200, "the step ended");
+    let message = message.await??;
+    ensure!(message.status() == 200, "the message: {}", message.status());
+    let message: Value = message.json().await?;
+    let part = part.await??;
+    ensure!(part.status() == 200, "the part: {}", part.status());
+    let part: Value = part.json().await?;
+    let parts = app
+        .read(&format!("/session/{session}/message/{assistant}"))
+        .await?["parts"]
+        .clone();
+    let kinds: Vec<&str> = parts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["type"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["step-start", "step-finish", "patch", "text"],
+        "{parts}"
+    );
+    assert_eq!(parts[3]["id"], part["id"]);
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    let last = messages
+        .as_array()
+        .and_then(|m| m.last())
+        .map(|m| m["info"]["id"].clone());
+    assert_eq!(last, Some(message["info"]["id"].clone()));
+    app.stop().await
+}
