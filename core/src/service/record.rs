@@ -177,15 +177,7 @@ impl Rewind {
                 guards,
                 ..Transaction::default()
             };
-            transaction
-                .changes
-                .push(Change::PutMessage(Box::new(info.clone())));
-            transaction
-                .events
-                .push(self.event(EventPayload::MessageUpdated {
-                    session_id: session_id.clone(),
-                    info: Box::new(info.clone()),
-                }));
+            self.push_message(&mut transaction, info.clone());
             for part in &parts {
                 self.push_part(&mut transaction, part.clone());
             }
@@ -561,21 +553,19 @@ impl Rewind {
             guards: vec![session_lease.guard(), worktree_lease.guard()],
             ..Default::default()
         };
+        if message.info.time.completed.is_some() {
+            // Working again: complete only when this step ends.
+            let mut working = message.info.clone();
+            working.time.completed = None;
+            self.push_message(&mut transaction, working);
+        }
         for created in new {
             // Their ids were checked against the new messages only: free in the rest of the session too.
             transaction.guards.extend(part_id_guards(
                 &session.id,
                 created.parts.iter().map(|p| Some(&p.id)),
             ));
-            transaction
-                .changes
-                .push(Change::PutMessage(Box::new(created.info.clone())));
-            transaction
-                .events
-                .push(self.event(EventPayload::MessageUpdated {
-                    session_id: session.id.clone(),
-                    info: Box::new(created.info.clone()),
-                }));
+            self.push_message(&mut transaction, created.info.clone());
             for part in &created.parts {
                 self.push_part(&mut transaction, part.clone());
             }
@@ -833,20 +823,17 @@ impl Rewind {
         for part in &parts {
             self.push_part(&mut transaction, part.clone());
         }
+        // The assistant message is complete as of its last step's end (OpenCode's `time.completed`, which a
+        // client may not set itself); a step begun after clears it again.
+        let mut completed = message.info.clone();
+        completed.time.completed = Some(now);
+        self.push_message(&mut transaction, completed);
         if let Some(end_snapshot) = &snapshot
             && let Some(user) = self
                 .turn_summary(&session.id, &message.info, end_snapshot, &directory)
                 .await?
         {
-            transaction
-                .changes
-                .push(Change::PutMessage(Box::new(user.clone())));
-            transaction
-                .events
-                .push(self.event(EventPayload::MessageUpdated {
-                    session_id: session.id.clone(),
-                    info: Box::new(user),
-                }));
+            self.push_message(&mut transaction, user);
         }
         for warning in warnings {
             self.push_warning(&mut transaction, &session.id, warning);
@@ -1017,6 +1004,17 @@ impl Rewind {
             });
         }
         Ok(parts)
+    }
+
+    /// Stores `info` (a message's new state) with its `message.updated` event.
+    fn push_message(&self, transaction: &mut Transaction, info: Message) {
+        transaction
+            .events
+            .push(self.event(EventPayload::MessageUpdated {
+                session_id: info.session_id.clone(),
+                info: Box::new(info.clone()),
+            }));
+        transaction.changes.push(Change::PutMessage(Box::new(info)));
     }
 
     fn push_part(&self, transaction: &mut Transaction, part: Part) {

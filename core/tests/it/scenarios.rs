@@ -1956,3 +1956,41 @@ fn a_part_overtaken_by_its_step_s_end_follows_the_step_s_parts() {
         assert_eq!(kinds, ["step-start", "step-finish", "patch", "text"]);
     })
 }
+
+/// An assistant message is complete (`time.completed`, OpenCode's field, which a client may not set) as of
+/// its last step's end, finished or aborted, with a `message.updated`; a step begun after clears it until
+/// that step ends (black-box: no assistant message was ever completed, so a client showed it running).
+#[test]
+fn an_assistant_message_is_completed_by_its_step_s_end_and_working_again_in_its_next_step() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let (_, assistant) = w.exchange(&s.id, "edit").await;
+        let id = assistant.info.id.clone();
+        let completed = async || {
+            w.rewind
+                .message(&s.id, &id)
+                .await
+                .expect("message")
+                .info
+                .time
+                .completed
+        };
+        assert_eq!(completed().await, None, "no step yet");
+        let seq = w.last_seq().await;
+        w.step(&s.id, &id, |w| w.write("a.txt", "one")).await;
+        let first = completed().await.expect("completed by the step's end");
+        assert!(
+            w.repo_events_after(seq).await.iter().any(|e| matches!(
+                e,
+                EventPayload::MessageUpdated { info, .. }
+                    if info.id == id && info.time.completed == Some(first)
+            )),
+            "announced"
+        );
+        w.rewind.begin_step(&s.id, &id).await.expect("begin");
+        assert_eq!(completed().await, None, "working again");
+        w.rewind.abort_step(&s.id, &id).await.expect("abort");
+        assert!(completed().await.is_some(), "an aborted step ends it too");
+    })
+}
