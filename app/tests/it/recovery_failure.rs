@@ -9,6 +9,19 @@ use rewind_core::{Change, MessageRepo, Transaction};
 
 use crate::support::{Env, Server};
 
+/// Runs `work` on the data dir's database, from a runtime of its own.
+fn with_database(env: &Env, work: impl AsyncFnOnce(&rewind_sql::SqlRepo)) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let url = rewind_app::config::default_database_url(env.data.path());
+        let repo = rewind_sql::SqlRepo::connect(&url).await.expect("database");
+        work(&repo).await;
+    });
+}
+
 /// A pid no process has now: that of a child that has exited and been reaped.
 fn gone_pid() -> u32 {
     let mut child = std::process::Command::new("true")
@@ -21,13 +34,7 @@ fn gone_pid() -> u32 {
 /// Leaves in the data dir what a revert of `session` in `directory` leaves when its process dies after
 /// storing its intent: both leases held by that gone process, and the intent.
 fn interrupted_revert(env: &Env, session: &SessionId, directory: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let url = rewind_app::config::default_database_url(env.data.path());
-        let repo = rewind_sql::SqlRepo::connect(&url).await.expect("database");
+    with_database(env, async |repo| {
         let holder = Holder {
             kind: HolderKind::Process,
             process: ProcessIdentity {
@@ -138,13 +145,7 @@ fn redo_while_an_undo_is_running_is_busy_not_nothing_to_redo() {
     env.exec_sh("printf 'x\\n' > x.txt");
     let status = env.json(&["status"]);
     let session = SessionId::parse(status["sessions"][0]["id"].as_str().expect("id")).expect("id");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let url = rewind_app::config::default_database_url(env.data.path());
-        let repo = rewind_sql::SqlRepo::connect(&url).await.expect("database");
+    with_database(&env, async |repo| {
         let lease = Lease {
             key: LeaseKey::Session(session.clone()),
             token: LeaseToken("tok_running_undo".to_owned()),

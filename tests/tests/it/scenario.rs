@@ -414,25 +414,7 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
     })
     .await?;
     let session = app.new_session().await?;
-    let user = app
-        .ok(
-            &format!("/session/{session}/message"),
-            json!({"parts": [{"type": "text", "text": "go"}]}),
-        )
-        .await?;
-    let user = id_of(&user["info"])?;
-    let assistant = app
-        .ok(
-            &format!("/session/{session}/message"),
-            json!({"role": "assistant"}),
-        )
-        .await?;
-    let assistant = id_of(&assistant["info"])?;
-    app.ok(
-        &format!("/session/{session}/message/{assistant}/step"),
-        json!({}),
-    )
-    .await?;
+    let (user, assistant) = app.open_step(&session, "go").await?;
     app.write("a.txt", "during the step\n")?;
     // Writes on the session (the agent's parts), for longer than the timeout, keep the step open.
     for n in 0..8 {
@@ -539,23 +521,7 @@ async fn a_message_and_a_part_sent_while_a_step_ends_wait_and_are_recorded_after
 {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
-    app.ok(
-        &format!("/session/{session}/message"),
-        json!({"parts": [{"type": "text", "text": "go"}]}),
-    )
-    .await?;
-    let assistant = app
-        .ok(
-            &format!("/session/{session}/message"),
-            json!({"role": "assistant"}),
-        )
-        .await?;
-    let assistant = id_of(&assistant["info"])?;
-    app.ok(
-        &format!("/session/{session}/message/{assistant}/step"),
-        json!({}),
-    )
-    .await?;
+    let (_, assistant) = app.open_step(&session, "go").await?;
     app.write("a.txt", "written by the step\n")?;
     let mut pause = app.db.pause_next_commit();
     let finish = tokio::spawn(
@@ -604,10 +570,10 @@ async fn a_message_and_a_part_sent_while_a_step_ends_wait_and_are_recorded_after
         .collect();
     assert_eq!(
         kinds,
-        ["step-start", "step-finish", "patch", "text"],
+        ["text", "step-start", "step-finish", "patch", "text"],
         "{parts}"
     );
-    assert_eq!(parts[3]["id"], part["id"]);
+    assert_eq!(parts[4]["id"], part["id"]);
     let messages = app.read(&format!("/session/{session}/message")).await?;
     let last = messages
         .as_array()

@@ -196,14 +196,9 @@ impl TestApp {
         id_of(&session)
     }
 
-    /// Records a turn: a user message, an assistant message and one step during which `edit` changes
-    /// the worktree. Returns the user and assistant message ids.
-    pub async fn turn(
-        &self,
-        session: &str,
-        text: &str,
-        edit: impl FnOnce(&Path) -> Result<()>,
-    ) -> Result<(String, String)> {
+    /// Begins a turn: a user message (`text`), an assistant message and a step of it, left open. Returns
+    /// the user and assistant message ids.
+    pub async fn open_step(&self, session: &str, text: &str) -> Result<(String, String)> {
         let user = self
             .ok(
                 &format!("/session/{session}/message"),
@@ -223,6 +218,18 @@ impl TestApp {
             json!({}),
         )
         .await?;
+        Ok((user_id, assistant_id))
+    }
+
+    /// Records a turn: a user message, an assistant message and one step during which `edit` changes
+    /// the worktree. Returns the user and assistant message ids.
+    pub async fn turn(
+        &self,
+        session: &str,
+        text: &str,
+        edit: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<(String, String)> {
+        let (user_id, assistant_id) = self.open_step(session, text).await?;
         edit(&self.repo)?;
         self.ok(
             &format!("/session/{session}/message/{assistant_id}/step/finish"),
