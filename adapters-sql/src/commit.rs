@@ -247,11 +247,7 @@ impl SqlRepo {
                 message,
                 part: seen,
             } => {
-                let last: Option<String> = crate::read::parts_of(session, message)
-                    .select_only()
-                    .column(part::Column::Id)
-                    .order_by_desc(part::Column::Id)
-                    .into_tuple()
+                let last = crate::read::last_part_id(session, message)
                     .one(txn)
                     .await
                     .map_err(self.fault("checking a last-part guard"))?;

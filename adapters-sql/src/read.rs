@@ -202,11 +202,7 @@ impl SqlRepo {
             txn.commit().await.map_err(&fault)?;
             return Ok(None);
         };
-        let last: Option<String> = parts_of(session, id)
-            .select_only()
-            .column(part::Column::Id)
-            .order_by_desc(part::Column::Id)
-            .into_tuple()
+        let last = last_part_id(session, id)
             .one(&txn)
             .await
             .map_err(&fault)?;
@@ -460,6 +456,18 @@ impl SqlRepo {
 /// Message `id` of `session`.
 pub(crate) fn message_row(session: &SessionId, id: &MessageId) -> Select<message::Entity> {
     message::Entity::find_by_id((session.as_str().to_owned(), id.as_str().to_owned()))
+}
+
+/// The id of the last part (in id order) of message `id` of `session`: its key alone is read.
+pub(crate) fn last_part_id(
+    session: &SessionId,
+    id: &MessageId,
+) -> sea_orm::Selector<sea_orm::SelectGetableTuple<String>> {
+    parts_of(session, id)
+        .select_only()
+        .column(part::Column::Id)
+        .order_by_desc(part::Column::Id)
+        .into_tuple()
 }
 
 /// The parts of message `id` of `session`.
