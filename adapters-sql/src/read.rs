@@ -202,10 +202,7 @@ impl SqlRepo {
             txn.commit().await.map_err(&fault)?;
             return Ok(None);
         };
-        let last = last_part_id(session, id)
-            .one(&txn)
-            .await
-            .map_err(&fault)?;
+        let last = last_part_id(session, id).one(&txn).await.map_err(&fault)?;
         txn.commit().await.map_err(&fault)?;
         Ok(Some(MessageHead {
             info: self.decode::<Message>(&row.body, "message")?,
