@@ -153,9 +153,10 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         return Err(error);
     }
     // The file the connections opened (SQLite made it by now), to see it deleted or replaced later.
-    let file = (backend == Backend::SqliteFile)
-        .then(|| std::fs::metadata(&target).ok())
-        .flatten()
+    let sqlite_path = (backend == Backend::SqliteFile).then(|| sqlite_full_path(&target));
+    let file = sqlite_path
+        .as_deref()
+        .and_then(|path| std::fs::metadata(path).ok())
         .map(|m| {
             use std::os::unix::fs::MetadataExt;
             (m.dev(), m.ino())
@@ -164,10 +165,35 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         db,
         backend,
         target,
+        sqlite_path,
         busy_timeout,
         file,
         hooks: Mutex::new(Hooks::default()),
     })
+}
+
+/// The path SQLite opens for `path`, as its unix VFS makes it: absolute (against the current directory),
+/// with `.` and `..` components taken out by name, not by following the file system (so
+/// `missing/../rewind.db` is `rewind.db`, which the file system would refuse).
+fn sqlite_full_path(path: &str) -> std::path::PathBuf {
+    use std::path::{Component, Path, PathBuf};
+    let given = Path::new(path);
+    let absolute = if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(given)
+    };
+    let mut full = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                full.pop();
+            }
+            other => full.push(other),
+        }
+    }
+    full
 }
 
 /// One connection to the PostgreSQL server at `url`, closed at once: the cause when it cannot be made.

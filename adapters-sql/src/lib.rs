@@ -64,6 +64,8 @@ pub struct SqlRepo {
     /// The database as messages name it: a file path, or a URL without its password.
     target: String,
     busy_timeout: Duration,
+    /// A SQLite file's path as SQLite opened it (`connect::sqlite_full_path`).
+    sqlite_path: Option<std::path::PathBuf>,
     /// A SQLite file's device and inode when it was opened: a write first checks that the path still
     /// names that file (`SqlError::Replaced`).
     file: Option<(u64, u64)>,
@@ -96,9 +98,10 @@ impl SqlRepo {
         &self.target
     }
 
-    /// The file of a SQLite database, as it was opened (none for an in-memory one or PostgreSQL).
+    /// The file of a SQLite database, as SQLite opened it: absolute, without `.` or `..` (none for an
+    /// in-memory one or PostgreSQL).
     pub fn sqlite_file(&self) -> Option<&std::path::Path> {
-        (self.backend == Backend::SqliteFile).then(|| std::path::Path::new(&self.target))
+        self.sqlite_path.as_deref()
     }
 
     /// Closes every connection of this handle, waiting until they are closed.
@@ -179,11 +182,9 @@ impl SqlRepo {
     /// `SqlError::Replaced` when the SQLite file this handle opened is no longer at its path; checked
     /// before every write.
     fn check_file(&self) -> Result<()> {
-        if let Some(opened) = self.file {
+        if let (Some(opened), Some(path)) = (self.file, &self.sqlite_path) {
             use std::os::unix::fs::MetadataExt;
-            let now = std::fs::metadata(&self.target)
-                .ok()
-                .map(|m| (m.dev(), m.ino()));
+            let now = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
             if now != Some(opened) {
                 return Err(SqlError::Replaced {
                     target: self.target.clone(),

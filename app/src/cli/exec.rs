@@ -17,6 +17,15 @@ use super::context::{Context, explain, step_is_abandoned};
 use super::history::{warning_count, warning_text, warnings_since};
 use super::output::{plural, print_error_json, print_json, shell_line, with_progress};
 
+/// `eprintln!` that cannot fail: `exec` reports its command's exit code whatever happens to its own
+/// messages (a stderr that cannot be written made `eprintln!` panic, and the code was lost).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// `exec --json`: printed on stdout after the command's own output.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -133,11 +142,11 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         Ok(parts) => parts,
         Err(error) => {
             let message = crate::report::chain_anyhow(&error);
-            eprintln!("error: {message}");
+            say!("error: {message}");
             if ctx.json {
                 print_error_json(&message);
             }
-            eprintln!(
+            say!(
                 "rewind: `{line}` ended (exit code {code}), but its step in session {} could not be recorded as \
                  finished; the step stays open, and the next rewind command in this directory aborts it with a \
                  snapshot of the files as they are then (`rewind status` shows it)",
@@ -185,19 +194,19 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
             );
         }
         if undoable && files.is_empty() {
-            eprintln!(
+            say!(
                 "rewind: recorded in session {} (no tracked file changed)",
                 session.id
             );
         } else if undoable {
-            eprintln!(
+            say!(
                 "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back",
                 session.id,
                 files.len(),
                 plural(files.len() as u64)
             );
         } else {
-            eprintln!(
+            say!(
                 "rewind: warning: recorded in session {}, but the snapshot after the command failed, so its \
                  changes cannot be undone; `rewind log` shows why",
                 session.id
@@ -243,7 +252,7 @@ async fn discarded_of(ctx: &Context, session: &SessionId, hidden: &[MessageId]) 
 }
 
 fn say_discarded(discarded: usize) {
-    eprintln!(
+    say!(
         "rewind: the session was reverted: its {discarded} hidden message{} {} discarded (as OpenCode does), \
          so `rewind redo` can no longer bring them back; the files were left as the revert put them",
         plural(discarded as u64),
@@ -254,7 +263,7 @@ fn say_discarded(discarded: usize) {
 /// Says why the command could not be run, when it could not.
 fn report_unrunnable<T>(outcome: &Result<T>, line: &str) {
     if let Err(error) = outcome {
-        eprintln!(
+        say!(
             "error: cannot run `{line}`: {}; check the command's name and PATH",
             crate::report::chain_anyhow(error)
         );
@@ -280,7 +289,7 @@ async fn record_end(
         )
         .await
     {
-        eprintln!(
+        say!(
             "rewind: warning: {}",
             crate::report::chain_anyhow(&explain(error, "recording the command's exit status"))
         );
@@ -355,7 +364,7 @@ async fn run_child(
                     && !warned
                 {
                     // The command goes on; the step is still finished when it ends.
-                    eprintln!("rewind: warning: cannot renew the step's lease: {error}");
+                    say!("rewind: warning: cannot renew the step's lease: {error}");
                     warned = true;
                 }
             }

@@ -193,7 +193,7 @@ pub fn main() -> ExitCode {
 /// shell gives a process `SIGPIPE` ended (141), as other command-line tools do; whatever it had already
 /// stored stays stored (output is written after the work). Any other failure to write stdout (a full
 /// disk, `> /dev/full`) is an error as any other: `error: …` on stderr, exit 1, not a panic; what the
-/// command stored before it printed stays stored.
+/// command stored before it printed stays stored. So is stderr that cannot be written (exit 1, silent).
 fn quiet_on_closed_stdout() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -203,6 +203,11 @@ fn quiet_on_closed_stdout() {
             .map(String::as_str)
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or_default();
+        // Nothing can be said when stderr itself cannot be written: the status says it (1, as for any
+        // error), not a panic's 101.
+        if message.starts_with("failed printing to stderr") {
+            std::process::exit(1);
+        }
         if let Some(cause) = message.strip_prefix("failed printing to stdout") {
             if message.contains("Broken pipe") {
                 std::process::exit(141);

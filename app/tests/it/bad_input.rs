@@ -312,4 +312,19 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
         "a0\n",
         "the undo was done"
     );
+    // Nor is stderr that cannot be written (black-box: 101): an error is exit 1, the status alone saying
+    // it, and `exec` passes its command's code on.
+    let cases: [(&[&str], i32); 2] = [(&["undo"], 1), (&["exec", "--", "sh", "-c", "exit 3"], 3)];
+    for (args, code) in cases {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full");
+        let output = env
+            .process_in(env.path(), args)
+            .stderr(full)
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(code), "{args:?}");
+    }
 }

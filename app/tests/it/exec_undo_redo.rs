@@ -635,12 +635,23 @@ fn a_worktree_name_with_a_newline_is_one_quoted_line_in_log_and_status() {
 /// A SQLite database given inside the project (`--database-url sqlite://rewind.db`, taken from the `-C`
 /// directory as the README says) is rewind's own: its steps do not record it, and undo and redo never
 /// write it. Black-box: each undo wrote an old copy of its WAL over the live one; after two, the session
-/// had no messages, `redo` found nothing to redo, and the database was later found malformed.
+/// had no messages, `redo` found nothing to redo, and the database was later found malformed. Also when
+/// its path goes through a directory that does not exist and back (`missing/../rewind.db`, which SQLite
+/// opens by name as `rewind.db`; black-box: its `-wal` and `-shm` were recorded and reverted).
 #[test]
 fn a_database_inside_the_worktree_is_never_recorded_nor_reverted() {
+    for url in [
+        "sqlite://rewind.db?mode=rwc",
+        "sqlite://missing/../rewind.db?mode=rwc",
+    ] {
+        database_in_the_worktree(url);
+    }
+}
+
+fn database_in_the_worktree(url: &str) {
     let env = Env::plain();
     std::fs::write(env.path().join("a"), "a\n").expect("write");
-    let db = ["--database-url", "sqlite://rewind.db?mode=rwc"];
+    let db = ["--database-url", url];
     fn with_db<'a>(db: &[&'a str], args: &[&'a str]) -> Vec<&'a str> {
         [db, args].concat()
     }
@@ -648,7 +659,7 @@ fn a_database_inside_the_worktree_is_never_recorded_nor_reverted() {
     env.ok(&with_db(&db, &["exec", "--", "sh", "-c", "echo c >> a"]));
     assert!(
         env.path().join("rewind.db").is_file(),
-        "the database is in the worktree"
+        "{url}: the database is in the worktree"
     );
     let log = env.json(&with_db(&db, &["log"]));
     let recorded: Vec<&str> = log["messages"]
@@ -659,7 +670,7 @@ fn a_database_inside_the_worktree_is_never_recorded_nor_reverted() {
         .flat_map(|step| step["files"].as_array().into_iter().flatten())
         .filter_map(|f| f["file"].as_str())
         .collect();
-    assert_eq!(recorded, ["a", "a"], "{log}");
+    assert_eq!(recorded, ["a", "a"], "{url}: {log}");
     let a = env.path().join("a");
     let read = || std::fs::read_to_string(&a).expect("read a");
     env.ok(&with_db(&db, &["undo"]));
@@ -667,7 +678,11 @@ fn a_database_inside_the_worktree_is_never_recorded_nor_reverted() {
     env.ok(&with_db(&db, &["undo"]));
     assert_eq!(read(), "a\n");
     let log = env.json(&with_db(&db, &["log"]));
-    assert_eq!(log["messages"].as_array().map(Vec::len), Some(4), "{log}");
+    assert_eq!(
+        log["messages"].as_array().map(Vec::len),
+        Some(4),
+        "{url}: {log}"
+    );
     env.ok(&with_db(&db, &["redo"]));
     env.ok(&with_db(&db, &["redo"]));
     assert_eq!(read(), "a\nb\nc\n");
