@@ -349,4 +349,12 @@ impl SnapshotPort for GitSnapshotStore {
         self.with_store(worktree, move |store, _| gc::gc(store, &keep, grace))
             .await
     }
+
+    async fn stored_worktrees(&self) -> Result<Vec<PathBuf>> {
+        let config = self.config.clone();
+        tokio::task::spawn_blocking(move || store::stored_worktrees(&config))
+            .await
+            .map_err(Error::backend)?
+            .map_err(Error::from)
+    }
 }

@@ -209,6 +209,33 @@ fn laid_out_as_git_dir(dir: &Path) -> bool {
     head.starts_with("ref: refs/") || hex(head)
 }
 
+/// The worktrees whose stores lie in the data directory for this database, as each store recorded its
+/// worktree (`rewind/worktree`), when that worktree still exists and its store is the one found (another
+/// database's stores, or one whose record does not lead back to it, are left alone).
+pub fn stored_worktrees(config: &GitStoreConfig) -> GitResult<Vec<PathBuf>> {
+    let root = config.data_dir.join("snapshot");
+    let entries = match fs::read_dir(&root) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(GitError::io(&root, e)),
+    };
+    let mut worktrees = Vec::new();
+    for entry in entries {
+        let dir = entry.map_err(|e| GitError::io(&root, e))?.path();
+        let Ok(recorded) = fs::read(dir.join("rewind").join("worktree")) else {
+            continue;
+        };
+        let worktree = PathBuf::from(
+            <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(recorded),
+        );
+        if worktree.is_dir() && location(config, &worktree) == dir {
+            worktrees.push(worktree);
+        }
+    }
+    worktrees.sort();
+    Ok(worktrees)
+}
+
 /// Where the store of `canonical` lives for this database.
 pub fn location(config: &GitStoreConfig, canonical: &Path) -> PathBuf {
     let mut hasher = sha1_smol::Sha1::new();

@@ -124,6 +124,12 @@ pub trait SnapshotPort: Send + Sync {
     }
     /// Deletes stored objects that nothing keeps.
     async fn gc(&self, worktree: &Path, keep: &[SnapshotId], grace: Duration) -> Result<GcReport>;
+    /// The worktrees that have a store here (of this database), as their stores recorded them, that
+    /// still exist: `gc` visits them too, also when no session or capture names them any more (their
+    /// objects would otherwise never be collected). None by default.
+    async fn stored_worktrees(&self) -> Result<Vec<std::path::PathBuf>> {
+        Ok(Vec::new())
+    }
 }
 
 /// The go-ahead `SnapshotPort::revert_when` waits for before it touches a file.

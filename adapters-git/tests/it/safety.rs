@@ -1840,3 +1840,44 @@ async fn rewind_s_own_files_in_a_worktree_are_never_snapshotted_nor_written() {
         "nor did the restore of a snapshot without them delete them"
     );
 }
+
+/// `stored_worktrees` lists the worktrees whose stores this database has in the data dir, from each
+/// store's record: not another database's, and not one whose worktree is gone (gc visits them, so a
+/// store no session names any more is still collected).
+#[tokio::test]
+async fn stored_worktrees_are_this_database_s_existing_worktrees() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    h.id().await;
+    let second = h.base().join("second");
+    let gone = h.base().join("gone");
+    for dir in [&second, &gone] {
+        fs::create_dir_all(dir).expect("mkdir");
+        fs::write(dir.join("b.txt"), "b\n").expect("write");
+        rewind_core::SnapshotPort::track(h.port(), dir)
+            .await
+            .expect("track");
+    }
+    fs::remove_dir_all(&gone).expect("rm");
+    let mut other_config =
+        rewind_git::GitStoreConfig::new(h.data_dir(), "sqlite:///another-database.db");
+    other_config.excludes_file = ExcludesFile::None;
+    let other = rewind_git::GitSnapshotStore::new(other_config);
+    let theirs = h.base().join("theirs");
+    fs::create_dir_all(&theirs).expect("mkdir");
+    rewind_core::SnapshotPort::track(&other, &theirs)
+        .await
+        .expect("track");
+    let listed = h.port().stored_worktrees().await.expect("list");
+    assert_eq!(
+        listed,
+        vec![second.clone(), h.root().to_path_buf()],
+        "sorted"
+    );
+    assert_eq!(
+        rewind_core::SnapshotPort::stored_worktrees(&other)
+            .await
+            .expect("list"),
+        vec![theirs]
+    );
+}

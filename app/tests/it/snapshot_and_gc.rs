@@ -115,3 +115,43 @@ fn gc_frees_unreferenced_snapshots_and_undo_still_works() {
     let status = env.json(&["status"]);
     assert_eq!(status["lastGc"]["sessionsDeleted"], 1);
 }
+
+/// `gc` run from another directory collects the store of a worktree whose sessions are all gone (deleted
+/// within the grace period by an earlier gc): it finds the worktree from its store's record, since no
+/// session or capture names it any more (black-box: its objects were never collected unless gc ran
+/// from that directory).
+#[test]
+fn gc_from_elsewhere_collects_the_store_of_a_worktree_no_session_names_any_more() {
+    let env = Env::plain();
+    for n in 1..=3 {
+        env.exec_sh(&format!("printf '{n}\\n' > f; printf '{n}\\n' > g{n}"));
+    }
+    let elsewhere = tempfile::TempDir::new().expect("another directory");
+    let gc_elsewhere = |args: &[&str]| {
+        let output = env
+            .rewind_in(elsewhere.path(), &[&["--json", "gc"][..], args].concat())
+            .output()
+            .expect("gc");
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")
+    };
+    // The sessions go; their objects stay within the grace period.
+    let first = gc_elsewhere(&["--older-than", "0"]);
+    assert_eq!(
+        first["sessionsDeleted"].as_array().map(Vec::len),
+        Some(1),
+        "{first:#}"
+    );
+    let second = gc_elsewhere(&["--grace-seconds", "0"]);
+    let worktree = std::fs::canonicalize(env.path()).expect("canonical");
+    let entry = second["worktrees"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|w| w["directory"] == worktree.to_str().expect("UTF-8"))
+        .unwrap_or_else(|| panic!("the worktree's store is visited: {second:#}"));
+    assert!(
+        entry["report"]["objectsRemoved"].as_u64().unwrap_or(0) >= 1,
+        "its objects are collected: {second:#}"
+    );
+}

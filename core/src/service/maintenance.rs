@@ -210,6 +210,14 @@ impl Rewind {
             .collect::<Result<_>>()?;
         directories.extend(sessions.iter().map(|s| s.directory.clone()));
         directories.extend(captures.iter().map(|c| c.directory.clone()));
+        // Stores that no session or capture names any more (their sessions deleted) are collected too.
+        directories.extend(
+            self.snapshots
+                .stored_worktrees()
+                .await?
+                .into_iter()
+                .filter_map(|path| path.to_str().map(str::to_owned)),
+        );
         if let Some(older_than) = request.older_than_ms {
             let cutoff = self.now().saturating_sub(older_than);
             for session in sessions.iter().filter(|s| s.time.updated < cutoff) {
