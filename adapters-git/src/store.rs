@@ -210,8 +210,10 @@ fn laid_out_as_git_dir(dir: &Path) -> bool {
 }
 
 /// The worktrees whose stores lie in the data directory for this database, as each store recorded its
-/// worktree (`rewind/worktree`), when that worktree still exists and its store is the one found (another
-/// database's stores, or one whose record does not lead back to it, are left alone).
+/// worktree (`rewind/worktree`), when its store is the one found (another database's stores, or one
+/// whose record does not lead back to it, are left alone) and it can still be opened as that worktree: it
+/// exists, resolves to itself (not a symlink now) and is not refused. An entry that cannot be read is
+/// skipped: the listing only adds stores to a gc.
 pub fn stored_worktrees(config: &GitStoreConfig) -> GitResult<Vec<PathBuf>> {
     let root = config.data_dir.join("snapshot");
     let entries = match fs::read_dir(&root) {
@@ -220,15 +222,15 @@ pub fn stored_worktrees(config: &GitStoreConfig) -> GitResult<Vec<PathBuf>> {
         Err(e) => return Err(GitError::io(&root, e)),
     };
     let mut worktrees = Vec::new();
-    for entry in entries {
-        let dir = entry.map_err(|e| GitError::io(&root, e))?.path();
+    for dir in entries.filter_map(|entry| entry.ok().map(|e| e.path())) {
         let Ok(recorded) = fs::read(dir.join("rewind").join("worktree")) else {
             continue;
         };
         let worktree = PathBuf::from(
             <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(recorded),
         );
-        if worktree.is_dir() && location(config, &worktree) == dir {
+        let opens_as_itself = canonical_worktree(config, &worktree).is_ok_and(|c| c == worktree);
+        if location(config, &worktree) == dir && opens_as_itself {
             worktrees.push(worktree);
         }
     }

@@ -152,8 +152,17 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         let _ = db.close().await;
         return Err(error);
     }
-    // The file the connections opened (SQLite made it by now), to see it deleted or replaced later.
-    let sqlite_path = (backend == Backend::SqliteFile).then(|| sqlite_full_path(&target));
+    // The file the connections opened, as SQLite names it (its full path, symlinks and `..` resolved its
+    // own way), to leave out of snapshots and to see it deleted or replaced later.
+    let sqlite_path = if backend == Backend::SqliteFile {
+        Some(
+            sqlite_main_file(&db)
+                .await
+                .unwrap_or_else(|| target.clone().into()),
+        )
+    } else {
+        None
+    };
     let file = sqlite_path
         .as_deref()
         .and_then(|path| std::fs::metadata(path).ok())
@@ -172,28 +181,20 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     })
 }
 
-/// The path SQLite opens for `path`, as its unix VFS makes it: absolute (against the current directory),
-/// with `.` and `..` components taken out by name, not by following the file system (so
-/// `missing/../rewind.db` is `rewind.db`, which the file system would refuse).
-fn sqlite_full_path(path: &str) -> std::path::PathBuf {
-    use std::path::{Component, Path, PathBuf};
-    let given = Path::new(path);
-    let absolute = if given.is_absolute() {
-        given.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_default().join(given)
-    };
-    let mut full = PathBuf::new();
-    for component in absolute.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                full.pop();
-            }
-            other => full.push(other),
-        }
-    }
-    full
+/// The file of the main database as SQLite opened it (`PRAGMA database_list`): its unix VFS makes the
+/// path absolute and resolves symlinks and `..` its own way (`missing/../x.db` by name, `link/../x.db`
+/// through the link), so the path is asked of SQLite rather than worked out again. `None` when it
+/// cannot say.
+async fn sqlite_main_file(db: &DatabaseConnection) -> Option<std::path::PathBuf> {
+    let row = db
+        .query_one_raw(Statement::from_string(
+            DbBackend::Sqlite,
+            "SELECT file FROM pragma_database_list WHERE name = 'main'",
+        ))
+        .await
+        .ok()??;
+    let file: String = row.try_get("", "file").ok()?;
+    (!file.is_empty()).then(|| file.into())
 }
 
 /// One connection to the PostgreSQL server at `url`, closed at once: the cause when it cannot be made.

@@ -64,7 +64,7 @@ pub struct SqlRepo {
     /// The database as messages name it: a file path, or a URL without its password.
     target: String,
     busy_timeout: Duration,
-    /// A SQLite file's path as SQLite opened it (`connect::sqlite_full_path`).
+    /// A SQLite file's path as SQLite opened it (`connect::sqlite_main_file`).
     sqlite_path: Option<std::path::PathBuf>,
     /// A SQLite file's device and inode when it was opened: a write first checks that the path still
     /// names that file (`SqlError::Replaced`).
@@ -98,8 +98,8 @@ impl SqlRepo {
         &self.target
     }
 
-    /// The file of a SQLite database, as SQLite opened it: absolute, without `.` or `..` (none for an
-    /// in-memory one or PostgreSQL).
+    /// The file of a SQLite database, as SQLite opened it: absolute, with symlinks and `..` resolved as
+    /// SQLite resolves them (none for an in-memory one or PostgreSQL).
     pub fn sqlite_file(&self) -> Option<&std::path::Path> {
         self.sqlite_path.as_deref()
     }

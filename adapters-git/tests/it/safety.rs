@@ -1859,6 +1859,14 @@ async fn stored_worktrees_are_this_database_s_existing_worktrees() {
             .expect("track");
     }
     fs::remove_dir_all(&gone).expect("rm");
+    // One replaced by a symlink since cannot be opened as itself (`Store::open` refuses it): not listed.
+    let moved = h.base().join("moved");
+    fs::create_dir_all(&moved).expect("mkdir");
+    rewind_core::SnapshotPort::track(h.port(), &moved)
+        .await
+        .expect("track");
+    fs::rename(&moved, h.base().join("moved-away")).expect("rename");
+    std::os::unix::fs::symlink(h.base().join("moved-away"), &moved).expect("symlink");
     let mut other_config =
         rewind_git::GitStoreConfig::new(h.data_dir(), "sqlite:///another-database.db");
     other_config.excludes_file = ExcludesFile::None;

@@ -188,9 +188,11 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result
         })?;
     } else {
         for warning in &warnings {
-            eprint!(
+            say!(
                 "rewind: warning: {}",
-                warning_text(warning).trim_start_matches("! ")
+                warning_text(warning)
+                    .trim_start_matches("! ")
+                    .trim_end_matches('\n')
             );
         }
         if undoable && files.is_empty() {

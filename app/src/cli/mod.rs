@@ -213,7 +213,9 @@ fn quiet_on_closed_stdout() {
                 std::process::exit(141);
             }
             let cause = cause.trim_start_matches(':').trim();
-            eprintln!("error: cannot write to stdout: {cause}");
+            // Not `eprintln!`: a stderr that cannot be written either would panic inside this hook.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "error: cannot write to stdout: {cause}");
             std::process::exit(1);
         }
         default(info);

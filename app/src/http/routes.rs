@@ -260,7 +260,7 @@ pub async fn create_message(
     responses((status = 200, description = "The part", body = Object),
               (status = 400, description = "Bad request", body = Object),
               (status = 404, description = "Not found", body = Object),
-              (status = 409, description = "Busy (a revert or unrevert holds the session)", body = Object)))]
+              (status = 409, description = "Busy (an operation held the session for longer than the 2 s wait)", body = Object)))]
 pub async fn append_part(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,

@@ -314,6 +314,12 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
     );
     // Nor is stderr that cannot be written (black-box: 101): an error is exit 1, the status alone saying
     // it, and `exec` passes its command's code on.
+    // A FIFO makes the exec print a warning (skipped) besides its report.
+    let made = std::process::Command::new("mkfifo")
+        .arg(env.path().join("pipe"))
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
     let cases: [(&[&str], i32); 2] = [(&["undo"], 1), (&["exec", "--", "sh", "-c", "exit 3"], 3)];
     for (args, code) in cases {
         let full = std::fs::OpenOptions::new()

@@ -640,17 +640,21 @@ fn a_worktree_name_with_a_newline_is_one_quoted_line_in_log_and_status() {
 /// opens by name as `rewind.db`; black-box: its `-wal` and `-shm` were recorded and reverted).
 #[test]
 fn a_database_inside_the_worktree_is_never_recorded_nor_reverted() {
-    for url in [
-        "sqlite://rewind.db?mode=rwc",
-        "sqlite://missing/../rewind.db?mode=rwc",
+    for (url, database) in [
+        ("sqlite://rewind.db?mode=rwc", "rewind.db"),
+        ("sqlite://missing/../rewind.db?mode=rwc", "rewind.db"),
+        // SQLite follows the link, then goes up from where it leads (review).
+        ("sqlite://link/../rewind.db?mode=rwc", "sub/rewind.db"),
     ] {
-        database_in_the_worktree(url);
+        database_in_the_worktree(url, database);
     }
 }
 
-fn database_in_the_worktree(url: &str) {
+fn database_in_the_worktree(url: &str, database: &str) {
     let env = Env::plain();
     std::fs::write(env.path().join("a"), "a\n").expect("write");
+    std::fs::create_dir_all(env.path().join("sub/inner")).expect("mkdir");
+    std::os::unix::fs::symlink("sub/inner", env.path().join("link")).expect("symlink");
     let db = ["--database-url", url];
     fn with_db<'a>(db: &[&'a str], args: &[&'a str]) -> Vec<&'a str> {
         [db, args].concat()
@@ -658,8 +662,8 @@ fn database_in_the_worktree(url: &str) {
     env.ok(&with_db(&db, &["exec", "--", "sh", "-c", "echo b >> a"]));
     env.ok(&with_db(&db, &["exec", "--", "sh", "-c", "echo c >> a"]));
     assert!(
-        env.path().join("rewind.db").is_file(),
-        "{url}: the database is in the worktree"
+        env.path().join(database).is_file(),
+        "{url}: the database is in the worktree, at {database}"
     );
     let log = env.json(&with_db(&db, &["log"]));
     let recorded: Vec<&str> = log["messages"]

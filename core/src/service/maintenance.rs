@@ -210,11 +210,14 @@ impl Rewind {
             .collect::<Result<_>>()?;
         directories.extend(sessions.iter().map(|s| s.directory.clone()));
         directories.extend(captures.iter().map(|c| c.directory.clone()));
-        // Stores that no session or capture names any more (their sessions deleted) are collected too.
+        // Stores that no session or capture names any more (their sessions deleted) are collected too. A
+        // data directory that cannot be listed only leaves them out: those the database names are
+        // collected all the same.
         directories.extend(
             self.snapshots
                 .stored_worktrees()
-                .await?
+                .await
+                .unwrap_or_default()
                 .into_iter()
                 .filter_map(|path| path.to_str().map(str::to_owned)),
         );
