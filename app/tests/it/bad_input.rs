@@ -289,16 +289,22 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
     let env = Env::plain();
     std::fs::write(env.path().join("a.txt"), "a0\n").expect("write");
     env.exec_sh("printf 'a1\\n' > a.txt");
-    for args in [&["status"][..], &["log"], &["undo"]] {
+    // `args` run with stdout or stderr (`to_stderr`) on a full disk.
+    let full = |args: &[&str], to_stderr: bool| {
         let full = std::fs::OpenOptions::new()
             .write(true)
             .open("/dev/full")
             .expect("open /dev/full");
-        let output = env
-            .process_in(env.path(), args)
-            .stdout(full)
-            .output()
-            .expect("runs");
+        let mut command = env.process_in(env.path(), args);
+        if to_stderr {
+            command.stderr(full);
+        } else {
+            command.stdout(full);
+        }
+        command.output().expect("runs")
+    };
+    for args in [&["status"][..], &["log"], &["undo"]] {
+        let output = full(args, false);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(
@@ -313,8 +319,7 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
         "the undo was done"
     );
     // Nor is stderr that cannot be written (black-box: 101): an error is exit 1, the status alone saying
-    // it, and `exec` passes its command's code on.
-    // A FIFO makes the exec print a warning (skipped) besides its report.
+    // it, and `exec` passes its command's code on, also when it warns (a FIFO is skipped).
     let made = std::process::Command::new("mkfifo")
         .arg(env.path().join("pipe"))
         .status()
@@ -322,15 +327,6 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
     assert!(made.success());
     let cases: [(&[&str], i32); 2] = [(&["undo"], 1), (&["exec", "--", "sh", "-c", "exit 3"], 3)];
     for (args, code) in cases {
-        let full = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .expect("open /dev/full");
-        let output = env
-            .process_in(env.path(), args)
-            .stderr(full)
-            .output()
-            .expect("runs");
-        assert_eq!(output.status.code(), Some(code), "{args:?}");
+        assert_eq!(full(args, true).status.code(), Some(code), "{args:?}");
     }
 }
