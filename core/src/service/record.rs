@@ -109,7 +109,7 @@ impl Rewind {
     ) -> Result<MessageWithParts> {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(&input.parts)?;
-        let not_operating = self.refuse_while_operating(&session).await?;
+        let mut not_operating = self.refuse_while_operating(&session).await?;
         if let Some(point) = revert_point_of(&session) {
             // A parent the revert hides exists, but cleanup would delete it: say so rather than "not found".
             if input.role == Role::Assistant
@@ -181,14 +181,52 @@ impl Rewind {
             for part in &parts {
                 self.push_part(&mut transaction, part.clone());
             }
-            if let Some(done) =
-                super::again_if_stale(self.repo.commit(transaction).await, &mut tries)
+            let committed = self.repo.commit(transaction).await;
+            if matches!(committed, Err(Error::Busy { .. }))
+                && let Some(guard) = self
+                    .lease_now_the_open_step(session_id, &not_operating, None)
+                    .await?
             {
+                not_operating = guard;
+                tries += 1;
+                continue;
+            }
+            if let Some(done) = super::again_if_stale(committed, &mut tries) {
                 break done?;
             }
         }
         self.touch_step(&session).await;
         Ok(MessageWithParts { info, parts })
+    }
+
+    /// After a write's commit was refused as busy: the lease guard to build it again with when the
+    /// session's lease, free (or another's) at the write's check, is now its open step's (a step began
+    /// meanwhile; one after the other, the write would have been recorded in that step), and the revert
+    /// is still `revert_seen`; `None` when the refusal stands.
+    async fn lease_now_the_open_step(
+        &self,
+        session_id: &SessionId,
+        not_operating: &Guard,
+        revert_seen: Option<(MessageId, Option<PartId>)>,
+    ) -> Result<Option<Guard>> {
+        let session = self.load_session(session_id).await?;
+        let Some(step) = &session.step else {
+            return Ok(None);
+        };
+        let Guard::LeaseNotTaken { seen, .. } = not_operating else {
+            return Ok(None);
+        };
+        if seen.as_ref() == Some(&step.token)
+            || session.revert.as_ref().map(|r| r.point()) != revert_seen
+        {
+            return Ok(None);
+        }
+        Ok(match self.refuse_while_operating(&session).await {
+            Ok(guard) if matches!(&guard, Guard::LeaseNotTaken { seen: Some(token), .. } if token == &step.token) => {
+                Some(guard)
+            }
+            _ => None,
+        })
     }
 
     /// The message `input` describes, following `messages` (the session's), with its parts; the checks of
@@ -267,7 +305,7 @@ impl Rewind {
     ) -> Result<Part> {
         let session = self.load_prepared(session_id).await?;
         reject_recorded_kinds(std::slice::from_ref(&input))?;
-        let not_operating = self.refuse_while_operating(&session).await?;
+        let mut not_operating = self.refuse_while_operating(&session).await?;
         // Its head only: a long message's parts are not read for each part appended to it.
         let message = self.load_message_head(session_id, message_id).await?;
         refuse_reverted_message(&session, message_id)?;
@@ -322,9 +360,21 @@ impl Rewind {
                 ..Transaction::default()
             };
             self.push_part(&mut transaction, part.clone());
-            if let Some(done) =
-                super::again_if_stale(self.repo.commit(transaction).await, &mut tries)
+            let committed = self.repo.commit(transaction).await;
+            if matches!(committed, Err(Error::Busy { .. }))
+                && let Some(guard) = self
+                    .lease_now_the_open_step(
+                        session_id,
+                        &not_operating,
+                        session.revert.as_ref().map(|r| r.point()),
+                    )
+                    .await?
             {
+                not_operating = guard;
+                tries += 1;
+                continue;
+            }
+            if let Some(done) = super::again_if_stale(committed, &mut tries) {
                 break done?;
             }
         }

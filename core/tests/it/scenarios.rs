@@ -1994,3 +1994,55 @@ fn an_assistant_message_is_completed_by_its_step_s_end_and_working_again_in_its_
         assert!(completed().await.is_some(), "an aborted step ends it too");
     })
 }
+
+/// A message and a part checked while the session was free, whose commits are overtaken by a step's
+/// start, are recorded in that open step, as one after the other would (review: both were 409, since the
+/// lease they had seen free was now taken, if by the open step).
+#[test]
+fn writes_overtaken_by_a_step_s_start_are_recorded_in_the_open_step() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let (_, assistant) = w.exchange(&s.id, "edit").await;
+        let id = assistant.info.id.clone();
+        let (message, step) = overtaken(
+            &w,
+            w.rewind
+                .create_message(&s.id, NewMessage::user_text("sent as the step began")),
+            async || w.rewind.begin_step(&s.id, &id).await,
+        )
+        .await;
+        step.expect("the step begins");
+        let message = message.expect("the message is recorded");
+        assert!(message.info.id > id);
+        let (part, ()) = overtaken(
+            &w,
+            w.rewind.append_part(
+                &s.id,
+                &id,
+                NewPart {
+                    id: None,
+                    body: PartBody::text("a tool's output"),
+                },
+            ),
+            async || {
+                w.rewind
+                    .finish_step(&s.id, &id, rewind_core::service::StepEnd::default())
+                    .await
+                    .expect("the step ends");
+                w.rewind.begin_step(&s.id, &id).await.expect("another step");
+            },
+        )
+        .await;
+        let part = part.expect("the part is recorded");
+        let stored = w.messages(&s.id).await;
+        let parts = &stored
+            .iter()
+            .find(|m| m.info.id == id)
+            .expect("the assistant message")
+            .parts;
+        let kinds: Vec<&str> = parts.iter().map(|p| p.body.kind()).collect();
+        assert_eq!(kinds, ["step-start", "step-finish", "step-start", "text"]);
+        assert_eq!(parts.last().map(|p| &p.id), Some(&part.id));
+    })
+}
