@@ -182,21 +182,46 @@ impl Rewind {
                 self.push_part(&mut transaction, part.clone());
             }
             let committed = self.repo.commit(transaction).await;
-            if matches!(committed, Err(Error::Busy { .. }))
-                && let Some(guard) = self
-                    .lease_now_the_open_step(session_id, &not_operating, None)
-                    .await?
+            if self
+                .settle(
+                    committed,
+                    session_id,
+                    (&mut not_operating, None),
+                    &mut tries,
+                )
+                .await?
             {
-                not_operating = guard;
-                tries += 1;
-                continue;
-            }
-            if let Some(done) = super::again_if_stale(committed, &mut tries) {
-                break done?;
+                break;
             }
         }
         self.touch_step(&session).await;
         Ok(MessageWithParts { info, parts })
+    }
+
+    /// What the commit of a message or part write (`committed`) means for its loop: `true` when it is
+    /// stored, `false` when it is to be built again (its reads went stale, or a step began under it:
+    /// `not_operating` is then the new lease guard); its error otherwise. `revert_seen` is the revert the
+    /// write was checked against.
+    async fn settle(
+        &self,
+        committed: Result<()>,
+        session_id: &SessionId,
+        (not_operating, revert_seen): (&mut Guard, Option<(MessageId, Option<PartId>)>),
+        tries: &mut usize,
+    ) -> Result<bool> {
+        if matches!(committed, Err(Error::Busy { .. }))
+            && let Some(guard) = self
+                .lease_now_the_open_step(session_id, not_operating, revert_seen)
+                .await?
+        {
+            *not_operating = guard;
+            *tries += 1;
+            return Ok(false);
+        }
+        match super::again_if_stale(committed, tries) {
+            Some(done) => done.map(|()| true),
+            None => Ok(false),
+        }
     }
 
     /// After a write's commit was refused as busy: the lease guard to build it again with when the
@@ -361,21 +386,17 @@ impl Rewind {
             };
             self.push_part(&mut transaction, part.clone());
             let committed = self.repo.commit(transaction).await;
-            if matches!(committed, Err(Error::Busy { .. }))
-                && let Some(guard) = self
-                    .lease_now_the_open_step(
-                        session_id,
-                        &not_operating,
-                        session.revert.as_ref().map(|r| r.point()),
-                    )
-                    .await?
+            let revert_seen = session.revert.as_ref().map(|r| r.point());
+            if self
+                .settle(
+                    committed,
+                    session_id,
+                    (&mut not_operating, revert_seen),
+                    &mut tries,
+                )
+                .await?
             {
-                not_operating = guard;
-                tries += 1;
-                continue;
-            }
-            if let Some(done) = super::again_if_stale(committed, &mut tries) {
-                break done?;
+                break;
             }
         }
         self.touch_step(&session).await;
