@@ -2,6 +2,7 @@
 //! as one step of an assistant message, owned by this process (a killed `exec` leaves a step the next
 //! command aborts, and its command is killed with it: `guard`). The command's exit code is passed through.
 
+use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 
 use anyhow::{Context as _, Result, bail};
@@ -50,7 +51,7 @@ struct ExecReport {
 }
 
 /// Runs `command` as a step of this directory's latest session (or a new one).
-pub async fn run(ctx: &Context, new_session: bool, command: &[String]) -> Result<()> {
+pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Result<()> {
     let rewind = &ctx.services.rewind;
     let line = shell_line(command);
     let (session, created) = match (new_session, ctx.latest_session().await?) {
@@ -342,7 +343,7 @@ async fn create_session(ctx: &Context, line: &str) -> Result<Session> {
 async fn run_child(
     ctx: &Context,
     session_id: &SessionId,
-    command: &[String],
+    command: &[OsString],
 ) -> Result<std::process::ExitStatus> {
     let mut interrupts =
         signal(SignalKind::interrupt()).context("cannot install the interrupt handler")?;

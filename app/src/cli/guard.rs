@@ -120,7 +120,7 @@ impl Guarded {
 }
 
 /// Starts `command` in `directory` under a guard (module docs), from a thread that waits for it.
-pub async fn spawn(directory: &Path, command: &[String]) -> Result<(Guarded, Ended)> {
+pub async fn spawn(directory: &Path, command: &[OsString]) -> Result<(Guarded, Ended)> {
     let (program, _) = command
         .split_first()
         .context("no command given after `--`")?;
@@ -143,7 +143,7 @@ pub async fn spawn(directory: &Path, command: &[String]) -> Result<(Guarded, End
     let (status_tx, status_rx) = oneshot::channel();
     let ended = Arc::new(Mutex::new(false));
     let waiter = Arc::clone(&ended);
-    let program = program.clone();
+    let program = program.to_string_lossy().into_owned();
     std::thread::Builder::new()
         .name("rewind-exec".to_owned())
         .spawn(move || {

@@ -57,7 +57,7 @@ pub enum Command {
         new_session: bool,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-        command: Vec<String>,
+        command: Vec<std::ffi::OsString>,
     },
     /// Undo the last turn of the latest session (OpenCode's /undo).
     Undo {

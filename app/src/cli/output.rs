@@ -2,8 +2,10 @@
 //! spinner on stderr for work that takes more than a moment when stderr is a terminal.
 
 use std::borrow::Cow;
+use std::ffi::OsString;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -204,22 +206,46 @@ pub fn status_word(diff: &FileDiff) -> &'static str {
 }
 
 /// A command line as a shell would read it back: words with spaces or quotes are single-quoted.
-pub fn shell_line(words: &[String]) -> String {
+pub fn shell_line(words: &[OsString]) -> String {
     words
         .iter()
-        .map(|word| {
-            let plain = !word.is_empty()
-                && word
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
-            if plain {
-                word.clone()
-            } else {
-                format!("'{}'", word.replace('\'', "'\\''"))
+        .map(|word| match word.to_str() {
+            Some(word) => {
+                let plain = !word.is_empty()
+                    && word
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+                if plain {
+                    word.to_owned()
+                } else {
+                    format!("'{}'", word.replace('\'', "'\\''"))
+                }
             }
+            None => ansi_c_quoted(word.as_bytes()),
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A word that is not UTF-8 as a `$'…'` string (bash, zsh, ksh and POSIX.1-2024 shells read it back as the
+/// same bytes): each byte that is not UTF-8 as `\xHH`, quotes and backslashes escaped, the rest as it is.
+fn ansi_c_quoted(bytes: &[u8]) -> String {
+    let mut quoted = String::from("$'");
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\'' => quoted.push_str("\\'"),
+                '\\' => quoted.push_str("\\\\"),
+                '\n' => quoted.push_str("\\n"),
+                c => quoted.push(c),
+            }
+        }
+        for byte in chunk.invalid() {
+            quoted.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    quoted.push('\'');
+    quoted
 }
 
 /// Epoch milliseconds as `YYYY-MM-DD HH:MM:SS` UTC.
@@ -264,6 +290,7 @@ pub fn bytes_text(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::{bytes_text, one_line, shell_line, shown, time_text};
+    use std::ffi::{OsStr, OsString};
 
     #[test]
     fn times_are_utc_calendar_dates() {
@@ -276,9 +303,9 @@ mod tests {
 
     #[test]
     fn command_lines_read_back_as_the_same_words_in_sh() {
-        let words: Vec<String> = ["printf", "%s|", "a b", "it's", "", "plain-1.txt"]
+        let words: Vec<OsString> = ["printf", "%s|", "a b", "it's", "", "plain-1.txt"]
             .iter()
-            .map(|w| (*w).to_owned())
+            .map(OsString::from)
             .collect();
         let line = shell_line(&words);
         let output = std::process::Command::new("sh")
@@ -289,6 +316,28 @@ mod tests {
             String::from_utf8_lossy(&output.stdout),
             "a b|it's||plain-1.txt|"
         );
+    }
+
+    #[test]
+    fn command_words_that_are_not_utf8_read_back_as_the_same_bytes_in_bash() {
+        use std::os::unix::ffi::OsStringExt;
+        let words: Vec<OsString> = vec![
+            OsString::from("printf"),
+            OsString::from("%s|"),
+            OsString::from_vec(b"bad\xffname".to_vec()),
+            OsString::from_vec(b"it's \\ \xfe\n\xc3\xa9".to_vec()),
+            OsString::from("plain"),
+        ];
+        let line = shell_line(&words);
+        let output = std::process::Command::new("bash")
+            .args([OsStr::new("-c"), OsStr::new(&line)])
+            .output()
+            .expect("bash runs");
+        assert_eq!(
+            output.stdout, b"bad\xffname|it's \\ \xfe\n\xc3\xa9|plain|",
+            "{line}"
+        );
+        assert!(line.contains("$'bad\\xffname'"), "{line}");
     }
 
     #[test]

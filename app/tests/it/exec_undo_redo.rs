@@ -163,6 +163,42 @@ fn exec_passes_the_exit_code_through_and_still_records_the_turn() {
     assert_state(&env, &before, "undoing the command that exited with 7");
 }
 
+/// A command argument that is not UTF-8 is passed to the command byte for byte (clap refused it with exit
+/// 2), and the user message shows it as bash reads it back (`$'\xff'`).
+#[test]
+fn a_command_argument_that_is_not_utf8_is_passed_through_and_undone() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "a\n").expect("write");
+    let before = env.state();
+    let output = env
+        .rewind(&["exec", "--", "sh", "-c", "printf '%s' \"$1\" > a.txt", "sh"])
+        .arg(std::ffi::OsStr::from_bytes(b"b\xffd"))
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        std::fs::read(env.path().join("a.txt")).expect("read"),
+        b"b\xffd"
+    );
+    let log = env.json(&["log"]);
+    assert_eq!(
+        log["messages"][0]["text"],
+        serde_json::json!("sh -c 'printf '\\''%s'\\'' \"$1\" > a.txt' sh $'b\\xffd'"),
+        "{log}"
+    );
+    env.ok(&["undo"]);
+    assert_state(
+        &env,
+        &before,
+        "undoing the command given an argument that is not UTF-8",
+    );
+}
+
 #[test]
 fn stdout_and_stdin_of_the_command_are_the_terminal_s() {
     let env = Env::plain();
