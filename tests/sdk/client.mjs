@@ -154,6 +154,12 @@ check("session.unrevert brings the agent's files back", () => {
   assert.equal(file("a.txt"), "a changed by the agent\n");
 });
 
+const children = await client.session.children({ path: { id } });
+check("session.children is empty: rewind records no subagent sessions", () => {
+  assert.equal(children.error, undefined, JSON.stringify(children.error));
+  assert.deepEqual(children.data, []);
+});
+
 const missing = await client.session.get({ path: { id: "ses_000000000001abcdefghijklmn" } });
 check("an unknown session is OpenCode's NotFoundError", () => {
   assert.equal(missing.response.status, 404);

@@ -16,6 +16,7 @@ use super::dto;
         super::routes::list_sessions,
         super::routes::create_session,
         super::routes::get_session,
+        super::routes::session_children,
         super::routes::delete_session,
         super::routes::list_messages,
         super::routes::get_message,

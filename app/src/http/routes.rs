@@ -132,6 +132,24 @@ pub async fn get_session(
     ))
 }
 
+/// A session's child sessions (OpenCode's subagent sessions): rewind records none, so an existing session has
+/// none; an unknown one is a 404, as for `GET /session/{id}`.
+#[utoipa::path(get, path = "/session/{id}/children", params(("id" = String, Path), DirectoryParam),
+    responses((status = 200, description = "The session's children: always none", body = Object),
+              (status = 404, description = "Not found", body = Object)))]
+pub async fn session_children(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+) -> ApiResult<Vec<Session>> {
+    state
+        .services
+        .rewind
+        .session(&path.id)
+        .await
+        .map_err(in_session(&path.id))?;
+    Ok(Json(Vec::new()))
+}
+
 /// Deletes a session and its messages (never its files).
 #[utoipa::path(delete, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
     responses((status = 200, description = "true", body = bool),

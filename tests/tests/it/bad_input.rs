@@ -261,6 +261,13 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "NotFoundError",
         ),
         (
+            "the children of an unknown session",
+            app.http
+                .get(app.url(&format!("/session/{unknown_session}/children"))),
+            404,
+            "NotFoundError",
+        ),
+        (
             "a revert of an unknown session",
             json_post(
                 &app,

@@ -316,6 +316,11 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
         .map(|l| l.iter().filter_map(|s| s["id"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(ids, [second.as_str(), first.as_str()]);
+    // OpenCode's client asks for a session's children (its subagent sessions): rewind records none.
+    assert_eq!(
+        app.read(&format!("/session/{first}/children")).await?,
+        json!([])
+    );
     // A session of another worktree is listed under its own directory, not the server's.
     let sub = app.repo.join("sub");
     std::fs::create_dir(&sub)?;
@@ -337,6 +342,10 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
     let deleted = app.delete(&format!("/session/{first}")).await?;
     assert_eq!((deleted.status, deleted.body.clone()), (200, json!(true)));
     assert_eq!(app.get(&format!("/session/{first}")).await?.status, 404);
+    assert_eq!(
+        app.get(&format!("/session/{first}/children")).await?.status,
+        404
+    );
     assert_eq!(app.file("a.txt").as_deref(), Some("edited\n"));
     // The directory can come from the header (percent-encoded, as OpenCode's client sends it).
     let encoded: String = app.repo.to_str().unwrap_or_default().replace('/', "%2F");
