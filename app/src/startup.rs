@@ -1,10 +1,12 @@
 //! Wiring: the core services over the real adapters (gitoxide store, SeaORM database, system host), as
 //! the command line and the server both use them.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use rewind_core::model::HolderKind;
+use rewind_core::model::{HolderKind, LeaseToken};
+use rewind_core::service::RecoveryReport;
 use rewind_core::{HostPort, MessageRepo, Rewind, ServiceConfig, SnapshotPort};
 use rewind_git::{GitSnapshotStore, GitStoreConfig};
 use rewind_sql::SqlRepo;
@@ -102,6 +104,9 @@ pub struct ServerOptions {
     pub cwd: Option<std::path::PathBuf>,
     /// How many events a stream may fall behind before it gets `server.lagged`.
     pub bus_capacity: usize,
+    /// How often the server looks for operations whose process died (a `rewind revert` killed mid-way)
+    /// and recovers them, as start-up does.
+    pub recovery_interval: std::time::Duration,
 }
 
 impl Default for ServerOptions {
@@ -112,6 +117,7 @@ impl Default for ServerOptions {
             heartbeat: std::time::Duration::from_secs(10),
             cwd: None,
             bus_capacity: rewind_bus::DEFAULT_CAPACITY,
+            recovery_interval: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -124,6 +130,9 @@ pub struct Application {
     state: crate::http::AppState,
     relay_cursor: u64,
     relay_interval: std::time::Duration,
+    recovery_interval: std::time::Duration,
+    /// The intents start-up could not recover (already logged).
+    unrecoverable: HashSet<LeaseToken>,
     body_limit: usize,
 }
 
@@ -176,13 +185,8 @@ impl Application {
                 "recovery"
             );
         }
-        for failure in &report.failed {
-            tracing::warn!(
-                directory = %failure.directory,
-                error = %failure.error,
-                "an interrupted operation could not be recovered; operations on its worktree are refused until it can be"
-            );
-        }
+        let mut unrecoverable = HashSet::new();
+        log_failures(&report, &mut unrecoverable);
         let relay_cursor = crate::http::events::outbox_end(services.repo.as_ref())
             .await
             .context("cannot read the event outbox")?;
@@ -214,6 +218,8 @@ impl Application {
             state,
             relay_cursor,
             relay_interval: options.relay_interval,
+            recovery_interval: options.recovery_interval,
+            unrecoverable,
             body_limit: options.body_limit,
         })
     }
@@ -254,6 +260,12 @@ impl Application {
             self.state.services.rewind.clone(),
             stop.clone(),
         ));
+        let recoverer = tokio::spawn(recover_periodically(
+            self.state.services.rewind.clone(),
+            self.recovery_interval,
+            self.unrecoverable,
+            stop.clone(),
+        ));
         tracing::info!(address = %self.address, "rewind serving");
         let requests = self.state.requests.clone();
         let router = crate::http::router(self.state, self.body_limit);
@@ -267,8 +279,60 @@ impl Application {
         requests.wait().await;
         let _ = relay.await;
         let _ = outbox_cutter.await;
+        let _ = recoverer.await;
         tracing::info!("rewind stopped");
         served
+    }
+}
+
+/// Logs each intent `report` could not recover that is not in `logged` yet, and adds it there: the
+/// periodic recovery meets it every time, and says so once.
+fn log_failures(report: &RecoveryReport, logged: &mut HashSet<LeaseToken>) {
+    for failure in &report.failed {
+        if logged.insert(failure.token.clone()) {
+            tracing::warn!(
+                directory = %failure.directory,
+                error = %failure.error,
+                "an interrupted operation could not be recovered; operations on its worktree are refused until it can be"
+            );
+        }
+    }
+}
+
+/// Recovers, every `interval`, the operations whose process died while the server runs (a `rewind revert`
+/// killed mid-way, SPEC 8), as start-up does: its worktree is put back, with a capture and a warning the
+/// session's clients see at once, instead of only when the next operation on the session runs. An intent
+/// whose owner is alive is left alone.
+async fn recover_periodically(
+    rewind: Arc<Rewind>,
+    interval: std::time::Duration,
+    mut unrecoverable: HashSet<LeaseToken>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    // A database that cannot be read is said once, when it starts failing.
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        match rewind.recover().await {
+            Ok(report) => {
+                failing = false;
+                if !report.recovered.is_empty() {
+                    tracing::info!(
+                        recovered = report.recovered.len(),
+                        "recovered operations whose process died"
+                    );
+                }
+                log_failures(&report, &mut unrecoverable);
+            }
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(%error, "cannot look for interrupted operations; trying again");
+            }
+            Err(_) => {}
+        }
     }
 }
 

@@ -469,6 +469,156 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
     app.stop().await
 }
 
+/// Leaves in the database what a `rewind revert` of `session` leaves when it is killed after storing its
+/// intent: the session's and the worktree's leases held by a process that is gone, and the intent, whose
+/// pre-operation snapshot is `before` and whose files are `files`.
+async fn interrupted_revert(
+    app: &crate::support::TestApp,
+    session: &str,
+    before: &str,
+    files: &[&str],
+) -> Result<()> {
+    use rewind_core::model::{
+        Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseToken,
+        ProcessIdentity, RelPath, SessionId, SnapshotId,
+    };
+    use rewind_core::{Change, MessageRepo, Transaction};
+    // A pid no process has now: that of a child that has exited and been reaped.
+    let mut child = std::process::Command::new("true").spawn()?;
+    child.wait()?;
+    let holder = Holder {
+        kind: HolderKind::Process,
+        process: ProcessIdentity {
+            host: rewind_app::host::host_name(),
+            pid: child.id(),
+            start_time: 1,
+            boot: None,
+        },
+    };
+    let session = SessionId::parse(session)?;
+    let directory = app
+        .repo
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("a UTF-8 worktree"))?
+        .to_owned();
+    let token = LeaseToken("tok_killed_revert".to_owned());
+    for key in [
+        LeaseKey::Session(session.clone()),
+        LeaseKey::Worktree(directory.clone()),
+    ] {
+        let lease = Lease {
+            key,
+            token: token.clone(),
+            holder: holder.clone(),
+            expires_at: i64::MAX as u64,
+        };
+        app.db.take_lease(&lease, None).await?;
+    }
+    let intent = IntentRecord {
+        token,
+        session_id: session,
+        directory,
+        operation: IntentOperation::Revert,
+        holder,
+        before: SnapshotId::parse(before)?,
+        files: files
+            .iter()
+            .map(|f| RelPath::new(*f))
+            .collect::<Result<_, _>>()?,
+        created: 0,
+    };
+    app.db
+        .commit(Transaction {
+            guards: Vec::new(),
+            changes: vec![Change::PutIntent(Box::new(intent))],
+            events: Vec::new(),
+        })
+        .await?;
+    Ok(())
+}
+
+/// A revert whose process died mid-way (a `rewind revert` killed while the server runs) is recovered by
+/// the running server within its recovery interval, not only by the next operation on the session: the
+/// half-reverted files are captured and put back, a `session.warning` names them and the capture, and the
+/// session's leases are free again (SPEC 8). Before, `GET /session/:id` said "not reverted", with no
+/// warning, while the worktree was half reverted (black-box).
+#[tokio::test]
+async fn a_revert_whose_process_died_is_recovered_by_the_running_server() -> Result<()> {
+    let app = spawn_app_with(AppConfig {
+        recovery_interval: Some(Duration::from_millis(100)),
+        ..AppConfig::default()
+    })
+    .await?;
+    let session = app.new_session().await?;
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("a.txt"), "a1\n")?;
+            std::fs::write(repo.join("b.txt"), "b1\n")?;
+            Ok(())
+        })
+        .await?;
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    // The worktree as the turn left it: the revert's pre-operation snapshot.
+    let before = messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .find(|p| p["type"] == "step-finish")
+        .and_then(|p| p["snapshot"].as_str().map(str::to_owned))
+        .ok_or_else(|| anyhow::anyhow!("a step-finish with a snapshot: {messages}"))?;
+    let mut events = app.events().await?;
+    // The revert was killed after writing a.txt back and before b.txt.
+    app.write("a.txt", "a0\n")?;
+    interrupted_revert(&app, &session, &before, &["a.txt", "b.txt"]).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let warnings = loop {
+        let warnings = app.read(&format!("/session/{session}/warnings")).await?;
+        if warnings.as_array().is_some_and(|w| !w.is_empty())
+            || tokio::time::Instant::now() > deadline
+        {
+            break warnings;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let a_txt = app.repo.join("a.txt").to_string_lossy().into_owned();
+    assert_eq!(warnings.as_array().map(Vec::len), Some(1), "{warnings}");
+    assert_eq!(warnings[0]["files"], json!([a_txt]), "{warnings}");
+    let capture = warnings[0]["snapshot"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("the warning names its capture: {warnings}"))?;
+    assert_ne!(capture, before);
+    // Wholly before the revert: a.txt as the turn left it, b.txt untouched.
+    assert_eq!(app.file("a.txt").as_deref(), Some("a1\n"));
+    assert_eq!(app.file("b.txt").as_deref(), Some("b1\n"));
+    let current = app.read(&format!("/session/{session}")).await?;
+    assert!(current.get("revert").is_none(), "{current}");
+    // Its clients saw it as it happened.
+    let mut seen = Vec::new();
+    while let Some(event) = events.next(Duration::from_secs(5)).await? {
+        let warned = event["type"] == "session.warning";
+        seen.push(event);
+        if warned {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.last().map(|e| e["properties"]["snapshot"].clone()),
+        Some(json!(capture)),
+        "{seen:?}"
+    );
+    // The leases were given back: a revert now runs.
+    let reverted = app
+        .post(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": user}),
+        )
+        .await?;
+    assert_eq!(reverted.status, 200, "{}", reverted.body);
+    assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
+    app.stop().await
+}
+
 /// A client that goes away during a revert does not stop it: the revert runs to its end (files written,
 /// result stored, leases given back), so the next request finds it done instead of a session that answers
 /// 409 until the leases expire. hyper drops a handler's future when its connection closes; the server runs

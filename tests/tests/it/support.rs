@@ -45,6 +45,8 @@ pub struct AppConfig {
     pub bus_capacity: Option<usize>,
     /// The database (default a SQLite file in the data directory).
     pub database_url: Option<String>,
+    /// How often the server recovers operations whose process died (default the server's).
+    pub recovery_interval: Option<Duration>,
 }
 
 /// Runs `git` in `dir`, failing on a non-zero exit.
@@ -101,6 +103,9 @@ pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
         bus_capacity: config
             .bus_capacity
             .unwrap_or(ServerOptions::default().bus_capacity),
+        recovery_interval: config
+            .recovery_interval
+            .unwrap_or(ServerOptions::default().recovery_interval),
     };
     let app = Application::build_with(settings, options).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
