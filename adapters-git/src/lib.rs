@@ -357,4 +357,21 @@ impl SnapshotPort for GitSnapshotStore {
             .map_err(Error::backend)?
             .map_err(Error::from)
     }
+
+    async fn remove_gone_stores(
+        &self,
+        named: &[PathBuf],
+        grace: Duration,
+    ) -> Result<Vec<(PathBuf, Result<GcReport>)>> {
+        let config = self.config.clone();
+        let named = named.iter().cloned().collect();
+        let removed =
+            tokio::task::spawn_blocking(move || store::remove_gone_stores(&config, &named, grace))
+                .await
+                .map_err(Error::backend)??;
+        Ok(removed
+            .into_iter()
+            .map(|(worktree, outcome)| (worktree, outcome.map_err(Error::from)))
+            .collect())
+    }
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use gix::ObjectId;
 use serde::{Deserialize, Serialize};
 
+use rewind_core::model::GcReport;
+
 use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::OutsideRule;
@@ -238,6 +240,153 @@ pub fn stored_worktrees(config: &GitStoreConfig) -> GitResult<Vec<PathBuf>> {
     Ok(worktrees)
 }
 
+/// The prefix of a store being removed (`remove_gone_stores`): renamed out of its place first, so no
+/// process opens it half removed; one a crash left is removed by the next call.
+const REMOVING_PREFIX: &str = ".removing-";
+
+/// Removes the stores of this database whose worktree no longer exists (its path is not found), that no
+/// one `named` (the worktrees the database's sessions, captures and intents name) and that returned no id
+/// within `grace`: nothing can refer to their objects any more, and a store cannot be opened without its
+/// worktree, so `gc` never reached them. Each is locked, checked again, renamed away and then deleted.
+/// Returns each removed store's worktree with what was freed, or why it could not be removed (it stays
+/// for the next gc).
+pub fn remove_gone_stores(
+    config: &GitStoreConfig,
+    named: &BTreeSet<PathBuf>,
+    grace: Duration,
+) -> GitResult<Vec<(PathBuf, GitResult<GcReport>)>> {
+    let root = config.data_dir.join("snapshot");
+    let entries = match fs::read_dir(&root) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(GitError::io(&root, e)),
+    };
+    let since = now_ms().saturating_sub(grace.as_millis() as u64);
+    let mut removed = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let dir = entry.path();
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.starts_with(REMOVING_PREFIX))
+        {
+            let _ = fs::remove_dir_all(&dir);
+            continue;
+        }
+        let Ok(recorded) = fs::read(dir.join("rewind").join("worktree")) else {
+            continue;
+        };
+        let worktree = PathBuf::from(
+            <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(recorded),
+        );
+        if location(config, &worktree) != dir || named.contains(&worktree) {
+            continue;
+        }
+        match remove_if_gone(&dir, &worktree, since) {
+            Ok(Some(report)) => removed.push((worktree, Ok(report))),
+            Ok(None) => {}
+            Err(error) => removed.push((worktree, Err(error))),
+        }
+    }
+    removed.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(removed)
+}
+
+/// Whether `worktree` is gone: its path is not found (a directory that cannot be looked at is not gone).
+fn worktree_gone(worktree: &Path) -> bool {
+    matches!(fs::symlink_metadata(worktree), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// Removes the store `dir` of `worktree` when the worktree is gone and the store returned no id since
+/// `since_ms`, checked under the store's lock; what it freed.
+fn remove_if_gone(dir: &Path, worktree: &Path, since_ms: u64) -> GitResult<Option<GcReport>> {
+    if !worktree_gone(worktree) {
+        return Ok(None);
+    }
+    let lock = lock_file(dir)?;
+    if !worktree_gone(worktree) || returned_in(dir, since_ms)? {
+        return Ok(None);
+    }
+    let report = GcReport {
+        objects_removed: count_objects(&dir.join("objects")),
+        bytes_freed: disk_usage(dir),
+        objects_kept: 0,
+    };
+    let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
+        return Ok(None);
+    };
+    let away = dir.with_file_name(format!("{REMOVING_PREFIX}{name}"));
+    fs::rename(dir, &away).map_err(|e| GitError::io(dir, e))?;
+    drop(lock);
+    fs::remove_dir_all(&away).map_err(|e| GitError::io(&away, e))?;
+    Ok(Some(report))
+}
+
+/// Whether the store `dir` returned an id at or after `since_ms` (its log cannot be read: as if it did).
+fn returned_in(dir: &Path, since_ms: u64) -> GitResult<bool> {
+    let path = dir.join("rewind").join("returned");
+    let text = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(GitError::io(&path, e)),
+    };
+    Ok(String::from_utf8_lossy(&text).lines().any(|line| {
+        line.split_once(' ')
+            .and_then(|(time, _)| time.parse::<u64>().ok())
+            .is_none_or(|time| time >= since_ms)
+    }))
+}
+
+/// The objects under `objects`: loose ones, and those each pack's index counts.
+fn count_objects(objects: &Path) -> u64 {
+    let mut count = 0;
+    for entry in fs::read_dir(objects).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            count += fs::read_dir(entry.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| !e.file_name().to_string_lossy().starts_with("tmp_"))
+                .count() as u64;
+        }
+    }
+    for entry in fs::read_dir(objects.join("pack"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if entry.path().extension().is_some_and(|e| e == "idx") {
+            // A version 2 index: 8 bytes of header, then 256 fan-out counts; the last is the total.
+            let total = fs::read(entry.path())
+                .ok()
+                .and_then(|data| data.get(1028..1032).map(<[u8]>::to_vec))
+                .and_then(|bytes| <[u8; 4]>::try_from(bytes).ok())
+                .map_or(0, u32::from_be_bytes);
+            count += u64::from(total);
+        }
+    }
+    count
+}
+
+/// The bytes the files under `dir` take on disk.
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in fs::read_dir(&next).into_iter().flatten().flatten() {
+            match entry.metadata() {
+                Ok(meta) if meta.is_dir() => pending.push(entry.path()),
+                Ok(meta) => total += meta.blocks() * 512,
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
 /// Where the store of `canonical` lives for this database.
 pub fn location(config: &GitStoreConfig, canonical: &Path) -> PathBuf {
     let mut hasher = sha1_smol::Sha1::new();
@@ -266,11 +415,18 @@ impl Store {
             )));
         }
         let dir = location(config, &canonical);
-        if !dir.join("HEAD").is_file() {
-            create_bare(&dir, &canonical)?;
-        }
-        // An advisory lock: the OS releases it when its process dies, so a dead holder never blocks.
-        let lock = lock_file(&dir)?;
+        let lock = loop {
+            if !dir.join("HEAD").is_file() {
+                create_bare(&dir, &canonical)?;
+            }
+            // An advisory lock: the OS releases it when its process dies, so a dead holder never blocks.
+            let lock = lock_file(&dir)?;
+            // A gc that held it may have removed the store meanwhile (its worktree was gone then): the
+            // lock is then on a file of the removed store, and the store is made again.
+            if dir.join("HEAD").is_file() {
+                break lock;
+            }
+        };
         let store = Store {
             odb: Odb::new(dir.join("objects")),
             dir,

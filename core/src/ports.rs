@@ -130,6 +130,18 @@ pub trait SnapshotPort: Send + Sync {
     async fn stored_worktrees(&self) -> Result<Vec<std::path::PathBuf>> {
         Ok(Vec::new())
     }
+    /// Removes whole the stores here (of this database) whose worktree no longer exists, that no one of
+    /// `named` is (the worktrees the database still names) and that returned no id within `grace`: none
+    /// of their objects can be needed, and `gc` cannot open a store without its worktree. Each removed
+    /// store's worktree with what was freed, or why it could not be removed. None by default.
+    async fn remove_gone_stores(
+        &self,
+        named: &[std::path::PathBuf],
+        grace: Duration,
+    ) -> Result<Vec<(std::path::PathBuf, Result<GcReport>)>> {
+        let _ = (named, grace);
+        Ok(Vec::new())
+    }
 }
 
 /// The go-ahead `SnapshotPort::revert_when` waits for before it touches a file.

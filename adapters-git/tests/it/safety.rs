@@ -1889,3 +1889,75 @@ async fn stored_worktrees_are_this_database_s_existing_worktrees() {
         vec![theirs]
     );
 }
+
+/// `remove_gone_stores` removes whole the store of a worktree that is gone, once no one named it and it
+/// returned no id within the grace period; the stores of existing worktrees, of named ones and of another
+/// database stay. A worktree made again at that path gets a new, empty store that works.
+#[tokio::test]
+async fn the_store_of_a_gone_worktree_is_removed_once_unnamed_and_past_the_grace_period() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    h.id().await;
+    let gone = h.base().join("gone");
+    let named = h.base().join("named");
+    for dir in [&gone, &named] {
+        fs::create_dir_all(dir).expect("mkdir");
+        fs::write(dir.join("b.txt"), "b\n").expect("write");
+        rewind_core::SnapshotPort::track(h.port(), dir)
+            .await
+            .expect("track");
+    }
+    let store_of = |worktree: &Path| h.view(worktree).store_dir();
+    let (gone_store, named_store) = (store_of(&gone), store_of(&named));
+    let mut other_config =
+        rewind_git::GitStoreConfig::new(h.data_dir(), "sqlite:///another-database.db");
+    other_config.excludes_file = ExcludesFile::None;
+    let other = rewind_git::GitSnapshotStore::new(other_config);
+    let theirs = h.base().join("theirs");
+    fs::create_dir_all(&theirs).expect("mkdir");
+    rewind_core::SnapshotPort::track(&other, &theirs)
+        .await
+        .expect("track");
+    let theirs_store = other.store_dir(&theirs).expect("store dir");
+    for dir in [&gone, &named, &theirs] {
+        fs::remove_dir_all(dir).expect("rm");
+    }
+    let named_list = vec![named.clone()];
+    let remove = async |grace: u64| {
+        h.port()
+            .remove_gone_stores(&named_list, Duration::from_secs(grace))
+            .await
+            .expect("remove")
+    };
+    // Within the grace period of its last returned id, it stays.
+    assert!(remove(3600).await.is_empty());
+    assert!(gone_store.join("HEAD").is_file());
+    let removed = remove(0).await;
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert_eq!(removed[0].0, gone);
+    let report = removed[0].1.as_ref().expect("removed");
+    assert!(report.objects_removed >= 2, "{report:?}");
+    assert!(report.bytes_freed > 0, "{report:?}");
+    assert!(!gone_store.exists(), "the store is gone");
+    assert!(named_store.join("HEAD").is_file(), "a named one stays");
+    assert!(
+        theirs_store.join("HEAD").is_file(),
+        "another database's stays"
+    );
+    assert!(
+        h.root().join("a.txt").is_file() && store_of(h.root()).join("HEAD").is_file(),
+        "an existing worktree's store stays"
+    );
+    assert!(remove(0).await.is_empty(), "once");
+    // The path made again is a new worktree with a new store.
+    fs::create_dir_all(&gone).expect("mkdir");
+    fs::write(gone.join("c.txt"), "c\n").expect("write");
+    let id = rewind_core::SnapshotPort::track(h.port(), &gone)
+        .await
+        .expect("track again");
+    assert_eq!(
+        id.id.to_string(),
+        GitOracle::new(None).write_tree(&gone),
+        "the new store's snapshot is git's tree"
+    );
+}

@@ -122,6 +122,17 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
     }
     for worktree in &summary.worktrees {
         match (&worktree.report, &worktree.error) {
+            (Some(report), _) if worktree.store_removed => println!(
+                "  {}: gone, and no session names it: removed its store ({} object{}, {})",
+                shown(&worktree.directory),
+                report.objects_removed,
+                plural(report.objects_removed),
+                bytes_text(report.bytes_freed),
+            ),
+            (None, Some(error)) if worktree.store_removed => println!(
+                "! {}: gone, and no session names it, but its store could not be removed: {error}",
+                shown(&worktree.directory)
+            ),
             (Some(report), _) => println!(
                 "  {}: removed {} object{} ({}), kept {} referenced snapshot{}",
                 shown(&worktree.directory),

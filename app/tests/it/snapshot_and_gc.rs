@@ -155,3 +155,83 @@ fn gc_from_elsewhere_collects_the_store_of_a_worktree_no_session_names_any_more(
         "its objects are collected: {second:#}"
     );
 }
+
+/// The store of a directory that was deleted is removed whole by gc once no session names the directory
+/// and nothing was returned from it within the grace period: gc cannot open a store without its worktree,
+/// so its objects stayed for good. While a session names it, it stays.
+#[test]
+fn gc_removes_the_store_of_a_deleted_directory_no_session_names() {
+    let env = Env::plain();
+    env.exec_sh("printf 'here\\n' > a.txt");
+    let gone = tempfile::TempDir::new().expect("another directory");
+    let gone_path = std::fs::canonicalize(gone.path()).expect("canonical");
+    env.rewind_in(
+        &gone_path,
+        &["exec", "--", "sh", "-c", "printf 'x\\n' > x.txt"],
+    )
+    .assert()
+    .success();
+    let store = env
+        .data
+        .path()
+        .join("snapshot")
+        .read_dir()
+        .expect("stores")
+        .flatten()
+        .map(|e| e.path())
+        .find(|dir| {
+            std::fs::read(dir.join("rewind").join("worktree"))
+                .ok()
+                .as_deref()
+                == Some(gone_path.as_os_str().as_encoded_bytes())
+        })
+        .expect("the directory's store");
+    drop(gone);
+    let gc = |args: &[&str]| {
+        let output = env
+            .rewind(&[&["--json", "gc"][..], args].concat())
+            .output()
+            .expect("gc");
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")
+    };
+    let removed = |summary: &serde_json::Value| {
+        summary["worktrees"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|w| w["storeRemoved"] == true)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    // Its session still names it: the store stays.
+    let first = gc(&["--grace-seconds", "0"]);
+    assert!(removed(&first).is_empty(), "{first:#}");
+    assert!(store.join("HEAD").is_file());
+    // Its session goes (with this directory's); within the grace period the store stays.
+    let second = gc(&["--older-than", "0"]);
+    assert!(removed(&second).is_empty(), "{second:#}");
+    assert!(store.join("HEAD").is_file());
+    let third = gc(&["--grace-seconds", "0"]);
+    let gone_entries = removed(&third);
+    assert_eq!(gone_entries.len(), 1, "{third:#}");
+    assert_eq!(
+        gone_entries[0]["directory"],
+        gone_path.to_str().expect("UTF-8")
+    );
+    assert!(
+        gone_entries[0]["report"]["objectsRemoved"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1,
+        "{third:#}"
+    );
+    assert!(!store.exists(), "the store was removed");
+    // This directory, which exists, keeps its files and its store.
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "here\n"
+    );
+    let text = env.ok(&["gc", "--grace-seconds", "0"]);
+    assert!(!text.contains("removed its store"), "once: {text}");
+}

@@ -62,6 +62,10 @@ pub struct WorktreeGc {
     /// Why it could not be collected (the worktree is gone, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The whole store was removed (or, with `error`, could not be): its worktree is gone and nothing the
+    /// database names needs it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub store_removed: bool,
 }
 
 /// What gc did.
@@ -210,6 +214,27 @@ impl Rewind {
             .collect::<Result<_>>()?;
         directories.extend(sessions.iter().map(|s| s.directory.clone()));
         directories.extend(captures.iter().map(|c| c.directory.clone()));
+        directories.extend(self.repo.intents().await?.into_iter().map(|i| i.directory));
+        // The stores of worktrees that are gone and that nothing here names are removed whole (their
+        // objects cannot be collected one by one: a store cannot be opened without its worktree).
+        let named: Vec<std::path::PathBuf> = directories.iter().map(Into::into).collect();
+        for (worktree, outcome) in self
+            .snapshots
+            .remove_gone_stores(&named, request.grace)
+            .await?
+        {
+            let (report, error) = match outcome {
+                Ok(report) => (Some(report), None),
+                Err(error) => (None, Some(error.to_string())),
+            };
+            summary.worktrees.push(WorktreeGc {
+                directory: worktree.to_string_lossy().into_owned(),
+                kept_snapshots: 0,
+                report,
+                error,
+                store_removed: true,
+            });
+        }
         // Stores that no session or capture names any more (their sessions deleted) are collected too. A
         // data directory that cannot be listed only leaves them out: those the database names are
         // collected all the same.
@@ -268,6 +293,7 @@ impl Rewind {
                 kept_snapshots,
                 report,
                 error,
+                store_removed: false,
             });
         }
         Ok(summary)
