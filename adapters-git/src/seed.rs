@@ -10,7 +10,9 @@
 //!    matches: a repository setting `core.autocrlf`, `core.fileMode=false` or `core.symlinks=false`, or any
 //!    attributes file that mentions a filter, `text`, `eol`, `crlf`, `ident` or `working-tree-encoding`
 //!    (checked by keyword, as bytes: conservative, never wrong; an ignored `.gitattributes` counts, as git
-//!    applies it, and one that cannot be read counts as mentioning them). An entry git "racily smudged"
+//!    applies it, and one that cannot be read counts as mentioning them), or any `.gitattributes` the
+//!    index holds and the disk does not (git applies the index's copy then), or attributes read from a
+//!    tree (`attr.tree`, `GIT_ATTR_SOURCE`). An entry git "racily smudged"
 //!    (size 0) is believed only for the empty blob, and a file over the size cap is skipped as it would be
 //!    if hashed.
 
@@ -93,6 +95,14 @@ impl Seed {
         .ok()?;
         let mut entries = HashMap::new();
         for entry in index.entries() {
+            // An attributes file the index holds and the disk does not: git applies the index's copy
+            // when it adds files, so it may ask for a filter no walk of the disk sees.
+            let path = entry.path(&index);
+            if (path == ".gitattributes" || path.ends_with(b"/.gitattributes"))
+                && !is_on_disk(&repo.root, path)
+            {
+                return None;
+            }
             if entry.flags.stage_raw() != 0
                 || entry.flags.intersects(
                     gix::index::entry::Flags::INTENT_TO_ADD
@@ -107,7 +117,6 @@ impl Seed {
                 gix::index::entry::Mode::SYMLINK => Mode::Link,
                 _ => continue,
             };
-            let path = entry.path(&index);
             let Ok(path) = std::str::from_utf8(path) else {
                 continue;
             };
@@ -294,11 +303,23 @@ fn link_or_copy(from: &Path, to: &Path) -> bool {
     copied
 }
 
+/// Whether `path` (relative to `root`) stands on disk as a file or a symlink, as git reads an attributes
+/// file from the worktree before the index's copy.
+fn is_on_disk(root: &Path, path: &[u8]) -> bool {
+    let path = root.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
+    fs::symlink_metadata(path).is_ok_and(|meta| !meta.is_dir())
+}
+
 fn settings_allow(repo: &Enclosing) -> bool {
     let Ok(user) = gix::open(&repo.root) else {
         return false;
     };
     let config = user.config_snapshot();
+    // Attributes read from a tree (`attr.tree`, or `GIT_ATTR_SOURCE` in rewind's environment) instead of
+    // the worktree's files may ask for filters no walk of the disk sees.
+    if config.string("attr.tree").is_some() || std::env::var_os("GIT_ATTR_SOURCE").is_some() {
+        return false;
+    }
     let autocrlf = config
         .string("core.autocrlf")
         .map(|v| v.to_string().to_lowercase());

@@ -149,6 +149,36 @@ async fn an_ignored_gitattributes_naming_a_filter_turns_seeding_off() {
     );
 }
 
+/// A `.gitattributes` naming a filter that is deleted from the disk but not from the index still applies
+/// (git reads the index's copy when the file is missing), so it turns seeding off: the user's blobs are
+/// the filtered bytes, the disk's are not (black-box: `undo` wrote `HELLO` over `hello`). Likewise
+/// attributes read from a tree with `attr.tree`, which need no file on disk at all.
+#[tokio::test]
+async fn a_gitattributes_only_the_index_holds_or_attr_tree_turns_seeding_off() {
+    for attr_tree in [false, true] {
+        let h = GitHarness::new();
+        commit_with_upper_filter(&h, b"*.txt filter=up\n", false);
+        if attr_tree {
+            git(h.root(), &["config", "attr.tree", "HEAD"]);
+        }
+        std::fs::remove_file(h.path("sub/.gitattributes")).expect("rm");
+        if attr_tree {
+            // Only HEAD's tree has it now.
+            git(h.root(), &["rm", "-q", "--cached", "sub/.gitattributes"]);
+        }
+        let outcome = h.track().await;
+        assert_eq!(
+            outcome.hashed, 4,
+            "every file hashed (attr.tree: {attr_tree})"
+        );
+        assert_eq!(
+            outcome.id.as_str(),
+            GitOracle::new(None).write_tree(h.root()),
+            "the files' own bytes, not the filtered blobs (attr.tree: {attr_tree})"
+        );
+    }
+}
+
 /// An attributes file that is not UTF-8 is still read (as bytes) for the words that turn seeding off.
 #[tokio::test]
 async fn a_gitattributes_that_is_not_utf8_still_turns_seeding_off() {
