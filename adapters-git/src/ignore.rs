@@ -43,27 +43,53 @@ pub fn enclosing_repository(worktree: &Path) -> Option<Enclosing> {
         let dot_git = dir.join(".git");
         if dot_git.is_dir() {
             let common_dir = common_dir_of(&dot_git);
-            return Some(Enclosing {
-                root: dir,
-                git_dir: dot_git,
-                common_dir,
-            });
+            return with_core_worktree(
+                worktree,
+                Enclosing {
+                    root: dir,
+                    git_dir: dot_git,
+                    common_dir,
+                },
+            );
         }
         if dot_git.is_file() {
             let text = std::fs::read_to_string(&dot_git).ok()?;
             let git_dir = text.trim().strip_prefix("gitdir:")?.trim();
             let git_dir = dir.join(git_dir);
             let common_dir = common_dir_of(&git_dir);
-            return Some(Enclosing {
-                root: dir,
-                git_dir,
-                common_dir,
-            });
+            return with_core_worktree(
+                worktree,
+                Enclosing {
+                    root: dir,
+                    git_dir,
+                    common_dir,
+                },
+            );
         }
         if !dir.pop() {
             return None;
         }
     }
+}
+
+/// `found` with its root moved to the repository's `core.worktree` when it sets one (relative to the git
+/// dir): git's worktree is then that directory, not the one holding `.git`, and the ignore files between
+/// them are not git's. A `worktree` outside that directory is in no repository's worktree (none).
+fn with_core_worktree(worktree: &Path, found: Enclosing) -> Option<Enclosing> {
+    let config = gix::config::File::from_path_no_includes(
+        found.git_dir.join("config"),
+        gix::config::Source::Local,
+    );
+    let Some(set) = config
+        .ok()
+        .and_then(|config| config.string("core.worktree").map(|v| v.to_string()))
+    else {
+        return Some(found);
+    };
+    let root = std::fs::canonicalize(found.git_dir.join(set)).ok()?;
+    worktree
+        .starts_with(&root)
+        .then_some(Enclosing { root, ..found })
 }
 
 fn common_dir_of(git_dir: &Path) -> PathBuf {

@@ -313,3 +313,44 @@ async fn racy_entries_are_confirmed_by_their_hash_and_adopted() {
         b"LINE OF FILE 0\r\nsecond\r\n"
     );
 }
+
+/// A repository whose `core.worktree` is a subdirectory of the directory holding `.git`: git's worktree
+/// is that subdirectory, and the `.gitignore` above it is not git's (black-box: rewind applied it, so a
+/// committed `a.txt` was left out of every snapshot and lost by `undo` after a step deleted it). The
+/// snapshot is git's tree; `info/exclude` still applies.
+#[tokio::test]
+async fn core_worktree_makes_that_directory_the_checkout_root() {
+    let h = GitHarness::new();
+    let wt = h.root().join("wt");
+    std::fs::create_dir_all(&wt).expect("mkdir");
+    git(h.root(), &["init", "-q"]);
+    git(h.root(), &["config", "core.worktree", "../wt"]);
+    h.write(".gitignore", b"*.txt\n");
+    h.write("wt/a.txt", b"important\n");
+    h.write("wt/b.md", b"b\n");
+    h.write("wt/c.secret", b"c\n");
+    std::fs::write(h.root().join(".git/info/exclude"), "*.secret\n").expect("exclude");
+    git(&wt, &["add", "-A"]);
+    git(
+        &wt,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "i",
+        ],
+    );
+    let view = h.view(&wt);
+    let outcome = view.track().await;
+    let excludes = tempfile::NamedTempFile::new().expect("temp");
+    std::fs::write(excludes.path(), "*.secret\n").expect("write");
+    assert_eq!(
+        outcome.id.as_str(),
+        GitOracle::new(Some(excludes.path())).write_tree(&wt),
+        "a.txt is tracked, c.secret is not"
+    );
+}
