@@ -94,7 +94,8 @@ struct TrackedNow<'a> {
     /// them.
     previous: RefCell<Option<HashSet<String>>>,
     size_cap: u64,
-    data_dir: Option<PathBuf>,
+    /// The data dir and the user's git dirs (`config::never_tracked_dirs`).
+    never_dirs: Vec<PathBuf>,
     /// rewind's own files inside the worktree (`GitStoreConfig::own_files`), worktree-relative.
     own_files: HashSet<String>,
     overrides: HashMap<String, bool>,
@@ -122,7 +123,7 @@ impl<'a> TrackedNow<'a> {
             )?,
             previous: RefCell::new(None),
             size_cap: config.size_cap,
-            data_dir: fs::canonicalize(&config.data_dir).ok(),
+            never_dirs: crate::config::never_tracked_dirs(config),
             own_files: own_files_in(store, config),
             overrides: HashMap::new(),
             rules: Default::default(),
@@ -220,14 +221,15 @@ impl<'a> TrackedNow<'a> {
         }
     }
 
-    /// A `.git` or temporary path, one inside the data dir, or one of rewind's own files: never tracked
-    /// content, whatever stands there.
+    /// A `.git` or temporary path, one inside the data dir or a user's git dir, or one of rewind's own
+    /// files: never tracked content, whatever stands there.
     fn never_tracked(&self, path: &str) -> bool {
         self.own_files.contains(path)
             || path.split('/').any(|c| c == ".git" || is_temp_name(c))
-            || path
-                .match_indices('/')
-                .any(|(i, _)| self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i])))
+            || path.match_indices('/').any(|(i, _)| {
+                self.never_dirs
+                    .contains(&self.store.worktree.join(&path[..i]))
+            })
     }
 
     /// `contains` for a path whose parents the caller has just found to be real directories, and which

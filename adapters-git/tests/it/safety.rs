@@ -1961,3 +1961,72 @@ async fn the_store_of_a_gone_worktree_is_removed_once_unnamed_and_past_the_grace
         "the new store's snapshot is git's tree"
     );
 }
+
+/// A git dir under another name in the worktree (`GIT_DIR=wt/.cfg`, a "dotfiles" repository; the app
+/// passes it as `GitStoreConfig::git_dirs`) is like `.git`: never snapshotted, and no revert or restore
+/// writes or deletes anything in it, also when an older snapshot (taken without knowing it) holds it
+/// (black-box: `undo` rewound the user's refs and index and deleted a commit's objects). The oracle is
+/// real git with the directory excluded.
+#[tokio::test]
+async fn a_user_s_git_dir_under_another_name_is_never_snapshotted_nor_written() {
+    let h = GitHarness::with_config(|config, base| {
+        config.git_dirs = vec![base.join("wt").join(".cfg")];
+    });
+    let mut plain_config = rewind_git::GitStoreConfig::new(h.data_dir(), crate::harness::DATABASE);
+    plain_config.excludes_file = ExcludesFile::None;
+    let plain = rewind_git::GitSnapshotStore::new(plain_config);
+    git(h.root(), &["init", "-q", "--bare", ".cfg"]);
+    h.write("a.txt", b"a1\n");
+    let holding = rewind_core::SnapshotPort::track(&plain, h.root())
+        .await
+        .expect("a track that does not know the git dir");
+    let excludes = h.base().join("excludes");
+    fs::write(&excludes, "/.cfg/\n").expect("write excludes");
+    let oracle = GitOracle::new(Some(&excludes));
+    let first = h.id().await;
+    assert_eq!(first.as_str(), oracle.write_tree(h.root()), "left out");
+    assert_ne!(first, holding.id, "the plain store's snapshot holds it");
+    // The user commits meanwhile: the git dir gains files and its HEAD changes.
+    h.write("a.txt", b"a2\n");
+    h.write(".cfg/HEAD", b"ref: refs/heads/other\n");
+    h.write(
+        ".cfg/refs/heads/other",
+        b"0123456789012345678901234567890123456789\n",
+    );
+    let second = h.id().await;
+    assert_eq!(second.as_str(), oracle.write_tree(h.root()));
+    let git_dir = list_tree(&h.root().join(".cfg"));
+    let files = ["a.txt", ".cfg/HEAD", ".cfg/refs/heads/other", ".cfg/config"];
+    let planned = h
+        .port()
+        .plan(h.root(), &one_patch(&holding.id, &files))
+        .await
+        .expect("plan");
+    assert!(
+        planned
+            .iter()
+            .all(|a| !a.path.as_str().starts_with(".cfg/") || a.action == FileActionKind::Keep),
+        "the git dir is only ever kept: {planned:?}"
+    );
+    h.port()
+        .revert(h.root(), &one_patch(&holding.id, &files), &second)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("a.txt"), text("a1\n"));
+    assert_eq!(
+        list_tree(&h.root().join(".cfg")),
+        git_dir,
+        "the revert wrote nothing in it"
+    );
+    h.write("a.txt", b"a3\n");
+    h.port()
+        .restore(h.root(), &holding.id, None)
+        .await
+        .expect("restore");
+    assert_eq!(h.read("a.txt"), text("a1\n"));
+    assert_eq!(
+        list_tree(&h.root().join(".cfg")),
+        git_dir,
+        "nor did the restore"
+    );
+}

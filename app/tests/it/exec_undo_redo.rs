@@ -739,3 +739,90 @@ fn the_text_diff_keeps_carriage_returns() {
     let diff = env.ok(&["diff"]);
     assert!(diff.contains("\n-x\r\n+x\n y\r\n"), "{diff:?}");
 }
+
+/// With `GIT_DIR` pointing into the worktree under another name (a "dotfiles" repository), a step that
+/// commits is undone without touching the git dir: its commits stay (black-box: `undo` rewound the
+/// user's refs and deleted the commit's objects).
+#[test]
+fn undo_leaves_a_git_dir_named_by_git_dir_alone() {
+    let env = Env::plain();
+    let git_dir = env.path().join(".cfg");
+    let git = |args: &[&str]| {
+        let output = std::process::Command::new("git")
+            .args(args)
+            .env("GIT_DIR", &git_dir)
+            .env("GIT_WORK_TREE", env.path())
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .current_dir(env.path())
+            .output()
+            .expect("git");
+        assert!(output.status.success(), "git {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let init = std::process::Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&git_dir)
+        .status()
+        .expect("git init");
+    assert!(init.success());
+    std::fs::write(env.path().join("a.txt"), "a\n").expect("write");
+    git(&["add", "a.txt"]);
+    git(&["commit", "-qm", "one"]);
+    let step = env
+        .rewind(&[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "echo b >> a.txt && git add a.txt && git commit -qm two",
+        ])
+        .env("GIT_DIR", &git_dir)
+        .env("GIT_WORK_TREE", env.path())
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .expect("exec");
+    assert!(step.status.success(), "{step:?}");
+    let log = git(&["log", "--format=%s"]);
+    assert_eq!(log, "two\none\n");
+    let listing = |dir: &std::path::Path| crate::support::state(dir);
+    let before = listing(&git_dir);
+    let undo = env
+        .rewind(&["--json", "log"])
+        .env("GIT_DIR", &git_dir)
+        .output()
+        .expect("log");
+    let log_json: serde_json::Value = serde_json::from_slice(&undo.stdout).expect("JSON");
+    let files: Vec<String> = log_json["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["steps"].as_array().cloned().unwrap_or_default())
+        .flat_map(|s| s["files"].as_array().cloned().unwrap_or_default())
+        .filter_map(|f| f.as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        files.iter().all(|f| !f.contains("/.cfg/")),
+        "the step records only the worktree's files: {files:?}"
+    );
+    let undone = env
+        .rewind(&["undo"])
+        .env("GIT_DIR", &git_dir)
+        .output()
+        .expect("undo");
+    assert!(undone.status.success(), "{undone:?}");
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "a\n"
+    );
+    assert!(
+        listing(&git_dir) == before,
+        "the git dir is as the user's commit left it"
+    );
+    assert_eq!(git(&["log", "--format=%s"]), "two\none\n");
+}
