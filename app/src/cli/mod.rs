@@ -158,7 +158,10 @@ pub fn main() -> ExitCode {
         return code;
     }
     quiet_on_closed_stdout();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_exit(&error),
+    };
     init_tracing(matches!(cli.command, Command::Serve(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -185,6 +188,26 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// Prints clap's help, version or usage error and gives its exit code (0 for help and version, 2 for a
+/// usage error), as `Cli::parse` would; but help that cannot be written (`--help > /dev/full`) fails with
+/// 1 and says so, as any other output does, and a closed pipe ends quietly with 141.
+fn usage_exit(error: &clap::Error) -> ExitCode {
+    match error.print() {
+        Ok(()) => ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2)),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(141),
+        Err(e) => {
+            use std::io::Write as _;
+            let stream = if error.use_stderr() {
+                "stderr"
+            } else {
+                "stdout"
+            };
+            let _ = writeln!(std::io::stderr(), "error: cannot write to {stream}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

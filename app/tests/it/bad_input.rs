@@ -303,7 +303,14 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
         }
         command.output().expect("runs")
     };
-    for args in [&["status"][..], &["log"], &["undo"]] {
+    // clap's own help and version too (black-box: `--help > /dev/full` exited 0).
+    for args in [
+        &["status"][..],
+        &["log"],
+        &["undo"],
+        &["--help"],
+        &["--version"],
+    ] {
         let output = full(args, false);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
@@ -325,7 +332,11 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
         .status()
         .expect("mkfifo");
     assert!(made.success());
-    let cases: [(&[&str], i32); 2] = [(&["undo"], 1), (&["exec", "--", "sh", "-c", "exit 3"], 3)];
+    let cases: [(&[&str], i32); 3] = [
+        (&["undo"], 1),
+        (&["exec", "--", "sh", "-c", "exit 3"], 3),
+        (&["log", "--no-such-option"], 1),
+    ];
     for (args, code) in cases {
         assert_eq!(full(args, true).status.code(), Some(code), "{args:?}");
     }
