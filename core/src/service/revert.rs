@@ -1230,7 +1230,7 @@ fn refuse_open_steps(session: &Session, sessions: &[Session]) -> Result<()> {
             return Err(Error::busy(
                 &session.id,
                 format!(
-                    "Session is busy: {} (a step is open in session {} {place}, message {}, owned by {})",
+                    "Session is busy: {} (a step is open in session {} {place}, message {}, owned by {}); try again when it has finished",
                     session.id, other.id, step.message_id, step.holder
                 ),
             ));
