@@ -94,11 +94,12 @@ struct TrackedNow<'a> {
     /// them.
     previous: RefCell<Option<HashSet<String>>>,
     size_cap: u64,
-    /// The data dir and the user's git dirs (`config::never_tracked_dirs`).
-    never_dirs: Vec<PathBuf>,
+    data_dir: Option<PathBuf>,
     /// rewind's own files inside the worktree (`GitStoreConfig::own_files`), worktree-relative.
     own_files: HashSet<String>,
     overrides: HashMap<String, bool>,
+    /// Whether each directory looked at is a git directory under another name (a bare repository).
+    git_dirs: RefCell<HashMap<String, bool>>,
     /// The `.gitignore` text of each directory looked at, read once per operation.
     rules: RefCell<HashMap<String, Option<String>>>,
     /// The rules in force for the entries of each directory looked at (none when the directory itself is
@@ -123,9 +124,10 @@ impl<'a> TrackedNow<'a> {
             )?,
             previous: RefCell::new(None),
             size_cap: config.size_cap,
-            never_dirs: crate::config::never_tracked_dirs(config),
+            data_dir: fs::canonicalize(&config.data_dir).ok(),
             own_files: own_files_in(store, config),
             overrides: HashMap::new(),
+            git_dirs: Default::default(),
             rules: Default::default(),
             dir_rules: Default::default(),
             planning_dirs: RefCell::new(Some(HashMap::new())),
@@ -221,15 +223,25 @@ impl<'a> TrackedNow<'a> {
         }
     }
 
-    /// A `.git` or temporary path, one inside the data dir or a user's git dir, or one of rewind's own
-    /// files: never tracked content, whatever stands there.
+    /// A `.git` or temporary path, one inside the data dir or inside a git directory under another name,
+    /// or one of rewind's own files: never tracked content, whatever stands there.
     fn never_tracked(&self, path: &str) -> bool {
         self.own_files.contains(path)
             || path.split('/').any(|c| c == ".git" || is_temp_name(c))
             || path.match_indices('/').any(|(i, _)| {
-                self.never_dirs
-                    .contains(&self.store.worktree.join(&path[..i]))
+                self.data_dir.as_ref() == Some(&self.store.worktree.join(&path[..i]))
+                    || self.is_git_dir(&path[..i])
             })
+    }
+
+    /// Whether worktree directory `dir` is a git directory (the walk leaves those out: `list_dir`).
+    fn is_git_dir(&self, dir: &str) -> bool {
+        if let Some(known) = self.git_dirs.borrow().get(dir) {
+            return *known;
+        }
+        let found = crate::store::laid_out_as_git_dir(&self.store.worktree.join(dir));
+        self.git_dirs.borrow_mut().insert(dir.to_owned(), found);
+        found
     }
 
     /// `contains` for a path whose parents the caller has just found to be real directories, and which

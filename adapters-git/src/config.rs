@@ -39,10 +39,6 @@ pub struct GitStoreConfig {
     /// do ignored files and the data directory, and no restore or revert writes or deletes them (a revert
     /// would otherwise write an old copy of the database over the live one). Default: none.
     pub own_files: Vec<PathBuf>,
-    /// The user's git directories that may lie in a worktree under another name than `.git` (the app
-    /// passes `GIT_DIR` when it is set: a "dotfiles" repository such as `~/.cfg`). Like `.git`, they are
-    /// never tracked, and no restore or revert writes or deletes anything in them. Default: none.
-    pub git_dirs: Vec<PathBuf>,
     /// Untracked files larger than this are skipped (default 2 MiB).
     pub size_cap: u64,
     /// A worktree with more files than this is refused (default 500,000).
@@ -63,7 +59,6 @@ impl fmt::Debug for GitStoreConfig {
             .field("data_dir", &self.data_dir)
             .field("database_identity", &self.database_identity)
             .field("own_files", &self.own_files)
-            .field("git_dirs", &self.git_dirs)
             .field("size_cap", &self.size_cap)
             .field("file_cap", &self.file_cap)
             .field("excludes_file", &self.excludes_file)
@@ -81,7 +76,6 @@ impl GitStoreConfig {
             data_dir: data_dir.into(),
             database_identity: database_identity.into(),
             own_files: Vec::new(),
-            git_dirs: Vec::new(),
             size_cap: 2 * 1024 * 1024,
             file_cap: 500_000,
             excludes_file: ExcludesFile::FromGitConfig,
@@ -90,16 +84,6 @@ impl GitStoreConfig {
             change_hook: None,
         }
     }
-}
-
-/// The directories no snapshot enters and no restore or revert writes in, as a walk finds them (symlinks
-/// resolved): the data directory and the user's git directories (`GitStoreConfig::git_dirs`); one that
-/// does not exist is left out.
-pub(crate) fn never_tracked_dirs(config: &GitStoreConfig) -> Vec<PathBuf> {
-    std::iter::once(&config.data_dir)
-        .chain(&config.git_dirs)
-        .filter_map(|dir| std::fs::canonicalize(dir).ok())
-        .collect()
 }
 
 /// The files of `own` as they are found in a walk: each with its directory's symlinks resolved (the walk

@@ -204,9 +204,9 @@ impl Ignores {
 
     /// A hash of every rule in force for the entries of the worktree's root directory: the rules from
     /// outside the tree (in order, with their bases), the worktree's place in its repository, and the root
-    /// `.gitignore`; plus the data dir, the user's git dirs and rewind's own files, which the walk leaves out as it does ignored
+    /// `.gitignore`; plus the data dir and rewind's own files, which the walk leaves out as it does ignored
     /// entries. The untracked cache reuses which names were ignored only under the same hash.
-    pub fn root_rules_hash(&self, never_dirs: &[PathBuf], own_files: &[PathBuf]) -> [u8; 20] {
+    pub fn root_rules_hash(&self, data_dir: Option<&Path>, own_files: &[PathBuf]) -> [u8; 20] {
         let mut hasher = sha1_smol::Sha1::new();
         hasher.update(b"rewind untracked cache 1\0");
         hasher.update(self.prefix.as_bytes());
@@ -215,10 +215,10 @@ impl Ignores {
             hash_text(&mut hasher, rule.base.as_deref());
             hash_text(&mut hasher, Some(&rule.text));
         }
-        for dir in never_dirs {
-            hash_text(&mut hasher, Some(&dir.as_os_str().to_string_lossy()));
-        }
-        hasher.update(b"\0own files\0");
+        hash_text(
+            &mut hasher,
+            data_dir.map(|d| d.as_os_str().to_string_lossy()).as_deref(),
+        );
         for file in own_files {
             hash_text(&mut hasher, Some(&file.as_os_str().to_string_lossy()));
         }

@@ -197,7 +197,7 @@ fn git_dir_at_or_above(canonical: &Path) -> Option<PathBuf> {
 }
 
 /// Whether `dir` holds what git checks for a repository's directory (`is_git_directory`).
-fn laid_out_as_git_dir(dir: &Path) -> bool {
+pub(crate) fn laid_out_as_git_dir(dir: &Path) -> bool {
     if !dir.join("objects").is_dir() || !dir.join("refs").is_dir() {
         return false;
     }

@@ -59,8 +59,7 @@ struct Walk<'a> {
     /// Whether to look into `.gitattributes` files (only when a first snapshot may be seeded).
     check_attributes: bool,
     attributes_mention_filters: bool,
-    /// The data dir and the user's git dirs (`config::never_tracked_dirs`): never entered.
-    never_dirs: &'a [PathBuf],
+    data_dir: Option<&'a Path>,
     /// rewind's own files (`GitStoreConfig::own_files`, canonical), left out as ignored files are.
     own_files: &'a [PathBuf],
     file_cap: usize,
@@ -126,6 +125,19 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
             kind,
             ignored: false,
         });
+    }
+    // A git directory under another name (a bare repository, a `GIT_DIR=.cfg` "dotfiles" repository):
+    // like `.git`, never tracked content (git's `HEAD`, `objects/` and `refs/`, looked at further only
+    // when the names are there).
+    let has =
+        |name: &str, kind: ListedKind| listed.iter().any(|l| l.name == name && l.kind == kind);
+    if !rel_dir.is_empty()
+        && has("HEAD", ListedKind::File)
+        && has("objects", ListedKind::Dir)
+        && has("refs", ListedKind::Dir)
+        && crate::store::laid_out_as_git_dir(abs_dir)
+    {
+        return Ok((Vec::new(), Vec::new()));
     }
     Ok((listed, skipped))
 }
@@ -257,9 +269,8 @@ impl Walk<'_> {
                 let rel = format!("{rel_dir}{}", entry.name);
                 entry.ignored = match entry.kind {
                     ListedKind::Dir => {
-                        self.never_dirs
-                            .iter()
-                            .any(|d| *d == abs_dir.join(&entry.name))
+                        self.data_dir
+                            .is_some_and(|d| d == abs_dir.join(&entry.name))
                             || self.ignores.is_ignored(&rel, true)
                     }
                     _ => {
@@ -344,7 +355,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let started_ns = now_ns();
     let root = store.worktree.as_path();
     let ignores = Ignores::for_worktree(root, &config.excludes_file, config.home_dir.as_deref())?;
-    let never_dirs = crate::config::never_tracked_dirs(config);
+    let data_dir = fs::canonicalize(&config.data_dir).ok();
     let own_files = crate::config::canonical_own_files(&config.own_files);
     let (mut cache, pending) = StatCache::load_deferred(&store.stat_cache_path());
     let cached_files = pending
@@ -355,7 +366,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         root,
         check_attributes: may_seed,
         attributes_mention_filters: false,
-        never_dirs: &never_dirs,
+        data_dir: data_dir.as_deref(),
         own_files: &own_files,
         file_cap: config.file_cap,
         ignores: ignores.clone(),
@@ -377,7 +388,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // The cache's entries, read from its file, are parsed by the first thread that needs them, while
     // this one walks.
     let prestat = Prestat::new(if may_seed { 0 } else { cached_files });
-    let rules = ignores.root_rules_hash(&never_dirs, &own_files);
+    let rules = ignores.root_rules_hash(data_dir.as_deref(), &own_files);
     let parsed = OnceLock::new();
     if pending.is_none() {
         let _ = parsed.set(Some(std::mem::take(&mut cache.entries)));

@@ -65,14 +65,6 @@ impl Services {
             .sqlite_file()
             .map(crate::config::sqlite_files)
             .unwrap_or_default();
-        // A git dir under another name (`GIT_DIR=~/.cfg`, a "dotfiles" repository) may lie in the
-        // worktree: like `.git`, it is never snapshotted nor written back (git's own relative `GIT_DIR` is
-        // relative to the current directory).
-        store_config.git_dirs = std::env::var_os("GIT_DIR")
-            .filter(|dir| !dir.is_empty())
-            .and_then(|dir| std::env::current_dir().ok().map(|cwd| cwd.join(dir)))
-            .into_iter()
-            .collect();
         store_config.size_cap = settings.size_cap;
         store_config.file_cap = settings.file_cap;
         let snapshots = Arc::new(GitSnapshotStore::new(store_config));

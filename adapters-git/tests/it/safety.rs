@@ -1962,44 +1962,38 @@ async fn the_store_of_a_gone_worktree_is_removed_once_unnamed_and_past_the_grace
     );
 }
 
-/// A git dir under another name in the worktree (`GIT_DIR=wt/.cfg`, a "dotfiles" repository; the app
-/// passes it as `GitStoreConfig::git_dirs`) is like `.git`: never snapshotted, and no revert or restore
-/// writes or deletes anything in it, also when an older snapshot (taken without knowing it) holds it
-/// (black-box: `undo` rewound the user's refs and index and deleted a commit's objects). The oracle is
-/// real git with the directory excluded.
+/// A git directory under another name in the worktree (a bare repository: a `GIT_DIR=.cfg` "dotfiles"
+/// repository, a fixture `repo.git`) is like `.git`: never snapshotted, and no revert or restore writes or
+/// deletes anything in it, also when an older snapshot, taken before it was a git directory, holds files
+/// there (black-box: `undo` rewound the user's refs and index and deleted a commit's objects). The
+/// oracle is real git with those directories excluded.
 #[tokio::test]
-async fn a_user_s_git_dir_under_another_name_is_never_snapshotted_nor_written() {
-    let h = GitHarness::with_config(|config, base| {
-        config.git_dirs = vec![base.join("wt").join(".cfg")];
-    });
-    let mut plain_config = rewind_git::GitStoreConfig::new(h.data_dir(), crate::harness::DATABASE);
-    plain_config.excludes_file = ExcludesFile::None;
-    let plain = rewind_git::GitSnapshotStore::new(plain_config);
-    git(h.root(), &["init", "-q", "--bare", ".cfg"]);
+async fn a_git_dir_under_another_name_is_never_snapshotted_nor_written() {
+    let h = GitHarness::new();
     h.write("a.txt", b"a1\n");
-    let holding = rewind_core::SnapshotPort::track(&plain, h.root())
-        .await
-        .expect("a track that does not know the git dir");
-    let excludes = h.base().join("excludes");
-    fs::write(&excludes, "/.cfg/\n").expect("write excludes");
-    let oracle = GitOracle::new(Some(&excludes));
-    let first = h.id().await;
-    assert_eq!(first.as_str(), oracle.write_tree(h.root()), "left out");
-    assert_ne!(first, holding.id, "the plain store's snapshot holds it");
-    // The user commits meanwhile: the git dir gains files and its HEAD changes.
-    h.write("a.txt", b"a2\n");
+    h.write(".cfg/HEAD", b"not yet a git dir\n");
+    h.write(".cfg/config", b"old\n");
+    let before = h.id().await;
+    git(h.root(), &["init", "-q", "--bare", ".cfg"]);
+    git(h.root(), &["init", "-q", "--bare", "fixtures/repo.git"]);
     h.write(".cfg/HEAD", b"ref: refs/heads/other\n");
-    h.write(
-        ".cfg/refs/heads/other",
-        b"0123456789012345678901234567890123456789\n",
-    );
-    let second = h.id().await;
-    assert_eq!(second.as_str(), oracle.write_tree(h.root()));
-    let git_dir = list_tree(&h.root().join(".cfg"));
-    let files = ["a.txt", ".cfg/HEAD", ".cfg/refs/heads/other", ".cfg/config"];
+    h.write("a.txt", b"a2\n");
+    let excludes = h.base().join("excludes");
+    fs::write(&excludes, "/.cfg/\n/fixtures/repo.git/\n").expect("write excludes");
+    let oracle = GitOracle::new(Some(&excludes));
+    let now = h.id().await;
+    assert_eq!(now.as_str(), oracle.write_tree(h.root()), "left out");
+    let git_dirs = || {
+        (
+            list_tree(&h.root().join(".cfg")),
+            list_tree(&h.root().join("fixtures")),
+        )
+    };
+    let untouched = git_dirs();
+    let files = ["a.txt", ".cfg/HEAD", ".cfg/config"];
     let planned = h
         .port()
-        .plan(h.root(), &one_patch(&holding.id, &files))
+        .plan(h.root(), &one_patch(&before, &files))
         .await
         .expect("plan");
     assert!(
@@ -2009,24 +2003,16 @@ async fn a_user_s_git_dir_under_another_name_is_never_snapshotted_nor_written() 
         "the git dir is only ever kept: {planned:?}"
     );
     h.port()
-        .revert(h.root(), &one_patch(&holding.id, &files), &second)
+        .revert(h.root(), &one_patch(&before, &files), &now)
         .await
         .expect("revert");
     assert_eq!(h.read("a.txt"), text("a1\n"));
-    assert_eq!(
-        list_tree(&h.root().join(".cfg")),
-        git_dir,
-        "the revert wrote nothing in it"
-    );
+    assert_eq!(git_dirs(), untouched, "the revert wrote nothing in them");
     h.write("a.txt", b"a3\n");
     h.port()
-        .restore(h.root(), &holding.id, None)
+        .restore(h.root(), &before, None)
         .await
         .expect("restore");
     assert_eq!(h.read("a.txt"), text("a1\n"));
-    assert_eq!(
-        list_tree(&h.root().join(".cfg")),
-        git_dir,
-        "nor did the restore"
-    );
+    assert_eq!(git_dirs(), untouched, "nor did the restore");
 }

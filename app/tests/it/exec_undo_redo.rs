@@ -740,25 +740,27 @@ fn the_text_diff_keeps_carriage_returns() {
     assert!(diff.contains("\n-x\r\n+x\n y\r\n"), "{diff:?}");
 }
 
-/// With `GIT_DIR` pointing into the worktree under another name (a "dotfiles" repository), a step that
-/// commits is undone without touching the git dir: its commits stay (black-box: `undo` rewound the
-/// user's refs and deleted the commit's objects).
+/// A "dotfiles" repository (`GIT_DIR=.cfg`, its git dir inside the worktree under another name): a step
+/// that commits is undone without touching the git dir, so its commits stay, whether or not `GIT_DIR` is
+/// set for rewind (black-box: `undo` rewound the user's refs and deleted the commit's objects).
 #[test]
-fn undo_leaves_a_git_dir_named_by_git_dir_alone() {
+fn undo_leaves_a_git_dir_under_another_name_alone() {
     let env = Env::plain();
     let git_dir = env.path().join(".cfg");
-    let git = |args: &[&str]| {
-        let output = std::process::Command::new("git")
-            .args(args)
+    let with_git_env = |command: &mut std::process::Command| {
+        command
             .env("GIT_DIR", &git_dir)
             .env("GIT_WORK_TREE", env.path())
             .env("GIT_AUTHOR_NAME", "t")
             .env("GIT_AUTHOR_EMAIL", "t@t")
             .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@t")
-            .current_dir(env.path())
-            .output()
-            .expect("git");
+            .env("GIT_COMMITTER_EMAIL", "t@t");
+    };
+    let git = |args: &[&str]| {
+        let mut command = std::process::Command::new("git");
+        command.args(args).current_dir(env.path());
+        with_git_env(&mut command);
+        let output = command.output().expect("git");
         assert!(output.status.success(), "git {args:?}: {output:?}");
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
@@ -771,58 +773,50 @@ fn undo_leaves_a_git_dir_named_by_git_dir_alone() {
     std::fs::write(env.path().join("a.txt"), "a\n").expect("write");
     git(&["add", "a.txt"]);
     git(&["commit", "-qm", "one"]);
-    let step = env
-        .rewind(&[
+    let mut step = env.process_in(
+        env.path(),
+        &[
             "exec",
             "--",
             "sh",
             "-c",
             "echo b >> a.txt && git add a.txt && git commit -qm two",
-        ])
-        .env("GIT_DIR", &git_dir)
-        .env("GIT_WORK_TREE", env.path())
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@t")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@t")
-        .output()
-        .expect("exec");
-    assert!(step.status.success(), "{step:?}");
-    let log = git(&["log", "--format=%s"]);
-    assert_eq!(log, "two\none\n");
-    let listing = |dir: &std::path::Path| crate::support::state(dir);
-    let before = listing(&git_dir);
-    let undo = env
-        .rewind(&["--json", "log"])
-        .env("GIT_DIR", &git_dir)
-        .output()
-        .expect("log");
-    let log_json: serde_json::Value = serde_json::from_slice(&undo.stdout).expect("JSON");
-    let files: Vec<String> = log_json["messages"]
+        ],
+    );
+    with_git_env(&mut step);
+    let stepped = step.output().expect("exec");
+    assert!(stepped.status.success(), "{stepped:?}");
+    assert_eq!(git(&["log", "--format=%s"]), "two\none\n");
+    let log = env.json(&["log"]);
+    let files: Vec<String> = log["messages"]
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|m| m["steps"].as_array().cloned().unwrap_or_default())
         .flat_map(|s| s["files"].as_array().cloned().unwrap_or_default())
-        .filter_map(|f| f.as_str().map(str::to_owned))
+        .filter_map(|f| f["file"].as_str().map(str::to_owned))
         .collect();
-    assert!(
-        files.iter().all(|f| !f.contains("/.cfg/")),
-        "the step records only the worktree's files: {files:?}"
+    assert_eq!(
+        files,
+        ["a.txt"],
+        "the step records only the worktree's file: {log}"
     );
-    let undone = env
-        .rewind(&["undo"])
-        .env("GIT_DIR", &git_dir)
-        .output()
-        .expect("undo");
-    assert!(undone.status.success(), "{undone:?}");
+    let before = crate::support::state(&git_dir);
+    // Without GIT_DIR in rewind's environment too.
+    env.ok(&["undo"]);
     assert_eq!(
         std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
         "a\n"
     );
     assert!(
-        listing(&git_dir) == before,
+        crate::support::state(&git_dir) == before,
         "the git dir is as the user's commit left it"
     );
     assert_eq!(git(&["log", "--format=%s"]), "two\none\n");
+    env.ok(&["redo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "a\nb\n"
+    );
+    assert!(crate::support::state(&git_dir) == before);
 }
