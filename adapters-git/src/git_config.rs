@@ -99,7 +99,7 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>,
             .collect()
     };
     match enclosing {
-        Some(repo) => match gix::open(&repo.root) {
+        Some(repo) => match gix::open(&repo.found_at) {
             Ok(opened) => {
                 let config = opened.config_snapshot();
                 let value = config.trusted_path("core.excludesFile").ok().flatten();
@@ -255,6 +255,36 @@ mod tests {
         let rules = crate::ignore::read_rules(value.as_deref().unwrap_or(Path::new("/")))
             .expect("reading the empty path is not an error");
         assert_eq!(rules, None, "and it holds no rules");
+    }
+
+    /// A repository whose `core.worktree` is a subdirectory is opened where its `.git` is, so its
+    /// `core.excludesFile` is read for a worktree there (review: opening the subdirectory failed, and the
+    /// XDG default was read instead).
+    #[test]
+    fn a_core_worktree_repository_s_excludes_file_is_read() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let wt = dir.path().join("wt");
+        std::fs::create_dir_all(&wt).expect("mkdir");
+        let status = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(dir.path())
+            .status()
+            .expect("run git init");
+        assert!(status.success());
+        set_excludes(dir.path(), "/tmp/core-worktree-excludes");
+        let status = std::process::Command::new("git")
+            .args(["config", "core.worktree", "../wt"])
+            .current_dir(dir.path())
+            .status()
+            .expect("run git config");
+        assert!(status.success());
+        let wt = std::fs::canonicalize(&wt).expect("canonical");
+        let repo = crate::ignore::enclosing_repository(&wt).expect("the repository is found");
+        assert_eq!(repo.root, wt, "git's top level");
+        assert_eq!(
+            configured_excludes_file(Some(&repo), None),
+            Some(PathBuf::from("/tmp/core-worktree-excludes"))
+        );
     }
 
     /// Waits until a file just written is past the racy second, so its value may be kept.

@@ -28,8 +28,11 @@ pub struct OutsideRule {
 /// The git repository a worktree lies in, if any.
 #[derive(Clone, Debug)]
 pub struct Enclosing {
-    /// The repository's worktree root.
+    /// The repository's worktree root (its `core.worktree` when it sets one).
     pub root: PathBuf,
+    /// The directory whose `.git` was found: where the repository is opened from (`gix::open` of a
+    /// `core.worktree` root, which holds no `.git`, fails).
+    pub found_at: PathBuf,
     /// Its git dir (for a linked worktree, the worktree's own; the index lives there).
     pub git_dir: PathBuf,
     /// Its common git dir (where `info/exclude` lives).
@@ -46,7 +49,8 @@ pub fn enclosing_repository(worktree: &Path) -> Option<Enclosing> {
             return with_core_worktree(
                 worktree,
                 Enclosing {
-                    root: dir,
+                    root: dir.clone(),
+                    found_at: dir,
                     git_dir: dot_git,
                     common_dir,
                 },
@@ -60,7 +64,8 @@ pub fn enclosing_repository(worktree: &Path) -> Option<Enclosing> {
             return with_core_worktree(
                 worktree,
                 Enclosing {
-                    root: dir,
+                    root: dir.clone(),
+                    found_at: dir,
                     git_dir,
                     common_dir,
                 },

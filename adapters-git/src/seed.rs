@@ -303,15 +303,15 @@ fn link_or_copy(from: &Path, to: &Path) -> bool {
     copied
 }
 
-/// Whether `path` (relative to `root`) stands on disk as a file or a symlink, as git reads an attributes
-/// file from the worktree before the index's copy.
+/// Whether `path` (relative to `root`) stands on disk as a regular file, as git reads an in-tree
+/// attributes file before the index's copy (a symlink there is not followed: git reads the index's then).
 fn is_on_disk(root: &Path, path: &[u8]) -> bool {
     let path = root.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
-    fs::symlink_metadata(path).is_ok_and(|meta| !meta.is_dir())
+    fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file())
 }
 
 fn settings_allow(repo: &Enclosing) -> bool {
-    let Ok(user) = gix::open(&repo.root) else {
+    let Ok(user) = gix::open(&repo.found_at) else {
         return false;
     };
     let config = user.config_snapshot();
@@ -342,7 +342,7 @@ fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
     {
         files.push(config_home.join("git").join("attributes"));
     }
-    if let Ok(user) = gix::open(&repo.root)
+    if let Ok(user) = gix::open(&repo.found_at)
         && let Ok(Some(path)) = user.config_snapshot().trusted_path("core.attributesFile")
     {
         files.push(path);
