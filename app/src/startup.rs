@@ -302,7 +302,8 @@ fn log_failures(report: &RecoveryReport, logged: &mut HashSet<LeaseToken>) {
 /// Recovers, every `interval`, the operations whose process died while the server runs (a `rewind revert`
 /// killed mid-way, SPEC 8), as start-up does: its worktree is put back, with a capture and a warning the
 /// session's clients see at once, instead of only when the next operation on the session runs. An intent
-/// whose owner is alive is left alone.
+/// whose owner is alive is left alone, and so are this server's own and those it could not finish before
+/// (`Rewind::recover_others`).
 async fn recover_periodically(
     rewind: Arc<Rewind>,
     interval: std::time::Duration,
@@ -316,7 +317,7 @@ async fn recover_periodically(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        match rewind.recover().await {
+        match rewind.recover_others(&unrecoverable).await {
             Ok(report) => {
                 failing = false;
                 if !report.recovered.is_empty() {

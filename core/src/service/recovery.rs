@@ -3,7 +3,9 @@
 //! before or wholly after the operation.
 
 use crate::error::{Error, Result};
-use crate::model::{IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, worktrees_overlap};
+use crate::model::{
+    IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, worktrees_overlap,
+};
 
 use super::{RecoveryFailure, RecoveryReport, Rewind, new_token};
 
@@ -24,6 +26,25 @@ impl Rewind {
     pub async fn recover(&self) -> Result<RecoveryReport> {
         let mut report = RecoveryReport::default();
         for intent in self.repo.intents().await? {
+            self.recover_into(&intent, &mut report).await;
+        }
+        Ok(report)
+    }
+
+    /// `recover` for a process that runs it again and again (a server, every few seconds): the intents of
+    /// this very process are left to their operations (alive by definition, whatever their leases say),
+    /// and so are those in `skip` (ones this process already failed to finish: each try captures the
+    /// worktree again; operations on their worktree and the next start-up still try them).
+    pub async fn recover_others(
+        &self,
+        skip: &std::collections::HashSet<LeaseToken>,
+    ) -> Result<RecoveryReport> {
+        let mut report = RecoveryReport::default();
+        let this_process = self.host.this_process();
+        for intent in self.repo.intents().await? {
+            if skip.contains(&intent.token) || intent.holder.process == this_process {
+                continue;
+            }
             self.recover_into(&intent, &mut report).await;
         }
         Ok(report)

@@ -153,6 +153,57 @@ fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
     })
 }
 
+/// `recover_others` (a server's periodic pass) leaves the intents of this very process to their
+/// operations, whatever their leases say, and those it was told to skip (it failed to finish them
+/// before: each try would capture the worktree again); a dead process's intent it recovers.
+#[test]
+fn recover_others_leaves_this_process_s_intents_and_the_skipped_ones() {
+    block_on(async {
+        let (w, s, _) = one_turn_world().await;
+        let token = crashed_revert(&w, &s.id, &w.host.this_process()).await;
+        let report = w
+            .rewind
+            .recover_others(&Default::default())
+            .await
+            .expect("recover");
+        assert_eq!(report, Default::default(), "its own: not even looked at");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["half reverted", "-"]);
+        let intents = w.repo.intents().await.expect("intents");
+        assert_eq!(intents.len(), 1);
+        w.repo
+            .commit(Transaction {
+                guards: Vec::new(),
+                changes: vec![Change::DeleteIntent(token.clone())],
+                events: Vec::new(),
+            })
+            .await
+            .expect("drop the intent");
+        for key in [
+            LeaseKey::Session(s.id.clone()),
+            LeaseKey::Worktree(ROOT.to_owned()),
+        ] {
+            w.repo.release_lease(&key, &token).await.expect("release");
+        }
+        // As its operation would have left it.
+        w.write("a.txt", "a1");
+        w.write("new.txt", "n1");
+        let dead = process(7);
+        let token = crashed_revert(&w, &s.id, &dead).await;
+        w.host.kill(&dead);
+        let skip = std::iter::once(token.clone()).collect();
+        let report = w.rewind.recover_others(&skip).await.expect("recover");
+        assert_eq!(report, Default::default(), "skipped");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["half reverted", "-"]);
+        let report = w
+            .rewind
+            .recover_others(&Default::default())
+            .await
+            .expect("recover");
+        assert_eq!(report.recovered, [token]);
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+    })
+}
+
 #[test]
 fn an_intent_whose_owner_still_runs_is_left_alone() {
     block_on(async {
