@@ -304,7 +304,7 @@ fn remove_if_gone(dir: &Path, worktree: &Path, since_ms: u64) -> GitResult<Optio
         return Ok(None);
     }
     let lock = lock_file(dir)?;
-    if !worktree_gone(worktree) || returned_in(dir, since_ms)? {
+    if !locks_the_store(&lock, dir) || !worktree_gone(worktree) || returned_in(dir, since_ms)? {
         return Ok(None);
     }
     let report = GcReport {
@@ -359,11 +359,15 @@ fn count_objects(objects: &Path) -> u64 {
     {
         if entry.path().extension().is_some_and(|e| e == "idx") {
             // A version 2 index: 8 bytes of header, then 256 fan-out counts; the last is the total.
-            let total = fs::read(entry.path())
-                .ok()
-                .and_then(|data| data.get(1028..1032).map(<[u8]>::to_vec))
-                .and_then(|bytes| <[u8; 4]>::try_from(bytes).ok())
-                .map_or(0, u32::from_be_bytes);
+            let mut total = [0u8; 4];
+            let read = File::open(entry.path()).and_then(|file| {
+                std::os::unix::fs::FileExt::read_exact_at(&file, &mut total, 1028)
+            });
+            let total = if read.is_ok() {
+                u32::from_be_bytes(total)
+            } else {
+                0
+            };
             count += u64::from(total);
         }
     }
@@ -415,16 +419,28 @@ impl Store {
             )));
         }
         let dir = location(config, &canonical);
+        let mut tries = 0;
         let lock = loop {
+            tries += 1;
             if !dir.join("HEAD").is_file() {
                 create_bare(&dir, &canonical)?;
             }
             // An advisory lock: the OS releases it when its process dies, so a dead holder never blocks.
-            let lock = lock_file(&dir)?;
             // A gc that held it may have removed the store meanwhile (its worktree was gone then): the
-            // lock is then on a file of the removed store, and the store is made again.
-            if dir.join("HEAD").is_file() {
-                break lock;
+            // lock is then on a file of the removed store (or the store's directory was gone when the
+            // lock file was opened), and the store is made again.
+            match lock_file(&dir) {
+                Ok(lock) if locks_the_store(&lock, &dir) => break lock,
+                Ok(_) if tries < 8 => {}
+                Err(GitError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound && tries < 8 => {}
+                Ok(_) => {
+                    return Err(GitError::Busy(format!(
+                        "the snapshot store {} kept being removed while it was opened; try again",
+                        dir.display()
+                    )));
+                }
+                Err(error) => return Err(error),
             }
         };
         let store = Store {
@@ -617,6 +633,19 @@ impl Store {
 /// it, is stopped (suspended with Ctrl-Z or SIGSTOP): it would hold the store until resumed, and every
 /// command would wait without a word. It must be seen stopped twice, a pause apart, with the file unchanged
 /// (a new holder writes its name just after it locks).
+/// Whether `lock` (a store's lock file, locked) is the lock file of the store at `dir` now, and that store
+/// is whole: not one a gc renamed away and removed while this process waited for its lock.
+fn locks_the_store(lock: &File, dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Ok(held), Ok(there)) = (
+        lock.metadata(),
+        fs::metadata(dir.join("rewind").join("lock")),
+    ) else {
+        return false;
+    };
+    held.dev() == there.dev() && held.ino() == there.ino() && dir.join("HEAD").is_file()
+}
+
 fn lock_file(dir: &Path) -> GitResult<File> {
     use std::os::unix::fs::FileExt as _;
     let path = dir.join("rewind").join("lock");

@@ -46,6 +46,8 @@ use crate::model::{
 /// - No call MUST write through a symlink or outside the worktree; every write MUST be atomic.
 /// - `gc` MUST NOT delete an object reachable from `keep`, from the stat cache, or from an id returned by
 ///   `track` or `revert` within `grace`.
+/// - `remove_gone_stores` MUST NOT remove the store of a worktree that exists, of one in `named`, or of one
+///   that returned an id within `grace`.
 #[cfg_attr(any(test, feature = "testkit"), mockall::automock)]
 #[async_trait]
 pub trait SnapshotPort: Send + Sync {
