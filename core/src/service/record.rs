@@ -416,13 +416,10 @@ impl Rewind {
             )));
         }
         refuse_reverted_message(&session, message_id)?;
-        if session.revert.is_some() {
-            self.cleanup(&session).await?;
-        }
         self.under_step_lease(session_id, async |token, session_lease| {
-            let session = self.load_unchanged(session_id).await?;
+            let (session, cleanup) = self.load_for_step(session_id, &session.revert).await?;
             let message = self.load_message_head(session_id, message_id).await?;
-            self.store_step_start(&session, (&message, &[]), token, session_lease)
+            self.store_step_start(&session, (&message, &[]), (token, session_lease), cleanup)
                 .await
         })
         .await
@@ -455,17 +452,17 @@ impl Rewind {
                 self.new_turn(session_id, infos(&kept), user.clone(), assistant.clone())?;
             refuse_taken_part_ids(&kept, &new_user.parts)?;
             refuse_taken_part_ids(&kept, &new_assistant.parts)?;
-            // So is a turn whose step the snapshot store would refuse (a worktree over the file-count cap,
-            // a file that cannot be read): tracked first, it fails before cleanup deletes the hidden
-            // messages for good, and the redo history stays. The step's own track, below, finds the files
-            // as this one left the stat cache.
-            self.snapshots.track(worktree(&session)).await?;
-            self.cleanup(&session).await?;
         }
         self.under_step_lease(session_id, async |token, session_lease| {
-            let session = self.load_unchanged(session_id).await?;
-            // Without their parts; the new parts' ids are checked by the commit's guards.
-            let messages = self.repo.message_infos(session_id).await?;
+            let reverted = session.revert.clone();
+            let (session, cleanup) = self.load_for_step(session_id, &reverted).await?;
+            // Without their parts; the new parts' ids are checked by the commit's guards. A reverted
+            // session's are those its cleanup keeps (stored with the step, so a turn that cannot begin
+            // leaves the redo history as it was).
+            let messages = match revert_point_of_descriptor(reverted.as_ref()) {
+                Some(point) => infos(&self.kept_messages(session_id, &point).await?),
+                None => self.repo.message_infos(session_id).await?,
+            };
             let (user, assistant) = self.new_turn(session_id, messages, user, assistant)?;
             let head = MessageHead {
                 info: assistant.info.clone(),
@@ -475,8 +472,8 @@ impl Rewind {
                 .store_step_start(
                     &session,
                     (&head, &[&user, &assistant]),
-                    token,
-                    session_lease,
+                    (token, session_lease),
+                    cleanup,
                 )
                 .await?;
             Ok((user, assistant, part))
@@ -547,20 +544,33 @@ impl Rewind {
         result
     }
 
-    /// The session read again under a step's lease: a revert or another step may have come between the
-    /// checks and the lease (`Busy` then).
-    async fn load_unchanged(&self, session_id: &SessionId) -> Result<Session> {
+    /// The session read again under a step's lease, reverted as the step's checks found it (`reverted`):
+    /// a revert, unrevert or cleanup, or another step, may have come between the checks and the lease
+    /// (`Busy` then). A reverted session comes with its cleanup, which the step's own transaction stores
+    /// (SPEC 7: cleanup before the step begins), and as the cleanup leaves it.
+    async fn load_for_step(
+        &self,
+        session_id: &SessionId,
+        reverted: &Option<crate::model::RevertDescriptor>,
+    ) -> Result<(Session, Option<super::revert::Cleanup>)> {
         let session = self.load_session(session_id).await?;
-        if session.revert.is_some() || session.step.is_some() {
+        if session.revert != *reverted || session.step.is_some() {
             return Err(Error::busy(
                 session_id,
                 format!(
-                    "Session is busy: {session_id} (it was reverted, or a step began, while this step was \
-                     starting); try again"
+                    "Session is busy: {session_id} (it was reverted, unreverted, or a step began, while this \
+                     step was starting); try again"
                 ),
             ));
         }
-        Ok(session)
+        match &session.revert {
+            Some(descriptor) => {
+                let messages = self.repo.messages(session_id).await?;
+                let cleanup = self.cleanup_of(&session, descriptor, &messages).await?;
+                Ok((cleanup.session.clone(), Some(cleanup)))
+            }
+            None => Ok((session, None)),
+        }
     }
 
     /// Tracks and stores the step-start of `message`, with `new` messages (not stored yet) stored first in
@@ -572,8 +582,8 @@ impl Rewind {
         &self,
         session: &Session,
         message: (&MessageHead, &[&MessageWithParts]),
-        token: &crate::model::LeaseToken,
-        session_lease: &super::HeldLease,
+        (token, session_lease): (&crate::model::LeaseToken, &super::HeldLease),
+        cleanup: Option<super::revert::Cleanup>,
     ) -> Result<Part> {
         let worktree_lease = self
             .acquire(
@@ -584,7 +594,7 @@ impl Rewind {
             )
             .await?;
         let result = self
-            .store_step_start_locked(session, message, token, session_lease, &worktree_lease)
+            .store_step_start_locked(session, message, (session_lease, &worktree_lease), cleanup)
             .await;
         self.release(&worktree_lease).await;
         result
@@ -594,9 +604,8 @@ impl Rewind {
         &self,
         session: &Session,
         (message, new): (&MessageHead, &[&MessageWithParts]),
-        token: &crate::model::LeaseToken,
-        session_lease: &super::HeldLease,
-        worktree_lease: &super::HeldLease,
+        (session_lease, worktree_lease): (&super::HeldLease, &super::HeldLease),
+        cleanup: Option<super::revert::Cleanup>,
     ) -> Result<Part> {
         let tracked = self.snapshots.track(worktree(session)).await?;
         let now = self.now();
@@ -613,7 +622,7 @@ impl Rewind {
         updated.step = Some(OpenStep {
             message_id: message.info.id.clone(),
             snapshot: tracked.id,
-            token: token.clone(),
+            token: session_lease.token.clone(),
             holder: self.holder(),
             started: now,
         });
@@ -624,6 +633,14 @@ impl Rewind {
             guards: vec![session_lease.guard(), worktree_lease.guard()],
             ..Default::default()
         };
+        // A reverted session's cleanup first: the rest is built on the session it leaves.
+        let removed: HashSet<PartId> = cleanup
+            .as_ref()
+            .map(super::revert::Cleanup::removed_parts)
+            .unwrap_or_default();
+        if let Some(cleanup) = cleanup {
+            cleanup.add_to(&mut transaction);
+        }
         if message.info.time.completed.is_some() {
             // Working again: complete only when this step ends.
             let mut working = message.info.clone();
@@ -631,10 +648,15 @@ impl Rewind {
             self.push_message(&mut transaction, working);
         }
         for created in new {
-            // Their ids were checked against the new messages only: free in the rest of the session too.
+            // Their ids were checked against the new messages only: free in the rest of the session too
+            // (a hidden part the cleanup deletes first may have one: checked against the kept messages).
             transaction.guards.extend(part_id_guards(
                 &session.id,
-                created.parts.iter().map(|p| Some(&p.id)),
+                created
+                    .parts
+                    .iter()
+                    .filter(|p| !removed.contains(&p.id))
+                    .map(|p| Some(&p.id)),
             ));
             self.push_message(&mut transaction, created.info.clone());
             for part in &created.parts {
@@ -1185,7 +1207,14 @@ fn open_step_of(session: &Session, message_id: &MessageId) -> Result<OpenStep> {
 
 /// The revert point of a reverted session.
 fn revert_point_of(session: &Session) -> Option<crate::revert::RevertPoint> {
-    session.revert.as_ref().map(crate::revert::RevertPoint::of)
+    revert_point_of_descriptor(session.revert.as_ref())
+}
+
+/// The revert point of a revert descriptor.
+fn revert_point_of_descriptor(
+    descriptor: Option<&crate::model::RevertDescriptor>,
+) -> Option<crate::revert::RevertPoint> {
+    descriptor.map(crate::revert::RevertPoint::of)
 }
 
 /// Refuses (400) a message the session's revert hides whole (cleanup would delete it): nothing more is

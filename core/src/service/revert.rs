@@ -83,6 +83,31 @@ struct RevertResult {
     warnings: Vec<Warning>,
 }
 
+/// What a session's cleanup (SPEC 7) stores: `Rewind::cleanup_of`.
+pub(super) struct Cleanup {
+    /// The session as the cleanup leaves it (not reverted).
+    pub(super) session: Session,
+    changes: Vec<Change>,
+    events: Vec<crate::model::Event>,
+    /// The ids of the parts it deletes (those of the messages it deletes included).
+    removed: std::collections::HashSet<crate::model::PartId>,
+}
+
+impl Cleanup {
+    /// The ids of the parts the cleanup deletes.
+    pub(super) fn removed_parts(&self) -> std::collections::HashSet<crate::model::PartId> {
+        self.removed.clone()
+    }
+
+    /// Adds the cleanup's changes and events to `transaction`, which must hold none yet: what follows
+    /// builds on the session it leaves, returned.
+    pub(super) fn add_to(self, transaction: &mut Transaction) -> Session {
+        transaction.changes.extend(self.changes);
+        transaction.events.extend(self.events);
+        self.session
+    }
+}
+
 impl Rewind {
     /// Reverts the session's files and visible conversation to `target` (SPEC section 6).
     pub async fn revert(&self, session_id: &SessionId, target: RevertTarget) -> Result<Session> {
@@ -706,8 +731,29 @@ impl Rewind {
             return Ok(session);
         }
         let messages = self.repo.messages(session_id).await?;
+        let cleanup = self.cleanup_of(&session, descriptor, &messages).await?;
+        let mut transaction = Transaction {
+            guards: vec![lease.guard()],
+            ..Default::default()
+        };
+        let updated = cleanup.add_to(&mut transaction);
+        self.repo.commit(transaction).await?;
+        Ok(updated)
+    }
+
+    /// The cleanup of `session`, reverted by `descriptor`, over its `messages`: what its transaction
+    /// changes and announces, and the session as it leaves it. Stored by `cleanup`, or with the step that
+    /// begins on the reverted session (`begin_step`, `begin_turn`): a step that is not stored then leaves
+    /// the redo history as it was.
+    pub(super) async fn cleanup_of(
+        &self,
+        session: &Session,
+        descriptor: &RevertDescriptor,
+        messages: &[MessageWithParts],
+    ) -> Result<Cleanup> {
+        let session_id = &session.id;
         let point = RevertPoint::of(descriptor);
-        let plan = cleanup_plan(&messages, &point);
+        let plan = cleanup_plan(messages, &point);
         let removed_messages: BTreeSet<_> = plan.removed_messages.iter().collect();
         let removed_parts: BTreeSet<_> = plan.removed_parts.iter().map(|(_, p)| p).collect();
         let (cost, tokens) = messages
@@ -739,48 +785,51 @@ impl Rewind {
         updated.cost = cost;
         updated.tokens = tokens;
         updated.time.updated = now;
-        let mut transaction = Transaction {
-            guards: vec![lease.guard()],
-            ..Default::default()
-        };
-        transaction.changes.push(Change::DeleteHiddenRange {
-            session: session_id.clone(),
-            message: point.message_id.clone(),
-            part: point.part_id.clone(),
-        });
-        transaction.changes.push(Change::AddRevertHistory {
-            session: session_id.clone(),
-            entry: Box::new(RevertHistoryEntry {
-                time: now,
-                descriptor: descriptor.clone(),
-                applied: session.applied.clone(),
-                summary: session.summary,
-                warnings,
-            }),
-        });
-        transaction
-            .changes
-            .push(Change::PutSession(Box::new(updated.clone())));
+        let mut changes = vec![
+            Change::DeleteHiddenRange {
+                session: session_id.clone(),
+                message: point.message_id.clone(),
+                part: point.part_id.clone(),
+            },
+            Change::AddRevertHistory {
+                session: session_id.clone(),
+                entry: Box::new(RevertHistoryEntry {
+                    time: now,
+                    descriptor: descriptor.clone(),
+                    applied: session.applied.clone(),
+                    summary: session.summary,
+                    warnings,
+                }),
+            },
+        ];
+        changes.push(Change::PutSession(Box::new(updated.clone())));
+        let removed: std::collections::HashSet<crate::model::PartId> = messages
+            .iter()
+            .flat_map(|m| m.parts.iter().map(move |p| (m, p)))
+            .filter(|(m, p)| removed_messages.contains(&m.info.id) || removed_parts.contains(&p.id))
+            .map(|(_, p)| p.id.clone())
+            .collect();
+        let mut events = Vec::new();
         for message_id in plan.removed_messages {
-            transaction
-                .events
-                .push(self.event(EventPayload::MessageRemoved {
-                    session_id: session_id.clone(),
-                    message_id,
-                }));
+            events.push(self.event(EventPayload::MessageRemoved {
+                session_id: session_id.clone(),
+                message_id,
+            }));
         }
         for (message_id, part_id) in plan.removed_parts {
-            transaction
-                .events
-                .push(self.event(EventPayload::PartRemoved {
-                    session_id: session_id.clone(),
-                    message_id,
-                    part_id,
-                }));
+            events.push(self.event(EventPayload::PartRemoved {
+                session_id: session_id.clone(),
+                message_id,
+                part_id,
+            }));
         }
-        transaction.events.push(self.updated_event(&updated));
-        self.repo.commit(transaction).await?;
-        Ok(updated)
+        events.push(self.updated_event(&updated));
+        Ok(Cleanup {
+            session: updated,
+            changes,
+            events,
+            removed,
+        })
     }
 
     /// What a revert to `target` would do, changing nothing.

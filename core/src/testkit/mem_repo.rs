@@ -58,6 +58,8 @@ struct State {
     finish_intents_before_next_intent_delete: bool,
     /// Armed by `fail_next_capture`.
     fail_next_capture: bool,
+    /// Armed by `fail_next_step_start`.
+    fail_next_step_start: bool,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -119,6 +121,12 @@ impl MemRepo {
     /// files back) fails with `Error::Backend` and stores nothing; other commits behave normally.
     pub fn fail_next_capture(&self) {
         self.lock().fail_next_capture = true;
+    }
+
+    /// Fault hook: the next `commit` that stores a `step-start` part fails with `Error::Backend` and stores
+    /// nothing; other commits (a cleanup before it, say) behave normally.
+    pub fn fail_next_step_start(&self) {
+        self.lock().fail_next_step_start = true;
     }
 
     /// Race hook: the next `lease` read signals `reached` and then waits until `resume` is sent (or
@@ -708,6 +716,14 @@ impl MessageRepo for MemRepo {
                 &mut hooks.fail_next_capture,
                 has(|c| matches!(c, Change::AddCapture(_))),
                 "fail_next_capture",
+            ),
+            (
+                &mut hooks.fail_next_step_start,
+                has(|c| {
+                    matches!(c, Change::PutPart(part)
+                        if matches!(part.body, crate::model::PartBody::StepStart(_)))
+                }),
+                "fail_next_step_start",
             ),
         ];
         // The first armed hook whose kind of change this transaction makes fires (and is disarmed).

@@ -936,6 +936,68 @@ fn a_refused_message_or_step_while_reverted_does_not_run_cleanup() {
     })
 }
 
+/// A turn (`rewind exec`) or a step begun on a reverted session stores the session's cleanup with the
+/// step, in one transaction: one whose step is not stored (its commit fails, or its process is killed
+/// after the cleanup) leaves the redo history as it was (black-box: a killed `exec` had dropped the
+/// hidden messages, and `redo` found nothing, with no turn recorded). The next one runs it.
+#[test]
+fn a_turn_or_step_not_stored_while_reverted_leaves_the_redo_history() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "2")).await;
+        w.revert_to(&s.id, &t2.user).await;
+        let before = w.messages(&s.id).await;
+        w.repo.fail_next_step_start();
+        let turn = w
+            .rewind
+            .begin_turn(
+                &s.id,
+                NewMessage::user_text("three"),
+                NewMessage::assistant(),
+            )
+            .await;
+        assert!(turn.is_err(), "{turn:?}");
+        w.repo.fail_next_step_start();
+        let step = w.rewind.begin_step(&s.id, &t1.assistant).await;
+        assert!(step.is_err(), "{step:?}");
+        assert!(w.is_reverted(&s.id).await, "still reverted");
+        assert_eq!(w.messages(&s.id).await, before, "every message kept");
+        assert!(
+            w.rewind
+                .revert_history(&s.id)
+                .await
+                .expect("history")
+                .is_empty(),
+            "no cleanup stored"
+        );
+        let (user, _, _) = w
+            .rewind
+            .begin_turn(
+                &s.id,
+                NewMessage::user_text("three"),
+                NewMessage::assistant(),
+            )
+            .await
+            .expect("the turn begins");
+        assert!(!w.is_reverted(&s.id).await);
+        let ids: Vec<_> = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect();
+        assert_eq!(ids.len(), 4, "t1's two and the new turn's two: {ids:?}");
+        assert_eq!(ids[..2], [t1.user.clone(), t1.assistant.clone()]);
+        assert_eq!(ids[2], user.info.id);
+        assert_eq!(
+            w.rewind.revert_history(&s.id).await.expect("history").len(),
+            1
+        );
+    })
+}
+
 /// SPEC section 4: each finished step updates the turn's user message `summary.diffs`, first step-start
 /// to last step-finish.
 #[test]
