@@ -69,6 +69,17 @@ impl GitSnapshotStore {
         Ok(store::location(&self.config, &canonical))
     }
 
+    /// Removes the temporary files a crashed operation left in `worktree`, when its store has a journal
+    /// and no process holds it (`store::clean_if_free`); whether it did.
+    pub async fn clean_leftovers(&self, worktree: &Path) -> Result<bool> {
+        let config = self.config.clone();
+        let worktree = worktree.to_path_buf();
+        tokio::task::spawn_blocking(move || store::clean_if_free(&config, &worktree))
+            .await
+            .map_err(Error::backend)?
+            .map_err(Error::from)
+    }
+
     /// Deletes one stored object, loose and from rewind's own packs (each rewritten without it), as damage
     /// to a store would; whether it was there. For tests of what a missing object does (fails closed).
     #[doc(hidden)]

@@ -628,11 +628,45 @@ impl Store {
     }
 }
 
-/// Opens the store's lock file and locks it exclusively, waiting while another process holds it, and
-/// writes this process's id and start time into it. The wait is refused when the holder, as the file names
-/// it, is stopped (suspended with Ctrl-Z or SIGSTOP): it would hold the store until resumed, and every
-/// command would wait without a word. It must be seen stopped twice, a pause apart, with the file unchanged
-/// (a new holder writes its name just after it locks).
+/// Removes the temporary files a crashed operation left in `worktree` (those its store's journal names),
+/// when its store exists, has a journal, and no process holds it (no wait); whether it did. The commands
+/// that do not otherwise open the store (`status`, `log`) call it, so such files do not stay in the
+/// worktree, shown by `git status`, until one that does.
+pub fn clean_if_free(config: &GitStoreConfig, worktree: &Path) -> GitResult<bool> {
+    let Ok(canonical) = canonical_worktree(config, worktree) else {
+        return Ok(false);
+    };
+    let dir = location(config, &canonical);
+    if canonical != worktree
+        || !dir.join("HEAD").is_file()
+        || !dir.join("rewind").join("journal").exists()
+    {
+        return Ok(false);
+    }
+    let path = dir.join("rewind").join("lock");
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| GitError::io(&path, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => return Ok(false),
+        Err(fs::TryLockError::Error(e)) => return Err(GitError::io(&path, e)),
+    }
+    if !locks_the_store(&file, &dir) {
+        return Ok(false);
+    }
+    let store = Store {
+        odb: Odb::new(dir.join("objects")),
+        dir,
+        worktree: canonical,
+        _lock: file,
+    };
+    store.clean_journal()?;
+    Ok(true)
+}
+
 /// Whether `lock` (a store's lock file, locked) is the lock file of the store at `dir` now, and that store
 /// is whole: not one a gc renamed away and removed while this process waited for its lock.
 fn locks_the_store(lock: &File, dir: &Path) -> bool {
@@ -646,6 +680,11 @@ fn locks_the_store(lock: &File, dir: &Path) -> bool {
     held.dev() == there.dev() && held.ino() == there.ino() && dir.join("HEAD").is_file()
 }
 
+/// Opens the store's lock file and locks it exclusively, waiting while another process holds it, and
+/// writes this process's id and start time into it. The wait is refused when the holder, as the file names
+/// it, is stopped (suspended with Ctrl-Z or SIGSTOP): it would hold the store until resumed, and every
+/// command would wait without a word. It must be seen stopped twice, a pause apart, with the file unchanged
+/// (a new holder writes its name just after it locks).
 fn lock_file(dir: &Path) -> GitResult<File> {
     use std::os::unix::fs::FileExt as _;
     let path = dir.join("rewind").join("lock");

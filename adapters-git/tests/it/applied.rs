@@ -456,6 +456,53 @@ async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
     assert_eq!(left, users_only);
 }
 
+/// `clean_leftovers` (what every command runs, `status` and `log` included, which do not open the store
+/// otherwise) removes a crash's temporary files as opening the store does, but never waits: while
+/// another process holds the store it leaves them to it (black-box: a killed `snapshot restore` left them
+/// through `status`).
+#[tokio::test]
+async fn clean_leftovers_removes_a_crash_s_temporary_files_without_waiting() {
+    let h = GitHarness::new();
+    h.write("src/a.txt", b"a\n");
+    h.id().await;
+    let stray = h.path("src/.rewind-tmp-0123456789abcdef-1");
+    fs::write(&stray, b"half written").expect("a stray file");
+    let journal = h.store_dir().join("rewind").join("journal");
+    fs::write(
+        &journal,
+        format!("batch 0123456789abcdef\n{}\n", h.path("src").display()),
+    )
+    .expect("write the journal");
+    let held = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(h.store_dir().join("rewind").join("lock"))
+        .expect("the lock file");
+    held.try_lock()
+        .expect("held by this test, as by another process");
+    let cleaned = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        h.adapter().clean_leftovers(h.root()),
+    )
+    .await
+    .expect("no wait")
+    .expect("clean");
+    assert!(!cleaned, "left to the holder");
+    assert!(stray.exists());
+    drop(held);
+    assert!(h.adapter().clean_leftovers(h.root()).await.expect("clean"));
+    assert!(!stray.exists(), "removed");
+    assert!(!journal.exists(), "and the journal with it");
+    assert!(
+        !h.adapter().clean_leftovers(h.root()).await.expect("clean"),
+        "nothing more to do: the store is not locked again"
+    );
+    assert_eq!(
+        h.read("src/a.txt"),
+        Some(rewind_core::testkit::contract::snapshot::Node::file("a\n"))
+    );
+}
+
 /// A revert that only rewrites files the cache holds takes its new trees from `applied` (not built a
 /// second time): the directories it touched keep the right ids for later tracks, which rebuild only the
 /// directories that change after it (here a directory the revert did not touch, whose parent holds the

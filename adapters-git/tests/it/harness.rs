@@ -212,6 +212,11 @@ impl GitHarness {
         &self.data_dir
     }
 
+    /// The adapter itself (for its methods beyond the port).
+    pub fn adapter(&self) -> &GitSnapshotStore {
+        &self.store
+    }
+
     /// The bare store directory of this worktree.
     pub fn store_dir(&self) -> PathBuf {
         self.store

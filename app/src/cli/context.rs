@@ -57,6 +57,10 @@ impl Context {
                 failure.error
             );
         }
+        // So are the temporary files a crashed `snapshot restore` (which has no intent) left here, by
+        // every command, not only those that open the store; a store another process holds is not waited
+        // for (it cleans them itself), and one that cannot be cleaned is left for the next.
+        let _ = services.snapshots.clean_leftovers(&path).await;
         Ok(Context {
             services,
             path,
