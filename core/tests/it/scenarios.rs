@@ -1,7 +1,7 @@
 //! OpenCode's revert and cleanup scenarios (reference §5.2, items 54 to 60) with the file states of its
 //! worked example (§3.3), plus the rules where rewind deliberately differs (SPEC section 12).
 
-use rewind_core::model::{EventPayload, PartBody, RelPath, Role, Session};
+use rewind_core::model::{EventPayload, MessageWithParts, PartBody, RelPath, Role, Session};
 use rewind_core::service::{NewMessage, NewPart};
 use rewind_core::testkit::mem_repo::MemRepo;
 use rewind_core::{Error, MessageRepo, RevertTarget};
@@ -859,18 +859,24 @@ fn a_new_message_while_reverted_runs_cleanup_and_lowers_cost() {
     })
 }
 
+/// A session of two turns reverted to the second's user message, with its messages then.
+async fn two_turns_reverted_to_the_second() -> (World, Session, Turn, Turn, Vec<MessageWithParts>) {
+    let w = World::new();
+    let s = w.session().await;
+    let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+    let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "2")).await;
+    w.revert_to(&s.id, &t2.user).await;
+    let before = w.messages(&s.id).await;
+    (w, s, t1, t2, before)
+}
+
 /// SPEC sections 3 and 4: a message or step that is refused changes nothing, also while the session is
 /// reverted, where the operation would first run cleanup, which deletes the hidden messages for good. Each
 /// refusal leaves the revert in place, every message kept and no revert history.
 #[test]
 fn a_refused_message_or_step_while_reverted_does_not_run_cleanup() {
     block_on(async {
-        let w = World::new();
-        let s = w.session().await;
-        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
-        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "2")).await;
-        w.revert_to(&s.id, &t2.user).await;
-        let before = w.messages(&s.id).await;
+        let (w, s, t1, t2, before) = two_turns_reverted_to_the_second().await;
         assert_eq!(before.len(), 4);
 
         let mut behind = NewMessage::user_text("behind");
@@ -943,12 +949,7 @@ fn a_refused_message_or_step_while_reverted_does_not_run_cleanup() {
 #[test]
 fn a_turn_or_step_not_stored_while_reverted_leaves_the_redo_history() {
     block_on(async {
-        let w = World::new();
-        let s = w.session().await;
-        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
-        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "2")).await;
-        w.revert_to(&s.id, &t2.user).await;
-        let before = w.messages(&s.id).await;
+        let (w, s, t1, _, before) = two_turns_reverted_to_the_second().await;
         w.repo.fail_next_step_start();
         let turn = w
             .rewind
