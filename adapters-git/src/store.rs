@@ -629,9 +629,9 @@ impl Store {
 }
 
 /// Removes the temporary files a crashed operation left in `worktree` (those its store's journal names),
-/// when its store exists, has a journal, and no process holds it (no wait); whether it did. The commands
-/// that do not otherwise open the store (`status`, `log`) call it, so such files do not stay in the
-/// worktree, shown by `git status`, until one that does.
+/// when its store exists, has a journal, and no process holds it (no wait); whether it looked. Every
+/// command calls it, so such files do not stay in the worktree, shown by `git status`, until one that
+/// opens the store (`status` and `log` do not).
 pub fn clean_if_free(config: &GitStoreConfig, worktree: &Path) -> GitResult<bool> {
     let Ok(canonical) = canonical_worktree(config, worktree) else {
         return Ok(false);
@@ -657,6 +657,8 @@ pub fn clean_if_free(config: &GitStoreConfig, worktree: &Path) -> GitResult<bool
     if !locks_the_store(&file, &dir) {
         return Ok(false);
     }
+    // Named as its holder, so a waiter does not take the last holder's name (stopped, say) for this one.
+    write_holder(&file, &path)?;
     let store = Store {
         odb: Odb::new(dir.join("objects")),
         dir,
@@ -686,7 +688,6 @@ fn locks_the_store(lock: &File, dir: &Path) -> bool {
 /// command would wait without a word. It must be seen stopped twice, a pause apart, with the file unchanged
 /// (a new holder writes its name just after it locks).
 fn lock_file(dir: &Path) -> GitResult<File> {
-    use std::os::unix::fs::FileExt as _;
     let path = dir.join("rewind").join("lock");
     let file = File::options()
         .create(true)
@@ -718,13 +719,19 @@ fn lock_file(dir: &Path) -> GitResult<File> {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
     }
+    write_holder(&file, &path)?;
+    Ok(file)
+}
+
+/// Writes this process's id and start time into the lock file it has just locked.
+fn write_holder(file: &File, path: &Path) -> GitResult<()> {
+    use std::os::unix::fs::FileExt as _;
     let me = std::process::id();
     let start = process_state(me).map_or(0, |(_, start)| start);
     let name = format!("{me} {start}\n");
     file.set_len(0)
         .and_then(|()| file.write_all_at(name.as_bytes(), 0))
-        .map_err(|e| GitError::io(&path, e))?;
-    Ok(file)
+        .map_err(|e| GitError::io(path, e))
 }
 
 /// The process a lock file names (`PID START`), when it runs still and is stopped.

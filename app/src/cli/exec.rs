@@ -87,8 +87,8 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         ),
     )
     .await;
-    // Counted as what is gone afterwards: the cleanup is committed on its own, also when the step then
-    // cannot begin, and another process may have unreverted the session meanwhile.
+    // Counted as what is gone afterwards: the cleanup is stored with the step (none when it cannot
+    // begin), and another process may have unreverted the session, or run its cleanup, meanwhile.
     let discarded = discarded_of(ctx, &session.id, &hidden).await;
     if discarded > 0 && (!ctx.json || begun.is_err()) {
         say_discarded(discarded);

@@ -416,10 +416,18 @@ impl Rewind {
             )));
         }
         refuse_reverted_message(&session, message_id)?;
-        self.under_step_lease(session_id, async |token, session_lease| {
+        self.under_step_lease(session_id, async |session_lease| {
             let (session, cleanup) = self.load_for_step(session_id, &session.revert).await?;
-            let message = self.load_message_head(session_id, message_id).await?;
-            self.store_step_start(&session, (&message, &[]), (token, session_lease), cleanup)
+            let mut message = self.load_message_head(session_id, message_id).await?;
+            if let Some(kept) = cleanup
+                .as_ref()
+                .and_then(|c| c.kept.iter().find(|m| &m.info.id == message_id))
+            {
+                // The step-start follows the parts the cleanup keeps, not those it cuts in the same
+                // transaction (a revert point inside this message).
+                message.last_part = kept.parts.last().map(|p| p.id.clone());
+            }
+            self.store_step_start(&session, (&message, &[]), session_lease, cleanup)
                 .await
         })
         .await
@@ -453,14 +461,14 @@ impl Rewind {
             refuse_taken_part_ids(&kept, &new_user.parts)?;
             refuse_taken_part_ids(&kept, &new_assistant.parts)?;
         }
-        self.under_step_lease(session_id, async |token, session_lease| {
+        self.under_step_lease(session_id, async |session_lease| {
             let reverted = session.revert.clone();
             let (session, cleanup) = self.load_for_step(session_id, &reverted).await?;
             // Without their parts; the new parts' ids are checked by the commit's guards. A reverted
             // session's are those its cleanup keeps (stored with the step, so a turn that cannot begin
             // leaves the redo history as it was).
-            let messages = match revert_point_of_descriptor(reverted.as_ref()) {
-                Some(point) => infos(&self.kept_messages(session_id, &point).await?),
+            let messages = match &cleanup {
+                Some(cleanup) => infos(&cleanup.kept),
                 None => self.repo.message_infos(session_id).await?,
             };
             let (user, assistant) = self.new_turn(session_id, messages, user, assistant)?;
@@ -472,7 +480,7 @@ impl Rewind {
                 .store_step_start(
                     &session,
                     (&head, &[&user, &assistant]),
-                    (token, session_lease),
+                    session_lease,
                     cleanup,
                 )
                 .await?;
@@ -526,7 +534,7 @@ impl Rewind {
     async fn under_step_lease<T>(
         &self,
         session_id: &SessionId,
-        locked: impl AsyncFnOnce(&crate::model::LeaseToken, &super::HeldLease) -> Result<T>,
+        locked: impl AsyncFnOnce(&super::HeldLease) -> Result<T>,
     ) -> Result<T> {
         let token = new_token();
         let session_lease = self
@@ -537,7 +545,7 @@ impl Rewind {
                 Some(session_id),
             )
             .await?;
-        let result = locked(&token, &session_lease).await;
+        let result = locked(&session_lease).await;
         if result.is_err() {
             self.release(&session_lease).await;
         }
@@ -582,13 +590,13 @@ impl Rewind {
         &self,
         session: &Session,
         message: (&MessageHead, &[&MessageWithParts]),
-        (token, session_lease): (&crate::model::LeaseToken, &super::HeldLease),
+        session_lease: &super::HeldLease,
         cleanup: Option<super::revert::Cleanup>,
     ) -> Result<Part> {
         let worktree_lease = self
             .acquire(
                 LeaseKey::Worktree(session.directory.clone()),
-                token,
+                &session_lease.token,
                 self.config.operation_lease_ms,
                 Some(&session.id),
             )
@@ -1207,14 +1215,7 @@ fn open_step_of(session: &Session, message_id: &MessageId) -> Result<OpenStep> {
 
 /// The revert point of a reverted session.
 fn revert_point_of(session: &Session) -> Option<crate::revert::RevertPoint> {
-    revert_point_of_descriptor(session.revert.as_ref())
-}
-
-/// The revert point of a revert descriptor.
-fn revert_point_of_descriptor(
-    descriptor: Option<&crate::model::RevertDescriptor>,
-) -> Option<crate::revert::RevertPoint> {
-    descriptor.map(crate::revert::RevertPoint::of)
+    session.revert.as_ref().map(crate::revert::RevertPoint::of)
 }
 
 /// Refuses (400) a message the session's revert hides whole (cleanup would delete it): nothing more is

@@ -91,6 +91,8 @@ pub(super) struct Cleanup {
     events: Vec<crate::model::Event>,
     /// The ids of the parts it deletes (those of the messages it deletes included).
     removed: std::collections::HashSet<crate::model::PartId>,
+    /// The messages it keeps, without the parts it cuts.
+    pub(super) kept: Vec<MessageWithParts>,
 }
 
 impl Cleanup {
@@ -99,8 +101,8 @@ impl Cleanup {
         self.removed.clone()
     }
 
-    /// Adds the cleanup's changes and events to `transaction`, which must hold none yet: what follows
-    /// builds on the session it leaves, returned.
+    /// Adds the cleanup's changes and events to `transaction`, which must hold no change or event yet
+    /// (guards it may): what follows builds on the session it leaves, returned.
     pub(super) fn add_to(self, transaction: &mut Transaction) -> Session {
         transaction.changes.extend(self.changes);
         transaction.events.extend(self.events);
@@ -809,6 +811,15 @@ impl Rewind {
             .filter(|(m, p)| removed_messages.contains(&m.info.id) || removed_parts.contains(&p.id))
             .map(|(_, p)| p.id.clone())
             .collect();
+        let kept = messages
+            .iter()
+            .filter(|m| !removed_messages.contains(&m.info.id))
+            .map(|m| {
+                let mut kept = m.clone();
+                kept.parts.retain(|p| !removed.contains(&p.id));
+                kept
+            })
+            .collect();
         let mut events = Vec::new();
         for message_id in plan.removed_messages {
             events.push(self.event(EventPayload::MessageRemoved {
@@ -829,6 +840,7 @@ impl Rewind {
             changes,
             events,
             removed,
+            kept,
         })
     }
 

@@ -257,6 +257,12 @@ fn a_part_id_another_message_of_the_session_has_is_refused_and_stores_nothing() 
 /// cleanup a new message runs first: their ids are free for the new message, not refused.
 #[test]
 fn a_part_id_the_cleanup_deletes_is_free_for_the_message_that_runs_it() {
+    for turn in [false, true] {
+        a_part_id_the_cleanup_deletes_is_free_for(turn);
+    }
+}
+
+fn a_part_id_the_cleanup_deletes_is_free_for(turn: bool) {
     block_on(async {
         let w = World::new();
         let s = w.session().await;
@@ -290,13 +296,21 @@ fn a_part_id_the_cleanup_deletes_is_free_for_the_message_that_runs_it() {
             "the text before it keeps the point in its message"
         );
 
+        // So does a turn begun in one call (`rewind exec`), whose step stores the cleanup.
         let mut reuse = NewMessage::user_text("two");
         reuse.parts[0].id = Some(start.clone());
-        let stored = w
-            .rewind
-            .create_message(&s.id, reuse)
-            .await
-            .expect("the id of a part the cleanup deletes is free");
+        let stored = if turn {
+            w.rewind
+                .begin_turn(&s.id, reuse, NewMessage::assistant())
+                .await
+                .expect("the id of a part the cleanup deletes is free")
+                .0
+        } else {
+            w.rewind
+                .create_message(&s.id, reuse)
+                .await
+                .expect("the id of a part the cleanup deletes is free")
+        };
         assert_eq!(stored.parts[0].id, start);
         let holding = w
             .messages(&s.id)
@@ -306,6 +320,66 @@ fn a_part_id_the_cleanup_deletes_is_free_for_the_message_that_runs_it() {
             .filter(|p| p.id == start)
             .count();
         assert_eq!(holding, 1);
+    })
+}
+
+/// A step begun on the message a revert point lies in takes its id after the parts the cleanup keeps,
+/// not after those it cuts in the same transaction (one a client gave a far-future id, say): the
+/// message's next ids are not pushed after a part that no longer exists (review).
+#[test]
+fn a_step_begun_at_the_revert_point_follows_the_parts_the_cleanup_keeps() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let (_, assistant) = w.exchange(&s.id, "one").await;
+        let kept = w
+            .rewind
+            .append_part(
+                &s.id,
+                &assistant.info.id,
+                NewPart::new(rewind_core::model::PartBody::text("kept")),
+            )
+            .await
+            .expect("text part");
+        let far = rewind_core::model::PartId::parse("prt_fffffffff000aaaaaaaaaaaaaa").expect("id");
+        let mut future = NewPart::new(rewind_core::model::PartBody::text("from a fast clock"));
+        future.id = Some(far.clone());
+        w.rewind
+            .append_part(&s.id, &assistant.info.id, future)
+            .await
+            .expect("a far-future id sorts after");
+        w.rewind
+            .revert(
+                &s.id,
+                rewind_core::RevertTarget {
+                    message_id: assistant.info.id.clone(),
+                    part_id: Some(far.clone()),
+                },
+            )
+            .await
+            .expect("revert to the far part");
+        let start = w
+            .rewind
+            .begin_step(&s.id, &assistant.info.id)
+            .await
+            .expect("the step begins, after the cleanup");
+        assert!(start.id > kept.id, "after the kept part");
+        assert!(
+            start.id < far,
+            "not after the part the cleanup cut: {}",
+            start.id
+        );
+        let ids: Vec<_> = w
+            .rewind
+            .message(&s.id, &assistant.info.id)
+            .await
+            .expect("message")
+            .parts
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(ids.last(), Some(&start.id));
+        assert!(!ids.contains(&far), "the far part was cut");
     })
 }
 
