@@ -34,6 +34,10 @@ pub struct GitStoreConfig {
     /// The identity of the database the snapshots belong to (its URL or file), so two databases never
     /// share a store and gc never weighs one database's references against another's.
     pub database_identity: String,
+    /// Other spellings of the same database that stores may be keyed on (the app's identity was the
+    /// database's path as given, before it was the canonical file): a store found under one, and none
+    /// under `database_identity`, is moved to its place when first opened. Default: none.
+    pub former_identities: Vec<String>,
     /// rewind's own files outside its data directory, which may lie in a worktree: a SQLite database
     /// given elsewhere, with its journal, WAL and shared-memory files. Snapshots leave them out, as they
     /// do ignored files and the data directory, and no restore or revert writes or deletes them (a revert
@@ -58,6 +62,7 @@ impl fmt::Debug for GitStoreConfig {
         f.debug_struct("GitStoreConfig")
             .field("data_dir", &self.data_dir)
             .field("database_identity", &self.database_identity)
+            .field("former_identities", &self.former_identities)
             .field("own_files", &self.own_files)
             .field("size_cap", &self.size_cap)
             .field("file_cap", &self.file_cap)
@@ -75,6 +80,7 @@ impl GitStoreConfig {
         GitStoreConfig {
             data_dir: data_dir.into(),
             database_identity: database_identity.into(),
+            former_identities: Vec::new(),
             own_files: Vec::new(),
             size_cap: 2 * 1024 * 1024,
             file_cap: 500_000,

@@ -393,14 +393,38 @@ fn disk_usage(dir: &Path) -> u64 {
 
 /// Where the store of `canonical` lives for this database.
 pub fn location(config: &GitStoreConfig, canonical: &Path) -> PathBuf {
+    location_for(config, &config.database_identity, canonical)
+}
+
+/// Where the store of `canonical` lives for a database of identity `identity`.
+fn location_for(config: &GitStoreConfig, identity: &str, canonical: &Path) -> PathBuf {
     let mut hasher = sha1_smol::Sha1::new();
-    hasher.update(config.database_identity.as_bytes());
+    hasher.update(identity.as_bytes());
     hasher.update(b"\0");
     hasher.update(canonical.as_os_str().as_encoded_bytes());
     config
         .data_dir
         .join("snapshot")
         .join(hasher.digest().to_string())
+}
+
+/// Moves the store of `canonical` kept under a former identity of this database
+/// (`GitStoreConfig::former_identities`) to `dir`, its place now, when none is there yet: under the
+/// former store's lock, renamed whole, so its snapshots stay this database's. One that cannot be moved
+/// stays where it is (a new store is made; nothing is lost).
+fn adopt_former_store(config: &GitStoreConfig, canonical: &Path, dir: &Path) {
+    for identity in &config.former_identities {
+        let former = location_for(config, identity, canonical);
+        if former == dir || !former.join("HEAD").is_file() {
+            continue;
+        }
+        let Ok(lock) = lock_file(&former) else {
+            continue;
+        };
+        if locks_the_store(&lock, &former) && !dir.exists() && fs::rename(&former, dir).is_ok() {
+            return;
+        }
+    }
 }
 
 impl Store {
@@ -422,6 +446,9 @@ impl Store {
         let mut tries = 0;
         let lock = loop {
             tries += 1;
+            if !dir.join("HEAD").is_file() {
+                adopt_former_store(config, &canonical, &dir);
+            }
             if !dir.join("HEAD").is_file() {
                 create_bare(&dir, &canonical)?;
             }

@@ -58,8 +58,19 @@ impl Services {
                     redact_url(&settings.database_url)
                 )
             })?;
-        let mut store_config =
-            GitStoreConfig::new(settings.data_dir.clone(), repo.target().to_owned());
+        // One database, however its path is spelled (a symlink, `..`, a relative data dir): its stores are
+        // keyed on the canonical file; a store keyed on the spelling given, as before, is adopted.
+        let identity = repo
+            .sqlite_file()
+            .and_then(|file| std::fs::canonicalize(file).ok())
+            .map_or_else(
+                || repo.target().to_owned(),
+                |file| file.to_string_lossy().into_owned(),
+            );
+        let mut store_config = GitStoreConfig::new(settings.data_dir.clone(), identity.clone());
+        if identity != repo.target() {
+            store_config.former_identities = vec![repo.target().to_owned()];
+        }
         // A database given inside a project directory is snapshotted and reverted with it otherwise.
         store_config.own_files = repo
             .sqlite_file()

@@ -2016,3 +2016,42 @@ async fn a_git_dir_under_another_name_is_never_snapshotted_nor_written() {
     assert_eq!(h.read("a.txt"), text("a1\n"));
     assert_eq!(git_dirs(), untouched, "nor did the restore");
 }
+
+/// A store keyed on a former identity of the database (`GitStoreConfig::former_identities`: its path as
+/// given, before identities were canonical) is moved to the store's place now when first opened, with
+/// every snapshot in it; one keyed on another database's identity is not.
+#[tokio::test]
+async fn a_store_under_a_former_identity_is_adopted_whole() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a1\n");
+    let store_with = |identity: &str, former: &[&str]| {
+        let mut config = rewind_git::GitStoreConfig::new(h.data_dir(), identity);
+        config.excludes_file = ExcludesFile::None;
+        config.former_identities = former.iter().map(|f| (*f).to_owned()).collect();
+        rewind_git::GitSnapshotStore::new(config)
+    };
+    let spelled = store_with("/data/../data/rewind.db", &[]);
+    let first = rewind_core::SnapshotPort::track(&spelled, h.root())
+        .await
+        .expect("track")
+        .id;
+    let former_dir = spelled.store_dir(h.root()).expect("dir");
+    let other = store_with("/other/rewind.db", &["/elsewhere/rewind.db"]);
+    rewind_core::SnapshotPort::track(&other, h.root())
+        .await
+        .expect("track");
+    assert!(
+        former_dir.join("HEAD").is_file(),
+        "another database's: left"
+    );
+    let canonical = store_with("/data/rewind.db", &["/data/../data/rewind.db"]);
+    h.write("a.txt", b"a2\n");
+    rewind_core::SnapshotPort::track(&canonical, h.root())
+        .await
+        .expect("track");
+    assert!(!former_dir.exists(), "moved");
+    rewind_core::SnapshotPort::restore(&canonical, h.root(), &first, None)
+        .await
+        .expect("the former store's snapshot is there");
+    assert_eq!(h.read("a.txt"), text("a1\n"));
+}

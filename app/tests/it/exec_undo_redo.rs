@@ -820,3 +820,48 @@ fn undo_leaves_a_git_dir_under_another_name_alone() {
     );
     assert!(crate::support::state(&git_dir) == before);
 }
+
+/// One data directory, however it is spelled (`..`, a symlink, a relative path), is one database with
+/// one snapshot store per worktree: a turn recorded through one spelling is undone and redone through
+/// the others (black-box: each spelling made a store of its own, and `undo` failed with "snapshot object
+/// missing").
+#[test]
+fn every_spelling_of_the_data_dir_reaches_the_same_snapshots() {
+    let env = Env::plain();
+    let data = std::fs::canonicalize(env.data.path()).expect("canonical");
+    let parent = data.parent().expect("parent");
+    let name = data.file_name().expect("name").to_str().expect("UTF-8");
+    let link = tempfile::TempDir::new().expect("a place for a symlink");
+    std::os::unix::fs::symlink(&data, link.path().join("data")).expect("symlink");
+    let spelled = [
+        data.join("..").join(name),
+        link.path().join("data"),
+        data.clone(),
+    ];
+    let rewind = |data_dir: &std::path::Path, args: &[&str]| {
+        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", env.config_home.path())
+            .env("XDG_CONFIG_HOME", env.config_home.path())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("-C")
+            .arg(env.path())
+            .args(args)
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{data_dir:?} {args:?}: {output:?}");
+    };
+    std::fs::write(env.path().join("a.txt"), "v1\n").expect("write");
+    rewind(&spelled[0], &["exec", "--", "sh", "-c", "echo v2 > a.txt"]);
+    let read = || std::fs::read_to_string(env.path().join("a.txt")).expect("read");
+    rewind(&spelled[1], &["undo"]);
+    assert_eq!(read(), "v1\n");
+    rewind(&spelled[2], &["redo"]);
+    assert_eq!(read(), "v2\n");
+    let stores = std::fs::read_dir(parent.join(name).join("snapshot"))
+        .expect("stores")
+        .count();
+    assert_eq!(stores, 1, "one store");
+}
