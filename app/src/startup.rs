@@ -1,7 +1,7 @@
 //! Wiring: the core services over the real adapters (gitoxide store, SeaORM database, system host), as
 //! the command line and the server both use them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -143,7 +143,7 @@ pub struct Application {
     relay_interval: std::time::Duration,
     recovery_interval: std::time::Duration,
     /// The intents start-up could not recover (already logged).
-    unrecoverable: HashSet<LeaseToken>,
+    unrecoverable: Unrecoverable,
     body_limit: usize,
 }
 
@@ -196,8 +196,8 @@ impl Application {
                 "recovery"
             );
         }
-        let mut unrecoverable = HashSet::new();
-        log_failures(&report, &mut unrecoverable);
+        let mut unrecoverable = Unrecoverable::default();
+        unrecoverable.note(&report, &HashSet::new(), options.recovery_interval);
         let relay_cursor = crate::http::events::outbox_end(services.repo.as_ref())
             .await
             .context("cannot read the event outbox")?;
@@ -296,16 +296,53 @@ impl Application {
     }
 }
 
-/// Logs each intent `report` could not recover that is not in `logged` yet, and adds it there: the
-/// periodic recovery meets it every time, and says so once.
-fn log_failures(report: &RecoveryReport, logged: &mut HashSet<LeaseToken>) {
-    for failure in &report.failed {
-        if logged.insert(failure.token.clone()) {
-            tracing::warn!(
-                directory = %failure.directory,
-                error = %failure.error,
-                "an interrupted operation could not be recovered; operations on its worktree are refused until it can be"
-            );
+/// The intents recovery could not finish, each with when to try it again and the pause after that: the
+/// periodic recovery tries them again less and less often (each try captures the worktree first), says
+/// each once, and forgets one once it is finished.
+#[derive(Default)]
+struct Unrecoverable(HashMap<LeaseToken, (std::time::Instant, std::time::Duration)>);
+
+impl Unrecoverable {
+    /// The longest pause between two tries of one intent.
+    const MOST: std::time::Duration = std::time::Duration::from_secs(600);
+
+    /// The intents not to try now.
+    fn waiting(&self) -> HashSet<LeaseToken> {
+        let now = std::time::Instant::now();
+        self.0
+            .iter()
+            .filter(|(_, (next, _))| *next > now)
+            .map(|(token, _)| token.clone())
+            .collect()
+    }
+
+    /// Takes in what a pass that left out `skipped` did: an intent that failed again waits twice as long
+    /// (one that failed for the first time is logged), one that was tried and did not fail is forgotten.
+    fn note(
+        &mut self,
+        report: &RecoveryReport,
+        skipped: &HashSet<LeaseToken>,
+        first: std::time::Duration,
+    ) {
+        let now = std::time::Instant::now();
+        let failed: HashSet<&LeaseToken> = report.failed.iter().map(|f| &f.token).collect();
+        self.0
+            .retain(|token, _| skipped.contains(token) || failed.contains(token));
+        for failure in &report.failed {
+            match self.0.get_mut(&failure.token) {
+                Some((next, pause)) => {
+                    *pause = (*pause * 2).min(Self::MOST);
+                    *next = now + *pause;
+                }
+                None => {
+                    tracing::warn!(
+                        directory = %failure.directory,
+                        error = %failure.error,
+                        "an interrupted operation could not be recovered; operations on its worktree are refused until it can be (tried again later)"
+                    );
+                    self.0.insert(failure.token.clone(), (now + first, first));
+                }
+            }
         }
     }
 }
@@ -313,12 +350,12 @@ fn log_failures(report: &RecoveryReport, logged: &mut HashSet<LeaseToken>) {
 /// Recovers, every `interval`, the operations whose process died while the server runs (a `rewind revert`
 /// killed mid-way, SPEC 8), as start-up does: its worktree is put back, with a capture and a warning the
 /// session's clients see at once, instead of only when the next operation on the session runs. An intent
-/// whose owner is alive is left alone, and so are this server's own and those it could not finish before
-/// (`Rewind::recover_others`).
+/// whose owner is alive is left alone, and so are this server's own; one it could not finish is tried
+/// again after a pause that doubles each time, up to 10 minutes (`Unrecoverable`).
 async fn recover_periodically(
     rewind: Arc<Rewind>,
     interval: std::time::Duration,
-    mut unrecoverable: HashSet<LeaseToken>,
+    mut unrecoverable: Unrecoverable,
     stop: tokio_util::sync::CancellationToken,
 ) {
     // A database that cannot be read is said once, when it starts failing.
@@ -328,7 +365,8 @@ async fn recover_periodically(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        match rewind.recover_others(&unrecoverable).await {
+        let waiting = unrecoverable.waiting();
+        match rewind.recover_others(&waiting).await {
             Ok(report) => {
                 failing = false;
                 if !report.recovered.is_empty() {
@@ -337,7 +375,7 @@ async fn recover_periodically(
                         "recovered operations whose process died"
                     );
                 }
-                log_failures(&report, &mut unrecoverable);
+                unrecoverable.note(&report, &waiting, interval);
             }
             Err(error) if !failing => {
                 failing = true;
@@ -363,5 +401,43 @@ async fn cut_outbox_hourly(rewind: Arc<Rewind>, stop: tokio_util::sync::Cancella
                 tracing::warn!(%error, "cannot cut the event outbox; trying again in an hour")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rewind_core::service::RecoveryFailure;
+
+    fn failed(token: &LeaseToken) -> RecoveryReport {
+        RecoveryReport {
+            failed: vec![RecoveryFailure {
+                token: token.clone(),
+                directory: "/w".to_owned(),
+                error: "a file cannot be written".to_owned(),
+            }],
+            ..RecoveryReport::default()
+        }
+    }
+
+    /// An intent the periodic recovery could not finish waits before it is tried again, twice as long each
+    /// time it fails again, and is forgotten once a try does not fail.
+    #[test]
+    fn an_unrecoverable_intent_is_tried_again_less_and_less_often() {
+        let token = LeaseToken("tok_stuck".to_owned());
+        let first = std::time::Duration::from_millis(20);
+        let mut stuck = Unrecoverable::default();
+        stuck.note(&failed(&token), &HashSet::new(), first);
+        assert!(stuck.waiting().contains(&token), "waits");
+        std::thread::sleep(first * 2);
+        assert!(stuck.waiting().is_empty(), "then is tried again");
+        stuck.note(&failed(&token), &HashSet::new(), first);
+        assert_eq!(stuck.0[&token].1, first * 2, "the pause doubles");
+        let waiting = stuck.waiting();
+        stuck.note(&RecoveryReport::default(), &waiting, first);
+        assert!(stuck.0.contains_key(&token), "kept while it was not tried");
+        std::thread::sleep(first * 3);
+        stuck.note(&RecoveryReport::default(), &stuck.waiting(), first);
+        assert!(stuck.0.is_empty(), "forgotten once a try did not fail");
     }
 }
