@@ -71,7 +71,10 @@ impl Rewind {
         let mut report = RecoveryReport::default();
         for intent in self.repo.intents().await? {
             if intent.directory == directory {
-                let outcome = self.recover_intent(&intent).await?;
+                let outcome = self
+                    .recover_intent(&intent)
+                    .await
+                    .map_err(|error| unrecovered(&intent, error))?;
                 report.add(&intent, outcome);
             } else if worktrees_overlap(&intent.directory, directory) {
                 self.recover_into(&intent, &mut report).await;
@@ -198,5 +201,28 @@ fn interrupted(intent: &IntentRecord, key: LeaseKey) -> Lease {
         token: intent.token.clone(),
         holder: intent.holder.clone(),
         expires_at: 0,
+    }
+}
+
+/// Why an operation on a worktree is refused when the interrupted operation `intent` there cannot be put
+/// back (a file that cannot be written, say): the worktree stays refused until it can (SPEC 8), so it is
+/// busy, with the cause, not an internal fault. A refusal of the recovery itself (busy, a lease lost) is
+/// kept as it is.
+fn unrecovered(intent: &IntentRecord, error: Error) -> Error {
+    match error {
+        Error::Busy { .. } | Error::LeaseLost(_) | Error::Stale { .. } => error,
+        other => Error::Busy {
+            session_id: Some(intent.session_id.clone()),
+            message: format!(
+                "Worktree is busy: {}: an interrupted {} of session {} could not be put back: {other}; \
+                 operations on this worktree are refused until it can be (fix the cause, then try again)",
+                intent.directory,
+                match intent.operation {
+                    IntentOperation::Revert => "revert",
+                    IntentOperation::Unrevert => "unrevert",
+                },
+                intent.session_id
+            ),
+        },
     }
 }

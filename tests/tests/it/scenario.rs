@@ -619,6 +619,44 @@ async fn a_revert_whose_process_died_is_recovered_by_the_running_server() -> Res
     app.stop().await
 }
 
+/// An interrupted operation that cannot be put back (here its snapshot is gone from the store) keeps its
+/// worktree refused (SPEC 8): over HTTP that is a 409 naming the cause and what to do, not a 500
+/// "internal error" (black-box: a file that could not be written).
+#[tokio::test]
+async fn an_operation_that_cannot_be_recovered_refuses_its_worktree_with_409() -> Result<()> {
+    let app = spawn_app_with(AppConfig {
+        recovery_interval: Some(Duration::from_secs(3600)),
+        ..AppConfig::default()
+    })
+    .await?;
+    let session = app.new_session().await?;
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("a.txt"), "a1\n")?;
+            Ok(())
+        })
+        .await?;
+    interrupted_revert(&app, &session, &"0".repeat(40), &["a.txt"]).await?;
+    for (path, body) in [
+        (
+            format!("/session/{session}/revert"),
+            json!({"messageID": user}),
+        ),
+        (format!("/session/{session}/unrevert"), json!({})),
+    ] {
+        let refused = app.post(&path, body).await?;
+        assert_eq!(refused.status, 409, "{path}: {}", refused.body);
+        assert_eq!(refused.body["_tag"], "SessionBusyError", "{}", refused.body);
+        let message = refused.body["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("could not be put back") && message.contains("fix the cause"),
+            "{message}"
+        );
+    }
+    assert_eq!(app.file("a.txt").as_deref(), Some("a1\n"));
+    app.stop().await
+}
+
 /// A client that goes away during a revert does not stop it: the revert runs to its end (files written,
 /// result stored, leases given back), so the next request finds it done instead of a session that answers
 /// 409 until the leases expire. hyper drops a handler's future when its connection closes; the server runs
