@@ -469,6 +469,27 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
     app.stop().await
 }
 
+/// A server whose periodic recovery runs every `recovery_interval`, with a session of one turn that wrote
+/// a.txt and b.txt: the server, the session and the turn's user message.
+async fn app_with_a_turn(
+    recovery_interval: Duration,
+) -> Result<(crate::support::TestApp, String, String)> {
+    let app = spawn_app_with(AppConfig {
+        recovery_interval: Some(recovery_interval),
+        ..AppConfig::default()
+    })
+    .await?;
+    let session = app.new_session().await?;
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("a.txt"), "a1\n")?;
+            std::fs::write(repo.join("b.txt"), "b1\n")?;
+            Ok(())
+        })
+        .await?;
+    Ok((app, session, user))
+}
+
 /// Leaves in the database what a `rewind revert` of `session` leaves when it is killed after storing its
 /// intent: the session's and the worktree's leases held by a process that is gone, and the intent, whose
 /// pre-operation snapshot is `before` and whose files are `files`.
@@ -544,19 +565,7 @@ async fn interrupted_revert(
 /// warning, while the worktree was half reverted (black-box).
 #[tokio::test]
 async fn a_revert_whose_process_died_is_recovered_by_the_running_server() -> Result<()> {
-    let app = spawn_app_with(AppConfig {
-        recovery_interval: Some(Duration::from_millis(100)),
-        ..AppConfig::default()
-    })
-    .await?;
-    let session = app.new_session().await?;
-    let (user, _) = app
-        .turn(&session, "one", |repo| {
-            std::fs::write(repo.join("a.txt"), "a1\n")?;
-            std::fs::write(repo.join("b.txt"), "b1\n")?;
-            Ok(())
-        })
-        .await?;
+    let (app, session, user) = app_with_a_turn(Duration::from_millis(100)).await?;
     let messages = app.read(&format!("/session/{session}/message")).await?;
     // The worktree as the turn left it: the revert's pre-operation snapshot.
     let before = messages
@@ -624,18 +633,7 @@ async fn a_revert_whose_process_died_is_recovered_by_the_running_server() -> Res
 /// "internal error" (black-box: a file that could not be written).
 #[tokio::test]
 async fn an_operation_that_cannot_be_recovered_refuses_its_worktree_with_409() -> Result<()> {
-    let app = spawn_app_with(AppConfig {
-        recovery_interval: Some(Duration::from_secs(3600)),
-        ..AppConfig::default()
-    })
-    .await?;
-    let session = app.new_session().await?;
-    let (user, _) = app
-        .turn(&session, "one", |repo| {
-            std::fs::write(repo.join("a.txt"), "a1\n")?;
-            Ok(())
-        })
-        .await?;
+    let (app, session, user) = app_with_a_turn(Duration::from_secs(3600)).await?;
     interrupted_revert(&app, &session, &"0".repeat(40), &["a.txt"]).await?;
     for (path, body) in [
         (
