@@ -67,6 +67,7 @@ macro_rules! repo_contract_tests {
             last_part_guard_fails_stale_once_a_part_of_its_message_is_stored_or_deleted
             hidden_range_delete_without_part
             hidden_range_delete_with_part
+            hidden_range_delete_comes_first_in_its_transaction
             lease_cannot_be_taken_twice
             worktree_leases_keep_out_of_worktrees_inside_and_around
             sessions_overlapping_are_those_of_worktrees_inside_and_around
@@ -1113,6 +1114,45 @@ pub async fn hidden_range_delete_with_part(repo: &dyn MessageRepo) {
         vec![with_parts(&f.m1, &m1_parts), with_parts(&f.m2, &[])],
         "a part-level hidden range keeps its message even when every part of it goes"
     );
+}
+
+/// A transaction's changes apply in their order: a `DeleteHiddenRange` first deletes the range, then the
+/// same transaction's part put into the cut message (its id after the cut) and its message and part that
+/// reuse deleted ids are stored as new (a step begun on a reverted session stores its cleanup so).
+pub async fn hidden_range_delete_comes_first_in_its_transaction(repo: &dyn MessageRepo) {
+    let fixture = HiddenRangeFixture::store(repo).await;
+    let f = &fixture;
+    let cut = &f.m2_parts[2];
+    let step = text(&f.ids, &f.m2, "after the cut");
+    let mut again = f.m3.clone();
+    again.time.created = f.ids.tick();
+    let mut reused = text(&f.ids, &again, "a deleted part's id");
+    reused.id = f.m2_parts[3].id.clone();
+    commit(
+        repo,
+        vec![
+            Change::DeleteHiddenRange {
+                session: f.session.id.clone(),
+                message: f.m2.id.clone(),
+                part: Some(cut.id.clone()),
+            },
+            put_part(&step),
+            put_message(&again),
+            put_part(&reused),
+        ],
+    )
+    .await;
+    let m1_parts: Vec<&Part> = f.m1_parts.iter().collect();
+    assert_eq!(
+        messages(repo, &f.session.id).await,
+        vec![
+            with_parts(&f.m1, &m1_parts),
+            with_parts(&f.m2, &[&f.m2_parts[0], &f.m2_parts[1], &step]),
+            with_parts(&again, &[&reused]),
+        ],
+        "the range is deleted first; what follows in the transaction is stored"
+    );
+    f.other_is_untouched(repo).await;
 }
 
 /// A lease held by one token cannot be taken by another unless it replaces that token; the holder may take
