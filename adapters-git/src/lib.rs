@@ -26,6 +26,7 @@ mod tree;
 
 pub use config::{ChangeHook, ExcludesFile, GitStoreConfig, ReadFault};
 pub use error::GitError;
+pub use store::disk_usage;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -217,27 +217,35 @@ pub(crate) fn laid_out_as_git_dir(dir: &Path) -> bool {
 /// exists, resolves to itself (not a symlink now) and is not refused. An entry that cannot be read is
 /// skipped: the listing only adds stores to a gc.
 pub fn stored_worktrees(config: &GitStoreConfig) -> GitResult<Vec<PathBuf>> {
+    let mut worktrees: Vec<PathBuf> = this_database_s_stores(config)?
+        .into_iter()
+        .map(|(_, worktree)| worktree)
+        .filter(|worktree| canonical_worktree(config, worktree).is_ok_and(|c| c == *worktree))
+        .collect();
+    worktrees.sort();
+    Ok(worktrees)
+}
+
+/// The stores in the data directory that are this database's, each with the worktree it recorded
+/// (`rewind/worktree`) when that path leads back to it (another database's stores, one whose record does
+/// not, and one being removed are left out); an entry that cannot be read is left out too.
+fn this_database_s_stores(config: &GitStoreConfig) -> GitResult<Vec<(PathBuf, PathBuf)>> {
     let root = config.data_dir.join("snapshot");
     let entries = match fs::read_dir(&root) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(GitError::io(&root, e)),
     };
-    let mut worktrees = Vec::new();
-    for dir in entries.filter_map(|entry| entry.ok().map(|e| e.path())) {
-        let Ok(recorded) = fs::read(dir.join("rewind").join("worktree")) else {
-            continue;
-        };
-        let worktree = PathBuf::from(
-            <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(recorded),
-        );
-        let opens_as_itself = canonical_worktree(config, &worktree).is_ok_and(|c| c == worktree);
-        if location(config, &worktree) == dir && opens_as_itself {
-            worktrees.push(worktree);
-        }
-    }
-    worktrees.sort();
-    Ok(worktrees)
+    Ok(entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter_map(|dir| {
+            let recorded = fs::read(dir.join("rewind").join("worktree")).ok()?;
+            let worktree = PathBuf::from(
+                <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(recorded),
+            );
+            (location(config, &worktree) == dir).then_some((dir, worktree))
+        })
+        .collect())
 }
 
 /// The prefix of a store being removed (`remove_gone_stores`): renamed out of its place first, so no
@@ -255,31 +263,24 @@ pub fn remove_gone_stores(
     named: &BTreeSet<PathBuf>,
     grace: Duration,
 ) -> GitResult<Vec<(PathBuf, GitResult<GcReport>)>> {
-    let root = config.data_dir.join("snapshot");
-    let entries = match fs::read_dir(&root) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(GitError::io(&root, e)),
-    };
-    let since = now_ms().saturating_sub(grace.as_millis() as u64);
-    let mut removed = Vec::new();
-    for entry in entries.filter_map(Result::ok) {
-        let dir = entry.path();
-        if entry
+    // What a removal a crash interrupted left.
+    for leftover in fs::read_dir(config.data_dir.join("snapshot"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if leftover
             .file_name()
             .to_str()
             .is_some_and(|name| name.starts_with(REMOVING_PREFIX))
         {
-            let _ = fs::remove_dir_all(&dir);
-            continue;
+            let _ = fs::remove_dir_all(leftover.path());
         }
-        let Ok(recorded) = fs::read(dir.join("rewind").join("worktree")) else {
-            continue;
-        };
-        let worktree = PathBuf::from(
-            <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(recorded),
-        );
-        if location(config, &worktree) != dir || named.contains(&worktree) {
+    }
+    let since = now_ms().saturating_sub(grace.as_millis() as u64);
+    let mut removed = Vec::new();
+    for (dir, worktree) in this_database_s_stores(config)? {
+        if named.contains(&worktree) {
             continue;
         }
         match remove_if_gone(&dir, &worktree, since) {
@@ -304,7 +305,11 @@ fn remove_if_gone(dir: &Path, worktree: &Path, since_ms: u64) -> GitResult<Optio
         return Ok(None);
     }
     let lock = lock_file(dir)?;
-    if !locks_the_store(&lock, dir) || !worktree_gone(worktree) || returned_in(dir, since_ms)? {
+    if !locks_the_store(&lock, dir) || !worktree_gone(worktree) {
+        return Ok(None);
+    }
+    let store = Store::locked(dir.to_path_buf(), worktree.to_path_buf(), lock);
+    if !store.returned_since(since_ms, false)?.is_empty() {
         return Ok(None);
     }
     let report = GcReport {
@@ -317,24 +322,9 @@ fn remove_if_gone(dir: &Path, worktree: &Path, since_ms: u64) -> GitResult<Optio
     };
     let away = dir.with_file_name(format!("{REMOVING_PREFIX}{name}"));
     fs::rename(dir, &away).map_err(|e| GitError::io(dir, e))?;
-    drop(lock);
+    drop(store);
     fs::remove_dir_all(&away).map_err(|e| GitError::io(&away, e))?;
     Ok(Some(report))
-}
-
-/// Whether the store `dir` returned an id at or after `since_ms` (its log cannot be read: as if it did).
-fn returned_in(dir: &Path, since_ms: u64) -> GitResult<bool> {
-    let path = dir.join("rewind").join("returned");
-    let text = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(GitError::io(&path, e)),
-    };
-    Ok(String::from_utf8_lossy(&text).lines().any(|line| {
-        line.split_once(' ')
-            .and_then(|(time, _)| time.parse::<u64>().ok())
-            .is_none_or(|time| time >= since_ms)
-    }))
 }
 
 /// The objects under `objects`: loose ones, and those each pack's index counts.
@@ -374,17 +364,17 @@ fn count_objects(objects: &Path) -> u64 {
     count
 }
 
-/// The bytes the files under `dir` take on disk.
-fn disk_usage(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt as _;
+/// The bytes of the files under `dir` (a store's size, as `rewind status` shows it and gc counts what it
+/// frees; 0 when it does not exist).
+pub fn disk_usage(dir: &Path) -> u64 {
     let mut total = 0;
     let mut pending = vec![dir.to_path_buf()];
     while let Some(next) = pending.pop() {
         for entry in fs::read_dir(&next).into_iter().flatten().flatten() {
-            match entry.metadata() {
-                Ok(meta) if meta.is_dir() => pending.push(entry.path()),
-                Ok(meta) => total += meta.blocks() * 512,
-                Err(_) => {}
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => pending.push(entry.path()),
+                Ok(kind) if kind.is_file() => total += entry.metadata().map_or(0, |m| m.len()),
+                _ => {}
             }
         }
     }
@@ -470,14 +460,19 @@ impl Store {
                 Err(error) => return Err(error),
             }
         };
-        let store = Store {
-            odb: Odb::new(dir.join("objects")),
-            dir,
-            worktree: canonical,
-            _lock: lock,
-        };
+        let store = Store::locked(dir, canonical, lock);
         store.clean_journal()?;
         Ok(store)
+    }
+
+    /// The store at `dir` of `worktree`, whose lock `lock` this process holds.
+    fn locked(dir: PathBuf, worktree: PathBuf, lock: File) -> Store {
+        Store {
+            odb: Odb::new(dir.join("objects")),
+            dir,
+            worktree,
+            _lock: lock,
+        }
     }
 
     fn rewind_path(&self, name: &str) -> PathBuf {
@@ -686,13 +681,7 @@ pub fn clean_if_free(config: &GitStoreConfig, worktree: &Path) -> GitResult<bool
     }
     // Named as its holder, so a waiter does not take the last holder's name (stopped, say) for this one.
     write_holder(&file, &path)?;
-    let store = Store {
-        odb: Odb::new(dir.join("objects")),
-        dir,
-        worktree: canonical,
-        _lock: file,
-    };
-    store.clean_journal()?;
+    Store::locked(dir, canonical, file).clean_journal()?;
     Ok(true)
 }
 

@@ -142,7 +142,7 @@ pub struct Application {
     relay_cursor: u64,
     relay_interval: std::time::Duration,
     recovery_interval: std::time::Duration,
-    /// The intents start-up could not recover (already logged).
+    /// The intents start-up could not recover (logged), for the periodic recovery to try again later.
     unrecoverable: Unrecoverable,
     body_limit: usize,
 }

@@ -379,7 +379,7 @@ pub async fn status(ctx: &Context) -> Result<()> {
         .map_err(|error| explain(error, "listing the sessions"))?;
     let store = match ctx.services.snapshots.store_dir(&ctx.path) {
         Ok(dir) => StoreRow {
-            bytes: disk_usage(&dir),
+            bytes: rewind_git::disk_usage(&dir),
             path: Some(dir.display().to_string()),
             error: None,
         },
@@ -468,19 +468,4 @@ pub async fn status(ctx: &Context) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The bytes the files under `dir` take (0 when it does not exist).
-pub fn disk_usage(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.file_type() {
-            Ok(kind) if kind.is_dir() => disk_usage(&entry.path()),
-            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
-            _ => 0,
-        })
-        .sum()
 }

@@ -24,17 +24,14 @@ impl Rewind {
     /// worktree, and those that take the lease of a worktree inside or around it, are refused: each runs
     /// the recovery again and fails with the reason.
     pub async fn recover(&self) -> Result<RecoveryReport> {
-        let mut report = RecoveryReport::default();
-        for intent in self.repo.intents().await? {
-            self.recover_into(&intent, &mut report).await;
-        }
-        Ok(report)
+        // A process that starts has no intent of its own yet.
+        self.recover_others(&std::collections::HashSet::new()).await
     }
 
     /// `recover` for a process that runs it again and again (a server, every few seconds): the intents of
     /// this very process are left to their operations (alive by definition, whatever their leases say),
-    /// and so are those in `skip` (ones this process already failed to finish: each try captures the
-    /// worktree again; operations on their worktree and the next start-up still try them).
+    /// and so are those in `skip` (ones the caller tries again later: each try captures the worktree;
+    /// operations on their worktree still try them at once).
     pub async fn recover_others(
         &self,
         skip: &std::collections::HashSet<LeaseToken>,
