@@ -643,12 +643,8 @@ impl Rewind {
         };
         // A reverted session's cleanup first: the rest is built on the session it leaves.
         let removed: HashSet<PartId> = cleanup
-            .as_ref()
-            .map(super::revert::Cleanup::removed_parts)
+            .map(|cleanup| cleanup.add_to(&mut transaction).1)
             .unwrap_or_default();
-        if let Some(cleanup) = cleanup {
-            cleanup.add_to(&mut transaction);
-        }
         if message.info.time.completed.is_some() {
             // Working again: complete only when this step ends.
             let mut working = message.info.clone();

@@ -96,17 +96,16 @@ pub(super) struct Cleanup {
 }
 
 impl Cleanup {
-    /// The ids of the parts the cleanup deletes.
-    pub(super) fn removed_parts(&self) -> std::collections::HashSet<crate::model::PartId> {
-        self.removed.clone()
-    }
-
     /// Adds the cleanup's changes and events to `transaction`, which must hold no change or event yet
-    /// (guards it may): what follows builds on the session it leaves, returned.
-    pub(super) fn add_to(self, transaction: &mut Transaction) -> Session {
+    /// (guards it may): what follows builds on the session it leaves and without the parts it deletes,
+    /// both returned.
+    pub(super) fn add_to(
+        self,
+        transaction: &mut Transaction,
+    ) -> (Session, std::collections::HashSet<crate::model::PartId>) {
         transaction.changes.extend(self.changes);
         transaction.events.extend(self.events);
-        self.session
+        (self.session, self.removed)
     }
 }
 
@@ -738,7 +737,7 @@ impl Rewind {
             guards: vec![lease.guard()],
             ..Default::default()
         };
-        let updated = cleanup.add_to(&mut transaction);
+        let (updated, _) = cleanup.add_to(&mut transaction);
         self.repo.commit(transaction).await?;
         Ok(updated)
     }
