@@ -42,21 +42,31 @@ fn write_tree(h: &GitHarness) {
     }
 }
 
+/// Tracks `h`, checks that `hashed` files were read from disk (`why`) and that the snapshot is the tree
+/// real git writes for the worktree.
+async fn track_as_git(h: &GitHarness, hashed: u64, why: &str) -> rewind_core::model::TrackOutcome {
+    let outcome = h.track().await;
+    assert_eq!(outcome.hashed, hashed, "{why}");
+    assert_eq!(
+        outcome.id.as_str(),
+        GitOracle::new(None).write_tree(h.root()),
+        "git's tree ({why})"
+    );
+    outcome
+}
+
 #[tokio::test]
 async fn first_track_of_a_committed_packed_repository_reads_no_file_and_owns_its_objects() {
     let h = GitHarness::new();
     write_tree(&h);
     commit_all(&h, &[("core.autocrlf", "false")]);
     git(h.root(), &["gc", "-q"]);
-    let outcome = h.track().await;
-    assert_eq!(
-        outcome.hashed, 0,
-        "every committed file was taken from the user's index"
-    );
-    assert_eq!(
-        outcome.id.as_str(),
-        GitOracle::new(None).write_tree(h.root())
-    );
+    let outcome = track_as_git(
+        &h,
+        0,
+        "every committed file was taken from the user's index",
+    )
+    .await;
     let packs: Vec<_> = fs::read_dir(h.store_dir().join("objects").join("pack"))
         .expect("the store has a pack directory")
         .flatten()
@@ -101,16 +111,12 @@ async fn nothing_is_seeded_when_autocrlf_makes_the_index_differ_from_the_disk() 
     write_tree(&h);
     // With autocrlf the user's blobs hold LF line ends while the files on disk hold CRLF.
     commit_all(&h, &[("core.autocrlf", "true")]);
-    let outcome = h.track().await;
-    assert_eq!(
-        outcome.hashed as usize, FILES,
-        "every file was hashed from its bytes on disk"
-    );
-    assert_eq!(
-        outcome.id.as_str(),
-        GitOracle::new(None).write_tree(h.root()),
-        "byte-exact, CRLF kept"
-    );
+    track_as_git(
+        &h,
+        FILES as u64,
+        "every file was hashed from its bytes on disk",
+    )
+    .await;
 }
 
 /// A repository whose clean filter changes the bytes: the user's blobs hold them uppercased, the disk
@@ -140,13 +146,7 @@ fn commit_with_upper_filter(h: &GitHarness, attributes: &[u8], ignore_attributes
 async fn an_ignored_gitattributes_naming_a_filter_turns_seeding_off() {
     let h = GitHarness::new();
     commit_with_upper_filter(&h, b"*.txt filter=up\n", true);
-    let outcome = h.track().await;
-    assert_eq!(outcome.hashed, 5, "every file hashed (the .gitignore too)");
-    assert_eq!(
-        outcome.id.as_str(),
-        GitOracle::new(None).write_tree(h.root()),
-        "the files' own bytes, not the filtered blobs"
-    );
+    track_as_git(&h, 5, "every file hashed (the .gitignore too)").await;
 }
 
 /// A `.gitattributes` naming a filter that is deleted from the disk but not from the index still applies
@@ -166,16 +166,12 @@ async fn a_gitattributes_only_the_index_holds_or_attr_tree_turns_seeding_off() {
             // Only HEAD's tree has it now.
             git(h.root(), &["rm", "-q", "--cached", "sub/.gitattributes"]);
         }
-        let outcome = h.track().await;
-        assert_eq!(
-            outcome.hashed, 4,
-            "every file hashed (attr.tree: {attr_tree})"
-        );
-        assert_eq!(
-            outcome.id.as_str(),
-            GitOracle::new(None).write_tree(h.root()),
-            "the files' own bytes, not the filtered blobs (attr.tree: {attr_tree})"
-        );
+        track_as_git(
+            &h,
+            4,
+            &format!("every file hashed (attr.tree: {attr_tree})"),
+        )
+        .await;
     }
 }
 
@@ -184,12 +180,7 @@ async fn a_gitattributes_only_the_index_holds_or_attr_tree_turns_seeding_off() {
 async fn a_gitattributes_that_is_not_utf8_still_turns_seeding_off() {
     let h = GitHarness::new();
     commit_with_upper_filter(&h, b"# caf\xe9\n*.txt filter=up\n", false);
-    let outcome = h.track().await;
-    assert_eq!(outcome.hashed, 5, "every file hashed");
-    assert_eq!(
-        outcome.id.as_str(),
-        GitOracle::new(None).write_tree(h.root())
-    );
+    track_as_git(&h, 5, "every file hashed").await;
 }
 
 /// A committed file over the size cap is skipped as it would be if hashed: seeding does not track what
@@ -258,16 +249,12 @@ async fn blobs_made_under_other_settings(packed: bool) {
         "22",
         "the blob holds LF line ends (the file, CRLF, is 24 bytes)"
     );
-    let outcome = h.track().await;
-    assert_eq!(
-        outcome.hashed as usize, FILES,
-        "every file whose blob differs in size was hashed"
-    );
-    assert_eq!(
-        outcome.id.as_str(),
-        GitOracle::new(None).write_tree(h.root()),
-        "byte-exact, CRLF kept"
-    );
+    track_as_git(
+        &h,
+        FILES as u64,
+        "every file whose blob differs in size was hashed",
+    )
+    .await;
 }
 
 /// Entries git cannot vouch for (racy: the index is no newer than the files) are confirmed by hashing the
@@ -288,15 +275,12 @@ async fn racy_entries_are_confirmed_by_their_hash_and_adopted() {
         .expect("the index")
         .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000))
         .expect("set its mtime");
-    let outcome = h.track().await;
-    assert_eq!(
-        outcome.hashed, 1,
-        "only the edited file was stored from its bytes; the others adopted the user's blobs"
-    );
-    assert_eq!(
-        outcome.id.as_str(),
-        GitOracle::new(None).write_tree(h.root())
-    );
+    let outcome = track_as_git(
+        &h,
+        1,
+        "only the edited file was stored from its bytes; the others adopted the user's blobs",
+    )
+    .await;
     fs::remove_dir_all(h.path(".git")).expect("remove .git");
     h.remove("dir3/file3.txt");
     h.remove("dir0/file0.txt");

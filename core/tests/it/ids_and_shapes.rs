@@ -630,12 +630,7 @@ fn a_client_id_far_ahead_stays_in_its_session_and_one_at_the_top_of_the_clock_is
             made.iter().all(|id| id.clock() < ahead.info.id.clock()),
             "session b keeps the clock: {made:?}"
         );
-        let stored: Vec<MessageId> = w
-            .messages(&b.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let stored: Vec<MessageId> = w.message_ids(&b.id).await;
         assert_eq!(stored, made);
     })
 }

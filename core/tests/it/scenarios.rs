@@ -28,12 +28,7 @@ fn compact_after_revert() {
         );
         let cleaned = w.rewind.commit_revert(&s.id).await.expect("cleanup");
         assert!(cleaned.revert.is_none());
-        let ids: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let ids: Vec<_> = w.message_ids(&s.id).await;
         assert_eq!(ids, [t1.user, t1.assistant]);
     })
 }
@@ -118,12 +113,7 @@ fn cleanup_removes_messages_after_the_revert_point_and_keeps_earlier_ones() {
         w.revert_to(&s.id, &t2.user).await;
         let before = w.last_seq().await;
         w.rewind.commit_revert(&s.id).await.expect("cleanup");
-        let ids: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let ids: Vec<_> = w.message_ids(&s.id).await;
         assert_eq!(ids, [t1.user, t1.assistant]);
         let events = w.repo_events_after(before).await;
         let removed: Vec<_> = events
@@ -558,12 +548,7 @@ fn a_message_checked_before_a_revert_and_committed_after_it_is_busy() {
             .create_message(&s.id, NewMessage::user_text("typed after"))
             .await
             .expect("a message after the revert");
-        let ids: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let ids: Vec<_> = w.message_ids(&s.id).await;
         assert_eq!(ids.last(), Some(&typed.info.id));
         assert!(!ids.contains(&t1.user), "cleanup removed the reverted turn");
     })
@@ -843,12 +828,7 @@ fn a_new_message_while_reverted_runs_cleanup_and_lowers_cost() {
             .create_message(&s.id, NewMessage::user_text("instead"))
             .await
             .expect("message");
-        let ids: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let ids: Vec<_> = w.message_ids(&s.id).await;
         assert_eq!(ids, [t1.user, t1.assistant, next.info.id]);
         let session = w.rewind.session(&s.id).await.expect("session");
         assert!(session.revert.is_none());
@@ -983,12 +963,7 @@ fn a_turn_or_step_not_stored_while_reverted_leaves_the_redo_history() {
             .await
             .expect("the turn begins");
         assert!(!w.is_reverted(&s.id).await);
-        let ids: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let ids: Vec<_> = w.message_ids(&s.id).await;
         assert_eq!(ids.len(), 4, "t1's two and the new turn's two: {ids:?}");
         assert_eq!(ids[..2], [t1.user.clone(), t1.assistant.clone()]);
         assert_eq!(ids[2], user.info.id);
@@ -1635,12 +1610,7 @@ fn an_answer_committed_after_a_revert_and_cleanup_removed_its_question_is_busy()
             .expect("user message")
             .info
             .id;
-        let before: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let before: Vec<_> = w.message_ids(&s.id).await;
         let (reached, resume) = w.repo.pause_next_commit();
         let answer = w.rewind.create_message(&s.id, NewMessage::assistant());
         let meanwhile = async {
@@ -1651,12 +1621,7 @@ fn an_answer_committed_after_a_revert_and_cleanup_removed_its_question_is_busy()
         };
         let (answer, ()) = futures::future::join(answer, meanwhile).await;
         assert!(matches!(answer, Err(Error::Busy { .. })), "{answer:?}");
-        let after: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let after: Vec<_> = w.message_ids(&s.id).await;
         assert_eq!(
             after,
             before[..before.len() - 1],
@@ -1838,12 +1803,7 @@ fn racing_messages_with_client_ids_are_stored_as_one_after_the_other_would_be() 
             matches!(&lost, Err(Error::InvalidInput(m)) if m.contains(early.as_str())),
             "{lost:?}"
         );
-        let stored: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let stored: Vec<_> = w.message_ids(&s.id).await;
         assert_eq!(
             stored.last(),
             Some(&late),
@@ -1866,12 +1826,7 @@ fn racing_messages_with_client_ids_are_stored_as_one_after_the_other_would_be() 
         .await;
         first.expect("the earlier id");
         second.expect("the later id, checked again after the earlier one was stored");
-        let stored: Vec<_> = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .map(|m| m.info.id)
-            .collect();
+        let stored: Vec<_> = w.message_ids(&s.id).await;
         assert_eq!(stored[stored.len() - 2..], more[..]);
     })
 }

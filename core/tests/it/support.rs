@@ -162,6 +162,15 @@ impl World {
         self.rewind.messages(session).await.expect("messages")
     }
 
+    /// The ids of the session's messages, in order.
+    pub async fn message_ids(&self, session: &SessionId) -> Vec<rewind_core::model::MessageId> {
+        self.messages(session)
+            .await
+            .into_iter()
+            .map(|m| m.info.id)
+            .collect()
+    }
+
     pub async fn events(&self) -> Vec<StoredEvent> {
         self.repo.events_after(0, 100_000).await.expect("events")
     }
