@@ -99,9 +99,8 @@ impl Rewind {
     }
 
     /// Records a message with its parts. While the session is reverted, cleanup runs first (the redo
-    /// history is dropped, as in OpenCode). Cleanup deletes for good, so a message that would be refused is
-    /// refused before it, checked against the conversation as cleanup will leave it: a refused request
-    /// changes nothing.
+    /// history is dropped, as in OpenCode), in the message's own transaction: a message that is refused,
+    /// fails or is killed before its commit changes nothing (`create_message_reverted`).
     pub async fn create_message(
         &self,
         session_id: &SessionId,
@@ -123,10 +122,7 @@ impl Rewind {
                      point"
                 )));
             }
-            let kept = self.kept_messages(session_id, &point).await?;
-            let (_, parts) = self.new_message(session_id, &infos(&kept), input.clone())?;
-            refuse_taken_part_ids(&kept, &parts)?;
-            self.cleanup(&session).await?;
+            return self.create_message_reverted(&session, input).await;
         }
         // The messages without their parts: a long session's parts are not read for each message. The
         // parts' ids are checked by the commit's guards.
@@ -196,6 +192,65 @@ impl Rewind {
         }
         self.touch_step(&session).await;
         Ok(MessageWithParts { info, parts })
+    }
+
+    /// `create_message` on a reverted session (`session` as the checks found it): the session's cleanup
+    /// (SPEC 7) and the message are stored in one transaction under the session's lease, so no message or
+    /// part is stored between them, and a message that is refused (its parent hidden, its id out of
+    /// order, a part id taken in what the cleanup keeps), fails or is killed before its commit leaves the
+    /// redo history whole. The message follows the messages the cleanup keeps.
+    async fn create_message_reverted(
+        &self,
+        session: &Session,
+        input: NewMessage,
+    ) -> Result<MessageWithParts> {
+        let session_id = &session.id;
+        let lease = self
+            .acquire(
+                LeaseKey::Session(session_id.clone()),
+                &new_token(),
+                self.config.operation_lease_ms,
+                Some(session_id),
+            )
+            .await?;
+        let result = async {
+            let (_, cleanup) = self
+                .load_cleaned(
+                    session_id,
+                    &session.revert,
+                    "this message was being recorded",
+                )
+                .await?;
+            let kept = match &cleanup {
+                Some(cleanup) => infos(&cleanup.kept),
+                None => self.repo.message_infos(session_id).await?,
+            };
+            let (info, parts) = self.new_message(session_id, &kept, input)?;
+            let mut transaction = Transaction {
+                guards: vec![lease.guard()],
+                ..Transaction::default()
+            };
+            // The cleanup first: a part id it deletes is free for the new message's parts.
+            let removed: HashSet<PartId> = cleanup
+                .map(|cleanup| cleanup.add_to(&mut transaction).1)
+                .unwrap_or_default();
+            transaction.guards.extend(part_id_guards(
+                session_id,
+                parts
+                    .iter()
+                    .filter(|p| !removed.contains(&p.id))
+                    .map(|p| Some(&p.id)),
+            ));
+            self.push_message(&mut transaction, info.clone());
+            for part in &parts {
+                self.push_part(&mut transaction, part.clone());
+            }
+            self.repo.commit(transaction).await?;
+            Ok(MessageWithParts { info, parts })
+        }
+        .await;
+        self.release(&lease).await;
+        result
     }
 
     /// What the commit of a message or part write (`committed`) means for its loop: `true` when it is
@@ -417,7 +472,9 @@ impl Rewind {
         }
         refuse_reverted_message(&session, message_id)?;
         self.under_step_lease(session_id, async |session_lease| {
-            let (session, cleanup) = self.load_for_step(session_id, &session.revert).await?;
+            let (session, cleanup) = self
+                .load_cleaned(session_id, &session.revert, "this step was starting")
+                .await?;
             let mut message = self.load_message_head(session_id, message_id).await?;
             if let Some(kept) = cleanup
                 .as_ref()
@@ -463,7 +520,9 @@ impl Rewind {
         }
         self.under_step_lease(session_id, async |session_lease| {
             let reverted = session.revert.clone();
-            let (session, cleanup) = self.load_for_step(session_id, &reverted).await?;
+            let (session, cleanup) = self
+                .load_cleaned(session_id, &reverted, "this step was starting")
+                .await?;
             // Without their parts; the new parts' ids are checked by the commit's guards. A reverted
             // session's are those its cleanup keeps (stored with the step, so a turn that cannot begin
             // leaves the redo history as it was).
@@ -552,22 +611,24 @@ impl Rewind {
         result
     }
 
-    /// The session read again under a step's lease, reverted as the step's checks found it (`reverted`):
-    /// a revert, unrevert or cleanup, or another step, may have come between the checks and the lease
-    /// (`Busy` then). A reverted session comes with its cleanup, which the step's own transaction stores
-    /// (SPEC 7: cleanup before the step begins), and as the cleanup leaves it.
-    async fn load_for_step(
+    /// The session read again under the session's lease, reverted as the checks before found it
+    /// (`reverted`): a revert, unrevert or cleanup, or a step, may have come between the checks and the
+    /// lease (`Busy` then, saying what was `doing`). A reverted session comes with its cleanup, which the
+    /// caller's own transaction stores (SPEC 7: cleanup before a message is created or a step begins), and
+    /// as the cleanup leaves it.
+    async fn load_cleaned(
         &self,
         session_id: &SessionId,
         reverted: &Option<crate::model::RevertDescriptor>,
+        doing: &str,
     ) -> Result<(Session, Option<super::revert::Cleanup>)> {
         let session = self.load_session(session_id).await?;
         if session.revert != *reverted || session.step.is_some() {
             return Err(Error::busy(
                 session_id,
                 format!(
-                    "Session is busy: {session_id} (it was reverted, unreverted, or a step began, while this \
-                     step was starting); try again"
+                    "Session is busy: {session_id} (it was reverted, unreverted, or a step began, while \
+                     {doing}); try again"
                 ),
             ));
         }

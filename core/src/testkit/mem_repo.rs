@@ -60,6 +60,8 @@ struct State {
     fail_next_capture: bool,
     /// Armed by `fail_next_step_start`.
     fail_next_step_start: bool,
+    /// Armed by `fail_next_message_put`.
+    fail_next_message_put: bool,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -127,6 +129,12 @@ impl MemRepo {
     /// nothing; other commits (a cleanup before it, say) behave normally.
     pub fn fail_next_step_start(&self) {
         self.lock().fail_next_step_start = true;
+    }
+
+    /// Fault hook: the next `commit` that stores a message (a new one, or one put back to working)
+    /// fails with `Error::Backend` and stores nothing; other commits behave normally.
+    pub fn fail_next_message_put(&self) {
+        self.lock().fail_next_message_put = true;
     }
 
     /// Race hook: the next `lease` read signals `reached` and then waits until `resume` is sent (or
@@ -724,6 +732,11 @@ impl MessageRepo for MemRepo {
                         if matches!(part.body, crate::model::PartBody::StepStart(_)))
                 }),
                 "fail_next_step_start",
+            ),
+            (
+                &mut hooks.fail_next_message_put,
+                has(|c| matches!(c, Change::PutMessage(_))),
+                "fail_next_message_put",
             ),
         ];
         // The first armed hook whose kind of change this transaction makes fires (and is disarmed).

@@ -974,6 +974,49 @@ fn a_turn_or_step_not_stored_while_reverted_leaves_the_redo_history() {
     })
 }
 
+/// SPEC 7: a message recorded on a reverted session stores the session's cleanup in its own transaction.
+/// One whose commit fails leaves the redo history as it was (before, the cleanup was committed on its own
+/// first, and a message that then failed, or whose process was killed, had dropped the hidden messages
+/// with nothing recorded); the next message runs it.
+#[test]
+fn a_message_not_stored_while_reverted_leaves_the_redo_history() {
+    block_on(async {
+        let (w, s, t1, _, before) = two_turns_reverted_to_the_second().await;
+        w.repo.fail_next_message_put();
+        let refused = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("three"))
+            .await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(w.is_reverted(&s.id).await, "still reverted");
+        assert_eq!(w.messages(&s.id).await, before, "every message kept");
+        assert!(
+            w.rewind
+                .revert_history(&s.id)
+                .await
+                .expect("history")
+                .is_empty(),
+            "no cleanup stored"
+        );
+        let user = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("three"))
+            .await
+            .expect("the message is stored");
+        assert!(!w.is_reverted(&s.id).await);
+        let ids: Vec<_> = w.message_ids(&s.id).await;
+        assert_eq!(
+            ids,
+            [t1.user.clone(), t1.assistant.clone(), user.info.id.clone()],
+            "t1's two and the new message"
+        );
+        assert_eq!(
+            w.rewind.revert_history(&s.id).await.expect("history").len(),
+            1
+        );
+    })
+}
+
 /// SPEC section 4: each finished step updates the turn's user message `summary.diffs`, first step-start
 /// to last step-finish.
 #[test]
