@@ -205,8 +205,37 @@ impl Rewind {
     pub async fn gc(&self, request: GcRequest) -> Result<GcSummary> {
         self.recover().await?;
         let mut summary = GcSummary::default();
-        let sessions = self.repo.sessions(None).await?;
-        let captures = self.repo.captures(None).await?;
+        let mut sessions = self.repo.sessions(None).await?;
+        let mut captures = self.repo.captures(None).await?;
+        if let Some(older_than) = request.older_than_ms {
+            let cutoff = self.now().saturating_sub(older_than);
+            for session in sessions.iter().filter(|s| s.time.updated < cutoff) {
+                match self.delete_session(&session.id).await {
+                    Ok(()) => summary.sessions_deleted.push(session.id.clone()),
+                    Err(Error::Busy { message, .. }) => summary.sessions_skipped.push(GcSkipped {
+                        session_id: session.id.clone(),
+                        reason: message,
+                    }),
+                    // Deleted meanwhile by another process: nothing left to do.
+                    Err(Error::NotFound(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            summary.captures_deleted = captures.iter().filter(|c| c.time < cutoff).count() as u64;
+            if summary.captures_deleted > 0 {
+                self.repo
+                    .commit(Transaction {
+                        guards: Vec::new(),
+                        changes: vec![Change::DeleteCapturesBefore { before: cutoff }],
+                        events: Vec::new(),
+                    })
+                    .await?;
+            }
+            // What the database names once they are gone: the store of a directory that is gone too, and
+            // that only they named, is removed in this run.
+            sessions = self.repo.sessions(None).await?;
+            captures = self.repo.captures(None).await?;
+        }
         let mut directories: BTreeSet<String> = request
             .directories
             .iter()
@@ -246,31 +275,6 @@ impl Rewind {
                 .into_iter()
                 .filter_map(|path| path.to_str().map(str::to_owned)),
         );
-        if let Some(older_than) = request.older_than_ms {
-            let cutoff = self.now().saturating_sub(older_than);
-            for session in sessions.iter().filter(|s| s.time.updated < cutoff) {
-                match self.delete_session(&session.id).await {
-                    Ok(()) => summary.sessions_deleted.push(session.id.clone()),
-                    Err(Error::Busy { message, .. }) => summary.sessions_skipped.push(GcSkipped {
-                        session_id: session.id.clone(),
-                        reason: message,
-                    }),
-                    // Deleted meanwhile by another process: nothing left to do.
-                    Err(Error::NotFound(_)) => {}
-                    Err(error) => return Err(error),
-                }
-            }
-            summary.captures_deleted = captures.iter().filter(|c| c.time < cutoff).count() as u64;
-            if summary.captures_deleted > 0 {
-                self.repo
-                    .commit(Transaction {
-                        guards: Vec::new(),
-                        changes: vec![Change::DeleteCapturesBefore { before: cutoff }],
-                        events: Vec::new(),
-                    })
-                    .await?;
-            }
-        }
         summary.events_deleted = self.cut_outbox().await?;
         for directory in directories {
             let keep: Vec<SnapshotId> = self
