@@ -54,6 +54,20 @@ struct ExecReport {
 pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Result<()> {
     let rewind = &ctx.services.rewind;
     let line = shell_line(command);
+    // A command that cannot start records nothing (a reverted session keeps its redo history), as a
+    // shell says it: exit 127.
+    if let Some(program) = command.first()
+        && let Err(why) = super::guard::runnable(&ctx.path, program)
+    {
+        let message = format!(
+            "cannot run `{line}`: {why}; check the command's name and PATH (nothing was recorded)"
+        );
+        say!("error: {message}");
+        if ctx.json {
+            print_error_json(&message);
+        }
+        return Err(Exit(127).into());
+    }
     let (session, created) = match (new_session, ctx.latest_session().await?) {
         (false, Some(session)) => (session, false),
         _ => (create_session(ctx, &line).await?, true),
@@ -64,7 +78,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         && !step_is_abandoned(ctx, &session).await?
     {
         bail!(
-            "session {} is busy: a step is open in message {}, owned by {}; wait for it to finish, or run with --new-session",
+            "session {} is busy: a step is open in message {}, owned by {}; wait for it to finish and try again",
             session.id,
             step.message_id,
             step.holder
@@ -149,7 +163,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
             }
             say!(
                 "rewind: `{line}` ended (exit code {code}), but its step in session {} could not be recorded as \
-                 finished; the step stays open, and the next rewind command in this directory aborts it with a \
+                 finished; the step stays open, and the next exec, undo, redo, revert or unrevert in this directory aborts it with a \
                  snapshot of the files as they are then (`rewind status` shows it)",
                 session.id
             );

@@ -15,9 +15,10 @@
 //! command that is a set-user-ID, set-group-ID or file-capability program (`sudo`, `ping`): the kernel
 //! clears the death signal when it starts one.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, ExitStatus};
@@ -28,7 +29,7 @@ use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::sys::prctl::set_pdeathsig;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
-use nix::unistd::{Pid, getppid};
+use nix::unistd::{AccessFlags, Pid, access, getppid};
 use tokio::sync::oneshot;
 
 /// The hidden first argument that makes rewind the guard of a command.
@@ -117,6 +118,34 @@ impl Guarded {
             let _ = kill(self.pid, signal);
         }
     }
+}
+
+/// Whether `program` can be started in `directory` as the guard starts it (`execvp`): a path with a `/`
+/// (relative to `directory`), or a name found in `PATH`, naming a file this process may execute. `Err`
+/// says why not. `exec` asks before it records its turn, so a command that cannot start (a mistyped
+/// name) records nothing and leaves a reverted session's redo history whole; one that goes away between
+/// the check and its start is recorded as a failed step, as before. Without `PATH` nothing is refused.
+pub fn runnable(directory: &Path, program: &OsStr) -> std::result::Result<(), String> {
+    let executable = |path: &Path| path.is_file() && access(path, AccessFlags::X_OK).is_ok();
+    let name = program.to_string_lossy();
+    if program.is_empty() {
+        return Err("the command's name is empty".to_owned());
+    }
+    if program.as_bytes().contains(&b'/') {
+        let path = directory.join(program);
+        return match path.exists() {
+            _ if executable(&path) => Ok(()),
+            true => Err(format!("{name} is not an executable file")),
+            false => Err(format!("{name}: no such file")),
+        };
+    }
+    let Some(search) = std::env::var_os("PATH") else {
+        return Ok(());
+    };
+    if std::env::split_paths(&search).any(|dir| executable(&directory.join(dir).join(program))) {
+        return Ok(());
+    }
+    Err(format!("{name}: command not found in PATH"))
 }
 
 /// Starts `command` in `directory` under a guard (module docs), from a thread that waits for it.

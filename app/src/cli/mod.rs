@@ -55,8 +55,9 @@ pub enum Command {
         /// Start a new session instead of continuing the latest one.
         #[arg(long)]
         new_session: bool,
-        /// The command and its arguments.
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        /// The command and its arguments (after `--` when the command's name starts with `-`; an option
+        /// before the command that `exec` does not know is a usage error, not a command).
+        #[arg(required = true, trailing_var_arg = true)]
         command: Vec<std::ffi::OsString>,
     },
     /// Undo the last turn of the latest session (OpenCode's /undo).

@@ -143,11 +143,12 @@ fn exec_passes_the_exit_code_through_and_still_records_the_turn() {
     assert_eq!(output.status.code(), Some(127));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("rewind-test-no-such-command"),
+        stderr.contains("rewind-test-no-such-command") && stderr.contains("nothing was recorded"),
         "the error names the command: {stderr}"
     );
 
-    // The failed command's turn is recorded with reason `error`, and it can be undone.
+    // The failed command's turn is recorded with reason `error`, and it can be undone; the command that
+    // could not start recorded nothing.
     let log = env.json(&["log"]);
     let reasons: Vec<String> = log["messages"]
         .as_array()
@@ -156,11 +157,52 @@ fn exec_passes_the_exit_code_through_and_still_records_the_turn() {
         .flat_map(|m| m["steps"].as_array().cloned().unwrap_or_default())
         .map(|s| s["reason"].as_str().unwrap_or("").to_owned())
         .collect();
-    assert_eq!(reasons, ["error", "error"]);
-    env.ok(&["undo"]);
-    assert_state(&env, &after, "undoing the command that could not run");
+    assert_eq!(reasons, ["error"]);
     env.ok(&["undo"]);
     assert_state(&env, &before, "undoing the command that exited with 7");
+}
+
+/// After `undo`, an `exec` that cannot run its command records nothing, so `redo` still works (black-box:
+/// a mistyped option, `exec --new-sesion -- true`, ran `--new-sesion` as the command, recorded a turn,
+/// and its cleanup discarded the undone turn for good). An unknown option before the command is a usage
+/// error (exit 2); a command that is not found, or is not executable, exits 127 as a shell does.
+#[test]
+fn an_exec_that_cannot_run_its_command_keeps_the_redo_history() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::plain();
+    env.exec_sh("printf 'x\\n' > x.txt");
+    let done = env.state();
+    env.ok(&["undo"]);
+    std::fs::write(env.path().join("not-executable.sh"), "true\n").expect("write");
+    std::fs::set_permissions(
+        env.path().join("not-executable.sh"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .expect("chmod");
+    for (args, code) in [
+        (&["exec", "--new-sesion", "--", "true"][..], 2),
+        (&["exec", "--session", "x", "--", "true"][..], 2),
+        (&["exec", "--", "rewind-test-no-such-command"][..], 127),
+        (&["exec", "./no-such-file"][..], 127),
+        (&["exec", "./not-executable.sh"][..], 127),
+        (&["exec", "--", ""][..], 127),
+    ] {
+        let output = env.rewind(args).output().expect("runs");
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {output:?}");
+    }
+    assert!(
+        env.json(&["status"])["sessions"][0]["revertMessageID"].is_string(),
+        "still reverted"
+    );
+    std::fs::remove_file(env.path().join("not-executable.sh")).expect("remove");
+    env.ok(&["redo"]);
+    assert_state(&env, &done, "redo after the refused commands");
+    // An option after the command's name is the command's.
+    env.ok(&["exec", "sh", "-c", "printf 'y\\n' > y.txt", "--new-sesion"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("y.txt")).expect("read"),
+        "y\n"
+    );
 }
 
 /// A command argument that is not UTF-8 is passed to the command byte for byte (clap refused it with exit
