@@ -852,7 +852,7 @@ impl<'a> Applier<'a> {
                 self.remove_empty_parents(path);
                 Ok(())
             }
-            OnDisk::Dir => self.keep(path, "a directory stands there now; it is left as it is"),
+            OnDisk::Dir => self.keep(path, DIR_STANDS),
             OnDisk::File | OnDisk::Symlink
                 if !self.parents_are_dirs(path)?
                     || !self.tracked.contains_below_dirs(path, kind, now)? =>
@@ -1303,6 +1303,13 @@ pub fn restore(
 }
 
 /// Why a restore or revert leaves one of rewind's own files (`GitStoreConfig::own_files`).
+/// Why a file to delete is kept: a directory above it is a symlink now.
+const SYMLINKED_PARENT: &str =
+    "a directory above it is a symlink now; nothing is deleted through it, so it is left as it is";
+
+/// Why a file to delete is kept: a directory stands at its path.
+const DIR_STANDS: &str = "a directory stands there now; it is left as it is";
+
 const OWN_FILE: &str = "it is rewind's own file (its database), never tracked content";
 
 /// rewind's own files that lie in the worktree of `store`, worktree-relative.
@@ -1555,7 +1562,8 @@ fn plan_inner<'a>(
             .entry(from_id)
             .or_insert_with(|| RefCell::new(LazyTree::new(&store.odb, from_id)));
         let name = path.as_str();
-        let (exists, stat) = if parents_are_real_dirs(&current, name)? {
+        let real_parents = parents_are_real_dirs(&current, name)?;
+        let (exists, stat) = if real_parents {
             look(&store.worktree.join(name))?
         } else {
             (OnDisk::Absent, None)
@@ -1596,6 +1604,13 @@ fn plan_inner<'a>(
                 FileActionKind::Keep,
                 Some("it was not tracked content when the step began (ignored or skipped), so it may have existed then".to_owned()),
             )
+        } else if matches!(exists, OnDisk::Dir) {
+            // As `Applier::delete` finds it: the file to delete is not there, a directory is.
+            (FileActionKind::Keep, Some(DIR_STANDS.to_owned()))
+        } else if !real_parents && look(&store.worktree.join(name))?.0 != OnDisk::Absent {
+            // A directory above it is a symlink now: what stands at the path through it is not deleted
+            // (`Applier::delete` finds it not as tracked).
+            (FileActionKind::Keep, Some(SYMLINKED_PARENT.to_owned()))
         } else {
             (FileActionKind::Delete, None)
         };

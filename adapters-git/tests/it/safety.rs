@@ -2055,3 +2055,55 @@ async fn a_store_under_a_former_identity_is_adopted_whole() {
         .expect("the former store's snapshot is there");
     assert_eq!(h.read("a.txt"), text("a1\n"));
 }
+
+/// `plan` (the preview) says what `revert` then does for the files a step made, when the user has since
+/// put a directory in place of one, or a symlink to a directory outside in place of the other's directory:
+/// keep, not delete (black-box: the preview said `delete`, and the revert kept them). Nothing is written
+/// or deleted, in the worktree or outside it.
+#[tokio::test]
+async fn the_plan_keeps_a_file_to_delete_that_a_directory_or_a_symlinked_parent_replaced() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    let start = h.track().await.id;
+    h.write("x", b"made by the step\n");
+    h.write("d/f.txt", b"made by the step\n");
+    h.track().await;
+    // The user, after the step.
+    fs::remove_file(h.root().join("x")).expect("remove x");
+    h.write("x/user.txt", b"the user's\n");
+    fs::remove_dir_all(h.root().join("d")).expect("remove d");
+    let outside = tempfile::tempdir().expect("outside");
+    fs::write(outside.path().join("f.txt"), b"outside\n").expect("write outside");
+    std::os::unix::fs::symlink(outside.path(), h.root().join("d")).expect("symlink");
+    let base = h.track().await.id;
+    let patches = [SnapshotPatch {
+        hash: start,
+        files: rels(&["d/f.txt", "x"]),
+    }];
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    let planned: Vec<(&str, FileActionKind, bool)> = plan
+        .iter()
+        .map(|a| (a.path.as_str(), a.action, a.reason.is_some()))
+        .collect();
+    assert_eq!(
+        planned,
+        [
+            ("d/f.txt", FileActionKind::Keep, true),
+            ("x", FileActionKind::Keep, true)
+        ]
+    );
+    let outcome = h
+        .port()
+        .revert(h.root(), &patches, &base)
+        .await
+        .expect("revert");
+    assert!(outcome.written.is_empty(), "{:?}", outcome.written);
+    assert!(outcome.deleted.is_empty(), "{:?}", outcome.deleted);
+    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
+    assert_eq!(kept, ["d/f.txt", "x"]);
+    assert_eq!(h.read("x/user.txt"), text("the user's\n"));
+    assert_eq!(
+        fs::read(outside.path().join("f.txt")).expect("outside"),
+        b"outside\n"
+    );
+}
