@@ -307,7 +307,9 @@ impl Walk<'_> {
                     });
                     if self.candidates.len() > self.file_cap {
                         return Err(GitError::Refused(format!(
-                            "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it",
+                            "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it: \
+                             ignore what need not be undone (a `.gitignore` for generated directories), or raise \
+                             the cap (`--file-cap`, `REWIND_FILE_CAP`)",
                             self.root.display(),
                             self.file_cap
                         )));

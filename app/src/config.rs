@@ -32,8 +32,8 @@ pub struct ConfigArgs {
     /// The database: `sqlite://FILE?mode=rwc` or `postgres://…`. Default: `rewind.db` in the data directory.
     #[arg(long, env = "REWIND_DATABASE_URL", global = true, value_name = "URL")]
     pub database_url: Option<String>,
-    /// A directory under which sessions' worktrees may lie (repeatable; `:`-separated in the variable).
-    /// Default: the current directory.
+    /// `serve` only: a directory under which sessions' worktrees may lie (repeatable; `:`-separated in the
+    /// variable). Default: the current directory. The command line works on any directory.
     #[arg(
         long = "project-root",
         env = "REWIND_PROJECT_ROOTS",
@@ -43,12 +43,14 @@ pub struct ConfigArgs {
     )]
     pub project_roots: Vec<PathBuf>,
     /// Untracked files larger than this many bytes are not snapshotted (they are reported as skipped).
+    /// Default: 2097152 (2 MiB).
     #[arg(long, env = "REWIND_SIZE_CAP", global = true, value_name = "BYTES")]
     pub size_cap: Option<u64>,
-    /// Worktrees with more files than this are refused.
+    /// Worktrees with more files than this are refused. Default: 500000.
     #[arg(long, env = "REWIND_FILE_CAP", global = true, value_name = "COUNT")]
     pub file_cap: Option<usize>,
-    /// Seconds without a request after which an HTTP client's open step is abandoned.
+    /// Seconds without a request after which an HTTP client's open step is abandoned (`exec` renews its
+    /// own step every third of it). Default: 600.
     #[arg(
         long,
         env = "REWIND_STEP_TIMEOUT",
@@ -62,13 +64,13 @@ pub struct ConfigArgs {
 /// `REWIND_PASSWORD`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ServerArgs {
-    /// The address to listen on. Anything but loopback requires a password.
+    /// The address to listen on. Anything but loopback requires a password. Default: 127.0.0.1.
     #[arg(long, env = "REWIND_HOSTNAME", value_name = "HOST")]
     pub hostname: Option<String>,
-    /// The port to listen on (0: any free port).
+    /// The port to listen on (0: any free port). Default: 4096.
     #[arg(long, env = "REWIND_PORT", value_name = "PORT")]
     pub port: Option<u16>,
-    /// The HTTP basic-auth password (user `rewind`); required on a non-loopback address.
+    /// The HTTP basic-auth password (any user name); required on a non-loopback address.
     #[arg(
         long,
         env = "REWIND_PASSWORD",
@@ -316,7 +318,7 @@ pub fn missing_sqlite_file(url: &str) -> Option<String> {
     };
     let creates = query.is_some_and(|query| query.split('&').any(|pair| pair == "mode=rwc"));
     let path = crate::http::security::percent_decode(path)?;
-    if path.is_empty() || path.starts_with(":memory:") || creates || Path::new(&path).exists() {
+    if path.is_empty() || path.starts_with(":memory:") || Path::new(&path).exists() {
         return None;
     }
     let add = if query.is_some() {
@@ -324,9 +326,25 @@ pub fn missing_sqlite_file(url: &str) -> Option<String> {
     } else {
         "?mode=rwc"
     };
-    Some(format!(
-        "{path} does not exist, and the URL does not ask for it to be created: add {add} to create it"
-    ))
+    // SQLite creates the file, never its directory.
+    let missing_dir = Path::new(&path)
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty() && !dir.is_dir());
+    match (missing_dir, creates) {
+        (Some(dir), true) => Some(format!(
+            "{path} cannot be created: its directory {} does not exist; create the directory first",
+            dir.display()
+        )),
+        (Some(dir), false) => Some(format!(
+            "{path} does not exist, nor does its directory {}: create the directory, and add {add} to the URL \
+             to create the database in it",
+            dir.display()
+        )),
+        (None, true) => None,
+        (None, false) => Some(format!(
+            "{path} does not exist, and the URL does not ask for it to be created: add {add} to create it"
+        )),
+    }
 }
 
 /// The files of the SQLite database at `file` (the path the database was opened at): the database, its
@@ -483,6 +501,12 @@ mod tests {
         let hint = missing_sqlite_file(&with_query).unwrap_or_default();
         assert!(hint.ends_with("add &mode=rwc to create it"), "{hint}");
         assert_eq!(missing_sqlite_file(&format!("{missing}?mode=rwc")), None);
+        // SQLite does not make the directory (black-box: the hint said to add mode=rwc, which then failed).
+        let no_dir = format!("sqlite://{}/nodir/x.db", dir.path().display());
+        let hint = missing_sqlite_file(&no_dir).unwrap_or_default();
+        assert!(hint.contains("nor does its directory"), "{hint}");
+        let hint = missing_sqlite_file(&format!("{no_dir}?mode=rwc")).unwrap_or_default();
+        assert!(hint.contains("create the directory first"), "{hint}");
         Ok(())
     }
 

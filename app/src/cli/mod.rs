@@ -256,7 +256,7 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(server) => {
             let settings = Settings::resolve(&cli.config, Some(&server), &directory)?;
-            crate::http::serve(settings, directory).await
+            crate::http::serve(settings, directory, cli.json).await
         }
         Command::Demo { keep } => {
             // The demo uses a temporary data directory unless one is given (flag or environment).
@@ -286,8 +286,10 @@ fn init_tracing(server: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // A second initialisation (tests that call `main` twice) keeps the first subscriber.
+    // Colour codes only on a terminal: a log redirected to a file stays plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

@@ -162,8 +162,9 @@ async fn detach(
 }
 
 /// Runs `rewind serve` until SIGINT or SIGTERM: recovery, then the server and its outbox relay.
-/// `directory` (the current directory, or `-C`) is the worktree of requests that name none.
-pub async fn serve(settings: Settings, directory: PathBuf) -> Result<()> {
+/// `directory` (the current directory, or `-C`) is the worktree of requests that name none. With `json`
+/// the line that says where it listens is a JSON document, `{"listening": URL}`.
+pub async fn serve(settings: Settings, directory: PathBuf, json: bool) -> Result<()> {
     let application = Application::build_with(
         settings,
         ServerOptions {
@@ -176,7 +177,12 @@ pub async fn serve(settings: Settings, directory: PathBuf) -> Result<()> {
     // Listened for before the line below: a script that sends SIGTERM as soon as it reads it is heard.
     let stop_signal = stop_signal();
     // Scripts read the port from this line (`--port 0` picks a free one).
-    println!("rewind listening on http://{}", application.address());
+    let url = format!("http://{}", application.address());
+    if json {
+        println!("{}", serde_json::json!({ "listening": url }));
+    } else {
+        println!("rewind listening on {url}");
+    }
     tokio::spawn(async move {
         stop_signal.await;
         tracing::info!("stopping: finishing requests and closing event streams");

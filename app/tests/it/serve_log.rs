@@ -50,24 +50,6 @@ fn post(port: u16, path: &str, body: Value) -> Value {
     value
 }
 
-/// The text of a log line without its colour codes.
-fn plain(line: &str) -> String {
-    let mut out = String::new();
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for end in chars.by_ref() {
-                if end.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 #[test]
 fn serve_logs_each_revert_and_unrevert_with_its_file_counts_and_time() {
     let env = Env::git_checkout();
@@ -116,7 +98,7 @@ fn serve_logs_each_revert_and_unrevert_with_its_file_counts_and_time() {
     post(port, &format!("/session/{id}/unrevert"), json!({}));
     assert!(env.path().join("new.txt").exists());
 
-    let log: Vec<String> = server.stop().iter().map(|line| plain(line)).collect();
+    let log: Vec<String> = server.stop();
     let line_of = |what: &str| -> &String {
         log.iter()
             .find(|line| line.contains(&format!(" {what} session=")))
@@ -155,4 +137,21 @@ fn a_sigterm_sent_as_soon_as_the_server_says_it_listens_stops_it_cleanly() {
             "the server logged its stop: {log:?}"
         );
     }
+}
+
+/// `serve --json` says where it listens as a JSON document, as every command prints JSON with `--json`
+/// (black-box: it printed plain text), and its log, on a stderr that is not a terminal, has no colour
+/// codes.
+#[test]
+fn serve_json_says_where_it_listens_as_json_and_logs_without_colour() {
+    let env = Env::plain();
+    let server = Server::start_with(&env, "rewind_app=info", &["--json"]);
+    let first: Value = serde_json::from_str(&server.first_line).expect("a JSON document");
+    assert_eq!(
+        first["listening"],
+        format!("http://127.0.0.1:{}", server.port)
+    );
+    let log = server.stop();
+    assert!(!log.is_empty(), "the server logs its stop");
+    assert!(log.iter().all(|line| !line.contains('\u{1b}')), "{log:?}");
 }

@@ -232,14 +232,21 @@ pub struct Server {
     child: std::process::Child,
     /// The port it listens on (from its first line).
     pub port: u16,
+    /// Its first line on stdout, where it says it listens.
+    pub first_line: String,
     log: std::thread::JoinHandle<Vec<String>>,
 }
 
 impl Server {
     pub fn start(env: &Env, rust_log: &str) -> Server {
+        Self::start_with(env, rust_log, &[])
+    }
+
+    /// `start`, with more arguments after `serve --port 0`.
+    pub fn start_with(env: &Env, rust_log: &str, args: &[&str]) -> Server {
         use std::io::{BufRead, BufReader};
         let mut child = env
-            .process_in(env.path(), &["serve", "--port", "0"])
+            .process_in(env.path(), &[&["serve", "--port", "0"][..], args].concat())
             .env("RUST_LOG", rust_log)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -257,13 +264,20 @@ impl Server {
         BufReader::new(stdout)
             .read_line(&mut first)
             .expect("the server's first line");
+        // `rewind listening on http://HOST:PORT`, or `{"listening":"http://HOST:PORT"}` with `--json`.
         let port = first
             .trim()
+            .trim_end_matches("\"}")
             .rsplit(':')
             .next()
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("`rewind listening on http://HOST:PORT`, got {first:?}"));
-        Server { child, port, log }
+        Server {
+            child,
+            port,
+            first_line: first,
+            log,
+        }
     }
 
     /// Stops the server with SIGTERM; it must exit with success. Returns its log lines.
