@@ -887,27 +887,43 @@ impl Rewind {
             .await
         {
             Ok(tracked) => {
-                let files = self
-                    .snapshots
-                    .changed_files(worktree(session), &step.snapshot)
-                    .await?;
                 // Files the step's start already left out were named then, not a second time.
                 let skipped = newly_skipped(session, &tracked.skipped);
                 if !skipped.is_empty() {
                     warnings.push(skipped_warning(self.now(), &directory, &skipped));
                 }
-                if let Some(warning) = self
-                    .newly_ignored_warning(session, &step.snapshot, &tracked, &files)
-                    .await?
-                {
-                    warnings.push(warning);
-                }
                 skipped_now = Some(tracked.skipped.iter().map(|s| s.path.clone()).collect());
-                (
-                    Some(tracked.id),
-                    end.reason.clone().unwrap_or_else(|| "stop".to_owned()),
-                    files,
-                )
+                match self.step_changes(session, step, &tracked).await {
+                    Ok((files, ignored)) => {
+                        warnings.extend(ignored);
+                        (
+                            Some(tracked.id),
+                            end.reason.clone().unwrap_or_else(|| "stop".to_owned()),
+                            files,
+                        )
+                    }
+                    Err(Error::Busy { message, .. }) => {
+                        return Err(Error::busy(
+                            &session.id,
+                            format!("the step cannot be finished yet: {message}"),
+                        ));
+                    }
+                    // The start's snapshot cannot be read (gone from the store, say): the step is closed
+                    // all the same, with its end snapshot and no patch (SPEC 4: a failing snapshot never
+                    // leaves a session busy; an open step would refuse every operation in the worktree).
+                    Err(error) => {
+                        warnings.push(Warning {
+                            time: self.now(),
+                            message: format!(
+                                "what this step changed cannot be worked out ({error}); this step's changes \
+                                 cannot be reverted"
+                            ),
+                            snapshot: Some(tracked.id.clone()),
+                            files: Vec::new(),
+                        });
+                        (Some(tracked.id), "error".to_owned(), Vec::new())
+                    }
+                }
             }
             // The worktree's lease (a revert or another session's step in or around it) or the store's
             // lock is held: the step stays open, and the refusal names the holder.
@@ -986,10 +1002,12 @@ impl Rewind {
         let mut completed = message.info.clone();
         completed.time.completed = Some(now);
         self.push_message(&mut transaction, completed);
+        // The turn's summary is left as it was when its diff cannot be made (a snapshot of the turn gone
+        // from the store): the step is closed all the same.
         if let Some(end_snapshot) = &snapshot
-            && let Some(user) = self
+            && let Ok(Some(user)) = self
                 .turn_summary(&session.id, &message.info, end_snapshot, &directory)
-                .await?
+                .await
         {
             self.push_message(&mut transaction, user);
         }
@@ -1042,6 +1060,24 @@ impl Rewind {
         let mut info = user.info.clone();
         info.set_summary_diffs(&diffs);
         Ok(Some(info))
+    }
+
+    /// What a step changed, its end tracked as `tracked`: the files that differ from its start's snapshot
+    /// (its patch), and the warning for files that left the tracked content without being named.
+    async fn step_changes(
+        &self,
+        session: &Session,
+        step: &OpenStep,
+        tracked: &TrackOutcome,
+    ) -> Result<(Vec<RelPath>, Option<Warning>)> {
+        let files = self
+            .snapshots
+            .changed_files(worktree(session), &step.snapshot)
+            .await?;
+        let ignored = self
+            .newly_ignored_warning(session, &step.snapshot, tracked, &files)
+            .await?;
+        Ok((files, ignored))
     }
 
     /// Tracks the worktree while holding its lease, so a step never snapshots a half-reverted tree.

@@ -1,7 +1,9 @@
 //! OpenCode's revert and cleanup scenarios (reference §5.2, items 54 to 60) with the file states of its
 //! worked example (§3.3), plus the rules where rewind deliberately differs (SPEC section 12).
 
-use rewind_core::model::{EventPayload, MessageWithParts, PartBody, RelPath, Role, Session};
+use rewind_core::model::{
+    EventPayload, MessageWithParts, PartBody, RelPath, Role, Session, StepStartPart,
+};
 use rewind_core::service::{NewMessage, NewPart};
 use rewind_core::testkit::mem_repo::MemRepo;
 use rewind_core::{Error, MessageRepo, RevertTarget};
@@ -397,6 +399,65 @@ fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
             overwritten.snapshot,
             session.revert.and_then(|r| r.snapshot)
         );
+    })
+}
+
+/// SPEC 4: a step whose start snapshot is gone from the store (collected, or the store damaged) is still
+/// closed, abandoned or finished: `step-finish {reason: "error"}` with its end snapshot, no patch, and a
+/// warning. Before, working out its patch failed, the step stayed open for good, and every operation in
+/// the worktree, a new session's message included, was refused with that error (black-box).
+#[test]
+fn a_step_whose_start_snapshot_is_gone_is_closed_all_the_same() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        let message = w.prompt(&s.id, "a step whose start snapshot goes").await;
+        let start = w.rewind.begin_step(&s.id, &message).await.expect("begin");
+        let PartBody::StepStart(StepStartPart {
+            snapshot: Some(start_snapshot),
+            ..
+        }) = &start.body
+        else {
+            panic!("a step-start with its snapshot: {start:?}");
+        };
+        w.write("a.txt", "by the step");
+        assert!(w.snapshots.remove_tree(w.path(), start_snapshot));
+        let parts = w
+            .rewind
+            .finish_step(&s.id, &message, rewind_core::service::StepEnd::default())
+            .await
+            .expect("the step is closed all the same");
+        let finish = parts
+            .iter()
+            .find_map(|p| match &p.body {
+                PartBody::StepFinish(finish) => Some(finish),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("a step-finish: {parts:?}"));
+        assert_eq!(finish.reason, "error");
+        assert!(finish.snapshot.is_some(), "the end snapshot is kept");
+        assert!(parts.iter().all(|p| p.as_patch().is_none()), "{parts:?}");
+        let warning = w.last_warning(&s.id, "the step's warning").await;
+        assert!(
+            warning.message.contains("cannot be worked out"),
+            "{warning:?}"
+        );
+        assert_eq!(warning.snapshot, finish.snapshot);
+        assert!(
+            w.rewind
+                .session(&s.id)
+                .await
+                .expect("session")
+                .step
+                .is_none()
+        );
+        // The worktree is free: another session records, and this one reverts its first turn.
+        let other = w.session().await;
+        w.turn(&other.id, "elsewhere", |_| {}).await;
+        w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
     })
 }
 
