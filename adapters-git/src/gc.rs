@@ -14,14 +14,22 @@ use crate::stat_cache::StatCache;
 use crate::store::{Store, now_ms};
 use crate::tree::reachable_from;
 
-/// Collects unreachable objects of `store`.
-pub fn gc(store: &Store, keep: &[ObjectId], grace: Duration) -> GitResult<GcReport> {
+/// Collects unreachable objects of `store`: kept are those `keep` reaches, the stat cache's, and those of
+/// every id returned since `grace` before `called_ms` (when gc was asked for; epoch milliseconds).
+pub fn gc(
+    store: &Store,
+    keep: &[ObjectId],
+    grace: Duration,
+    called_ms: u64,
+) -> GitResult<GcReport> {
     // Every pack index is read first, strictly: a pack that cannot be read stops gc before anything is
     // deleted (its objects would otherwise look missing, and what they reach unreachable).
     let packs = pack::inventory(&store.odb.dir().join("pack"))?;
     let packed: HashSet<ObjectId> = packs.iter().flat_map(|p| p.ids.iter().copied()).collect();
     let stored = |id: &ObjectId| packed.contains(id) || store.odb.path_of(id).is_file();
-    let since = now_ms().saturating_sub(grace.as_millis() as u64);
+    let since = called_ms
+        .min(now_ms())
+        .saturating_sub(grace.as_millis() as u64);
     let mut roots: Vec<ObjectId> = keep.to_vec();
     roots.extend(store.returned_since(since, true)?);
     let cache_path = store.stat_cache_path();

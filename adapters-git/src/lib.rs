@@ -358,8 +358,13 @@ impl SnapshotPort for GitSnapshotStore {
 
     async fn gc(&self, worktree: &Path, keep: &[SnapshotId], grace: Duration) -> Result<GcReport> {
         let keep = keep.iter().map(object_id).collect::<GitResult<Vec<_>>>()?;
-        self.with_store(worktree, move |store, _| gc::gc(store, &keep, grace))
-            .await
+        // The grace period counts back from this call, not from when the store's lock is had: an id
+        // returned while gc waits for it is kept.
+        let called_ms = store::now_ms();
+        self.with_store(worktree, move |store, _| {
+            gc::gc(store, &keep, grace, called_ms)
+        })
+        .await
     }
 
     async fn stored_worktrees(&self) -> Result<Vec<PathBuf>> {

@@ -277,17 +277,29 @@ impl Rewind {
         );
         summary.events_deleted = self.cut_outbox().await?;
         for directory in directories {
-            let keep: Vec<SnapshotId> = self
-                .repo
-                .referenced_snapshots(Some(directory.clone()))
-                .await?
-                .into_iter()
-                .collect();
+            let (keep, read_at) = match self.keep_of(&directory).await {
+                Ok(keep) => keep,
+                Err(Error::Busy { message, .. }) => {
+                    summary.worktrees.push(WorktreeGc {
+                        directory,
+                        kept_snapshots: 0,
+                        report: None,
+                        error: Some(format!(
+                            "not collected this time: {message}; run gc again when it has finished"
+                        )),
+                        store_removed: false,
+                    });
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             let kept_snapshots = keep.len() as u64;
-            let (report, error) = match self
-                .snapshots
-                .gc(Path::new(&directory), &keep, request.grace)
-                .await
+            // An id the store returned since the keep list was read may be about to be stored: kept
+            // whatever the grace period (the store logs the ids it returns by the same clock, in
+            // milliseconds, and keeps those of the grace period's first millisecond too).
+            let since_read = Duration::from_millis(self.now().saturating_sub(read_at));
+            let grace = request.grace.max(since_read);
+            let (report, error) = match self.snapshots.gc(Path::new(&directory), &keep, grace).await
             {
                 Ok(report) => (Some(report), None),
                 Err(error) => (None, Some(error.to_string())),
@@ -301,6 +313,30 @@ impl Rewind {
             });
         }
         Ok(summary)
+    }
+
+    /// The snapshots the database refers to in `directory`, and when they were read: under the worktree's
+    /// lease, taken and given back at once. Every operation that tracks and stores the id it tracked
+    /// holds that lease from the track to the commit (a step's start and end, a revert, an unrevert, a
+    /// restore's capture, recovery), so none is between the two at this read: an id returned before it
+    /// is stored by then, and one returned after it is kept as returned since (`gc`). `Busy` while an
+    /// operation holds the worktree.
+    async fn keep_of(&self, directory: &str) -> Result<(Vec<SnapshotId>, u64)> {
+        let lease = self
+            .acquire(
+                LeaseKey::Worktree(directory.to_owned()),
+                &new_token(),
+                self.config.operation_lease_ms,
+                None,
+            )
+            .await?;
+        let keep = self
+            .repo
+            .referenced_snapshots(Some(directory.to_owned()))
+            .await;
+        let read_at = self.now();
+        self.release(&lease).await;
+        Ok((keep?.into_iter().collect(), read_at))
     }
 
     /// Deletes the outbox's events but the newest `outbox_kept` (the newest always stays, so positions go

@@ -868,12 +868,49 @@ impl Rewind {
         result
     }
 
+    /// Takes the worktree's lease (with the step's token) and closes the step under it, from its track to
+    /// its commit: a step never snapshots a half-reverted tree, and gc, which reads what to keep under
+    /// that lease, never reads it between the end snapshot's track and the commit that stores its id.
     async fn close_step_locked(
         &self,
         session: &Session,
         step: &OpenStep,
         end: StepEnd,
         session_lease: &super::HeldLease,
+    ) -> Result<Vec<Part>> {
+        let worktree_lease = match self
+            .acquire(
+                LeaseKey::Worktree(session.directory.clone()),
+                &session_lease.token,
+                self.config.operation_lease_ms,
+                Some(&session.id),
+            )
+            .await
+        {
+            Ok(lease) => lease,
+            // A revert or another session's step in or around the worktree: the step stays open, and the
+            // refusal names the holder.
+            Err(Error::Busy { message, .. }) => {
+                return Err(Error::busy(
+                    &session.id,
+                    format!("the step cannot be finished yet: {message}"),
+                ));
+            }
+            Err(error) => return Err(error),
+        };
+        let result = self
+            .close_step_under(session, step, end, (session_lease, &worktree_lease))
+            .await;
+        self.release(&worktree_lease).await;
+        result
+    }
+
+    async fn close_step_under(
+        &self,
+        session: &Session,
+        step: &OpenStep,
+        end: StepEnd,
+        (session_lease, worktree_lease): (&super::HeldLease, &super::HeldLease),
     ) -> Result<Vec<Part>> {
         let directory = session.directory.clone();
         // The message's head, and later its turn: a step's end does not read the whole session.
@@ -882,10 +919,7 @@ impl Rewind {
             .await?;
         let mut warnings = Vec::new();
         let mut skipped_now = None;
-        let (snapshot, reason, files) = match self
-            .track_under_worktree_lease(session, &session_lease.token)
-            .await
-        {
+        let (snapshot, reason, files) = match self.snapshots.track(worktree(session)).await {
             Ok(tracked) => {
                 // Files the step's start already left out were named then, not a second time.
                 let skipped = newly_skipped(session, &tracked.skipped);
@@ -925,8 +959,7 @@ impl Rewind {
                     }
                 }
             }
-            // The worktree's lease (a revert or another session's step in or around it) or the store's
-            // lock is held: the step stays open, and the refusal names the holder.
+            // The store's lock is held: the step stays open, and the refusal names the holder.
             Err(Error::Busy { message, .. }) => {
                 return Err(Error::busy(
                     &session.id,
@@ -991,7 +1024,7 @@ impl Rewind {
         updated.time.updated = now;
 
         let mut transaction = Transaction {
-            guards: vec![session_lease.guard()],
+            guards: vec![session_lease.guard(), worktree_lease.guard()],
             ..Default::default()
         };
         for part in &parts {
@@ -1078,25 +1111,6 @@ impl Rewind {
             .newly_ignored_warning(session, &step.snapshot, tracked, &files)
             .await?;
         Ok((files, ignored))
-    }
-
-    /// Tracks the worktree while holding its lease, so a step never snapshots a half-reverted tree.
-    async fn track_under_worktree_lease(
-        &self,
-        session: &Session,
-        token: &crate::model::LeaseToken,
-    ) -> Result<crate::model::TrackOutcome> {
-        let lease = self
-            .acquire(
-                LeaseKey::Worktree(session.directory.clone()),
-                token,
-                self.config.operation_lease_ms,
-                Some(&session.id),
-            )
-            .await?;
-        let tracked = self.snapshots.track(worktree(session)).await;
-        self.release(&lease).await;
-        tracked
     }
 
     /// Renews a server-owned step's lease on any request about its session (the step timeout counts

@@ -390,3 +390,64 @@ fn gc_deletes_old_outbox_events_and_keeps_the_newest() {
         );
     });
 }
+
+/// gc reads what to keep under the worktree's lease, which a step's end holds from its track to the commit
+/// that stores its end snapshot: a gc that comes in between (here while that commit is paused) leaves
+/// the worktree for its next run instead of collecting the snapshot about to be stored (black-box: `gc
+/// --grace-seconds 0` beside a recording agent collected snapshots the database then named, and the next
+/// step could never be closed). The next gc, with nothing in between, keeps it as referenced.
+#[test]
+fn gc_never_collects_a_snapshot_between_its_track_and_the_commit_that_stores_it() {
+    block_on(async {
+        let world = World::new();
+        world.write("a.txt", "a0");
+        let session = world.session().await;
+        let message = world.prompt(&session.id, "a step").await;
+        world
+            .rewind
+            .begin_step(&session.id, &message)
+            .await
+            .expect("begin");
+        world.write("a.txt", "by the step");
+        let (reached, resume) = world.repo.pause_next_commit();
+        let finishing = world.rewind.finish_step(
+            &session.id,
+            &message,
+            rewind_core::service::StepEnd::default(),
+        );
+        let gc_between = async {
+            reached.await.expect("the finish reached its commit");
+            let summary = world.rewind.gc(collect_all()).await.expect("gc");
+            let _ = resume.send(());
+            summary
+        };
+        let (parts, summary) = futures::future::join(finishing, gc_between).await;
+        let parts = parts.expect("the step is finished");
+        let entry = summary
+            .worktrees
+            .iter()
+            .find(|w| w.directory == ROOT)
+            .unwrap_or_else(|| panic!("{summary:?}"));
+        assert!(
+            entry
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("not collected this time")),
+            "{entry:?}"
+        );
+        let end = parts
+            .iter()
+            .find_map(|p| match &p.body {
+                rewind_core::model::PartBody::StepFinish(finish) => finish.snapshot.clone(),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("an end snapshot: {parts:?}"));
+        assert!(world.snapshots.tree(world.path(), &end).is_some());
+        let again = world.rewind.gc(collect_all()).await.expect("gc");
+        assert!(
+            again.worktrees.iter().all(|w| w.error.is_none()),
+            "{again:?}"
+        );
+        assert!(world.snapshots.tree(world.path(), &end).is_some());
+    })
+}
