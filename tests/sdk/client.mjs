@@ -160,6 +160,12 @@ check("session.children is empty: rewind records no subagent sessions", () => {
   assert.deepEqual(children.data, []);
 });
 
+const statuses = await client.session.status();
+check("session.status lists no busy session once the step is finished", () => {
+  assert.equal(statuses.error, undefined, JSON.stringify(statuses.error));
+  assert.deepEqual(statuses.data, {});
+});
+
 const missing = await client.session.get({ path: { id: "ses_000000000001abcdefghijklmn" } });
 check("an unknown session is OpenCode's NotFoundError", () => {
   assert.equal(missing.response.status, 404);

@@ -47,6 +47,9 @@ struct MessageRow {
     text: String,
     /// Whether the current revert hides it (wholly or from one of its parts).
     hidden: bool,
+    /// Whether the current revert hides it whole (not only from one of its parts on).
+    #[serde(skip)]
+    hidden_whole: bool,
     /// Whether the revert point is this message.
     revert_point: bool,
     /// Its parts, in order: `{id, type}` (targets for `rewind revert MESSAGE --part ID`).
@@ -60,6 +63,8 @@ struct PartRow {
     id: String,
     #[serde(rename = "type")]
     kind: String,
+    /// Whether the current revert hides it.
+    hidden: bool,
 }
 
 /// `log --json`.
@@ -121,6 +126,9 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             created: message.info.time.created,
             text: message_text(message),
             hidden,
+            hidden_whole: point
+                .as_ref()
+                .is_some_and(|point| rewind_core::revert::is_hidden(point, &message.info.id, None)),
             revert_point: point
                 .as_ref()
                 .is_some_and(|p| p.message_id == message.info.id),
@@ -130,6 +138,9 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                 .map(|p| PartRow {
                     id: p.id.to_string(),
                     kind: p.body.kind().to_owned(),
+                    hidden: point.as_ref().is_some_and(|point| {
+                        rewind_core::revert::is_hidden(point, &message.info.id, Some(&p.id))
+                    }),
                 })
                 .collect(),
             steps: steps(ctx, (worktree, !gone), message, &mut undiffable).await?,
@@ -172,12 +183,12 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                 print_marked_warning(warning);
             }
         }
-        if row.revert_point {
-            println!(
-                "── reverted from here (`rewind redo{flag}` or `rewind unrevert{flag}` brings it back) ──"
-            );
+        let back = format!("`rewind redo{flag}` or `rewind unrevert{flag}` brings it back");
+        if row.revert_point && row.hidden_whole {
+            println!("── reverted from here ({back}) ──");
         }
-        let mark = if row.hidden { "~" } else { " " };
+        // A message reverted from one of its parts on stays, with its parts before that one.
+        let mark = if row.hidden_whole { "~" } else { " " };
         let role = match row.role {
             Role::User => "user     ",
             Role::Assistant => "assistant",
@@ -211,6 +222,15 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             });
         }
         println!("{line}");
+        if row.revert_point
+            && !row.hidden_whole
+            && let Some(part) = row.parts.iter().find(|p| p.hidden)
+        {
+            println!(
+                "── reverted from its part {} ({}) on ({back}) ──",
+                part.id, part.kind
+            );
+        }
         let next = rows.get(index + 1).map(|r| r.created);
         while let Some(warning) = pending.next_if(|w| next.is_none_or(|next| w.time < next)) {
             print_marked_warning(warning);

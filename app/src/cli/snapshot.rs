@@ -112,8 +112,8 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
     let undo = move |capture: &SnapshotId| {
         restore_command(capture.as_str(), undo_paths.iter().map(String::as_str))
     };
-    // Said before any file is touched: a restore killed halfway is put back with this capture.
-    let json = ctx.json;
+    // Said before any file is touched, on stderr also with `--json` (stdout has only the report, printed at
+    // the end): a restore killed halfway is put back with this capture.
     let undo_early = undo.clone();
     let done = with_progress(
         "restoring",
@@ -122,13 +122,11 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
             &id,
             paths,
             move |capture| {
-                if !json {
-                    eprintln!(
-                        "rewind: the current state is captured as {capture}; `{}` puts it back, also if \
-                         this restore is interrupted",
-                        undo_early(capture)
-                    );
-                }
+                eprintln!(
+                    "rewind: the current state is captured as {capture}; `{}` puts it back, also if \
+                     this restore is interrupted",
+                    undo_early(capture)
+                );
             },
         ),
     )

@@ -1,7 +1,10 @@
 //! `GET /doc`: the OpenAPI document, generated from the route annotations and request types.
 
 use axum::Json;
-use utoipa::OpenApi;
+use utoipa::openapi::path::{Parameter, ParameterIn};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::{Required, Response};
+use utoipa::{Modify, OpenApi};
 
 use super::dto;
 
@@ -14,6 +17,7 @@ use super::dto;
     ),
     paths(
         super::routes::list_sessions,
+        super::routes::session_status,
         super::routes::create_session,
         super::routes::get_session,
         super::routes::session_children,
@@ -40,9 +44,90 @@ use super::dto;
         dto::MessageBody,
         dto::StepFinishBody,
         dto::RevertBody
-    ))
+    )),
+    modifiers(&Shared)
 )]
 pub struct ApiDoc;
+
+/// What every route shares, added to each operation of the document: the answers of the checks made
+/// before any handler (SPEC 9: 401 and 403 from the security checks, 413 for an oversize body, 400 for a
+/// malformed id, JSON or worktree), the `x-opencode-directory` header beside `?directory=`, and a tag,
+/// the path's first segment.
+struct Shared;
+
+impl Modify for Shared {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (path, item) in &mut openapi.paths.paths {
+            let tag = path
+                .trim_start_matches('/')
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let names_a_worktree = path != "/doc";
+            let with_body = [&mut item.post, &mut item.put, &mut item.patch];
+            let without_body = [&mut item.get, &mut item.delete];
+            let operations = with_body
+                .into_iter()
+                .map(|operation| (operation, true))
+                .chain(without_body.into_iter().map(|operation| (operation, false)));
+            for (operation, has_body) in operations {
+                let Some(operation) = operation else {
+                    continue;
+                };
+                operation.tags = Some(vec![tag.clone()]);
+                let mut shared = vec![
+                    (
+                        "401",
+                        "A password is required (basic auth, any user name) and was not given, or is wrong",
+                    ),
+                    (
+                        "403",
+                        "The request's Host or Origin is not one this server answers",
+                    ),
+                ];
+                if names_a_worktree {
+                    shared.push((
+                        "400",
+                        "Bad request: a malformed id, malformed JSON or a wrong type, or a worktree outside the \
+                         project roots",
+                    ));
+                }
+                if has_body {
+                    shared.push(("413", "The body is over 8 MiB"));
+                }
+                for (status, description) in shared {
+                    operation
+                        .responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| Response::new(description).into());
+                }
+                if names_a_worktree {
+                    let parameters = operation.parameters.get_or_insert_with(Vec::new);
+                    if !parameters.iter().any(|p| p.name == DIRECTORY_HEADER) {
+                        parameters.push(directory_header());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// OpenCode's client names the worktree in this header, as `?directory=` does.
+const DIRECTORY_HEADER: &str = "x-opencode-directory";
+
+fn directory_header() -> Parameter {
+    Parameter::builder()
+        .name(DIRECTORY_HEADER)
+        .parameter_in(ParameterIn::Header)
+        .required(Required::False)
+        .description(Some(
+            "The worktree, percent-encoded (as OpenCode's client sends it); as `?directory=`",
+        ))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .build()
+}
 
 /// `GET /doc`.
 #[utoipa::path(get, path = "/doc", responses((status = 200, description = "This OpenAPI document", body = Object)))]

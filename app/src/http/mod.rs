@@ -109,6 +109,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
     use routes::*;
     Router::new()
         .route("/session", get(list_sessions).post(create_session))
+        .route("/session/status", get(session_status))
         .route("/session/{id}", get(get_session).delete(delete_session))
         .route("/session/{id}/children", get(session_children))
         .route(

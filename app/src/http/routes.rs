@@ -84,6 +84,33 @@ pub async fn list_sessions(
     ))
 }
 
+/// OpenCode's session statuses of the request's worktree: `{sessionID: {type: "busy"}}` for each session
+/// with an open step; a session that is idle is left out, as OpenCode leaves it out.
+#[utoipa::path(get, path = "/session/status", params(DirectoryParam),
+    responses((status = 200, description = "{sessionID: {type: \"busy\"}}", body = Object)))]
+pub async fn session_status(
+    State(state): State<AppState>,
+    Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
+) -> ApiResult<serde_json::Map<String, serde_json::Value>> {
+    let directory = match directory {
+        Some(directory) => directory,
+        None => default_worktree(&state)?,
+    };
+    let sessions = state.services.rewind.sessions(Some(&directory)).await?;
+    Ok(Json(
+        sessions
+            .into_iter()
+            .filter(|session| session.step.is_some())
+            .map(|session| {
+                (
+                    session.id.to_string(),
+                    serde_json::json!({ "type": "busy" }),
+                )
+            })
+            .collect(),
+    ))
+}
+
 /// The server's directory as a worktree: canonical and under a project root.
 fn default_worktree(state: &AppState) -> Result<String, ApiError> {
     let cwd = state.cwd.to_str().ok_or_else(|| {
@@ -135,7 +162,7 @@ pub async fn get_session(
 /// A session's child sessions (OpenCode's subagent sessions): rewind records none, so an existing session has
 /// none; an unknown one is a 404, as for `GET /session/{id}`.
 #[utoipa::path(get, path = "/session/{id}/children", params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "The session's children: always none", body = Object),
+    responses((status = 200, description = "The session's children: always none", body = Vec<Object>),
               (status = 404, description = "Not found", body = Object)))]
 pub async fn session_children(
     State(state): State<AppState>,
@@ -152,7 +179,7 @@ pub async fn session_children(
 
 /// Deletes a session and its messages (never its files).
 #[utoipa::path(delete, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "true", body = bool),
+    responses((status = 200, description = "true", body = bool, content_type = "application/json"),
               (status = 404, description = "Not found", body = Object),
               (status = 409, description = "Busy", body = Object)))]
 pub async fn delete_session(
@@ -363,7 +390,8 @@ pub async fn abort_step(
 
 /// Aborts the session's open step, if any, when this server owns it or its owner is gone.
 #[utoipa::path(post, path = "/session/{id}/abort", params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "true", body = bool),
+    responses((status = 200, description = "true", body = bool, content_type = "application/json"),
+              (status = 404, description = "Not found", body = Object),
               (status = 409, description = "The step belongs to a running process", body = Object)))]
 pub async fn abort(
     State(state): State<AppState>,

@@ -45,6 +45,32 @@ fn revert_to_a_message_or_a_part_and_unrevert() {
         .map(|m| m["hidden"].as_bool().expect("bool"))
         .collect();
     assert_eq!(hidden, [false, false, false, true]);
+    // The parts from the step-finish on are hidden, those before it are not; the text log keeps the
+    // message unmarked and puts the rule after it, naming the part (black-box: it was marked `~` whole).
+    let parts = log["messages"][3]["parts"].as_array().expect("parts");
+    let at = parts
+        .iter()
+        .position(|p| p["id"] == finish)
+        .expect("the part");
+    assert!(at > 0, "{parts:?}");
+    assert!(
+        parts
+            .iter()
+            .enumerate()
+            .all(|(i, p)| p["hidden"] == (i >= at)),
+        "{parts:?}"
+    );
+    let text = env.ok(&["log"]);
+    let lines: Vec<&str> = text.lines().collect();
+    let line = lines
+        .iter()
+        .position(|l| l.contains(assistant_id))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(lines[line].starts_with("  "), "not marked hidden: {text}");
+    assert!(
+        lines[line + 1].starts_with(&format!("── reverted from its part {finish}")),
+        "{text}"
+    );
 
     env.ok(&["unrevert", "--session", &session]);
     assert_state(&env, &s2, "unrevert");

@@ -179,6 +179,19 @@ fn every_command_s_json_has_the_documented_fields() {
         capture_line.contains(newest),
         "{capture_line} names {newest}"
     );
+    // With --json too, on stderr (black-box: it was said only at the end, on stdout).
+    let output = env
+        .rewind(&["--json", "snapshot", "restore", &id, "a.txt"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let capture = report["capture"].as_str().expect("capture");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("the current state is captured as {capture}")),
+        "{stderr}"
+    );
 
     let gc = env.json(&["gc"]);
     has(

@@ -321,6 +321,20 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
         app.read(&format!("/session/{first}/children")).await?,
         json!([])
     );
+    // And for the statuses of the worktree's sessions: only a session with an open step is listed, busy
+    // (black-box: `/session/status` was read as a malformed session id, 400).
+    assert_eq!(app.read("/session/status").await?, json!({}));
+    let (_, mid) = app.open_step(&first, "a step").await?;
+    assert_eq!(
+        app.read("/session/status").await?,
+        json!({ first.as_str(): {"type": "busy"} })
+    );
+    app.ok(
+        &format!("/session/{first}/message/{mid}/step/finish"),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(app.read("/session/status").await?, json!({}));
     // A session of another worktree is listed under its own directory, not the server's.
     let sub = app.repo.join("sub");
     std::fs::create_dir(&sub)?;
@@ -402,6 +416,15 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
             "get",
             &["200", "400", "404"],
         ),
+        // What the checks before any handler answer, on every route (black-box: none was documented).
+        (
+            "/session/{id}/diff",
+            "get",
+            &["200", "400", "401", "403", "404"],
+        ),
+        ("/session", "post", &["200", "400", "401", "403", "413"]),
+        ("/session/{id}/abort", "post", &["200", "400", "404", "409"]),
+        ("/session/status", "get", &["200", "400"]),
     ] {
         let responses = &doc["paths"][path][method]["responses"];
         for status in statuses {
@@ -411,6 +434,21 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
             );
         }
     }
+    // A `true` answer is JSON, and so documented; every operation takes the directory header and has a
+    // tag of its own path, not the code's module.
+    assert!(
+        doc["paths"]["/session/{id}"]["delete"]["responses"]["200"]["content"]["application/json"]
+            .is_object(),
+        "{doc}"
+    );
+    let revert = &doc["paths"]["/session/{id}/revert"]["post"];
+    assert_eq!(revert["tags"], json!(["session"]));
+    assert!(
+        revert["parameters"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["name"] == "x-opencode-directory" && p["in"] == "header")),
+        "{revert}"
+    );
     app.stop().await
 }
 
