@@ -277,7 +277,7 @@ impl Rewind {
         );
         summary.events_deleted = self.cut_outbox().await?;
         for directory in directories {
-            let (keep, read_at) = match self.keep_of(&directory).await {
+            let (keep, from) = match self.keep_of(&directory).await {
                 Ok(keep) => keep,
                 Err(Error::Busy { message, .. }) => {
                     summary.worktrees.push(WorktreeGc {
@@ -294,11 +294,11 @@ impl Rewind {
                 Err(error) => return Err(error),
             };
             let kept_snapshots = keep.len() as u64;
-            // An id the store returned since the keep list was read may be about to be stored: kept
-            // whatever the grace period (the store logs the ids it returns by the same clock, in
-            // milliseconds, and keeps those of the grace period's first millisecond too).
-            let since_read = Duration::from_millis(self.now().saturating_sub(read_at));
-            let grace = request.grace.max(since_read);
+            // An id the store returned since `from` may be about to be stored: kept whatever the grace
+            // period (the store logs the ids it returns by the same clock, in milliseconds, and keeps
+            // those of the grace period's first millisecond too).
+            let since = Duration::from_millis(self.now().saturating_sub(from));
+            let grace = request.grace.max(since);
             let (report, error) = match self.snapshots.gc(Path::new(&directory), &keep, grace).await
             {
                 Ok(report) => (Some(report), None),
@@ -315,28 +315,34 @@ impl Rewind {
         Ok(summary)
     }
 
-    /// The snapshots the database refers to in `directory`, and when they were read: under the worktree's
-    /// lease, taken and given back at once. Every operation that tracks and stores the id it tracked
-    /// holds that lease from the track to the commit (a step's start and end, a revert, an unrevert, a
-    /// restore's capture, recovery), so none is between the two at this read: an id returned before it
-    /// is stored by then, and one returned after it is kept as returned since (`gc`). `Busy` while an
-    /// operation holds the worktree.
+    /// The snapshots the database refers to in `directory`, and the moment from which gc keeps every id the
+    /// store returns (`gc`). Every operation that tracks and stores the id it tracked holds the worktree's
+    /// lease from the track to the commit (a step's start and end, a revert, an unrevert, a restore's
+    /// capture, recovery). The lease is read first, after that moment: held, the worktree is `Busy` (gc
+    /// leaves it for its next run); free, no operation is between a track before that moment and its
+    /// commit, so the ids it returned are stored by the time the list is read, and one that takes the
+    /// lease after the read returns its ids after that moment. Only read, never taken: gc never makes an
+    /// operation busy. A holder on this host that is gone counts as free (it will never commit); any
+    /// other holder, also one whose lease expired, as holding (it may still commit).
     async fn keep_of(&self, directory: &str) -> Result<(Vec<SnapshotId>, u64)> {
-        let lease = self
-            .acquire(
-                LeaseKey::Worktree(directory.to_owned()),
-                &new_token(),
-                self.config.operation_lease_ms,
-                None,
-            )
-            .await?;
+        let from = self.now();
+        if let Some(lease) = self
+            .repo
+            .lease(&LeaseKey::Worktree(directory.to_owned()))
+            .await?
+        {
+            let this_host = self.host.this_process().host;
+            let gone = lease.holder.process.host == this_host
+                && !self.host.is_alive(&lease.holder.process);
+            if !gone {
+                return Err(Error::lease_busy(&lease.key, &lease.holder, None));
+            }
+        }
         let keep = self
             .repo
             .referenced_snapshots(Some(directory.to_owned()))
-            .await;
-        let read_at = self.now();
-        self.release(&lease).await;
-        Ok((keep?.into_iter().collect(), read_at))
+            .await?;
+        Ok((keep.into_iter().collect(), from))
     }
 
     /// Deletes the outbox's events but the newest `outbox_kept` (the newest always stays, so positions go

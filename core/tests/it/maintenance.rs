@@ -391,9 +391,10 @@ fn gc_deletes_old_outbox_events_and_keeps_the_newest() {
     });
 }
 
-/// gc reads what to keep under the worktree's lease, which a step's end holds from its track to the commit
-/// that stores its end snapshot: a gc that comes in between (here while that commit is paused) leaves
-/// the worktree for its next run instead of collecting the snapshot about to be stored (black-box: `gc
+/// gc reads what to keep only while the worktree's lease is free, and a step's end holds it from its
+/// track to the commit that stores its end snapshot: a gc that comes in between (here while that commit
+/// is paused) leaves the worktree for its next run instead of collecting the snapshot about to be stored
+/// (black-box: `gc
 /// --grace-seconds 0` beside a recording agent collected snapshots the database then named, and the next
 /// step could never be closed). The next gc, with nothing in between, keeps it as referenced.
 #[test]
