@@ -891,10 +891,7 @@ impl Rewind {
             // A revert or another session's step in or around the worktree: the step stays open, and the
             // refusal names the holder.
             Err(Error::Busy { message, .. }) => {
-                return Err(Error::busy(
-                    &session.id,
-                    format!("the step cannot be finished yet: {message}"),
-                ));
+                return Err(not_finished_yet(&session.id, &message));
             }
             Err(error) => return Err(error),
         };
@@ -937,10 +934,7 @@ impl Rewind {
                         )
                     }
                     Err(Error::Busy { message, .. }) => {
-                        return Err(Error::busy(
-                            &session.id,
-                            format!("the step cannot be finished yet: {message}"),
-                        ));
+                        return Err(not_finished_yet(&session.id, &message));
                     }
                     // The start's snapshot cannot be read (gone from the store, say): the step is closed
                     // all the same, with its end snapshot and no patch (SPEC 4: a failing snapshot never
@@ -961,10 +955,7 @@ impl Rewind {
             }
             // The store's lock is held: the step stays open, and the refusal names the holder.
             Err(Error::Busy { message, .. }) => {
-                return Err(Error::busy(
-                    &session.id,
-                    format!("the step cannot be finished yet: {message}"),
-                ));
+                return Err(not_finished_yet(&session.id, &message));
             }
             Err(error) => {
                 warnings.push(Warning {
@@ -1381,6 +1372,15 @@ fn refuse_taken_part_ids(messages: &[MessageWithParts], parts: &[Part]) -> Resul
         Some((part, holder)) => Err(Error::part_id_taken(part, holder)),
         None => Ok(()),
     }
+}
+
+/// A step that cannot be closed now (the worktree or its store is held): it stays open, and the refusal
+/// names the holder.
+fn not_finished_yet(session: &SessionId, holder: &str) -> Error {
+    Error::busy(
+        session,
+        format!("the step cannot be finished yet: {holder}"),
+    )
 }
 
 fn reject_recorded_kinds(parts: &[NewPart]) -> Result<()> {

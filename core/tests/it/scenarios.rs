@@ -1004,16 +1004,7 @@ fn a_turn_or_step_not_stored_while_reverted_leaves_the_redo_history() {
         w.repo.fail_next_step_start();
         let step = w.rewind.begin_step(&s.id, &t1.assistant).await;
         assert!(step.is_err(), "{step:?}");
-        assert!(w.is_reverted(&s.id).await, "still reverted");
-        assert_eq!(w.messages(&s.id).await, before, "every message kept");
-        assert!(
-            w.rewind
-                .revert_history(&s.id)
-                .await
-                .expect("history")
-                .is_empty(),
-            "no cleanup stored"
-        );
+        assert_redo_history_whole(&w, &s.id, &before).await;
         let (user, _, _) = w
             .rewind
             .begin_turn(
@@ -1035,6 +1026,24 @@ fn a_turn_or_step_not_stored_while_reverted_leaves_the_redo_history() {
     })
 }
 
+/// The session is still reverted, with every message as `before` and no cleanup in its history.
+async fn assert_redo_history_whole(
+    w: &World,
+    session: &rewind_core::model::SessionId,
+    before: &[MessageWithParts],
+) {
+    assert!(w.is_reverted(session).await, "still reverted");
+    assert_eq!(w.messages(session).await, before, "every message kept");
+    assert!(
+        w.rewind
+            .revert_history(session)
+            .await
+            .expect("history")
+            .is_empty(),
+        "no cleanup stored"
+    );
+}
+
 /// SPEC 7: a message recorded on a reverted session stores the session's cleanup in its own transaction.
 /// One whose commit fails leaves the redo history as it was (before, the cleanup was committed on its own
 /// first, and a message that then failed, or whose process was killed, had dropped the hidden messages
@@ -1049,16 +1058,7 @@ fn a_message_not_stored_while_reverted_leaves_the_redo_history() {
             .create_message(&s.id, NewMessage::user_text("three"))
             .await;
         assert!(refused.is_err(), "{refused:?}");
-        assert!(w.is_reverted(&s.id).await, "still reverted");
-        assert_eq!(w.messages(&s.id).await, before, "every message kept");
-        assert!(
-            w.rewind
-                .revert_history(&s.id)
-                .await
-                .expect("history")
-                .is_empty(),
-            "no cleanup stored"
-        );
+        assert_redo_history_whole(&w, &s.id, &before).await;
         let user = w
             .rewind
             .create_message(&s.id, NewMessage::user_text("three"))
