@@ -940,15 +940,11 @@ impl Rewind {
                     // all the same, with its end snapshot and no patch (SPEC 4: a failing snapshot never
                     // leaves a session busy; an open step would refuse every operation in the worktree).
                     Err(error) => {
-                        warnings.push(Warning {
-                            time: self.now(),
-                            message: format!(
-                                "what this step changed cannot be worked out ({error}); this step's changes \
-                                 cannot be reverted"
-                            ),
-                            snapshot: Some(tracked.id.clone()),
-                            files: Vec::new(),
-                        });
+                        warnings.push(self.unrevertable_step(
+                            format!("what this step changed cannot be worked out ({error})"),
+                            Some(tracked.id.clone()),
+                            Vec::new(),
+                        ));
                         (Some(tracked.id), "error".to_owned(), Vec::new())
                     }
                 }
@@ -958,17 +954,17 @@ impl Rewind {
                 return Err(not_finished_yet(&session.id, &message));
             }
             Err(error) => {
-                warnings.push(Warning {
-                    time: self.now(),
-                    message: format!(
-                        "the snapshot at the end of this step failed ({error}); this step's changes cannot be reverted"
-                    ),
-                    snapshot: None,
-                    files: match &error {
-                        Error::Unreadable { path, .. } => vec![format!("{}/{path}", directory.trim_end_matches('/'))],
-                        _ => Vec::new(),
-                    },
-                });
+                let files = match &error {
+                    Error::Unreadable { path, .. } => {
+                        vec![format!("{}/{path}", directory.trim_end_matches('/'))]
+                    }
+                    _ => Vec::new(),
+                };
+                warnings.push(self.unrevertable_step(
+                    format!("the snapshot at the end of this step failed ({error})"),
+                    None,
+                    files,
+                ));
                 (None, "error".to_owned(), Vec::new())
             }
         };
@@ -1084,6 +1080,21 @@ impl Rewind {
         let mut info = user.info.clone();
         info.set_summary_diffs(&diffs);
         Ok(Some(info))
+    }
+
+    /// The warning of a step whose changes cannot be reverted, saying `why`.
+    fn unrevertable_step(
+        &self,
+        why: String,
+        snapshot: Option<SnapshotId>,
+        files: Vec<String>,
+    ) -> Warning {
+        Warning {
+            time: self.now(),
+            message: format!("{why}; this step's changes cannot be reverted"),
+            snapshot,
+            files,
+        }
     }
 
     /// What a step changed, its end tracked as `tracked`: the files that differ from its start's snapshot
