@@ -47,23 +47,26 @@ fn in_session(id: &SessionId) -> impl FnOnce(rewind_core::Error) -> ApiError + '
 /// revert) before it is refused as busy.
 const OPERATION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Waits, up to `OPERATION_WAIT`, while an operation holds session `id` (its lease, not the session's
-/// open step's): a message or part sent while a step begins or ends, or a revert runs, is then recorded
-/// after it, as it would have been sent a moment later (OpenCode queues a prompt sent while it is busy),
-/// instead of a 409 the client must retry (black-box). It only waits: the write's own checks and guards
-/// then decide, and answer busy still when the operation outlasts the wait.
-async fn wait_while_operating(state: &AppState, id: &SessionId) {
-    let rewind = &state.services.rewind;
+/// Runs `write` (a message or part write: refused, it changes nothing), and again every 20 ms while it is
+/// refused as busy, up to `OPERATION_WAIT`: a message or part sent while a step begins or ends, a revert
+/// runs, or another message makes a reverted session's revert permanent, is then recorded after it, as it
+/// would have been sent a moment later (OpenCode queues a prompt sent while it is busy), instead of a 409
+/// the client must retry. Each try makes the write's own checks and guards again; an operation that
+/// outlasts the wait still makes it busy. (Black-box: waiting only while the session's lease looked held
+/// before one try let posts that raced an operation's start, or each other on a reverted session, be
+/// refused at once.)
+async fn while_busy<T, F, Fut>(mut write: F) -> Result<T, rewind_core::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, rewind_core::Error>>,
+{
     let deadline = Instant::now() + OPERATION_WAIT;
     loop {
-        let Ok(session) = rewind.session(id).await else {
-            return;
-        };
-        match rewind.refuse_if_operating(&session).await {
+        match write().await {
             Err(rewind_core::Error::Busy { .. }) if Instant::now() < deadline => {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
-            _ => return,
+            done => return done,
         }
     }
 }
@@ -288,11 +291,9 @@ pub async fn create_message(
         extra: extra_fields(fields, MESSAGE_BODY_FIELDS),
         parts,
     };
-    wait_while_operating(&state, &path.id).await;
     let rewind = &state.services.rewind;
     Ok(Json(
-        rewind
-            .create_message(&path.id, input)
+        while_busy(|| rewind.create_message(&path.id, input.clone()))
             .await
             .map_err(in_session(&path.id))?,
     ))
@@ -312,11 +313,9 @@ pub async fn append_part(
     JsonBody(part): JsonBody<Value>,
 ) -> ApiResult<Part> {
     let part = new_part(part, &path.id, Some(&path.mid))?;
-    wait_while_operating(&state, &path.id).await;
     let rewind = &state.services.rewind;
     Ok(Json(
-        rewind
-            .append_part(&path.id, &path.mid, part)
+        while_busy(|| rewind.append_part(&path.id, &path.mid, part.clone()))
             .await
             .map_err(in_session(&path.id))?,
     ))

@@ -746,6 +746,59 @@ async fn a_revert_whose_client_goes_away_still_completes() -> Result<()> {
     app.stop().await
 }
 
+/// Messages sent at the same instant to a reverted session are all recorded: the first makes the revert
+/// permanent (its cleanup and the message in one transaction, under the session's lease) and the others,
+/// refused as busy meanwhile, are tried again within the 2 s wait and follow it (black-box: five of six
+/// were refused with 409 at once).
+#[tokio::test]
+async fn messages_sent_at_once_to_a_reverted_session_are_all_recorded() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    app.turn(&session, "one", |repo| {
+        std::fs::write(repo.join("a.txt"), "one\n")?;
+        Ok(())
+    })
+    .await?;
+    let (second, _) = app
+        .turn(&session, "two", |repo| {
+            std::fs::write(repo.join("a.txt"), "two\n")?;
+            Ok(())
+        })
+        .await?;
+    app.revert_to(&session, &second).await?;
+    let posts: Vec<_> = (0..6)
+        .map(|i| {
+            tokio::spawn(
+                app.http
+                    .post(app.url(&format!("/session/{session}/message")))
+                    .json(&json!({"parts": [{"type": "text", "text": format!("at once {i}")}]}))
+                    .send(),
+            )
+        })
+        .collect();
+    for post in posts {
+        let reply = post.await??;
+        ensure!(
+            reply.status() == 200,
+            "every message is recorded: {}",
+            reply.status()
+        );
+    }
+    let got = app.read(&format!("/session/{session}")).await?;
+    ensure!(got["revert"].is_null(), "the revert is permanent: {got}");
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    let ids: Vec<&str> = messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["info"]["id"].as_str())
+        .collect();
+    ensure!(ids.len() == 8, "turn one's two and the six: {ids:?}");
+    ensure!(ids.windows(2).all(|w| w[0] < w[1]), "ascending: {ids:?}");
+    assert_eq!(app.file("a.txt").as_deref(), Some("one\n"));
+    app.stop().await
+}
+
 /// A message or part sent while a step ends (the session's lease held by the step's end, here paused at
 /// its commit) waits for it and is recorded after it, as if sent a moment later, instead of a 409 the
 /// client must retry (black-box: 15 of 15 user messages sent during a step's end were refused).
