@@ -1098,20 +1098,34 @@ impl Rewind {
     }
 
     /// What a step changed, its end tracked as `tracked`: the files that differ from its start's snapshot
-    /// (its patch), and the warning for files that left the tracked content without being named.
+    /// in the worktree (`changed_files`, which leaves out a path ignored now) and between its two
+    /// snapshots both (its patch: a file written after the end's track, by the user a moment later, is not
+    /// the step's; black-box: under concurrent edits a patch named files its two snapshots held alike),
+    /// and the warning for files that left the tracked content without being named.
     async fn step_changes(
         &self,
         session: &Session,
         step: &OpenStep,
         tracked: &TrackOutcome,
     ) -> Result<(Vec<RelPath>, Option<Warning>)> {
-        let files = self
+        let listed = self
             .snapshots
             .changed_files(worktree(session), &step.snapshot)
             .await?;
-        let ignored = self
-            .newly_ignored_warning(session, &step.snapshot, tracked, &files)
-            .await?;
+        let differing = if tracked.id == step.snapshot {
+            Vec::new()
+        } else {
+            self.snapshots
+                .changed_between(worktree(session), &step.snapshot, &tracked.id)
+                .await?
+        };
+        let in_both: HashSet<&RelPath> = differing.iter().collect();
+        let files: Vec<RelPath> = listed
+            .into_iter()
+            .filter(|path| in_both.contains(path))
+            .collect();
+        let ignored =
+            self.newly_ignored_warning(session, &step.snapshot, tracked, &files, &differing);
         Ok((files, ignored))
     }
 
@@ -1126,20 +1140,14 @@ impl Rewind {
     /// leaves out every path ignored now (SPEC 2.4, OpenCode's tests 25-27), and the end snapshot did not
     /// skip them. A file edited or deleted in the same step that made it ignored is not put back by
     /// `undo`; the user should know, and where its content before the step is.
-    async fn newly_ignored_warning(
+    fn newly_ignored_warning(
         &self,
         session: &Session,
         start: &SnapshotId,
         tracked: &TrackOutcome,
         patched: &[RelPath],
-    ) -> Result<Option<Warning>> {
-        if &tracked.id == start {
-            return Ok(None);
-        }
-        let differing = self
-            .snapshots
-            .changed_between(worktree(session), start, &tracked.id)
-            .await?;
+        differing: &[RelPath],
+    ) -> Option<Warning> {
         let named: HashSet<&str> = patched
             .iter()
             .map(RelPath::as_str)
@@ -1151,9 +1159,9 @@ impl Rewind {
             .map(|path| path.to_absolute(&session.directory))
             .collect();
         if left.is_empty() {
-            return Ok(None);
+            return None;
         }
-        Ok(Some(Warning {
+        Some(Warning {
             time: self.now(),
             message: format!(
                 "{} file(s) became ignored during this step (a .gitignore or exclude rule changed): the \
@@ -1163,7 +1171,7 @@ impl Rewind {
             ),
             snapshot: Some(start.clone()),
             files: left,
-        }))
+        })
     }
 
     pub(super) async fn load_message(
