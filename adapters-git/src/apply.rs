@@ -1302,13 +1302,14 @@ pub fn restore(
     })
 }
 
-/// Why a restore or revert leaves one of rewind's own files (`GitStoreConfig::own_files`).
 /// Why a file to delete is kept: a directory above it is a symlink now.
 const SYMLINKED_PARENT: &str =
     "a directory above it is a symlink now; nothing is deleted through it, so it is left as it is";
 
 /// Why a file to delete is kept: a directory stands at its path.
 const DIR_STANDS: &str = "a directory stands there now; it is left as it is";
+
+/// Why a restore or revert leaves one of rewind's own files (`GitStoreConfig::own_files`).
 
 const OWN_FILE: &str = "it is rewind's own file (its database), never tracked content";
 
@@ -1605,8 +1606,9 @@ fn plan_inner<'a>(
                 Some("it was not tracked content when the step began (ignored or skipped), so it may have existed then".to_owned()),
             )
         } else if matches!(exists, OnDisk::Dir) {
-            // As `Applier::delete` finds it: the file to delete is not there, a directory is.
-            (FileActionKind::Keep, Some(DIR_STANDS.to_owned()))
+            // A directory stands where the file to delete was: kept, as `Applier::delete` finds it, unless
+            // the plan deletes every file under it first (`keep_deletes_of_occupied_dirs`).
+            (FileActionKind::Delete, None)
         } else if !real_parents && look(&store.worktree.join(name))?.0 != OnDisk::Absent {
             // A directory above it is a symlink now: what stands at the path through it is not deleted
             // (`Applier::delete` finds it not as tracked).
@@ -1614,7 +1616,7 @@ fn plan_inner<'a>(
         } else {
             (FileActionKind::Delete, None)
         };
-        if action == FileActionKind::Write && matches!(exists, OnDisk::Dir) {
+        if matches!(exists, OnDisk::Dir) {
             over_dirs.push(actions.len());
         }
         actions.push(FileAction {
@@ -1624,7 +1626,7 @@ fn plan_inner<'a>(
             reason,
         });
     }
-    keep_writes_over_occupied_dirs(store, &mut actions, &mut entries, &over_dirs)?;
+    keep_actions_on_occupied_dirs(store, &mut actions, &mut entries, &over_dirs)?;
     Ok(Planned {
         actions,
         entries,
@@ -1632,11 +1634,12 @@ fn plan_inner<'a>(
     })
 }
 
-/// A file the plan writes where a directory stands (`over_dirs`, positions in `actions`) is kept instead,
-/// as the writing would find, unless every file under that directory is one the plan deletes first (SPEC
-/// 2.4 `plan`): the directory still holding files that are not tracked content, or that the plan does not
-/// remove, stays.
-fn keep_writes_over_occupied_dirs(
+/// A file the plan writes or deletes where a directory stands (`over_dirs`, positions in `actions`) is kept
+/// instead, as the writing or deleting would find, unless every file under that directory is one the plan
+/// deletes first (SPEC 2.4 `plan`): the directory still holding files that are not tracked content, or
+/// that the plan does not remove, stays. (Deleted first, deepest first, they leave the directory empty,
+/// and it goes with them: the file's write then takes its place, and its delete finds nothing there.)
+fn keep_actions_on_occupied_dirs(
     store: &Store,
     actions: &mut [FileAction],
     entries: &mut HashMap<String, (Mode, ObjectId)>,
@@ -1653,10 +1656,15 @@ fn keep_writes_over_occupied_dirs(
     for &at in over_dirs {
         let action = &mut actions[at];
         let path = action.path.as_str();
+        let reason = match action.action {
+            FileActionKind::Write => OCCUPIED_DIR,
+            FileActionKind::Delete => DIR_STANDS,
+            FileActionKind::Keep => continue,
+        };
         if !holds_only(&store.worktree.join(path), path, &deleted)? {
             entries.remove(path);
             action.action = FileActionKind::Keep;
-            action.reason = Some(OCCUPIED_DIR.to_owned());
+            action.reason = Some(reason.to_owned());
         }
     }
     Ok(())

@@ -2107,3 +2107,48 @@ async fn the_plan_keeps_a_file_to_delete_that_a_directory_or_a_symlinked_parent_
         b"outside\n"
     );
 }
+
+/// The other side of the test above: where the directory standing at a file to delete holds only files
+/// the same revert deletes (a step made file `x`, the next replaced it with `x/y`, both undone), the plan
+/// deletes both, and the revert reports nothing kept (review: the first fix kept `x`, a directory the
+/// revert itself removes).
+#[tokio::test]
+async fn the_plan_deletes_a_file_whose_directory_the_same_revert_empties() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    let start = h.track().await.id;
+    h.write("x", b"made by step 1\n");
+    let middle = h.track().await.id;
+    fs::remove_file(h.root().join("x")).expect("remove x");
+    h.write("x/y", b"made by step 2\n");
+    let base = h.track().await.id;
+    let patches = [
+        SnapshotPatch {
+            hash: start,
+            files: rels(&["x"]),
+        },
+        SnapshotPatch {
+            hash: middle,
+            files: rels(&["x", "x/y"]),
+        },
+    ];
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    let planned: Vec<(&str, FileActionKind)> =
+        plan.iter().map(|a| (a.path.as_str(), a.action)).collect();
+    assert_eq!(
+        planned,
+        [
+            ("x", FileActionKind::Delete),
+            ("x/y", FileActionKind::Delete)
+        ]
+    );
+    let outcome = h
+        .port()
+        .revert(h.root(), &patches, &base)
+        .await
+        .expect("revert");
+    assert!(outcome.kept.is_empty(), "{:?}", outcome.kept);
+    assert_eq!(outcome.deleted, rels(&["x/y"]));
+    assert!(!h.root().join("x").exists());
+    assert_eq!(h.read("a.txt"), text("a\n"));
+}
