@@ -1310,7 +1310,6 @@ const SYMLINKED_PARENT: &str =
 const DIR_STANDS: &str = "a directory stands there now; it is left as it is";
 
 /// Why a restore or revert leaves one of rewind's own files (`GitStoreConfig::own_files`).
-
 const OWN_FILE: &str = "it is rewind's own file (its database), never tracked content";
 
 /// rewind's own files that lie in the worktree of `store`, worktree-relative.
