@@ -936,10 +936,12 @@ impl Rewind {
                     Err(Error::Busy { message, .. }) => {
                         return Err(not_finished_yet(&session.id, &message));
                     }
-                    // The start's snapshot cannot be read (gone from the store, say): the step is closed
-                    // all the same, with its end snapshot and no patch (SPEC 4: a failing snapshot never
-                    // leaves a session busy; an open step would refuse every operation in the worktree).
-                    Err(error) => {
+                    // The start's snapshot is gone from the store: the step is closed all the same, with
+                    // its end snapshot and no patch (SPEC 4: a failing snapshot never leaves a session
+                    // busy; this step could never be closed, and would refuse every operation in the
+                    // worktree). Another failure (the worktree read again, the database) leaves it open, as
+                    // one that may pass when tried again.
+                    Err(error @ Error::MissingObject(_)) => {
                         warnings.push(self.unrevertable_step(
                             format!("what this step changed cannot be worked out ({error})"),
                             Some(tracked.id.clone()),
@@ -947,6 +949,7 @@ impl Rewind {
                         ));
                         (Some(tracked.id), "error".to_owned(), Vec::new())
                     }
+                    Err(error) => return Err(error),
                 }
             }
             // The store's lock is held: the step stays open, and the refusal names the holder.
@@ -1024,12 +1027,15 @@ impl Rewind {
         self.push_message(&mut transaction, completed);
         // The turn's summary is left as it was when its diff cannot be made (a snapshot of the turn gone
         // from the store): the step is closed all the same.
-        if let Some(end_snapshot) = &snapshot
-            && let Ok(Some(user)) = self
+        if let Some(end_snapshot) = &snapshot {
+            match self
                 .turn_summary(&session.id, &message.info, end_snapshot, &directory)
                 .await
-        {
-            self.push_message(&mut transaction, user);
+            {
+                Ok(Some(user)) => self.push_message(&mut transaction, user),
+                Ok(None) | Err(Error::MissingObject(_)) => {}
+                Err(error) => return Err(error),
+            }
         }
         for warning in warnings {
             self.push_warning(&mut transaction, &session.id, warning);

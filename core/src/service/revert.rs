@@ -743,9 +743,9 @@ impl Rewind {
     }
 
     /// The cleanup of `session`, reverted by `descriptor`, over its `messages`: what its transaction
-    /// changes and announces, and the session as it leaves it. Stored by `cleanup`, or with the step that
-    /// begins on the reverted session (`begin_step`, `begin_turn`): a step that is not stored then leaves
-    /// the redo history as it was.
+    /// changes and announces, and the session as it leaves it. Stored by `cleanup`, or with the message
+    /// or step that comes to the reverted session (`create_message_reverted`, `begin_step`, `begin_turn`):
+    /// a message or step that is not stored then leaves the redo history as it was.
     pub(super) async fn cleanup_of(
         &self,
         session: &Session,
