@@ -163,7 +163,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
             }
             say!(
                 "rewind: `{line}` ended (exit code {code}), but its step in session {} could not be recorded as \
-                 finished; the step stays open, and the next exec, undo, redo, revert or unrevert in this directory aborts it with a \
+                 finished; the step stays open, and the next exec, undo, redo, revert, unrevert or snapshot restore in this directory aborts it with a \
                  snapshot of the files as they are then (`rewind status` shows it)",
                 session.id
             );
@@ -311,20 +311,29 @@ async fn record_end(
             crate::report::chain_anyhow(&explain(error, "recording the command's exit status"))
         );
     }
-    with_progress(
-        "snapshotting after the command",
-        rewind.finish_step(
-            session,
-            assistant,
-            StepEnd {
-                reason: Some(reason.to_owned()),
-                ..StepEnd::default()
-            },
-        ),
-    )
+    let end = StepEnd {
+        reason: Some(reason.to_owned()),
+        ..StepEnd::default()
+    };
+    // Another session's step or a revert may hold the worktree for a moment: the command has run, so its
+    // step's end is tried again a while before it is left open for the next command to abort.
+    let deadline = std::time::Instant::now() + FINISH_WAIT;
+    with_progress("snapshotting after the command", async {
+        loop {
+            match rewind.finish_step(session, assistant, end.clone()).await {
+                Err(rewind_core::Error::Busy { .. }) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                done => return done,
+            }
+        }
+    })
     .await
     .map_err(|error| explain(error, "finishing the step"))
 }
+
+/// How long `exec` tries again to finish its step while the worktree or the session is busy.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The exit status `exec` passes on for the command's `code` (1 when it does not fit one).
 fn exit_status(code: i32) -> u8 {

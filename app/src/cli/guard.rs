@@ -131,21 +131,45 @@ pub fn runnable(directory: &Path, program: &OsStr) -> std::result::Result<(), St
     if program.is_empty() {
         return Err("the command's name is empty".to_owned());
     }
-    if program.as_bytes().contains(&b'/') {
+    let found = if program.as_bytes().contains(&b'/') {
         let path = directory.join(program);
-        return match path.exists() {
-            _ if executable(&path) => Ok(()),
-            true => Err(format!("{name} is not an executable file")),
-            false => Err(format!("{name}: no such file")),
+        match path.exists() {
+            _ if executable(&path) => path,
+            true => return Err(format!("{name} is not an executable file")),
+            false => return Err(format!("{name}: no such file")),
+        }
+    } else {
+        let Some(search) = std::env::var_os("PATH") else {
+            return Ok(());
         };
-    }
-    let Some(search) = std::env::var_os("PATH") else {
-        return Ok(());
+        match std::env::split_paths(&search)
+            .map(|dir| directory.join(dir).join(program))
+            .find(|path| executable(path))
+        {
+            Some(path) => path,
+            None => return Err(format!("{name}: command not found in PATH")),
+        }
     };
-    if std::env::split_paths(&search).any(|dir| executable(&directory.join(dir).join(program))) {
-        return Ok(());
+    // A script starts only when its `#!` interpreter does (a file of no known format runs with `sh`).
+    match interpreter(&found).map(|interpreter| directory.join(interpreter)) {
+        Some(interpreter) if !executable(&interpreter) => Err(format!(
+            "{name}: its interpreter {} is not an executable file",
+            interpreter.display()
+        )),
+        _ => Ok(()),
     }
-    Err(format!("{name}: command not found in PATH"))
+}
+
+/// The interpreter a script's `#!` line names (its first word), when the file starts with one.
+fn interpreter(path: &Path) -> Option<std::path::PathBuf> {
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..read].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let word = line
+        .split(|b| *b == b' ' || *b == b'\t')
+        .find(|word| !word.is_empty())?;
+    Some(std::path::PathBuf::from(OsStr::from_bytes(word)))
 }
 
 /// Starts `command` in `directory` under a guard (module docs), from a thread that waits for it.

@@ -171,7 +171,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
     // `log` only reads: an open step whose owner is gone stays open until the next command aborts it.
     let flag = ctx.session_flag(&session.id).await;
     let open_step = if step_is_abandoned(ctx, &session).await? {
-        " [step open: its process is gone; the next exec, undo, redo, revert or unrevert aborts it]"
+        " [step open: its process is gone; the next exec, undo, redo, revert, unrevert or snapshot restore aborts it]"
     } else {
         " [step open]"
     };
@@ -474,7 +474,7 @@ pub async fn status(ctx: &Context) -> Result<()> {
     for row in &rows {
         let state = match (&row.revert_message_id, row.busy) {
             (_, true) if row.abandoned => {
-                "a step whose owner is gone is open (the next exec, undo, redo, revert or unrevert aborts it)".to_owned()
+                "a step whose owner is gone is open (the next exec, undo, redo, revert, unrevert or snapshot restore aborts it)".to_owned()
             }
             (_, true) => "busy: a step is open".to_owned(),
             (Some(message), false) => format!("reverted to {message}"),

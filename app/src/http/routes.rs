@@ -43,15 +43,16 @@ fn in_session(id: &SessionId) -> impl FnOnce(rewind_core::Error) -> ApiError + '
     move |error| ApiError::from_core(error, Some(id))
 }
 
-/// How long a message or part waits for an operation holding its session (a step beginning or ending, a
-/// revert) before it is refused as busy.
+/// How long a message, a part or a step's beginning or end waits for an operation holding its session or
+/// worktree (a step beginning or ending, a revert) before it is refused as busy.
 const OPERATION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Runs `write` (a message or part write: refused, it changes nothing), and again every 20 ms while it is
-/// refused as busy, up to `OPERATION_WAIT`: a message or part sent while a step begins or ends, a revert
-/// runs, or another message makes a reverted session's revert permanent, is then recorded after it, as it
-/// would have been sent a moment later (OpenCode queues a prompt sent while it is busy), instead of a 409
-/// the client must retry. Each try makes the write's own checks and guards again; an operation that
+/// Runs `write` (a message or part write, or a step's beginning or end: refused, it changes nothing), and
+/// again every 20 ms while it is refused as busy, up to `OPERATION_WAIT`: a message or part sent while a
+/// step begins or ends, a revert runs, or another message makes a reverted session's revert permanent, is
+/// then recorded after it, as it would have been sent a moment later (OpenCode queues a prompt sent while
+/// it is busy), instead of a 409 the client must retry; so is a step that begins or ends while another
+/// session's step in the same worktree holds it for its snapshot. Each try makes the write's own checks and guards again; an operation that
 /// outlasts the wait still makes it busy. (Black-box: waiting only while the session's lease looked held
 /// before one try let posts that raced an operation's start, or each other on a reverted session, be
 /// refused at once.)
@@ -333,8 +334,7 @@ pub async fn begin_step(
     PathIds(path): PathIds<MessagePath>,
 ) -> ApiResult<Vec<Part>> {
     let rewind = &state.services.rewind;
-    let part = rewind
-        .begin_step(&path.id, &path.mid)
+    let part = while_busy(|| rewind.begin_step(&path.id, &path.mid))
         .await
         .map_err(in_session(&path.id))?;
     Ok(Json(vec![part]))
@@ -360,8 +360,7 @@ pub async fn finish_step(
     };
     let rewind = &state.services.rewind;
     Ok(Json(
-        rewind
-            .finish_step(&path.id, &path.mid, end)
+        while_busy(|| rewind.finish_step(&path.id, &path.mid, end.clone()))
             .await
             .map_err(in_session(&path.id))?,
     ))

@@ -179,12 +179,24 @@ fn an_exec_that_cannot_run_its_command_keeps_the_redo_history() {
         std::fs::Permissions::from_mode(0o644),
     )
     .expect("chmod");
+    // A script whose interpreter does not exist (review: it passed the check and failed to start).
+    std::fs::write(
+        env.path().join("no-interpreter.sh"),
+        "#!/rewind-test/no/such/interpreter -x\ntrue\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(
+        env.path().join("no-interpreter.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
     for (args, code) in [
         (&["exec", "--new-sesion", "--", "true"][..], 2),
         (&["exec", "--session", "x", "--", "true"][..], 2),
         (&["exec", "--", "rewind-test-no-such-command"][..], 127),
         (&["exec", "./no-such-file"][..], 127),
         (&["exec", "./not-executable.sh"][..], 127),
+        (&["exec", "./no-interpreter.sh"][..], 127),
         (&["exec", "--", ""][..], 127),
     ] {
         let output = env.rewind(args).output().expect("runs");
@@ -195,6 +207,7 @@ fn an_exec_that_cannot_run_its_command_keeps_the_redo_history() {
         "still reverted"
     );
     std::fs::remove_file(env.path().join("not-executable.sh")).expect("remove");
+    std::fs::remove_file(env.path().join("no-interpreter.sh")).expect("remove");
     env.ok(&["redo"]);
     assert_state(&env, &done, "redo after the refused commands");
     // An option after the command's name is the command's.

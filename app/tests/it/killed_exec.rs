@@ -36,7 +36,7 @@ fn an_exec_killed_by_its_own_command_leaves_the_session_usable() {
     // `log` only reads, and says the open step's process is gone.
     let text = env.ok(&["log"]);
     assert!(
-        text.contains("[step open: its process is gone; the next exec, undo, redo, revert or unrevert aborts it]"),
+        text.contains("[step open: its process is gone; the next exec, undo, redo, revert, unrevert or snapshot restore aborts it]"),
         "{text}"
     );
     env.ok(&["undo"]);

@@ -799,6 +799,64 @@ async fn messages_sent_at_once_to_a_reverted_session_are_all_recorded() -> Resul
     app.stop().await
 }
 
+/// A step that ends while another operation holds its worktree for a moment (here a live process's lease
+/// on it, as another session's step takes it for its snapshot and commit) waits for it, within the 2 s
+/// wait, and ends after it, instead of a 409 the agent must retry (review: a step's end now holds the
+/// worktree from its snapshot to its commit, so two sessions' steps meet there more often).
+#[tokio::test]
+async fn a_step_that_ends_while_its_worktree_is_held_for_a_moment_waits_for_it() -> Result<()> {
+    use rewind_core::MessageRepo;
+    use rewind_core::model::{Holder, HolderKind, Lease, LeaseKey, LeaseToken, ProcessIdentity};
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let (_, ending) = app.open_step(&session, "a step").await?;
+    app.write("a.txt", "written by the step\n")?;
+    let directory = app
+        .repo
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("a UTF-8 worktree"))?
+        .to_owned();
+    let pid = std::process::id();
+    let lease = Lease {
+        key: LeaseKey::Worktree(directory),
+        token: LeaseToken("tok_another_step".to_owned()),
+        holder: Holder {
+            kind: HolderKind::Process,
+            process: ProcessIdentity {
+                host: rewind_app::host::host_name(),
+                pid,
+                start_time: rewind_app::host::process_start_time(pid).unwrap_or_default(),
+                boot: rewind_app::host::boot_id(),
+            },
+        },
+        expires_at: i64::MAX as u64,
+    };
+    app.db.take_lease(&lease, None).await?;
+    let finish = tokio::spawn(
+        app.http
+            .post(app.url(&format!("/session/{session}/message/{ending}/step/finish")))
+            .json(&json!({}))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(!finish.is_finished(), "the step's end waits");
+    app.db.release_lease(&lease.key, &lease.token).await?;
+    let finished = finish.await??;
+    ensure!(
+        finished.status() == 200,
+        "the step ended: {}",
+        finished.status()
+    );
+    let parts: Value = finished.json().await?;
+    let patched = parts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["type"] == "patch");
+    ensure!(patched, "with its patch: {parts}");
+    app.stop().await
+}
+
 /// A message or part sent while a step ends (the session's lease held by the step's end, here paused at
 /// its commit) waits for it and is recorded after it, as if sent a moment later, instead of a 409 the
 /// client must retry (black-box: 15 of 15 user messages sent during a step's end were refused).
