@@ -79,13 +79,19 @@ pub async fn list_sessions(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
 ) -> ApiResult<Vec<Session>> {
+    Ok(Json(worktree_sessions(&state, directory).await?))
+}
+
+/// The sessions of the request's worktree `directory` (default: the server's directory), newest first.
+async fn worktree_sessions(
+    state: &AppState,
+    directory: Option<String>,
+) -> Result<Vec<Session>, ApiError> {
     let directory = match directory {
         Some(directory) => directory,
-        None => default_worktree(&state)?,
+        None => default_worktree(state)?,
     };
-    Ok(Json(
-        state.services.rewind.sessions(Some(&directory)).await?,
-    ))
+    Ok(state.services.rewind.sessions(Some(&directory)).await?)
 }
 
 /// OpenCode's session statuses of the request's worktree: `{sessionID: {type: "busy"}}` for each session
@@ -96,13 +102,9 @@ pub async fn session_status(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
 ) -> ApiResult<serde_json::Map<String, serde_json::Value>> {
-    let directory = match directory {
-        Some(directory) => directory,
-        None => default_worktree(&state)?,
-    };
-    let sessions = state.services.rewind.sessions(Some(&directory)).await?;
     Ok(Json(
-        sessions
+        worktree_sessions(&state, directory)
+            .await?
             .into_iter()
             .filter(|session| session.step.is_some())
             .map(|session| {
