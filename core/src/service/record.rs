@@ -214,26 +214,26 @@ impl Rewind {
             )
             .await?;
         let result = async {
+            let doing = "this message was being recorded";
             let (_, cleanup) = self
-                .load_cleaned(
-                    session_id,
-                    &session.revert,
-                    "this message was being recorded",
-                )
+                .load_cleaned(session_id, &session.revert, doing)
                 .await?;
-            let kept = match &cleanup {
-                Some(cleanup) => infos(&cleanup.kept),
-                None => self.repo.message_infos(session_id).await?,
+            // Reverted as the checks saw it (`load_cleaned`), so it comes with its cleanup.
+            let Some(cleanup) = cleanup else {
+                return Err(Error::busy(
+                    session_id,
+                    format!(
+                        "Session is busy: {session_id} (it was unreverted while {doing}); try again"
+                    ),
+                ));
             };
-            let (info, parts) = self.new_message(session_id, &kept, input)?;
+            let (info, parts) = self.new_message(session_id, &infos(&cleanup.kept), input)?;
             let mut transaction = Transaction {
                 guards: vec![lease.guard()],
                 ..Transaction::default()
             };
             // The cleanup first: a part id it deletes is free for the new message's parts.
-            let removed: HashSet<PartId> = cleanup
-                .map(|cleanup| cleanup.add_to(&mut transaction).1)
-                .unwrap_or_default();
+            let (_, removed) = cleanup.add_to(&mut transaction);
             transaction.guards.extend(part_id_guards(
                 session_id,
                 parts
