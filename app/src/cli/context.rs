@@ -109,6 +109,23 @@ impl Context {
         }
     }
 
+    /// `session`, for a command that writes its files (undo, redo, revert, unrevert): refused, saying what
+    /// to do, when its directory no longer exists (the store's own error named the path, not the way out).
+    pub async fn session_to_change(&self, explicit: Option<&str>) -> Result<Session> {
+        let session = self.session(explicit).await?;
+        if !Path::new(&session.directory).is_dir() {
+            bail!(
+                "session {}'s directory {} no longer exists, so its files cannot be reverted; put the \
+                 directory back at that path (if it was moved), or delete the session's history with \
+                 `rewind gc --older-than DAYS`; `rewind log --session {}` still shows it",
+                session.id,
+                shown(&session.directory),
+                session.id
+            );
+        }
+        Ok(session)
+    }
+
     /// What a hint naming another command adds so that it acts on `session`: nothing when that is this
     /// directory's latest session (the default), else ` --session ID`.
     pub async fn session_flag(&self, session: &SessionId) -> String {

@@ -65,7 +65,7 @@ impl From<&FileDiff> for FileRow {
 /// `rewind undo [--session S]`: revert to the last user message before the current revert point (or the
 /// last user message when not reverted).
 pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
-    let session = ctx.session(session).await?;
+    let session = ctx.session_to_change(session).await?;
     let session = abort_open_step(ctx, session).await?;
     let messages = messages(ctx, &session).await?;
     let users = user_messages(&messages);
@@ -91,7 +91,7 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
 /// `rewind redo [--session S]`: revert to the first user message after the revert point, or unrevert when
 /// there is none.
 pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
-    let session = ctx.session(session).await?;
+    let session = ctx.session_to_change(session).await?;
     let mut session = abort_open_step(ctx, session).await?;
     if session.revert.is_none() {
         // An undo that is running has not stored its revert yet: busy, not "nothing to redo". One that
@@ -158,14 +158,14 @@ pub async fn revert(
         .map(PartId::parse)
         .transpose()
         .map_err(|error| anyhow!("{error}; `rewind log --json` shows the part ids (prt_…)"))?;
-    let session = ctx.session(session).await?;
+    let session = ctx.session_to_change(session).await?;
     let messages = messages(ctx, &session).await?;
     revert_to(ctx, &session, message, part, &messages).await
 }
 
 /// `rewind unrevert [--session S]`.
 pub async fn unrevert(ctx: &Context, session: Option<&str>) -> Result<()> {
-    let session = ctx.session(session).await?;
+    let session = ctx.session_to_change(session).await?;
     if session.revert.is_none() {
         bail!(
             "session {} is not reverted; nothing to unrevert",

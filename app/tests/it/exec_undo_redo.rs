@@ -658,7 +658,19 @@ fn log_of_a_session_whose_directory_is_gone_shows_it_without_its_files() {
         .rewind_in(elsewhere.path(), &["log", "--session", &id])
         .output()
         .expect("runs");
+    // `undo` cannot revert its files, and says what to do (black-box: the store's error named the path
+    // and no way out).
+    let undo = env
+        .rewind_in(elsewhere.path(), &["undo", "--session", &id])
+        .output()
+        .expect("runs");
     std::fs::rename(&moved, env.path()).expect("move the worktree back");
+    let undo_error = String::from_utf8_lossy(&undo.stderr);
+    assert_eq!(undo.status.code(), Some(1), "{undo_error}");
+    assert!(
+        undo_error.contains("no longer exists") && undo_error.contains("rewind gc --older-than"),
+        "{undo_error}"
+    );
 
     let stderr = String::from_utf8_lossy(&json.stderr);
     assert!(json.status.success(), "{stderr}");
