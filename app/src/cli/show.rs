@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use rewind_core::SnapshotPort;
 use rewind_core::model::{
-    MessageWithParts, PartBody, RelPath, RevertDescriptor, Role, SnapshotId, Warning,
+    MessageWithParts, PartBody, PartId, RelPath, RevertDescriptor, Role, SnapshotId, Warning,
 };
 use rewind_core::revert::RevertPoint;
 use serde::Serialize;
@@ -33,6 +33,9 @@ struct StepRow {
     /// The files the step changed, with counts; `None` when the session's directory no longer exists (the
     /// counts come from the diff of its two snapshots, which lie in that directory's store).
     files: Option<Vec<FileRow>>,
+    /// Whether the current revert hides it (one of its parts: its changes are undone).
+    #[serde(skip)]
+    hidden: bool,
 }
 
 /// One message in `log --json`.
@@ -50,6 +53,9 @@ struct MessageRow {
     /// Whether the current revert hides it whole (not only from one of its parts on).
     #[serde(skip)]
     hidden_whole: bool,
+    /// Its text parts that the current revert does not hide (the text log's line).
+    #[serde(skip)]
+    visible_text: String,
     /// Whether the revert point is this message.
     revert_point: bool,
     /// Its parts, in order: `{id, type}` (targets for `rewind revert MESSAGE --part ID`).
@@ -113,22 +119,22 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
     // Why the steps' snapshots could not be diffed, if they could not: said once, and `log` goes on.
     let mut undiffable: Option<String> = None;
     for message in &messages {
-        let hidden = point.as_ref().is_some_and(|point| {
-            rewind_core::revert::is_hidden(point, &message.info.id, None)
-                || message
-                    .parts
-                    .iter()
-                    .any(|p| rewind_core::revert::is_hidden(point, &message.info.id, Some(&p.id)))
-        });
+        let part_hidden = |part: &PartId| {
+            point.as_ref().is_some_and(|point| {
+                rewind_core::revert::is_hidden(point, &message.info.id, Some(part))
+            })
+        };
+        let hidden_whole = point
+            .as_ref()
+            .is_some_and(|point| rewind_core::revert::is_hidden(point, &message.info.id, None));
+        let hidden = hidden_whole || message.parts.iter().any(|p| part_hidden(&p.id));
         rows.push(MessageRow {
             id: message.info.id.to_string(),
             role: message.info.role,
             created: message.info.time.created,
             text: message_text(message),
             hidden,
-            hidden_whole: point
-                .as_ref()
-                .is_some_and(|point| rewind_core::revert::is_hidden(point, &message.info.id, None)),
+            hidden_whole,
             revert_point: point
                 .as_ref()
                 .is_some_and(|p| p.message_id == message.info.id),
@@ -138,12 +144,21 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                 .map(|p| PartRow {
                     id: p.id.to_string(),
                     kind: p.body.kind().to_owned(),
-                    hidden: point.as_ref().is_some_and(|point| {
-                        rewind_core::revert::is_hidden(point, &message.info.id, Some(&p.id))
-                    }),
+                    hidden: part_hidden(&p.id),
                 })
                 .collect(),
-            steps: steps(ctx, (worktree, !gone), message, &mut undiffable).await?,
+            visible_text: {
+                let mut visible = message.clone();
+                visible.parts.retain(|p| !part_hidden(&p.id));
+                message_text(&visible)
+            },
+            steps: steps(
+                ctx,
+                (worktree, !gone),
+                (message, &part_hidden),
+                &mut undiffable,
+            )
+            .await?,
         });
     }
     if let Some(why) = &undiffable {
@@ -194,10 +209,14 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             Role::Assistant => "assistant",
         };
         let mut line = format!("{mark} {} {role}", row.id);
-        if !row.text.is_empty() {
-            line.push_str(&format!(" {}", one_line(&row.text)));
+        // A message reverted from one of its parts on shows what stays of it; the rule after it says the
+        // rest is reverted.
+        let partly = row.hidden && !row.hidden_whole;
+        let text = if partly { &row.visible_text } else { &row.text };
+        if !text.is_empty() {
+            line.push_str(&format!(" {}", one_line(text)));
         }
-        for step in &row.steps {
+        for step in row.steps.iter().filter(|step| !(partly && step.hidden)) {
             let files: Vec<String> = step
                 .files
                 .iter()
@@ -254,7 +273,7 @@ fn print_marked_warning(warning: &Warning) {
 async fn steps(
     ctx: &Context,
     (worktree, present): (&Path, bool),
-    message: &MessageWithParts,
+    (message, hidden): (&MessageWithParts, &dyn Fn(&PartId) -> bool),
     undiffable: &mut Option<String>,
 ) -> Result<Vec<StepRow>> {
     let mut steps: Vec<(StepRow, BTreeSet<String>)> = Vec::new();
@@ -266,6 +285,7 @@ async fn steps(
                     end: None,
                     reason: None,
                     files: present.then(Vec::new),
+                    hidden: hidden(&part.id),
                 },
                 BTreeSet::new(),
             )),
@@ -273,9 +293,14 @@ async fn steps(
                 if let Some((step, _)) = steps.last_mut() {
                     step.end = finish.snapshot.clone();
                     step.reason = Some(finish.reason.clone());
+                    step.hidden |= hidden(&part.id);
                 }
             }
             PartBody::Patch(patch) => {
+                if let Some((step, _)) = steps.last_mut() {
+                    // Its patch hidden, the step's changes are what the revert undid.
+                    step.hidden |= hidden(&part.id);
+                }
                 if let (Some((_, patched)), Some(directory)) = (steps.last_mut(), worktree.to_str())
                 {
                     patched.extend(patch.files.iter().filter_map(|file| {

@@ -67,6 +67,8 @@ fn revert_to_a_message_or_a_part_and_unrevert() {
         .position(|l| l.contains(assistant_id))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(lines[line].starts_with("  "), "not marked hidden: {text}");
+    // The line shows what stays of the message: not the step whose end and patch the revert hides.
+    assert!(!lines[line].contains("[step"), "{text}");
     assert!(
         lines[line + 1].starts_with(&format!("── reverted from its part {finish}")),
         "{text}"
