@@ -150,26 +150,130 @@ pub fn runnable(directory: &Path, program: &OsStr) -> std::result::Result<(), St
             None => return Err(format!("{name}: command not found in PATH")),
         }
     };
-    // A script starts only when its `#!` interpreter does (a file of no known format runs with `sh`).
-    match interpreter(&found).map(|interpreter| directory.join(interpreter)) {
-        Some(interpreter) if !executable(&interpreter) => Err(format!(
-            "{name}: its interpreter {} is not an executable file",
-            interpreter.display()
-        )),
-        _ => Ok(()),
+    // What the kernel starts for it must be there too: a script's `#!` interpreter, which may be a script
+    // in turn (the kernel follows four), and an ELF program's loader. A file of no known format runs with
+    // `sh`; one rewind cannot read or parse is let through (its start failing is still recorded).
+    let mut current = found;
+    for _ in 0..5 {
+        match loader(&current) {
+            Some(Loader::Script(interpreter)) => {
+                let interpreter = directory.join(interpreter);
+                if !executable(&interpreter) {
+                    return Err(format!(
+                        "{name}: its interpreter {} is not an executable file",
+                        interpreter.to_string_lossy().escape_debug()
+                    ));
+                }
+                current = interpreter;
+            }
+            Some(Loader::Elf(interpreter)) => {
+                let interpreter = directory.join(interpreter);
+                return match interpreter.is_file() {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "{name}: its program loader {} is missing",
+                        interpreter.to_string_lossy().escape_debug()
+                    )),
+                };
+            }
+            None => return Ok(()),
+        }
     }
+    Ok(())
 }
 
-/// The interpreter a script's `#!` line names (its first word), when the file starts with one.
-fn interpreter(path: &Path) -> Option<std::path::PathBuf> {
+/// What the kernel runs to start a file: a script's `#!` interpreter, or an ELF program's loader.
+enum Loader {
+    Script(std::path::PathBuf),
+    Elf(std::path::PathBuf),
+}
+
+/// The interpreter a script's `#!` line names (its first word), or the loader an ELF program's
+/// `PT_INTERP` names; none for another file, or one that cannot be read or parsed.
+fn loader(path: &Path) -> Option<Loader> {
+    let mut file = std::fs::File::open(path).ok()?;
     let mut head = [0u8; 256];
-    let read = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
-    let line = head[..read].strip_prefix(b"#!")?;
-    let line = line.split(|b| *b == b'\n').next()?;
-    let word = line
-        .split(|b| *b == b' ' || *b == b'\t')
-        .find(|word| !word.is_empty())?;
-    Some(std::path::PathBuf::from(OsStr::from_bytes(word)))
+    let read = file.read(&mut head).ok()?;
+    let head = &head[..read];
+    if let Some(line) = head.strip_prefix(b"#!") {
+        let line = line.split(|b| *b == b'\n').next()?;
+        let word = line
+            .split(|b| *b == b' ' || *b == b'\t')
+            .find(|word| !word.is_empty())?;
+        return Some(Loader::Script(OsStr::from_bytes(word).into()));
+    }
+    elf_interpreter(&mut file, head).map(Loader::Elf)
+}
+
+/// The path an ELF file's `PT_INTERP` program header names, read from `file` (`head`: its first bytes).
+fn elf_interpreter(file: &mut std::fs::File, head: &[u8]) -> Option<std::path::PathBuf> {
+    use std::io::{Seek, SeekFrom};
+    if head.len() < 64 || &head[..4] != b"\x7fELF" {
+        return None;
+    }
+    let wide = match head[4] {
+        1 => false,
+        2 => true,
+        _ => return None,
+    };
+    let little = match head[5] {
+        1 => true,
+        2 => false,
+        _ => return None,
+    };
+    let number = |bytes: &[u8], at: usize, size: usize| -> Option<u64> {
+        let field = bytes.get(at..at + size)?;
+        let mut value = 0u64;
+        for i in 0..size {
+            let byte = if little {
+                field[size - 1 - i]
+            } else {
+                field[i]
+            };
+            value = (value << 8) | u64::from(byte);
+        }
+        Some(value)
+    };
+    let (table_at, entry_size, entries) = if wide {
+        (
+            number(head, 0x20, 8)?,
+            number(head, 0x36, 2)?,
+            number(head, 0x38, 2)?,
+        )
+    } else {
+        (
+            number(head, 0x1c, 4)?,
+            number(head, 0x2a, 2)?,
+            number(head, 0x2c, 2)?,
+        )
+    };
+    if entries > 512 || entry_size < if wide { 56 } else { 32 } {
+        return None;
+    }
+    let mut table = vec![0u8; usize::try_from(entry_size * entries).ok()?];
+    file.seek(SeekFrom::Start(table_at)).ok()?;
+    file.read_exact(&mut table).ok()?;
+    let entry_size = usize::try_from(entry_size).ok()?;
+    for entry in table.chunks_exact(entry_size) {
+        // PT_INTERP
+        if number(entry, 0, 4)? != 3 {
+            continue;
+        }
+        let (at, size) = if wide {
+            (number(entry, 0x08, 8)?, number(entry, 0x20, 8)?)
+        } else {
+            (number(entry, 0x04, 4)?, number(entry, 0x10, 4)?)
+        };
+        if size == 0 || size > 4096 {
+            return None;
+        }
+        let mut path = vec![0u8; usize::try_from(size).ok()?];
+        file.seek(SeekFrom::Start(at)).ok()?;
+        file.read_exact(&mut path).ok()?;
+        let path = path.split(|b| *b == 0).next()?;
+        return Some(OsStr::from_bytes(path).into());
+    }
+    None
 }
 
 /// Starts `command` in `directory` under a guard (module docs), from a thread that waits for it.

@@ -179,17 +179,33 @@ fn an_exec_that_cannot_run_its_command_keeps_the_redo_history() {
         std::fs::Permissions::from_mode(0o644),
     )
     .expect("chmod");
-    // A script whose interpreter does not exist (review: it passed the check and failed to start).
-    std::fs::write(
-        env.path().join("no-interpreter.sh"),
-        "#!/rewind-test/no/such/interpreter -x\ntrue\n",
-    )
-    .expect("write");
-    std::fs::set_permissions(
-        env.path().join("no-interpreter.sh"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .expect("chmod");
+    // A script whose interpreter does not exist (review: it passed the check and failed to start), one
+    // whose interpreter is such a script, and a program whose ELF loader does not exist (black-box).
+    let executable = |name: &str, content: &[u8]| {
+        std::fs::write(env.path().join(name), content).expect("write");
+        std::fs::set_permissions(
+            env.path().join(name),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+    };
+    executable(
+        "no-interpreter.sh",
+        b"#!/rewind-test/no/such/interpreter -x\ntrue\n",
+    );
+    let nested = format!(
+        "#!{}\ntrue\n",
+        env.path().join("no-interpreter.sh").display()
+    );
+    executable("nested.sh", nested.as_bytes());
+    let mut program = std::fs::read("/bin/true").expect("/bin/true");
+    let loader = b"ld-linux-x86-64.so.2";
+    let at = program
+        .windows(loader.len())
+        .position(|w| w == loader)
+        .expect("this test expects an x86-64 glibc /bin/true");
+    program[at + loader.len() - 1] = b'9';
+    executable("no-loader", &program);
     for (args, code) in [
         (&["exec", "--new-sesion", "--", "true"][..], 2),
         (&["exec", "--session", "x", "--", "true"][..], 2),
@@ -197,6 +213,8 @@ fn an_exec_that_cannot_run_its_command_keeps_the_redo_history() {
         (&["exec", "./no-such-file"][..], 127),
         (&["exec", "./not-executable.sh"][..], 127),
         (&["exec", "./no-interpreter.sh"][..], 127),
+        (&["exec", "./nested.sh"][..], 127),
+        (&["exec", "./no-loader"][..], 127),
         (&["exec", "--", ""][..], 127),
     ] {
         let output = env.rewind(args).output().expect("runs");
@@ -207,7 +225,9 @@ fn an_exec_that_cannot_run_its_command_keeps_the_redo_history() {
         "still reverted"
     );
     std::fs::remove_file(env.path().join("not-executable.sh")).expect("remove");
-    std::fs::remove_file(env.path().join("no-interpreter.sh")).expect("remove");
+    for name in ["no-interpreter.sh", "nested.sh", "no-loader"] {
+        std::fs::remove_file(env.path().join(name)).expect("remove");
+    }
     env.ok(&["redo"]);
     assert_state(&env, &done, "redo after the refused commands");
     // An option after the command's name is the command's.
