@@ -1,6 +1,7 @@
 //! rewind's application: configuration, wiring of the core services to the adapters, the HTTP server
 //! (`rewind serve`) and the command line. Only this crate knows HTTP, terminals and process exit codes.
 
+pub mod busy;
 pub mod cli;
 pub mod config;
 pub mod host;

@@ -317,17 +317,12 @@ async fn record_end(
     };
     // Another session's step or a revert may hold the worktree for a moment: the command has run, so its
     // step's end is tried again a while before it is left open for the next command to abort.
-    let deadline = std::time::Instant::now() + FINISH_WAIT;
-    with_progress("snapshotting after the command", async {
-        loop {
-            match rewind.finish_step(session, assistant, end.clone()).await {
-                Err(rewind_core::Error::Busy { .. }) if std::time::Instant::now() < deadline => {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-                done => return done,
-            }
-        }
-    })
+    with_progress(
+        "snapshotting after the command",
+        crate::busy::while_busy(FINISH_WAIT, std::time::Duration::from_millis(50), || {
+            rewind.finish_step(session, assistant, end.clone())
+        }),
+    )
     .await
     .map_err(|error| explain(error, "finishing the step"))
 }

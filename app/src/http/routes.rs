@@ -47,29 +47,19 @@ fn in_session(id: &SessionId) -> impl FnOnce(rewind_core::Error) -> ApiError + '
 /// worktree (a step beginning or ending, a revert) before it is refused as busy.
 const OPERATION_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Runs `write` (a message or part write, or a step's beginning or end: refused, it changes nothing), and
-/// again every 20 ms while it is refused as busy, up to `OPERATION_WAIT`: a message or part sent while a
-/// step begins or ends, a revert runs, or another message makes a reverted session's revert permanent, is
-/// then recorded after it, as it would have been sent a moment later (OpenCode queues a prompt sent while
-/// it is busy), instead of a 409 the client must retry; so is a step that begins or ends while another
-/// session's step in the same worktree holds it for its snapshot. Each try makes the write's own checks and guards again; an operation that
-/// outlasts the wait still makes it busy. (Black-box: waiting only while the session's lease looked held
-/// before one try let posts that raced an operation's start, or each other on a reverted session, be
-/// refused at once.)
-async fn while_busy<T, F, Fut>(mut write: F) -> Result<T, rewind_core::Error>
+/// `busy::while_busy` with the routes' wait, tried every 20 ms: a message or part sent while a step begins
+/// or ends, a revert runs, or another message makes a reverted session's revert permanent, is recorded
+/// after it (OpenCode queues a prompt sent while it is busy); so is a step that begins or ends while
+/// another session's step in the same worktree holds it for its snapshot. An operation that outlasts the
+/// wait still makes it busy. (Black-box: waiting only while the session's lease looked held before one
+/// try let posts that raced an operation's start, or each other on a reverted session, be refused at
+/// once.)
+async fn while_busy<T, F, Fut>(write: F) -> Result<T, rewind_core::Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, rewind_core::Error>>,
 {
-    let deadline = Instant::now() + OPERATION_WAIT;
-    loop {
-        match write().await {
-            Err(rewind_core::Error::Busy { .. }) if Instant::now() < deadline => {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            done => return done,
-        }
-    }
+    crate::busy::while_busy(OPERATION_WAIT, std::time::Duration::from_millis(20), write).await
 }
 
 /// Lists the sessions of the request's worktree (default: the server's directory), newest first.
