@@ -4,8 +4,8 @@
 use anyhow::{Result, anyhow, bail};
 use rewind_core::RevertTarget;
 use rewind_core::model::{
-    DiffSummary, FileDiff, MessageId, MessageWithParts, PartBody, PartId, RevertDescriptor, Role,
-    Session, Warning,
+    DiffSummary, FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId, RevertDescriptor,
+    Role, Session, Warning,
 };
 use serde::Serialize;
 
@@ -203,11 +203,10 @@ fn user_messages(messages: &[MessageWithParts]) -> Vec<&MessageWithParts> {
         .collect()
 }
 
-/// The text of a message's text parts.
-pub fn message_text(message: &MessageWithParts) -> String {
-    message
-        .parts
-        .iter()
+/// The text of `parts`' text parts (a message's, or those of it a revert leaves), joined.
+pub fn parts_text<'a>(parts: impl IntoIterator<Item = &'a Part>) -> String {
+    parts
+        .into_iter()
         .filter_map(|part| match &part.body {
             PartBody::Text(text) => Some(text.text.as_str()),
             _ => None,
@@ -294,7 +293,7 @@ async fn report(
         messages
             .iter()
             .find(|m| m.info.id == revert.message_id && m.info.role == Role::User)
-            .map(message_text)
+            .map(|m| parts_text(&m.parts))
     });
     let hidden = session.revert.as_ref().map_or(0, |revert| {
         messages

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::context::{Context, explain, step_is_abandoned};
 use super::gc::LastGc;
-use super::history::{FileRow, message_text, print_warning};
+use super::history::{FileRow, parts_text, print_warning};
 use super::output::{
     bytes_text, colour, one_line, plural, print_diffs, print_json, restore_command, shown,
     time_text,
@@ -132,7 +132,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             id: message.info.id.to_string(),
             role: message.info.role,
             created: message.info.time.created,
-            text: message_text(message),
+            text: parts_text(&message.parts),
             hidden,
             hidden_whole,
             revert_point: point
@@ -147,11 +147,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                     hidden: part_hidden(&p.id),
                 })
                 .collect(),
-            visible_text: {
-                let mut visible = message.clone();
-                visible.parts.retain(|p| !part_hidden(&p.id));
-                message_text(&visible)
-            },
+            visible_text: parts_text(message.parts.iter().filter(|p| !part_hidden(&p.id))),
             steps: steps(
                 ctx,
                 (worktree, !gone),
