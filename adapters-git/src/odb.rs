@@ -303,6 +303,11 @@ impl Odb {
         state.as_ref().and_then(Option::as_ref).map(f)
     }
 
+    /// Opens the store's packs, when they are not open yet (the first lookup would).
+    pub fn open_packs_now(&self) {
+        self.with_packs(|_| ());
+    }
+
     /// Forgets the opened packs, after packs were added or removed.
     pub fn packs_changed(&self) {
         *self

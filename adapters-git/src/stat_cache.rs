@@ -384,16 +384,23 @@ impl StatCache {
     }
 
     /// Writes the cache with a new generation, and keeps it in memory for the next load.
-    pub fn save(mut self, path: &Path) -> GitResult<()> {
+    pub fn save(self, path: &Path) -> GitResult<()> {
+        let encoded = Encoded::of(&self.entries, &self.listings);
+        self.save_encoded(path, encoded)
+    }
+
+    /// `save`, with the entries and listings already encoded (`Encoded::of` of this cache's own), so a
+    /// track can encode them on another thread while it writes its trees.
+    pub fn save_encoded(mut self, path: &Path, encoded: Encoded) -> GitResult<()> {
         self.generation = loop {
             let generation = crate::odb::random_u64();
             if generation != 0 {
                 break generation;
             }
         };
-        let names: usize = self.listings.values().map(|l| l.entries.len()).sum();
-        let mut data =
-            Vec::with_capacity(64 + self.entries.len() * 80 + self.dirs.len() * 64 + names * 24);
+        let mut data = Vec::with_capacity(
+            64 + encoded.entries.len() + self.dirs.len() * 64 + encoded.listings.len(),
+        );
         data.extend_from_slice(MAGIC);
         data.extend_from_slice(&self.generation.to_le_bytes());
         data.extend_from_slice(&self.started_ns.to_le_bytes());
@@ -406,13 +413,37 @@ impl StatCache {
         }
         data.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
         // The entries' length in bytes follows, so a reader can parse the rest first (see `load_deferred`).
-        let length_at = data.len();
-        data.extend_from_slice(&0u64.to_le_bytes());
-        let entries_start = data.len();
+        data.extend_from_slice(&(encoded.entries.len() as u64).to_le_bytes());
+        data.extend_from_slice(&encoded.entries);
+        data.extend_from_slice(&(self.dirs.len() as u64).to_le_bytes());
+        for (dir, id) in &self.dirs {
+            put_varint(&mut data, dir.len() as u64);
+            data.extend_from_slice(dir.as_bytes());
+            data.extend_from_slice(id.as_bytes());
+        }
+        data.extend_from_slice(&(self.listings.len() as u64).to_le_bytes());
+        data.extend_from_slice(&encoded.listings);
+        let sum = crc32fast::hash(&data);
+        data.extend_from_slice(&sum.to_le_bytes());
+        crate::store::write_atomically(path, &data)?;
+        remember(path, self);
+        Ok(())
+    }
+}
+
+/// A cache's entries and listings as its file holds them.
+pub struct Encoded {
+    entries: Vec<u8>,
+    listings: Vec<u8>,
+}
+
+impl Encoded {
+    pub fn of(entries: &PathMap<CacheEntry>, listings: &HashMap<String, Listing>) -> Encoded {
+        let mut data = Vec::with_capacity(entries.len() * 80);
         // In the order of the walk that wrote them (the next walk looks for each path at its position),
         // each path as the length it shares with the one before it and the rest.
         let mut previous = "";
-        for (path, entry) in self.entries.iter() {
+        for (path, entry) in entries.iter() {
             let shared = previous
                 .bytes()
                 .zip(path.bytes())
@@ -435,40 +466,33 @@ impl StatCache {
             data.extend_from_slice(&entry.stat.dev.to_le_bytes());
             data.extend_from_slice(entry.id.as_bytes());
         }
-        let entries_length = (data.len() - entries_start) as u64;
-        data[length_at..entries_start].copy_from_slice(&entries_length.to_le_bytes());
-        data.extend_from_slice(&(self.dirs.len() as u64).to_le_bytes());
-        for (dir, id) in &self.dirs {
-            put_varint(&mut data, dir.len() as u64);
-            data.extend_from_slice(dir.as_bytes());
-            data.extend_from_slice(id.as_bytes());
-        }
-        data.extend_from_slice(&(self.listings.len() as u64).to_le_bytes());
-        for (dir, listing) in &self.listings {
-            put_varint(&mut data, dir.len() as u64);
-            data.extend_from_slice(dir.as_bytes());
-            put_time(&mut data, listing.stat.mtime_ns);
-            put_time(&mut data, listing.stat.ctime_ns);
-            data.extend_from_slice(&listing.stat.ino.to_le_bytes());
-            data.extend_from_slice(&listing.stat.dev.to_le_bytes());
-            data.extend_from_slice(&listing.rules);
-            put_varint(&mut data, listing.entries.len() as u64);
+        let names: usize = listings.values().map(|l| l.entries.len()).sum();
+        let mut encoded_listings = Vec::with_capacity(listings.len() * 64 + names * 24);
+        let out = &mut encoded_listings;
+        for (dir, listing) in listings {
+            put_varint(out, dir.len() as u64);
+            out.extend_from_slice(dir.as_bytes());
+            put_time(out, listing.stat.mtime_ns);
+            put_time(out, listing.stat.ctime_ns);
+            out.extend_from_slice(&listing.stat.ino.to_le_bytes());
+            out.extend_from_slice(&listing.stat.dev.to_le_bytes());
+            out.extend_from_slice(&listing.rules);
+            put_varint(out, listing.entries.len() as u64);
             for entry in &listing.entries {
-                put_varint(&mut data, entry.name.len() as u64);
-                data.extend_from_slice(entry.name.as_bytes());
+                put_varint(out, entry.name.len() as u64);
+                out.extend_from_slice(entry.name.as_bytes());
                 let kind = match entry.kind {
                     ListedKind::File => 0,
                     ListedKind::Dir => 1,
                     ListedKind::Special => 2,
                 };
-                data.push(kind | if entry.ignored { 0x80 } else { 0 });
+                out.push(kind | if entry.ignored { 0x80 } else { 0 });
             }
         }
-        let sum = crc32fast::hash(&data);
-        data.extend_from_slice(&sum.to_le_bytes());
-        crate::store::write_atomically(path, &data)?;
-        remember(path, self);
-        Ok(())
+        Encoded {
+            entries: data,
+            listings: encoded_listings,
+        }
     }
 }
 

@@ -18,7 +18,9 @@ use crate::ignore::{Ignores, dir_rules_hash, read_rules};
 use crate::odb::{Kind, Odb};
 use crate::path_map::PathMap;
 use crate::seed::Seed;
-use crate::stat_cache::{CacheEntry, DirStat, Listed, ListedKind, Listing, Stat, StatCache};
+use crate::stat_cache::{
+    CacheEntry, DirStat, Encoded, Listed, ListedKind, Listing, Stat, StatCache,
+};
 use crate::store::{Store, is_temp_name};
 use crate::tree::{Mode, mark_dirty, write_dirty};
 
@@ -413,6 +415,11 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             scope.spawn(|| {
                 if let Some(entries) = entries() {
                     prestat.run(root, entries, cache_started_ns);
+                    // A file is to be hashed: the store's pack indexes, which say whether its blob is
+                    // stored already, are opened now rather than when the walk has ended.
+                    if prestat.found_to_hash() {
+                        store.odb.open_packs_now();
+                    }
                 }
             });
         }
@@ -789,31 +796,39 @@ fn finish(
         .keep(&store.stat_cache_path());
         return returned(store, tree, (skipped, &empty_dirs), hashed, ignores);
     }
-    let (id, dirs) = match cache.tree {
-        // No directory changed (only listings, the order, or files still racy): the cache's trees stay.
-        // Its start time moves forward, which leaves every unchanged entry as it was: one found as cached
-        // has its mtime before the old start time less the margin, so before the new one too; one hashed
-        // again and found as cached stays racy under the new start time.
-        Some(tree) if reusable && dirty.is_empty() => (tree, cache.dirs),
-        _ => {
-            let no_dirs = HashMap::new();
-            let old_dirs = if reusable { &cache.dirs } else { &no_dirs };
-            let files = entries
-                .iter()
-                .map(|(path, entry)| (path, (entry.stat.mode, entry.id)));
-            write_dirty(&store.odb, files, old_dirs, &dirty)?
-        }
-    };
+    // The new cache's entries and listings are encoded on another thread while this one writes the trees.
+    let (written, encoded) = std::thread::scope(|scope| {
+        let encoding = scope.spawn(|| Encoded::of(&entries, &listings));
+        let written = match cache.tree {
+            // No directory changed (only listings, the order, or files still racy): the cache's trees
+            // stay. Its start time moves forward, which leaves every unchanged entry as it was: one found
+            // as cached has its mtime before the old start time less the margin, so before the new one
+            // too; one hashed again and found as cached stays racy under the new start time.
+            Some(tree) if reusable && dirty.is_empty() => Ok((tree, cache.dirs)),
+            _ => {
+                let no_dirs = HashMap::new();
+                let old_dirs = if reusable { &cache.dirs } else { &no_dirs };
+                let files = entries
+                    .iter()
+                    .map(|(path, entry)| (path, (entry.stat.mode, entry.id)));
+                write_dirty(&store.odb, files, old_dirs, &dirty)
+            }
+        };
+        (written, encoding.join().ok())
+    });
+    let (id, dirs) = written?;
     store.odb.end_batch()?;
-    StatCache {
+    let cache = StatCache {
         generation: 0,
         started_ns,
         tree: Some(id),
         entries,
         dirs,
         listings,
-    }
-    .save(&store.stat_cache_path())?;
+    };
+    // A thread that panicked encoded nothing: this one does it.
+    let encoded = encoded.unwrap_or_else(|| Encoded::of(&cache.entries, &cache.listings));
+    cache.save_encoded(&store.stat_cache_path(), encoded)?;
     returned(store, id, (skipped, &empty_dirs), hashed, ignores)
 }
 
@@ -1240,6 +1255,8 @@ fn unreadable(rel: &str, reason: &str) -> GitError {
 struct Prestat {
     fresh: Vec<AtomicBool>,
     next_chunk: AtomicUsize,
+    /// Whether a file of the cache was found that is to be hashed again.
+    to_hash: AtomicBool,
 }
 
 const PRESTAT_CHUNK: usize = 256;
@@ -1249,6 +1266,7 @@ impl Prestat {
         Prestat {
             fresh: (0..positions).map(|_| AtomicBool::new(false)).collect(),
             next_chunk: AtomicUsize::new(0),
+            to_hash: AtomicBool::new(false),
         }
     }
 
@@ -1282,14 +1300,20 @@ impl Prestat {
                     continue;
                 };
                 let seen = Seen::from_rustix(&st);
-                if seen
-                    .mode()
-                    .is_some_and(|mode| entry.answers(&seen.stat(mode), cache_started_ns))
-                {
-                    self.fresh[at].store(true, Ordering::Relaxed);
+                match seen.mode() {
+                    Some(mode) if entry.answers(&seen.stat(mode), cache_started_ns) => {
+                        self.fresh[at].store(true, Ordering::Relaxed);
+                    }
+                    Some(_) => self.to_hash.store(true, Ordering::Relaxed),
+                    None => {}
                 }
             }
         }
+    }
+
+    /// Whether a `run` found a file of the cache that is to be hashed again (changed, or racy).
+    fn found_to_hash(&self) -> bool {
+        self.to_hash.load(Ordering::Relaxed)
     }
 
     /// Makes every `run` return after its chunk (the walk failed).
