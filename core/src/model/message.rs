@@ -48,6 +48,54 @@ pub struct Message {
 }
 
 impl Message {
+    /// Gives the fields OpenCode's `UserMessage` and `AssistantMessage` require, and the client left out,
+    /// a neutral value (rewind runs no model, and a recording agent may not say which it ran): a client
+    /// typed against OpenCode's schema reads `tokens.output` or sums `cost` of every assistant message.
+    /// A user message gets `agent` and `model`; an assistant message `modelID`, `providerID`, `mode`,
+    /// `agent`, `path` (the session's directory), `cost` and `tokens`. Fields given are kept as given.
+    pub fn fill_required_fields(&mut self, directory: &str) {
+        let mut put = |key: &str, value: Value| {
+            self.extra.entry(key.to_owned()).or_insert(value);
+        };
+        put("agent", Value::String(String::new()));
+        match self.role {
+            Role::User => put(
+                "model",
+                serde_json::json!({"providerID": "", "modelID": ""}),
+            ),
+            Role::Assistant => {
+                put("modelID", Value::String(String::new()));
+                put("providerID", Value::String(String::new()));
+                put("mode", Value::String(String::new()));
+                put(
+                    "path",
+                    serde_json::json!({"cwd": directory, "root": directory}),
+                );
+                put("cost", Value::from(0));
+                put("tokens", tokens_value(&Tokens::default()));
+            }
+        }
+    }
+
+    /// Counts a step that ended with `cost` and `tokens` (when the agent gave them) in an assistant
+    /// message's own `cost` and `tokens`, as OpenCode's processor does: the cost is added, and the tokens
+    /// are the last step's (what the model's context held).
+    pub fn add_step_usage(&mut self, cost: f64, tokens: Option<&Tokens>) {
+        let before = self
+            .extra
+            .get("cost")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        // A client's own huge `cost` is left as it was rather than made infinite (JSON `null`).
+        if (before + cost).is_finite() {
+            self.extra
+                .insert("cost".to_owned(), number_value(before + cost));
+        }
+        if let Some(tokens) = tokens {
+            self.extra.insert("tokens".to_owned(), tokens_value(tokens));
+        }
+    }
+
     /// The turn's diffs on a user message (`summary.diffs`), when set.
     pub fn summary_diffs(&self) -> Option<Vec<FileDiff>> {
         let diffs = self.extra.get("summary")?.get("diffs")?;
@@ -276,4 +324,30 @@ pub struct MessageWithParts {
     pub info: Message,
     /// Its parts, ascending.
     pub parts: Vec<Part>,
+}
+
+/// `tokens` as JSON, whole counts as integers (`3`, not `3.0`).
+fn tokens_value(tokens: &Tokens) -> Value {
+    let mut value = serde_json::json!({
+        "input": number_value(tokens.input),
+        "output": number_value(tokens.output),
+        "reasoning": number_value(tokens.reasoning),
+        "cache": {
+            "read": number_value(tokens.cache.read),
+            "write": number_value(tokens.cache.write),
+        },
+    });
+    if let (Some(total), Value::Object(map)) = (tokens.total, &mut value) {
+        map.insert("total".to_owned(), number_value(total));
+    }
+    value
+}
+
+/// A number as JSON: an integer when it is a whole number that fits one.
+fn number_value(n: f64) -> Value {
+    if n.fract() == 0.0 && n.abs() < 9.0e15 {
+        Value::from(n as i64)
+    } else {
+        Value::from(n)
+    }
 }

@@ -130,7 +130,7 @@ impl Rewind {
         let ids_free: Vec<Guard> =
             part_id_guards(session_id, input.parts.iter().map(|p| p.id.as_ref())).collect();
         let given = (input.id.clone(), input.parent_id.clone());
-        let (mut info, mut parts) = self.new_message(session_id, &messages, input)?;
+        let (mut info, mut parts) = self.new_message(&session, &messages, input)?;
         let mut last = messages.last().map(|m| m.id.clone());
         let mut tries = 0;
         loop {
@@ -227,7 +227,7 @@ impl Rewind {
                     ),
                 ));
             };
-            let (info, parts) = self.new_message(session_id, &infos(&cleanup.kept), input)?;
+            let (info, parts) = self.new_message(session, &infos(&cleanup.kept), input)?;
             let mut transaction = Transaction {
                 guards: vec![lease.guard()],
                 ..Transaction::default()
@@ -314,7 +314,7 @@ impl Rewind {
     /// free in the session is the caller's to check (`refuse_taken_part_ids`, or the commit's guards).
     fn new_message(
         &self,
-        session_id: &SessionId,
+        session: &Session,
         messages: &[Message],
         input: NewMessage,
     ) -> Result<(Message, Vec<Part>)> {
@@ -329,13 +329,14 @@ impl Rewind {
                 "a message's {key} is rewind's to set; it cannot be given among the message's other fields"
             )));
         }
-        let info = self.message_info(
-            session_id,
+        let mut info = self.message_info(
+            &session.id,
             messages,
             input.role,
             (input.id, input.parent_id),
             input.extra,
         )?;
+        info.fill_required_fields(&session.directory);
         let parts = self.build_parts(&info, None, input.parts)?;
         Ok((info, parts))
     }
@@ -514,7 +515,7 @@ impl Rewind {
             // nothing.
             let kept = self.kept_messages(session_id, &point).await?;
             let (new_user, new_assistant) =
-                self.new_turn(session_id, infos(&kept), user.clone(), assistant.clone())?;
+                self.new_turn(&session, infos(&kept), user.clone(), assistant.clone())?;
             refuse_taken_part_ids(&kept, &new_user.parts)?;
             refuse_taken_part_ids(&kept, &new_assistant.parts)?;
         }
@@ -530,7 +531,7 @@ impl Rewind {
                 Some(cleanup) => infos(&cleanup.kept),
                 None => self.repo.message_infos(session_id).await?,
             };
-            let (user, assistant) = self.new_turn(session_id, messages, user, assistant)?;
+            let (user, assistant) = self.new_turn(&session, messages, user, assistant)?;
             let head = MessageHead {
                 info: assistant.info.clone(),
                 last_part: assistant.parts.last().map(|p| p.id.clone()),
@@ -575,15 +576,15 @@ impl Rewind {
     /// have no part id in common; the session's other parts are the caller's to check.
     fn new_turn(
         &self,
-        session_id: &SessionId,
+        session: &Session,
         mut messages: Vec<Message>,
         user: NewMessage,
         assistant: NewMessage,
     ) -> Result<(MessageWithParts, MessageWithParts)> {
-        let (info, parts) = self.new_message(session_id, &messages, user)?;
+        let (info, parts) = self.new_message(session, &messages, user)?;
         let user = MessageWithParts { info, parts };
         messages.push(user.info.clone());
-        let (info, parts) = self.new_message(session_id, &messages, assistant)?;
+        let (info, parts) = self.new_message(session, &messages, assistant)?;
         refuse_taken_part_ids(std::slice::from_ref(&user), &parts)?;
         Ok((user, MessageWithParts { info, parts }))
     }
@@ -1024,6 +1025,7 @@ impl Rewind {
         // client may not set itself); a step begun after clears it again.
         let mut completed = message.info.clone();
         completed.time.completed = Some(now);
+        completed.add_step_usage(cost, end.tokens.as_ref());
         self.push_message(&mut transaction, completed);
         // The turn's summary is left as it was when its diff cannot be made (a snapshot of the turn gone
         // from the store): the step is closed all the same.

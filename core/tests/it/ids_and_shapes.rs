@@ -438,11 +438,14 @@ fn a_message_s_own_fields_are_refused_among_its_other_fields() {
         let w = World::new();
         let s = w.session().await;
         let (_, assistant) = w.exchange(&s.id, "one").await;
-        // The oracle: the fields a stored message has of its own, as it is written out.
-        let serde_json::Value::Object(own) = serde_json::to_value(&assistant.info).expect("json")
+        // The oracle: the fields a stored message has of its own, as it is written out (not those kept
+        // among its other fields, which a client may give: `agent`, `cost`, …).
+        let serde_json::Value::Object(mut own) =
+            serde_json::to_value(&assistant.info).expect("json")
         else {
             panic!("a message is an object");
         };
+        own.retain(|key, _| !assistant.info.extra.contains_key(key));
         assert!(own.len() >= 5, "{own:?}");
         let before = w.messages(&s.id).await;
         for key in own.keys() {
@@ -461,6 +464,107 @@ fn a_message_s_own_fields_are_refused_among_its_other_fields() {
             before,
             "nothing stored, all readable"
         );
+    })
+}
+
+/// The fields OpenCode's schema requires of a message are there when the client leaves them out (a
+/// client typed against it reads `tokens.output` of every assistant message, black-box), and kept when it
+/// gives them; an assistant message's `cost` is the sum of its steps' and its `tokens` its last step's,
+/// as OpenCode's processor sets them.
+#[test]
+fn messages_have_the_fields_opencode_s_schema_requires() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let user = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user")
+            .info
+            .id;
+        let mut given = NewMessage::assistant();
+        given.parent_id = Some(user.clone());
+        given.extra.insert("modelID".to_owned(), json!("model-x"));
+        let given = w
+            .rewind
+            .create_message(&s.id, given)
+            .await
+            .expect("assistant");
+        let info = serde_json::to_value(&given.info).expect("json");
+        assert_eq!(info["modelID"], "model-x", "given: kept");
+        assert_eq!(info["providerID"], "");
+        assert_eq!(info["mode"], "");
+        assert_eq!(info["agent"], "");
+        assert_eq!(
+            info["path"],
+            json!({"cwd": s.directory, "root": s.directory})
+        );
+        assert_eq!(info["cost"], json!(0));
+        assert_eq!(
+            info["tokens"],
+            json!({"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}})
+        );
+        let tokens = |output: f64| rewind_core::model::Tokens {
+            output,
+            ..Default::default()
+        };
+        for (cost, output) in [(0.5, 10.0), (0.25, 7.0)] {
+            w.rewind
+                .begin_step(&s.id, &given.info.id)
+                .await
+                .expect("begin");
+            w.rewind
+                .finish_step(
+                    &s.id,
+                    &given.info.id,
+                    rewind_core::service::StepEnd {
+                        cost: Some(cost),
+                        tokens: Some(tokens(output)),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .expect("finish");
+        }
+        // A step that says nothing of its usage leaves the tokens as they were.
+        w.rewind
+            .begin_step(&s.id, &given.info.id)
+            .await
+            .expect("begin");
+        w.rewind
+            .finish_step(&s.id, &given.info.id, Default::default())
+            .await
+            .expect("finish");
+        let stored = w
+            .rewind
+            .message(&s.id, &given.info.id)
+            .await
+            .expect("message");
+        let info = serde_json::to_value(&stored.info).expect("json");
+        assert_eq!(info["cost"], json!(0.75));
+        assert_eq!(info["tokens"]["output"], json!(7));
+        assert_eq!(info["modelID"], "model-x");
+        // The last `message.updated` says the same.
+        let events = w.events().await;
+        let last = events
+            .iter()
+            .rev()
+            .find_map(|e| match &e.event.payload {
+                rewind_core::model::EventPayload::MessageUpdated { info, .. }
+                    if info.id == given.info.id =>
+                {
+                    Some(info.clone())
+                }
+                _ => None,
+            })
+            .expect("message.updated");
+        assert_eq!(*last, stored.info);
+        let user = w.rewind.message(&s.id, &user).await.expect("user");
+        let info = serde_json::to_value(&user.info).expect("json");
+        assert_eq!(info["agent"], "");
+        assert_eq!(info["model"], json!({"providerID": "", "modelID": ""}));
+        assert!(info.get("cost").is_none(), "{info}");
     })
 }
 
