@@ -3,10 +3,12 @@
 //! it ends when the server stops. The relay follows the database's outbox and publishes new rows in
 //! order, so changes made by the command line or another server reach every stream.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::IntoResponse;
@@ -14,20 +16,36 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use futures::stream::{self, Stream, StreamExt};
 use rewind_bus::BroadcastBus;
 use rewind_core::id::IdGenerator;
-use rewind_core::model::{Event, EventPayload};
+use rewind_core::model::{Event, EventPayload, SessionId};
+use rewind_core::service::{Rewind, normalise_directory};
 use rewind_core::{Delivery, EventBus, HostPort, MessageRepo};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
+use super::dto::DirectoryParam;
+use super::error::ApiError;
+use super::security::RequestDirectory;
 
 /// How many outbox rows the relay reads at once.
 const RELAY_BATCH: u32 = 512;
 
-/// `GET /event`.
-#[utoipa::path(get, path = "/event",
+/// `GET /event`: every event, or with a worktree named (`?directory=` or `x-opencode-directory`, as
+/// OpenCode's client sends its instance's), the server's own events and those of that worktree's sessions.
+#[utoipa::path(get, path = "/event", params(DirectoryParam),
     responses((status = 200, description = "text/event-stream of {id, type, properties}", content_type = "text/event-stream", body = String)))]
-pub async fn stream(State(state): State<AppState>) -> impl IntoResponse {
+pub async fn stream(
+    State(state): State<AppState>,
+    Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
+) -> Result<impl IntoResponse, ApiError> {
+    let filter = match directory {
+        Some(directory) => Some(Arc::new(WorktreeFilter {
+            directory: normalise_directory(&directory)?,
+            rewind: Arc::clone(&state.services.rewind),
+            known: Mutex::default(),
+        })),
+        None => None,
+    };
     // Subscribe before `server.connected` is sent, so nothing published after it is missed.
     let subscription = state.bus.subscribe();
     let ids = Arc::new(IdGenerator::new());
@@ -40,20 +58,30 @@ pub async fn stream(State(state): State<AppState>) -> impl IntoResponse {
         }
     };
     let connected = stream::iter([server_event(EventPayload::ServerConnected {})]);
-    let live = subscription.map({
-        let server_event = server_event.clone();
-        move |delivery| match delivery {
-            Delivery::Event(event) => event,
-            Delivery::Lagged { missed } => server_event(EventPayload::ServerLagged { missed }),
-        }
-    });
+    let live = subscription
+        .map({
+            let server_event = server_event.clone();
+            move |delivery| match delivery {
+                Delivery::Event(event) => event,
+                Delivery::Lagged { missed } => server_event(EventPayload::ServerLagged { missed }),
+            }
+        })
+        .filter_map(move |event| {
+            let filter = filter.clone();
+            async move {
+                match filter {
+                    Some(filter) if !filter.keeps(&event).await => None,
+                    _ => Some(event),
+                }
+            }
+        });
     let heartbeat =
         heartbeats(state.heartbeat).map(move |()| server_event(EventPayload::ServerHeartbeat {}));
     let events = connected
         .chain(stream::select(live, heartbeat))
         .map(|event| Ok::<_, Infallible>(to_sse(&event)))
         .take_until(state.shutdown.clone().cancelled_owned());
-    (
+    Ok((
         [
             (
                 "cache-control",
@@ -62,7 +90,53 @@ pub async fn stream(State(state): State<AppState>) -> impl IntoResponse {
             ("x-accel-buffering", HeaderValue::from_static("no")),
         ],
         Sse::new(events),
-    )
+    ))
+}
+
+/// Which events a stream opened for one worktree sends: the server's own, and those of sessions whose
+/// directory is the worktree. A session's directory is learned from the events that carry the session,
+/// else read once.
+struct WorktreeFilter {
+    /// The worktree, as sessions record it.
+    directory: String,
+    rewind: Arc<Rewind>,
+    /// Whether each session seen so far is of the worktree.
+    known: Mutex<HashMap<SessionId, bool>>,
+}
+
+impl WorktreeFilter {
+    async fn keeps(&self, event: &Event) -> bool {
+        let Some((id, info)) = event.payload.session() else {
+            return true;
+        };
+        let known = |ours: bool| {
+            self.known
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id.clone(), ours);
+            ours
+        };
+        if let Some(info) = info {
+            return known(info.directory == self.directory);
+        }
+        let seen = self
+            .known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .copied();
+        match seen {
+            Some(ours) => ours,
+            // A session that cannot be read (deleted since) is not sent: its deletion, which carries its
+            // directory, was.
+            None => known(
+                self.rewind
+                    .session(id)
+                    .await
+                    .is_ok_and(|session| session.directory == self.directory),
+            ),
+        }
+    }
 }
 
 fn to_sse(event: &Event) -> SseEvent {

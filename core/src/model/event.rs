@@ -139,6 +139,26 @@ pub enum EventPayload {
 }
 
 impl EventPayload {
+    /// The session an event is about, and the session itself when the event carries it; `None` for the
+    /// server's own events.
+    pub fn session(&self) -> Option<(&SessionId, Option<&Session>)> {
+        match self {
+            EventPayload::ServerConnected {}
+            | EventPayload::ServerHeartbeat {}
+            | EventPayload::ServerLagged { .. } => None,
+            EventPayload::SessionCreated { session_id, info }
+            | EventPayload::SessionUpdated { session_id, info }
+            | EventPayload::SessionDeleted { session_id, info } => Some((session_id, Some(info))),
+            EventPayload::SessionDiff { session_id, .. }
+            | EventPayload::SessionWarning { session_id, .. }
+            | EventPayload::SessionStatus { session_id, .. }
+            | EventPayload::MessageUpdated { session_id, .. }
+            | EventPayload::MessageRemoved { session_id, .. }
+            | EventPayload::PartUpdated { session_id, .. }
+            | EventPayload::PartRemoved { session_id, .. } => Some((session_id, None)),
+        }
+    }
+
     /// The `type` field.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -1454,7 +1454,7 @@ fn check_usage(session: &Session, end: &StepEnd) -> Result<()> {
 /// The worktree as sessions record it: absolute, without `.`/`..` components or a trailing slash. A
 /// backslash is a character of a directory's name on Unix, never a separator: turning it into `/` would
 /// name another directory (SPEC 12.10).
-pub(super) fn normalise_directory(directory: &str) -> Result<String> {
+pub fn normalise_directory(directory: &str) -> Result<String> {
     if !directory.starts_with('/') {
         return Err(Error::InvalidInput(format!(
             "worktree {directory:?} must be an absolute path"

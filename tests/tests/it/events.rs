@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{AppConfig, id_of, spawn_app, spawn_app_with, types};
 
@@ -155,6 +155,81 @@ async fn a_second_process_writing_the_database_reaches_the_stream() -> Result<()
     // And the server reads it like its own.
     let session = app.read(&format!("/session/{written}")).await?;
     assert_eq!(id_of(&session)?, written);
+    app.stop().await
+}
+
+/// A stream opened for one worktree (`?directory=`, as OpenCode's client opens its instance's) gets the
+/// server's events and those of that worktree's sessions only: those that carry the session, those that
+/// name it only by id, and those another process writes. A stream that names no worktree gets them all
+/// (black-box: a client of one project saw every project's sessions).
+#[tokio::test]
+async fn a_stream_opened_for_a_worktree_gets_only_its_sessions_events() -> Result<()> {
+    let app = spawn_app().await?;
+    let sub = app.repo.join("sub");
+    std::fs::create_dir(&sub)?;
+    let mut all = app.connected_events().await?;
+    let mut mine = app.connected_events_for(&sub).await?;
+    // Sessions of the repository and of `sub` (a worktree of its own), each with a message.
+    let here = app.new_session().await?;
+    app.turn(&here, "in the repository", |repo| {
+        Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
+    })
+    .await?;
+    let there = id_of(
+        &app.ok(
+            "/session",
+            json!({"title": "in sub", "directory": sub.display().to_string()}),
+        )
+        .await?,
+    )?;
+    app.ok(
+        &format!("/session/{there}/message"),
+        json!({"parts": [{"type": "text", "text": "hello from sub"}]}),
+    )
+    .await?;
+    let other = app.create_session_in(&sub, "last").await?;
+    let is_last = |event: &Value| {
+        event["type"] == "session.created" && event["properties"]["info"]["title"] == "last"
+    };
+    let mut seen = Vec::new();
+    for stream in [&mut mine, &mut all] {
+        let mut events = Vec::new();
+        loop {
+            let event = stream
+                .next(Duration::from_secs(5))
+                .await?
+                .context("the stream ended before the last session")?;
+            let last = is_last(&event);
+            events.push(event);
+            if last {
+                break;
+            }
+        }
+        seen.push(events);
+    }
+    let sessions_of = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| e["properties"]["sessionID"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let mine_sessions = sessions_of(&seen[0]);
+    assert!(
+        mine_sessions.iter().all(|id| *id == there || *id == other),
+        "{:?}",
+        types(&seen[0])
+    );
+    // `there`'s user message names the session by id only.
+    assert!(
+        seen[0].iter().any(|e| e["type"] == "message.updated"
+            && e["properties"]["sessionID"] == json!(there)),
+        "{:?}",
+        types(&seen[0])
+    );
+    let all_sessions = sessions_of(&seen[1]);
+    for id in [&here, &there, &other] {
+        assert!(all_sessions.contains(id), "{id}: {:?}", types(&seen[1]));
+    }
     app.stop().await
 }
 

@@ -304,7 +304,26 @@ impl TestApp {
 
     /// Opens the event stream.
     pub async fn events(&self) -> Result<EventStream> {
-        let response = self.http.get(self.url("/event")).send().await?;
+        self.events_at("/event").await
+    }
+
+    /// `connected_events` of the stream opened for the worktree `directory` (`?directory=`).
+    pub async fn connected_events_for(&self, directory: &Path) -> Result<EventStream> {
+        let path = format!("/event?directory={}", directory.display());
+        let mut stream = self.events_at(&path).await?;
+        let first = stream
+            .next(Duration::from_secs(5))
+            .await?
+            .context("no first event")?;
+        ensure!(
+            first["type"] == "server.connected",
+            "the first event is not server.connected: {first}"
+        );
+        Ok(stream)
+    }
+
+    async fn events_at(&self, path: &str) -> Result<EventStream> {
+        let response = self.http.get(self.url(path)).send().await?;
         ensure!(
             response.status() == 200,
             "GET /event: {}",
