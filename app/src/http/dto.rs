@@ -77,6 +77,20 @@ pub struct PreviewQuery {
     pub part_id: Option<String>,
 }
 
+/// `GET /session`: OpenCode's filters of the list.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SessionsQuery {
+    /// Only sessions updated at or after this time (epoch milliseconds).
+    pub start: Option<u64>,
+    /// Only sessions whose title holds this text, in any case.
+    pub search: Option<String>,
+    /// Only the newest `limit` sessions.
+    pub limit: Option<usize>,
+    /// Only root sessions: rewind's sessions all are (none has a parent).
+    pub roots: Option<bool>,
+}
+
 /// `GET /session/:id/message`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

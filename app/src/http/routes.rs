@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use super::AppState;
 use super::dto::{
     CreateSessionBody, DirectoryParam, MESSAGE_BODY_FIELDS, MessageBody, MessagesQuery,
-    PreviewQuery, RevertBody, StepFinishBody, extra_fields,
+    PreviewQuery, RevertBody, SessionsQuery, StepFinishBody, extra_fields,
 };
 use super::error::ApiError;
 use super::extract::{JsonBody, PathIds, QueryParams};
@@ -62,14 +62,34 @@ where
     crate::busy::while_busy(OPERATION_WAIT, std::time::Duration::from_millis(20), write).await
 }
 
-/// Lists the sessions of the request's worktree (default: the server's directory), newest first.
-#[utoipa::path(get, path = "/session", params(DirectoryParam),
+/// Lists the sessions of the request's worktree (default: the server's directory), newest first, with
+/// OpenCode's filters.
+#[utoipa::path(get, path = "/session", params(SessionsQuery, DirectoryParam),
     responses((status = 200, description = "Sessions, newest first", body = Vec<Object>)))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
+    QueryParams(query): QueryParams<SessionsQuery>,
 ) -> ApiResult<Vec<Session>> {
-    Ok(Json(worktree_sessions(&state, directory).await?))
+    let search = query.search.map(|text| text.to_lowercase());
+    let mut sessions: Vec<Session> = worktree_sessions(&state, directory)
+        .await?
+        .into_iter()
+        .filter(|session| {
+            query
+                .start
+                .is_none_or(|start| session.time.updated >= start)
+        })
+        .filter(|session| {
+            search
+                .as_ref()
+                .is_none_or(|text| session.title.to_lowercase().contains(text.as_str()))
+        })
+        .collect();
+    if let Some(limit) = query.limit {
+        sessions.truncate(limit);
+    }
+    Ok(Json(sessions))
 }
 
 /// The sessions of the request's worktree `directory` (default: the server's directory), newest first.

@@ -1,7 +1,7 @@
 //! Recording sessions over HTTP and reverting them: the files on disk and the JSON after revert,
 //! re-revert, unrevert, commit and abort.
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
 use std::time::Duration;
@@ -302,6 +302,64 @@ async fn an_aborted_step_can_be_reverted_and_preview_changes_nothing() -> Result
         json!(true),
         "abort without an open step is a no-op"
     );
+    app.stop().await
+}
+
+/// OpenCode's filters of the session list: `limit` (the newest), `search` (the title, in any case),
+/// `start` (updated since) and `roots` (all of rewind's sessions are roots). Black-box: `limit` was
+/// ignored.
+#[tokio::test]
+async fn the_session_list_takes_opencode_s_filters() -> Result<()> {
+    let app = spawn_app().await?;
+    let mut ids = Vec::new();
+    for title in ["Fix the parser", "Write docs", "parser tests"] {
+        ids.push(id_of(
+            &app.ok("/session", json!({ "title": title })).await?,
+        )?);
+    }
+    let listed = async |query: &str| -> Result<Vec<(String, u64)>> {
+        let list = app.read(&format!("/session{query}")).await?;
+        list.as_array()
+            .context("a list")?
+            .iter()
+            .map(|s| {
+                let id = s["id"].as_str().context("id")?.to_owned();
+                let updated = s["time"]["updated"].as_u64().context("updated")?;
+                Ok((id, updated))
+            })
+            .collect()
+    };
+    let ids_of =
+        |list: Vec<(String, u64)>| -> Vec<String> { list.into_iter().map(|(id, _)| id).collect() };
+    assert_eq!(
+        ids_of(listed("?limit=2").await?),
+        [ids[2].clone(), ids[1].clone()]
+    );
+    assert_eq!(
+        ids_of(listed("?search=PARSER").await?),
+        [ids[2].clone(), ids[0].clone()]
+    );
+    assert_eq!(
+        ids_of(listed("?search=parser&limit=1").await?),
+        [ids[2].clone()]
+    );
+    assert_eq!(listed("?roots=true").await?.len(), 3);
+    let all = listed("").await?;
+    let start = all
+        .iter()
+        .find(|(id, _)| *id == ids[1])
+        .context("listed")?
+        .1;
+    let since = listed(&format!("?start={start}")).await?;
+    let expected: Vec<&(String, u64)> = all
+        .iter()
+        .filter(|(_, updated)| *updated >= start)
+        .collect();
+    assert_eq!(since.iter().collect::<Vec<_>>(), expected);
+    assert!(since.iter().any(|(id, _)| *id == ids[1]));
+    assert_eq!(listed("?start=99999999999999").await?, Vec::new());
+    let bad = app.get("/session?limit=many").await?;
+    assert_eq!(bad.status, 400, "{}", bad.body);
     app.stop().await
 }
 
