@@ -84,9 +84,34 @@ const assistantID = assistant.info.id;
 await extension(`/session/${id}/message/${assistantID}/step`);
 fs.writeFileSync(path.join(repo, "hello.txt"), "hello from the agent\n");
 fs.writeFileSync(path.join(repo, "a.txt"), "a changed by the agent\n");
-await extension(`/session/${id}/message/${assistantID}/step/finish`, { reason: "stop" });
+await extension(`/session/${id}/message/${assistantID}/step/finish`, {
+  reason: "stop",
+  cost: 0.01,
+  tokens: { input: 100, output: 20, reasoning: 0, cache: { read: 0, write: 0 } },
+});
+await eventAfter(
+  0,
+  (event) => event.type === "session.idle" && event.properties.sessionID === id,
+  "session.idle",
+);
+check("the step's end is announced as OpenCode announces it: session.idle", () => {});
 
 const messages = await client.session.messages({ path: { id } });
+check("messages read as OpenCode's TUI reads them: tokens and cost of the assistant's", () => {
+  assert.equal(messages.error, undefined, JSON.stringify(messages.error));
+  const last = messages.data.findLast(
+    (m) => m.info.role === "assistant" && m.info.tokens.output > 0,
+  );
+  assert.equal(last?.info.id, assistantID);
+  const cost = messages.data.reduce(
+    (sum, m) => sum + (m.info.role === "assistant" ? m.info.cost : 0),
+    0,
+  );
+  assert.equal(cost, 0.01);
+  assert.deepEqual(last.info.path, { cwd: repo, root: repo });
+  assert.equal(typeof last.info.modelID, "string");
+  assert.deepEqual(messages.data[0].info.model, { providerID: "", modelID: "" });
+});
 check("session.messages lists the turn with its patch", () => {
   assert.equal(messages.error, undefined, JSON.stringify(messages.error));
   assert.deepEqual(

@@ -93,6 +93,14 @@ pub enum EventPayload {
         /// Busy or idle.
         status: SessionStatus,
     },
+    /// The session became idle: sent after `session.status` idle, as OpenCode still sends it (its
+    /// clients' event type has it, and scripts wait for it).
+    #[serde(rename = "session.idle")]
+    SessionIdle {
+        /// The session.
+        #[serde(rename = "sessionID")]
+        session_id: SessionId,
+    },
     /// A message was created or changed.
     #[serde(rename = "message.updated")]
     MessageUpdated {
@@ -152,6 +160,7 @@ impl EventPayload {
             EventPayload::SessionDiff { session_id, .. }
             | EventPayload::SessionWarning { session_id, .. }
             | EventPayload::SessionStatus { session_id, .. }
+            | EventPayload::SessionIdle { session_id }
             | EventPayload::MessageUpdated { session_id, .. }
             | EventPayload::MessageRemoved { session_id, .. }
             | EventPayload::PartUpdated { session_id, .. }
@@ -171,6 +180,7 @@ impl EventPayload {
             EventPayload::SessionDiff { .. } => "session.diff",
             EventPayload::SessionWarning { .. } => "session.warning",
             EventPayload::SessionStatus { .. } => "session.status",
+            EventPayload::SessionIdle { .. } => "session.idle",
             EventPayload::MessageUpdated { .. } => "message.updated",
             EventPayload::MessageRemoved { .. } => "message.removed",
             EventPayload::PartUpdated { .. } => "message.part.updated",

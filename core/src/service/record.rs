@@ -1051,6 +1051,11 @@ impl Rewind {
                 session_id: session.id.clone(),
                 status: crate::model::SessionStatus::Idle,
             }));
+        transaction
+            .events
+            .push(self.event(EventPayload::SessionIdle {
+                session_id: session.id.clone(),
+            }));
         transaction.events.push(self.updated_event(&updated));
         self.repo.commit(transaction).await?;
         Ok(parts)

@@ -60,7 +60,23 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
         statuses,
         [json!("busy"), json!("idle"), json!("busy"), json!("idle")]
     );
+    // OpenCode's `session.idle` follows each idle status.
     let kinds = types(&recorded);
+    let idle_at: Vec<usize> = recorded
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["properties"]["status"]["type"] == "idle")
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(idle_at.len(), 2, "{kinds:?}");
+    for at in idle_at {
+        assert_eq!(
+            kinds.get(at + 1).map(String::as_str),
+            Some("session.idle"),
+            "{kinds:?}"
+        );
+        assert_eq!(recorded[at + 1]["properties"]["sessionID"], json!(session));
+    }
     for kind in ["message.updated", "message.part.updated", "session.updated"] {
         assert!(
             kinds.iter().any(|k| k == kind),
