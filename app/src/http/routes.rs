@@ -105,26 +105,25 @@ async fn worktree_sessions(
 }
 
 /// OpenCode's session statuses of the request's worktree: `{sessionID: {type: "busy"}}` for each session
-/// with an open step; a session that is idle is left out, as OpenCode leaves it out.
+/// with an open step that is not abandoned (its owner gone or its time out: the next operation aborts it);
+/// a session that is idle is left out, as OpenCode leaves it out.
 #[utoipa::path(get, path = "/session/status", params(DirectoryParam),
     responses((status = 200, description = "{sessionID: {type: \"busy\"}}", body = Object)))]
 pub async fn session_status(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
 ) -> ApiResult<serde_json::Map<String, serde_json::Value>> {
-    Ok(Json(
-        worktree_sessions(&state, directory)
-            .await?
-            .into_iter()
-            .filter(|session| session.step.is_some())
-            .map(|session| {
-                (
-                    session.id.to_string(),
-                    serde_json::json!({ "type": "busy" }),
-                )
-            })
-            .collect(),
-    ))
+    let mut statuses = serde_json::Map::new();
+    for session in worktree_sessions(&state, directory).await? {
+        if session.step.is_none() || state.services.rewind.step_is_abandoned(&session).await? {
+            continue;
+        }
+        statuses.insert(
+            session.id.to_string(),
+            serde_json::json!({ "type": "busy" }),
+        );
+    }
+    Ok(Json(statuses))
 }
 
 /// The server's directory as a worktree: canonical and under a project root.

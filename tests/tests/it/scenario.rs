@@ -542,6 +542,10 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
         refused.body
     );
     assert_eq!(app.file("a.txt").as_deref(), Some("during the step\n"));
+    assert_eq!(
+        app.read("/session/status").await?,
+        json!({ session.as_str(): {"type": "busy"} })
+    );
     // Reads alone past the timeout (a UI polling a dead agent's session) are silence: the next operation
     // aborts the step first, so the revert goes ahead.
     for _ in 0..7 {
@@ -549,6 +553,9 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
         app.read(&format!("/session/{session}/message")).await?;
         app.read(&format!("/session/{session}")).await?;
     }
+    // Abandoned: not busy any more, though the step is aborted only by the next operation (black-box:
+    // `/session/status` said busy until then).
+    assert_eq!(app.read("/session/status").await?, json!({}));
     let reverted = app.revert_to(&session, &user).await?;
     assert_eq!(reverted["revert"]["messageID"], json!(user));
     assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
