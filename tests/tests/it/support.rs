@@ -126,6 +126,19 @@ pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
     })
 }
 
+/// `stream` once its first event, which must be `server.connected`, is read.
+async fn connected(mut stream: EventStream) -> Result<EventStream> {
+    let first = stream
+        .next(Duration::from_secs(5))
+        .await?
+        .context("no first event")?;
+    ensure!(
+        first["type"] == "server.connected",
+        "the first event is not server.connected: {first}"
+    );
+    Ok(stream)
+}
+
 /// A response's status and JSON body (`Value::Null` when the body is not JSON).
 pub struct Reply {
     /// The status code.
@@ -255,16 +268,13 @@ impl TestApp {
 
     /// Opens the event stream and reads its first event, which must be `server.connected`.
     pub async fn connected_events(&self) -> Result<EventStream> {
-        let mut stream = self.events().await?;
-        let first = stream
-            .next(Duration::from_secs(5))
-            .await?
-            .context("no first event")?;
-        ensure!(
-            first["type"] == "server.connected",
-            "the first event is not server.connected: {first}"
-        );
-        Ok(stream)
+        connected(self.events().await?).await
+    }
+
+    /// `connected_events` of the stream opened for the worktree `directory` (`?directory=`).
+    pub async fn connected_events_for(&self, directory: &Path) -> Result<EventStream> {
+        let path = format!("/event?directory={}", directory.display());
+        connected(self.events_at(&path).await?).await
     }
 
     /// Creates a session titled `title` from another process on the same database and data directory
@@ -305,21 +315,6 @@ impl TestApp {
     /// Opens the event stream.
     pub async fn events(&self) -> Result<EventStream> {
         self.events_at("/event").await
-    }
-
-    /// `connected_events` of the stream opened for the worktree `directory` (`?directory=`).
-    pub async fn connected_events_for(&self, directory: &Path) -> Result<EventStream> {
-        let path = format!("/event?directory={}", directory.display());
-        let mut stream = self.events_at(&path).await?;
-        let first = stream
-            .next(Duration::from_secs(5))
-            .await?
-            .context("no first event")?;
-        ensure!(
-            first["type"] == "server.connected",
-            "the first event is not server.connected: {first}"
-        );
-        Ok(stream)
     }
 
     async fn events_at(&self, path: &str) -> Result<EventStream> {
