@@ -828,7 +828,11 @@ fn finish(
     };
     // A thread that panicked encoded nothing: this one does it.
     let encoded = encoded.unwrap_or_else(|| Encoded::of(&cache.entries, &cache.listings));
-    cache.save_encoded(&store.stat_cache_path(), encoded)?;
+    // The cache only saves work: when it cannot be written (a full disk), the file keeps the cache it
+    // held, which the next track checks file by file like any other, and whose tree gc keeps. The
+    // snapshot stands (its objects are written); failing here would fail, say, the rollback of an
+    // operation on a full disk, whose files need nothing new stored (black-box).
+    let _unsaved = cache.save_encoded(&store.stat_cache_path(), encoded);
     returned(store, id, (skipped, &empty_dirs), hashed, ignores)
 }
 
