@@ -36,6 +36,11 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// Whether an error's text says a disk is full: the system's `ENOSPC`, or SQLite's `SQLITE_FULL`.
+fn disk_is_full(cause: &str) -> bool {
+    cause.contains("No space left on device") || cause.contains("database or disk is full")
+}
+
 impl ApiError {
     /// Maps a core error, naming `session` in a 409 when the core did not.
     pub fn from_core(error: Error, session: Option<&SessionId>) -> ApiError {
@@ -83,8 +88,21 @@ impl ApiError {
                 }
             }
             error @ Error::Backend(_) => {
-                tracing::error!(error = %crate::report::chain(&error), "internal fault");
-                ApiError::Internal("internal error; the server log has the cause".to_owned())
+                let cause = crate::report::chain(&error);
+                tracing::error!(error = %cause, "internal fault");
+                // A full disk is the machine's, not a fault of rewind's to hide: the client is told, so its
+                // user can free space (what a failed operation left is put back once there is). The cause
+                // itself stays in the log, as for any 500 (it may name the database).
+                if disk_is_full(&cause) {
+                    ApiError::Internal(
+                        "a disk rewind writes to (the worktree's or the data directory's) is full; free \
+                         some space and try again: an operation that could not finish is put back once \
+                         there is; the server log has the cause"
+                            .to_owned(),
+                    )
+                } else {
+                    ApiError::Internal("internal error; the server log has the cause".to_owned())
+                }
             }
         }
     }
@@ -214,6 +232,21 @@ mod tests {
         assert_eq!(api.status().as_u16(), 500);
         assert_eq!(api.body()["name"], "UnknownError");
         assert!(!api.body().to_string().contains("hunter2"));
+    }
+
+    /// A full disk is still a 500, whose message says so (black-box: "internal error" hid it).
+    #[test]
+    fn a_full_disk_is_a_500_that_says_so() {
+        for cause in [
+            "writing /data/x: No space left on device (os error 28)",
+            "committing failed: database or disk is full",
+        ] {
+            let api = ApiError::from_core(Error::backend(cause), None);
+            assert_eq!(api.status().as_u16(), 500);
+            let message = api.body()["data"]["message"].to_string();
+            assert!(message.contains("is full; free some space"), "{message}");
+            assert!(!message.contains("/data/x"), "{message}");
+        }
     }
 
     #[test]

@@ -29,9 +29,12 @@ impl Rewind {
     }
 
     /// `recover` for a process that runs it again and again (a server, every few seconds): the intents of
-    /// this very process are left to their operations (alive by definition, whatever their leases say),
-    /// and so are those in `skip` (ones the caller tries again later: each try captures the worktree;
-    /// operations on their worktree still try them at once).
+    /// this process's running operations are left to them (alive by definition, whatever their leases
+    /// say), and so are those in `skip` (ones the caller tries again later: each try captures the
+    /// worktree; operations on their worktree still try them at once). An intent of this process whose
+    /// operation has ended (its rollback failed as well) is finished as any other: black-box, a server's
+    /// revert that failed on a full disk stayed half done, the database saying otherwise, until the next
+    /// request on that worktree.
     pub async fn recover_others(
         &self,
         skip: &std::collections::HashSet<LeaseToken>,
@@ -39,7 +42,10 @@ impl Rewind {
         let mut report = RecoveryReport::default();
         let this_process = self.host.this_process();
         for intent in self.repo.intents().await? {
-            if skip.contains(&intent.token) || intent.holder.process == this_process {
+            if skip.contains(&intent.token)
+                || (intent.holder.process == this_process
+                    && super::revert::is_running(&intent.token))
+            {
                 continue;
             }
             self.recover_into(&intent, &mut report).await;

@@ -2,9 +2,11 @@
 //! its intent record first and, when it fails part-way, rolls its files back from that record before it
 //! returns the error.
 
+use std::collections::HashSet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use crate::error::{Error, Result};
 use crate::model::{
@@ -21,9 +23,41 @@ use crate::revert::{
 use super::record::path_set;
 use super::{FileCounts, HeldLease, Preview, PreviewFile, Rewind, new_token, worktree};
 
+/// The tokens of the file operations running in this process, in any of its `Rewind`s: their intents
+/// are theirs to finish. Any other intent of this process is one whose operation ended without finishing
+/// it (its rollback failed too, on a full disk say), which recovery finishes as one whose process is gone.
+static RUNNING: LazyLock<Mutex<HashSet<LeaseToken>>> = LazyLock::new(Mutex::default);
+
+/// An operation's place in `RUNNING`, given up when it is dropped.
+struct Running(LeaseToken);
+
+impl Running {
+    fn new(token: &LeaseToken) -> Running {
+        running().insert(token.clone());
+        Running(token.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        running().remove(&self.0);
+    }
+}
+
+fn running() -> std::sync::MutexGuard<'static, HashSet<LeaseToken>> {
+    RUNNING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether the operation whose token is `token` runs in this process (see `RUNNING`).
+pub(super) fn is_running(token: &LeaseToken) -> bool {
+    running().contains(token)
+}
+
 /// The leases and intent of a running file operation.
 struct Operation {
     token: LeaseToken,
+    /// Its place in `RUNNING` while it runs.
+    _running: Running,
     session_lease: HeldLease,
     worktree_lease: HeldLease,
     /// When the leases were taken (host clock, ms).
@@ -929,11 +963,13 @@ impl Rewind {
     async fn begin_operation(&self, session: &Session) -> Result<Operation> {
         let token = new_token();
         let taken_at = self.now();
+        let running = Running::new(&token);
         let (session_lease, worktree_lease) = self
             .acquire_session_and_worktree(&session.id, &session.directory, &token)
             .await?;
         Ok(Operation {
             token,
+            _running: running,
             session_lease,
             worktree_lease,
             taken_at,

@@ -78,6 +78,7 @@ enum PausedCall {
     LeaseRead,
     LeaseTake,
     Commit,
+    ResultCommit,
 }
 
 /// The two ends of a paused call: signalled when it is reached, resumed when told.
@@ -166,6 +167,17 @@ impl MemRepo {
         futures::channel::oneshot::Sender<()>,
     ) {
         self.pause_next(PausedCall::Commit)
+    }
+
+    /// `pause_next_lease_read` for the next `commit` that releases a lease (the one that stores an
+    /// operation's result, its intent stored before), before it checks or stores anything.
+    pub fn pause_next_result_commit(
+        &self,
+    ) -> (
+        futures::channel::oneshot::Receiver<()>,
+        futures::channel::oneshot::Sender<()>,
+    ) {
+        self.pause_next(PausedCall::ResultCommit)
     }
 
     fn pause_next(
@@ -702,6 +714,13 @@ impl MessageRepo for MemRepo {
     }
 
     async fn commit(&self, transaction: Transaction) -> Result<()> {
+        if transaction
+            .changes
+            .iter()
+            .any(|c| matches!(c, Change::ReleaseLease { .. }))
+        {
+            self.paused(PausedCall::ResultCommit).await;
+        }
         self.paused(PausedCall::Commit).await;
         let mut state = self.lock();
         if std::mem::take(&mut state.fail_next_commit) {

@@ -153,40 +153,58 @@ fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
     })
 }
 
-/// `recover_others` (a server's periodic pass) leaves the intents of this very process to their
-/// operations, whatever their leases say, and those it was told to skip (it failed to finish them
-/// before: each try would capture the worktree again); a dead process's intent it recovers.
+/// `recover_others` (a server's periodic pass) leaves the intents of this process's running operations
+/// to them, and those it was told to skip (it failed to finish them before: each try would capture the
+/// worktree again). An intent of this process whose operation has ended (its rollback failed too, on a
+/// full disk say) it finishes, as it finishes a dead process's (black-box: a server's failed revert stayed
+/// half done, the database saying otherwise, until the next request on its worktree).
 #[test]
-fn recover_others_leaves_this_process_s_intents_and_the_skipped_ones() {
+fn recover_others_leaves_running_operations_and_skipped_intents() {
     block_on(async {
-        let (w, s, _) = one_turn_world().await;
+        let (w, s, t) = one_turn_world().await;
+        // A revert of this process, paused before it stores its result: its intent is there.
+        let (reached, resume) = w.repo.pause_next_result_commit();
+        let reverting = w.try_revert_to(&s.id, &t.user);
+        let checking = async {
+            reached.await.expect("the result's commit is reached");
+            assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+            let report = w
+                .rewind
+                .recover_others(&Default::default())
+                .await
+                .expect("recover");
+            assert_eq!(
+                report,
+                Default::default(),
+                "a running operation's: not even looked at"
+            );
+            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+            let _ = resume.send(());
+        };
+        let (reverted, ()) = futures::future::join(reverting, checking).await;
+        reverted.expect("revert");
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+
+        // One of this process whose operation ended, its leases given back as `end_operation` gives them.
         let token = crashed_revert(&w, &s.id, &w.host.this_process()).await;
-        let report = w
-            .rewind
-            .recover_others(&Default::default())
-            .await
-            .expect("recover");
-        assert_eq!(report, Default::default(), "its own: not even looked at");
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["half reverted", "-"]);
-        let intents = w.repo.intents().await.expect("intents");
-        assert_eq!(intents.len(), 1);
-        w.repo
-            .commit(Transaction {
-                guards: Vec::new(),
-                changes: vec![Change::DeleteIntent(token.clone())],
-                events: Vec::new(),
-            })
-            .await
-            .expect("drop the intent");
         for key in [
             LeaseKey::Session(s.id.clone()),
             LeaseKey::Worktree(ROOT.to_owned()),
         ] {
             w.repo.release_lease(&key, &token).await.expect("release");
         }
-        // As its operation would have left it.
-        w.write("a.txt", "a1");
-        w.write("new.txt", "n1");
+        let report = w
+            .rewind
+            .recover_others(&Default::default())
+            .await
+            .expect("recover");
+        assert_eq!(report.recovered, [token]);
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+
+        // A dead process's, skipped, then not.
         let dead = process(7);
         let token = crashed_revert(&w, &s.id, &dead).await;
         w.host.kill(&dead);
