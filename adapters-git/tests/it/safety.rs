@@ -857,6 +857,32 @@ async fn corrupted_stat_cache_still_gives_git_tree_ids() {
     }
 }
 
+/// A stat cache that cannot be written (a full disk; here a directory stands at its path, so the rename
+/// onto it fails) does not fail the track: the cache only saves work, and the snapshot's objects are
+/// written. Black-box: on a full data disk, this failed the rollback of a revert whose files needed
+/// nothing new stored.
+#[tokio::test]
+async fn a_stat_cache_that_cannot_be_written_does_not_fail_the_track() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    h.write("a.txt", b"one 7c1e\n");
+    h.id().await;
+    let cache = h.store_dir().join("rewind").join("stat-cache");
+    fs::remove_file(&cache).expect("the store has a stat cache");
+    fs::create_dir_all(cache.join("in-the-way")).expect("a directory in its place");
+    for round in 0..2 {
+        h.write("a.txt", format!("changed {round} 7c1e\n").as_bytes());
+        h.write(&format!("new-{round}.txt"), b"new 7c1e\n");
+        let ours = h.track().await;
+        assert_eq!(
+            ours.id.as_str(),
+            oracle.write_tree(h.root()),
+            "round {round}"
+        );
+        assert!(cache.is_dir(), "nothing was written in its place");
+    }
+}
+
 /// A patch path that leaves the worktree cannot be built, in code or from JSON.
 #[test]
 fn paths_leaving_the_worktree_cannot_be_built() {
