@@ -159,6 +159,65 @@ fn check_snapshot(store: &Store, id: &gix::ObjectId) -> GitResult<()> {
     }
 }
 
+/// What `track` returns of a track.
+fn track_outcome(tracked: track::Tracked) -> GitResult<TrackOutcome> {
+    let mut skipped = tracked.skipped;
+    // Said, not recorded with the id: every path of such a tree is ignored, which the record's rules
+    // already say.
+    if tracked.ignores.worktree_ignored() {
+        skipped.insert(
+            0,
+            SkippedPath {
+                path: ".".to_owned(),
+                reason: SkipReason::IgnoredWorktree,
+            },
+        );
+    }
+    Ok(TrackOutcome {
+        id: snapshot_id(&tracked.id)?,
+        skipped,
+        hashed: tracked.hashed,
+    })
+}
+
+/// The tracked paths that differ between `from` and `now`, a track of the worktree just taken: a path
+/// gone from the tracked content only when it is really gone.
+fn changed_since(
+    store: &Store,
+    from: &gix::ObjectId,
+    now: &track::Tracked,
+) -> GitResult<Vec<RelPath>> {
+    let root =
+        beneath::Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
+    let mut changed = Vec::new();
+    for (path, _, after) in diff_trees(&store.odb, from, &now.id)? {
+        if after.is_none() {
+            // Gone from the tracked content: listed only when it is really gone, never when it is still on
+            // disk but untracked now (ignored, over the cap) or ignored now; a directory standing there now
+            // is matched as one (`build/` ignores it). Looked up without following a symlink on the way:
+            // `real/f` is gone when `real` is a symlink now, even to a directory that has an `f` (that `f`
+            // is another file, not tracked as `real/f`).
+            let (dir, name) = beneath::split(&path);
+            let mode = root
+                .dir(dir)
+                .and_then(|fd| beneath::lstat_at(&fd, name))
+                .ok()
+                .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
+            let is_dir = mode.is_some_and(|t| t == rustix::fs::FileType::Directory);
+            let still_there = mode.is_some() && !is_dir;
+            let ignored_now = now.ignores.is_path_ignored(&path, is_dir, |dir| {
+                let file = store.worktree.join(dir).join(".gitignore");
+                ignore::read_rules(&file).ok().flatten()
+            });
+            if still_there || ignored_now {
+                continue;
+            }
+        }
+        changed.push(path);
+    }
+    rel_paths(changed)
+}
+
 fn rel_paths(paths: Vec<String>) -> GitResult<Vec<RelPath>> {
     paths
         .into_iter()
@@ -174,24 +233,7 @@ impl SnapshotPort for GitSnapshotStore {
 
     async fn track(&self, worktree: &Path) -> Result<TrackOutcome> {
         self.with_store(worktree, |store, config| {
-            let tracked = track::track(store, config)?;
-            let mut skipped = tracked.skipped;
-            // Said, not recorded with the id: every path of such a tree is ignored, which the record's
-            // rules already say.
-            if tracked.ignores.worktree_ignored() {
-                skipped.insert(
-                    0,
-                    SkippedPath {
-                        path: ".".to_owned(),
-                        reason: SkipReason::IgnoredWorktree,
-                    },
-                );
-            }
-            Ok(TrackOutcome {
-                id: snapshot_id(&tracked.id)?,
-                skipped,
-                hashed: tracked.hashed,
-            })
+            track_outcome(track::track(store, config)?)
         })
         .await
     }
@@ -201,35 +243,27 @@ impl SnapshotPort for GitSnapshotStore {
         self.with_store(worktree, move |store, config| {
             check_snapshot(store, &from)?;
             let now = track::track(store, config)?;
-            let root = beneath::Root::open(&store.worktree)
-                .map_err(|e| error::GitError::io(&store.worktree, e))?;
-            let mut changed = Vec::new();
-            for (path, _, after) in diff_trees(&store.odb, &from, &now.id)? {
-                if after.is_none() {
-                    // Gone from the tracked content: listed only when it is really gone, never when it is
-                    // still on disk but untracked now (ignored, over the cap) or ignored now; a directory
-                    // standing there now is matched as one (`build/` ignores it). Looked up without
-                    // following a symlink on the way: `real/f` is gone when `real` is a symlink now, even
-                    // to a directory that has an `f` (that `f` is another file, not tracked as `real/f`).
-                    let (dir, name) = beneath::split(&path);
-                    let mode = root
-                        .dir(dir)
-                        .and_then(|fd| beneath::lstat_at(&fd, name))
-                        .ok()
-                        .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
-                    let is_dir = mode.is_some_and(|t| t == rustix::fs::FileType::Directory);
-                    let still_there = mode.is_some() && !is_dir;
-                    let ignored_now = now.ignores.is_path_ignored(&path, is_dir, |dir| {
-                        let file = store.worktree.join(dir).join(".gitignore");
-                        ignore::read_rules(&file).ok().flatten()
-                    });
-                    if still_there || ignored_now {
-                        continue;
-                    }
-                }
-                changed.push(path);
-            }
-            rel_paths(changed)
+            changed_since(store, &from, &now)
+        })
+        .await
+    }
+
+    /// One walk: the track, and the files that differ from `from` found from the snapshot it returns.
+    async fn track_changes(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+    ) -> Result<(TrackOutcome, Result<Vec<RelPath>>)> {
+        let from = object_id(from);
+        self.with_store(worktree, move |store, config| {
+            let now = track::track(store, config)?;
+            let changed = from
+                .and_then(|from| {
+                    check_snapshot(store, &from)?;
+                    changed_since(store, &from, &now)
+                })
+                .map_err(Error::from);
+            Ok((track_outcome(now)?, changed))
         })
         .await
     }

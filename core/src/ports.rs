@@ -57,6 +57,19 @@ pub trait SnapshotPort: Send + Sync {
     async fn track(&self, worktree: &Path) -> Result<TrackOutcome>;
     /// Tracked paths that differ between `from` and the worktree now.
     async fn changed_files(&self, worktree: &Path, from: &SnapshotId) -> Result<Vec<RelPath>>;
+    /// `track`, and what `changed_files(worktree, from)` lists, from one look at the worktree: what a
+    /// step's end needs. The list is an error of its own (`from` gone from the store, say) beside the
+    /// snapshot, which stands. An adapter that can should walk the worktree once; this default tracks and
+    /// then lists, as two calls.
+    async fn track_changes(
+        &self,
+        worktree: &Path,
+        from: &SnapshotId,
+    ) -> Result<(TrackOutcome, Result<Vec<RelPath>>)> {
+        let tracked = self.track(worktree).await?;
+        let changed = self.changed_files(worktree, from).await;
+        Ok((tracked, changed))
+    }
     /// Paths that differ between two snapshots.
     async fn changed_between(
         &self,

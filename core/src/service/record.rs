@@ -917,15 +917,19 @@ impl Rewind {
             .await?;
         let mut warnings = Vec::new();
         let mut skipped_now = None;
-        let (snapshot, reason, files) = match self.snapshots.track(worktree(session)).await {
-            Ok(tracked) => {
+        let (snapshot, reason, files) = match self
+            .snapshots
+            .track_changes(worktree(session), &step.snapshot)
+            .await
+        {
+            Ok((tracked, listed)) => {
                 // Files the step's start already left out were named then, not a second time.
                 let skipped = newly_skipped(session, &tracked.skipped);
                 if !skipped.is_empty() {
                     warnings.push(skipped_warning(self.now(), &directory, &skipped));
                 }
                 skipped_now = Some(tracked.skipped.iter().map(|s| s.path.clone()).collect());
-                match self.step_changes(session, step, &tracked).await {
+                match self.step_changes(session, step, &tracked, listed).await {
                     Ok((files, ignored)) => {
                         warnings.extend(ignored);
                         (
@@ -1111,20 +1115,19 @@ impl Rewind {
     }
 
     /// What a step changed, its end tracked as `tracked`: the files that differ from its start's snapshot
-    /// in the worktree (`changed_files`, which leaves out a path ignored now) and between its two
-    /// snapshots both (its patch: a file written after the end's track, by the user a moment later, is not
-    /// the step's; black-box: under concurrent edits a patch named files its two snapshots held alike),
-    /// and the warning for files that left the tracked content without being named.
+    /// in the worktree (`listed`: `changed_files`, which leaves out a path ignored now, from the same look
+    /// as `tracked`) and between its two snapshots both (its patch: a file written after the end's
+    /// track, by the user a moment later, is not the step's; black-box: under concurrent edits a patch
+    /// named files its two snapshots held alike), and the warning for files that left the tracked content
+    /// without being named.
     async fn step_changes(
         &self,
         session: &Session,
         step: &OpenStep,
         tracked: &TrackOutcome,
+        listed: Result<Vec<RelPath>>,
     ) -> Result<(Vec<RelPath>, Option<Warning>)> {
-        let listed = self
-            .snapshots
-            .changed_files(worktree(session), &step.snapshot)
-            .await?;
+        let listed = listed?;
         let differing = if tracked.id == step.snapshot {
             Vec::new()
         } else {

@@ -319,17 +319,13 @@ fn an_abandoned_step_is_aborted_first() {
     let f = with_step(false);
     let mut snapshots = MockSnapshotPort::new();
     let mut seq = Sequence::new();
+    // The end's track and what changed since the start, from one look.
     snapshots
-        .expect_track()
-        .times(1)
-        .in_sequence(&mut seq)
-        .returning(|_| tracked(51));
-    snapshots
-        .expect_changed_files()
+        .expect_track_changes()
         .withf(|_, from| from == &sid(50))
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _| Ok(vec![rel("c.txt")]));
+        .returning(|_, _| Ok((tracked(51)?, Ok(vec![rel("c.txt")]))));
     // The snapshots differ only where the patch says: no file became ignored.
     snapshots
         .expect_changed_between()
@@ -374,11 +370,10 @@ fn an_abandoned_step_is_aborted_first() {
 fn a_step_s_patch_leaves_out_a_file_written_after_its_end_snapshot() {
     let f = with_step(false);
     let mut snapshots = MockSnapshotPort::new();
-    snapshots.expect_track().times(1).returning(|_| tracked(51));
     snapshots
-        .expect_changed_files()
+        .expect_track_changes()
         .times(1)
-        .returning(|_, _| Ok(vec![rel("c.txt"), rel("late.txt")]));
+        .returning(|_, _| Ok((tracked(51)?, Ok(vec![rel("c.txt"), rel("late.txt")]))));
     snapshots
         .expect_changed_between()
         .withf(|_, from, to| from == &sid(50) && to == &sid(51))

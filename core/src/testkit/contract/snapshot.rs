@@ -408,7 +408,16 @@ pub async fn changed_files_lists_added_modified_deleted_and_mode_changes(h: &dyn
         ])
     );
 
+    // `track_changes` lists the same from one look, beside the snapshot `track` returns.
+    let (tracked, listed) = h
+        .port()
+        .track_changes(h.root(), &from)
+        .await
+        .expect("track_changes");
+    assert_eq!(listed.expect("listed"), changed);
+
     let to = track(h).await.id;
+    assert_eq!(tracked.id, to);
     let between = h
         .port()
         .changed_between(h.root(), &from, &to)
@@ -427,6 +436,16 @@ pub async fn changed_files_lists_added_modified_deleted_and_mode_changes(h: &dyn
         ]),
         "between two trees, a file that left the tree is a change"
     );
+
+    // A start gone from the store fails the list, not the snapshot.
+    h.remove_snapshot_object(&from);
+    let (tracked, listed) = h
+        .port()
+        .track_changes(h.root(), &from)
+        .await
+        .expect("the track stands");
+    assert_eq!(tracked.id, to);
+    assert!(matches!(listed, Err(Error::MissingObject(_))), "{listed:?}");
 }
 
 /// Line counts equal `git diff --numstat`, rows come in path order with their status, and patches are
