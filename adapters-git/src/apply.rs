@@ -340,8 +340,9 @@ struct Applier<'a> {
     store: &'a Store,
     /// The worktree, every change is made through (`beneath`).
     root: Root,
-    /// The tests' race hook (`GitStoreConfig::change_hook`).
+    /// The tests' race hooks (`GitStoreConfig::change_hook` and `swap_hook`).
     hook: Option<ChangeHook>,
+    swap_hook: Option<ChangeHook>,
     /// For a revert: what each target was when the revert checked it against its snapshot (stat data, or
     /// none when absent). A target found otherwise when it is written or deleted changed after that
     /// check, and is left as it is.
@@ -424,13 +425,18 @@ enum TempError {
 fn write_file(
     store: &Store,
     root: &Root,
-    hook: Option<&ChangeHook>,
+    (hook, swap_hook): (Option<&ChangeHook>, Option<&ChangeHook>),
     job: &PendingWrite,
     releases: &mut Releases,
 ) -> GitResult<Done> {
     if let Some(hook) = hook {
         hook(&job.rel);
     }
+    let before_swap = || {
+        if let Some(hook) = swap_hook {
+            hook(&job.rel);
+        }
+    };
     let (dir_rel, name) = beneath::split(&job.rel);
     let dir = match root.dir(dir_rel) {
         Ok(dir) => dir,
@@ -452,7 +458,7 @@ fn write_file(
             };
         }
     };
-    match replace(&dir, &job.tmp, &temp, name, job.was, dir_path) {
+    match replace(&dir, &job.tmp, &temp, name, job.was, dir_path, before_swap) {
         Ok(Some(replaced)) => releases.push(replaced),
         Ok(None) => {
             remove_temp();
@@ -519,8 +525,9 @@ fn standing(
 
 /// Renames `tmp` over `name` in `dir` while what stands there is `was` (its stat data when checked; none:
 /// nothing stood there): for nothing, atomically (`RENAME_NOREPLACE`); for a file, right after looking at
-/// it again (`standing`), whose handle is returned for `Releases`. None when the path is not what was
-/// checked (nothing is renamed); a file gone meanwhile is written where it was.
+/// it again (`standing`), whose handle is returned for `Releases`, by swapping the two (`swap_in`). None
+/// when the path is not what was checked (nothing is replaced); a file gone meanwhile is written where it
+/// was. `before_swap` is the tests' race hook.
 fn replace(
     dir: &OwnedFd,
     tmp: &str,
@@ -528,6 +535,7 @@ fn replace(
     name: &str,
     was: Option<Stat>,
     dir_path: &Path,
+    before_swap: impl Fn(),
 ) -> io::Result<Option<Held>> {
     use rustix::fs::RenameFlags;
     use rustix::io::Errno;
@@ -537,11 +545,20 @@ fn replace(
                 // The file keeps the permissions it has (a private file stays private), with the execute
                 // bits its snapshot says.
                 temp.set_permissions(permissions.map(|p| kept_permissions(p, temp.executable)))?;
-                return match rustix::fs::renameat(dir, tmp, dir, name) {
-                    Ok(()) => Ok(Some(held)),
-                    // Turned into a directory since the look.
-                    Err(e) if taken_by_a_directory(e) => Ok(None),
-                    Err(e) => Err(e.into()),
+                before_swap();
+                return match swap_in(dir, tmp, name, was)? {
+                    Swapped::In => Ok(Some(held)),
+                    Swapped::Changed => Ok(None),
+                    // Deleted since the look: written where it was, as below.
+                    Swapped::Gone => {
+                        match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE)
+                        {
+                            Ok(()) => Ok(Some(Held::none())),
+                            Err(Errno::EXIST) => Ok(None),
+                            Err(e) if taken_by_a_directory(e) => Ok(None),
+                            Err(e) => Err(e.into()),
+                        }
+                    }
                 };
             }
             Standing::Other => return Ok(None),
@@ -564,6 +581,68 @@ fn replace(
         },
         Err(e) => Err(e.into()),
     }
+}
+
+/// What `swap_in` did.
+enum Swapped {
+    /// The new content stands at the name, and what stood there is removed.
+    In,
+    /// What stood there had changed since the look (a write landed in between): it stands there again,
+    /// and the new content is back at the temporary name.
+    Changed,
+    /// Nothing stands at the name any more; nothing was done.
+    Gone,
+}
+
+/// Puts the temporary file `tmp` at `name` in `dir`, where `was` (stat data) stood at the last look. The
+/// two are swapped in one step (`RENAME_EXCHANGE`), and what came out is looked at: still `was`, it is
+/// removed; otherwise a write landed between the look and the swap (a user's edit in place, or a file put
+/// there by rename), and it is swapped back, so nothing of the user's is lost (a plain rename would have
+/// dropped it with no copy). Should yet another file have come to the name in that instant, the one that
+/// comes out is moved aside under a name of its own (`<name>.rewind-kept-<temporary name>`) rather than
+/// removed. A filesystem without the swap (NFS, some FUSE) gets a plain rename, as before.
+fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swapped> {
+    use rustix::fs::{AtFlags, RenameFlags};
+    use rustix::io::Errno;
+    let ours = beneath::lstat_at(dir, tmp)?;
+    match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        Err(Errno::NOENT) => return Ok(Swapped::Gone),
+        Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+            return match rustix::fs::renameat(dir, tmp, dir, name) {
+                Ok(()) => Ok(Swapped::In),
+                // Turned into a directory since the look.
+                Err(e) if taken_by_a_directory(e) => Ok(Swapped::Changed),
+                Err(e) => Err(e.into()),
+            };
+        }
+        Err(e) => return Err(e.into()),
+    }
+    // The swap itself sets the status change time of both files (Linux's filesystems do, on a rename):
+    // what came out is `was` when all else is. A write sets the modification time (or the size).
+    let out = beneath::lstat_at(dir, tmp)?;
+    let unchanged = Stat::of_rustix(&out).is_some_and(|out| {
+        Stat {
+            ctime_ns: was.ctime_ns,
+            ..out
+        } == was
+    });
+    if unchanged {
+        match rustix::fs::unlinkat(dir, tmp, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => return Ok(Swapped::In),
+            // A directory swapped out has the stat of no file `was` can be; not reached.
+            Err(e) => return Err(e.into()),
+        }
+    }
+    rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE)?;
+    let back = beneath::lstat_at(dir, tmp)?;
+    if (back.st_dev, back.st_ino) != (ours.st_dev, ours.st_ino) {
+        // Not the new content: someone else's file, moved aside so the caller's clean-up of the
+        // temporary name cannot remove it.
+        let aside = format!("{name}.rewind-kept-{tmp}");
+        rustix::fs::renameat_with(dir, tmp, dir, aside.as_str(), RenameFlags::NOREPLACE)?;
+    }
+    Ok(Swapped::Changed)
 }
 
 /// Deletes `name` in `dir` while it is the file or symlink `was` (its stat data when checked). Moved when
@@ -717,6 +796,7 @@ impl<'a> Applier<'a> {
             store,
             root: Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?,
             hook: config.change_hook.clone(),
+            swap_hook: config.swap_hook.clone(),
             expected: HashMap::new(),
             protected: HashSet::new(),
             tracked,
@@ -742,13 +822,14 @@ impl<'a> Applier<'a> {
         let jobs = std::mem::take(&mut self.pending);
         self.pending_paths.clear();
         self.pending_dirs.clear();
-        let (store, root, hook) = (self.store, &self.root, self.hook.as_ref());
+        let (store, root) = (self.store, &self.root);
+        let hooks = (self.hook.as_ref(), self.swap_hook.as_ref());
         let outcomes = crate::track::parallel_map_on(
             &jobs,
             WRITE_THREADS,
             1,
             Releases::default,
-            |releases, job| write_file(store, root, hook, job, releases),
+            |releases, job| write_file(store, root, hooks, job, releases),
         )?;
         for (job, outcome) in jobs.into_iter().zip(outcomes) {
             match outcome {

@@ -55,6 +55,9 @@ pub struct GitStoreConfig {
     pub read_fault: Option<ReadFault>,
     /// Test race injection; `None` in production.
     pub change_hook: Option<ChangeHook>,
+    /// Test race injection at the last moment: called with a worktree-relative path after the last look
+    /// at the file to be replaced there, right before the new content is swapped in; `None` in production.
+    pub swap_hook: Option<ChangeHook>,
 }
 
 impl fmt::Debug for GitStoreConfig {
@@ -70,6 +73,7 @@ impl fmt::Debug for GitStoreConfig {
             .field("home_dir", &self.home_dir)
             .field("read_fault", &self.read_fault.is_some())
             .field("change_hook", &self.change_hook.is_some())
+            .field("swap_hook", &self.swap_hook.is_some())
             .finish()
     }
 }
@@ -88,6 +92,7 @@ impl GitStoreConfig {
             home_dir: std::env::var_os("HOME").map(PathBuf::from),
             read_fault: None,
             change_hook: None,
+            swap_hook: None,
         }
     }
 }
