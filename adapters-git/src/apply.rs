@@ -1156,14 +1156,15 @@ impl<'a> Applier<'a> {
 
     /// Teaches the stat cache what this operation wrote and deleted, so the next track reads only these
     /// files again (they are racy) instead of rebuilding the cache. Best effort: the cache stays as it was
-    /// when anything is unknown, and a stale cache only costs re-hashing.
+    /// when anything is unknown or it cannot be written (a full disk: the files are written, and failing
+    /// here would fail the operation, then its rollback, for a cache), and a stale cache only costs
+    /// re-hashing: each rewritten file has a new inode and status change time.
     /// `edited` as `StatCache::note_applied` takes it.
-    fn teach_stat_cache(&self, edited: Option<(ObjectId, ObjectId)>) -> GitResult<()> {
-        match self.applied_with_stats() {
-            Some(changes) if !changes.is_empty() => {
-                StatCache::note_applied(self.store, &changes, edited)
-            }
-            _ => Ok(()),
+    fn teach_stat_cache(&self, edited: Option<(ObjectId, ObjectId)>) {
+        if let Some(changes) = self.applied_with_stats()
+            && !changes.is_empty()
+        {
+            let _unsaved = StatCache::note_applied(self.store, &changes, edited);
         }
     }
 
@@ -1356,7 +1357,7 @@ pub fn restore(
     }
     applier.flush()?;
     store.clear_journal()?;
-    applier.teach_stat_cache(None)?;
+    applier.teach_stat_cache(None);
     // Paths named in the scope that are untracked now and absent from the target stay as they are.
     if let Some(paths) = &scope {
         for path in paths {
@@ -2065,7 +2066,7 @@ fn write_planned(
         _ => edit(&store.odb, base, &changes)?,
     };
     store.odb.end_batch()?;
-    applier.teach_stat_cache(Some((*base, applied)))?;
+    applier.teach_stat_cache(Some((*base, applied)));
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
     Ok(RevertOutcome {

@@ -883,6 +883,59 @@ async fn a_stat_cache_that_cannot_be_written_does_not_fail_the_track() {
     }
 }
 
+/// Nor does it fail a revert or a restore, which teach the cache what they wrote (review: on a full disk a
+/// revert failed there after writing its files, and so did its rollback, after putting them back).
+#[tokio::test]
+async fn a_stat_cache_that_cannot_be_written_does_not_fail_a_revert_or_a_restore() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"one 3e5d\n");
+    let first = h.id().await;
+    h.write("a.txt", b"two 3e5d\n");
+    h.write("b.txt", b"new 3e5d\n");
+    let second = h.id().await;
+    // The cache can be read but not replaced: immutable (`chattr +i`; CI runs as root on ext4, where the
+    // flag holds even for root). A directory in its place, as above, would not be read either, and then
+    // nothing is taught.
+    let cache = h.store_dir().join("rewind").join("stat-cache");
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&cache)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(
+        chattr("+i"),
+        "chattr +i failed: this test needs a filesystem with the immutable flag"
+    );
+    // The flag comes off however the test ends, so its directory can be removed.
+    struct Mutable<F: Fn(&str) -> bool>(F);
+    impl<F: Fn(&str) -> bool> Drop for Mutable<F> {
+        fn drop(&mut self) {
+            (self.0)("-i");
+        }
+    }
+    let _mutable = Mutable(chattr);
+    let patches = one_patch(&first, &["a.txt", "b.txt"]);
+    let reverted = h
+        .port()
+        .revert(h.root(), &patches, &second)
+        .await
+        .expect("revert");
+    assert_eq!(reverted.written, rels(&["a.txt"]));
+    assert_eq!(reverted.deleted, rels(&["b.txt"]));
+    assert_eq!(h.read("a.txt"), text("one 3e5d\n"));
+    let restored = h
+        .port()
+        .restore(h.root(), &second, None)
+        .await
+        .expect("restore");
+    let unchanged = fs::read(&cache);
+    assert_eq!(restored.written, rels(&["a.txt", "b.txt"]));
+    assert_eq!(h.read("b.txt"), text("new 3e5d\n"));
+    assert!(unchanged.is_ok(), "the cache was still there to read");
+}
+
 /// A patch path that leaves the worktree cannot be built, in code or from JSON.
 #[test]
 fn paths_leaving_the_worktree_cannot_be_built() {
