@@ -23,8 +23,14 @@ impl Rewind {
 
     /// Every message of a session with its parts, ascending; reverted messages are included until cleanup.
     pub async fn messages(&self, id: &SessionId) -> Result<Vec<MessageWithParts>> {
-        self.load_session(id).await?;
-        self.repo.messages(id).await
+        let session = self.load_session(id).await?;
+        let mut messages = self.repo.messages(id).await?;
+        for message in &mut messages {
+            // Stored before rewind gave them (review): a client typed against OpenCode's schema reads
+            // them all the same.
+            message.info.fill_required_fields(&session.directory);
+        }
+        Ok(messages)
     }
 
     /// One message with its parts.
@@ -33,8 +39,10 @@ impl Rewind {
         session: &SessionId,
         message: &MessageId,
     ) -> Result<MessageWithParts> {
-        self.load_session(session).await?;
-        self.load_message(session, message).await
+        let directory = self.load_session(session).await?.directory;
+        let mut message = self.load_message(session, message).await?;
+        message.info.fill_required_fields(&directory);
+        Ok(message)
     }
 
     /// The session's warnings, oldest first.

@@ -711,6 +711,7 @@ impl Rewind {
             // Working again: complete only when this step ends.
             let mut working = message.info.clone();
             working.time.completed = None;
+            working.fill_required_fields(&session.directory);
             self.push_message(&mut transaction, working);
         }
         for created in new {
@@ -1029,6 +1030,7 @@ impl Rewind {
         // client may not set itself); a step begun after clears it again.
         let mut completed = message.info.clone();
         completed.time.completed = Some(now);
+        completed.fill_required_fields(&directory);
         completed.add_step_usage(cost, end.tokens.as_ref());
         self.push_message(&mut transaction, completed);
         // The turn's summary is left as it was when its diff cannot be made (a snapshot of the turn gone

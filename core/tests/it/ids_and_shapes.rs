@@ -1,10 +1,10 @@
 //! Ids (SPEC section 3) and the JSON shapes of the domain types (OpenCode's field names, optional fields
 //! left out).
 
-use rewind_core::Error;
 use rewind_core::id::{Id, IdGenerator, ensure_sorts_after};
 use rewind_core::model::{EventId, MessageId, PartId, Role, SessionId, SnapshotId};
 use rewind_core::service::{NewMessage, NewPart};
+use rewind_core::{Error, MessageRepo};
 use serde_json::json;
 
 use crate::support::{World, block_on};
@@ -565,6 +565,30 @@ fn messages_have_the_fields_opencode_s_schema_requires() {
         assert_eq!(info["agent"], "");
         assert_eq!(info["model"], json!({"providerID": "", "modelID": ""}));
         assert!(info.get("cost").is_none(), "{info}");
+        // A message stored without them (by an older rewind) gets them when read (review).
+        let mut old = stored.info.clone();
+        for key in ["modelID", "tokens", "path"] {
+            old.extra.remove(key);
+        }
+        w.repo
+            .commit(rewind_core::Transaction {
+                guards: Vec::new(),
+                changes: vec![rewind_core::Change::PutMessage(Box::new(old))],
+                events: Vec::new(),
+            })
+            .await
+            .expect("store it as an older rewind did");
+        let read = w
+            .rewind
+            .message(&s.id, &given.info.id)
+            .await
+            .expect("message");
+        let info = serde_json::to_value(&read.info).expect("json");
+        assert_eq!(info["modelID"], "");
+        assert_eq!(info["tokens"]["output"], json!(0));
+        assert_eq!(info["path"]["cwd"], json!(s.directory));
+        let listed = w.messages(&s.id).await;
+        assert_eq!(listed[1].info, read.info);
     })
 }
 
