@@ -117,7 +117,16 @@ impl WorktreeFilter {
             ours
         };
         if let Some(info) = info {
-            return known(info.directory == self.directory);
+            let ours = info.directory == self.directory;
+            if matches!(event.payload, EventPayload::SessionDeleted { .. }) {
+                // Its last event: the stream forgets it (the map holds only live sessions).
+                self.known
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(id);
+                return ours;
+            }
+            return known(ours);
         }
         let seen = self
             .known
@@ -127,14 +136,14 @@ impl WorktreeFilter {
             .copied();
         match seen {
             Some(ours) => ours,
-            // A session that cannot be read (deleted since) is not sent: its deletion, which carries its
-            // directory, was.
-            None => known(
-                self.rewind
-                    .session(id)
-                    .await
-                    .is_ok_and(|session| session.directory == self.directory),
-            ),
+            None => match self.rewind.session(id).await {
+                Ok(session) => known(session.directory == self.directory),
+                // Deleted since: not sent, as its deletion (which carries its directory) was or will be.
+                Err(rewind_core::Error::NotFound(_)) => false,
+                // Not known now (the database busy, say): sent rather than lost, and asked again next
+                // time (review).
+                Err(_) => true,
+            },
         }
     }
 }
