@@ -618,16 +618,7 @@ fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swappe
         }
         Err(e) => return Err(e.into()),
     }
-    // The swap itself sets the status change time of both files (Linux's filesystems do, on a rename):
-    // what came out is `was` when all else is. A write sets the modification time (or the size).
-    let out = beneath::lstat_at(dir, tmp)?;
-    let unchanged = Stat::of_rustix(&out).is_some_and(|out| {
-        Stat {
-            ctime_ns: was.ctime_ns,
-            ..out
-        } == was
-    });
-    if unchanged {
+    if moved_unchanged(&beneath::lstat_at(dir, tmp)?, was) {
         match rustix::fs::unlinkat(dir, tmp, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => return Ok(Swapped::In),
             // A directory swapped out has the stat of no file `was` can be; not reached.
@@ -643,6 +634,66 @@ fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swappe
         rustix::fs::renameat_with(dir, tmp, dir, aside.as_str(), RenameFlags::NOREPLACE)?;
     }
     Ok(Swapped::Changed)
+}
+
+/// Whether `moved`, the stat data of a file just renamed, is the file `was`: a rename sets the status
+/// change time (Linux's filesystems do), so all else is compared. A write sets the modification time (or
+/// the size).
+fn moved_unchanged(moved: &rustix::fs::Stat, was: Stat) -> bool {
+    Stat::of_rustix(moved).is_some_and(|moved| {
+        Stat {
+            ctime_ns: was.ctime_ns,
+            ..moved
+        } == was
+    })
+}
+
+/// Deletes `name` in `dir` while it is the file or symlink `was`, as `remove` does, but closing the
+/// window between the last look and the unlink: the file is moved to `aside` (a temporary name of the
+/// operation's batch, in a directory its journal names) in one step, and what was moved is looked at:
+/// still `was`, it is removed; otherwise a write landed in between (an edit in that window was deleted
+/// with no copy), and it is put back and the path kept. Should a new file have come to the name in that
+/// instant, the one moved is left beside it as `<name>.rewind-kept-<aside>`, never removed.
+fn remove_aside(
+    dir: &OwnedFd,
+    name: &str,
+    was: Stat,
+    dir_path: &Path,
+    aside: &str,
+    before_move: impl Fn(),
+) -> io::Result<Done> {
+    use rustix::fs::{AtFlags, RenameFlags};
+    use rustix::io::Errno;
+    let held = match standing(dir, name, was, dir_path, crate::replace::is_ext4_fd(dir))? {
+        Standing::Same(held, _) => held,
+        Standing::Other => return Ok(Done::Moved),
+        Standing::Gone => return Ok(Done::Changed(None)),
+    };
+    before_move();
+    match rustix::fs::renameat(dir, name, dir, aside) {
+        Ok(()) => {}
+        Err(Errno::NOENT) => return Ok(Done::Changed(None)),
+        Err(e) => return Err(e.into()),
+    }
+    if moved_unchanged(&beneath::lstat_at(dir, aside)?, was) {
+        match rustix::fs::unlinkat(dir, aside, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+        held.release();
+        return Ok(Done::Changed(None));
+    }
+    match rustix::fs::renameat_with(dir, aside, dir, name, RenameFlags::NOREPLACE) {
+        Ok(()) => {}
+        Err(Errno::INVAL | Errno::NOSYS) if beneath::lstat_at(dir, name).is_err() => {
+            rustix::fs::renameat(dir, aside, dir, name)?;
+        }
+        Err(_) => {
+            let kept = format!("{name}.rewind-kept-{aside}");
+            rustix::fs::renameat(dir, aside, dir, kept.as_str())?;
+        }
+    }
+    Ok(Done::Moved)
 }
 
 /// Deletes `name` in `dir` while it is the file or symlink `was` (its stat data when checked). Moved when
@@ -944,7 +995,7 @@ impl<'a> Applier<'a> {
                 let Some(was) = now else {
                     return self.keep(path, "it is not a file or symlink, so it is left as it is");
                 };
-                match self.remove_file(path, was)? {
+                match self.remove_file_aside(path, was)? {
                     Done::Changed(_) => {
                         self.record(path, true, None);
                         self.remove_empty_parents(path);
@@ -954,6 +1005,31 @@ impl<'a> Applier<'a> {
                 }
             }
         }
+    }
+
+    /// `remove_file` through `remove_aside`, with a temporary name of this operation's batch (the
+    /// directory is in its journal).
+    fn remove_file_aside(&mut self, path: &str, was: Stat) -> GitResult<Done> {
+        if let Some(hook) = &self.hook {
+            hook(path);
+        }
+        self.counter += 1;
+        let aside = temp_name(&self.batch, self.counter);
+        let abs = self.abs(path);
+        let (dir_rel, name) = beneath::split(path);
+        let dir = match self.root.dir(dir_rel) {
+            Ok(dir) => dir,
+            Err(e) if beneath::moved(&e) => return Ok(Done::Moved),
+            Err(e) => return Err(GitError::io(&abs, e)),
+        };
+        let dir_path = abs.parent().unwrap_or(&self.store.worktree);
+        let before_move = || {
+            if let Some(hook) = &self.swap_hook {
+                hook(path);
+            }
+        };
+        remove_aside(&dir, name, was, dir_path, &aside, before_move)
+            .map_err(|e| GitError::io(&abs, e))
     }
 
     /// Deletes file or symlink `path` through its directory's handle, while it is `was`.
@@ -1336,7 +1412,12 @@ pub fn restore(
     {
         applier.existed_empty = record.dirs_kept_when_emptied();
     }
-    applier.journal_parents(writes.iter().map(|(p, _, _)| p.clone()))?;
+    applier.journal_parents(
+        writes
+            .iter()
+            .map(|(p, _, _)| p.clone())
+            .chain(deletions.iter().cloned()),
+    )?;
     applier.scope = scope.clone();
     applier.expected = expected;
     applier.protected = changed_since.iter().cloned().collect();

@@ -277,6 +277,37 @@ async fn a_write_between_the_last_look_and_the_swap_is_not_lost() {
     }
 }
 
+/// The same for a file a revert deletes: it is moved aside in one step and looked at; a write that
+/// landed between the last look and the move puts it back, kept.
+#[tokio::test]
+async fn a_write_between_the_last_look_and_a_delete_is_not_lost() {
+    let (h, armed) = racing_in("d.txt", Hook::Swap);
+    h.write("keep.txt", b"k\n");
+    let s = h.id().await;
+    h.write("d.txt", b"made later\n");
+    h.write("gone.txt", b"made later too\n");
+    let outcome = revert_racing(
+        &h,
+        &armed,
+        writes("d.txt", "edited in the window\n"),
+        &s,
+        &["d.txt", "gone.txt"],
+    )
+    .await;
+    assert_eq!(h.read("d.txt"), text("edited in the window\n"));
+    assert!(kept(&outcome.kept, "d.txt").is_some(), "{outcome:?}");
+    assert_eq!(h.read("gone.txt"), None, "the other one is deleted");
+    let names: Vec<String> = fs::read_dir(h.root())
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.contains(".rewind-")),
+        "nothing of rewind's is left: {names:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_file_edited_right_before_a_revert_deletes_it_is_left_alone() {
     let (h, armed) = racing("d.txt", false);
