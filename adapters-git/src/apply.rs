@@ -995,7 +995,7 @@ impl<'a> Applier<'a> {
                 let Some(was) = now else {
                     return self.keep(path, "it is not a file or symlink, so it is left as it is");
                 };
-                match self.remove_file_aside(path, was)? {
+                match self.remove_file(path, was, true)? {
                     Done::Changed(_) => {
                         self.record(path, true, None);
                         self.remove_empty_parents(path);
@@ -1007,14 +1007,18 @@ impl<'a> Applier<'a> {
         }
     }
 
-    /// `remove_file` through `remove_aside`, with a temporary name of this operation's batch (the
-    /// directory is in its journal).
-    fn remove_file_aside(&mut self, path: &str, was: Stat) -> GitResult<Done> {
+    /// Deletes file or symlink `path` through its directory's handle, while it is `was`: moved `aside`
+    /// first and looked at (`remove_aside`, with a temporary name of this operation's batch, whose
+    /// directory the journal names), or unlinked after its look (`remove`: a file removed to make room
+    /// for a directory, whose directory the journal need not name).
+    fn remove_file(&mut self, path: &str, was: Stat, aside: bool) -> GitResult<Done> {
         if let Some(hook) = &self.hook {
             hook(path);
         }
-        self.counter += 1;
-        let aside = temp_name(&self.batch, self.counter);
+        let aside = aside.then(|| {
+            self.counter += 1;
+            temp_name(&self.batch, self.counter)
+        });
         let abs = self.abs(path);
         let (dir_rel, name) = beneath::split(path);
         let dir = match self.root.dir(dir_rel) {
@@ -1023,29 +1027,18 @@ impl<'a> Applier<'a> {
             Err(e) => return Err(GitError::io(&abs, e)),
         };
         let dir_path = abs.parent().unwrap_or(&self.store.worktree);
-        let before_move = || {
-            if let Some(hook) = &self.swap_hook {
-                hook(path);
+        let removed = match &aside {
+            Some(aside) => {
+                let before_move = || {
+                    if let Some(hook) = &self.swap_hook {
+                        hook(path);
+                    }
+                };
+                remove_aside(&dir, name, was, dir_path, aside, before_move)
             }
+            None => remove(&dir, name, was, dir_path),
         };
-        remove_aside(&dir, name, was, dir_path, &aside, before_move)
-            .map_err(|e| GitError::io(&abs, e))
-    }
-
-    /// Deletes file or symlink `path` through its directory's handle, while it is `was`.
-    fn remove_file(&self, path: &str, was: Stat) -> GitResult<Done> {
-        if let Some(hook) = &self.hook {
-            hook(path);
-        }
-        let abs = self.abs(path);
-        let (dir_rel, name) = beneath::split(path);
-        let dir = match self.root.dir(dir_rel) {
-            Ok(dir) => dir,
-            Err(e) if beneath::moved(&e) => return Ok(Done::Moved),
-            Err(e) => return Err(GitError::io(&abs, e)),
-        };
-        let dir_path = abs.parent().unwrap_or(&self.store.worktree);
-        remove(&dir, name, was, dir_path).map_err(|e| GitError::io(&abs, e))
+        removed.map_err(|e| GitError::io(&abs, e))
     }
 
     /// Makes directory `path` through its parent's handle. Moved when the parent is not a directory
@@ -1144,7 +1137,7 @@ impl<'a> Applier<'a> {
                         );
                     }
                     let removed = match now {
-                        Some(was) => self.remove_file(parent, was)?,
+                        Some(was) => self.remove_file(parent, was, false)?,
                         None => Done::Moved,
                     };
                     if let Done::Moved = removed {

@@ -66,6 +66,19 @@ fn racing_in(at: &'static str, hook: Hook) -> (GitHarness, Armed) {
     (h, armed)
 }
 
+/// No temporary or kept-aside file of rewind's stands in the worktree's top directory.
+fn nothing_of_rewind_s_is_left(h: &GitHarness, how: &str) {
+    let names: Vec<String> = fs::read_dir(h.root())
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.contains(".rewind-")),
+        "{how}: nothing of rewind's is left: {names:?}"
+    );
+}
+
 fn arm(armed: &Armed, action: Action) {
     *armed.lock().unwrap_or_else(PoisonError::into_inner) = Some(action);
 }
@@ -265,15 +278,7 @@ async fn a_write_between_the_last_look_and_the_swap_is_not_lost() {
         assert!(kept(&outcome.kept, "e.txt").is_some(), "{how}: {outcome:?}");
         // The other file, with no write in its window, is reverted.
         assert_eq!(h.read("other.txt"), text("o1\n"), "{how}");
-        let names: Vec<String> = fs::read_dir(h.root())
-            .expect("list")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        assert!(
-            names.iter().all(|n| !n.contains(".rewind-")),
-            "{how}: nothing of rewind's is left: {names:?}"
-        );
+        nothing_of_rewind_s_is_left(&h, how);
     }
 }
 
@@ -297,15 +302,7 @@ async fn a_write_between_the_last_look_and_a_delete_is_not_lost() {
     assert_eq!(h.read("d.txt"), text("edited in the window\n"));
     assert!(kept(&outcome.kept, "d.txt").is_some(), "{outcome:?}");
     assert_eq!(h.read("gone.txt"), None, "the other one is deleted");
-    let names: Vec<String> = fs::read_dir(h.root())
-        .expect("list")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(
-        names.iter().all(|n| !n.contains(".rewind-")),
-        "nothing of rewind's is left: {names:?}"
-    );
+    nothing_of_rewind_s_is_left(&h, "delete");
 }
 
 #[tokio::test]
