@@ -618,22 +618,51 @@ fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swappe
         }
         Err(e) => return Err(e.into()),
     }
-    if moved_unchanged(&beneath::lstat_at(dir, tmp)?, was) {
+    // From here on, what stands at `tmp` may be the user's: it is never left there on a failure, where
+    // the caller's clean-up of the temporary name would remove it.
+    let unchanged = beneath::lstat_at(dir, tmp).is_ok_and(|out| moved_unchanged(&out, was));
+    if unchanged {
         match rustix::fs::unlinkat(dir, tmp, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => return Ok(Swapped::In),
-            // A directory swapped out has the stat of no file `was` can be; not reached.
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                keep_aside(dir, tmp, name);
+                return Err(e.into());
+            }
         }
     }
-    rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE)?;
-    let back = beneath::lstat_at(dir, tmp)?;
-    if (back.st_dev, back.st_ino) != (ours.st_dev, ours.st_ino) {
-        // Not the new content: someone else's file, moved aside so the caller's clean-up of the
-        // temporary name cannot remove it.
-        let aside = format!("{name}.rewind-kept-{tmp}");
-        rustix::fs::renameat_with(dir, tmp, dir, aside.as_str(), RenameFlags::NOREPLACE)?;
+    match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        // The new content was removed from the name meanwhile: the user's goes back there.
+        Err(Errno::NOENT) => {
+            if rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE).is_err() {
+                keep_aside(dir, tmp, name);
+            }
+            return Ok(Swapped::Changed);
+        }
+        Err(e) => {
+            keep_aside(dir, tmp, name);
+            return Err(e.into());
+        }
+    }
+    let back = beneath::lstat_at(dir, tmp);
+    if back.is_ok_and(|back| (back.st_dev, back.st_ino) != (ours.st_dev, ours.st_ino)) {
+        // Not the new content: someone else's file.
+        keep_aside(dir, tmp, name);
     }
     Ok(Swapped::Changed)
+}
+
+/// Moves what stands at the temporary name `tmp` (a user's file, swapped or moved out) to
+/// `<name>.rewind-kept-<tmp>` beside it, where no clean-up of temporary files removes it.
+fn keep_aside(dir: &OwnedFd, tmp: &str, name: &str) {
+    let kept = format!("{name}.rewind-kept-{tmp}");
+    let _ = rustix::fs::renameat_with(
+        dir,
+        tmp,
+        dir,
+        kept.as_str(),
+        rustix::fs::RenameFlags::NOREPLACE,
+    );
 }
 
 /// Whether `moved`, the stat data of a file just renamed, is the file `was`: a rename sets the status
@@ -675,23 +704,28 @@ fn remove_aside(
         Err(Errno::NOENT) => return Ok(Done::Changed(None)),
         Err(e) => return Err(e.into()),
     }
-    if moved_unchanged(&beneath::lstat_at(dir, aside)?, was) {
+    let unchanged = beneath::lstat_at(dir, aside).is_ok_and(|moved| moved_unchanged(&moved, was));
+    if unchanged {
         match rustix::fs::unlinkat(dir, aside, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                // Back where it was, rather than under a temporary name a clean-up would remove.
+                if rustix::fs::renameat_with(dir, aside, dir, name, RenameFlags::NOREPLACE).is_err()
+                {
+                    keep_aside(dir, aside, name);
+                }
+                return Err(e.into());
+            }
         }
         held.release();
         return Ok(Done::Changed(None));
     }
     match rustix::fs::renameat_with(dir, aside, dir, name, RenameFlags::NOREPLACE) {
         Ok(()) => {}
-        Err(Errno::INVAL | Errno::NOSYS) if beneath::lstat_at(dir, name).is_err() => {
-            rustix::fs::renameat(dir, aside, dir, name)?;
-        }
-        Err(_) => {
-            let kept = format!("{name}.rewind-kept-{aside}");
-            rustix::fs::renameat(dir, aside, dir, kept.as_str())?;
-        }
+        Err(Errno::INVAL | Errno::NOSYS)
+            if beneath::lstat_at(dir, name).is_err()
+                && rustix::fs::renameat(dir, aside, dir, name).is_ok() => {}
+        Err(_) => keep_aside(dir, aside, name),
     }
     Ok(Done::Moved)
 }
