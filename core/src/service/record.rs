@@ -173,7 +173,7 @@ impl Rewind {
                 guards,
                 ..Transaction::default()
             };
-            self.push_message(&mut transaction, info.clone());
+            self.push_message(&mut transaction, info.clone(), &session.directory);
             for part in &parts {
                 self.push_part(&mut transaction, part.clone());
             }
@@ -241,7 +241,7 @@ impl Rewind {
                     .filter(|p| !removed.contains(&p.id))
                     .map(|p| Some(&p.id)),
             ));
-            self.push_message(&mut transaction, info.clone());
+            self.push_message(&mut transaction, info.clone(), &session.directory);
             for part in &parts {
                 self.push_part(&mut transaction, part.clone());
             }
@@ -711,8 +711,7 @@ impl Rewind {
             // Working again: complete only when this step ends.
             let mut working = message.info.clone();
             working.time.completed = None;
-            working.fill_required_fields(&session.directory);
-            self.push_message(&mut transaction, working);
+            self.push_message(&mut transaction, working, &session.directory);
         }
         for created in new {
             // Their ids were checked against the new messages only: free in the rest of the session too
@@ -725,7 +724,7 @@ impl Rewind {
                     .filter(|p| !removed.contains(&p.id))
                     .map(|p| Some(&p.id)),
             ));
-            self.push_message(&mut transaction, created.info.clone());
+            self.push_message(&mut transaction, created.info.clone(), &session.directory);
             for part in &created.parts {
                 self.push_part(&mut transaction, part.clone());
             }
@@ -1030,9 +1029,8 @@ impl Rewind {
         // client may not set itself); a step begun after clears it again.
         let mut completed = message.info.clone();
         completed.time.completed = Some(now);
-        completed.fill_required_fields(&directory);
         completed.add_step_usage(cost, end.tokens.as_ref());
-        self.push_message(&mut transaction, completed);
+        self.push_message(&mut transaction, completed, &directory);
         // The turn's summary is left as it was when its diff cannot be made (a snapshot of the turn gone
         // from the store): the step is closed all the same.
         if let Some(end_snapshot) = &snapshot {
@@ -1040,7 +1038,7 @@ impl Rewind {
                 .turn_summary(&session.id, &message.info, end_snapshot, &directory)
                 .await
             {
-                Ok(Some(user)) => self.push_message(&mut transaction, user),
+                Ok(Some(user)) => self.push_message(&mut transaction, user, &directory),
                 Ok(None) | Err(Error::MissingObject(_)) => {}
                 Err(error) => return Err(error),
             }
@@ -1242,8 +1240,10 @@ impl Rewind {
         Ok(parts)
     }
 
-    /// Stores `info` (a message's new state) with its `message.updated` event.
-    fn push_message(&self, transaction: &mut Transaction, info: Message) {
+    /// Stores `info` (a message's new state) with its `message.updated` event, with the fields OpenCode's
+    /// schema requires (a message stored by an older rewind lacks them; `directory` is its session's).
+    fn push_message(&self, transaction: &mut Transaction, mut info: Message, directory: &str) {
+        info.fill_required_fields(directory);
         transaction
             .events
             .push(self.event(EventPayload::MessageUpdated {
