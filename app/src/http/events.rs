@@ -109,42 +109,36 @@ impl WorktreeFilter {
         let Some((id, info)) = event.payload.session() else {
             return true;
         };
-        let known = |ours: bool| {
-            self.known
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(id.clone(), ours);
-            ours
-        };
         if let Some(info) = info {
             let ours = info.directory == self.directory;
             if matches!(event.payload, EventPayload::SessionDeleted { .. }) {
                 // Its last event: the stream forgets it (the map holds only live sessions).
-                self.known
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(id);
-                return ours;
+                self.known().remove(id);
+            } else {
+                self.known().insert(id.clone(), ours);
             }
-            return known(ours);
+            return ours;
         }
-        let seen = self
-            .known
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .copied();
-        match seen {
-            Some(ours) => ours,
-            None => match self.rewind.session(id).await {
-                Ok(session) => known(session.directory == self.directory),
-                // Deleted since: not sent, as its deletion (which carries its directory) was or will be.
-                Err(rewind_core::Error::NotFound(_)) => false,
-                // Not known now (the database busy, say): sent rather than lost, and asked again next
-                // time (review).
-                Err(_) => true,
-            },
+        let seen = self.known().get(id).copied();
+        if let Some(ours) = seen {
+            return ours;
         }
+        match self.rewind.session(id).await {
+            Ok(session) => {
+                let ours = session.directory == self.directory;
+                self.known().insert(id.clone(), ours);
+                ours
+            }
+            // Deleted since: not sent, as its deletion (which carries its directory) was or will be.
+            Err(rewind_core::Error::NotFound(_)) => false,
+            // Not known now (the database busy, say): sent rather than lost, and asked again next time
+            // (review).
+            Err(_) => true,
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, bool>> {
+        self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -153,6 +153,14 @@ fn a_crashed_revert_is_rolled_back_by_recovery_with_a_capture() {
     })
 }
 
+/// A server's periodic recovery pass, skipping nothing.
+async fn recover_others(w: &World) -> rewind_core::service::RecoveryReport {
+    w.rewind
+        .recover_others(&Default::default())
+        .await
+        .expect("recover")
+}
+
 /// `recover_others` (a server's periodic pass) leaves the intents of this process's running operations
 /// to them, and those it was told to skip (it failed to finish them before: each try would capture the
 /// worktree again). An intent of this process whose operation has ended (its rollback failed too, on a
@@ -168,11 +176,7 @@ fn recover_others_leaves_running_operations_and_skipped_intents() {
         let checking = async {
             reached.await.expect("the result's commit is reached");
             assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
-            let report = w
-                .rewind
-                .recover_others(&Default::default())
-                .await
-                .expect("recover");
+            let report = recover_others(&w).await;
             assert_eq!(
                 report,
                 Default::default(),
@@ -195,11 +199,7 @@ fn recover_others_leaves_running_operations_and_skipped_intents() {
         ] {
             w.repo.release_lease(&key, &token).await.expect("release");
         }
-        let report = w
-            .rewind
-            .recover_others(&Default::default())
-            .await
-            .expect("recover");
+        let report = recover_others(&w).await;
         assert_eq!(report.recovered, [token]);
         assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
         assert!(w.repo.intents().await.expect("intents").is_empty());
@@ -212,11 +212,7 @@ fn recover_others_leaves_running_operations_and_skipped_intents() {
         let report = w.rewind.recover_others(&skip).await.expect("recover");
         assert_eq!(report, Default::default(), "skipped");
         assert_eq!(w.state(&["a.txt", "new.txt"]), ["half reverted", "-"]);
-        let report = w
-            .rewind
-            .recover_others(&Default::default())
-            .await
-            .expect("recover");
+        let report = recover_others(&w).await;
         assert_eq!(report.recovered, [token]);
         assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
     })
