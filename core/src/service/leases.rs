@@ -36,10 +36,17 @@ impl HeldLease {
 }
 
 impl Rewind {
-    /// True when the lease's owner is gone or its lease may be taken over (SPEC section 1).
+    /// True when the lease's owner is gone or its lease may be taken over (SPEC section 1). Never for a
+    /// lease of an operation still running in this process (`RUNNING`), expired or not: SPEC 1 never
+    /// takes over a live process's lease, and a server's leases expire only so that its HTTP steps can be
+    /// abandoned. (A server request used to take over, and roll back, a revert of the same server that
+    /// ran past its lease, writing files while the rollback put them back.)
     pub(super) fn is_abandoned(&self, lease: &Lease) -> bool {
-        let host = self.host.this_process().host;
-        may_take_over(lease, self.now(), &host, |process| {
+        let this = self.host.this_process();
+        if lease.holder.process == this && super::revert::is_running(&lease.token) {
+            return false;
+        }
+        may_take_over(lease, self.now(), &this.host, |process| {
             self.host.is_alive(process)
         })
     }

@@ -218,6 +218,55 @@ fn recover_others_leaves_running_operations_and_skipped_intents() {
     })
 }
 
+/// SPEC 1: a live process's lease is never taken over, even expired; a server's leases expire only so
+/// that its HTTP steps can be abandoned. A server's revert that runs past its lease (a huge worktree, a
+/// slow disk) is not taken over by another request of the same server: neither a revert (whose recovery
+/// would put the files back while the first still writes) nor a message (which would take the lease over
+/// to write behind it). Each is busy; the first then stores its result.
+#[test]
+fn a_server_operation_past_its_lease_is_not_taken_over_by_the_same_server() {
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let config = ServiceConfig {
+            holder_kind: HolderKind::Server,
+            ..ServiceConfig::default()
+        };
+        let lease_ms = config.operation_lease_ms;
+        let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
+        let target = rewind_core::RevertTarget {
+            message_id: t.user.clone(),
+            part_id: None,
+        };
+        let (reached, resume) = w.repo.pause_next_result_commit();
+        let reverting = server.revert(&s.id, target.clone());
+        let meanwhile = async {
+            reached.await.expect("the result's commit is reached");
+            w.host.advance(lease_ms + 1);
+            let again = server.revert(&s.id, target.clone()).await;
+            assert!(matches!(again, Err(Error::Busy { .. })), "{again:?}");
+            let message = server
+                .create_message(&s.id, NewMessage::user_text("meanwhile"))
+                .await;
+            assert!(matches!(message, Err(Error::Busy { .. })), "{message:?}");
+            assert_eq!(
+                w.state(&["a.txt", "new.txt"]),
+                ["a0", "-"],
+                "the running revert's files, not put back"
+            );
+            assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+            let _ = resume.send(());
+        };
+        let (reverted, ()) = futures::future::join(reverting, meanwhile).await;
+        let reverted = reverted.expect("the running revert stores its result");
+        assert!(reverted.revert.is_some());
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+        // Once it has ended, its (released) leases are no obstacle.
+        server.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+    })
+}
+
 #[test]
 fn an_intent_whose_owner_still_runs_is_left_alone() {
     block_on(async {
