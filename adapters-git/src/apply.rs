@@ -375,6 +375,43 @@ struct Applier<'a> {
     /// (`SnapshotRecord::dirs_kept_when_emptied`): a delete that empties one leaves it, as it leaves a
     /// directory that still holds something.
     existed_empty: HashSet<String>,
+    /// The hard-linked files one of whose names the operation replaces or deletes (`Relinked`).
+    relinked: Relinked,
+}
+
+/// The files with more than one name (hard links) one of whose names an operation is about to replace or
+/// delete, by device and inode. Dropping a name sets the file's status change time, and its other names
+/// are the same file: each is then still what was checked, but for that time (a write sets the
+/// modification time or the size). Without this, the second name of a file a step changed in place was
+/// kept as "changed while rewind was writing", and the revert undid only one of them (black-box).
+#[derive(Default)]
+struct Relinked(std::sync::Mutex<HashSet<(u64, u64)>>);
+
+impl Relinked {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<(u64, u64)>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes the file of `st`, about to lose one of its names, when it has others.
+    fn note(&self, st: &rustix::fs::Stat) {
+        if st.st_nlink > 1 {
+            #[allow(clippy::unnecessary_cast)]
+            self.set().insert((st.st_dev as u64, st.st_ino as u64));
+        }
+    }
+
+    /// Whether `now` is `was`: the same, or the same file but for the status change time when the
+    /// operation dropped another of its names.
+    fn same(&self, now: Stat, was: Stat) -> bool {
+        now == was
+            || (Stat {
+                ctime_ns: was.ctime_ns,
+                ..now
+            } == was
+                && self.set().contains(&(now.dev, now.ino)))
+    }
 }
 
 /// How many files are written at once (their IO overlaps: each rename can wait for the disk).
@@ -423,8 +460,7 @@ enum TempError {
 /// stat cache takes it, see `StatCache::note_applied`).
 /// The file renamed over is handed to `releases` (see `replace.rs`).
 fn write_file(
-    store: &Store,
-    root: &Root,
+    (store, root, relinked): (&Store, &Root, &Relinked),
     (hook, swap_hook): (Option<&ChangeHook>, Option<&ChangeHook>),
     job: &PendingWrite,
     releases: &mut Releases,
@@ -458,7 +494,15 @@ fn write_file(
             };
         }
     };
-    match replace(&dir, &job.tmp, &temp, name, job.was, dir_path, before_swap) {
+    match replace(
+        &dir,
+        &job.tmp,
+        &temp,
+        name,
+        job.was,
+        (dir_path, relinked),
+        before_swap,
+    ) {
         Ok(Some(replaced)) => releases.push(replaced),
         Ok(None) => {
             remove_temp();
@@ -492,7 +536,7 @@ fn standing(
     dir: &OwnedFd,
     name: &str,
     was: Stat,
-    dir_path: &Path,
+    (dir_path, relinked): (&Path, &Relinked),
     ext4: bool,
 ) -> io::Result<Standing> {
     use rustix::fs::{Mode as Bits, OFlags};
@@ -507,9 +551,10 @@ fn standing(
         Err(e) => return Err(e.into()),
     };
     let st = rustix::fs::fstat(&fd)?;
-    if Stat::of_rustix(&st) != Some(was) {
+    if !Stat::of_rustix(&st).is_some_and(|now| relinked.same(now, was)) {
         return Ok(Standing::Other);
     }
+    relinked.note(&st);
     let regular =
         rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
     #[allow(clippy::unnecessary_cast)]
@@ -534,13 +579,13 @@ fn replace(
     temp: &Temp,
     name: &str,
     was: Option<Stat>,
-    dir_path: &Path,
+    at: (&Path, &Relinked),
     before_swap: impl Fn(),
 ) -> io::Result<Option<Held>> {
     use rustix::fs::RenameFlags;
     use rustix::io::Errno;
     if let Some(was) = was {
-        match standing(dir, name, was, dir_path, temp.ext4)? {
+        match standing(dir, name, was, at, temp.ext4)? {
             Standing::Same(held, permissions) => {
                 // The file keeps the permissions it has (a private file stays private), with the execute
                 // bits its snapshot says.
@@ -687,13 +732,13 @@ fn remove_aside(
     dir: &OwnedFd,
     name: &str,
     was: Stat,
-    dir_path: &Path,
+    at: (&Path, &Relinked),
     aside: &str,
     before_move: impl Fn(),
 ) -> io::Result<Done> {
     use rustix::fs::{AtFlags, RenameFlags};
     use rustix::io::Errno;
-    let held = match standing(dir, name, was, dir_path, crate::replace::is_ext4_fd(dir))? {
+    let held = match standing(dir, name, was, at, crate::replace::is_ext4_fd(dir))? {
         Standing::Same(held, _) => held,
         Standing::Other => return Ok(Done::Moved),
         Standing::Gone => return Ok(Done::Changed(None)),
@@ -732,8 +777,8 @@ fn remove_aside(
 
 /// Deletes `name` in `dir` while it is the file or symlink `was` (its stat data when checked). Moved when
 /// it is something else now; a file gone meanwhile counts as deleted.
-fn remove(dir: &OwnedFd, name: &str, was: Stat, dir_path: &Path) -> io::Result<Done> {
-    let held = match standing(dir, name, was, dir_path, crate::replace::is_ext4_fd(dir))? {
+fn remove(dir: &OwnedFd, name: &str, was: Stat, at: (&Path, &Relinked)) -> io::Result<Done> {
+    let held = match standing(dir, name, was, at, crate::replace::is_ext4_fd(dir))? {
         Standing::Same(held, _) => held,
         Standing::Other => return Ok(Done::Moved),
         Standing::Gone => return Ok(Done::Changed(None)),
@@ -896,6 +941,7 @@ impl<'a> Applier<'a> {
             written_stats: HashMap::new(),
             pending_dirs: HashSet::new(),
             existed_empty: HashSet::new(),
+            relinked: Relinked::default(),
         })
     }
 
@@ -907,14 +953,14 @@ impl<'a> Applier<'a> {
         let jobs = std::mem::take(&mut self.pending);
         self.pending_paths.clear();
         self.pending_dirs.clear();
-        let (store, root) = (self.store, &self.root);
+        let at = (self.store, &self.root, &self.relinked);
         let hooks = (self.hook.as_ref(), self.swap_hook.as_ref());
         let outcomes = crate::track::parallel_map_on(
             &jobs,
             WRITE_THREADS,
             1,
             Releases::default,
-            |releases, job| write_file(store, root, hooks, job, releases),
+            |releases, job| write_file(at, hooks, job, releases),
         )?;
         for (job, outcome) in jobs.into_iter().zip(outcomes) {
             match outcome {
@@ -948,7 +994,7 @@ impl<'a> Applier<'a> {
         match self.expected.get(path) {
             None => true,
             Some(None) => kind == OnDisk::Absent,
-            Some(Some(was)) => now == Some(*was),
+            Some(Some(was)) => now.is_some_and(|now| self.relinked.same(now, *was)),
         }
     }
 
@@ -1068,9 +1114,16 @@ impl<'a> Applier<'a> {
                         hook(path);
                     }
                 };
-                remove_aside(&dir, name, was, dir_path, aside, before_move)
+                remove_aside(
+                    &dir,
+                    name,
+                    was,
+                    (dir_path, &self.relinked),
+                    aside,
+                    before_move,
+                )
             }
-            None => remove(&dir, name, was, dir_path),
+            None => remove(&dir, name, was, (dir_path, &self.relinked)),
         };
         removed.map_err(|e| GitError::io(&abs, e))
     }

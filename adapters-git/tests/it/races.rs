@@ -401,3 +401,31 @@ async fn a_file_edited_after_a_whole_restore_tracked_it_is_left_alone() {
     let written: Vec<&str> = outcome.written.iter().map(RelPath::as_str).collect();
     assert_eq!(written, ["y.txt"]);
 }
+
+/// A hard-linked file whose other name the revert already wrote over (which sets its status change time,
+/// `Relinked`) is still not written over when a user edits it in place meanwhile: the edit sets its
+/// modification time. The edit stays and is named as kept.
+#[tokio::test]
+async fn an_edit_of_a_hard_linked_file_during_the_revert_is_kept() {
+    let (h, armed) = racing_in("b.txt", Hook::Change);
+    h.write("a.txt", b"old\n");
+    fs::hard_link(h.path("a.txt"), h.path("b.txt")).expect("link");
+    let s = h.id().await;
+    fs::write(h.path("a.txt"), b"the step's\n").expect("the step writes in place");
+    let outcome = revert_racing(
+        &h,
+        &armed,
+        writes("b.txt", "the user's, in place\n"),
+        &s,
+        &["a.txt", "b.txt"],
+    )
+    .await;
+    assert!(kept(&outcome.kept, "b.txt").is_some(), "{outcome:?}");
+    assert_eq!(h.read("b.txt"), text("the user's, in place\n"));
+    // The edit went to both names when it landed before `a.txt` was written over: then both are kept.
+    match kept(&outcome.kept, "a.txt") {
+        Some(_) => assert_eq!(h.read("a.txt"), text("the user's, in place\n")),
+        None => assert_eq!(h.read("a.txt"), text("old\n")),
+    }
+    nothing_of_rewind_s_is_left(&h, "after the revert");
+}

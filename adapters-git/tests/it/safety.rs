@@ -2231,3 +2231,40 @@ async fn the_plan_deletes_a_file_whose_directory_the_same_revert_empties() {
     assert!(!h.root().join("x").exists());
     assert_eq!(h.read("a.txt"), text("a\n"));
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Hard links.
+
+/// Two names of one file (a hard link), both changed by a step that wrote the file in place: the revert
+/// puts both back. Writing over the first drops one of the file's links, which sets its status change
+/// time, and the second used to be kept as "changed while rewind was writing" on that alone (black-box).
+/// The two names are separate files afterwards, as after git's checkout. The redo is exact as well.
+#[tokio::test]
+async fn both_names_of_a_hard_linked_file_are_reverted() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"old\n");
+    fs::hard_link(h.path("a.txt"), h.path("b.txt")).expect("link");
+    h.write("other.txt", b"unchanged\n");
+    let s = h.id().await;
+    // The step writes the file in place: both names show the new content.
+    fs::write(h.path("a.txt"), b"new, longer\n").expect("write in place");
+    assert_eq!(h.read("b.txt"), text("new, longer\n"));
+    let after = h.id().await;
+
+    let outcome = revert_with_fresh_base(&h, &one_patch(&s, &["a.txt", "b.txt"])).await;
+    assert!(outcome.kept.is_empty(), "{:?}", outcome.kept);
+    assert_eq!(outcome.written, rels(&["a.txt", "b.txt"]));
+    assert_eq!(h.read("a.txt"), text("old\n"));
+    assert_eq!(h.read("b.txt"), text("old\n"));
+    assert_eq!(h.id().await, s);
+
+    let back = h
+        .port()
+        .restore(h.root(), &after, None)
+        .await
+        .expect("redo");
+    assert!(back.kept.is_empty(), "{:?}", back.kept);
+    assert_eq!(h.read("a.txt"), text("new, longer\n"));
+    assert_eq!(h.read("b.txt"), text("new, longer\n"));
+    assert_eq!(h.id().await, after);
+}
