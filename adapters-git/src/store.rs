@@ -618,11 +618,33 @@ impl Store {
     /// Removes the temporary files an unfinished operation's journal announced (those of its batch, in the
     /// directories it lists), then the journal. A journal written before batches were recorded names none:
     /// then every temporary file's name of any batch is removed from those directories.
+    ///
+    /// A journal some of whose files could not be removed (an append-only directory, a disk error) is
+    /// kept beside, as `journal-left-<n>`, where the next operation's journal does not replace it, and
+    /// tried again at every opening until they are gone (black-box: once the directory's flag was cleared,
+    /// the files stayed in the worktree for good, their journal dropped).
     pub fn clean_journal(&self) -> GitResult<()> {
         let path = self.rewind_path("journal");
-        let Ok(text) = fs::read_to_string(&path) else {
-            return Ok(());
-        };
+        if let Ok(text) = fs::read_to_string(&path)
+            && !self.clean_journalled(&text)
+        {
+            let kept = self.rewind_path(&format!("{JOURNAL_LEFT}{}", crate::odb::rand_suffix()));
+            fs::rename(&path, &kept).map_err(|e| GitError::io(&path, e))?;
+        }
+        self.clear_journal()?;
+        for left in left_journals(&self.dir.join("rewind")) {
+            if let Ok(text) = fs::read_to_string(&left)
+                && self.clean_journalled(&text)
+            {
+                let _ = fs::remove_file(&left);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the temporary files journal `text` announces; whether none is left.
+    fn clean_journalled(&self, text: &str) -> bool {
+        let mut all = true;
         let mut lines = text.lines().peekable();
         let batch = lines
             .next_if(|line| line.starts_with(JOURNAL_BATCH))
@@ -632,8 +654,13 @@ impl Store {
             if !dir.starts_with(&self.worktree) {
                 continue;
             }
-            let Ok(entries) = fs::read_dir(&dir) else {
-                continue;
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) => {
+                    all = false;
+                    continue;
+                }
             };
             for entry in entries.flatten() {
                 let name = entry.file_name();
@@ -641,13 +668,36 @@ impl Store {
                     .to_str()
                     .and_then(temp_batch)
                     .is_some_and(|of| batch.is_none_or(|batch| batch == of));
-                if ours {
-                    let _ = fs::remove_file(entry.path());
+                if ours
+                    && fs::remove_file(entry.path())
+                        .is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
+                {
+                    all = false;
                 }
             }
         }
-        self.clear_journal()
+        all
     }
+}
+
+/// The name of a journal kept because some of its files could not be removed, before its suffix.
+const JOURNAL_LEFT: &str = "journal-left-";
+
+/// The kept journals in a store's `rewind` directory (see `Store::clean_journal`).
+fn left_journals(rewind_dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(rewind_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.starts_with(JOURNAL_LEFT))
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Removes the temporary files a crashed operation left in `worktree` (those its store's journal names),
@@ -661,7 +711,8 @@ pub fn clean_if_free(config: &GitStoreConfig, worktree: &Path) -> GitResult<bool
     let dir = location(config, &canonical);
     if canonical != worktree
         || !dir.join("HEAD").is_file()
-        || !dir.join("rewind").join("journal").exists()
+        || (!dir.join("rewind").join("journal").exists()
+            && left_journals(&dir.join("rewind")).is_empty())
     {
         return Ok(false);
     }

@@ -456,6 +456,84 @@ async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
     assert_eq!(left, users_only);
 }
 
+/// A temporary file that cannot be removed when the store is opened (its directory append-only, `chattr
+/// +a`: CI runs as root on ext4, where the flag holds even for root) keeps its journal, beside (the next
+/// operation's own journal does not replace it), and is removed at an opening once it can be (black-box:
+/// the journal was dropped, and the file stayed in the worktree for good).
+#[tokio::test]
+async fn a_temporary_file_that_cannot_be_removed_yet_is_removed_later() {
+    let h = GitHarness::new();
+    h.write("src/a.txt", b"a\n");
+    h.write("top.txt", b"one\n");
+    let first = h.id().await;
+    let stray = h.path("src/.rewind-tmp-0123456789abcdef-1");
+    fs::write(&stray, b"half written").expect("a stray file");
+    let rewind_dir = h.store_dir().join("rewind");
+    fs::write(
+        rewind_dir.join("journal"),
+        format!("batch 0123456789abcdef\n{}\n", h.path("src").display()),
+    )
+    .expect("write the journal");
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(h.path("src"))
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(
+        chattr("+a"),
+        "chattr +a failed: this test needs a filesystem with the append-only flag"
+    );
+    // The flag comes off however the test ends, so its directory can be removed.
+    struct Writable<F: Fn(&str) -> bool>(F);
+    impl<F: Fn(&str) -> bool> Drop for Writable<F> {
+        fn drop(&mut self) {
+            (self.0)("-a");
+        }
+    }
+    let writable = Writable(chattr);
+    let left = || -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(&rewind_dir)
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("journal"))
+            .collect();
+        names.sort();
+        names
+    };
+
+    h.id().await;
+    assert!(stray.exists(), "it cannot be removed yet");
+    let kept = left();
+    assert!(
+        kept.len() == 1 && kept[0].starts_with("journal-left-"),
+        "{kept:?}"
+    );
+    // Another operation writes and clears its own journal meanwhile.
+    h.write("top.txt", b"two\n");
+    let second = h.id().await;
+    h.port()
+        .revert(
+            h.root(),
+            &[SnapshotPatch {
+                hash: first,
+                files: rels(&["top.txt"]),
+            }],
+            &second,
+        )
+        .await
+        .expect("revert");
+    assert_eq!(fs::read(h.path("top.txt")).expect("read"), b"one\n");
+    assert_eq!(left(), kept, "the kept journal stays");
+
+    drop(writable);
+    h.id().await;
+    assert!(!stray.exists(), "removed once it can be");
+    assert!(left().is_empty(), "{:?}", left());
+}
+
 /// `clean_leftovers` (what every command runs, `status` and `log` included, which do not open the store
 /// otherwise) removes a crash's temporary files as opening the store does, but never waits: while
 /// another process holds the store it leaves them to it (black-box: a killed `snapshot restore` left them
