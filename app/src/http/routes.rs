@@ -356,7 +356,7 @@ pub async fn begin_step(
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
     request_body = StepFinishBody,
     responses((status = 200, description = "The parts appended", body = Vec<Object>),
-              (status = 400, description = "Bad request (no step open in the message, bad usage counts)", body = Object),
+              (status = 400, description = "Bad request (no step open in the message: the message says whether its step was aborted, say after the step timeout, finished already, or never begun; bad usage counts)", body = Object),
               (status = 404, description = "Unknown session or message", body = Object),
               (status = 409, description = "Busy", body = Object)))]
 pub async fn finish_step(
@@ -381,7 +381,7 @@ pub async fn finish_step(
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step/abort",
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
     responses((status = 200, description = "The parts appended", body = Vec<Object>),
-              (status = 400, description = "Bad request (no step open in the message)", body = Object),
+              (status = 400, description = "Bad request (no step open in the message: the message says whether its step was aborted, finished already, or never begun)", body = Object),
               (status = 404, description = "Unknown session or message", body = Object),
               (status = 409, description = "Busy", body = Object)))]
 pub async fn abort_step(

@@ -753,7 +753,10 @@ impl Rewind {
         end: StepEnd,
     ) -> Result<Vec<Part>> {
         let session = self.load_session(session_id).await?;
-        let step = open_step_of(&session, message_id)?;
+        let step = match open_step_of(&session, message_id) {
+            Ok(step) => step,
+            Err(error) => return Err(self.explain_no_step(&session, message_id, error).await),
+        };
         check_usage(&session, &end)?;
         if step.holder != self.holder() {
             return Err(Error::busy(
@@ -778,7 +781,9 @@ impl Rewind {
         message_id: &MessageId,
     ) -> Result<Vec<Part>> {
         let session = self.load_session(session_id).await?;
-        open_step_of(&session, message_id)?;
+        if let Err(error) = open_step_of(&session, message_id) {
+            return Err(self.explain_no_step(&session, message_id, error).await);
+        }
         self.abort(session_id).await?;
         let message = self.load_message(session_id, message_id).await?;
         let parts = message.parts;
@@ -1331,6 +1336,47 @@ fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warnin
             .iter()
             .map(|s| format!("{}/{}", directory.trim_end_matches('/'), s.path))
             .collect(),
+    }
+}
+
+impl Rewind {
+    /// `error` (from `open_step_of`) saying, when no step is open, what became of the message's last
+    /// step: an agent whose step-finish is refused must know whether its step was aborted meanwhile (its
+    /// owner gone, or silent past the step timeout) or never begun. A message that cannot be read leaves
+    /// `error` as it is; an unknown message is `NotFound`.
+    async fn explain_no_step(
+        &self,
+        session: &Session,
+        message_id: &MessageId,
+        error: Error,
+    ) -> Error {
+        if session.step.is_some() {
+            return error;
+        }
+        let message = match self.load_message(&session.id, message_id).await {
+            Ok(message) => message,
+            Err(not_found @ Error::NotFound(_)) => return not_found,
+            Err(_) => return error,
+        };
+        let last_step = message.parts.iter().rev().find_map(|p| match &p.body {
+            PartBody::StepFinish(finish) => Some(Some(finish.reason.clone())),
+            PartBody::StepStart(_) => Some(None),
+            _ => None,
+        });
+        let why = match last_step {
+            None => "no step was begun in it".to_owned(),
+            Some(Some(reason)) if reason == "aborted" => format!(
+                "its step was aborted: its owner was gone or silent for longer than the step timeout ({} s),                  and the next operation on the worktree aborted it, or an abort was asked; what the step                  changed until then is recorded and can be reverted. Begin a new step to go on",
+                self.config.step_timeout_ms / 1000
+            ),
+            Some(Some(reason)) => format!("its step is finished already (reason `{reason}`)"),
+            // A start without a finish while the session has no open step: not a state rewind leaves.
+            Some(None) => return error,
+        };
+        Error::InvalidInput(format!(
+            "no step is open in message {message_id} of session {}: {why}",
+            session.id
+        ))
     }
 }
 

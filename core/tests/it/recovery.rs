@@ -621,6 +621,53 @@ fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
             None,
             "the abandoned step was aborted, then reverted"
         );
+        // The agent's late step-finish is refused, saying what became of its step.
+        let late = server
+            .finish_step(&s.id, &a.info.id, StepEnd::default())
+            .await;
+        assert!(
+            matches!(&late, Err(Error::InvalidInput(m)) if m.contains("its step was aborted") && m.contains("(60 s)")),
+            "{late:?}"
+        );
+        let late = server.abort_step(&s.id, &a.info.id).await;
+        assert!(
+            matches!(&late, Err(Error::InvalidInput(m)) if m.contains("its step was aborted")),
+            "{late:?}"
+        );
+        // A step finished by its owner, finished again; a message with no step; an unknown message.
+        server
+            .create_message(&s.id, NewMessage::user_text("again"))
+            .await
+            .expect("user");
+        let a2 = server
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        let never = server
+            .finish_step(&s.id, &a2.info.id, StepEnd::default())
+            .await;
+        assert!(
+            matches!(&never, Err(Error::InvalidInput(m)) if m.ends_with("no step was begun in it")),
+            "{never:?}"
+        );
+        server.begin_step(&s.id, &a2.info.id).await.expect("begin");
+        server
+            .finish_step(&s.id, &a2.info.id, StepEnd::default())
+            .await
+            .expect("finish");
+        let twice = server
+            .finish_step(&s.id, &a2.info.id, StepEnd::default())
+            .await;
+        assert!(
+            matches!(&twice, Err(Error::InvalidInput(m)) if m.contains("finished already (reason `stop`)")),
+            "{twice:?}"
+        );
+        let unknown =
+            rewind_core::model::MessageId::parse("msg_0123456789abABCDEFGHIJKLMN").expect("id");
+        let unknown = server
+            .finish_step(&s.id, &unknown, StepEnd::default())
+            .await;
+        assert!(matches!(&unknown, Err(Error::NotFound(_))), "{unknown:?}");
     })
 }
 
