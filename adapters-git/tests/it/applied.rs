@@ -10,7 +10,7 @@ use rewind_core::model::{RelPath, SnapshotId, SnapshotPatch};
 use rewind_core::testkit::contract::snapshot::WorktreeHarness;
 
 use crate::git_oracle::GitOracle;
-use crate::harness::{GitHarness, backdate_dirs};
+use crate::harness::{Flagged, GitHarness, backdate_dirs};
 
 fn rels(paths: &[&str]) -> Vec<RelPath> {
     paths
@@ -457,7 +457,7 @@ async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
 }
 
 /// A temporary file that cannot be removed when the store is opened (its directory append-only, `chattr
-/// +a`: CI runs as root on ext4, where the flag holds even for root) keeps its journal, beside (the next
+/// +a`) keeps its journal, beside (the next
 /// operation's own journal does not replace it), and is removed at an opening once it can be (black-box:
 /// the journal was dropped, and the file stayed in the worktree for good).
 #[tokio::test]
@@ -474,25 +474,7 @@ async fn a_temporary_file_that_cannot_be_removed_yet_is_removed_later() {
         format!("batch 0123456789abcdef\n{}\n", h.path("src").display()),
     )
     .expect("write the journal");
-    let chattr = |flag: &str| {
-        std::process::Command::new("chattr")
-            .arg(flag)
-            .arg(h.path("src"))
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    assert!(
-        chattr("+a"),
-        "chattr +a failed: this test needs a filesystem with the append-only flag"
-    );
-    // The flag comes off however the test ends, so its directory can be removed.
-    struct Writable<F: Fn(&str) -> bool>(F);
-    impl<F: Fn(&str) -> bool> Drop for Writable<F> {
-        fn drop(&mut self) {
-            (self.0)("-a");
-        }
-    }
-    let writable = Writable(chattr);
+    let append_only = Flagged::set(&h.path("src"), 'a');
     let left = || -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(&rewind_dir)
             .expect("list")
@@ -528,7 +510,7 @@ async fn a_temporary_file_that_cannot_be_removed_yet_is_removed_later() {
     assert_eq!(fs::read(h.path("top.txt")).expect("read"), b"one\n");
     assert_eq!(left(), kept, "the kept journal stays");
 
-    drop(writable);
+    drop(append_only);
     h.id().await;
     assert!(!stray.exists(), "removed once it can be");
     assert!(left().is_empty(), "{:?}", left());

@@ -71,6 +71,42 @@ pub fn backdate_dirs(root: &Path) {
 }
 
 /// Writes a file (creating its parents) and backdates it.
+/// A file attribute (`chattr +i`, immutable; `+a`, append-only) set on `path` until this is dropped, however
+/// the test ends, so its directory can be removed. CI runs as root on ext4, where both hold even for root.
+pub struct Flagged {
+    path: PathBuf,
+    flag: char,
+}
+
+impl Flagged {
+    /// Sets `flag` on `path`; panics, naming what the test needs, when the filesystem has no such flag.
+    pub fn set(path: &Path, flag: char) -> Flagged {
+        let flagged = Flagged {
+            path: path.to_owned(),
+            flag,
+        };
+        assert!(
+            flagged.chattr('+'),
+            "chattr +{flag} failed: this test needs a filesystem with that flag (ext4, as root)"
+        );
+        flagged
+    }
+
+    fn chattr(&self, sign: char) -> bool {
+        std::process::Command::new("chattr")
+            .arg(format!("{sign}{}", self.flag))
+            .arg(&self.path)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Flagged {
+    fn drop(&mut self) {
+        self.chattr('-');
+    }
+}
+
 pub fn write_file(path: &Path, bytes: &[u8]) {
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent)

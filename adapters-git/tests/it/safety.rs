@@ -18,7 +18,7 @@ use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
 use rewind_git::ExcludesFile;
 
 use crate::git_oracle::{GitOracle, blob_id, commit_all, git, git_succeeds, init_repo};
-use crate::harness::{GitHarness, list_tree};
+use crate::harness::{Flagged, GitHarness, list_tree};
 
 fn rels(paths: &[&str]) -> Vec<RelPath> {
     paths
@@ -893,29 +893,10 @@ async fn a_stat_cache_that_cannot_be_written_does_not_fail_a_revert_or_a_restore
     h.write("a.txt", b"two 3e5d\n");
     h.write("b.txt", b"new 3e5d\n");
     let second = h.id().await;
-    // The cache can be read but not replaced: immutable (`chattr +i`; CI runs as root on ext4, where the
-    // flag holds even for root). A directory in its place, as above, would not be read either, and then
-    // nothing is taught.
+    // The cache can be read but not replaced: immutable. A directory in its place, as above, would not be
+    // read either, and then nothing is taught.
     let cache = h.store_dir().join("rewind").join("stat-cache");
-    let chattr = |flag: &str| {
-        std::process::Command::new("chattr")
-            .arg(flag)
-            .arg(&cache)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    assert!(
-        chattr("+i"),
-        "chattr +i failed: this test needs a filesystem with the immutable flag"
-    );
-    // The flag comes off however the test ends, so its directory can be removed.
-    struct Mutable<F: Fn(&str) -> bool>(F);
-    impl<F: Fn(&str) -> bool> Drop for Mutable<F> {
-        fn drop(&mut self) {
-            (self.0)("-i");
-        }
-    }
-    let _mutable = Mutable(chattr);
+    let _immutable = Flagged::set(&cache, 'i');
     let patches = one_patch(&first, &["a.txt", "b.txt"]);
     let reverted = h
         .port()
