@@ -193,7 +193,13 @@ impl<'a> TrackedNow<'a> {
             match self.rules_for(parent)? {
                 Some(rules) if rules.is_ignored(dir, true) => None,
                 Some(mut rules) => {
-                    rules.push_dir(&format!("{dir}/"), self.gitignore_text(dir)?.as_deref());
+                    let slashed = format!("{dir}/");
+                    if let Some(exclude) =
+                        crate::ignore::nested_repository_exclude(&self.store.worktree.join(dir))?
+                    {
+                        rules = rules.nested(&slashed, exclude.as_deref());
+                    }
+                    rules.push_dir(&slashed, self.gitignore_text(dir)?.as_deref());
                     Some(rules)
                 }
                 None => None,
@@ -1745,9 +1751,19 @@ fn ignored_at(
 ) -> GitResult<bool> {
     let ignores = Ignores::from_outside(outside.to_vec(), prefix.to_owned());
     let failed = RefCell::new(None);
+    // A nested repository's root, and its `info/exclude`, are as they are on disk now: a snapshot holds
+    // no `.git`, and its record no nested rules.
+    let nested_of =
+        |dir: &str| match crate::ignore::nested_repository_exclude(&store.worktree.join(dir)) {
+            Ok(found) => found,
+            Err(e) => {
+                *failed.borrow_mut() = Some(e);
+                None
+            }
+        };
     // `path` is absent from that snapshot: matched as a file, as the track that took it saw no
     // directory there either.
-    let ignored = ignores.is_path_ignored(path, false, |dir| {
+    let gitignore_of = |dir: &str| {
         let file = if dir.is_empty() {
             ".gitignore".to_owned()
         } else {
@@ -1771,7 +1787,8 @@ fn ignored_at(
                 None
             }
         }
-    });
+    };
+    let ignored = ignores.is_path_ignored(path, false, gitignore_of, nested_of);
     match failed.into_inner() {
         Some(e) => Err(e),
         None => Ok(ignored),

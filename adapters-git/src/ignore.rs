@@ -23,6 +23,11 @@ pub struct OutsideRule {
     pub base: Option<String>,
     /// The rules' text.
     pub text: String,
+    /// Whether these are the user's global excludes (`core.excludesFile`): the only outside rules that
+    /// also hold inside a nested repository (see `Ignores::nested`). Records from before it was kept say
+    /// false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub global: bool,
 }
 
 /// The git repository a worktree lies in, if any.
@@ -136,12 +141,20 @@ impl Ignores {
         if let Some(path) = global_excludes_path(excludes, enclosing.as_ref(), home)
             && let Some(text) = read_rules(&path)?
         {
-            outside.push(OutsideRule { base: None, text });
+            outside.push(OutsideRule {
+                base: None,
+                text,
+                global: true,
+            });
         }
         let mut prefix = String::new();
         if let Some(repo) = &enclosing {
             if let Some(text) = read_rules(&repo.common_dir.join("info").join("exclude"))? {
-                outside.push(OutsideRule { base: None, text });
+                outside.push(OutsideRule {
+                    base: None,
+                    text,
+                    global: false,
+                });
             }
             let relative = worktree
                 .strip_prefix(&repo.root)
@@ -153,6 +166,7 @@ impl Ignores {
                     outside.push(OutsideRule {
                         base: (!base.is_empty()).then(|| base.clone()),
                         text,
+                        global: false,
                     });
                 }
                 let name = component.as_os_str().to_str().ok_or_else(|| {
@@ -304,12 +318,14 @@ impl Ignores {
 
     /// Whether `path` (a directory when `is_dir`, as patterns ending in `/` ask) is ignored, checking each
     /// parent directory too, with the `.gitignore` text of each directory (`""` for the root) supplied by
-    /// `gitignore_of`. Used for paths the walk did not reach.
+    /// `gitignore_of`, and whether a directory is the root of a nested repository (with its `info/exclude`
+    /// text) by `nested_of`. Used for paths the walk did not reach.
     pub fn is_path_ignored(
         &self,
         path: &str,
         is_dir: bool,
         gitignore_of: impl Fn(&str) -> Option<String>,
+        nested_of: impl Fn(&str) -> Option<Option<String>>,
     ) -> bool {
         if self.all_ignored {
             return true;
@@ -323,10 +339,75 @@ impl Ignores {
             if rules.is_ignored(dir, true) {
                 return true;
             }
-            rules.push_dir(&format!("{dir}/"), gitignore_of(dir).as_deref());
+            let slashed = format!("{dir}/");
+            if let Some(exclude) = nested_of(dir) {
+                rules = rules.nested(&slashed, exclude.as_deref());
+            }
+            rules.push_dir(&slashed, gitignore_of(dir).as_deref());
         }
         rules.is_ignored(path, is_dir)
     }
+
+    /// The rules for what lies in the nested repository rooted at worktree directory `dir` (`a/b/`), its
+    /// own `.gitignore` not pushed yet: the user's global excludes and the nested repository's
+    /// `info/exclude` (`exclude`), both relative to its root, as git reads them there. None of the
+    /// enclosing repository's rules hold inside it (SPEC 2.2: nested repositories are snapshotted under
+    /// their own ignore rules; black-box: a superproject's `*.p` hid a submodule's committed `config.p`,
+    /// whose edits a turn then made for good).
+    pub fn nested(&self, dir: &str, exclude: Option<&str>) -> Ignores {
+        let base = format!("{}{dir}", self.prefix);
+        let global = self.outside.iter().filter(|rule| rule.global);
+        let outside = global
+            .map(|rule| (rule.text.as_str(), true))
+            .chain(exclude.map(|text| (text, false)))
+            .map(|(text, global)| OutsideRule {
+                base: Some(base.clone()),
+                text: text.to_owned(),
+                global,
+            })
+            .collect();
+        Ignores::from_outside(outside, self.prefix.clone())
+    }
+
+    /// A hash of the rules `nested` starts from, standing for the parent's in the untracked cache's hash
+    /// of the nested repository's root directory.
+    pub fn nested_rules_hash(&self, dir: &str, exclude: Option<&str>) -> [u8; 20] {
+        let mut hasher = sha1_smol::Sha1::new();
+        hasher.update(b"rewind nested repository rules 1\0");
+        hasher.update(self.prefix.as_bytes());
+        hasher.update(dir.as_bytes());
+        for rule in self.outside.iter().filter(|rule| rule.global) {
+            hash_text(&mut hasher, Some(&rule.text));
+        }
+        hash_text(&mut hasher, exclude);
+        hasher.digest().bytes()
+    }
+}
+
+/// When worktree directory `dir` is the root of a nested git repository (it has a `.git` directory, or a
+/// `.git` file naming its git directory, as a submodule's does): the text of that repository's
+/// `info/exclude`, if any. None when it is not one.
+pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>> {
+    let dot_git = dir.join(".git");
+    let meta = match std::fs::symlink_metadata(&dot_git) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(GitError::io(&dot_git, e)),
+    };
+    let git_dir = if meta.is_dir() {
+        dot_git
+    } else if meta.is_file() {
+        let text = std::fs::read_to_string(&dot_git).map_err(|e| GitError::io(&dot_git, e))?;
+        match text.trim().strip_prefix("gitdir:") {
+            Some(git_dir) => dir.join(git_dir.trim()),
+            None => return Ok(Some(None)),
+        }
+    } else {
+        return Ok(Some(None));
+    };
+    Ok(Some(read_rules(
+        &common_dir_of(&git_dir).join("info").join("exclude"),
+    )?))
 }
 
 /// The rules hash of worktree directory `dir` (`a/b/`) whose parent's hash is `parent` and whose own

@@ -205,10 +205,15 @@ fn changed_since(
                 .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
             let is_dir = mode.is_some_and(|t| t == rustix::fs::FileType::Directory);
             let still_there = mode.is_some() && !is_dir;
-            let ignored_now = now.ignores.is_path_ignored(&path, is_dir, |dir| {
-                let file = store.worktree.join(dir).join(".gitignore");
-                ignore::read_rules(&file).ok().flatten()
-            });
+            let ignored_now = now.ignores.is_path_ignored(
+                &path,
+                is_dir,
+                |dir| {
+                    let file = store.worktree.join(dir).join(".gitignore");
+                    ignore::read_rules(&file).ok().flatten()
+                },
+                |dir| ignore::nested_repository_exclude(&store.worktree.join(dir)).unwrap_or(None),
+            );
             if still_there || ignored_now {
                 continue;
             }

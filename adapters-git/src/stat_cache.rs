@@ -29,8 +29,10 @@ use crate::tree::{self, Mode, mark_dirty, write_dirty};
 
 /// The file's format and meaning. 6: listings may name files that start with `.rewind-tmp-` without being
 /// rewind's temporary files (a cache of 5 left them out, and would hide them while their directory stays
-/// unchanged).
-const MAGIC: &[u8] = b"RWSTAT6\n";
+/// unchanged). 7: listings name a `.git` (ignored), which makes its directory a nested repository's root
+/// with its own rules (a cache of 6 left it out, and would apply the enclosing rules there while the
+/// directory stays unchanged).
+const MAGIC: &[u8] = b"RWSTAT7\n";
 /// The fewest bytes an entry takes in the file: two one-byte lengths, an empty path, the mode, size, two
 /// times, inode, device and blob id.
 const MIN_ENTRY_BYTES: usize = 2 + 1 + 8 + 8 + 8 + 8 + 8 + 20;

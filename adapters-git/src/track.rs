@@ -81,8 +81,10 @@ struct Walk<'a> {
     skipped: Vec<SkippedPath>,
 }
 
-/// Reads a directory's entries: names with their kind, leaving out `.git` and rewind's temporary files.
-/// Names that are not UTF-8 are reported as skipped (a listing that skipped any is not cached).
+/// Reads a directory's entries: names with their kind, leaving out rewind's temporary files. A `.git` is
+/// listed, as ignored (never tracked content): it makes its directory a nested repository's root, walked
+/// under that repository's own rules (`Walk::dir`). Names that are not UTF-8 are reported as skipped (a
+/// listing that skipped any is not cached).
 fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<SkippedPath>)> {
     let entries = fs::read_dir(abs_dir).map_err(|e| GitError::Unreadable {
         path: if rel_dir.is_empty() {
@@ -97,9 +99,6 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
     for entry in entries {
         let entry = entry.map_err(|e| GitError::io(abs_dir, e))?;
         let name = entry.file_name();
-        if name == ".git" {
-            continue;
-        }
         let Some(name) = name.to_str() else {
             skipped.push(SkippedPath {
                 path: format!("{rel_dir}{}", escaped_name(&name)),
@@ -125,7 +124,7 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
         listed.push(Listed {
             name: name.to_owned(),
             kind,
-            ignored: false,
+            ignored: name == ".git",
         });
     }
     // A git directory under another name (a bare repository, a `GIT_DIR=.cfg` "dotfiles" repository):
@@ -197,6 +196,8 @@ impl Walk<'_> {
             }
         };
         let mut pushed = false;
+        // The enclosing rules, while a nested repository's own are in force (its root is this directory).
+        let mut enclosing = None;
         let rules = if rel_dir.is_empty() {
             rules
         } else {
@@ -206,6 +207,14 @@ impl Walk<'_> {
             } else {
                 None
             };
+            let mut rules = rules;
+            if entries.iter().any(|e| e.name == ".git")
+                && let Some(exclude) = crate::ignore::nested_repository_exclude(&abs_dir)?
+            {
+                rules = self.ignores.nested_rules_hash(rel_dir, exclude.as_deref());
+                let nested = self.ignores.nested(rel_dir, exclude.as_deref());
+                enclosing = Some(std::mem::replace(&mut self.ignores, nested));
+            }
             pushed = self.ignores.push_dir(rel_dir, text.as_deref());
             dir_rules_hash(&rules, rel_dir, text.as_deref())
         };
@@ -224,6 +233,9 @@ impl Walk<'_> {
         let result = self.entries(rel_dir, &abs_dir, &mut entries, rules, matched, &before);
         if pushed {
             self.ignores.pop();
+        }
+        if let Some(enclosing) = enclosing {
+            self.ignores = enclosing;
         }
         result?;
         if cacheable {
@@ -262,6 +274,10 @@ impl Walk<'_> {
         if !matched {
             self.relisted += 1;
             for entry in entries.iter_mut() {
+                if entry.name == ".git" {
+                    entry.ignored = true;
+                    continue;
+                }
                 if let Some((kind, ignored)) = before.get(entry.name.as_str())
                     && *kind == entry.kind
                 {

@@ -1044,6 +1044,126 @@ async fn nested_repository_is_snapshotted_as_plain_files() {
     assert_eq!(oracle.write_tree(h.root()), s.id.as_str());
 }
 
+/// Inside a nested repository only its own rules hold (SPEC 2.2), as git reads them there: the user's
+/// global excludes, the nested repository's `info/exclude` (found through a `.git` file too, as a
+/// submodule has) and its `.gitignore` files; none of the enclosing tree's. Black-box: a superproject's
+/// `*.p` hid a submodule's committed `config.p`, and a turn's edits of it could not be undone. What git
+/// itself lists inside each nested repository is the oracle. A turn's changes there are listed and undone,
+/// a file it made that the enclosing rules would ignore included; and the untracked cache, reused by the
+/// next track, keeps to the same rules.
+#[tokio::test]
+async fn a_nested_repository_follows_its_own_ignore_rules_only() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    h.write(".gitignore", b"*.p\nnested/build/\n");
+    h.write("top.p", b"ignored by the enclosing rules\n");
+    init_repo(&h.path("nested"));
+    fs::write(h.path("nested/.git/info/exclude"), "*.ex\n").expect("nested exclude");
+    h.write("nested/settings.p", b"tracked in the nested repository\n");
+    h.write("nested/build/b.txt", b"committed there\n");
+    h.write("nested/z.ex", b"excluded by the nested repository\n");
+    h.write("nested/deeper/.gitignore", b"*.tmp\n");
+    h.write("nested/deeper/x.tmp", b"ignored by the nested .gitignore\n");
+    // As `git submodule add` leaves it: a `.git` file naming a git directory elsewhere.
+    let modules = h.base().join("modules").join("sub");
+    fs::create_dir_all(h.path("sub")).expect("mkdir sub");
+    fs::create_dir_all(h.base().join("modules")).expect("mkdir modules");
+    git(
+        &h.path("sub"),
+        &[
+            "init",
+            "-q",
+            "--separate-git-dir",
+            &modules.display().to_string(),
+        ],
+    );
+    fs::write(modules.join("info").join("exclude"), "*.sx\n").expect("sub exclude");
+    h.write("sub/config.p", b"the submodule's config\n");
+    h.write("sub/y.sx", b"excluded by the submodule\n");
+
+    let s = h.track().await;
+    let listed = |id: &str| -> Vec<String> {
+        oracle
+            .ls_tree(Some(&h.store_dir().join("objects")), id)
+            .into_iter()
+            .map(|e| e.path)
+            .collect()
+    };
+    let paths = listed(s.id.as_str());
+    assert_eq!(
+        paths,
+        [
+            ".gitignore",
+            "nested/build/b.txt",
+            "nested/deeper/.gitignore",
+            "nested/settings.p",
+            "sub/config.p"
+        ]
+    );
+    for dir in ["nested", "sub"] {
+        let mut by_git: Vec<String> = git(
+            &h.path(dir),
+            &["ls-files", "--cached", "--others", "--exclude-standard"],
+        )
+        .lines()
+        .map(|line| format!("{dir}/{line}"))
+        .collect();
+        by_git.sort();
+        let ours: Vec<&String> = paths
+            .iter()
+            .filter(|p| p.starts_with(&format!("{dir}/")))
+            .collect();
+        assert_eq!(
+            ours,
+            by_git.iter().collect::<Vec<_>>(),
+            "as git lists {dir}"
+        );
+    }
+
+    // A turn edits both repositories' files and makes one the enclosing rules would ignore.
+    h.write("nested/settings.p", b"the agent's\n");
+    h.write("sub/config.p", b"the agent's\n");
+    h.write("nested/new.p", b"made by the turn\n");
+    let after = h.id().await;
+    let changed = h
+        .port()
+        .changed_files(h.root(), &s.id)
+        .await
+        .expect("changed files");
+    assert_eq!(
+        changed,
+        rels(&["nested/new.p", "nested/settings.p", "sub/config.p"])
+    );
+    let outcome = h
+        .port()
+        .revert(
+            h.root(),
+            &one_patch(
+                &s.id,
+                &["nested/new.p", "nested/settings.p", "sub/config.p"],
+            ),
+            &after,
+        )
+        .await
+        .expect("revert");
+    assert!(outcome.kept.is_empty(), "{:?}", outcome.kept);
+    assert_eq!(
+        h.read("nested/settings.p"),
+        text("tracked in the nested repository\n")
+    );
+    assert_eq!(h.read("sub/config.p"), text("the submodule's config\n"));
+    assert_eq!(h.read("nested/new.p"), None);
+    assert_eq!(
+        h.id().await,
+        s.id,
+        "the untracked cache keeps to the same rules"
+    );
+    assert_eq!(
+        h.read("nested/z.ex"),
+        text("excluded by the nested repository\n")
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // (g) The stat cache is not fooled.
 
