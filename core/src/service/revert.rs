@@ -454,8 +454,10 @@ impl Rewind {
                 time: now,
                 message: format!(
                     "{} file(s) were left as they are: they are not tracked content (ignored, over the size cap or \
-                     standing where the revert needed a directory), or they changed while the revert ran (their new \
-                     content is in no snapshot), so rewind did not revert them",
+                     standing where the revert needed a directory), they were not tracked content when the step \
+                     that made them began (ignored then, or skipped: they may have existed then, so they are not \
+                     deleted), or they changed while the revert ran (their new content is in no snapshot), so \
+                     rewind did not revert them",
                     kept.len()
                 ),
                 snapshot: None,
