@@ -1912,11 +1912,20 @@ fn keep_actions_on_occupied_dirs(
         .filter(|a| a.action == FileActionKind::Delete)
         .map(|a| String::from(a.path.clone()))
         .collect();
+    let written: Vec<String> = actions
+        .iter()
+        .filter(|a| a.action == FileActionKind::Write)
+        .map(|a| String::from(a.path.clone()))
+        .collect();
+    let dirs_written = dirs_above(written.iter().map(String::as_str));
     for &at in over_dirs {
         let action = &mut actions[at];
         let path = action.path.as_str();
         let reason = match action.action {
             FileActionKind::Write => OCCUPIED_DIR,
+            // The state gone back to has a directory there (the plan writes files in it): the file is
+            // absent, as it should be (`write_planned` leaves the directory).
+            FileActionKind::Delete if dirs_written.contains(path) => continue,
             FileActionKind::Delete => DIR_STANDS,
             FileActionKind::Keep => continue,
         };
@@ -1927,6 +1936,13 @@ fn keep_actions_on_occupied_dirs(
         }
     }
     Ok(())
+}
+
+/// Every directory above one of `paths`.
+fn dirs_above<'p>(paths: impl Iterator<Item = &'p str>) -> HashSet<&'p str> {
+    paths
+        .flat_map(|path| path.match_indices('/').map(move |(i, _)| &path[..i]))
+        .collect()
 }
 
 /// Why a file is not written where a directory holding other files stands.
@@ -2206,9 +2222,16 @@ fn write_planned(
     applier.protected = edited.clone();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
     // is gone before what was there comes back.
+    let dirs_written = dirs_above(entries.keys().map(String::as_str));
     for action in actions.iter().rev() {
-        if action.action == FileActionKind::Delete && !edited.contains(action.path.as_str()) {
-            applier.delete(action.path.as_str())?;
+        let path = action.path.as_str();
+        if action.action == FileActionKind::Delete && !edited.contains(path) {
+            // A directory the state gone back to has (it writes files in it) stands where the file was:
+            // the file is absent, as it should be (`keep_actions_on_occupied_dirs`).
+            if dirs_written.contains(path) && on_disk(&store.worktree.join(path))? == OnDisk::Dir {
+                continue;
+            }
+            applier.delete(path)?;
         }
     }
     for action in actions {
