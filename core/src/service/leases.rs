@@ -235,31 +235,53 @@ impl Rewind {
     /// section 1). The caller has judged the step its own or abandoned from what it read, but another
     /// operation may have taken the session since; its live lease is `Busy`. The lease is taken with a new
     /// token, never the step's: two closers that both read the step's lease (a finish and an abort of the
-    /// same process, say) cannot both hold it, since only the first replaces the step's token.
+    /// same process, say) cannot both hold it, since only the first replaces the step's token. Also returns
+    /// the lease replaced, if any: it goes back (`hand_back_step_lease`) when the step stays open.
     pub(super) async fn take_step_lease(
         &self,
         session: &SessionId,
         step: &crate::model::OpenStep,
-    ) -> Result<HeldLease> {
+    ) -> Result<(HeldLease, Option<Lease>)> {
         let lease = self.new_lease(
             LeaseKey::Session(session.clone()),
             &new_token(),
             self.config.operation_lease_ms,
         );
-        let replacing = match self.repo.lease(&lease.key).await? {
+        let replaced = match self.repo.lease(&lease.key).await? {
             None => None,
             Some(current)
                 if (current.token == step.token && current.holder == lease.holder)
                     || self.is_abandoned(&current) =>
             {
-                Some(current.token)
+                Some(current)
             }
             Some(current) => return Err(busy_error(&current, Some(session))),
         };
-        match self.repo.take_lease(&lease, replacing).await? {
-            LeaseTake::Taken => Ok(HeldLease::of(&lease)),
+        match self
+            .repo
+            .take_lease(&lease, replaced.as_ref().map(|l| l.token.clone()))
+            .await?
+        {
+            LeaseTake::Taken => Ok((HeldLease::of(&lease), replaced)),
             LeaseTake::Held(current) => Err(busy_error(&current, Some(session))),
         }
+    }
+
+    /// Gives back `held` (taken by `take_step_lease` to close a step that stays open: its closing failed,
+    /// a revert holding the worktree, say) to the step's own lease `replaced`, as it was; released when
+    /// there was none, or it cannot be. Released instead, the step's lease would be gone, and the step
+    /// taken for abandoned by the next operation on the worktree (black-box: a revert of another session
+    /// that made a step's finish wait aborted the step, and the finish, tried again, got 400).
+    pub(super) async fn hand_back_step_lease(&self, held: &HeldLease, replaced: Option<Lease>) {
+        if let Some(replaced) = replaced
+            && let Ok(LeaseTake::Taken) = self
+                .repo
+                .take_lease(&replaced, Some(held.token.clone()))
+                .await
+        {
+            return;
+        }
+        self.release(held).await;
     }
 
     /// A lease on `key` for this process with `token`, for `ttl_ms` from now.

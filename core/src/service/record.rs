@@ -858,7 +858,7 @@ impl Rewind {
         let step = session.step.clone().ok_or_else(|| {
             Error::InvalidInput(format!("no step is open in session {}", session.id))
         })?;
-        let session_lease = self.take_step_lease(&session.id, &step).await?;
+        let (session_lease, replaced) = self.take_step_lease(&session.id, &step).await?;
         let result = async {
             let current = self.load_session(&session.id).await?;
             match &current.step {
@@ -870,7 +870,17 @@ impl Rewind {
             }
         }
         .await;
-        self.release(&session_lease).await;
+        // Not closed (as the session now says): the step stays open, with its lease.
+        let still_open = result.is_err()
+            && self.repo.session(&session.id).await.is_ok_and(|now| {
+                now.and_then(|now| now.step)
+                    .is_some_and(|open| open.token == step.token)
+            });
+        if still_open {
+            self.hand_back_step_lease(&session_lease, replaced).await;
+        } else {
+            self.release(&session_lease).await;
+        }
         result
     }
 

@@ -562,6 +562,74 @@ fn a_step_of_a_live_process_blocks_revert_in_every_session_of_the_worktree() {
     })
 }
 
+/// A step's finish refused because another operation holds the worktree (a revert of another session,
+/// here its lease) leaves the step open with its own lease: the next operation on the worktree does not
+/// take it for abandoned. Black-box: the finish's closing lease was released, the step had no lease any
+/// more, the racing revert aborted it, and the finish, tried again, got 400 "no step is open".
+#[test]
+fn a_step_whose_finish_waits_for_the_worktree_keeps_its_lease() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let q = w.session().await;
+        w.turn(&q.id, "q's turn", |w| w.write("a.txt", "a1")).await;
+        let p = w.session().await;
+        w.rewind
+            .create_message(&p.id, NewMessage::user_text("p"))
+            .await
+            .expect("user");
+        let a = w
+            .rewind
+            .create_message(&p.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        w.rewind.begin_step(&p.id, &a.info.id).await.expect("begin");
+        w.write("p.txt", "p's work");
+        // Another operation holds the worktree (a live process's).
+        let other = Lease {
+            key: LeaseKey::Worktree(ROOT.to_owned()),
+            token: LeaseToken("tok_other_operation".to_owned()),
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: process(21),
+            },
+            expires_at: u64::MAX,
+        };
+        w.repo.take_lease(&other, None).await.expect("lease");
+        let refused = w
+            .rewind
+            .finish_step(&p.id, &a.info.id, StepEnd::default())
+            .await;
+        assert!(matches!(refused, Err(Error::Busy { .. })), "{refused:?}");
+        w.repo
+            .release_lease(&other.key, &other.token)
+            .await
+            .expect("release");
+        let session = w.rewind.session(&p.id).await.expect("session");
+        assert!(
+            !w.rewind
+                .step_is_abandoned(&session)
+                .await
+                .expect("abandoned?"),
+            "the step keeps its lease"
+        );
+        // The next operation on the worktree finds the step open, not abandoned.
+        let revert = w.revert_to_result(&q.id).await;
+        assert!(matches!(revert, Err(Error::Busy { .. })), "{revert:?}");
+        let finished = w
+            .rewind
+            .finish_step(&p.id, &a.info.id, StepEnd::default())
+            .await
+            .expect("the finish, tried again");
+        assert!(
+            finished
+                .iter()
+                .any(|part| matches!(&part.body, PartBody::StepFinish(f) if f.reason == "stop")),
+            "{finished:?}"
+        );
+    })
+}
+
 #[test]
 fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
     block_on(async {
