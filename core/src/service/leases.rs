@@ -130,7 +130,23 @@ impl Rewind {
         ttl_ms: u64,
         session: Option<&SessionId>,
     ) -> Result<HeldLease> {
-        self.acquire_with(key, token, ttl_ms, session, true).await
+        let holder = self.operation_holder();
+        self.acquire_with(key, (token, holder), ttl_ms, session, true)
+            .await
+    }
+
+    /// `acquire` for a step's own lease: held by this process as its configuration says (`Server` for the
+    /// HTTP server: the step belongs to a client, and expires after the step timeout of silence).
+    pub(super) async fn acquire_step(
+        &self,
+        key: LeaseKey,
+        token: &LeaseToken,
+        ttl_ms: u64,
+        session: Option<&SessionId>,
+    ) -> Result<HeldLease> {
+        let holder = self.holder();
+        self.acquire_with(key, (token, holder), ttl_ms, session, true)
+            .await
     }
 
     /// `acquire` for recovery itself, which is finishing the intent: a holder that is gone is taken over
@@ -142,13 +158,15 @@ impl Rewind {
         ttl_ms: u64,
         session: Option<&SessionId>,
     ) -> Result<HeldLease> {
-        self.acquire_with(key, token, ttl_ms, session, false).await
+        let holder = self.operation_holder();
+        self.acquire_with(key, (token, holder), ttl_ms, session, false)
+            .await
     }
 
     async fn acquire_with(
         &self,
         key: LeaseKey,
-        token: &LeaseToken,
+        (token, holder): (&LeaseToken, crate::model::Holder),
         ttl_ms: u64,
         session: Option<&SessionId>,
         finish_intents: bool,
@@ -157,7 +175,12 @@ impl Rewind {
         let mut attempts = 0;
         loop {
             // After a recovery (a track and a restore, which can take a while) the lease counts from now.
-            let lease = self.new_lease(key.clone(), token, ttl_ms);
+            let lease = Lease {
+                key: key.clone(),
+                token: token.clone(),
+                holder: holder.clone(),
+                expires_at: self.now().saturating_add(ttl_ms),
+            };
             let current = match self.repo.take_lease(&lease, replacing.clone()).await? {
                 LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
                 LeaseTake::Held(current) => current,
@@ -250,7 +273,7 @@ impl Rewind {
         let replaced = match self.repo.lease(&lease.key).await? {
             None => None,
             Some(current)
-                if (current.token == step.token && current.holder == lease.holder)
+                if (current.token == step.token && current.holder == self.holder())
                     || self.is_abandoned(&current) =>
             {
                 Some(current)
@@ -284,13 +307,26 @@ impl Rewind {
         self.release(held).await;
     }
 
-    /// A lease on `key` for this process with `token`, for `ttl_ms` from now.
+    /// A lease on `key` for an operation of this process with `token`, for `ttl_ms` from now.
     pub(super) fn new_lease(&self, key: LeaseKey, token: &LeaseToken, ttl_ms: u64) -> Lease {
         Lease {
             key,
             token: token.clone(),
-            holder: self.holder(),
+            holder: self.operation_holder(),
             expires_at: self.now().saturating_add(ttl_ms),
+        }
+    }
+
+    /// Who holds the leases and intents of this process's operations (revert, unrevert, cleanup, a step's
+    /// beginning and end, recovery, gc): this process, as a process, also in a server. SPEC 1 never takes
+    /// a live process's lease over on its host, even expired (it may be suspended, not dead); only an HTTP
+    /// step, whose owner is a client, expires on a live server (`holder`, `acquire_step`). Black-box: a
+    /// server's revert stopped (SIGSTOP) past its lease was taken over by another server on the host,
+    /// whose recovery then waited on its store and refused unrelated requests.
+    pub(super) fn operation_holder(&self) -> crate::model::Holder {
+        crate::model::Holder {
+            kind: crate::model::HolderKind::Process,
+            process: self.host.this_process(),
         }
     }
 

@@ -598,7 +598,7 @@ impl Rewind {
     ) -> Result<T> {
         let token = new_token();
         let session_lease = self
-            .acquire(
+            .acquire_step(
                 LeaseKey::Session(session_id.clone()),
                 &token,
                 self.config.step_timeout_ms,

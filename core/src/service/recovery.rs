@@ -197,12 +197,17 @@ impl RecoveryReport {
 }
 
 /// The lease on `key` of the operation `intent` records, expired: what a recovery that cannot finish
-/// leaves where none of the operation's own was left.
+/// leaves where none of the operation's own was left. Any taker may take it over (after finishing the
+/// intent): held as a server holds an HTTP step, so an operation of a process that still runs but has
+/// ended (a server's, whose rollback failed) does not block the worktree for the process's life.
 fn interrupted(intent: &IntentRecord, key: LeaseKey) -> Lease {
     Lease {
         key,
         token: intent.token.clone(),
-        holder: intent.holder.clone(),
+        holder: crate::model::Holder {
+            kind: crate::model::HolderKind::Server,
+            process: intent.holder.process.clone(),
+        },
         expires_at: 0,
     }
 }

@@ -1056,7 +1056,7 @@ impl Rewind {
             session_id: session.id.clone(),
             directory: session.directory.clone(),
             operation: kind,
-            holder: self.holder(),
+            holder: self.operation_holder(),
             before,
             files: files.into_iter().collect(),
             created: self.now(),

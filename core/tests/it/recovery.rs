@@ -267,6 +267,52 @@ fn a_server_operation_past_its_lease_is_not_taken_over_by_the_same_server() {
     })
 }
 
+/// SPEC 1, across processes of one host: a server's revert that runs past its lease (stopped, say) is
+/// not taken over by another process on the host either (a command-line `undo`): its leases are a live
+/// process's. Only a server's HTTP step expires on a live server. Black-box: a second server took a
+/// stopped server's revert over, and its recovery, waiting on the store, refused unrelated requests.
+#[test]
+fn a_server_operation_past_its_lease_is_not_taken_over_by_another_process_on_its_host() {
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let config = ServiceConfig {
+            holder_kind: HolderKind::Server,
+            ..ServiceConfig::default()
+        };
+        let lease_ms = config.operation_lease_ms;
+        let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
+        let server_process = w.host.this_process();
+        let target = rewind_core::RevertTarget {
+            message_id: t.user.clone(),
+            part_id: None,
+        };
+        let (reached, resume) = w.repo.pause_next_result_commit();
+        let reverting = server.revert(&s.id, target.clone());
+        let meanwhile = async {
+            reached.await.expect("the result's commit is reached");
+            w.host.advance(lease_ms + 1);
+            // A command-line process on the same host.
+            w.host.become_process(process(31));
+            let cli = w.rewind.revert(&s.id, target.clone()).await;
+            assert!(matches!(cli, Err(Error::Busy { .. })), "{cli:?}");
+            let report = w.rewind.recover().await.expect("recover");
+            assert!(report.recovered.is_empty(), "{report:?}");
+            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+            w.host.become_process(server_process.clone());
+            let _ = resume.send(());
+        };
+        let (reverted, ()) = futures::future::join(reverting, meanwhile).await;
+        assert!(
+            reverted
+                .expect("the server's revert stores its result")
+                .revert
+                .is_some()
+        );
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+    })
+}
+
 #[test]
 fn an_intent_whose_owner_still_runs_is_left_alone() {
     block_on(async {
