@@ -163,6 +163,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     } else {
         None
     };
+    let identity = database_identity(&db, backend).await;
     let file = sqlite_path
         .as_deref()
         .and_then(|path| std::fs::metadata(path).ok())
@@ -177,8 +178,32 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         sqlite_path,
         busy_timeout,
         file,
+        identity,
         hooks: Mutex::new(Hooks::default()),
     })
+}
+
+/// The identity the database drew when it was first migrated (`rewind_identity`), the same through every
+/// spelling of its URL; none when it cannot be read. On PostgreSQL it comes with the server's port, the
+/// database's name and the schema, as the server names them: a copy of the database (`pg_dump` into
+/// another database or server of the same machine) keeps the drawn value, and must not share its stores.
+async fn database_identity(db: &DatabaseConnection, backend: Backend) -> Option<String> {
+    let (backend, sql) = match backend {
+        Backend::Postgres => (
+            DbBackend::Postgres,
+            "SELECT current_setting('port') || ' ' || current_database() || ' ' || current_schema() \
+             || ' ' || value AS value FROM rewind_identity WHERE id = 1",
+        ),
+        _ => (
+            DbBackend::Sqlite,
+            "SELECT value FROM rewind_identity WHERE id = 1",
+        ),
+    };
+    let row = db
+        .query_one_raw(Statement::from_string(backend, sql))
+        .await
+        .ok()??;
+    row.try_get("", "value").ok()
 }
 
 /// The file of the main database as SQLite opened it (`PRAGMA database_list`): its unix VFS makes the

@@ -69,6 +69,8 @@ pub struct SqlRepo {
     /// A SQLite file's device and inode when it was opened: a write first checks that the path still
     /// names that file (`SqlError::Replaced`).
     file: Option<(u64, u64)>,
+    /// `rewind_identity`'s value (see `database_identity`).
+    identity: Option<String>,
     hooks: Mutex<Hooks>,
 }
 
@@ -96,6 +98,12 @@ impl SqlRepo {
     /// The database as messages name it: a SQLite file's path, or the URL without its password.
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// The identity the database drew when it was first migrated: the same however its URL is spelled
+    /// (none when it cannot be read). A copy of the database has it too.
+    pub fn database_identity(&self) -> Option<&str> {
+        self.identity.as_deref()
     }
 
     /// The file of a SQLite database, as SQLite opened it: absolute, with symlinks and `..` resolved as

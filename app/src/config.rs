@@ -253,6 +253,12 @@ pub fn is_loopback_name(host: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
+pub fn is_postgres_url(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    lower.starts_with("postgres://") || lower.starts_with("postgresql://")
+}
+
 /// `sqlite://<data dir>/rewind.db?mode=rwc`.
 pub fn default_database_url(data_dir: &Path) -> String {
     format!("sqlite://{}?mode=rwc", data_dir.join("rewind.db").display())

@@ -58,15 +58,21 @@ impl Services {
                     redact_url(&settings.database_url)
                 )
             })?;
-        // One database, however its path is spelled (a symlink, `..`, a relative data dir): its stores are
-        // keyed on the canonical file; a store keyed on the spelling given, as before, is adopted.
-        let identity = repo
-            .sqlite_file()
-            .and_then(|file| std::fs::canonicalize(file).ok())
-            .map_or_else(
-                || repo.target().to_owned(),
+        // One database, however its path or URL is spelled (a symlink, `..`, a relative data dir;
+        // `localhost` or `127.0.0.1`, the default port or none, query parameters): a SQLite database's
+        // stores are keyed on its canonical file, a PostgreSQL database's on the identity it drew when
+        // first migrated (with its port, name and schema); a store keyed on the spelling given, as before,
+        // is adopted.
+        let identity = match (repo.sqlite_file(), repo.database_identity()) {
+            (Some(file), _) => std::fs::canonicalize(file).map_or_else(
+                |_| repo.target().to_owned(),
                 |file| file.to_string_lossy().into_owned(),
-            );
+            ),
+            (None, Some(drawn)) if crate::config::is_postgres_url(&settings.database_url) => {
+                format!("postgres database {drawn}")
+            }
+            _ => repo.target().to_owned(),
+        };
         let mut store_config = GitStoreConfig::new(settings.data_dir.clone(), identity.clone());
         if identity != repo.target() {
             store_config.former_identities = vec![repo.target().to_owned()];

@@ -126,7 +126,7 @@ impl MigrationTrait for Migration {
 #[cfg(test)]
 mod tests {
     use sea_orm::{ConnectionTrait, Database, DbBackend, Statement};
-    use sea_orm_migration::MigratorTrait;
+    use sea_orm_migration::{MigrationName, MigratorTrait};
 
     use crate::migration::Migrator;
 
@@ -137,7 +137,15 @@ mod tests {
         let db = Database::connect("sqlite::memory:")
             .await
             .expect("connects");
-        Migrator::up(&db, None).await.expect("migrates");
+        // Up to this migration, so that undoing one step undoes it.
+        let upto = Migrator::migrations()
+            .iter()
+            .position(|m| m.name() == "m20261203_000001_shared_text")
+            .expect("known")
+            + 1;
+        Migrator::up(&db, Some(u32::try_from(upto).expect("few")))
+            .await
+            .expect("migrates");
         db.execute_unprepared("INSERT INTO shared_text (id, body) VALUES ('evt_1', 'a text')")
             .await
             .expect("a shared text is stored");

@@ -6,6 +6,7 @@ use sea_orm_migration::prelude::*;
 mod m20261201_000001_initial_schema;
 mod m20261202_000001_captures;
 mod m20261203_000001_shared_text;
+mod m20261204_000001_identity;
 
 /// Every migration this binary knows, oldest first.
 pub(crate) struct Migrator;
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000001_initial_schema::Migration),
             Box::new(m20261202_000001_captures::Migration),
             Box::new(m20261203_000001_shared_text::Migration),
+            Box::new(m20261204_000001_identity::Migration),
         ]
     }
 }

@@ -111,7 +111,8 @@ fn postgres_ids_sort_by_their_bytes_whatever_the_database_locale() {
             let table: String = row.try_get("", "table_name").expect("a name");
             let column: String = row.try_get("", "column_name").expect("a name");
             let collation: String = row.try_get("", "collation").expect("a collation");
-            if table == "seaql_migrations" {
+            // SeaORM's own table, and the one-row table of the database's identity (an integer key).
+            if table == "seaql_migrations" || table == "rewind_identity" {
                 continue;
             }
             assert_eq!(collation, "C", "{table}.{column} compares by bytes");

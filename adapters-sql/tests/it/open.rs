@@ -170,8 +170,9 @@ fn sqlite_migrations_run_once_and_reopening_applies_none() {
             .await
             .expect("reads")
             .expect("a row");
-        // One row per migration (the initial schema, the captures, the shared texts), each applied once.
-        assert_eq!(row.try_get::<i64>("", "applied").expect("a count"), 3);
+        // One row per migration (the initial schema, the captures, the shared texts, the identity), each
+        // applied once.
+        assert_eq!(row.try_get::<i64>("", "applied").expect("a count"), 4);
         let mode = raw
             .query_one_raw(Statement::from_string(
                 DbBackend::Sqlite,

@@ -123,3 +123,63 @@ async fn on_postgres_the_relay_carries_another_process_events_and_a_turn_reverts
     drop(database);
     Ok(())
 }
+
+/// The URL of `url`'s database spelled otherwise: the other scheme name, the other name of the loopback
+/// host, and a query parameter.
+fn respelled(url: &str) -> String {
+    let url = match url.strip_prefix("postgres://") {
+        Some(rest) => format!("postgresql://{rest}"),
+        None => url.replacen("postgresql://", "postgres://", 1),
+    };
+    let url = if url.contains("@127.0.0.1") {
+        url.replacen("@127.0.0.1", "@localhost", 1)
+    } else {
+        url.replacen("@localhost", "@127.0.0.1", 1)
+    };
+    format!("{url}?application_name=respelled")
+}
+
+/// A PostgreSQL database's snapshot stores are keyed on the identity it drew when it was first migrated,
+/// so every spelling of its URL finds the same stores and snapshots (black-box: an `undo` through
+/// `localhost` found none of the snapshots an `exec` through `127.0.0.1` had taken, and said they may
+/// have been collected).
+#[tokio::test]
+async fn every_spelling_of_a_postgres_url_finds_the_same_snapshots() -> Result<()> {
+    use rewind_app::{Services, Settings};
+    use rewind_core::SnapshotPort;
+    use rewind_core::model::HolderKind;
+    let Some(database) = PgDatabase::create()? else {
+        return Ok(());
+    };
+    let work = tempfile::tempdir()?;
+    let repo = work.path().join("repo");
+    std::fs::create_dir_all(&repo)?;
+    std::fs::write(repo.join("a.txt"), "a0\n")?;
+    let mut settings = Settings::new(work.path().join("data"), &repo);
+    settings.database_url = database.url.clone();
+    let first = Services::open(&settings, HolderKind::Process).await?;
+    let tracked = first.snapshots.track(&repo).await?.id;
+    let location = first.snapshots.store_location(&repo).await?;
+    std::fs::write(repo.join("a.txt"), "a1\n")?;
+
+    let other = respelled(&database.url);
+    assert_ne!(other, database.url);
+    settings.database_url = other.clone();
+    let second = Services::open(&settings, HolderKind::Process).await?;
+    assert_eq!(
+        second.snapshots.store_location(&repo).await?,
+        location,
+        "{other} finds the store of {}",
+        database.url
+    );
+    let changed = second.snapshots.changed_files(&repo, &tracked).await?;
+    assert_eq!(
+        changed.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        ["a.txt"]
+    );
+    second.snapshots.restore(&repo, &tracked, None).await?;
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt"))?, "a0\n");
+    drop((first, second));
+    drop(database);
+    Ok(())
+}
