@@ -70,7 +70,16 @@ impl ApiError {
                     "the operation lost its lease ({what}) to another one; nothing was stored, retry"
                 ),
             },
-            error @ (Error::MissingObject(_) | Error::Unreadable { .. }) => {
+            // The store lacks what the session names: nothing was changed (every object is checked before
+            // a file is touched). Still a fault (SPEC 9), of the data rather than of the request.
+            error @ Error::MissingObject(_) => {
+                tracing::error!(error = %error, "request failed");
+                ApiError::Internal(format!(
+                    "{error}; nothing was changed (the snapshot was collected, or the session was recorded \
+                     by a rewind with another data directory, whose snapshot store this server does not use)"
+                ))
+            }
+            error @ Error::Unreadable { .. } => {
                 tracing::error!(error = %error, "request failed");
                 ApiError::Internal(error.to_string())
             }

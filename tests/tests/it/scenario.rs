@@ -991,3 +991,44 @@ async fn a_message_and_a_part_sent_while_a_step_ends_wait_and_are_recorded_after
     assert_eq!(last, Some(message["info"]["id"].clone()));
     app.stop().await
 }
+
+/// A revert whose snapshot is missing from the server's store (collected, or recorded by a rewind with
+/// another data directory) is refused before any file is touched: the 500 says so, and what may have
+/// happened (black-box: it said only "snapshot object missing").
+#[tokio::test]
+async fn a_revert_whose_snapshot_is_missing_says_nothing_was_changed() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("a.txt"), "a1\n")?;
+            Ok(())
+        })
+        .await?;
+    // Every snapshot store of the server's data directory loses its objects.
+    for store in std::fs::read_dir(app.data_dir.join("snapshot"))? {
+        let objects = store?.path().join("objects");
+        for entry in std::fs::read_dir(&objects)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            }
+        }
+    }
+    let refused = app
+        .post(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": user}),
+        )
+        .await?;
+    assert_eq!(refused.status, 500, "{}", refused.body);
+    let message = refused.body["data"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("missing") && message.contains("nothing was changed"),
+        "{message}"
+    );
+    assert_eq!(app.file("a.txt").as_deref(), Some("a1\n"));
+    let current = app.read(&format!("/session/{session}")).await?;
+    assert!(current.get("revert").is_none(), "{current}");
+    app.stop().await
+}
