@@ -135,17 +135,17 @@ impl Rewind {
             .await
     }
 
-    /// `acquire` for a step's own lease: held by this process as its configuration says (`Server` for the
-    /// HTTP server: the step belongs to a client, and expires after the step timeout of silence).
+    /// `acquire` for the session's lease of a step of its own, with `token`, for the step timeout: held
+    /// by this process as its configuration says (`Server` for the HTTP server: the step belongs to a
+    /// client, and expires after the step timeout of silence).
     pub(super) async fn acquire_step(
         &self,
-        key: LeaseKey,
+        session: &SessionId,
         token: &LeaseToken,
-        ttl_ms: u64,
-        session: Option<&SessionId>,
     ) -> Result<HeldLease> {
-        let holder = self.holder();
-        self.acquire_with(key, (token, holder), ttl_ms, session, true)
+        let key = LeaseKey::Session(session.clone());
+        let (holder, ttl) = (self.holder(), self.config.step_timeout_ms);
+        self.acquire_with(key, (token, holder), ttl, Some(session), true)
             .await
     }
 

@@ -597,14 +597,7 @@ impl Rewind {
         locked: impl AsyncFnOnce(&super::HeldLease) -> Result<T>,
     ) -> Result<T> {
         let token = new_token();
-        let session_lease = self
-            .acquire_step(
-                LeaseKey::Session(session_id.clone()),
-                &token,
-                self.config.step_timeout_ms,
-                Some(session_id),
-            )
-            .await?;
+        let session_lease = self.acquire_step(session_id, &token).await?;
         let result = locked(&session_lease).await;
         if result.is_err() {
             self.release(&session_lease).await;

@@ -218,6 +218,17 @@ fn recover_others_leaves_running_operations_and_skipped_intents() {
     })
 }
 
+/// A server's services over `w`'s adapters (leases held as a server's), with its operations' lease time.
+fn server_of(w: &World) -> (Rewind, u64) {
+    let config = ServiceConfig {
+        holder_kind: HolderKind::Server,
+        ..ServiceConfig::default()
+    };
+    let lease_ms = config.operation_lease_ms;
+    let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
+    (server, lease_ms)
+}
+
 /// SPEC 1: a live process's lease is never taken over, even expired; a server's leases expire only so
 /// that its HTTP steps can be abandoned. A server's revert that runs past its lease (a huge worktree, a
 /// slow disk) is not taken over by another request of the same server: neither a revert (whose recovery
@@ -227,12 +238,7 @@ fn recover_others_leaves_running_operations_and_skipped_intents() {
 fn a_server_operation_past_its_lease_is_not_taken_over_by_the_same_server() {
     block_on(async {
         let (w, s, t) = one_turn_world().await;
-        let config = ServiceConfig {
-            holder_kind: HolderKind::Server,
-            ..ServiceConfig::default()
-        };
-        let lease_ms = config.operation_lease_ms;
-        let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
+        let (server, lease_ms) = server_of(&w);
         let target = rewind_core::RevertTarget {
             message_id: t.user.clone(),
             part_id: None,
@@ -275,12 +281,7 @@ fn a_server_operation_past_its_lease_is_not_taken_over_by_the_same_server() {
 fn a_server_operation_past_its_lease_is_not_taken_over_by_another_process_on_its_host() {
     block_on(async {
         let (w, s, t) = one_turn_world().await;
-        let config = ServiceConfig {
-            holder_kind: HolderKind::Server,
-            ..ServiceConfig::default()
-        };
-        let lease_ms = config.operation_lease_ms;
-        let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
+        let (server, lease_ms) = server_of(&w);
         let server_process = w.host.this_process();
         let target = rewind_core::RevertTarget {
             message_id: t.user.clone(),

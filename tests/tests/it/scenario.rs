@@ -997,14 +997,7 @@ async fn a_message_and_a_part_sent_while_a_step_ends_wait_and_are_recorded_after
 /// happened (black-box: it said only "snapshot object missing").
 #[tokio::test]
 async fn a_revert_whose_snapshot_is_missing_says_nothing_was_changed() -> Result<()> {
-    let app = spawn_app().await?;
-    let session = app.new_session().await?;
-    let (user, _) = app
-        .turn(&session, "one", |repo| {
-            std::fs::write(repo.join("a.txt"), "a1\n")?;
-            Ok(())
-        })
-        .await?;
+    let (app, session, user) = app_with_a_turn(Duration::from_secs(3600)).await?;
     // Every snapshot store of the server's data directory loses its objects.
     for store in std::fs::read_dir(app.data_dir.join("snapshot"))? {
         let objects = store?.path().join("objects");
