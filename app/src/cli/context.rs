@@ -189,6 +189,13 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
         Error::Unreadable { path, reason } if reason.contains("Permission denied") => anyhow!(
             "cannot read {path}: {reason}; fix its permissions and try again (nothing was changed)"
         ),
+        // git works below the worktree with relative paths; rewind opens each directory by its full
+        // path, which the system caps at 4096 bytes (black-box: a deep tree git commits).
+        Error::Unreadable { path, reason } if reason.contains("File name too long") => anyhow!(
+            "cannot read {path}: {reason}; its full path is longer than the system allows (4096 bytes), \
+             and rewind reads the worktree by full paths: ignore that directory (.gitignore) or make the \
+             tree shallower, then try again (nothing was changed)"
+        ),
         Error::Unreadable { path, reason } => {
             anyhow!("cannot read {path}: {reason}; nothing was changed")
         }
@@ -216,6 +223,13 @@ mod tests {
         };
         let denied = unreadable("Permission denied (os error 13)");
         assert!(denied.contains("fix its permissions"), "{denied}");
+        let long = unreadable("File name too long (os error 36)");
+        assert!(
+            long.contains("4096 bytes")
+                && long.contains(".gitignore")
+                && !long.contains("permissions"),
+            "{long}"
+        );
         for other in [
             "File name too long (os error 36)",
             "No such file or directory (os error 2)",
