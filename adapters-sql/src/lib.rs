@@ -182,11 +182,6 @@ impl SqlRepo {
         begun.map_err(self.fault("starting a read transaction"))
     }
 
-    /// A transaction that will write, serialised with every other one (commits and lease takes): on SQLite
-    /// it takes the database's write lock at once (`BEGIN IMMEDIATE`), waiting up to the busy timeout, so
-    /// it never fails later on a lock upgrade; on PostgreSQL it takes an exclusive lock on the outbox
-    /// table first, held until it ends (plain reads go on beside it). So a lease take and a commit
-    /// guarded by `Guard::LeaseNotTaken` never overlap: whichever commits second sees the other.
     /// `SqlError::Replaced` when the SQLite file this handle opened is no longer at its path; checked
     /// before every write.
     fn check_file(&self) -> Result<()> {
@@ -203,6 +198,16 @@ impl SqlRepo {
         Ok(())
     }
 
+    /// A transaction that will write, serialised with every other one (commits and lease takes): on SQLite
+    /// it takes the database's write lock at once (`BEGIN IMMEDIATE`), waiting up to the busy timeout, so
+    /// it never fails later on a lock upgrade; on PostgreSQL it takes an exclusive lock on the outbox
+    /// table first, held until it ends (plain reads go on beside it). So a lease take and a commit
+    /// guarded by `Guard::LeaseNotTaken` never overlap: whichever commits second sees the other.
+    ///
+    /// On PostgreSQL every lock the transaction waits for is waited for up to the busy timeout, as on
+    /// SQLite (`lock_timeout`), then it is `SqlError::Locked`: a process stopped (`SIGSTOP`) or hung
+    /// inside its transaction held every other process's writes for as long as it was stopped, HTTP
+    /// requests included, with no answer (black-box).
     async fn begin_write(&self) -> Result<DatabaseTransaction> {
         self.check_file()?;
         if self.backend.is_sqlite() {
@@ -220,10 +225,13 @@ impl SqlRepo {
             .begin()
             .await
             .map_err(self.fault("starting a write transaction"))?;
-        if let Err(source) = txn
-            .execute_unprepared("LOCK TABLE event_outbox IN EXCLUSIVE MODE")
-            .await
-        {
+        // One round trip (a simple query may hold several statements). Milliseconds; PostgreSQL takes no
+        // bind parameter in SET.
+        let lock = format!(
+            "SET LOCAL lock_timeout = {}; LOCK TABLE event_outbox IN EXCLUSIVE MODE",
+            self.busy_timeout.as_millis().max(1)
+        );
+        if let Err(source) = txn.execute_unprepared(&lock).await {
             let _ = txn.rollback().await;
             return Err(self.sql_error("locking the event outbox", source).into());
         }

@@ -421,3 +421,83 @@ fn postgres_a_lease_take_waits_for_a_guarded_commit() {
         .await;
     });
 }
+
+/// A writer held inside its transaction (a process stopped or hung there) holds another writer up for the
+/// busy timeout only, on both backends: then the other's commit fails as locked (409 over HTTP), and
+/// nothing of it is stored. On PostgreSQL it used to wait for as long as the first was held (black-box: a
+/// `SIGSTOP`ped server held every other server's writes, and their requests got no answer).
+async fn a_held_writer_makes_the_other_locked_after_the_busy_timeout(a: SqlRepo, b: SqlRepo) {
+    let ids = Ids::default();
+    let first = session(&ids, "/work/held");
+    let second = session(&ids, "/work/held");
+    a.commit(transaction(
+        vec![Change::PutSession(Box::new(first.clone()))],
+        vec![heartbeat(&ids)],
+    ))
+    .await
+    .expect("the seed commits");
+    let a = Arc::new(a);
+    let mut pause = a.pause_next_commit();
+    let a_task = tokio::spawn({
+        let (a, first) = (a.clone(), first.clone());
+        async move {
+            a.commit(transaction(
+                vec![Change::PutSession(Box::new(first))],
+                vec![heartbeat(&ids)],
+            ))
+            .await
+        }
+    });
+    assert!(pause.reached().await, "A holds its transaction open");
+    let started = std::time::Instant::now();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(20),
+        b.commit(transaction(
+            vec![Change::PutSession(Box::new(second.clone()))],
+            vec![updated(&Ids::default(), &second)],
+        )),
+    )
+    .await
+    .expect("B is answered within the busy timeout, not when A lets go");
+    assert!(
+        matches!(&refused, Err(Error::Backend(source)) if matches!(
+            source.downcast_ref::<rewind_sql::SqlError>(),
+            Some(rewind_sql::SqlError::Locked { .. })
+        )),
+        "{refused:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    pause.resume();
+    a_task.await.expect("A finishes").expect("A commits");
+    assert!(
+        b.session(&second.id).await.expect("reads").is_none(),
+        "nothing of B is stored"
+    );
+}
+
+#[test]
+fn postgres_a_held_writer_makes_the_other_locked_after_the_busy_timeout() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let mut config = schema.config();
+        config.busy_timeout = Duration::from_millis(300);
+        let b = SqlRepo::open(config).await.expect("opens");
+        a_held_writer_makes_the_other_locked_after_the_busy_timeout(schema.open().await, b).await;
+    });
+}
+
+#[test]
+fn sqlite_file_a_held_writer_makes_the_other_locked_after_the_busy_timeout() {
+    run(async {
+        let file = SqliteFile::new();
+        let a = file.open().await;
+        let mut config = file.config();
+        config.busy_timeout = Duration::from_millis(300);
+        let b = SqlRepo::open(config).await.expect("opens");
+        a_held_writer_makes_the_other_locked_after_the_busy_timeout(a, b).await;
+    });
+}
