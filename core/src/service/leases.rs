@@ -260,10 +260,16 @@ impl Rewind {
     /// token, never the step's: two closers that both read the step's lease (a finish and an abort of the
     /// same process, say) cannot both hold it, since only the first replaces the step's token. Also returns
     /// the lease replaced, if any: it goes back (`hand_back_step_lease`) when the step stays open.
+    ///
+    /// The step's own lease, held by this process, is taken only `as_owner`. A closer that found the step
+    /// abandoned (`prepare_worktree`) may have seen the lease of its owner's finish in progress, given back
+    /// to the step since: that step is alive, and `Busy` (black-box: a revert of another session in the
+    /// same server aborted a step whose finish it had made wait).
     pub(super) async fn take_step_lease(
         &self,
         session: &SessionId,
         step: &crate::model::OpenStep,
+        as_owner: bool,
     ) -> Result<(HeldLease, Option<Lease>)> {
         let lease = self.new_lease(
             LeaseKey::Session(session.clone()),
@@ -273,7 +279,7 @@ impl Rewind {
         let replaced = match self.repo.lease(&lease.key).await? {
             None => None,
             Some(current)
-                if (current.token == step.token && current.holder == self.holder())
+                if (as_owner && current.token == step.token && current.holder == self.holder())
                     || self.is_abandoned(&current) =>
             {
                 Some(current)

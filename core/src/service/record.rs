@@ -760,7 +760,7 @@ impl Rewind {
                 ),
             ));
         }
-        self.close_step(&session, end).await?.ok_or_else(|| {
+        self.close_step(&session, end, true).await?.ok_or_else(|| {
             Error::InvalidInput(format!(
                 "no step is open in message {message_id} of session {session_id} (it was closed meanwhile)"
             ))
@@ -811,6 +811,7 @@ impl Rewind {
                 reason: Some("aborted".to_owned()),
                 ..Default::default()
             },
+            owned,
         )
         .await?;
         self.load_session(session_id).await
@@ -832,6 +833,7 @@ impl Rewind {
                         reason: Some("aborted".to_owned()),
                         ..Default::default()
                     },
+                    false,
                 )
                 .await?;
                 aborted = true;
@@ -847,11 +849,18 @@ impl Rewind {
     /// token, the session is read again, and, when that step is still open, the worktree is tracked and the
     /// finish, patch, summary and status are stored in one transaction. `None` when the step was closed
     /// meanwhile (by its owner, or by another operation that found it abandoned): a step is closed once.
-    async fn close_step(&self, session: &Session, end: StepEnd) -> Result<Option<Vec<Part>>> {
+    /// `as_owner`: closed by its owner (finish, or abort of its own step); otherwise because it was found
+    /// abandoned, which its lease must still show (`take_step_lease`).
+    async fn close_step(
+        &self,
+        session: &Session,
+        end: StepEnd,
+        as_owner: bool,
+    ) -> Result<Option<Vec<Part>>> {
         let step = session.step.clone().ok_or_else(|| {
             Error::InvalidInput(format!("no step is open in session {}", session.id))
         })?;
-        let (session_lease, replaced) = self.take_step_lease(&session.id, &step).await?;
+        let (session_lease, replaced) = self.take_step_lease(&session.id, &step, as_owner).await?;
         let result = async {
             let current = self.load_session(&session.id).await?;
             match &current.step {

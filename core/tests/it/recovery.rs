@@ -2,8 +2,8 @@
 //! host whose processes the test starts and kills.
 
 use rewind_core::model::{
-    Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseToken, PartBody,
-    ProcessIdentity, RelPath,
+    Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
+    PartBody, ProcessIdentity, RelPath,
 };
 use rewind_core::service::{NewMessage, StepEnd};
 use rewind_core::{
@@ -668,6 +668,86 @@ fn a_step_whose_finish_waits_for_the_worktree_keeps_its_lease() {
             .finish_step(&p.id, &a.info.id, StepEnd::default())
             .await
             .expect("the finish, tried again");
+        assert!(
+            finished
+                .iter()
+                .any(|part| matches!(&part.body, PartBody::StepFinish(f) if f.reason == "stop")),
+            "{finished:?}"
+        );
+    })
+}
+
+/// An operation that found a step abandoned only because its owner's finish held the session's lease at
+/// that instant (the finish's own token, not the step's) does not abort it once the finish has given the
+/// lease back to the step: the step is alive, and the operation is busy. Black-box, on one server: a
+/// revert of another session aborted a step whose finish it had made wait (1 in about 150 steps, after the
+/// finish kept its lease).
+#[test]
+fn a_step_seen_abandoned_during_its_finish_is_not_aborted_once_its_lease_is_back() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let q = w.session().await;
+        let t = w.turn(&q.id, "q's turn", |w| w.write("a.txt", "a1")).await;
+        let p = w.session().await;
+        w.rewind
+            .create_message(&p.id, NewMessage::user_text("p"))
+            .await
+            .expect("user");
+        let a = w
+            .rewind
+            .create_message(&p.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        w.rewind.begin_step(&p.id, &a.info.id).await.expect("begin");
+        let key = LeaseKey::Session(p.id.clone());
+        let step_lease = w
+            .repo
+            .lease(&key)
+            .await
+            .expect("reads")
+            .expect("the step's");
+        // The owner's finish holds the session's lease with a token of its own.
+        let finishing = Lease {
+            token: LeaseToken("tok_finishing".to_owned()),
+            ..step_lease.clone()
+        };
+        let taken = w
+            .repo
+            .take_lease(&finishing, Some(step_lease.token.clone()))
+            .await
+            .expect("takes");
+        assert_eq!(taken, LeaseTake::Taken);
+        let (first_read, resume_first) = w.repo.pause_next_lease_read();
+        let reverting = w.try_revert_to(&q.id, &t.user);
+        let meanwhile = async {
+            first_read
+                .await
+                .expect("the revert looks at the step's lease");
+            let (second_read, resume_second) = w.repo.pause_next_lease_read();
+            let _ = resume_first.send(());
+            second_read
+                .await
+                .expect("the revert, finding the step abandoned, goes to close it");
+            // The finish gives the lease back to the step (it could not close it).
+            let back = w
+                .repo
+                .take_lease(&step_lease, Some(finishing.token.clone()))
+                .await
+                .expect("takes");
+            assert_eq!(back, LeaseTake::Taken);
+            let _ = resume_second.send(());
+        };
+        let (reverted, ()) = futures::future::join(reverting, meanwhile).await;
+        assert!(matches!(reverted, Err(Error::Busy { .. })), "{reverted:?}");
+        let session = w.rewind.session(&p.id).await.expect("session");
+        assert!(session.step.is_some(), "the step is still open");
+        assert_eq!(w.read("a.txt").as_deref(), Some("a1"), "nothing reverted");
+        let finished = w
+            .rewind
+            .finish_step(&p.id, &a.info.id, StepEnd::default())
+            .await
+            .expect("its finish");
         assert!(
             finished
                 .iter()
