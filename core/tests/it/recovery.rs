@@ -609,6 +609,52 @@ fn a_step_of_a_live_process_blocks_revert_in_every_session_of_the_worktree() {
     })
 }
 
+/// A worktree where session `q` has one turn (`a.txt` from `a0` to `a1`) and session `p` an assistant
+/// message `a` whose step is open (owned by this process).
+async fn a_step_open_beside_a_turn() -> (
+    World,
+    rewind_core::model::Session,
+    Turn,
+    rewind_core::model::Session,
+    rewind_core::model::MessageWithParts,
+) {
+    let w = World::new();
+    w.write("a.txt", "a0");
+    let q = w.session().await;
+    let t = w.turn(&q.id, "q's turn", |w| w.write("a.txt", "a1")).await;
+    let p = w.session().await;
+    w.rewind
+        .create_message(&p.id, NewMessage::user_text("p"))
+        .await
+        .expect("user");
+    let a = w
+        .rewind
+        .create_message(&p.id, NewMessage::assistant())
+        .await
+        .expect("assistant");
+    w.rewind.begin_step(&p.id, &a.info.id).await.expect("begin");
+    (w, q, t, p, a)
+}
+
+/// Finishes the open step of message `a`, which must end with reason `stop`.
+async fn finishes_with_stop(
+    w: &World,
+    session: &rewind_core::model::SessionId,
+    a: &rewind_core::model::MessageId,
+) {
+    let finished = w
+        .rewind
+        .finish_step(session, a, StepEnd::default())
+        .await
+        .expect("the step finishes");
+    assert!(
+        finished
+            .iter()
+            .any(|part| matches!(&part.body, PartBody::StepFinish(f) if f.reason == "stop")),
+        "{finished:?}"
+    );
+}
+
 /// A step's finish refused because another operation holds the worktree (a revert of another session,
 /// here its lease) leaves the step open with its own lease: the next operation on the worktree does not
 /// take it for abandoned. Black-box: the finish's closing lease was released, the step had no lease any
@@ -616,21 +662,7 @@ fn a_step_of_a_live_process_blocks_revert_in_every_session_of_the_worktree() {
 #[test]
 fn a_step_whose_finish_waits_for_the_worktree_keeps_its_lease() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let q = w.session().await;
-        w.turn(&q.id, "q's turn", |w| w.write("a.txt", "a1")).await;
-        let p = w.session().await;
-        w.rewind
-            .create_message(&p.id, NewMessage::user_text("p"))
-            .await
-            .expect("user");
-        let a = w
-            .rewind
-            .create_message(&p.id, NewMessage::assistant())
-            .await
-            .expect("assistant");
-        w.rewind.begin_step(&p.id, &a.info.id).await.expect("begin");
+        let (w, q, _, p, a) = a_step_open_beside_a_turn().await;
         w.write("p.txt", "p's work");
         // Another operation holds the worktree (a live process's).
         let other = Lease {
@@ -663,17 +695,7 @@ fn a_step_whose_finish_waits_for_the_worktree_keeps_its_lease() {
         // The next operation on the worktree finds the step open, not abandoned.
         let revert = w.revert_to_result(&q.id).await;
         assert!(matches!(revert, Err(Error::Busy { .. })), "{revert:?}");
-        let finished = w
-            .rewind
-            .finish_step(&p.id, &a.info.id, StepEnd::default())
-            .await
-            .expect("the finish, tried again");
-        assert!(
-            finished
-                .iter()
-                .any(|part| matches!(&part.body, PartBody::StepFinish(f) if f.reason == "stop")),
-            "{finished:?}"
-        );
+        finishes_with_stop(&w, &p.id, &a.info.id).await;
     })
 }
 
@@ -685,21 +707,7 @@ fn a_step_whose_finish_waits_for_the_worktree_keeps_its_lease() {
 #[test]
 fn a_step_seen_abandoned_during_its_finish_is_not_aborted_once_its_lease_is_back() {
     block_on(async {
-        let w = World::new();
-        w.write("a.txt", "a0");
-        let q = w.session().await;
-        let t = w.turn(&q.id, "q's turn", |w| w.write("a.txt", "a1")).await;
-        let p = w.session().await;
-        w.rewind
-            .create_message(&p.id, NewMessage::user_text("p"))
-            .await
-            .expect("user");
-        let a = w
-            .rewind
-            .create_message(&p.id, NewMessage::assistant())
-            .await
-            .expect("assistant");
-        w.rewind.begin_step(&p.id, &a.info.id).await.expect("begin");
+        let (w, q, t, p, a) = a_step_open_beside_a_turn().await;
         let key = LeaseKey::Session(p.id.clone());
         let step_lease = w
             .repo
@@ -743,17 +751,7 @@ fn a_step_seen_abandoned_during_its_finish_is_not_aborted_once_its_lease_is_back
         let session = w.rewind.session(&p.id).await.expect("session");
         assert!(session.step.is_some(), "the step is still open");
         assert_eq!(w.read("a.txt").as_deref(), Some("a1"), "nothing reverted");
-        let finished = w
-            .rewind
-            .finish_step(&p.id, &a.info.id, StepEnd::default())
-            .await
-            .expect("its finish");
-        assert!(
-            finished
-                .iter()
-                .any(|part| matches!(&part.body, PartBody::StepFinish(f) if f.reason == "stop")),
-            "{finished:?}"
-        );
+        finishes_with_stop(&w, &p.id, &a.info.id).await;
     })
 }
 
