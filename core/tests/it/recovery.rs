@@ -568,22 +568,11 @@ fn a_step_of_a_live_process_blocks_revert_in_every_session_of_the_worktree() {
         let s1 = w.session().await;
         let t1 = w.turn(&s1.id, "one", |w| w.write("a.txt", "1")).await;
         let s2 = w.session().await;
-        w.rewind
-            .create_message(&s2.id, NewMessage::user_text("other"))
-            .await
-            .expect("user");
-        let a2 = w
-            .rewind
-            .create_message(&s2.id, NewMessage::assistant())
-            .await
-            .expect("assistant");
+        let a2 = w.prompt(&s2.id, "other").await;
         let exec = process(12);
         let me = w.host.this_process();
         w.host.become_process(exec);
-        w.rewind
-            .begin_step(&s2.id, &a2.info.id)
-            .await
-            .expect("begin");
+        w.rewind.begin_step(&s2.id, &a2).await.expect("begin");
         w.host.become_process(me);
         let result = w
             .rewind
@@ -601,10 +590,7 @@ fn a_step_of_a_live_process_blocks_revert_in_every_session_of_the_worktree() {
         );
         assert_eq!(w.read("a.txt").as_deref(), Some("1"));
         // And a step cannot be finished by a process that does not own it.
-        let finish = w
-            .rewind
-            .finish_step(&s2.id, &a2.info.id, StepEnd::default())
-            .await;
+        let finish = w.rewind.finish_step(&s2.id, &a2, StepEnd::default()).await;
         assert!(matches!(finish, Err(Error::Busy { .. })), "{finish:?}");
     })
 }
@@ -616,23 +602,15 @@ async fn a_step_open_beside_a_turn() -> (
     rewind_core::model::Session,
     Turn,
     rewind_core::model::Session,
-    rewind_core::model::MessageWithParts,
+    rewind_core::model::MessageId,
 ) {
     let w = World::new();
     w.write("a.txt", "a0");
     let q = w.session().await;
     let t = w.turn(&q.id, "q's turn", |w| w.write("a.txt", "a1")).await;
     let p = w.session().await;
-    w.rewind
-        .create_message(&p.id, NewMessage::user_text("p"))
-        .await
-        .expect("user");
-    let a = w
-        .rewind
-        .create_message(&p.id, NewMessage::assistant())
-        .await
-        .expect("assistant");
-    w.rewind.begin_step(&p.id, &a.info.id).await.expect("begin");
+    let a = w.prompt(&p.id, "p").await;
+    w.rewind.begin_step(&p.id, &a).await.expect("begin");
     (w, q, t, p, a)
 }
 
@@ -675,10 +653,7 @@ fn a_step_whose_finish_waits_for_the_worktree_keeps_its_lease() {
             expires_at: u64::MAX,
         };
         w.repo.take_lease(&other, None).await.expect("lease");
-        let refused = w
-            .rewind
-            .finish_step(&p.id, &a.info.id, StepEnd::default())
-            .await;
+        let refused = w.rewind.finish_step(&p.id, &a, StepEnd::default()).await;
         assert!(matches!(refused, Err(Error::Busy { .. })), "{refused:?}");
         w.repo
             .release_lease(&other.key, &other.token)
@@ -695,7 +670,7 @@ fn a_step_whose_finish_waits_for_the_worktree_keeps_its_lease() {
         // The next operation on the worktree finds the step open, not abandoned.
         let revert = w.revert_to_result(&q.id).await;
         assert!(matches!(revert, Err(Error::Busy { .. })), "{revert:?}");
-        finishes_with_stop(&w, &p.id, &a.info.id).await;
+        finishes_with_stop(&w, &p.id, &a).await;
     })
 }
 
@@ -751,7 +726,7 @@ fn a_step_seen_abandoned_during_its_finish_is_not_aborted_once_its_lease_is_back
         let session = w.rewind.session(&p.id).await.expect("session");
         assert!(session.step.is_some(), "the step is still open");
         assert_eq!(w.read("a.txt").as_deref(), Some("a1"), "nothing reverted");
-        finishes_with_stop(&w, &p.id, &a.info.id).await;
+        finishes_with_stop(&w, &p.id, &a).await;
     })
 }
 
