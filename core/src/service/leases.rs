@@ -36,17 +36,12 @@ impl HeldLease {
 }
 
 impl Rewind {
-    /// True when the lease's owner is gone or its lease may be taken over (SPEC section 1). Never for a
-    /// lease of an operation still running in this process (`RUNNING`), expired or not: SPEC 1 never
-    /// takes over a live process's lease, and a server's leases expire only so that its HTTP steps can be
-    /// abandoned. (A server request used to take over, and roll back, a revert of the same server that
-    /// ran past its lease, writing files while the rollback put them back.)
+    /// True when the lease's owner is gone or its lease may be taken over (SPEC section 1). An operation's
+    /// lease is a process's (`operation_holder`), so one of this process, or of another live process on
+    /// this host, never is, however long it runs.
     pub(super) fn is_abandoned(&self, lease: &Lease) -> bool {
-        let this = self.host.this_process();
-        if lease.holder.process == this && super::revert::is_running(&lease.token) {
-            return false;
-        }
-        may_take_over(lease, self.now(), &this.host, |process| {
+        let host = self.host.this_process().host;
+        may_take_over(lease, self.now(), &host, |process| {
             self.host.is_alive(process)
         })
     }
@@ -176,10 +171,8 @@ impl Rewind {
         loop {
             // After a recovery (a track and a restore, which can take a while) the lease counts from now.
             let lease = Lease {
-                key: key.clone(),
-                token: token.clone(),
                 holder: holder.clone(),
-                expires_at: self.now().saturating_add(ttl_ms),
+                ..self.new_lease(key.clone(), token, ttl_ms)
             };
             let current = match self.repo.take_lease(&lease, replacing.clone()).await? {
                 LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
