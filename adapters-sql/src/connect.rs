@@ -116,7 +116,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     let db = connected.map_err(|source| match fault_kind(&source) {
         FaultKind::Other => SqlError::Open {
             target: target.clone(),
-            source,
+            source: source.into(),
         },
         _ => classify("connecting", source),
     })?;
@@ -127,7 +127,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         if let Some(source) = refused {
             return Err(SqlError::ReadOnly {
                 target: target.clone(),
-                source,
+                source: source.into(),
             });
         }
         let applied = applied_migrations(&db)

@@ -24,7 +24,7 @@ pub enum SqlError {
         target: String,
         /// The driver's error.
         #[source]
-        source: DbErr,
+        source: DriverError,
     },
     /// Another process holds the database's write lock for longer than the busy timeout.
     #[error(
@@ -38,7 +38,7 @@ pub enum SqlError {
         waited_ms: u128,
         /// The driver's error.
         #[source]
-        source: DbErr,
+        source: DriverError,
     },
     /// The database cannot be written (a read-only file, mount or connection).
     #[error("the database {target} is read-only; rewind needs to write to it")]
@@ -47,7 +47,7 @@ pub enum SqlError {
         target: String,
         /// The driver's error.
         #[source]
-        source: DbErr,
+        source: DriverError,
     },
     /// The file is not a SQLite database, or is damaged.
     #[error(
@@ -58,7 +58,7 @@ pub enum SqlError {
         target: String,
         /// The driver's error.
         #[source]
-        source: DbErr,
+        source: DriverError,
     },
     /// The database was migrated by a newer rewind: this binary does not know some of its migrations.
     #[error(
@@ -80,7 +80,7 @@ pub enum SqlError {
         context: &'static str,
         /// The driver's error.
         #[source]
-        source: DbErr,
+        source: DriverError,
     },
     /// A stored row could not be read back.
     #[error("a stored {what} in the database {target} cannot be read: {reason}")]
@@ -121,6 +121,58 @@ pub enum SqlError {
         what: &'static str,
     },
 }
+
+/// The driver's error as people read it. A PostgreSQL server error is its message, SQLSTATE, detail and
+/// hint, without the line of PostgreSQL's own C source that sqlx's text appends (`… for user "x" at line
+/// 334`), which reads like a line of the user's configuration. Any other error is the driver's text. The
+/// driver's error itself is kept for `Debug` and for what the adapter checks (`DriverError::db`).
+#[derive(Debug)]
+pub struct DriverError(DbErr);
+
+impl DriverError {
+    /// The driver's error.
+    pub fn db(&self) -> &DbErr {
+        &self.0
+    }
+}
+
+impl From<DbErr> for DriverError {
+    fn from(error: DbErr) -> Self {
+        DriverError(error)
+    }
+}
+
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let server = match &self.0 {
+            DbErr::Conn(RuntimeErr::SqlxError(e))
+            | DbErr::Exec(RuntimeErr::SqlxError(e))
+            | DbErr::Query(RuntimeErr::SqlxError(e)) => e
+                .as_database_error()
+                .and_then(|e| e.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>()),
+            _ => None,
+        };
+        let Some(server) = server else {
+            return write!(f, "{}", self.0);
+        };
+        write!(
+            f,
+            "the PostgreSQL server said: {} (SQLSTATE {})",
+            server.message(),
+            server.code()
+        )?;
+        if let Some(detail) = server.detail() {
+            write!(f, "; {detail}")?;
+        }
+        if let Some(hint) = server.hint() {
+            write!(f, "; hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+// No `source()`: the driver's own text, which `Display` replaces, would be printed after it by a cause chain.
+impl std::error::Error for DriverError {}
 
 impl From<SqlError> for rewind_core::Error {
     fn from(error: SqlError) -> Self {
@@ -179,14 +231,20 @@ pub(crate) fn classify(
         FaultKind::Locked => SqlError::Locked {
             target,
             waited_ms: busy_timeout.as_millis(),
-            source,
+            source: source.into(),
         },
-        FaultKind::ReadOnly => SqlError::ReadOnly { target, source },
-        FaultKind::Corrupt => SqlError::Corrupt { target, source },
+        FaultKind::ReadOnly => SqlError::ReadOnly {
+            target,
+            source: source.into(),
+        },
+        FaultKind::Corrupt => SqlError::Corrupt {
+            target,
+            source: source.into(),
+        },
         FaultKind::Other => SqlError::Query {
             target,
             context,
-            source,
+            source: source.into(),
         },
     }
 }

@@ -49,7 +49,7 @@ use sea_orm::{
 };
 
 pub use config::{SqlConfig, escape_sqlite_path};
-pub use error::SqlError;
+pub use error::{DriverError, SqlError};
 #[doc(hidden)]
 pub use hooks::{CommitPause, CommitStart};
 
@@ -119,7 +119,7 @@ impl SqlRepo {
             SqlError::Query {
                 target,
                 context: "closing the connections",
-                source,
+                source: source.into(),
             }
             .into()
         })

@@ -469,6 +469,32 @@ fn postgres_refuses_a_newer_schema_and_hides_the_password() {
     });
 }
 
+/// A PostgreSQL server's refusal reads as the server's words with its SQLSTATE: sqlx's text of it ended with
+/// the line of PostgreSQL's own C source (`… for user "rewind" at line 334`, black-box), which read like a
+/// line of the user's configuration.
+#[test]
+fn a_postgres_refusal_is_the_servers_message_without_its_source_line() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let wrong = schema
+            .url
+            .replacen("rewind:rewind@", "rewind:wrong-secret@", 1);
+        let message = described(SqlRepo::connect(&wrong).await);
+        assert!(
+            message.contains("password authentication failed for user \"rewind\" (SQLSTATE 28P01)"),
+            "{message}"
+        );
+        assert!(!message.contains(" at line "), "{message}");
+        let (base, _) = schema.url.rsplit_once('/').expect("a database name");
+        let message = described(SqlRepo::connect(&format!("{base}/no_such_db_7c1")).await);
+        assert!(
+            message.contains("\"no_such_db_7c1\" does not exist (SQLSTATE 3D000)"),
+            "{message}"
+        );
+        assert!(!message.contains(" at line "), "{message}");
+    });
+}
+
 /// Opens that race on a fresh schema used to fail now and then on a duplicate key of PostgreSQL's catalogue
 /// (two of them creating the same table, the loser's retries running out while the winner was still
 /// migrating): CI met it once in about thirty runs. Several rounds of eight give the race more chances.

@@ -221,7 +221,7 @@ mod tests {
         let locked = rewind_sql::SqlError::Locked {
             target: "/data/rewind.db".to_owned(),
             waited_ms: 5000,
-            source: sea_orm::DbErr::Custom("database is locked".to_owned()),
+            source: sea_orm::DbErr::Custom("database is locked".to_owned()).into(),
         };
         let api = ApiError::from_core(locked.into(), Some(&session));
         assert_eq!(api.status().as_u16(), 409);
