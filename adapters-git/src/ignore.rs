@@ -386,8 +386,24 @@ impl Ignores {
 
 /// When worktree directory `dir` is the root of a nested git repository (it has a `.git` directory, or a
 /// `.git` file naming its git directory, as a submodule's does): the text of that repository's
-/// `info/exclude`, if any. None when it is not one.
+/// `info/exclude`, if any. None when it is not one, also when `dir` is not a directory now (absent, a file,
+/// or a symlink, which is not followed): a revert asks about the directories of paths it deletes, and a
+/// turn or the user may have put a file where one was (black-box: the `.git` looked for below a file
+/// failed the whole revert with "Not a directory").
 pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Ok(None),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(GitError::io(dir, e)),
+    }
     let dot_git = dir.join(".git");
     let meta = match std::fs::symlink_metadata(&dot_git) {
         Ok(meta) => meta,
