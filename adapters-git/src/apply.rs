@@ -1458,21 +1458,29 @@ pub fn restore(
     // did not track (ignored by its rules, or skipped) as a revert's plan does: one may have existed then,
     // so it is kept, not deleted. So restoring a capture gives back a file the restore it undoes left
     // alone because it was ignored then.
-    let record = (!deletions.is_empty()).then(|| store.record(to));
+    // A record that is missing or unreadable (a damaged store) leaves every such file: whether it was
+    // untracked then is not known.
+    let record = (!deletions.is_empty()).then(|| store.known_record(to));
     let mut untracked_then = Vec::new();
-    let deletions: Vec<String> = if let Some(record) = record.as_ref().filter(|_| since.is_none()) {
-        let target_rules = RefCell::new(LazyTree::new(&store.odb, *to));
-        let mut kept = Vec::new();
-        for path in deletions {
-            if untracked_at(store, record, &target_rules, &path)? {
-                untracked_then.push(path);
-            } else {
-                kept.push(path);
+    let mut unknown_then = Vec::new();
+    let deletions: Vec<String> = match record.as_ref().filter(|_| since.is_none()) {
+        Some(Some(record)) => {
+            let target_rules = RefCell::new(LazyTree::new(&store.odb, *to));
+            let mut kept = Vec::new();
+            for path in deletions {
+                if untracked_at(store, record, &target_rules, &path)? {
+                    untracked_then.push(path);
+                } else {
+                    kept.push(path);
+                }
             }
+            kept
         }
-        kept
-    } else {
-        deletions
+        Some(None) => {
+            unknown_then = deletions;
+            Vec::new()
+        }
+        None => deletions,
     };
     let writes: Vec<(String, Mode, ObjectId)> = changes
         .iter()
@@ -1493,7 +1501,7 @@ pub fn restore(
         now.stop_planning();
     }
     let mut applier = Applier::new(store, config, tracking)?;
-    if let Some(record) = &record
+    if let Some(Some(record)) = &record
         && !deletions.is_empty()
     {
         applier.existed_empty = record.dirs_kept_when_emptied();
@@ -1513,6 +1521,9 @@ pub fn restore(
     for path in &untracked_then {
         applier.keep(path, UNTRACKED_THEN)?;
     }
+    for path in &unknown_then {
+        applier.keep(path, record_unknown(to))?;
+    }
     for path in &own_kept {
         applier.keep(path, OWN_FILE)?;
     }
@@ -1530,6 +1541,7 @@ pub fn restore(
         for path in paths {
             let untracked_here = !changed_since.contains(path)
                 && !untracked_then.contains(path)
+                && !unknown_then.contains(path)
                 && !target.holds(path)?
                 && !deletions
                     .iter()
@@ -1722,6 +1734,33 @@ fn entry_on_disk(
 
 /// Whether `path` was untracked when the snapshot of `tree` was taken: ignored by the `.gitignore` files of
 /// the tree and the outside rules of its `record`, or in its skipped list.
+/// Why a path absent from snapshot `id` (whose record is `record`, `None` when missing or unreadable) is
+/// kept rather than deleted by a revert going back to it: it was untracked then (`untracked_at`), or what
+/// the snapshot left untracked is not known. `None`: it was tracked content then, and absent.
+fn untracked_then(
+    store: &Store,
+    record: Option<&SnapshotRecord>,
+    (id, tree): (&ObjectId, &RefCell<LazyTree<'_>>),
+    path: &str,
+) -> GitResult<Option<String>> {
+    let Some(record) = record else {
+        return Ok(Some(record_unknown(id)));
+    };
+    Ok(untracked_at(store, record, tree, path)?.then(|| {
+        "it was not tracked content when the step began (ignored or skipped), so it may have existed then"
+            .to_owned()
+    }))
+}
+
+/// Why a file is kept when the record of snapshot `id` (what it left untracked) is missing or unreadable:
+/// it may have existed, untracked, when the snapshot was taken, and deleting it could lose it.
+fn record_unknown(id: &ObjectId) -> String {
+    format!(
+        "the snapshot store's record of snapshot {id} (which files it left untracked) is missing or cannot \
+         be read, so whether this file existed then is not known; it is left as it is"
+    )
+}
+
 fn untracked_at(
     store: &Store,
     record: &SnapshotRecord,
@@ -1810,8 +1849,9 @@ fn plan_inner<'a>(
     let current = TrackedNow::new(store, config)?;
     // Each snapshot's trees are read only along the paths looked up.
     let mut trees: HashMap<ObjectId, RefCell<LazyTree<'a>>> = HashMap::new();
-    // Each snapshot's record, read once, when a path absent from its tree needs it.
-    let mut records: HashMap<ObjectId, SnapshotRecord> = HashMap::new();
+    // Each snapshot's record, read once, when a path absent from its tree needs it (`None`: missing or
+    // unreadable).
+    let mut records: HashMap<ObjectId, Option<SnapshotRecord>> = HashMap::new();
     let mut actions = Vec::new();
     let mut entries = HashMap::new();
     // The writes planned where a directory stands (positions in `actions`).
@@ -1852,18 +1892,16 @@ fn plan_inner<'a>(
         } else if let Some(entry) = tree.borrow_mut().get(name)? {
             entries.insert(name.to_owned(), entry);
             (FileActionKind::Write, None)
-        } else if untracked_at(
+        } else if let Some(reason) = untracked_then(
             store,
             records
                 .entry(from_id)
-                .or_insert_with(|| store.record(&from_id)),
-            tree,
+                .or_insert_with(|| store.known_record(&from_id))
+                .as_ref(),
+            (&from_id, tree),
             name,
         )? {
-            (
-                FileActionKind::Keep,
-                Some("it was not tracked content when the step began (ignored or skipped), so it may have existed then".to_owned()),
-            )
+            (FileActionKind::Keep, Some(reason))
         } else if matches!(exists, OnDisk::Dir) {
             // A directory stands where the file to delete was: kept, as `Applier::delete` finds it, unless
             // the plan deletes every file under it first (`keep_deletes_of_occupied_dirs`).

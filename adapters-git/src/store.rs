@@ -486,10 +486,16 @@ impl Store {
 
     /// The record of a snapshot (empty when none was written).
     pub fn record(&self, id: &ObjectId) -> SnapshotRecord {
+        self.known_record(id).unwrap_or_default()
+    }
+
+    /// The record of a snapshot, or `None` when it has none or it cannot be read or parsed. Every id a
+    /// track returned has one (written before the id is returned), so `None` for such an id is a damaged
+    /// store: what the snapshot left untracked is not known.
+    pub fn known_record(&self, id: &ObjectId) -> Option<SnapshotRecord> {
         fs::read(self.rewind_path("records").join(id.to_string()))
             .ok()
             .and_then(|data| serde_json::from_slice(&data).ok())
-            .unwrap_or_default()
     }
 
     /// Merges what a track saw into the record of `id` (skipped paths and rule sets are unions, empty

@@ -317,6 +317,95 @@ async fn ignored_env_file_is_never_overwritten_or_deleted() {
     assert_eq!(h.read(".env.local"), text("LOCAL=1\n"));
 }
 
+/// A patch's path below what is a file now (the user, or a later turn, put a file, or a symlink to one, where
+/// its directory was): the revert leaves what stands there and reverts the rest (black-box: looking for a
+/// nested repository's `.git` below the file failed the whole revert with "Not a directory").
+#[tokio::test]
+async fn a_patch_path_below_a_file_now_is_left_and_the_rest_is_reverted() {
+    for symlinked in [false, true] {
+        let h = GitHarness::new();
+        h.write("x", b"x\n");
+        let start = h.id().await;
+        h.write("out/log.txt", b"agent\n");
+        h.write("x", b"x1\n");
+        h.id().await;
+        h.remove("out/log.txt");
+        if symlinked {
+            std::os::unix::fs::symlink("x", h.path("out")).expect("a symlink to a file");
+        } else {
+            h.write("out", b"user notes\n");
+        }
+        let before = h.read("out");
+        let patches = one_patch(&start, &["out/log.txt", "x"]);
+        let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+        assert_eq!(plan.len(), 2, "{plan:?}");
+        let outcome = revert_with_fresh_base(&h, &patches).await;
+        assert_eq!(outcome.written, rels(&["x"]), "{outcome:?}");
+        assert!(outcome.deleted.is_empty(), "{outcome:?}");
+        assert_eq!(h.read("x"), text("x\n"));
+        assert_eq!(h.read("out"), before, "symlinked: {symlinked}");
+    }
+}
+
+/// A snapshot's record (what it left untracked) that is missing or cannot be parsed is not read as "nothing
+/// was left untracked": a file over the size cap when a step began, and tracked at its end, is kept by the
+/// revert of that step and by a restore to its start, as when the record is intact (black-box: with the
+/// record deleted or overwritten, `undo` deleted the file and said nothing).
+#[tokio::test]
+async fn a_missing_or_damaged_snapshot_record_deletes_nothing_it_would_keep() {
+    for damage in [None, Some(&b"garbage{"[..])] {
+        let h = GitHarness::with_config(|config, _| config.size_cap = 1_000);
+        h.write("a.txt", b"a\n");
+        h.write("big.bin", &[7; 3_000]);
+        let start = h.track().await;
+        assert_eq!(kept_paths_of_skipped(&start), ["big.bin"]);
+        h.write("big.bin", &[7; 100]);
+        let record = h.store_dir().join("rewind/records").join(start.id.as_str());
+        match damage {
+            None => fs::remove_file(&record),
+            Some(bytes) => fs::write(&record, bytes),
+        }
+        .expect("the record of the step's start is damaged");
+
+        let patches = one_patch(&start.id, &["big.bin"]);
+        let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+        assert_eq!(plan.len(), 1);
+        assert_eq!(plan[0].action, FileActionKind::Keep, "{damage:?}");
+        let reason = plan[0].reason.clone().unwrap_or_default();
+        assert!(reason.contains("record of snapshot"), "{reason}");
+        let outcome = revert_with_fresh_base(&h, &patches).await;
+        assert!(outcome.deleted.is_empty(), "{outcome:?}");
+        assert_eq!(kept_paths(&outcome.kept), ["big.bin"]);
+        assert_eq!(
+            h.read("big.bin"),
+            Some(Node::File {
+                bytes: vec![7; 100],
+                executable: false
+            })
+        );
+
+        let restored = h
+            .port()
+            .restore(h.root(), &start.id, None)
+            .await
+            .expect("restore");
+        assert!(restored.deleted.is_empty(), "{restored:?}");
+        assert_eq!(kept_paths(&restored.kept), ["big.bin"]);
+        assert!(restored.kept[0].reason.contains("record of snapshot"));
+        assert_eq!(
+            h.read("big.bin"),
+            Some(Node::File {
+                bytes: vec![7; 100],
+                executable: false
+            })
+        );
+    }
+}
+
+fn kept_paths_of_skipped(outcome: &rewind_core::model::TrackOutcome) -> Vec<&str> {
+    outcome.skipped.iter().map(|s| s.path.as_str()).collect()
+}
+
 /// `.env` was tracked when the snapshot was taken and is ignored now: it is not tracked content any more,
 /// so neither revert nor restore writes the snapshot's version over it.
 #[tokio::test]

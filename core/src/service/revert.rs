@@ -455,8 +455,8 @@ impl Rewind {
                 message: format!(
                     "{} file(s) were left as they are: they are not tracked content (ignored, over the size cap or \
                      standing where the revert needed a directory), they were not tracked content when the step \
-                     that made them began (ignored then, or skipped: they may have existed then, so they are not \
-                     deleted), or they changed while the revert ran (their new content is in no snapshot), so \
+                     that made them began (ignored then, or skipped, or not known because the snapshot store's record \
+                     of that is missing: they may have existed then, so they are not deleted), or they changed while the revert ran (their new content is in no snapshot), so \
                      rewind did not revert them",
                     kept.len()
                 ),
