@@ -476,6 +476,15 @@ impl Rewind {
             let (session, cleanup) = self
                 .load_cleaned(session_id, &session.revert, "this step was starting")
                 .await?;
+            // Under the step's lease: no step begins or ends meanwhile. The cleanup, if any, is stored with
+            // the step's start: a refusal here changes nothing.
+            match &cleanup {
+                Some(cleanup) => refuse_before_later_steps(&cleanup.kept, message_id)?,
+                None => refuse_before_later_steps(
+                    &self.repo.messages_from(session_id, message_id).await?,
+                    message_id,
+                )?,
+            }
             let mut message = self.load_message_head(session_id, message_id).await?;
             if let Some(kept) = cleanup
                 .as_ref()
@@ -1543,6 +1552,30 @@ pub fn normalise_directory(directory: &str) -> Result<String> {
 /// Paths as the set the services compare them in.
 pub(super) fn path_set(paths: &[RelPath]) -> BTreeSet<RelPath> {
     paths.iter().cloned().collect()
+}
+
+/// `InvalidInput` when a message after `message_id` among `messages` (the session's, those the cleanup of
+/// a revert keeps) has steps. A step of `message_id` would record, in that earlier message, changes made
+/// after the later message's steps: a revert to the later message would undo them (its patches go back to
+/// before them) while the message recording them stays visible (SPEC 5: what the client hides and what
+/// the files lose are the same range; black-box). A later message without steps (the next user message,
+/// sent while this one's agent works) does not stop it.
+fn refuse_before_later_steps(messages: &[MessageWithParts], message_id: &MessageId) -> Result<()> {
+    let later = messages.iter().find(|m| {
+        &m.info.id > message_id
+            && m.parts
+                .iter()
+                .any(|p| matches!(p.body, PartBody::StepStart(_)))
+    });
+    match later {
+        Some(later) => Err(Error::InvalidInput(format!(
+            "message {message_id} comes before message {}, which has steps: a step begins on a message after \
+             every step of the session, so that its changes follow theirs; record a new assistant message \
+             for it",
+            later.info.id
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `Busy` while a step is open in `session`.

@@ -2117,6 +2117,42 @@ fn an_assistant_message_is_completed_by_its_step_s_end_and_working_again_in_its_
     })
 }
 
+/// A step does not begin on a message that a later message's steps follow: its changes, made after theirs,
+/// would be undone by a revert to the later message while the message recording them stayed visible
+/// (black-box: the late step's edit of `f` was lost by such a revert, and after the cleanup a revert to
+/// the late step wrote back content from the turn the cleanup had deleted). Once a revert hides the later
+/// message, the step begins (its cleanup deletes that message first).
+#[test]
+fn a_step_does_not_begin_on_a_message_that_later_steps_follow() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let first = w.turn(&s.id, "one", |w| w.write("f", "f1")).await;
+        let second = w.turn(&s.id, "two", |w| w.write("f", "f2")).await;
+        let before = w.messages(&s.id).await;
+        let error = w
+            .rewind
+            .begin_step(&s.id, &first.assistant)
+            .await
+            .expect_err("a step of the first turn after the second's");
+        assert!(matches!(error, Error::InvalidInput(_)), "{error:?}");
+        assert!(
+            error.to_string().contains(second.assistant.as_str()),
+            "{error}"
+        );
+        assert_eq!(w.messages(&s.id).await, before, "nothing recorded");
+        assert_eq!(w.read("f").as_deref(), Some("f2"));
+
+        w.revert_to(&s.id, &second.user).await;
+        assert_eq!(w.read("f").as_deref(), Some("f1"));
+        w.step(&s.id, &first.assistant, |w| w.write("f", "f3"))
+            .await;
+        let ids = w.message_ids(&s.id).await;
+        assert_eq!(ids, [first.user.clone(), first.assistant.clone()]);
+        assert_eq!(w.read("f").as_deref(), Some("f3"));
+    })
+}
+
 /// A message and a part checked while the session was free, whose commits are overtaken by a step's
 /// start, are recorded in that open step, as one after the other would (review: both were 409, since the
 /// lease they had seen free was now taken, if by the open step).
