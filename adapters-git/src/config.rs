@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Where the user's global excludes file comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +59,10 @@ pub struct GitStoreConfig {
     /// Test race injection at the last moment: called with a worktree-relative path after the last look
     /// at the file to be replaced there, right before the new content is swapped in; `None` in production.
     pub swap_hook: Option<ChangeHook>,
+    /// How long opening a store waits for another process to let go of its lock before it is refused as
+    /// busy: longer than any operation takes (an operation's lease is 2 minutes, renewed while it runs),
+    /// so only a holder that hangs, or another program locking the file, meets it.
+    pub lock_wait: Duration,
 }
 
 impl fmt::Debug for GitStoreConfig {
@@ -74,6 +79,7 @@ impl fmt::Debug for GitStoreConfig {
             .field("read_fault", &self.read_fault.is_some())
             .field("change_hook", &self.change_hook.is_some())
             .field("swap_hook", &self.swap_hook.is_some())
+            .field("lock_wait", &self.lock_wait)
             .finish()
     }
 }
@@ -93,6 +99,7 @@ impl GitStoreConfig {
             read_fault: None,
             change_hook: None,
             swap_hook: None,
+            lock_wait: Duration::from_secs(300),
         }
     }
 }

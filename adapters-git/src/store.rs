@@ -283,7 +283,7 @@ pub fn remove_gone_stores(
         if named.contains(&worktree) {
             continue;
         }
-        match remove_if_gone(&dir, &worktree, since) {
+        match remove_if_gone(&dir, &worktree, since, config.lock_wait) {
             Ok(Some(report)) => removed.push((worktree, Ok(report))),
             Ok(None) => {}
             Err(error) => removed.push((worktree, Err(error))),
@@ -300,11 +300,16 @@ fn worktree_gone(worktree: &Path) -> bool {
 
 /// Removes the store `dir` of `worktree` when the worktree is gone and the store returned no id since
 /// `since_ms`, checked under the store's lock; what it freed.
-fn remove_if_gone(dir: &Path, worktree: &Path, since_ms: u64) -> GitResult<Option<GcReport>> {
+fn remove_if_gone(
+    dir: &Path,
+    worktree: &Path,
+    since_ms: u64,
+    wait: Duration,
+) -> GitResult<Option<GcReport>> {
     if !worktree_gone(worktree) {
         return Ok(None);
     }
-    let lock = lock_file(dir)?;
+    let lock = lock_file(dir, wait)?;
     if !locks_the_store(&lock, dir) || !worktree_gone(worktree) {
         return Ok(None);
     }
@@ -408,7 +413,7 @@ fn adopt_former_store(config: &GitStoreConfig, canonical: &Path, dir: &Path) {
         if former == dir || !former.join("HEAD").is_file() {
             continue;
         }
-        let Ok(lock) = lock_file(&former) else {
+        let Ok(lock) = lock_file(&former, config.lock_wait) else {
             continue;
         };
         if locks_the_store(&lock, &former) && !dir.exists() && fs::rename(&former, dir).is_ok() {
@@ -446,7 +451,7 @@ impl Store {
             // A gc that held it may have removed the store meanwhile (its worktree was gone then): the
             // lock is then on a file of the removed store (or the store's directory was gone when the
             // lock file was opened), and the store is made again.
-            match lock_file(&dir) {
+            match lock_file(&dir, config.lock_wait) {
                 Ok(lock) if locks_the_store(&lock, &dir) => break lock,
                 Ok(_) if tries < 8 => {}
                 Err(GitError::Io { source, .. })
@@ -759,8 +764,11 @@ fn locks_the_store(lock: &File, dir: &Path) -> bool {
 /// writes this process's id and start time into it. The wait is refused when the holder, as the file names
 /// it, is stopped (suspended with Ctrl-Z or SIGSTOP): it would hold the store until resumed, and every
 /// command would wait without a word. It must be seen stopped twice, a pause apart, with the file unchanged
-/// (a new holder writes its name just after it locks).
-fn lock_file(dir: &Path) -> GitResult<File> {
+/// (a new holder writes its name just after it locks). Nor does it wait past `wait`
+/// (`GitStoreConfig::lock_wait`): a holder
+/// that runs and never lets go (a hung process, or another program locking the file) would otherwise keep
+/// every command and request waiting without a word (black-box).
+fn lock_file(dir: &Path, wait: Duration) -> GitResult<File> {
     let path = dir.join("rewind").join("lock");
     let file = File::options()
         .create(true)
@@ -771,6 +779,7 @@ fn lock_file(dir: &Path) -> GitResult<File> {
         .map_err(|e| GitError::io(&path, e))?;
     let mut pause = Duration::from_millis(2);
     let mut seen_stopped: Option<String> = None;
+    let started = std::time::Instant::now();
     loop {
         match file.try_lock() {
             Ok(()) => break,
@@ -786,14 +795,30 @@ fn lock_file(dir: &Path) -> GitResult<File> {
                      `kill -CONT {pid}`) or end it, then try again"
                 )));
             }
-            Some(_) => seen_stopped = Some(holder),
+            Some(_) => seen_stopped = Some(holder.clone()),
             None => seen_stopped = None,
+        }
+        if started.elapsed() >= wait {
+            let named = holder_pid(&holder)
+                .map(|pid| format!(" (the last rewind process that took it is {pid})"))
+                .unwrap_or_default();
+            return Err(GitError::Busy(format!(
+                "the snapshot store of this directory, {}, has been locked by another process for {} s{named}; \
+                 no operation takes that long: if a rewind process hangs, end it, then try again",
+                dir.display(),
+                wait.as_secs()
+            )));
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
     }
     write_holder(&file, &path)?;
     Ok(file)
+}
+
+/// The process id a lock file names (`PID START`).
+fn holder_pid(holder: &str) -> Option<u32> {
+    holder.split_whitespace().next()?.parse().ok()
 }
 
 /// Writes this process's id and start time into the lock file it has just locked.

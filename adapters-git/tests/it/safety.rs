@@ -2012,6 +2012,48 @@ async fn a_stopped_holder_of_the_store_is_named_instead_of_waited_for() {
     let _ = sleeper.wait();
 }
 
+/// A holder of the store that runs and never lets go (a hung rewind process, another program locking the
+/// file) made every operation wait without a word, for ever (black-box): past the lock wait, the operation
+/// is refused as busy, naming the store and the last rewind process that took it, and nothing is touched.
+#[tokio::test]
+async fn a_holder_of_the_store_that_never_lets_go_is_refused_after_the_lock_wait() {
+    let h = GitHarness::with_config(|config, _| config.lock_wait = Duration::from_millis(400));
+    h.write("a.txt", b"a\n");
+    let id = h.id().await;
+    let lock_path = h.store_dir().join("rewind").join("lock");
+    let holder = fs::File::options()
+        .read(true)
+        .write(true)
+        .open(&lock_path)
+        .expect("open the lock");
+    holder.lock().expect("lock");
+    let named = fs::read_to_string(&lock_path).expect("the lock names its last holder");
+    let pid = named.split_whitespace().next().expect("a pid").to_owned();
+    h.write("a.txt", b"a2\n");
+    let listing = h.list();
+    let started = std::time::Instant::now();
+    let restored = tokio::time::timeout(
+        Duration::from_secs(20),
+        h.port().restore(h.root(), &id, None),
+    )
+    .await
+    .expect("refused, not waited for");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert!(
+        matches!(&restored, Err(Error::Busy { message, .. })
+            if message.contains("has been locked by another process")
+                && message.contains(&format!("rewind process that took it is {pid}"))),
+        "{restored:?}"
+    );
+    assert_eq!(h.list(), listing, "nothing touched");
+    drop(holder);
+    h.port()
+        .restore(h.root(), &id, None)
+        .await
+        .expect("restore once let go");
+    assert_eq!(h.read("a.txt"), text("a\n"));
+}
+
 /// rewind's own files inside a worktree (a SQLite database given in the project directory, with its
 /// journal, WAL and shared-memory files: `GitStoreConfig::own_files`) are left out of its snapshots, as
 /// git leaves out the files its excludes name (the oracle), and no restore or revert writes or deletes
