@@ -2017,7 +2017,17 @@ pub fn plan(
     config: &GitStoreConfig,
     patches: &[SnapshotPatch],
 ) -> GitResult<Vec<FileAction>> {
-    Ok(plan_inner(store, config, patches)?.actions)
+    let planned = plan_inner(store, config, patches)?;
+    // As the revert checks before it touches anything: a blob it would write that the store does not hold
+    // fails the preview as it fails the revert, rather than promise a write (black-box).
+    if let Some((_, id)) = planned
+        .entries
+        .values()
+        .find(|(_, id)| !store.odb.contains(id))
+    {
+        return Err(GitError::Missing(id.to_string()));
+    }
+    Ok(planned.actions)
 }
 
 /// Up to how many files a revert works out its diffs while it writes. Past that the diffs are long work of

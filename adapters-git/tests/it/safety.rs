@@ -733,8 +733,8 @@ fn assert_missing<T: std::fmt::Debug>(what: &str, result: rewind_core::Result<T>
     );
 }
 
-/// A missing blob of the patch's snapshot: revert and restore fail with `MissingObject` before touching
-/// any file (not even `b.txt`, whose blob exists).
+/// A missing blob of the patch's snapshot: the plan, revert and restore fail with `MissingObject`, the last
+/// two before touching any file (not even `b.txt`, whose blob exists).
 #[tokio::test]
 async fn missing_blob_fails_before_anything_is_touched() {
     let h = GitHarness::new();
@@ -742,6 +742,9 @@ async fn missing_blob_fails_before_anything_is_touched() {
     let listing = h.list();
     let blob = SnapshotId::parse(&blob_id(b"a unique content 8e1f\n")).expect("a blob id");
     h.remove_snapshot_object(&blob);
+    // The preview says what the revert does: it fails as the revert does, rather than promise a write
+    // (black-box).
+    assert_missing("plan", h.port().plan(h.root(), &patches).await);
     assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
     assert_eq!(h.list(), listing);
     assert_missing("restore", h.port().restore(h.root(), &start, None).await);
