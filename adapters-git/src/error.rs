@@ -30,6 +30,18 @@ pub enum GitError {
         /// Why.
         reason: String,
     },
+    /// The snapshot store cannot be written: its disk is full, a quota is reached, or it is read-only.
+    #[error(
+        "cannot write to the snapshot store {store} (in rewind's data directory): {source}; free space \
+         there, or give rewind another data directory (--data-dir, REWIND_DATA_DIR)"
+    )]
+    StoreWrite {
+        /// The store's directory.
+        store: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The request cannot be carried out as asked.
     #[error("{0}")]
     Refused(String),
@@ -54,6 +66,18 @@ impl GitError {
     }
 }
 
+/// Whether `error`, met while a file was read and stored, came from writing to the store: a read never
+/// fails for a full disk, a quota or a read-only mount.
+pub fn is_write_failure(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull
+            | std::io::ErrorKind::QuotaExceeded
+            | std::io::ErrorKind::ReadOnlyFilesystem
+            | std::io::ErrorKind::FileTooLarge
+    )
+}
+
 /// The adapter's result type.
 pub type GitResult<T> = Result<T, GitError>;
 
@@ -69,6 +93,25 @@ impl From<GitError> for Error {
             },
             GitError::CalledOff => rewind_core::ports::called_off(),
             other => Error::backend(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the failures a write can meet are the store's: a file that cannot be read stays `Unreadable`.
+    #[test]
+    fn only_write_side_failures_are_the_store_s() {
+        let os = std::io::Error::from_raw_os_error;
+        // ENOSPC, EDQUOT, EROFS, EFBIG.
+        for code in [28, 122, 30, 27] {
+            assert!(is_write_failure(&os(code)), "{code}");
+        }
+        // EACCES, ENOENT, EIO, EISDIR.
+        for code in [13, 2, 5, 21] {
+            assert!(!is_write_failure(&os(code)), "{code}");
         }
     }
 }

@@ -1255,6 +1255,14 @@ fn examine(
             // The size changed while it was read: look again.
             Ok(None) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
+            // Storing it failed, not reading it (black-box: a full data directory was reported as a
+            // worktree file that could not be read).
+            Err(e) if crate::error::is_write_failure(&e) => {
+                return Err(GitError::StoreWrite {
+                    store: store.dir.display().to_string(),
+                    source: e,
+                });
+            }
             Err(e) => return Err(unreadable(rel, &e.to_string())),
         }
     }
