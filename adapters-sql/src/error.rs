@@ -60,6 +60,19 @@ pub enum SqlError {
         #[source]
         source: DriverError,
     },
+    /// The disk under the database failed a read or write, or is full (SQLite's `SQLITE_IOERR` and
+    /// `SQLITE_FULL`, PostgreSQL's `53100` disk full).
+    #[error(
+        "the database {target} could not be read or written on its disk: is that disk full? Free space \
+         there, then try again"
+    )]
+    Disk {
+        /// The database.
+        target: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
     /// The database was migrated by a newer rewind: this binary does not know some of its migrations.
     #[error(
         "the database {target} was written by a newer rewind (schema migrations this version does not know: \
@@ -186,6 +199,7 @@ pub(crate) enum FaultKind {
     Locked,
     ReadOnly,
     Corrupt,
+    Disk,
     Other,
 }
 
@@ -207,6 +221,7 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
             5 | 6 => FaultKind::Locked,    // SQLITE_BUSY, SQLITE_LOCKED
             8 => FaultKind::ReadOnly,      // SQLITE_READONLY
             11 | 26 => FaultKind::Corrupt, // SQLITE_CORRUPT, SQLITE_NOTADB
+            10 | 13 => FaultKind::Disk,    // SQLITE_IOERR, SQLITE_FULL
             _ => FaultKind::Other,
         };
     }
@@ -214,6 +229,7 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
         "55P03" => FaultKind::Locked,            // lock_not_available
         "25006" => FaultKind::ReadOnly,          // read_only_sql_transaction
         "XX001" | "XX002" => FaultKind::Corrupt, // data_corrupted, index_corrupted
+        "53100" => FaultKind::Disk,              // disk_full
         _ => FaultKind::Other,
     }
 }
@@ -238,6 +254,10 @@ pub(crate) fn classify(
             source: source.into(),
         },
         FaultKind::Corrupt => SqlError::Corrupt {
+            target,
+            source: source.into(),
+        },
+        FaultKind::Disk => SqlError::Disk {
             target,
             source: source.into(),
         },
