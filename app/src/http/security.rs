@@ -99,7 +99,14 @@ fn session_of(path: &str) -> Option<rewind_core::model::SessionId> {
     rewind_core::model::SessionId::parse(&percent_decode(id)?).ok()
 }
 
+/// Every `Host` and `Origin` value is checked, not the first alone: a request that repeats one (which no
+/// browser sends) must not pass on a loopback first value (black-box).
 fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    if headers.get_all(header::HOST).iter().count() > 1 {
+        return Err(ApiError::Forbidden(
+            "a request may carry one Host header only".to_owned(),
+        ));
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|value| value.to_str().ok())
@@ -109,7 +116,7 @@ fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {
             "Host {host:?} is not a loopback name; this server only answers requests made to localhost"
         )));
     }
-    if let Some(origin) = headers.get(header::ORIGIN) {
+    for origin in headers.get_all(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         let host = origin_authority(origin);
         if host.is_empty() || !is_loopback_name(strip_port(host)) {
@@ -124,23 +131,21 @@ fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {
 /// Beyond loopback, where a browser may hold the basic-auth credentials: a page may call the server
 /// only from the server's own origin (its `Origin` names the `Host` it calls) or from loopback.
 fn check_same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return Ok(());
-    };
-    let origin = origin.to_str().unwrap_or("");
-    let origin_host = origin_authority(origin);
     let host = headers
         .get(header::HOST)
         .and_then(|value| value.to_str().ok())
         .unwrap_or("");
-    let same = !origin_host.is_empty() && origin_host.eq_ignore_ascii_case(host);
-    if same || (!origin_host.is_empty() && is_loopback_name(strip_port(origin_host))) {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(format!(
-            "Origin {origin:?} is foreign; only pages served by this server or from localhost may call it"
-        )))
+    for origin in headers.get_all(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let origin_host = origin_authority(origin);
+        let same = !origin_host.is_empty() && origin_host.eq_ignore_ascii_case(host);
+        if !same && (origin_host.is_empty() || !is_loopback_name(strip_port(origin_host))) {
+            return Err(ApiError::Forbidden(format!(
+                "Origin {origin:?} is foreign; only pages served by this server or from localhost may call it"
+            )));
+        }
     }
+    Ok(())
 }
 
 /// The `host[:port]` of an `Origin` value (`scheme://host[:port]`), empty when it has none (`null`).
@@ -326,6 +331,26 @@ mod tests {
         );
         assert_eq!(percent_decode("/plain").as_deref(), Some("/plain"));
         assert_eq!(percent_decode("%zz"), None);
+    }
+
+    /// A repeated `Origin` or `Host` header is checked whole: a foreign value after a loopback one is
+    /// refused (black-box: only the first was looked at).
+    #[test]
+    fn every_origin_and_host_value_is_checked() {
+        let header = |value: &str| value.parse::<axum::http::HeaderValue>().expect("a header");
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, header("127.0.0.1:4096"));
+        headers.append(header::ORIGIN, header("http://localhost:4096"));
+        assert!(check_host_and_origin(&headers).is_ok());
+        assert!(check_same_origin(&headers).is_ok());
+        headers.append(header::ORIGIN, header("http://evil.example"));
+        assert!(check_host_and_origin(&headers).is_err());
+        assert!(check_same_origin(&headers).is_err());
+
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, header("localhost"));
+        headers.append(header::HOST, header("evil.example"));
+        assert!(check_host_and_origin(&headers).is_err());
     }
 
     #[test]
