@@ -698,10 +698,12 @@ impl Rewind {
                 time: self.now(),
                 message: format!(
                     "{} file(s) were not put back: while the session was reverted you created files below them, \
-                     or in their place where they need a directory, and putting them back would remove yours",
+                     or in their place where they need a directory, and putting them back would remove yours. \
+                     Their state before the revert is in snapshot {snapshot}: move yours away, then `rewind \
+                     snapshot restore {snapshot} PATH…` puts a file back",
                     blocked.len()
                 ),
-                snapshot: None,
+                snapshot: Some(snapshot.clone()),
                 files: blocked.iter().map(|p| p.to_absolute(directory)).collect(),
             });
         }
@@ -717,10 +719,11 @@ impl Rewind {
                     "{} file(s) were left as they are: they are not tracked content now (ignored or over the size \
                      cap), something that is not tracked content stands where they need a directory, or they \
                      changed while rewind was putting them back (their content is in no snapshot), so rewind did \
-                     not overwrite them",
+                     not overwrite them. Their state before the revert is in snapshot {snapshot}: `rewind \
+                     snapshot restore {snapshot} PATH…` puts a file back once what stands there is moved away",
                     outcome.kept.len()
                 ),
-                snapshot: None,
+                snapshot: Some(snapshot.clone()),
                 files: outcome.kept.iter().map(|k| k.path.to_absolute(directory)).collect(),
             });
         }
