@@ -218,31 +218,35 @@ impl Rewind {
             .flat_map(|p| p.files.iter().cloned())
             .chain(previous_changed.iter().cloned())
             .collect();
-        let intent = self
-            .write_intent(
+        let compare = (!previous_changed.is_empty()).then_some((&applied, &before));
+        let (intent, since_applied) = self
+            .intent_beside_changes(
                 &session,
                 operation,
-                IntentOperation::Revert,
-                before.clone(),
-                files,
+                (IntentOperation::Revert, before.clone(), files),
+                compare,
             )
             .await?;
         if let Err(error) = self.renew_operation(operation).await {
             return Err(self.roll_back(&session, &intent, error).await);
         }
-        match self
-            .revert_files(
-                &session,
-                operation,
-                &messages,
-                (point, left_out),
-                &patches,
-                before,
-                (&previous, &applied),
-                previous_changed,
-            )
-            .await
-        {
+        let reverted = match since_applied {
+            Ok(since_applied) => {
+                self.revert_files(
+                    &session,
+                    operation,
+                    &messages,
+                    (point, left_out),
+                    &patches,
+                    before,
+                    &previous,
+                    (previous_changed, since_applied),
+                )
+                .await
+            }
+            Err(error) => Err(error),
+        };
+        match reverted {
             Ok(result) => {
                 self.store_revert(&session, operation, &intent, result)
                     .await
@@ -325,13 +329,17 @@ impl Rewind {
         (point, left_out): (RevertPoint, Option<Warning>),
         patches: &[crate::model::SnapshotPatch],
         before: SnapshotId,
-        current: (&SnapshotId, &SnapshotId),
-        previous_changed: Vec<RelPath>,
+        previous: &SnapshotId,
+        (previous_changed, since_applied): (Vec<RelPath>, Vec<RelPath>),
     ) -> Result<RevertResult> {
         let wt = worktree(session);
-        let (previous, applied) = current;
         let (warnings, counts) = self
-            .undo_revert(session, previous, applied, previous_changed, &before)
+            .undo_revert(
+                session,
+                previous,
+                (previous_changed, since_applied),
+                &before,
+            )
             .await?;
         let snapshot = self.snapshots.track(wt).await?.id;
         self.renew_operation(operation).await?;
@@ -595,27 +603,34 @@ impl Rewind {
             Some(snapshot) => self.changed_between(wt, snapshot, &applied).await?,
             None => Vec::new(),
         };
-        let intent = self
-            .write_intent(
+        let compare =
+            (descriptor.snapshot.is_some() && !files.is_empty()).then_some((&applied, &before));
+        let (intent, since_applied) = self
+            .intent_beside_changes(
                 &session,
                 operation,
-                IntentOperation::Unrevert,
-                before.clone(),
-                files.iter().cloned().collect(),
+                (
+                    IntentOperation::Unrevert,
+                    before.clone(),
+                    files.iter().cloned().collect(),
+                ),
+                compare,
             )
             .await?;
         if let Err(error) = self.renew_operation(operation).await {
             return Err(self.roll_back(&session, &intent, error).await);
         }
-        let (warnings, counts) = match &descriptor.snapshot {
-            Some(snapshot) => match self
-                .undo_revert(&session, snapshot, &applied, files, &before)
-                .await
-            {
-                Ok(done) => done,
-                Err(error) => return Err(self.roll_back(&session, &intent, error).await),
-            },
-            None => (Vec::new(), FileCounts::default()),
+        let undone = match (&descriptor.snapshot, since_applied) {
+            (Some(snapshot), Ok(since_applied)) => {
+                self.undo_revert(&session, snapshot, (files, since_applied), &before)
+                    .await
+            }
+            (None, _) => Ok((Vec::new(), FileCounts::default())),
+            (_, Err(error)) => Err(error),
+        };
+        let (warnings, counts) = match undone {
+            Ok(done) => done,
+            Err(error) => return Err(self.roll_back(&session, &intent, error).await),
         };
         let mut updated = session.clone();
         updated.revert = None;
@@ -637,8 +652,9 @@ impl Rewind {
 
     /// Undoes a revert that left `applied` from the pre-revert `snapshot`: only `changed` (the files that
     /// differ between the two) go back. `current` is the worktree's snapshot taken by the caller just
-    /// before; a changed file whose content there differs from `applied` was changed by the user since the
-    /// revert, and `current` already holds it, so it serves as the capture without another walk.
+    /// before, and `since_applied` the files that differ between `applied` and it
+    /// (`intent_beside_changes`): a changed file among them was changed by the user since the revert, and
+    /// `current` already holds it, so it serves as the capture without another walk.
     /// A changed path that cannot go back without removing a file the user made while reverted (one below
     /// it, where the revert left a directory, or one standing where it needs a directory) is left as it is:
     /// a file the user created while reverted survives (SPEC section 6).
@@ -646,8 +662,7 @@ impl Rewind {
         &self,
         session: &Session,
         snapshot: &SnapshotId,
-        applied: &SnapshotId,
-        changed: Vec<RelPath>,
+        (changed, since_applied): (Vec<RelPath>, Vec<RelPath>),
         current: &SnapshotId,
     ) -> Result<(Vec<Warning>, FileCounts)> {
         let wt = worktree(session);
@@ -657,9 +672,7 @@ impl Rewind {
         }
         let mut warnings = Vec::new();
         let changed_set = path_set(&changed);
-        let (edited, made): (Vec<RelPath>, Vec<RelPath>) = self
-            .changed_between(wt, applied, current)
-            .await?
+        let (edited, made): (Vec<RelPath>, Vec<RelPath>) = since_applied
             .into_iter()
             .partition(|path| changed_set.contains(path));
         let blocked = blocked_by_new_files(&changed_set, &made);
@@ -1044,6 +1057,31 @@ impl Rewind {
         let session = super::session_in(session_id, &sessions)?;
         refuse_open_steps(&session, &sessions)?;
         Ok(session)
+    }
+
+    /// `write_intent`, and meanwhile the files that differ between the two snapshots of `compare` (none
+    /// without): the database's commit and the store's comparison of trees use different resources, and
+    /// the intent is stored before any file is touched either way. The comparison's error is returned with
+    /// the stored intent, for the caller to roll back.
+    async fn intent_beside_changes(
+        &self,
+        session: &Session,
+        operation: &Operation,
+        (kind, before, files): (IntentOperation, SnapshotId, BTreeSet<RelPath>),
+        compare: Option<(&SnapshotId, &SnapshotId)>,
+    ) -> Result<(IntentRecord, Result<Vec<RelPath>>)> {
+        let wt = worktree(session);
+        let (intent, changes) = futures::future::join(
+            self.write_intent(session, operation, kind, before, files),
+            async {
+                match compare {
+                    Some((from, to)) => self.changed_between(wt, from, to).await,
+                    None => Ok(Vec::new()),
+                }
+            },
+        )
+        .await;
+        Ok((intent?, changes))
     }
 
     async fn write_intent(
