@@ -109,6 +109,9 @@ check("messages read as OpenCode's TUI reads them: tokens and cost of the assist
   );
   assert.equal(cost, 0.01);
   assert.deepEqual(last.info.path, { cwd: repo, root: repo });
+  // How its last step ended, which OpenCode's clients read to tell a final answer.
+  assert.equal(last.info.finish, "stop");
+  assert.equal(last.info.error, undefined);
   assert.equal(typeof last.info.modelID, "string");
   assert.deepEqual(messages.data[0].info.model, { providerID: "", modelID: "" });
 });

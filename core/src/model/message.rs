@@ -47,6 +47,9 @@ pub struct Message {
     pub extra: Map<String, Value>,
 }
 
+/// The name of OpenCode's error for an interrupted assistant message.
+const ABORTED_ERROR: &str = "MessageAbortedError";
+
 impl Message {
     /// Gives the fields OpenCode's `UserMessage` and `AssistantMessage` require, and the client left out,
     /// a neutral value (rewind runs no model, and a recording agent may not say which it ran): a client
@@ -93,6 +96,38 @@ impl Message {
         }
         if let Some(tokens) = tokens {
             self.extra.insert("tokens".to_owned(), tokens_value(tokens));
+        }
+    }
+
+    /// Records how an assistant message's last step ended, as OpenCode's processor does: `finish` is the
+    /// step's reason (a client reads it to tell a final answer from one that goes on), and an aborted step
+    /// gives the message OpenCode's `MessageAbortedError` (a client shows the turn as interrupted), unless
+    /// the client gave an error of its own.
+    pub fn note_step_end(&mut self, reason: &str) {
+        self.extra
+            .insert("finish".to_owned(), Value::String(reason.to_owned()));
+        if reason == "aborted" {
+            self.extra.entry("error").or_insert_with(|| {
+                serde_json::json!({
+                    "name": ABORTED_ERROR,
+                    "data": {"message": "The step was aborted"}
+                })
+            });
+        }
+    }
+
+    /// Takes back what `note_step_end` said when a step begins again on the message: it is working, and no
+    /// longer interrupted (an error the client gave is kept).
+    pub fn note_step_begun(&mut self) {
+        self.extra.remove("finish");
+        if self
+            .extra
+            .get("error")
+            .and_then(|error| error.get("name"))
+            .and_then(Value::as_str)
+            == Some(ABORTED_ERROR)
+        {
+            self.extra.remove("error");
         }
     }
 

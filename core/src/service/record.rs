@@ -709,10 +709,11 @@ impl Rewind {
         let removed: HashSet<PartId> = cleanup
             .map(|cleanup| cleanup.add_to(&mut transaction).1)
             .unwrap_or_default();
-        if message.info.time.completed.is_some() {
+        let mut working = message.info.clone();
+        working.time.completed = None;
+        working.note_step_begun();
+        if working != message.info {
             // Working again: complete only when this step ends.
-            let mut working = message.info.clone();
-            working.time.completed = None;
             self.push_message(&mut transaction, working, &session.directory);
         }
         for created in new {
@@ -1011,6 +1012,7 @@ impl Rewind {
         };
         let tokens = end.tokens.unwrap_or_default();
         let cost = end.cost.unwrap_or(0.0);
+        let finish = reason.clone();
         let mut parts = vec![Part {
             id: next_id(&self.ids),
             session_id: session.id.clone(),
@@ -1056,6 +1058,7 @@ impl Rewind {
         let mut completed = message.info.clone();
         completed.time.completed = Some(now);
         completed.add_step_usage(cost, end.tokens.as_ref());
+        completed.note_step_end(&finish);
         self.push_message(&mut transaction, completed, &directory);
         // The turn's summary is left as it was when its diff cannot be made (a snapshot of the turn gone
         // from the store): the step is closed all the same.

@@ -2154,6 +2154,77 @@ fn an_assistant_message_is_completed_by_its_step_s_end_and_working_again_in_its_
     })
 }
 
+/// An assistant message says how its last step ended, as OpenCode's processor does: `finish` is the step's
+/// reason, and an aborted step gives it OpenCode's `MessageAbortedError` (SDK audit: OpenCode's clients read
+/// `finish` to tell a final answer, and `error` to show a turn as interrupted; rewind set neither). A step
+/// begun again on it takes both back; an error the client gave is kept.
+#[test]
+fn an_assistant_message_says_how_its_last_step_ended() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let (_, assistant) = w.exchange(&s.id, "edit").await;
+        let id = assistant.info.id.clone();
+        let info = async || {
+            w.messages(&s.id)
+                .await
+                .into_iter()
+                .find(|m| m.info.id == id)
+                .expect("the assistant message")
+                .info
+        };
+        w.rewind.begin_step(&s.id, &id).await.expect("begin");
+        w.rewind
+            .finish_step(
+                &s.id,
+                &id,
+                rewind_core::service::StepEnd {
+                    reason: Some("tool-calls".to_owned()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("finish");
+        let finished = info().await;
+        assert_eq!(
+            finished.extra.get("finish"),
+            Some(&serde_json::json!("tool-calls"))
+        );
+        assert_eq!(finished.extra.get("error"), None);
+
+        w.rewind.begin_step(&s.id, &id).await.expect("begin again");
+        assert_eq!(info().await.extra.get("finish"), None, "working again");
+        w.rewind.abort_step(&s.id, &id).await.expect("abort");
+        let aborted = info().await;
+        assert_eq!(
+            aborted.extra.get("finish"),
+            Some(&serde_json::json!("aborted"))
+        );
+        assert_eq!(
+            aborted.extra.get("error").and_then(|e| e.get("name")),
+            Some(&serde_json::json!("MessageAbortedError"))
+        );
+
+        w.rewind
+            .begin_step(&s.id, &id)
+            .await
+            .expect("begin once more");
+        assert_eq!(
+            info().await.extra.get("error"),
+            None,
+            "no longer interrupted"
+        );
+        w.rewind
+            .finish_step(&s.id, &id, rewind_core::service::StepEnd::default())
+            .await
+            .expect("finish");
+        assert_eq!(
+            info().await.extra.get("finish"),
+            Some(&serde_json::json!("stop"))
+        );
+    })
+}
+
 /// A step does not begin on a message that a later message's steps follow: its changes, made after theirs,
 /// would be undone by a revert to the later message while the message recording them stayed visible
 /// (black-box: the late step's edit of `f` was lost by such a revert, and after the cleanup a revert to
