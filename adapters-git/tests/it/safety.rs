@@ -1954,6 +1954,17 @@ fn proc_state(pid: u32) -> (char, u64) {
     (state, fields[22 - 3].parse().expect("a start time"))
 }
 
+/// Locks the store's lock file as another holder would (a lock of its own open file), until dropped.
+fn hold_the_store(lock_path: &Path) -> fs::File {
+    let holder = fs::File::options()
+        .read(true)
+        .write(true)
+        .open(lock_path)
+        .expect("open the lock");
+    holder.lock().expect("lock");
+    holder
+}
+
 /// A process that holds the store and is stopped (Ctrl-Z, SIGSTOP) would make every operation wait without
 /// a word, for ever (black-box): the wait is refused as busy, naming the process and what to do, and
 /// nothing is touched. A holder that runs is waited for, as before.
@@ -1977,12 +1988,7 @@ async fn a_stopped_holder_of_the_store_is_named_instead_of_waited_for() {
         std::thread::sleep(Duration::from_millis(5));
     }
     // The stopped process holds the store, as its lock file says.
-    let holder = fs::File::options()
-        .read(true)
-        .write(true)
-        .open(&lock_path)
-        .expect("open the lock");
-    holder.lock().expect("lock");
+    let holder = hold_the_store(&lock_path);
     fs::write(&lock_path, format!("{pid} {}\n", proc_state(pid).1)).expect("name the holder");
     let listing = h.list();
     let tracked = tokio::time::timeout(Duration::from_secs(20), h.port().track(h.root()))
@@ -2024,12 +2030,7 @@ async fn a_holder_of_the_store_that_never_lets_go_is_refused_after_the_lock_wait
     h.write("a.txt", b"a\n");
     let id = h.id().await;
     let lock_path = h.store_dir().join("rewind").join("lock");
-    let holder = fs::File::options()
-        .read(true)
-        .write(true)
-        .open(&lock_path)
-        .expect("open the lock");
-    holder.lock().expect("lock");
+    let holder = hold_the_store(&lock_path);
     let named = fs::read_to_string(&lock_path).expect("the lock names its last holder");
     let pid = named.split_whitespace().next().expect("a pid").to_owned();
     h.write("a.txt", b"a2\n");
