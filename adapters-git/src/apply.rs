@@ -1732,8 +1732,6 @@ fn entry_on_disk(
     ))
 }
 
-/// Whether `path` was untracked when the snapshot of `tree` was taken: ignored by the `.gitignore` files of
-/// the tree and the outside rules of its `record`, or in its skipped list.
 /// Why a path absent from snapshot `id` (whose record is `record`, `None` when missing or unreadable) is
 /// kept rather than deleted by a revert going back to it: it was untracked then (`untracked_at`), or what
 /// the snapshot left untracked is not known. `None`: it was tracked content then, and absent.
@@ -1761,6 +1759,8 @@ fn record_unknown(id: &ObjectId) -> String {
     )
 }
 
+/// Whether `path` was untracked when the snapshot of `tree` was taken: ignored by the `.gitignore` files of
+/// the tree and the outside rules of its `record`, or in its skipped list.
 fn untracked_at(
     store: &Store,
     record: &SnapshotRecord,

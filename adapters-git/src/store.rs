@@ -765,9 +765,8 @@ fn locks_the_store(lock: &File, dir: &Path) -> bool {
 /// it, is stopped (suspended with Ctrl-Z or SIGSTOP): it would hold the store until resumed, and every
 /// command would wait without a word. It must be seen stopped twice, a pause apart, with the file unchanged
 /// (a new holder writes its name just after it locks). Nor does it wait past `wait`
-/// (`GitStoreConfig::lock_wait`): a holder
-/// that runs and never lets go (a hung process, or another program locking the file) would otherwise keep
-/// every command and request waiting without a word (black-box).
+/// (`GitStoreConfig::lock_wait`): a holder that runs and never lets go (a hung process, or another program
+/// locking the file) would otherwise keep every command and request waiting without a word (black-box).
 fn lock_file(dir: &Path, wait: Duration) -> GitResult<File> {
     let path = dir.join("rewind").join("lock");
     let file = File::options()

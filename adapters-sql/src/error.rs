@@ -138,7 +138,7 @@ pub enum SqlError {
 /// The driver's error as people read it. A PostgreSQL server error is its message, SQLSTATE, detail and
 /// hint, without the line of PostgreSQL's own C source that sqlx's text appends (`… for user "x" at line
 /// 334`), which reads like a line of the user's configuration. Any other error is the driver's text. The
-/// driver's error itself is kept for `Debug` and for what the adapter checks (`DriverError::db`).
+/// driver's error itself is kept (`DriverError::db`, and `Debug` shows it).
 #[derive(Debug)]
 pub struct DriverError(DbErr);
 
