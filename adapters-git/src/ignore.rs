@@ -394,11 +394,12 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => return Ok(None),
+        // Not there, below a file, or below a symlink that loops (ELOOP: `d -> d`).
         Err(e)
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
+            ) || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) =>
         {
             return Ok(None);
         }

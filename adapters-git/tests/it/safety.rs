@@ -317,12 +317,13 @@ async fn ignored_env_file_is_never_overwritten_or_deleted() {
     assert_eq!(h.read(".env.local"), text("LOCAL=1\n"));
 }
 
-/// A patch's path below what is a file now (the user, or a later turn, put a file, or a symlink to one, where
-/// its directory was): the revert leaves what stands there and reverts the rest (black-box: looking for a
-/// nested repository's `.git` below the file failed the whole revert with "Not a directory").
+/// A patch's path below what is a file now (the user, or a later turn, put a file, a symlink to one, or a
+/// symlink to itself where its directory was): the revert leaves what stands there and reverts the rest
+/// (black-box: looking for a nested repository's `.git` below it failed the whole revert with "Not a
+/// directory", or "Too many levels of symbolic links").
 #[tokio::test]
 async fn a_patch_path_below_a_file_now_is_left_and_the_rest_is_reverted() {
-    for symlinked in [false, true] {
+    for standing in ["file", "symlink", "loop"] {
         let h = GitHarness::new();
         h.write("x", b"x\n");
         let start = h.id().await;
@@ -330,10 +331,10 @@ async fn a_patch_path_below_a_file_now_is_left_and_the_rest_is_reverted() {
         h.write("x", b"x1\n");
         h.id().await;
         h.remove("out/log.txt");
-        if symlinked {
-            std::os::unix::fs::symlink("x", h.path("out")).expect("a symlink to a file");
-        } else {
-            h.write("out", b"user notes\n");
+        match standing {
+            "file" => h.write("out", b"user notes\n"),
+            "symlink" => std::os::unix::fs::symlink("x", h.path("out")).expect("a symlink"),
+            _ => std::os::unix::fs::symlink("out", h.path("out")).expect("a looping symlink"),
         }
         let before = h.read("out");
         let patches = one_patch(&start, &["out/log.txt", "x"]);
@@ -343,7 +344,7 @@ async fn a_patch_path_below_a_file_now_is_left_and_the_rest_is_reverted() {
         assert_eq!(outcome.written, rels(&["x"]), "{outcome:?}");
         assert!(outcome.deleted.is_empty(), "{outcome:?}");
         assert_eq!(h.read("x"), text("x\n"));
-        assert_eq!(h.read("out"), before, "symlinked: {symlinked}");
+        assert_eq!(h.read("out"), before, "{standing}");
     }
 }
 
