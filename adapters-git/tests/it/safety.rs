@@ -327,17 +327,17 @@ async fn a_patch_path_below_a_file_now_is_left_and_the_rest_is_reverted() {
         let h = GitHarness::new();
         h.write("x", b"x\n");
         let start = h.id().await;
-        h.write("out/log.txt", b"agent\n");
+        h.write("out/sub/log.txt", b"agent\n");
         h.write("x", b"x1\n");
         h.id().await;
-        h.remove("out/log.txt");
+        h.remove("out/sub/log.txt");
         match standing {
             "file" => h.write("out", b"user notes\n"),
             "symlink" => std::os::unix::fs::symlink("x", h.path("out")).expect("a symlink"),
             _ => std::os::unix::fs::symlink("out", h.path("out")).expect("a looping symlink"),
         }
         let before = h.read("out");
-        let patches = one_patch(&start, &["out/log.txt", "x"]);
+        let patches = one_patch(&start, &["out/sub/log.txt", "x"]);
         let plan = h.port().plan(h.root(), &patches).await.expect("plan");
         assert_eq!(plan.len(), 2, "{plan:?}");
         let outcome = revert_with_fresh_base(&h, &patches).await;
