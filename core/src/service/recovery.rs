@@ -98,6 +98,20 @@ impl Rewind {
         {
             return Ok(Outcome::InProgress);
         }
+        // No lease: its operation may have stored its result since the intents were read (the result's
+        // transaction deletes the intent and releases the leases together). Taking the session's lease
+        // then would hold a live session up for the rest of this recovery: its next operation was refused
+        // as busy (black-box: a `rewind status` elsewhere made a server's revert 409).
+        if current.is_none()
+            && !self
+                .repo
+                .intents()
+                .await?
+                .iter()
+                .any(|other| other.token == intent.token)
+        {
+            return Ok(Outcome::Gone);
+        }
         let token = new_token();
         let lease = self.new_lease(session_key, &token, self.config.operation_lease_ms);
         if let LeaseTake::Held(_) = self

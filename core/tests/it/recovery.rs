@@ -1099,3 +1099,64 @@ fn an_unfinishable_intent_inside_refuses_reverts_around_it_but_not_messages() {
         );
     })
 }
+
+/// Another process's recovery that read an operation's intent just before the operation stored its result
+/// (which deletes the intent and releases the leases together) finds the session's lease gone: it takes
+/// nothing, since there is nothing to recover. It used to take the session's lease for the rest of its
+/// look, and the session's next operation was refused as busy (black-box: a `rewind status` in another
+/// directory made a server's revert 409 now and then).
+#[test]
+fn a_recovery_that_finds_the_intent_finished_meanwhile_takes_no_lease() {
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let owner = w.host.this_process();
+        let target = rewind_core::RevertTarget {
+            message_id: t.user.clone(),
+            part_id: None,
+        };
+        let (result_reached, resume_result) = w.repo.pause_next_result_commit();
+        let (reverted_tx, reverted_rx) = futures::channel::oneshot::channel();
+        let reverting = async {
+            let reverted = w.rewind.revert(&s.id, target).await;
+            let _ = reverted_tx.send(());
+            reverted
+        };
+        let recovering = async {
+            result_reached
+                .await
+                .expect("the revert's result is about to be stored");
+            w.host.become_process(process(41));
+            let (lease_read, resume_read) = w.repo.pause_next_lease_read();
+            let recovery = w.rewind.recover();
+            let drive = async {
+                lease_read
+                    .await
+                    .expect("the recovery, having read the intent, looks at the session's lease");
+                // The revert stores its result meanwhile.
+                w.host.become_process(owner.clone());
+                let _ = resume_result.send(());
+                reverted_rx.await.expect("the revert ends");
+                w.host.become_process(process(41));
+                // A take of a lease from here on is noted, and goes on at once (its resume dropped).
+                let (take, _) = w.repo.pause_next_lease_take();
+                let _ = resume_read.send(());
+                take
+            };
+            let (report, mut take) = futures::future::join(recovery, drive).await;
+            assert!(
+                matches!(take.try_recv(), Ok(None)),
+                "the recovery took a lease"
+            );
+            report
+        };
+        let (reverted, report) = futures::future::join(reverting, recovering).await;
+        assert!(reverted.expect("the revert").revert.is_some());
+        let report = report.expect("recover");
+        assert!(
+            report.recovered.is_empty() && report.failed.is_empty(),
+            "{report:?}"
+        );
+        w.host.become_process(owner);
+        w.rewind.unrevert(&s.id).await.expect("the session is free");
+    })
+}
