@@ -2265,7 +2265,17 @@ fn write_planned(
     if let Some(first) = earliest {
         applier.existed_empty = store.record(&first).dirs_kept_when_emptied();
     }
-    applier.journal_parents(entries.keys().cloned())?;
+    // The directories of the deletes too: a file is deleted by renaming it aside first, and a crash can
+    // leave it there under a temporary name (black-box: after a `kill -9` mid-revert one stayed for good,
+    // and kept later reverts from putting back the file its directory had replaced).
+    applier.journal_parents(
+        entries.keys().cloned().chain(
+            actions
+                .iter()
+                .filter(|a| a.action == FileActionKind::Delete)
+                .map(|a| String::from(a.path.clone())),
+        ),
+    )?;
     applier.expected = expected;
     applier.protected = edited.clone();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)

@@ -429,3 +429,50 @@ async fn an_edit_of_a_hard_linked_file_during_the_revert_is_kept() {
     }
     nothing_of_rewind_s_is_left(&h, "after the revert");
 }
+
+/// A revert deletes a file by renaming it aside under a temporary name first: the directory it does that in
+/// is in the operation's journal by then, so a crash that leaves the file there has it removed the next
+/// time the store is opened (black-box: after a `kill -9` mid-revert one stayed in `s/x/y` for good, and
+/// kept later reverts from putting back the file `s` that directory had replaced). The journal is read at
+/// the last moment before the first delete.
+#[tokio::test]
+async fn a_revert_journals_the_directories_it_deletes_in() {
+    let (h, armed) = racing_in("s/x/y/n0", Hook::Swap);
+    h.write("s", b"the user's file\n");
+    let start = h.id().await;
+    h.remove("s");
+    for n in 0..3 {
+        h.write(&format!("s/x/y/n{n}"), b"made by the step\n");
+    }
+    let base = h.id().await;
+    let journal = h.store_dir().join("rewind").join("journal");
+    let seen: Arc<Mutex<Option<String>>> = Arc::default();
+    let noted = Arc::clone(&seen);
+    arm(
+        &armed,
+        Box::new(move |_: &Path| {
+            *noted.lock().unwrap_or_else(PoisonError::into_inner) =
+                fs::read_to_string(&journal).ok();
+        }),
+    );
+    let patches = [SnapshotPatch {
+        hash: start,
+        files: ["s", "s/x/y/n0", "s/x/y/n1", "s/x/y/n2"]
+            .iter()
+            .map(|p| RelPath::new(*p).expect("a path"))
+            .collect(),
+    }];
+    h.port()
+        .revert(h.root(), &patches, &base)
+        .await
+        .expect("revert");
+    let journal = seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .expect("the journal, as the first delete began");
+    let listed: Vec<PathBuf> = journal.lines().skip(1).map(PathBuf::from).collect();
+    assert!(listed.contains(&h.path("s/x/y")), "{journal}");
+    assert_eq!(h.read("s"), Some(Node::file("the user's file\n")));
+    nothing_of_rewind_s_is_left(&h, "after the revert");
+}
