@@ -125,6 +125,24 @@ impl GitSnapshotStore {
 }
 
 impl GitSnapshotStore {
+    /// `with_store` for work that only reads objects: a store on a data directory that cannot be written
+    /// is read without its lock (`Store::open_to_read`).
+    async fn with_store_to_read<T: Send + 'static>(
+        &self,
+        worktree: &Path,
+        work: impl FnOnce(&Store, &GitStoreConfig) -> GitResult<T> + Send + 'static,
+    ) -> Result<T> {
+        let config = self.config.clone();
+        let worktree = worktree.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let store = Store::open_to_read(&config, &worktree)?;
+            work(&store, &config)
+        })
+        .await
+        .map_err(Error::backend)?
+        .map_err(Error::from)
+    }
+
     /// `revert` and `revert_when`: the store's thread plans, then touches files once `ready` says so.
     async fn revert_once(
         &self,
@@ -294,7 +312,7 @@ impl SnapshotPort for GitSnapshotStore {
         to: &SnapshotId,
     ) -> Result<Vec<FileDiff>> {
         let (from, to) = (object_id(from)?, object_id(to)?);
-        self.with_store(worktree, move |store, config| {
+        self.with_store_to_read(worktree, move |store, config| {
             check_snapshot(store, &from)?;
             check_snapshot(store, &to)?;
             let changes = diff_trees(&store.odb, &from, &to)?;

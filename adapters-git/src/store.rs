@@ -115,7 +115,9 @@ pub struct Store {
     pub odb: Odb,
     /// The canonical worktree.
     pub worktree: PathBuf,
-    _lock: File,
+    /// The lock, held until this is dropped; none for a store opened only to read without it
+    /// (`Store::open_to_read`).
+    _lock: Option<File>,
 }
 
 /// The canonical form of a worktree, refusing `/`, the home directory, rewind's data directory (and what is
@@ -470,13 +472,43 @@ impl Store {
         Ok(store)
     }
 
+    /// `open`, for an operation that only reads objects (the diff of two snapshots): a store whose lock
+    /// file cannot be opened because the data directory cannot be written (a read-only mount, another
+    /// user's data directory) is read without its lock, and nothing in it is cleaned or written. No
+    /// operation can change the store through this mount meanwhile; a gc through another mount could
+    /// remove an object mid-read, which fails the read as missing, never more.
+    pub fn open_to_read(config: &GitStoreConfig, worktree: &Path) -> GitResult<Store> {
+        let opened = Store::open(config, worktree);
+        let unwritable = matches!(
+            &opened,
+            Err(GitError::Io { source, .. }) if matches!(
+                source.kind(),
+                std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+            )
+        );
+        if !unwritable {
+            return opened;
+        }
+        let canonical = canonical_worktree(config, worktree)?;
+        let dir = location(config, &canonical);
+        if canonical != worktree || !dir.join("HEAD").is_file() {
+            return opened;
+        }
+        Ok(Store {
+            odb: Odb::new(dir.join("objects")),
+            dir,
+            worktree: canonical,
+            _lock: None,
+        })
+    }
+
     /// The store at `dir` of `worktree`, whose lock `lock` this process holds.
     fn locked(dir: PathBuf, worktree: PathBuf, lock: File) -> Store {
         Store {
             odb: Odb::new(dir.join("objects")),
             dir,
             worktree,
-            _lock: lock,
+            _lock: Some(lock),
         }
     }
 

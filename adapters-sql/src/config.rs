@@ -20,6 +20,10 @@ pub struct SqlConfig {
     /// PostgreSQL: the schema rewind's tables live in (created when missing); `None` uses the connection's
     /// `search_path`. Letters, digits and `_` only.
     pub schema: Option<String>,
+    /// Open only to read (a read-only file, mount or standby, for commands that only show): the check that
+    /// the database can be written and the migrations are skipped, and a schema older than this binary's is
+    /// refused ([`SqlError::OutdatedReadOnly`](crate::SqlError::OutdatedReadOnly)). Every write fails.
+    pub read_only: bool,
 }
 
 impl SqlConfig {
@@ -30,6 +34,7 @@ impl SqlConfig {
             busy_timeout: Duration::from_secs(5),
             max_connections: None,
             schema: None,
+            read_only: false,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Opening a store: connect, refuse a database that cannot be written or was migrated by a newer rewind
-//! (before anything is written), then apply the pending migrations.
+//! (before anything is written), then apply the pending migrations. A store opened only to read
+//! (`SqlConfig::read_only`) skips the write check and the migrations, and needs the current schema.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -72,7 +73,12 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         }
     }
     let busy_timeout = config.busy_timeout;
+    let read_only = config.read_only;
     options.map_sqlx_sqlite_opts(move |sqlite| {
+        if read_only {
+            // Opened read-only, the file keeps the journal mode it has: setting it would write.
+            return sqlite.read_only(true).busy_timeout(busy_timeout);
+        }
         // WAL lets readers run beside the writer; FULL makes every commit durable before it returns
         // (an intent record is on disk before any file is touched).
         sqlite
@@ -121,9 +127,13 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         _ => classify("connecting", source),
     })?;
     let checked = async {
-        let refused = writable(&db, backend)
-            .await
-            .map_err(|e| classify("checking that the database can be written", e))?;
+        let refused = if read_only {
+            None
+        } else {
+            writable(&db, backend)
+                .await
+                .map_err(|e| classify("checking that the database can be written", e))?
+        };
         if let Some(source) = refused {
             return Err(SqlError::ReadOnly {
                 target: target.clone(),
@@ -139,6 +149,11 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             return Err(SqlError::NewerSchema {
                 target: target.clone(),
                 unknown,
+            });
+        }
+        if read_only && !known.is_subset(&applied) {
+            return Err(SqlError::OutdatedReadOnly {
+                target: target.clone(),
             });
         }
         if !known.is_subset(&applied) {

@@ -49,6 +49,16 @@ pub enum SqlError {
         #[source]
         source: DriverError,
     },
+    /// A database opened only to read whose schema is older than this binary's: the migrations it needs
+    /// cannot be applied without writing.
+    #[error(
+        "the database {target} was written by an older rewind and cannot be read before its schema is \
+         updated, which needs writing to it; run any rewind command with write access to it once"
+    )]
+    OutdatedReadOnly {
+        /// The database.
+        target: String,
+    },
     /// The file is not a SQLite database, or is damaged.
     #[error(
         "the database {target} is corrupt or is not a SQLite database; move it aside to start afresh"

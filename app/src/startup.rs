@@ -9,7 +9,7 @@ use rewind_core::model::{HolderKind, LeaseToken};
 use rewind_core::service::RecoveryReport;
 use rewind_core::{HostPort, MessageRepo, Rewind, ServiceConfig, SnapshotPort};
 use rewind_git::{GitSnapshotStore, GitStoreConfig};
-use rewind_sql::SqlRepo;
+use rewind_sql::{SqlConfig, SqlRepo};
 
 use crate::config::{Settings, redact_url};
 use crate::host::SystemHost;
@@ -47,17 +47,31 @@ impl Services {
                 settings.data_dir.display()
             )
         })?;
-        let repo = SqlRepo::connect(&settings.database_url)
-            .await
-            .with_context(|| {
-                let hint = crate::config::missing_sqlite_file(&settings.database_url)
-                    .map(|why| format!(" ({why})"))
-                    .unwrap_or_default();
-                format!(
-                    "cannot open the database {}{hint}",
-                    redact_url(&settings.database_url)
-                )
-            })?;
+        Services::open_with(settings, holder, SqlConfig::new(&settings.database_url)).await
+    }
+
+    /// The services over a database opened only to read (a read-only file or mount, a standby), for the
+    /// commands that only show: every write fails, and nothing is created.
+    pub async fn open_to_read(settings: &Settings) -> Result<Services> {
+        let mut config = SqlConfig::new(&settings.database_url);
+        config.read_only = true;
+        Services::open_with(settings, HolderKind::Process, config).await
+    }
+
+    async fn open_with(
+        settings: &Settings,
+        holder: HolderKind,
+        config: SqlConfig,
+    ) -> Result<Services> {
+        let repo = SqlRepo::open(config).await.with_context(|| {
+            let hint = crate::config::missing_sqlite_file(&settings.database_url)
+                .map(|why| format!(" ({why})"))
+                .unwrap_or_default();
+            format!(
+                "cannot open the database {}{hint}",
+                redact_url(&settings.database_url)
+            )
+        })?;
         // One database, however its path or URL is spelled (a symlink, `..`, a relative data dir;
         // `localhost` or `127.0.0.1`, the default port or none, query parameters): a SQLite database's
         // stores are keyed on its canonical file, a PostgreSQL database's on the identity it drew when

@@ -2540,3 +2540,38 @@ async fn undoing_a_directory_turned_file_and_back_keeps_nothing() {
     assert_eq!(h.read("d/f"), text("first\n"));
     assert_eq!(h.id().await, a);
 }
+
+/// A store whose data directory cannot be written (here its lock file is immutable; a read-only mount or
+/// another user's data directory refuses opening it for writing the same way) still diffs two snapshots,
+/// read without its lock; a track, which writes, is refused, and the store is unchanged (black-box:
+/// `rewind log` on a read-only data directory could show no step's files).
+#[tokio::test]
+async fn a_store_that_cannot_be_written_is_still_diffed() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"one\n");
+    let first = h.id().await;
+    h.write("a.txt", b"one\ntwo\n");
+    h.write("b.txt", b"b\n");
+    let second = h.id().await;
+    let expected = h
+        .port()
+        .diff(h.root(), &first, &second)
+        .await
+        .expect("diffs");
+    assert_eq!(expected.len(), 2);
+    let before = list_tree(&h.store_dir());
+    let immutable = Flagged::set(&h.store_dir().join("rewind").join("lock"), 'i');
+    let diffs = h
+        .port()
+        .diff(h.root(), &first, &second)
+        .await
+        .expect("diffs without its lock");
+    assert_eq!(diffs, expected);
+    h.write("c.txt", b"c\n");
+    h.port()
+        .track(h.root())
+        .await
+        .expect_err("a track needs the lock");
+    drop(immutable);
+    assert_eq!(list_tree(&h.store_dir()), before);
+}

@@ -309,6 +309,81 @@ fn a_read_only_sqlite_file_is_refused_untouched() {
     });
 }
 
+/// Opened only to read (`SqlConfig::read_only`), a database that cannot be written is read, every write
+/// is refused as read-only, and the file is untouched.
+#[test]
+fn a_read_only_opening_reads_and_writes_nothing() {
+    run(async {
+        let file = SqliteFile::new();
+        let ids = Ids::default();
+        let s = session(&ids, "/work/read-only");
+        let writer = file.open().await;
+        writer
+            .commit(transaction(
+                vec![Change::PutSession(Box::new(s.clone()))],
+                Vec::new(),
+            ))
+            .await
+            .expect("commits");
+        writer.close().await.expect("closes");
+        let bytes = std::fs::read(&file.path).expect("reads");
+
+        let mut config = SqlConfig::new(format!("sqlite://{}?mode=ro", file.path.display()));
+        config.read_only = true;
+        let reader = SqlRepo::open(config).await.expect("opens to read");
+        assert_eq!(
+            reader.session(&s.id).await.expect("reads").map(|r| r.id),
+            Some(s.id.clone())
+        );
+        let other = session(&ids, "/work/read-only-2");
+        let refused = reader
+            .commit(transaction(
+                vec![Change::PutSession(Box::new(other))],
+                Vec::new(),
+            ))
+            .await
+            .expect_err("a write is refused");
+        assert!(refused.to_string().contains("read-only"), "{refused}");
+        reader.close().await.expect("closes");
+        assert_eq!(
+            std::fs::read(&file.path).expect("reads"),
+            bytes,
+            "nothing is written"
+        );
+    });
+}
+
+/// A database whose schema is older than this binary's cannot be migrated by a read-only opening: refused,
+/// saying how to update it, and untouched.
+#[test]
+fn a_read_only_opening_of_an_older_schema_is_refused_untouched() {
+    run(async {
+        let file = SqliteFile::new();
+        let plain = Database::connect(format!("sqlite://{}?mode=rwc", file.path.display()))
+            .await
+            .expect("connects");
+        plain
+            .execute_unprepared("CREATE TABLE unrelated (x INTEGER)")
+            .await
+            .expect("creates");
+        plain.close().await.expect("closes");
+        let bytes = std::fs::read(&file.path).expect("reads");
+        let mut config = SqlConfig::new(format!("sqlite://{}?mode=ro", file.path.display()));
+        config.read_only = true;
+        let message = described(SqlRepo::open(config).await);
+        assert!(message.contains("older rewind"), "{message}");
+        assert!(
+            message.contains(&file.path.display().to_string()),
+            "{message}"
+        );
+        assert_eq!(
+            std::fs::read(&file.path).expect("reads"),
+            bytes,
+            "nothing is written"
+        );
+    });
+}
+
 #[test]
 fn a_locked_sqlite_file_is_refused_after_the_busy_timeout() {
     run(async {

@@ -1,5 +1,6 @@
 //! Dispatch of the commands other than `serve` and `demo`: each opens the services for its directory
-//! (running recovery first) and hands over to its module.
+//! (running recovery first; the commands that only show also open a read-only database) and hands over to
+//! its module.
 
 use std::path::Path;
 
@@ -16,7 +17,13 @@ pub async fn run(
     directory: &Path,
     json: bool,
 ) -> Result<()> {
-    let ctx = Context::open(settings, directory, json).await?;
+    let ctx = match command {
+        // These only show: a database that cannot be written is still shown.
+        Command::Log { .. } | Command::Diff { .. } | Command::Status => {
+            Context::open_to_read(settings, directory, json).await?
+        }
+        _ => Context::open(settings, directory, json).await?,
+    };
     match command {
         Command::Exec {
             new_session,

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
+use rewind_core::MessageRepo as _;
 use rewind_core::model::{HolderKind, Session, SessionId};
 
 use super::output::shown;
@@ -27,20 +28,7 @@ impl Context {
     /// Checks the directory, opens the services and runs recovery (SPEC section 11: every command first
     /// runs recovery).
     pub async fn open(settings: &Settings, directory: &Path, json: bool) -> Result<Context> {
-        let (path, directory) = canonical_worktree(directory)
-            .map_err(|error| anyhow!("{error}; pass the worktree's directory with -C DIR"))?;
-        // Refused before the database is opened, which would create its files there: every operation on
-        // such a directory is refused by the snapshot store anyway.
-        if let Ok(data) = std::fs::canonicalize(&settings.data_dir)
-            && path.starts_with(&data)
-        {
-            bail!(
-                "{} is rewind's data directory {} or inside it, not a project directory; choose another \
-                 data directory (--data-dir or REWIND_DATA_DIR) or another directory (-C DIR)",
-                path.display(),
-                data.display()
-            );
-        }
+        let (path, directory) = project_directory(settings, directory)?;
         let services = Services::open(settings, HolderKind::Process).await?;
         let report = services
             .rewind
@@ -61,6 +49,55 @@ impl Context {
         // every command, not only those that open the store; a store another process holds is not waited
         // for (it cleans them itself), and one that cannot be cleaned is left for the next.
         let _ = services.snapshots.clean_leftovers(&path).await;
+        Ok(Context {
+            services,
+            path,
+            directory,
+            json,
+        })
+    }
+
+    /// `open`, for a command that only shows (`log`, `diff`, `status`): a database that cannot be written
+    /// (a read-only file or mount, a standby) is opened only to read, with a warning, instead of refused.
+    /// Recovery needs writing, so it is not run then: the warning names the operations left interrupted,
+    /// whose files may be half written until a command that can write recovers them.
+    pub async fn open_to_read(
+        settings: &Settings,
+        directory: &Path,
+        json: bool,
+    ) -> Result<Context> {
+        let refusal = match Context::open(settings, directory, json).await {
+            Ok(ctx) => return Ok(ctx),
+            Err(error) => error,
+        };
+        let read_only = refusal.chain().any(|cause| {
+            matches!(
+                cause.downcast_ref::<rewind_sql::SqlError>(),
+                Some(rewind_sql::SqlError::ReadOnly { .. })
+            )
+        });
+        if !read_only {
+            return Err(refusal);
+        }
+        let (path, directory) = project_directory(settings, directory)?;
+        let services = Services::open_to_read(settings).await?;
+        let target = crate::config::redact_url(&settings.database_url);
+        let interrupted = services
+            .repo
+            .intents()
+            .await
+            .map_err(|error| explain(error, "reading the interrupted operations"))?;
+        eprintln!(
+            "rewind: warning: the database {target} is read-only: shown as it is, without recovering \
+             interrupted operations{}",
+            match interrupted.len() {
+                0 => String::new(),
+                n => format!(
+                    " ({n} left interrupted, whose files may be half written until a command that can \
+                     write to the database recovers them)"
+                ),
+            }
+        );
         Ok(Context {
             services,
             path,
@@ -145,6 +182,25 @@ impl Context {
             .map_err(|error| explain(error, "listing the sessions"))?;
         Ok(sessions.into_iter().next())
     }
+}
+
+/// The canonical directory a command is about, and its text as sessions record it. Refused when it is
+/// rewind's data directory or inside it, before the database is opened (which would create its files
+/// there): every operation on such a directory is refused by the snapshot store anyway.
+fn project_directory(settings: &Settings, directory: &Path) -> Result<(PathBuf, String)> {
+    let (path, directory) = canonical_worktree(directory)
+        .map_err(|error| anyhow!("{error}; pass the worktree's directory with -C DIR"))?;
+    if let Ok(data) = std::fs::canonicalize(&settings.data_dir)
+        && path.starts_with(&data)
+    {
+        bail!(
+            "{} is rewind's data directory {} or inside it, not a project directory; choose another \
+             data directory (--data-dir or REWIND_DATA_DIR) or another directory (-C DIR)",
+            path.display(),
+            data.display()
+        );
+    }
+    Ok((path, directory))
 }
 
 /// Whether the session's open step is abandoned (core's rule, SPEC section 4); false when none is open.

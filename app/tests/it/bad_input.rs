@@ -341,3 +341,57 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
         assert_eq!(full(args, true).status.code(), Some(code), "{args:?}");
     }
 }
+
+/// A database that cannot be written (opened here through `mode=ro`, as the tests run as root, for whom
+/// file permissions do not stop a write; a read-only mount behaves the same): the commands that only show
+/// (`log`, `diff`, `status`) show it as it is, with a warning, and the others are refused; nothing is
+/// written to the database or the worktree. Every command used to be refused (black-box).
+#[test]
+fn a_read_only_database_is_shown_and_refuses_changes() {
+    let env = Env::git_checkout();
+    env.exec_sh("echo edited > a.txt; echo new > b.txt");
+    env.exec_sh("rm README.md");
+    let log = env.ok(&["log"]);
+    let status = env.ok(&["status"]);
+    let files = env.state();
+    let db = env.data.path().join("rewind.db");
+    let bytes = std::fs::read(&db).expect("read");
+    let url = format!("sqlite://{}?mode=ro", db.display());
+
+    for (command, writable) in [("log", &log), ("status", &status)] {
+        let output = env
+            .rewind(&["--database-url", &url, command])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{command}: {stderr}");
+        assert_eq!(
+            &String::from_utf8_lossy(&output.stdout),
+            writable,
+            "{command} shows what it shows on a writable database"
+        );
+        assert!(
+            stderr.contains("is read-only: shown as it is"),
+            "{command}: {stderr}"
+        );
+    }
+    let diff = env
+        .rewind(&["--database-url", &url, "diff"])
+        .output()
+        .expect("runs");
+    assert!(diff.status.success());
+    assert!(String::from_utf8_lossy(&diff.stderr).contains("is not reverted"));
+
+    let refused = env.fails(&["--database-url", &url, "undo"]);
+    assert!(refused.contains("read-only"), "{refused}");
+    assert_state(&env, &files, "after the refused undo");
+    assert_eq!(
+        std::fs::read(&db).expect("read"),
+        bytes,
+        "the database is unchanged"
+    );
+    assert!(
+        env.ok(&["log"]).contains("README.md"),
+        "and still readable with writing"
+    );
+}
