@@ -288,8 +288,10 @@ fn report_unrunnable<T>(outcome: &Result<T>, line: &str) {
 }
 
 /// Records how the command ended (a text part with `note`) and finishes the step with `reason`. The step
-/// is finished also when the note cannot be stored (then said on stderr): its end snapshot is best taken
-/// now, as the command left the files.
+/// is finished also when the note cannot be stored: its end snapshot is best taken now, as the command
+/// left the files. A note refused then (a database locked past its busy timeout, say) is stored once more
+/// after the step's end, so the turn still says how its command ended (black-box: it was lost, while the
+/// step's end, waiting longer, was recorded); only when that fails too is it said on stderr.
 async fn record_end(
     ctx: &Context,
     session: &SessionId,
@@ -298,33 +300,39 @@ async fn record_end(
     reason: &str,
 ) -> Result<Vec<Part>> {
     let rewind = &ctx.services.rewind;
-    if let Err(error) = rewind
-        .append_part(
+    let append_note = || {
+        rewind.append_part(
             session,
             assistant,
             NewPart::new(PartBody::text(note.to_owned())),
         )
-        .await
-    {
-        say!(
-            "rewind: warning: {}",
-            crate::report::chain_anyhow(&explain(error, "recording the command's exit status"))
-        );
-    }
+    };
+    let noted = append_note().await;
     let end = StepEnd {
         reason: Some(reason.to_owned()),
         ..StepEnd::default()
     };
     // Another session's step or a revert may hold the worktree for a moment: the command has run, so its
     // step's end is tried again a while before it is left open for the next command to abort.
-    with_progress(
+    let parts = with_progress(
         "snapshotting after the command",
         crate::busy::while_busy(FINISH_WAIT, std::time::Duration::from_millis(50), || {
             rewind.finish_step(session, assistant, end.clone())
         }),
     )
     .await
-    .map_err(|error| explain(error, "finishing the step"))
+    .map_err(|error| explain(error, "finishing the step"))?;
+    let mut parts = parts;
+    if noted.is_err() {
+        match append_note().await {
+            Ok(part) => parts.push(part),
+            Err(error) => say!(
+                "rewind: warning: {}",
+                crate::report::chain_anyhow(&explain(error, "recording the command's exit status"))
+            ),
+        }
+    }
+    Ok(parts)
 }
 
 /// How long `exec` tries again to finish its step while the worktree or the session is busy.

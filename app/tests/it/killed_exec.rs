@@ -412,9 +412,9 @@ fn an_undo_in_a_worktree_around_or_inside_a_running_exec_is_refused() {
 }
 
 /// The command's script locks rewind's database (`BEGIN EXCLUSIVE` in a process it leaves behind, for
-/// longer than two of rewind's 5 s busy timeouts: the note of the exit status, then the step's end) and
-/// then exits with `code`: rewind cannot record the step's end. Run with `--json`.
-fn exec_that_locks_the_database(env: &Env, code: i32) -> std::process::Output {
+/// `seconds`) and then exits with `code`. Longer than two of rewind's 5 s busy timeouts (the note of the
+/// exit status, then the step's end), rewind cannot record the step's end. Run with `--json`.
+fn exec_that_locks_the_database(env: &Env, code: i32, seconds: u32) -> std::process::Output {
     let data = env.data.path();
     let (locked, released) = (data.join("locked"), data.join("released"));
     let holder = format!(
@@ -422,7 +422,7 @@ fn exec_that_locks_the_database(env: &Env, code: i32) -> std::process::Output {
          db = sqlite3.connect({database:?}, isolation_level=None)\n\
          db.execute('BEGIN EXCLUSIVE')\n\
          pathlib.Path({locked:?}).touch()\n\
-         time.sleep(14)\n\
+         time.sleep({seconds})\n\
          db.execute('ROLLBACK')\n\
          pathlib.Path({locked:?}).rename({released:?})\n",
         database = data.join("rewind.db").display().to_string(),
@@ -455,7 +455,7 @@ fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_ses
         env.exec_sh("printf 'kept\\n' > kept.txt");
         let before = env.state();
 
-        let output = exec_that_locks_the_database(&env, code);
+        let output = exec_that_locks_the_database(&env, code, 14);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(
             output.status.code(),
@@ -486,6 +486,31 @@ fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_ses
             "redo brings the file back"
         );
     }
+}
+
+/// A database locked past one busy timeout but not two, just after the command: the note of its exit
+/// status, refused first, is stored after the step's end, which waited the lock out (black-box: the note
+/// was lost, and the turn did not say how its command ended).
+#[test]
+fn an_exec_whose_exit_note_meets_a_locked_database_still_records_it() {
+    let env = Env::plain();
+    let output = exec_that_locks_the_database(&env, 3, 7);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("stdout is the report ({error}): {output:?}"));
+    assert_eq!(report["undoable"], true, "{report:#}");
+    let log = env.json(&["log"]);
+    let assistant = &log["messages"][1];
+    assert_eq!(assistant["role"], "assistant");
+    assert!(
+        assistant["text"]
+            .as_str()
+            .is_some_and(|text| text.ends_with("exited with code 3")),
+        "the exit note is recorded: {log:#}"
+    );
+    env.ok(&["undo"]);
+    assert!(!env.path().join("f.txt").exists(), "and the turn is undone");
 }
 
 /// A child process killed (also when stopped) and reaped when the test ends, whether it passes or not.
