@@ -291,8 +291,23 @@ impl SqlRepo {
             .all(&self.db)
             .await
             .map_err(self.fault("reading the intent records"))?;
+        // A record that cannot be read is returned as unreadable, named by its columns: recovery refuses its
+        // worktree alone, instead of every command of every worktree failing on the list (black-box).
         rows.iter()
-            .map(|r| self.decode(&r.body, "intent record"))
+            .map(
+                |r| match self.decode::<IntentRecord>(&r.body, "intent record") {
+                    Ok(intent) => Ok(intent),
+                    Err(error) => match SessionId::parse(&r.session_id) {
+                        Ok(session) => Ok(IntentRecord::unreadable(
+                            rewind_core::model::LeaseToken(r.token.clone()),
+                            session,
+                            r.directory.clone(),
+                            error.to_string(),
+                        )),
+                        Err(_) => Err(error),
+                    },
+                },
+            )
             .collect()
     }
 

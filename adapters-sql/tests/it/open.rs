@@ -384,6 +384,55 @@ fn a_read_only_opening_of_an_older_schema_is_refused_untouched() {
     });
 }
 
+/// An intent record whose stored body cannot be read is listed as unreadable, named by its token, session
+/// and worktree (its own columns), beside the records that can be read: recovery then refuses that worktree
+/// alone. The whole list used to fail, and every command with it.
+#[test]
+fn an_intent_record_that_cannot_be_read_is_listed_as_unreadable() {
+    run(async {
+        let file = SqliteFile::new();
+        let repo = file.open().await;
+        let ids = Ids::default();
+        let s = session(&ids, "/work/damaged");
+        let good = intent(&ids, &s, "intent-good", snapshot(1));
+        repo.commit(transaction(
+            vec![
+                Change::PutSession(Box::new(s.clone())),
+                Change::PutIntent(Box::new(good.clone())),
+                Change::PutIntent(Box::new(intent(&ids, &s, "intent-bad", snapshot(2)))),
+            ],
+            Vec::new(),
+        ))
+        .await
+        .expect("commits");
+        let raw = Database::connect(format!("sqlite://{}", file.path.display()))
+            .await
+            .expect("connects");
+        raw.execute_unprepared(
+            "UPDATE intent SET body = '{\"token\": 5' WHERE token = 'intent-bad'",
+        )
+        .await
+        .expect("damages the row");
+        raw.close().await.expect("closes");
+
+        let intents = repo.intents().await.expect("the list is read");
+        assert_eq!(intents.len(), 2, "{intents:?}");
+        let bad = intents
+            .iter()
+            .find(|i| i.token.0 == "intent-bad")
+            .expect("listed");
+        assert_eq!(bad.session_id, s.id);
+        assert_eq!(bad.directory, "/work/damaged");
+        let reason = bad.unreadable.as_deref().expect("marked unreadable");
+        assert!(reason.contains("intent record"), "{reason}");
+        let read = intents
+            .iter()
+            .find(|i| i.token.0 == "intent-good")
+            .expect("listed");
+        assert_eq!(read, &good, "the readable one is read whole");
+    });
+}
+
 #[test]
 fn a_locked_sqlite_file_is_refused_after_the_busy_timeout() {
     run(async {

@@ -507,6 +507,7 @@ pub fn intent(ids: &Ids, session: &Session, token: &str, before: SnapshotId) -> 
         before,
         files: vec![RelPath::new("src/lib.rs").expect("a relative path")],
         created: ids.tick(),
+        unreadable: None,
     }
 }
 

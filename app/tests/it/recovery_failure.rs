@@ -66,6 +66,7 @@ fn interrupted_revert(env: &Env, session: &SessionId, directory: &str) {
             before: SnapshotId::parse(&"0".repeat(40)).expect("id"),
             files: vec![RelPath::new("x.txt").expect("path")],
             created: 0,
+            unreadable: None,
         };
         repo.commit(Transaction {
             guards: Vec::new(),
@@ -162,5 +163,70 @@ fn redo_while_an_undo_is_running_is_busy_not_nothing_to_redo() {
     assert!(
         stderr.contains("Session is busy") && !stderr.contains("nothing to redo"),
         "{stderr}"
+    );
+}
+
+/// An intent record whose stored body cannot be read (a damaged or hand-edited row) refuses only its own
+/// directory, saying why and what to do, and leaves its files as they are; every other directory goes on.
+/// One such row used to make every command of every directory fail (black-box).
+#[test]
+fn an_unreadable_intent_refuses_its_directory_only() {
+    let env = Env::plain();
+    env.exec_sh("printf 'one\\n' > a.txt");
+    let elsewhere = tempfile::TempDir::new().expect("another worktree");
+    env.rewind_in(
+        elsewhere.path(),
+        &["exec", "--", "sh", "-c", "printf 'x\\n' > x.txt"],
+    )
+    .assert()
+    .success();
+    let output = env
+        .rewind_in(elsewhere.path(), &["--json", "status"])
+        .output()
+        .expect("status");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let session = SessionId::parse(status["sessions"][0]["id"].as_str().expect("id")).expect("id");
+    let directory = status["directory"].as_str().expect("directory").to_owned();
+    interrupted_revert(&env, &session, &directory);
+    let damaged = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys\n\
+             db = sqlite3.connect(sys.argv[1])\n\
+             db.execute(\"UPDATE intent SET body = '{damaged' WHERE token = 'tok_interrupted'\")\n\
+             db.commit()\n",
+        )
+        .arg(env.data.path().join("rewind.db"))
+        .status()
+        .expect("python3 runs");
+    assert!(damaged.success());
+    let elsewhere_before = crate::support::state(elsewhere.path());
+
+    let output = env.rewind(&["undo"]).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "undo here goes on: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "an interrupted operation in {directory} could not be recovered"
+        )) && stderr.contains("intent record tok_interrupted cannot be read"),
+        "{stderr}"
+    );
+    assert!(!env.path().join("a.txt").exists(), "undo was done");
+
+    let refused = env
+        .rewind_in(elsewhere.path(), &["undo"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: Worktree is busy")
+            && stderr.contains("repair or delete that row of the database's `intent` table"),
+        "{stderr}"
+    );
+    assert_eq!(
+        crate::support::state(elsewhere.path()),
+        elsewhere_before,
+        "the refused directory is left as it is"
     );
 }

@@ -204,6 +204,44 @@ pub struct IntentRecord {
     pub files: Vec<RelPath>,
     /// When it was written, epoch milliseconds.
     pub created: u64,
+    /// Set when the stored record could not be read (a damaged or hand-edited row): then only `token`,
+    /// `session_id` and `directory` are known, the other fields are placeholders that nothing may use,
+    /// and recovery refuses the record with this reason (`IntentRecord::unreadable`). Never stored.
+    #[serde(skip)]
+    pub unreadable: Option<String>,
+}
+
+impl IntentRecord {
+    /// A record an adapter found but could not read (`reason`): the operation it protects is not known,
+    /// so recovery cannot finish it. It still names its worktree and its token, so the worktree's
+    /// operations, and the leases of the operation's holder, stay refused as for any interrupted operation
+    /// that cannot be finished, while every other worktree goes on.
+    pub fn unreadable(
+        token: LeaseToken,
+        session_id: SessionId,
+        directory: String,
+        reason: String,
+    ) -> IntentRecord {
+        IntentRecord {
+            token,
+            session_id,
+            directory,
+            operation: IntentOperation::Revert,
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: ProcessIdentity {
+                    host: String::new(),
+                    pid: 0,
+                    start_time: 0,
+                    boot: None,
+                },
+            },
+            before: SnapshotId::unknown(),
+            files: Vec::new(),
+            created: 0,
+            unreadable: Some(reason),
+        }
+    }
 }
 
 #[cfg(test)]

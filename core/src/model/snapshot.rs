@@ -12,6 +12,12 @@ use crate::error::{Error, Result};
 pub struct SnapshotId(String);
 
 impl SnapshotId {
+    /// An id that stands for no known snapshot (forty zeros, which no tree hashes to): the placeholder of
+    /// a record whose real id could not be read (`IntentRecord::unreadable`).
+    pub fn unknown() -> Self {
+        SnapshotId("0".repeat(40))
+    }
+
     /// Parses a 40-digit lower-case hex id.
     pub fn parse(text: &str) -> Result<Self> {
         if text.len() == 40

@@ -88,6 +88,18 @@ impl Rewind {
 
     /// Finishes one intent record when its owner is gone.
     pub(super) async fn recover_intent(&self, intent: &IntentRecord) -> Result<Outcome> {
+        // What it was writing is not known: nothing is put back, and its worktree stays refused.
+        if let Some(reason) = &intent.unreadable {
+            return Err(Error::Backend(
+                format!(
+                    "its intent record {} cannot be read ({reason}), so the files it may have written are \
+                     not known and are left as they are; check them, then repair or delete that row of the \
+                     database's `intent` table (token {})",
+                    intent.token, intent.token
+                )
+                .into(),
+            ));
+        }
         let session_key = LeaseKey::Session(intent.session_id.clone());
         // The owner is gone when the session's lease is absent, or held by a process that is gone or
         // whose lease may be taken over. A live holder (the owner or an operation already recovering it)
@@ -240,6 +252,7 @@ fn unrecovered(intent: &IntentRecord, error: Error) -> Error {
                  operations on this worktree are refused until it can be (fix the cause, then try again)",
                 intent.directory,
                 match intent.operation {
+                    _ if intent.unreadable.is_some() => "operation",
                     IntentOperation::Revert => "revert",
                     IntentOperation::Unrevert => "unrevert",
                 },

@@ -1101,6 +1101,7 @@ impl Rewind {
             before,
             files: files.into_iter().collect(),
             created: self.now(),
+            unreadable: None,
         };
         self.repo
             .commit(Transaction {

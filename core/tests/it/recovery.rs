@@ -57,6 +57,7 @@ async fn crashed_revert(
             RelPath::new("new.txt").expect("path"),
         ],
         created: 0,
+        unreadable: None,
     };
     w.repo
         .commit(Transaction {
@@ -891,6 +892,7 @@ fn an_intent_that_cannot_be_finished_does_not_stop_the_others() {
             before: rewind_core::model::SnapshotId::parse(&"0f".repeat(20)).expect("an id"),
             files: vec![RelPath::new("a.txt").expect("path")],
             created: 0,
+            unreadable: None,
         };
         w.repo
             .commit(Transaction {
@@ -1062,6 +1064,7 @@ fn an_unfinishable_intent_inside_refuses_reverts_around_it_but_not_messages() {
             before: rewind_core::model::SnapshotId::parse(&"0e".repeat(20)).expect("an id"),
             files: vec![RelPath::new("b.txt").expect("path")],
             created: 0,
+            unreadable: None,
         };
         w.repo
             .commit(Transaction {

@@ -650,6 +650,7 @@ async fn interrupted_revert(
             .map(|f| RelPath::new(*f))
             .collect::<Result<_, _>>()?,
         created: 0,
+        unreadable: None,
     };
     app.db
         .commit(Transaction {

@@ -287,6 +287,7 @@ fn intent(ids: &Ids, session: &Session, token_text: &str, before: SnapshotId) ->
         before,
         files: vec![RelPath::new("src/lib.rs").expect("a valid relative path")],
         created: ids.tick(),
+        unreadable: None,
     }
 }
 
