@@ -1503,8 +1503,39 @@ fn reject_recorded_kinds(parts: &[NewPart]) -> Result<()> {
                 part.body.kind()
             )));
         }
+        if let PartBody::Tool(tool) = &part.body {
+            check_tool_part(&tool.extra)?;
+        }
     }
     Ok(())
+}
+
+/// The fields of a `tool` part that OpenCode's clients read and SPEC 5 relies on (a tool part is output
+/// that keeps a revert inside its turn): `callID` and `tool` strings, and a `state` object whose `status`
+/// is one of OpenCode's four. Anything else in it is kept as it came. Black-box: `{"type":"tool",
+/// "callID":5,"state":"x"}` was stored and returned, and a client reading `part.state.status` failed on it.
+fn check_tool_part(fields: &serde_json::Map<String, serde_json::Value>) -> Result<()> {
+    let refuse = |what: &str| {
+        Err(Error::InvalidInput(format!(
+            "a tool part needs {what} (OpenCode's ToolPart)"
+        )))
+    };
+    for name in ["callID", "tool"] {
+        if !fields.get(name).is_some_and(serde_json::Value::is_string) {
+            return refuse(&format!("\"{name}\" as a string"));
+        }
+    }
+    let status = fields
+        .get("state")
+        .and_then(serde_json::Value::as_object)
+        .and_then(|state| state.get("status"))
+        .and_then(serde_json::Value::as_str);
+    match status {
+        Some("pending" | "running" | "completed" | "error") => Ok(()),
+        _ => refuse(
+            "\"state\" as an object whose \"status\" is \"pending\", \"running\", \"completed\" or \"error\"",
+        ),
+    }
 }
 
 /// The cost and token counts an agent reports at a step's end: each finite and not negative, and the

@@ -124,6 +124,36 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            "a tool part whose fields are of the wrong type",
+            json_post(
+                &app,
+                &part,
+                json!({"type": "tool", "callID": 5, "tool": "bash", "state": {"status": "completed"}}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a tool part whose state is not an object",
+            json_post(
+                &app,
+                &part,
+                json!({"type": "tool", "callID": "c1", "tool": "bash", "state": "x"}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a tool part of an unknown status, in a new message",
+            json_post(
+                &app,
+                &messages,
+                json!({"parts": [{"type": "tool", "callID": "c1", "tool": "bash", "state": {"status": "done"}}]}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
             "a part id that does not sort last",
             json_post(
                 &app,
