@@ -31,7 +31,7 @@ pub fn gc(
         .min(now_ms())
         .saturating_sub(grace.as_millis() as u64);
     let mut roots: Vec<ObjectId> = keep.to_vec();
-    roots.extend(store.returned_since(since, true)?);
+    roots.extend(store.returned_for_gc(since)?);
     let cache_path = store.stat_cache_path();
     let cache = StatCache::load_for_gc(&cache_path)?;
     roots.extend(cache.tree);

@@ -106,6 +106,33 @@ impl SnapshotRecord {
     }
 }
 
+/// How long the log of returned ids keeps a line whatever a gc's grace period (`Store::returned_for_gc`):
+/// a gc that cut the log before another gc read it refuses that one only when the other had been waiting
+/// from before the cut, not for an hour after every `gc --grace-seconds 0`.
+const RETURNED_KEPT_MS: u64 = 3_600_000;
+
+/// The line of the returned log that says up to when (epoch milliseconds) older lines were cut.
+const RETURNED_CUT: &str = "cut ";
+
+/// The log of returned ids, read.
+#[derive(Default)]
+struct ReturnedLog {
+    /// Lines older than this were cut (0: never).
+    cut: u64,
+    /// Each id with the time it was returned.
+    lines: Vec<(u64, ObjectId)>,
+}
+
+impl ReturnedLog {
+    fn since(&self, since_ms: u64) -> Vec<ObjectId> {
+        self.lines
+            .iter()
+            .filter(|(time, _)| *time >= since_ms)
+            .map(|(_, id)| *id)
+            .collect()
+    }
+}
+
 /// An open store, locked for one operation (the lock is released when this is dropped).
 #[derive(Debug)]
 pub struct Store {
@@ -316,7 +343,7 @@ fn remove_if_gone(
         return Ok(None);
     }
     let store = Store::locked(dir.to_path_buf(), worktree.to_path_buf(), lock);
-    if !store.returned_since(since_ms, false)?.is_empty() {
+    if !store.returned_since(since_ms)?.is_empty() {
         return Ok(None);
     }
     let report = GcReport {
@@ -606,36 +633,62 @@ impl Store {
             .map_err(|e| GitError::io(&path, e))
     }
 
-    /// The ids returned at or after `since_ms`; rewrites the log without older lines when `prune`.
-    pub fn returned_since(&self, since_ms: u64, prune: bool) -> GitResult<Vec<ObjectId>> {
+    /// The ids returned at or after `since_ms`.
+    pub fn returned_since(&self, since_ms: u64) -> GitResult<Vec<ObjectId>> {
+        Ok(self.read_returned()?.since(since_ms))
+    }
+
+    /// For gc, which holds the lock: the ids returned at or after `since_ms`, and the log rewritten without
+    /// the lines older than both `since_ms` and `RETURNED_KEPT_MS` (it notes how far it was cut). Another
+    /// gc may have read the database's references before this one cut the log, and wait for the lock
+    /// meanwhile: the lines it needs are those from the moment it read them on. A gc whose `since_ms` lies
+    /// before a cut is refused (`Busy`): what was cut could be exactly what it needs, since the references
+    /// it holds may miss what was stored since it read them (black-box: a gc with the default grace, run
+    /// beside a `gc --grace-seconds 0`, collected the trees of turns stored while it waited).
+    pub fn returned_for_gc(&self, since_ms: u64) -> GitResult<Vec<ObjectId>> {
+        let log = self.read_returned()?;
+        if log.cut > since_ms {
+            return Err(GitError::Busy(format!(
+                "another gc collected the snapshot store {} while this one waited for it, after this one had \
+                 read what the database refers to; run gc again",
+                self.dir.display()
+            )));
+        }
+        let ids = log.since(since_ms);
+        let cut = since_ms.min(now_ms().saturating_sub(RETURNED_KEPT_MS));
+        let mut text = format!("{RETURNED_CUT}{}\n", log.cut.max(cut));
+        for (time, id) in &log.lines {
+            if *time >= cut {
+                text.push_str(&format!("{time} {id}\n"));
+            }
+        }
+        write_atomically(&self.rewind_path("returned"), text.as_bytes())?;
+        Ok(ids)
+    }
+
+    /// The log of returned ids. Absent is empty; a log that cannot be read is an error, never empty (gc
+    /// would collect what the ids returned within the grace period need).
+    fn read_returned(&self) -> GitResult<ReturnedLog> {
         let path = self.rewind_path("returned");
-        // Absent is empty; a log that cannot be read is an error, never empty (gc would collect what the
-        // ids returned within the grace period need).
         let text = match fs::read(&path) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(GitError::io(&path, e)),
         };
-        let mut kept = String::new();
-        let mut ids = Vec::new();
+        let mut log = ReturnedLog::default();
         for line in text.lines() {
+            if let Some(cut) = line.strip_prefix(RETURNED_CUT) {
+                log.cut = log.cut.max(cut.trim().parse().unwrap_or(0));
+                continue;
+            }
             let Some((time, id)) = line.split_once(' ') else {
                 continue;
             };
-            let (Ok(time), Ok(id)) = (time.parse::<u64>(), ObjectId::from_hex(id.as_bytes()))
-            else {
-                continue;
-            };
-            if time >= since_ms {
-                ids.push(id);
-                kept.push_str(line);
-                kept.push('\n');
+            if let (Ok(time), Ok(id)) = (time.parse::<u64>(), ObjectId::from_hex(id.as_bytes())) {
+                log.lines.push((time, id));
             }
         }
-        if prune {
-            write_atomically(&path, kept.as_bytes())?;
-        }
-        Ok(ids)
+        Ok(log)
     }
 
     /// Records the directories an operation will create temporary files in, and the batch they are named

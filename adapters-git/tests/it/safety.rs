@@ -1891,6 +1891,83 @@ async fn gc_that_cannot_read_the_stat_cache_or_the_returned_log_deletes_nothing(
     }
 }
 
+/// Two gcs: one that read the database's references before a turn was stored (its `keep` misses that turn's
+/// snapshot, which only the log of returned ids protects), and one with no grace period that ran first. The
+/// second cut the log only of lines older than an hour, so the first keeps the turn's snapshot (black-box:
+/// it collected it, and the turn could never be undone).
+#[tokio::test]
+async fn a_gc_without_grace_leaves_the_returned_ids_another_gc_needs() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"one 7f31\n");
+    let first = h.id().await;
+    h.write("a.txt", b"two 7f31\n");
+    h.write("precious.txt", b"only here 7f31\n");
+    let turn = h.id().await;
+    // A later snapshot (the stat cache's, which gc keeps) no longer holds the turn's file.
+    h.remove("precious.txt");
+    h.write("a.txt", b"three 7f31\n");
+    let later = h.id().await;
+    // The gc without grace knows the turn (stored by then).
+    h.port()
+        .gc(
+            h.root(),
+            &[first.clone(), turn.clone(), later.clone()],
+            Duration::ZERO,
+        )
+        .await
+        .expect("gc without grace");
+    // The other, with the default grace, read the references before the turn was stored.
+    h.port()
+        .gc(
+            h.root(),
+            std::slice::from_ref(&first),
+            Duration::from_secs(3600),
+        )
+        .await
+        .expect("gc with the grace period");
+    assert!(h.stored(turn.as_str()), "the turn's snapshot was collected");
+    h.port()
+        .restore(h.root(), &turn, None)
+        .await
+        .expect("the turn restores");
+    assert_eq!(
+        fs::read(h.path("precious.txt")).expect("read"),
+        b"only here 7f31\n"
+    );
+}
+
+/// A gc whose grace period reaches back before a cut another gc made of the returned log, while it waited
+/// for the store, is refused and deletes nothing: what was cut could be a snapshot stored since it read the
+/// database's references.
+#[tokio::test]
+async fn a_gc_that_needs_lines_another_gc_cut_is_refused_and_deletes_nothing() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"kept 4e02\n");
+    let first = h.id().await;
+    h.write("b.txt", b"unkept 4e02\n");
+    h.id().await;
+    let log = h.store_dir().join("rewind").join("returned");
+    let mut text = fs::read_to_string(&log).expect("the returned log");
+    let later = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("time")
+        .as_millis()
+        + 60_000;
+    text.insert_str(0, &format!("cut {later}\n"));
+    fs::write(&log, text).expect("write the log");
+    let before = list_tree(&h.store_dir().join("objects"));
+    let refused = h
+        .port()
+        .gc(h.root(), std::slice::from_ref(&first), Duration::ZERO)
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(refused, Error::Busy { .. }) && refused.to_string().contains("run gc again"),
+        "{refused:?}"
+    );
+    assert_eq!(list_tree(&h.store_dir().join("objects")), before);
+}
+
 /// What a crash leaves while seeding copies a user's objects or packs (a half-made copy, a pack without
 /// its index) is removed by gc once older than the grace period; recent ones and whole packs stay.
 #[tokio::test]

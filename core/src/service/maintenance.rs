@@ -284,9 +284,8 @@ impl Rewind {
                         directory,
                         kept_snapshots: 0,
                         report: None,
-                        error: Some(format!(
-                            "not collected this time: {message}; run gc again when it has finished"
-                        )),
+                        // The refusal already says to try again (black-box: the line said it twice).
+                        error: Some(message),
                         store_removed: false,
                     });
                     continue;
