@@ -374,7 +374,7 @@ pub struct Rewritten {
     pub kept: u64,
     /// Objects left out (duplicates across the packs not counted).
     pub dropped: u64,
-    /// Bytes of the packs and indexes removed.
+    /// Bytes of the packs and indexes removed, less those of the pack written and its index.
     pub bytes_freed: u64,
 }
 
@@ -456,6 +456,15 @@ pub fn rewrite(
         for file in [source.idx(), source.pack.clone()] {
             report.bytes_freed += remove_counted(&file)?.unwrap_or(0);
         }
+    }
+    // What the new pack and its index take is not freed (black-box: gc reported the whole old pack).
+    if let Some(pack) = written.filter(|pack| sources.iter().all(|s| &s.pack != pack)) {
+        let new = OwnPack {
+            size: fs::metadata(&pack).map_or(0, |m| m.len()),
+            pack,
+        };
+        let index = fs::metadata(new.idx()).map_or(0, |m| m.len());
+        report.bytes_freed = report.bytes_freed.saturating_sub(new.size + index);
     }
     Ok(report)
 }

@@ -206,6 +206,45 @@ async fn gc_prunes_the_stores_own_packs_to_what_is_reachable() {
     fsck(&h);
 }
 
+/// The bytes gc says it freed are what the store's objects take less on disk: a pack rewritten without its
+/// unreachable objects frees its old size less the new pack's (black-box: the whole old pack was counted).
+#[tokio::test]
+async fn gc_reports_what_a_rewritten_pack_really_freed() {
+    let h = GitHarness::new();
+    for i in 0..6 {
+        h.write(
+            &format!("keep{i}.txt"),
+            format!("kept {i} 3c9e\n").as_bytes(),
+        );
+        h.write(
+            &format!("drop{i}.txt"),
+            format!("dropped {i} 3c9e\n").repeat(50).as_bytes(),
+        );
+    }
+    h.id().await;
+    for i in 0..6 {
+        h.remove(&format!("drop{i}.txt"));
+    }
+    let kept = h.id().await;
+    let size = || -> u64 {
+        fs::read_dir(h.store_dir().join("objects").join("pack"))
+            .expect("the pack directory")
+            .flatten()
+            .map(|e| e.metadata().map_or(0, |m| m.len()))
+            .sum()
+    };
+    let before = size();
+    let report = h
+        .port()
+        .gc(h.root(), std::slice::from_ref(&kept), Duration::ZERO)
+        .await
+        .expect("gc");
+    let after = size();
+    assert!(after < before && after > 0, "{before} -> {after}");
+    assert_eq!(report.bytes_freed, before - after, "{report:?}");
+    same_as_git(&h, &kept);
+}
+
 /// A pack index that cannot be read stops gc before it deletes anything: the trees in that pack would
 /// look missing, and everything they reach unreachable.
 #[tokio::test]
