@@ -63,6 +63,15 @@ impl GitSnapshotStore {
         &self.config
     }
 
+    /// A short name of the database the stores are keyed on (the first 16 hex digits of the SHA-1 of its
+    /// identity), for files kept per database in the data directory.
+    pub fn database_key(&self) -> String {
+        let digest = sha1_smol::Sha1::from(self.config.database_identity.as_bytes())
+            .digest()
+            .to_string();
+        digest[..16].to_owned()
+    }
+
     /// The directory of the bare store that holds `worktree`'s snapshots (a git dir: `objects/` with loose
     /// objects, plus rewind's own files under `rewind/`, the stat cache at `rewind/stat-cache`).
     pub fn store_dir(&self, worktree: &Path) -> Result<PathBuf> {

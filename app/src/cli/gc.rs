@@ -1,7 +1,6 @@
 //! `rewind gc [--older-than DAYS]`: deletes old sessions, then collects the objects nothing refers to, and
-//! remembers when it ran (for `rewind status`) in the data directory.
+//! remembers when it ran (for `rewind status`) in the data directory, per database.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -13,9 +12,9 @@ use super::context::{Context, explain};
 use super::output::{bytes_text, plural, print_json, shown, with_progress};
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
-const LAST_GC_FILE: &str = "last-gc.json";
-
-/// What the last gc did, kept in `<data dir>/last-gc.json`.
+/// What the last gc did, kept in `<data dir>/last-gc-<database>.json`: one file per database, named after
+/// the identity its snapshot stores are keyed on (black-box: a gc of another database given with
+/// `--database-url` showed as the default database's last gc).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LastGc {
@@ -30,19 +29,30 @@ pub struct LastGc {
 }
 
 impl LastGc {
-    /// The record of the last gc in `data_dir`, if any.
-    pub fn read(data_dir: &Path) -> Option<LastGc> {
-        let text = std::fs::read_to_string(data_dir.join(LAST_GC_FILE)).ok()?;
+    /// The record of the last gc of the context's database, if any.
+    pub fn read(ctx: &Context) -> Option<LastGc> {
+        let text = std::fs::read_to_string(record_path(ctx)).ok()?;
         serde_json::from_str(&text).ok()
     }
 
-    fn write(&self, data_dir: &Path) -> Result<()> {
-        let path = data_dir.join(LAST_GC_FILE);
-        let temporary = data_dir.join(format!("{LAST_GC_FILE}.tmp"));
+    fn write(&self, ctx: &Context) -> Result<()> {
+        let path = record_path(ctx);
+        // Named for this process, so two gcs at once do not write into each other's file.
+        let temporary = path.with_extension(format!("json.tmp-{}", std::process::id()));
         std::fs::write(&temporary, serde_json::to_vec_pretty(self)?)?;
-        std::fs::rename(&temporary, &path)?;
+        std::fs::rename(&temporary, &path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&temporary);
+        })?;
         Ok(())
     }
+}
+
+/// `<data dir>/last-gc-<the database's key>.json`.
+fn record_path(ctx: &Context) -> std::path::PathBuf {
+    ctx.services.settings.data_dir.join(format!(
+        "last-gc-{}.json",
+        ctx.services.snapshots.database_key()
+    ))
 }
 
 /// `gc --json`: the service's summary plus the totals.
@@ -82,7 +92,7 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
         bytes_freed: summary.bytes_freed(),
         sessions_deleted: summary.sessions_deleted.len() as u64,
     };
-    if let Err(error) = record.write(&ctx.services.settings.data_dir) {
+    if let Err(error) = record.write(ctx) {
         eprintln!(
             "rewind: warning: cannot record the time of this gc: {}",
             crate::report::chain_anyhow(&error)

@@ -236,18 +236,29 @@ async fn revert_to(
     )
     .await
     .map_err(|error| explain(error, "reverting"))?;
-    report(ctx, &reverted, "revert", before, messages).await
+    report(ctx, &reverted, "revert", before, messages, &[]).await
 }
 
 async fn unrevert_session(ctx: &Context, session: &Session) -> Result<()> {
     let before = warning_count(ctx, session).await?;
+    // The turns' changes the revert undid are those the unrevert puts back: read before it, since the diff
+    // goes with the revert (black-box: `redo` named no file, and its `files` were always empty).
+    let undone = match session.revert {
+        Some(_) => ctx
+            .services
+            .rewind
+            .session_diff(&session.id)
+            .await
+            .map_err(|error| explain(error, "reading the session diff"))?,
+        None => Vec::new(),
+    };
     let done = with_progress(
         "putting files back",
         ctx.services.rewind.unrevert(&session.id),
     )
     .await
     .map_err(|error| explain(error, "unreverting"))?;
-    report(ctx, &done, "unrevert", before, &[]).await
+    report(ctx, &done, "unrevert", before, &[], &undone).await
 }
 
 /// The session's warnings after the first `before` (those an operation raised, when `before` is
@@ -279,6 +290,7 @@ async fn report(
     action: &'static str,
     warnings_before: usize,
     messages: &[MessageWithParts],
+    put_back: &[FileDiff],
 ) -> Result<()> {
     let rewind = &ctx.services.rewind;
     let warnings = warnings_since(ctx, session, warnings_before).await?;
@@ -287,7 +299,7 @@ async fn report(
             .session_diff(&session.id)
             .await
             .map_err(|error| explain(error, "reading the session diff"))?,
-        None => Vec::new(),
+        None => put_back.to_vec(),
     };
     let prompt = session.revert.as_ref().and_then(|revert| {
         messages
@@ -337,10 +349,16 @@ async fn report(
                 "`rewind redo{flag}` goes forward again, `rewind diff{flag}` shows the changes undone."
             );
         }
-        None => println!(
-            "Session {} is no longer reverted: every turn is back.",
-            session.id
-        ),
+        None => {
+            println!(
+                "Session {} is no longer reverted: every turn is back.",
+                session.id
+            );
+            if !diffs.is_empty() {
+                println!("  put back:");
+                print_file_summary(&diffs, "    ");
+            }
+        }
     }
     for warning in &warnings {
         print_warning(warning);

@@ -430,7 +430,7 @@ pub async fn status(ctx: &Context) -> Result<()> {
             error: Some(error.to_string()),
         },
     };
-    let last_gc = LastGc::read(&ctx.services.settings.data_dir);
+    let last_gc = LastGc::read(ctx);
     let last_capture = ctx
         .services
         .rewind

@@ -117,6 +117,8 @@ fn every_command_s_json_has_the_documented_fields() {
     let redo = env.json(&["redo"]);
     assert_eq!(redo["action"], "unrevert");
     assert!(redo.get("revert").is_none());
+    // The files the redo put back: the undo's (black-box: always empty).
+    assert_eq!(redo["files"], undo["files"], "{redo:#}");
 
     let status = env.json(&["status"]);
     has(
@@ -241,4 +243,28 @@ fn a_failure_with_json_prints_an_error_document() {
     let usage = env.rewind(&["--json", "revert"]).output().expect("runs");
     assert_eq!(usage.status.code(), Some(2));
     assert!(usage.stdout.is_empty(), "{usage:?}");
+}
+
+/// A redo that ends the revert names the files it put back, in JSON and in text, as the undo named the
+/// turn's changes it undid (black-box: neither named any file).
+#[test]
+fn a_redo_names_the_files_it_put_back() {
+    let env = Env::plain();
+    env.exec_sh("printf 'g\\n' > g.txt");
+    let undo = env.json(&["undo"]);
+    assert_eq!(
+        undo["files"],
+        serde_json::json!([{"file": "g.txt", "status": "added", "additions": 1, "deletions": 0}])
+    );
+    let redo = env.json(&["redo"]);
+    assert_eq!(
+        redo["files"],
+        serde_json::json!([{"file": "g.txt", "status": "added", "additions": 1, "deletions": 0}])
+    );
+    env.ok(&["undo"]);
+    let text = env.ok(&["redo"]);
+    assert!(
+        text.contains("put back:") && text.contains("g.txt"),
+        "{text}"
+    );
 }

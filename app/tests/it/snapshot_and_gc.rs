@@ -114,6 +114,20 @@ fn gc_frees_unreferenced_snapshots_and_undo_still_works() {
     assert!(stderr.contains("no rewind session"), "{stderr}");
     let status = env.json(&["status"]);
     assert_eq!(status["lastGc"]["sessionsDeleted"], 1);
+
+    // The last gc is the database's: one of another database (`--database-url`) is not shown as this
+    // one's, nor this one's as the other's (black-box: the data directory had one record for all).
+    let other = format!(
+        "sqlite://{}?mode=rwc",
+        env.data.path().join("other.db").display()
+    );
+    let status = env.json(&["--database-url", &other, "status"]);
+    assert!(status.get("lastGc").is_none(), "{status:#}");
+    env.json(&["--database-url", &other, "gc", "--older-than", "0"]);
+    let status = env.json(&["--database-url", &other, "status"]);
+    assert_eq!(status["lastGc"]["sessionsDeleted"], 0, "{status:#}");
+    let status = env.json(&["status"]);
+    assert_eq!(status["lastGc"]["sessionsDeleted"], 1, "{status:#}");
 }
 
 /// `gc` run from another directory collects the store of a worktree whose sessions are all gone (deleted
