@@ -104,7 +104,10 @@ pub fn gc(
 
 /// Collects the packs: a pack of rewind's own loses its unreachable objects (rewritten without them, or
 /// deleted when none is reachable); a pack seeded from a user's repository is deleted when it holds no
-/// reachable object, else kept whole (its entries may be deltas of each other).
+/// reachable object; one that holds some is kept whole while the user's repository still has it (a hard
+/// link: it takes no room of its own), else its reachable objects are copied whole into packs of the
+/// store's own and it is deleted (black-box: the history of a repository seeded once, purged by its
+/// user since, stayed in the store for good, a secret blob among it).
 /// Every object still stored after this goes to `still`.
 fn collect_packs(
     store: &Store,
@@ -125,7 +128,7 @@ fn collect_packs(
         let whole = if listed.own {
             live == objects
         } else {
-            live > 0
+            live == objects || (live > 0 && shared(&listed.pack))
         };
         if whole {
             still.extend(listed.ids.iter().copied());
@@ -150,15 +153,77 @@ fn collect_packs(
             report.bytes_freed += rewritten.bytes_freed;
             continue;
         }
+        let live_ids: Vec<ObjectId> = listed
+            .ids
+            .iter()
+            .filter(|id| reachable.contains(*id))
+            .copied()
+            .collect();
+        // On disk before the seeded pack goes: a power loss must not leave neither.
+        let written = copy_into_own_packs(store, &dir, &live_ids)?;
+        still.extend(live_ids);
+        let mut freed = GcReport::default();
         // The index first: without it no reader takes the pack.
         for ext in ["keep", "idx", "rev", "bitmap", "mtimes", "pack"] {
-            free(&listed.pack.with_extension(ext), report)?;
+            free(&listed.pack.with_extension(ext), &mut freed)?;
         }
+        report.bytes_freed += freed.bytes_freed.saturating_sub(written);
     }
     if changed {
         store.odb.packs_changed();
     }
     Ok(())
+}
+
+/// Whether a seeded pack is still one of the user's repository's too (more than one name).
+fn shared(pack: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata(pack).is_ok_and(|m| m.nlink() > 1)
+}
+
+/// Size of the packs `copy_into_own_packs` writes before it starts another (entries are held in memory).
+const COPY_PACK_BYTES: usize = 32 * 1024 * 1024;
+
+/// Writes the objects `ids` (read whole, each checked against its id) into packs of the store's own, synced;
+/// the bytes the packs and their indexes take.
+fn copy_into_own_packs(store: &Store, dir: &std::path::Path, ids: &[ObjectId]) -> GitResult<u64> {
+    use std::io::Read as _;
+    let mut written = 0;
+    let mut entries = Vec::new();
+    let mut held = 0;
+    let mut flush = |entries: &mut Vec<pack::Entry>| -> GitResult<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let pack = pack::write_durable(dir, entries)?;
+        for file in [pack.with_extension("idx"), pack] {
+            written += fs::metadata(&file).map_or(0, |m| m.len());
+        }
+        entries.clear();
+        Ok(())
+    };
+    for id in ids {
+        let (kind, size, mut reader) = store.odb.open(id)?;
+        let mut data = Vec::with_capacity(size as usize);
+        reader
+            .read_to_end(&mut data)
+            .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
+        if crate::odb::Odb::hash(kind, &data)? != *id {
+            return Err(GitError::Corrupt(format!(
+                "object {id} does not hash to its id in its seeded pack; nothing of that pack is deleted"
+            )));
+        }
+        let entry = pack::Entry::new(*id, kind, &data)
+            .map_err(|e| GitError::Other(format!("compressing object {id}: {e}")))?;
+        held += entry.raw.len();
+        entries.push(entry);
+        if held >= COPY_PACK_BYTES {
+            flush(&mut entries)?;
+            held = 0;
+        }
+    }
+    flush(&mut entries)?;
+    Ok(written)
 }
 
 /// Removes what a crash left in the pack directory, once older than the grace period: half-made copies of a

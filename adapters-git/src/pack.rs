@@ -260,6 +260,16 @@ fn index_bytes(mut index: Vec<(ObjectId, u32, u64)>, pack_sum: &ObjectId) -> Git
 
 /// Writes `entries` (distinct ids) as one pack in `dir`; returns the pack's path.
 pub fn write(dir: &Path, entries: &[Entry]) -> GitResult<PathBuf> {
+    // Like a loose object, a new pack is not synced: it replaces nothing.
+    write_pack(dir, entries, false)
+}
+
+/// `write`, synced before it returns: for a pack that replaces another (the other is deleted next).
+pub fn write_durable(dir: &Path, entries: &[Entry]) -> GitResult<PathBuf> {
+    write_pack(dir, entries, true)
+}
+
+fn write_pack(dir: &Path, entries: &[Entry], durable: bool) -> GitResult<PathBuf> {
     let mut writer = Writer::create(dir, entries.len())?;
     let added = entries
         .iter()
@@ -268,8 +278,7 @@ pub fn write(dir: &Path, entries: &[Entry]) -> GitResult<PathBuf> {
         let _ = fs::remove_file(&writer.tmp);
         return Err(error);
     }
-    // Like a loose object, a new pack is not synced: it replaces nothing.
-    writer.finish(false)
+    writer.finish(durable)
 }
 
 /// One of the store's own packs.

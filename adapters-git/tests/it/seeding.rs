@@ -3,10 +3,11 @@
 //! nothing is seeded when the index may differ from the disk (`core.autocrlf`).
 
 use std::fs;
+use std::time::Duration;
 
 use rewind_core::testkit::contract::snapshot::WorktreeHarness;
 
-use crate::git_oracle::{GitOracle, git};
+use crate::git_oracle::{GitOracle, blob_id, git};
 use crate::harness::GitHarness;
 
 const FILES: usize = 40;
@@ -337,4 +338,83 @@ async fn core_worktree_makes_that_directory_the_checkout_root() {
         GitOracle::new(Some(excludes.path())).write_tree(&wt),
         "a.txt is tracked, c.secret is not"
     );
+}
+
+/// A seeded pack holds the user's whole history. While the user's repository has the pack too (a hard
+/// link, which takes no room), gc keeps it whole; once the user's copy is gone (history rewritten and
+/// collected, or the repository deleted), gc keeps only what the snapshots reach, copied into packs of the
+/// store's own: a blob the user purged is gone from the store too, and the snapshot still restores
+/// (black-box: it stayed for good).
+#[tokio::test]
+async fn a_seeded_pack_the_user_no_longer_has_keeps_only_what_snapshots_reach() {
+    let h = GitHarness::new();
+    let secret = b"a secret the user purges 5b7e\n".repeat(200);
+    h.write("secret.bin", &secret);
+    write_tree(&h);
+    commit_all(&h, &[("core.autocrlf", "false")]);
+    git(h.root(), &["rm", "-q", "secret.bin"]);
+    git(
+        h.root(),
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "purge",
+        ],
+    );
+    git(h.root(), &["gc", "-q"]);
+    let first = track_as_git(&h, 0, "seeded from the user's pack").await.id;
+    let secret_id = blob_id(&secret);
+    assert!(h.stored(&secret_id), "the seeded pack holds the history");
+
+    h.port()
+        .gc(h.root(), std::slice::from_ref(&first), Duration::ZERO)
+        .await
+        .expect("gc");
+    assert!(
+        h.stored(&secret_id),
+        "kept whole while the user's repository has the pack"
+    );
+
+    fs::remove_dir_all(h.path(".git")).expect("the user's repository goes");
+    let report = h
+        .port()
+        .gc(h.root(), std::slice::from_ref(&first), Duration::ZERO)
+        .await
+        .expect("gc");
+    assert!(!h.stored(&secret_id), "the purged blob is collected");
+    assert!(report.bytes_freed > 0, "{report:?}");
+    let seeded: Vec<String> = fs::read_dir(h.store_dir().join("objects").join("pack"))
+        .expect("the pack directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with("pack-rewind-"))
+        .collect();
+    assert!(seeded.is_empty(), "{seeded:?}");
+    git(
+        &h.store_dir(),
+        &[
+            "--git-dir",
+            ".",
+            "fsck",
+            "--full",
+            "--strict",
+            "--no-dangling",
+        ],
+    );
+    h.write("dir1/file1.txt", b"changed\n");
+    h.remove("dir2/file2.txt");
+    h.port()
+        .restore(h.root(), &first, None)
+        .await
+        .expect("restore");
+    assert_eq!(
+        fs::read(h.path("dir1/file1.txt")).expect("restored"),
+        b"line of file 1\r\nsecond\r\n"
+    );
+    assert!(h.path("dir2/file2.txt").is_file());
 }
