@@ -81,9 +81,7 @@ pub fn gc(
                 continue;
             };
             held.insert(id);
-            // A loose copy of an object a pack holds (seeding adopts both) is only room: the packed one,
-            // which every pack collection below keeps when it is reachable, serves.
-            if reachable.contains(&id) && !packed.contains(&id) {
+            if reachable.contains(&id) {
                 still.insert(id);
             } else {
                 free(&entry.path(), &mut report)?;

@@ -399,54 +399,6 @@ async fn gc_counts_an_object_with_a_loose_copy_once() {
     assert_eq!(report.objects_removed, 5, "4 blobs and a tree: {report:?}");
 }
 
-/// A loose copy of a packed object gc keeps is removed: the packed copy serves (black-box: seeding had
-/// stored a 1 MB blob twice, and gc kept both).
-#[tokio::test]
-async fn gc_drops_a_loose_copy_of_a_packed_object_it_keeps() {
-    let h = GitHarness::new();
-    h.write("kept.txt", b"kept twice 61aa\n");
-    for i in 0..3 {
-        h.write(
-            &format!("c{i}.txt"),
-            format!("beside {i} 61aa\n").as_bytes(),
-        );
-    }
-    let first = h.id().await;
-    assert_eq!(loose_objects(&h), 0, "the snapshot is packed");
-    let other = tempfile::tempdir().expect("tempdir");
-    git(other.path(), &["init", "-q", "--bare", "."]);
-    let hex = git(
-        other.path(),
-        &[
-            "--git-dir",
-            ".",
-            "hash-object",
-            "-w",
-            &h.path("kept.txt").to_string_lossy(),
-        ],
-    );
-    let hex = hex.trim();
-    let fanout = h.store_dir().join("objects").join(&hex[..2]);
-    fs::create_dir_all(&fanout).expect("fan-out dir");
-    fs::copy(
-        other.path().join("objects").join(&hex[..2]).join(&hex[2..]),
-        fanout.join(&hex[2..]),
-    )
-    .expect("copy the loose object");
-    assert_eq!(loose_objects(&h), 1);
-    let report = h
-        .port()
-        .gc(h.root(), std::slice::from_ref(&first), Duration::ZERO)
-        .await
-        .expect("gc");
-    assert_eq!(loose_objects(&h), 0, "{report:?}");
-    assert!(h.stored(hex), "the packed copy stays");
-    assert_eq!(report.objects_removed, 0, "no object is gone: {report:?}");
-    assert!(report.bytes_freed > 0, "{report:?}");
-    same_as_git(&h, &first);
-    fsck(&h);
-}
-
 /// The same objects in two packs of the store's own (a merge that stopped between writing its pack and
 /// removing its sources leaves that) are counted once by gc.
 #[tokio::test]
