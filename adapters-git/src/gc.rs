@@ -15,12 +15,14 @@ use crate::store::{Store, now_ms};
 use crate::tree::reachable_from;
 
 /// Collects unreachable objects of `store`: kept are those `keep` reaches, the stat cache's, and those of
-/// every id returned since `grace` before `called_ms` (when gc was asked for; epoch milliseconds).
+/// every id returned since `grace` before `called_ms` (when gc was asked for; epoch milliseconds), and since
+/// `read_ms` (when `keep` was read) whatever the grace.
 pub fn gc(
     store: &Store,
     keep: &[ObjectId],
     grace: Duration,
     called_ms: u64,
+    read_ms: u64,
 ) -> GitResult<GcReport> {
     // Every pack index is read first, strictly: a pack that cannot be read stops gc before anything is
     // deleted (its objects would otherwise look missing, and what they reach unreachable).
@@ -29,9 +31,10 @@ pub fn gc(
     let stored = |id: &ObjectId| packed.contains(id) || store.odb.path_of(id).is_file();
     let since = called_ms
         .min(now_ms())
-        .saturating_sub(grace.as_millis() as u64);
+        .saturating_sub(grace.as_millis() as u64)
+        .min(read_ms);
     let mut roots: Vec<ObjectId> = keep.to_vec();
-    roots.extend(store.returned_for_gc(since)?);
+    roots.extend(store.returned_for_gc(since, read_ms)?);
     let cache_path = store.stat_cache_path();
     let cache = StatCache::load_for_gc(&cache_path)?;
     roots.extend(cache.tree);

@@ -423,12 +423,22 @@ impl SnapshotPort for GitSnapshotStore {
     }
 
     async fn gc(&self, worktree: &Path, keep: &[SnapshotId], grace: Duration) -> Result<GcReport> {
-        let keep = keep.iter().map(object_id).collect::<GitResult<Vec<_>>>()?;
         // The grace period counts back from this call, not from when the store's lock is had: an id
         // returned while gc waits for it is kept.
+        self.gc_since(worktree, keep, grace, store::now_ms()).await
+    }
+
+    async fn gc_since(
+        &self,
+        worktree: &Path,
+        keep: &[SnapshotId],
+        grace: Duration,
+        read_ms: u64,
+    ) -> Result<GcReport> {
+        let keep = keep.iter().map(object_id).collect::<GitResult<Vec<_>>>()?;
         let called_ms = store::now_ms();
         self.with_store(worktree, move |store, _| {
-            gc::gc(store, &keep, grace, called_ms)
+            gc::gc(store, &keep, grace, called_ms, read_ms)
         })
         .await
     }

@@ -107,17 +107,18 @@ impl SnapshotRecord {
 }
 
 /// How long the log of returned ids keeps a line whatever a gc's grace period (`Store::returned_for_gc`):
-/// a gc that cut the log before another gc read it refuses that one only when the other had been waiting
-/// from before the cut, not for an hour after every `gc --grace-seconds 0`.
+/// another gc, which read the database's references before this one and waits for the store, is refused
+/// only when it has waited that long.
 const RETURNED_KEPT_MS: u64 = 3_600_000;
 
-/// The line of the returned log that says up to when (epoch milliseconds) older lines were cut.
+/// The line of the returned log that says how far (epoch milliseconds: just after the newest line cut) gc
+/// cut it.
 const RETURNED_CUT: &str = "cut ";
 
 /// The log of returned ids, read.
 #[derive(Default)]
 struct ReturnedLog {
-    /// Lines older than this were cut (0: never).
+    /// Just after the newest line a gc cut (0: none was).
     cut: u64,
     /// Each id with the time it was returned.
     lines: Vec<(u64, ObjectId)>,
@@ -343,7 +344,8 @@ fn remove_if_gone(
         return Ok(None);
     }
     let store = Store::locked(dir.to_path_buf(), worktree.to_path_buf(), lock);
-    if !store.returned_since(since_ms)?.is_empty() {
+    // Ids it returned since then, or a log cut beyond then (which may have held some): kept.
+    if !store.returned_since(since_ms)?.is_empty() || store.returned_cut()? > since_ms {
         return Ok(None);
     }
     let report = GcReport {
@@ -638,16 +640,22 @@ impl Store {
         Ok(self.read_returned()?.since(since_ms))
     }
 
+    /// The time just after the newest line a gc cut from the returned log (0: none was).
+    pub fn returned_cut(&self) -> GitResult<u64> {
+        Ok(self.read_returned()?.cut)
+    }
+
     /// For gc, which holds the lock: the ids returned at or after `since_ms`, and the log rewritten without
-    /// the lines older than both `since_ms` and `RETURNED_KEPT_MS` (it notes how far it was cut). Another
-    /// gc may have read the database's references before this one cut the log, and wait for the lock
-    /// meanwhile: the lines it needs are those from the moment it read them on. A gc whose `since_ms` lies
-    /// before a cut is refused (`Busy`): what was cut could be exactly what it needs, since the references
-    /// it holds may miss what was stored since it read them (black-box: a gc with the default grace, run
-    /// beside a `gc --grace-seconds 0`, collected the trees of turns stored while it waited).
-    pub fn returned_for_gc(&self, since_ms: u64) -> GitResult<Vec<ObjectId>> {
+    /// the lines older than both `since_ms` and `RETURNED_KEPT_MS` (it notes, as `cut`, the time just after
+    /// the newest line it dropped). Another gc may have read the database's references before this one cut
+    /// the log, and wait for the lock meanwhile: it needs the lines from the moment it read them on
+    /// (`read_ms`). One whose `read_ms` lies before a cut is refused (`Busy`), since what was cut could be a
+    /// snapshot stored after its read; lines older than its read, within its grace period only, were the
+    /// cutting gc's to collect (black-box: a gc with the default grace, run beside a `gc --grace-seconds
+    /// 0`, collected the trees of turns stored while it waited).
+    pub fn returned_for_gc(&self, since_ms: u64, read_ms: u64) -> GitResult<Vec<ObjectId>> {
         let log = self.read_returned()?;
-        if log.cut > since_ms {
+        if log.cut > read_ms {
             return Err(GitError::Busy(format!(
                 "another gc collected the snapshot store {} while this one waited for it, after this one had \
                  read what the database refers to; run gc again",
@@ -655,12 +663,18 @@ impl Store {
             )));
         }
         let ids = log.since(since_ms);
-        let cut = since_ms.min(now_ms().saturating_sub(RETURNED_KEPT_MS));
-        let mut text = format!("{RETURNED_CUT}{}\n", log.cut.max(cut));
+        let keep_from = since_ms.min(now_ms().saturating_sub(RETURNED_KEPT_MS));
+        let mut cut = log.cut;
+        let mut text = String::new();
         for (time, id) in &log.lines {
-            if *time >= cut {
+            if *time >= keep_from {
                 text.push_str(&format!("{time} {id}\n"));
+            } else {
+                cut = cut.max(time + 1);
             }
+        }
+        if cut > 0 {
+            text.insert_str(0, &format!("{RETURNED_CUT}{cut}\n"));
         }
         write_atomically(&self.rewind_path("returned"), text.as_bytes())?;
         Ok(ids)

@@ -139,6 +139,20 @@ pub trait SnapshotPort: Send + Sync {
     }
     /// Deletes stored objects that nothing keeps.
     async fn gc(&self, worktree: &Path, keep: &[SnapshotId], grace: Duration) -> Result<GcReport>;
+    /// `gc` for a `keep` read from the database at `read_ms` (epoch milliseconds, taken before the read),
+    /// with `grace` reaching back to it at least: every id returned since then is kept, since it may be
+    /// stored after the read. A store that can no longer tell which ids it returned since then (another
+    /// gc dropped them from its log meanwhile) refuses with `Busy`. By default, `gc`.
+    async fn gc_since(
+        &self,
+        worktree: &Path,
+        keep: &[SnapshotId],
+        grace: Duration,
+        read_ms: u64,
+    ) -> Result<GcReport> {
+        let _ = read_ms;
+        self.gc(worktree, keep, grace).await
+    }
     /// The worktrees that have a store here (of this database), as their stores recorded them, that
     /// still exist: `gc` visits them too, also when no session or capture names them any more (their
     /// objects would otherwise never be collected). None by default.

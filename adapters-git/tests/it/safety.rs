@@ -1944,8 +1944,12 @@ async fn a_gc_that_needs_lines_another_gc_cut_is_refused_and_deletes_nothing() {
     let h = GitHarness::new();
     h.write("a.txt", b"kept 4e02\n");
     let first = h.id().await;
+    // A snapshot only the returned log names (the stat cache's tree is `first` again): a gc that went on
+    // would collect it.
     h.write("b.txt", b"unkept 4e02\n");
-    h.id().await;
+    let only_logged = h.id().await;
+    h.remove("b.txt");
+    assert_eq!(h.id().await, first);
     let log = h.store_dir().join("rewind").join("returned");
     let mut text = fs::read_to_string(&log).expect("the returned log");
     let later = SystemTime::now()
@@ -1966,6 +1970,32 @@ async fn a_gc_that_needs_lines_another_gc_cut_is_refused_and_deletes_nothing() {
         "{refused:?}"
     );
     assert_eq!(list_tree(&h.store_dir().join("objects")), before);
+    assert!(h.stored(only_logged.as_str()));
+}
+
+/// A gc with a grace period longer than the log's hour, after a gc without one: nothing the second needs
+/// was cut (every line is recent), so it is not refused (review: a cut was noted even when no line was
+/// dropped, and every gc whose grace reached back before it was refused).
+#[tokio::test]
+async fn a_gc_with_a_long_grace_after_another_gc_is_not_refused() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"one 90b1\n");
+    let first = h.id().await;
+    h.write("a.txt", b"two 90b1\n");
+    let second = h.id().await;
+    h.port()
+        .gc(h.root(), std::slice::from_ref(&second), Duration::ZERO)
+        .await
+        .expect("gc without grace");
+    h.port()
+        .gc(
+            h.root(),
+            std::slice::from_ref(&second),
+            Duration::from_secs(7200),
+        )
+        .await
+        .expect("a gc with two hours' grace is not refused");
+    assert!(!h.stored(first.as_str()), "the first gc collected it");
 }
 
 /// What a crash leaves while seeding copies a user's objects or packs (a half-made copy, a pack without

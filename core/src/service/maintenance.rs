@@ -298,7 +298,10 @@ impl Rewind {
             // those of the grace period's first millisecond too).
             let since = Duration::from_millis(self.now().saturating_sub(from));
             let grace = request.grace.max(since);
-            let (report, error) = match self.snapshots.gc(Path::new(&directory), &keep, grace).await
+            let (report, error) = match self
+                .snapshots
+                .gc_since(Path::new(&directory), &keep, grace, from)
+                .await
             {
                 Ok(report) => (Some(report), None),
                 Err(error) => (None, Some(error.to_string())),
