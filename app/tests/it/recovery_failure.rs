@@ -229,4 +229,25 @@ fn an_unreadable_intent_refuses_its_directory_only() {
         elsewhere_before,
         "the refused directory is left as it is"
     );
+
+    // gc leaves that directory's store, and collects the others (it stopped at the first damaged row).
+    let gc = env.json(&["gc", "--grace-seconds", "0"]);
+    let worktrees = gc["worktrees"].as_array().expect("worktrees");
+    let entry = |dir: &str| {
+        worktrees
+            .iter()
+            .find(|w| w["directory"] == dir)
+            .unwrap_or_else(|| panic!("{dir} in {gc:#}"))
+    };
+    assert!(
+        entry(&directory)["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot be read")),
+        "{gc:#}"
+    );
+    let here = env.json(&["status"])["directory"]
+        .as_str()
+        .expect("directory")
+        .to_owned();
+    assert!(entry(&here).get("error").is_none(), "{gc:#}");
 }

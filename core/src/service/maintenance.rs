@@ -290,7 +290,20 @@ impl Rewind {
                     });
                     continue;
                 }
-                Err(error) => return Err(error),
+                // What this worktree's references could not be read for (a damaged row of its own) leaves
+                // it uncollected, and the others are collected (review: one damaged intent stopped gc).
+                Err(error) => {
+                    summary.worktrees.push(WorktreeGc {
+                        directory,
+                        kept_snapshots: 0,
+                        report: None,
+                        error: Some(format!(
+                            "what its sessions refer to cannot be read: {error}"
+                        )),
+                        store_removed: false,
+                    });
+                    continue;
+                }
             };
             let kept_snapshots = keep.len() as u64;
             // An id the store returned since `from` may be about to be stored: kept whatever the grace
