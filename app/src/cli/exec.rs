@@ -314,15 +314,29 @@ async fn record_end(
     };
     // Another session's step or a revert may hold the worktree for a moment: the command has run, so its
     // step's end is tried again a while before it is left open for the next command to abort.
-    let parts = with_progress(
+    let finished = with_progress(
         "snapshotting after the command",
         crate::busy::while_busy(FINISH_WAIT, std::time::Duration::from_millis(50), || {
             rewind.finish_step(session, assistant, end.clone())
         }),
     )
-    .await
-    .map_err(|error| explain(error, "finishing the step"))?;
-    let mut parts = parts;
+    .await;
+    let mut parts = match finished {
+        Ok(parts) => parts,
+        Err(error) => {
+            // The step stays open: the note's own failure is said too (the step's is the error).
+            if let Err(note_error) = noted {
+                say!(
+                    "rewind: warning: {}",
+                    crate::report::chain_anyhow(&explain(
+                        note_error,
+                        "recording the command's exit status"
+                    ))
+                );
+            }
+            return Err(explain(error, "finishing the step"));
+        }
+    };
     if noted.is_err() {
         match append_note().await {
             Ok(part) => parts.push(part),

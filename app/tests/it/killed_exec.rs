@@ -464,6 +464,10 @@ fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_ses
         );
         assert!(stderr.contains("locked"), "{stderr}");
         assert!(
+            stderr.contains("recording the command's exit status"),
+            "the note's failure is said too: {stderr}"
+        );
+        assert!(
             stderr.contains(&format!("ended (exit code {code})")) && stderr.contains("stays open"),
             "{stderr}"
         );
