@@ -243,13 +243,20 @@ async fn unrevert_session(ctx: &Context, session: &Session) -> Result<()> {
     let before = warning_count(ctx, session).await?;
     // The turns' changes the revert undid are those the unrevert puts back: read before it, since the diff
     // goes with the revert (black-box: `redo` named no file, and its `files` were always empty).
+    // Only shown: a diff that cannot be read does not keep the files from being put back.
     let undone = match session.revert {
         Some(_) => ctx
             .services
             .rewind
             .session_diff(&session.id)
             .await
-            .map_err(|error| explain(error, "reading the session diff"))?,
+            .unwrap_or_else(|error| {
+                eprintln!(
+                    "rewind: warning: the files the revert changed cannot be listed: {}",
+                    crate::report::chain_anyhow(&explain(error, "reading the session diff"))
+                );
+                Vec::new()
+            }),
         None => Vec::new(),
     };
     let done = with_progress(
