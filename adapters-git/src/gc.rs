@@ -187,11 +187,12 @@ fn shared(pack: &std::path::Path) -> bool {
 /// Size of the packs `copy_into_own_packs` writes before it starts another (entries are held in memory).
 const COPY_PACK_BYTES: usize = 32 * 1024 * 1024;
 
-/// Writes the objects `ids` (read whole, each checked against its id) into packs of the store's own, synced;
-/// the bytes the packs and their indexes take.
+/// Writes the objects `ids` (read whole, each checked against its id) into packs of the store's own, synced
+/// (one over `IN_MEMORY_BLOB` as a loose object, synced, as a track stores it); the bytes they take.
 fn copy_into_own_packs(store: &Store, dir: &std::path::Path, ids: &[ObjectId]) -> GitResult<u64> {
     use std::io::Read as _;
     let mut written = 0;
+    let mut loose = 0;
     let mut entries = Vec::new();
     let mut held = 0;
     let mut flush = |entries: &mut Vec<pack::Entry>| -> GitResult<()> {
@@ -216,6 +217,11 @@ fn copy_into_own_packs(store: &Store, dir: &std::path::Path, ids: &[ObjectId]) -
                 "object {id} does not hash to its id in its seeded pack; nothing of that pack is deleted"
             )));
         }
+        if data.len() as u64 > crate::odb::IN_MEMORY_BLOB {
+            store.odb.write_loose_durable(id, kind, &data)?;
+            loose += fs::metadata(store.odb.path_of(id)).map_or(0, |m| m.len());
+            continue;
+        }
         let entry = pack::Entry::new(*id, kind, &data)
             .map_err(|e| GitError::Other(format!("compressing object {id}: {e}")))?;
         held += entry.raw.len();
@@ -226,7 +232,7 @@ fn copy_into_own_packs(store: &Store, dir: &std::path::Path, ids: &[ObjectId]) -
         }
     }
     flush(&mut entries)?;
-    Ok(written)
+    Ok(written + loose)
 }
 
 /// Removes what a crash left in the pack directory, once older than the grace period: half-made copies of a

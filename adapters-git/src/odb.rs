@@ -208,7 +208,7 @@ fn tree_cache() -> std::sync::MutexGuard<'static, TreeCache> {
 }
 
 /// Files up to this size are read whole before they are stored; larger ones are streamed.
-const IN_MEMORY_BLOB: u64 = 256 * 1024;
+pub(crate) const IN_MEMORY_BLOB: u64 = 256 * 1024;
 
 impl Odb {
     /// The database in `objects`.
@@ -441,6 +441,31 @@ impl Odb {
         self.commit_temp(tmp, &id, Ok(()))
             .map_err(|e| io::Error::other(e.to_string()))?;
         Ok(Some(id))
+    }
+
+    /// Writes `data`, the object `id` of `kind` (already checked to hash to it), as a loose object, synced
+    /// with its directory before it returns: for a big object whose pack is deleted next (own packs hold
+    /// only objects up to `IN_MEMORY_BLOB`; a loose one is read streamed).
+    pub fn write_loose_durable(&self, id: &ObjectId, kind: Kind, data: &[u8]) -> GitResult<()> {
+        if self.path_of(id).is_file() {
+            return Ok(());
+        }
+        let (tmp, file) = self.temp_file()?;
+        let written = (|| -> io::Result<()> {
+            let mut encoder = ZlibEncoder::new(io::BufWriter::new(file), Compression::fast());
+            encoder.write_all(format!("{} {}\0", kind.name(), data.len()).as_bytes())?;
+            encoder.write_all(data)?;
+            let file = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()
+        })();
+        self.commit_temp(tmp, id, written)?;
+        let dir = self.path_of(id);
+        if let Some(dir) = dir.parent() {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| GitError::io(dir, e))?;
+        }
+        Ok(())
     }
 
     fn temp_file(&self) -> GitResult<(PathBuf, File)> {

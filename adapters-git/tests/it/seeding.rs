@@ -348,8 +348,18 @@ async fn core_worktree_makes_that_directory_the_checkout_root() {
 #[tokio::test]
 async fn a_seeded_pack_the_user_no_longer_has_keeps_only_what_snapshots_reach() {
     let h = GitHarness::new();
-    let secret = b"a secret the user purges 5b7e\n".repeat(200);
+    // Incompressible, so that collecting it frees more than the copies take.
+    let mut state = 0x5b7e_u32;
+    let secret: Vec<u8> = (0..200_000)
+        .map(|_| {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (state >> 16) as u8
+        })
+        .collect();
     h.write("secret.bin", &secret);
+    // Over the size own packs take: copied out as a loose object.
+    let big: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
+    h.write("big.bin", &big);
     write_tree(&h);
     commit_all(&h, &[("core.autocrlf", "false")]);
     git(h.root(), &["rm", "-q", "secret.bin"]);
@@ -406,8 +416,18 @@ async fn a_seeded_pack_the_user_no_longer_has_keeps_only_what_snapshots_reach() 
             "--no-dangling",
         ],
     );
+    let big_id = blob_id(&big);
+    assert!(
+        h.store_dir()
+            .join("objects")
+            .join(&big_id[..2])
+            .join(&big_id[2..])
+            .is_file(),
+        "the big blob is loose"
+    );
     h.write("dir1/file1.txt", b"changed\n");
     h.remove("dir2/file2.txt");
+    h.remove("big.bin");
     h.port()
         .restore(h.root(), &first, None)
         .await
@@ -417,4 +437,5 @@ async fn a_seeded_pack_the_user_no_longer_has_keeps_only_what_snapshots_reach() 
         b"line of file 1\r\nsecond\r\n"
     );
     assert!(h.path("dir2/file2.txt").is_file());
+    assert_eq!(fs::read(h.path("big.bin")).expect("restored"), big);
 }
