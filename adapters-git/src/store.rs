@@ -766,7 +766,16 @@ impl Store {
             }
             let entries = match fs::read_dir(&dir) {
                 Ok(entries) => entries,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                // Gone, or no longer a directory (a later turn made a file of it): it holds nothing
+                // (black-box: such journals were kept for good, one per interrupted operation).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    continue;
+                }
                 Err(_) => {
                     all = false;
                     continue;

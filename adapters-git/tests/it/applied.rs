@@ -456,6 +456,30 @@ async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
     assert_eq!(left, users_only);
 }
 
+/// A journal naming a directory that is a file now (a later turn made a file of it) has nothing left to
+/// clean there: it goes at the next opening, instead of being kept as `journal-left-*` for good
+/// (black-box: one stayed per interrupted operation).
+#[tokio::test]
+async fn a_journal_naming_a_directory_that_is_a_file_now_is_removed() {
+    let h = GitHarness::new();
+    h.write("src", b"a file where a directory was\n");
+    h.id().await;
+    let rewind_dir = h.store_dir().join("rewind");
+    fs::write(
+        rewind_dir.join("journal"),
+        format!("batch 0123456789abcdef\n{}\n", h.path("src").display()),
+    )
+    .expect("write the journal");
+    h.id().await;
+    let journals: Vec<String> = fs::read_dir(&rewind_dir)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("journal"))
+        .collect();
+    assert!(journals.is_empty(), "{journals:?}");
+}
+
 /// A temporary file that cannot be removed when the store is opened (its directory append-only, `chattr
 /// +a`) keeps its journal, beside (the next
 /// operation's own journal does not replace it), and is removed at an opening once it can be (black-box:
