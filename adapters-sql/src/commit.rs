@@ -374,16 +374,26 @@ impl SqlRepo {
         if rows.is_empty() {
             return Ok(());
         }
-        shared_text::Entity::insert_many(rows.into_iter().map(|(id, body)| {
+        // A row of the same text may be there already (rows are named after their text): it serves. No
+        // sweep can delete it before this transaction commits its reference, as every write transaction
+        // is serialised with every other one (`begin_write`).
+        let inserted = shared_text::Entity::insert_many(rows.into_iter().map(|(id, body)| {
             shared_text::ActiveModel {
                 id: Set(id),
                 body: Set(body),
             }
         }))
+        .on_conflict(
+            sea_orm::sea_query::OnConflict::column(shared_text::Column::Id)
+                .do_nothing()
+                .to_owned(),
+        )
         .exec_without_returning(txn)
-        .await
-        .map_err(self.fault("storing a shared text"))?;
-        Ok(())
+        .await;
+        match inserted {
+            Ok(_) | Err(sea_orm::DbErr::RecordNotInserted) => Ok(()),
+            Err(error) => Err(self.fault("storing a shared text")(error)),
+        }
     }
 
     /// Deletes the shared texts nothing references any more.

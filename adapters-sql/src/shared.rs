@@ -46,14 +46,13 @@ fn take_revert_text(session: &mut Session) -> Option<String> {
 
 impl SqlRepo {
     /// Finds the texts `transaction` would store twice, takes them out of the change and the event, and
-    /// returns them as rows to store once. Each shared row is named after the event that carries it.
+    /// returns them as rows to store once. Each shared row is named after its text (`Shared::add`).
     pub(crate) fn share(&self, transaction: &mut Transaction) -> Result<Shared> {
         let mut shared = Shared::default();
         let Transaction {
             changes, events, ..
         } = transaction;
         for (index, event) in events.iter_mut().enumerate() {
-            let id = event.id.as_str();
             match &mut event.payload {
                 EventPayload::SessionUpdated { info, .. } => {
                     let large = info
@@ -74,7 +73,7 @@ impl SqlRepo {
                         take_revert_text(session);
                     }
                     if let Some(text) = take_revert_text(info) {
-                        shared.add(id, text, at, index);
+                        shared.add(text, at, index);
                     }
                 }
                 EventPayload::SessionDiff { session_id, diff } => {
@@ -96,7 +95,7 @@ impl SqlRepo {
                         stored.clear();
                     }
                     diff.clear();
-                    shared.add(id, text, at, index);
+                    shared.add(text, at, index);
                 }
                 _ => {}
             }
@@ -176,10 +175,17 @@ impl SqlRepo {
 }
 
 impl Shared {
-    fn add(&mut self, id: &str, text: String, change: usize, event: usize) {
-        self.rows.push((id.to_owned(), text));
-        self.changes.insert(change, id.to_owned());
-        self.events.insert(event, id.to_owned());
+    /// Shares `text` between change `change` and event `event`. The row is named after the text's content
+    /// (its SHA-1), so the same text, stored again by a later revert (an undo and redo loop writes the same
+    /// diffs over and over), references the row already there instead of adding a copy (black-box: 312
+    /// rows held 12 texts, 573 MB of a 614 MB database).
+    fn add(&mut self, text: String, change: usize, event: usize) {
+        let id = format!("sha1-{}", sha1_smol::Sha1::from(text.as_bytes()).digest());
+        if !self.rows.iter().any(|(known, _)| *known == id) {
+            self.rows.push((id.clone(), text));
+        }
+        self.changes.insert(change, id.clone());
+        self.events.insert(event, id);
     }
 }
 

@@ -154,6 +154,23 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
         Some(reverted.clone()),
         "the session reads back with its text diff"
     );
+    // The same texts stored again (a revert with the same diffs: an undo and redo loop writes them over
+    // and over) reference the rows already there (black-box: each revert added copies).
+    let other = stored_session(repo, &ids).await;
+    let (other_reverted, same) = revert_result(&ids, &other, 20);
+    repo.commit(same).await.expect("the same revert commits");
+    assert_eq!(shared_rows().await, 2, "no copy of the same texts");
+    assert_eq!(
+        repo.session(&other.id).await.expect("reads"),
+        Some(other_reverted),
+        "and it reads back whole"
+    );
+    repo.commit(transaction(
+        vec![Change::DeleteSession(other.id.clone())],
+        vec![],
+    ))
+    .await
+    .expect("the other session goes");
 
     // Unrevert: the session no longer references its text, but the outbox's events still do.
     repo.commit(transaction(
