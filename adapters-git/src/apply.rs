@@ -1144,7 +1144,11 @@ impl<'a> Applier<'a> {
                 .map_err(io::Error::from)
         });
         match made {
-            Ok(()) => Ok(Done::Changed(None)),
+            Ok(()) => {
+                // Best effort: without the note, a crash leaves the directory, empty, as before.
+                let _ = self.store.journal_made_dir(&abs);
+                Ok(Done::Changed(None))
+            }
             Err(e) if beneath::moved(&e) || e.kind() == io::ErrorKind::AlreadyExists => {
                 Ok(Done::Moved)
             }

@@ -716,6 +716,20 @@ impl Store {
         write_atomically(&self.rewind_path("journal"), text.as_bytes())
     }
 
+    /// Notes in the journal a directory the operation has just made (appended, not synced: lost, the
+    /// directory only stays, empty, as before): a crash before its file was renamed in would otherwise leave
+    /// it, empty, after the rollback, which has no file there to delete (black-box).
+    pub fn journal_made_dir(&self, dir: &Path) -> GitResult<()> {
+        let path = self.rewind_path("journal");
+        let mut file = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| GitError::io(&path, e))?;
+        file.write_all(format!("{JOURNAL_MADE}{}\n", dir.display()).as_bytes())
+            .map_err(|e| GitError::io(&path, e))
+    }
+
     /// Removes the journal once every temporary file it announced has been renamed or removed.
     pub fn clear_journal(&self) -> GitResult<()> {
         let path = self.rewind_path("journal");
@@ -759,7 +773,13 @@ impl Store {
         let batch = lines
             .next_if(|line| line.starts_with(JOURNAL_BATCH))
             .map(|line| &line[JOURNAL_BATCH.len()..]);
-        for dir in lines.map(PathBuf::from) {
+        let mut made = Vec::new();
+        for line in lines {
+            if let Some(dir) = line.strip_prefix(JOURNAL_MADE) {
+                made.push(PathBuf::from(dir));
+                continue;
+            }
+            let dir = PathBuf::from(line);
             // Only directories inside this store's worktree are ever journalled.
             if !dir.starts_with(&self.worktree) {
                 continue;
@@ -795,9 +815,19 @@ impl Store {
                 }
             }
         }
+        // The directories the operation made, deepest (last made) first, once empty: a completed
+        // operation's hold its files (and its journal is gone by then).
+        for dir in made.iter().rev() {
+            if dir.starts_with(&self.worktree) && dir != &self.worktree {
+                let _ = fs::remove_dir(dir);
+            }
+        }
         all
     }
 }
+
+/// The start of a journal line naming a directory the operation made (`Store::journal_made_dir`).
+const JOURNAL_MADE: &str = "made ";
 
 /// The name of a journal kept because some of its files could not be removed, before its suffix.
 const JOURNAL_LEFT: &str = "journal-left-";

@@ -476,3 +476,67 @@ async fn a_revert_journals_the_directories_it_deletes_in() {
     assert_eq!(h.read("s"), Some(Node::file("the user's file\n")));
     nothing_of_rewind_s_is_left(&h, "after the revert");
 }
+
+/// A revert notes in its journal the directories it makes, before it writes into them; the store's next
+/// opening after a crash removes those left empty (black-box: a revert killed before its first rename
+/// left them, empty, after the rollback).
+#[tokio::test]
+async fn a_revert_journals_the_directories_it_makes_and_a_crash_leaves_none() {
+    let (h, armed) = racing_in("newdir/sub/x", Hook::Change);
+    h.write("keep", b"kept\n");
+    h.write("newdir/sub/x", b"made by the turn\n");
+    let with = h.id().await;
+    h.remove("newdir/sub/x");
+    let without = h.id().await;
+    let journal = h.store_dir().join("rewind").join("journal");
+    let seen: Arc<Mutex<Option<String>>> = Arc::default();
+    let noted = Arc::clone(&seen);
+    arm(
+        &armed,
+        Box::new(move |_: &Path| {
+            *noted.lock().unwrap_or_else(PoisonError::into_inner) =
+                fs::read_to_string(&journal).ok();
+        }),
+    );
+    let patches = [SnapshotPatch {
+        hash: with,
+        files: vec![RelPath::new("newdir/sub/x").expect("a path")],
+    }];
+    h.port()
+        .revert(h.root(), &patches, &without)
+        .await
+        .expect("revert");
+    let text = seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .expect("the journal, as the write began");
+    for dir in ["newdir", "newdir/sub"] {
+        assert!(
+            text.lines()
+                .any(|line| line == format!("made {}", h.path(dir).display())),
+            "{dir}: {text}"
+        );
+    }
+
+    // The crash, as the journal then stood: the made directories are empty (the file was not renamed in
+    // yet); one the user has put a file into meanwhile stays.
+    h.remove("newdir/sub/x");
+    fs::create_dir_all(h.path("newdir/sub")).expect("mkdir");
+    fs::create_dir_all(h.path("other/deep")).expect("mkdir");
+    h.write("other/user.txt", b"the user's\n");
+    let crashed = format!(
+        "{text}made {}\nmade {}\n",
+        h.path("other").display(),
+        h.path("other/deep").display()
+    );
+    fs::write(h.store_dir().join("rewind").join("journal"), crashed).expect("the journal");
+    h.id().await;
+    assert!(!h.path("newdir").exists(), "the made directories went");
+    assert!(!h.path("other/deep").exists());
+    assert_eq!(
+        fs::read(h.path("other/user.txt")).expect("read"),
+        b"the user's\n"
+    );
+    assert!(h.path("keep").is_file());
+}
