@@ -121,15 +121,7 @@ impl GitSnapshotStore {
         worktree: &Path,
         work: impl FnOnce(&Store, &GitStoreConfig) -> GitResult<T> + Send + 'static,
     ) -> Result<T> {
-        let config = self.config.clone();
-        let worktree = worktree.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            let store = Store::open(&config, &worktree)?;
-            work(&store, &config)
-        })
-        .await
-        .map_err(Error::backend)?
-        .map_err(Error::from)
+        self.with_opened(worktree, Store::open, work).await
     }
 }
 
@@ -141,10 +133,20 @@ impl GitSnapshotStore {
         worktree: &Path,
         work: impl FnOnce(&Store, &GitStoreConfig) -> GitResult<T> + Send + 'static,
     ) -> Result<T> {
+        self.with_opened(worktree, Store::open_to_read, work).await
+    }
+
+    /// Runs `work` off the async runtime on the store of `worktree` as `open` opens it.
+    async fn with_opened<T: Send + 'static>(
+        &self,
+        worktree: &Path,
+        open: fn(&GitStoreConfig, &Path) -> GitResult<Store>,
+        work: impl FnOnce(&Store, &GitStoreConfig) -> GitResult<T> + Send + 'static,
+    ) -> Result<T> {
         let config = self.config.clone();
         let worktree = worktree.to_path_buf();
         tokio::task::spawn_blocking(move || {
-            let store = Store::open_to_read(&config, &worktree)?;
+            let store = open(&config, &worktree)?;
             work(&store, &config)
         })
         .await

@@ -42,7 +42,7 @@ fn loose_objects(h: &GitHarness) -> usize {
 }
 
 /// `git fsck` of the whole store: every object, loose or packed, and every pack and index, checked.
-fn fsck(h: &GitHarness) {
+pub(crate) fn fsck(h: &GitHarness) {
     git(
         &h.store_dir(),
         &[

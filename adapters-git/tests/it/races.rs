@@ -445,16 +445,7 @@ async fn a_revert_journals_the_directories_it_deletes_in() {
         h.write(&format!("s/x/y/n{n}"), b"made by the step\n");
     }
     let base = h.id().await;
-    let journal = h.store_dir().join("rewind").join("journal");
-    let seen: Arc<Mutex<Option<String>>> = Arc::default();
-    let noted = Arc::clone(&seen);
-    arm(
-        &armed,
-        Box::new(move |_: &Path| {
-            *noted.lock().unwrap_or_else(PoisonError::into_inner) =
-                fs::read_to_string(&journal).ok();
-        }),
-    );
+    let seen = journal_at_hook(&h, &armed);
     let patches = [SnapshotPatch {
         hash: start,
         files: ["s", "s/x/y/n0", "s/x/y/n1", "s/x/y/n2"]
@@ -466,15 +457,34 @@ async fn a_revert_journals_the_directories_it_deletes_in() {
         .revert(h.root(), &patches, &base)
         .await
         .expect("revert");
-    let journal = seen
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take()
-        .expect("the journal, as the first delete began");
+    let journal = taken(&seen, "the journal, as the first delete began");
     let listed: Vec<PathBuf> = journal.lines().skip(1).map(PathBuf::from).collect();
     assert!(listed.contains(&h.path("s/x/y")), "{journal}");
     assert_eq!(h.read("s"), Some(Node::file("the user's file\n")));
     nothing_of_rewind_s_is_left(&h, "after the revert");
+}
+
+/// The journal's text as it stands when the armed hook runs.
+fn journal_at_hook(h: &GitHarness, armed: &Armed) -> Arc<Mutex<Option<String>>> {
+    let journal = h.store_dir().join("rewind").join("journal");
+    let seen: Arc<Mutex<Option<String>>> = Arc::default();
+    let noted = Arc::clone(&seen);
+    arm(
+        armed,
+        Box::new(move |_: &Path| {
+            *noted.lock().unwrap_or_else(PoisonError::into_inner) =
+                fs::read_to_string(&journal).ok();
+        }),
+    );
+    seen
+}
+
+/// What `journal_at_hook` saw, which must be something (`what`).
+fn taken(seen: &Mutex<Option<String>>, what: &str) -> String {
+    seen.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .unwrap_or_else(|| panic!("{what}"))
 }
 
 /// A revert notes in its journal the directories it makes, before it writes into them; the store's next
@@ -488,16 +498,7 @@ async fn a_revert_journals_the_directories_it_makes_and_a_crash_leaves_none() {
     let with = h.id().await;
     h.remove("newdir/sub/x");
     let without = h.id().await;
-    let journal = h.store_dir().join("rewind").join("journal");
-    let seen: Arc<Mutex<Option<String>>> = Arc::default();
-    let noted = Arc::clone(&seen);
-    arm(
-        &armed,
-        Box::new(move |_: &Path| {
-            *noted.lock().unwrap_or_else(PoisonError::into_inner) =
-                fs::read_to_string(&journal).ok();
-        }),
-    );
+    let seen = journal_at_hook(&h, &armed);
     let patches = [SnapshotPatch {
         hash: with,
         files: vec![RelPath::new("newdir/sub/x").expect("a path")],
@@ -506,11 +507,7 @@ async fn a_revert_journals_the_directories_it_makes_and_a_crash_leaves_none() {
         .revert(h.root(), &patches, &without)
         .await
         .expect("revert");
-    let text = seen
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take()
-        .expect("the journal, as the write began");
+    let text = taken(&seen, "the journal, as the write began");
     for dir in ["newdir", "newdir/sub"] {
         assert!(
             text.lines()

@@ -19,8 +19,13 @@ fn commit_all(h: &GitHarness, settings: &[(&str, &str)]) {
         git(root, &["config", key, value]);
     }
     git(root, &["add", "-A"]);
+    commit(h, "all");
+}
+
+/// Commits what is staged.
+fn commit(h: &GitHarness, message: &str) {
     git(
-        root,
+        h.root(),
         &[
             "-c",
             "user.name=t",
@@ -29,7 +34,7 @@ fn commit_all(h: &GitHarness, settings: &[(&str, &str)]) {
             "commit",
             "-q",
             "-m",
-            "all",
+            message,
         ],
     );
 }
@@ -363,19 +368,7 @@ async fn a_seeded_pack_the_user_no_longer_has_keeps_only_what_snapshots_reach() 
     write_tree(&h);
     commit_all(&h, &[("core.autocrlf", "false")]);
     git(h.root(), &["rm", "-q", "secret.bin"]);
-    git(
-        h.root(),
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "-m",
-            "purge",
-        ],
-    );
+    commit(&h, "purge");
     git(h.root(), &["gc", "-q"]);
     let first = track_as_git(&h, 0, "seeded from the user's pack").await.id;
     let secret_id = blob_id(&secret);
@@ -405,17 +398,7 @@ async fn a_seeded_pack_the_user_no_longer_has_keeps_only_what_snapshots_reach() 
         .filter(|name| !name.starts_with("pack-rewind-"))
         .collect();
     assert!(seeded.is_empty(), "{seeded:?}");
-    git(
-        &h.store_dir(),
-        &[
-            "--git-dir",
-            ".",
-            "fsck",
-            "--full",
-            "--strict",
-            "--no-dangling",
-        ],
-    );
+    crate::packs::fsck(&h);
     let big_id = blob_id(&big);
     assert!(
         h.store_dir()

@@ -78,9 +78,9 @@ fn interrupted_revert(env: &Env, session: &SessionId, directory: &str) {
     });
 }
 
-/// A session in another (temporary) directory whose revert was interrupted, that directory then removed:
-/// the directory's path.
-fn unrecoverable(env: &Env) -> String {
+/// Another (temporary) directory with a session of one turn whose revert was interrupted: the directory,
+/// its session and its path.
+fn interrupted_elsewhere(env: &Env) -> (tempfile::TempDir, SessionId, String) {
     let elsewhere = tempfile::TempDir::new().expect("another worktree");
     env.rewind_in(
         elsewhere.path(),
@@ -96,6 +96,13 @@ fn unrecoverable(env: &Env) -> String {
     let session = SessionId::parse(status["sessions"][0]["id"].as_str().expect("id")).expect("id");
     let directory = status["directory"].as_str().expect("directory").to_owned();
     interrupted_revert(env, &session, &directory);
+    (elsewhere, session, directory)
+}
+
+/// A session in another (temporary) directory whose revert was interrupted, that directory then removed:
+/// the directory's path.
+fn unrecoverable(env: &Env) -> String {
+    let (elsewhere, _, directory) = interrupted_elsewhere(env);
     // The directory goes away: its intent can no longer be finished.
     drop(elsewhere);
     directory
@@ -173,21 +180,7 @@ fn redo_while_an_undo_is_running_is_busy_not_nothing_to_redo() {
 fn an_unreadable_intent_refuses_its_directory_only() {
     let env = Env::plain();
     env.exec_sh("printf 'one\\n' > a.txt");
-    let elsewhere = tempfile::TempDir::new().expect("another worktree");
-    env.rewind_in(
-        elsewhere.path(),
-        &["exec", "--", "sh", "-c", "printf 'x\\n' > x.txt"],
-    )
-    .assert()
-    .success();
-    let output = env
-        .rewind_in(elsewhere.path(), &["--json", "status"])
-        .output()
-        .expect("status");
-    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    let session = SessionId::parse(status["sessions"][0]["id"].as_str().expect("id")).expect("id");
-    let directory = status["directory"].as_str().expect("directory").to_owned();
-    interrupted_revert(&env, &session, &directory);
+    let (elsewhere, _, directory) = interrupted_elsewhere(&env);
     let damaged = std::process::Command::new("python3")
         .arg("-c")
         .arg(
