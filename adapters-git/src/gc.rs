@@ -122,17 +122,14 @@ fn collect_packs(
     let dir = store.odb.dir().join("pack");
     let mut changed = false;
     for listed in packs {
-        let objects = listed.ids.len() as u64;
-        let live = listed
+        let live: Vec<ObjectId> = listed
             .ids
             .iter()
             .filter(|id| reachable.contains(*id))
-            .count() as u64;
-        let whole = if listed.own {
-            live == objects
-        } else {
-            live == objects || (live > 0 && shared(&listed.pack))
-        };
+            .copied()
+            .collect();
+        let whole = live.len() == listed.ids.len()
+            || (!listed.own && !live.is_empty() && shared(&listed.pack));
         if whole {
             still.extend(listed.ids.iter().copied());
             continue;
@@ -146,25 +143,13 @@ fn collect_packs(
             let rewritten = pack::rewrite(&dir, std::slice::from_ref(&own), |id| {
                 reachable.contains(id)
             })?;
-            still.extend(
-                listed
-                    .ids
-                    .iter()
-                    .filter(|id| reachable.contains(*id))
-                    .copied(),
-            );
+            still.extend(live);
             report.bytes_freed += rewritten.bytes_freed;
             continue;
         }
-        let live_ids: Vec<ObjectId> = listed
-            .ids
-            .iter()
-            .filter(|id| reachable.contains(*id))
-            .copied()
-            .collect();
         // On disk before the seeded pack goes: a power loss must not leave neither.
-        let written = copy_into_own_packs(store, &dir, &live_ids)?;
-        still.extend(live_ids);
+        let written = copy_into_own_packs(store, &dir, &live)?;
+        still.extend(live);
         let mut freed = GcReport::default();
         // The index first: without it no reader takes the pack.
         for ext in ["keep", "idx", "rev", "bitmap", "mtimes", "pack"] {
@@ -199,10 +184,7 @@ fn copy_into_own_packs(store: &Store, dir: &std::path::Path, ids: &[ObjectId]) -
         if entries.is_empty() {
             return Ok(());
         }
-        let pack = pack::write_durable(dir, entries)?;
-        for file in [pack.with_extension("idx"), pack] {
-            written += fs::metadata(&file).map_or(0, |m| m.len());
-        }
+        written += pack::size_on_disk(&pack::write_durable(dir, entries)?);
         entries.clear();
         Ok(())
     };

@@ -444,23 +444,14 @@ impl Odb {
     }
 
     /// Writes `data`, the object `id` of `kind` (already checked to hash to it), as a loose object, synced
-    /// with its directory before it returns: for a big object whose pack is deleted next (own packs hold
-    /// only objects up to `IN_MEMORY_BLOB`; a loose one is read streamed).
+    /// with its directory before it returns (a copy already there too): for a big object whose pack is
+    /// deleted next (own packs hold only objects up to `IN_MEMORY_BLOB`; a loose one is read streamed).
     pub fn write_loose_durable(&self, id: &ObjectId, kind: Kind, data: &[u8]) -> GitResult<()> {
-        if self.path_of(id).is_file() {
-            return Ok(());
-        }
-        let (tmp, file) = self.temp_file()?;
-        let written = (|| -> io::Result<()> {
-            let mut encoder = ZlibEncoder::new(io::BufWriter::new(file), Compression::fast());
-            encoder.write_all(format!("{} {}\0", kind.name(), data.len()).as_bytes())?;
-            encoder.write_all(data)?;
-            let file = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
-            file.sync_all()
-        })();
-        self.commit_temp(tmp, id, written)?;
-        let dir = self.path_of(id);
-        if let Some(dir) = dir.parent() {
+        self.write_loose(kind, data, id)?;
+        let target = self.path_of(id);
+        let synced = File::open(&target).and_then(|file| file.sync_all());
+        synced.map_err(|e| GitError::io(&target, e))?;
+        if let Some(dir) = target.parent() {
             File::open(dir)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| GitError::io(dir, e))?;

@@ -468,14 +468,17 @@ pub fn rewrite(
     }
     // What the new pack and its index take is not freed (black-box: gc reported the whole old pack).
     if let Some(pack) = written.filter(|pack| sources.iter().all(|s| &s.pack != pack)) {
-        let new = OwnPack {
-            size: fs::metadata(&pack).map_or(0, |m| m.len()),
-            pack,
-        };
-        let index = fs::metadata(new.idx()).map_or(0, |m| m.len());
-        report.bytes_freed = report.bytes_freed.saturating_sub(new.size + index);
+        report.bytes_freed = report.bytes_freed.saturating_sub(size_on_disk(&pack));
     }
     Ok(report)
+}
+
+/// The bytes a pack and its index take.
+pub fn size_on_disk(pack: &Path) -> u64 {
+    [pack.to_path_buf(), pack.with_extension("idx")]
+        .iter()
+        .map(|file| fs::metadata(file).map_or(0, |m| m.len()))
+        .sum()
 }
 
 /// Removes a file; its size, or `None` when it was not there.

@@ -345,7 +345,8 @@ fn remove_if_gone(
     }
     let store = Store::locked(dir.to_path_buf(), worktree.to_path_buf(), lock);
     // Ids it returned since then, or a log cut beyond then (which may have held some): kept.
-    if !store.returned_since(since_ms)?.is_empty() || store.returned_cut()? > since_ms {
+    let returned = store.read_returned()?;
+    if !returned.since(since_ms).is_empty() || returned.cut > since_ms {
         return Ok(None);
     }
     let report = GcReport {
@@ -635,16 +636,6 @@ impl Store {
             .map_err(|e| GitError::io(&path, e))
     }
 
-    /// The ids returned at or after `since_ms`.
-    pub fn returned_since(&self, since_ms: u64) -> GitResult<Vec<ObjectId>> {
-        Ok(self.read_returned()?.since(since_ms))
-    }
-
-    /// The time just after the newest line a gc cut from the returned log (0: none was).
-    pub fn returned_cut(&self) -> GitResult<u64> {
-        Ok(self.read_returned()?.cut)
-    }
-
     /// For gc, which holds the lock: the ids returned at or after `since_ms`, and the log rewritten without
     /// the lines older than both `since_ms` and `RETURNED_KEPT_MS` (it notes, as `cut`, the time just after
     /// the newest line it dropped). Another gc may have read the database's references before this one cut
@@ -664,17 +655,19 @@ impl Store {
         }
         let ids = log.since(since_ms);
         let keep_from = since_ms.min(now_ms().saturating_sub(RETURNED_KEPT_MS));
-        let mut cut = log.cut;
-        let mut text = String::new();
-        for (time, id) in &log.lines {
-            if *time >= keep_from {
-                text.push_str(&format!("{time} {id}\n"));
-            } else {
-                cut = cut.max(time + 1);
-            }
-        }
-        if cut > 0 {
-            text.insert_str(0, &format!("{RETURNED_CUT}{cut}\n"));
+        let Some(newest_cut) = log
+            .lines
+            .iter()
+            .map(|(time, _)| *time)
+            .filter(|time| *time < keep_from)
+            .max()
+        else {
+            // Nothing to cut: the log stays as it is.
+            return Ok(ids);
+        };
+        let mut text = format!("{RETURNED_CUT}{}\n", log.cut.max(newest_cut + 1));
+        for (time, id) in log.lines.iter().filter(|(time, _)| *time >= keep_from) {
+            text.push_str(&format!("{time} {id}\n"));
         }
         write_atomically(&self.rewind_path("returned"), text.as_bytes())?;
         Ok(ids)

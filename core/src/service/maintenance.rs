@@ -279,27 +279,19 @@ impl Rewind {
         for directory in directories {
             let (keep, from) = match self.keep_of(&directory).await {
                 Ok(keep) => keep,
-                Err(Error::Busy { message, .. }) => {
-                    summary.worktrees.push(WorktreeGc {
-                        directory,
-                        kept_snapshots: 0,
-                        report: None,
-                        // The refusal already says to try again (black-box: the line said it twice).
-                        error: Some(message),
-                        store_removed: false,
-                    });
-                    continue;
-                }
-                // What this worktree's references could not be read for (a damaged row of its own) leaves
-                // it uncollected, and the others are collected (review: one damaged intent stopped gc).
+                // Busy, the worktree is left for the next gc (the refusal says to try again); a worktree
+                // whose references cannot be read (a damaged row of its own) is left uncollected, and the
+                // others are collected (review: one damaged intent stopped gc).
                 Err(error) => {
+                    let error = match error {
+                        Error::Busy { message, .. } => message,
+                        other => format!("what its sessions refer to cannot be read: {other}"),
+                    };
                     summary.worktrees.push(WorktreeGc {
                         directory,
                         kept_snapshots: 0,
                         report: None,
-                        error: Some(format!(
-                            "what its sessions refer to cannot be read: {error}"
-                        )),
+                        error: Some(error),
                         store_removed: false,
                     });
                     continue;
