@@ -38,6 +38,9 @@ pub fn gc(
     let cache_path = store.stat_cache_path();
     let cache = StatCache::load_for_gc(&cache_path)?;
     roots.extend(cache.tree);
+    // The file's own tree too, while a side file changes it: were the side file lost, the file's entries
+    // would be trusted again.
+    roots.extend(cache.since_file.as_ref().and_then(|since| since.file_tree));
     let mut reachable: HashSet<ObjectId> = cache.entries.values().map(|e| e.id).collect();
     cache.keep(&cache_path);
     let mut live_roots = HashSet::new();

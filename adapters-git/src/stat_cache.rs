@@ -33,6 +33,11 @@ use crate::tree::{self, Mode, mark_dirty, write_dirty};
 /// with its own rules (a cache of 6 left it out, and would apply the enclosing rules there while the
 /// directory stays unchanged).
 const MAGIC: &[u8] = b"RWSTAT7\n";
+/// The side file's format (see `SinceFile`).
+const SIDE_MAGIC: &[u8] = b"RWSIDE1\n";
+/// The side file grows with every operation until the next whole save; past this share of the entries,
+/// the operation writes the whole file instead.
+const SIDE_SHARE: usize = 4;
 /// The fewest bytes an entry takes in the file: two one-byte lengths, an empty path, the mode, size, two
 /// times, inode, device and blob id.
 const MIN_ENTRY_BYTES: usize = 2 + 1 + 8 + 8 + 8 + 8 + 8 + 20;
@@ -188,6 +193,26 @@ pub struct StatCache {
     pub dirs: HashMap<String, ObjectId>,
     /// The listing of every directory the last walk entered (`""` is the root, others end in `/`).
     pub listings: HashMap<String, Listing>,
+    /// What reverts and restores changed since the cache file was last written whole, when they were
+    /// written to its side file instead (`generation` is then the side file's).
+    pub since_file: Option<SinceFile>,
+}
+
+/// The paths and directories a revert or restore changed in the cache since its file was last written
+/// whole: the side file (`side_path`) holds their entries and tree ids as they are now, and the tree, so
+/// the operation writes what it changed rather than every entry (9 MB at 100,000 files). A load applies
+/// the side file when it names the file's generation; a whole save removes it.
+#[derive(Clone, Debug, Default)]
+pub struct SinceFile {
+    /// The generation of the cache file the side file applies to.
+    file_generation: u64,
+    /// That file's tree. gc keeps it as well: were the side file lost, the file's entries would be
+    /// trusted again, and their blobs are reached from it.
+    pub file_tree: Option<ObjectId>,
+    /// The entry paths changed since (written, replaced or removed).
+    paths: HashSet<String>,
+    /// The directories whose tree ids changed since (set or removed).
+    dirs: HashSet<String>,
 }
 
 impl StatCache {
@@ -252,6 +277,11 @@ impl StatCache {
         let same_paths = changes
             .iter()
             .all(|(changed, after)| after.is_some() && cache.entries.contains_key(changed));
+        let mut since = cache.since_file.take().unwrap_or_else(|| SinceFile {
+            file_generation: cache.generation,
+            file_tree: cache.tree,
+            ..SinceFile::default()
+        });
         let mut dirty = HashSet::new();
         let mut replaced_dirs = Vec::new();
         for (changed, after) in changes {
@@ -259,8 +289,10 @@ impl StatCache {
             for (i, _) in changed.match_indices('/') {
                 if cache.entries.remove(&changed[..i]).is_some() {
                     mark_dirty(&mut dirty, &changed[..i]);
+                    since.paths.insert(changed[..i].to_owned());
                 }
             }
+            since.paths.insert(changed.clone());
             match after {
                 Some((stat, id)) => {
                     if cache.dirs.contains_key(changed.as_str()) {
@@ -288,6 +320,7 @@ impl StatCache {
                     .any(|dir| entry.starts_with(dir.as_str()));
                 if below {
                     mark_dirty(&mut dirty, entry);
+                    since.paths.insert(entry.to_owned());
                 }
                 !below
             });
@@ -295,7 +328,9 @@ impl StatCache {
         match edited {
             Some((base, applied)) if same_paths && cache.tree == Some(base) => {
                 for (dir, id) in tree::dir_ids(&store.odb, &applied, &dirty)? {
-                    cache.dirs.insert(dir, id);
+                    if cache.dirs.insert(dir.clone(), id) != Some(id) {
+                        since.dirs.insert(dir);
+                    }
                 }
                 cache.tree = Some(applied);
             }
@@ -309,14 +344,30 @@ impl StatCache {
                 let (tree, dirs) = store
                     .odb
                     .batched(|| write_dirty(&store.odb, files, &cache.dirs, &dirty))?;
+                for (dir, id) in &cache.dirs {
+                    if dirs.get(dir) != Some(id) {
+                        since.dirs.insert(dir.clone());
+                    }
+                }
+                since.dirs.extend(
+                    dirs.keys()
+                        .filter(|d| !cache.dirs.contains_key(*d))
+                        .cloned(),
+                );
                 cache.tree = Some(tree);
                 cache.dirs = dirs;
             }
         }
         // Written, not only kept in memory: gc (in any process) keeps the file's tree and everything under
         // it, and the next track may return this tree as the snapshot. A cache held only in memory names
-        // trees another process's gc would collect once they are older than its grace period.
-        cache.save(&path)
+        // trees another process's gc would collect once they are older than its grace period. What changed
+        // goes to the side file while it stays a small share of the entries.
+        if (since.paths.len() + since.dirs.len()) * SIDE_SHARE <= cache.entries.len() {
+            cache.since_file = Some(since);
+            cache.save_side(&path)
+        } else {
+            cache.save(&path)
+        }
     }
 
     /// The copy kept in memory, when the file still holds its generation.
@@ -356,7 +407,7 @@ impl StatCache {
             return Ok(cache);
         }
         match fs::read(path) {
-            Ok(bytes) => Ok(parse(bytes).unwrap_or_default()),
+            Ok(bytes) => Ok(parse_with_side(path, bytes).unwrap_or_default()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StatCache::default()),
             Err(e) => Err(GitError::io(path, e)),
         }
@@ -369,7 +420,10 @@ impl StatCache {
         if let Some(cache) = StatCache::remembered(path) {
             return (cache, None);
         }
-        match fs::read(path).ok().and_then(parse_deferred) {
+        match fs::read(path)
+            .ok()
+            .and_then(|data| parse_deferred_with_side(path, data))
+        {
             Some((cache, pending)) => (cache, Some(pending)),
             None => (StatCache::default(), None),
         }
@@ -394,33 +448,21 @@ impl StatCache {
     /// `save`, with the entries and listings already encoded (`Encoded::of` of this cache's own), so a
     /// track can encode them on another thread while it writes its trees.
     pub fn save_encoded(mut self, path: &Path, encoded: Encoded) -> GitResult<()> {
-        self.generation = loop {
-            let generation = crate::odb::random_u64();
-            if generation != 0 {
-                break generation;
-            }
-        };
+        self.generation = new_generation();
         let mut data = Vec::with_capacity(
             64 + encoded.entries.len() + self.dirs.len() * 64 + encoded.listings.len(),
         );
         data.extend_from_slice(MAGIC);
         data.extend_from_slice(&self.generation.to_le_bytes());
         data.extend_from_slice(&self.started_ns.to_le_bytes());
-        match &self.tree {
-            Some(id) => {
-                data.push(1);
-                data.extend_from_slice(id.as_bytes());
-            }
-            None => data.push(0),
-        }
+        put_tree(&mut data, self.tree.as_ref());
         data.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
         // The entries' length in bytes follows, so a reader can parse the rest first (see `load_deferred`).
         data.extend_from_slice(&(encoded.entries.len() as u64).to_le_bytes());
         data.extend_from_slice(&encoded.entries);
         data.extend_from_slice(&(self.dirs.len() as u64).to_le_bytes());
         for (dir, id) in &self.dirs {
-            put_varint(&mut data, dir.len() as u64);
-            data.extend_from_slice(dir.as_bytes());
+            put_string(&mut data, dir);
             data.extend_from_slice(id.as_bytes());
         }
         data.extend_from_slice(&(self.listings.len() as u64).to_le_bytes());
@@ -428,8 +470,161 @@ impl StatCache {
         let sum = crc32fast::hash(&data);
         data.extend_from_slice(&sum.to_le_bytes());
         crate::store::write_atomically(path, &data)?;
+        // The side file names the file's old generation: it no longer applies, and goes.
+        self.since_file = None;
+        let _ = fs::remove_file(side_path(path));
         remember(path, self);
         Ok(())
+    }
+
+    /// Writes what changed since the file was written whole (`since_file`) to the side file, with a new
+    /// generation, and keeps the cache in memory for the next load.
+    fn save_side(mut self, path: &Path) -> GitResult<()> {
+        let Some(since) = &self.since_file else {
+            return self.save(path);
+        };
+        let generation = new_generation();
+        let mut data = Vec::with_capacity(64 + (since.paths.len() + since.dirs.len()) * 96);
+        data.extend_from_slice(SIDE_MAGIC);
+        data.extend_from_slice(&since.file_generation.to_le_bytes());
+        data.extend_from_slice(&generation.to_le_bytes());
+        put_tree(&mut data, self.tree.as_ref());
+        put_tree(&mut data, since.file_tree.as_ref());
+        data.extend_from_slice(&(since.paths.len() as u64).to_le_bytes());
+        for changed in &since.paths {
+            put_string(&mut data, changed);
+            match self.entries.get(changed) {
+                Some(entry) => {
+                    data.push(1);
+                    put_entry(&mut data, entry);
+                }
+                None => data.push(0),
+            }
+        }
+        data.extend_from_slice(&(since.dirs.len() as u64).to_le_bytes());
+        for dir in &since.dirs {
+            put_string(&mut data, dir);
+            put_tree(&mut data, self.dirs.get(dir));
+        }
+        let sum = crc32fast::hash(&data);
+        data.extend_from_slice(&sum.to_le_bytes());
+        crate::store::write_atomically(&side_path(path), &data)?;
+        self.generation = generation;
+        remember(path, self);
+        Ok(())
+    }
+}
+
+/// The side file of the cache file at `path` (see `SinceFile`).
+fn side_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".applied");
+    path.with_file_name(name)
+}
+
+/// A new generation: random, never 0.
+fn new_generation() -> u64 {
+    loop {
+        let generation = crate::odb::random_u64();
+        if generation != 0 {
+            return generation;
+        }
+    }
+}
+
+/// What a side file holds.
+struct Side {
+    generation: u64,
+    tree: Option<ObjectId>,
+    file_tree: Option<ObjectId>,
+    entries: Vec<(String, Option<CacheEntry>)>,
+    dirs: Vec<(String, Option<ObjectId>)>,
+}
+
+impl Side {
+    /// The side file of the cache file at `path`, when there is one that parses, verifies and applies to
+    /// the file's generation `file_generation`; anything else is ignored (the file's cache stands alone).
+    fn read(path: &Path, file_generation: u64) -> Option<Side> {
+        let data = fs::read(side_path(path)).ok()?;
+        let body_length = data.len().checked_sub(4)?;
+        let (body, sum) = data.split_at(body_length);
+        if crc32fast::hash(body).to_le_bytes() != sum {
+            return None;
+        }
+        let mut r = Reader(body.strip_prefix(SIDE_MAGIC)?);
+        if r.u64()? != file_generation {
+            return None;
+        }
+        let generation = r.u64()?;
+        let tree = r.tree()?;
+        let file_tree = r.tree()?;
+        let count = r.u64()?;
+        // Each takes at least two bytes: a larger count is refused before anything is sized by it.
+        if count > (r.0.len() / 2) as u64 {
+            return None;
+        }
+        let mut entries = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let changed = r.string()?;
+            let entry = match r.take(1)?[0] {
+                0 => None,
+                1 => Some(r.entry()?),
+                _ => return None,
+            };
+            entries.push((changed, entry));
+        }
+        let count = r.u64()?;
+        if count > (r.0.len() / 2) as u64 {
+            return None;
+        }
+        let mut dirs = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            dirs.push((r.string()?, r.tree()?));
+        }
+        r.0.is_empty().then_some(Side {
+            generation,
+            tree,
+            file_tree,
+            entries,
+            dirs,
+        })
+    }
+
+    /// Applies all but the entries to `cache`, the file's, and returns the entries to apply.
+    fn apply(self, cache: &mut StatCache) -> Vec<(String, Option<CacheEntry>)> {
+        let mut since = SinceFile {
+            file_generation: cache.generation,
+            file_tree: self.file_tree,
+            ..SinceFile::default()
+        };
+        for (dir, id) in self.dirs {
+            match id {
+                Some(id) => cache.dirs.insert(dir.clone(), id),
+                None => cache.dirs.remove(&dir),
+            };
+            since.dirs.insert(dir);
+        }
+        since
+            .paths
+            .extend(self.entries.iter().map(|(changed, _)| changed.clone()));
+        cache.generation = self.generation;
+        cache.tree = self.tree;
+        cache.since_file = Some(since);
+        self.entries
+    }
+}
+
+/// Sets or removes each of `changes` in `entries`.
+fn apply_entries(entries: &mut PathMap<CacheEntry>, changes: &[(String, Option<CacheEntry>)]) {
+    for (changed, entry) in changes {
+        match entry {
+            Some(entry) => {
+                entries.insert(changed, *entry);
+            }
+            None => {
+                entries.remove(changed);
+            }
+        }
     }
 }
 
@@ -455,18 +650,7 @@ impl Encoded {
             put_varint(&mut data, (path.len() - shared) as u64);
             data.extend_from_slice(&path.as_bytes()[shared..]);
             previous = path;
-            data.push(match entry.stat.mode {
-                Mode::File => 0,
-                Mode::Exec => 1,
-                Mode::Link => 2,
-                Mode::Tree => 3,
-            });
-            data.extend_from_slice(&entry.stat.size.to_le_bytes());
-            put_time(&mut data, entry.stat.mtime_ns);
-            put_time(&mut data, entry.stat.ctime_ns);
-            data.extend_from_slice(&entry.stat.ino.to_le_bytes());
-            data.extend_from_slice(&entry.stat.dev.to_le_bytes());
-            data.extend_from_slice(entry.id.as_bytes());
+            put_entry(&mut data, entry);
         }
         let names: usize = listings.values().map(|l| l.entries.len()).sum();
         let mut encoded_listings = Vec::with_capacity(listings.len() * 64 + names * 24);
@@ -504,6 +688,8 @@ pub struct PendingEntries {
     start: usize,
     end: usize,
     count: u64,
+    /// The side file's entries, applied after the file's.
+    side: Vec<(String, Option<CacheEntry>)>,
 }
 
 impl PendingEntries {
@@ -515,15 +701,26 @@ impl PendingEntries {
     /// The entries; none when they do not parse (the file is then not to be trusted at all).
     pub fn parse(&self) -> Option<PathMap<CacheEntry>> {
         let mut r = Reader(&self.data[self.start..self.end]);
-        let entries = parse_entries(&mut r, self.count)?;
+        let mut entries = parse_entries(&mut r, self.count)?;
+        apply_entries(&mut entries, &self.side);
         r.0.is_empty().then_some(entries)
     }
 }
 
-fn parse(data: Vec<u8>) -> Option<StatCache> {
-    let (mut cache, pending) = parse_deferred(data)?;
+/// The cache the file at `path` holds, with its side file applied (see `SinceFile`).
+fn parse_with_side(path: &Path, data: Vec<u8>) -> Option<StatCache> {
+    let (mut cache, pending) = parse_deferred_with_side(path, data)?;
     cache.entries = pending.parse()?;
     Some(cache)
+}
+
+/// `parse_deferred`, with the side file of the file at `path` applied (its entries when they are parsed).
+fn parse_deferred_with_side(path: &Path, data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
+    let (mut cache, mut pending) = parse_deferred(data)?;
+    if let Some(side) = Side::read(path, cache.generation) {
+        pending.side = side.apply(&mut cache);
+    }
+    Some((cache, pending))
 }
 
 /// Checks the file and parses all but its entries.
@@ -602,6 +799,7 @@ fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
         entries: PathMap::default(),
         dirs,
         listings,
+        since_file: None,
     };
     let end = start + length;
     Some((
@@ -611,6 +809,7 @@ fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
             start,
             end,
             count,
+            side: Vec::new(),
         },
     ))
 }
@@ -627,33 +826,33 @@ fn parse_entries(r: &mut Reader<'_>, count: u64) -> Option<PathMap<CacheEntry>> 
         }
         path.truncate(shared);
         path.extend_from_slice(r.take(rest)?);
-        let mode = match r.take(1)?[0] {
-            0 => Mode::File,
-            1 => Mode::Exec,
-            2 => Mode::Link,
-            _ => return None,
-        };
-        let stat = Stat {
-            mode,
-            size: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
-            mtime_ns: r.time()?,
-            ctime_ns: r.time()?,
-            ino: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
-            dev: u64::from_le_bytes(r.take(8)?.try_into().ok()?),
-        };
-        let id = ObjectId::try_from(r.take(20)?).ok()?;
-        entries.push_new(std::str::from_utf8(&path).ok()?, CacheEntry { stat, id });
+        let entry = r.entry()?;
+        entries.push_new(std::str::from_utf8(&path).ok()?, entry);
     }
     Some(entries)
 }
 
-/// The generation a cache file starts with, read without reading the rest.
+/// The generation of the cache the file at `path` holds, read without reading the rest: the one its side
+/// file starts with when that applies to the file's generation, the file's own otherwise.
 fn file_generation(path: &Path) -> Option<u64> {
-    let mut head = [0u8; 16];
+    let [generation] = read_head(path, MAGIC)?;
+    match read_head(&side_path(path), SIDE_MAGIC) {
+        Some([base, side]) if base == generation => Some(side),
+        _ => Some(generation),
+    }
+}
+
+/// The first `N` little-endian u64 numbers after `magic` in the file at `path`.
+fn read_head<const N: usize>(path: &Path, magic: &[u8]) -> Option<[u64; N]> {
+    let mut head = vec![0u8; magic.len() + 8 * N];
     let mut file = fs::File::open(path).ok()?;
-    std::io::Read::read_exact(&mut file, &mut head[..MAGIC.len() + 8]).ok()?;
-    let (magic, generation) = head[..MAGIC.len() + 8].split_at(MAGIC.len());
-    (magic == MAGIC).then(|| u64::from_le_bytes(generation.try_into().unwrap_or_default()))
+    std::io::Read::read_exact(&mut file, &mut head).ok()?;
+    let numbers = head.strip_prefix(magic)?;
+    let mut out = [0u64; N];
+    for (n, bytes) in out.iter_mut().zip(numbers.chunks_exact(8)) {
+        *n = u64::from_le_bytes(bytes.try_into().ok()?);
+    }
+    Some(out)
 }
 
 fn remember(path: &Path, cache: StatCache) {
@@ -671,6 +870,39 @@ fn put_varint(data: &mut Vec<u8>, mut n: u64) {
         n >>= 7;
     }
     data.push(n as u8);
+}
+
+/// Appends a string after its varint length.
+fn put_string(data: &mut Vec<u8>, text: &str) {
+    put_varint(data, text.len() as u64);
+    data.extend_from_slice(text.as_bytes());
+}
+
+/// Appends a tree id after a byte saying whether there is one.
+fn put_tree(data: &mut Vec<u8>, id: Option<&ObjectId>) {
+    match id {
+        Some(id) => {
+            data.push(1);
+            data.extend_from_slice(id.as_bytes());
+        }
+        None => data.push(0),
+    }
+}
+
+/// Appends an entry but its path: mode, size, the two times, inode, device and blob id.
+fn put_entry(data: &mut Vec<u8>, entry: &CacheEntry) {
+    data.push(match entry.stat.mode {
+        Mode::File => 0,
+        Mode::Exec => 1,
+        Mode::Link => 2,
+        Mode::Tree => 3,
+    });
+    data.extend_from_slice(&entry.stat.size.to_le_bytes());
+    put_time(data, entry.stat.mtime_ns);
+    put_time(data, entry.stat.ctime_ns);
+    data.extend_from_slice(&entry.stat.ino.to_le_bytes());
+    data.extend_from_slice(&entry.stat.dev.to_le_bytes());
+    data.extend_from_slice(entry.id.as_bytes());
 }
 
 /// Appends a time in nanoseconds as 8 bytes. A time outside that range (after 2262) is written as the
@@ -714,6 +946,39 @@ impl<'a> Reader<'a> {
     fn string(&mut self) -> Option<String> {
         let len = usize::try_from(self.varint()?).ok()?;
         String::from_utf8(self.take(len)?.to_vec()).ok()
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    /// `put_tree`'s: the outer `None` when it does not parse.
+    fn tree(&mut self) -> Option<Option<ObjectId>> {
+        match self.take(1)?[0] {
+            0 => Some(None),
+            1 => Some(Some(ObjectId::try_from(self.take(20)?).ok()?)),
+            _ => None,
+        }
+    }
+
+    /// `put_entry`'s.
+    fn entry(&mut self) -> Option<CacheEntry> {
+        let mode = match self.take(1)?[0] {
+            0 => Mode::File,
+            1 => Mode::Exec,
+            2 => Mode::Link,
+            _ => return None,
+        };
+        let stat = Stat {
+            mode,
+            size: self.u64()?,
+            mtime_ns: self.time()?,
+            ctime_ns: self.time()?,
+            ino: self.u64()?,
+            dev: self.u64()?,
+        };
+        let id = ObjectId::try_from(self.take(20)?).ok()?;
+        Some(CacheEntry { stat, id })
     }
 }
 
@@ -853,7 +1118,7 @@ mod tests {
         let path = dir.path().join("stat-cache");
         cache.clone().save(&path).expect("save");
         let data = fs::read(&path).expect("read");
-        let loaded = parse(data).expect("parse");
+        let loaded = parse_with_side(&path, data).expect("parse");
         let order: Vec<&str> = loaded.entries.iter().map(|(p, _)| p).collect();
         assert_eq!(order, [&paths[..], &["future"]].concat());
         for (at, path) in paths.iter().enumerate() {
@@ -1049,7 +1314,7 @@ mod tests {
         // is: still the tree of its entries, and the next track finds the worktree.
         let on_disk = fs::read(store.stat_cache_path()).expect("read the cache file");
         assert_eq!(
-            parse(on_disk.clone()).and_then(|c| c.tree),
+            parse_with_side(&store.stat_cache_path(), on_disk).and_then(|c| c.tree),
             Some(expected),
             "the taught cache is written"
         );
@@ -1072,5 +1337,135 @@ mod tests {
             now, want,
             "d0/f0.txt is back as it was, d1/f1.txt still deleted"
         );
+    }
+
+    /// A revert or restore of a few files of many writes only what it changed, to the side file; the file
+    /// itself stays as the track wrote it. A process that reads the cache from disk (the side file applied)
+    /// finds what the one that taught it holds in memory, and gc keeps the file's tree as well. A whole save
+    /// removes the side file; one that does not verify, or names another generation, is ignored.
+    #[test]
+    fn a_few_changed_files_are_written_beside_the_cache_file() {
+        use crate::config::{ExcludesFile, GitStoreConfig};
+        use crate::store::Store;
+        use rewind_core::model::{RelPath, SnapshotPatch};
+        use std::collections::BTreeMap;
+
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let wt = temp.path().join("wt");
+        let write = |rel: &str, text: &str| {
+            let path = wt.join(rel);
+            fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            fs::write(path, text).expect("write");
+        };
+        for i in 0..60 {
+            write(&format!("d{}/f{i}.txt", i % 6), &format!("{i}\n"));
+        }
+        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
+        config.excludes_file = ExcludesFile::None;
+        let store = Store::open(&config, &wt).expect("open the store");
+        let cache_path = store.stat_cache_path();
+        let side = side_path(&cache_path);
+        let first = crate::track::track(&store, &config).expect("track").id;
+        write("d0/f0.txt", "edited\n");
+        write("d1/f1.txt", "edited\n");
+        let second = crate::track::track(&store, &config).expect("track").id;
+        assert!(!side.exists(), "a track writes the whole file");
+        let file_bytes = fs::read(&cache_path).expect("read the cache file");
+
+        type Seen = (
+            Option<ObjectId>,
+            BTreeMap<String, CacheEntry>,
+            BTreeMap<String, ObjectId>,
+        );
+        let seen = |cache: &StatCache| -> Seen {
+            let entries = cache
+                .entries
+                .iter()
+                .map(|(path, entry)| (path.to_owned(), *entry))
+                .collect();
+            let dirs = cache.dirs.clone().into_iter().collect();
+            (cache.tree, entries, dirs)
+        };
+        // What this process holds, then what a process that reads the files finds.
+        let in_memory_and_on_disk = || -> (Seen, Seen, StatCache) {
+            let cache = StatCache::load(&cache_path);
+            let held = seen(&cache);
+            drop(cache);
+            let read = StatCache::load(&cache_path);
+            let from_disk = seen(&read);
+            (held, from_disk, read)
+        };
+
+        let files: Vec<RelPath> = ["d0/f0.txt", "d1/f1.txt"]
+            .into_iter()
+            .map(|p| RelPath::new(p).expect("a path"))
+            .collect();
+        let patch = SnapshotPatch {
+            hash: crate::apply::snapshot_id(&first).expect("an id"),
+            files: files.clone(),
+        };
+        crate::apply::revert(&store, &config, &[patch], &second, || true).expect("revert");
+        assert!(side.exists(), "the side file is written");
+        assert_eq!(
+            fs::read(&cache_path).expect("read the cache file"),
+            file_bytes,
+            "the file is not"
+        );
+        let (held, from_disk, read) = in_memory_and_on_disk();
+        assert_eq!(held.0, Some(first), "taught: the tree gone back to");
+        assert_eq!(from_disk, held, "read from disk: the same cache");
+        let since = read.since_file.clone().expect("read with its side file");
+        assert_eq!(since.file_tree, Some(second), "gc keeps the file's tree");
+        assert_eq!(
+            since.paths,
+            ["d0/f0.txt", "d1/f1.txt"].map(str::to_owned).into(),
+            "only what changed"
+        );
+        let for_gc = StatCache::load_for_gc(&cache_path).expect("load for gc");
+        assert_eq!(for_gc.since_file.and_then(|s| s.file_tree), Some(second));
+        read.keep(&cache_path);
+
+        // A second operation adds to the side file.
+        crate::apply::restore(&store, &config, &second, None, None).expect("restore");
+        let (held, from_disk, read) = in_memory_and_on_disk();
+        assert_eq!(held.0, Some(second));
+        assert_eq!(from_disk, held);
+        assert_eq!(
+            fs::read(&cache_path).expect("read the cache file"),
+            file_bytes,
+            "the file is still as the track wrote it"
+        );
+        drop(read);
+
+        // A side file that does not verify is ignored: the file's cache, and its tree, stand alone.
+        let mut data = fs::read(&side).expect("read the side file");
+        let last = data.len() - 5;
+        data[last] ^= 0xff;
+        fs::write(&side, &data).expect("corrupt the side file");
+        let (_, from_disk, read) = in_memory_and_on_disk();
+        assert!(read.since_file.is_none());
+        assert_eq!(from_disk.0, Some(second));
+        data[last] ^= 0xff;
+        // One naming another generation of the file is ignored too.
+        data[SIDE_MAGIC.len()] ^= 0xff;
+        let sum = crc32fast::hash(&data[..data.len() - 4]);
+        let at = data.len() - 4;
+        data[at..].copy_from_slice(&sum.to_le_bytes());
+        fs::write(&side, &data).expect("write a side file of another generation");
+        assert!(StatCache::load(&cache_path).since_file.is_none());
+
+        // Put back as written, a whole save (a track that finds a change) removes it.
+        data[SIDE_MAGIC.len()] ^= 0xff;
+        let sum = crc32fast::hash(&data[..data.len() - 4]);
+        data[at..].copy_from_slice(&sum.to_le_bytes());
+        fs::write(&side, &data).expect("restore the side file");
+        assert!(StatCache::load(&cache_path).since_file.is_some());
+        write("d2/new.txt", "new\n");
+        let third = crate::track::track(&store, &config).expect("track").id;
+        assert!(!side.exists(), "a whole save removes the side file");
+        let (held, from_disk, read) = in_memory_and_on_disk();
+        assert!(read.since_file.is_none());
+        assert_eq!(held.0, Some(third));
+        assert_eq!(from_disk, held);
     }
 }

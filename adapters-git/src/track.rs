@@ -841,6 +841,7 @@ fn finish(
         entries,
         dirs,
         listings,
+        since_file: None,
     };
     // A thread that panicked encoded nothing: this one does it.
     let encoded = encoded.unwrap_or_else(|| Encoded::of(&cache.entries, &cache.listings));
