@@ -2167,45 +2167,59 @@ const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this r
 fn changed_after_track(
     store: &Store,
     config: &GitStoreConfig,
-    current: &TrackedNow<'_>,
     actions: &[FileAction],
     base: &ObjectId,
 ) -> GitResult<(HashSet<String>, Expected)> {
+    let root = Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
+    let targets: Vec<&str> = actions
+        .iter()
+        .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
+        .map(|a| a.path.as_str())
+        .collect();
+    // Each target is looked at through a handle on its directory, opened beneath the worktree without
+    // following a symlink, several at a time (the work is the kernel's path walks).
+    let looked = crate::track::parallel_map_on(
+        &targets,
+        crate::track::worker_threads(),
+        64,
+        || (),
+        |(), path| -> GitResult<Looked> {
+            let (dir, name) = beneath::split(path);
+            let fd = match root.dir(dir) {
+                Ok(fd) => fd,
+                // A path below a symlink or a file (or a directory gone) is not looked at: the writing
+                // replaces or keeps what stands there, and nothing is read through a symlink.
+                Err(e) if beneath::moved(&e) => return Ok(Looked::Below),
+                Err(e) => return Err(GitError::io(&store.worktree.join(path), e)),
+            };
+            match beneath::lstat_at(&fd, name) {
+                Ok(st) => Ok(Stat::of_rustix(&st).map_or(Looked::Other, Looked::File)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Looked::Absent),
+                Err(e) => Err(GitError::io(&store.worktree.join(path), e)),
+            }
+        },
+    )?;
     let mut base_tree = LazyTree::new(&store.odb, *base);
     let mut suspects: Vec<(String, Option<Entry>)> = Vec::new();
     let mut expected = HashMap::new();
     StatCache::peek(&store.stat_cache_path(), |cache| -> GitResult<()> {
         let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
-        for action in actions
-            .iter()
-            .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
-        {
-            let path = action.path.as_str();
-            // A path below a symlink or a file is not looked at: the writing replaces or keeps what stands
-            // there, and nothing is read through a symlink.
-            if !parents_are_real_dirs(current, path)? {
-                continue;
-            }
-            let abs = store.worktree.join(path);
-            let meta = match fs::symlink_metadata(&abs) {
-                Ok(meta) => meta,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        for (path, looked) in targets.iter().zip(looked) {
+            let stat = match looked {
+                Looked::Below | Looked::Other => continue,
+                Looked::Absent => {
                     // Made after this look, a file there would be new content: left alone, not overwritten.
-                    expected.insert(path.to_owned(), None);
+                    expected.insert((*path).to_owned(), None);
                     continue;
                 }
-                Err(e) => return Err(GitError::io(&abs, e)),
+                Looked::File(stat) => stat,
             };
-            let Some(mode) = Mode::of_file(&meta) else {
-                continue;
-            };
-            let stat = Stat::of(&meta, mode);
-            expected.insert(path.to_owned(), Some(stat));
+            expected.insert((*path).to_owned(), Some(stat));
             let as_recorded = recorded
                 .and_then(|entries| entries.get(path))
                 .is_some_and(|entry| entry.stat == stat);
             if !as_recorded {
-                suspects.push((path.to_owned(), base_tree.get(path)?));
+                suspects.push(((*path).to_owned(), base_tree.get(path)?));
             }
         }
         Ok(())
@@ -2221,6 +2235,18 @@ fn changed_after_track(
         },
     )?;
     Ok((edited.into_iter().flatten().collect(), expected))
+}
+
+/// What a revert's target is when `changed_after_track` looks at it.
+enum Looked {
+    /// Below a symlink, a file or a directory that is gone: not looked at.
+    Below,
+    /// Nothing stands there.
+    Absent,
+    /// A directory or another kind of file.
+    Other,
+    /// A file or symlink, with its stat data.
+    File(Stat),
 }
 
 /// The end state a revert's plan predicts, and the tree built from it on another thread.
@@ -2251,7 +2277,7 @@ fn write_planned(
     }
     // From here on every parent is looked at when it is used (the disk may have changed since the plan).
     current.stop_planning();
-    let (edited, expected) = changed_after_track(store, config, &current, actions, base)?;
+    let (edited, expected) = changed_after_track(store, config, actions, base)?;
     let take_predicted = || {
         prediction.applied.recv().map_err(|_| {
             GitError::Other("building the tree the revert leaves stopped unexpectedly".to_owned())
