@@ -69,6 +69,22 @@ fn look(path: &Path) -> GitResult<(OnDisk, Option<Stat>)> {
     }
 }
 
+/// `look` at `name` in directory `dir` (`abs` is its path, for the error).
+fn look_in(dir: &OwnedFd, name: &str, abs: &Path) -> GitResult<(OnDisk, Option<Stat>)> {
+    match beneath::lstat_at(dir, name) {
+        Ok(st) => {
+            let kind = match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+                rustix::fs::FileType::Symlink => OnDisk::Symlink,
+                rustix::fs::FileType::Directory => OnDisk::Dir,
+                _ => OnDisk::File,
+            };
+            Ok((kind, Stat::of_rustix(&st)))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((OnDisk::Absent, None)),
+        Err(e) => Err(GitError::io(abs, e)),
+    }
+}
+
 /// Converts a snapshot id of the core to a git object id.
 pub fn object_id(id: &SnapshotId) -> GitResult<ObjectId> {
     ObjectId::from_hex(id.as_str().as_bytes())
@@ -1194,7 +1210,12 @@ impl<'a> Applier<'a> {
         // parent is not a directory; otherwise from the looks below (each path is looked at once).
         let mut was_tracked = None;
         // Parents: each must be a real directory; a tracked file or symlink standing there is replaced.
-        for (i, _) in path.match_indices('/') {
+        // When the path's directory opens beneath the worktree without following a symlink, each is one
+        // (one path walk, rather than a look at each parent).
+        let (dir_rel, name) = beneath::split(path);
+        let dir = self.root.dir(dir_rel).ok();
+        let parents = if dir.is_some() { "" } else { path };
+        for (i, _) in parents.match_indices('/') {
             let parent = &path[..i];
             let abs = self.abs(parent);
             let (kind, now) = look(&abs)?;
@@ -1248,7 +1269,10 @@ impl<'a> Applier<'a> {
             }
         }
         let abs = self.abs(path);
-        let (kind, mut was) = look(&abs)?;
+        let (kind, mut was) = match &dir {
+            Some(dir) => look_in(dir, name, &abs)?,
+            None => look(&abs)?,
+        };
         let was_tracked = match was_tracked {
             Some(was_tracked) => was_tracked,
             None => self.tracked.contains_below_dirs(path, kind, was)?,
