@@ -170,6 +170,13 @@ fn child(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Writes back everything dirty (untimed) before a timed operation, so neither tool pays for the
+/// write-back of what the other (or the setup) just wrote: git's side writes 100,000 loose objects before
+/// rewind's revert row, and the kernel writes them out meanwhile.
+fn settle() {
+    rustix::fs::sync();
+}
+
 /// This process's peak resident set size in kB, from `/proc/self/status`.
 fn vm_hwm_kb() -> Option<u64> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
@@ -403,7 +410,8 @@ fn print_preamble(temp: &Path, reps: usize) -> Result<()> {
          a child process (peak = largest VmHWM of its children); git timed as whole processes, -c \
          core.autocrlf=false -c core.symlinks=true -c core.longpaths=true, GIT_CONFIG_NOSYSTEM=1, \
          GIT_CONFIG_GLOBAL=/dev/null; git's `init --bare` and seeding are not timed; before the restore row, \
-         a 1.1 s pause (untimed) so the files the revert row's git side wrote are not racy for rewind",
+         a 1.1 s pause (untimed) so the files the revert row's git side wrote are not racy for rewind; before \
+         every timed operation of either tool, a sync (untimed)",
         thousands(LARGE)
     );
     println!(
@@ -730,6 +738,7 @@ impl<'a> Bench<'a> {
                 fs::copy(self.wt.join(".git").join("index"), self.sep.join("index"))
                     .context("copying the worktree's index")?;
             }
+            settle();
             let start = Instant::now();
             self.sep_git(&["add", "--all"])?;
             let tree = self.sep_git(&["write-tree"])?;
@@ -764,6 +773,7 @@ impl<'a> Bench<'a> {
     /// OpenCode's track of an existing snapshot repository: the changed and untracked files, then add and
     /// write-tree. Returns the time and the tree.
     fn git_retrack(&self) -> Result<(Duration, String)> {
+        settle();
         let start = Instant::now();
         self.sep_git(&["diff-files", "--name-only", "-z"])?;
         self.sep_git(&["ls-files", "--others", "--exclude-standard", "-z"])?;
@@ -814,6 +824,7 @@ impl<'a> Bench<'a> {
         }
         for _ in 0..self.reps {
             self.modify(&targets)?;
+            settle();
             let start = Instant::now();
             for batch in targets.chunks(CHECKOUT_BATCH) {
                 let mut args = vec!["checkout", snapshot.tree.as_str(), "--"];
@@ -849,6 +860,7 @@ impl<'a> Bench<'a> {
         for rep in 0..self.reps {
             let targets = pick(self.files.len(), FEW_CHANGES, 5 * rep + 2);
             self.modify(&targets)?;
+            settle();
             let start = Instant::now();
             self.sep_git(&["read-tree", &snapshot.tree])?;
             self.sep_git(&["checkout-index", "-a", "-f"])?;
@@ -862,6 +874,7 @@ impl<'a> Bench<'a> {
 
     /// Runs one rewind operation in a child process.
     fn rewind(&self, op: &str, extra: &[(&str, &OsStr)]) -> Result<ChildReport> {
+        settle();
         let mut command = Command::new(self.exe);
         command
             .arg("child")
