@@ -407,7 +407,10 @@ impl StatCache {
             return Ok(cache);
         }
         match fs::read(path) {
-            Ok(bytes) => Ok(parse_with_side(path, bytes).unwrap_or_default()),
+            Ok(bytes) => {
+                let side = Side::bytes(path).map_err(|e| GitError::io(&side_path(path), e))?;
+                Ok(parse_with_side(bytes, side.as_deref()).unwrap_or_default())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StatCache::default()),
             Err(e) => Err(GitError::io(path, e)),
         }
@@ -420,9 +423,11 @@ impl StatCache {
         if let Some(cache) = StatCache::remembered(path) {
             return (cache, None);
         }
+        // A side file that cannot be read leaves the file's cache alone (exact; the track saves it whole).
+        let side = Side::bytes(path).ok().flatten();
         match fs::read(path)
             .ok()
-            .and_then(|data| parse_deferred_with_side(path, data))
+            .and_then(|data| parse_deferred_with_side(data, side.as_deref()))
         {
             Some((cache, pending)) => (cache, Some(pending)),
             None => (StatCache::default(), None),
@@ -489,7 +494,6 @@ impl StatCache {
         data.extend_from_slice(&since.file_generation.to_le_bytes());
         data.extend_from_slice(&generation.to_le_bytes());
         put_tree(&mut data, self.tree.as_ref());
-        put_tree(&mut data, since.file_tree.as_ref());
         data.extend_from_slice(&(since.paths.len() as u64).to_le_bytes());
         for changed in &since.paths {
             put_string(&mut data, changed);
@@ -536,28 +540,39 @@ fn new_generation() -> u64 {
 struct Side {
     generation: u64,
     tree: Option<ObjectId>,
-    file_tree: Option<ObjectId>,
     entries: Vec<(String, Option<CacheEntry>)>,
     dirs: Vec<(String, Option<ObjectId>)>,
 }
 
 impl Side {
-    /// The side file of the cache file at `path`, when there is one that parses, verifies and applies to
-    /// the file's generation `file_generation`; anything else is ignored (the file's cache stands alone).
-    fn read(path: &Path, file_generation: u64) -> Option<Side> {
-        let data = fs::read(side_path(path)).ok()?;
+    /// The bytes of the side file of the cache file at `path`; none when there is none. One that exists
+    /// and cannot be read is an error: gc would keep less than the process that wrote it holds.
+    fn bytes(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+        match fs::read(side_path(path)) {
+            Ok(data) => Ok(Some(data)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A side file's bytes after its magic, when they verify (checksum) and apply to the file's generation
+    /// `file_generation`: a reader after that generation.
+    fn verified(data: &[u8], file_generation: u64) -> Option<Reader<'_>> {
         let body_length = data.len().checked_sub(4)?;
         let (body, sum) = data.split_at(body_length);
         if crc32fast::hash(body).to_le_bytes() != sum {
             return None;
         }
         let mut r = Reader(body.strip_prefix(SIDE_MAGIC)?);
-        if r.u64()? != file_generation {
-            return None;
-        }
+        (r.u64()? == file_generation).then_some(r)
+    }
+
+    /// The side file `data`, when it parses, verifies and applies to the file's generation
+    /// `file_generation`; anything else is ignored (the file's cache stands alone, and is exact alone).
+    fn parse(data: &[u8], file_generation: u64) -> Option<Side> {
+        let mut r = Side::verified(data, file_generation)?;
         let generation = r.u64()?;
         let tree = r.tree()?;
-        let file_tree = r.tree()?;
         let count = r.u64()?;
         // Each takes at least two bytes: a larger count is refused before anything is sized by it.
         if count > (r.0.len() / 2) as u64 {
@@ -584,7 +599,6 @@ impl Side {
         r.0.is_empty().then_some(Side {
             generation,
             tree,
-            file_tree,
             entries,
             dirs,
         })
@@ -594,7 +608,7 @@ impl Side {
     fn apply(self, cache: &mut StatCache) -> Vec<(String, Option<CacheEntry>)> {
         let mut since = SinceFile {
             file_generation: cache.generation,
-            file_tree: self.file_tree,
+            file_tree: cache.tree,
             ..SinceFile::default()
         };
         for (dir, id) in self.dirs {
@@ -707,17 +721,21 @@ impl PendingEntries {
     }
 }
 
-/// The cache the file at `path` holds, with its side file applied (see `SinceFile`).
-fn parse_with_side(path: &Path, data: Vec<u8>) -> Option<StatCache> {
-    let (mut cache, pending) = parse_deferred_with_side(path, data)?;
+/// The cache a file's bytes `data` hold, with its side file's (`side`) applied (see `SinceFile`).
+fn parse_with_side(data: Vec<u8>, side: Option<&[u8]>) -> Option<StatCache> {
+    let (mut cache, pending) = parse_deferred_with_side(data, side)?;
     cache.entries = pending.parse()?;
     Some(cache)
 }
 
-/// `parse_deferred`, with the side file of the file at `path` applied (its entries when they are parsed).
-fn parse_deferred_with_side(path: &Path, data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
+/// `parse_deferred`, with the side file's bytes `side` applied when they apply (the entries when they are
+/// parsed).
+fn parse_deferred_with_side(
+    data: Vec<u8>,
+    side: Option<&[u8]>,
+) -> Option<(StatCache, PendingEntries)> {
     let (mut cache, mut pending) = parse_deferred(data)?;
-    if let Some(side) = Side::read(path, cache.generation) {
+    if let Some(side) = side.and_then(|side| Side::parse(side, cache.generation)) {
         pending.side = side.apply(&mut cache);
     }
     Some((cache, pending))
@@ -832,14 +850,19 @@ fn parse_entries(r: &mut Reader<'_>, count: u64) -> Option<PathMap<CacheEntry>> 
     Some(entries)
 }
 
-/// The generation of the cache the file at `path` holds, read without reading the rest: the one its side
-/// file starts with when that applies to the file's generation, the file's own otherwise.
+/// The generation of the cache the file at `path` holds, read without reading the rest of the file: the
+/// side file's when it verifies (it is read whole: small) and applies to the file's generation, the
+/// file's own otherwise; none when a side file cannot be read (the copy in memory is then not used).
 fn file_generation(path: &Path) -> Option<u64> {
     let [generation] = read_head(path, MAGIC)?;
-    match read_head(&side_path(path), SIDE_MAGIC) {
-        Some([base, side]) if base == generation => Some(side),
-        _ => Some(generation),
-    }
+    let Some(side) = Side::bytes(path).ok()? else {
+        return Some(generation);
+    };
+    Some(
+        Side::verified(&side, generation)
+            .and_then(|mut r| r.u64())
+            .unwrap_or(generation),
+    )
 }
 
 /// The first `N` little-endian u64 numbers after `magic` in the file at `path`.
@@ -1118,7 +1141,7 @@ mod tests {
         let path = dir.path().join("stat-cache");
         cache.clone().save(&path).expect("save");
         let data = fs::read(&path).expect("read");
-        let loaded = parse_with_side(&path, data).expect("parse");
+        let loaded = parse_with_side(data, None).expect("parse");
         let order: Vec<&str> = loaded.entries.iter().map(|(p, _)| p).collect();
         assert_eq!(order, [&paths[..], &["future"]].concat());
         for (at, path) in paths.iter().enumerate() {
@@ -1314,7 +1337,13 @@ mod tests {
         // is: still the tree of its entries, and the next track finds the worktree.
         let on_disk = fs::read(store.stat_cache_path()).expect("read the cache file");
         assert_eq!(
-            parse_with_side(&store.stat_cache_path(), on_disk).and_then(|c| c.tree),
+            parse_with_side(
+                on_disk,
+                Side::bytes(&store.stat_cache_path())
+                    .expect("read the side file")
+                    .as_deref()
+            )
+            .and_then(|c| c.tree),
             Some(expected),
             "the taught cache is written"
         );
@@ -1437,11 +1466,14 @@ mod tests {
         );
         drop(read);
 
-        // A side file that does not verify is ignored: the file's cache, and its tree, stand alone.
+        // A side file that does not verify is ignored: the file's cache, and its tree, stand alone; the copy
+        // in memory gives way too, though the side file's head is intact.
+        StatCache::load(&cache_path).keep(&cache_path);
         let mut data = fs::read(&side).expect("read the side file");
         let last = data.len() - 5;
         data[last] ^= 0xff;
         fs::write(&side, &data).expect("corrupt the side file");
+        assert!(StatCache::remembered(&cache_path).is_none());
         let (_, from_disk, read) = in_memory_and_on_disk();
         assert!(read.since_file.is_none());
         assert_eq!(from_disk.0, Some(second));
@@ -1467,5 +1499,25 @@ mod tests {
         assert!(read.since_file.is_none());
         assert_eq!(held.0, Some(third));
         assert_eq!(from_disk, held);
+        read.keep(&cache_path);
+
+        // A side file that exists and cannot be read (here: a directory stands there) fails gc's load, as
+        // a cache file that cannot be read does, and the copy in memory is not used; a track's load reads
+        // the file's cache alone.
+        let patch = SnapshotPatch {
+            hash: crate::apply::snapshot_id(&first).expect("an id"),
+            files,
+        };
+        crate::apply::revert(&store, &config, &[patch], &third, || true).expect("revert");
+        assert!(side.is_file());
+        StatCache::load(&cache_path).keep(&cache_path);
+        fs::remove_file(&side).expect("remove the side file");
+        fs::create_dir(&side).expect("a directory in its place");
+        assert!(StatCache::load_for_gc(&cache_path).is_err());
+        assert!(StatCache::remembered(&cache_path).is_none());
+        let (alone, _) = StatCache::load_deferred(&cache_path);
+        assert_eq!(alone.tree, Some(third), "the file's own cache");
+        assert!(alone.since_file.is_none());
+        fs::remove_dir(&side).expect("remove the directory");
     }
 }
