@@ -827,10 +827,8 @@ mod tests {
         assert!(odb.path_of(&after).is_file());
     }
 
-    /// An object a damaged pack cannot give is still read, and its header found, from its loose copy; one
-    /// stored only in that pack is `Corrupt`, never `Missing`.
-    #[test]
-    fn an_object_a_damaged_pack_cannot_give_is_read_loose() {
+    /// A store whose five blobs `packed blob 0` .. `4` are in one pack.
+    fn five_packed_blobs() -> (tempfile::TempDir, Odb, Vec<ObjectId>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let odb = Odb::new(dir.path().join("objects"));
         odb.begin_batch();
@@ -841,6 +839,14 @@ mod tests {
             })
             .collect();
         odb.end_batch().expect("written as a pack");
+        (dir, odb, ids)
+    }
+
+    /// An object a damaged pack cannot give is still read, and its header found, from its loose copy; one
+    /// stored only in that pack is `Corrupt`, never `Missing`.
+    #[test]
+    fn an_object_a_damaged_pack_cannot_give_is_read_loose() {
+        let (dir, odb, ids) = five_packed_blobs();
         assert_eq!(
             odb.header(&ids[0]).expect("from the pack"),
             (Kind::Blob, 13)
@@ -887,16 +893,7 @@ mod tests {
     /// its length wrong) gives way to the packed copy, and is never returned.
     #[test]
     fn a_damaged_loose_copy_gives_way_to_the_packed_one() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let odb = Odb::new(dir.path().join("objects"));
-        odb.begin_batch();
-        let ids: Vec<ObjectId> = (0..5)
-            .map(|i| {
-                odb.write_buf(Kind::Blob, format!("packed blob {i}").as_bytes())
-                    .expect("held")
-            })
-            .collect();
-        odb.end_batch().expect("written as a pack");
+        let (dir, odb, ids) = five_packed_blobs();
         let other = Odb::new(dir.path().join("other"));
         for id in &ids[..2] {
             let content = odb.read(id, Kind::Blob).expect("from the pack");
