@@ -511,21 +511,7 @@ impl Odb {
         };
         let file = self.open_loose(id, pack_error)?;
         let mut decoder = BufReader::new(ZlibDecoder::new(BufReader::new(file)));
-        let mut header = Vec::with_capacity(32);
-        loop {
-            let mut byte = [0u8; 1];
-            decoder
-                .read_exact(&mut byte)
-                .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
-            if byte[0] == 0 {
-                break;
-            }
-            header.push(byte[0]);
-            if header.len() > 32 {
-                return Err(GitError::Corrupt(format!("object {id}: header too long")));
-            }
-        }
-        let (kind, size) = header_fields(&header, id)?;
+        let (kind, size) = read_loose_header(&mut decoder, id)?;
         Ok((kind, size, Box::new(decoder.take(size))))
     }
 
@@ -539,19 +525,7 @@ impl Odb {
     fn open_loose_small(&self, id: &ObjectId) -> Option<(Kind, u64, Box<dyn Read + Send>)> {
         let file = File::open(self.path_of(id)).ok()?;
         let mut decoder = ZlibDecoder::new(BufReader::new(file));
-        let mut header = Vec::with_capacity(32);
-        loop {
-            let mut byte = [0u8; 1];
-            decoder.read_exact(&mut byte).ok()?;
-            if byte[0] == 0 {
-                break;
-            }
-            header.push(byte[0]);
-            if header.len() > 32 {
-                return None;
-            }
-        }
-        let (kind, size) = header_fields(&header, id).ok()?;
+        let (kind, size) = read_loose_header(&mut decoder, id).ok()?;
         if size > IN_MEMORY_BLOB {
             return None;
         }
@@ -714,6 +688,25 @@ fn loose_header(mut file: File, id: &ObjectId) -> GitResult<(Kind, u64)> {
 }
 
 /// The kind and size of a loose object's header text (`blob 12`, without its NUL).
+/// Reads a loose object's header (`<kind> <size>\0`) from its inflated stream.
+fn read_loose_header(decoder: &mut impl Read, id: &ObjectId) -> GitResult<(Kind, u64)> {
+    let mut header = Vec::with_capacity(32);
+    loop {
+        let mut byte = [0u8; 1];
+        decoder
+            .read_exact(&mut byte)
+            .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
+        if byte[0] == 0 {
+            break;
+        }
+        header.push(byte[0]);
+        if header.len() > 32 {
+            return Err(GitError::Corrupt(format!("object {id}: header too long")));
+        }
+    }
+    header_fields(&header, id)
+}
+
 fn header_fields(header: &[u8], id: &ObjectId) -> GitResult<(Kind, u64)> {
     let corrupt = |why: String| GitError::Corrupt(format!("object {id}: {why}"));
     let text = std::str::from_utf8(header).map_err(|_| corrupt("bad header".to_owned()))?;
