@@ -2207,18 +2207,13 @@ fn changed_after_track(
         crate::track::worker_threads(),
         64,
         || (),
-        |(), path| -> GitResult<Looked> {
+        |(), path| {
             let (dir, name) = beneath::split(path);
-            let fd = match root.dir(dir) {
-                Ok(fd) => fd,
+            match root.dir(dir) {
+                Ok(fd) => look_in(&fd, name, &store.worktree.join(path)).map(Some),
                 // A path below a symlink or a file (or a directory gone) is not looked at: the writing
                 // replaces or keeps what stands there, and nothing is read through a symlink.
-                Err(e) if beneath::moved(&e) => return Ok(Looked::Below),
-                Err(e) => return Err(GitError::io(&store.worktree.join(path), e)),
-            };
-            match beneath::lstat_at(&fd, name) {
-                Ok(st) => Ok(Stat::of_rustix(&st).map_or(Looked::Other, Looked::File)),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Looked::Absent),
+                Err(e) if beneath::moved(&e) => Ok(None),
                 Err(e) => Err(GitError::io(&store.worktree.join(path), e)),
             }
         },
@@ -2230,13 +2225,14 @@ fn changed_after_track(
         let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
         for (path, looked) in targets.iter().zip(looked) {
             let stat = match looked {
-                Looked::Below | Looked::Other => continue,
-                Looked::Absent => {
+                Some((OnDisk::Absent, _)) => {
                     // Made after this look, a file there would be new content: left alone, not overwritten.
                     expected.insert((*path).to_owned(), None);
                     continue;
                 }
-                Looked::File(stat) => stat,
+                // A file or symlink; not a directory or a special file.
+                Some((_, Some(stat))) => stat,
+                _ => continue,
             };
             expected.insert((*path).to_owned(), Some(stat));
             let as_recorded = recorded
@@ -2259,18 +2255,6 @@ fn changed_after_track(
         },
     )?;
     Ok((edited.into_iter().flatten().collect(), expected))
-}
-
-/// What a revert's target is when `changed_after_track` looks at it.
-enum Looked {
-    /// Below a symlink, a file or a directory that is gone: not looked at.
-    Below,
-    /// Nothing stands there.
-    Absent,
-    /// A directory or another kind of file.
-    Other,
-    /// A file or symlink, with its stat data.
-    File(Stat),
 }
 
 /// The end state a revert's plan predicts, and the tree built from it on another thread.
