@@ -854,7 +854,9 @@ fn parse_entries(r: &mut Reader<'_>, count: u64) -> Option<PathMap<CacheEntry>> 
 /// side file's when it verifies (it is read whole: small) and applies to the file's generation, the
 /// file's own otherwise; none when a side file cannot be read (the copy in memory is then not used).
 fn file_generation(path: &Path) -> Option<u64> {
-    let [generation] = read_head(path, MAGIC)?;
+    let mut head = [0u8; MAGIC.len() + 8];
+    std::io::Read::read_exact(&mut fs::File::open(path).ok()?, &mut head).ok()?;
+    let generation = u64::from_le_bytes(head.strip_prefix(MAGIC)?.try_into().ok()?);
     let Some(side) = Side::bytes(path).ok()? else {
         return Some(generation);
     };
@@ -863,19 +865,6 @@ fn file_generation(path: &Path) -> Option<u64> {
             .and_then(|mut r| r.u64())
             .unwrap_or(generation),
     )
-}
-
-/// The first `N` little-endian u64 numbers after `magic` in the file at `path`.
-fn read_head<const N: usize>(path: &Path, magic: &[u8]) -> Option<[u64; N]> {
-    let mut head = vec![0u8; magic.len() + 8 * N];
-    let mut file = fs::File::open(path).ok()?;
-    std::io::Read::read_exact(&mut file, &mut head).ok()?;
-    let numbers = head.strip_prefix(magic)?;
-    let mut out = [0u64; N];
-    for (n, bytes) in out.iter_mut().zip(numbers.chunks_exact(8)) {
-        *n = u64::from_le_bytes(bytes.try_into().ok()?);
-    }
-    Some(out)
 }
 
 fn remember(path: &Path, cache: StatCache) {
@@ -1008,6 +997,30 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Store;
+
+    /// Writes `text` to worktree path `rel`, making its directories.
+    fn write_in(wt: &Path, rel: &str, text: &str) {
+        let path = wt.join(rel);
+        fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    }
+
+    /// A worktree in a new temporary directory with `files` files `d<i % dirs>/f<i>.txt`, and a store
+    /// configuration for it that reads no global excludes.
+    fn worktree(
+        files: usize,
+        dirs: usize,
+    ) -> (tempfile::TempDir, PathBuf, crate::config::GitStoreConfig) {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let wt = temp.path().join("wt");
+        for i in 0..files {
+            write_in(&wt, &format!("d{}/f{i}.txt", i % dirs), &format!("{i}\n"));
+        }
+        let mut config = crate::config::GitStoreConfig::new(temp.path().join("data"), "unit");
+        config.excludes_file = crate::config::ExcludesFile::None;
+        (temp, wt, config)
+    }
 
     fn listing_at(mtime_ns: i128) -> (StatCache, DirStat) {
         let stat = DirStat {
@@ -1250,23 +1263,11 @@ mod tests {
     /// written file's entry has the stat data on disk, and the start time has not moved (so each is racy).
     #[test]
     fn a_revert_and_a_restore_leave_the_cache_the_tree_of_its_entries() {
-        use crate::config::{ExcludesFile, GitStoreConfig};
-        use crate::store::Store;
         use rewind_core::model::{RelPath, SnapshotPatch};
 
-        let temp = tempfile::tempdir().expect("a temporary directory");
-        let wt = temp.path().join("wt");
-        let write = |rel: &str, text: &str| {
-            let path = wt.join(rel);
-            fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-            fs::write(path, text).expect("write");
-        };
-        for i in 0..12 {
-            write(&format!("d{}/f{i}.txt", i % 3), &format!("{i}\n"));
-        }
+        let (_temp, wt, config) = worktree(12, 3);
+        let write = |rel: &str, text: &str| write_in(&wt, rel, text);
         write("x", "a file\n");
-        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
-        config.excludes_file = ExcludesFile::None;
         let store = Store::open(&config, &wt).expect("open the store");
         let first = crate::track::track(&store, &config).expect("track").id;
         write("d0/f0.txt", "edited\n");
@@ -1374,23 +1375,11 @@ mod tests {
     /// removes the side file; one that does not verify, or names another generation, is ignored.
     #[test]
     fn a_few_changed_files_are_written_beside_the_cache_file() {
-        use crate::config::{ExcludesFile, GitStoreConfig};
-        use crate::store::Store;
         use rewind_core::model::{RelPath, SnapshotPatch};
         use std::collections::BTreeMap;
 
-        let temp = tempfile::tempdir().expect("a temporary directory");
-        let wt = temp.path().join("wt");
-        let write = |rel: &str, text: &str| {
-            let path = wt.join(rel);
-            fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-            fs::write(path, text).expect("write");
-        };
-        for i in 0..60 {
-            write(&format!("d{}/f{i}.txt", i % 6), &format!("{i}\n"));
-        }
-        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
-        config.excludes_file = ExcludesFile::None;
+        let (_temp, wt, config) = worktree(60, 6);
+        let write = |rel: &str, text: &str| write_in(&wt, rel, text);
         let store = Store::open(&config, &wt).expect("open the store");
         let cache_path = store.stat_cache_path();
         let side = side_path(&cache_path);
