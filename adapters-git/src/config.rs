@@ -54,7 +54,8 @@ pub struct GitStoreConfig {
     pub home_dir: Option<PathBuf>,
     /// Test fault injection; `None` in production.
     pub read_fault: Option<ReadFault>,
-    /// Test race injection; `None` in production.
+    /// Test race injection: called with a worktree-relative path after every check, right before a file
+    /// is written or deleted there or a directory made; `None` in production.
     pub change_hook: Option<ChangeHook>,
     /// Test race injection at the last moment: called with a worktree-relative path after the last look
     /// at the file to be replaced there, right before the new content is swapped in; `None` in production.

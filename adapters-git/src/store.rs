@@ -709,17 +709,24 @@ impl Store {
         write_atomically(&self.rewind_path("journal"), text.as_bytes())
     }
 
-    /// Notes in the journal a directory the operation has just made (appended, not synced: lost, the
-    /// directory only stays, empty, as before): a crash before its file was renamed in would otherwise leave
-    /// it, empty, after the rollback, which has no file there to delete (black-box).
-    pub fn journal_made_dir(&self, dir: &Path) -> GitResult<()> {
+    /// Notes in the journal a directory the operation is about to make (`made`), or, with `made` false, that
+    /// it did not make it after all (appended, not synced: lost, the directory only stays, empty, as
+    /// before): a crash before its file was renamed in would otherwise leave it, empty, after the
+    /// rollback, which has no file there to delete (black-box).
+    pub fn journal_made_dir(&self, dir: &Path, made: bool) -> GitResult<()> {
+        let mark = if made { JOURNAL_MADE } else { JOURNAL_NOT_MADE };
+        let dir = dir.to_string_lossy();
+        if dir.contains('\n') {
+            // A line cannot hold it, and a part of it could name another directory.
+            return Ok(());
+        }
         let path = self.rewind_path("journal");
         let mut file = File::options()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(|e| GitError::io(&path, e))?;
-        file.write_all(format!("{JOURNAL_MADE}{}\n", dir.display()).as_bytes())
+        file.write_all(format!("{mark}{dir}\n").as_bytes())
             .map_err(|e| GitError::io(&path, e))
     }
 
@@ -772,6 +779,11 @@ impl Store {
                 made.push(PathBuf::from(dir));
                 continue;
             }
+            if let Some(dir) = line.strip_prefix(JOURNAL_NOT_MADE) {
+                let dir = Path::new(dir);
+                made.retain(|was| was != dir);
+                continue;
+            }
             let dir = PathBuf::from(line);
             // Only directories inside this store's worktree are ever journalled.
             if !dir.starts_with(&self.worktree) {
@@ -819,8 +831,12 @@ impl Store {
     }
 }
 
-/// The start of a journal line naming a directory the operation made (`Store::journal_made_dir`).
+/// The start of a journal line naming a directory the operation made, or was about to
+/// (`Store::journal_made_dir`).
 const JOURNAL_MADE: &str = "made ";
+
+/// The start of a journal line withdrawing a `made` line: the directory was not made by the operation.
+const JOURNAL_NOT_MADE: &str = "not made ";
 
 /// The name of a journal kept because some of its files could not be removed, before its suffix.
 const JOURNAL_LEFT: &str = "journal-left-";

@@ -487,18 +487,30 @@ fn taken(seen: &Mutex<Option<String>>, what: &str) -> String {
         .unwrap_or_else(|| panic!("{what}"))
 }
 
-/// A revert notes in its journal the directories it makes, before it writes into them; the store's next
-/// opening after a crash removes those left empty (black-box: a revert killed before its first rename
-/// left them, empty, after the rollback).
+/// A revert notes in its journal the directories it makes, before it makes them; the store's next opening
+/// after a crash removes those left empty (black-box: a revert killed before its first rename left them,
+/// empty, after the rollback; and one in about thirty killed between making a directory and noting it).
+/// A directory it found made by someone else is withdrawn from the note, and stays.
 #[tokio::test]
 async fn a_revert_journals_the_directories_it_makes_and_a_crash_leaves_none() {
-    let (h, armed) = racing_in("newdir/sub/x", Hook::Change);
+    let (h, armed) = racing_in("newdir/sub", Hook::Change);
     h.write("keep", b"kept\n");
     h.write("newdir/sub/x", b"made by the turn\n");
     let with = h.id().await;
     h.remove("newdir/sub/x");
     let without = h.id().await;
-    let seen = journal_at_hook(&h, &armed);
+    assert!(!h.path("newdir").exists());
+    let journal = h.store_dir().join("rewind").join("journal");
+    let seen: Arc<Mutex<Option<(String, bool)>>> = Arc::default();
+    let noted = Arc::clone(&seen);
+    arm(
+        &armed,
+        Box::new(move |wt: &Path| {
+            let text = fs::read_to_string(&journal).unwrap_or_default();
+            *noted.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((text, wt.join("newdir/sub").exists()));
+        }),
+    );
     let patches = [SnapshotPatch {
         hash: with,
         files: vec![RelPath::new("newdir/sub/x").expect("a path")],
@@ -507,7 +519,12 @@ async fn a_revert_journals_the_directories_it_makes_and_a_crash_leaves_none() {
         .revert(h.root(), &patches, &without)
         .await
         .expect("revert");
-    let text = taken(&seen, "the journal, as the write began");
+    let (text, existed) = seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .expect("the journal, as the directory was about to be made");
+    assert!(!existed, "the hook runs before the directory is made");
     for dir in ["newdir", "newdir/sub"] {
         assert!(
             text.lines()
@@ -515,25 +532,95 @@ async fn a_revert_journals_the_directories_it_makes_and_a_crash_leaves_none() {
             "{dir}: {text}"
         );
     }
+    assert_eq!(
+        fs::read(h.path("newdir/sub/x")).expect("read"),
+        b"made by the turn\n"
+    );
 
     // The crash, as the journal then stood: the made directories are empty (the file was not renamed in
-    // yet); one the user has put a file into meanwhile stays.
+    // yet); one the user has put a file into meanwhile stays, and so does one the operation found made by
+    // someone else.
     h.remove("newdir/sub/x");
-    fs::create_dir_all(h.path("newdir/sub")).expect("mkdir");
     fs::create_dir_all(h.path("other/deep")).expect("mkdir");
     h.write("other/user.txt", b"the user's\n");
+    fs::create_dir_all(h.path("theirs")).expect("mkdir");
     let crashed = format!(
-        "{text}made {}\nmade {}\n",
+        "{text}made {}\nmade {}\nmade {}\nnot made {}\n",
         h.path("other").display(),
-        h.path("other/deep").display()
+        h.path("other/deep").display(),
+        h.path("theirs").display(),
+        h.path("theirs").display(),
     );
     fs::write(h.store_dir().join("rewind").join("journal"), crashed).expect("the journal");
     h.id().await;
     assert!(!h.path("newdir").exists(), "the made directories went");
     assert!(!h.path("other/deep").exists());
+    assert!(h.path("theirs").is_dir(), "not made by the operation");
     assert_eq!(
         fs::read(h.path("other/user.txt")).expect("read"),
         b"the user's\n"
     );
     assert!(h.path("keep").is_file());
+}
+
+/// A directory the revert was about to make, made by someone else first, is not rewind's: its note is
+/// withdrawn in the journal, so no crash recovery would remove it, and the file meant for it is kept.
+#[tokio::test]
+async fn a_directory_someone_else_made_first_is_withdrawn_from_the_journal() {
+    // The journal's path, once known; the journal as the revert's last write began.
+    let journal: Arc<Mutex<Option<PathBuf>>> = Arc::default();
+    let seen: Arc<Mutex<Option<String>>> = Arc::default();
+    let (at, noted) = (Arc::clone(&journal), Arc::clone(&seen));
+    let h = GitHarness::with_config(move |config, base| {
+        let wt = base.join("wt");
+        config.change_hook = Some(Arc::new(move |path: &str| match path {
+            "newdir" => fs::create_dir(wt.join("newdir")).expect("their mkdir"),
+            "z.txt" => {
+                let at = at.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                *noted.lock().unwrap_or_else(PoisonError::into_inner) =
+                    at.and_then(|at| fs::read_to_string(at).ok());
+            }
+            _ => {}
+        }));
+    });
+    h.write("newdir/x", b"made by the turn\n");
+    h.write("z.txt", b"one\n");
+    let with = h.id().await;
+    h.remove("newdir/x");
+    assert!(!h.path("newdir").exists());
+    h.write("z.txt", b"two\n");
+    let without = h.id().await;
+    *journal.lock().unwrap_or_else(PoisonError::into_inner) =
+        Some(h.store_dir().join("rewind").join("journal"));
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&with, &["newdir/x", "z.txt"]), &without)
+        .await
+        .expect("revert");
+    let text = seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .expect("the journal, as z.txt was written");
+    let dir = h.path("newdir").display().to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let made = lines.iter().position(|line| *line == format!("made {dir}"));
+    let withdrawn = lines
+        .iter()
+        .position(|line| *line == format!("not made {dir}"));
+    assert!(
+        matches!((made, withdrawn), (Some(m), Some(w)) if m < w),
+        "{text}"
+    );
+    assert!(h.path("newdir").is_dir());
+    assert!(!h.path("newdir/x").exists());
+    assert_eq!(fs::read(h.path("z.txt")).expect("read"), b"one\n");
+    assert!(
+        outcome
+            .kept
+            .iter()
+            .any(|k: &KeptPath| k.path.as_str() == "newdir/x"),
+        "{:?}",
+        outcome.kept
+    );
 }
