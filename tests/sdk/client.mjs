@@ -194,6 +194,36 @@ check("session.status lists no busy session once the step is finished", () => {
   assert.deepEqual(statuses.data, {});
 });
 
+// A turn interrupted while its tool runs: the client's own abort, then the messages as a TUI reads them.
+const asked = await client.session.prompt({
+  path: { id },
+  body: { parts: [{ type: "text", text: "run the build" }] },
+});
+assert.equal(asked.error, undefined, JSON.stringify(asked.error));
+const working = await extension(`/session/${id}/message`, { role: "assistant" });
+await extension(`/session/${id}/message/${working.info.id}/step`);
+await extension(`/session/${id}/message/${working.info.id}/part`, {
+  type: "tool",
+  callID: "call_build",
+  tool: "bash",
+  state: { status: "running", input: { command: "make" }, time: { start: Date.now() } },
+});
+const aborted = await client.session.abort({ path: { id } });
+const afterAbort = await client.session.messages({ path: { id } });
+check("session.abort ends the running tool call as OpenCode does, and marks the turn interrupted", () => {
+  assert.equal(aborted.error, undefined, JSON.stringify(aborted.error));
+  assert.equal(aborted.data, true);
+  const turn = afterAbort.data.find((message) => message.info.id === working.info.id);
+  assert.equal(turn.info.finish, "aborted");
+  assert.equal(turn.info.error.name, "MessageAbortedError");
+  const call = turn.parts.find((part) => part.type === "tool");
+  assert.equal(call.state.status, "error");
+  assert.equal(call.state.error, "Tool execution aborted");
+  assert.deepEqual(call.state.input, { command: "make" });
+  assert.ok(call.state.time.end >= call.state.time.start);
+  assert.equal(file("hello.txt"), "hello from the agent\n");
+});
+
 const missing = await client.session.get({ path: { id: "ses_000000000001abcdefghijklmn" } });
 check("an unknown session is OpenCode's NotFoundError", () => {
   assert.equal(missing.response.status, 404);

@@ -172,6 +172,41 @@ pub struct ToolPart {
     pub extra: Map<String, Value>,
 }
 
+/// What a tool call that was still pending or running says once its step is aborted (OpenCode's processor).
+const TOOL_ABORTED: &str = "Tool execution aborted";
+
+impl ToolPart {
+    /// This call as its step's abort leaves it, at `now` (epoch ms), when it had not ended: its `state` is
+    /// OpenCode's `ToolStateError` (`status: "error"`, `error`, `time: {start, end}`, its `input` and every
+    /// other field kept), as OpenCode's processor sets it on an abort, so a client stops showing it as
+    /// running. `None` for a call that completed or failed already.
+    pub fn aborted(&self, now: u64) -> Option<ToolPart> {
+        let state = self.extra.get("state")?.as_object()?;
+        match state.get("status").and_then(Value::as_str) {
+            Some("pending" | "running") => {}
+            _ => return None,
+        }
+        let mut state = state.clone();
+        let start = state
+            .get("time")
+            .and_then(|time| time.get("start"))
+            .and_then(Value::as_u64)
+            .unwrap_or(now);
+        state.insert("status".to_owned(), Value::from("error"));
+        state.insert("error".to_owned(), Value::from(TOOL_ABORTED));
+        state.insert(
+            "time".to_owned(),
+            serde_json::json!({"start": start, "end": now}),
+        );
+        state
+            .entry("input")
+            .or_insert_with(|| Value::Object(Map::new()));
+        let mut extra = self.extra.clone();
+        extra.insert("state".to_owned(), Value::Object(state));
+        Some(ToolPart { extra })
+    }
+}
+
 /// A `step-start` part: the snapshot before the step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepStartPart {

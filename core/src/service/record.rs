@@ -1013,6 +1013,14 @@ impl Rewind {
         let tokens = end.tokens.unwrap_or_default();
         let cost = end.cost.unwrap_or(0.0);
         let finish = reason.clone();
+        // An aborted step's tool calls that had not ended are ended as failed, as OpenCode's processor does
+        // (SDK audit: a client showed them running for good). Their parts keep their ids and places.
+        let calls_ended = if finish == "aborted" {
+            self.tool_calls_aborted(&session.id, &step.message_id, now)
+                .await?
+        } else {
+            Vec::new()
+        };
         let mut parts = vec![Part {
             id: next_id(&self.ids),
             session_id: session.id.clone(),
@@ -1050,8 +1058,8 @@ impl Rewind {
             guards: vec![session_lease.guard(), worktree_lease.guard()],
             ..Default::default()
         };
-        for part in &parts {
-            self.push_part(&mut transaction, part.clone());
+        for part in calls_ended.into_iter().chain(parts.iter().cloned()) {
+            self.push_part(&mut transaction, part);
         }
         // The assistant message is complete as of its last step's end (OpenCode's `time.completed`, which a
         // client may not set itself); a step begun after clears it again.
@@ -1092,6 +1100,30 @@ impl Rewind {
         transaction.events.push(self.updated_event(&updated));
         self.repo.commit(transaction).await?;
         Ok(parts)
+    }
+
+    /// The tool parts of message `message_id` whose call had not ended (`pending` or `running`), as an abort
+    /// at `now` leaves them (`ToolPart::aborted`).
+    async fn tool_calls_aborted(
+        &self,
+        session: &SessionId,
+        message_id: &MessageId,
+        now: u64,
+    ) -> Result<Vec<Part>> {
+        let Some(message) = self.repo.message(session, message_id).await? else {
+            return Ok(Vec::new());
+        };
+        Ok(message
+            .parts
+            .into_iter()
+            .filter_map(|part| match &part.body {
+                PartBody::Tool(tool) => tool.aborted(now).map(|tool| Part {
+                    body: PartBody::Tool(tool),
+                    ..part
+                }),
+                _ => None,
+            })
+            .collect())
     }
 
     /// The turn's user message with `summary.diffs` = diff(first step-start of the turn, `end`).

@@ -2225,6 +2225,108 @@ fn an_assistant_message_says_how_its_last_step_ended() {
     })
 }
 
+/// An aborted step ends the tool calls of its message that had not ended, as OpenCode's processor does:
+/// a `pending` or `running` call's state becomes OpenCode's `ToolStateError` (`error: "Tool execution
+/// aborted"`, `time.end` set, its `input` and start kept), announced by `message.part.updated`; a call that
+/// completed or failed is left as it is, and so is a running one when the step finishes normally (SDK
+/// audit: a client showed an aborted turn's tool as running for good).
+#[test]
+fn an_abort_ends_the_tool_calls_that_had_not_ended() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let (_, assistant) = w.exchange(&s.id, "edit").await;
+        let id = assistant.info.id.clone();
+        let tool = |call: &str, state: serde_json::Value| {
+            NewPart::new(PartBody::Tool(rewind_core::model::ToolPart {
+                extra: serde_json::json!({"callID": call, "tool": "bash", "state": state})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            }))
+        };
+        let state_of = async |call: &str| {
+            w.messages(&s.id)
+                .await
+                .into_iter()
+                .flat_map(|m| m.parts)
+                .find_map(|p| match p.body {
+                    PartBody::Tool(t) if t.extra["callID"] == call => {
+                        Some(t.extra["state"].clone())
+                    }
+                    _ => None,
+                })
+                .expect("the tool part")
+        };
+        w.rewind.begin_step(&s.id, &id).await.expect("begin");
+        let running = serde_json::json!({"status": "running", "input": {"command": "make"}, "time": {"start": 5}});
+        w.rewind
+            .append_part(&s.id, &id, tool("finished-running", running.clone()))
+            .await
+            .expect("part");
+        w.rewind
+            .finish_step(&s.id, &id, rewind_core::service::StepEnd::default())
+            .await
+            .expect("finish");
+        assert_eq!(
+            state_of("finished-running").await,
+            running,
+            "a normal finish leaves it"
+        );
+
+        w.rewind.begin_step(&s.id, &id).await.expect("begin again");
+        let completed = serde_json::json!({"status": "completed", "input": {}, "output": "ok", "title": "", "metadata": {}, "time": {"start": 1, "end": 2}});
+        for (call, state) in [
+            ("running", running.clone()),
+            (
+                "pending",
+                serde_json::json!({"status": "pending", "input": {}, "raw": ""}),
+            ),
+            ("completed", completed.clone()),
+        ] {
+            w.rewind
+                .append_part(&s.id, &id, tool(call, state))
+                .await
+                .expect("part");
+        }
+        let before = w.last_seq().await;
+        let now = w.rewind.abort_step(&s.id, &id).await.expect("abort");
+        assert!(!now.is_empty());
+
+        let ran = state_of("running").await;
+        assert_eq!(ran["status"], "error");
+        assert_eq!(ran["error"], "Tool execution aborted");
+        assert_eq!(ran["input"], serde_json::json!({"command": "make"}));
+        assert_eq!(ran["time"]["start"], 5);
+        let end = ran["time"]["end"].as_u64().expect("an end");
+        assert!(end >= 5);
+        let pending = state_of("pending").await;
+        assert_eq!(pending["status"], "error");
+        assert_eq!(pending["error"], "Tool execution aborted");
+        assert_eq!(pending["raw"], "");
+        assert_eq!(pending["time"]["start"], pending["time"]["end"]);
+        assert_eq!(state_of("completed").await, completed);
+        // The one from the step before, which the abort also found running, is ended too: the message's
+        // calls, as OpenCode's processor ends them.
+        assert_eq!(state_of("finished-running").await["status"], "error");
+
+        let updated: Vec<String> = w
+            .events()
+            .await
+            .into_iter()
+            .filter(|e| e.seq > before)
+            .filter_map(|e| match e.event.payload {
+                EventPayload::PartUpdated { part, .. } => match part.body {
+                    PartBody::Tool(t) => t.extra["callID"].as_str().map(str::to_owned),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        assert_eq!(updated, ["finished-running", "running", "pending"]);
+    })
+}
+
 /// A step does not begin on a message that a later message's steps follow: its changes, made after theirs,
 /// would be undone by a revert to the later message while the message recording them stayed visible
 /// (black-box: the late step's edit of `f` was lost by such a revert, and after the cleanup a revert to
