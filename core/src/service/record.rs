@@ -709,6 +709,14 @@ impl Rewind {
         let removed: HashSet<PartId> = cleanup
             .map(|cleanup| cleanup.add_to(&mut transaction).1)
             .unwrap_or_default();
+        // Busy before the step's messages and parts are announced, as OpenCode marks a session busy before
+        // its step begins (black-box: a client saw the step-start part first).
+        transaction
+            .events
+            .push(self.event(EventPayload::SessionStatus {
+                session_id: session.id.clone(),
+                status: SessionStatus::Busy,
+            }));
         let mut working = message.info.clone();
         working.time.completed = None;
         working.note_step_begun();
@@ -737,12 +745,6 @@ impl Rewind {
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
         self.push_skipped_warning(&mut transaction, &updated, &newly_skipped);
-        transaction
-            .events
-            .push(self.event(EventPayload::SessionStatus {
-                session_id: session.id.clone(),
-                status: SessionStatus::Busy,
-            }));
         self.repo.commit(transaction).await?;
         Ok(part)
     }

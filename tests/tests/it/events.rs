@@ -60,6 +60,23 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
         statuses,
         [json!("busy"), json!("idle"), json!("busy"), json!("idle")]
     );
+    // Busy comes before the step's parts, as OpenCode marks a session busy before its step begins.
+    let status_or_start: Vec<String> = recorded
+        .iter()
+        .filter_map(|e| match (&e["type"], &e["properties"]["part"]["type"]) {
+            (kind, _) if kind == "session.status" => e["properties"]["status"]["type"]
+                .as_str()
+                .map(str::to_owned),
+            (kind, part) if kind == "message.part.updated" && part == "step-start" => {
+                Some("step-start".to_owned())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        status_or_start,
+        ["busy", "step-start", "idle", "busy", "step-start", "idle"]
+    );
     // OpenCode's `session.idle` follows each idle status.
     let kinds = types(&recorded);
     let idle_at: Vec<usize> = recorded
