@@ -194,6 +194,14 @@ check("session.status lists no busy session once the step is finished", () => {
   assert.deepEqual(statuses.data, {});
 });
 
+const renamed = await client.session.update({ path: { id }, body: { title: "sdk check, renamed" } });
+const reread = await client.session.get({ path: { id } });
+check("session.update gives the session a new title", () => {
+  assert.equal(renamed.error, undefined, JSON.stringify(renamed.error));
+  assert.equal(renamed.data.title, "sdk check, renamed");
+  assert.equal(reread.data.title, "sdk check, renamed");
+});
+
 // A turn interrupted while its tool runs: the client's own abort, then the messages as a TUI reads them.
 const asked = await client.session.prompt({
   path: { id },

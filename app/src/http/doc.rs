@@ -21,6 +21,7 @@ use super::dto;
         super::routes::create_session,
         super::routes::get_session,
         super::routes::session_children,
+        super::routes::update_session,
         super::routes::delete_session,
         super::routes::list_messages,
         super::routes::get_message,
@@ -41,6 +42,7 @@ use super::dto;
     ),
     components(schemas(
         dto::CreateSessionBody,
+        dto::UpdateSessionBody,
         dto::MessageBody,
         dto::StepFinishBody,
         dto::RevertBody

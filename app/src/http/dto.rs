@@ -17,6 +17,13 @@ pub struct CreateSessionBody {
     pub parent_id: Option<String>,
 }
 
+/// `PATCH /session/:id` (OpenCode's `session.update`).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct UpdateSessionBody {
+    /// The new title; absent leaves the session as it is.
+    pub title: Option<String>,
+}
+
 /// `POST /session/:id/message`: OpenCode's prompt body (`{messageID?, parts, agent?, model?, …}`) or
 /// rewind's extension (`{id?, role, parentID?, parts?}`). Fields not listed are kept on the message.
 #[derive(Debug, Default, Deserialize, ToSchema)]

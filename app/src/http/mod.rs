@@ -110,7 +110,12 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
     Router::new()
         .route("/session", get(list_sessions).post(create_session))
         .route("/session/status", get(session_status))
-        .route("/session/{id}", get(get_session).delete(delete_session))
+        .route(
+            "/session/{id}",
+            get(get_session)
+                .patch(update_session)
+                .delete(delete_session),
+        )
         .route("/session/{id}/children", get(session_children))
         .route(
             "/session/{id}/message",

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use super::AppState;
 use super::dto::{
     CreateSessionBody, DirectoryParam, MESSAGE_BODY_FIELDS, MessageBody, MessagesQuery,
-    PreviewQuery, RevertBody, SessionsQuery, StepFinishBody, extra_fields,
+    PreviewQuery, RevertBody, SessionsQuery, StepFinishBody, UpdateSessionBody, extra_fields,
 };
 use super::error::ApiError;
 use super::extract::{JsonBody, PathIds, QueryParams};
@@ -190,6 +190,27 @@ pub async fn session_children(
         .await
         .map_err(in_session(&path.id))?;
     Ok(Json(Vec::new()))
+}
+
+/// Gives a session a new title (OpenCode's `session.update`), announced by `session.updated`.
+#[utoipa::path(patch, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
+    request_body = UpdateSessionBody,
+    responses((status = 200, description = "The session", body = Object),
+              (status = 400, description = "Bad request", body = Object),
+              (status = 404, description = "Not found", body = Object),
+              (status = 409, description = "Busy: a step is open or an operation runs", body = Object)))]
+pub async fn update_session(
+    State(state): State<AppState>,
+    PathIds(path): PathIds<SessionPath>,
+    JsonBody(body): JsonBody<UpdateSessionBody>,
+) -> ApiResult<Session> {
+    let rewind = &state.services.rewind;
+    Ok(Json(
+        rewind
+            .rename_session(&path.id, body.title)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
 }
 
 /// Deletes a session and its messages (never its files).

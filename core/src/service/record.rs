@@ -98,6 +98,60 @@ impl Rewind {
         result
     }
 
+    /// Gives a session a new title (OpenCode's `session.update`); without one, the session as it is. Busy
+    /// while a step is open or an operation holds the session: their own write of the session, from what
+    /// they read before, would put the old title back.
+    pub async fn rename_session(&self, id: &SessionId, title: Option<String>) -> Result<Session> {
+        let session = self.load_prepared(id).await?;
+        let Some(title) = title else {
+            return Ok(session);
+        };
+        if let Some(step) = &session.step {
+            return Err(Error::busy(
+                id,
+                format!(
+                    "Session is busy: {id} (a step is open in message {}); rename it once the step has ended",
+                    step.message_id
+                ),
+            ));
+        }
+        let token = new_token();
+        let lease = self
+            .acquire(
+                LeaseKey::Session(id.clone()),
+                &token,
+                self.config.operation_lease_ms,
+                Some(id),
+            )
+            .await?;
+        let renamed = async {
+            // Read again under the lease: what an operation stored meanwhile is kept.
+            let mut updated = self.load_session(id).await?;
+            if let Some(step) = &updated.step {
+                return Err(Error::busy(
+                    id,
+                    format!(
+                        "Session is busy: {id} (a step is open in message {})",
+                        step.message_id
+                    ),
+                ));
+            }
+            updated.title = title;
+            updated.time.updated = self.now();
+            self.repo
+                .commit(Transaction {
+                    guards: vec![lease.guard()],
+                    changes: vec![Change::PutSession(Box::new(updated.clone()))],
+                    events: vec![self.updated_event(&updated)],
+                })
+                .await?;
+            Ok(updated)
+        }
+        .await;
+        self.release(&lease).await;
+        renamed
+    }
+
     /// Records a message with its parts. While the session is reverted, cleanup runs first (the redo
     /// history is dropped, as in OpenCode), in the message's own transaction: a message that is refused,
     /// fails or is killed before its commit changes nothing (`create_message_reverted`).

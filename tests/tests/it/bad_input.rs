@@ -353,6 +353,22 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            "a new title of the wrong type",
+            app.http
+                .patch(app.url(&format!("/session/{session}")))
+                .json(&json!({"title": ["x"]})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a new title for an unknown session",
+            app.http
+                .patch(app.url(&format!("/session/{unknown_session}")))
+                .json(&json!({"title": "x"})),
+            404,
+            "NotFoundError",
+        ),
+        (
             "a worktree outside the roots",
             json_post(&app, "/session", json!({"directory": "/"})),
             400,

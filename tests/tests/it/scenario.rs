@@ -483,6 +483,7 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
         ("/session", "post", &["200", "400", "401", "403", "413"]),
         ("/session/{id}/abort", "post", &["200", "400", "404", "409"]),
         ("/session/status", "get", &["200", "400"]),
+        ("/session/{id}", "patch", &["200", "400", "404", "409"]),
     ] {
         let responses = &doc["paths"][path][method]["responses"];
         for status in statuses {
@@ -508,6 +509,54 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
         "{revert}"
     );
     app.stop().await
+}
+
+/// OpenCode's `session.update` (`PATCH /session/:id`): a new title, announced by `session.updated` and read
+/// back; an empty body changes nothing; refused with 409 while a step is open (its end would write the
+/// session it read before, with the old title), and the title is unchanged then.
+#[tokio::test]
+async fn a_session_is_renamed_and_not_while_its_step_is_open() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let mut stream = app.events().await?;
+    let path = format!("/session/{session}");
+    let renamed = app
+        .send(
+            app.http
+                .patch(app.url(&path))
+                .json(&json!({"title": "fix the build"})),
+        )
+        .await?;
+    assert_eq!(renamed.status, 200, "{}", renamed.body);
+    assert_eq!(renamed.body["title"], "fix the build");
+    assert_eq!(app.read(&path).await?["title"], "fix the build");
+    let updated = stream.until("session.updated").await?;
+    assert_eq!(
+        updated
+            .last()
+            .map(|e| e["properties"]["info"]["title"].clone()),
+        Some(json!("fix the build"))
+    );
+    let unchanged = app
+        .send(app.http.patch(app.url(&path)).json(&json!({})))
+        .await?;
+    assert_eq!(unchanged.status, 200);
+    assert_eq!(unchanged.body, app.read(&path).await?);
+
+    let (_, mid) = app.open_step(&session, "a step").await?;
+    let busy = app
+        .send(
+            app.http
+                .patch(app.url(&path))
+                .json(&json!({"title": "other"})),
+        )
+        .await?;
+    assert_eq!(busy.status, 409, "{}", busy.body);
+    assert_eq!(busy.body["_tag"], "SessionBusyError");
+    app.ok(&format!("{path}/message/{mid}/step/finish"), json!({}))
+        .await?;
+    assert_eq!(app.read(&path).await?["title"], "fix the build");
+    Ok(())
 }
 
 #[tokio::test]
