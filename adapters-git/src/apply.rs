@@ -1439,6 +1439,49 @@ fn in_scope(path: &str, scope: &Option<Vec<String>>) -> bool {
     }
 }
 
+/// Removes the empty directories at and above `paths` that snapshot `to` has neither with tracked content
+/// below nor recorded as seen empty at its tracks (`SnapshotPort::remove_emptied_dirs`), deepest first,
+/// each through its parent's handle beneath the worktree (no symlink followed); the worktree itself never.
+/// A directory that is not empty, or is not a directory, stays. None when `to`'s record does not say which
+/// directories its tracks saw empty (an old or damaged record). The directories removed.
+pub fn remove_emptied_dirs(
+    store: &Store,
+    to: &ObjectId,
+    paths: &[String],
+) -> GitResult<Vec<String>> {
+    let Some(record) = store.known_record(to).filter(|r| r.empty_dirs.is_some()) else {
+        return Ok(Vec::new());
+    };
+    let kept = record.dirs_kept_when_emptied();
+    let mut candidates: BTreeSet<(usize, String)> = BTreeSet::new();
+    for path in paths {
+        let mut at = path.as_str();
+        loop {
+            candidates.insert((at.matches('/').count(), at.to_owned()));
+            match at.rsplit_once('/') {
+                Some((parent, _)) => at = parent,
+                None => break,
+            }
+        }
+    }
+    let root = Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
+    let mut target = LazyTree::new(&store.odb, *to);
+    let mut removed = Vec::new();
+    for (_, dir) in candidates.iter().rev() {
+        if kept.contains(dir) || target.holds(dir)? {
+            continue;
+        }
+        let (parent, name) = beneath::split(dir);
+        let gone = root.dir(parent).is_ok_and(|fd| {
+            rustix::fs::unlinkat(&fd, name, rustix::fs::AtFlags::REMOVEDIR).is_ok()
+        });
+        if gone {
+            removed.push(dir.clone());
+        }
+    }
+    Ok(removed)
+}
+
 /// Why `restore` with `since` leaves a path alone.
 const CHANGED_SINCE: &str = "it changed after the snapshot this restore started from (by someone else), so \
                              its content is in no snapshot; it is left as it is";

@@ -392,6 +392,22 @@ impl SnapshotPort for GitSnapshotStore {
         .await
     }
 
+    async fn remove_emptied_dirs(
+        &self,
+        worktree: &Path,
+        to: &SnapshotId,
+        paths: Vec<RelPath>,
+    ) -> Result<Vec<RelPath>> {
+        let to = object_id(to)?;
+        let paths: Vec<String> = paths.into_iter().map(String::from).collect();
+        let removed = self
+            .with_store(worktree, move |store, _| {
+                apply::remove_emptied_dirs(store, &to, &paths)
+            })
+            .await?;
+        removed.into_iter().map(RelPath::new).collect()
+    }
+
     async fn plan(&self, worktree: &Path, patches: &[SnapshotPatch]) -> Result<Vec<FileAction>> {
         let patches = patches.to_vec();
         self.with_store(worktree, move |store, config| {

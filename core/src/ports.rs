@@ -153,6 +153,20 @@ pub trait SnapshotPort: Send + Sync {
         let _ = read_ms;
         self.gc(worktree, keep, grace).await
     }
+    /// Removes the empty directories at and above `paths` (deepest first; the worktree itself never) that
+    /// snapshot `to` does not have: neither as a directory holding tracked content nor as one its tracks
+    /// saw empty. What an interrupted operation made and emptied, which the restore that puts its files
+    /// back has no file left in to delete (SPEC 8: wholly before). Nothing when what `to`'s tracks saw
+    /// empty is not known. The directories removed; none by default (a store that keeps no directories).
+    async fn remove_emptied_dirs(
+        &self,
+        worktree: &Path,
+        to: &SnapshotId,
+        paths: Vec<RelPath>,
+    ) -> Result<Vec<RelPath>> {
+        let _ = (worktree, to, paths);
+        Ok(Vec::new())
+    }
     /// The worktrees that have a store here (of this database), as their stores recorded them, that
     /// still exist: `gc` visits them too, also when no session or capture names them any more (their
     /// objects would otherwise never be collected). None by default.

@@ -2682,3 +2682,61 @@ async fn a_store_that_cannot_be_written_is_still_diffed() {
     drop(immutable);
     assert_eq!(list_tree(&h.store_dir()), before);
 }
+
+/// `remove_emptied_dirs` (what a recovery runs after putting an interrupted operation's files back) removes
+/// the empty directories at and above the given paths that the snapshot had neither with content nor seen
+/// empty, deepest first, and nothing else: not one the snapshot holds files in, not one its track saw
+/// empty, not one that holds anything, not the worktree, and never anything through a symlink (the
+/// sentinel's empty directory stays).
+#[tokio::test]
+async fn emptied_directories_the_snapshot_did_not_have_are_removed_and_nothing_else() {
+    let h = GitHarness::new();
+    let (outside, listing) = sentinel(&h);
+    fs::create_dir_all(outside.join("empty/inner")).expect("mkdir");
+    h.write("d/kept.txt", b"kept\n");
+    fs::create_dir_all(h.path("seen-empty")).expect("mkdir");
+    let before = h.id().await;
+
+    for dir in ["made/a/b", "d/made", "seen-empty/x", "full"] {
+        fs::create_dir_all(h.path(dir)).expect("mkdir");
+    }
+    h.write("full/user.txt", b"the user's\n");
+    std::os::unix::fs::symlink(&outside, h.path("link")).expect("symlink");
+    let removed = h
+        .port()
+        .remove_emptied_dirs(
+            h.root(),
+            &before,
+            rels(&[
+                "made/a/b/f.txt",
+                "d/made/g.txt",
+                "seen-empty/x/h.txt",
+                "full/i.txt",
+                "link/empty/inner/j.txt",
+                "d/kept.txt",
+            ]),
+        )
+        .await
+        .expect("remove");
+    let removed: Vec<&str> = removed.iter().map(RelPath::as_str).collect();
+    assert_eq!(
+        removed,
+        ["made/a/b", "seen-empty/x", "made/a", "d/made", "made"]
+    );
+    assert!(!h.path("made").exists());
+    assert!(
+        is_real_dir(&h.path("seen-empty")),
+        "seen empty at the track"
+    );
+    assert_eq!(fs::read(h.path("d/kept.txt")).expect("read"), b"kept\n");
+    assert_eq!(
+        fs::read(h.path("full/user.txt")).expect("read"),
+        b"the user's\n"
+    );
+    assert!(h.path("link").is_symlink());
+    assert!(
+        outside.join("empty/inner").is_dir(),
+        "nothing through the symlink"
+    );
+    assert_eq!(list_tree(&outside), listing);
+}

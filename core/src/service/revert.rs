@@ -1232,6 +1232,16 @@ impl Rewind {
                 Captured::WithRecord(capture.clone())
             };
         }
+        // Directories the operation made and emptied (a revert killed between deleting the files a part
+        // of it had written and removing their directory) hold no file for the restore to delete: removed
+        // too, so the worktree is wholly as before (black-box: chains of empty directories stayed). Best
+        // effort: the files are back either way.
+        if !intent.files.is_empty() {
+            let _ = self
+                .snapshots
+                .remove_emptied_dirs(wt, &intent.before, intent.files.clone())
+                .await;
+        }
         // The warning names where the files' state before they were put back is kept: this attempt's
         // capture, or, after an interrupted attempt, that attempt's (it holds the files as they were before
         // any was put back; this one holds, for those, their state before the operation again), with this

@@ -666,6 +666,17 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_, _, _, _| Ok(RestoreOutcome::default()));
+    // Then the directories the revert made and emptied, along the intent's files.
+    snapshots
+        .expect_remove_emptied_dirs()
+        .with(
+            always(),
+            mockall::predicate::eq(sid(20)),
+            mockall::predicate::eq(vec![rel("a.txt"), rel("b.txt")]),
+        )
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Ok(Vec::new()));
     let rewind = f.rewind(snapshots);
     let before = f.last_seq();
     let target = RevertTarget {

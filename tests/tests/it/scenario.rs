@@ -781,6 +781,72 @@ async fn a_revert_whose_process_died_is_recovered_by_the_running_server() -> Res
     app.stop().await
 }
 
+/// Recovery of an operation killed after it had made directories and emptied them again (a redo whose
+/// restore made `n/a/b` and wrote files there, whose revert then deleted those files and was killed
+/// before removing their directory) removes them with the files it puts back: the worktree is wholly as
+/// before (SPEC 8). A directory the state before had (with content, or seen empty at its track) stays
+/// (black-box: chains of empty directories stayed after about one killed operation in two hundred).
+#[tokio::test]
+async fn recovery_removes_the_directories_an_interrupted_operation_made_and_emptied() -> Result<()>
+{
+    let app = spawn_app_with(AppConfig {
+        recovery_interval: Some(Duration::from_millis(100)),
+        ..AppConfig::default()
+    })
+    .await?;
+    let session = app.new_session().await?;
+    app.turn(&session, "one", |repo| {
+        std::fs::write(repo.join("a.txt"), "a1\n")?;
+        std::fs::create_dir_all(repo.join("d"))?;
+        std::fs::write(repo.join("d/kept.txt"), "kept\n")?;
+        std::fs::create_dir_all(repo.join("e"))?;
+        Ok(())
+    })
+    .await?;
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    let before = messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .find(|p| p["type"] == "step-finish")
+        .and_then(|p| p["snapshot"].as_str().map(str::to_owned))
+        .ok_or_else(|| anyhow::anyhow!("a step-finish with a snapshot: {messages}"))?;
+    // What the killed operation left: a file it wrote, and directories it made whose files it deleted.
+    std::fs::create_dir_all(app.repo.join("n/a/b"))?;
+    app.write("n/x.txt", "written by the operation\n")?;
+    std::fs::create_dir_all(app.repo.join("d/made"))?;
+    interrupted_revert(
+        &app,
+        &session,
+        &before,
+        &["n/x.txt", "n/a/b/y.txt", "d/made/z.txt", "e/w.txt"],
+    )
+    .await?;
+    // The running server recovers it (its warning names the file put back).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let warnings = loop {
+        let warnings = app.read(&format!("/session/{session}/warnings")).await?;
+        if warnings.as_array().is_some_and(|w| !w.is_empty())
+            || tokio::time::Instant::now() > deadline
+        {
+            break warnings;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(warnings.as_array().map(Vec::len), Some(1), "{warnings}");
+    assert!(!app.repo.join("n").exists(), "the made directories went");
+    assert!(!app.repo.join("d/made").exists());
+    // What the state before had: `d` with its file, and `e`, empty when the turn's step ended.
+    assert_eq!(app.file("d/kept.txt").as_deref(), Some("kept\n"));
+    assert!(
+        app.repo.join("e").is_dir(),
+        "seen empty at the track before"
+    );
+    assert_eq!(app.file("a.txt").as_deref(), Some("a1\n"));
+    app.stop().await
+}
+
 /// An interrupted operation that cannot be put back (here its snapshot is gone from the store) keeps its
 /// worktree refused (SPEC 8): over HTTP that is a 409 naming the cause and what to do, not a 500
 /// "internal error" (black-box: a file that could not be written).
