@@ -64,24 +64,7 @@ impl Rewind {
     /// Deletes a session with its messages (never its files). Busy while a step or an operation holds it.
     pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
         let session = self.load_prepared(id).await?;
-        if let Some(step) = &session.step {
-            return Err(Error::busy(
-                id,
-                format!(
-                    "Session is busy: {id} (a step is open in message {})",
-                    step.message_id
-                ),
-            ));
-        }
-        let token = new_token();
-        let lease = self
-            .acquire(
-                LeaseKey::Session(id.clone()),
-                &token,
-                self.config.operation_lease_ms,
-                Some(id),
-            )
-            .await?;
+        let lease = self.lease_idle_session(&session).await?;
         let deleted = self.event(EventPayload::SessionDeleted {
             session_id: id.clone(),
             info: Box::new(session),
@@ -106,36 +89,12 @@ impl Rewind {
         let Some(title) = title else {
             return Ok(session);
         };
-        if let Some(step) = &session.step {
-            return Err(Error::busy(
-                id,
-                format!(
-                    "Session is busy: {id} (a step is open in message {}); rename it once the step has ended",
-                    step.message_id
-                ),
-            ));
-        }
-        let token = new_token();
-        let lease = self
-            .acquire(
-                LeaseKey::Session(id.clone()),
-                &token,
-                self.config.operation_lease_ms,
-                Some(id),
-            )
-            .await?;
+        let lease = self.lease_idle_session(&session).await?;
         let renamed = async {
-            // Read again under the lease: what an operation stored meanwhile is kept.
+            // Read again under the lease: what an operation stored meanwhile is kept, and a step begun
+            // meanwhile refuses the title as before.
             let mut updated = self.load_session(id).await?;
-            if let Some(step) = &updated.step {
-                return Err(Error::busy(
-                    id,
-                    format!(
-                        "Session is busy: {id} (a step is open in message {})",
-                        step.message_id
-                    ),
-                ));
-            }
+            refuse_open_step(&updated)?;
             updated.title = title;
             updated.time.updated = self.now();
             self.repo
@@ -150,6 +109,20 @@ impl Rewind {
         .await;
         self.release(&lease).await;
         renamed
+    }
+
+    /// The session's lease for a change of the session itself, refused (busy) while a step is open in it
+    /// (as `session` shows it) or an operation holds it.
+    async fn lease_idle_session(&self, session: &Session) -> Result<super::HeldLease> {
+        refuse_open_step(session)?;
+        let id = &session.id;
+        self.acquire(
+            LeaseKey::Session(id.clone()),
+            &new_token(),
+            self.config.operation_lease_ms,
+            Some(id),
+        )
+        .await
     }
 
     /// Records a message with its parts. While the session is reverted, cleanup runs first (the redo

@@ -520,13 +520,7 @@ async fn a_session_is_renamed_and_not_while_its_step_is_open() -> Result<()> {
     let session = app.new_session().await?;
     let mut stream = app.events().await?;
     let path = format!("/session/{session}");
-    let renamed = app
-        .send(
-            app.http
-                .patch(app.url(&path))
-                .json(&json!({"title": "fix the build"})),
-        )
-        .await?;
+    let renamed = app.patch(&path, json!({"title": "fix the build"})).await?;
     assert_eq!(renamed.status, 200, "{}", renamed.body);
     assert_eq!(renamed.body["title"], "fix the build");
     assert_eq!(app.read(&path).await?["title"], "fix the build");
@@ -537,20 +531,12 @@ async fn a_session_is_renamed_and_not_while_its_step_is_open() -> Result<()> {
             .map(|e| e["properties"]["info"]["title"].clone()),
         Some(json!("fix the build"))
     );
-    let unchanged = app
-        .send(app.http.patch(app.url(&path)).json(&json!({})))
-        .await?;
+    let unchanged = app.patch(&path, json!({})).await?;
     assert_eq!(unchanged.status, 200);
     assert_eq!(unchanged.body, app.read(&path).await?);
 
     let (_, mid) = app.open_step(&session, "a step").await?;
-    let busy = app
-        .send(
-            app.http
-                .patch(app.url(&path))
-                .json(&json!({"title": "other"})),
-        )
-        .await?;
+    let busy = app.patch(&path, json!({"title": "other"})).await?;
     assert_eq!(busy.status, 409, "{}", busy.body);
     assert_eq!(busy.body["_tag"], "SessionBusyError");
     app.ok(&format!("{path}/message/{mid}/step/finish"), json!({}))
@@ -642,6 +628,33 @@ async fn app_with_a_turn(
     Ok((app, session, user))
 }
 
+/// The snapshot at the end of the session's first step (the worktree as its first turn left it).
+async fn first_step_end(app: &crate::support::TestApp, session: &str) -> Result<String> {
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .find(|p| p["type"] == "step-finish")
+        .and_then(|p| p["snapshot"].as_str().map(str::to_owned))
+        .ok_or_else(|| anyhow::anyhow!("a step-finish with a snapshot: {messages}"))
+}
+
+/// The session's warnings once it has any (the running server's recovery raises them), or none after 10 s.
+async fn first_warnings(app: &crate::support::TestApp, session: &str) -> Result<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let warnings = app.read(&format!("/session/{session}/warnings")).await?;
+        if warnings.as_array().is_some_and(|w| !w.is_empty())
+            || tokio::time::Instant::now() > deadline
+        {
+            return Ok(warnings);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Leaves in the database what a `rewind revert` of `session` leaves when it is killed after storing its
 /// intent: the session's and the worktree's leases held by a process that is gone, and the intent, whose
 /// pre-operation snapshot is `before` and whose files are `files`.
@@ -719,30 +732,13 @@ async fn interrupted_revert(
 #[tokio::test]
 async fn a_revert_whose_process_died_is_recovered_by_the_running_server() -> Result<()> {
     let (app, session, user) = app_with_a_turn(Duration::from_millis(100)).await?;
-    let messages = app.read(&format!("/session/{session}/message")).await?;
     // The worktree as the turn left it: the revert's pre-operation snapshot.
-    let before = messages
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
-        .find(|p| p["type"] == "step-finish")
-        .and_then(|p| p["snapshot"].as_str().map(str::to_owned))
-        .ok_or_else(|| anyhow::anyhow!("a step-finish with a snapshot: {messages}"))?;
+    let before = first_step_end(&app, &session).await?;
     let mut events = app.events().await?;
     // The revert was killed after writing a.txt back and before b.txt.
     app.write("a.txt", "a0\n")?;
     interrupted_revert(&app, &session, &before, &["a.txt", "b.txt"]).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let warnings = loop {
-        let warnings = app.read(&format!("/session/{session}/warnings")).await?;
-        if warnings.as_array().is_some_and(|w| !w.is_empty())
-            || tokio::time::Instant::now() > deadline
-        {
-            break warnings;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let warnings = first_warnings(&app, &session).await?;
     let a_txt = app.repo.join("a.txt").to_string_lossy().into_owned();
     assert_eq!(warnings.as_array().map(Vec::len), Some(1), "{warnings}");
     assert_eq!(warnings[0]["files"], json!([a_txt]), "{warnings}");
@@ -803,15 +799,7 @@ async fn recovery_removes_the_directories_an_interrupted_operation_made_and_empt
         Ok(())
     })
     .await?;
-    let messages = app.read(&format!("/session/{session}/message")).await?;
-    let before = messages
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
-        .find(|p| p["type"] == "step-finish")
-        .and_then(|p| p["snapshot"].as_str().map(str::to_owned))
-        .ok_or_else(|| anyhow::anyhow!("a step-finish with a snapshot: {messages}"))?;
+    let before = first_step_end(&app, &session).await?;
     // What the killed operation left: a file it wrote, and directories it made whose files it deleted.
     std::fs::create_dir_all(app.repo.join("n/a/b"))?;
     app.write("n/x.txt", "written by the operation\n")?;
@@ -824,16 +812,7 @@ async fn recovery_removes_the_directories_an_interrupted_operation_made_and_empt
     )
     .await?;
     // The running server recovers it (its warning names the file put back).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let warnings = loop {
-        let warnings = app.read(&format!("/session/{session}/warnings")).await?;
-        if warnings.as_array().is_some_and(|w| !w.is_empty())
-            || tokio::time::Instant::now() > deadline
-        {
-            break warnings;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let warnings = first_warnings(&app, &session).await?;
     assert_eq!(warnings.as_array().map(Vec::len), Some(1), "{warnings}");
     assert!(!app.repo.join("n").exists(), "the made directories went");
     assert!(!app.repo.join("d/made").exists());

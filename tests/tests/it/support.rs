@@ -165,6 +165,10 @@ impl TestApp {
         self.send(self.http.delete(self.url(path))).await
     }
 
+    pub async fn patch(&self, path: &str, body: Value) -> Result<Reply> {
+        self.send(self.http.patch(self.url(path)).json(&body)).await
+    }
+
     /// The full URL of `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
