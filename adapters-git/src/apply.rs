@@ -1439,15 +1439,22 @@ fn in_scope(path: &str, scope: &Option<Vec<String>>) -> bool {
     }
 }
 
-/// Removes the empty directories at and above `paths` that snapshot `to` has neither with tracked content
-/// below nor recorded as seen empty at its tracks (`SnapshotPort::remove_emptied_dirs`), deepest first,
-/// each through its parent's handle beneath the worktree (no symlink followed); the worktree itself never.
-/// A directory that is not empty, or is not a directory, stays. None when `to`'s record does not say which
-/// directories its tracks saw empty (an old or damaged record). The directories removed.
+/// How much earlier than the operation's start a directory it made may say it was born: the filesystem
+/// stamps times from the kernel's coarse clock, a few milliseconds behind the one the start was read from.
+const BIRTH_SLACK_MS: u64 = 50;
+
+/// Removes the empty directories at and above `paths` that were born at or after `made_since` (epoch ms,
+/// less `BIRTH_SLACK_MS`) and that snapshot `to` has neither with tracked content below nor recorded as
+/// seen empty at its tracks (`SnapshotPort::remove_emptied_dirs`), deepest first, each through its
+/// parent's handle beneath the worktree (no symlink followed); the worktree itself never. A directory that
+/// is not empty, is not a directory, is older (the user's: review) or whose birth the filesystem does not
+/// record stays. None when `to`'s record does not say which directories its tracks saw empty (an old or
+/// damaged record). The directories removed.
 pub fn remove_emptied_dirs(
     store: &Store,
     to: &ObjectId,
     paths: &[String],
+    made_since: u64,
 ) -> GitResult<Vec<String>> {
     let Some(record) = store.known_record(to).filter(|r| r.empty_dirs.is_some()) else {
         return Ok(Vec::new());
@@ -1473,13 +1480,33 @@ pub fn remove_emptied_dirs(
         }
         let (parent, name) = beneath::split(dir);
         let gone = root.dir(parent).is_ok_and(|fd| {
-            rustix::fs::unlinkat(&fd, name, rustix::fs::AtFlags::REMOVEDIR).is_ok()
+            born_since(&fd, name, made_since.saturating_sub(BIRTH_SLACK_MS))
+                && rustix::fs::unlinkat(&fd, name, rustix::fs::AtFlags::REMOVEDIR).is_ok()
         });
         if gone {
             removed.push(dir.clone());
         }
     }
     Ok(removed)
+}
+
+/// Whether `name` in `dir` (not followed when a symlink) was born at or after `since_ms` (epoch ms); false
+/// when it is not there or the filesystem does not say when it was born.
+fn born_since(dir: &OwnedFd, name: &str, since_ms: u64) -> bool {
+    let Ok(stx) = rustix::fs::statx(
+        dir,
+        name,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        rustix::fs::StatxFlags::BTIME,
+    ) else {
+        return false;
+    };
+    if stx.stx_mask & rustix::fs::StatxFlags::BTIME.bits() == 0 {
+        return false;
+    }
+    let born = &stx.stx_btime;
+    let born_ms = i128::from(born.tv_sec) * 1000 + i128::from(born.tv_nsec / 1_000_000);
+    born_ms >= i128::from(since_ms)
 }
 
 /// Why `restore` with `since` leaves a path alone.

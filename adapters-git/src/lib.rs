@@ -397,12 +397,13 @@ impl SnapshotPort for GitSnapshotStore {
         worktree: &Path,
         to: &SnapshotId,
         paths: Vec<RelPath>,
+        made_since: u64,
     ) -> Result<Vec<RelPath>> {
         let to = object_id(to)?;
         let paths: Vec<String> = paths.into_iter().map(String::from).collect();
         let removed = self
             .with_store(worktree, move |store, _| {
-                apply::remove_emptied_dirs(store, &to, &paths)
+                apply::remove_emptied_dirs(store, &to, &paths, made_since)
             })
             .await?;
         removed.into_iter().map(RelPath::new).collect()

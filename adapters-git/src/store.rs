@@ -750,7 +750,7 @@ impl Store {
     pub fn clean_journal(&self) -> GitResult<()> {
         let path = self.rewind_path("journal");
         if let Ok(text) = fs::read_to_string(&path)
-            && !self.clean_journalled(&text)
+            && !self.clean_journalled(&text, true)
         {
             let kept = self.rewind_path(&format!("{JOURNAL_LEFT}{}", crate::odb::rand_suffix()));
             fs::rename(&path, &kept).map_err(|e| GitError::io(&path, e))?;
@@ -758,7 +758,9 @@ impl Store {
         self.clear_journal()?;
         for left in left_journals(&self.dir.join("rewind")) {
             if let Ok(text) = fs::read_to_string(&left)
-                && self.clean_journalled(&text)
+                // Its made directories were seen to at its first cleaning: one the user makes at such a name
+                // later is the user's (review).
+                && self.clean_journalled(&text, false)
             {
                 let _ = fs::remove_file(&left);
             }
@@ -766,8 +768,9 @@ impl Store {
         Ok(())
     }
 
-    /// Removes the temporary files journal `text` announces; whether none is left.
-    fn clean_journalled(&self, text: &str) -> bool {
+    /// Removes the temporary files journal `text` announces, and, with `made_too`, the directories it made
+    /// that are empty; whether no temporary file is left.
+    fn clean_journalled(&self, text: &str, made_too: bool) -> bool {
         let mut all = true;
         let mut lines = text.lines().peekable();
         let batch = lines
@@ -822,9 +825,19 @@ impl Store {
         }
         // The directories the operation made, deepest (last made) first, once empty: a completed
         // operation's hold its files (and its journal is gone by then).
-        for dir in made.iter().rev() {
-            if dir.starts_with(&self.worktree) && dir != &self.worktree {
-                let _ = fs::remove_dir(dir);
+        // Each through its parent's handle beneath the worktree: a directory on the way turned into a
+        // symlink since is not followed (review).
+        let root = crate::beneath::Root::open(&self.worktree).ok();
+        for dir in made.iter().rev().filter(|_| made_too) {
+            let (Some(root), Some(rel)) = (&root, dir.strip_prefix(&self.worktree).ok()) else {
+                continue;
+            };
+            let Some(rel) = rel.to_str().filter(|rel| !rel.is_empty()) else {
+                continue;
+            };
+            let (parent, name) = crate::beneath::split(rel);
+            if let Ok(fd) = root.dir(parent) {
+                let _ = rustix::fs::unlinkat(&fd, name, rustix::fs::AtFlags::REMOVEDIR);
             }
         }
         all

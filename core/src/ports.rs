@@ -154,17 +154,20 @@ pub trait SnapshotPort: Send + Sync {
         self.gc(worktree, keep, grace).await
     }
     /// Removes the empty directories at and above `paths` (deepest first; the worktree itself never) that
-    /// snapshot `to` does not have: neither as a directory holding tracked content nor as one its tracks
-    /// saw empty. What an interrupted operation made and emptied, which the restore that puts its files
-    /// back has no file left in to delete (SPEC 8: wholly before). Nothing when what `to`'s tracks saw
-    /// empty is not known. The directories removed; none by default (a store that keeps no directories).
+    /// were made at or after `made_since` (epoch ms: when the operation began) and that snapshot `to` does
+    /// not have: neither as a directory holding tracked content nor as one its tracks saw empty. What an
+    /// interrupted operation made and emptied, which the restore that puts its files back has no file left
+    /// in to delete (SPEC 8: wholly before); a directory the user had made before stays. Nothing when what
+    /// `to`'s tracks saw empty, or when a directory was made, is not known. The directories removed; none
+    /// by default (a store that keeps no directories).
     async fn remove_emptied_dirs(
         &self,
         worktree: &Path,
         to: &SnapshotId,
         paths: Vec<RelPath>,
+        made_since: u64,
     ) -> Result<Vec<RelPath>> {
-        let _ = (worktree, to, paths);
+        let _ = (worktree, to, paths, made_since);
         Ok(Vec::new())
     }
     /// The worktrees that have a store here (of this database), as their stores recorded them, that

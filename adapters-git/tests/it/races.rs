@@ -544,15 +544,30 @@ async fn a_revert_journals_the_directories_it_makes_and_a_crash_leaves_none() {
     fs::create_dir_all(h.path("other/deep")).expect("mkdir");
     h.write("other/user.txt", b"the user's\n");
     fs::create_dir_all(h.path("theirs")).expect("mkdir");
+    // A made directory's parent turned into a symlink since: nothing is removed through it (review).
+    let outside = h.base().join("outside-made");
+    fs::create_dir_all(outside.join("inner")).expect("mkdir");
+    std::os::unix::fs::symlink(&outside, h.path("lnk")).expect("symlink");
     let crashed = format!(
-        "{text}made {}\nmade {}\nmade {}\nnot made {}\n",
+        "{text}made {}\nmade {}\nmade {}\nnot made {}\nmade {}\n",
         h.path("other").display(),
         h.path("other/deep").display(),
         h.path("theirs").display(),
         h.path("theirs").display(),
+        h.path("lnk/inner").display(),
     );
     fs::write(h.store_dir().join("rewind").join("journal"), crashed).expect("the journal");
+    // A journal kept from an earlier crash (some of its files could not be removed then): its made
+    // directories were seen to at its first cleaning, and one the user makes at such a name since stays.
+    fs::create_dir_all(h.path("later")).expect("mkdir");
+    fs::write(
+        h.store_dir().join("rewind").join("journal-left-test"),
+        format!("made {}\n", h.path("later").display()),
+    )
+    .expect("a kept journal");
     h.id().await;
+    assert!(outside.join("inner").is_dir(), "not through the symlink");
+    assert!(h.path("later").is_dir(), "the user's, made since");
     assert!(!h.path("newdir").exists(), "the made directories went");
     assert!(!h.path("other/deep").exists());
     assert!(h.path("theirs").is_dir(), "not made by the operation");

@@ -2684,10 +2684,11 @@ async fn a_store_that_cannot_be_written_is_still_diffed() {
 }
 
 /// `remove_emptied_dirs` (what a recovery runs after putting an interrupted operation's files back) removes
-/// the empty directories at and above the given paths that the snapshot had neither with content nor seen
-/// empty, deepest first, and nothing else: not one the snapshot holds files in, not one its track saw
-/// empty, not one that holds anything, not the worktree, and never anything through a symlink (the
-/// sentinel's empty directory stays).
+/// the empty directories at and above the given paths, made since the operation began, that the snapshot
+/// had neither with content nor seen empty, deepest first, and nothing else: not one the snapshot holds
+/// files in, not one its track saw empty, not one the user made before the operation began (review), not
+/// one that holds anything, not the worktree, and never anything through a symlink (the sentinel's empty
+/// directory stays).
 #[tokio::test]
 async fn emptied_directories_the_snapshot_did_not_have_are_removed_and_nothing_else() {
     let h = GitHarness::new();
@@ -2696,6 +2697,13 @@ async fn emptied_directories_the_snapshot_did_not_have_are_removed_and_nothing_e
     h.write("d/kept.txt", b"kept\n");
     fs::create_dir_all(h.path("seen-empty")).expect("mkdir");
     let before = h.id().await;
+    // The user's, made after the snapshot and before the operation began.
+    fs::create_dir_all(h.path("users/own")).expect("mkdir");
+    std::thread::sleep(Duration::from_millis(200));
+    let began = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_millis() as u64;
 
     for dir in ["made/a/b", "d/made", "seen-empty/x", "full"] {
         fs::create_dir_all(h.path(dir)).expect("mkdir");
@@ -2714,7 +2722,9 @@ async fn emptied_directories_the_snapshot_did_not_have_are_removed_and_nothing_e
                 "full/i.txt",
                 "link/empty/inner/j.txt",
                 "d/kept.txt",
+                "users/own/k.txt",
             ]),
+            began,
         )
         .await
         .expect("remove");
@@ -2727,6 +2737,10 @@ async fn emptied_directories_the_snapshot_did_not_have_are_removed_and_nothing_e
     assert!(
         is_real_dir(&h.path("seen-empty")),
         "seen empty at the track"
+    );
+    assert!(
+        is_real_dir(&h.path("users/own")),
+        "made before the operation"
     );
     assert_eq!(fs::read(h.path("d/kept.txt")).expect("read"), b"kept\n");
     assert_eq!(

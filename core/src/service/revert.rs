@@ -1239,7 +1239,7 @@ impl Rewind {
         if !intent.files.is_empty() {
             let _ = self
                 .snapshots
-                .remove_emptied_dirs(wt, &intent.before, intent.files.clone())
+                .remove_emptied_dirs(wt, &intent.before, intent.files.clone(), intent.created)
                 .await;
         }
         // The warning names where the files' state before they were put back is kept: this attempt's

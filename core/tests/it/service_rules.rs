@@ -673,10 +673,11 @@ fn a_failure_after_files_were_touched_rolls_them_back_and_stores_no_descriptor()
             always(),
             mockall::predicate::eq(sid(20)),
             mockall::predicate::eq(vec![rel("a.txt"), rel("b.txt")]),
+            always(),
         )
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Ok(Vec::new()));
+        .returning(|_, _, _, _| Ok(Vec::new()));
     let rewind = f.rewind(snapshots);
     let before = f.last_seq();
     let target = RevertTarget {
