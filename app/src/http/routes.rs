@@ -205,9 +205,9 @@ pub async fn update_session(
     JsonBody(body): JsonBody<UpdateSessionBody>,
 ) -> ApiResult<Session> {
     let rewind = &state.services.rewind;
+    // A brief hold of the session (a step beginning or ending, a cleanup) is waited out, as for a message.
     Ok(Json(
-        rewind
-            .rename_session(&path.id, body.title)
+        while_busy(|| rewind.rename_session(&path.id, body.title.clone()))
             .await
             .map_err(in_session(&path.id))?,
     ))

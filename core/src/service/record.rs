@@ -736,14 +736,6 @@ impl Rewind {
         let removed: HashSet<PartId> = cleanup
             .map(|cleanup| cleanup.add_to(&mut transaction).1)
             .unwrap_or_default();
-        // Busy before the step's messages and parts are announced, as OpenCode marks a session busy before
-        // its step begins (black-box: a client saw the step-start part first).
-        transaction
-            .events
-            .push(self.event(EventPayload::SessionStatus {
-                session_id: session.id.clone(),
-                status: SessionStatus::Busy,
-            }));
         let mut working = message.info.clone();
         working.time.completed = None;
         working.note_step_begun();
@@ -767,6 +759,14 @@ impl Rewind {
                 self.push_part(&mut transaction, part.clone());
             }
         }
+        // Busy before the step-start part, as OpenCode marks a session busy before its step begins (black-box:
+        // a client saw the part first); after the turn's new messages, as OpenCode records the user's first.
+        transaction
+            .events
+            .push(self.event(EventPayload::SessionStatus {
+                session_id: session.id.clone(),
+                status: SessionStatus::Busy,
+            }));
         self.push_part(&mut transaction, part.clone());
         transaction
             .changes
@@ -1044,7 +1044,8 @@ impl Rewind {
         let finish = reason.clone();
         // An aborted step's tool calls that had not ended are ended as failed, as OpenCode's processor does
         // (SDK audit: a client showed them running for good). Their parts keep their ids and places.
-        let calls_ended = if finish == "aborted" {
+        // Asked as an abort: also when the end snapshot failed and the reason became `error`.
+        let calls_ended = if finish == "aborted" || end.reason.as_deref() == Some("aborted") {
             self.tool_calls_aborted(&session.id, &step.message_id, now)
                 .await?
         } else {

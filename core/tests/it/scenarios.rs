@@ -2324,6 +2324,23 @@ fn an_abort_ends_the_tool_calls_that_had_not_ended() {
             })
             .collect();
         assert_eq!(updated, ["finished-running", "running", "pending"]);
+
+        // An abort whose end snapshot fails (a file that cannot be read) ends its calls too (review).
+        w.rewind
+            .begin_step(&s.id, &id)
+            .await
+            .expect("begin once more");
+        w.rewind
+            .append_part(&s.id, &id, tool("when-failing", running.clone()))
+            .await
+            .expect("part");
+        w.write("unreadable.txt", "x");
+        w.snapshots
+            .fs()
+            .fail_reads(w.path(), "unreadable.txt")
+            .expect("fault hook");
+        w.rewind.abort_step(&s.id, &id).await.expect("abort");
+        assert_eq!(state_of("when-failing").await["status"], "error");
     })
 }
 
