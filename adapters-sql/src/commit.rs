@@ -12,9 +12,11 @@
 //! with one query, and a row that belongs to a session (its diff, an intent record) is written with
 //! `INSERT … SELECT … WHERE EXISTS (the session)` instead of a lookup and then a write.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use rewind_core::model::{MessageId, RevertHistoryEntry, SessionId, Warning};
+use rewind_core::model::{
+    Event, EventPayload, MessageId, RevertHistoryEntry, Session, SessionId, Warning,
+};
 use rewind_core::ports::{Change, Guard, Transaction};
 use rewind_core::{Error, Result};
 use sea_orm::ActiveValue::{NotSet, Set};
@@ -79,12 +81,21 @@ impl SqlRepo {
                 Change::DeleteSession(_) | Change::DeleteEventsThrough { .. }
             )
         });
+        // The titles the sessions this transaction puts are left with, and the sessions it renames: their
+        // `session.updated` events carry what is stored when it commits.
+        let mut titles = HashMap::new();
+        let mut renamed = HashSet::new();
         for (at, change) in transaction.changes.into_iter().enumerate() {
-            self.apply_change(txn, change, shared.changes.remove(&at))
+            if let Change::SetSessionTitle { session, .. } = &change {
+                renamed.insert(session.clone());
+            }
+            self.apply_change(txn, change, shared.changes.remove(&at), &mut titles)
                 .await?;
         }
-        self.append_events(txn, &transaction.events, &shared.events)
+        let mut events = transaction.events;
+        self.announce_as_stored(txn, &mut events, &titles, &renamed, &shared.events)
             .await?;
+        self.append_events(txn, &events, &shared.events).await?;
         if sweep {
             self.sweep_shared(txn).await?;
         }
@@ -337,6 +348,60 @@ impl SqlRepo {
         Ok(())
     }
 
+    /// Gives the `session.updated` events of the sessions put the title they are left with (`titles`), and
+    /// those of the sessions renamed the whole session as stored now (with its revert text taken out again
+    /// where `share` gave the event a shared text).
+    async fn announce_as_stored(
+        &self,
+        txn: &DatabaseTransaction,
+        events: &mut [Event],
+        titles: &HashMap<SessionId, String>,
+        renamed: &HashSet<SessionId>,
+        shared: &HashMap<usize, String>,
+    ) -> Result<()> {
+        for (at, event) in events.iter_mut().enumerate() {
+            let EventPayload::SessionUpdated { session_id, info } = &mut event.payload else {
+                continue;
+            };
+            if renamed.contains(session_id) {
+                if let Some(mut stored) = self.session_in(txn, session_id).await? {
+                    if shared.contains_key(&at) {
+                        crate::shared::take_revert_text(&mut stored);
+                    }
+                    **info = stored;
+                }
+            } else if let Some(title) = titles.get(session_id) {
+                info.title.clone_from(title);
+            }
+        }
+        Ok(())
+    }
+
+    /// The title stored for session `id`, if it exists.
+    async fn stored_title(
+        &self,
+        txn: &DatabaseTransaction,
+        id: &SessionId,
+    ) -> Result<Option<String>> {
+        /// The one field of a session's body a put keeps.
+        #[derive(serde::Deserialize)]
+        struct Titled {
+            title: String,
+        }
+        let body = session::Entity::find_by_id(id.as_str())
+            .select_only()
+            .column(session::Column::Body)
+            .into_tuple::<String>()
+            .one(txn)
+            .await
+            .map_err(self.fault("reading a session's title"))?;
+        body.map(|body| {
+            self.decode::<Titled>(&body, "session")
+                .map(|titled| titled.title)
+        })
+        .transpose()
+    }
+
     async fn require_session(&self, txn: &DatabaseTransaction, id: &SessionId) -> Result<()> {
         let found = session::Entity::find_by_id(id.as_str())
             .select_only()
@@ -410,10 +475,16 @@ impl SqlRepo {
         txn: &DatabaseTransaction,
         change: Change,
         shared: Option<String>,
+        titles: &mut HashMap<SessionId, String>,
     ) -> Result<()> {
         match change {
-            Change::PutSession(info) => {
-                // Replacing a session keeps its messages and other rows: only the session row changes.
+            Change::PutSession(mut info) => {
+                // Replacing a session keeps its messages and other rows: only the session row changes, and
+                // of it not the title (only a rename changes that).
+                if let Some(title) = self.stored_title(txn, &info.id).await? {
+                    info.title = title;
+                }
+                titles.insert(info.id.clone(), info.title.clone());
                 let row = session::ActiveModel {
                     id: Set(info.id.as_str().to_owned()),
                     directory: Set(info.directory.clone()),
@@ -433,6 +504,34 @@ impl SqlRepo {
                     .exec_without_returning(txn)
                     .await
                     .map_err(self.fault("storing a session"))?;
+            }
+            Change::SetSessionTitle {
+                session: id,
+                title,
+                updated,
+            } => {
+                let body = session::Entity::find_by_id(id.as_str())
+                    .select_only()
+                    .column(session::Column::Body)
+                    .into_tuple::<String>()
+                    .one(txn)
+                    .await
+                    .map_err(self.fault("reading a session"))?
+                    .ok_or_else(|| session_not_found(&id))?;
+                // The body as stored (a revert text `share` took out stays out, under its reference).
+                let mut stored: Session = self.decode(&body, "session")?;
+                stored.title.clone_from(&title);
+                stored.time.updated = updated;
+                session::Entity::update_many()
+                    .col_expr(
+                        session::Column::Body,
+                        sea_orm::sea_query::Expr::value(self.encode(&stored, "session")?),
+                    )
+                    .filter(session::Column::Id.eq(id.as_str()))
+                    .exec(txn)
+                    .await
+                    .map_err(self.fault("renaming a session"))?;
+                titles.insert(id, title);
             }
             Change::DeleteSession(id) => {
                 self.require_session(txn, &id).await?;

@@ -216,8 +216,15 @@ await extension(`/session/${id}/message/${working.info.id}/part`, {
   tool: "bash",
   state: { status: "running", input: { command: "make" }, time: { start: Date.now() } },
 });
+const midStep = await client.session.update({ path: { id }, body: { title: "renamed while the build runs" } });
 const aborted = await client.session.abort({ path: { id } });
 const afterAbort = await client.session.messages({ path: { id } });
+const titled = await client.session.get({ path: { id } });
+check("session.update lands while a step is open, as in OpenCode, and the step's end keeps the title", () => {
+  assert.equal(midStep.error, undefined, JSON.stringify(midStep.error));
+  assert.equal(midStep.data.title, "renamed while the build runs");
+  assert.equal(titled.data.title, "renamed while the build runs");
+});
 check("session.abort ends the running tool call as OpenCode does, and marks the turn interrupted", () => {
   assert.equal(aborted.error, undefined, JSON.stringify(aborted.error));
   assert.equal(aborted.data, true);

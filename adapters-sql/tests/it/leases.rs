@@ -106,7 +106,7 @@ async fn second_takes_over_an_expired_lease(first: SqlRepo, second: SqlRepo) {
                 "a lease taken over cannot be renewed by its old token"
             );
             let mut renamed = owner.clone();
-            renamed.title = "stale".to_owned();
+            renamed.slug = "stale".to_owned();
             let stale = first
                 .commit(Transaction {
                     guards: vec![Guard::LeaseHeld {
@@ -165,8 +165,8 @@ async fn second_takes_over_an_expired_lease(first: SqlRepo, second: SqlRepo) {
             .session(&owner.id)
             .await
             .expect("reads")
-            .map(|s| s.title),
-        Some(owner.title),
+            .map(|s| s.slug),
+        Some(owner.slug),
         "the stale commit changed nothing"
     );
 }

@@ -102,11 +102,14 @@ enum Step {
         key: u8,
         token: u8,
     },
+    /// A guarded write of the session: a put (which keeps the stored title), or a rename of its title
+    /// announced from a stale copy (the event carries the session as stored).
     GuardedRename {
         session: Pick,
         key: u8,
         token: u8,
         intent: Option<u8>,
+        title: bool,
     },
     ReadEvents {
         after: u8,
@@ -156,8 +159,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u8..3, 0u8..4, any::<u16>())
             .prop_map(|(key, token, expires)| Step::RenewLease { key, token, expires }),
         1 => (0u8..3, 0u8..4).prop_map(|(key, token)| Step::ReleaseLease { key, token }),
-        2 => (pick(), 0u8..3, 0u8..4, prop::option::of(0u8..3)).prop_map(
-            |(session, key, token, intent)| Step::GuardedRename { session, key, token, intent }
+        2 => (pick(), 0u8..3, 0u8..4, prop::option::of(0u8..3), any::<bool>()).prop_map(
+            |(session, key, token, intent, title)| Step::GuardedRename { session, key, token, intent, title }
         ),
         1 => (0u8..12, 0u8..6).prop_map(|(after, limit)| Step::ReadEvents { after, limit }),
     ]
@@ -620,9 +623,11 @@ impl World {
                 key,
                 token: t,
                 intent,
+                title,
             } => {
                 let mut renamed = self.session(*session);
-                renamed.title = format!("renamed at {time}");
+                renamed.slug = format!("renamed at {time}");
+                renamed.title = format!("titled at {time}");
                 let mut guards = vec![Guard::LeaseHeld {
                     key: self.keys[usize::from(*key) % self.keys.len()].clone(),
                     token: token(*t),
@@ -634,9 +639,18 @@ impl World {
                     session_id: renamed.id.clone(),
                     info: Box::new(renamed.clone()),
                 });
+                let change = if *title {
+                    Change::SetSessionTitle {
+                        session: renamed.id.clone(),
+                        title: renamed.title.clone(),
+                        updated: time,
+                    }
+                } else {
+                    Change::PutSession(Box::new(renamed))
+                };
                 Action::Commit(Transaction {
                     guards,
-                    changes: vec![Change::PutSession(Box::new(renamed))],
+                    changes: vec![change],
                     events: vec![event],
                 })
             }

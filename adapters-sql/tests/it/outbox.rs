@@ -77,7 +77,7 @@ async fn writer_b_waits_for_writer_a(
         a.fail_next_commit();
     }
     let mut renamed = first.clone();
-    renamed.title = "renamed by A".to_owned();
+    renamed.slug = "renamed by A".to_owned();
     let a_task = tokio::spawn({
         let (a, events) = (a.clone(), a_events.clone());
         async move {
@@ -136,7 +136,7 @@ async fn writer_b_waits_for_writer_a(
         .session(&first.id)
         .await
         .expect("reads")
-        .map(|s| s.title);
+        .map(|s| s.slug);
     if fail_a {
         assert!(
             matches!(a_result, Err(Error::Backend(_))),
@@ -150,7 +150,7 @@ async fn writer_b_waits_for_writer_a(
         assert_eq!(seqs(&all), vec![1, 2], "a rollback leaves no gap");
         assert_eq!(
             title,
-            Some(first.title),
+            Some(first.slug),
             "A's change was rolled back with its events"
         );
     } else {
@@ -352,7 +352,7 @@ async fn a_lease_take_waits_for_a_guarded_commit(a: SqlRepo, b: SqlRepo, probe: 
     let key = LeaseKey::Session(owner.id.clone());
     let guarded = |title: &str| {
         let mut renamed = owner.clone();
-        renamed.title = title.to_owned();
+        renamed.slug = title.to_owned();
         let mut guarded = transaction(vec![Change::PutSession(Box::new(renamed))], Vec::new());
         guarded.guards = vec![Guard::LeaseNotTaken {
             key: key.clone(),
@@ -388,7 +388,7 @@ async fn a_lease_take_waits_for_a_guarded_commit(a: SqlRepo, b: SqlRepo, probe: 
         .expect("the take is answered");
     assert_eq!(take, LeaseTake::Taken, "the free lease is taken after");
     let stored = b.session(&owner.id).await.expect("reads").expect("exists");
-    assert_eq!(stored.title, "written before the take");
+    assert_eq!(stored.slug, "written before the take");
     let refused = a.commit(guarded("after the take")).await;
     assert!(
         matches!(refused, Err(Error::Busy { .. })),

@@ -81,34 +81,31 @@ impl Rewind {
         result
     }
 
-    /// Gives a session a new title (OpenCode's `session.update`); without one, the session as it is. Busy
-    /// while a step is open or an operation holds the session: their own write of the session, from what
-    /// they read before, would put the old title back.
+    /// Gives a session a new title (OpenCode's `session.update`); without one, the session as it is. It
+    /// lands at any time, while a step is open or an operation runs too: the title is the one field of a
+    /// session their own writes of it keep as stored (`Change::PutSession`), and the announcement carries
+    /// the session as stored when the rename commits.
     pub async fn rename_session(&self, id: &SessionId, title: Option<String>) -> Result<Session> {
-        let session = self.load_prepared(id).await?;
+        let session = self.load_session(id).await?;
         let Some(title) = title else {
             return Ok(session);
         };
-        let lease = self.lease_idle_session(&session).await?;
-        let renamed = async {
-            // Read again under the lease: what an operation stored meanwhile is kept, and a step begun
-            // meanwhile refuses the title as before.
-            let mut updated = self.load_session(id).await?;
-            refuse_open_step(&updated)?;
-            updated.title = title;
-            updated.time.updated = self.now();
-            self.repo
-                .commit(Transaction {
-                    guards: vec![lease.guard()],
-                    changes: vec![Change::PutSession(Box::new(updated.clone()))],
-                    events: vec![self.updated_event(&updated)],
-                })
-                .await?;
-            Ok(updated)
-        }
-        .await;
-        self.release(&lease).await;
-        renamed
+        let updated = self.now();
+        let mut renamed = session;
+        renamed.title.clone_from(&title);
+        renamed.time.updated = updated;
+        self.repo
+            .commit(Transaction {
+                guards: Vec::new(),
+                changes: vec![Change::SetSessionTitle {
+                    session: id.clone(),
+                    title,
+                    updated,
+                }],
+                events: vec![self.updated_event(&renamed)],
+            })
+            .await?;
+        self.load_session(id).await
     }
 
     /// The session's lease for a change of the session itself, refused (busy) while a step is open in it

@@ -4,16 +4,16 @@
 //! of the rows and swaps the clone in only when every change succeeded, so a failed transaction leaves
 //! nothing behind, exactly as a database rollback would.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageHead,
-    MessageId, MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry, Session, SessionId,
-    SnapshotId, StoredEvent, Warning, worktrees_overlap,
+    Capture, EventPayload, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message,
+    MessageHead, MessageId, MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry, Session,
+    SessionId, SnapshotId, StoredEvent, Warning, worktrees_overlap,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 use crate::revert::{RevertPoint, is_hidden};
@@ -253,7 +253,12 @@ impl Rows {
                 let session = *session;
                 // Replacing a session keeps its messages and other rows: only the session row changes.
                 match self.sessions.get_mut(&session.id) {
-                    Some(stored) => stored.info = session,
+                    Some(stored) => {
+                        // The stored title stays: only a rename changes it.
+                        let title = std::mem::take(&mut stored.info.title);
+                        stored.info = session;
+                        stored.info.title = title;
+                    }
                     None => {
                         self.sessions.insert(
                             session.id.clone(),
@@ -267,6 +272,15 @@ impl Rows {
                         );
                     }
                 }
+            }
+            Change::SetSessionTitle {
+                session,
+                title,
+                updated,
+            } => {
+                let stored = self.session_mut(&session)?;
+                stored.info.title = title;
+                stored.info.time.updated = updated;
             }
             Change::DeleteSession(id) => {
                 if self.sessions.remove(&id).is_none() {
@@ -777,13 +791,39 @@ impl MessageRepo for MemRepo {
         let mut rows = state.rows.clone();
         let mut prune_through = None;
         let mut released = Vec::new();
+        // The sessions put and renamed: their `session.updated` events carry what is stored at the end.
+        let mut put = HashSet::new();
+        let mut renamed = HashSet::new();
         for change in transaction.changes {
+            match &change {
+                Change::PutSession(session) => {
+                    put.insert(session.id.clone());
+                }
+                Change::SetSessionTitle { session, .. } => {
+                    renamed.insert(session.clone());
+                }
+                _ => {}
+            }
             match change {
                 Change::DeleteEventsThrough { seq } => {
                     prune_through = prune_through.max(Some(seq));
                 }
                 Change::ReleaseLease { key, token } => released.push((key, token)),
                 change => rows.apply(change)?,
+            }
+        }
+        let mut events = transaction.events;
+        for event in &mut events {
+            let EventPayload::SessionUpdated { session_id, info } = &mut event.payload else {
+                continue;
+            };
+            let Some(stored) = rows.sessions.get(session_id) else {
+                continue;
+            };
+            if renamed.contains(session_id) {
+                **info = stored.info.clone();
+            } else if put.contains(session_id) {
+                info.title.clone_from(&stored.info.title);
             }
         }
         state.rows = rows;
@@ -797,7 +837,7 @@ impl MessageRepo for MemRepo {
                 .retain(|stored| stored.seq > seq || stored.seq == last);
         }
         let first = state.outbox.last().map_or(0, |e| e.seq) + 1;
-        let stored = (first..).zip(transaction.events);
+        let stored = (first..).zip(events);
         state
             .outbox
             .extend(stored.map(|(seq, event)| StoredEvent { seq, event }));

@@ -483,7 +483,7 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
         ("/session", "post", &["200", "400", "401", "403", "413"]),
         ("/session/{id}/abort", "post", &["200", "400", "404", "409"]),
         ("/session/status", "get", &["200", "400"]),
-        ("/session/{id}", "patch", &["200", "400", "404", "409"]),
+        ("/session/{id}", "patch", &["200", "400", "404"]),
     ] {
         let responses = &doc["paths"][path][method]["responses"];
         for status in statuses {
@@ -511,11 +511,12 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
     app.stop().await
 }
 
-/// OpenCode's `session.update` (`PATCH /session/:id`): a new title, announced by `session.updated` and read
-/// back; an empty body changes nothing; refused with 409 while a step is open (its end would write the
-/// session it read before, with the old title), and the title is unchanged then.
+/// OpenCode's `session.update` (`PATCH /session/:id`): a new title, announced by `session.updated` with the
+/// session as stored and read back; an empty body changes nothing. As in OpenCode it lands while a step is
+/// open too, and neither the step's end nor a later revert and unrevert (each writes the session it read
+/// before) puts the old title back or announces it.
 #[tokio::test]
-async fn a_session_is_renamed_and_not_while_its_step_is_open() -> Result<()> {
+async fn a_session_is_renamed_while_its_step_is_open_and_keeps_the_title() -> Result<()> {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
     let mut stream = app.events().await?;
@@ -535,14 +536,52 @@ async fn a_session_is_renamed_and_not_while_its_step_is_open() -> Result<()> {
     assert_eq!(unchanged.status, 200);
     assert_eq!(unchanged.body, app.read(&path).await?);
 
-    let (_, mid) = app.open_step(&session, "a step").await?;
-    let busy = app.patch(&path, json!({"title": "other"})).await?;
-    assert_eq!(busy.status, 409, "{}", busy.body);
-    assert_eq!(busy.body["_tag"], "SessionBusyError");
+    let (user, mid) = app.open_step(&session, "a step").await?;
+    app.write("a.txt", "during the step\n")?;
+    let during = app
+        .patch(&path, json!({"title": "renamed mid-step"}))
+        .await?;
+    assert_eq!(during.status, 200, "{}", during.body);
+    let stored = app.read(&path).await?;
+    assert_eq!(stored["title"], "renamed mid-step");
+    assert!(
+        stored["step"].is_object(),
+        "the step is still open: {stored}"
+    );
+    assert_eq!(during.body, stored);
+    let announced = stream.until("session.updated").await?;
+    let last = announced.last().map(|e| e["properties"]["info"].clone());
+    assert_eq!(
+        last,
+        Some(stored),
+        "the rename announces the session as stored"
+    );
+
     app.ok(&format!("{path}/message/{mid}/step/finish"), json!({}))
         .await?;
-    assert_eq!(app.read(&path).await?["title"], "fix the build");
-    Ok(())
+    assert_eq!(app.read(&path).await?["title"], "renamed mid-step");
+    app.revert_to(&session, &user).await?;
+    assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
+    assert_eq!(app.read(&path).await?["title"], "renamed mid-step");
+    app.ok(&format!("{path}/unrevert"), json!({})).await?;
+    assert_eq!(app.file("a.txt").as_deref(), Some("during the step\n"));
+    let after = app.read(&path).await?;
+    assert_eq!(after["title"], "renamed mid-step");
+    assert!(after["revert"].is_null(), "{after}");
+    // Every announcement of the session since the rename carries the new title.
+    let later = stream
+        .until_matching("the unrevert's session.updated", |e| {
+            e["type"] == "session.updated" && e["properties"]["info"] == after
+        })
+        .await?;
+    let titles: Vec<_> = later
+        .iter()
+        .filter(|e| e["type"] == "session.updated")
+        .map(|e| e["properties"]["info"]["title"].clone())
+        .collect();
+    assert!(titles.len() >= 3, "{titles:?}");
+    assert!(titles.iter().all(|t| t == "renamed mid-step"), "{titles:?}");
+    app.stop().await
 }
 
 #[tokio::test]

@@ -413,12 +413,22 @@ impl EventStream {
 
     /// Events until one of type `last` (included), within `wait` each.
     pub async fn until(&mut self, last: &str) -> Result<Vec<Value>> {
+        self.until_matching(last, |event| event["type"] == last)
+            .await
+    }
+
+    /// The events up to and including the first for which `last` holds (`what` names it in the error).
+    pub async fn until_matching(
+        &mut self,
+        what: &str,
+        last: impl Fn(&Value) -> bool,
+    ) -> Result<Vec<Value>> {
         let mut seen = Vec::new();
         loop {
             let Some(event) = self.next(Duration::from_secs(10)).await? else {
-                bail!("the stream ended before {last}; saw {:?}", types(&seen));
+                bail!("the stream ended before {what}; saw {:?}", types(&seen));
             };
-            let done = event["type"] == last;
+            let done = last(&event);
             seen.push(event);
             if done {
                 return Ok(seen);

@@ -87,6 +87,7 @@ macro_rules! repo_contract_tests {
             large_revert_texts_read_back_whole_from_every_row
             delete_session_cascades
             sessions_are_listed_newest_first_and_by_directory
+            a_put_keeps_the_stored_title_and_a_rename_changes_only_it
         );
     };
     (make = || $repo:expr, block_on = $block_on:expr $(,)?) => {
@@ -305,11 +306,13 @@ async fn commit(repo: &dyn MessageRepo, changes: Vec<Change>) {
         .expect("a valid transaction must commit");
 }
 
-async fn title(repo: &dyn MessageRepo, session: &SessionId) -> Option<String> {
+/// The field the cases change to tell which write of a session was stored (the slug: a put keeps the
+/// stored title).
+async fn marker(repo: &dyn MessageRepo, session: &SessionId) -> Option<String> {
     repo.session(session)
         .await
         .expect("reading a session must succeed")
-        .map(|s| s.title)
+        .map(|s| s.slug)
 }
 
 async fn listed(repo: &dyn MessageRepo, directory: Option<&str>) -> Vec<Session> {
@@ -1604,7 +1607,7 @@ pub async fn a_transaction_releases_a_lease_only_with_its_token(repo: &dyn Messa
     );
 
     let mut renamed = session.clone();
-    renamed.title = "must not be stored".to_owned();
+    renamed.slug = "must not be stored".to_owned();
     let failed = repo
         .commit(Transaction {
             guards: vec![held_by("token-b")],
@@ -1625,7 +1628,7 @@ pub async fn a_transaction_releases_a_lease_only_with_its_token(repo: &dyn Messa
     );
 
     let mut finished = session.clone();
-    finished.title = "finished".to_owned();
+    finished.slug = "finished".to_owned();
     repo.commit(Transaction {
         guards: vec![held_by("token-a")],
         changes: vec![
@@ -1637,7 +1640,7 @@ pub async fn a_transaction_releases_a_lease_only_with_its_token(repo: &dyn Messa
     })
     .await
     .expect("a transaction guarded by a lease it releases must commit");
-    assert_eq!(title(repo, &session.id).await.as_deref(), Some("finished"));
+    assert_eq!(marker(repo, &session.id).await.as_deref(), Some("finished"));
     for released in [&key, &other_key] {
         assert_eq!(
             repo.lease(released)
@@ -1864,7 +1867,7 @@ pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
     };
     let guarded = |guard: Guard, title: &str| {
         let mut changed = session.clone();
-        changed.title = title.to_owned();
+        changed.slug = title.to_owned();
         Transaction {
             guards: vec![guard],
             changes: vec![put_session(&changed)],
@@ -1875,7 +1878,7 @@ pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
     repo.commit(guarded(lease_guard("token-a"), "held"))
         .await
         .expect("a transaction guarded by a held lease (expired, not taken over) must commit");
-    assert_eq!(title(repo, &session.id).await.as_deref(), Some("held"));
+    assert_eq!(marker(repo, &session.id).await.as_deref(), Some("held"));
 
     let result = repo.commit(guarded(lease_guard("token-b"), "other")).await;
     assert!(
@@ -1907,7 +1910,7 @@ pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
         "a lease guard on a key nobody holds must fail with LeaseLost, got {result:?}"
     );
     assert_eq!(
-        title(repo, &session.id).await.as_deref(),
+        marker(repo, &session.id).await.as_deref(),
         Some("held"),
         "failed guards change nothing"
     );
@@ -1935,7 +1938,7 @@ pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
     repo.commit(finish)
         .await
         .expect("a transaction guarded by an existing intent and a held lease must commit");
-    assert_eq!(title(repo, &session.id).await.as_deref(), Some("finished"));
+    assert_eq!(marker(repo, &session.id).await.as_deref(), Some("finished"));
     assert!(
         repo.intents()
             .await
@@ -1950,7 +1953,7 @@ pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
         matches!(result, Err(Error::LeaseLost(_))),
         "an intent guard after the intent was deleted must fail with LeaseLost, got {result:?}"
     );
-    assert_eq!(title(repo, &session.id).await.as_deref(), Some("finished"));
+    assert_eq!(marker(repo, &session.id).await.as_deref(), Some("finished"));
 }
 
 /// `LeaseNotTaken` passes while the lease is free or held by the token the caller saw (an expired
@@ -1967,7 +1970,7 @@ pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
     let key = LeaseKey::Session(session.id.clone());
     let guarded = |guard: Guard, title: &str| {
         let mut changed = session.clone();
-        changed.title = title.to_owned();
+        changed.slug = title.to_owned();
         Transaction {
             guards: vec![guard],
             changes: vec![put_session(&changed)],
@@ -1982,7 +1985,7 @@ pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
     repo.commit(guarded(not_taken(None), "free"))
         .await
         .expect("a free lease is not taken");
-    assert_eq!(title(repo, &session.id).await.as_deref(), Some("free"));
+    assert_eq!(marker(repo, &session.id).await.as_deref(), Some("free"));
     repo.commit(guarded(not_taken(Some("token-a")), "free, a seen"))
         .await
         .expect("a lease released since it was seen is not taken either");
@@ -1995,7 +1998,7 @@ pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
     repo.commit(guarded(not_taken(Some("token-a")), "seen"))
         .await
         .expect("the holder seen (expired, not taken over) still holds it");
-    assert_eq!(title(repo, &session.id).await.as_deref(), Some("seen"));
+    assert_eq!(marker(repo, &session.id).await.as_deref(), Some("seen"));
     for seen in [None, Some("token-b")] {
         let result = repo.commit(guarded(not_taken(seen), "taken")).await;
         assert!(
@@ -2004,7 +2007,7 @@ pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
         );
     }
     assert_eq!(
-        title(repo, &session.id).await.as_deref(),
+        marker(repo, &session.id).await.as_deref(),
         Some("seen"),
         "failed guards change nothing"
     );
@@ -2019,7 +2022,7 @@ pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
         .await
         .expect("a session that is not reverted passes a guard that saw none");
     let mut reverted = session.clone();
-    reverted.title = "reverted".to_owned();
+    reverted.slug = "reverted".to_owned();
     reverted.revert = Some(RevertDescriptor {
         message_id: message.clone(),
         part_id: Some(part.clone()),
@@ -2039,7 +2042,7 @@ pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
         );
     }
     assert_eq!(
-        title(repo, &session.id).await.as_deref(),
+        marker(repo, &session.id).await.as_deref(),
         Some("reverted"),
         "failed guards change nothing"
     );
@@ -2049,7 +2052,7 @@ pub async fn guards_check_that_no_one_took_the_lease_nor_changed_the_revert(
     ))
     .await
     .expect("the revert point seen passes");
-    assert_eq!(title(repo, &session.id).await.as_deref(), Some("as seen"));
+    assert_eq!(marker(repo, &session.id).await.as_deref(), Some("as seen"));
 
     let missing = Guard::RevertIs {
         session: ids.session(),
@@ -2083,7 +2086,7 @@ pub async fn message_exists_guard_checks_the_message_in_its_session(repo: &dyn M
     .await;
     let guarded = |id: &MessageId, title: &str| {
         let mut changed = session.clone();
-        changed.title = title.to_owned();
+        changed.slug = title.to_owned();
         Transaction {
             guards: vec![Guard::MessageExists {
                 session: session.id.clone(),
@@ -2096,7 +2099,7 @@ pub async fn message_exists_guard_checks_the_message_in_its_session(repo: &dyn M
     repo.commit(guarded(&message.id, "present"))
         .await
         .expect("a stored message passes");
-    assert_eq!(title(repo, &session.id).await.as_deref(), Some("present"));
+    assert_eq!(marker(repo, &session.id).await.as_deref(), Some("present"));
     for (id, what) in [
         (&elsewhere.id, "a message of another session"),
         (&ids.message(), "an unknown message"),
@@ -2122,7 +2125,7 @@ pub async fn message_exists_guard_checks_the_message_in_its_session(repo: &dyn M
         "a message cleanup deleted must fail with Busy, got {result:?}"
     );
     assert_eq!(
-        title(repo, &session.id).await.as_deref(),
+        marker(repo, &session.id).await.as_deref(),
         Some("present"),
         "failed guards change nothing"
     );
@@ -2615,7 +2618,7 @@ pub async fn sessions_are_listed_newest_first_and_by_directory(repo: &dyn Messag
     let kept_part = text(&ids, &kept, "still here");
     commit(repo, vec![put_message(&kept), put_part(&kept_part)]).await;
     let mut renamed = s1.clone();
-    renamed.title = "renamed".to_owned();
+    renamed.slug = "renamed".to_owned();
     renamed.time.updated = ids.tick();
     commit(repo, vec![put_session(&renamed)]).await;
     assert_eq!(
@@ -2940,4 +2943,159 @@ pub async fn large_revert_texts_read_back_whole_from_every_row(repo: &dyn Messag
             .collect::<Vec<_>>(),
         events[2..].to_vec()
     );
+}
+
+/// Contract: a `PutSession` of a stored session keeps its title, and only `SetSessionTitle` changes it
+/// (with the update time, nothing else); the `session.updated` events of a put carry the stored title, and
+/// those of a rename the whole session as stored, its large revert text included; a rename of a session
+/// that does not exist fails with `NotFound` and stores nothing.
+pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/titles");
+    commit(repo, vec![put_session(&session)]).await;
+    let stored = |id: SessionId| async move {
+        repo.session(&id)
+            .await
+            .expect("reading a session must succeed")
+            .expect("the session exists")
+    };
+    let last_event = || async {
+        all_events(repo)
+            .await
+            .pop()
+            .map(|stored| stored.event.payload)
+            .expect("an event was stored")
+    };
+
+    // A step's write of the session, from a copy read before a rename: the stored title stays.
+    let mut stale = session.clone();
+    stale.title = "an old title".to_owned();
+    stale.slug = "after the step".to_owned();
+    stale.time.updated = ids.tick();
+    repo.commit(transaction(
+        vec![put_session(&stale)],
+        vec![updated(&ids, &stale)],
+    ))
+    .await
+    .expect("a put commits");
+    let mut expected = stale.clone();
+    expected.title.clone_from(&session.title);
+    same!(
+        stored(session.id.clone()).await,
+        expected.clone(),
+        "a put changes everything but the title"
+    );
+    same!(
+        last_event().await,
+        EventPayload::SessionUpdated {
+            session_id: session.id.clone(),
+            info: Box::new(expected.clone()),
+        },
+        "a put's session.updated carries the stored title"
+    );
+
+    // A rename, announced from a copy read before the put: the event carries the session as stored.
+    let when = ids.tick();
+    let mut announced = session.clone();
+    announced.title = "fix the build".to_owned();
+    repo.commit(transaction(
+        vec![Change::SetSessionTitle {
+            session: session.id.clone(),
+            title: "fix the build".to_owned(),
+            updated: when,
+        }],
+        vec![updated(&ids, &announced)],
+    ))
+    .await
+    .expect("a rename commits");
+    expected.title = "fix the build".to_owned();
+    expected.time.updated = when;
+    same!(
+        stored(session.id.clone()).await,
+        expected.clone(),
+        "a rename changes the title and the update time, nothing else"
+    );
+    same!(
+        last_event().await,
+        EventPayload::SessionUpdated {
+            session_id: session.id.clone(),
+            info: Box::new(expected.clone()),
+        },
+        "a rename's session.updated carries the session as stored"
+    );
+
+    // A reverted session with a large revert text: a put keeps the renamed title, in the row and in the
+    // event, and a rename's event carries the whole text.
+    let (text, _) = large_revert(40, 1);
+    let mut reverted = stale.clone();
+    reverted.revert = Some(RevertDescriptor {
+        message_id: ids.message(),
+        part_id: None,
+        snapshot: Some(snapshot(1)),
+        diff: Some(text),
+    });
+    repo.commit(transaction(
+        vec![put_session(&reverted)],
+        vec![updated(&ids, &reverted)],
+    ))
+    .await
+    .expect("a revert's put commits");
+    expected = reverted.clone();
+    expected.title = "fix the build".to_owned();
+    same!(stored(session.id.clone()).await, expected.clone());
+    same!(
+        last_event().await,
+        EventPayload::SessionUpdated {
+            session_id: session.id.clone(),
+            info: Box::new(expected.clone()),
+        },
+        "a put's event keeps the stored title beside a large revert text"
+    );
+    let when = ids.tick();
+    repo.commit(transaction(
+        vec![Change::SetSessionTitle {
+            session: session.id.clone(),
+            title: "renamed while reverted".to_owned(),
+            updated: when,
+        }],
+        vec![updated(&ids, &announced)],
+    ))
+    .await
+    .expect("a rename commits");
+    expected.title = "renamed while reverted".to_owned();
+    expected.time.updated = when;
+    same!(stored(session.id.clone()).await, expected.clone());
+    same!(
+        last_event().await,
+        EventPayload::SessionUpdated {
+            session_id: session.id.clone(),
+            info: Box::new(expected.clone()),
+        },
+        "a rename's event carries the whole revert text"
+    );
+
+    // A rename of a session that does not exist: NotFound, nothing stored.
+    let before = all_events(repo).await;
+    let missing = ids.session();
+    let result = repo
+        .commit(transaction(
+            vec![Change::SetSessionTitle {
+                session: missing.clone(),
+                title: "nobody".to_owned(),
+                updated: ids.tick(),
+            }],
+            vec![heartbeat(&ids)],
+        ))
+        .await;
+    assert!(
+        matches!(result, Err(Error::NotFound(_))),
+        "renaming a missing session fails with NotFound: {result:?}"
+    );
+    same!(all_events(repo).await, before, "and stores no event");
+    same!(
+        repo.session(&missing).await.expect("reading"),
+        None,
+        "nor a session"
+    );
+    same!(stored(session.id.clone()).await, expected);
 }
