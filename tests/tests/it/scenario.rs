@@ -584,6 +584,77 @@ async fn a_session_is_renamed_while_its_step_is_open_and_keeps_the_title() -> Re
     app.stop().await
 }
 
+/// Renames race the session's own writes (messages, parts, step ends, a revert and an unrevert), each of
+/// which writes the session from what it read before: the title is always the last rename's, and the
+/// announcements of the session, in commit order, never go back to an earlier title.
+#[tokio::test]
+async fn renames_racing_the_sessions_own_writes_never_bring_an_old_title_back() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let mut stream = app.events().await?;
+    let path = format!("/session/{session}");
+    let renames = async {
+        for n in 0..40 {
+            let title = format!("title {n:02}");
+            let reply = app.patch(&path, json!({ "title": title })).await?;
+            ensure!(reply.status == 200, "rename {n}: {}", reply.body);
+            ensure!(reply.body["title"] == title, "rename {n}: {}", reply.body);
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    let writes = async {
+        for turn in 0..4 {
+            let (user, assistant) = app.open_step(&session, &format!("turn {turn}")).await?;
+            app.write("a.txt", &format!("turn {turn}\n"))?;
+            for k in 0..3 {
+                app.ok(
+                    &format!("{path}/message/{assistant}/part"),
+                    json!({"type": "text", "text": format!("part {k}")}),
+                )
+                .await?;
+            }
+            app.ok(
+                &format!("{path}/message/{assistant}/step/finish"),
+                json!({"reason": "stop", "cost": 0.25}),
+            )
+            .await?;
+            if turn % 2 == 1 {
+                app.revert_to(&session, &user).await?;
+                app.ok(&format!("{path}/unrevert"), json!({})).await?;
+            }
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    let (renamed, written) = tokio::join!(renames, writes);
+    renamed?;
+    written?;
+    let last = app.read(&path).await?;
+    assert_eq!(last["title"], "title 39");
+    assert_eq!(app.file("a.txt").as_deref(), Some("turn 3\n"));
+    let events = stream
+        .until_matching("the session as stored now", |e| {
+            e["type"] == "session.updated" && e["properties"]["info"] == last
+        })
+        .await?;
+    let titles: Vec<i64> = events
+        .iter()
+        .filter(|e| e["type"] == "session.updated")
+        .map(|e| {
+            let title = e["properties"]["info"]["title"].as_str().unwrap_or("?");
+            title
+                .strip_prefix("title ")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(-1)
+        })
+        .collect();
+    assert!(titles.len() > 40, "{titles:?}");
+    assert!(
+        titles.windows(2).all(|pair| pair[0] <= pair[1]),
+        "an announcement went back to an earlier title: {titles:?}"
+    );
+    app.stop().await
+}
+
 #[tokio::test]
 async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_timeout() -> Result<()>
 {
