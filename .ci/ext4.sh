@@ -8,7 +8,7 @@ if ! mountpoint -q "$ext4_dir" 2>/dev/null; then
   command -v mkfs.ext4 >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq e2fsprogs; } || true
   mkdir -p "$ext4_dir"
   rm -f "$ext4_img"
-  if ! { truncate -s 64M "$ext4_img" && mkfs.ext4 -q -F -j "$ext4_img" && mount -o loop "$ext4_img" "$ext4_dir"; } 2>/dev/null; then
+  if ! { truncate -s 64M "$ext4_img" && mkfs.ext4 -q -F -j "$ext4_img" && mount -o loop "$ext4_img" "$ext4_dir"; }; then
     echo "no journalled ext4 could be mounted here: its case of the reservation test is not run" >&2
   fi
 fi

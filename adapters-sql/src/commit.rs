@@ -12,7 +12,7 @@
 //! with one query, and a row that belongs to a session (its diff, an intent record) is written with
 //! `INSERT … SELECT … WHERE EXISTS (the session)` instead of a lookup and then a write.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use rewind_core::model::{
     Event, EventPayload, MessageId, RevertHistoryEntry, Session, SessionId, Warning,
@@ -41,6 +41,67 @@ fn session_not_found(id: &SessionId) -> Error {
 
 fn message_not_found(id: &MessageId) -> Error {
     Error::NotFound(format!("Message not found: {id}"))
+}
+
+/// The fields of a stored session's body a put keeps.
+#[derive(serde::Deserialize)]
+struct Kept {
+    title: String,
+    time: KeptTime,
+}
+
+#[derive(serde::Deserialize)]
+struct KeptTime {
+    updated: u64,
+}
+
+/// What a transaction left a session it put or renamed as.
+enum AsStored {
+    /// Put: the title and update time it kept or took.
+    Put { title: String, updated: u64 },
+    /// Renamed: its body as stored (its revert text out of it while `diff_ref` names the shared text
+    /// holding it).
+    Renamed {
+        session: Box<Session>,
+        diff_ref: Option<String>,
+    },
+}
+
+/// Gives the `session.updated` events of the sessions put the title and update time they were left with,
+/// and those of the sessions renamed the whole session as stored, referencing its shared revert text as
+/// the session row does (`shared`: the events' references), so a rename copies no large text.
+fn announce_as_stored(
+    events: &mut [Event],
+    stored: &HashMap<SessionId, AsStored>,
+    shared: &mut HashMap<usize, String>,
+) {
+    for (at, event) in events.iter_mut().enumerate() {
+        let EventPayload::SessionUpdated { session_id, info } = &mut event.payload else {
+            continue;
+        };
+        match stored.get(session_id) {
+            Some(AsStored::Put { title, updated }) => {
+                info.title.clone_from(title);
+                info.time.updated = *updated;
+            }
+            Some(AsStored::Renamed { session, diff_ref }) => {
+                info.clone_from(session);
+                let text_out = info
+                    .revert
+                    .as_ref()
+                    .is_some_and(|revert| revert.diff.is_none());
+                match diff_ref {
+                    Some(reference) if text_out => {
+                        shared.insert(at, reference.clone());
+                    }
+                    _ => {
+                        shared.remove(&at);
+                    }
+                }
+            }
+            None => {}
+        }
+    }
 }
 
 impl SqlRepo {
@@ -81,20 +142,15 @@ impl SqlRepo {
                 Change::DeleteSession(_) | Change::DeleteEventsThrough { .. }
             )
         });
-        // The titles the sessions this transaction puts are left with, and the sessions it renames: their
-        // `session.updated` events carry what is stored when it commits.
-        let mut titles = HashMap::new();
-        let mut renamed = HashSet::new();
+        // What the sessions this transaction puts or renames are left as: their `session.updated` events
+        // carry it.
+        let mut stored = HashMap::new();
         for (at, change) in transaction.changes.into_iter().enumerate() {
-            if let Change::SetSessionTitle { session, .. } = &change {
-                renamed.insert(session.clone());
-            }
-            self.apply_change(txn, change, shared.changes.remove(&at), &mut titles)
+            self.apply_change(txn, change, shared.changes.remove(&at), &mut stored)
                 .await?;
         }
         let mut events = transaction.events;
-        self.announce_as_stored(txn, &mut events, &titles, &renamed, &shared.events)
-            .await?;
+        announce_as_stored(&mut events, &stored, &mut shared.events);
         self.append_events(txn, &events, &shared.events).await?;
         if sweep {
             self.sweep_shared(txn).await?;
@@ -348,46 +404,8 @@ impl SqlRepo {
         Ok(())
     }
 
-    /// Gives the `session.updated` events of the sessions put the title they are left with (`titles`), and
-    /// those of the sessions renamed the whole session as stored now (with its revert text taken out again
-    /// where `share` gave the event a shared text).
-    async fn announce_as_stored(
-        &self,
-        txn: &DatabaseTransaction,
-        events: &mut [Event],
-        titles: &HashMap<SessionId, String>,
-        renamed: &HashSet<SessionId>,
-        shared: &HashMap<usize, String>,
-    ) -> Result<()> {
-        for (at, event) in events.iter_mut().enumerate() {
-            let EventPayload::SessionUpdated { session_id, info } = &mut event.payload else {
-                continue;
-            };
-            if renamed.contains(session_id) {
-                if let Some(mut stored) = self.session_in(txn, session_id).await? {
-                    if shared.contains_key(&at) {
-                        crate::shared::take_revert_text(&mut stored);
-                    }
-                    **info = stored;
-                }
-            } else if let Some(title) = titles.get(session_id) {
-                info.title.clone_from(title);
-            }
-        }
-        Ok(())
-    }
-
-    /// The title stored for session `id`, if it exists.
-    async fn stored_title(
-        &self,
-        txn: &DatabaseTransaction,
-        id: &SessionId,
-    ) -> Result<Option<String>> {
-        /// The one field of a session's body a put keeps.
-        #[derive(serde::Deserialize)]
-        struct Titled {
-            title: String,
-        }
+    /// The title and update time stored for session `id`, if it exists: what a put keeps.
+    async fn kept_of(&self, txn: &DatabaseTransaction, id: &SessionId) -> Result<Option<Kept>> {
         let body = session::Entity::find_by_id(id.as_str())
             .select_only()
             .column(session::Column::Body)
@@ -395,11 +413,8 @@ impl SqlRepo {
             .one(txn)
             .await
             .map_err(self.fault("reading a session's title"))?;
-        body.map(|body| {
-            self.decode::<Titled>(&body, "session")
-                .map(|titled| titled.title)
-        })
-        .transpose()
+        body.map(|body| self.decode::<Kept>(&body, "session"))
+            .transpose()
     }
 
     async fn require_session(&self, txn: &DatabaseTransaction, id: &SessionId) -> Result<()> {
@@ -475,16 +490,23 @@ impl SqlRepo {
         txn: &DatabaseTransaction,
         change: Change,
         shared: Option<String>,
-        titles: &mut HashMap<SessionId, String>,
+        stored: &mut HashMap<SessionId, AsStored>,
     ) -> Result<()> {
         match change {
             Change::PutSession(mut info) => {
                 // Replacing a session keeps its messages and other rows: only the session row changes, and
-                // of it not the title (only a rename changes that).
-                if let Some(title) = self.stored_title(txn, &info.id).await? {
-                    info.title = title;
+                // of it not the title (only a rename changes that), nor an update time later than its own.
+                if let Some(kept) = self.kept_of(txn, &info.id).await? {
+                    info.title = kept.title;
+                    info.time.updated = info.time.updated.max(kept.time.updated);
                 }
-                titles.insert(info.id.clone(), info.title.clone());
+                stored.insert(
+                    info.id.clone(),
+                    AsStored::Put {
+                        title: info.title.clone(),
+                        updated: info.time.updated,
+                    },
+                );
                 let row = session::ActiveModel {
                     id: Set(info.id.as_str().to_owned()),
                     directory: Set(info.directory.clone()),
@@ -510,28 +532,35 @@ impl SqlRepo {
                 title,
                 updated,
             } => {
-                let body = session::Entity::find_by_id(id.as_str())
+                let (body, diff_ref) = session::Entity::find_by_id(id.as_str())
                     .select_only()
                     .column(session::Column::Body)
-                    .into_tuple::<String>()
+                    .column(session::Column::DiffRef)
+                    .into_tuple::<(String, Option<String>)>()
                     .one(txn)
                     .await
                     .map_err(self.fault("reading a session"))?
                     .ok_or_else(|| session_not_found(&id))?;
                 // The body as stored (a revert text `share` took out stays out, under its reference).
-                let mut stored: Session = self.decode(&body, "session")?;
-                stored.title.clone_from(&title);
-                stored.time.updated = updated;
+                let mut session: Session = self.decode(&body, "session")?;
+                session.title = title;
+                session.time.updated = session.time.updated.max(updated);
                 session::Entity::update_many()
                     .col_expr(
                         session::Column::Body,
-                        sea_orm::sea_query::Expr::value(self.encode(&stored, "session")?),
+                        sea_orm::sea_query::Expr::value(self.encode(&session, "session")?),
                     )
                     .filter(session::Column::Id.eq(id.as_str()))
                     .exec(txn)
                     .await
                     .map_err(self.fault("renaming a session"))?;
-                titles.insert(id, title);
+                stored.insert(
+                    id,
+                    AsStored::Renamed {
+                        session: Box::new(session),
+                        diff_ref,
+                    },
+                );
             }
             Change::DeleteSession(id) => {
                 self.require_session(txn, &id).await?;

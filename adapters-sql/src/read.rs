@@ -55,22 +55,13 @@ fn with_shared<E: EntityTrait>(
 
 impl SqlRepo {
     pub(crate) async fn read_session(&self, id: &SessionId) -> Result<Option<Session>> {
-        self.session_in(&self.db, id).await
-    }
-
-    /// `read_session` on `conn` (the database, or a transaction that is to see its own writes).
-    pub(crate) async fn session_in<C: ConnectionTrait>(
-        &self,
-        conn: &C,
-        id: &SessionId,
-    ) -> Result<Option<Session>> {
         let row = with_shared(
             session::Entity::find_by_id(id.as_str()),
             session::Column::Body,
             session::Column::DiffRef,
         )
         .into_model::<JoinedRow>()
-        .one(conn)
+        .one(&self.db)
         .await
         .map_err(self.fault("reading a session"))?;
         row.map(|r| self.session_from(r)).transpose()

@@ -37,7 +37,7 @@ pub(crate) struct Shared {
 }
 
 /// The revert descriptor's text diff, taken out of `session` (none when it has none).
-pub(crate) fn take_revert_text(session: &mut Session) -> Option<String> {
+fn take_revert_text(session: &mut Session) -> Option<String> {
     session
         .revert
         .as_mut()

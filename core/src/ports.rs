@@ -277,11 +277,13 @@ pub enum Guard {
 /// One row-level change of a transaction.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
-    /// Insert a session, or replace a stored one except its title, which it keeps: only `SetSessionTitle`
-    /// changes a stored title, so an operation's write of the session from what it read earlier never puts
-    /// an old title back (OpenCode renames a session while a step runs).
+    /// Insert a session, or replace a stored one except its title, which it keeps, and its update time
+    /// when that is later: only `SetSessionTitle` changes a stored title, so an operation's write of the
+    /// session from what it read earlier never puts an old title back (OpenCode renames a session while
+    /// a step runs), nor the update time before the rename's.
     PutSession(Box<Session>),
-    /// Give a stored session a new title, and `updated` as its update time; nothing else of it changes.
+    /// Give a stored session a new title, and `updated` as its update time unless the stored one is later;
+    /// nothing else of it changes.
     SetSessionTitle {
         /// The session.
         session: SessionId,
@@ -372,9 +374,10 @@ pub struct Transaction {
 ///   of them. It MUST fail with the error a guard names when it does not hold (`Error::LeaseLost` for the
 ///   lease and intent guards), and with `Error::NotFound` when a change refers to a session or message
 ///   that does not exist (nothing stored in either case).
-/// - A `session.updated` event of a session the transaction puts or renames MUST carry the title stored
-///   when it commits, and, when the transaction renames it (`SetSessionTitle`), the whole session as stored
-///   when it commits: what a rename read before is not announced over what was stored since.
+/// - A `session.updated` event of a session the transaction puts or renames MUST carry the title and
+///   update time stored when it commits, and, when the transaction renames it (`SetSessionTitle`), the
+///   whole session as stored when it commits: what a rename read before is not announced over what was
+///   stored since.
 /// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`
 ///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist).
 ///   `message_head` MUST return the message as `message` does, with the greatest of its part ids, without

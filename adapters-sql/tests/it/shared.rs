@@ -162,8 +162,49 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
     assert_eq!(shared_rows().await, 2, "no copy of the same texts");
     assert_eq!(
         repo.session(&other.id).await.expect("reads"),
-        Some(other_reverted),
+        Some(other_reverted.clone()),
         "and it reads back whole"
+    );
+    // A rename of the reverted session announces it whole (from a stale copy: the event is the session
+    // as stored), referencing the text the session row references: no copy in the outbox either.
+    let outbox_bytes = || {
+        number(
+            raw,
+            format!(
+                "SELECT sum(length(body)) AS n FROM {}",
+                table("event_outbox")
+            ),
+        )
+    };
+    let before_rename = outbox_bytes().await;
+    let when = ids.tick();
+    repo.commit(transaction(
+        vec![Change::SetSessionTitle {
+            session: other.id.clone(),
+            title: "renamed while reverted".to_owned(),
+            updated: when,
+        }],
+        vec![updated(&ids, &other)],
+    ))
+    .await
+    .expect("the rename commits");
+    let mut renamed = other_reverted;
+    renamed.title = "renamed while reverted".to_owned();
+    renamed.time.updated = when;
+    let added = outbox_bytes().await - before_rename;
+    assert!(
+        added < 2_000,
+        "the rename's event holds no copy of the text ({added} bytes)"
+    );
+    assert_eq!(shared_rows().await, 2, "nor a new shared row");
+    let newest = repo.events_after(0, 100).await.expect("the outbox reads");
+    assert_eq!(
+        newest.last().map(|e| e.event.payload.clone()),
+        Some(EventPayload::SessionUpdated {
+            session_id: other.id.clone(),
+            info: Box::new(renamed),
+        }),
+        "the rename's event reads back as the session stored, text and all"
     );
     repo.commit(transaction(
         vec![Change::DeleteSession(other.id.clone())],

@@ -272,6 +272,17 @@ impl Rewind {
         });
     }
 
+    /// `session` as an operation stored it, with the title stored now: a rename may have landed since the
+    /// operation read the session (its own write kept that title, `Change::PutSession`), and the answer
+    /// should not show the old one. The session as given when it cannot be read (the result is stored).
+    async fn with_stored_title(&self, mut session: Session) -> Session {
+        if let Ok(Some(stored)) = self.repo.session(&session.id).await {
+            session.title = stored.title;
+            session.time.updated = session.time.updated.max(stored.time.updated);
+        }
+        session
+    }
+
     fn updated_event(&self, session: &Session) -> Event {
         self.event(EventPayload::SessionUpdated {
             session_id: session.id.clone(),

@@ -65,6 +65,15 @@ impl Rewind {
     pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
         let session = self.load_prepared(id).await?;
         let lease = self.lease_idle_session(&session).await?;
+        // Read again under the lease: a rename takes none, and may have landed since.
+        let session = match self.repo.session(id).await {
+            Ok(Some(session)) => session,
+            Ok(None) => session,
+            Err(error) => {
+                self.release(&lease).await;
+                return Err(error);
+            }
+        };
         let deleted = self.event(EventPayload::SessionDeleted {
             session_id: id.clone(),
             info: Box::new(session),
@@ -105,7 +114,8 @@ impl Rewind {
                 events: vec![self.updated_event(&renamed)],
             })
             .await?;
-        self.load_session(id).await
+        // As stored; the rename's own view when the session was deleted right after (the rename stands).
+        Ok(self.repo.session(id).await?.unwrap_or(renamed))
     }
 
     /// The session's lease for a change of the session itself, refused (busy) while a step is open in it

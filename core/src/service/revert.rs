@@ -552,7 +552,7 @@ impl Rewind {
             .push(Change::PutSession(Box::new(updated.clone())));
         self.store_result(operation, session, intent, transaction)
             .await?;
-        Ok((updated, result.counts))
+        Ok((self.with_stored_title(updated).await, result.counts))
     }
 
     /// Puts the session's files forward again: exactly the files the revert changed go back to their
@@ -647,7 +647,7 @@ impl Rewind {
             .push(Change::PutSession(Box::new(updated.clone())));
         self.store_result(operation, &session, &intent, transaction)
             .await?;
-        Ok((updated, counts))
+        Ok((self.with_stored_title(updated).await, counts))
     }
 
     /// Undoes a revert that left `applied` from the pre-revert `snapshot`: only `changed` (the files that
@@ -791,7 +791,7 @@ impl Rewind {
         };
         let (updated, _) = cleanup.add_to(&mut transaction);
         self.repo.commit(transaction).await?;
-        Ok(updated)
+        Ok(self.with_stored_title(updated).await)
     }
 
     /// The cleanup of `session`, reverted by `descriptor`, over its `messages`: what its transaction

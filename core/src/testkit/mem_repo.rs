@@ -254,10 +254,12 @@ impl Rows {
                 // Replacing a session keeps its messages and other rows: only the session row changes.
                 match self.sessions.get_mut(&session.id) {
                     Some(stored) => {
-                        // The stored title stays: only a rename changes it.
+                        // The stored title stays (only a rename changes it), and so does a later update time.
                         let title = std::mem::take(&mut stored.info.title);
+                        let updated = stored.info.time.updated;
                         stored.info = session;
                         stored.info.title = title;
+                        stored.info.time.updated = stored.info.time.updated.max(updated);
                     }
                     None => {
                         self.sessions.insert(
@@ -280,7 +282,7 @@ impl Rows {
             } => {
                 let stored = self.session_mut(&session)?;
                 stored.info.title = title;
-                stored.info.time.updated = updated;
+                stored.info.time.updated = stored.info.time.updated.max(updated);
             }
             Change::DeleteSession(id) => {
                 if self.sessions.remove(&id).is_none() {
@@ -824,6 +826,7 @@ impl MessageRepo for MemRepo {
                 **info = stored.info.clone();
             } else if put.contains(session_id) {
                 info.title.clone_from(&stored.info.title);
+                info.time.updated = stored.info.time.updated;
             }
         }
         state.rows = rows;

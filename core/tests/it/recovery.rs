@@ -2,8 +2,8 @@
 //! host whose processes the test starts and kills.
 
 use rewind_core::model::{
-    Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
-    PartBody, ProcessIdentity, RelPath,
+    EventPayload, Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake,
+    LeaseToken, PartBody, ProcessIdentity, RelPath,
 };
 use rewind_core::service::{NewMessage, StepEnd};
 use rewind_core::{
@@ -160,6 +160,60 @@ async fn recover_others(w: &World) -> rewind_core::service::RecoveryReport {
         .recover_others(&Default::default())
         .await
         .expect("recover")
+}
+
+/// A rename that lands while a revert runs (between its read of the session and its result's commit): the
+/// revert's answer, the stored session and the revert's `session.updated` event all carry the new title,
+/// and so does the unrevert's answer when a rename lands during it.
+#[test]
+fn a_rename_during_an_operation_shows_in_its_answer_and_stays() {
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let (w, s) = (&w, &s);
+        let rename_midway = |title: &'static str| {
+            let (reached, resume) = w.repo.pause_next_result_commit();
+            async move {
+                reached.await.expect("the result's commit is reached");
+                w.rewind
+                    .rename_session(&s.id, Some(title.to_owned()))
+                    .await
+                    .expect("the rename lands while the operation runs");
+                let _ = resume.send(());
+            }
+        };
+        let (reverted, ()) = futures::future::join(
+            w.try_revert_to(&s.id, &t.user),
+            rename_midway("during the revert"),
+        )
+        .await;
+        let reverted = reverted.expect("revert");
+        assert_eq!(reverted.title, "during the revert", "the revert's answer");
+        let stored = w.rewind.session(&s.id).await.expect("the session");
+        assert_eq!(stored, reverted, "the answer is the session as stored");
+        let last_updated = w
+            .events()
+            .await
+            .into_iter()
+            .rev()
+            .find_map(|e| match e.event.payload {
+                EventPayload::SessionUpdated { info, .. } => Some(*info),
+                _ => None,
+            });
+        assert_eq!(last_updated, Some(stored), "and as announced last");
+
+        let (unreverted, ()) = futures::future::join(
+            w.rewind.unrevert(&s.id),
+            rename_midway("during the unrevert"),
+        )
+        .await;
+        let unreverted = unreverted.expect("unrevert");
+        assert_eq!(unreverted.title, "during the unrevert");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+        assert_eq!(
+            w.rewind.session(&s.id).await.expect("the session"),
+            unreverted
+        );
+    });
 }
 
 /// `recover_others` (a server's periodic pass) leaves the intents of this process's running operations

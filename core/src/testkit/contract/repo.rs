@@ -2945,8 +2945,9 @@ pub async fn large_revert_texts_read_back_whole_from_every_row(repo: &dyn Messag
     );
 }
 
-/// Contract: a `PutSession` of a stored session keeps its title, and only `SetSessionTitle` changes it
-/// (with the update time, nothing else); the `session.updated` events of a put carry the stored title, and
+/// Contract: a `PutSession` of a stored session keeps its title (and a later update time), and only
+/// `SetSessionTitle` changes it (with the update time, nothing else); the `session.updated` events of a
+/// put carry the stored title and update time, and
 /// those of a rename the whole session as stored, its large revert text included; a rename of a session
 /// that does not exist fails with `NotFound` and stores nothing.
 pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dyn MessageRepo) {
@@ -3040,9 +3041,16 @@ pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dy
     ))
     .await
     .expect("a revert's put commits");
+    // The put read the session before the rename: its update time is earlier, and the rename's stays.
+    assert!(reverted.time.updated < when);
     expected = reverted.clone();
     expected.title = "fix the build".to_owned();
-    same!(stored(session.id.clone()).await, expected.clone());
+    expected.time.updated = when;
+    same!(
+        stored(session.id.clone()).await,
+        expected.clone(),
+        "a put keeps the title and a later update time"
+    );
     same!(
         last_event().await,
         EventPayload::SessionUpdated {
