@@ -10,6 +10,7 @@ use gix::glob::pattern::Case;
 use gix::glob::search::pattern::List;
 use gix::ignore::search::Ignore;
 use serde::{Deserialize, Serialize};
+use sha1::Digest as _;
 
 use crate::config::ExcludesFile;
 use crate::error::{GitError, GitResult};
@@ -226,10 +227,10 @@ impl Ignores {
     /// `.gitignore`; plus the data dir and rewind's own files, which the walk leaves out as it does ignored
     /// entries. The untracked cache reuses which names were ignored only under the same hash.
     pub fn root_rules_hash(&self, data_dir: Option<&Path>, own_files: &[PathBuf]) -> [u8; 20] {
-        let mut hasher = sha1_smol::Sha1::new();
+        let mut hasher = sha1::Sha1::new();
         hasher.update(b"rewind untracked cache 1\0");
         hasher.update(self.prefix.as_bytes());
-        hasher.update(&[0, u8::from(self.all_ignored)]);
+        hasher.update([0, u8::from(self.all_ignored)]);
         for rule in &self.outside {
             hash_text(&mut hasher, rule.base.as_deref());
             hash_text(&mut hasher, Some(&rule.text));
@@ -242,7 +243,7 @@ impl Ignores {
             hash_text(&mut hasher, Some(&file.as_os_str().to_string_lossy()));
         }
         hash_text(&mut hasher, self.root_rules.as_deref());
-        hasher.digest().bytes()
+        hasher.finalize().into()
     }
 
     /// The worktree's path relative to the ignore root (`""` or `sub/dir/`).
@@ -372,7 +373,7 @@ impl Ignores {
     /// A hash of the rules `nested` starts from, standing for the parent's in the untracked cache's hash
     /// of the nested repository's root directory.
     pub fn nested_rules_hash(&self, dir: &str, exclude: Option<&str>) -> [u8; 20] {
-        let mut hasher = sha1_smol::Sha1::new();
+        let mut hasher = sha1::Sha1::new();
         hasher.update(b"rewind nested repository rules 1\0");
         hasher.update(self.prefix.as_bytes());
         hasher.update(dir.as_bytes());
@@ -380,7 +381,7 @@ impl Ignores {
             hash_text(&mut hasher, Some(&rule.text));
         }
         hash_text(&mut hasher, exclude);
-        hasher.digest().bytes()
+        hasher.finalize().into()
     }
 }
 
@@ -430,20 +431,20 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
 /// The rules hash of worktree directory `dir` (`a/b/`) whose parent's hash is `parent` and whose own
 /// `.gitignore` text is `text`: it changes when any rule file from the root down to `dir` changes.
 pub fn dir_rules_hash(parent: &[u8; 20], dir: &str, text: Option<&str>) -> [u8; 20] {
-    let mut hasher = sha1_smol::Sha1::new();
+    let mut hasher = sha1::Sha1::new();
     hasher.update(parent);
     hash_text(&mut hasher, Some(dir));
     hash_text(&mut hasher, text);
-    hasher.digest().bytes()
+    hasher.finalize().into()
 }
 
 /// Feeds an optional text to a hash unambiguously (absent, or length and bytes).
-fn hash_text(hasher: &mut sha1_smol::Sha1, text: Option<&str>) {
+fn hash_text(hasher: &mut sha1::Sha1, text: Option<&str>) {
     match text {
-        None => hasher.update(&[0]),
+        None => hasher.update([0]),
         Some(text) => {
-            hasher.update(&[1]);
-            hasher.update(&(text.len() as u64).to_le_bytes());
+            hasher.update([1]);
+            hasher.update((text.len() as u64).to_le_bytes());
             hasher.update(text.as_bytes());
         }
     }

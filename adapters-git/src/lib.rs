@@ -66,9 +66,8 @@ impl GitSnapshotStore {
     /// A short name of the database the stores are keyed on (the first 16 hex digits of the SHA-1 of its
     /// identity), for files kept per database in the data directory.
     pub fn database_key(&self) -> String {
-        let digest = sha1_smol::Sha1::from(self.config.database_identity.as_bytes())
-            .digest()
-            .to_string();
+        let digest = <sha1::Sha1 as sha1::Digest>::digest(self.config.database_identity.as_bytes());
+        let digest = gix::ObjectId::Sha1(digest.into()).to_string();
         digest[..16].to_owned()
     }
 

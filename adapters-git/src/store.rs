@@ -425,14 +425,15 @@ pub fn location(config: &GitStoreConfig, canonical: &Path) -> PathBuf {
 
 /// Where the store of `canonical` lives for a database of identity `identity`.
 fn location_for(config: &GitStoreConfig, identity: &str, canonical: &Path) -> PathBuf {
-    let mut hasher = sha1_smol::Sha1::new();
+    use sha1::Digest;
+    let mut hasher = sha1::Sha1::new();
     hasher.update(identity.as_bytes());
     hasher.update(b"\0");
     hasher.update(canonical.as_os_str().as_encoded_bytes());
     config
         .data_dir
         .join("snapshot")
-        .join(hasher.digest().to_string())
+        .join(gix::ObjectId::Sha1(hasher.finalize().into()).to_string())
 }
 
 /// Moves the store of `canonical` kept under a former identity of this database

@@ -180,7 +180,11 @@ impl Shared {
     /// diffs over and over), references the row already there instead of adding a copy (black-box: 312
     /// rows held 12 texts, 573 MB of a 614 MB database).
     fn add(&mut self, text: String, change: usize, event: usize) {
-        let id = format!("sha1-{}", sha1_smol::Sha1::from(text.as_bytes()).digest());
+        let digest = <sha1::Sha1 as sha1::Digest>::digest(text.as_bytes());
+        let id = digest.iter().fold(String::from("sha1-"), |mut id, byte| {
+            id.push_str(&format!("{byte:02x}"));
+            id
+        });
         if !self.rows.iter().any(|(known, _)| *known == id) {
             self.rows.push((id.clone(), text));
         }
@@ -213,5 +217,22 @@ impl From<JoinedEvent> for JoinedRow {
             body_ref: row.body_ref,
             shared: row.shared,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shared;
+
+    /// A shared text is named `sha1-` and its SHA-1 in lowercase hex, as rows stored by earlier versions
+    /// are (the published test vector of "abc"), so the same text stored again finds their row.
+    #[test]
+    fn a_text_is_named_after_its_sha1() {
+        let mut shared = Shared::default();
+        shared.add("abc".to_owned(), 0, 1);
+        let name = "sha1-a9993e364706816aba3e25717850c26c9cd0d89d";
+        assert_eq!(shared.rows, vec![(name.to_owned(), "abc".to_owned())]);
+        assert_eq!(shared.changes.get(&0).map(String::as_str), Some(name));
+        assert_eq!(shared.events.get(&1).map(String::as_str), Some(name));
     }
 }

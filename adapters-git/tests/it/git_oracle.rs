@@ -117,10 +117,10 @@ pub fn git_succeeds(dir: &Path, args: &[&str]) -> bool {
 
 /// The git blob id of `content`.
 pub fn blob_id(content: &[u8]) -> String {
-    let mut hasher = sha1_smol::Sha1::new();
-    hasher.update(format!("blob {}\0", content.len()).as_bytes());
-    hasher.update(content);
-    hasher.digest().to_string()
+    let mut hasher = <sha1::Sha1 as sha1::Digest>::new();
+    sha1::Digest::update(&mut hasher, format!("blob {}\0", content.len()).as_bytes());
+    sha1::Digest::update(&mut hasher, content);
+    gix::ObjectId::Sha1(sha1::Digest::finalize(hasher).into()).to_string()
 }
 
 /// Makes `dir` a git repository with an empty root commit.

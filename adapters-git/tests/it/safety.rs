@@ -1567,10 +1567,10 @@ fn one_file_tree_id(name: &str, content: &[u8]) -> String {
         .collect();
     let mut body = format!("100644 {name}\0").into_bytes();
     body.extend_from_slice(&raw);
-    let mut hasher = sha1_smol::Sha1::new();
-    hasher.update(format!("tree {}\0", body.len()).as_bytes());
-    hasher.update(&body);
-    hasher.digest().to_string()
+    let mut hasher = <sha1::Sha1 as sha1::Digest>::new();
+    sha1::Digest::update(&mut hasher, format!("tree {}\0", body.len()).as_bytes());
+    sha1::Digest::update(&mut hasher, &body);
+    gix::ObjectId::Sha1(sha1::Digest::finalize(hasher).into()).to_string()
 }
 
 fn loose_object(h: &GitHarness, hex: &str) -> PathBuf {

@@ -14,6 +14,7 @@
 //! any component), `name/` and `dir/name/` (everything under such a directory); blank lines and `#`
 //! comments are skipped, and so are patterns the fake does not understand (negation, `?`, `[`, `**`).
 
+use sha1::Digest as _;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -445,10 +446,10 @@ pub fn tree_id(tree: &Tree) -> SnapshotId {
     }
 
     fn object_id(kind: &str, content: &[u8]) -> [u8; 20] {
-        let mut hasher = sha1_smol::Sha1::new();
+        let mut hasher = sha1::Sha1::new();
         hasher.update(format!("{kind} {}\0", content.len()).as_bytes());
         hasher.update(content);
-        hasher.digest().bytes()
+        hasher.finalize().into()
     }
 
     fn hash_dir(dir: &BTreeMap<&str, Entry<'_>>) -> [u8; 20] {
