@@ -243,15 +243,10 @@ impl SqlRepo {
                     #[serde(default)]
                     revert: Option<rewind_core::model::RevertDescriptor>,
                 }
-                let body = session::Entity::find_by_id(id.as_str())
-                    .select_only()
-                    .column(session::Column::Body)
-                    .into_tuple::<String>()
-                    .one(txn)
-                    .await
-                    .map_err(self.fault("checking a revert guard"))?
+                let stored: RevertOnly = self
+                    .session_fields(txn, id, "checking a revert guard")
+                    .await?
                     .ok_or_else(|| session_not_found(id))?;
-                let stored: RevertOnly = self.decode(&body, "session")?;
                 if stored.revert.map(|r| r.point()) == *point {
                     Ok(())
                 } else {
@@ -404,16 +399,22 @@ impl SqlRepo {
         Ok(())
     }
 
-    /// The title and update time stored for session `id`, if it exists: what a put keeps.
-    async fn kept_of(&self, txn: &DatabaseTransaction, id: &SessionId) -> Result<Option<Kept>> {
+    /// Some fields of session `id`'s stored body (`T` names them: serde skips the others), or none when
+    /// the session does not exist; `what` names the read in an error.
+    async fn session_fields<T: serde::de::DeserializeOwned>(
+        &self,
+        txn: &DatabaseTransaction,
+        id: &SessionId,
+        what: &'static str,
+    ) -> Result<Option<T>> {
         let body = session::Entity::find_by_id(id.as_str())
             .select_only()
             .column(session::Column::Body)
             .into_tuple::<String>()
             .one(txn)
             .await
-            .map_err(self.fault("reading a session's title"))?;
-        body.map(|body| self.decode::<Kept>(&body, "session"))
+            .map_err(self.fault(what))?;
+        body.map(|body| self.decode::<T>(&body, "session"))
             .transpose()
     }
 
@@ -496,7 +497,10 @@ impl SqlRepo {
             Change::PutSession(mut info) => {
                 // Replacing a session keeps its messages and other rows: only the session row changes, and
                 // of it not the title (only a rename changes that), nor an update time later than its own.
-                if let Some(kept) = self.kept_of(txn, &info.id).await? {
+                let kept: Option<Kept> = self
+                    .session_fields(txn, &info.id, "reading a session's title")
+                    .await?;
+                if let Some(kept) = kept {
                     info.title = kept.title;
                     info.time.updated = info.time.updated.max(kept.time.updated);
                 }
