@@ -1199,11 +1199,7 @@ impl<'a> Applier<'a> {
             if self.existed_empty.contains(parent) {
                 break;
             }
-            let (dir_rel, name) = beneath::split(parent);
-            let removed = self.root.dir(dir_rel).is_ok_and(|dir| {
-                rustix::fs::unlinkat(&dir, name, rustix::fs::AtFlags::REMOVEDIR).is_ok()
-            });
-            if !removed {
+            if !self.root.remove_empty_dir(parent) {
                 break;
             }
             current = parent;
@@ -1473,17 +1469,13 @@ pub fn remove_emptied_dirs(
     }
     let root = Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
     let mut target = LazyTree::new(&store.odb, *to);
+    let since = made_since.saturating_sub(BIRTH_SLACK_MS);
     let mut removed = Vec::new();
     for (_, dir) in candidates.iter().rev() {
         if kept.contains(dir) || target.holds(dir)? {
             continue;
         }
-        let (parent, name) = beneath::split(dir);
-        let gone = root.dir(parent).is_ok_and(|fd| {
-            born_since(&fd, name, made_since.saturating_sub(BIRTH_SLACK_MS))
-                && rustix::fs::unlinkat(&fd, name, rustix::fs::AtFlags::REMOVEDIR).is_ok()
-        });
-        if gone {
+        if root.remove_empty_dir_if(dir, |fd, name| born_since(fd, name, since)) {
             removed.push(dir.clone());
         }
     }

@@ -74,6 +74,27 @@ impl Root {
         }
         Ok(current)
     }
+
+    /// Removes the worktree directory `rel` (not the root) through its parent's handle, no symlink
+    /// followed, when it is empty and `only_if` (given that handle and its name) agrees; whether it was
+    /// removed.
+    pub fn remove_empty_dir_if(
+        &self,
+        rel: &str,
+        only_if: impl FnOnce(&OwnedFd, &str) -> bool,
+    ) -> bool {
+        let (parent, name) = split(rel);
+        !name.is_empty()
+            && self.dir(parent).is_ok_and(|fd| {
+                only_if(&fd, name)
+                    && rustix::fs::unlinkat(&fd, name, rustix::fs::AtFlags::REMOVEDIR).is_ok()
+            })
+    }
+
+    /// `remove_empty_dir_if` with no further condition.
+    pub fn remove_empty_dir(&self, rel: &str) -> bool {
+        self.remove_empty_dir_if(rel, |_, _| true)
+    }
 }
 
 fn libc_exdev() -> i32 {

@@ -828,17 +828,11 @@ impl Store {
         // operation's hold its files (and its journal is gone by then).
         // Each through its parent's handle beneath the worktree: a directory on the way turned into a
         // symlink since is not followed (review).
-        let root = crate::beneath::Root::open(&self.worktree).ok();
-        for dir in made.iter().rev().filter(|_| made_too) {
-            let (Some(root), Some(rel)) = (&root, dir.strip_prefix(&self.worktree).ok()) else {
-                continue;
-            };
-            let Some(rel) = rel.to_str().filter(|rel| !rel.is_empty()) else {
-                continue;
-            };
-            let (parent, name) = crate::beneath::split(rel);
-            if let Ok(fd) = root.dir(parent) {
-                let _ = rustix::fs::unlinkat(&fd, name, rustix::fs::AtFlags::REMOVEDIR);
+        if made_too && let Ok(root) = crate::beneath::Root::open(&self.worktree) {
+            for dir in made.iter().rev() {
+                if let Some(rel) = dir.strip_prefix(&self.worktree).ok().and_then(Path::to_str) {
+                    root.remove_empty_dir(rel);
+                }
             }
         }
         all
