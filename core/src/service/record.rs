@@ -64,28 +64,31 @@ impl Rewind {
     /// Deletes a session with its messages (never its files). Busy while a step or an operation holds it.
     pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
         let session = self.load_prepared(id).await?;
-        let lease = self.lease_idle_session(&session).await?;
-        // Read again under the lease: a rename takes none, and may have landed since.
-        let session = match self.repo.session(id).await {
-            Ok(Some(session)) => session,
-            Ok(None) => session,
-            Err(error) => {
-                self.release(&lease).await;
-                return Err(error);
-            }
-        };
-        let deleted = self.event(EventPayload::SessionDeleted {
-            session_id: id.clone(),
-            info: Box::new(session),
-        });
-        let result = self
-            .repo
-            .commit(Transaction {
-                guards: vec![lease.guard()],
-                changes: vec![Change::DeleteSession(id.clone())],
-                events: vec![deleted],
-            })
-            .await;
+        refuse_open_step(&session)?;
+        let lease = self
+            .acquire(
+                LeaseKey::Session(id.clone()),
+                &new_token(),
+                self.config.operation_lease_ms,
+                Some(id),
+            )
+            .await?;
+        let result = async {
+            // Read again under the lease: a rename takes none, and may have landed since.
+            let session = self.repo.session(id).await?.unwrap_or(session);
+            let deleted = self.event(EventPayload::SessionDeleted {
+                session_id: id.clone(),
+                info: Box::new(session),
+            });
+            self.repo
+                .commit(Transaction {
+                    guards: vec![lease.guard()],
+                    changes: vec![Change::DeleteSession(id.clone())],
+                    events: vec![deleted],
+                })
+                .await
+        }
+        .await;
         self.release(&lease).await;
         result
     }
@@ -116,20 +119,6 @@ impl Rewind {
             .await?;
         // As stored; the rename's own view when the session was deleted right after (the rename stands).
         Ok(self.repo.session(id).await?.unwrap_or(renamed))
-    }
-
-    /// The session's lease for a change of the session itself, refused (busy) while a step is open in it
-    /// (as `session` shows it) or an operation holds it.
-    async fn lease_idle_session(&self, session: &Session) -> Result<super::HeldLease> {
-        refuse_open_step(session)?;
-        let id = &session.id;
-        self.acquire(
-            LeaseKey::Session(id.clone()),
-            &new_token(),
-            self.config.operation_lease_ms,
-            Some(id),
-        )
-        .await
     }
 
     /// Records a message with its parts. While the session is reverted, cleanup runs first (the redo
