@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use futures::stream::{self, StreamExt};
-use rewind_core::model::Event;
+use rewind_core::model::{Event, StoredEvent};
 use rewind_core::{Delivery, EventBus, Subscription};
 use tokio::sync::broadcast::{self, error::RecvError};
 
@@ -33,12 +33,12 @@ pub const DEFAULT_BYTE_BUDGET: usize = 64 * 1024 * 1024;
 #[derive(Debug)]
 struct Held {
     /// Shared, so a subscriber copies the event after letting go of the lock.
-    event: Mutex<Option<Arc<Event>>>,
+    event: Mutex<Option<Arc<StoredEvent>>>,
     bytes: usize,
 }
 
 impl Held {
-    fn event(&self) -> MutexGuard<'_, Option<Arc<Event>>> {
+    fn event(&self) -> MutexGuard<'_, Option<Arc<StoredEvent>>> {
         // A panic while the lock was held cannot leave an `Option` half-written.
         self.event.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -126,9 +126,9 @@ impl Default for BroadcastBus {
 }
 
 impl EventBus for BroadcastBus {
-    fn publish(&self, event: Event) {
+    fn publish(&self, event: StoredEvent) {
         let held = Arc::new(Held {
-            bytes: json_bytes(&event),
+            bytes: json_bytes(&event.event),
             event: Mutex::new(Some(Arc::new(event))),
         });
         let mut budget = self.budget();
@@ -155,7 +155,7 @@ impl EventBus for BroadcastBus {
         // The state: the receiver, and an event read after a run of missed ones, delivered after the
         // `Lagged` that reports them.
         stream::unfold(
-            (receiver, None::<Event>),
+            (receiver, None::<StoredEvent>),
             |(mut receiver, pending)| async move {
                 if let Some(event) = pending {
                     return Some((Delivery::Event(event), (receiver, None)));
@@ -167,7 +167,7 @@ impl EventBus for BroadcastBus {
                             // The lock is let go before the event is copied.
                             let event = held.event().clone();
                             match event {
-                                Some(event) => Delivery::Event(Event::clone(&event)),
+                                Some(event) => Delivery::Event(StoredEvent::clone(&event)),
                                 None => {
                                     missed += 1;
                                     continue;

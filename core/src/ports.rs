@@ -473,8 +473,9 @@ pub trait MessageRepo: Send + Sync {
 /// What a subscriber receives.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Delivery {
-    /// The next event.
-    Event(Event),
+    /// The next event, with its outbox position (which an event stream sends as the SSE `id`, so a client
+    /// that reconnects can resume after it).
+    Event(StoredEvent),
     /// The subscriber fell behind and `missed` events were dropped for it.
     Lagged {
         /// How many.
@@ -493,8 +494,8 @@ pub type Subscription = Pin<Box<dyn Stream<Item = Delivery> + Send>>;
 ///   `Delivery::Lagged` with the number it missed, then continue with the oldest event still held.
 #[cfg_attr(any(test, feature = "testkit"), mockall::automock)]
 pub trait EventBus: Send + Sync {
-    /// Sends an event to every current subscriber.
-    fn publish(&self, event: Event);
+    /// Sends an event (an outbox row) to every current subscriber.
+    fn publish(&self, event: StoredEvent);
     /// A new subscriber, receiving events published from now on.
     fn subscribe(&self) -> Subscription;
 }

@@ -5,6 +5,7 @@
 // Environment: REWIND_URL (the server), REWIND_REPO (a git worktree under the server's project roots).
 import assert from "node:assert/strict";
 import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import { createOpencodeClient } from "@opencode-ai/sdk";
 
@@ -252,6 +253,70 @@ check("a malformed messageID is OpenCode's BadRequest", () => {
   assert.equal(busy.error.name, "BadRequest");
   assert.equal(file("a.txt"), "a changed by the agent\n");
 });
+
+// A broken connection: the client's SSE subscription reconnects with Last-Event-ID and gets the events it
+// missed, once each. It goes through a proxy the script cuts, while the renames go straight to the server.
+const target = new URL(base);
+const piped = new Set();
+const proxy = net.createServer((socket) => {
+  const upstream = net.connect(Number(target.port), target.hostname);
+  const cut = () => {
+    socket.destroy();
+    upstream.destroy();
+  };
+  for (const end of [socket, upstream]) {
+    piped.add(end);
+    end.on("error", cut);
+    end.on("close", cut);
+  }
+  socket.pipe(upstream);
+  upstream.pipe(socket);
+});
+await new Promise((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+const proxyPort = proxy.address().port;
+const proxied = [];
+const resuming = await client.event.subscribe({
+  baseUrl: `http://127.0.0.1:${proxyPort}`,
+  sseDefaultRetryDelay: 50,
+});
+(async () => {
+  for await (const event of resuming.stream) proxied.push(event);
+})().catch(() => {});
+async function arrived(events, predicate, what) {
+  for (let i = 0; i < 400; i += 1) {
+    const index = events.findIndex(predicate);
+    if (index >= 0) return index;
+    await sleep(25);
+  }
+  throw new Error(`no ${what} event; saw ${events.map((event) => event.type).join(", ")}`);
+}
+const titledAs = (title) => (event) => event.type === "session.updated" && event.properties.info.title === title;
+await client.session.update({ path: { id }, body: { title: "before the break" } });
+await arrived(proxied, titledAs("before the break"), "first rename");
+await new Promise((resolve) => {
+  proxy.close(resolve);
+  for (const end of piped) end.destroy();
+});
+for (const title of ["while away 1", "while away 2"]) {
+  const away = await client.session.update({ path: { id }, body: { title } });
+  assert.equal(away.error, undefined, JSON.stringify(away.error));
+}
+await eventAfter(0, titledAs("while away 2"), "second rename on the unbroken stream");
+await new Promise((resolve) => proxy.listen(proxyPort, "127.0.0.1", resolve));
+await arrived(proxied, titledAs("while away 2"), "resumed rename");
+check("event.subscribe resumes after a broken connection with the events it missed, once each", () => {
+  const kinds = proxied.map((event) => event.type).join(", ");
+  assert.equal(proxied.filter((event) => event.type === "server.connected").length, 2, kinds);
+  assert.equal(proxied.filter((event) => event.type === "server.lagged").length, 0, kinds);
+  assert.equal(proxied.filter(titledAs("while away 1")).length, 1, kinds);
+  assert.equal(proxied.filter(titledAs("while away 2")).length, 1, kinds);
+  // The same events as the stream that never broke, from the first the proxied one received.
+  const outbox = (events) => events.filter((event) => !event.type.startsWith("server.")).map((event) => event.id);
+  const got = outbox(proxied.slice(0, proxied.findIndex(titledAs("while away 2")) + 1));
+  const whole = outbox(seen.slice(0, seen.findIndex(titledAs("while away 2")) + 1));
+  assert.deepEqual(got, whole.slice(whole.indexOf(got[0])));
+});
+proxy.close();
 
 console.log(`sdk: ${passed} passed, 0 failed`);
 // The SSE subscription reconnects forever; the checks are done.

@@ -20,7 +20,7 @@ mod ending {
     use rewind_core::Delivery;
     use rewind_core::EventBus;
     use rewind_core::id::IdGenerator;
-    use rewind_core::model::{Event, EventPayload};
+    use rewind_core::model::{Event, EventPayload, StoredEvent};
 
     #[test]
     fn a_subscription_drains_then_ends_when_the_bus_is_dropped() {
@@ -28,9 +28,12 @@ mod ending {
             let bus = BroadcastBus::new(8);
             let mut subscription = bus.subscribe();
             let ids = IdGenerator::new();
-            let event = Event {
-                id: ids.ascending(1, None),
-                payload: EventPayload::ServerHeartbeat {},
+            let event = StoredEvent {
+                seq: 1,
+                event: Event {
+                    id: ids.ascending(1, None),
+                    payload: EventPayload::ServerHeartbeat {},
+                },
             };
             bus.publish(event.clone());
             drop(bus);
@@ -49,27 +52,34 @@ mod budget {
     use rewind_core::Delivery;
     use rewind_core::EventBus;
     use rewind_core::id::IdGenerator;
-    use rewind_core::model::{Event, EventPayload};
+    use rewind_core::model::{Event, EventPayload, StoredEvent};
 
     /// A warning event whose message is `size` bytes, numbered `n` at its start.
-    fn large(ids: &IdGenerator, n: usize, size: usize) -> Event {
+    fn large(ids: &IdGenerator, n: usize, size: usize) -> StoredEvent {
         let mut message = format!("{n:08}");
         message.push_str(&"x".repeat(size - message.len()));
-        Event {
-            id: ids.ascending(1, None),
-            payload: EventPayload::SessionWarning {
-                session_id: ids.descending(1),
-                message,
-                snapshot: None,
-                files: Vec::new(),
+        StoredEvent {
+            seq: n as u64 + 1,
+            event: Event {
+                id: ids.ascending(1, None),
+                payload: EventPayload::SessionWarning {
+                    session_id: ids.descending(1),
+                    message,
+                    snapshot: None,
+                    files: Vec::new(),
+                },
             },
         }
     }
 
     fn number(delivery: &Delivery) -> usize {
         match delivery {
-            Delivery::Event(Event {
-                payload: EventPayload::SessionWarning { message, .. },
+            Delivery::Event(StoredEvent {
+                event:
+                    Event {
+                        payload: EventPayload::SessionWarning { message, .. },
+                        ..
+                    },
                 ..
             }) => message[..8].parse().expect("numbered"),
             other => panic!("expected an event, got {other:?}"),

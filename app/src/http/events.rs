@@ -2,21 +2,29 @@
 //! publishes, `server.heartbeat` every 10 s and `server.lagged {missed}` when the subscriber fell behind;
 //! it ends when the server stops. The relay follows the database's outbox and publishes new rows in
 //! order, so changes made by the command line or another server reach every stream.
+//!
+//! Each outbox event's SSE frame carries its outbox position as `id:`. A client that reconnects with
+//! `Last-Event-ID` (as OpenCode's client does after a broken connection) first receives the events
+//! committed after that position, read from the outbox, then the live ones, none twice and none lost:
+//! the stream subscribes before it reads the outbox, and passes over the live events the outbox gave it.
+//! When the outbox no longer holds them all (`rewind gc` cut it) the replay starts with
+//! `server.lagged {missed}`; a position past the outbox's end (another database) gives
+//! `server.lagged {missed: 0}`, the count being unknown. Either way the client must re-read state.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Extension;
 use axum::extract::State;
-use axum::http::HeaderValue;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::IntoResponse;
 use axum::response::sse::{Event as SseEvent, Sse};
 use futures::stream::{self, Stream, StreamExt};
 use rewind_bus::BroadcastBus;
 use rewind_core::id::IdGenerator;
-use rewind_core::model::{Event, EventPayload, SessionId};
+use rewind_core::model::{Event, EventPayload, SessionId, StoredEvent};
 use rewind_core::service::{Rewind, normalise_directory};
 use rewind_core::{Delivery, EventBus, HostPort, MessageRepo};
 use tokio::sync::Notify;
@@ -30,14 +38,28 @@ use super::security::RequestDirectory;
 /// How many outbox rows the relay reads at once.
 const RELAY_BATCH: u32 = 512;
 
+/// How many outbox rows a resuming stream reads at once (a revert's events carry its diff: a stream holds
+/// one batch at a time).
+const REPLAY_BATCH: u32 = 64;
+
+/// The header a reconnecting SSE client sends with the last `id:` it received.
+const LAST_EVENT_ID: &str = "last-event-id";
+
 /// `GET /event`: every event, or with a worktree named (`?directory=` or `x-opencode-directory`, as
 /// OpenCode's client sends its instance's), the server's own events and those of that worktree's sessions.
-#[utoipa::path(get, path = "/event", params(DirectoryParam),
-    responses((status = 200, description = "text/event-stream of {id, type, properties}", content_type = "text/event-stream", body = String)))]
+/// With `Last-Event-ID`, first the events after that outbox position (see the module doc).
+#[utoipa::path(get, path = "/event",
+    params(DirectoryParam,
+        ("Last-Event-ID" = Option<String>, Header, description = "the `id:` of the last event received: the stream first sends the events committed after it")),
+    responses(
+        (status = 200, description = "text/event-stream of {id, type, properties}; an outbox event's frame carries its outbox position as `id:`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "`Last-Event-ID` is not an outbox position")))]
 pub async fn stream(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
+    headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
+    let resume_after = last_event_id(&headers)?;
     let filter = match directory {
         Some(directory) => Some(Arc::new(WorktreeFilter {
             directory: normalise_directory(&directory)?,
@@ -46,8 +68,16 @@ pub async fn stream(
         })),
         None => None,
     };
-    // Subscribe before `server.connected` is sent, so nothing published after it is missed.
+    // Subscribe before `server.connected` is sent and before the outbox is read, so nothing published after
+    // it is missed.
     let subscription = state.bus.subscribe();
+    let repo: Arc<dyn MessageRepo> = state.services.repo.clone();
+    // The last outbox position sent: live events up to it came from the replay and are passed over.
+    let sent = Arc::new(AtomicU64::new(0));
+    let replay = match resume_after {
+        Some(after) => Replay::start(repo, after, Arc::clone(&sent)).await?,
+        None => Replay::none(),
+    };
     let ids = Arc::new(IdGenerator::new());
     let host = Arc::clone(&state.services.host);
     let server_event = {
@@ -57,29 +87,52 @@ pub async fn stream(
             payload,
         }
     };
-    let connected = stream::iter([server_event(EventPayload::ServerConnected {})]);
-    let live = subscription
-        .map({
-            let server_event = server_event.clone();
-            move |delivery| match delivery {
-                Delivery::Event(event) => event,
-                Delivery::Lagged { missed } => server_event(EventPayload::ServerLagged { missed }),
-            }
-        })
-        .filter_map(move |event| {
-            let filter = filter.clone();
-            async move {
-                match filter {
-                    Some(filter) if !filter.keeps(&event).await => None,
-                    _ => Some(event),
+    let connected = stream::iter([Ok(Frame::Server(server_event(
+        EventPayload::ServerConnected {},
+    )))]);
+    let live = subscription.filter_map({
+        let server_event = server_event.clone();
+        let sent = Arc::clone(&sent);
+        move |delivery| {
+            let frame = match delivery {
+                Delivery::Event(event) if event.seq <= sent.load(Ordering::Acquire) => None,
+                Delivery::Event(event) => Some(Frame::Outbox(event)),
+                Delivery::Lagged { missed } => {
+                    Some(Frame::Server(server_event(EventPayload::ServerLagged {
+                        missed,
+                    })))
+                }
+            };
+            futures::future::ready(frame.map(Ok))
+        }
+    });
+    let replay = replay.into_stream({
+        let server_event = server_event.clone();
+        move |missed| server_event(EventPayload::ServerLagged { missed })
+    });
+    let kept = replay.chain(live).filter_map(move |frame| {
+        let filter = filter.clone();
+        let sent = Arc::clone(&sent);
+        async move {
+            if let Ok(Frame::Outbox(stored)) = &frame {
+                sent.fetch_max(stored.seq, Ordering::AcqRel);
+                if let Some(filter) = filter
+                    && !filter.keeps(&stored.event).await
+                {
+                    return None;
                 }
             }
-        });
-    let heartbeat =
-        heartbeats(state.heartbeat).map(move |()| server_event(EventPayload::ServerHeartbeat {}));
+            Some(frame)
+        }
+    });
+    let heartbeat = heartbeats(state.heartbeat).map(move |()| {
+        Ok(Frame::Server(server_event(
+            EventPayload::ServerHeartbeat {},
+        )))
+    });
     let events = connected
-        .chain(stream::select(live, heartbeat))
-        .map(|event| Ok::<_, Infallible>(to_sse(&event)))
+        .chain(stream::select(kept, heartbeat))
+        .map(|frame| frame.map(|frame| frame.to_sse()))
         .take_until(state.shutdown.clone().cancelled_owned());
     Ok((
         [
@@ -142,13 +195,160 @@ impl WorktreeFilter {
     }
 }
 
-fn to_sse(event: &Event) -> SseEvent {
-    match serde_json::to_string(event) {
-        Ok(json) => SseEvent::default().data(json),
-        Err(error) => {
-            tracing::error!(%error, "cannot serialise an event");
-            SseEvent::default().comment("an event could not be serialised")
+/// The outbox position in `Last-Event-ID`, if the header is there and not empty.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get(LAST_EVENT_ID) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("\u{fffd}").trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        ApiError::BadRequest(format!(
+            "Last-Event-ID {text:?} is not an event position: send the `id:` of the last event this \
+             stream sent (a number), or no Last-Event-ID for the live events only"
+        ))
+    })
+}
+
+/// One SSE frame: an outbox event, sent with its position as `id:`, or one of the stream's own.
+enum Frame {
+    Outbox(StoredEvent),
+    Server(Event),
+}
+
+impl Frame {
+    fn to_sse(&self) -> SseEvent {
+        let (event, id) = match self {
+            Frame::Outbox(stored) => (&stored.event, Some(stored.seq)),
+            Frame::Server(event) => (event, None),
+        };
+        match serde_json::to_string(event) {
+            Ok(json) => {
+                let frame = SseEvent::default().data(json);
+                match id {
+                    Some(seq) => frame.id(seq.to_string()),
+                    None => frame,
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot serialise an event");
+                SseEvent::default().comment("an event could not be serialised")
+            }
         }
+    }
+}
+
+/// Why a resuming stream broke off: the outbox could not be read. The connection ends with an error, so
+/// the client reconnects with the last position it received and the replay goes on from there.
+#[derive(Debug, thiserror::Error)]
+#[error("the event stream cannot read the outbox: {0}")]
+struct ReplayBroken(String);
+
+/// The outbox events a resuming stream sends before the live ones.
+struct Replay {
+    repo: Option<Arc<dyn MessageRepo>>,
+    /// The first batch, read before the stream starts (so a database fault is the request's error).
+    first: Vec<StoredEvent>,
+    /// Reported first: how many events the outbox no longer holds, or 0 for a position past its end.
+    lagged: Option<u64>,
+    sent: Arc<AtomicU64>,
+}
+
+impl Replay {
+    fn none() -> Self {
+        Replay {
+            repo: None,
+            first: Vec::new(),
+            lagged: None,
+            sent: Arc::default(),
+        }
+    }
+
+    /// Reads the first batch after `after`, and whether events before it are gone.
+    async fn start(
+        repo: Arc<dyn MessageRepo>,
+        after: u64,
+        sent: Arc<AtomicU64>,
+    ) -> Result<Self, ApiError> {
+        // The end is read first: an event committed after this read is past it, so the live stream (already
+        // subscribed) delivers it even when the replay has nothing to send.
+        let end = repo
+            .last_event_seq()
+            .await
+            .map_err(|error| ApiError::from_core(error, None))?;
+        let first = repo
+            .events_after(after.min(end), REPLAY_BATCH)
+            .await
+            .map_err(|error| ApiError::from_core(error, None))?;
+        let lagged = if after > end {
+            // A position this outbox never reached (it keeps its newest event, so it cannot have been
+            // emptied): another database's. The stream goes on from this outbox's end.
+            Some(0)
+        } else {
+            // Positions have no gaps: a first event past `after + 1` means those between were deleted.
+            first
+                .first()
+                .filter(|oldest| oldest.seq > after + 1)
+                .map(|oldest| oldest.seq - after - 1)
+        };
+        // The replay reads on from here, and the live events up to where it ends are passed over.
+        sent.store(after.min(end), Ordering::Release);
+        Ok(Replay {
+            repo: Some(repo),
+            first,
+            lagged,
+            sent,
+        })
+    }
+
+    /// The frames: the lag report, if any, then the events batch by batch until the outbox's end. `lag`
+    /// makes the report's event.
+    fn into_stream(
+        self,
+        lag: impl Fn(u64) -> Event + Send + 'static,
+    ) -> impl Stream<Item = Result<Frame, ReplayBroken>> + Send {
+        let lagged = stream::iter(self.lagged.map(|missed| Ok(Frame::Server(lag(missed)))));
+        let Replay {
+            repo, first, sent, ..
+        } = self;
+        let full = first.len() == REPLAY_BATCH as usize;
+        let batches = stream::unfold((repo, Some(first), full), move |(repo, batch, more)| {
+            let sent = Arc::clone(&sent);
+            async move {
+                let repo = repo?;
+                if let Some(batch) = batch {
+                    return Some((Ok(batch), (Some(repo), None, more)));
+                }
+                if !more {
+                    return None;
+                }
+                match repo
+                    .events_after(sent.load(Ordering::Acquire), REPLAY_BATCH)
+                    .await
+                {
+                    Ok(batch) => {
+                        let more = batch.len() == REPLAY_BATCH as usize;
+                        Some((Ok(batch), (Some(repo), None, more)))
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "a resuming event stream cannot read the outbox");
+                        Some((Err(ReplayBroken(error.to_string())), (None, None, false)))
+                    }
+                }
+            }
+        });
+        let events = batches.flat_map(|batch| match batch {
+            Ok(batch) => stream::iter(
+                batch
+                    .into_iter()
+                    .map(|e| Ok(Frame::Outbox(e)))
+                    .collect::<Vec<_>>(),
+            ),
+            Err(error) => stream::iter(vec![Err(error)]),
+        });
+        lagged.chain(events)
     }
 }
 
@@ -200,7 +400,7 @@ pub async fn relay(
                 let full = events.len() == RELAY_BATCH as usize;
                 for stored in events {
                     cursor = stored.seq;
-                    bus.publish(stored.event);
+                    bus.publish(stored);
                 }
                 if full {
                     continue;
@@ -312,7 +512,10 @@ mod tests {
         while let Some(Delivery::Event(event)) = subscription.next().await {
             received.push(event);
         }
-        let expected: Vec<Event> = rows[2..].iter().map(|r| r.event.clone()).collect();
-        assert_eq!(received, expected, "events 3 and 4, once each, in order");
+        assert_eq!(
+            received,
+            rows[2..],
+            "events 3 and 4, once each, in order, with their positions"
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 
 use futures_core::Stream;
 
-use crate::model::Event;
+use crate::model::StoredEvent;
 use crate::ports::{Delivery, EventBus, Subscription};
 
 /// The capacity of `MemBus::default()`.
@@ -22,7 +22,7 @@ pub const DEFAULT_CAPACITY: usize = 256;
 #[derive(Debug, Default)]
 struct Ring {
     /// The held events: positions `published - events.len() .. published`.
-    events: VecDeque<Event>,
+    events: VecDeque<StoredEvent>,
     /// How many events were ever published: the position the next one gets.
     published: u64,
     /// The wakers of subscribers waiting for the next event, by subscriber number.
@@ -104,7 +104,7 @@ impl Drop for MemBus {
 }
 
 impl EventBus for MemBus {
-    fn publish(&self, event: Event) {
+    fn publish(&self, event: StoredEvent) {
         let wakers = {
             let mut ring = self.shared.lock();
             ring.events.push_back(event);

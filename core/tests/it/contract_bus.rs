@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use futures::StreamExt;
 use futures::executor::block_on;
 use rewind_core::id::IdGenerator;
-use rewind_core::model::{Event, EventId, EventPayload};
+use rewind_core::model::{Event, EventId, EventPayload, StoredEvent};
 use rewind_core::ports::{Delivery, EventBus};
 use rewind_core::testkit::mem_bus::MemBus;
 
@@ -17,10 +17,14 @@ rewind_core::bus_contract_tests!(
     block_on = futures::executor::block_on
 );
 
-fn heartbeat(ids: &IdGenerator, now: u64) -> Event {
-    Event {
-        id: ids.ascending::<EventId>(now, None),
-        payload: EventPayload::ServerHeartbeat {},
+/// An outbox row at position `seq`.
+fn heartbeat(ids: &IdGenerator, seq: u64) -> StoredEvent {
+    StoredEvent {
+        seq,
+        event: Event {
+            id: ids.ascending::<EventId>(seq, None),
+            payload: EventPayload::ServerHeartbeat {},
+        },
     }
 }
 
@@ -30,7 +34,7 @@ fn lag_report_counts_exactly_the_events_beyond_capacity() {
         let ids = IdGenerator::new();
         let bus = MemBus::new(4);
         let mut subscription = bus.subscribe();
-        let events: Vec<Event> = (0..7).map(|n| heartbeat(&ids, n)).collect();
+        let events: Vec<StoredEvent> = (0..7).map(|n| heartbeat(&ids, n)).collect();
         for event in &events {
             bus.publish(event.clone());
         }

@@ -1,13 +1,15 @@
 //! The event stream of SPEC section 10 read over SSE: its first event, the order of a revert's,
-//! unrevert's and cleanup's events, heartbeats, events of another process (the outbox relay), and the
-//! end of open streams when the server stops.
+//! unrevert's and cleanup's events, heartbeats, events of another process (the outbox relay), the end of
+//! open streams when the server stops, and a reconnecting client's resumption after `Last-Event-ID`.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
-use crate::support::{AppConfig, id_of, spawn_app, spawn_app_with, types};
+use rewind_core::ports::{Change, MessageRepo, Transaction};
+
+use crate::support::{AppConfig, EventStream, TestApp, id_of, spawn_app, spawn_app_with, types};
 
 #[tokio::test]
 async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<()> {
@@ -344,5 +346,257 @@ async fn a_stream_that_falls_behind_is_told_how_many_events_it_missed() -> Resul
     let last = events.last().context("no event")?;
     assert_eq!(last["type"], "message.part.updated");
     assert_eq!(last["properties"]["part"]["id"], last_part);
+    app.stop().await
+}
+
+/// The outbox events a stream delivers until `last` holds for one, with their SSE ids (the stream's own
+/// events, which carry none, are left out; `server.lagged` is refused).
+async fn outbox_events_until(
+    stream: &mut EventStream,
+    last: impl Fn(&Value) -> bool,
+) -> Result<Vec<(u64, Value)>> {
+    let mut events = Vec::new();
+    loop {
+        let (id, event) = stream
+            .next_with_id(Duration::from_secs(10))
+            .await?
+            .context("the stream ended")?;
+        ensure!(event["type"] != "server.lagged", "lagged: {event}");
+        let done = last(&event);
+        match id {
+            Some(id) => events.push((id.parse()?, event)),
+            None => ensure!(
+                event["type"]
+                    .as_str()
+                    .is_some_and(|kind| kind.starts_with("server.")),
+                "an outbox event without an SSE id: {event}"
+            ),
+        }
+        if done {
+            return Ok(events);
+        }
+    }
+}
+
+fn titled(title: &'static str) -> impl Fn(&Value) -> bool {
+    move |event| {
+        (event["type"] == "session.updated" || event["type"] == "session.created")
+            && event["properties"]["info"]["title"] == title
+    }
+}
+
+async fn rename(app: &TestApp, session: &str, title: &str) -> Result<()> {
+    let reply = app
+        .send(
+            app.http
+                .patch(app.url(&format!("/session/{session}")))
+                .json(&json!({"title": title})),
+        )
+        .await?;
+    ensure!(
+        reply.status == 200,
+        "rename: {} {}",
+        reply.status,
+        reply.body
+    );
+    Ok(())
+}
+
+/// A client that reconnects with `Last-Event-ID` (as OpenCode's client does after a broken connection)
+/// gets, after `server.connected`, exactly the events committed while it was away, in order and once each,
+/// then the live ones: the same events, with the same ids, as a stream that never disconnected.
+#[tokio::test]
+async fn a_reconnecting_stream_gets_the_events_it_missed_once_each_in_order() -> Result<()> {
+    let app = spawn_app().await?;
+    let mut whole = app.connected_events().await?;
+    let mut first = app.connected_events().await?;
+    let session = app.new_session().await?;
+    outbox_events_until(&mut first, |e| e["type"] == "session.created").await?;
+    let last = first
+        .last_id()
+        .context("session.created had no SSE id")?
+        .to_owned();
+    drop(first);
+
+    // Away: a turn, a revert (whose events carry its diff) and a rename.
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
+        })
+        .await?;
+    app.revert_to(&session, &user).await?;
+    rename(&app, &session, "while away").await?;
+
+    let mut resumed = app.events_resuming(&last).await?;
+    let connected = resumed
+        .next_with_id(Duration::from_secs(5))
+        .await?
+        .context("no first event")?;
+    assert_eq!(connected.1["type"], "server.connected");
+    assert_eq!(connected.0, None, "the stream's own events carry no SSE id");
+    let missed = outbox_events_until(&mut resumed, titled("while away")).await?;
+    // Then live.
+    rename(&app, &session, "back").await?;
+    let mut got = missed;
+    got.extend(outbox_events_until(&mut resumed, titled("back")).await?);
+
+    let everything = outbox_events_until(&mut whole, titled("back")).await?;
+    let last: u64 = last.parse()?;
+    let expected: Vec<_> = everything
+        .into_iter()
+        .filter(|(id, _)| *id > last)
+        .collect();
+    assert_eq!(got, expected);
+    let ids: Vec<u64> = got.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        ids,
+        (last + 1..=last + ids.len() as u64).collect::<Vec<_>>(),
+        "outbox positions, one after the other"
+    );
+    assert!(
+        types(&got.iter().map(|(_, e)| e.clone()).collect::<Vec<_>>())
+            .iter()
+            .any(|kind| kind == "session.diff"),
+        "the revert's diff came back"
+    );
+    app.stop().await
+}
+
+/// Reconnecting again and again while another client keeps committing loses no event and repeats none:
+/// the stream subscribes before it reads the outbox and passes over the live events the outbox gave it,
+/// whichever side of the read each commit lands on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnecting_while_events_are_committed_loses_and_repeats_none() -> Result<()> {
+    let app = std::sync::Arc::new(spawn_app().await?);
+    let mut whole = app.connected_events().await?;
+    let producer = {
+        let app = std::sync::Arc::clone(&app);
+        tokio::spawn(async move {
+            for n in 0..60 {
+                app.ok("/session", json!({"title": format!("n{n}")}))
+                    .await?;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let is_last = |event: &Value| {
+        event["type"] == "session.created" && event["properties"]["info"]["title"] == "n59"
+    };
+    let mut got: Vec<(u64, Value)> = Vec::new();
+    let mut last: Option<String> = None;
+    // A fixed sequence of how many events to read before each disconnection.
+    let mut state: u32 = 7;
+    let mut reconnections = 0;
+    'outer: loop {
+        let mut stream = match &last {
+            Some(id) => app.events_resuming(id).await?,
+            None => app.events().await?,
+        };
+        reconnections += 1;
+        state = state.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let take = 1 + (state >> 16) % 4;
+        let mut taken = 0;
+        while taken < take {
+            let (id, event) = stream
+                .next_with_id(Duration::from_secs(10))
+                .await?
+                .context("the stream ended")?;
+            ensure!(event["type"] != "server.lagged", "lagged: {event}");
+            let Some(id) = id else { continue };
+            let done = is_last(&event);
+            got.push((id.parse()?, event));
+            taken += 1;
+            if done {
+                break 'outer;
+            }
+        }
+        last = stream.last_id().map(str::to_owned);
+    }
+    producer.await??;
+    let everything = outbox_events_until(&mut whole, is_last).await?;
+    // The first stream was opened after `whole`, so it may have missed the very first events.
+    let start = got.first().map(|(id, _)| *id).context("no event")?;
+    let expected: Vec<_> = everything
+        .into_iter()
+        .filter(|(id, _)| *id >= start)
+        .collect();
+    assert!(reconnections > 10, "{reconnections} connections");
+    assert_eq!(got.len(), expected.len(), "{reconnections} connections");
+    assert_eq!(got, expected);
+    drop(whole);
+    match std::sync::Arc::try_unwrap(app) {
+        Ok(app) => app.stop().await,
+        Err(_) => anyhow::bail!("the producer still holds the app"),
+    }
+}
+
+/// When `rewind gc` (or a server's hourly cut) has deleted some of the events a client missed, the resumed
+/// stream says how many with `server.lagged` (the client must re-read state), then sends those still held.
+#[tokio::test]
+async fn a_reconnect_after_the_outbox_was_cut_is_told_how_many_it_missed() -> Result<()> {
+    let app = spawn_app().await?;
+    let mut first = app.connected_events().await?;
+    app.ok("/session", json!({"title": "s0"})).await?;
+    outbox_events_until(&mut first, titled("s0")).await?;
+    let last: u64 = first.last_id().context("no SSE id")?.parse()?;
+    drop(first);
+    for n in 1..=5 {
+        app.ok("/session", json!({"title": format!("s{n}")}))
+            .await?;
+    }
+    // Events `last + 1` to `last + 2` go, as gc's cut deletes them.
+    app.db
+        .commit(Transaction {
+            guards: Vec::new(),
+            changes: vec![Change::DeleteEventsThrough { seq: last + 2 }],
+            events: Vec::new(),
+        })
+        .await?;
+    let mut resumed = app.events_resuming(&last.to_string()).await?;
+    let mut events = Vec::new();
+    loop {
+        let (id, event) = resumed
+            .next_with_id(Duration::from_secs(10))
+            .await?
+            .context("the stream ended")?;
+        let done = titled("s5")(&event);
+        events.push((id, event));
+        if done {
+            break;
+        }
+    }
+    assert_eq!(events[0].1["type"], "server.connected");
+    assert_eq!(events[1].1["type"], "server.lagged");
+    assert_eq!(events[1].1["properties"]["missed"], 2);
+    assert_eq!(events[1].0, None);
+    let ids: Vec<Option<String>> = events[2..].iter().map(|(id, _)| id.clone()).collect();
+    let expected: Vec<Option<String>> = (last + 3..=last + 5)
+        .map(|seq| Some(seq.to_string()))
+        .collect();
+    assert_eq!(ids, expected, "{:?}", events);
+    app.stop().await
+}
+
+/// A position this database's outbox never reached (the client followed another database) gets
+/// `server.lagged {missed: 0}`, then the live events, none passed over.
+#[tokio::test]
+async fn a_position_past_the_outbox_end_is_told_it_lagged_and_streams_live() -> Result<()> {
+    let app = spawn_app().await?;
+    let mut resumed = app.events_resuming("1000000").await?;
+    let connected = resumed
+        .next(Duration::from_secs(5))
+        .await?
+        .context("no event")?;
+    assert_eq!(connected["type"], "server.connected");
+    let lagged = resumed
+        .next(Duration::from_secs(5))
+        .await?
+        .context("no event")?;
+    assert_eq!(lagged["type"], "server.lagged");
+    assert_eq!(lagged["properties"]["missed"], 0);
+    app.ok("/session", json!({"title": "fresh"})).await?;
+    let created = outbox_events_until(&mut resumed, titled("fresh")).await?;
+    let (id, _) = created.last().context("no event")?;
+    assert!(*id < 1_000_000, "{id}");
     app.stop().await
 }

@@ -321,8 +321,22 @@ impl TestApp {
         self.events_at("/event").await
     }
 
+    /// Opens the event stream as a client reconnecting after the event whose SSE `id` was `last`.
+    pub async fn events_resuming(&self, last: &str) -> Result<EventStream> {
+        self.open_events(
+            self.http
+                .get(self.url("/event"))
+                .header("last-event-id", last),
+        )
+        .await
+    }
+
     async fn events_at(&self, path: &str) -> Result<EventStream> {
-        let response = self.http.get(self.url(path)).send().await?;
+        self.open_events(self.http.get(self.url(path))).await
+    }
+
+    async fn open_events(&self, request: reqwest::RequestBuilder) -> Result<EventStream> {
+        let response = request.send().await?;
         ensure!(
             response.status() == 200,
             "GET /event: {}",
@@ -345,6 +359,7 @@ impl TestApp {
                     .map(|chunk| chunk.map(|b| b.to_vec())),
             ),
             buffer: String::new(),
+            last_id: None,
         })
     }
 
@@ -380,29 +395,52 @@ type ByteStream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<V
 pub struct EventStream {
     bytes: ByteStream,
     buffer: String,
+    /// The SSE `id` of the last event received that had one.
+    last_id: Option<String>,
 }
 
 impl EventStream {
     /// The next event, within `wait`; `None` when the stream ended.
     pub async fn next(&mut self, wait: Duration) -> Result<Option<Value>> {
+        Ok(self.next_with_id(wait).await?.map(|(_, event)| event))
+    }
+
+    /// The next event and its frame's SSE `id` (none for the stream's own events), within `wait`; `None`
+    /// when the stream ended.
+    pub async fn next_with_id(
+        &mut self,
+        wait: Duration,
+    ) -> Result<Option<(Option<String>, Value)>> {
         tokio::time::timeout(wait, self.next_event())
             .await
             .context("no event arrived in time")?
     }
 
-    async fn next_event(&mut self) -> Result<Option<Value>> {
+    /// The SSE `id` of the last event received that had one: what a reconnecting client sends.
+    pub fn last_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    async fn next_event(&mut self) -> Result<Option<(Option<String>, Value)>> {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
                 let frame: String = self.buffer.drain(..end + 2).collect();
-                let data: Vec<&str> = frame
-                    .lines()
-                    .filter_map(|line| line.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
+                let field = |name: &str| -> Vec<String> {
+                    frame
+                        .lines()
+                        .filter_map(|line| line.strip_prefix(name))
+                        .map(|value| value.strip_prefix(' ').unwrap_or(value).to_owned())
+                        .collect()
+                };
+                let data = field("data:");
                 if data.is_empty() {
                     continue;
                 }
-                return Ok(Some(serde_json::from_str(&data.join("\n"))?));
+                let id = field("id:").pop();
+                if id.is_some() {
+                    self.last_id.clone_from(&id);
+                }
+                return Ok(Some((id, serde_json::from_str(&data.join("\n"))?)));
             }
             match self.bytes.next().await {
                 Some(chunk) => self.buffer.push_str(&String::from_utf8_lossy(&chunk?)),

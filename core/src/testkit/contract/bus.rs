@@ -8,7 +8,7 @@
 use futures::{FutureExt, StreamExt};
 
 use crate::id::{EventId, IdGenerator};
-use crate::model::{Event, EventPayload};
+use crate::model::{Event, EventPayload, StoredEvent};
 use crate::ports::{Delivery, EventBus, Subscription};
 
 /// How many events `lagging_subscriber_is_told_how_many_it_missed` publishes without reading: the bus under
@@ -55,10 +55,11 @@ macro_rules! bus_contract_tests {
     };
 }
 
-/// Distinct events, in id order.
+/// Distinct outbox rows, in position and id order.
 struct Events {
     generator: IdGenerator,
     now: u64,
+    seq: u64,
 }
 
 impl Events {
@@ -66,19 +67,24 @@ impl Events {
         Events {
             generator: IdGenerator::new(),
             now: 1_700_000_000_000,
+            seq: 0,
         }
     }
 
-    fn next(&mut self) -> Event {
+    fn next(&mut self) -> StoredEvent {
         self.now += 1;
+        self.seq += 1;
         let id: EventId = self.generator.ascending(self.now, None);
-        Event {
-            id,
-            payload: EventPayload::ServerHeartbeat {},
+        StoredEvent {
+            seq: self.seq,
+            event: Event {
+                id,
+                payload: EventPayload::ServerHeartbeat {},
+            },
         }
     }
 
-    fn take(&mut self, count: usize) -> Vec<Event> {
+    fn take(&mut self, count: usize) -> Vec<StoredEvent> {
         (0..count).map(|_| self.next()).collect()
     }
 }
@@ -92,7 +98,7 @@ async fn next(subscription: &mut Subscription) -> Delivery {
 }
 
 /// Reads `expected.len()` deliveries and checks they are exactly those events, in order.
-async fn expect_events(subscription: &mut Subscription, expected: &[Event], who: &str) {
+async fn expect_events(subscription: &mut Subscription, expected: &[StoredEvent], who: &str) {
     for (index, event) in expected.iter().enumerate() {
         let delivery = next(subscription).await;
         assert_eq!(
@@ -110,7 +116,7 @@ fn expect_nothing_ready(subscription: &mut Subscription, who: &str) {
     }
 }
 
-fn publish_all(bus: &dyn EventBus, events: &[Event]) {
+fn publish_all(bus: &dyn EventBus, events: &[StoredEvent]) {
     for event in events {
         bus.publish(event.clone());
     }
@@ -129,7 +135,7 @@ pub async fn events_arrive_in_order_per_subscriber(bus: &dyn EventBus) {
     let second = events.take(4);
     publish_all(bus, &second);
     expect_events(&mut fast, &second, "the first subscriber").await;
-    let all: Vec<Event> = first.into_iter().chain(second).collect();
+    let all: Vec<StoredEvent> = first.into_iter().chain(second).collect();
     expect_events(&mut slow, &all, "the second subscriber").await;
     expect_nothing_ready(&mut fast, "the first subscriber");
     expect_nothing_ready(&mut slow, "the second subscriber");
@@ -198,6 +204,6 @@ pub async fn late_subscriber_sees_only_new_events(bus: &dyn EventBus) {
     publish_all(bus, &after);
     expect_events(&mut late, &after, "a subscriber made after two events").await;
     expect_nothing_ready(&mut late, "a subscriber made after two events");
-    let all: Vec<Event> = before.into_iter().chain(after).collect();
+    let all: Vec<StoredEvent> = before.into_iter().chain(after).collect();
     expect_events(&mut early, &all, "a subscriber made before them").await;
 }
