@@ -1,18 +1,20 @@
 //! The event stream (SPEC section 10): `GET /event` sends `server.connected`, then every event the relay
-//! publishes, `server.heartbeat` every 10 s and `server.lagged {missed}` when the subscriber fell behind;
-//! it ends when the server stops. The relay follows the database's outbox and publishes new rows in
-//! order, so changes made by the command line or another server reach every stream.
+//! publishes, `server.heartbeat` every 10 s and `server.lagged {missed}` when events were lost for the
+//! stream; it ends when the server stops. The relay follows the database's outbox and publishes new rows
+//! in order, so changes made by the command line or another server reach every stream.
 //!
-//! Each outbox event's SSE frame carries its outbox position as `id:`. A client that reconnects with
-//! `Last-Event-ID` (as OpenCode's client does after a broken connection) first receives the events
-//! committed after that position, read from the outbox, then the live ones, none twice and none lost:
-//! the stream subscribes before it reads the outbox, and passes over the live events the outbox gave it.
-//! When the outbox no longer holds them all (`rewind gc` cut it) the replay starts with
-//! `server.lagged {missed}`; a position past the outbox's end (another database) gives
-//! `server.lagged {missed: 0}`, the count being unknown. Either way the client must re-read state.
+//! A stream knows its outbox position: the last event it sent or passed over (another worktree's). Each
+//! outbox event's SSE frame carries its position as `id:`, and so do `server.connected` (where the stream
+//! starts) and `server.heartbeat` (where it is). A client that reconnects with `Last-Event-ID` (as
+//! OpenCode's client does after a broken connection) first receives the events committed after that
+//! position, read from the outbox, then the live ones, none twice and none lost: the stream subscribes
+//! before it reads the outbox, and passes over the live events at or below its position. A stream that
+//! falls behind the bus (the bus let events go, or a live event is not the next position) catches up from
+//! the outbox the same way. `server.lagged {missed}` is sent only for events the outbox no longer holds
+//! (`rewind gc` cut them), and as `server.lagged {missed: 0}` for a position that is not this outbox's (a
+//! number past its end, another database's, or not a number): the client must then re-read state.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ use rewind_bus::BroadcastBus;
 use rewind_core::id::IdGenerator;
 use rewind_core::model::{Event, EventPayload, SessionId, StoredEvent};
 use rewind_core::service::{Rewind, normalise_directory};
-use rewind_core::{Delivery, EventBus, HostPort, MessageRepo};
+use rewind_core::{Delivery, EventBus, HostPort, MessageRepo, Subscription};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -38,9 +40,9 @@ use super::security::RequestDirectory;
 /// How many outbox rows the relay reads at once.
 const RELAY_BATCH: u32 = 512;
 
-/// How many outbox rows a resuming stream reads at once (a revert's events carry its diff: a stream holds
-/// one batch at a time).
-const REPLAY_BATCH: u32 = 64;
+/// How many outbox rows a stream that catches up reads at once (a revert's events carry its diff: a
+/// stream holds one batch at a time).
+const CATCH_UP_BATCH: u32 = 16;
 
 /// The header a reconnecting SSE client sends with the last `id:` it received.
 const LAST_EVENT_ID: &str = "last-event-id";
@@ -52,14 +54,12 @@ const LAST_EVENT_ID: &str = "last-event-id";
     params(DirectoryParam,
         ("Last-Event-ID" = Option<String>, Header, description = "the `id:` of the last event received: the stream first sends the events committed after it")),
     responses(
-        (status = 200, description = "text/event-stream of {id, type, properties}; an outbox event's frame carries its outbox position as `id:`", content_type = "text/event-stream", body = String),
-        (status = 400, description = "`Last-Event-ID` is not an outbox position")))]
+        (status = 200, description = "text/event-stream of {id, type, properties}; each frame but `server.lagged`'s carries the stream's outbox position as `id:`", content_type = "text/event-stream", body = String)))]
 pub async fn stream(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    let resume_after = last_event_id(&headers)?;
     let filter = match directory {
         Some(directory) => Some(Arc::new(WorktreeFilter {
             directory: normalise_directory(&directory)?,
@@ -70,69 +70,55 @@ pub async fn stream(
     };
     // Subscribe before `server.connected` is sent and before the outbox is read, so nothing published after
     // it is missed.
-    let subscription = state.bus.subscribe();
+    let live = state.bus.subscribe();
     let repo: Arc<dyn MessageRepo> = state.services.repo.clone();
-    // The last outbox position sent: live events up to it came from the replay and are passed over.
-    let sent = Arc::new(AtomicU64::new(0));
-    let replay = match resume_after {
-        Some(after) => Replay::start(repo, after, Arc::clone(&sent)).await?,
-        None => Replay::none(),
-    };
+    let start = Start::find(repo.as_ref(), resume_position(&headers))
+        .await
+        .map_err(|error| ApiError::from_core(error, None))?;
     let ids = Arc::new(IdGenerator::new());
     let host = Arc::clone(&state.services.host);
-    let server_event = {
-        let ids = Arc::clone(&ids);
-        move |payload: EventPayload| Event {
-            id: ids.ascending(host.now_ms(), None),
-            payload,
-        }
+    let server_event = move |payload: EventPayload| Event {
+        id: ids.ascending(host.now_ms(), None),
+        payload,
     };
-    let connected = stream::iter([Ok(Frame::Server(server_event(
-        EventPayload::ServerConnected {},
-    )))]);
-    let live = subscription.filter_map({
-        let server_event = server_event.clone();
-        let sent = Arc::clone(&sent);
-        move |delivery| {
-            let frame = match delivery {
-                Delivery::Event(event) if event.seq <= sent.load(Ordering::Acquire) => None,
-                Delivery::Event(event) => Some(Frame::Outbox(event)),
-                Delivery::Lagged { missed } => {
-                    Some(Frame::Server(server_event(EventPayload::ServerLagged {
-                        missed,
-                    })))
-                }
-            };
-            futures::future::ready(frame.map(Ok))
-        }
-    });
-    let replay = replay.into_stream({
-        let server_event = server_event.clone();
-        move |missed| server_event(EventPayload::ServerLagged { missed })
-    });
-    let kept = replay.chain(live).filter_map(move |frame| {
-        let filter = filter.clone();
-        let sent = Arc::clone(&sent);
-        async move {
-            if let Ok(Frame::Outbox(stored)) = &frame {
-                sent.fetch_max(stored.seq, Ordering::AcqRel);
-                if let Some(filter) = filter
-                    && !filter.keeps(&stored.event).await
-                {
-                    return None;
-                }
-            }
-            Some(frame)
-        }
-    });
-    let heartbeat = heartbeats(state.heartbeat).map(move |()| {
-        Ok(Frame::Server(server_event(
-            EventPayload::ServerHeartbeat {},
-        )))
-    });
-    let events = connected
-        .chain(stream::select(kept, heartbeat))
-        .map(|frame| frame.map(|frame| frame.to_sse()))
+    let mut heads = vec![Ok(Frame::Connected)];
+    if start.foreign {
+        heads.push(Ok(Frame::Lagged(0)));
+    }
+    let follower = Follower {
+        repo,
+        live,
+        position: start.position,
+        catching_up: start.catch_up,
+        filter,
+    }
+    .into_stream();
+    let heartbeat = heartbeats(state.heartbeat).map(|()| Ok(Frame::Heartbeat));
+    // Where the client is: the position of the last frame it was sent, or passed over.
+    let mut position = start.position;
+    let events = stream::iter(heads)
+        .chain(stream::select(follower, heartbeat))
+        .filter_map(move |frame| {
+            let sse = frame
+                .map(|frame| {
+                    let (payload, id) = match frame {
+                        Frame::Outbox(stored) => {
+                            position = stored.seq;
+                            return Some(to_sse(&stored.event, Some(stored.seq)));
+                        }
+                        Frame::Passed(seq) => {
+                            position = seq;
+                            return None;
+                        }
+                        Frame::Connected => (EventPayload::ServerConnected {}, Some(position)),
+                        Frame::Heartbeat => (EventPayload::ServerHeartbeat {}, Some(position)),
+                        Frame::Lagged(missed) => (EventPayload::ServerLagged { missed }, None),
+                    };
+                    Some(to_sse(&server_event(payload), id))
+                })
+                .transpose();
+            futures::future::ready(sse)
+        })
         .take_until(state.shutdown.clone().cancelled_owned());
     Ok((
         [
@@ -144,6 +130,177 @@ pub async fn stream(
         ],
         Sse::new(events),
     ))
+}
+
+/// What a reconnecting client asks for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Resume {
+    /// The events after this outbox position.
+    After(u64),
+    /// A `Last-Event-ID` that is no outbox position (not a number): some other server's.
+    Foreign,
+}
+
+/// The position in `Last-Event-ID`, if the header is there and not empty. A value that is not a number is
+/// not refused: OpenCode's client would send it again on every retry, for good, and never receive an
+/// event; it is told it lagged instead.
+fn resume_position(headers: &HeaderMap) -> Option<Resume> {
+    let value = headers.get(LAST_EVENT_ID)?;
+    let text = value.to_str().map(str::trim).unwrap_or("?");
+    if text.is_empty() {
+        return None;
+    }
+    match text.parse() {
+        Ok(after) if text.bytes().all(|b| b.is_ascii_digit()) => Some(Resume::After(after)),
+        _ => Some(Resume::Foreign),
+    }
+}
+
+/// Where a stream starts in the outbox.
+#[derive(Debug, PartialEq)]
+struct Start {
+    /// The position it starts after.
+    position: u64,
+    /// Whether the outbox holds events after it that the live stream will not bring.
+    catch_up: bool,
+    /// Whether the client's position was not this outbox's: it is told it lagged.
+    foreign: bool,
+}
+
+impl Start {
+    /// Reads the outbox's end, which must come after subscribing to the bus: every event past it is
+    /// delivered live.
+    async fn find(repo: &dyn MessageRepo, resume: Option<Resume>) -> rewind_core::Result<Start> {
+        let end = repo.last_event_seq().await?;
+        Ok(match resume {
+            None => Start {
+                position: end,
+                catch_up: false,
+                foreign: false,
+            },
+            Some(Resume::After(after)) if after <= end => Start {
+                position: after,
+                catch_up: after < end,
+                foreign: false,
+            },
+            // Past the end: the outbox never reached it (it keeps its newest event, so it was not emptied).
+            Some(Resume::After(_) | Resume::Foreign) => Start {
+                position: end,
+                catch_up: false,
+                foreign: true,
+            },
+        })
+    }
+}
+
+/// One frame of a stream, before it is sent.
+#[derive(Debug, PartialEq)]
+enum Frame {
+    /// An outbox event, sent with its position as `id:`.
+    Outbox(StoredEvent),
+    /// An outbox event the worktree filter passed over: not sent, but the position moves past it.
+    Passed(u64),
+    Connected,
+    Heartbeat,
+    /// `missed` events are gone from the outbox, or the client's position was not this outbox's (0).
+    Lagged(u64),
+}
+
+fn to_sse(event: &Event, id: Option<u64>) -> SseEvent {
+    match serde_json::to_string(event) {
+        Ok(json) => {
+            let frame = SseEvent::default().data(json);
+            match id {
+                Some(position) => frame.id(position.to_string()),
+                None => frame,
+            }
+        }
+        Err(error) => {
+            tracing::error!(%error, "cannot serialise an event");
+            SseEvent::default().comment("an event could not be serialised")
+        }
+    }
+}
+
+/// Why a stream broke off: the outbox could not be read while it caught up. The response ends with an
+/// error, so the client reconnects with the last position it received and the stream goes on from there.
+#[derive(Debug, thiserror::Error)]
+#[error("the event stream cannot read the outbox: {0}")]
+struct CatchUpFailed(String);
+
+/// Follows the outbox for one stream: the live events from the bus, in position order, and the outbox's
+/// rows whenever the live events alone would leave a gap.
+struct Follower {
+    repo: Arc<dyn MessageRepo>,
+    live: Subscription,
+    /// The last position dealt with (sent or passed over).
+    position: u64,
+    /// Whether the next frames come from the outbox rather than the bus.
+    catching_up: bool,
+    filter: Option<Arc<WorktreeFilter>>,
+}
+
+impl Follower {
+    /// The frames, until the bus ends or the outbox cannot be read (then the last item is the error).
+    fn into_stream(self) -> impl Stream<Item = Result<Frame, CatchUpFailed>> + Send {
+        stream::unfold(Some(self), |follower| async move {
+            let mut follower = follower?;
+            let frames = follower.next().await?;
+            let failed = frames.iter().any(Result::is_err);
+            Some((stream::iter(frames), (!failed).then_some(follower)))
+        })
+        .flatten()
+    }
+
+    /// The next frames; `None` when the bus ended.
+    async fn next(&mut self) -> Option<Vec<Result<Frame, CatchUpFailed>>> {
+        loop {
+            if self.catching_up {
+                return Some(self.read_outbox().await);
+            }
+            match self.live.next().await? {
+                Delivery::Event(stored) if stored.seq <= self.position => {}
+                Delivery::Event(stored) if stored.seq == self.position + 1 => {
+                    return Some(vec![Ok(self.frame(stored).await)]);
+                }
+                // Events the bus let go, or a gap before this one: the outbox has them (or says they are
+                // gone).
+                Delivery::Event(_) | Delivery::Lagged { .. } => self.catching_up = true,
+            }
+        }
+    }
+
+    /// The next rows of the outbox after the position, with a lag report first when some are gone.
+    async fn read_outbox(&mut self) -> Vec<Result<Frame, CatchUpFailed>> {
+        let rows = match self.repo.events_after(self.position, CATCH_UP_BATCH).await {
+            Ok(rows) => rows,
+            Err(error) => {
+                tracing::warn!(%error, "an event stream cannot read the outbox; it ends, to be resumed");
+                return vec![Err(CatchUpFailed(error.to_string()))];
+            }
+        };
+        self.catching_up = rows.len() == CATCH_UP_BATCH as usize;
+        let mut frames = Vec::with_capacity(rows.len() + 1);
+        // Positions have no gaps: a first row past the next position means those between were cut.
+        if let Some(first) = rows.first()
+            && first.seq > self.position + 1
+        {
+            frames.push(Ok(Frame::Lagged(first.seq - self.position - 1)));
+        }
+        for row in rows {
+            frames.push(Ok(self.frame(row).await));
+        }
+        frames
+    }
+
+    /// The frame of the next event, which moves the position.
+    async fn frame(&mut self, stored: StoredEvent) -> Frame {
+        self.position = stored.seq;
+        match &self.filter {
+            Some(filter) if !filter.keeps(&stored.event).await => Frame::Passed(stored.seq),
+            _ => Frame::Outbox(stored),
+        }
+    }
 }
 
 /// Which events a stream opened for one worktree sends: the server's own, and those of sessions whose
@@ -192,163 +349,6 @@ impl WorktreeFilter {
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, bool>> {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// The outbox position in `Last-Event-ID`, if the header is there and not empty.
-fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
-    let Some(value) = headers.get(LAST_EVENT_ID) else {
-        return Ok(None);
-    };
-    let text = value.to_str().unwrap_or("\u{fffd}").trim();
-    if text.is_empty() {
-        return Ok(None);
-    }
-    text.parse().map(Some).map_err(|_| {
-        ApiError::BadRequest(format!(
-            "Last-Event-ID {text:?} is not an event position: send the `id:` of the last event this \
-             stream sent (a number), or no Last-Event-ID for the live events only"
-        ))
-    })
-}
-
-/// One SSE frame: an outbox event, sent with its position as `id:`, or one of the stream's own.
-enum Frame {
-    Outbox(StoredEvent),
-    Server(Event),
-}
-
-impl Frame {
-    fn to_sse(&self) -> SseEvent {
-        let (event, id) = match self {
-            Frame::Outbox(stored) => (&stored.event, Some(stored.seq)),
-            Frame::Server(event) => (event, None),
-        };
-        match serde_json::to_string(event) {
-            Ok(json) => {
-                let frame = SseEvent::default().data(json);
-                match id {
-                    Some(seq) => frame.id(seq.to_string()),
-                    None => frame,
-                }
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot serialise an event");
-                SseEvent::default().comment("an event could not be serialised")
-            }
-        }
-    }
-}
-
-/// Why a resuming stream broke off: the outbox could not be read. The connection ends with an error, so
-/// the client reconnects with the last position it received and the replay goes on from there.
-#[derive(Debug, thiserror::Error)]
-#[error("the event stream cannot read the outbox: {0}")]
-struct ReplayBroken(String);
-
-/// The outbox events a resuming stream sends before the live ones.
-struct Replay {
-    repo: Option<Arc<dyn MessageRepo>>,
-    /// The first batch, read before the stream starts (so a database fault is the request's error).
-    first: Vec<StoredEvent>,
-    /// Reported first: how many events the outbox no longer holds, or 0 for a position past its end.
-    lagged: Option<u64>,
-    sent: Arc<AtomicU64>,
-}
-
-impl Replay {
-    fn none() -> Self {
-        Replay {
-            repo: None,
-            first: Vec::new(),
-            lagged: None,
-            sent: Arc::default(),
-        }
-    }
-
-    /// Reads the first batch after `after`, and whether events before it are gone.
-    async fn start(
-        repo: Arc<dyn MessageRepo>,
-        after: u64,
-        sent: Arc<AtomicU64>,
-    ) -> Result<Self, ApiError> {
-        // The end is read first: an event committed after this read is past it, so the live stream (already
-        // subscribed) delivers it even when the replay has nothing to send.
-        let end = repo
-            .last_event_seq()
-            .await
-            .map_err(|error| ApiError::from_core(error, None))?;
-        let first = repo
-            .events_after(after.min(end), REPLAY_BATCH)
-            .await
-            .map_err(|error| ApiError::from_core(error, None))?;
-        let lagged = if after > end {
-            // A position this outbox never reached (it keeps its newest event, so it cannot have been
-            // emptied): another database's. The stream goes on from this outbox's end.
-            Some(0)
-        } else {
-            // Positions have no gaps: a first event past `after + 1` means those between were deleted.
-            first
-                .first()
-                .filter(|oldest| oldest.seq > after + 1)
-                .map(|oldest| oldest.seq - after - 1)
-        };
-        // The replay reads on from here, and the live events up to where it ends are passed over.
-        sent.store(after.min(end), Ordering::Release);
-        Ok(Replay {
-            repo: Some(repo),
-            first,
-            lagged,
-            sent,
-        })
-    }
-
-    /// The frames: the lag report, if any, then the events batch by batch until the outbox's end. `lag`
-    /// makes the report's event.
-    fn into_stream(
-        self,
-        lag: impl Fn(u64) -> Event + Send + 'static,
-    ) -> impl Stream<Item = Result<Frame, ReplayBroken>> + Send {
-        let lagged = stream::iter(self.lagged.map(|missed| Ok(Frame::Server(lag(missed)))));
-        let Replay {
-            repo, first, sent, ..
-        } = self;
-        let full = first.len() == REPLAY_BATCH as usize;
-        let batches = stream::unfold((repo, Some(first), full), move |(repo, batch, more)| {
-            let sent = Arc::clone(&sent);
-            async move {
-                let repo = repo?;
-                if let Some(batch) = batch {
-                    return Some((Ok(batch), (Some(repo), None, more)));
-                }
-                if !more {
-                    return None;
-                }
-                match repo
-                    .events_after(sent.load(Ordering::Acquire), REPLAY_BATCH)
-                    .await
-                {
-                    Ok(batch) => {
-                        let more = batch.len() == REPLAY_BATCH as usize;
-                        Some((Ok(batch), (Some(repo), None, more)))
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "a resuming event stream cannot read the outbox");
-                        Some((Err(ReplayBroken(error.to_string())), (None, None, false)))
-                    }
-                }
-            }
-        });
-        let events = batches.flat_map(|batch| match batch {
-            Ok(batch) => stream::iter(
-                batch
-                    .into_iter()
-                    .map(|e| Ok(Frame::Outbox(e)))
-                    .collect::<Vec<_>>(),
-            ),
-            Err(error) => stream::iter(vec![Err(error)]),
-        });
-        lagged.chain(events)
     }
 }
 
@@ -517,5 +517,270 @@ mod tests {
             rows[2..],
             "events 3 and 4, once each, in order, with their positions"
         );
+    }
+
+    mod follower {
+        //! A stream's follower over a real in-memory outbox and the broadcast bus, driven step by step so
+        //! each interleaving of commits, publications and reads is the one named.
+
+        use rewind_core::ports::{Change, Transaction};
+        use rewind_core::testkit::MemRepo;
+
+        use super::*;
+
+        /// Commits `n` events, one transaction each, and returns them as the outbox holds them.
+        async fn commit(repo: &MemRepo, ids: &IdGenerator, n: usize) -> Vec<StoredEvent> {
+            let before = repo.last_event_seq().await.expect("end");
+            for _ in 0..n {
+                repo.commit(Transaction {
+                    guards: Vec::new(),
+                    changes: Vec::new(),
+                    events: vec![Event {
+                        id: ids.ascending(1_700_000_000_000, None),
+                        payload: EventPayload::ServerHeartbeat {},
+                    }],
+                })
+                .await
+                .expect("commit");
+            }
+            repo.events_after(before, u32::MAX).await.expect("rows")
+        }
+
+        async fn cut_through(repo: &MemRepo, seq: u64) {
+            repo.commit(Transaction {
+                guards: Vec::new(),
+                changes: vec![Change::DeleteEventsThrough { seq }],
+                events: Vec::new(),
+            })
+            .await
+            .expect("cut");
+        }
+
+        fn follow(repo: &Arc<MemRepo>, bus: &BroadcastBus, start: Start) -> Follower {
+            Follower {
+                repo: Arc::clone(repo) as Arc<dyn MessageRepo>,
+                live: bus.subscribe(),
+                position: start.position,
+                catching_up: start.catch_up,
+                filter: None,
+            }
+        }
+
+        /// The positions of the frames, `Lagged(n)` as `-n`.
+        fn positions(frames: Vec<Result<Frame, CatchUpFailed>>) -> Vec<i64> {
+            frames
+                .into_iter()
+                .map(|frame| match frame.expect("no failure") {
+                    Frame::Outbox(stored) => stored.seq as i64,
+                    Frame::Lagged(missed) => -(missed as i64),
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect()
+        }
+
+        /// The frames until the follower has nothing ready.
+        async fn drain(follower: &mut Follower) -> Vec<i64> {
+            let mut all = Vec::new();
+            while let Some(Some(frames)) = follower.next().now_or_never() {
+                all.extend(positions(frames));
+            }
+            all
+        }
+
+        use futures::FutureExt;
+
+        #[tokio::test]
+        async fn a_stream_starts_at_the_outbox_end_or_after_the_clients_position() {
+            let repo = MemRepo::new();
+            commit(&repo, &IdGenerator::new(), 5).await;
+            let at = |position, catch_up, foreign| Start {
+                position,
+                catch_up,
+                foreign,
+            };
+            for (resume, expected) in [
+                (None, at(5, false, false)),
+                (Some(Resume::After(0)), at(0, true, false)),
+                (Some(Resume::After(2)), at(2, true, false)),
+                (Some(Resume::After(5)), at(5, false, false)),
+                (Some(Resume::After(9)), at(5, false, true)),
+                (Some(Resume::Foreign), at(5, false, true)),
+            ] {
+                let start = Start::find(&repo, resume).await.expect("start");
+                assert_eq!(start, expected, "{resume:?}");
+            }
+        }
+
+        #[test]
+        fn last_event_id_is_a_position_or_foreign() {
+            let read = |value: Option<&str>| {
+                let mut headers = HeaderMap::new();
+                if let Some(value) = value {
+                    headers.insert(LAST_EVENT_ID, HeaderValue::from_str(value).expect("header"));
+                }
+                resume_position(&headers)
+            };
+            assert_eq!(read(None), None);
+            assert_eq!(read(Some("")), None);
+            assert_eq!(read(Some(" 12 ")), Some(Resume::After(12)));
+            assert_eq!(read(Some("0")), Some(Resume::After(0)));
+            for foreign in ["evt_0123", "+5", "-1", "1 2", "99999999999999999999999"] {
+                assert_eq!(read(Some(foreign)), Some(Resume::Foreign), "{foreign}");
+            }
+        }
+
+        #[tokio::test]
+        async fn a_resumed_stream_sends_the_rows_after_its_position_in_batches_then_the_live_ones()
+        {
+            let repo = Arc::new(MemRepo::new());
+            let ids = IdGenerator::new();
+            let bus = BroadcastBus::default();
+            commit(&repo, &ids, 40).await;
+            let start = Start::find(repo.as_ref(), Some(Resume::After(3)))
+                .await
+                .expect("start");
+            let mut follower = follow(&repo, &bus, start);
+            let first = positions(follower.next().await.expect("frames"));
+            assert_eq!(first, (4..=19).collect::<Vec<_>>(), "one batch");
+            // Committed and relayed while the stream is between batches: read from the outbox, and its
+            // live copy passed over.
+            for row in commit(&repo, &ids, 2).await {
+                bus.publish(row);
+            }
+            let rest = drain(&mut follower).await;
+            assert_eq!(rest, (20..=42).collect::<Vec<_>>());
+            // Then live.
+            for row in commit(&repo, &ids, 1).await {
+                bus.publish(row);
+            }
+            assert_eq!(drain(&mut follower).await, [43]);
+        }
+
+        #[tokio::test]
+        async fn an_event_committed_as_the_stream_starts_is_sent_once_whichever_side_of_the_read() {
+            for published_before_the_read in [true, false] {
+                let repo = Arc::new(MemRepo::new());
+                let ids = IdGenerator::new();
+                let bus = BroadcastBus::default();
+                commit(&repo, &ids, 3).await;
+                let live = bus.subscribe();
+                let start = Start::find(repo.as_ref(), Some(Resume::After(1)))
+                    .await
+                    .expect("start");
+                // Event 4 is committed after the outbox's end was read.
+                let late = commit(&repo, &ids, 1).await;
+                if published_before_the_read {
+                    bus.publish(late[0].clone());
+                }
+                let mut follower = Follower {
+                    repo: Arc::clone(&repo) as Arc<dyn MessageRepo>,
+                    live,
+                    position: start.position,
+                    catching_up: start.catch_up,
+                    filter: None,
+                };
+                let mut got = positions(follower.next().await.expect("frames"));
+                if !published_before_the_read {
+                    bus.publish(late[0].clone());
+                }
+                got.extend(drain(&mut follower).await);
+                assert_eq!(
+                    got,
+                    [2, 3, 4],
+                    "published before the read: {published_before_the_read}"
+                );
+            }
+        }
+
+        #[tokio::test]
+        async fn a_stream_that_falls_behind_the_bus_catches_up_from_the_outbox() {
+            let repo = Arc::new(MemRepo::new());
+            let ids = IdGenerator::new();
+            let bus = BroadcastBus::new(2);
+            let start = Start::find(repo.as_ref(), None).await.expect("start");
+            let mut follower = follow(&repo, &bus, start);
+            // 40 events relayed while the stream does not read: the bus holds 2.
+            for row in commit(&repo, &ids, 40).await {
+                bus.publish(row);
+            }
+            assert_eq!(drain(&mut follower).await, (1..=40).collect::<Vec<_>>());
+            for row in commit(&repo, &ids, 1).await {
+                bus.publish(row);
+            }
+            assert_eq!(
+                drain(&mut follower).await,
+                [41],
+                "live again, nothing twice"
+            );
+        }
+
+        #[tokio::test]
+        async fn only_the_events_the_outbox_no_longer_holds_are_reported_missed() {
+            // Cut before the stream reads: its first read finds the gap.
+            let repo = Arc::new(MemRepo::new());
+            let ids = IdGenerator::new();
+            let bus = BroadcastBus::new(2);
+            let start = Start::find(repo.as_ref(), None).await.expect("start");
+            let mut follower = follow(&repo, &bus, start);
+            for row in commit(&repo, &ids, 30).await {
+                bus.publish(row);
+            }
+            cut_through(&repo, 10).await;
+            let mut expected = vec![-10];
+            expected.extend(11..=30);
+            assert_eq!(drain(&mut follower).await, expected);
+
+            // Cut between two batches of a resumed stream: the second read finds the gap.
+            let repo = Arc::new(MemRepo::new());
+            commit(&repo, &ids, 40).await;
+            let start = Start::find(repo.as_ref(), Some(Resume::After(0)))
+                .await
+                .expect("start");
+            let mut follower = follow(&repo, &bus, start);
+            let first = positions(follower.next().await.expect("frames"));
+            assert_eq!(first, (1..=16).collect::<Vec<_>>());
+            cut_through(&repo, 30).await;
+            let mut expected = vec![-14];
+            expected.extend(31..=40);
+            assert_eq!(drain(&mut follower).await, expected);
+        }
+
+        #[tokio::test]
+        async fn a_gap_in_the_live_events_is_filled_from_the_outbox() {
+            // The relay passes events to the bus in order, but a stream that sees a position skipped (a
+            // relay that fell behind a cut, say) reads the outbox rather than trust it.
+            let repo = Arc::new(MemRepo::new());
+            let ids = IdGenerator::new();
+            let bus = BroadcastBus::default();
+            let start = Start::find(repo.as_ref(), None).await.expect("start");
+            let mut follower = follow(&repo, &bus, start);
+            let rows = commit(&repo, &ids, 3).await;
+            bus.publish(rows[0].clone());
+            bus.publish(rows[2].clone());
+            assert_eq!(drain(&mut follower).await, [1, 2, 3]);
+        }
+
+        #[tokio::test]
+        async fn a_stream_whose_outbox_read_fails_ends_with_the_error() {
+            let mut repo = MockMessageRepo::new();
+            repo.expect_events_after()
+                .returning(|_, _| Err(rewind_core::Error::backend("database is locked")));
+            let bus = BroadcastBus::default();
+            let follower = Follower {
+                repo: Arc::new(repo),
+                live: bus.subscribe(),
+                position: 3,
+                catching_up: true,
+                filter: None,
+            };
+            let frames: Vec<_> = follower.into_stream().collect().await;
+            assert_eq!(frames.len(), 1, "{frames:?}");
+            let error = frames
+                .into_iter()
+                .next()
+                .and_then(Result::err)
+                .expect("an error");
+            assert!(error.to_string().contains("database is locked"), "{error}");
+        }
     }
 }

@@ -428,14 +428,6 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
-            "an event stream resumed from something that is not an event position",
-            app.http
-                .get(app.url("/event"))
-                .header("last-event-id", "evt_000000000001abcdefghijklmn"),
-            400,
-            "BadRequest",
-        ),
-        (
             "a message for an unknown session",
             json_post(
                 &app,

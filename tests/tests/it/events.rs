@@ -295,8 +295,10 @@ async fn heartbeats_arrive_and_stopping_the_server_ends_open_streams() -> Result
     Ok(())
 }
 
+/// A stream the bus could not hold events for (its client read too slowly) gets them from the outbox
+/// instead, in order and once each: `server.lagged` is only for events the outbox no longer holds.
 #[tokio::test]
-async fn a_stream_that_falls_behind_is_told_how_many_events_it_missed() -> Result<()> {
+async fn a_stream_that_falls_behind_the_bus_catches_up_from_the_outbox() -> Result<()> {
     // Two events of room: the relay publishes a transaction's events without yielding, and the test
     // runtime has one thread, so a message with ten parts (eleven events) overflows the stream.
     let app = spawn_app_with(AppConfig {
@@ -332,25 +334,36 @@ async fn a_stream_that_falls_behind_is_told_how_many_events_it_missed() -> Resul
         }
     }
     let kinds = types(&events);
-    let lagged = events
+    assert!(
+        !kinds.iter().any(|kind| kind == "server.lagged"),
+        "{kinds:?}"
+    );
+    let parts: Vec<Value> = events
         .iter()
-        .find(|e| e["type"] == "server.lagged")
-        .with_context(|| format!("no server.lagged in {kinds:?}"))?;
-    let missed = lagged["properties"]["missed"].as_u64().context("missed")?;
-    let delivered = events
-        .iter()
-        .filter(|e| e["type"] != "server.lagged")
-        .count() as u64;
-    assert_eq!(missed + delivered, 11, "{kinds:?}");
-    // The newest events still arrive after the notice: the last part of the message.
-    let last = events.last().context("no event")?;
-    assert_eq!(last["type"], "message.part.updated");
-    assert_eq!(last["properties"]["part"]["id"], last_part);
+        .filter(|e| e["type"] == "message.part.updated")
+        .map(|e| e["properties"]["part"]["id"].clone())
+        .collect();
+    let sent: Vec<Value> = (0..10).map(|i| message["parts"][i]["id"].clone()).collect();
+    assert_eq!(parts, sent, "{kinds:?}");
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|kind| *kind == "message.updated")
+            .count(),
+        1,
+        "{kinds:?}"
+    );
     app.stop().await
 }
 
+fn is_server_event(event: &Value) -> bool {
+    event["type"]
+        .as_str()
+        .is_some_and(|kind| kind.starts_with("server."))
+}
+
 /// The outbox events a stream delivers until `last` holds for one, with their SSE ids (the stream's own
-/// events, which carry none, are left out; `server.lagged` is refused).
+/// `server.*` events are left out; `server.lagged` is refused).
 async fn outbox_events_until(
     stream: &mut EventStream,
     last: impl Fn(&Value) -> bool,
@@ -363,14 +376,9 @@ async fn outbox_events_until(
             .context("the stream ended")?;
         ensure!(event["type"] != "server.lagged", "lagged: {event}");
         let done = last(&event);
-        match id {
-            Some(id) => events.push((id.parse()?, event)),
-            None => ensure!(
-                event["type"]
-                    .as_str()
-                    .is_some_and(|kind| kind.starts_with("server.")),
-                "an outbox event without an SSE id: {event}"
-            ),
+        if !is_server_event(&event) {
+            let id = id.with_context(|| format!("an outbox event without an SSE id: {event}"))?;
+            events.push((id.parse()?, event));
         }
         if done {
             return Ok(events);
@@ -424,6 +432,10 @@ async fn a_reconnecting_stream_gets_the_events_it_missed_once_each_in_order() ->
             Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
         })
         .await?;
+    app.turn(&session, "two", |repo| {
+        Ok(std::fs::write(repo.join("b.txt"), "b2\n")?)
+    })
+    .await?;
     app.revert_to(&session, &user).await?;
     rename(&app, &session, "while away").await?;
 
@@ -433,8 +445,17 @@ async fn a_reconnecting_stream_gets_the_events_it_missed_once_each_in_order() ->
         .await?
         .context("no first event")?;
     assert_eq!(connected.1["type"], "server.connected");
-    assert_eq!(connected.0, None, "the stream's own events carry no SSE id");
+    assert_eq!(
+        connected.0.as_deref(),
+        Some(last.as_str()),
+        "server.connected carries the position the stream starts after"
+    );
     let missed = outbox_events_until(&mut resumed, titled("while away")).await?;
+    assert!(
+        missed.len() > 16,
+        "more than one batch of the outbox: {}",
+        missed.len()
+    );
     // Then live.
     rename(&app, &session, "back").await?;
     let mut got = missed;
@@ -502,7 +523,10 @@ async fn reconnecting_while_events_are_committed_loses_and_repeats_none() -> Res
                 .await?
                 .context("the stream ended")?;
             ensure!(event["type"] != "server.lagged", "lagged: {event}");
-            let Some(id) = id else { continue };
+            if is_server_event(&event) {
+                continue;
+            }
+            let id = id.context("an outbox event without an SSE id")?;
             let done = is_last(&event);
             got.push((id.parse()?, event));
             taken += 1;
@@ -577,26 +601,78 @@ async fn a_reconnect_after_the_outbox_was_cut_is_told_how_many_it_missed() -> Re
     app.stop().await
 }
 
-/// A position this database's outbox never reached (the client followed another database) gets
-/// `server.lagged {missed: 0}`, then the live events, none passed over.
+/// A position this database's outbox never reached (the client followed another database), or something
+/// that is no position at all (another server's id: refusing it would leave OpenCode's client retrying
+/// with it for good), gets `server.lagged {missed: 0}`, then the live events, none passed over.
 #[tokio::test]
-async fn a_position_past_the_outbox_end_is_told_it_lagged_and_streams_live() -> Result<()> {
+async fn a_position_not_of_this_outbox_is_told_it_lagged_and_streams_live() -> Result<()> {
     let app = spawn_app().await?;
-    let mut resumed = app.events_resuming("1000000").await?;
-    let connected = resumed
-        .next(Duration::from_secs(5))
-        .await?
-        .context("no event")?;
-    assert_eq!(connected["type"], "server.connected");
-    let lagged = resumed
-        .next(Duration::from_secs(5))
-        .await?
-        .context("no event")?;
-    assert_eq!(lagged["type"], "server.lagged");
-    assert_eq!(lagged["properties"]["missed"], 0);
-    app.ok("/session", json!({"title": "fresh"})).await?;
-    let created = outbox_events_until(&mut resumed, titled("fresh")).await?;
-    let (id, _) = created.last().context("no event")?;
-    assert!(*id < 1_000_000, "{id}");
+    app.ok("/session", json!({"title": "before"})).await?;
+    for foreign in ["1000000", "evt_000000000001abcdefghijklmn"] {
+        let mut resumed = app.events_resuming(foreign).await?;
+        let (id, connected) = resumed
+            .next_with_id(Duration::from_secs(5))
+            .await?
+            .context("no event")?;
+        assert_eq!(connected["type"], "server.connected");
+        let end: u64 = id.context("server.connected without an SSE id")?.parse()?;
+        let (id, lagged) = resumed
+            .next_with_id(Duration::from_secs(5))
+            .await?
+            .context("no event")?;
+        assert_eq!(lagged["type"], "server.lagged", "{foreign}");
+        assert_eq!(lagged["properties"]["missed"], 0);
+        assert_eq!(id, None);
+        let title = format!("after {foreign}");
+        app.ok("/session", json!({"title": title})).await?;
+        let created = outbox_events_until(&mut resumed, |e| {
+            e["type"] == "session.created" && e["properties"]["info"]["title"] == title.as_str()
+        })
+        .await?;
+        let ids: Vec<u64> = created.iter().map(|(id, _)| *id).collect();
+        assert_eq!(
+            ids,
+            [end + 1],
+            "{foreign}: only the new event, at the next position"
+        );
+    }
+    app.stop().await
+}
+
+/// A stream opened for one worktree moves its position past the other worktrees' events it does not send:
+/// its heartbeats carry the position, so a client that reconnects does not make the server read them again.
+#[tokio::test]
+async fn a_worktree_streams_heartbeats_carry_its_position_past_other_worktrees_events() -> Result<()>
+{
+    let app = spawn_app_with(AppConfig {
+        heartbeat: Some(Duration::from_millis(200)),
+        ..AppConfig::default()
+    })
+    .await?;
+    let sub = app.repo.join("sub");
+    std::fs::create_dir(&sub)?;
+    let mut all = app.connected_events().await?;
+    let mut mine = app.connected_events_for(&sub).await?;
+    app.ok("/session", json!({"title": "elsewhere"})).await?;
+    let elsewhere = outbox_events_until(&mut all, titled("elsewhere")).await?;
+    let (position, _) = elsewhere.last().context("no event")?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no heartbeat at {position}"
+        );
+        let (id, event) = mine
+            .next_with_id(Duration::from_secs(5))
+            .await?
+            .context("the stream ended")?;
+        ensure!(
+            is_server_event(&event),
+            "another worktree's event was sent: {event}"
+        );
+        if event["type"] == "server.heartbeat" && id == Some(position.to_string()) {
+            break;
+        }
+    }
     app.stop().await
 }
