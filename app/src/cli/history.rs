@@ -1,11 +1,13 @@
 //! Moving through a session's history: `undo` and `redo` (OpenCode's TUI `/undo` and `/redo`, reference
 //! section 3.6), and the explicit `revert MESSAGE [--part P]` and `unrevert`.
 
+use std::collections::BTreeSet;
+
 use anyhow::{Result, anyhow, bail};
 use rewind_core::RevertTarget;
 use rewind_core::model::{
-    DiffSummary, FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId, RevertDescriptor,
-    Role, Session, Warning,
+    DiffSummary, FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId, RelPath,
+    RevertDescriptor, Role, Session, Warning,
 };
 use serde::Serialize;
 
@@ -259,13 +261,19 @@ async fn unrevert_session(ctx: &Context, session: &Session) -> Result<()> {
             }),
         None => Vec::new(),
     };
-    let done = with_progress(
+    let (done, counts) = with_progress(
         "putting files back",
-        ctx.services.rewind.unrevert(&session.id),
+        ctx.services.rewind.unrevert_counted(&session.id),
     )
     .await
     .map_err(|error| explain(error, "unreverting"))?;
-    report(ctx, &done, "unrevert", before, &[], &undone).await
+    // A file the unrevert left as it was (its warning names it) was not put back.
+    let left: BTreeSet<&str> = counts.kept.iter().map(RelPath::as_str).collect();
+    let put_back: Vec<FileDiff> = undone
+        .into_iter()
+        .filter(|diff| !left.contains(diff.file.as_str()))
+        .collect();
+    report(ctx, &done, "unrevert", before, &[], &put_back).await
 }
 
 /// The session's warnings after the first `before` (those an operation raised, when `before` is

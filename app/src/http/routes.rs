@@ -465,6 +465,7 @@ fn log_file_operation(what: &str, session: &SessionId, counts: FileCounts, start
         deleted,
         kept,
     } = counts;
+    let kept = kept.len();
     tracing::info!(session = %session, written, deleted, kept, elapsed_ms, "{what}");
 }
 

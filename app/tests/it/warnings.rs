@@ -81,6 +81,16 @@ fn warning_files(redo: &serde_json::Value) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The files a redo's report lists as put back.
+fn put_back(redo: &serde_json::Value) -> Vec<String> {
+    redo["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["file"].as_str().expect("a path").to_owned())
+        .collect()
+}
+
 /// A file the user created while reverted survives the redo (SPEC 6): the turn's file the revert removed
 /// is not put back where the user made a directory holding a file of theirs, and the warning says so.
 #[test]
@@ -102,6 +112,11 @@ fn redo_keeps_a_directory_the_user_made_where_the_reverted_turn_had_a_file() {
     let root = env.path().canonicalize().expect("canonical");
     let n = root.join("n.txt").to_str().expect("utf-8").to_owned();
     assert_eq!(warning_files(&redo), [vec![n]], "{redo:#}");
+    assert_eq!(
+        put_back(&redo),
+        ["a.txt"],
+        "n.txt was not put back: {redo:#}"
+    );
     assert!(
         redo["warnings"][0]["message"]
             .as_str()
@@ -155,6 +170,7 @@ fn redo_names_a_file_it_left_alone_once_and_never_as_put_back() {
         1,
         "{redo:#}"
     );
+    assert_eq!(put_back(&redo), ["a.txt"], "x was not put back: {redo:#}");
     for warning in redo["warnings"].as_array().expect("warnings") {
         assert!(
             !warning["message"]

@@ -149,22 +149,24 @@ pub struct Preview {
     pub files: Vec<PreviewFile>,
 }
 
-/// How many files a revert or unrevert wrote, deleted and left as they were (for logs and reports).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How many files a revert or unrevert wrote and deleted, and which it left as they were (for logs and
+/// reports: a report of what an unrevert put back leaves these out).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FileCounts {
     /// Files written.
     pub written: usize,
     /// Files deleted.
     pub deleted: usize,
-    /// Files left as they were (not tracked content where the operation needed to change them).
-    pub kept: usize,
+    /// Files left as they were (not tracked content where the operation needed to change them, or, for an
+    /// unrevert, the user's own files standing below or in their place).
+    pub kept: Vec<RelPath>,
 }
 
 impl FileCounts {
-    fn add(&mut self, written: usize, deleted: usize, kept: usize) {
+    fn add(&mut self, written: usize, deleted: usize, kept: impl IntoIterator<Item = RelPath>) {
         self.written += written;
         self.deleted += deleted;
-        self.kept += kept;
+        self.kept.extend(kept);
     }
 }
 

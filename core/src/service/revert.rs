@@ -436,7 +436,7 @@ impl Rewind {
         counts.add(
             outcome.written.len(),
             outcome.deleted.len(),
-            outcome.kept.len(),
+            outcome.kept.iter().map(|k| k.path.clone()),
         );
         // The worktree's tracked content is now `applied`: the text diff and the session diff come from the
         // two trees, without a second walk of the worktree.
@@ -723,7 +723,12 @@ impl Rewind {
         let counts = FileCounts {
             written: outcome.written.len(),
             deleted: outcome.deleted.len(),
-            kept: outcome.kept.len() + blocked.len(),
+            kept: outcome
+                .kept
+                .iter()
+                .map(|k| k.path.clone())
+                .chain(blocked.iter().cloned())
+                .collect(),
         };
         if !outcome.kept.is_empty() {
             warnings.push(Warning {
