@@ -10,7 +10,7 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Capture, DiffSummary, EventPayload, IntentOperation, IntentRecord, LeaseToken,
+    Capture, DiffSummary, EventPayload, FileStatus, IntentOperation, IntentRecord, LeaseToken,
     MessageWithParts, PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, RevertOutcome,
     Session, SessionId, SkipReason, SnapshotId, TrackOutcome, Warning,
 };
@@ -488,18 +488,43 @@ impl Rewind {
                 .into_iter()
                 .filter(|path| touched.contains(path))
                 .collect();
-            if !edited.is_empty() {
+            // Those the pre-revert snapshot does not hold had been deleted: the revert brought them back, and
+            // restoring them from the snapshot deletes them again, which the warning must say as such.
+            let absent_before: BTreeSet<&str> = diffs
+                .files
+                .iter()
+                .filter(|diff| diff.status == FileStatus::Deleted)
+                .map(|diff| diff.file.as_str())
+                .collect();
+            let (brought_back, overwritten): (Vec<RelPath>, Vec<RelPath>) = edited
+                .into_iter()
+                .partition(|path| absent_before.contains(path.as_str()));
+            if !overwritten.is_empty() {
                 warnings.push(Warning {
                     time: now,
                     message: format!(
                         "{} file(s) had been changed outside the session's steps (by you or another session, \
-                         between two steps or after the last one); the revert overwrote them. Their content is \
-                         kept in snapshot {snapshot}: `rewind snapshot restore {snapshot} PATH…` brings a file \
-                         back",
-                        edited.len()
+                         between two steps or after the last one); the revert overwrote or removed them. Their \
+                         content is kept in snapshot {snapshot}: `rewind snapshot restore {snapshot} PATH…` \
+                         brings a file back",
+                        overwritten.len()
                     ),
                     snapshot: Some(snapshot.clone()),
-                    files: edited.iter().map(|p| p.to_absolute(directory)).collect(),
+                    files: overwritten.iter().map(|p| p.to_absolute(directory)).collect(),
+                });
+            }
+            if !brought_back.is_empty() {
+                warnings.push(Warning {
+                    time: now,
+                    message: format!(
+                        "{} file(s) had been deleted outside the session's steps (by you or another session, \
+                         between two steps or after the last one); the revert brought them back as they were \
+                         before the steps it undid. `rewind snapshot restore {snapshot} PATH…` deletes a file \
+                         again (snapshot {snapshot}, taken before the revert, does not hold them)",
+                        brought_back.len()
+                    ),
+                    snapshot: Some(snapshot.clone()),
+                    files: brought_back.iter().map(|p| p.to_absolute(directory)).collect(),
                 });
             }
         }

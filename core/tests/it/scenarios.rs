@@ -393,6 +393,61 @@ fn revert_warns_about_files_edited_between_two_steps() {
     })
 }
 
+/// SPEC 6 step 7, for a file deleted by hand after the turn that changed it: the revert brings it back as
+/// it was before the turn, and its warning says so, not that it overwrote something the pre-revert
+/// snapshot keeps (restoring the file from that snapshot deletes it again, which the warning says instead;
+/// black-box audit). A file edited by hand is still named as overwritten, in a warning of its own.
+#[test]
+fn revert_says_it_brought_back_a_file_deleted_by_hand_rather_than_overwrote_it() {
+    block_on(async {
+        let w = World::new();
+        w.write("f.txt", "orig");
+        w.write("g.txt", "g0");
+        let s = w.session().await;
+        let t1 = w
+            .turn(&s.id, "edit", |w| {
+                w.write("f.txt", "agent");
+                w.write("g.txt", "g1");
+            })
+            .await;
+        w.remove("f.txt");
+        w.write("g.txt", "edited by hand");
+        let session = w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("f.txt").as_deref(), Some("orig"));
+        assert_eq!(w.read("g.txt").as_deref(), Some("g0"));
+        let snapshot = session.revert.and_then(|r| r.snapshot).expect("snapshot");
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        let named = |file: &str| {
+            warnings
+                .iter()
+                .find(|warning| warning.files == [w.abs(file)])
+                .unwrap_or_else(|| panic!("no warning names {file} alone: {warnings:?}"))
+        };
+        let (deleted, edited) = (named("f.txt"), named("g.txt"));
+        assert!(deleted.message.contains("brought them back"), "{deleted:?}");
+        assert!(
+            deleted.message.contains("deletes a file again"),
+            "{deleted:?}"
+        );
+        assert!(!deleted.message.contains("overwrote"), "{deleted:?}");
+        assert!(edited.message.contains("overwrote"), "{edited:?}");
+        for warning in [deleted, edited] {
+            assert_eq!(warning.snapshot.as_ref(), Some(&snapshot));
+        }
+        // What the warning says the restore does, it does.
+        w.rewind
+            .restore_snapshot(
+                crate::support::ROOT,
+                &snapshot,
+                Some(vec![RelPath::new("f.txt").expect("path")]),
+            )
+            .await
+            .expect("restore");
+        assert_eq!(w.read("f.txt"), None);
+    })
+}
+
 /// SPEC 4 and 6 step 7: a step whose end snapshot failed has no patch, so what it changed counts as
 /// changed outside the steps: a revert of an earlier turn that overwrites it names it in the warning.
 #[test]
