@@ -386,7 +386,11 @@ pub fn print_warning(warning: &Warning) {
     print!("{}", warning_text(warning));
 }
 
-/// A warning as `print_warning` prints it (lines ending in a newline).
+/// How many of a warning's files the text output names; `--json` names them all.
+pub const WARNING_FILES_SHOWN: usize = 50;
+
+/// A warning as `print_warning` prints it (lines ending in a newline): its first
+/// [`WARNING_FILES_SHOWN`] files, then how many more there are.
 pub fn warning_text(warning: &Warning) -> String {
     let mut text = format!("! {}\n", warning.message);
     if let Some(snapshot) = &warning.snapshot
@@ -396,8 +400,16 @@ pub fn warning_text(warning: &Warning) -> String {
             "    earlier content: `rewind snapshot restore {snapshot} PATH…`\n"
         ));
     }
-    for file in &warning.files {
+    for file in warning.files.iter().take(WARNING_FILES_SHOWN) {
         text.push_str(&format!("    {}\n", super::output::shown(file)));
+    }
+    if let Some(more) = warning.files.len().checked_sub(WARNING_FILES_SHOWN)
+        && more > 0
+    {
+        text.push_str(&format!(
+            "    … and {more} more file{} (`--json` lists them all)\n",
+            super::output::plural(more as u64)
+        ));
     }
     text
 }

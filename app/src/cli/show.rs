@@ -20,6 +20,9 @@ use super::output::{
     time_text,
 };
 
+/// Up to how many paths `status` writes out in the command that restores the last capture.
+const CAPTURE_PATHS_SHOWN: usize = 10;
+
 /// One step of an assistant message in `log --json`.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -478,15 +481,27 @@ pub async fn status(ctx: &Context) -> Result<()> {
         None => println!("last gc    never (`rewind gc` collects what nothing refers to)"),
     }
     if let Some(capture) = &last_capture {
+        // The command names the capture's paths when they are few; a recovery's can be thousands.
+        let put_back = if capture.paths.len() <= CAPTURE_PATHS_SHOWN {
+            format!(
+                "`{}` puts that state back",
+                one_line(&restore_command(
+                    capture.snapshot.as_str(),
+                    capture.paths.iter().map(String::as_str)
+                ))
+            )
+        } else {
+            format!(
+                "`rewind snapshot restore {} PATH…` puts a file back; `rewind status --json` lists its {} paths",
+                capture.snapshot,
+                capture.paths.len()
+            )
+        };
         println!(
-            "capture    {} {} ({}; `{}` puts that state back)",
+            "capture    {} {} ({}; {put_back})",
             capture.snapshot,
             time_text(capture.time),
             one_line(&capture.message),
-            one_line(&restore_command(
-                capture.snapshot.as_str(),
-                capture.paths.iter().map(String::as_str)
-            ))
         );
     }
     if rows.is_empty() {

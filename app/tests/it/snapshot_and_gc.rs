@@ -248,3 +248,58 @@ fn gc_removes_the_store_of_a_deleted_directory_no_session_names() {
     let text = env.ok(&["gc", "--grace-seconds", "0"]);
     assert!(!text.contains("removed its store"), "once: {text}");
 }
+
+/// `status` writes out the command that restores the last capture with its paths when they are few, and
+/// otherwise says where they are listed: a recovery's capture can name thousands (black-box audit: 87 KB
+/// of `status` for 8,000 files).
+#[test]
+fn status_names_a_captures_paths_only_when_they_are_few() {
+    let env = Env::git_checkout();
+    let names: Vec<String> = (0..12).map(|n| format!("f{n:02}.txt")).collect();
+    for name in &names {
+        std::fs::write(env.path().join(name), "one\n").expect("write");
+    }
+    let id = env.json(&["snapshot", "track"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    for (count, expect_all) in [(3, true), (12, false)] {
+        for name in &names {
+            std::fs::write(env.path().join(name), "two\n").expect("write");
+        }
+        let mut args = vec!["snapshot", "restore", id.as_str()];
+        args.extend(names[..count].iter().map(String::as_str));
+        let capture = env.json(&args)["capture"]
+            .as_str()
+            .expect("capture")
+            .to_owned();
+        let status = env.ok(&["status"]);
+        let line = status
+            .lines()
+            .find(|line| line.starts_with("capture"))
+            .unwrap_or_else(|| panic!("no capture line: {status}"));
+        let named = names
+            .iter()
+            .filter(|name| line.contains(name.as_str()))
+            .count();
+        if expect_all {
+            assert_eq!(named, count, "{line}");
+            assert!(
+                line.contains(&format!("`rewind snapshot restore {capture} f00.txt")),
+                "{line}"
+            );
+        } else {
+            assert_eq!(named, 0, "{line}");
+            assert!(
+                line.contains(&format!("`rewind snapshot restore {capture} PATH…`")),
+                "{line}"
+            );
+            assert!(line.contains("lists its 12 paths"), "{line}");
+            let listed = env.json(&["status"])["lastCapture"]["paths"]
+                .as_array()
+                .expect("paths")
+                .len();
+            assert_eq!(listed, 12);
+        }
+    }
+}

@@ -530,3 +530,26 @@ fn an_undo_names_the_snapshot_of_a_file_a_fifo_made_after_the_turn_stands_in_pla
     env.ok(&["snapshot", "restore", snapshot, "f"]);
     assert_eq!(std::fs::read_to_string(&f).expect("read"), "v1\n");
 }
+
+/// A warning names at most 50 files in text, then how many more there are; `--json` names them all.
+#[test]
+fn a_warning_names_its_first_fifty_files_in_text_and_every_file_in_json() {
+    let env = Env::plain();
+    env.exec_sh("for i in $(seq 10 69); do printf 'agent\\n' > f$i; done");
+    for i in 10..70 {
+        std::fs::write(env.path().join(format!("f{i}")), "mine\n").expect("write");
+    }
+    let undo = env.ok(&["undo"]);
+    let listed = undo
+        .lines()
+        .filter(|line| line.trim_start().starts_with('/') && line.contains("/f"))
+        .count();
+    assert_eq!(listed, 50, "{undo}");
+    assert!(
+        undo.contains("… and 10 more files (`--json` lists them all)"),
+        "{undo}"
+    );
+    let log = env.json(&["log"]);
+    let files = log["warnings"][0]["files"].as_array().expect("files").len();
+    assert_eq!(files, 60, "{log:#}");
+}
