@@ -7,15 +7,17 @@ use std::os::unix::process::ExitStatusExt;
 
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::Signal;
+use rewind_core::RevertTarget;
+use rewind_core::model::FileActionKind;
 use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
 use rewind_core::revert::{RevertPoint, cleanup_plan};
-use rewind_core::service::{NewMessage, NewPart, StepEnd};
+use rewind_core::service::{NewMessage, NewPart, PreviewFile, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
 use super::context::{Context, explain, step_is_abandoned};
-use super::history::{warning_count, warning_text, warnings_since};
+use super::history::{WARNING_FILES_SHOWN, warning_count, warning_text, warnings_since};
 use super::output::{plural, print_error_json, print_json, shell_line, with_progress};
 
 /// `eprintln!` that cannot fail: `exec` reports its command's exit code whatever happens to its own
@@ -48,6 +50,8 @@ struct ExecReport {
     warnings: Vec<Warning>,
     /// How many messages a revert of the session hid, discarded before this turn (the redo history).
     discarded_messages: usize,
+    /// The files of `files` that `undo` would leave as they are (the revert's preview), with why.
+    undo_keeps: Vec<PreviewFile>,
 }
 
 /// Runs `command` as a step of this directory's latest session (or a new one).
@@ -187,6 +191,14 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
     let warnings = warnings_since(ctx, &session, warnings_before)
         .await
         .unwrap_or_default();
+    // What `undo` would leave as it is (a file not tracked content when the step began, such as a `.env`
+    // the step un-ignored): said now, so "`rewind undo` takes it back" promises no more than it does. Only
+    // a hint: a preview that cannot be made says nothing.
+    let undo_keeps = if undoable && !files.is_empty() {
+        undo_would_keep(ctx, &session.id, &user.info.id).await
+    } else {
+        Vec::new()
+    };
 
     if ctx.json {
         print_json(&ExecReport {
@@ -200,6 +212,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
             undoable,
             warnings,
             discarded_messages: discarded,
+            undo_keeps,
         })?;
     } else {
         for warning in &warnings {
@@ -215,13 +228,43 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
                 "rewind: recorded in session {} (no tracked file changed)",
                 session.id
             );
-        } else if undoable {
+        } else if undoable && undo_keeps.is_empty() {
             say!(
                 "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back",
                 session.id,
                 files.len(),
                 plural(files.len() as u64)
             );
+        } else if undoable {
+            say!(
+                "rewind: recorded in session {} ({} file{} changed); `rewind undo` takes it back, except {} \
+                 file{} it would leave as {}:",
+                session.id,
+                files.len(),
+                plural(files.len() as u64),
+                undo_keeps.len(),
+                plural(undo_keeps.len() as u64),
+                if undo_keeps.len() == 1 {
+                    "it is"
+                } else {
+                    "they are"
+                }
+            );
+            for kept in undo_keeps.iter().take(WARNING_FILES_SHOWN) {
+                say!(
+                    "    {}{}",
+                    super::output::shown(&kept.file),
+                    kept.reason
+                        .as_deref()
+                        .map(|why| format!(" ({why})"))
+                        .unwrap_or_default()
+                );
+            }
+            if let Some(more) = undo_keeps.len().checked_sub(WARNING_FILES_SHOWN)
+                && more > 0
+            {
+                say!("    … and {more} more (`--json` lists them all)");
+            }
         } else {
             say!(
                 "rewind: warning: recorded in session {}, but the snapshot after the command failed, so its \
@@ -234,6 +277,26 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
     match exit_status(code) {
         0 => Ok(()),
         status => Err(Exit(status).into()),
+    }
+}
+
+/// The files a revert to `user` (the turn just recorded: `undo`) would leave as they are, from its
+/// preview; none when the preview cannot be made.
+async fn undo_would_keep(ctx: &Context, session: &SessionId, user: &MessageId) -> Vec<PreviewFile> {
+    let target = RevertTarget {
+        message_id: user.clone(),
+        part_id: None,
+    };
+    match ctx.services.rewind.preview(session, target).await {
+        Ok(preview) => preview
+            .files
+            .into_iter()
+            .filter(|file| file.action == FileActionKind::Keep)
+            .collect(),
+        Err(error) => {
+            tracing::debug!(%error, "no preview of the undo");
+            Vec::new()
+        }
     }
 }
 

@@ -952,3 +952,62 @@ fn every_spelling_of_the_data_dir_reaches_the_same_snapshots() {
         .count();
     assert_eq!(stores, 1, "one store");
 }
+
+/// `exec` says which of the step's files `undo` would leave as they are, and undo does exactly that: a
+/// `.env` that was ignored when the step began and that the step un-ignored and changed is kept (it may
+/// have existed then), while the rest of the step is taken back (black-box audit: "`rewind undo` takes it
+/// back" was printed, with no word of the `.env`).
+#[test]
+fn exec_names_the_files_undo_would_keep_and_undo_keeps_exactly_those() {
+    let env = Env::git_checkout();
+    std::fs::write(env.path().join(".gitignore"), ".env\n").expect("write");
+    std::fs::write(env.path().join(".env"), "SECRET=orig\n").expect("write");
+    crate::support::git(env.path(), &["add", ".gitignore"]);
+    crate::support::git(env.path(), &["commit", "-qm", "ignore .env"]);
+    let report = env.json(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "rm .gitignore; echo SECRET=changed > .env; echo new > n.txt",
+    ]);
+    let root = env.path().canonicalize().expect("canonical");
+    let dotenv = root.join(".env").to_str().expect("utf-8").to_owned();
+    let keeps: Vec<&str> = report["undoKeeps"]
+        .as_array()
+        .expect("undoKeeps")
+        .iter()
+        .map(|k| k["file"].as_str().expect("file"))
+        .collect();
+    assert_eq!(keeps, [dotenv.as_str()], "{report:#}");
+    assert!(
+        report["undoKeeps"][0]["reason"]
+            .as_str()
+            .is_some_and(|why| why.contains("not tracked content when the step began")),
+        "{report:#}"
+    );
+
+    let output = env
+        .rewind(&["exec", "--", "sh", "-c", "echo more >> n.txt"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("`rewind undo` takes it back"), "{stderr}");
+    assert!(
+        !stderr.contains("except"),
+        "nothing kept this time: {stderr}"
+    );
+
+    env.ok(&["undo"]);
+    env.ok(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join(".env")).expect(".env"),
+        "SECRET=changed\n",
+        "kept, as exec said"
+    );
+    assert!(
+        env.path().join(".gitignore").exists(),
+        "the rest is taken back"
+    );
+    assert!(!env.path().join("n.txt").exists(), "the rest is taken back");
+}
