@@ -101,7 +101,9 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
             skipped.push(SkippedPath {
-                path: format!("{rel_dir}{}", escaped_name(&name)),
+                // The directories above are UTF-8, but a `\` of theirs is doubled too: the whole path is
+                // in the escaped form, which reads back as one name only.
+                path: format!("{}{}", rel_dir.replace('\\', "\\\\"), escaped_name(&name)),
                 reason: SkipReason::NotUtf8,
             });
             continue;

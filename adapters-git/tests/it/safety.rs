@@ -1529,6 +1529,9 @@ async fn non_utf8_name_is_skipped_and_left_alone() {
     // A backslash of such a name is doubled: this one does not show as the first.
     let backslashed = h.root().join(OsStr::from_bytes(b"bad-\\xff-\xff-name.txt"));
     fs::write(&backslashed, "y\n").expect("write");
+    // And so is one of the directories above it (black-box audit: `a\xffb/` read back as a byte).
+    fs::create_dir(h.root().join("a\\xffb")).expect("mkdir");
+    fs::write(h.root().join(OsStr::from_bytes(b"a\\xffb/\xff.txt")), "z\n").expect("write");
     let outcome = h.track().await;
     assert_eq!(outcome.id, h.id().await);
     assert!(
@@ -1544,12 +1547,14 @@ async fn non_utf8_name_is_skipped_and_left_alone() {
     assert_eq!(
         reported,
         [
+            "a\\\\xffb/\\xff.txt",
             "bad-\\\\xff-\\xff-name.txt",
             "bad-\\xff-name.txt",
             "dir/é-\\xfe\\xc3.txt"
         ]
     );
     fs::remove_dir_all(h.root().join("dir")).expect("rm");
+    fs::remove_dir_all(h.root().join("a\\xffb")).expect("rm");
     fs::remove_file(&backslashed).expect("rm");
     let outcome = h.track().await;
     assert_eq!(outcome.id, s);
