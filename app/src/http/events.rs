@@ -12,7 +12,9 @@
 //! falls behind the bus (the bus let events go, or a live event is not the next position) catches up from
 //! the outbox the same way. `server.lagged {missed}` is sent only for events the outbox no longer holds
 //! (`rewind gc` cut them), and as `server.lagged {missed: 0}` for a position that is not this outbox's (a
-//! number past its end, another database's, or not a number): the client must then re-read state.
+//! number past its end, another database's, or not a number), whose `server.connected` then carries no
+//! `id:` (a connection lost before the lag report must not resume without it): the client must then
+//! re-read state.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -110,7 +112,12 @@ pub async fn stream(
                             position = seq;
                             return None;
                         }
-                        Frame::Connected => (EventPayload::ServerConnected {}, Some(position)),
+                        // With a position not of this outbox, none: a connection lost before the
+                        // `server.lagged` that follows must not resume without it.
+                        Frame::Connected => (
+                            EventPayload::ServerConnected {},
+                            (!start.foreign).then_some(position),
+                        ),
                         Frame::Heartbeat => (EventPayload::ServerHeartbeat {}, Some(position)),
                         Frame::Lagged(missed) => (EventPayload::ServerLagged { missed }, None),
                     };
