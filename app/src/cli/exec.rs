@@ -7,10 +7,10 @@ use std::os::unix::process::ExitStatusExt;
 
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::Signal;
-use rewind_core::RevertTarget;
+use rewind_core::SnapshotPort;
 use rewind_core::model::FileActionKind;
 use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
-use rewind_core::revert::{RevertPoint, cleanup_plan};
+use rewind_core::revert::{RevertPoint, cleanup_plan, snapshot_patches};
 use rewind_core::service::{NewMessage, NewPart, PreviewFile, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
@@ -195,7 +195,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
     // the step un-ignored): said now, so "`rewind undo` takes it back" promises no more than it does. Only
     // a hint: a preview that cannot be made says nothing.
     let undo_keeps = if undoable && !files.is_empty() {
-        undo_would_keep(ctx, &session.id, &user.info.id).await
+        undo_would_keep(ctx, &session.directory, &parts).await
     } else {
         Vec::new()
     };
@@ -280,21 +280,32 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
     }
 }
 
-/// The files a revert to `user` (the turn just recorded: `undo`) would leave as they are, from its
-/// preview; none when the preview cannot be made.
-async fn undo_would_keep(ctx: &Context, session: &SessionId, user: &MessageId) -> Vec<PreviewFile> {
-    let target = RevertTarget {
-        message_id: user.clone(),
-        part_id: None,
+/// The files `undo` would leave as they are: the plan of a revert of this turn, whose patches are those
+/// of its one step (`parts`; the turn is the session's last, so undo's hidden range is the turn), as the
+/// revert preview makes it but without reading the session's messages. None when it cannot be made.
+async fn undo_would_keep(ctx: &Context, directory: &str, parts: &[Part]) -> Vec<PreviewFile> {
+    let patches: Vec<_> = parts.iter().filter_map(Part::as_patch).collect();
+    let planned = match snapshot_patches(&patches, directory) {
+        Ok(patches) => {
+            ctx.services
+                .snapshots
+                .plan(std::path::Path::new(directory), &patches)
+                .await
+        }
+        Err(error) => Err(error),
     };
-    match ctx.services.rewind.preview(session, target).await {
-        Ok(preview) => preview
-            .files
+    match planned {
+        Ok(plan) => plan
             .into_iter()
             .filter(|file| file.action == FileActionKind::Keep)
+            .map(|file| PreviewFile {
+                file: file.path.to_absolute(directory),
+                action: file.action,
+                reason: file.reason,
+            })
             .collect(),
         Err(error) => {
-            tracing::debug!(%error, "no preview of the undo");
+            tracing::debug!(%error, "no plan of the undo");
             Vec::new()
         }
     }
