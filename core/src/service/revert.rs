@@ -717,6 +717,24 @@ impl Rewind {
         // The user's versions named are those the restore replaced or removed (one it left is not put back).
         let touched: BTreeSet<&RelPath> = outcome.written.iter().chain(&outcome.deleted).collect();
         let edited: Vec<&RelPath> = edited.iter().filter(|p| touched.contains(p)).collect();
+        // Those the user deleted while reverted are absent from `current`: restoring them from it deletes
+        // them again, which their warning must say as such. Only for the warning's words: should the
+        // comparison fail, the files are named with the others.
+        let deleted_by_user: BTreeSet<String> = if edited.is_empty() {
+            BTreeSet::new()
+        } else {
+            match self.snapshots.diff(wt, snapshot, current).await {
+                Ok(diffs) => diffs
+                    .into_iter()
+                    .filter(|diff| diff.status == FileStatus::Deleted)
+                    .map(|diff| diff.file)
+                    .collect(),
+                Err(_) => BTreeSet::new(),
+            }
+        };
+        let (brought_back, edited): (Vec<&RelPath>, Vec<&RelPath>) = edited
+            .into_iter()
+            .partition(|path| deleted_by_user.contains(path.as_str()));
         if !edited.is_empty() {
             let capture = current.clone();
             warnings.push(Warning {
@@ -729,6 +747,20 @@ impl Rewind {
                 ),
                 snapshot: Some(capture),
                 files: edited.iter().map(|p| p.to_absolute(directory)).collect(),
+            });
+        }
+        if !brought_back.is_empty() {
+            let capture = current.clone();
+            warnings.push(Warning {
+                time: self.now(),
+                message: format!(
+                    "{} file(s) were deleted while the session was reverted and have been put back to their \
+                     pre-revert content. `rewind snapshot restore {capture} PATH…` deletes a file again \
+                     (snapshot {capture}, taken just before, does not hold them)",
+                    brought_back.len()
+                ),
+                snapshot: Some(capture),
+                files: brought_back.iter().map(|p| p.to_absolute(directory)).collect(),
             });
         }
         if !blocked.is_empty() {

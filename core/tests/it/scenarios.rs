@@ -448,6 +448,76 @@ fn revert_says_it_brought_back_a_file_deleted_by_hand_rather_than_overwrote_it()
     })
 }
 
+/// SPEC 6, unrevert: a file the user deleted while reverted is put back, and its warning says so, and
+/// that restoring it from the capture deletes it again; a file the user edited is still named as theirs,
+/// kept in the capture (review: the unrevert's twin of the revert's wording).
+#[test]
+fn unrevert_says_it_put_back_a_file_deleted_while_reverted() {
+    block_on(async {
+        let w = World::new();
+        w.write("f.txt", "f0");
+        w.write("g.txt", "g0");
+        let s = w.session().await;
+        let t1 = w
+            .turn(&s.id, "edit", |w| {
+                w.write("f.txt", "f1");
+                w.write("g.txt", "g1");
+            })
+            .await;
+        w.revert_to(&s.id, &t1.user).await;
+        let before = w.rewind.warnings(&s.id).await.expect("warnings").len();
+        w.remove("f.txt");
+        w.write("g.txt", "mine");
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.read("f.txt").as_deref(), Some("f1"));
+        assert_eq!(w.read("g.txt").as_deref(), Some("g1"));
+        let warnings: Vec<_> = w
+            .rewind
+            .warnings(&s.id)
+            .await
+            .expect("warnings")
+            .into_iter()
+            .skip(before)
+            .collect();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        let named = |file: &str| {
+            warnings
+                .iter()
+                .find(|warning| warning.files == [w.abs(file)])
+                .unwrap_or_else(|| panic!("no warning names {file} alone: {warnings:?}"))
+        };
+        let (deleted, edited) = (named("f.txt"), named("g.txt"));
+        assert!(
+            deleted.message.contains("were deleted while"),
+            "{deleted:?}"
+        );
+        assert!(
+            deleted.message.contains("deletes a file again"),
+            "{deleted:?}"
+        );
+        assert!(
+            edited.message.contains("Your versions are kept"),
+            "{edited:?}"
+        );
+        let capture = deleted.snapshot.clone().expect("capture");
+        assert_eq!(edited.snapshot.as_ref(), Some(&capture));
+        // What each warning says the restore does, it does.
+        w.rewind
+            .restore_snapshot(
+                crate::support::ROOT,
+                &capture,
+                Some(vec![
+                    RelPath::new("f.txt").expect("path"),
+                    RelPath::new("g.txt").expect("path"),
+                ]),
+            )
+            .await
+            .expect("restore");
+        assert_eq!(w.read("f.txt"), None);
+        assert_eq!(w.read("g.txt").as_deref(), Some("mine"));
+    })
+}
+
 /// SPEC 4 and 6 step 7: a step whose end snapshot failed has no patch, so what it changed counts as
 /// changed outside the steps: a revert of an earlier turn that overwrites it names it in the warning.
 #[test]
