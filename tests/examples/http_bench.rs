@@ -8,6 +8,9 @@
 //! of 60 KB, and a step finished after 40 turns of 10 such parts (24 MB), each against the same request at
 //! the start of the message or session, and the user message that begins each of those turns: what a
 //! request costs should not grow with what came before.
+//!
+//! `--stream` keeps an event stream (`GET /event`) open and read throughout, as OpenCode's client keeps one:
+//! the relay then reads and publishes every event, a revert's two carrying its diff.
 
 use std::path::Path;
 use std::process::Command;
@@ -103,6 +106,26 @@ async fn main() -> Result<()> {
     let stop = app.shutdown_token();
     let server = tokio::spawn(app.run_until_stopped());
     let client = reqwest::Client::new();
+    // `--stream`: an event stream stays open throughout and is read as fast as it comes, as a client such
+    // as OpenCode's keeps one (without it the relay passes the events over unread).
+    let events_read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    if std::env::args().any(|a| a == "--stream") {
+        let response = client.get(format!("{base}/event")).send().await?;
+        ensure!(
+            response.status() == 200,
+            "GET /event: {}",
+            response.status()
+        );
+        let counter = std::sync::Arc::clone(&events_read);
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut bytes = response.bytes_stream();
+            while let Some(Ok(chunk)) = bytes.next().await {
+                let frames = chunk.windows(2).filter(|w| w == b"\n\n").count();
+                counter.fetch_add(frames, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+    }
 
     let session = post(
         &client,
@@ -248,6 +271,12 @@ async fn main() -> Result<()> {
         percentile(&mut unified_diffs, 0.5),
         percentile(&mut unified_diffs, 0.95)
     );
+    if std::env::args().any(|a| a == "--stream") {
+        println!(
+            "(an event stream was open throughout: {} frames read)",
+            events_read.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
     long_session(&client, &base, &repo).await?;
     stop.cancel();
     server.await??;

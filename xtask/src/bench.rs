@@ -8,13 +8,14 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 pub const USAGE: &str = "usage: cargo xtask bench snapshot [--sizes 10000,100000] [--reps N]
-       cargo xtask bench http [--reps N]
+       cargo xtask bench http [--reps N] [--stream]
   --sizes  worktree sizes in files, comma-separated, each at least 100 (default 10000,100000)
   --reps   repetitions per operation, medians reported (default 5; first track runs at most 3 from
            50,000 files)
   http: revert (to turns 1, 5, 9) and unrevert through rewind's HTTP API over a 5,000-file repository
          and a 10-turn session; --reps per target (default 20); median and p95 in ms; then a part append
-         and a step finish early and late in a long session (300 parts, 40 turns of 600 KB)
+         and a step finish early and late in a long session (300 parts, 40 turns of 600 KB); --stream
+         keeps an event stream open and read throughout, as a client such as OpenCode's does
   Generated worktrees live under the temporary directory ($TMPDIR) and are removed at the end.";
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -101,6 +102,7 @@ fn http(args: &[String]) -> Result<()> {
                 }
                 pass.extend([flag.clone(), value.clone()]);
             }
+            "--stream" => pass.push(flag.clone()),
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
