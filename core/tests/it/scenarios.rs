@@ -2,7 +2,7 @@
 //! worked example (§3.3), plus the rules where rewind deliberately differs (SPEC section 12).
 
 use rewind_core::model::{
-    EventPayload, MessageWithParts, PartBody, RelPath, Role, Session, StepStartPart,
+    EventPayload, MessageWithParts, PartBody, RelPath, Role, Session, StepStartPart, Warning,
 };
 use rewind_core::service::{NewMessage, NewPart};
 use rewind_core::testkit::mem_repo::MemRepo;
@@ -393,6 +393,14 @@ fn revert_warns_about_files_edited_between_two_steps() {
     })
 }
 
+/// The warning that names `file` and nothing else.
+fn naming_only<'a>(warnings: &'a [Warning], file: &str) -> &'a Warning {
+    warnings
+        .iter()
+        .find(|warning| warning.files == [file])
+        .unwrap_or_else(|| panic!("no warning names {file} alone: {warnings:?}"))
+}
+
 /// SPEC 6 step 7, for a file deleted by hand after the turn that changed it: the revert brings it back as
 /// it was before the turn, and its warning says so, not that it overwrote something the pre-revert
 /// snapshot keeps (restoring the file from that snapshot deletes it again, which the warning says instead;
@@ -418,13 +426,10 @@ fn revert_says_it_brought_back_a_file_deleted_by_hand_rather_than_overwrote_it()
         let snapshot = session.revert.and_then(|r| r.snapshot).expect("snapshot");
         let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
         assert_eq!(warnings.len(), 2, "{warnings:?}");
-        let named = |file: &str| {
-            warnings
-                .iter()
-                .find(|warning| warning.files == [w.abs(file)])
-                .unwrap_or_else(|| panic!("no warning names {file} alone: {warnings:?}"))
-        };
-        let (deleted, edited) = (named("f.txt"), named("g.txt"));
+        let (deleted, edited) = (
+            naming_only(&warnings, &w.abs("f.txt")),
+            naming_only(&warnings, &w.abs("g.txt")),
+        );
         assert!(deleted.message.contains("brought them back"), "{deleted:?}");
         assert!(
             deleted.message.contains("deletes a file again"),
@@ -480,13 +485,10 @@ fn unrevert_says_it_put_back_a_file_deleted_while_reverted() {
             .skip(before)
             .collect();
         assert_eq!(warnings.len(), 2, "{warnings:?}");
-        let named = |file: &str| {
-            warnings
-                .iter()
-                .find(|warning| warning.files == [w.abs(file)])
-                .unwrap_or_else(|| panic!("no warning names {file} alone: {warnings:?}"))
-        };
-        let (deleted, edited) = (named("f.txt"), named("g.txt"));
+        let (deleted, edited) = (
+            naming_only(&warnings, &w.abs("f.txt")),
+            naming_only(&warnings, &w.abs("g.txt")),
+        );
         assert!(
             deleted.message.contains("were deleted while"),
             "{deleted:?}"
