@@ -1046,16 +1046,28 @@ impl<'a> Applier<'a> {
     /// The net effect: paths whose final content was written, and paths that were tracked before and are
     /// gone after (a path written and then replaced within the operation counts by its end state).
     fn net(&self) -> (Vec<String>, Vec<String>) {
+        let (written, deleted, _) = self.net_with_created();
+        (written, deleted)
+    }
+
+    /// `net`, and the written paths that were not tracked content before their first touch.
+    fn net_with_created(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
         let mut written = Vec::new();
         let mut deleted = Vec::new();
+        let mut created = Vec::new();
         for (path, before) in &self.touched {
             match self.last.get(path) {
-                Some(Some(_)) => written.push(path.clone()),
+                Some(Some(_)) => {
+                    if !*before {
+                        created.push(path.clone());
+                    }
+                    written.push(path.clone());
+                }
                 _ if *before => deleted.push(path.clone()),
                 _ => {}
             }
         }
-        (written, deleted)
+        (written, deleted, created)
     }
 
     fn abs(&self, rel: &str) -> PathBuf {
@@ -1653,9 +1665,10 @@ pub fn restore(
             }
         }
     }
-    let (written, deleted) = applier.net();
+    let (written, deleted, created) = applier.net_with_created();
     Ok(RestoreOutcome {
         written: Applier::outcome_paths(&written)?,
+        created: Applier::outcome_paths(&created)?,
         deleted: Applier::outcome_paths(&deleted)?,
         kept: Applier::outcome_kept(applier.kept),
     })

@@ -352,6 +352,10 @@ pub struct KeptPath {
 pub struct RestoreOutcome {
     /// Files written (created or overwritten).
     pub written: Vec<RelPath>,
+    /// Of `written`, those where no tracked file stood before: the restore created them (a file the user
+    /// deleted, put back).
+    #[serde(default)]
+    pub created: Vec<RelPath>,
     /// Files deleted.
     pub deleted: Vec<RelPath>,
     /// Paths left alone because they are not tracked content.

@@ -717,24 +717,11 @@ impl Rewind {
         // The user's versions named are those the restore replaced or removed (one it left is not put back).
         let touched: BTreeSet<&RelPath> = outcome.written.iter().chain(&outcome.deleted).collect();
         let edited: Vec<&RelPath> = edited.iter().filter(|p| touched.contains(p)).collect();
-        // Those the user deleted while reverted are absent from `current`: restoring them from it deletes
-        // them again, which their warning must say as such. Only for the warning's words: should the
-        // comparison fail, the files are named with the others.
-        let deleted_by_user: BTreeSet<String> = if edited.is_empty() {
-            BTreeSet::new()
-        } else {
-            match self.snapshots.diff(wt, snapshot, current).await {
-                Ok(diffs) => diffs
-                    .into_iter()
-                    .filter(|diff| diff.status == FileStatus::Deleted)
-                    .map(|diff| diff.file)
-                    .collect(),
-                Err(_) => BTreeSet::new(),
-            }
-        };
-        let (brought_back, edited): (Vec<&RelPath>, Vec<&RelPath>) = edited
-            .into_iter()
-            .partition(|path| deleted_by_user.contains(path.as_str()));
+        // Those the restore created the user had deleted while reverted: `current` does not hold them, so
+        // restoring them from it deletes them again, which their warning must say as such.
+        let created: BTreeSet<&RelPath> = outcome.created.iter().collect();
+        let (brought_back, edited): (Vec<&RelPath>, Vec<&RelPath>) =
+            edited.into_iter().partition(|path| created.contains(path));
         if !edited.is_empty() {
             let capture = current.clone();
             warnings.push(Warning {

@@ -1214,7 +1214,13 @@ impl MemSnapshotStore {
             .chain(deleted.iter().map(|path| (path.clone(), None)))
             .collect();
         self.fs.apply(worktree, changes)?;
+        let created = written
+            .iter()
+            .filter(|path| !tracked.contains_key(path.as_str()))
+            .cloned()
+            .collect();
         Ok(RestoreOutcome {
+            created: rel_paths(created)?,
             written: rel_paths(written)?,
             deleted: rel_paths(deleted)?,
             kept,

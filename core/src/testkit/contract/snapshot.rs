@@ -819,11 +819,19 @@ pub async fn outcomes_list_paths_in_path_order(h: &dyn WorktreeHarness) {
         .expect("restore");
     assert_eq!(restored.deleted, deleted);
     assert_eq!(restored.written, rels(&["a.txt", "z/z.txt"]));
+    assert!(restored.created.is_empty(), "{restored:?}");
 
-    h.port()
+    // Back: the four files are created, in path order; the two overwritten are not.
+    let back = h
+        .port()
         .restore(h.root(), &end, None)
         .await
         .expect("restore");
+    assert_eq!(back.created, deleted);
+    let mut written = deleted.clone();
+    written.extend(rels(&["a.txt", "z/z.txt"]));
+    written.sort_unstable();
+    assert_eq!(back.written, written);
     let files = [
         "z/z.txt",
         "d/e.txt",
@@ -905,15 +913,19 @@ pub async fn restore_since_leaves_what_changed_since_alone(h: &dyn WorktreeHarne
     assert_eq!(outcome.written, rels(&["a.txt", "dir/c.txt"]));
     assert!(outcome.deleted.is_empty(), "{outcome:?}");
 
-    // Nothing changed since `since`: as `restore` of the paths.
+    // Nothing changed since `since`: as `restore` of the paths. A file deleted before `since` is created
+    // again, and said to be.
+    h.remove("a.txt");
     let since = track(h).await.id;
     let outcome = h
         .port()
-        .restore_since(h.root(), &to, rels(&["b.txt", "new.txt"]), &since)
+        .restore_since(h.root(), &to, rels(&["a.txt", "b.txt", "new.txt"]), &since)
         .await
         .expect("restore_since");
     assert!(outcome.kept.is_empty(), "{outcome:?}");
-    assert_eq!(outcome.written, rels(&["b.txt"]));
+    assert_eq!(outcome.written, rels(&["a.txt", "b.txt"]));
+    assert_eq!(outcome.created, rels(&["a.txt"]));
+    assert_eq!(h.read("a.txt"), text("a1\n"));
     assert_eq!(outcome.deleted, rels(&["new.txt"]));
     assert_eq!(h.read("b.txt"), text("b1\n"));
     assert_eq!(h.read("new.txt"), None);
