@@ -7,17 +7,18 @@ use std::os::unix::process::ExitStatusExt;
 
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::Signal;
-use rewind_core::SnapshotPort;
 use rewind_core::model::FileActionKind;
 use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
-use rewind_core::revert::{RevertPoint, cleanup_plan, snapshot_patches};
+use rewind_core::revert::{RevertPoint, cleanup_plan};
 use rewind_core::service::{NewMessage, NewPart, PreviewFile, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
 use super::context::{Context, explain, step_is_abandoned};
-use super::history::{WARNING_FILES_SHOWN, warning_count, warning_text, warnings_since};
+use super::history::{
+    WARNING_FILES_SHOWN, files_not_shown, warning_count, warning_text, warnings_since,
+};
 use super::output::{plural, print_error_json, print_json, shell_line, with_progress};
 
 /// `eprintln!` that cannot fail: `exec` reports its command's exit code whatever happens to its own
@@ -260,10 +261,8 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
                         .unwrap_or_default()
                 );
             }
-            if let Some(more) = undo_keeps.len().checked_sub(WARNING_FILES_SHOWN)
-                && more > 0
-            {
-                say!("    … and {more} more (`--json` lists them all)");
+            if let Some(more) = files_not_shown(undo_keeps.len()) {
+                say!("    {more}");
             }
         } else {
             say!(
@@ -285,24 +284,10 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
 /// revert preview makes it but without reading the session's messages. None when it cannot be made.
 async fn undo_would_keep(ctx: &Context, directory: &str, parts: &[Part]) -> Vec<PreviewFile> {
     let patches: Vec<_> = parts.iter().filter_map(Part::as_patch).collect();
-    let planned = match snapshot_patches(&patches, directory) {
-        Ok(patches) => {
-            ctx.services
-                .snapshots
-                .plan(std::path::Path::new(directory), &patches)
-                .await
-        }
-        Err(error) => Err(error),
-    };
-    match planned {
+    match ctx.services.rewind.plan_patches(directory, &patches).await {
         Ok(plan) => plan
             .into_iter()
             .filter(|file| file.action == FileActionKind::Keep)
-            .map(|file| PreviewFile {
-                file: file.path.to_absolute(directory),
-                action: file.action,
-                reason: file.reason,
-            })
             .collect(),
         Err(error) => {
             tracing::debug!(%error, "no plan of the undo");

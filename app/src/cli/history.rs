@@ -403,13 +403,20 @@ pub fn warning_text(warning: &Warning) -> String {
     for file in warning.files.iter().take(WARNING_FILES_SHOWN) {
         text.push_str(&format!("    {}\n", super::output::shown(file)));
     }
-    if let Some(more) = warning.files.len().checked_sub(WARNING_FILES_SHOWN)
-        && more > 0
-    {
-        text.push_str(&format!(
-            "    … and {more} more file{} (`--json` lists them all)\n",
-            super::output::plural(more as u64)
-        ));
+    if let Some(more) = files_not_shown(warning.files.len()) {
+        text.push_str(&format!("    {more}\n"));
     }
     text
+}
+
+/// Past the first [`WARNING_FILES_SHOWN`] of `count` files listed in text, the line that says how many
+/// more there are.
+pub fn files_not_shown(count: usize) -> Option<String> {
+    let more = count
+        .checked_sub(WARNING_FILES_SHOWN)
+        .filter(|&more| more > 0)?;
+    Some(format!(
+        "… and {more} more file{} (`--json` lists them all)",
+        super::output::plural(more as u64)
+    ))
 }

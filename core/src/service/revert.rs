@@ -11,8 +11,8 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use crate::error::{Error, Result};
 use crate::model::{
     Capture, DiffSummary, EventPayload, FileStatus, IntentOperation, IntentRecord, LeaseToken,
-    MessageWithParts, PartBody, RelPath, RevertDescriptor, RevertHistoryEntry, RevertOutcome,
-    Session, SessionId, SkipReason, SnapshotId, TrackOutcome, Warning,
+    MessageWithParts, PartBody, PatchPart, RelPath, RevertDescriptor, RevertHistoryEntry,
+    RevertOutcome, Session, SessionId, SkipReason, SnapshotId, TrackOutcome, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
@@ -949,19 +949,33 @@ impl Rewind {
         let session = self.load_session(session_id).await?;
         let messages = self.repo.messages(session_id).await?;
         let point = select_revert_point(&messages, &target)?;
-        let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
-        let plan = self.snapshots.plan(worktree(&session), &patches).await?;
+        let files = self
+            .plan_patches(&session.directory, &hidden_patches(&messages, &point))
+            .await?;
         Ok(Preview {
             descriptor: point,
-            files: plan
-                .into_iter()
-                .map(|action| PreviewFile {
-                    file: action.path.to_absolute(&session.directory),
-                    action: action.action,
-                    reason: action.reason,
-                })
-                .collect(),
+            files,
         })
+    }
+
+    /// What a revert of `patches` (patch parts, in order) in worktree `directory` would do to each file,
+    /// changing nothing: `preview`'s files, for a caller that holds the patches already (`exec`, for the
+    /// turn it just recorded).
+    pub async fn plan_patches(
+        &self,
+        directory: &str,
+        patches: &[&PatchPart],
+    ) -> Result<Vec<PreviewFile>> {
+        let patches = snapshot_patches(patches, directory)?;
+        let plan = self.snapshots.plan(Path::new(directory), &patches).await?;
+        Ok(plan
+            .into_iter()
+            .map(|action| PreviewFile {
+                file: action.path.to_absolute(directory),
+                action: action.action,
+                reason: action.reason,
+            })
+            .collect())
     }
 
     /// The paths whose last change before `now` (the pre-revert snapshot) was made outside the session's
