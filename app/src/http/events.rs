@@ -563,10 +563,10 @@ mod tests {
             .expect("cut");
         }
 
-        fn follow(repo: &Arc<MemRepo>, bus: &BroadcastBus, start: Start) -> Follower {
+        fn follow(repo: &Arc<MemRepo>, live: Subscription, start: Start) -> Follower {
             Follower {
                 repo: Arc::clone(repo) as Arc<dyn MessageRepo>,
-                live: bus.subscribe(),
+                live,
                 position: start.position,
                 catching_up: start.catch_up,
                 filter: None,
@@ -646,7 +646,7 @@ mod tests {
             let start = Start::find(repo.as_ref(), Some(Resume::After(3)))
                 .await
                 .expect("start");
-            let mut follower = follow(&repo, &bus, start);
+            let mut follower = follow(&repo, bus.subscribe(), start);
             let first = positions(follower.next().await.expect("frames"));
             assert_eq!(first, (4..=19).collect::<Vec<_>>(), "one batch");
             // Committed and relayed while the stream is between batches: read from the outbox, and its
@@ -679,13 +679,7 @@ mod tests {
                 if published_before_the_read {
                     bus.publish(late[0].clone());
                 }
-                let mut follower = Follower {
-                    repo: Arc::clone(&repo) as Arc<dyn MessageRepo>,
-                    live,
-                    position: start.position,
-                    catching_up: start.catch_up,
-                    filter: None,
-                };
+                let mut follower = follow(&repo, live, start);
                 let mut got = positions(follower.next().await.expect("frames"));
                 if !published_before_the_read {
                     bus.publish(late[0].clone());
@@ -705,7 +699,7 @@ mod tests {
             let ids = IdGenerator::new();
             let bus = BroadcastBus::new(2);
             let start = Start::find(repo.as_ref(), None).await.expect("start");
-            let mut follower = follow(&repo, &bus, start);
+            let mut follower = follow(&repo, bus.subscribe(), start);
             // 40 events relayed while the stream does not read: the bus holds 2.
             for row in commit(&repo, &ids, 40).await {
                 bus.publish(row);
@@ -728,7 +722,7 @@ mod tests {
             let ids = IdGenerator::new();
             let bus = BroadcastBus::new(2);
             let start = Start::find(repo.as_ref(), None).await.expect("start");
-            let mut follower = follow(&repo, &bus, start);
+            let mut follower = follow(&repo, bus.subscribe(), start);
             for row in commit(&repo, &ids, 30).await {
                 bus.publish(row);
             }
@@ -743,7 +737,7 @@ mod tests {
             let start = Start::find(repo.as_ref(), Some(Resume::After(0)))
                 .await
                 .expect("start");
-            let mut follower = follow(&repo, &bus, start);
+            let mut follower = follow(&repo, bus.subscribe(), start);
             let first = positions(follower.next().await.expect("frames"));
             assert_eq!(first, (1..=16).collect::<Vec<_>>());
             cut_through(&repo, 30).await;
@@ -760,7 +754,7 @@ mod tests {
             let ids = IdGenerator::new();
             let bus = BroadcastBus::default();
             let start = Start::find(repo.as_ref(), None).await.expect("start");
-            let mut follower = follow(&repo, &bus, start);
+            let mut follower = follow(&repo, bus.subscribe(), start);
             let rows = commit(&repo, &ids, 3).await;
             bus.publish(rows[0].clone());
             bus.publish(rows[2].clone());
