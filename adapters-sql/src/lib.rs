@@ -38,7 +38,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rewind_core::Result;
 use rewind_core::model::{
-    Capture, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageHead,
+    Capture, EventId, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageHead,
     MessageId, MessageWithParts, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent,
     Warning,
 };
@@ -336,6 +336,10 @@ impl MessageRepo for SqlRepo {
 
     async fn last_event_seq(&self) -> Result<u64> {
         self.read_last_event_seq().await
+    }
+
+    async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>> {
+        self.read_event_id_at(seq).await
     }
 
     async fn referenced_snapshots(

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use rewind_core::Result;
 use rewind_core::model::{
-    Capture, FileDiff, IntentRecord, Lease, LeaseKey, Message, MessageHead, MessageId,
+    Capture, EventId, FileDiff, IntentRecord, Lease, LeaseKey, Message, MessageHead, MessageId,
     MessageWithParts, PartBody, PartId, RevertHistoryEntry, Session, SessionId, SnapshotId,
     StoredEvent, Warning, worktrees_overlap,
 };
@@ -350,6 +350,24 @@ impl SqlRepo {
                 })
             })
             .collect()
+    }
+
+    pub(crate) async fn read_event_id_at(&self, seq: u64) -> Result<Option<EventId>> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(None);
+        };
+        let id: Option<String> = event_outbox::Entity::find()
+            .select_only()
+            .column(event_outbox::Column::EventId)
+            .filter(event_outbox::Column::Seq.eq(seq))
+            .into_tuple()
+            .one(&self.db)
+            .await
+            .map_err(self.fault("reading an event's id in the outbox"))?;
+        id.map(|id| {
+            EventId::parse(&id).map_err(|e| self.decode_error("outbox event id", e.to_string()))
+        })
+        .transpose()
     }
 
     pub(crate) async fn read_last_event_seq(&self) -> Result<u64> {

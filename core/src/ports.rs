@@ -14,10 +14,10 @@ use futures_core::Stream;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Capture, Event, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey, LeaseTake,
-    LeaseToken, Message, MessageHead, MessageId, MessageWithParts, Part, PartId, ProcessIdentity,
-    RelPath, RestoreOutcome, RevertDiffs, RevertHistoryEntry, RevertOutcome, Session, SessionId,
-    SnapshotId, SnapshotPatch, StoredEvent, TrackOutcome, Warning,
+    Capture, Event, EventId, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey,
+    LeaseTake, LeaseToken, Message, MessageHead, MessageId, MessageWithParts, Part, PartId,
+    ProcessIdentity, RelPath, RestoreOutcome, RevertDiffs, RevertHistoryEntry, RevertOutcome,
+    Session, SessionId, SnapshotId, SnapshotPatch, StoredEvent, TrackOutcome, Warning,
 };
 
 /// The snapshot store of SPEC section 2.
@@ -393,6 +393,8 @@ pub struct Transaction {
 /// - `release_lease` MUST remove the lease only while `token` holds it.
 /// - `events_after` MUST return committed events in commit order, with no gaps and no duplicates, and MUST
 ///   NOT return an event of a transaction that did not commit.
+/// - `event_id_at` MUST return the id of the event `events_after` returns at that position, and `None` for
+///   a position the outbox does not hold (0, past its end, or deleted).
 /// - `referenced_snapshots` MUST include every snapshot id the stored rows refer to (step, patch parts,
 ///   descriptors, `applied`, intents, warnings, revert history, captures).
 /// - `captures` MUST return the recorded captures oldest first, only those of `directory` when given.
@@ -463,6 +465,10 @@ pub trait MessageRepo: Send + Sync {
     /// The position of the last committed event (0 when the outbox is empty), so a follower can start at the
     /// end without reading the outbox through.
     async fn last_event_seq(&self) -> Result<u64>;
+    /// The id of the event at outbox position `seq`, while the outbox holds it: a follower that comes back
+    /// with a position checks it is this outbox's (another database's, or one restored from a backup, holds
+    /// another event there).
+    async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>>;
     /// The captures, oldest first; only those of `directory` when given.
     async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>>;
     /// Every snapshot id the stored rows refer to, of the sessions of `directory` when given.

@@ -319,6 +319,9 @@ macro_rules! impl_repo {
             async fn last_event_seq(&self) -> Result<u64> {
                 $with!(self, repo => repo.last_event_seq())
             }
+            async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>> {
+                $with!(self, repo => repo.event_id_at(seq))
+            }
             async fn referenced_snapshots(
                 &self,
                 directory: Option<String>,

@@ -5,16 +5,20 @@
 //!
 //! A stream knows its outbox position: the last event it sent or passed over (another worktree's). Each
 //! outbox event's SSE frame carries its position as `id:`, and so do `server.connected` (where the stream
-//! starts) and `server.heartbeat` (where it is). A client that reconnects with `Last-Event-ID` (as
+//! starts) and `server.heartbeat` (where it is), as `SEQ:EVENT_ID` (the position, and the id of the event
+//! there: a position alone does not say which outbox it is in) or as `0` before the first event. A
+//! client that reconnects with `Last-Event-ID` (as
 //! OpenCode's client does after a broken connection) first receives the events committed after that
 //! position, read from the outbox, then the live ones, none twice and none lost: the stream subscribes
 //! before it reads the outbox, and passes over the live events at or below its position. A stream that
 //! falls behind the bus (the bus let events go, or a live event is not the next position) catches up from
 //! the outbox the same way. `server.lagged {missed}` is sent only for events the outbox no longer holds
 //! (`rewind gc` cut them), and as `server.lagged {missed: 0}` for a position that is not this outbox's (a
-//! number past its end, another database's, or not a number), whose `server.connected` then carries no
-//! `id:` (a connection lost before the lag report must not resume without it): the client must then
-//! re-read state.
+//! number past its end, another event at that position than the id names, as in another database or one
+//! restored from a backup, a position whose event was cut so the id cannot be checked, or not a position at
+//! all), whose `server.connected` then carries no `id:` (a connection lost before the lag report must not
+//! resume without it): the client must then re-read state. A bare number (an earlier version's id) is
+//! taken as a position unchecked.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,7 +32,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use futures::stream::{self, Stream, StreamExt};
 use rewind_bus::BroadcastBus;
 use rewind_core::id::IdGenerator;
-use rewind_core::model::{Event, EventPayload, SessionId, StoredEvent};
+use rewind_core::model::{Event, EventId, EventPayload, SessionId, StoredEvent};
 use rewind_core::service::{Rewind, normalise_directory};
 use rewind_core::{Delivery, EventBus, HostPort, MessageRepo, Subscription};
 use tokio::sync::Notify;
@@ -56,7 +60,7 @@ const LAST_EVENT_ID: &str = "last-event-id";
     params(DirectoryParam,
         ("Last-Event-ID" = Option<String>, Header, description = "the `id:` of the last event received: the stream first sends the events committed after it")),
     responses(
-        (status = 200, description = "text/event-stream of {id, type, properties}; each frame but `server.lagged`'s carries the stream's outbox position as `id:`", content_type = "text/event-stream", body = String)))]
+        (status = 200, description = "text/event-stream of {id, type, properties}; each frame but `server.lagged`'s carries the stream's outbox position as `id:` (`SEQ:EVENT_ID`, the position and the id of the event there, or `0` before the first event)", content_type = "text/event-stream", body = String)))]
 pub async fn stream(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
@@ -90,14 +94,15 @@ pub async fn stream(
     let follower = Follower {
         repo,
         live,
-        position: start.position,
+        position: start.mark.seq,
         catching_up: start.catch_up,
+        unchecked: start.unchecked,
         filter,
     }
     .into_stream();
     let heartbeat = heartbeats(state.heartbeat).map(|()| Ok(Frame::Heartbeat));
     // Where the client is: the position of the last frame it was sent, or passed over.
-    let mut position = start.position;
+    let mut mark = start.mark;
     let events = stream::iter(heads)
         .chain(stream::select(follower, heartbeat))
         .filter_map(move |frame| {
@@ -105,20 +110,20 @@ pub async fn stream(
                 .map(|frame| {
                     let (payload, id) = match frame {
                         Frame::Outbox(stored) => {
-                            position = stored.seq;
-                            return Some(to_sse(&stored.event, Some(stored.seq)));
+                            mark = Mark::of(&stored);
+                            return Some(to_sse(&stored.event, Some(mark.to_id())));
                         }
-                        Frame::Passed(seq) => {
-                            position = seq;
+                        Frame::Passed(passed) => {
+                            mark = passed;
                             return None;
                         }
                         // With a position not of this outbox, none: a connection lost before the
                         // `server.lagged` that follows must not resume without it.
                         Frame::Connected => (
                             EventPayload::ServerConnected {},
-                            (!start.foreign).then_some(position),
+                            (!start.foreign).then(|| mark.to_id()),
                         ),
-                        Frame::Heartbeat => (EventPayload::ServerHeartbeat {}, Some(position)),
+                        Frame::Heartbeat => (EventPayload::ServerHeartbeat {}, Some(mark.to_id())),
                         Frame::Lagged(missed) => (EventPayload::ServerLagged { missed }, None),
                     };
                     Some(to_sse(&server_event(payload), id))
@@ -139,64 +144,130 @@ pub async fn stream(
     ))
 }
 
+/// A place in the outbox: a position, and the id of the event there when it is known. Sent as a frame's
+/// `id:`, `SEQ:EVENT_ID`, or `SEQ` alone without an event (position 0).
+#[derive(Clone, Debug, PartialEq)]
+struct Mark {
+    seq: u64,
+    event: Option<EventId>,
+}
+
+impl Mark {
+    fn of(stored: &StoredEvent) -> Mark {
+        Mark {
+            seq: stored.seq,
+            event: Some(stored.event.id.clone()),
+        }
+    }
+
+    /// The mark in a `Last-Event-ID`; `None` when it is no mark of this server's format.
+    fn parse(text: &str) -> Option<Mark> {
+        let (seq, event) = match text.split_once(':') {
+            Some((seq, event)) => (seq, Some(EventId::parse(event).ok()?)),
+            None => (text, None),
+        };
+        if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let seq = seq.parse().ok()?;
+        // Position 0 holds no event.
+        (seq > 0 || event.is_none()).then_some(Mark { seq, event })
+    }
+
+    fn to_id(&self) -> String {
+        match &self.event {
+            Some(event) => format!("{}:{}", self.seq, event.as_str()),
+            None => self.seq.to_string(),
+        }
+    }
+}
+
 /// What a reconnecting client asks for.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Resume {
-    /// The events after this outbox position.
-    After(u64),
-    /// A `Last-Event-ID` that is no outbox position (not a number): some other server's.
+    /// The events after this place in the outbox.
+    After(Mark),
+    /// A `Last-Event-ID` that is no outbox place (not of this server's format): some other server's.
     Foreign,
 }
 
-/// The position in `Last-Event-ID`, if the header is there and not empty. A value that is not a number is
-/// not refused: OpenCode's client would send it again on every retry, for good, and never receive an
-/// event; it is told it lagged instead.
+/// The place in `Last-Event-ID`, if the header is there and not empty. A value that is not one is not
+/// refused: OpenCode's client would send it again on every retry, for good, and never receive an event;
+/// it is told it lagged instead.
 fn resume_position(headers: &HeaderMap) -> Option<Resume> {
     let value = headers.get(LAST_EVENT_ID)?;
     let text = value.to_str().map(str::trim).unwrap_or("?");
     if text.is_empty() {
         return None;
     }
-    match text.parse() {
-        Ok(after) if text.bytes().all(|b| b.is_ascii_digit()) => Some(Resume::After(after)),
-        _ => Some(Resume::Foreign),
-    }
+    Some(Mark::parse(text).map_or(Resume::Foreign, Resume::After))
 }
 
 /// Where a stream starts in the outbox.
 #[derive(Debug, PartialEq)]
 struct Start {
-    /// The position it starts after.
-    position: u64,
+    /// The place it starts after.
+    mark: Mark,
     /// Whether the outbox holds events after it that the live stream will not bring.
     catch_up: bool,
     /// Whether the client's position was not this outbox's: it is told it lagged.
     foreign: bool,
+    /// Whether the event at the client's position was cut, so the position could not be checked: the
+    /// catch-up reports a lag even where no event after it is gone (it may be another outbox's).
+    unchecked: bool,
 }
 
 impl Start {
     /// Reads the outbox's end, which must come after subscribing to the bus: every event past it is
     /// delivered live.
     async fn find(repo: &dyn MessageRepo, resume: Option<Resume>) -> rewind_core::Result<Start> {
-        let end = repo.last_event_seq().await?;
-        Ok(match resume {
-            None => Start {
-                position: end,
-                catch_up: false,
-                foreign: false,
-            },
-            Some(Resume::After(after)) if after <= end => Start {
-                position: after,
-                catch_up: after < end,
-                foreign: false,
-            },
-            // Past the end: the outbox never reached it (it keeps its newest event, so it was not emptied).
-            Some(Resume::After(_) | Resume::Foreign) => Start {
-                position: end,
-                catch_up: false,
-                foreign: true,
-            },
+        let seq = repo.last_event_seq().await?;
+        let end = Mark {
+            seq,
+            event: repo.event_id_at(seq).await?,
+        };
+        let from = match resume {
+            None => {
+                return Ok(Start {
+                    mark: end,
+                    catch_up: false,
+                    foreign: false,
+                    unchecked: false,
+                });
+            }
+            Some(Resume::After(after)) => after,
+            Some(Resume::Foreign) => return Ok(Start::foreign(end)),
+        };
+        // Past the end: the outbox never reached it (it keeps its newest event, so it was not emptied).
+        if from.seq > end.seq {
+            return Ok(Start::foreign(end));
+        }
+        let mut unchecked = false;
+        if let Some(event) = &from.event {
+            match repo.event_id_at(from.seq).await? {
+                // Another event there: another database's outbox, or this one restored from a backup.
+                Some(held) if held != *event => return Ok(Start::foreign(end)),
+                Some(_) => {}
+                // Cut (it is not the end, which is never cut): nothing to check against.
+                None => unchecked = true,
+            }
+        }
+        Ok(Start {
+            catch_up: from.seq < end.seq,
+            mark: from,
+            foreign: false,
+            unchecked,
         })
+    }
+
+    /// The start for a client whose place is not in this outbox: the end, with a lag report.
+    fn foreign(end: Mark) -> Start {
+        Start {
+            mark: end,
+            catch_up: false,
+            foreign: true,
+            unchecked: false,
+        }
     }
 }
 
@@ -206,19 +277,19 @@ enum Frame {
     /// An outbox event, sent with its position as `id:`.
     Outbox(StoredEvent),
     /// An outbox event the worktree filter passed over: not sent, but the position moves past it.
-    Passed(u64),
+    Passed(Mark),
     Connected,
     Heartbeat,
     /// `missed` events are gone from the outbox, or the client's position was not this outbox's (0).
     Lagged(u64),
 }
 
-fn to_sse(event: &Event, id: Option<u64>) -> SseEvent {
+fn to_sse(event: &Event, id: Option<String>) -> SseEvent {
     match serde_json::to_string(event) {
         Ok(json) => {
             let frame = SseEvent::default().data(json);
             match id {
-                Some(position) => frame.id(position.to_string()),
+                Some(id) => frame.id(id),
                 None => frame,
             }
         }
@@ -244,6 +315,8 @@ struct Follower {
     position: u64,
     /// Whether the next frames come from the outbox rather than the bus.
     catching_up: bool,
+    /// Whether the next outbox read reports a lag even without a gap (`Start::unchecked`).
+    unchecked: bool,
     filter: Option<Arc<WorktreeFilter>>,
 }
 
@@ -289,10 +362,11 @@ impl Follower {
         self.catching_up = rows.len() == CATCH_UP_BATCH as usize;
         let mut frames = Vec::with_capacity(rows.len() + 1);
         // Positions have no gaps: a first row past the next position means those between were cut.
-        if let Some(first) = rows.first()
-            && first.seq > self.position + 1
-        {
-            frames.push(Ok(Frame::Lagged(first.seq - self.position - 1)));
+        let gap = rows
+            .first()
+            .map_or(0, |first| first.seq.saturating_sub(self.position + 1));
+        if gap > 0 || std::mem::take(&mut self.unchecked) {
+            frames.push(Ok(Frame::Lagged(gap)));
         }
         for row in rows {
             frames.push(Ok(self.frame(row).await));
@@ -304,7 +378,7 @@ impl Follower {
     async fn frame(&mut self, stored: StoredEvent) -> Frame {
         self.position = stored.seq;
         match &self.filter {
-            Some(filter) if !filter.keeps(&stored.event).await => Frame::Passed(stored.seq),
+            Some(filter) if !filter.keeps(&stored.event).await => Frame::Passed(Mark::of(&stored)),
             _ => Frame::Outbox(stored),
         }
     }
@@ -567,8 +641,9 @@ mod tests {
             Follower {
                 repo: Arc::clone(repo) as Arc<dyn MessageRepo>,
                 live,
-                position: start.position,
+                position: start.mark.seq,
                 catching_up: start.catch_up,
+                unchecked: start.unchecked,
                 filter: None,
             }
         }
@@ -596,26 +671,90 @@ mod tests {
 
         use futures::FutureExt;
 
+        /// A position alone, as an earlier version sent it.
+        fn bare(seq: u64) -> Resume {
+            Resume::After(Mark { seq, event: None })
+        }
+
         #[tokio::test]
         async fn a_stream_starts_at_the_outbox_end_or_after_the_clients_position() {
             let repo = MemRepo::new();
-            commit(&repo, &IdGenerator::new(), 5).await;
-            let at = |position, catch_up, foreign| Start {
-                position,
+            let ids = IdGenerator::new();
+            let rows = commit(&repo, &ids, 6).await;
+            cut_through(&repo, 1).await;
+            let marked = |seq: usize| Mark::of(&rows[seq - 1]);
+            let at = |mark: Mark, catch_up, foreign| Start {
+                mark,
                 catch_up,
                 foreign,
+                unchecked: false,
             };
+            let end = marked(6);
+            let another: EventId = ids.ascending(1_700_000_000_000, None);
             for (resume, expected) in [
-                (None, at(5, false, false)),
-                (Some(Resume::After(0)), at(0, true, false)),
-                (Some(Resume::After(2)), at(2, true, false)),
-                (Some(Resume::After(5)), at(5, false, false)),
-                (Some(Resume::After(9)), at(5, false, true)),
-                (Some(Resume::Foreign), at(5, false, true)),
+                (None, at(end.clone(), false, false)),
+                (
+                    Some(bare(0)),
+                    at(
+                        Mark {
+                            seq: 0,
+                            event: None,
+                        },
+                        true,
+                        false,
+                    ),
+                ),
+                (
+                    Some(bare(2)),
+                    at(
+                        Mark {
+                            seq: 2,
+                            event: None,
+                        },
+                        true,
+                        false,
+                    ),
+                ),
+                (Some(Resume::After(marked(3))), at(marked(3), true, false)),
+                (
+                    Some(Resume::After(marked(6))),
+                    at(end.clone(), false, false),
+                ),
+                (Some(bare(9)), at(end.clone(), false, true)),
+                (Some(Resume::Foreign), at(end.clone(), false, true)),
+                // Another event at that position: another outbox's.
+                (
+                    Some(Resume::After(Mark {
+                        seq: 3,
+                        event: Some(another),
+                    })),
+                    at(end.clone(), false, true),
+                ),
+                // Its event cut: nothing to check the id against, so the catch-up reports a lag.
+                (
+                    Some(Resume::After(marked(1))),
+                    Start {
+                        unchecked: true,
+                        ..at(marked(1), true, false)
+                    },
+                ),
             ] {
-                let start = Start::find(&repo, resume).await.expect("start");
+                let start = Start::find(&repo, resume.clone()).await.expect("start");
                 assert_eq!(start, expected, "{resume:?}");
             }
+            let empty = MemRepo::new();
+            assert_eq!(
+                Start::find(&empty, None).await.expect("start"),
+                at(
+                    Mark {
+                        seq: 0,
+                        event: None
+                    },
+                    false,
+                    false
+                ),
+                "an empty outbox's end has no event"
+            );
         }
 
         #[test]
@@ -629,9 +768,36 @@ mod tests {
             };
             assert_eq!(read(None), None);
             assert_eq!(read(Some("")), None);
-            assert_eq!(read(Some(" 12 ")), Some(Resume::After(12)));
-            assert_eq!(read(Some("0")), Some(Resume::After(0)));
-            for foreign in ["evt_0123", "+5", "-1", "1 2", "99999999999999999999999"] {
+            assert_eq!(read(Some(" 12 ")), Some(bare(12)));
+            assert_eq!(read(Some("0")), Some(bare(0)));
+            let event: EventId = IdGenerator::new().ascending(1_700_000_000_000, None);
+            let mark = Mark {
+                seq: 7,
+                event: Some(event.clone()),
+            };
+            assert_eq!(mark.to_id(), format!("7:{}", event.as_str()));
+            assert_eq!(read(Some(&mark.to_id())), Some(Resume::After(mark)));
+            assert_eq!(
+                Mark {
+                    seq: 0,
+                    event: None
+                }
+                .to_id(),
+                "0"
+            );
+            for foreign in [
+                "evt_0123",
+                "+5",
+                "-1",
+                "1 2",
+                "99999999999999999999999",
+                "7:",
+                ":7",
+                "7:evt_0123",
+                &format!("0:{}", event.as_str()),
+                &format!("x:{}", event.as_str()),
+                &format!("7:{}:", event.as_str()),
+            ] {
                 assert_eq!(read(Some(foreign)), Some(Resume::Foreign), "{foreign}");
             }
         }
@@ -643,7 +809,7 @@ mod tests {
             let ids = IdGenerator::new();
             let bus = BroadcastBus::default();
             commit(&repo, &ids, 40).await;
-            let start = Start::find(repo.as_ref(), Some(Resume::After(3)))
+            let start = Start::find(repo.as_ref(), Some(bare(3)))
                 .await
                 .expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
@@ -671,7 +837,7 @@ mod tests {
                 let bus = BroadcastBus::default();
                 commit(&repo, &ids, 3).await;
                 let live = bus.subscribe();
-                let start = Start::find(repo.as_ref(), Some(Resume::After(1)))
+                let start = Start::find(repo.as_ref(), Some(bare(1)))
                     .await
                     .expect("start");
                 // Event 4 is committed after the outbox's end was read.
@@ -734,7 +900,7 @@ mod tests {
             // Cut between two batches of a resumed stream: the second read finds the gap.
             let repo = Arc::new(MemRepo::new());
             commit(&repo, &ids, 40).await;
-            let start = Start::find(repo.as_ref(), Some(Resume::After(0)))
+            let start = Start::find(repo.as_ref(), Some(bare(0)))
                 .await
                 .expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
@@ -744,6 +910,23 @@ mod tests {
             let mut expected = vec![-14];
             expected.extend(31..=40);
             assert_eq!(drain(&mut follower).await, expected);
+        }
+
+        #[tokio::test]
+        async fn a_client_whose_event_was_cut_is_told_it_lagged_though_none_after_it_is_gone() {
+            let ids = IdGenerator::new();
+            let bus = BroadcastBus::default();
+            // (cut through, what the stream sends): `Lagged(n)` as `-n`, so `0` is a lag of none.
+            for (cut, expected) in [(5, vec![0, 6, 7, 8]), (7, vec![-2, 8])] {
+                let repo = Arc::new(MemRepo::new());
+                let rows = commit(&repo, &ids, 8).await;
+                cut_through(&repo, cut).await;
+                let start = Start::find(repo.as_ref(), Some(Resume::After(Mark::of(&rows[4]))))
+                    .await
+                    .expect("start");
+                let mut follower = follow(&repo, bus.subscribe(), start);
+                assert_eq!(drain(&mut follower).await, expected, "cut through {cut}");
+            }
         }
 
         #[tokio::test]
@@ -772,6 +955,7 @@ mod tests {
                 live: bus.subscribe(),
                 position: 3,
                 catching_up: true,
+                unchecked: false,
                 filter: None,
             };
             let frames: Vec<_> = follower.into_stream().collect().await;

@@ -11,9 +11,9 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Capture, EventPayload, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Message,
-    MessageHead, MessageId, MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry, Session,
-    SessionId, SnapshotId, StoredEvent, Warning, worktrees_overlap,
+    Capture, EventId, EventPayload, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
+    Message, MessageHead, MessageId, MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry,
+    Session, SessionId, SnapshotId, StoredEvent, Warning, worktrees_overlap,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 use crate::revert::{RevertPoint, is_hidden};
@@ -849,6 +849,12 @@ impl MessageRepo for MemRepo {
 
     async fn last_event_seq(&self) -> Result<u64> {
         Ok(self.lock().outbox.last().map_or(0, |stored| stored.seq))
+    }
+
+    async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>> {
+        let state = self.lock();
+        let at = state.outbox.binary_search_by_key(&seq, |stored| stored.seq);
+        Ok(at.ok().map(|i| state.outbox[i].event.id.clone()))
     }
 
     async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {

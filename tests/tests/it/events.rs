@@ -362,8 +362,31 @@ fn is_server_event(event: &Value) -> bool {
         .is_some_and(|kind| kind.starts_with("server."))
 }
 
-/// The outbox events a stream delivers until `last` holds for one, with their SSE ids (the stream's own
-/// `server.*` events are left out; `server.lagged` is refused).
+/// The outbox position in an SSE id (`SEQ:EVENT_ID`).
+fn position(id: &str) -> Result<u64> {
+    let (seq, event) = id
+        .split_once(':')
+        .with_context(|| format!("not SEQ:EVENT_ID: {id}"))?;
+    ensure!(event.starts_with("evt_"), "not an event id: {id}");
+    Ok(seq.parse()?)
+}
+
+/// The position in an outbox event's SSE id, which must name that event.
+fn position_of(id: &str, event: &Value) -> Result<u64> {
+    let seq = position(id)?;
+    ensure!(
+        event["id"]
+            .as_str()
+            .map(|own| format!("{seq}:{own}"))
+            .as_deref()
+            == Some(id),
+        "the SSE id {id} does not name its event {event}"
+    );
+    Ok(seq)
+}
+
+/// The outbox events a stream delivers until `last` holds for one, with their outbox positions from their
+/// SSE ids (the stream's own `server.*` events are left out; `server.lagged` is refused).
 async fn outbox_events_until(
     stream: &mut EventStream,
     last: impl Fn(&Value) -> bool,
@@ -378,7 +401,7 @@ async fn outbox_events_until(
         let done = last(&event);
         if !is_server_event(&event) {
             let id = id.with_context(|| format!("an outbox event without an SSE id: {event}"))?;
-            events.push((id.parse()?, event));
+            events.push((position_of(&id, &event)?, event));
         }
         if done {
             return Ok(events);
@@ -462,7 +485,7 @@ async fn a_reconnecting_stream_gets_the_events_it_missed_once_each_in_order() ->
     got.extend(outbox_events_until(&mut resumed, titled("back")).await?);
 
     let everything = outbox_events_until(&mut whole, titled("back")).await?;
-    let last: u64 = last.parse()?;
+    let last = position(&last)?;
     let expected: Vec<_> = everything
         .into_iter()
         .filter(|(id, _)| *id > last)
@@ -528,7 +551,7 @@ async fn reconnecting_while_events_are_committed_loses_and_repeats_none() -> Res
             }
             let id = id.context("an outbox event without an SSE id")?;
             let done = is_last(&event);
-            got.push((id.parse()?, event));
+            got.push((position_of(&id, &event)?, event));
             taken += 1;
             if done {
                 break 'outer;
@@ -562,7 +585,8 @@ async fn a_reconnect_after_the_outbox_was_cut_is_told_how_many_it_missed() -> Re
     let mut first = app.connected_events().await?;
     app.ok("/session", json!({"title": "s0"})).await?;
     outbox_events_until(&mut first, titled("s0")).await?;
-    let last: u64 = first.last_id().context("no SSE id")?.parse()?;
+    let resume_from = first.last_id().context("no SSE id")?.to_owned();
+    let last = position(&resume_from)?;
     drop(first);
     for n in 1..=5 {
         app.ok("/session", json!({"title": format!("s{n}")}))
@@ -576,7 +600,7 @@ async fn a_reconnect_after_the_outbox_was_cut_is_told_how_many_it_missed() -> Re
             events: Vec::new(),
         })
         .await?;
-    let mut resumed = app.events_resuming(&last.to_string()).await?;
+    let mut resumed = app.events_resuming(&resume_from).await?;
     let mut events = Vec::new();
     loop {
         let (id, event) = resumed
@@ -593,17 +617,18 @@ async fn a_reconnect_after_the_outbox_was_cut_is_told_how_many_it_missed() -> Re
     assert_eq!(events[1].1["type"], "server.lagged");
     assert_eq!(events[1].1["properties"]["missed"], 2);
     assert_eq!(events[1].0, None);
-    let ids: Vec<Option<String>> = events[2..].iter().map(|(id, _)| id.clone()).collect();
-    let expected: Vec<Option<String>> = (last + 3..=last + 5)
-        .map(|seq| Some(seq.to_string()))
-        .collect();
-    assert_eq!(ids, expected, "{:?}", events);
+    let ids = events[2..]
+        .iter()
+        .map(|(id, event)| position_of(id.as_deref().context("no SSE id")?, event))
+        .collect::<Result<Vec<u64>>>()?;
+    assert_eq!(ids, (last + 3..=last + 5).collect::<Vec<_>>(), "{events:?}");
     app.stop().await
 }
 
-/// A position this database's outbox never reached (the client followed another database), or something
-/// that is no position at all (another server's id: refusing it would leave OpenCode's client retrying
-/// with it for good), gets `server.lagged {missed: 0}`, then the live events, none passed over.
+/// A position this database's outbox never reached (the client followed another database), one where this
+/// outbox holds another event than the id names (another database's, or this one restored from a backup),
+/// or something that is no position at all (another server's id: refusing it would leave OpenCode's client
+/// retrying with it for good), gets `server.lagged {missed: 0}`, then the live events, none passed over.
 #[tokio::test]
 async fn a_position_not_of_this_outbox_is_told_it_lagged_and_streams_live() -> Result<()> {
     let app = spawn_app().await?;
@@ -614,21 +639,14 @@ async fn a_position_not_of_this_outbox_is_told_it_lagged_and_streams_live() -> R
         .last()
         .context("no event")?
         .0;
-    for foreign in ["1000000", "evt_000000000001abcdefghijklmn"] {
+    let another_event = format!("{end}:evt_000000000001abcdefghijklmn");
+    for foreign in [
+        "1000000",
+        "evt_000000000001abcdefghijklmn",
+        another_event.as_str(),
+    ] {
         let mut resumed = app.events_resuming(foreign).await?;
-        let (id, connected) = resumed
-            .next_with_id(Duration::from_secs(5))
-            .await?
-            .context("no event")?;
-        assert_eq!(connected["type"], "server.connected");
-        assert_eq!(id, None, "no position to resume from before the lag notice");
-        let (id, lagged) = resumed
-            .next_with_id(Duration::from_secs(5))
-            .await?
-            .context("no event")?;
-        assert_eq!(lagged["type"], "server.lagged", "{foreign}");
-        assert_eq!(lagged["properties"]["missed"], 0);
-        assert_eq!(id, None);
+        told_it_lagged(&mut resumed, foreign).await?;
         let title = format!("after {foreign}");
         app.ok("/session", json!({"title": title})).await?;
         let created = outbox_events_until(&mut resumed, |e| {
@@ -644,6 +662,61 @@ async fn a_position_not_of_this_outbox_is_told_it_lagged_and_streams_live() -> R
         end += 1;
     }
     app.stop().await
+}
+
+/// The first frames of a stream resumed from a place not in its outbox: `server.connected` without a
+/// position (none to resume from before the lag notice), then `server.lagged {missed: 0}`.
+async fn told_it_lagged(resumed: &mut EventStream, from: &str) -> Result<()> {
+    let (id, connected) = resumed
+        .next_with_id(Duration::from_secs(5))
+        .await?
+        .context("no event")?;
+    assert_eq!(connected["type"], "server.connected", "{from}");
+    assert_eq!(id, None, "{from}: no position before the lag notice");
+    let (id, lagged) = resumed
+        .next_with_id(Duration::from_secs(5))
+        .await?
+        .context("no event")?;
+    assert_eq!(lagged["type"], "server.lagged", "{from}");
+    assert_eq!(lagged["properties"]["missed"], 0, "{from}");
+    assert_eq!(id, None, "{from}");
+    Ok(())
+}
+
+/// A client whose server came back on another database (or on its database restored from a backup) sends
+/// a position that outbox has too, holding other events: it is told it lagged, and is not sent that
+/// outbox's later events as the ones it missed.
+#[tokio::test]
+async fn a_position_in_another_database_is_not_taken_for_this_ones() -> Result<()> {
+    let first = spawn_app().await?;
+    let mut stream = first.connected_events().await?;
+    first.ok("/session", json!({"title": "first"})).await?;
+    outbox_events_until(&mut stream, titled("first")).await?;
+    let last = stream.last_id().context("no SSE id")?.to_owned();
+    drop(stream);
+    first.stop().await?;
+
+    let second = spawn_app().await?;
+    for n in 0..3 {
+        second
+            .ok("/session", json!({"title": format!("second {n}")}))
+            .await?;
+    }
+    let end = second.db.last_event_seq().await?;
+    ensure!(
+        position(&last)? < end,
+        "the second outbox reaches past {last}: {end}"
+    );
+    let mut resumed = second.events_resuming(&last).await?;
+    told_it_lagged(&mut resumed, &last).await?;
+    second.ok("/session", json!({"title": "live"})).await?;
+    let sent = outbox_events_until(&mut resumed, titled("live")).await?;
+    assert_eq!(
+        sent.first().map(|(seq, _)| *seq),
+        Some(end + 1),
+        "only the live events, from the next position: {sent:?}"
+    );
+    second.stop().await
 }
 
 /// A stream opened for one worktree moves its position past the other worktrees' events it does not send:
@@ -662,12 +735,13 @@ async fn a_worktree_streams_heartbeats_carry_its_position_past_other_worktrees_e
     let mut mine = app.connected_events_for(&sub).await?;
     app.ok("/session", json!({"title": "elsewhere"})).await?;
     let elsewhere = outbox_events_until(&mut all, titled("elsewhere")).await?;
-    let (position, _) = elsewhere.last().context("no event")?;
+    let (seq, event) = elsewhere.last().context("no event")?;
+    let mark = format!("{seq}:{}", event["id"].as_str().context("no event id")?);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         ensure!(
             tokio::time::Instant::now() < deadline,
-            "no heartbeat at {position}"
+            "no heartbeat at {mark}"
         );
         let (id, event) = mine
             .next_with_id(Duration::from_secs(5))
@@ -677,7 +751,7 @@ async fn a_worktree_streams_heartbeats_carry_its_position_past_other_worktrees_e
             is_server_event(&event),
             "another worktree's event was sent: {event}"
         );
-        if event["type"] == "server.heartbeat" && id == Some(position.to_string()) {
+        if event["type"] == "server.heartbeat" && id.as_deref() == Some(mark.as_str()) {
             break;
         }
     }

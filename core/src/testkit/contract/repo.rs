@@ -2198,6 +2198,26 @@ pub async fn events_come_back_in_commit_order(repo: &dyn MessageRepo) {
         paged, all,
         "paging with events_after must return every event once, in order"
     );
+    for stored in &all {
+        assert_eq!(
+            repo.event_id_at(stored.seq)
+                .await
+                .expect("reading an event's id must succeed"),
+            Some(stored.event.id.clone()),
+            "event_id_at({}) must name the event at that position",
+            stored.seq
+        );
+    }
+    let end = all.last().map_or(0, |e| e.seq);
+    for outside in [0, end + 1, u64::MAX] {
+        assert_eq!(
+            repo.event_id_at(outside)
+                .await
+                .expect("reading an event's id must succeed"),
+            None,
+            "event_id_at({outside}): the outbox holds no event there"
+        );
+    }
     let tail = repo
         .events_after(all[2].seq, 100)
         .await
@@ -2738,6 +2758,16 @@ pub async fn old_outbox_events_are_deleted_and_positions_never_repeat(repo: &dyn
         "the events through the position are deleted, the later ones stay in order"
     );
     assert_eq!(after[0].event, before[3].event);
+    assert_eq!(
+        repo.event_id_at(first + 2).await.expect("read"),
+        None,
+        "a deleted event's position has no id"
+    );
+    assert_eq!(
+        repo.event_id_at(first + 3).await.expect("read"),
+        Some(before[3].event.id.clone()),
+        "the events left keep their ids"
+    );
     assert_eq!(
         repo.events_after(first + 1, 10).await.expect("read"),
         after,
