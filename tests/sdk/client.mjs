@@ -2,8 +2,11 @@
 // It records a turn that writes files (the user message through the client's prompt method, the
 // assistant's step through rewind's extension routes, editing the files on disk between step start and
 // finish), then uses the client's own methods and checks after each call the response and the files.
-// Environment: REWIND_URL (the server), REWIND_REPO (a git worktree under the server's project roots).
+// Environment: REWIND_URL (the server), REWIND_REPO (a git worktree under the server's project roots),
+// REWIND_BIN and REWIND_DATA (the binary and the server's data directory: the script runs a second server
+// on the same database, which it stops and starts again).
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
@@ -11,7 +14,9 @@ import { createOpencodeClient } from "@opencode-ai/sdk";
 
 const base = process.env.REWIND_URL;
 const repo = process.env.REWIND_REPO;
-assert.ok(base && repo, "set REWIND_URL and REWIND_REPO");
+const bin = process.env.REWIND_BIN;
+const data = process.env.REWIND_DATA;
+assert.ok(base && repo && bin && data, "set REWIND_URL, REWIND_REPO, REWIND_BIN and REWIND_DATA");
 
 const client = createOpencodeClient({ baseUrl: base, directory: repo });
 const file = (name) => {
@@ -282,8 +287,8 @@ const resuming = await client.event.subscribe({
 (async () => {
   for await (const event of resuming.stream) proxied.push(event);
 })().catch(() => {});
-async function arrived(events, predicate, what) {
-  for (let i = 0; i < 400; i += 1) {
+async function arrived(events, predicate, what, tries = 400) {
+  for (let i = 0; i < tries; i += 1) {
     const index = events.findIndex(predicate);
     if (index >= 0) return index;
     await sleep(25);
@@ -291,6 +296,9 @@ async function arrived(events, predicate, what) {
   throw new Error(`no ${what} event; saw ${events.map((event) => event.type).join(", ")}`);
 }
 const titledAs = (title) => (event) => event.type === "session.updated" && event.properties.info.title === title;
+const isConnected = (event) => event.type === "server.connected";
+// The subscription connects as it is first read: an event committed before that is not its to receive.
+await arrived(proxied, isConnected, "server.connected through the proxy");
 await client.session.update({ path: { id }, body: { title: "before the break" } });
 await arrived(proxied, titledAs("before the break"), "first rename");
 await new Promise((resolve) => {
@@ -317,6 +325,67 @@ check("event.subscribe resumes after a broken connection with the events it miss
   assert.deepEqual(got, whole.slice(whole.indexOf(got[0])));
 });
 proxy.close();
+
+// A restart: a second server on the same database, stopped with SIGTERM and started again on the same
+// port. The client's subscription to it reconnects by itself (the stream breaks off as the server stops)
+// and resumes with the events committed while the server was down, which go through the first server.
+const { port: restartPort } = await new Promise((resolve) => {
+  const probe = net.createServer().listen(0, "127.0.0.1", () => {
+    const address = probe.address();
+    probe.close(() => resolve(address));
+  });
+});
+async function startServer() {
+  const child = spawn(bin, ["serve", "--port", String(restartPort), "--data-dir", data, "--project-root", repo], {
+    cwd: repo,
+    stdio: ["ignore", "pipe", "ignore"],
+  });
+  let out = "";
+  child.stdout.on("data", (chunk) => (out += chunk));
+  for (let i = 0; i < 600 && !out.includes("http://"); i += 1) {
+    assert.equal(child.exitCode, null, "the second server exited as it started");
+    await sleep(25);
+  }
+  assert.ok(out.includes("http://"), "the second server did not start");
+  return child;
+}
+async function stopServer(child) {
+  const exited = new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+  child.kill("SIGTERM");
+  assert.equal(await exited, 0, "the second server's exit code after SIGTERM");
+}
+let second = await startServer();
+const restarted = [];
+const following = await client.event.subscribe({
+  baseUrl: `http://127.0.0.1:${restartPort}`,
+  sseDefaultRetryDelay: 50,
+});
+(async () => {
+  for await (const event of following.stream) restarted.push(event);
+})().catch(() => {});
+await arrived(restarted, isConnected, "server.connected from the second server");
+await client.session.update({ path: { id }, body: { title: "before the restart" } });
+await arrived(restarted, titledAs("before the restart"), "rename through the second server");
+await stopServer(second);
+for (const title of ["while down 1", "while down 2"]) {
+  const down = await client.session.update({ path: { id }, body: { title } });
+  assert.equal(down.error, undefined, JSON.stringify(down.error));
+}
+await eventAfter(0, titledAs("while down 2"), "second rename on the first server's stream");
+second = await startServer();
+await arrived(restarted, titledAs("while down 2"), "rename made while the second server was down", 1200);
+await stopServer(second);
+check("event.subscribe comes back after the server restarts, with the events committed while it was down", () => {
+  const kinds = restarted.map((event) => event.type).join(", ");
+  assert.equal(restarted.filter((event) => event.type === "server.connected").length, 2, kinds);
+  assert.equal(restarted.filter((event) => event.type === "server.lagged").length, 0, kinds);
+  assert.equal(restarted.filter(titledAs("while down 1")).length, 1, kinds);
+  assert.equal(restarted.filter(titledAs("while down 2")).length, 1, kinds);
+  const outbox = (events) => events.filter((event) => !event.type.startsWith("server.")).map((event) => event.id);
+  const got = outbox(restarted.slice(0, restarted.findIndex(titledAs("while down 2")) + 1));
+  const whole = outbox(seen.slice(0, seen.findIndex(titledAs("while down 2")) + 1));
+  assert.deepEqual(got, whole.slice(whole.indexOf(got[0])));
+});
 
 console.log(`sdk: ${passed} passed, 0 failed`);
 // The SSE subscription reconnects forever; the checks are done.

@@ -40,7 +40,7 @@ done
 [ -n "$url" ] || { cat "$work/server.err" >&2; echo "rewind serve did not start" >&2; exit 1; }
 
 status=0
-REWIND_URL="$url" REWIND_REPO="$repo" node "$here/client.mjs" || status=$?
+REWIND_URL="$url" REWIND_REPO="$repo" REWIND_BIN="$bin" REWIND_DATA="$work/data" node "$here/client.mjs" || status=$?
 
 kill -TERM "$server"
 for _ in $(seq 1 100); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done

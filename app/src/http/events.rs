@@ -1,6 +1,8 @@
 //! The event stream (SPEC section 10): `GET /event` sends `server.connected`, then every event the relay
 //! publishes, `server.heartbeat` every 10 s and `server.lagged {missed}` when events were lost for the
-//! stream; it ends when the server stops. The relay follows the database's outbox and publishes new rows
+//! stream; it ends when the server stops, broken off rather than closed, so that a client reconnects (as
+//! OpenCode's does after an error, and not after a clean end) and resumes from the server that comes
+//! back. The relay follows the database's outbox and publishes new rows
 //! in order, so changes made by the command line or another server reach every stream.
 //!
 //! A stream knows its outbox position: the last event it sent or passed over (another worktree's). Each
@@ -129,9 +131,11 @@ pub async fn stream(
                     Some(to_sse(&server_event(payload), id))
                 })
                 .transpose();
-            futures::future::ready(sse)
+            futures::future::ready(sse.map(|frame| frame.map_err(Broken::from)))
         })
-        .take_until(state.shutdown.clone().cancelled_owned());
+        .take_until(state.shutdown.clone().cancelled_owned())
+        // Only the shutdown ends the frames without an error (the heartbeats never end).
+        .chain(stream::once(futures::future::ready(Err(Broken::Stopping))));
     Ok((
         [
             (
@@ -305,6 +309,17 @@ fn to_sse(event: &Event, id: Option<String>) -> SseEvent {
 #[derive(Debug, thiserror::Error)]
 #[error("the event stream cannot read the outbox: {0}")]
 struct CatchUpFailed(String);
+
+/// Why a stream's response ends with an error: its connection breaks off, and a client that sees that
+/// reconnects with the last position it received.
+#[derive(Debug, thiserror::Error)]
+enum Broken {
+    #[error(transparent)]
+    CatchUp(#[from] CatchUpFailed),
+    /// The server stops: the client reconnects to the one that comes back and resumes there.
+    #[error("the server is stopping")]
+    Stopping,
+}
 
 /// Follows the outbox for one stream: the live events from the bus, in position order, and the outbox's
 /// rows whenever the live events alone would leave a gap.

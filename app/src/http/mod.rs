@@ -191,7 +191,9 @@ pub async fn serve(settings: Settings, directory: PathBuf, json: bool) -> Result
     }
     tokio::spawn(async move {
         stop_signal.await;
-        tracing::info!("stopping: finishing requests and closing event streams");
+        tracing::info!(
+            "stopping: finishing requests and breaking off event streams (their clients reconnect)"
+        );
         stop.cancel();
     });
     application.run_until_stopped().await

@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 
 use rewind_core::ports::{Change, MessageRepo, Transaction};
 
-use crate::support::{AppConfig, EventStream, TestApp, id_of, spawn_app, spawn_app_with, types};
+use crate::support::{
+    AppConfig, EventStream, Next, TestApp, id_of, spawn_app, spawn_app_with, types,
+};
 
 #[tokio::test]
 async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<()> {
@@ -280,15 +282,17 @@ async fn heartbeats_arrive_and_stopping_the_server_ends_open_streams() -> Result
     let events = stream.until("server.heartbeat").await?;
     assert_eq!(types(&events), ["server.connected", "server.heartbeat"]);
     app.stop().await?;
-    // Both streams end (after any heartbeat already sent) rather than holding the shutdown.
+    // Both streams end (after any heartbeat already sent) rather than holding the shutdown, broken off
+    // rather than closed: OpenCode's client reconnects after an error, never after a clean end.
     for open in [&mut stream, &mut other] {
         loop {
-            match open.next(Duration::from_secs(5)).await? {
-                None => break,
-                Some(event) => ensure!(
+            match open.next_or_break(Duration::from_secs(5)).await? {
+                Next::Event(event) => ensure!(
                     event["type"] == "server.heartbeat" || event["type"] == "server.connected",
                     "unexpected {event}"
                 ),
+                Next::Ended => anyhow::bail!("the stream was closed: a client would not reconnect"),
+                Next::Broken => break,
             }
         }
     }

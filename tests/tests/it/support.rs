@@ -392,6 +392,16 @@ pub fn id_of(value: &Value) -> Result<String> {
 type ByteStream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Vec<u8>>> + Send>>;
 
 /// The SSE stream of `GET /event`, as parsed JSON events.
+/// What an event stream gave next.
+#[derive(Debug)]
+pub enum Next {
+    Event(Value),
+    /// The server closed the response.
+    Ended,
+    /// The response broke off.
+    Broken,
+}
+
 pub struct EventStream {
     bytes: ByteStream,
     buffer: String,
@@ -414,6 +424,20 @@ impl EventStream {
         tokio::time::timeout(wait, self.next_event())
             .await
             .context("no event arrived in time")?
+    }
+
+    /// The next event within `wait`, or how the stream ended: closed by the server, or broken off (the
+    /// response failed, as a dropped connection does).
+    pub async fn next_or_break(&mut self, wait: Duration) -> Result<Next> {
+        match tokio::time::timeout(wait, self.next_event())
+            .await
+            .context("no event arrived in time")?
+        {
+            Ok(Some((_, event))) => Ok(Next::Event(event)),
+            Ok(None) => Ok(Next::Ended),
+            Err(error) if error.is::<reqwest::Error>() => Ok(Next::Broken),
+            Err(error) => Err(error),
+        }
     }
 
     /// The SSE `id` of the last event received that had one: what a reconnecting client sends.
