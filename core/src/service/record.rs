@@ -1414,10 +1414,17 @@ fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warnin
             skipped.len()
         ),
         snapshot: None,
-        files: skipped
-            .iter()
-            .map(|s| format!("{}/{}", directory.trim_end_matches('/'), s.path))
-            .collect(),
+        files: skipped.iter().map(|s| skipped_file(directory, s)).collect(),
+    }
+}
+
+/// A skipped file's absolute path. A name that is not UTF-8 is written escaped (`\xHH`, `\` as `\\`), and
+/// then so is the worktree's part: the whole path reads back as one name only.
+fn skipped_file(directory: &str, skipped: &SkippedPath) -> String {
+    let directory = directory.trim_end_matches('/');
+    match skipped.reason {
+        SkipReason::NotUtf8 => format!("{}/{}", directory.replace('\\', "\\\\"), skipped.path),
+        _ => format!("{directory}/{}", skipped.path),
     }
 }
 
@@ -1681,5 +1688,30 @@ fn refuse_open_step(session: &Session) -> Result<()> {
             ),
         )),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skipped_name_that_is_not_utf8_is_escaped_with_its_worktrees_part() {
+        let skipped = |path: &str, reason| SkippedPath {
+            path: path.to_owned(),
+            reason,
+        };
+        let warning = skipped_warning(
+            7,
+            "/work/a\\b/",
+            &[
+                skipped("x\\\\y/n\\xff.txt", SkipReason::NotUtf8),
+                skipped("big\\file.bin", SkipReason::TooLarge { size: 9 }),
+            ],
+        );
+        assert_eq!(
+            warning.files,
+            ["/work/a\\\\b/x\\\\y/n\\xff.txt", "/work/a\\b/big\\file.bin"]
+        );
     }
 }
