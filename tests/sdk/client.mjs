@@ -335,13 +335,24 @@ const { port: restartPort } = await new Promise((resolve) => {
     probe.close(() => resolve(address));
   });
 });
+// The second server's runs: killed if the script ends first, their logs printed if it fails.
+const runs = [];
+process.on("exit", (code) => {
+  for (const run of runs) {
+    if (run.child.exitCode === null && run.child.signalCode === null) run.child.kill("SIGKILL");
+    if (code !== 0) console.error(`--- second server log ---\n${run.log}`);
+  }
+});
 async function startServer() {
   const child = spawn(bin, ["serve", "--port", String(restartPort), "--data-dir", data, "--project-root", repo], {
     cwd: repo,
-    stdio: ["ignore", "pipe", "ignore"],
+    stdio: ["ignore", "pipe", "pipe"],
   });
+  const run = { child, log: "" };
+  runs.push(run);
   let out = "";
   child.stdout.on("data", (chunk) => (out += chunk));
+  child.stderr.on("data", (chunk) => (run.log += chunk));
   for (let i = 0; i < 600 && !out.includes("http://"); i += 1) {
     assert.equal(child.exitCode, null, "the second server exited as it started");
     await sleep(25);

@@ -2,25 +2,28 @@
 //! publishes, `server.heartbeat` every 10 s and `server.lagged {missed}` when events were lost for the
 //! stream; it ends when the server stops, broken off rather than closed, so that a client reconnects (as
 //! OpenCode's does after an error, and not after a clean end) and resumes from the server that comes
-//! back. The relay follows the database's outbox and publishes new rows
-//! in order, so changes made by the command line or another server reach every stream.
+//! back. The relay follows the database's outbox and publishes new rows in order, so changes made by the
+//! command line or another server reach every stream.
 //!
 //! A stream knows its outbox position: the last event it sent or passed over (another worktree's). Each
 //! outbox event's SSE frame carries its position as `id:`, and so do `server.connected` (where the stream
 //! starts) and `server.heartbeat` (where it is), as `SEQ:EVENT_ID` (the position, and the id of the event
-//! there: a position alone does not say which outbox it is in) or as `0` before the first event. A
-//! client that reconnects with `Last-Event-ID` (as
-//! OpenCode's client does after a broken connection) first receives the events committed after that
-//! position, read from the outbox, then the live ones, none twice and none lost: the stream subscribes
-//! before it reads the outbox, and passes over the live events at or below its position. A stream that
-//! falls behind the bus (the bus let events go, or a live event is not the next position) catches up from
-//! the outbox the same way. `server.lagged {missed}` is sent only for events the outbox no longer holds
-//! (`rewind gc` cut them), and as `server.lagged {missed: 0}` for a position that is not this outbox's (a
-//! number past its end, another event at that position than the id names, as in another database or one
-//! restored from a backup, a position whose event was cut so the id cannot be checked, or not a position at
-//! all), whose `server.connected` then carries no `id:` (a connection lost before the lag report must not
-//! resume without it): the client must then re-read state. A bare number (an earlier version's id) is
-//! taken as a position unchecked.
+//! there: a position alone does not say which outbox it is in), as `0` before the first event, or as the
+//! bare number a client resumed with (an earlier version's id) until the next event. A client that
+//! reconnects with `Last-Event-ID` (as OpenCode's client does after a broken connection) first receives
+//! the events committed after that position, read from the outbox, then the live ones, none twice and none
+//! lost: the stream subscribes before it reads the outbox, and passes over the live events at or below its
+//! position. A stream that falls behind the bus (the bus let events go, or a live event is not the next
+//! position) catches up from the outbox the same way.
+//!
+//! `server.lagged {missed}` is sent only for events the outbox no longer holds (`rewind gc` cut them), and
+//! then `missed` is how many were cut after the stream's position; also when the event at the client's own
+//! position was cut, since its id can then not be checked (`missed` may then be 0). And it is sent as
+//! `server.lagged {missed: 0}` for a position that is not this outbox's: a number past its end, another
+//! event at that position than the id names (another database, or this one restored from a backup), or
+//! not a position at all. Such a stream starts at the outbox's end, and its `server.connected` carries no
+//! `id:` (a connection lost before the lag report must not resume without it). Either way the client must
+//! re-read state. A bare number is taken as a position unchecked.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -225,10 +228,13 @@ impl Start {
     /// Reads the outbox's end, which must come after subscribing to the bus: every event past it is
     /// delivered live.
     async fn find(repo: &dyn MessageRepo, resume: Option<Resume>) -> rewind_core::Result<Start> {
-        let seq = repo.last_event_seq().await?;
-        let end = Mark {
-            seq,
-            event: repo.event_id_at(seq).await?,
+        let end = loop {
+            let seq = repo.last_event_seq().await?;
+            let event = repo.event_id_at(seq).await?;
+            if seq == 0 || event.is_some() {
+                break Mark { seq, event };
+            }
+            // Cut between the two reads: a later event was committed (the newest is never cut). Read again.
         };
         let from = match resume {
             None => {

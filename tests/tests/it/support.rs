@@ -391,7 +391,6 @@ pub fn id_of(value: &Value) -> Result<String> {
 
 type ByteStream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Vec<u8>>> + Send>>;
 
-/// The SSE stream of `GET /event`, as parsed JSON events.
 /// What an event stream gave next.
 #[derive(Debug)]
 pub enum Next {
@@ -402,6 +401,7 @@ pub enum Next {
     Broken,
 }
 
+/// The SSE stream of `GET /event`, as parsed JSON events.
 pub struct EventStream {
     bytes: ByteStream,
     buffer: String,
