@@ -279,14 +279,16 @@ const proxy = net.createServer((socket) => {
 });
 await new Promise((resolve) => proxy.listen(0, "127.0.0.1", resolve));
 const proxyPort = proxy.address().port;
-const proxied = [];
-const resuming = await client.event.subscribe({
-  baseUrl: `http://127.0.0.1:${proxyPort}`,
-  sseDefaultRetryDelay: 50,
-});
-(async () => {
-  for await (const event of resuming.stream) proxied.push(event);
-})().catch(() => {});
+// The events of a client subscription to the server at `port` that retries quickly after an error.
+async function subscribeAt(port) {
+  const events = [];
+  const subscription = await client.event.subscribe({ baseUrl: `http://127.0.0.1:${port}`, sseDefaultRetryDelay: 50 });
+  (async () => {
+    for await (const event of subscription.stream) events.push(event);
+  })().catch(() => {});
+  return events;
+}
+const proxied = await subscribeAt(proxyPort);
 async function arrived(events, predicate, what, tries = 400) {
   for (let i = 0; i < tries; i += 1) {
     const index = events.findIndex(predicate);
@@ -312,18 +314,22 @@ for (const title of ["while away 1", "while away 2"]) {
 await eventAfter(0, titledAs("while away 2"), "second rename on the unbroken stream");
 await new Promise((resolve) => proxy.listen(proxyPort, "127.0.0.1", resolve));
 await arrived(proxied, titledAs("while away 2"), "resumed rename");
-check("event.subscribe resumes after a broken connection with the events it missed, once each", () => {
-  const kinds = proxied.map((event) => event.type).join(", ");
-  assert.equal(proxied.filter((event) => event.type === "server.connected").length, 2, kinds);
-  assert.equal(proxied.filter((event) => event.type === "server.lagged").length, 0, kinds);
-  assert.equal(proxied.filter(titledAs("while away 1")).length, 1, kinds);
-  assert.equal(proxied.filter(titledAs("while away 2")).length, 1, kinds);
-  // The same events as the stream that never broke, from the first the proxied one received.
-  const outbox = (events) => events.filter((event) => !event.type.startsWith("server.")).map((event) => event.id);
-  const got = outbox(proxied.slice(0, proxied.findIndex(titledAs("while away 2")) + 1));
-  const whole = outbox(seen.slice(0, seen.findIndex(titledAs("while away 2")) + 1));
+// A subscription that reconnected once: two server.connected, no server.lagged, each of the renames it
+// `missed` once, and the same events as the stream that never broke, from the first it received on.
+function assertResumed(events, missed) {
+  const kinds = events.map((event) => event.type).join(", ");
+  assert.equal(events.filter((event) => event.type === "server.connected").length, 2, kinds);
+  assert.equal(events.filter((event) => event.type === "server.lagged").length, 0, kinds);
+  for (const title of missed) assert.equal(events.filter(titledAs(title)).length, 1, kinds);
+  const last = titledAs(missed.at(-1));
+  const outbox = (list) => list.filter((event) => !event.type.startsWith("server.")).map((event) => event.id);
+  const got = outbox(events.slice(0, events.findIndex(last) + 1));
+  const whole = outbox(seen.slice(0, seen.findIndex(last) + 1));
   assert.deepEqual(got, whole.slice(whole.indexOf(got[0])));
-});
+}
+check("event.subscribe resumes after a broken connection with the events it missed, once each", () =>
+  assertResumed(proxied, ["while away 1", "while away 2"]),
+);
 proxy.close();
 
 // A restart: a second server on the same database, stopped with SIGTERM and started again on the same
@@ -366,14 +372,7 @@ async function stopServer(child) {
   assert.equal(await exited, 0, "the second server's exit code after SIGTERM");
 }
 let second = await startServer();
-const restarted = [];
-const following = await client.event.subscribe({
-  baseUrl: `http://127.0.0.1:${restartPort}`,
-  sseDefaultRetryDelay: 50,
-});
-(async () => {
-  for await (const event of following.stream) restarted.push(event);
-})().catch(() => {});
+const restarted = await subscribeAt(restartPort);
 await arrived(restarted, isConnected, "server.connected from the second server");
 await client.session.update({ path: { id }, body: { title: "before the restart" } });
 await arrived(restarted, titledAs("before the restart"), "rename through the second server");
@@ -386,17 +385,9 @@ await eventAfter(0, titledAs("while down 2"), "second rename on the first server
 second = await startServer();
 await arrived(restarted, titledAs("while down 2"), "rename made while the second server was down", 1200);
 await stopServer(second);
-check("event.subscribe comes back after the server restarts, with the events committed while it was down", () => {
-  const kinds = restarted.map((event) => event.type).join(", ");
-  assert.equal(restarted.filter((event) => event.type === "server.connected").length, 2, kinds);
-  assert.equal(restarted.filter((event) => event.type === "server.lagged").length, 0, kinds);
-  assert.equal(restarted.filter(titledAs("while down 1")).length, 1, kinds);
-  assert.equal(restarted.filter(titledAs("while down 2")).length, 1, kinds);
-  const outbox = (events) => events.filter((event) => !event.type.startsWith("server.")).map((event) => event.id);
-  const got = outbox(restarted.slice(0, restarted.findIndex(titledAs("while down 2")) + 1));
-  const whole = outbox(seen.slice(0, seen.findIndex(titledAs("while down 2")) + 1));
-  assert.deepEqual(got, whole.slice(whole.indexOf(got[0])));
-});
+check("event.subscribe comes back after the server restarts, with the events committed while it was down", () =>
+  assertResumed(restarted, ["while down 1", "while down 2"]),
+);
 
 console.log(`sdk: ${passed} passed, 0 failed`);
 // The SSE subscription reconnects forever; the checks are done.

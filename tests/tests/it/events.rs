@@ -413,6 +413,15 @@ async fn outbox_events_until(
     }
 }
 
+/// The SSE id a stream has reached once it received the events of a session created as `title`, for a
+/// client that then disconnects.
+async fn id_after_creating(app: &TestApp, title: &'static str) -> Result<String> {
+    let mut stream = app.connected_events().await?;
+    app.ok("/session", json!({"title": title})).await?;
+    outbox_events_until(&mut stream, titled(title)).await?;
+    Ok(stream.last_id().context("no SSE id")?.to_owned())
+}
+
 fn titled(title: &'static str) -> impl Fn(&Value) -> bool {
     move |event| {
         (event["type"] == "session.updated" || event["type"] == "session.created")
@@ -586,12 +595,8 @@ async fn reconnecting_while_events_are_committed_loses_and_repeats_none() -> Res
 #[tokio::test]
 async fn a_reconnect_after_the_outbox_was_cut_is_told_how_many_it_missed() -> Result<()> {
     let app = spawn_app().await?;
-    let mut first = app.connected_events().await?;
-    app.ok("/session", json!({"title": "s0"})).await?;
-    outbox_events_until(&mut first, titled("s0")).await?;
-    let resume_from = first.last_id().context("no SSE id")?.to_owned();
+    let resume_from = id_after_creating(&app, "s0").await?;
     let last = position(&resume_from)?;
-    drop(first);
     for n in 1..=5 {
         app.ok("/session", json!({"title": format!("s{n}")}))
             .await?;
@@ -693,11 +698,7 @@ async fn told_it_lagged(resumed: &mut EventStream, from: &str) -> Result<()> {
 #[tokio::test]
 async fn a_position_in_another_database_is_not_taken_for_this_ones() -> Result<()> {
     let first = spawn_app().await?;
-    let mut stream = first.connected_events().await?;
-    first.ok("/session", json!({"title": "first"})).await?;
-    outbox_events_until(&mut stream, titled("first")).await?;
-    let last = stream.last_id().context("no SSE id")?.to_owned();
-    drop(stream);
+    let last = id_after_creating(&first, "first").await?;
     first.stop().await?;
 
     let second = spawn_app().await?;
