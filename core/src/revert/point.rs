@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::model::{MessageId, MessageWithParts, Part, PartId, PatchPart, Role};
+use crate::model::{
+    MessageId, MessageWithParts, Part, PartBody, PartId, PatchPart, Role, SnapshotId,
+};
 
 /// What a client asks to revert to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +121,33 @@ pub fn hidden_patches<'a>(
         .filter(|(m, p)| is_hidden(point, &m.info.id, Some(&p.id)))
         .filter_map(|(_, p)| p.as_patch())
         .collect()
+}
+
+/// The steps in the hidden range of `point` whose end snapshot failed (SPEC 4: closed without a snapshot,
+/// so with no patch): what they changed is not known, and a revert does not take it back. Each step's
+/// start snapshot (`None` when that failed too), in order.
+pub fn unrecorded_steps(
+    messages: &[MessageWithParts],
+    point: &RevertPoint,
+) -> Vec<Option<SnapshotId>> {
+    let mut started = None;
+    let mut steps = Vec::new();
+    for message in messages {
+        for part in &message.parts {
+            match &part.body {
+                PartBody::StepStart(start) => started = Some(start.snapshot.clone()),
+                PartBody::StepFinish(finish)
+                    if finish.snapshot.is_none()
+                        && is_hidden(point, &message.info.id, Some(&part.id)) =>
+                {
+                    steps.push(started.take().flatten());
+                }
+                PartBody::StepFinish(_) => started = None,
+                _ => {}
+            }
+        }
+    }
+    steps
 }
 
 /// What cleanup removes.

@@ -1020,9 +1020,10 @@ impl Rewind {
                     }
                     _ => Vec::new(),
                 };
+                // The step's start snapshot holds the files as they were before it.
                 warnings.push(self.unrevertable_step(
                     format!("the snapshot at the end of this step failed ({error})"),
-                    None,
+                    Some(step.snapshot.clone()),
                     files,
                 ));
                 (None, "error".to_owned(), Vec::new())

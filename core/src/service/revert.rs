@@ -17,7 +17,7 @@ use crate::model::{
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
     RevertPoint, RevertTarget, cleanup_plan, hidden_patches, is_hidden, select_revert_point,
-    snapshot_patches,
+    snapshot_patches, unrecorded_steps,
 };
 
 use super::record::path_set;
@@ -527,6 +527,27 @@ impl Rewind {
                     files: brought_back.iter().map(|p| p.to_absolute(directory)).collect(),
                 });
             }
+        }
+        // Steps it undoes whose changes were never recorded: said, or the revert would look complete.
+        let unrecorded = unrecorded_steps(messages, &point);
+        if !unrecorded.is_empty() {
+            let earliest = unrecorded.iter().flatten().next().cloned();
+            let earlier = earliest.as_ref().map_or_else(String::new, |start| {
+                format!(
+                    ". The files as they were when the first of them began are in snapshot {start}: `rewind \
+                     snapshot restore {start} PATH…` brings a file back"
+                )
+            });
+            warnings.push(Warning {
+                time: now,
+                message: format!(
+                    "{} step(s) this revert undoes recorded no changes (the snapshot at the end of the step \
+                     failed, as its warning said then): what they changed is not taken back{earlier}",
+                    unrecorded.len()
+                ),
+                snapshot: earliest,
+                files: Vec::new(),
+            });
         }
         Ok(RevertResult {
             counts,

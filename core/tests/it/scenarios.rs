@@ -566,6 +566,77 @@ fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
     })
 }
 
+/// A revert that undoes a step whose end snapshot failed (a full disk, say: black-box) cannot take back
+/// what that step changed, since nothing recorded it: it says so, with the snapshot that holds the files
+/// as they were when the step began, as the step's own warning does. Before, `undo` reported "no file
+/// changed" and said nothing of the step's changes left in place.
+#[test]
+fn a_revert_of_a_step_that_recorded_no_changes_says_so_and_where_the_earlier_files_are() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
+        let failing = w.prompt(&s.id, "a step whose end snapshot fails").await;
+        let start = w.rewind.begin_step(&s.id, &failing).await.expect("begin");
+        let PartBody::StepStart(StepStartPart {
+            snapshot: Some(start_snapshot),
+            ..
+        }) = &start.body
+        else {
+            panic!("a step-start with its snapshot: {start:?}");
+        };
+        w.write("a.txt", "by the failed step");
+        w.write("unreadable.txt", "x");
+        w.snapshots
+            .fs()
+            .fail_reads(w.path(), "unreadable.txt")
+            .expect("fault hook");
+        w.rewind
+            .finish_step(&s.id, &failing, rewind_core::service::StepEnd::default())
+            .await
+            .expect("the step is closed all the same");
+        let at_finish = w.rewind.warnings(&s.id).await.expect("warnings");
+        let unrevertable = at_finish
+            .iter()
+            .find(|warning| {
+                warning
+                    .message
+                    .contains("this step's changes cannot be reverted")
+            })
+            .unwrap_or_else(|| panic!("{at_finish:?}"));
+        assert_eq!(unrevertable.snapshot.as_ref(), Some(start_snapshot));
+        w.remove("unreadable.txt");
+
+        w.revert_to(&s.id, &failing).await;
+        assert_eq!(
+            w.read("a.txt").as_deref(),
+            Some("by the failed step"),
+            "not recorded, so not taken back"
+        );
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        let unrecorded = warnings
+            .iter()
+            .find(|warning| warning.message.contains("recorded no changes"))
+            .unwrap_or_else(|| panic!("{warnings:?}"));
+        assert!(
+            unrecorded.message.starts_with("1 step(s)"),
+            "{unrecorded:?}"
+        );
+        assert_eq!(unrecorded.snapshot.as_ref(), Some(start_snapshot));
+        // What the warning says the restore does, it does.
+        w.rewind
+            .restore_snapshot(
+                crate::support::ROOT,
+                start_snapshot,
+                Some(vec![RelPath::new("a.txt").expect("path")]),
+            )
+            .await
+            .expect("restore");
+        assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
+    })
+}
+
 /// SPEC 4: a step whose start snapshot is gone from the store (collected, or the store damaged) is still
 /// closed, abandoned or finished: `step-finish {reason: "error"}` with its end snapshot, no patch, and a
 /// warning. Before, working out its patch failed, the step stayed open for good, and every operation in
