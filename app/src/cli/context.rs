@@ -228,7 +228,13 @@ pub fn directory_string(path: &Path) -> Result<String> {
 pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
     use rewind_core::Error;
     match error {
-        Error::Busy { message, .. } => anyhow!("{message}"),
+        Error::Busy { message, .. } => anyhow!(
+            "{}",
+            held_by_itself(
+                message,
+                &rewind_core::HostPort::this_process(&crate::host::SystemHost::new())
+            )
+        ),
         Error::Stale { message, .. } => anyhow!("{message}; try again"),
         Error::NotFound(message)
             if message.starts_with("Message") || message.starts_with("Part") =>
@@ -259,9 +265,49 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
     }
 }
 
+/// A refusal's `message`, and when the lease that refused is held by `me` (a command runs one operation at a
+/// time), what that means: an earlier attempt of this command failed and could not give it back either
+/// (disk-full audit: `exec` said the session was busy in its own name).
+fn held_by_itself(message: String, me: &rewind_core::model::ProcessIdentity) -> String {
+    if !message.contains(&format!("(held by process {} on {})", me.pid, me.host)) {
+        return message;
+    }
+    format!(
+        "{message}. That is this rewind command itself: an earlier attempt of it failed (its error is said \
+         above, a full disk say) and could not give the lease back either; the next rewind command takes it \
+         over once this one has ended"
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::explain;
+    use super::{explain, held_by_itself};
+
+    #[test]
+    fn a_lease_held_by_the_command_itself_is_said_to_be_its_own() {
+        let me = rewind_core::model::ProcessIdentity {
+            pid: 4242,
+            host: "vm".to_owned(),
+            start_time: 1,
+            boot: None,
+        };
+        let refusal = |holder: &str| {
+            held_by_itself(
+                format!(
+                    "Session is busy: ses_1 (held by {holder}); try again when it has finished"
+                ),
+                &me,
+            )
+        };
+        assert!(refusal("process 4242 on vm").contains("this rewind command itself"));
+        for other in [
+            "process 42 on vm",
+            "process 4242 on other",
+            "server process 4242 on vm",
+        ] {
+            assert!(!refusal(other).contains("itself"), "{other}");
+        }
+    }
 
     /// An unreadable file's hint fits its cause: permissions only when they refused the read (black-box:
     /// a path too long was told to fix its permissions).
