@@ -25,7 +25,7 @@ use crate::ignore::{Ignores, OutsideRule};
 use crate::odb::{Kind, Odb};
 use crate::replace::{Held, Releases, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
-use crate::store::{SnapshotRecord, Store, is_temp_name, temp_name};
+use crate::store::{NestedRoots, SnapshotRecord, Store, is_temp_name, temp_name};
 use crate::track::track;
 use crate::tree::{Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
 
@@ -1881,36 +1881,44 @@ fn untracked_at(
     if record.skipped.contains(path) {
         return Ok(true);
     }
-    // Ignored under any of the rule sets in force when a track returned that id.
+    // Ignored under any of the rule sets in force when a track returned that id, with the nested
+    // repositories as each of those tracks found them, or as they are on disk now (all a record written
+    // before they were recorded says; and a path ignored under either may have existed then).
     for (prefix, outside) in record.rule_sets() {
-        if ignored_at(store, tree, path, prefix, outside)? {
+        if ignored_at(store, tree, path, (prefix, outside), None)? {
             return Ok(true);
+        }
+        for nested in &record.nested {
+            if ignored_at(store, tree, path, (prefix, outside), Some(nested))? {
+                return Ok(true);
+            }
         }
     }
     Ok(false)
 }
 
 /// Whether `path`, absent from the snapshot `tree`, was ignored under its `.gitignore` files and the
-/// outside rules `outside` (with the worktree at `prefix` in its ignore root).
+/// outside rules `outside` (with the worktree at `prefix` in its ignore root), with the nested
+/// repositories `nested` (`None`: those on disk now).
 fn ignored_at(
     store: &Store,
     tree: &RefCell<LazyTree<'_>>,
     path: &str,
-    prefix: &str,
-    outside: &[OutsideRule],
+    (prefix, outside): (&str, &[OutsideRule]),
+    nested: Option<&NestedRoots>,
 ) -> GitResult<bool> {
     let ignores = Ignores::from_outside(outside.to_vec(), prefix.to_owned());
     let failed = RefCell::new(None);
-    // A nested repository's root, and its `info/exclude`, are as they are on disk now: a snapshot holds
-    // no `.git`, and its record no nested rules.
-    let nested_of =
-        |dir: &str| match crate::ignore::nested_repository_exclude(&store.worktree.join(dir)) {
+    let nested_of = |dir: &str| match nested {
+        Some(roots) => roots.get(dir).cloned(),
+        None => match crate::ignore::nested_repository_exclude(&store.worktree.join(dir)) {
             Ok(found) => found,
             Err(e) => {
                 *failed.borrow_mut() = Some(e);
                 None
             }
-        };
+        },
+    };
     // `path` is absent from that snapshot: matched as a file, as the track that took it saw no
     // directory there either.
     let gitignore_of = |dir: &str| {

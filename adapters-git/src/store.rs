@@ -2,7 +2,7 @@
 //! processes while an operation runs, with rewind's own files under `rewind/` (stat cache, per-snapshot
 //! records, the log of returned ids, the journal of temporary files).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -76,7 +76,18 @@ pub struct SnapshotRecord {
     /// emptied, as git would.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub empty_dirs: Option<BTreeSet<String>>,
+    /// The nested repositories' roots (worktree-relative, no trailing `/`) and their `info/exclude` text,
+    /// as each track that returned this id found them: one map per distinct state. A snapshot holds no
+    /// `.git`, so without this a path's rules then would be judged by the nested repositories on disk now,
+    /// and a step that made a directory a repository (`git init`), or unmade one, would have its undo
+    /// delete a file that was ignored when it began (git-layout audit). Empty in records written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nested: Vec<NestedRoots>,
 }
+
+/// The nested repositories a track found: each root directory and its `info/exclude` text (`None` when it
+/// has none that can be read).
+pub type NestedRoots = BTreeMap<String, Option<String>>;
 
 impl SnapshotRecord {
     /// The directories a revert or restore going back to this snapshot leaves when it empties them: each
@@ -566,14 +577,15 @@ impl Store {
             .and_then(|data| serde_json::from_slice(&data).ok())
     }
 
-    /// Merges what a track saw into the record of `id` (skipped paths and rule sets are unions, empty
-    /// directories an intersection).
+    /// Merges what a track saw into the record of `id` (skipped paths, rule sets and nested repositories
+    /// are unions, empty directories an intersection).
     pub fn add_record(
         &self,
         id: &ObjectId,
         prefix: &str,
         outside: &[OutsideRule],
         (skipped, empty_dirs): (&BTreeSet<String>, &BTreeSet<String>),
+        nested: &NestedRoots,
     ) -> GitResult<()> {
         let mut record = self.record(id);
         let before = record.clone();
@@ -596,6 +608,9 @@ impl Store {
         match &mut record.empty_dirs {
             Some(seen) => seen.retain(|dir| empty_dirs.contains(dir)),
             None => record.empty_dirs = Some(empty_dirs.clone()),
+        }
+        if !record.nested.contains(nested) {
+            record.nested.push(nested.clone());
         }
         if record == before || (record == SnapshotRecord::default()) {
             return Ok(());

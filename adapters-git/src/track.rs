@@ -21,7 +21,7 @@ use crate::seed::Seed;
 use crate::stat_cache::{
     CacheEntry, DirStat, Encoded, Listed, ListedKind, Listing, Stat, StatCache,
 };
-use crate::store::{Store, is_temp_name};
+use crate::store::{NestedRoots, Store, is_temp_name};
 use crate::tree::{Mode, mark_dirty, write_dirty};
 
 /// The result of a track, with what later steps of the same operation need.
@@ -79,6 +79,8 @@ struct Walk<'a> {
     started_ns: i128,
     candidates: Vec<Candidate>,
     skipped: Vec<SkippedPath>,
+    /// The nested repositories found, for the snapshot's record (`SnapshotRecord::nested`).
+    nested: NestedRoots,
 }
 
 /// Reads a directory's entries: names with their kind, leaving out rewind's temporary files. A `.git` is
@@ -213,6 +215,8 @@ impl Walk<'_> {
             if entries.iter().any(|e| e.name == ".git")
                 && let Some(exclude) = crate::ignore::nested_repository_exclude(&abs_dir)?
             {
+                self.nested
+                    .insert(rel_dir.trim_end_matches('/').to_owned(), exclude.clone());
                 rules = self.ignores.nested_rules_hash(rel_dir, exclude.as_deref());
                 let nested = self.ignores.nested(rel_dir, exclude.as_deref());
                 enclosing = Some(std::mem::replace(&mut self.ignores, nested));
@@ -403,6 +407,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         started_ns,
         candidates: Vec::new(),
         skipped: Vec::new(),
+        nested: NestedRoots::new(),
     };
     // While this thread walks, the others lstat the files the cache holds, in its order: the walk is
     // mostly this process's own work and the lstat calls mostly the kernel's, and each would otherwise
@@ -466,6 +471,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         listings,
         relisted,
         learned_listings,
+        nested,
         ..
     } = walk;
     // Aligned: the walk found the cache's paths, at its positions, and no other.
@@ -512,6 +518,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 hashed: in_place.hashed,
                 listings,
                 listings_learned,
+                nested,
             };
             return finish(
                 store,
@@ -578,6 +585,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             hashed,
             listings,
             listings_learned: relisted > 0 && learned_listings,
+            nested,
         };
         // Each file hashed again stays racy (`as_cached`), and no entry changes.
         let in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
@@ -616,6 +624,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             hashed: in_place.hashed,
             listings,
             listings_learned: relisted > 0 && learned_listings,
+            nested,
         };
         return finish(
             store,
@@ -681,6 +690,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         hashed,
         listings,
         listings_learned: relisted > 0 && learned_listings,
+        nested,
     };
     let changed = Changed {
         entries,
@@ -700,6 +710,7 @@ struct Found {
     listings: HashMap<String, Listing>,
     /// Whether they teach the next track something (see `Walk::learned_listings`).
     listings_learned: bool,
+    nested: NestedRoots,
 }
 
 /// The files a track found, as the entries of the cache it leaves, and what differs from `cache`.
@@ -789,6 +800,7 @@ fn finish(
         hashed,
         listings,
         listings_learned,
+        nested,
     } = found;
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
     // Every directory walked has a listing (one with a name that is not UTF-8 has none, and is not empty).
@@ -812,7 +824,13 @@ fn finish(
             ..cache
         }
         .keep(&store.stat_cache_path());
-        return returned(store, tree, (skipped, &empty_dirs), hashed, ignores);
+        return returned(
+            store,
+            tree,
+            (skipped, &empty_dirs, &nested),
+            hashed,
+            ignores,
+        );
     }
     // The new cache's entries and listings are encoded on another thread while this one writes the trees.
     let (written, encoded) = std::thread::scope(|scope| {
@@ -852,14 +870,15 @@ fn finish(
     // snapshot stands (its objects are written); failing here would fail, say, the rollback of an
     // operation on a full disk, whose files need nothing new stored (black-box).
     let _unsaved = cache.save_encoded(&store.stat_cache_path(), encoded);
-    returned(store, id, (skipped, &empty_dirs), hashed, ignores)
+    returned(store, id, (skipped, &empty_dirs, &nested), hashed, ignores)
 }
 
-/// Records snapshot `id` (with what it skipped and the empty directories it saw) as returned, and returns it.
+/// Records snapshot `id` (with what it skipped, the empty directories and the nested repositories it saw)
+/// as returned, and returns it.
 fn returned(
     store: &Store,
     id: ObjectId,
-    (skipped, empty_dirs): (Vec<SkippedPath>, &BTreeSet<String>),
+    (skipped, empty_dirs, nested): (Vec<SkippedPath>, &BTreeSet<String>, &NestedRoots),
     hashed: u64,
     ignores: Ignores,
 ) -> GitResult<Tracked> {
@@ -869,6 +888,7 @@ fn returned(
         ignores.prefix(),
         &ignores.outside,
         (&skipped_set, empty_dirs),
+        nested,
     )?;
     store.log_returned(&id)?;
     Ok(Tracked {

@@ -1257,6 +1257,71 @@ async fn a_nested_repository_follows_its_own_ignore_rules_only() {
     );
 }
 
+/// A step that makes a directory a repository of its own (`git init` there) moves its files from the
+/// enclosing rules to that repository's: a file the enclosing `.gitignore` ignored when the step began is
+/// tracked content at its end, and listed as added. Its revert keeps it: the snapshot's record says which
+/// nested repositories there were then (none), so it was ignored then and may have existed. Before, the
+/// rules were judged by the repositories on disk now, and the undo deleted the file (git-layout audit).
+#[tokio::test]
+async fn a_step_that_makes_a_directory_a_repository_keeps_what_was_ignored_when_it_began() {
+    let h = GitHarness::new();
+    h.write(".gitignore", b"*.secret\n");
+    h.write("d/code.c", b"int main;\n");
+    h.write("d/keys.secret", b"the user's keys\n");
+    let s = h.track().await;
+    init_repo(&h.path("d"));
+    h.write("d/code.c", b"int main; // the agent's\n");
+    let after = h.id().await;
+    let changed = h
+        .port()
+        .changed_files(h.root(), &s.id)
+        .await
+        .expect("changed files");
+    assert_eq!(changed, rels(&["d/code.c", "d/keys.secret"]));
+    let outcome = h
+        .port()
+        .revert(
+            h.root(),
+            &one_patch(&s.id, &["d/code.c", "d/keys.secret"]),
+            &after,
+        )
+        .await
+        .expect("revert");
+    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
+    assert_eq!(kept, ["d/keys.secret"]);
+    assert_eq!(h.read("d/keys.secret"), text("the user's keys\n"));
+    assert_eq!(h.read("d/code.c"), text("int main;\n"));
+}
+
+/// The other way round: a nested repository whose `info/exclude` ignored a file is unmade by the step
+/// (`rm -rf d/.git`), so the file is tracked content at its end. The record holds that repository and its
+/// exclude as the step's start found them, and the revert keeps the file (git-layout audit: deleted).
+#[tokio::test]
+async fn a_step_that_unmakes_a_nested_repository_keeps_what_its_exclude_ignored() {
+    let h = GitHarness::new();
+    init_repo(&h.path("d"));
+    fs::write(h.path("d/.git/info/exclude"), "*.secret\n").expect("nested exclude");
+    h.write("d/code.c", b"int main;\n");
+    h.write("d/keys.secret", b"the user's keys\n");
+    let s = h.track().await;
+    fs::remove_dir_all(h.path("d/.git")).expect("unmake the repository");
+    let after = h.id().await;
+    let changed = h
+        .port()
+        .changed_files(h.root(), &s.id)
+        .await
+        .expect("changed files");
+    assert_eq!(changed, rels(&["d/keys.secret"]));
+    let outcome = h
+        .port()
+        .revert(h.root(), &one_patch(&s.id, &["d/keys.secret"]), &after)
+        .await
+        .expect("revert");
+    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
+    assert_eq!(kept, ["d/keys.secret"]);
+    assert_eq!(h.read("d/keys.secret"), text("the user's keys\n"));
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // (g) The stat cache is not fooled.
 

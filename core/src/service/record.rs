@@ -1268,7 +1268,8 @@ impl Rewind {
         Some(Warning {
             time: self.now(),
             message: format!(
-                "{} file(s) became ignored during this step (a .gitignore or exclude rule changed): the \
+                "{} file(s) became ignored during this step (a .gitignore or exclude rule changed, or the \
+                 nested repository whose own rules tracked them was moved or lost its .git): the \
                  step's patch leaves them out, so undoing it does not put them back; their content before \
                  the step is in snapshot {start}: `rewind snapshot restore {start} PATH…` brings a file back",
                 left.len()
