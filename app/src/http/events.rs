@@ -55,6 +55,10 @@ const RELAY_BATCH: u32 = 512;
 /// stream holds one batch at a time).
 const CATCH_UP_BATCH: u32 = 16;
 
+/// How many times a starting stream reads the outbox's end and the id of its event before it takes the end
+/// without the id (each retry means gc cut that event meanwhile).
+const END_READS: u32 = 3;
+
 /// The header a reconnecting SSE client sends with the last `id:` it received.
 const LAST_EVENT_ID: &str = "last-event-id";
 
@@ -228,13 +232,16 @@ impl Start {
     /// Reads the outbox's end, which must come after subscribing to the bus: every event past it is
     /// delivered live.
     async fn find(repo: &dyn MessageRepo, resume: Option<Resume>) -> rewind_core::Result<Start> {
+        let mut attempts = 0;
         let end = loop {
             let seq = repo.last_event_seq().await?;
             let event = repo.event_id_at(seq).await?;
-            if seq == 0 || event.is_some() {
+            attempts += 1;
+            // Cut between the two reads: a later event was committed (the newest is never cut). Read again;
+            // past a few tries, the end is a bare position (sent unchecked, as an earlier version's).
+            if seq == 0 || event.is_some() || attempts == END_READS {
                 break Mark { seq, event };
             }
-            // Cut between the two reads: a later event was committed (the newest is never cut). Read again.
         };
         let from = match resume {
             None => {
@@ -568,6 +575,27 @@ mod tests {
             stop,
         )
         .await;
+    }
+
+    /// The outbox's end whose event is cut again and again under a starting stream (or a database that
+    /// answers so) is taken as a bare position after a few reads, rather than read for good.
+    #[tokio::test]
+    async fn a_stream_start_reads_the_end_a_bounded_number_of_times() {
+        let mut repo = MockMessageRepo::new();
+        repo.expect_last_event_seq()
+            .times(END_READS as usize)
+            .returning(|| Ok(5));
+        repo.expect_event_id_at()
+            .times(END_READS as usize)
+            .returning(|_| Ok(None));
+        let start = Start::find(&repo, None).await.expect("start");
+        assert_eq!(
+            start.mark,
+            Mark {
+                seq: 5,
+                event: None
+            }
+        );
     }
 
     #[tokio::test]
