@@ -2,7 +2,8 @@
 //! worked example (§3.3), plus the rules where rewind deliberately differs (SPEC section 12).
 
 use rewind_core::model::{
-    EventPayload, MessageWithParts, PartBody, RelPath, Role, Session, StepStartPart, Warning,
+    EventPayload, MessageId, MessageWithParts, Part, PartBody, RelPath, Role, Session, SessionId,
+    SnapshotId, StepStartPart, Warning,
 };
 use rewind_core::service::{NewMessage, NewPart};
 use rewind_core::testkit::mem_repo::MemRepo;
@@ -520,6 +521,35 @@ fn unrevert_says_it_put_back_a_file_deleted_while_reverted() {
     })
 }
 
+/// Makes the next track fail (a file that cannot be read) and finishes the step of `message`: closed all
+/// the same, with no end snapshot (SPEC 4). The unreadable file is left for the caller to remove.
+async fn finish_with_a_failed_end_snapshot(
+    w: &World,
+    session: &SessionId,
+    message: &MessageId,
+) -> Vec<Part> {
+    w.write("unreadable.txt", "x");
+    w.snapshots
+        .fs()
+        .fail_reads(w.path(), "unreadable.txt")
+        .expect("fault hook");
+    w.rewind
+        .finish_step(session, message, rewind_core::service::StepEnd::default())
+        .await
+        .expect("the step is closed all the same")
+}
+
+/// The snapshot of a step-start part.
+fn snapshot_of_start(start: &Part) -> SnapshotId {
+    match &start.body {
+        PartBody::StepStart(StepStartPart {
+            snapshot: Some(snapshot),
+            ..
+        }) => snapshot.clone(),
+        _ => panic!("a step-start with its snapshot: {start:?}"),
+    }
+}
+
 /// SPEC 4 and 6 step 7: a step whose end snapshot failed has no patch, so what it changed counts as
 /// changed outside the steps: a revert of an earlier turn that overwrites it names it in the warning.
 #[test]
@@ -532,16 +562,7 @@ fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
         let failing = w.prompt(&s.id, "a step whose end snapshot fails").await;
         w.rewind.begin_step(&s.id, &failing).await.expect("begin");
         w.write("a.txt", "by the failed step");
-        w.write("unreadable.txt", "x");
-        w.snapshots
-            .fs()
-            .fail_reads(w.path(), "unreadable.txt")
-            .expect("fault hook");
-        let parts = w
-            .rewind
-            .finish_step(&s.id, &failing, rewind_core::service::StepEnd::default())
-            .await
-            .expect("the step is closed all the same");
+        let parts = finish_with_a_failed_end_snapshot(&w, &s.id, &failing).await;
         assert!(
             parts.iter().all(|p| p.as_patch().is_none()),
             "no patch: {parts:?}"
@@ -579,23 +600,9 @@ fn a_revert_of_a_step_that_recorded_no_changes_says_so_and_where_the_earlier_fil
         w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
         let failing = w.prompt(&s.id, "a step whose end snapshot fails").await;
         let start = w.rewind.begin_step(&s.id, &failing).await.expect("begin");
-        let PartBody::StepStart(StepStartPart {
-            snapshot: Some(start_snapshot),
-            ..
-        }) = &start.body
-        else {
-            panic!("a step-start with its snapshot: {start:?}");
-        };
+        let start_snapshot = &snapshot_of_start(&start);
         w.write("a.txt", "by the failed step");
-        w.write("unreadable.txt", "x");
-        w.snapshots
-            .fs()
-            .fail_reads(w.path(), "unreadable.txt")
-            .expect("fault hook");
-        w.rewind
-            .finish_step(&s.id, &failing, rewind_core::service::StepEnd::default())
-            .await
-            .expect("the step is closed all the same");
+        finish_with_a_failed_end_snapshot(&w, &s.id, &failing).await;
         let at_finish = w.rewind.warnings(&s.id).await.expect("warnings");
         let unrevertable = at_finish
             .iter()
@@ -650,13 +657,7 @@ fn a_step_whose_start_snapshot_is_gone_is_closed_all_the_same() {
         let t1 = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
         let message = w.prompt(&s.id, "a step whose start snapshot goes").await;
         let start = w.rewind.begin_step(&s.id, &message).await.expect("begin");
-        let PartBody::StepStart(StepStartPart {
-            snapshot: Some(start_snapshot),
-            ..
-        }) = &start.body
-        else {
-            panic!("a step-start with its snapshot: {start:?}");
-        };
+        let start_snapshot = &snapshot_of_start(&start);
         w.write("a.txt", "by the step");
         assert!(w.snapshots.remove_tree(w.path(), start_snapshot));
         let parts = w
