@@ -1882,14 +1882,39 @@ fn untracked_at(
         return Ok(true);
     }
     // Ignored under any of the rule sets in force when a track returned that id, with the nested
-    // repositories as each of those tracks found them, or as they are on disk now (all a record written
-    // before they were recorded says; and a path ignored under either may have existed then).
-    for (prefix, outside) in record.rule_sets() {
-        if ignored_at(store, tree, path, (prefix, outside), None)? {
-            return Ok(true);
+    // repositories as each of those tracks found them, and, unless the record holds them for every track
+    // (one written before they were recorded), as they are on disk now: a path ignored under either may
+    // have existed then. Only the nested roots among the path's parents matter: states that agree there
+    // are judged once.
+    let parents: Vec<&str> = path.match_indices('/').map(|(i, _)| &path[..i]).collect();
+    let mut states = Vec::new();
+    if !record.nested_all || record.nested.is_empty() {
+        let mut now = NestedRoots::new();
+        for dir in &parents {
+            if let Some(exclude) =
+                crate::ignore::nested_repository_exclude(&store.worktree.join(dir))?
+            {
+                now.insert((*dir).to_owned(), exclude);
+            }
         }
-        for nested in &record.nested {
-            if ignored_at(store, tree, path, (prefix, outside), Some(nested))? {
+        states.push(now);
+    }
+    for recorded in &record.nested {
+        let state: NestedRoots = parents
+            .iter()
+            .filter_map(|dir| {
+                recorded
+                    .get(*dir)
+                    .map(|exclude| ((*dir).to_owned(), exclude.clone()))
+            })
+            .collect();
+        if !states.contains(&state) {
+            states.push(state);
+        }
+    }
+    for (prefix, outside) in record.rule_sets() {
+        for nested in &states {
+            if ignored_at(store, tree, path, (prefix, outside), nested)? {
                 return Ok(true);
             }
         }
@@ -1899,26 +1924,17 @@ fn untracked_at(
 
 /// Whether `path`, absent from the snapshot `tree`, was ignored under its `.gitignore` files and the
 /// outside rules `outside` (with the worktree at `prefix` in its ignore root), with the nested
-/// repositories `nested` (`None`: those on disk now).
+/// repositories `nested` (their roots among the path's parents).
 fn ignored_at(
     store: &Store,
     tree: &RefCell<LazyTree<'_>>,
     path: &str,
     (prefix, outside): (&str, &[OutsideRule]),
-    nested: Option<&NestedRoots>,
+    nested: &NestedRoots,
 ) -> GitResult<bool> {
     let ignores = Ignores::from_outside(outside.to_vec(), prefix.to_owned());
     let failed = RefCell::new(None);
-    let nested_of = |dir: &str| match nested {
-        Some(roots) => roots.get(dir).cloned(),
-        None => match crate::ignore::nested_repository_exclude(&store.worktree.join(dir)) {
-            Ok(found) => found,
-            Err(e) => {
-                *failed.borrow_mut() = Some(e);
-                None
-            }
-        },
-    };
+    let nested_of = |dir: &str| nested.get(dir).cloned();
     // `path` is absent from that snapshot: matched as a file, as the track that took it saw no
     // directory there either.
     let gitignore_of = |dir: &str| {

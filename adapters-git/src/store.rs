@@ -83,6 +83,10 @@ pub struct SnapshotRecord {
     /// delete a file that was ignored when it began (git-layout audit). Empty in records written before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nested: Vec<NestedRoots>,
+    /// Whether `nested` holds the state of every track of the id (the record was first written with it),
+    /// so the nested repositories on disk now need not be asked too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nested_all: bool,
 }
 
 /// The nested repositories a track found: each root directory and its `info/exclude` text (`None` when it
@@ -608,6 +612,9 @@ impl Store {
         match &mut record.empty_dirs {
             Some(seen) => seen.retain(|dir| empty_dirs.contains(dir)),
             None => record.empty_dirs = Some(empty_dirs.clone()),
+        }
+        if !known {
+            record.nested_all = true;
         }
         if !record.nested.contains(nested) {
             record.nested.push(nested.clone());
