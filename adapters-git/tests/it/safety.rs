@@ -1257,6 +1257,15 @@ async fn a_nested_repository_follows_its_own_ignore_rules_only() {
     );
 }
 
+/// The paths a revert kept, with why.
+fn kept_with_reasons(outcome: &rewind_core::model::RevertOutcome) -> Vec<(&str, &str)> {
+    outcome
+        .kept
+        .iter()
+        .map(|k| (k.path.as_str(), k.reason.as_str()))
+        .collect()
+}
+
 /// Why a revert keeps a file that was untracked when its step began.
 const IGNORED_THEN: &str = "it was not tracked content when the step began (ignored or skipped), so it may have existed then";
 
@@ -1290,19 +1299,18 @@ async fn a_step_that_makes_a_directory_a_repository_keeps_what_was_ignored_when_
         )
         .await
         .expect("revert");
-    let kept: Vec<(&str, &str)> = outcome
-        .kept
-        .iter()
-        .map(|k| (k.path.as_str(), k.reason.as_str()))
-        .collect();
-    assert_eq!(kept, [("d/keys.secret", IGNORED_THEN)]);
+    assert_eq!(
+        kept_with_reasons(&outcome),
+        [("d/keys.secret", IGNORED_THEN)]
+    );
     assert_eq!(h.read("d/keys.secret"), text("the user's keys\n"));
     assert_eq!(h.read("d/code.c"), text("int main;\n"));
 }
 
 /// The other way round, deeper: a nested repository whose `info/exclude` ignored a file is unmade by the
-/// step (`rm -rf lib/d/.git`), so the file is tracked content at its end. The record holds that repository and its
-/// exclude as the step's start found them, and the revert keeps the file (git-layout audit: deleted).
+/// step (`rm -rf lib/d/.git`), so the file is tracked content at its end. The record holds that
+/// repository and its exclude as the step's start found them, and the revert keeps the file (git-layout
+/// audit: deleted).
 #[tokio::test]
 async fn a_step_that_unmakes_a_nested_repository_keeps_what_its_exclude_ignored() {
     let h = GitHarness::new();
@@ -1324,12 +1332,10 @@ async fn a_step_that_unmakes_a_nested_repository_keeps_what_its_exclude_ignored(
         .revert(h.root(), &one_patch(&s.id, &["lib/d/keys.secret"]), &after)
         .await
         .expect("revert");
-    let kept: Vec<(&str, &str)> = outcome
-        .kept
-        .iter()
-        .map(|k| (k.path.as_str(), k.reason.as_str()))
-        .collect();
-    assert_eq!(kept, [("lib/d/keys.secret", IGNORED_THEN)]);
+    assert_eq!(
+        kept_with_reasons(&outcome),
+        [("lib/d/keys.secret", IGNORED_THEN)]
+    );
     assert_eq!(h.read("lib/d/keys.secret"), text("the user's keys\n"));
 }
 
