@@ -423,9 +423,19 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
     } else {
         return Ok(Some(None));
     };
-    Ok(Some(read_rules(
-        &common_dir_of(&git_dir).join("info").join("exclude"),
-    )?))
+    // Its rule lines only: the text is also kept in each snapshot's record (`SnapshotRecord::nested`), and
+    // git's template is comments alone.
+    let exclude = read_rules(&common_dir_of(&git_dir).join("info").join("exclude"))?;
+    Ok(Some(exclude.map(|text| rule_lines(&text))))
+}
+
+/// A rules file's text without its comments and empty lines, which match nothing (a line that starts with
+/// `#`; `\#` is a pattern, and so is any other line, kept as it is).
+fn rule_lines(text: &str) -> String {
+    text.split('\n')
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The rules hash of worktree directory `dir` (`a/b/`) whose parent's hash is `parent` and whose own
@@ -489,5 +499,16 @@ fn global_excludes_path(
                 Some(config_home.join("git").join("ignore"))
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rule_lines;
+
+    #[test]
+    fn a_rules_files_comments_and_empty_lines_are_left_out_and_its_patterns_kept_as_they_are() {
+        let text = "# git ls-files --others --exclude-from=.git/info/exclude\n\n*.ex\n\\#kept\n  \n!keep.ex\r\n#last";
+        assert_eq!(rule_lines(text), "*.ex\n\\#kept\n  \n!keep.ex\r");
     }
 }
