@@ -499,34 +499,22 @@ impl Rewind {
             let (brought_back, overwritten): (Vec<RelPath>, Vec<RelPath>) = edited
                 .into_iter()
                 .partition(|path| absent_before.contains(path.as_str()));
-            if !overwritten.is_empty() {
-                warnings.push(Warning {
-                    time: now,
-                    message: format!(
-                        "{} file(s) had been changed outside the session's steps (by you or another session, \
-                         between two steps or after the last one); the revert overwrote or removed them. Their \
-                         content is kept in snapshot {snapshot}: `rewind snapshot restore {snapshot} PATH…` \
-                         brings a file back",
-                        overwritten.len()
-                    ),
-                    snapshot: Some(snapshot.clone()),
-                    files: overwritten.iter().map(|p| p.to_absolute(directory)).collect(),
-                });
-            }
-            if !brought_back.is_empty() {
-                warnings.push(Warning {
-                    time: now,
-                    message: format!(
-                        "{} file(s) had been deleted outside the session's steps (by you or another session, \
-                         between two steps or after the last one); the revert brought them back as they were \
-                         before the steps it undid. `rewind snapshot restore {snapshot} PATH…` deletes a file \
-                         again (snapshot {snapshot}, taken before the revert, does not hold them)",
-                        brought_back.len()
-                    ),
-                    snapshot: Some(snapshot.clone()),
-                    files: brought_back.iter().map(|p| p.to_absolute(directory)).collect(),
-                });
-            }
+            warnings.extend(files_warning(now, directory, &snapshot, &overwritten, |n| {
+                format!(
+                    "{n} file(s) had been changed outside the session's steps (by you or another session, \
+                     between two steps or after the last one); the revert overwrote or removed them. Their \
+                     content is kept in snapshot {snapshot}: `rewind snapshot restore {snapshot} PATH…` \
+                     brings a file back"
+                )
+            }));
+            warnings.extend(files_warning(now, directory, &snapshot, &brought_back, |n| {
+                format!(
+                    "{n} file(s) had been deleted outside the session's steps (by you or another session, \
+                     between two steps or after the last one); the revert brought them back as they were \
+                     before the steps it undid. `rewind snapshot restore {snapshot} PATH…` deletes a file \
+                     again (snapshot {snapshot}, taken before the revert, does not hold them)"
+                )
+            }));
         }
         // Steps it undoes whose changes were never recorded: said, or the revert would look complete.
         let unrecorded = unrecorded_steps(messages, &point);
@@ -743,48 +731,29 @@ impl Rewind {
         let created: BTreeSet<&RelPath> = outcome.created.iter().collect();
         let (brought_back, edited): (Vec<&RelPath>, Vec<&RelPath>) =
             edited.into_iter().partition(|path| created.contains(path));
-        if !edited.is_empty() {
-            let capture = current.clone();
-            warnings.push(Warning {
-                time: self.now(),
-                message: format!(
-                    "{} file(s) were changed while the session was reverted and have been put back to their \
-                     pre-revert content. Your versions are kept in snapshot {capture}: `rewind snapshot restore \
-                     {capture} PATH…` brings a file back",
-                    edited.len()
-                ),
-                snapshot: Some(capture),
-                files: edited.iter().map(|p| p.to_absolute(directory)).collect(),
-            });
-        }
-        if !brought_back.is_empty() {
-            let capture = current.clone();
-            warnings.push(Warning {
-                time: self.now(),
-                message: format!(
-                    "{} file(s) were deleted while the session was reverted and have been put back to their \
-                     pre-revert content. `rewind snapshot restore {capture} PATH…` deletes a file again \
-                     (snapshot {capture}, taken just before, does not hold them)",
-                    brought_back.len()
-                ),
-                snapshot: Some(capture),
-                files: brought_back.iter().map(|p| p.to_absolute(directory)).collect(),
-            });
-        }
-        if !blocked.is_empty() {
-            warnings.push(Warning {
-                time: self.now(),
-                message: format!(
-                    "{} file(s) were not put back: while the session was reverted you created files below them, \
-                     or in their place where they need a directory, and putting them back would remove yours. \
-                     Their state before the revert is in snapshot {snapshot}: move yours away, then `rewind \
-                     snapshot restore {snapshot} PATH…` puts a file back",
-                    blocked.len()
-                ),
-                snapshot: Some(snapshot.clone()),
-                files: blocked.iter().map(|p| p.to_absolute(directory)).collect(),
-            });
-        }
+        let now = self.now();
+        warnings.extend(files_warning(now, directory, current, edited, |n| {
+            format!(
+                "{n} file(s) were changed while the session was reverted and have been put back to their \
+                 pre-revert content. Your versions are kept in snapshot {current}: `rewind snapshot restore \
+                 {current} PATH…` brings a file back"
+            )
+        }));
+        warnings.extend(files_warning(now, directory, current, brought_back, |n| {
+            format!(
+                "{n} file(s) were deleted while the session was reverted and have been put back to their \
+                 pre-revert content. `rewind snapshot restore {current} PATH…` deletes a file again \
+                 (snapshot {current}, taken just before, does not hold them)"
+            )
+        }));
+        warnings.extend(files_warning(self.now(), directory, snapshot, &blocked, |n| {
+            format!(
+                "{n} file(s) were not put back: while the session was reverted you created files below them, \
+                 or in their place where they need a directory, and putting them back would remove yours. \
+                 Their state before the revert is in snapshot {snapshot}: move yours away, then `rewind \
+                 snapshot restore {snapshot} PATH…` puts a file back"
+            )
+        }));
         let counts = FileCounts {
             written: outcome.written.len(),
             deleted: outcome.deleted.len(),
@@ -1508,6 +1477,27 @@ fn blocked_by_new_files(changed: &BTreeSet<RelPath>, made: &[RelPath]) -> BTreeS
             .cloned(),
     );
     blocked
+}
+
+/// The warning about `paths` (of worktree `directory`) whose other content snapshot `snapshot` holds, with
+/// the `message` their count gives; none when there are none.
+fn files_warning<P: std::borrow::Borrow<RelPath>>(
+    time: u64,
+    directory: &str,
+    snapshot: &SnapshotId,
+    paths: impl IntoIterator<Item = P>,
+    message: impl FnOnce(usize) -> String,
+) -> Option<Warning> {
+    let files: Vec<String> = paths
+        .into_iter()
+        .map(|p| p.borrow().to_absolute(directory))
+        .collect();
+    (!files.is_empty()).then(|| Warning {
+        time,
+        message: message(files.len()),
+        snapshot: Some(snapshot.clone()),
+        files,
+    })
 }
 
 #[cfg(test)]
