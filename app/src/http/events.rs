@@ -676,6 +676,13 @@ mod tests {
             repo.events_after(before, u32::MAX).await.expect("rows")
         }
 
+        /// Commits `n` events and publishes them on `bus`, as the relay does.
+        async fn relay_new(repo: &MemRepo, ids: &IdGenerator, bus: &BroadcastBus, n: usize) {
+            for row in commit(repo, ids, n).await {
+                bus.publish(row);
+            }
+        }
+
         async fn cut_through(repo: &MemRepo, seq: u64) {
             repo.commit(Transaction {
                 guards: Vec::new(),
@@ -866,15 +873,11 @@ mod tests {
             assert_eq!(first, (4..=19).collect::<Vec<_>>(), "one batch");
             // Committed and relayed while the stream is between batches: read from the outbox, and its
             // live copy passed over.
-            for row in commit(&repo, &ids, 2).await {
-                bus.publish(row);
-            }
+            relay_new(&repo, &ids, &bus, 2).await;
             let rest = drain(&mut follower).await;
             assert_eq!(rest, (20..=42).collect::<Vec<_>>());
             // Then live.
-            for row in commit(&repo, &ids, 1).await {
-                bus.publish(row);
-            }
+            relay_new(&repo, &ids, &bus, 1).await;
             assert_eq!(drain(&mut follower).await, [43]);
         }
 
@@ -916,13 +919,9 @@ mod tests {
             let start = Start::find(repo.as_ref(), None).await.expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
             // 40 events relayed while the stream does not read: the bus holds 2.
-            for row in commit(&repo, &ids, 40).await {
-                bus.publish(row);
-            }
+            relay_new(&repo, &ids, &bus, 40).await;
             assert_eq!(drain(&mut follower).await, (1..=40).collect::<Vec<_>>());
-            for row in commit(&repo, &ids, 1).await {
-                bus.publish(row);
-            }
+            relay_new(&repo, &ids, &bus, 1).await;
             assert_eq!(
                 drain(&mut follower).await,
                 [41],
@@ -938,9 +937,7 @@ mod tests {
             let bus = BroadcastBus::new(2);
             let start = Start::find(repo.as_ref(), None).await.expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
-            for row in commit(&repo, &ids, 30).await {
-                bus.publish(row);
-            }
+            relay_new(&repo, &ids, &bus, 30).await;
             cut_through(&repo, 10).await;
             let mut expected = vec![-10];
             expected.extend(11..=30);
