@@ -261,7 +261,13 @@ impl Start {
         }
         let mut unchecked = false;
         if let Some(event) = &from.event {
-            match repo.event_id_at(from.seq).await? {
+            // At the end, its id was read just now.
+            let held = if from.seq == end.seq {
+                end.event.clone()
+            } else {
+                repo.event_id_at(from.seq).await?
+            };
+            match held {
                 // Another event there: another database's outbox, or this one restored from a backup.
                 Some(held) if held != *event => return Ok(Start::foreign(end)),
                 Some(_) => {}
