@@ -186,8 +186,20 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             use std::os::unix::fs::MetadataExt;
             (m.dev(), m.ino())
         });
+    let lease_db = if backend == Backend::SqliteFile && !read_only {
+        match connect_lease_pool(&config.url, busy_timeout).await {
+            Ok(lease_db) => Some(lease_db),
+            Err(source) => {
+                let _ = db.close().await;
+                return Err(classify("connecting for lease writes", source));
+            }
+        }
+    } else {
+        None
+    };
     Ok(SqlRepo {
         db,
+        lease_db,
         backend,
         target,
         sqlite_path,
@@ -196,6 +208,25 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         identity,
         hooks: Mutex::new(Hooks::default()),
     })
+}
+
+/// The second pool of a SQLite file, for lease writes (`SqlRepo::lease_db`): the main pool's settings but
+/// `synchronous=NORMAL`, so a commit appends to the write-ahead log without waiting for the disk. Two
+/// connections: lease writes are serialised by SQLite's write lock anyway.
+async fn connect_lease_pool(
+    url: &str,
+    busy_timeout: Duration,
+) -> Result<DatabaseConnection, DbErr> {
+    let mut options = ConnectOptions::new(url.to_owned());
+    options.sqlx_logging(false).max_connections(2);
+    options.map_sqlx_sqlite_opts(move |sqlite| {
+        sqlite
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(busy_timeout)
+            .foreign_keys(true)
+    });
+    Database::connect(options).await
 }
 
 /// The identity the database drew when it was first migrated (`rewind_identity`), the same through every

@@ -30,7 +30,7 @@ impl SqlRepo {
             if let Some(replaced) = &replacing {
                 allowed = allowed.or(stored_token().eq(replaced.0.as_str()));
             }
-            let txn = self.begin_write().await?;
+            let txn = self.begin_lease_write().await?;
             if let Some(nested) = self.nested_holder(&txn, lease).await? {
                 txn.commit().await.map_err(&fault)?;
                 return Ok(LeaseTake::Held(nested));
@@ -56,7 +56,7 @@ impl SqlRepo {
     /// holder (read inside it) is named for each refused lease.
     pub(crate) async fn take_all(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>> {
         let fault = self.fault("taking leases");
-        let txn = self.begin_write().await?;
+        let txn = self.begin_lease_write().await?;
         let mut takes = Vec::with_capacity(leases.len());
         for lease in leases {
             if let Some(nested) = self.nested_holder(&txn, lease).await? {
@@ -150,6 +150,11 @@ impl SqlRepo {
             .transpose()
     }
 
+    /// Where a lease is written outside a transaction (`SqlRepo::lease_db`).
+    fn lease_conn(&self) -> &sea_orm::DatabaseConnection {
+        self.lease_db.as_ref().unwrap_or(&self.db)
+    }
+
     pub(crate) async fn renew(
         &self,
         key: &LeaseKey,
@@ -162,7 +167,7 @@ impl SqlRepo {
             .col_expr(lease::Column::ExpiresAt, Expr::value(expires_at))
             .filter(lease::Column::Key.eq(key.as_storage_key()))
             .filter(lease::Column::Token.eq(token.0.as_str()))
-            .exec(&self.db)
+            .exec(self.lease_conn())
             .await
             .map_err(self.fault("renewing a lease"))?;
         Ok(result.rows_affected > 0)
@@ -170,7 +175,7 @@ impl SqlRepo {
 
     pub(crate) async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
         self.check_file()?;
-        self.release_on(&self.db, key, token).await
+        self.release_on(self.lease_conn(), key, token).await
     }
 
     /// Deletes the lease on `key` where `token` holds it, on `conn` (the database, or a transaction that

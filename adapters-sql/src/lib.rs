@@ -12,7 +12,8 @@
 //!   outbox positions follow commit order with no gaps, and guards are checked against the state the
 //!   transaction commits on.
 //! - Leases are conditional writes (`INSERT … ON CONFLICT DO UPDATE … WHERE token = ours OR token =
-//!   replaced`), the same on both databases and across processes.
+//!   replaced`), the same on both databases and across processes. On a SQLite file their commits do not
+//!   wait for the disk (`SqlRepo::lease_db`); every other commit does (`synchronous=FULL`).
 //! - Bodies are JSON text, never `jsonb`, so a part type rewind does not know reads back byte for byte.
 //! - A revert's large texts (its text diff, its session diff) are stored once, in a `shared_text` row that
 //!   the session, the session diff and their events reference (`shared.rs`).
@@ -60,6 +61,12 @@ use hooks::Hooks;
 /// database (or schema). Open it once and share it; handles in other processes may use the same store.
 pub struct SqlRepo {
     db: DatabaseConnection,
+    /// Lease writes on a SQLite file: a second pool of the same file whose commits do not wait for an
+    /// `fsync` (`synchronous=NORMAL`). A lease is relied on by no one after a power loss (every process
+    /// that could hold it is gone after one), and the next commit of the main pool (`FULL`: an intent, a
+    /// result) syncs the shared write-ahead log, the lease writes before it included. `None`: leases go
+    /// through `db` (an in-memory database, PostgreSQL, a store opened to read).
+    lease_db: Option<DatabaseConnection>,
     backend: Backend,
     /// The database as messages name it: a file path, or a URL without its password.
     target: String,
@@ -115,6 +122,9 @@ impl SqlRepo {
     /// Closes every connection of this handle, waiting until they are closed.
     pub async fn close(self) -> Result<()> {
         let target = self.target.clone();
+        if let Some(lease_db) = self.lease_db {
+            let _ = lease_db.close().await;
+        }
         self.db.close().await.map_err(|source| {
             SqlError::Query {
                 target,
@@ -209,10 +219,23 @@ impl SqlRepo {
     /// inside its transaction held every other process's writes for as long as it was stopped, HTTP
     /// requests included, with no answer (black-box).
     async fn begin_write(&self) -> Result<DatabaseTransaction> {
+        self.begin_write_on(&self.db).await
+    }
+
+    /// `begin_write` for a transaction that writes leases only: on a SQLite file its commit does not wait
+    /// for the disk (`lease_db`). Only there: a power loss that loses such a lease also ends every process
+    /// that could hold it, whereas a PostgreSQL server that loses a commit in a crash of its own comes back
+    /// to holders that are still running.
+    async fn begin_lease_write(&self) -> Result<DatabaseTransaction> {
+        self.begin_write_on(self.lease_db.as_ref().unwrap_or(&self.db))
+            .await
+    }
+
+    /// `begin_write` on `db`.
+    async fn begin_write_on(&self, db: &DatabaseConnection) -> Result<DatabaseTransaction> {
         self.check_file()?;
         if self.backend.is_sqlite() {
-            return self
-                .db
+            return db
                 .begin_with_options(TransactionOptions {
                     sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
                     ..TransactionOptions::default()
@@ -220,8 +243,7 @@ impl SqlRepo {
                 .await
                 .map_err(self.fault("starting a write transaction"));
         }
-        let txn = self
-            .db
+        let txn = db
             .begin()
             .await
             .map_err(self.fault("starting a write transaction"))?;
