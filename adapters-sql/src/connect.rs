@@ -212,13 +212,17 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 
 /// The second pool of a SQLite file, for lease writes (`SqlRepo::lease_db`): the main pool's settings but
 /// `synchronous=NORMAL`, so a commit appends to the write-ahead log without waiting for the disk. Two
-/// connections: lease writes are serialised by SQLite's write lock anyway.
+/// connections (lease writes are serialised by SQLite's write lock anyway), opened at the first lease
+/// write: a command that only reads opens none.
 async fn connect_lease_pool(
     url: &str,
     busy_timeout: Duration,
 ) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(url.to_owned());
-    options.sqlx_logging(false).max_connections(2);
+    options
+        .sqlx_logging(false)
+        .max_connections(2)
+        .connect_lazy(true);
     options.map_sqlx_sqlite_opts(move |sqlite| {
         sqlite
             .journal_mode(SqliteJournalMode::Wal)
