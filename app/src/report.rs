@@ -8,17 +8,7 @@ use std::error::Error;
 
 /// `error: cause: cause…`, leaving out each cause whose text the line already holds.
 pub fn chain(error: &(dyn Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut cause = error.source();
-    while let Some(current) = cause {
-        let text = current.to_string();
-        if !text.is_empty() && !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        cause = current.source();
-    }
-    line
+    rewind_core::error::chain(error)
 }
 
 /// [`chain`] of an `anyhow::Error` (its contexts first, then the causes).

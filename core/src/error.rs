@@ -117,7 +117,131 @@ impl Error {
     pub fn backend(error: impl Into<BoxError>) -> Self {
         Error::Backend(error.into())
     }
+
+    /// The same error, of the same kind, with `note` after its message: what was done about it (a failed
+    /// revert's files put back). A backend error keeps its causes as the note's source ([`Noted`]).
+    pub fn noted(self, note: &str) -> Error {
+        let add = |message: String| format!("{message}; {note}");
+        match self {
+            Error::NotFound(message) => Error::NotFound(add(message)),
+            Error::InvalidInput(message) => Error::InvalidInput(add(message)),
+            Error::Busy {
+                session_id,
+                message,
+            } => Error::Busy {
+                session_id,
+                message: add(message),
+            },
+            Error::Stale {
+                session_id,
+                message,
+            } => Error::Stale {
+                session_id,
+                message: add(message),
+            },
+            Error::LeaseLost(message) => Error::LeaseLost(add(message)),
+            Error::MissingObject(message) => Error::MissingObject(add(message)),
+            Error::Unreadable { path, reason } => Error::Unreadable {
+                path,
+                reason: add(reason),
+            },
+            Error::Backend(error) => Error::Backend(Box::new(Noted {
+                error,
+                note: note.to_owned(),
+            })),
+        }
+    }
+}
+
+/// A backend error with a note after it ([`Error::noted`]): its text is the error's with every cause
+/// ([`chain`]), then the note; its source is the error, so a caller looking for a cause of a given type
+/// (a locked database) still finds it.
+#[derive(Debug)]
+pub struct Noted {
+    error: BoxError,
+    note: String,
+}
+
+impl std::fmt::Display for Noted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {}", chain(self.error.as_ref()), self.note)
+    }
+}
+
+impl std::error::Error for Noted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.error.as_ref())
+    }
+}
+
+/// The text of `error` followed by each of its causes whose text it does not already hold, joined by
+/// `: `.
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(current) = cause {
+        let text = current.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = current.source();
+    }
+    line
 }
 
 /// The result type of the core, its ports and its services.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot write a.txt")]
+    struct Write(#[source] std::io::Error);
+
+    #[test]
+    fn a_noted_error_keeps_its_kind_and_says_the_note_last() {
+        let session = SessionId::parse("ses_0123456789abABCDEFGHIJKLMN").expect("id");
+        let note = "the files were put back";
+        let cases = [
+            Error::NotFound("x".into()),
+            Error::InvalidInput("x".into()),
+            Error::busy(&session, "x"),
+            Error::stale(&session, "x"),
+            Error::LeaseLost("x".into()),
+            Error::MissingObject("x".into()),
+            Error::Unreadable {
+                path: "a.txt".into(),
+                reason: "x".into(),
+            },
+        ];
+        for error in cases {
+            let kind = std::mem::discriminant(&error);
+            let before = error.to_string();
+            let noted = error.noted(note);
+            assert_eq!(std::mem::discriminant(&noted), kind, "{noted:?}");
+            assert_eq!(noted.to_string(), format!("{before}; {note}"));
+        }
+    }
+
+    #[test]
+    fn a_noted_backend_error_says_its_causes_then_the_note_and_keeps_them_as_its_source() {
+        let error = Error::backend(Write(std::io::Error::other("No space left on device")));
+        let Error::Backend(noted) = error.noted("the files were put back") else {
+            panic!("a backend error stays one");
+        };
+        assert_eq!(
+            noted.to_string(),
+            "cannot write a.txt: No space left on device; the files were put back"
+        );
+        let source = std::error::Error::source(noted.as_ref()).expect("the error is the source");
+        assert!(source.downcast_ref::<Write>().is_some(), "{source:?}");
+        assert_eq!(
+            chain(noted.as_ref()),
+            noted.to_string(),
+            "printing the chain says each cause once"
+        );
+    }
+}

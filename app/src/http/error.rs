@@ -85,11 +85,18 @@ impl ApiError {
             }
             // Another process holding the database's write lock past the busy timeout is no internal
             // fault (SPEC 9: 500 only for those): the request may be sent again once it lets go.
+            // The lock may be a cause of the error (a rollback's note before it: `Error::noted`).
             Error::Backend(source)
-                if matches!(
-                    source.downcast_ref::<rewind_sql::SqlError>(),
-                    Some(rewind_sql::SqlError::Locked { .. })
-                ) =>
+                if std::iter::successors(
+                    Some(source.as_ref() as &(dyn std::error::Error + 'static)),
+                    |e| e.source(),
+                )
+                .any(|e| {
+                    matches!(
+                        e.downcast_ref::<rewind_sql::SqlError>(),
+                        Some(rewind_sql::SqlError::Locked { .. })
+                    )
+                }) =>
             {
                 ApiError::Busy {
                     session_id: session.map(|id| id.as_str().to_owned()),
@@ -214,25 +221,40 @@ mod tests {
         assert_eq!(lost.body()["sessionID"], session.as_str());
     }
 
-    /// A database locked by another process past the busy timeout is a 409 that says so, not a 500.
+    /// A database locked by another process past the busy timeout is a 409 that says so, not a 500; also
+    /// when a rollback has put a note after it (`Error::noted`: the lock is then a cause).
     #[test]
     fn a_locked_database_is_busy_not_an_internal_fault() {
         let session = SessionId::parse("ses_0123456789abABCDEFGHIJKLMN").expect("id");
-        let locked = rewind_sql::SqlError::Locked {
-            target: "/data/rewind.db".to_owned(),
-            waited_ms: 5000,
-            source: sea_orm::DbErr::Custom("database is locked".to_owned()).into(),
+        let locked = || -> Error {
+            rewind_sql::SqlError::Locked {
+                target: "/data/rewind.db".to_owned(),
+                waited_ms: 5000,
+                source: sea_orm::DbErr::Custom("database is locked".to_owned()).into(),
+            }
+            .into()
         };
-        let api = ApiError::from_core(locked.into(), Some(&session));
-        assert_eq!(api.status().as_u16(), 409);
-        let body = api.body();
-        assert_eq!(body["_tag"], "SessionBusyError");
-        assert_eq!(body["sessionID"], session.as_str());
-        let message = body["message"].as_str().unwrap_or_default();
-        assert!(
-            message.contains("is locked by another process"),
-            "{message}"
+        let note = "the files it had changed were put back";
+        let as_text = Error::backend(locked().to_string()).noted(note);
+        assert_eq!(
+            ApiError::from_core(as_text, Some(&session))
+                .status()
+                .as_u16(),
+            500,
+            "the same text without the lock is no lock"
         );
+        for (error, ends) in [(locked(), "finished"), (locked().noted(note), note)] {
+            let api = ApiError::from_core(error, Some(&session));
+            assert_eq!(api.status().as_u16(), 409);
+            let body = api.body();
+            assert_eq!(body["_tag"], "SessionBusyError");
+            assert_eq!(body["sessionID"], session.as_str());
+            let message = body["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("is locked by another process") && message.ends_with(ends),
+                "{message}"
+            );
+        }
     }
 
     #[test]

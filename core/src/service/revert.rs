@@ -1176,7 +1176,7 @@ impl Rewind {
         let failure = match self.put_back_intent(session, intent, &why).await {
             Ok(mut put_back) => {
                 match self.repo.commit(std::mem::take(&mut put_back.record)).await {
-                    Ok(()) => return error,
+                    Ok(()) => return error.noted(&put_back.recorded(intent.operation)),
                     Err(recording) => put_back.unrecorded(intent.operation, &recording),
                 }
             }
@@ -1185,8 +1185,9 @@ impl Rewind {
                  finishes it"
             ),
             Err(rollback) => format!(
-                "rolling the files back also failed ({rollback}); the intent record stays, and the next rewind \
-                 command will finish the rollback"
+                "rolling the files back also failed ({rollback}); {}; the intent record stays, and the next \
+                 rewind command will finish the rollback",
+                may_be_changed(&intent.files)
             ),
         };
         Error::Backend(format!("{error}; {failure}").into())
@@ -1373,6 +1374,22 @@ enum Captured {
 }
 
 impl PutBack {
+    /// What a rollback says after the operation's error once its files are back and `record` is committed.
+    fn recorded(&self, operation: IntentOperation) -> String {
+        let kept = match &self.captured {
+            Captured::Nothing => String::new(),
+            Captured::Stored(id) | Captured::WithRecord(id) => format!(
+                "; the files' state before they were put back is kept in snapshot {id} (`rewind snapshot \
+                 restore {id} PATH…` brings a file back)"
+            ),
+        };
+        format!(
+            "the files it had changed were put back to their state before the {operation}{}, and the \
+             session is as it was{kept}",
+            left_as_they_are(&self.left)
+        )
+    }
+
     /// What a rollback says when its files are back but `record` could not be committed (`recording`).
     fn unrecorded(&self, operation: IntentOperation, recording: &Error) -> String {
         let kept = match &self.captured {
@@ -1402,6 +1419,22 @@ impl PutBack {
             ),
         }
     }
+}
+
+/// `the files it may have left changed: a, b` for an intent whose rollback failed: its files, the first
+/// 20 of them named.
+fn may_be_changed(files: &[RelPath]) -> String {
+    const NAMED: usize = 20;
+    let named: Vec<&str> = files.iter().take(NAMED).map(RelPath::as_str).collect();
+    let more = match files.len().saturating_sub(NAMED) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    format!(
+        "the files it may have left changed ({}): {}{more}",
+        files.len(),
+        named.join(", ")
+    )
 }
 
 /// ` (N of them … left as they are: a, b)` for the files a rollback left as they are; empty for none.

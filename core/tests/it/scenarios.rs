@@ -1580,7 +1580,19 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
         let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
         w.repo.fail_next_result_commit();
         let failed = w.try_revert_to(&s.id, &t1.user).await;
-        assert!(matches!(failed, Err(Error::Backend(_))), "{failed:?}");
+        let Err(Error::Backend(error)) = failed else {
+            panic!("{failed:?}")
+        };
+        // The error says what it left: the files are back, nothing is reverted.
+        let message = error.to_string();
+        assert!(
+            message.starts_with("injected fault: MemRepo::fail_next_result_commit; ")
+                && message.contains(
+                    "the files it had changed were put back to their state before the revert, and the \
+                     session is as it was"
+                ),
+            "{message}"
+        );
         assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
         let session = w.rewind.session(&s.id).await.expect("session");
         assert!(session.revert.is_none());
@@ -1595,7 +1607,12 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
         assert_eq!(w.read("a.txt").as_deref(), Some("0"));
         w.repo.fail_next_result_commit();
         let failed = w.rewind.unrevert(&s.id).await;
-        assert!(matches!(failed, Err(Error::Backend(_))), "{failed:?}");
+        assert!(
+            matches!(&failed, Err(Error::Backend(error)) if error.to_string().contains(
+                "put back to their state before the unrevert, and the session is as it was"
+            )),
+            "{failed:?}"
+        );
         assert_eq!(w.read("a.txt").as_deref(), Some("0"), "rolled back");
         assert!(w.is_reverted(&s.id).await);
         assert!(w.repo.intents().await.expect("intents").is_empty());
@@ -1659,6 +1676,47 @@ fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
         assert!(w.repo.intents().await.expect("intents").is_empty());
         // The snapshot the message names is the capture stored before the files were put back.
         assert_names_a_capture(&w, &message).await;
+    })
+}
+
+/// SPEC section 8: a rollback that cannot put the files back either (its track of the worktree fails: a
+/// file can no longer be read) says so, names the files the revert may have left changed, and leaves the
+/// intent record for the next command.
+#[test]
+fn a_rollback_that_fails_too_names_the_files_it_may_have_left_changed() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "0");
+        w.write("b.txt", "0");
+        let s = w.session().await;
+        let t1 = w
+            .turn(&s.id, "one", |w| {
+                w.write("a.txt", "1");
+                w.write("b.txt", "1");
+            })
+            .await;
+        w.repo.fail_next_result_commit();
+        let (reached, resume) = w.repo.pause_next_result_commit();
+        let unreadable = async {
+            reached.await.expect("the result's commit is reached");
+            w.fs.fail_reads(std::path::Path::new(crate::support::ROOT), "b.txt")
+                .expect("the fault is armed");
+            let _ = resume.send(());
+        };
+        let (failed, ()) =
+            futures::future::join(w.try_revert_to(&s.id, &t1.user), unreadable).await;
+        let Err(Error::Backend(error)) = failed else {
+            panic!("{failed:?}")
+        };
+        let message = error.to_string();
+        assert!(
+            message.contains("rolling the files back also failed")
+                && message.contains("the files it may have left changed (2): a.txt, b.txt; ")
+                && message.contains("the intent record stays"),
+            "{message}"
+        );
+        assert_eq!(w.state(&["a.txt", "b.txt"]), ["0", "0"], "still reverted");
+        assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
     })
 }
 
