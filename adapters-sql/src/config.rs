@@ -15,7 +15,8 @@ pub struct SqlConfig {
     /// SQLite: how long a statement waits for another process's write lock before it fails (default 5 s).
     pub busy_timeout: Duration,
     /// The size of the connection pool; `None` chooses per backend (1 for an in-memory SQLite database,
-    /// which lives only as long as its connection; 4 for a SQLite file; 8 for Postgres).
+    /// which lives only as long as its connection; 4 for a SQLite file; 8 for Postgres). A SQLite file
+    /// that is written also gets up to two connections for lease writes (`SqlRepo`'s lease pool).
     pub max_connections: Option<u32>,
     /// PostgreSQL: the schema rewind's tables live in (created when missing); `None` uses the connection's
     /// `search_path`. Letters, digits and `_` only.

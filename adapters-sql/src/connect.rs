@@ -187,7 +187,14 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             (m.dev(), m.ino())
         });
     let lease_db = if backend == Backend::SqliteFile && !read_only {
-        match connect_lease_pool(&config.url, busy_timeout).await {
+        // The file the main pool opened, by SQLite's own resolution of the URL's path: a symlink on that
+        // path pointed elsewhere since cannot send lease writes to another database.
+        let url = sqlite_path
+            .as_deref()
+            .and_then(std::path::Path::to_str)
+            .map(|path| format!("sqlite://{}?mode=rw", crate::escape_sqlite_path(path)))
+            .unwrap_or_else(|| config.url.clone());
+        match connect_lease_pool(&url, busy_timeout).await {
             Ok(lease_db) => Some(lease_db),
             Err(source) => {
                 let _ = db.close().await;

@@ -162,6 +162,18 @@ pub struct Noted {
     note: String,
 }
 
+impl Noted {
+    /// The error the note follows.
+    pub fn error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self.error.as_ref()
+    }
+
+    /// The note.
+    pub fn note(&self) -> &str {
+        &self.note
+    }
+}
+
 impl std::fmt::Display for Noted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}; {}", chain(self.error.as_ref()), self.note)

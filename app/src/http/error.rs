@@ -7,6 +7,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rewind_core::Error;
+use rewind_core::error::Noted;
 use rewind_core::model::SessionId;
 use serde_json::{Value, json};
 
@@ -39,6 +40,19 @@ pub enum ApiError {
 /// Whether an error's text says a disk is full: the system's `ENOSPC`, or SQLite's `SQLITE_FULL`.
 fn disk_is_full(cause: &str) -> bool {
     cause.contains("No space left on device") || cause.contains("database or disk is full")
+}
+
+/// The database lock `error` is, or the one its note follows (`Error::noted`).
+fn locked<'a>(
+    error: &'a (dyn std::error::Error + Send + Sync + 'static),
+) -> Option<&'a rewind_sql::SqlError> {
+    let error = match error.downcast_ref::<Noted>() {
+        Some(noted) => noted.error(),
+        None => error,
+    };
+    error
+        .downcast_ref::<rewind_sql::SqlError>()
+        .filter(|e| matches!(e, rewind_sql::SqlError::Locked { .. }))
 }
 
 impl ApiError {
@@ -85,22 +99,15 @@ impl ApiError {
             }
             // Another process holding the database's write lock past the busy timeout is no internal
             // fault (SPEC 9: 500 only for those): the request may be sent again once it lets go.
-            // The lock may be a cause of the error (a rollback's note before it: `Error::noted`).
-            Error::Backend(source)
-                if std::iter::successors(
-                    Some(source.as_ref() as &(dyn std::error::Error + 'static)),
-                    |e| e.source(),
-                )
-                .any(|e| {
-                    matches!(
-                        e.downcast_ref::<rewind_sql::SqlError>(),
-                        Some(rewind_sql::SqlError::Locked { .. })
-                    )
-                }) =>
-            {
+            // Also under a rollback's note (`Error::noted`), which is said after it.
+            Error::Backend(source) if locked(source.as_ref()).is_some() => {
+                let message = match (locked(source.as_ref()), source.downcast_ref::<Noted>()) {
+                    (Some(locked), Some(noted)) => format!("{locked}; {}", noted.note()),
+                    _ => source.to_string(),
+                };
                 ApiError::Busy {
                     session_id: session.map(|id| id.as_str().to_owned()),
-                    message: source.to_string(),
+                    message,
                 }
             }
             error @ Error::Backend(_) => {
@@ -253,6 +260,10 @@ mod tests {
             assert!(
                 message.contains("is locked by another process") && message.ends_with(ends),
                 "{message}"
+            );
+            assert!(
+                !message.contains("database is locked"),
+                "the driver's own text stays in the log: {message}"
             );
         }
     }

@@ -1421,8 +1421,9 @@ impl PutBack {
     }
 }
 
-/// `the files it may have left changed: a, b` for an intent whose rollback failed: its files, the first
-/// 20 of them named.
+/// `the files it was changing, as it may have left them (N): a, b` for an intent whose rollback failed:
+/// its files, the first 20 of them named (a path it replaced on their way, a file where one of their
+/// directories was, is not named: the rollback would have put it back too).
 fn may_be_changed(files: &[RelPath]) -> String {
     const NAMED: usize = 20;
     let named: Vec<&str> = files.iter().take(NAMED).map(RelPath::as_str).collect();
@@ -1431,7 +1432,7 @@ fn may_be_changed(files: &[RelPath]) -> String {
         n => format!(" and {n} more"),
     };
     format!(
-        "the files it may have left changed ({}): {}{more}",
+        "the files it was changing, as it may have left them ({}): {}{more}",
         files.len(),
         named.join(", ")
     )

@@ -1711,7 +1711,9 @@ fn a_rollback_that_fails_too_names_the_files_it_may_have_left_changed() {
         let message = error.to_string();
         assert!(
             message.contains("rolling the files back also failed")
-                && message.contains("the files it may have left changed (2): a.txt, b.txt; ")
+                && message.contains(
+                    "the files it was changing, as it may have left them (2): a.txt, b.txt; "
+                )
                 && message.contains("the intent record stays"),
             "{message}"
         );
