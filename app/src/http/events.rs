@@ -8,8 +8,9 @@
 //! A stream knows its outbox position: the last event it sent or passed over (another worktree's). Each
 //! outbox event's SSE frame carries its position as `id:`, and so do `server.connected` (where the stream
 //! starts) and `server.heartbeat` (where it is), as `SEQ:EVENT_ID` (the position, and the id of the event
-//! there: a position alone does not say which outbox it is in), as `0` before the first event, or as the
-//! bare number a client resumed with (an earlier version's id) until the next event. A client that
+//! there: a position alone does not say which outbox it is in), as `0:ID` before the first event (ID an
+//! event id made from the database's own identity, `origin`; `0` alone for a database without one), or as
+//! the bare number a client resumed with (an earlier version's id) until the next event. A client that
 //! reconnects with `Last-Event-ID` (as OpenCode's client does after a broken connection) first receives
 //! the events committed after that position, read from the outbox, then the live ones, none twice and none
 //! lost: the stream subscribes before it reads the outbox, and passes over the live events at or below its
@@ -20,8 +21,8 @@
 //! then `missed` is how many were cut after the stream's position; also when the event at the client's own
 //! position was cut, since its id can then not be checked (`missed` may then be 0). And it is sent as
 //! `server.lagged {missed: 0}` for a position that is not this outbox's: a number past its end, another
-//! event at that position than the id names (another database, or this one restored from a backup), or
-//! not a position at all. Such a stream starts at the outbox's end, and its `server.connected` carries no
+//! event at that position than the id names (another database, or this one restored from a backup),
+//! position 0 of another database, or not a position at all. Such a stream starts at the outbox's end, and its `server.connected` carries no
 //! `id:` (a connection lost before the lag report must not resume without it). Either way the client must
 //! re-read state. A bare number is taken as a position unchecked.
 
@@ -69,7 +70,7 @@ const LAST_EVENT_ID: &str = "last-event-id";
     params(DirectoryParam,
         ("Last-Event-ID" = Option<String>, Header, description = "the `id:` of the last event received: the stream first sends the events committed after it")),
     responses(
-        (status = 200, description = "text/event-stream of {id, type, properties}; each frame but `server.lagged`'s carries the stream's outbox position as `id:` (`SEQ:EVENT_ID`, the position and the id of the event there, or `0` before the first event)", content_type = "text/event-stream", body = String)))]
+        (status = 200, description = "text/event-stream of {id, type, properties}; each frame but `server.lagged`'s carries the stream's outbox position as `id:` (`SEQ:EVENT_ID`, the position and the id of the event there; before the first event, `0:` and an id that stands for the database)", content_type = "text/event-stream", body = String)))]
 pub async fn stream(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
@@ -86,8 +87,9 @@ pub async fn stream(
     // Subscribe before `server.connected` is sent and before the outbox is read, so nothing published after
     // it is missed.
     let live = state.bus.subscribe();
+    let origin = state.services.repo.database_identity().and_then(origin);
     let repo: Arc<dyn MessageRepo> = state.services.repo.clone();
-    let start = Start::find(repo.as_ref(), resume_position(&headers))
+    let start = Start::find(repo.as_ref(), resume_position(&headers), origin.as_ref())
         .await
         .map_err(|error| ApiError::from_core(error, None))?;
     let ids = Arc::new(IdGenerator::new());
@@ -156,7 +158,9 @@ pub async fn stream(
 }
 
 /// A place in the outbox: a position, and the id of the event there when it is known. Sent as a frame's
-/// `id:`, `SEQ:EVENT_ID`, or `SEQ` alone without an event (position 0).
+/// `id:`, `SEQ:EVENT_ID`. Position 0, before the outbox's first event, has no event: its id there is the
+/// database's own (`origin`), so a client that saw only an empty outbox is not fed another database's
+/// events from the start either; `0` alone where the database has none.
 #[derive(Clone, Debug, PartialEq)]
 struct Mark {
     seq: u64,
@@ -180,9 +184,10 @@ impl Mark {
         if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let seq = seq.parse().ok()?;
-        // Position 0 holds no event.
-        (seq > 0 || event.is_none()).then_some(Mark { seq, event })
+        Some(Mark {
+            seq: seq.parse().ok()?,
+            event,
+        })
     }
 
     fn to_id(&self) -> String {
@@ -191,6 +196,29 @@ impl Mark {
             None => self.seq.to_string(),
         }
     }
+}
+
+/// The id that stands for the database `identity` (`SqlRepo::database_identity`, drawn when it was first
+/// migrated) at position 0 of its outbox, where no event is: an event id made from it, the same in every
+/// process and version (FNV-1a, not the standard library's hasher, whose output may change).
+fn origin(identity: &str) -> Option<EventId> {
+    const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let hash = |salt: u8| {
+        identity
+            .bytes()
+            .chain([salt])
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+            })
+    };
+    let mut text = format!("evt_{:012x}", hash(0) & 0xffff_ffff_ffff);
+    let (mut high, mut low) = (hash(1), hash(2));
+    for round in 0..14 {
+        let word = if round < 7 { &mut high } else { &mut low };
+        text.push(char::from(DIGITS[(*word % 62) as usize]));
+        *word /= 62;
+    }
+    EventId::parse(&text).ok()
 }
 
 /// What a reconnecting client asks for.
@@ -231,15 +259,26 @@ struct Start {
 impl Start {
     /// Reads the outbox's end, which must come after subscribing to the bus: every event past it is
     /// delivered live.
-    async fn find(repo: &dyn MessageRepo, resume: Option<Resume>) -> rewind_core::Result<Start> {
+    /// `origin`: the id that stands for this database at position 0 (`origin`).
+    async fn find(
+        repo: &dyn MessageRepo,
+        resume: Option<Resume>,
+        origin: Option<&EventId>,
+    ) -> rewind_core::Result<Start> {
         let mut attempts = 0;
         let end = loop {
             let seq = repo.last_event_seq().await?;
+            if seq == 0 {
+                break Mark {
+                    seq,
+                    event: origin.cloned(),
+                };
+            }
             let event = repo.event_id_at(seq).await?;
             attempts += 1;
             // Cut between the two reads: a later event was committed (the newest is never cut). Read again;
             // past a few tries, the end is a bare position (sent unchecked, as an earlier version's).
-            if seq == 0 || event.is_some() || attempts == END_READS {
+            if event.is_some() || attempts == END_READS {
                 break Mark { seq, event };
             }
         };
@@ -261,8 +300,10 @@ impl Start {
         }
         let mut unchecked = false;
         if let Some(event) = &from.event {
-            // At the end, its id was read just now.
-            let held = if from.seq == end.seq {
+            // At the end, its id was read just now; at 0 it is the database's own.
+            let held = if from.seq == 0 {
+                origin.cloned()
+            } else if from.seq == end.seq {
                 end.event.clone()
             } else {
                 repo.event_id_at(from.seq).await?
@@ -271,7 +312,8 @@ impl Start {
                 // Another event there: another database's outbox, or this one restored from a backup.
                 Some(held) if held != *event => return Ok(Start::foreign(end)),
                 Some(_) => {}
-                // Cut (it is not the end, which is never cut): nothing to check against.
+                // Cut (it is not the end, which is never cut), or no id for this database: nothing to
+                // check against.
                 None => unchecked = true,
             }
         }
@@ -594,7 +636,7 @@ mod tests {
         repo.expect_event_id_at()
             .times(END_READS as usize)
             .returning(|_| Ok(None));
-        let start = Start::find(&repo, None).await.expect("start");
+        let start = Start::find(&repo, None, None).await.expect("start");
         assert_eq!(
             start.mark,
             Mark {
@@ -801,12 +843,14 @@ mod tests {
                     },
                 ),
             ] {
-                let start = Start::find(&repo, resume.clone()).await.expect("start");
+                let start = Start::find(&repo, resume.clone(), None)
+                    .await
+                    .expect("start");
                 assert_eq!(start, expected, "{resume:?}");
             }
             let empty = MemRepo::new();
             assert_eq!(
-                Start::find(&empty, None).await.expect("start"),
+                Start::find(&empty, None, None).await.expect("start"),
                 at(
                     Mark {
                         seq: 0,
@@ -817,6 +861,60 @@ mod tests {
                 ),
                 "an empty outbox's end has no event"
             );
+        }
+
+        /// Position 0 names the database (`origin`): a client that saw only another database's empty
+        /// outbox starts at this one's end with a lag report, not at its first event.
+        #[tokio::test]
+        async fn position_zero_is_checked_against_the_databases_own_id() {
+            let (mine, theirs) = (origin("a database"), origin("another database"));
+            let (mine, theirs) = (mine.expect("an event id"), theirs.expect("an event id"));
+            assert_eq!(
+                origin("a database"),
+                Some(mine.clone()),
+                "the same every time"
+            );
+            assert_ne!(mine, theirs);
+            let zero = |event: Option<&EventId>| Mark {
+                seq: 0,
+                event: event.cloned(),
+            };
+            let empty = MemRepo::new();
+            let start = Start::find(&empty, None, Some(&mine)).await.expect("start");
+            assert_eq!(
+                start.mark,
+                zero(Some(&mine)),
+                "an empty outbox's end is its origin"
+            );
+
+            let repo = MemRepo::new();
+            let rows = commit(&repo, &IdGenerator::new(), 3).await;
+            let end = Mark::of(&rows[2]);
+            for (resume, (mark, catch_up, foreign)) in [
+                (zero(Some(&mine)), (zero(Some(&mine)), true, false)),
+                (zero(Some(&theirs)), (end.clone(), false, true)),
+                // As an earlier version sent it: taken unchecked.
+                (zero(None), (zero(None), true, false)),
+            ] {
+                let start = Start::find(&repo, Some(Resume::After(resume.clone())), Some(&mine))
+                    .await
+                    .expect("start");
+                assert_eq!(
+                    start,
+                    Start {
+                        mark,
+                        catch_up,
+                        foreign,
+                        unchecked: false
+                    },
+                    "{resume:?}"
+                );
+            }
+            // A database without an id: a position 0 that names one cannot be checked.
+            let start = Start::find(&repo, Some(Resume::After(zero(Some(&theirs)))), None)
+                .await
+                .expect("start");
+            assert!(start.unchecked && !start.foreign, "{start:?}");
         }
 
         #[test]
@@ -847,6 +945,12 @@ mod tests {
                 .to_id(),
                 "0"
             );
+            // Position 0 with the id that stands for a database there (`origin`).
+            let zero = Mark {
+                seq: 0,
+                event: Some(event.clone()),
+            };
+            assert_eq!(read(Some(&zero.to_id())), Some(Resume::After(zero)));
             for foreign in [
                 "evt_0123",
                 "+5",
@@ -856,7 +960,6 @@ mod tests {
                 "7:",
                 ":7",
                 "7:evt_0123",
-                &format!("0:{}", event.as_str()),
                 &format!("x:{}", event.as_str()),
                 &format!("7:{}:", event.as_str()),
             ] {
@@ -871,7 +974,7 @@ mod tests {
             let ids = IdGenerator::new();
             let bus = BroadcastBus::default();
             commit(&repo, &ids, 40).await;
-            let start = Start::find(repo.as_ref(), Some(bare(3)))
+            let start = Start::find(repo.as_ref(), Some(bare(3)), None)
                 .await
                 .expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
@@ -895,7 +998,7 @@ mod tests {
                 let bus = BroadcastBus::default();
                 commit(&repo, &ids, 3).await;
                 let live = bus.subscribe();
-                let start = Start::find(repo.as_ref(), Some(bare(1)))
+                let start = Start::find(repo.as_ref(), Some(bare(1)), None)
                     .await
                     .expect("start");
                 // Event 4 is committed after the outbox's end was read.
@@ -922,7 +1025,7 @@ mod tests {
             let repo = Arc::new(MemRepo::new());
             let ids = IdGenerator::new();
             let bus = BroadcastBus::new(2);
-            let start = Start::find(repo.as_ref(), None).await.expect("start");
+            let start = Start::find(repo.as_ref(), None, None).await.expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
             // 40 events relayed while the stream does not read: the bus holds 2.
             relay_new(&repo, &ids, &bus, 40).await;
@@ -941,7 +1044,7 @@ mod tests {
             let repo = Arc::new(MemRepo::new());
             let ids = IdGenerator::new();
             let bus = BroadcastBus::new(2);
-            let start = Start::find(repo.as_ref(), None).await.expect("start");
+            let start = Start::find(repo.as_ref(), None, None).await.expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
             relay_new(&repo, &ids, &bus, 30).await;
             cut_through(&repo, 10).await;
@@ -952,7 +1055,7 @@ mod tests {
             // Cut between two batches of a resumed stream: the second read finds the gap.
             let repo = Arc::new(MemRepo::new());
             commit(&repo, &ids, 40).await;
-            let start = Start::find(repo.as_ref(), Some(bare(0)))
+            let start = Start::find(repo.as_ref(), Some(bare(0)), None)
                 .await
                 .expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
@@ -973,9 +1076,10 @@ mod tests {
                 let repo = Arc::new(MemRepo::new());
                 let rows = commit(&repo, &ids, 8).await;
                 cut_through(&repo, cut).await;
-                let start = Start::find(repo.as_ref(), Some(Resume::After(Mark::of(&rows[4]))))
-                    .await
-                    .expect("start");
+                let start =
+                    Start::find(repo.as_ref(), Some(Resume::After(Mark::of(&rows[4]))), None)
+                        .await
+                        .expect("start");
                 let mut follower = follow(&repo, bus.subscribe(), start);
                 assert_eq!(drain(&mut follower).await, expected, "cut through {cut}");
             }
@@ -988,7 +1092,7 @@ mod tests {
             let repo = Arc::new(MemRepo::new());
             let ids = IdGenerator::new();
             let bus = BroadcastBus::default();
-            let start = Start::find(repo.as_ref(), None).await.expect("start");
+            let start = Start::find(repo.as_ref(), None, None).await.expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
             let rows = commit(&repo, &ids, 3).await;
             bus.publish(rows[0].clone());

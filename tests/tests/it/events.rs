@@ -724,6 +724,52 @@ async fn a_position_in_another_database_is_not_taken_for_this_ones() -> Result<(
     second.stop().await
 }
 
+/// Position 0 names its database too (`0:` and an id made from the database's own): a client that saw
+/// only an empty outbox gets everything since from its own database, and from another database, where
+/// its server came back, a lag report and the live events only, not that database's from the start.
+#[tokio::test]
+async fn position_zero_of_another_database_is_not_taken_for_this_ones() -> Result<()> {
+    let first = spawn_app().await?;
+    let stream = first.connected_events().await?;
+    let zero = stream.last_id().context("no SSE id")?.to_owned();
+    ensure!(
+        first.db.last_event_seq().await? == 0 && zero.starts_with("0:evt_"),
+        "an empty outbox's position names its database: {zero}"
+    );
+    first.ok("/session", json!({"title": "mine"})).await?;
+    let mut own = first.events_resuming(&zero).await?;
+    let (id, connected) = own
+        .next_with_id(Duration::from_secs(5))
+        .await?
+        .context("no event")?;
+    ensure!(connected["type"] == "server.connected" && id.as_deref() == Some(zero.as_str()));
+    let sent = outbox_events_until(&mut own, titled("mine")).await?;
+    assert_eq!(
+        sent.first().map(|(seq, _)| *seq),
+        Some(1),
+        "its own database sends everything since: {sent:?}"
+    );
+    first.stop().await?;
+
+    let second = spawn_app().await?;
+    for n in 0..3 {
+        second
+            .ok("/session", json!({"title": format!("second {n}")}))
+            .await?;
+    }
+    let end = second.db.last_event_seq().await?;
+    let mut resumed = second.events_resuming(&zero).await?;
+    told_it_lagged(&mut resumed, &zero).await?;
+    second.ok("/session", json!({"title": "live"})).await?;
+    let sent = outbox_events_until(&mut resumed, titled("live")).await?;
+    assert_eq!(
+        sent.first().map(|(seq, _)| *seq),
+        Some(end + 1),
+        "only the live events, from the next position: {sent:?}"
+    );
+    second.stop().await
+}
+
 /// A stream opened for one worktree moves its position past the other worktrees' events it does not send:
 /// its heartbeats carry the position, so a client that reconnects does not make the server read them again.
 #[tokio::test]
