@@ -702,26 +702,32 @@ async fn a_position_in_another_database_is_not_taken_for_this_ones() -> Result<(
     first.stop().await?;
 
     let second = spawn_app().await?;
-    for n in 0..3 {
-        second
-            .ok("/session", json!({"title": format!("second {n}")}))
-            .await?;
-    }
-    let end = second.db.last_event_seq().await?;
+    let end = takes_it_for_none_of_its_own(&second, &last).await?;
     ensure!(
         position(&last)? < end,
         "the second outbox reaches past {last}: {end}"
     );
-    let mut resumed = second.events_resuming(&last).await?;
-    told_it_lagged(&mut resumed, &last).await?;
-    second.ok("/session", json!({"title": "live"})).await?;
+    second.stop().await
+}
+
+/// On `app`'s database, after it has committed a few events: a stream resumed from `last`, another
+/// database's id, is told it lagged and then gets only the live events. The outbox's end before them.
+async fn takes_it_for_none_of_its_own(app: &TestApp, last: &str) -> Result<u64> {
+    for n in 0..3 {
+        app.ok("/session", json!({"title": format!("second {n}")}))
+            .await?;
+    }
+    let end = app.db.last_event_seq().await?;
+    let mut resumed = app.events_resuming(last).await?;
+    told_it_lagged(&mut resumed, last).await?;
+    app.ok("/session", json!({"title": "live"})).await?;
     let sent = outbox_events_until(&mut resumed, titled("live")).await?;
     assert_eq!(
         sent.first().map(|(seq, _)| *seq),
         Some(end + 1),
         "only the live events, from the next position: {sent:?}"
     );
-    second.stop().await
+    Ok(end)
 }
 
 /// Position 0 names its database too (`0:` and an id made from the database's own): a client that saw
@@ -752,21 +758,7 @@ async fn position_zero_of_another_database_is_not_taken_for_this_ones() -> Resul
     first.stop().await?;
 
     let second = spawn_app().await?;
-    for n in 0..3 {
-        second
-            .ok("/session", json!({"title": format!("second {n}")}))
-            .await?;
-    }
-    let end = second.db.last_event_seq().await?;
-    let mut resumed = second.events_resuming(&zero).await?;
-    told_it_lagged(&mut resumed, &zero).await?;
-    second.ok("/session", json!({"title": "live"})).await?;
-    let sent = outbox_events_until(&mut resumed, titled("live")).await?;
-    assert_eq!(
-        sent.first().map(|(seq, _)| *seq),
-        Some(end + 1),
-        "only the live events, from the next position: {sent:?}"
-    );
+    takes_it_for_none_of_its_own(&second, &zero).await?;
     second.stop().await
 }
 
