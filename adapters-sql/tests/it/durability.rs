@@ -113,18 +113,19 @@ fn traced_child(dir: &Path) {
         let config = SqlConfig::sqlite_file(&dir.join("rewind.db")).expect("a UTF-8 path");
         let repo = SqlRepo::open(config).await.expect("the file opens");
         let ids = Ids::default();
+        let commit = |directory: &str| {
+            repo.commit(transaction(
+                vec![Change::PutSession(Box::new(session(&ids, directory)))],
+                Vec::new(),
+            ))
+        };
         // Both pools have connected before the first mark.
         let warm = lease(&LeaseKey::Session(ids.session()), "warm", 1, FAR);
         assert_eq!(
             repo.take_lease(&warm, None).await.expect("takes"),
             LeaseTake::Taken
         );
-        repo.commit(transaction(
-            vec![Change::PutSession(Box::new(session(&ids, "/w0")))],
-            Vec::new(),
-        ))
-        .await
-        .expect("commits");
+        commit("/w0").await.expect("commits");
 
         let _ = std::fs::metadata(mark(dir, "lease"));
         let key = LeaseKey::Session(ids.session());
@@ -147,12 +148,7 @@ fn traced_child(dir: &Path) {
                 .expect("renews")
         );
         let _ = std::fs::metadata(mark(dir, "commit"));
-        repo.commit(transaction(
-            vec![Change::PutSession(Box::new(session(&ids, "/w1")))],
-            Vec::new(),
-        ))
-        .await
-        .expect("commits");
+        commit("/w1").await.expect("commits");
         let _ = std::fs::metadata(mark(dir, "release"));
         repo.release_lease(&key, &held.token)
             .await
