@@ -22,9 +22,9 @@
 //! position was cut, since its id can then not be checked (`missed` may then be 0). And it is sent as
 //! `server.lagged {missed: 0}` for a position that is not this outbox's: a number past its end, another
 //! event at that position than the id names (another database, or this one restored from a backup),
-//! position 0 of another database, or not a position at all. Such a stream starts at the outbox's end, and its `server.connected` carries no
-//! `id:` (a connection lost before the lag report must not resume without it). Either way the client must
-//! re-read state. A bare number is taken as a position unchecked.
+//! position 0 of another database, or not a position at all. Such a stream starts at the outbox's end,
+//! and its `server.connected` carries no `id:` (a connection lost before the lag report must not resume
+//! without it). Either way the client must re-read state. A bare number is taken as a position unchecked.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
