@@ -313,13 +313,21 @@ impl Start {
                 Some(held) if held != *event => return Ok(Start::foreign(end)),
                 Some(_) => {}
                 // Cut (it is not the end, which is never cut), or no id for this database: nothing to
-                // check against.
-                None => unchecked = true,
+                // check against, which the catch-up says (there is none at the end).
+                None => unchecked = from.seq < end.seq,
             }
         }
+        // A bare 0 (an earlier version's) is sent on as this database's own.
+        let mark = match from.seq {
+            0 => Mark {
+                seq: 0,
+                event: origin.cloned(),
+            },
+            _ => from,
+        };
         Ok(Start {
-            catch_up: from.seq < end.seq,
-            mark: from,
+            catch_up: mark.seq < end.seq,
+            mark,
             foreign: false,
             unchecked,
         })
@@ -893,8 +901,8 @@ mod tests {
             for (resume, (mark, catch_up, foreign)) in [
                 (zero(Some(&mine)), (zero(Some(&mine)), true, false)),
                 (zero(Some(&theirs)), (end.clone(), false, true)),
-                // As an earlier version sent it: taken unchecked.
-                (zero(None), (zero(None), true, false)),
+                // As an earlier version sent it: taken unchecked, and sent on as this database's.
+                (zero(None), (zero(Some(&mine)), true, false)),
             ] {
                 let start = Start::find(&repo, Some(Resume::After(resume.clone())), Some(&mine))
                     .await
@@ -910,11 +918,16 @@ mod tests {
                     "{resume:?}"
                 );
             }
-            // A database without an id: a position 0 that names one cannot be checked.
+            // A database without an id: a position 0 that names one cannot be checked, which the
+            // catch-up says; with nothing to catch up, there is nothing to say.
             let start = Start::find(&repo, Some(Resume::After(zero(Some(&theirs)))), None)
                 .await
                 .expect("start");
             assert!(start.unchecked && !start.foreign, "{start:?}");
+            let start = Start::find(&empty, Some(Resume::After(zero(Some(&theirs)))), None)
+                .await
+                .expect("start");
+            assert!(!start.unchecked && !start.foreign, "{start:?}");
         }
 
         #[test]
