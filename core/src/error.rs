@@ -153,6 +153,10 @@ impl Error {
     }
 }
 
+/// The words a failed revert's or unrevert's error carries once its rollback has put the files back
+/// ([`Error::noted`]): a caller that would add "nothing was changed" leaves that out.
+pub const PUT_BACK: &str = "were put back to their state before the";
+
 /// A backend error with a note after it ([`Error::noted`]): its text is the error's with every cause
 /// ([`chain`]), then the note; its source is the error, so a caller looking for a cause of a given type
 /// (a locked database) still finds it.

@@ -227,6 +227,14 @@ pub fn directory_string(path: &Path) -> Result<String> {
 /// A core error as the user should read it: what went wrong while doing `what`, and what to do.
 pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
     use rewind_core::Error;
+    // After a rollback the error says so itself (the files are back): "nothing was changed" is not added.
+    let unchanged = |said: &str, hint: &str| {
+        if said.contains(rewind_core::error::PUT_BACK) {
+            String::new()
+        } else {
+            hint.to_owned()
+        }
+    };
     match error {
         Error::Busy { message, .. } => anyhow!(
             "{}",
@@ -244,22 +252,28 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
         Error::NotFound(message) => anyhow!("{message}"),
         Error::InvalidInput(message) => anyhow!("{message}"),
         Error::MissingObject(message) => anyhow!(
-            "snapshot object missing: {message}; nothing was changed (was the snapshot collected, or is it from another directory's store?)"
+            "snapshot object missing: {message}{} (was the snapshot collected, or is it from another directory's store?)",
+            unchanged(&message, "; nothing was changed")
         ),
         // The hint fits the cause: permissions only when they are what refused the read (a path too long,
         // or a file gone mid-snapshot, is not).
         Error::Unreadable { path, reason } if reason.contains("Permission denied") => anyhow!(
-            "cannot read {path}: {reason}; fix its permissions and try again (nothing was changed)"
+            "cannot read {path}: {reason}; fix its permissions and try again{}",
+            unchanged(&reason, " (nothing was changed)")
         ),
         // git works below the worktree with relative paths; rewind opens each directory by its full
         // path, which the system caps at 4096 bytes (black-box: a deep tree git commits).
         Error::Unreadable { path, reason } if reason.contains("File name too long") => anyhow!(
             "cannot read {path}: {reason}; its full path is longer than the system allows (4096 bytes), \
              and rewind reads the worktree by full paths: ignore that directory (.gitignore) or make the \
-             tree shallower, then try again (nothing was changed)"
+             tree shallower, then try again{}",
+            unchanged(&reason, " (nothing was changed)")
         ),
         Error::Unreadable { path, reason } => {
-            anyhow!("cannot read {path}: {reason}; nothing was changed")
+            anyhow!(
+                "cannot read {path}: {reason}{}",
+                unchanged(&reason, "; nothing was changed")
+            )
         }
         other => anyhow::Error::new(other).context(format!("failed while {what}")),
     }
@@ -306,6 +320,40 @@ mod tests {
             "server process 4242 on vm",
         ] {
             assert!(!refusal(other).contains("itself"), "{other}");
+        }
+    }
+
+    /// After a rollback, whose note says the files are back, "nothing was changed" is not added (it read
+    /// twice: review of the rollback note).
+    #[test]
+    fn a_rolled_back_error_is_not_also_said_to_have_changed_nothing() {
+        let note = format!(
+            "the files it had changed {} revert, and the session is as it was",
+            rewind_core::error::PUT_BACK
+        );
+        let errors = || {
+            [
+                rewind_core::Error::Unreadable {
+                    path: "a.txt".to_owned(),
+                    reason: "Permission denied (os error 13)".to_owned(),
+                },
+                rewind_core::Error::Unreadable {
+                    path: "a.txt".to_owned(),
+                    reason: "Input/output error (os error 5)".to_owned(),
+                },
+                rewind_core::Error::MissingObject("tree 1234".to_owned()),
+            ]
+        };
+        for error in errors() {
+            let plain = explain(error, "reverting").to_string();
+            assert!(plain.contains("nothing was changed"), "{plain}");
+        }
+        for error in errors() {
+            let noted = explain(error.noted(&note), "reverting").to_string();
+            assert!(
+                noted.contains(&note) && !noted.contains("nothing was changed"),
+                "{noted}"
+            );
         }
     }
 

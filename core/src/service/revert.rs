@@ -1384,8 +1384,8 @@ impl PutBack {
             ),
         };
         format!(
-            "the files it had changed were put back to their state before the {operation}{}, and the \
-             session is as it was{kept}",
+            "the files it had changed {} {operation}{}, and the session is as it was{kept}",
+            crate::error::PUT_BACK,
             left_as_they_are(&self.left)
         )
     }
@@ -1405,7 +1405,8 @@ impl PutBack {
             ),
         };
         let put_back = format!(
-            "the files were put back to their state before the {operation}{}",
+            "the files {} {operation}{}",
+            crate::error::PUT_BACK,
             left_as_they_are(&self.left)
         );
         match recording {
