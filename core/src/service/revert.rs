@@ -746,7 +746,7 @@ impl Rewind {
                  (snapshot {current}, taken just before, does not hold them)"
             )
         }));
-        warnings.extend(files_warning(self.now(), directory, snapshot, &blocked, |n| {
+        warnings.extend(files_warning(now, directory, snapshot, &blocked, |n| {
             format!(
                 "{n} file(s) were not put back: while the session was reverted you created files below them, \
                  or in their place where they need a directory, and putting them back would remove yours. \
@@ -1376,34 +1376,35 @@ enum Captured {
 impl PutBack {
     /// What a rollback says after the operation's error once its files are back and `record` is committed.
     fn recorded(&self, operation: IntentOperation) -> String {
-        let kept = match &self.captured {
-            Captured::Nothing => String::new(),
-            Captured::Stored(id) | Captured::WithRecord(id) => format!(
-                "; the files' state before they were put back is kept in snapshot {id} (`rewind snapshot \
-                 restore {id} PATH…` brings a file back)"
-            ),
-        };
         format!(
-            "the files it had changed {} {operation}{}, and the session is as it was{kept}",
+            "the files it had changed {} {operation}{}, and the session is as it was{}",
             crate::error::PUT_BACK,
-            left_as_they_are(&self.left)
+            left_as_they_are(&self.left),
+            self.kept(true)
         )
     }
 
-    /// What a rollback says when its files are back but `record` could not be committed (`recording`).
-    fn unrecorded(&self, operation: IntentOperation, recording: &Error) -> String {
-        let kept = match &self.captured {
+    /// Where the files' state before they were put back is kept (nothing when none was captured);
+    /// `recorded`: whether `record`, which also records a capture whose own commit was refused, is
+    /// committed.
+    fn kept(&self, recorded: bool) -> String {
+        match &self.captured {
             Captured::Nothing => String::new(),
-            Captured::Stored(id) => format!(
-                "; the files' state before they were put back is kept in snapshot {id} (`rewind snapshot \
-                 restore {id} PATH…` brings a file back)"
-            ),
-            Captured::WithRecord(id) => format!(
+            Captured::WithRecord(id) if !recorded => format!(
                 "; the files' state before they were put back is in snapshot {id}, which no record names yet: \
                  `rewind gc` removes it once its grace period has passed, so restore what you need from it now \
                  (`rewind snapshot restore {id} PATH…`)"
             ),
-        };
+            Captured::Stored(id) | Captured::WithRecord(id) => format!(
+                "; the files' state before they were put back is kept in snapshot {id} (`rewind snapshot \
+                 restore {id} PATH…` brings a file back)"
+            ),
+        }
+    }
+
+    /// What a rollback says when its files are back but `record` could not be committed (`recording`).
+    fn unrecorded(&self, operation: IntentOperation, recording: &Error) -> String {
+        let kept = self.kept(false);
         let put_back = format!(
             "the files {} {operation}{}",
             crate::error::PUT_BACK,
