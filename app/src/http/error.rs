@@ -101,9 +101,10 @@ impl ApiError {
             // fault (SPEC 9: 500 only for those): the request may be sent again once it lets go.
             // Also under a rollback's note (`Error::noted`), which is said after it.
             Error::Backend(source) if locked(source.as_ref()).is_some() => {
-                let message = match (locked(source.as_ref()), source.downcast_ref::<Noted>()) {
-                    (Some(locked), Some(noted)) => format!("{locked}; {}", noted.note()),
-                    _ => source.to_string(),
+                // Under a note, the lock's own text (not the causes `Noted` adds), then the note.
+                let message = match source.downcast_ref::<Noted>() {
+                    Some(noted) => format!("{}; {}", noted.error(), noted.note()),
+                    None => source.to_string(),
                 };
                 ApiError::Busy {
                     session_id: session.map(|id| id.as_str().to_owned()),
