@@ -39,11 +39,28 @@ impl Kind {
 #[derive(Clone)]
 pub struct Odb {
     objects: PathBuf,
-    /// The packs, opened on first need: `None` until looked at, then the handle if there are packs.
-    packed: std::sync::Arc<std::sync::Mutex<Option<Option<gix::odb::Handle>>>>,
+    /// The packs, opened on first need, with spare handles on them for lookups on several threads.
+    packed: Arc<Mutex<Packs>>,
     /// The objects written since `begin_batch`, held until `end_batch` writes them as one pack.
     batch: Arc<Mutex<Batch>>,
 }
+
+/// The packs of an `Odb`. A lookup runs on a handle of its own, taken from `spare` (or cloned from `opened`)
+/// and given back after: a handle is not shared between threads (gix's caches in it are not), and one lookup,
+/// its inflating included, must not hold up the others (a revert writes files on many threads, each reading
+/// its blob first).
+#[derive(Default)]
+struct Packs {
+    /// `None` until looked at, then the handle if there are packs.
+    opened: Option<Option<gix::odb::Handle>>,
+    /// Handles on `opened`'s packs, free for a lookup.
+    spare: Vec<gix::odb::Handle>,
+    /// Counts `packs_changed`: a handle taken before one is not given back.
+    generation: u64,
+}
+
+/// At most this many spare handles are kept (one per thread that looked an object up at once).
+const SPARE_HANDLES: usize = 32;
 
 /// Objects held for one pack.
 #[derive(Default)]
@@ -293,14 +310,27 @@ impl Odb {
 
     /// Runs `f` with the store's packs, opened on first need (most stores have none).
     fn with_packs<T>(&self, f: impl FnOnce(&gix::odb::Handle) -> T) -> Option<T> {
-        let mut state = self
-            .packed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if state.is_none() {
-            *state = Some(open_packs(&self.objects));
+        let (handle, generation) = {
+            let mut packs = self.packs();
+            let handle = match packs.spare.pop() {
+                Some(spare) => spare,
+                None => packs
+                    .opened
+                    .get_or_insert_with(|| open_packs(&self.objects))
+                    .clone()?,
+            };
+            (handle, packs.generation)
+        };
+        let found = f(&handle);
+        let mut packs = self.packs();
+        if packs.generation == generation && packs.spare.len() < SPARE_HANDLES {
+            packs.spare.push(handle);
         }
-        state.as_ref().and_then(Option::as_ref).map(f)
+        Some(found)
+    }
+
+    fn packs(&self) -> std::sync::MutexGuard<'_, Packs> {
+        self.packed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Opens the store's packs, when they are not open yet (the first lookup would).
@@ -310,10 +340,10 @@ impl Odb {
 
     /// Forgets the opened packs, after packs were added or removed.
     pub fn packs_changed(&self) {
-        *self
-            .packed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        let mut packs = self.packs();
+        packs.opened = None;
+        packs.spare.clear();
+        packs.generation += 1;
     }
 
     /// True when the object is stored. The packs' indexes are asked before the loose objects' directory:
