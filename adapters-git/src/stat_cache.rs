@@ -33,8 +33,12 @@ use crate::tree::{self, Mode, mark_dirty, write_dirty};
 /// with its own rules (a cache of 6 left it out, and would apply the enclosing rules there while the
 /// directory stays unchanged).
 const MAGIC: &[u8] = b"RWSTAT7\n";
-/// The side file's format (see `SinceFile`).
-const SIDE_MAGIC: &[u8] = b"RWSIDE1\n";
+/// The side file's format (see `SinceFile`). 2: the start time of the cache it leaves follows its generation
+/// (a track writes its change there too, and moves the start time forward; a side file of 1 keeps the
+/// file's).
+const SIDE_MAGIC: &[u8] = b"RWSIDE2\n";
+/// The side file's format before the start time was written in it.
+const SIDE_MAGIC_1: &[u8] = b"RWSIDE1\n";
 /// The side file grows with every operation until the next whole save; past this share of the entries,
 /// the operation writes the whole file instead.
 const SIDE_SHARE: usize = 4;
@@ -198,10 +202,10 @@ pub struct StatCache {
     pub since_file: Option<SinceFile>,
 }
 
-/// The paths and directories a revert or restore changed in the cache since its file was last written
-/// whole: the side file (`side_path`) holds their entries and tree ids as they are now, and the tree, so
-/// the operation writes what it changed rather than every entry (9 MB at 100,000 files). A load applies
-/// the side file when it names the file's generation; a whole save removes it.
+/// The paths and directories reverts, restores and tracks changed in the cache since its file was last
+/// written whole: the side file (`side_path`) holds their entries and tree ids as they are now, the tree
+/// and the start time, so the operation writes what it changed rather than every entry (9 MB at 100,000
+/// files). A load applies the side file when it names the file's generation; a whole save removes it.
 #[derive(Clone, Debug, Default)]
 pub struct SinceFile {
     /// The generation of the cache file the side file applies to.
@@ -482,6 +486,37 @@ impl StatCache {
         Ok(())
     }
 
+    /// What changed since the cache file was last written whole, with `paths` (entries a track replaced
+    /// in place: no path came or went) and the `dirty` directories added: when the cache has a file to add
+    /// to, and that stays a small share of its `entries` (counting every dirty directory as changed).
+    /// None when the cache is to be written whole.
+    pub fn side_since(
+        &self,
+        paths: &[String],
+        dirty: &HashSet<String>,
+        entries: usize,
+    ) -> Option<SinceFile> {
+        if self.generation == 0 || self.tree.is_none() {
+            return None;
+        }
+        let mut since = self.since_file.clone().unwrap_or_else(|| SinceFile {
+            file_generation: self.generation,
+            file_tree: self.tree,
+            ..SinceFile::default()
+        });
+        since.paths.extend(paths.iter().cloned());
+        since.dirs.extend(dirty.iter().cloned());
+        ((since.paths.len() + since.dirs.len()) * SIDE_SHARE <= entries).then_some(since)
+    }
+
+    /// Writes a track's cache to the side file: `since` (from `side_since` on the cache the track loaded)
+    /// says what differs from the file. The track's start time goes with it: every entry, the file's too,
+    /// was looked at by the track, as for a whole save.
+    pub fn save_in_place(mut self, path: &Path, since: SinceFile) -> GitResult<()> {
+        self.since_file = Some(since);
+        self.save_side(path)
+    }
+
     /// Writes what changed since the file was written whole (`since_file`) to the side file, with a new
     /// generation, and keeps the cache in memory for the next load.
     fn save_side(mut self, path: &Path) -> GitResult<()> {
@@ -493,6 +528,7 @@ impl StatCache {
         data.extend_from_slice(SIDE_MAGIC);
         data.extend_from_slice(&since.file_generation.to_le_bytes());
         data.extend_from_slice(&generation.to_le_bytes());
+        data.extend_from_slice(&self.started_ns.to_le_bytes());
         put_tree(&mut data, self.tree.as_ref());
         data.extend_from_slice(&(since.paths.len() as u64).to_le_bytes());
         for changed in &since.paths {
@@ -539,6 +575,8 @@ fn new_generation() -> u64 {
 /// What a side file holds.
 struct Side {
     generation: u64,
+    /// The start time of the cache it leaves (none in a side file of format 1: the file's stands).
+    started_ns: Option<i128>,
     tree: Option<ObjectId>,
     entries: Vec<(String, Option<CacheEntry>)>,
     dirs: Vec<(String, Option<ObjectId>)>,
@@ -556,22 +594,32 @@ impl Side {
     }
 
     /// A side file's bytes after its magic, when they verify (checksum) and apply to the file's generation
-    /// `file_generation`: a reader after that generation.
-    fn verified(data: &[u8], file_generation: u64) -> Option<Reader<'_>> {
+    /// `file_generation`: a reader after that generation, and whether the file holds a start time (format
+    /// 2).
+    fn verified(data: &[u8], file_generation: u64) -> Option<(Reader<'_>, bool)> {
         let body_length = data.len().checked_sub(4)?;
         let (body, sum) = data.split_at(body_length);
         if crc32fast::hash(body).to_le_bytes() != sum {
             return None;
         }
-        let mut r = Reader(body.strip_prefix(SIDE_MAGIC)?);
-        (r.u64()? == file_generation).then_some(r)
+        let (rest, timed) = match body.strip_prefix(SIDE_MAGIC) {
+            Some(rest) => (rest, true),
+            None => (body.strip_prefix(SIDE_MAGIC_1)?, false),
+        };
+        let mut r = Reader(rest);
+        (r.u64()? == file_generation).then_some((r, timed))
     }
 
     /// The side file `data`, when it parses, verifies and applies to the file's generation
     /// `file_generation`; anything else is ignored (the file's cache stands alone, and is exact alone).
     fn parse(data: &[u8], file_generation: u64) -> Option<Side> {
-        let mut r = Side::verified(data, file_generation)?;
+        let (mut r, timed) = Side::verified(data, file_generation)?;
         let generation = r.u64()?;
+        let started_ns = if timed {
+            Some(i128::from_le_bytes(r.take(16)?.try_into().ok()?))
+        } else {
+            None
+        };
         let tree = r.tree()?;
         let count = r.u64()?;
         // Each takes at least two bytes: a larger count is refused before anything is sized by it.
@@ -598,6 +646,7 @@ impl Side {
         }
         r.0.is_empty().then_some(Side {
             generation,
+            started_ns,
             tree,
             entries,
             dirs,
@@ -622,6 +671,9 @@ impl Side {
             .paths
             .extend(self.entries.iter().map(|(changed, _)| changed.clone()));
         cache.generation = self.generation;
+        if let Some(started_ns) = self.started_ns {
+            cache.started_ns = started_ns;
+        }
         cache.tree = self.tree;
         cache.since_file = Some(since);
         self.entries
@@ -862,7 +914,7 @@ fn file_generation(path: &Path) -> Option<u64> {
     };
     Some(
         Side::verified(&side, generation)
-            .and_then(|mut r| r.u64())
+            .and_then(|(mut r, _)| r.u64())
             .unwrap_or(generation),
     )
 }
@@ -1369,6 +1421,96 @@ mod tests {
         );
     }
 
+    /// A track that changes a few entries in place (no path comes or goes) writes them to the side file,
+    /// with its start time; the file stays as it was. A process that reads the cache from disk then finds
+    /// what this one holds: its next track reads no file, which it would not do under the file's start
+    /// time (the edited files were modified after it, so they would be racy and read again), and returns
+    /// the same tree. A track that changes a large share of the entries writes the file whole. A side file
+    /// of format 1, which holds no start time, still applies, with the file's.
+    #[test]
+    fn a_track_of_a_few_changed_files_writes_them_beside_the_cache_file() {
+        let (_temp, wt, config) = worktree(60, 6);
+        let store = Store::open(&config, &wt).expect("open the store");
+        let cache_path = store.stat_cache_path();
+        let side = side_path(&cache_path);
+        let past_racy = || std::thread::sleep(std::time::Duration::from_millis(1100));
+        past_racy();
+        let first = crate::track::track(&store, &config).expect("track");
+        assert_eq!(first.hashed, 60);
+        let file_bytes = fs::read(&cache_path).expect("read the cache file");
+        let file_started = StatCache::load(&cache_path).started_ns;
+
+        write_in(&wt, "d0/f0.txt", "edited\n");
+        write_in(&wt, "d1/f1.txt", "edited\n");
+        past_racy();
+        let second = crate::track::track(&store, &config).expect("track");
+        assert_eq!(second.hashed, 2);
+        assert_ne!(second.id, first.id);
+        assert!(side.is_file(), "the change is written to the side file");
+        assert_eq!(
+            fs::read(&cache_path).expect("read the cache file"),
+            file_bytes,
+            "the file is not written"
+        );
+        let held = StatCache::remembered(&cache_path).expect("held in memory");
+        let read = StatCache::load(&cache_path);
+        let entries = |cache: &StatCache| -> Vec<(String, CacheEntry)> {
+            cache
+                .entries
+                .iter()
+                .map(|(path, entry)| (path.to_owned(), *entry))
+                .collect()
+        };
+        assert_eq!(
+            entries(&read),
+            entries(&held),
+            "read from disk: the same entries"
+        );
+        assert_eq!((read.tree, &read.dirs), (Some(second.id), &held.dirs));
+        assert!(read.started_ns > file_started, "the track's start time");
+        assert_eq!(read.started_ns, held.started_ns);
+        let since = read.since_file.clone().expect("read with its side file");
+        assert_eq!(since.file_tree, Some(first.id), "gc keeps the file's tree");
+        assert_eq!(
+            since.paths,
+            ["d0/f0.txt", "d1/f1.txt"].map(str::to_owned).into()
+        );
+        drop((held, read));
+
+        // A track in a process that reads the cache from disk (nothing held in memory).
+        let third = crate::track::track(&store, &config).expect("track");
+        assert_eq!((third.id, third.hashed), (second.id, 0), "nothing read");
+
+        // Format 1: the same side file without the start time.
+        assert!(StatCache::remembered(&cache_path).is_some());
+        let data = fs::read(&side).expect("read the side file");
+        let mut old = SIDE_MAGIC_1.to_vec();
+        let at = SIDE_MAGIC.len() + 16;
+        old.extend_from_slice(&data[SIDE_MAGIC.len()..at]);
+        old.extend_from_slice(&data[at + 16..data.len() - 4]);
+        let sum = crc32fast::hash(&old);
+        old.extend_from_slice(&sum.to_le_bytes());
+        fs::write(&side, &old).expect("write a side file of format 1");
+        let read = StatCache::load(&cache_path);
+        assert_eq!(read.tree, Some(second.id), "applied");
+        assert_eq!(read.started_ns, file_started, "with the file's start time");
+        drop(read);
+        fs::write(&side, &data).expect("put the side file back");
+
+        // Half the files changed: the file is written whole, and the side file goes.
+        for i in 0..30 {
+            write_in(&wt, &format!("d{}/f{i}.txt", i % 6), "edited again\n");
+        }
+        let fourth = crate::track::track(&store, &config).expect("track");
+        assert_eq!(fourth.hashed, 30);
+        assert!(!side.exists(), "written whole");
+        assert_ne!(
+            fs::read(&cache_path).expect("read the cache file"),
+            file_bytes
+        );
+        assert!(StatCache::load(&cache_path).since_file.is_none());
+    }
+
     /// A revert or restore of a few files of many writes only what it changed, to the side file; the file
     /// itself stays as the track wrote it. A process that reads the cache from disk (the side file applied)
     /// finds what the one that taught it holds in memory, and gc keeps the file's tree as well. A whole save
@@ -1387,7 +1529,12 @@ mod tests {
         write("d0/f0.txt", "edited\n");
         write("d1/f1.txt", "edited\n");
         let second = crate::track::track(&store, &config).expect("track").id;
-        assert!(!side.exists(), "a track writes the whole file");
+        // That track wrote its two files to the side file too (`a_track_of_a_few_changed_files_writes_
+        // them_beside_the_cache_file`); written whole here, as a track that changes more does.
+        StatCache::load(&cache_path)
+            .save(&cache_path)
+            .expect("save the cache whole");
+        assert!(!side.exists(), "a whole save removes the side file");
         let file_bytes = fs::read(&cache_path).expect("read the cache file");
 
         type Seen = (
