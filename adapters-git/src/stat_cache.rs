@@ -197,6 +197,10 @@ pub struct StatCache {
     pub dirs: HashMap<String, ObjectId>,
     /// The listing of every directory the last walk entered (`""` is the root, others end in `/`).
     pub listings: HashMap<String, Listing>,
+    /// Whether `listings` may lack some its file holds: a copy kept in memory after a walk that did not
+    /// take them all (`keep`). A track then writes the file whole, never to the side file, whose start
+    /// time would judge those listings though no walk looked at them again (`save_in_place`).
+    pub listings_partial: bool,
     /// What reverts and restores changed since the cache file was last written whole, when they were
     /// written to its side file instead (`generation` is then the side file's).
     pub since_file: Option<SinceFile>,
@@ -427,7 +431,8 @@ impl StatCache {
         if let Some(cache) = StatCache::remembered(path) {
             return (cache, None);
         }
-        // A side file that cannot be read leaves the file's cache alone (exact; the track saves it whole).
+        // A side file that cannot be read leaves the file's cache alone (exact: the changes it held are
+        // read again, and the next save replaces it).
         let side = Side::bytes(path).ok().flatten();
         match fs::read(path)
             .ok()
@@ -458,6 +463,8 @@ impl StatCache {
     /// track can encode them on another thread while it writes its trees.
     pub fn save_encoded(mut self, path: &Path, encoded: Encoded) -> GitResult<()> {
         self.generation = new_generation();
+        // The file holds what this copy holds.
+        self.listings_partial = false;
         let mut data = Vec::with_capacity(
             64 + encoded.entries.len() + self.dirs.len() * 64 + encoded.listings.len(),
         );
@@ -869,6 +876,7 @@ fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
         entries: PathMap::default(),
         dirs,
         listings,
+        listings_partial: false,
         since_file: None,
     };
     let end = start + length;
@@ -1467,6 +1475,7 @@ mod tests {
             "read from disk: the same entries"
         );
         assert_eq!((read.tree, &read.dirs), (Some(second.id), &held.dirs));
+        assert_eq!(read.listings, held.listings, "the file's listings stand");
         assert!(read.started_ns > file_started, "the track's start time");
         assert_eq!(read.started_ns, held.started_ns);
         let since = read.since_file.clone().expect("read with its side file");
@@ -1481,7 +1490,8 @@ mod tests {
         let third = crate::track::track(&store, &config).expect("track");
         assert_eq!((third.id, third.hashed), (second.id, 0), "nothing read");
 
-        // Format 1: the same side file without the start time.
+        // Format 1: the same side file without the start time. (The copy in memory is taken out, so the
+        // next load reads the files.)
         assert!(StatCache::remembered(&cache_path).is_some());
         let data = fs::read(&side).expect("read the side file");
         let mut old = SIDE_MAGIC_1.to_vec();
@@ -1509,6 +1519,75 @@ mod tests {
             file_bytes
         );
         assert!(StatCache::load(&cache_path).since_file.is_none());
+    }
+
+    /// A directory whose listing the cache held, read again and found to name something that is not UTF-8,
+    /// gets no listing (it cannot be cached); the file still holds the old one. A track with a few files
+    /// changed in place then writes the whole file, which drops it, and not the side file, whose start time
+    /// would let a later track trust that old listing (review of the track's side file).
+    #[test]
+    fn a_listing_the_walk_could_not_replace_makes_the_track_write_the_whole_cache() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let (_temp, wt, config) = worktree(60, 6);
+        let store = Store::open(&config, &wt).expect("open the store");
+        let cache_path = store.stat_cache_path();
+        let past_racy = || std::thread::sleep(std::time::Duration::from_millis(1100));
+        past_racy();
+        crate::track::track(&store, &config).expect("track");
+        assert!(StatCache::load(&cache_path).listings.contains_key("d2/"));
+
+        fs::write(
+            wt.join("d2")
+                .join(std::ffi::OsStr::from_bytes(b"bad\xffname")),
+            "x\n",
+        )
+        .expect("write a file whose name is not UTF-8");
+        write_in(&wt, "d0/f0.txt", "edited\n");
+        past_racy();
+        let tracked = crate::track::track(&store, &config).expect("track");
+        assert_eq!(tracked.skipped.len(), 1, "{:?}", tracked.skipped);
+        assert!(!side_path(&cache_path).exists(), "written whole");
+        drop(StatCache::remembered(&cache_path));
+        assert!(
+            !StatCache::load(&cache_path).listings.contains_key("d2/"),
+            "the old listing is gone from the file"
+        );
+    }
+
+    /// A copy of the cache kept in memory after a walk that did not take every listing its file holds
+    /// (here one of a directory that is not there) lacks that listing. A track with a few files changed
+    /// then writes the whole file, not the side file: its start time would judge the listing left in the
+    /// file, which no walk looked at again (review of the track's side file).
+    #[test]
+    fn a_copy_in_memory_without_all_of_its_file_s_listings_makes_the_track_write_the_whole_cache() {
+        let (_temp, wt, config) = worktree(60, 6);
+        let store = Store::open(&config, &wt).expect("open the store");
+        let cache_path = store.stat_cache_path();
+        let past_racy = || std::thread::sleep(std::time::Duration::from_millis(1100));
+        past_racy();
+        crate::track::track(&store, &config).expect("track");
+        let mut cache = StatCache::load(&cache_path);
+        let listing = cache.listings["d2/"].clone();
+        cache.listings.insert("gone/".to_owned(), listing);
+        cache
+            .save(&cache_path)
+            .expect("save the cache with a listing of a directory not there");
+
+        let unchanged = crate::track::track(&store, &config).expect("track");
+        assert_eq!(unchanged.hashed, 0);
+        let held = StatCache::remembered(&cache_path).expect("held in memory");
+        assert!(!held.listings.contains_key("gone/"));
+        assert!(held.listings_partial, "it lacks a listing its file holds");
+        held.keep(&cache_path);
+
+        write_in(&wt, "d0/f0.txt", "edited\n");
+        past_racy();
+        crate::track::track(&store, &config).expect("track");
+        assert!(!side_path(&cache_path).exists(), "written whole");
+        drop(StatCache::remembered(&cache_path));
+        let read = StatCache::load(&cache_path);
+        assert!(!read.listings.contains_key("gone/"));
+        assert!(!read.listings_partial);
     }
 
     /// A revert or restore of a few files of many writes only what it changed, to the side file; the file

@@ -75,6 +75,9 @@ struct Walk<'a> {
     relisted: usize,
     /// Whether a listing read again differs from what the old cache held, or would no longer be racy.
     learned_listings: bool,
+    /// Whether a listing the old cache held was taken and none stored in its place (the directory, read
+    /// again, named something that is not UTF-8): the cache file still holds the old one.
+    dropped_listing: bool,
     /// When this track began (the racy rule of the cache it writes).
     started_ns: i128,
     candidates: Vec<Candidate>,
@@ -262,6 +265,8 @@ impl Walk<'_> {
                 self.learned_listings = true;
             }
             self.listings.insert(rel_dir.to_owned(), listing);
+        } else if unusable.is_some() {
+            self.dropped_listing = true;
         }
         Ok(())
     }
@@ -399,11 +404,13 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         old: StatCache {
             started_ns: cache.started_ns,
             listings: std::mem::take(&mut cache.listings),
+            listings_partial: cache.listings_partial,
             ..StatCache::default()
         },
         listings: HashMap::new(),
         relisted: 0,
         learned_listings: false,
+        dropped_listing: false,
         started_ns,
         candidates: Vec::new(),
         skipped: Vec::new(),
@@ -473,11 +480,14 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         learned_listings,
         nested,
         old,
+        dropped_listing,
         ..
     } = walk;
-    // The walk took every listing the cache held (a directory not walked this time keeps its listing in
-    // the file, which a track's start time must then not move past: `StatCache::save_in_place`).
-    let every_listing_walked = old.listings.is_empty();
+    // This walk's listings stand for every listing the cache file holds: the walk took each one the cache
+    // held and stored one in its place, and the cache held all of its file's. Otherwise a listing stays
+    // in the file that this walk did not look at again, which a track's start time must not move past
+    // (`StatCache::save_in_place`).
+    let listings_as_file = old.listings.is_empty() && !dropped_listing && !old.listings_partial;
     // Aligned: the walk found the cache's paths, at its positions, and no other.
     let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
     let aligned = reusable
@@ -522,7 +532,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 hashed: in_place.hashed,
                 listings,
                 listings_learned,
-                every_listing_walked,
+                listings_as_file,
                 nested,
             };
             return finish(
@@ -590,7 +600,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             hashed,
             listings,
             listings_learned: relisted > 0 && learned_listings,
-            every_listing_walked,
+            listings_as_file,
             nested,
         };
         // Each file hashed again stays racy (`as_cached`), and no entry changes.
@@ -630,7 +640,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             hashed: in_place.hashed,
             listings,
             listings_learned: relisted > 0 && learned_listings,
-            every_listing_walked,
+            listings_as_file,
             nested,
         };
         return finish(
@@ -697,7 +707,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         hashed,
         listings,
         listings_learned: relisted > 0 && learned_listings,
-        every_listing_walked,
+        listings_as_file,
         nested,
     };
     let changed = Changed {
@@ -719,8 +729,8 @@ struct Found {
     listings: HashMap<String, Listing>,
     /// Whether they teach the next track something (see `Walk::learned_listings`).
     listings_learned: bool,
-    /// Whether every directory the cache held a listing of was walked.
-    every_listing_walked: bool,
+    /// Whether the listings stand for every listing the cache file holds (see `track_batched`).
+    listings_as_file: bool,
     nested: NestedRoots,
 }
 
@@ -821,7 +831,7 @@ fn finish(
         hashed,
         listings,
         listings_learned,
-        every_listing_walked,
+        listings_as_file,
         nested,
     } = found;
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
@@ -843,6 +853,7 @@ fn finish(
         StatCache {
             listings,
             entries,
+            listings_partial: !listings_as_file,
             ..cache
         }
         .keep(&store.stat_cache_path());
@@ -859,7 +870,7 @@ fn finish(
     // unwalked (the side file moves the start time forward, which a listing not looked at again must not
     // be judged by).
     let side = match &in_place {
-        Some(paths) if reusable && !misordered && !listings_learned && every_listing_walked => {
+        Some(paths) if reusable && !misordered && !listings_learned && listings_as_file => {
             cache.side_since(paths, &dirty, entries.len())
         }
         _ => None,
@@ -896,6 +907,8 @@ fn finish(
         entries,
         dirs,
         listings,
+        // Whole, the file holds these listings; to the side file, they stand for the file's.
+        listings_partial: false,
         since_file: None,
     };
     // The cache only saves work: when it cannot be written (a full disk), the file keeps the cache it
