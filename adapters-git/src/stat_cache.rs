@@ -201,8 +201,8 @@ pub struct StatCache {
     /// take them all (`keep`). A track then writes the file whole, never to the side file, whose start
     /// time would judge those listings though no walk looked at them again (`save_in_place`).
     pub listings_partial: bool,
-    /// What reverts and restores changed since the cache file was last written whole, when they were
-    /// written to its side file instead (`generation` is then the side file's).
+    /// What reverts, restores and tracks changed since the cache file was last written whole, when they
+    /// were written to its side file instead (`generation` is then the side file's).
     pub since_file: Option<SinceFile>,
 }
 
@@ -1586,8 +1586,10 @@ mod tests {
         assert!(!side_path(&cache_path).exists(), "written whole");
         drop(StatCache::remembered(&cache_path));
         let read = StatCache::load(&cache_path);
-        assert!(!read.listings.contains_key("gone/"));
-        assert!(!read.listings_partial);
+        assert!(
+            !read.listings.contains_key("gone/"),
+            "the file holds the walk's listings"
+        );
     }
 
     /// A revert or restore of a few files of many writes only what it changed, to the side file; the file

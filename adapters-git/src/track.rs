@@ -866,9 +866,9 @@ fn finish(
         );
     }
     // A few entries replaced in place (no path came or went) go to the cache's side file rather than a
-    // whole new file (9 MB at 100,000 files), when its listings are the file's: none learned, none left
-    // unwalked (the side file moves the start time forward, which a listing not looked at again must not
-    // be judged by).
+    // whole new file (9 MB at 100,000 files), when the walk's listings stand for the file's: none learned,
+    // and every one the file holds looked at again (`listings_as_file`: the side file moves the start time
+    // forward, which a listing not looked at again must not be judged by).
     let side = match &in_place {
         Some(paths) if reusable && !misordered && !listings_learned && listings_as_file => {
             cache.side_since(paths, &dirty, entries.len())
