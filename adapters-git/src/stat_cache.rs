@@ -496,9 +496,9 @@ impl StatCache {
     /// What changed since the cache file was last written whole, with `paths` (entries a track replaced
     /// in place: no path came or went) and the `dirty` directories added: when the cache has a file to add
     /// to, and that stays a small share of its `entries` (counting every dirty directory as changed).
-    /// None when the cache is to be written whole.
+    /// None when the cache is to be written whole (what it held since its file is then of no use).
     pub fn side_since(
-        &self,
+        &mut self,
         paths: &[String],
         dirty: &HashSet<String>,
         entries: usize,
@@ -506,7 +506,7 @@ impl StatCache {
         if self.generation == 0 || self.tree.is_none() {
             return None;
         }
-        let mut since = self.since_file.clone().unwrap_or_else(|| SinceFile {
+        let mut since = self.since_file.take().unwrap_or_else(|| SinceFile {
             file_generation: self.generation,
             file_tree: self.tree,
             ..SinceFile::default()

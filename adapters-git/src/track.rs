@@ -812,7 +812,7 @@ impl InPlace {
 /// that the next track would profit from (then the cached tree is the snapshot and nothing is written).
 fn finish(
     store: &Store,
-    cache: StatCache,
+    mut cache: StatCache,
     changed: Changed,
     found: Found,
     started_ns: i128,
