@@ -1082,6 +1082,29 @@ mod tests {
         (temp, wt, config)
     }
 
+    /// Waits past the racy margin: a file modified before it is not racy for a track that starts after.
+    fn past_racy() {
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+
+    /// `worktree(60, 6)`, its store, and the track of it taken once no file is racy any more; with the
+    /// cache file's path.
+    fn tracked_worktree() -> (
+        tempfile::TempDir,
+        PathBuf,
+        crate::config::GitStoreConfig,
+        Store,
+        PathBuf,
+        crate::track::Tracked,
+    ) {
+        let (temp, wt, config) = worktree(60, 6);
+        let store = Store::open(&config, &wt).expect("open the store");
+        let cache_path = store.stat_cache_path();
+        past_racy();
+        let tracked = crate::track::track(&store, &config).expect("track");
+        (temp, wt, config, store, cache_path, tracked)
+    }
+
     fn listing_at(mtime_ns: i128) -> (StatCache, DirStat) {
         let stat = DirStat {
             mtime_ns,
@@ -1437,13 +1460,8 @@ mod tests {
     /// of format 1, which holds no start time, still applies, with the file's.
     #[test]
     fn a_track_of_a_few_changed_files_writes_them_beside_the_cache_file() {
-        let (_temp, wt, config) = worktree(60, 6);
-        let store = Store::open(&config, &wt).expect("open the store");
-        let cache_path = store.stat_cache_path();
+        let (_temp, wt, config, store, cache_path, first) = tracked_worktree();
         let side = side_path(&cache_path);
-        let past_racy = || std::thread::sleep(std::time::Duration::from_millis(1100));
-        past_racy();
-        let first = crate::track::track(&store, &config).expect("track");
         assert_eq!(first.hashed, 60);
         let file_bytes = fs::read(&cache_path).expect("read the cache file");
         let file_started = StatCache::load(&cache_path).started_ns;
@@ -1528,12 +1546,7 @@ mod tests {
     #[test]
     fn a_listing_the_walk_could_not_replace_makes_the_track_write_the_whole_cache() {
         use std::os::unix::ffi::OsStrExt as _;
-        let (_temp, wt, config) = worktree(60, 6);
-        let store = Store::open(&config, &wt).expect("open the store");
-        let cache_path = store.stat_cache_path();
-        let past_racy = || std::thread::sleep(std::time::Duration::from_millis(1100));
-        past_racy();
-        crate::track::track(&store, &config).expect("track");
+        let (_temp, wt, config, store, cache_path, _) = tracked_worktree();
         assert!(StatCache::load(&cache_path).listings.contains_key("d2/"));
 
         fs::write(
@@ -1560,12 +1573,7 @@ mod tests {
     /// file, which no walk looked at again (review of the track's side file).
     #[test]
     fn a_copy_in_memory_without_all_of_its_file_s_listings_makes_the_track_write_the_whole_cache() {
-        let (_temp, wt, config) = worktree(60, 6);
-        let store = Store::open(&config, &wt).expect("open the store");
-        let cache_path = store.stat_cache_path();
-        let past_racy = || std::thread::sleep(std::time::Duration::from_millis(1100));
-        past_racy();
-        crate::track::track(&store, &config).expect("track");
+        let (_temp, wt, config, store, cache_path, _) = tracked_worktree();
         let mut cache = StatCache::load(&cache_path);
         let listing = cache.listings["d2/"].clone();
         cache.listings.insert("gone/".to_owned(), listing);
