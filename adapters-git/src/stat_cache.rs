@@ -197,7 +197,7 @@ pub struct StatCache {
     pub dirs: HashMap<String, ObjectId>,
     /// The listing of every directory the last walk entered (`""` is the root, others end in `/`).
     pub listings: HashMap<String, Listing>,
-    /// Whether `listings` may lack some its file holds: a copy kept in memory after a walk that did not
+    /// Whether `listings` may lack some of those its file holds: a copy kept in memory after a walk that did not
     /// take them all (`keep`). A track then writes the file whole, never to the side file, whose start
     /// time would judge those listings though no walk looked at them again (`save_in_place`).
     pub listings_partial: bool,
@@ -221,6 +221,14 @@ pub struct SinceFile {
     paths: HashSet<String>,
     /// The directories whose tree ids changed since (set or removed).
     dirs: HashSet<String>,
+}
+
+impl SinceFile {
+    /// Whether what changed is still a small enough share of a cache of `entries` entries to go to the
+    /// side file (`SIDE_SHARE`).
+    fn fits_side(&self, entries: usize) -> bool {
+        (self.paths.len() + self.dirs.len()) * SIDE_SHARE <= entries
+    }
 }
 
 impl StatCache {
@@ -285,11 +293,7 @@ impl StatCache {
         let same_paths = changes
             .iter()
             .all(|(changed, after)| after.is_some() && cache.entries.contains_key(changed));
-        let mut since = cache.since_file.take().unwrap_or_else(|| SinceFile {
-            file_generation: cache.generation,
-            file_tree: cache.tree,
-            ..SinceFile::default()
-        });
+        let mut since = cache.take_since();
         let mut dirty = HashSet::new();
         let mut replaced_dirs = Vec::new();
         for (changed, after) in changes {
@@ -370,7 +374,7 @@ impl StatCache {
         // it, and the next track may return this tree as the snapshot. A cache held only in memory names
         // trees another process's gc would collect once they are older than its grace period. What changed
         // goes to the side file while it stays a small share of the entries.
-        if (since.paths.len() + since.dirs.len()) * SIDE_SHARE <= cache.entries.len() {
+        if since.fits_side(cache.entries.len()) {
             cache.since_file = Some(since);
             cache.save_side(&path)
         } else {
@@ -506,14 +510,20 @@ impl StatCache {
         if self.generation == 0 || self.tree.is_none() {
             return None;
         }
-        let mut since = self.since_file.take().unwrap_or_else(|| SinceFile {
+        let mut since = self.take_since();
+        since.paths.extend(paths.iter().cloned());
+        since.dirs.extend(dirty.iter().cloned());
+        since.fits_side(entries).then_some(since)
+    }
+
+    /// What changed since the cache file was last written whole: what this cache holds of it, or a new
+    /// record naming its file.
+    fn take_since(&mut self) -> SinceFile {
+        self.since_file.take().unwrap_or_else(|| SinceFile {
             file_generation: self.generation,
             file_tree: self.tree,
             ..SinceFile::default()
-        });
-        since.paths.extend(paths.iter().cloned());
-        since.dirs.extend(dirty.iter().cloned());
-        ((since.paths.len() + since.dirs.len()) * SIDE_SHARE <= entries).then_some(since)
+        })
     }
 
     /// Writes a track's cache to the side file: `since` (from `side_since` on the cache the track loaded)

@@ -404,7 +404,6 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         old: StatCache {
             started_ns: cache.started_ns,
             listings: std::mem::take(&mut cache.listings),
-            listings_partial: cache.listings_partial,
             ..StatCache::default()
         },
         listings: HashMap::new(),
@@ -487,7 +486,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // held and stored one in its place, and the cache held all of its file's. Otherwise a listing stays
     // in the file that this walk did not look at again, which a track's start time must not move past
     // (`StatCache::save_in_place`).
-    let listings_as_file = old.listings.is_empty() && !dropped_listing && !old.listings_partial;
+    let listings_as_file = old.listings.is_empty() && !dropped_listing && !cache.listings_partial;
     // Aligned: the walk found the cache's paths, at its positions, and no other.
     let reusable = cache.tree.is_some() && cache.dirs.contains_key("");
     let aligned = reusable
