@@ -801,6 +801,47 @@ mod tests {
         }
     }
 
+    /// One `Odb` is read on several threads at once (each lookup on a handle of its own), and a pack
+    /// written with the same `Odb` afterwards is seen by the next lookup: the handles kept from before it
+    /// are not used again.
+    #[test]
+    fn lookups_on_several_threads_and_a_pack_written_after_them() {
+        let (_dir, odb, ids) = five_packed_blobs();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..50 {
+                        for (i, id) in ids.iter().enumerate() {
+                            assert_eq!(
+                                odb.read(id, Kind::Blob).expect("read"),
+                                format!("packed blob {i}").as_bytes()
+                            );
+                        }
+                    }
+                });
+            }
+        });
+        assert!(
+            !odb.packs().spare.is_empty(),
+            "handles kept for the next lookups"
+        );
+        odb.begin_batch();
+        let later: Vec<ObjectId> = (0..5)
+            .map(|i| {
+                odb.write_buf(Kind::Blob, format!("later blob {i}").as_bytes())
+                    .expect("held")
+            })
+            .collect();
+        odb.end_batch().expect("written as a second pack");
+        for (i, id) in later.iter().enumerate() {
+            assert!(!odb.path_of(id).exists(), "packed, not loose");
+            assert_eq!(
+                odb.read(id, Kind::Blob).expect("read from the new pack"),
+                format!("later blob {i}").as_bytes()
+            );
+        }
+    }
+
     /// Objects held by a batch are found by every reader of the same `Odb` before they are written; a
     /// dropped batch leaves nothing, a small one is written loose and a bigger one as one pack.
     #[test]
