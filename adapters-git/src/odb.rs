@@ -825,21 +825,8 @@ mod tests {
             !odb.packs().spare.is_empty(),
             "handles kept for the next lookups"
         );
-        odb.begin_batch();
-        let later: Vec<ObjectId> = (0..5)
-            .map(|i| {
-                odb.write_buf(Kind::Blob, format!("later blob {i}").as_bytes())
-                    .expect("held")
-            })
-            .collect();
-        odb.end_batch().expect("written as a second pack");
-        for (i, id) in later.iter().enumerate() {
-            assert!(!odb.path_of(id).exists(), "packed, not loose");
-            assert_eq!(
-                odb.read(id, Kind::Blob).expect("read from the new pack"),
-                format!("later blob {i}").as_bytes()
-            );
-        }
+        let later = write_five(&odb, "later blob");
+        read_five_packed(&odb, &later, "later blob");
     }
 
     /// Objects held by a batch are found by every reader of the same `Odb` before they are written; a
@@ -870,39 +857,43 @@ mod tests {
             "two objects are written loose"
         );
         assert_eq!(pack_files(), 0);
-        odb.begin_batch();
-        let many: Vec<ObjectId> = (0..5)
-            .map(|i| {
-                odb.write_buf(Kind::Blob, format!("blob {i}").as_bytes())
-                    .expect("held")
-            })
-            .collect();
-        odb.end_batch().expect("written");
+        let many = write_five(&odb, "blob");
         assert_eq!(pack_files(), 2, "a pack and its index");
-        for (i, id) in many.iter().enumerate() {
-            assert!(!odb.path_of(id).exists());
-            assert_eq!(
-                odb.read(id, Kind::Blob).expect("read"),
-                format!("blob {i}").as_bytes()
-            );
-        }
+        read_five_packed(&odb, &many, "blob");
         // After the batch, objects are written loose again.
         let after = odb.write_buf(Kind::Blob, b"after").expect("written");
         assert!(odb.path_of(&after).is_file());
+    }
+
+    /// Writes the five blobs `PREFIX 0` .. `PREFIX 4` in one batch (so as one pack).
+    fn write_five(odb: &Odb, prefix: &str) -> Vec<ObjectId> {
+        odb.begin_batch();
+        let ids = (0..5)
+            .map(|i| {
+                odb.write_buf(Kind::Blob, format!("{prefix} {i}").as_bytes())
+                    .expect("held")
+            })
+            .collect();
+        odb.end_batch().expect("written as a pack");
+        ids
+    }
+
+    /// Checks that `write_five(odb, prefix)`'s blobs `ids` are packed (no loose copy) and read back.
+    fn read_five_packed(odb: &Odb, ids: &[ObjectId], prefix: &str) {
+        for (i, id) in ids.iter().enumerate() {
+            assert!(!odb.path_of(id).exists(), "packed, not loose");
+            assert_eq!(
+                odb.read(id, Kind::Blob).expect("read from the pack"),
+                format!("{prefix} {i}").as_bytes()
+            );
+        }
     }
 
     /// A store whose five blobs `packed blob 0` .. `4` are in one pack.
     fn five_packed_blobs() -> (tempfile::TempDir, Odb, Vec<ObjectId>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let odb = Odb::new(dir.path().join("objects"));
-        odb.begin_batch();
-        let ids: Vec<ObjectId> = (0..5)
-            .map(|i| {
-                odb.write_buf(Kind::Blob, format!("packed blob {i}").as_bytes())
-                    .expect("held")
-            })
-            .collect();
-        odb.end_batch().expect("written as a pack");
+        let ids = write_five(&odb, "packed blob");
         (dir, odb, ids)
     }
 

@@ -197,9 +197,9 @@ pub struct StatCache {
     pub dirs: HashMap<String, ObjectId>,
     /// The listing of every directory the last walk entered (`""` is the root, others end in `/`).
     pub listings: HashMap<String, Listing>,
-    /// Whether `listings` may lack some of those its file holds: a copy kept in memory after a walk that did not
-    /// take them all (`keep`). A track then writes the file whole, never to the side file, whose start
-    /// time would judge those listings though no walk looked at them again (`save_in_place`).
+    /// Whether `listings` may lack some of those its file holds: a copy kept in memory after a walk that
+    /// did not take them all (`keep`). A track then writes the file whole, never to the side file, whose
+    /// start time would judge those listings though no walk looked at them again (`save_in_place`).
     pub listings_partial: bool,
     /// What reverts, restores and tracks changed since the cache file was last written whole, when they
     /// were written to its side file instead (`generation` is then the side file's).
