@@ -27,7 +27,7 @@ use crate::replace::{Held, Releases, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
 use crate::store::{NestedRoots, SnapshotRecord, Store, is_temp_name, temp_name};
 use crate::track::track;
-use crate::tree::{Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
+use crate::tree::{self, Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
 
 /// What kind of thing stands at a path, without following symlinks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1366,7 +1366,7 @@ impl<'a> Applier<'a> {
     /// here would fail the operation, then its rollback, for a cache), and a stale cache only costs
     /// re-hashing: each rewritten file has a new inode and status change time.
     /// `edited` as `StatCache::note_applied` takes it.
-    fn teach_stat_cache(&self, edited: Option<(ObjectId, ObjectId)>) {
+    fn teach_stat_cache(&self, edited: Option<(ObjectId, ObjectId, &tree::DirIds)>) {
         if let Some(changes) = self.applied_with_stats()
             && !changes.is_empty()
         {
@@ -2171,13 +2171,14 @@ const SPECULATE_UP_TO: usize = 128;
 
 /// Carries out the plan of `patches`; `applied` is `base` with the written and deleted paths replaced.
 ///
-/// Another thread builds the `applied` the plan predicts: for more than `SPECULATE_UP_TO` files before any
-/// file is touched (its reads of the trees of `base` are the check that they can all be read); for up to
-/// that many while the files are written (those trees are read first), and then it computes the revert's
-/// diffs (`diff::revert_diffs`) from it. When the writes end as predicted, that
-/// tree is `applied` and the diffs are kept for the `revert_diffs` call that follows (the text and
-/// session diffs then cost no time of their own). When a path had to be kept instead (the worktree
-/// changed after the plan), `applied` is built again from what was done, and nothing is kept.
+/// Another thread builds the `applied` the plan predicts. While this thread plans, it reads the trees of
+/// `base` along every path of the patches: that is the check that the trees `applied` is made from can
+/// all be read, and `ready` is not asked before it has passed. Once the plan is made it applies the
+/// predicted changes and writes `applied` while the files are written, and for up to `SPECULATE_UP_TO`
+/// files it then computes the revert's diffs (`diff::revert_diffs`) from it. When the writes end as
+/// predicted, that tree is `applied` and the diffs are kept for the `revert_diffs` call that follows (the
+/// text and session diffs then cost no time of their own). When a path had to be kept instead (the
+/// worktree changed after the plan), `applied` is built again from what was done, and nothing is kept.
 ///
 /// No file is touched before `ready` says `true` (the plan and the checks come first): when it says
 /// `false` the revert is `GitError::CalledOff`.
@@ -2202,51 +2203,32 @@ fn revert_batched(
     base: &ObjectId,
     ready: impl FnOnce() -> bool,
 ) -> GitResult<RevertOutcome> {
-    let Planned {
-        actions,
-        entries,
-        current,
-    } = plan_inner(store, config, patches)?;
-    // Every blob to be written is checked before any file is touched, and so is every tree `applied` is
-    // made from (those of `base` along the paths of the plan). A few are read here, and `applied` is
-    // built while the files are written; for many, building `applied` reads them, and the writes wait
-    // for it.
-    if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
-        return Err(GitError::Missing(id.to_string()));
-    }
-    let touched = actions
-        .iter()
-        .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
-        .count();
-    let small = touched <= SPECULATE_UP_TO;
-    if small {
-        let mut base_tree = LazyTree::new(&store.odb, *base);
-        for action in &actions {
-            base_tree.get(action.path.as_str())?;
-        }
-    }
-    // The end state the plan predicts, in the order `write_planned` touches the files.
-    let predicted: Vec<(String, Option<(Mode, ObjectId)>)> = actions
-        .iter()
-        .rev()
-        .filter(|a| a.action == FileActionKind::Delete)
-        .map(|a| (String::from(a.path.clone()), None))
-        .chain(
-            actions
-                .iter()
-                .filter(|a| a.action == FileActionKind::Write)
-                .map(|a| (String::from(a.path.clone()), Some(entries[a.path.as_str()]))),
-        )
-        .collect();
-    let (built, built_rx) = std::sync::mpsc::channel();
     std::thread::scope(|scope| {
-        // `applied` as predicted is built while this thread looks at the targets again (and, gated, while
-        // the caller stores its intent). For many files the writes wait for it before they touch anything,
-        // so a tree that cannot be read stops the revert first; for a few they do not (their trees were
-        // read above), and the diffs follow it.
-        let speculative = scope.spawn(|| -> Option<(ObjectId, RevertDiffs)> {
-            let applied = edit(&store.odb, base, &predicted);
-            let sent = applied.as_ref().ok().copied();
+        // Dropped when this closure returns (a plan that fails included), which ends the other thread's
+        // wait for the prediction before the scope waits for the thread.
+        let (predict, predicted_rx) = std::sync::mpsc::channel::<(Vec<Change>, bool)>();
+        let (read, read_rx) = std::sync::mpsc::channel();
+        let (built, built_rx) = std::sync::mpsc::channel();
+        let speculative = scope.spawn(move || -> Option<(ObjectId, RevertDiffs)> {
+            let paths = patches
+                .iter()
+                .flat_map(|patch| patch.files.iter().map(RelPath::as_str));
+            let mut applied = match tree::Edit::read(&store.odb, base, paths) {
+                Ok(edit) => {
+                    // A failed send only means the revert ended first (its plan failed).
+                    let _ = read.send(Ok(()));
+                    edit
+                }
+                Err(e) => {
+                    let _ = read.send(Err(e));
+                    return None;
+                }
+            };
+            let (predicted, small) = predicted_rx.recv().ok()?;
+            let applied = applied
+                .apply(&store.odb, &predicted)
+                .and_then(|()| applied.write(&store.odb));
+            let sent = applied.as_ref().ok().map(|(id, _)| *id);
             // A failed send only means the writes did not wait for it (they failed first).
             let _ = built.send(applied);
             let applied = sent?;
@@ -2259,10 +2241,40 @@ fn revert_batched(
                 crate::diff::revert_diffs_on(&store.odb, &changes, config.size_cap, 1).ok()?;
             Some((applied, diffs))
         });
+        let Planned {
+            actions,
+            entries,
+            current,
+        } = plan_inner(store, config, patches)?;
+        // Every blob to be written is checked before any file is touched, and so is every tree `applied`
+        // is made from (`read_rx`, below).
+        if let Some((_, id)) = entries.values().find(|(_, id)| !store.odb.contains(id)) {
+            return Err(GitError::Missing(id.to_string()));
+        }
+        let touched = actions
+            .iter()
+            .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
+            .count();
+        // The end state the plan predicts, in the order `write_planned` touches the files.
+        let predicted: Vec<Change> = actions
+            .iter()
+            .rev()
+            .filter(|a| a.action == FileActionKind::Delete)
+            .map(|a| (String::from(a.path.clone()), None))
+            .chain(
+                actions
+                    .iter()
+                    .filter(|a| a.action == FileActionKind::Write)
+                    .map(|a| (String::from(a.path.clone()), Some(entries[a.path.as_str()]))),
+            )
+            .collect();
+        // A failed send only means the other thread stopped (a tree of `base` it could not read, which
+        // `read_rx` carries).
+        let _ = predict.send((predicted.clone(), touched <= SPECULATE_UP_TO));
         let prediction = Prediction {
             changes: &predicted,
+            read: read_rx,
             applied: built_rx,
-            before_writes: !small,
         };
         let earliest = patches.first().map(|p| object_id(&p.hash)).transpose()?;
         let outcome = write_planned(
@@ -2283,6 +2295,9 @@ fn revert_batched(
         Ok(outcome)
     })
 }
+
+/// A path with its end state (none: absent).
+type Change = (String, Option<Entry>);
 
 /// Why a file a revert would overwrite or delete is left as it is: it changed after the revert's snapshot.
 const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this revert started from (an edit \
@@ -2367,15 +2382,16 @@ fn changed_after_track(
 /// The end state a revert's plan predicts, and the tree built from it on another thread.
 struct Prediction<'p> {
     /// Each path to touch with its end state, in the order the writes touch them.
-    changes: &'p [(String, Option<Entry>)],
-    /// `edit(base, changes)`, or why it could not be built (a tree of `base` that cannot be read).
-    applied: std::sync::mpsc::Receiver<GitResult<ObjectId>>,
-    /// Whether the writes wait for it before they touch anything (its reads are the check that every tree
-    /// of `base` it needs can be read); otherwise that check was made before, and it is taken after.
-    before_writes: bool,
+    changes: &'p [Change],
+    /// Whether every tree of `base` on the paths of the patches could be read (the check made before
+    /// `ready` is asked).
+    read: std::sync::mpsc::Receiver<GitResult<()>>,
+    /// `edit(base, changes)` with its directories' ids, or why it could not be built.
+    applied: std::sync::mpsc::Receiver<GitResult<(ObjectId, tree::DirIds)>>,
 }
 
-/// The writing half of `revert`: once `ready` says so, deletes and writes what the plan says (re-checking
+/// The writing half of `revert`: once the trees of `base` were read and `ready` says so, deletes and writes
+/// what the plan says (re-checking
 /// each path as it goes), teaches the stat cache, and returns the outcome. `applied` is taken from
 /// `prediction` when the writes ended as it predicted.
 fn write_planned(
@@ -2387,23 +2403,16 @@ fn write_planned(
     ready: impl FnOnce() -> bool,
     prediction: Prediction<'_>,
 ) -> GitResult<RevertOutcome> {
+    let stopped =
+        || GitError::Other("building the tree the revert leaves stopped unexpectedly".to_owned());
+    // The trees `applied` is made from have all been read before the caller stores its intent.
+    prediction.read.recv().map_err(|_| stopped())??;
     if !ready() {
         return Err(GitError::CalledOff);
     }
     // From here on every parent is looked at when it is used (the disk may have changed since the plan).
     current.stop_planning();
     let (edited, expected) = changed_after_track(store, config, actions, base)?;
-    let take_predicted = || {
-        prediction.applied.recv().map_err(|_| {
-            GitError::Other("building the tree the revert leaves stopped unexpectedly".to_owned())
-        })?
-    };
-    // Nothing is touched before the trees `applied` is made from have all been read.
-    let predicted = if prediction.before_writes {
-        Some(take_predicted()?)
-    } else {
-        None
-    };
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
     // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
     // later patch's start may have had directories that an earlier hidden step made.
@@ -2464,13 +2473,13 @@ fn write_planned(
         .iter()
         .map(|(path, _)| (path.clone(), applier.last.get(path).copied().flatten()))
         .collect();
-    let applied = match predicted {
-        Some(predicted) if prediction.changes == changes.as_slice() => predicted,
-        None if prediction.changes == changes.as_slice() => take_predicted()?,
-        _ => edit(&store.odb, base, &changes)?,
+    let (applied, dirs) = if prediction.changes == changes.as_slice() {
+        prediction.applied.recv().map_err(|_| stopped())??
+    } else {
+        edit(&store.odb, base, &changes)?
     };
     store.odb.end_batch()?;
-    applier.teach_stat_cache(Some((*base, applied)));
+    applier.teach_stat_cache(Some((*base, applied, &dirs)));
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
     Ok(RevertOutcome {

@@ -270,15 +270,16 @@ impl StatCache {
     /// and the next track hashes it again rather than trusting stat data taken after the write. Nothing is
     /// done to a cache without a tree.
     ///
-    /// `edited` is `(base, applied)` when the caller already built `applied` as `base` with these changes
-    /// (a revert's end state): when the cache's tree is `base` and every change rewrote a file the cache
-    /// holds (no path came, went or changed kind, so the cache's directories are `base`'s), the new tree
-    /// is `applied` and only the ids of the changed directories are read from it, instead of building the
-    /// same trees a second time.
+    /// `edited` is `(base, applied, dirs)` when the caller already built `applied` as `base` with these
+    /// changes (a revert's end state), `dirs` the directory ids that edit knows (`tree::Edit::write`): when
+    /// the cache's tree is `base` and every change rewrote a file the cache holds (no path came, went or
+    /// changed kind, so the cache's directories are `base`'s), the new tree is `applied` and the changed
+    /// directories take their ids from `dirs` (read from `applied` when one is missing), instead of
+    /// building the same trees a second time.
     pub fn note_applied(
         store: &crate::store::Store,
         changes: &[Applied],
-        edited: Option<(ObjectId, ObjectId)>,
+        edited: Option<(ObjectId, ObjectId, &tree::DirIds)>,
     ) -> GitResult<()> {
         let path = store.stat_cache_path();
         // Only a cache this process holds in memory is taught: parsing a big one from disk would cost
@@ -338,8 +339,20 @@ impl StatCache {
             });
         }
         match edited {
-            Some((base, applied)) if same_paths && cache.tree == Some(base) => {
-                for (dir, id) in tree::dir_ids(&store.odb, &applied, &dirty)? {
+            Some((base, applied, known)) if same_paths && cache.tree == Some(base) => {
+                // The edit that made `applied` knows the id of every directory above a change; read from
+                // the tree only when one is missing.
+                let ids = match dirty
+                    .iter()
+                    .map(|dir| Some((dir.clone(), *known.get(dir)?)))
+                    .collect::<Option<Vec<_>>>()
+                {
+                    Some(ids) => ids,
+                    None => tree::dir_ids(&store.odb, &applied, &dirty)?
+                        .into_iter()
+                        .collect(),
+                };
+                for (dir, id) in ids {
                     if cache.dirs.insert(dir.clone(), id) != Some(id) {
                         since.dirs.insert(dir);
                     }
@@ -1423,7 +1436,8 @@ mod tests {
                 ("d1/f1.txt".to_owned(), None),
             ],
         )
-        .expect("the expected tree");
+        .expect("the expected tree")
+        .0;
         consistent(expected);
 
         // What was taught is in the file too (gc, in any process, keeps the file's tree). A process that
@@ -1454,7 +1468,7 @@ mod tests {
             "not taught: the file holds what the restore taught it"
         );
         let now = crate::track::track(&store, &config).expect("track").id;
-        let want = crate::tree::edit(&store.odb, &first, &[("d1/f1.txt".to_owned(), None)])
+        let (want, _) = crate::tree::edit(&store.odb, &first, &[("d1/f1.txt".to_owned(), None)])
             .expect("the expected tree");
         assert_eq!(
             now, want,

@@ -423,89 +423,187 @@ impl<'a> LazyTree<'a> {
 enum Node {
     File(Mode, ObjectId),
     Tree(ObjectId),
-    Dir(BTreeMap<String, Node>),
+    Dir(Loaded),
 }
 
-fn load_dir(odb: &Odb, id: &ObjectId) -> GitResult<BTreeMap<String, Node>> {
-    Ok(decode(odb, id)?
-        .into_iter()
-        .map(|(name, mode, oid)| {
-            let node = match mode {
-                Mode::Tree => Node::Tree(oid),
-                mode => Node::File(mode, oid),
-            };
-            (name, node)
+/// A directory read (or made) for an edit.
+struct Loaded {
+    /// The tree it was read from; none when the edit made it.
+    from: Option<ObjectId>,
+    /// Whether a change went into it (or below it): otherwise it is still `from`.
+    changed: bool,
+    entries: BTreeMap<String, Node>,
+}
+
+impl Loaded {
+    fn read(odb: &Odb, id: &ObjectId) -> GitResult<Loaded> {
+        let entries = decode(odb, id)?
+            .into_iter()
+            .map(|(name, mode, oid)| {
+                let node = match mode {
+                    Mode::Tree => Node::Tree(oid),
+                    mode => Node::File(mode, oid),
+                };
+                (name, node)
+            })
+            .collect();
+        Ok(Loaded {
+            from: Some(*id),
+            changed: false,
+            entries,
         })
-        .collect())
+    }
+
+    fn made() -> Loaded {
+        Loaded {
+            from: None,
+            changed: true,
+            entries: BTreeMap::new(),
+        }
+    }
 }
 
-/// Writes the tree of `base` with `changes` applied in order (a path set to a file, replacing whatever was
-/// there, directory or not; or a file removed), reading and writing only the trees on the changed paths.
-/// Directories left empty disappear, as in git.
+/// The tree of a snapshot being edited (`edit`): read along the paths it is told of, changed, then written.
+/// Reading can start before the changes are known (a revert reads them while it plans), and it is the
+/// check that every tree the changes go through can be read.
+pub struct Edit {
+    root: Loaded,
+}
+
+/// The tree id of each directory an edit wrote or read (`""` is the root, others `a/b`).
+pub type DirIds = HashMap<String, ObjectId>;
+
+impl Edit {
+    /// Reads `base` and, for each of `paths`, every directory above it that `base` has.
+    pub fn read<'p>(
+        odb: &Odb,
+        base: &ObjectId,
+        paths: impl IntoIterator<Item = &'p str>,
+    ) -> GitResult<Edit> {
+        let mut root = Loaded::read(odb, base)?;
+        for path in paths {
+            let mut dir = &mut root;
+            let mut parts = path.split('/').peekable();
+            while let Some(part) = parts.next() {
+                if parts.peek().is_none() {
+                    break;
+                }
+                let Some(node) = dir.entries.get_mut(part) else {
+                    break;
+                };
+                if let Node::Tree(id) = node {
+                    *node = Node::Dir(Loaded::read(odb, id)?);
+                }
+                match node {
+                    Node::Dir(sub) => dir = sub,
+                    _ => break,
+                }
+            }
+        }
+        Ok(Edit { root })
+    }
+
+    /// Applies `changes` in order (a path set to a file, replacing whatever was there, directory or not;
+    /// or a file removed), reading the trees on their paths not read yet.
+    pub fn apply(&mut self, odb: &Odb, changes: &[(String, Option<Entry>)]) -> GitResult<()> {
+        for (path, entry) in changes {
+            let mut dir = &mut self.root;
+            let mut parts = path.split('/').peekable();
+            while let Some(part) = parts.next() {
+                dir.changed = true;
+                if parts.peek().is_none() {
+                    match entry {
+                        Some((mode, id)) => {
+                            dir.entries.insert(part.to_owned(), Node::File(*mode, *id));
+                        }
+                        None => {
+                            if matches!(dir.entries.get(part), Some(Node::File(..))) {
+                                dir.entries.remove(part);
+                            }
+                        }
+                    }
+                    break;
+                }
+                let node = match dir.entries.get(part) {
+                    Some(Node::Tree(id)) => Node::Dir(Loaded::read(odb, id)?),
+                    Some(Node::Dir(_)) => match dir.entries.remove(part) {
+                        Some(node) => node,
+                        None => Node::Dir(Loaded::made()),
+                    },
+                    // A file where a directory is needed, or nothing: a removal has nothing to remove.
+                    _ if entry.is_none() => break,
+                    _ => Node::Dir(Loaded::made()),
+                };
+                dir.entries.insert(part.to_owned(), node);
+                dir = match dir.entries.get_mut(part) {
+                    Some(Node::Dir(sub)) => sub,
+                    _ => return Err(GitError::Other(format!("editing the tree at {path}"))),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the directories the changes went into (deepest first) and returns the tree, with the id of
+    /// every directory read or written. Directories left empty disappear, as in git.
+    pub fn write(self, odb: &Odb) -> GitResult<(ObjectId, DirIds)> {
+        let mut dirs = HashMap::new();
+        let root = match write_loaded(odb, String::new(), self.root, &mut dirs)? {
+            Some(id) => id,
+            None => {
+                let id = odb.write_buf(Kind::Tree, &[])?;
+                dirs.insert(String::new(), id);
+                id
+            }
+        };
+        Ok((root, dirs))
+    }
+}
+
+/// Writes the tree of `base` with `changes` applied in order (`Edit::apply`), reading and writing only
+/// the trees on the changed paths, and returns it with its directories' ids (`Edit::write`).
 pub fn edit(
     odb: &Odb,
     base: &ObjectId,
     changes: &[(String, Option<Entry>)],
-) -> GitResult<ObjectId> {
-    let mut root = load_dir(odb, base)?;
-    for (path, entry) in changes {
-        let mut dir = &mut root;
-        let mut parts = path.split('/').peekable();
-        while let Some(part) = parts.next() {
-            if parts.peek().is_none() {
-                match entry {
-                    Some((mode, id)) => {
-                        dir.insert(part.to_owned(), Node::File(*mode, *id));
-                    }
-                    None => {
-                        if matches!(dir.get(part), Some(Node::File(..))) {
-                            dir.remove(part);
-                        }
-                    }
-                }
-                break;
-            }
-            let node = match dir.get(part) {
-                Some(Node::Tree(id)) => Node::Dir(load_dir(odb, id)?),
-                Some(Node::Dir(_)) => match dir.remove(part) {
-                    Some(node) => node,
-                    None => Node::Dir(BTreeMap::new()),
-                },
-                // A file where a directory is needed, or nothing: a removal has nothing to remove.
-                _ if entry.is_none() => break,
-                _ => Node::Dir(BTreeMap::new()),
-            };
-            dir.insert(part.to_owned(), node);
-            dir = match dir.get_mut(part) {
-                Some(Node::Dir(sub)) => sub,
-                _ => return Err(GitError::Other(format!("editing the tree at {path}"))),
-            };
-        }
-    }
-    match write_node_dir(odb, root)? {
-        Some(id) => Ok(id),
-        None => odb.write_buf(Kind::Tree, &[]),
-    }
+) -> GitResult<(ObjectId, DirIds)> {
+    let mut edit = Edit::read(odb, base, [])?;
+    edit.apply(odb, changes)?;
+    edit.write(odb)
 }
 
-/// Writes a loaded directory (its loaded sub-directories first); none when it holds nothing.
-fn write_node_dir(odb: &Odb, dir: BTreeMap<String, Node>) -> GitResult<Option<ObjectId>> {
-    let mut entries: Vec<(String, Mode, ObjectId)> = Vec::with_capacity(dir.len());
-    for (name, node) in dir {
+/// Writes a loaded directory at `path` (its loaded sub-directories first), recording its id and theirs in
+/// `dirs`; none when it holds nothing. One no change went into is not written again.
+fn write_loaded(
+    odb: &Odb,
+    path: String,
+    dir: Loaded,
+    dirs: &mut DirIds,
+) -> GitResult<Option<ObjectId>> {
+    let mut entries: Vec<(String, Mode, ObjectId)> = Vec::with_capacity(dir.entries.len());
+    for (name, node) in dir.entries {
         match node {
             Node::File(mode, id) => entries.push((name, mode, id)),
             Node::Tree(id) => entries.push((name, Mode::Tree, id)),
             Node::Dir(sub) => {
-                if let Some(id) = write_node_dir(odb, sub)? {
+                let sub_path = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}/{name}")
+                };
+                if let Some(id) = write_loaded(odb, sub_path, sub, dirs)? {
                     entries.push((name, Mode::Tree, id));
                 }
             }
         }
     }
-    if entries.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(write_entries(odb, entries)?))
+    let id = match dir.from {
+        Some(from) if !dir.changed => from,
+        _ if entries.is_empty() => return Ok(None),
+        _ => write_entries(odb, entries)?,
+    };
+    dirs.insert(path, id);
+    Ok(Some(id))
 }
 
 /// Encodes and stores one tree from its entries (in any order).
@@ -768,7 +866,7 @@ mod tests {
                 }
             }
         }
-        let edited = edit(&odb, &base, &changes).expect("edit");
+        let (edited, _) = edit(&odb, &base, &changes).expect("edit");
         assert_eq!(edited, write(&odb, &expected));
         // The same tree written again from the files, only the changed directories dirty.
         let (_, old_dirs) = read_flat_with_dirs(&odb, &base).expect("read base");
@@ -811,6 +909,58 @@ mod tests {
 
     /// Entries come out in git's order, a tree sorting as if its name ended with '/': the tree id is the
     /// one `git mktree` (which sorts for itself) gives the same entries.
+    /// An edit read ahead along some paths (more than it changes, and fewer) gives the tree `edit` gives,
+    /// and the id of every directory it wrote or read is that directory's in the tree read back (a
+    /// directory read ahead and not changed keeps its id in the base).
+    #[test]
+    fn an_edit_read_ahead_gives_edit_s_tree_and_the_ids_of_its_directories() {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let odb = Odb::new(temp.path().join("objects"));
+        let mut flat = Flat::new();
+        for path in ["a/b/c.txt", "a/b/d.txt", "a/e", "f", "g/h/i", "k/l/m", "z"] {
+            flat.insert(path.to_owned(), blob(&odb, path));
+        }
+        let base = write(&odb, &flat);
+        let x = blob(&odb, "x");
+        let changes: Vec<(String, Option<Entry>)> = vec![
+            ("a/b/c.txt".to_owned(), Some(x)),
+            ("a/e".to_owned(), None),
+            ("f/under".to_owned(), Some(x)),
+            ("g/h/i".to_owned(), None),
+            ("new/file".to_owned(), Some(x)),
+        ];
+        let (want, _) = edit(&odb, &base, &changes).expect("edit");
+        let (_, want_dirs) = read_flat_with_dirs(&odb, &want).expect("read back");
+        // `k/l/m` and `missing/x` are read ahead and not changed; `new/file` is changed and not read ahead.
+        let ahead = ["a/b/c.txt", "a/e", "g/h/i", "k/l/m", "missing/x", "f/under"];
+        let mut read_ahead = Edit::read(&odb, &base, ahead).expect("read ahead");
+        read_ahead.apply(&odb, &changes).expect("apply");
+        let (got, dirs) = read_ahead.write(&odb).expect("write");
+        assert_eq!(got, want);
+        for (dir, id) in &dirs {
+            assert_eq!(want_dirs.get(dir), Some(id), "directory {dir:?}");
+        }
+        let mut dirty = HashSet::new();
+        for (path, _) in &changes {
+            mark_dirty(&mut dirty, path);
+        }
+        // `g/h` and `g` were emptied, so they are gone; every other directory above a change has its id.
+        dirty.retain(|d| want_dirs.contains_key(d));
+        assert!(
+            dirty.iter().all(|d| dirs.contains_key(d)),
+            "{dirty:?} in {dirs:?}"
+        );
+        assert!(!dirs.contains_key("g/h") && !dirs.contains_key("g"));
+        // Read ahead and not changed: its id is the base's.
+        let (_, base_dirs) = read_flat_with_dirs(&odb, &base).expect("read base");
+        assert_eq!(dirs.get("k/l"), base_dirs.get("k/l"));
+        assert!(dirs.contains_key("k/l"));
+
+        // Nothing changed: the base itself.
+        let unchanged = Edit::read(&odb, &base, ahead).expect("read ahead");
+        assert_eq!(unchanged.write(&odb).expect("write").0, base);
+    }
+
     #[test]
     fn entries_are_written_in_gits_order() {
         let dir = tempfile::tempdir().expect("a temporary directory");

@@ -764,9 +764,10 @@ async fn missing_base_tree_fails_before_anything_is_touched() {
 }
 
 /// A missing sub-tree of the base, on a path the revert changes: `applied` cannot be built from it, and the
-/// revert fails before touching any file. With a few files the base's trees are read before the writes;
-/// with many (more than the revert speculates for), building `applied` reads them while the targets are
-/// looked at again, and the writes wait for it.
+/// revert fails before touching any file, and before it asks for the go-ahead (the caller would store its
+/// intent then): the base's trees along the patches' paths are read while the revert plans, for a few
+/// files as for many (more than the revert works out diffs for while it writes). The go-ahead is never
+/// given here, so a revert that asked for it would wait until the timeout.
 #[tokio::test]
 async fn missing_base_sub_tree_fails_before_anything_is_touched() {
     for count in [1, 200] {
@@ -801,7 +802,12 @@ async fn missing_base_sub_tree_with(count: usize) {
     h.remove_snapshot_object(&sub);
     let names: Vec<&str> = files.iter().map(String::as_str).collect();
     let patches = one_patch(&start, &names);
-    assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
+    let (_go, ready) = futures::channel::oneshot::channel();
+    let reverting = h.port().revert_when(h.root(), &patches, &base, ready);
+    let reverted = tokio::time::timeout(Duration::from_secs(30), reverting)
+        .await
+        .unwrap_or_else(|_| panic!("{count} files: the revert asked for the go-ahead"));
+    assert_missing("revert", reverted);
     assert_eq!(h.list(), listing, "{count} files");
 }
 
