@@ -399,6 +399,15 @@ struct Applier<'a> {
     existed_empty: HashSet<String>,
     /// The hard-linked files one of whose names the operation replaces or deletes (`Relinked`).
     relinked: Relinked,
+    /// Whether `expected` says what a look through a handle on each target's directory, opened beneath
+    /// the worktree, found after the plan (a revert's `changed_after_track`; a restore's comes partly
+    /// from the stat cache).
+    expected_looked: bool,
+    /// Whether the operation may have made or removed a directory yet (a delete, which removes the
+    /// directories it empties, or a write that made a parent or replaced what stood in the way). Until
+    /// it has, a write may take what `expected` says stands at its path when `expected_looked`
+    /// (`Applier::write`).
+    dirs_changed: bool,
 }
 
 /// The files with more than one name (hard links) one of whose names an operation is about to replace or
@@ -964,6 +973,8 @@ impl<'a> Applier<'a> {
             pending_dirs: HashSet::new(),
             existed_empty: HashSet::new(),
             relinked: Relinked::default(),
+            expected_looked: false,
+            dirs_changed: false,
         })
     }
 
@@ -1084,6 +1095,7 @@ impl<'a> Applier<'a> {
 
     /// Deletes a tracked file (or symlink), then the directories this leaves empty.
     fn delete(&mut self, path: &str) -> GitResult<()> {
+        self.dirs_changed = true;
         // Removing emptied directories must not race a pending write into one of them.
         self.flush()?;
         let abs = self.abs(path);
@@ -1103,7 +1115,7 @@ impl<'a> Applier<'a> {
                 if !self.parents_are_dirs(path)?
                     || !self.tracked.contains_below_dirs(path, kind, now)? =>
             {
-                self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is")
+                self.keep(path, NOT_TRACKED_NOW)
             }
             OnDisk::File | OnDisk::Symlink => {
                 let Some(was) = now else {
@@ -1222,6 +1234,27 @@ impl<'a> Applier<'a> {
     /// that would overwrite or delete something that is not tracked content.
     fn write(&mut self, path: &str, mode: Mode, id: &ObjectId) -> GitResult<()> {
         self.flush_if_related(path)?;
+        // A revert's check for edits (`changed_after_track`) looked at the path a moment ago through a
+        // handle on its directory, opened beneath the worktree, and found a file, a symlink or nothing.
+        // While this operation has changed no directory and not touched the path, that look stands for
+        // this one: the writing looks again, through a handle, right before it swaps the new content in
+        // (`replace`), and leaves what changed after the check as it is there.
+        if self.expected_looked
+            && !self.dirs_changed
+            && !self.last.contains_key(path)
+            && let Some(&checked) = self.expected.get(path)
+        {
+            let kind = match checked {
+                None => OnDisk::Absent,
+                Some(stat) if stat.mode == Mode::Link => OnDisk::Symlink,
+                Some(_) => OnDisk::File,
+            };
+            let was_tracked = self.tracked.contains_below_dirs(path, kind, checked)?;
+            if kind != OnDisk::Absent && !was_tracked {
+                return self.keep(path, NOT_TRACKED_NOW);
+            }
+            return self.queue(path, mode, id, checked, was_tracked);
+        }
         // Whether the path was tracked content before this write: asked before anything is changed when a
         // parent is not a directory; otherwise from the looks below (each path is looked at once).
         let mut was_tracked = None;
@@ -1231,6 +1264,8 @@ impl<'a> Applier<'a> {
         let (dir_rel, name) = beneath::split(path);
         let dir = self.root.dir(dir_rel).ok();
         let parents = if dir.is_some() { "" } else { path };
+        // A parent may be made, or a file standing there replaced.
+        self.dirs_changed |= dir.is_none();
         for (i, _) in parents.match_indices('/') {
             let parent = &path[..i];
             let abs = self.abs(parent);
@@ -1302,6 +1337,7 @@ impl<'a> Applier<'a> {
                 if !holds_only(&abs, path, &HashSet::new())? {
                     return self.keep(path, OCCUPIED_DIR);
                 }
+                self.dirs_changed = true;
                 let (dir_rel, name) = beneath::split(path);
                 let removed = self
                     .root
@@ -1320,10 +1356,23 @@ impl<'a> Applier<'a> {
                 }
             }
             OnDisk::File | OnDisk::Symlink if !was_tracked => {
-                return self.keep(path, "it is not tracked content now (ignored or over the size cap), so it is left as it is");
+                return self.keep(path, NOT_TRACKED_NOW);
             }
             OnDisk::File | OnDisk::Symlink => {}
         }
+        self.queue(path, mode, id, was, was_tracked)
+    }
+
+    /// Adds the write of `path` to the pending ones (`was`: what the writing expects to find there).
+    fn queue(
+        &mut self,
+        path: &str,
+        mode: Mode,
+        id: &ObjectId,
+        was: Option<Stat>,
+        was_tracked: bool,
+    ) -> GitResult<()> {
+        let abs = self.abs(path);
         self.counter += 1;
         let tmp = temp_name(&self.batch, self.counter);
         self.pending.push(PendingWrite {
@@ -2118,6 +2167,10 @@ fn dirs_above<'p>(paths: impl Iterator<Item = &'p str>) -> HashSet<&'p str> {
         .collect()
 }
 
+/// Why a file that is not tracked content now is not overwritten or deleted.
+const NOT_TRACKED_NOW: &str =
+    "it is not tracked content now (ignored or over the size cap), so it is left as it is";
+
 /// Why a file is not written where a directory holding other files stands.
 const OCCUPIED_DIR: &str = "a directory holding other files stands there; it is left as it is";
 
@@ -2431,6 +2484,7 @@ fn write_planned(
         ),
     )?;
     applier.expected = expected;
+    applier.expected_looked = true;
     applier.protected = edited.clone();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
     // is gone before what was there comes back.

@@ -157,6 +157,58 @@ async fn after_a_restore_of_given_paths_the_next_track_hashes_only_those() {
     assert!(again.written.is_empty() && again.deleted.is_empty());
 }
 
+/// A step renamed the only file of a directory, and moved a deep file up, removing the directories it
+/// left empty: the revert's deletes empty `lone` and `deep` and remove them, and its writes make them
+/// again, to git's tree of the state gone back to. (The check for edits saw `lone` there before the
+/// deletes: a write after a delete does not take that look as still standing.)
+#[tokio::test]
+async fn a_revert_remakes_the_directories_its_deletes_removed() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    settled_tree(&h, &oracle).await;
+    h.write("lone/old-name.txt", b"lone\n");
+    h.write("deep/a/b/file.txt", b"deep\n");
+    backdate_dirs(h.root());
+    let before = track_as_git(&h, &oracle).await;
+    fs::rename(h.path("lone/old-name.txt"), h.path("lone/new-name.txt")).expect("rename");
+    fs::rename(h.path("deep/a/b/file.txt"), h.path("deep/moved.txt")).expect("rename");
+    fs::remove_dir_all(h.path("deep/a")).expect("remove the emptied directories");
+    backdate_dirs(h.root());
+    let after = track_as_git(&h, &oracle).await;
+    let outcome = h
+        .port()
+        .revert(
+            h.root(),
+            &[SnapshotPatch {
+                hash: before.clone(),
+                files: rels(&[
+                    "lone/new-name.txt",
+                    "lone/old-name.txt",
+                    "deep/moved.txt",
+                    "deep/a/b/file.txt",
+                ]),
+            }],
+            &after,
+        )
+        .await
+        .expect("revert the renames");
+    assert!(outcome.kept.is_empty(), "{outcome:?}");
+    assert_eq!(
+        outcome.written,
+        rels(&["deep/a/b/file.txt", "lone/old-name.txt"])
+    );
+    assert_eq!(
+        outcome.deleted,
+        rels(&["deep/moved.txt", "lone/new-name.txt"])
+    );
+    assert_eq!(outcome.applied, before);
+    assert_eq!(
+        fs::read(h.path("lone/old-name.txt")).expect("read"),
+        b"lone\n"
+    );
+    assert_eq!(track_as_git(&h, &oracle).await, before);
+}
+
 #[tokio::test]
 async fn a_file_and_a_directory_trading_places_keep_the_cache_exact() {
     let h = GitHarness::new();
