@@ -460,6 +460,10 @@ struct PendingWrite {
     /// What stood at the path when it was checked: its stat data, or none when nothing stood there. The
     /// file is replaced only while that is still so.
     was: Option<Stat>,
+    /// Whether `was` is what a revert's check for edits saw (`Applier::write` did not look again): a
+    /// file gone since then was deleted after that check, and the path is left as it is, as that second
+    /// look would have left it. (A file gone after a write's own look is written where it was.)
+    checked_only: bool,
 }
 
 /// What each target of a revert was when the revert looked at it: stat data, or none when absent.
@@ -530,7 +534,7 @@ fn write_file(
         &job.tmp,
         &temp,
         name,
-        job.was,
+        (job.was, job.checked_only),
         (dir_path, relinked),
         before_swap,
     ) {
@@ -609,7 +613,7 @@ fn replace(
     tmp: &str,
     temp: &Temp,
     name: &str,
-    was: Option<Stat>,
+    (was, gone_is_moved): (Option<Stat>, bool),
     at: (&Path, &Relinked),
     before_swap: impl Fn(),
 ) -> io::Result<Option<Held>> {
@@ -638,6 +642,7 @@ fn replace(
                 };
             }
             Standing::Other => return Ok(None),
+            Standing::Gone if gone_is_moved => return Ok(None),
             Standing::Gone => {}
         }
     }
@@ -1238,7 +1243,8 @@ impl<'a> Applier<'a> {
         // handle on its directory, opened beneath the worktree, and found a file, a symlink or nothing.
         // While this operation has changed no directory and not touched the path, that look stands for
         // this one: the writing looks again, through a handle, right before it swaps the new content in
-        // (`replace`), and leaves what changed after the check as it is there.
+        // (`replace`), and leaves what changed after the check as it is there (a file deleted since
+        // included: `PendingWrite::checked_only`).
         if self.expected_looked
             && !self.dirs_changed
             && !self.last.contains_key(path)
@@ -1253,7 +1259,7 @@ impl<'a> Applier<'a> {
             if kind != OnDisk::Absent && !was_tracked {
                 return self.keep(path, NOT_TRACKED_NOW);
             }
-            return self.queue(path, mode, id, checked, was_tracked);
+            return self.queue(path, mode, id, (checked, true), was_tracked);
         }
         // Whether the path was tracked content before this write: asked before anything is changed when a
         // parent is not a directory; otherwise from the looks below (each path is looked at once).
@@ -1360,16 +1366,17 @@ impl<'a> Applier<'a> {
             }
             OnDisk::File | OnDisk::Symlink => {}
         }
-        self.queue(path, mode, id, was, was_tracked)
+        self.queue(path, mode, id, (was, false), was_tracked)
     }
 
-    /// Adds the write of `path` to the pending ones (`was`: what the writing expects to find there).
+    /// Adds the write of `path` to the pending ones (`was`: what the writing expects to find there, and
+    /// whether that comes from the revert's check rather than this write's own look: `checked_only`).
     fn queue(
         &mut self,
         path: &str,
         mode: Mode,
         id: &ObjectId,
-        was: Option<Stat>,
+        (was, checked_only): (Option<Stat>, bool),
         was_tracked: bool,
     ) -> GitResult<()> {
         let abs = self.abs(path);
@@ -1382,6 +1389,7 @@ impl<'a> Applier<'a> {
             mode,
             id: *id,
             was,
+            checked_only,
         });
         self.pending_paths.insert(path.to_owned());
         for (i, _) in path.match_indices('/') {
@@ -2232,6 +2240,9 @@ const SPECULATE_UP_TO: usize = 128;
 /// predicted, that tree is `applied` and the diffs are kept for the `revert_diffs` call that follows (the
 /// text and session diffs then cost no time of their own). When a path had to be kept instead (the
 /// worktree changed after the plan), `applied` is built again from what was done, and nothing is kept.
+/// Building `applied` from trees already read fails only when its trees cannot be written to the store:
+/// such a failure comes after the files are written (as it always did for a few files), and the caller's
+/// intent puts them back.
 ///
 /// No file is touched before `ready` says `true` (the plan and the checks come first): when it says
 /// `false` the revert is `GitError::CalledOff`.
@@ -2444,9 +2455,8 @@ struct Prediction<'p> {
 }
 
 /// The writing half of `revert`: once the trees of `base` were read and `ready` says so, deletes and writes
-/// what the plan says (re-checking
-/// each path as it goes), teaches the stat cache, and returns the outcome. `applied` is taken from
-/// `prediction` when the writes ended as it predicted.
+/// what the plan says (each path looked at again right before it is changed), teaches the stat cache,
+/// and returns the outcome. `applied` is taken from `prediction` when the writes ended as it predicted.
 fn write_planned(
     store: &Store,
     config: &GitStoreConfig,
@@ -2530,6 +2540,9 @@ fn write_planned(
     let (applied, dirs) = if prediction.changes == changes.as_slice() {
         prediction.applied.recv().map_err(|_| stopped())??
     } else {
+        // The predicted trees are not used; the batch is not ended while the other thread still adds
+        // them to it (they would go out loose, one file each).
+        let _ = prediction.applied.recv();
         edit(&store.odb, base, &changes)?
     };
     store.odb.end_batch()?;

@@ -348,9 +348,13 @@ impl StatCache {
                     .collect::<Option<Vec<_>>>()
                 {
                     Some(ids) => ids,
-                    None => tree::dir_ids(&store.odb, &applied, &dirty)?
-                        .into_iter()
-                        .collect(),
+                    None => {
+                        // Every directory above a rewritten file is one the edit went through.
+                        debug_assert!(false, "a changed directory the edit does not know");
+                        tree::dir_ids(&store.odb, &applied, &dirty)?
+                            .into_iter()
+                            .collect()
+                    }
                 };
                 for (dir, id) in ids {
                     if cache.dirs.insert(dir.clone(), id) != Some(id) {

@@ -907,17 +907,27 @@ mod tests {
         assert!(!lazy.holds("missing").expect("holds"));
     }
 
-    /// Entries come out in git's order, a tree sorting as if its name ended with '/': the tree id is the
-    /// one `git mktree` (which sorts for itself) gives the same entries.
-    /// An edit read ahead along some paths (more than it changes, and fewer) gives the tree `edit` gives,
-    /// and the id of every directory it wrote or read is that directory's in the tree read back (a
-    /// directory read ahead and not changed keeps its id in the base).
+    /// An edit read ahead along some paths (more than it changes, and fewer) gives the tree of the edited
+    /// flat form, for a file replaced by a directory and a directory by a file, removals that empty
+    /// directories and removals of nothing; the id of every directory it wrote or read is that directory's
+    /// in the tree read back, every directory above a change among them (a directory read ahead and not
+    /// changed has its id in the base). An edit that changes nothing gives the base, an empty base
+    /// included, and one that removes every file gives the empty tree.
     #[test]
-    fn an_edit_read_ahead_gives_edit_s_tree_and_the_ids_of_its_directories() {
+    fn an_edit_read_ahead_gives_the_edited_tree_and_the_ids_of_its_directories() {
         let temp = tempfile::tempdir().expect("a temporary directory");
         let odb = Odb::new(temp.path().join("objects"));
         let mut flat = Flat::new();
-        for path in ["a/b/c.txt", "a/b/d.txt", "a/e", "f", "g/h/i", "k/l/m", "z"] {
+        for path in [
+            "a/b/c.txt",
+            "a/b/d.txt",
+            "a/e",
+            "f",
+            "g/h/i",
+            "k/l/m",
+            "q/r/s",
+            "z",
+        ] {
             flat.insert(path.to_owned(), blob(&odb, path));
         }
         let base = write(&odb, &flat);
@@ -927,16 +937,43 @@ mod tests {
             ("a/e".to_owned(), None),
             ("f/under".to_owned(), Some(x)),
             ("g/h/i".to_owned(), None),
+            ("q".to_owned(), Some(x)),
+            ("z/nothing".to_owned(), None),
+            ("nowhere/x".to_owned(), None),
             ("new/file".to_owned(), Some(x)),
         ];
-        let (want, _) = edit(&odb, &base, &changes).expect("edit");
+        let mut expected = flat.clone();
+        for (path, entry) in &changes {
+            match entry {
+                Some(entry) => {
+                    let below = format!("{path}/");
+                    expected.retain(|p, _| !p.starts_with(&below));
+                    expected.insert(path.clone(), *entry);
+                }
+                None => {
+                    expected.remove(path);
+                }
+            }
+        }
+        // Every path above a file replaced by a directory goes too (`f` before `f/under`).
+        expected.remove("f");
+        let want = write(&odb, &expected);
         let (_, want_dirs) = read_flat_with_dirs(&odb, &want).expect("read back");
         // `k/l/m` and `missing/x` are read ahead and not changed; `new/file` is changed and not read ahead.
-        let ahead = ["a/b/c.txt", "a/e", "g/h/i", "k/l/m", "missing/x", "f/under"];
+        let ahead = [
+            "a/b/c.txt",
+            "a/e",
+            "g/h/i",
+            "k/l/m",
+            "missing/x",
+            "f/under",
+            "q/r/s",
+        ];
         let mut read_ahead = Edit::read(&odb, &base, ahead).expect("read ahead");
         read_ahead.apply(&odb, &changes).expect("apply");
         let (got, dirs) = read_ahead.write(&odb).expect("write");
         assert_eq!(got, want);
+        assert_eq!(read_flat(&odb, &got).expect("read back"), expected);
         for (dir, id) in &dirs {
             assert_eq!(want_dirs.get(dir), Some(id), "directory {dir:?}");
         }
@@ -944,23 +981,40 @@ mod tests {
         for (path, _) in &changes {
             mark_dirty(&mut dirty, path);
         }
-        // `g/h` and `g` were emptied, so they are gone; every other directory above a change has its id.
+        // `g/h` and `g` were emptied, and `q/r` replaced by the file `q`, so they are gone; every other
+        // directory above a change has its id.
         dirty.retain(|d| want_dirs.contains_key(d));
         assert!(
             dirty.iter().all(|d| dirs.contains_key(d)),
             "{dirty:?} in {dirs:?}"
         );
-        assert!(!dirs.contains_key("g/h") && !dirs.contains_key("g"));
+        for gone in ["g/h", "g", "q", "q/r"] {
+            assert!(!dirs.contains_key(gone), "{gone}");
+        }
         // Read ahead and not changed: its id is the base's.
         let (_, base_dirs) = read_flat_with_dirs(&odb, &base).expect("read base");
         assert_eq!(dirs.get("k/l"), base_dirs.get("k/l"));
         assert!(dirs.contains_key("k/l"));
 
-        // Nothing changed: the base itself.
+        // Nothing changed: the base itself; an empty base too.
         let unchanged = Edit::read(&odb, &base, ahead).expect("read ahead");
         assert_eq!(unchanged.write(&odb).expect("write").0, base);
+        let empty = write(&odb, &Flat::new());
+        let mut nothing = Edit::read(&odb, &empty, ["a/b"]).expect("read the empty tree");
+        nothing
+            .apply(&odb, &[("a/b".to_owned(), None)])
+            .expect("apply");
+        assert_eq!(nothing.write(&odb).expect("write").0, empty);
+        // Every file removed: the empty tree.
+        let mut all = Edit::read(&odb, &base, []).expect("read");
+        let removals: Vec<(String, Option<Entry>)> =
+            flat.keys().map(|p| (p.clone(), None)).collect();
+        all.apply(&odb, &removals).expect("apply");
+        assert_eq!(all.write(&odb).expect("write").0, empty);
     }
 
+    /// Entries come out in git's order, a tree sorting as if its name ended with '/': the tree id is the
+    /// one `git mktree` (which sorts for itself) gives the same entries.
     #[test]
     fn entries_are_written_in_gits_order() {
         let dir = tempfile::tempdir().expect("a temporary directory");

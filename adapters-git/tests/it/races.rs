@@ -243,6 +243,30 @@ async fn a_file_edited_right_before_a_revert_overwrites_it_is_left_alone() {
     assert_eq!(outcome.applied, base);
 }
 
+/// A file the user deletes after the revert checked it, right before the revert would overwrite it, stays
+/// deleted: the path is kept with a reason, and the other file is reverted. (The revert's write takes its
+/// check's look as its own while the revert has changed no directory; without the second look, the
+/// deletion is seen right before the swap.)
+#[tokio::test]
+async fn a_file_deleted_right_before_a_revert_overwrites_it_stays_deleted() {
+    let (h, armed) = racing("d.txt", false);
+    h.write("d.txt", b"v1\n");
+    h.write("other.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("d.txt", b"v2\n");
+    h.write("other.txt", b"v2\n");
+    let action: Action =
+        Box::new(|wt: &Path| fs::remove_file(wt.join("d.txt")).expect("the user's delete"));
+    let outcome = revert_racing(&h, &armed, action, &s, &["d.txt", "other.txt"]).await;
+    assert_eq!(h.read("d.txt"), None, "not written back");
+    assert_eq!(h.read("other.txt"), text("v1\n"));
+    assert!(kept(&outcome.kept, "d.txt").is_some(), "{outcome:?}");
+    assert_eq!(
+        outcome.written,
+        vec![RelPath::new("other.txt").expect("a path")]
+    );
+}
+
 /// A write that lands after the last look at a file and before the new content replaces it (the window
 /// of a check then a rename) is not lost: the two are swapped in one step and what came out is looked at;
 /// the user's file goes back, and the path is kept. Black-box: under a stress run, and widened on a slow
