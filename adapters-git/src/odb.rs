@@ -523,6 +523,16 @@ impl Odb {
 
     /// Opens a stored object: its kind, its size and a reader of its content.
     pub fn open(&self, id: &ObjectId) -> GitResult<(Kind, u64, Box<dyn Read + Send>)> {
+        self.open_with(id, true)
+    }
+
+    /// `open`, with a small loose copy looked for before the packs (`open_loose_small`) or after them
+    /// (trees: nearly all packed, read one after another, and each missed look is a path walk).
+    fn open_with(
+        &self,
+        id: &ObjectId,
+        loose_first: bool,
+    ) -> GitResult<(Kind, u64, Box<dyn Read + Send>)> {
         let held = self
             .batch()
             .get(id)
@@ -531,7 +541,7 @@ impl Odb {
             let reader = ZlibDecoder::new(io::Cursor::new(compressed));
             return Ok((kind, size, Box::new(reader.take(size))));
         }
-        if let Some(found) = self.open_loose_small(id) {
+        if loose_first && let Some(found) = self.open_loose_small(id) {
             return Ok(found);
         }
         let pack_error = match self.open_packed(id) {
@@ -637,7 +647,7 @@ impl Odb {
 
     /// Reads a whole object of the expected kind (trees, and blobs known to be small).
     pub fn read(&self, id: &ObjectId, expected: Kind) -> GitResult<Vec<u8>> {
-        let (kind, size, mut reader) = self.open(id)?;
+        let (kind, size, mut reader) = self.open_with(id, expected != Kind::Tree)?;
         if kind != expected {
             return Err(GitError::Corrupt(format!(
                 "object {id} is a {kind:?}, expected a {expected:?}"
@@ -942,6 +952,59 @@ mod tests {
             odb.read(&ids[1], Kind::Blob),
             Err(GitError::Corrupt(_))
         ));
+    }
+
+    /// A tree is read from its pack before any loose copy is looked for (a blob, from a small loose copy
+    /// first): a loose file at the tree's name holding other content, which a read takes as it is (only
+    /// zlib's checksum and the size are checked there), is not what a tree read gives while the pack can
+    /// give the tree; once the pack is damaged, the loose copy is what is left, and is read.
+    #[test]
+    fn a_tree_is_read_from_its_pack_before_a_loose_copy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let odb = Odb::new(dir.path().join("objects"));
+        odb.begin_batch();
+        let tree = odb.write_buf(Kind::Tree, b"the packed tree").expect("held");
+        let blob = odb.write_buf(Kind::Blob, b"the packed blob").expect("held");
+        // A batch of fewer than three objects is written loose.
+        odb.write_buf(Kind::Blob, b"a third").expect("held");
+        odb.end_batch().expect("written as a pack");
+        assert!(!odb.path_of(&tree).exists(), "packed");
+        let other = Odb::new(dir.path().join("other"));
+        for (id, kind, content) in [
+            (tree, Kind::Tree, &b"another tree"[..]),
+            (blob, Kind::Blob, &b"another blob"[..]),
+        ] {
+            let elsewhere = other.write_buf(kind, content).expect("written loose");
+            let loose = odb.path_of(&id);
+            fs::create_dir_all(loose.parent().expect("a fan-out directory")).expect("mkdir");
+            fs::copy(other.path_of(&elsewhere), &loose).expect("copied");
+        }
+        assert_eq!(
+            &*odb.read(&tree, Kind::Tree).expect("read"),
+            b"the packed tree"
+        );
+        assert_eq!(
+            &*odb.read(&blob, Kind::Blob).expect("read"),
+            b"another blob"
+        );
+        let pack_dir = dir.path().join("objects").join("pack");
+        for entry in fs::read_dir(&pack_dir).expect("the packs") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "pack") {
+                let mut bytes = fs::read(&path).expect("read the pack");
+                let end = bytes.len() - 20;
+                bytes[12..end].fill(0);
+                let mut permissions = fs::metadata(&path).expect("stat").permissions();
+                std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
+                fs::set_permissions(&path, permissions).expect("writable");
+                fs::write(&path, bytes).expect("damage it");
+            }
+        }
+        odb.packs_changed();
+        assert_eq!(
+            &*odb.read(&tree, Kind::Tree).expect("read"),
+            b"another tree"
+        );
     }
 
     /// A small loose copy is read before the packs, whole and checked: a damaged one (its zlib checksum or
