@@ -607,7 +607,8 @@ fn standing(
 /// nothing stood there): for nothing, atomically (`RENAME_NOREPLACE`); for a file, right after looking at
 /// it again (`standing`), whose handle is returned for `Releases`, by swapping the two (`swap_in`). None
 /// when the path is not what was checked (nothing is replaced); a file gone meanwhile is written where it
-/// was. `before_swap` is the tests' race hook.
+/// was, unless `gone_is_moved` (`PendingWrite::checked_only`): then it stays gone, and so does the path.
+/// `before_swap` is the tests' race hook.
 fn replace(
     dir: &OwnedFd,
     tmp: &str,
@@ -629,6 +630,7 @@ fn replace(
                 return match swap_in(dir, tmp, name, was)? {
                     Swapped::In => Ok(Some(held)),
                     Swapped::Changed => Ok(None),
+                    Swapped::Gone if gone_is_moved => Ok(None),
                     // Deleted since the look: written where it was, as below.
                     Swapped::Gone => {
                         match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE)
