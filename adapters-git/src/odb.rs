@@ -899,6 +899,23 @@ mod tests {
         }
     }
 
+    /// Zeroes every entry of each pack in `objects` (header and checksum kept), and tells `odb`.
+    fn damage_packs(objects: &Path, odb: &Odb) {
+        for entry in fs::read_dir(objects.join("pack")).expect("the packs") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "pack") {
+                let mut bytes = fs::read(&path).expect("read the pack");
+                let end = bytes.len() - 20;
+                bytes[12..end].fill(0);
+                let mut permissions = fs::metadata(&path).expect("stat").permissions();
+                std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
+                fs::set_permissions(&path, permissions).expect("writable");
+                fs::write(&path, bytes).expect("damage it");
+            }
+        }
+        odb.packs_changed();
+    }
+
     /// A store whose five blobs `packed blob 0` .. `4` are in one pack.
     fn five_packed_blobs() -> (tempfile::TempDir, Odb, Vec<ObjectId>) {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -924,20 +941,7 @@ mod tests {
         let loose = odb.path_of(&ids[0]);
         fs::create_dir_all(loose.parent().expect("a fan-out directory")).expect("mkdir");
         fs::copy(other.path_of(&ids[0]), &loose).expect("copied");
-        let pack_dir = dir.path().join("objects").join("pack");
-        for entry in fs::read_dir(&pack_dir).expect("the packs") {
-            let path = entry.expect("an entry").path();
-            if path.extension().is_some_and(|e| e == "pack") {
-                let mut bytes = fs::read(&path).expect("read the pack");
-                let end = bytes.len() - 20;
-                bytes[12..end].fill(0);
-                let mut permissions = fs::metadata(&path).expect("stat").permissions();
-                std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
-                fs::set_permissions(&path, permissions).expect("writable");
-                fs::write(&path, bytes).expect("damage it");
-            }
-        }
-        odb.packs_changed();
+        damage_packs(&dir.path().join("objects"), &odb);
         assert_eq!(
             odb.header(&ids[0]).expect("from the loose copy"),
             (Kind::Blob, 13)
@@ -987,20 +991,7 @@ mod tests {
             &*odb.read(&blob, Kind::Blob).expect("read"),
             b"another blob"
         );
-        let pack_dir = dir.path().join("objects").join("pack");
-        for entry in fs::read_dir(&pack_dir).expect("the packs") {
-            let path = entry.expect("an entry").path();
-            if path.extension().is_some_and(|e| e == "pack") {
-                let mut bytes = fs::read(&path).expect("read the pack");
-                let end = bytes.len() - 20;
-                bytes[12..end].fill(0);
-                let mut permissions = fs::metadata(&path).expect("stat").permissions();
-                std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
-                fs::set_permissions(&path, permissions).expect("writable");
-                fs::write(&path, bytes).expect("damage it");
-            }
-        }
-        odb.packs_changed();
+        damage_packs(&dir.path().join("objects"), &odb);
         assert_eq!(
             &*odb.read(&tree, Kind::Tree).expect("read"),
             b"another tree"

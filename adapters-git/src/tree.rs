@@ -828,6 +828,25 @@ mod tests {
             .0
     }
 
+    /// `flat` with `changes` applied in order: a path set to a file takes the place of every file below
+    /// it; a removal removes that path only.
+    fn edited_flat(flat: &Flat, changes: &[(String, Option<Entry>)]) -> Flat {
+        let mut expected = flat.clone();
+        for (path, entry) in changes {
+            match entry {
+                Some(entry) => {
+                    let below = format!("{path}/");
+                    expected.retain(|p, _| !p.starts_with(&below));
+                    expected.insert(path.clone(), *entry);
+                }
+                None => {
+                    expected.remove(path);
+                }
+            }
+        }
+        expected
+    }
+
     /// `edit` gives the tree of the edited flat form, and `diff_trees` the paths that differ, for files
     /// replaced by directories and back, removals that empty a directory, and removals of nothing.
     #[test]
@@ -853,19 +872,7 @@ mod tests {
             ("new/dir/file".to_owned(), Some(x)),
             ("new/dir/file".to_owned(), None),
         ];
-        let mut expected = flat.clone();
-        for (path, entry) in &changes {
-            match entry {
-                Some(entry) => {
-                    let below = format!("{path}/");
-                    expected.retain(|p, _| !p.starts_with(&below));
-                    expected.insert(path.clone(), *entry);
-                }
-                None => {
-                    expected.remove(path);
-                }
-            }
-        }
+        let expected = edited_flat(&flat, &changes);
         let (edited, _) = edit(&odb, &base, &changes).expect("edit");
         assert_eq!(edited, write(&odb, &expected));
         // The same tree written again from the files, only the changed directories dirty.
@@ -942,19 +949,7 @@ mod tests {
             ("nowhere/x".to_owned(), None),
             ("new/file".to_owned(), Some(x)),
         ];
-        let mut expected = flat.clone();
-        for (path, entry) in &changes {
-            match entry {
-                Some(entry) => {
-                    let below = format!("{path}/");
-                    expected.retain(|p, _| !p.starts_with(&below));
-                    expected.insert(path.clone(), *entry);
-                }
-                None => {
-                    expected.remove(path);
-                }
-            }
-        }
+        let mut expected = edited_flat(&flat, &changes);
         // Every path above a file replaced by a directory goes too (`f` before `f/under`).
         expected.remove("f");
         let want = write(&odb, &expected);
