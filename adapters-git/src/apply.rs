@@ -403,6 +403,11 @@ struct Applier<'a> {
     /// the worktree, found after the plan (a revert's `changed_after_track`; a restore's comes partly
     /// from the stat cache).
     expected_looked: bool,
+    /// For a revert: targets whose directory did not open beneath the worktree when the revert looked
+    /// (missing, or a file or symlink on the way). `expected` holds them as absent: once the writing has
+    /// made or replaced that directory, a file found there was made by someone else meanwhile. Their
+    /// writes always look for themselves (they make the directory first).
+    unopened: HashSet<String>,
     /// Whether the operation may have made or removed a directory yet (a delete, which removes the
     /// directories it empties, or a write that made a parent or replaced what stood in the way). Until
     /// it has, a write may take what `expected` says stands at its path when `expected_looked`
@@ -981,6 +986,7 @@ impl<'a> Applier<'a> {
             existed_empty: HashSet::new(),
             relinked: Relinked::default(),
             expected_looked: false,
+            unopened: HashSet::new(),
             dirs_changed: false,
         })
     }
@@ -1250,6 +1256,7 @@ impl<'a> Applier<'a> {
         if self.expected_looked
             && !self.dirs_changed
             && !self.last.contains_key(path)
+            && !self.unopened.contains(path)
             && let Some(&checked) = self.expected.get(path)
         {
             let kind = match checked {
@@ -1849,6 +1856,10 @@ fn changes_at_paths<'a>(
                     }
                     _ => {}
                 }
+            } else {
+                // A directory on the way is missing (or a file or symlink stands there): once the writing
+                // has made it, a file found at the path was made there by someone else meanwhile.
+                expected.insert(path.clone(), None);
             }
             None
         };
@@ -2369,23 +2380,40 @@ type Change = (String, Option<Entry>);
 const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this revert started from (an edit \
                                 made while the revert ran), so no snapshot holds that content; it is left as it is";
 
+/// What a revert's check for edits found (`changed_after_track`).
+struct Checked {
+    /// The targets that changed after the track `base` came from.
+    edited: HashSet<String>,
+    /// What each target looked at was then (`Applier::expected`).
+    expected: Expected,
+    /// The targets whose directory did not open beneath the worktree (`Applier::unopened`).
+    unopened: HashSet<String>,
+}
+
 /// The planned targets that changed after the track the revert's `base` came from (an edit made while the
 /// revert planned or stored its intent): overwriting or deleting one would lose content no snapshot holds.
 /// A target whose stat data is what that track recorded (the stat cache, when it describes `base`) is as
 /// the track saw it; any other that exists is read and compared with its entry in `base` (absent there:
-/// made since).
-/// Also returns what each target looked at was then (its stat data, or none when absent): the writes and
-/// deletes leave a target that is anything else by then as it is (`Applier::as_expected`).
+/// made since). One that is gone or changed by the time it is read was edited meanwhile too, and so was
+/// one to be written that `base` holds and that is absent.
+/// Also returns what each target looked at was then (its stat data, or none when absent, also when its
+/// directory is): the writes and deletes leave a target that is anything else by then as it is
+/// (`Applier::as_expected`).
 fn changed_after_track(
     store: &Store,
     config: &GitStoreConfig,
     actions: &[FileAction],
     base: &ObjectId,
-) -> GitResult<(HashSet<String>, Expected)> {
+) -> GitResult<Checked> {
     let root = Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
     let targets: Vec<&str> = actions
         .iter()
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))
+        .map(|a| a.path.as_str())
+        .collect();
+    let writes: HashSet<&str> = actions
+        .iter()
+        .filter(|a| a.action == FileActionKind::Write)
         .map(|a| a.path.as_str())
         .collect();
     // Each target is looked at through a handle on its directory, opened beneath the worktree without
@@ -2407,27 +2435,40 @@ fn changed_after_track(
         },
     )?;
     let mut base_tree = LazyTree::new(&store.odb, *base);
-    let mut suspects: Vec<(String, Option<Entry>)> = Vec::new();
+    let mut suspects: Vec<(String, Option<Entry>, Stat)> = Vec::new();
     let mut expected = HashMap::new();
+    let mut unopened = HashSet::new();
+    let mut deleted = Vec::new();
     StatCache::peek(&store.stat_cache_path(), |cache| -> GitResult<()> {
         let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
         for (path, looked) in targets.iter().zip(looked) {
             let stat = match looked {
-                Some((OnDisk::Absent, _)) => {
-                    // Made after this look, a file there would be new content: left alone, not overwritten.
+                // Made after this look, a file there would be new content: left alone, not overwritten.
+                // So is one made in its directory after the writing made that directory (black-box: an
+                // undo of `rm -rf d1` made d1 again and overwrote the files another program had just
+                // written there, with no warning).
+                // One to be written that `base` holds was deleted after the track (its directory too,
+                // when that did not open): it stays deleted, rather than come back as the step had it.
+                Some((OnDisk::Absent, _)) | None => {
                     expected.insert((*path).to_owned(), None);
+                    if looked.is_none() {
+                        unopened.insert((*path).to_owned());
+                    }
+                    if writes.contains(path) && base_tree.get(path)?.is_some() {
+                        deleted.push((*path).to_owned());
+                    }
                     continue;
                 }
                 // A file or symlink; not a directory or a special file.
                 Some((_, Some(stat))) => stat,
-                _ => continue,
+                Some((_, None)) => continue,
             };
             expected.insert((*path).to_owned(), Some(stat));
             let as_recorded = recorded
                 .and_then(|entries| entries.get(path))
                 .is_some_and(|entry| entry.stat == stat);
             if !as_recorded {
-                suspects.push(((*path).to_owned(), base_tree.get(path)?));
+                suspects.push(((*path).to_owned(), base_tree.get(path)?, stat));
             }
         }
         Ok(())
@@ -2437,12 +2478,26 @@ fn changed_after_track(
         crate::track::worker_threads(),
         8,
         || (),
-        |(), (path, then)| {
-            let (now, _) = entry_on_disk(config, &store.worktree.join(path), path)?;
-            Ok((Some(now) != *then).then(|| path.clone()))
+        |(), (path, then, looked)| {
+            let abs = store.worktree.join(path);
+            match entry_on_disk(config, &abs, path) {
+                Ok((now, _)) => Ok((Some(now) != *then).then(|| path.clone())),
+                // Deleted, replaced or still being written while it was read (black-box: a deletion
+                // there failed the revert, and the service's rollback then put back older versions of
+                // the other files): edited meanwhile, left as it is. A file that is still what was
+                // looked at and cannot be read fails the revert, before anything is touched.
+                Err(e) => match look(&abs) {
+                    Ok((_, now)) if now != Some(*looked) => Ok(Some(path.clone())),
+                    _ => Err(e),
+                },
+            }
         },
     )?;
-    Ok((edited.into_iter().flatten().collect(), expected))
+    Ok(Checked {
+        edited: edited.into_iter().flatten().chain(deleted).collect(),
+        expected,
+        unopened,
+    })
 }
 
 /// The end state a revert's plan predicts, and the tree built from it on another thread.
@@ -2477,7 +2532,11 @@ fn write_planned(
     }
     // From here on every parent is looked at when it is used (the disk may have changed since the plan).
     current.stop_planning();
-    let (edited, expected) = changed_after_track(store, config, actions, base)?;
+    let Checked {
+        edited,
+        expected,
+        unopened,
+    } = changed_after_track(store, config, actions, base)?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
     // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
     // later patch's start may have had directories that an earlier hidden step made.
@@ -2496,6 +2555,7 @@ fn write_planned(
         ),
     )?;
     applier.expected = expected;
+    applier.unopened = unopened;
     applier.expected_looked = true;
     applier.protected = edited.clone();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)

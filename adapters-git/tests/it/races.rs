@@ -393,6 +393,147 @@ async fn a_file_made_after_the_revert_looked_is_left_alone() {
     assert!(outcome.written.is_empty(), "{outcome:?}");
 }
 
+/// A target deleted, or replaced by a directory, while the revert reads it to compare it with its snapshot
+/// was edited meanwhile: it is left as the other program left it and named as kept, and the revert goes on
+/// with the other target. Black-box: such a deletion failed the revert, and the service's rollback then
+/// put back older versions of files the other program had written.
+#[tokio::test]
+async fn a_file_deleted_or_replaced_while_the_revert_reads_it_is_left_alone() {
+    type Change = fn(&Path);
+    let deleted: Change = |wt| fs::remove_file(wt.join("changed.txt")).expect("delete");
+    let replaced: Change = |wt| {
+        fs::remove_file(wt.join("changed.txt")).expect("delete");
+        fs::create_dir(wt.join("changed.txt")).expect("mkdir");
+    };
+    for (change, how, a_dir) in [
+        (deleted, "deleted", false),
+        (replaced, "replaced by a directory", true),
+    ] {
+        let (h, armed) = racing("changed.txt", true);
+        h.write("other.txt", b"v1\n");
+        h.write("changed.txt", b"v1\n");
+        let s = h.id().await;
+        h.write("other.txt", b"v2\n");
+        let base = h.id().await;
+        // Edited after `base`, so the revert reads it to compare (and the hook runs then).
+        h.write("changed.txt", b"v2, after the track\n");
+        arm(&armed, Box::new(move |wt: &Path| change(wt)));
+        let outcome = h
+            .port()
+            .revert(h.root(), &patch(&s, &["other.txt", "changed.txt"]), &base)
+            .await
+            .unwrap_or_else(|e| panic!("{how}: the revert goes on: {e}"));
+        assert_eq!(h.read("changed.txt"), None, "{how}: not written back");
+        assert_eq!(
+            h.path("changed.txt").is_dir(),
+            a_dir,
+            "{how}: left as it is"
+        );
+        assert_eq!(h.read("other.txt"), text("v1\n"), "{how}");
+        assert!(
+            kept(&outcome.kept, "changed.txt").is_some(),
+            "{how}: {outcome:?}"
+        );
+        assert_eq!(
+            outcome.written,
+            vec![RelPath::new("other.txt").expect("a path")],
+            "{how}"
+        );
+    }
+}
+
+/// A file deleted after the track a revert starts from (while the revert planned or stored its intent),
+/// alone or with its directory, stays deleted and is named as kept: the deletion is in no snapshot, and
+/// the revert would otherwise undo it unannounced (black-box, under a program deleting files during an
+/// undo).
+#[tokio::test]
+async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
+    for (file, removed) in [("d.txt", "d.txt"), ("d1/d.txt", "d1")] {
+        let h = GitHarness::new();
+        h.write(file, b"v1\n");
+        h.write("other.txt", b"v1\n");
+        let s = h.id().await;
+        h.write(file, b"v2\n");
+        h.write("other.txt", b"v2\n");
+        let base = h.id().await;
+        let gone = h.path(removed);
+        if gone.is_dir() {
+            fs::remove_dir_all(gone).expect("rm -rf");
+        } else {
+            fs::remove_file(gone).expect("rm");
+        }
+        let outcome = h
+            .port()
+            .revert(h.root(), &patch(&s, &[file, "other.txt"]), &base)
+            .await
+            .expect("revert");
+        assert_eq!(h.read(file), None, "{removed}: stays deleted");
+        assert_eq!(h.read("other.txt"), text("v1\n"), "{removed}");
+        assert!(
+            kept(&outcome.kept, file).is_some(),
+            "{removed}: {outcome:?}"
+        );
+        assert_eq!(
+            outcome.written,
+            vec![RelPath::new("other.txt").expect("a path")],
+            "{removed}"
+        );
+    }
+}
+
+/// A file another program writes into a directory a revert has just made again (the undo of a step that
+/// ran `rm -rf d1`) is left alone and named as kept: the revert found that directory missing, so anything
+/// in it is new, and in no snapshot. So do a restore of given paths and a whole restore (a redo).
+/// Black-box: the undo overwrote such files with no warning.
+#[tokio::test]
+async fn a_file_written_into_a_directory_the_revert_made_again_is_left_alone() {
+    for how in ["revert", "restore of paths", "whole restore"] {
+        // The hook runs when d1/a is made, after d1 was made and before d1/b.txt is looked at.
+        let (h, armed) = racing("d1/a", false);
+        h.write("d1/a/x.txt", b"x\n");
+        h.write("d1/b.txt", b"b\n");
+        h.write("keep.txt", b"k\n");
+        let s = h.id().await;
+        fs::remove_dir_all(h.path("d1")).expect("the step's rm -rf d1");
+        let action = writes("d1/b.txt", "the other program's\n");
+        let files = ["d1/a/x.txt", "d1/b.txt"];
+        let (written, kept_paths) = if how == "revert" {
+            let outcome = revert_racing(&h, &armed, action, &s, &files).await;
+            (outcome.written, outcome.kept)
+        } else {
+            h.id().await;
+            arm(&armed, action);
+            let paths = (how == "restore of paths").then(|| {
+                files
+                    .iter()
+                    .map(|p| RelPath::new(*p).expect("a path"))
+                    .collect()
+            });
+            let outcome = h
+                .port()
+                .restore(h.root(), &s, paths)
+                .await
+                .expect("restore");
+            (outcome.written, outcome.kept)
+        };
+        assert_eq!(
+            h.read("d1/b.txt"),
+            text("the other program's\n"),
+            "{how}: not overwritten"
+        );
+        assert_eq!(h.read("d1/a/x.txt"), text("x\n"), "{how}");
+        assert!(
+            kept(&kept_paths, "d1/b.txt").is_some(),
+            "{how}: {kept_paths:?}"
+        );
+        assert_eq!(
+            written,
+            vec![RelPath::new("d1/a/x.txt").expect("a path")],
+            "{how}"
+        );
+    }
+}
+
 /// A file edited after the revert's snapshot is kept, and so is what depends on it: a write below it, which
 /// would need it replaced by a directory, is kept too (the edit is in no snapshot).
 #[tokio::test]
