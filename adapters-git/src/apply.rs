@@ -463,12 +463,9 @@ struct PendingWrite {
     mode: Mode,
     id: ObjectId,
     /// What stood at the path when it was checked: its stat data, or none when nothing stood there. The
-    /// file is replaced only while that is still so.
+    /// file is replaced only while that is still so: a file gone since was deleted by someone else after
+    /// the check, and stays deleted (the path is kept).
     was: Option<Stat>,
-    /// Whether `was` is what a revert's check for edits saw (`Applier::write` did not look again): a
-    /// file gone since then was deleted after that check, and the path is left as it is, as that second
-    /// look would have left it. (A file gone after a write's own look is written where it was.)
-    checked_only: bool,
 }
 
 /// What each target of a revert was when the revert looked at it: stat data, or none when absent.
@@ -539,7 +536,7 @@ fn write_file(
         &job.tmp,
         &temp,
         name,
-        (job.was, job.checked_only),
+        job.was,
         (dir_path, relinked),
         before_swap,
     ) {
@@ -611,15 +608,14 @@ fn standing(
 /// Renames `tmp` over `name` in `dir` while what stands there is `was` (its stat data when checked; none:
 /// nothing stood there): for nothing, atomically (`RENAME_NOREPLACE`); for a file, right after looking at
 /// it again (`standing`), whose handle is returned for `Releases`, by swapping the two (`swap_in`). None
-/// when the path is not what was checked (nothing is replaced); a file gone meanwhile is written where it
-/// was, unless `gone_is_moved` (`PendingWrite::checked_only`): then it stays gone, and so does the path.
-/// `before_swap` is the tests' race hook.
+/// when the path is not what was checked (nothing is replaced), a file gone meanwhile included: it stays
+/// gone. `before_swap` is the tests' race hook.
 fn replace(
     dir: &OwnedFd,
     tmp: &str,
     temp: &Temp,
     name: &str,
-    (was, gone_is_moved): (Option<Stat>, bool),
+    was: Option<Stat>,
     at: (&Path, &Relinked),
     before_swap: impl Fn(),
 ) -> io::Result<Option<Held>> {
@@ -634,23 +630,10 @@ fn replace(
                 before_swap();
                 return match swap_in(dir, tmp, name, was)? {
                     Swapped::In => Ok(Some(held)),
-                    Swapped::Changed => Ok(None),
-                    Swapped::Gone if gone_is_moved => Ok(None),
-                    // Deleted since the look: written where it was, as below.
-                    Swapped::Gone => {
-                        match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE)
-                        {
-                            Ok(()) => Ok(Some(Held::none())),
-                            Err(Errno::EXIST) => Ok(None),
-                            Err(e) if taken_by_a_directory(e) => Ok(None),
-                            Err(e) => Err(e.into()),
-                        }
-                    }
+                    Swapped::Changed | Swapped::Gone => Ok(None),
                 };
             }
-            Standing::Other => return Ok(None),
-            Standing::Gone if gone_is_moved => return Ok(None),
-            Standing::Gone => {}
+            Standing::Other | Standing::Gone => return Ok(None),
         }
     }
     temp.set_permissions(None)?;
@@ -1252,7 +1235,7 @@ impl<'a> Applier<'a> {
         // While this operation has changed no directory and not touched the path, that look stands for
         // this one: the writing looks again, through a handle, right before it swaps the new content in
         // (`replace`), and leaves what changed after the check as it is there (a file deleted since
-        // included: `PendingWrite::checked_only`).
+        // included).
         if self.expected_looked
             && !self.dirs_changed
             && !self.last.contains_key(path)
@@ -1268,7 +1251,7 @@ impl<'a> Applier<'a> {
             if kind != OnDisk::Absent && !was_tracked {
                 return self.keep(path, NOT_TRACKED_NOW);
             }
-            return self.queue(path, mode, id, (checked, true), was_tracked);
+            return self.queue(path, mode, id, checked, was_tracked);
         }
         // Whether the path was tracked content before this write: asked before anything is changed when a
         // parent is not a directory; otherwise from the looks below (each path is looked at once).
@@ -1375,17 +1358,16 @@ impl<'a> Applier<'a> {
             }
             OnDisk::File | OnDisk::Symlink => {}
         }
-        self.queue(path, mode, id, (was, false), was_tracked)
+        self.queue(path, mode, id, was, was_tracked)
     }
 
-    /// Adds the write of `path` to the pending ones (`was`: what the writing expects to find there, and
-    /// whether that comes from the revert's check rather than this write's own look: `checked_only`).
+    /// Adds the write of `path` to the pending ones (`was`: what the writing expects to find there).
     fn queue(
         &mut self,
         path: &str,
         mode: Mode,
         id: &ObjectId,
-        (was, checked_only): (Option<Stat>, bool),
+        was: Option<Stat>,
         was_tracked: bool,
     ) -> GitResult<()> {
         let abs = self.abs(path);
@@ -1398,7 +1380,6 @@ impl<'a> Applier<'a> {
             mode,
             id: *id,
             was,
-            checked_only,
         });
         self.pending_paths.insert(path.to_owned());
         for (i, _) in path.match_indices('/') {

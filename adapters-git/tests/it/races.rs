@@ -245,45 +245,60 @@ async fn a_file_edited_right_before_a_revert_overwrites_it_is_left_alone() {
 
 /// A file the user deletes after the revert checked it, right before the revert would overwrite it, stays
 /// deleted: the path is kept with a reason and left out of `applied` (which holds `base`'s entry), and the
-/// other file is reverted. (The revert's write takes its check's look as its own while the revert has
-/// changed no directory; the deletion is seen at the last look, or by the swap itself when it comes after
-/// that look.)
+/// other file is reverted. The deletion is seen at the last look, or by the swap itself when it comes
+/// after that look; both when the revert's write takes its check's look as its own (it has changed no
+/// directory yet) and when it looked again (the revert deleted a file first).
 #[tokio::test]
 async fn a_file_deleted_right_before_a_revert_overwrites_it_stays_deleted() {
-    for (hook, when) in [
-        (Hook::Change, "before the last look"),
-        (Hook::Swap, "before the swap"),
-    ] {
-        let (h, armed) = racing_in("d.txt", hook);
-        h.write("d.txt", b"v1\n");
-        h.write("other.txt", b"v1\n");
-        let s = h.id().await;
-        h.write("d.txt", b"v2\n");
-        h.write("other.txt", b"v2\n");
-        let base = h.id().await;
-        let action: Action =
-            Box::new(|wt: &Path| fs::remove_file(wt.join("d.txt")).expect("the user's delete"));
-        let outcome = revert_racing(&h, &armed, action, &s, &["d.txt", "other.txt"]).await;
-        assert_eq!(h.read("d.txt"), None, "{when}: not written back");
-        assert_eq!(h.read("other.txt"), text("v1\n"), "{when}");
-        let reason = kept(&outcome.kept, "d.txt").map(|k| k.reason.as_str());
-        assert!(
-            reason.is_some_and(|r| r.contains("changed while rewind was writing")),
-            "{when}: {outcome:?}"
-        );
-        assert_eq!(
-            outcome.written,
-            vec![RelPath::new("other.txt").expect("a path")],
-            "{when}"
-        );
-        // `applied` is `base` with other.txt reverted: d.txt as `base` has it.
-        let in_applied = h
-            .port()
-            .diff(h.root(), &base, &outcome.applied)
-            .await
-            .expect("diff");
-        let changed: Vec<&str> = in_applied.iter().map(|d| d.file.as_str()).collect();
-        assert_eq!(changed, ["other.txt"], "{when}");
+    for deletes_first in [false, true] {
+        for (hook, at) in [
+            (Hook::Change, "before the last look"),
+            (Hook::Swap, "before the swap"),
+        ] {
+            let when = format!("{at}, deleting a file first: {deletes_first}");
+            let (h, armed) = racing_in("d.txt", hook);
+            h.write("d.txt", b"v1\n");
+            h.write("other.txt", b"v1\n");
+            let s = h.id().await;
+            h.write("d.txt", b"v2\n");
+            h.write("other.txt", b"v2\n");
+            let mut files = vec!["d.txt", "other.txt"];
+            if deletes_first {
+                h.write("made.txt", b"made by the step\n");
+                files.push("made.txt");
+            }
+            let base = h.id().await;
+            let action: Action =
+                Box::new(|wt: &Path| fs::remove_file(wt.join("d.txt")).expect("the user's delete"));
+            let outcome = revert_racing(&h, &armed, action, &s, &files).await;
+            assert_eq!(h.read("d.txt"), None, "{when}: not written back");
+            assert_eq!(h.read("other.txt"), text("v1\n"), "{when}");
+            assert_eq!(h.read("made.txt"), None, "{when}");
+            let reason = kept(&outcome.kept, "d.txt").map(|k| k.reason.as_str());
+            assert!(
+                reason.is_some_and(|r| r.contains("changed while rewind was writing")),
+                "{when}: {outcome:?}"
+            );
+            assert_eq!(
+                outcome.written,
+                vec![RelPath::new("other.txt").expect("a path")],
+                "{when}"
+            );
+            // `applied` is `base` with other.txt reverted (and made.txt deleted): d.txt as `base` has it.
+            let in_applied = h
+                .port()
+                .diff(h.root(), &base, &outcome.applied)
+                .await
+                .expect("diff");
+            let mut changed: Vec<&str> = in_applied.iter().map(|d| d.file.as_str()).collect();
+            changed.sort_unstable();
+            let expected: &[&str] = if deletes_first {
+                &["made.txt", "other.txt"]
+            } else {
+                &["other.txt"]
+            };
+            assert_eq!(changed, expected, "{when}");
+        }
     }
 }
 
