@@ -365,9 +365,11 @@ struct Applier<'a> {
     /// The tests' race hooks (`GitStoreConfig::change_hook` and `swap_hook`).
     hook: Option<ChangeHook>,
     swap_hook: Option<ChangeHook>,
-    /// For a revert: what each target was when the revert checked it against its snapshot (stat data, or
-    /// none when absent). A target found otherwise when it is written or deleted changed after that
-    /// check, and is left as it is.
+    /// What each target was when the operation looked at it (stat data, or none when absent, also when a
+    /// directory on its way was missing): a revert's check against its snapshot, a restore's own look or
+    /// track. A target found otherwise when it is written or deleted changed after that look, and is left
+    /// as it is. A revert also puts here the file or symlink standing where a target's directory should
+    /// be.
     expected: Expected,
     /// Paths the operation leaves as they are because they changed after its snapshot (a revert's
     /// `edited`, a restore's `changed_since`): never replaced, not even by a directory a write needs.
@@ -408,6 +410,9 @@ struct Applier<'a> {
     /// made or replaced that directory, a file found there was made by someone else meanwhile. Their
     /// writes always look for themselves (they make the directory first).
     unopened: HashSet<String>,
+    /// For a revert: targets where its check found a directory or a special file. A file or symlink
+    /// standing there later is someone else's, made meanwhile (`as_expected`).
+    not_a_file: HashSet<String>,
     /// Whether the operation may have made or removed a directory yet (a delete, which removes the
     /// directories it empties, or a write that made a parent or replaced what stood in the way). Until
     /// it has, a write may take what `expected` says stands at its path when `expected_looked`
@@ -970,6 +975,7 @@ impl<'a> Applier<'a> {
             relinked: Relinked::default(),
             expected_looked: false,
             unopened: HashSet::new(),
+            not_a_file: HashSet::new(),
             dirs_changed: false,
         })
     }
@@ -1019,6 +1025,9 @@ impl<'a> Applier<'a> {
     fn as_expected(&self, path: &str, kind: OnDisk, now: Option<Stat>) -> bool {
         if self.last.contains_key(path) {
             return true;
+        }
+        if self.not_a_file.contains(path) {
+            return !(matches!(kind, OnDisk::File | OnDisk::Symlink) && now.is_some());
         }
         match self.expected.get(path) {
             None => true,
@@ -1825,9 +1834,22 @@ fn changes_at_paths<'a>(
         }
         let abs = store.worktree.join(path);
         let current = if now.contains(path)? {
-            let (entry, stat) = entry_on_disk(config, &abs, path)?;
-            expected.insert(path.clone(), Some(stat));
-            Some(entry)
+            match entry_on_disk(config, &abs, path) {
+                Ok((entry, stat)) => {
+                    expected.insert(path.clone(), Some(stat));
+                    Some(entry)
+                }
+                // Deleted or replaced by a directory while it was read (another program at work): taken
+                // as it stands now. A file that stands and cannot be read fails the restore.
+                Err(e) => match look(&abs)? {
+                    (OnDisk::Absent, _) => {
+                        expected.insert(path.clone(), None);
+                        None
+                    }
+                    (OnDisk::Dir, _) => return Ok(None),
+                    _ => return Err(e),
+                },
+            }
         } else {
             if parents_are_real_dirs(&now, path)? {
                 match look(&abs)? {
@@ -2361,22 +2383,33 @@ type Change = (String, Option<Entry>);
 const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this revert started from (an edit \
                                 made while the revert ran), so no snapshot holds that content; it is left as it is";
 
+/// Why a file a revert would write is left deleted: another program deleted it after the revert's snapshot.
+const DELETED_MEANWHILE: &str = "it was deleted (or its directory was) after rewind took the snapshot this \
+                                 revert started from (by another program, while the revert ran), so it stays \
+                                 deleted";
+
 /// What a revert's check for edits found (`changed_after_track`).
 struct Checked {
-    /// The targets that changed after the track `base` came from.
-    edited: HashSet<String>,
-    /// What each target looked at was then (`Applier::expected`).
+    /// The paths that changed after the track `base` came from, with why each is left as it is: targets,
+    /// and files or symlinks standing where a target's directory should be.
+    edited: HashMap<String, &'static str>,
+    /// What each target (and each file or symlink in a target's way) looked at was then
+    /// (`Applier::expected`).
     expected: Expected,
     /// The targets whose directory did not open beneath the worktree (`Applier::unopened`).
     unopened: HashSet<String>,
+    /// The targets the check found a directory or a special file at (`Applier::not_a_file`).
+    not_a_file: HashSet<String>,
 }
 
 /// The planned targets that changed after the track the revert's `base` came from (an edit made while the
 /// revert planned or stored its intent): overwriting or deleting one would lose content no snapshot holds.
 /// A target whose stat data is what that track recorded (the stat cache, when it describes `base`) is as
 /// the track saw it; any other that exists is read and compared with its entry in `base` (absent there:
-/// made since). One that is gone or changed by the time it is read was edited meanwhile too, and so was
-/// one to be written that `base` holds and that is absent.
+/// made since). One that is gone or changed by the time it is read was edited meanwhile too, and one to
+/// be written that `base` holds and that is absent was deleted meanwhile. For a target whose directory
+/// does not open, the file or symlink standing on the way (which the write would replace by a directory)
+/// is judged the same way.
 /// Also returns what each target looked at was then (its stat data, or none when absent, also when its
 /// directory is): the writes and deletes leave a target that is anything else by then as it is
 /// (`Applier::as_expected`).
@@ -2419,42 +2452,62 @@ fn changed_after_track(
     let mut suspects: Vec<(String, Option<Entry>, Stat)> = Vec::new();
     let mut expected = HashMap::new();
     let mut unopened = HashSet::new();
-    let mut deleted = Vec::new();
-    StatCache::peek(&store.stat_cache_path(), |cache| -> GitResult<()> {
-        let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
-        for (path, looked) in targets.iter().zip(looked) {
-            let stat = match looked {
-                // Made after this look, a file there would be new content: left alone, not overwritten.
-                // So is one made in its directory after the writing made that directory (black-box: an
-                // undo of `rm -rf d1` made d1 again and overwrote the files another program had just
-                // written there, with no warning).
-                // One to be written that `base` holds was deleted after the track (its directory too,
-                // when that did not open): it stays deleted, rather than come back as the step had it.
-                Some((OnDisk::Absent, _)) | None => {
-                    expected.insert((*path).to_owned(), None);
-                    if looked.is_none() {
-                        unopened.insert((*path).to_owned());
-                    }
-                    if writes.contains(path) && base_tree.get(path)?.is_some() {
-                        deleted.push((*path).to_owned());
-                    }
+    let mut not_a_file = HashSet::new();
+    let mut edited = HashMap::new();
+    // What each directory path on the way to a target whose directory did not open was found to be.
+    let mut in_the_way = HashMap::new();
+    // The files and symlinks to judge: the targets that are one, and what stands in a target's way.
+    let mut to_judge: Vec<(String, Stat)> = Vec::new();
+    for (path, looked) in targets.iter().zip(looked) {
+        match looked {
+            // Made after this look, a file there would be new content: left alone, not overwritten. So is
+            // one made in its directory after the writing made that directory (black-box: an undo of
+            // `rm -rf d1` made d1 again and overwrote the files another program had just written there,
+            // with no warning).
+            // One to be written that `base` holds was deleted after the track (its directory too, when
+            // that did not open): it stays deleted, rather than come back as the step had it.
+            Some((OnDisk::Absent, _)) | None => {
+                expected.insert((*path).to_owned(), None);
+                if writes.contains(path) && base_tree.get(path)?.is_some() {
+                    edited.insert((*path).to_owned(), DELETED_MEANWHILE);
+                }
+                if looked.is_some() {
                     continue;
                 }
-                // A file or symlink; not a directory or a special file.
-                Some((_, Some(stat))) => stat,
-                Some((_, None)) => continue,
-            };
-            expected.insert((*path).to_owned(), Some(stat));
+                unopened.insert((*path).to_owned());
+                if let Some((parent, stat)) =
+                    first_in_the_way(&root, &store.worktree, path, &mut in_the_way)?
+                    && !expected.contains_key(&parent)
+                {
+                    expected.insert(parent.clone(), Some(stat));
+                    to_judge.push((parent, stat));
+                }
+            }
+            // A file or symlink.
+            Some((_, Some(stat))) => {
+                expected.insert((*path).to_owned(), Some(stat));
+                to_judge.push(((*path).to_owned(), stat));
+            }
+            // A directory or a special file: a file or symlink found there later is someone else's.
+            Some((_, None)) => {
+                not_a_file.insert((*path).to_owned());
+            }
+        }
+    }
+    StatCache::peek(&store.stat_cache_path(), |cache| -> GitResult<()> {
+        let recorded = (cache.tree == Some(*base)).then_some(&cache.entries);
+        for (path, stat) in to_judge {
             let as_recorded = recorded
-                .and_then(|entries| entries.get(path))
+                .and_then(|entries| entries.get(&path))
                 .is_some_and(|entry| entry.stat == stat);
             if !as_recorded {
-                suspects.push(((*path).to_owned(), base_tree.get(path)?, stat));
+                let then = base_tree.get(&path)?;
+                suspects.push((path, then, stat));
             }
         }
         Ok(())
     })?;
-    let edited = crate::track::parallel_map_on(
+    let changed = crate::track::parallel_map_on(
         &suspects,
         crate::track::worker_threads(),
         8,
@@ -2474,11 +2527,64 @@ fn changed_after_track(
             }
         },
     )?;
+    for path in changed.into_iter().flatten() {
+        edited.insert(path, EDITED_MEANWHILE);
+    }
     Ok(Checked {
-        edited: edited.into_iter().flatten().chain(deleted).collect(),
+        edited,
         expected,
         unopened,
+        not_a_file,
     })
+}
+
+/// What a directory path on the way to a target was found to be (`first_in_the_way`).
+#[derive(Clone, Copy)]
+enum OnTheWay {
+    Dir,
+    /// Nothing: nothing below it stands either.
+    Missing,
+    /// A file or symlink (with its stat data; none for a special file).
+    Thing(Option<Stat>),
+}
+
+/// The first file or symlink on the way to `path` (whose directory did not open beneath the worktree),
+/// with its stat data; none when a directory is missing there first. `seen` keeps what each directory
+/// path was found to be, for the next target.
+fn first_in_the_way(
+    root: &Root,
+    worktree: &Path,
+    path: &str,
+    seen: &mut HashMap<String, OnTheWay>,
+) -> GitResult<Option<(String, Stat)>> {
+    for (i, _) in path.match_indices('/') {
+        let parent = &path[..i];
+        let found = match seen.get(parent) {
+            Some(known) => *known,
+            None => {
+                let (dir, name) = beneath::split(parent);
+                let abs = worktree.join(parent);
+                let found = match root.dir(dir) {
+                    Ok(fd) => match look_in(&fd, name, &abs)? {
+                        (OnDisk::Dir, _) => OnTheWay::Dir,
+                        (OnDisk::Absent, _) => OnTheWay::Missing,
+                        (OnDisk::File | OnDisk::Symlink, stat) => OnTheWay::Thing(stat),
+                    },
+                    // Changed since the look that found the target's directory missing.
+                    Err(e) if beneath::moved(&e) => OnTheWay::Missing,
+                    Err(e) => return Err(GitError::io(&abs, e)),
+                };
+                seen.insert(parent.to_owned(), found);
+                found
+            }
+        };
+        match found {
+            OnTheWay::Dir => {}
+            OnTheWay::Missing | OnTheWay::Thing(None) => return Ok(None),
+            OnTheWay::Thing(Some(stat)) => return Ok(Some((parent.to_owned(), stat))),
+        }
+    }
+    Ok(None)
 }
 
 /// The end state a revert's plan predicts, and the tree built from it on another thread.
@@ -2517,6 +2623,7 @@ fn write_planned(
         edited,
         expected,
         unopened,
+        not_a_file,
     } = changed_after_track(store, config, actions, base)?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
     // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
@@ -2537,14 +2644,15 @@ fn write_planned(
     )?;
     applier.expected = expected;
     applier.unopened = unopened;
+    applier.not_a_file = not_a_file;
     applier.expected_looked = true;
-    applier.protected = edited.clone();
+    applier.protected = edited.keys().cloned().collect();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
     // is gone before what was there comes back.
     let dirs_written = dirs_above(entries.keys().map(String::as_str));
     for action in actions.iter().rev() {
         let path = action.path.as_str();
-        if action.action == FileActionKind::Delete && !edited.contains(path) {
+        if action.action == FileActionKind::Delete && !edited.contains_key(path) {
             // A directory the state gone back to has (it writes files in it) stands where the file was:
             // the file is absent, as it should be (`keep_actions_on_occupied_dirs`).
             if dirs_written.contains(path) && on_disk(&store.worktree.join(path))? == OnDisk::Dir {
@@ -2556,9 +2664,9 @@ fn write_planned(
     for action in actions {
         let path = action.path.as_str();
         match action.action {
-            _ if edited.contains(path) => applier.kept.push(KeptPath {
+            _ if edited.contains_key(path) => applier.kept.push(KeptPath {
                 path: action.path.clone(),
-                reason: EDITED_MEANWHILE.to_owned(),
+                reason: edited[path].to_owned(),
             }),
             FileActionKind::Write => {
                 let (mode, id) = entries[path];

@@ -484,8 +484,9 @@ async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
             .expect("revert");
         assert_eq!(h.read(file), None, "{removed}: stays deleted");
         assert_eq!(h.read("other.txt"), text("v1\n"), "{removed}");
+        let reason = kept(&outcome.kept, file).map(|k| k.reason.as_str());
         assert!(
-            kept(&outcome.kept, file).is_some(),
+            reason.is_some_and(|r| r.contains("stays deleted")),
             "{removed}: {outcome:?}"
         );
         assert_eq!(
@@ -494,6 +495,112 @@ async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
             "{removed}"
         );
     }
+}
+
+/// A file another program puts where a revert needs a directory, after the track the revert starts from,
+/// is left as it is, and so is the file the revert would have written below it: its content is in no
+/// snapshot (here `base` has nothing at d1: the step removed the directory).
+#[tokio::test]
+async fn a_file_made_where_a_revert_needs_a_directory_is_left_alone() {
+    let h = GitHarness::new();
+    h.write("d1/f.txt", b"f\n");
+    h.write("other.txt", b"v1\n");
+    let s = h.id().await;
+    fs::remove_dir_all(h.path("d1")).expect("the step's rm -rf d1");
+    h.write("other.txt", b"v2\n");
+    let base = h.id().await;
+    h.write("d1", b"the other program's\n");
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["d1/f.txt", "other.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("d1"), text("the other program's\n"), "not replaced");
+    assert_eq!(h.read("other.txt"), text("v1\n"));
+    let reason = kept(&outcome.kept, "d1/f.txt").map(|k| k.reason.as_str());
+    assert!(
+        reason.is_some_and(|r| r.contains("changed after rewind's snapshot")),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        outcome.written,
+        vec![RelPath::new("other.txt").expect("a path")]
+    );
+}
+
+/// A file another program puts where a revert's check found a directory (which the revert then removed,
+/// deleting the file in it, to write a file there) is left as it is: it is in no snapshot.
+#[tokio::test]
+async fn a_file_made_where_the_revert_saw_a_directory_is_left_alone() {
+    // The hook runs when the revert makes directory a: after its deletes, before it looks at p.
+    let (h, armed) = racing("a", false);
+    h.write("p", b"p, a file\n");
+    h.write("a/x.txt", b"x\n");
+    let s = h.id().await;
+    fs::remove_file(h.path("p")).expect("rm p");
+    h.write("p/y.txt", b"y\n");
+    fs::remove_dir_all(h.path("a")).expect("rm -rf a");
+    let action = writes("p", "the other program's\n");
+    let outcome = revert_racing(&h, &armed, action, &s, &["a/x.txt", "p", "p/y.txt"]).await;
+    assert_eq!(h.read("p"), text("the other program's\n"), "not replaced");
+    assert_eq!(h.read("a/x.txt"), text("x\n"));
+    assert!(kept(&outcome.kept, "p").is_some(), "{outcome:?}");
+    assert_eq!(
+        outcome.written,
+        vec![RelPath::new("a/x.txt").expect("a path")]
+    );
+}
+
+/// A file the revert must read to compare with its snapshot and cannot (here an injected fault), though it
+/// is still what the revert looked at, fails the revert before anything is touched.
+#[tokio::test]
+async fn an_unreadable_file_fails_the_revert_before_anything_is_touched() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"v1\n");
+    h.write("b.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("a.txt", b"v2\n");
+    h.write("b.txt", b"v2\n");
+    let base = h.id().await;
+    // Edited after `base`, so the revert reads it to compare.
+    h.write("b.txt", b"v3, after the track\n");
+    h.fail_reads("b.txt");
+    let listing = h.list();
+    let reverted = h
+        .port()
+        .revert(h.root(), &patch(&s, &["a.txt", "b.txt"]), &base)
+        .await;
+    assert!(
+        matches!(reverted, Err(rewind_core::Error::Unreadable { .. })),
+        "{reverted:?}"
+    );
+    assert_eq!(h.list(), listing, "nothing touched");
+}
+
+/// A file deleted while a restore of given paths reads it does not fail the restore: it is taken as
+/// absent, and the restore puts it back as asked, with the other path.
+#[tokio::test]
+async fn a_file_deleted_while_a_restore_of_paths_reads_it_does_not_fail_it() {
+    let (h, armed) = racing("a.txt", true);
+    h.write("a.txt", b"v1\n");
+    h.write("b.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("a.txt", b"v2\n");
+    h.write("b.txt", b"v2\n");
+    h.id().await;
+    arm(
+        &armed,
+        Box::new(|wt: &Path| {
+            fs::remove_file(wt.join("a.txt")).expect("the other program's delete")
+        }),
+    );
+    let paths = ["a.txt", "b.txt"].map(|p| RelPath::new(p).expect("a path"));
+    h.port()
+        .restore(h.root(), &s, Some(paths.to_vec()))
+        .await
+        .expect("the restore goes on");
+    assert_eq!(h.read("a.txt"), text("v1\n"));
+    assert_eq!(h.read("b.txt"), text("v1\n"));
 }
 
 /// A file another program writes into a directory a revert has just made again (the undo of a step that
