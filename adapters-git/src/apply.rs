@@ -473,7 +473,8 @@ struct PendingWrite {
     was: Option<Stat>,
 }
 
-/// What each target of a revert was when the revert looked at it: stat data, or none when absent.
+/// What each path an operation will write or delete was when it looked (`Applier::expected`): stat data,
+/// or none when absent.
 type Expected = HashMap<String, Option<Stat>>;
 
 /// How a write or delete ended.
@@ -2383,10 +2384,11 @@ type Change = (String, Option<Entry>);
 const EDITED_MEANWHILE: &str = "it changed after rewind took the snapshot this revert started from (an edit \
                                 made while the revert ran), so no snapshot holds that content; it is left as it is";
 
-/// Why a file a revert would write is left deleted: another program deleted it after the revert's snapshot.
-const DELETED_MEANWHILE: &str = "it was deleted (or its directory was) after rewind took the snapshot this \
-                                 revert started from (by another program, while the revert ran), so it stays \
-                                 deleted";
+/// Why a file a revert would write is left as it is: another program deleted it, or deleted or replaced a
+/// directory above it, after the revert's snapshot.
+const DELETED_MEANWHILE: &str = "it, or a directory above it, was deleted or replaced after rewind took the \
+                                 snapshot this revert started from (by another program, while the revert \
+                                 ran), so it is left as it is";
 
 /// What a revert's check for edits found (`changed_after_track`).
 struct Checked {
@@ -2485,8 +2487,10 @@ fn changed_after_track(
             }
             // A file or symlink.
             Some((_, Some(stat))) => {
-                expected.insert((*path).to_owned(), Some(stat));
-                to_judge.push(((*path).to_owned(), stat));
+                // Judged once, also when it stood in an earlier target's way.
+                if expected.insert((*path).to_owned(), Some(stat)).is_none() {
+                    to_judge.push(((*path).to_owned(), stat));
+                }
             }
             // A directory or a special file: a file or symlink found there later is someone else's.
             Some((_, None)) => {
@@ -2542,15 +2546,16 @@ fn changed_after_track(
 #[derive(Clone, Copy)]
 enum OnTheWay {
     Dir,
-    /// Nothing: nothing below it stands either.
+    /// Nothing, or its own directory no longer opens: nothing below it is looked at.
     Missing,
     /// A file or symlink (with its stat data; none for a special file).
     Thing(Option<Stat>),
 }
 
 /// The first file or symlink on the way to `path` (whose directory did not open beneath the worktree),
-/// with its stat data; none when a directory is missing there first. `seen` keeps what each directory
-/// path was found to be, for the next target.
+/// with its stat data; none when a directory is missing there first, when a special file stands there, or
+/// when every directory on the way is one now. `seen` keeps what each directory path was found to be,
+/// for the next target.
 fn first_in_the_way(
     root: &Root,
     worktree: &Path,

@@ -486,7 +486,7 @@ async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
         assert_eq!(h.read("other.txt"), text("v1\n"), "{removed}");
         let reason = kept(&outcome.kept, file).map(|k| k.reason.as_str());
         assert!(
-            reason.is_some_and(|r| r.contains("stays deleted")),
+            reason.is_some_and(|r| r.contains("was deleted or replaced after")),
             "{removed}: {outcome:?}"
         );
         assert_eq!(
@@ -499,33 +499,49 @@ async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
 
 /// A file another program puts where a revert needs a directory, after the track the revert starts from,
 /// is left as it is, and so is the file the revert would have written below it: its content is in no
-/// snapshot (here `base` has nothing at d1: the step removed the directory).
+/// snapshot. Both when `base` has nothing there (the step removed the directory) and when `base` has a
+/// file there that the other program then edits (the revert would replace it by the directory).
 #[tokio::test]
 async fn a_file_made_where_a_revert_needs_a_directory_is_left_alone() {
-    let h = GitHarness::new();
-    h.write("d1/f.txt", b"f\n");
-    h.write("other.txt", b"v1\n");
-    let s = h.id().await;
-    fs::remove_dir_all(h.path("d1")).expect("the step's rm -rf d1");
-    h.write("other.txt", b"v2\n");
-    let base = h.id().await;
-    h.write("d1", b"the other program's\n");
-    let outcome = h
-        .port()
-        .revert(h.root(), &patch(&s, &["d1/f.txt", "other.txt"]), &base)
-        .await
-        .expect("revert");
-    assert_eq!(h.read("d1"), text("the other program's\n"), "not replaced");
-    assert_eq!(h.read("other.txt"), text("v1\n"));
-    let reason = kept(&outcome.kept, "d1/f.txt").map(|k| k.reason.as_str());
-    assert!(
-        reason.is_some_and(|r| r.contains("changed after rewind's snapshot")),
-        "{outcome:?}"
-    );
-    assert_eq!(
-        outcome.written,
-        vec![RelPath::new("other.txt").expect("a path")]
-    );
+    for base_has_a_file in [false, true] {
+        let how = if base_has_a_file {
+            "a file in base, edited"
+        } else {
+            "nothing in base"
+        };
+        let h = GitHarness::new();
+        h.write("d1/f.txt", b"f\n");
+        h.write("other.txt", b"v1\n");
+        let s = h.id().await;
+        fs::remove_dir_all(h.path("d1")).expect("the step's rm -rf d1");
+        if base_has_a_file {
+            h.write("d1", b"the step's\n");
+        }
+        h.write("other.txt", b"v2\n");
+        let base = h.id().await;
+        h.write("d1", b"the other program's\n");
+        let outcome = h
+            .port()
+            .revert(h.root(), &patch(&s, &["d1/f.txt", "other.txt"]), &base)
+            .await
+            .expect("revert");
+        assert_eq!(
+            h.read("d1"),
+            text("the other program's\n"),
+            "{how}: not replaced"
+        );
+        assert_eq!(h.read("other.txt"), text("v1\n"), "{how}");
+        let reason = kept(&outcome.kept, "d1/f.txt").map(|k| k.reason.as_str());
+        assert!(
+            reason.is_some_and(|r| r.contains("changed after rewind's snapshot")),
+            "{how}: {outcome:?}"
+        );
+        assert_eq!(
+            outcome.written,
+            vec![RelPath::new("other.txt").expect("a path")],
+            "{how}"
+        );
+    }
 }
 
 /// A file another program puts where a revert's check found a directory (which the revert then removed,
