@@ -413,6 +413,9 @@ struct Applier<'a> {
     /// For a revert: targets where its check found a directory or a special file. A file or symlink
     /// standing there later is someone else's, made meanwhile (`as_expected`).
     not_a_file: HashSet<String>,
+    /// For a revert: directories its check found on the way to targets whose directory did not open
+    /// (`was_a_dir`).
+    dirs_seen: HashSet<String>,
     /// Whether the operation may have made or removed a directory yet (a delete, which removes the
     /// directories it empties, or a write that made a parent or replaced what stood in the way). Until
     /// it has, a write may take what `expected` says stands at its path when `expected_looked`
@@ -977,6 +980,7 @@ impl<'a> Applier<'a> {
             expected_looked: false,
             unopened: HashSet::new(),
             not_a_file: HashSet::new(),
+            dirs_seen: HashSet::new(),
             dirs_changed: false,
         })
     }
@@ -1035,6 +1039,18 @@ impl<'a> Applier<'a> {
             Some(None) => kind == OnDisk::Absent,
             Some(Some(was)) => now.is_some_and(|now| self.relinked.same(now, *was)),
         }
+    }
+
+    /// Whether a revert's check found a directory at `parent`, on the way to target `path`, which the
+    /// revert has not touched since: a file or symlink standing there now is someone else's, made
+    /// meanwhile. The check looked through a handle on each target's directory, so every directory above
+    /// a target it looked at stood then.
+    fn was_a_dir(&self, parent: &str, path: &str) -> bool {
+        self.expected_looked
+            && !self.last.contains_key(parent)
+            && (self.dirs_seen.contains(parent)
+                || (!self.unopened.contains(path)
+                    && (self.expected.contains_key(path) || self.not_a_file.contains(path))))
     }
 
     /// Writes the pending files first when `path` is one of them, lies below one, or holds one: what is
@@ -1304,7 +1320,10 @@ impl<'a> Applier<'a> {
                             ),
                         );
                     }
-                    if self.protected.contains(parent) || !self.as_expected(parent, kind, now) {
+                    if self.protected.contains(parent)
+                        || !self.as_expected(parent, kind, now)
+                        || self.was_a_dir(parent, path)
+                    {
                         return self.keep(
                             path,
                             format!(
@@ -2402,6 +2421,9 @@ struct Checked {
     unopened: HashSet<String>,
     /// The targets the check found a directory or a special file at (`Applier::not_a_file`).
     not_a_file: HashSet<String>,
+    /// The directories it found on the way to the targets whose directory did not open
+    /// (`Applier::dirs_seen`).
+    dirs_seen: HashSet<String>,
 }
 
 /// The planned targets that changed after the track the revert's `base` came from (an edit made while the
@@ -2455,6 +2477,7 @@ fn changed_after_track(
     let mut expected = HashMap::new();
     let mut unopened = HashSet::new();
     let mut not_a_file = HashSet::new();
+    let mut dirs_seen = HashSet::new();
     let mut edited = HashMap::new();
     // What each directory path on the way to a target whose directory did not open was found to be.
     let mut in_the_way = HashMap::new();
@@ -2477,12 +2500,36 @@ fn changed_after_track(
                     continue;
                 }
                 unopened.insert((*path).to_owned());
-                if let Some((parent, stat)) =
-                    first_in_the_way(&root, &store.worktree, path, &mut in_the_way)?
-                    && !expected.contains_key(&parent)
-                {
-                    expected.insert(parent.clone(), Some(stat));
-                    to_judge.push((parent, stat));
+                // Each directory on the way as the check found it: one that stood is expected to stand
+                // (`dirs_seen`); from the first that did not on, a file or symlink there later is someone
+                // else's (expected absent), but for the file or symlink that stood there, judged as a
+                // target is (the write would replace it by a directory).
+                let mut stopped = false;
+                for (i, _) in path.match_indices('/') {
+                    let parent = &path[..i];
+                    if stopped {
+                        expected.entry(parent.to_owned()).or_insert(None);
+                        continue;
+                    }
+                    match on_the_way(&root, &store.worktree, parent, &mut in_the_way)? {
+                        OnTheWay::Dir => {
+                            if !dirs_seen.contains(parent) {
+                                dirs_seen.insert(parent.to_owned());
+                            }
+                            continue;
+                        }
+                        OnTheWay::Missing => {
+                            expected.entry(parent.to_owned()).or_insert(None);
+                        }
+                        OnTheWay::Thing(Some(stat)) => {
+                            if !expected.contains_key(parent) {
+                                expected.insert(parent.to_owned(), Some(stat));
+                                to_judge.push((parent.to_owned(), stat));
+                            }
+                        }
+                        OnTheWay::Thing(None) => {}
+                    }
+                    stopped = true;
                 }
             }
             // A file or symlink.
@@ -2539,10 +2586,11 @@ fn changed_after_track(
         expected,
         unopened,
         not_a_file,
+        dirs_seen,
     })
 }
 
-/// What a directory path on the way to a target was found to be (`first_in_the_way`).
+/// What a directory path on the way to a target was found to be (`on_the_way`).
 #[derive(Clone, Copy)]
 enum OnTheWay {
     Dir,
@@ -2552,44 +2600,31 @@ enum OnTheWay {
     Thing(Option<Stat>),
 }
 
-/// The first file or symlink on the way to `path` (whose directory did not open beneath the worktree),
-/// with its stat data; none when a directory is missing there first, when a special file stands there, or
-/// when every directory on the way is one now. `seen` keeps what each directory path was found to be,
-/// for the next target.
-fn first_in_the_way(
+/// What directory path `parent`, on the way to a target whose directory did not open beneath the
+/// worktree, is now; `seen` keeps what each was found to be, for the next target.
+fn on_the_way(
     root: &Root,
     worktree: &Path,
-    path: &str,
+    parent: &str,
     seen: &mut HashMap<String, OnTheWay>,
-) -> GitResult<Option<(String, Stat)>> {
-    for (i, _) in path.match_indices('/') {
-        let parent = &path[..i];
-        let found = match seen.get(parent) {
-            Some(known) => *known,
-            None => {
-                let (dir, name) = beneath::split(parent);
-                let abs = worktree.join(parent);
-                let found = match root.dir(dir) {
-                    Ok(fd) => match look_in(&fd, name, &abs)? {
-                        (OnDisk::Dir, _) => OnTheWay::Dir,
-                        (OnDisk::Absent, _) => OnTheWay::Missing,
-                        (OnDisk::File | OnDisk::Symlink, stat) => OnTheWay::Thing(stat),
-                    },
-                    // Changed since the look that found the target's directory missing.
-                    Err(e) if beneath::moved(&e) => OnTheWay::Missing,
-                    Err(e) => return Err(GitError::io(&abs, e)),
-                };
-                seen.insert(parent.to_owned(), found);
-                found
-            }
-        };
-        match found {
-            OnTheWay::Dir => {}
-            OnTheWay::Missing | OnTheWay::Thing(None) => return Ok(None),
-            OnTheWay::Thing(Some(stat)) => return Ok(Some((parent.to_owned(), stat))),
-        }
+) -> GitResult<OnTheWay> {
+    if let Some(known) = seen.get(parent) {
+        return Ok(*known);
     }
-    Ok(None)
+    let (dir, name) = beneath::split(parent);
+    let abs = worktree.join(parent);
+    let found = match root.dir(dir) {
+        Ok(fd) => match look_in(&fd, name, &abs)? {
+            (OnDisk::Dir, _) => OnTheWay::Dir,
+            (OnDisk::Absent, _) => OnTheWay::Missing,
+            (OnDisk::File | OnDisk::Symlink, stat) => OnTheWay::Thing(stat),
+        },
+        // Changed since a look above found a directory.
+        Err(e) if beneath::moved(&e) => OnTheWay::Missing,
+        Err(e) => return Err(GitError::io(&abs, e)),
+    };
+    seen.insert(parent.to_owned(), found);
+    Ok(found)
 }
 
 /// The end state a revert's plan predicts, and the tree built from it on another thread.
@@ -2629,6 +2664,7 @@ fn write_planned(
         expected,
         unopened,
         not_a_file,
+        dirs_seen,
     } = changed_after_track(store, config, actions, base)?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
     // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
@@ -2650,6 +2686,7 @@ fn write_planned(
     applier.expected = expected;
     applier.unopened = unopened;
     applier.not_a_file = not_a_file;
+    applier.dirs_seen = dirs_seen;
     applier.expected_looked = true;
     applier.protected = edited.keys().cloned().collect();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)

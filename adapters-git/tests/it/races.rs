@@ -544,6 +544,69 @@ async fn a_file_made_where_a_revert_needs_a_directory_is_left_alone() {
     }
 }
 
+/// A file another program puts on the way to a file the revert writes, after the revert's check (here
+/// while it deletes another file), is left as it is, and so is the file below it: the revert never removes
+/// it to make the directory back. Where the check found a directory that is now a file, and where it found
+/// a directory missing, at the top or further down. Black-box: an undo during `rm -rf d1; echo > d1`
+/// deleted that new file d1 to make the directory again.
+#[tokio::test]
+async fn a_file_put_on_the_way_after_the_check_is_left_alone() {
+    type Race = fn(&Path);
+    let dir_to_file: Race = |wt| {
+        fs::remove_dir_all(wt.join("d1")).expect("rm -rf d1");
+        fs::write(wt.join("d1"), "the other program's\n").expect("write d1");
+    };
+    let where_missing: Race = |wt| fs::write(wt.join("d1"), "the other program's\n").expect("d1");
+    let deeper: Race = |wt| {
+        fs::create_dir(wt.join("d1")).expect("mkdir d1");
+        fs::write(wt.join("d1/e"), "the other program's\n").expect("write d1/e");
+    };
+    for (race, how, at, base_has_d1) in [
+        (dir_to_file, "a directory turned into a file", "d1", true),
+        (
+            where_missing,
+            "a file where a directory was missing",
+            "d1",
+            false,
+        ),
+        (
+            deeper,
+            "a file below a directory that was missing",
+            "d1/e",
+            false,
+        ),
+    ] {
+        let (h, armed) = racing("z.txt", false);
+        h.write("d1/e/f.txt", b"v1\n");
+        let s = h.id().await;
+        if base_has_d1 {
+            h.write("d1/e/f.txt", b"v2\n");
+        } else {
+            fs::remove_dir_all(h.path("d1")).expect("the step's rm -rf d1");
+        }
+        h.write("z.txt", b"made by the step\n");
+        let outcome = revert_racing(
+            &h,
+            &armed,
+            Box::new(move |wt: &Path| race(wt)),
+            &s,
+            &["d1/e/f.txt", "z.txt"],
+        )
+        .await;
+        assert_eq!(
+            h.read(at),
+            text("the other program's\n"),
+            "{how}: not removed"
+        );
+        assert_eq!(h.read("z.txt"), None, "{how}");
+        assert!(
+            kept(&outcome.kept, "d1/e/f.txt").is_some(),
+            "{how}: {outcome:?}"
+        );
+        assert!(outcome.written.is_empty(), "{how}: {outcome:?}");
+    }
+}
+
 /// A file another program puts where a revert's check found a directory (which the revert then removed,
 /// deleting the file in it, to write a file there) is left as it is: it is in no snapshot.
 #[tokio::test]
