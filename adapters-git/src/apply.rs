@@ -554,6 +554,13 @@ fn write_file(
             remove_temp();
             return Ok(Done::Moved);
         }
+        // The temporary file, or its directory, was removed meanwhile (another program's `rm -rf`):
+        // nothing was written, and the path is left as that program left it (black-box: such a removal
+        // failed the revert, and the rollback then put back older versions of other files).
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            remove_temp();
+            return Ok(Done::Moved);
+        }
         Err(e) => {
             remove_temp();
             return Err(GitError::io(&job.abs, e));
@@ -2221,7 +2228,13 @@ const OCCUPIED_DIR: &str = "a directory holding other files stands there; it is 
 /// Whether every file (or symlink, or anything else but a directory) under directory `dir` (worktree
 /// path `rel`) is one of `files`: with none, whether it holds only empty directories.
 fn holds_only(dir: &Path, rel: &str, files: &HashSet<String>) -> GitResult<bool> {
-    for entry in fs::read_dir(dir).map_err(|e| GitError::io(dir, e))? {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        // Removed while it was looked at (another program at work): not known to hold only those.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(GitError::io(dir, e)),
+    };
+    for entry in entries {
         let entry = entry.map_err(|e| GitError::io(dir, e))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else {

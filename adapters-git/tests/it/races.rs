@@ -302,6 +302,29 @@ async fn a_file_deleted_right_before_a_revert_overwrites_it_stays_deleted() {
     }
 }
 
+/// A directory another program removes whole right before the revert swaps a file into it (taking the
+/// revert's temporary file with it) does not fail the revert: the file is left removed, named as kept,
+/// and the other file is reverted. Black-box: `rm -rf` of a directory during an undo failed it, and the
+/// rollback put back older versions of the files it had written.
+#[tokio::test]
+async fn a_directory_removed_right_before_the_swap_does_not_fail_the_revert() {
+    let (h, armed) = racing_in("d/a.txt", Hook::Swap);
+    h.write("d/a.txt", b"v1\n");
+    h.write("other.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("d/a.txt", b"v2\n");
+    h.write("other.txt", b"v2\n");
+    let action: Action = Box::new(|wt: &Path| fs::remove_dir_all(wt.join("d")).expect("rm -rf d"));
+    let outcome = revert_racing(&h, &armed, action, &s, &["d/a.txt", "other.txt"]).await;
+    assert!(!h.path("d").exists(), "left removed");
+    assert_eq!(h.read("other.txt"), text("v1\n"));
+    assert!(kept(&outcome.kept, "d/a.txt").is_some(), "{outcome:?}");
+    assert_eq!(
+        outcome.written,
+        vec![RelPath::new("other.txt").expect("a path")]
+    );
+}
+
 /// A write that lands after the last look at a file and before the new content replaces it (the window
 /// of a check then a rename) is not lost: the two are swapped in one step and what came out is looked at;
 /// the user's file goes back, and the path is kept. Black-box: under a stress run, and widened on a slow
