@@ -2230,8 +2230,9 @@ const OCCUPIED_DIR: &str = "a directory holding other files stands there; it is 
 fn holds_only(dir: &Path, rel: &str, files: &HashSet<String>) -> GitResult<bool> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
-        // Removed while it was looked at (another program at work): not known to hold only those.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        // Removed, or a directory above it replaced, while it was looked at (another program at work;
+        // black-box: a revert failed with ENOTDIR here): not known to hold only those.
+        Err(e) if beneath::moved(&e) => return Ok(false),
         Err(e) => return Err(GitError::io(dir, e)),
     };
     for entry in entries {

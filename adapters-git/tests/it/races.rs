@@ -118,6 +118,11 @@ fn kept<'a>(kept: &'a [KeptPath], path: &str) -> Option<&'a KeptPath> {
     kept.iter().find(|k| k.path.as_str() == path)
 }
 
+/// The operation wrote `path` alone.
+fn wrote_only(written: &[RelPath], path: &str, how: &str) {
+    assert_eq!(written, [RelPath::new(path).expect("a path")], "{how}");
+}
+
 fn text(content: &str) -> Option<Node> {
     Some(Node::file(content))
 }
@@ -279,11 +284,7 @@ async fn a_file_deleted_right_before_a_revert_overwrites_it_stays_deleted() {
                 reason.is_some_and(|r| r.contains("changed while rewind was writing")),
                 "{when}: {outcome:?}"
             );
-            assert_eq!(
-                outcome.written,
-                vec![RelPath::new("other.txt").expect("a path")],
-                "{when}"
-            );
+            wrote_only(&outcome.written, "other.txt", &when);
             // `applied` is `base` with other.txt reverted (and made.txt deleted): d.txt as `base` has it.
             let in_applied = h
                 .port()
@@ -319,10 +320,7 @@ async fn a_directory_removed_right_before_the_swap_does_not_fail_the_revert() {
     assert!(!h.path("d").exists(), "left removed");
     assert_eq!(h.read("other.txt"), text("v1\n"));
     assert!(kept(&outcome.kept, "d/a.txt").is_some(), "{outcome:?}");
-    assert_eq!(
-        outcome.written,
-        vec![RelPath::new("other.txt").expect("a path")]
-    );
+    wrote_only(&outcome.written, "other.txt", "");
 }
 
 /// A write that lands after the last look at a file and before the new content replaces it (the window
@@ -472,11 +470,7 @@ async fn a_file_deleted_or_replaced_while_the_revert_reads_it_is_left_alone() {
             kept(&outcome.kept, "changed.txt").is_some(),
             "{how}: {outcome:?}"
         );
-        assert_eq!(
-            outcome.written,
-            vec![RelPath::new("other.txt").expect("a path")],
-            "{how}"
-        );
+        wrote_only(&outcome.written, "other.txt", how);
     }
 }
 
@@ -512,11 +506,7 @@ async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
             reason.is_some_and(|r| r.contains("was deleted or replaced after")),
             "{removed}: {outcome:?}"
         );
-        assert_eq!(
-            outcome.written,
-            vec![RelPath::new("other.txt").expect("a path")],
-            "{removed}"
-        );
+        wrote_only(&outcome.written, "other.txt", removed);
     }
 }
 
@@ -559,11 +549,7 @@ async fn a_file_made_where_a_revert_needs_a_directory_is_left_alone() {
             reason.is_some_and(|r| r.contains("changed after rewind's snapshot")),
             "{how}: {outcome:?}"
         );
-        assert_eq!(
-            outcome.written,
-            vec![RelPath::new("other.txt").expect("a path")],
-            "{how}"
-        );
+        wrote_only(&outcome.written, "other.txt", how);
     }
 }
 
@@ -647,10 +633,7 @@ async fn a_file_made_where_the_revert_saw_a_directory_is_left_alone() {
     assert_eq!(h.read("p"), text("the other program's\n"), "not replaced");
     assert_eq!(h.read("a/x.txt"), text("x\n"));
     assert!(kept(&outcome.kept, "p").is_some(), "{outcome:?}");
-    assert_eq!(
-        outcome.written,
-        vec![RelPath::new("a/x.txt").expect("a path")]
-    );
+    wrote_only(&outcome.written, "a/x.txt", "");
 }
 
 /// A file the revert must read to compare with its snapshot and cannot (here an injected fault), though it
@@ -750,11 +733,7 @@ async fn a_file_written_into_a_directory_the_revert_made_again_is_left_alone() {
             kept(&kept_paths, "d1/b.txt").is_some(),
             "{how}: {kept_paths:?}"
         );
-        assert_eq!(
-            written,
-            vec![RelPath::new("d1/a/x.txt").expect("a path")],
-            "{how}"
-        );
+        wrote_only(&written, "d1/a/x.txt", how);
     }
 }
 
