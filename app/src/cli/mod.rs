@@ -28,7 +28,9 @@ pub struct Cli {
     /// Print machine-readable JSON instead of text (fields documented in the README).
     #[arg(long, global = true)]
     pub json: bool,
-    /// The worktree to work on (default: the current directory).
+    /// The worktree to work on (default: the current directory). As with `git -C`, relative paths in the
+    /// other options and `REWIND_*` variables (`--data-dir`, `--config`, a SQLite `--database-url`) are
+    /// taken from it.
     #[arg(long, short = 'C', global = true, value_name = "DIR")]
     pub directory: Option<PathBuf>,
     /// Configuration shared with the server.
