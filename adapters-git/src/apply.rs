@@ -410,12 +410,10 @@ struct Applier<'a> {
     /// made or replaced that directory, a file found there was made by someone else meanwhile. Their
     /// writes always look for themselves (they make the directory first).
     unopened: HashSet<String>,
-    /// For a revert: targets where its check found a directory or a special file. A file or symlink
-    /// standing there later is someone else's, made meanwhile (`as_expected`).
+    /// For a revert: paths where its check found a directory or a special file (targets, and the
+    /// directories on the way to a target whose directory did not open). A file or symlink standing there
+    /// later is someone else's, made meanwhile (`as_expected`).
     not_a_file: HashSet<String>,
-    /// For a revert: directories its check found on the way to targets whose directory did not open
-    /// (`was_a_dir`).
-    dirs_seen: HashSet<String>,
     /// Whether the operation may have made or removed a directory yet (a delete, which removes the
     /// directories it empties, or a write that made a parent or replaced what stood in the way). Until
     /// it has, a write may take what `expected` says stands at its path when `expected_looked`
@@ -987,7 +985,6 @@ impl<'a> Applier<'a> {
             expected_looked: false,
             unopened: HashSet::new(),
             not_a_file: HashSet::new(),
-            dirs_seen: HashSet::new(),
             dirs_changed: false,
         })
     }
@@ -1048,16 +1045,16 @@ impl<'a> Applier<'a> {
         }
     }
 
-    /// Whether a revert's check found a directory at `parent`, on the way to target `path`, which the
-    /// revert has not touched since: a file or symlink standing there now is someone else's, made
-    /// meanwhile. The check looked through a handle on each target's directory, so every directory above
-    /// a target it looked at stood then.
+    /// Whether a revert's check found a directory at `parent`, above target `path` whose directory it
+    /// opened, and the revert has not touched it since: a file or symlink standing there now is someone
+    /// else's, made meanwhile. The check looked through a handle on each target's directory, so every
+    /// directory above a target it looked at stood then. (Those above a target whose directory did not
+    /// open are in `not_a_file`.)
     fn was_a_dir(&self, parent: &str, path: &str) -> bool {
         self.expected_looked
             && !self.last.contains_key(parent)
-            && (self.dirs_seen.contains(parent)
-                || (!self.unopened.contains(path)
-                    && (self.expected.contains_key(path) || self.not_a_file.contains(path))))
+            && !self.unopened.contains(path)
+            && (self.expected.contains_key(path) || self.not_a_file.contains(path))
     }
 
     /// Writes the pending files first when `path` is one of them, lies below one, or holds one: what is
@@ -2424,6 +2421,7 @@ const DELETED_MEANWHILE: &str = "it, or a directory above it, was deleted or rep
                                  ran), so it is left as it is";
 
 /// What a revert's check for edits found (`changed_after_track`).
+#[derive(Default)]
 struct Checked {
     /// The paths that changed after the track `base` came from, with why each is left as it is: targets,
     /// and files or symlinks standing where a target's directory should be.
@@ -2433,11 +2431,51 @@ struct Checked {
     expected: Expected,
     /// The targets whose directory did not open beneath the worktree (`Applier::unopened`).
     unopened: HashSet<String>,
-    /// The targets the check found a directory or a special file at (`Applier::not_a_file`).
+    /// Where the check found a directory or a special file (`Applier::not_a_file`).
     not_a_file: HashSet<String>,
-    /// The directories it found on the way to the targets whose directory did not open
-    /// (`Applier::dirs_seen`).
-    dirs_seen: HashSet<String>,
+}
+
+impl Checked {
+    /// Notes each directory on the way to target `path`, whose directory did not open, as the check finds
+    /// it: one that stands is expected to stand (`not_a_file`); from the first that does not on, a file or
+    /// symlink there later is someone else's (expected absent), but for the file or symlink that stands
+    /// there, which goes to `to_judge` as a target does (the write would replace it by a directory).
+    fn note_the_way(
+        &mut self,
+        (root, worktree): (&Root, &Path),
+        path: &str,
+        seen: &mut HashMap<String, OnTheWay>,
+        to_judge: &mut Vec<(String, Stat)>,
+    ) -> GitResult<()> {
+        let mut stopped = false;
+        for (i, _) in path.match_indices('/') {
+            let parent = &path[..i];
+            if stopped {
+                self.expected.entry(parent.to_owned()).or_insert(None);
+                continue;
+            }
+            match on_the_way(root, worktree, parent, seen)? {
+                OnTheWay::Dir => {
+                    if !self.not_a_file.contains(parent) {
+                        self.not_a_file.insert(parent.to_owned());
+                    }
+                    continue;
+                }
+                OnTheWay::Missing => {
+                    self.expected.entry(parent.to_owned()).or_insert(None);
+                }
+                OnTheWay::Thing(Some(stat)) => {
+                    if !self.expected.contains_key(parent) {
+                        self.expected.insert(parent.to_owned(), Some(stat));
+                        to_judge.push((parent.to_owned(), stat));
+                    }
+                }
+                OnTheWay::Thing(None) => {}
+            }
+            stopped = true;
+        }
+        Ok(())
+    }
 }
 
 /// The planned targets that changed after the track the revert's `base` came from (an edit made while the
@@ -2488,11 +2526,7 @@ fn changed_after_track(
     )?;
     let mut base_tree = LazyTree::new(&store.odb, *base);
     let mut suspects: Vec<(String, Option<Entry>, Stat)> = Vec::new();
-    let mut expected = HashMap::new();
-    let mut unopened = HashSet::new();
-    let mut not_a_file = HashSet::new();
-    let mut dirs_seen = HashSet::new();
-    let mut edited = HashMap::new();
+    let mut checked = Checked::default();
     // What each directory path on the way to a target whose directory did not open was found to be.
     let mut in_the_way = HashMap::new();
     // The files and symlinks to judge: the targets that are one, and what stands in a target's way.
@@ -2506,56 +2540,30 @@ fn changed_after_track(
             // One to be written that `base` holds was deleted after the track (its directory too, when
             // that did not open): it stays deleted, rather than come back as the step had it.
             Some((OnDisk::Absent, _)) | None => {
-                expected.insert((*path).to_owned(), None);
+                checked.expected.insert((*path).to_owned(), None);
                 if writes.contains(path) && base_tree.get(path)?.is_some() {
-                    edited.insert((*path).to_owned(), DELETED_MEANWHILE);
+                    checked.edited.insert((*path).to_owned(), DELETED_MEANWHILE);
                 }
-                if looked.is_some() {
-                    continue;
-                }
-                unopened.insert((*path).to_owned());
-                // Each directory on the way as the check found it: one that stood is expected to stand
-                // (`dirs_seen`); from the first that did not on, a file or symlink there later is someone
-                // else's (expected absent), but for the file or symlink that stood there, judged as a
-                // target is (the write would replace it by a directory).
-                let mut stopped = false;
-                for (i, _) in path.match_indices('/') {
-                    let parent = &path[..i];
-                    if stopped {
-                        expected.entry(parent.to_owned()).or_insert(None);
-                        continue;
-                    }
-                    match on_the_way(&root, &store.worktree, parent, &mut in_the_way)? {
-                        OnTheWay::Dir => {
-                            if !dirs_seen.contains(parent) {
-                                dirs_seen.insert(parent.to_owned());
-                            }
-                            continue;
-                        }
-                        OnTheWay::Missing => {
-                            expected.entry(parent.to_owned()).or_insert(None);
-                        }
-                        OnTheWay::Thing(Some(stat)) => {
-                            if !expected.contains_key(parent) {
-                                expected.insert(parent.to_owned(), Some(stat));
-                                to_judge.push((parent.to_owned(), stat));
-                            }
-                        }
-                        OnTheWay::Thing(None) => {}
-                    }
-                    stopped = true;
+                if looked.is_none() {
+                    checked.unopened.insert((*path).to_owned());
+                    let at = (&root, store.worktree.as_path());
+                    checked.note_the_way(at, path, &mut in_the_way, &mut to_judge)?;
                 }
             }
             // A file or symlink.
             Some((_, Some(stat))) => {
                 // Judged once, also when it stood in an earlier target's way.
-                if expected.insert((*path).to_owned(), Some(stat)).is_none() {
+                if checked
+                    .expected
+                    .insert((*path).to_owned(), Some(stat))
+                    .is_none()
+                {
                     to_judge.push(((*path).to_owned(), stat));
                 }
             }
             // A directory or a special file: a file or symlink found there later is someone else's.
             Some((_, None)) => {
-                not_a_file.insert((*path).to_owned());
+                checked.not_a_file.insert((*path).to_owned());
             }
         }
     }
@@ -2593,15 +2601,9 @@ fn changed_after_track(
         },
     )?;
     for path in changed.into_iter().flatten() {
-        edited.insert(path, EDITED_MEANWHILE);
+        checked.edited.insert(path, EDITED_MEANWHILE);
     }
-    Ok(Checked {
-        edited,
-        expected,
-        unopened,
-        not_a_file,
-        dirs_seen,
-    })
+    Ok(checked)
 }
 
 /// What a directory path on the way to a target was found to be (`on_the_way`).
@@ -2678,7 +2680,6 @@ fn write_planned(
         expected,
         unopened,
         not_a_file,
-        dirs_seen,
     } = changed_after_track(store, config, actions, base)?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
     // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
@@ -2700,7 +2701,6 @@ fn write_planned(
     applier.expected = expected;
     applier.unopened = unopened;
     applier.not_a_file = not_a_file;
-    applier.dirs_seen = dirs_seen;
     applier.expected_looked = true;
     applier.protected = edited.keys().cloned().collect();
     // Deletions first, deepest first, as a restore does: a file that replaced a directory (or the reverse)
