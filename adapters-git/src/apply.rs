@@ -1924,15 +1924,21 @@ fn entry_on_disk(
             unreadable("it stopped being a file while it was being read".to_owned())
         })?;
         if mode == Mode::Link {
-            let target = fs::read_link(abs).map_err(|e| unreadable(e.to_string()))?;
+            let target = match fs::read_link(abs) {
+                Ok(target) => target,
+                // Not a symlink any more: look again.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => continue,
+                Err(e) => return Err(unreadable(e.to_string())),
+            };
             let id = Odb::hash(Kind::Blob, target.as_os_str().as_bytes())?;
             return Ok(((mode, id), Stat::of(&meta, mode)));
         }
-        // `None`: the size changed while it was read; look again.
-        if let Some(id) =
-            Odb::hash_file_blob(abs, meta.len()).map_err(|e| unreadable(e.to_string()))?
-        {
-            return Ok(((mode, id), Stat::of(&meta, mode)));
+        match Odb::hash_file_blob(abs, meta.len()) {
+            Ok(Some(id)) => return Ok(((mode, id), Stat::of(&meta, mode))),
+            // The size changed while it was read, or something else stands there now: look again.
+            Ok(None) => {}
+            Err(e) if crate::odb::replaced_meanwhile(&e) => {}
+            Err(e) => return Err(unreadable(e.to_string())),
         }
     }
     Err(unreadable(

@@ -23,6 +23,9 @@ pub struct Root {
     fd: OwnedFd,
 }
 
+/// A directory opened as a handle for the `*at` calls only.
+const PATH_FLAGS: OFlags = OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::CLOEXEC);
+
 /// Set when `openat2` was found missing (old kernel, or refused by a seccomp filter): every later
 /// lookup walks the components.
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
@@ -42,11 +45,33 @@ impl Root {
     /// calls. Fails with `ELOOP` or `ENOTDIR` when a component is a symlink or not a directory,
     /// `ENOENT` when one is missing, and `EXDEV` when the path would leave the worktree.
     pub fn dir(&self, dir: &str) -> io::Result<OwnedFd> {
-        self.dir_with(dir, NO_OPENAT2.load(Ordering::Relaxed))
+        self.dir_with(dir, NO_OPENAT2.load(Ordering::Relaxed), PATH_FLAGS)
     }
 
-    fn dir_with(&self, dir: &str, walk: bool) -> io::Result<OwnedFd> {
-        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    /// `dir`, opened as `dir` does, for reading its entries (`rustix::fs::Dir`).
+    pub fn dir_for_reading(&self, dir: &str) -> io::Result<OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if dir.is_empty() {
+            return rustix::fs::openat(&self.fd, ".", flags, Mode::empty())
+                .map_err(io::Error::from);
+        }
+        self.dir_with(dir, NO_OPENAT2.load(Ordering::Relaxed), flags)
+    }
+
+    /// The file `name` of directory `dir` (a handle from `dir`) opened for reading while it is a regular
+    /// file: never through a symlink put there (`O_NOFOLLOW`: `ELOOP`), never waiting on a FIFO
+    /// (`O_NONBLOCK`, then `fstat`); see `crate::odb::open_regular`.
+    pub fn file_for_reading(dir: &impl AsFd, name: &str) -> io::Result<std::fs::File> {
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        crate::odb::regular(fd)
+    }
+
+    fn dir_with(&self, dir: &str, walk: bool, flags: OFlags) -> io::Result<OwnedFd> {
         let dir = if dir.is_empty() { "." } else { dir };
         if !walk {
             let resolve =
@@ -61,16 +86,27 @@ impl Root {
             }
         }
         let mut current = rustix::io::dup(&self.fd)?;
-        for component in dir.split('/') {
-            if component.is_empty() || component == "." {
-                continue;
-            }
-            if component == ".." {
+        let components: Vec<&str> = dir
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
+        for (at, component) in components.iter().enumerate() {
+            if *component == ".." {
                 return Err(io::Error::from_raw_os_error(libc_exdev()));
             }
+            // Directories on the way as handles only; the last one as asked.
+            let flags = if at + 1 == components.len() {
+                flags
+            } else {
+                PATH_FLAGS
+            };
             // `O_NOFOLLOW` with `O_PATH` would open a symlink itself; `O_DIRECTORY` makes that ENOTDIR.
-            current =
-                rustix::fs::openat(&current, component, flags | OFlags::NOFOLLOW, Mode::empty())?;
+            current = rustix::fs::openat(
+                &current,
+                *component,
+                flags | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )?;
         }
         Ok(current)
     }
@@ -178,16 +214,36 @@ mod tests {
         std::os::unix::fs::symlink("b", wt.path().join("a/inner")).expect("symlink");
         std::fs::write(wt.path().join("a/file"), "x").expect("write");
         let root = Root::open(wt.path()).expect("root");
-        for walk in [false, true] {
-            assert!(root.dir_with("a/b", walk).is_ok(), "walk={walk}");
-            assert!(root.dir_with("", walk).is_ok(), "walk={walk}");
+        let reading = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        for (walk, flags) in [
+            (false, PATH_FLAGS),
+            (true, PATH_FLAGS),
+            (false, reading),
+            (true, reading),
+        ] {
+            assert!(root.dir_with("a/b", walk, flags).is_ok(), "walk={walk}");
+            assert!(root.dir_with("", walk, flags).is_ok(), "walk={walk}");
             for refused in ["a/link", "a/inner", "a/link/x", "a/file", "../x"] {
-                let e = root.dir_with(refused, walk).expect_err(refused);
+                let e = root.dir_with(refused, walk, flags).expect_err(refused);
                 assert!(moved(&e), "walk={walk} {refused}: {e}");
             }
-            let e = root.dir_with("a/missing", walk).expect_err("missing");
+            let e = root
+                .dir_with("a/missing", walk, flags)
+                .expect_err("missing");
             assert!(moved(&e), "{e}");
         }
+        // A handle for reading lists the directory's entries, opened either way.
+        for walk in [false, true] {
+            let fd = root.dir_with("a", walk, reading).expect("a");
+            let names: std::collections::BTreeSet<String> = rustix::fs::Dir::new(fd)
+                .expect("read a")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .filter(|n| n != "." && n != "..")
+                .collect();
+            assert_eq!(names.len(), 4, "walk={walk}: {names:?}");
+        }
+        let top = root.dir_for_reading("").expect("the top");
+        assert!(rustix::fs::Dir::new(top).expect("read the top").count() >= 3);
     }
 
     /// A handle keeps naming the directory that was opened after its path is turned into a symlink.

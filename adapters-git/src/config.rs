@@ -60,6 +60,9 @@ pub struct GitStoreConfig {
     /// Test race injection at the last moment: called with a worktree-relative path after the last look
     /// at the file to be replaced there, right before the new content is swapped in; `None` in production.
     pub swap_hook: Option<ChangeHook>,
+    /// Test race injection in a track: called with a directory's worktree-relative path (`""` for the top,
+    /// `a/b/` below) right before the walk looks at it; `None` in production.
+    pub walk_hook: Option<ChangeHook>,
     /// How long opening a store waits for another process to let go of its lock before it is refused as
     /// busy: longer than any operation takes (an operation's lease is 2 minutes, renewed while it runs),
     /// so only a holder that hangs, or another program locking the file, meets it.
@@ -80,6 +83,7 @@ impl fmt::Debug for GitStoreConfig {
             .field("read_fault", &self.read_fault.is_some())
             .field("change_hook", &self.change_hook.is_some())
             .field("swap_hook", &self.swap_hook.is_some())
+            .field("walk_hook", &self.walk_hook.is_some())
             .field("lock_wait", &self.lock_wait)
             .finish()
     }
@@ -100,6 +104,7 @@ impl GitStoreConfig {
             read_fault: None,
             change_hook: None,
             swap_hook: None,
+            walk_hook: None,
             lock_wait: Duration::from_secs(300),
         }
     }

@@ -474,9 +474,14 @@ pub fn read_rules(path: &Path) -> GitResult<Option<String>> {
         Ok(meta) if meta.is_file() => {}
         _ => return Ok(None),
     }
-    match std::fs::read(path) {
+    let read = crate::odb::open_regular(path).and_then(|mut file| {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes).map(|_| bytes)
+    });
+    match read {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        // Deleted, or no longer a regular file, since it was looked at: as one found so.
+        Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),
         Err(e) => Err(GitError::io(path, e)),
     }
 }

@@ -108,6 +108,65 @@ impl ObjectHasher {
     }
 }
 
+/// A worktree file that was no longer a regular file when it was opened to be read (a FIFO, device or
+/// socket put in its place since it was looked at).
+#[derive(Debug)]
+struct NotRegular;
+
+impl std::fmt::Display for NotRegular {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("it stopped being a regular file while it was being read")
+    }
+}
+
+impl std::error::Error for NotRegular {}
+
+/// Opens a worktree file to read its content, only while it is a regular file: never through a symlink
+/// put in its place since it was looked at (`O_NOFOLLOW`, which fails with `ELOOP`: the content of a file
+/// outside the worktree must not be stored as this one's), and never waiting on a FIFO put there
+/// (`O_NONBLOCK`, then `fstat`). `replaced_meanwhile` tells these failures apart.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    regular(rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// The file `fd` (opened with `O_NOFOLLOW | O_NONBLOCK`) when it is a regular file (`open_regular`).
+pub fn regular(fd: rustix::fd::OwnedFd) -> io::Result<File> {
+    use rustix::fs::FileType;
+    let stat = rustix::fs::fstat(&fd)?;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => Ok(File::from(fd)),
+        FileType::Directory => Err(io::Error::from(rustix::io::Errno::ISDIR)),
+        _ => Err(io::Error::other(NotRegular)),
+    }
+}
+
+/// Whether reading a worktree file failed because something else was put in its place after it was
+/// looked at (a directory, a symlink, a special file: see `open_regular`), so that a look again tells
+/// what stands there. A file deleted meanwhile is `NotFound`, and one below a directory replaced by a file
+/// is `NotADirectory`: those are gone (`gone`), not replaced.
+pub fn replaced_meanwhile(error: &io::Error) -> bool {
+    let raw = error.raw_os_error();
+    raw == Some(rustix::io::Errno::ISDIR.raw_os_error())
+        || raw == Some(rustix::io::Errno::LOOP.raw_os_error())
+        || error
+            .get_ref()
+            .is_some_and(|inner| inner.is::<NotRegular>())
+}
+
+/// Whether a worktree path is gone: deleted (`NotFound`), or a directory above it replaced by a file or
+/// symlink (`NotADirectory`), so that nothing can stand at the path.
+pub fn gone(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
 /// Reads `source` to its end in 64 KiB chunks, handing each to `each`, and returns how many bytes it read;
 /// it stops early once more than `limit` bytes have come (the file grew: the caller looks again).
 fn read_chunks(
@@ -407,8 +466,13 @@ impl Odb {
     /// The blob id of a regular file's content, read in a stream and not stored. `Ok(None)` when the
     /// file's size changed while it was read (the caller looks again).
     pub fn hash_file_blob(path: &Path, expected_size: u64) -> io::Result<Option<ObjectId>> {
+        Odb::hash_blob_of(open_regular(path)?, expected_size)
+    }
+
+    /// `hash_file_blob` of a file already open (`beneath::Root::file_for_reading`).
+    pub fn hash_blob_of(source: File, expected_size: u64) -> io::Result<Option<ObjectId>> {
         let mut hasher = ObjectHasher::new(Kind::Blob, expected_size);
-        let read = read_chunks(File::open(path)?, expected_size, |chunk| {
+        let read = read_chunks(source, expected_size, |chunk| {
             hasher.0.update(chunk);
             Ok(())
         })?;
@@ -421,10 +485,10 @@ impl Odb {
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
-    /// Stores the content of a regular file as a blob, reading it once in a stream: hashed and compressed
-    /// together. `Ok(None)` when the file's size changed while it was read (the caller retries).
-    pub fn write_file_blob(&self, path: &Path, expected_size: u64) -> io::Result<Option<ObjectId>> {
-        let source = File::open(path)?;
+    /// Stores the content of a regular file, already open (`open_regular`, `beneath::Root::file_for_reading`),
+    /// as a blob, reading it once in a stream: hashed and compressed together. `Ok(None)` when the file's
+    /// size changed while it was read (the caller retries).
+    pub fn write_blob_of(&self, source: File, expected_size: u64) -> io::Result<Option<ObjectId>> {
         if expected_size <= IN_MEMORY_BLOB {
             // A small file is read whole, hashed, and written only when the store lacks it: re-hashing a
             // file whose content is already stored (a racy entry, a file a revert just wrote) then creates

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -11,7 +10,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use gix::ObjectId;
 use rewind_core::model::{SkipReason, SkippedPath};
+use rustix::fs::{AtFlags, FileType};
 
+use crate::beneath::Root;
 use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
 use crate::ignore::{Ignores, dir_rules_hash, read_rules};
@@ -58,6 +59,8 @@ impl Candidate {
 
 struct Walk<'a> {
     root: &'a Path,
+    /// The worktree's top directory as a handle: listings are read through it, never through a symlink.
+    beneath: &'a Root,
     /// Whether to look into `.gitattributes` files (only when a first snapshot may be seeded).
     check_attributes: bool,
     attributes_mention_filters: bool,
@@ -84,31 +87,52 @@ struct Walk<'a> {
     skipped: Vec<SkippedPath>,
     /// The nested repositories found, for the snapshot's record (`SnapshotRecord::nested`).
     nested: NestedRoots,
+    /// `GitStoreConfig::walk_hook`.
+    hook: Option<&'a crate::config::ChangeHook>,
 }
 
 /// Reads a directory's entries: names with their kind, leaving out rewind's temporary files. A `.git` is
 /// listed, as ignored (never tracked content): it makes its directory a nested repository's root, walked
 /// under that repository's own rules (`Walk::dir`). Names that are not UTF-8 are reported as skipped (a
-/// listing that skipped any is not cached).
-fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<SkippedPath>)> {
-    let entries = fs::read_dir(abs_dir).map_err(|e| GitError::Unreadable {
+/// listing that skipped any is not cached). `None` for a sub-directory gone since its parent was listed
+/// (`Walk::dir`).
+fn read_listing(
+    beneath: &Root,
+    abs_dir: &Path,
+    rel_dir: &str,
+) -> GitResult<Option<(Vec<Listed>, Vec<SkippedPath>)>> {
+    use std::os::unix::ffi::OsStrExt;
+    let unreadable = |e: std::io::Error| GitError::Unreadable {
         path: if rel_dir.is_empty() {
             ".".to_owned()
         } else {
             rel_dir.trim_end_matches('/').to_owned()
         },
         reason: e.to_string(),
-    })?;
+    };
+    // Opened below the top with no symlink followed: a directory on the way swapped for a symlink since
+    // the walk looked at it is gone, not read where it points.
+    let fd = match beneath.dir_for_reading(rel_dir.trim_end_matches('/')) {
+        Ok(fd) => fd,
+        Err(e) if !rel_dir.is_empty() && crate::beneath::moved(&e) => return Ok(None),
+        Err(e) => return Err(unreadable(e)),
+    };
+    let entries = rustix::io::dup(&fd)
+        .and_then(rustix::fs::Dir::new)
+        .map_err(|e| unreadable(e.into()))?;
     let mut listed = Vec::new();
     let mut skipped = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| GitError::io(abs_dir, e))?;
-        let name = entry.file_name();
+        let entry = entry.map_err(|e| GitError::io(abs_dir, e.into()))?;
+        let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
         let Some(name) = name.to_str() else {
             skipped.push(SkippedPath {
                 // The directories above are UTF-8, but a `\` of theirs is doubled too: the whole path is
                 // in the escaped form, which reads back as one name only.
-                path: format!("{}{}", rel_dir.replace('\\', "\\\\"), escaped_name(&name)),
+                path: format!("{}{}", rel_dir.replace('\\', "\\\\"), escaped_name(name)),
                 reason: SkipReason::NotUtf8,
             });
             continue;
@@ -116,17 +140,19 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
         if is_temp_name(name) {
             continue;
         }
+        // A file system that does not give the type in the listing is asked for it.
         let file_type = match entry.file_type() {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(GitError::io(&entry.path(), e)),
+            FileType::Unknown => match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(GitError::io(&abs_dir.join(name), e.into())),
+            },
+            known => known,
         };
-        let kind = if file_type.is_dir() {
-            ListedKind::Dir
-        } else if file_type.is_file() || file_type.is_symlink() {
-            ListedKind::File
-        } else {
-            ListedKind::Special
+        let kind = match file_type {
+            FileType::Directory => ListedKind::Dir,
+            FileType::RegularFile | FileType::Symlink => ListedKind::File,
+            _ => ListedKind::Special,
         };
         listed.push(Listed {
             name: name.to_owned(),
@@ -145,9 +171,9 @@ fn read_listing(abs_dir: &Path, rel_dir: &str) -> GitResult<(Vec<Listed>, Vec<Sk
         && has("refs", ListedKind::Dir)
         && crate::store::laid_out_as_git_dir(abs_dir)
     {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(Some((Vec::new(), Vec::new())));
     }
-    Ok((listed, skipped))
+    Ok(Some((listed, skipped)))
 }
 
 /// A name that is not UTF-8 as reports show it: its valid UTF-8 as it is but for `\`, written `\\`, and
@@ -180,9 +206,27 @@ impl Walk<'_> {
             },
             reason,
         };
+        if let Some(hook) = self.hook {
+            hook(rel_dir);
+        }
         // The directory's stat data is taken before it is read: a change after this shows next time.
-        let meta = fs::symlink_metadata(&abs_dir).map_err(|e| unreadable(e.to_string()))?;
+        // A sub-directory removed or replaced (by a file, a symlink) since its parent was listed (another
+        // program at work) is gone from this track, with all it held, as from one taken a moment later:
+        // its parent changed, so the next track lists it again. The worktree's own top is never so.
+        // Without the trailing slash, which would make the kernel follow a symlink put in its place.
+        let meta = match fs::symlink_metadata(self.root.join(rel_dir.trim_end_matches('/'))) {
+            Ok(meta) => meta,
+            Err(e) if !rel_dir.is_empty() && crate::odb::gone(&e) => {
+                self.gone(rel_dir);
+                return Ok(());
+            }
+            Err(e) => return Err(unreadable(e.to_string())),
+        };
         if !meta.is_dir() {
+            if !rel_dir.is_empty() {
+                self.gone(rel_dir);
+                return Ok(());
+            }
             return Err(unreadable(
                 "it stopped being a directory while the worktree was being read".to_owned(),
             ));
@@ -196,7 +240,11 @@ impl Walk<'_> {
         let (mut entries, cacheable) = match cached {
             Some(listing) => (listing.entries, true),
             None => {
-                let (entries, not_utf8) = read_listing(&abs_dir, rel_dir)?;
+                let Some((entries, not_utf8)) = read_listing(self.beneath, &abs_dir, rel_dir)?
+                else {
+                    self.dropped_listing |= unusable.is_some();
+                    return Ok(());
+                };
                 let cacheable = not_utf8.is_empty();
                 self.skipped.extend(not_utf8);
                 (entries, cacheable)
@@ -269,6 +317,14 @@ impl Walk<'_> {
             self.dropped_listing = true;
         }
         Ok(())
+    }
+
+    /// What the walk keeps of a sub-directory gone since its parent was listed: no listing, so the old
+    /// one (if any) is dropped and the next track reads the directory again, should it be back.
+    fn gone(&mut self, rel_dir: &str) {
+        if self.old.listings.remove(rel_dir).is_some() {
+            self.dropped_listing = true;
+        }
     }
 
     /// Matches the entries of `rel_dir` against the rules (unless the cached listing was matched under the
@@ -393,8 +449,13 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         .as_ref()
         .map_or(cache.entries.positions(), |p| p.count() as usize);
     let may_seed = cached_files == 0 && ignores.enclosing.is_some();
+    let beneath = Root::open(root).map_err(|e| GitError::Unreadable {
+        path: ".".to_owned(),
+        reason: e.to_string(),
+    })?;
     let mut walk = Walk {
         root,
+        beneath: &beneath,
         check_attributes: may_seed,
         attributes_mention_filters: false,
         data_dir: data_dir.as_deref(),
@@ -414,6 +475,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         candidates: Vec::new(),
         skipped: Vec::new(),
         nested: NestedRoots::new(),
+        hook: config.walk_hook.as_ref(),
     };
     // While this thread walks, the others lstat the files the cache holds, in its order: the walk is
     // mostly this process's own work and the lstat calls mostly the kernel's, and each would otherwise
@@ -443,7 +505,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         for _ in 1..worker_threads() {
             scope.spawn(|| {
                 if let Some(entries) = entries() {
-                    prestat.run(root, entries, cache_started_ns);
+                    prestat.run(&beneath, entries, cache_started_ns);
                     // A file is to be hashed: the store's pack indexes, which say whether its blob is
                     // stored already, are opened now rather than when the walk has ended.
                     if prestat.found_to_hash() {
@@ -454,7 +516,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         }
         let walked = walk.dir("", rules);
         match walked.as_ref().ok().and_then(|()| entries()) {
-            Some(entries) => prestat.run(root, entries, cache_started_ns),
+            Some(entries) => prestat.run(&beneath, entries, cache_started_ns),
             None => prestat.stop(),
         }
         // A thread that panicked seeds nothing: every file is hashed.
@@ -510,7 +572,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             &unanswered,
             worker_threads(),
             EXAMINE_IN_PARALLEL_FROM,
-            || Worker::new(&misplaced),
+            || Worker::new(&beneath, &misplaced),
             |worker, candidate| examine(store, config, &cache, None, worker, candidate),
         )?;
         if outcomes.iter().all(|o| matches!(o, Outcome::Tracked(..))) {
@@ -547,7 +609,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let misplaced = AtomicUsize::new(0);
     let outcomes = parallel_map_with(
         &candidates,
-        || Worker::new(&misplaced),
+        || Worker::new(&beneath, &misplaced),
         |worker, candidate| {
             // Answered by the lstat taken during the walk, when the cache holds the path where the
             // worker expects it.
@@ -564,7 +626,14 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // A cache whose order is far from the walk's (written by an older version, or after many files moved)
     // is written again in walk order, so later tracks find each path where they look first.
     let misordered = misplaced.into_inner() > cache.entries.len() / 8 + 16;
-    let outcomes = adopt_seeded(store, config, &cache, seed.as_ref(), &candidates, outcomes)?;
+    let outcomes = adopt_seeded(
+        store,
+        config,
+        (&cache, &beneath),
+        seed.as_ref(),
+        &candidates,
+        outcomes,
+    )?;
     // Unchanged since the cached snapshot: every file answered by the stat cache, or hashed again (racy)
     // with the cache's stat data and blob and still racy in a cache this track would write, and as many
     // files as it holds (each answer is for a distinct cached path, so the path sets are equal). The cached
@@ -978,7 +1047,7 @@ fn same_paths(
 fn adopt_seeded(
     store: &Store,
     config: &GitStoreConfig,
-    cache: &StatCache,
+    (cache, beneath): (&StatCache, &Root),
     seed: Option<&Seed>,
     candidates: &[Candidate],
     mut outcomes: Vec<Outcome>,
@@ -1028,7 +1097,7 @@ fn adopt_seeded(
                 config,
                 cache,
                 None,
-                &mut Worker::new(&misplaced),
+                &mut Worker::new(beneath, &misplaced),
                 candidate,
             )?;
         }
@@ -1059,12 +1128,15 @@ enum SeenKind {
 }
 
 impl Seen {
+    #[cfg(test)]
     pub(crate) fn from_std(meta: fs::Metadata) -> Seen {
         let kind = if meta.file_type().is_symlink() {
             SeenKind::Link
         } else if meta.is_file() {
             SeenKind::File {
-                executable: Mode::is_executable(meta.permissions().mode()),
+                executable: Mode::is_executable(std::os::unix::fs::PermissionsExt::mode(
+                    &meta.permissions(),
+                )),
             }
         } else if meta.is_dir() {
             SeenKind::Dir
@@ -1172,11 +1244,13 @@ impl IndexStat {
     }
 }
 
-/// A directory opened (`O_PATH`, not following a symlink) by one worker, so the files in it are looked up
-/// by name instead of by their whole path.
+/// A directory opened (`O_PATH`, below the worktree's top, no symlink followed on the way:
+/// `beneath::Root::dir`) by one worker, so the files in it are looked up and read by name, never through a
+/// symlink put in place of a directory since the walk.
 struct OpenDir {
     dir: String,
-    fd: Option<rustix::fd::OwnedFd>,
+    /// The handle, or the error number that opening it met.
+    fd: Option<Result<rustix::fd::OwnedFd, i32>>,
 }
 
 impl OpenDir {
@@ -1187,31 +1261,29 @@ impl OpenDir {
         }
     }
 
-    /// The open handle of worktree directory `dir` (`""` or `a/b/`), or none when it cannot be opened as
-    /// a directory (the caller then looks the file up by its path).
-    fn of(&mut self, root: &Path, dir: &str) -> Option<&rustix::fd::OwnedFd> {
+    /// The open handle of worktree directory `dir` (`""` or `a/b/`). An error that `beneath::moved` knows
+    /// says the directory is gone or is not a real directory of the worktree now.
+    fn of(&mut self, root: &Root, dir: &str) -> std::io::Result<&rustix::fd::OwnedFd> {
         if self.fd.is_none() || self.dir != dir {
-            use rustix::fs::{Mode as FsMode, OFlags};
-            // Without the trailing slash, which would make the kernel follow a symlink named like the
-            // directory despite `NOFOLLOW`.
-            let path = match dir.trim_end_matches('/') {
-                "" => root.to_path_buf(),
-                dir => root.join(dir),
-            };
-            self.fd = rustix::fs::open(
-                path,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                FsMode::empty(),
-            )
-            .ok();
+            let opened = root.dir(dir.trim_end_matches('/')).map_err(|e| {
+                e.raw_os_error()
+                    .unwrap_or(rustix::io::Errno::IO.raw_os_error())
+            });
+            self.fd = Some(opened);
             dir.clone_into(&mut self.dir);
         }
-        self.fd.as_ref()
+        match &self.fd {
+            Some(Ok(fd)) => Ok(fd),
+            Some(Err(code)) => Err(std::io::Error::from_raw_os_error(*code)),
+            None => Err(std::io::Error::from(rustix::io::Errno::NOENT)),
+        }
     }
 }
 
 /// What each thread examining candidates keeps between them.
 struct Worker<'a> {
+    /// The worktree's top directory, below which `open` opens directories.
+    beneath: &'a Root,
     open: OpenDir,
     /// How far the stat cache's positions were from the candidates' at the last path found in it.
     shift: isize,
@@ -1219,9 +1291,10 @@ struct Worker<'a> {
     misplaced: &'a AtomicUsize,
 }
 
-impl Worker<'_> {
-    fn new(misplaced: &AtomicUsize) -> Worker<'_> {
+impl<'a> Worker<'a> {
+    fn new(beneath: &'a Root, misplaced: &'a AtomicUsize) -> Worker<'a> {
         Worker {
+            beneath,
             open: OpenDir::none(),
             shift: 0,
             misplaced,
@@ -1235,13 +1308,18 @@ impl Worker<'_> {
 }
 
 /// lstat of a candidate: through its directory's handle when there is one, else by path.
-fn lstat(store: &Store, open: &mut OpenDir, candidate: &Candidate) -> std::io::Result<Seen> {
-    if let Some(fd) = open.of(&store.worktree, candidate.dir()) {
-        return rustix::fs::statat(fd, candidate.name(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .map(|st| Seen::from_rustix(&st))
-            .map_err(std::io::Error::from);
-    }
-    fs::symlink_metadata(store.worktree.join(&candidate.rel)).map(Seen::from_std)
+/// lstat of a candidate, through its directory's handle.
+fn lstat(worker: &mut Worker, candidate: &Candidate) -> std::io::Result<Seen> {
+    let fd = worker.open.of(worker.beneath, candidate.dir())?;
+    rustix::fs::statat(fd, candidate.name(), AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| Seen::from_rustix(&st))
+        .map_err(std::io::Error::from)
+}
+
+/// The candidate's file opened for reading through its directory's handle (`lstat` opened it).
+fn open_candidate(worker: &mut Worker, candidate: &Candidate) -> std::io::Result<fs::File> {
+    let fd = worker.open.of(worker.beneath, candidate.dir())?;
+    Root::file_for_reading(fd, candidate.name())
 }
 
 fn examine(
@@ -1254,19 +1332,21 @@ fn examine(
 ) -> GitResult<Outcome> {
     let rel = candidate.rel.as_str();
     for _attempt in 0..3 {
-        let seen = match lstat(store, &mut worker.open, candidate) {
+        let seen = match lstat(worker, candidate) {
             Ok(seen) => seen,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
+            // Deleted since the walk listed it, or a directory above it removed or replaced (by a file,
+            // a symlink): gone from this track, as from one taken a moment later.
+            Err(e) if crate::beneath::moved(&e) => return Ok(Outcome::Gone),
             Err(e) => return Err(unreadable(rel, &e.to_string())),
         };
         let mode = match (seen.mode(), seen.kind) {
             (Some(mode), _) => mode,
             (None, SeenKind::Dir) => {
-                // It turned into a directory after the walk listed it: its content is not known.
-                return Err(unreadable(
-                    rel,
-                    "it became a directory while the worktree was being read",
-                ));
+                // It turned into a directory after the walk listed it (another program at work): the file
+                // is gone from this track, as a deleted one is, and the directory, which the walk did not
+                // list, is the next track's to see (its parent changed, so that track lists it again).
+                // Nothing below it is in this snapshot, so no restore to it removes the directory.
+                return Ok(Outcome::Gone);
             }
             (None, _) => {
                 return Ok(Outcome::Skipped(SkippedPath {
@@ -1297,7 +1377,6 @@ fn examine(
         if config.read_fault.as_ref().is_some_and(|fault| fault(rel)) {
             return Err(unreadable(rel, "injected read fault"));
         }
-        let abs = store.worktree.join(rel);
         // An entry of the user's index whose stat data is not believed (a file written in the second the
         // index was, which git leaves racy or smudges): the file is hashed without being stored, and when
         // it is the recorded blob, that blob is adopted as a seeded one instead of being compressed and
@@ -1306,30 +1385,47 @@ fn examine(
             && let Some(recorded) =
                 seed.and_then(|seed| seed.recorded(rel, &seen.as_in_index(), mode))
         {
-            match Odb::hash_file_blob(&abs, stat.size) {
+            let hashed = open_candidate(worker, candidate)
+                .and_then(|source| Odb::hash_blob_of(source, stat.size));
+            match hashed {
                 Ok(Some(id)) if id == recorded => return Ok(Outcome::Seeded(stat, id)),
                 // Another content, or its size changed while it was read: stored as any other file.
                 Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
+                Err(e) if crate::odb::gone(&e) => return Ok(Outcome::Gone),
+                // Something else stands there now: look again.
+                Err(e) if crate::odb::replaced_meanwhile(&e) => continue,
                 Err(e) => return Err(unreadable(rel, &e.to_string())),
             }
         }
         if mode == Mode::Link {
-            let target = match fs::read_link(&abs) {
+            let target = worker
+                .open
+                .of(worker.beneath, candidate.dir())
+                .and_then(|fd| {
+                    rustix::fs::readlinkat(fd, candidate.name(), Vec::new())
+                        .map_err(std::io::Error::from)
+                });
+            let target = match target {
                 Ok(target) => target,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
+                Err(e) if crate::odb::gone(&e) => return Ok(Outcome::Gone),
+                // Not a symlink any more: look again.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => continue,
                 Err(e) => return Err(unreadable(rel, &e.to_string())),
             };
-            let id = store
-                .odb
-                .write_buf(Kind::Blob, target.as_os_str().as_encoded_bytes())?;
+            let id = store.odb.write_buf(Kind::Blob, target.as_bytes())?;
             return Ok(Outcome::Tracked(stat, id, true));
         }
-        match store.odb.write_file_blob(&abs, stat.size) {
+        let source = match open_candidate(worker, candidate) {
+            Ok(source) => source,
+            Err(e) if crate::odb::gone(&e) => return Ok(Outcome::Gone),
+            // Something else stands there now: look again.
+            Err(e) if crate::odb::replaced_meanwhile(&e) => continue,
+            Err(e) => return Err(unreadable(rel, &e.to_string())),
+        };
+        match store.odb.write_blob_of(source, stat.size) {
             Ok(Some(id)) => return Ok(Outcome::Tracked(stat, id, true)),
             // The size changed while it was read: look again.
             Ok(None) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Gone),
             // Storing it failed, not reading it (black-box: a full data directory was reported as a
             // worktree file that could not be read).
             Err(e) if crate::error::is_write_failure(&e) => {
@@ -1375,7 +1471,7 @@ impl Prestat {
 
     /// Looks at chunks of the files of `entries` (from a cache a track began at `cache_started_ns`) until
     /// none is left.
-    fn run(&self, root: &Path, entries: &PathMap<CacheEntry>, cache_started_ns: i128) {
+    fn run(&self, root: &Root, entries: &PathMap<CacheEntry>, cache_started_ns: i128) {
         let mut open = OpenDir::none();
         loop {
             let start = self
@@ -1395,7 +1491,7 @@ impl Prestat {
                     None => ("", path),
                 };
                 // A directory that cannot be opened as one (gone, or a symlink now) is left to the walk.
-                let Some(fd) = open.of(root, dir) else {
+                let Ok(fd) = open.of(root, dir) else {
                     continue;
                 };
                 let Ok(st) = rustix::fs::statat(fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
@@ -1606,13 +1702,14 @@ mod tests {
         std::os::unix::fs::symlink(root.join("real-sub"), root.join("sub")).expect("symlink");
 
         let prestat = Prestat::new(cache.entries.positions());
-        prestat.run(root, &cache.entries, cache.started_ns);
+        let beneath = Root::open(root).expect("open the top");
+        prestat.run(&beneath, &cache.entries, cache.started_ns);
         let fresh: Vec<bool> = (0..6).map(|at| prestat.was_fresh(at)).collect();
         assert_eq!(fresh, [true, false, false, false, false, false]);
 
         let stopped = Prestat::new(cache.entries.positions());
         stopped.stop();
-        stopped.run(root, &cache.entries, cache.started_ns);
+        stopped.run(&beneath, &cache.entries, cache.started_ns);
         assert!(!stopped.was_fresh(0), "a stopped look looks at nothing");
     }
 }

@@ -13,4 +13,5 @@ mod races;
 mod safety;
 mod seeding;
 mod stat_cache_io;
+mod track_races;
 mod untracked_cache;

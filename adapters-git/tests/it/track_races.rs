@@ -1,0 +1,271 @@
+//! Another program changing the worktree while a track walks and reads it: a file or directory removed or
+//! replaced after the walk listed it is gone from that track (as a deleted file always was), never a
+//! failure, and what stands there now is the next track's to see. Nothing is read through a symlink put in
+//! a file's place, and a FIFO put there is never waited on. The change is made from the store's read hook
+//! (called right before a file's content is read) or its walk hook (right before the walk looks at a
+//! directory). The oracle is real git: the track equals `git add -A && git write-tree` of the worktree
+//! with the changed path moved aside, and the next track equals it of the whole worktree.
+
+use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rewind_core::model::SkipReason;
+use rewind_core::testkit::contract::snapshot::WorktreeHarness;
+
+use crate::git_oracle::{GitOracle, blob_id};
+use crate::harness::{GitHarness, write_file};
+
+/// What a hook does once, the first time it is called with its path.
+type Action = Box<dyn FnOnce(&Path) + Send>;
+
+/// Which hook runs the action.
+#[derive(Clone, Copy)]
+enum Hook {
+    /// Right before a file's content is read.
+    Read,
+    /// Right before the walk looks at a directory (`sub/`).
+    Walk,
+}
+
+/// A harness whose `hook` runs `action` (given the worktree) the first time it is called with `at`.
+fn racing(at: &'static str, hook: Hook, action: Action) -> GitHarness {
+    let pending = Arc::new(Mutex::new(Some(action)));
+    GitHarness::with_config(move |config, base| {
+        let wt = base.join("wt");
+        let run = move |path: &str| {
+            if path == at {
+                let action = pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                if let Some(action) = action {
+                    action(&wt);
+                }
+            }
+        };
+        match hook {
+            Hook::Read => {
+                config.read_fault = Some(Arc::new(move |path: &str| {
+                    run(path);
+                    false
+                }));
+            }
+            Hook::Walk => config.walk_hook = Some(Arc::new(run)),
+        }
+    })
+}
+
+/// `a.txt`, `b.txt`, `sub/c.txt` and `sub/deep/d.txt`.
+fn lay_out(h: &GitHarness) {
+    write_file(&h.path("a.txt"), b"aaaa\n");
+    write_file(&h.path("b.txt"), b"bbbb\n");
+    write_file(&h.path("sub/c.txt"), b"cccc\n");
+    write_file(&h.path("sub/deep/d.txt"), b"dddd\n");
+}
+
+/// git's tree of the worktree with `path` moved aside (what a track that found it gone records).
+fn git_tree_without(h: &GitHarness, oracle: &GitOracle, path: &str) -> String {
+    let aside = h.base().join("aside");
+    fs::rename(h.path(path), &aside).expect("move the changed path aside");
+    let tree = oracle.write_tree(h.root());
+    fs::rename(&aside, h.path(path)).expect("move it back");
+    tree
+}
+
+/// The track that met the change succeeded and left `path` out; the next one (no hook left) sees what
+/// stands there now. Both against git.
+async fn left_out_then_seen(h: &GitHarness, path: &str) {
+    let oracle = GitOracle::new(None);
+    let raced = h.port().track(h.root()).await;
+    let raced = raced.unwrap_or_else(|e| panic!("the track that met the change of {path}: {e}"));
+    assert_eq!(
+        raced.id.as_str(),
+        git_tree_without(h, &oracle, path),
+        "the track that met the change of {path} is git's tree without it"
+    );
+    assert_eq!(
+        h.id().await.as_str(),
+        oracle.write_tree(h.root()),
+        "the next track sees what stands at {path} now"
+    );
+}
+
+/// `rm path; mkdir path; echo > path/inner`.
+fn file_to_dir(path: &'static str) -> Action {
+    Box::new(move |wt: &Path| {
+        fs::remove_file(wt.join(path)).expect("remove the file");
+        write_file(&wt.join(path).join("inner"), b"made by another program\n");
+    })
+}
+
+/// `rm -rf path; echo > path`.
+fn dir_to_file(path: &'static str) -> Action {
+    Box::new(move |wt: &Path| {
+        fs::remove_dir_all(wt.join(path)).expect("remove the directory");
+        write_file(&wt.join(path), b"made by another program\n");
+    })
+}
+
+#[tokio::test]
+async fn a_file_turned_into_a_directory_while_a_track_reads_it_is_left_out() {
+    let h = racing("a.txt", Hook::Read, file_to_dir("a.txt"));
+    lay_out(&h);
+    left_out_then_seen(&h, "a.txt").await;
+}
+
+#[tokio::test]
+async fn a_directory_replaced_by_a_file_while_a_track_reads_below_it_is_left_out() {
+    let h = racing("sub/c.txt", Hook::Read, dir_to_file("sub"));
+    lay_out(&h);
+    left_out_then_seen(&h, "sub").await;
+}
+
+#[tokio::test]
+async fn a_directory_replaced_by_a_file_before_the_walk_reaches_it_is_left_out() {
+    let h = racing("sub/", Hook::Walk, dir_to_file("sub"));
+    lay_out(&h);
+    left_out_then_seen(&h, "sub").await;
+}
+
+#[tokio::test]
+async fn a_directory_removed_before_the_walk_reaches_it_is_left_out() {
+    let h = racing(
+        "sub/deep/",
+        Hook::Walk,
+        Box::new(|wt: &Path| fs::remove_dir_all(wt.join("sub")).expect("rm -rf sub")),
+    );
+    lay_out(&h);
+    let oracle = GitOracle::new(None);
+    let raced = h.port().track(h.root()).await.expect("the raced track");
+    // What the walk had read of `sub` before it went (`sub/c.txt`, listed) is gone too: its file is
+    // looked at after the walk.
+    assert_eq!(raced.id.as_str(), oracle.write_tree(h.root()));
+    write_file(&h.path("sub/deep/d.txt"), b"back\n");
+    assert_eq!(h.id().await.as_str(), oracle.write_tree(h.root()));
+}
+
+#[tokio::test]
+async fn a_directory_swapped_for_a_symlink_before_the_walk_reaches_it_is_not_walked_through() {
+    let h = racing(
+        "sub/",
+        Hook::Walk,
+        Box::new(|wt: &Path| {
+            let outside = wt.parent().expect("the base directory").join("outside");
+            fs::rename(wt.join("sub"), &outside).expect("move sub outside");
+            std::os::unix::fs::symlink(&outside, wt.join("sub")).expect("symlink sub");
+        }),
+    );
+    lay_out(&h);
+    let raced = h.track().await;
+    let oracle = GitOracle::new(None);
+    assert_eq!(raced.id.as_str(), git_tree_without(&h, &oracle, "sub"));
+    assert!(
+        !h.stored(&blob_id(b"cccc\n")),
+        "nothing outside the worktree was read as a file of it"
+    );
+    assert_eq!(
+        h.id().await.as_str(),
+        oracle.write_tree(h.root()),
+        "the next track records the symlink"
+    );
+}
+
+#[tokio::test]
+async fn a_file_swapped_for_a_symlink_while_a_track_reads_it_is_not_read_through() {
+    let h = racing(
+        "a.txt",
+        Hook::Read,
+        Box::new(|wt: &Path| {
+            // A file outside the worktree, of the same size as `a.txt`.
+            let outside = wt.parent().expect("the base directory").join("secret");
+            fs::write(&outside, b"SECR\n").expect("write outside");
+            fs::remove_file(wt.join("a.txt")).expect("remove a.txt");
+            std::os::unix::fs::symlink(&outside, wt.join("a.txt")).expect("symlink a.txt");
+        }),
+    );
+    lay_out(&h);
+    let raced = h.track().await;
+    assert_eq!(
+        raced.id.as_str(),
+        GitOracle::new(None).write_tree(h.root()),
+        "a.txt is tracked as the symlink it is now"
+    );
+    assert!(
+        !h.stored(&blob_id(b"SECR\n")),
+        "the content of the file outside was not read and stored"
+    );
+}
+
+#[tokio::test]
+async fn a_fifo_put_in_a_file_s_place_while_a_track_reads_it_is_skipped_never_waited_on() {
+    let h = racing(
+        "a.txt",
+        Hook::Read,
+        Box::new(|wt: &Path| {
+            fs::remove_file(wt.join("a.txt")).expect("remove a.txt");
+            let made = std::process::Command::new("mkfifo")
+                .arg(wt.join("a.txt"))
+                .status()
+                .expect("run mkfifo");
+            assert!(made.success(), "mkfifo a.txt");
+        }),
+    );
+    lay_out(&h);
+    let track = h.port().track(h.root());
+    let raced = match tokio::time::timeout(Duration::from_secs(30), track).await {
+        Ok(raced) => raced.expect("the raced track"),
+        Err(_) => {
+            // Unblock the reader so that the test ends rather than hangs.
+            let _ = fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(h.path("a.txt"));
+            panic!("the track waited on the FIFO put at a.txt");
+        }
+    };
+    assert!(
+        raced
+            .skipped
+            .iter()
+            .any(|s| s.path == "a.txt" && s.reason == SkipReason::Special),
+        "a.txt is skipped as a special file: {:?}",
+        raced.skipped
+    );
+    fs::remove_file(h.path("a.txt")).expect("remove the FIFO");
+    assert_eq!(
+        raced.id.as_str(),
+        GitOracle::new(None).write_tree(h.root()),
+        "the rest is tracked as git does"
+    );
+}
+
+#[tokio::test]
+async fn a_directory_swapped_for_a_symlink_after_the_walk_listed_it_is_not_read_through() {
+    // Once `sub` is listed (its files are to be read after the walk), it is moved away and a symlink to
+    // another directory outside, holding files of the same names and sizes, put in its place.
+    let h = racing(
+        "sub/deep/",
+        Hook::Walk,
+        Box::new(|wt: &Path| {
+            let base = wt.parent().expect("the base directory");
+            fs::rename(wt.join("sub"), base.join("moved")).expect("move sub away");
+            write_file(&base.join("other/c.txt"), b"SECR\n");
+            write_file(&base.join("other/deep/d.txt"), b"SECD\n");
+            std::os::unix::fs::symlink(base.join("other"), wt.join("sub")).expect("symlink sub");
+        }),
+    );
+    lay_out(&h);
+    let raced = h.track().await;
+    let oracle = GitOracle::new(None);
+    assert_eq!(raced.id.as_str(), git_tree_without(&h, &oracle, "sub"));
+    for secret in [&b"SECR\n"[..], b"SECD\n"] {
+        assert!(
+            !h.stored(&blob_id(secret)),
+            "nothing outside the worktree was read as a file of it"
+        );
+    }
+    assert_eq!(h.id().await.as_str(), oracle.write_tree(h.root()));
+}
