@@ -2222,8 +2222,8 @@ fn dirs_above<'p>(paths: impl Iterator<Item = &'p str>) -> HashSet<&'p str> {
 }
 
 /// Why a file that is not tracked content now is not overwritten or deleted.
-const NOT_TRACKED_NOW: &str =
-    "it is not tracked content now (ignored or over the size cap), so it is left as it is";
+const NOT_TRACKED_NOW: &str = "it is not tracked content now (ignored or over the size cap, or made by another program after rewind took the \
+     snapshot this operation started from), so it is left as it is";
 
 /// Why a file is not written where a directory holding other files stands.
 const OCCUPIED_DIR: &str = "a directory holding other files stands there; it is left as it is";
@@ -2567,9 +2567,15 @@ fn changed_after_track(
                     to_judge.push(((*path).to_owned(), stat));
                 }
             }
-            // A directory or a special file: a file or symlink found there later is someone else's.
+            // A directory or a special file: a file or symlink found there later is someone else's. One
+            // to be written where `base` holds a file or symlink was replaced after the track: it stays as
+            // it is, also once that directory is gone (black-box: `rm -rf` of the directory another
+            // program had put there made the revert write the file back).
             Some((_, None)) => {
                 checked.not_a_file.insert((*path).to_owned());
+                if writes.contains(path) && base_tree.get(path)?.is_some() {
+                    checked.edited.insert((*path).to_owned(), DELETED_MEANWHILE);
+                }
             }
         }
     }

@@ -510,6 +510,41 @@ async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
     }
 }
 
+/// A file that another program turns into a directory after the track a revert starts from stays as it is,
+/// also when that directory is gone by the time the revert would write there: the file was deleted after
+/// the track, and a deletion made meanwhile stays (black-box: `rm -rf` of such a directory made an undo
+/// write the file back). Here the directory is empty, so the plan still writes the file there.
+#[tokio::test]
+async fn a_file_replaced_by_a_directory_after_the_revert_s_track_stays_deleted() {
+    let (h, armed) = racing("f.txt", false);
+    h.write("f.txt", b"v1\n");
+    h.write("other.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("f.txt", b"v2\n");
+    h.write("other.txt", b"v2\n");
+    let base = h.id().await;
+    fs::remove_file(h.path("f.txt")).expect("rm f.txt");
+    fs::create_dir(h.path("f.txt")).expect("mkdir f.txt");
+    // Removed right before the revert would write there.
+    arm(
+        &armed,
+        Box::new(|wt: &Path| fs::remove_dir(wt.join("f.txt")).expect("rmdir f.txt")),
+    );
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["f.txt", "other.txt"]), &base)
+        .await
+        .expect("revert");
+    assert!(!h.path("f.txt").is_file(), "not written back: {outcome:?}");
+    assert_eq!(h.read("other.txt"), text("v1\n"));
+    let reason = kept(&outcome.kept, "f.txt").map(|k| k.reason.as_str());
+    assert!(
+        reason.is_some_and(|r| r.contains("was deleted or replaced after")),
+        "{outcome:?}"
+    );
+    wrote_only(&outcome.written, "other.txt", "");
+}
+
 /// A file another program puts where a revert needs a directory, after the track the revert starts from,
 /// is left as it is, and so is the file the revert would have written below it: its content is in no
 /// snapshot. Both when `base` has nothing there (the step removed the directory) and when `base` has a
