@@ -1045,6 +1045,12 @@ impl<'a> Applier<'a> {
         }
     }
 
+    /// Whether the operation found a file or symlink at `path` when it looked (`expected`: a revert's
+    /// check, a restore's track), and has not touched the path since.
+    fn checked_a_file(&self, path: &str) -> bool {
+        !self.last.contains_key(path) && matches!(self.expected.get(path), Some(Some(_)))
+    }
+
     /// Whether a revert's check found a directory at `parent`, above target `path` whose directory it
     /// opened, and the revert has not touched it since: a file or symlink standing there now is someone
     /// else's, made meanwhile. The check looked through a handle on each target's directory, so every
@@ -1303,6 +1309,12 @@ impl<'a> Applier<'a> {
             }
             match kind {
                 OnDisk::Dir => {}
+                // The file the check found at the path is gone with this directory (another program's
+                // `rm -rf`): it stays gone, and no directory is made for it (black-box: empty directories
+                // were left where the user had removed them).
+                OnDisk::Absent if self.checked_a_file(path) => {
+                    return self.keep(path, MOVED_MEANWHILE);
+                }
                 OnDisk::Absent => {
                     if let Done::Moved = self.make_dir(parent)? {
                         return self.keep(path, MOVED_MEANWHILE);

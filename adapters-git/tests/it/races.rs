@@ -545,6 +545,61 @@ async fn a_file_replaced_by_a_directory_after_the_revert_s_track_stays_deleted()
     wrote_only(&outcome.written, "other.txt", "");
 }
 
+/// A directory another program removes whole after the revert's check, holding files the revert would
+/// write, is not made again for them: the files stay deleted and the directory gone. Here an earlier
+/// delete of the revert removed a directory it emptied, so the writes look at each parent themselves.
+#[tokio::test]
+async fn a_directory_removed_after_the_check_is_not_made_again_for_its_deleted_files() {
+    let (h, armed) = racing("x/only.txt", false);
+    h.write("d/e/a.txt", b"v1\n");
+    h.write("other.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("d/e/a.txt", b"v2\n");
+    h.write("other.txt", b"v2\n");
+    h.write("x/only.txt", b"made by the step\n");
+    let action: Action = Box::new(|wt: &Path| fs::remove_dir_all(wt.join("d")).expect("rm -rf d"));
+    let files = ["d/e/a.txt", "other.txt", "x/only.txt"];
+    let outcome = revert_racing(&h, &armed, action, &s, &files).await;
+    assert!(!h.path("d").exists(), "not made again: {outcome:?}");
+    assert!(
+        !h.path("x").exists(),
+        "the step's file and its directory are gone"
+    );
+    assert_eq!(h.read("other.txt"), text("v1\n"));
+    assert!(kept(&outcome.kept, "d/e/a.txt").is_some(), "{outcome:?}");
+    wrote_only(&outcome.written, "other.txt", "");
+}
+
+/// The same for a restore of given paths (unrevert's).
+#[tokio::test]
+async fn a_directory_removed_while_a_restore_runs_is_not_made_again_for_its_deleted_files() {
+    let (h, armed) = racing("x/only.txt", false);
+    h.write("d/e/a.txt", b"v1\n");
+    h.write("other.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("d/e/a.txt", b"v2\n");
+    h.write("other.txt", b"v2\n");
+    h.write("x/only.txt", b"made since\n");
+    h.id().await;
+    arm(
+        &armed,
+        Box::new(|wt: &Path| fs::remove_dir_all(wt.join("d")).expect("rm -rf d")),
+    );
+    let paths = ["d/e/a.txt", "other.txt", "x/only.txt"]
+        .map(|p| RelPath::new(p).expect("a path"))
+        .to_vec();
+    let outcome = h
+        .port()
+        .restore(h.root(), &s, Some(paths))
+        .await
+        .expect("restore");
+    assert!(!h.path("d").exists(), "not made again: {outcome:?}");
+    assert!(!h.path("x").exists());
+    assert_eq!(h.read("other.txt"), text("v1\n"));
+    assert!(kept(&outcome.kept, "d/e/a.txt").is_some(), "{outcome:?}");
+    wrote_only(&outcome.written, "other.txt", "");
+}
+
 /// A file another program puts where a revert needs a directory, after the track the revert starts from,
 /// is left as it is, and so is the file the revert would have written below it: its content is in no
 /// snapshot. Both when `base` has nothing there (the step removed the directory) and when `base` has a
