@@ -62,13 +62,9 @@ impl Root {
     /// file: never through a symlink put there (`O_NOFOLLOW`: `ELOOP`), never waiting on a FIFO
     /// (`O_NONBLOCK`, then `fstat`); see `crate::odb::open_regular`.
     pub fn file_for_reading(dir: &impl AsFd, name: &str) -> io::Result<std::fs::File> {
-        let fd = rustix::fs::openat(
-            dir,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        crate::odb::regular(fd)
+        crate::odb::opened_regular(|flags| {
+            rustix::fs::openat(dir, name, flags | OFlags::NOFOLLOW, Mode::empty())
+        })
     }
 
     fn dir_with(&self, dir: &str, walk: bool, flags: OFlags) -> io::Result<OwnedFd> {
@@ -85,11 +81,16 @@ impl Root {
                 other => return other.map_err(io::Error::from),
             }
         }
-        let mut current = rustix::io::dup(&self.fd)?;
         let components: Vec<&str> = dir
             .split('/')
             .filter(|c| !c.is_empty() && *c != ".")
             .collect();
+        if components.is_empty() {
+            // The top itself, opened as asked (its handle is `O_PATH`).
+            return rustix::fs::openat(&self.fd, ".", flags, Mode::empty())
+                .map_err(io::Error::from);
+        }
+        let mut current = rustix::io::dup(&self.fd)?;
         for (at, component) in components.iter().enumerate() {
             if *component == ".." {
                 return Err(io::Error::from_raw_os_error(libc_exdev()));
@@ -244,6 +245,14 @@ mod tests {
         }
         let top = root.dir_for_reading("").expect("the top");
         assert!(rustix::fs::Dir::new(top).expect("read the top").count() >= 3);
+        for walk in [false, true] {
+            let top = root.dir_with("", walk, reading).expect("the top");
+            let listed = rustix::fs::Dir::new(top).expect("read the top").count();
+            assert!(
+                listed >= 3,
+                "walk={walk}: the top's handle reads its entries"
+            );
+        }
     }
 
     /// A handle keeps naming the directory that was opened after its path is turned into a symlink.

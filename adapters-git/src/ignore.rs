@@ -407,15 +407,21 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
         Err(e) => return Err(GitError::io(dir, e)),
     }
     let dot_git = dir.join(".git");
+    // Another program may remove or replace the `.git` between the looks: what is found last decides.
     let meta = match std::fs::symlink_metadata(&dot_git) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if crate::odb::gone(&e) => return Ok(None),
         Err(e) => return Err(GitError::io(&dot_git, e)),
     };
     let git_dir = if meta.is_dir() {
         dot_git
     } else if meta.is_file() {
-        let text = std::fs::read_to_string(&dot_git).map_err(|e| GitError::io(&dot_git, e))?;
+        let text = match crate::odb::read_regular(&dot_git, false) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if crate::odb::gone(&e) => return Ok(None),
+            Err(e) if crate::odb::replaced_meanwhile(&e) => return Ok(Some(None)),
+            Err(e) => return Err(GitError::io(&dot_git, e)),
+        };
         match text.trim().strip_prefix("gitdir:") {
             Some(git_dir) => dir.join(git_dir.trim()),
             None => return Ok(Some(None)),
@@ -474,11 +480,7 @@ pub fn read_rules(path: &Path) -> GitResult<Option<String>> {
         Ok(meta) if meta.is_file() => {}
         _ => return Ok(None),
     }
-    let read = crate::odb::open_regular(path).and_then(|mut file| {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut bytes).map(|_| bytes)
-    });
-    match read {
+    match crate::odb::read_regular(path, false) {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
         // Deleted, or no longer a regular file, since it was looked at: as one found so.
         Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),

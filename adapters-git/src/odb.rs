@@ -126,16 +126,49 @@ impl std::error::Error for NotRegular {}
 /// outside the worktree must not be stored as this one's), and never waiting on a FIFO put there
 /// (`O_NONBLOCK`, then `fstat`). `replaced_meanwhile` tells these failures apart.
 pub fn open_regular(path: &Path) -> io::Result<File> {
-    use rustix::fs::{Mode, OFlags};
-    regular(rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?)
+    use rustix::fs::OFlags;
+    opened_regular(|flags| {
+        rustix::fs::open(path, flags | OFlags::NOFOLLOW, rustix::fs::Mode::empty())
+    })
 }
 
-/// The file `fd` (opened with `O_NOFOLLOW | O_NONBLOCK`) when it is a regular file (`open_regular`).
-pub fn regular(fd: rustix::fd::OwnedFd) -> io::Result<File> {
+/// `open_regular`, following a symlink at `path` (git follows one for `HEAD`, and for attribute files
+/// outside the worktree).
+pub fn open_regular_following(path: &Path) -> io::Result<File> {
+    opened_regular(|flags| rustix::fs::open(path, flags, rustix::fs::Mode::empty()))
+}
+
+/// The whole content of a small regular file at `path` (`open_regular`, or `open_regular_following`
+/// with `follow`): a FIFO put there is never waited on.
+pub fn read_regular(path: &Path, follow: bool) -> io::Result<Vec<u8>> {
+    let mut file = if follow {
+        open_regular_following(path)?
+    } else {
+        open_regular(path)?
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The file `open` opens (given `O_RDONLY | O_NONBLOCK | O_CLOEXEC`), when it is a regular file. An open
+/// that would wait for another holder's lease to break (a file a network file server has lent to a
+/// client: `EAGAIN` only with `O_NONBLOCK`, and only for a regular file) is made again without
+/// `O_NONBLOCK`, so it waits as it would have.
+pub(crate) fn opened_regular(
+    open: impl Fn(rustix::fs::OFlags) -> rustix::io::Result<rustix::fd::OwnedFd>,
+) -> io::Result<File> {
+    use rustix::fs::OFlags;
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    let fd = match open(flags | OFlags::NONBLOCK) {
+        Err(rustix::io::Errno::AGAIN) => open(flags)?,
+        opened => opened?,
+    };
+    regular(fd)
+}
+
+/// The file `fd` when it is a regular file (`open_regular`).
+fn regular(fd: rustix::fd::OwnedFd) -> io::Result<File> {
     use rustix::fs::FileType;
     let stat = rustix::fs::fstat(&fd)?;
     match FileType::from_raw_mode(stat.st_mode) {

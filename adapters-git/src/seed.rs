@@ -363,7 +363,7 @@ fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
 /// An attributes file outside the tree: absent or naming no conversion lets seeding go on; one that
 /// cannot be read may name anything. (A symlink is followed here, as git follows it for these files.)
 fn attributes_file_forbids(file: &Path) -> bool {
-    match fs::read(file) {
+    match crate::odb::read_regular(file, true) {
         Ok(text) => mentions_filters(&text),
         Err(e) => e.kind() != std::io::ErrorKind::NotFound,
     }

@@ -246,7 +246,8 @@ pub(crate) fn laid_out_as_git_dir(dir: &Path) -> bool {
     if !dir.join("objects").is_dir() || !dir.join("refs").is_dir() {
         return false;
     }
-    let Ok(head) = fs::read(dir.join("HEAD")) else {
+    // Followed when a symlink, as git does; never waited on when a FIFO.
+    let Ok(head) = crate::odb::read_regular(&dir.join("HEAD"), true) else {
         return false;
     };
     let head = String::from_utf8_lossy(&head);

@@ -95,13 +95,15 @@ struct Walk<'a> {
 /// listed, as ignored (never tracked content): it makes its directory a nested repository's root, walked
 /// under that repository's own rules (`Walk::dir`). Names that are not UTF-8 are reported as skipped (a
 /// listing that skipped any is not cached). `None` for a sub-directory gone since its parent was listed
-/// (`Walk::dir`).
+/// (`Walk::dir`), or that is not the directory `looked` describes (replaced since: the listing and the
+/// stat data cached with it must be of one directory).
 fn read_listing(
     beneath: &Root,
-    abs_dir: &Path,
-    rel_dir: &str,
+    (abs_dir, rel_dir): (&Path, &str),
+    looked: &fs::Metadata,
 ) -> GitResult<Option<(Vec<Listed>, Vec<SkippedPath>)>> {
     use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
     let unreadable = |e: std::io::Error| GitError::Unreadable {
         path: if rel_dir.is_empty() {
             ".".to_owned()
@@ -117,6 +119,15 @@ fn read_listing(
         Err(e) if !rel_dir.is_empty() && crate::beneath::moved(&e) => return Ok(None),
         Err(e) => return Err(unreadable(e)),
     };
+    let opened = rustix::fs::fstat(&fd).map_err(|e| unreadable(e.into()))?;
+    if (opened.st_dev, opened.st_ino) != (looked.dev(), looked.ino()) {
+        if rel_dir.is_empty() {
+            return Err(unreadable(std::io::Error::other(
+                "the worktree's directory was replaced while it was being read",
+            )));
+        }
+        return Ok(None);
+    }
     let entries = rustix::io::dup(&fd)
         .and_then(rustix::fs::Dir::new)
         .map_err(|e| unreadable(e.into()))?;
@@ -213,10 +224,13 @@ impl Walk<'_> {
         // A sub-directory removed or replaced (by a file, a symlink) since its parent was listed (another
         // program at work) is gone from this track, with all it held, as from one taken a moment later:
         // its parent changed, so the next track lists it again. The worktree's own top is never so.
-        // Without the trailing slash, which would make the kernel follow a symlink put in its place.
+        // The look goes by path (one call, where most directories end: their cached listing stands), so
+        // a symlink put in place of a directory above may be followed here; the listing is read through
+        // a handle that follows none, and only when it is this same directory (`read_listing`). Without
+        // the trailing slash, which would make the kernel follow a symlink put in its own place.
         let meta = match fs::symlink_metadata(self.root.join(rel_dir.trim_end_matches('/'))) {
             Ok(meta) => meta,
-            Err(e) if !rel_dir.is_empty() && crate::odb::gone(&e) => {
+            Err(e) if !rel_dir.is_empty() && crate::beneath::moved(&e) => {
                 self.gone(rel_dir);
                 return Ok(());
             }
@@ -240,7 +254,8 @@ impl Walk<'_> {
         let (mut entries, cacheable) = match cached {
             Some(listing) => (listing.entries, true),
             None => {
-                let Some((entries, not_utf8)) = read_listing(self.beneath, &abs_dir, rel_dir)?
+                let Some((entries, not_utf8)) =
+                    read_listing(self.beneath, (&abs_dir, rel_dir), &meta)?
                 else {
                     self.dropped_listing |= unusable.is_some();
                     return Ok(());
@@ -1307,7 +1322,6 @@ impl<'a> Worker<'a> {
     }
 }
 
-/// lstat of a candidate: through its directory's handle when there is one, else by path.
 /// lstat of a candidate, through its directory's handle.
 fn lstat(worker: &mut Worker, candidate: &Candidate) -> std::io::Result<Seen> {
     let fd = worker.open.of(worker.beneath, candidate.dir())?;

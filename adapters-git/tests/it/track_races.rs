@@ -16,7 +16,7 @@ use rewind_core::model::SkipReason;
 use rewind_core::testkit::contract::snapshot::WorktreeHarness;
 
 use crate::git_oracle::{GitOracle, blob_id};
-use crate::harness::{GitHarness, write_file};
+use crate::harness::{GitHarness, backdate_dirs, write_file};
 
 /// What a hook does once, the first time it is called with its path.
 type Action = Box<dyn FnOnce(&Path) + Send>;
@@ -32,11 +32,17 @@ enum Hook {
 
 /// A harness whose `hook` runs `action` (given the worktree) the first time it is called with `at`.
 fn racing(at: &'static str, hook: Hook, action: Action) -> GitHarness {
+    racing_at_call(at, 1, hook, action)
+}
+
+/// A harness whose `hook` runs `action` the `nth` time it is called with `at` (1: the first).
+fn racing_at_call(at: &'static str, nth: usize, hook: Hook, action: Action) -> GitHarness {
     let pending = Arc::new(Mutex::new(Some(action)));
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     GitHarness::with_config(move |config, base| {
         let wt = base.join("wt");
         let run = move |path: &str| {
-            if path == at {
+            if path == at && calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == nth {
                 let action = pending
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -268,4 +274,48 @@ async fn a_directory_swapped_for_a_symlink_after_the_walk_listed_it_is_not_read_
         );
     }
     assert_eq!(h.id().await.as_str(), oracle.write_tree(h.root()));
+}
+
+/// With the untracked cache warm (directories old enough to be trusted): a directory replaced by a file
+/// before the walk reaches it is left out, its cached listing dropped, and the next track sees the file.
+#[tokio::test]
+async fn a_cached_directory_replaced_by_a_file_is_left_out_and_its_listing_dropped() {
+    let h = racing_at_call("sub/", 2, Hook::Walk, dir_to_file("sub"));
+    lay_out(&h);
+    backdate_dirs(h.root());
+    let oracle = GitOracle::new(None);
+    assert_eq!(
+        h.id().await.as_str(),
+        oracle.write_tree(h.root()),
+        "the first track"
+    );
+    left_out_then_seen(&h, "sub").await;
+}
+
+/// The worktree's directory swapped for another (`mv wt wt.old; mv staged wt`) while a track walks it:
+/// the listing of a directory is read only from the directory whose stat data is cached with it, so the
+/// next track, which trusts that stat data (the staged tree is old), does not reuse the old tree's names.
+#[tokio::test]
+async fn a_worktree_swapped_for_another_while_a_track_walks_it_leaves_no_stale_listing() {
+    let h = racing(
+        "sub/",
+        Hook::Walk,
+        Box::new(|wt: &Path| {
+            let base = wt.parent().expect("the base directory");
+            fs::rename(wt, base.join("wt.old")).expect("move the worktree away");
+            fs::rename(base.join("staged"), wt).expect("move the staged tree in");
+        }),
+    );
+    lay_out(&h);
+    let staged = h.base().join("staged");
+    write_file(&staged.join("a.txt"), b"staged a\n");
+    write_file(&staged.join("sub/c.txt"), b"staged c\n");
+    write_file(&staged.join("sub/x.txt"), b"only in the staged tree\n");
+    backdate_dirs(&staged);
+    h.port().track(h.root()).await.expect("the raced track");
+    assert_eq!(
+        h.id().await.as_str(),
+        GitOracle::new(None).write_tree(h.root()),
+        "the next track is git's tree of the worktree now"
+    );
 }
