@@ -319,3 +319,35 @@ async fn a_worktree_swapped_for_another_while_a_track_walks_it_leaves_no_stale_l
         "the next track is git's tree of the worktree now"
     );
 }
+
+/// A directory laid out as a git directory whose `HEAD` is a symlink to a FIFO: the track reads `HEAD`
+/// to tell, and never waits on the FIFO (it was left out of that check's reads before: the track hung).
+#[tokio::test]
+async fn a_head_that_leads_to_a_fifo_does_not_hang_a_track() {
+    let h = GitHarness::new();
+    write_file(&h.path("repo/objects/keep"), b"x\n");
+    write_file(&h.path("repo/refs/keep"), b"x\n");
+    let fifo = h.base().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo");
+    std::os::unix::fs::symlink(&fifo, h.path("repo/HEAD")).expect("symlink HEAD");
+    let track = h.port().track(h.root());
+    let tracked = match tokio::time::timeout(Duration::from_secs(30), track).await {
+        Ok(tracked) => tracked.expect("track"),
+        Err(_) => {
+            let _ = fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(&fifo);
+            panic!("the track waited on the FIFO HEAD leads to");
+        }
+    };
+    // Not a git directory (its HEAD is not a file): tracked as any directory, as git does.
+    assert_eq!(
+        tracked.id.as_str(),
+        GitOracle::new(None).write_tree(h.root())
+    );
+}
