@@ -778,6 +778,42 @@ async fn a_file_deleted_while_a_restore_of_paths_reads_it_does_not_fail_it() {
     assert_eq!(h.read("b.txt"), text("v1\n"));
 }
 
+/// The whole-tree track a restore of given paths falls back to (unrevert's, here because a path turned
+/// from a directory into a file) meets a file another program turns into a directory: the track leaves it
+/// out instead of failing, and the restore goes on (black-box: an unrevert failed there, and its rollback's
+/// capture failed the same way).
+#[tokio::test]
+async fn a_restore_whose_track_meets_a_file_turned_into_a_directory_goes_on() {
+    let (h, armed) = racing("c.txt", true);
+    h.write("a.txt", b"v1\n");
+    h.write("c.txt", b"v1\n");
+    h.write("d/x.txt", b"v1\n");
+    let s = h.id().await;
+    h.write("a.txt", b"v2\n");
+    fs::remove_dir_all(h.path("d")).expect("rm -rf d");
+    h.write("d", b"d, a file now\n");
+    let since = h.id().await;
+    // Changed after `since`: the restore's track reads it, and the hook turns it into a directory.
+    h.write("c.txt", b"v2, another program's\n");
+    arm(
+        &armed,
+        Box::new(|wt: &Path| {
+            fs::remove_file(wt.join("c.txt")).expect("rm c.txt");
+            fs::create_dir(wt.join("c.txt")).expect("mkdir c.txt");
+            fs::write(wt.join("c.txt/inner"), "another program's\n").expect("write c.txt/inner");
+        }),
+    );
+    let paths = ["a.txt", "d", "d/x.txt"].map(|p| RelPath::new(p).expect("a path"));
+    let outcome = h
+        .port()
+        .restore_since(h.root(), &s, paths.to_vec(), &since)
+        .await
+        .expect("the restore goes on");
+    assert_eq!(h.read("a.txt"), text("v1\n"), "{outcome:?}");
+    assert_eq!(h.read("d/x.txt"), text("v1\n"), "{outcome:?}");
+    assert_eq!(h.read("c.txt/inner"), text("another program's\n"));
+}
+
 /// A file another program writes into a directory a revert has just made again (the undo of a step that
 /// ran `rm -rf d1`) is left alone and named as kept: the revert found that directory missing, so anything
 /// in it is new, and in no snapshot. So do a restore of given paths and a whole restore (a redo).
