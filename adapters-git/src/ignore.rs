@@ -407,27 +407,34 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
         Err(e) => return Err(GitError::io(dir, e)),
     }
     let dot_git = dir.join(".git");
-    // Another program may remove or replace the `.git` between the looks: what is found last decides.
-    let meta = match std::fs::symlink_metadata(&dot_git) {
-        Ok(meta) => meta,
-        Err(e) if crate::odb::gone(&e) => return Ok(None),
-        Err(e) => return Err(GitError::io(&dot_git, e)),
-    };
-    let git_dir = if meta.is_dir() {
-        dot_git
-    } else if meta.is_file() {
+    // Another program may remove or replace the `.git` between the look and the read: a `.git` file
+    // that is something else by then is looked at again (twice at most, then taken as a repository
+    // whose rules are unknown: none).
+    let mut looks = 0;
+    let git_dir = loop {
+        looks += 1;
+        let meta = match std::fs::symlink_metadata(&dot_git) {
+            Ok(meta) => meta,
+            Err(e) if crate::odb::gone(&e) => return Ok(None),
+            Err(e) => return Err(GitError::io(&dot_git, e)),
+        };
+        if meta.is_dir() {
+            break dot_git;
+        }
+        if !meta.is_file() {
+            return Ok(Some(None));
+        }
         let text = match crate::odb::read_regular(&dot_git, false) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) if crate::odb::gone(&e) => return Ok(None),
+            Err(e) if crate::odb::replaced_meanwhile(&e) && looks < 2 => continue,
             Err(e) if crate::odb::replaced_meanwhile(&e) => return Ok(Some(None)),
             Err(e) => return Err(GitError::io(&dot_git, e)),
         };
         match text.trim().strip_prefix("gitdir:") {
-            Some(git_dir) => dir.join(git_dir.trim()),
+            Some(git_dir) => break dir.join(git_dir.trim()),
             None => return Ok(Some(None)),
         }
-    } else {
-        return Ok(Some(None));
     };
     // Its rule lines only: the text is also kept in each snapshot's record (`SnapshotRecord::nested`), and
     // git's template is comments alone.

@@ -151,20 +151,30 @@ pub fn read_regular(path: &Path, follow: bool) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// How long an open waits for another holder's lease on the file to be given up: longer than the
+/// kernel's own `lease-break-time` (45 s by default), after which it breaks the lease itself.
+const LEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The file `open` opens (given `O_RDONLY | O_NONBLOCK | O_CLOEXEC`), when it is a regular file. An open
-/// that would wait for another holder's lease to break (a file a network file server has lent to a
-/// client: `EAGAIN` only with `O_NONBLOCK`, and only for a regular file) is made again without
-/// `O_NONBLOCK`, so it waits as it would have.
+/// that meets another holder's lease (Samba's oplocks, an NFS server's delegations, `F_SETLEASE`: `EAGAIN`
+/// with `O_NONBLOCK`) has started that lease's break, and is made again, still without waiting, until
+/// it is given up: never a blocking open, which would wait for good on a FIFO put there meanwhile.
 pub(crate) fn opened_regular(
     open: impl Fn(rustix::fs::OFlags) -> rustix::io::Result<rustix::fd::OwnedFd>,
 ) -> io::Result<File> {
     use rustix::fs::OFlags;
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
-    let fd = match open(flags | OFlags::NONBLOCK) {
-        Err(rustix::io::Errno::AGAIN) => open(flags)?,
-        opened => opened?,
-    };
-    regular(fd)
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match open(flags) {
+            Err(rustix::io::Errno::AGAIN) if started.elapsed() < LEASE_WAIT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(100));
+            }
+            opened => return regular(opened?),
+        }
+    }
 }
 
 /// The file `fd` when it is a regular file (`open_regular`).

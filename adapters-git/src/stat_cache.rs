@@ -111,6 +111,16 @@ pub struct DirStat {
 }
 
 impl DirStat {
+    /// The stat data of a directory's `fstat`.
+    pub fn of_rustix(stat: &rustix::fs::Stat) -> DirStat {
+        DirStat {
+            mtime_ns: i128::from(stat.st_mtime) * 1_000_000_000 + i128::from(stat.st_mtime_nsec),
+            ctime_ns: i128::from(stat.st_ctime) * 1_000_000_000 + i128::from(stat.st_ctime_nsec),
+            ino: stat.st_ino,
+            dev: stat.st_dev,
+        }
+    }
+
     /// The stat data of a directory's `symlink_metadata`.
     pub fn of(meta: &fs::Metadata) -> DirStat {
         DirStat {
@@ -1085,6 +1095,25 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use crate::store::Store;
+
+    /// A directory's stat data reads the same by path and from a handle on it: a listing cached with
+    /// the handle's (`track::read_listing`) is trusted by the next look by path.
+    #[test]
+    fn dir_stat_by_path_and_by_handle_agree() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sub = dir.path().join("sub");
+        fs::create_dir(&sub).expect("mkdir");
+        fs::write(sub.join("f"), "x").expect("write");
+        let by_path = DirStat::of(&fs::symlink_metadata(&sub).expect("lstat"));
+        let fd = rustix::fs::open(
+            &sub,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("open");
+        let by_handle = DirStat::of_rustix(&rustix::fs::fstat(&fd).expect("fstat"));
+        assert_eq!(by_path, by_handle);
+    }
 
     /// Writes `text` to worktree path `rel`, making its directories.
     fn write_in(wt: &Path, rel: &str, text: &str) {

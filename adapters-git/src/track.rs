@@ -91,19 +91,21 @@ struct Walk<'a> {
     hook: Option<&'a crate::config::ChangeHook>,
 }
 
+/// A directory's entries, the names skipped, and the stat data of the directory read (`read_listing`).
+type ReadListing = (Vec<Listed>, Vec<SkippedPath>, DirStat);
+
 /// Reads a directory's entries: names with their kind, leaving out rewind's temporary files. A `.git` is
 /// listed, as ignored (never tracked content): it makes its directory a nested repository's root, walked
 /// under that repository's own rules (`Walk::dir`). Names that are not UTF-8 are reported as skipped (a
-/// listing that skipped any is not cached). `None` for a sub-directory gone since its parent was listed
-/// (`Walk::dir`), or that is not the directory `looked` describes (replaced since: the listing and the
-/// stat data cached with it must be of one directory).
+/// listing that skipped any is not cached), with the stat data of the directory read, taken from its
+/// handle before its entries: what the listing is cached with, so the two are always of one directory
+/// (the directory found by path may be another: swapped meanwhile, or an automount point whose `lstat`
+/// does not mount it). `None` for a sub-directory gone since its parent was listed (`Walk::dir`).
 fn read_listing(
     beneath: &Root,
     (abs_dir, rel_dir): (&Path, &str),
-    looked: &fs::Metadata,
-) -> GitResult<Option<(Vec<Listed>, Vec<SkippedPath>)>> {
+) -> GitResult<Option<ReadListing>> {
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::MetadataExt;
     let unreadable = |e: std::io::Error| GitError::Unreadable {
         path: if rel_dir.is_empty() {
             ".".to_owned()
@@ -120,14 +122,7 @@ fn read_listing(
         Err(e) => return Err(unreadable(e)),
     };
     let opened = rustix::fs::fstat(&fd).map_err(|e| unreadable(e.into()))?;
-    if (opened.st_dev, opened.st_ino) != (looked.dev(), looked.ino()) {
-        if rel_dir.is_empty() {
-            return Err(unreadable(std::io::Error::other(
-                "the worktree's directory was replaced while it was being read",
-            )));
-        }
-        return Ok(None);
-    }
+    let stat = DirStat::of_rustix(&opened);
     let entries = rustix::io::dup(&fd)
         .and_then(rustix::fs::Dir::new)
         .map_err(|e| unreadable(e.into()))?;
@@ -182,9 +177,9 @@ fn read_listing(
         && has("refs", ListedKind::Dir)
         && crate::store::laid_out_as_git_dir(abs_dir)
     {
-        return Ok(Some((Vec::new(), Vec::new())));
+        return Ok(Some((Vec::new(), Vec::new(), stat)));
     }
-    Ok(Some((listed, skipped)))
+    Ok(Some((listed, skipped, stat)))
 }
 
 /// A name that is not UTF-8 as reports show it: its valid UTF-8 as it is but for `\`, written `\\`, and
@@ -225,9 +220,10 @@ impl Walk<'_> {
         // program at work) is gone from this track, with all it held, as from one taken a moment later:
         // its parent changed, so the next track lists it again. The worktree's own top is never so.
         // The look goes by path (one call, where most directories end: their cached listing stands), so
-        // a symlink put in place of a directory above may be followed here; the listing is read through
-        // a handle that follows none, and only when it is this same directory (`read_listing`). Without
-        // the trailing slash, which would make the kernel follow a symlink put in its own place.
+        // a symlink put in place of a directory above may be followed here; a listing is read through a
+        // handle that follows none, and cached with that handle's stat data (`read_listing`): a look
+        // that found another directory costs a read next time, never a wrong listing. Without the
+        // trailing slash, which would make the kernel follow a symlink put in its own place.
         let meta = match fs::symlink_metadata(self.root.join(rel_dir.trim_end_matches('/'))) {
             Ok(meta) => meta,
             Err(e) if !rel_dir.is_empty() && crate::beneath::moved(&e) => {
@@ -245,7 +241,7 @@ impl Walk<'_> {
                 "it stopped being a directory while the worktree was being read".to_owned(),
             ));
         }
-        let stat = DirStat::of(&meta);
+        let mut stat = DirStat::of(&meta);
         let (cached, unusable) = match self.old.take_listing(rel_dir, &stat) {
             Ok(listing) => (Some(listing), None),
             Err(unusable) => (None, unusable),
@@ -254,12 +250,13 @@ impl Walk<'_> {
         let (mut entries, cacheable) = match cached {
             Some(listing) => (listing.entries, true),
             None => {
-                let Some((entries, not_utf8)) =
-                    read_listing(self.beneath, (&abs_dir, rel_dir), &meta)?
+                let Some((entries, not_utf8, read)) =
+                    read_listing(self.beneath, (&abs_dir, rel_dir))?
                 else {
                     self.dropped_listing |= unusable.is_some();
                     return Ok(());
                 };
+                stat = read;
                 let cacheable = not_utf8.is_empty();
                 self.skipped.extend(not_utf8);
                 (entries, cacheable)
