@@ -570,34 +570,42 @@ async fn a_directory_removed_after_the_check_is_not_made_again_for_its_deleted_f
     wrote_only(&outcome.written, "other.txt", "");
 }
 
-/// The same for a restore of given paths (unrevert's).
+/// The same for a restore of given paths (unrevert's) and a whole restore (redo's).
 #[tokio::test]
 async fn a_directory_removed_while_a_restore_runs_is_not_made_again_for_its_deleted_files() {
-    let (h, armed) = racing("x/only.txt", false);
-    h.write("d/e/a.txt", b"v1\n");
-    h.write("other.txt", b"v1\n");
-    let s = h.id().await;
-    h.write("d/e/a.txt", b"v2\n");
-    h.write("other.txt", b"v2\n");
-    h.write("x/only.txt", b"made since\n");
-    h.id().await;
-    arm(
-        &armed,
-        Box::new(|wt: &Path| fs::remove_dir_all(wt.join("d")).expect("rm -rf d")),
-    );
-    let paths = ["d/e/a.txt", "other.txt", "x/only.txt"]
-        .map(|p| RelPath::new(p).expect("a path"))
-        .to_vec();
-    let outcome = h
-        .port()
-        .restore(h.root(), &s, Some(paths))
-        .await
-        .expect("restore");
-    assert!(!h.path("d").exists(), "not made again: {outcome:?}");
-    assert!(!h.path("x").exists());
-    assert_eq!(h.read("other.txt"), text("v1\n"));
-    assert!(kept(&outcome.kept, "d/e/a.txt").is_some(), "{outcome:?}");
-    wrote_only(&outcome.written, "other.txt", "");
+    for whole in [false, true] {
+        let (h, armed) = racing("x/only.txt", false);
+        h.write("d/e/a.txt", b"v1\n");
+        h.write("other.txt", b"v1\n");
+        let s = h.id().await;
+        h.write("d/e/a.txt", b"v2\n");
+        h.write("other.txt", b"v2\n");
+        h.write("x/only.txt", b"made since\n");
+        h.id().await;
+        arm(
+            &armed,
+            Box::new(|wt: &Path| fs::remove_dir_all(wt.join("d")).expect("rm -rf d")),
+        );
+        let paths = ["d/e/a.txt", "other.txt", "x/only.txt"]
+            .map(|p| RelPath::new(p).expect("a path"))
+            .to_vec();
+        let outcome = h
+            .port()
+            .restore(h.root(), &s, (!whole).then_some(paths))
+            .await
+            .expect("restore");
+        assert!(
+            !h.path("d").exists(),
+            "whole={whole}: not made again: {outcome:?}"
+        );
+        assert!(!h.path("x").exists(), "whole={whole}");
+        assert_eq!(h.read("other.txt"), text("v1\n"), "whole={whole}");
+        assert!(
+            kept(&outcome.kept, "d/e/a.txt").is_some(),
+            "whole={whole}: {outcome:?}"
+        );
+        wrote_only(&outcome.written, "other.txt", "");
+    }
 }
 
 /// A file another program puts where a revert needs a directory, after the track the revert starts from,
