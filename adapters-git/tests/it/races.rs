@@ -14,10 +14,10 @@ use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
 use crate::harness::{GitHarness, list_tree};
 
 /// What a hook does once, the first time it is called with its path.
-type Action = Box<dyn FnOnce(&Path) + Send>;
+pub(crate) type Action = Box<dyn FnOnce(&Path) + Send>;
 
 /// The action a hook runs, once armed.
-type Armed = Arc<Mutex<Option<Action>>>;
+pub(crate) type Armed = Arc<Mutex<Option<Action>>>;
 
 /// A harness whose race hook runs the armed action (given the worktree) the first time rewind is about to
 /// write or delete `at` after it is armed; with `on_read`, the first time rewind reads `at` (as the revert
@@ -27,16 +27,21 @@ fn racing(at: &'static str, on_read: bool) -> (GitHarness, Armed) {
 }
 
 /// Which of the store's hooks runs the armed action.
-enum Hook {
-    /// The read hook: while the revert compares its targets with its snapshot.
+pub(crate) enum Hook {
+    /// The read hook: while the revert compares its targets with its snapshot, and right before a track
+    /// reads a file's content.
     Read,
     /// The race hook: after every check, right before the write or delete.
     Change,
     /// The last moment: after the last look at the file to be replaced, right before the swap.
     Swap,
+    /// The walk hook: right before a track's walk looks at a directory (`sub/`).
+    Walk,
 }
 
-fn racing_in(at: &'static str, hook: Hook) -> (GitHarness, Armed) {
+/// A harness whose `hook` runs the armed action (given the worktree) the first time it is called with
+/// `at` after it is armed (`arm`).
+pub(crate) fn racing_in(at: &'static str, hook: Hook) -> (GitHarness, Armed) {
     let armed: Armed = Arc::default();
     let pending = Arc::clone(&armed);
     let h = GitHarness::with_config(move |config, base| {
@@ -61,6 +66,7 @@ fn racing_in(at: &'static str, hook: Hook) -> (GitHarness, Armed) {
             }
             Hook::Change => config.change_hook = Some(Arc::new(run)),
             Hook::Swap => config.swap_hook = Some(Arc::new(run)),
+            Hook::Walk => config.walk_hook = Some(Arc::new(run)),
         }
     });
     (h, armed)
@@ -79,7 +85,7 @@ fn nothing_of_rewind_s_is_left(h: &GitHarness, how: &str) {
     );
 }
 
-fn arm(armed: &Armed, action: Action) {
+pub(crate) fn arm(armed: &Armed, action: Action) {
     *armed.lock().unwrap_or_else(PoisonError::into_inner) = Some(action);
 }
 

@@ -9,59 +9,35 @@
 use std::fs;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rewind_core::model::SkipReason;
+use rewind_core::model::{SkipReason, TrackOutcome};
 use rewind_core::testkit::contract::snapshot::WorktreeHarness;
 
 use crate::git_oracle::{GitOracle, blob_id};
 use crate::harness::{GitHarness, backdate_dirs, write_file};
-
-/// What a hook does once, the first time it is called with its path.
-type Action = Box<dyn FnOnce(&Path) + Send>;
-
-/// Which hook runs the action.
-#[derive(Clone, Copy)]
-enum Hook {
-    /// Right before a file's content is read.
-    Read,
-    /// Right before the walk looks at a directory (`sub/`).
-    Walk,
-}
+use crate::races::{Action, Hook, arm, racing_in};
 
 /// A harness whose `hook` runs `action` (given the worktree) the first time it is called with `at`.
 fn racing(at: &'static str, hook: Hook, action: Action) -> GitHarness {
-    racing_at_call(at, 1, hook, action)
+    let (h, armed) = racing_in(at, hook);
+    arm(&armed, action);
+    h
 }
 
-/// A harness whose `hook` runs `action` the `nth` time it is called with `at` (1: the first).
-fn racing_at_call(at: &'static str, nth: usize, hook: Hook, action: Action) -> GitHarness {
-    let pending = Arc::new(Mutex::new(Some(action)));
-    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    GitHarness::with_config(move |config, base| {
-        let wt = base.join("wt");
-        let run = move |path: &str| {
-            if path == at && calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == nth {
-                let action = pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take();
-                if let Some(action) = action {
-                    action(&wt);
-                }
-            }
-        };
-        match hook {
-            Hook::Read => {
-                config.read_fault = Some(Arc::new(move |path: &str| {
-                    run(path);
-                    false
-                }));
-            }
-            Hook::Walk => config.walk_hook = Some(Arc::new(run)),
+/// `track` of `h`, which must end within 30 s: a track that waits on the FIFO `fifo` is freed (a writer
+/// opens it) and the test fails, rather than hang.
+async fn tracked_without_waiting_on(h: &GitHarness, fifo: &Path) -> TrackOutcome {
+    match tokio::time::timeout(Duration::from_secs(30), h.port().track(h.root())).await {
+        Ok(tracked) => tracked.expect("track"),
+        Err(_) => {
+            let _ = fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(fifo);
+            panic!("the track waited on the FIFO {}", fifo.display());
         }
-    })
+    }
 }
 
 /// `a.txt`, `b.txt`, `sub/c.txt` and `sub/deep/d.txt`.
@@ -220,18 +196,7 @@ async fn a_fifo_put_in_a_file_s_place_while_a_track_reads_it_is_skipped_never_wa
         }),
     );
     lay_out(&h);
-    let track = h.port().track(h.root());
-    let raced = match tokio::time::timeout(Duration::from_secs(30), track).await {
-        Ok(raced) => raced.expect("the raced track"),
-        Err(_) => {
-            // Unblock the reader so that the test ends rather than hangs.
-            let _ = fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-                .open(h.path("a.txt"));
-            panic!("the track waited on the FIFO put at a.txt");
-        }
-    };
+    let raced = tracked_without_waiting_on(&h, &h.path("a.txt")).await;
     assert!(
         raced
             .skipped
@@ -280,7 +245,7 @@ async fn a_directory_swapped_for_a_symlink_after_the_walk_listed_it_is_not_read_
 /// before the walk reaches it is left out, its cached listing dropped, and the next track sees the file.
 #[tokio::test]
 async fn a_cached_directory_replaced_by_a_file_is_left_out_and_its_listing_dropped() {
-    let h = racing_at_call("sub/", 2, Hook::Walk, dir_to_file("sub"));
+    let (h, armed) = racing_in("sub/", Hook::Walk);
     lay_out(&h);
     backdate_dirs(h.root());
     let oracle = GitOracle::new(None);
@@ -289,6 +254,7 @@ async fn a_cached_directory_replaced_by_a_file_is_left_out_and_its_listing_dropp
         oracle.write_tree(h.root()),
         "the first track"
     );
+    arm(&armed, dir_to_file("sub"));
     left_out_then_seen(&h, "sub").await;
 }
 
@@ -334,17 +300,7 @@ async fn a_head_that_leads_to_a_fifo_does_not_hang_a_track() {
         .expect("run mkfifo");
     assert!(made.success(), "mkfifo");
     std::os::unix::fs::symlink(&fifo, h.path("repo/HEAD")).expect("symlink HEAD");
-    let track = h.port().track(h.root());
-    let tracked = match tokio::time::timeout(Duration::from_secs(30), track).await {
-        Ok(tracked) => tracked.expect("track"),
-        Err(_) => {
-            let _ = fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-                .open(&fifo);
-            panic!("the track waited on the FIFO HEAD leads to");
-        }
-    };
+    let tracked = tracked_without_waiting_on(&h, &fifo).await;
     // Not a git directory (its HEAD is not a file): tracked as any directory, as git does.
     assert_eq!(
         tracked.id.as_str(),
