@@ -51,10 +51,6 @@ impl Root {
     /// `dir`, opened as `dir` does, for reading its entries (`rustix::fs::Dir`).
     pub fn dir_for_reading(&self, dir: &str) -> io::Result<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        if dir.is_empty() {
-            return rustix::fs::openat(&self.fd, ".", flags, Mode::empty())
-                .map_err(io::Error::from);
-        }
         self.dir_with(dir, NO_OPENAT2.load(Ordering::Relaxed), flags)
     }
 
