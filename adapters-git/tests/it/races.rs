@@ -124,6 +124,28 @@ fn kept<'a>(kept: &'a [KeptPath], path: &str) -> Option<&'a KeptPath> {
     kept.iter().find(|k| k.path.as_str() == path)
 }
 
+/// Writes `v1` to each of `files` and tracks (the snapshot returned: what the revert goes back to), then
+/// writes `v2` to each (the step's edits).
+async fn v1_then_v2(h: &GitHarness, files: &[&str]) -> SnapshotId {
+    for file in files {
+        h.write(file, b"v1\n");
+    }
+    let s = h.id().await;
+    for file in files {
+        h.write(file, b"v2\n");
+    }
+    s
+}
+
+/// The operation kept `path` with a reason that says `words`.
+fn kept_saying(outcome_kept: &[KeptPath], path: &str, words: &str, how: &str) {
+    let reason = kept(outcome_kept, path).map(|k| k.reason.as_str());
+    assert!(
+        reason.is_some_and(|r| r.contains(words)),
+        "{how}: {path} kept saying {words:?}: {outcome_kept:?}"
+    );
+}
+
 /// The operation wrote `path` alone.
 fn wrote_only(written: &[RelPath], path: &str, how: &str) {
     assert_eq!(written, [RelPath::new(path).expect("a path")], "{how}");
@@ -268,11 +290,7 @@ async fn a_file_deleted_right_before_a_revert_overwrites_it_stays_deleted() {
         ] {
             let when = format!("{at}, deleting a file first: {deletes_first}");
             let (h, armed) = racing_in("d.txt", hook);
-            h.write("d.txt", b"v1\n");
-            h.write("other.txt", b"v1\n");
-            let s = h.id().await;
-            h.write("d.txt", b"v2\n");
-            h.write("other.txt", b"v2\n");
+            let s = v1_then_v2(&h, &["d.txt", "other.txt"]).await;
             let mut files = vec!["d.txt", "other.txt"];
             if deletes_first {
                 h.write("made.txt", b"made by the step\n");
@@ -285,10 +303,11 @@ async fn a_file_deleted_right_before_a_revert_overwrites_it_stays_deleted() {
             assert_eq!(h.read("d.txt"), None, "{when}: not written back");
             assert_eq!(h.read("other.txt"), text("v1\n"), "{when}");
             assert_eq!(h.read("made.txt"), None, "{when}");
-            let reason = kept(&outcome.kept, "d.txt").map(|k| k.reason.as_str());
-            assert!(
-                reason.is_some_and(|r| r.contains("changed while rewind was writing")),
-                "{when}: {outcome:?}"
+            kept_saying(
+                &outcome.kept,
+                "d.txt",
+                "changed while rewind was writing",
+                &when,
             );
             wrote_only(&outcome.written, "other.txt", &when);
             // `applied` is `base` with other.txt reverted (and made.txt deleted): d.txt as `base` has it.
@@ -316,11 +335,7 @@ async fn a_file_deleted_right_before_a_revert_overwrites_it_stays_deleted() {
 #[tokio::test]
 async fn a_directory_removed_right_before_the_swap_does_not_fail_the_revert() {
     let (h, armed) = racing_in("d/a.txt", Hook::Swap);
-    h.write("d/a.txt", b"v1\n");
-    h.write("other.txt", b"v1\n");
-    let s = h.id().await;
-    h.write("d/a.txt", b"v2\n");
-    h.write("other.txt", b"v2\n");
+    let s = v1_then_v2(&h, &["d/a.txt", "other.txt"]).await;
     let action: Action = Box::new(|wt: &Path| fs::remove_dir_all(wt.join("d")).expect("rm -rf d"));
     let outcome = revert_racing(&h, &armed, action, &s, &["d/a.txt", "other.txt"]).await;
     assert!(!h.path("d").exists(), "left removed");
@@ -488,11 +503,7 @@ async fn a_file_deleted_or_replaced_while_the_revert_reads_it_is_left_alone() {
 async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
     for (file, removed) in [("d.txt", "d.txt"), ("d1/d.txt", "d1")] {
         let h = GitHarness::new();
-        h.write(file, b"v1\n");
-        h.write("other.txt", b"v1\n");
-        let s = h.id().await;
-        h.write(file, b"v2\n");
-        h.write("other.txt", b"v2\n");
+        let s = v1_then_v2(&h, &[file, "other.txt"]).await;
         let base = h.id().await;
         let gone = h.path(removed);
         if gone.is_dir() {
@@ -507,10 +518,11 @@ async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
             .expect("revert");
         assert_eq!(h.read(file), None, "{removed}: stays deleted");
         assert_eq!(h.read("other.txt"), text("v1\n"), "{removed}");
-        let reason = kept(&outcome.kept, file).map(|k| k.reason.as_str());
-        assert!(
-            reason.is_some_and(|r| r.contains("was deleted or replaced after")),
-            "{removed}: {outcome:?}"
+        kept_saying(
+            &outcome.kept,
+            file,
+            "was deleted or replaced after",
+            removed,
         );
         wrote_only(&outcome.written, "other.txt", removed);
     }
@@ -523,11 +535,7 @@ async fn a_file_deleted_after_the_revert_s_track_stays_deleted() {
 #[tokio::test]
 async fn a_file_replaced_by_a_directory_after_the_revert_s_track_stays_deleted() {
     let (h, armed) = racing("f.txt", false);
-    h.write("f.txt", b"v1\n");
-    h.write("other.txt", b"v1\n");
-    let s = h.id().await;
-    h.write("f.txt", b"v2\n");
-    h.write("other.txt", b"v2\n");
+    let s = v1_then_v2(&h, &["f.txt", "other.txt"]).await;
     let base = h.id().await;
     fs::remove_file(h.path("f.txt")).expect("rm f.txt");
     fs::create_dir(h.path("f.txt")).expect("mkdir f.txt");
@@ -543,11 +551,7 @@ async fn a_file_replaced_by_a_directory_after_the_revert_s_track_stays_deleted()
         .expect("revert");
     assert!(!h.path("f.txt").is_file(), "not written back: {outcome:?}");
     assert_eq!(h.read("other.txt"), text("v1\n"));
-    let reason = kept(&outcome.kept, "f.txt").map(|k| k.reason.as_str());
-    assert!(
-        reason.is_some_and(|r| r.contains("was deleted or replaced after")),
-        "{outcome:?}"
-    );
+    kept_saying(&outcome.kept, "f.txt", "was deleted or replaced after", "");
     wrote_only(&outcome.written, "other.txt", "");
 }
 
@@ -557,11 +561,7 @@ async fn a_file_replaced_by_a_directory_after_the_revert_s_track_stays_deleted()
 #[tokio::test]
 async fn a_directory_removed_after_the_check_is_not_made_again_for_its_deleted_files() {
     let (h, armed) = racing("x/only.txt", false);
-    h.write("d/e/a.txt", b"v1\n");
-    h.write("other.txt", b"v1\n");
-    let s = h.id().await;
-    h.write("d/e/a.txt", b"v2\n");
-    h.write("other.txt", b"v2\n");
+    let s = v1_then_v2(&h, &["d/e/a.txt", "other.txt"]).await;
     h.write("x/only.txt", b"made by the step\n");
     let action: Action = Box::new(|wt: &Path| fs::remove_dir_all(wt.join("d")).expect("rm -rf d"));
     let files = ["d/e/a.txt", "other.txt", "x/only.txt"];
@@ -581,11 +581,7 @@ async fn a_directory_removed_after_the_check_is_not_made_again_for_its_deleted_f
 async fn a_directory_removed_while_a_restore_runs_is_not_made_again_for_its_deleted_files() {
     for whole in [false, true] {
         let (h, armed) = racing("x/only.txt", false);
-        h.write("d/e/a.txt", b"v1\n");
-        h.write("other.txt", b"v1\n");
-        let s = h.id().await;
-        h.write("d/e/a.txt", b"v2\n");
-        h.write("other.txt", b"v2\n");
+        let s = v1_then_v2(&h, &["d/e/a.txt", "other.txt"]).await;
         h.write("x/only.txt", b"made since\n");
         h.id().await;
         arm(
@@ -648,10 +644,11 @@ async fn a_file_made_where_a_revert_needs_a_directory_is_left_alone() {
             "{how}: not replaced"
         );
         assert_eq!(h.read("other.txt"), text("v1\n"), "{how}");
-        let reason = kept(&outcome.kept, "d1/f.txt").map(|k| k.reason.as_str());
-        assert!(
-            reason.is_some_and(|r| r.contains("changed after rewind's snapshot")),
-            "{how}: {outcome:?}"
+        kept_saying(
+            &outcome.kept,
+            "d1/f.txt",
+            "changed after rewind's snapshot",
+            how,
         );
         wrote_only(&outcome.written, "other.txt", how);
     }
@@ -745,11 +742,7 @@ async fn a_file_made_where_the_revert_saw_a_directory_is_left_alone() {
 #[tokio::test]
 async fn an_unreadable_file_fails_the_revert_before_anything_is_touched() {
     let h = GitHarness::new();
-    h.write("a.txt", b"v1\n");
-    h.write("b.txt", b"v1\n");
-    let s = h.id().await;
-    h.write("a.txt", b"v2\n");
-    h.write("b.txt", b"v2\n");
+    let s = v1_then_v2(&h, &["a.txt", "b.txt"]).await;
     let base = h.id().await;
     // Edited after `base`, so the revert reads it to compare.
     h.write("b.txt", b"v3, after the track\n");
@@ -771,11 +764,7 @@ async fn an_unreadable_file_fails_the_revert_before_anything_is_touched() {
 #[tokio::test]
 async fn a_file_deleted_while_a_restore_of_paths_reads_it_does_not_fail_it() {
     let (h, armed) = racing("a.txt", true);
-    h.write("a.txt", b"v1\n");
-    h.write("b.txt", b"v1\n");
-    let s = h.id().await;
-    h.write("a.txt", b"v2\n");
-    h.write("b.txt", b"v2\n");
+    let s = v1_then_v2(&h, &["a.txt", "b.txt"]).await;
     h.id().await;
     arm(
         &armed,
