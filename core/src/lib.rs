@@ -20,5 +20,5 @@ pub use ports::{
     Change, Delivery, EventBus, Guard, HostPort, MessageRepo, Ready, SnapshotPort, Subscription,
     Transaction,
 };
-pub use revert::{RevertPoint, RevertTarget};
+pub use revert::{HistorySeen, RevertPoint, RevertTarget};
 pub use service::{Rewind, ServiceConfig};

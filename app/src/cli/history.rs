@@ -4,11 +4,11 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Result, anyhow, bail};
-use rewind_core::RevertTarget;
 use rewind_core::model::{
     DiffSummary, FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId, RelPath,
     RevertDescriptor, Role, Session, Warning,
 };
+use rewind_core::{HistorySeen, RevertTarget};
 use serde::Serialize;
 
 use super::context::{Context, explain};
@@ -64,87 +64,139 @@ impl From<&FileDiff> for FileRow {
     }
 }
 
+/// How many times `undo` and `redo` choose again when the session's history changed between their choice
+/// and their operation (another command moved it meanwhile): past that, they give up with the error.
+const CHOICES: usize = 5;
+
 /// `rewind undo [--session S]`: revert to the last user message before the current revert point (or the
 /// last user message when not reverted).
+///
+/// The target is chosen from the session as read here, and the revert goes on only while the session
+/// still shows that history once it holds the session (`HistorySeen`); when another command moved it
+/// meanwhile, the choice is made again on what it shows now. So two `undo`s run at once undo two turns.
 pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
-    let session = abort_open_step(ctx, session).await?;
-    let messages = messages(ctx, &session).await?;
-    let users = user_messages(&messages);
-    let target = match &session.revert {
-        Some(revert) => users.iter().rev().find(|m| m.info.id < revert.message_id),
-        None => users.last(),
-    };
-    let Some(target) = target else {
-        let flag = ctx.session_flag(&session.id).await;
-        bail!(
-            "nothing to undo in session {}: {}",
-            session.id,
-            if users.is_empty() {
-                "it has no user message yet".to_owned()
-            } else {
-                format!("every turn is already undone (`rewind redo{flag}` puts them back)")
-            }
-        );
-    };
-    revert_to(ctx, &session, target.info.id.clone(), None, &messages).await
+    let mut session = abort_open_step(ctx, session).await?;
+    let mut choice = 0;
+    loop {
+        choice += 1;
+        let messages = messages(ctx, &session).await?;
+        let users = user_messages(&messages);
+        let target = match &session.revert {
+            Some(revert) => users.iter().rev().find(|m| m.info.id < revert.message_id),
+            None => users.last(),
+        };
+        let Some(target) = target else {
+            let flag = ctx.session_flag(&session.id).await;
+            bail!(
+                "nothing to undo in session {}: {}",
+                session.id,
+                if users.is_empty() {
+                    "it has no user message yet".to_owned()
+                } else {
+                    format!("every turn is already undone (`rewind redo{flag}` puts them back)")
+                }
+            );
+        };
+        let seen = HistorySeen::of(&session, &messages);
+        match revert_to(
+            ctx,
+            &session,
+            target.info.id.clone(),
+            None,
+            &messages,
+            Some(&seen),
+        )
+        .await?
+        {
+            Moved::Done => return Ok(()),
+            Moved::Stale(_) if choice < CHOICES => session = read_again(ctx, &session).await?,
+            Moved::Stale(error) => return Err(explain(error, "reverting")),
+        }
+    }
 }
 
 /// `rewind redo [--session S]`: revert to the first user message after the revert point, or unrevert when
-/// there is none.
+/// there is none. Chosen as `undo` chooses, again when the history changed meanwhile.
 pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
     let mut session = abort_open_step(ctx, session).await?;
-    if session.revert.is_none() {
-        // An undo that is running has not stored its revert yet: busy, not "nothing to redo". One that
-        // stored it since the session was read is found by reading it again.
-        ctx.services
-            .rewind
-            .refuse_if_operating(&session)
-            .await
-            .map_err(|error| explain(error, "checking the session"))?;
-        session = ctx
-            .services
-            .rewind
-            .session(&session.id)
-            .await
-            .map_err(|error| explain(error, "reading the session"))?;
-    }
-    let Some(revert) = session.revert.clone() else {
-        let flag = ctx.session_flag(&session.id).await;
-        bail!(
-            "nothing to redo in session {}: it is not reverted (`rewind undo{flag}` undoes the last turn)",
-            session.id
-        );
-    };
-    let messages = messages(ctx, &session).await?;
-    let next = user_messages(&messages)
-        .into_iter()
-        .find(|m| m.info.id > revert.message_id);
-    let Some(next) = next else {
-        return unrevert_session(ctx, &session).await;
-    };
-    let target = next.info.id.clone();
-    let done = revert_to(ctx, &session, target.clone(), None, &messages).await;
-    // Another command may have made the undo permanent meanwhile (a new turn runs cleanup, which deletes
-    // the undone turns): the turn this redo aimed at is gone, and "message not found" would not say why.
-    // Only then; any other failure is reported as it is.
-    if let Err(error) = done {
-        let gone = matches!(
-            ctx.services.rewind.message(&session.id, &target).await,
-            Err(rewind_core::Error::NotFound(_))
-        );
-        if gone {
+    let mut choice = 0;
+    loop {
+        choice += 1;
+        if session.revert.is_none() {
+            // An undo that is running has not stored its revert yet: busy, not "nothing to redo". One that
+            // stored it since the session was read is found by reading it again.
+            ctx.services
+                .rewind
+                .refuse_if_operating(&session)
+                .await
+                .map_err(|error| explain(error, "checking the session"))?;
+            session = read_again(ctx, &session).await?;
+        }
+        let Some(revert) = session.revert.clone() else {
+            let flag = ctx.session_flag(&session.id).await;
             bail!(
-                "nothing to redo in session {}: the turn to redo ({target}) is gone, made permanent by \
-                 another command while this redo ran (a new turn ends an undo); `rewind log` shows where \
-                 it stands",
+                "nothing to redo in session {}: it is not reverted (`rewind undo{flag}` undoes the last turn)",
                 session.id
             );
+        };
+        let messages = messages(ctx, &session).await?;
+        let seen = HistorySeen::of(&session, &messages);
+        let next = user_messages(&messages)
+            .into_iter()
+            .find(|m| m.info.id > revert.message_id);
+        let moved = match next {
+            None => unrevert_session(ctx, &session, Some(&seen)).await?,
+            Some(next) => {
+                let target = next.info.id.clone();
+                match revert_to(ctx, &session, target.clone(), None, &messages, Some(&seen)).await {
+                    Ok(moved) => moved,
+                    // Another command may have made the undo permanent meanwhile (a new turn runs
+                    // cleanup, which deletes the undone turns): the turn this redo aimed at is gone, and
+                    // "message not found" would not say why. Only then; any other failure is reported
+                    // as it is.
+                    Err(error) => {
+                        let gone = matches!(
+                            ctx.services.rewind.message(&session.id, &target).await,
+                            Err(rewind_core::Error::NotFound(_))
+                        );
+                        if gone {
+                            bail!(
+                                "nothing to redo in session {}: the turn to redo ({target}) is gone, made \
+                                 permanent by another command while this redo ran (a new turn ends an \
+                                 undo); `rewind log` shows where it stands",
+                                session.id
+                            );
+                        }
+                        return Err(error);
+                    }
+                }
+            }
+        };
+        match moved {
+            Moved::Done => return Ok(()),
+            Moved::Stale(_) if choice < CHOICES => session = read_again(ctx, &session).await?,
+            Moved::Stale(error) => return Err(explain(error, "reverting")),
         }
-        return Err(error);
     }
-    Ok(())
+}
+
+/// How an operation chosen from a history the session showed ended, when it did not fail otherwise.
+enum Moved {
+    /// Done and reported.
+    Done,
+    /// Refused, nothing changed: the session's history is no longer the one the choice was made from.
+    Stale(rewind_core::Error),
+}
+
+/// The session as it is stored now.
+async fn read_again(ctx: &Context, session: &Session) -> Result<Session> {
+    ctx.services
+        .rewind
+        .session(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the session"))
 }
 
 /// `rewind revert [--session S] MESSAGE [--part P]`.
@@ -162,7 +214,9 @@ pub async fn revert(
         .map_err(|error| anyhow!("{error}; `rewind log --json` shows the part ids (prt_…)"))?;
     let session = ctx.session_to_change(session).await?;
     let messages = messages(ctx, &session).await?;
-    revert_to(ctx, &session, message, part, &messages).await
+    revert_to(ctx, &session, message, part, &messages, None)
+        .await
+        .map(|_| ())
 }
 
 /// `rewind unrevert [--session S]`.
@@ -174,7 +228,7 @@ pub async fn unrevert(ctx: &Context, session: Option<&str>) -> Result<()> {
             session.id
         );
     }
-    unrevert_session(ctx, &session).await
+    unrevert_session(ctx, &session, None).await.map(|_| ())
 }
 
 /// OpenCode's TUI aborts a busy session before `/undo`: an abandoned step is aborted; a step owned by a
@@ -217,31 +271,48 @@ pub fn parts_text<'a>(parts: impl IntoIterator<Item = &'a Part>) -> String {
         .join(" ")
 }
 
+/// Reverts to `message` (`part`) and reports it; with `seen`, only while the session shows that history
+/// (`Moved::Stale` when it no longer does).
 async fn revert_to(
     ctx: &Context,
     session: &Session,
     message: MessageId,
     part: Option<PartId>,
     messages: &[MessageWithParts],
-) -> Result<()> {
+    seen: Option<&HistorySeen>,
+) -> Result<Moved> {
     let rewind = &ctx.services.rewind;
     let before = warning_count(ctx, session).await?;
     let reverted = with_progress(
         "reverting files",
-        rewind.revert(
+        rewind.revert_as_seen(
             &session.id,
             RevertTarget {
                 message_id: message,
                 part_id: part,
             },
+            seen,
         ),
     )
-    .await
-    .map_err(|error| explain(error, "reverting"))?;
-    report(ctx, &reverted, "revert", before, messages, &[]).await
+    .await;
+    let reverted = match reverted {
+        Ok((reverted, _)) => reverted,
+        Err(error @ rewind_core::Error::Stale { .. }) if seen.is_some() => {
+            return Ok(Moved::Stale(error));
+        }
+        Err(error) => return Err(explain(error, "reverting")),
+    };
+    report(ctx, &reverted, "revert", before, messages, &[]).await?;
+    Ok(Moved::Done)
 }
 
-async fn unrevert_session(ctx: &Context, session: &Session) -> Result<()> {
+/// Unreverts the session and reports it; with `seen`, only while the session shows that history
+/// (`Moved::Stale` when it no longer does).
+async fn unrevert_session(
+    ctx: &Context,
+    session: &Session,
+    seen: Option<&HistorySeen>,
+) -> Result<Moved> {
     let before = warning_count(ctx, session).await?;
     // The turns' changes the revert undid are those the unrevert puts back: read before it, since the diff
     // goes with the revert (black-box: `redo` named no file, and its `files` were always empty).
@@ -261,19 +332,26 @@ async fn unrevert_session(ctx: &Context, session: &Session) -> Result<()> {
             }),
         None => Vec::new(),
     };
-    let (done, counts) = with_progress(
+    let unreverted = with_progress(
         "putting files back",
-        ctx.services.rewind.unrevert_counted(&session.id),
+        ctx.services.rewind.unrevert_as_seen(&session.id, seen),
     )
-    .await
-    .map_err(|error| explain(error, "unreverting"))?;
+    .await;
+    let (done, counts) = match unreverted {
+        Ok(unreverted) => unreverted,
+        Err(error @ rewind_core::Error::Stale { .. }) if seen.is_some() => {
+            return Ok(Moved::Stale(error));
+        }
+        Err(error) => return Err(explain(error, "unreverting")),
+    };
     // A file the unrevert left as it was (its warning names it) was not put back.
     let left: BTreeSet<&str> = counts.kept.iter().map(RelPath::as_str).collect();
     let put_back: Vec<FileDiff> = undone
         .into_iter()
         .filter(|diff| !left.contains(diff.file.as_str()))
         .collect();
-    report(ctx, &done, "unrevert", before, &[], &put_back).await
+    report(ctx, &done, "unrevert", before, &[], &put_back).await?;
+    Ok(Moved::Done)
 }
 
 /// The session's warnings after the first `before` (those an operation raised, when `before` is

@@ -1011,3 +1011,63 @@ fn exec_names_the_files_undo_would_keep_and_undo_keeps_exactly_those() {
     );
     assert!(!env.path().join("n.txt").exists(), "the rest is taken back");
 }
+
+/// Two `rewind undo`s (or two `rewind redo`s), the second started a little after the first: each one that
+/// succeeds moves the session one turn, so the worktree is the state as many turns back (or forward) as
+/// succeeded; one that fails does so because the other held the session, and says so. Before
+/// `HistorySeen`, a second undo that read the session before the first stored its revert, and took the
+/// session after, reverted to the same turn and reported success for a turn it did not undo. That window
+/// is the first command's commit falling between the second's read and its operation, so the second is
+/// started at every delay from 0 to 40 ms after the first, undoing and redoing in turn.
+#[test]
+fn two_undos_or_redos_run_together_move_as_many_turns_as_succeed() {
+    let env = Env::plain();
+    let mut states = vec![env.state()];
+    for turn in 0..12 {
+        env.exec_sh(&format!("printf '{turn}\\n' > f{turn}.txt"));
+        states.push(env.state());
+    }
+    let last = states.len() - 1;
+    let together = |command: &str, delay: u64| -> usize {
+        let spawn = || {
+            env.process_in(env.path(), &[command])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawns")
+        };
+        let first = spawn();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let second = spawn();
+        let mut done = 0;
+        for child in [first, second] {
+            let output = child.wait_with_output().expect("runs");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            if output.status.success() {
+                done += 1;
+            } else {
+                assert!(
+                    ["in progress", "try again"]
+                        .iter()
+                        .any(|why| stderr.contains(why)),
+                    "`rewind {command}` failed for another reason than the other command: {stderr}"
+                );
+            }
+        }
+        done
+    };
+    let (mut at, mut down) = (last, true);
+    for delay in 0..=40 {
+        if (down && at < 2) || (!down && at + 2 > last) {
+            down = !down;
+        }
+        let command = if down { "undo" } else { "redo" };
+        let moved = together(command, delay);
+        at = if down { at - moved } else { at + moved };
+        assert_state(
+            &env,
+            &states[at],
+            &format!("after two `{command}`s {delay} ms apart, {moved} of which succeeded"),
+        );
+    }
+}

@@ -6,6 +6,6 @@ mod point;
 
 pub use plan::{file_plan, snapshot_patches};
 pub use point::{
-    CleanupPlan, RevertPoint, RevertTarget, cleanup_plan, hidden_patches, is_hidden,
+    CleanupPlan, HistorySeen, RevertPoint, RevertTarget, cleanup_plan, hidden_patches, is_hidden,
     select_revert_point, unrecorded_steps,
 };

@@ -39,6 +39,49 @@ impl RevertPoint {
     }
 }
 
+/// What a caller saw of a session's history when it chose, from it, what to revert to or whether to
+/// unrevert: the command line's `undo` and `redo`, whose target is the user message before or after the
+/// revert point (reference §3.6). An operation given it goes on only while the session, read under the
+/// operation's leases, still shows the same revert point and the same user messages; otherwise it is
+/// refused (`Error::Stale`) before any file is touched, and the caller chooses again. So two `undo`s that
+/// ran at once undo two turns, as one after the other would, not the same turn twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistorySeen {
+    revert: Option<RevertPoint>,
+    users: Vec<MessageId>,
+}
+
+impl HistorySeen {
+    /// The history of `session`, whose messages are `messages`.
+    pub fn of(session: &crate::model::Session, messages: &[MessageWithParts]) -> HistorySeen {
+        HistorySeen {
+            revert: session.revert.as_ref().map(RevertPoint::of),
+            users: messages
+                .iter()
+                .filter(|m| m.info.role == Role::User)
+                .map(|m| m.info.id.clone())
+                .collect(),
+        }
+    }
+
+    /// `Ok` when `session` and `messages` (read under the operation's leases) show this history, the
+    /// `Stale` error naming what changed when not.
+    pub fn check(
+        &self,
+        session: &crate::model::Session,
+        messages: &[MessageWithParts],
+    ) -> Result<()> {
+        let now = HistorySeen::of(session, messages);
+        if now.revert != self.revert {
+            return Err(Error::stale(&session.id, "the session's revert point"));
+        }
+        if now.users != self.users {
+            return Err(Error::stale(&session.id, "the session's user messages"));
+        }
+        Ok(())
+    }
+}
+
 /// OpenCode's rule (reference §3.2), with an unknown target a `NotFound` error: a target inside a turn moves
 /// back to the turn's user message unless text or tool output precedes it in its own message.
 ///

@@ -16,8 +16,8 @@ use crate::model::{
 };
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
-    RevertPoint, RevertTarget, cleanup_plan, hidden_patches, is_hidden, select_revert_point,
-    snapshot_patches, unrecorded_steps,
+    HistorySeen, RevertPoint, RevertTarget, cleanup_plan, hidden_patches, is_hidden,
+    select_revert_point, snapshot_patches, unrecorded_steps,
 };
 
 use super::record::path_set;
@@ -155,12 +155,24 @@ impl Rewind {
         session_id: &SessionId,
         target: RevertTarget,
     ) -> Result<(Session, FileCounts)> {
+        self.revert_as_seen(session_id, target, None).await
+    }
+
+    /// `revert_counted` of a target chosen from the history `seen` shows (the command line's `undo` and
+    /// `redo`): refused with `Error::Stale`, before any file is touched, when the session no longer shows
+    /// it once the operation holds its leases.
+    pub async fn revert_as_seen(
+        &self,
+        session_id: &SessionId,
+        target: RevertTarget,
+        seen: Option<&HistorySeen>,
+    ) -> Result<(Session, FileCounts)> {
         let session = self.load_session(session_id).await?;
         let sessions = self.prepare_worktree(&session.directory).await?;
         refuse_open_steps(&session, &sessions)?;
         let operation = self.begin_operation(&session).await?;
         let result = self
-            .revert_locked(session_id, &session.directory, &operation, &target)
+            .revert_locked(session_id, &session.directory, &operation, (&target, seen))
             .await;
         self.end_operation(&operation).await;
         result
@@ -171,7 +183,7 @@ impl Rewind {
         session_id: &SessionId,
         directory: &str,
         operation: &Operation,
-        target: &RevertTarget,
+        (target, seen): (&RevertTarget, Option<&HistorySeen>),
     ) -> Result<(Session, FileCounts)> {
         // Read under the leases: a step may have begun, or the session changed, since the checks above.
         // A target that names no message or part is refused here, before any file is written.
@@ -186,6 +198,9 @@ impl Rewind {
         let session = session?;
         let wt = worktree(&session);
         let messages = messages?;
+        if let Some(seen) = seen {
+            seen.check(&session, &messages)?;
+        }
         let point = select_revert_point(&messages, target)?;
         let patches = snapshot_patches(&hidden_patches(&messages, &point), &session.directory)?;
         let tracked = tracked?;
@@ -597,6 +612,17 @@ impl Rewind {
 
     /// `unrevert`, also saying how many files it wrote, deleted and kept.
     pub async fn unrevert_counted(&self, session_id: &SessionId) -> Result<(Session, FileCounts)> {
+        self.unrevert_as_seen(session_id, None).await
+    }
+
+    /// `unrevert_counted` decided on from the history `seen` shows (the command line's `redo` at the last
+    /// turn): refused with `Error::Stale`, before any file is touched, when the session no longer shows it
+    /// once the operation holds its leases.
+    pub async fn unrevert_as_seen(
+        &self,
+        session_id: &SessionId,
+        seen: Option<&HistorySeen>,
+    ) -> Result<(Session, FileCounts)> {
         let session = self.load_session(session_id).await?;
         let sessions = self.prepare_worktree(&session.directory).await?;
         let session = super::session_in(session_id, &sessions)?;
@@ -604,11 +630,14 @@ impl Rewind {
         if session.revert.is_none() {
             // Nothing to undo, unless a revert holding the session is about to store one.
             self.refuse_while_operating(&session).await?;
+            if let Some(seen) = seen {
+                seen.check(&session, &self.repo.messages(session_id).await?)?;
+            }
             return Ok((session, FileCounts::default()));
         }
         let operation = self.begin_operation(&session).await?;
         let result = self
-            .unrevert_locked(session_id, &session.directory, &operation)
+            .unrevert_locked(session_id, &session.directory, &operation, seen)
             .await;
         self.end_operation(&operation).await;
         result
@@ -619,14 +648,25 @@ impl Rewind {
         session_id: &SessionId,
         directory: &str,
         operation: &Operation,
+        seen: Option<&HistorySeen>,
     ) -> Result<(Session, FileCounts)> {
-        // The session is read while the worktree is tracked (see `revert_locked`).
-        let (session, tracked) = futures::future::join(
+        // The session is read while the worktree is tracked (see `revert_locked`); its messages only when
+        // the caller's choice is to be checked.
+        let (session, tracked, messages) = futures::future::join3(
             self.load_leased(session_id, directory),
             self.snapshots.track(Path::new(directory)),
+            async {
+                match seen {
+                    Some(_) => self.repo.messages(session_id).await.map(Some),
+                    None => Ok(None),
+                }
+            },
         )
         .await;
         let session = session?;
+        if let (Some(seen), Some(messages)) = (seen, messages?) {
+            seen.check(&session, &messages)?;
+        }
         let (Some(descriptor), Some(applied)) = (session.revert.clone(), session.applied.clone())
         else {
             return Ok((session, FileCounts::default()));

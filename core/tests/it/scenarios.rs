@@ -2699,3 +2699,115 @@ fn writes_overtaken_by_a_step_s_start_are_recorded_in_the_open_step() {
         assert_eq!(parts.last().map(|p| &p.id), Some(&part.id));
     })
 }
+
+/// The command line's `undo` and `redo` choose their target from the session as they read it; an operation
+/// given that history (`HistorySeen`) is refused as stale, touching nothing, when another command moved the
+/// session meanwhile (a revert stored, a turn added, an unrevert), so they choose again instead of undoing
+/// the same turn twice or a turn too many. Given the history the session still shows, it goes on.
+#[test]
+fn an_operation_chosen_from_a_history_is_refused_once_the_history_moved() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let _t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("a.txt", "a2")).await;
+        let target = |message: &MessageId| RevertTarget {
+            message_id: message.clone(),
+            part_id: None,
+        };
+        let seen_of = |session: &Session, messages: &[MessageWithParts]| {
+            rewind_core::HistorySeen::of(session, messages)
+        };
+        let is_stale = |result: rewind_core::Result<_>| matches!(result, Err(Error::Stale { ref session_id, .. }) if session_id == &s.id);
+
+        // Two undos read the session, not reverted: both would undo turn two. The first does.
+        let fresh = w.rewind.session(&s.id).await.expect("session");
+        let seen = seen_of(&fresh, &w.messages(&s.id).await);
+        w.rewind
+            .revert_as_seen(&s.id, target(&t2.user), Some(&seen))
+            .await
+            .expect("the first undo");
+        // The second finds the revert stored meanwhile: refused, nothing changed.
+        let (files, session) = (w.files(), w.rewind.session(&s.id).await.expect("session"));
+        let messages = w.messages(&s.id).await;
+        assert!(is_stale(
+            w.rewind
+                .revert_as_seen(&s.id, target(&t2.user), Some(&seen))
+                .await
+        ));
+        assert_eq!(w.files(), files);
+        assert_eq!(w.rewind.session(&s.id).await.expect("session"), session);
+        assert_eq!(w.messages(&s.id).await, messages);
+        // Chosen again on what the session shows now, it goes on.
+        let seen = seen_of(&session, &messages);
+        let t1_user = messages
+            .iter()
+            .find(|m| m.info.role == Role::User)
+            .map(|m| m.info.id.clone())
+            .expect("turn one");
+        let reverted = w
+            .rewind
+            .revert_as_seen(&s.id, target(&t1_user), Some(&seen))
+            .await
+            .expect("the second undo, chosen again")
+            .0;
+        assert_eq!(
+            reverted.revert.as_ref().map(|r| &r.message_id),
+            Some(&t1_user)
+        );
+        assert_eq!(w.read("a.txt"), None);
+
+        // A redo that chose to go forward one turn, while another command unreverted the session.
+        let seen = seen_of(&reverted, &w.messages(&s.id).await);
+        w.rewind.unrevert(&s.id).await.expect("unrevert");
+        let (files, session) = (w.files(), w.rewind.session(&s.id).await.expect("session"));
+        assert!(is_stale(
+            w.rewind
+                .revert_as_seen(&s.id, target(&t2.user), Some(&seen))
+                .await
+        ));
+        assert!(is_stale(
+            w.rewind.unrevert_as_seen(&s.id, Some(&seen)).await
+        ));
+        assert_eq!(w.files(), files);
+        assert_eq!(w.rewind.session(&s.id).await.expect("session"), session);
+
+        // A redo that chose to unrevert (the revert point at the last turn) while another undo moved the
+        // point back a turn: refused, the revert stays where the undo put it.
+        let at_two = w.revert_to(&s.id, &t2.user).await;
+        let seen = seen_of(&at_two, &w.messages(&s.id).await);
+        let at_one = w.revert_to(&s.id, &t1_user).await;
+        let files = w.files();
+        assert!(is_stale(
+            w.rewind.unrevert_as_seen(&s.id, Some(&seen)).await
+        ));
+        assert_eq!(w.files(), files);
+        assert_eq!(w.rewind.session(&s.id).await.expect("session"), at_one);
+        let seen = seen_of(&at_one, &w.messages(&s.id).await);
+        let (back, _) = w
+            .rewind
+            .unrevert_as_seen(&s.id, Some(&seen))
+            .await
+            .expect("an unrevert chosen from the history the session shows");
+        assert!(back.revert.is_none());
+        assert_eq!(w.read("a.txt").as_deref(), Some("a2"));
+
+        // An undo that read the session before a new turn was added would undo two turns: refused.
+        let seen = seen_of(&back, &w.messages(&s.id).await);
+        let t3 = w.turn(&s.id, "three", |w| w.write("a.txt", "a3")).await;
+        let (files, session) = (w.files(), w.rewind.session(&s.id).await.expect("session"));
+        assert!(is_stale(
+            w.rewind
+                .revert_as_seen(&s.id, target(&t2.user), Some(&seen))
+                .await
+        ));
+        assert_eq!(w.files(), files);
+        assert_eq!(w.rewind.session(&s.id).await.expect("session"), session);
+        let seen = seen_of(&session, &w.messages(&s.id).await);
+        w.rewind
+            .revert_as_seen(&s.id, target(&t3.user), Some(&seen))
+            .await
+            .expect("the undo of turn three");
+        assert_eq!(w.read("a.txt").as_deref(), Some("a2"));
+    })
+}
