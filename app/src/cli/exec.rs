@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 use rewind_core::model::FileActionKind;
 use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
 use rewind_core::revert::{RevertPoint, cleanup_plan};
-use rewind_core::service::{NewMessage, NewPart, PreviewFile, StepEnd};
+use rewind_core::service::{DeleteIf, NewMessage, NewPart, PreviewFile, StepEnd};
 use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -116,15 +116,13 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         Ok(turn) => turn,
         Err(error) => {
             // A session this command created for the turn would stay behind empty: take it away again,
-            // unless another process has recorded a turn in it meanwhile (it is this directory's latest
-            // session from the moment it exists). Best effort: the refusal is what the user must read.
-            if created
-                && rewind
-                    .messages(&session.id)
-                    .await
-                    .is_ok_and(|messages| messages.is_empty())
-            {
-                let _ = rewind.delete_session(&session.id).await;
+            // unless another process has recorded a message in it meanwhile (it is this directory's latest
+            // session from the moment it exists), judged under the session's lease and by the delete's
+            // own guard. Best effort: the refusal is what the user must read.
+            if created {
+                let _ = rewind
+                    .delete_session_if(&session.id, Some(DeleteIf::Empty))
+                    .await;
             }
             return Err(explain(
                 error,

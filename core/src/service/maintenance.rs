@@ -210,8 +210,14 @@ impl Rewind {
         if let Some(older_than) = request.older_than_ms {
             let cutoff = self.now().saturating_sub(older_than);
             for session in sessions.iter().filter(|s| s.time.updated < cutoff) {
-                match self.delete_session(&session.id).await {
-                    Ok(()) => summary.sessions_deleted.push(session.id.clone()),
+                // Judged again under the session's lease: one used since it was listed stays.
+                let old = Some(super::DeleteIf::UpdatedBefore(cutoff));
+                match self.delete_session_if(&session.id, old).await {
+                    Ok(true) => summary.sessions_deleted.push(session.id.clone()),
+                    Ok(false) => summary.sessions_skipped.push(GcSkipped {
+                        session_id: session.id.clone(),
+                        reason: "it was used while gc ran (updated after the cut-off)".to_owned(),
+                    }),
                     Err(Error::Busy { message, .. }) => summary.sessions_skipped.push(GcSkipped {
                         session_id: session.id.clone(),
                         reason: message,

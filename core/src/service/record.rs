@@ -15,6 +15,17 @@ use crate::ports::{Change, Guard, Transaction};
 
 use super::{NewMessage, NewPart, Rewind, StepEnd, new_token, worktree};
 
+/// What `Rewind::delete_session_if` asks of the session, as stored once its lease is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteIf {
+    /// Last updated before this time (host clock, ms): gc's `--older-than`. A session a turn, a revert or
+    /// a rename updated since gc listed it stays.
+    UpdatedBefore(u64),
+    /// Holding no message: the command line's own new session whose first turn could not begin. One that
+    /// another process recorded a message in meanwhile stays.
+    Empty,
+}
+
 impl Rewind {
     /// Creates a session for the worktree `directory` (an absolute path).
     pub async fn create_session(&self, directory: &str, title: Option<String>) -> Result<Session> {
@@ -63,6 +74,18 @@ impl Rewind {
 
     /// Deletes a session with its messages (never its files). Busy while a step or an operation holds it.
     pub async fn delete_session(&self, id: &SessionId) -> Result<()> {
+        self.delete_session_if(id, None).await.map(|_| ())
+    }
+
+    /// `delete_session`, only while the session, as stored once its lease is held, meets `condition`
+    /// (always without one): `Ok(false)` when it did not, and nothing is deleted. A caller that judged the
+    /// session from an earlier read (gc's age, the command line's "still empty") cannot delete one that
+    /// another process used meanwhile.
+    pub async fn delete_session_if(
+        &self,
+        id: &SessionId,
+        condition: Option<DeleteIf>,
+    ) -> Result<bool> {
         let session = self.load_prepared(id).await?;
         refuse_open_step(&session)?;
         let lease = self
@@ -74,19 +97,39 @@ impl Rewind {
             )
             .await?;
         let result = async {
-            // Read again under the lease: a rename takes none, and may have landed since.
+            // Read again under the lease: a rename takes none, and may have landed since; so may a turn,
+            // a revert or a message, before the lease was taken.
             let session = self.repo.session(id).await?.unwrap_or(session);
+            let mut guards = vec![lease.guard()];
+            match condition {
+                Some(DeleteIf::UpdatedBefore(cutoff)) if session.time.updated >= cutoff => {
+                    return Ok(false);
+                }
+                // A message is recorded without the session's lease when the command that records it saw
+                // the lease free: the guard sees one that committed before this delete does.
+                Some(DeleteIf::Empty) => guards.push(Guard::LastMessageIs {
+                    session: id.clone(),
+                    message: None,
+                }),
+                _ => {}
+            }
             let deleted = self.event(EventPayload::SessionDeleted {
                 session_id: id.clone(),
                 info: Box::new(session),
             });
-            self.repo
+            let committed = self
+                .repo
                 .commit(Transaction {
-                    guards: vec![lease.guard()],
+                    guards,
                     changes: vec![Change::DeleteSession(id.clone())],
                     events: vec![deleted],
                 })
-                .await
+                .await;
+            match committed {
+                Ok(()) => Ok(true),
+                Err(Error::Stale { .. }) if condition == Some(DeleteIf::Empty) => Ok(false),
+                Err(error) => Err(error),
+            }
         }
         .await;
         self.release(&lease).await;

@@ -455,3 +455,93 @@ fn gc_never_collects_a_snapshot_between_its_track_and_the_commit_that_stores_it(
         assert!(world.snapshots.tree(world.path(), &end).is_some());
     })
 }
+
+/// gc lists the sessions, then deletes the old ones one by one: a session used between the two (a turn, an
+/// undo) is judged again once gc holds its lease, and stays, reported as skipped, with what the use stored
+/// (black-box: the undo's revert was deleted with the session, the worktree left reverted with nothing to
+/// redo it).
+#[test]
+fn gc_keeps_an_old_session_used_while_it_ran() {
+    block_on(async {
+        let world = World::new();
+        let session = world.session().await;
+        let turn = world
+            .turn(&session.id, "one", |w| w.write("a.txt", "a1\n"))
+            .await;
+        world.host.advance(10 * DAY_MS);
+        // gc stops where it takes the old session's lease; the session is reverted meanwhile.
+        let (reached, resume) = world.repo.pause_next_lease_take();
+        let collecting = world.rewind.gc(GcRequest {
+            older_than_ms: Some(7 * DAY_MS),
+            ..collect_all()
+        });
+        let reverting = async {
+            reached.await.expect("gc takes the session's lease");
+            let reverted = world.try_revert_to(&session.id, &turn.user).await;
+            resume.send(()).expect("resume gc");
+            reverted
+        };
+        let (summary, reverted) = futures::future::join(collecting, reverting).await;
+        reverted.expect("the revert");
+        let summary = summary.expect("gc");
+        assert!(summary.sessions_deleted.is_empty(), "{summary:?}");
+        assert_eq!(summary.sessions_skipped.len(), 1);
+        assert_eq!(summary.sessions_skipped[0].session_id, session.id);
+        let kept = world.rewind.session(&session.id).await.expect("kept");
+        assert_eq!(
+            kept.revert.as_ref().map(|r| &r.message_id),
+            Some(&turn.user)
+        );
+        assert_eq!(world.read("a.txt"), None);
+        // Unused since, it is deleted by the next gc past the cut-off.
+        world.host.advance(10 * DAY_MS);
+        let summary = world
+            .rewind
+            .gc(GcRequest {
+                older_than_ms: Some(7 * DAY_MS),
+                ..collect_all()
+            })
+            .await
+            .expect("gc");
+        assert_eq!(summary.sessions_deleted, std::slice::from_ref(&session.id));
+    });
+}
+
+/// The command line deletes a session it created when the session's first turn cannot begin, unless it
+/// holds a message: judged by the delete's own guard, so a message another process records after the
+/// command looked, and before the delete took the lease, keeps the session (black-box: the message was
+/// deleted with it).
+#[test]
+fn a_delete_of_an_empty_session_keeps_one_that_got_a_message_meanwhile() {
+    use rewind_core::service::DeleteIf;
+    block_on(async {
+        let world = World::new();
+        let session = world.session().await;
+        let (reached, resume) = world.repo.pause_next_lease_take();
+        let deleting = world
+            .rewind
+            .delete_session_if(&session.id, Some(DeleteIf::Empty));
+        let recording = async {
+            reached.await.expect("the delete takes the session's lease");
+            world
+                .rewind
+                .create_message(&session.id, NewMessage::user_text("meanwhile"))
+                .await
+                .expect("the message, recorded while the lease is free");
+            resume.send(()).expect("resume the delete");
+        };
+        let (deleted, ()) = futures::future::join(deleting, recording).await;
+        assert!(!deleted.expect("refused, not failed"));
+        assert_eq!(world.messages(&session.id).await.len(), 1);
+        // Empty, it is deleted.
+        let empty = world.session().await;
+        assert!(
+            world
+                .rewind
+                .delete_session_if(&empty.id, Some(DeleteIf::Empty))
+                .await
+                .expect("delete")
+        );
+        assert!(world.rewind.session(&empty.id).await.is_err());
+    });
+}
