@@ -294,6 +294,16 @@ pub async fn create_message(
         "message",
         &[("sessionID", Some(path.id.as_str()))],
     )?;
+    // OpenCode's prompt body has `parts`, rewind's extension a `role`: a body with neither (empty, or a
+    // misspelt `part`) is no message, and must not be recorded as an empty user message (which, on a
+    // reverted session, would also make the revert permanent).
+    if !fields.contains_key("parts") && !fields.contains_key("role") {
+        return Err(ApiError::BadRequest(
+            "invalid message: it needs `parts` (OpenCode's prompt body) or a `role` (\"user\" or \
+             \"assistant\", rewind's extension)"
+                .to_owned(),
+        ));
+    }
     let body: MessageBody = serde_json::from_value(Value::Object(fields.clone()))
         .map_err(|error| ApiError::BadRequest(format!("invalid message: {error}")))?;
     let id = match body.id.or(body.message_id) {

@@ -63,6 +63,17 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             400,
             "BadRequest",
         ),
+        ("an empty message body", raw(&app, &messages, ""), 400, "BadRequest"),
+        (
+            "a message body with neither parts nor a role (a misspelt `part`)",
+            json_post(
+                &app,
+                &messages,
+                json!({"part": [{"type": "text", "text": "x"}]}),
+            ),
+            400,
+            "BadRequest",
+        ),
         (
             "parts of the wrong type",
             json_post(&app, &messages, json!({"parts": 5})),
