@@ -78,15 +78,18 @@ impl AppState {
     /// 400 when session `id` belongs to a worktree outside the project roots: the command line records
     /// sessions of any directory in the same database, and a request naming one must not read or change
     /// them. Also 400 when its worktree no longer resolves to itself (replaced by a symlink, or a directory
-    /// above it was): that is looked at on every request. An unknown session (or one that cannot be read)
-    /// is left to its route.
+    /// above it was): that is looked at on every request. An unknown session is left to its route (404).
+    /// One that cannot be read is refused with that error: the route reads it again, and a read that then
+    /// succeeded (the database was busy a moment) would act on a session this check never saw.
     pub async fn check_session(&self, id: &SessionId) -> Result<(), ApiError> {
         let known = lock(&self.sessions_in_roots).get(id).cloned();
         if let Some(directory) = known {
             return security::session_resolves_to_itself(&directory);
         }
-        let Ok(session) = self.services.rewind.session(id).await else {
-            return Ok(());
+        let session = match self.services.rewind.session(id).await {
+            Ok(session) => session,
+            Err(rewind_core::Error::NotFound(_)) => return Ok(()),
+            Err(error) => return Err(ApiError::from_core(error, Some(id))),
         };
         security::session_under_roots(&session.directory, &self.roots)?;
         let mut known = lock(&self.sessions_in_roots);
@@ -234,5 +237,75 @@ fn stop_signal() -> impl std::future::Future<Output = ()> {
 fn stop_signal() -> impl std::future::Future<Output = ()> {
     async {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session whose row cannot be read is refused by the roots check with the read's error, not let
+    /// through to its route (review: any failed read passed the check, so a route whose own read then
+    /// succeeded would act on a session outside the roots).
+    #[tokio::test]
+    async fn a_session_that_cannot_be_read_is_refused_by_the_roots_check() {
+        let (root, outside, data) = (tempdir(), tempdir(), tempdir());
+        let settings = crate::Settings::new(data.path(), root.path());
+        let services = Services::open(&settings, rewind_core::model::HolderKind::Server)
+            .await
+            .expect("services");
+        let session = services
+            .rewind
+            .create_session(&outside.path().to_string_lossy(), None)
+            .await
+            .expect("a session outside the roots");
+        let database = services.repo.sqlite_file().expect("SQLite").to_owned();
+        let state = AppState {
+            services,
+            bus: Arc::new(BroadcastBus::new(16)),
+            roots: Arc::new(vec![std::fs::canonicalize(root.path()).expect("root")]),
+            cwd: root.path().to_owned(),
+            loopback_only: true,
+            password: None,
+            shutdown: CancellationToken::new(),
+            relay_wake: Arc::new(Notify::new()),
+            heartbeat: Duration::from_secs(10),
+            requests: TaskTracker::new(),
+            sessions_in_roots: Arc::default(),
+        };
+        let refused = |result: Result<(), ApiError>| match result {
+            Err(error) => error,
+            Ok(()) => panic!("let through"),
+        };
+        let outside_roots = refused(state.check_session(&session.id).await);
+        assert!(
+            format!("{outside_roots:?}").contains("outside the project roots"),
+            "{outside_roots:?}"
+        );
+        // The session's stored body made unreadable (a damaged row; a locked database answers alike).
+        let damaged = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3, sys\n\
+                 db = sqlite3.connect(sys.argv[1])\n\
+                 db.execute(\"update session set body = 'not json'\")\n\
+                 db.commit()",
+            ])
+            .arg(&database)
+            .status()
+            .expect("python3");
+        assert!(damaged.success());
+        let unreadable = refused(state.check_session(&session.id).await);
+        assert!(
+            !format!("{unreadable:?}").contains("outside the project roots"),
+            "{unreadable:?}"
+        );
+        // An unknown session is left to its route, which answers 404.
+        let unknown = SessionId::parse("ses_000000000001abcdefghijklmn").expect("an id");
+        assert!(state.check_session(&unknown).await.is_ok());
+    }
+
+    fn tempdir() -> tempfile::TempDir {
+        tempfile::tempdir().expect("a temporary directory")
     }
 }

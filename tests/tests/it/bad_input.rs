@@ -63,7 +63,12 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             400,
             "BadRequest",
         ),
-        ("an empty message body", raw(&app, &messages, ""), 400, "BadRequest"),
+        (
+            "an empty message body",
+            raw(&app, &messages, ""),
+            400,
+            "BadRequest",
+        ),
         (
             "a message body with neither parts nor a role (a misspelt `part`)",
             json_post(
