@@ -130,17 +130,7 @@ impl Rewind {
         captured: impl FnOnce(&SnapshotId) + Send,
     ) -> Result<SnapshotRestore> {
         let directory = normalise_directory(directory)?;
-        for session in self.prepare_worktree(&directory).await? {
-            if let Some(step) = &session.step {
-                return Err(Error::Busy {
-                    session_id: Some(session.id.clone()),
-                    message: format!(
-                        "Worktree is busy: a step is open in session {} of {} (message {}, owned by {}); try again when it has finished",
-                        session.id, session.directory, step.message_id, step.holder
-                    ),
-                });
-            }
-        }
+        refuse_open_steps(&self.prepare_worktree(&directory).await?)?;
         let token = new_token();
         let lease = self
             .acquire(
@@ -166,6 +156,10 @@ impl Rewind {
         captured: impl FnOnce(&SnapshotId) + Send,
     ) -> Result<SnapshotRestore> {
         let worktree = Path::new(directory);
+        // Again under the lease: a step holds the worktree only while it tracks, so one may have begun
+        // since the look above; the restore would then be recorded as that step's change, and undone with
+        // its turn.
+        refuse_open_steps(&self.repo.sessions_overlapping(directory).await?)?;
         // Reading `to` against the worktree fails on an unknown snapshot before anything is recorded or
         // written: bad input changes nothing.
         self.snapshots.changed_files(worktree, to).await?;
@@ -381,4 +375,21 @@ impl Rewind {
             .await?;
         Ok(through - first + 1)
     }
+}
+
+/// `Busy` when a step is open in one of `sessions` (those of a worktree and of worktrees inside or around
+/// it): a restore then would be recorded as that step's change.
+fn refuse_open_steps(sessions: &[crate::model::Session]) -> Result<()> {
+    for session in sessions {
+        if let Some(step) = &session.step {
+            return Err(Error::Busy {
+                session_id: Some(session.id.clone()),
+                message: format!(
+                    "Worktree is busy: a step is open in session {} of {} (message {}, owned by {}); try again when it has finished",
+                    session.id, session.directory, step.message_id, step.holder
+                ),
+            });
+        }
+    }
+    Ok(())
 }

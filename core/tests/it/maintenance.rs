@@ -545,3 +545,41 @@ fn a_delete_of_an_empty_session_keeps_one_that_got_a_message_meanwhile() {
         assert!(world.rewind.session(&empty.id).await.is_err());
     });
 }
+
+/// A restore looks for open steps before it takes the worktree, and again once it holds it: a step that
+/// began in between (a step holds the worktree only while it tracks) makes it busy, and nothing is
+/// recorded or written (review: the restore went on, and the step's patch then named the restored files as
+/// the agent's change, undone with its turn).
+#[test]
+fn a_restore_is_busy_when_a_step_began_before_it_held_the_worktree() {
+    block_on(async {
+        let world = World::new();
+        world.write("a.txt", "a1\n");
+        let first = track(&world).await;
+        world.write("a.txt", "a2\n");
+        let session = world.session().await;
+        let assistant = world.prompt(&session.id, "go").await;
+        let captures = world.rewind.captures(None).await.expect("captures").len();
+        let (reached, resume) = world.repo.pause_next_lease_take();
+        let restoring = world.rewind.restore_snapshot(ROOT, &first, None);
+        let stepping = async {
+            reached.await.expect("the restore takes the worktree");
+            world
+                .rewind
+                .begin_step(&session.id, &assistant)
+                .await
+                .expect("the step begins while the worktree is free");
+            resume.send(()).expect("resume the restore");
+        };
+        let (restored, ()) = futures::future::join(restoring, stepping).await;
+        assert!(
+            matches!(&restored, Err(rewind_core::Error::Busy { .. })),
+            "{restored:?}"
+        );
+        assert_eq!(world.read("a.txt").as_deref(), Some("a2\n"));
+        assert_eq!(
+            world.rewind.captures(None).await.expect("captures").len(),
+            captures
+        );
+    });
+}
