@@ -855,7 +855,9 @@ impl Rewind {
         if let Err(error) = open_step_of(&session, message_id) {
             return Err(self.explain_no_step(&session, message_id, error).await);
         }
-        self.abort(session_id).await?;
+        // The step just looked at, not whichever is open when the abort reads the session again: that one
+        // may have finished since, and a step begun on another message (review: it was aborted instead).
+        self.abort_as_read(session).await?;
         let message = self.load_message(session_id, message_id).await?;
         let parts = message.parts;
         let from = parts
@@ -869,6 +871,13 @@ impl Rewind {
     /// step owned by another live process is not taken from it (`Busy`).
     pub async fn abort(&self, session_id: &SessionId) -> Result<Session> {
         let session = self.load_session(session_id).await?;
+        self.abort_as_read(session).await
+    }
+
+    /// `abort` of the step `session` shows (a step closed since is not closed again, nor another taken
+    /// for it: `close_step`); the session as stored afterwards.
+    async fn abort_as_read(&self, session: Session) -> Result<Session> {
+        let session_id = &session.id;
         let Some(step) = session.step.clone() else {
             return Ok(session);
         };

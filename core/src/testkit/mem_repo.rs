@@ -75,6 +75,7 @@ pub struct MemRepo {
 /// Which call a race hook pauses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PausedCall {
+    SessionRead,
     LeaseRead,
     LeaseTake,
     Commit,
@@ -147,6 +148,17 @@ impl MemRepo {
         futures::channel::oneshot::Sender<()>,
     ) {
         self.pause_next(PausedCall::LeaseRead)
+    }
+
+    /// `pause_next_lease_read` for the next `session` read, once it has read the session: the caller goes
+    /// on with what it read, after whatever the test did meanwhile.
+    pub fn pause_after_next_session_read(
+        &self,
+    ) -> (
+        futures::channel::oneshot::Receiver<()>,
+        futures::channel::oneshot::Sender<()>,
+    ) {
+        self.pause_next(PausedCall::SessionRead)
     }
 
     /// `pause_next_lease_read` for the next `take_lease`.
@@ -533,7 +545,9 @@ fn session_snapshots(stored: &StoredSession, out: &mut BTreeSet<SnapshotId>) {
 #[async_trait]
 impl MessageRepo for MemRepo {
     async fn session(&self, id: &SessionId) -> Result<Option<Session>> {
-        Ok(self.lock().rows.sessions.get(id).map(|s| s.info.clone()))
+        let session = self.lock().rows.sessions.get(id).map(|s| s.info.clone());
+        self.paused(PausedCall::SessionRead).await;
+        Ok(session)
     }
 
     async fn sessions(&self, directory: Option<String>) -> Result<Vec<Session>> {

@@ -2811,3 +2811,47 @@ fn an_operation_chosen_from_a_history_is_refused_once_the_history_moved() {
         assert_eq!(w.read("a.txt").as_deref(), Some("a2"));
     })
 }
+
+/// An abort of message M1's step aborts that step only: when M1's step finished, and a step began on
+/// another message, after the abort looked at M1's, the new step stays open (review: the abort read the
+/// session again and closed whichever step was open then).
+#[test]
+fn an_abort_of_a_step_never_closes_a_step_begun_since() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let m1 = w.prompt(&s.id, "one").await;
+        w.rewind.begin_step(&s.id, &m1).await.expect("M1's step");
+        let (reached, resume) = w.repo.pause_after_next_session_read();
+        let aborting = w.rewind.abort_step(&s.id, &m1);
+        let m2 = async {
+            reached.await.expect("the abort read the session");
+            w.rewind
+                .finish_step(&s.id, &m1, rewind_core::service::StepEnd::default())
+                .await
+                .expect("M1's step finishes");
+            let m2 = w.prompt(&s.id, "two").await;
+            w.rewind.begin_step(&s.id, &m2).await.expect("M2's step");
+            resume.send(()).expect("resume the abort");
+            m2
+        };
+        let (aborted, m2) = futures::future::join(aborting, m2).await;
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert_eq!(
+            session.step.as_ref().map(|step| &step.message_id),
+            Some(&m2),
+            "M2's step is still open (the abort answered {aborted:?})"
+        );
+        let m2_parts = w.rewind.message(&s.id, &m2).await.expect("M2").parts;
+        assert!(
+            !m2_parts
+                .iter()
+                .any(|p| matches!(p.body, PartBody::StepFinish(_))),
+            "{m2_parts:?}"
+        );
+        w.rewind
+            .finish_step(&s.id, &m2, rewind_core::service::StepEnd::default())
+            .await
+            .expect("its owner finishes it");
+    })
+}
