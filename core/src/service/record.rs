@@ -172,8 +172,10 @@ impl Rewind {
         session_id: &SessionId,
         input: NewMessage,
     ) -> Result<MessageWithParts> {
+        // Input checked before anything else: preparing the worktree may abort an abandoned step or finish
+        // an interrupted operation, and a refused request changes nothing.
+        reject_message_input(&input)?;
         let session = self.load_prepared(session_id).await?;
-        reject_recorded_kinds(&input.parts)?;
         let mut not_operating = self.refuse_while_operating(&session).await?;
         if let Some(point) = revert_point_of(&session) {
             // A parent the revert hides exists, but cleanup would delete it: say so rather than "not found".
@@ -377,24 +379,14 @@ impl Rewind {
 
     /// The message `input` describes, following `messages` (the session's), with its parts; the checks of
     /// the input made here are its id's order, its parent and its parts' order. That its parts' ids are
-    /// free in the session is the caller's to check (`refuse_taken_part_ids`, or the commit's guards).
+    /// free in the session is the caller's to check (`refuse_taken_part_ids`, or the commit's guards), and
+    /// its fields and parts, before anything else (`reject_message_input`).
     fn new_message(
         &self,
         session: &Session,
         messages: &[Message],
         input: NewMessage,
     ) -> Result<(Message, Vec<Part>)> {
-        // Kept beside the message's own field of that name, it would be stored twice, and the message,
-        // with its whole session, could not be read back.
-        if let Some(key) = input
-            .extra
-            .keys()
-            .find(|key| MESSAGE_FIELDS.contains(&key.as_str()))
-        {
-            return Err(Error::InvalidInput(format!(
-                "a message's {key} is rewind's to set; it cannot be given among the message's other fields"
-            )));
-        }
         let mut info = self.message_info(
             &session.id,
             messages,
@@ -450,8 +442,9 @@ impl Rewind {
         message_id: &MessageId,
         input: NewPart,
     ) -> Result<Part> {
-        let session = self.load_prepared(session_id).await?;
+        // Before preparing the worktree, as `create_message`.
         reject_recorded_kinds(std::slice::from_ref(&input))?;
+        let session = self.load_prepared(session_id).await?;
         let mut not_operating = self.refuse_while_operating(&session).await?;
         // Its head only: a long message's parts are not read for each part appended to it.
         let message = self.load_message_head(session_id, message_id).await?;
@@ -581,8 +574,8 @@ impl Rewind {
                 "a turn is a user message and an assistant message".to_owned(),
             ));
         }
-        reject_recorded_kinds(&user.parts)?;
-        reject_recorded_kinds(&assistant.parts)?;
+        reject_message_input(&user)?;
+        reject_message_input(&assistant)?;
         let session = self.load_prepared(session_id).await?;
         refuse_open_step(&session)?;
         if let Some(point) = revert_point_of(&session) {
@@ -1609,6 +1602,23 @@ fn not_finished_yet(session: &SessionId, holder: &str) -> Error {
         session,
         format!("the step cannot be finished yet: {holder}"),
     )
+}
+
+/// What a new message may not be given, refused before anything is read or done: a field among its
+/// other fields that is rewind's to set (kept beside the message's own field of that name, it would be
+/// stored twice, and the message, with its whole session, could not be read back), and the parts
+/// `reject_recorded_kinds` refuses.
+fn reject_message_input(input: &NewMessage) -> Result<()> {
+    if let Some(key) = input
+        .extra
+        .keys()
+        .find(|key| MESSAGE_FIELDS.contains(&key.as_str()))
+    {
+        return Err(Error::InvalidInput(format!(
+            "a message's {key} is rewind's to set; it cannot be given among the message's other fields"
+        )));
+    }
+    reject_recorded_kinds(&input.parts)
 }
 
 fn reject_recorded_kinds(parts: &[NewPart]) -> Result<()> {

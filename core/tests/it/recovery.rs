@@ -5,7 +5,7 @@ use rewind_core::model::{
     EventPayload, Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake,
     LeaseToken, PartBody, ProcessIdentity, RelPath,
 };
-use rewind_core::service::{NewMessage, StepEnd};
+use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use rewind_core::{
     Change, Error, HostPort, MessageRepo, Rewind, ServiceConfig, SnapshotPort, Transaction,
 };
@@ -1217,4 +1217,81 @@ fn a_recovery_that_finds_the_intent_finished_meanwhile_takes_no_lease() {
         w.host.become_process(owner);
         w.rewind.unrevert(&s.id).await.expect("the session is free");
     })
+}
+
+/// A message or part refused for its input (a step part a client may not send, a field that is rewind's to
+/// set) changes nothing: the checks come before the worktree is prepared, which would abort an abandoned
+/// step, or finish an interrupted revert (review: that was done, then the request refused).
+#[test]
+fn a_refused_message_or_part_leaves_an_abandoned_step_open() {
+    block_on(async {
+        let (w, s, _t) = one_turn_world().await;
+        let assistant = w.prompt(&s.id, "two").await;
+        let dead = process(13);
+        let me = w.host.this_process();
+        w.host.become_process(dead.clone());
+        w.rewind
+            .begin_step(&s.id, &assistant)
+            .await
+            .expect("the dead process's step");
+        w.host.become_process(me);
+        w.host.kill(&dead);
+        let step_part = || {
+            NewPart::new(PartBody::StepStart(rewind_core::model::StepStartPart {
+                snapshot: None,
+                extra: Default::default(),
+            }))
+        };
+        let mut reserved = NewMessage::user_text("x");
+        reserved
+            .extra
+            .insert("sessionID".to_owned(), serde_json::json!("ses_x"));
+        let mut with_step_part = NewMessage::user_text("x");
+        with_step_part.parts.push(step_part());
+        still_open(
+            &w,
+            &s.id,
+            "a reserved field",
+            w.rewind.create_message(&s.id, reserved).await.map(|_| ()),
+        )
+        .await;
+        still_open(
+            &w,
+            &s.id,
+            "a message with a step part",
+            w.rewind
+                .create_message(&s.id, with_step_part)
+                .await
+                .map(|_| ()),
+        )
+        .await;
+        still_open(
+            &w,
+            &s.id,
+            "a step part",
+            w.rewind
+                .append_part(&s.id, &assistant, step_part())
+                .await
+                .map(|_| ()),
+        )
+        .await;
+    })
+}
+
+/// `refused` is an input error, and the session's step is still open.
+async fn still_open(
+    w: &World,
+    session: &rewind_core::model::SessionId,
+    what: &str,
+    refused: rewind_core::Result<()>,
+) {
+    assert!(
+        matches!(refused, Err(Error::InvalidInput(_))),
+        "{what}: {refused:?}"
+    );
+    let session = w.rewind.session(session).await.expect("session");
+    assert!(
+        session.step.is_some(),
+        "{what}: the abandoned step was aborted"
+    );
 }
