@@ -362,9 +362,10 @@ struct Applier<'a> {
     store: &'a Store,
     /// The worktree, every change is made through (`beneath`).
     root: Root,
-    /// The tests' race hooks (`GitStoreConfig::change_hook` and `swap_hook`).
+    /// The tests' race hooks (`GitStoreConfig::change_hook`, `swap_hook` and `settle_hook`).
     hook: Option<ChangeHook>,
     swap_hook: Option<ChangeHook>,
+    settle_hook: Option<ChangeHook>,
     /// What each target was when the operation looked at it (stat data, or none when absent, also when a
     /// directory on its way was missing): a revert's check against its snapshot, a restore's own look or
     /// track. A target found otherwise when it is written or deleted changed after that look, and is left
@@ -507,7 +508,7 @@ fn write_file(
     (store, root, relinked): (&Store, &Root, &Relinked),
     (hook, swap_hook): (Option<&ChangeHook>, Option<&ChangeHook>),
     job: &PendingWrite,
-    releases: &mut Releases,
+    thread: &mut WriteThread,
 ) -> GitResult<Done> {
     if let Some(hook) = hook {
         hook(&job.rel);
@@ -538,7 +539,7 @@ fn write_file(
             };
         }
     };
-    match replace(
+    let swapped_out = match replace(
         &dir,
         &job.tmp,
         &temp,
@@ -547,7 +548,17 @@ fn write_file(
         (dir_path, relinked),
         before_swap,
     ) {
-        Ok(Some(replaced)) => releases.push(replaced),
+        Ok(Some(Replaced {
+            held,
+            swapped_out: None,
+        })) => {
+            thread.releases.push(held);
+            None
+        }
+        Ok(Some(Replaced {
+            held,
+            swapped_out: Some(ours),
+        })) => Some((held, ours)),
         Ok(None) => {
             remove_temp();
             return Ok(Done::Moved);
@@ -563,12 +574,164 @@ fn write_file(
             remove_temp();
             return Err(GitError::io(&job.abs, e));
         }
-    }
+    };
     let stat = beneath::lstat_at(&dir, name)
         .ok()
         .and_then(|st| Stat::of_rustix(&st))
         .filter(|stat| stat.mode == job.mode);
+    if let (Some((held, ours)), Some(was)) = (swapped_out, job.was) {
+        thread.swapped_out(SwappedOut {
+            dir,
+            tmp: job.tmp.clone(),
+            name: name.to_owned(),
+            rel: job.rel.clone(),
+            was,
+            ours,
+            held,
+        });
+    }
     Ok(Done::Changed(stat))
+}
+
+/// How many files a write thread leaves swapped out at their temporary names before it looks at the
+/// oldest again (and when it ends): a handle each, on its directory and on the file (`replace::MAX_HELD`
+/// counts the latter).
+pub(crate) const SETTLE_AFTER: usize = 4;
+
+/// A file a write swapped out of its name (`swap_in`), unchanged then, left at the write's temporary
+/// name until the thread has made a few more writes: a program that opened the file before the swap can
+/// still write to it after (a write already under way, the open's truncation included), and that
+/// write, found by the second look, is put back instead of removed with the file (black-box: one such
+/// write in a race audit was lost, neither on disk nor in the store).
+struct SwappedOut {
+    /// The file's directory.
+    dir: OwnedFd,
+    /// The temporary name it stands at.
+    tmp: String,
+    /// Its own name, where the new content stands.
+    name: String,
+    /// Its worktree-relative path.
+    rel: String,
+    /// Its stat data when it was checked, and at the swap.
+    was: Stat,
+    /// The device and inode of the new content.
+    ours: (u64, u64),
+    /// Its handle (see `replace.rs`), released once it is removed.
+    held: Held,
+}
+
+/// A write thread's files to hand over (`Releases`) and the files it swapped out, not yet looked at
+/// again (`SwappedOut`); those whose write went back are named in `put_back`.
+struct WriteThread<'a> {
+    releases: Releases,
+    swapped: std::collections::VecDeque<SwappedOut>,
+    put_back: &'a std::sync::Mutex<Vec<String>>,
+    hook: Option<&'a ChangeHook>,
+}
+
+impl<'a> WriteThread<'a> {
+    fn new(
+        put_back: &'a std::sync::Mutex<Vec<String>>,
+        hook: Option<&'a ChangeHook>,
+    ) -> WriteThread<'a> {
+        WriteThread {
+            releases: Releases::default(),
+            swapped: std::collections::VecDeque::new(),
+            put_back,
+            hook,
+        }
+    }
+
+    fn swapped_out(&mut self, file: SwappedOut) {
+        self.swapped.push_back(file);
+        if self.swapped.len() > SETTLE_AFTER
+            && let Some(oldest) = self.swapped.pop_front()
+        {
+            self.settle(oldest);
+        }
+    }
+
+    /// Looks at a swapped-out file again: unchanged, it is removed; written to since (a handle opened
+    /// before the swap), it goes back to its name in place of the new content, and the path is named in
+    /// `put_back`.
+    fn settle(&mut self, file: SwappedOut) {
+        use rustix::fs::{AtFlags, RenameFlags};
+        use rustix::io::Errno;
+        if let Some(hook) = self.hook {
+            hook(&file.rel);
+        }
+        let SwappedOut {
+            dir,
+            tmp,
+            name,
+            rel,
+            was,
+            ours,
+            held,
+        } = file;
+        match beneath::lstat_at(&dir, &tmp) {
+            Ok(out) if moved_unchanged(&out, was) => {
+                if rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty())
+                    .is_err_and(|e| e != Errno::NOENT)
+                {
+                    keep_aside(&dir, &tmp, &name);
+                }
+                self.releases.push(held);
+                return;
+            }
+            // Removed by another program meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            _ => {}
+        }
+        match rustix::fs::renameat_with(
+            &dir,
+            tmp.as_str(),
+            &dir,
+            name.as_str(),
+            RenameFlags::EXCHANGE,
+        ) {
+            Ok(()) => {
+                // What came out is the new content, unless another file came to the name meanwhile.
+                let back = beneath::lstat_at(&dir, &tmp);
+                #[allow(clippy::unnecessary_cast)]
+                let is_ours = back.is_ok_and(|b| (b.st_dev as u64, b.st_ino as u64) == ours);
+                if !is_ours
+                    || rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty())
+                        .is_err_and(|e| e != Errno::NOENT)
+                {
+                    keep_aside(&dir, &tmp, &name);
+                }
+            }
+            // Nothing stands at the name any more: the file goes back there.
+            Err(Errno::NOENT) => {
+                if rustix::fs::renameat_with(
+                    &dir,
+                    tmp.as_str(),
+                    &dir,
+                    name.as_str(),
+                    RenameFlags::NOREPLACE,
+                )
+                .is_err()
+                {
+                    keep_aside(&dir, &tmp, &name);
+                }
+            }
+            Err(_) => keep_aside(&dir, &tmp, &name),
+        }
+        drop(held);
+        self.put_back
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(rel);
+    }
+}
+
+impl Drop for WriteThread<'_> {
+    fn drop(&mut self) {
+        while let Some(file) = self.swapped.pop_front() {
+            self.settle(file);
+        }
+    }
 }
 
 /// What stands at `name` of `dir` now, against `was` (the stat data of the file or symlink checked there).
@@ -632,9 +795,13 @@ fn replace(
     was: Option<Stat>,
     at: (&Path, &Relinked),
     before_swap: impl Fn(),
-) -> io::Result<Option<Held>> {
+) -> io::Result<Option<Replaced>> {
     use rustix::fs::RenameFlags;
     use rustix::io::Errno;
+    let none = |swapped_out| Replaced {
+        held: Held::none(),
+        swapped_out,
+    };
     if let Some(was) = was {
         match standing(dir, name, was, at, temp.ext4)? {
             Standing::Same(held, permissions) => {
@@ -643,7 +810,7 @@ fn replace(
                 temp.set_permissions(permissions.map(|p| kept_permissions(p, temp.executable)))?;
                 before_swap();
                 return match swap_in(dir, tmp, name, was)? {
-                    Swapped::In => Ok(Some(held)),
+                    Swapped::In(swapped_out) => Ok(Some(Replaced { held, swapped_out })),
                     Swapped::Changed | Swapped::Gone => Ok(None),
                 };
             }
@@ -652,7 +819,7 @@ fn replace(
     }
     temp.set_permissions(None)?;
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
-        Ok(()) => Ok(Some(Held::none())),
+        Ok(()) => Ok(Some(none(None))),
         Err(Errno::EXIST) => Ok(None),
         Err(e) if taken_by_a_directory(e) => Ok(None),
         // A filesystem without `RENAME_NOREPLACE`: look, then rename.
@@ -660,7 +827,7 @@ fn replace(
             Ok(_) => Ok(None),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 rustix::fs::renameat(dir, tmp, dir, name)?;
-                Ok(Some(Held::none()))
+                Ok(Some(none(None)))
             }
             Err(e) => Err(e),
         },
@@ -668,10 +835,19 @@ fn replace(
     }
 }
 
+/// What `replace` did: the handle on what stood at the name (see `replace.rs`), and, when that file was
+/// swapped out to the temporary name, where it is left to be looked at again (`SwappedOut`), the device
+/// and inode of the new content.
+struct Replaced {
+    held: Held,
+    swapped_out: Option<(u64, u64)>,
+}
+
 /// What `swap_in` did.
 enum Swapped {
-    /// The new content stands at the name, and what stood there is removed.
-    In,
+    /// The new content stands at the name; what stood there, unchanged, is at the temporary name (the
+    /// device and inode of the new content given), or, without the swap, gone (none).
+    In(Option<(u64, u64)>),
     /// What stood there had changed since the look (a write landed in between): it stands there again,
     /// and the new content is back at the temporary name.
     Changed,
@@ -681,13 +857,13 @@ enum Swapped {
 
 /// Puts the temporary file `tmp` at `name` in `dir`, where `was` (stat data) stood at the last look. The
 /// two are swapped in one step (`RENAME_EXCHANGE`), and what came out is looked at: still `was`, it is
-/// removed; otherwise a write landed between the look and the swap (a user's edit in place, or a file put
+/// left at `tmp`, for the caller to look at again and remove (`WriteThread::settle`); otherwise a write landed between the look and the swap (a user's edit in place, or a file put
 /// there by rename), and it is swapped back, so nothing of the user's is lost (a plain rename would have
 /// dropped it with no copy). Should yet another file have come to the name in that instant, the one that
 /// comes out is moved aside under a name of its own (`<name>.rewind-kept-<temporary name>`) rather than
 /// removed. A filesystem without the swap (NFS, some FUSE) gets a plain rename, as before.
 fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swapped> {
-    use rustix::fs::{AtFlags, RenameFlags};
+    use rustix::fs::RenameFlags;
     use rustix::io::Errno;
     let ours = beneath::lstat_at(dir, tmp)?;
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
@@ -695,7 +871,7 @@ fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swappe
         Err(Errno::NOENT) => return Ok(Swapped::Gone),
         Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
             return match rustix::fs::renameat(dir, tmp, dir, name) {
-                Ok(()) => Ok(Swapped::In),
+                Ok(()) => Ok(Swapped::In(None)),
                 // Turned into a directory since the look.
                 Err(e) if taken_by_a_directory(e) => Ok(Swapped::Changed),
                 Err(e) => Err(e.into()),
@@ -707,13 +883,8 @@ fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swappe
     // the caller's clean-up of the temporary name would remove it.
     let unchanged = beneath::lstat_at(dir, tmp).is_ok_and(|out| moved_unchanged(&out, was));
     if unchanged {
-        match rustix::fs::unlinkat(dir, tmp, AtFlags::empty()) {
-            Ok(()) | Err(Errno::NOENT) => return Ok(Swapped::In),
-            Err(e) => {
-                keep_aside(dir, tmp, name);
-                return Err(e.into());
-            }
-        }
+        #[allow(clippy::unnecessary_cast)]
+        return Ok(Swapped::In(Some((ours.st_dev as u64, ours.st_ino as u64))));
     }
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
         Ok(()) => {}
@@ -967,6 +1138,7 @@ impl<'a> Applier<'a> {
             root: Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?,
             hook: config.change_hook.clone(),
             swap_hook: config.swap_hook.clone(),
+            settle_hook: config.settle_hook.clone(),
             expected: HashMap::new(),
             protected: HashSet::new(),
             tracked,
@@ -999,12 +1171,13 @@ impl<'a> Applier<'a> {
         self.pending_dirs.clear();
         let at = (self.store, &self.root, &self.relinked);
         let hooks = (self.hook.as_ref(), self.swap_hook.as_ref());
+        let put_back = std::sync::Mutex::new(Vec::new());
         let outcomes = crate::track::parallel_map_on(
             &jobs,
             WRITE_THREADS,
             1,
-            Releases::default,
-            |releases, job| write_file(at, hooks, job, releases),
+            || WriteThread::new(&put_back, self.settle_hook.as_ref()),
+            |thread, job| write_file(at, hooks, job, thread),
         )?;
         for (job, outcome) in jobs.into_iter().zip(outcomes) {
             match outcome {
@@ -1016,6 +1189,16 @@ impl<'a> Applier<'a> {
                     self.keep(&job.rel, MOVED_MEANWHILE)?;
                 }
             }
+        }
+        // Written to after the swap, through a handle opened before it: that write stands at the path
+        // again, the new content is gone, and the path is left as it is.
+        let put_back = put_back
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for rel in put_back {
+            self.written_stats.remove(&rel);
+            self.unrecord(&rel);
+            self.keep(&rel, MOVED_MEANWHILE)?;
         }
         Ok(())
     }

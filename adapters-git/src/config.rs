@@ -60,6 +60,9 @@ pub struct GitStoreConfig {
     /// Test race injection at the last moment: called with a worktree-relative path after the last look
     /// at the file to be replaced there, right before the new content is swapped in; `None` in production.
     pub swap_hook: Option<ChangeHook>,
+    /// Test race injection after the swap: called with a worktree-relative path right before the file a
+    /// write swapped out there is looked at again, and removed when unchanged; `None` in production.
+    pub settle_hook: Option<ChangeHook>,
     /// Test race injection in a track: called with a directory's worktree-relative path (`""` for the top,
     /// `a/b/` below) right before the walk looks at it; `None` in production.
     pub walk_hook: Option<ChangeHook>,
@@ -83,6 +86,7 @@ impl fmt::Debug for GitStoreConfig {
             .field("read_fault", &self.read_fault.is_some())
             .field("change_hook", &self.change_hook.is_some())
             .field("swap_hook", &self.swap_hook.is_some())
+            .field("settle_hook", &self.settle_hook.is_some())
             .field("walk_hook", &self.walk_hook.is_some())
             .field("lock_wait", &self.lock_wait)
             .finish()
@@ -104,6 +108,7 @@ impl GitStoreConfig {
             read_fault: None,
             change_hook: None,
             swap_hook: None,
+            settle_hook: None,
             walk_hook: None,
             lock_wait: Duration::from_secs(300),
         }
