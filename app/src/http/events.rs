@@ -63,8 +63,9 @@ const END_READS: u32 = 3;
 /// The header a reconnecting SSE client sends with the last `id:` it received.
 const LAST_EVENT_ID: &str = "last-event-id";
 
-/// `GET /event`: every event, or with a worktree named (`?directory=` or `x-opencode-directory`, as
-/// OpenCode's client sends its instance's), the server's own events and those of that worktree's sessions.
+/// `GET /event`: the server's own events and those of the sessions under the project roots, or with a
+/// worktree named (`?directory=` or `x-opencode-directory`, as OpenCode's client sends its instance's),
+/// those of that worktree's sessions.
 /// With `Last-Event-ID`, first the events after that outbox position (see the module doc).
 #[utoipa::path(get, path = "/event",
     params(DirectoryParam,
@@ -76,14 +77,15 @@ pub async fn stream(
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    let filter = match directory {
-        Some(directory) => Some(Arc::new(WorktreeFilter {
-            directory: normalise_directory(&directory)?,
-            rewind: Arc::clone(&state.services.rewind),
-            known: Mutex::default(),
-        })),
-        None => None,
+    let scope = match directory {
+        Some(directory) => Scope::Worktree(normalise_directory(&directory)?),
+        None => Scope::Roots(Arc::clone(&state.roots)),
     };
+    let filter = Some(Arc::new(SessionFilter {
+        scope,
+        rewind: Arc::clone(&state.services.rewind),
+        known: Mutex::default(),
+    }));
     // Subscribe before `server.connected` is sent and before the outbox is read, so nothing published after
     // it is missed.
     let live = state.bus.subscribe();
@@ -349,7 +351,7 @@ impl Start {
 enum Frame {
     /// An outbox event, sent with its position as `id:`.
     Outbox(StoredEvent),
-    /// An outbox event the worktree filter passed over: not sent, but the position moves past it.
+    /// An outbox event the session filter passed over: not sent, but the position moves past it.
     Passed(Mark),
     Connected,
     Heartbeat,
@@ -401,7 +403,7 @@ struct Follower {
     catching_up: bool,
     /// Whether the next outbox read reports a lag even without a gap (`Start::unchecked`).
     unchecked: bool,
-    filter: Option<Arc<WorktreeFilter>>,
+    filter: Option<Arc<SessionFilter>>,
 }
 
 impl Follower {
@@ -471,21 +473,42 @@ impl Follower {
 /// Which events a stream opened for one worktree sends: the server's own, and those of sessions whose
 /// directory is the worktree. A session's directory is learned from the events that carry the session,
 /// else read once.
-struct WorktreeFilter {
-    /// The worktree, as sessions record it.
-    directory: String,
+struct SessionFilter {
+    /// Whose sessions' events the stream carries.
+    scope: Scope,
     rewind: Arc<Rewind>,
-    /// Whether each session seen so far is of the worktree.
+    /// Whether each session seen so far is in the scope.
     known: Mutex<HashMap<SessionId, bool>>,
 }
 
-impl WorktreeFilter {
+/// The sessions a stream carries the events of.
+enum Scope {
+    /// Those of one worktree, as sessions record it (a stream that named one).
+    Worktree(String),
+    /// Those whose worktree lies under a project root (a stream that named none): the command line
+    /// records sessions of any directory in the same database, and the session routes refuse those
+    /// outside the roots; their events, which carry their messages and diffs, are not streamed either.
+    Roots(Arc<Vec<std::path::PathBuf>>),
+}
+
+impl Scope {
+    fn covers(&self, directory: &str) -> bool {
+        match self {
+            Scope::Worktree(worktree) => directory == worktree,
+            Scope::Roots(roots) => roots
+                .iter()
+                .any(|root| std::path::Path::new(directory).starts_with(root)),
+        }
+    }
+}
+
+impl SessionFilter {
     async fn keeps(&self, event: &Event) -> bool {
         let Some((id, info)) = event.payload.session() else {
             return true;
         };
         if let Some(info) = info {
-            let ours = info.directory == self.directory;
+            let ours = self.scope.covers(&info.directory);
             if matches!(event.payload, EventPayload::SessionDeleted { .. }) {
                 // Its last event: the stream forgets it (the map holds only live sessions).
                 self.known().remove(id);
@@ -500,15 +523,16 @@ impl WorktreeFilter {
         }
         match self.rewind.session(id).await {
             Ok(session) => {
-                let ours = session.directory == self.directory;
+                let ours = self.scope.covers(&session.directory);
                 self.known().insert(id.clone(), ours);
                 ours
             }
             // Deleted since: not sent, as its deletion (which carries its directory) was or will be.
             Err(rewind_core::Error::NotFound(_)) => false,
-            // Not known now (the database busy, say): sent rather than lost, and asked again next time
-            // (review).
-            Err(_) => true,
+            // Not known now (the database busy, say): for a worktree's stream, sent rather than lost, and
+            // asked again next time (review); for the roots', not sent, as the session routes refuse a
+            // session they cannot read.
+            Err(_) => matches!(self.scope, Scope::Worktree(_)),
         }
     }
 

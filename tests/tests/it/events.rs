@@ -198,7 +198,8 @@ async fn a_second_process_writing_the_database_reaches_the_stream() -> Result<()
 /// A stream opened for one worktree (`?directory=`, as OpenCode's client opens its instance's) gets the
 /// server's events and those of that worktree's sessions only: those that carry the session, those that
 /// name it only by id, and those another process writes. A stream that names no worktree gets them all
-/// (black-box: a client of one project saw every project's sessions).
+/// (all are under the project roots here; black-box: a client of one project saw every project's
+/// sessions).
 #[tokio::test]
 async fn a_stream_opened_for_a_worktree_gets_only_its_sessions_events() -> Result<()> {
     let app = spawn_app().await?;
@@ -267,6 +268,44 @@ async fn a_stream_opened_for_a_worktree_gets_only_its_sessions_events() -> Resul
     for id in [&here, &there, &other] {
         assert!(all_sessions.contains(id), "{id}: {:?}", types(&seen[1]));
     }
+    app.stop().await
+}
+
+/// A stream that names no worktree gets the events of every worktree under the project roots, and none
+/// of a session outside them, which the command line (here another process) may record in the same
+/// database: the session routes refuse it (SPEC 9), and its events would carry its messages and diffs
+/// (review: they were streamed).
+#[tokio::test]
+async fn a_stream_that_names_no_worktree_gets_no_session_outside_the_roots() -> Result<()> {
+    let app = spawn_app().await?;
+    let outside = tempfile::tempdir()?;
+    let mut all = app.connected_events().await?;
+    let elsewhere = app.create_session_in(outside.path(), "elsewhere").await?;
+    let inside = app.create_session_in(&app.repo, "last").await?;
+    let mut events = Vec::new();
+    loop {
+        let event = all
+            .next(Duration::from_secs(5))
+            .await?
+            .context("the stream ended before the last session")?;
+        let last =
+            event["type"] == "session.created" && event["properties"]["info"]["title"] == "last";
+        events.push(event);
+        if last {
+            break;
+        }
+    }
+    assert!(
+        events
+            .iter()
+            .all(|e| !e.to_string().contains(elsewhere.as_str())),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.to_string().contains(inside.as_str()))
+    );
     app.stop().await
 }
 
