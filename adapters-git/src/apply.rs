@@ -581,31 +581,31 @@ fn write_file(
         .filter(|stat| stat.mode == job.mode);
     if let (Some((held, ours)), Some(was)) = (swapped_out, job.was) {
         thread.swapped_out(SwappedOut {
-            dir,
+            dir: dir_rel.to_owned(),
             tmp: job.tmp.clone(),
             name: name.to_owned(),
             rel: job.rel.clone(),
             was,
             ours,
+            at: std::time::Instant::now(),
             held,
         });
     }
     Ok(Done::Changed(stat))
 }
 
-/// How many files a write thread leaves swapped out at their temporary names before it looks at the
-/// oldest again (and when it ends): a handle each, on its directory and on the file (`replace::MAX_HELD`
-/// counts the latter).
-pub(crate) const SETTLE_AFTER: usize = 4;
+/// How long a file a write swapped out stays at the temporary name, at least, before it is looked at
+/// again (`settle`).
+const SETTLE_AGE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A file a write swapped out of its name (`swap_in`), unchanged then, left at the write's temporary
-/// name until the thread has made a few more writes: a program that opened the file before the swap can
-/// still write to it after (a write already under way, the open's truncation included), and that
-/// write, found by the second look, is put back instead of removed with the file (black-box: one such
-/// write in a race audit was lost, neither on disk nor in the store).
+/// name until the writes of the batch are done and it is at least `SETTLE_AGE` old: a program that
+/// opened the file before the swap can still write to it after (a write already under way, the open's
+/// truncation included), and that write, found by the second look, is put back instead of removed with
+/// the file (black-box: one such write in a race audit was lost, neither on disk nor in the store).
 struct SwappedOut {
-    /// The file's directory.
-    dir: OwnedFd,
+    /// Its directory, worktree-relative (opened again to look: a handle each would be one per write).
+    dir: String,
     /// The temporary name it stands at.
     tmp: String,
     /// Its own name, where the new content stands.
@@ -614,123 +614,98 @@ struct SwappedOut {
     rel: String,
     /// Its stat data when it was checked, and at the swap.
     was: Stat,
-    /// The device and inode of the new content.
-    ours: (u64, u64),
-    /// Its handle (see `replace.rs`), released once it is removed.
+    /// The new content's stat data before the swap.
+    ours: Option<Stat>,
+    /// When it was swapped out.
+    at: std::time::Instant,
+    /// Its handle (see `replace.rs`), released once it is looked at again.
     held: Held,
 }
 
-/// A write thread's files to hand over (`Releases`) and the files it swapped out, not yet looked at
-/// again (`SwappedOut`); those whose write went back are named in `put_back`.
+/// A write thread's files to hand over (`Releases`), and where it puts the files it swaps out.
 struct WriteThread<'a> {
     releases: Releases,
-    swapped: std::collections::VecDeque<SwappedOut>,
-    put_back: &'a std::sync::Mutex<Vec<String>>,
-    hook: Option<&'a ChangeHook>,
+    swapped: &'a std::sync::Mutex<Vec<SwappedOut>>,
 }
 
 impl<'a> WriteThread<'a> {
-    fn new(
-        put_back: &'a std::sync::Mutex<Vec<String>>,
-        hook: Option<&'a ChangeHook>,
-    ) -> WriteThread<'a> {
+    fn new(swapped: &'a std::sync::Mutex<Vec<SwappedOut>>) -> WriteThread<'a> {
         WriteThread {
             releases: Releases::default(),
-            swapped: std::collections::VecDeque::new(),
-            put_back,
-            hook,
+            swapped,
         }
     }
 
     fn swapped_out(&mut self, file: SwappedOut) {
-        self.swapped.push_back(file);
-        if self.swapped.len() > SETTLE_AFTER
-            && let Some(oldest) = self.swapped.pop_front()
-        {
-            self.settle(oldest);
-        }
-    }
-
-    /// Looks at a swapped-out file again: unchanged, it is removed; written to since (a handle opened
-    /// before the swap), it goes back to its name in place of the new content, and the path is named in
-    /// `put_back`.
-    fn settle(&mut self, file: SwappedOut) {
-        use rustix::fs::{AtFlags, RenameFlags};
-        use rustix::io::Errno;
-        if let Some(hook) = self.hook {
-            hook(&file.rel);
-        }
-        let SwappedOut {
-            dir,
-            tmp,
-            name,
-            rel,
-            was,
-            ours,
-            held,
-        } = file;
-        match beneath::lstat_at(&dir, &tmp) {
-            Ok(out) if moved_unchanged(&out, was) => {
-                if rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty())
-                    .is_err_and(|e| e != Errno::NOENT)
-                {
-                    keep_aside(&dir, &tmp, &name);
-                }
-                self.releases.push(held);
-                return;
-            }
-            // Removed by another program meanwhile.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
-            _ => {}
-        }
-        match rustix::fs::renameat_with(
-            &dir,
-            tmp.as_str(),
-            &dir,
-            name.as_str(),
-            RenameFlags::EXCHANGE,
-        ) {
-            Ok(()) => {
-                // What came out is the new content, unless another file came to the name meanwhile.
-                let back = beneath::lstat_at(&dir, &tmp);
-                #[allow(clippy::unnecessary_cast)]
-                let is_ours = back.is_ok_and(|b| (b.st_dev as u64, b.st_ino as u64) == ours);
-                if !is_ours
-                    || rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty())
-                        .is_err_and(|e| e != Errno::NOENT)
-                {
-                    keep_aside(&dir, &tmp, &name);
-                }
-            }
-            // Nothing stands at the name any more: the file goes back there.
-            Err(Errno::NOENT) => {
-                if rustix::fs::renameat_with(
-                    &dir,
-                    tmp.as_str(),
-                    &dir,
-                    name.as_str(),
-                    RenameFlags::NOREPLACE,
-                )
-                .is_err()
-                {
-                    keep_aside(&dir, &tmp, &name);
-                }
-            }
-            Err(_) => keep_aside(&dir, &tmp, &name),
-        }
-        drop(held);
-        self.put_back
+        self.swapped
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(rel);
+            .push(file);
     }
 }
 
-impl Drop for WriteThread<'_> {
-    fn drop(&mut self) {
-        while let Some(file) = self.swapped.pop_front() {
-            self.settle(file);
+/// Looks at a swapped-out file again (`SwappedOut`): unchanged, it is removed (`Ok(false)`); written to
+/// since, it goes back to its name in place of the new content, while that stands there unchanged, or is
+/// moved aside (`<name>.rewind-kept-<tmp>`) when something newer stands there, and the path is left as
+/// it is (`Ok(true)`). A failure to remove it is an error, and it is moved aside first.
+fn settle(root: &Root, file: &SwappedOut, hook: Option<&ChangeHook>) -> io::Result<bool> {
+    use rustix::fs::{AtFlags, RenameFlags};
+    use rustix::io::Errno;
+    if let Some(hook) = hook {
+        hook(&file.rel);
+    }
+    let dir = match root.dir(&file.dir) {
+        Ok(dir) => dir,
+        // Its directory was removed or replaced meanwhile, with the file in it.
+        Err(e) if beneath::moved(&e) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let (tmp, name) = (file.tmp.as_str(), file.name.as_str());
+    match beneath::lstat_at(&dir, tmp) {
+        Ok(out) if moved_unchanged(&out, file.was) => {
+            return match rustix::fs::unlinkat(&dir, tmp, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => Ok(false),
+                Err(e) => {
+                    keep_aside(&dir, tmp, name);
+                    Err(e.into())
+                }
+            };
         }
+        // Removed by another program meanwhile.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        _ => {}
+    }
+    let unchanged_ours =
+        |st: &rustix::fs::Stat| file.ours.is_some_and(|ours| moved_unchanged(st, ours));
+    match beneath::lstat_at(&dir, name) {
+        Ok(at_name) if unchanged_ours(&at_name) => {
+            match rustix::fs::renameat_with(&dir, tmp, &dir, name, RenameFlags::EXCHANGE) {
+                Ok(()) => {
+                    // What came out is the new content, unless a newer file came to the name in between.
+                    let out = beneath::lstat_at(&dir, tmp);
+                    if !out.is_ok_and(|out| unchanged_ours(&out))
+                        || rustix::fs::unlinkat(&dir, tmp, AtFlags::empty())
+                            .is_err_and(|e| e != Errno::NOENT)
+                    {
+                        keep_aside(&dir, tmp, name);
+                    }
+                }
+                Err(Errno::NOENT) => put_at_free_name(&dir, tmp, name),
+                Err(_) => keep_aside(&dir, tmp, name),
+            }
+        }
+        // Nothing stands at the name any more: the file goes back there.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => put_at_free_name(&dir, tmp, name),
+        // A newer write, or another file, stands there: it stays, and the file is kept beside it.
+        _ => keep_aside(&dir, tmp, name),
+    }
+    Ok(true)
+}
+
+/// Renames `tmp` to `name` while nothing stands there, else keeps it aside.
+fn put_at_free_name(dir: &OwnedFd, tmp: &str, name: &str) {
+    if rustix::fs::renameat_with(dir, tmp, dir, name, rustix::fs::RenameFlags::NOREPLACE).is_err() {
+        keep_aside(dir, tmp, name);
     }
 }
 
@@ -836,18 +811,19 @@ fn replace(
 }
 
 /// What `replace` did: the handle on what stood at the name (see `replace.rs`), and, when that file was
-/// swapped out to the temporary name, where it is left to be looked at again (`SwappedOut`), the device
-/// and inode of the new content.
+/// swapped out to the temporary name, where it is left to be looked at again (`SwappedOut`), the new
+/// content's stat data before the swap.
 struct Replaced {
     held: Held,
-    swapped_out: Option<(u64, u64)>,
+    swapped_out: Option<Option<Stat>>,
 }
 
 /// What `swap_in` did.
 enum Swapped {
     /// The new content stands at the name; what stood there, unchanged, is at the temporary name (the
-    /// device and inode of the new content given), or, without the swap, gone (none).
-    In(Option<(u64, u64)>),
+    /// new content's stat data before the swap given, when it has any), or, without the swap, gone
+    /// (`None`).
+    In(Option<Option<Stat>>),
     /// What stood there had changed since the look (a write landed in between): it stands there again,
     /// and the new content is back at the temporary name.
     Changed,
@@ -883,8 +859,7 @@ fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swappe
     // the caller's clean-up of the temporary name would remove it.
     let unchanged = beneath::lstat_at(dir, tmp).is_ok_and(|out| moved_unchanged(&out, was));
     if unchanged {
-        #[allow(clippy::unnecessary_cast)]
-        return Ok(Swapped::In(Some((ours.st_dev as u64, ours.st_ino as u64))));
+        return Ok(Swapped::In(Some(Stat::of_rustix(&ours))));
     }
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
         Ok(()) => {}
@@ -1171,14 +1146,31 @@ impl<'a> Applier<'a> {
         self.pending_dirs.clear();
         let at = (self.store, &self.root, &self.relinked);
         let hooks = (self.hook.as_ref(), self.swap_hook.as_ref());
-        let put_back = std::sync::Mutex::new(Vec::new());
+        let swapped = std::sync::Mutex::new(Vec::new());
         let outcomes = crate::track::parallel_map_on(
             &jobs,
             WRITE_THREADS,
             1,
-            || WriteThread::new(&put_back, self.settle_hook.as_ref()),
+            || WriteThread::new(&swapped),
             |thread, job| write_file(at, hooks, job, thread),
-        )?;
+        );
+        let swapped = swapped
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (put_back, settled) = self.settle_swapped(swapped);
+        // Written to after the swap, through a handle opened before it: that write stands at the path
+        // again (or beside it, when something newer stands there), and the path is left as it is. Also
+        // when a write failed: a restore has no rollback to find them.
+        let outcomes = match outcomes {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                for rel in put_back {
+                    self.unrecord(&rel);
+                    self.keep(&rel, MOVED_MEANWHILE)?;
+                }
+                return Err(error);
+            }
+        };
         for (job, outcome) in jobs.into_iter().zip(outcomes) {
             match outcome {
                 Done::Changed(stat) => {
@@ -1190,17 +1182,50 @@ impl<'a> Applier<'a> {
                 }
             }
         }
-        // Written to after the swap, through a handle opened before it: that write stands at the path
-        // again, the new content is gone, and the path is left as it is.
-        let put_back = put_back
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for rel in put_back {
             self.written_stats.remove(&rel);
             self.unrecord(&rel);
             self.keep(&rel, MOVED_MEANWHILE)?;
         }
-        Ok(())
+        settled
+    }
+
+    /// Looks at the files the writes swapped out again (`settle`), several at a time, once the youngest
+    /// is `SETTLE_AGE` old: the paths whose file went back (or aside), and the first failure to remove
+    /// one. Their handles are released after.
+    fn settle_swapped(&self, swapped: Vec<SwappedOut>) -> (Vec<String>, GitResult<()>) {
+        if let Some(youngest) = swapped.iter().map(|file| file.at).max() {
+            std::thread::sleep(SETTLE_AGE.saturating_sub(youngest.elapsed()));
+        }
+        let (root, hook) = (&self.root, self.settle_hook.as_ref());
+        let settled = crate::track::parallel_map_on(
+            &swapped,
+            WRITE_THREADS,
+            8,
+            || (),
+            |(), file| Ok(settle(root, file, hook).map_err(|e| (file.rel.clone(), e))),
+        );
+        // A thread that panicked: the files it did not look at stay at their temporary names, which the
+        // journal's clean-up removes (its handles are closed here).
+        let settled = match settled {
+            Ok(settled) => settled,
+            Err(error) => return (Vec::new(), Err(error)),
+        };
+        let mut put_back = Vec::new();
+        let mut failed = Ok(());
+        for (file, result) in swapped.iter().zip(settled) {
+            match result {
+                Ok(true) => put_back.push(file.rel.clone()),
+                Ok(false) => {}
+                Err((rel, e)) => {
+                    if failed.is_ok() {
+                        failed = Err(GitError::io(&self.store.worktree.join(rel), e));
+                    }
+                }
+            }
+        }
+        Held::release_all(swapped.into_iter().map(|file| file.held).collect());
+        (put_back, failed)
     }
 
     /// Takes back the record of a write that did not happen (`Done::Moved`).

@@ -386,62 +386,101 @@ async fn a_write_between_the_last_look_and_the_swap_is_not_lost() {
 /// A program that opened a file before the revert swapped new content in, and writes through that handle
 /// after the swap (a write already under way: an editor's save, or an open whose truncation came just
 /// after the swap), still reaches the file swapped out, not the new one. That file is left at the
-/// revert's temporary name and looked at again a few writes later: written to, it goes back to its name,
-/// the new content is removed, and the path is kept. Black-box: in a race audit, such a write was lost,
-/// neither on disk nor in the store (the file swapped out was removed right after the swap).
+/// revert's temporary name until the revert's writes are done, and looked at again: written to, it goes
+/// back to its name, the new content is removed, and the path is kept. When a newer write already stands
+/// at the name (a second save, after the swap), that one stays, and the earlier one is kept beside it.
+/// Black-box: in a race audit, such a write was lost, neither on disk nor in the store (the file swapped
+/// out was removed right after the swap).
 #[tokio::test]
 async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
-    let handle: Arc<Mutex<Option<fs::File>>> = Arc::default();
-    let (opening, writing) = (Arc::clone(&handle), Arc::clone(&handle));
-    let h = GitHarness::with_config(move |config, base| {
-        let wt = base.join("wt");
-        config.swap_hook = Some(Arc::new(move |path: &str| {
-            if path == "e.txt" {
-                let file = fs::OpenOptions::new()
-                    .write(true)
-                    .open(wt.join("e.txt"))
-                    .expect("the other program opens the file");
-                *opening.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
-            }
-        }));
-        config.settle_hook = Some(Arc::new(move |path: &str| {
-            let file = writing
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let (true, Some(mut file)) = (path == "e.txt", file) {
-                use std::io::Write;
-                file.set_len(0).expect("truncate");
-                file.write_all(b"written through its old handle\n")
-                    .expect("the other program writes");
-            }
-        }));
-    });
-    let s = v1_then_v2(&h, &["e.txt", "other.txt"]).await;
-    let base = h.id().await;
-    let outcome = h
-        .port()
-        .revert(h.root(), &patch(&s, &["e.txt", "other.txt"]), &base)
-        .await
-        .expect("revert");
-    assert_eq!(h.read("e.txt"), text("written through its old handle\n"));
-    kept_saying(
-        &outcome.kept,
-        "e.txt",
-        "changed while rewind was writing",
-        "",
-    );
-    wrote_only(&outcome.written, "other.txt", "");
-    assert_eq!(h.read("other.txt"), text("v1\n"));
-    nothing_of_rewind_s_is_left(&h, "after the write through the old handle");
-    // `applied` holds `base`'s entry for the path left as it is.
-    let in_applied = h
-        .port()
-        .diff(h.root(), &base, &outcome.applied)
-        .await
-        .expect("diff");
-    let changed: Vec<&str> = in_applied.iter().map(|d| d.file.as_str()).collect();
-    assert_eq!(changed, ["other.txt"]);
+    for newer in [false, true] {
+        let how = if newer {
+            "with a newer write at the name"
+        } else {
+            "alone"
+        };
+        let handle: Arc<Mutex<Option<fs::File>>> = Arc::default();
+        let (opening, writing) = (Arc::clone(&handle), Arc::clone(&handle));
+        let h = GitHarness::with_config(move |config, base| {
+            let wt = base.join("wt");
+            let wt_later = wt.clone();
+            config.swap_hook = Some(Arc::new(move |path: &str| {
+                if path == "e.txt" {
+                    let file = fs::OpenOptions::new()
+                        .write(true)
+                        .open(wt.join("e.txt"))
+                        .expect("the other program opens the file");
+                    *opening.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
+                }
+            }));
+            config.settle_hook = Some(Arc::new(move |path: &str| {
+                if path != "e.txt" {
+                    return;
+                }
+                let file = writing
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                if let Some(mut file) = file {
+                    use std::io::Write;
+                    file.set_len(0).expect("truncate");
+                    file.write_all(b"written through its old handle\n")
+                        .expect("the other program writes");
+                    if newer {
+                        fs::write(wt_later.join("e.txt"), "saved again\n")
+                            .expect("the newer write");
+                    }
+                }
+            }));
+        });
+        let s = v1_then_v2(&h, &["e.txt", "other.txt"]).await;
+        let base = h.id().await;
+        let outcome = h
+            .port()
+            .revert(h.root(), &patch(&s, &["e.txt", "other.txt"]), &base)
+            .await
+            .expect("revert");
+        kept_saying(
+            &outcome.kept,
+            "e.txt",
+            "changed while rewind was writing",
+            how,
+        );
+        wrote_only(&outcome.written, "other.txt", how);
+        assert_eq!(h.read("other.txt"), text("v1\n"), "{how}");
+        let names: Vec<String> = fs::read_dir(h.root())
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if newer {
+            assert_eq!(h.read("e.txt"), text("saved again\n"), "{how}");
+            let aside: Vec<&String> = names
+                .iter()
+                .filter(|n| n.starts_with("e.txt.rewind-kept-"))
+                .collect();
+            assert_eq!(aside.len(), 1, "{how}: {names:?}");
+            assert_eq!(
+                fs::read_to_string(h.root().join(aside[0])).expect("read"),
+                "written through its old handle\n"
+            );
+        } else {
+            assert_eq!(
+                h.read("e.txt"),
+                text("written through its old handle\n"),
+                "{how}"
+            );
+            nothing_of_rewind_s_is_left(&h, how);
+        }
+        // `applied` holds `base`'s entry for the path left as it is.
+        let in_applied = h
+            .port()
+            .diff(h.root(), &base, &outcome.applied)
+            .await
+            .expect("diff");
+        let changed: Vec<&str> = in_applied.iter().map(|d| d.file.as_str()).collect();
+        assert_eq!(changed, ["other.txt"], "{how}");
+    }
 }
 
 /// The same for a file a revert deletes: it is moved aside in one step and looked at; a write that
