@@ -297,7 +297,8 @@ pub async fn create_message(
     // OpenCode's prompt body has `parts`, rewind's extension a `role`: a body with neither (empty, or a
     // misspelt `part`) is no message, and must not be recorded as an empty user message (which, on a
     // reverted session, would also make the revert permanent).
-    if !fields.contains_key("parts") && !fields.contains_key("role") {
+    let given = |field: &str| fields.get(field).is_some_and(|value| !value.is_null());
+    if !given("parts") && !given("role") {
         return Err(ApiError::BadRequest(
             "invalid message: it needs `parts` (OpenCode's prompt body) or a `role` (\"user\" or \
              \"assistant\", rewind's extension)"

@@ -18,8 +18,8 @@ use super::{NewMessage, NewPart, Rewind, StepEnd, new_token, worktree};
 /// What `Rewind::delete_session_if` asks of the session, as stored once its lease is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeleteIf {
-    /// Last updated before this time (host clock, ms): gc's `--older-than`. A session a turn, a revert or
-    /// a rename updated since gc listed it stays.
+    /// Last updated, and given its newest message, before this time (host clock, ms): gc's `--older-than`.
+    /// A session a turn, a revert, a rename or a new message updated since gc listed it stays.
     UpdatedBefore(u64),
     /// Holding no message: the command line's own new session whose first turn could not begin. One that
     /// another process recorded a message in meanwhile stays.
@@ -102,7 +102,17 @@ impl Rewind {
             let session = self.repo.session(id).await?.unwrap_or(session);
             let mut guards = vec![lease.guard()];
             match condition {
-                Some(DeleteIf::UpdatedBefore(cutoff)) if session.time.updated >= cutoff => {
+                // A message (a user's prompt, recorded without a step) does not change the session's update
+                // time: the newest message's counts too.
+                Some(DeleteIf::UpdatedBefore(cutoff))
+                    if session.time.updated >= cutoff
+                        || self
+                            .repo
+                            .message_infos(id)
+                            .await?
+                            .last()
+                            .is_some_and(|m| m.time.created >= cutoff) =>
+                {
                     return Ok(false);
                 }
                 // A message is recorded without the session's lease when the command that records it saw

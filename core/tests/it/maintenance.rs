@@ -583,3 +583,33 @@ fn a_restore_is_busy_when_a_step_began_before_it_held_the_worktree() {
         );
     });
 }
+
+/// A message recorded without a step (a user's prompt) does not change the session's update time, but
+/// it is use all the same: gc keeps an old session whose newest message is newer than the cut-off, also
+/// one recorded while gc ran, before it took the session's lease.
+#[test]
+fn gc_keeps_an_old_session_given_a_message_while_it_ran() {
+    block_on(async {
+        let world = World::new();
+        let session = world.session().await;
+        world.host.advance(10 * DAY_MS);
+        let (reached, resume) = world.repo.pause_next_lease_take();
+        let collecting = world.rewind.gc(GcRequest {
+            older_than_ms: Some(7 * DAY_MS),
+            ..collect_all()
+        });
+        let prompting = async {
+            reached.await.expect("gc takes the session's lease");
+            world
+                .rewind
+                .create_message(&session.id, NewMessage::user_text("still here"))
+                .await
+                .expect("the message");
+            resume.send(()).expect("resume gc");
+        };
+        let (summary, ()) = futures::future::join(collecting, prompting).await;
+        let summary = summary.expect("gc");
+        assert!(summary.sessions_deleted.is_empty(), "{summary:?}");
+        assert_eq!(world.messages(&session.id).await.len(), 1);
+    });
+}

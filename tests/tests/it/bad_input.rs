@@ -70,6 +70,12 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            "a message body whose only role is null",
+            json_post(&app, &messages, json!({"role": null})),
+            400,
+            "BadRequest",
+        ),
+        (
             "a message body with neither parts nor a role (a misspelt `part`)",
             json_post(
                 &app,
