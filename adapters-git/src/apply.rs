@@ -555,10 +555,11 @@ fn write_file(
             thread.releases.push(held);
             None
         }
+        // Still linked at the temporary name: closing its handle frees nothing; `settle` holds it again.
         Ok(Some(Replaced {
-            held,
+            held: _,
             swapped_out: Some(ours),
-        })) => Some((held, ours)),
+        })) => Some(ours),
         Ok(None) => {
             remove_temp();
             return Ok(Done::Moved);
@@ -579,7 +580,7 @@ fn write_file(
         .ok()
         .and_then(|st| Stat::of_rustix(&st))
         .filter(|stat| stat.mode == job.mode);
-    if let (Some((held, ours)), Some(was)) = (swapped_out, job.was) {
+    if let (Some(ours), Some(was)) = (swapped_out, job.was) {
         thread.swapped_out(SwappedOut {
             dir: dir_rel.to_owned(),
             tmp: job.tmp.clone(),
@@ -588,7 +589,8 @@ fn write_file(
             was,
             ours,
             at: std::time::Instant::now(),
-            held,
+            dir_path: dir_path.to_path_buf(),
+            ext4: temp.ext4,
         });
     }
     Ok(Done::Changed(stat))
@@ -618,8 +620,9 @@ struct SwappedOut {
     ours: Option<Stat>,
     /// When it was swapped out.
     at: std::time::Instant,
-    /// Its handle (see `replace.rs`), released once it is looked at again.
-    held: Held,
+    /// Its directory's path, and whether it is on ext4 (for the handle that frees it, see `replace.rs`).
+    dir_path: PathBuf,
+    ext4: bool,
 }
 
 /// A write thread's files to hand over (`Releases`), and where it puts the files it swaps out.
@@ -648,59 +651,87 @@ impl<'a> WriteThread<'a> {
 /// since, it goes back to its name in place of the new content, while that stands there unchanged, or is
 /// moved aside (`<name>.rewind-kept-<tmp>`) when something newer stands there, and the path is left as
 /// it is (`Ok(true)`). A failure to remove it is an error, and it is moved aside first.
-fn settle(root: &Root, file: &SwappedOut, hook: Option<&ChangeHook>) -> io::Result<bool> {
-    use rustix::fs::{AtFlags, RenameFlags};
+fn settle(
+    root: &Root,
+    file: &SwappedOut,
+    hook: Option<&ChangeHook>,
+    (opened, releases): &mut SettleThread,
+) -> io::Result<bool> {
+    use rustix::fs::{AtFlags, Mode as Bits, OFlags, RenameFlags};
     use rustix::io::Errno;
+    std::thread::sleep(SETTLE_AGE.saturating_sub(file.at.elapsed()));
     if let Some(hook) = hook {
         hook(&file.rel);
     }
-    let dir = match root.dir(&file.dir) {
-        Ok(dir) => dir,
-        // Its directory was removed or replaced meanwhile, with the file in it.
-        Err(e) if beneath::moved(&e) => return Ok(false),
-        Err(e) => return Err(e),
+    // The files are in directory order: a thread opens each directory once.
+    if opened.as_ref().is_none_or(|(dir, _)| *dir != file.dir) {
+        match root.dir(&file.dir) {
+            Ok(fd) => *opened = Some((file.dir.clone(), fd)),
+            // Its directory was removed or replaced meanwhile, with the file in it.
+            Err(e) if beneath::moved(&e) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    let Some((_, dir)) = opened.as_ref() else {
+        return Ok(false);
     };
     let (tmp, name) = (file.tmp.as_str(), file.name.as_str());
-    match beneath::lstat_at(&dir, tmp) {
-        Ok(out) if moved_unchanged(&out, file.was) => {
-            return match rustix::fs::unlinkat(&dir, tmp, AtFlags::empty()) {
-                Ok(()) | Err(Errno::NOENT) => Ok(false),
+    // Looked at through a handle, which then holds the file past its unlink (`replace.rs`).
+    let out = rustix::fs::openat(
+        dir,
+        tmp,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Bits::empty(),
+    )
+    .and_then(|fd| rustix::fs::fstat(&fd).map(|st| (fd, st)));
+    match out {
+        Ok((fd, out)) if moved_unchanged(&out, file.was) => {
+            #[allow(clippy::unnecessary_cast)]
+            let held = Held::of(fd, out.st_dev as u64, &file.dir_path, file.ext4);
+            return match rustix::fs::unlinkat(dir, tmp, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {
+                    releases.push(held);
+                    Ok(false)
+                }
                 Err(e) => {
-                    keep_aside(&dir, tmp, name);
+                    keep_aside(dir, tmp, name);
                     Err(e.into())
                 }
             };
         }
         // Removed by another program meanwhile.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(Errno::NOENT) => return Ok(false),
         _ => {}
     }
     let unchanged_ours =
         |st: &rustix::fs::Stat| file.ours.is_some_and(|ours| moved_unchanged(st, ours));
-    match beneath::lstat_at(&dir, name) {
+    match beneath::lstat_at(dir, name) {
         Ok(at_name) if unchanged_ours(&at_name) => {
-            match rustix::fs::renameat_with(&dir, tmp, &dir, name, RenameFlags::EXCHANGE) {
+            match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
                 Ok(()) => {
                     // What came out is the new content, unless a newer file came to the name in between.
-                    let out = beneath::lstat_at(&dir, tmp);
+                    let out = beneath::lstat_at(dir, tmp);
                     if !out.is_ok_and(|out| unchanged_ours(&out))
-                        || rustix::fs::unlinkat(&dir, tmp, AtFlags::empty())
+                        || rustix::fs::unlinkat(dir, tmp, AtFlags::empty())
                             .is_err_and(|e| e != Errno::NOENT)
                     {
-                        keep_aside(&dir, tmp, name);
+                        keep_aside(dir, tmp, name);
                     }
                 }
-                Err(Errno::NOENT) => put_at_free_name(&dir, tmp, name),
-                Err(_) => keep_aside(&dir, tmp, name),
+                Err(Errno::NOENT) => put_at_free_name(dir, tmp, name),
+                Err(_) => keep_aside(dir, tmp, name),
             }
         }
         // Nothing stands at the name any more: the file goes back there.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => put_at_free_name(&dir, tmp, name),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => put_at_free_name(dir, tmp, name),
         // A newer write, or another file, stands there: it stays, and the file is kept beside it.
-        _ => keep_aside(&dir, tmp, name),
+        _ => keep_aside(dir, tmp, name),
     }
     Ok(true)
 }
+
+/// A settling thread's last directory opened, and the files it hands over (`Releases`).
+type SettleThread = (Option<(String, OwnedFd)>, Releases);
 
 /// Renames `tmp` to `name` while nothing stands there, else keeps it aside.
 fn put_at_free_name(dir: &OwnedFd, tmp: &str, name: &str) {
@@ -1190,23 +1221,20 @@ impl<'a> Applier<'a> {
         settled
     }
 
-    /// Looks at the files the writes swapped out again (`settle`), several at a time, once the youngest
-    /// is `SETTLE_AGE` old: the paths whose file went back (or aside), and the first failure to remove
-    /// one. Their handles are released after.
-    fn settle_swapped(&self, swapped: Vec<SwappedOut>) -> (Vec<String>, GitResult<()>) {
-        if let Some(youngest) = swapped.iter().map(|file| file.at).max() {
-            std::thread::sleep(SETTLE_AGE.saturating_sub(youngest.elapsed()));
-        }
+    /// Looks at the files the writes swapped out again (`settle`, each once it is `SETTLE_AGE` old),
+    /// several at a time: the paths whose file went back (or aside), and the first failure to remove one.
+    fn settle_swapped(&self, mut swapped: Vec<SwappedOut>) -> (Vec<String>, GitResult<()>) {
+        swapped.sort_unstable_by(|a, b| a.dir.cmp(&b.dir));
         let (root, hook) = (&self.root, self.settle_hook.as_ref());
         let settled = crate::track::parallel_map_on(
             &swapped,
             WRITE_THREADS,
             8,
-            || (),
-            |(), file| Ok(settle(root, file, hook).map_err(|e| (file.rel.clone(), e))),
+            || (None, Releases::default()),
+            |thread, file| Ok(settle(root, file, hook, thread).map_err(|e| (file.rel.clone(), e))),
         );
         // A thread that panicked: the files it did not look at stay at their temporary names, which the
-        // journal's clean-up removes (its handles are closed here).
+        // journal's clean-up removes.
         let settled = match settled {
             Ok(settled) => settled,
             Err(error) => return (Vec::new(), Err(error)),
@@ -1224,7 +1252,6 @@ impl<'a> Applier<'a> {
                 }
             }
         }
-        Held::release_all(swapped.into_iter().map(|file| file.held).collect());
         (put_back, failed)
     }
 
