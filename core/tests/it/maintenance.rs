@@ -517,20 +517,14 @@ fn a_delete_of_an_empty_session_keeps_one_that_got_a_message_meanwhile() {
     block_on(async {
         let world = World::new();
         let session = world.session().await;
-        let (reached, resume) = world.repo.pause_next_lease_take();
-        let deleting = world
-            .rewind
-            .delete_session_if(&session.id, Some(DeleteIf::Empty));
-        let recording = async {
-            reached.await.expect("the delete takes the session's lease");
+        let deleted = with_a_message_at_the_lease_take(
+            &world,
+            &session.id,
             world
                 .rewind
-                .create_message(&session.id, NewMessage::user_text("meanwhile"))
-                .await
-                .expect("the message, recorded while the lease is free");
-            resume.send(()).expect("resume the delete");
-        };
-        let (deleted, ()) = futures::future::join(deleting, recording).await;
+                .delete_session_if(&session.id, Some(DeleteIf::Empty)),
+        )
+        .await;
         assert!(!deleted.expect("refused, not failed"));
         assert_eq!(world.messages(&session.id).await.len(), 1);
         // Empty, it is deleted.
@@ -593,23 +587,35 @@ fn gc_keeps_an_old_session_given_a_message_while_it_ran() {
         let world = World::new();
         let session = world.session().await;
         world.host.advance(10 * DAY_MS);
-        let (reached, resume) = world.repo.pause_next_lease_take();
         let collecting = world.rewind.gc(GcRequest {
             older_than_ms: Some(7 * DAY_MS),
             ..collect_all()
         });
-        let prompting = async {
-            reached.await.expect("gc takes the session's lease");
-            world
-                .rewind
-                .create_message(&session.id, NewMessage::user_text("still here"))
-                .await
-                .expect("the message");
-            resume.send(()).expect("resume gc");
-        };
-        let (summary, ()) = futures::future::join(collecting, prompting).await;
-        let summary = summary.expect("gc");
+        let summary = with_a_message_at_the_lease_take(&world, &session.id, collecting)
+            .await
+            .expect("gc");
         assert!(summary.sessions_deleted.is_empty(), "{summary:?}");
         assert_eq!(world.messages(&session.id).await.len(), 1);
     });
+}
+
+/// Runs `operation`, and records a user message in `session` where the operation is about to take its
+/// next lease (still free then, so the message is stored): what another process does between the
+/// operation's look and its lease.
+async fn with_a_message_at_the_lease_take<T>(
+    world: &World,
+    session: &rewind_core::model::SessionId,
+    operation: impl std::future::Future<Output = T>,
+) -> T {
+    let (reached, resume) = world.repo.pause_next_lease_take();
+    let recording = async {
+        reached.await.expect("the operation takes a lease");
+        world
+            .rewind
+            .create_message(session, NewMessage::user_text("meanwhile"))
+            .await
+            .expect("the message, recorded while the lease is free");
+        resume.send(()).expect("resume the operation");
+    };
+    futures::future::join(operation, recording).await.0
 }
