@@ -74,9 +74,8 @@ fn is_ext4(fs: &rustix::fs::StatFs) -> bool {
     u64::try_from(fs.f_type).is_ok_and(|kind| kind == EXT4_SUPER_MAGIC)
 }
 
-/// How many replaced files the process may hold open at once (a revert holds those of the files it swapped
-/// out until its batch of writes is done and it has looked at them again, `apply::SwappedOut`).
-const MAX_HELD: usize = 256;
+/// How many replaced files the process may hold open at once.
+const MAX_HELD: usize = 128;
 
 static HELD: AtomicUsize = AtomicUsize::new(0);
 
@@ -194,8 +193,7 @@ pub struct Releases(Vec<Held>);
 
 impl Releases {
     /// How many files are handed over at once at most: the 16 threads a revert writes with then hold
-    /// fewer than `MAX_HELD` files between them, so none is freed on the spot for want of a handle (past
-    /// `MAX_HELD` files swapped out and not yet looked at again, some are).
+    /// fewer than `MAX_HELD` files between them, so none is freed on the spot for want of a handle.
     const BATCH: usize = 8;
 
     /// Adds a file to hand over.
