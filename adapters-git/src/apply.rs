@@ -864,8 +864,9 @@ enum Swapped {
 
 /// Puts the temporary file `tmp` at `name` in `dir`, where `was` (stat data) stood at the last look. The
 /// two are swapped in one step (`RENAME_EXCHANGE`), and what came out is looked at: still `was`, it is
-/// left at `tmp`, for the caller to look at again and remove (`WriteThread::settle`); otherwise a write landed between the look and the swap (a user's edit in place, or a file put
-/// there by rename), and it is swapped back, so nothing of the user's is lost (a plain rename would have
+/// left at `tmp`, for the caller to look at again and remove once the batch's writes are done (`settle`);
+/// otherwise a write landed between the look and the swap (a user's edit in place, or a file put there
+/// by rename), and it is swapped back, so nothing of the user's is lost (a plain rename would have
 /// dropped it with no copy). Should yet another file have come to the name in that instant, the one that
 /// comes out is moved aside under a name of its own (`<name>.rewind-kept-<temporary name>`) rather than
 /// removed. A filesystem without the swap (NFS, some FUSE) gets a plain rename, as before.
