@@ -27,6 +27,7 @@
 //! without it). Either way the client must re-read state. A bare number is taken as a position unchecked.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -495,9 +496,7 @@ impl Scope {
     fn covers(&self, directory: &str) -> bool {
         match self {
             Scope::Worktree(worktree) => directory == worktree,
-            Scope::Roots(roots) => roots
-                .iter()
-                .any(|root| std::path::Path::new(directory).starts_with(root)),
+            Scope::Roots(roots) => super::security::under_roots(Path::new(directory), roots),
         }
     }
 }

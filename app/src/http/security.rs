@@ -262,7 +262,7 @@ pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiE
     }
     let (canonical, text) = canonical_worktree(path)
         .map_err(|error| ApiError::BadRequest(format!("worktree {error}")))?;
-    if !roots.iter().any(|root| canonical.starts_with(root)) {
+    if !under_roots(&canonical, roots) {
         return Err(outside_roots(&canonical, roots));
     }
     Ok(text)
@@ -274,7 +274,7 @@ pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiE
 pub fn session_under_roots(directory: &str, roots: &[PathBuf]) -> Result<(), ApiError> {
     session_resolves_to_itself(directory)?;
     let path = Path::new(directory);
-    if roots.iter().any(|root| path.starts_with(root)) {
+    if under_roots(path, roots) {
         return Ok(());
     }
     Err(outside_roots(path, roots))
@@ -299,6 +299,11 @@ pub fn session_resolves_to_itself(directory: &str) -> Result<(), ApiError> {
         Err(crate::worktree::WorktreeError::NotUtf8(canonical)) => Err(elsewhere(&canonical)),
         _ => Ok(()),
     }
+}
+
+/// Whether `path` (canonical) lies under one of the (canonical) project roots.
+pub fn under_roots(path: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|root| path.starts_with(root))
 }
 
 fn outside_roots(worktree: &Path, roots: &[PathBuf]) -> ApiError {
