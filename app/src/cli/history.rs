@@ -99,7 +99,7 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
             );
         };
         let seen = HistorySeen::of(&session, &messages);
-        match revert_to(
+        let moved = revert_to(
             ctx,
             &session,
             target.info.id.clone(),
@@ -107,11 +107,10 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
             &messages,
             Some(&seen),
         )
-        .await?
-        {
-            Moved::Done => return Ok(()),
-            Moved::Stale(_) if choice < CHOICES => session = read_again(ctx, &session).await?,
-            Moved::Stale(error) => return Err(explain(error, "reverting")),
+        .await?;
+        match again(ctx, &session, moved, choice).await? {
+            Some(now) => session = now,
+            None => return Ok(()),
         }
     }
 }
@@ -174,10 +173,9 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
                 }
             }
         };
-        match moved {
-            Moved::Done => return Ok(()),
-            Moved::Stale(_) if choice < CHOICES => session = read_again(ctx, &session).await?,
-            Moved::Stale(error) => return Err(explain(error, "reverting")),
+        match again(ctx, &session, moved, choice).await? {
+            Some(now) => session = now,
+            None => return Ok(()),
         }
     }
 }
@@ -188,6 +186,21 @@ enum Moved {
     Done,
     /// Refused, nothing changed: the session's history is no longer the one the choice was made from.
     Stale(rewind_core::Error),
+}
+
+/// After the `choice`-th choice of `undo` or `redo` ended as `moved`: none when it is done, the session as
+/// stored now when it is to choose again, the error when it has chosen `CHOICES` times.
+async fn again(
+    ctx: &Context,
+    session: &Session,
+    moved: Moved,
+    choice: usize,
+) -> Result<Option<Session>> {
+    match moved {
+        Moved::Done => Ok(None),
+        Moved::Stale(_) if choice < CHOICES => read_again(ctx, session).await.map(Some),
+        Moved::Stale(error) => Err(explain(error, "reverting")),
+    }
 }
 
 /// The session as it is stored now.
