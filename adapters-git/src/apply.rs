@@ -1196,10 +1196,7 @@ impl<'a> Applier<'a> {
         let outcomes = match outcomes {
             Ok(outcomes) => outcomes,
             Err(error) => {
-                for rel in put_back {
-                    self.unrecord(&rel);
-                    self.keep(&rel, MOVED_MEANWHILE)?;
-                }
+                self.keep_put_back(put_back)?;
                 return Err(error);
             }
         };
@@ -1214,12 +1211,18 @@ impl<'a> Applier<'a> {
                 }
             }
         }
+        self.keep_put_back(put_back)?;
+        settled
+    }
+
+    /// Takes back the writes of `put_back` (their files went back, `settle`): the paths are kept.
+    fn keep_put_back(&mut self, put_back: Vec<String>) -> GitResult<()> {
         for rel in put_back {
             self.written_stats.remove(&rel);
             self.unrecord(&rel);
             self.keep(&rel, MOVED_MEANWHILE)?;
         }
-        settled
+        Ok(())
     }
 
     /// Looks at the files the writes swapped out again (`settle`, each once it is `SETTLE_AGE` old),
