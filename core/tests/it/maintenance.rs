@@ -20,6 +20,14 @@ fn collect_all() -> GcRequest {
     }
 }
 
+/// gc of what is older than a week, then of everything unreferenced.
+fn older_than_a_week() -> GcRequest {
+    GcRequest {
+        older_than_ms: Some(7 * DAY_MS),
+        ..collect_all()
+    }
+}
+
 async fn track(world: &World) -> SnapshotId {
     world.snapshots.track(world.path()).await.expect("track").id
 }
@@ -222,14 +230,7 @@ fn gc_older_than_deletes_old_sessions_and_then_their_snapshots() {
             .cloned()
             .collect();
 
-        let summary = world
-            .rewind
-            .gc(GcRequest {
-                older_than_ms: Some(7 * DAY_MS),
-                ..collect_all()
-            })
-            .await
-            .expect("gc");
+        let summary = world.rewind.gc(older_than_a_week()).await.expect("gc");
 
         assert_eq!(summary.sessions_deleted, std::slice::from_ref(&old.id));
         assert!(world.rewind.session(&old.id).await.is_err());
@@ -282,14 +283,7 @@ fn gc_leaves_a_busy_old_session_alone_and_deletes_old_captures() {
             .expect("begin");
         world.host.advance(10 * DAY_MS);
 
-        let summary = world
-            .rewind
-            .gc(GcRequest {
-                older_than_ms: Some(7 * DAY_MS),
-                ..collect_all()
-            })
-            .await
-            .expect("gc");
+        let summary = world.rewind.gc(older_than_a_week()).await.expect("gc");
 
         assert!(summary.sessions_deleted.is_empty());
         assert_eq!(summary.sessions_skipped.len(), 1);
@@ -471,10 +465,7 @@ fn gc_keeps_an_old_session_used_while_it_ran() {
         world.host.advance(10 * DAY_MS);
         // gc stops where it takes the old session's lease; the session is reverted meanwhile.
         let (reached, resume) = world.repo.pause_next_lease_take();
-        let collecting = world.rewind.gc(GcRequest {
-            older_than_ms: Some(7 * DAY_MS),
-            ..collect_all()
-        });
+        let collecting = world.rewind.gc(older_than_a_week());
         let reverting = async {
             reached.await.expect("gc takes the session's lease");
             let reverted = world.try_revert_to(&session.id, &turn.user).await;
@@ -495,14 +486,7 @@ fn gc_keeps_an_old_session_used_while_it_ran() {
         assert_eq!(world.read("a.txt"), None);
         // Unused since, it is deleted by the next gc past the cut-off.
         world.host.advance(10 * DAY_MS);
-        let summary = world
-            .rewind
-            .gc(GcRequest {
-                older_than_ms: Some(7 * DAY_MS),
-                ..collect_all()
-            })
-            .await
-            .expect("gc");
+        let summary = world.rewind.gc(older_than_a_week()).await.expect("gc");
         assert_eq!(summary.sessions_deleted, std::slice::from_ref(&session.id));
     });
 }
@@ -587,10 +571,7 @@ fn gc_keeps_an_old_session_given_a_message_while_it_ran() {
         let world = World::new();
         let session = world.session().await;
         world.host.advance(10 * DAY_MS);
-        let collecting = world.rewind.gc(GcRequest {
-            older_than_ms: Some(7 * DAY_MS),
-            ..collect_all()
-        });
+        let collecting = world.rewind.gc(older_than_a_week());
         let summary = with_a_message_at_the_lease_take(&world, &session.id, collecting)
             .await
             .expect("gc");
