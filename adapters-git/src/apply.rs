@@ -420,6 +420,30 @@ struct Applier<'a> {
     /// it has, a write may take what `expected` says stands at its path when `expected_looked`
     /// (`Applier::write`).
     dirs_changed: bool,
+    /// Files deleted by moving them aside (`remove_aside`), still at their temporary names until the
+    /// deletions end (`finish`, at the first write or the operation's end), which looks at them again as
+    /// at the files the writes swapped out (`settle`).
+    deleted_aside: Vec<SwappedOut>,
+    /// The paths deleted (or found gone) whose emptied directories are removed once the files moved
+    /// aside from them are settled: at the first write, or at the operation's end (`finish`).
+    emptied: Vec<String>,
+    /// Every directory above a path of `emptied`: a deletion of one of these paths first ends the
+    /// deletions before it (a file that a directory they emptied replaced).
+    emptied_dirs: HashSet<String>,
+}
+
+impl Drop for Applier<'_> {
+    /// An operation that fails before its end (`finish`) still settles the files its deletions moved
+    /// aside, and removes the directories they emptied, as it did when a deletion removed its file at
+    /// once: none is left at a temporary name, which the journal's clean-up would remove with whatever
+    /// was written to it meanwhile.
+    fn drop(&mut self) {
+        let deleted = std::mem::take(&mut self.deleted_aside);
+        if !deleted.is_empty() {
+            let _ = self.settle_swapped(deleted);
+        }
+        self.remove_emptied();
+    }
 }
 
 /// The files with more than one name (hard links) one of whose names an operation is about to replace or
@@ -940,57 +964,45 @@ fn moved_unchanged(moved: &rustix::fs::Stat, was: Stat) -> bool {
     })
 }
 
+/// What `remove_aside` did.
+enum Removal {
+    /// The file was moved to the temporary name, where it waits to be looked at again (`settle`).
+    Aside,
+    /// Nothing stood at the name any more (deleted by someone else meanwhile).
+    Gone,
+    /// Something else stands at the name now: nothing was done.
+    Moved,
+}
+
 /// Deletes `name` in `dir` while it is the file or symlink `was`, as `remove` does, but closing the
 /// window between the last look and the unlink: the file is moved to `aside` (a temporary name of the
-/// operation's batch, in a directory its journal names) in one step, and what was moved is looked at:
-/// still `was`, it is removed; otherwise a write landed in between (an edit in that window was deleted
-/// with no copy), and it is put back and the path kept. Should a new file have come to the name in that
-/// instant, the one moved is left beside it as `<name>.rewind-kept-<aside>`, never removed.
+/// operation's batch, in a directory its journal names) in one step, and left there until the deletions
+/// end (`Applier::finish`), which looks at it again (`settle`, as for a file a write swapped out): still
+/// `was`, it is removed; otherwise a write landed since the look (an edit in place, or one through a
+/// handle opened before the move), and it is put back and the path kept, or left beside a new file that
+/// came to the name as `<name>.rewind-kept-<aside>`, never removed. `at` is the directory's path, the
+/// files with other names, and whether it is on ext4.
 fn remove_aside(
     dir: &OwnedFd,
     name: &str,
     was: Stat,
-    at: (&Path, &Relinked),
+    (dir_path, relinked, ext4): (&Path, &Relinked, bool),
     aside: &str,
     before_move: impl Fn(),
-) -> io::Result<Done> {
-    use rustix::fs::{AtFlags, RenameFlags};
+) -> io::Result<Removal> {
     use rustix::io::Errno;
-    let held = match standing(dir, name, was, at, crate::replace::is_ext4_fd(dir))? {
-        Standing::Same(held, _) => held,
-        Standing::Other => return Ok(Done::Moved),
-        Standing::Gone => return Ok(Done::Changed(None)),
-    };
+    // Only looked at: the file stays linked until it is settled, which holds it again.
+    match standing(dir, name, was, (dir_path, relinked), ext4)? {
+        Standing::Same(_, _) => {}
+        Standing::Other => return Ok(Removal::Moved),
+        Standing::Gone => return Ok(Removal::Gone),
+    }
     before_move();
     match rustix::fs::renameat(dir, name, dir, aside) {
-        Ok(()) => {}
-        Err(Errno::NOENT) => return Ok(Done::Changed(None)),
-        Err(e) => return Err(e.into()),
+        Ok(()) => Ok(Removal::Aside),
+        Err(Errno::NOENT) => Ok(Removal::Gone),
+        Err(e) => Err(e.into()),
     }
-    let unchanged = beneath::lstat_at(dir, aside).is_ok_and(|moved| moved_unchanged(&moved, was));
-    if unchanged {
-        match rustix::fs::unlinkat(dir, aside, AtFlags::empty()) {
-            Ok(()) | Err(Errno::NOENT) => {}
-            Err(e) => {
-                // Back where it was, rather than under a temporary name a clean-up would remove.
-                if rustix::fs::renameat_with(dir, aside, dir, name, RenameFlags::NOREPLACE).is_err()
-                {
-                    keep_aside(dir, aside, name);
-                }
-                return Err(e.into());
-            }
-        }
-        held.release();
-        return Ok(Done::Changed(None));
-    }
-    match rustix::fs::renameat_with(dir, aside, dir, name, RenameFlags::NOREPLACE) {
-        Ok(()) => {}
-        Err(Errno::INVAL | Errno::NOSYS)
-            if beneath::lstat_at(dir, name).is_err()
-                && rustix::fs::renameat(dir, aside, dir, name).is_ok() => {}
-        Err(_) => keep_aside(dir, aside, name),
-    }
-    Ok(Done::Moved)
 }
 
 /// Deletes `name` in `dir` while it is the file or symlink `was` (its stat data when checked). Moved when
@@ -1165,12 +1177,41 @@ impl<'a> Applier<'a> {
             unopened: HashSet::new(),
             not_a_file: HashSet::new(),
             dirs_changed: false,
+            deleted_aside: Vec::new(),
+            emptied: Vec::new(),
+            emptied_dirs: HashSet::new(),
         })
     }
 
     /// Writes the pending files, several at a time.
     fn flush(&mut self) -> GitResult<()> {
-        if self.pending.is_empty() {
+        self.write_pending(Vec::new())
+    }
+
+    /// The end of the deletions (before the first write) and of the operation: writes the pending files,
+    /// looks again at the files the deletions moved aside (with those the writes swapped out, `settle`),
+    /// then removes the directories the deletions left empty. A deleted file written to meanwhile,
+    /// through a handle opened before it was moved, goes back (or beside what stands there now) and is
+    /// kept, so its directory stays.
+    fn finish(&mut self) -> GitResult<()> {
+        let deleted = std::mem::take(&mut self.deleted_aside);
+        let written = self.write_pending(deleted);
+        self.remove_emptied();
+        written
+    }
+
+    /// Removes the directories above each path of `emptied` that are empty now (`remove_empty_parents`).
+    fn remove_emptied(&mut self) {
+        self.emptied_dirs.clear();
+        for path in std::mem::take(&mut self.emptied) {
+            self.remove_empty_parents(&path);
+        }
+    }
+
+    /// Writes the pending files, several at a time, then settles the files they swapped out and those of
+    /// `deleted` (files the deletions moved aside).
+    fn write_pending(&mut self, deleted: Vec<SwappedOut>) -> GitResult<()> {
+        if self.pending.is_empty() && deleted.is_empty() {
             return Ok(());
         }
         let jobs = std::mem::take(&mut self.pending);
@@ -1178,7 +1219,7 @@ impl<'a> Applier<'a> {
         self.pending_dirs.clear();
         let at = (self.store, &self.root, &self.relinked);
         let hooks = (self.hook.as_ref(), self.swap_hook.as_ref());
-        let swapped = std::sync::Mutex::new(Vec::new());
+        let swapped = std::sync::Mutex::new(deleted);
         let outcomes = crate::track::parallel_map_on(
             &jobs,
             WRITE_THREADS,
@@ -1215,7 +1256,8 @@ impl<'a> Applier<'a> {
         settled
     }
 
-    /// Takes back the writes of `put_back` (their files went back, `settle`): the paths are kept.
+    /// Takes back the writes and deletions of `put_back` (their files went back, `settle`): the paths are
+    /// kept.
     fn keep_put_back(&mut self, put_back: Vec<String>) -> GitResult<()> {
         for rel in put_back {
             self.written_stats.remove(&rel);
@@ -1367,7 +1409,11 @@ impl<'a> Applier<'a> {
     /// Deletes a tracked file (or symlink), then the directories this leaves empty.
     fn delete(&mut self, path: &str) -> GitResult<()> {
         self.dirs_changed = true;
-        // Removing emptied directories must not race a pending write into one of them.
+        // Removing emptied directories must not race a pending write into one of them. A directory the
+        // deletions before emptied may stand at the path: they end first, and it goes.
+        if self.emptied_dirs.contains(path) {
+            self.finish()?;
+        }
         self.flush()?;
         let abs = self.abs(path);
         let (kind, now) = look(&abs)?;
@@ -1378,7 +1424,7 @@ impl<'a> Applier<'a> {
             // Already gone (a revert that first undid another put the state back where this file was
             // deleted): the directories that deletion left empty go now, as they would have then.
             OnDisk::Absent => {
-                self.remove_empty_parents(path);
+                self.note_emptied(path);
                 Ok(())
             }
             OnDisk::Dir => self.keep(path, DIR_STANDS),
@@ -1395,7 +1441,7 @@ impl<'a> Applier<'a> {
                 match self.remove_file(path, was, true)? {
                     Done::Changed(_) => {
                         self.record(path, true, None);
-                        self.remove_empty_parents(path);
+                        self.note_emptied(path);
                         Ok(())
                     }
                     Done::Moved => self.keep(path, MOVED_MEANWHILE),
@@ -1404,10 +1450,19 @@ impl<'a> Applier<'a> {
         }
     }
 
+    /// Notes `path` deleted (or found gone): the directories it leaves empty are removed after the files
+    /// moved aside from them are settled (`finish`).
+    fn note_emptied(&mut self, path: &str) {
+        for (i, _) in path.match_indices('/') {
+            self.emptied_dirs.insert(path[..i].to_owned());
+        }
+        self.emptied.push(path.to_owned());
+    }
+
     /// Deletes file or symlink `path` through its directory's handle, while it is `was`: moved `aside`
-    /// first and looked at (`remove_aside`, with a temporary name of this operation's batch, whose
-    /// directory the journal names), or unlinked after its look (`remove`: a file removed to make room
-    /// for a directory, whose directory the journal need not name).
+    /// (`remove_aside`, to a temporary name of this operation's batch, whose directory the journal names)
+    /// and looked at again at the operation's end (`deleted_aside`, `finish`), or unlinked after its look
+    /// (`remove`: a file removed to make room for a directory, whose directory the journal need not name).
     fn remove_file(&mut self, path: &str, was: Stat, aside: bool) -> GitResult<Done> {
         if let Some(hook) = &self.hook {
             hook(path);
@@ -1424,25 +1479,42 @@ impl<'a> Applier<'a> {
             Err(e) => return Err(GitError::io(&abs, e)),
         };
         let dir_path = abs.parent().unwrap_or(&self.store.worktree);
-        let removed = match &aside {
-            Some(aside) => {
-                let before_move = || {
-                    if let Some(hook) = &self.swap_hook {
-                        hook(path);
-                    }
-                };
-                remove_aside(
-                    &dir,
-                    name,
-                    was,
-                    (dir_path, &self.relinked),
-                    aside,
-                    before_move,
-                )
-            }
-            None => remove(&dir, name, was, (dir_path, &self.relinked)),
+        let Some(aside) = aside else {
+            return remove(&dir, name, was, (dir_path, &self.relinked))
+                .map_err(|e| GitError::io(&abs, e));
         };
-        removed.map_err(|e| GitError::io(&abs, e))
+        let before_move = || {
+            if let Some(hook) = &self.swap_hook {
+                hook(path);
+            }
+        };
+        let ext4 = crate::replace::is_ext4_fd(&dir);
+        let removal = remove_aside(
+            &dir,
+            name,
+            was,
+            (dir_path, &self.relinked, ext4),
+            &aside,
+            before_move,
+        );
+        match removal.map_err(|e| GitError::io(&abs, e))? {
+            Removal::Aside => {
+                self.deleted_aside.push(SwappedOut {
+                    dir: dir_rel.to_owned(),
+                    tmp: aside,
+                    name: name.to_owned(),
+                    rel: path.to_owned(),
+                    was,
+                    ours: None,
+                    at: std::time::Instant::now(),
+                    dir_path: dir_path.to_path_buf(),
+                    ext4,
+                });
+                Ok(Done::Changed(None))
+            }
+            Removal::Gone => Ok(Done::Changed(None)),
+            Removal::Moved => Ok(Done::Moved),
+        }
     }
 
     /// Makes directory `path` through its parent's handle. Moved when the parent is not a directory
@@ -1504,6 +1576,11 @@ impl<'a> Applier<'a> {
     /// Writes blob `id` at `path` with `mode`, making its parent directories; keeps the path instead when
     /// that would overwrite or delete something that is not tracked content.
     fn write(&mut self, path: &str, mode: Mode, id: &ObjectId) -> GitResult<()> {
+        // The deletions (all made before the writes) end first: a directory they emptied goes before a
+        // file that replaces it is written, as it went when each deletion removed its file at once.
+        if !self.emptied.is_empty() {
+            self.finish()?;
+        }
         self.flush_if_related(path)?;
         // A revert's check for edits (`changed_after_track`) looked at the path a moment ago through a
         // handle on its directory, opened beneath the worktree, and found a file, a symlink or nothing.
@@ -1974,7 +2051,7 @@ pub fn restore(
     for (path, mode, id) in &writes {
         applier.write(path, *mode, id)?;
     }
-    applier.flush()?;
+    applier.finish()?;
     store.clear_journal()?;
     applier.teach_stat_cache(None);
     // Paths named in the scope that are untracked now and absent from the target stay as they are.
@@ -2001,7 +2078,7 @@ pub fn restore(
         written: Applier::outcome_paths(&written)?,
         created: Applier::outcome_paths(&created)?,
         deleted: Applier::outcome_paths(&deleted)?,
-        kept: Applier::outcome_kept(applier.kept),
+        kept: Applier::outcome_kept(std::mem::take(&mut applier.kept)),
     })
 }
 
@@ -2998,7 +3075,7 @@ fn write_planned(
             }),
         }
     }
-    applier.flush()?;
+    applier.finish()?;
     store.clear_journal()?;
     // `applied` is `base` with every touched path set to its end state, in the order they were touched
     // (a file replaced by a directory, or the reverse, ends as it ended on disk).
@@ -3023,6 +3100,73 @@ fn write_planned(
         applied: snapshot_id(&applied)?,
         written: Applier::outcome_paths(&written)?,
         deleted: Applier::outcome_paths(&deleted)?,
-        kept: Applier::outcome_kept(applier.kept),
+        kept: Applier::outcome_kept(std::mem::take(&mut applier.kept)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worktree holding `sub/a.txt` and `b.txt`, its store, and its track.
+    fn tracked() -> (tempfile::TempDir, PathBuf, GitStoreConfig, Store, ObjectId) {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let wt = temp.path().join("wt");
+        fs::create_dir_all(wt.join("sub")).expect("mkdir");
+        fs::write(wt.join("sub/a.txt"), "a\n").expect("write a");
+        fs::write(wt.join("b.txt"), "b\n").expect("write b");
+        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
+        config.excludes_file = crate::config::ExcludesFile::None;
+        let store = Store::open(&config, &wt).expect("open the store");
+        let id = crate::track::track(&store, &config).expect("track").id;
+        (temp, wt, config, store, id)
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// An operation that fails after its deletions (its applier dropped before `finish`) still settles
+    /// the files they moved aside: one written to meanwhile, through a handle opened before the move,
+    /// goes back to its name; an unchanged one is removed with the directory it emptied. Nothing is left
+    /// at a temporary name for the journal's clean-up to remove.
+    #[test]
+    fn a_dropped_applier_settles_what_its_deletions_moved_aside() {
+        for written in [false, true] {
+            let (_temp, wt, config, store, id) = tracked();
+            let tracking = Tracking::Snapshot(
+                RefCell::new(LazyTree::new(&store.odb, id)),
+                HashMap::new(),
+            );
+            let mut open = fs::OpenOptions::new()
+                .append(true)
+                .open(wt.join("sub/a.txt"))
+                .expect("another program opens the file");
+            let mut applier = Applier::new(&store, &config, tracking).expect("an applier");
+            applier.delete("sub/a.txt").expect("delete");
+            assert_eq!(applier.deleted_aside.len(), 1, "moved aside, not removed yet");
+            if written {
+                use std::io::Write;
+                open.write_all(b"appended meanwhile\n").expect("write");
+            }
+            drop(applier);
+            if written {
+                assert_eq!(names(&wt.join("sub")), ["a.txt"]);
+                assert_eq!(
+                    fs::read_to_string(wt.join("sub/a.txt")).expect("read"),
+                    "a\nappended meanwhile\n"
+                );
+            } else {
+                assert!(!wt.join("sub").exists(), "the emptied directory is removed");
+            }
+            let top = if written { vec!["b.txt", "sub"] } else { vec!["b.txt"] };
+            assert_eq!(names(&wt), top);
+        }
+    }
 }

@@ -483,6 +483,107 @@ async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
     }
 }
 
+/// The same for a file a revert deletes, alone in its directory: moved aside, it is looked at again at
+/// the revert's end. A write through a handle another program opened before the move goes back to the
+/// path (its directory stays), or beside a newer file made there meanwhile; the path is kept.
+#[tokio::test]
+async fn a_write_through_a_handle_opened_before_a_delete_is_not_lost() {
+    for newer in [false, true] {
+        let how = if newer {
+            "with a newer file at the name"
+        } else {
+            "alone"
+        };
+        let handle: Arc<Mutex<Option<fs::File>>> = Arc::default();
+        let (opening, writing) = (Arc::clone(&handle), Arc::clone(&handle));
+        let h = GitHarness::with_config(move |config, base| {
+            let wt = base.join("wt");
+            let wt_later = wt.clone();
+            config.swap_hook = Some(Arc::new(move |path: &str| {
+                if path == "sub/made.txt" {
+                    let file = fs::OpenOptions::new()
+                        .append(true)
+                        .open(wt.join(path))
+                        .expect("the other program opens the file");
+                    *opening.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
+                }
+            }));
+            config.settle_hook = Some(Arc::new(move |path: &str| {
+                if path != "sub/made.txt" {
+                    return;
+                }
+                let file = writing
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                if let Some(mut file) = file {
+                    use std::io::Write;
+                    file.write_all(b"appended through its old handle\n")
+                        .expect("the other program writes");
+                    if newer {
+                        fs::write(wt_later.join(path), "made again\n").expect("the newer file");
+                    }
+                }
+            }));
+        });
+        h.write("keep.txt", b"k\n");
+        let s = h.id().await;
+        h.write("sub/made.txt", b"made by the step\n");
+        h.write("gone/made.txt", b"made by the step too\n");
+        let base = h.id().await;
+        let outcome = h
+            .port()
+            .revert(
+                h.root(),
+                &patch(&s, &["sub/made.txt", "gone/made.txt"]),
+                &base,
+            )
+            .await
+            .expect("revert");
+        kept_saying(
+            &outcome.kept,
+            "sub/made.txt",
+            "changed while rewind was writing",
+            how,
+        );
+        assert_eq!(
+            outcome.deleted,
+            [RelPath::new("gone/made.txt").expect("a path")],
+            "{how}"
+        );
+        assert!(!h.root().join("gone").exists(), "{how}: emptied, removed");
+        let names: Vec<String> = fs::read_dir(h.root().join("sub"))
+            .expect("the directory stays")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let both = "made by the step\nappended through its old handle\n";
+        if newer {
+            assert_eq!(h.read("sub/made.txt"), text("made again\n"), "{how}");
+            let aside: Vec<&String> = names
+                .iter()
+                .filter(|n| n.starts_with("made.txt.rewind-kept-"))
+                .collect();
+            assert_eq!(aside.len(), 1, "{how}: {names:?}");
+            assert_eq!(
+                fs::read_to_string(h.root().join("sub").join(aside[0])).expect("read"),
+                both
+            );
+        } else {
+            assert_eq!(h.read("sub/made.txt"), text(both), "{how}");
+            assert_eq!(names, ["made.txt"], "{how}: nothing of rewind's is left");
+        }
+        // `applied` holds `base`'s entry for the path left as it is.
+        let in_applied = h
+            .port()
+            .diff(h.root(), &base, &outcome.applied)
+            .await
+            .expect("diff");
+        let changed: Vec<&str> = in_applied.iter().map(|d| d.file.as_str()).collect();
+        assert_eq!(changed, ["gone/made.txt"], "{how}");
+    }
+}
+
 /// The same for a file a revert deletes: it is moved aside in one step and looked at; a write that
 /// landed between the last look and the move puts it back, kept.
 #[tokio::test]
