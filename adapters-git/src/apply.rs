@@ -3140,17 +3140,19 @@ mod tests {
     fn a_dropped_applier_settles_what_its_deletions_moved_aside() {
         for written in [false, true] {
             let (_temp, wt, config, store, id) = tracked();
-            let tracking = Tracking::Snapshot(
-                RefCell::new(LazyTree::new(&store.odb, id)),
-                HashMap::new(),
-            );
+            let tracking =
+                Tracking::Snapshot(RefCell::new(LazyTree::new(&store.odb, id)), HashMap::new());
             let mut open = fs::OpenOptions::new()
                 .append(true)
                 .open(wt.join("sub/a.txt"))
                 .expect("another program opens the file");
             let mut applier = Applier::new(&store, &config, tracking).expect("an applier");
             applier.delete("sub/a.txt").expect("delete");
-            assert_eq!(applier.deleted_aside.len(), 1, "moved aside, not removed yet");
+            assert_eq!(
+                applier.deleted_aside.len(),
+                1,
+                "moved aside, not removed yet"
+            );
             if written {
                 use std::io::Write;
                 open.write_all(b"appended meanwhile\n").expect("write");
@@ -3165,7 +3167,11 @@ mod tests {
             } else {
                 assert!(!wt.join("sub").exists(), "the emptied directory is removed");
             }
-            let top = if written { vec!["b.txt", "sub"] } else { vec!["b.txt"] };
+            let top = if written {
+                vec!["b.txt", "sub"]
+            } else {
+                vec!["b.txt"]
+            };
             assert_eq!(names(&wt), top);
         }
     }

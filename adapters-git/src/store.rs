@@ -722,10 +722,13 @@ impl Store {
         Ok(log)
     }
 
-    /// Records the directories an operation will create temporary files in, and the batch they are named
-    /// after, before it creates any.
+    /// Records the directories an operation will create temporary files in, the batch they are named
+    /// after, and when (`JOURNAL_STARTED`), before it creates any.
     pub fn journal_temp_dirs(&self, batch: &str, dirs: &BTreeSet<PathBuf>) -> GitResult<()> {
-        let mut text = format!("{JOURNAL_BATCH}{batch}\n");
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let mut text = format!("{JOURNAL_BATCH}{batch}\n{JOURNAL_STARTED}{now_ms}\n");
         for dir in dirs {
             text.push_str(&dir.to_string_lossy());
             text.push('\n');
@@ -792,8 +795,41 @@ impl Store {
         Ok(())
     }
 
+    /// Whether the file at `tmp` (a temporary name of an unfinished operation that began writing at
+    /// `since_ms`, epoch ms) holds content a user may have no other copy of: a regular file born before the
+    /// operation began is no file it wrote but one it moved out of a name (a file a write swapped out, or
+    /// one a deletion moved aside), left there by a crash before it was looked at again; its content was
+    /// tracked before the operation, so it is in the store, unless a program wrote to it since, through a
+    /// handle opened before the move. Such a file, and one that cannot be read to tell, is kept; anything
+    /// the operation made (born since), or whose birth the filesystem does not record, is not.
+    fn in_no_snapshot(&self, tmp: &Path, since_ms: u64) -> bool {
+        use rustix::fs::{AtFlags, FileType, StatxFlags};
+        let Ok(stx) = rustix::fs::statx(
+            rustix::fs::CWD,
+            tmp,
+            AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::BTIME | StatxFlags::TYPE | StatxFlags::SIZE,
+        ) else {
+            return false;
+        };
+        let regular = FileType::from_raw_mode(u32::from(stx.stx_mode)) == FileType::RegularFile;
+        if !regular || stx.stx_mask & StatxFlags::BTIME.bits() == 0 {
+            return false;
+        }
+        let born = &stx.stx_btime;
+        let born_ms = i128::from(born.tv_sec) * 1000 + i128::from(born.tv_nsec / 1_000_000);
+        if born_ms >= i128::from(since_ms.saturating_sub(BORN_SLACK_MS)) {
+            return false;
+        }
+        match crate::odb::Odb::hash_file_blob(tmp, stx.stx_size) {
+            Ok(Some(id)) => !self.odb.contains(&id),
+            _ => true,
+        }
+    }
+
     /// Removes the temporary files journal `text` announces, and, with `made_too`, the directories it made
-    /// that are empty; whether no temporary file is left.
+    /// that are empty; whether no temporary file is left. One that holds a user's content no snapshot
+    /// has (`in_no_snapshot`) is not removed but renamed to `rewind-kept-<batch>-<n>` beside.
     fn clean_journalled(&self, text: &str, made_too: bool) -> bool {
         let mut all = true;
         let mut lines = text.lines().peekable();
@@ -801,7 +837,12 @@ impl Store {
             .next_if(|line| line.starts_with(JOURNAL_BATCH))
             .map(|line| &line[JOURNAL_BATCH.len()..]);
         let mut made = Vec::new();
+        let mut started = None;
         for line in lines {
+            if let Some(ms) = line.strip_prefix(JOURNAL_STARTED) {
+                started = ms.parse::<u64>().ok();
+                continue;
+            }
             if let Some(dir) = line.strip_prefix(JOURNAL_MADE) {
                 made.push(PathBuf::from(dir));
                 continue;
@@ -839,10 +880,15 @@ impl Store {
                     .to_str()
                     .and_then(temp_batch)
                     .is_some_and(|of| batch.is_none_or(|batch| batch == of));
-                if ours
-                    && fs::remove_file(entry.path())
-                        .is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound)
-                {
+                if !ours {
+                    continue;
+                }
+                let path = entry.path();
+                let gone = match started.filter(|&since| self.in_no_snapshot(&path, since)) {
+                    Some(_) => keep_left_file(&path),
+                    None => fs::remove_file(&path),
+                };
+                if gone.is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound) {
                     all = false;
                 }
             }
@@ -860,6 +906,27 @@ impl Store {
         }
         all
     }
+}
+
+/// The start of the journal line that says when the operation began writing (epoch ms).
+const JOURNAL_STARTED: &str = "started ";
+
+/// How much earlier than the journal's start a temporary file the operation made may say it was born:
+/// the filesystem stamps times from the kernel's coarse clock, a few milliseconds behind the start's.
+const BORN_SLACK_MS: u64 = 50;
+
+/// The name `rewind-kept-<batch>-<n>` beside `.rewind-tmp-<batch>-<n>`, for a user's file a crash left
+/// at a temporary name (`Store::in_no_snapshot`); visible, and no temporary file's name (never removed).
+fn kept_name(tmp: &Path) -> Option<PathBuf> {
+    let name = tmp.file_name()?.to_str()?.strip_prefix(TEMP_PREFIX)?;
+    Some(tmp.with_file_name(format!("rewind-kept-{name}")))
+}
+
+/// Renames the file at `tmp` to its kept name (`kept_name`), never over another file.
+fn keep_left_file(tmp: &Path) -> std::io::Result<()> {
+    let kept = kept_name(tmp).ok_or_else(|| std::io::Error::other("not a temporary name"))?;
+    fs::hard_link(tmp, &kept)?;
+    fs::remove_file(tmp)
 }
 
 /// The start of a journal line naming a directory the operation made, or was about to
