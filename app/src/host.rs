@@ -22,6 +22,7 @@ impl SystemHost {
                 pid,
                 start_time: process_start_time(pid).unwrap_or(0),
                 boot: boot_id(),
+                machine: machine(),
             },
         }
     }
@@ -46,8 +47,9 @@ impl HostPort for SystemHost {
     }
 
     fn is_alive(&self, process: &ProcessIdentity) -> bool {
-        if process.host != self.me.host {
-            // Another host's process table cannot be read: it is alive until its lease expires.
+        if !process.same_host(&self.me) {
+            // Another host's process table (or another pid namespace's) cannot be read: it is alive until
+            // its lease expires.
             return true;
         }
         // A process of an earlier boot is gone, whatever runs under its pid now.
@@ -59,9 +61,41 @@ impl HostPort for SystemHost {
         match read_stat(process.pid) {
             // A zombie has exited; only its parent has not collected it yet.
             Some(stat) => stat.state != 'Z' && stat.start_time == process.start_time,
-            None => false,
+            // Not in `/proc`: gone, unless the kernel says the pid runs (`/proc` mounted with `hidepid`
+            // hides other users' processes). Its start time cannot be read then; it counts as alive. (A
+            // pid that is no process's, 0 or past `i32`, would name a group to `kill`.)
+            None => i32::try_from(process.pid)
+                .ok()
+                .filter(|&pid| pid > 0)
+                .is_some_and(|pid| {
+                    !matches!(
+                        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                        Err(nix::errno::Errno::ESRCH)
+                    )
+                }),
         }
     }
+}
+
+/// This machine and pid namespace (`ProcessIdentity::machine`): `/etc/machine-id` (or D-Bus's copy) and
+/// the namespace `/proc/self/ns/pid` names, when either can be read.
+pub fn machine() -> Option<String> {
+    let id = ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .map(|id| id.trim().to_owned())
+        .filter(|id| !id.is_empty());
+    let namespace = std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|link| link.to_string_lossy().into_owned());
+    if id.is_none() && namespace.is_none() {
+        return None;
+    }
+    Some(format!(
+        "{}/{}",
+        id.unwrap_or_default(),
+        namespace.unwrap_or_default()
+    ))
 }
 
 /// This boot of the host (`/proc/sys/kernel/random/boot_id`), when the kernel tells.
@@ -139,9 +173,27 @@ mod tests {
         let elsewhere = ProcessIdentity {
             host: format!("{}-elsewhere", me.host),
             pid: u32::MAX,
-            ..me
+            ..me.clone()
         };
         assert!(host.is_alive(&elsewhere));
+        // Another machine of the same name (or a container sharing the host's name, in its own pid
+        // namespace): its pid cannot be looked up here, so it is alive until its lease expires, even when
+        // no such pid runs here and its boot is not this one.
+        assert!(me.machine.is_some(), "Linux names the pid namespace");
+        let namesake = ProcessIdentity {
+            machine: Some("another-machine/pid:[1]".to_owned()),
+            pid: u32::MAX,
+            boot: Some("00000000-0000-0000-0000-000000000000".to_owned()),
+            ..me.clone()
+        };
+        assert!(host.is_alive(&namesake));
+        // One written before machines were recorded is judged by its host name, as before.
+        let unknown_machine = ProcessIdentity {
+            machine: None,
+            pid: u32::MAX,
+            ..me
+        };
+        assert!(!host.is_alive(&unknown_machine));
     }
 
     #[test]
@@ -153,6 +205,7 @@ mod tests {
             pid: child.id(),
             start_time: process_start_time(child.id()).unwrap_or(0),
             boot: None,
+            machine: None,
         };
         child.wait()?;
         assert!(!host.is_alive(&identity));

@@ -478,6 +478,7 @@ pub fn holder(pid: u32) -> Holder {
             pid,
             start_time: 7,
             boot: None,
+            machine: None,
         },
     }
 }

@@ -304,6 +304,7 @@ mod tests {
             host: "vm".to_owned(),
             start_time: 1,
             boot: None,
+            machine: None,
         };
         let refusal = |holder: &str| {
             held_by_itself(

@@ -42,6 +42,7 @@ fn interrupted_revert(env: &Env, session: &SessionId, directory: &str) {
                 pid: gone_pid(),
                 start_time: 1,
                 boot: None,
+                machine: None,
             },
         };
         let token = LeaseToken("tok_interrupted".to_owned());

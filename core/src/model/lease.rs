@@ -77,6 +77,25 @@ pub struct ProcessIdentity {
     /// written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot: Option<String>,
+    /// The machine and pid namespace the pid is one of (`/etc/machine-id` and `/proc/self/ns/pid`), when
+    /// known: two machines can share a host name (and a PostgreSQL database), and a container can share
+    /// its host's name but not its process table; a pid of either cannot be looked up here. Absent in
+    /// leases written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+}
+
+impl ProcessIdentity {
+    /// Whether `other` runs where this process can look its pid up: the same host name and, when both
+    /// say, the same machine and pid namespace (`machine`). One written before `machine` was recorded is
+    /// judged by its host name alone, as it was.
+    pub fn same_host(&self, other: &ProcessIdentity) -> bool {
+        self.host == other.host
+            && match (&self.machine, &other.machine) {
+                (Some(mine), Some(theirs)) => mine == theirs,
+                _ => true,
+            }
+    }
 }
 
 /// Whose a lease is: a process working for itself (the command line, embedded use) or a server working for
@@ -142,17 +161,18 @@ pub enum LeaseTake {
     Held(Lease),
 }
 
-/// SPEC section 1: a lease may be taken over when its process is known to be gone (same host: that pid with
-/// that start time no longer runs), or when it has expired and its process is on another host or is a
-/// server's. A lease whose process still runs on this host is never taken over, even when expired.
+/// SPEC section 1: a lease may be taken over when its process is known to be gone (same host as `this`
+/// process, `ProcessIdentity::same_host`: that pid with that start time no longer runs), or when it has
+/// expired and its process is on another host or is a server's. A lease whose process still runs on this
+/// host is never taken over, even when expired.
 pub fn may_take_over(
     lease: &Lease,
     now_ms: u64,
-    this_host: &str,
+    this: &ProcessIdentity,
     is_alive: impl Fn(&ProcessIdentity) -> bool,
 ) -> bool {
     let expired = now_ms >= lease.expires_at;
-    if lease.holder.process.host == this_host {
+    if lease.holder.process.same_host(this) {
         if !is_alive(&lease.holder.process) {
             return true;
         }
@@ -234,6 +254,7 @@ impl IntentRecord {
                     pid: 0,
                     start_time: 0,
                     boot: None,
+                    machine: None,
                 },
             },
             before: SnapshotId::unknown(),

@@ -40,8 +40,8 @@ impl Rewind {
     /// lease is a process's (`operation_holder`), so one of this process, or of another live process on
     /// this host, never is, however long it runs.
     pub(super) fn is_abandoned(&self, lease: &Lease) -> bool {
-        let host = self.host.this_process().host;
-        may_take_over(lease, self.now(), &host, |process| {
+        let this = self.host.this_process();
+        may_take_over(lease, self.now(), &this, |process| {
             self.host.is_alive(process)
         })
     }

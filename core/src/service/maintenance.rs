@@ -338,8 +338,7 @@ impl Rewind {
             .lease(&LeaseKey::Worktree(directory.to_owned()))
             .await?
         {
-            let this_host = self.host.this_process().host;
-            let gone = lease.holder.process.host == this_host
+            let gone = lease.holder.process.same_host(&self.host.this_process())
                 && !self.host.is_alive(&lease.holder.process);
             if !gone {
                 return Err(Error::lease_busy(&lease.key, &lease.holder, None));

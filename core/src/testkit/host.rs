@@ -28,6 +28,7 @@ impl FakeHost {
                 pid: 1000,
                 start_time: 1,
                 boot: None,
+                machine: None,
             }),
             dead: Mutex::new(HashSet::new()),
         }
@@ -77,7 +78,7 @@ impl HostPort for FakeHost {
     }
 
     fn is_alive(&self, process: &ProcessIdentity) -> bool {
-        if process.host != lock(&self.me).host {
+        if !process.same_host(&lock(&self.me)) {
             return true;
         }
         !lock(&self.dead).contains(process)

@@ -9,6 +9,17 @@ use rewind_core::model::{
 
 const NOW: u64 = 1_000_000;
 
+/// A process on `host`.
+fn process(host: &str) -> ProcessIdentity {
+    ProcessIdentity {
+        host: host.to_owned(),
+        pid: 42,
+        start_time: 7,
+        boot: None,
+        machine: None,
+    }
+}
+
 fn lease(host: &str, kind: HolderKind, expires_at: u64) -> Lease {
     let session: SessionId = IdGenerator::new().descending(1);
     Lease {
@@ -21,6 +32,7 @@ fn lease(host: &str, kind: HolderKind, expires_at: u64) -> Lease {
                 pid: 42,
                 start_time: 7,
                 boot: None,
+                machine: None,
             },
         },
         expires_at,
@@ -115,7 +127,9 @@ fn takeover_rule_table() {
         ),
     ];
     for (name, host, kind, expires, alive, expected) in cases {
-        let got = may_take_over(&lease(host, kind, expires), NOW, "here", |_| alive);
+        let got = may_take_over(&lease(host, kind, expires), NOW, &process("here"), |_| {
+            alive
+        });
         assert_eq!(got, expected, "{name}");
     }
 }
@@ -124,7 +138,20 @@ fn takeover_rule_table() {
 fn liveness_is_asked_only_about_this_hosts_processes() {
     // Another host's process cannot be checked from here: its liveness answer must not matter.
     let other = lease("there", HolderKind::Process, NOW + 1);
-    assert!(!may_take_over(&other, NOW, "here", |_| false));
+    assert!(!may_take_over(&other, NOW, &process("here"), |_| false));
+    // Nor about a process of a host of the same name on another machine (or pid namespace): that one is
+    // another host, taken over only once expired.
+    let mut namesake = lease("here", HolderKind::Process, NOW + 1);
+    namesake.holder.process.machine = Some("m2/pid:[1]".to_owned());
+    let mut here = process("here");
+    here.machine = Some("m1/pid:[1]".to_owned());
+    assert!(!may_take_over(&namesake, NOW, &here, |_| false));
+    namesake.expires_at = NOW;
+    assert!(may_take_over(&namesake, NOW, &here, |_| true));
+    // One written before machines were recorded: judged by its host name, as before.
+    namesake.holder.process.machine = None;
+    namesake.expires_at = NOW + 1;
+    assert!(may_take_over(&namesake, NOW, &here, |_| false));
 }
 
 /// Holders are stored as JSON: one written before boot ids were recorded reads back without one, and is

@@ -18,6 +18,7 @@ fn process(pid: u32) -> ProcessIdentity {
         pid,
         start_time: 99,
         boot: None,
+        machine: None,
     }
 }
 

@@ -1909,6 +1909,7 @@ fn gone_holders_leases_on_worktrees_inside_do_not_block_a_revert() {
             pid: 4242,
             start_time: 9,
             boot: None,
+            machine: None,
         };
         let inside = ["sub", "other/deeper"]
             .map(|dir| LeaseKey::Worktree(format!("{}/{dir}", crate::support::ROOT)));
@@ -1970,6 +1971,7 @@ fn a_message_takes_over_a_stalled_operations_lease_so_its_result_cannot_hide_it(
                     pid: 1000,
                     start_time: 1,
                     boot: None,
+                    machine: None,
                 },
             },
             expires_at: 1,

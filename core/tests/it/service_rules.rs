@@ -172,6 +172,7 @@ fn with_step(live: bool) -> Fixture {
             pid: 4242,
             start_time: 7,
             boot: None,
+            machine: None,
         };
         if !live {
             base.host.kill(&owner);
@@ -246,6 +247,7 @@ fn a_worktree_held_by_a_live_operation_makes_revert_busy_and_takes_nothing() {
         pid: 5151,
         start_time: 3,
         boot: None,
+        machine: None,
     };
     let token = worktree_held_by(&f, &owner);
     // No expectation is set: any snapshot call fails the test.
@@ -284,6 +286,7 @@ fn a_worktree_held_by_a_dead_operation_is_taken_over() {
         pid: 5252,
         start_time: 3,
         boot: None,
+        machine: None,
     };
     worktree_held_by(&f, &owner);
     f.host.kill(&owner);
@@ -794,6 +797,7 @@ fn a_step_end_while_the_worktree_is_held_is_busy_names_the_holder_and_keeps_the_
         pid: 5353,
         start_time: 3,
         boot: None,
+        machine: None,
     };
     worktree_held_by(&f, &other);
     let before = f.last_seq();

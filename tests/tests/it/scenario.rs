@@ -789,6 +789,7 @@ async fn interrupted_revert(
             pid: child.id(),
             start_time: 1,
             boot: None,
+            machine: None,
         },
     };
     let session = SessionId::parse(session)?;
@@ -1114,6 +1115,7 @@ async fn a_step_that_ends_while_its_worktree_is_held_for_a_moment_waits_for_it()
                 pid,
                 start_time: rewind_app::host::process_start_time(pid).unwrap_or_default(),
                 boot: rewind_app::host::boot_id(),
+                machine: rewind_app::host::machine(),
             },
         },
         expires_at: i64::MAX as u64,

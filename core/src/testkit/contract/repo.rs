@@ -256,6 +256,7 @@ fn holder(pid: u32) -> Holder {
             pid,
             start_time: 77,
             boot: None,
+            machine: None,
         },
     }
 }
