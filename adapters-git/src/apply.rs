@@ -718,7 +718,12 @@ fn settle(
                     Ok(false)
                 }
                 Err(e) => {
-                    keep_aside(dir, tmp, name);
+                    // A deleted file goes back to its name (nothing stands there), rather than beside it.
+                    if file.ours.is_some() {
+                        keep_aside(dir, tmp, name);
+                    } else {
+                        put_at_free_name(dir, tmp, name);
+                    }
                     Err(e.into())
                 }
             };
@@ -1855,10 +1860,6 @@ fn in_scope(path: &str, scope: &Option<Vec<String>>) -> bool {
     }
 }
 
-/// How much earlier than the operation's start a directory it made may say it was born: the filesystem
-/// stamps times from the kernel's coarse clock, a few milliseconds behind the one the start was read from.
-const BIRTH_SLACK_MS: u64 = 50;
-
 /// Removes the empty directories at and above `paths` that were born at or after `made_since` (epoch ms,
 /// less `BIRTH_SLACK_MS`) and that snapshot `to` has neither with tracked content below nor recorded as
 /// seen empty at its tracks (`SnapshotPort::remove_emptied_dirs`), deepest first, each through its
@@ -1889,7 +1890,7 @@ pub fn remove_emptied_dirs(
     }
     let root = Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
     let mut target = LazyTree::new(&store.odb, *to);
-    let since = made_since.saturating_sub(BIRTH_SLACK_MS);
+    let since = made_since.saturating_sub(crate::store::BIRTH_SLACK_MS);
     let mut removed = Vec::new();
     for (_, dir) in candidates.iter().rev() {
         if kept.contains(dir) || target.holds(dir)? {

@@ -818,7 +818,7 @@ impl Store {
         }
         let born = &stx.stx_btime;
         let born_ms = i128::from(born.tv_sec) * 1000 + i128::from(born.tv_nsec / 1_000_000);
-        if born_ms >= i128::from(since_ms.saturating_sub(BORN_SLACK_MS)) {
+        if born_ms >= i128::from(since_ms.saturating_sub(BIRTH_SLACK_MS)) {
             return false;
         }
         match crate::odb::Odb::hash_file_blob(tmp, stx.stx_size) {
@@ -911,9 +911,9 @@ impl Store {
 /// The start of the journal line that says when the operation began writing (epoch ms).
 const JOURNAL_STARTED: &str = "started ";
 
-/// How much earlier than the journal's start a temporary file the operation made may say it was born:
-/// the filesystem stamps times from the kernel's coarse clock, a few milliseconds behind the start's.
-const BORN_SLACK_MS: u64 = 50;
+/// How much earlier than an operation's start (read from the system clock) a file or directory it made may
+/// say it was born: the filesystem stamps times from the kernel's coarse clock, a few milliseconds behind.
+pub const BIRTH_SLACK_MS: u64 = 50;
 
 /// The name `rewind-kept-<batch>-<n>` beside `.rewind-tmp-<batch>-<n>`, for a user's file a crash left
 /// at a temporary name (`Store::in_no_snapshot`); visible, and no temporary file's name (never removed).
@@ -922,11 +922,30 @@ fn kept_name(tmp: &Path) -> Option<PathBuf> {
     Some(tmp.with_file_name(format!("rewind-kept-{name}")))
 }
 
-/// Renames the file at `tmp` to its kept name (`kept_name`), never over another file.
+/// Renames the file at `tmp` to its kept name (`kept_name`), never over another file: a name of its own
+/// (a random suffix) when that is taken; by a hard link and an unlink on a filesystem without
+/// `RENAME_NOREPLACE`.
 fn keep_left_file(tmp: &Path) -> std::io::Result<()> {
+    use rustix::fs::{CWD, RenameFlags};
+    use rustix::io::Errno;
     let kept = kept_name(tmp).ok_or_else(|| std::io::Error::other("not a temporary name"))?;
-    fs::hard_link(tmp, &kept)?;
-    fs::remove_file(tmp)
+    let mut name = kept.clone();
+    for _ in 0..4 {
+        match rustix::fs::renameat_with(CWD, tmp, CWD, &name, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(()),
+            Err(Errno::EXIST) => {}
+            Err(Errno::INVAL | Errno::NOSYS) => match fs::hard_link(tmp, &name) {
+                Ok(()) => return fs::remove_file(tmp),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e.into()),
+        }
+        let mut another = kept.clone().into_os_string();
+        another.push(format!("-{}", crate::odb::rand_suffix()));
+        name = PathBuf::from(another);
+    }
+    Err(std::io::Error::other("no free name to keep it under"))
 }
 
 /// The start of a journal line naming a directory the operation made, or was about to

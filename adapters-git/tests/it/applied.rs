@@ -516,45 +516,58 @@ async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
 /// removed, as before.
 #[tokio::test]
 async fn a_file_a_crash_left_moved_out_with_content_in_no_snapshot_is_kept() {
-    let h = GitHarness::new();
-    h.write("src/a.txt", b"a\n");
-    h.id().await;
-    let crashed = "00112233445566ff";
-    let tmp = |n: u32| h.path(&format!("src/.rewind-tmp-{crashed}-{n}"));
-    // Moved out of their names by the crashed operation: one written to since, one as tracked.
-    fs::write(tmp(1), b"written through an old handle\n").expect("a moved-out file");
-    fs::write(tmp(2), b"a\n").expect("a moved-out file, unchanged");
-    std::thread::sleep(std::time::Duration::from_millis(120));
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("a clock after 1970")
-        .as_millis();
-    std::thread::sleep(std::time::Duration::from_millis(10));
-    // Written by the operation itself, cut short by the crash.
-    fs::write(tmp(3), b"half writ").expect("the operation's own file");
-    let journal = h.store_dir().join("rewind").join("journal");
-    fs::write(
-        &journal,
-        format!(
-            "batch {crashed}\nstarted {started}\n{}\n",
-            h.path("src").display()
-        ),
-    )
-    .expect("write the journal");
-    h.id().await;
-    let mut names: Vec<String> = fs::read_dir(h.path("src"))
-        .expect("list")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    let kept = format!("rewind-kept-{crashed}-1");
-    assert_eq!(names, ["a.txt", kept.as_str()]);
-    assert_eq!(
-        fs::read_to_string(h.path(&format!("src/{kept}"))).expect("read"),
-        "written through an old handle\n"
-    );
-    assert_eq!(fs::read_to_string(&journal).unwrap_or_default(), "");
+    // Also when its kept name is taken (by the user, or an earlier clean-up cut short): a name of its own.
+    for taken in [false, true] {
+        let h = GitHarness::new();
+        h.write("src/a.txt", b"a\n");
+        h.id().await;
+        let crashed = "00112233445566ff";
+        let kept = format!("rewind-kept-{crashed}-1");
+        if taken {
+            h.write(&format!("src/{kept}"), b"already here\n");
+        }
+        let tmp = |n: u32| h.path(&format!("src/.rewind-tmp-{crashed}-{n}"));
+        // Moved out of their names by the crashed operation: one written to since, one as tracked.
+        fs::write(tmp(1), b"written through an old handle\n").expect("a moved-out file");
+        fs::write(tmp(2), b"a\n").expect("a moved-out file, unchanged");
+        std::thread::sleep(std::time::Duration::from_millis(120));
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("a clock after 1970")
+            .as_millis();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        // Written by the operation itself, cut short by the crash.
+        fs::write(tmp(3), b"half writ").expect("the operation's own file");
+        let journal = h.store_dir().join("rewind").join("journal");
+        fs::write(
+            &journal,
+            format!(
+                "batch {crashed}\nstarted {started}\n{}\n",
+                h.path("src").display()
+            ),
+        )
+        .expect("write the journal");
+        h.id().await;
+        let mut names: Vec<String> = fs::read_dir(h.path("src"))
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let content =
+            |name: &str| fs::read_to_string(h.path(&format!("src/{name}"))).expect("read");
+        if taken {
+            assert_eq!(names.len(), 3, "{names:?}");
+            assert_eq!(names[..2], ["a.txt", kept.as_str()]);
+            assert!(names[2].starts_with(&format!("{kept}-")), "{names:?}");
+            assert_eq!(content(&kept), "already here\n");
+            assert_eq!(content(&names[2]), "written through an old handle\n");
+        } else {
+            assert_eq!(names, ["a.txt", kept.as_str()]);
+            assert_eq!(content(&kept), "written through an old handle\n");
+        }
+        assert_eq!(fs::read_to_string(&journal).unwrap_or_default(), "");
+    }
 }
 
 /// A journal naming a directory that is a file now (a later turn made a file of it) has nothing left to
