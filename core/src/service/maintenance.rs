@@ -221,12 +221,27 @@ impl Rewind {
                     Err(error) => return Err(error),
                 }
             }
-            summary.captures_deleted = captures.iter().filter(|c| c.time < cutoff).count() as u64;
+            // The captures of an intent still pending stay, however old, and so do those taken after the
+            // oldest of them: an interrupted recovery took them before it put any file back, so they
+            // hold what the files were before, which its next attempt reports (review).
+            let pending: BTreeSet<String> = self
+                .repo
+                .intents()
+                .await?
+                .into_iter()
+                .map(|intent| intent.token.0)
+                .collect();
+            let before = captures
+                .iter()
+                .filter(|c| c.intent.as_ref().is_some_and(|t| pending.contains(t)))
+                .map(|c| c.time)
+                .fold(cutoff, u64::min);
+            summary.captures_deleted = captures.iter().filter(|c| c.time < before).count() as u64;
             if summary.captures_deleted > 0 {
                 self.repo
                     .commit(Transaction {
                         guards: Vec::new(),
-                        changes: vec![Change::DeleteCapturesBefore { before: cutoff }],
+                        changes: vec![Change::DeleteCapturesBefore { before }],
                         events: Vec::new(),
                     })
                     .await?;

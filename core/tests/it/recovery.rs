@@ -387,6 +387,55 @@ fn an_intent_whose_owner_still_runs_is_left_alone() {
     })
 }
 
+/// gc keeps, however old, the captures of an intent still pending: an interrupted recovery of it took
+/// them before putting any file back, and they hold what the files were then (review: gc deleted them
+/// with the other old captures).
+#[test]
+fn gc_keeps_the_captures_of_an_intent_still_pending() {
+    block_on(async {
+        let (w, s, _) = one_turn_world().await;
+        let token = crashed_revert(&w, &s.id, &process(8)).await;
+        let snapshot = w.snapshots.track(w.path()).await.expect("track").id;
+        let now = w.host.now_ms();
+        let capture = |intent: Option<String>, time: u64| rewind_core::model::Capture {
+            directory: ROOT.to_owned(),
+            snapshot: snapshot.clone(),
+            time,
+            message: "captured".to_owned(),
+            paths: Vec::new(),
+            intent,
+        };
+        w.repo
+            .commit(Transaction {
+                guards: Vec::new(),
+                // The other one taken first: those taken after the pending intent's stay too.
+                changes: vec![
+                    Change::AddCapture(Box::new(capture(None, now - 1))),
+                    Change::AddCapture(Box::new(capture(Some(token.0.clone()), now))),
+                    Change::AddCapture(Box::new(capture(None, now + 1))),
+                ],
+                events: Vec::new(),
+            })
+            .await
+            .expect("captures");
+        const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+        w.host.advance(10 * DAY_MS);
+        let summary = w
+            .rewind
+            .gc(rewind_core::service::GcRequest {
+                older_than_ms: Some(7 * DAY_MS),
+                grace: std::time::Duration::ZERO,
+                directories: Vec::new(),
+            })
+            .await
+            .expect("gc");
+        assert_eq!(summary.captures_deleted, 1);
+        let left = w.repo.captures(None).await.expect("captures");
+        let intents: Vec<Option<&str>> = left.iter().map(|c| c.intent.as_deref()).collect();
+        assert_eq!(intents, [Some(token.0.as_str()), None]);
+    })
+}
+
 #[test]
 fn the_next_operation_recovers_before_it_runs() {
     block_on(async {
