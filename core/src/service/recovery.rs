@@ -178,7 +178,7 @@ impl Rewind {
 
     /// Puts `to` back in the place of `held` (this recovery's): the lease goes back to the operation it
     /// was taken from. A failure leaves ours to expire.
-    async fn hand_back(&self, held: &super::HeldLease, to: &Lease) {
+    pub(super) async fn hand_back(&self, held: &super::HeldLease, to: &Lease) {
         let _ = self.repo.take_lease(to, Some(held.token.clone())).await;
     }
 
@@ -226,7 +226,7 @@ impl RecoveryReport {
 /// leaves where none of the operation's own was left. Any taker may take it over (after finishing the
 /// intent): held as a server holds an HTTP step, so an operation of a process that still runs but has
 /// ended (a server's, whose rollback failed) does not block the worktree for the process's life.
-fn interrupted(intent: &IntentRecord, key: LeaseKey) -> Lease {
+pub(super) fn interrupted(intent: &IntentRecord, key: LeaseKey) -> Lease {
     Lease {
         key,
         token: intent.token.clone(),

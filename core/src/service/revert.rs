@@ -64,6 +64,9 @@ struct Operation {
     taken_at: u64,
     /// Set once a committed transaction released both leases (see `finishing`).
     released: AtomicBool,
+    /// Set when its rollback failed and left its intent record: its leases then go to that interrupted
+    /// operation (`end_operation`), not free.
+    left_intent: std::sync::Mutex<Option<IntentRecord>>,
 }
 
 impl Operation {
@@ -243,7 +246,7 @@ impl Rewind {
             )
             .await?;
         if let Err(error) = self.renew_operation(operation).await {
-            return Err(self.roll_back(&session, &intent, error).await);
+            return Err(self.roll_back(operation, &session, &intent, error).await);
         }
         let reverted = match since_applied {
             Ok(since_applied) => {
@@ -268,7 +271,7 @@ impl Rewind {
             }
             // Stopped where it was: the lease's new holder finishes the intent (SPEC 8).
             Err(error @ Error::LeaseLost(_)) => Err(error),
-            Err(error) => Err(self.roll_back(&session, &intent, error).await),
+            Err(error) => Err(self.roll_back(operation, &session, &intent, error).await),
         }
     }
 
@@ -326,7 +329,7 @@ impl Rewind {
         };
         match result {
             Ok(result) => self.store_revert(session, operation, &intent, result).await,
-            Err(error) => Err(self.roll_back(session, &intent, error).await),
+            Err(error) => Err(self.roll_back(operation, session, &intent, error).await),
         }
     }
 
@@ -692,7 +695,7 @@ impl Rewind {
             )
             .await?;
         if let Err(error) = self.renew_operation(operation).await {
-            return Err(self.roll_back(&session, &intent, error).await);
+            return Err(self.roll_back(operation, &session, &intent, error).await);
         }
         let undone = match (&descriptor.snapshot, since_applied) {
             (Some(snapshot), Ok(since_applied)) => {
@@ -704,7 +707,7 @@ impl Rewind {
         };
         let (warnings, counts) = match undone {
             Ok(done) => done,
-            Err(error) => return Err(self.roll_back(&session, &intent, error).await),
+            Err(error) => return Err(self.roll_back(operation, &session, &intent, error).await),
         };
         let mut updated = session.clone();
         updated.revert = None;
@@ -1085,6 +1088,7 @@ impl Rewind {
             worktree_lease,
             taken_at,
             released: AtomicBool::new(false),
+            left_intent: std::sync::Mutex::new(None),
         })
     }
 
@@ -1115,7 +1119,7 @@ impl Rewind {
                 operation.released.store(true, Ordering::Relaxed);
                 Ok(())
             }
-            Ok(_) => Err(self.roll_back(session, intent, error).await),
+            Ok(_) => Err(self.roll_back(operation, session, intent, error).await),
             Err(_) => Err(error),
         }
     }
@@ -1125,8 +1129,27 @@ impl Rewind {
         if operation.released.load(Ordering::Relaxed) {
             return;
         }
-        self.release(&operation.worktree_lease).await;
-        self.release(&operation.session_lease).await;
+        let left = operation
+            .left_intent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match left {
+            // Its rollback failed, and the intent waits for recovery: both leases go to the interrupted
+            // operation (expired), as a recovery that gives up hands them back, so whatever takes either
+            // next, a step's snapshot of the half-reverted worktree included, finishes the intent first
+            // (review: they were released, free to take without it).
+            Some(intent) => {
+                for held in [&operation.worktree_lease, &operation.session_lease] {
+                    let to = super::recovery::interrupted(&intent, held.key.clone());
+                    self.hand_back(held, &to).await;
+                }
+            }
+            None => {
+                self.release(&operation.worktree_lease).await;
+                self.release(&operation.session_lease).await;
+            }
+        }
     }
 
     /// Renews both leases of an operation once more than half their time has passed since they were taken
@@ -1211,24 +1234,43 @@ impl Rewind {
 
     /// Puts the intent's files back to their pre-operation content after a failure, capturing their current
     /// state first, and returns the original error (with the rollback's own failure, if any, added).
-    async fn roll_back(&self, session: &Session, intent: &IntentRecord, error: Error) -> Error {
+    async fn roll_back(
+        &self,
+        operation: &Operation,
+        session: &Session,
+        intent: &IntentRecord,
+        error: Error,
+    ) -> Error {
         let why = format!("the {} failed: {error}", intent.operation);
+        // Unless the rollback is recorded (or another process took the operation over), the intent stays.
+        let leave = || {
+            *operation
+                .left_intent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(intent.clone());
+        };
         let failure = match self.put_back_intent(session, intent, &why).await {
             Ok(mut put_back) => {
                 match self.repo.commit(std::mem::take(&mut put_back.record)).await {
                     Ok(()) => return error.noted(&put_back.recorded(intent.operation)),
-                    Err(recording) => put_back.unrecorded(intent.operation, &recording),
+                    Err(recording) => {
+                        leave();
+                        put_back.unrecorded(intent.operation, &recording)
+                    }
                 }
             }
             Err(rollback @ Error::LeaseLost(_)) => format!(
                 "rolling the files back stopped ({rollback}): another process has taken the operation over and \
                  finishes it"
             ),
-            Err(rollback) => format!(
-                "rolling the files back also failed ({rollback}); {}; the intent record stays, and the next \
-                 rewind command will finish the rollback",
-                may_be_changed(&intent.files)
-            ),
+            Err(rollback) => {
+                leave();
+                format!(
+                    "rolling the files back also failed ({rollback}); {}; the intent record stays, and the \
+                     next rewind command will finish the rollback",
+                    may_be_changed(&intent.files)
+                )
+            }
         };
         Error::Backend(format!("{error}; {failure}").into())
     }

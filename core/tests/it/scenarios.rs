@@ -1718,7 +1718,22 @@ fn a_rollback_that_fails_too_names_the_files_it_may_have_left_changed() {
             "{message}"
         );
         assert_eq!(w.state(&["a.txt", "b.txt"]), ["0", "0"], "still reverted");
-        assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+        let intents = w.repo.intents().await.expect("intents");
+        assert_eq!(intents.len(), 1);
+        // Both leases went to the interrupted operation (expired), not free: whatever takes either next
+        // finishes the intent first (review: a step begun in another session of the worktree would have
+        // snapshotted the half-reverted files).
+        for key in [
+            rewind_core::model::LeaseKey::Session(s.id.clone()),
+            rewind_core::model::LeaseKey::Worktree(crate::support::ROOT.to_owned()),
+        ] {
+            let lease = w.repo.lease(&key).await.expect("lease");
+            assert_eq!(
+                lease.map(|l| l.token),
+                Some(intents[0].token.clone()),
+                "{key:?}"
+            );
+        }
     })
 }
 
