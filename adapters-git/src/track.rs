@@ -91,13 +91,15 @@ struct Walk<'a> {
     hook: Option<&'a crate::config::ChangeHook>,
 }
 
-/// A directory's entries, the names skipped, and the stat data of the directory read (`read_listing`).
-type ReadListing = (Vec<Listed>, Vec<SkippedPath>, DirStat);
+/// A directory's entries, the names skipped, the stat data of the directory read, and whether the listing
+/// may be cached (`read_listing`).
+type ReadListing = (Vec<Listed>, Vec<SkippedPath>, DirStat, bool);
 
 /// Reads a directory's entries: names with their kind, leaving out rewind's temporary files. A `.git` is
 /// listed, as ignored (never tracked content): it makes its directory a nested repository's root, walked
 /// under that repository's own rules (`Walk::dir`). Names that are not UTF-8 are reported as skipped (a
-/// listing that skipped any is not cached), with the stat data of the directory read, taken from its
+/// listing that skipped any is not cached; nor is one laid out as a git directory's, whose verdict
+/// depends on what its `HEAD` holds, which can change without its directory's), with the stat data of the directory read, taken from its
 /// handle before its entries: what the listing is cached with, so the two are always of one directory
 /// (the directory found by path may be another: swapped meanwhile, or an automount point whose `lstat`
 /// does not mount it). `None` for a sub-directory gone since its parent was listed (`Walk::dir`).
@@ -171,15 +173,15 @@ fn read_listing(
     // when the names are there).
     let has =
         |name: &str, kind: ListedKind| listed.iter().any(|l| l.name == name && l.kind == kind);
-    if !rel_dir.is_empty()
+    let git_layout = !rel_dir.is_empty()
         && has("HEAD", ListedKind::File)
         && has("objects", ListedKind::Dir)
-        && has("refs", ListedKind::Dir)
-        && crate::store::laid_out_as_git_dir(abs_dir)
-    {
-        return Ok(Some((Vec::new(), Vec::new(), stat)));
+        && has("refs", ListedKind::Dir);
+    if git_layout && crate::store::laid_out_as_git_dir(abs_dir) {
+        return Ok(Some((Vec::new(), Vec::new(), stat, false)));
     }
-    Ok(Some((listed, skipped, stat)))
+    let cacheable = skipped.is_empty() && !git_layout;
+    Ok(Some((listed, skipped, stat, cacheable)))
 }
 
 /// A name that is not UTF-8 as reports show it: its valid UTF-8 as it is but for `\`, written `\\`, and
@@ -250,14 +252,13 @@ impl Walk<'_> {
         let (mut entries, cacheable) = match cached {
             Some(listing) => (listing.entries, true),
             None => {
-                let Some((entries, not_utf8, read)) =
+                let Some((entries, not_utf8, read, cacheable)) =
                     read_listing(self.beneath, (&abs_dir, rel_dir))?
                 else {
                     self.dropped_listing |= unusable.is_some();
                     return Ok(());
                 };
                 stat = read;
-                let cacheable = not_utf8.is_empty();
                 self.skipped.extend(not_utf8);
                 (entries, cacheable)
             }

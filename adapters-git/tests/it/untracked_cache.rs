@@ -212,3 +212,39 @@ async fn racy_files_are_hashed_again_without_rewriting_the_cache() {
         "a second later the cache answers for every file"
     );
 }
+
+/// A directory laid out as a git directory (`HEAD`, `objects/`, `refs/`) is a bare repository, never
+/// tracked content, when its `HEAD` holds a ref or an id, and ordinary files otherwise. That verdict
+/// depends on `HEAD`'s content, which an edit in place changes without its directory's stat data, so such
+/// a listing is read again at every track (review: a cached listing kept the first verdict).
+#[tokio::test]
+async fn a_git_directory_s_verdict_follows_its_head_edited_in_place() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"a\n");
+    backdate_dirs(h.root());
+    let without = h.track().await.id;
+    h.write("fx/HEAD", b"placeholder\n");
+    h.write("fx/objects/x/f", b"data\n");
+    fs::create_dir_all(h.path("fx/refs")).expect("mkdir refs");
+    backdate_dirs(h.root());
+    let with = h.track().await.id;
+    assert_ne!(with, without, "not a git directory: its files are tracked");
+    // Cached, past the racy margin.
+    backdate_dirs(h.root());
+    assert_eq!(h.track().await.id, with);
+    let before = dir_mtime(&h.path("fx"));
+    for (head, expected, what) in [
+        ("ref: refs/heads/main\n", &without, "a bare repository now"),
+        ("placeholder\n", &with, "ordinary files again"),
+    ] {
+        // In place: the directory's stat data stays as it was.
+        fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(h.path("fx/HEAD"))
+            .and_then(|mut file| std::io::Write::write_all(&mut file, head.as_bytes()))
+            .expect("edit HEAD in place");
+        assert_eq!(dir_mtime(&h.path("fx")), before);
+        assert_eq!(&h.track().await.id, expected, "{what}");
+    }
+}
