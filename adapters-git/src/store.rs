@@ -660,9 +660,29 @@ impl Store {
             .map_err(|e| GitError::io(&path, e))
     }
 
+    /// The id returned last (the log's last line), read from the log's end; none when there is no log or
+    /// its end cannot be read. gc keeps that line, however old (`returned_for_gc`).
+    pub fn newest_returned(&self) -> Option<ObjectId> {
+        use std::io::{Read, Seek, SeekFrom};
+        const TAIL: u64 = 4096;
+        let mut file = File::open(self.rewind_path("returned")).ok()?;
+        let len = file.metadata().ok()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
+        let mut tail = Vec::new();
+        file.take(TAIL).read_to_end(&mut tail).ok()?;
+        String::from_utf8_lossy(&tail)
+            .lines()
+            .rev()
+            .filter(|line| !line.starts_with(RETURNED_CUT))
+            .find_map(|line| {
+                let (_, id) = line.split_once(' ')?;
+                ObjectId::from_hex(id.trim().as_bytes()).ok()
+            })
+    }
+
     /// For gc, which holds the lock: the ids returned at or after `since_ms`, and the log rewritten without
-    /// the lines older than both `since_ms` and `RETURNED_KEPT_MS` (it notes, as `cut`, the time just after
-    /// the newest line it dropped). Another gc may have read the database's references before this one cut
+    /// the lines older than both `since_ms` and `RETURNED_KEPT_MS` but the last (`newest_returned`; it
+    /// notes, as `cut`, the time just after the newest line it dropped). Another gc may have read the database's references before this one cut
     /// the log, and wait for the lock meanwhile: it needs the lines from the moment it read them on
     /// (`read_ms`). One whose `read_ms` lies before a cut is refused (`Busy`), since what was cut could be a
     /// snapshot stored after its read; lines older than its read, within its grace period only, were the
@@ -679,8 +699,8 @@ impl Store {
         }
         let ids = log.since(since_ms);
         let keep_from = since_ms.min(now_ms().saturating_sub(RETURNED_KEPT_MS));
-        let Some(newest_cut) = log
-            .lines
+        let last = log.lines.len().saturating_sub(1);
+        let Some(newest_cut) = log.lines[..last]
             .iter()
             .map(|(time, _)| *time)
             .filter(|time| *time < keep_from)
@@ -690,8 +710,10 @@ impl Store {
             return Ok(ids);
         };
         let mut text = format!("{RETURNED_CUT}{}\n", log.cut.max(newest_cut + 1));
-        for (time, id) in log.lines.iter().filter(|(time, _)| *time >= keep_from) {
-            text.push_str(&format!("{time} {id}\n"));
+        for (at, (time, id)) in log.lines.iter().enumerate() {
+            if *time >= keep_from || at == last {
+                text.push_str(&format!("{time} {id}\n"));
+            }
         }
         write_atomically(&self.rewind_path("returned"), text.as_bytes())?;
         Ok(ids)
@@ -1183,4 +1205,36 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// gc cuts the log of returned ids to its grace period, but keeps its last line, however old: the
+    /// snapshot returned last, which a track asks about files grown past the size cap (`newest_returned`).
+    #[test]
+    fn gc_keeps_the_last_returned_id() {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let wt = temp.path().join("wt");
+        fs::create_dir_all(&wt).expect("mkdir");
+        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
+        config.excludes_file = crate::config::ExcludesFile::None;
+        let store = Store::open(&config, &wt).expect("open the store");
+        let ids: Vec<ObjectId> = ["11", "22"]
+            .iter()
+            .map(|b| ObjectId::from_hex(b.repeat(20).as_bytes()).expect("an id"))
+            .collect();
+        fs::write(
+            store.rewind_path("returned"),
+            format!("1000 {}\n2000 {}\n", ids[0], ids[1]),
+        )
+        .expect("an old log");
+        assert_eq!(store.newest_returned(), Some(ids[1]));
+        let now = now_ms();
+        assert!(store.returned_for_gc(now, now).expect("gc").is_empty());
+        let log = fs::read_to_string(store.rewind_path("returned")).expect("read");
+        assert!(!log.contains(&ids[0].to_string()), "{log}");
+        assert_eq!(store.newest_returned(), Some(ids[1]));
+    }
 }

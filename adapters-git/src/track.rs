@@ -1302,6 +1302,9 @@ struct Worker<'a> {
     shift: isize,
     /// Counts the paths the stat cache held elsewhere than where the shift said.
     misplaced: &'a AtomicUsize,
+    /// The snapshot the store returned last (`Store::newest_returned`), read once a file over the size
+    /// cap that the stat cache does not hold is met (`was_tracked`); `Some(None)` when there is none.
+    previous: Option<Option<crate::tree::LazyTree<'a>>>,
 }
 
 impl<'a> Worker<'a> {
@@ -1311,7 +1314,23 @@ impl<'a> Worker<'a> {
             open: OpenDir::none(),
             shift: 0,
             misplaced,
+            previous: None,
         }
+    }
+
+    /// Whether the snapshot the store returned last holds `rel`: a file in it stays tracked when it has
+    /// grown past the size cap (SPEC 2.3), also when the stat cache does not hold it (a cache dropped as
+    /// damaged or of an older format, or not taught by a revert in a process that did not hold it). A
+    /// snapshot that cannot be read answers no.
+    fn was_tracked(&mut self, store: &'a Store, rel: &str) -> bool {
+        let previous = self.previous.get_or_insert_with(|| {
+            store
+                .newest_returned()
+                .map(|id| crate::tree::LazyTree::new(&store.odb, id))
+        });
+        previous
+            .as_mut()
+            .is_some_and(|tree| tree.get(rel).is_ok_and(|entry| entry.is_some()))
     }
 
     /// Where the stat cache probably holds `candidate`.
@@ -1334,12 +1353,12 @@ fn open_candidate(worker: &mut Worker, candidate: &Candidate) -> std::io::Result
     Root::file_for_reading(fd, candidate.name())
 }
 
-fn examine(
-    store: &Store,
+fn examine<'a>(
+    store: &'a Store,
     config: &GitStoreConfig,
     cache: &StatCache,
     seed: Option<&Seed>,
-    worker: &mut Worker,
+    worker: &mut Worker<'a>,
     candidate: &Candidate,
 ) -> GitResult<Outcome> {
     let rel = candidate.rel.as_str();
@@ -1377,7 +1396,11 @@ fn examine(
             return Ok(Outcome::Tracked(stat, id, false));
         }
         // The size cap first: a seeded file is tracked exactly as a hashed one would be.
-        if mode != Mode::Link && stat.size > config.size_cap && !cache.entries.contains_key(rel) {
+        if mode != Mode::Link
+            && stat.size > config.size_cap
+            && !cache.entries.contains_key(rel)
+            && !worker.was_tracked(store, rel)
+        {
             return Ok(Outcome::Skipped(SkippedPath {
                 path: rel.to_owned(),
                 reason: SkipReason::TooLarge { size: stat.size },

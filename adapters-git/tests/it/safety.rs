@@ -407,6 +407,46 @@ fn kept_paths_of_skipped(outcome: &rewind_core::model::TrackOutcome) -> Vec<&str
     outcome.skipped.iter().map(|s| s.path.as_str()).collect()
 }
 
+/// SPEC 2.3: a file already in the previous snapshot stays tracked when it grows past the size cap, also
+/// when the stat cache that would say so is gone (damaged, or of an older format): the snapshot the store
+/// returned last says so too (review: the file left the snapshot). A file over the cap that never was
+/// tracked is still skipped.
+#[tokio::test]
+async fn a_file_grown_past_the_cap_stays_tracked_without_the_stat_cache() {
+    let h = GitHarness::with_config(|config, _| config.size_cap = 1_000);
+    h.write("grows.bin", &[1; 100]);
+    h.write("never.bin", &[2; 3_000]);
+    let first = h.track().await;
+    assert_eq!(kept_paths_of_skipped(&first), ["never.bin"]);
+    let cache = h.store_dir().join("rewind").join("stat-cache");
+    for (round, size) in [(1u8, 3_000), (2, 4_000)] {
+        h.write("grows.bin", &vec![round; size]);
+        fs::write(&cache, b"not a stat cache").expect("damage the stat cache");
+        let grown = h.track().await;
+        assert_eq!(
+            kept_paths_of_skipped(&grown),
+            ["never.bin"],
+            "round {round}"
+        );
+        // In the snapshot, with its new content: modified, not deleted.
+        let diff = h
+            .port()
+            .diff(h.root(), &first.id, &grown.id)
+            .await
+            .expect("diff");
+        let statuses: Vec<(&str, String)> = diff
+            .iter()
+            .map(|d| (d.file.as_str(), format!("{:?}", d.status)))
+            .collect();
+        assert_eq!(
+            statuses,
+            [("grows.bin", "Modified".to_owned())],
+            "round {round}"
+        );
+        assert_eq!(h.id().await, grown.id, "round {round}: and again");
+    }
+}
+
 /// `.env` was tracked when the snapshot was taken and is ignored now: it is not tracked content any more,
 /// so neither revert nor restore writes the snapshot's version over it.
 #[tokio::test]
