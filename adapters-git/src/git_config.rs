@@ -5,8 +5,9 @@
 //! ones): ~0.3 ms, and every store call that applies ignore rules needs it (a revert two, a track one).
 //! What is kept is checked at each use against a stamp: the stat data (device, inode, size, modification
 //! and change times) of every file git's configuration could be read from (system, global and XDG files,
-//! the repository's `config` and `config.worktree`, its `HEAD` for `onbranch:` includes, and every file
-//! the configuration actually came from, includes too), whether each exists, and the environment variables
+//! the repository's `config` and `config.worktree`, its `HEAD` for `onbranch:` includes, every file
+//! the configuration actually came from, includes too, and every file an `include` or `includeIf` names,
+//! also one missing or empty then), whether each exists, and the environment variables
 //! that choose or add configuration (`GIT_*`, `HOME`, `XDG_CONFIG_HOME`). A file modified within the last
 //! second is not trusted to have changed its stat data, as a racy index entry in git: nothing is kept then.
 
@@ -91,12 +92,32 @@ pub fn configured_excludes_file(
     value
 }
 
-/// The value read with gix, and the files the configuration came from.
+/// The value read with gix, and the files the configuration came from, with every file an `include` or
+/// `includeIf` names (whatever its condition, also when it is missing or empty and so gave no section:
+/// one made or filled later changes the value; review).
 fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>, Vec<PathBuf>) {
+    let home_dir = home
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
     let sources = |file: &gix::config::File| -> Vec<PathBuf> {
-        file.sections()
-            .filter_map(|section| section.meta().path.clone())
-            .collect()
+        let mut sources = Vec::new();
+        for section in file.sections() {
+            let Some(from) = section.meta().path.clone() else {
+                continue;
+            };
+            let name = section.header().name().to_string().to_ascii_lowercase();
+            if name == "include" || name == "includeif" {
+                for target in section.values("path") {
+                    if let Some(target) =
+                        include_target(&target.to_string(), &from, home_dir.as_deref())
+                    {
+                        sources.push(target);
+                    }
+                }
+            }
+            sources.push(from);
+        }
+        sources
     };
     match enclosing {
         Some(repo) => match gix::open(&repo.found_at) {
@@ -125,6 +146,22 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>,
             Err(_) => (None, Vec::new()),
         },
     }
+}
+
+/// The file an include's `path` names, as git finds it: `~/` under the home directory, a relative path
+/// from the directory of the file that includes it.
+fn include_target(path: &str, from: &Path, home: Option<&Path>) -> Option<PathBuf> {
+    if path.is_empty() {
+        return None;
+    }
+    if let Some(rest) = path.strip_prefix("~/") {
+        return home.map(|home| home.join(rest));
+    }
+    let path = Path::new(path);
+    if path.is_absolute() {
+        return Some(path.to_path_buf());
+    }
+    from.parent().map(|dir| dir.join(path))
 }
 
 /// An empty path when `core.excludesFile` is set to the empty string: git then reads no global excludes
@@ -340,5 +377,68 @@ mod tests {
         assert_eq!(read(), Some(PathBuf::from("/tmp/included-one")));
         std::fs::write(&included, "[core]\n\texcludesFile = /tmp/included-two\n").expect("write");
         assert_eq!(read(), Some(PathBuf::from("/tmp/included-two")));
+    }
+
+    /// So does one that gave nothing when the value was kept: an include (relative, and conditional)
+    /// naming a file that did not exist yet, or was empty, made or filled later (review: the value kept
+    /// came from no section of it, so the file was not in the stamp).
+    #[test]
+    fn an_include_that_gave_nothing_is_part_of_the_stamp() {
+        for (key, relative, empty) in [
+            ("include.path", true, false),
+            ("includeIf.gitdir:/.path", false, true),
+        ] {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let repo = repo_in(dir.path());
+            let included = dir.path().join(".git").join("later.gitconfig");
+            let named = if relative {
+                PathBuf::from("later.gitconfig")
+            } else {
+                included.clone()
+            };
+            if empty {
+                std::fs::write(&included, "").expect("an empty include");
+            }
+            let status = std::process::Command::new("git")
+                .args(["config", key])
+                .arg(&named)
+                .current_dir(dir.path())
+                .status()
+                .expect("run git config");
+            assert!(status.success());
+            set_excludes(dir.path(), "/tmp/before-the-include");
+            settle();
+            let read = || configured_excludes_file(Some(&repo), None);
+            assert_eq!(
+                read(),
+                Some(PathBuf::from("/tmp/before-the-include")),
+                "{key}"
+            );
+            assert_eq!(
+                read(),
+                Some(PathBuf::from("/tmp/before-the-include")),
+                "{key}: kept"
+            );
+            std::fs::write(
+                &included,
+                "[core]\n\texcludesFile = /tmp/from-the-include\n",
+            )
+            .expect("write the include");
+            let git_says = std::process::Command::new("git")
+                .args(["config", "core.excludesFile"])
+                .current_dir(dir.path())
+                .output()
+                .expect("run git config");
+            assert_eq!(
+                String::from_utf8_lossy(&git_says.stdout).trim(),
+                "/tmp/from-the-include",
+                "{key}: git reads the include now"
+            );
+            assert_eq!(
+                read(),
+                Some(PathBuf::from("/tmp/from-the-include")),
+                "{key}"
+            );
+        }
     }
 }
