@@ -159,7 +159,9 @@ impl Rewind {
                 return Err(error);
             }
         };
-        let result = self.finish_held_intent(intent).await;
+        let result = self
+            .finish_held_intent(intent, [&session_lease, &worktree_lease])
+            .await;
         match &result {
             Ok(_) => {
                 self.release(&worktree_lease).await;
@@ -185,7 +187,11 @@ impl Rewind {
     /// Finishes an intent record once both leases are held. What was read before them is read again: the
     /// owner (or another recovery) may have finished the intent in between, and then its files are as the
     /// session says and must not be put back (a user's edit since would be lost).
-    async fn finish_held_intent(&self, intent: &IntentRecord) -> Result<Outcome> {
+    async fn finish_held_intent(
+        &self,
+        intent: &IntentRecord,
+        leases: [&super::HeldLease; 2],
+    ) -> Result<Outcome> {
         let pending = self.repo.intents().await?;
         if !pending.iter().any(|i| i.token == intent.token) {
             return Ok(Outcome::Gone);
@@ -199,7 +205,7 @@ impl Rewind {
             article(intent.operation),
             intent.holder
         );
-        self.finish_intent(&session, intent, &why).await?;
+        self.finish_intent(&session, intent, &why, leases).await?;
         Ok(Outcome::Recovered)
     }
 }

@@ -1249,7 +1249,8 @@ impl Rewind {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(intent.clone());
         };
-        let failure = match self.put_back_intent(session, intent, &why).await {
+        let leases = [&operation.session_lease, &operation.worktree_lease];
+        let failure = match self.put_back_intent(session, intent, &why, leases).await {
             Ok(mut put_back) => {
                 match self.repo.commit(std::mem::take(&mut put_back.record)).await {
                     Ok(()) => return error.noted(&put_back.recorded(intent.operation)),
@@ -1282,19 +1283,29 @@ impl Rewind {
         session: &Session,
         intent: &IntentRecord,
         why: &str,
+        leases: [&HeldLease; 2],
     ) -> Result<()> {
-        let put_back = self.put_back_intent(session, intent, why).await?;
+        let put_back = self.put_back_intent(session, intent, why, leases).await?;
         self.repo.commit(put_back.record).await
     }
 
     /// The part of `finish_intent` that captures the intent's files and puts them back: returns the
-    /// transaction that records it (the warning, the intent's removal), not yet committed.
+    /// transaction that records it (the warning, the intent's removal), not yet committed. `leases` are
+    /// the session's and the worktree's, held by the caller: renewed before any file is put back, and
+    /// guards of every commit, so a caller whose leases were taken over (it stalled past them: another
+    /// host's recovery may be putting the same files back) stops (SPEC 8).
     async fn put_back_intent(
         &self,
         session: &Session,
         intent: &IntentRecord,
         why: &str,
+        leases: [&HeldLease; 2],
     ) -> Result<PutBack> {
+        let guards = || {
+            let mut guards = vec![Guard::IntentExists(intent.token.clone())];
+            guards.extend(leases.iter().map(|held| held.guard()));
+            guards
+        };
         let wt = worktree(session);
         // An earlier attempt at this intent that was interrupted after its capture (a recovery killed
         // too) may have put some files back already: its capture, not this one, holds what they were.
@@ -1317,7 +1328,7 @@ impl Rewind {
             .filter(|path| touched_for(path.as_str(), &files))
             .collect();
         let mut transaction = Transaction {
-            guards: vec![Guard::IntentExists(intent.token.clone())],
+            guards: guards(),
             ..Default::default()
         };
         let mut captured = Captured::Nothing;
@@ -1340,7 +1351,7 @@ impl Rewind {
             let recorded = self
                 .repo
                 .commit(Transaction {
-                    guards: vec![Guard::IntentExists(intent.token.clone())],
+                    guards: guards(),
                     changes: vec![Change::AddCapture(Box::new(record.clone()))],
                     events: Vec::new(),
                 })
@@ -1355,6 +1366,9 @@ impl Rewind {
                     false
                 }
             };
+            for held in leases {
+                self.renew(held, self.config.operation_lease_ms).await?;
+            }
             // A file changed after the capture (by someone else) is left as it is: its content is in no
             // snapshot.
             let outcome = self

@@ -387,6 +387,57 @@ fn an_intent_whose_owner_still_runs_is_left_alone() {
     })
 }
 
+/// SPEC 8: a recovery whose lease is taken over while it works (it stalled past it: another host's
+/// recovery may be putting the same files back) stops before it puts any file back, and records nothing
+/// (review: it renewed nothing and its commits checked only that the intent was still there).
+#[test]
+fn a_recovery_whose_lease_is_taken_over_stops_before_it_puts_a_file_back() {
+    block_on(async {
+        let (w, _, _, token) = crashed_world(7).await;
+        // The capture's commit: the recovery holds both leases by then.
+        let (reached, resume) = w.repo.pause_next_commit();
+        let key = LeaseKey::Worktree(ROOT.to_owned());
+        let other = async {
+            reached.await.expect("the recovery's capture is reached");
+            let current = w.repo.lease(&key).await.expect("lease").expect("held");
+            assert_ne!(current.token, token, "the recovery's own");
+            let taken = w
+                .repo
+                .take_lease(
+                    &Lease {
+                        key: key.clone(),
+                        token: LeaseToken("tok_another_host".to_owned()),
+                        holder: Holder {
+                            kind: HolderKind::Process,
+                            process: ProcessIdentity {
+                                host: "another-host".to_owned(),
+                                ..process(9)
+                            },
+                        },
+                        expires_at: u64::MAX,
+                    },
+                    Some(current.token),
+                )
+                .await
+                .expect("take over");
+            assert_eq!(taken, LeaseTake::Taken);
+            let _ = resume.send(());
+        };
+        let (report, ()) = futures::future::join(w.rewind.recover(), other).await;
+        let report = report.expect("recover");
+        assert!(report.recovered.is_empty(), "{report:?}");
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+        assert!(report.failed[0].error.contains("lease lost"), "{report:?}");
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["half reverted", "-"],
+            "nothing put back"
+        );
+        assert!(w.rewind.captures(None).await.expect("captures").is_empty());
+        assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+    })
+}
+
 /// gc keeps, however old, the captures of an intent still pending: an interrupted recovery of it took
 /// them before putting any file back, and they hold what the files were then (review: gc deleted them
 /// with the other old captures).
