@@ -171,13 +171,18 @@ impl GitSnapshotStore {
 }
 
 /// A snapshot id the caller gave, checked to name a tree when the store holds it: a file's (blob's) id is bad
-/// input, not a corrupt store. One the store does not hold is left to the operation, which fails on it as
-/// missing. The root tree read here is the one the operation reads next (`Odb::read_tree` keeps it), so
+/// input, not a corrupt store. One the store does not hold is refused as missing, before the operation
+/// does anything (a `unified_diff` snapshotted the worktree first; review), but the empty tree. The root
+/// tree read here is the one the operation reads next (`Odb::read_tree` keeps it), so
 /// only an id that is not a tree costs a second look.
 fn check_snapshot(store: &Store, id: &gix::ObjectId) -> GitResult<()> {
-    let Err(error::GitError::Corrupt(_)) = store.odb.read_tree(id) else {
-        return Ok(());
-    };
+    match store.odb.read_tree(id) {
+        Err(error::GitError::Corrupt(_)) => {}
+        // Missing: refused before anything else is done (a worktree snapshotted to compare with it),
+        // but for the empty tree, which a store need not hold.
+        Err(missing @ error::GitError::Missing(_)) if !id.is_empty_tree() => return Err(missing),
+        _ => return Ok(()),
+    }
     match store.odb.open(id) {
         Ok((kind, _, _)) if kind != odb::Kind::Tree => Err(error::GitError::Refused(format!(
             "{id} is not a snapshot: it names a file's content in the snapshot store, not a tree; \

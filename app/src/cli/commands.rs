@@ -7,16 +7,50 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::context::Context;
-use super::{Command, SnapshotCommand, exec, gc, history, show, snapshot};
+use super::{Command, SnapshotCommand, context, exec, gc, history, show, snapshot};
 use crate::config::Settings;
 
 /// Runs one command in `directory`.
+/// Refuses ids of the wrong form before anything is opened: otherwise the data directory and database
+/// are made, and recovery run, for a command that was going to be refused (review).
+fn check_input(command: &Command) -> Result<()> {
+    let session = |text: &Option<String>| -> Result<()> {
+        text.as_deref().map(context::parse_session).transpose()?;
+        Ok(())
+    };
+    match command {
+        Command::Undo { session: s }
+        | Command::Redo { session: s }
+        | Command::Unrevert { session: s }
+        | Command::Log { session: s }
+        | Command::Diff { session: s } => session(s),
+        Command::Revert {
+            session: s,
+            message,
+            part,
+        } => {
+            session(s)?;
+            history::parse_target(message, part.as_deref()).map(|_| ())
+        }
+        Command::Snapshot(SnapshotCommand::Diff { from, to }) => {
+            snapshot::parse_snapshot(from)?;
+            to.as_deref().map(snapshot::parse_snapshot).transpose()?;
+            Ok(())
+        }
+        Command::Snapshot(SnapshotCommand::Restore { id, .. }) => {
+            snapshot::parse_snapshot(id).map(|_| ())
+        }
+        _ => Ok(()),
+    }
+}
+
 pub async fn run(
     command: Command,
     settings: &Settings,
     directory: &Path,
     json: bool,
 ) -> Result<()> {
+    check_input(&command)?;
     let ctx = match command {
         // These only show: a database that cannot be written is still shown.
         Command::Log { .. } | Command::Diff { .. } | Command::Status => {

@@ -24,6 +24,13 @@ pub struct Context {
     pub json: bool,
 }
 
+/// A `--session` id, or why it is none.
+pub fn parse_session(text: &str) -> Result<SessionId> {
+    SessionId::parse(text).map_err(|error| {
+        anyhow!("{error}; a session id looks like ses_… (`rewind status` lists them)")
+    })
+}
+
 impl Context {
     /// Checks the directory, opens the services and runs recovery (SPEC section 11: every command first
     /// runs recovery).
@@ -110,9 +117,7 @@ impl Context {
     pub async fn session(&self, explicit: Option<&str>) -> Result<Session> {
         match explicit {
             Some(text) => {
-                let id = SessionId::parse(text).map_err(|error| {
-                    anyhow!("{error}; a session id looks like ses_… (`rewind status` lists them)")
-                })?;
+                let id = parse_session(text)?;
                 let session = self
                     .services
                     .rewind

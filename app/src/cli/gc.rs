@@ -99,11 +99,12 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
         );
     }
     if ctx.json {
-        return print_json(&GcReport {
+        print_json(&GcReport {
             objects_removed: summary.objects_removed(),
             bytes_freed: summary.bytes_freed(),
-            summary,
-        });
+            summary: summary.clone(),
+        })?;
+        return failed_stores(&summary);
     }
     println!(
         "freed {} ({} object{}) in {} store{}; deleted {} session{} and {} capture{}",
@@ -157,6 +158,25 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
             }
             (None, None) => {}
         }
+    }
+    failed_stores(&summary)
+}
+
+/// A gc that could not collect or remove a store fails (exit 1, after its report), so a script sees it; a
+/// store left for a later gc by design (an operation held it, or its worktree is gone while the database
+/// names it: `WorktreeGc::left`) is no failure.
+fn failed_stores(summary: &rewind_core::service::GcSummary) -> Result<()> {
+    let failed = summary
+        .worktrees
+        .iter()
+        .filter(|worktree| worktree.error.is_some() && !worktree.left)
+        .count();
+    if failed > 0 {
+        eprintln!(
+            "error: {failed} snapshot store{} could not be collected; the report says why",
+            plural(failed as u64)
+        );
+        return Err(super::Exit(1).into());
     }
     Ok(())
 }

@@ -212,6 +212,17 @@ async fn read_again(ctx: &Context, session: &Session) -> Result<Session> {
         .map_err(|error| explain(error, "reading the session"))
 }
 
+/// `rewind revert`'s message and part ids, or why they are none.
+pub fn parse_target(message: &str, part: Option<&str>) -> Result<(MessageId, Option<PartId>)> {
+    let message = MessageId::parse(message)
+        .map_err(|error| anyhow!("{error}; `rewind log` shows the message ids (msg_…)"))?;
+    let part = part
+        .map(PartId::parse)
+        .transpose()
+        .map_err(|error| anyhow!("{error}; `rewind log --json` shows the part ids (prt_…)"))?;
+    Ok((message, part))
+}
+
 /// `rewind revert [--session S] MESSAGE [--part P]`.
 pub async fn revert(
     ctx: &Context,
@@ -219,12 +230,7 @@ pub async fn revert(
     message: &str,
     part: Option<&str>,
 ) -> Result<()> {
-    let message = MessageId::parse(message)
-        .map_err(|error| anyhow!("{error}; `rewind log` shows the message ids (msg_…)"))?;
-    let part = part
-        .map(PartId::parse)
-        .transpose()
-        .map_err(|error| anyhow!("{error}; `rewind log --json` shows the part ids (prt_…)"))?;
+    let (message, part) = parse_target(message, part)?;
     let session = ctx.session_to_change(session).await?;
     let messages = messages(ctx, &session).await?;
     revert_to(ctx, &session, message, part, &messages, None)
@@ -234,7 +240,17 @@ pub async fn revert(
 
 /// `rewind unrevert [--session S]`.
 pub async fn unrevert(ctx: &Context, session: Option<&str>) -> Result<()> {
-    let session = ctx.session_to_change(session).await?;
+    let mut session = ctx.session_to_change(session).await?;
+    if session.revert.is_none() {
+        // As `redo`: a revert that is running has not stored itself yet (busy, not "not reverted"), and one
+        // stored since the session was read is found by reading it again.
+        ctx.services
+            .rewind
+            .refuse_if_operating(&session)
+            .await
+            .map_err(|error| explain(error, "checking the session"))?;
+        session = read_again(ctx, &session).await?;
+    }
     if session.revert.is_none() {
         bail!(
             "session {} is not reverted; nothing to unrevert",

@@ -161,6 +161,10 @@ pub fn main() -> ExitCode {
         return code;
     }
     quiet_on_closed_stdout();
+    if let Some(refusal) = crate::config::refuse_empty_variables() {
+        eprintln!("error: {refusal}");
+        return ExitCode::from(2);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return usage_exit(&error),

@@ -69,6 +69,12 @@ pub async fn diff(ctx: &Context, from: &str, to: Option<&str>) -> Result<()> {
     let to = match to {
         Some(to) => parse_snapshot(to)?,
         None => {
+            // FROM is read first: an unknown snapshot is refused before the worktree is snapshotted.
+            ctx.services
+                .snapshots
+                .diff(&ctx.path, &from, &from)
+                .await
+                .map_err(|error| explain(error, "diffing"))?;
             with_progress("snapshotting", ctx.services.snapshots.track(&ctx.path))
                 .await
                 .map_err(|error| explain(error, "snapshotting"))?
@@ -192,7 +198,7 @@ fn found_nowhere(ctx: &Context, given: &[RelPath], outcome: &RestoreOutcome) -> 
         .collect()
 }
 
-fn parse_snapshot(text: &str) -> Result<SnapshotId> {
+pub fn parse_snapshot(text: &str) -> Result<SnapshotId> {
     SnapshotId::parse(text).map_err(|error| {
         anyhow!(
             "{error}; `rewind snapshot track`, `rewind log --json` and warnings show snapshot ids"

@@ -98,6 +98,134 @@ fn bad_ids_paths_and_directories_are_refused_and_change_nothing() {
     assert!(stderr.contains("does not exist"), "{stderr}");
 }
 
+/// An id of the wrong form is refused before anything is opened: on a fresh account, nothing is made in
+/// the data directory (no database) for a command that was going to fail (review), and `snapshot diff` of an unknown
+/// snapshot reads it before it snapshots the worktree (no store is made either).
+#[test]
+fn a_malformed_id_is_refused_before_anything_is_made() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "a\n").expect("write");
+    let message = unknown("msg");
+    let missing_snapshot = "0123456789abcdef0123456789abcdef01234567";
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["undo", "--session", "ses_bad"], "ses_"),
+        (vec!["redo", "--session", "nope"], "ses_"),
+        (vec!["unrevert", "--session", "nope"], "ses_"),
+        (vec!["log", "--session", "nope"], "ses_"),
+        (vec!["diff", "--session", "nope"], "ses_"),
+        (vec!["revert", "garbage"], "msg_"),
+        (vec!["revert", "--part", "prt_bad", &message], "prt_"),
+        (vec!["snapshot", "diff", "zz"], "snapshot"),
+        (vec!["snapshot", "diff", missing_snapshot, "zz"], "snapshot"),
+        (vec!["snapshot", "restore", "zz"], "snapshot"),
+    ];
+    for (args, expected) in &cases {
+        let output = env.rewind(args).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "`rewind {}`: {stderr}",
+            args.join(" ")
+        );
+        assert!(
+            stderr.contains(expected),
+            "`rewind {}`: {stderr}",
+            args.join(" ")
+        );
+        let made: Vec<_> = std::fs::read_dir(env.data.path())
+            .expect("list the data directory")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(made.is_empty(), "`rewind {}` made {made:?}", args.join(" "));
+    }
+    // A well-formed snapshot id that names nothing: refused before the worktree is snapshotted.
+    let files = env.state();
+    let stderr = env.fails(&["snapshot", "diff", missing_snapshot]);
+    assert!(stderr.contains("missing"), "{stderr}");
+    assert_state(
+        &env,
+        &files,
+        "after `rewind snapshot diff` of a missing snapshot",
+    );
+    let stored: Vec<std::path::PathBuf> = walk_files(&env.data.path().join("snapshot"))
+        .into_iter()
+        .filter(|path| path.components().any(|c| c.as_os_str() == "objects"))
+        .collect();
+    assert!(
+        stored.is_empty(),
+        "the worktree was snapshotted: {stored:?}"
+    );
+    let tracked = env.json(&["snapshot", "track"]);
+    assert!(tracked["id"].is_string(), "{tracked}");
+    let stderr = env.fails(&["snapshot", "diff", missing_snapshot]);
+    assert!(stderr.contains("missing"), "{stderr}");
+}
+
+/// A `REWIND_*` variable set but empty, or `REWIND_PROJECT_ROOTS` with an empty entry, is refused by
+/// its own name (exit 2) before anything is opened; clap named the flag it stands for, which the user
+/// never typed (review).
+#[test]
+fn an_empty_rewind_variable_is_refused_by_its_name() {
+    let env = Env::plain();
+    for (name, value, says) in [
+        ("REWIND_DATA_DIR", "", "REWIND_DATA_DIR is set but empty"),
+        ("REWIND_SIZE_CAP", "", "REWIND_SIZE_CAP is set but empty"),
+        (
+            "REWIND_PROJECT_ROOTS",
+            "/src:",
+            "REWIND_PROJECT_ROOTS has an empty entry",
+        ),
+        (
+            "REWIND_PROJECT_ROOTS",
+            "::",
+            "REWIND_PROJECT_ROOTS has an empty entry",
+        ),
+    ] {
+        let output = env
+            .rewind(&["log"])
+            .env(name, value)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name}={value:?}: {stderr}");
+        assert!(
+            stderr.contains(says) && !stderr.contains("--"),
+            "{name}={value:?}: {stderr}"
+        );
+        let made: Vec<_> = std::fs::read_dir(env.data.path())
+            .expect("list the data directory")
+            .flatten()
+            .collect();
+        assert!(made.is_empty(), "{name}={value:?}: {made:?}");
+    }
+    // A well-formed list still works.
+    let output = env
+        .rewind(&["status"])
+        .env("REWIND_PROJECT_ROOTS", "/src:/tmp")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+}
+
+/// Every file below `dir` (none when it does not exist).
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
 #[test]
 fn a_usage_error_exits_non_zero_with_clap_s_message() {
     let env = Env::plain();

@@ -145,8 +145,8 @@ fn a_server_logs_an_operation_it_cannot_recover_and_starts() {
     );
 }
 
-/// `redo` while an undo of the session is running (its lease held by a live process, before it stored its
-/// revert) says the session is busy, naming the holder, rather than "nothing to redo" (black-box).
+/// `redo` (and `unrevert`) while an undo of the session is running (its lease held by a live process,
+/// before it stored its revert) says the session is busy, naming the holder, rather than "nothing to redo" (black-box).
 #[test]
 fn redo_while_an_undo_is_running_is_busy_not_nothing_to_redo() {
     use rewind_core::HostPort;
@@ -170,6 +170,12 @@ fn redo_while_an_undo_is_running_is_busy_not_nothing_to_redo() {
     let stderr = env.fails(&["redo"]);
     assert!(
         stderr.contains("Session is busy") && !stderr.contains("nothing to redo"),
+        "{stderr}"
+    );
+    // So does `unrevert` (review: it said "not reverted").
+    let stderr = env.fails(&["unrevert"]);
+    assert!(
+        stderr.contains("Session is busy") && !stderr.contains("not reverted"),
         "{stderr}"
     );
 }
@@ -224,8 +230,19 @@ fn an_unreadable_intent_refuses_its_directory_only() {
         "the refused directory is left as it is"
     );
 
-    // gc leaves that directory's store, and collects the others (it stopped at the first damaged row).
-    let gc = env.json(&["gc", "--grace-seconds", "0"]);
+    // gc leaves that directory's store, and collects the others (it stopped at the first damaged row);
+    // it fails (exit 1) after its report, so a script sees the store it could not collect.
+    let output = env
+        .rewind(&["--json", "gc", "--grace-seconds", "0"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("1 snapshot store could not be collected"),
+        "{stderr}"
+    );
+    let gc: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the report");
     let worktrees = gc["worktrees"].as_array().expect("worktrees");
     let entry = |dir: &str| {
         worktrees

@@ -66,6 +66,11 @@ pub struct WorktreeGc {
     /// database names needs it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub store_removed: bool,
+    /// `error` says only why the store is left for a later gc, which is no failure of this one: an
+    /// operation held the worktree or its store, or the worktree cannot be used now (gone: its store stays
+    /// while the database names it, as it may come back).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub left: bool,
 }
 
 /// What gc did.
@@ -277,6 +282,7 @@ impl Rewind {
                 report,
                 error,
                 store_removed: true,
+                left: false,
             });
         }
         // Stores that no session or capture names any more (their sessions deleted) are collected too. A
@@ -298,9 +304,12 @@ impl Rewind {
                 // whose references cannot be read (a damaged row of its own) is left uncollected, and the
                 // others are collected (review: one damaged intent stopped gc).
                 Err(error) => {
-                    let error = match error {
-                        Error::Busy { message, .. } => message,
-                        other => format!("what its sessions refer to cannot be read: {other}"),
+                    let (error, left) = match error {
+                        Error::Busy { message, .. } => (message, true),
+                        other => (
+                            format!("what its sessions refer to cannot be read: {other}"),
+                            false,
+                        ),
                     };
                     summary.worktrees.push(WorktreeGc {
                         directory,
@@ -308,6 +317,7 @@ impl Rewind {
                         report: None,
                         error: Some(error),
                         store_removed: false,
+                        left,
                     });
                     continue;
                 }
@@ -318,13 +328,16 @@ impl Rewind {
             // those of the grace period's first millisecond too).
             let since = Duration::from_millis(self.now().saturating_sub(from));
             let grace = request.grace.max(since);
-            let (report, error) = match self
+            let (report, error, left) = match self
                 .snapshots
                 .gc_since(Path::new(&directory), &keep, grace, from)
                 .await
             {
-                Ok(report) => (Some(report), None),
-                Err(error) => (None, Some(error.to_string())),
+                Ok(report) => (Some(report), None, false),
+                Err(error) => {
+                    let left = matches!(error, Error::Busy { .. } | Error::InvalidInput(_));
+                    (None, Some(error.to_string()), left)
+                }
             };
             summary.worktrees.push(WorktreeGc {
                 directory,
@@ -332,6 +345,7 @@ impl Rewind {
                 report,
                 error,
                 store_removed: false,
+                left,
             });
         }
         Ok(summary)
