@@ -1,9 +1,9 @@
 //! Leases: taken with one conditional write (insert when absent; update only when the stored token is our
-//! own or the one we replace), renewed and released only with the holding token. The same statements run
+//! own or the one we replace, with the expiry we judged it by when we give one), renewed and released only with the holding token. The same statements run
 //! on SQLite and PostgreSQL, so leases hold across processes and machines sharing the store.
 
 use rewind_core::Result;
-use rewind_core::model::{Lease, LeaseKey, LeaseTake, LeaseToken};
+use rewind_core::model::{Lease, LeaseKey, LeaseTake, LeaseToken, Replacing};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, QueryOrder,
@@ -21,14 +21,23 @@ impl SqlRepo {
     pub(crate) async fn take(
         &self,
         lease: &Lease,
-        replacing: Option<LeaseToken>,
+        replacing: Option<Replacing>,
     ) -> Result<LeaseTake> {
         let fault = self.fault("taking a lease");
         let stored_token = || Expr::col((lease::Entity, lease::Column::Token));
+        let seen_expiry = match replacing.as_ref().and_then(|r| r.expires_at) {
+            Some(at) => Some(self.u64_to_bigint(at, "a lease's expiry")?),
+            None => None,
+        };
         for _ in 0..TAKE_ATTEMPTS {
             let mut allowed = stored_token().eq(lease.token.0.as_str());
             if let Some(replaced) = &replacing {
-                allowed = allowed.or(stored_token().eq(replaced.0.as_str()));
+                let mut same = stored_token().eq(replaced.token.0.as_str());
+                // As the caller judged it: one renewed since is not replaced.
+                if let Some(at) = seen_expiry {
+                    same = same.and(Expr::col((lease::Entity, lease::Column::ExpiresAt)).eq(at));
+                }
+                allowed = allowed.or(same);
             }
             let txn = self.begin_lease_write().await?;
             if let Some(nested) = self.nested_holder(&txn, lease).await? {

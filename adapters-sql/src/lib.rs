@@ -40,8 +40,8 @@ use async_trait::async_trait;
 use rewind_core::Result;
 use rewind_core::model::{
     Capture, EventId, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, MessageHead,
-    MessageId, MessageWithParts, RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent,
-    Warning,
+    MessageId, MessageWithParts, Replacing, RevertHistoryEntry, Session, SessionId, SnapshotId,
+    StoredEvent, Warning,
 };
 use rewind_core::ports::{MessageRepo, Transaction};
 use sea_orm::{
@@ -327,7 +327,7 @@ impl MessageRepo for SqlRepo {
         self.read_lease(key).await
     }
 
-    async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake> {
+    async fn take_lease(&self, lease: &Lease, replacing: Option<Replacing>) -> Result<LeaseTake> {
         self.take(lease, replacing).await
     }
 

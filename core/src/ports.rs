@@ -16,8 +16,9 @@ use crate::error::{Error, Result};
 use crate::model::{
     Capture, Event, EventId, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey,
     LeaseTake, LeaseToken, Message, MessageHead, MessageId, MessageWithParts, Part, PartId,
-    ProcessIdentity, RelPath, RestoreOutcome, RevertDiffs, RevertHistoryEntry, RevertOutcome,
-    Session, SessionId, SnapshotId, SnapshotPatch, StoredEvent, TrackOutcome, Warning,
+    ProcessIdentity, RelPath, Replacing, RestoreOutcome, RevertDiffs, RevertHistoryEntry,
+    RevertOutcome, Session, SessionId, SnapshotId, SnapshotPatch, StoredEvent, TrackOutcome,
+    Warning,
 };
 
 /// The snapshot store of SPEC section 2.
@@ -442,10 +443,12 @@ pub trait MessageRepo: Send + Sync {
     async fn intents(&self) -> Result<Vec<IntentRecord>>;
     /// The lease on `key`, if any (expired or not).
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>>;
-    /// Takes a lease (see the contract). A worktree's lease is also refused while another token holds the
-    /// lease of a worktree inside it or enclosing it (`LeaseKey::overlaps`), even one the take replaces on
-    /// its own key: the answer is `Held` with that lease.
-    async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake>;
+    /// Takes a lease (see the contract): where none is stored, where the stored one holds `lease`'s own
+    /// token, or where it is the one `replacing` names (its token, and its expiry when that is given: a
+    /// lease renewed since the caller judged it is not replaced). A worktree's lease is also refused while
+    /// another token holds the lease of a worktree inside it or enclosing it (`LeaseKey::overlaps`), even
+    /// one the take replaces on its own key: the answer is `Held` with that lease.
+    async fn take_lease(&self, lease: &Lease, replacing: Option<Replacing>) -> Result<LeaseTake>;
     /// Takes all of `leases` or none (see the contract): one round trip for an operation's two leases.
     /// A worktree's lease is refused as `take_lease` refuses it.
     async fn take_leases(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>>;

@@ -185,7 +185,10 @@ async fn failed_cleanup_changes_nothing(repo: &SqlRepo, failure: Failure) {
         Failure::LeaseLost => {
             let thief = lease(&r.key, "thief", 2, 4_000_000_000_000);
             let taken = repo
-                .take_lease(&thief, Some(r.token.clone()))
+                .take_lease(
+                    &thief,
+                    Some(rewind_core::model::Replacing::token(r.token.clone())),
+                )
                 .await
                 .expect("takes over");
             assert_eq!(taken, LeaseTake::Taken);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use rewind_core::Error;
-use rewind_core::model::{LeaseKey, LeaseTake, LeaseToken};
+use rewind_core::model::{LeaseKey, LeaseTake, LeaseToken, Replacing};
 use rewind_core::ports::{Change, Guard, MessageRepo, Transaction};
 use rewind_sql::SqlRepo;
 use tokio::sync::Barrier;
@@ -135,7 +135,10 @@ async fn second_takes_over_an_expired_lease(first: SqlRepo, second: SqlRepo) {
         "an expired lease is still held until someone takes it over"
     );
     let wrong = second
-        .take_lease(&wanted, Some(LeaseToken("token-other".to_owned())))
+        .take_lease(
+            &wanted,
+            Some(Replacing::token(LeaseToken("token-other".to_owned()))),
+        )
         .await
         .expect("asks");
     assert_eq!(
@@ -144,7 +147,7 @@ async fn second_takes_over_an_expired_lease(first: SqlRepo, second: SqlRepo) {
         "a takeover naming another token is refused"
     );
     let taken = second
-        .take_lease(&wanted, Some(expired.token.clone()))
+        .take_lease(&wanted, Some(Replacing::seen(&expired)))
         .await
         .expect("takes over");
     assert_eq!(

@@ -292,7 +292,7 @@ macro_rules! impl_repo {
             async fn take_lease(
                 &self,
                 lease: &Lease,
-                replacing: Option<LeaseToken>,
+                replacing: Option<rewind_core::model::Replacing>,
             ) -> Result<LeaseTake> {
                 $with!(self, repo => repo.take_lease(lease, replacing))
             }

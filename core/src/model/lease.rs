@@ -152,6 +152,42 @@ pub struct Lease {
     pub expires_at: u64,
 }
 
+/// The lease a take replaces (`MessageRepo::take_lease`): its token and, for a takeover, the expiry the
+/// taker judged it by. A lease renewed since that judgement has another expiry and is not replaced: its
+/// holder is alive after all (review: a holder stalled past its expiry renewed it and went on writing,
+/// while another host, having judged it expired, replaced it by its token alone and recovered the same
+/// files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replacing {
+    /// The token the replaced lease must hold.
+    pub token: LeaseToken,
+    /// The expiry it must still have; none for a lease the caller holds itself (a hand-back).
+    pub expires_at: Option<u64>,
+}
+
+impl Replacing {
+    /// Replaces the lease of `token`, whatever its expiry: one the caller holds itself.
+    pub fn token(token: LeaseToken) -> Replacing {
+        Replacing {
+            token,
+            expires_at: None,
+        }
+    }
+
+    /// Replaces `lease` as the caller saw it: the same token with the same expiry.
+    pub fn seen(lease: &Lease) -> Replacing {
+        Replacing {
+            token: lease.token.clone(),
+            expires_at: Some(lease.expires_at),
+        }
+    }
+
+    /// Whether `existing` is the lease this replaces.
+    pub fn matches(&self, existing: &Lease) -> bool {
+        existing.token == self.token && self.expires_at.is_none_or(|at| at == existing.expires_at)
+    }
+}
+
 /// The answer to an attempt to take a lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaseTake {

@@ -13,7 +13,7 @@ pub use capture::Capture;
 pub use event::{Event, EventPayload, SessionStatus, StoredEvent};
 pub use lease::{
     Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
-    ProcessIdentity, may_take_over, worktrees_overlap,
+    ProcessIdentity, Replacing, may_take_over, worktrees_overlap,
 };
 pub use message::{
     Message, MessageHead, MessageTime, MessageWithParts, Part, PartBody, PatchPart, Role,

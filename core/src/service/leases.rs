@@ -2,7 +2,9 @@
 //! before every operation on a session or a worktree.
 
 use crate::error::{Error, Result};
-use crate::model::{Lease, LeaseKey, LeaseTake, LeaseToken, Session, SessionId, may_take_over};
+use crate::model::{
+    Lease, LeaseKey, LeaseTake, LeaseToken, Replacing, Session, SessionId, may_take_over,
+};
 use crate::ports::Guard;
 
 use super::{Rewind, new_token};
@@ -190,7 +192,8 @@ impl Rewind {
             if recovered {
                 // Recovery released the holder's leases.
             } else if current.key == key {
-                replacing = Some(current.token);
+                // As judged: a holder that renewed it since is alive, and keeps it.
+                replacing = Some(Replacing::seen(&current));
             } else if !finish_intents
                 && self
                     .repo
@@ -281,7 +284,7 @@ impl Rewind {
         };
         match self
             .repo
-            .take_lease(&lease, replaced.as_ref().map(|l| l.token.clone()))
+            .take_lease(&lease, replaced.as_ref().map(Replacing::seen))
             .await?
         {
             LeaseTake::Taken => Ok((HeldLease::of(&lease), replaced)),
@@ -298,7 +301,7 @@ impl Rewind {
         if let Some(replaced) = replaced
             && let Ok(LeaseTake::Taken) = self
                 .repo
-                .take_lease(&replaced, Some(held.token.clone()))
+                .take_lease(&replaced, Some(Replacing::token(held.token.clone())))
                 .await
         {
             return;

@@ -4,7 +4,8 @@
 
 use crate::error::{Error, Result};
 use crate::model::{
-    IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, worktrees_overlap,
+    IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken, Replacing,
+    worktrees_overlap,
 };
 
 use super::{RecoveryFailure, RecoveryReport, Rewind, new_token};
@@ -128,7 +129,7 @@ impl Rewind {
         let lease = self.new_lease(session_key, &token, self.config.operation_lease_ms);
         if let LeaseTake::Held(_) = self
             .repo
-            .take_lease(&lease, current.as_ref().map(|c| c.token.clone()))
+            .take_lease(&lease, current.as_ref().map(Replacing::seen))
             .await?
         {
             return Ok(Outcome::InProgress);
@@ -181,7 +182,10 @@ impl Rewind {
     /// Puts `to` back in the place of `held` (this recovery's): the lease goes back to the operation it
     /// was taken from. A failure leaves ours to expire.
     pub(super) async fn hand_back(&self, held: &super::HeldLease, to: &Lease) {
-        let _ = self.repo.take_lease(to, Some(held.token.clone())).await;
+        let _ = self
+            .repo
+            .take_lease(to, Some(Replacing::token(held.token.clone())))
+            .await;
     }
 
     /// Finishes an intent record once both leases are held. What was read before them is read again: the

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use crate::error::{Error, Result};
 use crate::model::{
     Capture, EventId, EventPayload, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
-    Message, MessageHead, MessageId, MessageWithParts, Part, PartBody, PartId, RevertHistoryEntry,
-    Session, SessionId, SnapshotId, StoredEvent, Warning, worktrees_overlap,
+    Message, MessageHead, MessageId, MessageWithParts, Part, PartBody, PartId, Replacing,
+    RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning, worktrees_overlap,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 use crate::revert::{RevertPoint, is_hidden};
@@ -683,12 +683,12 @@ impl MessageRepo for MemRepo {
         Ok(self.lock().leases.get(key).cloned())
     }
 
-    async fn take_lease(&self, lease: &Lease, replacing: Option<LeaseToken>) -> Result<LeaseTake> {
+    async fn take_lease(&self, lease: &Lease, replacing: Option<Replacing>) -> Result<LeaseTake> {
         self.paused(PausedCall::LeaseTake).await;
         let mut state = self.lock();
         if let Some(existing) = state.leases.get(&lease.key) {
             let ours = existing.token == lease.token;
-            let replaced = replacing.as_ref() == Some(&existing.token);
+            let replaced = replacing.as_ref().is_some_and(|r| r.matches(existing));
             if !ours && !replaced {
                 return Ok(LeaseTake::Held(existing.clone()));
             }

@@ -3,7 +3,7 @@
 
 use rewind_core::model::{
     EventPayload, Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake,
-    LeaseToken, PartBody, ProcessIdentity, RelPath,
+    LeaseToken, PartBody, ProcessIdentity, RelPath, Replacing,
 };
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use rewind_core::{
@@ -92,7 +92,7 @@ async fn hold_worktree(w: &World, token: &str, replacing: Option<LeaseToken>) ->
         expires_at: u64::MAX,
     };
     w.repo
-        .take_lease(&lease, replacing)
+        .take_lease(&lease, replacing.map(Replacing::token))
         .await
         .expect("the worktree's lease");
     lease
@@ -416,7 +416,7 @@ fn a_recovery_whose_lease_is_taken_over_stops_before_it_puts_a_file_back() {
                         },
                         expires_at: u64::MAX,
                     },
-                    Some(current.token),
+                    Some(Replacing::token(current.token)),
                 )
                 .await
                 .expect("take over");
@@ -435,6 +435,53 @@ fn a_recovery_whose_lease_is_taken_over_stops_before_it_puts_a_file_back() {
         );
         assert!(w.rewind.captures(None).await.expect("captures").is_empty());
         assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+    })
+}
+
+/// A lease recovery judged expired (its holder on another host) and that its holder renews before the
+/// takeover is not taken over: the holder is alive after all, and may be writing (review: the takeover
+/// matched the token alone, so both went on).
+#[test]
+fn a_lease_renewed_after_recovery_judged_it_expired_is_not_taken_over() {
+    block_on(async {
+        let (w, s, _) = one_turn_world().await;
+        let owner = ProcessIdentity {
+            host: "another-host".to_owned(),
+            ..process(8)
+        };
+        let token = crashed_revert(&w, &s.id, &owner).await;
+        let session_key = LeaseKey::Session(s.id.clone());
+        for key in [session_key.clone(), LeaseKey::Worktree(ROOT.to_owned())] {
+            let mut expired = w.repo.lease(&key).await.expect("lease").expect("held");
+            expired.expires_at = 1;
+            let taken = w
+                .repo
+                .take_lease(&expired, Some(Replacing::token(token.clone())))
+                .await
+                .expect("expire it");
+            assert_eq!(taken, LeaseTake::Taken);
+        }
+        let (reached, resume) = w.repo.pause_next_lease_take();
+        let owner_renews = async {
+            reached.await.expect("recovery's takeover is reached");
+            let renewed = w
+                .repo
+                .renew_lease(&session_key, &token, u64::MAX)
+                .await
+                .expect("renew");
+            assert!(renewed, "the owner renews its lease");
+            let _ = resume.send(());
+        };
+        let (report, ()) = futures::future::join(w.rewind.recover(), owner_renews).await;
+        let report = report.expect("recover");
+        assert_eq!(report.in_progress, std::slice::from_ref(&token), "{report:?}");
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["half reverted", "-"],
+            "nothing put back"
+        );
+        let lease = w.repo.lease(&session_key).await.expect("lease");
+        assert_eq!(lease.map(|l| l.token), Some(token), "the owner keeps it");
     })
 }
 
@@ -853,7 +900,7 @@ fn a_step_seen_abandoned_during_its_finish_is_not_aborted_once_its_lease_is_back
         };
         let taken = w
             .repo
-            .take_lease(&finishing, Some(step_lease.token.clone()))
+            .take_lease(&finishing, Some(Replacing::token(step_lease.token.clone())))
             .await
             .expect("takes");
         assert_eq!(taken, LeaseTake::Taken);
@@ -871,7 +918,7 @@ fn a_step_seen_abandoned_during_its_finish_is_not_aborted_once_its_lease_is_back
             // The finish gives the lease back to the step (it could not close it).
             let back = w
                 .repo
-                .take_lease(&step_lease, Some(finishing.token.clone()))
+                .take_lease(&step_lease, Some(Replacing::token(finishing.token.clone())))
                 .await
                 .expect("takes");
             assert_eq!(back, LeaseTake::Taken);

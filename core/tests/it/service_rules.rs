@@ -544,7 +544,12 @@ fn a_second_revert_that_lost_its_lease_after_the_undo_writes_nothing_more() {
                         holder: held.holder.clone(),
                         expires_at: u64::MAX,
                     };
-                    let taken = repo.take_lease(&thief, Some(held.token)).await;
+                    let taken = repo
+                        .take_lease(
+                            &thief,
+                            Some(rewind_core::model::Replacing::token(held.token)),
+                        )
+                        .await;
                     assert!(matches!(taken, Ok(LeaseTake::Taken)), "{taken:?}");
                 });
             })

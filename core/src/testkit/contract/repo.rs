@@ -16,8 +16,9 @@ use crate::model::{
     Event, EventPayload, FileDiff, FileStatus, Holder, HolderKind, IntentOperation, IntentRecord,
     Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageHead, MessageId, MessageTime,
     MessageWithParts, OpenStep, Part, PartBody, PartId, PatchPart, ProcessIdentity, RelPath,
-    RevertDescriptor, RevertHistoryEntry, Role, Session, SessionId, SessionTime, SnapshotId,
-    StepFinishPart, StepStartPart, StoredEvent, TextPart, TokenCache, Tokens, ToolPart, Warning,
+    Replacing, RevertDescriptor, RevertHistoryEntry, Role, Session, SessionId, SessionTime,
+    SnapshotId, StepFinishPart, StepStartPart, StoredEvent, TextPart, TokenCache, Tokens, ToolPart,
+    Warning,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 
@@ -72,6 +73,7 @@ macro_rules! repo_contract_tests {
             worktree_leases_keep_out_of_worktrees_inside_and_around
             sessions_overlapping_are_those_of_worktrees_inside_and_around
             lease_can_be_taken_over_when_replacing_the_current_token
+            a_takeover_of_a_lease_renewed_since_it_was_seen_is_refused
             lease_renew_and_release_need_the_token
             a_transaction_releases_a_lease_only_with_its_token
             leases_are_taken_together_or_not_at_all
@@ -1282,7 +1284,7 @@ pub async fn worktree_leases_keep_out_of_worktrees_inside_and_around(repo: &dyn 
         .expect("releases");
     let replacing = lease(&worktree("/w/a/b"), "token-c", 5_000);
     assert_eq!(
-        repo.take_lease(&replacing, Some(token("token-a")))
+        repo.take_lease(&replacing, Some(Replacing::token(token("token-a"))))
             .await
             .expect("asks"),
         LeaseTake::Held(held.clone()),
@@ -1379,7 +1381,7 @@ pub async fn lease_can_be_taken_over_when_replacing_the_current_token(repo: &dyn
 
     let second = lease(&key, "token-b", 9_000);
     let wrong = repo
-        .take_lease(&second, Some(token("token-x")))
+        .take_lease(&second, Some(Replacing::token(token("token-x"))))
         .await
         .expect("asking for a held lease must succeed");
     assert_eq!(
@@ -1388,7 +1390,7 @@ pub async fn lease_can_be_taken_over_when_replacing_the_current_token(repo: &dyn
         "replacing a token that does not hold the lease must be refused"
     );
     let takeover = repo
-        .take_lease(&second, Some(token("token-a")))
+        .take_lease(&second, Some(Replacing::token(token("token-a"))))
         .await
         .expect("a takeover must succeed");
     assert_eq!(
@@ -1408,7 +1410,7 @@ pub async fn lease_can_be_taken_over_when_replacing_the_current_token(repo: &dyn
 
     let third = lease(&key, "token-c", 9_500);
     let stale = repo
-        .take_lease(&third, Some(token("token-a")))
+        .take_lease(&third, Some(Replacing::token(token("token-a"))))
         .await
         .expect("asking for a held lease must succeed");
     assert_eq!(
@@ -1421,6 +1423,58 @@ pub async fn lease_can_be_taken_over_when_replacing_the_current_token(repo: &dyn
         .await
         .expect("reading a lease must succeed");
     assert_eq!(current, Some(second), "a refused takeover changes nothing");
+}
+
+/// A takeover names the lease as the taker judged it, expiry included (`Replacing::seen`): one its holder
+/// renewed since (it stalled past its expiry, and is alive after all) is not replaced, and the answer is
+/// the renewed lease; the lease as it stands now is. Once it is replaced, the old holder's renewal fails.
+pub async fn a_takeover_of_a_lease_renewed_since_it_was_seen_is_refused(repo: &dyn MessageRepo) {
+    let key = LeaseKey::Worktree("/work/renewed-takeover".to_owned());
+    let seen = lease(&key, "token-a", 1_000);
+    let taken = repo
+        .take_lease(&seen, None)
+        .await
+        .expect("taking a free lease must succeed");
+    assert_eq!(taken, LeaseTake::Taken, "a free lease must be taken");
+    let renewed = repo
+        .renew_lease(&key, &token("token-a"), 5_000)
+        .await
+        .expect("renewing must succeed");
+    assert!(renewed, "its holder renews it");
+    let now = repo
+        .lease(&key)
+        .await
+        .expect("reading a lease must succeed")
+        .expect("the lease is stored");
+    assert_eq!(now.expires_at, 5_000);
+
+    let taker = lease(&key, "token-b", 9_000);
+    let refused = repo
+        .take_lease(&taker, Some(Replacing::seen(&seen)))
+        .await
+        .expect("asking for a held lease must succeed");
+    assert_eq!(
+        refused,
+        LeaseTake::Held(now.clone()),
+        "a lease renewed since it was seen must not be taken over"
+    );
+    let taken = repo
+        .take_lease(&taker, Some(Replacing::seen(&now)))
+        .await
+        .expect("a takeover must succeed");
+    assert_eq!(
+        taken,
+        LeaseTake::Taken,
+        "the lease as it stands is taken over"
+    );
+    let renewed = repo
+        .renew_lease(&key, &token("token-a"), 9_500)
+        .await
+        .expect("renewing must succeed");
+    assert!(
+        !renewed,
+        "the old holder's renewal fails once it is taken over"
+    );
 }
 
 /// Renewing and releasing a lease work only with the token that holds it.
@@ -1887,7 +1941,10 @@ pub async fn guards_check_lease_and_intent(repo: &dyn MessageRepo) {
         "a lease guard with a token that does not hold the lease must fail with LeaseLost, got {result:?}"
     );
     let takeover = repo
-        .take_lease(&lease(&key, "token-b", 10_000), Some(token("token-a")))
+        .take_lease(
+            &lease(&key, "token-b", 10_000),
+            Some(Replacing::token(token("token-a"))),
+        )
         .await
         .expect("a takeover must succeed");
     assert_eq!(takeover, LeaseTake::Taken, "the takeover must succeed");
