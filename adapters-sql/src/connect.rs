@@ -178,7 +178,17 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     } else {
         None
     };
-    let identity = database_identity(&db, backend).await;
+    let identity = match database_identity(&db, backend).await {
+        Ok(identity) => identity,
+        // PostgreSQL's stores are keyed on it: without it this process would key them on the URL as
+        // spelled, and use other stores than every other process of this database (review). Migrated
+        // just now, the table is there, so a failure to read it is a fault, said as such.
+        Err(error) if backend == Backend::Postgres && !read_only => {
+            let _ = db.close().await;
+            return Err(classify("reading the database's identity", error));
+        }
+        Err(_) => None,
+    };
     let file = sqlite_path
         .as_deref()
         .and_then(|path| std::fs::metadata(path).ok())
@@ -241,10 +251,13 @@ async fn connect_lease_pool(
 }
 
 /// The identity the database drew when it was first migrated (`rewind_identity`), the same through every
-/// spelling of its URL; none when it cannot be read. On PostgreSQL it comes with the server's port, the
+/// spelling of its URL; none when it has no row, the query's error when it cannot be read. On PostgreSQL it comes with the server's port, the
 /// database's name and the schema, as the server names them: a copy of the database (`pg_dump` into
 /// another database or server of the same machine) keeps the drawn value, and must not share its stores.
-async fn database_identity(db: &DatabaseConnection, backend: Backend) -> Option<String> {
+async fn database_identity(
+    db: &DatabaseConnection,
+    backend: Backend,
+) -> Result<Option<String>, sea_orm::DbErr> {
     let (backend, sql) = match backend {
         Backend::Postgres => (
             DbBackend::Postgres,
@@ -256,11 +269,13 @@ async fn database_identity(db: &DatabaseConnection, backend: Backend) -> Option<
             "SELECT value FROM rewind_identity WHERE id = 1",
         ),
     };
-    let row = db
+    let Some(row) = db
         .query_one_raw(Statement::from_string(backend, sql))
-        .await
-        .ok()??;
-    row.try_get("", "value").ok()
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(row.try_get("", "value").ok())
 }
 
 /// The file of the main database as SQLite opened it (`PRAGMA database_list`): its unix VFS makes the

@@ -593,6 +593,36 @@ fn postgres_refuses_a_newer_schema_and_hides_the_password() {
     });
 }
 
+/// A PostgreSQL database whose drawn identity cannot be read once migrated is refused, saying so: its
+/// snapshot stores are keyed on that identity, and without it this process keyed them on the URL as
+/// spelled, using other stores than every other process of the database (review).
+#[test]
+fn a_postgres_database_whose_identity_cannot_be_read_is_refused() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let repo = schema.open().await;
+        assert!(
+            repo.database_identity().is_some(),
+            "a migrated database has one"
+        );
+        repo.close().await.expect("closes");
+        let admin = admin(&schema.url).await;
+        admin
+            .execute_unprepared(&format!(
+                "ALTER TABLE \"{}\".rewind_identity RENAME TO rewind_identity_gone",
+                schema.name
+            ))
+            .await
+            .expect("the identity's table is made unreadable");
+        let message = described(SqlRepo::open(schema.config()).await);
+        assert!(
+            message.contains("reading the database's identity"),
+            "{message}"
+        );
+        let _ = admin.close().await;
+    });
+}
+
 /// A PostgreSQL server's refusal reads as the server's words with its SQLSTATE: sqlx's text of it ended with
 /// the line of PostgreSQL's own C source (`… for user "rewind" at line 334`, black-box), which read like a
 /// line of the user's configuration.

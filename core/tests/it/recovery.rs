@@ -474,7 +474,11 @@ fn a_lease_renewed_after_recovery_judged_it_expired_is_not_taken_over() {
         };
         let (report, ()) = futures::future::join(w.rewind.recover(), owner_renews).await;
         let report = report.expect("recover");
-        assert_eq!(report.in_progress, std::slice::from_ref(&token), "{report:?}");
+        assert_eq!(
+            report.in_progress,
+            std::slice::from_ref(&token),
+            "{report:?}"
+        );
         assert_eq!(
             w.state(&["a.txt", "new.txt"]),
             ["half reverted", "-"],
