@@ -214,11 +214,14 @@ fn worktree_relative(worktree: &Path, path: &Path) -> Result<RelPath> {
         let lexical = normalise(path)?;
         match lexical.strip_prefix(worktree) {
             Ok(rest) => rest.to_path_buf(),
-            Err(_) => bail!(
-                "{} is outside the worktree {}; give paths inside it",
-                path.display(),
-                worktree.display()
-            ),
+            Err(_) => match below_worktree_reached_otherwise(&lexical, worktree) {
+                Some(rest) => rest,
+                None => bail!(
+                    "{} is outside the worktree {}; give paths inside it",
+                    path.display(),
+                    worktree.display()
+                ),
+            },
         }
     } else {
         normalise(&worktree.join(path))?
@@ -242,6 +245,20 @@ fn worktree_relative(worktree: &Path, path: &Path) -> Result<RelPath> {
         );
     }
     RelPath::new(text).map_err(|error| anyhow!("{error}"))
+}
+
+/// The rest of `path` below an ancestor of it that is the worktree reached another way (through a symlink
+/// to it or to a directory above it: `$PWD` in a directory entered through a link; review: such a path was
+/// refused as outside), taken by name below that ancestor: a symlink inside the worktree is not followed,
+/// so the path names what it names there.
+fn below_worktree_reached_otherwise(path: &Path, worktree: &Path) -> Option<PathBuf> {
+    path.ancestors().find_map(|ancestor| {
+        let reached = std::fs::canonicalize(ancestor).ok()?;
+        if reached != worktree {
+            return None;
+        }
+        path.strip_prefix(ancestor).ok().map(Path::to_path_buf)
+    })
 }
 
 /// Resolves `.` and `..` by name (the path need not exist).

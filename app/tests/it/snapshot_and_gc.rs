@@ -32,6 +32,48 @@ fn restore_of_one_path_touches_no_other_file_and_can_be_undone() {
     assert_state(&env, &at_snapshot, "after restoring everything");
 }
 
+/// An absolute path that reaches the worktree through a symlink (`$PWD` in a directory entered through a
+/// link) names the file inside it, as a relative one does; a symlink inside the worktree is not followed
+/// for that, and a path elsewhere is still refused (review: the first was refused as outside).
+#[test]
+fn an_absolute_path_through_a_link_to_the_worktree_is_inside_it() {
+    let env = Env::git_checkout();
+    std::fs::write(env.path().join("b.txt"), "b1\n").expect("write");
+    let id = env.json(&["snapshot", "track"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    std::fs::write(env.path().join("a.txt"), "changed\n").expect("write");
+    std::fs::write(env.path().join("b.txt"), "b2\n").expect("write");
+    let links = tempfile::TempDir::new().expect("a directory for the link");
+    let link = links.path().join("to-project");
+    std::os::unix::fs::symlink(env.path(), &link).expect("a link to the worktree");
+    let through = link.join("b.txt");
+    let restore = env.json(&["snapshot", "restore", &id, through.to_str().expect("UTF-8")]);
+    assert_eq!(
+        restore["written"],
+        serde_json::json!(["b.txt"]),
+        "{restore}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("b.txt")).expect("read"),
+        "b1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "changed\n",
+        "no other file"
+    );
+    let elsewhere = links.path().join("b.txt");
+    let stderr = env.fails(&[
+        "snapshot",
+        "restore",
+        &id,
+        elsewhere.to_str().expect("UTF-8"),
+    ]);
+    assert!(stderr.contains("outside the worktree"), "{stderr}");
+}
+
 /// The command a restore of given paths names to undo it restores the capture at those same paths (a
 /// whole restore of the capture would also put back files changed since, elsewhere), quoted for the shell.
 #[test]
