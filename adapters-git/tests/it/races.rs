@@ -383,6 +383,54 @@ async fn a_write_between_the_last_look_and_the_swap_is_not_lost() {
     }
 }
 
+/// A harness whose race hooks play another program at `at`: it opens the file for writing right before
+/// rewind swaps it out or moves it aside (`swap_hook`), and, when rewind looks at it again (`settle_hook`),
+/// writes `written` through that handle (after truncating it, with `truncate`; else appending), then
+/// saves `newer` at the name, when given.
+fn writing_through_an_old_handle(
+    at: &'static str,
+    truncate: bool,
+    written: &'static str,
+    newer: Option<&'static str>,
+) -> GitHarness {
+    let handle: Arc<Mutex<Option<fs::File>>> = Arc::default();
+    let (opening, writing) = (Arc::clone(&handle), Arc::clone(&handle));
+    GitHarness::with_config(move |config, base| {
+        let wt = base.join("wt");
+        let wt_later = wt.clone();
+        config.swap_hook = Some(Arc::new(move |path: &str| {
+            if path == at {
+                let file = fs::OpenOptions::new()
+                    .write(true)
+                    .append(!truncate)
+                    .open(wt.join(path))
+                    .expect("the other program opens the file");
+                *opening.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
+            }
+        }));
+        config.settle_hook = Some(Arc::new(move |path: &str| {
+            if path != at {
+                return;
+            }
+            let file = writing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(mut file) = file {
+                use std::io::Write;
+                if truncate {
+                    file.set_len(0).expect("truncate");
+                }
+                file.write_all(written.as_bytes())
+                    .expect("the other program writes");
+                if let Some(newer) = newer {
+                    fs::write(wt_later.join(path), newer).expect("the newer write");
+                }
+            }
+        }));
+    })
+}
+
 /// A program that opened a file before the revert swapped new content in, and writes through that handle
 /// after the swap (a write already under way: an editor's save, or an open whose truncation came just
 /// after the swap), still reaches the file swapped out, not the new one. That file is left at the
@@ -399,40 +447,12 @@ async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
         } else {
             "alone"
         };
-        let handle: Arc<Mutex<Option<fs::File>>> = Arc::default();
-        let (opening, writing) = (Arc::clone(&handle), Arc::clone(&handle));
-        let h = GitHarness::with_config(move |config, base| {
-            let wt = base.join("wt");
-            let wt_later = wt.clone();
-            config.swap_hook = Some(Arc::new(move |path: &str| {
-                if path == "e.txt" {
-                    let file = fs::OpenOptions::new()
-                        .write(true)
-                        .open(wt.join("e.txt"))
-                        .expect("the other program opens the file");
-                    *opening.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
-                }
-            }));
-            config.settle_hook = Some(Arc::new(move |path: &str| {
-                if path != "e.txt" {
-                    return;
-                }
-                let file = writing
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take();
-                if let Some(mut file) = file {
-                    use std::io::Write;
-                    file.set_len(0).expect("truncate");
-                    file.write_all(b"written through its old handle\n")
-                        .expect("the other program writes");
-                    if newer {
-                        fs::write(wt_later.join("e.txt"), "saved again\n")
-                            .expect("the newer write");
-                    }
-                }
-            }));
-        });
+        let h = writing_through_an_old_handle(
+            "e.txt",
+            true,
+            "written through its old handle\n",
+            newer.then_some("saved again\n"),
+        );
         let s = v1_then_v2(&h, &["e.txt", "other.txt"]).await;
         let base = h.id().await;
         let outcome = h
@@ -494,38 +514,12 @@ async fn a_write_through_a_handle_opened_before_a_delete_is_not_lost() {
         } else {
             "alone"
         };
-        let handle: Arc<Mutex<Option<fs::File>>> = Arc::default();
-        let (opening, writing) = (Arc::clone(&handle), Arc::clone(&handle));
-        let h = GitHarness::with_config(move |config, base| {
-            let wt = base.join("wt");
-            let wt_later = wt.clone();
-            config.swap_hook = Some(Arc::new(move |path: &str| {
-                if path == "sub/made.txt" {
-                    let file = fs::OpenOptions::new()
-                        .append(true)
-                        .open(wt.join(path))
-                        .expect("the other program opens the file");
-                    *opening.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
-                }
-            }));
-            config.settle_hook = Some(Arc::new(move |path: &str| {
-                if path != "sub/made.txt" {
-                    return;
-                }
-                let file = writing
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .take();
-                if let Some(mut file) = file {
-                    use std::io::Write;
-                    file.write_all(b"appended through its old handle\n")
-                        .expect("the other program writes");
-                    if newer {
-                        fs::write(wt_later.join(path), "made again\n").expect("the newer file");
-                    }
-                }
-            }));
-        });
+        let h = writing_through_an_old_handle(
+            "sub/made.txt",
+            false,
+            "appended through its old handle\n",
+            newer.then_some("made again\n"),
+        );
         h.write("keep.txt", b"k\n");
         let s = h.id().await;
         h.write("sub/made.txt", b"made by the step\n");

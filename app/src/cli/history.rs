@@ -124,14 +124,7 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     loop {
         choice += 1;
         if session.revert.is_none() {
-            // An undo that is running has not stored its revert yet: busy, not "nothing to redo". One that
-            // stored it since the session was read is found by reading it again.
-            ctx.services
-                .rewind
-                .refuse_if_operating(&session)
-                .await
-                .map_err(|error| explain(error, "checking the session"))?;
-            session = read_again(ctx, &session).await?;
+            session = reverted_or_idle(ctx, &session).await?;
         }
         let Some(revert) = session.revert.clone() else {
             let flag = ctx.session_flag(&session.id).await;
@@ -203,6 +196,18 @@ async fn again(
     }
 }
 
+/// A session read as not reverted, before `redo` or `unrevert` says there is nothing to do: a revert that
+/// is running has not stored itself yet (busy, not "nothing to do"), and one stored since the session was
+/// read is found by reading it again.
+async fn reverted_or_idle(ctx: &Context, session: &Session) -> Result<Session> {
+    ctx.services
+        .rewind
+        .refuse_if_operating(session)
+        .await
+        .map_err(|error| explain(error, "checking the session"))?;
+    read_again(ctx, session).await
+}
+
 /// The session as it is stored now.
 async fn read_again(ctx: &Context, session: &Session) -> Result<Session> {
     ctx.services
@@ -242,14 +247,7 @@ pub async fn revert(
 pub async fn unrevert(ctx: &Context, session: Option<&str>) -> Result<()> {
     let mut session = ctx.session_to_change(session).await?;
     if session.revert.is_none() {
-        // As `redo`: a revert that is running has not stored itself yet (busy, not "not reverted"), and one
-        // stored since the session was read is found by reading it again.
-        ctx.services
-            .rewind
-            .refuse_if_operating(&session)
-            .await
-            .map_err(|error| explain(error, "checking the session"))?;
-        session = read_again(ctx, &session).await?;
+        session = reverted_or_idle(ctx, &session).await?;
     }
     if session.revert.is_none() {
         bail!(
