@@ -117,6 +117,11 @@ pub(crate) fn display_target(url: &str) -> String {
         let path = rest.split('?').next().unwrap_or(rest);
         return percent_decode(path);
     }
+    redact_password(url)
+}
+
+/// `url` with its password, in the user info or a `password=` parameter, replaced by `***`.
+pub fn redact_password(url: &str) -> String {
     let mut shown = url.to_owned();
     if let Some(scheme_end) = shown.find("://") {
         let authority_start = scheme_end + 3;

@@ -49,7 +49,7 @@ use sea_orm::{
     SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
-pub use config::{SqlConfig, escape_sqlite_path};
+pub use config::{SqlConfig, escape_sqlite_path, redact_password};
 pub use error::{DriverError, SqlError};
 #[doc(hidden)]
 pub use hooks::{CommitPause, CommitStart};

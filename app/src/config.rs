@@ -309,16 +309,9 @@ pub fn default_database_url(data_dir: &Path) -> String {
 
 /// A URL with its password replaced, for logs and messages.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
-    }
+    // The store's own rule, which also hides a `password=` parameter (review: this one hid only the user
+    // info's).
+    rewind_sql::redact_password(url)
 }
 
 /// A SQLite URL with a relative file path (`sqlite:rewind.db`, `sqlite://data/rewind.db?mode=rwc`) made
@@ -500,6 +493,11 @@ mod tests {
             "postgres://u:***@h:5432/db"
         );
         assert_eq!(redact_url("sqlite:///x/y.db"), "sqlite:///x/y.db");
+        // Also a `password=` parameter (review: it was shown in full in "cannot open the database").
+        assert_eq!(
+            redact_url("postgres://h/db?sslmode=disable&password=secret"),
+            "postgres://h/db?sslmode=disable&password=***"
+        );
     }
 
     #[test]
