@@ -74,6 +74,13 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     }
     let busy_timeout = config.busy_timeout;
     let read_only = config.read_only;
+    // Every statement waits for a lock at most the busy timeout, also those outside a write transaction
+    // (`begin_write` sets it there too): a lease's renewal or release waited, without end, on a commit of
+    // a stopped process that held the same lease row `FOR SHARE` (review).
+    let lock_timeout = format!("{}ms", busy_timeout.as_millis().max(1));
+    options.map_sqlx_postgres_opts(move |postgres| {
+        postgres.options([("lock_timeout", lock_timeout.as_str())])
+    });
     options.map_sqlx_sqlite_opts(move |sqlite| {
         if read_only {
             // Opened read-only, the file keeps the journal mode it has: setting it would write.

@@ -490,6 +490,85 @@ fn postgres_a_held_writer_makes_the_other_locked_after_the_busy_timeout() {
     });
 }
 
+/// On PostgreSQL a commit guarded by a lease reads that lease's row `FOR SHARE`; held inside its
+/// transaction (a stopped process), it makes another process's renewal and release of that lease wait for
+/// the busy timeout only, then fail as locked, rather than wait for as long as it is held (review).
+#[test]
+fn postgres_a_held_commit_makes_a_renewal_of_its_lease_locked_after_the_busy_timeout() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let a = std::sync::Arc::new(schema.open().await);
+        let mut config = schema.config();
+        config.busy_timeout = Duration::from_millis(300);
+        let b = SqlRepo::open(config).await.expect("opens");
+        let ids = Ids::default();
+        let held = session(&ids, "/work/held-lease");
+        a.commit(transaction(
+            vec![Change::PutSession(Box::new(held.clone()))],
+            vec![heartbeat(&ids)],
+        ))
+        .await
+        .expect("the seed commits");
+        let key = LeaseKey::Session(held.id.clone());
+        let taken = a
+            .take_lease(&lease(&key, "token-held", 1, u64::MAX / 4), None)
+            .await
+            .expect("takes");
+        assert_eq!(taken, rewind_core::model::LeaseTake::Taken);
+        let mut pause = a.pause_next_commit();
+        let a_task = tokio::spawn({
+            let (a, key) = (a.clone(), key.clone());
+            async move {
+                let mut guarded = transaction(
+                    vec![Change::PutSession(Box::new(held))],
+                    vec![heartbeat(&ids)],
+                );
+                guarded.guards.push(rewind_core::ports::Guard::LeaseHeld {
+                    key,
+                    token: rewind_core::model::LeaseToken("token-held".to_owned()),
+                });
+                a.commit(guarded).await
+            }
+        });
+        assert!(
+            pause.reached().await,
+            "A holds its guarded transaction open"
+        );
+        let token = rewind_core::model::LeaseToken("token-held".to_owned());
+        for what in ["renew", "release"] {
+            let started = std::time::Instant::now();
+            let answered = tokio::time::timeout(Duration::from_secs(20), async {
+                match what {
+                    "renew" => b.renew_lease(&key, &token, u64::MAX / 2).await.map(|_| ()),
+                    _ => b.release_lease(&key, &token).await,
+                }
+            })
+            .await
+            .expect("answered within the busy timeout, not when A lets go");
+            assert!(
+                matches!(&answered, Err(Error::Backend(source)) if matches!(
+                    source.downcast_ref::<rewind_sql::SqlError>(),
+                    Some(rewind_sql::SqlError::Locked { .. })
+                )),
+                "{what}: {answered:?}"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{what}: {:?}",
+                started.elapsed()
+            );
+        }
+        pause.resume();
+        a_task.await.expect("A finishes").expect("A commits");
+        let still = a.lease(&key).await.expect("reads").expect("still held");
+        assert_eq!(
+            still.expires_at,
+            u64::MAX / 4,
+            "the refused renewal changed nothing"
+        );
+    });
+}
+
 #[test]
 fn sqlite_file_a_held_writer_makes_the_other_locked_after_the_busy_timeout() {
     run(async {
