@@ -350,9 +350,8 @@ pub async fn diff(ctx: &Context, session: Option<&str>) -> Result<()> {
         .session_diff(&session.id)
         .await
         .map_err(|error| explain(error, "reading the session diff"))?;
-    if ctx.json {
-        return print_json(&diffs);
-    }
+    // Said on stderr with `--json` too, whose stdout is the diff alone (review: a script could not tell
+    // the last revert's diff from the current one's).
     if session.revert.is_none() {
         eprintln!(
             "rewind: session {} is not reverted{}",
@@ -363,6 +362,9 @@ pub async fn diff(ctx: &Context, session: Option<&str>) -> Result<()> {
                 "; this is the diff of its last revert"
             }
         );
+    }
+    if ctx.json {
+        return print_json(&diffs);
     }
     print_diffs(&diffs, colour());
     Ok(())

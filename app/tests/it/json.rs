@@ -119,6 +119,16 @@ fn every_command_s_json_has_the_documented_fields() {
     assert!(redo.get("revert").is_none());
     // The files the redo put back: the undo's (black-box: always empty).
     assert_eq!(redo["files"], undo["files"], "{redo:#}");
+    // Not reverted now: `diff --json` prints the last revert's diff, and says so on stderr (review).
+    let output = env.rewind(&["--json", "diff"]).output().expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let last: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(last, diff, "the last revert's diff");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("is not reverted; this is the diff of its last revert"),
+        "{stderr}"
+    );
 
     let status = env.json(&["status"]);
     has(
