@@ -628,7 +628,9 @@ const SETTLE_AGE: std::time::Duration = std::time::Duration::from_millis(1);
 /// name until the writes of the batch are done and it is at least `SETTLE_AGE` old: a program that
 /// opened the file before the swap can still write to it after (a write already under way, the open's
 /// truncation included), and that write, found by the second look, is put back instead of removed with
-/// the file (black-box: one such write in a race audit was lost, neither on disk nor in the store).
+/// the file (black-box: one such write in a race audit was lost, neither on disk nor in the store). A file
+/// a deletion moved aside (`remove_aside`) waits the same way, until the deletions end, with no new
+/// content at its name (`ours` none).
 struct SwappedOut {
     /// Its directory, worktree-relative (opened again to look: a handle each would be one per write).
     dir: String,
@@ -640,7 +642,7 @@ struct SwappedOut {
     rel: String,
     /// Its stat data when it was checked, and at the swap.
     was: Stat,
-    /// The new content's stat data before the swap.
+    /// The new content's stat data before the swap (none for a deletion).
     ours: Option<Stat>,
     /// When it was swapped out.
     at: std::time::Instant,
@@ -1466,7 +1468,7 @@ impl<'a> Applier<'a> {
 
     /// Deletes file or symlink `path` through its directory's handle, while it is `was`: moved `aside`
     /// (`remove_aside`, to a temporary name of this operation's batch, whose directory the journal names)
-    /// and looked at again at the operation's end (`deleted_aside`, `finish`), or unlinked after its look
+    /// and looked at again when the deletions end (`deleted_aside`, `finish`), or unlinked after its look
     /// (`remove`: a file removed to make room for a directory, whose directory the journal need not name).
     fn remove_file(&mut self, path: &str, was: Stat, aside: bool) -> GitResult<Done> {
         if let Some(hook) = &self.hook {
