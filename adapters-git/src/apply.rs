@@ -642,7 +642,8 @@ struct SwappedOut {
     rel: String,
     /// Its stat data when it was checked, and at the swap.
     was: Stat,
-    /// The new content's stat data before the swap (none for a deletion).
+    /// The new content's stat data before the swap: none for a deletion (nothing new stands at the name),
+    /// or when it could not be taken.
     ours: Option<Stat>,
     /// When it was swapped out.
     at: std::time::Instant,
@@ -720,12 +721,8 @@ fn settle(
                     Ok(false)
                 }
                 Err(e) => {
-                    // A deleted file goes back to its name (nothing stands there), rather than beside it.
-                    if file.ours.is_some() {
-                        keep_aside(dir, tmp, name);
-                    } else {
-                        put_at_free_name(dir, tmp, name);
-                    }
+                    // Back to its name when nothing stands there (a deleted file), else beside it.
+                    put_at_free_name(dir, tmp, name);
                     Err(e.into())
                 }
             };
@@ -1908,20 +1905,15 @@ pub fn remove_emptied_dirs(
 /// Whether `name` in `dir` (not followed when a symlink) was born at or after `since_ms` (epoch ms); false
 /// when it is not there or the filesystem does not say when it was born.
 fn born_since(dir: &OwnedFd, name: &str, since_ms: u64) -> bool {
-    let Ok(stx) = rustix::fs::statx(
+    rustix::fs::statx(
         dir,
         name,
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
         rustix::fs::StatxFlags::BTIME,
-    ) else {
-        return false;
-    };
-    if stx.stx_mask & rustix::fs::StatxFlags::BTIME.bits() == 0 {
-        return false;
-    }
-    let born = &stx.stx_btime;
-    let born_ms = i128::from(born.tv_sec) * 1000 + i128::from(born.tv_nsec / 1_000_000);
-    born_ms >= i128::from(since_ms)
+    )
+    .ok()
+    .and_then(|stx| crate::store::born_ms(&stx))
+    .is_some_and(|born| born >= i128::from(since_ms))
 }
 
 /// Why `restore` with `since` leaves a path alone.

@@ -681,13 +681,13 @@ impl Store {
     }
 
     /// For gc, which holds the lock: the ids returned at or after `since_ms`, and the log rewritten without
-    /// the lines older than both `since_ms` and `RETURNED_KEPT_MS` but the last (`newest_returned`; it
-    /// notes, as `cut`, the time just after the newest line it dropped). Another gc may have read the database's references before this one cut
-    /// the log, and wait for the lock meanwhile: it needs the lines from the moment it read them on
-    /// (`read_ms`). One whose `read_ms` lies before a cut is refused (`Busy`), since what was cut could be a
-    /// snapshot stored after its read; lines older than its read, within its grace period only, were the
-    /// cutting gc's to collect (black-box: a gc with the default grace, run beside a `gc --grace-seconds
-    /// 0`, collected the trees of turns stored while it waited).
+    /// the lines older than both `since_ms` and `RETURNED_KEPT_MS` but the last (`newest_returned`; it notes,
+    /// as `cut`, the time just after the newest line it dropped). Another gc may have read the database's
+    /// references before this one cut the log, and wait for the lock meanwhile: it needs the lines from the
+    /// moment it read them on (`read_ms`). One whose `read_ms` lies before a cut is refused (`Busy`), since
+    /// what was cut could be a snapshot stored after its read; lines older than its read, within its grace
+    /// period only, were the cutting gc's to collect (black-box: a gc with the default grace, run beside a
+    /// `gc --grace-seconds 0`, collected the trees of turns stored while it waited).
     pub fn returned_for_gc(&self, since_ms: u64, read_ms: u64) -> GitResult<Vec<ObjectId>> {
         let log = self.read_returned()?;
         if log.cut > read_ms {
@@ -835,12 +835,9 @@ impl Store {
             return false;
         };
         let regular = FileType::from_raw_mode(u32::from(stx.stx_mode)) == FileType::RegularFile;
-        if !regular || stx.stx_mask & StatxFlags::BTIME.bits() == 0 {
-            return false;
-        }
-        let born = &stx.stx_btime;
-        let born_ms = i128::from(born.tv_sec) * 1000 + i128::from(born.tv_nsec / 1_000_000);
-        if born_ms >= i128::from(since_ms.saturating_sub(BIRTH_SLACK_MS)) {
+        let born_before = born_ms(&stx)
+            .is_some_and(|born| born < i128::from(since_ms.saturating_sub(BIRTH_SLACK_MS)));
+        if !regular || !born_before {
             return false;
         }
         match crate::odb::Odb::hash_file_blob(tmp, stx.stx_size) {
@@ -936,6 +933,16 @@ const JOURNAL_STARTED: &str = "started ";
 /// How much earlier than an operation's start (read from the system clock) a file or directory it made may
 /// say it was born: the filesystem stamps times from the kernel's coarse clock, a few milliseconds behind.
 pub const BIRTH_SLACK_MS: u64 = 50;
+
+/// When the file of `stx` was born (epoch ms), when the filesystem records it (`statx` asked for
+/// `BTIME`).
+pub fn born_ms(stx: &rustix::fs::Statx) -> Option<i128> {
+    if stx.stx_mask & rustix::fs::StatxFlags::BTIME.bits() == 0 {
+        return None;
+    }
+    let born = &stx.stx_btime;
+    Some(i128::from(born.tv_sec) * 1000 + i128::from(born.tv_nsec / 1_000_000))
+}
 
 /// The name `rewind-kept-<batch>-<n>` beside `.rewind-tmp-<batch>-<n>`, for a user's file a crash left
 /// at a temporary name (`Store::in_no_snapshot`); visible, and no temporary file's name (never removed).
