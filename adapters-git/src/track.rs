@@ -98,11 +98,11 @@ type ReadListing = (Vec<Listed>, Vec<SkippedPath>, DirStat, bool);
 /// Reads a directory's entries: names with their kind, leaving out rewind's temporary files. A `.git` is
 /// listed, as ignored (never tracked content): it makes its directory a nested repository's root, walked
 /// under that repository's own rules (`Walk::dir`). Names that are not UTF-8 are reported as skipped (a
-/// listing that skipped any is not cached; nor is one laid out as a git directory's, whose verdict
-/// depends on what its `HEAD` holds, which can change without its directory's), with the stat data of the directory read, taken from its
-/// handle before its entries: what the listing is cached with, so the two are always of one directory
-/// (the directory found by path may be another: swapped meanwhile, or an automount point whose `lstat`
-/// does not mount it). `None` for a sub-directory gone since its parent was listed (`Walk::dir`).
+/// listing that skipped any is not cached; nor is one laid out as a git directory's, whose verdict depends on
+/// what its `HEAD` holds, which can change without its directory's), with the stat data of the directory
+/// read, taken from its handle before its entries: what the listing is cached with, so the two are always of
+/// one directory (the directory found by path may be another: swapped meanwhile, or an automount point whose
+/// `lstat` does not mount it). `None` for a sub-directory gone since its parent was listed (`Walk::dir`).
 fn read_listing(
     beneath: &Root,
     (abs_dir, rel_dir): (&Path, &str),

@@ -258,9 +258,10 @@ async fn connect_lease_pool(
 }
 
 /// The identity the database drew when it was first migrated (`rewind_identity`), the same through every
-/// spelling of its URL; none when it has no row, the query's error when it cannot be read. On PostgreSQL it comes with the server's port, the
-/// database's name and the schema, as the server names them: a copy of the database (`pg_dump` into
-/// another database or server of the same machine) keeps the drawn value, and must not share its stores.
+/// spelling of its URL; none when it has no row, the query's error when it cannot be read. On PostgreSQL it
+/// comes with the server's port, the database's name and the schema, as the server names them: a copy of the
+/// database (`pg_dump` into another database or server of the same machine) keeps the drawn value, and must
+/// not share its stores.
 async fn database_identity(
     db: &DatabaseConnection,
     backend: Backend,

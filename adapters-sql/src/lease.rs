@@ -1,6 +1,7 @@
-//! Leases: taken with one conditional write (insert when absent; update only when the stored token is our
-//! own or the one we replace, with the expiry we judged it by when we give one), renewed and released only with the holding token. The same statements run
-//! on SQLite and PostgreSQL, so leases hold across processes and machines sharing the store.
+//! Leases: taken with one conditional write (insert when absent; update only when the stored token is our own
+//! or the one we replace, with the expiry we judged it by when we give one), renewed and released only with
+//! the holding token. The same statements run on SQLite and PostgreSQL, so leases hold across processes and
+//! machines sharing the store.
 
 use rewind_core::Result;
 use rewind_core::model::{Lease, LeaseKey, LeaseTake, LeaseToken, Replacing};

@@ -98,9 +98,9 @@ fn bad_ids_paths_and_directories_are_refused_and_change_nothing() {
     assert!(stderr.contains("does not exist"), "{stderr}");
 }
 
-/// An id of the wrong form is refused before anything is opened: on a fresh account, nothing is made in
-/// the data directory (no database) for a command that was going to fail (review), and `snapshot diff` of an unknown
-/// snapshot reads it before it snapshots the worktree (no store is made either).
+/// An id of the wrong form is refused before anything is opened: on a fresh account, nothing is made in the
+/// data directory (no database) for a command that was going to fail (review), and `snapshot diff` of an
+/// unknown snapshot reads it before it snapshots the worktree (no store is made either).
 #[test]
 fn a_malformed_id_is_refused_before_anything_is_made() {
     let env = Env::plain();

@@ -146,7 +146,8 @@ fn a_server_logs_an_operation_it_cannot_recover_and_starts() {
 }
 
 /// `redo` (and `unrevert`) while an undo of the session is running (its lease held by a live process,
-/// before it stored its revert) says the session is busy, naming the holder, rather than "nothing to redo" (black-box).
+/// before it stored its revert) says the session is busy, naming the holder, rather than "nothing to
+/// redo" (black-box).
 #[test]
 fn redo_while_an_undo_is_running_is_busy_not_nothing_to_redo() {
     use rewind_core::HostPort;
