@@ -53,6 +53,14 @@ pub(super) fn is_running(token: &LeaseToken) -> bool {
     running().contains(token)
 }
 
+/// What a commit of the operation of intent `token` needs: both its leases (the session's and the
+/// worktree's) still held, and the intent still there.
+fn intent_guards(token: &LeaseToken, leases: [&HeldLease; 2]) -> Vec<Guard> {
+    let mut guards: Vec<Guard> = leases.iter().map(|held| held.guard()).collect();
+    guards.push(Guard::IntentExists(token.clone()));
+    guards
+}
+
 /// The leases and intent of a running file operation.
 struct Operation {
     token: LeaseToken,
@@ -71,11 +79,7 @@ struct Operation {
 
 impl Operation {
     fn guards(&self) -> Vec<Guard> {
-        vec![
-            self.session_lease.guard(),
-            self.worktree_lease.guard(),
-            Guard::IntentExists(self.token.clone()),
-        ]
+        intent_guards(&self.token, [&self.session_lease, &self.worktree_lease])
     }
 
     /// `transaction` made the one that stores the operation's result: it commits only while both leases
@@ -1301,11 +1305,7 @@ impl Rewind {
         why: &str,
         leases: [&HeldLease; 2],
     ) -> Result<PutBack> {
-        let guards = || {
-            let mut guards = vec![Guard::IntentExists(intent.token.clone())];
-            guards.extend(leases.iter().map(|held| held.guard()));
-            guards
-        };
+        let guards = || intent_guards(&intent.token, leases);
         let wt = worktree(session);
         // An earlier attempt at this intent that was interrupted after its capture (a recovery killed
         // too) may have put some files back already: its capture, not this one, holds what they were.
