@@ -98,13 +98,14 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
             crate::report::chain_anyhow(&error)
         );
     }
+    let failed = failed_stores(&summary);
     if ctx.json {
         print_json(&GcReport {
             objects_removed: summary.objects_removed(),
             bytes_freed: summary.bytes_freed(),
-            summary: summary.clone(),
+            summary,
         })?;
-        return failed_stores(&summary);
+        return fail_if_any(failed);
     }
     println!(
         "freed {} ({} object{}) in {} store{}; deleted {} session{} and {} capture{}",
@@ -159,18 +160,22 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
             (None, None) => {}
         }
     }
-    failed_stores(&summary)
+    fail_if_any(failed)
 }
 
-/// A gc that could not collect or remove a store fails (exit 1, after its report), so a script sees it; a
-/// store left for a later gc by design (an operation held it, or its worktree is gone while the database
-/// names it: `WorktreeGc::left`) is no failure.
-fn failed_stores(summary: &rewind_core::service::GcSummary) -> Result<()> {
-    let failed = summary
+/// How many stores the gc could not collect or remove: it then fails (exit 1, after its report), so a
+/// script sees it. A store left for a later gc by design (an operation held it, or its worktree is gone
+/// while the database names it: `WorktreeGc::left`) is no failure.
+fn failed_stores(summary: &rewind_core::service::GcSummary) -> usize {
+    summary
         .worktrees
         .iter()
         .filter(|worktree| worktree.error.is_some() && !worktree.left)
-        .count();
+        .count()
+}
+
+/// Exit 1, saying so on stderr, after a report with `failed` stores it could not collect.
+fn fail_if_any(failed: usize) -> Result<()> {
     if failed > 0 {
         eprintln!(
             "error: {failed} snapshot store{} could not be collected; the report says why",
