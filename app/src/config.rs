@@ -307,12 +307,9 @@ pub fn default_database_url(data_dir: &Path) -> String {
     format!("sqlite://{}?mode=rwc", data_dir.join("rewind.db").display())
 }
 
-/// A URL with its password replaced, for logs and messages.
-pub fn redact_url(url: &str) -> String {
-    // The store's own rule, which also hides a `password=` parameter (review: this one hid only the user
-    // info's).
-    rewind_sql::redact_password(url)
-}
+/// A URL with its password replaced, for logs and messages: the SQL adapter's rule, which hides it in the
+/// user info and in a `password=` parameter.
+pub use rewind_sql::redact_password as redact_url;
 
 /// A SQLite URL with a relative file path (`sqlite:rewind.db`, `sqlite://data/rewind.db?mode=rwc`) made
 /// absolute against `base`, as every other relative path of the configuration is (SQLite would take it
