@@ -177,7 +177,7 @@ impl Settings {
             .to_path_buf();
         let from_file = config_file.as_deref().map(Path::display);
         // An empty `--data-dir` is refused by clap's path parser already, and an empty REWIND_DATA_DIR
-        // before the command line is parsed (`refuse_empty_variables`).
+        // before the command line is parsed (`cli::refuse_empty_variables`).
         if let (None, Some(dir), Some(from)) = (&args.data_dir, &file.data_dir, &from_file)
             && dir.as_os_str().is_empty()
         {
@@ -241,48 +241,6 @@ impl Settings {
     pub fn is_loopback(&self) -> bool {
         is_loopback_name(&self.hostname)
     }
-}
-
-/// The `REWIND_*` variables the flags are read from.
-const VARIABLES: [&str; 10] = [
-    "REWIND_CONFIG",
-    "REWIND_DATA_DIR",
-    "REWIND_DATABASE_URL",
-    "REWIND_PROJECT_ROOTS",
-    "REWIND_SIZE_CAP",
-    "REWIND_FILE_CAP",
-    "REWIND_STEP_TIMEOUT",
-    "REWIND_HOSTNAME",
-    "REWIND_PORT",
-    "REWIND_PASSWORD",
-];
-
-/// Why the `REWIND_*` variables cannot be used, if so: one set but empty, or an empty entry of
-/// `REWIND_PROJECT_ROOTS` (a leading, trailing or doubled `:`). Checked before the command line is parsed,
-/// whose error would name the flag the variable stands for, which the user never typed (review).
-pub fn refuse_empty_variables() -> Option<String> {
-    for name in VARIABLES {
-        let Some(value) = std::env::var_os(name) else {
-            continue;
-        };
-        if value.is_empty() {
-            return Some(format!(
-                "{name} is set but empty: unset it (`unset {name}`), or give it a value"
-            ));
-        }
-        if name == "REWIND_PROJECT_ROOTS"
-            && value
-                .as_encoded_bytes()
-                .split(|b| *b == b':')
-                .any(<[u8]>::is_empty)
-        {
-            return Some(format!(
-                "{name} has an empty entry (a leading, trailing or doubled `:`): separate the \
-                 directories with single `:`"
-            ));
-        }
-    }
-    None
 }
 
 /// Whether `host` (a name or an address, without port) is loopback.

@@ -161,7 +161,7 @@ pub fn main() -> ExitCode {
         return code;
     }
     quiet_on_closed_stdout();
-    if let Some(refusal) = crate::config::refuse_empty_variables() {
+    if let Some(refusal) = refuse_empty_variables(&<Cli as clap::CommandFactory>::command()) {
         eprintln!("error: {refusal}");
         return ExitCode::from(2);
     }
@@ -196,6 +196,41 @@ pub fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// Why the `REWIND_*` variables the flags are read from (each flag's `env`, as clap knows them) cannot be
+/// used, if so: one set but empty, or a list (`REWIND_PROJECT_ROOTS`) with an empty entry (a leading,
+/// trailing or doubled delimiter). Checked before the command line is parsed, whose error would name the
+/// flag the variable stands for, which the user never typed (review).
+fn refuse_empty_variables(command: &clap::Command) -> Option<String> {
+    let arguments = command.get_arguments().chain(
+        command
+            .get_subcommands()
+            .flat_map(clap::Command::get_arguments),
+    );
+    for argument in arguments {
+        let Some(name) = argument.get_env() else {
+            continue;
+        };
+        let Some(value) = std::env::var_os(name) else {
+            continue;
+        };
+        let name = name.to_string_lossy();
+        if value.is_empty() {
+            return Some(format!(
+                "{name} is set but empty: unset it (`unset {name}`), or give it a value"
+            ));
+        }
+        if let Some(delimiter) = argument.get_value_delimiter()
+            && value.to_string_lossy().split(delimiter).any(str::is_empty)
+        {
+            return Some(format!(
+                "{name} has an empty entry (a leading, trailing or doubled `{delimiter}`): separate the \
+                 entries with a single `{delimiter}`"
+            ));
+        }
+    }
+    None
 }
 
 /// Prints clap's help, version or usage error and gives its exit code (0 for help and version, 2 for a

@@ -172,6 +172,8 @@ fn an_empty_rewind_variable_is_refused_by_its_name() {
     for (name, value, says) in [
         ("REWIND_DATA_DIR", "", "REWIND_DATA_DIR is set but empty"),
         ("REWIND_SIZE_CAP", "", "REWIND_SIZE_CAP is set but empty"),
+        // A `serve` flag's variable too.
+        ("REWIND_HOSTNAME", "", "REWIND_HOSTNAME is set but empty"),
         (
             "REWIND_PROJECT_ROOTS",
             "/src:",
