@@ -74,11 +74,7 @@ pub(crate) fn racing_in(at: &'static str, hook: Hook) -> (GitHarness, Armed) {
 
 /// No temporary or kept-aside file of rewind's stands in the worktree's top directory.
 fn nothing_of_rewind_s_is_left(h: &GitHarness, how: &str) {
-    let names: Vec<String> = fs::read_dir(h.root())
-        .expect("list")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let names = names_in(h.root());
     assert!(
         names.iter().all(|n| !n.contains(".rewind-")),
         "{how}: nothing of rewind's is left: {names:?}"
@@ -311,12 +307,7 @@ async fn a_file_deleted_right_before_a_revert_overwrites_it_stays_deleted() {
             );
             wrote_only(&outcome.written, "other.txt", &when);
             // `applied` is `base` with other.txt reverted (and made.txt deleted): d.txt as `base` has it.
-            let in_applied = h
-                .port()
-                .diff(h.root(), &base, &outcome.applied)
-                .await
-                .expect("diff");
-            let mut changed: Vec<&str> = in_applied.iter().map(|d| d.file.as_str()).collect();
+            let mut changed = changed_in_applied(&h, &base, &outcome.applied).await;
             changed.sort_unstable();
             let expected: &[&str] = if deletes_first {
                 &["made.txt", "other.txt"]
@@ -381,6 +372,36 @@ async fn a_write_between_the_last_look_and_the_swap_is_not_lost() {
         assert_eq!(h.read("other.txt"), text("o1\n"), "{how}");
         nothing_of_rewind_s_is_left(&h, how);
     }
+}
+
+/// The names in directory `dir`.
+fn names_in(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .expect("list")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The content of the one file kept beside `name` in `dir` (`<name>.rewind-kept-…`), which must be there.
+fn kept_beside(dir: &Path, name: &str, how: &str) -> String {
+    let names = names_in(dir);
+    let aside: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with(&format!("{name}.rewind-kept-")))
+        .collect();
+    assert_eq!(aside.len(), 1, "{how}: {names:?}");
+    fs::read_to_string(dir.join(aside[0])).expect("read")
+}
+
+/// The paths whose entry differs between `base` and an operation's `applied`.
+async fn changed_in_applied(
+    h: &GitHarness,
+    base: &SnapshotId,
+    applied: &SnapshotId,
+) -> Vec<String> {
+    let diffs = h.port().diff(h.root(), base, applied).await.expect("diff");
+    diffs.iter().map(|d| d.file.as_str().to_owned()).collect()
 }
 
 /// A harness whose race hooks play another program at `at`: it opens the file for writing right before
@@ -468,20 +489,10 @@ async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
         );
         wrote_only(&outcome.written, "other.txt", how);
         assert_eq!(h.read("other.txt"), text("v1\n"), "{how}");
-        let names: Vec<String> = fs::read_dir(h.root())
-            .expect("list")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
         if newer {
             assert_eq!(h.read("e.txt"), text("saved again\n"), "{how}");
-            let aside: Vec<&String> = names
-                .iter()
-                .filter(|n| n.starts_with("e.txt.rewind-kept-"))
-                .collect();
-            assert_eq!(aside.len(), 1, "{how}: {names:?}");
             assert_eq!(
-                fs::read_to_string(h.root().join(aside[0])).expect("read"),
+                kept_beside(h.root(), "e.txt", how),
                 "written through its old handle\n"
             );
         } else {
@@ -493,13 +504,11 @@ async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
             nothing_of_rewind_s_is_left(&h, how);
         }
         // `applied` holds `base`'s entry for the path left as it is.
-        let in_applied = h
-            .port()
-            .diff(h.root(), &base, &outcome.applied)
-            .await
-            .expect("diff");
-        let changed: Vec<&str> = in_applied.iter().map(|d| d.file.as_str()).collect();
-        assert_eq!(changed, ["other.txt"], "{how}");
+        assert_eq!(
+            changed_in_applied(&h, &base, &outcome.applied).await,
+            ["other.txt"],
+            "{how}"
+        );
     }
 }
 
@@ -546,35 +555,25 @@ async fn a_write_through_a_handle_opened_before_a_delete_is_not_lost() {
             "{how}"
         );
         assert!(!h.root().join("gone").exists(), "{how}: emptied, removed");
-        let names: Vec<String> = fs::read_dir(h.root().join("sub"))
-            .expect("the directory stays")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
         let both = "made by the step\nappended through its old handle\n";
+        let sub = h.root().join("sub");
         if newer {
             assert_eq!(h.read("sub/made.txt"), text("made again\n"), "{how}");
-            let aside: Vec<&String> = names
-                .iter()
-                .filter(|n| n.starts_with("made.txt.rewind-kept-"))
-                .collect();
-            assert_eq!(aside.len(), 1, "{how}: {names:?}");
-            assert_eq!(
-                fs::read_to_string(h.root().join("sub").join(aside[0])).expect("read"),
-                both
-            );
+            assert_eq!(kept_beside(&sub, "made.txt", how), both);
         } else {
             assert_eq!(h.read("sub/made.txt"), text(both), "{how}");
-            assert_eq!(names, ["made.txt"], "{how}: nothing of rewind's is left");
+            assert_eq!(
+                names_in(&sub),
+                ["made.txt"],
+                "{how}: nothing of rewind's is left"
+            );
         }
         // `applied` holds `base`'s entry for the path left as it is.
-        let in_applied = h
-            .port()
-            .diff(h.root(), &base, &outcome.applied)
-            .await
-            .expect("diff");
-        let changed: Vec<&str> = in_applied.iter().map(|d| d.file.as_str()).collect();
-        assert_eq!(changed, ["gone/made.txt"], "{how}");
+        assert_eq!(
+            changed_in_applied(&h, &base, &outcome.applied).await,
+            ["gone/made.txt"],
+            "{how}"
+        );
     }
 }
 
