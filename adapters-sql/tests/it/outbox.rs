@@ -422,6 +422,32 @@ fn postgres_a_lease_take_waits_for_a_guarded_commit() {
     });
 }
 
+/// Runs `call`, which another process's held transaction makes wait: it must be answered within the busy
+/// timeout (well before the test's 20 s guard, and within 10 s), as locked.
+async fn locked_within_the_busy_timeout(
+    call: impl std::future::Future<Output = Result<(), Error>>,
+    what: &str,
+) {
+    let started = std::time::Instant::now();
+    let answered = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("{what} is answered within the busy timeout, not when A lets go")
+        });
+    assert!(
+        matches!(&answered, Err(Error::Backend(source)) if matches!(
+            source.downcast_ref::<rewind_sql::SqlError>(),
+            Some(rewind_sql::SqlError::Locked { .. })
+        )),
+        "{what}: {answered:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{what}: {:?}",
+        started.elapsed()
+    );
+}
+
 /// A writer held inside its transaction (a process stopped or hung there) holds another writer up for the
 /// busy timeout only, on both backends: then the other's commit fails as locked (409 over HTTP), and
 /// nothing of it is stored. On PostgreSQL it used to wait for as long as the first was held (black-box: a
@@ -449,28 +475,14 @@ async fn a_held_writer_makes_the_other_locked_after_the_busy_timeout(a: SqlRepo,
         }
     });
     assert!(pause.reached().await, "A holds its transaction open");
-    let started = std::time::Instant::now();
-    let refused = tokio::time::timeout(
-        Duration::from_secs(20),
+    locked_within_the_busy_timeout(
         b.commit(transaction(
             vec![Change::PutSession(Box::new(second.clone()))],
             vec![updated(&Ids::default(), &second)],
         )),
+        "B's commit",
     )
-    .await
-    .expect("B is answered within the busy timeout, not when A lets go");
-    assert!(
-        matches!(&refused, Err(Error::Backend(source)) if matches!(
-            source.downcast_ref::<rewind_sql::SqlError>(),
-            Some(rewind_sql::SqlError::Locked { .. })
-        )),
-        "{refused:?}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
+    .await;
     pause.resume();
     a_task.await.expect("A finishes").expect("A commits");
     assert!(
@@ -535,29 +547,9 @@ fn postgres_a_held_commit_makes_a_renewal_of_its_lease_locked_after_the_busy_tim
             "A holds its guarded transaction open"
         );
         let token = rewind_core::model::LeaseToken("token-held".to_owned());
-        for what in ["renew", "release"] {
-            let started = std::time::Instant::now();
-            let answered = tokio::time::timeout(Duration::from_secs(20), async {
-                match what {
-                    "renew" => b.renew_lease(&key, &token, u64::MAX / 2).await.map(|_| ()),
-                    _ => b.release_lease(&key, &token).await,
-                }
-            })
-            .await
-            .expect("answered within the busy timeout, not when A lets go");
-            assert!(
-                matches!(&answered, Err(Error::Backend(source)) if matches!(
-                    source.downcast_ref::<rewind_sql::SqlError>(),
-                    Some(rewind_sql::SqlError::Locked { .. })
-                )),
-                "{what}: {answered:?}"
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{what}: {:?}",
-                started.elapsed()
-            );
-        }
+        let renewal = b.renew_lease(&key, &token, u64::MAX / 2);
+        locked_within_the_busy_timeout(async { renewal.await.map(|_| ()) }, "the renewal").await;
+        locked_within_the_busy_timeout(b.release_lease(&key, &token), "the release").await;
         pause.resume();
         a_task.await.expect("A finishes").expect("A commits");
         let still = a.lease(&key).await.expect("reads").expect("still held");
