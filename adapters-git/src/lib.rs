@@ -178,9 +178,9 @@ impl GitSnapshotStore {
 fn check_snapshot(store: &Store, id: &gix::ObjectId) -> GitResult<()> {
     match store.odb.read_tree(id) {
         Err(error::GitError::Corrupt(_)) => {}
-        // Missing: refused before anything else is done (a worktree snapshotted to compare with it),
-        // but for the empty tree, which a store need not hold.
-        Err(missing @ error::GitError::Missing(_)) if !id.is_empty_tree() => return Err(missing),
+        // Missing: refused before anything else is done (a worktree snapshotted to compare with it).
+        // The empty tree is never missing (`Odb::read_tree`).
+        Err(missing @ error::GitError::Missing(_)) => return Err(missing),
         _ => return Ok(()),
     }
     match store.odb.open(id) {

@@ -1335,6 +1335,77 @@ async fn a_worktree_its_repository_ignores_is_named_as_skipped() {
     assert!(tracked.skipped.is_empty(), "{:?}", tracked.skipped);
 }
 
+/// The empty tree is a snapshot every store can read, as git reads it, whether the store holds it or
+/// not: compared with a snapshot it lists every file of it (as `git ls-tree -r` names them), black-box:
+/// a store that had never tracked an empty worktree called it missing, so `rewind snapshot restore`
+/// could not tell a typo from a path the snapshot has.
+#[tokio::test]
+async fn the_empty_tree_is_readable_in_a_store_that_never_wrote_it() {
+    // Not OpenCode's fixture: its repository's empty root commit would seed the store with the empty tree.
+    let h = GitHarness::new();
+    h.write("a.txt", A.as_bytes());
+    h.write("b.txt", B.as_bytes());
+    h.write("dir/c d.txt", b"c\n");
+    let id = h.id().await;
+    let empty = SnapshotId::parse("4b825dc642cb6eb9a060e54bf8d69288fbee4904").expect("hex");
+    // Not `h.stored`: real git reads the empty tree whether a store holds it or not.
+    let store = h.store_dir();
+    assert!(
+        !store
+            .join("objects/4b/825dc642cb6eb9a060e54bf8d69288fbee4904")
+            .exists(),
+        "the store never wrote the empty tree"
+    );
+
+    let listed = h
+        .port()
+        .changed_between(h.root(), &empty, &id)
+        .await
+        .expect("compared with the empty tree");
+    let git_names = git(
+        h.root(),
+        &[
+            &format!("--git-dir={}", store.display()),
+            "ls-tree",
+            "-r",
+            "-z",
+            "--name-only",
+            id.as_str(),
+        ],
+    );
+    let git_names: Vec<String> = git_names
+        .split('\0')
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        listed.into_iter().map(String::from).collect::<Vec<_>>(),
+        git_names
+    );
+    let diffs = h
+        .port()
+        .diff(h.root(), &empty, &id)
+        .await
+        .expect("diffed");
+    assert!(
+        diffs
+            .iter()
+            .all(|file| file.status == FileStatus::Added && file.additions == 1),
+        "{diffs:?}"
+    );
+
+    // A restore to it deletes nothing: which files it left untracked is not recorded, so each file is
+    // kept, as for any snapshot whose record is missing.
+    let outcome = h
+        .port()
+        .restore(h.root(), &empty, None)
+        .await
+        .expect("restored to nothing");
+    assert!(outcome.deleted.is_empty(), "{outcome:?}");
+    assert_eq!(outcome.kept.len(), 3, "{outcome:?}");
+    assert_eq!(h.id().await, id);
+}
+
 /// A missing tree object must not delete files (OpenCode #3148): the revert fails and changes nothing.
 #[tokio::test]
 async fn missing_tree_object_deletes_nothing() {
