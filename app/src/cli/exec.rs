@@ -271,7 +271,14 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         }
     }
     report_unrunnable(&outcome, &line);
-    match exit_status(code) {
+    // A step whose changes cannot be undone is not a success for a script to go on from, as a step whose
+    // end could not be recorded is not: a command that succeeded reports 1 then (its failing code stays).
+    let status = if undoable {
+        exit_status(code)
+    } else {
+        exit_code_after_failed_record(code)
+    };
+    match status {
         0 => Ok(()),
         status => Err(Exit(status).into()),
     }

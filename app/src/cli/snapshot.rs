@@ -108,6 +108,7 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
         )
     };
     let given = paths.clone();
+    refuse_found_nowhere(ctx, &id, given.as_deref().unwrap_or_default()).await?;
     // The command that undoes this restore: the capture, restored at the same paths when paths were given
     // (a whole restore of it would also put back files changed since, outside those paths).
     let undo_paths: Vec<String> = given
@@ -176,6 +177,51 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
     );
     Ok(())
 }
+
+/// Refuses, before anything is captured or touched, given paths that are neither in the worktree nor in
+/// snapshot `id` (at that path or below it): a typo, most likely, which a restore would only capture the
+/// worktree for. As `git checkout TREE -- PATH` refuses a path that matches nothing.
+async fn refuse_found_nowhere(ctx: &Context, id: &SnapshotId, given: &[RelPath]) -> Result<()> {
+    let absent: Vec<&RelPath> = given
+        .iter()
+        .filter(|path| std::fs::symlink_metadata(ctx.path.join(path.as_str())).is_err())
+        .collect();
+    if absent.is_empty() {
+        return Ok(());
+    }
+    let empty = SnapshotId::parse(EMPTY_TREE).map_err(|error| anyhow!("{error}"))?;
+    let in_snapshot = ctx
+        .services
+        .snapshots
+        .changed_between(&ctx.path, &empty, id)
+        .await
+        .map_err(|error| explain(error, "reading the snapshot"))?;
+    let nowhere: Vec<String> = absent
+        .into_iter()
+        .filter(|path| {
+            let below = format!("{path}/");
+            !in_snapshot
+                .iter()
+                .any(|file| file == *path || file.as_str().starts_with(&below))
+        })
+        .map(|path| shown(path.as_str()).into_owned())
+        .collect();
+    if nowhere.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{} in neither snapshot {id} nor the worktree; nothing was restored (check the path{})",
+        if nowhere.len() == 1 {
+            format!("{} is", nowhere[0])
+        } else {
+            format!("{} are", nowhere.join(", "))
+        },
+        if nowhere.len() == 1 { "" } else { "s" }
+    )
+}
+
+/// The empty tree's id: a snapshot of nothing, which every store holds.
+const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
 /// The given paths a restore found nowhere: absent from the worktree after it, and neither written,
 /// deleted nor kept, at that path or below it (a path in the snapshot is written, one only on disk is

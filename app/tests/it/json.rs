@@ -162,24 +162,57 @@ fn every_command_s_json_has_the_documented_fields() {
     );
     assert_eq!(restore["written"], serde_json::json!(["a.txt"]));
     assert_eq!(restore["notFound"], serde_json::json!([]));
+    let at_id = std::fs::read_to_string(env.path().join("a.txt")).expect("restored");
     let status = env.json(&["status"]);
     assert_eq!(
         status["lastCapture"]["snapshot"], restore["capture"],
         "status names the capture that undoes the restore: {status}"
     );
-    // A path in neither the snapshot nor the worktree is named, with a warning without --json.
-    let nowhere = env.json(&["snapshot", "restore", &id, "no/such/path", "a.txt"]);
-    assert_eq!(nowhere["notFound"], serde_json::json!(["no/such/path"]));
+    // A path in neither the snapshot nor the worktree is refused before anything is captured or touched
+    // (black-box: it was captured and the rest restored, exit 0, with a warning).
+    std::fs::write(env.path().join("a.txt"), "four\n").expect("write");
+    let before = env.state();
+    for json in [true, false] {
+        let mut args = vec!["snapshot", "restore", &id, "no/such/path", "a.txt"];
+        if json {
+            args.insert(0, "--json");
+        }
+        let output = env.rewind(&args).output().expect("runs");
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        let said = if json {
+            let error: serde_json::Value =
+                serde_json::from_slice(&output.stdout).expect("JSON error");
+            error["error"]["message"]
+                .as_str()
+                .expect("message")
+                .to_owned()
+        } else {
+            String::from_utf8_lossy(&output.stderr).into_owned()
+        };
+        assert!(
+            said.contains("no/such/path is in neither snapshot") && !said.contains("a.txt"),
+            "{said}"
+        );
+        assert!(!said.contains("captured"), "{said}");
+    }
+    assert_eq!(env.state(), before, "nothing restored");
+    assert_eq!(
+        env.json(&["status"])["lastCapture"],
+        status["lastCapture"],
+        "nothing captured"
+    );
+    // A path only in the snapshot is no typo: it is restored.
+    std::fs::remove_file(env.path().join("a.txt")).expect("remove");
     let output = env
-        .rewind(&["snapshot", "restore", &id, "no/such/path"])
+        .rewind(&["snapshot", "restore", &id, "a.txt"])
         .output()
         .expect("runs");
-    assert!(output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("no/such/path is in neither snapshot"),
-        "{stderr}"
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("restored"),
+        at_id
     );
+    let stderr = String::from_utf8_lossy(&output.stderr);
     // The capture is said before any file is touched (a restore killed halfway is put back with it).
     let capture_line = stderr
         .lines()

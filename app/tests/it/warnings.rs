@@ -218,8 +218,9 @@ fn redo_keeps_a_symlink_the_user_put_where_a_directory_was() {
 }
 
 /// The snapshot after the command fails (the command took the worktree over the file-count cap): the
-/// step is recorded, the exit code passes through, and rewind says the changes cannot be undone instead
-/// of promising that `rewind undo` takes them back; `--json` says `undoable: false`.
+/// step is recorded, rewind says the changes cannot be undone instead of promising that `rewind undo`
+/// takes them back, and exits 1 though the command succeeded (a failing command's code passes through),
+/// so a script does not go on as if the step could be undone; `--json` says `undoable: false`.
 #[test]
 fn an_exec_whose_end_snapshot_fails_says_its_changes_cannot_be_undone() {
     let env = Env::plain();
@@ -229,7 +230,7 @@ fn an_exec_whose_end_snapshot_fails_says_its_changes_cannot_be_undone() {
         .rewind(&["--file-cap", "3", "exec", "--", "sh", "-c", many])
         .output()
         .expect("runs");
-    assert!(output.status.success(), "{output:?}");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot be undone"), "{stderr}");
     assert!(!stderr.contains("takes it back"), "{stderr}");
@@ -243,8 +244,27 @@ fn an_exec_whose_end_snapshot_fails_says_its_changes_cannot_be_undone() {
     for n in 1..=5 {
         std::fs::remove_file(env.path().join(format!("f{n}"))).expect("remove");
     }
-    let report = env.json(&["--file-cap", "3", "exec", "--", "sh", "-c", many]);
+    let output = env
+        .rewind(&["--json", "--file-cap", "3", "exec", "--", "sh", "-c", many])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the report");
     assert_eq!(report["undoable"], false, "{report}");
+    assert_eq!(report["exitCode"], 0, "{report}");
+    for n in 1..=5 {
+        std::fs::remove_file(env.path().join(format!("f{n}"))).expect("remove");
+    }
+    let failing = format!("{many}; exit 3");
+    let output = env
+        .rewind(&["--file-cap", "3", "exec", "--", "sh", "-c", &failing])
+        .output()
+        .expect("runs");
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "a failing command's code stays: {output:?}"
+    );
     for n in 1..=5 {
         std::fs::remove_file(env.path().join(format!("f{n}"))).expect("remove");
     }
