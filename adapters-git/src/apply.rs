@@ -25,7 +25,7 @@ use crate::ignore::{Ignores, OutsideRule};
 use crate::odb::{Kind, Odb};
 use crate::replace::{Held, Releases, preallocate};
 use crate::stat_cache::{Applied, Stat, StatCache};
-use crate::store::{NestedRoots, SnapshotRecord, Store, is_temp_name, temp_name};
+use crate::store::{HiddenRules, NestedRoots, SnapshotRecord, Store, is_temp_name, temp_name};
 use crate::track::track;
 use crate::tree::{self, Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
 
@@ -2338,10 +2338,34 @@ fn untracked_at(
             states.push(state);
         }
     }
+    // And with the `.gitignore` files in force then that the tree does not hold, as each track found them
+    // (their directories among the path's parents), and, unless the record holds them for every track,
+    // those on disk now (`None`).
+    let mut hidden_states: Vec<Option<HiddenRules>> = Vec::new();
+    for recorded in &record.hidden_rules {
+        let state: HiddenRules = std::iter::once("")
+            .chain(parents.iter().copied())
+            .filter_map(|dir| recorded.get(dir).map(|text| (dir.to_owned(), text.clone())))
+            .collect();
+        if !hidden_states.contains(&Some(state.clone())) {
+            hidden_states.push(Some(state));
+        }
+    }
+    if !record.hidden_rules_all || record.hidden_rules.is_empty() {
+        hidden_states.push(None);
+    }
     for (prefix, outside) in record.rule_sets() {
         for nested in &states {
-            if ignored_at(store, tree, path, (prefix, outside), nested)? {
-                return Ok(true);
+            for hidden in &hidden_states {
+                if ignored_at(
+                    store,
+                    tree,
+                    path,
+                    (prefix, outside),
+                    (nested, hidden.as_ref()),
+                )? {
+                    return Ok(true);
+                }
             }
         }
     }
@@ -2350,13 +2374,14 @@ fn untracked_at(
 
 /// Whether `path`, absent from the snapshot `tree`, was ignored under its `.gitignore` files and the
 /// outside rules `outside` (with the worktree at `prefix` in its ignore root), with the nested
-/// repositories `nested` (their roots among the path's parents).
+/// repositories `nested` (their roots among the path's parents) and the `.gitignore` files the tree does
+/// not hold `hidden` (`None`: those on disk now).
 fn ignored_at(
     store: &Store,
     tree: &RefCell<LazyTree<'_>>,
     path: &str,
     (prefix, outside): (&str, &[OutsideRule]),
-    nested: &NestedRoots,
+    (nested, hidden): (&NestedRoots, Option<&HiddenRules>),
 ) -> GitResult<bool> {
     let ignores = Ignores::from_outside(outside.to_vec(), prefix.to_owned());
     let failed = RefCell::new(None);
@@ -2369,12 +2394,24 @@ fn ignored_at(
         } else {
             format!("{dir}/.gitignore")
         };
-        let (mode, id) = match tree.borrow_mut().get(&file) {
-            Ok(found) => found?,
+        let in_tree = match tree.borrow_mut().get(&file) {
+            Ok(found) => found,
             Err(e) => {
                 *failed.borrow_mut() = Some(e);
                 return None;
             }
+        };
+        let Some((mode, id)) = in_tree else {
+            return match hidden {
+                Some(hidden) => hidden.get(dir).cloned(),
+                None => match crate::ignore::read_rules(&store.worktree.join(&file)) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        *failed.borrow_mut() = Some(e);
+                        None
+                    }
+                },
+            };
         };
         if !matches!(mode, Mode::File | Mode::Exec) {
             return None;

@@ -87,11 +87,34 @@ pub struct SnapshotRecord {
     /// so the nested repositories on disk now need not be asked too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nested_all: bool,
+    /// The `.gitignore` files in force that the snapshot does not hold (each ignored by its own rules, as
+    /// `.venv/.gitignore`'s `*` ignores itself): their directory (worktree-relative, no trailing `/`, `""`
+    /// for the root) and text, as each track that returned this id found them, one map per distinct state.
+    /// Without them, whether a path was ignored then would be judged without their rules, and a step that
+    /// rewrote such a file, un-ignoring what it ignored, would have its undo delete files that existed
+    /// when it began. Empty in records written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden_rules: Vec<HiddenRules>,
+    /// Whether `hidden_rules` holds the state of every track of the id (the record was first written with
+    /// it), so the `.gitignore` files on disk now need not be asked too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden_rules_all: bool,
 }
 
 /// The nested repositories a track found: each root directory and its `info/exclude` text (`None` when it
 /// has none that can be read).
 pub type NestedRoots = BTreeMap<String, Option<String>>;
+
+/// The `.gitignore` files in force that a track left out of its snapshot: each directory and the text.
+pub type HiddenRules = BTreeMap<String, String>;
+
+/// What a track saw of the rules in force that its tree does not hold: the nested repositories and the
+/// hidden `.gitignore` files (`SnapshotRecord::nested`, `SnapshotRecord::hidden_rules`).
+#[derive(Clone, Debug, Default)]
+pub struct UnheldRules {
+    pub nested: NestedRoots,
+    pub hidden: HiddenRules,
+}
 
 impl SnapshotRecord {
     /// The directories a revert or restore going back to this snapshot leaves when it empties them: each
@@ -582,15 +605,15 @@ impl Store {
             .and_then(|data| serde_json::from_slice(&data).ok())
     }
 
-    /// Merges what a track saw into the record of `id` (skipped paths, rule sets and nested repositories
-    /// are unions, empty directories an intersection).
+    /// Merges what a track saw into the record of `id` (skipped paths, rule sets, nested repositories and
+    /// hidden `.gitignore` files are unions, empty directories an intersection).
     pub fn add_record(
         &self,
         id: &ObjectId,
         prefix: &str,
         outside: &[OutsideRule],
         (skipped, empty_dirs): (&BTreeSet<String>, &BTreeSet<String>),
-        nested: &NestedRoots,
+        unheld: &UnheldRules,
     ) -> GitResult<()> {
         let mut record = self.record(id);
         let before = record.clone();
@@ -616,9 +639,13 @@ impl Store {
         }
         if !known {
             record.nested_all = true;
+            record.hidden_rules_all = true;
         }
-        if !record.nested.contains(nested) {
-            record.nested.push(nested.clone());
+        if !record.nested.contains(&unheld.nested) {
+            record.nested.push(unheld.nested.clone());
+        }
+        if !record.hidden_rules.contains(&unheld.hidden) {
+            record.hidden_rules.push(unheld.hidden.clone());
         }
         if record == before || (record == SnapshotRecord::default()) {
             return Ok(());

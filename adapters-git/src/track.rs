@@ -22,7 +22,7 @@ use crate::seed::Seed;
 use crate::stat_cache::{
     CacheEntry, DirStat, Encoded, Listed, ListedKind, Listing, Stat, StatCache,
 };
-use crate::store::{NestedRoots, Store, is_temp_name};
+use crate::store::{Store, UnheldRules, is_temp_name};
 use crate::tree::{Mode, mark_dirty, write_dirty};
 
 /// The result of a track, with what later steps of the same operation need.
@@ -85,8 +85,8 @@ struct Walk<'a> {
     started_ns: i128,
     candidates: Vec<Candidate>,
     skipped: Vec<SkippedPath>,
-    /// The nested repositories found, for the snapshot's record (`SnapshotRecord::nested`).
-    nested: NestedRoots,
+    /// The nested repositories and hidden `.gitignore` files found, for the snapshot's record.
+    unheld: UnheldRules,
     /// `GitStoreConfig::walk_hook`.
     hook: Option<&'a crate::config::ChangeHook>,
 }
@@ -266,20 +266,22 @@ impl Walk<'_> {
         let mut pushed = false;
         // The enclosing rules, while a nested repository's own are in force (its root is this directory).
         let mut enclosing = None;
+        // This directory's `.gitignore` text (the root's is read with the outside rules).
+        let mut text = None;
         let rules = if rel_dir.is_empty() {
+            text.clone_from(&self.ignores.root_rules);
             rules
         } else {
             // A missing `.gitignore` is not looked for: the listing says whether there is one.
-            let text = if entries.iter().any(|e| e.name == ".gitignore") {
-                read_rules(&abs_dir.join(".gitignore"))?
-            } else {
-                None
-            };
+            if entries.iter().any(|e| e.name == ".gitignore") {
+                text = read_rules(&abs_dir.join(".gitignore"))?;
+            }
             let mut rules = rules;
             if entries.iter().any(|e| e.name == ".git")
                 && let Some(exclude) = crate::ignore::nested_repository_exclude(&abs_dir)?
             {
-                self.nested
+                self.unheld
+                    .nested
                     .insert(rel_dir.trim_end_matches('/').to_owned(), exclude.clone());
                 rules = self.ignores.nested_rules_hash(rel_dir, exclude.as_deref());
                 let nested = self.ignores.nested(rel_dir, exclude.as_deref());
@@ -301,6 +303,18 @@ impl Walk<'_> {
             _ => HashMap::new(),
         };
         let result = self.entries(rel_dir, &abs_dir, &mut entries, rules, matched, &before);
+        // A `.gitignore` whose rules are in force but that is left out (ignored by them, or by rules
+        // above): the snapshot does not hold its text, so its record does.
+        if entries
+            .iter()
+            .any(|e| e.name == ".gitignore" && e.kind == ListedKind::File && e.ignored)
+        {
+            if let Some(text) = text {
+                self.unheld
+                    .hidden
+                    .insert(rel_dir.trim_end_matches('/').to_owned(), text);
+            }
+        }
         if pushed {
             self.ignores.pop();
         }
@@ -487,7 +501,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         started_ns,
         candidates: Vec::new(),
         skipped: Vec::new(),
-        nested: NestedRoots::new(),
+        unheld: UnheldRules::default(),
         hook: config.walk_hook.as_ref(),
     };
     // While this thread walks, the others lstat the files the cache holds, in its order: the walk is
@@ -552,7 +566,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         listings,
         relisted,
         learned_listings,
-        nested,
+        unheld,
         old,
         dropped_listing,
         ..
@@ -607,7 +621,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 listings,
                 listings_learned,
                 listings_as_file,
-                nested,
+                unheld,
             };
             return finish(
                 store,
@@ -682,7 +696,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             listings,
             listings_learned: relisted > 0 && learned_listings,
             listings_as_file,
-            nested,
+            unheld,
         };
         // Each file hashed again stays racy (`as_cached`), and no entry changes.
         let in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
@@ -722,7 +736,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             listings,
             listings_learned: relisted > 0 && learned_listings,
             listings_as_file,
-            nested,
+            unheld,
         };
         return finish(
             store,
@@ -789,7 +803,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         listings,
         listings_learned: relisted > 0 && learned_listings,
         listings_as_file,
-        nested,
+        unheld,
     };
     let changed = Changed {
         entries,
@@ -812,7 +826,7 @@ struct Found {
     listings_learned: bool,
     /// Whether the listings stand for every listing the cache file holds (see `track_batched`).
     listings_as_file: bool,
-    nested: NestedRoots,
+    unheld: UnheldRules,
 }
 
 /// The files a track found, as the entries of the cache it leaves, and what differs from `cache`.
@@ -913,7 +927,7 @@ fn finish(
         listings,
         listings_learned,
         listings_as_file,
-        nested,
+        unheld,
     } = found;
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
     // Every directory walked has a listing (one with a name that is not UTF-8 has none, and is not empty).
@@ -941,7 +955,7 @@ fn finish(
         return returned(
             store,
             tree,
-            (skipped, &empty_dirs, &nested),
+            (skipped, &empty_dirs, &unheld),
             hashed,
             ignores,
         );
@@ -1004,7 +1018,7 @@ fn finish(
             cache.save_encoded(&store.stat_cache_path(), encoded)
         }
     };
-    returned(store, id, (skipped, &empty_dirs, &nested), hashed, ignores)
+    returned(store, id, (skipped, &empty_dirs, &unheld), hashed, ignores)
 }
 
 /// Records snapshot `id` (with what it skipped, the empty directories and the nested repositories it saw)
@@ -1012,7 +1026,7 @@ fn finish(
 fn returned(
     store: &Store,
     id: ObjectId,
-    (skipped, empty_dirs, nested): (Vec<SkippedPath>, &BTreeSet<String>, &NestedRoots),
+    (skipped, empty_dirs, unheld): (Vec<SkippedPath>, &BTreeSet<String>, &UnheldRules),
     hashed: u64,
     ignores: Ignores,
 ) -> GitResult<Tracked> {
@@ -1022,7 +1036,7 @@ fn returned(
         ignores.prefix(),
         &ignores.outside,
         (&skipped_set, empty_dirs),
-        nested,
+        unheld,
     )?;
     store.log_returned(&id)?;
     Ok(Tracked {

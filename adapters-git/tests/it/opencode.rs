@@ -1382,11 +1382,7 @@ async fn the_empty_tree_is_readable_in_a_store_that_never_wrote_it() {
         listed.into_iter().map(String::from).collect::<Vec<_>>(),
         git_names
     );
-    let diffs = h
-        .port()
-        .diff(h.root(), &empty, &id)
-        .await
-        .expect("diffed");
+    let diffs = h.port().diff(h.root(), &empty, &id).await.expect("diffed");
     assert!(
         diffs
             .iter()

@@ -472,19 +472,27 @@ async fn env_file_ignored_since_the_snapshot_is_left_alone() {
 // (c) Ignored when the step began, tracked at its end: the revert keeps it.
 
 async fn check_untracked_at_start_survives(h: &GitHarness, unignore: impl FnOnce()) {
+    check_untracked_at_start_survives_at(h, "gen.txt", unignore).await;
+}
+
+async fn check_untracked_at_start_survives_at(
+    h: &GitHarness,
+    generated: &str,
+    unignore: impl FnOnce(),
+) {
     h.write("a.txt", b"a\n");
-    h.write("gen.txt", b"generated before the step\n");
+    h.write(generated, b"generated before the step\n");
     let start = h.id().await;
     unignore();
-    h.write("gen.txt", b"generated during the step\n");
+    h.write(generated, b"generated during the step\n");
     let changed = h
         .port()
         .changed_files(h.root(), &start)
         .await
         .expect("changed_files");
     assert!(
-        changed.contains(&rels(&["gen.txt"])[0]),
-        "gen.txt is tracked now: {changed:?}"
+        changed.contains(&rels(&[generated])[0]),
+        "{generated} is tracked now: {changed:?}"
     );
     let patches = vec![SnapshotPatch {
         hash: start,
@@ -493,16 +501,16 @@ async fn check_untracked_at_start_survives(h: &GitHarness, unignore: impl FnOnce
     let plan = h.port().plan(h.root(), &patches).await.expect("plan");
     let gen_action = plan
         .iter()
-        .find(|a| a.path.as_str() == "gen.txt")
-        .expect("gen.txt is planned");
+        .find(|a| a.path.as_str() == generated)
+        .expect("the file is planned");
     assert_eq!(gen_action.action, FileActionKind::Keep, "{plan:?}");
     let outcome = revert_with_fresh_base(h, &patches).await;
     assert!(
-        kept_paths(&outcome.kept).contains(&"gen.txt"),
+        kept_paths(&outcome.kept).contains(&generated),
         "{outcome:?}"
     );
-    assert!(!outcome.deleted.contains(&rels(&["gen.txt"])[0]));
-    assert_eq!(h.read("gen.txt"), text("generated during the step\n"));
+    assert!(!outcome.deleted.contains(&rels(&[generated])[0]));
+    assert_eq!(h.read(generated), text("generated during the step\n"));
 }
 
 /// Ignored by the tree's `.gitignore` at the start.
@@ -517,6 +525,36 @@ async fn file_ignored_by_gitignore_at_step_start_survives_revert() {
         text("gen.txt\n"),
         "the revert restored the rule"
     );
+}
+
+/// Ignored at the start by a root `.gitignore` that ignores itself too, so no snapshot holds its text
+/// (black-box: the revert judged the path without those rules, and deleted the file and the `.gitignore`,
+/// though both existed when the step began). Both are kept; the record holds the rules (`hidden_rules`).
+#[tokio::test]
+async fn file_ignored_by_a_gitignore_that_ignores_itself_survives_revert() {
+    let h = GitHarness::new();
+    h.write(".gitignore", b"gen.txt\n.gitignore\n");
+    let writer = h.clone();
+    check_untracked_at_start_survives(&h, move || writer.write(".gitignore", b"*.tmp\n")).await;
+    assert_eq!(
+        h.read(".gitignore"),
+        text("*.tmp\n"),
+        "untracked when the step began: kept as it is"
+    );
+}
+
+/// The same in a sub-directory whose `.gitignore` is `*` (as a `.venv` or a tool's cache holds): the
+/// step rewrote it to un-ignore what it held.
+#[tokio::test]
+async fn file_under_a_self_ignoring_directory_gitignore_survives_revert() {
+    let h = GitHarness::new();
+    h.write(".venv/.gitignore", b"*\n");
+    let writer = h.clone();
+    check_untracked_at_start_survives_at(&h, ".venv/notes.txt", move || {
+        writer.write(".venv/.gitignore", b"*.log\n");
+    })
+    .await;
+    assert_eq!(h.read(".venv/.gitignore"), text("*.log\n"));
 }
 
 /// Ignored by the repository's `info/exclude` at the start (a rule from outside the tree, recorded with
