@@ -308,12 +308,11 @@ impl Walk<'_> {
         if entries
             .iter()
             .any(|e| e.name == ".gitignore" && e.kind == ListedKind::File && e.ignored)
+            && let Some(text) = text
         {
-            if let Some(text) = text {
-                self.unheld
-                    .hidden
-                    .insert(rel_dir.trim_end_matches('/').to_owned(), text);
-            }
+            self.unheld
+                .hidden
+                .insert(rel_dir.trim_end_matches('/').to_owned(), text);
         }
         if pushed {
             self.ignores.pop();
