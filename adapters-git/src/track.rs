@@ -1108,11 +1108,20 @@ fn adopt_seeded(
             _ => None,
         })
     })?;
-    size_of.extend(
-        rest.into_iter()
-            .zip(sizes)
-            .filter_map(|(id, size)| size.map(|size| (id, size))),
-    );
+    for (id, size) in rest.into_iter().zip(sizes) {
+        match size {
+            Some(size) => {
+                size_of.insert(id, size);
+            }
+            // A damaged object of the user's (a loose file a power loss left empty: git does not sync
+            // loose objects), linked into the store: it goes, so the file hashed in its place below is
+            // stored, not skipped as held.
+            None if store.odb.header(&id).is_err() => {
+                let _ = fs::remove_file(store.odb.path_of(&id));
+            }
+            None => {}
+        }
+    }
     for (candidate, outcome) in candidates.iter().zip(outcomes.iter_mut()) {
         if let Outcome::Seeded(stat, id) = outcome
             && size_of.get(id) != Some(&stat.size)
