@@ -70,7 +70,7 @@ struct IndexEntry {
 /// The user's index, as far as it may answer for files of the worktree.
 pub struct Seed {
     entries: HashMap<String, IndexEntry>,
-    /// The index file's modification time: entries modified at or after it are racy.
+    /// The index file's modification time: entries modified in its second or after it are racy.
     index_mtime: (i64, i64),
     /// The user's objects directory.
     objects: PathBuf,
@@ -148,7 +148,10 @@ impl Seed {
     /// would check it and the entry is not racy.
     pub fn lookup(&self, rel: &str, seen: &IndexStat, mode: Mode) -> Option<ObjectId> {
         let entry = self.entries.get(rel)?;
-        let racy = (i64::from(entry.mtime.0), i64::from(entry.mtime.1)) >= self.index_mtime;
+        // Racy from the index's second on, as git (built without `USE_NSEC`) judges it: a file written
+        // again within the timestamp tick of an entry's `git add`, in the second the index was written,
+        // keeps the entry's stat data with other content.
+        let racy = i64::from(entry.mtime.0) >= self.index_mtime.0;
         let matches = entry.mode == mode
             && seen.has_size(entry.size)
             && entry.mtime == seen.mtime
@@ -455,5 +458,43 @@ mod tests {
         assert_eq!(seed(hello).lookup("e.txt", &seen, Mode::File), None);
         let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
         assert_eq!(seed(empty).lookup("e.txt", &seen, Mode::File), Some(empty));
+    }
+
+    /// An entry modified in the second the index was written is racy, also when its nanoseconds are
+    /// earlier than the index's (black-box: compared to the nanosecond, it was believed).
+    #[test]
+    fn an_entry_of_the_index_s_second_is_racy() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("e.txt");
+        fs::write(&path, b"").expect("an empty file");
+        let meta = fs::symlink_metadata(&path).expect("its stat data");
+        let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
+        let seed = |index_mtime: (i64, i64)| Seed {
+            entries: HashMap::from([(
+                "e.txt".to_owned(),
+                IndexEntry {
+                    mode: Mode::File,
+                    id: empty,
+                    mtime: (meta.mtime() as u32, 100_000_000),
+                    ctime: (meta.ctime() as u32, meta.ctime_nsec() as u32),
+                    ino: meta.ino() as u32,
+                    uid: meta.uid(),
+                    gid: meta.gid(),
+                    size: 0,
+                },
+            )]),
+            index_mtime,
+            objects: PathBuf::new(),
+        };
+        let mut seen = crate::track::Seen::from_std(meta.clone()).as_in_index();
+        seen.mtime = (meta.mtime() as u32, 100_000_000);
+        assert_eq!(
+            seed((meta.mtime(), 900_000_000)).lookup("e.txt", &seen, Mode::File),
+            None
+        );
+        assert_eq!(
+            seed((meta.mtime() + 1, 0)).lookup("e.txt", &seen, Mode::File),
+            Some(empty)
+        );
     }
 }
