@@ -292,12 +292,30 @@ pub fn file_diffs(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<Vec
 
 /// The git-style text diff of `changes` (OpenCode's `revert.diff`).
 pub fn unified(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<String> {
-    let computed = each_change(odb, changes, size_cap, change_of)?;
+    let computed = each_change(odb, changes, size_cap, unified_text)?;
+    Ok(computed.concat())
+}
+
+/// The git-style text of one file's change. A file that became a symlink, or a symlink that became a
+/// file, is shown as git shows it: its deletion, then its addition (one diff of both would have
+/// `git apply` refuse it: "wrong type"). Its line counts (`change_of`) stay one row, as `--numstat`'s.
+fn unified_text(
+    path: &str,
+    old: Option<&Entry>,
+    new: Option<&Entry>,
+    before: &Content,
+    after: &Content,
+) -> String {
     let mut out = String::new();
-    for change in &computed {
-        change.push_unified(&mut out);
+    let is_link = |entry: &Entry| entry.0 == crate::tree::Mode::Link;
+    match (old, new) {
+        (Some(old_entry), Some(new_entry)) if is_link(old_entry) != is_link(new_entry) => {
+            change_of(path, old, None, before, &Content::Absent).push_unified(&mut out);
+            change_of(path, None, new, &Content::Absent, after).push_unified(&mut out);
+        }
+        _ => change_of(path, old, new, before, after).push_unified(&mut out),
     }
-    Ok(out)
+    out
 }
 
 /// A revert's diffs computed while its files were being written (see `apply::revert`), kept for the
@@ -364,16 +382,14 @@ pub fn revert_diffs_on(
         threads,
         |path, old, new, before, after| {
             (
-                change_of(path, old, new, before, after),
-                change_of(path, new, old, after, before),
+                unified_text(path, old, new, before, after),
+                change_of(path, new, old, after, before).into_file_diff(),
             )
         },
     )?;
-    let mut text = String::new();
-    let mut files = Vec::with_capacity(computed.len());
-    for (forward, back) in computed {
-        forward.push_unified(&mut text);
-        files.push(back.into_file_diff());
-    }
-    Ok(RevertDiffs { text, files })
+    let (texts, files): (Vec<String>, Vec<FileDiff>) = computed.into_iter().unzip();
+    Ok(RevertDiffs {
+        text: texts.concat(),
+        files,
+    })
 }

@@ -556,6 +556,53 @@ async fn unified_diff_headers_quote_names_as_git_does() {
     assert!(ours.contains("+++ b/plain name é.txt"), "{ours}");
 }
 
+/// A file that became a symlink, and a symlink that became a file, are shown as git shows them: a
+/// deletion and an addition each, which `git apply` takes (black-box: one diff with `old mode 100644` /
+/// `new mode 120000`, which it refuses as "wrong type").
+#[tokio::test]
+async fn unified_diff_shows_a_type_change_as_git_does() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    h.write("x", b"hello\n");
+    std::os::unix::fs::symlink("target", h.path("l")).expect("symlink");
+    h.write("same.txt", b"same\n");
+    commit_all(h.root(), "types");
+    let before = h.id().await;
+
+    h.remove("x");
+    std::os::unix::fs::symlink("t", h.path("x")).expect("symlink");
+    h.remove("l");
+    h.write("l", b"now a file\n");
+    let ours = h
+        .port()
+        .unified_diff(h.root(), &before)
+        .await
+        .expect("unified_diff");
+    git(h.root(), &["add", "-A"]);
+    let theirs = git(h.root(), &["diff", "--cached", "--no-renames"]);
+    assert_eq!(ours, theirs);
+    // And it applies: back to the state before, then forward again.
+    let patch = h.base().join("type-change.patch");
+    std::fs::write(&patch, &ours).expect("write the patch");
+    let patch = patch.to_str().expect("utf-8");
+    git(h.root(), &["apply", "--check", "-R", patch]);
+
+    let changed = h
+        .port()
+        .diff(h.root(), &before, &h.id().await)
+        .await
+        .expect("diff");
+    let numstat = git(h.root(), &["diff", "--cached", "--numstat", "--no-renames"]);
+    assert_eq!(
+        changed
+            .iter()
+            .map(|file| format!("{}\t{}\t{}\n", file.additions, file.deletions, file.file))
+            .collect::<String>(),
+        numstat,
+        "one row each, as --numstat counts them"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The property: random worktrees, then random changes.
 
