@@ -867,7 +867,19 @@ impl Rewind {
     ) -> Result<Session> {
         let session = self.load_session(session_id).await?;
         if session.revert.as_ref() != Some(descriptor) {
-            return Ok(session);
+            // Another revert or an unrevert stored its result between the request's look and the lease:
+            // nothing was committed, which a 200 would hide (as `create_message_reverted` refuses).
+            let now = if session.revert.is_some() {
+                "reverted again"
+            } else {
+                "unreverted"
+            };
+            return Err(Error::busy(
+                session_id,
+                format!(
+                    "Session is busy: {session_id} (it was {now} while its revert was being committed);                      nothing was committed: try again"
+                ),
+            ));
         }
         let messages = self.repo.messages(session_id).await?;
         let cleanup = self.cleanup_of(&session, descriptor, &messages).await?;

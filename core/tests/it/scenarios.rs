@@ -36,6 +36,44 @@ fn compact_after_revert() {
     })
 }
 
+/// A commit whose session is unreverted, or reverted again, between its look and its lease commits
+/// nothing and says so (409) instead of answering 200 (black-box: it returned the session as the other
+/// operation left it, with nothing cleaned up). The session is as the other operation left it.
+#[test]
+fn a_commit_overtaken_by_an_unrevert_or_a_new_revert_is_refused_as_busy() {
+    block_on(async {
+        for again in [false, true] {
+            let w = World::new();
+            let s = w.session().await;
+            let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+            let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "b2")).await;
+            w.revert_to(&s.id, &t2.user).await;
+            let (reached, resume) = w.repo.pause_next_lease_take();
+            let committing = w.rewind.commit_revert(&s.id);
+            let overtaking = async {
+                reached.await.expect("the commit takes the session's lease");
+                if again {
+                    w.revert_to(&s.id, &t1.user).await;
+                } else {
+                    w.rewind.unrevert(&s.id).await.expect("unrevert");
+                }
+                resume.send(()).expect("resume the commit");
+            };
+            let (committed, ()) = futures::future::join(committing, overtaking).await;
+            assert!(
+                matches!(&committed, Err(Error::Busy { .. })),
+                "{committed:?}"
+            );
+            let session = w.rewind.session(&s.id).await.expect("session");
+            assert_eq!(
+                session.revert.as_ref().map(|r| &r.message_id),
+                again.then_some(&t1.user)
+            );
+            assert_eq!(w.messages(&s.id).await.len(), 4, "nothing cleaned up");
+        }
+    })
+}
+
 /// Item 55: revert(U1) then cleanup leaves no message.
 #[test]
 fn clean_up_revert_state_before_compaction() {
