@@ -993,7 +993,9 @@ impl Rewind {
         })
     }
 
-    /// What a revert to `target` would do, changing nothing.
+    /// What a revert to `target` would do, changing nothing. A session reverted already is reverted
+    /// from its un-reverted worktree (SPEC 6): the files the current revert's undo puts back come first,
+    /// and a file the new revert's patches name then takes the action they give it.
     pub async fn preview(&self, session_id: &SessionId, target: RevertTarget) -> Result<Preview> {
         let session = self.load_session(session_id).await?;
         let messages = self.repo.messages(session_id).await?;
@@ -1001,10 +1003,90 @@ impl Rewind {
         let files = self
             .plan_patches(&session.directory, &hidden_patches(&messages, &point))
             .await?;
+        let files = match current_revert(&session) {
+            Some((snapshot, applied)) => {
+                self.after_undo_preview(&session, (&snapshot, &applied), files)
+                    .await?
+            }
+            None => files,
+        };
         Ok(Preview {
             descriptor: point,
             files,
         })
+    }
+
+    /// `planned` (the new revert's files) after what the undo of the current revert (from its pre-revert
+    /// `snapshot` to `applied`) would do first, as `undo_revert` does it: each file it changed goes back to
+    /// `snapshot`, but for one the user's new files block, which is kept.
+    async fn after_undo_preview(
+        &self,
+        session: &Session,
+        (snapshot, applied): (&SnapshotId, &SnapshotId),
+        planned: Vec<PreviewFile>,
+    ) -> Result<Vec<PreviewFile>> {
+        let wt = worktree(session);
+        let directory = &session.directory;
+        let changed = self.changed_between(wt, snapshot, applied).await?;
+        if changed.is_empty() {
+            return Ok(planned);
+        }
+        let changed_set = path_set(&changed);
+        let made: Vec<RelPath> = self
+            .snapshots
+            .changed_files(wt, applied)
+            .await?
+            .into_iter()
+            .filter(|path| !changed_set.contains(path))
+            .collect();
+        let blocked = blocked_by_new_files(&changed_set, &made);
+        let scope: Vec<RelPath> = changed
+            .into_iter()
+            .filter(|path| !blocked.contains(path))
+            .collect();
+        let undo = if scope.is_empty() {
+            Vec::new()
+        } else {
+            self.snapshots
+                .plan(
+                    wt,
+                    &[crate::model::SnapshotPatch {
+                        hash: snapshot.clone(),
+                        files: scope,
+                    }],
+                )
+                .await?
+        };
+        let mut files: BTreeMap<String, PreviewFile> = BTreeMap::new();
+        for action in undo {
+            let file = action.path.to_absolute(directory);
+            files.insert(
+                file.clone(),
+                PreviewFile {
+                    file,
+                    action: action.action,
+                    reason: action.reason,
+                },
+            );
+        }
+        for path in &blocked {
+            let file = path.to_absolute(directory);
+            files.insert(
+                file.clone(),
+                PreviewFile {
+                    file,
+                    action: crate::model::FileActionKind::Keep,
+                    reason: Some(
+                        "the undo of the current revert leaves it: files made while the session was                          reverted stand below it, or in its place where it needs a directory"
+                            .to_owned(),
+                    ),
+                },
+            );
+        }
+        for file in planned {
+            files.insert(file.file.clone(), file);
+        }
+        Ok(files.into_values().collect())
     }
 
     /// What a revert of `patches` (patch parts, in order) in worktree `directory` would do to each file,

@@ -74,6 +74,62 @@ fn a_commit_overtaken_by_an_unrevert_or_a_new_revert_is_refused_as_busy() {
     })
 }
 
+/// The preview of a revert of a session reverted already says what that revert does: it starts from the
+/// un-reverted worktree (SPEC 6), so the files the current revert's undo puts back are in it, and a file
+/// the new revert's patches name takes their action (black-box: only the new patches' files were
+/// planned, against the reverted worktree: `c.txt` alone, though the revert writes `a.txt` and `b.txt`).
+/// A file the user's new files block is kept by the undo, and so by the preview.
+#[test]
+fn the_preview_of_a_reverted_session_includes_the_undo_of_its_revert() {
+    use rewind_core::model::FileActionKind::{Delete, Keep, Write};
+    block_on(async {
+        for blocked in [false, true] {
+            let w = World::new();
+            let s = w.session().await;
+            let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+            w.turn(&s.id, "two", |w| w.write("b.txt", "b2")).await;
+            let t3 = w.turn(&s.id, "three", |w| w.write("c.txt", "c3")).await;
+            w.revert_to(&s.id, &t1.user).await;
+            assert_eq!((w.read("a.txt"), w.read("c.txt")), (None, None));
+            if blocked {
+                w.write("a.txt/mine.txt", "made while reverted");
+            }
+            let target = RevertTarget {
+                message_id: t3.user.clone(),
+                part_id: None,
+            };
+            let preview = w.rewind.preview(&s.id, target).await.expect("preview");
+            let actions: Vec<(String, rewind_core::model::FileActionKind)> = preview
+                .files
+                .iter()
+                .map(|file| (file.file.clone(), file.action))
+                .collect();
+            let a_action = if blocked { Keep } else { Write };
+            assert_eq!(
+                actions,
+                [
+                    (w.abs("a.txt"), a_action),
+                    (w.abs("b.txt"), Write),
+                    (w.abs("c.txt"), Delete)
+                ],
+                "{preview:?}"
+            );
+            // What the revert then does.
+            w.revert_to(&s.id, &t3.user).await;
+            if blocked {
+                assert_eq!(
+                    w.read("a.txt/mine.txt").as_deref(),
+                    Some("made while reverted")
+                );
+            } else {
+                assert_eq!(w.read("a.txt").as_deref(), Some("a1"));
+            }
+            assert_eq!(w.read("b.txt").as_deref(), Some("b2"));
+            assert_eq!(w.read("c.txt"), None);
+        }
+    })
+}
+
 /// Item 55: revert(U1) then cleanup leaves no message.
 #[test]
 fn clean_up_revert_state_before_compaction() {
