@@ -779,7 +779,7 @@ impl Store {
             .map_or(0, |d| d.as_millis());
         let mut text = format!("{JOURNAL_BATCH}{batch}\n{JOURNAL_STARTED}{now_ms}\n");
         for dir in dirs {
-            text.push_str(&dir.to_string_lossy());
+            text.push_str(&journal_path(dir));
             text.push('\n');
         }
         write_atomically(&self.rewind_path("journal"), text.as_bytes())
@@ -791,11 +791,7 @@ impl Store {
     /// rollback, which has no file there to delete (black-box).
     pub fn journal_made_dir(&self, dir: &Path, made: bool) -> GitResult<()> {
         let mark = if made { JOURNAL_MADE } else { JOURNAL_NOT_MADE };
-        let dir = dir.to_string_lossy();
-        if dir.contains('\n') {
-            // A line cannot hold it, and a part of it could name another directory.
-            return Ok(());
-        }
+        let dir = journal_path(dir);
         let path = self.rewind_path("journal");
         let mut file = File::options()
             .create(true)
@@ -890,15 +886,15 @@ impl Store {
                 continue;
             }
             if let Some(dir) = line.strip_prefix(JOURNAL_MADE) {
-                made.push(PathBuf::from(dir));
+                made.push(journalled_path(dir));
                 continue;
             }
             if let Some(dir) = line.strip_prefix(JOURNAL_NOT_MADE) {
-                let dir = Path::new(dir);
-                made.retain(|was| was != dir);
+                let dir = journalled_path(dir);
+                made.retain(|was| *was != dir);
                 continue;
             }
-            let dir = PathBuf::from(line);
+            let dir = journalled_path(line);
             // Only directories inside this store's worktree are ever journalled.
             if !dir.starts_with(&self.worktree) {
                 continue;
@@ -952,6 +948,43 @@ impl Store {
         }
         all
     }
+}
+
+/// The start of a journal line's path written escaped: one holding a newline (which a line cannot hold,
+/// and whose parts could name other directories) or a backslash. A path is absolute, so a line that
+/// starts so is never one written plain (by this version or an earlier one).
+const JOURNAL_ESCAPED: &str = "escaped ";
+
+/// `dir` as a journal line holds it: plain, or escaped (`\\` and `\n`) after `JOURNAL_ESCAPED`.
+fn journal_path(dir: &Path) -> String {
+    let dir = dir.to_string_lossy();
+    if !dir.contains(['\n', '\\']) {
+        return dir.into_owned();
+    }
+    format!(
+        "{JOURNAL_ESCAPED}{}",
+        dir.replace('\\', "\\\\").replace('\n', "\\n")
+    )
+}
+
+/// The path a journal line's `text` holds (`journal_path`).
+fn journalled_path(text: &str) -> PathBuf {
+    let Some(escaped) = text.strip_prefix(JOURNAL_ESCAPED) else {
+        return PathBuf::from(text);
+    };
+    let mut out = String::with_capacity(escaped.len());
+    let mut chars = escaped.chars();
+    while let Some(c) = chars.next() {
+        match (c, c == '\\') {
+            (_, true) => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some(other) => out.push(other),
+                None => out.push('\\'),
+            },
+            (c, false) => out.push(c),
+        }
+    }
+    PathBuf::from(out)
 }
 
 /// The start of the journal line that says when the operation began writing (epoch ms).
@@ -1270,5 +1303,47 @@ mod tests {
         let log = fs::read_to_string(store.rewind_path("returned")).expect("read");
         assert!(!log.contains(&ids[0].to_string()), "{log}");
         assert_eq!(store.newest_returned(), Some(ids[1]));
+    }
+
+    /// A crash's temporary files are removed from a directory whose name holds a newline or a backslash,
+    /// and a directory it made there is removed, empty (black-box: its journal line was read as two
+    /// paths, neither of them the directory, and the file stayed for good).
+    #[test]
+    fn a_journalled_directory_with_a_newline_in_its_name_is_cleaned() {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let wt = temp.path().join("wt");
+        fs::create_dir_all(&wt).expect("mkdir");
+        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
+        config.excludes_file = crate::config::ExcludesFile::None;
+        let store = Store::open(&config, &wt).expect("open the store");
+        let wt = store.worktree.clone();
+        let batch = "0123456789abcdef";
+        let dirs: Vec<PathBuf> = ["we\nird", "back\\slash\\n"]
+            .iter()
+            .map(|name| wt.join(name))
+            .collect();
+        let made = dirs[1].join("made\nhere");
+        for dir in dirs.iter().chain([&made]) {
+            fs::create_dir_all(dir).expect("mkdir");
+        }
+        let temps: Vec<PathBuf> = dirs
+            .iter()
+            .map(|dir| dir.join(temp_name(batch, 1)))
+            .collect();
+        for tmp in &temps {
+            fs::write(tmp, b"half written").expect("a temporary file");
+        }
+        store
+            .journal_temp_dirs(batch, &dirs.iter().cloned().collect())
+            .expect("journal");
+        store.journal_made_dir(&made, true).expect("journal made");
+        drop(store);
+        let store = Store::open(&config, &wt).expect("open again");
+        store.clean_journal().expect("clean");
+        for tmp in &temps {
+            assert!(!tmp.exists(), "{} is left", tmp.display());
+        }
+        assert!(!made.exists(), "the directory it made is left");
+        assert!(dirs.iter().all(|dir| dir.is_dir()), "the user's stay");
     }
 }
