@@ -124,6 +124,7 @@ fn collect_packs(
 ) -> GitResult<()> {
     let dir = store.odb.dir().join("pack");
     let mut changed = false;
+    let sources = crate::seed::pack_sources(&store.odb);
     for listed in packs {
         let live: Vec<ObjectId> = listed
             .ids
@@ -132,7 +133,9 @@ fn collect_packs(
             .copied()
             .collect();
         let whole = live.len() == listed.ids.len()
-            || (!listed.own && !live.is_empty() && shared(&listed.pack));
+            || (!listed.own
+                && !live.is_empty()
+                && crate::seed::pack_source_holds(&sources, &listed.pack));
         if whole {
             still.extend(listed.ids.iter().copied());
             continue;
@@ -164,12 +167,6 @@ fn collect_packs(
         store.odb.packs_changed();
     }
     Ok(())
-}
-
-/// Whether a seeded pack is still one of the user's repository's too (more than one name).
-fn shared(pack: &std::path::Path) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    fs::metadata(pack).is_ok_and(|m| m.nlink() > 1)
 }
 
 /// Size of the packs `copy_into_own_packs` writes before it starts another (entries are held in memory).

@@ -16,7 +16,7 @@
 //!    (size 0) is believed only for the empty blob, and a file over the size cap is skipped as it would be
 //!    if hashed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -230,6 +230,7 @@ impl Seed {
         let Ok(entries) = fs::read_dir(self.objects.join("pack")) else {
             return (covered, linked_indexes);
         };
+        let mut sources = Vec::new();
         let target_dir = odb.dir().join("pack");
         let mut linked = false;
         for entry in entries.flatten() {
@@ -262,12 +263,74 @@ impl Seed {
                 linked = true;
                 covered.extend(held);
                 linked_indexes.push(target_dir.join(idx_name));
+                sources.push((pack_name.to_owned(), pack.clone()));
             }
         }
         if linked {
             odb.packs_changed();
+            note_pack_sources(odb, &sources);
         }
         (covered, linked_indexes)
+    }
+}
+
+/// The file beside a store's objects that names the user's pack each seeded pack was linked from:
+/// gc's test of whether the user still has it (`pack_source_holds`).
+fn pack_sources_path(odb: &Odb) -> Option<PathBuf> {
+    odb.dir()
+        .parent()
+        .map(|store| store.join("rewind").join("seeded-packs"))
+}
+
+/// The user's packs the store's seeded packs were linked from, by the store's pack's file name.
+pub fn pack_sources(odb: &Odb) -> BTreeMap<String, PathBuf> {
+    pack_sources_path(odb)
+        .and_then(|path| fs::read(path).ok())
+        .and_then(|data| serde_json::from_slice(&data).ok())
+        .unwrap_or_default()
+}
+
+/// Notes the user's pack each of `linked` (the store's pack's file name, the user's pack) came from. Not
+/// noted (a path that is not UTF-8, a write that fails), a pack counts as the user's while it has another
+/// name, as before the note existed.
+fn note_pack_sources(odb: &Odb, linked: &[(std::ffi::OsString, PathBuf)]) {
+    let Some(path) = pack_sources_path(odb) else {
+        return;
+    };
+    let mut sources = pack_sources(odb);
+    for (name, source) in linked {
+        if let Some(name) = name.to_str()
+            && source.to_str().is_some()
+        {
+            sources.insert(name.to_owned(), source.clone());
+        }
+    }
+    if let Ok(data) = serde_json::to_vec(&sources) {
+        let _ = crate::store::write_atomically(&path, &data);
+    }
+}
+
+/// Whether the user's repository still has seeded pack `pack` (the store's file): the pack it was linked
+/// from is still there, the same file. A pack with no note counts as the user's while it has another name
+/// (a store seeded before the note existed). Any other name (a `git clone` that hardlinked the user's
+/// objects, another store seeded from the same pack, a backup made with links) keeps no pack the user
+/// has purged from the store (review: its purged history, secrets among it, stayed for good).
+pub fn pack_source_holds(sources: &BTreeMap<String, PathBuf>, pack: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(ours) = fs::metadata(pack) else {
+        return false;
+    };
+    if ours.nlink() < 2 {
+        return false;
+    }
+    let noted = pack
+        .file_name()
+        .and_then(|name| name.to_str())
+        .and_then(|name| sources.get(name));
+    match noted {
+        None => true,
+        Some(source) => fs::metadata(source)
+            .is_ok_and(|theirs| theirs.dev() == ours.dev() && theirs.ino() == ours.ino()),
     }
 }
 

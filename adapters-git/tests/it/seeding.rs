@@ -413,6 +413,17 @@ async fn a_seeded_pack_the_user_no_longer_has_keeps_only_what_snapshots_reach() 
         "kept whole while the user's repository has the pack"
     );
 
+    // A third name of the pack (a `git clone` of the repository hardlinks its objects; so does a backup
+    // made with links) keeps nothing once the user's own is gone (review: more than one name was taken
+    // for the user's repository still having it).
+    let other = h.base().join("linked-elsewhere");
+    fs::create_dir_all(&other).expect("mkdir");
+    for entry in fs::read_dir(h.path(".git/objects/pack"))
+        .expect("the user's packs")
+        .flatten()
+    {
+        fs::hard_link(entry.path(), other.join(entry.file_name())).expect("another link");
+    }
     fs::remove_dir_all(h.path(".git")).expect("the user's repository goes");
     let report = h
         .port()
