@@ -595,6 +595,8 @@ fn write_file(
             remove_temp();
             return Ok(Done::Moved);
         }
+        // A user's file stands at the temporary name: it stays there (`keep_aside`).
+        Err(e) if is_stranded(&e) => return Err(GitError::io(&job.abs, e)),
         Err(e) => {
             remove_temp();
             return Err(GitError::io(&job.abs, e));
@@ -722,7 +724,7 @@ fn settle(
                 }
                 Err(e) => {
                     // Back to its name when nothing stands there (a deleted file), else beside it.
-                    put_at_free_name(dir, tmp, name);
+                    put_at_free_name(dir, tmp, name)?;
                     Err(e.into())
                 }
             };
@@ -743,17 +745,17 @@ fn settle(
                         || rustix::fs::unlinkat(dir, tmp, AtFlags::empty())
                             .is_err_and(|e| e != Errno::NOENT)
                     {
-                        keep_aside(dir, tmp, name);
+                        keep_aside(dir, tmp, name)?;
                     }
                 }
-                Err(Errno::NOENT) => put_at_free_name(dir, tmp, name),
-                Err(_) => keep_aside(dir, tmp, name),
+                Err(Errno::NOENT) => put_at_free_name(dir, tmp, name)?,
+                Err(_) => keep_aside(dir, tmp, name)?,
             }
         }
         // Nothing stands at the name any more: the file goes back there.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => put_at_free_name(dir, tmp, name),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => put_at_free_name(dir, tmp, name)?,
         // A newer write, or another file, stands there: it stays, and the file is kept beside it.
-        _ => keep_aside(dir, tmp, name),
+        _ => keep_aside(dir, tmp, name)?,
     }
     Ok(true)
 }
@@ -761,11 +763,13 @@ fn settle(
 /// A settling thread's last directory opened, and the files it hands over (`Releases`).
 type SettleThread = (Option<(String, OwnedFd)>, Releases);
 
-/// Renames `tmp` to `name` while nothing stands there, else keeps it aside.
-fn put_at_free_name(dir: &OwnedFd, tmp: &str, name: &str) {
+/// Renames `tmp` to `name` while nothing stands there, else keeps it aside (`keep_aside`, whose error it
+/// returns).
+fn put_at_free_name(dir: &OwnedFd, tmp: &str, name: &str) -> io::Result<()> {
     if rustix::fs::renameat_with(dir, tmp, dir, name, rustix::fs::RenameFlags::NOREPLACE).is_err() {
-        keep_aside(dir, tmp, name);
+        keep_aside(dir, tmp, name)?;
     }
+    Ok(())
 }
 
 /// What stands at `name` of `dir` now, against `was` (the stat data of the file or symlink checked there).
@@ -925,35 +929,78 @@ fn swap_in(dir: &OwnedFd, tmp: &str, name: &str, was: Stat) -> io::Result<Swappe
         Ok(()) => {}
         // The new content was removed from the name meanwhile: the user's goes back there.
         Err(Errno::NOENT) => {
-            if rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE).is_err() {
-                keep_aside(dir, tmp, name);
-            }
+            put_at_free_name(dir, tmp, name)?;
             return Ok(Swapped::Changed);
         }
         Err(e) => {
-            keep_aside(dir, tmp, name);
+            keep_aside(dir, tmp, name)?;
             return Err(e.into());
         }
     }
     let back = beneath::lstat_at(dir, tmp);
     if back.is_ok_and(|back| (back.st_dev, back.st_ino) != (ours.st_dev, ours.st_ino)) {
         // Not the new content: someone else's file.
-        keep_aside(dir, tmp, name);
+        keep_aside(dir, tmp, name)?;
     }
     Ok(Swapped::Changed)
 }
 
 /// Moves what stands at the temporary name `tmp` (a user's file, swapped or moved out) to
-/// `<name>.rewind-kept-<tmp>` beside it, where no clean-up of temporary files removes it.
-fn keep_aside(dir: &OwnedFd, tmp: &str, name: &str) {
-    let kept = format!("{name}.rewind-kept-{tmp}");
-    let _ = rustix::fs::renameat_with(
-        dir,
-        tmp,
-        dir,
-        kept.as_str(),
-        rustix::fs::RenameFlags::NOREPLACE,
-    );
+/// `<name>.rewind-kept-<tmp>` beside it, where no clean-up of temporary files removes it; when that name
+/// is taken or too long (a name of over 200 bytes), to `rewind-kept-<batch>-<n>`, then to one of its
+/// own; by a link and an unlink where the filesystem has no `RENAME_NOREPLACE` (NFS). Nothing at `tmp`
+/// any more is no failure. When it cannot be moved, the error says so (`Stranded`): the file stays at
+/// `tmp`, which the caller must not remove, and the operation fails, so its journal stays and the next
+/// opening of the store keeps the file (`Store::clean_journal`). Black-box: the failure went unseen,
+/// and the caller's clean-up of the temporary name removed another program's file.
+fn keep_aside(dir: &OwnedFd, tmp: &str, name: &str) -> io::Result<()> {
+    use rustix::fs::{AtFlags, RenameFlags};
+    use rustix::io::Errno;
+    let names = [
+        Some(format!("{name}.rewind-kept-{tmp}")),
+        tmp.strip_prefix(".rewind-tmp-")
+            .map(|rest| format!("rewind-kept-{rest}")),
+        Some(format!("rewind-kept-{}", crate::odb::rand_suffix())),
+    ];
+    for kept in names.iter().flatten() {
+        match rustix::fs::renameat_with(dir, tmp, dir, kept.as_str(), RenameFlags::NOREPLACE) {
+            Ok(()) | Err(Errno::NOENT) => return Ok(()),
+            Err(Errno::INVAL | Errno::NOSYS) => {
+                match rustix::fs::linkat(dir, tmp, dir, kept.as_str(), AtFlags::empty()) {
+                    Ok(()) => {
+                        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+                        return Ok(());
+                    }
+                    Err(Errno::NOENT) => return Ok(()),
+                    Err(_) => {}
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    Err(io::Error::other(Stranded(tmp.to_owned())))
+}
+
+/// A user's file `keep_aside` could not move from its temporary name.
+#[derive(Debug)]
+struct Stranded(String);
+
+impl std::fmt::Display for Stranded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a file that changed while rewind replaced it is left at the temporary name {}: it could \
+             not be moved aside; the next rewind command here keeps it as rewind-kept-*",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Stranded {}
+
+/// Whether `e` is `keep_aside`'s: a user's file stands at the temporary name.
+fn is_stranded(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Stranded>())
 }
 
 /// Whether `moved`, the stat data of a file just renamed, is the file `was`: a rename sets the status

@@ -512,6 +512,49 @@ async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
     }
 }
 
+/// The same with a name so long that `<name>.rewind-kept-<temporary name>` would be over the 255 bytes a
+/// name may have: the earlier write is kept as `rewind-kept-<batch>-<n>` instead (black-box: the move
+/// aside failed unseen, the path was reported kept, and the write stayed at the temporary name, hidden
+/// from every snapshot).
+#[tokio::test]
+async fn a_write_kept_aside_under_a_long_name_is_kept_under_a_short_one() {
+    let long: &'static str = Box::leak(format!("{}.txt", "e".repeat(236)).into_boxed_str());
+    let h = writing_through_an_old_handle(
+        long,
+        true,
+        "written through its old handle\n",
+        Some("saved again\n"),
+    );
+    let s = v1_then_v2(&h, &[long, "other.txt"]).await;
+    let base = h.id().await;
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &[long, "other.txt"]), &base)
+        .await
+        .expect("revert");
+    kept_saying(
+        &outcome.kept,
+        long,
+        "changed while rewind was writing",
+        "long",
+    );
+    assert_eq!(h.read(long), text("saved again\n"));
+    let names = names_in(h.root());
+    let kept: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("rewind-kept-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{names:?}");
+    assert_eq!(
+        fs::read_to_string(h.root().join(kept[0])).expect("read"),
+        "written through its old handle\n"
+    );
+    assert!(
+        names.iter().all(|n| !n.starts_with(".rewind-")),
+        "no temporary file is left: {names:?}"
+    );
+}
+
 /// The same for a file a revert deletes, alone in its directory: moved aside, it is looked at again at
 /// the revert's end. A write through a handle another program opened before the move goes back to the
 /// path (its directory stays), or beside a newer file made there meanwhile; the path is kept.
