@@ -1205,7 +1205,7 @@ impl<'a> Applier<'a> {
     fn new(store: &'a Store, config: &GitStoreConfig, tracked: Tracking<'a>) -> GitResult<Self> {
         Ok(Applier {
             store,
-            root: Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?,
+            root: store.root()?,
             hook: config.change_hook.clone(),
             swap_hook: config.swap_hook.clone(),
             settle_hook: config.settle_hook.clone(),
@@ -1934,7 +1934,7 @@ pub fn remove_emptied_dirs(
             }
         }
     }
-    let root = Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
+    let root = store.root()?;
     let mut target = LazyTree::new(&store.odb, *to);
     let since = made_since.saturating_sub(crate::store::BIRTH_SLACK_MS);
     let mut removed = Vec::new();
@@ -2908,7 +2908,7 @@ fn changed_after_track(
     actions: &[FileAction],
     base: &ObjectId,
 ) -> GitResult<Checked> {
-    let root = Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
+    let root = store.root()?;
     let targets: Vec<&str> = actions
         .iter()
         .filter(|a| matches!(a.action, FileActionKind::Write | FileActionKind::Delete))

@@ -31,7 +31,9 @@ const PATH_FLAGS: OFlags = OFlags::PATH.union(OFlags::DIRECTORY).union(OFlags::C
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
 impl Root {
-    /// Opens the worktree's root (a symlink naming the worktree itself is followed: it is the worktree).
+    /// Opens the worktree's root (a symlink naming the worktree itself is followed: it is the worktree);
+    /// the tests' way in. The product opens a store's root with `open_real`.
+    #[cfg(test)]
     pub fn open(worktree: &Path) -> io::Result<Root> {
         let fd = rustix::fs::open(
             worktree,
@@ -39,6 +41,49 @@ impl Root {
             Mode::empty(),
         )?;
         Ok(Root { fd })
+    }
+
+    /// Opens the worktree's root at its canonical path `worktree` while no component of that path is a
+    /// symlink (`ELOOP` otherwise): the directory checked as the worktree, held for the whole operation,
+    /// so a worktree replaced by a symlink later (`mv proj old && ln -s elsewhere proj`) sends no change
+    /// elsewhere (review: each step of an operation opened the root by path again).
+    pub fn open_real(worktree: &Path) -> io::Result<Root> {
+        if !NO_OPENAT2.load(Ordering::Relaxed) {
+            let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+            for _ in 0..8 {
+                match rustix::fs::openat2(
+                    rustix::fs::CWD,
+                    worktree,
+                    PATH_FLAGS,
+                    Mode::empty(),
+                    resolve,
+                ) {
+                    Ok(fd) => return Ok(Root { fd }),
+                    Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+                        NO_OPENAT2.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    // An unrelated rename anywhere on the system makes the kernel ask for a retry.
+                    Err(rustix::io::Errno::AGAIN) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        // Without `openat2`: one component at a time, none followed.
+        let mut fd = rustix::fs::open("/", PATH_FLAGS, Mode::empty())?;
+        for component in worktree.components() {
+            if let std::path::Component::Normal(name) = component {
+                fd = rustix::fs::openat(&fd, name, PATH_FLAGS | OFlags::NOFOLLOW, Mode::empty())?;
+            }
+        }
+        Ok(Root { fd })
+    }
+
+    /// Another handle on the same directory.
+    pub fn try_clone(&self) -> io::Result<Root> {
+        Ok(Root {
+            fd: self.fd.try_clone()?,
+        })
     }
 
     /// The worktree directory `dir` (`""` for the root, else `a/b`), opened as a handle for the `*at`

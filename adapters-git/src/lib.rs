@@ -220,8 +220,7 @@ fn changed_since(
     from: &gix::ObjectId,
     now: &track::Tracked,
 ) -> GitResult<Vec<RelPath>> {
-    let root =
-        beneath::Root::open(&store.worktree).map_err(|e| GitError::io(&store.worktree, e))?;
+    let root = store.root()?;
     let mut changed = Vec::new();
     for (path, _, after) in diff_trees(&store.odb, from, &now.id)? {
         if after.is_none() {

@@ -181,9 +181,29 @@ pub struct Store {
     pub odb: Odb,
     /// The canonical worktree.
     pub worktree: PathBuf,
+    /// The worktree's root directory, opened once the store was locked, with no symlink on its path
+    /// (`Root::open_real`): every change goes through it (`Store::root`). None for a store opened to be
+    /// removed, its worktree gone.
+    root: Option<crate::beneath::Root>,
     /// The lock, held until this is dropped; none for a store opened only to read without it
     /// (`Store::open_to_read`).
     _lock: Option<File>,
+}
+
+/// The root directory of worktree `canonical` (`Root::open_real`), refused as `Store::open` refuses a
+/// worktree that resolves elsewhere when a symlink came onto its path since it was checked.
+fn open_root(canonical: &Path) -> GitResult<crate::beneath::Root> {
+    crate::beneath::Root::open_real(canonical).map_err(|e| {
+        if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+            GitError::Refused(format!(
+                "worktree {}, or a directory above it, was replaced by a symlink; rewind works on the real \
+                 directory's path, and does not follow a worktree replaced by a symlink",
+                canonical.display()
+            ))
+        } else {
+            GitError::io(canonical, e)
+        }
+    })
 }
 
 /// The canonical form of a worktree, refusing `/`, the home directory, rewind's data directory (and what is
@@ -382,7 +402,7 @@ fn remove_if_gone(
     if !locks_the_store(&lock, dir) || !worktree_gone(worktree) {
         return Ok(None);
     }
-    let store = Store::locked(dir.to_path_buf(), worktree.to_path_buf(), lock);
+    let store = Store::locked(dir.to_path_buf(), (worktree.to_path_buf(), None), lock);
     // Ids it returned since then, or a log cut beyond then (which may have held some): kept.
     let returned = store.read_returned()?;
     if !returned.since(since_ms).is_empty() || returned.cut > since_ms {
@@ -537,9 +557,23 @@ impl Store {
                 Err(error) => return Err(error),
             }
         };
-        let store = Store::locked(dir, canonical, lock);
+        let root = open_root(&canonical)?;
+        let store = Store::locked(dir, (canonical, Some(root)), lock);
         store.clean_journal()?;
         Ok(store)
+    }
+
+    /// Another handle on the worktree's root directory the store opened (`Store::root`'s field).
+    pub fn root(&self) -> GitResult<crate::beneath::Root> {
+        match &self.root {
+            Some(root) => root
+                .try_clone()
+                .map_err(|e| GitError::io(&self.worktree, e)),
+            None => Err(GitError::Refused(format!(
+                "the worktree {} of this store is gone",
+                self.worktree.display()
+            ))),
+        }
     }
 
     /// `open`, for an operation that only reads objects (the diff of two snapshots): a store whose lock
@@ -564,20 +598,27 @@ impl Store {
         if canonical != worktree || !dir.join("HEAD").is_file() {
             return opened;
         }
+        let root = open_root(&canonical)?;
         Ok(Store {
             odb: Odb::new(dir.join("objects")),
             dir,
             worktree: canonical,
+            root: Some(root),
             _lock: None,
         })
     }
 
-    /// The store at `dir` of `worktree`, whose lock `lock` this process holds.
-    fn locked(dir: PathBuf, worktree: PathBuf, lock: File) -> Store {
+    /// The store at `dir` of `worktree` (with its root's handle), whose lock `lock` this process holds.
+    fn locked(
+        dir: PathBuf,
+        (worktree, root): (PathBuf, Option<crate::beneath::Root>),
+        lock: File,
+    ) -> Store {
         Store {
             odb: Odb::new(dir.join("objects")),
             dir,
             worktree,
+            root,
             _lock: Some(lock),
         }
     }
@@ -939,7 +980,7 @@ impl Store {
         // operation's hold its files (and its journal is gone by then).
         // Each through its parent's handle beneath the worktree: a directory on the way turned into a
         // symlink since is not followed (review).
-        if made_too && let Ok(root) = crate::beneath::Root::open(&self.worktree) {
+        if made_too && let Ok(root) = self.root() {
             for dir in made.iter().rev() {
                 if let Some(rel) = dir.strip_prefix(&self.worktree).ok().and_then(Path::to_str) {
                     root.remove_empty_dir(rel);
@@ -1096,7 +1137,8 @@ pub fn clean_if_free(config: &GitStoreConfig, worktree: &Path) -> GitResult<bool
     }
     // Named as its holder, so a waiter does not take the last holder's name (stopped, say) for this one.
     write_holder(&file, &path)?;
-    Store::locked(dir, canonical, file).clean_journal()?;
+    let root = open_root(&canonical).ok();
+    Store::locked(dir, (canonical, root), file).clean_journal()?;
     Ok(true)
 }
 

@@ -475,10 +475,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         .as_ref()
         .map_or(cache.entries.positions(), |p| p.count() as usize);
     let may_seed = cached_files == 0 && ignores.enclosing.is_some();
-    let beneath = Root::open(root).map_err(|e| GitError::Unreadable {
-        path: ".".to_owned(),
-        reason: e.to_string(),
-    })?;
+    let beneath = store.root()?;
     let mut walk = Walk {
         root,
         beneath: &beneath,

@@ -889,6 +889,55 @@ async fn missing_base_sub_tree_with(count: usize) {
     assert_eq!(h.list(), listing, "{count} files");
 }
 
+/// A worktree replaced by a symlink while a revert waits for its go-ahead (its intent being stored), as
+/// `mv proj old && ln -s elsewhere proj` does: nothing is written where the symlink leads. The store holds
+/// the root directory it checked, and the revert goes on there (black-box: each step opened the root by
+/// its path again, and the revert wrote its files into the symlink's target). Should the swap come
+/// before the store is opened, the revert is refused: nothing is written there either.
+#[tokio::test]
+async fn a_worktree_replaced_by_a_symlink_mid_revert_is_not_written_through() {
+    let h = GitHarness::new();
+    h.write("a.txt", b"v1\n");
+    h.write("c.txt", b"deleted by the step\n");
+    let start = h.id().await;
+    h.write("a.txt", b"v2\n");
+    h.write("b.txt", b"made by the step\n");
+    h.remove("c.txt");
+    let base = h.id().await;
+    let patches = one_patch(&start, &["a.txt", "b.txt", "c.txt"]);
+    let (go, ready) = futures::channel::oneshot::channel();
+    let reverting = h.port().revert_when(h.root(), &patches, &base, ready);
+    let old = h.base().join("old");
+    let elsewhere = h.base().join("elsewhere");
+    let swapping = async {
+        // The revert plans, then waits for `go`.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        fs::create_dir(&elsewhere).expect("mkdir");
+        fs::rename(h.root(), &old).expect("the worktree moves");
+        std::os::unix::fs::symlink(&elsewhere, h.root()).expect("a symlink in its place");
+        go.send(true).expect("go");
+    };
+    let (reverted, ()) = tokio::join!(reverting, swapping);
+    assert!(
+        fs::read_dir(&elsewhere).expect("list").next().is_none(),
+        "nothing is written where the symlink leads"
+    );
+    // Gone on, in the directory it checked: what it looks at by path (through the symlink now) it may
+    // find changed, and keep, as reported.
+    if let Ok(outcome) = &reverted {
+        assert_eq!(fs::read(old.join("a.txt")).expect("read"), b"v1\n");
+        assert_eq!(
+            fs::read(old.join("c.txt")).expect("read"),
+            b"deleted by the step\n"
+        );
+        let kept = kept_paths(&outcome.kept);
+        assert!(
+            !old.join("b.txt").exists() || kept.contains(&"b.txt"),
+            "{outcome:?}"
+        );
+    }
+}
+
 /// A restore leaves a file its snapshot did not track (ignored by that snapshot's `.gitignore`), as a
 /// revert's plan does: the snapshot cannot say the file was absent. So restoring the capture taken before
 /// a restore gives back exactly what that restore left: here `k`, which the restore had kept because it
