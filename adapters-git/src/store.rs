@@ -1322,14 +1322,21 @@ mod tests {
 
     /// gc cuts the log of returned ids to its grace period, but keeps its last line, however old: the
     /// snapshot returned last, which a track asks about files grown past the size cap (`newest_returned`).
-    #[test]
-    fn gc_keeps_the_last_returned_id() {
+    /// A store of a new worktree in a temporary directory (kept while the first value lives), with its
+    /// configuration.
+    fn new_store() -> (tempfile::TempDir, GitStoreConfig, Store) {
         let temp = tempfile::tempdir().expect("a temporary directory");
         let wt = temp.path().join("wt");
         fs::create_dir_all(&wt).expect("mkdir");
         let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
         config.excludes_file = crate::config::ExcludesFile::None;
         let store = Store::open(&config, &wt).expect("open the store");
+        (temp, config, store)
+    }
+
+    #[test]
+    fn gc_keeps_the_last_returned_id() {
+        let (_temp, _, store) = new_store();
         let ids: Vec<ObjectId> = ["11", "22"]
             .iter()
             .map(|b| ObjectId::from_hex(b.repeat(20).as_bytes()).expect("an id"))
@@ -1352,12 +1359,7 @@ mod tests {
     /// paths, neither of them the directory, and the file stayed for good).
     #[test]
     fn a_journalled_directory_with_a_newline_in_its_name_is_cleaned() {
-        let temp = tempfile::tempdir().expect("a temporary directory");
-        let wt = temp.path().join("wt");
-        fs::create_dir_all(&wt).expect("mkdir");
-        let mut config = GitStoreConfig::new(temp.path().join("data"), "unit");
-        config.excludes_file = crate::config::ExcludesFile::None;
-        let store = Store::open(&config, &wt).expect("open the store");
+        let (_temp, config, store) = new_store();
         let wt = store.worktree.clone();
         let batch = "0123456789abcdef";
         let dirs: Vec<PathBuf> = ["we\nird", "back\\slash\\n"]
