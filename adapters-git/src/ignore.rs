@@ -139,8 +139,13 @@ impl Ignores {
     ) -> GitResult<Ignores> {
         let enclosing = enclosing_repository(worktree);
         let mut outside = Vec::new();
+        // A relative `core.excludesFile` is read from the top level, where git runs (its worktree's, or
+        // this one's without a repository), not from rewind's own working directory.
+        let top = enclosing
+            .as_ref()
+            .map_or(worktree, |repo| repo.root.as_path());
         if let Some(path) = global_excludes_path(excludes, enclosing.as_ref(), home)
-            && let Some(text) = read_rules(&path)?
+            && let Some(text) = read_rules_following(&top.join(path))?
         {
             outside.push(OutsideRule {
                 base: None,
@@ -150,7 +155,8 @@ impl Ignores {
         }
         let mut prefix = String::new();
         if let Some(repo) = &enclosing {
-            if let Some(text) = read_rules(&repo.common_dir.join("info").join("exclude"))? {
+            if let Some(text) = read_rules_following(&repo.common_dir.join("info").join("exclude"))?
+            {
                 outside.push(OutsideRule {
                     base: None,
                     text,
@@ -438,14 +444,16 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
     };
     // Its rule lines only: the text is also kept in each snapshot's record (`SnapshotRecord::nested`), and
     // git's template is comments alone.
-    let exclude = read_rules(&common_dir_of(&git_dir).join("info").join("exclude"))?;
+    let exclude = read_rules_following(&common_dir_of(&git_dir).join("info").join("exclude"))?;
     Ok(Some(exclude.map(|text| rule_lines(&text))))
 }
 
 /// A rules file's text without its comments and empty lines, which match nothing (a line that starts with
-/// `#`; `\#` is a pattern, and so is any other line, kept as it is).
+/// `#`; `\#` is a pattern, and so is any other line, kept as it is but for the `\r` of a CRLF line end,
+/// which git drops: joined without it, the last line's would become part of its pattern).
 fn rule_lines(text: &str) -> String {
     text.split('\n')
+        .map(|line| line.strip_suffix('\r').unwrap_or(line))
         .filter(|line| !line.is_empty() && !line.starts_with('#'))
         .collect::<Vec<_>>()
         .join("\n")
@@ -478,6 +486,21 @@ fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
     path.match_indices('/')
         .map(move |(i, _)| &path[..i])
         .chain((!path.is_empty()).then_some(path))
+}
+
+/// `read_rules` for a rules file outside the tree (the global excludes file, an `info/exclude`), which git
+/// reads through a symlink (a dotfile manager's `~/.config/git/ignore`, say); only the `.gitignore` files
+/// in and above the tree are never followed (review: a symlinked global file was read as none).
+pub fn read_rules_following(path: &Path) -> GitResult<Option<String>> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        _ => return Ok(None),
+    }
+    match crate::odb::read_regular(path, true) {
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),
+        Err(e) => Err(GitError::io(path, e)),
+    }
 }
 
 /// Reads a rules file; a missing file is none, and so is one that is not a regular file (git does not
@@ -523,6 +546,6 @@ mod tests {
     #[test]
     fn a_rules_files_comments_and_empty_lines_are_left_out_and_its_patterns_kept_as_they_are() {
         let text = "# git ls-files --others --exclude-from=.git/info/exclude\n\n*.ex\n\\#kept\n  \n!keep.ex\r\n#last";
-        assert_eq!(rule_lines(text), "*.ex\n\\#kept\n  \n!keep.ex\r");
+        assert_eq!(rule_lines(text), "*.ex\n\\#kept\n  \n!keep.ex");
     }
 }

@@ -486,6 +486,103 @@ async fn every_kind_of_entry_at_once_matches_git_write_tree() {
     );
 }
 
+/// A global excludes file and an `info/exclude` that are symlinks (as a dotfile manager makes
+/// `~/.config/git/ignore`) are read through them, as git reads them: `track` gives git's tree (black-box:
+/// both were read as no rules, and what they ignore was snapshotted).
+#[tokio::test]
+async fn symlinked_excludes_files_are_read_as_git_reads_them() {
+    let h = GitHarness::with_config(|config, base| {
+        config.excludes_file = ExcludesFile::Path(base.join("global-excludes"));
+    });
+    let global = h.base().join("global-excludes");
+    let dotfiles = h.base().join("dotfiles");
+    fs::create_dir_all(&dotfiles).expect("mkdir");
+    fs::write(dotfiles.join("ignore"), "*.log\n").expect("write");
+    fs::write(dotfiles.join("exclude"), "*.tmp\n").expect("write");
+    std::os::unix::fs::symlink(dotfiles.join("ignore"), &global).expect("symlink");
+    init_repo(h.root());
+    let exclude = h.root().join(".git/info/exclude");
+    fs::create_dir_all(exclude.parent().expect("info")).expect("mkdir");
+    let _ = fs::remove_file(&exclude);
+    std::os::unix::fs::symlink(dotfiles.join("exclude"), &exclude).expect("symlink");
+    h.write("a.log", b"log\n");
+    h.write("x.tmp", b"tmp\n");
+    h.write("b.txt", b"b\n");
+    let ours = h.track().await;
+    let oracle = GitOracle::new(Some(&global));
+    assert_eq!(ours.id.as_str(), oracle.write_tree(h.root()));
+    let names: Vec<String> = oracle
+        .ls_tree(Some(&h.store_dir().join("objects")), ours.id.as_str())
+        .into_iter()
+        .map(|entry| entry.path)
+        .collect();
+    assert_eq!(names, ["b.txt"]);
+}
+
+/// A relative `core.excludesFile` is read from the repository's top level, as git reads it wherever it
+/// runs (black-box: from rewind's own working directory, so a server missed it).
+#[tokio::test]
+async fn a_relative_core_excludes_file_is_read_from_the_top_level() {
+    let h = GitHarness::with_config(|config, base| {
+        config.excludes_file = ExcludesFile::FromGitConfig;
+        config.home_dir = Some(base.join("home"));
+    });
+    fs::create_dir_all(h.base().join("home")).expect("mkdir");
+    init_repo(h.root());
+    git(h.root(), &["config", "core.excludesFile", "my-excludes"]);
+    h.write("my-excludes", b"*.bak\n");
+    h.write("a.bak", b"a\n");
+    h.write("sub/a.bak", b"a\n");
+    h.write("b.txt", b"b\n");
+    let ours = h.track().await;
+    let listed = git(
+        h.root(),
+        &[
+            &format!("--git-dir={}", h.store_dir().display()),
+            "ls-tree",
+            "-r",
+            "--name-only",
+            ours.id.as_str(),
+        ],
+    );
+    // As git's own `add -A` decides, run from a sub-directory.
+    git(&h.root().join("sub"), &["add", "-A", ".."]);
+    let theirs = git(h.root(), &["ls-files"]);
+    assert_eq!(listed, theirs);
+    assert!(!listed.contains("a.bak"), "{listed}");
+}
+
+/// A nested repository's `info/exclude` with CRLF line ends holds its last rule too: git drops the `\r`
+/// (black-box: kept, it became part of the last pattern, which then matched nothing).
+#[tokio::test]
+async fn a_nested_repository_s_crlf_exclude_keeps_its_last_rule() {
+    let h = GitHarness::new();
+    init_repo(&h.root().join("lib"));
+    fs::write(
+        h.root().join("lib/.git/info/exclude"),
+        "# local\r\n*.log\r\n",
+    )
+    .expect("write");
+    h.write("lib/a.log", b"log\n");
+    h.write("lib/b.c", b"c\n");
+    assert!(
+        crate::git_oracle::git_succeeds(&h.root().join("lib"), &["check-ignore", "-q", "a.log"]),
+        "git ignores it"
+    );
+    let ours = h.track().await;
+    let listed = git(
+        h.root(),
+        &[
+            &format!("--git-dir={}", h.store_dir().display()),
+            "ls-tree",
+            "-r",
+            "--name-only",
+            ours.id.as_str(),
+        ],
+    );
+    assert_eq!(listed, "lib/b.c\n");
+}
+
 /// The header lines of a git-style diff (`diff --git`, `---`, `+++`, `Binary files`), in order.
 fn diff_headers(text: &str) -> Vec<&str> {
     text.lines()
