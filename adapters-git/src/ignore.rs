@@ -50,7 +50,9 @@ pub fn enclosing_repository(worktree: &Path) -> Option<Enclosing> {
     let mut dir = worktree.to_path_buf();
     loop {
         let dot_git = dir.join(".git");
-        if dot_git.is_dir() {
+        // A `.git` directory that is no repository's (empty, say) is passed over, as git's discovery
+        // passes it over.
+        if dot_git.is_dir() && is_git_directory(&dot_git) {
             let common_dir = common_dir_of(&dot_git);
             return with_core_worktree(
                 worktree,
@@ -101,6 +103,16 @@ fn with_core_worktree(worktree: &Path, found: Enclosing) -> Option<Enclosing> {
     worktree
         .starts_with(&root)
         .then_some(Enclosing { root, ..found })
+}
+
+/// Whether `git_dir` is a repository's git directory, as git's `is_git_directory` checks it: `objects/`
+/// and `refs/` in its common directory (a linked worktree's are its repository's) and a `HEAD` that names
+/// a ref or a commit.
+fn is_git_directory(git_dir: &Path) -> bool {
+    let common = common_dir_of(git_dir);
+    common.join("objects").is_dir()
+        && common.join("refs").is_dir()
+        && crate::store::names_a_head(&git_dir.join("HEAD"))
 }
 
 fn common_dir_of(git_dir: &Path) -> PathBuf {
@@ -424,11 +436,13 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
             Err(e) if crate::odb::gone(&e) => return Ok(None),
             Err(e) => return Err(GitError::io(&dot_git, e)),
         };
-        if meta.is_dir() {
+        // A symlink is judged by where it leads, as git judges it.
+        if meta.is_dir() || meta.is_symlink() {
             break dot_git;
         }
+        // A FIFO or a socket named `.git` makes no repository.
         if !meta.is_file() {
-            return Ok(Some(None));
+            return Ok(None);
         }
         let text = match crate::odb::read_regular(&dot_git, false) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
@@ -439,9 +453,16 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
         };
         match text.trim().strip_prefix("gitdir:") {
             Some(git_dir) => break dir.join(git_dir.trim()),
-            None => return Ok(Some(None)),
+            // Not a gitfile: no repository, as git's `is_nonbare_repository_dir` finds.
+            None => return Ok(None),
         }
     };
+    // Only a git directory makes one (an empty `.git`, or a gitfile naming a directory that is gone, as
+    // a removed linked worktree's leaves, does not): else the directory is walked under the enclosing
+    // rules, as `git add -A` walks it (review).
+    if !is_git_directory(&git_dir) {
+        return Ok(None);
+    }
     // Its rule lines only: the text is also kept in each snapshot's record (`SnapshotRecord::nested`), and
     // git's template is comments alone.
     let exclude = read_rules_following(&common_dir_of(&git_dir).join("info").join("exclude"))?;

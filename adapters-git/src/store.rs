@@ -286,11 +286,13 @@ fn git_dir_at_or_above(canonical: &Path) -> Option<PathBuf> {
 
 /// Whether `dir` holds what git checks for a repository's directory (`is_git_directory`).
 pub(crate) fn laid_out_as_git_dir(dir: &Path) -> bool {
-    if !dir.join("objects").is_dir() || !dir.join("refs").is_dir() {
-        return false;
-    }
+    dir.join("objects").is_dir() && dir.join("refs").is_dir() && names_a_head(&dir.join("HEAD"))
+}
+
+/// Whether the file `head` names a ref or a commit, as a git directory's `HEAD` does.
+pub(crate) fn names_a_head(head: &Path) -> bool {
     // Followed when a symlink, as git does; never waited on when a FIFO.
-    let Ok(head) = crate::odb::read_regular(&dir.join("HEAD"), true) else {
+    let Ok(head) = crate::odb::read_regular(head, true) else {
         return false;
     };
     let head = String::from_utf8_lossy(&head);

@@ -583,6 +583,69 @@ async fn a_nested_repository_s_crlf_exclude_keeps_its_last_rule() {
     assert_eq!(listed, "lib/b.c\n");
 }
 
+/// A `.git` that is no repository's (an empty directory, a file that is not a gitfile, a gitfile naming
+/// a directory that is gone, as a removed linked worktree's leaves) makes no nested repository: its
+/// directory is walked under the enclosing rules, as `git add -A` walks it, and `track` gives git's tree
+/// (black-box: each was taken for a repository's root, the enclosing `*.o` did not hold there, and
+/// `a.o` was snapshotted). A real nested repository still has its own rules.
+#[tokio::test]
+async fn a_dot_git_that_is_no_repository_s_makes_no_nested_repository() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    h.write(".gitignore", b"*.o\n");
+    for dir in ["d1", "d2", "d3"] {
+        h.write(&format!("{dir}/a.o"), b"o\n");
+        h.write(&format!("{dir}/b.c"), b"c\n");
+    }
+    fs::create_dir_all(h.root().join("d1/.git")).expect("mkdir");
+    fs::write(h.root().join("d2/.git"), "not a gitfile\n").expect("write");
+    fs::write(
+        h.root().join("d3/.git"),
+        "gitdir: /nonexistent/worktrees/x\n",
+    )
+    .expect("write");
+    let ours = h.track().await;
+    let oracle = GitOracle::new(None);
+    assert_eq!(ours.id.as_str(), oracle.write_tree(h.root()));
+    let names: Vec<String> = oracle
+        .ls_tree(Some(&h.store_dir().join("objects")), ours.id.as_str())
+        .into_iter()
+        .map(|entry| entry.path)
+        .collect();
+    assert_eq!(names, [".gitignore", "d1/b.c", "d2/b.c", "d3/b.c"]);
+}
+
+/// An empty `.git` directory between the worktree and its repository's root is passed over, as git's
+/// discovery passes it over: the repository's rules hold in the worktree (black-box: the search stopped
+/// there, and the worktree had no repository's rules).
+#[tokio::test]
+async fn an_empty_dot_git_above_the_worktree_is_passed_over() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    h.write(".gitignore", b"*.o\n");
+    fs::create_dir_all(h.root().join("mid/.git")).expect("mkdir");
+    h.write("mid/wt/a.o", b"o\n");
+    h.write("mid/wt/b.c", b"c\n");
+    let wt = h.root().join("mid/wt");
+    assert!(
+        crate::git_oracle::git_succeeds(&wt, &["check-ignore", "-q", "a.o"]),
+        "git ignores it there"
+    );
+    let view = h.view(&wt);
+    let ours = view.track().await;
+    let listed = git(
+        &wt,
+        &[
+            &format!("--git-dir={}", view.store_dir().display()),
+            "ls-tree",
+            "-r",
+            "--name-only",
+            ours.id.as_str(),
+        ],
+    );
+    assert_eq!(listed, "b.c\n");
+}
+
 /// The header lines of a git-style diff (`diff --git`, `---`, `+++`, `Binary files`), in order.
 fn diff_headers(text: &str) -> Vec<&str> {
     text.lines()
