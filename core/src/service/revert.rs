@@ -867,6 +867,18 @@ impl Rewind {
     ) -> Result<Session> {
         let session = self.load_session(session_id).await?;
         if session.revert.as_ref() != Some(descriptor) {
+            // Committed meanwhile, by another commit (a double click) or by the message that came to the
+            // reverted session: what was asked is done.
+            let committed = session.revert.is_none()
+                && self
+                    .repo
+                    .revert_history(session_id)
+                    .await?
+                    .last()
+                    .is_some_and(|entry| entry.descriptor == *descriptor);
+            if committed {
+                return Ok(self.with_stored_title(session).await);
+            }
             // Another revert or an unrevert stored its result between the request's look and the lease:
             // nothing was committed, which a 200 would hide (as `create_message_reverted` refuses).
             let now = if session.revert.is_some() {
@@ -877,7 +889,8 @@ impl Rewind {
             return Err(Error::busy(
                 session_id,
                 format!(
-                    "Session is busy: {session_id} (it was {now} while its revert was being committed);                      nothing was committed: try again"
+                    "Session is busy: {session_id} (it was {now} while its revert was being committed); \
+                     nothing was committed: try again"
                 ),
             ));
         }
@@ -1077,7 +1090,8 @@ impl Rewind {
                     file,
                     action: crate::model::FileActionKind::Keep,
                     reason: Some(
-                        "the undo of the current revert leaves it: files made while the session was                          reverted stand below it, or in its place where it needs a directory"
+                        "the undo of the current revert leaves it: files made while the session was \
+                         reverted stand below it, or in its place where it needs a directory"
                             .to_owned(),
                     ),
                 },

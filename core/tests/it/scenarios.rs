@@ -74,6 +74,32 @@ fn a_commit_overtaken_by_an_unrevert_or_a_new_revert_is_refused_as_busy() {
     })
 }
 
+/// Two commits of one revert that both looked before either took the lease (a double click): the second
+/// finds it committed, and answers with the session, not busy.
+#[test]
+fn a_second_commit_of_a_revert_committed_meanwhile_succeeds() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.turn(&s.id, "one", |w| w.write("a.txt", "a1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("b.txt", "b2")).await;
+        w.revert_to(&s.id, &t2.user).await;
+        let (reached, resume) = w.repo.pause_next_lease_take();
+        let second = w.rewind.commit_revert(&s.id);
+        let first = async {
+            reached.await.expect("the second commit takes the session's lease");
+            let first = w.rewind.commit_revert(&s.id).await;
+            resume.send(()).expect("resume the second commit");
+            first
+        };
+        let (second, first) = futures::future::join(second, first).await;
+        first.expect("the first commit");
+        let session = second.expect("the second commit finds it done");
+        assert!(session.revert.is_none());
+        assert_eq!(w.messages(&s.id).await.len(), 2);
+    })
+}
+
 /// The preview of a revert of a session reverted already says what that revert does: it starts from the
 /// un-reverted worktree (SPEC 6), so the files the current revert's undo puts back are in it, and a file
 /// the new revert's patches name takes their action (black-box: only the new patches' files were
