@@ -2399,6 +2399,11 @@ fn untracked_at(
         }
     }
     if !record.hidden_rules_all || record.hidden_rules.is_empty() {
+        // A record written before them: the tracks it does not hold judged the tree's rules alone (the
+        // verdict it gave before, kept), and the files on disk now may hold what they left out.
+        if !hidden_states.contains(&Some(HiddenRules::new())) {
+            hidden_states.push(Some(HiddenRules::new()));
+        }
         hidden_states.push(None);
     }
     for (prefix, outside) in record.rule_sets() {

@@ -994,19 +994,22 @@ impl Store {
 }
 
 /// The start of a journal line's path written escaped: one holding a newline (which a line cannot hold,
-/// and whose parts could name other directories) or a backslash. A path is absolute, so a line that
+/// and whose parts could name other directories), a carriage return (which reading lines drops before a
+/// newline) or a backslash. A path is absolute, so a line that
 /// starts so is never one written plain (by this version or an earlier one).
 const JOURNAL_ESCAPED: &str = "escaped ";
 
 /// `dir` as a journal line holds it: plain, or escaped (`\\` and `\n`) after `JOURNAL_ESCAPED`.
 fn journal_path(dir: &Path) -> String {
     let dir = dir.to_string_lossy();
-    if !dir.contains(['\n', '\\']) {
+    if !dir.contains(['\n', '\r', '\\']) {
         return dir.into_owned();
     }
     format!(
         "{JOURNAL_ESCAPED}{}",
-        dir.replace('\\', "\\\\").replace('\n', "\\n")
+        dir.replace('\\', "\\\\")
+            .replace('\n', "\\n")
+            .replace('\r', "\\r")
     )
 }
 
@@ -1021,6 +1024,7 @@ fn journalled_path(text: &str) -> PathBuf {
         match (c, c == '\\') {
             (_, true) => match chars.next() {
                 Some('n') => out.push('\n'),
+                Some('r') => out.push('\r'),
                 Some(other) => out.push(other),
                 None => out.push('\\'),
             },
@@ -1356,7 +1360,8 @@ mod tests {
         assert_eq!(store.newest_returned(), Some(ids[1]));
     }
 
-    /// A crash's temporary files are removed from a directory whose name holds a newline or a backslash,
+    /// A crash's temporary files are removed from a directory whose name holds a newline, a carriage return
+    /// or a backslash,
     /// and a directory it made there is removed, empty (black-box: its journal line was read as two
     /// paths, neither of them the directory, and the file stayed for good).
     #[test]
@@ -1364,7 +1369,7 @@ mod tests {
         let (_temp, config, store) = new_store();
         let wt = store.worktree.clone();
         let batch = "0123456789abcdef";
-        let dirs: Vec<PathBuf> = ["we\nird", "back\\slash\\n"]
+        let dirs: Vec<PathBuf> = ["we\nird", "back\\slash\\n", "cr\r"]
             .iter()
             .map(|name| wt.join(name))
             .collect();

@@ -557,6 +557,43 @@ async fn file_under_a_self_ignoring_directory_gitignore_survives_revert() {
     assert_eq!(h.read(".venv/.gitignore"), text("*.log\n"));
 }
 
+/// A snapshot recorded before `hidden_rules` existed keeps the verdict it gave then as well as the one the
+/// `.gitignore` files on disk now give: a file its tree's rules ignored is kept though the step's own
+/// `.gitignore` below (on disk now) re-includes it (review: the disk's rules alone took the keep away).
+#[tokio::test]
+async fn a_snapshot_recorded_before_hidden_rules_keeps_its_old_verdict() {
+    let h = GitHarness::new();
+    h.write(".gitignore", b"*.log\n");
+    h.write("a.txt", b"a\n");
+    h.write("sub/keep.log", b"mine, ignored\n");
+    let start = h.id().await;
+    // As the previous version wrote it: without the field.
+    let record = h.store_dir().join("rewind/records").join(start.as_str());
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&fs::read(&record).expect("the record")).expect("JSON");
+    let fields = json.as_object_mut().expect("an object");
+    fields.remove("hidden_rules");
+    fields.remove("hidden_rules_all");
+    fs::write(&record, serde_json::to_vec(&json).expect("JSON")).expect("write");
+    h.write("sub/.gitignore", b"!keep.log\n");
+    let changed = h
+        .port()
+        .changed_files(h.root(), &start)
+        .await
+        .expect("changed_files");
+    assert!(changed.contains(&rels(&["sub/keep.log"])[0]), "{changed:?}");
+    let patches = vec![SnapshotPatch {
+        hash: start,
+        files: changed,
+    }];
+    let outcome = revert_with_fresh_base(&h, &patches).await;
+    assert!(
+        kept_paths(&outcome.kept).contains(&"sub/keep.log"),
+        "{outcome:?}"
+    );
+    assert_eq!(h.read("sub/keep.log"), text("mine, ignored\n"));
+}
+
 /// Ignored by the repository's `info/exclude` at the start (a rule from outside the tree, recorded with
 /// the snapshot).
 #[tokio::test]

@@ -87,7 +87,9 @@ fn a_second_commit_of_a_revert_committed_meanwhile_succeeds() {
         let (reached, resume) = w.repo.pause_next_lease_take();
         let second = w.rewind.commit_revert(&s.id);
         let first = async {
-            reached.await.expect("the second commit takes the session's lease");
+            reached
+                .await
+                .expect("the second commit takes the session's lease");
             let first = w.rewind.commit_revert(&s.id).await;
             resume.send(()).expect("resume the second commit");
             first
