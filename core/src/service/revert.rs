@@ -1057,28 +1057,34 @@ impl Rewind {
             .into_iter()
             .filter(|path| !blocked.contains(path))
             .collect();
+        // The undo puts each file back as `snapshot` holds it (`restore_since`, which, unlike a revert's
+        // plan, keeps no file for having been untracked when a step began): written when it has the
+        // file, deleted when it does not.
+        let in_scope = path_set(&scope);
         let undo = if scope.is_empty() {
             Vec::new()
         } else {
-            self.snapshots
-                .plan(
-                    wt,
-                    &[crate::model::SnapshotPatch {
-                        hash: snapshot.clone(),
-                        files: scope,
-                    }],
-                )
-                .await?
+            self.snapshots.diff(wt, applied, snapshot).await?
         };
         let mut files: BTreeMap<String, PreviewFile> = BTreeMap::new();
-        for action in undo {
-            let file = action.path.to_absolute(directory);
+        for diff in undo {
+            let Ok(path) = RelPath::new(&diff.file) else {
+                continue;
+            };
+            if !in_scope.contains(&path) {
+                continue;
+            }
+            let file = path.to_absolute(directory);
+            let action = match diff.status {
+                crate::model::FileStatus::Deleted => crate::model::FileActionKind::Delete,
+                _ => crate::model::FileActionKind::Write,
+            };
             files.insert(
                 file.clone(),
                 PreviewFile {
                     file,
-                    action: action.action,
-                    reason: action.reason,
+                    action,
+                    reason: None,
                 },
             );
         }

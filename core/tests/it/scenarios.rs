@@ -158,6 +158,55 @@ fn the_preview_of_a_reverted_session_includes_the_undo_of_its_revert() {
     })
 }
 
+/// The undo of the current revert, in a preview, says what `restore_since` does: a file the pre-revert
+/// snapshot lacks is deleted, also when that snapshot's rules ignore it (a revert's plan would keep such
+/// a file as untracked then; review: the preview said keep, and the revert deleted it).
+#[test]
+fn the_preview_of_the_undo_deletes_what_the_pre_revert_snapshot_lacks() {
+    use rewind_core::model::FileActionKind::{Delete, Write};
+    block_on(async {
+        let w = World::new();
+        w.write("notes.txt", "mine");
+        w.write("a.rs", "a0");
+        let s = w.session().await;
+        let t1 = w
+            .turn(&s.id, "one", |w| w.write("notes.txt", "edited"))
+            .await;
+        let t2 = w
+            .turn(&s.id, "two", |w| {
+                w.remove("notes.txt");
+                w.write(".gitignore", "notes.txt\n");
+                w.write("a.rs", "a2");
+            })
+            .await;
+        // Back to before turn one: `notes.txt` is written again; the pre-revert snapshot lacks it and
+        // its rules ignore it.
+        w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.read("notes.txt").as_deref(), Some("mine"));
+        let target = RevertTarget {
+            message_id: t2.user.clone(),
+            part_id: None,
+        };
+        let preview = w.rewind.preview(&s.id, target).await.expect("preview");
+        let action = |path: &str| {
+            preview
+                .files
+                .iter()
+                .find(|file| file.file == w.abs(path))
+                .map(|file| file.action)
+        };
+        assert_eq!(action("notes.txt"), Some(Delete), "{preview:?}");
+        assert_eq!(action("a.rs"), Some(Write), "{preview:?}");
+        w.revert_to(&s.id, &t2.user).await;
+        assert_eq!(
+            w.read("notes.txt"),
+            None,
+            "the revert deletes it, as previewed"
+        );
+        assert_eq!(w.read("a.rs").as_deref(), Some("a0"));
+    })
+}
+
 /// Item 55: revert(U1) then cleanup leaves no message.
 #[test]
 fn clean_up_revert_state_before_compaction() {
