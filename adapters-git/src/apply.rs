@@ -595,8 +595,12 @@ fn write_file(
             remove_temp();
             return Ok(Done::Moved);
         }
-        // A user's file stands at the temporary name: it stays there (`keep_aside`).
-        Err(e) if is_stranded(&e) => return Err(GitError::io(&job.abs, e)),
+        // A user's file stands at the temporary name: it stays there (`keep_aside`), noted for the next
+        // opening to keep.
+        Err(e) if is_stranded(&e) => {
+            let _ = store.journal_stranded(&dir_path.join(&job.tmp));
+            return Err(GitError::io(&job.abs, e));
+        }
         Err(e) => {
             remove_temp();
             return Err(GitError::io(&job.abs, e));
@@ -1343,6 +1347,9 @@ impl<'a> Applier<'a> {
                 Ok(true) => put_back.push(file.rel.clone()),
                 Ok(false) => {}
                 Err((rel, e)) => {
+                    if is_stranded(&e) {
+                        let _ = self.store.journal_stranded(&file.dir_path.join(&file.tmp));
+                    }
                     if failed.is_ok() {
                         failed = Err(GitError::io(&self.store.worktree.join(rel), e));
                     }

@@ -845,6 +845,21 @@ impl Store {
             .map_err(|e| GitError::io(&path, e))
     }
 
+    /// Notes in the journal the temporary file `tmp` that holds a user's file the operation could not move
+    /// aside (`apply::keep_aside`'s `Stranded`): the next opening keeps it as `rewind-kept-…` whatever its
+    /// birth time (one born during the operation, a save that landed mid-swap, would otherwise be taken
+    /// for the operation's own and removed; review). Appended, as `journal_made_dir` appends.
+    pub fn journal_stranded(&self, tmp: &Path) -> GitResult<()> {
+        let path = self.rewind_path("journal");
+        let mut file = File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| GitError::io(&path, e))?;
+        file.write_all(format!("{JOURNAL_STRANDED}{}\n", journal_path(tmp)).as_bytes())
+            .map_err(|e| GitError::io(&path, e))
+    }
+
     /// Removes the journal once every temporary file it announced has been renamed or removed.
     pub fn clear_journal(&self) -> GitResult<()> {
         let path = self.rewind_path("journal");
@@ -923,9 +938,17 @@ impl Store {
             .map(|line| &line[JOURNAL_BATCH.len()..]);
         let mut made = Vec::new();
         let mut started = None;
+        let stranded: HashSet<PathBuf> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix(JOURNAL_STRANDED))
+            .map(journalled_path)
+            .collect();
         for line in lines {
             if let Some(ms) = line.strip_prefix(JOURNAL_STARTED) {
                 started = ms.parse::<u64>().ok();
+                continue;
+            }
+            if line.starts_with(JOURNAL_STRANDED) {
                 continue;
             }
             if let Some(dir) = line.strip_prefix(JOURNAL_MADE) {
@@ -969,9 +992,12 @@ impl Store {
                     continue;
                 }
                 let path = entry.path();
-                let gone = match started.filter(|&since| self.in_no_snapshot(&path, since)) {
-                    Some(_) => keep_left_file(&path),
-                    None => fs::remove_file(&path),
+                let keep = stranded.contains(&path)
+                    || started.is_some_and(|since| self.in_no_snapshot(&path, since));
+                let gone = if keep {
+                    keep_left_file(&path)
+                } else {
+                    fs::remove_file(&path)
                 };
                 if gone.is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound) {
                     all = false;
@@ -1090,6 +1116,10 @@ const JOURNAL_MADE: &str = "made ";
 
 /// The start of a journal line withdrawing a `made` line: the directory was not made by the operation.
 const JOURNAL_NOT_MADE: &str = "not made ";
+
+/// The start of a journal line naming a temporary file that holds a user's file the operation could not
+/// move aside (`Store::journal_stranded`): kept whatever its birth time.
+const JOURNAL_STRANDED: &str = "stranded ";
 
 /// The name of a journal kept because some of its files could not be removed, before its suffix.
 const JOURNAL_LEFT: &str = "journal-left-";
@@ -1396,5 +1426,36 @@ mod tests {
         }
         assert!(!made.exists(), "the directory it made is left");
         assert!(dirs.iter().all(|dir| dir.is_dir()), "the user's stay");
+    }
+
+    /// A temporary file noted as holding a user's file the operation could not move aside is kept by the
+    /// next opening, as `rewind-kept-…`, though it was born during the operation (review: taken for the
+    /// operation's own by its birth time, it was removed), while the operation's own beside it goes.
+    #[test]
+    fn a_stranded_temporary_file_is_kept_whatever_its_birth() {
+        let (_temp, config, store) = new_store();
+        let wt = store.worktree.clone();
+        let batch = "fedcba9876543210";
+        let (stranded, ours) = (wt.join(temp_name(batch, 1)), wt.join(temp_name(batch, 2)));
+        store
+            .journal_temp_dirs(batch, &BTreeSet::from([wt.clone()]))
+            .expect("journal");
+        fs::write(&stranded, b"a save that landed mid-swap").expect("write");
+        fs::write(&ours, b"half written").expect("write");
+        store.journal_stranded(&stranded).expect("journal stranded");
+        drop(store);
+        let store = Store::open(&config, &wt).expect("open again");
+        store.clean_journal().expect("clean");
+        let names: Vec<String> = fs::read_dir(&wt)
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].starts_with("rewind-kept-"), "{names:?}");
+        assert_eq!(
+            fs::read(wt.join(&names[0])).expect("read"),
+            b"a save that landed mid-swap"
+        );
     }
 }
