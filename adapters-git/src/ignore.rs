@@ -513,25 +513,27 @@ fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
 /// reads through a symlink (a dotfile manager's `~/.config/git/ignore`, say); only the `.gitignore` files
 /// in and above the tree are never followed (review: a symlinked global file was read as none).
 pub fn read_rules_following(path: &Path) -> GitResult<Option<String>> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_file() => {}
-        _ => return Ok(None),
-    }
-    match crate::odb::read_regular(path, true) {
-        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
-        Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),
-        Err(e) => Err(GitError::io(path, e)),
-    }
+    read_rules_file(path, true)
 }
 
 /// Reads a rules file; a missing file is none, and so is one that is not a regular file (git does not
 /// follow a symlinked `.gitignore` either).
 pub fn read_rules(path: &Path) -> GitResult<Option<String>> {
-    match std::fs::symlink_metadata(path) {
+    read_rules_file(path, false)
+}
+
+/// A rules file's text, through a symlink when `follow`; none when it is missing or not a regular file.
+fn read_rules_file(path: &Path, follow: bool) -> GitResult<Option<String>> {
+    let meta = if follow {
+        std::fs::metadata(path)
+    } else {
+        std::fs::symlink_metadata(path)
+    };
+    match meta {
         Ok(meta) if meta.is_file() => {}
         _ => return Ok(None),
     }
-    match crate::odb::read_regular(path, false) {
+    match crate::odb::read_regular(path, follow) {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
         // Deleted, or no longer a regular file, since it was looked at: as one found so.
         Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),

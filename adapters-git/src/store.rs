@@ -834,15 +834,7 @@ impl Store {
     /// rollback, which has no file there to delete (black-box).
     pub fn journal_made_dir(&self, dir: &Path, made: bool) -> GitResult<()> {
         let mark = if made { JOURNAL_MADE } else { JOURNAL_NOT_MADE };
-        let dir = journal_path(dir);
-        let path = self.rewind_path("journal");
-        let mut file = File::options()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| GitError::io(&path, e))?;
-        file.write_all(format!("{mark}{dir}\n").as_bytes())
-            .map_err(|e| GitError::io(&path, e))
+        self.append_to_journal(&format!("{mark}{}\n", journal_path(dir)))
     }
 
     /// Notes in the journal the temporary file `tmp` that holds a user's file the operation could not move
@@ -850,13 +842,18 @@ impl Store {
     /// birth time (one born during the operation, a save that landed mid-swap, would otherwise be taken
     /// for the operation's own and removed; review). Appended, as `journal_made_dir` appends.
     pub fn journal_stranded(&self, tmp: &Path) -> GitResult<()> {
+        self.append_to_journal(&format!("{JOURNAL_STRANDED}{}\n", journal_path(tmp)))
+    }
+
+    /// Appends `line` to the journal (not synced: see `journal_made_dir`).
+    fn append_to_journal(&self, line: &str) -> GitResult<()> {
         let path = self.rewind_path("journal");
         let mut file = File::options()
             .create(true)
             .append(true)
             .open(&path)
             .map_err(|e| GitError::io(&path, e))?;
-        file.write_all(format!("{JOURNAL_STRANDED}{}\n", journal_path(tmp)).as_bytes())
+        file.write_all(line.as_bytes())
             .map_err(|e| GitError::io(&path, e))
     }
 

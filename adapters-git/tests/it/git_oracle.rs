@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use proptest::prelude::*;
-use rewind_core::model::{FileStatus, RelPath};
+use rewind_core::model::{FileStatus, RelPath, SnapshotId};
 use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
 use rewind_git::ExcludesFile;
 use tempfile::TempDir;
@@ -486,6 +486,20 @@ async fn every_kind_of_entry_at_once_matches_git_write_tree() {
     );
 }
 
+/// The paths of snapshot `id` in `h`'s store, one per line, as `git ls-tree -r --name-only` lists them.
+fn stored_names(h: &GitHarness, id: &SnapshotId) -> String {
+    git(
+        h.base(),
+        &[
+            &format!("--git-dir={}", h.store_dir().display()),
+            "ls-tree",
+            "-r",
+            "--name-only",
+            id.as_str(),
+        ],
+    )
+}
+
 /// A global excludes file and an `info/exclude` that are symlinks (as a dotfile manager makes
 /// `~/.config/git/ignore`) are read through them, as git reads them: `track` gives git's tree (black-box:
 /// both were read as no rules, and what they ignore was snapshotted).
@@ -535,16 +549,7 @@ async fn a_relative_core_excludes_file_is_read_from_the_top_level() {
     h.write("sub/a.bak", b"a\n");
     h.write("b.txt", b"b\n");
     let ours = h.track().await;
-    let listed = git(
-        h.root(),
-        &[
-            &format!("--git-dir={}", h.store_dir().display()),
-            "ls-tree",
-            "-r",
-            "--name-only",
-            ours.id.as_str(),
-        ],
-    );
+    let listed = stored_names(&h, &ours.id);
     // As git's own `add -A` decides, run from a sub-directory.
     git(&h.root().join("sub"), &["add", "-A", ".."]);
     let theirs = git(h.root(), &["ls-files"]);
@@ -570,16 +575,7 @@ async fn a_nested_repository_s_crlf_exclude_keeps_its_last_rule() {
         "git ignores it"
     );
     let ours = h.track().await;
-    let listed = git(
-        h.root(),
-        &[
-            &format!("--git-dir={}", h.store_dir().display()),
-            "ls-tree",
-            "-r",
-            "--name-only",
-            ours.id.as_str(),
-        ],
-    );
+    let listed = stored_names(&h, &ours.id);
     assert_eq!(listed, "lib/b.c\n");
 }
 
@@ -633,16 +629,7 @@ async fn an_empty_dot_git_above_the_worktree_is_passed_over() {
     );
     let view = h.view(&wt);
     let ours = view.track().await;
-    let listed = git(
-        &wt,
-        &[
-            &format!("--git-dir={}", view.store_dir().display()),
-            "ls-tree",
-            "-r",
-            "--name-only",
-            ours.id.as_str(),
-        ],
-    );
+    let listed = stored_names(&view, &ours.id);
     assert_eq!(listed, "b.c\n");
 }
 
