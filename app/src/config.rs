@@ -18,6 +18,8 @@ pub const DEFAULT_SIZE_CAP: u64 = 2 * 1024 * 1024;
 pub const DEFAULT_FILE_CAP: usize = 500_000;
 /// An HTTP client's open step is abandoned after this many seconds without a request on its session.
 pub const DEFAULT_STEP_TIMEOUT_SECS: u64 = 600;
+/// The longest step timeout taken: a year (a lease's expiry must fit the database's 64-bit milliseconds).
+pub const MAX_STEP_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
 
 /// The flags every command takes (each also read from its `REWIND_*` variable).
 #[derive(Args, Debug, Clone, Default)]
@@ -175,7 +177,9 @@ impl Settings {
             .and_then(Path::parent)
             .unwrap_or(cwd)
             .to_path_buf();
-        let from_file = config_file.as_deref().map(Path::display);
+        let from_file = config_file
+            .as_deref()
+            .map(|file| file.display().to_string());
         // An empty `--data-dir` is refused by clap's path parser already, and an empty REWIND_DATA_DIR
         // before the command line is parsed (`cli::refuse_empty_variables`).
         if let (None, Some(dir), Some(from)) = (&args.data_dir, &file.data_dir, &from_file)
@@ -190,6 +194,13 @@ impl Settings {
             (None, Some(dir)) => absolute(&file_dir, dir),
             (None, None) => default_data_dir()?,
         };
+        // Its path goes into the database URL and the stores' records: refused before anything is made.
+        if data_dir.to_str().is_none() {
+            bail!(
+                "the data directory {} is not valid UTF-8; choose another (--data-dir, REWIND_DATA_DIR)",
+                data_dir.display()
+            );
+        }
         let mut settings = Settings::new(data_dir, cwd);
         settings.config_file = config_file;
         match (&args.database_url, &file.database_url) {
@@ -198,21 +209,42 @@ impl Settings {
             (None, None) => {}
         }
         let server = server.cloned().unwrap_or_default();
+        // An empty value is refused by name, as an empty variable is (`cli::refuse_empty_variables`):
+        // an empty password would turn authentication off without a word (review).
+        let empty = |value: &Option<String>, flag: &str, key: &str| -> Result<()> {
+            if value.as_deref() != Some("") {
+                return Ok(());
+            }
+            match &from_file {
+                Some(from) if flag.is_empty() => {
+                    bail!("{key} in {from} is empty: give a value, or leave the setting out")
+                }
+                _ => bail!("{flag} is empty: give a value, or leave it out"),
+            }
+        };
+        empty(&server.hostname, "--hostname", "hostname")?;
+        empty(&server.password, "--password", "password")?;
+        empty(&args.database_url, "--database-url", "database_url")?;
+        empty(&file.hostname, "", "hostname")?;
+        empty(&file.password, "", "password")?;
+        empty(&file.database_url, "", "database_url")?;
         if let Some(hostname) = server.hostname.or(file.hostname) {
             settings.hostname = hostname;
         }
         if let Some(port) = server.port.or(file.port) {
             settings.port = port;
         }
-        settings.password = server
-            .password
-            .or(file.password)
-            .filter(|password| !password.is_empty());
+        settings.password = server.password.or(file.password);
         let (roots, roots_from) = if args.project_roots.is_empty() {
             (file.project_roots.unwrap_or_default(), file_dir.as_path())
         } else {
             (args.project_roots.clone(), cwd)
         };
+        if roots.iter().any(|root| root.as_os_str().is_empty()) {
+            bail!(
+                "a project root is empty: name a directory (--project-root, REWIND_PROJECT_ROOTS, project_roots)"
+            );
+        }
         if !roots.is_empty() {
             settings.project_roots = roots
                 .iter()
@@ -220,17 +252,28 @@ impl Settings {
                 .collect();
         }
         if let Some(cap) = args.size_cap.or(file.size_cap) {
+            // 0 would skip every new file that is not empty: nothing a step makes could be undone.
+            if cap == 0 {
+                bail!(
+                    "the size cap must be at least 1 byte (--size-cap, REWIND_SIZE_CAP, size_cap)"
+                );
+            }
             settings.size_cap = cap;
         }
         if let Some(cap) = args.file_cap.or(file.file_cap) {
             if cap == 0 {
-                bail!("the file-count cap must be at least 1");
+                bail!(
+                    "the file-count cap must be at least 1 (--file-cap, REWIND_FILE_CAP, file_cap)"
+                );
             }
             settings.file_cap = cap;
         }
         if let Some(secs) = args.step_timeout.or(file.step_timeout) {
-            if secs == 0 {
-                bail!("the step timeout must be at least 1 second");
+            if secs == 0 || secs > MAX_STEP_TIMEOUT_SECS {
+                bail!(
+                    "the step timeout must be from 1 second to {MAX_STEP_TIMEOUT_SECS} (a year) \
+                     (--step-timeout, REWIND_STEP_TIMEOUT, step_timeout)"
+                );
             }
             settings.step_timeout_ms = secs.saturating_mul(1000);
         }
@@ -260,9 +303,14 @@ pub fn is_postgres_url(url: &str) -> bool {
     lower.starts_with("postgres://") || lower.starts_with("postgresql://")
 }
 
-/// `sqlite://<data dir>/rewind.db?mode=rwc`.
+/// `sqlite://<data dir>/rewind.db?mode=rwc`, the directory escaped as a file path in a URL (a `?`, `%`
+/// or `#` in it would otherwise be read as URL syntax, and another file opened; review). A data
+/// directory that is not UTF-8 is refused before this (`Settings::resolve`).
 pub fn default_database_url(data_dir: &Path) -> String {
-    format!("sqlite://{}?mode=rwc", data_dir.join("rewind.db").display())
+    format!(
+        "sqlite://{}?mode=rwc",
+        rewind_sql::escape_sqlite_path(&data_dir.join("rewind.db").to_string_lossy())
+    )
 }
 
 /// A URL with its password replaced, for logs and messages: the SQL adapter's rule, which hides it in the
@@ -613,6 +661,99 @@ mod tests {
             url,
             format!("sqlite://{base}/50%25off%3F%23x/rel.db?mode=rwc")
         );
+        Ok(())
+    }
+
+    /// The default database URL escapes a data directory's URL characters, so the database is the file in
+    /// that directory (review: `%41` opened `A`'s, and a `?` failed as a URL parameter); a data
+    /// directory that is not UTF-8 is refused.
+    #[test]
+    fn the_default_database_url_escapes_the_data_directory() -> Result<()> {
+        let parent = tempfile::tempdir()?;
+        let args = |dir: PathBuf| ConfigArgs {
+            data_dir: Some(dir),
+            ..ConfigArgs::default()
+        };
+        let url =
+            Settings::resolve(&args(PathBuf::from("r%41?b#c")), None, parent.path())?.database_url;
+        let base = parent.path().to_str().expect("UTF-8");
+        assert_eq!(
+            url,
+            format!("sqlite://{base}/r%2541%3Fb%23c/rewind.db?mode=rwc")
+        );
+        let not_utf8 =
+            PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"d\xff"));
+        let error = Settings::resolve(&args(not_utf8), None, parent.path())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("not valid UTF-8"), "{error}");
+        Ok(())
+    }
+
+    /// Empty values, zero caps and a step timeout past a year are refused by name, from a flag or the
+    /// file (review: an empty password turned authentication off, a size cap of 0 skipped every new file,
+    /// and a huge timeout failed deep in the database).
+    #[test]
+    fn empty_and_out_of_range_values_are_refused_by_name() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("rewind.toml");
+        let refused = |text: &str, args: ConfigArgs, server: Option<ServerArgs>| -> String {
+            std::fs::write(&file, text).expect("write");
+            let args = ConfigArgs {
+                config: Some(file.clone()),
+                ..args
+            };
+            Settings::resolve(&args, server.as_ref(), dir.path())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        for key in ["password", "hostname", "database_url"] {
+            let error = refused(&format!("{key} = \"\"\n"), ConfigArgs::default(), None);
+            assert!(
+                error.contains(&format!("{key} in")) && error.contains("is empty"),
+                "{error}"
+            );
+        }
+        let error = refused(
+            "password = \"secret\"\n",
+            ConfigArgs::default(),
+            Some(ServerArgs {
+                password: Some(String::new()),
+                ..ServerArgs::default()
+            }),
+        );
+        assert!(error.contains("--password is empty"), "{error}");
+        let error = refused("project_roots = [\"\"]\n", ConfigArgs::default(), None);
+        assert!(error.contains("project root is empty"), "{error}");
+        let error = refused("size_cap = 0\n", ConfigArgs::default(), None);
+        assert!(error.contains("size cap must be at least 1"), "{error}");
+        let error = refused(
+            "",
+            ConfigArgs {
+                step_timeout: Some(MAX_STEP_TIMEOUT_SECS + 1),
+                ..ConfigArgs::default()
+            },
+            None,
+        );
+        assert!(
+            error.contains("step timeout must be from 1 second"),
+            "{error}"
+        );
+        // In range, all is taken.
+        std::fs::write(&file, "password = \"secret\"\nsize_cap = 1\n")?;
+        let settings = Settings::resolve(
+            &ConfigArgs {
+                config: Some(file.clone()),
+                step_timeout: Some(MAX_STEP_TIMEOUT_SECS),
+                ..ConfigArgs::default()
+            },
+            None,
+            dir.path(),
+        )?;
+        assert_eq!(settings.password.as_deref(), Some("secret"));
+        assert_eq!(settings.size_cap, 1);
         Ok(())
     }
 

@@ -163,6 +163,31 @@ fn a_malformed_id_is_refused_before_anything_is_made() {
     assert!(stderr.contains("missing"), "{stderr}");
 }
 
+/// A data directory whose name holds URL characters gets its database inside it (review: the default
+/// URL was not escaped, so `?` failed as a URL parameter and `%41` opened `A`'s database).
+#[test]
+fn a_data_directory_with_url_characters_holds_its_database() {
+    let env = Env::plain();
+    for name in ["a?b", "r%41"] {
+        let data = env.data.path().join(name);
+        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", env.config_home.path())
+            .env("XDG_CONFIG_HOME", env.config_home.path())
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("-C")
+            .arg(env.path())
+            .args(["snapshot", "track"])
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{name}: {output:?}");
+        assert!(data.join("rewind.db").is_file(), "{name}");
+    }
+    assert!(!env.data.path().join("rA").exists());
+}
+
 /// A `REWIND_*` variable set but empty, or `REWIND_PROJECT_ROOTS` with an empty entry, is refused by
 /// its own name (exit 2) before anything is opened; clap named the flag it stands for, which the user
 /// never typed (review).
