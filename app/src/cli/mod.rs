@@ -165,10 +165,28 @@ pub fn main() -> ExitCode {
         eprintln!("error: {refusal}");
         return ExitCode::from(2);
     }
-    let cli = match Cli::try_parse() {
+    let matches = match <Cli as clap::CommandFactory>::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(error) => return usage_exit(&error),
+    };
+    let mut cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(error) => return usage_exit(&error),
     };
+    // The demo works in a temporary data directory unless one is given on its command line: a
+    // `REWIND_*` variable set for everyday use would have it write its session into the user's database
+    // (review).
+    if matches!(cli.command, Command::Demo { .. }) {
+        let typed = |id: &str| {
+            matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        };
+        if !typed("data_dir") {
+            cli.config.data_dir = None;
+        }
+        if !typed("database_url") {
+            cli.config.database_url = None;
+        }
+    }
     init_tracing(matches!(cli.command, Command::Serve(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -300,7 +318,7 @@ async fn run(cli: Cli) -> Result<()> {
             crate::http::serve(settings, directory, cli.json).await
         }
         Command::Demo { keep } => {
-            // The demo uses a temporary data directory unless one is given (flag or environment).
+            // The demo uses a temporary data directory unless one is given (on its command line).
             let settings = if cli.config.data_dir.is_some() || cli.config.database_url.is_some() {
                 Some(Settings::resolve(&cli.config, None, &cwd)?)
             } else {

@@ -194,3 +194,35 @@ fn the_demo_refuses_a_directory_that_is_not_empty() {
     assert!(stderr.contains("not empty"), "{stderr}");
     assert_eq!(env.state(), before);
 }
+
+/// The demo writes into a data directory only when one is given on its command line: one that a
+/// `REWIND_*` variable names, set for everyday use, stays untouched (review: the demo's session went
+/// into the user's database, naming a repository it then removed).
+#[test]
+fn the_demo_leaves_the_data_directory_of_the_environment_alone() {
+    let env = Env::plain();
+    let everyday = TempDir::new().expect("a data directory");
+    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", env.config_home.path())
+        .env("XDG_CONFIG_HOME", env.config_home.path())
+        .env("REWIND_DATA_DIR", everyday.path())
+        .args(["--json", "demo"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("the report");
+    assert_ne!(
+        report["dataDir"].as_str().map(Path::new),
+        Some(everyday.path()),
+        "{report}"
+    );
+    assert!(
+        std::fs::read_dir(everyday.path())
+            .expect("list")
+            .next()
+            .is_none(),
+        "nothing was written there"
+    );
+}
