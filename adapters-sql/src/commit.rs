@@ -35,6 +35,10 @@ use crate::error::SqlError;
 use crate::hooks::Hooks;
 use crate::shared::{SWEEP, Shared};
 
+/// The most rows one `INSERT` statement writes: within every backend's bound-parameter limit for the
+/// widest row written so (4 columns).
+const INSERT_ROWS: usize = 500;
+
 fn session_not_found(id: &SessionId) -> Error {
     Error::NotFound(format!("Session not found: {id}"))
 }
@@ -458,23 +462,30 @@ impl SqlRepo {
         // A row of the same text may be there already (rows are named after their text): it serves. No
         // sweep can delete it before this transaction commits its reference, as every write transaction
         // is serialised with every other one (`begin_write`).
-        let inserted = shared_text::Entity::insert_many(rows.into_iter().map(|(id, body)| {
-            shared_text::ActiveModel {
-                id: Set(id),
-                body: Set(body),
+        // In statements of `INSERT_ROWS` rows, as `append_events` writes.
+        let mut rows = rows;
+        while !rows.is_empty() {
+            let rest = rows.split_off(rows.len().min(INSERT_ROWS));
+            let inserted = shared_text::Entity::insert_many(rows.into_iter().map(|(id, body)| {
+                shared_text::ActiveModel {
+                    id: Set(id),
+                    body: Set(body),
+                }
+            }))
+            .on_conflict(
+                sea_orm::sea_query::OnConflict::column(shared_text::Column::Id)
+                    .do_nothing()
+                    .to_owned(),
+            )
+            .exec_without_returning(txn)
+            .await;
+            match inserted {
+                Ok(_) | Err(sea_orm::DbErr::RecordNotInserted) => {}
+                Err(error) => return Err(self.fault("storing a shared text")(error)),
             }
-        }))
-        .on_conflict(
-            sea_orm::sea_query::OnConflict::column(shared_text::Column::Id)
-                .do_nothing()
-                .to_owned(),
-        )
-        .exec_without_returning(txn)
-        .await;
-        match inserted {
-            Ok(_) | Err(sea_orm::DbErr::RecordNotInserted) => Ok(()),
-            Err(error) => Err(self.fault("storing a shared text")(error)),
+            rows = rest;
         }
+        Ok(())
     }
 
     /// Deletes the shared texts nothing references any more.
@@ -857,10 +868,17 @@ impl SqlRepo {
                 body_ref: Set(shared.get(&at).cloned()),
             });
         }
-        event_outbox::Entity::insert_many(rows)
-            .exec_without_returning(txn)
-            .await
-            .map_err(&fault)?;
+        // In statements of `INSERT_ROWS` rows: one statement of them all exceeds the bound parameters a
+        // statement may have (SQLite's 32,766, PostgreSQL's 65,535) from about 8,000 events, a cleanup of
+        // 4,000 turns (review: such a revert could never be made permanent).
+        while !rows.is_empty() {
+            let rest = rows.split_off(rows.len().min(INSERT_ROWS));
+            event_outbox::Entity::insert_many(rows)
+                .exec_without_returning(txn)
+                .await
+                .map_err(&fault)?;
+            rows = rest;
+        }
         Ok(())
     }
 }

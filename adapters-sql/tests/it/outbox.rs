@@ -572,3 +572,40 @@ fn sqlite_file_a_held_writer_makes_the_other_locked_after_the_busy_timeout() {
         a_held_writer_makes_the_other_locked_after_the_busy_timeout(a, b).await;
     });
 }
+
+/// A transaction of 20,000 events (a cleanup of 10,000 turns announces each message removed) commits,
+/// and every event reads back in order: one `INSERT` of them all exceeded the parameters a statement may
+/// bind (review: such a revert could never be made permanent).
+async fn a_transaction_of_twenty_thousand_events_commits(repo: SqlRepo) {
+    let ids = Ids::default();
+    let events: Vec<Event> = (0..20_000).map(|_| heartbeat(&ids)).collect();
+    repo.commit(transaction(Vec::new(), events.clone()))
+        .await
+        .expect("the transaction commits");
+    let mut read = Vec::new();
+    let mut after = 0;
+    loop {
+        let batch = repo.events_after(after, 5_000).await.expect("reads");
+        let Some(last) = batch.last() else { break };
+        after = last.seq;
+        read.extend(batch);
+    }
+    assert_eq!(seqs(&read), (1..=20_000).collect::<Vec<u64>>());
+    assert_eq!(bodies(&read), events);
+}
+
+#[test]
+fn sqlite_file_a_transaction_of_twenty_thousand_events_commits() {
+    run(async {
+        let file = SqliteFile::new();
+        a_transaction_of_twenty_thousand_events_commits(file.open().await).await;
+    });
+}
+
+#[test]
+fn postgres_a_transaction_of_twenty_thousand_events_commits() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        a_transaction_of_twenty_thousand_events_commits(schema.open().await).await;
+    });
+}
