@@ -173,13 +173,13 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_exit(&error),
     };
+    warn_of_secrets_on_the_command_line(&matches, &cli);
     // The demo works in a temporary data directory unless one is given on its command line: a
     // `REWIND_*` variable set for everyday use would have it write its session into the user's database
     // (review).
     if matches!(cli.command, Command::Demo { .. }) {
-        let typed = |id: &str| {
-            matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
-        };
+        let typed =
+            |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
         if !typed("data_dir") {
             cli.config.data_dir = None;
         }
@@ -303,6 +303,33 @@ fn quiet_on_closed_stdout() {
         }
         default(info);
     }));
+}
+
+/// Says on stderr when a secret was given as a flag: a process's arguments show in the process list to
+/// every user of the machine (review), where its environment and the config file do not.
+fn warn_of_secrets_on_the_command_line(matches: &clap::ArgMatches, cli: &Cli) {
+    let typed = |matches: &clap::ArgMatches, id: &str| {
+        matches.try_get_raw(id).is_ok_and(|raw| raw.is_some())
+            && matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+    };
+    if matches
+        .subcommand_matches("serve")
+        .is_some_and(|serve| typed(serve, "password"))
+    {
+        eprintln!(
+            "rewind: warning: --password shows in the process list to every user of this machine; set \
+             REWIND_PASSWORD, or password in the config file, instead"
+        );
+    }
+    if typed(matches, "database_url")
+        && let Some(url) = &cli.config.database_url
+        && crate::config::redact_url(url) != *url
+    {
+        eprintln!(
+            "rewind: warning: the password in --database-url shows in the process list to every user of \
+             this machine; set REWIND_DATABASE_URL, or database_url in the config file, instead"
+        );
+    }
 }
 
 async fn run(cli: Cli) -> Result<()> {

@@ -550,3 +550,43 @@ fn a_read_only_database_is_shown_and_refuses_changes() {
         "and still readable with writing"
     );
 }
+
+/// A secret given as a flag (`serve --password`, a password in `--database-url`) gets a warning that it
+/// shows in the process list; the same from its variable gets none (review).
+#[test]
+fn a_secret_given_as_a_flag_is_warned_of() {
+    let env = Env::plain();
+    let url = "postgres://u:pw@127.0.0.1:1/db";
+    let flag = env
+        .rewind(&["--database-url", url, "status"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&flag.stderr);
+    assert!(
+        stderr.contains("password in --database-url shows in the process list"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("pw@"), "{stderr}");
+    let variable = env
+        .rewind(&["status"])
+        .env("REWIND_DATABASE_URL", url)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&variable.stderr);
+    assert!(!stderr.contains("process list"), "{stderr}");
+    // `serve` refuses a project root that does not exist before it listens; the warning comes first.
+    let missing = env.data.path().join("no-such-root");
+    let serve = env
+        .rewind(&["serve", "--password", "s3cret", "--port", "0"])
+        .arg("--project-root")
+        .arg(&missing)
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&serve.stderr);
+    assert!(!serve.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--password shows in the process list"),
+        "{stderr}"
+    );
+}
