@@ -95,6 +95,9 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             .foreign_keys(true)
     });
 
+    if backend == Backend::SqliteFile && !read_only {
+        refuse_another_programs_database(&target, &known_migrations()).await?;
+    }
     let classify =
         |context: &'static str, source: DbErr| classify(&target, busy_timeout, context, source);
     // Switching a fresh file to WAL needs a lock SQLite does not wait for: when several processes open
@@ -359,6 +362,67 @@ fn known_migrations() -> BTreeSet<String> {
 }
 
 /// The migrations applied to the database, read without creating anything.
+/// Refuses the SQLite file at `path` when it is another program's database: tables, and no migration of
+/// rewind's. Looked at read-only, before the connections that switch it to WAL and migrate it: pointed
+/// at another program's database (a slip of `--database-url`), rewind changed its journal mode for good
+/// and created its tables in it (review). A file that is missing, empty, or cannot be read so is left to
+/// the usual open, which says why.
+async fn refuse_another_programs_database(
+    path: &str,
+    known: &BTreeSet<String>,
+) -> Result<(), SqlError> {
+    if std::fs::metadata(path).map_or(true, |meta| meta.len() == 0) {
+        return Ok(());
+    }
+    let url = format!(
+        "sqlite://{}?mode=ro",
+        crate::config::escape_sqlite_path(path)
+    );
+    let mut options = ConnectOptions::new(url);
+    options
+        .max_connections(1)
+        .sqlx_logging(false)
+        .map_sqlx_sqlite_opts(|sqlite| sqlite.read_only(true));
+    let Ok(db) = Database::connect(options).await else {
+        return Ok(());
+    };
+    let looked = async {
+        let rows = db
+            .query_all_raw(Statement::from_string(
+                DbBackend::Sqlite,
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+                 ORDER BY name",
+            ))
+            .await?;
+        let tables: Vec<String> = rows
+            .iter()
+            .filter_map(|row| row.try_get_by_index::<String>(0).ok())
+            .collect();
+        let applied = if tables.iter().any(|table| table == "seaql_migrations") {
+            applied_migrations(&db).await?
+        } else {
+            BTreeSet::new()
+        };
+        Ok::<_, DbErr>((tables, applied))
+    };
+    let looked = looked.await;
+    let _ = db.close().await;
+    let Ok((tables, applied)) = looked else {
+        return Ok(());
+    };
+    if !tables.is_empty() && applied.is_disjoint(known) {
+        return Err(SqlError::NotRewind {
+            target: path.to_owned(),
+            tables: tables
+                .into_iter()
+                .filter(|table| table != "seaql_migrations")
+                .take(5)
+                .collect(),
+        });
+    }
+    Ok(())
+}
+
 async fn applied_migrations(db: &DatabaseConnection) -> Result<BTreeSet<String>, DbErr> {
     let manager = SchemaManager::new(db);
     if !manager.has_table("seaql_migrations").await? {

@@ -94,6 +94,19 @@ pub enum SqlError {
         /// The migrations this binary does not know.
         unknown: Vec<String>,
     },
+    /// The SQLite file is another program's database: it holds tables and none of rewind's migrations.
+    /// Refused before anything is written to it.
+    #[error(
+        "the database {target} is not rewind's: it holds other tables ({}) and no rewind schema; give \
+         rewind a database file of its own (--database-url), or leave the setting out for the default",
+        tables.join(", ")
+    )]
+    NotRewind {
+        /// The database.
+        target: String,
+        /// Some of the tables it holds.
+        tables: Vec<String>,
+    },
     /// A statement failed.
     #[error("{context} failed on the database {target}")]
     Query {

@@ -287,6 +287,51 @@ fn a_corrupt_sqlite_file_is_refused_untouched() {
     });
 }
 
+/// Another program's SQLite database (tables, no rewind schema; a slip of `--database-url`) is refused
+/// as not rewind's, byte for byte untouched and with no WAL file made (review: it was switched to WAL for
+/// good, and rewind's tables were created in it).
+#[test]
+fn another_program_s_sqlite_database_is_refused_untouched() {
+    run(async {
+        let file = SqliteFile::new();
+        let url = format!("sqlite://{}?mode=rwc", file.path.display());
+        let other = Database::connect(url).await.expect("connects");
+        other
+            .execute_raw(Statement::from_string(
+                DbBackend::Sqlite,
+                "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)",
+            ))
+            .await
+            .expect("creates");
+        other
+            .execute_raw(Statement::from_string(
+                DbBackend::Sqlite,
+                "INSERT INTO users (name) VALUES ('ada')",
+            ))
+            .await
+            .expect("inserts");
+        other.close().await.expect("closes");
+        let before = std::fs::read(&file.path).expect("reads");
+        let message = described(SqlRepo::open(file.config()).await);
+        assert!(message.contains("is not rewind's"), "{message}");
+        assert!(message.contains("users"), "{message}");
+        assert!(
+            message.contains(&file.path.display().to_string()),
+            "{message}"
+        );
+        assert_eq!(
+            std::fs::read(&file.path).expect("reads"),
+            before,
+            "nothing is written"
+        );
+        let wal = file.path.with_file_name(format!(
+            "{}-wal",
+            file.path.file_name().expect("a name").to_string_lossy()
+        ));
+        assert!(!wal.exists(), "no WAL file");
+    });
+}
+
 #[test]
 fn a_read_only_sqlite_file_is_refused_untouched() {
     run(async {
