@@ -170,6 +170,19 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             migrate(&db, backend, config.schema.as_deref(), busy_timeout)
                 .await
                 .map_err(|e| classify("applying the schema migrations", e))?;
+            // A newer rewind may have migrated the database between the look above and the lock: read
+            // again, its migrations are refused as at any other start (review: the migration's error
+            // path saw every known migration applied, and went on under the newer schema).
+            let applied = applied_migrations(&db)
+                .await
+                .map_err(|e| classify("reading the schema version", e))?;
+            let unknown: Vec<String> = applied.difference(&known).cloned().collect();
+            if !unknown.is_empty() {
+                return Err(SqlError::NewerSchema {
+                    target: target.clone(),
+                    unknown,
+                });
+            }
         }
         Ok(())
     };
