@@ -338,16 +338,27 @@ impl SqlRepo {
             event_outbox::Column::BodyRef,
         )
         .column(event_outbox::Column::Seq)
+        .column(event_outbox::Column::EventId)
         .into_model::<JoinedEvent>()
         .all(&self.db)
         .await
         .map_err(self.fault("reading the event outbox"))?;
         rows.into_iter()
             .map(|r| {
-                Ok(StoredEvent {
-                    seq: self.bigint_to_u64(r.seq, "event position")?,
-                    event: self.event_from(r.into())?,
-                })
+                let seq = self.bigint_to_u64(r.seq, "event position")?;
+                let id = r.event_id.clone();
+                let event = match self.event_from(r.into()) {
+                    Ok(event) => event,
+                    // An event this version cannot read (damaged, or of a kind a newer rewind sharing the
+                    // database writes) is passed on as a missed one, `server.lagged`, whose subscriber
+                    // re-reads state: failing the read failed every read after it, and every event
+                    // stream stopped for good (review). Its position and id stay.
+                    Err(error) => rewind_core::model::Event {
+                        id: EventId::parse(&id).map_err(|_| error)?,
+                        payload: rewind_core::model::EventPayload::ServerLagged { missed: 1 },
+                    },
+                };
+                Ok(StoredEvent { seq, event })
             })
             .collect()
     }

@@ -205,6 +205,7 @@ pub(crate) struct JoinedRow {
 #[derive(Debug, sea_orm::FromQueryResult)]
 pub(crate) struct JoinedEvent {
     pub seq: i64,
+    pub event_id: String,
     pub body: String,
     pub body_ref: Option<String>,
     pub shared: Option<String>,

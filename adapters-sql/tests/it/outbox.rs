@@ -609,3 +609,44 @@ fn postgres_a_transaction_of_twenty_thousand_events_commits() {
         a_transaction_of_twenty_thousand_events_commits(schema.open().await).await;
     });
 }
+
+/// An outbox row this version cannot read (damaged here; an event kind of a newer rewind sharing the
+/// database reads the same) is passed on as a missed event, `server.lagged`, at its position and with
+/// its id, and the events after it are read (review: the whole read failed, again at every retry, and
+/// every event stream stopped for good).
+#[test]
+fn sqlite_file_an_unreadable_outbox_row_reads_as_a_missed_event() {
+    use sea_orm::{ConnectionTrait, Database, DbBackend, Statement};
+    run(async {
+        let file = SqliteFile::new();
+        let repo = file.open().await;
+        let ids = Ids::default();
+        let events: Vec<Event> = (0..3).map(|_| heartbeat(&ids)).collect();
+        repo.commit(transaction(Vec::new(), events.clone()))
+            .await
+            .expect("commits");
+        let raw = Database::connect(format!("sqlite://{}", file.path.display()))
+            .await
+            .expect("connects");
+        raw.execute_raw(Statement::from_string(
+            DbBackend::Sqlite,
+            "UPDATE event_outbox SET body = '{' WHERE seq = 2",
+        ))
+        .await
+        .expect("damages a row");
+        raw.close().await.expect("closes");
+        let read = repo.events_after(0, 100).await.expect("reads past it");
+        assert_eq!(seqs(&read), [1, 2, 3]);
+        assert_eq!(read[0].event, events[0]);
+        assert_eq!(read[2].event, events[2]);
+        assert_eq!(read[1].event.id, events[1].id);
+        assert!(
+            matches!(
+                read[1].event.payload,
+                rewind_core::model::EventPayload::ServerLagged { missed: 1 }
+            ),
+            "{:?}",
+            read[1].event
+        );
+    });
+}
