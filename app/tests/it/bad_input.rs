@@ -170,11 +170,8 @@ fn a_data_directory_with_url_characters_holds_its_database() {
     let env = Env::plain();
     for name in ["a?b", "r%41"] {
         let data = env.data.path().join(name);
-        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", env.config_home.path())
-            .env("XDG_CONFIG_HOME", env.config_home.path())
+        let output = env
+            .bare()
             .arg("--data-dir")
             .arg(&data)
             .arg("-C")
@@ -412,11 +409,8 @@ fn a_worktree_that_is_the_data_directory_is_refused_before_anything_is_written()
         vec!["exec", "--", "touch", "ran"],
         vec!["log"],
     ] {
-        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", env.config_home.path())
-            .env("XDG_CONFIG_HOME", env.config_home.path())
+        let output = env
+            .bare()
             .args(["--data-dir", worktree.as_str(), "-C", worktree.as_str()])
             .args(&args)
             .output()

@@ -202,11 +202,8 @@ fn the_demo_refuses_a_directory_that_is_not_empty() {
 fn the_demo_leaves_the_data_directory_of_the_environment_alone() {
     let env = Env::plain();
     let everyday = TempDir::new().expect("a data directory");
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", env.config_home.path())
-        .env("XDG_CONFIG_HOME", env.config_home.path())
+    let output = env
+        .bare()
         .env("REWIND_DATA_DIR", everyday.path())
         .args(["--json", "demo"])
         .output()

@@ -926,11 +926,8 @@ fn every_spelling_of_the_data_dir_reaches_the_same_snapshots() {
         data.clone(),
     ];
     let rewind = |data_dir: &std::path::Path, args: &[&str]| {
-        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", env.config_home.path())
-            .env("XDG_CONFIG_HOME", env.config_home.path())
+        let output = env
+            .bare()
             .arg("--data-dir")
             .arg(data_dir)
             .arg("-C")

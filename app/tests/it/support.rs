@@ -64,6 +64,17 @@ impl Env {
         self.rewind_in(self.path(), args)
     }
 
+    /// `rewind` with this environment's `PATH` and home, and nothing else: no `--data-dir`, no `-C`.
+    pub fn bare(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(assert_cmd::cargo::cargo_bin("rewind"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.config_home.path())
+            .env("XDG_CONFIG_HOME", self.config_home.path());
+        command
+    }
+
     /// `rewind --data-dir DATA -C DIR ARGS…`.
     pub fn rewind_in(&self, dir: &Path, args: &[&str]) -> Command {
         Command::from_std(self.process_in(dir, args))
