@@ -21,6 +21,10 @@ pub const DEFAULT_STEP_TIMEOUT_SECS: u64 = 600;
 /// The longest step timeout taken: a year (a lease's expiry must fit the database's 64-bit milliseconds).
 pub const MAX_STEP_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
 
+/// The variable of `--project-root`: a `:`-separated list (`PATH`'s form), where the flag names one
+/// directory per use.
+pub const PROJECT_ROOTS_VARIABLE: &str = "REWIND_PROJECT_ROOTS";
+
 /// The flags every command takes (each also read from its `REWIND_*` variable).
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConfigArgs {
@@ -35,12 +39,12 @@ pub struct ConfigArgs {
     #[arg(long, env = "REWIND_DATABASE_URL", global = true, value_name = "URL")]
     pub database_url: Option<String>,
     /// `serve` only: a directory under which sessions' worktrees may lie (repeatable; `:`-separated in the
-    /// variable). Default: the current directory. The command line works on any directory.
+    /// variable, which `cli` splits: a flag's value is one directory, `:` and all). Default: the current
+    /// directory. The command line works on any directory.
     #[arg(
         long = "project-root",
-        env = "REWIND_PROJECT_ROOTS",
+        env = PROJECT_ROOTS_VARIABLE,
         global = true,
-        value_delimiter = ':',
         value_name = "DIR"
     )]
     pub project_roots: Vec<PathBuf>,

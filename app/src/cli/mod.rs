@@ -174,6 +174,16 @@ pub fn main() -> ExitCode {
         Err(error) => return usage_exit(&error),
     };
     warn_of_secrets_on_the_command_line(&matches, &cli);
+    // Only the variable is a list: a `--project-root` with a `:` in its path is that one directory
+    // (review: it was split into two roots, one the user never named).
+    if matches.value_source("project_roots") == Some(clap::parser::ValueSource::EnvVariable) {
+        cli.config.project_roots = cli
+            .config
+            .project_roots
+            .iter()
+            .flat_map(std::env::split_paths)
+            .collect();
+    }
     // The demo works in a temporary data directory unless one is given on its command line: a
     // `REWIND_*` variable set for everyday use would have it write its session into the user's database
     // (review).
@@ -239,7 +249,10 @@ fn refuse_empty_variables(command: &clap::Command) -> Option<String> {
                 "{name} is set but empty: unset it (`unset {name}`), or give it a value"
             ));
         }
-        if let Some(delimiter) = argument.get_value_delimiter()
+        let delimiter = argument
+            .get_value_delimiter()
+            .or_else(|| (name == crate::config::PROJECT_ROOTS_VARIABLE).then_some(':'));
+        if let Some(delimiter) = delimiter
             && value.to_string_lossy().split(delimiter).any(str::is_empty)
         {
             return Some(format!(

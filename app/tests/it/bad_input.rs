@@ -584,3 +584,39 @@ fn a_secret_given_as_a_flag_is_warned_of() {
         "{stderr}"
     );
 }
+
+/// A `--project-root` whose path holds a `:` is that one directory; only the variable is a `:`-separated
+/// list (review: the flag was split too, into two roots, one the user never named).
+#[test]
+fn a_project_root_flag_with_a_colon_is_one_directory() {
+    let env = Env::plain();
+    let base = env.data.path().join("roots");
+    for dir in ["a", "b", "c"] {
+        std::fs::create_dir_all(base.join(dir)).expect("mkdir");
+    }
+    // Split, the flag named `a` and `b`, both there, and the server started (to be stopped by the
+    // timeout).
+    let mut serve = env.bare();
+    serve
+        .args(["--data-dir"])
+        .arg(env.data.path())
+        .arg("-C")
+        .arg(&base)
+        .args(["serve", "--port", "0", "--project-root"])
+        .arg(base.join("a:b"));
+    let output = assert_cmd::Command::from_std(serve)
+        .timeout(std::time::Duration::from_secs(20))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("a:b"), "{stderr}");
+    // The variable is a list: both roots are taken, and `status` runs.
+    let listed = format!("{}:{}", base.join("a").display(), base.join("c").display());
+    let output = env
+        .rewind(&["status"])
+        .env("REWIND_PROJECT_ROOTS", listed)
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+}
