@@ -49,18 +49,22 @@ impl Rewind {
     }
 
     /// True when the session has an open step whose owner is gone or whose lease may be taken over (or
-    /// was lost): the step the next operation aborts (SPEC section 4). False when no step is open.
+    /// was lost: no lease at all): the step the next operation aborts (SPEC section 4). False when no step
+    /// is open. A lease of another token (the step's owner finishing it under a token of its own, say) is
+    /// judged by its own holder: while that one is alive, the step is being closed, not abandoned (review:
+    /// taken for abandoned, another session's request in the same worktree tried to abort it, found the
+    /// lease held, and failed with 409).
     pub async fn step_is_abandoned(&self, session: &Session) -> Result<bool> {
-        let Some(step) = &session.step else {
+        if session.step.is_none() {
             return Ok(false);
-        };
+        }
         Ok(
             match self
                 .repo
                 .lease(&LeaseKey::Session(session.id.clone()))
                 .await?
             {
-                Some(lease) => lease.token != step.token || self.is_abandoned(&lease),
+                Some(lease) => self.is_abandoned(&lease),
                 None => true,
             },
         )

@@ -881,13 +881,13 @@ fn a_step_whose_finish_waits_for_the_worktree_keeps_its_lease() {
     })
 }
 
-/// An operation that found a step abandoned only because its owner's finish held the session's lease at
-/// that instant (the finish's own token, not the step's) does not abort it once the finish has given the
-/// lease back to the step: the step is alive, and the operation is busy. Black-box, on one server: a
-/// revert of another session aborted a step whose finish it had made wait (1 in about 150 steps, after the
-/// finish kept its lease).
+/// A step whose owner's finish holds the session's lease (the finish's own token, not the step's) is not
+/// taken for abandoned by an operation of another session, neither while the finish holds it nor once it
+/// has given the lease back to the step: the step is alive, and the operation is busy. Black-box, on one
+/// server: a revert of another session aborted a step whose finish it had made wait (1 in about 150
+/// steps, after the finish kept its lease).
 #[test]
-fn a_step_seen_abandoned_during_its_finish_is_not_aborted_once_its_lease_is_back() {
+fn a_step_whose_finish_holds_its_lease_is_not_taken_for_abandoned() {
     block_on(async {
         let (w, q, t, p, a) = a_step_open_beside_a_turn().await;
         let key = LeaseKey::Session(p.id.clone());
@@ -908,32 +908,60 @@ fn a_step_seen_abandoned_during_its_finish_is_not_aborted_once_its_lease_is_back
             .await
             .expect("takes");
         assert_eq!(taken, LeaseTake::Taken);
-        let (first_read, resume_first) = w.repo.pause_next_lease_read();
-        let reverting = w.try_revert_to(&q.id, &t.user);
-        let meanwhile = async {
-            first_read
+        let session = w.rewind.session(&p.id).await.expect("session");
+        assert!(
+            !w.rewind
+                .step_is_abandoned(&session)
                 .await
-                .expect("the revert looks at the step's lease");
-            let (second_read, resume_second) = w.repo.pause_next_lease_read();
-            let _ = resume_first.send(());
-            second_read
-                .await
-                .expect("the revert, finding the step abandoned, goes to close it");
-            // The finish gives the lease back to the step (it could not close it).
-            let back = w
-                .repo
-                .take_lease(&step_lease, Some(Replacing::token(finishing.token.clone())))
-                .await
-                .expect("takes");
-            assert_eq!(back, LeaseTake::Taken);
-            let _ = resume_second.send(());
-        };
-        let (reverted, ()) = futures::future::join(reverting, meanwhile).await;
+                .expect("abandoned?"),
+            "a step being finished is not abandoned"
+        );
+        let reverted = w.try_revert_to(&q.id, &t.user).await;
+        assert!(matches!(reverted, Err(Error::Busy { .. })), "{reverted:?}");
+        // The finish gives the lease back to the step (it could not close it).
+        let back = w
+            .repo
+            .take_lease(&step_lease, Some(Replacing::token(finishing.token.clone())))
+            .await
+            .expect("takes");
+        assert_eq!(back, LeaseTake::Taken);
+        let reverted = w.try_revert_to(&q.id, &t.user).await;
         assert!(matches!(reverted, Err(Error::Busy { .. })), "{reverted:?}");
         let session = w.rewind.session(&p.id).await.expect("session");
         assert!(session.step.is_some(), "the step is still open");
         assert_eq!(w.read("a.txt").as_deref(), Some("a1"), "nothing reverted");
         finishes_with_stop(&w, &p.id, &a).await;
+    })
+}
+
+/// A step whose owner is finishing it (its finish holds the session's lease with a token of its own, here
+/// paused at its commit) is being closed, not abandoned: a message of another session in the same
+/// worktree, which aborts the worktree's abandoned steps first, is stored, and the finish closes the step
+/// as its owner's. Review: the finish's token was taken for a lost lease, the message tried to abort the
+/// step, found the lease held, and failed with 409.
+#[test]
+fn a_message_beside_a_step_being_finished_is_stored() {
+    block_on(async {
+        let (w, q, _, p, a) = a_step_open_beside_a_turn().await;
+        w.write("p.txt", "p's work");
+        let (reached, resume) = w.repo.pause_next_commit();
+        let finishing = finishes_with_stop(&w, &p.id, &a);
+        let meanwhile = async {
+            reached.await.expect("the finish reaches its commit");
+            let typed = w
+                .rewind
+                .create_message(&q.id, NewMessage::user_text("typed meanwhile"))
+                .await;
+            resume.send(()).expect("resume the finish");
+            typed
+        };
+        let ((), typed) = futures::future::join(finishing, meanwhile).await;
+        let typed = typed.expect("the message is stored");
+        assert_eq!(
+            w.message_ids(&q.id).await.last(),
+            Some(&typed.info.id),
+            "stored last"
+        );
     })
 }
 
