@@ -833,6 +833,21 @@ impl Rewind {
         };
         check_usage(&session, &end)?;
         if step.holder != self.holder() {
+            if self.step_is_abandoned(&session).await? {
+                // Its owner is gone: the step is aborted, as the next operation on the session aborts it
+                // (SPEC section 4), and the answer says so (review: 409 naming a dead process, and the step
+                // left open until some other operation came).
+                let session = self.abort_as_read(session).await?;
+                return Err(self
+                    .explain_no_step(
+                        &session,
+                        message_id,
+                        Error::InvalidInput(format!(
+                            "no step is open in message {message_id} of session {session_id}"
+                        )),
+                    )
+                    .await);
+            }
             return Err(Error::busy(
                 session_id,
                 format!(

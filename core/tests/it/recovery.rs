@@ -768,6 +768,51 @@ fn a_killed_process_leaves_a_step_that_the_next_command_aborts() {
     })
 }
 
+/// A finish asked by another process for a step whose owner is gone aborts that step, as the next
+/// operation on the session does (SPEC section 4), and answers why no step is open. Review: 409 named the
+/// dead process, and the step stayed open (the session busy) until some other operation came.
+#[test]
+fn a_finish_of_a_dead_owners_step_aborts_it_and_says_so() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let a = w.prompt(&s.id, "run it").await;
+        let exec = process(13);
+        let me = w.host.this_process();
+        w.host.become_process(exec.clone());
+        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        w.write("a.txt", "written by the killed command");
+        w.host.become_process(me);
+        w.host.kill(&exec);
+        let finish = w.rewind.finish_step(&s.id, &a, StepEnd::default()).await;
+        assert!(
+            matches!(&finish, Err(Error::InvalidInput(message)) if message.contains("its step was aborted")),
+            "{finish:?}"
+        );
+        let session = w.rewind.session(&s.id).await.expect("session");
+        assert!(session.step.is_none(), "the step is closed");
+        let message = w.rewind.message(&s.id, &a).await.expect("message");
+        let reasons: Vec<_> = message
+            .parts
+            .iter()
+            .filter_map(|p| match &p.body {
+                PartBody::StepFinish(finish) => Some(finish.reason.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reasons, ["aborted"]);
+        assert!(
+            message
+                .parts
+                .iter()
+                .any(|p| matches!(p.body, PartBody::Patch(_))),
+            "what the step changed is recorded: {:?}",
+            message.parts
+        );
+    })
+}
+
 #[test]
 fn a_step_of_a_live_process_blocks_revert_in_every_session_of_the_worktree() {
     block_on(async {
