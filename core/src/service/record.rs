@@ -814,8 +814,54 @@ impl Rewind {
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
         self.push_skipped_warning(&mut transaction, &updated, &newly_skipped);
+        self.push_steps_beside_warnings(&mut transaction, session)
+            .await?;
         self.repo.commit(transaction).await?;
         Ok(part)
+    }
+
+    /// Warns this session and each other session with a step open in the same worktree (or one inside or
+    /// around it) when this session's step begins beside theirs: rewind snapshots the whole worktree, so
+    /// each step records what the other changes meanwhile, and a revert of either undoes both. Two steps
+    /// that overlap in time always meet here: the later one begins while the earlier is open. Read under
+    /// the worktree's lease, which every step's beginning and end take, so no step begins or ends
+    /// meanwhile. (Review: concurrent steps recorded each other's changes without a word.)
+    async fn push_steps_beside_warnings(
+        &self,
+        transaction: &mut Transaction,
+        session: &Session,
+    ) -> Result<()> {
+        let now = self.now();
+        for other in self.repo.sessions_overlapping(&session.directory).await? {
+            if other.id == session.id || other.step.is_none() {
+                continue;
+            }
+            let why = "rewind snapshots the whole worktree, so each step records what the other changes \
+                       while both are open, and reverting either one also undoes the other's changes in that \
+                       time. Run one agent at a time in a worktree, or give each session a worktree of its \
+                       own (a git worktree, say), to keep them apart";
+            let mine = Warning {
+                time: now,
+                message: format!(
+                    "this session's step began while a step of session {} is open in {}: {why}",
+                    other.id, other.directory
+                ),
+                snapshot: None,
+                files: Vec::new(),
+            };
+            let theirs = Warning {
+                time: now,
+                message: format!(
+                    "a step of session {} began in {} while this session's step is open: {why}",
+                    session.id, session.directory
+                ),
+                snapshot: None,
+                files: Vec::new(),
+            };
+            self.push_warning(transaction, &session.id, mine);
+            self.push_warning(transaction, &other.id, theirs);
+        }
+        Ok(())
     }
 
     /// Finishes the open step of `message_id`: snapshots again, appends `step-finish` and, when files

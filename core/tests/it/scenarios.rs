@@ -3043,3 +3043,62 @@ fn an_abort_of_a_step_never_closes_a_step_begun_since() {
             .expect("its owner finishes it");
     })
 }
+
+/// Two sessions' steps open at once in one worktree record each other's changes (rewind snapshots the
+/// whole worktree), so both sessions are warned, each naming the other, when the later step begins. A step
+/// that begins when no other is open raises no such warning. Review: they recorded each other's changes
+/// without a word.
+#[test]
+fn steps_open_at_once_in_one_worktree_warn_both_sessions() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s1 = w.session().await;
+        let s2 = w.session().await;
+        let a1 = w.prompt(&s1.id, "one").await;
+        let a2 = w.prompt(&s2.id, "two").await;
+        let beside = |warnings: &[Warning]| {
+            warnings
+                .iter()
+                .filter(|w| {
+                    w.message
+                        .contains("each step records what the other changes")
+                })
+                .map(|w| w.message.clone())
+                .collect::<Vec<_>>()
+        };
+        w.rewind.begin_step(&s1.id, &a1).await.expect("begin 1");
+        let alone = w.rewind.warnings(&s1.id).await.expect("warnings");
+        assert!(beside(&alone).is_empty(), "{alone:?}");
+        w.rewind.begin_step(&s2.id, &a2).await.expect("begin 2");
+        let first = beside(&w.rewind.warnings(&s1.id).await.expect("warnings"));
+        let second = beside(&w.rewind.warnings(&s2.id).await.expect("warnings"));
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert!(first[0].contains(s2.id.as_str()), "{first:?}");
+        assert_eq!(second.len(), 1, "{second:?}");
+        assert!(second[0].contains(s1.id.as_str()), "{second:?}");
+        w.write("a.txt", "a1");
+        for (s, a) in [(&s1, &a1), (&s2, &a2)] {
+            w.rewind
+                .finish_step(&s.id, a, rewind_core::service::StepEnd::default())
+                .await
+                .expect("finish");
+        }
+        // One at a time again: no new warning.
+        w.turn(&s1.id, "three", |w| w.write("a.txt", "a2")).await;
+        let after = beside(&w.rewind.warnings(&s1.id).await.expect("warnings"));
+        assert_eq!(after.len(), 1, "{after:?}");
+        let events = w.events().await;
+        assert_eq!(
+            events
+                .iter()
+                .filter(
+                    |e| matches!(&e.event.payload, EventPayload::SessionWarning { message, .. }
+                    if message.contains("each step records what the other changes"))
+                )
+                .count(),
+            2,
+            "one session.warning for each session"
+        );
+    })
+}
