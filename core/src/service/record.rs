@@ -1016,7 +1016,7 @@ impl Rewind {
             let current = self.load_session(&session.id).await?;
             match &current.step {
                 Some(open) if open.token == step.token => self
-                    .close_step_locked(&current, &step, end, &session_lease)
+                    .close_step_locked(&current, &step, (end, as_owner), &session_lease)
                     .await
                     .map(Some),
                 _ => Ok(None),
@@ -1044,7 +1044,7 @@ impl Rewind {
         &self,
         session: &Session,
         step: &OpenStep,
-        end: StepEnd,
+        end: (StepEnd, bool),
         session_lease: &super::HeldLease,
     ) -> Result<Vec<Part>> {
         let worktree_lease = match self
@@ -1071,11 +1071,12 @@ impl Rewind {
         result
     }
 
+    /// `as_owner` as `close_step`'s.
     async fn close_step_under(
         &self,
         session: &Session,
         step: &OpenStep,
-        end: StepEnd,
+        (end, as_owner): (StepEnd, bool),
         (session_lease, worktree_lease): (&super::HeldLease, &super::HeldLease),
     ) -> Result<Vec<Part>> {
         let directory = session.directory.clone();
@@ -1146,6 +1147,9 @@ impl Rewind {
             }
         };
         let now = self.now();
+        if !as_owner && !files.is_empty() {
+            warnings.push(late_end_warning(now, step, &directory, &files, &snapshot));
+        }
         let mut last = message.last_part.clone();
         let mut next_id = |ids: &crate::id::IdGenerator| {
             let id: PartId = ids.ascending(now, last.as_ref());
@@ -1506,6 +1510,33 @@ fn newly_skipped(session: &Session, skipped: &[SkippedPath]) -> Vec<SkippedPath>
         .filter(|s| !named.contains(s.path.as_str()))
         .cloned()
         .collect()
+}
+
+/// The warning of a step closed because it was found abandoned, with changes: its end snapshot is taken at
+/// the abort, which may come long after its owner stopped (the next operation on the worktree), so its
+/// patch also holds what was changed in those files since, by hand or by another program, and a revert of
+/// the step undoes that too. The snapshot holds the files as they were at the abort. (Review: such a patch
+/// took the user's own edits without a word.)
+fn late_end_warning(
+    now: u64,
+    step: &OpenStep,
+    directory: &str,
+    files: &[RelPath],
+    end: &Option<SnapshotId>,
+) -> Warning {
+    Warning {
+        time: now,
+        message: format!(
+            "the step of message {} was aborted because its owner ({}) is gone or was silent for longer than the \
+             step timeout; its end snapshot was taken at the abort, so its patch also holds any change made \
+             to these files after the owner stopped (by hand or by another program), and reverting the step \
+             undoes those changes too (the revert keeps what it overwrites; the snapshot here holds the files \
+             as they were at the abort)",
+            step.message_id, step.holder
+        ),
+        snapshot: end.clone(),
+        files: files.iter().map(|f| f.to_absolute(directory)).collect(),
+    }
 }
 
 fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warning {

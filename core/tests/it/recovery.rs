@@ -810,6 +810,33 @@ fn a_finish_of_a_dead_owners_step_aborts_it_and_says_so() {
             "what the step changed is recorded: {:?}",
             message.parts
         );
+        let warning = w.last_warning(&s.id, "the late end's warning").await;
+        assert!(
+            warning.message.contains("after the owner stopped"),
+            "{warning:?}"
+        );
+        assert_eq!(warning.files, [w.abs("a.txt")]);
+    })
+}
+
+/// An abort asked by the step's owner ends it at once: its end snapshot is not late, and no warning says
+/// it may hold later changes (that warning is for a step found abandoned).
+#[test]
+fn an_owners_abort_raises_no_late_end_warning() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let a = w.prompt(&s.id, "run it").await;
+        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        w.write("a.txt", "a1");
+        let parts = w.rewind.abort_step(&s.id, &a).await.expect("abort");
+        assert!(
+            parts.iter().any(|p| matches!(p.body, PartBody::Patch(_))),
+            "{parts:?}"
+        );
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        assert!(warnings.is_empty(), "{warnings:?}");
     })
 }
 

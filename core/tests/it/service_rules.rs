@@ -363,6 +363,16 @@ fn an_abandoned_step_is_aborted_first() {
             .expect("lease")
             .is_none()
     );
+    // Its end snapshot was taken at the abort, not when its owner stopped: the session is told that the
+    // patch may hold later changes, and which snapshot holds the files as they were then.
+    let warnings = block_on(f.repo.warnings(&f.session.id)).expect("warnings");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].message.contains("after the owner stopped"),
+        "{warnings:?}"
+    );
+    assert_eq!(warnings[0].snapshot, Some(sid(51)));
+    assert_eq!(warnings[0].files, [format!("{WORKTREE}/c.txt")]);
 }
 
 /// A step's patch names the files its two snapshots differ in: one the worktree shows changed since the
@@ -394,8 +404,10 @@ fn a_step_s_patch_leaves_out_a_file_written_after_its_end_snapshot() {
         .find_map(|p| p.as_patch().filter(|patch| patch.hash == sid(50)))
         .unwrap_or_else(|| panic!("the step's patch: {:?}", message.parts));
     assert_eq!(patch.files, [format!("{WORKTREE}/c.txt")]);
+    // The one warning is the abandoned step's late end, naming only the patch's file.
     let warnings = block_on(f.repo.warnings(&f.session.id)).expect("warnings");
-    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].files, [format!("{WORKTREE}/c.txt")]);
 }
 
 #[test]
