@@ -424,6 +424,10 @@ struct Applier<'a> {
     /// deletions end (`finish`, at the first write or the operation's end), which looks at them again as
     /// at the files the writes swapped out (`settle`).
     deleted_aside: Vec<SwappedOut>,
+    /// The files of `deleted_aside` removed to make way for a directory (`write`): written to meanwhile,
+    /// such a file cannot go back to its name, which the directory holds; it is kept beside it, and its
+    /// deletion stands.
+    made_way: HashSet<String>,
     /// The paths deleted (or found gone) whose emptied directories are removed once the files moved
     /// aside from them are settled: at the first write, or at the operation's end (`finish`).
     emptied: Vec<String>,
@@ -515,6 +519,11 @@ enum Done {
 /// Why a path is left as it is when it changed between its check and its write or delete.
 const MOVED_MEANWHILE: &str = "it, or a directory above it, changed while rewind was writing (another \
                                program at work in the worktree), so it is left as it is";
+
+/// Why a file removed to make way for a directory is named as kept: it was written to meanwhile.
+const MADE_WAY_KEPT: &str = "it was written to while rewind replaced it with the directory it needs \
+                             (another program at work in the worktree); what was written is kept beside \
+                             the directory as <name>.rewind-kept-<…>";
 
 /// A failure to write the temporary file: of the store (reading the blob) or of the disk.
 enum TempError {
@@ -1060,23 +1069,6 @@ fn remove_aside(
     }
 }
 
-/// Deletes `name` in `dir` while it is the file or symlink `was` (its stat data when checked). Moved when
-/// it is something else now; a file gone meanwhile counts as deleted.
-fn remove(dir: &OwnedFd, name: &str, was: Stat, at: (&Path, &Relinked)) -> io::Result<Done> {
-    let held = match standing(dir, name, was, at, crate::replace::is_ext4_fd(dir))? {
-        Standing::Same(held, _) => held,
-        Standing::Other => return Ok(Done::Moved),
-        Standing::Gone => return Ok(Done::Changed(None)),
-    };
-    match rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()) {
-        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-        Err(e) if taken_by_a_directory(e) => return Ok(Done::Moved),
-        Err(e) => return Err(e.into()),
-    }
-    held.release();
-    Ok(Done::Changed(None))
-}
-
 /// Whether a rename or unlink failed because a directory stands at the name now (made there since the
 /// look): the path is then left as it is.
 fn taken_by_a_directory(e: rustix::io::Errno) -> bool {
@@ -1233,6 +1225,7 @@ impl<'a> Applier<'a> {
             not_a_file: HashSet::new(),
             dirs_changed: false,
             deleted_aside: Vec::new(),
+            made_way: HashSet::new(),
             emptied: Vec::new(),
             emptied_dirs: HashSet::new(),
         })
@@ -1315,6 +1308,11 @@ impl<'a> Applier<'a> {
     /// kept.
     fn keep_put_back(&mut self, put_back: Vec<String>) -> GitResult<()> {
         for rel in put_back {
+            if self.made_way.remove(&rel) {
+                // The directory made in its place stays, with what was written in it.
+                self.keep(&rel, MADE_WAY_KEPT)?;
+                continue;
+            }
             self.written_stats.remove(&rel);
             self.unrecord(&rel);
             self.keep(&rel, MOVED_MEANWHILE)?;
@@ -1496,7 +1494,7 @@ impl<'a> Applier<'a> {
                 let Some(was) = now else {
                     return self.keep(path, "it is not a file or symlink, so it is left as it is");
                 };
-                match self.remove_file(path, was, true)? {
+                match self.remove_file(path, was)? {
                     Done::Changed(_) => {
                         self.record(path, true, None);
                         self.note_emptied(path);
@@ -1517,18 +1515,15 @@ impl<'a> Applier<'a> {
         self.emptied.push(path.to_owned());
     }
 
-    /// Deletes file or symlink `path` through its directory's handle, while it is `was`: moved `aside`
+    /// Deletes file or symlink `path` through its directory's handle, while it is `was`: moved aside
     /// (`remove_aside`, to a temporary name of this operation's batch, whose directory the journal names)
-    /// and looked at again when the deletions end (`deleted_aside`, `finish`), or unlinked after its look
-    /// (`remove`: a file removed to make room for a directory, whose directory the journal need not name).
-    fn remove_file(&mut self, path: &str, was: Stat, aside: bool) -> GitResult<Done> {
+    /// and looked at again when the deletions end (`deleted_aside`, `finish`).
+    fn remove_file(&mut self, path: &str, was: Stat) -> GitResult<Done> {
         if let Some(hook) = &self.hook {
             hook(path);
         }
-        let aside = aside.then(|| {
-            self.counter += 1;
-            temp_name(&self.batch, self.counter)
-        });
+        self.counter += 1;
+        let aside = temp_name(&self.batch, self.counter);
         let abs = self.abs(path);
         let (dir_rel, name) = beneath::split(path);
         let dir = match self.root.dir(dir_rel) {
@@ -1537,10 +1532,6 @@ impl<'a> Applier<'a> {
             Err(e) => return Err(GitError::io(&abs, e)),
         };
         let dir_path = abs.parent().unwrap_or(&self.store.worktree);
-        let Some(aside) = aside else {
-            return remove(&dir, name, was, (dir_path, &self.relinked))
-                .map_err(|e| GitError::io(&abs, e));
-        };
         let before_move = || {
             if let Some(hook) = &self.swap_hook {
                 hook(path);
@@ -1722,8 +1713,19 @@ impl<'a> Applier<'a> {
                             ),
                         );
                     }
+                    // Moved aside and settled with the deletions, as a deleted file is: a write that
+                    // lands between the last look and the move is kept beside the new directory, not
+                    // unlinked with the file (review). Its directory is journaled first, for the crash
+                    // clean-up.
                     let removed = match now {
-                        Some(was) => self.remove_file(parent, was, false)?,
+                        Some(was) => {
+                            self.journal_parents(std::iter::once(parent.to_owned()))?;
+                            let removed = self.remove_file(parent, was)?;
+                            if let Done::Changed(_) = removed {
+                                self.made_way.insert(parent.to_owned());
+                            }
+                            removed
+                        }
                         None => Done::Moved,
                     };
                     if let Done::Moved = removed {

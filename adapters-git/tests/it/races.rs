@@ -512,6 +512,48 @@ async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
     }
 }
 
+/// A tracked file standing where a revert needs a directory is moved aside and settled like a deleted
+/// file: a write that lands through a handle opened before the move (an editor's save under way) is kept
+/// beside the new directory as `<name>.rewind-kept-…`, and the path is named as kept, while the directory
+/// and the file in it are written. Review: the file was unlinked right after its last look, and such a
+/// write went with it.
+#[tokio::test]
+async fn a_write_to_a_file_replaced_by_a_directory_is_kept_beside_it() {
+    let h = writing_through_an_old_handle("dir", false, "appended by an editor\n", None);
+    h.write("dir/file.txt", b"v1\n");
+    let s = h.id().await;
+    h.remove("dir");
+    h.write("dir", b"dir is a file\n");
+    let base = h.id().await;
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&s, &["dir/file.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("dir/file.txt"), text("v1\n"));
+    wrote_only(&outcome.written, "dir/file.txt", "the directory's file");
+    kept_saying(
+        &outcome.kept,
+        "dir",
+        "written to while rewind replaced it",
+        "dir",
+    );
+    assert_eq!(
+        kept_beside(h.root(), "dir", "the editor's write"),
+        "dir is a file\nappended by an editor\n"
+    );
+    // `applied` is the worktree as the revert left it, the kept file aside.
+    let kept_name = names_in(h.root())
+        .into_iter()
+        .find(|n| n.starts_with("dir.rewind-kept-"))
+        .expect("kept beside");
+    let now = h.id().await;
+    assert_eq!(
+        changed_in_applied(&h, &outcome.applied, &now).await,
+        [kept_name]
+    );
+}
+
 /// The same with a name so long that `<name>.rewind-kept-<temporary name>` would be over the 255 bytes a
 /// name may have: the earlier write is kept as `rewind-kept-<batch>-<n>` instead (black-box: the move
 /// aside failed unseen, the path was reported kept, and the write stayed at the temporary name, hidden
