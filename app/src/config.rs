@@ -233,7 +233,16 @@ impl Settings {
         empty(&file.password, "", "password")?;
         empty(&file.database_url, "", "database_url")?;
         if let Some(hostname) = server.hostname.or(file.hostname) {
-            settings.hostname = hostname;
+            // An IPv6 address as a URL writes it (`[::1]`) is that address: the brackets are URL syntax,
+            // and a lookup of the bracketed text fails (review: it passed the loopback check, then the
+            // server failed to start with a hint about another server).
+            settings.hostname = match hostname
+                .strip_prefix('[')
+                .and_then(|inner| inner.strip_suffix(']'))
+            {
+                Some(inner) if inner.parse::<std::net::Ipv6Addr>().is_ok() => inner.to_owned(),
+                _ => hostname,
+            };
         }
         if let Some(port) = server.port.or(file.port) {
             settings.port = port;
@@ -537,6 +546,27 @@ mod tests {
             ..ServerArgs::default()
         };
         assert_eq!(Settings::resolve(&args, Some(&server), dir.path())?.port, 0);
+        Ok(())
+    }
+
+    /// An IPv6 address written as in a URL (`[::1]`) is that address, for the loopback check and for the
+    /// listener; brackets around anything else are left for the lookup to refuse.
+    #[test]
+    fn a_bracketed_ipv6_hostname_is_the_address() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let with = |hostname: &str| ServerArgs {
+            hostname: Some(hostname.to_owned()),
+            ..ServerArgs::default()
+        };
+        let args = ConfigArgs::default();
+        let resolved = Settings::resolve(&args, Some(&with("[::1]")), dir.path())?;
+        assert_eq!(resolved.hostname, "::1");
+        assert!(resolved.is_loopback());
+        let resolved = Settings::resolve(&args, Some(&with("[2001:db8::1]")), dir.path())?;
+        assert_eq!(resolved.hostname, "2001:db8::1");
+        assert!(!resolved.is_loopback());
+        let resolved = Settings::resolve(&args, Some(&with("[localhost]")), dir.path())?;
+        assert_eq!(resolved.hostname, "[localhost]");
         Ok(())
     }
 

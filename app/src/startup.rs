@@ -221,14 +221,27 @@ impl Application {
         let relay_cursor = crate::http::events::outbox_end(services.repo.as_ref())
             .await
             .context("cannot read the event outbox")?;
-        let listener = tokio::net::TcpListener::bind((settings.hostname.as_str(), settings.port))
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot listen on {}:{} (is another server running? --port 0 picks a free port)",
-                    settings.hostname, settings.port
-                )
-            })?;
+        let listener = match tokio::net::TcpListener::bind((
+            settings.hostname.as_str(),
+            settings.port,
+        ))
+        .await
+        {
+            Ok(listener) => listener,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(anyhow::Error::new(e).context(format!(
+                        "cannot listen on {}:{} (is another server running? --port 0 picks a free port)",
+                        settings.hostname, settings.port
+                    )));
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                        "cannot listen on {}:{} (--hostname takes a host name or an IP address, without a \
+                         port or a scheme)",
+                        settings.hostname, settings.port
+                    )));
+            }
+        };
         let address = listener.local_addr()?;
         let state = crate::http::AppState {
             bus: Arc::new(rewind_bus::BroadcastBus::new(options.bus_capacity)),

@@ -620,3 +620,31 @@ fn a_project_root_flag_with_a_colon_is_one_directory() {
         .expect("runs");
     assert!(output.status.success(), "{output:?}");
 }
+
+/// `--hostname` with a port in it cannot be listened on: the error says what the flag takes, not that
+/// another server may be running (review: that hint came for every failure to listen). An IPv6 address
+/// in brackets, as a URL writes it, is that address (review: it failed with the same hint).
+#[test]
+fn a_hostname_that_cannot_be_listened_on_says_what_the_flag_takes() {
+    let env = Env::plain();
+    let output = env
+        .rewind(&["serve", "--port", "0", "--hostname", "localhost:8080"])
+        .env("REWIND_PASSWORD", "s3cret")
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("without a port or a scheme"), "{stderr}");
+    assert!(!stderr.contains("another server"), "{stderr}");
+    // `[::1]` is loopback, and is listened on (when this host has IPv6 at all).
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        let server = crate::support::Server::start_with(&env, "warn", &["--hostname", "[::1]"]);
+        assert!(
+            server.first_line.contains("http://[::1]:"),
+            "{}",
+            server.first_line
+        );
+        server.stop();
+    }
+}
