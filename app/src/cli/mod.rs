@@ -167,7 +167,15 @@ pub fn main() -> ExitCode {
     }
     let matches = match <Cli as clap::CommandFactory>::command().try_get_matches() {
         Ok(matches) => matches,
-        Err(error) => return usage_exit(&error),
+        Err(error) => {
+            if let Some(refusal) =
+                invalid_variable(&<Cli as clap::CommandFactory>::command(), &error)
+            {
+                eprintln!("error: {refusal}");
+                return ExitCode::from(2);
+            }
+            return usage_exit(&error);
+        }
     };
     let mut cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(cli) => cli,
@@ -262,6 +270,48 @@ fn refuse_empty_variables(command: &clap::Command) -> Option<String> {
         }
     }
     None
+}
+
+/// The refusal of a value that came from a `REWIND_*` variable, naming the variable: clap names only the
+/// flag (`invalid value 'http' for '--port <PORT>'`), which the user never typed (review). None when the
+/// error is another, or the flag was given on the command line.
+fn invalid_variable(command: &clap::Command, error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
+        error.get(ContextKind::InvalidArg),
+        error.get(ContextKind::InvalidValue),
+    ) else {
+        return None;
+    };
+    let flag = arg.split_whitespace().next()?;
+    let argument = command
+        .get_arguments()
+        .chain(
+            command
+                .get_subcommands()
+                .flat_map(clap::Command::get_arguments),
+        )
+        .find(|a| a.get_long().is_some_and(|long| flag == format!("--{long}")))?;
+    let name = argument.get_env()?;
+    if std::env::var_os(name)?.to_str() != Some(value.as_str()) {
+        return None;
+    }
+    let typed = std::env::args_os().skip(1).any(|given| {
+        given
+            .to_str()
+            .is_some_and(|given| given == flag || given.starts_with(&format!("{flag}=")))
+    });
+    if typed {
+        return None;
+    }
+    let why = std::error::Error::source(error).map_or_else(String::new, |e| format!(": {e}"));
+    Some(format!(
+        "invalid value '{value}' in {} (the variable behind {flag}){why}",
+        name.to_string_lossy()
+    ))
 }
 
 /// Prints clap's help, version or usage error and gives its exit code (0 for help and version, 2 for a

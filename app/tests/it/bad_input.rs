@@ -648,3 +648,30 @@ fn a_hostname_that_cannot_be_listened_on_says_what_the_flag_takes() {
         server.stop();
     }
 }
+
+/// A variable's value that is not valid is refused naming the variable, which the user set, not only the
+/// flag behind it, which they never typed (review); a flag given on the command line is named as before.
+#[test]
+fn an_invalid_variable_is_refused_by_its_name() {
+    let env = Env::plain();
+    let output = env
+        .rewind(&["status"])
+        .env("REWIND_STEP_TIMEOUT", "ten")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid value 'ten' in REWIND_STEP_TIMEOUT"),
+        "{stderr}"
+    );
+    let output = env
+        .rewind(&["status", "--step-timeout", "ten"])
+        .env("REWIND_STEP_TIMEOUT", "ten")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'--step-timeout <"), "{stderr}");
+    assert!(!stderr.contains("REWIND_STEP_TIMEOUT"), "{stderr}");
+}
