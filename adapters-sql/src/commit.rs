@@ -557,7 +557,7 @@ impl SqlRepo {
                     .map_err(self.fault("reading a session"))?
                     .ok_or_else(|| session_not_found(&id))?;
                 // The body as stored (a revert text `share` took out stays out, under its reference).
-                let mut session: Session = self.decode(&body, "session")?;
+                let mut session: Session = self.decode_row(&body, "session", id.as_str())?;
                 session.title = title;
                 session.time.updated = session.time.updated.max(updated);
                 session::Entity::update_many()

@@ -37,10 +37,35 @@ impl SqlRepo {
         serde_json::from_str(text).map_err(|e| self.decode_error(what, e.to_string()))
     }
 
+    /// `decode` of the row named `row` (its id, or its position and session), which the error names.
+    pub(crate) fn decode_row<T: DeserializeOwned>(
+        &self,
+        text: &str,
+        what: &'static str,
+        row: &str,
+    ) -> Result<T> {
+        serde_json::from_str(text).map_err(|e| self.decode_row_error(what, row, e.to_string()))
+    }
+
     pub(crate) fn decode_error(&self, what: &'static str, reason: String) -> rewind_core::Error {
+        self.decode_row_error(what, "", reason)
+    }
+
+    /// The error of a row that cannot be read: `row` names it (empty: unknown).
+    pub(crate) fn decode_row_error(
+        &self,
+        what: &'static str,
+        row: &str,
+        reason: String,
+    ) -> rewind_core::Error {
         SqlError::Decode {
             target: self.target.clone(),
             what,
+            row: if row.is_empty() {
+                String::new()
+            } else {
+                format!(" ({row})")
+            },
             reason,
         }
         .into()
@@ -82,12 +107,13 @@ impl SqlRepo {
     }
 
     pub(crate) fn part_from_row(&self, row: &part::Model) -> Result<Part> {
-        let id_error = |e: rewind_core::Error| self.decode_error("part", e.to_string());
+        let id_error =
+            |e: rewind_core::Error| self.decode_row_error("part", &row.id, e.to_string());
         Ok(Part {
             id: PartId::parse(&row.id).map_err(id_error)?,
             session_id: SessionId::parse(&row.session_id).map_err(id_error)?,
             message_id: rewind_core::model::MessageId::parse(&row.message_id).map_err(id_error)?,
-            body: self.decode::<PartBody>(&row.body, "part")?,
+            body: self.decode_row::<PartBody>(&row.body, "part", &row.id)?,
         })
     }
 
@@ -109,7 +135,7 @@ impl SqlRepo {
             .iter()
             .map(|row| {
                 Ok(MessageWithParts {
-                    info: self.decode::<Message>(&row.body, "message")?,
+                    info: self.decode_row::<Message>(&row.body, "message", &row.id)?,
                     parts: by_message.remove(&row.id).unwrap_or_default(),
                 })
             })

@@ -119,12 +119,14 @@ pub enum SqlError {
         source: DriverError,
     },
     /// A stored row could not be read back.
-    #[error("a stored {what} in the database {target} cannot be read: {reason}")]
+    #[error("a stored {what}{row} in the database {target} cannot be read: {reason}")]
     Decode {
         /// The database.
         target: String,
         /// Which kind of row.
         what: &'static str,
+        /// Which row, when known (` (prt_…)`, ` (3 of session ses_…)`), so that it can be found.
+        row: String,
         /// Why.
         reason: String,
     },

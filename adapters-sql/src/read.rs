@@ -186,7 +186,7 @@ impl SqlRepo {
             .await
             .map_err(&fault)?;
         rows.iter()
-            .map(|row| self.decode::<Message>(&row.body, "message"))
+            .map(|row| self.decode_row::<Message>(&row.body, "message", &row.id))
             .collect()
     }
 
@@ -205,7 +205,7 @@ impl SqlRepo {
         let last = last_part_id(session, id).one(&txn).await.map_err(&fault)?;
         txn.commit().await.map_err(&fault)?;
         Ok(Some(MessageHead {
-            info: self.decode::<Message>(&row.body, "message")?,
+            info: self.decode_row::<Message>(&row.body, "message", &row.id)?,
             last_part: last
                 .map(|id| {
                     PartId::parse(&id).map_err(|e| self.decode_error("a part id", e.to_string()))
@@ -266,7 +266,7 @@ impl SqlRepo {
             .await
             .map_err(self.fault("reading a session's warnings"))?;
         rows.iter()
-            .map(|r| self.decode(&r.body, "warning"))
+            .map(|r| self.decode_row(&r.body, "warning", &of_session(r.seq, &r.session_id)))
             .collect()
     }
 
@@ -281,7 +281,13 @@ impl SqlRepo {
             .await
             .map_err(self.fault("reading a session's revert history"))?;
         rows.iter()
-            .map(|r| self.decode(&r.body, "revert history entry"))
+            .map(|r| {
+                self.decode_row(
+                    &r.body,
+                    "revert history entry",
+                    &of_session(r.seq, &r.session_id),
+                )
+            })
             .collect()
     }
 
@@ -409,7 +415,10 @@ impl SqlRepo {
             .await
             .map_err(&fault)?;
         for row in &sessions {
-            session_snapshots(&self.decode::<Session>(&row.body, "session")?, &mut out);
+            session_snapshots(
+                &self.decode_row::<Session>(&row.body, "session", &row.id)?,
+                &mut out,
+            );
         }
 
         let parts = part::Entity::find()
@@ -421,7 +430,10 @@ impl SqlRepo {
             .await
             .map_err(&fault)?;
         for row in &parts {
-            part_snapshots(&self.decode::<PartBody>(&row.body, "part")?, &mut out);
+            part_snapshots(
+                &self.decode_row::<PartBody>(&row.body, "part", &row.id)?,
+                &mut out,
+            );
         }
 
         let warnings = warning::Entity::find()
@@ -432,7 +444,14 @@ impl SqlRepo {
             .await
             .map_err(&fault)?;
         for row in &warnings {
-            warning_snapshots(&self.decode::<Warning>(&row.body, "warning")?, &mut out);
+            warning_snapshots(
+                &self.decode_row::<Warning>(
+                    &row.body,
+                    "warning",
+                    &of_session(row.seq, &row.session_id),
+                )?,
+                &mut out,
+            );
         }
 
         let history = revert_history::Entity::find()
@@ -444,7 +463,11 @@ impl SqlRepo {
             .map_err(&fault)?;
         for row in &history {
             history_snapshots(
-                &self.decode::<RevertHistoryEntry>(&row.body, "revert history entry")?,
+                &self.decode_row::<RevertHistoryEntry>(
+                    &row.body,
+                    "revert history entry",
+                    &of_session(row.seq, &row.session_id),
+                )?,
                 &mut out,
             );
         }
@@ -459,7 +482,7 @@ impl SqlRepo {
             .map_err(&fault)?;
         for row in &intents {
             out.insert(
-                self.decode::<IntentRecord>(&row.body, "intent record")?
+                self.decode_row::<IntentRecord>(&row.body, "intent record", &row.token)?
                     .before,
             );
         }
@@ -472,7 +495,10 @@ impl SqlRepo {
             .await
             .map_err(&fault)?;
         for row in &captures {
-            out.insert(self.decode::<Capture>(&row.body, "capture")?.snapshot);
+            out.insert(
+                self.decode_row::<Capture>(&row.body, "capture", &format!("position {}", row.seq))?
+                    .snapshot,
+            );
         }
         txn.commit().await.map_err(&fault)?;
         Ok(out)
@@ -489,7 +515,9 @@ impl SqlRepo {
             .await
             .map_err(&fault)?;
         rows.iter()
-            .map(|row| self.decode::<Capture>(&row.body, "capture"))
+            .map(|row| {
+                self.decode_row::<Capture>(&row.body, "capture", &format!("position {}", row.seq))
+            })
             .collect()
     }
 }
@@ -516,4 +544,9 @@ pub(crate) fn parts_of(session: &SessionId, id: &MessageId) -> Select<part::Enti
     part::Entity::find()
         .filter(part::Column::SessionId.eq(session.as_str()))
         .filter(part::Column::MessageId.eq(id.as_str()))
+}
+
+/// A row of a session's numbered rows (warnings, revert history), as an error names it.
+fn of_session(seq: i64, session: &str) -> String {
+    format!("position {seq} of session {session}")
 }

@@ -478,6 +478,65 @@ fn an_intent_record_that_cannot_be_read_is_listed_as_unreadable() {
     });
 }
 
+/// A stored part or warning that cannot be read is named in the error by its row (the part's id; the
+/// warning's position and session), so that it can be found and mended (review: only its kind was named).
+#[test]
+fn a_row_that_cannot_be_read_is_named_by_its_id() {
+    run(async {
+        let file = SqliteFile::new();
+        let repo = file.open().await;
+        let ids = Ids::default();
+        let s = session(&ids, "/work/damaged-part");
+        let user = message(&ids, &s, Role::User);
+        let text = part(&ids, &user, PartBody::text("hello"));
+        repo.commit(transaction(
+            vec![
+                Change::PutSession(Box::new(s.clone())),
+                Change::PutMessage(Box::new(user.clone())),
+                Change::PutPart(Box::new(text.clone())),
+                Change::AddWarning {
+                    session: s.id.clone(),
+                    warning: warning(&ids, None, "a.txt"),
+                },
+            ],
+            Vec::new(),
+        ))
+        .await
+        .expect("commits");
+        let raw = Database::connect(format!("sqlite://{}", file.path.display()))
+            .await
+            .expect("connects");
+        raw.execute_unprepared("UPDATE part SET body = '{\"type\": 5'")
+            .await
+            .expect("damages the part");
+        raw.execute_unprepared("UPDATE warning SET body = '[' ")
+            .await
+            .expect("damages the warning");
+        raw.close().await.expect("closes");
+        let error = repo
+            .messages(&s.id)
+            .await
+            .expect_err("the part cannot be read")
+            .to_string();
+        assert!(
+            error.contains(&format!("a stored part ({}) in the database", text.id)),
+            "{error}"
+        );
+        let error = repo
+            .warnings(&s.id)
+            .await
+            .expect_err("the warning cannot be read")
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "a stored warning (position 1 of session {})",
+                s.id
+            )),
+            "{error}"
+        );
+    });
+}
+
 #[test]
 fn a_locked_sqlite_file_is_refused_after_the_busy_timeout() {
     run(async {
