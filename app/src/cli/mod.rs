@@ -408,9 +408,11 @@ async fn run(cli: Cli) -> Result<()> {
             crate::http::serve(settings, directory, cli.json).await
         }
         Command::Demo { keep } => {
-            // The demo uses a temporary data directory unless one is given (on its command line).
+            // The demo uses a temporary data directory unless one is given (on its command line). Its
+            // relative paths are taken from the `-C` directory, as every command's flags are (review:
+            // from the current directory).
             let settings = if cli.config.data_dir.is_some() || cli.config.database_url.is_some() {
-                Some(Settings::resolve(&cli.config, None, &cwd)?)
+                Some(Settings::resolve(&cli.config, None, &directory)?)
             } else {
                 None
             };
@@ -418,7 +420,7 @@ async fn run(cli: Cli) -> Result<()> {
                 if dir.is_absolute() {
                     dir
                 } else {
-                    cwd.join(dir)
+                    directory.join(dir)
                 }
             });
             demo::run(settings, keep.as_deref(), cli.json).await

@@ -223,3 +223,30 @@ fn the_demo_leaves_the_data_directory_of_the_environment_alone() {
         "nothing was written there"
     );
 }
+
+/// The demo's relative `--data-dir` and `--keep` are taken from the `-C` directory, as every command's
+/// flags are (review: from the current directory).
+#[test]
+fn the_demo_takes_relative_paths_from_the_c_directory() {
+    let env = Env::plain();
+    let base = TempDir::new().expect("a -C directory");
+    let elsewhere = TempDir::new().expect("a current directory");
+    let output = env
+        .bare()
+        .current_dir(elsewhere.path())
+        .arg("-C")
+        .arg(base.path())
+        .args(["--json", "demo", "--data-dir", "data", "--keep", "repo"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    assert!(base.path().join("data").is_dir(), "the data directory");
+    assert!(base.path().join("repo").is_dir(), "the kept repository");
+    assert!(
+        std::fs::read_dir(elsewhere.path())
+            .expect("list")
+            .next()
+            .is_none(),
+        "nothing in the current directory"
+    );
+}
