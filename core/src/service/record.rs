@@ -833,13 +833,27 @@ impl Rewind {
     ) -> Result<()> {
         let now = self.now();
         for other in self.repo.sessions_overlapping(&session.directory).await? {
-            if other.id == session.id || other.step.is_none() {
+            let Some(other_step) = other.step.as_ref().filter(|_| other.id != session.id) else {
                 continue;
-            }
-            let why = "rewind snapshots the whole worktree, so each step records what the other changes \
-                       while both are open, and reverting either one also undoes the other's changes in that \
-                       time. Run one agent at a time in a worktree, or give each session a worktree of its \
-                       own (a git worktree, say), to keep them apart";
+            };
+            // Once for each pair while the other's step stays open: its session is not told again at
+            // each step this one begins beside it, nor this one at each of its steps (review: a long
+            // `exec` beside an agent's hundred steps got a hundred copies).
+            let told = async |whom: &SessionId, of: &SessionId| -> Result<bool> {
+                Ok(self.repo.warnings(whom).await?.iter().any(|w| {
+                    w.time >= other_step.started
+                        && w.message.contains(STEPS_BESIDE)
+                        && w.message.contains(of.as_str())
+                }))
+            };
+            let tell_this = !told(&session.id, &other.id).await?;
+            let tell_other = !told(&other.id, &session.id).await?;
+            let why = format!(
+                "rewind snapshots the whole worktree, so {STEPS_BESIDE} while both are open, and reverting \
+                 either one also undoes the other's changes in that time. Run one agent at a time in a \
+                 worktree, or give each session a worktree of its own (a git worktree, say), to keep them \
+                 apart"
+            );
             let mine = Warning {
                 time: now,
                 message: format!(
@@ -858,8 +872,12 @@ impl Rewind {
                 snapshot: None,
                 files: Vec::new(),
             };
-            self.push_warning(transaction, &session.id, mine);
-            self.push_warning(transaction, &other.id, theirs);
+            if tell_this {
+                self.push_warning(transaction, &session.id, mine);
+            }
+            if tell_other {
+                self.push_warning(transaction, &other.id, theirs);
+            }
         }
         Ok(())
     }
@@ -882,8 +900,15 @@ impl Rewind {
             if self.step_is_abandoned(&session).await? {
                 // Its owner is gone: the step is aborted, as the next operation on the session aborts it
                 // (SPEC section 4), and the answer says so (review: 409 naming a dead process, and the step
-                // left open until some other operation came).
-                let session = self.abort_as_read(session).await?;
+                // left open until some other operation came). The finish's usage is the step's, and its
+                // end is now, not late (`Closing::EndedNow`).
+                let aborted = StepEnd {
+                    reason: Some("aborted".to_owned()),
+                    ..end
+                };
+                let session = self
+                    .abort_as_read(session, aborted, Closing::EndedNow)
+                    .await?;
                 return Err(self
                     .explain_no_step(
                         &session,
@@ -894,15 +919,11 @@ impl Rewind {
                     )
                     .await);
             }
-            return Err(Error::busy(
-                session_id,
-                format!(
-                    "Session is busy: {session_id} (its step is owned by {})",
-                    step.holder
-                ),
-            ));
+            return Err(self.step_busy(&session, &step, "").await);
         }
-        self.close_step(&session, end, true).await?.ok_or_else(|| {
+        self.close_step(&session, end, Closing::EndedNow)
+            .await?
+            .ok_or_else(|| {
             Error::InvalidInput(format!(
                 "no step is open in message {message_id} of session {session_id} (it was closed meanwhile)"
             ))
@@ -921,7 +942,8 @@ impl Rewind {
         }
         // The step just looked at, not whichever is open when the abort reads the session again: that one
         // may have finished since, and a step begun on another message (review: it was aborted instead).
-        self.abort_as_read(session).await?;
+        self.abort_as_read(session, aborted_end(), Closing::Aborted)
+            .await?;
         let message = self.load_message(session_id, message_id).await?;
         let parts = message.parts;
         let from = parts
@@ -935,12 +957,19 @@ impl Rewind {
     /// step owned by another live process is not taken from it (`Busy`).
     pub async fn abort(&self, session_id: &SessionId) -> Result<Session> {
         let session = self.load_session(session_id).await?;
-        self.abort_as_read(session).await
+        self.abort_as_read(session, aborted_end(), Closing::Aborted)
+            .await
     }
 
     /// `abort` of the step `session` shows (a step closed since is not closed again, nor another taken
-    /// for it: `close_step`); the session as stored afterwards.
-    async fn abort_as_read(&self, session: Session) -> Result<Session> {
+    /// for it: `close_step`), ended with `end` (an abort's reason), closed as `closing` says; the session
+    /// as stored afterwards.
+    async fn abort_as_read(
+        &self,
+        session: Session,
+        end: StepEnd,
+        closing: Closing,
+    ) -> Result<Session> {
         let session_id = &session.id;
         let Some(step) = session.step.clone() else {
             return Ok(session);
@@ -948,24 +977,38 @@ impl Rewind {
         let owned = step.holder == self.holder();
         let gone = self.step_is_abandoned(&session).await?;
         if !owned && !gone {
-            return Err(Error::busy(
-                session_id,
-                format!(
-                    "Session is busy: {session_id} (its step is owned by {}, which is still running)",
-                    step.holder
-                ),
-            ));
+            return Err(self
+                .step_busy(&session, &step, ", which is still running")
+                .await);
         }
-        self.close_step(
-            &session,
-            StepEnd {
-                reason: Some("aborted".to_owned()),
-                ..Default::default()
-            },
-            owned,
-        )
-        .await?;
+        let closing = match closing {
+            Closing::Aborted if !owned => Closing::Abandoned,
+            closing => closing,
+        };
+        self.close_step(&session, end, closing).await?;
         self.load_session(session_id).await
+    }
+
+    /// The refusal of an operation on a step another live process owns: named by the holder of the step's
+    /// lease when another token holds it (the step is being closed by that one: review, the step's dead
+    /// owner was named "still running" while another process aborted its step), else by the step's owner,
+    /// `running` said of it.
+    async fn step_busy(&self, session: &Session, step: &OpenStep, running: &str) -> Error {
+        if let Ok(Some(lease)) = self
+            .repo
+            .lease(&LeaseKey::Session(session.id.clone()))
+            .await
+            && lease.token != step.token
+        {
+            return Error::lease_busy(&lease.key, &lease.holder, Some(&session.id));
+        }
+        Error::busy(
+            &session.id,
+            format!(
+                "Session is busy: {} (its step is owned by {}{running})",
+                session.id, step.holder
+            ),
+        )
     }
 
     /// Runs recovery for the worktree's intent records and aborts its abandoned steps: what SPEC sections 4
@@ -978,15 +1021,8 @@ impl Rewind {
         let mut aborted = false;
         for session in &sessions {
             if self.step_is_abandoned(session).await? {
-                self.close_step(
-                    session,
-                    StepEnd {
-                        reason: Some("aborted".to_owned()),
-                        ..Default::default()
-                    },
-                    false,
-                )
-                .await?;
+                self.close_step(session, aborted_end(), Closing::Abandoned)
+                    .await?;
                 aborted = true;
             }
         }
@@ -1000,23 +1036,34 @@ impl Rewind {
     /// token, the session is read again, and, when that step is still open, the worktree is tracked and the
     /// finish, patch, summary and status are stored in one transaction. `None` when the step was closed
     /// meanwhile (by its owner, or by another operation that found it abandoned): a step is closed once.
-    /// `as_owner`: closed by its owner (finish, or abort of its own step); otherwise because it was found
-    /// abandoned, which its lease must still show (`take_step_lease`).
+    /// Closed by its owner (this process: a finish, or an abort of its own step), it takes the step's own
+    /// lease; otherwise only a lease that may be taken over (the step was found abandoned:
+    /// `take_step_lease`). `closing` says whether its end snapshot may be late (`late_end_warning`).
     async fn close_step(
         &self,
         session: &Session,
         end: StepEnd,
-        as_owner: bool,
+        closing: Closing,
     ) -> Result<Option<Vec<Part>>> {
         let step = session.step.clone().ok_or_else(|| {
             Error::InvalidInput(format!("no step is open in session {}", session.id))
         })?;
+        let as_owner = step.holder == self.holder();
         let (session_lease, replaced) = self.take_step_lease(&session.id, &step, as_owner).await?;
+        // An owner's abort of a step whose lease had lapsed (its HTTP client silent past the step timeout)
+        // is as late as another's (review: the user's edits since went into the patch without a word).
+        let late = match closing {
+            Closing::EndedNow => false,
+            Closing::Abandoned => true,
+            Closing::Aborted => replaced
+                .as_ref()
+                .is_none_or(|lease| self.is_abandoned(lease)),
+        };
         let result = async {
             let current = self.load_session(&session.id).await?;
             match &current.step {
                 Some(open) if open.token == step.token => self
-                    .close_step_locked(&current, &step, (end, as_owner), &session_lease)
+                    .close_step_locked(&current, &step, (end, late), &session_lease)
                     .await
                     .map(Some),
                 _ => Ok(None),
@@ -1071,12 +1118,12 @@ impl Rewind {
         result
     }
 
-    /// `as_owner` as `close_step`'s.
+    /// `late`: the end snapshot may come long after the step's owner stopped (`close_step`).
     async fn close_step_under(
         &self,
         session: &Session,
         step: &OpenStep,
-        (end, as_owner): (StepEnd, bool),
+        (end, late): (StepEnd, bool),
         (session_lease, worktree_lease): (&super::HeldLease, &super::HeldLease),
     ) -> Result<Vec<Part>> {
         let directory = session.directory.clone();
@@ -1147,7 +1194,7 @@ impl Rewind {
             }
         };
         let now = self.now();
-        if !as_owner && !files.is_empty() {
+        if late && !files.is_empty() {
             warnings.push(late_end_warning(now, step, &directory, &files, &snapshot));
         }
         let mut last = message.last_part.clone();
@@ -1617,6 +1664,28 @@ impl Rewind {
             "no step is open in message {message_id} of session {}: {why}",
             session.id
         ))
+    }
+}
+
+/// The words that mark the warning of steps open at once in one worktree (`push_steps_beside_warnings`).
+const STEPS_BESIDE: &str = "each step records what the other changes";
+
+/// How a step is being closed: whether its end snapshot may be late (`late_end_warning`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Closing {
+    /// Ended now by the one ending it (a finish): its end snapshot is the step's end.
+    EndedNow,
+    /// Aborted when asked: late when the step's lease had lapsed or was lost (it was abandoned).
+    Aborted,
+    /// Found abandoned and aborted by the next operation: its end may come long after its owner stopped.
+    Abandoned,
+}
+
+/// The end of an aborted step.
+fn aborted_end() -> StepEnd {
+    StepEnd {
+        reason: Some("aborted".to_owned()),
+        ..Default::default()
     }
 }
 

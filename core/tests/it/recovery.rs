@@ -785,7 +785,11 @@ fn a_finish_of_a_dead_owners_step_aborts_it_and_says_so() {
         w.write("a.txt", "written by the killed command");
         w.host.become_process(me);
         w.host.kill(&exec);
-        let finish = w.rewind.finish_step(&s.id, &a, StepEnd::default()).await;
+        let end = StepEnd {
+            cost: Some(0.25),
+            ..StepEnd::default()
+        };
+        let finish = w.rewind.finish_step(&s.id, &a, end).await;
         assert!(
             matches!(&finish, Err(Error::InvalidInput(message)) if message.contains("its step was aborted")),
             "{finish:?}"
@@ -793,15 +797,19 @@ fn a_finish_of_a_dead_owners_step_aborts_it_and_says_so() {
         let session = w.rewind.session(&s.id).await.expect("session");
         assert!(session.step.is_none(), "the step is closed");
         let message = w.rewind.message(&s.id, &a).await.expect("message");
-        let reasons: Vec<_> = message
+        let finishes: Vec<_> = message
             .parts
             .iter()
             .filter_map(|p| match &p.body {
-                PartBody::StepFinish(finish) => Some(finish.reason.clone()),
+                PartBody::StepFinish(finish) => Some((finish.reason.clone(), finish.cost)),
                 _ => None,
             })
             .collect();
-        assert_eq!(reasons, ["aborted"]);
+        assert_eq!(
+            finishes,
+            [("aborted".to_owned(), 0.25)],
+            "the finish's usage is the step's"
+        );
         assert!(
             message
                 .parts
@@ -810,12 +818,9 @@ fn a_finish_of_a_dead_owners_step_aborts_it_and_says_so() {
             "what the step changed is recorded: {:?}",
             message.parts
         );
-        let warning = w.last_warning(&s.id, "the late end's warning").await;
-        assert!(
-            warning.message.contains("after the owner stopped"),
-            "{warning:?}"
-        );
-        assert_eq!(warning.files, [w.abs("a.txt")]);
+        // Its end is now, as the finish says: not a late one.
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        assert!(warnings.is_empty(), "{warnings:?}");
     })
 }
 
@@ -837,6 +842,111 @@ fn an_owners_abort_raises_no_late_end_warning() {
         );
         let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
         assert!(warnings.is_empty(), "{warnings:?}");
+    })
+}
+
+/// A step whose owner is gone while another live process holds its lease (closing it, say) is refused
+/// naming that process, not the dead owner "still running" (review).
+#[test]
+fn a_step_being_closed_by_another_process_is_busy_naming_that_process() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let a = w.prompt(&s.id, "run it").await;
+        let exec = process(14);
+        let me = w.host.this_process();
+        w.host.become_process(exec.clone());
+        w.rewind.begin_step(&s.id, &a).await.expect("begin");
+        w.host.become_process(me);
+        w.host.kill(&exec);
+        let key = LeaseKey::Session(s.id.clone());
+        let step_lease = w
+            .repo
+            .lease(&key)
+            .await
+            .expect("reads")
+            .expect("the step's");
+        let closer = Lease {
+            token: LeaseToken("tok_closing".to_owned()),
+            holder: Holder {
+                kind: HolderKind::Process,
+                process: process(22),
+            },
+            ..step_lease.clone()
+        };
+        let taken = w
+            .repo
+            .take_lease(&closer, Some(Replacing::token(step_lease.token.clone())))
+            .await
+            .expect("takes");
+        assert_eq!(taken, LeaseTake::Taken);
+        for refused in [
+            w.rewind
+                .finish_step(&s.id, &a, StepEnd::default())
+                .await
+                .map(|_| ()),
+            w.rewind.abort(&s.id).await.map(|_| ()),
+        ] {
+            let Err(Error::Busy { message, .. }) = &refused else {
+                panic!("{refused:?}");
+            };
+            assert!(message.contains(&closer.holder.to_string()), "{message}");
+            assert!(!message.contains("still running"), "{message}");
+        }
+    })
+}
+
+/// An owner's abort of its own step whose lease had lapsed (an HTTP client silent past the step timeout)
+/// is late too: the warning says the patch may hold changes made since (review: the user's edits went
+/// into the patch without a word, as the abort the TUI sends before `/undo` took them).
+#[test]
+fn an_owners_abort_of_a_timed_out_step_warns_of_its_late_end() {
+    block_on(async {
+        let w = World::new();
+        let config = ServiceConfig {
+            holder_kind: HolderKind::Server,
+            step_timeout_ms: 60_000,
+            ..ServiceConfig::default()
+        };
+        let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
+        let s = server.create_session(ROOT, None).await.expect("session");
+        server
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let a = server
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        server.begin_step(&s.id, &a.info.id).await.expect("begin");
+        w.write("x.txt", "agent wrote this");
+        w.host.advance(120_000);
+        w.write("b.txt", "the user's own file, later");
+        server.abort(&s.id).await.expect("abort");
+        let warning = w.last_warning(&s.id, "the late end's warning").await;
+        assert!(
+            warning.message.contains("after the owner stopped"),
+            "{warning:?}"
+        );
+        assert_eq!(warning.files, [w.abs("b.txt"), w.abs("x.txt")]);
+        // Within the timeout, the owner's abort is not late.
+        server
+            .create_message(&s.id, NewMessage::user_text("again"))
+            .await
+            .expect("user");
+        let a = server
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        server.begin_step(&s.id, &a.info.id).await.expect("begin");
+        w.write("x.txt", "agent wrote this again");
+        let count = server.warnings(&s.id).await.expect("warnings").len();
+        server.abort(&s.id).await.expect("abort");
+        assert_eq!(
+            server.warnings(&s.id).await.expect("warnings").len(),
+            count,
+            "no new warning"
+        );
     })
 }
 

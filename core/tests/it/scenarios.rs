@@ -3078,12 +3078,26 @@ fn steps_open_at_once_in_one_worktree_warn_both_sessions() {
         assert_eq!(second.len(), 1, "{second:?}");
         assert!(second[0].contains(s1.id.as_str()), "{second:?}");
         w.write("a.txt", "a1");
-        for (s, a) in [(&s1, &a1), (&s2, &a2)] {
-            w.rewind
-                .finish_step(&s.id, a, rewind_core::service::StepEnd::default())
-                .await
-                .expect("finish");
+        w.rewind
+            .finish_step(&s2.id, &a2, rewind_core::service::StepEnd::default())
+            .await
+            .expect("finish 2");
+        // More steps of the second session beside the first's one open step: neither is told again.
+        for prompt in ["four", "five"] {
+            w.turn(&s2.id, prompt, |w| w.write("b.txt", prompt)).await;
         }
+        assert_eq!(
+            beside(&w.rewind.warnings(&s1.id).await.expect("warnings")).len(),
+            1
+        );
+        assert_eq!(
+            beside(&w.rewind.warnings(&s2.id).await.expect("warnings")).len(),
+            1
+        );
+        w.rewind
+            .finish_step(&s1.id, &a1, rewind_core::service::StepEnd::default())
+            .await
+            .expect("finish 1");
         // One at a time again: no new warning.
         w.turn(&s1.id, "three", |w| w.write("a.txt", "a2")).await;
         let after = beside(&w.rewind.warnings(&s1.id).await.expect("warnings"));
