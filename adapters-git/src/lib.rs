@@ -275,6 +275,15 @@ impl SnapshotPort for GitSnapshotStore {
         .await
     }
 
+    /// Every id a track returned has its record (written before the id is returned).
+    async fn is_snapshot(&self, worktree: &Path, id: &SnapshotId) -> Result<bool> {
+        let id = object_id(id)?;
+        self.with_store_to_read(worktree, move |store, _| {
+            Ok(store.known_record(&id).is_some())
+        })
+        .await
+    }
+
     async fn changed_files(&self, worktree: &Path, from: &SnapshotId) -> Result<Vec<RelPath>> {
         let from = object_id(from)?;
         self.with_store(worktree, move |store, config| {

@@ -56,6 +56,13 @@ pub trait SnapshotPort: Send + Sync {
     async fn store_location(&self, worktree: &Path) -> Result<String>;
     /// Writes the worktree's tracked content as a snapshot.
     async fn track(&self, worktree: &Path) -> Result<TrackOutcome>;
+    /// Whether `id` is a snapshot this worktree's store took (a `track` returned it), not merely a tree
+    /// it holds (a subdirectory's, or git's empty tree): what an id a user typed must be before it is
+    /// restored or compared. True by default (a store that keeps no such list).
+    async fn is_snapshot(&self, worktree: &Path, id: &SnapshotId) -> Result<bool> {
+        let _ = (worktree, id);
+        Ok(true)
+    }
     /// Tracked paths that differ between `from` and the worktree now.
     async fn changed_files(&self, worktree: &Path, from: &SnapshotId) -> Result<Vec<RelPath>>;
     /// `track`, and what `changed_files(worktree, from)` lists, from one look at the worktree: what a

@@ -44,8 +44,8 @@ struct ExecReport {
     exit_code: i32,
     reason: String,
     files: Vec<String>,
-    /// False when the snapshot after the command failed: the step is recorded, its changes are not
-    /// undoable (the session's warning says why).
+    /// False when the snapshot after the command failed, or the one before it cannot be read: the step
+    /// is recorded, its changes are not undoable (the session's warning says why).
     undoable: bool,
     /// The warnings the turn raised (files its snapshots left out, say).
     warnings: Vec<Warning>,
@@ -181,15 +181,21 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         .collect();
     // The step is recorded either way; without its end snapshot its changes cannot be undone (the
     // session's warning says why), and saying "`rewind undo` takes it back" would be a false promise.
-    let undoable = parts.iter().any(
-        |part| matches!(&part.body, PartBody::StepFinish(finish) if finish.snapshot.is_some()),
-    );
     // What the turn's snapshots left out (a file over the size cap, a FIFO) cannot be undone: said here,
     // not only in `rewind log`. The step is recorded by now: a failure to read them must not replace the
     // command's exit code.
     let warnings = warnings_since(ctx, &session, warnings_before)
         .await
         .unwrap_or_default();
+    // Nor when what it changed cannot be worked out (its start's snapshot unreadable: a damaged store),
+    // which its warning says (review: "recorded … no tracked file changed", exit 0).
+    let undoable = parts.iter().any(
+        |part| matches!(&part.body, PartBody::StepFinish(finish) if finish.snapshot.is_some()),
+    ) && !warnings.iter().any(|warning| {
+        warning
+            .message
+            .ends_with(rewind_core::service::STEP_NOT_REVERTABLE)
+    });
     // What `undo` would leave as it is (a file not tracked content when the step began, such as a `.env`
     // the step un-ignored): said now, so "`rewind undo` takes it back" promises no more than it does. Only
     // a hint: a preview that cannot be made says nothing.
@@ -264,8 +270,8 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
             }
         } else {
             say!(
-                "rewind: warning: recorded in session {}, but the snapshot after the command failed, so its \
-                 changes cannot be undone; `rewind log` shows why",
+                "rewind: warning: recorded in session {}, but the snapshots around the command cannot tell \
+                 what it changed, so its changes cannot be undone; `rewind log` shows why",
                 session.id
             );
         }

@@ -66,7 +66,7 @@ impl From<&FileDiff> for FileRow {
 
 /// How many times `undo` and `redo` choose again when the session's history changed between their choice
 /// and their operation (another command moved it meanwhile): past that, they give up with the error.
-const CHOICES: usize = 5;
+const CHOICES: usize = 8;
 
 /// `rewind undo [--session S]`: revert to the last user message before the current revert point (or the
 /// last user message when not reverted).
@@ -179,6 +179,16 @@ enum Moved {
     Done,
     /// Refused, nothing changed: the session's history is no longer the one the choice was made from.
     Stale(rewind_core::Error),
+    /// Refused, nothing changed: another operation (an `undo` run at the same moment, say) holds the
+    /// session or its worktree; once it is done, the history will have moved.
+    Busy(rewind_core::Error),
+}
+
+/// Whether `error` is the refusal of an operation held off by another operation's lease (a revert,
+/// unrevert or cleanup running), not by an open step, which may run for long: worth waiting for.
+fn held_by_an_operation(error: &rewind_core::Error) -> bool {
+    matches!(error, rewind_core::Error::Busy { message, .. }
+        if message.contains("(held by ") && !message.contains("a step is open"))
 }
 
 /// After the `choice`-th choice of `undo` or `redo` ended as `moved`: none when it is done, the session as
@@ -192,7 +202,14 @@ async fn again(
     match moved {
         Moved::Done => Ok(None),
         Moved::Stale(_) if choice < CHOICES => read_again(ctx, session).await.map(Some),
-        Moved::Stale(error) => Err(explain(error, "reverting")),
+        Moved::Busy(_) if choice < CHOICES => {
+            // Another operation is running: waited for, 0.1 s, then 0.2, 0.4, 0.8 (review: of two
+            // `undo`s run at once, one failed as busy instead of undoing the turn before).
+            let wait = 100u64 << (choice - 1).min(4);
+            tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+            read_again(ctx, session).await.map(Some)
+        }
+        Moved::Stale(error) | Moved::Busy(error) => Err(explain(error, "reverting")),
     }
 }
 
@@ -327,6 +344,9 @@ async fn revert_to(
         Err(error @ rewind_core::Error::Stale { .. }) if seen.is_some() => {
             return Ok(Moved::Stale(error));
         }
+        Err(error) if seen.is_some() && held_by_an_operation(&error) => {
+            return Ok(Moved::Busy(error));
+        }
         Err(error) => return Err(explain(error, "reverting")),
     };
     report(ctx, &reverted, "revert", before, messages, &[]).await?;
@@ -368,6 +388,9 @@ async fn unrevert_session(
         Ok(unreverted) => unreverted,
         Err(error @ rewind_core::Error::Stale { .. }) if seen.is_some() => {
             return Ok(Moved::Stale(error));
+        }
+        Err(error) if seen.is_some() && held_by_an_operation(&error) => {
+            return Ok(Moved::Busy(error));
         }
         Err(error) => return Err(explain(error, "unreverting")),
     };

@@ -66,15 +66,15 @@ pub async fn track(ctx: &Context) -> Result<()> {
 /// `rewind snapshot diff FROM [TO]`.
 pub async fn diff(ctx: &Context, from: &str, to: Option<&str>) -> Result<()> {
     let from = parse_snapshot(from)?;
+    // FROM is read first: an unknown snapshot is refused before the worktree is snapshotted.
+    refuse_not_a_snapshot(ctx, &from).await?;
     let to = match to {
-        Some(to) => parse_snapshot(to)?,
+        Some(to) => {
+            let to = parse_snapshot(to)?;
+            refuse_not_a_snapshot(ctx, &to).await?;
+            to
+        }
         None => {
-            // FROM is read first: an unknown snapshot is refused before the worktree is snapshotted.
-            ctx.services
-                .snapshots
-                .diff(&ctx.path, &from, &from)
-                .await
-                .map_err(|error| explain(error, "diffing"))?;
             with_progress("snapshotting", ctx.services.snapshots.track(&ctx.path))
                 .await
                 .map_err(|error| explain(error, "snapshotting"))?
@@ -108,6 +108,7 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
         )
     };
     let given = paths.clone();
+    refuse_not_a_snapshot(ctx, &id).await?;
     refuse_found_nowhere(ctx, &id, given.as_deref().unwrap_or_default()).await?;
     // The command that undoes this restore: the capture, restored at the same paths when paths were given
     // (a whole restore of it would also put back files changed since, outside those paths).
@@ -176,6 +177,31 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
         undo(&done.capture)
     );
     Ok(())
+}
+
+/// Refuses an id that names no snapshot of this directory, before anything is snapshotted or touched:
+/// one missing from its store (said as missing), or a tree the store holds that no snapshot of this
+/// directory is (a directory inside a snapshot, git's empty tree), whose files a restore would put at the
+/// worktree's root (review: a subdirectory's tree was restored over the root's files).
+async fn refuse_not_a_snapshot(ctx: &Context, id: &SnapshotId) -> Result<()> {
+    let snapshots = &ctx.services.snapshots;
+    snapshots
+        .diff(&ctx.path, id, id)
+        .await
+        .map_err(|error| explain(error, "reading the snapshot"))?;
+    if snapshots
+        .is_snapshot(&ctx.path, id)
+        .await
+        .map_err(|error| explain(error, "reading the snapshot"))?
+    {
+        return Ok(());
+    }
+    bail!(
+        "{id} is not a snapshot of {}: the snapshot store holds it as a tree, but no snapshot of this \
+         directory has this id (it is a directory inside a snapshot, or the empty tree); `rewind snapshot \
+         track`, `rewind log --json` and warnings show snapshot ids",
+        ctx.directory
+    )
 }
 
 /// Refuses, before anything is captured or touched, given paths that are neither in the worktree nor in
@@ -290,6 +316,16 @@ fn worktree_relative(worktree: &Path, path: &Path) -> Result<RelPath> {
             path.display()
         );
     }
+    // A trailing `/` names a directory: a file there is refused, as the system refuses it (review: the
+    // file was restored).
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/")
+        && std::fs::symlink_metadata(worktree.join(text)).is_ok_and(|meta| meta.is_file())
+    {
+        bail!(
+            "{}: {text} is a file, not a directory; leave out the trailing `/`",
+            path.display()
+        );
+    }
     RelPath::new(text).map_err(|error| anyhow!("{error}"))
 }
 
@@ -307,12 +343,20 @@ fn below_worktree_reached_otherwise(path: &Path, worktree: &Path) -> Option<Path
     })
 }
 
-/// Resolves `.` and `..` by name (the path need not exist).
+/// Resolves `.` and `..` by name (the path need not exist); a `..` after a regular file is refused, as the
+/// system refuses it (review: `d/x/..` with `d/x` a file widened a restore of it to all of `d`).
 fn normalise(path: &Path) -> Result<PathBuf> {
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {
             Component::ParentDir => {
+                if std::fs::symlink_metadata(&out).is_ok_and(|meta| meta.is_file()) {
+                    bail!(
+                        "{}: {} is a file, not a directory, so the path names nothing",
+                        path.display(),
+                        out.display()
+                    );
+                }
                 if !out.pop() {
                     bail!("{} leaves the root directory", path.display());
                 }

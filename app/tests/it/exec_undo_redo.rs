@@ -1068,3 +1068,38 @@ fn two_undos_or_redos_run_together_move_as_many_turns_as_succeed() {
         );
     }
 }
+
+/// Two `undo`s started at the same moment undo two turns, as README says: the one that finds the other
+/// running waits for it and chooses its turn again (review: it failed as busy, 5 times in 5). Repeated, so
+/// that the two meet at least once.
+#[test]
+fn two_undos_run_at_once_undo_two_turns() {
+    for round in 0..3 {
+        let env = Env::plain();
+        for line in ["1", "2", "3", "4"] {
+            env.exec_sh(&format!("echo {line} >> a"));
+        }
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                env.process_in(env.path(), &["undo"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("start undo")
+            })
+            .collect();
+        for child in children {
+            let output = child.wait_with_output().expect("undo ends");
+            assert!(
+                output.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(env.path().join("a")).expect("read"),
+            "1\n2\n",
+            "round {round}: two turns undone"
+        );
+    }
+}

@@ -86,7 +86,14 @@ impl Rewind {
         id: &SessionId,
         condition: Option<DeleteIf>,
     ) -> Result<bool> {
-        let session = self.load_prepared(id).await?;
+        // An empty session (one a refused `exec` made) has no step or revert for the preparation to look
+        // at: deleted without it, also when the worktree's preparation fails (review: a damaged store
+        // left such a session behind as the directory's latest).
+        let session = if condition == Some(DeleteIf::Empty) {
+            self.load_session(id).await?
+        } else {
+            self.load_prepared(id).await?
+        };
         refuse_open_step(&session)?;
         let lease = self
             .acquire(
@@ -1363,7 +1370,7 @@ impl Rewind {
     ) -> Warning {
         Warning {
             time: self.now(),
-            message: format!("{why}; this step's changes cannot be reverted"),
+            message: format!("{why}; {STEP_NOT_REVERTABLE}"),
             snapshot,
             files,
         }
@@ -1666,6 +1673,10 @@ impl Rewind {
         ))
     }
 }
+
+/// The words that end the warning of a step whose changes cannot be reverted (its end snapshot failed, or
+/// what it changed cannot be worked out): what `rewind exec` looks for to say the step is not undoable.
+pub const STEP_NOT_REVERTABLE: &str = "this step's changes cannot be reverted";
 
 /// The words that mark the warning of steps open at once in one worktree (`push_steps_beside_warnings`).
 const STEPS_BESIDE: &str = "each step records what the other changes";

@@ -1519,6 +1519,70 @@ fn an_unfinishable_intent_inside_refuses_reverts_around_it_but_not_messages() {
     })
 }
 
+/// An empty session (the one a refused `rewind exec --new-session` made) is deleted also while its
+/// worktree cannot be prepared (an interrupted operation there cannot be finished): it has no step or
+/// revert for the preparation to look at (review: a damaged store left such a session behind as the
+/// directory's latest, and `undo` then said there was nothing to undo).
+#[test]
+fn an_empty_session_is_deleted_while_its_worktree_cannot_be_prepared() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let dead = process(15);
+        let holder = Holder {
+            kind: HolderKind::Process,
+            process: dead.clone(),
+        };
+        let token = LeaseToken("tok_broken_here".to_owned());
+        for key in [
+            LeaseKey::Session(s.id.clone()),
+            LeaseKey::Worktree(ROOT.to_owned()),
+        ] {
+            let lease = Lease {
+                key,
+                token: token.clone(),
+                holder: holder.clone(),
+                expires_at: u64::MAX,
+            };
+            w.repo.take_lease(&lease, None).await.expect("lease");
+        }
+        let broken = IntentRecord {
+            token,
+            session_id: s.id.clone(),
+            directory: ROOT.to_owned(),
+            operation: IntentOperation::Revert,
+            holder,
+            before: rewind_core::model::SnapshotId::parse(&"0e".repeat(20)).expect("an id"),
+            files: vec![RelPath::new("a.txt").expect("path")],
+            created: 0,
+            unreadable: None,
+        };
+        w.repo
+            .commit(Transaction {
+                guards: Vec::new(),
+                changes: vec![Change::PutIntent(Box::new(broken))],
+                events: Vec::new(),
+            })
+            .await
+            .expect("intent");
+        w.host.kill(&dead);
+        let empty = w.session().await;
+        let prepared = w.rewind.begin_turn(
+            &empty.id,
+            NewMessage::user_text("refused"),
+            NewMessage::assistant(),
+        );
+        assert!(prepared.await.is_err(), "the worktree cannot be prepared");
+        let deleted = w
+            .rewind
+            .delete_session_if(&empty.id, Some(rewind_core::service::DeleteIf::Empty))
+            .await;
+        assert!(matches!(deleted, Ok(true)), "{deleted:?}");
+        assert!(w.rewind.session(&empty.id).await.is_err(), "gone");
+    })
+}
+
 /// Another process's recovery that read an operation's intent just before the operation stored its result
 /// (which deletes the intent and releases the leases together) finds the session's lease gone: it takes
 /// nothing, since there is nothing to recover. It used to take the session's lease for the rest of its
