@@ -689,16 +689,17 @@ impl<'a> WriteThread<'a> {
     }
 }
 
-/// Looks at a swapped-out file again (`SwappedOut`): unchanged, it is removed (`Ok(false)`); written to
-/// since, it goes back to its name in place of the new content, while that stands there unchanged, or is
-/// moved aside (`<name>.rewind-kept-<tmp>`) when something newer stands there, and the path is left as
-/// it is (`Ok(true)`). A failure to remove it is an error, and it is moved aside first.
+/// Looks at a swapped-out file again (`SwappedOut`): unchanged, it is removed (`Settled::Removed`); written
+/// to since, it goes back to its name in place of the new content, while that stands there unchanged
+/// (`AtName`), or is moved aside (`<name>.rewind-kept-<tmp>`) when something newer stands there
+/// (`Aside`), and the path is left as it is. A failure to remove it is an error, and it is moved aside
+/// first.
 fn settle(
     root: &Root,
     file: &SwappedOut,
     hook: Option<&ChangeHook>,
     (opened, releases): &mut SettleThread,
-) -> io::Result<bool> {
+) -> io::Result<Settled> {
     use rustix::fs::{AtFlags, Mode as Bits, OFlags, RenameFlags};
     use rustix::io::Errno;
     std::thread::sleep(SETTLE_AGE.saturating_sub(file.at.elapsed()));
@@ -710,12 +711,12 @@ fn settle(
         match root.dir(&file.dir) {
             Ok(fd) => *opened = Some((file.dir.clone(), fd)),
             // Its directory was removed or replaced meanwhile, with the file in it.
-            Err(e) if beneath::moved(&e) => return Ok(false),
+            Err(e) if beneath::moved(&e) => return Ok(Settled::Removed),
             Err(e) => return Err(e),
         }
     }
     let Some((_, dir)) = opened.as_ref() else {
-        return Ok(false);
+        return Ok(Settled::Removed);
     };
     let (tmp, name) = (file.tmp.as_str(), file.name.as_str());
     // Looked at through a handle, which then holds the file past its unlink (`replace.rs`).
@@ -733,7 +734,7 @@ fn settle(
             return match rustix::fs::unlinkat(dir, tmp, AtFlags::empty()) {
                 Ok(()) | Err(Errno::NOENT) => {
                     releases.push(held);
-                    Ok(false)
+                    Ok(Settled::Removed)
                 }
                 Err(e) => {
                     // Back to its name when nothing stands there (a deleted file), else beside it.
@@ -743,12 +744,12 @@ fn settle(
             };
         }
         // Removed by another program meanwhile.
-        Err(Errno::NOENT) => return Ok(false),
+        Err(Errno::NOENT) => return Ok(Settled::Removed),
         _ => {}
     }
     let unchanged_ours =
         |st: &rustix::fs::Stat| file.ours.is_some_and(|ours| moved_unchanged(st, ours));
-    match beneath::lstat_at(dir, name) {
+    let at_name = match beneath::lstat_at(dir, name) {
         Ok(at_name) if unchanged_ours(&at_name) => {
             match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
                 Ok(()) => {
@@ -760,29 +761,52 @@ fn settle(
                     {
                         keep_aside(dir, tmp, name)?;
                     }
+                    true
                 }
                 Err(Errno::NOENT) => put_at_free_name(dir, tmp, name)?,
-                Err(_) => keep_aside(dir, tmp, name)?,
+                Err(_) => {
+                    keep_aside(dir, tmp, name)?;
+                    false
+                }
             }
         }
         // Nothing stands at the name any more: the file goes back there.
         Err(e) if e.kind() == io::ErrorKind::NotFound => put_at_free_name(dir, tmp, name)?,
         // A newer write, or another file, stands there: it stays, and the file is kept beside it.
-        _ => keep_aside(dir, tmp, name)?,
-    }
-    Ok(true)
+        _ => {
+            keep_aside(dir, tmp, name)?;
+            false
+        }
+    };
+    Ok(if at_name {
+        Settled::AtName
+    } else {
+        Settled::Aside
+    })
+}
+
+/// What `settle` did with a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settled {
+    /// Unchanged (or gone): removed.
+    Removed,
+    /// Written to since: back at its name.
+    AtName,
+    /// Written to since: kept beside its name (`<name>.rewind-kept-…`).
+    Aside,
 }
 
 /// A settling thread's last directory opened, and the files it hands over (`Releases`).
 type SettleThread = (Option<(String, OwnedFd)>, Releases);
 
-/// Renames `tmp` to `name` while nothing stands there, else keeps it aside (`keep_aside`, whose error it
-/// returns).
-fn put_at_free_name(dir: &OwnedFd, tmp: &str, name: &str) -> io::Result<()> {
+/// Renames `tmp` to `name` while nothing stands there (true), else keeps it aside (`keep_aside`, whose
+/// error it returns).
+fn put_at_free_name(dir: &OwnedFd, tmp: &str, name: &str) -> io::Result<bool> {
     if rustix::fs::renameat_with(dir, tmp, dir, name, rustix::fs::RenameFlags::NOREPLACE).is_err() {
         keep_aside(dir, tmp, name)?;
+        return Ok(false);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// What stands at `name` of `dir` now, against `was` (the stat data of the file or symlink checked there).
@@ -1304,12 +1328,14 @@ impl<'a> Applier<'a> {
         settled
     }
 
-    /// Takes back the writes and deletions of `put_back` (their files went back, `settle`): the paths are
-    /// kept.
-    fn keep_put_back(&mut self, put_back: Vec<String>) -> GitResult<()> {
-        for rel in put_back {
-            if self.made_way.remove(&rel) {
-                // The directory made in its place stays, with what was written in it.
+    /// Takes back the writes and deletions of `put_back` (their files went back, or aside: `settle`): the
+    /// paths are kept.
+    fn keep_put_back(&mut self, put_back: Vec<(String, bool)>) -> GitResult<()> {
+        for (rel, aside) in put_back {
+            if self.made_way.remove(&rel) && aside {
+                // The directory made in its place stays, with what was written in it; the file is beside
+                // it. Back at its name instead (the directory was removed meanwhile), it is taken back as
+                // any deletion is (review).
                 self.keep(&rel, MADE_WAY_KEPT)?;
                 continue;
             }
@@ -1321,8 +1347,9 @@ impl<'a> Applier<'a> {
     }
 
     /// Looks at the files the writes swapped out again (`settle`, each once it is `SETTLE_AGE` old),
-    /// several at a time: the paths whose file went back (or aside), and the first failure to remove one.
-    fn settle_swapped(&self, mut swapped: Vec<SwappedOut>) -> (Vec<String>, GitResult<()>) {
+    /// several at a time: the paths whose file went back (or aside: true), and the first failure to
+    /// remove one.
+    fn settle_swapped(&self, mut swapped: Vec<SwappedOut>) -> (Vec<(String, bool)>, GitResult<()>) {
         swapped.sort_unstable_by(|a, b| a.dir.cmp(&b.dir));
         let (root, hook) = (&self.root, self.settle_hook.as_ref());
         let settled = crate::track::parallel_map_on(
@@ -1342,8 +1369,9 @@ impl<'a> Applier<'a> {
         let mut failed = Ok(());
         for (file, result) in swapped.iter().zip(settled) {
             match result {
-                Ok(true) => put_back.push(file.rel.clone()),
-                Ok(false) => {}
+                Ok(Settled::AtName) => put_back.push((file.rel.clone(), false)),
+                Ok(Settled::Aside) => put_back.push((file.rel.clone(), true)),
+                Ok(Settled::Removed) => {}
                 Err((rel, e)) => {
                     if is_stranded(&e) {
                         let _ = self.store.journal_stranded(&file.dir_path.join(&file.tmp));
@@ -1715,11 +1743,14 @@ impl<'a> Applier<'a> {
                     }
                     // Moved aside and settled with the deletions, as a deleted file is: a write that
                     // lands between the last look and the move is kept beside the new directory, not
-                    // unlinked with the file (review). Its directory is journaled first, for the crash
-                    // clean-up.
+                    // unlinked with the file (review). Its directory is added to the journal first, for
+                    // the crash clean-up.
                     let removed = match now {
                         Some(was) => {
-                            self.journal_parents(std::iter::once(parent.to_owned()))?;
+                            let abs = self.abs(parent);
+                            if let Some(dir) = abs.parent() {
+                                self.store.journal_temp_dir(dir)?;
+                            }
                             let removed = self.remove_file(parent, was)?;
                             if let Done::Changed(_) = removed {
                                 self.made_way.insert(parent.to_owned());

@@ -85,12 +85,10 @@ impl From<GitError> for Error {
     fn from(error: GitError) -> Self {
         match error {
             GitError::Missing(id) => Error::MissingObject(id),
-            // An object that cannot be decoded is as unavailable as a missing one: the operations that
-            // need it refuse, and a step whose start cannot be read is closed all the same (review: a
-            // damaged pack left a step open for good, and every later command failed on it).
-            GitError::Corrupt(why) => {
-                Error::MissingObject(format!("{why} (the snapshot store is damaged)"))
-            }
+            // Its own kind: a step whose start cannot be read is closed all the same (review: a damaged
+            // pack left a step open for good, and every later command failed on it), and, unlike a
+            // missing object, it does not say that nothing was touched.
+            GitError::Corrupt(why) => Error::Damaged(why),
             GitError::Unreadable { path, reason } => Error::Unreadable { path, reason },
             GitError::Refused(message) => Error::InvalidInput(message),
             GitError::Busy(message) => Error::Busy {

@@ -275,11 +275,12 @@ impl SnapshotPort for GitSnapshotStore {
         .await
     }
 
-    /// Every id a track returned has its record (written before the id is returned).
+    /// Every id a track returned has its record (written before the id is returned); one whose record is
+    /// lost (a damaged store) is still known from the log of returned ids, while gc keeps its line.
     async fn is_snapshot(&self, worktree: &Path, id: &SnapshotId) -> Result<bool> {
         let id = object_id(id)?;
         self.with_store_to_read(worktree, move |store, _| {
-            Ok(store.known_record(&id).is_some())
+            Ok(store.known_record(&id).is_some() || store.was_returned(&id)?)
         })
         .await
     }

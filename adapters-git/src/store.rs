@@ -789,6 +789,15 @@ impl Store {
         Ok(ids)
     }
 
+    /// Whether the log of returned ids holds `id` (a read: nothing is cut).
+    pub fn was_returned(&self, id: &ObjectId) -> GitResult<bool> {
+        Ok(self
+            .read_returned()?
+            .lines
+            .iter()
+            .any(|(_, returned)| returned == id))
+    }
+
     /// The log of returned ids. Absent is empty; a log that cannot be read is an error, never empty (gc
     /// would collect what the ids returned within the grace period need).
     fn read_returned(&self) -> GitResult<ReturnedLog> {
@@ -843,6 +852,18 @@ impl Store {
     /// for the operation's own and removed; review). Appended, as `journal_made_dir` appends.
     pub fn journal_stranded(&self, tmp: &Path) -> GitResult<()> {
         self.append_to_journal(&format!("{JOURNAL_STRANDED}{}\n", journal_path(tmp)))
+    }
+
+    /// Adds directory `dir` to those the journal announces temporary files in, during the operation (a file
+    /// moved aside to make room for a directory, in a directory the start did not name). Appended, never
+    /// rewritten: the journal's other lines stay (review: a rewrite dropped the directories named at the
+    /// start while their temporary files waited), and synced, as the start's are, before the file is moved.
+    pub fn journal_temp_dir(&self, dir: &Path) -> GitResult<()> {
+        let path = self.rewind_path("journal");
+        self.append_to_journal(&format!("{}\n", journal_path(dir)))?;
+        File::open(&path)
+            .and_then(|file| file.sync_data())
+            .map_err(|e| GitError::io(&path, e))
     }
 
     /// Appends `line` to the journal (not synced: see `journal_made_dir`).

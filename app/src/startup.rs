@@ -221,27 +221,7 @@ impl Application {
         let relay_cursor = crate::http::events::outbox_end(services.repo.as_ref())
             .await
             .context("cannot read the event outbox")?;
-        let listener = match tokio::net::TcpListener::bind((
-            settings.hostname.as_str(),
-            settings.port,
-        ))
-        .await
-        {
-            Ok(listener) => listener,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                return Err(anyhow::Error::new(e).context(format!(
-                        "cannot listen on {}:{} (is another server running? --port 0 picks a free port)",
-                        settings.hostname, settings.port
-                    )));
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!(
-                        "cannot listen on {}:{} (--hostname takes a host name or an IP address, without a \
-                         port or a scheme)",
-                        settings.hostname, settings.port
-                    )));
-            }
-        };
+        let listener = listen(&settings.hostname, settings.port).await?;
         let address = listener.local_addr()?;
         let state = crate::http::AppState {
             bus: Arc::new(rewind_bus::BroadcastBus::new(options.bus_capacity)),
@@ -436,6 +416,35 @@ async fn cut_outbox_hourly(rewind: Arc<Rewind>, stop: tokio_util::sync::Cancella
                 tracing::warn!(%error, "cannot cut the event outbox; trying again in an hour")
             }
         }
+    }
+}
+
+/// The listener on `hostname`:`port`, or an error whose hint fits its cause: a name that does not resolve
+/// or an address not of this machine (the flag's value), a port in use (another server), or the system's
+/// refusal as it is (a port below 1024 without the right to it, say). Review: every failure got the
+/// hint about another server, then every one but that the hint about the flag.
+async fn listen(hostname: &str, port: u16) -> Result<tokio::net::TcpListener> {
+    let at = format!("cannot listen on {hostname}:{port}");
+    let addresses: Vec<std::net::SocketAddr> = tokio::net::lookup_host((hostname, port))
+        .await
+        .with_context(|| {
+            format!(
+                "{at}: {hostname} is not a host name or an IP address (--hostname takes one, without a port \
+                 or a scheme)"
+            )
+        })?
+        .collect();
+    match tokio::net::TcpListener::bind(&addresses[..]).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::Error::new(e).context(
+            format!("{at} (is another server running? --port 0 picks a free port)"),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+            Err(anyhow::Error::new(e).context(format!(
+                "{at}: {hostname} is not an address of this machine (--hostname takes one of its own)"
+            )))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(at)),
     }
 }
 

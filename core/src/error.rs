@@ -42,6 +42,10 @@ pub enum Error {
     /// A tree or blob a snapshot needs is not in the snapshot store.
     #[error("snapshot object missing: {0}")]
     MissingObject(String),
+    /// An object of the snapshot store cannot be decoded (a damaged pack or loose file). Unlike
+    /// `MissingObject`, it may be met after files were touched (a blob is decoded as it is written).
+    #[error("the snapshot store is damaged: {0}")]
+    Damaged(String),
     /// A file of the worktree could not be read, so no snapshot was taken.
     #[error("cannot read {path}: {reason}")]
     Unreadable {
@@ -141,6 +145,7 @@ impl Error {
             },
             Error::LeaseLost(message) => Error::LeaseLost(add(message)),
             Error::MissingObject(message) => Error::MissingObject(add(message)),
+            Error::Damaged(message) => Error::Damaged(add(message)),
             Error::Unreadable { path, reason } => Error::Unreadable {
                 path,
                 reason: add(reason),
@@ -228,6 +233,7 @@ mod tests {
             Error::stale(&session, "x"),
             Error::LeaseLost("x".into()),
             Error::MissingObject("x".into()),
+            Error::Damaged("x".into()),
             Error::Unreadable {
                 path: "a.txt".into(),
                 reason: "x".into(),

@@ -256,6 +256,10 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
         }
         Error::NotFound(message) => anyhow!("{message}"),
         Error::InvalidInput(message) => anyhow!("{message}"),
+        Error::Damaged(message) => anyhow!(
+            "the snapshot store is damaged: {message} (an object rewind stored cannot be read: a disk \
+             fault, or a file of the store changed by hand; `rewind status` names the store)"
+        ),
         Error::MissingObject(message) => anyhow!(
             "snapshot object missing: {message}{} (was the snapshot collected, or is it from another directory's store?)",
             unchanged(&message, "; nothing was changed")

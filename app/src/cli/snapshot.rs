@@ -4,6 +4,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
+use rewind_core::MessageRepo as _;
 use rewind_core::SnapshotPort;
 use rewind_core::model::{FileDiff, RelPath, RestoreOutcome, SnapshotId};
 use serde::Serialize;
@@ -196,10 +197,22 @@ async fn refuse_not_a_snapshot(ctx: &Context, id: &SnapshotId) -> Result<()> {
     {
         return Ok(());
     }
+    // The store lost its record of it (a damaged store), but the database names it for this directory:
+    // a snapshot all the same (review: the capture that undoes a restore was refused).
+    let named = ctx
+        .services
+        .repo
+        .referenced_snapshots(Some(ctx.directory.clone()))
+        .await
+        .map_err(|error| explain(error, "reading the snapshots the sessions name"))?;
+    if named.contains(id) {
+        return Ok(());
+    }
     bail!(
-        "{id} is not a snapshot of {}: the snapshot store holds it as a tree, but no snapshot of this \
-         directory has this id (it is a directory inside a snapshot, or the empty tree); `rewind snapshot \
-         track`, `rewind log --json` and warnings show snapshot ids",
+        "{id} is not a snapshot of {}: the snapshot store holds it as a tree, but neither the store nor \
+         the database knows it as a snapshot of this directory (it is a directory inside a snapshot, the \
+         empty tree, or a snapshot whose record the store lost); `rewind snapshot track`, `rewind log \
+         --json` and warnings show snapshot ids",
         ctx.directory
     )
 }
@@ -316,10 +329,11 @@ fn worktree_relative(worktree: &Path, path: &Path) -> Result<RelPath> {
             path.display()
         );
     }
-    // A trailing `/` names a directory: a file there is refused, as the system refuses it (review: the
-    // file was restored).
-    if path.as_os_str().as_encoded_bytes().ends_with(b"/")
-        && std::fs::symlink_metadata(worktree.join(text)).is_ok_and(|meta| meta.is_file())
+    // A trailing `/` (or `/.`) names a directory: a file there, or a symlink to one, is refused, as the
+    // system refuses it (review: the file was restored).
+    let raw = path.as_os_str().as_encoded_bytes();
+    if (raw.ends_with(b"/") || raw.ends_with(b"/."))
+        && std::fs::metadata(worktree.join(text)).is_ok_and(|meta| meta.is_file())
     {
         bail!(
             "{}: {text} is a file, not a directory; leave out the trailing `/`",
@@ -350,7 +364,7 @@ fn normalise(path: &Path) -> Result<PathBuf> {
     for component in path.components() {
         match component {
             Component::ParentDir => {
-                if std::fs::symlink_metadata(&out).is_ok_and(|meta| meta.is_file()) {
+                if std::fs::metadata(&out).is_ok_and(|meta| meta.is_file()) {
                     bail!(
                         "{}: {} is a file, not a directory, so the path names nothing",
                         path.display(),

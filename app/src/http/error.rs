@@ -93,7 +93,7 @@ impl ApiError {
                      by a rewind with another data directory, whose snapshot store this server does not use)"
                 ))
             }
-            error @ Error::Unreadable { .. } => {
+            error @ (Error::Unreadable { .. } | Error::Damaged(_)) => {
                 tracing::error!(error = %error, "request failed");
                 ApiError::Internal(error.to_string())
             }

@@ -637,6 +637,19 @@ fn a_hostname_that_cannot_be_listened_on_says_what_the_flag_takes() {
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("without a port or a scheme"), "{stderr}");
     assert!(!stderr.contains("another server"), "{stderr}");
+    // An address of another machine (TEST-NET-1) is named as such.
+    let output = env
+        .rewind(&["serve", "--port", "0", "--hostname", "192.0.2.1"])
+        .env("REWIND_PASSWORD", "s3cret")
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is not an address of this machine"),
+        "{stderr}"
+    );
     // `[::1]` is loopback, and is listened on (when this host has IPv6 at all).
     if std::net::TcpListener::bind("[::1]:0").is_ok() {
         let server = crate::support::Server::start_with(&env, "warn", &["--hostname", "[::1]"]);
@@ -718,8 +731,28 @@ fn a_tree_that_is_no_snapshot_is_refused() {
         assert!(stderr.contains("is not a snapshot of"), "{stderr}");
         assert_state(&env, &files, &args.join(" "));
     }
-    // A snapshot of this directory is still restored and compared.
+    // A snapshot of this directory is still restored and compared, also once the store lost its record
+    // of it (known from the store's log of returned ids), and, with that log lost too, a capture the
+    // database names (review: the capture that undoes a restore was refused).
     env.ok(&["snapshot", "diff", &snapshot]);
+    let store = store_of(&env);
+    let restored = env.json(&["snapshot", "restore", &snapshot, "a.txt"]);
+    let capture = restored["capture"].as_str().expect("a capture").to_owned();
+    std::fs::remove_file(store.join("rewind/records").join(&capture)).expect("lose the record");
+    std::fs::remove_file(store.join("rewind/returned")).expect("lose the log");
+    env.ok(&["snapshot", "restore", &capture, "a.txt"]);
+    std::fs::write(env.path().join("only-tracked.txt"), "x\n").expect("write");
+    let tracked = env.json(&["snapshot", "track"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    std::fs::remove_file(store.join("rewind/records").join(&tracked)).expect("lose the record");
+    // Two ids: nothing is tracked (which would write the record again).
+    env.ok(&["snapshot", "diff", &snapshot, &tracked]);
+    // Known to neither the store nor the database any more: refused.
+    std::fs::remove_file(store.join("rewind/returned")).expect("lose the log");
+    let stderr = env.fails(&["snapshot", "diff", &snapshot, &tracked]);
+    assert!(stderr.contains("is not a snapshot of"), "{stderr}");
 }
 
 /// A path through a file (`d/x/..` with `d/x` a file, `a.txt/`) names nothing, as the system says: it is
@@ -738,8 +771,9 @@ fn a_restore_path_through_a_file_is_refused() {
     for name in ["d/x", "d/y", "a.txt"] {
         std::fs::write(env.path().join(name), "new\n").expect("write");
     }
+    std::os::unix::fs::symlink("a.txt", env.path().join("link")).expect("symlink");
     let files = env.state();
-    for path in ["d/x/..", "a.txt/"] {
+    for path in ["d/x/..", "a.txt/", "a.txt/.", "link/"] {
         let stderr = env.fails(&["snapshot", "restore", &snapshot, path]);
         assert!(stderr.contains("is a file, not a directory"), "{stderr}");
         assert_state(&env, &files, path);
@@ -791,6 +825,8 @@ fn a_damaged_store_leaves_no_step_open() {
     let stderr = env.fails(&["undo"]);
     assert!(stderr.contains("damaged"), "{stderr}");
     assert!(!stderr.contains("aborting the open step"), "{stderr}");
+    // A damaged object may be met after files were touched: never said to have changed nothing.
+    assert!(!stderr.contains("nothing was changed"), "{stderr}");
 }
 
 /// A directory named by two hex digits (a loose object's).

@@ -846,15 +846,19 @@ impl Rewind {
             // Once for each pair while the other's step stays open: its session is not told again at
             // each step this one begins beside it, nor this one at each of its steps (review: a long
             // `exec` beside an agent's hundred steps got a hundred copies).
-            let told = async |whom: &SessionId, of: &SessionId| -> Result<bool> {
-                Ok(self.repo.warnings(whom).await?.iter().any(|w| {
-                    w.time >= other_step.started
-                        && w.message.contains(STEPS_BESIDE)
-                        && w.message.contains(of.as_str())
-                }))
+            // A list that cannot be read (a damaged warning row) counts as not told: the warning is only
+            // advice, and must not keep the step from beginning (review).
+            let told = async |whom: &SessionId, of: &SessionId| -> bool {
+                self.repo.warnings(whom).await.is_ok_and(|warnings| {
+                    warnings.iter().any(|w| {
+                        w.time >= other_step.started
+                            && w.message.contains(STEPS_BESIDE)
+                            && w.message.contains(of.as_str())
+                    })
+                })
             };
-            let tell_this = !told(&session.id, &other.id).await?;
-            let tell_other = !told(&other.id, &session.id).await?;
+            let tell_this = !told(&session.id, &other.id).await;
+            let tell_other = !told(&other.id, &session.id).await;
             let why = format!(
                 "rewind snapshots the whole worktree, so {STEPS_BESIDE} while both are open, and reverting \
                  either one also undoes the other's changes in that time. Run one agent at a time in a \
@@ -1169,7 +1173,7 @@ impl Rewind {
                     // busy; this step could never be closed, and would refuse every operation in the
                     // worktree). Another failure (the worktree read again, the database) leaves it open, as
                     // one that may pass when tried again.
-                    Err(error @ Error::MissingObject(_)) => {
+                    Err(error @ (Error::MissingObject(_) | Error::Damaged(_))) => {
                         warnings.push(self.unrevertable_step(
                             format!("what this step changed cannot be worked out ({error})"),
                             Some(tracked.id.clone()),
@@ -1277,7 +1281,7 @@ impl Rewind {
                 .await
             {
                 Ok(Some(user)) => self.push_message(&mut transaction, user, &directory),
-                Ok(None) | Err(Error::MissingObject(_)) => {}
+                Ok(None) | Err(Error::MissingObject(_) | Error::Damaged(_)) => {}
                 Err(error) => return Err(error),
             }
         }
