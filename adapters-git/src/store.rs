@@ -67,13 +67,15 @@ pub struct SnapshotRecord {
     /// several disk states, and a path ignored under any of them may have existed then.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<(String, Vec<OutsideRule>)>,
-    /// The directories that held no entry (but `.git` or rewind's temporary files) at every track that
-    /// returned this id since it was first recorded: the intersection, since one id stands for every disk
-    /// state with the same files, empty directories or not. None when no track recorded it yet. A git tree
-    /// holds no empty directory; a revert or restore that goes back to this snapshot leaves these (and those
-    /// above them) in place when it empties them, instead of removing a directory the snapshot's disk state
-    /// had. A directory seen at one track of the id and not at another is not kept: it is removed when
-    /// emptied, as git would.
+    /// The directories that held no entry (but `.git` or rewind's temporary files) at some track that
+    /// returned this id since it was first recorded: the union, since one id stands for every disk state
+    /// with the same files, empty directories or not, and any of them may be the one a revert goes back
+    /// to. None when no track recorded it yet. A git tree holds no empty directory; a revert or restore
+    /// that goes back to this snapshot leaves these (and those above them) in place when it empties them,
+    /// instead of removing a directory the snapshot's disk state had. At worst an empty directory stays
+    /// that the state gone back to did not have; an intersection removed one it had (review: an empty
+    /// directory the user made between two steps, another session's worktree, was removed by a revert,
+    /// because an earlier track of the same files had not seen it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub empty_dirs: Option<BTreeSet<String>>,
     /// The nested repositories' roots (worktree-relative, no trailing `/`) and their `info/exclude` text,
@@ -649,7 +651,7 @@ impl Store {
     }
 
     /// Merges what a track saw into the record of `id` (skipped paths, rule sets, nested repositories and
-    /// hidden `.gitignore` files are unions, empty directories an intersection).
+    /// hidden `.gitignore` files and empty directories are unions).
     pub fn add_record(
         &self,
         id: &ObjectId,
@@ -677,7 +679,7 @@ impl Store {
         record.outside = outside.to_vec();
         record.skipped.extend(skipped.iter().cloned());
         match &mut record.empty_dirs {
-            Some(seen) => seen.retain(|dir| empty_dirs.contains(dir)),
+            Some(seen) => seen.extend(empty_dirs.iter().cloned()),
             None => record.empty_dirs = Some(empty_dirs.clone()),
         }
         if !known {

@@ -907,29 +907,30 @@ impl Rewind {
             Err(error) => return Err(self.explain_no_step(&session, message_id, error).await),
         };
         check_usage(&session, &end)?;
+        // Abandoned (its owner gone, or its HTTP client silent past the step timeout): the step is aborted,
+        // as the next operation on the session aborts it (SPEC section 4), and the answer says so (review:
+        // 409 naming a dead process, and the step left open until some other operation came; a timed-out
+        // step finished as `stop`, or aborted when a part came first). The finish's usage is the step's,
+        // and its end is now, not late (`Closing::EndedNow`).
+        if self.step_is_abandoned(&session).await? {
+            let aborted = StepEnd {
+                reason: Some("aborted".to_owned()),
+                ..end
+            };
+            let session = self
+                .abort_as_read(session, aborted, Closing::EndedNow)
+                .await?;
+            return Err(self
+                .explain_no_step(
+                    &session,
+                    message_id,
+                    Error::InvalidInput(format!(
+                        "no step is open in message {message_id} of session {session_id}"
+                    )),
+                )
+                .await);
+        }
         if step.holder != self.holder() {
-            if self.step_is_abandoned(&session).await? {
-                // Its owner is gone: the step is aborted, as the next operation on the session aborts it
-                // (SPEC section 4), and the answer says so (review: 409 naming a dead process, and the step
-                // left open until some other operation came). The finish's usage is the step's, and its
-                // end is now, not late (`Closing::EndedNow`).
-                let aborted = StepEnd {
-                    reason: Some("aborted".to_owned()),
-                    ..end
-                };
-                let session = self
-                    .abort_as_read(session, aborted, Closing::EndedNow)
-                    .await?;
-                return Err(self
-                    .explain_no_step(
-                        &session,
-                        message_id,
-                        Error::InvalidInput(format!(
-                            "no step is open in message {message_id} of session {session_id}"
-                        )),
-                    )
-                    .await);
-            }
             return Err(self.step_busy(&session, &step, "").await);
         }
         self.close_step(&session, end, Closing::EndedNow)

@@ -896,6 +896,60 @@ fn a_step_being_closed_by_another_process_is_busy_naming_that_process() {
     })
 }
 
+/// A finish that comes after the step timeout of silence finds the step abandoned, as any request then
+/// does: it is aborted (with the finish's usage), and the answer says so, whichever request comes first
+/// (review: the finish recorded `stop`, while a part sent first aborted the step).
+#[test]
+fn a_finish_after_the_step_timeout_aborts_the_step() {
+    block_on(async {
+        let w = World::new();
+        let config = ServiceConfig {
+            holder_kind: HolderKind::Server,
+            step_timeout_ms: 60_000,
+            ..ServiceConfig::default()
+        };
+        let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
+        let s = server.create_session(ROOT, None).await.expect("session");
+        server
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let a = server
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        server.begin_step(&s.id, &a.info.id).await.expect("begin");
+        w.write("x.txt", "agent wrote this");
+        w.host.advance(120_000);
+        let end = StepEnd {
+            cost: Some(0.5),
+            ..StepEnd::default()
+        };
+        let late = server.finish_step(&s.id, &a.info.id, end).await;
+        assert!(
+            matches!(&late, Err(Error::InvalidInput(message)) if message.contains("its step was aborted")),
+            "{late:?}"
+        );
+        let message = server.message(&s.id, &a.info.id).await.expect("message");
+        let finishes: Vec<_> = message
+            .parts
+            .iter()
+            .filter_map(|p| match &p.body {
+                PartBody::StepFinish(finish) => Some((finish.reason.clone(), finish.cost)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(finishes, [("aborted".to_owned(), 0.5)]);
+        assert!(
+            message
+                .parts
+                .iter()
+                .any(|p| matches!(p.body, PartBody::Patch(_))),
+            "what the step changed is recorded"
+        );
+    })
+}
+
 /// An owner's abort of its own step whose lease had lapsed (an HTTP client silent past the step timeout)
 /// is late too: the warning says the patch may hold changes made since (review: the user's edits went
 /// into the patch without a word, as the abort the TUI sends before `/undo` took them).
