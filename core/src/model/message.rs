@@ -116,6 +116,32 @@ impl Message {
         }
     }
 
+    /// What a cleanup that cuts steps from the message (a revert to one of its parts, made permanent) leaves
+    /// of their sums: their `cut_cost` taken off the message's `cost`, and `finish` and `tokens` those of the
+    /// last step it keeps (`last`: its reason and tokens), or none when it keeps none (review: the message
+    /// kept the cut step's totals, and disagreed with the session's).
+    pub fn note_steps_cut(&mut self, cut_cost: f64, last: Option<(&str, &Tokens)>) {
+        let before = self
+            .extra
+            .get("cost")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let after = (before - cut_cost).max(0.0);
+        if after.is_finite() {
+            self.extra.insert("cost".to_owned(), number_value(after));
+        }
+        self.note_step_begun();
+        match last {
+            Some((reason, tokens)) => {
+                self.extra.insert("tokens".to_owned(), tokens_value(tokens));
+                self.note_step_end(reason);
+            }
+            None => {
+                self.extra.remove("tokens");
+            }
+        }
+    }
+
     /// Takes back what `note_step_end` said when a step begins again on the message: it is working, and no
     /// longer interrupted (an error the client gave is kept).
     pub fn note_step_begun(&mut self) {

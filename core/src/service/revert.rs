@@ -973,7 +973,7 @@ impl Rewind {
             .filter(|(m, p)| removed_messages.contains(&m.info.id) || removed_parts.contains(&p.id))
             .map(|(_, p)| p.id.clone())
             .collect();
-        let kept = messages
+        let mut kept: Vec<MessageWithParts> = messages
             .iter()
             .filter(|m| !removed_messages.contains(&m.info.id))
             .map(|m| {
@@ -983,6 +983,38 @@ impl Rewind {
             })
             .collect();
         let mut events = Vec::new();
+        let mut cut_message = None;
+        // The message the point cuts steps from (a revert to one of its parts): its sums are those of the
+        // steps it keeps, as the session's are.
+        let finishes = |m: &MessageWithParts, cut: bool| -> Vec<crate::model::StepFinishPart> {
+            m.parts
+                .iter()
+                .filter(|p| removed.contains(&p.id) == cut)
+                .filter_map(|p| match &p.body {
+                    PartBody::StepFinish(finish) => Some(finish.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        if point.part_id.is_some()
+            && let Some(message) = kept.iter_mut().find(|m| m.info.id == point.message_id)
+            && let Some(original) = messages.iter().find(|m| m.info.id == point.message_id)
+        {
+            let cut = finishes(original, true);
+            if !cut.is_empty() {
+                let left = finishes(original, false);
+                let cut_cost = cut.iter().map(|finish| finish.cost).sum();
+                message.info.note_steps_cut(
+                    cut_cost,
+                    left.last()
+                        .map(|finish| (finish.reason.as_str(), &finish.tokens)),
+                );
+                let mut info = message.info.clone();
+                info.fill_required_fields(&session.directory);
+                changes.push(Change::PutMessage(Box::new(info.clone())));
+                cut_message = Some(info);
+            }
+        }
         for message_id in plan.removed_messages {
             events.push(self.event(EventPayload::MessageRemoved {
                 session_id: session_id.clone(),
@@ -994,6 +1026,13 @@ impl Rewind {
                 session_id: session_id.clone(),
                 message_id,
                 part_id,
+            }));
+        }
+        // After its parts' removal, as a client applies them.
+        if let Some(info) = cut_message {
+            events.push(self.event(EventPayload::MessageUpdated {
+                session_id: session_id.clone(),
+                info: Box::new(info),
             }));
         }
         events.push(self.updated_event(&updated));

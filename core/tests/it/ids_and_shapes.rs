@@ -762,3 +762,90 @@ fn a_client_id_far_ahead_stays_in_its_session_and_one_at_the_top_of_the_clock_is
         assert_eq!(stored, made);
     })
 }
+
+/// A revert to a step's start within a message, made permanent, cuts that step (and those after it) from
+/// the message: the message's sums are then those of the steps it keeps, as the session's are (`cost`
+/// less the cut steps', `finish` and `tokens` of the last step kept), announced by a `message.updated`
+/// after the parts' removal (review, black-box: the message kept `finish: stop` and the cut step's cost
+/// and tokens, and disagreed with the session).
+#[test]
+fn cutting_steps_from_a_message_takes_their_sums_off_it() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let a = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        let mut starts = Vec::new();
+        for (file, reason, cost, output) in
+            [("c1", "tool-calls", 1.0, 3.0), ("c2", "stop", 2.0, 5.0)]
+        {
+            starts.push(
+                w.rewind
+                    .begin_step(&s.id, &a.info.id)
+                    .await
+                    .expect("begin")
+                    .id,
+            );
+            w.write(file, file);
+            w.rewind
+                .finish_step(
+                    &s.id,
+                    &a.info.id,
+                    rewind_core::service::StepEnd {
+                        reason: Some(reason.to_owned()),
+                        cost: Some(cost),
+                        tokens: Some(rewind_core::model::Tokens {
+                            output,
+                            ..Default::default()
+                        }),
+                    },
+                )
+                .await
+                .expect("finish");
+            // Text between the steps, as an agent's answer has.
+            w.rewind
+                .append_part(
+                    &s.id,
+                    &a.info.id,
+                    NewPart {
+                        id: None,
+                        body: rewind_core::model::PartBody::text("between"),
+                    },
+                )
+                .await
+                .expect("text");
+        }
+        w.rewind
+            .revert(
+                &s.id,
+                rewind_core::RevertTarget {
+                    message_id: a.info.id.clone(),
+                    part_id: Some(starts[1].clone()),
+                },
+            )
+            .await
+            .expect("revert to the second step");
+        let seq = w.last_seq().await;
+        let session = w.rewind.commit_revert(&s.id).await.expect("commit");
+        assert_eq!(session.cost, 1.0);
+        let stored = w.rewind.message(&s.id, &a.info.id).await.expect("message");
+        let info = serde_json::to_value(&stored.info).expect("json");
+        assert_eq!(info["cost"].as_f64(), Some(1.0));
+        assert_eq!(info["finish"], "tool-calls");
+        assert_eq!(info["tokens"]["output"].as_f64(), Some(3.0));
+        let types = w.event_types_after(seq).await;
+        let removed = types.iter().rposition(|t| t == "message.part.removed");
+        let updated = types.iter().rposition(|t| t == "message.updated");
+        assert!(
+            removed.is_some() && updated > removed,
+            "message.updated after the parts' removal: {types:?}"
+        );
+    })
+}
