@@ -512,6 +512,22 @@ async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
     }
 }
 
+/// Tracks `dir/file.txt`, replaces the directory `dir` with a file (tracked), and reverts the file's
+/// patch: the revert needs `dir` as a directory again.
+async fn revert_where_a_file_took_a_directory_s_place(
+    h: &GitHarness,
+) -> rewind_core::model::RevertOutcome {
+    h.write("dir/file.txt", b"v1\n");
+    let s = h.id().await;
+    h.remove("dir");
+    h.write("dir", b"dir is a file\n");
+    let base = h.id().await;
+    h.port()
+        .revert(h.root(), &patch(&s, &["dir/file.txt"]), &base)
+        .await
+        .expect("revert")
+}
+
 /// A tracked file standing where a revert needs a directory is moved aside and settled like a deleted
 /// file: a write that lands through a handle opened before the move (an editor's save under way) is kept
 /// beside the new directory as `<name>.rewind-kept-…`, and the path is named as kept, while the directory
@@ -520,16 +536,7 @@ async fn a_write_through_a_handle_opened_before_the_swap_is_not_lost() {
 #[tokio::test]
 async fn a_write_to_a_file_replaced_by_a_directory_is_kept_beside_it() {
     let h = writing_through_an_old_handle("dir", false, "appended by an editor\n", None);
-    h.write("dir/file.txt", b"v1\n");
-    let s = h.id().await;
-    h.remove("dir");
-    h.write("dir", b"dir is a file\n");
-    let base = h.id().await;
-    let outcome = h
-        .port()
-        .revert(h.root(), &patch(&s, &["dir/file.txt"]), &base)
-        .await
-        .expect("revert");
+    let outcome = revert_where_a_file_took_a_directory_s_place(&h).await;
     assert_eq!(h.read("dir/file.txt"), text("v1\n"));
     wrote_only(&outcome.written, "dir/file.txt", "the directory's file");
     kept_saying(
@@ -1295,16 +1302,7 @@ async fn a_made_way_file_written_to_goes_back_when_its_directory_is_gone() {
             }
         }));
     });
-    h.write("dir/file.txt", b"v1\n");
-    let s = h.id().await;
-    h.remove("dir");
-    h.write("dir", b"dir is a file\n");
-    let base = h.id().await;
-    let outcome = h
-        .port()
-        .revert(h.root(), &patch(&s, &["dir/file.txt"]), &base)
-        .await
-        .expect("revert");
+    let outcome = revert_where_a_file_took_a_directory_s_place(&h).await;
     assert_eq!(
         h.read("dir"),
         text("dir is a file\nappended by an editor\n"),

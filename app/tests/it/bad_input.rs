@@ -627,25 +627,23 @@ fn a_project_root_flag_with_a_colon_is_one_directory() {
 #[test]
 fn a_hostname_that_cannot_be_listened_on_says_what_the_flag_takes() {
     let env = Env::plain();
-    let output = env
-        .rewind(&["serve", "--port", "0", "--hostname", "localhost:8080"])
-        .env("REWIND_PASSWORD", "s3cret")
-        .timeout(std::time::Duration::from_secs(30))
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
+    // `serve --hostname HOSTNAME`, which must fail: its stderr.
+    let refused = |hostname: &str| {
+        let output = env
+            .rewind(&["serve", "--port", "0", "--hostname", hostname])
+            .env("REWIND_PASSWORD", "s3cret")
+            .timeout(std::time::Duration::from_secs(30))
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!output.status.success(), "{stderr}");
+        stderr
+    };
+    let stderr = refused("localhost:8080");
     assert!(stderr.contains("without a port or a scheme"), "{stderr}");
     assert!(!stderr.contains("another server"), "{stderr}");
     // An address of another machine (TEST-NET-1) is named as such.
-    let output = env
-        .rewind(&["serve", "--port", "0", "--hostname", "192.0.2.1"])
-        .env("REWIND_PASSWORD", "s3cret")
-        .timeout(std::time::Duration::from_secs(30))
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{stderr}");
+    let stderr = refused("192.0.2.1");
     assert!(
         stderr.contains("is not an address of this machine"),
         "{stderr}"

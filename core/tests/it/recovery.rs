@@ -1497,6 +1497,57 @@ fn a_capture_that_cannot_be_recorded_does_not_stop_the_rollback() {
 /// An intent that cannot be finished in a worktree inside this one (`sub/`, its `before` snapshot
 /// missing) does not stop recording messages here: it is reported and stays. A revert here, which would
 /// write files of `sub/` too, is refused with the reason, and changes nothing.
+/// A revert's intent for `session` in `directory` that cannot be finished (its pre-operation snapshot is
+/// in no store) over `file`, with the session's and worktree's leases, left by process `pid` (killed) under
+/// `token`: what a crashed revert with a lost snapshot leaves.
+async fn broken_intent(
+    w: &World,
+    session: &rewind_core::model::SessionId,
+    directory: &str,
+    (pid, token): (u32, &str),
+    file: &str,
+) -> IntentRecord {
+    let dead = process(pid);
+    let holder = Holder {
+        kind: HolderKind::Process,
+        process: dead.clone(),
+    };
+    let token = LeaseToken(token.to_owned());
+    for key in [
+        LeaseKey::Session(session.clone()),
+        LeaseKey::Worktree(directory.to_owned()),
+    ] {
+        let lease = Lease {
+            key,
+            token: token.clone(),
+            holder: holder.clone(),
+            expires_at: u64::MAX,
+        };
+        w.repo.take_lease(&lease, None).await.expect("lease");
+    }
+    let broken = IntentRecord {
+        token,
+        session_id: session.clone(),
+        directory: directory.to_owned(),
+        operation: IntentOperation::Revert,
+        holder,
+        before: rewind_core::model::SnapshotId::parse(&"0e".repeat(20)).expect("an id"),
+        files: vec![RelPath::new(file).expect("path")],
+        created: 0,
+        unreadable: None,
+    };
+    w.repo
+        .commit(Transaction {
+            guards: Vec::new(),
+            changes: vec![Change::PutIntent(Box::new(broken.clone()))],
+            events: Vec::new(),
+        })
+        .await
+        .expect("intent");
+    w.host.kill(&dead);
+    broken
+}
+
 #[test]
 fn an_unfinishable_intent_inside_refuses_reverts_around_it_but_not_messages() {
     block_on(async {
@@ -1507,44 +1558,7 @@ fn an_unfinishable_intent_inside_refuses_reverts_around_it_but_not_messages() {
         let s = w.session().await;
         let t = w.turn(&s.id, "edit", |w| w.write("a.txt", "a1")).await;
         let inner = w.rewind.create_session(&sub, None).await.expect("session");
-        let dead = process(14);
-        let holder = Holder {
-            kind: HolderKind::Process,
-            process: dead.clone(),
-        };
-        let token = LeaseToken("tok_broken_inside".to_owned());
-        for key in [
-            LeaseKey::Session(inner.id.clone()),
-            LeaseKey::Worktree(sub.clone()),
-        ] {
-            let lease = Lease {
-                key,
-                token: token.clone(),
-                holder: holder.clone(),
-                expires_at: u64::MAX,
-            };
-            w.repo.take_lease(&lease, None).await.expect("lease");
-        }
-        let broken = IntentRecord {
-            token,
-            session_id: inner.id.clone(),
-            directory: sub.clone(),
-            operation: IntentOperation::Revert,
-            holder,
-            before: rewind_core::model::SnapshotId::parse(&"0e".repeat(20)).expect("an id"),
-            files: vec![RelPath::new("b.txt").expect("path")],
-            created: 0,
-            unreadable: None,
-        };
-        w.repo
-            .commit(Transaction {
-                guards: Vec::new(),
-                changes: vec![Change::PutIntent(Box::new(broken.clone()))],
-                events: Vec::new(),
-            })
-            .await
-            .expect("intent");
-        w.host.kill(&dead);
+        let broken = broken_intent(&w, &inner.id, &sub, (14, "tok_broken_inside"), "b.txt").await;
 
         w.rewind
             .create_message(
@@ -1583,44 +1597,7 @@ fn an_empty_session_is_deleted_while_its_worktree_cannot_be_prepared() {
         let w = World::new();
         w.write("a.txt", "a0");
         let s = w.session().await;
-        let dead = process(15);
-        let holder = Holder {
-            kind: HolderKind::Process,
-            process: dead.clone(),
-        };
-        let token = LeaseToken("tok_broken_here".to_owned());
-        for key in [
-            LeaseKey::Session(s.id.clone()),
-            LeaseKey::Worktree(ROOT.to_owned()),
-        ] {
-            let lease = Lease {
-                key,
-                token: token.clone(),
-                holder: holder.clone(),
-                expires_at: u64::MAX,
-            };
-            w.repo.take_lease(&lease, None).await.expect("lease");
-        }
-        let broken = IntentRecord {
-            token,
-            session_id: s.id.clone(),
-            directory: ROOT.to_owned(),
-            operation: IntentOperation::Revert,
-            holder,
-            before: rewind_core::model::SnapshotId::parse(&"0e".repeat(20)).expect("an id"),
-            files: vec![RelPath::new("a.txt").expect("path")],
-            created: 0,
-            unreadable: None,
-        };
-        w.repo
-            .commit(Transaction {
-                guards: Vec::new(),
-                changes: vec![Change::PutIntent(Box::new(broken))],
-                events: Vec::new(),
-            })
-            .await
-            .expect("intent");
-        w.host.kill(&dead);
+        broken_intent(&w, &s.id, ROOT, (15, "tok_broken_here"), "a.txt").await;
         let empty = w.session().await;
         let prepared = w.rewind.begin_turn(
             &empty.id,
