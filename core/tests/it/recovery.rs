@@ -896,6 +896,34 @@ fn a_step_being_closed_by_another_process_is_busy_naming_that_process() {
     })
 }
 
+/// A server's `Rewind` (a step timeout of 60 s) on `w`, a session of it with a prompt, and the assistant
+/// message whose step it has begun.
+async fn server_step(
+    w: &World,
+) -> (
+    Rewind,
+    rewind_core::model::Session,
+    rewind_core::model::MessageWithParts,
+) {
+    let config = ServiceConfig {
+        holder_kind: HolderKind::Server,
+        step_timeout_ms: 60_000,
+        ..ServiceConfig::default()
+    };
+    let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
+    let s = server.create_session(ROOT, None).await.expect("session");
+    server
+        .create_message(&s.id, NewMessage::user_text("go"))
+        .await
+        .expect("user");
+    let a = server
+        .create_message(&s.id, NewMessage::assistant())
+        .await
+        .expect("assistant");
+    server.begin_step(&s.id, &a.info.id).await.expect("begin");
+    (server, s, a)
+}
+
 /// A finish that comes after the step timeout of silence finds the step abandoned, as any request then
 /// does: it is aborted (with the finish's usage), and the answer says so, whichever request comes first
 /// (review: the finish recorded `stop`, while a part sent first aborted the step).
@@ -903,22 +931,7 @@ fn a_step_being_closed_by_another_process_is_busy_naming_that_process() {
 fn a_finish_after_the_step_timeout_aborts_the_step() {
     block_on(async {
         let w = World::new();
-        let config = ServiceConfig {
-            holder_kind: HolderKind::Server,
-            step_timeout_ms: 60_000,
-            ..ServiceConfig::default()
-        };
-        let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
-        let s = server.create_session(ROOT, None).await.expect("session");
-        server
-            .create_message(&s.id, NewMessage::user_text("go"))
-            .await
-            .expect("user");
-        let a = server
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant");
-        server.begin_step(&s.id, &a.info.id).await.expect("begin");
+        let (server, s, a) = server_step(&w).await;
         w.write("x.txt", "agent wrote this");
         w.host.advance(120_000);
         let end = StepEnd {
@@ -957,22 +970,7 @@ fn a_finish_after_the_step_timeout_aborts_the_step() {
 fn an_owners_abort_of_a_timed_out_step_warns_of_its_late_end() {
     block_on(async {
         let w = World::new();
-        let config = ServiceConfig {
-            holder_kind: HolderKind::Server,
-            step_timeout_ms: 60_000,
-            ..ServiceConfig::default()
-        };
-        let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
-        let s = server.create_session(ROOT, None).await.expect("session");
-        server
-            .create_message(&s.id, NewMessage::user_text("go"))
-            .await
-            .expect("user");
-        let a = server
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant");
-        server.begin_step(&s.id, &a.info.id).await.expect("begin");
+        let (server, s, _) = server_step(&w).await;
         w.write("x.txt", "agent wrote this");
         w.host.advance(120_000);
         w.write("b.txt", "the user's own file, later");
