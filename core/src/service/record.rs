@@ -1664,8 +1664,9 @@ impl Rewind {
             None => "no step was begun in it".to_owned(),
             Some(Some(reason)) if reason == "aborted" => format!(
                 "its step was aborted: its owner was gone or silent for longer than the step timeout ({} s), and \
-                 the next operation on the worktree aborted it, or an abort was asked; what the step changed \
-                 until then is recorded and can be reverted. Begin a new step to go on",
+                 the next request on the worktree (this one, when it is the step's finish) aborted it, or an \
+                 abort was asked; what the step changed until then is recorded and can be reverted. Begin a \
+                 new step to go on",
                 self.config.step_timeout_ms / 1000
             ),
             Some(Some(reason)) => format!("its step is finished already (reason `{reason}`)"),
