@@ -11,9 +11,10 @@ use super::{Command, SnapshotCommand, context, exec, gc, history, show, snapshot
 use crate::config::Settings;
 
 /// Runs one command in `directory`.
-/// Refuses ids of the wrong form before anything is opened: otherwise the data directory and database
-/// are made, and recovery run, for a command that was going to be refused (review).
-fn check_input(command: &Command) -> Result<()> {
+/// Refuses ids of the wrong form, and `snapshot restore` paths outside the worktree (of `directory`) or
+/// through a file, before anything is opened: otherwise the data directory and database are made, and
+/// recovery run, for a command that was going to be refused (review).
+fn check_input(command: &Command, directory: &Path) -> Result<()> {
     let session = |text: &Option<String>| -> Result<()> {
         text.as_deref().map(context::parse_session).transpose()?;
         Ok(())
@@ -37,8 +38,15 @@ fn check_input(command: &Command) -> Result<()> {
             to.as_deref().map(snapshot::parse_snapshot).transpose()?;
             Ok(())
         }
-        Command::Snapshot(SnapshotCommand::Restore { id, .. }) => {
-            snapshot::parse_snapshot(id).map(|_| ())
+        Command::Snapshot(SnapshotCommand::Restore { id, paths }) => {
+            snapshot::parse_snapshot(id)?;
+            // A directory that cannot be opened is refused by the context, as for every command.
+            if let Ok((worktree, _)) = crate::worktree::canonical_worktree(directory) {
+                for path in paths {
+                    snapshot::worktree_relative(&worktree, path)?;
+                }
+            }
+            Ok(())
         }
         _ => Ok(()),
     }
@@ -50,7 +58,7 @@ pub async fn run(
     directory: &Path,
     json: bool,
 ) -> Result<()> {
-    check_input(&command)?;
+    check_input(&command, directory)?;
     let ctx = match command {
         // These only show: a database that cannot be written is still shown.
         Command::Log { .. } | Command::Diff { .. } | Command::Status => {

@@ -294,7 +294,7 @@ pub fn parse_snapshot(text: &str) -> Result<SnapshotId> {
 /// A path given on the command line (relative to the worktree, or absolute inside it) as a
 /// worktree-relative path; `.` and `..` are resolved by name, and a path that leaves the worktree is
 /// refused.
-fn worktree_relative(worktree: &Path, path: &Path) -> Result<RelPath> {
+pub(super) fn worktree_relative(worktree: &Path, path: &Path) -> Result<RelPath> {
     let relative = if path.is_absolute() {
         let lexical = normalise(path)?;
         match lexical.strip_prefix(worktree) {

@@ -98,8 +98,9 @@ fn bad_ids_paths_and_directories_are_refused_and_change_nothing() {
     assert!(stderr.contains("does not exist"), "{stderr}");
 }
 
-/// An id of the wrong form is refused before anything is opened: on a fresh account, nothing is made in the
-/// data directory (no database) for a command that was going to fail (review), and `snapshot diff` of an
+/// An id of the wrong form, or a restore path outside the worktree, is refused before anything is opened:
+/// on a fresh account, nothing is made in the data directory (no database) for a command that was going to
+/// fail (review), and `snapshot diff` of an
 /// unknown snapshot reads it before it snapshots the worktree (no store is made either).
 #[test]
 fn a_malformed_id_is_refused_before_anything_is_made() {
@@ -118,6 +119,11 @@ fn a_malformed_id_is_refused_before_anything_is_made() {
         (vec!["snapshot", "diff", "zz"], "snapshot"),
         (vec!["snapshot", "diff", missing_snapshot, "zz"], "snapshot"),
         (vec!["snapshot", "restore", "zz"], "snapshot"),
+        // A path outside the worktree: refused as early (review: the database was made first).
+        (
+            vec!["snapshot", "restore", missing_snapshot, "/etc/passwd"],
+            "outside the worktree",
+        ),
     ];
     for (args, expected) in &cases {
         let output = env.rewind(args).output().expect("runs");
