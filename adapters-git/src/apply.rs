@@ -749,7 +749,7 @@ fn settle(
     }
     let unchanged_ours =
         |st: &rustix::fs::Stat| file.ours.is_some_and(|ours| moved_unchanged(st, ours));
-    let at_name = match beneath::lstat_at(dir, name) {
+    Ok(match beneath::lstat_at(dir, name) {
         Ok(at_name) if unchanged_ours(&at_name) => {
             match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
                 Ok(()) => {
@@ -761,12 +761,12 @@ fn settle(
                     {
                         keep_aside(dir, tmp, name)?;
                     }
-                    true
+                    Settled::AtName
                 }
                 Err(Errno::NOENT) => put_at_free_name(dir, tmp, name)?,
                 Err(_) => {
                     keep_aside(dir, tmp, name)?;
-                    false
+                    Settled::Aside
                 }
             }
         }
@@ -775,13 +775,8 @@ fn settle(
         // A newer write, or another file, stands there: it stays, and the file is kept beside it.
         _ => {
             keep_aside(dir, tmp, name)?;
-            false
+            Settled::Aside
         }
-    };
-    Ok(if at_name {
-        Settled::AtName
-    } else {
-        Settled::Aside
     })
 }
 
@@ -799,14 +794,14 @@ enum Settled {
 /// A settling thread's last directory opened, and the files it hands over (`Releases`).
 type SettleThread = (Option<(String, OwnedFd)>, Releases);
 
-/// Renames `tmp` to `name` while nothing stands there (true), else keeps it aside (`keep_aside`, whose
-/// error it returns).
-fn put_at_free_name(dir: &OwnedFd, tmp: &str, name: &str) -> io::Result<bool> {
+/// Renames `tmp` to `name` while nothing stands there, else keeps it aside (`keep_aside`, whose error it
+/// returns); which of the two.
+fn put_at_free_name(dir: &OwnedFd, tmp: &str, name: &str) -> io::Result<Settled> {
     if rustix::fs::renameat_with(dir, tmp, dir, name, rustix::fs::RenameFlags::NOREPLACE).is_err() {
         keep_aside(dir, tmp, name)?;
-        return Ok(false);
+        return Ok(Settled::Aside);
     }
-    Ok(true)
+    Ok(Settled::AtName)
 }
 
 /// What stands at `name` of `dir` now, against `was` (the stat data of the file or symlink checked there).
@@ -1330,9 +1325,9 @@ impl<'a> Applier<'a> {
 
     /// Takes back the writes and deletions of `put_back` (their files went back, or aside: `settle`): the
     /// paths are kept.
-    fn keep_put_back(&mut self, put_back: Vec<(String, bool)>) -> GitResult<()> {
-        for (rel, aside) in put_back {
-            if self.made_way.remove(&rel) && aside {
+    fn keep_put_back(&mut self, put_back: Vec<(String, Settled)>) -> GitResult<()> {
+        for (rel, settled) in put_back {
+            if self.made_way.remove(&rel) && settled == Settled::Aside {
                 // The directory made in its place stays, with what was written in it; the file is beside
                 // it. Back at its name instead (the directory was removed meanwhile), it is taken back as
                 // any deletion is (review).
@@ -1347,9 +1342,12 @@ impl<'a> Applier<'a> {
     }
 
     /// Looks at the files the writes swapped out again (`settle`, each once it is `SETTLE_AGE` old),
-    /// several at a time: the paths whose file went back (or aside: true), and the first failure to
+    /// several at a time: the paths whose file went back or aside, with which, and the first failure to
     /// remove one.
-    fn settle_swapped(&self, mut swapped: Vec<SwappedOut>) -> (Vec<(String, bool)>, GitResult<()>) {
+    fn settle_swapped(
+        &self,
+        mut swapped: Vec<SwappedOut>,
+    ) -> (Vec<(String, Settled)>, GitResult<()>) {
         swapped.sort_unstable_by(|a, b| a.dir.cmp(&b.dir));
         let (root, hook) = (&self.root, self.settle_hook.as_ref());
         let settled = crate::track::parallel_map_on(
@@ -1369,9 +1367,8 @@ impl<'a> Applier<'a> {
         let mut failed = Ok(());
         for (file, result) in swapped.iter().zip(settled) {
             match result {
-                Ok(Settled::AtName) => put_back.push((file.rel.clone(), false)),
-                Ok(Settled::Aside) => put_back.push((file.rel.clone(), true)),
                 Ok(Settled::Removed) => {}
+                Ok(settled) => put_back.push((file.rel.clone(), settled)),
                 Err((rel, e)) => {
                     if is_stranded(&e) {
                         let _ = self.store.journal_stranded(&file.dir_path.join(&file.tmp));

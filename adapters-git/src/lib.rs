@@ -276,10 +276,12 @@ impl SnapshotPort for GitSnapshotStore {
     }
 
     /// Every id a track returned has its record (written before the id is returned); one whose record is
-    /// lost (a damaged store) is still known from the log of returned ids, while gc keeps its line.
+    /// lost (a damaged store) is still known from the log of returned ids, while gc keeps its line. Read
+    /// as every snapshot is first (`check_snapshot`): missing, or not a tree, it is that error.
     async fn is_snapshot(&self, worktree: &Path, id: &SnapshotId) -> Result<bool> {
         let id = object_id(id)?;
         self.with_store_to_read(worktree, move |store, _| {
+            check_snapshot(store, &id)?;
             Ok(store.known_record(&id).is_some() || store.was_returned(&id)?)
         })
         .await

@@ -58,7 +58,8 @@ pub trait SnapshotPort: Send + Sync {
     async fn track(&self, worktree: &Path) -> Result<TrackOutcome>;
     /// Whether `id` is a snapshot this worktree's store took (a `track` returned it), not merely a tree
     /// it holds (a subdirectory's, or git's empty tree): what an id a user typed must be before it is
-    /// restored or compared. True by default (a store that keeps no such list).
+    /// restored or compared. `MissingObject` when the store does not hold it at all. True by default (a
+    /// store that keeps no such list).
     async fn is_snapshot(&self, worktree: &Path, id: &SnapshotId) -> Result<bool> {
         let _ = (worktree, id);
         Ok(true)

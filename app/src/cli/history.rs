@@ -203,8 +203,8 @@ async fn again(
         Moved::Done => Ok(None),
         Moved::Stale(_) if choice < CHOICES => read_again(ctx, session).await.map(Some),
         Moved::Busy(_) if choice < CHOICES => {
-            // Another operation is running: waited for, 0.1 s, then 0.2, 0.4, 0.8 (review: of two
-            // `undo`s run at once, one failed as busy instead of undoing the turn before).
+            // Another operation is running: waited for, 0.1 s, doubling up to 1.6 s, about 6 s in all
+            // (review: of two `undo`s run at once, one failed as busy instead of undoing the turn before).
             let wait = 100u64 << (choice - 1).min(4);
             tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
             read_again(ctx, session).await.map(Some)

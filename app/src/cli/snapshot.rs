@@ -185,12 +185,9 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
 /// directory is (a directory inside a snapshot, git's empty tree), whose files a restore would put at the
 /// worktree's root (review: a subdirectory's tree was restored over the root's files).
 async fn refuse_not_a_snapshot(ctx: &Context, id: &SnapshotId) -> Result<()> {
-    let snapshots = &ctx.services.snapshots;
-    snapshots
-        .diff(&ctx.path, id, id)
-        .await
-        .map_err(|error| explain(error, "reading the snapshot"))?;
-    if snapshots
+    if ctx
+        .services
+        .snapshots
         .is_snapshot(&ctx.path, id)
         .await
         .map_err(|error| explain(error, "reading the snapshot"))?
