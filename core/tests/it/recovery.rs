@@ -768,6 +768,38 @@ fn a_killed_process_leaves_a_step_that_the_next_command_aborts() {
     })
 }
 
+/// Begins the step of message `message` as process `pid`, which then does `meanwhile` and is killed: a
+/// `rewind exec` killed while its command ran.
+async fn begin_as_dead_process(
+    w: &World,
+    (session, message): (
+        &rewind_core::model::SessionId,
+        &rewind_core::model::MessageId,
+    ),
+    pid: u32,
+    meanwhile: impl FnOnce(&World),
+) {
+    let exec = process(pid);
+    let me = w.host.this_process();
+    w.host.become_process(exec.clone());
+    w.rewind.begin_step(session, message).await.expect("begin");
+    meanwhile(w);
+    w.host.become_process(me);
+    w.host.kill(&exec);
+}
+
+/// The reason and cost of each `step-finish` of `message`.
+fn finishes_of(message: &rewind_core::model::MessageWithParts) -> Vec<(String, f64)> {
+    message
+        .parts
+        .iter()
+        .filter_map(|p| match &p.body {
+            PartBody::StepFinish(finish) => Some((finish.reason.clone(), finish.cost)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// A finish asked by another process for a step whose owner is gone aborts that step, as the next
 /// operation on the session does (SPEC section 4), and answers why no step is open. Review: 409 named the
 /// dead process, and the step stayed open (the session busy) until some other operation came.
@@ -778,13 +810,10 @@ fn a_finish_of_a_dead_owners_step_aborts_it_and_says_so() {
         w.write("a.txt", "a0");
         let s = w.session().await;
         let a = w.prompt(&s.id, "run it").await;
-        let exec = process(13);
-        let me = w.host.this_process();
-        w.host.become_process(exec.clone());
-        w.rewind.begin_step(&s.id, &a).await.expect("begin");
-        w.write("a.txt", "written by the killed command");
-        w.host.become_process(me);
-        w.host.kill(&exec);
+        begin_as_dead_process(&w, (&s.id, &a), 13, |w| {
+            w.write("a.txt", "written by the killed command");
+        })
+        .await;
         let end = StepEnd {
             cost: Some(0.25),
             ..StepEnd::default()
@@ -798,14 +827,7 @@ fn a_finish_of_a_dead_owners_step_aborts_it_and_says_so() {
         let session = w.rewind.session(&s.id).await.expect("session");
         assert!(session.step.is_none(), "the step is closed");
         let message = w.rewind.message(&s.id, &a).await.expect("message");
-        let finishes: Vec<_> = message
-            .parts
-            .iter()
-            .filter_map(|p| match &p.body {
-                PartBody::StepFinish(finish) => Some((finish.reason.clone(), finish.cost)),
-                _ => None,
-            })
-            .collect();
+        let finishes = finishes_of(&message);
         assert_eq!(
             finishes,
             [("aborted".to_owned(), 0.25)],
@@ -854,12 +876,7 @@ fn a_step_being_closed_by_another_process_is_busy_naming_that_process() {
         let w = World::new();
         let s = w.session().await;
         let a = w.prompt(&s.id, "run it").await;
-        let exec = process(14);
-        let me = w.host.this_process();
-        w.host.become_process(exec.clone());
-        w.rewind.begin_step(&s.id, &a).await.expect("begin");
-        w.host.become_process(me);
-        w.host.kill(&exec);
+        begin_as_dead_process(&w, (&s.id, &a), 14, |_| {}).await;
         let key = LeaseKey::Session(s.id.clone());
         let step_lease = w
             .repo
@@ -945,14 +962,7 @@ fn a_finish_after_the_step_timeout_aborts_the_step() {
             "{late:?}"
         );
         let message = server.message(&s.id, &a.info.id).await.expect("message");
-        let finishes: Vec<_> = message
-            .parts
-            .iter()
-            .filter_map(|p| match &p.body {
-                PartBody::StepFinish(finish) => Some((finish.reason.clone(), finish.cost)),
-                _ => None,
-            })
-            .collect();
+        let finishes = finishes_of(&message);
         assert_eq!(finishes, [("aborted".to_owned(), 0.5)]);
         assert!(
             message
