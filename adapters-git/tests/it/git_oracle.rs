@@ -525,11 +525,8 @@ async fn symlinked_excludes_files_are_read_as_git_reads_them() {
     let ours = h.track().await;
     let oracle = GitOracle::new(Some(&global));
     assert_eq!(ours.id.as_str(), oracle.write_tree(h.root()));
-    let names: Vec<String> = oracle
-        .ls_tree(Some(&h.store_dir().join("objects")), ours.id.as_str())
-        .into_iter()
-        .map(|entry| entry.path)
-        .collect();
+    let listed = stored_names(&h, &ours.id);
+    let names: Vec<&str> = listed.lines().collect();
     assert_eq!(names, ["b.txt"]);
 }
 
@@ -603,11 +600,8 @@ async fn a_dot_git_that_is_no_repository_s_makes_no_nested_repository() {
     let ours = h.track().await;
     let oracle = GitOracle::new(None);
     assert_eq!(ours.id.as_str(), oracle.write_tree(h.root()));
-    let names: Vec<String> = oracle
-        .ls_tree(Some(&h.store_dir().join("objects")), ours.id.as_str())
-        .into_iter()
-        .map(|entry| entry.path)
-        .collect();
+    let listed = stored_names(&h, &ours.id);
+    let names: Vec<&str> = listed.lines().collect();
     assert_eq!(names, [".gitignore", "d1/b.c", "d2/b.c", "d3/b.c"]);
 }
 
