@@ -1,5 +1,5 @@
-//! The sizes of the blobs a pack holds, read with positioned reads (`pread`) of each entry's first bytes
-//! rather than through a memory map. Seeding checks the size of every blob it adopts from the user's pack
+//! The sizes of the blobs a pack holds, read with positioned reads (`pread`) of the pack in its order, a
+//! window of 32 KiB at a time (`Window`), rather than through a memory map. Seeding checks the size of every blob it adopts from the user's pack
 //! (SPEC 2.1, `adopt_seeded`): through a map, every page of the pack that holds an entry's header would
 //! become part of this process's memory (most of a pack of small files, 100 MB of a 100,000-file
 //! repository's), and every lookup would go through the object database's shared handle and its lock.
@@ -34,7 +34,7 @@ const MAX_CHAIN: usize = 10_000;
 /// The size of each of `ids` that the pack of the index `idx` holds as a blob. An id the pack does not
 /// hold, holds as another kind, or whose entry cannot be read is left out: the caller treats it as not
 /// verified.
-pub fn blob_sizes(idx: &Path, ids: &[ObjectId]) -> GitResult<HashMap<ObjectId, u64>> {
+pub fn blob_sizes(idx: &Path, ids: &[ObjectId]) -> GitResult<Vec<(ObjectId, u64)>> {
     let index = gix::odb::pack::index::File::at(idx, gix::hash::Kind::Sha1)
         .map_err(|e| GitError::Corrupt(format!("pack index {}: {e}", idx.display())))?;
     let pack_path = idx.with_extension("pack");
@@ -55,9 +55,11 @@ pub fn blob_sizes(idx: &Path, ids: &[ObjectId]) -> GitResult<HashMap<ObjectId, u
     };
     let sizes = crate::track::parallel_map_with(
         &held,
-        HashMap::new,
-        |kinds: &mut HashMap<u64, u8>, (id, offset)| {
-            Ok(reader.blob_size(*offset, kinds).map(|size| (*id, size)))
+        || (HashMap::new(), Window::new()),
+        |(kinds, window): &mut (HashMap<u64, u8>, Window), (id, offset)| {
+            Ok(reader
+                .blob_size(window, *offset, kinds)
+                .map(|size| (*id, size)))
         },
     )?;
     Ok(sizes.into_iter().flatten().collect())
@@ -66,6 +68,48 @@ pub fn blob_sizes(idx: &Path, ids: &[ObjectId]) -> GitResult<HashMap<ObjectId, u
 struct Reader<'a> {
     pack: &'a File,
     index: &'a gix::odb::pack::index::File,
+}
+
+/// The part of the pack a thread read last. Its entries are looked at in the pack's order, and most of a
+/// pack of small files is the blobs looked at, so one read of a window answers for the headers of dozens of
+/// entries: a few thousand reads for a 100,000-file repository's pack rather than one per entry.
+struct Window {
+    start: u64,
+    len: usize,
+    bytes: Box<[u8]>,
+}
+
+/// How much of the pack a window holds (entries of files of a few KB take one or two KB each).
+const WINDOW: usize = 32 * 1024;
+
+impl Window {
+    fn new() -> Window {
+        Window {
+            start: 0,
+            len: 0,
+            bytes: vec![0u8; WINDOW].into_boxed_slice(),
+        }
+    }
+
+    /// Fills `buf` from `offset` as far as the file goes, as `read_at_most` does: from the window when it
+    /// holds the whole range; otherwise a read ahead, from `offset`, refills it. A read behind the window
+    /// (a delta's base) goes to the file directly and leaves the window as it was for the next entry.
+    fn read(&mut self, pack: &File, buf: &mut [u8], offset: u64) -> Option<usize> {
+        let end = offset.checked_add(buf.len() as u64)?;
+        let within = offset >= self.start && end <= self.start + self.len as u64;
+        if !within {
+            if offset < self.start || buf.len() > WINDOW {
+                return read_at_most(pack, buf, offset);
+            }
+            self.len = 0;
+            self.start = offset;
+            self.len = read_at_most(pack, &mut self.bytes, offset)?;
+        }
+        let from = usize::try_from(offset - self.start).ok()?;
+        let count = buf.len().min(self.len.saturating_sub(from));
+        buf[..count].copy_from_slice(&self.bytes[from..from + count]);
+        (count > 0).then_some(count)
+    }
 }
 
 /// An entry's header.
@@ -82,21 +126,31 @@ struct Head {
 impl Reader<'_> {
     /// The size of the object at `offset` when it is a blob. `kinds` remembers the kinds of the entries
     /// found on the way (bases are shared by many deltas).
-    fn blob_size(&self, offset: u64, kinds: &mut HashMap<u64, u8>) -> Option<u64> {
-        let head = self.head(offset)?;
+    fn blob_size(
+        &self,
+        window: &mut Window,
+        offset: u64,
+        kinds: &mut HashMap<u64, u8>,
+    ) -> Option<u64> {
+        let head = self.head(window, offset)?;
         match head.base {
             None => (head.kind == BLOB).then_some(head.size),
             Some(base) => {
-                if self.kind_at(base, kinds)? != BLOB {
+                if self.kind_at(window, base, kinds)? != BLOB {
                     return None;
                 }
-                self.delta_result_size(head.data)
+                self.delta_result_size(window, head.data)
             }
         }
     }
 
     /// The kind of the object at `offset`: its own, or the one its chain of bases ends in.
-    fn kind_at(&self, offset: u64, kinds: &mut HashMap<u64, u8>) -> Option<u8> {
+    fn kind_at(
+        &self,
+        window: &mut Window,
+        offset: u64,
+        kinds: &mut HashMap<u64, u8>,
+    ) -> Option<u8> {
         let mut chain = Vec::new();
         let mut at = offset;
         let kind = loop {
@@ -107,7 +161,7 @@ impl Reader<'_> {
                 return None;
             }
             chain.push(at);
-            let head = self.head(at)?;
+            let head = self.head(window, at)?;
             match head.base {
                 None => break head.kind,
                 Some(base) => at = base,
@@ -120,9 +174,9 @@ impl Reader<'_> {
     }
 
     /// The header of the entry at `offset` (none when it cannot be read or is not a known kind).
-    fn head(&self, offset: u64) -> Option<Head> {
+    fn head(&self, window: &mut Window, offset: u64) -> Option<Head> {
         let mut buf = [0u8; HEAD_READ];
-        let read = read_at_most(self.pack, &mut buf, offset)?;
+        let read = window.read(self.pack, &mut buf, offset)?;
         let mut bytes = buf[..read].iter().copied();
         let mut byte = bytes.next()?;
         let kind = (byte >> 4) & 0x07;
@@ -172,11 +226,11 @@ impl Reader<'_> {
 
     /// The size of the object a delta whose compressed data starts at `data` makes: the second of the two
     /// numbers its inflated data begins with (the base's size, then the result's).
-    fn delta_result_size(&self, data: u64) -> Option<u64> {
+    fn delta_result_size(&self, window: &mut Window, data: u64) -> Option<u64> {
         let mut want = 64;
         loop {
             let mut compressed = vec![0u8; want];
-            let read = read_at_most(self.pack, &mut compressed, data)?;
+            let read = window.read(self.pack, &mut compressed, data)?;
             let mut out = [0u8; 32];
             let mut inflate = Decompress::new(true);
             // Damaged data answers nothing (what was decoded before the error is not trusted); a short
@@ -233,6 +287,49 @@ fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> Option<usize> {
 mod tests {
     use super::*;
     use std::process::Command;
+
+    fn sizes_of(idx: &Path, ids: &[ObjectId]) -> HashMap<ObjectId, u64> {
+        blob_sizes(idx, ids).expect("read").into_iter().collect()
+    }
+
+    /// A window answers every read as a direct positioned read of the file does: within it, across its
+    /// end, behind it (a delta's base), longer than it, at and past the file's end.
+    #[test]
+    fn a_window_reads_what_the_file_holds() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("pack");
+        let content: Vec<u8> = (0..(WINDOW * 3 + 1000))
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        std::fs::write(&path, &content).expect("write");
+        let file = File::open(&path).expect("open");
+        let mut window = Window::new();
+        let end = content.len() as u64;
+        let reads: &[(u64, usize)] = &[
+            (0, 32),
+            (100, 32),
+            (WINDOW as u64 - 10, 32),
+            (WINDOW as u64 - 20, 4096),
+            (50, 64),
+            (2 * WINDOW as u64, WINDOW + 1),
+            (2 * WINDOW as u64 + 5, 256),
+            (end - 10, 32),
+            (end - 40, 32),
+            (end, 32),
+            (end + 100, 32),
+        ];
+        for &(offset, len) in reads {
+            let mut through_window = vec![0u8; len];
+            let mut direct = vec![0u8; len];
+            let got = window.read(&file, &mut through_window, offset);
+            let want = read_at_most(&file, &mut direct, offset);
+            assert_eq!(got, want, "bytes read at {offset} (+{len})");
+            if let Some(n) = want {
+                let from = usize::try_from(offset).expect("small");
+                assert_eq!(through_window[..n], content[from..from + n]);
+            }
+        }
+    }
 
     fn git(dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")
@@ -317,7 +414,7 @@ mod tests {
             packs[0].clone()
         };
         // Deltas naming their base by offset (git's default), then by id.
-        assert_eq!(blob_sizes(&only_pack(), &ids).expect("read"), expected);
+        assert_eq!(sizes_of(&only_pack(), &ids), expected);
         git(
             dir,
             &[
@@ -344,7 +441,7 @@ mod tests {
             by_id > 20,
             "the repacked pack's deltas name their base by id"
         );
-        assert_eq!(blob_sizes(&only_pack(), &ids).expect("read"), expected);
+        assert_eq!(sizes_of(&only_pack(), &ids), expected);
     }
 
     /// A damaged entry is left out, not guessed: its header bytes overwritten with an unknown kind.
@@ -375,7 +472,6 @@ mod tests {
         std::fs::set_permissions(&pack, std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .expect("writable");
         std::fs::write(&pack, bytes).expect("write");
-        let sizes = blob_sizes(&idx, &[a, b]).expect("read");
-        assert_eq!(sizes, HashMap::from([(b, 2)]));
+        assert_eq!(sizes_of(&idx, &[a, b]), HashMap::from([(b, 2)]));
     }
 }

@@ -16,12 +16,13 @@
 //!    (size 0) is believed only for the empty blob, and a file over the size cap is skipped as it would be
 //!    if hashed.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use gix::ObjectId;
+use gix::hashtable::HashSet as IdSet;
 
 use crate::ignore::Enclosing;
 use crate::odb::Odb;
@@ -67,9 +68,13 @@ struct IndexEntry {
     size: u32,
 }
 
+/// The user's index entries by worktree path (hashed with foldhash, not std's SipHash: a first track of a
+/// 100,000-file repository builds and asks this once per file).
+type Entries = hashbrown::HashMap<String, IndexEntry>;
+
 /// The user's index, as far as it may answer for files of the worktree.
 pub struct Seed {
-    entries: HashMap<String, IndexEntry>,
+    entries: Entries,
     /// The index file's modification time: entries modified in its second or after it are racy.
     index_mtime: (i64, i64),
     /// The user's objects directory.
@@ -93,7 +98,7 @@ impl Seed {
             Default::default(),
         )
         .ok()?;
-        let mut entries = HashMap::new();
+        let mut entries = Entries::with_capacity(index.entries().len());
         for entry in index.entries() {
             // An attributes file the index holds and the disk does not: git applies the index's copy
             // when it adds files, so it may ask for a filter no walk of the disk sees.
@@ -179,7 +184,7 @@ impl Seed {
     /// Makes the store own `ids`: hardlinks (or copies) the user's packs that hold any of them, whole, and
     /// the user's loose objects for the rest. Returns the ids the store now holds (the others must be
     /// hashed from disk) and the indexes of the packs it linked.
-    pub fn adopt(&self, odb: &Odb, ids: &HashSet<ObjectId>) -> Adopted {
+    pub fn adopt(&self, odb: &Odb, ids: &IdSet) -> Adopted {
         // Packs first: a cloned or collected repository holds (nearly) everything in a few packs, one link
         // each, where trying a loose link per object first would fail once per object.
         let (mut owned, packs) = self.adopt_packs(odb, ids);
@@ -220,12 +225,8 @@ impl Seed {
 
     /// Links into the store every pack of the user's that holds any of `wanted` (the pack first, its
     /// index last); returns the wanted ids those packs hold, and the store's indexes of those packs.
-    fn adopt_packs(
-        &self,
-        odb: &Odb,
-        wanted: &HashSet<ObjectId>,
-    ) -> (HashSet<ObjectId>, Vec<PathBuf>) {
-        let mut covered = HashSet::new();
+    fn adopt_packs(&self, odb: &Odb, wanted: &IdSet) -> (IdSet, Vec<PathBuf>) {
+        let mut covered = IdSet::default();
         let mut linked_indexes = Vec::new();
         let Ok(entries) = fs::read_dir(self.objects.join("pack")) else {
             return (covered, linked_indexes);
@@ -337,7 +338,7 @@ pub fn pack_source_holds(sources: &BTreeMap<String, PathBuf>, pack: &Path) -> bo
 /// What `Seed::adopt` made the store own.
 pub struct Adopted {
     /// The ids the store now holds.
-    pub owned: HashSet<ObjectId>,
+    pub owned: IdSet,
     /// The store's indexes of the user's packs it linked.
     pub packs: Vec<PathBuf>,
 }
@@ -454,7 +455,7 @@ mod tests {
             crate::track::Seen::from_std(fs::symlink_metadata(&path).expect("stat")).as_in_index();
         let id = ObjectId::from_hex(b"ce013625030ba8dba906f756967f9e9ca394464a").expect("an id");
         let seed = |size: u32, mode: Mode| Seed {
-            entries: HashMap::from([(
+            entries: Entries::from([(
                 "f.txt".to_owned(),
                 IndexEntry {
                     mode,
@@ -499,7 +500,7 @@ mod tests {
         fs::write(&path, b"").expect("an empty file");
         let meta = fs::symlink_metadata(&path).expect("its stat data");
         let seed = |id: ObjectId| Seed {
-            entries: HashMap::from([(
+            entries: Entries::from([(
                 "e.txt".to_owned(),
                 IndexEntry {
                     mode: Mode::File,
@@ -533,7 +534,7 @@ mod tests {
         let meta = fs::symlink_metadata(&path).expect("its stat data");
         let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
         let seed = |index_mtime: (i64, i64)| Seed {
-            entries: HashMap::from([(
+            entries: Entries::from([(
                 "e.txt".to_owned(),
                 IndexEntry {
                     mode: Mode::File,

@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use gix::ObjectId;
@@ -89,6 +89,49 @@ struct Walk<'a> {
     unheld: UnheldRules,
     /// `GitStoreConfig::walk_hook`.
     hook: Option<&'a crate::config::ChangeHook>,
+    /// Where each directory's files go as they are listed, for other threads to lstat meanwhile (`Feed`).
+    feed: Option<std::sync::mpsc::Sender<FedDir>>,
+}
+
+/// A directory's files as the walk listed them: where its candidates begin, and their names.
+struct FedDir {
+    dir: String,
+    first: usize,
+    names: Vec<String>,
+}
+
+/// The lstat of the files a first track that may be seeded lists, taken on the other threads while the walk
+/// goes on: there is no cache to look at meanwhile (`Prestat`), and the lstat of every file is most of what
+/// a seeded first track costs after its walk. A file looked at here is looked at during
+/// the track, as when it is looked at after the walk: `examine` takes this look for its first, and a change
+/// after it is the next track's to see, as always.
+struct Feed {
+    batches: Mutex<std::sync::mpsc::Receiver<FedDir>>,
+}
+
+impl Feed {
+    /// Takes the walk's directories until it has ended and none is left; the lstat data found, by
+    /// candidate position. A file that cannot be looked at is left to `examine`, which says why.
+    fn run(&self, beneath: &Root) -> Vec<(usize, Seen)> {
+        let mut open = OpenDir::none();
+        let mut seen = Vec::new();
+        loop {
+            let next = match self.batches.lock() {
+                Ok(batches) => batches.recv(),
+                Err(_) => break,
+            };
+            let Ok(batch) = next else { break };
+            let Ok(fd) = open.of(beneath, &batch.dir) else {
+                continue;
+            };
+            for (i, name) in batch.names.iter().enumerate() {
+                if let Ok(st) = rustix::fs::statat(fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    seen.push((batch.first + i, Seen::from_rustix(&st)));
+                }
+            }
+        }
+        seen
+    }
 }
 
 /// A directory's entries, the names skipped, the stat data of the directory read, and whether the listing
@@ -395,6 +438,8 @@ impl Walk<'_> {
         }
         // Files first, then sub-directories: a directory's candidates are next to each other, so each
         // worker that examines them opens the directory once.
+        let first = self.candidates.len();
+        let mut fed = Vec::new();
         for entry in entries.iter() {
             // git applies an ignored `.gitattributes` too: it is checked before the ignore rules apply.
             if self.check_attributes
@@ -411,6 +456,9 @@ impl Walk<'_> {
             match entry.kind {
                 ListedKind::Dir => {}
                 ListedKind::File => {
+                    if self.feed.is_some() {
+                        fed.push(entry.name.clone());
+                    }
                     self.candidates.push(Candidate {
                         rel,
                         at: self.candidates.len(),
@@ -431,6 +479,16 @@ impl Walk<'_> {
                     reason: SkipReason::Special,
                 }),
             }
+        }
+        if let Some(feed) = &self.feed
+            && !fed.is_empty()
+        {
+            // A feed whose threads have ended (one panicked) leaves these files to `examine`.
+            let _ = feed.send(FedDir {
+                dir: rel_dir.to_owned(),
+                first,
+                names: fed,
+            });
         }
         for entry in entries.iter() {
             if entry.kind == ListedKind::Dir && !entry.ignored {
@@ -499,6 +557,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         skipped: Vec::new(),
         unheld: UnheldRules::default(),
         hook: config.walk_hook.as_ref(),
+        feed: None,
     };
     // While this thread walks, the others lstat the files the cache holds, in its order: the walk is
     // mostly this process's own work and the lstat calls mostly the kernel's, and each would otherwise
@@ -506,6 +565,16 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // The cache's entries, read from its file, are parsed by the first thread that needs them, while
     // this one walks.
     let prestat = Prestat::new(if may_seed { 0 } else { cached_files });
+    // A first track that may be seeded: with nothing cached to look at meanwhile, the other threads lstat
+    // what the walk lists (a first track that hashes every file is bound by reading them instead, and
+    // measured no faster so).
+    let feed = (may_seed && worker_threads() > 1).then(|| {
+        let (sender, batches) = std::sync::mpsc::channel();
+        walk.feed = Some(sender);
+        Feed {
+            batches: Mutex::new(batches),
+        }
+    });
     let rules = ignores.root_rules_hash(data_dir.as_deref(), &own_files);
     let parsed = OnceLock::new();
     if pending.is_none() {
@@ -517,13 +586,19 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             .as_ref()
     };
     let cache_started_ns = cache.started_ns;
-    let (walked, seed) = std::thread::scope(|scope| {
+    let (walked, seed, early) = std::thread::scope(|scope| {
         // A first track that may be seeded reads the user's index on another thread while this one walks
         // (nothing is cached to look at meanwhile); the walk's attributes files decide afterwards whether
         // it is used.
         let seeding = match (&ignores.enclosing, may_seed) {
             (Some(repo), true) => Some(scope.spawn(|| Seed::load(repo, ignores.prefix()))),
             _ => None,
+        };
+        let looking: Vec<_> = match &feed {
+            Some(feed) => (1..worker_threads())
+                .map(|_| scope.spawn(|| feed.run(&beneath)))
+                .collect(),
+            None => Vec::new(),
         };
         for _ in 1..worker_threads() {
             scope.spawn(|| {
@@ -542,9 +617,23 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             Some(entries) => prestat.run(&beneath, entries, cache_started_ns),
             None => prestat.stop(),
         }
+        // The walk has ended: this thread helps take what it listed last.
+        walk.feed = None;
+        let mut early: Vec<Option<Seen>> = Vec::new();
+        if let (Some(feed), true) = (&feed, walked.is_ok()) {
+            early.resize(walk.candidates.len(), None);
+            let own = feed.run(&beneath);
+            // A thread that panicked looked at nothing: `examine` looks at its files.
+            let theirs = looking.into_iter().filter_map(|l| l.join().ok());
+            for (at, seen) in theirs.flatten().chain(own) {
+                if let Some(slot) = early.get_mut(at) {
+                    *slot = Some(seen);
+                }
+            }
+        }
         // A thread that panicked seeds nothing: every file is hashed.
         let seed = seeding.and_then(|loading| loading.join().ok().flatten());
-        (walked, seed)
+        (walked, seed, early)
     });
     walked?;
     match parsed.into_inner() {
@@ -596,7 +685,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             worker_threads(),
             EXAMINE_IN_PARALLEL_FROM,
             || Worker::new(&beneath, &misplaced),
-            |worker, candidate| examine(store, config, &cache, None, worker, candidate),
+            |worker, candidate| examine(store, config, &cache, None, worker, (candidate, None)),
         )?;
         if outcomes.iter().all(|o| matches!(o, Outcome::Tracked(..))) {
             let mut in_place =
@@ -643,7 +732,15 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             {
                 return Ok(Outcome::Tracked(entry.stat, entry.id, false));
             }
-            examine(store, config, &cache, seed.as_ref(), worker, candidate)
+            let first_look = early.get(candidate.at).copied().flatten();
+            examine(
+                store,
+                config,
+                &cache,
+                seed.as_ref(),
+                worker,
+                (candidate, first_look),
+            )
         },
     )?;
     // A cache whose order is far from the walk's (written by an older version, or after many files moved)
@@ -1078,7 +1175,7 @@ fn adopt_seeded(
     let Some(seed) = seed else {
         return Ok(outcomes);
     };
-    let wanted: HashSet<ObjectId> = outcomes
+    let wanted: gix::hashtable::HashSet = outcomes
         .iter()
         .filter_map(|o| match o {
             Outcome::Seeded(_, id) => Some(*id),
@@ -1091,7 +1188,7 @@ fn adopt_seeded(
     let adopted = seed.adopt(&store.odb, &wanted);
     // The blobs of the linked packs are sized from the packs' entry headers (`pack_header`); the rest
     // (loose objects, or anything a pack could not answer for) through the store.
-    let mut size_of: HashMap<ObjectId, u64> = HashMap::new();
+    let mut size_of: gix::hashtable::HashMap<ObjectId, u64> = Default::default();
     let mut rest: Vec<ObjectId> = adopted.owned.into_iter().collect();
     for idx in &adopted.packs {
         if let Ok(sizes) = crate::pack_header::blob_sizes(idx, &rest) {
@@ -1130,7 +1227,7 @@ fn adopt_seeded(
                 cache,
                 None,
                 &mut Worker::new(beneath, &misplaced),
-                candidate,
+                (candidate, None),
             )?;
         }
     }
@@ -1139,6 +1236,7 @@ fn adopt_seeded(
 
 /// The lstat data of a candidate: its kind, the stat data the cache compares, and the owner seeding
 /// compares.
+#[derive(Clone, Copy)]
 pub(crate) struct Seen {
     kind: SeenKind,
     size: u64,
@@ -1378,11 +1476,15 @@ fn examine<'a>(
     cache: &StatCache,
     seed: Option<&Seed>,
     worker: &mut Worker<'a>,
-    candidate: &Candidate,
+    (candidate, mut first_look): (&Candidate, Option<Seen>),
 ) -> GitResult<Outcome> {
     let rel = candidate.rel.as_str();
     for _attempt in 0..3 {
-        let seen = match lstat(worker, candidate) {
+        let looked = match first_look.take() {
+            Some(seen) => Ok(seen),
+            None => lstat(worker, candidate),
+        };
+        let seen = match looked {
             Ok(seen) => seen,
             // Deleted since the walk listed it, or a directory above it removed or replaced (by a file,
             // a symlink): gone from this track, as from one taken a moment later.

@@ -214,3 +214,47 @@ fn five_changed_files_are_read_and_little_else() {
     assert_eq!(again.id.as_str(), changed.id);
     assert_eq!(again.hashed, 0);
 }
+
+/// A first track of a committed 10 MB tree takes every file from the user's index (SPEC 2.1, seeding): in
+/// another process it reads less than 1 MB (the index, the pack's entry headers), not the files. The
+/// files are looked at by the walk's helper threads while it goes on; a look given to the wrong file
+/// would not match the index and send the file to be hashed.
+#[test]
+fn seeded_first_track_of_a_10mb_committed_tree_reads_under_1mb() {
+    if run_as_child() {
+        return;
+    }
+    let h = GitHarness::new();
+    for i in 0..FILES {
+        crate::harness::write_file(&h.path(&path(i)), &content(i, 1));
+    }
+    let root = h.root();
+    crate::git_oracle::git(root, &["init", "-q"]);
+    crate::git_oracle::git(root, &["config", "core.autocrlf", "false"]);
+    crate::git_oracle::git(root, &["add", "-A"]);
+    crate::git_oracle::git(
+        root,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "all",
+        ],
+    );
+    crate::git_oracle::git(root, &["gc", "-q"]);
+    let m = measure(
+        &h,
+        "seeded_first_track_of_a_10mb_committed_tree_reads_under_1mb",
+    );
+    assert_eq!(
+        m.id,
+        crate::git_oracle::GitOracle::new(None).write_tree(root),
+        "git's tree"
+    );
+    assert_eq!(m.hashed, 0, "{m:?}");
+    assert!(m.rchar < MIB, "a seeded first track read {} bytes", m.rchar);
+}
