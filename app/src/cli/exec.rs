@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use nix::sys::signal::Signal;
 use rewind_core::model::FileActionKind;
 use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
-use super::context::{Context, explain, step_is_abandoned};
+use super::context::{Context, explain};
 use super::history::{
     WARNING_FILES_SHOWN, files_not_shown, warning_count, warning_text, warnings_since,
 };
@@ -78,16 +78,25 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         _ => (create_session(ctx, &line).await?, true),
     };
     // Refuse before recording anything when a live process (another `rewind exec`, or a server's
-    // client) has a step open in this session; an abandoned step is aborted by the next call instead.
+    // client) has a step open in this session, or is closing it; an abandoned step is aborted by the next
+    // call instead.
     if let Some(step) = &session.step
-        && !step_is_abandoned(ctx, &session).await?
+        && let Err(busy) = rewind.refuse_if_step_busy(&session).await
     {
-        bail!(
-            "session {} is busy: a step is open in message {}, owned by {}; wait for it to finish and try again",
-            session.id,
-            step.message_id,
-            step.holder
-        );
+        return Err(match busy {
+            rewind_core::Error::Busy { message, .. } => {
+                let hint = if message.contains("try again") {
+                    ""
+                } else {
+                    "; wait for it to finish and try again"
+                };
+                anyhow::anyhow!(
+                    "a step is open in message {}: {message}{hint}",
+                    step.message_id
+                )
+            }
+            other => explain(other, "reading the session's lease"),
+        });
     }
     // Read to tell the turn's own warnings apart later; unread (the database busy, say), none is shown
     // rather than old ones (the turn's are still in `rewind log`).

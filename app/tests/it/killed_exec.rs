@@ -137,7 +137,14 @@ fn a_second_exec_while_one_runs_is_refused_and_records_nothing() {
     assert_eq!(status["sessions"][0]["abandoned"], false);
 
     let stderr = env.fails(&["exec", "--", "sh", "-c", "printf 'y\\n' > second.txt"]);
-    assert!(stderr.contains("busy"), "{stderr}");
+    assert!(
+        stderr.contains("a step is open in message")
+            && stderr.contains("Session is busy")
+            && stderr.contains("its step is owned by")
+            && stderr.contains("still running")
+            && stderr.contains("try again"),
+        "{stderr}"
+    );
     assert!(
         !env.path().join("second.txt").exists(),
         "the second command did not run"

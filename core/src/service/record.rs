@@ -1001,6 +1001,19 @@ impl Rewind {
         self.load_session(session_id).await
     }
 
+    /// `Busy` when a live process is at work on the session's open step: its owner, or another process that
+    /// is closing it, named by the session's lease it holds (`step_busy`). No step, or an abandoned one
+    /// (which the next operation aborts), passes. For a caller about to begin a turn of its own, such as
+    /// `rewind exec` (review: it named the step's owner while another process was closing the step).
+    pub async fn refuse_if_step_busy(&self, session: &Session) -> Result<()> {
+        match &session.step {
+            Some(step) if !self.step_is_abandoned(session).await? => Err(self
+                .step_busy(session, step, ", which is still running")
+                .await),
+            _ => Ok(()),
+        }
+    }
+
     /// The refusal of an operation on a step another live process owns: named by the holder of the step's
     /// lease when another token holds it (the step is being closed by that one: review, the step's dead
     /// owner was named "still running" while another process aborted its step), else by the step's owner,

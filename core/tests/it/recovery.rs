@@ -1210,6 +1210,42 @@ fn a_message_beside_a_step_being_finished_is_stored() {
     })
 }
 
+/// The check `rewind exec` makes before its turn (`refuse_if_step_busy`), on the session as it read it: a
+/// step open under its owner's lease is refused naming its owner, still running; while another token holds
+/// the session's lease (the step being closed: here its owner's finish, paused at its commit) the holder
+/// of that lease is named instead (review: `exec` named the step's owner while another process closed the
+/// step); once the step is closed, the turn may begin.
+#[test]
+fn a_turn_beside_a_step_being_closed_names_who_closes_it() {
+    block_on(async {
+        let (w, _q, _, p, a) = a_step_open_beside_a_turn().await;
+        let session = w.rewind.session(&p.id).await.expect("session");
+        let open = w.rewind.refuse_if_step_busy(&session).await;
+        assert!(
+            matches!(&open, Err(Error::Busy { message, .. })
+                if message.contains("its step is owned by") && message.contains("still running")),
+            "{open:?}"
+        );
+        let (reached, resume) = w.repo.pause_next_commit();
+        let finishing = finishes_with_stop(&w, &p.id, &a);
+        let meanwhile = async {
+            reached.await.expect("the finish reaches its commit");
+            let checked = w.rewind.refuse_if_step_busy(&session).await;
+            resume.send(()).expect("resume the finish");
+            checked
+        };
+        let ((), closing) = futures::future::join(finishing, meanwhile).await;
+        assert!(
+            matches!(&closing, Err(Error::Busy { message, .. })
+                if message.contains("(held by ") && !message.contains("owned by")),
+            "{closing:?}"
+        );
+        let closed = w.rewind.session(&p.id).await.expect("session");
+        let now = w.rewind.refuse_if_step_busy(&closed).await;
+        assert!(now.is_ok(), "no step is open: {now:?}");
+    })
+}
+
 #[test]
 fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
     block_on(async {
