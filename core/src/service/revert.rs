@@ -1181,19 +1181,33 @@ impl Rewind {
     ) -> Result<BTreeSet<RelPath>> {
         let mut outside: BTreeMap<RelPath, bool> = BTreeMap::new();
         let mut previous_end: Option<SnapshotId> = None;
+        // The start of the step begun last while no finish has followed it. One that never gets one (its
+        // finish cut by a cleanup after a revert to a part inside it, which undid the step's changes)
+        // ends where it began: the gap after it runs from its start (review: a hand edit between it and
+        // the next step was overwritten by a later revert without a word).
         let mut step_start: Option<SnapshotId> = None;
+        // The end of the gap before a step whose start cannot be read (its snapshot failed, or is gone
+        // from the store: the step was closed with its end snapshot and no patch): the gap runs to the
+        // step's end, so what the step changed counts as changed outside the steps too (review: a revert
+        // overwrote such a step's changes without a word).
+        let mut carried: Option<SnapshotId> = None;
         for part in messages.iter().flat_map(|m| m.parts.iter()) {
             match &part.body {
                 PartBody::StepStart(start) => {
-                    if let (Some(end), Some(start)) = (previous_end.take(), &start.snapshot) {
-                        // A gap that cannot be compared (a tree gc took from an old step) names
-                        // nothing; the revert's files are written by now and must not fail for it.
-                        for path in self
-                            .changed_between(wt, &end, start)
-                            .await
-                            .unwrap_or_default()
-                        {
-                            outside.insert(path, true);
+                    let gap_from = previous_end.take().or_else(|| step_start.take());
+                    carried = None;
+                    if let Some(end) = gap_from {
+                        let compared = match &start.snapshot {
+                            Some(start) => self.changed_between(wt, &end, start).await.ok(),
+                            None => None,
+                        };
+                        match compared {
+                            Some(paths) => {
+                                for path in paths {
+                                    outside.insert(path, true);
+                                }
+                            }
+                            None => carried = Some(end),
                         }
                     }
                     step_start = start.snapshot.clone();
@@ -1201,7 +1215,19 @@ impl Rewind {
                 // A finish without a snapshot (it failed) has no patch either: what the step changed
                 // counts as changed outside the steps, from the step's start on.
                 PartBody::StepFinish(finish) => {
-                    previous_end = finish.snapshot.clone().or_else(|| step_start.take());
+                    let started = step_start.take();
+                    previous_end = finish.snapshot.clone().or(started);
+                    if let (Some(from), Some(end)) = (carried.take(), &finish.snapshot) {
+                        // A gap that cannot be compared either (a tree gc took from an old step) names
+                        // nothing; the revert's files are written by now and must not fail for it.
+                        for path in self
+                            .changed_between(wt, &from, end)
+                            .await
+                            .unwrap_or_default()
+                        {
+                            outside.insert(path, true);
+                        }
+                    }
                 }
                 PartBody::Patch(patch) => {
                     // Every patch rewind stored names paths in its worktree; one that does not (a row
@@ -1215,7 +1241,7 @@ impl Rewind {
                 _ => {}
             }
         }
-        if let Some(end) = previous_end {
+        if let Some(end) = previous_end.or(step_start) {
             for path in self
                 .changed_between(wt, &end, now)
                 .await
