@@ -1,9 +1,12 @@
 //! Properties of the services on the in-memory adapters, over generated sessions of turns whose steps
 //! write, delete and chmod files (SPEC sections 6 and 7).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use proptest::prelude::*;
+use rewind_core::RevertTarget;
+use rewind_core::model::{MessageId, PartBody, PartId, Role, SessionId};
+use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use rewind_core::testkit::mem_snapshot::Node;
 
 use crate::support::{Turn, World, block_on};
@@ -76,8 +79,120 @@ async fn record(
     (s.id, recorded, end)
 }
 
+/// A turn's assistant messages, each of its steps with whether it says something (a text part, after its
+/// step-start) before its edits.
+type Messages = Vec<Vec<(bool, Vec<Op>)>>;
+
+/// Turns of one or more assistant messages of one or more steps of operations.
+fn turns_of_several_messages() -> impl Strategy<Value = Vec<Messages>> {
+    prop::collection::vec(
+        prop::collection::vec(
+            prop::collection::vec((any::<bool>(), prop::collection::vec(op(), 0..3)), 1..3),
+            1..3,
+        ),
+        1..4,
+    )
+}
+
+/// A revert target with the worktree a revert to it must give: the state before its turn, or before the
+/// step of a part that text precedes in its own message (SPEC 5: the point stays on such a part, and the
+/// patches undone are the hidden range's, the part's own step's included: 12.3).
+type Target = (MessageId, Option<PartId>, BTreeMap<String, Node>);
+
+/// Records a session of `turns`; every message and part of it as a target, and the worktree at the end.
+async fn record_targets(
+    w: &World,
+    turns: &[Messages],
+) -> (SessionId, Vec<Target>, BTreeMap<String, Node>) {
+    w.write("a.txt", "a.txt v0\n");
+    w.write("dir/c.txt", "c v0\n");
+    let s = w.session().await;
+    let mut before_turn = HashMap::new();
+    let mut before_step = HashMap::new();
+    for messages in turns {
+        let state = w.files();
+        let user = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("turn"))
+            .await
+            .expect("user message");
+        before_turn.insert(user.info.id.clone(), state);
+        for steps in messages {
+            let a = w
+                .rewind
+                .create_message(&s.id, NewMessage::assistant())
+                .await
+                .expect("assistant message")
+                .info
+                .id;
+            for (k, (talk, ops)) in steps.iter().enumerate() {
+                before_step.insert((a.clone(), k), w.files());
+                w.rewind.begin_step(&s.id, &a).await.expect("begin");
+                if *talk {
+                    w.rewind
+                        .append_part(&s.id, &a, NewPart::new(PartBody::text("working")))
+                        .await
+                        .expect("text");
+                }
+                apply(w, ops);
+                w.rewind
+                    .finish_step(&s.id, &a, StepEnd::default())
+                    .await
+                    .expect("finish");
+            }
+        }
+    }
+    let end = w.files();
+    let mut targets = Vec::new();
+    let mut turn_state: Option<BTreeMap<String, Node>> = None;
+    for m in w.messages(&s.id).await {
+        if m.info.role == Role::User {
+            turn_state = before_turn.get(&m.info.id).cloned();
+        }
+        let turn = turn_state.clone().expect("a user message begins each turn");
+        targets.push((m.info.id.clone(), None, turn.clone()));
+        let mut talked = false;
+        let mut step: Option<usize> = None;
+        for part in &m.parts {
+            if matches!(part.body, PartBody::StepStart(_)) {
+                step = Some(step.map_or(0, |k| k + 1));
+            }
+            let expected = match (talked, step) {
+                (true, Some(k)) => before_step[&(m.info.id.clone(), k)].clone(),
+                _ => turn.clone(),
+            };
+            targets.push((m.info.id.clone(), Some(part.id.clone()), expected));
+            talked |= matches!(part.body, PartBody::Text(_) | PartBody::Tool(_));
+        }
+    }
+    (s.id, targets, end)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::default())]
+
+    /// Any message or part of turns of several assistant messages as the target, through the service: the
+    /// worktree is the state the target's turn or step began with (SPEC 5 and 12.3: a target inside a turn
+    /// undoes the turn's earlier messages' patches too, unless text in its own message keeps the point on
+    /// the part); a second revert equals a single revert to its target; unrevert gives back the worktree.
+    #[test]
+    fn revert_to_any_message_or_part_is_exact(turns in turns_of_several_messages(), first in any::<prop::sample::Index>(), second in any::<prop::sample::Index>()) {
+        block_on(async {
+            let w = World::new();
+            let (s, targets, end) = record_targets(&w, &turns).await;
+            for index in [first, second] {
+                let (message_id, part_id, expected) = &targets[index.index(targets.len())];
+                w.rewind
+                    .revert(&s, RevertTarget { message_id: message_id.clone(), part_id: part_id.clone() })
+                    .await
+                    .expect("revert");
+                assert_eq!(&w.files(), expected, "revert to {message_id} {part_id:?}");
+            }
+            w.rewind.unrevert(&s).await.expect("unrevert");
+            assert_eq!(w.files(), end, "unrevert gives back the pre-revert worktree");
+            assert!(w.rewind.warnings(&s).await.expect("warnings").is_empty(), "no warning without user edits");
+        });
+    }
 
     /// Reverting to a turn gives the worktree as it was before that turn (the independent oracle: the
     /// states recorded while the session ran); reverting to one point and then another equals a single
