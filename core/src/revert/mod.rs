@@ -7,5 +7,5 @@ mod point;
 pub use plan::{file_plan, snapshot_patches};
 pub use point::{
     CleanupPlan, HistorySeen, RevertPoint, RevertTarget, cleanup_plan, hidden_patches, is_hidden,
-    select_revert_point, unrecorded_steps,
+    select_revert_point, steps_closed_without_a_patch, unrecorded_steps,
 };

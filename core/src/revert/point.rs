@@ -193,6 +193,46 @@ pub fn unrecorded_steps(
     steps
 }
 
+/// The steps in the hidden range of `point` closed with an end snapshot, reason `error` and no patch: what
+/// a step whose start snapshot was lost from the store is closed with (SPEC 4: it could never be closed
+/// otherwise). Their start and end snapshots, in order; whether the start is really lost is the store's to
+/// say (an agent's step that ended in an error and changed nothing looks the same here).
+pub fn steps_closed_without_a_patch(
+    messages: &[MessageWithParts],
+    point: &RevertPoint,
+) -> Vec<(SnapshotId, SnapshotId)> {
+    let mut steps = Vec::new();
+    for message in messages {
+        let mut started: Option<SnapshotId> = None;
+        // The step closed last in this message, until a patch shows it recorded its changes.
+        let mut closed: Option<(SnapshotId, SnapshotId)> = None;
+        for part in &message.parts {
+            match &part.body {
+                PartBody::StepStart(start) => {
+                    steps.extend(closed.take());
+                    started = start.snapshot.clone();
+                }
+                PartBody::StepFinish(finish) => {
+                    let start = started.take();
+                    closed = match (start, &finish.snapshot) {
+                        (Some(start), Some(end))
+                            if finish.reason == "error"
+                                && is_hidden(point, &message.info.id, Some(&part.id)) =>
+                        {
+                            Some((start, end.clone()))
+                        }
+                        _ => None,
+                    };
+                }
+                PartBody::Patch(_) => closed = None,
+                _ => {}
+            }
+        }
+        steps.extend(closed);
+    }
+    steps
+}
+
 /// What cleanup removes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CleanupPlan {

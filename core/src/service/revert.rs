@@ -17,7 +17,7 @@ use crate::model::{
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
     HistorySeen, RevertPoint, RevertTarget, cleanup_plan, hidden_patches, is_hidden,
-    select_revert_point, snapshot_patches, unrecorded_steps,
+    select_revert_point, snapshot_patches, steps_closed_without_a_patch, unrecorded_steps,
 };
 
 use super::record::path_set;
@@ -539,7 +539,17 @@ impl Rewind {
             }));
         }
         // Steps it undoes whose changes were never recorded: said, or the revert would look complete.
-        let unrecorded = unrecorded_steps(messages, &point);
+        let mut unrecorded = unrecorded_steps(messages, &point);
+        // A step closed with its end snapshot and no patch because its start was lost from the store: what
+        // it changed is not known either (review: a revert to its message left its changes without a word).
+        for (start, end) in steps_closed_without_a_patch(messages, &point) {
+            if matches!(
+                self.changed_between(wt, &start, &end).await,
+                Err(Error::MissingObject(_) | Error::Damaged(_))
+            ) {
+                unrecorded.push(None);
+            }
+        }
         if !unrecorded.is_empty() {
             let earliest = unrecorded.iter().flatten().next().cloned();
             let earlier = earliest.as_ref().map_or_else(String::new, |start| {
@@ -552,7 +562,8 @@ impl Rewind {
                 time: now,
                 message: format!(
                     "{} step(s) this revert undoes recorded no changes (the snapshot at the end of the step \
-                     failed, as its warning said then): what they changed is not taken back{earlier}",
+                     failed, or the one at its start was lost, as its warning said then): what they changed \
+                     is not taken back{earlier}",
                     unrecorded.len()
                 ),
                 snapshot: earliest,
