@@ -360,7 +360,7 @@ impl Rewind {
                 session,
                 previous,
                 (previous_changed, since_applied),
-                &before,
+                (&before, Undoing::BeforeAnotherRevert),
             )
             .await?;
         let snapshot = self.snapshots.track(wt).await?.id;
@@ -714,8 +714,13 @@ impl Rewind {
         }
         let undone = match (&descriptor.snapshot, since_applied) {
             (Some(snapshot), Ok(since_applied)) => {
-                self.undo_revert(&session, snapshot, (files, since_applied), &before)
-                    .await
+                self.undo_revert(
+                    &session,
+                    snapshot,
+                    (files, since_applied),
+                    (&before, Undoing::Unrevert),
+                )
+                .await
             }
             (None, _) => Ok((Vec::new(), FileCounts::default())),
             (_, Err(error)) => Err(error),
@@ -750,12 +755,15 @@ impl Rewind {
     /// A changed path that cannot go back without removing a file the user made while reverted (one below
     /// it, where the revert left a directory, or one standing where it needs a directory) is left as it is:
     /// a file the user created while reverted survives (SPEC section 6).
+    /// `undoing` says what the undo is part of, which its warnings say: an unrevert, or a revert of a
+    /// reverted session, which reverts again right after (review: its warning said the user's edits were
+    /// put back to their pre-revert content, and the files ended as the new revert left them).
     async fn undo_revert(
         &self,
         session: &Session,
         snapshot: &SnapshotId,
         (changed, since_applied): (Vec<RelPath>, Vec<RelPath>),
-        current: &SnapshotId,
+        (current, undoing): (&SnapshotId, Undoing),
     ) -> Result<(Vec<Warning>, FileCounts)> {
         let wt = worktree(session);
         let directory = &session.directory;
@@ -790,18 +798,24 @@ impl Rewind {
         let (brought_back, edited): (Vec<&RelPath>, Vec<&RelPath>) =
             edited.into_iter().partition(|path| created.contains(path));
         let now = self.now();
+        let put_back = match undoing {
+            Undoing::Unrevert => "have been put back to their pre-revert content",
+            Undoing::BeforeAnotherRevert => {
+                "were put back to their pre-revert content by the undo of that revert, which this revert \
+                 does first, and then reverted again to the point asked for"
+            }
+        };
         warnings.extend(files_warning(now, directory, current, edited, |n| {
             format!(
-                "{n} file(s) were changed while the session was reverted and have been put back to their \
-                 pre-revert content. Your versions are kept in snapshot {current}: `rewind snapshot restore \
-                 {current} PATH…` brings a file back"
+                "{n} file(s) were changed while the session was reverted and {put_back}. Your versions are \
+                 kept in snapshot {current}: `rewind snapshot restore {current} PATH…` brings a file back"
             )
         }));
         warnings.extend(files_warning(now, directory, current, brought_back, |n| {
             format!(
-                "{n} file(s) were deleted while the session was reverted and have been put back to their \
-                 pre-revert content. `rewind snapshot restore {current} PATH…` deletes a file again \
-                 (snapshot {current}, taken just before, does not hold them)"
+                "{n} file(s) were deleted while the session was reverted and {put_back}. `rewind snapshot \
+                 restore {current} PATH…` deletes a file again (snapshot {current}, taken just before, does \
+                 not hold them)"
             )
         }));
         warnings.extend(files_warning(now, directory, snapshot, &blocked, |n| {
@@ -1820,6 +1834,15 @@ fn files_warning<P: std::borrow::Borrow<RelPath>>(
         snapshot: Some(snapshot.clone()),
         files,
     })
+}
+
+/// What an undo of a revert (`undo_revert`) is part of.
+#[derive(Clone, Copy)]
+enum Undoing {
+    /// An unrevert: the files stay as the undo leaves them.
+    Unrevert,
+    /// A revert of a reverted session, which reverts again right after the undo (SPEC 6 step 3).
+    BeforeAnotherRevert,
 }
 
 #[cfg(test)]

@@ -829,6 +829,43 @@ fn a_revert_warns_about_an_edit_after_a_step_whose_finish_a_cleanup_cut() {
     })
 }
 
+/// A revert of a reverted session undoes the last revert first (SPEC 6 step 3): a file the user edited
+/// while reverted is captured, and the warning says that undo put it back and the revert then reverted it
+/// again, not that it stands at its pre-revert content (review: it said so while the file ended as the
+/// new revert left it).
+#[test]
+fn a_re_revert_says_the_users_edit_was_reverted_again() {
+    block_on(async {
+        let w = World::new();
+        w.write("p.txt", "p0");
+        w.write("q.txt", "q0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("p.txt", "p1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("q.txt", "q2")).await;
+        w.revert_to(&s.id, &t2.user).await;
+        w.write("q.txt", "mine");
+        w.revert_to(&s.id, &t1.user).await;
+        assert_eq!(w.state(&["p.txt", "q.txt"]), ["p0", "q0"]);
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        let captured = warnings
+            .iter()
+            .find(|x| x.message.contains("changed while the session was reverted"))
+            .unwrap_or_else(|| panic!("{warnings:?}"));
+        assert_eq!(captured.files, [w.abs("q.txt")]);
+        assert!(
+            captured.message.contains("reverted again")
+                && !captured.message.contains("have been put back"),
+            "{captured:?}"
+        );
+        let capture = captured.snapshot.clone().expect("a capture");
+        let kept = w
+            .snapshots
+            .tree(w.path(), &capture)
+            .and_then(|tree| tree.get("q.txt").map(|n| n.content().to_vec()));
+        assert_eq!(kept, Some(b"mine".to_vec()), "the user's version is kept");
+    })
+}
+
 /// A revert that undoes a step whose end snapshot failed (a full disk, say: black-box) cannot take back
 /// what that step changed, since nothing recorded it: it says so, with the snapshot that holds the files
 /// as they were when the step began, as the step's own warning does. Before, `undo` reported "no file
