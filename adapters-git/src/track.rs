@@ -612,13 +612,17 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 }
             });
         }
-        let walked = walk.dir("", rules);
+        // The feed's threads wait for the walk's sender to go: it goes when the walk ends, also by a panic
+        // (review: the scope waited for them for ever, the panic never surfaced, and the store stayed
+        // locked), which is raised again once it has gone.
+        let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| walk.dir("", rules)));
+        walk.feed = None;
+        let walked = walked.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         match walked.as_ref().ok().and_then(|()| entries()) {
             Some(entries) => prestat.run(&beneath, entries, cache_started_ns),
             None => prestat.stop(),
         }
         // The walk has ended: this thread helps take what it listed last.
-        walk.feed = None;
         let mut early: Vec<Option<Seen>> = Vec::new();
         if let (Some(feed), true) = (&feed, walked.is_ok()) {
             early.resize(walk.candidates.len(), None);

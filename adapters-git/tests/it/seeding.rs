@@ -12,7 +12,8 @@ use crate::harness::GitHarness;
 
 const FILES: usize = 40;
 
-fn commit_all(h: &GitHarness, settings: &[(&str, &str)]) {
+/// Makes the worktree a git repository with `settings` and everything committed.
+pub(crate) fn commit_all(h: &GitHarness, settings: &[(&str, &str)]) {
     let root = h.root();
     git(root, &["init", "-q"]);
     for (key, value) in settings {
@@ -462,4 +463,26 @@ async fn a_seeded_pack_the_user_no_longer_has_keeps_only_what_snapshots_reach() 
     );
     assert!(h.path("dir2/file2.txt").is_file());
     assert_eq!(fs::read(h.path("big.bin")).expect("restored"), big);
+}
+
+/// A panic during the walk of a first track that may be seeded (here a test's hook) fails the track: the
+/// threads that look at the walk's files meanwhile stop with it. Review: they waited for the walk's
+/// files for ever, so the track hung with the store locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_a_seeded_walk_fails_the_track_instead_of_hanging() {
+    let h = GitHarness::with_config(|config, _| {
+        config.walk_hook = Some(std::sync::Arc::new(|dir: &str| {
+            if dir == "dir2/" {
+                panic!("a walk that breaks half-way");
+            }
+        }));
+    });
+    write_tree(&h);
+    commit_all(&h, &[("core.autocrlf", "false")]);
+    let tracked = tokio::time::timeout(Duration::from_secs(30), h.port().track(h.root())).await;
+    let outcome = tracked.expect("the track ends instead of hanging");
+    assert!(
+        outcome.is_err(),
+        "the walk's panic fails the track: {outcome:?}"
+    );
 }

@@ -229,22 +229,7 @@ fn seeded_first_track_of_a_10mb_committed_tree_reads_under_1mb() {
         crate::harness::write_file(&h.path(&path(i)), &content(i, 1));
     }
     let root = h.root();
-    crate::git_oracle::git(root, &["init", "-q"]);
-    crate::git_oracle::git(root, &["config", "core.autocrlf", "false"]);
-    crate::git_oracle::git(root, &["add", "-A"]);
-    crate::git_oracle::git(
-        root,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "-m",
-            "all",
-        ],
-    );
+    crate::seeding::commit_all(&h, &[("core.autocrlf", "false")]);
     crate::git_oracle::git(root, &["gc", "-q"]);
     let m = measure(
         &h,
