@@ -76,7 +76,7 @@ const CHOICES: usize = 8;
 /// meanwhile, the choice is made again on what it shows now. So two `undo`s run at once undo two turns.
 pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
-    let mut session = abort_open_step(ctx, session).await?;
+    let (mut session, aborted) = abort_open_step(ctx, session).await?;
     let mut choice = 0;
     loop {
         choice += 1;
@@ -102,10 +102,10 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
         let moved = revert_to(
             ctx,
             &session,
-            target.info.id.clone(),
-            None,
+            (target.info.id.clone(), None),
             &messages,
             Some(&seen),
+            &aborted,
         )
         .await?;
         match again(ctx, &session, moved, choice).await? {
@@ -119,7 +119,7 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
 /// there is none. Chosen as `undo` chooses, again when the history changed meanwhile.
 pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
-    let mut session = abort_open_step(ctx, session).await?;
+    let (mut session, aborted) = abort_open_step(ctx, session).await?;
     let mut choice = 0;
     loop {
         choice += 1;
@@ -139,10 +139,19 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
             .into_iter()
             .find(|m| m.info.id > revert.message_id);
         let moved = match next {
-            None => unrevert_session(ctx, &session, Some(&seen)).await?,
+            None => unrevert_session(ctx, &session, Some(&seen), &aborted).await?,
             Some(next) => {
                 let target = next.info.id.clone();
-                match revert_to(ctx, &session, target.clone(), None, &messages, Some(&seen)).await {
+                match revert_to(
+                    ctx,
+                    &session,
+                    (target.clone(), None),
+                    &messages,
+                    Some(&seen),
+                    &aborted,
+                )
+                .await
+                {
                     Ok(moved) => moved,
                     // Another command may have made the undo permanent meanwhile (a new turn runs
                     // cleanup, which deletes the undone turns): the turn this redo aimed at is gone, and
@@ -255,7 +264,7 @@ pub async fn revert(
     let (message, part) = parse_target(message, part)?;
     let session = ctx.session_to_change(session).await?;
     let messages = messages(ctx, &session).await?;
-    revert_to(ctx, &session, message, part, &messages, None)
+    revert_to(ctx, &session, (message, part), &messages, None, &[])
         .await
         .map(|_| ())
 }
@@ -272,20 +281,26 @@ pub async fn unrevert(ctx: &Context, session: Option<&str>) -> Result<()> {
             session.id
         );
     }
-    unrevert_session(ctx, &session, None).await.map(|_| ())
+    unrevert_session(ctx, &session, None, &[]).await.map(|_| ())
 }
 
 /// OpenCode's TUI aborts a busy session before `/undo`: an abandoned step is aborted; a step owned by a
-/// live `rewind exec` is not taken from it (the error names it).
-async fn abort_open_step(ctx: &Context, session: Session) -> Result<Session> {
+/// live `rewind exec` is not taken from it (the error names it). Returns the session after it and the
+/// warnings the abort raised (an abandoned step's says its end snapshot is the abort's, and names the
+/// files), which the operation shows with its own, as `exec` shows them (review: `undo` said nothing).
+async fn abort_open_step(ctx: &Context, session: Session) -> Result<(Session, Vec<Warning>)> {
     if session.step.is_none() {
-        return Ok(session);
+        return Ok((session, Vec::new()));
     }
-    ctx.services
+    let before = warning_count(ctx, &session).await?;
+    let session = ctx
+        .services
         .rewind
         .abort(&session.id)
         .await
-        .map_err(|error| explain(error, "aborting the open step"))
+        .map_err(|error| explain(error, "aborting the open step"))?;
+    let raised = warnings_since(ctx, &session, before).await?;
+    Ok((session, raised))
 }
 
 async fn messages(ctx: &Context, session: &Session) -> Result<Vec<MessageWithParts>> {
@@ -317,13 +332,14 @@ pub fn parts_text<'a>(parts: impl IntoIterator<Item = &'a Part>) -> String {
 
 /// Reverts to `message` (`part`) and reports it; with `seen`, only while the session shows that history
 /// (`Moved::Stale` when it no longer does).
+/// `earlier`: warnings raised before it that it reports as its own (`abort_open_step`'s).
 async fn revert_to(
     ctx: &Context,
     session: &Session,
-    message: MessageId,
-    part: Option<PartId>,
+    (message, part): (MessageId, Option<PartId>),
     messages: &[MessageWithParts],
     seen: Option<&HistorySeen>,
+    earlier: &[Warning],
 ) -> Result<Moved> {
     let rewind = &ctx.services.rewind;
     let before = warning_count(ctx, session).await?;
@@ -349,7 +365,7 @@ async fn revert_to(
         }
         Err(error) => return Err(explain(error, "reverting")),
     };
-    report(ctx, &reverted, "revert", before, messages, &[]).await?;
+    report(ctx, &reverted, "revert", (earlier, before), messages, &[]).await?;
     Ok(Moved::Done)
 }
 
@@ -359,6 +375,7 @@ async fn unrevert_session(
     ctx: &Context,
     session: &Session,
     seen: Option<&HistorySeen>,
+    earlier: &[Warning],
 ) -> Result<Moved> {
     let before = warning_count(ctx, session).await?;
     // The turns' changes the revert undid are those the unrevert puts back: read before it, since the diff
@@ -400,7 +417,7 @@ async fn unrevert_session(
         .into_iter()
         .filter(|diff| !left.contains(diff.file.as_str()))
         .collect();
-    report(ctx, &done, "unrevert", before, &[], &put_back).await?;
+    report(ctx, &done, "unrevert", (earlier, before), &[], &put_back).await?;
     Ok(Moved::Done)
 }
 
@@ -431,12 +448,13 @@ async fn report(
     ctx: &Context,
     session: &Session,
     action: &'static str,
-    warnings_before: usize,
+    (earlier, warnings_before): (&[Warning], usize),
     messages: &[MessageWithParts],
     put_back: &[FileDiff],
 ) -> Result<()> {
     let rewind = &ctx.services.rewind;
-    let warnings = warnings_since(ctx, session, warnings_before).await?;
+    let mut warnings = earlier.to_vec();
+    warnings.extend(warnings_since(ctx, session, warnings_before).await?);
     let diffs = match session.revert {
         Some(_) => rewind
             .session_diff(&session.id)
