@@ -710,6 +710,20 @@ async fn finish_with_a_failed_end_snapshot(
         .expect("the step is closed all the same")
 }
 
+/// The session's warning naming files a revert overwrote that were changed outside its steps.
+async fn outside_steps_warning(w: &World, session: &SessionId) -> Warning {
+    let warnings = w.rewind.warnings(session).await.expect("warnings");
+    warnings
+        .iter()
+        .find(|warning| {
+            warning
+                .message
+                .contains("changed outside the session's steps")
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("{warnings:?}"))
+}
+
 /// The snapshot of a step-start part.
 fn snapshot_of_start(start: &Part) -> SnapshotId {
     match &start.body {
@@ -741,15 +755,7 @@ fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
         w.remove("unreadable.txt");
         let session = w.revert_to(&s.id, &t1.user).await;
         assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
-        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
-        let overwritten = warnings
-            .iter()
-            .find(|warning| {
-                warning
-                    .message
-                    .contains("changed outside the session's steps")
-            })
-            .unwrap_or_else(|| panic!("{warnings:?}"));
+        let overwritten = outside_steps_warning(&w, &s.id).await;
         assert_eq!(overwritten.files, [w.abs("a.txt")]);
         assert_eq!(
             overwritten.snapshot,
@@ -816,15 +822,7 @@ fn a_revert_warns_about_an_edit_after_a_step_whose_finish_a_cleanup_cut() {
         w.turn(&s.id, "three", |w| w.write("c.txt", "c3")).await;
         w.revert_to(&s.id, &t1.user).await;
         assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
-        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
-        let overwritten = warnings
-            .iter()
-            .find(|warning| {
-                warning
-                    .message
-                    .contains("changed outside the session's steps")
-            })
-            .unwrap_or_else(|| panic!("{warnings:?}"));
+        let overwritten = outside_steps_warning(&w, &s.id).await;
         assert_eq!(overwritten.files, [w.abs("a.txt")]);
     })
 }
@@ -1059,15 +1057,7 @@ fn a_revert_names_what_a_step_whose_start_snapshot_is_gone_changed() {
         assert!(parts.iter().all(|p| p.as_patch().is_none()), "{parts:?}");
         w.revert_to(&s.id, &t1.user).await;
         assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
-        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
-        let overwritten = warnings
-            .iter()
-            .find(|warning| {
-                warning
-                    .message
-                    .contains("changed outside the session's steps")
-            })
-            .unwrap_or_else(|| panic!("{warnings:?}"));
+        let overwritten = outside_steps_warning(&w, &s.id).await;
         assert_eq!(overwritten.files, [w.abs("a.txt")]);
     })
 }
