@@ -504,12 +504,17 @@ impl Rewind {
             .cloned()
             .collect();
         if !touched.is_empty() {
-            let edited: Vec<RelPath> = self
+            let changed = self
                 .changed_outside_steps(wt, messages, directory, &snapshot)
-                .await?
-                .into_iter()
-                .filter(|path| touched.contains(path))
-                .collect();
+                .await?;
+            let touched_of = |paths: BTreeSet<RelPath>| -> Vec<RelPath> {
+                paths
+                    .into_iter()
+                    .filter(|path| touched.contains(path))
+                    .collect()
+            };
+            let edited = touched_of(changed.outside);
+            let unrecorded = touched_of(changed.unrecorded);
             // Those the pre-revert snapshot does not hold had been deleted: the revert brought them back, and
             // restoring them from the snapshot deletes them again, which the warning must say as such.
             let absent_before: BTreeSet<&str> = diffs
@@ -535,6 +540,17 @@ impl Rewind {
                      between two steps or after the last one); the revert brought them back as they were \
                      before the steps it undid. `rewind snapshot restore {snapshot} PATH…` deletes a file \
                      again (snapshot {snapshot}, taken before the revert, does not hold them)"
+                )
+            }));
+            // Who changed these is not known: a step that recorded no changes, or someone between the
+            // steps (review: a step's own changes were said to be the user's or another session's).
+            warnings.extend(files_warning(now, directory, &snapshot, &unrecorded, |n| {
+                format!(
+                    "{n} file(s) had been changed or deleted by a step whose changes were not recorded (its \
+                     snapshot at the start or the end failed or was lost), or outside the session's steps; \
+                     the revert overwrote, removed or brought them back. Their state before the revert is in \
+                     snapshot {snapshot}: `rewind snapshot restore {snapshot} PATH…` puts a file back as it \
+                     was (deleting one the snapshot does not hold)"
                 )
             }));
         }
@@ -1193,92 +1209,109 @@ impl Rewind {
             .collect())
     }
 
-    /// The paths whose last change before `now` (the pre-revert snapshot) was made outside the session's
-    /// steps: between the end of one step and the start of the next, or after the last one. Walks the steps
-    /// in order: a gap's changes (one tree diff, only when its two snapshots differ) mark their paths as
-    /// changed outside, and a step's patch marks its files as changed by the step.
+    /// The paths whose last change before `now` (the pre-revert snapshot) no step of the session recorded:
+    /// `outside` those changed between the end of one step and the start of the next, or after the last
+    /// one; `unrecorded` those changed in a stretch that also holds a step whose changes were not recorded
+    /// (its end snapshot failed, or its start snapshot cannot be read: such a step is closed with no patch),
+    /// so they may be that step's as well as a user's. Walks the steps in order: a stretch's changes (one
+    /// tree diff, only when its two snapshots differ) mark their paths, and a step's patch marks its files
+    /// as changed by the step.
     async fn changed_outside_steps(
         &self,
         wt: &Path,
         messages: &[MessageWithParts],
         directory: &str,
         now: &SnapshotId,
-    ) -> Result<BTreeSet<RelPath>> {
-        let mut outside: BTreeMap<RelPath, bool> = BTreeMap::new();
-        let mut previous_end: Option<SnapshotId> = None;
+    ) -> Result<ChangedOutside> {
+        let mut last: BTreeMap<RelPath, LastChange> = BTreeMap::new();
+        // Where the stretch being walked began (the last snapshot known to be readable there), and
+        // whether a step that recorded no changes lies in it.
+        let mut stretch: Option<(SnapshotId, bool)> = None;
         // The start of the step begun last while no finish has followed it. One that never gets one (its
         // finish cut by a cleanup after a revert to a part inside it, which undid the step's changes)
-        // ends where it began: the gap after it runs from its start (review: a hand edit between it and
-        // the next step was overwritten by a later revert without a word).
+        // ends where it began: the stretch after it runs from its start (review: a hand edit between it
+        // and the next step was overwritten by a later revert without a word).
         let mut step_start: Option<SnapshotId> = None;
-        // The end of the gap before a step whose start cannot be read (its snapshot failed, or is gone
-        // from the store: the step was closed with its end snapshot and no patch): the gap runs to the
-        // step's end, so what the step changed counts as changed outside the steps too (review: a revert
-        // overwrote such a step's changes without a word).
+        // The stretch before a step whose start cannot be read: it runs on to the step's end (review: a
+        // revert overwrote such a step's changes without a word).
         let mut carried: Option<SnapshotId> = None;
         for part in messages.iter().flat_map(|m| m.parts.iter()) {
             match &part.body {
                 PartBody::StepStart(start) => {
-                    let gap_from = previous_end.take().or_else(|| step_start.take());
+                    let from = stretch
+                        .take()
+                        .or_else(|| step_start.take().map(|start| (start, false)));
                     carried = None;
-                    if let Some(end) = gap_from {
+                    if let Some((from, with_unrecorded)) = from {
                         let compared = match &start.snapshot {
-                            Some(start) => self.changed_between(wt, &end, start).await.ok(),
+                            Some(start) => self.changed_between(wt, &from, start).await.ok(),
                             None => None,
                         };
                         match compared {
-                            Some(paths) => {
-                                for path in paths {
-                                    outside.insert(path, true);
-                                }
-                            }
-                            None => carried = Some(end),
+                            Some(paths) => mark(&mut last, paths, with_unrecorded),
+                            None => carried = Some(from),
                         }
                     }
                     step_start = start.snapshot.clone();
                 }
-                // A finish without a snapshot (it failed) has no patch either: what the step changed
-                // counts as changed outside the steps, from the step's start on.
                 PartBody::StepFinish(finish) => {
                     let started = step_start.take();
-                    previous_end = finish.snapshot.clone().or(started);
-                    if let (Some(from), Some(end)) = (carried.take(), &finish.snapshot) {
-                        // A gap that cannot be compared either (a tree gc took from an old step) names
-                        // nothing; the revert's files are written by now and must not fail for it.
-                        for path in self
-                            .changed_between(wt, &from, end)
-                            .await
-                            .unwrap_or_default()
-                        {
-                            outside.insert(path, true);
+                    stretch = match (carried.take(), &finish.snapshot) {
+                        // The start could not be read: from the stretch's beginning to this step's end,
+                        // the step's own changes among them. A stretch that cannot be compared either (a
+                        // tree gc took from an old step) names nothing; the revert's files are written by
+                        // now and must not fail for it.
+                        (Some(from), Some(end)) => {
+                            let paths = self
+                                .changed_between(wt, &from, end)
+                                .await
+                                .unwrap_or_default();
+                            mark(&mut last, paths, true);
+                            Some((end.clone(), false))
                         }
-                    }
+                        // Neither its start nor its end: the stretch runs on from its beginning, the last
+                        // snapshot readable (review: it ran on from the unreadable start, and nothing
+                        // after was named).
+                        (Some(from), None) => Some((from, true)),
+                        (None, Some(end)) => Some((end.clone(), false)),
+                        // The end snapshot failed (no patch either): what the step changed is in the
+                        // stretch from its start on.
+                        (None, None) => started.map(|start| (start, true)),
+                    };
                 }
                 PartBody::Patch(patch) => {
                     // Every patch rewind stored names paths in its worktree; one that does not (a row
                     // edited by hand) says nothing about this worktree's files.
                     for file in &patch.files {
                         if let Ok(path) = RelPath::from_absolute(file, directory) {
-                            outside.insert(path, false);
+                            last.insert(path, LastChange::Step);
                         }
                     }
                 }
                 _ => {}
             }
         }
-        if let Some(end) = previous_end.or(step_start) {
-            for path in self
-                .changed_between(wt, &end, now)
+        let from = stretch.or_else(|| step_start.map(|start| (start, false)));
+        if let Some((from, with_unrecorded)) = from {
+            let paths = self
+                .changed_between(wt, &from, now)
                 .await
-                .unwrap_or_default()
-            {
-                outside.insert(path, true);
+                .unwrap_or_default();
+            mark(&mut last, paths, with_unrecorded);
+        }
+        let mut changed = ChangedOutside::default();
+        for (path, change) in last {
+            match change {
+                LastChange::Step => {}
+                LastChange::Outside => {
+                    changed.outside.insert(path);
+                }
+                LastChange::Unrecorded => {
+                    changed.unrecorded.insert(path);
+                }
             }
         }
-        Ok(outside
-            .into_iter()
-            .filter_map(|(path, by_outside)| by_outside.then_some(path))
-            .collect())
+        Ok(changed)
     }
 
     /// Takes the session's and the worktree's leases for a new file operation.
@@ -1834,6 +1867,37 @@ fn files_warning<P: std::borrow::Borrow<RelPath>>(
         snapshot: Some(snapshot.clone()),
         files,
     })
+}
+
+/// Who last changed a path before a revert, as far as the session's parts tell (`changed_outside_steps`).
+#[derive(Clone, Copy)]
+enum LastChange {
+    /// A step, whose patch names it.
+    Step,
+    /// Someone outside the session's steps: the user, or another session.
+    Outside,
+    /// The same, or a step whose changes were not recorded.
+    Unrecorded,
+}
+
+/// The paths `changed_outside_steps` found last changed by no recorded step.
+#[derive(Default)]
+struct ChangedOutside {
+    outside: BTreeSet<RelPath>,
+    unrecorded: BTreeSet<RelPath>,
+}
+
+/// Marks `paths` as last changed in a stretch between steps (`with_unrecorded`: one that holds a step
+/// whose changes were not recorded).
+fn mark(last: &mut BTreeMap<RelPath, LastChange>, paths: Vec<RelPath>, with_unrecorded: bool) {
+    let change = if with_unrecorded {
+        LastChange::Unrecorded
+    } else {
+        LastChange::Outside
+    };
+    for path in paths {
+        last.insert(path, change);
+    }
 }
 
 /// What an undo of a revert (`undo_revert`) is part of.

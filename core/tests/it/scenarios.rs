@@ -712,16 +712,23 @@ async fn finish_with_a_failed_end_snapshot(
 
 /// The session's warning naming files a revert overwrote that were changed outside its steps.
 async fn outside_steps_warning(w: &World, session: &SessionId) -> Warning {
+    warning_saying(w, session, "changed outside the session's steps").await
+}
+
+/// The session's warning naming files a revert overwrote whose last change no step recorded, which may
+/// be a step's whose changes were not recorded.
+async fn unrecorded_changes_warning(w: &World, session: &SessionId) -> Warning {
+    warning_saying(w, session, "by a step whose changes were not recorded").await
+}
+
+/// The session's warning whose message holds `text`.
+async fn warning_saying(w: &World, session: &SessionId, text: &str) -> Warning {
     let warnings = w.rewind.warnings(session).await.expect("warnings");
     warnings
         .iter()
-        .find(|warning| {
-            warning
-                .message
-                .contains("changed outside the session's steps")
-        })
+        .find(|warning| warning.message.contains(text))
         .cloned()
-        .unwrap_or_else(|| panic!("{warnings:?}"))
+        .unwrap_or_else(|| panic!("{text:?} in {warnings:?}"))
 }
 
 /// The snapshot of a step-start part.
@@ -735,8 +742,10 @@ fn snapshot_of_start(start: &Part) -> SnapshotId {
     }
 }
 
-/// SPEC 4 and 6 step 7: a step whose end snapshot failed has no patch, so what it changed counts as
-/// changed outside the steps: a revert of an earlier turn that overwrites it names it in the warning.
+/// SPEC 4 and 6 step 7: a step whose end snapshot failed has no patch, so no step recorded what it
+/// changed: a revert of an earlier turn that overwrites it names it in the warning of changes no step
+/// recorded, which says they may be such a step's (review: it said they were the user's or another
+/// session's).
 #[test]
 fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
     block_on(async {
@@ -755,11 +764,18 @@ fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
         w.remove("unreadable.txt");
         let session = w.revert_to(&s.id, &t1.user).await;
         assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
-        let overwritten = outside_steps_warning(&w, &s.id).await;
+        let overwritten = unrecorded_changes_warning(&w, &s.id).await;
         assert_eq!(overwritten.files, [w.abs("a.txt")]);
         assert_eq!(
             overwritten.snapshot,
             session.revert.and_then(|r| r.snapshot)
+        );
+        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
+        assert!(
+            !warnings
+                .iter()
+                .any(|x| x.message.contains("changed outside the session's steps")),
+            "the step's change is not said to be a user's: {warnings:?}"
         );
     })
 }
@@ -861,6 +877,37 @@ fn a_re_revert_says_the_users_edit_was_reverted_again() {
             .tree(w.path(), &capture)
             .and_then(|tree| tree.get("q.txt").map(|n| n.content().to_vec()));
         assert_eq!(kept, Some(b"mine".to_vec()), "the user's version is kept");
+    })
+}
+
+/// A step whose start snapshot is gone and whose end snapshot fails too: the stretch before it runs on
+/// from the previous step's end, the last snapshot that can be read, so a hand edit made before the step
+/// and overwritten by a later revert is named among the changes no step recorded. Review: the stretch ran
+/// on from the unreadable start, and nothing after it was named.
+#[test]
+fn a_revert_names_an_edit_before_a_step_whose_start_and_end_snapshots_are_both_gone() {
+    block_on(async {
+        let w = World::new();
+        w.write("f.txt", "f0");
+        let s = w.session().await;
+        let r = w.turn(&s.id, "r", |w| w.write("f.txt", "f1")).await;
+        w.write("f.txt", "mine");
+        let message = w.prompt(&s.id, "both snapshots go").await;
+        let start = w.rewind.begin_step(&s.id, &message).await.expect("begin");
+        // What the step leaves keeps the worktree from being its start again (a snapshot of the same
+        // content would be the same tree, stored anew by the revert's own track).
+        w.write("g.txt", "by the step");
+        assert!(
+            w.snapshots
+                .remove_tree(w.path(), &snapshot_of_start(&start))
+        );
+        let parts = finish_with_a_failed_end_snapshot(&w, &s.id, &message).await;
+        assert!(parts.iter().all(|p| p.as_patch().is_none()), "{parts:?}");
+        w.remove("unreadable.txt");
+        w.revert_to(&s.id, &r.user).await;
+        assert_eq!(w.read("f.txt").as_deref(), Some("f0"));
+        let overwritten = unrecorded_changes_warning(&w, &s.id).await;
+        assert_eq!(overwritten.files, [w.abs("f.txt")]);
     })
 }
 
@@ -1030,7 +1077,7 @@ fn a_revert_of_a_step_whose_start_snapshot_is_gone_says_its_changes_stay() {
 
 /// A step whose start snapshot is gone (closed with its end snapshot and no patch) after an edit between
 /// the turns, so that its start is not the previous step's end: a later revert that overwrites what the
-/// step changed names the file as changed outside the session's steps (SPEC 12.5), the gap compared from
+/// step changed names the file among the changes no step recorded (SPEC 12.5), the stretch compared from
 /// the previous step's end to this step's end. Review: the revert said nothing. (When the lost start is
 /// the previous end itself, as in the test above, nothing before the step can be read, and nothing is
 /// named.)
@@ -1057,7 +1104,7 @@ fn a_revert_names_what_a_step_whose_start_snapshot_is_gone_changed() {
         assert!(parts.iter().all(|p| p.as_patch().is_none()), "{parts:?}");
         w.revert_to(&s.id, &t1.user).await;
         assert_eq!(w.read("a.txt").as_deref(), Some("a0"));
-        let overwritten = outside_steps_warning(&w, &s.id).await;
+        let overwritten = unrecorded_changes_warning(&w, &s.id).await;
         assert_eq!(overwritten.files, [w.abs("a.txt")]);
     })
 }
