@@ -355,12 +355,16 @@ impl Rewind {
         (previous_changed, since_applied): (Vec<RelPath>, Vec<RelPath>),
     ) -> Result<RevertResult> {
         let wt = worktree(session);
+        let reverting: BTreeSet<RelPath> = patches
+            .iter()
+            .flat_map(|patch| patch.files.iter().cloned())
+            .collect();
         let (warnings, counts) = self
             .undo_revert(
                 session,
                 previous,
                 (previous_changed, since_applied),
-                (&before, Undoing::BeforeAnotherRevert),
+                (&before, Undoing::BeforeAnotherRevert(&reverting)),
             )
             .await?;
         let snapshot = self.snapshots.track(wt).await?.id;
@@ -779,7 +783,7 @@ impl Rewind {
         session: &Session,
         snapshot: &SnapshotId,
         (changed, since_applied): (Vec<RelPath>, Vec<RelPath>),
-        (current, undoing): (&SnapshotId, Undoing),
+        (current, undoing): (&SnapshotId, Undoing<'_>),
     ) -> Result<(Vec<Warning>, FileCounts)> {
         let wt = worktree(session);
         let directory = &session.directory;
@@ -814,26 +818,35 @@ impl Rewind {
         let (brought_back, edited): (Vec<&RelPath>, Vec<&RelPath>) =
             edited.into_iter().partition(|path| created.contains(path));
         let now = self.now();
-        let put_back = match undoing {
-            Undoing::Unrevert => "have been put back to their pre-revert content",
-            Undoing::BeforeAnotherRevert => {
-                "were put back to their pre-revert content by the undo of that revert, which this revert \
-                 does first, and then reverted again to the point asked for"
-            }
-        };
-        warnings.extend(files_warning(now, directory, current, edited, |n| {
-            format!(
-                "{n} file(s) were changed while the session was reverted and {put_back}. Your versions are \
-                 kept in snapshot {current}: `rewind snapshot restore {current} PATH…` brings a file back"
-            )
-        }));
-        warnings.extend(files_warning(now, directory, current, brought_back, |n| {
-            format!(
-                "{n} file(s) were deleted while the session was reverted and {put_back}. `rewind snapshot \
-                 restore {current} PATH…` deletes a file again (snapshot {current}, taken just before, does \
-                 not hold them)"
-            )
-        }));
+        // Before another revert, the files it reverts again are said to be so; the others stay as the undo
+        // leaves them, as after an unrevert (review: every file was said to be reverted again).
+        const PUT_BACK: &str = "have been put back to their pre-revert content";
+        const PUT_BACK_THEN_AGAIN: &str = "were put back to their pre-revert content by the undo of that \
+                                          revert, which this revert does first, and then reverted again to \
+                                          the point asked for";
+        let (edited_again, edited) = undoing.reverted_again(edited);
+        let (brought_back_again, brought_back) = undoing.reverted_again(brought_back);
+        for (paths, put_back) in [(edited_again, PUT_BACK_THEN_AGAIN), (edited, PUT_BACK)] {
+            warnings.extend(files_warning(now, directory, current, paths, |n| {
+                format!(
+                    "{n} file(s) were changed while the session was reverted and {put_back}. Your versions \
+                     are kept in snapshot {current}: `rewind snapshot restore {current} PATH…` brings a file \
+                     back"
+                )
+            }));
+        }
+        for (paths, put_back) in [
+            (brought_back_again, PUT_BACK_THEN_AGAIN),
+            (brought_back, PUT_BACK),
+        ] {
+            warnings.extend(files_warning(now, directory, current, paths, |n| {
+                format!(
+                    "{n} file(s) were deleted while the session was reverted and {put_back}. `rewind \
+                     snapshot restore {current} PATH…` deletes a file again (snapshot {current}, taken just \
+                     before, does not hold them)"
+                )
+            }));
+        }
         warnings.extend(files_warning(now, directory, snapshot, &blocked, |n| {
             format!(
                 "{n} file(s) were not put back: while the session was reverted you created files below them, \
@@ -1902,11 +1915,24 @@ fn mark(last: &mut BTreeMap<RelPath, LastChange>, paths: Vec<RelPath>, with_unre
 
 /// What an undo of a revert (`undo_revert`) is part of.
 #[derive(Clone, Copy)]
-enum Undoing {
+enum Undoing<'a> {
     /// An unrevert: the files stay as the undo leaves them.
     Unrevert,
-    /// A revert of a reverted session, which reverts again right after the undo (SPEC 6 step 3).
-    BeforeAnotherRevert,
+    /// A revert of a reverted session, which reverts the files its patches name again right after the
+    /// undo (SPEC 6 step 3).
+    BeforeAnotherRevert(&'a BTreeSet<RelPath>),
+}
+
+impl Undoing<'_> {
+    /// `paths` split into those reverted again right after the undo and the others.
+    fn reverted_again(self, paths: Vec<&RelPath>) -> (Vec<&RelPath>, Vec<&RelPath>) {
+        match self {
+            Undoing::Unrevert => (Vec::new(), paths),
+            Undoing::BeforeAnotherRevert(reverting) => paths
+                .into_iter()
+                .partition(|path| reverting.contains(*path)),
+        }
+    }
 }
 
 #[cfg(test)]

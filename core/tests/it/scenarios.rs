@@ -911,6 +911,34 @@ fn a_revert_names_an_edit_before_a_step_whose_start_and_end_snapshots_are_both_g
     })
 }
 
+/// A revert of a reverted session to a later point undoes less: a file the user edited while reverted
+/// that the new revert does not touch stays at its pre-revert content, and its warning says so, not that
+/// it was reverted again (review).
+#[test]
+fn a_re_revert_to_a_later_point_says_an_edit_it_leaves_was_put_back() {
+    block_on(async {
+        let w = World::new();
+        w.write("p.txt", "p0");
+        w.write("q.txt", "q0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("p.txt", "p1")).await;
+        let t2 = w.turn(&s.id, "two", |w| w.write("q.txt", "q2")).await;
+        w.revert_to(&s.id, &t1.user).await;
+        w.write("p.txt", "mine");
+        w.revert_to(&s.id, &t2.user).await;
+        assert_eq!(w.state(&["p.txt", "q.txt"]), ["p1", "q0"]);
+        let captured = warning_saying(&w, &s.id, "changed while the session was reverted").await;
+        assert_eq!(captured.files, [w.abs("p.txt")]);
+        assert!(
+            captured
+                .message
+                .contains("have been put back to their pre-revert content")
+                && !captured.message.contains("reverted again"),
+            "{captured:?}"
+        );
+    })
+}
+
 /// A revert that undoes a step whose end snapshot failed (a full disk, say: black-box) cannot take back
 /// what that step changed, since nothing recorded it: it says so, with the snapshot that holds the files
 /// as they were when the step began, as the step's own warning does. Before, `undo` reported "no file
