@@ -39,7 +39,7 @@ impl Rewind {
         let Some(step) = &session.step else {
             return Ok(());
         };
-        if step.holder != self.holder() {
+        if !self.speaks_for(&step.holder) {
             return Ok(());
         }
         let key = LeaseKey::Session(session.id.clone());

@@ -279,7 +279,9 @@ impl Rewind {
         let replaced = match self.repo.lease(&lease.key).await? {
             None => None,
             Some(current)
-                if (as_owner && current.token == step.token && current.holder == self.holder())
+                if (as_owner
+                    && current.token == step.token
+                    && self.speaks_for(&current.holder))
                     || self.is_abandoned(&current) =>
             {
                 Some(current)

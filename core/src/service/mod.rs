@@ -242,6 +242,16 @@ impl Rewind {
         }
     }
 
+    /// Whether this process acts for `holder`'s step as its owner (finishes, aborts and renews it): the
+    /// process itself, or, for a server, any server's step. An HTTP step belongs to its client, which
+    /// may reach any server of a shared database (a load balancer, a reconnect: SPEC 4 names its owner
+    /// "the server"). Review: only the server that began it could finish or abort it, and another
+    /// answered 409 "Session is busy" while nothing else used the session.
+    fn speaks_for(&self, holder: &Holder) -> bool {
+        *holder == self.holder()
+            || (holder.kind == HolderKind::Server && self.config.holder_kind == HolderKind::Server)
+    }
+
     fn event(&self, payload: EventPayload) -> Event {
         Event {
             id: self.ids.ascending(self.now(), None),

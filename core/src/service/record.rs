@@ -930,7 +930,7 @@ impl Rewind {
                 )
                 .await);
         }
-        if step.holder != self.holder() {
+        if !self.speaks_for(&step.holder) {
             return Err(self.step_busy(&session, &step, "").await);
         }
         self.close_step(&session, end, Closing::EndedNow)
@@ -986,7 +986,7 @@ impl Rewind {
         let Some(step) = session.step.clone() else {
             return Ok(session);
         };
-        let owned = step.holder == self.holder();
+        let owned = self.speaks_for(&step.holder);
         let gone = self.step_is_abandoned(&session).await?;
         if !owned && !gone {
             return Err(self
@@ -1073,7 +1073,7 @@ impl Rewind {
         let step = session.step.clone().ok_or_else(|| {
             Error::InvalidInput(format!("no step is open in session {}", session.id))
         })?;
-        let as_owner = step.holder == self.holder();
+        let as_owner = self.speaks_for(&step.holder);
         let (session_lease, replaced) = self.take_step_lease(&session.id, &step, as_owner).await?;
         // An owner's abort of a step whose lease had lapsed (its HTTP client silent past the step timeout)
         // is as late as another's (review: the user's edits since went into the patch without a word).

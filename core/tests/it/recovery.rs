@@ -1246,6 +1246,77 @@ fn a_turn_beside_a_step_being_closed_names_who_closes_it() {
     })
 }
 
+/// Two servers on one database: an HTTP step begun through one is finished, and another aborted, through
+/// the other, as the step belongs to its client, which may reach either (SPEC 4: its owner is "the
+/// server"); a part through the other renews it. A process of the command line still may not take a live
+/// server's step. Review: the other server answered 409 "Session is busy" to the finish and the abort.
+#[test]
+fn a_step_begun_through_one_server_is_finished_or_aborted_through_another() {
+    block_on(async {
+        let w = World::new();
+        let config = ServiceConfig {
+            holder_kind: HolderKind::Server,
+            step_timeout_ms: 60_000,
+            ..ServiceConfig::default()
+        };
+        let a = Rewind::new(
+            w.snapshots.clone(),
+            w.repo.clone(),
+            w.host.clone(),
+            config.clone(),
+        );
+        let other_host = std::sync::Arc::new(rewind_core::testkit::FakeHost::new(
+            rewind_core::HostPort::now_ms(&*w.host),
+        ));
+        other_host.become_process(process(2));
+        let b = Rewind::new(
+            w.snapshots.clone(),
+            w.repo.clone(),
+            other_host.clone(),
+            config,
+        );
+        let s = a.create_session(ROOT, None).await.expect("session");
+        for abort in [false, true] {
+            a.create_message(&s.id, NewMessage::user_text("go"))
+                .await
+                .expect("user");
+            let m = a
+                .create_message(&s.id, NewMessage::assistant())
+                .await
+                .expect("assistant")
+                .info
+                .id;
+            a.begin_step(&s.id, &m).await.expect("begin through a");
+            w.write("x.txt", if abort { "aborted" } else { "finished" });
+            b.append_part(&s.id, &m, NewPart::new(PartBody::text("through b")))
+                .await
+                .expect("a part through b");
+            // The command line is a process of its own: a live server's step is not its to close.
+            let cli = w.rewind.abort(&s.id).await;
+            assert!(matches!(cli, Err(Error::Busy { .. })), "{cli:?}");
+            let parts = if abort {
+                b.abort_step(&s.id, &m).await.expect("an abort through b")
+            } else {
+                b.finish_step(&s.id, &m, StepEnd::default())
+                    .await
+                    .expect("a finish through b")
+            };
+            let reason = parts.iter().find_map(|p| match &p.body {
+                PartBody::StepFinish(finish) => Some(finish.reason.clone()),
+                _ => None,
+            });
+            let wanted = if abort { "aborted" } else { "stop" };
+            assert_eq!(reason.as_deref(), Some(wanted), "{parts:?}");
+            assert!(
+                parts.iter().any(|p| p.as_patch().is_some()),
+                "the step's change is recorded: {parts:?}"
+            );
+            let session = b.session(&s.id).await.expect("session");
+            assert!(session.step.is_none(), "closed");
+        }
+    })
+}
+
 #[test]
 fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
     block_on(async {
