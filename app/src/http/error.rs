@@ -86,11 +86,18 @@ impl ApiError {
             },
             // The store lacks what the session names: nothing was changed (every object is checked before
             // a file is touched). Still a fault (SPEC 9), of the data rather than of the request.
+            // After a rollback the error says itself that the files are back (`Error::noted`): "nothing was
+            // changed" is not added (review: both were said at once).
             error @ Error::MissingObject(_) => {
                 tracing::error!(error = %error, "request failed");
+                let unchanged = if error.to_string().contains(rewind_core::error::PUT_BACK) {
+                    ""
+                } else {
+                    "; nothing was changed"
+                };
                 ApiError::Internal(format!(
-                    "{error}; nothing was changed (the snapshot was collected, or the session was recorded \
-                     by a rewind with another data directory, whose snapshot store this server does not use)"
+                    "{error}{unchanged} (the snapshot was collected, or the session was recorded by a rewind \
+                     with another data directory, whose snapshot store this server does not use)"
                 ))
             }
             error @ (Error::Unreadable { .. } | Error::Damaged(_)) => {
@@ -227,6 +234,30 @@ mod tests {
         let lost = ApiError::from_core(Error::LeaseLost("token".into()), Some(&session));
         assert_eq!(lost.status().as_u16(), 409);
         assert_eq!(lost.body()["sessionID"], session.as_str());
+    }
+
+    /// A missing snapshot object is a 500 that says nothing was changed, unless a rollback's note says the
+    /// files were put back (review: both were said at once).
+    #[test]
+    fn a_missing_object_says_nothing_was_changed_only_when_no_rollback_ran() {
+        let message = |error: Error| -> String {
+            let body = ApiError::from_core(error, None).body();
+            body["data"]["message"]
+                .as_str()
+                .expect("a message")
+                .to_owned()
+        };
+        let plain = message(Error::MissingObject("tree 1234".into()));
+        assert!(plain.contains("nothing was changed"), "{plain}");
+        let rolled_back = message(
+            Error::MissingObject("tree 1234".into())
+                .noted("the files it had changed were put back to their state before the revert"),
+        );
+        assert!(
+            rolled_back.contains(rewind_core::error::PUT_BACK)
+                && !rolled_back.contains("nothing was changed"),
+            "{rolled_back}"
+        );
     }
 
     /// A database locked by another process past the busy timeout is a 409 that says so, not a 500; also
