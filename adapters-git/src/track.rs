@@ -107,6 +107,8 @@ struct FedDir {
 /// after it is the next track's to see, as always.
 struct Feed {
     batches: Mutex<std::sync::mpsc::Receiver<FedDir>>,
+    /// Set when the walk failed: the directories still queued are not looked at (the track fails).
+    stopped: AtomicBool,
 }
 
 impl Feed {
@@ -121,6 +123,9 @@ impl Feed {
                 Err(_) => break,
             };
             let Ok(batch) = next else { break };
+            if self.stopped.load(Ordering::Relaxed) {
+                continue;
+            }
             let Ok(fd) = open.of(beneath, &batch.dir) else {
                 continue;
             };
@@ -573,6 +578,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         walk.feed = Some(sender);
         Feed {
             batches: Mutex::new(batches),
+            stopped: AtomicBool::new(false),
         }
     });
     let rules = ignores.root_rules_hash(data_dir.as_deref(), &own_files);
@@ -617,6 +623,9 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         // locked), which is raised again once it has gone.
         let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| walk.dir("", rules)));
         walk.feed = None;
+        if let (Some(feed), false) = (&feed, matches!(walked, Ok(Ok(())))) {
+            feed.stopped.store(true, Ordering::Relaxed);
+        }
         let walked = walked.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         match walked.as_ref().ok().and_then(|()| entries()) {
             Some(entries) => prestat.run(&beneath, entries, cache_started_ns),
