@@ -61,26 +61,7 @@ fn an_exec_killed_by_its_own_command_leaves_the_session_usable() {
 fn an_exec_killed_while_its_command_runs_is_aborted_by_the_next_exec() {
     let env = Env::plain();
     let before = env.state();
-    let mut child = env
-        .process_in(
-            env.path(),
-            &[
-                "exec",
-                "--",
-                "sh",
-                "-c",
-                "echo $$ > sh.pid; printf 'x\\n' > f.txt; sleep 30",
-            ],
-        )
-        .spawn()
-        .expect("spawns");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path().join("f.txt").exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("SIGKILL rewind");
-    child.wait().expect("reaped");
+    kill_exec_once_it_wrote(&env);
     // The command dies with rewind: it cannot go on writing under the step the next command aborts.
     let shell = std::fs::read_to_string(env.path().join("sh.pid")).expect("pid");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -107,20 +88,7 @@ fn an_exec_killed_while_its_command_runs_is_aborted_by_the_next_exec() {
 #[test]
 fn an_undo_that_aborts_a_killed_exec_s_step_shows_the_abort_s_warning() {
     let env = Env::plain();
-    let mut child = env
-        .process_in(
-            env.path(),
-            &["exec", "--", "sh", "-c", "printf 'x\\n' > f.txt; sleep 30"],
-        )
-        .spawn()
-        .expect("spawns");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path().join("f.txt").exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().expect("SIGKILL rewind");
-    child.wait().expect("reaped");
+    kill_exec_once_it_wrote(&env);
     let undo = env.json(&["undo"]);
     let warnings = undo["warnings"].as_array().expect("warnings");
     assert!(
@@ -133,6 +101,31 @@ fn an_undo_that_aborts_a_killed_exec_s_step_shows_the_abort_s_warning() {
         !env.path().join("f.txt").exists(),
         "the killed turn is undone"
     );
+}
+
+/// Runs `rewind exec` of a command that writes `f.txt` (and its shell's pid to `sh.pid`) and sleeps, and
+/// kills rewind (SIGKILL) once the file is there: its step stays open, its owner gone.
+fn kill_exec_once_it_wrote(env: &Env) {
+    let mut child = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "echo $$ > sh.pid; printf 'x\\n' > f.txt; sleep 30",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("f.txt").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL rewind");
+    child.wait().expect("reaped");
 }
 
 /// Whether process `pid` runs: it exists and is not a zombie waiting to be reaped.

@@ -12,6 +12,15 @@ use rewind_core::{
 
 use crate::support::{ROOT, Turn, World, block_on};
 
+/// A server's configuration: HTTP steps, a step timeout of a minute.
+fn server_config() -> ServiceConfig {
+    ServiceConfig {
+        holder_kind: HolderKind::Server,
+        step_timeout_ms: 60_000,
+        ..ServiceConfig::default()
+    }
+}
+
 fn process(pid: u32) -> ProcessIdentity {
     ProcessIdentity {
         host: "test-host".to_owned(),
@@ -1254,11 +1263,7 @@ fn a_turn_beside_a_step_being_closed_names_who_closes_it() {
 fn a_step_begun_through_one_server_is_finished_or_aborted_through_another() {
     block_on(async {
         let w = World::new();
-        let config = ServiceConfig {
-            holder_kind: HolderKind::Server,
-            step_timeout_ms: 60_000,
-            ..ServiceConfig::default()
-        };
+        let config = server_config();
         let a = Rewind::new(
             w.snapshots.clone(),
             w.repo.clone(),
@@ -1321,11 +1326,7 @@ fn a_step_begun_through_one_server_is_finished_or_aborted_through_another() {
 fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
     block_on(async {
         let w = World::new();
-        let config = ServiceConfig {
-            holder_kind: HolderKind::Server,
-            step_timeout_ms: 60_000,
-            ..ServiceConfig::default()
-        };
+        let config = server_config();
         let server = Rewind::new(w.snapshots.clone(), w.repo.clone(), w.host.clone(), config);
         let s = server.create_session(ROOT, None).await.expect("session");
         let user = server

@@ -710,6 +710,16 @@ async fn finish_with_a_failed_end_snapshot(
         .expect("the step is closed all the same")
 }
 
+/// A session of two turns over `p.txt` and `q.txt` (p0, q0): the first writes p1, the second q2.
+async fn p_then_q(w: &World) -> (Session, Turn, Turn) {
+    w.write("p.txt", "p0");
+    w.write("q.txt", "q0");
+    let s = w.session().await;
+    let t1 = w.turn(&s.id, "one", |w| w.write("p.txt", "p1")).await;
+    let t2 = w.turn(&s.id, "two", |w| w.write("q.txt", "q2")).await;
+    (s, t1, t2)
+}
+
 /// The session's warning naming files a revert overwrote that were changed outside its steps.
 async fn outside_steps_warning(w: &World, session: &SessionId) -> Warning {
     warning_saying(w, session, "changed outside the session's steps").await
@@ -851,11 +861,7 @@ fn a_revert_warns_about_an_edit_after_a_step_whose_finish_a_cleanup_cut() {
 fn a_re_revert_says_the_users_edit_was_reverted_again() {
     block_on(async {
         let w = World::new();
-        w.write("p.txt", "p0");
-        w.write("q.txt", "q0");
-        let s = w.session().await;
-        let t1 = w.turn(&s.id, "one", |w| w.write("p.txt", "p1")).await;
-        let t2 = w.turn(&s.id, "two", |w| w.write("q.txt", "q2")).await;
+        let (s, t1, t2) = p_then_q(&w).await;
         w.revert_to(&s.id, &t2.user).await;
         w.write("q.txt", "mine");
         w.revert_to(&s.id, &t1.user).await;
@@ -918,11 +924,7 @@ fn a_revert_names_an_edit_before_a_step_whose_start_and_end_snapshots_are_both_g
 fn a_re_revert_to_a_later_point_says_an_edit_it_leaves_was_put_back() {
     block_on(async {
         let w = World::new();
-        w.write("p.txt", "p0");
-        w.write("q.txt", "q0");
-        let s = w.session().await;
-        let t1 = w.turn(&s.id, "one", |w| w.write("p.txt", "p1")).await;
-        let t2 = w.turn(&s.id, "two", |w| w.write("q.txt", "q2")).await;
+        let (s, t1, t2) = p_then_q(&w).await;
         w.revert_to(&s.id, &t1.user).await;
         w.write("p.txt", "mine");
         w.revert_to(&s.id, &t2.user).await;
