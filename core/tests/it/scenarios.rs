@@ -866,11 +866,7 @@ fn a_re_revert_says_the_users_edit_was_reverted_again() {
         w.write("q.txt", "mine");
         w.revert_to(&s.id, &t1.user).await;
         assert_eq!(w.state(&["p.txt", "q.txt"]), ["p0", "q0"]);
-        let warnings = w.rewind.warnings(&s.id).await.expect("warnings");
-        let captured = warnings
-            .iter()
-            .find(|x| x.message.contains("changed while the session was reverted"))
-            .unwrap_or_else(|| panic!("{warnings:?}"));
+        let captured = warning_saying(&w, &s.id, "changed while the session was reverted").await;
         assert_eq!(captured.files, [w.abs("q.txt")]);
         assert!(
             captured.message.contains("reverted again")
