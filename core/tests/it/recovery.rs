@@ -31,20 +31,21 @@ fn process(pid: u32) -> ProcessIdentity {
     }
 }
 
-/// Leaves the state a revert by `owner` leaves when it dies after writing its intent and touching a.txt.
-async fn crashed_revert(
+/// The session's and the worktree's leases taken by process `owner` under `token`, never expiring, as an
+/// operation holds them; the holder.
+async fn hold_session_and_worktree(
     w: &World,
-    session: &rewind_core::model::SessionId,
+    (session, directory): (&rewind_core::model::SessionId, &str),
+    token: &LeaseToken,
     owner: &ProcessIdentity,
-) -> LeaseToken {
-    let token = LeaseToken("tok_crashed".to_owned());
+) -> Holder {
     let holder = Holder {
         kind: HolderKind::Process,
         process: owner.clone(),
     };
     for key in [
         LeaseKey::Session(session.clone()),
-        LeaseKey::Worktree(ROOT.to_owned()),
+        LeaseKey::Worktree(directory.to_owned()),
     ] {
         let lease = Lease {
             key,
@@ -54,6 +55,17 @@ async fn crashed_revert(
         };
         w.repo.take_lease(&lease, None).await.expect("lease");
     }
+    holder
+}
+
+/// Leaves the state a revert by `owner` leaves when it dies after writing its intent and touching a.txt.
+async fn crashed_revert(
+    w: &World,
+    session: &rewind_core::model::SessionId,
+    owner: &ProcessIdentity,
+) -> LeaseToken {
+    let token = LeaseToken("tok_crashed".to_owned());
+    let holder = hold_session_and_worktree(w, (session, ROOT), &token, owner).await;
     let before = w.snapshots.track(w.path()).await.expect("track").id;
     let intent = IntentRecord {
         token: token.clone(),
@@ -1625,23 +1637,8 @@ async fn broken_intent(
     file: &str,
 ) -> IntentRecord {
     let dead = process(pid);
-    let holder = Holder {
-        kind: HolderKind::Process,
-        process: dead.clone(),
-    };
     let token = LeaseToken(token.to_owned());
-    for key in [
-        LeaseKey::Session(session.clone()),
-        LeaseKey::Worktree(directory.to_owned()),
-    ] {
-        let lease = Lease {
-            key,
-            token: token.clone(),
-            holder: holder.clone(),
-            expires_at: u64::MAX,
-        };
-        w.repo.take_lease(&lease, None).await.expect("lease");
-    }
+    let holder = hold_session_and_worktree(w, (session, directory), &token, &dead).await;
     let broken = IntentRecord {
         token,
         session_id: session.clone(),
