@@ -11,8 +11,9 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use crate::error::{Error, Result};
 use crate::model::{
     Capture, DiffSummary, EventPayload, FileStatus, IntentOperation, IntentRecord, LeaseToken,
-    MessageWithParts, PartBody, PatchPart, RelPath, RevertDescriptor, RevertHistoryEntry,
-    RevertOutcome, Session, SessionId, SkipReason, SnapshotId, TrackOutcome, Warning,
+    Message, MessageWithParts, Part, PartBody, PatchPart, RelPath, RevertDescriptor,
+    RevertHistoryEntry, RevertOutcome, Role, Session, SessionId, SkipReason, SnapshotId,
+    TrackOutcome, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 use crate::revert::{
@@ -1069,6 +1070,17 @@ impl Rewind {
                 cut_message = Some(info);
             }
         }
+        // The turn the point cuts steps from keeps a user message whose `summary.diffs` must again be
+        // diff(first step-start of the turn, last step-finish) over the steps it keeps (SPEC 4).
+        let summary = self
+            .summary_of_cut_turn(session, messages, (&kept, &removed), &point)
+            .await?;
+        if let Some(user) = &summary {
+            if let Some(message) = kept.iter_mut().find(|m| m.info.id == user.id) {
+                message.info = user.clone();
+            }
+            changes.push(Change::PutMessage(Box::new(user.clone())));
+        }
         for message_id in plan.removed_messages {
             events.push(self.event(EventPayload::MessageRemoved {
                 session_id: session_id.clone(),
@@ -1083,7 +1095,7 @@ impl Rewind {
             }));
         }
         // After its parts' removal, as a client applies them.
-        if let Some(info) = cut_message {
+        for info in cut_message.into_iter().chain(summary) {
             events.push(self.event(EventPayload::MessageUpdated {
                 session_id: session_id.clone(),
                 info: Box::new(info),
@@ -1097,6 +1109,77 @@ impl Rewind {
             removed,
             kept,
         })
+    }
+
+    /// The user message of the turn a cleanup cuts steps from (a revert to a part of one of its messages,
+    /// made permanent), with `summary.diffs` made again from the steps the turn keeps: the diff from their
+    /// first start to their last finish, or none when no finished step is left. None when the cleanup
+    /// removes no step of a turn whose user message it keeps. As after a step, the summary is left as it
+    /// was when its diff cannot be made (a snapshot gone from the store).
+    async fn summary_of_cut_turn(
+        &self,
+        session: &Session,
+        messages: &[MessageWithParts],
+        (kept, removed): (
+            &[MessageWithParts],
+            &std::collections::HashSet<crate::model::PartId>,
+        ),
+        point: &RevertPoint,
+    ) -> Result<Option<Message>> {
+        if point.part_id.is_none() {
+            return Ok(None);
+        }
+        let Some(at) = messages.iter().find(|m| m.info.id == point.message_id) else {
+            return Ok(None);
+        };
+        let user_id = match at.info.role {
+            Role::User => &at.info.id,
+            _ => match &at.info.parent_id {
+                Some(parent) => parent,
+                None => return Ok(None),
+            },
+        };
+        let Some(user) = kept.iter().find(|m| &m.info.id == user_id) else {
+            return Ok(None);
+        };
+        let is_step =
+            |part: &Part| matches!(part.body, PartBody::StepStart(_) | PartBody::StepFinish(_));
+        let of_turn = |m: &&MessageWithParts| m.info.parent_id.as_ref() == Some(user_id);
+        let cuts_a_step = messages
+            .iter()
+            .filter(of_turn)
+            .flat_map(|m| m.parts.iter())
+            .any(|p| is_step(p) && removed.contains(&p.id));
+        if !cuts_a_step {
+            return Ok(None);
+        }
+        let steps: Vec<&Part> = kept
+            .iter()
+            .filter(of_turn)
+            .flat_map(|m| m.parts.iter())
+            .collect();
+        let first = steps.iter().find_map(|p| match &p.body {
+            PartBody::StepStart(start) => start.snapshot.clone(),
+            _ => None,
+        });
+        let last = steps.iter().rev().find_map(|p| match &p.body {
+            PartBody::StepFinish(finish) => finish.snapshot.clone(),
+            _ => None,
+        });
+        let diffs = match (first, last) {
+            (Some(first), Some(last)) => {
+                match self.snapshots.diff(worktree(session), &first, &last).await {
+                    Ok(diffs) => diffs,
+                    Err(Error::MissingObject(_) | Error::Damaged(_)) => return Ok(None),
+                    Err(error) => return Err(error),
+                }
+            }
+            _ => Vec::new(),
+        };
+        let mut info = user.info.clone();
+        info.set_summary_diffs(&diffs);
+        info.fill_required_fields(&session.directory);
+        Ok(Some(info))
     }
 
     /// What a revert to `target` would do, changing nothing. A session reverted already is reverted

@@ -782,46 +782,13 @@ fn cutting_steps_from_a_message_takes_their_sums_off_it() {
             .create_message(&s.id, NewMessage::assistant())
             .await
             .expect("assistant");
-        let mut starts = Vec::new();
-        for (file, reason, cost, output) in
-            [("c1", "tool-calls", 1.0, 3.0), ("c2", "stop", 2.0, 5.0)]
-        {
-            starts.push(
-                w.rewind
-                    .begin_step(&s.id, &a.info.id)
-                    .await
-                    .expect("begin")
-                    .id,
-            );
-            w.write(file, file);
-            w.rewind
-                .finish_step(
-                    &s.id,
-                    &a.info.id,
-                    rewind_core::service::StepEnd {
-                        reason: Some(reason.to_owned()),
-                        cost: Some(cost),
-                        tokens: Some(rewind_core::model::Tokens {
-                            output,
-                            ..Default::default()
-                        }),
-                    },
-                )
-                .await
-                .expect("finish");
-            // Text between the steps, as an agent's answer has.
-            w.rewind
-                .append_part(
-                    &s.id,
-                    &a.info.id,
-                    NewPart {
-                        id: None,
-                        body: rewind_core::model::PartBody::text("between"),
-                    },
-                )
-                .await
-                .expect("text");
-        }
+        let starts = steps_each_with_text_after(
+            &w,
+            &s.id,
+            &a.info.id,
+            &[("c1", "tool-calls", 1.0, 3.0), ("c2", "stop", 2.0, 5.0)],
+        )
+        .await;
         w.rewind
             .revert(
                 &s.id,
@@ -847,5 +814,139 @@ fn cutting_steps_from_a_message_takes_their_sums_off_it() {
             removed.is_some() && updated > removed,
             "message.updated after the parts' removal: {types:?}"
         );
+    })
+}
+
+/// Records on assistant message `message` one step per `(file, reason, cost, output tokens)`, each writing
+/// its file and followed by a text part, as an agent's answer has; returns the steps' start parts.
+async fn steps_each_with_text_after(
+    w: &World,
+    session: &SessionId,
+    message: &MessageId,
+    steps: &[(&str, &str, f64, f64)],
+) -> Vec<PartId> {
+    let mut starts = Vec::new();
+    for &(file, reason, cost, output) in steps {
+        starts.push(
+            w.rewind
+                .begin_step(session, message)
+                .await
+                .expect("begin")
+                .id,
+        );
+        w.write(file, file);
+        w.rewind
+            .finish_step(
+                session,
+                message,
+                rewind_core::service::StepEnd {
+                    reason: Some(reason.to_owned()),
+                    cost: Some(cost),
+                    tokens: Some(rewind_core::model::Tokens {
+                        output,
+                        ..Default::default()
+                    }),
+                },
+            )
+            .await
+            .expect("finish");
+        w.rewind
+            .append_part(
+                session,
+                message,
+                NewPart {
+                    id: None,
+                    body: rewind_core::model::PartBody::text("between"),
+                },
+            )
+            .await
+            .expect("text");
+    }
+    starts
+}
+
+/// A revert to a step's start within a message, made permanent, leaves the turn's user message the
+/// `summary.diffs` of the steps the turn keeps (SPEC 4: the diff from its first step start to its last
+/// step finish), announced by a `message.updated`; with no step left, an empty one (the summary kept
+/// the cut steps' files, which a client shows as the turn's changes).
+#[test]
+fn cutting_steps_from_a_turn_makes_its_summary_of_the_steps_kept() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let user = w
+            .rewind
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let a = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        // Text first: a revert to the first step's start then keeps the message (SPEC 5).
+        w.rewind
+            .append_part(
+                &s.id,
+                &a.info.id,
+                NewPart {
+                    id: None,
+                    body: rewind_core::model::PartBody::text("thinking"),
+                },
+            )
+            .await
+            .expect("text");
+        let starts = steps_each_with_text_after(
+            &w,
+            &s.id,
+            &a.info.id,
+            &[("c1", "tool-calls", 1.0, 3.0), ("c2", "stop", 2.0, 5.0)],
+        )
+        .await;
+        let files = |info: &rewind_core::model::Message| -> Vec<String> {
+            info.summary_diffs()
+                .expect("summary.diffs")
+                .into_iter()
+                .map(|diff| diff.file)
+                .collect()
+        };
+        let stored = w.rewind.message(&s.id, &user.info.id).await.expect("user");
+        assert_eq!(files(&stored.info), ["c1", "c2"]);
+        for (start, left) in [(1, vec!["c1"]), (0, vec![])] {
+            w.rewind
+                .revert(
+                    &s.id,
+                    rewind_core::RevertTarget {
+                        message_id: a.info.id.clone(),
+                        part_id: Some(starts[start].clone()),
+                    },
+                )
+                .await
+                .expect("revert to a step's start");
+            let seq = w.last_seq().await;
+            w.rewind.commit_revert(&s.id).await.expect("commit");
+            let stored = w.rewind.message(&s.id, &user.info.id).await.expect("user");
+            assert_eq!(files(&stored.info), left, "after the cut of step {start}");
+            let announced: Vec<Vec<String>> = w
+                .repo
+                .events_after(seq, 1_000)
+                .await
+                .expect("events")
+                .into_iter()
+                .filter_map(|e| match e.event.payload {
+                    rewind_core::model::EventPayload::MessageUpdated { info, .. }
+                        if info.id == user.info.id =>
+                    {
+                        Some(files(&info))
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                announced,
+                std::slice::from_ref(&left),
+                "message.updated of the user message"
+            );
+        }
     })
 }
