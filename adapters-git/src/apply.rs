@@ -2802,9 +2802,22 @@ fn revert_batched(
                 return None;
             }
             let changes = diff_trees(&store.odb, base, &applied).ok()?;
+            // The `diff` attributes are read from the worktree as the revert leaves it: not while it
+            // writes a `.gitattributes` (`revert_diffs` reads them afterwards).
+            if changes
+                .iter()
+                .any(|(path, _, _)| path.rsplit('/').next() == Some(".gitattributes"))
+            {
+                return None;
+            }
+            let attributes = crate::diff::attributes_of(store, config, &changes);
+            let made = crate::diff::Made {
+                odb: &store.odb,
+                size_cap: config.size_cap,
+                attributes: &attributes,
+            };
             // One thread: the writes have the others.
-            let diffs =
-                crate::diff::revert_diffs_on(&store.odb, &changes, config.size_cap, 1).ok()?;
+            let diffs = crate::diff::revert_diffs_on(made, &changes, 1).ok()?;
             Some((applied, diffs))
         });
         let Planned {

@@ -50,6 +50,9 @@ pub struct GitStoreConfig {
     pub file_cap: usize,
     /// The global excludes file.
     pub excludes_file: ExcludesFile,
+    /// The global attributes file, which diffs read the `diff` attribute from (the same three choices:
+    /// `FromGitConfig` is `core.attributesFile`, defaulting to `$XDG_CONFIG_HOME/git/attributes`).
+    pub attributes_file: ExcludesFile,
     /// The user's home directory, which is refused as a worktree (default `$HOME`).
     pub home_dir: Option<PathBuf>,
     /// Test fault injection; `None` in production.
@@ -82,6 +85,7 @@ impl fmt::Debug for GitStoreConfig {
             .field("size_cap", &self.size_cap)
             .field("file_cap", &self.file_cap)
             .field("excludes_file", &self.excludes_file)
+            .field("attributes_file", &self.attributes_file)
             .field("home_dir", &self.home_dir)
             .field("read_fault", &self.read_fault.is_some())
             .field("change_hook", &self.change_hook.is_some())
@@ -104,6 +108,7 @@ impl GitStoreConfig {
             size_cap: 2 * 1024 * 1024,
             file_cap: 500_000,
             excludes_file: ExcludesFile::FromGitConfig,
+            attributes_file: ExcludesFile::FromGitConfig,
             home_dir: std::env::var_os("HOME").map(PathBuf::from),
             read_fault: None,
             change_hook: None,

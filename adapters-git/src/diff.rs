@@ -10,6 +10,7 @@ use rewind_core::model::{
     FileDiff, FileStatus, RevertDiffs, diff_file_headers, diff_git_line, diff_side,
 };
 
+use crate::attributes::{DiffAttribute, DiffAttributes};
 use crate::error::{GitError, GitResult};
 use crate::odb::{Kind, Odb};
 use crate::tree::{Change, Entry};
@@ -23,12 +24,17 @@ const PARALLEL_FROM: usize = 8;
 /// One side of a file's change, loaded for diffing.
 enum Content {
     Absent,
-    /// Over the size cap or binary: no line diff.
+    /// Over the size cap or binary (by its bytes or by its `diff` attribute): no line diff.
     Opaque,
     Text(Vec<u8>),
 }
 
-fn load(odb: &Odb, entry: Option<&Entry>, size_cap: u64) -> GitResult<Content> {
+fn load(
+    odb: &Odb,
+    entry: Option<&Entry>,
+    size_cap: u64,
+    attribute: DiffAttribute,
+) -> GitResult<Content> {
     let Some((_, id)) = entry else {
         return Ok(Content::Absent);
     };
@@ -36,14 +42,14 @@ fn load(odb: &Odb, entry: Option<&Entry>, size_cap: u64) -> GitResult<Content> {
     if kind != Kind::Blob {
         return Err(GitError::Corrupt(format!("object {id} is not a blob")));
     }
-    if size > size_cap {
+    if size > size_cap || attribute == DiffAttribute::Binary {
         return Ok(Content::Opaque);
     }
     let mut data = Vec::with_capacity(size as usize);
     reader
         .read_to_end(&mut data)
         .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
-    if data[..data.len().min(BINARY_PROBE)].contains(&0) {
+    if attribute == DiffAttribute::Auto && data[..data.len().min(BINARY_PROBE)].contains(&0) {
         return Ok(Content::Opaque);
     }
     Ok(Content::Text(data))
@@ -183,22 +189,28 @@ fn change_of(
     change
 }
 
+/// How a diff is made: the store, the size cap, and the `diff` attributes of the changed paths.
+#[derive(Clone, Copy)]
+pub struct Made<'a> {
+    pub odb: &'a Odb,
+    pub size_cap: u64,
+    pub attributes: &'a DiffAttributes,
+}
+
 /// Each of `changes` read from the store (its two blobs once) and diffed by `diff`, on several threads
 /// when there are enough of them, in order.
 fn each_change<R: Send>(
-    odb: &Odb,
+    made: Made<'_>,
     changes: &[Change],
-    size_cap: u64,
     diff: impl Fn(&str, Option<&Entry>, Option<&Entry>, &Content, &Content) -> R + Sync,
 ) -> GitResult<Vec<R>> {
-    each_change_on(odb, changes, size_cap, crate::track::worker_threads(), diff)
+    each_change_on(made, changes, crate::track::worker_threads(), diff)
 }
 
 /// `each_change` on at most `threads` threads.
 fn each_change_on<R: Send>(
-    odb: &Odb,
+    made: Made<'_>,
     changes: &[Change],
-    size_cap: u64,
     threads: usize,
     diff: impl Fn(&str, Option<&Entry>, Option<&Entry>, &Content, &Content) -> R + Sync,
 ) -> GitResult<Vec<R>> {
@@ -208,8 +220,9 @@ fn each_change_on<R: Send>(
         PARALLEL_FROM,
         || (),
         |_, (path, old, new)| {
-            let before = load(odb, old.as_ref(), size_cap)?;
-            let after = load(odb, new.as_ref(), size_cap)?;
+            let attribute = made.attributes.of(path);
+            let before = load(made.odb, old.as_ref(), made.size_cap, attribute)?;
+            let after = load(made.odb, new.as_ref(), made.size_cap, attribute)?;
             Ok(diff(path, old.as_ref(), new.as_ref(), &before, &after))
         },
     )
@@ -281,8 +294,8 @@ fn push_line(out: &mut String, sign: char, bytes: &[u8]) {
 }
 
 /// Per-file diffs of `changes` (as `tree::diff_trees` gives them, in path order).
-pub fn file_diffs(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<Vec<FileDiff>> {
-    each_change(odb, changes, size_cap, change_of).map(|computed| {
+pub fn file_diffs(made: Made<'_>, changes: &[Change]) -> GitResult<Vec<FileDiff>> {
+    each_change(made, changes, change_of).map(|computed| {
         computed
             .into_iter()
             .map(FileChange::into_file_diff)
@@ -291,8 +304,8 @@ pub fn file_diffs(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<Vec
 }
 
 /// The git-style text diff of `changes` (OpenCode's `revert.diff`).
-pub fn unified(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<String> {
-    let computed = each_change(odb, changes, size_cap, unified_text)?;
+pub fn unified(made: Made<'_>, changes: &[Change]) -> GitResult<String> {
+    let computed = each_change(made, changes, unified_text)?;
     Ok(computed.concat())
 }
 
@@ -364,32 +377,38 @@ pub fn kept_revert_diffs(
 
 /// A revert's two diffs from `changes` (from its pre-revert snapshot to `applied`): the text diff in that
 /// direction and the per-file diffs in the other, each file's blobs read once.
-pub fn revert_diffs(odb: &Odb, changes: &[Change], size_cap: u64) -> GitResult<RevertDiffs> {
-    revert_diffs_on(odb, changes, size_cap, crate::track::worker_threads())
+pub fn revert_diffs(made: Made<'_>, changes: &[Change]) -> GitResult<RevertDiffs> {
+    revert_diffs_on(made, changes, crate::track::worker_threads())
 }
 
 /// `revert_diffs` on at most `threads` threads (one beside a revert's writes, which have the others).
 pub fn revert_diffs_on(
-    odb: &Odb,
+    made: Made<'_>,
     changes: &[Change],
-    size_cap: u64,
     threads: usize,
 ) -> GitResult<RevertDiffs> {
-    let computed = each_change_on(
-        odb,
-        changes,
-        size_cap,
-        threads,
-        |path, old, new, before, after| {
-            (
-                unified_text(path, old, new, before, after),
-                change_of(path, new, old, after, before).into_file_diff(),
-            )
-        },
-    )?;
+    let computed = each_change_on(made, changes, threads, |path, old, new, before, after| {
+        (
+            unified_text(path, old, new, before, after),
+            change_of(path, new, old, after, before).into_file_diff(),
+        )
+    })?;
     let (texts, files): (Vec<String>, Vec<FileDiff>) = computed.into_iter().unzip();
     Ok(RevertDiffs {
         text: texts.concat(),
         files,
     })
+}
+
+/// The `diff` attributes of the paths of `changes` in `store`'s worktree.
+pub fn attributes_of(
+    store: &crate::store::Store,
+    config: &crate::config::GitStoreConfig,
+    changes: &[Change],
+) -> DiffAttributes {
+    DiffAttributes::read(
+        &store.worktree,
+        (&config.attributes_file, config.home_dir.as_deref()),
+        changes.iter().map(|(path, _, _)| path.as_str()),
+    )
 }

@@ -1,5 +1,5 @@
-//! `core.excludesFile` as git's configuration sets it, read with gix and kept in the process while every
-//! file it could come from is unchanged.
+//! `core.excludesFile` and `core.attributesFile` as git's configuration sets them, read with gix and kept
+//! in the process while every file they could come from is unchanged.
 //!
 //! Reading it opens the enclosing repository with gix (its configuration files, the global and system
 //! ones): ~0.3 ms, and every store call that applies ignore rules needs it (a revert two, a track one).
@@ -42,8 +42,9 @@ struct FileStamp {
 }
 
 struct Kept {
-    /// The repository's root (none outside any) and the home directory the value was read with.
-    key: (Option<PathBuf>, Option<PathBuf>),
+    /// The key read, the repository's root (none outside any) and the home directory the value was read
+    /// with.
+    key: (&'static str, Option<PathBuf>, Option<PathBuf>),
     stamp: Stamp,
     value: Option<PathBuf>,
 }
@@ -57,7 +58,25 @@ pub fn configured_excludes_file(
     enclosing: Option<&Enclosing>,
     home: Option<&Path>,
 ) -> Option<PathBuf> {
+    configured_path("core.excludesFile", enclosing, home)
+}
+
+/// `core.attributesFile`, read as `configured_excludes_file` reads `core.excludesFile`.
+pub fn configured_attributes_file(
+    enclosing: Option<&Enclosing>,
+    home: Option<&Path>,
+) -> Option<PathBuf> {
+    configured_path("core.attributesFile", enclosing, home)
+}
+
+/// The path the configuration sets for `name` (an empty one when it is set to the empty string).
+fn configured_path(
+    name: &'static str,
+    enclosing: Option<&Enclosing>,
+    home: Option<&Path>,
+) -> Option<PathBuf> {
     let key = (
+        name,
         enclosing.map(|e| e.root.clone()),
         home.map(Path::to_path_buf),
     );
@@ -70,7 +89,7 @@ pub fn configured_excludes_file(
             return found.value.clone();
         }
     }
-    let (value, sources) = read(enclosing, home);
+    let (value, sources) = read(name, enclosing, home);
     let mut files = candidates(enclosing, home);
     for source in sources {
         if !files.contains(&source) {
@@ -95,7 +114,11 @@ pub fn configured_excludes_file(
 /// The value read with gix, and the files the configuration came from, with every file an `include` or
 /// `includeIf` names (whatever its condition, also when it is missing or empty and so gave no section:
 /// one made or filled later changes the value; review).
-fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>, Vec<PathBuf>) {
+fn read(
+    name: &str,
+    enclosing: Option<&Enclosing>,
+    home: Option<&Path>,
+) -> (Option<PathBuf>, Vec<PathBuf>) {
     let home_dir = home
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
@@ -123,9 +146,9 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>,
         Some(repo) => match gix::open(&repo.found_at) {
             Ok(opened) => {
                 let config = opened.config_snapshot();
-                let value = config.trusted_path("core.excludesFile").ok().flatten();
+                let value = config.trusted_path(name).ok().flatten();
                 (
-                    set_empty(config.plumbing()).or(value),
+                    set_empty(config.plumbing(), name).or(value),
                     sources(config.plumbing()),
                 )
             }
@@ -133,7 +156,7 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>,
         },
         None => match gix::config::File::from_globals() {
             Ok(file) => {
-                let value = file.path("core.excludesFile").and_then(|value| {
+                let value = file.path(name).and_then(|value| {
                     value
                         .interpolate(gix::config::path::interpolate::Context {
                             home_dir: home,
@@ -141,7 +164,7 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Option<PathBuf>,
                         })
                         .ok()
                 });
-                (set_empty(&file).or(value), sources(&file))
+                (set_empty(&file, name).or(value), sources(&file))
             }
             Err(_) => (None, Vec::new()),
         },
@@ -164,10 +187,10 @@ fn include_target(path: &str, from: &Path, home: Option<&Path>) -> Option<PathBu
     from.parent().map(|dir| dir.join(path))
 }
 
-/// An empty path when `core.excludesFile` is set to the empty string: git then reads no global excludes
-/// file at all (the empty path cannot be opened), where an unset key means the XDG default.
-fn set_empty(file: &gix::config::File) -> Option<PathBuf> {
-    file.string("core.excludesFile")
+/// An empty path when the key (`core.excludesFile`, say) is set to the empty string: git then reads no
+/// such global file at all (the empty path cannot be opened), where an unset key means the XDG default.
+fn set_empty(file: &gix::config::File, name: &str) -> Option<PathBuf> {
+    file.string(name)
         .filter(|value| value.is_empty())
         .map(|_| PathBuf::new())
 }

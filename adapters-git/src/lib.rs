@@ -6,6 +6,7 @@
 //! the stat cache, the ignore rules and the safe writes keep it exact.
 
 mod apply;
+mod attributes;
 mod beneath;
 mod config;
 mod diff;
@@ -192,6 +193,19 @@ fn check_snapshot(store: &Store, id: &gix::ObjectId) -> GitResult<()> {
     }
 }
 
+/// How the diffs of `store` are made.
+fn made<'a>(
+    store: &'a store::Store,
+    config: &GitStoreConfig,
+    attributes: &'a attributes::DiffAttributes,
+) -> diff::Made<'a> {
+    diff::Made {
+        odb: &store.odb,
+        size_cap: config.size_cap,
+        attributes,
+    }
+}
+
 /// What `track` returns of a track.
 fn track_outcome(tracked: track::Tracked) -> GitResult<TrackOutcome> {
     let mut skipped = tracked.skipped;
@@ -342,7 +356,8 @@ impl SnapshotPort for GitSnapshotStore {
             check_snapshot(store, &from)?;
             check_snapshot(store, &to)?;
             let changes = diff_trees(&store.odb, &from, &to)?;
-            diff::file_diffs(&store.odb, &changes, config.size_cap)
+            let attributes = diff::attributes_of(store, config, &changes);
+            diff::file_diffs(made(store, config, &attributes), &changes)
         })
         .await
     }
@@ -353,7 +368,8 @@ impl SnapshotPort for GitSnapshotStore {
             check_snapshot(store, &from)?;
             let now = track::track(store, config)?;
             let changes = diff_trees(&store.odb, &from, &now.id)?;
-            diff::unified(&store.odb, &changes, config.size_cap)
+            let attributes = diff::attributes_of(store, config, &changes);
+            diff::unified(made(store, config, &attributes), &changes)
         })
         .await
     }
@@ -372,7 +388,8 @@ impl SnapshotPort for GitSnapshotStore {
                 return Ok(kept);
             }
             let changes = diff_trees(&store.odb, &before, &applied)?;
-            diff::revert_diffs(&store.odb, &changes, config.size_cap)
+            let attributes = diff::attributes_of(store, config, &changes);
+            diff::revert_diffs(made(store, config, &attributes), &changes)
         })
         .await
     }

@@ -744,6 +744,86 @@ async fn unified_diff_shows_a_type_change_as_git_does() {
     );
 }
 
+/// The `diff` attribute decides, as in `git diff`, whether a change is counted and shown as text or as
+/// binary: `-diff` and the `binary` macro make a text file's change binary, `diff` makes a file with a NUL
+/// byte text; a macro counts only where it is defined at the top, a deeper `.gitattributes` comes before a
+/// shallower one, and the repository's `info/attributes` before both (review: the counts were the bytes'
+/// alone, so a lockfile marked `-diff` gave a full text diff where git counts it as binary).
+#[tokio::test]
+async fn the_diff_attribute_decides_text_or_binary_as_git_does() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    h.write(
+        ".gitattributes",
+        b"[attr]nodiff -diff\nunset -diff\nmacro binary\nforced diff\nmine nodiff\n*.lock -diff\nsub/deep -diff\nsub/info diff\n",
+    );
+    h.write(
+        "sub/.gitattributes",
+        b"[attr]late -diff\ndeep diff\nlate-macro late\n",
+    );
+    std::fs::write(
+        h.root().join(".git").join("info").join("attributes"),
+        b"sub/info -diff\n",
+    )
+    .expect("info/attributes");
+    let files: &[(&str, &[u8])] = &[
+        ("unset", b"a\nb\n"),
+        ("macro", b"a\nb\n"),
+        ("forced", b"a\0\nb\n"),
+        ("mine", b"a\nb\n"),
+        ("deps.lock", b"a\nb\n"),
+        ("sub/deep", b"a\nb\n"),
+        ("sub/info", b"a\nb\n"),
+        ("sub/late-macro", b"a\nb\n"),
+        ("plain", b"a\nb\n"),
+        ("nul", b"a\0\nb\n"),
+    ];
+    for (path, bytes) in files {
+        h.write(path, bytes);
+    }
+    commit_all(h.root(), "before");
+    let before = h.id().await;
+    // Each `b` line becomes `bb`: a new size, so git's own stat check sees the change (the harness
+    // backdates what it writes).
+    for (path, bytes) in files {
+        let changed: Vec<u8> = bytes
+            .iter()
+            .flat_map(|&b| if b == b'b' { vec![b, b] } else { vec![b] })
+            .collect();
+        h.write(path, &changed);
+    }
+    let ours = h
+        .port()
+        .unified_diff(h.root(), &before)
+        .await
+        .expect("unified_diff");
+    commit_all(h.root(), "after");
+    let after = h.id().await;
+    assert_eq!(
+        ours,
+        git(h.root(), &["diff", "--no-renames", "HEAD~", "HEAD"])
+    );
+    let rows = h
+        .port()
+        .diff(h.root(), &before, &after)
+        .await
+        .expect("diff");
+    let counted: String = rows
+        .iter()
+        .map(|row| match row.patch.as_str() {
+            "" => format!("-\t-\t{}\n", row.file),
+            _ => format!("{}\t{}\t{}\n", row.additions, row.deletions, row.file),
+        })
+        .collect();
+    let numstat = git(
+        h.root(),
+        &["diff", "--numstat", "--no-renames", "HEAD~", "HEAD"],
+    );
+    assert_eq!(counted, numstat);
+    // Not a test of nothing: both kinds are there.
+    assert!(numstat.contains("-\t-\tdeps.lock") && numstat.contains("1\t1\tforced"));
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The property: random worktrees, then random changes.
 

@@ -206,6 +206,7 @@ impl GitHarness {
         let failing: Arc<Mutex<HashSet<String>>> = Arc::default();
         let mut config = GitStoreConfig::new(&data_dir, DATABASE);
         config.excludes_file = ExcludesFile::None;
+        config.attributes_file = ExcludesFile::None;
         let hook = Arc::clone(&failing);
         config.read_fault = Some(Arc::new(move |path: &str| {
             hook.lock()
