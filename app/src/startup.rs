@@ -185,6 +185,9 @@ impl Application {
     /// `build` with non-default server options.
     pub async fn build_with(settings: Settings, options: ServerOptions) -> Result<Application> {
         if !settings.is_loopback() && settings.password.is_none() {
+            // A value that names no host at all (`127.0.0.1:80`, say) is said as such, not as a missing
+            // password (review: it was).
+            addresses(&settings.hostname, settings.port).await?;
             anyhow::bail!(
                 "refusing to listen on {} without a password: set --password or REWIND_PASSWORD \
                  (anything but loopback requires HTTP basic auth)",
@@ -419,21 +422,26 @@ async fn cut_outbox_hourly(rewind: Arc<Rewind>, stop: tokio_util::sync::Cancella
     }
 }
 
+/// The addresses `hostname` names, or an error saying it names none.
+async fn addresses(hostname: &str, port: u16) -> Result<Vec<std::net::SocketAddr>> {
+    Ok(tokio::net::lookup_host((hostname, port))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {hostname}:{port}: {hostname} is not a host name or an IP address (--hostname \
+                 takes one, without a port or a scheme)"
+            )
+        })?
+        .collect())
+}
+
 /// The listener on `hostname`:`port`, or an error whose hint fits its cause: a name that does not resolve
 /// or an address not of this machine (the flag's value), a port in use (another server), or the system's
 /// refusal as it is (a port below 1024 without the right to it, say). Review: every failure got the
 /// hint about another server, then every one but that the hint about the flag.
 async fn listen(hostname: &str, port: u16) -> Result<tokio::net::TcpListener> {
     let at = format!("cannot listen on {hostname}:{port}");
-    let addresses: Vec<std::net::SocketAddr> = tokio::net::lookup_host((hostname, port))
-        .await
-        .with_context(|| {
-            format!(
-                "{at}: {hostname} is not a host name or an IP address (--hostname takes one, without a port \
-                 or a scheme)"
-            )
-        })?
-        .collect();
+    let addresses = addresses(hostname, port).await?;
     match tokio::net::TcpListener::bind(&addresses[..]).await {
         Ok(listener) => Ok(listener),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(anyhow::Error::new(e).context(

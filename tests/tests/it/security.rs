@@ -98,6 +98,18 @@ async fn beyond_loopback_a_password_is_required_and_foreign_origins_are_refused(
         Err(error) => format!("{error:#}"),
     };
     assert!(error.contains("password"), "{error}");
+    // A value that is no host name is said as such, password or not (review: it was refused for want of
+    // a password).
+    let mut no_host = settings.clone();
+    no_host.hostname = "127.0.0.1:80".to_owned();
+    let error = match Application::build(no_host).await {
+        Ok(app) => panic!("started on a hostname with a port: {app:?}"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(
+        error.contains("is not a host name or an IP address") && !error.contains("password"),
+        "{error}"
+    );
     settings.password = Some("pw".to_owned());
     let app = Application::build(settings).await?;
     let port = app.port();
