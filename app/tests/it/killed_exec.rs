@@ -178,8 +178,8 @@ fn a_second_exec_while_one_runs_is_refused_and_records_nothing() {
     );
     let stderr = env.fails(&["undo"]);
     assert!(
-        stderr.contains("busy"),
-        "a running exec's step is not taken from it: {stderr}"
+        stderr.contains("busy") && stderr.contains("try again when it has finished"),
+        "a running exec's step is not taken from it, and the refusal says what to do: {stderr}"
     );
 
     std::fs::write(env.path().join("go"), "").expect("write");

@@ -1030,7 +1030,7 @@ impl Rewind {
         Error::busy(
             &session.id,
             format!(
-                "Session is busy: {} (its step is owned by {}{running})",
+                "Session is busy: {} (its step is owned by {}{running}); try again when it has finished",
                 session.id, step.holder
             ),
         )
