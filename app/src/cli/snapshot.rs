@@ -180,18 +180,67 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// Why snapshot `id` is not in this directory's store: the worktrees whose sessions name it, when the
+/// database knows any (each command works on the store of the directory it runs in, or of `-C DIR`), else
+/// that it may have been collected or belong to another directory.
+async fn not_in_this_store(ctx: &Context, id: &SnapshotId) -> anyhow::Error {
+    let here = format!(
+        "snapshot {id} is not in the snapshot store of {} (the directory this command works on: the \
+         current one, or -C DIR); nothing was changed",
+        ctx.directory
+    );
+    // The directories of the sessions, and of the captures (`snapshot restore`'s are of no session).
+    let mut directories: Vec<String> = match ctx.services.rewind.sessions(None).await {
+        Ok(sessions) => sessions.into_iter().map(|s| s.directory).collect(),
+        Err(_) => Vec::new(),
+    };
+    if let Ok(captures) = ctx.services.repo.captures(None).await {
+        directories.extend(captures.into_iter().map(|c| c.directory));
+    }
+    directories.sort();
+    directories.dedup();
+    let mut naming = Vec::new();
+    for directory in directories {
+        if directory != ctx.directory
+            && ctx
+                .services
+                .repo
+                .referenced_snapshots(Some(directory.clone()))
+                .await
+                .is_ok_and(|named| named.contains(id))
+        {
+            naming.push(directory);
+        }
+    }
+    match naming.first() {
+        Some(directory) => anyhow!(
+            "{here}. It is a snapshot of {}: run the command there, or as `rewind -C {} snapshot …`",
+            naming.join(", "),
+            super::output::shell_word(directory)
+        ),
+        None => anyhow!(
+            "{here}. No session of this database names it: it may belong to a directory whose sessions \
+             were deleted, and then `rewind gc` collects it; `rewind log` in the directory a warning \
+             named shows its snapshots"
+        ),
+    }
+}
+
 /// Refuses an id that names no snapshot of this directory, before anything is snapshotted or touched:
 /// one missing from its store (said as missing), or a tree the store holds that no snapshot of this
 /// directory is (a directory inside a snapshot, git's empty tree), whose files a restore would put at the
 /// worktree's root (review: a subdirectory's tree was restored over the root's files).
 async fn refuse_not_a_snapshot(ctx: &Context, id: &SnapshotId) -> Result<()> {
-    if ctx
-        .services
-        .snapshots
-        .is_snapshot(&ctx.path, id)
-        .await
-        .map_err(|error| explain(error, "reading the snapshot"))?
-    {
+    let known = match ctx.services.snapshots.is_snapshot(&ctx.path, id).await {
+        Ok(known) => known,
+        // Not in this directory's store: most often a snapshot of another worktree, whose warning was
+        // read elsewhere (review: "snapshot object missing" read as a lost snapshot).
+        Err(rewind_core::Error::MissingObject(_)) => {
+            return Err(not_in_this_store(ctx, id).await);
+        }
+        Err(error) => return Err(explain(error, "reading the snapshot")),
+    };
+    if known {
         return Ok(());
     }
     // The store lost its record of it (a damaged store), but the database names it for this directory:

@@ -345,3 +345,53 @@ fn status_names_a_captures_paths_only_when_they_are_few() {
         }
     }
 }
+
+/// A snapshot named in one worktree and restored from another directory (a warning's command run
+/// elsewhere) is refused with the worktree it belongs to and how to run the command there, not as a
+/// missing object that reads as lost (review); an id no session or capture names says so.
+#[test]
+fn a_snapshot_of_another_worktree_is_refused_naming_that_worktree() {
+    let env = Env::git_checkout();
+    std::fs::write(env.path().join("b.txt"), "b1\n").expect("write");
+    let id = env.json(&["snapshot", "track"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    std::fs::write(env.path().join("b.txt"), "b2\n").expect("write");
+    let capture = env.json(&["snapshot", "restore", &id, "b.txt"])["capture"]
+        .as_str()
+        .expect("capture")
+        .to_owned();
+    let elsewhere = tempfile::TempDir::new().expect("another directory");
+    std::fs::write(elsewhere.path().join("b.txt"), "mine\n").expect("write");
+    let output = env
+        .rewind_in(
+            elsewhere.path(),
+            &["snapshot", "restore", &capture, "b.txt"],
+        )
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let worktree = std::fs::canonicalize(env.path()).expect("canonical");
+    assert!(
+        stderr.contains(&format!("It is a snapshot of {}", worktree.display()))
+            && stderr.contains("rewind -C ")
+            && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.path().join("b.txt")).expect("read"),
+        "mine\n"
+    );
+    let unknown = "0123456789abcdef0123456789abcdef01234567";
+    let output = env
+        .rewind_in(elsewhere.path(), &["snapshot", "restore", unknown])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("No session of this database names it"),
+        "{stderr}"
+    );
+}
