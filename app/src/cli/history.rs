@@ -543,7 +543,8 @@ pub fn warning_text(warning: &Warning) -> String {
         && !warning.message.contains(snapshot.as_str())
     {
         text.push_str(&format!(
-            "    earlier content: `rewind snapshot restore {snapshot} PATH…`\n"
+            "    the files as snapshot {snapshot} holds them (the warning says when it was taken): \
+             `rewind snapshot restore {snapshot} PATH…`\n"
         ));
     }
     for file in warning.files.iter().take(WARNING_FILES_SHOWN) {

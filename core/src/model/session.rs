@@ -203,7 +203,8 @@ pub struct Warning {
     pub time: u64,
     /// What happened and what the user can do.
     pub message: String,
-    /// A snapshot holding the files' earlier content (`rewind snapshot restore ID PATH…`).
+    /// A snapshot holding the files as the message says (their earlier content, or as they were when a
+    /// step was aborted): `rewind snapshot restore ID PATH…` puts them back so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotId>,
     /// The files concerned, absolute forward-slash paths.
