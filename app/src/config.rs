@@ -38,9 +38,9 @@ pub struct ConfigArgs {
     /// The database: `sqlite://FILE?mode=rwc` or `postgres://…`. Default: `rewind.db` in the data directory.
     #[arg(long, env = "REWIND_DATABASE_URL", global = true, value_name = "URL")]
     pub database_url: Option<String>,
-    /// `serve` only: a directory under which sessions' worktrees may lie (repeatable; `:`-separated in the
-    /// variable, which `cli` splits: a flag's value is one directory, `:` and all). Default: the current
-    /// directory. The command line works on any directory.
+    /// `serve` only: a directory under which sessions' worktrees may lie (repeatable). The variable takes a
+    /// `:`-separated list; a flag's value is one directory, `:` and all. Default: the current directory.
+    /// The command line works on any directory.
     #[arg(
         long = "project-root",
         env = PROJECT_ROOTS_VARIABLE,
