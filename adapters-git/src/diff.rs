@@ -153,13 +153,34 @@ impl FileChange {
     }
 }
 
-/// The change from `before` to `after` (the loaded contents of entries `old` and `new`) of one file.
+/// The change from `before` to `after` (the loaded contents of entries `old` and `new`) of one file, its
+/// hunk headers as a `FileDiff`'s patch has them (OpenCode makes those with jsdiff: no function line).
 fn change_of(
     path: &str,
     old: Option<&Entry>,
     new: Option<&Entry>,
     before: &Content,
     after: &Content,
+) -> FileChange {
+    change_shown(path, (old, new), (before, after), Headers::Plain)
+}
+
+/// How hunk headers are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Headers {
+    /// `@@ -1,3 +1,3 @@`.
+    Plain,
+    /// Followed, as `git diff` writes them, by the nearest line above the hunk that starts with a letter,
+    /// `_` or `$` (git's default function line, for a file with no diff driver).
+    WithFunction,
+}
+
+/// `change_of`, its hunk headers written as `headers` says.
+fn change_shown(
+    path: &str,
+    (old, new): (Option<&Entry>, Option<&Entry>),
+    (before, after): (&Content, &Content),
+    headers: Headers,
 ) -> FileChange {
     let mut change = FileChange {
         path: path.to_owned(),
@@ -185,7 +206,7 @@ fn change_of(
     diff.postprocess_lines(&input);
     change.additions = u64::from(diff.count_additions());
     change.deletions = u64::from(diff.count_removals());
-    change.hunks = render_hunks(&diff, &input);
+    change.hunks = render_hunks(&diff, &input, headers);
     change
 }
 
@@ -228,8 +249,12 @@ fn each_change_on<R: Send>(
     )
 }
 
-fn render_hunks(diff: &Diff, input: &InternedInput<&[u8]>) -> String {
+fn render_hunks(diff: &Diff, input: &InternedInput<&[u8]>, headers: Headers) -> String {
     let hunks: Vec<_> = diff.hunks().collect();
+    // git's function line: looked for from the line above each hunk up to where the previous hunk's look
+    // began, and kept from that hunk when none is found between (xdiff's `get_func_line`).
+    let mut function: Vec<u8> = Vec::new();
+    let mut looked_from: Option<u32> = None;
     let before_len = input.before.len() as u32;
     let after_len = input.after.len() as u32;
     let line = |token: gix::diff::blob::Token| input.interner[token];
@@ -252,10 +277,24 @@ fn render_hunks(diff: &Diff, input: &InternedInput<&[u8]>) -> String {
         let end_after = last.after.end + trail;
         debug_assert!(end_after <= after_len);
         out.push_str(&format!(
-            "@@ -{} +{} @@\n",
+            "@@ -{} +{} @@",
             range_header(start_before, end_before - start_before),
             range_header(start_after, end_after - start_after)
         ));
+        if headers == Headers::WithFunction {
+            for at in (looked_from.map_or(0, |l| l + 1)..start_before).rev() {
+                if let Some(found) = function_line(line(input.before[at as usize])) {
+                    function = found;
+                    break;
+                }
+            }
+            looked_from = start_before.checked_sub(1).or(looked_from);
+            if !function.is_empty() {
+                out.push(' ');
+                out.push_str(&String::from_utf8_lossy(&function));
+            }
+        }
+        out.push('\n');
         let mut pos = start_before;
         for hunk in &hunks[i..=j] {
             for k in pos..hunk.before.start {
@@ -275,6 +314,22 @@ fn render_hunks(diff: &Diff, input: &InternedInput<&[u8]>) -> String {
         i = j + 1;
     }
     out
+}
+
+/// A line as git's default function line takes it: one that starts with an ASCII letter, `_` or `$`, cut
+/// to 80 bytes and without the white space it then ends with (xdiff's `def_ff`).
+fn function_line(line: &[u8]) -> Option<Vec<u8>> {
+    let first = *line.first()?;
+    if !(first.is_ascii_alphabetic() || first == b'_' || first == b'$') {
+        return None;
+    }
+    let mut kept = &line[..line.len().min(80)];
+    while let Some((last, rest)) = kept.split_last()
+        && matches!(last, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
+    {
+        kept = rest;
+    }
+    Some(kept.to_vec())
 }
 
 fn range_header(start: u32, count: u32) -> String {
@@ -323,10 +378,23 @@ fn unified_text(
     let is_link = |entry: &Entry| entry.0 == crate::tree::Mode::Link;
     match (old, new) {
         (Some(old_entry), Some(new_entry)) if is_link(old_entry) != is_link(new_entry) => {
-            change_of(path, old, None, before, &Content::Absent).push_unified(&mut out);
-            change_of(path, None, new, &Content::Absent, after).push_unified(&mut out);
+            change_shown(
+                path,
+                (old, None),
+                (before, &Content::Absent),
+                Headers::WithFunction,
+            )
+            .push_unified(&mut out);
+            change_shown(
+                path,
+                (None, new),
+                (&Content::Absent, after),
+                Headers::WithFunction,
+            )
+            .push_unified(&mut out);
         }
-        _ => change_of(path, old, new, before, after).push_unified(&mut out),
+        _ => change_shown(path, (old, new), (before, after), Headers::WithFunction)
+            .push_unified(&mut out),
     }
     out
 }

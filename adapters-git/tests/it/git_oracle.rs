@@ -824,6 +824,69 @@ async fn the_diff_attribute_decides_text_or_binary_as_git_does() {
     assert!(numstat.contains("-\t-\tdeps.lock") && numstat.contains("1\t1\tforced"));
 }
 
+/// The text diff's hunk headers carry git's function line: the nearest line above the hunk that starts
+/// with a letter, `_` or `$`, cut to 80 bytes, trailing white space dropped, and the previous hunk's
+/// kept when none lies between them (review: the headers had none, unlike the `git diff` OpenCode stores).
+#[tokio::test]
+async fn unified_diff_hunk_headers_carry_git_s_function_line() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    let long = format!("x{}\n", "y".repeat(100));
+    let mut lines: Vec<String> = vec!["changed at the top\n".to_owned()];
+    let body = |lines: &mut Vec<String>, n: usize| {
+        for i in 0..n {
+            lines.push(format!("    body {i}\n"));
+        }
+    };
+    body(&mut lines, 8);
+    lines.push("int main(void)\n".to_owned());
+    body(&mut lines, 8);
+    lines.push("    first change\n".to_owned());
+    body(&mut lines, 10);
+    lines.push("    second change, with no function line since the first\n".to_owned());
+    body(&mut lines, 8);
+    lines.push("$dollar \t \n".to_owned());
+    lines.push("_under(score)\n".to_owned());
+    body(&mut lines, 8);
+    lines.push("    third change\n".to_owned());
+    body(&mut lines, 8);
+    lines.push(long);
+    lines.push("\tindented is no function\n".to_owned());
+    body(&mut lines, 8);
+    lines.push("    fourth change\n".to_owned());
+    body(&mut lines, 4);
+    let before: String = lines.concat();
+    h.write("code.c", before.as_bytes());
+    h.write("top.txt", b"one\ntwo\n");
+    // The changes add a byte each: git's own stat check sees them (the harness backdates what it writes).
+    commit_all(h.root(), "before");
+    let snapshot = h.id().await;
+    let after = before
+        .replace("changed at the top", "CHANGED at the top!")
+        .replace("first change", "FIRST change!")
+        .replace("second change", "SECOND change!")
+        .replace("third change", "THIRD change!")
+        .replace("fourth change", "FOURTH change!");
+    h.write("code.c", after.as_bytes());
+    h.write("top.txt", b"one\nTWO!\n");
+    let ours = h
+        .port()
+        .unified_diff(h.root(), &snapshot)
+        .await
+        .expect("unified_diff");
+    git(h.root(), &["add", "-A"]);
+    let theirs = git(h.root(), &["diff", "--cached", "--no-renames"]);
+    assert_eq!(ours, theirs);
+    // Not a test of nothing: each kind of function line is there.
+    for header in [
+        "@@ int main(void)\n",
+        "@@ _under(score)\n",
+        &format!("@@ x{}\n", "y".repeat(79)),
+    ] {
+        assert!(theirs.contains(header), "{header:?} in {theirs}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // The property: random worktrees, then random changes.
 
