@@ -47,7 +47,12 @@ pub async fn track(ctx: &Context) -> Result<()> {
     for skipped in &outcome.skipped {
         let why = match &skipped.reason {
             rewind_core::model::SkipReason::TooLarge { size } => {
-                format!("untracked and over the size cap ({size} bytes)")
+                // "Untracked" as SPEC 2.3 means it: in no earlier snapshot of this store, whatever the
+                // user's own git index holds (review: a committed file read as untracked).
+                format!(
+                    "over the size cap ({size} bytes) and in no earlier snapshot (a file a snapshot \
+                     holds stays tracked when it grows past the cap; `--size-cap` raises it)"
+                )
             }
             rewind_core::model::SkipReason::NotUtf8 => "name is not UTF-8".to_owned(),
             rewind_core::model::SkipReason::Special => {
