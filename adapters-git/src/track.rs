@@ -226,7 +226,13 @@ fn read_listing(
         && has("objects", ListedKind::Dir)
         && has("refs", ListedKind::Dir);
     if git_layout && crate::store::laid_out_as_git_dir(abs_dir) {
-        return Ok(Some((Vec::new(), Vec::new(), stat, false)));
+        // Said as skipped, so a step that makes or changes one is warned about (review: a bare
+        // repository in the project was left out without a word, and its deletion could not be undone).
+        let skipped = vec![SkippedPath {
+            path: rel_dir.trim_end_matches('/').to_owned(),
+            reason: SkipReason::GitDir,
+        }];
+        return Ok(Some((Vec::new(), skipped, stat, false)));
     }
     let cacheable = skipped.is_empty() && !git_layout;
     Ok(Some((listed, skipped, stat, cacheable)))

@@ -2690,8 +2690,24 @@ async fn a_git_dir_under_another_name_is_never_snapshotted_nor_written() {
     let excludes = h.base().join("excludes");
     fs::write(&excludes, "/.cfg/\n/fixtures/repo.git/\n").expect("write excludes");
     let oracle = GitOracle::new(Some(&excludes));
-    let now = h.id().await;
+    let tracked = h.track().await;
+    let now = tracked.id.clone();
     assert_eq!(now.as_str(), oracle.write_tree(h.root()), "left out");
+    // And said so, each time (review: left out without a word).
+    for outcome in [tracked, h.track().await] {
+        let skipped: Vec<(&str, &SkipReason)> = outcome
+            .skipped
+            .iter()
+            .map(|s| (s.path.as_str(), &s.reason))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                (".cfg", &SkipReason::GitDir),
+                ("fixtures/repo.git", &SkipReason::GitDir)
+            ]
+        );
+    }
     let git_dirs = || {
         (
             list_tree(&h.root().join(".cfg")),

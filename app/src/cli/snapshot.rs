@@ -58,6 +58,11 @@ pub async fn track(ctx: &Context) -> Result<()> {
             rewind_core::model::SkipReason::Special => {
                 "not a regular file, directory or symlink".to_owned()
             }
+            rewind_core::model::SkipReason::GitDir => {
+                "a git directory (HEAD, objects/, refs/: a bare repository, or a repository's own \
+                 directory under another name): never snapshotted nor written, as a .git is not"
+                    .to_owned()
+            }
             rewind_core::model::SkipReason::IgnoredWorktree => {
                 "the worktree lies in a directory that its enclosing git repository ignores: nothing \
                  in it is snapshotted"

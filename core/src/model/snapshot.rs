@@ -279,6 +279,10 @@ pub enum SkipReason {
     /// The worktree itself (path `.`): it lies in a directory that its enclosing git repository ignores,
     /// so under SPEC 2.2 nothing in it is tracked content, and no change to it can be reverted.
     IgnoredWorktree,
+    /// A directory laid out as a git directory (`HEAD`, `objects/`, `refs/`: a bare repository, or a
+    /// repository's own directory under another name): like `.git`, never snapshotted nor written, so no
+    /// change to what is in it can be reverted.
+    GitDir,
 }
 
 /// A path `track` skipped, and why.

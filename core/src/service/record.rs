@@ -1630,8 +1630,9 @@ fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warnin
     Warning {
         time: now,
         message: format!(
-            "{} file(s) were left out of the snapshot (over the size cap, special files or names that are not \
-             UTF-8): rewind cannot revert them",
+            "{} file(s) were left out of the snapshot (over the size cap, special files, names that are not \
+             UTF-8, or git directories such as a bare repository, which rewind never snapshots nor writes): \
+             rewind cannot revert them",
             skipped.len()
         ),
         snapshot: None,
