@@ -234,13 +234,7 @@ fn global_attributes_path(
     match configured {
         Some(path) if path.as_os_str().is_empty() => None,
         Some(path) => Some(top.join(path)),
-        None => {
-            let config_home = std::env::var_os("XDG_CONFIG_HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .or_else(|| home.map(|h| h.join(".config")))?;
-            Some(config_home.join("git").join("attributes"))
-        }
+        None => crate::git_config::xdg_git_file(home, "attributes"),
     }
 }
 

@@ -61,6 +61,16 @@ pub fn configured_excludes_file(
     configured_path("core.excludesFile", enclosing, home)
 }
 
+/// git's default for a global file of its own (`ignore`, `attributes`): `$XDG_CONFIG_HOME/git/NAME` when
+/// that variable is an absolute path, else `~/.config/git/NAME` (`home`).
+pub fn xdg_git_file(home: Option<&Path>, name: &str) -> Option<PathBuf> {
+    let config_home = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| home.map(|h| h.join(".config")))?;
+    Some(config_home.join("git").join(name))
+}
+
 /// `core.attributesFile`, read as `configured_excludes_file` reads `core.excludesFile`.
 pub fn configured_attributes_file(
     enclosing: Option<&Enclosing>,

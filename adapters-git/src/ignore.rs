@@ -551,13 +551,7 @@ fn global_excludes_path(
         ExcludesFile::Path(path) => Some(path.clone()),
         ExcludesFile::FromGitConfig => {
             let configured = crate::git_config::configured_excludes_file(enclosing, home);
-            configured.or_else(|| {
-                let config_home = std::env::var_os("XDG_CONFIG_HOME")
-                    .map(PathBuf::from)
-                    .filter(|p| p.is_absolute())
-                    .or_else(|| home.map(|h| h.join(".config")))?;
-                Some(config_home.join("git").join("ignore"))
-            })
+            configured.or_else(|| crate::git_config::xdg_git_file(home, "ignore"))
         }
     }
 }
