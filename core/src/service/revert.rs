@@ -1074,7 +1074,7 @@ impl Rewind {
         // diff(first step-start of the turn, last step-finish) over the steps it keeps (SPEC 4).
         let summary = self
             .summary_of_cut_turn(session, messages, (&kept, &removed), &point)
-            .await?;
+            .await;
         if let Some(user) = &summary {
             if let Some(message) = kept.iter_mut().find(|m| m.info.id == user.id) {
                 message.info = user.clone();
@@ -1114,8 +1114,8 @@ impl Rewind {
     /// The user message of the turn a cleanup cuts steps from (a revert to a part of one of its messages,
     /// made permanent), with `summary.diffs` made again from the steps the turn keeps: the diff from their
     /// first start to their last finish, or none when no finished step is left. None when the cleanup
-    /// removes no step of a turn whose user message it keeps. As after a step, the summary is left as it
-    /// was when its diff cannot be made (a snapshot gone from the store).
+    /// removes no step of a turn whose user message it keeps, or when the diff cannot be made (the summary
+    /// is then left as it was).
     async fn summary_of_cut_turn(
         &self,
         session: &Session,
@@ -1125,22 +1125,22 @@ impl Rewind {
             &std::collections::HashSet<crate::model::PartId>,
         ),
         point: &RevertPoint,
-    ) -> Result<Option<Message>> {
+    ) -> Option<Message> {
         if point.part_id.is_none() {
-            return Ok(None);
+            return None;
         }
         let Some(at) = messages.iter().find(|m| m.info.id == point.message_id) else {
-            return Ok(None);
+            return None;
         };
         let user_id = match at.info.role {
             Role::User => &at.info.id,
             _ => match &at.info.parent_id {
                 Some(parent) => parent,
-                None => return Ok(None),
+                None => return None,
             },
         };
         let Some(user) = kept.iter().find(|m| &m.info.id == user_id) else {
-            return Ok(None);
+            return None;
         };
         let is_step =
             |part: &Part| matches!(part.body, PartBody::StepStart(_) | PartBody::StepFinish(_));
@@ -1151,7 +1151,7 @@ impl Rewind {
             .flat_map(|m| m.parts.iter())
             .any(|p| is_step(p) && removed.contains(&p.id));
         if !cuts_a_step {
-            return Ok(None);
+            return None;
         }
         let steps: Vec<&Part> = kept
             .iter()
@@ -1168,18 +1168,20 @@ impl Rewind {
         });
         let diffs = match (first, last) {
             (Some(first), Some(last)) => {
-                match self.snapshots.diff(worktree(session), &first, &last).await {
-                    Ok(diffs) => diffs,
-                    Err(Error::MissingObject(_) | Error::Damaged(_)) => return Ok(None),
-                    Err(error) => return Err(error),
-                }
+                // A cleanup touches no file and needs no store: a diff that cannot be made (a snapshot
+                // gone, the worktree moved away, the store busy) leaves the summary as it was rather
+                // than fail the commit or the message that runs it (review: it failed them).
+                self.snapshots
+                    .diff(worktree(session), &first, &last)
+                    .await
+                    .ok()?
             }
             _ => Vec::new(),
         };
         let mut info = user.info.clone();
         info.set_summary_diffs(&diffs);
         info.fill_required_fields(&session.directory);
-        Ok(Some(info))
+        Some(info)
     }
 
     /// What a revert to `target` would do, changing nothing. A session reverted already is reverted

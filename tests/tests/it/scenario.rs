@@ -1253,3 +1253,90 @@ async fn a_revert_whose_snapshot_is_missing_says_nothing_was_changed() -> Result
     assert!(current.get("revert").is_none(), "{current}");
     app.stop().await
 }
+
+/// A revert to the second step of a turn, committed, makes the turn's user message's `summary.diffs` that
+/// of the first step alone; when that diff cannot be made (the worktree moved away meanwhile), the commit
+/// still succeeds and leaves the summary as it was, since a cleanup touches no file (review: the commit,
+/// and every new message, then failed with 400).
+#[tokio::test]
+async fn a_commit_that_cuts_a_step_makes_the_summary_again_and_never_fails_for_it() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let summary_files = |user: &Value| -> Vec<String> {
+        user["info"]["summary"]["diffs"]
+            .as_array()
+            .map(|diffs| {
+                diffs
+                    .iter()
+                    .filter_map(|d| d["file"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut summaries = Vec::new();
+    for moved in [false, true] {
+        let (user, assistant) = app
+            .turn(&session, "two steps", |repo| {
+                std::fs::write(repo.join(format!("first-{moved}.txt")), "1\n")?;
+                Ok(())
+            })
+            .await?;
+        app.ok(
+            &format!("/session/{session}/message/{assistant}/step"),
+            json!({}),
+        )
+        .await?;
+        std::fs::write(app.repo.join(format!("second-{moved}.txt")), "2\n")?;
+        app.ok(
+            &format!("/session/{session}/message/{assistant}/step/finish"),
+            json!({"reason": "stop"}),
+        )
+        .await?;
+        let message = app
+            .read(&format!("/session/{session}/message/{assistant}"))
+            .await?;
+        let second_start = message["parts"]
+            .as_array()
+            .context("parts")?
+            .iter()
+            .filter(|p| p["type"] == "step-start")
+            .nth(1)
+            .and_then(|p| p["id"].as_str())
+            .context("the second step's start")?
+            .to_owned();
+        app.ok(
+            &format!("/session/{session}/revert"),
+            json!({"messageID": assistant, "partID": second_start}),
+        )
+        .await?;
+        let away = app.repo.with_extension("moved");
+        if moved {
+            std::fs::rename(&app.repo, &away)?;
+        }
+        let committed = app
+            .post(&format!("/session/{session}/revert/commit"), json!({}))
+            .await?;
+        if moved {
+            std::fs::rename(&away, &app.repo)?;
+        }
+        ensure!(
+            committed.status == 200,
+            "commit: {} {}",
+            committed.status,
+            committed.body
+        );
+        let user = app
+            .read(&format!("/session/{session}/message/{user}"))
+            .await?;
+        summaries.push(summary_files(&user));
+    }
+    assert_eq!(
+        summaries,
+        [
+            vec!["first-false.txt".to_owned()],
+            vec!["first-true.txt".to_owned(), "second-true.txt".to_owned()]
+        ],
+        "the first step's alone; left as it was when the worktree was away"
+    );
+    app.stop().await
+}
