@@ -190,15 +190,29 @@ pub async fn restore(ctx: &Context, id: &str, paths: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// Why snapshot `id` is not in this directory's store: the worktrees whose sessions name it, when the
-/// database knows any (each command works on the store of the directory it runs in, or of `-C DIR`), else
-/// that it may have been collected or belong to another directory.
+/// Why snapshot `id` is missing from this directory's store: the store lost it when this directory's
+/// sessions or captures name it; it is another worktree's when theirs do (each command works on the store
+/// of the directory it runs in, or of `-C DIR`: a warning's command run elsewhere); else it names nothing
+/// this database knows of (mistyped, or of a directory whose sessions were deleted).
 async fn not_in_this_store(ctx: &Context, id: &SnapshotId) -> anyhow::Error {
     let here = format!(
-        "snapshot {id} is not in the snapshot store of {} (the directory this command works on: the \
-         current one, or -C DIR); nothing was changed",
+        "snapshot {id} is missing from the snapshot store of {} (the directory this command works on: \
+         the current one, or -C DIR); nothing was changed",
         ctx.directory
     );
+    let names = |directory: String| async move {
+        ctx.services
+            .repo
+            .referenced_snapshots(Some(directory))
+            .await
+            .is_ok_and(|named| named.contains(id))
+    };
+    if names(ctx.directory.clone()).await {
+        return anyhow!(
+            "{here}. This directory's sessions or captures name it: the store has lost it (objects deleted or \
+             damaged on disk), and what it held cannot be put back"
+        );
+    }
     // The directories of the sessions, and of the captures (`snapshot restore`'s are of no session).
     let mut directories: Vec<String> = match ctx.services.rewind.sessions(None).await {
         Ok(sessions) => sessions.into_iter().map(|s| s.directory).collect(),
@@ -211,14 +225,7 @@ async fn not_in_this_store(ctx: &Context, id: &SnapshotId) -> anyhow::Error {
     directories.dedup();
     let mut naming = Vec::new();
     for directory in directories {
-        if directory != ctx.directory
-            && ctx
-                .services
-                .repo
-                .referenced_snapshots(Some(directory.clone()))
-                .await
-                .is_ok_and(|named| named.contains(id))
-        {
+        if directory != ctx.directory && names(directory.clone()).await {
             naming.push(directory);
         }
     }
@@ -229,9 +236,8 @@ async fn not_in_this_store(ctx: &Context, id: &SnapshotId) -> anyhow::Error {
             super::output::shell_word(directory)
         ),
         None => anyhow!(
-            "{here}. No session of this database names it: it may belong to a directory whose sessions \
-             were deleted, and then `rewind gc` collects it; `rewind log` in the directory a warning \
-             named shows its snapshots"
+            "{here}. No session of this database names it: it is mistyped, or of a directory whose \
+             sessions were deleted (and `rewind gc` then collects it)"
         ),
     }
 }

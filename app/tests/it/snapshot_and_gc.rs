@@ -376,6 +376,7 @@ fn a_snapshot_of_another_worktree_is_refused_naming_that_worktree() {
     let worktree = std::fs::canonicalize(env.path()).expect("canonical");
     assert!(
         stderr.contains(&format!("It is a snapshot of {}", worktree.display()))
+            && stderr.contains("missing from the snapshot store of")
             && stderr.contains("rewind -C ")
             && stderr.contains("nothing was changed"),
         "{stderr}"
@@ -383,6 +384,19 @@ fn a_snapshot_of_another_worktree_is_refused_naming_that_worktree() {
     assert_eq!(
         std::fs::read_to_string(elsewhere.path().join("b.txt")).expect("read"),
         "mine\n"
+    );
+    // A snapshot this worktree's own captures name, lost from its store: said as lost, not as unknown.
+    let store = env.json(&["status"])["store"]["path"]
+        .as_str()
+        .expect("the store's path")
+        .to_owned();
+    let objects = std::path::Path::new(&store).join("objects");
+    std::fs::remove_dir_all(&objects).expect("remove the objects");
+    std::fs::create_dir_all(&objects).expect("an empty objects directory");
+    let stderr = env.fails(&["snapshot", "restore", &capture, "b.txt"]);
+    assert!(
+        stderr.contains("This directory's sessions or captures name it: the store has lost it"),
+        "{stderr}"
     );
     let unknown = "0123456789abcdef0123456789abcdef01234567";
     let output = env
