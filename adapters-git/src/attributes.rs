@@ -49,11 +49,48 @@ impl DiffAttributes {
         paths: impl IntoIterator<Item = &'a str>,
     ) -> DiffAttributes {
         let mut reader = Reader::new(worktree, global, home);
-        let mut set = HashMap::new();
+        let Some(prefix) = reader.prefix.clone() else {
+            return DiffAttributes::default();
+        };
+        // Each path under `top`, grouped by the root its attributes start from: `top`, or the nested
+        // repository it lies in.
+        let mut by_root: HashMap<String, Vec<(String, String)>> = HashMap::new();
         for path in paths {
-            let attribute = reader.attribute(path);
-            if attribute != DiffAttribute::Auto {
-                set.insert(path.to_owned(), attribute);
+            let full = format!("{prefix}{path}");
+            let root = reader.root_of(&full);
+            by_root
+                .entry(root)
+                .or_default()
+                .push((path.to_owned(), full));
+        }
+        let mut set = HashMap::new();
+        for (root, paths) in by_root {
+            let Some((search, collection)) = reader.search_from(&root, &paths) else {
+                continue;
+            };
+            let mut out = Outcome::default();
+            for (path, full) in paths {
+                let relative = match root.as_str() {
+                    "" => full.as_str(),
+                    root => full
+                        .strip_prefix(root)
+                        .map_or(full.as_str(), |rest| rest.trim_start_matches('/')),
+                };
+                out.initialize_with_selection(&collection, ["diff"]);
+                search.pattern_matching_relative_path(
+                    relative.into(),
+                    gix::glob::pattern::Case::Sensitive,
+                    Some(false),
+                    &mut out,
+                );
+                let attribute = match out.iter_selected().next().map(|m| m.assignment.state) {
+                    Some(StateRef::Unset) => DiffAttribute::Binary,
+                    Some(StateRef::Set) => DiffAttribute::Text,
+                    _ => DiffAttribute::Auto,
+                };
+                if attribute != DiffAttribute::Auto {
+                    set.insert(path, attribute);
+                }
             }
         }
         DiffAttributes { set }
@@ -73,15 +110,10 @@ struct Reader {
     /// name that is not UTF-8): every file is then `Auto`.
     prefix: Option<String>,
     enclosing: Option<Enclosing>,
-    /// The built-in macro, the system file and the global one.
-    globals: Option<(Search, MetadataCollection)>,
-    /// By directory under `top` (`""`, `a/b`), the text of its `.gitattributes` (none: absent).
-    texts: HashMap<String, Option<Vec<u8>>>,
+    /// The system and global files' texts, with their paths.
+    globals: Vec<(PathBuf, Vec<u8>)>,
     /// By directory under `top`, whether it is a nested repository's root.
     roots: HashMap<String, bool>,
-    /// By directory under `top`, the search for the files in it, and the directory its patterns are
-    /// relative to.
-    searches: HashMap<String, (Search, MetadataCollection, String)>,
 }
 
 impl Reader {
@@ -96,94 +128,112 @@ impl Reader {
             Err(_) => None,
         };
         let mut files = Vec::new();
-        if std::env::var_os("GIT_ATTR_NOSYSTEM").is_none() {
+        if !env_true("GIT_ATTR_NOSYSTEM") {
             files.push(PathBuf::from("/etc/gitattributes"));
         }
         if let Some(global) = global_attributes_path(global, enclosing.as_ref(), home, &top) {
             files.push(global);
         }
-        let mut collection = MetadataCollection::default();
-        let globals = Search::new_globals(files, &mut Vec::new(), &mut collection)
-            .ok()
-            .map(|search| (search, collection));
+        // Read without waiting (a FIFO there is not opened for good) and each on its own: one that cannot
+        // be read adds nothing, as git only warns about it (review: one unreadable file turned every
+        // attribute off, and a FIFO hung every diff).
+        let globals = files
+            .into_iter()
+            .filter_map(|file| {
+                let text = crate::odb::read_regular(&file, true).ok()?;
+                Some((file, text))
+            })
+            .collect();
         Reader {
             top,
             prefix,
             enclosing,
             globals,
-            texts: HashMap::new(),
             roots: HashMap::new(),
-            searches: HashMap::new(),
         }
     }
 
-    fn attribute(&mut self, path: &str) -> DiffAttribute {
-        let Some(prefix) = &self.prefix else {
-            return DiffAttribute::Auto;
-        };
-        let full = format!("{prefix}{path}");
-        let dir = full.rsplit_once('/').map_or("", |(dir, _)| dir).to_owned();
-        if !self.searches.contains_key(&dir) {
-            let Some(built) = self.search_for(&dir) else {
-                return DiffAttribute::Auto;
+    /// The root the attributes of `full` (a path under `top`) start from: `""` (top), or the deepest
+    /// nested repository below the worktree's root that holds it.
+    fn root_of(&mut self, full: &str) -> String {
+        let worktree_depth = self.prefix.as_deref().map_or(0, |p| p.matches('/').count());
+        let mut root = String::new();
+        let mut at = String::new();
+        let dirs: Vec<&str> = full.split('/').collect();
+        for (depth, component) in dirs[..dirs.len().saturating_sub(1)].iter().enumerate() {
+            if !at.is_empty() {
+                at.push('/');
+            }
+            at.push_str(component);
+            if depth + 1 > worktree_depth && self.is_repository_root(&at) {
+                root = at.clone();
+            }
+        }
+        root
+    }
+
+    /// The search for `paths` (each `(path, under top)`), whose attributes start from `root`: the
+    /// built-in macro and the global files, then every `.gitattributes` from `root` down to each path's
+    /// directory, a shallower one before a deeper one (which comes first), then, from `top`, the
+    /// repository's `info/attributes`.
+    fn search_from(
+        &mut self,
+        root: &str,
+        paths: &[(String, String)],
+    ) -> Option<(Search, MetadataCollection)> {
+        let mut collection = MetadataCollection::default();
+        let mut search = Search::default();
+        search
+            .add_patterns_buffer(
+                b"[attr]binary -diff -merge -text",
+                "[builtin]".into(),
+                None,
+                &mut collection,
+                true,
+            )
+            .ok()?;
+        for (file, text) in &self.globals {
+            search
+                .add_patterns_buffer(text, file.clone(), None, &mut collection, true)
+                .ok()?;
+        }
+        let mut dirs: Vec<String> = vec![root.to_owned()];
+        for (_, full) in paths {
+            let dir = full.rsplit_once('/').map_or("", |(dir, _)| dir);
+            let below = match root {
+                "" => dir,
+                root => match dir.strip_prefix(root) {
+                    Some(rest) => rest.trim_start_matches('/'),
+                    None => continue,
+                },
             };
-            self.searches.insert(dir.clone(), built);
-        }
-        let Some((search, collection, base)) = self.searches.get(&dir) else {
-            return DiffAttribute::Auto;
-        };
-        let relative = full
-            .strip_prefix(base.as_str())
-            .map_or(full.as_str(), |rest| rest.trim_start_matches('/'));
-        let mut out = Outcome::default();
-        out.initialize_with_selection(collection, ["diff"]);
-        search.pattern_matching_relative_path(
-            relative.into(),
-            gix::glob::pattern::Case::Sensitive,
-            Some(false),
-            &mut out,
-        );
-        match out.iter_selected().next().map(|m| m.assignment.state) {
-            Some(StateRef::Unset) => DiffAttribute::Binary,
-            Some(StateRef::Set) => DiffAttribute::Text,
-            _ => DiffAttribute::Auto,
-        }
-    }
-
-    /// The search for the files of directory `dir` (under `top`), and the directory its patterns are
-    /// relative to: `top`, or the nested repository `dir` lies in.
-    fn search_for(&mut self, dir: &str) -> Option<(Search, MetadataCollection, String)> {
-        let (mut search, mut collection) = self.globals.clone()?;
-        let mut chain: Vec<String> = vec![String::new()];
-        if !dir.is_empty() {
-            let mut at = String::new();
-            for component in dir.split('/') {
+            let mut at = root.to_owned();
+            for component in below.split('/').filter(|c| !c.is_empty()) {
                 if !at.is_empty() {
                     at.push('/');
                 }
                 at.push_str(component);
-                chain.push(at.clone());
+                dirs.push(at.clone());
             }
         }
-        // A nested repository below the worktree's top starts the chain again (its files follow its own
-        // attributes, not the enclosing repository's).
-        let worktree_depth = self.prefix.as_deref().map_or(0, |p| p.matches('/').count());
-        let start = (1..chain.len())
-            .rev()
-            .find(|&at| at > worktree_depth && self.is_repository_root(&chain[at]))
-            .unwrap_or(0);
-        let base = chain[start].clone();
-        let root = self.top.join(&base);
-        for (at, dir) in chain.iter().enumerate().skip(start) {
-            if let Some(text) = self.text_of(dir) {
-                let source = self.top.join(dir).join(".gitattributes");
-                // Macros only in the top-level file.
+        dirs.sort_by_key(|dir| {
+            (
+                dir.matches('/').count() + usize::from(!dir.is_empty()),
+                dir.clone(),
+            )
+        });
+        dirs.dedup();
+        let base = self.top.join(root);
+        for dir in &dirs {
+            let source = self.top.join(dir).join(".gitattributes");
+            // Not followed when a symlink, as git does not follow an in-tree `.gitattributes`.
+            if let Ok(text) = crate::odb::read_regular(&source, false) {
                 search
-                    .add_patterns_buffer(&text, source, Some(&root), &mut collection, at == start)
+                    .add_patterns_buffer(&text, source, Some(&base), &mut collection, dir == root)
                     .ok()?;
             }
         }
-        if start == 0
+        if root.is_empty()
             && let Some(repo) = &self.enclosing
         {
             let info = repo.common_dir.join("info").join("attributes");
@@ -193,27 +243,32 @@ impl Reader {
                     .ok()?;
             }
         }
-        Some((search, collection, base))
+        Some((search, collection))
     }
 
-    fn text_of(&mut self, dir: &str) -> Option<Vec<u8>> {
-        if let Some(known) = self.texts.get(dir) {
-            return known.clone();
-        }
-        let path = self.top.join(dir).join(".gitattributes");
-        let text = crate::odb::read_regular(&path, false).ok();
-        self.texts.insert(dir.to_owned(), text.clone());
-        text
-    }
-
+    /// Whether directory `dir` (under `top`) is a nested repository's root: its `.git` makes it one
+    /// as it makes it one for the ignore rules (an empty `.git`, or a gitfile naming nothing, does not).
     fn is_repository_root(&mut self, dir: &str) -> bool {
         if let Some(known) = self.roots.get(dir) {
             return *known;
         }
-        let found = std::fs::symlink_metadata(self.top.join(dir).join(".git")).is_ok();
+        let found = matches!(
+            crate::ignore::nested_repository_exclude(&self.top.join(dir)),
+            Ok(Some(_))
+        );
         self.roots.insert(dir.to_owned(), found);
         found
     }
+}
+
+/// Whether environment variable `name` is set to a true value, as git reads a boolean one.
+fn env_true(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|value| {
+        matches!(
+            value.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        )
+    })
 }
 
 /// The global attributes file: `core.attributesFile` (a relative one from `top`, where git runs), or
@@ -260,6 +315,9 @@ mod tests {
         let wt = std::fs::canonicalize(dir.path()).expect("canonical");
         write(&wt, ".gitattributes", "*.txt -diff\n");
         write(&wt, "nested/.git/HEAD", "ref: refs/heads/main\n");
+        for git_dir in ["nested/.git/objects", "nested/.git/refs"] {
+            std::fs::create_dir_all(wt.join(git_dir)).expect("a git directory's layout");
+        }
         write(
             &wt,
             "nested/.gitattributes",
@@ -301,5 +359,40 @@ mod tests {
         assert_eq!(of("other"), DiffAttribute::Auto);
         let none = DiffAttributes::read(&wt, (&ExcludesFile::None, None), ["x.bin"]);
         assert_eq!(none.of("x.bin"), DiffAttribute::Auto, "no global file");
+    }
+
+    /// A global file that cannot be read (a directory, a symlink that loops) or would block (a FIFO) adds
+    /// nothing and stops nothing: the in-tree files still apply, and no read waits (review: a FIFO hung
+    /// every diff, and an unreadable file turned every attribute off). A `.git` that makes no repository
+    /// (empty, or a gitfile naming nothing) does not restart the chain.
+    #[test]
+    fn an_unreadable_global_file_is_passed_over_and_a_dot_git_that_is_no_repository_changes_nothing()
+     {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let wt = std::fs::canonicalize(dir.path()).expect("canonical");
+        write(&wt, ".gitattributes", "*.lock -diff\n");
+        std::fs::create_dir_all(wt.join("empty/.git")).expect("an empty .git");
+        write(&wt, "junk/.git", "junk\n");
+        let fifo = wt.join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let looping = wt.join("loop");
+        std::os::unix::fs::symlink(&looping, &looping).expect("a symlink to itself");
+        let paths = ["top.lock", "empty/a.lock", "junk/b.lock"];
+        for global in [fifo, looping, wt.join("empty")] {
+            let attributes =
+                DiffAttributes::read(&wt, (&ExcludesFile::Path(global.clone()), None), paths);
+            for path in paths {
+                assert_eq!(
+                    attributes.of(path),
+                    DiffAttribute::Binary,
+                    "{path} with {}",
+                    global.display()
+                );
+            }
+        }
     }
 }

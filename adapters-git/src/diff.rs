@@ -317,7 +317,8 @@ fn render_hunks(diff: &Diff, input: &InternedInput<&[u8]>, headers: Headers) -> 
 }
 
 /// A line as git's default function line takes it: one that starts with an ASCII letter, `_` or `$`, cut
-/// to 80 bytes and without the white space it then ends with (xdiff's `def_ff`).
+/// to 80 bytes and without the white space it then ends with (xdiff's `def_ff`; git's own `isspace`, which
+/// leaves out `\v` and `\f`).
 fn function_line(line: &[u8]) -> Option<Vec<u8>> {
     let first = *line.first()?;
     if !(first.is_ascii_alphabetic() || first == b'_' || first == b'$') {
@@ -325,7 +326,7 @@ fn function_line(line: &[u8]) -> Option<Vec<u8>> {
     }
     let mut kept = &line[..line.len().min(80)];
     while let Some((last, rest)) = kept.split_last()
-        && matches!(last, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
+        && matches!(last, b' ' | b'\t' | b'\n' | b'\r')
     {
         kept = rest;
     }

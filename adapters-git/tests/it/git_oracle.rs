@@ -854,6 +854,11 @@ async fn unified_diff_hunk_headers_carry_git_s_function_line() {
     lines.push("\tindented is no function\n".to_owned());
     body(&mut lines, 8);
     lines.push("    fourth change\n".to_owned());
+    body(&mut lines, 8);
+    // git's white space is ` `, `\t`, `\n` and `\r`: a form feed at the end stays.
+    lines.push("ff_end\u{c}\n".to_owned());
+    body(&mut lines, 8);
+    lines.push("    fifth change\n".to_owned());
     body(&mut lines, 4);
     let before: String = lines.concat();
     h.write("code.c", before.as_bytes());
@@ -866,7 +871,8 @@ async fn unified_diff_hunk_headers_carry_git_s_function_line() {
         .replace("first change", "FIRST change!")
         .replace("second change", "SECOND change!")
         .replace("third change", "THIRD change!")
-        .replace("fourth change", "FOURTH change!");
+        .replace("fourth change", "FOURTH change!")
+        .replace("fifth change", "FIFTH change!");
     h.write("code.c", after.as_bytes());
     h.write("top.txt", b"one\nTWO!\n");
     let ours = h
@@ -882,6 +888,7 @@ async fn unified_diff_hunk_headers_carry_git_s_function_line() {
         "@@ int main(void)\n",
         "@@ _under(score)\n",
         &format!("@@ x{}\n", "y".repeat(79)),
+        "@@ ff_end\u{c}\n",
     ] {
         assert!(theirs.contains(header), "{header:?} in {theirs}");
     }
