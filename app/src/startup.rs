@@ -185,9 +185,13 @@ impl Application {
     /// `build` with non-default server options.
     pub async fn build_with(settings: Settings, options: ServerOptions) -> Result<Application> {
         if !settings.is_loopback() && settings.password.is_none() {
-            // A value that names no host at all (`127.0.0.1:80`, say) is said as such, not as a missing
-            // password (review: it was).
-            addresses(&settings.hostname, settings.port).await?;
+            // A value that cannot be a host (`127.0.0.1:80`, `http://…`) is said as such, not as a missing
+            // password (review: it was). Judged by its form alone: a name that does not resolve now (the
+            // DNS down) is still refused for the password, and listening tells the rest.
+            let host = settings.hostname.as_str();
+            if host.parse::<std::net::SocketAddr>().is_ok() || host.contains('/') {
+                addresses(host, settings.port).await?;
+            }
             anyhow::bail!(
                 "refusing to listen on {} without a password: set --password or REWIND_PASSWORD \
                  (anything but loopback requires HTTP basic auth)",
