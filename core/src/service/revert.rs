@@ -1126,22 +1126,13 @@ impl Rewind {
         ),
         point: &RevertPoint,
     ) -> Option<Message> {
-        if point.part_id.is_none() {
-            return None;
-        }
-        let Some(at) = messages.iter().find(|m| m.info.id == point.message_id) else {
-            return None;
-        };
+        point.part_id.as_ref()?;
+        let at = messages.iter().find(|m| m.info.id == point.message_id)?;
         let user_id = match at.info.role {
             Role::User => &at.info.id,
-            _ => match &at.info.parent_id {
-                Some(parent) => parent,
-                None => return None,
-            },
+            _ => at.info.parent_id.as_ref()?,
         };
-        let Some(user) = kept.iter().find(|m| &m.info.id == user_id) else {
-            return None;
-        };
+        let user = kept.iter().find(|m| &m.info.id == user_id)?;
         let is_step =
             |part: &Part| matches!(part.body, PartBody::StepStart(_) | PartBody::StepFinish(_));
         let of_turn = |m: &&MessageWithParts| m.info.parent_id.as_ref() == Some(user_id);
