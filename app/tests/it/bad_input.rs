@@ -25,10 +25,7 @@ fn bad_ids_paths_and_directories_are_refused_and_change_nothing() {
     let env = Env::plain();
     env.exec_sh("printf 'one\\n' > a.txt");
     env.exec_sh("printf 'two\\n' > a.txt");
-    let snapshot = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let snapshot = env.snapshot_id();
     std::fs::write(env.path().join("a.txt"), "edited\n").expect("write");
     let files = env.state();
     let log = env.json(&["log"]);
@@ -708,10 +705,7 @@ fn a_tree_that_is_no_snapshot_is_refused() {
     let env = Env::plain();
     std::fs::write(env.path().join("a.txt"), "root\n").expect("write");
     env.exec_sh("mkdir docs; echo 'docs version' > docs/a.txt");
-    let snapshot = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let snapshot = env.snapshot_id();
     let git_dir = format!("--git-dir={}", store_of(&env).display());
     let output = std::process::Command::new("git")
         .args([&git_dir, "rev-parse", &format!("{snapshot}:docs")])
@@ -746,10 +740,7 @@ fn a_tree_that_is_no_snapshot_is_refused() {
     std::fs::remove_file(store.join("rewind/returned")).expect("lose the log");
     env.ok(&["snapshot", "restore", &capture, "a.txt"]);
     std::fs::write(env.path().join("only-tracked.txt"), "x\n").expect("write");
-    let tracked = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let tracked = env.snapshot_id();
     std::fs::remove_file(store.join("rewind/records").join(&tracked)).expect("lose the record");
     // Two ids: nothing is tracked (which would write the record again).
     env.ok(&["snapshot", "diff", &snapshot, &tracked]);
@@ -768,10 +759,7 @@ fn a_restore_path_through_a_file_is_refused() {
     for name in ["d/x", "d/y", "a.txt"] {
         std::fs::write(env.path().join(name), "orig\n").expect("write");
     }
-    let snapshot = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let snapshot = env.snapshot_id();
     for name in ["d/x", "d/y", "a.txt"] {
         std::fs::write(env.path().join(name), "new\n").expect("write");
     }

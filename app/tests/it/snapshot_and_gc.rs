@@ -7,10 +7,7 @@ use crate::support::{Env, assert_state};
 fn restore_of_one_path_touches_no_other_file_and_can_be_undone() {
     let env = Env::git_checkout();
     std::fs::write(env.path().join("b.txt"), "b1\n").expect("write");
-    let id = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let id = env.snapshot_id();
     let at_snapshot = env.state();
     std::fs::write(env.path().join("a.txt"), "changed\n").expect("write");
     std::fs::write(env.path().join("b.txt"), "b2\n").expect("write");
@@ -39,10 +36,7 @@ fn restore_of_one_path_touches_no_other_file_and_can_be_undone() {
 fn an_absolute_path_through_a_link_to_the_worktree_is_inside_it() {
     let env = Env::git_checkout();
     std::fs::write(env.path().join("b.txt"), "b1\n").expect("write");
-    let id = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let id = env.snapshot_id();
     std::fs::write(env.path().join("a.txt"), "changed\n").expect("write");
     std::fs::write(env.path().join("b.txt"), "b2\n").expect("write");
     let links = tempfile::TempDir::new().expect("a directory for the link");
@@ -83,10 +77,7 @@ fn a_restore_of_paths_names_the_undo_for_those_paths() {
     for name in names {
         std::fs::write(env.path().join(name), "one\n").expect("write");
     }
-    let id = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let id = env.snapshot_id();
     for name in names.iter().chain(&["a.txt"]) {
         std::fs::write(env.path().join(name), "two\n").expect("write");
     }
@@ -301,10 +292,7 @@ fn status_names_a_captures_paths_only_when_they_are_few() {
     for name in &names {
         std::fs::write(env.path().join(name), "one\n").expect("write");
     }
-    let id = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let id = env.snapshot_id();
     for (count, expect_all) in [(3, true), (12, false)] {
         for name in &names {
             std::fs::write(env.path().join(name), "two\n").expect("write");
@@ -353,10 +341,7 @@ fn status_names_a_captures_paths_only_when_they_are_few() {
 fn a_snapshot_of_another_worktree_is_refused_naming_that_worktree() {
     let env = Env::git_checkout();
     std::fs::write(env.path().join("b.txt"), "b1\n").expect("write");
-    let id = env.json(&["snapshot", "track"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let id = env.snapshot_id();
     std::fs::write(env.path().join("b.txt"), "b2\n").expect("write");
     let capture = env.json(&["snapshot", "restore", &id, "b.txt"])["capture"]
         .as_str()

@@ -129,6 +129,14 @@ impl Env {
         stderr
     }
 
+    /// `rewind snapshot track`'s id of the worktree as it is.
+    pub fn snapshot_id(&self) -> String {
+        self.json(&["snapshot", "track"])["id"]
+            .as_str()
+            .expect("a snapshot id")
+            .to_owned()
+    }
+
     /// Runs a command with `--json` that must succeed; returns the parsed output.
     pub fn json(&self, args: &[&str]) -> Value {
         let mut with_json = vec!["--json"];
