@@ -63,6 +63,11 @@ impl DiffAttributes {
                 .or_default()
                 .push((path.to_owned(), full));
         }
+        let case = if reader.fold_case {
+            gix::glob::pattern::Case::Fold
+        } else {
+            gix::glob::pattern::Case::Sensitive
+        };
         let mut set = HashMap::new();
         for (root, paths) in by_root {
             let Some((search, collection)) = reader.search_from(&root, &paths) else {
@@ -77,12 +82,7 @@ impl DiffAttributes {
                         .map_or(full.as_str(), |rest| rest.trim_start_matches('/')),
                 };
                 out.initialize_with_selection(&collection, ["diff"]);
-                search.pattern_matching_relative_path(
-                    relative.into(),
-                    gix::glob::pattern::Case::Sensitive,
-                    Some(false),
-                    &mut out,
-                );
+                search.pattern_matching_relative_path(relative.into(), case, Some(false), &mut out);
                 let attribute = match out.iter_selected().next().map(|m| m.assignment.state) {
                     Some(StateRef::Unset) => DiffAttribute::Binary,
                     Some(StateRef::Set) => DiffAttribute::Text,
@@ -114,6 +114,8 @@ struct Reader {
     globals: Vec<(PathBuf, Vec<u8>)>,
     /// By directory under `top`, whether it is a nested repository's root.
     roots: HashMap<String, bool>,
+    /// Whether patterns match regardless of case (`core.ignoreCase`, as for the ignore rules).
+    fold_case: bool,
 }
 
 impl Reader {
@@ -144,12 +146,14 @@ impl Reader {
                 Some((file, text))
             })
             .collect();
+        let fold_case = crate::git_config::configured_ignore_case(enclosing.as_ref(), home);
         Reader {
             top,
             prefix,
             enclosing,
             globals,
             roots: HashMap::new(),
+            fold_case,
         }
     }
 

@@ -1,5 +1,5 @@
-//! `core.excludesFile` and `core.attributesFile` as git's configuration sets them, read with gix and kept
-//! in the process while every file they could come from is unchanged.
+//! `core.excludesFile`, `core.attributesFile` and `core.ignoreCase` as git's configuration sets them, read
+//! with gix and kept in the process while every file they could come from is unchanged.
 //!
 //! Reading it opens the enclosing repository with gix (its configuration files, the global and system
 //! ones): ~0.3 ms, and every store call that applies ignore rules needs it (a revert two, a track one).
@@ -46,7 +46,21 @@ struct Kept {
     /// with.
     key: (&'static str, Option<PathBuf>, Option<PathBuf>),
     stamp: Stamp,
-    value: Option<PathBuf>,
+    value: Option<Setting>,
+}
+
+/// A value read: a path, or a boolean.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Setting {
+    Path(PathBuf),
+    Flag(bool),
+}
+
+/// How a key's value is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Path,
+    Flag,
 }
 
 static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
@@ -79,12 +93,34 @@ pub fn configured_attributes_file(
     configured_path("core.attributesFile", enclosing, home)
 }
 
+/// `core.ignoreCase` of the repository `enclosing` (with its global and system configuration), or of the
+/// global and system configuration alone when the worktree is in no repository: whether ignore and
+/// attribute patterns match regardless of case, as git then matches them. `git init` sets it on a
+/// filesystem that ignores case (macOS, a Windows drive under WSL); unset, or a value that is no boolean,
+/// is false.
+pub fn configured_ignore_case(enclosing: Option<&Enclosing>, home: Option<&Path>) -> bool {
+    configured("core.ignoreCase", Kind::Flag, enclosing, home) == Some(Setting::Flag(true))
+}
+
 /// The path the configuration sets for `name` (an empty one when it is set to the empty string).
 fn configured_path(
     name: &'static str,
     enclosing: Option<&Enclosing>,
     home: Option<&Path>,
 ) -> Option<PathBuf> {
+    match configured(name, Kind::Path, enclosing, home) {
+        Some(Setting::Path(path)) => Some(path),
+        _ => None,
+    }
+}
+
+/// The value the configuration sets for `name`, read as `kind`, kept while its sources are unchanged.
+fn configured(
+    name: &'static str,
+    kind: Kind,
+    enclosing: Option<&Enclosing>,
+    home: Option<&Path>,
+) -> Option<Setting> {
     let key = (
         name,
         enclosing.map(|e| e.root.clone()),
@@ -99,7 +135,7 @@ fn configured_path(
             return found.value.clone();
         }
     }
-    let (value, sources) = read(name, enclosing, home);
+    let (value, sources) = read(name, kind, enclosing, home);
     let mut files = candidates(enclosing, home);
     for source in sources {
         if !files.contains(&source) {
@@ -126,9 +162,10 @@ fn configured_path(
 /// one made or filled later changes the value; review).
 fn read(
     name: &str,
+    kind: Kind,
     enclosing: Option<&Enclosing>,
     home: Option<&Path>,
-) -> (Option<PathBuf>, Vec<PathBuf>) {
+) -> (Option<Setting>, Vec<PathBuf>) {
     let home_dir = home
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
@@ -156,25 +193,36 @@ fn read(
         Some(repo) => match gix::open(&repo.found_at) {
             Ok(opened) => {
                 let config = opened.config_snapshot();
-                let value = config.trusted_path(name).ok().flatten();
-                (
-                    set_empty(config.plumbing(), name).or(value),
-                    sources(config.plumbing()),
-                )
+                let value = match kind {
+                    Kind::Path => {
+                        let value = config.trusted_path(name).ok().flatten();
+                        set_empty(config.plumbing(), name)
+                            .or(value)
+                            .map(Setting::Path)
+                    }
+                    Kind::Flag => config.boolean(name).map(Setting::Flag),
+                };
+                (value, sources(config.plumbing()))
             }
             Err(_) => (None, Vec::new()),
         },
         None => match gix::config::File::from_globals() {
             Ok(file) => {
-                let value = file.path(name).and_then(|value| {
-                    value
-                        .interpolate(gix::config::path::interpolate::Context {
-                            home_dir: home,
-                            ..Default::default()
-                        })
-                        .ok()
-                });
-                (set_empty(&file, name).or(value), sources(&file))
+                let value = match kind {
+                    Kind::Path => {
+                        let value = file.path(name).and_then(|value| {
+                            value
+                                .interpolate(gix::config::path::interpolate::Context {
+                                    home_dir: home,
+                                    ..Default::default()
+                                })
+                                .ok()
+                        });
+                        set_empty(&file, name).or(value).map(Setting::Path)
+                    }
+                    Kind::Flag => file.boolean(name).ok().flatten().map(Setting::Flag),
+                };
+                (value, sources(&file))
             }
             Err(_) => (None, Vec::new()),
         },

@@ -29,6 +29,28 @@ pub struct OutsideRule {
     /// false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub global: bool,
+    /// Whether the rule set this one belongs to matches regardless of case (`core.ignoreCase`, as git
+    /// matches then): said by every rule of the set, and a set with no rule from outside holds one without
+    /// text to say it (`marked_case`). Records from before it was kept say false, as their tracks matched.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fold_case: bool,
+}
+
+/// `outside` with every rule saying whether the set matches regardless of case, and a rule without text
+/// to say it when the set has none.
+fn marked_case(mut outside: Vec<OutsideRule>, fold: bool) -> Vec<OutsideRule> {
+    for rule in &mut outside {
+        rule.fold_case = fold;
+    }
+    if fold && outside.is_empty() {
+        outside.push(OutsideRule {
+            base: None,
+            text: String::new(),
+            global: false,
+            fold_case: true,
+        });
+    }
+    outside
 }
 
 /// The git repository a worktree lies in, if any.
@@ -131,6 +153,8 @@ pub struct Ignores {
     prefix: String,
     /// True when a directory above the worktree is itself ignored: then everything is.
     all_ignored: bool,
+    /// Whether patterns match regardless of case (`core.ignoreCase`; `OutsideRule::fold_case`).
+    fold_case: bool,
     /// How many lists come from outside the tree (the per-directory lists follow them).
     outside_lists: usize,
     /// The rules from outside the tree, in precedence order (lowest first).
@@ -163,6 +187,7 @@ impl Ignores {
                 base: None,
                 text,
                 global: true,
+                fold_case: false,
             });
         }
         let mut prefix = String::new();
@@ -173,6 +198,7 @@ impl Ignores {
                     base: None,
                     text,
                     global: false,
+                    fold_case: false,
                 });
             }
             let relative = worktree
@@ -186,6 +212,7 @@ impl Ignores {
                         base: (!base.is_empty()).then(|| base.clone()),
                         text,
                         global: false,
+                        fold_case: false,
                     });
                 }
                 let name = component.as_os_str().to_str().ok_or_else(|| {
@@ -200,7 +227,8 @@ impl Ignores {
             }
             prefix = base;
         }
-        let mut ignores = Ignores::from_outside(outside, prefix);
+        let fold = crate::git_config::configured_ignore_case(enclosing.as_ref(), home);
+        let mut ignores = Ignores::from_outside(marked_case(outside, fold), prefix);
         ignores.enclosing = enclosing;
         ignores.root_rules = read_rules(&worktree.join(".gitignore"))?;
         let root_rules = ignores.root_rules.clone();
@@ -224,10 +252,12 @@ impl Ignores {
             }
         }
         let outside_lists = search.patterns.len();
+        let fold_case = outside.iter().any(|rule| rule.fold_case);
         let mut ignores = Ignores {
             search,
             prefix,
             all_ignored: false,
+            fold_case,
             outside_lists,
             outside,
             enclosing: None,
@@ -252,6 +282,10 @@ impl Ignores {
         for rule in &self.outside {
             hash_text(&mut hasher, rule.base.as_deref());
             hash_text(&mut hasher, Some(&rule.text));
+            // (Hashed only when set, so that caches written before it was kept stay valid.)
+            if rule.fold_case {
+                hasher.update(b"\0fold case");
+            }
         }
         hash_text(
             &mut hasher,
@@ -305,7 +339,11 @@ impl Ignores {
         match self.search.pattern_matching_relative_path(
             full.as_bytes().as_bstr(),
             Some(is_dir),
-            Case::Sensitive,
+            if self.fold_case {
+                Case::Fold
+            } else {
+                Case::Sensitive
+            },
         ) {
             Some(found) => !found.pattern.is_negative(),
             None => false,
@@ -372,7 +410,8 @@ impl Ignores {
     /// `info/exclude` (`exclude`), both relative to its root, as git reads them there. None of the
     /// enclosing repository's rules hold inside it (SPEC 2.2: nested repositories are snapshotted under
     /// their own ignore rules; black-box: a superproject's `*.p` hid a submodule's committed `config.p`,
-    /// whose edits a turn then made for good).
+    /// whose edits a turn then made for good). Its own configuration is not read: the enclosing
+    /// repository's `core.ignoreCase` holds in it.
     pub fn nested(&self, dir: &str, exclude: Option<&str>) -> Ignores {
         let base = format!("{}{dir}", self.prefix);
         let global = self.outside.iter().filter(|rule| rule.global);
@@ -383,9 +422,10 @@ impl Ignores {
                 base: Some(base.clone()),
                 text: text.to_owned(),
                 global,
+                fold_case: false,
             })
             .collect();
-        Ignores::from_outside(outside, self.prefix.clone())
+        Ignores::from_outside(marked_case(outside, self.fold_case), self.prefix.clone())
     }
 
     /// A hash of the rules `nested` starts from, standing for the parent's in the untracked cache's hash
@@ -399,6 +439,9 @@ impl Ignores {
             hash_text(&mut hasher, Some(&rule.text));
         }
         hash_text(&mut hasher, exclude);
+        if self.fold_case {
+            hasher.update(b"\0fold case");
+        }
         hasher.finalize().into()
     }
 }

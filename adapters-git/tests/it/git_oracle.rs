@@ -824,6 +824,127 @@ async fn the_diff_attribute_decides_text_or_binary_as_git_does() {
     assert!(numstat.contains("-\t-\tdeps.lock") && numstat.contains("1\t1\tforced"));
 }
 
+/// The paths `git add -A` puts in a fresh index of the repository at `dir`, as `ls-files` lists them (the
+/// entries of nested repositories, which it adds as gitlinks, left out).
+fn git_adds(dir: &Path) -> String {
+    git(
+        dir,
+        &["rm", "-r", "-q", "--cached", "--ignore-unmatch", "."],
+    );
+    git(dir, &["add", "-A"]);
+    git(dir, &["ls-files", "-s"])
+        .lines()
+        .filter(|line| !line.starts_with("160000"))
+        .filter_map(|line| line.split_once('\t').map(|(_, path)| format!("{path}\n")))
+        .collect()
+}
+
+/// With `core.ignoreCase` set (`git init` sets it on a filesystem that ignores case: macOS, a Windows
+/// drive under WSL), git matches ignore and attribute patterns regardless of case: `track` leaves out
+/// what `git add -A` leaves out, in a nested repository too, and a change that `*.BIN -diff` names counts
+/// as binary, as in `git diff --numstat`. Switched off again, the next track matches case again (the
+/// untracked cache's listings are not reused across the switch). Before, patterns always matched case.
+#[tokio::test]
+async fn core_ignore_case_makes_patterns_match_regardless_of_case_as_git_does() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    git(h.root(), &["config", "core.ignoreCase", "true"]);
+    h.write(".gitignore", b"*.LOG\nBuild/\n!Keep.log\n");
+    h.write("sub/.gitignore", b"TMP\n");
+    fs::write(h.root().join(".git/info/exclude"), b"SECRET*\n").expect("info/exclude");
+    h.write(".gitattributes", b"*.BIN -diff\n");
+    let files = [
+        "a.log",
+        "keep.LOG",
+        "build/out.o",
+        "sub/tmp",
+        "sub/Tmp2",
+        "secret.txt",
+        "x.bin",
+        "plain.txt",
+    ];
+    for path in files {
+        h.write(path, b"a\nb\n");
+    }
+    let nested = h.root().join("nested");
+    init_repo(&nested);
+    git(&nested, &["config", "core.ignoreCase", "true"]);
+    h.write("nested/.gitignore", b"*.CACHE\n");
+    h.write("nested/a.cache", b"c\n");
+    h.write("nested/kept.txt", b"k\n");
+
+    let folded = stored_names(&h, &h.track().await.id);
+    let nested_adds: String = git_adds(&nested)
+        .lines()
+        .map(|path| format!("nested/{path}\n"))
+        .collect();
+    let mut expected: Vec<String> = git_adds(h.root())
+        .lines()
+        .chain(nested_adds.lines())
+        .map(str::to_owned)
+        .collect();
+    expected.sort();
+    assert_eq!(folded.lines().collect::<Vec<_>>(), expected);
+    // Not a test of nothing: each kind of rule left something out only by folding case, and a negated
+    // pattern let one back in.
+    for gone in [
+        "a.log",
+        "build/out.o",
+        "sub/tmp",
+        "secret.txt",
+        "nested/a.cache",
+    ] {
+        assert!(!folded.lines().any(|line| line == gone), "{gone}: {folded}");
+    }
+    for kept in ["keep.LOG", "sub/Tmp2", "x.bin", "nested/kept.txt"] {
+        assert!(folded.lines().any(|line| line == kept), "{kept}: {folded}");
+    }
+
+    // The attribute: `x.bin`'s change is binary, as git counts it.
+    commit_all(h.root(), "before");
+    let before = h.id().await;
+    h.write("x.bin", b"a\nbb\n");
+    h.write("plain.txt", b"a\nbb\n");
+    commit_all(h.root(), "after");
+    let after = h.id().await;
+    let rows = h
+        .port()
+        .diff(h.root(), &before, &after)
+        .await
+        .expect("diff");
+    let counted: String = rows
+        .iter()
+        .map(|row| match row.patch.as_str() {
+            "" => format!("-\t-\t{}\n", row.file),
+            _ => format!("{}\t{}\t{}\n", row.additions, row.deletions, row.file),
+        })
+        .collect();
+    let numstat = git(
+        h.root(),
+        &["diff", "--numstat", "--no-renames", "HEAD~", "HEAD"],
+    );
+    assert_eq!(counted, numstat);
+    assert!(numstat.contains("-\t-\tx.bin"), "{numstat}");
+
+    // Switched off: patterns match case again, in the same directories, unchanged on disk.
+    git(h.root(), &["config", "core.ignoreCase", "false"]);
+    git(&nested, &["config", "core.ignoreCase", "false"]);
+    let matched = stored_names(&h, &h.track().await.id);
+    let nested_adds: String = git_adds(&nested)
+        .lines()
+        .map(|path| format!("nested/{path}\n"))
+        .collect();
+    let mut expected: Vec<String> = git_adds(h.root())
+        .lines()
+        .chain(nested_adds.lines())
+        .map(str::to_owned)
+        .collect();
+    expected.sort();
+    assert_eq!(matched.lines().collect::<Vec<_>>(), expected);
+    assert!(matched.lines().any(|line| line == "a.log"), "{matched}");
+    assert!(!matched.lines().any(|line| line == "keep.LOG"), "{matched}");
+}
+
 /// The text diff's hunk headers carry git's function line: the nearest line above the hunk that starts
 /// with a letter, `_` or `$`, cut to 80 bytes, trailing white space dropped, and the previous hunk's
 /// kept when none lies between them (review: the headers had none, unlike the `git diff` OpenCode stores).

@@ -1482,6 +1482,44 @@ async fn a_step_that_makes_a_directory_a_repository_keeps_what_was_ignored_when_
     assert_eq!(h.read("d/code.c"), text("int main;\n"));
 }
 
+/// With `core.ignoreCase` set, `*.LOG` ignores `debug.log`; a step that drops the rule makes it tracked
+/// content, listed as added. Its revert keeps it: the snapshot's record says the rules then matched
+/// regardless of case (kept also when no rule came from outside the tree, as here, without an
+/// `info/exclude`), so it was ignored then and may have existed.
+#[tokio::test]
+async fn a_file_ignored_by_a_pattern_of_another_case_when_the_step_began_survives_its_revert() {
+    let h = GitHarness::new();
+    init_repo(h.root());
+    git(h.root(), &["config", "core.ignoreCase", "true"]);
+    fs::remove_file(h.path(".git/info/exclude")).expect("no info/exclude");
+    h.write(".gitignore", b"*.LOG\n");
+    h.write("debug.log", b"the user's log\n");
+    h.write("code.c", b"int main;\n");
+    let s = h.track().await;
+    h.write(".gitignore", b"# none\n");
+    h.write("code.c", b"int main; // the agent's\n");
+    let after = h.id().await;
+    let changed = h
+        .port()
+        .changed_files(h.root(), &s.id)
+        .await
+        .expect("changed files");
+    assert_eq!(changed, rels(&[".gitignore", "code.c", "debug.log"]));
+    let outcome = h
+        .port()
+        .revert(
+            h.root(),
+            &one_patch(&s.id, &[".gitignore", "code.c", "debug.log"]),
+            &after,
+        )
+        .await
+        .expect("revert");
+    assert_eq!(kept_with_reasons(&outcome), [("debug.log", IGNORED_THEN)]);
+    assert_eq!(h.read("debug.log"), text("the user's log\n"));
+    assert_eq!(h.read("code.c"), text("int main;\n"));
+    assert_eq!(h.read(".gitignore"), text("*.LOG\n"));
+}
+
 /// The other way round, deeper: a nested repository whose `info/exclude` ignored a file is unmade by the
 /// step (`rm -rf lib/d/.git`), so the file is tracked content at its end. The record holds that
 /// repository and its exclude as the step's start found them, and the revert keeps the file (git-layout
