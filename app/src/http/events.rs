@@ -85,7 +85,9 @@ pub async fn stream(
     let filter = Some(Arc::new(SessionFilter {
         scope,
         rewind: Arc::clone(&state.services.rewind),
+        repo: state.services.repo.clone(),
         known: Mutex::default(),
+        ahead: tokio::sync::Mutex::default(),
     }));
     // Subscribe before `server.connected` is sent and before the outbox is read, so nothing published after
     // it is missed.
@@ -465,7 +467,9 @@ impl Follower {
     async fn frame(&mut self, stored: StoredEvent) -> Frame {
         self.position = stored.seq;
         match &self.filter {
-            Some(filter) if !filter.keeps(&stored.event).await => Frame::Passed(Mark::of(&stored)),
+            Some(filter) if !filter.keeps(stored.seq, &stored.event).await => {
+                Frame::Passed(Mark::of(&stored))
+            }
             _ => Frame::Outbox(stored),
         }
     }
@@ -473,13 +477,24 @@ impl Follower {
 
 /// Which events a stream opened for one worktree sends: the server's own, and those of sessions whose
 /// directory is the worktree. A session's directory is learned from the events that carry the session,
-/// else read once.
+/// else read once, else (a session deleted since) from the outbox's later events.
 struct SessionFilter {
     /// Whose sessions' events the stream carries.
     scope: Scope,
     rewind: Arc<Rewind>,
+    repo: Arc<dyn MessageRepo>,
     /// Whether each session seen so far is in the scope.
     known: Mutex<HashMap<SessionId, bool>>,
+    /// What the outbox's later events say of sessions' directories, read ahead for sessions deleted since.
+    ahead: tokio::sync::Mutex<Ahead>,
+}
+
+/// The directories of the sessions the outbox's events up to a position carry, read ahead of a stream.
+#[derive(Default)]
+struct Ahead {
+    /// The last position read.
+    read_to: u64,
+    directories: HashMap<SessionId, String>,
 }
 
 /// The sessions a stream carries the events of.
@@ -502,7 +517,7 @@ impl Scope {
 }
 
 impl SessionFilter {
-    async fn keeps(&self, event: &Event) -> bool {
+    async fn keeps(&self, seq: u64, event: &Event) -> bool {
         let Some((id, info)) = event.payload.session() else {
             return true;
         };
@@ -526,12 +541,52 @@ impl SessionFilter {
                 self.known().insert(id.clone(), ours);
                 ours
             }
-            // Deleted since: not sent, as its deletion (which carries its directory) was or will be.
-            Err(rewind_core::Error::NotFound(_)) => false,
+            // Deleted since: its directory is that of its later events, its deletion's at the latest
+            // (review: a stream resumed before a session's creation passed over its events until then).
+            // When the outbox no longer holds any, the events are not sent.
+            Err(rewind_core::Error::NotFound(_)) => match self.directory_ahead(id, seq).await {
+                Some(directory) => {
+                    let ours = self.scope.covers(&directory);
+                    self.known().insert(id.clone(), ours);
+                    ours
+                }
+                None => false,
+            },
             // Not known now (the database busy, say): for a worktree's stream, sent rather than lost, and
             // asked again next time (review); for the roots', not sent, as the session routes refuse a
             // session they cannot read.
             Err(_) => matches!(self.scope, Scope::Worktree(_)),
+        }
+    }
+
+    /// The directory the outbox's events after position `seq` give session `id`, reading ahead as far as
+    /// needed, once per stream: what was read stays for the next session asked about.
+    async fn directory_ahead(&self, id: &SessionId, seq: u64) -> Option<String> {
+        let mut ahead = self.ahead.lock().await;
+        ahead.read_to = ahead.read_to.max(seq);
+        loop {
+            if let Some(directory) = ahead.directories.get(id) {
+                return Some(directory.clone());
+            }
+            let rows = self
+                .repo
+                .events_after(ahead.read_to, CATCH_UP_BATCH)
+                .await
+                .ok()?;
+            let last = rows.last()?.seq;
+            let whole = rows.len() == CATCH_UP_BATCH as usize;
+            for row in rows {
+                if let Some((session, Some(info))) = row.event.payload.session() {
+                    ahead
+                        .directories
+                        .entry(session.clone())
+                        .or_insert_with(|| info.directory.clone());
+                }
+            }
+            ahead.read_to = last;
+            if !whole {
+                return ahead.directories.get(id).cloned();
+            }
         }
     }
 

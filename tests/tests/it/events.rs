@@ -558,6 +558,65 @@ async fn a_reconnecting_stream_gets_the_events_it_missed_once_each_in_order() ->
     app.stop().await
 }
 
+/// A session deleted while its client was away still has its events resumed: its directory, which the
+/// stream needs to know whose events to send, is taken from the outbox's later events (its deletion's at
+/// the latest), for a stream that named the worktree and for one that named none. Before, a stream that had
+/// not seen the session's creation passed over every event of it until its deletion (review).
+#[tokio::test]
+async fn a_resumed_stream_gets_the_events_of_a_session_deleted_while_it_was_away() -> Result<()> {
+    let app = spawn_app().await?;
+    let mut whole = app.connected_events().await?;
+    let session = app.new_session().await?;
+    outbox_events_until(&mut whole, |e| e["type"] == "session.created").await?;
+    let last = whole
+        .last_id()
+        .context("session.created had no SSE id")?
+        .to_owned();
+
+    // Away: a turn, then the session is deleted.
+    app.turn(&session, "one", |repo| {
+        Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
+    })
+    .await?;
+    let deleted = app.delete(&format!("/session/{session}")).await?;
+    ensure!(deleted.status == 200, "delete: {}", deleted.status);
+    let is_deletion = |e: &Value| e["type"] == "session.deleted";
+    let everything = outbox_events_until(&mut whole, is_deletion).await?;
+    assert!(
+        types(
+            &everything
+                .iter()
+                .map(|(_, e)| e.clone())
+                .collect::<Vec<_>>()
+        )
+        .iter()
+        .any(|kind| kind == "message.part.updated"),
+        "the turn's events are there to be missed"
+    );
+
+    let mut resumed = app.events_resuming(&last).await?;
+    let connected = resumed
+        .next(Duration::from_secs(5))
+        .await?
+        .context("no first event")?;
+    assert_eq!(connected["type"], "server.connected");
+    assert_eq!(
+        outbox_events_until(&mut resumed, is_deletion).await?,
+        everything
+    );
+    let mut resumed = app.events_resuming_for(&app.repo, &last).await?;
+    let connected = resumed
+        .next(Duration::from_secs(5))
+        .await?
+        .context("no first event")?;
+    assert_eq!(connected["type"], "server.connected");
+    assert_eq!(
+        outbox_events_until(&mut resumed, is_deletion).await?,
+        everything
+    );
+    app.stop().await
+}
+
 /// Reconnecting again and again while another client keeps committing loses no event and repeats none:
 /// the stream subscribes before it reads the outbox and passes over the live events the outbox gave it,
 /// whichever side of the read each commit lands on.

@@ -331,6 +331,13 @@ impl TestApp {
         .await
     }
 
+    /// `events_resuming` of the stream opened for the worktree `directory` (`?directory=`).
+    pub async fn events_resuming_for(&self, directory: &Path, last: &str) -> Result<EventStream> {
+        let path = format!("/event?directory={}", directory.display());
+        self.open_events(self.http.get(self.url(&path)).header("last-event-id", last))
+            .await
+    }
+
     async fn events_at(&self, path: &str) -> Result<EventStream> {
         self.open_events(self.http.get(self.url(path))).await
     }
