@@ -541,7 +541,8 @@ pub async fn preview(
 }
 
 /// The file diffs of the last revert (`?messageID=` is accepted and ignored, as in OpenCode).
-#[utoipa::path(get, path = "/session/{id}/diff", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(get, path = "/session/{id}/diff", params(("id" = String, Path), DirectoryParam,
+        ("messageID" = Option<String>, Query, description = "accepted and ignored, as in OpenCode")),
     responses((status = 200, description = "FileDiff[]", body = Vec<Object>),
               (status = 404, description = "Not found", body = Object)))]
 pub async fn session_diff(

@@ -500,6 +500,14 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
             .is_object(),
         "{doc}"
     );
+    // The diff's `messageID`, which OpenCode's client sends, is documented (review: it was not).
+    let diff = &doc["paths"]["/session/{id}/diff"]["get"];
+    assert!(
+        diff["parameters"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["name"] == "messageID" && p["in"] == "query")),
+        "{diff}"
+    );
     let revert = &doc["paths"]["/session/{id}/revert"]["post"];
     assert_eq!(revert["tags"], json!(["session"]));
     assert!(
