@@ -121,8 +121,8 @@ impl SqlRepo {
         match self.apply_in(&txn, transaction, shared, hooks).await {
             Ok(()) => txn.commit().await.map_err(fault),
             Err(error) => {
-                // The error that failed the transaction is the one to report; a failed rollback closes the
-                // connection, which rolls back as well.
+                // The error that failed the transaction is the one to report; after a failed rollback the
+                // connection is closed when it is handed back (`connect.rs`), which rolls back as well.
                 let _ = txn.rollback().await;
                 Err(error)
             }

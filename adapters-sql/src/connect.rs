@@ -64,6 +64,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         }
         Backend::SqliteFile => {
             options.max_connections(config.max_connections.unwrap_or(4).max(1));
+            discard_connections_left_in_a_transaction(&mut options);
         }
         Backend::Postgres => {
             options.max_connections(config.max_connections.unwrap_or(8).max(1));
@@ -250,6 +251,33 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     })
 }
 
+/// Makes a SQLite file's pool close a connection handed back inside a transaction instead of keeping it.
+/// SQLite ends a transaction by itself on some errors (a full disk, `SQLITE_IOERR`, a trigger's
+/// `RAISE(ROLLBACK)`); the driver then still counts it open, its rollback fails, and the connection went
+/// back to the pool so: its next transaction began with a savepoint, which starts a real one; a second
+/// failure rolled back to that savepoint and left its transaction open, and every later commit released
+/// a savepoint inside it, answered as committed, never stored, the write lock held until the process
+/// ended (review: `rewind serve` with the disk full answered 200 for a message it never stored). A rollback
+/// the driver queued (a transaction dropped unfinished) is run first.
+fn discard_connections_left_in_a_transaction(options: &mut ConnectOptions) {
+    use sea_orm::sqlx::{Connection as _, Sqlite};
+    use sqlx_core::transaction::TransactionManager as _;
+    fn depth(conn: &sea_orm::sqlx::sqlite::SqliteConnection) -> usize {
+        <Sqlite as sea_orm::sqlx::Database>::TransactionManager::get_transaction_depth(conn)
+    }
+    options.map_sqlx_sqlite_pool_opts(|pool| {
+        pool.after_release(|conn, _| {
+            Box::pin(async move {
+                if depth(conn) == 0 {
+                    return Ok(true);
+                }
+                conn.ping().await?;
+                Ok(depth(conn) == 0)
+            })
+        })
+    });
+}
+
 /// The second pool of a SQLite file, for lease writes (`SqlRepo::lease_db`): the main pool's settings but
 /// `synchronous=NORMAL`, so a commit appends to the write-ahead log without waiting for the disk. Two
 /// connections (lease writes are serialised by SQLite's write lock anyway), opened at the first lease
@@ -263,6 +291,7 @@ async fn connect_lease_pool(
         .sqlx_logging(false)
         .max_connections(2)
         .connect_lazy(true);
+    discard_connections_left_in_a_transaction(&mut options);
     options.map_sqlx_sqlite_opts(move |sqlite| {
         sqlite
             .journal_mode(SqliteJournalMode::Wal)

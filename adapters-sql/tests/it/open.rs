@@ -901,3 +901,69 @@ fn a_sqlite_file_deleted_or_replaced_under_an_open_handle_refuses_writes() {
         }
     });
 }
+
+/// A write transaction that SQLite itself rolls back (a full disk does; the trigger's `RAISE(ROLLBACK)`
+/// here does it on demand) leaves no pooled connection whose later commits land in appearance only: the
+/// next commit is there for another connection to read, and the write lock is free. Before, the pool kept
+/// the connection with the transaction depth SQLite had ended; the next transaction on it began with a
+/// savepoint, a second failure left that savepoint's transaction open, and every later commit released a
+/// savepoint inside it: answered as committed, never stored, the write lock held until the process ended
+/// (review: `rewind serve` with the disk full answered 200 for a message it never stored).
+#[test]
+fn a_transaction_sqlite_rolled_back_leaves_no_connection_that_commits_in_appearance_only() {
+    run(async {
+        let file = SqliteFile::new();
+        let mut config = file.config();
+        config.max_connections = Some(1);
+        config.busy_timeout = Duration::from_millis(200);
+        let repo = SqlRepo::open(config.clone()).await.expect("opens");
+        let raw = Database::connect(format!("sqlite://{}", file.path.display()))
+            .await
+            .expect("connects");
+        // One trigger ends the whole transaction, as a full disk may; the other fails its statement only,
+        // as most errors do.
+        raw.execute_unprepared(
+            "CREATE TRIGGER refuse BEFORE INSERT ON session WHEN NEW.directory = '/work/refused' \
+             BEGIN SELECT RAISE(ROLLBACK, 'refused by the test'); END; \
+             CREATE TRIGGER abort BEFORE INSERT ON session WHEN NEW.directory = '/work/aborted' \
+             BEGIN SELECT RAISE(ABORT, 'aborted by the test'); END",
+        )
+        .await
+        .expect("creates the triggers");
+        raw.close().await.expect("closes");
+        let ids = Ids::default();
+        for refused in ["/work/refused", "/work/aborted", "/work/aborted"] {
+            // A first row written, then the refused one.
+            repo.commit(transaction(
+                vec![
+                    Change::PutSession(Box::new(session(&ids, "/work/first"))),
+                    Change::PutSession(Box::new(session(&ids, refused))),
+                ],
+                Vec::new(),
+            ))
+            .await
+            .expect_err("the trigger fails the transaction");
+        }
+        let kept = session(&ids, "/work/kept");
+        repo.commit(transaction(
+            vec![Change::PutSession(Box::new(kept.clone()))],
+            Vec::new(),
+        ))
+        .await
+        .expect("commits");
+        let other = SqlRepo::open(config).await.expect("opens again");
+        assert!(
+            other.session(&kept.id).await.expect("reads").is_some(),
+            "the commit is there for another connection"
+        );
+        let next = session(&ids, "/work/next");
+        other
+            .commit(transaction(
+                vec![Change::PutSession(Box::new(next.clone()))],
+                Vec::new(),
+            ))
+            .await
+            .expect("the write lock is free");
+        assert!(repo.session(&next.id).await.expect("reads").is_some());
+    });
+}
