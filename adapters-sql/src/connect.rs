@@ -130,8 +130,41 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     } else {
         pooled.await
     };
+    // A SQLite file in a directory that cannot be written (a read-only mount, say): SQLite cannot make the
+    // `-shm` file a WAL database is read with (rewind's processes leave none when the last one ends).
+    // Opened to read, with no write-ahead log beside it to read, the file alone is the database: it is
+    // read as immutable. Opened to write, it is refused as read-only, so a command that only shows opens
+    // it to read (review: `log` failed with "unable to open database file").
+    let connected = match connected {
+        Err(source)
+            if backend == Backend::SqliteFile
+                && fault_kind(&source) == FaultKind::CannotOpen
+                && std::fs::File::open(&target).is_ok() =>
+        {
+            if !read_only {
+                return Err(SqlError::ReadOnly {
+                    target,
+                    source: source.into(),
+                });
+            }
+            let log = std::fs::metadata(format!("{target}-wal"));
+            if log.is_ok_and(|log| log.len() > 0) {
+                Err(source)
+            } else {
+                let mut immutable = options.clone();
+                immutable.map_sqlx_sqlite_opts(move |sqlite| {
+                    sqlite
+                        .read_only(true)
+                        .immutable(true)
+                        .busy_timeout(busy_timeout)
+                });
+                Database::connect(immutable).await
+            }
+        }
+        other => other,
+    };
     let db = connected.map_err(|source| match fault_kind(&source) {
-        FaultKind::Other => SqlError::Open {
+        FaultKind::CannotOpen | FaultKind::Other => SqlError::Open {
             target: target.clone(),
             source: source.into(),
         },

@@ -225,6 +225,8 @@ pub(crate) enum FaultKind {
     ReadOnly,
     Corrupt,
     Disk,
+    /// SQLite could not open the file (`SQLITE_CANTOPEN`).
+    CannotOpen,
     Other,
 }
 
@@ -247,6 +249,7 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
             8 => FaultKind::ReadOnly,      // SQLITE_READONLY
             11 | 26 => FaultKind::Corrupt, // SQLITE_CORRUPT, SQLITE_NOTADB
             10 | 13 => FaultKind::Disk,    // SQLITE_IOERR, SQLITE_FULL
+            14 => FaultKind::CannotOpen,   // SQLITE_CANTOPEN
             _ => FaultKind::Other,
         };
     }
@@ -286,7 +289,7 @@ pub(crate) fn classify(
             target,
             source: source.into(),
         },
-        FaultKind::Other => SqlError::Query {
+        FaultKind::CannotOpen | FaultKind::Other => SqlError::Query {
             target,
             context,
             source: source.into(),

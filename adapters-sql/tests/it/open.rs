@@ -967,3 +967,82 @@ fn a_transaction_sqlite_rolled_back_leaves_no_connection_that_commits_in_appeara
         assert!(repo.session(&next.id).await.expect("reads").is_some());
     });
 }
+
+/// A SQLite file in a directory that cannot be written (a read-only mount): SQLite cannot make the `-shm`
+/// file it reads a WAL database with, and fails with `SQLITE_CANTOPEN`. Opened to write it is refused as
+/// read-only (so the commands that only show open it to read); opened to read, with no write-ahead log
+/// beside it, the file alone is the database and is read. Nothing is written. The tests run as root, which
+/// a directory's permissions do not stop: the directory is made immutable (`chattr +i`, on the ext4 the
+/// tests run on) for the test; a read-only bind mount was checked by hand. Before, both openings failed
+/// with "unable to open database file" (review).
+#[test]
+fn a_sqlite_file_in_a_directory_that_cannot_be_written_is_read() {
+    /// Makes a directory immutable, and mutable again when dropped.
+    struct Immutable(std::path::PathBuf);
+    impl Immutable {
+        fn chattr(dir: &std::path::Path, flag: &str) -> bool {
+            std::process::Command::new("chattr")
+                .arg(flag)
+                .arg(dir)
+                .status()
+                .is_ok_and(|status| status.success())
+        }
+    }
+    impl Drop for Immutable {
+        fn drop(&mut self) {
+            Immutable::chattr(&self.0, "-i");
+        }
+    }
+    run(async {
+        let file = SqliteFile::new();
+        let ids = Ids::default();
+        let s = session(&ids, "/work/read-only-directory");
+        let writer = file.open().await;
+        writer
+            .commit(transaction(
+                vec![Change::PutSession(Box::new(s.clone()))],
+                Vec::new(),
+            ))
+            .await
+            .expect("commits");
+        writer.close().await.expect("closes");
+        for side in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{side}", file.path.display()));
+        }
+        let bytes = std::fs::read(&file.path).expect("reads");
+        let dir = file
+            .path
+            .parent()
+            .expect("the file's directory")
+            .to_path_buf();
+        assert!(
+            Immutable::chattr(&dir, "+i"),
+            "chattr +i {} (the test needs a filesystem that has the flag, such as ext4)",
+            dir.display()
+        );
+        let _mutable_again = Immutable(dir.clone());
+
+        let message = described(SqlRepo::open(file.config()).await);
+        assert!(message.contains("read-only"), "{message}");
+        assert!(
+            message.contains(&file.path.display().to_string()),
+            "{message}"
+        );
+
+        let mut config = file.config();
+        config.read_only = true;
+        let reader = SqlRepo::open(config).await.expect("opens to read");
+        assert_eq!(
+            reader.session(&s.id).await.expect("reads").map(|r| r.id),
+            Some(s.id.clone())
+        );
+        reader.close().await.expect("closes");
+        assert_eq!(
+            std::fs::read(&file.path).expect("reads"),
+            bytes,
+            "nothing is written"
+        );
+        let entries = std::fs::read_dir(&dir).expect("lists").count();
+        assert_eq!(entries, 1, "no -wal or -shm file was made");
+    });
+}
