@@ -73,24 +73,36 @@ impl Services {
             )
         })?;
         // One database, however its path or URL is spelled (a symlink, `..`, a relative data dir;
-        // `localhost` or `127.0.0.1`, the default port or none, query parameters): a SQLite database's
-        // stores are keyed on its canonical file, a PostgreSQL database's on the identity it drew when
-        // first migrated (with its port, name and schema); a store keyed on the spelling given, as before,
-        // is adopted.
+        // `localhost` or `127.0.0.1`, the default port or none, query parameters), and never two: a SQLite
+        // database's stores are keyed on the identity it drew when first migrated and its canonical file
+        // (another database made in its place, after it was moved aside, has stores of its own, and its gc
+        // never weighs the first one's snapshots; review: it collected them, and the first, put back, had
+        // lost them), a PostgreSQL database's on its drawn identity with its port, name and schema. A store
+        // keyed as before (the canonical file alone, the spelling given) is adopted.
+        let mut former = vec![repo.target().to_owned()];
         let identity = match (repo.sqlite_file(), repo.database_identity()) {
-            (Some(file), _) => std::fs::canonicalize(file).map_or_else(
-                |_| repo.target().to_owned(),
-                |file| file.to_string_lossy().into_owned(),
-            ),
+            (Some(file), drawn) => {
+                let file = std::fs::canonicalize(file).map_or_else(
+                    |_| repo.target().to_owned(),
+                    |file| file.to_string_lossy().into_owned(),
+                );
+                match drawn {
+                    Some(drawn) => {
+                        former.insert(0, file.clone());
+                        format!("sqlite database {drawn} at {file}")
+                    }
+                    None => file,
+                }
+            }
             (None, Some(drawn)) if crate::config::is_postgres_url(&settings.database_url) => {
                 format!("postgres database {drawn}")
             }
             _ => repo.target().to_owned(),
         };
         let mut store_config = GitStoreConfig::new(settings.data_dir.clone(), identity.clone());
-        if identity != repo.target() {
-            store_config.former_identities = vec![repo.target().to_owned()];
-        }
+        former.retain(|spelled| *spelled != identity);
+        former.dedup();
+        store_config.former_identities = former;
         // A database given inside a project directory is snapshotted and reverted with it otherwise.
         store_config.own_files = repo
             .sqlite_file()

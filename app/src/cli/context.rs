@@ -261,7 +261,8 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
              fault, or a file of the store changed by hand; `rewind status` names the store)"
         ),
         Error::MissingObject(message) => anyhow!(
-            "snapshot object missing: {message}{} (was the snapshot collected, or is it from another directory's store?)",
+            "snapshot object missing: {message}{} (was the snapshot collected, is it from another directory's store, \
+             or was the database file moved or copied? Its snapshot stores are its own at its own path)",
             unchanged(&message, "; nothing was changed")
         ),
         // The hint fits the cause: permissions only when they are what refused the read (a path too long,

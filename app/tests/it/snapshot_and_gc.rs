@@ -394,3 +394,88 @@ fn a_snapshot_of_another_worktree_is_refused_naming_that_worktree() {
         "{stderr}"
     );
 }
+
+/// The SQLite database's files in `data` (the file, its log and shared memory), moved into `to`.
+fn move_database(data: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for name in ["rewind.db", "rewind.db-wal", "rewind.db-shm"] {
+        if data.join(name).exists() {
+            std::fs::rename(data.join(name), to.join(name)).expect("move the database");
+        }
+    }
+}
+
+/// A database moved aside (as the message about a corrupt one says to do) and a fresh one made in its
+/// place: the fresh one's stores are its own, so its `gc` never weighs the first one's snapshots, and the
+/// first, put back, still undoes its turn. Before, stores were keyed on the file's path: both databases
+/// shared them, the fresh one's gc collected the first one's snapshots, and its undo failed with "snapshot
+/// object missing" (review).
+#[test]
+fn a_fresh_database_in_another_s_place_never_collects_its_snapshots() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "v1\n").expect("write");
+    env.exec_sh("echo v2 > a.txt");
+    let data = env.data.path().to_path_buf();
+    let aside = tempfile::TempDir::new().expect("a place aside");
+    move_database(&data, aside.path());
+
+    env.exec_sh("echo v3 > a.txt");
+    env.ok(&["gc", "--grace-seconds", "0"]);
+    let stores = std::fs::read_dir(data.join("snapshot"))
+        .expect("stores")
+        .count();
+    assert_eq!(stores, 2, "one store for each database");
+
+    let fresh = tempfile::TempDir::new().expect("a place for the fresh one");
+    move_database(&data, fresh.path());
+    move_database(aside.path(), &data);
+    env.ok(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "v1\n"
+    );
+}
+
+/// A store made before stores were keyed on the database's drawn identity (keyed on its canonical file
+/// alone) is adopted when first opened: an upgrade keeps every snapshot.
+#[test]
+fn a_store_keyed_on_the_database_file_alone_is_adopted() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "v1\n").expect("write");
+    env.exec_sh("echo v2 > a.txt");
+    let root = env.data.path().join("snapshot");
+    let stores: Vec<_> = std::fs::read_dir(&root)
+        .expect("stores")
+        .map(|entry| entry.expect("an entry").path())
+        .collect();
+    assert_eq!(stores.len(), 1);
+    // Its key as before: sha1 of the canonical database file, NUL, the canonical worktree.
+    let file = std::fs::canonicalize(env.data.path().join("rewind.db")).expect("canonical");
+    let worktree = std::fs::canonicalize(env.path()).expect("canonical");
+    let mut key = file.to_str().expect("UTF-8").as_bytes().to_vec();
+    key.push(0);
+    key.extend_from_slice(worktree.to_str().expect("UTF-8").as_bytes());
+    let mut sha1sum = std::process::Command::new("sha1sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs sha1sum");
+    std::io::Write::write_all(&mut sha1sum.stdin.take().expect("stdin"), &key).expect("writes");
+    let out = sha1sum.wait_with_output().expect("sha1sum");
+    let legacy = root.join(
+        String::from_utf8_lossy(&out.stdout)
+            .split(' ')
+            .next()
+            .expect("a digest"),
+    );
+    assert_ne!(legacy, stores[0], "keyed otherwise now");
+    std::fs::rename(&stores[0], &legacy).expect("as an older rewind left it");
+
+    env.ok(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "v1\n"
+    );
+    assert!(stores[0].join("HEAD").is_file(), "moved back into place");
+    assert!(!legacy.exists());
+}
