@@ -42,6 +42,18 @@ fn disk_is_full(cause: &str) -> bool {
     cause.contains("No space left on device") || cause.contains("database or disk is full")
 }
 
+/// The database's own error among the causes of `error`, if any.
+fn error_chain_sql(error: &Error) -> Option<&rewind_sql::SqlError> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = next {
+        if let Some(sql) = cause.downcast_ref::<rewind_sql::SqlError>() {
+            return Some(sql);
+        }
+        next = cause.source();
+    }
+    None
+}
+
 /// The database lock `error` is, or the one its note follows (`Error::noted`).
 fn locked<'a>(
     error: &'a (dyn std::error::Error + Send + Sync + 'static),
@@ -124,7 +136,20 @@ impl ApiError {
                 // A full disk is the machine's, not a fault of rewind's to hide: the client is told, so its
                 // user can free space (what a failed operation left is put back once there is). The cause
                 // itself stays in the log, as for any 500 (it may name the database).
-                if disk_is_full(&cause) {
+                let database = error_chain_sql(&error);
+                if let Some(rewind_sql::SqlError::Replaced { .. }) = database {
+                    ApiError::Internal(
+                        "the database file was deleted or replaced while the server had it open; nothing \
+                         was stored: restart the server to use the file now at that path; the server log \
+                         names it"
+                            .to_owned(),
+                    )
+                } else if let Some(rewind_sql::SqlError::Corrupt { .. }) = database {
+                    ApiError::Internal(
+                        "the database is corrupt; nothing was stored; the server log names it"
+                            .to_owned(),
+                    )
+                } else if disk_is_full(&cause) {
                     ApiError::Internal(
                         "a disk rewind writes to (the worktree's or the data directory's) is full; free \
                          some space and try again: an operation that could not finish is put back once \

@@ -511,3 +511,32 @@ fn raw(app: &TestApp, path: &str, body: &'static str) -> reqwest::RequestBuilder
         .header("content-type", "application/json")
         .body(body)
 }
+
+/// A SQLite database file deleted or replaced under a running server: a write is refused with a 500 whose
+/// message says what happened and what to do (restart the server), not only "internal error" (review: the
+/// cause was in the server's log alone). Nothing is stored.
+#[tokio::test]
+async fn a_database_replaced_under_the_server_is_said_so_to_the_client() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let file = app.data_dir.join("rewind.db");
+    ensure!(file.is_file(), "the database is {}", file.display());
+    std::fs::rename(&file, app.data_dir.join("moved.db"))?;
+    let reply = app
+        .post(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": "lost?"}]}),
+        )
+        .await?;
+    assert_eq!(reply.status, 500, "{}", reply.body);
+    assert_eq!(reply.body["name"], "UnknownError", "{}", reply.body);
+    let message = reply.body["data"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("deleted or replaced") && message.contains("restart the server"),
+        "{message}"
+    );
+    std::fs::rename(app.data_dir.join("moved.db"), &file)?;
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    assert_eq!(messages, json!([]), "nothing was stored");
+    app.stop().await
+}
