@@ -218,6 +218,15 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
                 });
             }
         }
+        let missing = missing_tables(&db, backend)
+            .await
+            .map_err(|e| classify("reading the schema's tables", e))?;
+        if !missing.is_empty() {
+            return Err(SqlError::MissingTables {
+                target: target.clone(),
+                missing,
+            });
+        }
         Ok(())
     };
     if let Err(error) = checked.await {
@@ -496,6 +505,53 @@ async fn refuse_another_programs_database(
         });
     }
     Ok(())
+}
+
+/// The tables rewind's schema has, as its migrations made them.
+const TABLES: [&str; 13] = [
+    "capture",
+    "event_outbox",
+    "intent",
+    "lease",
+    "message",
+    "part",
+    "revert_history",
+    "rewind_identity",
+    "seaql_migrations",
+    "session",
+    "session_diff",
+    "shared_text",
+    "warning",
+];
+
+/// Which of rewind's tables the database lacks (dropped by hand or by a damaged file): checked at every
+/// open, in one query, so such a database is refused before any operation writes an intent and touches
+/// files it could then not record (review: without `event_outbox`, an undo reverted the files, failed to
+/// store, and left an intent every later operation was refused for).
+async fn missing_tables(db: &DatabaseConnection, backend: Backend) -> Result<Vec<String>, DbErr> {
+    let (db_backend, sql) = if backend == Backend::Postgres {
+        (
+            DbBackend::Postgres,
+            "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema()",
+        )
+    } else {
+        (
+            DbBackend::Sqlite,
+            "SELECT name FROM sqlite_master WHERE type = 'table'",
+        )
+    };
+    let rows = db
+        .query_all_raw(Statement::from_string(db_backend, sql))
+        .await?;
+    let mut present = BTreeSet::new();
+    for row in rows {
+        present.insert(row.try_get::<String>("", "name")?);
+    }
+    Ok(TABLES
+        .iter()
+        .filter(|table| !present.contains(**table))
+        .map(|table| (*table).to_owned())
+        .collect())
 }
 
 async fn applied_migrations(db: &DatabaseConnection) -> Result<BTreeSet<String>, DbErr> {

@@ -107,6 +107,18 @@ pub enum SqlError {
         /// Some of the tables it holds.
         tables: Vec<String>,
     },
+    /// rewind's schema is applied but some of its tables are gone (dropped by hand, a damaged file).
+    #[error(
+        "the database {target} is damaged: its table(s) {} are gone; restore it from a backup, or move it \
+         aside to start afresh",
+        missing.join(", ")
+    )]
+    MissingTables {
+        /// The database.
+        target: String,
+        /// The tables it lacks.
+        missing: Vec<String>,
+    },
     /// A statement failed.
     #[error("{context} failed on the database {target}")]
     Query {
