@@ -83,7 +83,15 @@ impl Context {
                 Some(rewind_sql::SqlError::ReadOnly { .. })
             )
         });
-        if !read_only {
+        // Another process holding the write lock past the busy timeout: readers are not stopped by it
+        // (WAL), so the database is shown as it is too (review: refused after 5 s).
+        let locked = refusal.chain().any(|cause| {
+            matches!(
+                cause.downcast_ref::<rewind_sql::SqlError>(),
+                Some(rewind_sql::SqlError::Locked { .. })
+            )
+        });
+        if !read_only && !locked {
             return Err(refusal);
         }
         let (path, directory) = project_directory(settings, directory)?;
@@ -94,8 +102,13 @@ impl Context {
             .intents()
             .await
             .map_err(|error| explain(error, "reading the interrupted operations"))?;
+        let why = if read_only {
+            "is read-only"
+        } else {
+            "is locked by another process"
+        };
         eprintln!(
-            "rewind: warning: the database {target} is read-only: shown as it is, without recovering \
+            "rewind: warning: the database {target} {why}: shown as it is, without recovering \
              interrupted operations{}",
             match interrupted.len() {
                 0 => String::new(),

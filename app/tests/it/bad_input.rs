@@ -548,6 +548,58 @@ fn a_read_only_database_is_shown_and_refuses_changes() {
     );
 }
 
+/// A database whose write lock another process holds past the busy timeout: the commands that only show
+/// show it as it is (readers are not stopped by a writer under WAL), with a warning, and the others are
+/// refused as locked; nothing is written. `log` used to be refused too (review).
+#[test]
+fn a_database_locked_by_another_process_is_shown_and_refuses_changes() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "v1\n").expect("write");
+    env.exec_sh("echo v2 > a.txt");
+    let log = env.ok(&["log"]);
+    let files = env.state();
+    let db = env.data.path().join("rewind.db");
+    let mut holder = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys, time\n\
+             c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             c.execute('BEGIN IMMEDIATE')\n\
+             print('locked', flush=True)\n\
+             time.sleep(60)\n",
+        )
+        .arg(&db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("reads");
+    assert_eq!(line.trim(), "locked");
+
+    let output = env.rewind(&["log"]).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), log);
+    assert!(
+        stderr.contains("is locked by another process: shown as it is"),
+        "{stderr}"
+    );
+    let refused = env.fails(&["undo"]);
+    assert!(refused.contains("locked"), "{refused}");
+    assert_state(&env, &files, "after the refused undo");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    env.ok(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+        "v1\n"
+    );
+}
+
 /// A secret given as a flag (`serve --password`, a password in `--database-url`) gets a warning that it
 /// shows in the process list; the same from its variable gets none (review).
 #[test]
