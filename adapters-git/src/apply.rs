@@ -2869,7 +2869,7 @@ fn revert_batched(
         if let Ok(Some((predicted, diffs))) = speculative.join()
             && predicted == applied
         {
-            crate::diff::keep_revert_diffs(*base, applied, config.size_cap, diffs);
+            crate::diff::keep_revert_diffs(&store.dir, (*base, applied), config.size_cap, diffs);
         }
         Ok(outcome)
     })

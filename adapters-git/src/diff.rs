@@ -401,20 +401,28 @@ fn unified_text(
 }
 
 /// A revert's diffs computed while its files were being written (see `apply::revert`), kept for the
-/// `revert_diffs` call that follows the revert. One at a time in the process: the diffs of two trees are
-/// the same in any store that holds them (ids name content), so the key is the two ids and the size cap.
+/// `revert_diffs` call that follows the revert. One at a time in the process, keyed by the store (one per
+/// worktree: the `diff` attributes are the worktree's), the two ids and the size cap.
 static KEPT: Mutex<Option<KeptDiffs>> = Mutex::new(None);
 
 struct KeptDiffs {
+    store: std::path::PathBuf,
     before: ObjectId,
     applied: ObjectId,
     size_cap: u64,
     diffs: RevertDiffs,
 }
 
-/// Keeps `diffs`, the revert diffs from `before` to `applied`, in place of any kept before.
-pub fn keep_revert_diffs(before: ObjectId, applied: ObjectId, size_cap: u64, diffs: RevertDiffs) {
+/// Keeps `diffs`, the revert diffs from `before` to `applied` in the store at `store`, in place of any kept
+/// before.
+pub fn keep_revert_diffs(
+    store: &std::path::Path,
+    (before, applied): (ObjectId, ObjectId),
+    size_cap: u64,
+    diffs: RevertDiffs,
+) {
     *KEPT.lock().unwrap_or_else(PoisonError::into_inner) = Some(KeptDiffs {
+        store: store.to_path_buf(),
         before,
         applied,
         size_cap,
@@ -422,18 +430,18 @@ pub fn keep_revert_diffs(before: ObjectId, applied: ObjectId, size_cap: u64, dif
     });
 }
 
-/// The kept revert diffs from `before` to `applied` (taken: a later call computes them again), when
-/// both trees are still in `odb`.
+/// The kept revert diffs from `before` to `applied` in the store at `store` (taken: a later call computes
+/// them again), when both trees are still in `odb`.
 pub fn kept_revert_diffs(
-    odb: &Odb,
+    (store, odb): (&std::path::Path, &Odb),
     before: &ObjectId,
     applied: &ObjectId,
     size_cap: u64,
 ) -> Option<RevertDiffs> {
     let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-    let matches = kept
-        .as_ref()
-        .is_some_and(|k| k.before == *before && k.applied == *applied && k.size_cap == size_cap);
+    let matches = kept.as_ref().is_some_and(|k| {
+        k.store == store && k.before == *before && k.applied == *applied && k.size_cap == size_cap
+    });
     if !matches {
         return None;
     }

@@ -382,9 +382,12 @@ impl SnapshotPort for GitSnapshotStore {
     ) -> Result<RevertDiffs> {
         let (before, applied) = (object_id(before)?, object_id(applied)?);
         self.with_store(worktree, move |store, config| {
-            if let Some(kept) =
-                diff::kept_revert_diffs(&store.odb, &before, &applied, config.size_cap)
-            {
+            if let Some(kept) = diff::kept_revert_diffs(
+                (&store.dir, &store.odb),
+                &before,
+                &applied,
+                config.size_cap,
+            ) {
                 return Ok(kept);
             }
             let changes = diff_trees(&store.odb, &before, &applied)?;
