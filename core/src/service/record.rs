@@ -130,6 +130,14 @@ impl Rewind {
                 }),
                 _ => {}
             }
+            // Deleted by hand: the snapshots its warnings name (files a revert overwrote, the state an abort
+            // found) stay as captures of the worktree, kept by gc as long as any capture, so deleting a
+            // session loses no file (gc's own deletions by age keep none: they are as old).
+            let mut changes = Vec::new();
+            if condition.is_none() {
+                changes = self.captures_of_warnings(&session).await?;
+            }
+            changes.push(Change::DeleteSession(id.clone()));
             let deleted = self.event(EventPayload::SessionDeleted {
                 session_id: id.clone(),
                 info: Box::new(session),
@@ -138,7 +146,7 @@ impl Rewind {
                 .repo
                 .commit(Transaction {
                     guards,
-                    changes: vec![Change::DeleteSession(id.clone())],
+                    changes,
                     events: vec![deleted],
                 })
                 .await;
@@ -151,6 +159,43 @@ impl Rewind {
         .await;
         self.release(&lease).await;
         result
+    }
+
+    /// A capture for each snapshot the warnings of `session` name, those of its reverts made permanent
+    /// included (once each): what deleting it would otherwise leave to gc.
+    async fn captures_of_warnings(&self, session: &Session) -> Result<Vec<Change>> {
+        let mut warnings = self.repo.warnings(&session.id).await?;
+        for entry in self.repo.revert_history(&session.id).await? {
+            warnings.extend(entry.warnings);
+        }
+        let prefix = format!("{}/", session.directory.trim_end_matches('/'));
+        let now = self.now();
+        let mut seen = HashSet::new();
+        let mut changes = Vec::new();
+        for warning in warnings {
+            let Some(snapshot) = warning.snapshot else {
+                continue;
+            };
+            if !seen.insert(snapshot.clone()) {
+                continue;
+            }
+            changes.push(Change::AddCapture(Box::new(crate::model::Capture {
+                directory: session.directory.clone(),
+                snapshot,
+                time: now,
+                message: format!(
+                    "kept from deleted session {} ({}): {}",
+                    session.id, session.title, warning.message
+                ),
+                paths: warning
+                    .files
+                    .iter()
+                    .filter_map(|file| file.strip_prefix(&prefix).map(str::to_owned))
+                    .collect(),
+                intent: None,
+            })));
+        }
+        Ok(changes)
     }
 
     /// Gives a session a new title (OpenCode's `session.update`); without one, the session as it is. It

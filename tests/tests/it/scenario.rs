@@ -1348,3 +1348,47 @@ async fn a_commit_that_cuts_a_step_makes_the_summary_again_and_never_fails_for_i
     );
     app.stop().await
 }
+
+/// Deleting a session keeps the snapshots its warnings name (here, the user's edit a revert overwrote) as
+/// captures of the worktree, which gc keeps as long as any capture and `rewind snapshot restore` brings
+/// back: deleting a session loses no file. Before, they went with the session, and the next gc past the
+/// grace period collected the user's edit.
+#[tokio::test]
+async fn deleting_a_session_keeps_what_its_warnings_hold_as_captures() -> Result<()> {
+    use rewind_core::ports::MessageRepo;
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
+        })
+        .await?;
+    app.write("a.txt", "the user's own edit\n")?;
+    app.revert_to(&session, &user).await?;
+    let warnings = app.read(&format!("/session/{session}/warnings")).await?;
+    let snapshot = warnings[0]["snapshot"]
+        .as_str()
+        .with_context(|| format!("a warning names the user's edit: {warnings}"))?
+        .to_owned();
+    let directory = app.repo.to_str().context("UTF-8")?.to_owned();
+    let before = app.db.captures(Some(directory.clone())).await?;
+    ensure!(
+        before.iter().all(|c| c.snapshot.as_str() != snapshot),
+        "no capture yet: {before:?}"
+    );
+
+    let deleted = app.delete(&format!("/session/{session}")).await?;
+    ensure!(deleted.status == 200, "delete: {}", deleted.status);
+    let captures = app.db.captures(Some(directory)).await?;
+    let kept = captures
+        .iter()
+        .find(|c| c.snapshot.as_str() == snapshot)
+        .with_context(|| format!("the warning's snapshot is a capture: {captures:?}"))?;
+    assert!(
+        kept.message.contains("kept from deleted session"),
+        "{}",
+        kept.message
+    );
+    assert_eq!(kept.paths, ["a.txt"]);
+    app.stop().await
+}
