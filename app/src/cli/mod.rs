@@ -217,7 +217,13 @@ pub fn main() -> ExitCode {
         }
     };
     let json = cli.json;
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // The work is done (every operation was awaited): the runtime is shut down without waiting on a
+    // task that never yields. A driver's pool task once spun at 100% CPU after its command's output
+    // was printed, and dropping the runtime waited for it for ever (review: sqlx#3645, fixed in the
+    // sqlx this build uses; this bounds any other).
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => match error.downcast_ref::<Exit>() {
             Some(Exit(code)) => ExitCode::from(*code),
