@@ -51,6 +51,13 @@ pub struct GitSnapshotStore {
     config: Arc<GitStoreConfig>,
 }
 
+/// The first 16 hex digits of the SHA-1 of a database identity.
+fn key_of(identity: &str) -> String {
+    let digest = <sha1::Sha1 as sha1::Digest>::digest(identity.as_bytes());
+    let digest = gix::ObjectId::Sha1(digest.into()).to_string();
+    digest[..16].to_owned()
+}
+
 impl GitSnapshotStore {
     /// A store with this configuration; nothing is created until a worktree is first used.
     pub fn new(config: GitStoreConfig) -> Self {
@@ -67,16 +74,24 @@ impl GitSnapshotStore {
     /// A short name of the database the stores are keyed on (the first 16 hex digits of the SHA-1 of its
     /// identity), for files kept per database in the data directory.
     pub fn database_key(&self) -> String {
-        let digest = <sha1::Sha1 as sha1::Digest>::digest(self.config.database_identity.as_bytes());
-        let digest = gix::ObjectId::Sha1(digest.into()).to_string();
-        digest[..16].to_owned()
+        key_of(&self.config.database_identity)
+    }
+
+    /// `database_key` of each former identity of the database (`GitStoreConfig::former_identities`), for
+    /// files a rewind before its identity changed kept.
+    pub fn former_database_keys(&self) -> Vec<String> {
+        self.config
+            .former_identities
+            .iter()
+            .map(|identity| key_of(identity))
+            .collect()
     }
 
     /// The directory of the bare store that holds `worktree`'s snapshots (a git dir: `objects/` with loose
     /// objects, plus rewind's own files under `rewind/`, the stat cache at `rewind/stat-cache`).
     pub fn store_dir(&self, worktree: &Path) -> Result<PathBuf> {
         let canonical = store::canonical_worktree(&self.config, worktree)?;
-        Ok(store::location(&self.config, &canonical))
+        Ok(store::found_location(&self.config, &canonical))
     }
 
     /// Removes the temporary files a crashed operation left in `worktree`, when its store has a journal

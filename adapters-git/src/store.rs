@@ -486,6 +486,24 @@ pub fn location(config: &GitStoreConfig, canonical: &Path) -> PathBuf {
     location_for(config, &config.database_identity, canonical)
 }
 
+/// Where the store of `canonical` is found now: its place for this database, or, until a command that
+/// writes has moved it there (`adopt_former_store`), its place under a former identity of the database;
+/// its place for this database when it is in neither. For what only reads (`Store::open_to_read` on a
+/// read-only mount, `rewind status`), which moves nothing (review: an upgraded data directory's snapshots
+/// were not found there).
+pub fn found_location(config: &GitStoreConfig, canonical: &Path) -> PathBuf {
+    let dir = location(config, canonical);
+    if dir.join("HEAD").is_file() {
+        return dir;
+    }
+    config
+        .former_identities
+        .iter()
+        .map(|identity| location_for(config, identity, canonical))
+        .find(|former| former.join("HEAD").is_file())
+        .unwrap_or(dir)
+}
+
 /// Where the store of `canonical` lives for a database of identity `identity`.
 fn location_for(config: &GitStoreConfig, identity: &str, canonical: &Path) -> PathBuf {
     use sha1::Digest;
@@ -598,7 +616,7 @@ impl Store {
             return opened;
         }
         let canonical = canonical_worktree(config, worktree)?;
-        let dir = location(config, &canonical);
+        let dir = found_location(config, &canonical);
         if canonical != worktree || !dir.join("HEAD").is_file() {
             return opened;
         }

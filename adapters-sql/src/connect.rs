@@ -35,6 +35,11 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     };
     let backend = Backend::of(&config.url)
         .ok_or_else(|| config_error("expected a sqlite:… or postgres://… URL"))?;
+    // SQLite's own errors for a directory are "unable to open" to write and a read error to read, which
+    // reads as a full disk (review).
+    if backend == Backend::SqliteFile && std::path::Path::new(&target).is_dir() {
+        return Err(config_error("it is a directory, not a database file"));
+    }
     if let Some(schema) = &config.schema {
         if backend != Backend::Postgres {
             return Err(config_error("a schema can only be given for PostgreSQL"));
@@ -131,7 +136,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         pooled.await
     };
     // A SQLite file in a directory that cannot be written (a read-only mount, say): SQLite cannot make the
-    // `-shm` file a WAL database is read with (rewind's processes leave none when the last one ends).
+    // `-shm` file a WAL database is read with, when none was left beside it.
     // Opened to read, with no write-ahead log beside it to read, the file alone is the database: it is
     // read as immutable. Opened to write, it is refused as read-only, so a command that only shows opens
     // it to read (review: `log` failed with "unable to open database file").
@@ -139,6 +144,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         Err(source)
             if backend == Backend::SqliteFile
                 && fault_kind(&source) == FaultKind::CannotOpen
+                && std::fs::metadata(&target).is_ok_and(|meta| meta.is_file())
                 && std::fs::File::open(&target).is_ok() =>
         {
             if !read_only {

@@ -1083,3 +1083,21 @@ fn a_database_missing_one_of_its_tables_is_refused_naming_it() {
         );
     });
 }
+
+/// A database path that names a directory is refused as such, not as read-only (review: the read-only
+/// directory's handling took it for a file, and `log` then asked whether the disk was full).
+#[test]
+fn a_database_path_that_is_a_directory_is_not_called_read_only() {
+    run(async {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().display());
+        let message = described(SqlRepo::connect(&url).await);
+        assert!(!message.contains("read-only"), "{message}");
+        assert!(message.contains("is a directory"), "{message}");
+        let mut config = SqlConfig::new(&url);
+        config.read_only = true;
+        let message = described(SqlRepo::open(config).await);
+        assert!(!message.contains("disk"), "{message}");
+        assert!(message.contains("is a directory"), "{message}");
+    });
+}

@@ -31,7 +31,17 @@ pub struct LastGc {
 impl LastGc {
     /// The record of the last gc of the context's database, if any.
     pub fn read(ctx: &Context) -> Option<LastGc> {
-        let text = std::fs::read_to_string(record_path(ctx)).ok()?;
+        // Else the record a rewind before the database's identity changed kept (review: an upgraded data
+        // directory showed "never").
+        let former = ctx
+            .services
+            .snapshots
+            .former_database_keys()
+            .into_iter()
+            .map(|key| data_dir_file(ctx, &key));
+        let text = std::iter::once(record_path(ctx))
+            .chain(former)
+            .find_map(|path| std::fs::read_to_string(path).ok())?;
         serde_json::from_str(&text).ok()
     }
 
@@ -49,10 +59,15 @@ impl LastGc {
 
 /// `<data dir>/last-gc-<the database's key>.json`.
 fn record_path(ctx: &Context) -> std::path::PathBuf {
-    ctx.services.settings.data_dir.join(format!(
-        "last-gc-{}.json",
-        ctx.services.snapshots.database_key()
-    ))
+    data_dir_file(ctx, &ctx.services.snapshots.database_key())
+}
+
+/// `<data dir>/last-gc-<key>.json`.
+fn data_dir_file(ctx: &Context, key: &str) -> std::path::PathBuf {
+    ctx.services
+        .settings
+        .data_dir
+        .join(format!("last-gc-{key}.json"))
 }
 
 /// `gc --json`: the service's summary plus the totals.

@@ -545,12 +545,14 @@ impl SessionFilter {
             // (review: a stream resumed before a session's creation passed over its events until then).
             // When the outbox no longer holds any, the events are not sent.
             Err(rewind_core::Error::NotFound(_)) => match self.directory_ahead(id, seq).await {
-                Some(directory) => {
+                Ok(Some(directory)) => {
                     let ours = self.scope.covers(&directory);
                     self.known().insert(id.clone(), ours);
                     ours
                 }
-                None => false,
+                Ok(None) => false,
+                // The outbox not read now: as below, sent rather than lost for a worktree's stream.
+                Err(_) => matches!(self.scope, Scope::Worktree(_)),
             },
             // Not known now (the database busy, say): for a worktree's stream, sent rather than lost, and
             // asked again next time (review); for the roots', not sent, as the session routes refuse a
@@ -561,19 +563,24 @@ impl SessionFilter {
 
     /// The directory the outbox's events after position `seq` give session `id`, reading ahead as far as
     /// needed, once per stream: what was read stays for the next session asked about.
-    async fn directory_ahead(&self, id: &SessionId, seq: u64) -> Option<String> {
+    async fn directory_ahead(
+        &self,
+        id: &SessionId,
+        seq: u64,
+    ) -> rewind_core::Result<Option<String>> {
         let mut ahead = self.ahead.lock().await;
         ahead.read_to = ahead.read_to.max(seq);
         loop {
             if let Some(directory) = ahead.directories.get(id) {
-                return Some(directory.clone());
+                return Ok(Some(directory.clone()));
             }
             let rows = self
                 .repo
                 .events_after(ahead.read_to, CATCH_UP_BATCH)
-                .await
-                .ok()?;
-            let last = rows.last()?.seq;
+                .await?;
+            let Some(last) = rows.last().map(|row| row.seq) else {
+                return Ok(None);
+            };
             let whole = rows.len() == CATCH_UP_BATCH as usize;
             for row in rows {
                 if let Some((session, Some(info))) = row.event.payload.session() {
@@ -585,7 +592,7 @@ impl SessionFilter {
             }
             ahead.read_to = last;
             if !whole {
-                return ahead.directories.get(id).cloned();
+                return Ok(ahead.directories.get(id).cloned());
             }
         }
     }

@@ -436,6 +436,22 @@ fn a_fresh_database_in_another_s_place_never_collects_its_snapshots() {
     );
 }
 
+/// The SHA-1 of `bytes` in hex, by `sha1sum`.
+fn sha1_hex(bytes: &[u8]) -> String {
+    let mut sha1sum = std::process::Command::new("sha1sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs sha1sum");
+    std::io::Write::write_all(&mut sha1sum.stdin.take().expect("stdin"), bytes).expect("writes");
+    let out = sha1sum.wait_with_output().expect("sha1sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split(' ')
+        .next()
+        .expect("a digest")
+        .to_owned()
+}
+
 /// A store made before stores were keyed on the database's drawn identity (keyed on its canonical file
 /// alone) is adopted when first opened: an upgrade keeps every snapshot.
 #[test]
@@ -455,21 +471,50 @@ fn a_store_keyed_on_the_database_file_alone_is_adopted() {
     let mut key = file.to_str().expect("UTF-8").as_bytes().to_vec();
     key.push(0);
     key.extend_from_slice(worktree.to_str().expect("UTF-8").as_bytes());
-    let mut sha1sum = std::process::Command::new("sha1sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("runs sha1sum");
-    std::io::Write::write_all(&mut sha1sum.stdin.take().expect("stdin"), &key).expect("writes");
-    let out = sha1sum.wait_with_output().expect("sha1sum");
-    let legacy = root.join(
-        String::from_utf8_lossy(&out.stdout)
-            .split(' ')
-            .next()
-            .expect("a digest"),
-    );
+    let legacy = root.join(sha1_hex(&key));
+    // And the record of its last gc, kept under the same identity's key.
+    env.ok(&["gc"]);
+    let record = std::fs::read_dir(env.data.path())
+        .expect("the data dir")
+        .map(|entry| entry.expect("an entry").path())
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("last-gc-"))
+        })
+        .expect("gc's record");
+    let legacy_key = &sha1_hex(file.to_str().expect("UTF-8").as_bytes())[..16];
+    std::fs::rename(
+        &record,
+        env.data.path().join(format!("last-gc-{legacy_key}.json")),
+    )
+    .expect("as an older rewind left it");
     assert_ne!(legacy, stores[0], "keyed otherwise now");
     std::fs::rename(&stores[0], &legacy).expect("as an older rewind left it");
+
+    // Before any command that writes moves it: `status` names it, and `log` reads it where the store
+    // directory cannot be written (`chattr +i`, as on a read-only mount; review: an upgraded data
+    // directory's steps showed no files there, and `status` an empty store).
+    let status = env.json(&["status"]);
+    assert_eq!(
+        status["store"]["path"].as_str(),
+        legacy.to_str(),
+        "{status:#}"
+    );
+    assert!(status["lastGc"]["time"].is_u64(), "{status:#}");
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&root)
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    assert!(chattr("+i"), "chattr +i (an ext4 the tests run on)");
+    let log = env.rewind(&["log"]).output().expect("runs");
+    assert!(chattr("-i"));
+    let shown = String::from_utf8_lossy(&log.stdout);
+    assert!(log.status.success(), "{log:?}");
+    assert!(shown.contains("a.txt +1 -1"), "{shown}");
+    assert!(legacy.join("HEAD").is_file(), "not moved by a read");
 
     env.ok(&["undo"]);
     assert_eq!(
