@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use proptest::prelude::*;
-use rewind_core::model::{FileStatus, RelPath, SnapshotId};
+use rewind_core::model::{FileDiff, FileStatus, RelPath, SnapshotId};
 use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
 use rewind_git::ExcludesFile;
 use tempfile::TempDir;
@@ -808,13 +808,7 @@ async fn the_diff_attribute_decides_text_or_binary_as_git_does() {
         .diff(h.root(), &before, &after)
         .await
         .expect("diff");
-    let counted: String = rows
-        .iter()
-        .map(|row| match row.patch.as_str() {
-            "" => format!("-\t-\t{}\n", row.file),
-            _ => format!("{}\t{}\t{}\n", row.additions, row.deletions, row.file),
-        })
-        .collect();
+    let counted = as_numstat(&rows);
     let numstat = git(
         h.root(),
         &["diff", "--numstat", "--no-renames", "HEAD~", "HEAD"],
@@ -822,6 +816,32 @@ async fn the_diff_attribute_decides_text_or_binary_as_git_does() {
     assert_eq!(counted, numstat);
     // Not a test of nothing: both kinds are there.
     assert!(numstat.contains("-\t-\tdeps.lock") && numstat.contains("1\t1\tforced"));
+}
+
+/// `diff`'s rows written as `git diff --numstat` prints them (`-\t-` for a binary change).
+fn as_numstat(rows: &[FileDiff]) -> String {
+    rows.iter()
+        .map(|row| match row.patch.as_str() {
+            "" => format!("-\t-\t{}\n", row.file),
+            _ => format!("{}\t{}\t{}\n", row.additions, row.deletions, row.file),
+        })
+        .collect()
+}
+
+/// The paths `git add -A` gives the repository at `h`'s root and the nested one at `nested`, sorted as
+/// `ls-tree -r` lists them.
+fn git_adds_with_nested(h: &GitHarness, nested: &Path) -> Vec<String> {
+    let nested_adds: Vec<String> = git_adds(nested)
+        .lines()
+        .map(|path| format!("nested/{path}"))
+        .collect();
+    let mut expected: Vec<String> = git_adds(h.root())
+        .lines()
+        .map(str::to_owned)
+        .chain(nested_adds)
+        .collect();
+    expected.sort();
+    expected
 }
 
 /// The paths `git add -A` puts in a fresh index of the repository at `dir`, as `ls-files` lists them (the
@@ -874,16 +894,7 @@ async fn core_ignore_case_makes_patterns_match_regardless_of_case_as_git_does() 
     h.write("nested/kept.txt", b"k\n");
 
     let folded = stored_names(&h, &h.track().await.id);
-    let nested_adds: String = git_adds(&nested)
-        .lines()
-        .map(|path| format!("nested/{path}\n"))
-        .collect();
-    let mut expected: Vec<String> = git_adds(h.root())
-        .lines()
-        .chain(nested_adds.lines())
-        .map(str::to_owned)
-        .collect();
-    expected.sort();
+    let expected = git_adds_with_nested(&h, &nested);
     assert_eq!(folded.lines().collect::<Vec<_>>(), expected);
     // Not a test of nothing: each kind of rule left something out only by folding case, and a negated
     // pattern let one back in.
@@ -912,13 +923,7 @@ async fn core_ignore_case_makes_patterns_match_regardless_of_case_as_git_does() 
         .diff(h.root(), &before, &after)
         .await
         .expect("diff");
-    let counted: String = rows
-        .iter()
-        .map(|row| match row.patch.as_str() {
-            "" => format!("-\t-\t{}\n", row.file),
-            _ => format!("{}\t{}\t{}\n", row.additions, row.deletions, row.file),
-        })
-        .collect();
+    let counted = as_numstat(&rows);
     let numstat = git(
         h.root(),
         &["diff", "--numstat", "--no-renames", "HEAD~", "HEAD"],
@@ -930,16 +935,7 @@ async fn core_ignore_case_makes_patterns_match_regardless_of_case_as_git_does() 
     git(h.root(), &["config", "core.ignoreCase", "false"]);
     git(&nested, &["config", "core.ignoreCase", "false"]);
     let matched = stored_names(&h, &h.track().await.id);
-    let nested_adds: String = git_adds(&nested)
-        .lines()
-        .map(|path| format!("nested/{path}\n"))
-        .collect();
-    let mut expected: Vec<String> = git_adds(h.root())
-        .lines()
-        .chain(nested_adds.lines())
-        .map(str::to_owned)
-        .collect();
-    expected.sort();
+    let expected = git_adds_with_nested(&h, &nested);
     assert_eq!(matched.lines().collect::<Vec<_>>(), expected);
     assert!(matched.lines().any(|line| line == "a.log"), "{matched}");
     assert!(!matched.lines().any(|line| line == "keep.LOG"), "{matched}");
