@@ -63,13 +63,18 @@ impl DiffAttributes {
                 .or_default()
                 .push((path.to_owned(), full));
         }
-        let case = if reader.fold_case {
-            gix::glob::pattern::Case::Fold
-        } else {
-            gix::glob::pattern::Case::Sensitive
-        };
         let mut set = HashMap::new();
         for (root, paths) in by_root {
+            // A nested repository's own `core.ignoreCase`, as for its ignore rules.
+            let folds = match root.as_str() {
+                "" => reader.fold_case,
+                root => reader.nested_folds_case(root),
+            };
+            let case = if folds {
+                gix::glob::pattern::Case::Fold
+            } else {
+                gix::glob::pattern::Case::Sensitive
+            };
             let Some((search, collection)) = reader.search_from(&root, &paths) else {
                 continue;
             };
@@ -112,8 +117,9 @@ struct Reader {
     enclosing: Option<Enclosing>,
     /// The system and global files' texts, with their paths.
     globals: Vec<(PathBuf, Vec<u8>)>,
-    /// By directory under `top`, whether it is a nested repository's root.
-    roots: HashMap<String, bool>,
+    /// By directory under `top`, whether it is a nested repository's root, and then whether its own
+    /// configuration sets `core.ignoreCase`.
+    roots: HashMap<String, Option<bool>>,
     /// Whether patterns match regardless of case (`core.ignoreCase`, as for the ignore rules).
     fold_case: bool,
 }
@@ -253,13 +259,24 @@ impl Reader {
     /// Whether directory `dir` (under `top`) is a nested repository's root: its `.git` makes it one
     /// as it makes it one for the ignore rules (an empty `.git`, or a gitfile naming nothing, does not).
     fn is_repository_root(&mut self, dir: &str) -> bool {
+        self.nested_root(dir).is_some()
+    }
+
+    /// Whether the nested repository rooted at `dir` matches regardless of case.
+    fn nested_folds_case(&mut self, dir: &str) -> bool {
+        self.nested_root(dir).unwrap_or(self.fold_case)
+    }
+
+    /// When directory `dir` is a nested repository's root: whether its own configuration sets
+    /// `core.ignoreCase`.
+    fn nested_root(&mut self, dir: &str) -> Option<bool> {
         if let Some(known) = self.roots.get(dir) {
             return *known;
         }
-        let found = matches!(
-            crate::ignore::nested_repository_exclude(&self.top.join(dir)),
-            Ok(Some(_))
-        );
+        let found = match crate::ignore::nested_repository_exclude(&self.top.join(dir)) {
+            Ok(Some(exclude)) => Some(crate::ignore::nested_folds_case(exclude.as_deref())),
+            _ => None,
+        };
         self.roots.insert(dir.to_owned(), found);
         found
     }

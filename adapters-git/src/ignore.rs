@@ -410,8 +410,8 @@ impl Ignores {
     /// `info/exclude` (`exclude`), both relative to its root, as git reads them there. None of the
     /// enclosing repository's rules hold inside it (SPEC 2.2: nested repositories are snapshotted under
     /// their own ignore rules; black-box: a superproject's `*.p` hid a submodule's committed `config.p`,
-    /// whose edits a turn then made for good). Its own configuration is not read: the enclosing
-    /// repository's `core.ignoreCase` holds in it.
+    /// whose edits a turn then made for good). Its patterns match regardless of case as its own
+    /// `core.ignoreCase` says (`nested_folds_case`); its own `core.excludesFile` is not read.
     pub fn nested(&self, dir: &str, exclude: Option<&str>) -> Ignores {
         let base = format!("{}{dir}", self.prefix);
         let global = self.outside.iter().filter(|rule| rule.global);
@@ -425,7 +425,10 @@ impl Ignores {
                 fold_case: false,
             })
             .collect();
-        Ignores::from_outside(marked_case(outside, self.fold_case), self.prefix.clone())
+        Ignores::from_outside(
+            marked_case(outside, nested_folds_case(exclude)),
+            self.prefix.clone(),
+        )
     }
 
     /// A hash of the rules `nested` starts from, standing for the parent's in the untracked cache's hash
@@ -508,8 +511,35 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
     }
     // Its rule lines only: the text is also kept in each snapshot's record (`SnapshotRecord::nested`), and
     // git's template is comments alone.
-    let exclude = read_rules_following(&common_dir_of(&git_dir).join("info").join("exclude"))?;
-    Ok(Some(exclude.map(|text| rule_lines(&text))))
+    let common_dir = common_dir_of(&git_dir);
+    let exclude = read_rules_following(&common_dir.join("info").join("exclude"))?;
+    let exclude = exclude.map(|text| rule_lines(&text));
+    // Its own `core.ignoreCase`, as git reads it there (the enclosing repository's may differ: review),
+    // said by a comment line before the rules, so that the snapshot's record keeps it with them.
+    let own = Enclosing {
+        root: dir.to_path_buf(),
+        found_at: dir.to_path_buf(),
+        git_dir,
+        common_dir,
+    };
+    if crate::git_config::configured_ignore_case(Some(&own), None) {
+        return Ok(Some(Some(format!(
+            "{FOLD_CASE_LINE}{}",
+            exclude.unwrap_or_default()
+        ))));
+    }
+    Ok(Some(exclude))
+}
+
+/// The line a nested repository's rules (`nested_repository_exclude`) start with when its own
+/// configuration sets `core.ignoreCase`: a comment, so no pattern, and never one of the repository's own
+/// lines (their comments are not kept). Records from before it was written have none: they were matched
+/// by case.
+const FOLD_CASE_LINE: &str = "# rewind: core.ignoreCase\n";
+
+/// Whether a nested repository's rules say it matches regardless of case (`FOLD_CASE_LINE`).
+pub fn nested_folds_case(exclude: Option<&str>) -> bool {
+    exclude.is_some_and(|text| text.starts_with(FOLD_CASE_LINE))
 }
 
 /// A rules file's text without its comments and empty lines, which match nothing (a line that starts with

@@ -863,7 +863,8 @@ fn git_adds(dir: &Path) -> String {
 /// drive under WSL), git matches ignore and attribute patterns regardless of case: `track` leaves out
 /// what `git add -A` leaves out, in a nested repository too, and a change that `*.BIN -diff` names counts
 /// as binary, as in `git diff --numstat`. Switched off again, the next track matches case again (the
-/// untracked cache's listings are not reused across the switch). Before, patterns always matched case.
+/// untracked cache's listings are not reused across the switch); set in the nested repository alone, its
+/// own patterns alone match regardless of case. Before, patterns always matched case.
 #[tokio::test]
 async fn core_ignore_case_makes_patterns_match_regardless_of_case_as_git_does() {
     let h = GitHarness::new();
@@ -939,6 +940,20 @@ async fn core_ignore_case_makes_patterns_match_regardless_of_case_as_git_does() 
     assert_eq!(matched.lines().collect::<Vec<_>>(), expected);
     assert!(matched.lines().any(|line| line == "a.log"), "{matched}");
     assert!(!matched.lines().any(|line| line == "keep.LOG"), "{matched}");
+
+    // Set in the nested repository alone: its patterns match regardless of case, the enclosing ones by
+    // case, as git run in each matches them (review: the enclosing repository's setting held in both).
+    git(&nested, &["config", "core.ignoreCase", "true"]);
+    let mixed = stored_names(&h, &h.track().await.id);
+    assert_eq!(
+        mixed.lines().collect::<Vec<_>>(),
+        git_adds_with_nested(&h, &nested)
+    );
+    assert!(mixed.lines().any(|line| line == "a.log"), "{mixed}");
+    assert!(
+        !mixed.lines().any(|line| line == "nested/a.cache"),
+        "{mixed}"
+    );
 }
 
 /// The text diff's hunk headers carry git's function line: the nearest line above the hunk that starts
