@@ -2,7 +2,7 @@
 //! item, on the git store, plus the "tests worth adding" that follow §5.3.
 //!
 //! Every test starts like OpenCode's: a temporary git repository with an empty root commit, plus `a.txt` and
-//! `b.txt`. The mapping: `track()` is `track(wt)`; `patch(hash)` is `changed_files(wt, hash)` (relative
+//! `b.txt` committed. The mapping: `track()` is `track(wt)`; `patch(hash)` is `changed_files(wt, hash)` (relative
 //! paths: the absolute form is the service's job); `revert(patches)` is `revert(wt, patches, base)` with
 //! `base` a fresh `track` just before; `diff(hash)` is `unified_diff`; `diffFull(a, b)` is `diff`;
 //! `restore(s)` is `restore(wt, s, None)`. Where SPEC differs from OpenCode the test says so.
@@ -24,11 +24,14 @@ use crate::harness::{GitHarness, list_tree};
 const A: &str = "a content\n";
 const B: &str = "b content\n";
 
-/// OpenCode's fixture: a repository with an empty root commit, then `a.txt` and `b.txt`.
+/// OpenCode's fixture: a repository with an empty root commit, then `a.txt` and `b.txt` committed
+/// (`git add . && git commit -m init`), so the first track is seeded from the user's index and objects, as a
+/// real checkout's is (SPEC 2.1).
 fn setup() -> GitHarness {
     let h = GitHarness::git_repo();
     h.write("a.txt", A.as_bytes());
     h.write("b.txt", B.as_bytes());
+    commit_all(h.root(), "init");
     h
 }
 
@@ -112,7 +115,10 @@ fn files_of(diffs: &[FileDiff]) -> Vec<&str> {
 #[tokio::test]
 async fn oc01_tracks_deleted_files() {
     let h = setup();
-    let before = h.id().await;
+    let first = h.track().await;
+    // The fixture's committed files are seeded from the user's index: none is read from disk.
+    assert_eq!(first.hashed, 0);
+    let before = first.id;
     h.remove("a.txt");
     assert_eq!(changed(&h, &before).await, ["a.txt"]);
 }
@@ -773,11 +779,14 @@ async fn oc33_diff_in_linked_worktree_ignores_primary_only_edits() {
     linked.write("worktree-only.txt", b"worktree only\n");
     linked.write("shared.txt", b"shared v2\n");
     h.write("primary-only.txt", b"primary only\n");
+    // As OpenCode's test: the primary checkout's own edit of the shared file does not leak in.
+    h.write("shared.txt", b"shared edited in the primary checkout\n");
     let text = unified(&linked, &before).await;
     assert!(text.contains("worktree-only.txt"), "{text}");
     assert!(text.contains("shared.txt"), "{text}");
     assert!(text.contains("+shared v2\n"), "{text}");
     assert!(!text.contains("primary-only"), "{text}");
+    assert!(!text.contains("primary checkout"), "{text}");
 }
 
 /// 34. track with no changes returns same hash.
@@ -1076,6 +1085,13 @@ async fn oc46_diff_full_with_addition_and_deletion() {
     assert_eq!(files_of(&diffs), ["a.txt", "added.txt"]);
     assert_eq!((diffs[0].additions, diffs[0].deletions), (0, 1));
     assert_eq!((diffs[1].additions, diffs[1].deletions), (1, 0));
+    // And the patches say so, as OpenCode's test checks.
+    assert!(
+        diffs[0].patch.contains(&format!("-{A}")),
+        "{}",
+        diffs[0].patch
+    );
+    assert!(diffs[1].patch.contains("+added\n"), "{}", diffs[1].patch);
 }
 
 /// 47. diffFull with multiple additions and deletions: exact per-file counts.

@@ -1392,3 +1392,52 @@ async fn deleting_a_session_keeps_what_its_warnings_hold_as_captures() -> Result
     assert_eq!(kept.paths, ["a.txt"]);
     app.stop().await
 }
+
+/// OpenCode's item 63 (#26574): a stored diff row without `patch` (as an older OpenCode wrote them) is read
+/// as an empty patch, and `GET /session/:id/diff` answers 200; a binary file's row has `patch: ""` and no
+/// counts, as git's `--numstat` gives none.
+#[tokio::test]
+async fn a_diff_row_without_a_patch_or_of_a_binary_file_is_served() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("x.bin"), b"\0\x01binary\0")?;
+            Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
+        })
+        .await?;
+    app.revert_to(&session, &user).await?;
+    let diff = app.read(&format!("/session/{session}/diff")).await?;
+    let binary = diff
+        .as_array()
+        .and_then(|rows| rows.iter().find(|row| row["file"] == "x.bin"))
+        .with_context(|| format!("a row for x.bin: {diff}"))?;
+    assert_eq!(binary["patch"], "", "{diff}");
+    assert_eq!(
+        (&binary["additions"], &binary["deletions"]),
+        (&json!(0), &json!(0))
+    );
+
+    let db = app.data_dir.join("rewind.db");
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys\n\
+             c = sqlite3.connect(sys.argv[1])\n\
+             c.execute(\"UPDATE session_diff SET body = ?, body_ref = NULL\", \
+             ('[{\"file\": \"x.bin\", \"additions\": 0, \"deletions\": 0}]',))\n\
+             c.commit()\n",
+        )
+        .arg(&db)
+        .status()?;
+    ensure!(status.success(), "python3 rewrote the row");
+    let reply = app
+        .send(app.http.get(app.url(&format!("/session/{session}/diff"))))
+        .await?;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        reply.body,
+        json!([{"file": "x.bin", "patch": "", "additions": 0, "deletions": 0, "status": "modified"}])
+    );
+    app.stop().await
+}
