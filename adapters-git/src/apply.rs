@@ -10,6 +10,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use gix::ObjectId;
 use rewind_core::model::{
@@ -424,6 +425,8 @@ struct Applier<'a> {
     /// deletions end (`finish`, at the first write or the operation's end), which looks at them again as
     /// at the files the writes swapped out (`settle`).
     deleted_aside: Vec<SwappedOut>,
+    /// The directory handle kept last for `deleted_aside` (`keep_dir`).
+    kept_dir: LastKeptDir,
     /// The files of `deleted_aside` removed to make way for a directory (`write`): written to meanwhile,
     /// such a file cannot go back to its name, which the directory holds; it is kept beside it, and its
     /// deletion stands.
@@ -620,8 +623,10 @@ fn write_file(
         .and_then(|st| Stat::of_rustix(&st))
         .filter(|stat| stat.mode == job.mode);
     if let (Some(ours), Some(was)) = (swapped_out, job.was) {
+        let dir_handle = thread.keep_dir(dir_rel, dir);
         thread.swapped_out(SwappedOut {
             dir: dir_rel.to_owned(),
+            dir_handle,
             tmp: job.tmp.clone(),
             name: name.to_owned(),
             rel: job.rel.clone(),
@@ -647,8 +652,14 @@ const SETTLE_AGE: std::time::Duration = std::time::Duration::from_millis(1);
 /// a deletion moved aside (`remove_aside`) waits the same way, until the deletions end, with no new
 /// content at its name (`ours` none).
 struct SwappedOut {
-    /// Its directory, worktree-relative (opened again to look: a handle each would be one per write).
+    /// Its directory, worktree-relative (opened again to look when no handle is kept, `dir_handle`).
     dir: String,
+    /// The handle the write used on that directory, kept (shared by the files of one directory a thread
+    /// wrote one after the other, and at most `KEPT_DIR_HANDLES` at once): the file is looked at there,
+    /// where it is, though another program moved the directory since (review: after an `mv` during an
+    /// undo, the directory was not found by its path, the files taken for removed with it, and they stayed
+    /// in it at their temporary names for good).
+    dir_handle: Option<Arc<KeptDir>>,
     /// The temporary name it stands at.
     tmp: String,
     /// Its own name, where the new content stands.
@@ -667,10 +678,57 @@ struct SwappedOut {
     ext4: bool,
 }
 
+/// How many directory handles the swapped-out files of the process's writes keep at once; past it, a file's
+/// directory is opened again by its path to look at it.
+const KEPT_DIR_HANDLES: usize = 256;
+
+/// The directory handles kept now (`KeptDir`).
+static KEPT_DIRS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A directory handle kept for the files swapped out in it (`SwappedOut::dir_handle`), counted in
+/// `KEPT_DIRS` while it lives.
+struct KeptDir(OwnedFd);
+
+impl Drop for KeptDir {
+    fn drop(&mut self) {
+        KEPT_DIRS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The last directory handle kept by a thread or an applier: its directory (worktree-relative), identity
+/// (device, inode) and handle.
+type LastKeptDir = Option<(String, (u64, u64), Arc<KeptDir>)>;
+
+/// The handle to keep for a file swapped or moved out in `dir` (worktree-relative), opened as `fd`: the
+/// last one kept (`last`) when it is the same directory, else `fd` itself, unless `KEPT_DIR_HANDLES` are
+/// kept.
+fn keep_dir(last: &mut LastKeptDir, dir: &str, fd: OwnedFd) -> Option<Arc<KeptDir>> {
+    use std::sync::atomic::Ordering;
+    #[allow(clippy::unnecessary_cast)]
+    let id = rustix::fs::fstat(&fd)
+        .ok()
+        .map(|st| (st.st_dev as u64, st.st_ino as u64))?;
+    if let Some((kept, kept_id, handle)) = last.as_ref()
+        && kept == dir
+        && *kept_id == id
+    {
+        return Some(Arc::clone(handle));
+    }
+    if KEPT_DIRS.fetch_add(1, Ordering::Relaxed) >= KEPT_DIR_HANDLES {
+        KEPT_DIRS.fetch_sub(1, Ordering::Relaxed);
+        return None;
+    }
+    let handle = Arc::new(KeptDir(fd));
+    *last = Some((dir.to_owned(), id, Arc::clone(&handle)));
+    Some(handle)
+}
+
 /// A write thread's files to hand over (`Releases`), and where it puts the files it swaps out.
 struct WriteThread<'a> {
     releases: Releases,
     swapped: &'a std::sync::Mutex<Vec<SwappedOut>>,
+    /// The directory handle kept last, with its directory (worktree-relative) and identity (device, inode).
+    kept_dir: LastKeptDir,
 }
 
 impl<'a> WriteThread<'a> {
@@ -678,7 +736,13 @@ impl<'a> WriteThread<'a> {
         WriteThread {
             releases: Releases::default(),
             swapped,
+            kept_dir: None,
         }
+    }
+
+    /// `keep_dir` for this thread.
+    fn keep_dir(&mut self, dir: &str, fd: OwnedFd) -> Option<Arc<KeptDir>> {
+        keep_dir(&mut self.kept_dir, dir, fd)
     }
 
     fn swapped_out(&mut self, file: SwappedOut) {
@@ -706,9 +770,14 @@ fn settle(
     if let Some(hook) = hook {
         hook(&file.rel);
     }
-    // The files are in directory order: a thread opens each directory once.
+    // The files are in directory order: a thread opens each directory once, through the handle the write
+    // kept when there is one (the directory may have moved since, with the file in it).
     if opened.as_ref().is_none_or(|(dir, _)| *dir != file.dir) {
-        match root.dir(&file.dir) {
+        let fd = match &file.dir_handle {
+            Some(kept) => rustix::io::dup(&kept.0).map_err(io::Error::from),
+            None => root.dir(&file.dir),
+        };
+        match fd {
             Ok(fd) => *opened = Some((file.dir.clone(), fd)),
             // Its directory was removed or replaced meanwhile, with the file in it.
             Err(e) if beneath::moved(&e) => return Ok(Settled::Removed),
@@ -1244,6 +1313,7 @@ impl<'a> Applier<'a> {
             not_a_file: HashSet::new(),
             dirs_changed: false,
             deleted_aside: Vec::new(),
+            kept_dir: None,
             made_way: HashSet::new(),
             emptied: Vec::new(),
             emptied_dirs: HashSet::new(),
@@ -1573,8 +1643,10 @@ impl<'a> Applier<'a> {
         );
         match removal.map_err(|e| GitError::io(&abs, e))? {
             Removal::Aside => {
+                let dir_handle = keep_dir(&mut self.kept_dir, dir_rel, dir);
                 self.deleted_aside.push(SwappedOut {
                     dir: dir_rel.to_owned(),
+                    dir_handle,
                     tmp: aside,
                     name: name.to_owned(),
                     rel: path.to_owned(),

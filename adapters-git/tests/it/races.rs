@@ -1550,3 +1550,55 @@ async fn a_directory_someone_else_made_first_is_withdrawn_from_the_journal() {
         outcome.kept
     );
 }
+
+/// A directory another program moves (`mv d d2`) after the revert wrote its files and before it looks at
+/// the files it swapped out (the old contents, at temporary names in that directory): those are removed
+/// where the directory now is, through the handle the writes used, and nothing of rewind's is left in it.
+/// Before, the directory was opened again by its path, not found, and the files taken for removed with
+/// it: they stayed in `d2` for good (black-box: 24 to 224 `.rewind-tmp-` files after an `mv` during undo).
+#[tokio::test]
+async fn a_directory_moved_before_the_swapped_out_files_are_removed_keeps_none_of_them() {
+    let moved = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let once = Arc::clone(&moved);
+    let h = GitHarness::with_config(move |config, base| {
+        let wt = base.join("wt");
+        config.settle_hook = Some(Arc::new(move |path: &str| {
+            if path.starts_with("d/") && !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                fs::rename(wt.join("d"), wt.join("d2")).expect("another program's mv");
+            }
+        }));
+    });
+    for n in 0..20 {
+        h.write(&format!("d/f{n}"), format!("v0 {n}\n").as_bytes());
+    }
+    let s = h.id().await;
+    for n in 0..20 {
+        h.write(&format!("d/f{n}"), format!("v1 {n}, longer\n").as_bytes());
+    }
+    let base = h.id().await;
+    let files: Vec<RelPath> = (0..20)
+        .map(|n| RelPath::new(format!("d/f{n}")).expect("a path"))
+        .collect();
+    h.port()
+        .revert(h.root(), &[SnapshotPatch { hash: s, files }], &base)
+        .await
+        .expect("revert");
+    assert!(
+        moved.load(std::sync::atomic::Ordering::SeqCst),
+        "the files were swapped out and looked at again (this filesystem swaps)"
+    );
+    nothing_of_rewind_s_is_left(&h, "after the move");
+    let names = names_in(&h.path("d2"));
+    assert!(
+        names.iter().all(|n| !n.contains(".rewind-")),
+        "nothing of rewind's is left where the directory went: {names:?}"
+    );
+    assert_eq!(names.len(), 20);
+    // The reverted content is where the directory went.
+    for n in 0..20 {
+        assert_eq!(
+            h.read(&format!("d2/f{n}")),
+            Some(Node::file(format!("v0 {n}\n").as_str()))
+        );
+    }
+}
