@@ -2743,8 +2743,8 @@ fn dirs_above<'p>(paths: impl Iterator<Item = &'p str>) -> HashSet<&'p str> {
 }
 
 /// Why a file that is not tracked content now is not overwritten or deleted.
-const NOT_TRACKED_NOW: &str = "it is not tracked content now (ignored or over the size cap, or made by another program after rewind took the \
-     snapshot this operation started from), so it is left as it is";
+const NOT_TRACKED_NOW: &str = "it is not tracked content now (ignored, over the size cap, a special file such as a FIFO or \
+     socket, or made by another program after rewind took the snapshot this operation started from), so it is left as it is";
 
 /// Why a file is not written where a directory holding other files stands.
 const OCCUPIED_DIR: &str = "a directory holding other files stands there; it is left as it is";
