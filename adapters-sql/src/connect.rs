@@ -87,6 +87,18 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     options.map_sqlx_postgres_opts(move |postgres| {
         postgres.options([("lock_timeout", lock_timeout.as_str())])
     });
+    // The pool's connections never create the file: one a pool opens after the database was moved or
+    // deleted under a running process would make a fresh, empty database at its path (review). The file is
+    // made here, once, when the URL asks for it (`mode=rwc`).
+    let made = backend == Backend::SqliteFile
+        && !read_only
+        && (std::path::Path::new(&target).is_file()
+            || (config.url.contains("mode=rwc")
+                && std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&target)
+                    .is_ok()));
     options.map_sqlx_sqlite_opts(move |sqlite| {
         if read_only {
             // Opened read-only, the file keeps the journal mode it has: setting it would write.
@@ -99,6 +111,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(busy_timeout)
             .foreign_keys(true)
+            .create_if_missing(!made)
     });
 
     if backend == Backend::SqliteFile && !read_only {
@@ -340,12 +353,14 @@ async fn connect_lease_pool(
         .max_connections(2)
         .connect_lazy(true);
     discard_connections_left_in_a_transaction(&mut options);
+    // Opened after the main pool made the file: never creating it (see `open`).
     options.map_sqlx_sqlite_opts(move |sqlite| {
         sqlite
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(busy_timeout)
             .foreign_keys(true)
+            .create_if_missing(false)
     });
     Database::connect(options).await
 }

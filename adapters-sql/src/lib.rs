@@ -168,6 +168,14 @@ impl SqlRepo {
 
     /// Maps a driver error to the adapter's error, naming the database and what rewind was doing.
     fn sql_error(&self, context: &'static str, source: DbErr) -> SqlError {
+        // A statement that failed on a SQLite file moved or deleted since it was opened (a connection
+        // opened after that finds no file): said as such, not as the statement's own error (review: a
+        // server answered "internal error" when its first query after the move came on a new connection).
+        if self.replaced() {
+            return SqlError::Replaced {
+                target: self.target.clone(),
+            };
+        }
         error::classify(&self.target, self.busy_timeout, context, source)
     }
 
@@ -195,17 +203,24 @@ impl SqlRepo {
     /// `SqlError::Replaced` when the SQLite file this handle opened is no longer at its path; checked
     /// before every write.
     fn check_file(&self) -> Result<()> {
+        if self.replaced() {
+            return Err(SqlError::Replaced {
+                target: self.target.clone(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Whether the SQLite file this handle opened is no longer at its path (never for PostgreSQL or an
+    /// in-memory database).
+    fn replaced(&self) -> bool {
         if let (Some(opened), Some(path)) = (self.file, &self.sqlite_path) {
             use std::os::unix::fs::MetadataExt;
             let now = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-            if now != Some(opened) {
-                return Err(SqlError::Replaced {
-                    target: self.target.clone(),
-                }
-                .into());
-            }
+            return now != Some(opened);
         }
-        Ok(())
+        false
     }
 
     /// A transaction that will write, serialised with every other one (commits and lease takes): on SQLite

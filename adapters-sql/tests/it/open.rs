@@ -1101,3 +1101,42 @@ fn a_database_path_that_is_a_directory_is_not_called_read_only() {
         assert!(message.contains("is a directory"), "{message}");
     });
 }
+
+/// A SQLite file moved away under an open handle: reads that need connections the pool did not hold open
+/// yet fail saying the file was deleted or replaced, and no connection makes a fresh, empty database at its
+/// path. Before, the pool's new connections created one (`mode=rwc`), and the failure read "no such
+/// table" (review: a server answered "internal error" when its first query after the move came on a new
+/// connection).
+#[test]
+fn a_new_connection_after_the_file_moved_away_makes_no_fresh_database() {
+    run(async {
+        let ids = Ids::default();
+        let file = SqliteFile::new();
+        let repo = std::sync::Arc::new(file.open().await);
+        let s = session(&ids, "/work/moved-db");
+        repo.commit(transaction(
+            vec![Change::PutSession(Box::new(s.clone()))],
+            Vec::new(),
+        ))
+        .await
+        .expect("a write while the file is there");
+        let moved = file.path.with_file_name("moved.db");
+        std::fs::rename(&file.path, &moved).expect("moved away");
+        // Several reads at once: the pool opens connections beyond the one it held.
+        let reads: Vec<_> = (0..8)
+            .map(|_| {
+                let (repo, id) = (std::sync::Arc::clone(&repo), s.id.clone());
+                tokio::spawn(async move { repo.messages(&id).await.map(|_| ()) })
+            })
+            .collect();
+        for read in reads {
+            if let Err(error) = read.await.expect("the read ran") {
+                assert!(
+                    error.to_string().contains("was deleted or replaced"),
+                    "{error}"
+                );
+            }
+        }
+        assert!(!file.path.exists(), "no fresh database at the path");
+    });
+}
