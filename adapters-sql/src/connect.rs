@@ -106,12 +106,17 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         }
         // WAL lets readers run beside the writer; FULL makes every commit durable before it returns
         // (an intent record is on disk before any file is touched).
-        sqlite
+        let sqlite = sqlite
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(busy_timeout)
-            .foreign_keys(true)
-            .create_if_missing(!made)
+            .foreign_keys(true);
+        // (Else as the URL says: without `mode=rwc`, a missing file is not created either.)
+        if made {
+            sqlite.create_if_missing(false)
+        } else {
+            sqlite
+        }
     });
 
     if backend == Backend::SqliteFile && !read_only {
