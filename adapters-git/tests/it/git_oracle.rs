@@ -803,19 +803,25 @@ async fn the_diff_attribute_decides_text_or_binary_as_git_does() {
         ours,
         git(h.root(), &["diff", "--no-renames", "HEAD~", "HEAD"])
     );
-    let rows = h
-        .port()
-        .diff(h.root(), &before, &after)
-        .await
-        .expect("diff");
-    let counted = as_numstat(&rows);
+    let (counted, numstat) = counted_and_numstat(&h, &before, &after).await;
+    assert_eq!(counted, numstat);
+    // Not a test of nothing: both kinds are there.
+    assert!(numstat.contains("-\t-\tdeps.lock") && numstat.contains("1\t1\tforced"));
+}
+
+/// `diff`'s rows from `before` to `after` as `git diff --numstat` prints them, and what git prints for the
+/// two commits they are (`HEAD~`, `HEAD`).
+async fn counted_and_numstat(
+    h: &GitHarness,
+    before: &SnapshotId,
+    after: &SnapshotId,
+) -> (String, String) {
+    let rows = h.port().diff(h.root(), before, after).await.expect("diff");
     let numstat = git(
         h.root(),
         &["diff", "--numstat", "--no-renames", "HEAD~", "HEAD"],
     );
-    assert_eq!(counted, numstat);
-    // Not a test of nothing: both kinds are there.
-    assert!(numstat.contains("-\t-\tdeps.lock") && numstat.contains("1\t1\tforced"));
+    (as_numstat(&rows), numstat)
 }
 
 /// `diff`'s rows written as `git diff --numstat` prints them (`-\t-` for a binary change).
@@ -919,16 +925,7 @@ async fn core_ignore_case_makes_patterns_match_regardless_of_case_as_git_does() 
     h.write("plain.txt", b"a\nbb\n");
     commit_all(h.root(), "after");
     let after = h.id().await;
-    let rows = h
-        .port()
-        .diff(h.root(), &before, &after)
-        .await
-        .expect("diff");
-    let counted = as_numstat(&rows);
-    let numstat = git(
-        h.root(),
-        &["diff", "--numstat", "--no-renames", "HEAD~", "HEAD"],
-    );
+    let (counted, numstat) = counted_and_numstat(&h, &before, &after).await;
     assert_eq!(counted, numstat);
     assert!(numstat.contains("-\t-\tx.bin"), "{numstat}");
 
