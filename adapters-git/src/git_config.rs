@@ -42,25 +42,18 @@ struct FileStamp {
 }
 
 struct Kept {
-    /// The key read, the repository's root (none outside any) and the home directory the value was read
-    /// with.
-    key: (&'static str, Option<PathBuf>, Option<PathBuf>),
+    /// The repository's root (none outside any) and the home directory the values were read with.
+    key: (Option<PathBuf>, Option<PathBuf>),
     stamp: Stamp,
-    value: Option<Setting>,
+    values: Values,
 }
 
-/// A value read: a path, or a boolean.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Setting {
-    Path(PathBuf),
-    Flag(bool),
-}
-
-/// How a key's value is read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Path,
-    Flag,
+/// The values read, all three from one opening of the configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Values {
+    excludes_file: Option<PathBuf>,
+    attributes_file: Option<PathBuf>,
+    ignore_case: bool,
 }
 
 static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
@@ -72,7 +65,7 @@ pub fn configured_excludes_file(
     enclosing: Option<&Enclosing>,
     home: Option<&Path>,
 ) -> Option<PathBuf> {
-    configured_path("core.excludesFile", enclosing, home)
+    configured(enclosing, home).excludes_file
 }
 
 /// git's default for a global file of its own (`ignore`, `attributes`): `$XDG_CONFIG_HOME/git/NAME` when
@@ -90,7 +83,7 @@ pub fn configured_attributes_file(
     enclosing: Option<&Enclosing>,
     home: Option<&Path>,
 ) -> Option<PathBuf> {
-    configured_path("core.attributesFile", enclosing, home)
+    configured(enclosing, home).attributes_file
 }
 
 /// `core.ignoreCase` of the repository `enclosing` (with its global and system configuration), or of the
@@ -99,30 +92,12 @@ pub fn configured_attributes_file(
 /// filesystem that ignores case (macOS, a Windows drive under WSL); unset, or a value that is no boolean,
 /// is false.
 pub fn configured_ignore_case(enclosing: Option<&Enclosing>, home: Option<&Path>) -> bool {
-    configured("core.ignoreCase", Kind::Flag, enclosing, home) == Some(Setting::Flag(true))
+    configured(enclosing, home).ignore_case
 }
 
-/// The path the configuration sets for `name` (an empty one when it is set to the empty string).
-fn configured_path(
-    name: &'static str,
-    enclosing: Option<&Enclosing>,
-    home: Option<&Path>,
-) -> Option<PathBuf> {
-    match configured(name, Kind::Path, enclosing, home) {
-        Some(Setting::Path(path)) => Some(path),
-        _ => None,
-    }
-}
-
-/// The value the configuration sets for `name`, read as `kind`, kept while its sources are unchanged.
-fn configured(
-    name: &'static str,
-    kind: Kind,
-    enclosing: Option<&Enclosing>,
-    home: Option<&Path>,
-) -> Option<Setting> {
+/// The values the configuration sets, kept while their sources are unchanged.
+fn configured(enclosing: Option<&Enclosing>, home: Option<&Path>) -> Values {
     let key = (
-        name,
         enclosing.map(|e| e.root.clone()),
         home.map(Path::to_path_buf),
     );
@@ -132,10 +107,10 @@ fn configured(
             && Stamp::of(found.stamp.files.iter().map(|(p, _)| p.clone())).as_ref()
                 == Some(&found.stamp)
         {
-            return found.value.clone();
+            return found.values.clone();
         }
     }
-    let (value, sources) = read(name, kind, enclosing, home);
+    let (values, sources) = read(enclosing, home);
     let mut files = candidates(enclosing, home);
     for source in sources {
         if !files.contains(&source) {
@@ -151,21 +126,16 @@ fn configured(
         kept.push(Kept {
             key,
             stamp,
-            value: value.clone(),
+            values: values.clone(),
         });
     }
-    value
+    values
 }
 
-/// The value read with gix, and the files the configuration came from, with every file an `include` or
+/// The values read with gix, and the files the configuration came from, with every file an `include` or
 /// `includeIf` names (whatever its condition, also when it is missing or empty and so gave no section:
 /// one made or filled later changes the value; review).
-fn read(
-    name: &str,
-    kind: Kind,
-    enclosing: Option<&Enclosing>,
-    home: Option<&Path>,
-) -> (Option<Setting>, Vec<PathBuf>) {
+fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<PathBuf>) {
     let home_dir = home
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
@@ -193,38 +163,44 @@ fn read(
         Some(repo) => match gix::open(&repo.found_at) {
             Ok(opened) => {
                 let config = opened.config_snapshot();
-                let value = match kind {
-                    Kind::Path => {
-                        let value = config.trusted_path(name).ok().flatten();
-                        set_empty(config.plumbing(), name)
-                            .or(value)
-                            .map(Setting::Path)
-                    }
-                    Kind::Flag => config.boolean(name).map(Setting::Flag),
+                let path = |name: &str| {
+                    let value = config.trusted_path(name).ok().flatten();
+                    set_empty(config.plumbing(), name).or(value)
                 };
-                (value, sources(config.plumbing()))
+                let values = Values {
+                    excludes_file: path("core.excludesFile"),
+                    attributes_file: path("core.attributesFile"),
+                    ignore_case: config.boolean("core.ignoreCase").unwrap_or(false),
+                };
+                (values, sources(config.plumbing()))
             }
-            Err(_) => (None, Vec::new()),
+            Err(_) => (Values::default(), Vec::new()),
         },
         None => match gix::config::File::from_globals() {
             Ok(file) => {
-                let value = match kind {
-                    Kind::Path => {
-                        let value = file.path(name).and_then(|value| {
-                            value
-                                .interpolate(gix::config::path::interpolate::Context {
-                                    home_dir: home,
-                                    ..Default::default()
-                                })
-                                .ok()
-                        });
-                        set_empty(&file, name).or(value).map(Setting::Path)
-                    }
-                    Kind::Flag => file.boolean(name).ok().flatten().map(Setting::Flag),
+                let path = |name: &str| {
+                    let value = file.path(name).and_then(|value| {
+                        value
+                            .interpolate(gix::config::path::interpolate::Context {
+                                home_dir: home,
+                                ..Default::default()
+                            })
+                            .ok()
+                    });
+                    set_empty(&file, name).or(value)
                 };
-                (value, sources(&file))
+                let values = Values {
+                    excludes_file: path("core.excludesFile"),
+                    attributes_file: path("core.attributesFile"),
+                    ignore_case: file
+                        .boolean("core.ignoreCase")
+                        .ok()
+                        .flatten()
+                        .unwrap_or(false),
+                };
+                (values, sources(&file))
             }
-            Err(_) => (None, Vec::new()),
+            Err(_) => (Values::default(), Vec::new()),
         },
     }
 }
