@@ -441,10 +441,8 @@ impl Ignores {
         for rule in self.outside.iter().filter(|rule| rule.global) {
             hash_text(&mut hasher, Some(&rule.text));
         }
+        // (A nested repository's own `core.ignoreCase` is in `exclude`: `FOLD_CASE_LINE`.)
         hash_text(&mut hasher, exclude);
-        if self.fold_case {
-            hasher.update(b"\0fold case");
-        }
         hasher.finalize().into()
     }
 }

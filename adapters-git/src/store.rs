@@ -522,17 +522,15 @@ fn location_for(config: &GitStoreConfig, identity: &str, canonical: &Path) -> Pa
 /// former store's lock, renamed whole, so its snapshots stay this database's. One that cannot be moved
 /// stays where it is (a new store is made; nothing is lost).
 fn adopt_former_store(config: &GitStoreConfig, canonical: &Path, dir: &Path) {
-    for identity in &config.former_identities {
-        let former = location_for(config, identity, canonical);
-        if former == dir || !former.join("HEAD").is_file() {
-            continue;
-        }
-        let Ok(lock) = lock_file(&former, config.lock_wait) else {
-            continue;
-        };
-        if locks_the_store(&lock, &former) && !dir.exists() && fs::rename(&former, dir).is_ok() {
-            return;
-        }
+    let former = found_location(config, canonical);
+    if former == dir {
+        return;
+    }
+    if let Ok(lock) = lock_file(&former, config.lock_wait)
+        && locks_the_store(&lock, &former)
+        && !dir.exists()
+    {
+        let _ = fs::rename(&former, dir);
     }
 }
 
