@@ -77,23 +77,16 @@ impl Context {
             Ok(ctx) => return Ok(ctx),
             Err(error) => error,
         };
-        let read_only = refusal.chain().any(|cause| {
-            matches!(
-                cause.downcast_ref::<rewind_sql::SqlError>(),
-                Some(rewind_sql::SqlError::ReadOnly { .. })
-            )
-        });
-        // Another process holding the write lock past the busy timeout: readers are not stopped by it
-        // (WAL), so the database is shown as it is too (review: refused after 5 s).
-        let locked = refusal.chain().any(|cause| {
-            matches!(
-                cause.downcast_ref::<rewind_sql::SqlError>(),
-                Some(rewind_sql::SqlError::Locked { .. })
-            )
-        });
-        if !read_only && !locked {
-            return Err(refusal);
-        }
+        // Read-only, or another process holding the write lock past the busy timeout: readers are not
+        // stopped by it (WAL), so the database is shown as it is then too (review: refused after 5 s).
+        let why = match refusal
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<rewind_sql::SqlError>())
+        {
+            Some(rewind_sql::SqlError::ReadOnly { .. }) => "is read-only",
+            Some(rewind_sql::SqlError::Locked { .. }) => "is locked by another process",
+            _ => return Err(refusal),
+        };
         let (path, directory) = project_directory(settings, directory)?;
         let services = Services::open_to_read(settings).await?;
         let target = crate::config::redact_url(&settings.database_url);
@@ -102,11 +95,6 @@ impl Context {
             .intents()
             .await
             .map_err(|error| explain(error, "reading the interrupted operations"))?;
-        let why = if read_only {
-            "is read-only"
-        } else {
-            "is locked by another process"
-        };
         eprintln!(
             "rewind: warning: the database {target} {why}: shown as it is, without recovering \
              interrupted operations{}",

@@ -42,9 +42,10 @@ fn disk_is_full(cause: &str) -> bool {
     cause.contains("No space left on device") || cause.contains("database or disk is full")
 }
 
-/// The database's own error among the causes of `error`, if any.
-fn error_chain_sql(error: &Error) -> Option<&rewind_sql::SqlError> {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+/// The database's own error that `error` is or has among its causes (a rollback's note, `Error::noted`,
+/// has the error it follows as its cause), if any.
+fn sql_cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rewind_sql::SqlError> {
+    let mut next = Some(error);
     while let Some(cause) = next {
         if let Some(sql) = cause.downcast_ref::<rewind_sql::SqlError>() {
             return Some(sql);
@@ -58,13 +59,7 @@ fn error_chain_sql(error: &Error) -> Option<&rewind_sql::SqlError> {
 fn locked<'a>(
     error: &'a (dyn std::error::Error + Send + Sync + 'static),
 ) -> Option<&'a rewind_sql::SqlError> {
-    let error = match error.downcast_ref::<Noted>() {
-        Some(noted) => noted.error(),
-        None => error,
-    };
-    error
-        .downcast_ref::<rewind_sql::SqlError>()
-        .filter(|e| matches!(e, rewind_sql::SqlError::Locked { .. }))
+    sql_cause(error).filter(|e| matches!(e, rewind_sql::SqlError::Locked { .. }))
 }
 
 impl ApiError {
@@ -136,7 +131,7 @@ impl ApiError {
                 // A full disk is the machine's, not a fault of rewind's to hide: the client is told, so its
                 // user can free space (what a failed operation left is put back once there is). The cause
                 // itself stays in the log, as for any 500 (it may name the database).
-                let database = error_chain_sql(&error);
+                let database = sql_cause(&error);
                 if let Some(rewind_sql::SqlError::Replaced { .. }) = database {
                     ApiError::Internal(
                         "the database file was deleted or replaced while the server had it open; nothing \
