@@ -14,8 +14,8 @@ use sea_orm::{ConnectionTrait, Database, DbBackend, Statement};
 use serde_json::json;
 
 use crate::support::{
-    Ids, PgSchema, SqliteFile, admin, dump, heartbeat, intent, lease, message, part, run, run_pg,
-    session, snapshot, transaction, updated, warning,
+    Ids, PgSchema, SqliteFile, admin, dump, heartbeat, intent, lease, message, part, put_session,
+    run, run_pg, session, snapshot, transaction, updated, warning,
 };
 
 /// The message of a failed open, with its sources.
@@ -363,13 +363,7 @@ fn a_read_only_opening_reads_and_writes_nothing() {
         let ids = Ids::default();
         let s = session(&ids, "/work/read-only");
         let writer = file.open().await;
-        writer
-            .commit(transaction(
-                vec![Change::PutSession(Box::new(s.clone()))],
-                Vec::new(),
-            ))
-            .await
-            .expect("commits");
+        put_session(&writer, &s).await.expect("commits");
         writer.close().await.expect("closes");
         let bytes = std::fs::read(&file.path).expect("reads");
 
@@ -381,11 +375,7 @@ fn a_read_only_opening_reads_and_writes_nothing() {
             Some(s.id.clone())
         );
         let other = session(&ids, "/work/read-only-2");
-        let refused = reader
-            .commit(transaction(
-                vec![Change::PutSession(Box::new(other))],
-                Vec::new(),
-            ))
+        let refused = put_session(&reader, &other)
             .await
             .expect_err("a write is refused");
         assert!(refused.to_string().contains("read-only"), "{refused}");
@@ -549,14 +539,7 @@ fn a_locked_sqlite_file_is_refused_after_the_busy_timeout() {
         let writer = std::sync::Arc::new(writer);
         let committing = tokio::spawn({
             let (writer, s) = (writer.clone(), s.clone());
-            async move {
-                writer
-                    .commit(transaction(
-                        vec![Change::PutSession(Box::new(s))],
-                        Vec::new(),
-                    ))
-                    .await
-            }
+            async move { put_session(writer.as_ref(), &s).await }
         });
         assert!(pause.reached().await);
 
@@ -589,12 +572,7 @@ fn a_sqlite_file_of_a_newer_schema_is_refused_untouched() {
         let ids = Ids::default();
         let repo = file.open().await;
         let s = session(&ids, "/work/newer");
-        repo.commit(transaction(
-            vec![Change::PutSession(Box::new(s))],
-            Vec::new(),
-        ))
-        .await
-        .expect("commits");
+        put_session(&repo, &s).await.expect("commits");
         repo.close().await.expect("closes");
         let raw = Database::connect(file.config().url.as_str())
             .await
@@ -818,12 +796,9 @@ fn postgres_open_waits_for_another_migration_no_longer_than_the_busy_timeout() {
         migrating.rollback().await.expect("the other process stops");
         let repo = schema.open().await;
         let s = session(&Ids::default(), "/work/after-the-wait");
-        repo.commit(transaction(
-            vec![Change::PutSession(Box::new(s.clone()))],
-            Vec::new(),
-        ))
-        .await
-        .expect("the migrated schema takes a session");
+        put_session(&repo, &s)
+            .await
+            .expect("the migrated schema takes a session");
         assert!(repo.session(&s.id).await.expect("reads").is_some());
         let _ = other.close().await;
     });
@@ -841,12 +816,9 @@ fn a_sqlite_file_deleted_or_replaced_under_an_open_handle_refuses_writes() {
             let file = SqliteFile::new();
             let repo = file.open().await;
             let s = session(&ids, "/work/deleted-db");
-            repo.commit(transaction(
-                vec![Change::PutSession(Box::new(s.clone()))],
-                Vec::new(),
-            ))
-            .await
-            .expect("a write while the file is there");
+            put_session(&repo, &s)
+                .await
+                .expect("a write while the file is there");
             for suffix in ["", "-wal", "-shm"] {
                 let path = format!("{}{suffix}", file.path.display());
                 let _ = std::fs::remove_file(&path);
@@ -867,13 +839,7 @@ fn a_sqlite_file_deleted_or_replaced_under_an_open_handle_refuses_writes() {
                 );
             };
             let other = session(&ids, "/work/deleted-db-2");
-            refused(
-                repo.commit(transaction(
-                    vec![Change::PutSession(Box::new(other.clone()))],
-                    Vec::new(),
-                ))
-                .await,
-            );
+            refused(put_session(&repo, &other).await);
             refused(
                 repo.take_lease(
                     &lease(
@@ -946,23 +912,14 @@ fn a_transaction_sqlite_rolled_back_leaves_no_connection_that_commits_in_appeara
             .expect_err("the trigger fails the transaction");
         }
         let kept = session(&ids, "/work/kept");
-        repo.commit(transaction(
-            vec![Change::PutSession(Box::new(kept.clone()))],
-            Vec::new(),
-        ))
-        .await
-        .expect("commits");
+        put_session(&repo, &kept).await.expect("commits");
         let other = SqlRepo::open(config).await.expect("opens again");
         assert!(
             other.session(&kept.id).await.expect("reads").is_some(),
             "the commit is there for another connection"
         );
         let next = session(&ids, "/work/next");
-        other
-            .commit(transaction(
-                vec![Change::PutSession(Box::new(next.clone()))],
-                Vec::new(),
-            ))
+        put_session(&other, &next)
             .await
             .expect("the write lock is free");
         assert!(repo.session(&next.id).await.expect("reads").is_some());
@@ -999,13 +956,7 @@ fn a_sqlite_file_in_a_directory_that_cannot_be_written_is_read() {
         let ids = Ids::default();
         let s = session(&ids, "/work/read-only-directory");
         let writer = file.open().await;
-        writer
-            .commit(transaction(
-                vec![Change::PutSession(Box::new(s.clone()))],
-                Vec::new(),
-            ))
-            .await
-            .expect("commits");
+        put_session(&writer, &s).await.expect("commits");
         writer.close().await.expect("closes");
         for side in ["-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{side}", file.path.display()));
@@ -1114,12 +1065,9 @@ fn a_new_connection_after_the_file_moved_away_makes_no_fresh_database() {
         let file = SqliteFile::new();
         let repo = std::sync::Arc::new(file.open().await);
         let s = session(&ids, "/work/moved-db");
-        repo.commit(transaction(
-            vec![Change::PutSession(Box::new(s.clone()))],
-            Vec::new(),
-        ))
-        .await
-        .expect("a write while the file is there");
+        put_session(repo.as_ref(), &s)
+            .await
+            .expect("a write while the file is there");
         let moved = file.path.with_file_name("moved.db");
         std::fs::rename(&file.path, &moved).expect("moved away");
         // Several reads at once: the pool opens connections beyond the one it held.

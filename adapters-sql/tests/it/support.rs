@@ -515,6 +515,15 @@ pub fn intent(ids: &Ids, session: &Session, token: &str, before: SnapshotId) -> 
     }
 }
 
+/// Commits `session` alone to `repo`.
+pub async fn put_session(repo: &dyn MessageRepo, session: &Session) -> rewind_core::Result<()> {
+    repo.commit(transaction(
+        vec![rewind_core::Change::PutSession(Box::new(session.clone()))],
+        Vec::new(),
+    ))
+    .await
+}
+
 pub fn transaction(changes: Vec<rewind_core::Change>, events: Vec<Event>) -> Transaction {
     Transaction {
         guards: Vec::new(),
