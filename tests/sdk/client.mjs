@@ -188,10 +188,16 @@ check("session.unrevert brings the agent's files back", () => {
   assert.equal(file("a.txt"), "a changed by the agent\n");
 });
 
+const before = await client.session.children({ path: { id } });
+const child = await client.session.create({ body: { title: "subagent", parentID: id } });
 const children = await client.session.children({ path: { id } });
-check("session.children is empty: rewind records no subagent sessions", () => {
+check("session.children lists the sessions created with the session's id as parentID", () => {
+  assert.equal(before.error, undefined, JSON.stringify(before.error));
+  assert.deepEqual(before.data, []);
+  assert.equal(child.error, undefined, JSON.stringify(child.error));
+  assert.equal(child.data.parentID, id);
   assert.equal(children.error, undefined, JSON.stringify(children.error));
-  assert.deepEqual(children.data, []);
+  assert.deepEqual(children.data.map((s) => s.id), [child.data.id]);
 });
 
 const statuses = await client.session.status();

@@ -413,6 +413,7 @@ pub fn session(ids: &Ids, directory: &str) -> Session {
         slug: "quiet-river".to_owned(),
         project_id: "project".to_owned(),
         directory: directory.to_owned(),
+        parent_id: None,
         version: "0.1.0".to_owned(),
         time: SessionTime {
             created: now,

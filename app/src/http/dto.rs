@@ -12,7 +12,8 @@ pub struct CreateSessionBody {
     pub title: Option<String>,
     /// The worktree (default: `?directory=`, the `x-opencode-directory` header, the server's directory).
     pub directory: Option<String>,
-    /// Accepted for OpenCode's client; rewind has no child sessions.
+    /// The session this one is created under (OpenCode's subagent sessions): it must exist (404 otherwise).
+    /// `GET /session/{id}/children` lists a session's children.
     #[serde(rename = "parentID")]
     pub parent_id: Option<String>,
 }
@@ -94,7 +95,7 @@ pub struct SessionsQuery {
     pub search: Option<String>,
     /// Only the newest `limit` sessions.
     pub limit: Option<usize>,
-    /// Only root sessions: rewind's sessions all are (none has a parent).
+    /// Only root sessions (those created without a `parentID`).
     pub roots: Option<bool>,
 }
 

@@ -85,6 +85,7 @@ pub async fn list_sessions(
                 .as_ref()
                 .is_none_or(|text| session.title.to_lowercase().contains(text.as_str()))
         })
+        .filter(|session| query.roots != Some(true) || session.parent_id.is_none())
         .collect();
     if let Some(limit) = query.limit {
         sessions.truncate(limit);
@@ -148,10 +149,14 @@ pub async fn create_session(
         (None, Some(canonical)) => canonical,
         (None, None) => default_worktree(&state)?,
     };
+    let parent = match body.parent_id {
+        Some(id) => Some(parse_id(&id, SessionId::parse)?),
+        None => None,
+    };
     let session = state
         .services
         .rewind
-        .create_session(&directory, body.title)
+        .create_child_session(&directory, body.title, parent)
         .await?;
     tracing::info!(session = %session.id, directory = %session.directory, "session created");
     Ok(Json(session))
@@ -174,22 +179,23 @@ pub async fn get_session(
     ))
 }
 
-/// A session's child sessions (OpenCode's subagent sessions): rewind records none, so an existing session has
-/// none; an unknown one is a 404, as for `GET /session/{id}`.
+/// A session's child sessions (OpenCode's subagent sessions: those created with its id as `parentID`), newest
+/// first, whatever their worktree; an unknown session is a 404, as for `GET /session/{id}`.
 #[utoipa::path(get, path = "/session/{id}/children", params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "The session's children: always none", body = Vec<Object>),
+    responses((status = 200, description = "The session's children, newest first", body = Vec<Object>),
               (status = 404, description = "Not found", body = Object)))]
 pub async fn session_children(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
 ) -> ApiResult<Vec<Session>> {
-    state
-        .services
-        .rewind
-        .session(&path.id)
-        .await
-        .map_err(in_session(&path.id))?;
-    Ok(Json(Vec::new()))
+    Ok(Json(
+        state
+            .services
+            .rewind
+            .children(&path.id)
+            .await
+            .map_err(in_session(&path.id))?,
+    ))
 }
 
 /// Gives a session a new title (OpenCode's `session.update`), announced by `session.updated`.

@@ -154,6 +154,9 @@ pub struct Session {
     pub project_id: String,
     /// The worktree: an absolute, forward-slash path, fixed at creation.
     pub directory: String,
+    /// The session this one was created under (OpenCode's subagent sessions), fixed at creation.
+    #[serde(rename = "parentID", default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<SessionId>,
     /// The title.
     pub title: String,
     /// The rewind version that created the session.

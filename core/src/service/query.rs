@@ -21,6 +21,15 @@ impl Rewind {
         self.repo.sessions(directory).await
     }
 
+    /// The sessions created under session `id` (`parentID`), newest first; `Error::NotFound` when `id` names
+    /// no session.
+    pub async fn children(&self, id: &SessionId) -> Result<Vec<Session>> {
+        self.load_session(id).await?;
+        let mut sessions = self.repo.sessions(None).await?;
+        sessions.retain(|session| session.parent_id.as_ref() == Some(id));
+        Ok(sessions)
+    }
+
     /// Every message of a session with its parts, ascending; reverted messages are included until cleanup.
     pub async fn messages(&self, id: &SessionId) -> Result<Vec<MessageWithParts>> {
         let session = self.load_session(id).await?;

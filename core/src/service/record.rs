@@ -29,7 +29,26 @@ pub enum DeleteIf {
 impl Rewind {
     /// Creates a session for the worktree `directory` (an absolute path).
     pub async fn create_session(&self, directory: &str, title: Option<String>) -> Result<Session> {
+        self.create_child_session(directory, title, None).await
+    }
+
+    /// `create_session`, under the session `parent` when one is given (OpenCode's subagent sessions,
+    /// `parentID`): it must exist (`Error::NotFound` otherwise, and nothing is created). A child is a session
+    /// of its own: its worktree need not be its parent's, and deleting the parent leaves it.
+    pub async fn create_child_session(
+        &self,
+        directory: &str,
+        title: Option<String>,
+        parent: Option<SessionId>,
+    ) -> Result<Session> {
         let directory = normalise_directory(directory)?;
+        if let Some(parent) = &parent
+            && self.repo.session(parent).await?.is_none()
+        {
+            return Err(Error::NotFound(format!(
+                "Session not found: {parent} (the parentID of the session to create)"
+            )));
+        }
         let store = self
             .snapshots
             .store_location(std::path::Path::new(&directory))
@@ -42,6 +61,7 @@ impl Rewind {
             slug,
             project_id: store.clone(),
             directory,
+            parent_id: parent,
             title: title.unwrap_or_else(|| "New session".to_owned()),
             version: self.config.version.clone(),
             time: SessionTime {

@@ -29,6 +29,7 @@ fn session() -> Session {
         slug: "s".to_owned(),
         project_id: "p".to_owned(),
         directory: "/work/fault".to_owned(),
+        parent_id: None,
         title: "t".to_owned(),
         version: "0".to_owned(),
         time: SessionTime::default(),

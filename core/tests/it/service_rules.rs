@@ -74,6 +74,7 @@ fn fixture(revert: Option<(SnapshotId, SnapshotId)>, step: Option<OpenStep>) -> 
         slug: "s".to_owned(),
         project_id: "p".to_owned(),
         directory: WORKTREE.to_owned(),
+        parent_id: None,
         title: "t".to_owned(),
         version: "0".to_owned(),
         time: SessionTime::default(),

@@ -363,6 +363,67 @@ async fn the_session_list_takes_opencode_s_filters() -> Result<()> {
     app.stop().await
 }
 
+/// OpenCode's subagent sessions: a session created with `parentID` says so, is listed among its parent's
+/// children (and not among the roots), and outlives its parent; a `parentID` that is malformed (400) or
+/// names no session (404) creates nothing.
+#[tokio::test]
+async fn a_session_created_under_another_is_its_child() -> Result<()> {
+    let app = spawn_app().await?;
+    let parent = app.new_session().await?;
+    let other = app.new_session().await?;
+    let child = app
+        .ok("/session", json!({"title": "subagent", "parentID": parent}))
+        .await?;
+    assert_eq!(child["parentID"], json!(parent));
+    let child_id = id_of(&child)?;
+    assert_eq!(app.read(&format!("/session/{child_id}")).await?, child);
+    let children = app.read(&format!("/session/{parent}/children")).await?;
+    assert_eq!(children, json!([child.clone()]));
+    assert_eq!(
+        app.read(&format!("/session/{other}/children")).await?,
+        json!([])
+    );
+    let ids = |listed: Value| -> Vec<String> {
+        listed
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|s| s["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        ids(app.read("/session").await?),
+        [child_id.clone(), other.clone(), parent.clone()]
+    );
+    assert_eq!(
+        ids(app.read("/session?roots=true").await?),
+        [other.clone(), parent.clone()]
+    );
+    for (body, status) in [
+        (json!({"parentID": "not-a-session"}), 400),
+        (json!({"parentID": "ses_00000000000000000000000000"}), 404),
+        (json!({"parentID": 7}), 400),
+    ] {
+        let refused = app.post("/session", body.clone()).await?;
+        assert_eq!(refused.status, status, "{body}: {}", refused.body);
+    }
+    assert_eq!(
+        ids(app.read("/session").await?).len(),
+        3,
+        "a refused create made a session"
+    );
+    // Deleting the parent leaves the child, which still names it.
+    let deleted = app.delete(&format!("/session/{parent}")).await?;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    assert_eq!(
+        app.read(&format!("/session/{child_id}")).await?["parentID"],
+        json!(parent)
+    );
+    app.stop().await
+}
+
 #[tokio::test]
 async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -> Result<()> {
     let app = spawn_app().await?;
@@ -374,7 +435,8 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
         .map(|l| l.iter().filter_map(|s| s["id"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(ids, [second.as_str(), first.as_str()]);
-    // OpenCode's client asks for a session's children (its subagent sessions): rewind records none.
+    // OpenCode's client asks for a session's children (its subagent sessions): one created without a
+    // `parentID` has none.
     assert_eq!(
         app.read(&format!("/session/{first}/children")).await?,
         json!([])

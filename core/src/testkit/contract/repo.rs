@@ -156,6 +156,7 @@ fn new_session(ids: &Ids, directory: &str) -> Session {
         slug: "quiet-river".to_owned(),
         project_id: "project-1".to_owned(),
         directory: directory.to_owned(),
+        parent_id: None,
         version: "0.1.0".to_owned(),
         time: SessionTime {
             created: now,
