@@ -401,6 +401,9 @@ struct Applier<'a> {
     /// (`SnapshotRecord::dirs_kept_when_emptied`): a delete that empties one leaves it, as it leaves a
     /// directory that still holds something.
     existed_empty: HashSet<String>,
+    /// The permission bits a file written where none stands gets, when they are not a new file's
+    /// (`SnapshotRecord::modes` of the snapshot it comes from).
+    modes: HashMap<String, u32>,
     /// The hard-linked files one of whose names the operation replaces or deletes (`Relinked`).
     relinked: Relinked,
     /// Whether `expected` says what a look through a handle on each target's directory, opened beneath
@@ -504,6 +507,8 @@ struct PendingWrite {
     /// file is replaced only while that is still so: a file gone since was deleted by someone else after
     /// the check, and stays deleted (the path is kept).
     was: Option<Stat>,
+    /// The permission bits it gets when nothing stood there (`Applier::modes`; none: a new file's).
+    bits: Option<u32>,
 }
 
 /// What each path an operation will write or delete was when it looked (`Applier::expected`): stat data,
@@ -578,7 +583,7 @@ fn write_file(
     let swapped_out = match replace(
         &dir,
         &job.tmp,
-        &temp,
+        (&temp, job.bits),
         name,
         job.was,
         (dir_path, relinked),
@@ -929,7 +934,7 @@ fn standing(
 fn replace(
     dir: &OwnedFd,
     tmp: &str,
-    temp: &Temp,
+    (temp, bits): (&Temp, Option<u32>),
     name: &str,
     was: Option<Stat>,
     at: (&Path, &Relinked),
@@ -956,7 +961,8 @@ fn replace(
             Standing::Other | Standing::Gone => return Ok(None),
         }
     }
-    temp.set_permissions(None)?;
+    // Nothing stood there: the bits the snapshot recorded for it, or a new file's.
+    temp.set_permissions(bits)?;
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(Some(none(None))),
         Err(Errno::EXIST) => Ok(None),
@@ -1194,7 +1200,7 @@ impl Temp {
 
 /// The permission bits of a new file, as git's checkout gives them: `0666` or `0777` less the process's
 /// umask, an executable one always with the owner's execute bit.
-fn new_file_permissions(executable: bool) -> u32 {
+pub(crate) fn new_file_permissions(executable: bool) -> u32 {
     let bits = if executable { 0o777 } else { 0o666 } & !umask();
     if executable { bits | 0o100 } else { bits }
 }
@@ -1307,6 +1313,7 @@ impl<'a> Applier<'a> {
             written_stats: HashMap::new(),
             pending_dirs: HashSet::new(),
             existed_empty: HashSet::new(),
+            modes: HashMap::new(),
             relinked: Relinked::default(),
             expected_looked: false,
             unopened: HashSet::new(),
@@ -1894,6 +1901,12 @@ impl<'a> Applier<'a> {
         let abs = self.abs(path);
         self.counter += 1;
         let tmp = temp_name(&self.batch, self.counter);
+        // Recorded bits that do not agree with the mode written (an executable, or not) are not used.
+        let bits = self.modes.get(path).copied().filter(|bits| match mode {
+            Mode::File => bits & 0o100 == 0,
+            Mode::Exec => bits & 0o100 != 0,
+            Mode::Link | Mode::Tree => false,
+        });
         self.pending.push(PendingWrite {
             rel: path.to_owned(),
             tmp,
@@ -1901,6 +1914,7 @@ impl<'a> Applier<'a> {
             mode,
             id: *id,
             was,
+            bits,
         });
         self.pending_paths.insert(path.to_owned());
         for (i, _) in path.match_indices('/') {
@@ -2174,6 +2188,14 @@ pub fn restore(
         && !deletions.is_empty()
     {
         applier.existed_empty = record.dirs_kept_when_emptied();
+    }
+    // The permission bits `to` recorded for its files (used for those written where none stands).
+    if !writes.is_empty() {
+        let recorded = match record {
+            Some(Some(record)) => Some(record.modes),
+            _ => store.known_record(to).map(|record| record.modes),
+        };
+        applier.modes = recorded.unwrap_or_default().into_iter().collect();
     }
     applier.journal_parents(
         writes
@@ -2594,9 +2616,15 @@ fn ignored_at(
 }
 
 /// The plan of a revert, with what its execution needs.
+/// The files a plan writes, with the mode and blob of each.
+type Entries = HashMap<String, (Mode, ObjectId)>;
+
 struct Planned<'a> {
     actions: Vec<FileAction>,
-    entries: HashMap<String, (Mode, ObjectId)>,
+    entries: Entries,
+    /// The permission bits recorded for files to write where none stands (`SnapshotRecord::modes` of the
+    /// snapshot each comes from).
+    modes: HashMap<String, u32>,
     current: TrackedNow<'a>,
 }
 
@@ -2613,6 +2641,7 @@ fn plan_inner<'a>(
     let mut records: HashMap<ObjectId, Option<SnapshotRecord>> = HashMap::new();
     let mut actions = Vec::new();
     let mut entries = HashMap::new();
+    let mut modes = HashMap::new();
     // The writes planned where a directory stands (positions in `actions`).
     let mut over_dirs = Vec::new();
     for (path, from) in file_plan(patches) {
@@ -2649,6 +2678,17 @@ fn plan_inner<'a>(
             // Absent, or not a file: still never written (an old snapshot may hold rewind's own database).
             (FileActionKind::Keep, Some(OWN_FILE.to_owned()))
         } else if let Some(entry) = tree.borrow_mut().get(name)? {
+            // A file made where none stands gets the permission bits it had in that snapshot, when they
+            // are not a new file's (a file written over keeps its own).
+            if !matches!(exists, OnDisk::File | OnDisk::Symlink)
+                && let Some(bits) = records
+                    .entry(from_id)
+                    .or_insert_with(|| store.known_record(&from_id))
+                    .as_ref()
+                    .and_then(|record| record.modes.get(name))
+            {
+                modes.insert(name.to_owned(), *bits);
+            }
             entries.insert(name.to_owned(), entry);
             (FileActionKind::Write, None)
         } else if let Some(reason) = untracked_then(
@@ -2686,6 +2726,7 @@ fn plan_inner<'a>(
     Ok(Planned {
         actions,
         entries,
+        modes,
         current,
     })
 }
@@ -2895,6 +2936,7 @@ fn revert_batched(
         let Planned {
             actions,
             entries,
+            modes,
             current,
         } = plan_inner(store, config, patches)?;
         // Every blob to be written is checked before any file is touched, and so is every tree `applied`
@@ -2931,7 +2973,7 @@ fn revert_batched(
         let outcome = write_planned(
             store,
             config,
-            (&actions, &entries),
+            (&actions, &entries, modes),
             current,
             (base, earliest),
             ready,
@@ -3206,7 +3248,7 @@ struct Prediction<'p> {
 fn write_planned(
     store: &Store,
     config: &GitStoreConfig,
-    (actions, entries): (&[FileAction], &HashMap<String, (Mode, ObjectId)>),
+    (actions, entries, modes): (&[FileAction], &Entries, HashMap<String, u32>),
     current: TrackedNow<'_>,
     (base, earliest): (&ObjectId, Option<ObjectId>),
     ready: impl FnOnce() -> bool,
@@ -3228,6 +3270,7 @@ fn write_planned(
         not_a_file,
     } = changed_after_track(store, config, actions, base)?;
     let mut applier = Applier::new(store, config, Tracking::PerPath(Box::new(current)))?;
+    applier.modes = modes;
     // The state a revert goes back to is the earliest patch's snapshot (the first hidden step's start); a
     // later patch's start may have had directories that an earlier hidden step made.
     if let Some(first) = earliest {

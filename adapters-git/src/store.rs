@@ -101,6 +101,12 @@ pub struct SnapshotRecord {
     /// it), so the `.gitignore` files on disk now need not be asked too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hidden_rules_all: bool,
+    /// The permission bits of its files that a new file would not get (`0666` or `0777` less the umask),
+    /// as the track that returned this id last saw them: a restore or revert that makes such a file
+    /// where none stands gives it these (a private file deleted by a step comes back private). A file
+    /// written over keeps its own. Empty in records written before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub modes: BTreeMap<String, u32>,
 }
 
 /// The nested repositories a track found: each root directory and its `info/exclude` text (`None` when it
@@ -673,7 +679,11 @@ impl Store {
         id: &ObjectId,
         prefix: &str,
         outside: &[OutsideRule],
-        (skipped, empty_dirs): (&BTreeSet<String>, &BTreeSet<String>),
+        (skipped, empty_dirs, modes): (
+            &BTreeSet<String>,
+            &BTreeSet<String>,
+            &BTreeMap<String, u32>,
+        ),
         unheld: &UnheldRules,
     ) -> GitResult<()> {
         let mut record = self.record(id);
@@ -694,6 +704,9 @@ impl Store {
         record.prefix = prefix.to_owned();
         record.outside = outside.to_vec();
         record.skipped.extend(skipped.iter().cloned());
+        // One id stands for every disk state with the same files: the latest track's bits are the ones a
+        // file brought back gets.
+        record.modes.clone_from(modes);
         match &mut record.empty_dirs {
             Some(seen) => seen.extend(empty_dirs.iter().cloned()),
             None => record.empty_dirs = Some(empty_dirs.clone()),

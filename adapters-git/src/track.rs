@@ -1,7 +1,7 @@
 //! `track`: walk the worktree under its ignore rules, reuse the blob ids of files whose stat data is
 //! unchanged, hash the rest (streamed, in parallel), and write the tree.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -576,6 +576,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     // The cache's entries, read from its file, are parsed by the first thread that needs them, while
     // this one walks.
     let prestat = Prestat::new(if may_seed { 0 } else { cached_files });
+    let odd_modes = OddModes::default();
     // A first track that may be seeded: with nothing cached to look at meanwhile, the other threads lstat
     // what the walk lists (a first track that hashes every file is bound by reading them instead, and
     // measured no faster so).
@@ -615,7 +616,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         for _ in 1..worker_threads() {
             scope.spawn(|| {
                 if let Some(entries) = entries() {
-                    prestat.run(&beneath, entries, cache_started_ns);
+                    prestat.run(&beneath, entries, cache_started_ns, &odd_modes);
                     // A file is to be hashed: the store's pack indexes, which say whether its blob is
                     // stored already, are opened now rather than when the walk has ended.
                     if prestat.found_to_hash() {
@@ -634,7 +635,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         }
         let walked = walked.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         match walked.as_ref().ok().and_then(|()| entries()) {
-            Some(entries) => prestat.run(&beneath, entries, cache_started_ns),
+            Some(entries) => prestat.run(&beneath, entries, cache_started_ns, &odd_modes),
             None => prestat.stop(),
         }
         // The walk has ended: this thread helps take what it listed last.
@@ -703,7 +704,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             &unanswered,
             worker_threads(),
             EXAMINE_IN_PARALLEL_FROM,
-            || Worker::new(&beneath, &misplaced),
+            || Worker::new(&beneath, &misplaced, &odd_modes),
             |worker, candidate| examine(store, config, &cache, None, worker, (candidate, None)),
         )?;
         if outcomes.iter().all(|o| matches!(o, Outcome::Tracked(..))) {
@@ -726,6 +727,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 listings_learned,
                 listings_as_file,
                 unheld,
+                odd_modes: odd_modes.take(),
             };
             return finish(
                 store,
@@ -740,7 +742,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let misplaced = AtomicUsize::new(0);
     let outcomes = parallel_map_with(
         &candidates,
-        || Worker::new(&beneath, &misplaced),
+        || Worker::new(&beneath, &misplaced, &odd_modes),
         |worker, candidate| {
             // Answered by the lstat taken during the walk, when the cache holds the path where the
             // worker expects it.
@@ -809,6 +811,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             listings_learned: relisted > 0 && learned_listings,
             listings_as_file,
             unheld,
+            odd_modes: odd_modes.take(),
         };
         // Each file hashed again stays racy (`as_cached`), and no entry changes.
         let in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
@@ -849,6 +852,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             listings_learned: relisted > 0 && learned_listings,
             listings_as_file,
             unheld,
+            odd_modes: odd_modes.take(),
         };
         return finish(
             store,
@@ -916,6 +920,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         listings_learned: relisted > 0 && learned_listings,
         listings_as_file,
         unheld,
+        odd_modes: odd_modes.take(),
     };
     let changed = Changed {
         entries,
@@ -939,6 +944,8 @@ struct Found {
     /// Whether the listings stand for every listing the cache file holds (see `track_batched`).
     listings_as_file: bool,
     unheld: UnheldRules,
+    /// The files looked at whose permission bits a new file would not get (`OddModes`).
+    odd_modes: Vec<(String, u32)>,
 }
 
 /// The files a track found, as the entries of the cache it leaves, and what differs from `cache`.
@@ -1040,8 +1047,10 @@ fn finish(
         listings_learned,
         listings_as_file,
         unheld,
+        odd_modes,
     } = found;
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    let modes = snapshot_modes(odd_modes, &entries);
     // Every directory walked has a listing (one with a name that is not UTF-8 has none, and is not empty).
     let empty_dirs: BTreeSet<String> = listings
         .iter()
@@ -1067,7 +1076,7 @@ fn finish(
         return returned(
             store,
             tree,
-            (skipped, &empty_dirs, &unheld),
+            (skipped, &empty_dirs, &unheld, &modes),
             hashed,
             ignores,
         );
@@ -1130,7 +1139,60 @@ fn finish(
             cache.save_encoded(&store.stat_cache_path(), encoded)
         }
     };
-    returned(store, id, (skipped, &empty_dirs, &unheld), hashed, ignores)
+    returned(
+        store,
+        id,
+        (skipped, &empty_dirs, &unheld, &modes),
+        hashed,
+        ignores,
+    )
+}
+
+/// The permission bits of the snapshot's files that a new file would not get, from the track's looks
+/// (`OddModes`): only files the snapshot holds, as a file or an executable as it holds them; a file looked
+/// at twice (a cached look, then a look before hashing it) has the bits of the later look.
+fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTreeMap<String, u32> {
+    odd.into_iter()
+        .filter(|(path, bits)| {
+            entries
+                .get(path)
+                .is_some_and(|entry| match entry.stat.mode {
+                    Mode::File => bits & 0o100 == 0,
+                    Mode::Exec => bits & 0o100 != 0,
+                    Mode::Link | Mode::Tree => false,
+                })
+        })
+        .collect()
+}
+
+/// The permission bits of the files a track looks at that a file a restore creates would not get
+/// (`apply::new_file_permissions`: `0666` or `0777` less the umask): the snapshot's record keeps them
+/// (`SnapshotRecord::modes`), and a file brought back where none stands gets its own again (a private
+/// key deleted by a step comes back private). Noted by each look (`Prestat::run`, `examine`), whichever
+/// thread takes it; few files have such bits, so the lock is seldom taken.
+#[derive(Default)]
+struct OddModes(Mutex<Vec<(String, u32)>>);
+
+impl OddModes {
+    fn note(&self, rel: &str, seen: &Seen) {
+        if let SeenKind::File { executable } = seen.kind
+            && seen.permissions != crate::apply::new_file_permissions(executable)
+        {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((rel.to_owned(), seen.permissions));
+        }
+    }
+
+    fn take(&self) -> Vec<(String, u32)> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
 }
 
 /// Records snapshot `id` (with what it skipped, the empty directories and the nested repositories it saw)
@@ -1138,7 +1200,12 @@ fn finish(
 fn returned(
     store: &Store,
     id: ObjectId,
-    (skipped, empty_dirs, unheld): (Vec<SkippedPath>, &BTreeSet<String>, &UnheldRules),
+    (skipped, empty_dirs, unheld, modes): (
+        Vec<SkippedPath>,
+        &BTreeSet<String>,
+        &UnheldRules,
+        &BTreeMap<String, u32>,
+    ),
     hashed: u64,
     ignores: Ignores,
 ) -> GitResult<Tracked> {
@@ -1147,7 +1214,7 @@ fn returned(
         &id,
         ignores.prefix(),
         &ignores.outside,
-        (&skipped_set, empty_dirs),
+        (&skipped_set, empty_dirs, modes),
         unheld,
     )?;
     store.log_returned(&id)?;
@@ -1240,12 +1307,14 @@ fn adopt_seeded(
             && size_of.get(id) != Some(&stat.size)
         {
             let misplaced = AtomicUsize::new(0);
+            // Its permission bits were noted when it was first examined.
+            let odd_modes = OddModes::default();
             *outcome = examine(
                 store,
                 config,
                 cache,
                 None,
-                &mut Worker::new(beneath, &misplaced),
+                &mut Worker::new(beneath, &misplaced, &odd_modes),
                 (candidate, None),
             )?;
         }
@@ -1266,6 +1335,8 @@ pub(crate) struct Seen {
     /// The owner, which seeding compares with the user's index as git does.
     uid: u32,
     gid: u32,
+    /// The permission bits (`0o777` of the mode).
+    permissions: u32,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1302,6 +1373,7 @@ impl Seen {
             dev: stat.dev,
             uid: std::os::unix::fs::MetadataExt::uid(&meta),
             gid: std::os::unix::fs::MetadataExt::gid(&meta),
+            permissions: std::os::unix::fs::MetadataExt::mode(&meta) & 0o777,
         }
     }
 
@@ -1332,6 +1404,7 @@ impl Seen {
             dev: st.st_dev as u64,
             uid: st.st_uid as u32,
             gid: st.st_gid as u32,
+            permissions: st.st_mode as u32 & 0o777,
         }
     }
 
@@ -1438,18 +1511,21 @@ struct Worker<'a> {
     shift: isize,
     /// Counts the paths the stat cache held elsewhere than where the shift said.
     misplaced: &'a AtomicUsize,
+    /// Where the files' permission bits that a new file would not get are noted.
+    odd_modes: &'a OddModes,
     /// The snapshot the store returned last (`Store::newest_returned`), read once a file over the size
     /// cap that the stat cache does not hold is met (`was_tracked`); `Some(None)` when there is none.
     previous: Option<Option<crate::tree::LazyTree<'a>>>,
 }
 
 impl<'a> Worker<'a> {
-    fn new(beneath: &'a Root, misplaced: &'a AtomicUsize) -> Worker<'a> {
+    fn new(beneath: &'a Root, misplaced: &'a AtomicUsize, odd_modes: &'a OddModes) -> Worker<'a> {
         Worker {
             beneath,
             open: OpenDir::none(),
             shift: 0,
             misplaced,
+            odd_modes,
             previous: None,
         }
     }
@@ -1526,6 +1602,7 @@ fn examine<'a>(
                 }));
             }
         };
+        worker.odd_modes.note(rel, &seen);
         let stat = seen.stat(mode);
         let hint = worker.hint(candidate);
         if let Some((at, id)) = cache.fresh_near(hint, rel, &stat) {
@@ -1646,7 +1723,13 @@ impl Prestat {
 
     /// Looks at chunks of the files of `entries` (from a cache a track began at `cache_started_ns`) until
     /// none is left.
-    fn run(&self, root: &Root, entries: &PathMap<CacheEntry>, cache_started_ns: i128) {
+    fn run(
+        &self,
+        root: &Root,
+        entries: &PathMap<CacheEntry>,
+        cache_started_ns: i128,
+        odd_modes: &OddModes,
+    ) {
         let mut open = OpenDir::none();
         loop {
             let start = self
@@ -1674,6 +1757,7 @@ impl Prestat {
                     continue;
                 };
                 let seen = Seen::from_rustix(&st);
+                odd_modes.note(path, &seen);
                 match seen.mode() {
                     Some(mode) if entry.answers(&seen.stat(mode), cache_started_ns) => {
                         self.fresh[at].store(true, Ordering::Relaxed);
@@ -1878,13 +1962,23 @@ mod tests {
 
         let prestat = Prestat::new(cache.entries.positions());
         let beneath = Root::open(root).expect("open the top");
-        prestat.run(&beneath, &cache.entries, cache.started_ns);
+        prestat.run(
+            &beneath,
+            &cache.entries,
+            cache.started_ns,
+            &OddModes::default(),
+        );
         let fresh: Vec<bool> = (0..6).map(|at| prestat.was_fresh(at)).collect();
         assert_eq!(fresh, [true, false, false, false, false, false]);
 
         let stopped = Prestat::new(cache.entries.positions());
         stopped.stop();
-        stopped.run(&beneath, &cache.entries, cache.started_ns);
+        stopped.run(
+            &beneath,
+            &cache.entries,
+            cache.started_ns,
+            &OddModes::default(),
+        );
         assert!(!stopped.was_fresh(0), "a stopped look looks at nothing");
     }
 }

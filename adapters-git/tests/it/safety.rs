@@ -676,8 +676,9 @@ fn chmod(h: &GitHarness, path: &str, bits: u32) {
 }
 
 /// A file a revert or restore writes over keeps its permission bits (a private key stays private), with the
-/// execute bits its snapshot says; a file it creates gets `0666` or `0777` less the umask, as git's
-/// checkout gives it. Each written file's content and mode equal the snapshot's.
+/// execute bits its snapshot says; a file it creates that had a new file's bits gets `0666` or `0777` less
+/// the umask, as git's checkout gives it (one that had others gets them back: the test below). Each written
+/// file's content and mode equal the snapshot's.
 #[tokio::test]
 async fn written_files_keep_their_permissions_and_new_ones_follow_the_umask() {
     let h = GitHarness::new();
@@ -732,6 +733,69 @@ async fn written_files_keep_their_permissions_and_new_ones_follow_the_umask() {
         .expect("restore");
     assert_eq!(fs::read(h.path("key.pem")).expect("read"), b"k1\n");
     assert_eq!(permissions(&h, "key.pem"), 0o600);
+}
+
+/// A file brought back where none stands gets the permission bits it had when its snapshot was taken, when a
+/// new file would not get them (a private key a step deleted comes back private, not readable by all, and
+/// `ssh` still takes it): by a revert, by a restore and by a restore of given paths (an unrevert's). A
+/// `chmod` alone leaves the snapshot id as it is; the latest track's bits are the ones a file gets back.
+#[tokio::test]
+async fn a_file_brought_back_after_its_deletion_gets_its_own_permissions() {
+    let h = GitHarness::new();
+    let files = ["key.pem", "bin/tool", "group.txt", "plain.txt"];
+    h.write("key.pem", b"k1\n");
+    h.write("bin/tool", b"#!/bin/sh\n");
+    h.write("group.txt", b"g1\n");
+    h.write("plain.txt", b"p1\n");
+    chmod(&h, "key.pem", 0o600);
+    chmod(&h, "bin/tool", 0o700);
+    chmod(&h, "group.txt", 0o660);
+    let start = h.id().await;
+    let umask = umask();
+    let expected = [0o600, 0o700, 0o660, 0o666 & !umask];
+    let now = |h: &GitHarness| files.map(|f| permissions(h, f));
+
+    for file in files {
+        h.remove(file);
+    }
+    let outcome = revert_with_fresh_base(&h, &one_patch(&start, &files)).await;
+    assert_eq!(outcome.written.len(), 4, "{outcome:?}");
+    assert_eq!(h.id().await, start, "content and modes are the snapshot's");
+    assert_eq!(now(&h), expected, "after the revert");
+
+    for file in files {
+        h.remove(file);
+    }
+    h.port()
+        .restore(h.root(), &start, None)
+        .await
+        .expect("restore");
+    assert_eq!(now(&h), expected, "after the restore");
+
+    h.remove("key.pem");
+    let only = vec![RelPath::new("key.pem").expect("a path")];
+    h.port()
+        .restore(h.root(), &start, Some(only))
+        .await
+        .expect("restore of a path");
+    assert_eq!(
+        permissions(&h, "key.pem"),
+        0o600,
+        "after the restore of the path"
+    );
+
+    chmod(&h, "key.pem", 0o640);
+    assert_eq!(
+        h.id().await,
+        start,
+        "a chmod of a file's read bits is no new snapshot"
+    );
+    h.remove("key.pem");
+    h.port()
+        .restore(h.root(), &start, None)
+        .await
+        .expect("restore");
+    assert_eq!(permissions(&h, "key.pem"), 0o640, "the latest track's bits");
 }
 
 // ---------------------------------------------------------------------------------------------------------
