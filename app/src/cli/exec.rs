@@ -119,7 +119,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
     // begin), and another process may have unreverted the session, or run its cleanup, meanwhile.
     let discarded = discarded_of(ctx, &session.id, &hidden).await;
     if discarded > 0 && (!ctx.json || begun.is_err()) {
-        say_discarded(discarded);
+        say_discarded(discarded, begun.is_ok());
     }
     let (user, assistant, _) = match begun {
         Ok(turn) => turn,
@@ -347,13 +347,26 @@ async fn discarded_of(ctx: &Context, session: &SessionId, hidden: &[MessageId]) 
         })
 }
 
-fn say_discarded(discarded: usize) {
-    say!(
-        "rewind: the session was reverted: its {discarded} hidden message{} {} discarded (as OpenCode does), \
-         so `rewind redo` can no longer bring them back; the files were left as the revert put them",
+/// Says that `discarded` hidden messages of a reverted session are gone: by this turn's cleanup when it
+/// began (`by_this_turn`); otherwise by another process's, meanwhile (a turn that was refused discards
+/// nothing: review, a refused `exec` said it had).
+fn say_discarded(discarded: usize, by_this_turn: bool) {
+    let (s, were) = (
         plural(discarded as u64),
-        if discarded == 1 { "was" } else { "were" }
+        if discarded == 1 { "was" } else { "were" },
     );
+    if by_this_turn {
+        say!(
+            "rewind: the session was reverted: its {discarded} hidden message{s} {were} discarded (as OpenCode \
+             does), so `rewind redo` can no longer bring them back; the files were left as the revert put them"
+        );
+    } else {
+        say!(
+            "rewind: meanwhile another process ended the session's revert (it recorded a message or committed \
+             the revert): its {discarded} hidden message{s} {were} discarded there, so `rewind redo` can no \
+             longer bring them back"
+        );
+    }
 }
 
 /// Says why the command could not be run, when it could not.
