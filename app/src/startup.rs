@@ -40,14 +40,25 @@ impl std::fmt::Debug for Services {
 impl Services {
     /// Creates the data directory, opens (and migrates) the database and sets up the snapshot stores.
     /// `holder` says whose leases this process takes: `Process` for the command line, `Server` for HTTP.
+    /// A data directory this call made is removed again when the database cannot be opened (a URL that
+    /// names no database, a server that refuses): a refused command leaves nothing behind (review).
     pub async fn open(settings: &Settings, holder: HolderKind) -> Result<Services> {
+        let made = missing_dirs(&settings.data_dir);
         std::fs::create_dir_all(&settings.data_dir).with_context(|| {
             format!(
                 "cannot create the data directory {} (set --data-dir or REWIND_DATA_DIR)",
                 settings.data_dir.display()
             )
         })?;
-        Services::open_with(settings, holder, SqlConfig::new(&settings.database_url)).await
+        let opened =
+            Services::open_with(settings, holder, SqlConfig::new(&settings.database_url)).await;
+        if opened.is_err() {
+            // Deepest first, each only while empty (`remove_dir`): whatever came into one stays.
+            for dir in made {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        opened
     }
 
     /// The services over a database opened only to read (a read-only file or mount, a standby), for the
@@ -132,6 +143,15 @@ impl Services {
             settings: settings.clone(),
         })
     }
+}
+
+/// The directories `create_dir_all(dir)` would make: `dir` and its ancestors that do not exist, deepest
+/// first.
+fn missing_dirs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    dir.ancestors()
+        .take_while(|ancestor| !ancestor.as_os_str().is_empty() && !ancestor.exists())
+        .map(std::path::Path::to_path_buf)
+        .collect()
 }
 
 /// Server settings that are not user configuration (tests and benchmarks change them).
@@ -222,6 +242,9 @@ impl Application {
                     .with_context(|| format!("project root {} cannot be opened", root.display()))
             })
             .collect::<Result<Vec<_>>>()?;
+        // Bound before the database is opened: an address that cannot be had (taken, not this machine's,
+        // not resolved) leaves no data directory or database behind (review: it left a migrated one).
+        let listener = listen(&settings.hostname, settings.port).await?;
         let services = Services::open(&settings, HolderKind::Server).await?;
         let report = services
             .rewind
@@ -240,7 +263,6 @@ impl Application {
         let relay_cursor = crate::http::events::outbox_end(services.repo.as_ref())
             .await
             .context("cannot read the event outbox")?;
-        let listener = listen(&settings.hostname, settings.port).await?;
         let address = listener.local_addr()?;
         let state = crate::http::AppState {
             bus: Arc::new(rewind_bus::BroadcastBus::new(options.bus_capacity)),
