@@ -1,6 +1,7 @@
 //! Configuration shared by the server and the command line. Each setting comes from, in order of
 //! precedence: a command-line flag, a `REWIND_*` environment variable, the config file (`--config`,
-//! `REWIND_CONFIG`, or `$XDG_CONFIG_HOME/rewind/config.toml` when it exists), then the default.
+//! `REWIND_CONFIG`, or `$XDG_CONFIG_HOME/rewind/config.toml` when it exists: there but unreadable, an
+//! error), then the default.
 
 use std::path::{Path, PathBuf};
 
@@ -463,10 +464,29 @@ fn default_data_dir() -> Result<PathBuf> {
 fn read_config_file(explicit: Option<&Path>, cwd: &Path) -> Result<(FileConfig, Option<PathBuf>)> {
     let path = match explicit {
         Some(path) => absolute(cwd, path),
-        None => match xdg_dir("XDG_CONFIG_HOME", ".config") {
-            Some(dir) if dir.join("rewind/config.toml").is_file() => dir.join("rewind/config.toml"),
-            _ => return Ok((FileConfig::default(), None)),
-        },
+        // Absent, the defaults hold; present but not readable as a file (a directory, a directory above it
+        // that cannot be searched), it is an error as an explicit one's is: the defaults would quietly put
+        // the user's turns in another data directory or database (review: they did).
+        None => {
+            match xdg_dir("XDG_CONFIG_HOME", ".config").map(|dir| dir.join("rewind/config.toml")) {
+                Some(path) => match std::fs::metadata(&path) {
+                    Ok(_) => path,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                        ) =>
+                    {
+                        return Ok((FileConfig::default(), None));
+                    }
+                    Err(e) => {
+                        return Err(anyhow::Error::new(e)
+                            .context(format!("cannot read the config file {}", path.display())));
+                    }
+                },
+                None => return Ok((FileConfig::default(), None)),
+            }
+        }
     };
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read the config file {}", path.display()))?;

@@ -928,3 +928,24 @@ fn a_refused_database_or_address_leaves_no_data_directory() {
         "the refused server left a data directory"
     );
 }
+
+/// The default config file (`$XDG_CONFIG_HOME/rewind/config.toml`) present but not a file (a directory) is
+/// an error naming it, as an explicit `--config` would be, not skipped for the defaults (which would put
+/// the turn in another data directory or database; review); nothing is recorded.
+#[test]
+fn a_default_config_file_that_cannot_be_read_is_an_error() {
+    let env = Env::plain();
+    let config = env.config_home.path().join("rewind/config.toml");
+    std::fs::create_dir_all(&config).expect("a directory in its place");
+    let stderr = env.fails(&["exec", "--", "sh", "-c", "printf 'x\\n' > ran.txt"]);
+    assert!(
+        stderr.contains("cannot read the config file") && stderr.contains("config.toml"),
+        "{stderr}"
+    );
+    assert!(
+        !env.path().join("ran.txt").exists(),
+        "the command did not run"
+    );
+    std::fs::remove_dir(&config).expect("remove it");
+    env.ok(&["status"]);
+}
