@@ -187,12 +187,33 @@ impl Settings {
             .map(|file| file.display().to_string());
         // An empty `--data-dir` is refused by clap's path parser already, and an empty REWIND_DATA_DIR
         // before the command line is parsed (`cli::refuse_empty_variables`).
-        if let (None, Some(dir), Some(from)) = (&args.data_dir, &file.data_dir, &from_file)
-            && dir.as_os_str().is_empty()
-        {
-            bail!(
-                "data_dir in {from} is empty: name a directory, or leave the setting out for the default"
-            );
+        // The file's own values are checked whether or not a flag or a variable overrides them: a bad file
+        // is said at once, not only once the override is dropped (review: `size_cap = 0` was refused or
+        // not by whether `--size-cap` was given).
+        if let Some(from) = &from_file {
+            if file
+                .data_dir
+                .as_ref()
+                .is_some_and(|dir| dir.as_os_str().is_empty())
+            {
+                bail!(
+                    "data_dir in {from} is empty: name a directory, or leave the setting out for the default"
+                );
+            }
+            if file.size_cap == Some(0) {
+                bail!("size_cap in {from} must be at least 1 byte");
+            }
+            if file.file_cap == Some(0) {
+                bail!("file_cap in {from} must be at least 1");
+            }
+            if file
+                .step_timeout
+                .is_some_and(|secs| secs == 0 || secs > MAX_STEP_TIMEOUT_SECS)
+            {
+                bail!(
+                    "step_timeout in {from} must be from 1 second to {MAX_STEP_TIMEOUT_SECS} (a year)"
+                );
+            }
         }
         let data_dir = match (&args.data_dir, &file.data_dir) {
             (Some(dir), _) => absolute(cwd, dir),
@@ -268,17 +289,13 @@ impl Settings {
         if let Some(cap) = args.size_cap.or(file.size_cap) {
             // 0 would skip every new file that is not empty: nothing a step makes could be undone.
             if cap == 0 {
-                bail!(
-                    "the size cap must be at least 1 byte (--size-cap, REWIND_SIZE_CAP, size_cap)"
-                );
+                bail!("the size cap must be at least 1 byte (--size-cap or REWIND_SIZE_CAP)");
             }
             settings.size_cap = cap;
         }
         if let Some(cap) = args.file_cap.or(file.file_cap) {
             if cap == 0 {
-                bail!(
-                    "the file-count cap must be at least 1 (--file-cap, REWIND_FILE_CAP, file_cap)"
-                );
+                bail!("the file-count cap must be at least 1 (--file-cap or REWIND_FILE_CAP)");
             }
             settings.file_cap = cap;
         }
@@ -286,7 +303,7 @@ impl Settings {
             if secs == 0 || secs > MAX_STEP_TIMEOUT_SECS {
                 bail!(
                     "the step timeout must be from 1 second to {MAX_STEP_TIMEOUT_SECS} (a year) \
-                     (--step-timeout, REWIND_STEP_TIMEOUT, step_timeout)"
+                     (--step-timeout or REWIND_STEP_TIMEOUT)"
                 );
             }
             settings.step_timeout_ms = secs.saturating_mul(1000);
@@ -781,8 +798,50 @@ mod tests {
         assert!(error.contains("--password is empty"), "{error}");
         let error = refused("project_roots = [\"\"]\n", ConfigArgs::default(), None);
         assert!(error.contains("project root is empty"), "{error}");
-        let error = refused("size_cap = 0\n", ConfigArgs::default(), None);
-        assert!(error.contains("size cap must be at least 1"), "{error}");
+        // The file's value is refused also when a flag overrides it, naming the file's key.
+        for size_cap in [None, Some(5)] {
+            let error = refused(
+                "size_cap = 0\n",
+                ConfigArgs {
+                    size_cap,
+                    ..ConfigArgs::default()
+                },
+                None,
+            );
+            assert!(
+                error.contains("size_cap in") && error.contains("must be at least 1 byte"),
+                "{error}"
+            );
+        }
+        for (text, key) in [
+            ("file_cap = 0\n", "file_cap in"),
+            ("step_timeout = 0\n", "step_timeout in"),
+            ("data_dir = \"\"\n", "data_dir in"),
+        ] {
+            let error = refused(
+                text,
+                ConfigArgs {
+                    data_dir: Some(dir.path().join("data")),
+                    file_cap: Some(5),
+                    step_timeout: Some(5),
+                    ..ConfigArgs::default()
+                },
+                None,
+            );
+            assert!(error.contains(key), "{text}: {error}");
+        }
+        let error = refused(
+            "",
+            ConfigArgs {
+                size_cap: Some(0),
+                ..ConfigArgs::default()
+            },
+            None,
+        );
+        assert!(
+            error.contains("size cap must be at least 1 byte (--size-cap or REWIND_SIZE_CAP)"),
+            "{error}"
+        );
         let error = refused(
             "",
             ConfigArgs {
