@@ -101,10 +101,10 @@ pub struct SnapshotRecord {
     /// it), so the `.gitignore` files on disk now need not be asked too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hidden_rules_all: bool,
-    /// The permission bits of its files that a new file would not get (`0666` or `0777` less the umask),
-    /// as the track that returned this id last saw them: a restore or revert that makes such a file
-    /// where none stands gives it these (a private file deleted by a step comes back private). A file
-    /// written over keeps its own. Empty in records written before.
+    /// The permission bits of its files that are narrower than a new file's (`0666` or `0777` less the
+    /// umask), as the track that returned this id last saw them (at most 10,000 files): a restore or
+    /// revert that makes such a file where none stands gives it these (a private file deleted by a step
+    /// comes back private). A file written over keeps its own. Empty in records written before.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub modes: BTreeMap<String, u32>,
 }

@@ -1148,11 +1148,12 @@ fn finish(
     )
 }
 
-/// The permission bits of the snapshot's files that a new file would not get, from the track's looks
+/// The permission bits of the snapshot's files narrower than a new file's, from the track's looks
 /// (`OddModes`): only files the snapshot holds, as a file or an executable as it holds them; a file looked
 /// at twice (a cached look, then a look before hashing it) has the bits of the later look.
 fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTreeMap<String, u32> {
-    odd.into_iter()
+    let mut modes: BTreeMap<String, u32> = odd
+        .into_iter()
         .filter(|(path, bits)| {
             entries
                 .get(path)
@@ -1162,13 +1163,26 @@ fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTr
                     Mode::Link | Mode::Tree => false,
                 })
         })
-        .collect()
+        .collect();
+    // Bounded, so a worktree whose files all have such bits (a umask more open than theirs) does not make
+    // every record as long as the tree: past the bound, files get a new file's bits, as before.
+    if modes.len() > MAX_RECORDED_MODES
+        && let Some(first_left) = modes.keys().nth(MAX_RECORDED_MODES).cloned()
+    {
+        modes.split_off(&first_left);
+    }
+    modes
 }
 
-/// The permission bits of the files a track looks at that a file a restore creates would not get
-/// (`apply::new_file_permissions`: `0666` or `0777` less the umask): the snapshot's record keeps them
-/// (`SnapshotRecord::modes`), and a file brought back where none stands gets its own again (a private
-/// key deleted by a step comes back private). Noted by each look (`Prestat::run`, `examine`), whichever
+/// How many files' permission bits a snapshot's record keeps at most (`snapshot_modes`).
+const MAX_RECORDED_MODES: usize = 10_000;
+
+/// The permission bits of the files a track looks at that are narrower than a file a restore creates
+/// would get (`apply::new_file_permissions`: `0666` or `0777` less the umask, which would grant a bit
+/// they lack): the snapshot's record keeps them (`SnapshotRecord::modes`), and a file brought back where
+/// none stands gets its own again (a private key deleted by a step comes back private). A file whose bits
+/// are a new file's or wider (`0664` under umask 022) comes back with a new file's, as from git's
+/// checkout: never more open than it was. Noted by each look (`Prestat::run`, `examine`), whichever
 /// thread takes it; few files have such bits, so the lock is seldom taken.
 #[derive(Default)]
 struct OddModes(Mutex<Vec<(String, u32)>>);
@@ -1176,7 +1190,7 @@ struct OddModes(Mutex<Vec<(String, u32)>>);
 impl OddModes {
     fn note(&self, rel: &str, seen: &Seen) {
         if let SeenKind::File { executable } = seen.kind
-            && seen.permissions != crate::apply::new_file_permissions(executable)
+            && crate::apply::new_file_permissions(executable) & !seen.permissions != 0
         {
             self.0
                 .lock()
