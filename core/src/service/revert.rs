@@ -1880,7 +1880,10 @@ fn left_as_they_are(left: &[RelPath]) -> String {
 fn refuse_open_steps(session: &Session, sessions: &[Session]) -> Result<()> {
     for other in sessions {
         if let Some(step) = &other.step {
-            let place = if other.directory == session.directory {
+            let place = if other.id == session.id {
+                // Its own step (review: it was named as if another session's).
+                "(this session)".to_owned()
+            } else if other.directory == session.directory {
                 "of this worktree".to_owned()
             } else {
                 format!(

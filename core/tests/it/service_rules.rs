@@ -208,7 +208,12 @@ fn revert_and_unrevert_with_an_open_step_are_busy_and_call_nothing_else() {
         part_id: None,
     };
     let revert = block_on(rewind.revert(&f.session.id, target));
-    assert!(matches!(revert, Err(Error::Busy { .. })), "{revert:?}");
+    // Its own step is said as its own, not another session's of the worktree (review).
+    assert!(
+        matches!(&revert, Err(Error::Busy { message, .. })
+            if message.contains(&format!("in session {} (this session)", f.session.id))),
+        "{revert:?}"
+    );
     let unrevert = block_on(rewind.unrevert(&f.session.id));
     assert!(matches!(unrevert, Err(Error::Busy { .. })), "{unrevert:?}");
     assert_eq!(f.last_seq(), before, "no event");
