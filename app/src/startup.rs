@@ -238,8 +238,16 @@ impl Application {
             .project_roots
             .iter()
             .map(|root| {
-                std::fs::canonicalize(root)
-                    .with_context(|| format!("project root {} cannot be opened", root.display()))
+                let canonical = std::fs::canonicalize(root)
+                    .with_context(|| format!("project root {} cannot be opened", root.display()))?;
+                // A file would refuse every session with 400 once the server runs (review): said now.
+                if !canonical.is_dir() {
+                    anyhow::bail!(
+                        "project root {} is not a directory: name the directory sessions' worktrees lie under",
+                        root.display()
+                    );
+                }
+                Ok(canonical)
             })
             .collect::<Result<Vec<_>>>()?;
         // Bound before the database is opened: an address that cannot be had (taken, not this machine's,

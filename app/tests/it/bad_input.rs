@@ -887,8 +887,8 @@ impl TwoHex for std::path::Path {
 }
 
 /// A command refused because its database cannot be opened (a URL naming none), and a server refused
-/// because its address cannot be had (taken by another program), leave no data directory or database
-/// behind: the data directory is made for the database, and the server binds before opening it (review:
+/// because its address cannot be had (taken by another program) or a project root is a file, leave no
+/// data directory or database behind: the data directory is made for the database, and the server binds before opening it (review:
 /// both were left, the server's with a migrated database in it).
 #[test]
 fn a_refused_database_or_address_leaves_no_data_directory() {
@@ -927,6 +927,23 @@ fn a_refused_database_or_address_leaves_no_data_directory() {
         !env.data.path().join("new").exists(),
         "the refused server left a data directory"
     );
+    // A project root that is a file would refuse every session once the server runs: refused at start.
+    let file = env.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let output = env
+        .bare()
+        .args(["--data-dir", data_arg, "-C"])
+        .arg(env.path())
+        .args(["serve", "--port", "0", "--project-root"])
+        .arg(&file)
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("is not a directory"),
+        "{output:?}"
+    );
+    assert!(!env.data.path().join("new").exists());
 }
 
 /// The default config file (`$XDG_CONFIG_HOME/rewind/config.toml`) present but not a file (a directory) is
