@@ -33,6 +33,8 @@ pub enum ApiError {
     MethodNotAllowed(String),
     /// 413: the request body is over the limit.
     PayloadTooLarge(String),
+    /// 415: a body that is not sent as JSON.
+    UnsupportedMediaType(String),
     /// 500: an internal fault; `public` is sent, the cause has been logged.
     Internal(String),
 }
@@ -168,6 +170,7 @@ impl ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -195,6 +198,7 @@ impl ApiError {
             ApiError::Forbidden(message) => named("Forbidden", message),
             ApiError::MethodNotAllowed(message) => named("MethodNotAllowed", message),
             ApiError::PayloadTooLarge(message) => named("PayloadTooLarge", message),
+            ApiError::UnsupportedMediaType(message) => named("UnsupportedMediaType", message),
             ApiError::Internal(message) => named("UnknownError", message),
         }
     }

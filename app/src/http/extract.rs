@@ -11,7 +11,9 @@ use super::error::ApiError;
 
 /// A JSON body: an object, as every body of OpenCode's API is (serde would also take a struct's fields
 /// as an array, `["msg_…", null]`). An empty body reads as `{}` (OpenCode's clients send none on some
-/// POSTs); the `Content-Type` is not required.
+/// POSTs, with no `Content-Type`). A body sent with a `Content-Type` must be sent as JSON
+/// (`application/json`, or `…+json`): 415 otherwise, as a `text/plain` or form body is what a web page can
+/// send without the browser asking the server first (review: such a body reverted a session).
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
@@ -19,6 +21,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let content_type = request
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(|value| value.to_str().unwrap_or("?").to_owned());
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| {
@@ -37,6 +43,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
+            if let Some(given) = content_type.filter(|given| !is_json(given)) {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "the request body is sent as {given:?}: send it as JSON (Content-Type: application/json)"
+                )));
+            }
             &bytes
         };
         if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
@@ -48,6 +59,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             .map(JsonBody)
             .map_err(|error| ApiError::BadRequest(format!("invalid JSON body: {error}")))
     }
+}
+
+/// Whether a `Content-Type` value names JSON: `application/json` or `application/<something>+json`, with
+/// any parameters (`; charset=utf-8`), in any case.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|subtype| subtype.ends_with("+json"))
 }
 
 /// Path parameters, parsed by `T`'s deserializer (ids validate themselves): a bad one is 400.

@@ -116,20 +116,16 @@ fn check_host_and_origin(headers: &HeaderMap) -> Result<(), ApiError> {
             "Host {host:?} is not a loopback name; this server only answers requests made to localhost"
         )));
     }
-    for origin in headers.get_all(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        let host = origin_authority(origin);
-        if host.is_empty() || !is_loopback_name(strip_port(host)) {
-            return Err(ApiError::Forbidden(format!(
-                "Origin {origin:?} is foreign; only pages served from localhost may call this server"
-            )));
-        }
-    }
-    Ok(())
+    check_same_origin(headers)
 }
 
-/// Beyond loopback, where a browser may hold the basic-auth credentials: a page may call the server
-/// only from the server's own origin (its `Origin` names the `Host` it calls) or from loopback.
+/// A request a web page sends (it carries an `Origin`) is served only from the server's own origin: its
+/// `Origin` names the `Host` it calls. The server sends no CORS headers, so a page of any other origin
+/// cannot read an answer, and could only send blind writes: a page of another local server (a dev server,
+/// a local app with a script injection) reverted a session and committed the revert with a `text/plain`
+/// body, which a browser sends without asking first (review: loopback origins were allowed). Beyond
+/// loopback the browser may hold the basic-auth credentials, which such a page would use the same way.
+/// Clients that are not browsers (OpenCode's, `curl`) send no `Origin`.
 fn check_same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
     let host = headers
         .get(header::HOST)
@@ -139,9 +135,9 @@ fn check_same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
         let origin = origin.to_str().unwrap_or("");
         let origin_host = origin_authority(origin);
         let same = !origin_host.is_empty() && origin_host.eq_ignore_ascii_case(host);
-        if !same && (origin_host.is_empty() || !is_loopback_name(strip_port(origin_host))) {
+        if !same {
             return Err(ApiError::Forbidden(format!(
-                "Origin {origin:?} is foreign; only pages served by this server or from localhost may call it"
+                "Origin {origin:?} is foreign; only pages served by this server may call it"
             )));
         }
     }
@@ -180,12 +176,13 @@ fn authorized(headers: &HeaderMap, password: &str) -> bool {
     else {
         return false;
     };
-    let Some(encoded) = value
-        .strip_prefix("Basic ")
-        .or_else(|| value.strip_prefix("basic "))
-    else {
+    // The scheme in any case (RFC 9110), as a client may spell it.
+    let Some((scheme, encoded)) = value.split_once(' ') else {
         return false;
     };
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return false;
+    }
     let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
         return false;
     };
@@ -345,7 +342,7 @@ mod tests {
         let header = |value: &str| value.parse::<axum::http::HeaderValue>().expect("a header");
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, header("127.0.0.1:4096"));
-        headers.append(header::ORIGIN, header("http://localhost:4096"));
+        headers.append(header::ORIGIN, header("http://127.0.0.1:4096"));
         assert!(check_host_and_origin(&headers).is_ok());
         assert!(check_same_origin(&headers).is_ok());
         headers.append(header::ORIGIN, header("http://evil.example"));
@@ -368,6 +365,16 @@ mod tests {
             format!("Basic {encoded}").parse().expect("a valid header"),
         );
         assert!(authorized(&headers, "pw"));
+        for scheme in ["basic", "BASIC", "bAsIc"] {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::AUTHORIZATION,
+                format!("{scheme} {encoded}")
+                    .parse()
+                    .expect("a valid header"),
+            );
+            assert!(authorized(&headers, "pw"), "{scheme}");
+        }
         assert!(!authorized(&headers, "pw2"));
         assert!(!authorized(&headers, "p"));
     }

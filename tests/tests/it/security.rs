@@ -17,8 +17,13 @@ async fn foreign_hosts_and_origins_are_refused_on_loopback() -> Result<()> {
         (Some("127.0.0.1.nip.io"), None, 403),
         (None, Some("http://evil.example"), 403),
         (None, Some("null"), 403),
-        (Some("localhost:9"), Some("http://localhost:3000"), 200),
-        (Some("[::1]:4096"), Some("http://127.0.0.1"), 200),
+        // A page of another local origin (a dev server) could only send blind writes (no CORS headers
+        // are sent), as a revert with a `text/plain` body: refused (review).
+        (Some("localhost:9"), Some("http://localhost:3000"), 403),
+        (Some("[::1]:4096"), Some("http://127.0.0.1"), 403),
+        (Some("localhost:9"), None, 200),
+        (Some("127.0.0.1:4096"), Some("http://127.0.0.1:4096"), 200),
+        (Some("localhost:4096"), Some("http://LOCALHOST:4096"), 200),
     ] {
         let mut request = app.http.post(app.url("/session")).json(&json!({}));
         if let Some(host) = host {
@@ -115,15 +120,15 @@ async fn beyond_loopback_a_password_is_required_and_foreign_origins_are_refused(
     let port = app.port();
     let stop = app.shutdown_token();
     let server = tokio::spawn(app.run_until_stopped());
-    // Any Host is served once the password is right, but a page of another origin is refused: the
-    // browser could otherwise send the credentials it holds for this server.
+    // Any Host is served once the password is right, but a page of another origin is refused, a local
+    // one too: the browser could otherwise send the credentials it holds for this server.
     let http = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/doc");
     let host = format!("rewind.example:{port}");
     for (origin, status) in [
         (None, 200),
         (Some(format!("http://{host}")), 200),
-        (Some("http://localhost:3000".to_owned()), 200),
+        (Some("http://localhost:3000".to_owned()), 403),
         (Some("http://evil.example".to_owned()), 403),
         (Some("null".to_owned()), 403),
     ] {
@@ -300,5 +305,50 @@ async fn a_session_outside_the_project_roots_is_refused() -> Result<()> {
     // A session under the roots is served as before.
     let inside = app.new_session().await?;
     assert_eq!(app.get(&format!("/session/{inside}")).await?.status, 200);
+    app.stop().await
+}
+
+/// A body a web page could send without the browser asking the server first (`text/plain`, a form) is
+/// refused with 415 before anything is done (review: a `text/plain` revert and its commit went through);
+/// a JSON body, with or without a `Content-Type` (OpenCode's client sends none on its bodiless POSTs), is
+/// served.
+#[tokio::test]
+async fn a_body_not_sent_as_json_is_refused() -> Result<()> {
+    let app = spawn_app().await?;
+    let id = app.new_session().await?;
+    let before = app.read(&format!("/session/{id}")).await?;
+    for content_type in [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let reply = app
+            .send(
+                app.http
+                    .patch(app.url(&format!("/session/{id}")))
+                    .header("content-type", content_type)
+                    .body(r#"{"title":"renamed by a page"}"#),
+            )
+            .await?;
+        assert_eq!(reply.status, 415, "{content_type}: {}", reply.body);
+        assert_eq!(reply.body["name"], "UnsupportedMediaType", "{}", reply.body);
+    }
+    assert_eq!(app.read(&format!("/session/{id}")).await?, before);
+    for content_type in [
+        None,
+        Some("application/json; charset=utf-8"),
+        Some("application/vnd.api+json"),
+    ] {
+        let mut request = app
+            .http
+            .patch(app.url(&format!("/session/{id}")))
+            .body(r#"{"title":"renamed"}"#);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let reply = app.send(request).await?;
+        assert_eq!(reply.status, 200, "{content_type:?}: {}", reply.body);
+    }
     app.stop().await
 }
