@@ -137,6 +137,18 @@ pub fn redact_password(url: &str) -> String {
             }
         }
     }
+    // A `key=value` connection string (libpq's form, which rewind does not take, but names in its refusal):
+    // its `password=` word (review: it was echoed whole).
+    if !shown.contains("://") {
+        return shown
+            .split(' ')
+            .map(|word| match word.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => word.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
     if let Some(query_start) = shown.find('?') {
         let (head, query) = shown.split_at(query_start + 1);
         let redacted: Vec<String> = query
