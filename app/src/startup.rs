@@ -2,6 +2,7 @@
 //! the command line and the server both use them.
 
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -44,12 +45,19 @@ impl Services {
     /// names no database, a server that refuses): a refused command leaves nothing behind (review).
     pub async fn open(settings: &Settings, holder: HolderKind) -> Result<Services> {
         let made = missing_dirs(&settings.data_dir);
-        std::fs::create_dir_all(&settings.data_dir).with_context(|| {
-            format!(
-                "cannot create the data directory {} (set --data-dir or REWIND_DATA_DIR)",
-                settings.data_dir.display()
-            )
-        })?;
+        // Made private (0700): the snapshot stores hold copies of the worktree's files, private ones
+        // included, and the database holds the sessions (review: made 0755, any local user could read a
+        // 0600 key's content there). A data directory that exists keeps its mode.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&settings.data_dir)
+            .with_context(|| {
+                format!(
+                    "cannot create the data directory {} (set --data-dir or REWIND_DATA_DIR)",
+                    settings.data_dir.display()
+                )
+            })?;
         let opened =
             Services::open_with(settings, holder, SqlConfig::new(&settings.database_url)).await;
         if opened.is_err() {

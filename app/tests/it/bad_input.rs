@@ -966,3 +966,27 @@ fn a_default_config_file_that_cannot_be_read_is_an_error() {
     std::fs::remove_dir(&config).expect("remove it");
     env.ok(&["status"]);
 }
+
+/// A data directory rewind makes is private (0700): its snapshot stores hold copies of the worktree's
+/// files, a 0600 key's content included, and other local users must not read them there (review: it was
+/// made 0755).
+#[test]
+fn a_new_data_directory_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::plain();
+    let data = env.data.path().join("made/here");
+    let output = env
+        .bare()
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("-C")
+        .arg(env.path())
+        .args(["snapshot", "track"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    for dir in [data.parent().expect("a parent"), data.as_path()] {
+        let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
+}
