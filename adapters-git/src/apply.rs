@@ -950,8 +950,12 @@ fn replace(
         match standing(dir, name, was, at, temp.ext4)? {
             Standing::Same(held, permissions) => {
                 // The file keeps the permissions it has (a private file stays private), with the execute
-                // bits its snapshot says.
-                temp.set_permissions(permissions.map(|p| kept_permissions(p, temp.executable)))?;
+                // bits its snapshot says; a file replacing a symlink gets the bits recorded for it.
+                temp.set_permissions(
+                    permissions
+                        .map(|p| kept_permissions(p, temp.executable))
+                        .or(bits),
+                )?;
                 before_swap();
                 return match swap_in(dir, tmp, name, was)? {
                     Swapped::In(swapped_out) => Ok(Some(Replaced { held, swapped_out })),
@@ -1901,12 +1905,18 @@ impl<'a> Applier<'a> {
         let abs = self.abs(path);
         self.counter += 1;
         let tmp = temp_name(&self.batch, self.counter);
-        // Recorded bits that do not agree with the mode written (an executable, or not) are not used.
-        let bits = self.modes.get(path).copied().filter(|bits| match mode {
-            Mode::File => bits & 0o100 == 0,
-            Mode::Exec => bits & 0o100 != 0,
-            Mode::Link | Mode::Tree => false,
-        });
+        // Recorded bits that do not agree with the mode written (an executable, or not) are not used;
+        // those used lose what the umask takes from a new file: never more open than a new file is.
+        let bits = self
+            .modes
+            .get(path)
+            .copied()
+            .filter(|bits| match mode {
+                Mode::File => bits & 0o100 == 0,
+                Mode::Exec => bits & 0o100 != 0,
+                Mode::Link | Mode::Tree => false,
+            })
+            .map(|bits| bits & new_file_permissions(mode == Mode::Exec));
         self.pending.push(PendingWrite {
             rel: path.to_owned(),
             tmp,
@@ -2678,9 +2688,9 @@ fn plan_inner<'a>(
             // Absent, or not a file: still never written (an old snapshot may hold rewind's own database).
             (FileActionKind::Keep, Some(OWN_FILE.to_owned()))
         } else if let Some(entry) = tree.borrow_mut().get(name)? {
-            // A file made where none stands gets the permission bits it had in that snapshot, when they
-            // are not a new file's (a file written over keeps its own).
-            if !matches!(exists, OnDisk::File | OnDisk::Symlink)
+            // A file made where no file stands (a symlink may) gets the permission bits recorded for it in
+            // that snapshot, if any (a file written over keeps its own).
+            if exists != OnDisk::File
                 && let Some(bits) = records
                     .entry(from_id)
                     .or_insert_with(|| store.known_record(&from_id))

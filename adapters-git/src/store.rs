@@ -101,10 +101,11 @@ pub struct SnapshotRecord {
     /// it), so the `.gitignore` files on disk now need not be asked too.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hidden_rules_all: bool,
-    /// The permission bits of its files that are narrower than a new file's (`0666` or `0777` less the
-    /// umask), as the track that returned this id last saw them (at most 10,000 files): a restore or
-    /// revert that makes such a file where none stands gives it these (a private file deleted by a step
-    /// comes back private). A file written over keeps its own. Empty in records written before.
+    /// The permission bits of its files that are private beyond git's modes (they lack a bit of `0644` or
+    /// `0755`), the narrowest any track that returned this id saw (at most 10,000 files per track, the
+    /// most private first): a restore or revert that makes such a file where no file stands gives it
+    /// these, less what the umask takes from a new file (a private file deleted by a step comes back
+    /// private). A file written over keeps its own. Empty in records written before.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub modes: BTreeMap<String, u32>,
 }
@@ -704,9 +705,12 @@ impl Store {
         record.prefix = prefix.to_owned();
         record.outside = outside.to_vec();
         record.skipped.extend(skipped.iter().cloned());
-        // One id stands for every disk state with the same files: the latest track's bits are the ones a
-        // file brought back gets.
-        record.modes.clone_from(modes);
+        // One id stands for every disk state with the same files, any of which a revert may go back to: a
+        // file's bits are the narrowest any track of the id saw (a file one track saw with git's modes
+        // or wider is not in its map).
+        for (path, bits) in modes {
+            *record.modes.entry(path.clone()).or_insert(*bits) &= *bits;
+        }
         match &mut record.empty_dirs {
             Some(seen) => seen.extend(empty_dirs.iter().cloned()),
             None => record.empty_dirs = Some(empty_dirs.clone()),

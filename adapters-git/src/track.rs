@@ -1148,28 +1148,29 @@ fn finish(
     )
 }
 
-/// The permission bits of the snapshot's files narrower than a new file's, from the track's looks
+/// The permission bits of the snapshot's files that are private beyond git's modes, from the track's looks
 /// (`OddModes`): only files the snapshot holds, as a file or an executable as it holds them; a file looked
-/// at twice (a cached look, then a look before hashing it) has the bits of the later look.
+/// at twice (a cached look, then a look before hashing it) has the bits of the narrower look. At most
+/// `MAX_RECORDED_MODES`, the most private first (no read bit for others, then none for the group).
 fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTreeMap<String, u32> {
-    let mut modes: BTreeMap<String, u32> = odd
-        .into_iter()
-        .filter(|(path, bits)| {
-            entries
-                .get(path)
-                .is_some_and(|entry| match entry.stat.mode {
-                    Mode::File => bits & 0o100 == 0,
-                    Mode::Exec => bits & 0o100 != 0,
-                    Mode::Link | Mode::Tree => false,
-                })
-        })
-        .collect();
-    // Bounded, so a worktree whose files all have such bits (a umask more open than theirs) does not make
-    // every record as long as the tree: past the bound, files get a new file's bits, as before.
-    if modes.len() > MAX_RECORDED_MODES
-        && let Some(first_left) = modes.keys().nth(MAX_RECORDED_MODES).cloned()
-    {
-        modes.split_off(&first_left);
+    let mut modes: BTreeMap<String, u32> = BTreeMap::new();
+    for (path, bits) in odd {
+        let held = entries
+            .get(&path)
+            .is_some_and(|entry| match entry.stat.mode {
+                Mode::File => bits & 0o100 == 0,
+                Mode::Exec => bits & 0o100 != 0,
+                Mode::Link | Mode::Tree => false,
+            });
+        if held {
+            *modes.entry(path).or_insert(bits) &= bits;
+        }
+    }
+    if modes.len() > MAX_RECORDED_MODES {
+        let mut ranked: Vec<(String, u32)> = modes.into_iter().collect();
+        ranked.sort_by_key(|(path, bits)| (bits & 0o004 != 0, bits & 0o040 != 0, path.clone()));
+        ranked.truncate(MAX_RECORDED_MODES);
+        modes = ranked.into_iter().collect();
     }
     modes
 }
@@ -1177,26 +1178,43 @@ fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTr
 /// How many files' permission bits a snapshot's record keeps at most (`snapshot_modes`).
 const MAX_RECORDED_MODES: usize = 10_000;
 
-/// The permission bits of the files a track looks at that are narrower than a file a restore creates
-/// would get (`apply::new_file_permissions`: `0666` or `0777` less the umask, which would grant a bit
-/// they lack): the snapshot's record keeps them (`SnapshotRecord::modes`), and a file brought back where
-/// none stands gets its own again (a private key deleted by a step comes back private). A file whose bits
-/// are a new file's or wider (`0664` under umask 022) comes back with a new file's, as from git's
-/// checkout: never more open than it was. Noted by each look (`Prestat::run`, `examine`), whichever
-/// thread takes it; few files have such bits, so the lock is seldom taken.
+/// git's modes as permission bits: what a file or an executable has when nothing more private is said.
+pub(crate) fn canonical_permissions(executable: bool) -> u32 {
+    if executable { 0o755 } else { 0o644 }
+}
+
+/// The permission bits of the files a track looks at that are private beyond git's modes (they lack a bit
+/// `0644` or `0755` has: a read bit for the group or others, the owner's write): the snapshot's record
+/// keeps them (`SnapshotRecord::modes`), and a file brought back where none stands gets them, less what
+/// the umask takes from a new file (`apply::new_file_permissions`): a private key a step deleted comes back
+/// private, and no file comes back more open than it was or than a new file is. Measured against git's
+/// modes, not the umask, so the record says the same whatever the umask of the process that tracked (a
+/// tree checked out under umask 002, all 0644, records nothing). Each thread notes its looks in a buffer
+/// of its own (`Worker::odd`, `Prestat::run`), handed over here once.
 #[derive(Default)]
 struct OddModes(Mutex<Vec<(String, u32)>>);
 
-impl OddModes {
-    fn note(&self, rel: &str, seen: &Seen) {
-        if let SeenKind::File { executable } = seen.kind
-            && crate::apply::new_file_permissions(executable) & !seen.permissions != 0
+/// Whether a look at a file saw bits to record (`OddModes`): the bits when it did.
+fn private_bits(seen: &Seen) -> Option<u32> {
+    match seen.kind {
+        SeenKind::File { executable }
+            if canonical_permissions(executable) & !seen.permissions != 0 =>
         {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((rel.to_owned(), seen.permissions));
+            Some(seen.permissions)
         }
+        _ => None,
+    }
+}
+
+impl OddModes {
+    fn add(&self, mut noted: Vec<(String, u32)>) {
+        if noted.is_empty() {
+            return;
+        }
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .append(&mut noted);
     }
 
     fn take(&self) -> Vec<(String, u32)> {
@@ -1525,11 +1543,19 @@ struct Worker<'a> {
     shift: isize,
     /// Counts the paths the stat cache held elsewhere than where the shift said.
     misplaced: &'a AtomicUsize,
-    /// Where the files' permission bits that a new file would not get are noted.
+    /// Where the private permission bits this worker's looks saw go when it is dropped (`OddModes`).
     odd_modes: &'a OddModes,
+    /// Those bits, noted by this worker.
+    odd: Vec<(String, u32)>,
     /// The snapshot the store returned last (`Store::newest_returned`), read once a file over the size
     /// cap that the stat cache does not hold is met (`was_tracked`); `Some(None)` when there is none.
     previous: Option<Option<crate::tree::LazyTree<'a>>>,
+}
+
+impl Drop for Worker<'_> {
+    fn drop(&mut self) {
+        self.odd_modes.add(std::mem::take(&mut self.odd));
+    }
 }
 
 impl<'a> Worker<'a> {
@@ -1540,6 +1566,7 @@ impl<'a> Worker<'a> {
             shift: 0,
             misplaced,
             odd_modes,
+            odd: Vec::new(),
             previous: None,
         }
     }
@@ -1616,7 +1643,9 @@ fn examine<'a>(
                 }));
             }
         };
-        worker.odd_modes.note(rel, &seen);
+        if let Some(bits) = private_bits(&seen) {
+            worker.odd.push((rel.to_owned(), bits));
+        }
         let stat = seen.stat(mode);
         let hint = worker.hint(candidate);
         if let Some((at, id)) = cache.fresh_near(hint, rel, &stat) {
@@ -1745,12 +1774,14 @@ impl Prestat {
         odd_modes: &OddModes,
     ) {
         let mut open = OpenDir::none();
+        let mut odd = Vec::new();
         loop {
             let start = self
                 .next_chunk
                 .fetch_add(1, Ordering::Relaxed)
                 .saturating_mul(PRESTAT_CHUNK);
             if start >= self.fresh.len() {
+                odd_modes.add(odd);
                 return;
             }
             let end = (start + PRESTAT_CHUNK).min(self.fresh.len());
@@ -1771,7 +1802,9 @@ impl Prestat {
                     continue;
                 };
                 let seen = Seen::from_rustix(&st);
-                odd_modes.note(path, &seen);
+                if let Some(bits) = private_bits(&seen) {
+                    odd.push((path.to_owned(), bits));
+                }
                 match seen.mode() {
                     Some(mode) if entry.answers(&seen.stat(mode), cache_started_ns) => {
                         self.fresh[at].store(true, Ordering::Relaxed);

@@ -735,10 +735,11 @@ async fn written_files_keep_their_permissions_and_new_ones_follow_the_umask() {
     assert_eq!(permissions(&h, "key.pem"), 0o600);
 }
 
-/// A file brought back where none stands gets the permission bits it had when its snapshot was taken, when a
-/// new file's would be more open (a private key a step deleted comes back private, not readable by all, and
-/// `ssh` still takes it): by a revert, by a restore and by a restore of given paths (an unrevert's). A
-/// `chmod` alone leaves the snapshot id as it is; the latest track's bits are the ones a file gets back.
+/// A file brought back where no file stands gets the permission bits it had when its snapshot was taken,
+/// when it was private beyond git's modes, less what the umask takes from a new file (a private key a step
+/// deleted comes back private, not readable by all, and `ssh` still takes it): by a revert, by a restore,
+/// by a restore of given paths (an unrevert's), and over a symlink. A `chmod` alone leaves the snapshot id
+/// as it is; the narrowest bits any track of it saw are the ones a file gets back.
 #[tokio::test]
 async fn a_file_brought_back_after_its_deletion_gets_its_own_permissions() {
     let h = GitHarness::new();
@@ -751,16 +752,17 @@ async fn a_file_brought_back_after_its_deletion_gets_its_own_permissions() {
     chmod(&h, "bin/tool", 0o700);
     chmod(&h, "group.txt", 0o660);
     let start = h.id().await;
-    // The bits a file comes back with: its own when a new file's would open it further, else a new
-    // file's (under the usual umask 022: its own for the first three).
+    // The bits a file comes back with: its own when it lacks a bit of git's modes (0644, 0755), less what
+    // the umask takes from a new file; else a new file's (under the usual umask 022: 0600, 0700, 0640).
     let umask = umask();
     let new_file = |executable: bool| {
         let bits = if executable { 0o777 } else { 0o666 } & !umask;
         if executable { bits | 0o100 } else { bits }
     };
     let back = |bits: u32, executable: bool| {
-        if new_file(executable) & !bits != 0 {
-            bits
+        let git = if executable { 0o755 } else { 0o644 };
+        if git & !bits != 0 {
+            bits & new_file(executable)
         } else {
             new_file(executable)
         }
@@ -798,10 +800,18 @@ async fn a_file_brought_back_after_its_deletion_gets_its_own_permissions() {
         .expect("restore of a path");
     assert_eq!(
         permissions(&h, "key.pem"),
-        0o600,
+        expected[0],
         "after the restore of the path"
     );
 
+    // A file a step replaced by a symlink comes back with its bits too.
+    h.remove("key.pem");
+    std::os::unix::fs::symlink("plain.txt", h.path("key.pem")).expect("symlink");
+    let outcome = revert_with_fresh_base(&h, &one_patch(&start, &["key.pem"])).await;
+    assert_eq!(outcome.written.len(), 1, "{outcome:?}");
+    assert_eq!(permissions(&h, "key.pem"), expected[0], "over a symlink");
+
+    // The narrowest bits any track of the id saw: 0600, then 0640 after a `chmod` alone.
     chmod(&h, "key.pem", 0o640);
     assert_eq!(
         h.id().await,
@@ -815,8 +825,8 @@ async fn a_file_brought_back_after_its_deletion_gets_its_own_permissions() {
         .expect("restore");
     assert_eq!(
         permissions(&h, "key.pem"),
-        back(0o640, false),
-        "the latest track's bits"
+        expected[0],
+        "the narrowest bits seen"
     );
 }
 
