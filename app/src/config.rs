@@ -203,6 +203,13 @@ impl Settings {
             if file.size_cap == Some(0) {
                 bail!("size_cap in {from} must be at least 1 byte");
             }
+            if file
+                .project_roots
+                .as_ref()
+                .is_some_and(|roots| roots.iter().any(|root| root.as_os_str().is_empty()))
+            {
+                bail!("a project root in {from} is empty: name a directory (project_roots)");
+            }
             if file.file_cap == Some(0) {
                 bail!("file_cap in {from} must be at least 1");
             }
@@ -486,7 +493,8 @@ fn read_config_file(explicit: Option<&Path>, cwd: &Path) -> Result<(FileConfig, 
         // the user's turns in another data directory or database (review: they did).
         None => {
             match xdg_dir("XDG_CONFIG_HOME", ".config").map(|dir| dir.join("rewind/config.toml")) {
-                Some(path) => match std::fs::metadata(&path) {
+                // Not followed: a symlink to nothing is there, and an error (review).
+                Some(path) => match std::fs::symlink_metadata(&path) {
                     Ok(_) => path,
                     Err(e)
                         if matches!(
@@ -850,8 +858,19 @@ mod tests {
             }),
         );
         assert!(error.contains("--password is empty"), "{error}");
-        let error = refused("project_roots = [\"\"]\n", ConfigArgs::default(), None);
-        assert!(error.contains("project root is empty"), "{error}");
+        // Also when a flag overrides it.
+        for roots in [vec![], vec![dir.path().to_path_buf()]] {
+            let error = refused(
+                "project_roots = [\"\"]\n",
+                ConfigArgs {
+                    project_roots: roots,
+                    ..ConfigArgs::default()
+                },
+                None,
+            );
+            assert!(error.contains("a project root in"), "{error}");
+            assert!(error.contains("is empty"), "{error}");
+        }
         // The file's value is refused also when a flag overrides it, naming the file's key.
         for size_cap in [None, Some(5)] {
             let error = refused(

@@ -95,7 +95,7 @@ pub struct SessionsQuery {
     pub search: Option<String>,
     /// Only the newest `limit` sessions.
     pub limit: Option<usize>,
-    /// Only root sessions (those created without a `parentID`).
+    /// Only root sessions: those created without a `parentID`, or whose parent is gone.
     pub roots: Option<bool>,
 }
 

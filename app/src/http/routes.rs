@@ -85,8 +85,25 @@ pub async fn list_sessions(
                 .as_ref()
                 .is_none_or(|text| session.title.to_lowercase().contains(text.as_str()))
         })
-        .filter(|session| query.roots != Some(true) || session.parent_id.is_none())
         .collect();
+    // A child whose parent is gone (deleted, by hand or by gc) is a root: it is listed somewhere (review:
+    // it was hidden for good).
+    if query.roots == Some(true) {
+        let mut roots = Vec::with_capacity(sessions.len());
+        for session in sessions {
+            let orphan = match &session.parent_id {
+                None => true,
+                Some(parent) => matches!(
+                    state.services.rewind.session(parent).await,
+                    Err(rewind_core::Error::NotFound(_))
+                ),
+            };
+            if orphan {
+                roots.push(session);
+            }
+        }
+        sessions = roots;
+    }
     if let Some(limit) = query.limit {
         sessions.truncate(limit);
     }

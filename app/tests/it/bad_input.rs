@@ -964,6 +964,11 @@ fn a_default_config_file_that_cannot_be_read_is_an_error() {
         "the command did not run"
     );
     std::fs::remove_dir(&config).expect("remove it");
+    // A symlink to nothing is there too.
+    std::os::unix::fs::symlink("nowhere.toml", &config).expect("symlink");
+    let stderr = env.fails(&["status"]);
+    assert!(stderr.contains("cannot read the config file"), "{stderr}");
+    std::fs::remove_file(&config).expect("remove it");
     env.ok(&["status"]);
 }
 

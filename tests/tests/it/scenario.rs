@@ -364,8 +364,8 @@ async fn the_session_list_takes_opencode_s_filters() -> Result<()> {
 }
 
 /// OpenCode's subagent sessions: a session created with `parentID` says so, is listed among its parent's
-/// children (and not among the roots), and outlives its parent; a `parentID` that is malformed (400) or
-/// names no session (404) creates nothing.
+/// children (and not among the roots), and outlives its parent, as a root then; a `parentID` that is
+/// malformed (400) or names no session (404) creates nothing.
 #[tokio::test]
 async fn a_session_created_under_another_is_its_child() -> Result<()> {
     let app = spawn_app().await?;
@@ -414,12 +414,16 @@ async fn a_session_created_under_another_is_its_child() -> Result<()> {
         3,
         "a refused create made a session"
     );
-    // Deleting the parent leaves the child, which still names it.
+    // Deleting the parent leaves the child, which still names it, and is a root now.
     let deleted = app.delete(&format!("/session/{parent}")).await?;
     assert_eq!(deleted.status, 200, "{}", deleted.body);
     assert_eq!(
         app.read(&format!("/session/{child_id}")).await?["parentID"],
         json!(parent)
+    );
+    assert_eq!(
+        ids(app.read("/session?roots=true").await?),
+        [child_id.clone(), other.clone()]
     );
     app.stop().await
 }
