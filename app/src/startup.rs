@@ -178,6 +178,8 @@ pub struct ServerOptions {
     /// How often the server looks for operations whose process died (a `rewind revert` killed mid-way)
     /// and recovers them, as start-up does.
     pub recovery_interval: std::time::Duration,
+    /// How long a connection may take to send a request's head (`HEADER_READ_TIMEOUT`).
+    pub header_read_timeout: std::time::Duration,
 }
 
 impl Default for ServerOptions {
@@ -189,6 +191,7 @@ impl Default for ServerOptions {
             cwd: None,
             bus_capacity: rewind_bus::DEFAULT_CAPACITY,
             recovery_interval: std::time::Duration::from_secs(5),
+            header_read_timeout: HEADER_READ_TIMEOUT,
         }
     }
 }
@@ -205,6 +208,7 @@ pub struct Application {
     /// The intents start-up could not recover (logged), for the periodic recovery to try again later.
     unrecoverable: Unrecoverable,
     body_limit: usize,
+    header_read_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for Application {
@@ -302,6 +306,7 @@ impl Application {
             recovery_interval: options.recovery_interval,
             unrecoverable,
             body_limit: options.body_limit,
+            header_read_timeout: options.header_read_timeout,
         })
     }
 
@@ -350,10 +355,13 @@ impl Application {
         tracing::info!(address = %self.address, "rewind serving");
         let requests = self.state.requests.clone();
         let router = crate::http::router(self.state, self.body_limit);
-        let served = axum::serve(self.listener, router)
-            .with_graceful_shutdown(stop.clone().cancelled_owned())
-            .await
-            .context("the HTTP server failed");
+        let served = serve(
+            self.listener,
+            router,
+            self.header_read_timeout,
+            stop.clone(),
+        )
+        .await;
         stop.cancel();
         // Requests whose clients went away run on: a revert ends with its result stored.
         requests.close();
@@ -364,6 +372,81 @@ impl Application {
         tracing::info!("rewind stopped");
         served
     }
+}
+
+/// How long a connection may take to send a request's head, from when the server waits for one (a new
+/// connection, or one kept alive after a request): past it, the connection is closed. A client that
+/// sends nothing, or drips a request out, holds no connection longer (review: such connections stayed open
+/// for good, and enough of them, from anyone on the network, took every file descriptor from the server,
+/// password or not). An event stream, once its request is read, is not bound by it.
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How many connections are served at once, at most: more wait in the listen queue until one closes. Fewer
+/// when the process may open few files (a quarter of its limit).
+const MAX_CONNECTIONS: usize = 1024;
+
+/// Serves `router` on `listener` until `stop` is cancelled, then lets the connections finish their
+/// requests (an event stream ends with `stop`). axum's `serve`, with a header read timeout
+/// (`HEADER_READ_TIMEOUT`) and a bound on open connections (`MAX_CONNECTIONS`). A failed accept (the
+/// process out of file descriptors) is logged and tried again after a pause.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    header_read_timeout: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<()> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(connection_bound()));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&permits).acquire_owned() => permit.context("the connection bound closed")?,
+            () = stop.cancelled() => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot accept a connection; trying again in a second");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let connection =
+            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// `MAX_CONNECTIONS`, or a quarter of the files this process may open when that is fewer; the soft limit
+/// is raised to the hard one first (a server's connections are files).
+fn connection_bound() -> usize {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return MAX_CONNECTIONS;
+    };
+    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    usize::try_from(limit / 4)
+        .unwrap_or(MAX_CONNECTIONS)
+        .clamp(16, MAX_CONNECTIONS)
 }
 
 /// The intents recovery could not finish, each with when to try it again and the pause after that: the

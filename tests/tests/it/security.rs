@@ -1,7 +1,9 @@
 //! The guards of SPEC section 9: loopback `Host` and `Origin` checks, the basic-auth password, and the
 //! refusal to listen beyond loopback without one. Refused requests change nothing.
 
-use anyhow::Result;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 use rewind_app::{Application, Settings};
 use rewind_core::ports::MessageRepo;
 use serde_json::json;
@@ -350,5 +352,72 @@ async fn a_body_not_sent_as_json_is_refused() -> Result<()> {
         let reply = app.send(request).await?;
         assert_eq!(reply.status, 200, "{content_type:?}: {}", reply.body);
     }
+    app.stop().await
+}
+
+/// A connection that sends no request, drips one out, or sends nothing after its answer, is closed once the header read timeout has passed
+/// (review: such connections stayed open for good, and enough of them, from anyone who could reach the
+/// server, took every file descriptor from it, password or not); an event stream, once its request is
+/// read, runs on past it; and the server still answers.
+#[tokio::test]
+async fn connections_that_send_no_request_in_time_are_closed() -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let timeout = Duration::from_millis(400);
+    let app = spawn_app_with(AppConfig {
+        header_read_timeout: Some(timeout),
+        heartbeat: Some(Duration::from_millis(150)),
+        ..AppConfig::default()
+    })
+    .await?;
+    let address = app
+        .base
+        .strip_prefix("http://")
+        .context("the base URL")?
+        .to_owned();
+    let mut events = app.http.get(app.url("/event")).send().await?;
+    assert_eq!(events.status(), 200);
+    let idle = tokio::net::TcpStream::connect(&address).await?;
+    let mut dripping = tokio::net::TcpStream::connect(&address).await?;
+    dripping
+        .write_all(b"GET /session HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await?;
+    let mut kept_alive = tokio::net::TcpStream::connect(&address).await?;
+    kept_alive
+        .write_all(b"GET /session HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await?;
+    let opened = std::time::Instant::now();
+    for (name, mut stream) in [
+        ("idle", idle),
+        ("dripping", dripping),
+        ("kept alive after its answer", kept_alive),
+    ] {
+        let mut rest = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "{name}: still open after 10 s");
+        if name.starts_with("kept") {
+            let answer = String::from_utf8_lossy(&rest);
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        assert!(
+            opened.elapsed() >= timeout / 2,
+            "{name}: closed before the timeout"
+        );
+    }
+    // The stream, read past three timeouts, still brings heartbeats.
+    let started = std::time::Instant::now();
+    let mut beats = 0;
+    while started.elapsed() < timeout * 3 {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), events.chunk())
+            .await?
+            .context("the event stream ended")?
+            .context("the event stream ended")?;
+        beats += String::from_utf8_lossy(&chunk)
+            .matches("server.heartbeat")
+            .count();
+    }
+    assert!(beats >= 2, "{beats} heartbeats");
+    assert_eq!(app.get("/session").await?.status, 200);
+    drop(events);
     app.stop().await
 }

@@ -47,6 +47,8 @@ pub struct AppConfig {
     pub database_url: Option<String>,
     /// How often the server recovers operations whose process died (default the server's).
     pub recovery_interval: Option<Duration>,
+    /// How long a connection may take to send a request's head (default the server's).
+    pub header_read_timeout: Option<Duration>,
 }
 
 /// Runs `git` in `dir`, failing on a non-zero exit.
@@ -106,6 +108,9 @@ pub async fn spawn_app_with(config: AppConfig) -> Result<TestApp> {
         recovery_interval: config
             .recovery_interval
             .unwrap_or(ServerOptions::default().recovery_interval),
+        header_read_timeout: config
+            .header_read_timeout
+            .unwrap_or(ServerOptions::default().header_read_timeout),
     };
     let app = Application::build_with(settings, options).await?;
     let base = format!("http://127.0.0.1:{}", app.port());
