@@ -326,7 +326,11 @@ impl Settings {
 
 /// Whether `host` (a name or an address, without port) is loopback.
 pub fn is_loopback_name(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    // One pair of brackets around an address, or none (review: any number on either side passed).
+    let host = host
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .unwrap_or(host);
     if host.eq_ignore_ascii_case("localhost") {
         return true;
     }

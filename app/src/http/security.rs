@@ -152,12 +152,13 @@ fn origin_authority(origin: &str) -> &str {
         .unwrap_or("")
 }
 
-/// `host`, `host:port`, `[v6]` or `[v6]:port` without the port.
+/// `host`, `host:port`, `[v6]` or `[v6]:port` without the port. Anything else after a `]` than a port is
+/// left in place, so the value names no loopback host (review: `[::1]evil` was taken for `[::1]`).
 fn strip_port(authority: &str) -> &str {
     if authority.starts_with('[') {
         return match authority.find(']') {
-            Some(end) => &authority[..=end],
-            None => authority,
+            Some(end) if is_port_suffix(&authority[end + 1..]) => &authority[..=end],
+            _ => authority,
         };
     }
     match authority.rsplit_once(':') {
@@ -167,6 +168,14 @@ fn strip_port(authority: &str) -> &str {
         }
         _ => authority,
     }
+}
+
+/// Whether `rest` is nothing or `:` and a port's digits.
+fn is_port_suffix(rest: &str) -> bool {
+    rest.is_empty()
+        || rest
+            .strip_prefix(':')
+            .is_some_and(|port| !port.is_empty() && port.chars().all(|c| c.is_ascii_digit()))
 }
 
 fn authorized(headers: &HeaderMap, password: &str) -> bool {
@@ -323,6 +332,12 @@ mod tests {
         assert_eq!(strip_port("[::1]:80"), "[::1]");
         assert_eq!(strip_port("::1"), "::1");
         assert_eq!(strip_port("evil.com:80"), "evil.com");
+        assert_eq!(strip_port("[::1]evil"), "[::1]evil");
+        assert_eq!(strip_port("[::1]:80x"), "[::1]:80x");
+        assert_eq!(strip_port("[::1]:"), "[::1]:");
+        assert!(!is_loopback_name(strip_port("[::1]evil")));
+        assert!(!is_loopback_name(strip_port("[::1]:4096.evil.example")));
+        assert!(is_loopback_name(strip_port("[::1]:4096")));
     }
 
     #[test]

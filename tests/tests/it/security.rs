@@ -17,6 +17,10 @@ async fn foreign_hosts_and_origins_are_refused_on_loopback() -> Result<()> {
     for (host, origin, status) in [
         (Some("evil.example:4096"), None, 403),
         (Some("127.0.0.1.nip.io"), None, 403),
+        // Not a loopback address with a port (review: taken for `[::1]`).
+        (Some("[::1]evil.example"), None, 403),
+        (Some("[::1]:4096.evil.example"), None, 403),
+        (Some("[[::1]]"), None, 403),
         (None, Some("http://evil.example"), 403),
         (None, Some("null"), 403),
         // A page of another local origin (a dev server) could only send blind writes (no CORS headers
