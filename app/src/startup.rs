@@ -385,6 +385,9 @@ const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// when the process may open few files (a quarter of its limit).
 const MAX_CONNECTIONS: usize = 1024;
 
+/// The address a request came from (its connection's peer), in the request's extensions.
+pub use axum::extract::ConnectInfo;
+
 /// Serves `router` on `listener` until `stop` is cancelled, then lets the connections finish their
 /// requests (an event stream ends with `stop`). axum's `serve`, with a header read timeout
 /// (`HEADER_READ_TIMEOUT`) and a bound on open connections (`MAX_CONNECTIONS`). A failed accept (the
@@ -405,9 +408,9 @@ async fn serve(
             permit = Arc::clone(&permits).acquire_owned() => permit.context("the connection bound closed")?,
             () = stop.cancelled() => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     tracing::warn!(%error, "cannot accept a connection; trying again in a second");
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -417,7 +420,11 @@ async fn serve(
             () = stop.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        // The peer's address, for the guard's log of refused requests (`ConnectInfo`).
+        let service = hyper_util::service::TowerToHyperService::new(tower_layer::Layer::layer(
+            &axum::Extension(ConnectInfo(peer)),
+            router.clone(),
+        ));
         let connection =
             graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), service));
         tokio::spawn(async move {

@@ -36,11 +36,30 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         check_same_origin(request.headers())
     };
     if let Err(error) = checked {
+        tracing::warn!(
+            peer = %peer(&request),
+            method = %request.method(),
+            path = request.uri().path(),
+            ?error,
+            "refused a request"
+        );
         return error.into_response();
     }
     if let Some(password) = &state.password
         && !authorized(request.headers(), password)
     {
+        // A client without credentials (a browser's first try) is routine; a wrong password is said, with
+        // where it came from, for whoever watches the log for guessing (review).
+        if request.headers().contains_key(header::AUTHORIZATION) {
+            tracing::warn!(
+                peer = %peer(&request),
+                method = %request.method(),
+                path = request.uri().path(),
+                "refused a request with a wrong password"
+            );
+        } else {
+            tracing::debug!(peer = %peer(&request), "refused a request without a password");
+        }
         return ApiError::Unauthorized.into_response();
     }
     let directory = match requested_directory(&request) {
@@ -97,6 +116,14 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
 fn session_of(path: &str) -> Option<rewind_core::model::SessionId> {
     let id = path.strip_prefix("/session/")?.split('/').next()?;
     rewind_core::model::SessionId::parse(&percent_decode(id)?).ok()
+}
+
+/// The address `request` came from, or `unknown` (a request not served through `startup::serve`).
+fn peer(request: &Request) -> String {
+    request
+        .extensions()
+        .get::<crate::startup::ConnectInfo<std::net::SocketAddr>>()
+        .map_or_else(|| "unknown".to_owned(), |info| info.0.to_string())
 }
 
 /// Every `Host` and `Origin` value is checked, not the first alone: a request that repeats one (which no
