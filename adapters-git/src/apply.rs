@@ -402,7 +402,8 @@ struct Applier<'a> {
     /// directory that still holds something.
     existed_empty: HashSet<String>,
     /// The permission bits a file written where none stands gets, when they are not a new file's
-    /// (`SnapshotRecord::modes` of the snapshot it comes from).
+    /// (`SnapshotRecord::modes` of the snapshot it comes from), and those of the directories it makes
+    /// (`a/b/`, `dir_permissions`).
     modes: HashMap<String, u32>,
     /// The hard-linked files one of whose names the operation replaces or deletes (`Relinked`).
     relinked: Relinked,
@@ -885,9 +886,12 @@ enum Standing {
     /// Something else stands there.
     Other,
     /// Still `was`, held through a handle (`O_PATH`) until it is released (see `replace.rs`), with its
-    /// permission bits when it is a regular file.
-    Same(Held, Option<u32>),
+    /// permission bits and owner when it is a regular file.
+    Same(Held, Option<(u32, Owner)>),
 }
+
+/// A file's owner and group.
+type Owner = (u32, u32);
 
 /// Looks at `name` in `dir` again, through a handle, right before it is renamed over or deleted.
 fn standing(
@@ -917,7 +921,10 @@ fn standing(
         rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
     #[allow(clippy::unnecessary_cast)]
     let (permissions, dev) = (
-        regular.then_some(st.st_mode as u32 & 0o777),
+        regular.then_some((
+            st.st_mode as u32 & 0o777,
+            (st.st_uid as u32, st.st_gid as u32),
+        )),
         st.st_dev as u64,
     );
     Ok(Standing::Same(
@@ -948,14 +955,18 @@ fn replace(
     };
     if let Some(was) = was {
         match standing(dir, name, was, at, temp.ext4)? {
-            Standing::Same(held, permissions) => {
+            Standing::Same(held, kept) => {
                 // The file keeps the permissions it has (a private file stays private), with the execute
-                // bits its snapshot says; a file replacing a symlink gets the bits recorded for it.
+                // bits its snapshot says; a file replacing a symlink gets the bits recorded for it. Then
+                // its owner and group, where this process may give them (review: as root, every file an
+                // undo wrote became root's).
                 temp.set_permissions(
-                    permissions
-                        .map(|p| kept_permissions(p, temp.executable))
+                    kept.map(|(p, _)| kept_permissions(p, temp.executable))
                         .or(bits),
                 )?;
+                if let Some((_, owner)) = kept {
+                    temp.set_owner(owner);
+                }
                 before_swap();
                 return match swap_in(dir, tmp, name, was)? {
                     Swapped::In(swapped_out) => Ok(Some(Replaced { held, swapped_out })),
@@ -1185,9 +1196,30 @@ struct Temp {
     /// Its permission bits as created, read back (a directory's default ACL may give others than the
     /// umask would).
     permissions: u32,
+    /// Its owner and group as created, read back.
+    owner: Owner,
 }
 
 impl Temp {
+    /// Gives the file `owner` (the file it replaces has it), as far as this process may: a process of
+    /// root's all of it; another, the group when it is one of its own. Best effort: otherwise the file is
+    /// this process's, as any file it writes.
+    fn set_owner(&self, (uid, gid): Owner) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        if (uid, gid) == self.owner {
+            return;
+        }
+        let (uid, gid) = (
+            rustix::fs::Uid::from_raw(uid),
+            rustix::fs::Gid::from_raw(gid),
+        );
+        if rustix::fs::fchown(file, Some(uid), Some(gid)).is_err() {
+            let _ = rustix::fs::fchown(file, None, Some(gid));
+        }
+    }
+
     /// Gives the file its final permission bits, right before it is renamed over its target: `bits`, or
     /// those of a new file. Until then only its owner can read it (it may be a private file's content).
     fn set_permissions(&self, bits: Option<u32>) -> io::Result<()> {
@@ -1265,6 +1297,7 @@ fn write_temp(
                 ext4: false,
                 executable: false,
                 permissions: 0,
+                owner: (0, 0),
             })
             .map_err(|e| TempError::Disk(e.into()));
     }
@@ -1281,17 +1314,18 @@ fn write_temp(
     let mut file = fs::File::from(fd);
     let ext4 = preallocate(&file, size);
     io::copy(&mut reader, &mut file).map_err(TempError::Disk)?;
-    let permissions = file
-        .metadata()
-        .map_err(TempError::Disk)?
-        .permissions()
-        .mode()
-        & 0o777;
+    let meta = file.metadata().map_err(TempError::Disk)?;
+    let permissions = meta.permissions().mode() & 0o777;
+    let owner = (
+        std::os::unix::fs::MetadataExt::uid(&meta),
+        std::os::unix::fs::MetadataExt::gid(&meta),
+    );
     Ok(Temp {
         file: Some(file),
         ext4,
         executable,
         permissions,
+        owner,
     })
 }
 
@@ -1674,6 +1708,15 @@ impl<'a> Applier<'a> {
         }
     }
 
+    /// The permission bits to make directory `path` with (the umask then takes its own): the group's and
+    /// others' recorded for it in the snapshot its content comes from (`a/b/` in `modes`: a private
+    /// directory a step deleted comes back private), the owner's all (the operation writes in it; one
+    /// that was read-only comes back writable); all when nothing is recorded.
+    fn dir_permissions(&self, path: &str) -> rustix::fs::RawMode {
+        let recorded = self.modes.get(&format!("{path}/")).copied();
+        recorded.map_or(0o777, |bits| 0o700 | (bits & 0o077)) as rustix::fs::RawMode
+    }
+
     /// Makes directory `path` through its parent's handle. Moved when the parent is not a directory
     /// inside the worktree any more, or something else took the name meanwhile.
     fn make_dir(&self, path: &str) -> GitResult<Done> {
@@ -1686,8 +1729,9 @@ impl<'a> Applier<'a> {
         if let Some(hook) = &self.hook {
             hook(path);
         }
+        let bits = self.dir_permissions(path);
         let made = self.root.dir(dir_rel).and_then(|dir| {
-            rustix::fs::mkdirat(&dir, name, rustix::fs::Mode::from_raw_mode(0o777))
+            rustix::fs::mkdirat(&dir, name, rustix::fs::Mode::from_raw_mode(bits))
                 .map_err(io::Error::from)
         });
         match made {
@@ -2632,8 +2676,8 @@ type Entries = HashMap<String, (Mode, ObjectId)>;
 struct Planned<'a> {
     actions: Vec<FileAction>,
     entries: Entries,
-    /// The permission bits recorded for files to write where none stands (`SnapshotRecord::modes` of the
-    /// snapshot each comes from).
+    /// The permission bits recorded for files to write where none stands, and for the directories above
+    /// them (`a/b/`; `SnapshotRecord::modes` of the snapshot each comes from).
     modes: HashMap<String, u32>,
     current: TrackedNow<'a>,
 }
@@ -2690,14 +2734,22 @@ fn plan_inner<'a>(
         } else if let Some(entry) = tree.borrow_mut().get(name)? {
             // A file made where no file stands (a symlink may) gets the permission bits recorded for it in
             // that snapshot, if any (a file written over keeps its own).
+            // So do the directories above it the writing makes (`Applier::make_dir`).
             if exists != OnDisk::File
-                && let Some(bits) = records
+                && let Some(record) = records
                     .entry(from_id)
                     .or_insert_with(|| store.known_record(&from_id))
                     .as_ref()
-                    .and_then(|record| record.modes.get(name))
             {
-                modes.insert(name.to_owned(), *bits);
+                if let Some(bits) = record.modes.get(name) {
+                    modes.insert(name.to_owned(), *bits);
+                }
+                for (slash, _) in name.match_indices('/') {
+                    let dir = &name[..=slash];
+                    if let Some(bits) = record.modes.get(dir) {
+                        modes.entry(dir.to_owned()).or_insert(*bits);
+                    }
+                }
             }
             entries.insert(name.to_owned(), entry);
             (FileActionKind::Write, None)

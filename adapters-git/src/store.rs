@@ -105,7 +105,9 @@ pub struct SnapshotRecord {
     /// `0755`), the narrowest any track that returned this id saw (at most 10,000 files per track, the
     /// most private first): a restore or revert that makes such a file where no file stands gives it
     /// these, less what the umask takes from a new file (a private file deleted by a step comes back
-    /// private). A file written over keeps its own. Empty in records written before.
+    /// private). A file written over keeps its own. Directories whose bits lack one of `0755`'s too, as
+    /// `a/b/`: one a restore or revert makes gets their group and others bits (the owner's stay all).
+    /// Empty in records written before.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub modes: BTreeMap<String, u32>,
 }

@@ -91,6 +91,9 @@ struct Walk<'a> {
     hook: Option<&'a crate::config::ChangeHook>,
     /// Where each directory's files go as they are listed, for other threads to lstat meanwhile (`Feed`).
     feed: Option<std::sync::mpsc::Sender<FedDir>>,
+    /// The directories walked whose permission bits lack one of `0755`'s (`a/b/`, with the bits), for the
+    /// snapshot's record (`snapshot_modes`).
+    dir_modes: Vec<(String, u32)>,
 }
 
 /// A directory's files as the walk listed them: where its candidates begin, and their names.
@@ -298,6 +301,10 @@ impl Walk<'_> {
             ));
         }
         let mut stat = DirStat::of(&meta);
+        let bits = std::os::unix::fs::MetadataExt::mode(&meta) & 0o777;
+        if !rel_dir.is_empty() && bits & DIR_PERMISSIONS != DIR_PERMISSIONS {
+            self.dir_modes.push((rel_dir.to_owned(), bits));
+        }
         let (cached, unusable) = match self.old.take_listing(rel_dir, &stat) {
             Ok(listing) => (Some(listing), None),
             Err(unusable) => (None, unusable),
@@ -569,6 +576,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         unheld: UnheldRules::default(),
         hook: config.walk_hook.as_ref(),
         feed: None,
+        dir_modes: Vec::new(),
     };
     // While this thread walks, the others lstat the files the cache holds, in its order: the walk is
     // mostly this process's own work and the lstat calls mostly the kernel's, and each would otherwise
@@ -674,8 +682,10 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         unheld,
         old,
         dropped_listing,
+        dir_modes,
         ..
     } = walk;
+    odd_modes.add(dir_modes);
     // This walk's listings stand for every listing the cache file holds: the walk took each one the cache
     // held and stored one in its place, and the cache held all of its file's. Otherwise a listing stays
     // in the file that this walk did not look at again, which a track's start time must not move past
@@ -1150,18 +1160,22 @@ fn finish(
 
 /// The permission bits of the snapshot's files that are private beyond git's modes, from the track's looks
 /// (`OddModes`): only files the snapshot holds, as a file or an executable as it holds them; a file looked
-/// at twice (a cached look, then a look before hashing it) has the bits of the narrower look. At most
-/// `MAX_RECORDED_MODES`, the most private first (no read bit for others, then none for the group).
+/// at twice (a cached look, then a look before hashing it) has the bits of the narrower look. Directories
+/// walked whose bits lack one of `0755`'s too, as `a/b/`. At most `MAX_RECORDED_MODES`, the most private
+/// first (no read bit for others, then none for the group).
 fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTreeMap<String, u32> {
     let mut modes: BTreeMap<String, u32> = BTreeMap::new();
     for (path, bits) in odd {
-        let held = entries
-            .get(&path)
-            .is_some_and(|entry| match entry.stat.mode {
-                Mode::File => bits & 0o100 == 0,
-                Mode::Exec => bits & 0o100 != 0,
-                Mode::Link | Mode::Tree => false,
-            });
+        // A directory (`a/b/`) is kept as the walk saw it: the record is asked about the directories a
+        // write makes, which are the snapshot's.
+        let held = path.ends_with('/')
+            || entries
+                .get(&path)
+                .is_some_and(|entry| match entry.stat.mode {
+                    Mode::File => bits & 0o100 == 0,
+                    Mode::Exec => bits & 0o100 != 0,
+                    Mode::Link | Mode::Tree => false,
+                });
         if held {
             *modes.entry(path).or_insert(bits) &= bits;
         }
@@ -1177,6 +1191,9 @@ fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTr
 
 /// How many files' permission bits a snapshot's record keeps at most (`snapshot_modes`).
 const MAX_RECORDED_MODES: usize = 10_000;
+
+/// A directory's permission bits when nothing more private is said (`Walk::dir_modes`).
+pub(crate) const DIR_PERMISSIONS: u32 = 0o755;
 
 /// git's modes as permission bits: what a file or an executable has when nothing more private is said.
 pub(crate) fn canonical_permissions(executable: bool) -> u32 {
