@@ -31,7 +31,7 @@ pub fn gc(
     let stored = |id: &ObjectId| packed.contains(id) || store.odb.path_of(id).is_file();
     let since = called_ms
         .min(now_ms())
-        .saturating_sub(grace.as_millis() as u64)
+        .saturating_sub(millis(grace))
         .min(read_ms);
     let mut roots: Vec<ObjectId> = keep.to_vec();
     roots.extend(store.returned_for_gc(since, read_ms)?);
@@ -279,4 +279,11 @@ fn free(path: &std::path::Path, report: &mut GcReport) -> GitResult<bool> {
     let size = pack::remove_counted(path)?;
     report.bytes_freed += size.unwrap_or(0);
     Ok(size.is_some())
+}
+
+/// `duration` in milliseconds, at most `u64::MAX`: a grace period of more milliseconds than that keeps
+/// everything (review: `--grace-seconds 9223372036854775808` wrapped to a grace of 0 and collected what
+/// it was meant to keep).
+pub(crate) fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -379,7 +379,7 @@ pub fn remove_gone_stores(
             let _ = fs::remove_dir_all(leftover.path());
         }
     }
-    let since = now_ms().saturating_sub(grace.as_millis() as u64);
+    let since = now_ms().saturating_sub(crate::gc::millis(grace));
     let mut removed = Vec::new();
     for (dir, worktree) in this_database_s_stores(config)? {
         if named.contains(&worktree) {

@@ -118,6 +118,30 @@ fn a_restore_of_paths_names_the_undo_for_those_paths() {
     assert_state(&env, &before, "after the named undo");
 }
 
+/// A grace period too long to count in milliseconds keeps everything (review: 2^63 seconds wrapped to a
+/// grace of 0, and gc collected a snapshot `snapshot track` had just returned).
+#[test]
+fn a_grace_period_past_counting_keeps_every_snapshot() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("stray.txt"), "keep me\n").expect("write");
+    let id = env.snapshot_id();
+    std::fs::remove_file(env.path().join("stray.txt")).expect("remove");
+    env.ok(&["snapshot", "track"]);
+    for grace in [
+        "9223372036854775808",
+        "18446744073709552",
+        "18446744073709551615",
+    ] {
+        let gc = env.json(&["gc", "--grace-seconds", grace]);
+        assert_eq!(gc["objectsRemoved"], 0, "--grace-seconds {grace}: {gc:#}");
+    }
+    env.ok(&["snapshot", "restore", &id, "stray.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("stray.txt")).expect("read"),
+        "keep me\n"
+    );
+}
+
 #[test]
 fn gc_frees_unreferenced_snapshots_and_undo_still_works() {
     let env = Env::plain();
