@@ -248,10 +248,23 @@ fn changed_since(
     store: &Store,
     from: &gix::ObjectId,
     now: &track::Tracked,
+    verify: bool,
 ) -> GitResult<Vec<RelPath>> {
     let root = store.root()?;
     let mut changed = Vec::new();
-    for (path, _, after) in diff_trees(&store.odb, from, &now.id)? {
+    for (path, before, after) in diff_trees(&store.odb, from, &now.id)? {
+        // A step's end (`verify`): the copy in `from` of each file the step changed is what an undo puts
+        // back, and the step's own change may have been the only other copy (a deletion): it is read
+        // whole now, so a copy that cannot be read is said while the step ends, not at the undo that
+        // needs it (review: a damaged pack, or a damaged object of the user's adopted by a seeded
+        // snapshot, let `exec` call a deletion undoable that no undo could bring back).
+        if verify && let Some((_, id)) = before {
+            store.odb.verify(&id).map_err(|e| {
+                GitError::Corrupt(format!(
+                    "the copy of {path} in snapshot {from}, which an undo of this step puts back, cannot be read ({e})"
+                ))
+            })?;
+        }
         if after.is_none() {
             // Gone from the tracked content: listed only when it is really gone, never when it is still on
             // disk but untracked now (ignored, over the cap) or ignored now; a directory standing there now
@@ -321,7 +334,7 @@ impl SnapshotPort for GitSnapshotStore {
         self.with_store(worktree, move |store, config| {
             check_snapshot(store, &from)?;
             let now = track::track(store, config)?;
-            changed_since(store, &from, &now)
+            changed_since(store, &from, &now, false)
         })
         .await
     }
@@ -338,7 +351,7 @@ impl SnapshotPort for GitSnapshotStore {
             let changed = from
                 .and_then(|from| {
                     check_snapshot(store, &from)?;
-                    changed_since(store, &from, &now)
+                    changed_since(store, &from, &now, true)
                 })
                 .map_err(Error::from);
             Ok((track_outcome(now)?, changed))
