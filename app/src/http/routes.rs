@@ -237,7 +237,7 @@ pub async fn update_session(
     ))
 }
 
-/// Deletes a session and its messages (never its files).
+/// Deletes a session and its messages (never its files), and the sessions created under it.
 #[utoipa::path(delete, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
     responses((status = 200, description = "true", body = bool, content_type = "application/json"),
               (status = 404, description = "Not found", body = Object),
@@ -248,7 +248,7 @@ pub async fn delete_session(
 ) -> ApiResult<bool> {
     let rewind = &state.services.rewind;
     rewind
-        .delete_session(&path.id)
+        .delete_session_and_children(&path.id)
         .await
         .map_err(in_session(&path.id))?;
     Ok(Json(true))

@@ -97,6 +97,40 @@ impl Rewind {
         self.delete_session_if(id, None).await.map(|_| ())
     }
 
+    /// `delete_session`, after every session created under it (`parent_id`, at any depth), deepest first,
+    /// as OpenCode deletes a session's children with it: a client that hides child sessions from its lists
+    /// would never show them again (SDK audit). Refused (`Busy`) before anything is deleted when one of
+    /// them has a step open. A child deleted meanwhile by another request is passed over.
+    pub async fn delete_session_and_children(&self, id: &SessionId) -> Result<()> {
+        let session = self.load_session(id).await?;
+        let sessions = self.repo.sessions(None).await?;
+        let mut below: Vec<&Session> = Vec::new();
+        let mut parents = vec![id];
+        while let Some(parent) = parents.pop() {
+            for child in sessions
+                .iter()
+                .filter(|s| s.parent_id.as_ref() == Some(parent) && s.id != *id)
+            {
+                if !below.iter().any(|seen| seen.id == child.id) {
+                    below.push(child);
+                    parents.push(&child.id);
+                }
+            }
+        }
+        refuse_open_step(&session)?;
+        for child in &below {
+            refuse_open_step(child)?;
+        }
+        // Each comes after its parent in `below`: the reverse deletes children before their parents.
+        for child in below.iter().rev() {
+            match self.delete_session(&child.id).await {
+                Ok(()) | Err(Error::NotFound(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        self.delete_session(id).await
+    }
+
     /// `delete_session`, only while the session, as stored once its lease is held, meets `condition`
     /// (always without one): `Ok(false)` when it did not, and nothing is deleted. A caller that judged the
     /// session from an earlier read (gc's age, the command line's "still empty") cannot delete one that

@@ -414,17 +414,57 @@ async fn a_session_created_under_another_is_its_child() -> Result<()> {
         3,
         "a refused create made a session"
     );
-    // Deleting the parent leaves the child, which still names it, and is a root now.
+    // Deleting the parent deletes its children with it, at any depth, as OpenCode does (SDK audit: they
+    // stayed, naming a parent that was gone, and OpenCode's lists, which hide child sessions, never
+    // showed them again); while one of them has a step open, nothing is deleted.
+    let grandchild = id_of(
+        &app.ok(
+            "/session",
+            json!({"title": "sub-subagent", "parentID": child_id}),
+        )
+        .await?,
+    )?;
+    app.open_step(&grandchild, "working").await?;
+    let refused = app.delete(&format!("/session/{parent}")).await?;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(
+        ids(app.read("/session").await?),
+        [
+            grandchild.clone(),
+            child_id.clone(),
+            other.clone(),
+            parent.clone()
+        ],
+        "a refused delete deleted something"
+    );
+    let aborted = app
+        .post(&format!("/session/{grandchild}/abort"), json!({}))
+        .await?;
+    assert_eq!(aborted.status, 200, "{}", aborted.body);
+    let mut events = app.events().await?;
     let deleted = app.delete(&format!("/session/{parent}")).await?;
     assert_eq!(deleted.status, 200, "{}", deleted.body);
-    assert_eq!(
-        app.read(&format!("/session/{child_id}")).await?["parentID"],
-        json!(parent)
-    );
-    assert_eq!(
-        ids(app.read("/session?roots=true").await?),
-        [child_id.clone(), other.clone()]
-    );
+    for gone in [&parent, &child_id, &grandchild] {
+        let read = app.get(&format!("/session/{gone}")).await?;
+        assert_eq!(read.status, 404, "{gone}: {}", read.body);
+    }
+    assert_eq!(ids(app.read("/session").await?), [other.clone()]);
+    let mut said = Vec::new();
+    while said.len() < 3 {
+        let event = events
+            .next(std::time::Duration::from_secs(5))
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no session.deleted event after {said:?}"))?;
+        if event["type"] == "session.deleted" {
+            said.push(
+                event["properties"]["sessionID"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            );
+        }
+    }
+    assert_eq!(said, [grandchild, child_id, parent], "deepest first");
     app.stop().await
 }
 
