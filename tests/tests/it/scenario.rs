@@ -448,7 +448,7 @@ async fn a_session_created_under_another_is_its_child() -> Result<()> {
         let read = app.get(&format!("/session/{gone}")).await?;
         assert_eq!(read.status, 404, "{gone}: {}", read.body);
     }
-    assert_eq!(ids(app.read("/session").await?), [other.clone()]);
+    assert_eq!(ids(app.read("/session").await?), [other]);
     let mut said = Vec::new();
     while said.len() < 3 {
         let event = events
