@@ -217,3 +217,51 @@ fn serve_logs_refused_passwords_and_hosts_with_the_peer() {
         "{log:#?}"
     );
 }
+
+/// `DELETE /session/:id` aborts a step this server owns before it deletes (`rewind-tests`' scenario), but
+/// never one a running `rewind exec` owns: 409 naming that process, and the session stays, until the
+/// command has ended.
+#[test]
+fn a_session_whose_step_a_running_exec_owns_is_not_deleted() {
+    use std::time::{Duration, Instant};
+    let env = Env::plain();
+    let server = Server::start(&env, "rewind_app=info");
+    let port = server.port;
+    let mut exec = env
+        .process_in(
+            env.path(),
+            &[
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; rm go",
+            ],
+        )
+        .spawn()
+        .expect("spawns");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = env.json(&["status"]);
+    let id = status["sessions"][0]["id"]
+        .as_str()
+        .expect("the session's id")
+        .to_owned();
+    let (code, body) = request(port, "DELETE", &format!("/session/{id}"), &json!({}));
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(body["_tag"], "SessionBusyError", "{body}");
+    assert!(
+        body["message"].to_string().contains("still running"),
+        "{body}"
+    );
+    std::fs::write(env.path().join("go"), "").expect("write");
+    assert!(exec.wait().expect("waits").success());
+    let (code, body) = request(port, "GET", &format!("/session/{id}"), &json!({}));
+    assert_eq!(code, 200, "the session stayed: {body}");
+    let (code, body) = request(port, "DELETE", &format!("/session/{id}"), &json!({}));
+    assert_eq!((code, &body), (200, &json!(true)), "{body}");
+    server.stop();
+}

@@ -97,10 +97,13 @@ impl Rewind {
         self.delete_session_if(id, None).await.map(|_| ())
     }
 
-    /// `delete_session`, after every session created under it (`parent_id`, at any depth), deepest first,
-    /// as OpenCode deletes a session's children with it: a client that hides child sessions from its lists
-    /// would never show them again (SDK audit). Refused (`Busy`) before anything is deleted when one of
-    /// them has a step open. A child deleted meanwhile by another request is passed over.
+    /// `DELETE /session/:id`: `delete_session`, after every session created under it (`parent_id`, at any
+    /// depth), deepest first, as OpenCode deletes a session's children with it: a client that hides child
+    /// sessions from its lists would never show them again (SDK audit). A step open in any of them is
+    /// aborted first, as OpenCode aborts a session it deletes and as `abort` does (SDK audit: the delete
+    /// was refused until the step timed out); one owned by another live process (a running `rewind
+    /// exec`) is not taken from it, and nothing is aborted or deleted (`Busy`). A child deleted meanwhile
+    /// by another request is passed over.
     pub async fn delete_session_and_children(&self, id: &SessionId) -> Result<()> {
         let session = self.load_session(id).await?;
         let sessions = self.repo.sessions(None).await?;
@@ -117,9 +120,22 @@ impl Rewind {
                 }
             }
         }
-        refuse_open_step(&session)?;
-        for child in &below {
-            refuse_open_step(child)?;
+        let all: Vec<&Session> = std::iter::once(&session)
+            .chain(below.iter().copied())
+            .collect();
+        for open in all.iter().filter(|s| s.step.is_some()) {
+            if let Some(step) = &open.step
+                && !self.speaks_for(&step.holder)
+                && !self.step_is_abandoned(open).await?
+            {
+                return Err(self.step_busy(open, step, ", which is still running").await);
+            }
+        }
+        for open in all.iter().filter(|s| s.step.is_some()) {
+            match self.abort(&open.id).await {
+                Ok(_) | Err(Error::NotFound(_)) => {}
+                Err(error) => return Err(error),
+            }
         }
         // Each comes after its parent in `below`: the reverse deletes children before their parents.
         for child in below.iter().rev() {
