@@ -242,6 +242,31 @@ fn track_outcome(tracked: track::Tracked) -> GitResult<TrackOutcome> {
     })
 }
 
+/// The `.git` of each nested repository that a track returning `from` found, gone from the worktree now
+/// (`SkipReason::RemovedGitDir`): a snapshot never holds one, so what was in it is lost to an undo.
+fn removed_git_dirs(store: &Store, from: &gix::ObjectId) -> Vec<SkippedPath> {
+    let Some(record) = store.known_record(from) else {
+        return Vec::new();
+    };
+    let roots: std::collections::BTreeSet<&String> = record
+        .nested
+        .iter()
+        .flat_map(|roots| roots.keys())
+        .collect();
+    roots
+        .into_iter()
+        .map(|root| format!("{root}/.git"))
+        .filter(|git| {
+            std::fs::symlink_metadata(store.worktree.join(git))
+                .is_err_and(|e| e.kind() != std::io::ErrorKind::PermissionDenied)
+        })
+        .map(|path| SkippedPath {
+            path,
+            reason: SkipReason::RemovedGitDir,
+        })
+        .collect()
+}
+
 /// The tracked paths that differ between `from` and `now`, a track of the worktree just taken: a path
 /// gone from the tracked content only when it is really gone.
 fn changed_since(
@@ -348,13 +373,18 @@ impl SnapshotPort for GitSnapshotStore {
         let from = object_id(from);
         self.with_store(worktree, move |store, config| {
             let now = track::track(store, config)?;
+            let from_id = from.as_ref().ok().copied();
             let changed = from
                 .and_then(|from| {
                     check_snapshot(store, &from)?;
                     changed_since(store, &from, &now, true)
                 })
                 .map_err(Error::from);
-            Ok((track_outcome(now)?, changed))
+            let mut outcome = track_outcome(now)?;
+            if let Some(from) = from_id {
+                outcome.skipped.extend(removed_git_dirs(store, &from));
+            }
+            Ok((outcome, changed))
         })
         .await
     }

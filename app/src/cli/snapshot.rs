@@ -63,6 +63,11 @@ pub async fn track(ctx: &Context) -> Result<()> {
                  directory under another name): never snapshotted nor written, as a .git is not"
                     .to_owned()
             }
+            rewind_core::model::SkipReason::RemovedGitDir => {
+                "a nested repository's .git, removed since the snapshot compared with: never \
+                 snapshotted, so not brought back"
+                    .to_owned()
+            }
             rewind_core::model::SkipReason::IgnoredWorktree => {
                 "the worktree lies in a directory that its enclosing git repository ignores: nothing \
                  in it is snapshotted"

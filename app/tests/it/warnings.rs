@@ -650,3 +650,54 @@ fn a_step_whose_undo_cannot_read_what_it_puts_back_is_not_called_undoable() {
         "{report:#}"
     );
 }
+
+/// A step that removes a nested repository (a clone inside the project) is warned about with the
+/// repository's `.git` named: its undo brings back the files but not the history, which no snapshot holds
+/// (FS review: nothing said so). A step that leaves it is not.
+#[test]
+fn a_step_that_removes_a_nested_repository_says_its_history_is_not_brought_back() {
+    let env = Env::git_checkout();
+    let nested = env.path().join("vendor/lib");
+    std::fs::create_dir_all(&nested).expect("mkdir");
+    std::fs::write(nested.join("lib.rs"), "pub fn f() {}\n").expect("write");
+    git(&nested, &["init", "-q"]);
+    git(&nested, &["add", "-A"]);
+    git(
+        &nested,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t.invalid",
+            "commit",
+            "-q",
+            "-m",
+            "lib",
+        ],
+    );
+    let report = env.json(&["exec", "--", "sh", "-c", "printf 'x\\n' > a.txt"]);
+    assert_eq!(report["warnings"], serde_json::json!([]), "{report:#}");
+
+    let report = env.json(&["exec", "--", "rm", "-rf", "vendor/lib"]);
+    assert_eq!(report["undoable"], true, "{report:#}");
+    let warnings = report["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{report:#}");
+    assert!(
+        warnings[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("nested repositor") && m.contains("history")),
+        "{report:#}"
+    );
+    let git_dir = nested.join(".git");
+    assert_eq!(
+        warnings[0]["files"],
+        serde_json::json!([git_dir.to_str().expect("a UTF-8 path")]),
+        "{report:#}"
+    );
+    env.ok(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(nested.join("lib.rs")).expect("the file is back"),
+        "pub fn f() {}\n"
+    );
+    assert!(!git_dir.exists(), "no snapshot holds a .git");
+}

@@ -283,6 +283,10 @@ pub enum SkipReason {
     /// repository's own directory under another name): like `.git`, never snapshotted nor written, so no
     /// change to what is in it can be reverted.
     GitDir,
+    /// The `.git` of a nested repository that the snapshot a step began from had, gone at the step's end
+    /// (the step removed it, or the whole repository): a snapshot never holds a `.git`, so an undo of the
+    /// step brings back the repository's files, not its history. Said by `track_changes` only.
+    RemovedGitDir,
 }
 
 /// A path `track` skipped, and why.

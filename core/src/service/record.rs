@@ -1281,9 +1281,7 @@ impl Rewind {
             Ok((tracked, listed)) => {
                 // Files the step's start already left out were named then, not a second time.
                 let skipped = newly_skipped(session, &tracked.skipped);
-                if !skipped.is_empty() {
-                    warnings.push(skipped_warning(self.now(), &directory, &skipped));
-                }
+                warnings.extend(skipped_warnings(self.now(), &directory, &skipped));
                 skipped_now = Some(tracked.skipped.iter().map(|s| s.path.clone()).collect());
                 match self.step_changes(session, step, &tracked, listed).await {
                     Ok((files, ignored)) => {
@@ -1724,6 +1722,35 @@ fn late_end_warning(
         snapshot: end.clone(),
         files: files.iter().map(|f| f.to_absolute(directory)).collect(),
     }
+}
+
+/// The warnings of what a step's snapshot left out (`skipped_warning`), the nested repositories' `.git`
+/// directories the step removed apart (`SkipReason::RemovedGitDir`): what was in them is lost to an undo
+/// (FS review: a step's `rm -rf` of a nested clone was undone without its history, and nothing said so).
+fn skipped_warnings(now: u64, directory: &str, skipped: &[SkippedPath]) -> Vec<Warning> {
+    let (removed, left_out): (Vec<SkippedPath>, Vec<SkippedPath>) = skipped
+        .iter()
+        .cloned()
+        .partition(|s| s.reason == SkipReason::RemovedGitDir);
+    let mut warnings = Vec::new();
+    if !removed.is_empty() {
+        warnings.push(Warning {
+            time: now,
+            message: format!(
+                "this step removed the .git of {} nested repositor{}: a snapshot never holds a .git, so \
+                 undoing the step brings back the repository's files but not its history, branches or \
+                 stashes",
+                removed.len(),
+                if removed.len() == 1 { "y" } else { "ies" }
+            ),
+            snapshot: None,
+            files: removed.iter().map(|s| skipped_file(directory, s)).collect(),
+        });
+    }
+    if !left_out.is_empty() {
+        warnings.push(skipped_warning(now, directory, &left_out));
+    }
+    warnings
 }
 
 fn skipped_warning(now: u64, directory: &str, skipped: &[SkippedPath]) -> Warning {
