@@ -248,13 +248,15 @@ fn removed_git_dirs(store: &Store, from: &gix::ObjectId) -> Vec<SkippedPath> {
     let Some(record) = store.known_record(from) else {
         return Vec::new();
     };
-    let roots: std::collections::BTreeSet<&String> = record
-        .nested
-        .iter()
-        .flat_map(|roots| roots.keys())
-        .collect();
-    roots
-        .into_iter()
+    // Only a repository every track of `from` found: one id stands for every disk state with the same
+    // files, and after an undo that brought the files back without their `.git`, the same id is tracked
+    // without it (review: every later step from that id was told it removed the `.git`).
+    let Some((first, rest)) = record.nested.split_first() else {
+        return Vec::new();
+    };
+    first
+        .keys()
+        .filter(|root| rest.iter().all(|state| state.contains_key(*root)))
         .map(|root| format!("{root}/.git"))
         .filter(|git| {
             std::fs::symlink_metadata(store.worktree.join(git))
@@ -278,18 +280,6 @@ fn changed_since(
     let root = store.root()?;
     let mut changed = Vec::new();
     for (path, before, after) in diff_trees(&store.odb, from, &now.id)? {
-        // A step's end (`verify`): the copy in `from` of each file the step changed is what an undo puts
-        // back, and the step's own change may have been the only other copy (a deletion): it is read
-        // whole now, so a copy that cannot be read is said while the step ends, not at the undo that
-        // needs it (review: a damaged pack, or a damaged object of the user's adopted by a seeded
-        // snapshot, let `exec` call a deletion undoable that no undo could bring back).
-        if verify && let Some((_, id)) = before {
-            store.odb.verify(&id).map_err(|e| {
-                GitError::Corrupt(format!(
-                    "the copy of {path} in snapshot {from}, which an undo of this step puts back, cannot be read ({e})"
-                ))
-            })?;
-        }
         if after.is_none() {
             // Gone from the tracked content: listed only when it is really gone, never when it is still on
             // disk but untracked now (ignored, over the cap) or ignored now; a directory standing there now
@@ -316,6 +306,21 @@ fn changed_since(
             if still_there || ignored_now {
                 continue;
             }
+        }
+        // A step's end (`verify`): the copy in `from` of each file the step changed is what an undo puts
+        // back, and the step's own change may have been the only other copy (a deletion): it is read
+        // whole now, so a copy that cannot be read is said while the step ends, not at the undo that
+        // needs it (review: a damaged pack, or a damaged object of the user's adopted by a seeded
+        // snapshot, let `exec` call a deletion undoable that no undo could bring back). Only a copy
+        // that is missing or damaged: another failure (out of file handles, say) is the error it is, and
+        // the step's end may be tried again.
+        if verify && let Some((_, id)) = before {
+            store.odb.verify(&id).map_err(|e| match e {
+                GitError::Corrupt(_) | GitError::Missing(_) => GitError::Corrupt(format!(
+                    "the copy of {path} in snapshot {from}, which an undo of this step puts back, cannot be read ({e})"
+                )),
+                other => other,
+            })?;
         }
         changed.push(path);
     }

@@ -700,4 +700,8 @@ fn a_step_that_removes_a_nested_repository_says_its_history_is_not_brought_back(
         "pub fn f() {}\n"
     );
     assert!(!git_dir.exists(), "no snapshot holds a .git");
+    // The next step begins from the same files, without the `.git` now: it removed nothing (review: it
+    // was told it had).
+    let report = env.json(&["exec", "--", "sh", "-c", "printf 'y\n' > b.txt"]);
+    assert_eq!(report["warnings"], serde_json::json!([]), "{report:#}");
 }
