@@ -411,9 +411,19 @@ async fn serve(
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
-                Err(error) => {
+                // Out of file descriptors or memory: a pause before the next try, or the loop would spin
+                // (stopping still stops it). Anything else concerns that one connection (aborted by its
+                // client before it was accepted, say): the next is accepted at once.
+                Err(error) if is_resource_error(&error) => {
                     tracing::warn!(%error, "cannot accept a connection; trying again in a second");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                        () = stop.cancelled() => break,
+                    }
+                    continue;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "a connection failed as it was accepted");
                     continue;
                 }
             },
@@ -435,8 +445,35 @@ async fn serve(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    // The connections' requests finish (a revert runs on detached from its connection anyway, and is
+    // waited for apart); a connection that is still sending a request when `SHUTDOWN_GRACE` has passed
+    // (one that has sent nothing yet would otherwise hold the shutdown for the header read timeout, a
+    // body sent slowly for good) is closed.
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            "closed the connections still open {SHUTDOWN_GRACE:?} after the shutdown began"
+        );
+    }
     Ok(())
+}
+
+/// How long the shutdown waits for open connections to finish their requests (`serve`).
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether an accept failed for want of file descriptors or memory, which a pause may give back.
+fn is_resource_error(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(code) if [
+            nix::errno::Errno::EMFILE as i32,
+            nix::errno::Errno::ENFILE as i32,
+            nix::errno::Errno::ENOBUFS as i32,
+            nix::errno::Errno::ENOMEM as i32,
+        ].contains(&code)
+    )
 }
 
 /// `MAX_CONNECTIONS`, or a quarter of the files this process may open when that is fewer; the soft limit

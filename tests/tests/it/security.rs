@@ -425,3 +425,27 @@ async fn connections_that_send_no_request_in_time_are_closed() -> Result<()> {
     drop(events);
     app.stop().await
 }
+
+/// A connection that is still sending its request's head does not hold the shutdown until its header read
+/// timeout (30 s here): the shutdown waits a few seconds for open connections' requests, then closes them
+/// (review).
+#[tokio::test]
+async fn a_connection_sending_slowly_does_not_hold_the_shutdown() -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let app = spawn_app().await?;
+    let address = app
+        .base
+        .strip_prefix("http://")
+        .context("the base URL")?
+        .to_owned();
+    let mut dripping = tokio::net::TcpStream::connect(&address).await?;
+    dripping.write_all(b"GET /session HTTP/1.1\r\n").await?;
+    // Accepted (the server answers another connection after it).
+    assert_eq!(app.get("/session").await?.status, 200);
+    let started = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(25), app.stop())
+        .await
+        .context("the shutdown waited for the silent connection")??;
+    assert!(started.elapsed() < Duration::from_secs(25));
+    Ok(())
+}
