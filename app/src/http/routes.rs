@@ -247,10 +247,21 @@ pub async fn delete_session(
     PathIds(path): PathIds<SessionPath>,
 ) -> ApiResult<bool> {
     let rewind = &state.services.rewind;
-    rewind
-        .delete_session_and_children(&path.id)
+    let roots = state.roots.clone();
+    let within =
+        move |directory: &str| super::security::session_under_roots(directory, &roots).is_ok();
+    let left = rewind
+        .delete_session_and_children(&path.id, &within)
         .await
         .map_err(in_session(&path.id))?;
+    for (child, error) in left {
+        tracing::warn!(
+            session = %path.id,
+            %child,
+            %error,
+            "deleted the session, but not this session created under it: it stays, as a root"
+        );
+    }
     Ok(Json(true))
 }
 

@@ -34,7 +34,8 @@ impl Rewind {
 
     /// `create_session`, under the session `parent` when one is given (OpenCode's subagent sessions,
     /// `parentID`): it must exist (`Error::NotFound` otherwise, and nothing is created). A child is a session
-    /// of its own: its worktree need not be its parent's, and deleting the parent leaves it.
+    /// of its own: its worktree need not be its parent's; `delete_session_and_children` deletes it with
+    /// its parent, `delete_session` leaves it.
     pub async fn create_child_session(
         &self,
         directory: &str,
@@ -97,23 +98,29 @@ impl Rewind {
         self.delete_session_if(id, None).await.map(|_| ())
     }
 
-    /// `DELETE /session/:id`: `delete_session`, after every session created under it (`parent_id`, at any
-    /// depth), deepest first, as OpenCode deletes a session's children with it: a client that hides child
-    /// sessions from its lists would never show them again (SDK audit). A step open in any of them is
+    /// `DELETE /session/:id`: `delete_session`, after the sessions created under it (`parent_id`, at any
+    /// depth, each before its parent), as OpenCode deletes a session's children with it: a client that
+    /// hides child sessions from its lists would never show them again (SDK audit). Only children whose
+    /// worktree `within` accepts (the server's project roots) are touched. A step open in any of them is
     /// aborted first, as OpenCode aborts a session it deletes and as `abort` does (SDK audit: the delete
-    /// was refused until the step timed out); one owned by another live process (a running `rewind
-    /// exec`) is not taken from it, and nothing is aborted or deleted (`Busy`). A child deleted meanwhile
-    /// by another request is passed over.
-    pub async fn delete_session_and_children(&self, id: &SessionId) -> Result<()> {
+    /// was refused until the step timed out); one owned by another live process (a running `rewind exec`)
+    /// is not taken from it, and nothing is deleted (`Busy`). A child that cannot be deleted then (a step
+    /// begun in it meanwhile, its worktree's recovery failing) stays, a root of its own from then on, and
+    /// is returned with why; the others and the session are deleted. A child deleted meanwhile by another
+    /// request is passed over.
+    pub async fn delete_session_and_children(
+        &self,
+        id: &SessionId,
+        within: &(dyn Fn(&str) -> bool + Send + Sync),
+    ) -> Result<Vec<(SessionId, Error)>> {
         let session = self.load_session(id).await?;
         let sessions = self.repo.sessions(None).await?;
         let mut below: Vec<&Session> = Vec::new();
         let mut parents = vec![id];
         while let Some(parent) = parents.pop() {
-            for child in sessions
-                .iter()
-                .filter(|s| s.parent_id.as_ref() == Some(parent) && s.id != *id)
-            {
+            for child in sessions.iter().filter(|s| {
+                s.parent_id.as_ref() == Some(parent) && s.id != *id && within(&s.directory)
+            }) {
                 if !below.iter().any(|seen| seen.id == child.id) {
                     below.push(child);
                     parents.push(&child.id);
@@ -138,13 +145,15 @@ impl Rewind {
             }
         }
         // Each comes after its parent in `below`: the reverse deletes children before their parents.
+        let mut left = Vec::new();
         for child in below.iter().rev() {
             match self.delete_session(&child.id).await {
                 Ok(()) | Err(Error::NotFound(_)) => {}
-                Err(error) => return Err(error),
+                Err(error) => left.push((child.id.clone(), error)),
             }
         }
-        self.delete_session(id).await
+        self.delete_session(id).await?;
+        Ok(left)
     }
 
     /// `delete_session`, only while the session, as stored once its lease is held, meets `condition`

@@ -462,6 +462,19 @@ async fn a_session_created_under_another_is_its_child() -> Result<()> {
         "the open step was aborted before any deletion"
     );
     assert_eq!(said, [grandchild, child_id, parent], "deepest first");
+
+    // A child whose worktree lies outside the server's project roots (recorded by the command line on
+    // the same database) is not touched: it stays, a root of its own (review).
+    let outside = tempfile::tempdir()?;
+    let parent = app.new_session().await?;
+    let elsewhere = app
+        .create_child_in(outside.path(), "elsewhere", Some(&parent))
+        .await?;
+    let deleted = app.delete(&format!("/session/{parent}")).await?;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    let elsewhere = rewind_core::model::SessionId::parse(&elsewhere)?;
+    let kept = rewind_core::ports::MessageRepo::session(&*app.db, &elsewhere).await?;
+    assert!(kept.is_some(), "the child outside the roots was deleted");
     app.stop().await
 }
 

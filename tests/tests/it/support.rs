@@ -295,11 +295,22 @@ impl TestApp {
     /// `create_session_elsewhere` for the worktree `worktree` (any directory, as the command line may
     /// record).
     pub async fn create_session_in(&self, worktree: &Path, title: &str) -> Result<String> {
+        self.create_child_in(worktree, title, None).await
+    }
+
+    /// `create_session_in`, under the session `parent` when one is given.
+    pub async fn create_child_in(
+        &self,
+        worktree: &Path,
+        title: &str,
+        parent: Option<&str>,
+    ) -> Result<String> {
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_rewind-test-writer"))
             .arg(&self.data_dir)
             .arg(&self.database_url)
             .arg(worktree)
             .arg(title)
+            .args(parent)
             .output()
             .await?;
         ensure!(
