@@ -893,6 +893,21 @@ enum Standing {
 /// A file's owner and group.
 type Owner = (u32, u32);
 
+/// The owner and group a file or directory made where none stood gets: none (the process's) but for a
+/// process of root's, where they are those of the directory it is made in (review: an agent run as root
+/// in a container, on a project of the user's, had every file and directory an undo brought back made
+/// root's, which the user could then not write in). The snapshot does not say whose a file was.
+fn owner_for_new(dir: &OwnedFd) -> Option<Owner> {
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let owner = rustix::fs::fstat(dir)
+        .ok()
+        .map(|st| (st.st_uid as u32, st.st_gid as u32))?;
+    (owner != (0, 0)).then_some(owner)
+}
+
 /// Looks at `name` in `dir` again, through a handle, right before it is renamed over or deleted.
 fn standing(
     dir: &OwnedFd,
@@ -976,8 +991,12 @@ fn replace(
             Standing::Other | Standing::Gone => return Ok(None),
         }
     }
-    // Nothing stood there: the bits the snapshot recorded for it, or a new file's.
+    // Nothing stood there: the bits the snapshot recorded for it, or a new file's; as root, its
+    // directory's owner (`owner_for_new`).
     temp.set_permissions(bits)?;
+    if let Some(owner) = owner_for_new(dir) {
+        temp.set_owner(owner);
+    }
     match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(Some(none(None))),
         Err(Errno::EXIST) => Ok(None),
@@ -1732,7 +1751,18 @@ impl<'a> Applier<'a> {
         let bits = self.dir_permissions(path);
         let made = self.root.dir(dir_rel).and_then(|dir| {
             rustix::fs::mkdirat(&dir, name, rustix::fs::Mode::from_raw_mode(bits))
-                .map_err(io::Error::from)
+                .map_err(io::Error::from)?;
+            // As root, the owner of the directory it is made in (`owner_for_new`). Best effort.
+            if let Some((uid, gid)) = owner_for_new(&dir) {
+                let _ = rustix::fs::chownat(
+                    &dir,
+                    name,
+                    Some(rustix::fs::Uid::from_raw(uid)),
+                    Some(rustix::fs::Gid::from_raw(gid)),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                );
+            }
+            Ok(())
         });
         match made {
             Ok(()) => Ok(Done::Changed(None)),

@@ -924,6 +924,53 @@ async fn a_file_written_over_keeps_its_owner_and_group() {
     assert_eq!(owner("theirs.txt"), (65534, 65533), "after the restore");
 }
 
+/// Run as root, a file or directory a revert or restore makes where none stood gets the owner and group
+/// of the directory it is made in (review: an agent run as root in a container, on the user's project,
+/// had every file and directory an undo brought back made root's). Elsewhere the test has nothing to
+/// check: only root may give a file to another user.
+#[tokio::test]
+async fn as_root_what_is_brought_back_gets_its_directorys_owner() {
+    use std::os::unix::fs::MetadataExt;
+    let h = GitHarness::new();
+    if fs::metadata(h.root()).expect("stat").uid() != 0 {
+        eprintln!("not root: no file can be given to another user here");
+        return;
+    }
+    h.write("theirs/deep/file.txt", b"one\n");
+    h.write("mine/file.txt", b"one\n");
+    for path in ["theirs", "theirs/deep", "theirs/deep/file.txt"] {
+        std::os::unix::fs::chown(h.path(path), Some(65534), Some(65533)).expect("chown");
+    }
+    let start = h.id().await;
+    let owner = |h: &GitHarness, path: &str| {
+        let meta = fs::symlink_metadata(h.path(path)).expect("stat");
+        (meta.uid(), meta.gid())
+    };
+    let files = ["theirs/deep/file.txt", "mine/file.txt"];
+    let remove = |h: &GitHarness| {
+        fs::remove_dir_all(h.path("theirs/deep")).expect("remove");
+        fs::remove_dir_all(h.path("mine")).expect("remove");
+    };
+    remove(&h);
+    let outcome = revert_with_fresh_base(&h, &one_patch(&start, &files)).await;
+    assert_eq!(outcome.written.len(), 2, "{outcome:?}");
+    for path in ["theirs/deep", "theirs/deep/file.txt"] {
+        assert_eq!(owner(&h, path), (65534, 65533), "{path} after the revert");
+    }
+    for path in ["mine", "mine/file.txt"] {
+        assert_eq!(owner(&h, path), (0, 0), "{path} after the revert");
+    }
+
+    remove(&h);
+    h.port()
+        .restore(h.root(), &start, None)
+        .await
+        .expect("restore");
+    for path in ["theirs/deep", "theirs/deep/file.txt"] {
+        assert_eq!(owner(&h, path), (65534, 65533), "{path} after the restore");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // (e) Fail closed.
 
