@@ -141,24 +141,7 @@ fn runs(pid: &str) -> bool {
 #[test]
 fn a_second_exec_while_one_runs_is_refused_and_records_nothing() {
     let env = Env::plain();
-    let mut first = env
-        .process_in(
-            env.path(),
-            &[
-                "exec",
-                "--",
-                "sh",
-                "-c",
-                "printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; rm go started",
-            ],
-        )
-        .spawn()
-        .expect("spawns");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path().join("started").exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut first = env.exec_waiting_for_go();
     let status = env.json(&["status"]);
     assert_eq!(status["sessions"][0]["busy"], true);
     assert_eq!(status["sessions"][0]["abandoned"], false);

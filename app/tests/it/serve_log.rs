@@ -166,36 +166,32 @@ fn serve_logs_refused_passwords_and_hosts_with_the_peer() {
     let server = Server::start_with(&env, "rewind_app=info", &["--password", "s3cret"]);
     let port = server.port;
     let wrong = base64::engine::general_purpose::STANDARD.encode("opencode:guess-one");
-    for (headers, expected) in [
-        (format!("Authorization: Basic {wrong}\r\n"), 401),
-        (String::new(), 401),
-    ] {
+    // The raw answer to `GET /session` with the headers `headers` (each line ending in CRLF).
+    let answer = |headers: &str| {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the server");
         write!(
             stream,
-            "GET /session HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}Connection: close\r\n\r\n"
+            "GET /session HTTP/1.1\r\n{headers}Connection: close\r\n\r\n"
         )
         .expect("send the request");
         let mut response = String::new();
         stream
             .read_to_string(&mut response)
             .expect("read the response");
+        response
+    };
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    for (headers, expected) in [
+        (format!("{host}Authorization: Basic {wrong}\r\n"), 401),
+        (host.clone(), 401),
+        ("Host: rebound.example\r\n".to_owned(), 403),
+    ] {
+        let response = answer(&headers);
         assert!(
             response.starts_with(&format!("HTTP/1.1 {expected}")),
             "{response}"
         );
     }
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the server");
-    write!(
-        stream,
-        "GET /session HTTP/1.1\r\nHost: rebound.example\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send the request");
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .expect("read the response");
-    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
     let log = server.stop();
     let wrong_lines: Vec<&String> = log
         .iter()
@@ -223,28 +219,10 @@ fn serve_logs_refused_passwords_and_hosts_with_the_peer() {
 /// command has ended.
 #[test]
 fn a_session_whose_step_a_running_exec_owns_is_not_deleted() {
-    use std::time::{Duration, Instant};
     let env = Env::plain();
     let server = Server::start(&env, "rewind_app=info");
     let port = server.port;
-    let mut exec = env
-        .process_in(
-            env.path(),
-            &[
-                "exec",
-                "--",
-                "sh",
-                "-c",
-                "printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; rm go",
-            ],
-        )
-        .spawn()
-        .expect("spawns");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !env.path().join("started").exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut exec = env.exec_waiting_for_go();
     let status = env.json(&["status"]);
     let id = status["sessions"][0]["id"]
         .as_str()

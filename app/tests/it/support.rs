@@ -36,22 +36,7 @@ impl Env {
         std::fs::write(env.path().join("README.md"), "# project\n").expect("write");
         std::fs::write(env.path().join("a.txt"), "committed\n").expect("write");
         git(env.path(), &["init", "-q"]);
-        git(env.path(), &["add", "-A"]);
-        git(
-            env.path(),
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t.invalid",
-                "-c",
-                "commit.gpgsign=false",
-                "commit",
-                "-q",
-                "-m",
-                "initial",
-            ],
-        );
+        commit_all(env.path(), "initial");
         env
     }
 
@@ -94,6 +79,33 @@ impl Env {
             .arg(dir)
             .args(args);
         command
+    }
+
+    /// Starts `rewind exec` on a command that writes `started` and then waits for a file `go` (removing
+    /// both before it ends); returns once the command has started, its step open.
+    pub fn exec_waiting_for_go(&self) -> std::process::Child {
+        let mut child = self
+            .process_in(
+                self.path(),
+                &[
+                    "exec",
+                    "--",
+                    "sh",
+                    "-c",
+                    "printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; rm go started",
+                ],
+            )
+            .spawn()
+            .expect("spawns");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !self.path().join("started").exists() {
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                panic!("the command never started");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        child
     }
 
     /// Runs a command that must succeed; returns its stdout.
@@ -200,6 +212,26 @@ pub fn state(root: &Path) -> State {
 }
 
 /// Runs git in `dir`; it must succeed.
+/// Commits everything in the repository at `dir` (`git add -A`, then a commit with `message`).
+pub fn commit_all(dir: &Path, message: &str) {
+    git(dir, &["add", "-A"]);
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t.invalid",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "-q",
+            "-m",
+            message,
+        ],
+    );
+}
+
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let output = Process::new("git")
         .args(args)

@@ -3,7 +3,7 @@
 //! in `log`), and `snapshot restore SNAPSHOT PATH` brings the user's version back. A step whose end
 //! snapshot failed is recorded with a warning, and `exec` does not promise that `undo` takes it back.
 
-use crate::support::{Env, git, part_id};
+use crate::support::{Env, commit_all, git, part_id};
 
 #[test]
 fn an_edit_made_while_reverted_is_captured_by_redo_and_can_be_restored() {
@@ -586,20 +586,7 @@ fn a_step_whose_undo_cannot_read_what_it_puts_back_is_not_called_undoable() {
         .map(|i| format!("{:016x}\n", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
         .collect();
     std::fs::write(env.path().join("big.txt"), &content).expect("write");
-    git(env.path(), &["add", "big.txt"]);
-    git(
-        env.path(),
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t.invalid",
-            "commit",
-            "-q",
-            "-m",
-            "big",
-        ],
-    );
+    commit_all(env.path(), "big");
     git(env.path(), &["gc", "-q"]);
     let blob = git(env.path(), &["rev-parse", "HEAD:big.txt"]);
     let pack_dir = env.path().join(".git/objects/pack");
@@ -661,20 +648,7 @@ fn a_step_that_removes_a_nested_repository_says_its_history_is_not_brought_back(
     std::fs::create_dir_all(&nested).expect("mkdir");
     std::fs::write(nested.join("lib.rs"), "pub fn f() {}\n").expect("write");
     git(&nested, &["init", "-q"]);
-    git(&nested, &["add", "-A"]);
-    git(
-        &nested,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t.invalid",
-            "commit",
-            "-q",
-            "-m",
-            "lib",
-        ],
-    );
+    commit_all(&nested, "lib");
     let report = env.json(&["exec", "--", "sh", "-c", "printf 'x\\n' > a.txt"]);
     assert_eq!(report["warnings"], serde_json::json!([]), "{report:#}");
 
