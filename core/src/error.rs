@@ -162,6 +162,10 @@ impl Error {
 /// ([`Error::noted`]): a caller that would add "nothing was changed" leaves that out.
 pub const PUT_BACK: &str = "were put back to their state before the";
 
+/// The words a failed revert's or unrevert's error carries when its rollback found no file changed yet
+/// (the operation failed before it wrote any): a caller adds nothing more.
+pub const NOTHING_CHANGED: &str = "nothing was changed";
+
 /// A backend error with a note after it ([`Error::noted`]): its text is the error's with every cause
 /// ([`chain`]), then the note; its source is the error, so a caller looking for a cause of a given type
 /// (a locked database) still finds it.

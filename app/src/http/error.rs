@@ -99,7 +99,10 @@ impl ApiError {
             // changed" is not added (review: both were said at once).
             error @ Error::MissingObject(_) => {
                 tracing::error!(error = %error, "request failed");
-                let unchanged = if error.to_string().contains(rewind_core::error::PUT_BACK) {
+                let said = error.to_string();
+                let unchanged = if said.contains(rewind_core::error::PUT_BACK)
+                    || said.contains(rewind_core::error::NOTHING_CHANGED)
+                {
                     ""
                 } else {
                     "; nothing was changed"

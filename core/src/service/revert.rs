@@ -1771,6 +1771,7 @@ impl Rewind {
         Ok(PutBack {
             record: transaction,
             captured,
+            untouched: changed.is_empty() && earlier.is_empty() && left.is_empty(),
             left,
         })
     }
@@ -1783,6 +1784,9 @@ struct PutBack {
     captured: Captured,
     /// The files left as they are (changed meanwhile, or not tracked content now).
     left: Vec<RelPath>,
+    /// Whether no file had changed since the operation began, and no earlier attempt put any back: the
+    /// operation failed before it wrote one (a snapshot object missing, say), and nothing was put back.
+    untouched: bool,
 }
 
 /// The snapshot of an intent's files before they were put back, and where it is recorded.
@@ -1798,6 +1802,13 @@ enum Captured {
 impl PutBack {
     /// What a rollback says after the operation's error once its files are back and `record` is committed.
     fn recorded(&self, operation: IntentOperation) -> String {
+        // Review: "the files it had changed were put back" was said when none had been written.
+        if self.untouched {
+            return format!(
+                "{}: no file had been written yet, and the session is as it was",
+                crate::error::NOTHING_CHANGED
+            );
+        }
         format!(
             "the files it had changed {} {operation}{}, and the session is as it was{}",
             crate::error::PUT_BACK,
