@@ -279,6 +279,8 @@ fn changed_since(
 ) -> GitResult<Vec<RelPath>> {
     let root = store.root()?;
     let mut changed = Vec::new();
+    // The ids of the copies to read back (`verify`), with their paths.
+    let mut copies: Vec<(String, gix::ObjectId)> = Vec::new();
     for (path, before, after) in diff_trees(&store.odb, from, &now.id)? {
         if after.is_none() {
             // Gone from the tracked content: listed only when it is really gone, never when it is still on
@@ -307,23 +309,32 @@ fn changed_since(
                 continue;
             }
         }
-        // A step's end (`verify`): the copy in `from` of each file the step changed is what an undo puts
-        // back, and the step's own change may have been the only other copy (a deletion): it is read
-        // whole now, so a copy that cannot be read is said while the step ends, not at the undo that
-        // needs it (review: a damaged pack, or a damaged object of the user's adopted by a seeded
-        // snapshot, let `exec` call a deletion undoable that no undo could bring back). Only a copy
-        // that is missing or damaged: another failure (out of file handles, say) is the error it is, and
-        // the step's end may be tried again.
         if verify && let Some((_, id)) = before {
-            store.odb.verify(&id).map_err(|e| match e {
+            copies.push((path.clone(), id));
+        }
+        changed.push(path);
+    }
+    // A step's end (`verify`): the copy in `from` of each file the step changed is what an undo puts
+    // back, and the step's own change may have been the only other copy (a deletion): it is read whole
+    // now, on every core, so a copy that cannot be read is said while the step ends, not at the undo
+    // that needs it (review: a damaged pack, or a damaged object of the user's adopted by a seeded
+    // snapshot, let `exec` call a deletion undoable that no undo could bring back). Only a copy that is
+    // missing or damaged: another failure (out of file handles, say) is the error it is, and the step's
+    // end may be tried again.
+    track::parallel_map_on(
+        &copies,
+        track::worker_threads(),
+        8,
+        || (),
+        |(), (path, id)| {
+            store.odb.verify(id).map_err(|e| match e {
                 GitError::Corrupt(_) | GitError::Missing(_) => GitError::Corrupt(format!(
                     "the copy of {path} in snapshot {from}, which an undo of this step puts back, cannot be read ({e})"
                 )),
                 other => other,
-            })?;
-        }
-        changed.push(path);
-    }
+            })
+        },
+    )?;
     rel_paths(changed)
 }
 
