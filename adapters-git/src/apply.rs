@@ -1985,11 +1985,7 @@ impl<'a> Applier<'a> {
             .modes
             .get(path)
             .copied()
-            .filter(|bits| match mode {
-                Mode::File => bits & 0o100 == 0,
-                Mode::Exec => bits & 0o100 != 0,
-                Mode::Link | Mode::Tree => false,
-            })
+            .filter(|bits| crate::track::bits_fit(*bits, mode))
             .map(|bits| bits & new_file_permissions(mode == Mode::Exec));
         self.pending.push(PendingWrite {
             rel: path.to_owned(),
@@ -2699,10 +2695,10 @@ fn ignored_at(
     }
 }
 
-/// The plan of a revert, with what its execution needs.
 /// The files a plan writes, with the mode and blob of each.
 type Entries = HashMap<String, (Mode, ObjectId)>;
 
+/// The plan of a revert, with what its execution needs.
 struct Planned<'a> {
     actions: Vec<FileAction>,
     entries: Entries,
@@ -2763,8 +2759,8 @@ fn plan_inner<'a>(
             (FileActionKind::Keep, Some(OWN_FILE.to_owned()))
         } else if let Some(entry) = tree.borrow_mut().get(name)? {
             // A file made where no file stands (a symlink may) gets the permission bits recorded for it in
-            // that snapshot, if any (a file written over keeps its own).
-            // So do the directories above it the writing makes (`Applier::make_dir`).
+            // that snapshot, if any (a file written over keeps its own), and so do the directories above
+            // it that the writing makes (`Applier::make_dir`).
             if exists != OnDisk::File
                 && let Some(record) = records
                     .entry(from_id)

@@ -632,20 +632,13 @@ impl Odb {
     /// cannot be read, or holds other bytes (a damaged pack or loose file, the user's adopted by a seeded
     /// snapshot included, whose header alone was checked then), is `Corrupt`; one not stored, `Missing`.
     pub fn verify(&self, id: &ObjectId) -> GitResult<()> {
-        let (kind, size, mut reader) = self.open(id)?;
+        let (kind, size, reader) = self.open(id)?;
         let mut hasher = ObjectHasher::new(kind, size);
-        let mut buffer = vec![0u8; 64 * 1024];
-        let mut read = 0u64;
-        loop {
-            let n = match reader.read(&mut buffer) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(GitError::Corrupt(format!("object {id}: {e}"))),
-            };
-            hasher.0.update(&buffer[..n]);
-            read += n as u64;
-        }
+        let read = read_chunks(reader, size, |chunk| {
+            hasher.0.update(chunk);
+            Ok(())
+        })
+        .map_err(|e| GitError::Corrupt(format!("object {id}: {e}")))?;
         if read != size || hasher.finish()? != *id {
             return Err(GitError::Corrupt(format!(
                 "object {id} does not hold the content its id names"

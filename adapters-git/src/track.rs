@@ -1171,11 +1171,7 @@ fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTr
         let held = path.ends_with('/')
             || entries
                 .get(&path)
-                .is_some_and(|entry| match entry.stat.mode {
-                    Mode::File => bits & 0o100 == 0,
-                    Mode::Exec => bits & 0o100 != 0,
-                    Mode::Link | Mode::Tree => false,
-                });
+                .is_some_and(|entry| bits_fit(bits, entry.stat.mode));
         if held {
             *modes.entry(path).or_insert(bits) &= bits;
         }
@@ -1187,6 +1183,16 @@ fn snapshot_modes(odd: Vec<(String, u32)>, entries: &PathMap<CacheEntry>) -> BTr
         modes = ranked.into_iter().collect();
     }
     modes
+}
+
+/// Whether recorded permission `bits` fit a file of `mode`: executable bits for an executable, none for a
+/// plain file, and no bits at all for a symlink or a directory entry.
+pub(crate) fn bits_fit(bits: u32, mode: Mode) -> bool {
+    match mode {
+        Mode::File => bits & 0o100 == 0,
+        Mode::Exec => bits & 0o100 != 0,
+        Mode::Link | Mode::Tree => false,
+    }
 }
 
 /// How many files' permission bits a snapshot's record keeps at most (`snapshot_modes`).
