@@ -88,11 +88,15 @@ pub async fn list_sessions(
         .collect();
     // A child whose parent is gone (deleted, by hand or by gc) is a root: it is listed somewhere (review:
     // it was hidden for good).
+    // A parent listed here exists: only the others are looked up, one read each.
     if query.roots == Some(true) {
+        let listed: std::collections::HashSet<SessionId> =
+            sessions.iter().map(|session| session.id.clone()).collect();
         let mut roots = Vec::with_capacity(sessions.len());
         for session in sessions {
             let orphan = match &session.parent_id {
                 None => true,
+                Some(parent) if listed.contains(parent) => false,
                 Some(parent) => matches!(
                     state.services.rewind.session(parent).await,
                     Err(rewind_core::Error::NotFound(_))
@@ -197,7 +201,8 @@ pub async fn get_session(
 }
 
 /// A session's child sessions (OpenCode's subagent sessions: those created with its id as `parentID`), newest
-/// first, whatever their worktree; an unknown session is a 404, as for `GET /session/{id}`.
+/// first, those whose worktree lies under the project roots (the command line may record others, which
+/// this server shows nowhere else either); an unknown session is a 404, as for `GET /session/{id}`.
 #[utoipa::path(get, path = "/session/{id}/children", params(("id" = String, Path), DirectoryParam),
     responses((status = 200, description = "The session's children, newest first", body = Vec<Object>),
               (status = 404, description = "Not found", body = Object)))]
@@ -205,14 +210,16 @@ pub async fn session_children(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
 ) -> ApiResult<Vec<Session>> {
-    Ok(Json(
-        state
-            .services
-            .rewind
-            .children(&path.id)
-            .await
-            .map_err(in_session(&path.id))?,
-    ))
+    let mut children = state
+        .services
+        .rewind
+        .children(&path.id)
+        .await
+        .map_err(in_session(&path.id))?;
+    children.retain(|child| {
+        super::security::session_under_roots(&child.directory, &state.roots).is_ok()
+    });
+    Ok(Json(children))
 }
 
 /// Gives a session a new title (OpenCode's `session.update`), announced by `session.updated`.

@@ -470,6 +470,11 @@ async fn a_session_created_under_another_is_its_child() -> Result<()> {
     let elsewhere = app
         .create_child_in(outside.path(), "elsewhere", Some(&parent))
         .await?;
+    // Nor is it listed among the children: this server shows no session outside its roots.
+    assert_eq!(
+        app.read(&format!("/session/{parent}/children")).await?,
+        json!([])
+    );
     let deleted = app.delete(&format!("/session/{parent}")).await?;
     assert_eq!(deleted.status, 200, "{}", deleted.body);
     let elsewhere = rewind_core::model::SessionId::parse(&elsewhere)?;
