@@ -3,6 +3,18 @@
 
 use crate::support::{Env, assert_state};
 
+/// `rewind --data-dir DATA -C WORKTREE snapshot track`, with nothing else of the environment's.
+fn track_with_data_dir(env: &Env, data: &std::path::Path) -> std::process::Output {
+    env.bare()
+        .arg("--data-dir")
+        .arg(data)
+        .arg("-C")
+        .arg(env.path())
+        .args(["snapshot", "track"])
+        .output()
+        .expect("runs")
+}
+
 /// A well-formed id that names nothing (OpenCode's format: prefix, 12 hex digits, 14 base62 characters).
 fn unknown(prefix: &str) -> String {
     format!("{prefix}_0123456789abABCDEFGHIJKLMN")
@@ -173,15 +185,7 @@ fn a_data_directory_with_url_characters_holds_its_database() {
     let env = Env::plain();
     for name in ["a?b", "r%41"] {
         let data = env.data.path().join(name);
-        let output = env
-            .bare()
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("-C")
-            .arg(env.path())
-            .args(["snapshot", "track"])
-            .output()
-            .expect("runs");
+        let output = track_with_data_dir(&env, &data);
         assert!(output.status.success(), "{name}: {output:?}");
         assert!(data.join("rewind.db").is_file(), "{name}");
     }
@@ -985,15 +989,7 @@ fn a_new_data_directory_is_private() {
     use std::os::unix::fs::PermissionsExt;
     let env = Env::plain();
     let data = env.data.path().join("made/here");
-    let output = env
-        .bare()
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("-C")
-        .arg(env.path())
-        .args(["snapshot", "track"])
-        .output()
-        .expect("runs");
+    let output = track_with_data_dir(&env, &data);
     assert!(output.status.success(), "{output:?}");
     for dir in [data.parent().expect("a parent"), data.as_path()] {
         let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o777;
