@@ -1617,6 +1617,7 @@ impl<'a> Applier<'a> {
         self.kept.push(KeptPath {
             path: rel(path)?,
             reason: reason.into(),
+            from: None,
         });
         Ok(())
     }
@@ -3400,6 +3401,7 @@ fn write_planned(
             _ if edited.contains_key(path) => applier.kept.push(KeptPath {
                 path: action.path.clone(),
                 reason: edited[path].to_owned(),
+                from: None,
             }),
             FileActionKind::Write => {
                 let (mode, id) = entries[path];
@@ -3409,6 +3411,7 @@ fn write_planned(
             FileActionKind::Keep => applier.kept.push(KeptPath {
                 path: action.path.clone(),
                 reason: action.reason.clone().unwrap_or_default(),
+                from: None,
             }),
         }
     }
@@ -3433,12 +3436,54 @@ fn write_planned(
     applier.teach_stat_cache(Some((*base, applied, &dirs)));
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
+    let mut kept = Applier::outcome_kept(std::mem::take(&mut applier.kept));
+    name_content_kept_from(store, actions, &mut kept)?;
     Ok(RevertOutcome {
         applied: snapshot_id(&applied)?,
         written: Applier::outcome_paths(&written)?,
         deleted: Applier::outcome_paths(&deleted)?,
-        kept: Applier::outcome_kept(std::mem::take(&mut applier.kept)),
+        kept,
     })
+}
+
+/// Sets `KeptPath::from` on each kept path the revert was to put content at: the snapshot of its action
+/// (the first patch naming it), when that snapshot holds a file there. Such a path was kept because
+/// something stands in the way (a directory holding other files, a file that is not tracked content, a
+/// change made while the revert ran), and the content can be put back from that snapshot once what stands
+/// there is moved away. A path the revert was to delete names none. Kept paths are few: each lookup reads
+/// the trees on its path once.
+fn name_content_kept_from(
+    store: &Store,
+    actions: &[FileAction],
+    kept: &mut [KeptPath],
+) -> GitResult<()> {
+    if kept.is_empty() {
+        return Ok(());
+    }
+    let by_path: HashMap<&str, &FileAction> =
+        actions.iter().map(|a| (a.path.as_str(), a)).collect();
+    let mut trees: HashMap<ObjectId, LazyTree<'_>> = HashMap::new();
+    for kept in kept.iter_mut() {
+        let Some(action) = by_path.get(kept.path.as_str()) else {
+            continue;
+        };
+        let holds = match action.action {
+            FileActionKind::Write => true,
+            FileActionKind::Delete => false,
+            FileActionKind::Keep => {
+                let id = object_id(&action.from)?;
+                trees
+                    .entry(id)
+                    .or_insert_with(|| LazyTree::new(&store.odb, id))
+                    .get(kept.path.as_str())?
+                    .is_some()
+            }
+        };
+        if holds {
+            kept.from = Some(action.from.clone());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

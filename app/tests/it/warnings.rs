@@ -551,6 +551,40 @@ fn an_undo_names_the_snapshot_of_a_file_a_fifo_made_after_the_turn_stands_in_pla
     assert_eq!(std::fs::read_to_string(&f).expect("read"), "v1\n");
 }
 
+/// A deleted file with a directory of the user's standing where it was now: the undo leaves the directory
+/// and names the file with the snapshot that holds it, and `snapshot restore` brings it back once the
+/// directory is moved away (CLI review M1: the undo said "no file changed", naming no way back).
+#[test]
+fn an_undo_names_the_snapshot_of_a_deleted_file_a_directory_now_stands_in_place_of() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("f"), "v1\n").expect("write");
+    env.exec_sh("rm f");
+    let f = env.path().canonicalize().expect("canonical").join("f");
+    std::fs::create_dir(&f).expect("mkdir");
+    std::fs::write(f.join("inner.txt"), "the user's\n").expect("write");
+    let undo = env.json(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(f.join("inner.txt")).expect("the user's file stays"),
+        "the user's\n"
+    );
+    let warnings = undo["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{undo:#}");
+    assert!(
+        warnings[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("1 file(s) could not be put back")),
+        "{undo:#}"
+    );
+    assert_eq!(
+        warnings[0]["files"],
+        serde_json::json!([f.to_str().expect("utf-8")])
+    );
+    let snapshot = warnings[0]["snapshot"].as_str().expect("a snapshot");
+    std::fs::rename(&f, env.path().join("moved")).expect("move the directory away");
+    env.ok(&["snapshot", "restore", snapshot, "f"]);
+    assert_eq!(std::fs::read_to_string(&f).expect("read"), "v1\n");
+}
+
 /// A warning names at most 50 files in text, then how many more there are; `--json` names them all.
 #[test]
 fn a_warning_names_its_first_fifty_files_in_text_and_every_file_in_json() {

@@ -353,6 +353,11 @@ pub struct KeptPath {
     pub path: RelPath,
     /// Why it was not written or deleted.
     pub reason: String,
+    /// The snapshot holding the content a revert was to put at this path (the first patch naming it),
+    /// when it was to put content there: what stands in the way is kept, and that content can be put
+    /// back from this snapshot once it is moved away. `None` for a path it was to delete, or leave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<SnapshotId>,
 }
 
 /// What `restore` did (each list in path order).

@@ -477,19 +477,42 @@ impl Rewind {
             .iter()
             .flat_map(|w| w.files.iter().map(String::as_str))
             .collect();
-        let kept: Vec<String> = outcome
-            .kept
-            .iter()
-            .map(|k| k.path.to_absolute(directory))
-            .filter(|file| !named.contains(file.as_str()))
-            .collect();
+        let mut blocked: BTreeMap<&SnapshotId, Vec<String>> = BTreeMap::new();
+        let mut kept: Vec<String> = Vec::new();
+        for k in &outcome.kept {
+            let file = k.path.to_absolute(directory);
+            if named.contains(file.as_str()) {
+                continue;
+            }
+            match &k.from {
+                Some(from) => blocked.entry(from).or_default().push(file),
+                None => kept.push(file),
+            }
+        }
         warnings.extend(left_out);
+        // What the revert was to put back where something else stands now: named with the snapshot that
+        // holds it, as the files left out of snapshots are (review: a deleted file with a directory standing
+        // in its place was reported as "no file changed", with no way back named).
+        for (from, files) in blocked {
+            warnings.push(Warning {
+                time: now,
+                message: format!(
+                    "{} file(s) could not be put back: something the revert does not remove stands where they go \
+                     (a directory holding other files, a file that is not tracked content, or a change made while \
+                     the revert ran), so it was left as it is. The content they had is in snapshot {from}: move \
+                     what stands there away, then `rewind snapshot restore {from} PATH…` brings a file back",
+                    files.len()
+                ),
+                snapshot: Some(from.clone()),
+                files,
+            });
+        }
         if !kept.is_empty() {
             warnings.push(Warning {
                 time: now,
                 message: format!(
-                    "{} file(s) were left as they are: they are not tracked content (ignored, over the size cap or \
-                     standing where the revert needed a directory), they were not tracked content when the step \
+                    "{} file(s) were left as they are: they are not tracked content (ignored or over the size cap), \
+                     a directory stands where they were to be deleted, they were not tracked content when the step \
                      that made them began (ignored then, or skipped, or not known because the snapshot store's record \
                      of that is missing: they may have existed then, so they are not deleted), or they changed while the revert ran (their new content is in no snapshot), so \
                      rewind did not revert them",

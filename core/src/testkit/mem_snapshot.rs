@@ -149,6 +149,38 @@ fn inside<'t>(tree: &'t Tree, dir: &str) -> impl Iterator<Item = (&'t String, &'
         .take_while(move |(path, _)| path.starts_with(&prefix))
 }
 
+/// A file the plan deletes where a directory stands now is kept, as the git adapter's plan does, unless
+/// the state gone back to has a directory there (the plan writes files in it) or the plan deletes every
+/// file under it: the directory holds files that are not the plan's to remove (a user's made after the
+/// step).
+fn keep_deletes_under_occupied_dirs(nodes: &Tree, actions: &mut [FileAction]) {
+    let deleted: BTreeSet<String> = actions
+        .iter()
+        .filter(|a| a.action == FileActionKind::Delete)
+        .map(|a| a.path.as_str().to_owned())
+        .collect();
+    let dirs_written: BTreeSet<String> = actions
+        .iter()
+        .filter(|a| a.action == FileActionKind::Write)
+        .flat_map(|a| {
+            ancestors(a.path.as_str())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for action in actions.iter_mut() {
+        let path = action.path.as_str();
+        if action.action != FileActionKind::Delete || dirs_written.contains(path) {
+            continue;
+        }
+        let mut under = inside(nodes, path).peekable();
+        if under.peek().is_some() && !under.all(|(p, _)| deleted.contains(p)) {
+            action.action = FileActionKind::Keep;
+            action.reason = Some("a directory stands there now; it is left as it is".to_owned());
+        }
+    }
+}
+
 fn is_git_path(path: &str) -> bool {
     path.split('/').any(|component| component == ".git")
 }
@@ -1143,6 +1175,7 @@ impl MemSnapshotStore {
             outcome.kept.push(KeptPath {
                 path: RelPath::new(path)?,
                 reason: CHANGED_SINCE.to_owned(),
+                from: None,
             });
         }
         outcome.kept.sort_by(|a, b| a.path.cmp(&b.path));
@@ -1193,6 +1226,7 @@ impl MemSnapshotStore {
                 kept.push(KeptPath {
                     path: RelPath::new(path)?,
                     reason: NOT_TRACKED_NOW.to_owned(),
+                    from: None,
                 });
             }
         }
@@ -1203,6 +1237,7 @@ impl MemSnapshotStore {
                 kept.push(KeptPath {
                     path: RelPath::new(path.as_str())?,
                     reason,
+                    from: None,
                 });
             }
         }
@@ -1294,6 +1329,7 @@ impl MemSnapshotStore {
                 reason,
             });
         }
+        keep_deletes_under_occupied_dirs(nodes, &mut actions);
         Ok((actions, applier.nodes))
     }
 
@@ -1353,12 +1389,20 @@ impl MemSnapshotStore {
             .chain(deleted.iter().map(|path| (path.clone(), None)))
             .collect();
         self.fs.apply(worktree, changes)?;
+        // A kept path the revert was to put content at names the snapshot holding it.
         let kept = actions
             .into_iter()
             .filter(|action| action.action == FileActionKind::Keep)
-            .map(|action| KeptPath {
-                path: action.path,
-                reason: action.reason.unwrap_or_default(),
+            .map(|action| {
+                let holds = store
+                    .trees
+                    .get(&action.from)
+                    .is_some_and(|tree| tree.contains_key(action.path.as_str()));
+                KeptPath {
+                    from: holds.then_some(action.from),
+                    path: action.path,
+                    reason: action.reason.unwrap_or_default(),
+                }
             })
             .collect();
         Ok(RevertOutcome {

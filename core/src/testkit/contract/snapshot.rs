@@ -1173,7 +1173,9 @@ pub async fn revert_file_directory_clash_in_patch_order(h: &dyn WorktreeHarness)
 }
 
 /// A file that would replace a directory still holding files that are not tracked content is kept, with a
-/// reason, and those files survive.
+/// reason and the snapshot holding its content (`KeptPath::from`: it can be put back from there once the
+/// directory is moved away), and those files survive. A file the revert was to delete, where a directory
+/// holding the user's file stands now, is kept too, naming no snapshot (there is no content to put back).
 pub async fn revert_keeps_a_file_that_would_replace_untracked_files(h: &dyn WorktreeHarness) {
     h.write(".gitignore", b"*.log\n");
     h.write("x", b"x was a file\n");
@@ -1181,15 +1183,19 @@ pub async fn revert_keeps_a_file_that_would_replace_untracked_files(h: &dyn Work
     h.remove("x");
     h.write("x/new.txt", b"new\n");
     h.write("x/run.log", b"ignored\n");
+    h.write("y", b"made by the step\n");
     let changed = h
         .port()
         .changed_files(h.root(), &start)
         .await
         .expect("changed_files");
-    assert_eq!(changed, rels(&["x", "x/new.txt"]));
+    assert_eq!(changed, rels(&["x", "x/new.txt", "y"]));
+    // After the step, the user puts a directory with a file of theirs where the step made `y`.
+    h.remove("y");
+    h.write("y/mine.txt", b"the user's\n");
     let base = track(h).await.id;
     let patches = [SnapshotPatch {
-        hash: start,
+        hash: start.clone(),
         files: changed,
     }];
 
@@ -1204,7 +1210,8 @@ pub async fn revert_keeps_a_file_that_would_replace_untracked_files(h: &dyn Work
         planned,
         [
             ("x", FileActionKind::Keep, true),
-            ("x/new.txt", FileActionKind::Delete, false)
+            ("x/new.txt", FileActionKind::Delete, false),
+            ("y", FileActionKind::Keep, true)
         ],
         "{plan:?}"
     );
@@ -1213,12 +1220,17 @@ pub async fn revert_keeps_a_file_that_would_replace_untracked_files(h: &dyn Work
         .revert(h.root(), &patches, &base)
         .await
         .expect("revert");
-    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
-    assert_eq!(kept, ["x"], "{outcome:?}");
-    assert!(!outcome.kept[0].reason.is_empty());
+    let kept: Vec<(&str, Option<&SnapshotId>)> = outcome
+        .kept
+        .iter()
+        .map(|k| (k.path.as_str(), k.from.as_ref()))
+        .collect();
+    assert_eq!(kept, [("x", Some(&start)), ("y", None)], "{outcome:?}");
+    assert!(outcome.kept.iter().all(|k| !k.reason.is_empty()));
     assert_eq!(outcome.deleted, rels(&["x/new.txt"]));
     assert_eq!(h.read("x/run.log"), text("ignored\n"));
     assert_eq!(h.read("x"), None);
+    assert_eq!(h.read("y/mine.txt"), text("the user's\n"));
 }
 
 /// gc removes only snapshots that nothing keeps: not those in `keep`, not the last tracked one, not those
