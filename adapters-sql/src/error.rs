@@ -61,7 +61,9 @@ pub enum SqlError {
     },
     /// The file is not a SQLite database, or is damaged.
     #[error(
-        "the database {target} is corrupt or is not a SQLite database; move it aside to start afresh"
+        "the database {target} is corrupt or is not a SQLite database; restore it from a backup, or try \
+         `sqlite3 FILE .recover` into a new file put in its place; moving it aside starts afresh, without the \
+         undo history it held (the snapshots stay on disk, but no session names them)"
     )]
     Corrupt {
         /// The database.
@@ -110,7 +112,7 @@ pub enum SqlError {
     /// rewind's schema is applied but some of its tables are gone (dropped by hand, a damaged file).
     #[error(
         "the database {target} is damaged: its table(s) {} are gone; restore it from a backup, or move it \
-         aside to start afresh",
+         aside to start afresh, without the undo history it held",
         missing.join(", ")
     )]
     MissingTables {

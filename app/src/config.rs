@@ -51,10 +51,13 @@ pub struct ConfigArgs {
     pub project_roots: Vec<PathBuf>,
     /// Untracked files larger than this many bytes are not snapshotted (they are reported as skipped).
     /// Default: 2097152 (2 MiB).
-    #[arg(long, env = "REWIND_SIZE_CAP", global = true, value_name = "BYTES")]
+    // Out of range is a usage error (exit 2), as a value that is no number is (CLI review L1).
+    #[arg(long, env = "REWIND_SIZE_CAP", global = true, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub size_cap: Option<u64>,
     /// Worktrees with more files than this are refused. Default: 500000.
-    #[arg(long, env = "REWIND_FILE_CAP", global = true, value_name = "COUNT")]
+    #[arg(long, env = "REWIND_FILE_CAP", global = true, value_name = "COUNT",
+          value_parser = at_least_one)]
     pub file_cap: Option<usize>,
     /// Seconds without a request after which an HTTP client's open step is abandoned (`exec` renews its
     /// own step every third of it). Default: 600.
@@ -62,9 +65,19 @@ pub struct ConfigArgs {
         long,
         env = "REWIND_STEP_TIMEOUT",
         global = true,
-        value_name = "SECONDS"
+        value_name = "SECONDS",
+        value_parser = clap::value_parser!(u64).range(1..=MAX_STEP_TIMEOUT_SECS)
     )]
     pub step_timeout: Option<u64>,
+}
+
+/// A count of at least 1 (`--file-cap`).
+fn at_least_one(text: &str) -> std::result::Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(count) => Ok(count),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 /// The server's own flags (OpenCode's names), also read from `REWIND_HOSTNAME`, `REWIND_PORT` and

@@ -143,10 +143,15 @@ impl Context {
                 }
                 Ok(session)
             }
+            // The database is named: after a mistyped `--data-dir` (or another `XDG_DATA_HOME`, under sudo)
+            // the way out is the right database, not a new session (CLI review L3).
             None => self.latest_session().await?.ok_or_else(|| {
                 anyhow!(
-                    "no rewind session in {}; record one with `rewind exec -- COMMAND…`, or pass -C DIR or --session ID",
-                    shown(&self.directory)
+                    "no rewind session in {} in the database {}; record one with `rewind exec -- COMMAND…`, \
+                     or pass -C DIR or --session ID (or --data-dir / --database-url, if the session is in \
+                     another database)",
+                    shown(&self.directory),
+                    crate::config::redact_url(&self.services.settings.database_url)
                 )
             }),
         }
@@ -233,9 +238,12 @@ pub fn directory_string(path: &Path) -> Result<String> {
 /// A core error as the user should read it: what went wrong while doing `what`, and what to do.
 pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
     use rewind_core::Error;
-    // After a rollback the error says so itself (the files are back): "nothing was changed" is not added.
+    // After a rollback the error says so itself (the files are back, or none had been written): "nothing
+    // was changed" is not added (CLI review L9: it was said twice).
     let unchanged = |said: &str, hint: &str| {
-        if said.contains(rewind_core::error::PUT_BACK) {
+        if said.contains(rewind_core::error::PUT_BACK)
+            || said.contains(rewind_core::error::NOTHING_CHANGED)
+        {
             String::new()
         } else {
             hint.to_owned()

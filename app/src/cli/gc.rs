@@ -169,6 +169,11 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
                 worktree.kept_snapshots,
                 plural(worktree.kept_snapshots)
             ),
+            // Left by design, no failure (CLI review L8: it read as one).
+            (None, Some(error)) if worktree.left => println!(
+                "  {}: left for a later gc: {error}",
+                shown(&worktree.directory)
+            ),
             (None, Some(error)) => {
                 println!("! {}: not collected: {error}", shown(&worktree.directory))
             }

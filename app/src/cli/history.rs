@@ -468,12 +468,21 @@ async fn report(
             .find(|m| m.info.id == revert.message_id && m.info.role == Role::User)
             .map(|m| parts_text(&m.parts))
     });
+    // Messages hidden whole, as `log` marks them with `~`: a revert to a part leaves its message's parts
+    // before it, and that message is said apart (CLI review L5: it was counted as hidden).
     let hidden = session.revert.as_ref().map_or(0, |revert| {
         messages
             .iter()
-            .filter(|m| m.info.id >= revert.message_id)
+            .filter(|m| {
+                m.info.id > revert.message_id
+                    || (m.info.id == revert.message_id && revert.part_id.is_none())
+            })
             .count()
     });
+    let partly = session
+        .revert
+        .as_ref()
+        .is_some_and(|revert| revert.part_id.is_some());
     if ctx.json {
         return print_json(&MoveReport {
             session_id: session.id.to_string(),
@@ -489,7 +498,7 @@ async fn report(
     match &session.revert {
         Some(revert) => {
             println!(
-                "Reverted session {} to {}{}: {} message{} hidden.",
+                "Reverted session {} to {}{}: {} message{} hidden{}.",
                 session.id,
                 revert.message_id,
                 prompt
@@ -497,7 +506,12 @@ async fn report(
                     .map(|p| format!(" ({})", super::output::one_line(p)))
                     .unwrap_or_default(),
                 hidden,
-                plural(hidden as u64)
+                plural(hidden as u64),
+                if partly {
+                    ", and that one's parts from the revert point on"
+                } else {
+                    ""
+                }
             );
             if diffs.is_empty() {
                 println!("  no file changed");

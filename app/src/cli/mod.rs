@@ -367,7 +367,11 @@ fn quiet_on_closed_stdout() {
             let cause = cause.trim_start_matches(':').trim();
             // Not `eprintln!`: a stderr that cannot be written either would panic inside this hook.
             use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "error: cannot write to stdout: {cause}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "error: cannot write to stdout: {cause}; {}",
+                output::STDOUT_LOST
+            );
             std::process::exit(1);
         }
         default(info);

@@ -16,6 +16,11 @@ use serde::Serialize;
 /// How long work runs before the spinner appears.
 const SPINNER_DELAY: Duration = Duration::from_millis(300);
 
+/// Said after the cause when stdout cannot be written (a full disk, `> /dev/full`): output is written
+/// after the work, so an `undo` whose report is lost was done all the same, and running it again would
+/// undo another turn (CLI review L4).
+pub const STDOUT_LOST: &str = "whatever the command changed stays changed (`rewind log` shows the session), only its report is lost";
+
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json(value: &impl Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(value).context("cannot encode the JSON output")?;
@@ -24,7 +29,8 @@ pub fn print_json(value: &impl Serialize) -> Result<()> {
         // The reader has gone (`rewind log --json | head -1`): ended quietly, as `println!` output is
         // (`quiet_on_closed_stdout`); the work was done and stored before the output.
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(141),
-        written => written.context("cannot write to stdout"),
+        written => written
+            .map_err(|error| anyhow::anyhow!("cannot write to stdout: {error}; {STDOUT_LOST}")),
     }
 }
 

@@ -29,6 +29,12 @@ fn undo_redo_log_and_diff_in_a_directory_without_a_session_say_so() {
             stderr.contains("no rewind session in") && stderr.contains("rewind exec"),
             "`{command}` says there is no session and how to record one: {stderr}"
         );
+        // And which database it looked in (a mistyped `--data-dir` is otherwise not seen).
+        let database = env.data.path().join("rewind.db");
+        assert!(
+            stderr.contains(&format!("in the database sqlite://{}", database.display())),
+            "{stderr}"
+        );
     }
 }
 
@@ -475,6 +481,13 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
                 && !stderr.contains("panicked"),
             "{args:?}: {stderr}"
         );
+        // A command's report lost says its work stands, so the undo is not run again (CLI review L4).
+        if args == ["undo"] {
+            assert!(
+                stderr.contains("whatever the command changed stays changed"),
+                "{stderr}"
+            );
+        }
     }
     assert_eq!(
         std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
@@ -744,6 +757,31 @@ fn an_invalid_variable_is_refused_by_its_name() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("'--step-timeout <"), "{stderr}");
     assert!(!stderr.contains("REWIND_STEP_TIMEOUT"), "{stderr}");
+    // A number out of range is a usage error too, flag or variable (CLI review L1: exit 1 where a value
+    // that is no number gave 2).
+    for (flag, value, variable) in [
+        ("--size-cap", "0", "REWIND_SIZE_CAP"),
+        ("--file-cap", "0", "REWIND_FILE_CAP"),
+        ("--step-timeout", "0", "REWIND_STEP_TIMEOUT"),
+        ("--step-timeout", "99999999999", "REWIND_STEP_TIMEOUT"),
+    ] {
+        let output = env.rewind(&["status", flag, value]).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(&format!("'{flag} <")), "{stderr}");
+        let output = env
+            .rewind(&["status"])
+            .env(variable, value)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{variable}={value}: {stderr}"
+        );
+        assert!(stderr.contains(variable), "{stderr}");
+    }
 }
 
 /// The store of `env`'s worktree, as `status --json` names it.
@@ -879,6 +917,32 @@ fn a_damaged_store_leaves_no_step_open() {
     let unchanged = stderr.contains("nothing was changed");
     let put_back = stderr.contains("were put back");
     assert!(unchanged != put_back, "{stderr}");
+    assert_state(&env, &before, "after the refused undo");
+}
+
+/// An undo whose snapshot's objects are gone from the store is refused, the files as they were, saying
+/// "nothing was changed" once (CLI review L9: the rollback's words and the command line's hint said it
+/// twice).
+#[test]
+fn an_undo_whose_snapshot_objects_are_gone_says_nothing_was_changed_once() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "a0\n").expect("write");
+    env.exec_sh("printf 'a1\\n' > a.txt");
+    let objects = store_of(&env).join("objects");
+    for entry in std::fs::read_dir(&objects).expect("objects").flatten() {
+        let path = entry.path();
+        if path.ends_with_two_hex() {
+            std::fs::remove_dir_all(&path).expect("remove loose objects");
+        } else if path.ends_with("pack") {
+            for pack in std::fs::read_dir(&path).expect("packs").flatten() {
+                std::fs::remove_file(pack.path()).expect("remove a pack file");
+            }
+        }
+    }
+    let before = env.state();
+    let stderr = env.fails(&["undo"]);
+    assert!(stderr.contains("snapshot object missing"), "{stderr}");
+    assert_eq!(stderr.matches("nothing was changed").count(), 1, "{stderr}");
     assert_state(&env, &before, "after the refused undo");
 }
 

@@ -36,6 +36,9 @@ fn revert_to_a_message_or_a_part_and_unrevert() {
     ]);
     assert_eq!(revert["revert"]["messageID"], assistant_id);
     assert_eq!(revert["revert"]["partID"], finish);
+    // No message is hidden whole: the assistant message keeps its parts before the point, and `log` does
+    // not mark it (CLI review L5: counted 1).
+    assert_eq!(revert["hiddenMessages"], 0, "{revert:#}");
     assert_state(&env, &s1, "revert to turn 2's step-finish part");
     let log = env.json(&["log"]);
     let hidden: Vec<bool> = log["messages"]
