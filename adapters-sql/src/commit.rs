@@ -47,22 +47,27 @@ fn message_not_found(id: &MessageId) -> Error {
     Error::NotFound(format!("Message not found: {id}"))
 }
 
-/// The fields of a stored session's body a put keeps.
+/// The fields of a stored session's body a put keeps: what a client sets (`UpdateSession`), and the
+/// update time when later.
 #[derive(serde::Deserialize)]
 struct Kept {
     title: String,
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, serde_json::Value>>,
     time: KeptTime,
 }
 
 #[derive(serde::Deserialize)]
 struct KeptTime {
     updated: u64,
+    #[serde(default)]
+    archived: Option<u64>,
 }
 
 /// What a transaction left a session it put or renamed as.
 enum AsStored {
-    /// Put: the title and update time it kept or took.
-    Put { title: String, updated: u64 },
+    /// Put: the client's fields and update time it kept or took.
+    Put(Box<Kept>),
     /// Renamed: its body as stored (its revert text out of it while `diff_ref` names the shared text
     /// holding it).
     Renamed {
@@ -84,9 +89,11 @@ fn announce_as_stored(
             continue;
         };
         match stored.get(session_id) {
-            Some(AsStored::Put { title, updated }) => {
-                info.title.clone_from(title);
-                info.time.updated = *updated;
+            Some(AsStored::Put(kept)) => {
+                info.title.clone_from(&kept.title);
+                info.metadata.clone_from(&kept.metadata);
+                info.time.archived = kept.time.archived;
+                info.time.updated = kept.time.updated;
             }
             Some(AsStored::Renamed { session, diff_ref }) => {
                 info.clone_from(session);
@@ -513,14 +520,20 @@ impl SqlRepo {
                     .await?;
                 if let Some(kept) = kept {
                     info.title = kept.title;
+                    info.metadata = kept.metadata;
+                    info.time.archived = kept.time.archived;
                     info.time.updated = info.time.updated.max(kept.time.updated);
                 }
                 stored.insert(
                     info.id.clone(),
-                    AsStored::Put {
+                    AsStored::Put(Box::new(Kept {
                         title: info.title.clone(),
-                        updated: info.time.updated,
-                    },
+                        metadata: info.metadata.clone(),
+                        time: KeptTime {
+                            updated: info.time.updated,
+                            archived: info.time.archived,
+                        },
+                    })),
                 );
                 let row = session::ActiveModel {
                     id: Set(info.id.as_str().to_owned()),
@@ -542,9 +555,9 @@ impl SqlRepo {
                     .await
                     .map_err(self.fault("storing a session"))?;
             }
-            Change::SetSessionTitle {
+            Change::UpdateSession {
                 session: id,
-                title,
+                fields,
                 updated,
             } => {
                 let (body, diff_ref) = session::Entity::find_by_id(id.as_str())
@@ -558,7 +571,7 @@ impl SqlRepo {
                     .ok_or_else(|| session_not_found(&id))?;
                 // The body as stored (a revert text `share` took out stays out, under its reference).
                 let mut session: Session = self.decode_row(&body, "session", id.as_str())?;
-                session.title = title;
+                fields.apply_to(&mut session);
                 session.time.updated = session.time.updated.max(updated);
                 session::Entity::update_many()
                     .col_expr(

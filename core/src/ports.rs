@@ -17,8 +17,8 @@ use crate::model::{
     Capture, Event, EventId, FileAction, FileDiff, GcReport, IntentRecord, Lease, LeaseKey,
     LeaseTake, LeaseToken, Message, MessageHead, MessageId, MessageWithParts, Part, PartId,
     ProcessIdentity, RelPath, Replacing, RestoreOutcome, RevertDiffs, RevertHistoryEntry,
-    RevertOutcome, Session, SessionId, SnapshotId, SnapshotPatch, StoredEvent, TrackOutcome,
-    Warning,
+    RevertOutcome, Session, SessionFields, SessionId, SnapshotId, SnapshotPatch, StoredEvent,
+    TrackOutcome, Warning,
 };
 
 /// The snapshot store of SPEC section 2.
@@ -286,18 +286,18 @@ pub enum Guard {
 /// One row-level change of a transaction.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
-    /// Insert a session, or replace a stored one except its title, which it keeps, and its update time
-    /// when that is later: only `SetSessionTitle` changes a stored title, so an operation's write of the
-    /// session from what it read earlier never puts an old title back (OpenCode renames a session while
-    /// a step runs), nor the update time before the rename's.
+    /// Insert a session, or replace a stored one except what a client sets (its title, metadata and
+    /// archive time), which it keeps, and its update time when that is later: only `UpdateSession`
+    /// changes those, so an operation's write of the session from what it read earlier never puts an old
+    /// title back (OpenCode renames a session while a step runs), nor the update time before the rename's.
     PutSession(Box<Session>),
-    /// Give a stored session a new title, and `updated` as its update time unless the stored one is later;
-    /// nothing else of it changes.
-    SetSessionTitle {
+    /// Set the given fields of a stored session (`SessionFields`), and `updated` as its update time unless
+    /// the stored one is later; nothing else of it changes.
+    UpdateSession {
         /// The session.
         session: SessionId,
-        /// The new title.
-        title: String,
+        /// What changes.
+        fields: SessionFields,
         /// The update time, epoch milliseconds.
         updated: u64,
     },
@@ -384,7 +384,7 @@ pub struct Transaction {
 ///   lease and intent guards), and with `Error::NotFound` when a change refers to a session or message
 ///   that does not exist (nothing stored in either case).
 /// - A `session.updated` event of a session the transaction puts or renames MUST carry the title and
-///   update time stored when it commits, and, when the transaction renames it (`SetSessionTitle`), the
+///   update time stored when it commits, and, when the transaction updates it (`UpdateSession`), the
 ///   whole session as stored when it commits: what a rename read before is not announced over what was
 ///   stored since.
 /// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`

@@ -11,6 +11,7 @@ import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { createOpencodeClient } from "@opencode-ai/sdk";
+import { createOpencodeClient as createOpencodeClientV2 } from "@opencode-ai/sdk/v2";
 
 const base = process.env.REWIND_URL;
 const repo = process.env.REWIND_REPO;
@@ -212,6 +213,19 @@ check("session.update gives the session a new title", () => {
   assert.equal(renamed.error, undefined, JSON.stringify(renamed.error));
   assert.equal(renamed.data.title, "sdk check, renamed");
   assert.equal(reread.data.title, "sdk check, renamed");
+});
+
+// The v2 client's session.update also sets metadata and time.archived, and leaves the title.
+const v2 = createOpencodeClientV2({ baseUrl: base, directory: repo });
+const archivedAt = Date.now();
+const archived = await v2.session.update({ sessionID: id, metadata: { ticket: 7 }, time: { archived: archivedAt } });
+const rereadV2 = await v2.session.get({ sessionID: id });
+check("the v2 client's session.update sets metadata and time.archived", () => {
+  assert.equal(archived.error, undefined, JSON.stringify(archived.error));
+  assert.deepEqual(archived.data.metadata, { ticket: 7 });
+  assert.equal(archived.data.time.archived, archivedAt);
+  assert.equal(archived.data.title, "sdk check, renamed");
+  assert.deepEqual(rereadV2.data, archived.data);
 });
 
 // A turn interrupted while its tool runs: the client's own abort, then the messages as a TUI reads them.

@@ -12,7 +12,8 @@ use rewind_core::Error;
 use rewind_core::model::{
     DiffSummary, Event, EventPayload, FileDiff, FileStatus, LeaseKey, LeaseTake, LeaseToken,
     Message, MessageId, OpenStep, Part, PartBody, PatchPart, RevertDescriptor, RevertHistoryEntry,
-    Role, Session, SessionId, StepFinishPart, StepStartPart, TokenCache, Tokens, ToolPart,
+    Role, Session, SessionFields, SessionId, StepFinishPart, StepStartPart, TokenCache, Tokens,
+    ToolPart,
 };
 use rewind_core::ports::{Change, Guard, MessageRepo, Transaction};
 use rewind_core::testkit::MemRepo;
@@ -653,9 +654,9 @@ impl World {
                     info: Box::new(renamed.clone()),
                 });
                 let change = if *title {
-                    Change::SetSessionTitle {
+                    Change::UpdateSession {
                         session: renamed.id.clone(),
-                        title: renamed.title.clone(),
+                        fields: SessionFields::title(renamed.title.clone()),
                         updated: time,
                     }
                 } else {

@@ -6,7 +6,7 @@
 //! `large_revert_texts_read_back_whole_from_every_row` checks every read gives the texts back whole.)
 
 use rewind_core::model::{
-    Event, EventPayload, FileDiff, FileStatus, RevertDescriptor, Session, SnapshotId,
+    Event, EventPayload, FileDiff, FileStatus, RevertDescriptor, Session, SessionFields, SnapshotId,
 };
 use rewind_core::ports::{Change, MessageRepo};
 use rewind_sql::SqlRepo;
@@ -179,9 +179,9 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
     let before_rename = outbox_bytes().await;
     let when = ids.tick();
     repo.commit(transaction(
-        vec![Change::SetSessionTitle {
+        vec![Change::UpdateSession {
             session: other.id.clone(),
-            title: "renamed while reverted".to_owned(),
+            fields: SessionFields::title("renamed while reverted".to_owned()),
             updated: when,
         }],
         vec![updated(&ids, &other)],

@@ -415,9 +415,11 @@ pub fn session(ids: &Ids, directory: &str) -> Session {
         directory: directory.to_owned(),
         parent_id: None,
         version: "0.1.0".to_owned(),
+        metadata: None,
         time: SessionTime {
             created: now,
             updated: now,
+            archived: None,
         },
         summary: None,
         cost: 0.0,

@@ -43,6 +43,7 @@ use super::dto;
     components(schemas(
         dto::CreateSessionBody,
         dto::UpdateSessionBody,
+        dto::UpdateSessionTime,
         dto::MessageBody,
         dto::StepFinishBody,
         dto::RevertBody

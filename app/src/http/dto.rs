@@ -18,11 +18,35 @@ pub struct CreateSessionBody {
     pub parent_id: Option<String>,
 }
 
-/// `PATCH /session/:id` (OpenCode's `session.update`).
+/// `PATCH /session/:id` (OpenCode's `session.update`): each field given replaces the stored one; absent
+/// ones leave the session as it is. OpenCode's `permission` is not kept (rewind runs no tools).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct UpdateSessionBody {
-    /// The new title; absent leaves the session as it is.
+    /// The new title.
     pub title: Option<String>,
+    /// The client's own data about the session, replacing what it had whole.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    /// `{archived}`: when the session was archived, epoch milliseconds; `null` clears it.
+    pub time: Option<UpdateSessionTime>,
+}
+
+/// `PATCH /session/:id`'s `time`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct UpdateSessionTime {
+    /// When the session was archived, epoch milliseconds; `null` clears it, absent leaves it.
+    #[serde(default, deserialize_with = "given")]
+    #[schema(value_type = Option<u64>)]
+    pub archived: Option<Option<u64>>,
+}
+
+/// A field that may be `null`: `Some(None)` when it is, `None` (by `default`) when it is absent.
+fn given<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 /// `POST /session/:id/message`: OpenCode's prompt body (`{messageID?, parts, agent?, model?, …}`) or

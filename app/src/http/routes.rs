@@ -222,7 +222,8 @@ pub async fn session_children(
     Ok(Json(children))
 }
 
-/// Gives a session a new title (OpenCode's `session.update`), announced by `session.updated`.
+/// Sets a session's title, metadata or archive time (OpenCode's `session.update`), announced by
+/// `session.updated`.
 #[utoipa::path(patch, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
     request_body = UpdateSessionBody,
     responses((status = 200, description = "The session", body = Object),
@@ -233,12 +234,17 @@ pub async fn update_session(
     PathIds(path): PathIds<SessionPath>,
     JsonBody(body): JsonBody<UpdateSessionBody>,
 ) -> ApiResult<Session> {
-    // A rename lands while a step is open or an operation runs too: their writes keep the stored title.
+    // An update lands while a step is open or an operation runs too: their writes keep what it set.
+    let fields = rewind_core::model::SessionFields {
+        title: body.title,
+        metadata: body.metadata,
+        archived: body.time.and_then(|time| time.archived),
+    };
     Ok(Json(
         state
             .services
             .rewind
-            .rename_session(&path.id, body.title)
+            .update_session(&path.id, fields)
             .await
             .map_err(in_session(&path.id))?,
     ))

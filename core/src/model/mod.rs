@@ -20,8 +20,8 @@ pub use message::{
     StepFinishPart, StepStartPart, TextPart, ToolPart,
 };
 pub use session::{
-    DiffSummary, OpenStep, RevertDescriptor, RevertHistoryEntry, Session, SessionTime, TokenCache,
-    Tokens, Warning,
+    DiffSummary, OpenStep, RevertDescriptor, RevertHistoryEntry, Session, SessionFields,
+    SessionTime, TokenCache, Tokens, Warning,
 };
 pub use snapshot::{
     FileAction, FileActionKind, FileDiff, FileStatus, GcReport, KeptPath, RelPath, RestoreOutcome,

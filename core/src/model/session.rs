@@ -11,6 +11,10 @@ pub struct SessionTime {
     pub created: u64,
     /// When it last changed.
     pub updated: u64,
+    /// When a client archived it (OpenCode's `time.archived`, set by `PATCH /session/:id`); nothing of
+    /// rewind's depends on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived: Option<u64>,
 }
 
 /// The sums of a diff: what a revert undid, or what a session changed.
@@ -159,6 +163,10 @@ pub struct Session {
     pub parent_id: Option<SessionId>,
     /// The title.
     pub title: String,
+    /// A client's own data about the session (OpenCode's `metadata`, set by `PATCH /session/:id`), kept as
+    /// given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// The rewind version that created the session.
     pub version: String,
     /// Creation and update times.
@@ -196,6 +204,46 @@ pub struct Session {
     /// step's snapshot first left it out; a later step names only paths not in this list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+}
+
+/// What a client sets of a session (`PATCH /session/:id`, OpenCode's `session.update`): each field given
+/// replaces the stored one; the others stay.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionFields {
+    /// A new title.
+    pub title: Option<String>,
+    /// New metadata, replacing the stored object whole.
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A new archive time (`time.archived`); `Some(None)` clears it.
+    pub archived: Option<Option<u64>>,
+}
+
+impl SessionFields {
+    /// A new title alone.
+    pub fn title(title: String) -> SessionFields {
+        SessionFields {
+            title: Some(title),
+            ..SessionFields::default()
+        }
+    }
+
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.title.is_none() && self.metadata.is_none() && self.archived.is_none()
+    }
+
+    /// `session` with these fields set.
+    pub fn apply_to(&self, session: &mut Session) {
+        if let Some(title) = &self.title {
+            session.title.clone_from(title);
+        }
+        if let Some(metadata) = &self.metadata {
+            session.metadata = Some(metadata.clone());
+        }
+        if let Some(archived) = self.archived {
+            session.time.archived = archived;
+        }
+    }
 }
 
 /// Something the user should know about a session's files, with the snapshot that holds what was

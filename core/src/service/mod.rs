@@ -290,6 +290,8 @@ impl Rewind {
     async fn with_stored_title(&self, mut session: Session) -> Session {
         if let Ok(Some(stored)) = self.repo.session(&session.id).await {
             session.title = stored.title;
+            session.metadata = stored.metadata;
+            session.time.archived = stored.time.archived;
             session.time.updated = session.time.updated.max(stored.time.updated);
         }
         session

@@ -7,9 +7,9 @@ use crate::error::{Error, Result};
 use crate::id::ensure_sorts_after;
 use crate::model::{
     EventPayload, LeaseKey, Message, MessageHead, MessageId, MessageTime, MessageWithParts,
-    OpenStep, Part, PartBody, PartId, PatchPart, RelPath, Role, Session, SessionId, SessionStatus,
-    SessionTime, SkipReason, SkippedPath, SnapshotId, StepFinishPart, StepStartPart, Tokens,
-    TrackOutcome, Warning,
+    OpenStep, Part, PartBody, PartId, PatchPart, RelPath, Role, Session, SessionFields, SessionId,
+    SessionStatus, SessionTime, SkipReason, SkippedPath, SnapshotId, StepFinishPart, StepStartPart,
+    Tokens, TrackOutcome, Warning,
 };
 use crate::ports::{Change, Guard, Transaction};
 
@@ -65,9 +65,11 @@ impl Rewind {
             parent_id: parent,
             title: title.unwrap_or_else(|| "New session".to_owned()),
             version: self.config.version.clone(),
+            metadata: None,
             time: SessionTime {
                 created: now,
                 updated: now,
+                archived: None,
             },
             summary: None,
             cost: 0.0,
@@ -277,32 +279,32 @@ impl Rewind {
         Ok(changes)
     }
 
-    /// Gives a session a new title (OpenCode's `session.update`); without one, the session as it is. It
-    /// lands at any time, while a step is open or an operation runs too: the title is the one field of a
-    /// session their own writes of it keep as stored (`Change::PutSession`), and the announcement carries
-    /// the session as stored when the rename commits.
-    pub async fn rename_session(&self, id: &SessionId, title: Option<String>) -> Result<Session> {
+    /// Sets what a client sets of a session (OpenCode's `session.update`: title, metadata, archive
+    /// time); with nothing to set, the session as it is. It lands at any time, while a step is open or an
+    /// operation runs too: those fields are the ones a session's own writes keep as stored
+    /// (`Change::PutSession`), and the announcement carries the session as stored when the update commits.
+    pub async fn update_session(&self, id: &SessionId, fields: SessionFields) -> Result<Session> {
         let session = self.load_session(id).await?;
-        let Some(title) = title else {
+        if fields.is_empty() {
             return Ok(session);
-        };
+        }
         let updated = self.now();
-        let mut renamed = session;
-        renamed.title.clone_from(&title);
-        renamed.time.updated = updated;
+        let mut changed = session;
+        fields.apply_to(&mut changed);
+        changed.time.updated = updated;
         self.repo
             .commit(Transaction {
                 guards: Vec::new(),
-                changes: vec![Change::SetSessionTitle {
+                changes: vec![Change::UpdateSession {
                     session: id.clone(),
-                    title,
+                    fields,
                     updated,
                 }],
-                events: vec![self.updated_event(&renamed)],
+                events: vec![self.updated_event(&changed)],
             })
             .await?;
-        // As stored; the rename's own view when the session was deleted right after (the rename stands).
-        Ok(self.repo.session(id).await?.unwrap_or(renamed))
+        // As stored; the update's own view when the session was deleted right after (the update stands).
+        Ok(self.repo.session(id).await?.unwrap_or(changed))
     }
 
     /// Records a message with its parts. While the session is reverted, cleanup runs first (the redo

@@ -266,11 +266,16 @@ impl Rows {
                 // Replacing a session keeps its messages and other rows: only the session row changes.
                 match self.sessions.get_mut(&session.id) {
                     Some(stored) => {
-                        // The stored title stays (only a rename changes it), and so does a later update time.
+                        // What a client sets stays (only `UpdateSession` changes it: title, metadata,
+                        // archive time), and so does a later update time.
                         let title = std::mem::take(&mut stored.info.title);
+                        let metadata = stored.info.metadata.take();
+                        let archived = stored.info.time.archived;
                         let updated = stored.info.time.updated;
                         stored.info = session;
                         stored.info.title = title;
+                        stored.info.metadata = metadata;
+                        stored.info.time.archived = archived;
                         stored.info.time.updated = stored.info.time.updated.max(updated);
                     }
                     None => {
@@ -287,13 +292,13 @@ impl Rows {
                     }
                 }
             }
-            Change::SetSessionTitle {
+            Change::UpdateSession {
                 session,
-                title,
+                fields,
                 updated,
             } => {
                 let stored = self.session_mut(&session)?;
-                stored.info.title = title;
+                fields.apply_to(&mut stored.info);
                 stored.info.time.updated = stored.info.time.updated.max(updated);
             }
             Change::DeleteSession(id) => {
@@ -815,7 +820,7 @@ impl MessageRepo for MemRepo {
                 Change::PutSession(session) => {
                     put.insert(session.id.clone());
                 }
-                Change::SetSessionTitle { session, .. } => {
+                Change::UpdateSession { session, .. } => {
                     renamed.insert(session.clone());
                 }
                 _ => {}
@@ -840,6 +845,8 @@ impl MessageRepo for MemRepo {
                 **info = stored.info.clone();
             } else if put.contains(session_id) {
                 info.title.clone_from(&stored.info.title);
+                info.metadata.clone_from(&stored.info.metadata);
+                info.time.archived = stored.info.time.archived;
                 info.time.updated = stored.info.time.updated;
             }
         }

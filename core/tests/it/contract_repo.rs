@@ -32,6 +32,7 @@ fn session() -> Session {
         parent_id: None,
         title: "t".to_owned(),
         version: "0".to_owned(),
+        metadata: None,
         time: SessionTime::default(),
         summary: None,
         cost: 0.0,

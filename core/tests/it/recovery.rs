@@ -3,7 +3,7 @@
 
 use rewind_core::model::{
     EventPayload, Holder, HolderKind, IntentOperation, IntentRecord, Lease, LeaseKey, LeaseTake,
-    LeaseToken, PartBody, ProcessIdentity, RelPath, Replacing,
+    LeaseToken, PartBody, ProcessIdentity, RelPath, Replacing, SessionFields,
 };
 use rewind_core::service::{NewMessage, NewPart, StepEnd};
 use rewind_core::{
@@ -197,7 +197,7 @@ fn a_rename_during_an_operation_shows_in_its_answer_and_stays() {
             async move {
                 reached.await.expect("the result's commit is reached");
                 w.rewind
-                    .rename_session(&s.id, Some(title.to_owned()))
+                    .update_session(&s.id, SessionFields::title(title.to_owned()))
                     .await
                     .expect("the rename lands while the operation runs");
                 let _ = resume.send(());

@@ -77,6 +77,7 @@ fn fixture(revert: Option<(SnapshotId, SnapshotId)>, step: Option<OpenStep>) -> 
         parent_id: None,
         title: "t".to_owned(),
         version: "0".to_owned(),
+        metadata: None,
         time: SessionTime::default(),
         summary: None,
         cost: 0.0,

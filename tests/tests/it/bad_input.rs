@@ -383,6 +383,22 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            "metadata that is no object",
+            app.http
+                .patch(app.url(&format!("/session/{session}")))
+                .json(&json!({"metadata": "x"})),
+            400,
+            "BadRequest",
+        ),
+        (
+            "an archive time that is no number",
+            app.http
+                .patch(app.url(&format!("/session/{session}")))
+                .json(&json!({"time": {"archived": "yesterday"}})),
+            400,
+            "BadRequest",
+        ),
+        (
             "a new title for an unknown session",
             app.http
                 .patch(app.url(&format!("/session/{unknown_session}")))

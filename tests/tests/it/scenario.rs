@@ -640,6 +640,66 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
     app.stop().await
 }
 
+/// OpenCode's v2 `session.update` also sets `metadata` and `time.archived`: kept as given, announced, read
+/// back, kept by a revert and an unrevert (which write the session they read before), and `null` clears the
+/// archive time; fields left out stay (before: both were dropped, the reply 200 all the same).
+#[tokio::test]
+async fn a_sessions_metadata_and_archive_time_are_set_and_kept() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let path = format!("/session/{session}");
+    let (user, _) = app
+        .turn(&session, "a turn", |repo| {
+            std::fs::write(repo.join("a.txt"), "turned\n")?;
+            Ok(())
+        })
+        .await?;
+    let mut stream = app.events().await?;
+    let set = app
+        .patch(
+            &path,
+            json!({"metadata": {"ticket": 42, "tags": ["x"]}, "time": {"archived": 1_700_000_000_000u64}}),
+        )
+        .await?;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(set.body["metadata"], json!({"ticket": 42, "tags": ["x"]}));
+    assert_eq!(set.body["time"]["archived"], 1_700_000_000_000u64);
+    assert_eq!(set.body["title"], app.read(&path).await?["title"]);
+    assert_eq!(app.read(&path).await?, set.body);
+    let announced = stream.until("session.updated").await?;
+    assert_eq!(
+        announced.last().map(|e| e["properties"]["info"].clone()),
+        Some(set.body.clone())
+    );
+
+    app.revert_to(&session, &user).await?;
+    assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
+    let reverted = app.read(&path).await?;
+    assert_eq!(reverted["metadata"], set.body["metadata"]);
+    assert_eq!(reverted["time"]["archived"], 1_700_000_000_000u64);
+    app.ok(&format!("{path}/unrevert"), json!({})).await?;
+    let title = app.patch(&path, json!({"title": "archived work"})).await?;
+    assert_eq!(
+        title.body["metadata"], set.body["metadata"],
+        "{}",
+        title.body
+    );
+    assert_eq!(title.body["time"]["archived"], 1_700_000_000_000u64);
+
+    let cleared = app
+        .patch(&path, json!({"time": {"archived": null}}))
+        .await?;
+    assert_eq!(cleared.status, 200, "{}", cleared.body);
+    assert!(
+        cleared.body["time"].get("archived").is_none(),
+        "{}",
+        cleared.body
+    );
+    assert_eq!(cleared.body["metadata"], set.body["metadata"]);
+    assert_eq!(cleared.body["title"], "archived work");
+    app.stop().await
+}
+
 /// OpenCode's `session.update` (`PATCH /session/:id`): a new title, announced by `session.updated` with the
 /// session as stored and read back; an empty body changes nothing. As in OpenCode it lands while a step is
 /// open too, and neither the step's end nor a later revert and unrevert (each writes the session it read

@@ -16,9 +16,9 @@ use crate::model::{
     Event, EventPayload, FileDiff, FileStatus, Holder, HolderKind, IntentOperation, IntentRecord,
     Lease, LeaseKey, LeaseTake, LeaseToken, Message, MessageHead, MessageId, MessageTime,
     MessageWithParts, OpenStep, Part, PartBody, PartId, PatchPart, ProcessIdentity, RelPath,
-    Replacing, RevertDescriptor, RevertHistoryEntry, Role, Session, SessionId, SessionTime,
-    SnapshotId, StepFinishPart, StepStartPart, StoredEvent, TextPart, TokenCache, Tokens, ToolPart,
-    Warning,
+    Replacing, RevertDescriptor, RevertHistoryEntry, Role, Session, SessionFields, SessionId,
+    SessionTime, SnapshotId, StepFinishPart, StepStartPart, StoredEvent, TextPart, TokenCache,
+    Tokens, ToolPart, Warning,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 
@@ -90,6 +90,7 @@ macro_rules! repo_contract_tests {
             delete_session_cascades
             sessions_are_listed_newest_first_and_by_directory
             a_put_keeps_the_stored_title_and_a_rename_changes_only_it
+            a_put_keeps_the_metadata_and_archive_time_an_update_set
         );
     };
     (make = || $repo:expr, block_on = $block_on:expr $(,)?) => {
@@ -158,9 +159,11 @@ fn new_session(ids: &Ids, directory: &str) -> Session {
         directory: directory.to_owned(),
         parent_id: None,
         version: "0.1.0".to_owned(),
+        metadata: None,
         time: SessionTime {
             created: now,
             updated: now,
+            archived: None,
         },
         summary: None,
         cost: 0.0,
@@ -3035,7 +3038,7 @@ pub async fn large_revert_texts_read_back_whole_from_every_row(repo: &dyn Messag
 }
 
 /// Contract: a `PutSession` of a stored session keeps its title (and a later update time), and only
-/// `SetSessionTitle` changes it (with the update time, nothing else); the `session.updated` events of a
+/// `UpdateSession` changes it (with the update time, nothing else); the `session.updated` events of a
 /// put carry the stored title and update time, and
 /// those of a rename the whole session as stored, its large revert text included; a rename of a session
 /// that does not exist fails with `NotFound` and stores nothing.
@@ -3089,9 +3092,9 @@ pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dy
     let mut announced = session.clone();
     announced.title = "fix the build".to_owned();
     repo.commit(transaction(
-        vec![Change::SetSessionTitle {
+        vec![Change::UpdateSession {
             session: session.id.clone(),
-            title: "fix the build".to_owned(),
+            fields: SessionFields::title("fix the build".to_owned()),
             updated: when,
         }],
         vec![updated(&ids, &announced)],
@@ -3150,9 +3153,9 @@ pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dy
     );
     let when = ids.tick();
     repo.commit(transaction(
-        vec![Change::SetSessionTitle {
+        vec![Change::UpdateSession {
             session: session.id.clone(),
-            title: "renamed while reverted".to_owned(),
+            fields: SessionFields::title("renamed while reverted".to_owned()),
             updated: when,
         }],
         vec![updated(&ids, &announced)],
@@ -3176,9 +3179,9 @@ pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dy
     let missing = ids.session();
     let result = repo
         .commit(transaction(
-            vec![Change::SetSessionTitle {
+            vec![Change::UpdateSession {
                 session: missing.clone(),
-                title: "nobody".to_owned(),
+                fields: SessionFields::title("nobody".to_owned()),
                 updated: ids.tick(),
             }],
             vec![heartbeat(&ids)],
@@ -3195,4 +3198,98 @@ pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dy
         "nor a session"
     );
     same!(stored(session.id.clone()).await, expected);
+}
+
+/// Contract: `UpdateSession` sets metadata and the archive time (`Some(None)` clears it), leaving what it
+/// does not name; a later `PutSession` from a copy read before keeps both, in the row and in its
+/// `session.updated` event (OpenCode's client archives a session while a step may run).
+pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/archived");
+    commit(repo, vec![put_session(&session)]).await;
+    let stored = || async {
+        repo.session(&session.id)
+            .await
+            .expect("reading a session must succeed")
+            .expect("the session exists")
+    };
+    let mut metadata = serde_json::Map::new();
+    metadata.insert(
+        "ticket".to_owned(),
+        serde_json::json!({"id": 42, "tags": ["a", "b"]}),
+    );
+    let when = ids.tick();
+    repo.commit(transaction(
+        vec![Change::UpdateSession {
+            session: session.id.clone(),
+            fields: SessionFields {
+                title: None,
+                metadata: Some(metadata.clone()),
+                archived: Some(Some(when)),
+            },
+            updated: when,
+        }],
+        vec![updated(&ids, &session)],
+    ))
+    .await
+    .expect("an update commits");
+    let mut expected = session.clone();
+    expected.metadata = Some(metadata.clone());
+    expected.time.archived = Some(when);
+    expected.time.updated = when;
+    same!(
+        stored().await,
+        expected.clone(),
+        "metadata and time.archived set, the title kept"
+    );
+
+    // A step's write from a copy read before the update.
+    let mut stale = session.clone();
+    stale.slug = "after the step".to_owned();
+    stale.time.updated = ids.tick();
+    repo.commit(transaction(
+        vec![put_session(&stale)],
+        vec![updated(&ids, &stale)],
+    ))
+    .await
+    .expect("a put commits");
+    expected.slug = "after the step".to_owned();
+    expected.time.updated = stale.time.updated;
+    same!(stored().await, expected.clone(), "a put keeps them");
+    let event = all_events(repo)
+        .await
+        .pop()
+        .map(|stored| stored.event.payload)
+        .expect("an event");
+    same!(
+        event,
+        EventPayload::SessionUpdated {
+            session_id: session.id.clone(),
+            info: Box::new(expected.clone()),
+        },
+        "and its event carries them as stored"
+    );
+
+    // Cleared: the archive time goes, the metadata stays.
+    let when = ids.tick();
+    repo.commit(transaction(
+        vec![Change::UpdateSession {
+            session: session.id.clone(),
+            fields: SessionFields {
+                archived: Some(None),
+                ..SessionFields::default()
+            },
+            updated: when,
+        }],
+        vec![updated(&ids, &session)],
+    ))
+    .await
+    .expect("an update commits");
+    expected.time.archived = None;
+    expected.time.updated = when;
+    same!(
+        stored().await,
+        expected,
+        "time.archived cleared, the rest kept"
+    );
 }
