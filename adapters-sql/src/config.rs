@@ -163,6 +163,40 @@ pub fn redact_password(url: &str) -> String {
     shown
 }
 
+/// The secrets in a database URL, as written and percent-decoded: the password of its user info and the
+/// values of its `password` parameters. What `DriverError` must never show (the driver echoes a URL it
+/// cannot parse, password and all: review).
+pub(crate) fn secrets_of(url: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    if let Some(scheme_end) = url.find("://") {
+        let authority_start = scheme_end + 3;
+        let authority_end = url[authority_start..]
+            .find(['/', '?'])
+            .map_or(url.len(), |i| authority_start + i);
+        if let Some(at) = url[authority_start..authority_end].rfind('@') {
+            let userinfo = &url[authority_start..authority_start + at];
+            if let Some((_, password)) = userinfo.split_once(':') {
+                secrets.push(password.to_owned());
+            }
+        }
+    }
+    if let Some((_, query)) = url.split_once('?') {
+        for pair in query.split('&') {
+            if let Some((key, value)) = pair.split_once('=')
+                && key.eq_ignore_ascii_case("password")
+            {
+                secrets.push(value.to_owned());
+            }
+        }
+    }
+    let decoded: Vec<String> = secrets.iter().map(|s| percent_decode(s)).collect();
+    secrets.extend(decoded);
+    secrets.retain(|secret| !secret.is_empty());
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    secrets.dedup();
+    secrets
+}
+
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -28,6 +28,7 @@ const MIGRATION_ATTEMPTS: u32 = 3;
 const MIGRATION_LOCK: &str = "rewind schema migrations: ";
 
 pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
+    crate::error::hide_secrets_of(&config.url);
     let target = display_target(&config.url);
     let config_error = |reason: &str| SqlError::Config {
         target: target.clone(),

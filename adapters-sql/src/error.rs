@@ -194,8 +194,50 @@ impl From<DbErr> for DriverError {
     }
 }
 
+/// The secrets of the database URLs this process opened (`hide_secrets_of`), which no driver error's
+/// text shows.
+static SECRETS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Hides the password of `url` (as written and percent-decoded, in its user info or a `password`
+/// parameter) from every driver error's text from now on: the driver's text of a URL it cannot parse
+/// repeats it whole (review: `postgres://u:PASS@[::1/db` showed PASS in about half the runs, as the
+/// reachability probe or the pool failed first).
+pub(crate) fn hide_secrets_of(url: &str) {
+    let secrets = crate::config::secrets_of(url);
+    if secrets.is_empty() {
+        return;
+    }
+    let mut known = SECRETS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for secret in secrets {
+        if !known.contains(&secret) {
+            known.push(secret);
+        }
+    }
+    known.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+}
+
+/// `text` with every secret `hide_secrets_of` was given replaced by `***`.
+fn without_secrets(text: String) -> String {
+    let known = SECRETS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    known
+        .iter()
+        .fold(text, |text, secret| text.replace(secret.as_str(), "***"))
+}
+
 impl std::fmt::Display for DriverError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&without_secrets(self.text()))
+    }
+}
+
+impl DriverError {
+    /// The text `Display` shows, before secrets are hidden.
+    fn text(&self) -> String {
+        use std::fmt::Write as _;
         let server = match &self.0 {
             DbErr::Conn(RuntimeErr::SqlxError(e))
             | DbErr::Exec(RuntimeErr::SqlxError(e))
@@ -205,26 +247,47 @@ impl std::fmt::Display for DriverError {
             _ => None,
         };
         let Some(server) = server else {
-            return write!(f, "{}", self.0);
+            return self.0.to_string();
         };
-        write!(
-            f,
+        let mut text = format!(
             "the PostgreSQL server said: {} (SQLSTATE {})",
             server.message(),
             server.code()
-        )?;
+        );
         if let Some(detail) = server.detail() {
-            write!(f, "; {detail}")?;
+            let _ = write!(text, "; {detail}");
         }
         if let Some(hint) = server.hint() {
-            write!(f, "; hint: {hint}")?;
+            let _ = write!(text, "; hint: {hint}");
         }
-        Ok(())
+        text
     }
 }
 
 // No `source()`: the driver's own text, which `Display` replaces, would be printed after it by a cause chain.
 impl std::error::Error for DriverError {}
+
+impl SqlError {
+    /// Whether the database could not be reached: no connection came from the pool in time (a server
+    /// that is down or unreachable), or the connection broke. Nothing of the failed request was stored.
+    pub fn is_unreachable(&self) -> bool {
+        let (SqlError::Open { source, .. } | SqlError::Query { source, .. }) = self else {
+            return false;
+        };
+        match source.db() {
+            DbErr::ConnectionAcquire(_) => true,
+            DbErr::Conn(RuntimeErr::SqlxError(e))
+            | DbErr::Exec(RuntimeErr::SqlxError(e))
+            | DbErr::Query(RuntimeErr::SqlxError(e)) => matches!(
+                e.as_ref(),
+                sea_orm::sqlx::Error::PoolTimedOut
+                    | sea_orm::sqlx::Error::PoolClosed
+                    | sea_orm::sqlx::Error::Io(_)
+            ),
+            _ => false,
+        }
+    }
+}
 
 impl From<SqlError> for rewind_core::Error {
     fn from(error: SqlError) -> Self {

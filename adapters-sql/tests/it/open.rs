@@ -675,6 +675,36 @@ fn postgres_refuses_a_newer_schema_and_hides_the_password() {
     });
 }
 
+/// A URL the driver cannot parse: its refusal never shows the password, as written or percent-decoded,
+/// whichever of the reachability probe and the pool fails first (review: the driver's text repeated the
+/// URL whole in about half the runs). No server is needed: nothing is reached.
+#[test]
+fn a_url_the_driver_cannot_parse_never_shows_its_password() {
+    run(async {
+        for (url, secrets) in [
+            (
+                "postgres://rewind:PLAIN32x@[::1/rewind_review",
+                &["PLAIN32x"][..],
+            ),
+            (
+                "postgres://rewind:P%40SS24x@:5432/rewind_review",
+                &["P%40SS24x", "P@SS24x"][..],
+            ),
+            (
+                "postgres://rewind:SEC%2FRET17x@/rewind_review",
+                &["SEC%2FRET17x", "SEC/RET17x"][..],
+            ),
+        ] {
+            for _ in 0..10 {
+                let message = described(SqlRepo::connect(url).await);
+                for secret in secrets {
+                    assert!(!message.contains(secret), "{url}: {message}");
+                }
+            }
+        }
+    });
+}
+
 /// A PostgreSQL database whose drawn identity cannot be read once migrated is refused, saying so: its
 /// snapshot stores are keyed on that identity, and without it this process keyed them on the URL as
 /// spelled, using other stores than every other process of the database (review).

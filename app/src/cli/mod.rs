@@ -443,7 +443,13 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 fn init_tracing(server: bool) {
-    let default = if server { "info" } else { "warn" };
+    // PostgreSQL's notices (`relation … already exists, skipping` from every migration check at start)
+    // are no news in the server's log (review).
+    let default = if server {
+        "info,sqlx::postgres::notice=warn"
+    } else {
+        "warn"
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // A second initialisation (tests that call `main` twice) keeps the first subscriber.

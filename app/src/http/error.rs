@@ -144,6 +144,14 @@ impl ApiError {
                          names it"
                             .to_owned(),
                     )
+                } else if database.is_some_and(rewind_sql::SqlError::is_unreachable) {
+                    // Review: a Postgres that is down answered "internal error" after 30 s.
+                    ApiError::Internal(
+                        "the database cannot be reached (its server is down or unreachable, or the \
+                         connection broke); what this request did not finish is not stored: try again once \
+                         it is back; the server log names it"
+                            .to_owned(),
+                    )
                 } else if let Some(rewind_sql::SqlError::Corrupt { .. }) = database {
                     ApiError::Internal(
                         "the database is corrupt; nothing was stored; the server log names it"
@@ -348,6 +356,41 @@ mod tests {
             assert!(message.contains("is full; free some space"), "{message}");
             assert!(!message.contains("/data/x"), "{message}");
         }
+    }
+
+    /// A database that cannot be reached (no connection from the pool in time, a refused or broken
+    /// connection) is a 500 that says so and to try again (review: "internal error" after 30 s), without
+    /// the URL; any other query fault stays "internal error".
+    #[test]
+    fn an_unreachable_database_is_a_500_that_says_so() {
+        let query = |source: sea_orm::DbErr| -> Error {
+            rewind_sql::SqlError::Query {
+                target: "postgres://rewind:***@db.internal/rewind".to_owned(),
+                context: "reading a session",
+                source: source.into(),
+            }
+            .into()
+        };
+        let timed_out = sea_orm::DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout);
+        let refused = sea_orm::DbErr::Conn(sea_orm::RuntimeErr::SqlxError(std::sync::Arc::new(
+            sea_orm::sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+        )));
+        for source in [timed_out, refused] {
+            let api = ApiError::from_core(query(source), None);
+            assert_eq!(api.status().as_u16(), 500);
+            let message = api.body()["data"]["message"].to_string();
+            assert!(
+                message.contains("the database cannot be reached"),
+                "{message}"
+            );
+            assert!(!message.contains("db.internal"), "{message}");
+        }
+        let other = ApiError::from_core(
+            query(sea_orm::DbErr::Custom("syntax error".to_owned())),
+            None,
+        );
+        let message = other.body()["data"]["message"].to_string();
+        assert!(message.contains("internal error"), "{message}");
     }
 
     #[test]
