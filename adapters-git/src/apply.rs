@@ -3437,7 +3437,7 @@ fn write_planned(
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
     let mut kept = Applier::outcome_kept(std::mem::take(&mut applier.kept));
-    name_content_kept_from(store, actions, &mut kept)?;
+    name_content_kept_from(store, actions, &mut kept);
     Ok(RevertOutcome {
         applied: snapshot_id(&applied)?,
         written: Applier::outcome_paths(&written)?,
@@ -3446,44 +3446,49 @@ fn write_planned(
     })
 }
 
-/// Sets `KeptPath::from` on each kept path the revert was to put content at: the snapshot of its action
-/// (the first patch naming it), when that snapshot holds a file there. Such a path was kept because
-/// something stands in the way (a directory holding other files, a file that is not tracked content, a
-/// change made while the revert ran), and the content can be put back from that snapshot once what stands
-/// there is moved away. A path the revert was to delete names none. Kept paths are few: each lookup reads
-/// the trees on its path once.
-fn name_content_kept_from(
-    store: &Store,
-    actions: &[FileAction],
-    kept: &mut [KeptPath],
-) -> GitResult<()> {
+/// Sets `KeptPath::from` on each kept path the revert was to put content at, and left because something
+/// stands in the way (a directory holding other files, a file that is not tracked content): the
+/// snapshot of its action (the first patch naming it), when that snapshot holds a file there. The content
+/// can be put back from there once what stands there is moved away. A path the revert was to delete
+/// names none, and neither does one kept because it changed while the revert ran: what stands there then
+/// may be in no snapshot, which the warning of files left as they are says (diff review). Best effort,
+/// after the writes: a tree that cannot be read leaves `from` unset rather than failing a revert that is
+/// done. Kept paths are few: each lookup reads the trees on its path once.
+fn name_content_kept_from(store: &Store, actions: &[FileAction], kept: &mut [KeptPath]) {
+    const MEANWHILE: [&str; 4] = [
+        MOVED_MEANWHILE,
+        MADE_WAY_KEPT,
+        EDITED_MEANWHILE,
+        DELETED_MEANWHILE,
+    ];
     if kept.is_empty() {
-        return Ok(());
+        return;
     }
     let by_path: HashMap<&str, &FileAction> =
         actions.iter().map(|a| (a.path.as_str(), a)).collect();
     let mut trees: HashMap<ObjectId, LazyTree<'_>> = HashMap::new();
     for kept in kept.iter_mut() {
+        if MEANWHILE.contains(&kept.reason.as_str()) {
+            continue;
+        }
         let Some(action) = by_path.get(kept.path.as_str()) else {
             continue;
         };
         let holds = match action.action {
             FileActionKind::Write => true,
             FileActionKind::Delete => false,
-            FileActionKind::Keep => {
-                let id = object_id(&action.from)?;
+            FileActionKind::Keep => object_id(&action.from).is_ok_and(|id| {
                 trees
                     .entry(id)
                     .or_insert_with(|| LazyTree::new(&store.odb, id))
-                    .get(kept.path.as_str())?
-                    .is_some()
-            }
+                    .get(kept.path.as_str())
+                    .is_ok_and(|entry| entry.is_some())
+            }),
         };
         if holds {
             kept.from = Some(action.from.clone());
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

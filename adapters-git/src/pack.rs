@@ -473,17 +473,19 @@ pub fn rewrite(
     Ok(report)
 }
 
-/// The bytes a pack and its index take.
+/// The bytes a pack and its index take on disk (`store::allocated`).
 pub fn size_on_disk(pack: &Path) -> u64 {
     [pack.to_path_buf(), pack.with_extension("idx")]
         .iter()
-        .map(|file| fs::metadata(file).map_or(0, |m| m.len()))
+        .map(|file| fs::metadata(file).map_or(0, |m| crate::store::allocated(&m)))
         .sum()
 }
 
-/// Removes a file; its size, or `None` when it was not there.
+/// Removes a file; the bytes it took on disk (`store::allocated`), or `None` when it was not there.
 pub fn remove_counted(path: &Path) -> GitResult<Option<u64>> {
-    let size = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let size = fs::metadata(path)
+        .map(|m| crate::store::allocated(&m))
+        .unwrap_or(0);
     match fs::remove_file(path) {
         Ok(()) => Ok(Some(size)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),

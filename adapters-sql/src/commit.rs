@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use rewind_core::model::{
-    Event, EventPayload, MessageId, RevertHistoryEntry, Session, SessionId, Warning,
+    Event, EventPayload, MessageId, RevertHistoryEntry, Session, SessionFields, SessionId, Warning,
 };
 use rewind_core::ports::{Change, Guard, Transaction};
 use rewind_core::{Error, Result};
@@ -48,7 +48,7 @@ fn message_not_found(id: &MessageId) -> Error {
 }
 
 /// The fields of a stored session's body a put keeps: what a client sets (`UpdateSession`), and the
-/// update time when later.
+/// update time when later. Read without decoding the whole body (its revert text may be large).
 #[derive(serde::Deserialize)]
 struct Kept {
     title: String,
@@ -64,11 +64,23 @@ struct KeptTime {
     archived: Option<u64>,
 }
 
-/// What a transaction left a session it put or renamed as.
+impl Kept {
+    /// The client's fields, and the update time.
+    fn fields(self) -> (SessionFields, u64) {
+        let fields = SessionFields {
+            title: Some(self.title),
+            metadata: Some(self.metadata),
+            archived: Some(self.time.archived),
+        };
+        (fields, self.time.updated)
+    }
+}
+
+/// What a transaction left a session it put or updated as.
 enum AsStored {
-    /// Put: the client's fields and update time it kept or took.
-    Put(Box<Kept>),
-    /// Renamed: its body as stored (its revert text out of it while `diff_ref` names the shared text
+    /// Put: the client's fields and the update time it kept or took.
+    Put { fields: SessionFields, updated: u64 },
+    /// Updated: its body as stored (its revert text out of it while `diff_ref` names the shared text
     /// holding it).
     Renamed {
         session: Box<Session>,
@@ -76,9 +88,10 @@ enum AsStored {
     },
 }
 
-/// Gives the `session.updated` events of the sessions put the title and update time they were left with,
-/// and those of the sessions renamed the whole session as stored, referencing its shared revert text as
-/// the session row does (`shared`: the events' references), so a rename copies no large text.
+/// Gives the `session.updated` events of the sessions put the client's fields (title, metadata, archive
+/// time) and update time they were left with, and those of the sessions updated (`UpdateSession`) the
+/// whole session as stored, referencing its shared revert text as the session row does (`shared`: the
+/// events' references), so an update copies no large text.
 fn announce_as_stored(
     events: &mut [Event],
     stored: &HashMap<SessionId, AsStored>,
@@ -89,11 +102,9 @@ fn announce_as_stored(
             continue;
         };
         match stored.get(session_id) {
-            Some(AsStored::Put(kept)) => {
-                info.title.clone_from(&kept.title);
-                info.metadata.clone_from(&kept.metadata);
-                info.time.archived = kept.time.archived;
-                info.time.updated = kept.time.updated;
+            Some(AsStored::Put { fields, updated }) => {
+                fields.apply_to(info);
+                info.time.updated = *updated;
             }
             Some(AsStored::Renamed { session, diff_ref }) => {
                 info.clone_from(session);
@@ -514,26 +525,22 @@ impl SqlRepo {
         match change {
             Change::PutSession(mut info) => {
                 // Replacing a session keeps its messages and other rows: only the session row changes, and
-                // of it not the title (only a rename changes that), nor an update time later than its own.
+                // of it not what a client sets (only `UpdateSession` changes that), nor an update time
+                // later than its own.
                 let kept: Option<Kept> = self
-                    .session_fields(txn, &info.id, "reading a session's title")
+                    .session_fields(txn, &info.id, "reading a session's client fields")
                     .await?;
                 if let Some(kept) = kept {
-                    info.title = kept.title;
-                    info.metadata = kept.metadata;
-                    info.time.archived = kept.time.archived;
-                    info.time.updated = info.time.updated.max(kept.time.updated);
+                    let (fields, updated) = kept.fields();
+                    fields.apply_to(&mut info);
+                    info.time.updated = info.time.updated.max(updated);
                 }
                 stored.insert(
                     info.id.clone(),
-                    AsStored::Put(Box::new(Kept {
-                        title: info.title.clone(),
-                        metadata: info.metadata.clone(),
-                        time: KeptTime {
-                            updated: info.time.updated,
-                            archived: info.time.archived,
-                        },
-                    })),
+                    AsStored::Put {
+                        fields: SessionFields::of(&info),
+                        updated: info.time.updated,
+                    },
                 );
                 let row = session::ActiveModel {
                     id: Set(info.id.as_str().to_owned()),
@@ -581,7 +588,7 @@ impl SqlRepo {
                     .filter(session::Column::Id.eq(id.as_str()))
                     .exec(txn)
                     .await
-                    .map_err(self.fault("renaming a session"))?;
+                    .map_err(self.fault("updating a session"))?;
                 stored.insert(
                     id,
                     AsStored::Renamed {

@@ -28,7 +28,7 @@ const MIGRATION_ATTEMPTS: u32 = 3;
 const MIGRATION_LOCK: &str = "rewind schema migrations: ";
 
 pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
-    crate::error::hide_secrets_of(&config.url);
+    crate::error::hide_url(&config.url);
     let target = display_target(&config.url);
     let config_error = |reason: &str| SqlError::Config {
         target: target.clone(),
@@ -36,6 +36,19 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     };
     let backend = Backend::of(&config.url)
         .ok_or_else(|| config_error("expected a sqlite:… or postgres://… URL"))?;
+    // A PostgreSQL URL the driver cannot parse is refused before the driver sees it: its own text repeats
+    // the URL, password and all (review).
+    if backend == Backend::Postgres
+        && config
+            .url
+            .parse::<sea_orm::sqlx::postgres::PgConnectOptions>()
+            .is_err()
+    {
+        return Err(config_error(
+            "it cannot be parsed as a PostgreSQL URL (postgres://user:password@host:port/database; \
+             characters such as / ? @ : in the user or password must be percent-encoded)",
+        ));
+    }
     // SQLite's own errors for a directory are "unable to open" to write and a read error to read, which
     // reads as a full disk (review).
     if backend == Backend::SqliteFile && std::path::Path::new(&target).is_dir() {

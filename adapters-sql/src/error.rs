@@ -194,38 +194,39 @@ impl From<DbErr> for DriverError {
     }
 }
 
-/// The secrets of the database URLs this process opened (`hide_secrets_of`), which no driver error's
-/// text shows.
-static SECRETS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+/// The database URLs this process opened (`hide_url`), as written and percent-decoded, each with the
+/// form that may be shown (its password replaced): a driver's text that repeats a URL shows that form.
+static URLS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
 
-/// Hides the password of `url` (as written and percent-decoded, in its user info or a `password`
-/// parameter) from every driver error's text from now on: the driver's text of a URL it cannot parse
-/// repeats it whole (review: `postgres://u:PASS@[::1/db` showed PASS in about half the runs, as the
-/// reachability probe or the pool failed first).
-pub(crate) fn hide_secrets_of(url: &str) {
-    let secrets = crate::config::secrets_of(url);
-    if secrets.is_empty() {
+/// Makes every driver error's text show `url` (as written, or percent-decoded) without its password: the
+/// driver's text of a URL it cannot parse repeats it whole (review: `postgres://u:PASS@[::1/db` showed
+/// PASS in about half the runs, as the reachability probe or the pool failed first). Only whole URLs are
+/// replaced: a password that is also a common word (`postgres:postgres`) stays in the server's own words
+/// (`user "postgres"`).
+pub(crate) fn hide_url(url: &str) {
+    let shown = crate::config::redact_password(url);
+    if shown == url {
         return;
     }
-    let mut known = SECRETS
+    let mut known = URLS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    for secret in secrets {
-        if !known.contains(&secret) {
-            known.push(secret);
+    for written in [url.to_owned(), crate::config::decoded(url)] {
+        if !known.iter().any(|(known, _)| *known == written) {
+            known.push((written, shown.clone()));
         }
     }
-    known.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    known.sort_by_key(|(written, _)| std::cmp::Reverse(written.len()));
 }
 
-/// `text` with every secret `hide_secrets_of` was given replaced by `***`.
+/// `text` with every URL `hide_url` was given shown without its password.
 fn without_secrets(text: String) -> String {
-    let known = SECRETS
+    let known = URLS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    known
-        .iter()
-        .fold(text, |text, secret| text.replace(secret.as_str(), "***"))
+    known.iter().fold(text, |text, (written, shown)| {
+        text.replace(written.as_str(), shown)
+    })
 }
 
 impl std::fmt::Display for DriverError {
@@ -268,22 +269,31 @@ impl DriverError {
 impl std::error::Error for DriverError {}
 
 impl SqlError {
-    /// Whether the database could not be reached: no connection came from the pool in time (a server
-    /// that is down or unreachable), or the connection broke. Nothing of the failed request was stored.
+    /// Whether a PostgreSQL database could not be reached: no connection came from the pool in time (a
+    /// server that is down or unreachable), or one could not be made. A connection that broke during a
+    /// statement is not counted: whether that statement was stored is not known.
     pub fn is_unreachable(&self) -> bool {
-        let (SqlError::Open { source, .. } | SqlError::Query { source, .. }) = self else {
+        let (SqlError::Open { source, target } | SqlError::Query { source, target, .. }) = self
+        else {
             return false;
         };
+        if !target.starts_with("postgres") {
+            return false;
+        }
         match source.db() {
             DbErr::ConnectionAcquire(_) => true,
-            DbErr::Conn(RuntimeErr::SqlxError(e))
-            | DbErr::Exec(RuntimeErr::SqlxError(e))
-            | DbErr::Query(RuntimeErr::SqlxError(e)) => matches!(
+            DbErr::Conn(RuntimeErr::SqlxError(e)) => matches!(
                 e.as_ref(),
                 sea_orm::sqlx::Error::PoolTimedOut
                     | sea_orm::sqlx::Error::PoolClosed
                     | sea_orm::sqlx::Error::Io(_)
             ),
+            DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
+                matches!(
+                    e.as_ref(),
+                    sea_orm::sqlx::Error::PoolTimedOut | sea_orm::sqlx::Error::PoolClosed
+                )
+            }
             _ => false,
         }
     }

@@ -306,6 +306,8 @@ impl Settings {
                 .map(|root| absolute(roots_from, root))
                 .collect();
         }
+        // The flags and variables are range-checked by clap (exit 2) and the file's values above; these
+        // checks hold for `ConfigArgs` built in code.
         if let Some(cap) = args.size_cap.or(file.size_cap) {
             // 0 would skip every new file that is not empty: nothing a step makes could be undone.
             if cap == 0 {
@@ -589,6 +591,16 @@ mod tests {
             "postgres://u:***@h:5432/db"
         );
         assert_eq!(redact_url("sqlite:///x/y.db"), "sqlite:///x/y.db");
+        // A password with an unencoded `/`, `?` or `@` (diff review: shown whole).
+        assert_eq!(
+            redact_url("postgres://u:ab/cd@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(
+            redact_url("postgres://u:ab?cd@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(redact_url("postgres://u:a@b@h/db"), "postgres://u:***@h/db");
         // Also a `password=` parameter (review: it was shown in full in "cannot open the database").
         assert_eq!(
             redact_url("postgres://h/db?sslmode=disable&password=secret"),

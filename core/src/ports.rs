@@ -383,10 +383,10 @@ pub struct Transaction {
 ///   of them. It MUST fail with the error a guard names when it does not hold (`Error::LeaseLost` for the
 ///   lease and intent guards), and with `Error::NotFound` when a change refers to a session or message
 ///   that does not exist (nothing stored in either case).
-/// - A `session.updated` event of a session the transaction puts or renames MUST carry the title and
-///   update time stored when it commits, and, when the transaction updates it (`UpdateSession`), the
-///   whole session as stored when it commits: what a rename read before is not announced over what was
-///   stored since.
+/// - A `session.updated` event of a session the transaction puts or updates MUST carry what a client
+///   sets (title, metadata, archive time) and the update time as stored when it commits, and, when the
+///   transaction updates it (`UpdateSession`), the whole session as stored when it commits: what an
+///   update read before is not announced over what was stored since.
 /// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`
 ///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist).
 ///   `message_head` MUST return the message as `message` does, with the greatest of its part ids, without

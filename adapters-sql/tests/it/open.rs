@@ -694,6 +694,9 @@ fn a_url_the_driver_cannot_parse_never_shows_its_password() {
                 "postgres://rewind:SEC%2FRET17x@/rewind_review",
                 &["SEC%2FRET17x", "SEC/RET17x"][..],
             ),
+            // A password with an unencoded `/` or `?` (diff review: shown whole, as the URL's name).
+            ("postgres://rewind:ab/cdSECRETx@h/db", &["cdSECRETx"][..]),
+            ("postgres://rewind:ab?cdSECRETx@h/db", &["cdSECRETx"][..]),
         ] {
             for _ in 0..10 {
                 let message = described(SqlRepo::connect(url).await);

@@ -471,12 +471,13 @@ async fn report(
     // Messages hidden whole, as `log` marks them with `~`: a revert to a part leaves its message's parts
     // before it, and that message is said apart (CLI review L5: it was counted as hidden).
     let hidden = session.revert.as_ref().map_or(0, |revert| {
+        let point = rewind_core::revert::RevertPoint {
+            message_id: revert.message_id.clone(),
+            part_id: revert.part_id.clone(),
+        };
         messages
             .iter()
-            .filter(|m| {
-                m.info.id > revert.message_id
-                    || (m.info.id == revert.message_id && revert.part_id.is_none())
-            })
+            .filter(|m| rewind_core::revert::is_hidden(&point, &m.info.id, None))
             .count()
     });
     let partly = session
@@ -508,7 +509,7 @@ async fn report(
                 hidden,
                 plural(hidden as u64),
                 if partly {
-                    ", and that one's parts from the revert point on"
+                    " (and the parts of that message from the revert point on)"
                 } else {
                     ""
                 }

@@ -24,9 +24,10 @@ pub struct CreateSessionBody {
 pub struct UpdateSessionBody {
     /// The new title.
     pub title: Option<String>,
-    /// The client's own data about the session, replacing what it had whole.
+    /// The client's own data about the session, replacing what it had whole; `null` clears it.
+    #[serde(default, deserialize_with = "given")]
     #[schema(value_type = Option<Object>)]
-    pub metadata: Option<Map<String, Value>>,
+    pub metadata: Option<Option<Map<String, Value>>>,
     /// `{archived}`: when the session was archived, epoch milliseconds; `null` clears it.
     pub time: Option<UpdateSessionTime>,
 }

@@ -57,6 +57,14 @@ fn sql_cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rew
     None
 }
 
+/// The note a rollback put after `error` (`Error::noted`), if any.
+fn error_note(error: &Error) -> Option<&str> {
+    match error {
+        Error::Backend(source) => source.downcast_ref::<Noted>().map(Noted::note),
+        _ => None,
+    }
+}
+
 /// The database lock `error` is, or the one its note follows (`Error::noted`).
 fn locked<'a>(
     error: &'a (dyn std::error::Error + Send + Sync + 'static),
@@ -145,13 +153,16 @@ impl ApiError {
                             .to_owned(),
                     )
                 } else if database.is_some_and(rewind_sql::SqlError::is_unreachable) {
-                    // Review: a Postgres that is down answered "internal error" after 30 s.
-                    ApiError::Internal(
-                        "the database cannot be reached (its server is down or unreachable, or the \
-                         connection broke); what this request did not finish is not stored: try again once \
-                         it is back; the server log names it"
-                            .to_owned(),
-                    )
+                    // Review: a Postgres that is down answered "internal error" after 30 s. A rollback's
+                    // note stays after it, as after a lock.
+                    let note = error_note(&error)
+                        .map(|note| format!("; {note}"))
+                        .unwrap_or_default();
+                    ApiError::Internal(format!(
+                        "the database cannot be reached (its PostgreSQL server is down or unreachable): \
+                         try again once it is back; an operation it interrupted is finished by the next \
+                         one; the server log names it{note}"
+                    ))
                 } else if let Some(rewind_sql::SqlError::Corrupt { .. }) = database {
                     ApiError::Internal(
                         "the database is corrupt; nothing was stored; the server log names it"
@@ -358,39 +369,58 @@ mod tests {
         }
     }
 
-    /// A database that cannot be reached (no connection from the pool in time, a refused or broken
+    /// A PostgreSQL database that cannot be reached (no connection from the pool in time, a refused
     /// connection) is a 500 that says so and to try again (review: "internal error" after 30 s), without
-    /// the URL; any other query fault stays "internal error".
+    /// the URL, and with a rollback's note after it; a connection that broke mid-statement (its outcome
+    /// unknown), a SQLite file and any other fault stay "internal error".
     #[test]
     fn an_unreachable_database_is_a_500_that_says_so() {
-        let query = |source: sea_orm::DbErr| -> Error {
+        let query = |target: &str, source: sea_orm::DbErr| -> Error {
             rewind_sql::SqlError::Query {
-                target: "postgres://rewind:***@db.internal/rewind".to_owned(),
+                target: target.to_owned(),
                 context: "reading a session",
                 source: source.into(),
             }
             .into()
         };
-        let timed_out = sea_orm::DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout);
-        let refused = sea_orm::DbErr::Conn(sea_orm::RuntimeErr::SqlxError(std::sync::Arc::new(
-            sea_orm::sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
-        )));
-        for source in [timed_out, refused] {
-            let api = ApiError::from_core(query(source), None);
+        let postgres = "postgres://rewind:***@db.internal/rewind";
+        let io = || {
+            std::sync::Arc::new(sea_orm::sqlx::Error::Io(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            )))
+        };
+        let timed_out =
+            || sea_orm::DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout);
+        let message = |error: Error| {
+            let api = ApiError::from_core(error, None);
             assert_eq!(api.status().as_u16(), 500);
-            let message = api.body()["data"]["message"].to_string();
-            assert!(
-                message.contains("the database cannot be reached"),
-                "{message}"
-            );
-            assert!(!message.contains("db.internal"), "{message}");
+            api.body()["data"]["message"].to_string()
+        };
+        for source in [
+            timed_out(),
+            sea_orm::DbErr::Conn(sea_orm::RuntimeErr::SqlxError(io())),
+        ] {
+            let said = message(query(postgres, source));
+            assert!(said.contains("the database cannot be reached"), "{said}");
+            assert!(!said.contains("db.internal"), "{said}");
         }
-        let other = ApiError::from_core(
-            query(sea_orm::DbErr::Custom("syntax error".to_owned())),
-            None,
+        let note = "nothing was changed: no file had been written yet";
+        let said = message(query(postgres, timed_out()).noted(note));
+        assert!(
+            said.contains("the database cannot be reached") && said.contains(note),
+            "{said}"
         );
-        let message = other.body()["data"]["message"].to_string();
-        assert!(message.contains("internal error"), "{message}");
+        for error in [
+            query(
+                postgres,
+                sea_orm::DbErr::Exec(sea_orm::RuntimeErr::SqlxError(io())),
+            ),
+            query("/data/rewind.db", timed_out()),
+            query(postgres, sea_orm::DbErr::Custom("syntax error".to_owned())),
+        ] {
+            let said = message(error);
+            assert!(said.contains("internal error"), "{said}");
+        }
     }
 
     #[test]

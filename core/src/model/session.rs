@@ -212,8 +212,8 @@ pub struct Session {
 pub struct SessionFields {
     /// A new title.
     pub title: Option<String>,
-    /// New metadata, replacing the stored object whole.
-    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// New metadata, replacing the stored object whole; `Some(None)` clears it.
+    pub metadata: Option<Option<serde_json::Map<String, serde_json::Value>>>,
     /// A new archive time (`time.archived`); `Some(None)` clears it.
     pub archived: Option<Option<u64>>,
 }
@@ -224,6 +224,16 @@ impl SessionFields {
         SessionFields {
             title: Some(title),
             ..SessionFields::default()
+        }
+    }
+
+    /// Every field a client sets, as `session` has them: what a put of the session keeps of the stored
+    /// one, and what an answer read before a commit takes from the session stored after it.
+    pub fn of(session: &Session) -> SessionFields {
+        SessionFields {
+            title: Some(session.title.clone()),
+            metadata: Some(session.metadata.clone()),
+            archived: Some(session.time.archived),
         }
     }
 
@@ -238,7 +248,7 @@ impl SessionFields {
             session.title.clone_from(title);
         }
         if let Some(metadata) = &self.metadata {
-            session.metadata = Some(metadata.clone());
+            session.metadata.clone_from(metadata);
         }
         if let Some(archived) = self.archived {
             session.time.archived = archived;

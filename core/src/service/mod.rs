@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::id::IdGenerator;
 use crate::model::{
     Event, EventPayload, FileActionKind, Holder, HolderKind, LeaseToken, MessageId, PartBody,
-    PartId, RelPath, Role, Session, SessionId, SnapshotId, Tokens, Warning,
+    PartId, RelPath, Role, Session, SessionFields, SessionId, SnapshotId, Tokens, Warning,
 };
 use crate::ports::{HostPort, MessageRepo, SnapshotPort};
 use crate::revert::RevertPoint;
@@ -284,14 +284,13 @@ impl Rewind {
         });
     }
 
-    /// `session` as an operation stored it, with the title stored now: a rename may have landed since the
-    /// operation read the session (its own write kept that title, `Change::PutSession`), and the answer
-    /// should not show the old one. The session as given when it cannot be read (the result is stored).
-    async fn with_stored_title(&self, mut session: Session) -> Session {
+    /// `session` as an operation stored it, with what a client set stored now (title, metadata, archive
+    /// time): an update may have landed since the operation read the session (its own write kept those,
+    /// `Change::PutSession`), and the answer should not show the old ones. The session as given when it
+    /// cannot be read (the result is stored).
+    async fn with_stored_client_fields(&self, mut session: Session) -> Session {
         if let Ok(Some(stored)) = self.repo.session(&session.id).await {
-            session.title = stored.title;
-            session.metadata = stored.metadata;
-            session.time.archived = stored.time.archived;
+            SessionFields::of(&stored).apply_to(&mut session);
             session.time.updated = session.time.updated.max(stored.time.updated);
         }
         session

@@ -498,9 +498,9 @@ impl Rewind {
                 time: now,
                 message: format!(
                     "{} file(s) could not be put back: something the revert does not remove stands where they go \
-                     (a directory holding other files, a file that is not tracked content, or a change made while \
-                     the revert ran), so it was left as it is. The content they had is in snapshot {from}: move \
-                     what stands there away, then `rewind snapshot restore {from} PATH…` brings a file back",
+                     (a directory holding other files, or a file that is not tracked content), and was left as it \
+                     is. The content they had is in snapshot {from}: move what stands there away, then `rewind \
+                     snapshot restore {from} PATH…` brings a file back",
                     files.len()
                 ),
                 snapshot: Some(from.clone()),
@@ -663,7 +663,7 @@ impl Rewind {
             .push(Change::PutSession(Box::new(updated.clone())));
         self.store_result(operation, session, intent, transaction)
             .await?;
-        Ok((self.with_stored_title(updated).await, result.counts))
+        Ok((self.with_stored_client_fields(updated).await, result.counts))
     }
 
     /// Puts the session's files forward again: exactly the files the revert changed go back to their
@@ -788,7 +788,7 @@ impl Rewind {
             .push(Change::PutSession(Box::new(updated.clone())));
         self.store_result(operation, &session, &intent, transaction)
             .await?;
-        Ok((self.with_stored_title(updated).await, counts))
+        Ok((self.with_stored_client_fields(updated).await, counts))
     }
 
     /// Undoes a revert that left `applied` from the pre-revert `snapshot`: only `changed` (the files that
@@ -955,7 +955,7 @@ impl Rewind {
                     .last()
                     .is_some_and(|entry| entry.descriptor == *descriptor);
             if committed {
-                return Ok(self.with_stored_title(session).await);
+                return Ok(self.with_stored_client_fields(session).await);
             }
             // Another revert or an unrevert stored its result between the request's look and the lease:
             // nothing was committed, which a 200 would hide (as `create_message_reverted` refuses).
@@ -980,7 +980,7 @@ impl Rewind {
         };
         let (updated, _) = cleanup.add_to(&mut transaction);
         self.repo.commit(transaction).await?;
-        Ok(self.with_stored_title(updated).await)
+        Ok(self.with_stored_client_fields(updated).await)
     }
 
     /// The cleanup of `session`, reverted by `descriptor`, over its `messages`: what its transaction

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::model::{
     Capture, EventId, EventPayload, FileDiff, IntentRecord, Lease, LeaseKey, LeaseTake, LeaseToken,
     Message, MessageHead, MessageId, MessageWithParts, Part, PartBody, PartId, Replacing,
-    RevertHistoryEntry, Session, SessionId, SnapshotId, StoredEvent, Warning, worktrees_overlap,
+    RevertHistoryEntry, Session, SessionFields, SessionId, SnapshotId, StoredEvent, Warning,
+    worktrees_overlap,
 };
 use crate::ports::{Change, Guard, MessageRepo, Transaction};
 use crate::revert::{RevertPoint, is_hidden};
@@ -268,14 +269,10 @@ impl Rows {
                     Some(stored) => {
                         // What a client sets stays (only `UpdateSession` changes it: title, metadata,
                         // archive time), and so does a later update time.
-                        let title = std::mem::take(&mut stored.info.title);
-                        let metadata = stored.info.metadata.take();
-                        let archived = stored.info.time.archived;
+                        let kept = SessionFields::of(&stored.info);
                         let updated = stored.info.time.updated;
                         stored.info = session;
-                        stored.info.title = title;
-                        stored.info.metadata = metadata;
-                        stored.info.time.archived = archived;
+                        kept.apply_to(&mut stored.info);
                         stored.info.time.updated = stored.info.time.updated.max(updated);
                     }
                     None => {
@@ -844,9 +841,7 @@ impl MessageRepo for MemRepo {
             if renamed.contains(session_id) {
                 **info = stored.info.clone();
             } else if put.contains(session_id) {
-                info.title.clone_from(&stored.info.title);
-                info.metadata.clone_from(&stored.info.metadata);
-                info.time.archived = stored.info.time.archived;
+                SessionFields::of(&stored.info).apply_to(info);
                 info.time.updated = stored.info.time.updated;
             }
         }

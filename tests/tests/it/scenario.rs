@@ -641,19 +641,16 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
 }
 
 /// OpenCode's v2 `session.update` also sets `metadata` and `time.archived`: kept as given, announced, read
-/// back, kept by a revert and an unrevert (which write the session they read before), and `null` clears the
-/// archive time; fields left out stay (before: both were dropped, the reply 200 all the same).
+/// back, kept by the end of a step open while it landed (which writes the session it read before), by a
+/// revert and an unrevert, and `null` clears them; fields left out stay (before: both were dropped, the
+/// reply 200 all the same).
 #[tokio::test]
 async fn a_sessions_metadata_and_archive_time_are_set_and_kept() -> Result<()> {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
     let path = format!("/session/{session}");
-    let (user, _) = app
-        .turn(&session, "a turn", |repo| {
-            std::fs::write(repo.join("a.txt"), "turned\n")?;
-            Ok(())
-        })
-        .await?;
+    let (user, assistant) = app.open_step(&session, "a turn").await?;
+    app.write("a.txt", "turned\n")?;
     let mut stream = app.events().await?;
     let set = app
         .patch(
@@ -671,6 +668,14 @@ async fn a_sessions_metadata_and_archive_time_are_set_and_kept() -> Result<()> {
         announced.last().map(|e| e["properties"]["info"].clone()),
         Some(set.body.clone())
     );
+    app.ok(
+        &format!("{path}/message/{assistant}/step/finish"),
+        json!({}),
+    )
+    .await?;
+    let finished = app.read(&path).await?;
+    assert_eq!(finished["metadata"], set.body["metadata"], "{finished}");
+    assert_eq!(finished["time"]["archived"], 1_700_000_000_000u64);
 
     app.revert_to(&session, &user).await?;
     assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
@@ -696,6 +701,9 @@ async fn a_sessions_metadata_and_archive_time_are_set_and_kept() -> Result<()> {
         cleared.body
     );
     assert_eq!(cleared.body["metadata"], set.body["metadata"]);
+    assert_eq!(cleared.body["title"], "archived work");
+    let cleared = app.patch(&path, json!({"metadata": null})).await?;
+    assert!(cleared.body.get("metadata").is_none(), "{}", cleared.body);
     assert_eq!(cleared.body["title"], "archived work");
     app.stop().await
 }

@@ -3038,7 +3038,7 @@ pub async fn large_revert_texts_read_back_whole_from_every_row(repo: &dyn Messag
 }
 
 /// Contract: a `PutSession` of a stored session keeps its title (and a later update time), and only
-/// `UpdateSession` changes it (with the update time, nothing else); the `session.updated` events of a
+/// `UpdateSession` changes it (with the update time, nothing else it is not given); the `session.updated` events of a
 /// put carry the stored title and update time, and
 /// those of a rename the whole session as stored, its large revert text included; a rename of a session
 /// that does not exist fails with `NotFound` and stores nothing.
@@ -3224,7 +3224,7 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
             session: session.id.clone(),
             fields: SessionFields {
                 title: None,
-                metadata: Some(metadata.clone()),
+                metadata: Some(Some(metadata.clone())),
                 archived: Some(Some(when)),
             },
             updated: when,
@@ -3241,6 +3241,19 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
         stored().await,
         expected.clone(),
         "metadata and time.archived set, the title kept"
+    );
+    let event = all_events(repo)
+        .await
+        .pop()
+        .map(|stored| stored.event.payload)
+        .expect("an event");
+    same!(
+        event,
+        EventPayload::SessionUpdated {
+            session_id: session.id.clone(),
+            info: Box::new(expected.clone()),
+        },
+        "the update's event carries the session as stored"
     );
 
     // A step's write from a copy read before the update.
