@@ -3052,13 +3052,7 @@ pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dy
             .expect("reading a session must succeed")
             .expect("the session exists")
     };
-    let last_event = || async {
-        all_events(repo)
-            .await
-            .pop()
-            .map(|stored| stored.event.payload)
-            .expect("an event was stored")
-    };
+    let last_event = || last_event(repo);
 
     // A step's write of the session, from a copy read before a rename: the stored title stays.
     let mut stale = session.clone();
@@ -3242,13 +3236,8 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
         expected.clone(),
         "metadata and time.archived set, the title kept"
     );
-    let event = all_events(repo)
-        .await
-        .pop()
-        .map(|stored| stored.event.payload)
-        .expect("an event");
     same!(
-        event,
+        last_event(repo).await,
         EventPayload::SessionUpdated {
             session_id: session.id.clone(),
             info: Box::new(expected.clone()),
@@ -3269,13 +3258,8 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
     expected.slug = "after the step".to_owned();
     expected.time.updated = stale.time.updated;
     same!(stored().await, expected.clone(), "a put keeps them");
-    let event = all_events(repo)
-        .await
-        .pop()
-        .map(|stored| stored.event.payload)
-        .expect("an event");
     same!(
-        event,
+        last_event(repo).await,
         EventPayload::SessionUpdated {
             session_id: session.id.clone(),
             info: Box::new(expected.clone()),
@@ -3305,4 +3289,13 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
         expected,
         "time.archived cleared, the rest kept"
     );
+}
+
+/// The payload of the last event in the outbox (one must be there).
+async fn last_event(repo: &dyn MessageRepo) -> EventPayload {
+    all_events(repo)
+        .await
+        .pop()
+        .map(|stored| stored.event.payload)
+        .expect("an event was stored")
 }
