@@ -57,7 +57,7 @@ pub struct ConfigArgs {
     pub size_cap: Option<u64>,
     /// Worktrees with more files than this are refused. Default: 500000.
     #[arg(long, env = "REWIND_FILE_CAP", global = true, value_name = "COUNT",
-          value_parser = at_least_one)]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub file_cap: Option<usize>,
     /// Seconds without a request after which an HTTP client's open step is abandoned (`exec` renews its
     /// own step every third of it). Default: 600.
@@ -69,15 +69,6 @@ pub struct ConfigArgs {
         value_parser = clap::value_parser!(u64).range(1..=MAX_STEP_TIMEOUT_SECS)
     )]
     pub step_timeout: Option<u64>,
-}
-
-/// A count of at least 1 (`--file-cap`).
-fn at_least_one(text: &str) -> std::result::Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".to_owned()),
-        Ok(count) => Ok(count),
-        Err(error) => Err(error.to_string()),
-    }
 }
 
 /// The server's own flags (OpenCode's names), also read from `REWIND_HOSTNAME`, `REWIND_PORT` and

@@ -881,6 +881,17 @@ async fn a_directory_brought_back_after_its_deletion_gets_its_own_permissions() 
     }
 }
 
+/// Whether this process is root (the harness's directory is its own), which alone may give a file to
+/// another user; says so when not, as the owner tests then have nothing to check.
+fn run_as_root(h: &GitHarness) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let root = fs::metadata(h.root()).expect("stat").uid() == 0;
+    if !root {
+        eprintln!("not root: no file can be given to another user here");
+    }
+    root
+}
+
 /// A file a revert or restore writes over keeps its owner and group (review: run as root, as agents in
 /// containers are, every file an undo wrote became root's, and the user who owned it could no longer
 /// write it). Only root may give a file to another user: elsewhere the test has nothing to check.
@@ -888,9 +899,7 @@ async fn a_directory_brought_back_after_its_deletion_gets_its_own_permissions() 
 async fn a_file_written_over_keeps_its_owner_and_group() {
     use std::os::unix::fs::MetadataExt;
     let h = GitHarness::new();
-    // The harness's directory is this process's: root's, or the test has nothing to check.
-    if fs::metadata(h.root()).expect("stat").uid() != 0 {
-        eprintln!("not root: no file can be given to another user here");
+    if !run_as_root(&h) {
         return;
     }
     h.write("theirs.txt", b"one\n");
@@ -932,8 +941,7 @@ async fn a_file_written_over_keeps_its_owner_and_group() {
 async fn as_root_what_is_brought_back_gets_its_directorys_owner() {
     use std::os::unix::fs::MetadataExt;
     let h = GitHarness::new();
-    if fs::metadata(h.root()).expect("stat").uid() != 0 {
-        eprintln!("not root: no file can be given to another user here");
+    if !run_as_root(&h) {
         return;
     }
     h.write("theirs/deep/file.txt", b"one\n");

@@ -471,10 +471,7 @@ async fn report(
     // Messages hidden whole, as `log` marks them with `~`: a revert to a part leaves its message's parts
     // before it, and that message is said apart (CLI review L5: it was counted as hidden).
     let hidden = session.revert.as_ref().map_or(0, |revert| {
-        let point = rewind_core::revert::RevertPoint {
-            message_id: revert.message_id.clone(),
-            part_id: revert.part_id.clone(),
-        };
+        let point = rewind_core::revert::RevertPoint::of(revert);
         messages
             .iter()
             .filter(|m| rewind_core::revert::is_hidden(&point, &m.info.id, None))

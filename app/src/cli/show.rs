@@ -102,10 +102,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
         .warnings(&session.id)
         .await
         .map_err(|error| explain(error, "reading the warnings"))?;
-    let point = session.revert.as_ref().map(|revert| RevertPoint {
-        message_id: revert.message_id.clone(),
-        part_id: revert.part_id.clone(),
-    });
+    let point = session.revert.as_ref().map(RevertPoint::of);
     let worktree = Path::new(&session.directory);
     // Only read: a session whose directory is gone is still shown, without its steps' files.
     let gone = !worktree.is_dir();
