@@ -399,19 +399,56 @@ fn sqlite_url_from(base: &Path, url: &str) -> Result<String> {
     ))
 }
 
-/// Why a SQLite URL could not be opened, when the URL says it: its file (the URL's path, `%XX` escapes
-/// decoded, as SQLite's driver reads it) does not exist and the URL does not ask SQLite to create it (no
-/// `mode=rwc`, which the default database URL has).
-pub fn missing_sqlite_file(url: &str) -> Option<String> {
+/// The file of a SQLite URL that asks SQLite to create it (`mode=rwc`, as the default database URL does),
+/// when it does not exist yet: nothing was ever recorded in that database, and opening it would create it
+/// (for a command that only shows, or needs a session to act on, a mistyped `--data-dir` would leave an
+/// empty database behind; review).
+pub fn sqlite_file_not_created(url: &str) -> Option<PathBuf> {
+    let (path, query) = sqlite_url_file(url)?;
+    // SQLite takes a `..` after a directory that does not exist by name (`missing/../rewind.db`); the
+    // system does not.
+    let by_name = Path::new(&path)
+        .components()
+        .fold(PathBuf::new(), |mut out, component| {
+            match component {
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => out.push(other),
+            }
+            out
+        });
+    let exists = |file: &Path| std::fs::symlink_metadata(file).is_ok();
+    (asks_to_create(query) && !exists(Path::new(&path)) && !exists(&by_name))
+        .then(|| PathBuf::from(path))
+}
+
+/// The file path (its `%XX` escapes decoded, as SQLite's driver reads it) and the query of a SQLite URL
+/// that names a file; none for another URL, one without a path, or an in-memory database.
+fn sqlite_url_file(url: &str) -> Option<(String, Option<&str>)> {
     let rest = url.strip_prefix("sqlite:")?;
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let (path, query) = match rest.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (rest, None),
     };
-    let creates = query.is_some_and(|query| query.split('&').any(|pair| pair == "mode=rwc"));
     let path = crate::http::security::percent_decode(path)?;
-    if path.is_empty() || path.starts_with(":memory:") || Path::new(&path).exists() {
+    (!path.is_empty() && !path.starts_with(":memory:")).then_some((path, query))
+}
+
+/// Whether a SQLite URL's query asks SQLite to create the file (`mode=rwc`).
+fn asks_to_create(query: Option<&str>) -> bool {
+    query.is_some_and(|query| query.split('&').any(|pair| pair == "mode=rwc"))
+}
+
+/// Why a SQLite URL could not be opened, when the URL says it: its file (the URL's path, `%XX` escapes
+/// decoded, as SQLite's driver reads it) does not exist and the URL does not ask SQLite to create it (no
+/// `mode=rwc`, which the default database URL has).
+pub fn missing_sqlite_file(url: &str) -> Option<String> {
+    let (path, query) = sqlite_url_file(url)?;
+    let creates = asks_to_create(query);
+    if Path::new(&path).exists() {
         return None;
     }
     let add = if query.is_some() {
@@ -710,6 +747,32 @@ mod tests {
         assert!(hint.contains("nor does its directory"), "{hint}");
         let hint = missing_sqlite_file(&format!("{no_dir}?mode=rwc")).unwrap_or_default();
         assert!(hint.contains("create the directory first"), "{hint}");
+        Ok(())
+    }
+
+    /// A database not made yet is told from one that exists as SQLite finds it: escapes decoded, a `..`
+    /// after a missing directory taken by name; only a URL that would create it counts.
+    #[test]
+    fn a_database_not_made_yet_is_found_as_sqlite_finds_it() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let data = dir.path().join("data");
+        let url = default_database_url(&data);
+        assert_eq!(sqlite_file_not_created(&url), Some(data.join("rewind.db")));
+        std::fs::create_dir(&data)?;
+        std::fs::write(data.join("rewind.db"), "")?;
+        assert_eq!(sqlite_file_not_created(&url), None);
+        let around = format!("sqlite://{}/missing/../rewind.db?mode=rwc", data.display());
+        assert_eq!(sqlite_file_not_created(&around), None);
+        std::fs::write(dir.path().join("a?b.db"), "")?;
+        let escaped = format!("sqlite://{}/a%3Fb.db?mode=rwc", dir.path().display());
+        assert_eq!(sqlite_file_not_created(&escaped), None);
+        let without_rwc = format!("sqlite://{}/new.db", dir.path().display());
+        assert_eq!(sqlite_file_not_created(&without_rwc), None);
+        assert_eq!(sqlite_file_not_created("sqlite::memory:"), None);
+        assert_eq!(
+            sqlite_file_not_created("postgres://u@localhost/db?mode=rwc"),
+            None
+        );
         Ok(())
     }
 

@@ -59,6 +59,32 @@ pub async fn run(
     json: bool,
 ) -> Result<()> {
     check_input(&command, directory)?;
+    // A command that only shows, or needs a recorded session or snapshot, opens no database that does not
+    // exist yet: it would create one (a mistyped `--data-dir` left an empty database behind; review).
+    if let Some(file) = crate::config::sqlite_file_not_created(&settings.database_url) {
+        match &command {
+            Command::Status => {
+                return show::status_without_database(settings, directory, json, &file);
+            }
+            Command::Log { .. }
+            | Command::Diff { .. }
+            | Command::Undo { .. }
+            | Command::Redo { .. }
+            | Command::Revert { .. }
+            | Command::Unrevert { .. }
+            | Command::Snapshot(SnapshotCommand::Diff { .. } | SnapshotCommand::Restore { .. }) => {
+                context::project_directory(settings, directory)?;
+                anyhow::bail!(
+                    "no rewind database at {}: nothing has been recorded with this data directory, so \
+                     there is nothing to show or undo (is --data-dir, REWIND_DATA_DIR or --database-url \
+                     the one you recorded with? `rewind exec -- COMMAND…` records a session); nothing was \
+                     created",
+                    file.display()
+                )
+            }
+            _ => {}
+        }
+    }
     let ctx = match command {
         // These only show: a database that cannot be written is still shown.
         Command::Log { .. } | Command::Diff { .. } | Command::Status => {

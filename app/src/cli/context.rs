@@ -198,7 +198,7 @@ impl Context {
 /// The canonical directory a command is about, and its text as sessions record it. Refused when it is
 /// rewind's data directory or inside it, before the database is opened (which would create its files
 /// there): every operation on such a directory is refused by the snapshot store anyway.
-fn project_directory(settings: &Settings, directory: &Path) -> Result<(PathBuf, String)> {
+pub fn project_directory(settings: &Settings, directory: &Path) -> Result<(PathBuf, String)> {
     let (path, directory) = canonical_worktree(directory)
         .map_err(|error| anyhow!("{error}; pass the worktree's directory with -C DIR"))?;
     if let Ok(data) = std::fs::canonicalize(&settings.data_dir)

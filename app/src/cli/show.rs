@@ -19,6 +19,7 @@ use super::output::{
     bytes_text, colour, one_line, plural, print_diffs, print_json, restore_command, shown,
     time_text,
 };
+use crate::config::Settings;
 
 /// Up to how many paths `status` writes out in the command that restores the last capture.
 const CAPTURE_PATHS_SHOWN: usize = 10;
@@ -410,6 +411,40 @@ struct StoreRow {
     /// Why there is no store path.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// `rewind status` where the database does not exist yet (`file`, which the data directory's URL would
+/// create): the directory and no session, with nothing opened or created. The store is keyed on the
+/// database's identity (drawn when it is made), so there is none yet either.
+pub fn status_without_database(
+    settings: &Settings,
+    directory: &Path,
+    json: bool,
+    file: &Path,
+) -> Result<()> {
+    let (_, directory) = super::context::project_directory(settings, directory)?;
+    let why = format!(
+        "no database yet at {} (nothing recorded with this data directory)",
+        file.display()
+    );
+    if json {
+        return print_json(&StatusReport {
+            directory,
+            data_dir: settings.data_dir.display().to_string(),
+            store: StoreRow {
+                path: None,
+                bytes: 0,
+                error: Some(why),
+            },
+            sessions: Vec::new(),
+            last_gc: None,
+            last_capture: None,
+        });
+    }
+    println!("directory  {}", shown(&directory));
+    println!("store      none: {why}");
+    println!("no session yet (`rewind exec -- COMMAND…` records one)");
+    Ok(())
 }
 
 /// `rewind status`.

@@ -15,6 +15,80 @@ fn track_with_data_dir(env: &Env, data: &std::path::Path) -> std::process::Outpu
         .expect("runs")
 }
 
+/// The commands that show or act on what was recorded, run with a data directory where nothing was (a
+/// mistyped `--data-dir`): each says there is no database there and creates none (review: `log` and
+/// `status` left an empty database behind); `status` shows the directory without a session, exit 0.
+#[test]
+fn commands_on_a_data_directory_without_a_database_say_so_and_create_nothing() {
+    let env = Env::plain();
+    let typo = env.data.path().join("typo");
+    let run = |args: &[&str]| {
+        env.bare()
+            .arg("--data-dir")
+            .arg(&typo)
+            .arg("-C")
+            .arg(env.path())
+            .args(args)
+            .output()
+            .expect("runs")
+    };
+    let database = typo.join("rewind.db");
+    let commands: [&[&str]; 8] = [
+        &["log"],
+        &["diff"],
+        &["undo"],
+        &["redo"],
+        &["unrevert"],
+        &["revert", &unknown("msg")],
+        &[
+            "snapshot",
+            "diff",
+            "0123456789abcdef0123456789abcdef01234567",
+        ],
+        &[
+            "snapshot",
+            "restore",
+            "0123456789abcdef0123456789abcdef01234567",
+        ],
+    ];
+    for args in commands {
+        let output = run(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("no rewind database at {}", database.display()))
+                && stderr.contains("nothing was created"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+    }
+    let output = run(&["status"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(&format!("no database yet at {}", database.display()))
+            && stdout.contains("no session yet"),
+        "{stdout}"
+    );
+    let output = run(&["status", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(report["sessions"], serde_json::json!([]));
+    assert_eq!(report["store"]["bytes"], 0);
+    assert!(report["store"].get("path").is_none(), "{report}");
+    assert!(!typo.exists(), "status created {}", typo.display());
+    // Recording there makes it, and `status` then shows the session.
+    assert!(run(&["exec", "--", "true"]).status.success());
+    assert!(database.exists());
+    let report: serde_json::Value =
+        serde_json::from_slice(&run(&["status", "--json"]).stdout).expect("json");
+    assert_eq!(
+        report["sessions"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+}
+
 /// A well-formed id that names nothing (OpenCode's format: prefix, 12 hex digits, 14 base62 characters).
 fn unknown(prefix: &str) -> String {
     format!("{prefix}_0123456789abABCDEFGHIJKLMN")
@@ -23,6 +97,11 @@ fn unknown(prefix: &str) -> String {
 #[test]
 fn undo_redo_log_and_diff_in_a_directory_without_a_session_say_so() {
     let env = Env::plain();
+    // A session of another directory makes the database; this one has none.
+    let other = tempfile::TempDir::new().expect("other worktree");
+    env.rewind_in(other.path(), &["exec", "--", "true"])
+        .assert()
+        .success();
     for command in ["undo", "redo", "log", "diff", "unrevert"] {
         let stderr = env.fails(&[command]);
         assert!(
@@ -161,7 +240,12 @@ fn a_malformed_id_is_refused_before_anything_is_made() {
             .collect();
         assert!(made.is_empty(), "`rewind {}` made {made:?}", args.join(" "));
     }
-    // A well-formed snapshot id that names nothing: refused before the worktree is snapshotted.
+    // A well-formed snapshot id that names nothing: with no database yet, there is nothing to diff
+    // against; with one (`gc` makes it and snapshots nothing), it is refused before the worktree is
+    // snapshotted.
+    let stderr = env.fails(&["snapshot", "diff", missing_snapshot]);
+    assert!(stderr.contains("no rewind database at"), "{stderr}");
+    env.ok(&["gc"]);
     let files = env.state();
     let stderr = env.fails(&["snapshot", "diff", missing_snapshot]);
     assert!(stderr.contains("missing"), "{stderr}");
@@ -404,7 +488,16 @@ fn a_missing_sqlite_file_without_mode_rwc_is_named_with_the_fix() {
         "{stderr}"
     );
     assert!(!db.exists());
-    env.ok(&["--database-url", &format!("{url}?mode=rwc"), "status"]);
+    // With `mode=rwc`, `status` shows there is none yet and creates nothing; a recording command makes it.
+    let stdout = env.ok(&["--database-url", &format!("{url}?mode=rwc"), "status"]);
+    assert!(stdout.contains("no database yet"), "{stdout}");
+    assert!(!db.exists());
+    env.ok(&[
+        "--database-url",
+        &format!("{url}?mode=rwc"),
+        "snapshot",
+        "track",
+    ]);
     assert!(db.exists());
 }
 
