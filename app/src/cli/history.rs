@@ -51,6 +51,9 @@ pub struct FileRow {
     pub additions: u64,
     /// Lines removed.
     pub deletions: u64,
+    /// No line diff: a binary file or one over the size cap (its counts are 0/0, as git's `--numstat`
+    /// has `-`).
+    pub binary: bool,
 }
 
 impl From<&FileDiff> for FileRow {
@@ -60,6 +63,21 @@ impl From<&FileDiff> for FileRow {
             status: diff.status,
             additions: diff.additions,
             deletions: diff.deletions,
+            // The port's rule: a row's patch is empty for a binary file or one over the size cap only.
+            binary: diff.patch.is_empty(),
+        }
+    }
+}
+
+impl FileRow {
+    /// The counts as text: `+A -D`; `binary` for a file without a line diff; `mode changed` for a file
+    /// whose content is the same and mode is not (a text row of a file there before and after, no line
+    /// added or removed), where git's `--stat` also shows no line.
+    pub fn counts_text(&self) -> String {
+        match (self.binary, self.status, self.additions, self.deletions) {
+            (true, _, _, _) => "binary".to_owned(),
+            (false, rewind_core::model::FileStatus::Modified, 0, 0) => "mode changed".to_owned(),
+            (false, _, additions, deletions) => format!("+{additions} -{deletions}"),
         }
     }
 }

@@ -189,15 +189,14 @@ fn escaped(text: &str, quoted: bool) -> String {
     line
 }
 
-/// One line per file: status, path, +/- counts.
+/// One line per file: status, path, +/- counts (or what has none: `FileRow::counts_text`).
 pub fn print_file_summary(diffs: &[FileDiff], indent: &str) {
     for diff in diffs {
         println!(
-            "{indent}{} {} +{} -{}",
+            "{indent}{} {} {}",
             status_word(diff),
             shown(&diff.file),
-            diff.additions,
-            diff.deletions
+            super::history::FileRow::from(diff).counts_text()
         );
     }
 }

@@ -218,7 +218,7 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
                 .files
                 .iter()
                 .flatten()
-                .map(|f| format!("{} +{} -{}", shown(&f.file), f.additions, f.deletions))
+                .map(|f| format!("{} {}", shown(&f.file), f.counts_text()))
                 .collect();
             // An open step has no end snapshot yet: what it changed is not known.
             line.push_str(&match (&step.reason, files.is_empty()) {

@@ -72,7 +72,7 @@ fn every_command_s_json_has_the_documented_fields() {
     has(step, &["start", "end", "reason", "files"], "a log step");
     assert_eq!(
         step["files"],
-        serde_json::json!([{"file": "a.txt", "status": "modified", "additions": 1, "deletions": 0}])
+        serde_json::json!([{"file": "a.txt", "status": "modified", "additions": 1, "deletions": 0, "binary": false}])
     );
 
     let undo = env.json(&["undo"]);
@@ -297,12 +297,12 @@ fn a_redo_names_the_files_it_put_back() {
     let undo = env.json(&["undo"]);
     assert_eq!(
         undo["files"],
-        serde_json::json!([{"file": "g.txt", "status": "added", "additions": 1, "deletions": 0}])
+        serde_json::json!([{"file": "g.txt", "status": "added", "additions": 1, "deletions": 0, "binary": false}])
     );
     let redo = env.json(&["redo"]);
     assert_eq!(
         redo["files"],
-        serde_json::json!([{"file": "g.txt", "status": "added", "additions": 1, "deletions": 0}])
+        serde_json::json!([{"file": "g.txt", "status": "added", "additions": 1, "deletions": 0, "binary": false}])
     );
     env.ok(&["undo"]);
     let text = env.ok(&["redo"]);
@@ -310,4 +310,50 @@ fn a_redo_names_the_files_it_put_back() {
         text.contains("put back:") && text.contains("g.txt"),
         "{text}"
     );
+}
+
+/// A row without line counts says why, in text and JSON: a binary file is `binary` (`binary: true`, as
+/// `git diff --numstat` shows `-`), a file whose mode alone changed is `mode changed`, and an empty file
+/// added is `+0 -0` (review: all three were `+0 -0`).
+#[test]
+fn rows_without_line_counts_say_why() {
+    let env = Env::git_checkout();
+    std::fs::write(env.path().join("run.sh"), "echo hi\n").expect("write");
+    crate::support::commit_all(env.path(), "script");
+    env.exec_sh("printf 'a\\0b' > blob.bin; chmod +x run.sh; : > empty; printf 'more\\n' >> a.txt");
+    // The oracle: git's own numstat of the same change.
+    crate::support::git(env.path(), &["add", "-A"]);
+    let numstat = crate::support::git(env.path(), &["diff", "--cached", "--numstat"]);
+    let git_binary: Vec<&str> = numstat
+        .lines()
+        .filter(|line| line.starts_with("-\t-\t"))
+        .map(|line| &line[4..])
+        .collect();
+    assert_eq!(git_binary, ["blob.bin"], "{numstat}");
+    crate::support::git(env.path(), &["reset", "-q"]);
+    let log = env.json(&["log"]);
+    let files = &log["messages"][1]["steps"][0]["files"];
+    let rows = files.as_array().expect("rows");
+    assert_eq!(rows.len(), 4, "{files}");
+    for row in rows {
+        let file = row["file"].as_str().expect("file");
+        assert_eq!(row["binary"], git_binary.contains(&file), "{row}");
+    }
+    let text = env.ok(&["log"]);
+    for shown in [
+        "blob.bin binary",
+        "run.sh mode changed",
+        "empty +0 -0",
+        "a.txt +1 -0",
+    ] {
+        assert!(text.contains(shown), "{shown:?} in {text}");
+    }
+    let undo = env.ok(&["undo"]);
+    for shown in [
+        "added    blob.bin binary",
+        "modified run.sh mode changed",
+        "added    empty +0 -0",
+    ] {
+        assert!(undo.contains(shown), "{shown:?} in {undo}");
+    }
 }
