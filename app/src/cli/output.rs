@@ -76,8 +76,12 @@ pub fn print_diffs(diffs: &[FileDiff], colour: bool) {
         if !diff.patch.contains("\n@@") {
             // Headers without a hunk: only the file's mode changed (or an empty file came or went).
             println!("{}", diff.patch.trim_end());
+            let what = match diff.status {
+                rewind_core::model::FileStatus::Modified => "only its mode changed",
+                _ => "an empty file",
+            };
             println!(
-                "(no line changed: {} {})",
+                "(no line changed, {what}: {} {})",
                 status_word(diff).trim_end(),
                 shown(&diff.file)
             );

@@ -356,4 +356,12 @@ fn rows_without_line_counts_say_why() {
     ] {
         assert!(undo.contains(shown), "{shown:?} in {undo}");
     }
+    let diff = env.ok(&["diff"]);
+    for shown in [
+        "added    blob.bin (binary or over the size cap: no line diff)",
+        "(no line changed, only its mode changed: modified run.sh)",
+        "(no line changed, an empty file: added empty)",
+    ] {
+        assert!(diff.contains(shown), "{shown:?} in {diff}");
+    }
 }
