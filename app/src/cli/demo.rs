@@ -223,10 +223,24 @@ pub async fn run(settings: Option<Settings>, keep: Option<&Path>, json: bool) ->
     }
 
     say("\n== unrevert: every turn comes back".to_owned());
-    with_progress("unreverting", rewind.unrevert(&session.id))
+    // What the unrevert puts back: the revert's rows (review: the stage listed no change), as `redo` names
+    // them, but for a file it left as it was.
+    let undone = rewind
+        .session_diff(&session.id)
+        .await
+        .map_err(|error| explain(error, "reading the session diff"))?;
+    let (_, counts) = with_progress("unreverting", rewind.unrevert_counted(&session.id))
         .await
         .map_err(|error| explain(error, "unreverting"))?;
-    stages.push(compared(&ctx, "unrevert", &stages, "turn-3", Vec::new()).await?);
+    let put_back: Vec<FileDiff> = undone
+        .into_iter()
+        .filter(|diff| !counts.kept.iter().any(|kept| kept.as_str() == diff.file))
+        .collect();
+    if !json {
+        println!("   put back:");
+        print_file_summary(&put_back, "     ");
+    }
+    stages.push(compared(&ctx, "unrevert", &stages, "turn-3", put_back).await?);
 
     let all_match = stages.iter().all(|s| s.matches != Some(false));
     if json {

@@ -145,6 +145,18 @@ fn the_demo_runs_and_every_stage_is_what_it_says() {
         3,
         "the first revert undid turns 2 and 3"
     );
+    // The unrevert puts back what the last revert (to turn 3) undid, and names it.
+    let stage = |name: &str| {
+        stages
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("stage {name}"))
+    };
+    assert_eq!(changed(stage("unrevert")), 3);
+    assert_eq!(
+        stage("unrevert")["changes"],
+        stage("revert-to-turn-3")["changes"]
+    );
 
     // The kept repository is a real git repository with its session recorded and not reverted.
     git(&repository, &["rev-parse", "HEAD"]);
