@@ -76,10 +76,13 @@ impl Kept {
     }
 }
 
-/// What a transaction left a session it put or updated as.
+/// What a transaction left a session it put or updated as, or deleted from.
 enum AsStored {
     /// Put: the client's fields and the update time it kept or took.
     Put { fields: SessionFields, updated: u64 },
+    /// Deleted: the client's fields and the update time it had then (an update takes no lease, and may
+    /// have landed after the deleting caller read the session).
+    Deleted { fields: SessionFields, updated: u64 },
     /// Updated: its body as stored (its revert text out of it while `diff_ref` names the shared text
     /// holding it).
     Renamed {
@@ -98,6 +101,13 @@ fn announce_as_stored(
     shared: &mut HashMap<usize, String>,
 ) {
     for (at, event) in events.iter_mut().enumerate() {
+        if let EventPayload::SessionDeleted { session_id, info } = &mut event.payload
+            && let Some(AsStored::Deleted { fields, updated }) = stored.get(session_id)
+        {
+            fields.apply_to(info);
+            info.time.updated = *updated;
+            continue;
+        }
         let EventPayload::SessionUpdated { session_id, info } = &mut event.payload else {
             continue;
         };
@@ -121,7 +131,7 @@ fn announce_as_stored(
                     }
                 }
             }
-            None => {}
+            Some(AsStored::Deleted { .. }) | None => {}
         }
     }
 }
@@ -599,6 +609,13 @@ impl SqlRepo {
             }
             Change::DeleteSession(id) => {
                 self.require_session(txn, &id).await?;
+                let kept: Option<Kept> = self
+                    .session_fields(txn, &id, "reading a session's client fields")
+                    .await?;
+                if let Some(kept) = kept {
+                    let (fields, updated) = kept.fields();
+                    stored.insert(id.clone(), AsStored::Deleted { fields, updated });
+                }
                 let fault = self.fault("deleting a session");
                 // Children first, explicitly: the foreign keys cascade too, but the delete must not depend on
                 // a connection having them switched on.

@@ -386,7 +386,9 @@ pub struct Transaction {
 /// - A `session.updated` event of a session the transaction puts or updates MUST carry what a client
 ///   sets (title, metadata, archive time) and the update time as stored when it commits, and, when the
 ///   transaction updates it (`UpdateSession`), the whole session as stored when it commits: what an
-///   update read before is not announced over what was stored since.
+///   update read before is not announced over what was stored since. A `session.deleted` event of a session
+///   the transaction deletes MUST carry what a client sets and the update time as they were stored when
+///   it was deleted (an update takes no lease, and may land after the deleting caller read the session).
 /// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`
 ///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist).
 ///   `message_head` MUST return the message as `message` does, with the greatest of its part ids, without

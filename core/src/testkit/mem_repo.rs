@@ -4,7 +4,7 @@
 //! of the rows and swaps the clone in only when every change succeeded, so a failed transaction leaves
 //! nothing behind, exactly as a database rollback would.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -812,6 +812,9 @@ impl MessageRepo for MemRepo {
         // The sessions put and renamed: their `session.updated` events carry what is stored at the end.
         let mut put = HashSet::new();
         let mut renamed = HashSet::new();
+        // The sessions deleted, as they were stored then: their `session.deleted` events carry the
+        // client's fields and update time of that moment (an update takes no lease).
+        let mut deleted = HashMap::new();
         for change in transaction.changes {
             match &change {
                 Change::PutSession(session) => {
@@ -819,6 +822,11 @@ impl MessageRepo for MemRepo {
                 }
                 Change::UpdateSession { session, .. } => {
                     renamed.insert(session.clone());
+                }
+                Change::DeleteSession(id) => {
+                    if let Some(stored) = rows.sessions.get(id) {
+                        deleted.insert(id.clone(), stored.info.clone());
+                    }
                 }
                 _ => {}
             }
@@ -832,6 +840,13 @@ impl MessageRepo for MemRepo {
         }
         let mut events = transaction.events;
         for event in &mut events {
+            if let EventPayload::SessionDeleted { session_id, info } = &mut event.payload
+                && let Some(stored) = deleted.get(session_id)
+            {
+                SessionFields::of(stored).apply_to(info);
+                info.time.updated = stored.time.updated;
+                continue;
+            }
             let EventPayload::SessionUpdated { session_id, info } = &mut event.payload else {
                 continue;
             };

@@ -91,6 +91,7 @@ macro_rules! repo_contract_tests {
             sessions_are_listed_newest_first_and_by_directory
             a_put_keeps_the_stored_title_and_a_rename_changes_only_it
             a_put_keeps_the_metadata_and_archive_time_an_update_set
+            a_deleted_sessions_event_carries_what_an_update_set_since_it_was_read
         );
     };
     (make = || $repo:expr, block_on = $block_on:expr $(,)?) => {
@@ -3288,6 +3289,60 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
         stored().await,
         expected,
         "time.archived cleared, the rest kept"
+    );
+}
+
+/// A delete's `session.deleted` event carries the client's fields (title, metadata, archive time) and
+/// update time as stored when it commits, not as the deleting caller read them: an update takes no lease,
+/// and may land between that read and the delete (diff review: the event missed such a rename).
+pub async fn a_deleted_sessions_event_carries_what_an_update_set_since_it_was_read(
+    repo: &dyn MessageRepo,
+) {
+    let ids = Ids::new();
+    let session = new_session(&ids, "/work/deleted");
+    commit(repo, vec![put_session(&session)]).await;
+    let read_before = session.clone();
+    let when = ids.tick();
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("k".to_owned(), serde_json::json!("v"));
+    repo.commit(transaction(
+        vec![Change::UpdateSession {
+            session: session.id.clone(),
+            fields: SessionFields {
+                title: Some("renamed meanwhile".to_owned()),
+                metadata: Some(Some(metadata.clone())),
+                archived: Some(Some(when)),
+            },
+            updated: when,
+        }],
+        vec![updated(&ids, &session)],
+    ))
+    .await
+    .expect("an update commits");
+    repo.commit(transaction(
+        vec![Change::DeleteSession(session.id.clone())],
+        vec![Event {
+            id: ids.event(),
+            payload: EventPayload::SessionDeleted {
+                session_id: session.id.clone(),
+                info: Box::new(read_before),
+            },
+        }],
+    ))
+    .await
+    .expect("a delete commits");
+    let mut expected = session.clone();
+    expected.title = "renamed meanwhile".to_owned();
+    expected.metadata = Some(metadata);
+    expected.time.archived = Some(when);
+    expected.time.updated = when;
+    same!(
+        last_event(repo).await,
+        EventPayload::SessionDeleted {
+            session_id: session.id.clone(),
+            info: Box::new(expected),
+        },
+        "the delete's event carries the session's fields as they were when it was deleted"
     );
 }
 
