@@ -63,7 +63,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 
 /// Whether a `Content-Type` value names JSON: `application/json` or `application/<something>+json`, with
 /// any parameters (`; charset=utf-8`), in any case.
-fn is_json(content_type: &str) -> bool {
+pub(super) fn is_json(content_type: &str) -> bool {
     let essence = content_type
         .split(';')
         .next()

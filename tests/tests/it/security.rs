@@ -87,6 +87,28 @@ async fn a_password_is_required_when_set() -> Result<()> {
         .await?;
     assert_eq!(right.status, 200);
     assert_eq!(right.body, json!([]), "the refused POST created nothing");
+    // Two `Authorization` headers are refused whichever holds the password, as two `Host` headers are
+    // (review: the first one decided).
+    // `opencode:s3cret` and `opencode:guess`, base64.
+    let basic = |password: &str| match password {
+        "s3cret" => "Basic b3BlbmNvZGU6czNjcmV0",
+        _ => "Basic b3BlbmNvZGU6Z3Vlc3M=",
+    };
+    for (first, second) in [
+        ("s3cret", "guess"),
+        ("guess", "s3cret"),
+        ("s3cret", "s3cret"),
+    ] {
+        let twice = app
+            .send(
+                app.http
+                    .get(app.url("/session"))
+                    .header("authorization", basic(first))
+                    .header("authorization", basic(second)),
+            )
+            .await?;
+        assert_eq!(twice.status, 401, "{first} then {second}");
+    }
     let events = app
         .send(
             app.http
@@ -356,6 +378,81 @@ async fn a_body_not_sent_as_json_is_refused() -> Result<()> {
         let reply = app.send(request).await?;
         assert_eq!(reply.status, 200, "{content_type:?}: {}", reply.body);
     }
+    app.stop().await
+}
+
+/// The routes that read no body (a step's begin, abort, unrevert, `revert/commit`, `DELETE`) refuse a
+/// request sent as `text/plain` or a form too, with or without a body, before anything is done (security
+/// review M1: each acted on one, a step begun and a session deleted); without a `Content-Type` (as
+/// OpenCode's client sends them) or as JSON they are served.
+#[tokio::test]
+async fn a_route_without_a_body_refuses_a_request_not_sent_as_json() -> Result<()> {
+    let app = spawn_app().await?;
+    let id = app.new_session().await?;
+    let (user, assistant) = app
+        .turn(&id, "write a", |repo| {
+            std::fs::write(repo.join("a.txt"), "a\n")?;
+            Ok(())
+        })
+        .await?;
+    let (_, second) = app
+        .turn(&id, "write b", |repo| {
+            std::fs::write(repo.join("b.txt"), "b\n")?;
+            Ok(())
+        })
+        .await?;
+    app.revert_to(&id, &user).await?;
+    let state = || async {
+        let session = app.read(&format!("/session/{id}")).await?;
+        let messages = app.read(&format!("/session/{id}/message")).await?;
+        Ok::<_, anyhow::Error>((session, messages, app.file("a.txt"), app.file("b.txt")))
+    };
+    let before = state().await?;
+    let routes = [
+        ("POST", format!("/session/{id}/message/{second}/step")),
+        (
+            "POST",
+            format!("/session/{id}/message/{assistant}/step/abort"),
+        ),
+        ("POST", format!("/session/{id}/abort")),
+        ("POST", format!("/session/{id}/unrevert")),
+        ("POST", format!("/session/{id}/revert/commit")),
+        ("DELETE", format!("/session/{id}")),
+    ];
+    for (method, path) in &routes {
+        for (content_type, body) in [
+            ("text/plain", "x"),
+            ("application/x-www-form-urlencoded", "a=b"),
+            ("text/plain;charset=UTF-8", ""),
+        ] {
+            let method = reqwest::Method::from_bytes(method.as_bytes())?;
+            let reply = app
+                .send(
+                    app.http
+                        .request(method.clone(), app.url(path))
+                        .header("content-type", content_type)
+                        .body(body),
+                )
+                .await?;
+            assert_eq!(
+                reply.status, 415,
+                "{method} {path} as {content_type}: {}",
+                reply.body
+            );
+            assert_eq!(reply.body["name"], "UnsupportedMediaType", "{}", reply.body);
+        }
+    }
+    assert_eq!(state().await?, before, "nothing was done");
+    // Sent without a Content-Type, or as JSON, the unrevert is served.
+    let reply = app
+        .send(
+            app.http
+                .post(app.url(&format!("/session/{id}/unrevert")))
+                .header("content-type", "application/json"),
+        )
+        .await?;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(app.file("b.txt").as_deref(), Some("b\n"));
     app.stop().await
 }
 
