@@ -16,6 +16,10 @@ use sea_orm::{
 };
 
 use crate::SqlRepo;
+
+/// How many bytes of stored event text one `events_after` reads before it stops short of its limit: a
+/// batch holds at most this and one more event (one of the largest, a request body's 8 MiB, alone).
+const EVENTS_READ_BYTES: usize = 1024 * 1024;
 use crate::convert::{
     SNAPSHOT_PART_KINDS, history_snapshots, part_snapshots, session_snapshots, warning_snapshots,
 };
@@ -325,6 +329,8 @@ impl SqlRepo {
         row.map(|r| self.lease_from_row(&r)).transpose()
     }
 
+    /// The events after `after`, at most `limit`, and fewer once their stored texts reach
+    /// `EVENTS_READ_BYTES` (at least one when any is there: the port's rule).
     pub(crate) async fn read_events_after(
         &self,
         after: u64,
@@ -338,18 +344,32 @@ impl SqlRepo {
             .filter(event_outbox::Column::Seq.gt(after))
             .order_by_asc(event_outbox::Column::Seq)
             .limit(u64::from(limit));
-        let rows = with_shared(
+        let selector = with_shared(
             query,
             event_outbox::Column::Body,
             event_outbox::Column::BodyRef,
         )
         .column(event_outbox::Column::Seq)
         .column(event_outbox::Column::EventId)
-        .into_model::<JoinedEvent>()
-        .all(&self.db)
-        .await
-        .map_err(self.fault("reading the event outbox"))?;
-        rows.into_iter()
+        .into_model::<JoinedEvent>();
+        // Rows are read one by one until their texts pass `EVENTS_READ_BYTES`: a batch of large events
+        // (an 8 MiB part each) was held whole by every stream catching up (review: 100 MB a stream).
+        let fault = self.fault("reading the event outbox");
+        let mut stream = selector.stream(&self.db).await.map_err(&fault)?;
+        let mut read = Vec::new();
+        let mut bytes = 0;
+        while let Some(row) = futures::TryStreamExt::try_next(&mut stream)
+            .await
+            .map_err(&fault)?
+        {
+            bytes += row.body.len() + row.shared.as_ref().map_or(0, String::len);
+            read.push(row);
+            if bytes >= EVENTS_READ_BYTES {
+                break;
+            }
+        }
+        drop(stream);
+        read.into_iter()
             .map(|r| {
                 let seq = self.bigint_to_u64(r.seq, "event position")?;
                 let id = r.event_id.clone();

@@ -473,7 +473,9 @@ pub trait MessageRepo: Send + Sync {
     async fn release_lease(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()>;
     /// Applies a transaction.
     async fn commit(&self, transaction: Transaction) -> Result<()>;
-    /// Committed events after outbox position `after`, at most `limit`.
+    /// Committed events after outbox position `after`, in order, at most `limit`; an adapter MAY return
+    /// fewer when they are large (at least one when any is committed after `after`), so a short answer is
+    /// no sign of the end: an empty one is.
     async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>>;
     /// The position of the last committed event (0 when the outbox is empty), so a follower can start at the
     /// end without reading the outbox through.

@@ -650,3 +650,47 @@ fn sqlite_file_an_unreadable_outbox_row_reads_as_a_missed_event() {
         );
     });
 }
+
+/// Large events are read a few at a time: an answer stops once their texts pass the read budget (1 MiB),
+/// at least one event long, and reading on from its last position gives the rest, in order (review: a
+/// stream catching up held 16 events of 8 MiB each, 100 MB a stream).
+async fn large_events_are_read_a_few_at_a_time(repo: SqlRepo) {
+    let ids = Ids::default();
+    let mut big = session(&ids, "/work/big");
+    big.title = "t".repeat(400 * 1024);
+    let events: Vec<Event> = (0..5).map(|_| updated(&ids, &big)).collect();
+    repo.commit(transaction(Vec::new(), events.clone()))
+        .await
+        .expect("the transaction commits");
+    let first = repo.events_after(0, 100).await.expect("reads");
+    assert_eq!(seqs(&first), [1, 2, 3], "stops once 1 MiB was read");
+    let one = repo.events_after(0, 1).await.expect("reads");
+    assert_eq!(seqs(&one), [1], "the limit still holds");
+    let mut read = first;
+    loop {
+        let after = read.last().map_or(0, |last| last.seq);
+        let batch = repo.events_after(after, 100).await.expect("reads");
+        if batch.is_empty() {
+            break;
+        }
+        read.extend(batch);
+    }
+    assert_eq!(seqs(&read), [1, 2, 3, 4, 5]);
+    assert_eq!(bodies(&read), events);
+}
+
+#[test]
+fn sqlite_file_large_events_are_read_a_few_at_a_time() {
+    run(async {
+        let file = SqliteFile::new();
+        large_events_are_read_a_few_at_a_time(file.open().await).await;
+    });
+}
+
+#[test]
+fn postgres_large_events_are_read_a_few_at_a_time() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        large_events_are_read_a_few_at_a_time(schema.open().await).await;
+    });
+}

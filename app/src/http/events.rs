@@ -448,13 +448,16 @@ impl Follower {
                 return vec![Err(CatchUpFailed(error.to_string()))];
             }
         };
-        self.catching_up = rows.len() == CATCH_UP_BATCH as usize;
+        // A short answer may stop before the end (large events): only an empty one ends the catch-up.
+        self.catching_up = !rows.is_empty();
         let mut frames = Vec::with_capacity(rows.len() + 1);
         // Positions have no gaps: a first row past the next position means those between were cut.
         let gap = rows
             .first()
             .map_or(0, |first| first.seq.saturating_sub(self.position + 1));
-        if gap > 0 || std::mem::take(&mut self.unchecked) {
+        // Taken whatever the gap: a lag is reported once, not again by the read after.
+        let unchecked = std::mem::take(&mut self.unchecked);
+        if gap > 0 || unchecked {
             frames.push(Ok(Frame::Lagged(gap)));
         }
         for row in rows {
@@ -581,7 +584,6 @@ impl SessionFilter {
             let Some(last) = rows.last().map(|row| row.seq) else {
                 return Ok(None);
             };
-            let whole = rows.len() == CATCH_UP_BATCH as usize;
             for row in rows {
                 if let Some((session, Some(info))) = row.event.payload.session() {
                     ahead
@@ -591,9 +593,6 @@ impl SessionFilter {
                 }
             }
             ahead.read_to = last;
-            if !whole {
-                return Ok(ahead.directories.get(id).cloned());
-            }
         }
     }
 
@@ -647,12 +646,13 @@ pub async fn relay(
         }
         match repo.events_after(cursor, RELAY_BATCH).await {
             Ok(events) => {
-                let full = events.len() == RELAY_BATCH as usize;
+                // A short answer may stop before the end (large events): read on until an empty one.
+                let any = !events.is_empty();
                 for stored in events {
                     cursor = stored.seq;
                     bus.publish(stored);
                 }
-                if full {
+                if any {
                     continue;
                 }
             }
@@ -1163,6 +1163,32 @@ mod tests {
             let mut expected = vec![-14];
             expected.extend(31..=40);
             assert_eq!(drain(&mut follower).await, expected);
+        }
+
+        /// An adapter may answer a catch-up read with fewer events than asked (large ones): the stream
+        /// reads on until an answer is empty, and sends each event once, in order, with no lag.
+        #[tokio::test]
+        async fn a_catch_up_reads_on_past_short_answers() {
+            let rows = super::outbox(40);
+            let mut repo = rewind_core::ports::MockMessageRepo::new();
+            repo.expect_events_after().returning(move |after, _| {
+                Ok(rows
+                    .iter()
+                    .filter(|r| r.seq > after)
+                    .take(3)
+                    .cloned()
+                    .collect())
+            });
+            let bus = BroadcastBus::default();
+            let mut follower = Follower {
+                repo: Arc::new(repo),
+                live: bus.subscribe(),
+                position: 0,
+                catching_up: true,
+                unchecked: false,
+                filter: None,
+            };
+            assert_eq!(drain(&mut follower).await, (1..=40).collect::<Vec<_>>());
         }
 
         #[tokio::test]
