@@ -407,19 +407,8 @@ pub fn sqlite_file_not_created(url: &str) -> Option<PathBuf> {
     let (path, query) = sqlite_url_file(url)?;
     // SQLite takes a `..` after a directory that does not exist by name (`missing/../rewind.db`); the
     // system does not.
-    let by_name = Path::new(&path)
-        .components()
-        .fold(PathBuf::new(), |mut out, component| {
-            match component {
-                std::path::Component::ParentDir => {
-                    out.pop();
-                }
-                std::path::Component::CurDir => {}
-                other => out.push(other),
-            }
-            out
-        });
     let exists = |file: &Path| std::fs::symlink_metadata(file).is_ok();
+    let by_name = crate::worktree::by_name(Path::new(&path));
     (asks_to_create(query) && !exists(Path::new(&path)) && !exists(&by_name))
         .then(|| PathBuf::from(path))
 }

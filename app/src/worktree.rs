@@ -44,3 +44,19 @@ pub fn path_text(path: &Path) -> Result<String, WorktreeError> {
         .map(str::to_owned)
         .ok_or_else(|| WorktreeError::NotUtf8(path.display().to_string()))
 }
+
+/// `path` with `.` and `..` resolved by name (nothing on disk is looked at; a `..` at the root stays
+/// there), as SQLite resolves its file's path.
+pub fn by_name(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}

@@ -48,8 +48,18 @@ pub trait Id: Sized + Clone + Ord {
     }
 }
 
+/// How many characters of a malformed id its error shows: an id is 30, and an error that echoed a long
+/// input whole was as long (review: a 1 MB id, a 1 MB answer).
+const SHOWN_CHARS: usize = 64;
+
 fn validate(text: &str, prefix: &str) -> Result<()> {
-    let bad = |why: &str| Err(Error::InvalidInput(format!("malformed id {text:?}: {why}")));
+    let shown: String = text.chars().take(SHOWN_CHARS).collect();
+    let more = text.chars().count().saturating_sub(SHOWN_CHARS);
+    let shown = match more {
+        0 => format!("{shown:?}"),
+        more => format!("{shown:?}… ({more} more characters)"),
+    };
+    let bad = |why: &str| Err(Error::InvalidInput(format!("malformed id {shown}: {why}")));
     let Some(rest) = text.strip_prefix(prefix).and_then(|r| r.strip_prefix('_')) else {
         return bad(&format!("it must start with \"{prefix}_\""));
     };
@@ -258,6 +268,21 @@ mod tests {
     use super::*;
 
     const TOP: &str = "ffffffffffff";
+
+    /// A malformed id's error shows its first 64 characters and how many more there were.
+    #[test]
+    fn a_long_malformed_id_is_shown_cut() {
+        let long = format!("msg_{}", "a".repeat(100_000));
+        let message = MessageId::parse(&long)
+            .map_err(|e| e.to_string())
+            .expect_err("malformed");
+        assert!(message.len() < 300, "{message}");
+        assert!(message.contains("(99940 more characters)"), "{message}");
+        let short = MessageId::parse("msg_bad")
+            .map_err(|e| e.to_string())
+            .expect_err("malformed");
+        assert!(short.contains("\"msg_bad\""), "{short}");
+    }
 
     #[test]
     fn a_client_id_that_ran_ahead_moves_only_the_ids_that_follow_it() {

@@ -174,6 +174,11 @@ pub async fn create_session(
         Some(id) => Some(parse_id(&id, SessionId::parse)?),
         None => None,
     };
+    // A parent outside the project roots is refused as every route naming it is (review: a child was
+    // created under it, tying a session inside the roots to one outside).
+    if let Some(parent) = &parent {
+        state.check_session(parent).await?;
+    }
     let session = state
         .services
         .rewind

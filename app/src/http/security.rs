@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::AppState;
 use super::error::ApiError;
 use crate::config::is_loopback_name;
-use crate::worktree::canonical_worktree;
+use crate::worktree::{by_name, canonical_worktree};
 
 /// The worktree a request named (query or header), canonical and under a project root; `None` when it
 /// named none.
@@ -324,10 +324,16 @@ pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiE
             "worktree {raw:?} must be an absolute path"
         )));
     }
-    let (canonical, text) = canonical_worktree(path)
-        .map_err(|error| ApiError::BadRequest(format!("worktree {error}")))?;
+    // Outside the roots, the answer says only that, with the path as given: not whether something is
+    // there, of what kind, or where a symlink leads (review: `/etc/shadow` "is not a directory", `/root/.ssh`
+    // "does not exist", a symlink's target named).
+    let (canonical, text) = match canonical_worktree(path) {
+        Ok(found) => found,
+        Err(_) if !under_roots(&by_name(path), roots) => return Err(outside_roots(path, roots)),
+        Err(error) => return Err(ApiError::BadRequest(format!("worktree {error}"))),
+    };
     if !under_roots(&canonical, roots) {
-        return Err(outside_roots(&canonical, roots));
+        return Err(outside_roots(path, roots));
     }
     Ok(text)
 }

@@ -279,6 +279,67 @@ async fn a_session_whose_worktree_became_a_symlink_is_refused() -> Result<()> {
     app.stop().await
 }
 
+/// A worktree outside the project roots is refused with one answer that says only that, naming the path
+/// as given: not whether something is there, of what kind, nor where a symlink leads (security review L1:
+/// the answers told a file, a missing path and a symlink's target apart); inside the roots, the reason is
+/// still given.
+#[tokio::test]
+async fn a_worktree_outside_the_roots_is_refused_without_saying_what_is_there() -> Result<()> {
+    let app = spawn_app().await?;
+    let outside = tempfile::tempdir()?;
+    let secret = outside.path().join("secret-dir");
+    std::fs::create_dir(&secret)?;
+    std::fs::write(outside.path().join("file"), "x")?;
+    std::os::unix::fs::symlink(&secret, app.repo.join("link-out"))?;
+    let missing = outside.path().join("missing");
+    let file = outside.path().join("file");
+    let link = app.repo.join("link-out");
+    for path in [&secret, &missing, &file, &link] {
+        let reply = app
+            .send(
+                app.http
+                    .get(app.url("/session"))
+                    .header("x-opencode-directory", path.to_str().expect("utf-8")),
+            )
+            .await?;
+        assert_eq!(reply.status, 400, "{}", path.display());
+        let message = reply.body["data"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!(
+                "worktree {} is outside the project roots",
+                path.display()
+            )),
+            "{message}"
+        );
+        assert!(
+            !message.contains("not a directory") && !message.contains("does not exist"),
+            "{message}"
+        );
+        if *path == link {
+            assert!(
+                !message.contains("secret-dir"),
+                "the target shown: {message}"
+            );
+        }
+    }
+    // Inside the roots, a path that is not there is named as such.
+    let reply = app
+        .send(app.http.get(app.url("/session")).header(
+            "x-opencode-directory",
+            app.repo.join("nope").to_str().expect("utf-8"),
+        ))
+        .await?;
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.body["data"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("does not exist")),
+        "{}",
+        reply.body
+    );
+    app.stop().await
+}
+
 /// SPEC section 9: a session whose worktree lies outside the project roots is refused (400) on every
 /// route that names it, though it is in the same database (the command line records sessions of any
 /// directory): it is neither read, nor changed, nor deleted.
@@ -303,6 +364,10 @@ async fn a_session_outside_the_project_roots_is_refused() -> Result<()> {
             .post(app.url(&format!("/session/{id}/unrevert")))
             .json(&json!({})),
         app.http.get(app.url(&format!("/session/{id}/diff"))),
+        // Nor is a session under the roots created as its child (review: it was).
+        app.http
+            .post(app.url("/session"))
+            .json(&json!({"parentID": id})),
         // A worktree under the roots named beside it does not make it allowed.
         app.http
             .get(app.url(&format!("/session/{id}?directory={}", app.repo.display()))),
@@ -324,6 +389,7 @@ async fn a_session_outside_the_project_roots_is_refused() -> Result<()> {
         stored.iter().any(|s| s.id.as_str() == id),
         "the session is still stored"
     );
+    assert_eq!(stored.len(), 1, "no child was created: {stored:?}");
     let session_id = rewind_core::model::SessionId::parse(&id)?;
     assert!(app.db.messages(&session_id).await?.is_empty());
     assert_eq!(
