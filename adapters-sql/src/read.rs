@@ -9,7 +9,7 @@ use rewind_core::model::{
     MessageWithParts, PartBody, PartId, RevertHistoryEntry, Session, SessionId, SnapshotId,
     StoredEvent, Warning, worktrees_overlap,
 };
-use sea_orm::sea_query::{LikeExpr, Query, SelectStatement};
+use sea_orm::sea_query::{Expr, LikeExpr, Query, SelectStatement};
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, EntityTrait, JoinType, QueryFilter, QueryOrder,
     QuerySelect, QueryTrait, RelationDef, Select,
@@ -18,8 +18,9 @@ use sea_orm::{
 use crate::SqlRepo;
 
 /// How many bytes of stored event text one `events_after` reads before it stops short of its limit: a
-/// batch holds at most this and one more event (one of the largest, a request body's 8 MiB, alone).
-const EVENTS_READ_BYTES: usize = 1024 * 1024;
+/// batch holds at most this and one more event (a large one alone: a part of up to a request body's 8 MiB,
+/// or a revert's events, which carry its whole diff).
+const EVENTS_READ_BYTES: u64 = 1024 * 1024;
 use crate::convert::{
     SNAPSHOT_PART_KINDS, history_snapshots, part_snapshots, session_snapshots, warning_snapshots,
 };
@@ -340,35 +341,62 @@ impl SqlRepo {
         let Ok(after) = i64::try_from(after) else {
             return Ok(Vec::new());
         };
-        let query = event_outbox::Entity::find()
+        let fault = self.fault("reading the event outbox");
+        // First the positions and stored sizes of the rows asked for, with no text read into this process;
+        // then the rows through the last one that fits `EVENTS_READ_BYTES` (the first, whatever its size):
+        // reading rows one by one and stopping still had the driver read ahead, or the server send, every
+        // row up to the limit (diff review), and a batch of large events (an 8 MiB part each) was held
+        // whole by every stream catching up (review: 100 MB a stream).
+        let on: RelationDef = event_outbox::Entity::belongs_to(shared_text::Entity)
+            .from(event_outbox::Column::BodyRef)
+            .to(shared_text::Column::Id)
+            .into();
+        let sizes: Vec<(i64, i64)> = event_outbox::Entity::find()
+            .select_only()
+            .column(event_outbox::Column::Seq)
+            .column_as(
+                Expr::cust(
+                    "CAST(octet_length(event_outbox.body) + COALESCE(octet_length(shared_text.body), 0) \
+                     AS BIGINT)",
+                ),
+                "bytes",
+            )
+            .join(JoinType::LeftJoin, on)
             .filter(event_outbox::Column::Seq.gt(after))
             .order_by_asc(event_outbox::Column::Seq)
-            .limit(u64::from(limit));
-        let selector = with_shared(
+            .limit(u64::from(limit))
+            .into_tuple()
+            .all(&self.db)
+            .await
+            .map_err(&fault)?;
+        let mut through = None;
+        let mut bytes: u64 = 0;
+        for (seq, size) in sizes {
+            through = Some(seq);
+            bytes = bytes.saturating_add(u64::try_from(size).unwrap_or(0));
+            if bytes >= EVENTS_READ_BYTES {
+                break;
+            }
+        }
+        let Some(through) = through else {
+            return Ok(Vec::new());
+        };
+        // Rows cut by gc meanwhile are missing here too: the caller sees the gap.
+        let query = event_outbox::Entity::find()
+            .filter(event_outbox::Column::Seq.gt(after))
+            .filter(event_outbox::Column::Seq.lte(through))
+            .order_by_asc(event_outbox::Column::Seq);
+        let read = with_shared(
             query,
             event_outbox::Column::Body,
             event_outbox::Column::BodyRef,
         )
         .column(event_outbox::Column::Seq)
         .column(event_outbox::Column::EventId)
-        .into_model::<JoinedEvent>();
-        // Rows are read one by one until their texts pass `EVENTS_READ_BYTES`: a batch of large events
-        // (an 8 MiB part each) was held whole by every stream catching up (review: 100 MB a stream).
-        let fault = self.fault("reading the event outbox");
-        let mut stream = selector.stream(&self.db).await.map_err(&fault)?;
-        let mut read = Vec::new();
-        let mut bytes = 0;
-        while let Some(row) = futures::TryStreamExt::try_next(&mut stream)
-            .await
-            .map_err(&fault)?
-        {
-            bytes += row.body.len() + row.shared.as_ref().map_or(0, String::len);
-            read.push(row);
-            if bytes >= EVENTS_READ_BYTES {
-                break;
-            }
-        }
-        drop(stream);
+        .into_model::<JoinedEvent>()
+        .all(&self.db)
+        .await
+        .map_err(&fault)?;
         read.into_iter()
             .map(|r| {
                 let seq = self.bigint_to_u64(r.seq, "event position")?;

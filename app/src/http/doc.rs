@@ -53,13 +53,28 @@ use super::dto;
 pub struct ApiDoc;
 
 /// What every route shares, added to each operation of the document: the answers of the checks made
-/// before any handler (SPEC 9: 401 and 403 from the security checks, 413 for an oversize body, 400 for a
-/// malformed id, JSON or worktree), the `x-opencode-directory` header beside `?directory=`, and a tag,
-/// the path's first segment.
+/// before any handler (SPEC 9: 401 and 403 from the security checks, 413 for an oversize body, 415 for a
+/// write not sent as JSON, 400 for a malformed id, JSON or worktree), the `x-opencode-directory` header
+/// beside `?directory=`, and a tag, the path's first segment; and the basic-auth scheme, optional.
 struct Shared;
 
 impl Modify for Shared {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            Http, HttpAuthScheme, SecurityRequirement, SecurityScheme,
+        };
+        // Basic auth, any user name: required when the server listens beyond loopback (none or it).
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(
+                "basic",
+                SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)),
+            );
+        openapi.security = Some(vec![
+            SecurityRequirement::default(),
+            SecurityRequirement::new("basic", Vec::<String>::new()),
+        ]);
         for (path, item) in &mut openapi.paths.paths {
             let tag = path
                 .trim_start_matches('/')
@@ -68,13 +83,15 @@ impl Modify for Shared {
                 .unwrap_or_default()
                 .to_owned();
             let names_a_worktree = path != "/doc";
-            let with_body = [&mut item.post, &mut item.put, &mut item.patch];
-            let without_body = [&mut item.get, &mut item.delete];
-            let operations = with_body
-                .into_iter()
-                .map(|operation| (operation, true))
-                .chain(without_body.into_iter().map(|operation| (operation, false)));
-            for (operation, has_body) in operations {
+            // (operation, whether it may carry a body, whether it is a DELETE)
+            let operations = [
+                (&mut item.post, true, false),
+                (&mut item.put, true, false),
+                (&mut item.patch, true, false),
+                (&mut item.get, false, false),
+                (&mut item.delete, false, true),
+            ];
+            for (operation, has_body, operation_is_delete) in operations {
                 let Some(operation) = operation else {
                     continue;
                 };
@@ -98,6 +115,12 @@ impl Modify for Shared {
                 }
                 if has_body {
                     shared.push(("413", "The body is over 8 MiB"));
+                }
+                if has_body || operation_is_delete {
+                    shared.push((
+                        "415",
+                        "Sent with a Content-Type that is not JSON (application/json or …+json)",
+                    ));
                 }
                 for (status, description) in shared {
                     operation

@@ -601,8 +601,17 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
             "get",
             &["200", "400", "401", "403", "404"],
         ),
-        ("/session", "post", &["200", "400", "401", "403", "413"]),
-        ("/session/{id}/abort", "post", &["200", "400", "404", "409"]),
+        (
+            "/session",
+            "post",
+            &["200", "400", "401", "403", "413", "415"],
+        ),
+        (
+            "/session/{id}/abort",
+            "post",
+            &["200", "400", "404", "409", "415"],
+        ),
+        ("/session/{id}", "delete", &["200", "400", "404", "415"]),
         ("/session/status", "get", &["200", "400"]),
         ("/session/{id}", "patch", &["200", "400", "404"]),
     ] {
@@ -614,6 +623,14 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
             );
         }
     }
+    // Basic auth is documented as a scheme a request may use (required beyond loopback), and a read
+    // answers no 415.
+    assert_eq!(
+        doc["components"]["securitySchemes"]["basic"]["scheme"], "basic",
+        "{doc}"
+    );
+    assert_eq!(doc["security"], json!([{}, {"basic": []}]));
+    assert!(doc["paths"]["/session/{id}/diff"]["get"]["responses"]["415"].is_null());
     // A `true` answer is JSON, and so documented; every operation takes the directory header and has a
     // tag of its own path, not the code's module.
     assert!(
