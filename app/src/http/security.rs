@@ -329,13 +329,42 @@ pub fn worktree_under_roots(raw: &str, roots: &[PathBuf]) -> Result<String, ApiE
     // "does not exist", a symlink's target named).
     let (canonical, text) = match canonical_worktree(path) {
         Ok(found) => found,
-        Err(_) if !under_roots(&by_name(path), roots) => return Err(outside_roots(path, roots)),
+        Err(_) if !under_roots(&leads_to(path, SYMLINK_HOPS), roots) => {
+            return Err(outside_roots(path, roots));
+        }
         Err(error) => return Err(ApiError::BadRequest(format!("worktree {error}"))),
     };
     if !under_roots(&canonical, roots) {
         return Err(outside_roots(path, roots));
     }
     Ok(text)
+}
+
+/// How many symlinks `leads_to` follows (the system's own limit).
+const SYMLINK_HOPS: u32 = 40;
+
+/// Where `path` leads as far as it exists: its longest prefix that resolves, resolved, with the rest by
+/// name; a dangling symlink on the way is followed to where it points (up to `hops` of them). So a path
+/// that cannot be a worktree is judged by where it goes, not by its spelling: a symlink inside the roots
+/// to a file, a missing path or another symlink outside them is outside (diff review: its target's kind
+/// and name were told).
+fn leads_to(path: &Path, hops: u32) -> PathBuf {
+    let parts: Vec<std::path::Component<'_>> = path.components().collect();
+    for at in (1..=parts.len()).rev() {
+        let prefix: PathBuf = parts[..at].iter().collect();
+        let rest: PathBuf = parts[at..].iter().collect();
+        if let Ok(real) = std::fs::canonicalize(&prefix) {
+            return by_name(&real.join(rest));
+        }
+        if hops > 0
+            && let Ok(target) = std::fs::read_link(&prefix)
+        {
+            // Relative to the link's directory (an absolute target replaces it).
+            let base = prefix.parent().unwrap_or(Path::new("/"));
+            return leads_to(&base.join(target).join(rest), hops - 1);
+        }
+    }
+    by_name(path)
 }
 
 /// A stored session's worktree `directory` (canonical when it was recorded) under a project root, and

@@ -291,10 +291,21 @@ async fn a_worktree_outside_the_roots_is_refused_without_saying_what_is_there() 
     std::fs::create_dir(&secret)?;
     std::fs::write(outside.path().join("file"), "x")?;
     std::os::unix::fs::symlink(&secret, app.repo.join("link-out"))?;
-    let missing = outside.path().join("missing");
-    let file = outside.path().join("file");
+    // Links inside the roots to a file outside, to a missing path outside, and through a link outside.
+    std::os::unix::fs::symlink(outside.path().join("file"), app.repo.join("to-file"))?;
+    std::os::unix::fs::symlink(outside.path().join("gone"), app.repo.join("dangling"))?;
     let link = app.repo.join("link-out");
-    for path in [&secret, &missing, &file, &link] {
+    let paths = [
+        secret.clone(),
+        outside.path().join("missing"),
+        outside.path().join("file"),
+        link.clone(),
+        app.repo.join("to-file"),
+        app.repo.join("dangling"),
+        link.join("missing"),
+        link.join("..").join("file"),
+    ];
+    for path in &paths {
         let reply = app
             .send(
                 app.http
@@ -315,9 +326,9 @@ async fn a_worktree_outside_the_roots_is_refused_without_saying_what_is_there() 
             !message.contains("not a directory") && !message.contains("does not exist"),
             "{message}"
         );
-        if *path == link {
+        if path.starts_with(&app.repo) {
             assert!(
-                !message.contains("secret-dir"),
+                !message.contains(outside.path().to_str().expect("utf-8")),
                 "the target shown: {message}"
             );
         }
