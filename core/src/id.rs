@@ -53,13 +53,15 @@ pub trait Id: Sized + Clone + Ord {
 const SHOWN_CHARS: usize = 64;
 
 fn validate(text: &str, prefix: &str) -> Result<()> {
-    let shown: String = text.chars().take(SHOWN_CHARS).collect();
-    let more = text.chars().count().saturating_sub(SHOWN_CHARS);
-    let shown = match more {
-        0 => format!("{shown:?}"),
-        more => format!("{shown:?}… ({more} more characters)"),
+    // Built only for an error: every id read from the database passes here.
+    let bad = |why: &str| {
+        let shown: String = text.chars().take(SHOWN_CHARS).collect();
+        let shown = match text.chars().count().saturating_sub(SHOWN_CHARS) {
+            0 => format!("{shown:?}"),
+            more => format!("{shown:?}… ({more} more characters)"),
+        };
+        Err(Error::InvalidInput(format!("malformed id {shown}: {why}")))
     };
-    let bad = |why: &str| Err(Error::InvalidInput(format!("malformed id {shown}: {why}")));
     let Some(rest) = text.strip_prefix(prefix).and_then(|r| r.strip_prefix('_')) else {
         return bad(&format!("it must start with \"{prefix}_\""));
     };

@@ -570,12 +570,25 @@ pub async fn dump(repo: &dyn MessageRepo, sessions: &[SessionId], keys: &[LeaseK
     for key in keys {
         leases.push(repo.lease(key).await.expect("reads a lease"));
     }
+    // A short answer is no sign of the end (large events): read on until an empty one.
+    let mut events: Vec<rewind_core::model::StoredEvent> = Vec::new();
+    loop {
+        let after = events.last().map_or(0, |last| last.seq);
+        let batch = repo
+            .events_after(after, u32::MAX)
+            .await
+            .expect("reads events");
+        if batch.is_empty() {
+            break;
+        }
+        events.extend(batch);
+    }
     Dump {
         sessions: repo.sessions(None).await.expect("lists sessions"),
         per_session,
         intents: repo.intents().await.expect("reads intents"),
         leases,
-        events: repo.events_after(0, u32::MAX).await.expect("reads events"),
+        events,
         referenced: repo
             .referenced_snapshots(None)
             .await

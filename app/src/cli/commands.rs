@@ -1,6 +1,7 @@
 //! Dispatch of the commands other than `serve` and `demo`: each opens the services for its directory
 //! (running recovery first; the commands that only show also open a read-only database) and hands over to
-//! its module.
+//! its module. Where the SQLite database does not exist yet, those that only show or need a recorded
+//! session open nothing (`status` shows the empty state, the others say so), so nothing is created.
 
 use std::path::Path;
 

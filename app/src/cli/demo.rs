@@ -232,10 +232,7 @@ pub async fn run(settings: Option<Settings>, keep: Option<&Path>, json: bool) ->
     let (_, counts) = with_progress("unreverting", rewind.unrevert_counted(&session.id))
         .await
         .map_err(|error| explain(error, "unreverting"))?;
-    let put_back: Vec<FileDiff> = undone
-        .into_iter()
-        .filter(|diff| !counts.kept.iter().any(|kept| kept.as_str() == diff.file))
-        .collect();
+    let put_back = super::history::put_back(undone, &counts);
     if !json {
         println!("   put back:");
         print_file_summary(&put_back, "     ");

@@ -69,6 +69,16 @@ impl From<&FileDiff> for FileRow {
     }
 }
 
+/// What an unrevert put back: the rows of the revert it undid (`undone`, its session diff read before),
+/// but for the files it left as they were (`counts.kept`; its warning names them).
+pub fn put_back(undone: Vec<FileDiff>, counts: &rewind_core::service::FileCounts) -> Vec<FileDiff> {
+    let left: BTreeSet<&str> = counts.kept.iter().map(RelPath::as_str).collect();
+    undone
+        .into_iter()
+        .filter(|diff| !left.contains(diff.file.as_str()))
+        .collect()
+}
+
 impl FileRow {
     /// The counts as text: `+A -D`; `binary` for a file without a line diff; `mode changed` for a file
     /// whose content is the same and mode is not (a text row of a file there before and after, no line
@@ -429,12 +439,7 @@ async fn unrevert_session(
         }
         Err(error) => return Err(explain(error, "unreverting")),
     };
-    // A file the unrevert left as it was (its warning names it) was not put back.
-    let left: BTreeSet<&str> = counts.kept.iter().map(RelPath::as_str).collect();
-    let put_back: Vec<FileDiff> = undone
-        .into_iter()
-        .filter(|diff| !left.contains(diff.file.as_str()))
-        .collect();
+    let put_back = put_back(undone, &counts);
     report(ctx, &done, "unrevert", (earlier, before), &[], &put_back).await?;
     Ok(Moved::Done)
 }

@@ -55,7 +55,7 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
                 peer = %peer(&request),
                 method = %request.method(),
                 path = request.uri().path(),
-                "refused a request with a wrong password"
+                "refused a request with a wrong password (or two Authorization headers)"
             );
         } else {
             tracing::debug!(peer = %peer(&request), "refused a request without a password");

@@ -520,16 +520,23 @@ async fn a_route_without_a_body_refuses_a_request_not_sent_as_json() -> Result<(
         }
     }
     assert_eq!(state().await?, before, "nothing was done");
-    // Sent without a Content-Type, or as JSON, the unrevert is served.
+    // Sent without a Content-Type (as OpenCode's client sends it), the unrevert is served; so is a revert
+    // sent as JSON.
     let reply = app
-        .send(
-            app.http
-                .post(app.url(&format!("/session/{id}/unrevert")))
-                .header("content-type", "application/json"),
-        )
+        .send(app.http.post(app.url(&format!("/session/{id}/unrevert"))))
         .await?;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(app.file("b.txt").as_deref(), Some("b\n"));
+    let reply = app
+        .send(
+            app.http
+                .post(app.url(&format!("/session/{id}/revert")))
+                .header("content-type", "application/json")
+                .body(format!(r#"{{"messageID":"{user}"}}"#)),
+        )
+        .await?;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(app.file("b.txt"), before.3, "reverted again");
     app.stop().await
 }
 

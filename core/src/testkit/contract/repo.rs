@@ -336,9 +336,19 @@ async fn messages(repo: &dyn MessageRepo, session: &SessionId) -> Vec<MessageWit
 }
 
 async fn all_events(repo: &dyn MessageRepo) -> Vec<StoredEvent> {
-    repo.events_after(0, 10_000)
-        .await
-        .expect("reading the outbox must succeed")
+    let mut all: Vec<StoredEvent> = Vec::new();
+    // A short answer is no sign of the end (large events): read on until an empty one.
+    loop {
+        let after = all.last().map_or(0, |last| last.seq);
+        let batch = repo
+            .events_after(after, 10_000)
+            .await
+            .expect("reading the outbox must succeed");
+        if batch.is_empty() {
+            return all;
+        }
+        all.extend(batch);
+    }
 }
 
 /// Every part type (text, tool, step-start, step-finish, patch and a type rewind does not know, with nested
