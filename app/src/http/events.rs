@@ -790,6 +790,47 @@ mod tests {
         );
     }
 
+    /// An adapter may answer with fewer events than asked (large ones): the relay reads on at once until
+    /// an answer is empty, rather than waiting its interval after each short one.
+    #[tokio::test]
+    async fn the_relay_reads_on_past_short_answers() {
+        let rows = outbox(30);
+        let mut repo = MockMessageRepo::new();
+        let served = rows.clone();
+        repo.expect_events_after().returning(move |after, _| {
+            Ok(served
+                .iter()
+                .filter(|r| r.seq > after)
+                .take(1)
+                .cloned()
+                .collect())
+        });
+        let bus = Arc::new(BroadcastBus::default());
+        let mut subscription = bus.subscribe();
+        let stop = CancellationToken::new();
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            stopper.cancel();
+        });
+        // An interval far past the test: only reading on delivers more than the first answer.
+        relay(
+            Arc::new(repo),
+            bus.clone(),
+            0,
+            Duration::from_secs(3600),
+            Arc::new(Notify::new()),
+            stop,
+        )
+        .await;
+        drop(bus);
+        let mut received = Vec::new();
+        while let Some(Delivery::Event(event)) = subscription.next().await {
+            received.push(event);
+        }
+        assert_eq!(received, rows, "every event, once, in order");
+    }
+
     mod follower {
         //! A stream's follower over a real in-memory outbox and the broadcast bus, driven step by step so
         //! each interleaving of commits, publications and reads is the one named.
