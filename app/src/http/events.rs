@@ -701,17 +701,35 @@ mod tests {
 
     /// Runs the relay from `cursor` until it has polled a few times, then stops it.
     async fn relay_briefly(repo: MockMessageRepo, bus: Arc<BroadcastBus>, cursor: u64) {
+        relay_for(
+            repo,
+            bus,
+            cursor,
+            Duration::from_millis(5),
+            Duration::from_millis(60),
+        )
+        .await;
+    }
+
+    /// Runs the relay from `cursor`, polling every `interval`, for `run`, then stops it.
+    async fn relay_for(
+        repo: MockMessageRepo,
+        bus: Arc<BroadcastBus>,
+        cursor: u64,
+        interval: Duration,
+        run: Duration,
+    ) {
         let stop = CancellationToken::new();
         let stopper = stop.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(60)).await;
+            tokio::time::sleep(run).await;
             stopper.cancel();
         });
         relay(
             Arc::new(repo),
             bus,
             cursor,
-            Duration::from_millis(5),
+            interval,
             Arc::new(Notify::new()),
             stop,
         )
@@ -807,20 +825,13 @@ mod tests {
         });
         let bus = Arc::new(BroadcastBus::default());
         let mut subscription = bus.subscribe();
-        let stop = CancellationToken::new();
-        let stopper = stop.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            stopper.cancel();
-        });
         // An interval far past the test: only reading on delivers more than the first answer.
-        relay(
-            Arc::new(repo),
+        relay_for(
+            repo,
             bus.clone(),
             0,
             Duration::from_secs(3600),
-            Arc::new(Notify::new()),
-            stop,
+            Duration::from_millis(200),
         )
         .await;
         drop(bus);

@@ -3224,20 +3224,12 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
         serde_json::json!({"id": 42, "tags": ["a", "b"]}),
     );
     let when = ids.tick();
-    repo.commit(transaction(
-        vec![Change::UpdateSession {
-            session: session.id.clone(),
-            fields: SessionFields {
-                title: None,
-                metadata: Some(Some(metadata.clone())),
-                archived: Some(Some(when)),
-            },
-            updated: when,
-        }],
-        vec![updated(&ids, &session)],
-    ))
-    .await
-    .expect("an update commits");
+    let fields = SessionFields {
+        title: None,
+        metadata: Some(Some(metadata.clone())),
+        archived: Some(Some(when)),
+    };
+    update_session(repo, &ids, &session, fields, when).await;
     let mut expected = session.clone();
     expected.metadata = Some(metadata.clone());
     expected.time.archived = Some(when);
@@ -3315,20 +3307,12 @@ pub async fn a_deleted_sessions_event_carries_what_an_update_set_since_it_was_re
     let when = ids.tick();
     let mut metadata = serde_json::Map::new();
     metadata.insert("k".to_owned(), serde_json::json!("v"));
-    repo.commit(transaction(
-        vec![Change::UpdateSession {
-            session: session.id.clone(),
-            fields: SessionFields {
-                title: Some("renamed meanwhile".to_owned()),
-                metadata: Some(Some(metadata.clone())),
-                archived: Some(Some(when)),
-            },
-            updated: when,
-        }],
-        vec![updated(&ids, &session)],
-    ))
-    .await
-    .expect("an update commits");
+    let fields = SessionFields {
+        title: Some("renamed meanwhile".to_owned()),
+        metadata: Some(Some(metadata.clone())),
+        archived: Some(Some(when)),
+    };
+    update_session(repo, &ids, &session, fields, when).await;
     repo.commit(transaction(
         vec![Change::DeleteSession(session.id.clone())],
         vec![Event {
@@ -3354,6 +3338,26 @@ pub async fn a_deleted_sessions_event_carries_what_an_update_set_since_it_was_re
         },
         "the delete's event carries the session's fields as they were when it was deleted"
     );
+}
+
+/// Commits an update of `session`'s client fields at `when`, with its `session.updated` event.
+async fn update_session(
+    repo: &dyn MessageRepo,
+    ids: &Ids,
+    session: &Session,
+    fields: SessionFields,
+    when: u64,
+) {
+    repo.commit(transaction(
+        vec![Change::UpdateSession {
+            session: session.id.clone(),
+            fields,
+            updated: when,
+        }],
+        vec![updated(ids, session)],
+    ))
+    .await
+    .expect("an update commits");
 }
 
 /// The payload of the last event in the outbox (one must be there).
