@@ -3272,19 +3272,11 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
 
     // Cleared: the archive time goes, the metadata stays.
     let when = ids.tick();
-    repo.commit(transaction(
-        vec![Change::UpdateSession {
-            session: session.id.clone(),
-            fields: SessionFields {
-                archived: Some(None),
-                ..SessionFields::default()
-            },
-            updated: when,
-        }],
-        vec![updated(&ids, &session)],
-    ))
-    .await
-    .expect("an update commits");
+    let fields = SessionFields {
+        archived: Some(None),
+        ..SessionFields::default()
+    };
+    update_session(repo, &ids, &session, fields, when).await;
     expected.time.archived = None;
     expected.time.updated = when;
     same!(
