@@ -16,11 +16,6 @@ use sea_orm::{
 };
 
 use crate::SqlRepo;
-
-/// How many bytes of stored event text one `events_after` reads before it stops short of its limit: a
-/// batch holds at most this and one more event (a large one alone: a part of up to a request body's 8 MiB,
-/// or a revert's events, which carry its whole diff).
-const EVENTS_READ_BYTES: u64 = 1024 * 1024;
 use crate::convert::{
     SNAPSHOT_PART_KINDS, history_snapshots, part_snapshots, session_snapshots, warning_snapshots,
 };
@@ -29,6 +24,11 @@ use crate::entity::{
     shared_text, warning,
 };
 use crate::shared::{JoinedEvent, JoinedRow};
+
+/// How many bytes of stored event text one `events_after` reads before it stops short of its limit: a
+/// batch holds at most this and one more event (a large one alone: a part of up to a request body's 8 MiB,
+/// or a revert's events, which carry its whole diff).
+const EVENTS_READ_BYTES: u64 = 1024 * 1024;
 
 /// `SELECT id FROM session WHERE directory = ?`: the sessions of one worktree.
 fn sessions_of(directory: &str) -> SelectStatement {
