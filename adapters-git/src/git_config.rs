@@ -174,34 +174,51 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<Path
                 };
                 (values, sources(config.plumbing()))
             }
-            Err(_) => (Values::default(), Vec::new()),
+            // A repository gix cannot open (one of SHA-256 objects, say): its configuration files are
+            // still read, the global ones and its own (review: a SHA-256 repository's `core.excludesFile`
+            // and `core.ignoreCase`, global or its own, were not applied, and the files they ignore were
+            // snapshotted and reverted).
+            Err(_) => match gix::config::File::from_git_dir(repo.common_dir.clone()) {
+                Ok(file) => (values_of(&file, home), sources(&file)),
+                Err(_) => globals(home, sources),
+            },
         },
-        None => match gix::config::File::from_globals() {
-            Ok(file) => {
-                let path = |name: &str| {
-                    let value = file.path(name).and_then(|value| {
-                        value
-                            .interpolate(gix::config::path::interpolate::Context {
-                                home_dir: home,
-                                ..Default::default()
-                            })
-                            .ok()
-                    });
-                    set_empty(&file, name).or(value)
-                };
-                let values = Values {
-                    excludes_file: path("core.excludesFile"),
-                    attributes_file: path("core.attributesFile"),
-                    ignore_case: file
-                        .boolean("core.ignoreCase")
-                        .ok()
-                        .flatten()
-                        .unwrap_or(false),
-                };
-                (values, sources(&file))
-            }
-            Err(_) => (Values::default(), Vec::new()),
-        },
+        None => globals(home, sources),
+    }
+}
+
+/// The values the global configuration files set (none when they cannot be read), and where they came from.
+fn globals(
+    home: Option<&Path>,
+    sources: impl Fn(&gix::config::File) -> Vec<PathBuf>,
+) -> (Values, Vec<PathBuf>) {
+    match gix::config::File::from_globals() {
+        Ok(file) => (values_of(&file, home), sources(&file)),
+        Err(_) => (Values::default(), Vec::new()),
+    }
+}
+
+/// The values `file` sets, its paths interpolated (`~/` under `home`).
+fn values_of(file: &gix::config::File, home: Option<&Path>) -> Values {
+    let path = |name: &str| {
+        let value = file.path(name).and_then(|value| {
+            value
+                .interpolate(gix::config::path::interpolate::Context {
+                    home_dir: home,
+                    ..Default::default()
+                })
+                .ok()
+        });
+        set_empty(file, name).or(value)
+    };
+    Values {
+        excludes_file: path("core.excludesFile"),
+        attributes_file: path("core.attributesFile"),
+        ignore_case: file
+            .boolean("core.ignoreCase")
+            .ok()
+            .flatten()
+            .unwrap_or(false),
     }
 }
 
@@ -379,6 +396,37 @@ mod tests {
             configured_excludes_file(Some(&repo), None),
             Some(PathBuf::from("/tmp/core-worktree-excludes"))
         );
+    }
+
+    /// A repository gix cannot open (SHA-256 objects) still has its own configuration read: its
+    /// `core.excludesFile` and `core.ignoreCase` apply, as git applies them (review: neither did).
+    #[test]
+    fn a_repository_gix_cannot_open_still_has_its_configuration_read() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let status = std::process::Command::new("git")
+            .args(["init", "-q", "--object-format=sha256"])
+            .current_dir(dir.path())
+            .status()
+            .expect("run git init");
+        assert!(status.success());
+        assert!(
+            gix::open(dir.path()).is_err(),
+            "the case: gix cannot open it"
+        );
+        set_excludes(dir.path(), "/tmp/sha256-excludes");
+        let status = std::process::Command::new("git")
+            .args(["config", "core.ignoreCase", "true"])
+            .current_dir(dir.path())
+            .status()
+            .expect("run git config");
+        assert!(status.success());
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        let repo = crate::ignore::enclosing_repository(&root).expect("the repository is found");
+        assert_eq!(
+            configured_excludes_file(Some(&repo), None),
+            Some(PathBuf::from("/tmp/sha256-excludes"))
+        );
+        assert!(configured_ignore_case(Some(&repo), None));
     }
 
     /// Waits until a file just written is past the racy second, so its value may be kept.
