@@ -310,23 +310,23 @@ impl Stamp {
 mod tests {
     use super::*;
 
-    fn repo_in(dir: &Path) -> Enclosing {
+    /// Runs `git ARGS…` in `dir`, which must succeed.
+    fn git<S: AsRef<std::ffi::OsStr>>(dir: &Path, args: &[S]) {
         let status = std::process::Command::new("git")
-            .args(["init", "-q"])
+            .args(args)
             .current_dir(dir)
             .status()
-            .expect("run git init");
-        assert!(status.success());
+            .expect("run git");
+        assert!(status.success(), "git failed");
+    }
+
+    fn repo_in(dir: &Path) -> Enclosing {
+        git(dir, &["init", "-q"]);
         crate::ignore::enclosing_repository(dir).expect("the repository is found")
     }
 
     fn set_excludes(dir: &Path, value: &str) {
-        let status = std::process::Command::new("git")
-            .args(["config", "core.excludesFile", value])
-            .current_dir(dir)
-            .status()
-            .expect("run git config");
-        assert!(status.success());
+        git(dir, &["config", "core.excludesFile", value]);
     }
 
     /// `core.excludesFile` set to the empty string is how git is told to read no global excludes file:
@@ -376,19 +376,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let wt = dir.path().join("wt");
         std::fs::create_dir_all(&wt).expect("mkdir");
-        let status = std::process::Command::new("git")
-            .args(["init", "-q"])
-            .current_dir(dir.path())
-            .status()
-            .expect("run git init");
-        assert!(status.success());
+        git(dir.path(), &["init", "-q"]);
         set_excludes(dir.path(), "/tmp/core-worktree-excludes");
-        let status = std::process::Command::new("git")
-            .args(["config", "core.worktree", "../wt"])
-            .current_dir(dir.path())
-            .status()
-            .expect("run git config");
-        assert!(status.success());
+        git(dir.path(), &["config", "core.worktree", "../wt"]);
         let wt = std::fs::canonicalize(&wt).expect("canonical");
         let repo = crate::ignore::enclosing_repository(&wt).expect("the repository is found");
         assert_eq!(repo.root, wt, "git's top level");
@@ -403,23 +393,13 @@ mod tests {
     #[test]
     fn a_repository_gix_cannot_open_still_has_its_configuration_read() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let status = std::process::Command::new("git")
-            .args(["init", "-q", "--object-format=sha256"])
-            .current_dir(dir.path())
-            .status()
-            .expect("run git init");
-        assert!(status.success());
+        git(dir.path(), &["init", "-q", "--object-format=sha256"]);
         assert!(
             gix::open(dir.path()).is_err(),
             "the case: gix cannot open it"
         );
         set_excludes(dir.path(), "/tmp/sha256-excludes");
-        let status = std::process::Command::new("git")
-            .args(["config", "core.ignoreCase", "true"])
-            .current_dir(dir.path())
-            .status()
-            .expect("run git config");
-        assert!(status.success());
+        git(dir.path(), &["config", "core.ignoreCase", "true"]);
         let root = std::fs::canonicalize(dir.path()).expect("canonical");
         let repo = crate::ignore::enclosing_repository(&root).expect("the repository is found");
         assert_eq!(
@@ -453,12 +433,7 @@ mod tests {
         );
         settle();
         assert_eq!(read(), Some(PathBuf::from("/tmp/other-excludes")));
-        let status = std::process::Command::new("git")
-            .args(["config", "--unset", "core.excludesFile"])
-            .current_dir(dir.path())
-            .status()
-            .expect("run git config --unset");
-        assert!(status.success());
+        git(dir.path(), &["config", "--unset", "core.excludesFile"]);
         let unset = read();
         assert_ne!(unset, Some(PathBuf::from("/tmp/other-excludes")), "removed");
     }
@@ -470,13 +445,14 @@ mod tests {
         let repo = repo_in(dir.path());
         let included = dir.path().join("extra.gitconfig");
         std::fs::write(&included, "[core]\n\texcludesFile = /tmp/included-one\n").expect("write");
-        let status = std::process::Command::new("git")
-            .args(["config", "include.path"])
-            .arg(&included)
-            .current_dir(dir.path())
-            .status()
-            .expect("run git config");
-        assert!(status.success());
+        git(
+            dir.path(),
+            &[
+                std::ffi::OsStr::new("config"),
+                std::ffi::OsStr::new("include.path"),
+                included.as_os_str(),
+            ],
+        );
         settle();
         let read = || configured_excludes_file(Some(&repo), None);
         assert_eq!(read(), Some(PathBuf::from("/tmp/included-one")));
@@ -504,13 +480,14 @@ mod tests {
             if empty {
                 std::fs::write(&included, "").expect("an empty include");
             }
-            let status = std::process::Command::new("git")
-                .args(["config", key])
-                .arg(&named)
-                .current_dir(dir.path())
-                .status()
-                .expect("run git config");
-            assert!(status.success());
+            git(
+                dir.path(),
+                &[
+                    std::ffi::OsStr::new("config"),
+                    std::ffi::OsStr::new(key),
+                    named.as_os_str(),
+                ],
+            );
             set_excludes(dir.path(), "/tmp/before-the-include");
             settle();
             let read = || configured_excludes_file(Some(&repo), None);
