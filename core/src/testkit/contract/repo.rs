@@ -3070,12 +3070,7 @@ pub async fn a_put_keeps_the_stored_title_and_a_rename_changes_only_it(repo: &dy
     stale.title = "an old title".to_owned();
     stale.slug = "after the step".to_owned();
     stale.time.updated = ids.tick();
-    repo.commit(transaction(
-        vec![put_session(&stale)],
-        vec![updated(&ids, &stale)],
-    ))
-    .await
-    .expect("a put commits");
+    put_announced(repo, &ids, &stale).await;
     let mut expected = stale.clone();
     expected.title.clone_from(&session.title);
     same!(
@@ -3252,12 +3247,7 @@ pub async fn a_put_keeps_the_metadata_and_archive_time_an_update_set(repo: &dyn 
     let mut stale = session.clone();
     stale.slug = "after the step".to_owned();
     stale.time.updated = ids.tick();
-    repo.commit(transaction(
-        vec![put_session(&stale)],
-        vec![updated(&ids, &stale)],
-    ))
-    .await
-    .expect("a put commits");
+    put_announced(repo, &ids, &stale).await;
     expected.slug = "after the step".to_owned();
     expected.time.updated = stale.time.updated;
     same!(stored().await, expected.clone(), "a put keeps them");
@@ -3330,6 +3320,16 @@ pub async fn a_deleted_sessions_event_carries_what_an_update_set_since_it_was_re
         },
         "the delete's event carries the session's fields as they were when it was deleted"
     );
+}
+
+/// Commits a put of `session` (a step's write of it, say), with its `session.updated` event.
+async fn put_announced(repo: &dyn MessageRepo, ids: &Ids, session: &Session) {
+    repo.commit(transaction(
+        vec![put_session(session)],
+        vec![updated(ids, session)],
+    ))
+    .await
+    .expect("a put commits");
 }
 
 /// Commits an update of `session`'s client fields at `when`, with its `session.updated` event.
