@@ -2,7 +2,8 @@
 //! with gix and kept in the process while every file they could come from is unchanged.
 //!
 //! Reading it opens the enclosing repository with gix (its configuration files, the global and system
-//! ones; a repository gix cannot open, one of SHA-256 objects, has the same files read without it): ~0.3 ms, and every store call that applies ignore rules needs it (a revert two, a track one).
+//! ones; a repository gix cannot open, one of SHA-256 objects, has the same files read without it):
+//! ~0.3 ms, and every store call that applies ignore rules needs it (a revert two, a track one).
 //! What is kept is checked at each use against a stamp: the stat data (device, inode, size, modification
 //! and change times) of every file git's configuration could be read from (system, global and XDG files,
 //! the repository's `config` and `config.worktree`, its `HEAD` for `onbranch:` includes, every file

@@ -46,16 +46,20 @@ fn with_shared<E: EntityTrait>(
     body: E::Column,
     reference: E::Column,
 ) -> Select<E> {
-    let on: RelationDef = E::belongs_to(shared_text::Entity)
-        .from(reference)
-        .to(shared_text::Column::Id)
-        .into();
     query
         .select_only()
         .column(body)
         .column_as(reference, "body_ref")
         .column_as(shared_text::Column::Body, "shared")
-        .join(JoinType::LeftJoin, on)
+        .join(JoinType::LeftJoin, shared_text_of::<E>(reference))
+}
+
+/// The relation from rows of `E` to the shared text their `reference` column names.
+fn shared_text_of<E: EntityTrait>(reference: E::Column) -> RelationDef {
+    E::belongs_to(shared_text::Entity)
+        .from(reference)
+        .to(shared_text::Column::Id)
+        .into()
 }
 
 impl SqlRepo {
@@ -347,10 +351,7 @@ impl SqlRepo {
         // reading rows one by one and stopping still had the driver read ahead, or the server send, every
         // row up to the limit (diff review), and a batch of large events (an 8 MiB part each) was held
         // whole by every stream catching up (review: 100 MB a stream).
-        let on: RelationDef = event_outbox::Entity::belongs_to(shared_text::Entity)
-            .from(event_outbox::Column::BodyRef)
-            .to(shared_text::Column::Id)
-            .into();
+        let on = shared_text_of::<event_outbox::Entity>(event_outbox::Column::BodyRef);
         let sizes: Vec<(i64, i64)> = event_outbox::Entity::find()
             .select_only()
             .column(event_outbox::Column::Seq)

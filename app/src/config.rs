@@ -405,13 +405,13 @@ fn sqlite_url_from(base: &Path, url: &str) -> Result<String> {
 /// empty database behind; review).
 pub fn sqlite_file_not_created(url: &str) -> Option<PathBuf> {
     let (path, query) = sqlite_url_file(url)?;
-    // SQLite takes a `..` after a directory that does not exist by name (`missing/../rewind.db`); the
-    // system does not.
     // Only a file that is not there counts: one that cannot be looked at (another user's private data
     // directory) is left to the open, which says why (diff review).
-    let exists = |file: &Path| !matches!(std::fs::symlink_metadata(file), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    let missing = |file: &Path| matches!(std::fs::symlink_metadata(file), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    // SQLite takes a `..` after a directory that does not exist by name (`missing/../rewind.db`); the
+    // system does not.
     let by_name = crate::worktree::by_name(Path::new(&path));
-    (asks_to_create(query) && !exists(Path::new(&path)) && !exists(&by_name))
+    (asks_to_create(query) && missing(Path::new(&path)) && missing(&by_name))
         .then(|| PathBuf::from(path))
 }
 
