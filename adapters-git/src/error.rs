@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use rewind_core::Error;
+use rewind_core::error::StorageFault;
 
 /// What can go wrong inside the git store.
 #[derive(Debug, thiserror::Error)]
@@ -96,8 +97,26 @@ impl From<GitError> for Error {
                 message,
             },
             GitError::CalledOff => rewind_core::ports::called_off(),
+            GitError::Io { ref source, .. } | GitError::StoreWrite { ref source, .. } => {
+                match storage_fault(source) {
+                    Some(fault) => Error::storage(fault, error),
+                    None => Error::backend(error),
+                }
+            }
             other => Error::backend(other),
         }
+    }
+}
+
+/// The storage fault a failed write is, if it is one the user can act on: a full disk or a quota reached
+/// (the worktree's disk or the data directory's), or a read-only mount.
+fn storage_fault(error: &std::io::Error) -> Option<StorageFault> {
+    match error.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+            Some(StorageFault::DiskFull)
+        }
+        std::io::ErrorKind::ReadOnlyFilesystem => Some(StorageFault::ReadOnly),
+        _ => None,
     }
 }
 
@@ -116,6 +135,32 @@ mod tests {
         // EACCES, ENOENT, EIO, EISDIR.
         for code in [13, 2, 5, 21] {
             assert!(!is_write_failure(&os(code)), "{code}");
+        }
+    }
+
+    /// A full disk, a quota reached or a read-only mount reaches the core as a storage fault of its kind,
+    /// whether the worktree's disk or the store's; any other failure of a file stays a backend fault.
+    #[test]
+    fn a_full_or_read_only_disk_is_a_storage_fault() {
+        let os = std::io::Error::from_raw_os_error;
+        let io = |code| GitError::io(Path::new("/work/a.txt"), os(code));
+        let store = |code| GitError::StoreWrite {
+            store: "/data/stores/x".to_owned(),
+            source: os(code),
+        };
+        for (code, fault) in [
+            (28, Some(StorageFault::DiskFull)),
+            (122, Some(StorageFault::DiskFull)),
+            (30, Some(StorageFault::ReadOnly)),
+            (5, None),
+            (13, None),
+        ] {
+            for error in [io(code), store(code)] {
+                let text = error.to_string();
+                let core = Error::from(error);
+                assert_eq!(core.storage_fault(), fault, "{text}");
+                assert_eq!(core.to_string(), text);
+            }
         }
     }
 }

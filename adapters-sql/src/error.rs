@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use rewind_core::error::StorageFault;
 use sea_orm::{DbErr, RuntimeErr};
 
 /// Every failure of the SQL adapter. Each names the database (a SQLite file or a Postgres URL without its
@@ -299,9 +300,51 @@ impl SqlError {
     }
 }
 
+impl SqlError {
+    /// The storage fault this error is, as the core names it, if it is one a user can act on.
+    pub fn fault(&self) -> Option<StorageFault> {
+        match self {
+            SqlError::Locked { .. } => Some(StorageFault::Locked),
+            SqlError::ReadOnly { .. } | SqlError::OutdatedReadOnly { .. } => {
+                Some(StorageFault::ReadOnly)
+            }
+            SqlError::Replaced { .. } => Some(StorageFault::Replaced),
+            SqlError::Corrupt { .. } | SqlError::MissingTables { .. } => {
+                Some(StorageFault::Corrupt)
+            }
+            // `SQLITE_FULL` or PostgreSQL's disk full; `SQLITE_IOERR` is any other failure of the disk.
+            SqlError::Disk { source, .. } if is_full(source.db()) => Some(StorageFault::DiskFull),
+            _ if self.is_unreachable() => Some(StorageFault::Unreachable),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a driver error says the disk is full: SQLite's `SQLITE_FULL` or PostgreSQL's `53100`.
+fn is_full(error: &DbErr) -> bool {
+    let (DbErr::Conn(RuntimeErr::SqlxError(sqlx))
+    | DbErr::Exec(RuntimeErr::SqlxError(sqlx))
+    | DbErr::Query(RuntimeErr::SqlxError(sqlx))) = error
+    else {
+        return false;
+    };
+    match sqlx.as_database_error().and_then(|e| e.code()) {
+        Some(code) => match code.parse::<i64>() {
+            Ok(extended) => extended & 0xff == 13,
+            Err(_) => code == "53100",
+        },
+        None => false,
+    }
+}
+
+/// Each error by what it is: a fault the user can act on is `Storage` with its kind, anything else a
+/// backend fault.
 impl From<SqlError> for rewind_core::Error {
     fn from(error: SqlError) -> Self {
-        rewind_core::Error::backend(error)
+        match error.fault() {
+            Some(fault) => rewind_core::Error::storage(fault, error),
+            None => rewind_core::Error::backend(error),
+        }
     }
 }
 
@@ -381,5 +424,99 @@ pub(crate) fn classify(
             context,
             source: source.into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver(text: &str) -> DriverError {
+        DbErr::Custom(text.to_owned()).into()
+    }
+
+    /// Each fault a user can act on reaches the core as `Storage` with its kind, the adapter's error as its
+    /// source; a PostgreSQL that cannot be reached is one, a connection that broke mid-statement (its
+    /// outcome unknown), a SQLite file and any other fault stay backend faults.
+    #[test]
+    fn faults_reach_the_core_by_kind() {
+        let target = || "/data/rewind.db".to_owned();
+        let postgres = "postgres://rewind:***@db.internal/rewind";
+        let io = || {
+            std::sync::Arc::new(sea_orm::sqlx::Error::Io(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            )))
+        };
+        let timed_out = || DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout);
+        let query = |target: &str, source: DbErr| SqlError::Query {
+            target: target.to_owned(),
+            context: "reading a session",
+            source: source.into(),
+        };
+        let cases = [
+            (
+                SqlError::Locked {
+                    target: target(),
+                    waited_ms: 5000,
+                    source: driver("database is locked"),
+                },
+                Some(StorageFault::Locked),
+            ),
+            (
+                SqlError::ReadOnly {
+                    target: target(),
+                    source: driver("readonly"),
+                },
+                Some(StorageFault::ReadOnly),
+            ),
+            (
+                SqlError::Replaced { target: target() },
+                Some(StorageFault::Replaced),
+            ),
+            (
+                SqlError::Corrupt {
+                    target: target(),
+                    source: driver("malformed"),
+                },
+                Some(StorageFault::Corrupt),
+            ),
+            (
+                query(postgres, timed_out()),
+                Some(StorageFault::Unreachable),
+            ),
+            (
+                query(postgres, DbErr::Conn(RuntimeErr::SqlxError(io()))),
+                Some(StorageFault::Unreachable),
+            ),
+            (
+                query(postgres, DbErr::Exec(RuntimeErr::SqlxError(io()))),
+                None,
+            ),
+            (query("/data/rewind.db", timed_out()), None),
+            (
+                query(postgres, DbErr::Custom("syntax error".to_owned())),
+                None,
+            ),
+            // An `SQLITE_IOERR` (no full-disk code) is the disk's fault, not known to be a full one.
+            (
+                SqlError::Disk {
+                    target: target(),
+                    source: driver("disk I/O error"),
+                },
+                None,
+            ),
+        ];
+        for (error, fault) in cases {
+            let text = error.to_string();
+            let core = rewind_core::Error::from(error);
+            assert_eq!(core.storage_fault(), fault, "{text}");
+            assert_eq!(core.to_string(), text);
+            let source = match &core {
+                rewind_core::Error::Storage { source, .. }
+                | rewind_core::Error::Backend(source) => source,
+                other => panic!("{other:?}"),
+            };
+            assert!(source.downcast_ref::<SqlError>().is_some(), "{text}");
+        }
     }
 }

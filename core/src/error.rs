@@ -7,8 +7,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Every failure the core, a port or a service can report.
 ///
-/// Adapters map their backend errors to the domain variants where one fits
-/// (a missing row is `NotFound`, a held lease is `Busy`) and use `Backend` otherwise.
+/// Adapters map their backend errors to the domain variants where one fits (a missing row is `NotFound`, a
+/// held lease is `Busy`, a database locked by another process or a full disk is `Storage` with its
+/// [`StorageFault`]) and use `Backend` otherwise. Callers decide on the variant alone, never on an
+/// adapter's own error type or text.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An id, message, part, session or snapshot that does not exist.
@@ -54,9 +56,37 @@ pub enum Error {
         /// Why it could not be read.
         reason: String,
     },
+    /// A fault of the storage under an adapter of a kind the user can act on (retry later, free space,
+    /// restore a backup): the adapter's own error, with every cause, is the source.
+    #[error("{source}")]
+    Storage {
+        /// What kind of fault.
+        fault: StorageFault,
+        /// The adapter's error.
+        #[source]
+        source: BoxError,
+    },
     /// A fault of an adapter's backend.
     #[error("{0}")]
     Backend(#[source] BoxError),
+}
+
+/// The kinds of storage fault an adapter names ([`Error::Storage`]), each one a user can act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageFault {
+    /// Another process holds the database's write lock past the busy timeout: the request may be sent again
+    /// once it lets go.
+    Locked,
+    /// The database, or a disk rewind writes to, can only be read.
+    ReadOnly,
+    /// The database server cannot be reached (no connection could be had in time, or made).
+    Unreachable,
+    /// The database file was deleted or replaced while it was open.
+    Replaced,
+    /// The database is corrupt or is not one.
+    Corrupt,
+    /// A disk rewind writes to (the worktree's or the data directory's) is full, or a quota is reached.
+    DiskFull,
 }
 
 impl Error {
@@ -122,6 +152,22 @@ impl Error {
         Error::Backend(error.into())
     }
 
+    /// A storage fault of kind `fault`, caused by `source`.
+    pub fn storage(fault: StorageFault, source: impl Into<BoxError>) -> Self {
+        Error::Storage {
+            fault,
+            source: source.into(),
+        }
+    }
+
+    /// The storage fault this error is, if any.
+    pub fn storage_fault(&self) -> Option<StorageFault> {
+        match self {
+            Error::Storage { fault, .. } => Some(*fault),
+            _ => None,
+        }
+    }
+
     /// The same error, of the same kind, with `note` after its message: what was done about it (a failed
     /// revert's files put back). A backend error keeps its causes as the note's source ([`Noted`]).
     pub fn noted(self, note: &str) -> Error {
@@ -150,6 +196,13 @@ impl Error {
                 path,
                 reason: add(reason),
             },
+            Error::Storage { fault, source } => Error::Storage {
+                fault,
+                source: Box::new(Noted {
+                    error: source,
+                    note: note.to_owned(),
+                }),
+            },
             Error::Backend(error) => Error::Backend(Box::new(Noted {
                 error,
                 note: note.to_owned(),
@@ -166,9 +219,8 @@ pub const PUT_BACK: &str = "were put back to their state before the";
 /// (the operation failed before it wrote any): a caller adds nothing more.
 pub const NOTHING_CHANGED: &str = "nothing was changed";
 
-/// A backend error with a note after it ([`Error::noted`]): its text is the error's with every cause
-/// ([`chain`]), then the note; its source is the error, so a caller looking for a cause of a given type
-/// (a locked database) still finds it.
+/// A backend or storage error with a note after it ([`Error::noted`]): its text is the error's with every
+/// cause ([`chain`]), then the note; its source is the error.
 #[derive(Debug)]
 pub struct Noted {
     error: BoxError,
@@ -242,6 +294,7 @@ mod tests {
                 path: "a.txt".into(),
                 reason: "x".into(),
             },
+            Error::storage(StorageFault::Locked, "x"),
         ];
         for error in cases {
             let kind = std::mem::discriminant(&error);
@@ -250,6 +303,28 @@ mod tests {
             assert_eq!(std::mem::discriminant(&noted), kind, "{noted:?}");
             assert_eq!(noted.to_string(), format!("{before}; {note}"));
         }
+    }
+
+    /// A storage fault keeps its kind under a note, so a locked database is still one after a rollback.
+    #[test]
+    fn a_noted_storage_fault_keeps_its_fault() {
+        for fault in [
+            StorageFault::Locked,
+            StorageFault::ReadOnly,
+            StorageFault::Unreachable,
+            StorageFault::Replaced,
+            StorageFault::Corrupt,
+            StorageFault::DiskFull,
+        ] {
+            let error = Error::storage(fault, Write(std::io::Error::other("disk gone")));
+            let noted = error.noted("the files were put back");
+            assert_eq!(noted.storage_fault(), Some(fault));
+            assert_eq!(
+                noted.to_string(),
+                "cannot write a.txt: disk gone; the files were put back"
+            );
+        }
+        assert_eq!(Error::backend("x").noted("y").storage_fault(), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use rewind_core::Error;
+use rewind_core::error::StorageFault;
 use rewind_core::model::{
     FileDiff, FileStatus, LeaseKey, LeaseTake, PartBody, RevertDescriptor, RevertHistoryEntry, Role,
 };
@@ -21,7 +22,10 @@ use crate::support::{
 /// The message of a failed open, with its sources.
 fn described(result: Result<SqlRepo, Error>) -> String {
     let error = result.expect_err("the store must be refused");
-    assert!(matches!(error, Error::Backend(_)), "{error:?}");
+    assert!(
+        matches!(error, Error::Backend(_) | Error::Storage { .. }),
+        "{error:?}"
+    );
     let mut text = error.to_string();
     let mut source = std::error::Error::source(&error);
     while let Some(cause) = source {
@@ -273,7 +277,10 @@ fn a_corrupt_sqlite_file_is_refused_untouched() {
         let file = SqliteFile::new();
         let garbage = b"this is not a SQLite database, it only has its name\n".repeat(200);
         std::fs::write(&file.path, &garbage).expect("writes");
-        let message = described(SqlRepo::open(file.config()).await);
+        let opened = SqlRepo::open(file.config()).await;
+        let fault = opened.as_ref().err().and_then(Error::storage_fault);
+        assert_eq!(fault, Some(StorageFault::Corrupt));
+        let message = described(opened);
         assert!(
             message.contains(&file.path.display().to_string()),
             "{message}"
@@ -545,7 +552,10 @@ fn a_locked_sqlite_file_is_refused_after_the_busy_timeout() {
 
         let mut config = file.config();
         config.busy_timeout = Duration::from_millis(200);
-        let message = described(SqlRepo::open(config).await);
+        let opened = SqlRepo::open(config).await;
+        let fault = opened.as_ref().err().and_then(Error::storage_fault);
+        assert_eq!(fault, Some(StorageFault::Locked));
+        let message = described(opened);
         assert!(
             message.contains(&file.path.display().to_string()),
             "{message}"
@@ -862,7 +872,12 @@ fn a_sqlite_file_deleted_or_replaced_under_an_open_handle_refuses_writes() {
             }
             let refused = |result: Result<(), Error>| {
                 let text = match result {
-                    Err(error @ Error::Backend(_)) => error.to_string(),
+                    Err(
+                        error @ Error::Storage {
+                            fault: StorageFault::Replaced,
+                            ..
+                        },
+                    ) => error.to_string(),
                     other => panic!("a write must be refused: {other:?}"),
                 };
                 assert!(

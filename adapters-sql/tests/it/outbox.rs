@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rewind_core::Error;
+use rewind_core::error::StorageFault;
 use rewind_core::model::{Event, LeaseKey, LeaseTake, StoredEvent};
 use rewind_core::ports::{Change, Guard, MessageRepo};
 use rewind_sql::SqlRepo;
@@ -435,7 +436,7 @@ async fn locked_within_the_busy_timeout(
             panic!("{what} is answered within the busy timeout, not when A lets go")
         });
     assert!(
-        matches!(&answered, Err(Error::Backend(source)) if matches!(
+        matches!(&answered, Err(Error::Storage { fault: StorageFault::Locked, source }) if matches!(
             source.downcast_ref::<rewind_sql::SqlError>(),
             Some(rewind_sql::SqlError::Locked { .. })
         )),

@@ -7,7 +7,8 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rewind_core::Error;
-use rewind_core::error::Noted;
+use rewind_core::error::BoxError;
+use rewind_core::error::{Noted, StorageFault};
 use rewind_core::model::SessionId;
 use serde_json::{Value, json};
 
@@ -37,39 +38,6 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     /// 500: an internal fault; `public` is sent, the cause has been logged.
     Internal(String),
-}
-
-/// Whether an error's text says a disk is full: the system's `ENOSPC`, or SQLite's `SQLITE_FULL`.
-fn disk_is_full(cause: &str) -> bool {
-    cause.contains("No space left on device") || cause.contains("database or disk is full")
-}
-
-/// The database's own error that `error` is or has among its causes (a rollback's note, `Error::noted`,
-/// has the error it follows as its cause), if any.
-fn sql_cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rewind_sql::SqlError> {
-    let mut next = Some(error);
-    while let Some(cause) = next {
-        if let Some(sql) = cause.downcast_ref::<rewind_sql::SqlError>() {
-            return Some(sql);
-        }
-        next = cause.source();
-    }
-    None
-}
-
-/// The note a rollback put after `error` (`Error::noted`), if any.
-fn error_note(error: &Error) -> Option<&str> {
-    match error {
-        Error::Backend(source) => source.downcast_ref::<Noted>().map(Noted::note),
-        _ => None,
-    }
-}
-
-/// The database lock `error` is, or the one its note follows (`Error::noted`).
-fn locked<'a>(
-    error: &'a (dyn std::error::Error + Send + Sync + 'static),
-) -> Option<&'a rewind_sql::SqlError> {
-    sql_cause(error).filter(|e| matches!(e, rewind_sql::SqlError::Locked { .. }))
 }
 
 impl ApiError {
@@ -124,62 +92,65 @@ impl ApiError {
                 tracing::error!(error = %error, "request failed");
                 ApiError::Internal(error.to_string())
             }
-            // Another process holding the database's write lock past the busy timeout is no internal
-            // fault (SPEC 9: 500 only for those): the request may be sent again once it lets go.
-            // Also under a rollback's note (`Error::noted`), which is said after it.
-            Error::Backend(source) if locked(source.as_ref()).is_some() => {
-                // Under a note, the lock's own text (not the causes `Noted` adds), then the note.
-                let message = match source.downcast_ref::<Noted>() {
-                    Some(noted) => format!("{}; {}", noted.error(), noted.note()),
-                    None => source.to_string(),
-                };
-                ApiError::Busy {
-                    session_id: session.map(|id| id.as_str().to_owned()),
-                    message,
-                }
-            }
+            Error::Storage { fault, source } => ApiError::from_storage(fault, source, session),
             error @ Error::Backend(_) => {
-                let cause = crate::report::chain(&error);
-                tracing::error!(error = %cause, "internal fault");
-                // A full disk is the machine's, not a fault of rewind's to hide: the client is told, so its
-                // user can free space (what a failed operation left is put back once there is). The cause
-                // itself stays in the log, as for any 500 (it may name the database).
-                let database = sql_cause(&error);
-                if let Some(rewind_sql::SqlError::Replaced { .. }) = database {
-                    ApiError::Internal(
-                        "the database file was deleted or replaced while the server had it open; nothing \
-                         was stored: restart the server to use the file now at that path; the server log \
-                         names it"
-                            .to_owned(),
-                    )
-                } else if database.is_some_and(rewind_sql::SqlError::is_unreachable) {
-                    // Review: a Postgres that is down answered "internal error" after 30 s. A rollback's
-                    // note stays after it, as after a lock.
-                    let note = error_note(&error)
-                        .map(|note| format!("; {note}"))
-                        .unwrap_or_default();
-                    ApiError::Internal(format!(
-                        "the database cannot be reached (its PostgreSQL server is down or unreachable): \
-                         try again once it is back; an operation it interrupted is finished by the next \
-                         one; the server log names it{note}"
-                    ))
-                } else if let Some(rewind_sql::SqlError::Corrupt { .. }) = database {
-                    ApiError::Internal(
-                        "the database is corrupt; nothing was stored; the server log names it"
-                            .to_owned(),
-                    )
-                } else if disk_is_full(&cause) {
-                    ApiError::Internal(
-                        "a disk rewind writes to (the worktree's or the data directory's) is full; free \
-                         some space and try again: an operation that could not finish is put back once \
-                         there is; the server log has the cause"
-                            .to_owned(),
-                    )
-                } else {
-                    ApiError::Internal("internal error; the server log has the cause".to_owned())
-                }
+                tracing::error!(error = %crate::report::chain(&error), "internal fault");
+                ApiError::Internal("internal error; the server log has the cause".to_owned())
             }
         }
+    }
+
+    /// Maps a storage fault. Another process holding the database's write lock past the busy timeout is no
+    /// internal fault (SPEC 9: 500 only for those): a 409, as the request may be sent again once it lets go.
+    /// The other faults are the machine's, not faults of rewind's to hide: a 500 that says which, so its user
+    /// can act (free space, restart, restore a backup); the cause itself stays in the log, as for any 500
+    /// (it may name the database). A rollback's note (`Error::noted`) is said after either.
+    fn from_storage(
+        fault: StorageFault,
+        source: BoxError,
+        session: Option<&SessionId>,
+    ) -> ApiError {
+        let noted = source.downcast_ref::<Noted>();
+        if fault == StorageFault::Locked {
+            // Under a note, the lock's own text (not the causes `Noted` adds), then the note.
+            let message = match noted {
+                Some(noted) => format!("{}; {}", noted.error(), noted.note()),
+                None => source.to_string(),
+            };
+            return ApiError::Busy {
+                session_id: session.map(|id| id.as_str().to_owned()),
+                message,
+            };
+        }
+        tracing::error!(error = %rewind_core::error::chain(source.as_ref()), "storage fault");
+        let note = noted
+            .map(|noted| format!("; {}", noted.note()))
+            .unwrap_or_default();
+        let said = match fault {
+            StorageFault::Replaced => {
+                "the database file was deleted or replaced while the server had it open; nothing was \
+                 stored: restart the server to use the file now at that path; the server log names it"
+            }
+            // Review: a Postgres that is down answered "internal error" after 30 s.
+            StorageFault::Unreachable => {
+                "the database cannot be reached (its PostgreSQL server is down or unreachable): try again \
+                 once it is back; an operation it interrupted is finished by the next one; the server log \
+                 names it"
+            }
+            StorageFault::Corrupt => {
+                "the database is corrupt; nothing was stored; the server log names it"
+            }
+            StorageFault::DiskFull => {
+                "a disk rewind writes to (the worktree's or the data directory's) is full; free some space \
+                 and try again: an operation that could not finish is put back once there is; the server \
+                 log has the cause"
+            }
+            StorageFault::ReadOnly | StorageFault::Locked => {
+                "a disk or database rewind writes to (the worktree's, the data directory's or the \
+                 database) can only be read; the server log names it"
+            }
+        };
+        ApiError::Internal(format!("{said}{note}"))
     }
 
     /// The status of this error.
@@ -307,26 +278,21 @@ mod tests {
     }
 
     /// A database locked by another process past the busy timeout is a 409 that says so, not a 500; also
-    /// when a rollback has put a note after it (`Error::noted`: the lock is then a cause).
+    /// when a rollback has put a note after it (`Error::noted`).
     #[test]
     fn a_locked_database_is_busy_not_an_internal_fault() {
         let session = SessionId::parse("ses_0123456789abABCDEFGHIJKLMN").expect("id");
-        let locked = || -> Error {
-            rewind_sql::SqlError::Locked {
-                target: "/data/rewind.db".to_owned(),
-                waited_ms: 5000,
-                source: sea_orm::DbErr::Custom("database is locked".to_owned()).into(),
-            }
-            .into()
-        };
+        let text =
+            "the database /data/rewind.db is locked by another process; retry when it has finished";
+        let locked = || Error::storage(StorageFault::Locked, text);
         let note = "the files it had changed were put back";
-        let as_text = Error::backend(locked().to_string()).noted(note);
+        let as_text = Error::backend(text).noted(note);
         assert_eq!(
             ApiError::from_core(as_text, Some(&session))
                 .status()
                 .as_u16(),
             500,
-            "the same text without the lock is no lock"
+            "the same text without the fault is no lock"
         );
         for (error, ends) in [(locked(), "finished"), (locked().noted(note), note)] {
             let api = ApiError::from_core(error, Some(&session));
@@ -336,12 +302,8 @@ mod tests {
             assert_eq!(body["sessionID"], session.as_str());
             let message = body["message"].as_str().unwrap_or_default();
             assert!(
-                message.contains("is locked by another process") && message.ends_with(ends),
+                message.starts_with(text) && message.ends_with(ends),
                 "{message}"
-            );
-            assert!(
-                !message.contains("database is locked"),
-                "the driver's own text stays in the log: {message}"
             );
         }
     }
@@ -354,73 +316,44 @@ mod tests {
         assert!(!api.body().to_string().contains("hunter2"));
     }
 
-    /// A full disk is still a 500, whose message says so (black-box: "internal error" hid it).
+    /// Every other storage fault is a 500 that says which (black-box: "internal error" hid a full disk, and
+    /// a PostgreSQL that is down after 30 s), without its cause (which may name the database), with a
+    /// rollback's note after it; the same words as a backend fault say nothing of the kind (review: a full
+    /// disk was found by the text of its error).
     #[test]
-    fn a_full_disk_is_a_500_that_says_so() {
-        for cause in [
-            "writing /data/x: No space left on device (os error 28)",
-            "committing failed: database or disk is full",
-        ] {
-            let api = ApiError::from_core(Error::backend(cause), None);
-            assert_eq!(api.status().as_u16(), 500);
-            let message = api.body()["data"]["message"].to_string();
-            assert!(message.contains("is full; free some space"), "{message}");
-            assert!(!message.contains("/data/x"), "{message}");
-        }
-    }
-
-    /// A PostgreSQL database that cannot be reached (no connection from the pool in time, a refused
-    /// connection) is a 500 that says so and to try again (review: "internal error" after 30 s), without
-    /// the URL, and with a rollback's note after it; a connection that broke mid-statement (its outcome
-    /// unknown), a SQLite file and any other fault stay "internal error".
-    #[test]
-    fn an_unreachable_database_is_a_500_that_says_so() {
-        let query = |target: &str, source: sea_orm::DbErr| -> Error {
-            rewind_sql::SqlError::Query {
-                target: target.to_owned(),
-                context: "reading a session",
-                source: source.into(),
-            }
-            .into()
-        };
-        let postgres = "postgres://rewind:***@db.internal/rewind";
-        let io = || {
-            std::sync::Arc::new(sea_orm::sqlx::Error::Io(std::io::Error::from(
-                std::io::ErrorKind::ConnectionRefused,
-            )))
-        };
-        let timed_out =
-            || sea_orm::DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout);
-        let message = |error: Error| {
-            let api = ApiError::from_core(error, None);
-            assert_eq!(api.status().as_u16(), 500);
-            api.body()["data"]["message"].to_string()
-        };
-        for source in [
-            timed_out(),
-            sea_orm::DbErr::Conn(sea_orm::RuntimeErr::SqlxError(io())),
-        ] {
-            let said = message(query(postgres, source));
-            assert!(said.contains("the database cannot be reached"), "{said}");
-            assert!(!said.contains("db.internal"), "{said}");
-        }
+    fn storage_faults_are_500s_that_say_which() {
+        let cause =
+            "writing /data/x for postgres://rewind:***@db.internal: No space left on device";
         let note = "nothing was changed: no file had been written yet";
-        let said = message(query(postgres, timed_out()).noted(note));
-        assert!(
-            said.contains("the database cannot be reached") && said.contains(note),
-            "{said}"
-        );
-        for error in [
-            query(
-                postgres,
-                sea_orm::DbErr::Exec(sea_orm::RuntimeErr::SqlxError(io())),
-            ),
-            query("/data/rewind.db", timed_out()),
-            query(postgres, sea_orm::DbErr::Custom("syntax error".to_owned())),
+        for (fault, says) in [
+            (StorageFault::DiskFull, "is full; free some space"),
+            (StorageFault::Unreachable, "the database cannot be reached"),
+            (StorageFault::Corrupt, "the database is corrupt"),
+            (StorageFault::Replaced, "was deleted or replaced"),
+            (StorageFault::ReadOnly, "can only be read"),
         ] {
-            let said = message(error);
-            assert!(said.contains("internal error"), "{said}");
+            for (error, ends) in [
+                (Error::storage(fault, cause), "names it"),
+                (Error::storage(fault, cause).noted(note), note),
+            ] {
+                let api = ApiError::from_core(error, None);
+                assert_eq!(api.status().as_u16(), 500);
+                let message = api.body()["data"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                assert!(message.contains(says), "{fault:?}: {message}");
+                assert!(
+                    message.ends_with(ends) || (ends == "names it" && message.ends_with("cause")),
+                    "{fault:?}: {message}"
+                );
+                assert!(!message.contains("/data/x"), "{message}");
+                assert!(!message.contains("db.internal"), "{message}");
+            }
         }
+        let said =
+            ApiError::from_core(Error::backend(cause), None).body()["data"]["message"].to_string();
+        assert!(said.contains("internal error"), "{said}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, PoisonError};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StorageFault};
 use crate::model::{
     Capture, DiffSummary, EventPayload, FileStatus, IntentOperation, IntentRecord, LeaseToken,
     Message, MessageWithParts, Part, PartBody, PatchPart, RelPath, RevertDescriptor,
@@ -1626,7 +1626,13 @@ impl Rewind {
                 )
             }
         };
-        Error::Backend(format!("{error}; {failure}").into())
+        // Files may be left changed: a fault to look into, not a request to send again, whatever the error
+        // was; a full disk is still said to be one (the likeliest reason both failed).
+        let text = format!("{error}; {failure}");
+        match error.storage_fault() {
+            Some(fault @ StorageFault::DiskFull) => Error::storage(fault, text),
+            _ => Error::backend(text),
+        }
     }
 
     /// Restores an intent's files to its `before` snapshot (capturing their current state first, with a
