@@ -37,9 +37,12 @@ use crate::model::{
 ///   `applied`, and `diff(applied, before)`.
 /// - `restore` MUST make the tracked content (or the given paths) equal `to`, MUST NOT touch a path that is
 ///   already equal, and MUST NOT overwrite or delete anything that is not tracked content (ignored or
-///   skipped files are left alone and reported as kept).
-/// - `restore_since` MUST act as `restore` of its paths, except that a path whose tracked content (or
-///   absence) now differs from snapshot `since` MUST be left as it is and reported as kept.
+///   skipped files are left alone and reported as kept). It MUST NOT delete a file that `to` did not track
+///   (ignored by its rules, or skipped by the `track` that returned it; every such file when the store no
+///   longer knows what that track skipped): it may have existed then, so it is kept and reported as kept.
+/// - `restore_since` MUST act as `restore` of its paths, with two differences: a path whose tracked content
+///   (or absence) now differs from snapshot `since` MUST be left as it is and reported as kept, and a file
+///   `to` did not track is deleted like any other (it puts back exactly the state it captured).
 /// - `plan` MUST NOT change anything. For every file named in the patches the first patch naming it wins.
 /// - `revert` MUST check that every tree and blob it needs exists before touching any file; a missing one is
 ///   `Error::MissingObject` and no file is touched. It MUST delete a file only when it is tracked content now
@@ -104,7 +107,7 @@ pub trait SnapshotPort: Send + Sync {
         before: &SnapshotId,
         applied: &SnapshotId,
     ) -> Result<RevertDiffs>;
-    /// Makes the tracked content, or only `paths`, equal snapshot `to`.
+    /// Makes the tracked content, or only `paths`, equal snapshot `to`, keeping the files `to` did not track.
     async fn restore(
         &self,
         worktree: &Path,
@@ -114,7 +117,8 @@ pub trait SnapshotPort: Send + Sync {
     /// `restore` of `paths`, each only while its tracked content is still what snapshot `since` holds (a
     /// snapshot the caller took just before): a path that differs from `since` now was changed since by
     /// someone else, and is left as it is and reported as kept, so no content that is in no snapshot is
-    /// overwritten or deleted.
+    /// overwritten or deleted. Unlike `restore`, a file `to` did not track is deleted like any other: this
+    /// puts back exactly the state the caller captured.
     async fn restore_since(
         &self,
         worktree: &Path,

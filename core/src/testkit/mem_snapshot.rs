@@ -46,6 +46,19 @@ const CONTEXT_LINES: usize = 3;
 const NOT_TRACKED_NOW: &str =
     "exists but is not tracked content now (ignored or over the size cap), so it is left as it is";
 
+/// Why a restore to a snapshot leaves a file that snapshot did not track.
+const UNTRACKED_THEN: &str = "it was not tracked content in the snapshot restored (ignored or skipped then), so \
+                              it may have existed then; it is left as it is";
+
+/// Which restore `MemSnapshotStore::restore_now` makes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Restoring {
+    /// `restore`: a file the target snapshot did not track is kept.
+    ToSnapshot,
+    /// `restore_since`: the state the caller captured, exactly.
+    Since,
+}
+
 /// Why `restore_since` leaves a path alone.
 const CHANGED_SINCE: &str = "it changed after the snapshot this restore started from (by someone else), so \
                              its content is in no snapshot; it is left as it is";
@@ -1170,7 +1183,7 @@ impl MemSnapshotStore {
             })
             .map(RelPath::new)
             .collect::<Result<Vec<_>>>()?;
-        let mut outcome = self.restore_now(worktree, to, Some(scope))?;
+        let mut outcome = self.restore_now(worktree, to, Some(scope), Restoring::Since)?;
         for path in changed {
             outcome.kept.push(KeptPath {
                 path: RelPath::new(path)?,
@@ -1187,6 +1200,7 @@ impl MemSnapshotStore {
         worktree: &Path,
         to: &SnapshotId,
         paths: Option<Vec<RelPath>>,
+        restoring: Restoring,
     ) -> Result<RestoreOutcome> {
         Self::check_worktree(worktree)?;
         let mut stores = lock(&self.stores);
@@ -1216,6 +1230,15 @@ impl MemSnapshotStore {
         let mut kept = Vec::new();
         for path in tracked.keys() {
             if in_scope(path) && !target.contains_key(path) {
+                // A file `to` did not track may have existed then: a restore to it keeps the file.
+                if restoring == Restoring::ToSnapshot && store.untracked_at(to, target, path) {
+                    kept.push(KeptPath {
+                        path: RelPath::new(path.as_str())?,
+                        reason: UNTRACKED_THEN.to_owned(),
+                        from: None,
+                    });
+                    continue;
+                }
                 applier.delete(path);
             }
         }
@@ -1518,7 +1541,7 @@ impl SnapshotPort for MemSnapshotStore {
         to: &SnapshotId,
         paths: Option<Vec<RelPath>>,
     ) -> Result<RestoreOutcome> {
-        self.restore_now(worktree, to, paths)
+        self.restore_now(worktree, to, paths, Restoring::ToSnapshot)
     }
 
     async fn restore_since(

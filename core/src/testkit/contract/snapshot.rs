@@ -144,6 +144,7 @@ macro_rules! snapshot_contract_tests {
             restore_of_given_paths_touches_nothing_else,
             outcomes_list_paths_in_path_order,
             restore_never_touches_ignored_files,
+            restore_leaves_a_file_its_snapshot_did_not_track,
             restore_since_leaves_what_changed_since_alone,
             restore_brings_back_symlinks_and_modes,
             revert_applies_first_patch_wins,
@@ -972,6 +973,47 @@ pub async fn restore_never_touches_ignored_files(h: &dyn WorktreeHarness) {
     );
     assert_eq!(h.read("app.log"), text("log 2\n"));
     assert_eq!(h.read("secret/key"), text("k\n"));
+}
+
+/// A restore to a snapshot deletes no file that the snapshot did not track (ignored by its rules then): it
+/// may have existed then, so it is left as it is and reported as kept, as a revert's plan leaves it.
+/// `restore_since` has no such exception: it puts back exactly the state it captured, so the file goes.
+pub async fn restore_leaves_a_file_its_snapshot_did_not_track(h: &dyn WorktreeHarness) {
+    h.write(".gitignore", b"*.env\n");
+    h.write("a.txt", b"a1\n");
+    h.write("local.env", b"SECRET=1\n");
+    let first = track(h).await.id;
+    h.write(".gitignore", b"");
+    h.write("b.txt", b"b\n");
+    let now = track(h).await.id;
+
+    let outcome = h
+        .port()
+        .restore(h.root(), &first, None)
+        .await
+        .expect("restore");
+    assert_eq!(outcome.written, rels(&[".gitignore"]), "{outcome:?}");
+    assert_eq!(outcome.deleted, rels(&["b.txt"]), "{outcome:?}");
+    let kept: Vec<&str> = outcome.kept.iter().map(|k| k.path.as_str()).collect();
+    assert_eq!(kept, ["local.env"], "{outcome:?}");
+    assert_eq!(h.read("local.env"), text("SECRET=1\n"));
+
+    // The state `now` captured, put back, then undone by `restore_since`: the file it held goes.
+    h.write(".gitignore", b"");
+    h.write("b.txt", b"b\n");
+    assert_eq!(track(h).await.id, now);
+    let outcome = h
+        .port()
+        .restore_since(h.root(), &first, rels(&["local.env", "b.txt"]), &now)
+        .await
+        .expect("restore_since");
+    assert!(outcome.kept.is_empty(), "{outcome:?}");
+    assert_eq!(
+        outcome.deleted,
+        rels(&["b.txt", "local.env"]),
+        "{outcome:?}"
+    );
+    assert_eq!(h.read("local.env"), None);
 }
 
 /// Restore brings back symlinks as links and executable bits.
