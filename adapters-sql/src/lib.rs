@@ -11,8 +11,8 @@
 //!   IMMEDIATE`; on PostgreSQL an exclusive lock on the outbox table taken first in the transaction), so
 //!   outbox positions follow commit order with no gaps, and guards are checked against the state the
 //!   transaction commits on.
-//! - Leases are conditional writes (`INSERT … ON CONFLICT DO UPDATE … WHERE token = ours OR token =
-//!   replaced`), the same on both databases and across processes. On a SQLite file their commits do not
+//! - Leases are conditional writes (`INSERT … ON CONFLICT DO UPDATE … WHERE token = ours OR (token =
+//!   replaced [AND expires_at = as read])`), the same on both databases and across processes. On a SQLite file their commits do not
 //!   wait for the disk (`SqlRepo::lease_db`); every other commit does (`synchronous=FULL`).
 //! - Bodies are JSON text, never `jsonb`, so a part type rewind does not know reads back byte for byte.
 //! - A revert's large texts (its text diff, its session diff) are stored once, in a `shared_text` row that

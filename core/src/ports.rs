@@ -24,7 +24,8 @@ use crate::model::{
 /// The snapshot store of SPEC section 2.
 ///
 /// # Contract
-/// - Every call MUST name the worktree it is about; paths in and out MUST be worktree-relative.
+/// - Every call about a worktree MUST name it (`stored_worktrees` and `remove_gone_stores` are about the
+///   stores of this database); paths in and out MUST be worktree-relative.
 /// - `track` MUST return the same id for the same tracked content, MUST list every path it skipped, and MUST
 ///   fail with an error naming the file, never return a stale or empty id, when a regular file cannot be
 ///   read. Re-tracking an unchanged tree MUST NOT read file content.
@@ -47,7 +48,7 @@ use crate::model::{
 /// - `revert` MUST check that every tree and blob it needs exists before touching any file; a missing one is
 ///   `Error::MissingObject` and no file is touched. It MUST delete a file only when it is tracked content now
 ///   and was absent (and not untracked) at the winning patch's snapshot.
-/// - No call MUST write through a symlink or outside the worktree; every write MUST be atomic.
+/// - A call MUST NOT write through a symlink or outside the worktree; every write MUST be atomic.
 /// - `gc` MUST NOT delete an object reachable from `keep`, from the stat cache, or from an id returned by
 ///   `track` or `revert` within `grace`.
 /// - `remove_gone_stores` MUST NOT remove the store of a worktree that exists, of one in `named`, or of one
@@ -61,8 +62,9 @@ pub trait SnapshotPort: Send + Sync {
     async fn track(&self, worktree: &Path) -> Result<TrackOutcome>;
     /// Whether `id` is a snapshot this worktree's store took (a `track` returned it), not merely a tree
     /// it holds (a subdirectory's, or git's empty tree): what an id a user typed must be before it is
-    /// restored or compared. `MissingObject` when the store does not hold it at all. True by default (a
-    /// store that keeps no such list).
+    /// restored or compared. `MissingObject` when the store does not hold it at all, `InvalidInput` when it
+    /// holds it as another kind of object (a blob). True by default, for any id (a store that keeps no
+    /// such list: a missing one fails where it is used).
     async fn is_snapshot(&self, worktree: &Path, id: &SnapshotId) -> Result<bool> {
         let _ = (worktree, id);
         Ok(true)
@@ -167,7 +169,8 @@ pub trait SnapshotPort: Send + Sync {
         self.gc(worktree, keep, grace).await
     }
     /// Removes the empty directories at and above `paths` (deepest first; the worktree itself never) that
-    /// were made at or after `made_since` (epoch ms: when the operation began) and that snapshot `to` does
+    /// were made at or after `made_since` (epoch ms: when the operation began; a store may allow a few
+    /// milliseconds of slack for the clock of the file system's birth times) and that snapshot `to` does
     /// not have: neither as a directory holding tracked content nor as one its tracks saw empty. What an
     /// interrupted operation made and emptied, which the restore that puts its files back has no file left
     /// in to delete (SPEC 8: wholly before); a directory the user had made before stays. Nothing when what
@@ -384,9 +387,9 @@ pub struct Transaction {
 ///
 /// # Contract
 /// - `commit` MUST apply all of a transaction's changes and append all of its events to the outbox, or none
-///   of them. It MUST fail with the error a guard names when it does not hold (`Error::LeaseLost` for the
-///   lease and intent guards), and with `Error::NotFound` when a change refers to a session or message
-///   that does not exist (nothing stored in either case).
+///   of them. It MUST fail with the error a guard names when it does not hold (`Error::LeaseLost` for
+///   `LeaseHeld` and `IntentExists`, `Error::Busy` for `LeaseNotTaken`), and with `Error::NotFound` when a
+///   change refers to a session or message that does not exist (nothing stored in either case).
 /// - A `session.updated` event of a session the transaction puts or updates MUST carry what a client
 ///   sets (title, metadata, archive time) and the update time as stored when it commits, and, when the
 ///   transaction updates it (`UpdateSession`), the whole session as stored when it commits: what an
@@ -399,11 +402,15 @@ pub struct Transaction {
 ///   reading the parts' bodies. `message_infos` MUST equal the `info` of each of `messages`, in order.
 ///   `sessions` MUST return newest first (ascending session id).
 /// - `take_lease` MUST be a conditional write: it MUST succeed only when no lease exists for the key, when the
-///   existing one has the same token (re-entry), or when `replacing` names the existing lease's token (a
-///   takeover the caller has judged allowed). Otherwise it MUST answer `Held` with the current lease.
+///   existing one has the same token (re-entry), or when `replacing` names the existing lease's token (and
+///   its expiry, when given) as the caller read them (a takeover the caller has judged allowed, of the
+///   lease as it was then); a worktree's lease MUST NOT be taken while another token holds the lease of a
+///   worktree inside it or enclosing it. Otherwise it MUST answer `Held` with the lease that stands in
+///   the way.
 /// - `take_leases` MUST take every one of `leases` (each by `take_lease`'s rule, with no takeover) in one
 ///   transaction, or none of them: when one is held by another token, no lease is changed, and the answer
-///   is `Held` for each lease that was refused and `Taken` for the others.
+///   is `Held` for each lease that was refused and `Taken` for the others (which would have been taken:
+///   none is held after the call).
 /// - `renew_lease` MUST extend the lease only while `token` holds it, and report whether it did.
 /// - `release_lease` MUST remove the lease only while `token` holds it.
 /// - `events_after` MUST return committed events in commit order, with no gaps and no duplicates, and MUST
@@ -490,7 +497,8 @@ pub trait MessageRepo: Send + Sync {
     async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>>;
     /// The captures, oldest first; only those of `directory` when given.
     async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>>;
-    /// Every snapshot id the stored rows refer to, of the sessions of `directory` when given.
+    /// Every snapshot id the stored rows refer to; when `directory` is given, those of its sessions and of
+    /// the intents and captures of that directory.
     async fn referenced_snapshots(&self, directory: Option<String>)
     -> Result<BTreeSet<SnapshotId>>;
 }

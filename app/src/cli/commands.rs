@@ -73,11 +73,12 @@ pub async fn run(
             | Command::Redo { .. }
             | Command::Revert { .. }
             | Command::Unrevert { .. }
+            | Command::Gc { .. }
             | Command::Snapshot(SnapshotCommand::Diff { .. } | SnapshotCommand::Restore { .. }) => {
                 context::project_directory(settings, directory)?;
                 anyhow::bail!(
                     "no rewind database at {}: nothing has been recorded with this data directory, so \
-                     there is nothing to show or undo (is --data-dir, REWIND_DATA_DIR or --database-url \
+                     there is nothing to show, undo or collect (is --data-dir, REWIND_DATA_DIR or --database-url \
                      the one you recorded with? `rewind exec -- COMMAND…` records a session); nothing was \
                      created",
                     file.display()
@@ -120,8 +121,9 @@ pub async fn run(
         Command::Snapshot(SnapshotCommand::Restore { id, paths }) => {
             snapshot::restore(&ctx, &id, &paths).await
         }
+        // Dispatched by `cli::run` before any context is opened; never sent here.
         Command::Serve(_) | Command::Demo { .. } => {
-            unreachable!("`serve` and `demo` are dispatched by cli::run")
+            anyhow::bail!("`serve` and `demo` are not commands on a context")
         }
     }
 }

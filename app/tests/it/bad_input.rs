@@ -33,8 +33,9 @@ fn commands_on_a_data_directory_without_a_database_say_so_and_create_nothing() {
             .expect("runs")
     };
     let database = typo.join("rewind.db");
-    let commands: [&[&str]; 8] = [
+    let commands: [&[&str]; 9] = [
         &["log"],
+        &["gc"],
         &["diff"],
         &["undo"],
         &["redo"],
@@ -241,11 +242,23 @@ fn a_malformed_id_is_refused_before_anything_is_made() {
         assert!(made.is_empty(), "`rewind {}` made {made:?}", args.join(" "));
     }
     // A well-formed snapshot id that names nothing: with no database yet, there is nothing to diff
-    // against; with one (`gc` makes it and snapshots nothing), it is refused before the worktree is
-    // snapshotted.
+    // against; with one (made by a recording in another directory), it is refused before the worktree is
+    // snapshotted: no object is stored.
     let stderr = env.fails(&["snapshot", "diff", missing_snapshot]);
     assert!(stderr.contains("no rewind database at"), "{stderr}");
-    env.ok(&["gc"]);
+    let elsewhere = tempfile::TempDir::new().expect("another directory");
+    let recorded = env
+        .rewind_in(elsewhere.path(), &["exec", "--", "true"])
+        .output()
+        .expect("runs");
+    assert!(recorded.status.success(), "{recorded:?}");
+    let objects = || -> Vec<std::path::PathBuf> {
+        walk_files(&env.data.path().join("snapshot"))
+            .into_iter()
+            .filter(|path| path.components().any(|c| c.as_os_str() == "objects"))
+            .collect()
+    };
+    let stored = objects();
     let files = env.state();
     let stderr = env.fails(&["snapshot", "diff", missing_snapshot]);
     assert!(stderr.contains("missing"), "{stderr}");
@@ -254,14 +267,7 @@ fn a_malformed_id_is_refused_before_anything_is_made() {
         &files,
         "after `rewind snapshot diff` of a missing snapshot",
     );
-    let stored: Vec<std::path::PathBuf> = walk_files(&env.data.path().join("snapshot"))
-        .into_iter()
-        .filter(|path| path.components().any(|c| c.as_os_str() == "objects"))
-        .collect();
-    assert!(
-        stored.is_empty(),
-        "the worktree was snapshotted: {stored:?}"
-    );
+    assert_eq!(objects(), stored, "the worktree was snapshotted");
     let tracked = env.json(&["snapshot", "track"]);
     assert!(tracked["id"].is_string(), "{tracked}");
     let stderr = env.fails(&["snapshot", "diff", missing_snapshot]);

@@ -178,6 +178,7 @@ fn gc_frees_unreferenced_snapshots_and_undo_still_works() {
         "sqlite://{}?mode=rwc",
         env.data.path().join("other.db").display()
     );
+    env.json(&["--database-url", &other, "snapshot", "track"]);
     let status = env.json(&["--database-url", &other, "status"]);
     assert!(status.get("lastGc").is_none(), "{status:#}");
     env.json(&["--database-url", &other, "gc", "--older-than", "0"]);
