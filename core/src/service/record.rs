@@ -388,6 +388,7 @@ impl Rewind {
             for part in &parts {
                 self.push_part(&mut transaction, part.clone());
             }
+            self.push_tool_outside_a_step(&mut transaction, &session, &info.id, &parts);
             let committed = self.repo.commit(transaction).await;
             if self
                 .settle(
@@ -456,6 +457,7 @@ impl Rewind {
             for part in &parts {
                 self.push_part(&mut transaction, part.clone());
             }
+            self.push_tool_outside_a_step(&mut transaction, session, &info.id, &parts);
             self.repo.commit(transaction).await?;
             Ok(MessageWithParts { info, parts })
         }
@@ -615,6 +617,9 @@ impl Rewind {
             session: session_id.clone(),
             point: session.revert.as_ref().map(|r| r.point()),
         };
+        let outside_step = self
+            .tool_outside_a_step(&session, message_id, &part)
+            .await?;
         let mut tries = 0;
         loop {
             if tries > 0 {
@@ -643,6 +648,10 @@ impl Rewind {
                 ..Transaction::default()
             };
             self.push_part(&mut transaction, part.clone());
+            if outside_step {
+                let warning = self.tool_outside_a_step_warning(&session, message_id, &part.id);
+                self.push_warning(&mut transaction, session_id, warning);
+            }
             let committed = self.repo.commit(transaction).await;
             let revert_seen = session.revert.as_ref().map(|r| r.point());
             if self
@@ -659,6 +668,73 @@ impl Rewind {
         }
         self.touch_step(&session).await;
         Ok(part)
+    }
+
+    /// Whether `part` is a tool part recorded while no step of its message is open, the first such part of
+    /// that message (the warning is said once per message). A step is a `step-start`, its tool parts, then
+    /// its `step-finish` (SPEC's glossary): what a tool changes before its step begins is in the step's
+    /// start snapshot, and what it changes after the step finished in no patch, so neither is undone
+    /// (OpenCode's `snapshot-tool-race` test guards its own processor against the first; a client of
+    /// rewind begins the step itself). Said, as rewind cannot tell when the tool ran.
+    async fn tool_outside_a_step(
+        &self,
+        session: &Session,
+        message_id: &MessageId,
+        part: &Part,
+    ) -> Result<bool> {
+        if !matches!(part.body, PartBody::Tool(_))
+            || session
+                .step
+                .as_ref()
+                .is_some_and(|step| &step.message_id == message_id)
+        {
+            return Ok(false);
+        }
+        let said = tool_outside_a_step_words(message_id);
+        Ok(!self
+            .repo
+            .warnings(&session.id)
+            .await?
+            .iter()
+            .any(|warning| warning.message.contains(&said)))
+    }
+
+    /// A new message's parts: the warning for the first tool part among them, if any (no step of a message
+    /// not stored yet is open; [`Self::tool_outside_a_step`]).
+    fn push_tool_outside_a_step(
+        &self,
+        transaction: &mut Transaction,
+        session: &Session,
+        message_id: &MessageId,
+        parts: &[Part],
+    ) {
+        if let Some(tool) = parts.iter().find(|p| matches!(p.body, PartBody::Tool(_))) {
+            let warning = self.tool_outside_a_step_warning(session, message_id, &tool.id);
+            self.push_warning(transaction, &session.id, warning);
+        }
+    }
+
+    /// The warning for a tool part recorded while no step of its message was open
+    /// ([`Self::tool_outside_a_step`]).
+    fn tool_outside_a_step_warning(
+        &self,
+        session: &Session,
+        message_id: &MessageId,
+        part: &PartId,
+    ) -> Warning {
+        Warning {
+            time: self.now(),
+            message: format!(
+                "tool part {part}: {}. What a tool changes outside a step is in no step's patch, so undo and \
+                 revert do not take it back (it counts as a change made outside the session's steps): begin a \
+                 step (`POST /session/{}/message/{message_id}/step`) before the agent's tools run, and record \
+                 their parts before it finishes. Said once per message",
+                tool_outside_a_step_words(message_id),
+                session.id
+            ),
+            snapshot: None,
+            files: Vec::new(),
+        }
     }
 
     /// Begins a step of an assistant message: takes the session's lease for the step, snapshots the
@@ -2108,6 +2184,11 @@ fn refuse_open_step(session: &Session) -> Result<()> {
         )),
         None => Ok(()),
     }
+}
+
+/// The words that say a tool part of `message` was recorded while no step of it was open.
+fn tool_outside_a_step_words(message: &MessageId) -> String {
+    format!("recorded in message {message} while no step of that message was open")
 }
 
 #[cfg(test)]

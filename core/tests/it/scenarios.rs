@@ -790,6 +790,93 @@ fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
     })
 }
 
+/// A tool part recorded while no step of its message is open (before its step begins, or after it
+/// finished) ran where no step's patch sees what it changed: OpenCode's `snapshot-tool-race` test guards its
+/// processor against a tool that runs before `start-step`; a client of rewind begins its steps itself, so
+/// rewind says it, once per message, in the same commit as the part (checklist review: the revert then
+/// left the tool's file without a word). A tool part inside an open step, or of another message's open
+/// step, is not named; a message created with a tool part among its parts is.
+#[test]
+fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let tool = |call: &str| {
+            NewPart::new(PartBody::Tool(rewind_core::model::ToolPart {
+                extra: serde_json::json!({"callID": call, "tool": "bash", "state": {"status": "completed"}})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            }))
+        };
+        let outside = |warnings: &[Warning]| -> Vec<String> {
+            warnings
+                .iter()
+                .filter(|w| w.message.contains("while no step of that message was open"))
+                .map(|w| w.message.clone())
+                .collect()
+        };
+        let a1 = w.prompt(&s.id, "one").await;
+        let before = w.last_seq().await;
+        let early = w
+            .rewind
+            .append_part(&s.id, &a1, tool("c1"))
+            .await
+            .expect("tool");
+        assert_eq!(
+            w.event_types_after(before).await,
+            ["message.part.updated", "session.warning"]
+        );
+        w.rewind
+            .append_part(&s.id, &a1, tool("c2"))
+            .await
+            .expect("tool");
+        let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains(early.id.as_str()) && said[0].contains(a1.as_str()),
+            "{said:?}"
+        );
+        // Inside its step: nothing more is said.
+        w.rewind.begin_step(&s.id, &a1).await.expect("begin");
+        w.rewind
+            .append_part(&s.id, &a1, tool("c3"))
+            .await
+            .expect("tool");
+        w.rewind
+            .finish_step(&s.id, &a1, rewind_core::service::StepEnd::default())
+            .await
+            .expect("finish");
+        assert_eq!(
+            outside(&w.rewind.warnings(&s.id).await.expect("warnings")).len(),
+            1
+        );
+        // Another message's first tool part outside its step is said for that message.
+        let a2 = w.prompt(&s.id, "two").await;
+        w.rewind
+            .append_part(&s.id, &a2, tool("c4"))
+            .await
+            .expect("tool");
+        let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said[1].contains(a2.as_str()), "{said:?}");
+        // Recorded with its message.
+        let mut message = NewMessage::assistant();
+        message.parts = vec![tool("c5"), tool("c6")];
+        let a3 = w
+            .rewind
+            .create_message(&s.id, message)
+            .await
+            .expect("message");
+        let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
+        assert_eq!(said.len(), 3, "{said:?}");
+        assert!(
+            said[2].contains(a3.info.id.as_str()) && said[2].contains(a3.parts[0].id.as_str()),
+            "{said:?}"
+        );
+    })
+}
+
 /// A revert to a part inside a step, made permanent, leaves that step's start without a finish (the
 /// revert undid what the step changed). A hand edit after it, overwritten by a later revert, is still named
 /// as changed outside the session's steps (SPEC 6 step 7, 12.5). Review: the gap after such a step was not

@@ -1648,3 +1648,73 @@ async fn a_diff_row_without_a_patch_or_of_a_binary_file_is_served() -> Result<()
     );
     app.stop().await
 }
+
+/// The checklist review's repro of OpenCode's `snapshot-tool-race` (test 61): a client records a tool's
+/// part, whose command wrote a file, before it begins the step. rewind cannot undo that file (the step's
+/// start snapshot holds it), so it says why: a warning naming the tool part, once for the message, kept and
+/// published; the revert leaves the file, and the step's own file goes.
+#[tokio::test]
+async fn a_tool_part_recorded_before_its_step_is_warned_of() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let user = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": "make two files"}]}),
+        )
+        .await?;
+    let assistant = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"role": "assistant"}),
+        )
+        .await?;
+    let assistant_id = id_of(&assistant["info"])?;
+    let tool = |call: &str| json!({"type": "tool", "callID": call, "tool": "bash", "state": {"status": "completed"}});
+    app.write("early.txt", "written by a tool before the step\n")?;
+    let part = app
+        .ok(
+            &format!("/session/{session}/message/{assistant_id}/part"),
+            tool("c1"),
+        )
+        .await?;
+    let part_id = id_of(&part)?;
+    app.ok(
+        &format!("/session/{session}/message/{assistant_id}/step"),
+        json!({}),
+    )
+    .await?;
+    app.write("late.txt", "written inside the step\n")?;
+    app.ok(
+        &format!("/session/{session}/message/{assistant_id}/part"),
+        tool("c2"),
+    )
+    .await?;
+    app.ok(
+        &format!("/session/{session}/message/{assistant_id}/step/finish"),
+        json!({"reason": "stop"}),
+    )
+    .await?;
+
+    let warnings = app.read(&format!("/session/{session}/warnings")).await?;
+    let said: Vec<&str> = warnings
+        .as_array()
+        .context("a list")?
+        .iter()
+        .filter_map(|w| w["message"].as_str())
+        .filter(|m| m.contains("while no step of that message was open"))
+        .collect();
+    assert_eq!(said.len(), 1, "{warnings:#}");
+    assert!(
+        said[0].contains(&part_id) && said[0].contains(&assistant_id),
+        "{said:?}"
+    );
+    app.revert_to(&session, &id_of(&user["info"])?).await?;
+    assert_eq!(app.file("late.txt"), None, "the step's file is undone");
+    assert_eq!(
+        app.file("early.txt").as_deref(),
+        Some("written by a tool before the step\n"),
+        "the tool's file before the step is not the step's"
+    );
+    app.stop().await
+}
