@@ -132,8 +132,14 @@ impl Rewind {
         session: Option<&SessionId>,
     ) -> Result<HeldLease> {
         let holder = self.operation_holder();
-        self.acquire_with(key, (token, holder), ttl_ms, session, true)
-            .await
+        self.acquire_with(
+            key,
+            (token, holder),
+            ttl_ms,
+            session,
+            GoneHolder::FinishItsIntent,
+        )
+        .await
     }
 
     /// `acquire` for the session's lease of a step of its own, with `token`, for the step timeout: held
@@ -146,8 +152,14 @@ impl Rewind {
     ) -> Result<HeldLease> {
         let key = LeaseKey::Session(session.clone());
         let (holder, ttl) = (self.holder(), self.config.step_timeout_ms);
-        self.acquire_with(key, (token, holder), ttl, Some(session), true)
-            .await
+        self.acquire_with(
+            key,
+            (token, holder),
+            ttl,
+            Some(session),
+            GoneHolder::FinishItsIntent,
+        )
+        .await
     }
 
     /// `acquire` for recovery itself, which is finishing the intent: a holder that is gone is taken over
@@ -160,7 +172,7 @@ impl Rewind {
         session: Option<&SessionId>,
     ) -> Result<HeldLease> {
         let holder = self.operation_holder();
-        self.acquire_with(key, (token, holder), ttl_ms, session, false)
+        self.acquire_with(key, (token, holder), ttl_ms, session, GoneHolder::TakeOver)
             .await
     }
 
@@ -170,7 +182,7 @@ impl Rewind {
         (token, holder): (&LeaseToken, crate::model::Holder),
         ttl_ms: u64,
         session: Option<&SessionId>,
-        finish_intents: bool,
+        gone: GoneHolder,
     ) -> Result<HeldLease> {
         let mut replacing = None;
         let mut attempts = 0;
@@ -188,7 +200,7 @@ impl Rewind {
             if !self.is_abandoned(&current) || attempts > TAKEOVER_ATTEMPTS {
                 return Err(busy_error(&current, session));
             }
-            let recovered = if finish_intents {
+            let recovered = if gone == GoneHolder::FinishItsIntent {
                 self.finish_intents_of(&current, session).await?
             } else {
                 false
@@ -198,7 +210,7 @@ impl Rewind {
             } else if current.key == key {
                 // As judged: a holder that renewed it since is alive, and keeps it.
                 replacing = Some(Replacing::seen(&current));
-            } else if !finish_intents
+            } else if gone == GoneHolder::TakeOver
                 && self
                     .repo
                     .intents()
@@ -418,4 +430,13 @@ const TAKEOVER_ATTEMPTS: u32 = 8;
 /// inside or around the one asked for.
 fn busy_error(current: &Lease, session: Option<&SessionId>) -> Error {
     Error::lease_busy(&current.key, &current.holder, session)
+}
+
+/// What `acquire_with` does with a lease whose holder is gone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GoneHolder {
+    /// Finishes the holder's intent record first (SPEC 8), then takes the lease as a free one.
+    FinishItsIntent,
+    /// Takes the lease over as it is: the caller is recovery, finishing that intent itself.
+    TakeOver,
 }
