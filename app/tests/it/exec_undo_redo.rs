@@ -1103,3 +1103,95 @@ fn two_undos_run_at_once_undo_two_turns() {
         );
     }
 }
+
+/// OpenCode's test 28 through the user's own git configuration, as git finds it: the global excludes file
+/// at its XDG default (`$XDG_CONFIG_HOME/git/ignore`), named by `core.excludesFile` in `~/.gitconfig`, or in
+/// the file `GIT_CONFIG_GLOBAL` names (checklist review: the adapter's tests hand it the path). Each time
+/// `git check-ignore`, run with the same environment, is the oracle: a file it ignores is not in the
+/// turn's files, and `undo` leaves it as the command left it.
+#[test]
+fn the_global_excludes_file_is_found_where_git_finds_it() {
+    enum Global {
+        XdgDefault,
+        HomeGitconfig,
+        ConfigGlobal,
+    }
+    for global in [
+        Global::XdgDefault,
+        Global::HomeGitconfig,
+        Global::ConfigGlobal,
+    ] {
+        let env = Env::git_checkout();
+        let home = env.config_home.path();
+        let excludes = home.join("my-excludes");
+        let mut variables: Vec<(&str, std::path::PathBuf)> = Vec::new();
+        match global {
+            Global::XdgDefault => {
+                std::fs::create_dir_all(home.join("git")).expect("mkdir");
+                std::fs::write(home.join("git/ignore"), "*.env\n").expect("write");
+            }
+            Global::HomeGitconfig => {
+                std::fs::write(&excludes, "*.env\n").expect("write");
+                let config = format!("[core]\n\texcludesFile = {}\n", excludes.display());
+                std::fs::write(home.join(".gitconfig"), config).expect("write");
+            }
+            Global::ConfigGlobal => {
+                std::fs::write(&excludes, "*.env\n").expect("write");
+                let file = home.join("elsewhere.gitconfig");
+                let config = format!("[core]\n\texcludesFile = {}\n", excludes.display());
+                std::fs::write(&file, config).expect("write");
+                variables.push(("GIT_CONFIG_GLOBAL", file));
+            }
+        }
+        std::fs::write(env.path().join("secret.env"), "KEY=1\n").expect("write");
+        let ignored_by_git = std::process::Command::new("git")
+            .current_dir(env.path())
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home)
+            .envs(variables.iter().map(|(k, v)| (*k, v)))
+            .args(["check-ignore", "-q", "secret.env"])
+            .status()
+            .expect("git check-ignore")
+            .success();
+        assert!(ignored_by_git, "the oracle ignores it");
+        let output = env
+            .rewind(&[
+                "--json",
+                "exec",
+                "--",
+                "sh",
+                "-c",
+                "printf 'KEY=2\\n' > secret.env; printf 'changed\\n' > a.txt",
+            ])
+            .envs(variables.iter().map(|(k, v)| (*k, v)))
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        let files: Vec<&str> = report["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .filter_map(|file| file.as_str())
+            .collect();
+        assert!(
+            files.len() == 1 && files[0].ends_with("/a.txt"),
+            "{files:?}"
+        );
+        let undo = env
+            .rewind(&["undo"])
+            .envs(variables.iter().map(|(k, v)| (*k, v)))
+            .output()
+            .expect("runs");
+        assert!(undo.status.success(), "{undo:?}");
+        assert_eq!(
+            std::fs::read_to_string(env.path().join("a.txt")).expect("read"),
+            "committed\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(env.path().join("secret.env")).expect("read"),
+            "KEY=2\n",
+            "an ignored file is not undone"
+        );
+    }
+}
