@@ -1111,31 +1111,32 @@ fn two_undos_run_at_once_undo_two_turns() {
 /// turn's files, and `undo` leaves it as the command left it.
 #[test]
 fn the_global_excludes_file_is_found_where_git_finds_it() {
-    enum Global {
-        XdgDefault,
-        HomeGitconfig,
-        ConfigGlobal,
+    /// Where the global excludes file is named.
+    enum Named {
+        ByDefault,
+        InHomeGitconfig,
+        InGitConfigGlobal,
     }
-    for global in [
-        Global::XdgDefault,
-        Global::HomeGitconfig,
-        Global::ConfigGlobal,
+    for named in [
+        Named::ByDefault,
+        Named::InHomeGitconfig,
+        Named::InGitConfigGlobal,
     ] {
         let env = Env::git_checkout();
         let home = env.config_home.path();
         let excludes = home.join("my-excludes");
         let mut variables: Vec<(&str, std::path::PathBuf)> = Vec::new();
-        match global {
-            Global::XdgDefault => {
+        match named {
+            Named::ByDefault => {
                 std::fs::create_dir_all(home.join("git")).expect("mkdir");
                 std::fs::write(home.join("git/ignore"), "*.env\n").expect("write");
             }
-            Global::HomeGitconfig => {
+            Named::InHomeGitconfig => {
                 std::fs::write(&excludes, "*.env\n").expect("write");
                 let config = format!("[core]\n\texcludesFile = {}\n", excludes.display());
                 std::fs::write(home.join(".gitconfig"), config).expect("write");
             }
-            Global::ConfigGlobal => {
+            Named::InGitConfigGlobal => {
                 std::fs::write(&excludes, "*.env\n").expect("write");
                 let file = home.join("elsewhere.gitconfig");
                 let config = format!("[core]\n\texcludesFile = {}\n", excludes.display());
