@@ -277,6 +277,8 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             400,
             "BadRequest",
         ),
+        // SPEC 12.6: an unknown message or part is a 404, where OpenCode answers 200 and changes nothing
+        // (its test 64).
         (
             "an unknown revert message",
             json_post(&app, &revert, json!({"messageID": unknown_message})),

@@ -1602,7 +1602,9 @@ async fn deleting_a_session_keeps_what_its_warnings_hold_as_captures() -> Result
 
 /// OpenCode's item 63 (#26574): a stored diff row without `patch` (as an older OpenCode wrote them) is read
 /// as an empty patch, and `GET /session/:id/diff` answers 200; a binary file's row has `patch: ""` and no
-/// counts, as git's `--numstat` gives none.
+/// counts, as git's `--numstat` gives none. A row without `status` (OpenCode's `FileDiff.status` is
+/// optional) is served as `modified`, `FileStatus`'s default: the row names a file that changed, and
+/// without the two snapshots nothing says it was added or deleted.
 #[tokio::test]
 async fn a_diff_row_without_a_patch_or_of_a_binary_file_is_served() -> Result<()> {
     let app = spawn_app().await?;
