@@ -342,6 +342,10 @@ impl MessageRepo for SqlRepo {
         self.read_lease(key).await
     }
 
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        self.read_leases().await
+    }
+
     async fn take_lease(&self, lease: &Lease, replacing: Option<Replacing>) -> Result<LeaseTake> {
         self.take(lease, replacing).await
     }

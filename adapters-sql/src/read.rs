@@ -334,6 +334,14 @@ impl SqlRepo {
         row.map(|r| self.lease_from_row(&r)).transpose()
     }
 
+    pub(crate) async fn read_leases(&self) -> Result<Vec<Lease>> {
+        let rows = lease::Entity::find()
+            .all(&self.db)
+            .await
+            .map_err(self.fault("reading the leases"))?;
+        rows.iter().map(|row| self.lease_from_row(row)).collect()
+    }
+
     /// The events after `after`, at most `limit`, and fewer once their stored texts reach
     /// `EVENTS_READ_BYTES` (at least one when any is there: the port's rule).
     pub(crate) async fn read_events_after(

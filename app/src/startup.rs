@@ -544,7 +544,9 @@ impl Unrecoverable {
     }
 }
 
-/// Recovers, every `interval`, the operations whose process died while the server runs (a `rewind revert`
+/// Aborts, every `interval`, the steps found abandoned (their owner gone, or their HTTP client silent past
+/// the step timeout: `Rewind::abort_abandoned_steps`), so their sessions' clients see them idle at once;
+/// and recovers the operations whose process died while the server runs (a `rewind revert`
 /// killed mid-way, SPEC 8), as start-up does: its worktree is put back, with a capture and a warning the
 /// session's clients see at once, instead of only when the next operation on the session runs. An intent
 /// whose owner is alive is left alone, and so are those of this server's operations still running (one
@@ -557,8 +559,10 @@ async fn recover_periodically(
     mut unrecoverable: Unrecoverable,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    // A database that cannot be read is said once, when it starts failing.
+    // A database that cannot be read is said once, when it starts failing; so is a step that cannot be
+    // aborted, per session.
     let mut failing = false;
+    let mut unabortable: HashSet<rewind_core::model::SessionId> = HashSet::new();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -579,6 +583,28 @@ async fn recover_periodically(
             Err(error) if !failing => {
                 failing = true;
                 tracing::warn!(%error, "cannot look for interrupted operations; trying again");
+            }
+            Err(_) => {}
+        }
+        // After recovery (SPEC 8: an interrupted operation is finished before anything else is done to its
+        // worktree), the steps abandoned since.
+        match rewind.abort_abandoned_steps().await {
+            Ok(report) => {
+                if !report.aborted.is_empty() {
+                    tracing::info!(
+                        sessions = ?report.aborted.iter().map(|id| id.as_str()).collect::<Vec<_>>(),
+                        "aborted abandoned steps (their owner gone, or silent past the step timeout)"
+                    );
+                }
+                for (session, error) in report.failed {
+                    if unabortable.insert(session.clone()) {
+                        tracing::warn!(%session, %error, "cannot abort an abandoned step; trying again");
+                    }
+                }
+            }
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!(%error, "cannot look for abandoned steps; trying again");
             }
             Err(_) => {}
         }

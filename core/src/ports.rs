@@ -411,6 +411,7 @@ pub struct Transaction {
 ///   transaction, or none of them: when one is held by another token, no lease is changed, and the answer
 ///   is `Held` for each lease that was refused and `Taken` for the others (which would have been taken:
 ///   none is held after the call).
+/// - `leases` MUST return every stored lease, each as `lease` returns it for its key, and no other.
 /// - `renew_lease` MUST extend the lease only while `token` holds it, and report whether it did.
 /// - `release_lease` MUST remove the lease only while `token` holds it.
 /// - `events_after` MUST return committed events in commit order, with no gaps and no duplicates, and MUST
@@ -464,6 +465,9 @@ pub trait MessageRepo: Send + Sync {
     async fn intents(&self) -> Result<Vec<IntentRecord>>;
     /// The lease on `key`, if any (expired or not).
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>>;
+    /// Every lease stored, expired or not, in no particular order: what a server looks through for steps
+    /// whose owner is gone (the table holds a row per lease held, so it stays small).
+    async fn leases(&self) -> Result<Vec<Lease>>;
     /// Takes a lease (see the contract): where none is stored, where the stored one holds `lease`'s own
     /// token, or where it is the one `replacing` names (its token, and its expiry when that is given: a
     /// lease renewed since the caller judged it is not replaced). A worktree's lease is also refused while

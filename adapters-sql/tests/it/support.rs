@@ -289,6 +289,9 @@ macro_rules! impl_repo {
             async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>> {
                 $with!(self, repo => repo.lease(key))
             }
+            async fn leases(&self) -> Result<Vec<Lease>> {
+                $with!(self, repo => repo.leases())
+            }
             async fn take_lease(
                 &self,
                 lease: &Lease,

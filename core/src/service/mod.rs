@@ -27,7 +27,7 @@ use crate::revert::RevertPoint;
 
 pub use leases::HeldLease;
 pub use maintenance::{GcRequest, GcSkipped, GcSummary, SnapshotRestore, WorktreeGc};
-pub use record::{DeleteIf, STEP_NOT_REVERTABLE, normalise_directory};
+pub use record::{AbandonedSteps, DeleteIf, STEP_NOT_REVERTABLE, normalise_directory};
 
 /// How the services behave.
 #[derive(Clone, Debug)]

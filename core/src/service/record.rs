@@ -1259,6 +1259,50 @@ impl Rewind {
         Ok(sessions)
     }
 
+    /// Aborts every open step found abandoned now (its owner gone, or its HTTP client silent past the step
+    /// timeout), as the next operation on its session would (SPEC 4): what a server does every few seconds,
+    /// so that a session does not stay busy to its clients (no `session.status` idle was sent until some
+    /// later operation came; event stream review) and what such a step changed is recorded while it is
+    /// fresh. Steps are found by their session's lease (a step holds it while open), so only the lease
+    /// table is read when none is abandoned; each worktree with one is prepared as an operation would
+    /// prepare it (`prepare_worktree`). The sessions whose step was closed meanwhile, and those of a
+    /// worktree that could not be prepared (a step another process is closing at the time is neither).
+    pub async fn abort_abandoned_steps(&self) -> Result<AbandonedSteps> {
+        let mut report = AbandonedSteps::default();
+        let mut prepared: HashSet<String> = HashSet::new();
+        for lease in self.repo.leases().await? {
+            let LeaseKey::Session(id) = &lease.key else {
+                continue;
+            };
+            if !self.is_abandoned(&lease) {
+                continue;
+            }
+            let Some(session) = self.repo.session(id).await? else {
+                continue;
+            };
+            if session.step.is_none() || prepared.contains(&session.directory) {
+                continue;
+            }
+            // As before any operation on the worktree: its interrupted operations finished first (one that
+            // cannot be leaves its steps open, and is the failure), then its abandoned steps aborted.
+            prepared.insert(session.directory.clone());
+            let before = self.repo.sessions_overlapping(&session.directory).await?;
+            match self.prepare_worktree(&session.directory).await {
+                Ok(after) => report.aborted.extend(before.iter().filter_map(|was| {
+                    let step = was.step.as_ref()?;
+                    let closed = after
+                        .iter()
+                        .find(|now| now.id == was.id)
+                        .is_none_or(|now| now.step.as_ref().is_none_or(|s| s.token != step.token));
+                    closed.then(|| was.id.clone())
+                })),
+                Err(Error::Busy { .. } | Error::LeaseLost(_)) => {}
+                Err(error) => report.failed.push((session.id.clone(), error)),
+            }
+        }
+        Ok(report)
+    }
+
     /// Closes the session's open step (as `session` shows it): the step's lease is taken (over) with its own
     /// token, the session is read again, and, when that step is still open, the worktree is tracked and the
     /// finish, patch, summary and status are stored in one transaction. `None` when the step was closed
@@ -1907,8 +1951,8 @@ impl Rewind {
             None => "no step was begun in it".to_owned(),
             Some(Some(reason)) if reason == "aborted" => format!(
                 "its step was aborted: its owner was gone or silent for longer than the step timeout ({} s), and \
-                 the next request on the worktree (this one, when it is the step's finish) aborted it, or an \
-                 abort was asked; what the step changed until then is recorded and can be reverted. Begin a \
+                 the server's look for such steps (every few seconds) or the next request on the worktree (this \
+                 one, when it is the step's finish) aborted it, or an abort was asked; what the step changed until then is recorded and can be reverted. Begin a \
                  new step to go on",
                 self.config.step_timeout_ms / 1000
             ),
@@ -2184,6 +2228,16 @@ fn refuse_open_step(session: &Session) -> Result<()> {
         )),
         None => Ok(()),
     }
+}
+
+/// What [`Rewind::abort_abandoned_steps`] did.
+#[derive(Debug, Default)]
+pub struct AbandonedSteps {
+    /// The sessions whose step was closed: aborted as abandoned (or, at the same moment, by its owner).
+    pub aborted: Vec<SessionId>,
+    /// A session of each worktree whose abandoned steps could not be aborted, with why (an interrupted
+    /// operation there that cannot be finished, say).
+    pub failed: Vec<(SessionId, Error)>,
 }
 
 /// The words that say a tool part of `message` was recorded while no step of it was open.

@@ -685,6 +685,10 @@ impl MessageRepo for MemRepo {
         Ok(self.lock().leases.get(key).cloned())
     }
 
+    async fn leases(&self) -> Result<Vec<Lease>> {
+        Ok(self.lock().leases.values().cloned().collect())
+    }
+
     async fn take_lease(&self, lease: &Lease, replacing: Option<Replacing>) -> Result<LeaseTake> {
         self.paused(PausedCall::LeaseTake).await;
         let mut state = self.lock();

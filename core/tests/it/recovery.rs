@@ -995,6 +995,69 @@ fn a_finish_after_the_step_timeout_aborts_the_step() {
     })
 }
 
+/// A server looks for abandoned steps every few seconds (`abort_abandoned_steps`): a step within the step
+/// timeout is left open and nothing is written; once its client has been silent past it, the step is
+/// aborted, what it changed recorded, and `session.status` idle published, with no other request on the
+/// session (event stream review: the session stayed busy to its clients until some operation came). A
+/// later finish is told the step was aborted. A second look finds nothing to do.
+#[test]
+fn a_server_aborts_a_step_abandoned_since_without_waiting_for_a_request() {
+    block_on(async {
+        let w = World::new();
+        let (server, s, a) = server_step(&w).await;
+        w.write("x.txt", "agent wrote this");
+        w.host.advance(30_000);
+        let before = w.last_seq().await;
+        let report = server.abort_abandoned_steps().await.expect("looks");
+        assert!(
+            report.aborted.is_empty() && report.failed.is_empty(),
+            "{report:?}"
+        );
+        assert_eq!(w.last_seq().await, before, "nothing written");
+        assert!(
+            w.repo
+                .session(&s.id)
+                .await
+                .expect("reads")
+                .expect("stored")
+                .step
+                .is_some()
+        );
+
+        w.host.advance(60_000);
+        let report = server.abort_abandoned_steps().await.expect("looks");
+        assert_eq!(report.aborted, std::slice::from_ref(&s.id), "{report:?}");
+        assert!(report.failed.is_empty(), "{report:?}");
+        let kinds = w.event_types_after(before).await;
+        assert!(
+            kinds.iter().any(|k| k == "session.status")
+                && kinds.iter().any(|k| k == "message.part.updated"),
+            "{kinds:?}"
+        );
+        let session = w.repo.session(&s.id).await.expect("reads").expect("stored");
+        assert!(session.step.is_none());
+        let message = server.message(&s.id, &a.info.id).await.expect("message");
+        assert_eq!(finishes_of(&message), [("aborted".to_owned(), 0.0)]);
+        assert!(
+            message.parts.iter().any(
+                |p| matches!(&p.body, PartBody::Patch(patch) if patch.files == [w.abs("x.txt")])
+            ),
+            "what the step changed is recorded: {message:?}"
+        );
+        let late = server
+            .finish_step(&s.id, &a.info.id, StepEnd::default())
+            .await;
+        assert!(
+            matches!(&late, Err(Error::InvalidInput(message)) if message.contains("its step was aborted")),
+            "{late:?}"
+        );
+        let again = w.last_seq().await;
+        let report = server.abort_abandoned_steps().await.expect("looks");
+        assert!(report.aborted.is_empty(), "{report:?}");
+        assert_eq!(w.last_seq().await, again);
+    })
+}
+
 /// An owner's abort of its own step whose lease had lapsed (an HTTP client silent past the step timeout)
 /// is late too: the warning says the patch may hold changes made since (review: the user's edits went
 /// into the patch without a word, as the abort the TUI sends before `/undo` took them).

@@ -912,8 +912,9 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
         app.read(&format!("/session/{session}/message")).await?;
         app.read(&format!("/session/{session}")).await?;
     }
-    // Abandoned: not busy any more, though the step is aborted only by the next operation (black-box:
-    // `/session/status` said busy until then).
+    // Abandoned: not busy any more (black-box: `/session/status` said busy until the next operation), and
+    // aborted by the server's look for abandoned steps (every 5 s) or by the next operation, whichever
+    // comes first.
     assert_eq!(app.read("/session/status").await?, json!({}));
     let reverted = app.revert_to(&session, &user).await?;
     assert_eq!(reverted["revert"]["messageID"], json!(user));
@@ -928,6 +929,49 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
             .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
         "the abandoned step was aborted: {parts}"
     );
+    app.stop().await
+}
+
+/// A step whose client falls silent is aborted by the server itself once the step timeout has passed, with
+/// no other request: its clients see `session.status` idle on the stream, after the step's finish and patch,
+/// and what it changed is revertable (event stream review: the session stayed busy to its clients until some
+/// later operation came, and no event told them otherwise).
+#[tokio::test]
+async fn a_silent_step_is_aborted_and_its_session_shown_idle_without_another_request() -> Result<()>
+{
+    let app = spawn_app_with(AppConfig {
+        step_timeout: Some(Duration::from_millis(1000)),
+        recovery_interval: Some(Duration::from_millis(200)),
+        ..AppConfig::default()
+    })
+    .await?;
+    let session = app.new_session().await?;
+    let mut events = app.connected_events().await?;
+    let (user, assistant) = app.open_step(&session, "go").await?;
+    app.write("a.txt", "written by an agent that then died\n")?;
+    let seen = events
+        .until_matching("the session shown idle", |event| {
+            event["type"] == "session.status"
+                && event["properties"]["sessionID"] == json!(session)
+                && event["properties"]["status"]["type"] == "idle"
+        })
+        .await?;
+    let kinds = crate::support::types(&seen);
+    let finish = kinds.iter().position(|k| k == "message.part.updated");
+    ensure!(finish.is_some(), "the step's finish came first: {kinds:?}");
+    assert_eq!(app.read("/session/status").await?, json!({}));
+    let parts = app
+        .read(&format!("/session/{session}/message/{assistant}"))
+        .await?["parts"]
+        .clone();
+    ensure!(
+        parts.as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
+        "the abandoned step was aborted: {parts}"
+    );
+    app.revert_to(&session, &user).await?;
+    assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
     app.stop().await
 }
 

@@ -75,6 +75,7 @@ macro_rules! repo_contract_tests {
             lease_can_be_taken_over_when_replacing_the_current_token
             a_takeover_of_a_lease_renewed_since_it_was_seen_is_refused
             lease_renew_and_release_need_the_token
+            every_stored_lease_is_listed
             a_transaction_releases_a_lease_only_with_its_token
             leases_are_taken_together_or_not_at_all
             failed_transaction_leaves_nothing_and_writes_no_event
@@ -1566,6 +1567,38 @@ pub async fn lease_renew_and_release_need_the_token(repo: &dyn MessageRepo) {
         current, None,
         "renewing a released lease must not recreate it"
     );
+}
+
+/// `leases` lists every stored lease as `lease` reads it, expired ones included, and no released one.
+pub async fn every_stored_lease_is_listed(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    assert!(repo.leases().await.expect("lists").is_empty());
+    let session = LeaseKey::Session(ids.session());
+    let worktree = LeaseKey::Worktree("/work/listed".to_owned());
+    let expired = LeaseKey::Session(ids.session());
+    for (key, token_text, expires) in [
+        (&session, "token-a", 9_000),
+        (&worktree, "token-a", 9_000),
+        (&expired, "token-b", 1),
+    ] {
+        let taken = repo
+            .take_lease(&lease(key, token_text, expires), None)
+            .await
+            .expect("takes");
+        assert_eq!(taken, LeaseTake::Taken);
+    }
+    repo.release_lease(&session, &token("token-a"))
+        .await
+        .expect("releases");
+    let mut listed = repo.leases().await.expect("lists");
+    listed.sort_by_key(|l| l.key.as_storage_key());
+    let mut expected = Vec::new();
+    for key in [&worktree, &expired] {
+        expected.push(repo.lease(key).await.expect("reads").expect("stored"));
+    }
+    expected.sort_by_key(|l| l.key.as_storage_key());
+    assert_eq!(listed, expected);
+    assert_eq!(listed.len(), 2);
 }
 
 /// `take_leases` takes all of its leases or none: both free (or already held by their own token) are taken;
