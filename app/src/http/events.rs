@@ -24,7 +24,10 @@
 //! event at that position than the id names (another database, or this one restored from a backup),
 //! position 0 of another database, or not a position at all. Such a stream starts at the outbox's end,
 //! and its `server.connected` carries no `id:` (a connection lost before the lag report must not resume
-//! without it). Either way the client must re-read state. A bare number is taken as a position unchecked.
+//! without it). Either way the client must re-read state. A bare number past 0 (an earlier version's id)
+//! is taken as a position whose outbox cannot be checked: the events after it are sent after a
+//! `server.lagged {missed: 0}`, or that alone at the outbox's end; a bare `0` is the start of this
+//! outbox, as an earlier version sent it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -304,6 +307,16 @@ impl Start {
             return Ok(Start::foreign(end));
         }
         let mut unchecked = false;
+        // A bare position past 0 (an earlier version's id, or a number sent by hand): which outbox it is in
+        // cannot be checked, so the client is told to re-read state, with the events after it (event stream
+        // review: another database's number replayed this one's events without a word). At the end there
+        // is nothing to send after it: a lag alone.
+        if from.event.is_none() && from.seq > 0 {
+            if from.seq == end.seq {
+                return Ok(Start::foreign(end));
+            }
+            unchecked = true;
+        }
         if let Some(event) = &from.event {
             // At the end, its id was read just now; at 0 it is the database's own.
             let held = if from.seq == 0 {
@@ -953,16 +966,20 @@ mod tests {
                         false,
                     ),
                 ),
+                // A bare position: which outbox it is in cannot be checked, which the catch-up says.
                 (
                     Some(bare(2)),
-                    at(
-                        Mark {
-                            seq: 2,
-                            event: None,
-                        },
-                        true,
-                        false,
-                    ),
+                    Start {
+                        unchecked: true,
+                        ..at(
+                            Mark {
+                                seq: 2,
+                                event: None,
+                            },
+                            true,
+                            false,
+                        )
+                    },
                 ),
                 (Some(Resume::After(marked(3))), at(marked(3), true, false)),
                 (
@@ -1055,6 +1072,19 @@ mod tests {
                     "{resume:?}"
                 );
             }
+            // A bare position past 0: the events after it, with a lag said first; at the end, a lag alone.
+            let bare = |seq| Some(Resume::After(Mark { seq, event: None }));
+            let start = Start::find(&repo, bare(1), Some(&mine))
+                .await
+                .expect("start");
+            assert!(
+                start.unchecked && start.catch_up && !start.foreign && start.mark.seq == 1,
+                "{start:?}"
+            );
+            let start = Start::find(&repo, bare(3), Some(&mine))
+                .await
+                .expect("start");
+            assert_eq!(start, Start::foreign(end.clone()));
             // A database without an id: a position 0 that names one cannot be checked, which the
             // catch-up says; with nothing to catch up, there is nothing to say.
             let start = Start::find(&repo, Some(Resume::After(zero(Some(&theirs)))), None)
@@ -1123,8 +1153,8 @@ mod tests {
             let repo = Arc::new(MemRepo::new());
             let ids = IdGenerator::new();
             let bus = BroadcastBus::default();
-            commit(&repo, &ids, 40).await;
-            let start = Start::find(repo.as_ref(), Some(bare(3)), None)
+            let rows = commit(&repo, &ids, 40).await;
+            let start = Start::find(repo.as_ref(), Some(Resume::After(Mark::of(&rows[2]))), None)
                 .await
                 .expect("start");
             let mut follower = follow(&repo, bus.subscribe(), start);
@@ -1146,11 +1176,12 @@ mod tests {
                 let repo = Arc::new(MemRepo::new());
                 let ids = IdGenerator::new();
                 let bus = BroadcastBus::default();
-                commit(&repo, &ids, 3).await;
+                let rows = commit(&repo, &ids, 3).await;
                 let live = bus.subscribe();
-                let start = Start::find(repo.as_ref(), Some(bare(1)), None)
-                    .await
-                    .expect("start");
+                let start =
+                    Start::find(repo.as_ref(), Some(Resume::After(Mark::of(&rows[0]))), None)
+                        .await
+                        .expect("start");
                 // Event 4 is committed after the outbox's end was read.
                 let late = commit(&repo, &ids, 1).await;
                 if published_before_the_read {

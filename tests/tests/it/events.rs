@@ -766,6 +766,45 @@ async fn a_position_not_of_this_outbox_is_told_it_lagged_and_streams_live() -> R
     app.stop().await
 }
 
+/// A bare number past 0 (an earlier version's id, or a number sent by hand) names a position whose outbox
+/// cannot be checked (event stream review: another database's number replayed this one's events without a
+/// word): the stream sends `server.lagged {missed: 0}`, so the client re-reads state, then the events after
+/// that position, none twice; at the outbox's end, the lag alone, then the live events.
+#[tokio::test]
+async fn a_bare_position_is_told_it_lagged_with_the_events_after_it() -> Result<()> {
+    let app = spawn_app().await?;
+    let mut all = app.connected_events().await?;
+    for title in ["one", "two", "three"] {
+        app.ok("/session", json!({"title": title})).await?;
+    }
+    let events = outbox_events_until(&mut all, titled("three")).await?;
+    let end = events.last().context("no event")?.0;
+    let from = end - 1;
+    let mut resumed = app.events_resuming(&from.to_string()).await?;
+    let mut frames = Vec::new();
+    for _ in 0..3 {
+        frames.push(
+            resumed
+                .next_with_id(Duration::from_secs(5))
+                .await?
+                .context("no event")?,
+        );
+    }
+    assert_eq!(frames[0].1["type"], "server.connected", "{frames:?}");
+    assert_eq!(frames[1].1["type"], "server.lagged", "{frames:?}");
+    assert_eq!(frames[1].1["properties"]["missed"], 0, "{frames:?}");
+    let id = frames[2].0.as_deref().context("no SSE id")?;
+    assert_eq!(position_of(id, &frames[2].1)?, end, "{frames:?}");
+
+    let mut at_end = app.events_resuming(&end.to_string()).await?;
+    told_it_lagged(&mut at_end, "the end, bare").await?;
+    app.ok("/session", json!({"title": "four"})).await?;
+    let live = outbox_events_until(&mut at_end, titled("four")).await?;
+    let ids: Vec<u64> = live.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [end + 1]);
+    app.stop().await
+}
+
 /// The first frames of a stream resumed from a place not in its outbox: `server.connected` without a
 /// position (none to resume from before the lag notice), then `server.lagged {missed: 0}`.
 async fn told_it_lagged(resumed: &mut EventStream, from: &str) -> Result<()> {
