@@ -245,16 +245,7 @@ async fn an_aborted_step_can_be_reverted_and_preview_changes_nothing() -> Result
     );
     let idle = app.read(&format!("/session/{session}")).await?;
     assert!(idle.get("step").is_none(), "{idle}");
-    let parts = app
-        .read(&format!("/session/{session}/message/{assistant}"))
-        .await?["parts"]
-        .clone();
-    ensure!(
-        parts.as_array().is_some_and(|p| p
-            .iter()
-            .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
-        "no aborted step-finish: {parts}"
-    );
+    ensure_aborted(&app, &session, &assistant).await?;
 
     let preview = app
         .read(&format!(
@@ -919,16 +910,7 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
     let reverted = app.revert_to(&session, &user).await?;
     assert_eq!(reverted["revert"]["messageID"], json!(user));
     assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
-    let parts = app
-        .read(&format!("/session/{session}/message/{assistant}"))
-        .await?["parts"]
-        .clone();
-    ensure!(
-        parts.as_array().is_some_and(|p| p
-            .iter()
-            .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
-        "the abandoned step was aborted: {parts}"
-    );
+    ensure_aborted(&app, &session, &assistant).await?;
     app.stop().await
 }
 
@@ -960,16 +942,7 @@ async fn a_silent_step_is_aborted_and_its_session_shown_idle_without_another_req
     let finish = kinds.iter().position(|k| k == "message.part.updated");
     ensure!(finish.is_some(), "the step's finish came first: {kinds:?}");
     assert_eq!(app.read("/session/status").await?, json!({}));
-    let parts = app
-        .read(&format!("/session/{session}/message/{assistant}"))
-        .await?["parts"]
-        .clone();
-    ensure!(
-        parts.as_array().is_some_and(|p| p
-            .iter()
-            .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
-        "the abandoned step was aborted: {parts}"
-    );
+    ensure_aborted(&app, &session, &assistant).await?;
     app.revert_to(&session, &user).await?;
     assert_eq!(app.file("a.txt").as_deref(), Some("a0\n"));
     app.stop().await
@@ -1763,4 +1736,23 @@ async fn a_tool_part_recorded_before_its_step_is_warned_of() -> Result<()> {
         "the tool's file before the step is not the step's"
     );
     app.stop().await
+}
+
+/// Fails unless the assistant message holds a `step-finish` with reason `aborted`.
+async fn ensure_aborted(
+    app: &crate::support::TestApp,
+    session: &str,
+    assistant: &str,
+) -> Result<()> {
+    let parts = app
+        .read(&format!("/session/{session}/message/{assistant}"))
+        .await?["parts"]
+        .clone();
+    ensure!(
+        parts.as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
+        "no aborted step-finish: {parts}"
+    );
+    Ok(())
 }
