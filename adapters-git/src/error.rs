@@ -68,15 +68,9 @@ impl GitError {
 }
 
 /// Whether `error`, met while a file was read and stored, came from writing to the store: a read never
-/// fails for a full disk, a quota or a read-only mount.
+/// fails for a full disk, a quota or a read-only mount (`storage_fault`'s kinds).
 pub fn is_write_failure(error: &std::io::Error) -> bool {
-    matches!(
-        error.kind(),
-        std::io::ErrorKind::StorageFull
-            | std::io::ErrorKind::QuotaExceeded
-            | std::io::ErrorKind::ReadOnlyFilesystem
-            | std::io::ErrorKind::FileTooLarge
-    )
+    storage_fault(error).is_some()
 }
 
 /// The adapter's result type.
@@ -108,13 +102,13 @@ impl From<GitError> for Error {
     }
 }
 
-/// The storage fault a failed write is, if it is one the user can act on: a full disk or a quota reached
-/// (the worktree's disk or the data directory's), or a read-only mount.
+/// The storage fault a failed write is, if it is one the user can act on: a full disk, a quota or a file
+/// size limit reached (the worktree's disk or the data directory's), or a read-only mount.
 fn storage_fault(error: &std::io::Error) -> Option<StorageFault> {
     match error.kind() {
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-            Some(StorageFault::DiskFull)
-        }
+        std::io::ErrorKind::StorageFull
+        | std::io::ErrorKind::QuotaExceeded
+        | std::io::ErrorKind::FileTooLarge => Some(StorageFault::DiskFull),
         std::io::ErrorKind::ReadOnlyFilesystem => Some(StorageFault::ReadOnly),
         _ => None,
     }
@@ -151,6 +145,7 @@ mod tests {
         for (code, fault) in [
             (28, Some(StorageFault::DiskFull)),
             (122, Some(StorageFault::DiskFull)),
+            (27, Some(StorageFault::DiskFull)),
             (30, Some(StorageFault::ReadOnly)),
             (5, None),
             (13, None),

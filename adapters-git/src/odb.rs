@@ -542,14 +542,9 @@ impl Odb {
             if data.len() as u64 != expected_size {
                 return Ok(None);
             }
-            return self
-                .write_buf(Kind::Blob, &data)
-                .map(Some)
-                .map_err(|e| io::Error::other(e.to_string()));
+            return self.write_buf(Kind::Blob, &data).map(Some).map_err(as_io);
         }
-        let (tmp, file) = self
-            .temp_file()
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let (tmp, file) = self.temp_file().map_err(as_io)?;
         let mut hasher = ObjectHasher::new(Kind::Blob, expected_size);
         let outcome = (|| -> io::Result<u64> {
             let mut encoder = ZlibEncoder::new(io::BufWriter::new(file), Compression::fast());
@@ -572,11 +567,8 @@ impl Odb {
             let _ = fs::remove_file(&tmp);
             return Ok(None);
         }
-        let id = hasher
-            .finish()
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        self.commit_temp(tmp, &id, Ok(()))
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let id = hasher.finish().map_err(as_io)?;
+        self.commit_temp(tmp, &id, Ok(())).map_err(as_io)?;
         Ok(Some(id))
     }
 
@@ -906,9 +898,39 @@ fn packed_kind(kind: gix::objs::Kind, id: &ObjectId) -> GitResult<Kind> {
     }
 }
 
+/// A store error as an IO error that keeps the system's kind of an IO failure under it, so a full disk
+/// met while a file is stored is still told from a file that cannot be read (`is_write_failure`; diff
+/// review: the store's own write errors lost their kind here, and a full data directory was reported as
+/// an unreadable worktree file).
+fn as_io(error: GitError) -> io::Error {
+    match &error {
+        GitError::Io { source, .. } | GitError::StoreWrite { source, .. } => {
+            io::Error::new(source.kind(), error.to_string())
+        }
+        _ => io::Error::other(error.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store's own write failure keeps its kind through `as_io`: a full disk is still a write failure,
+    /// not a file that cannot be read; any other store error is neither.
+    #[test]
+    fn a_store_write_failure_keeps_its_kind() {
+        let os = io::Error::from_raw_os_error;
+        let full = as_io(GitError::io(Path::new("/data/objects/ab"), os(28)));
+        assert!(crate::error::is_write_failure(&full), "{full:?}");
+        assert!(full.to_string().contains("/data/objects/ab"), "{full}");
+        let store = as_io(GitError::StoreWrite {
+            store: "/data".to_owned(),
+            source: os(122),
+        });
+        assert!(crate::error::is_write_failure(&store), "{store:?}");
+        let other = as_io(GitError::Corrupt("x".to_owned()));
+        assert!(!crate::error::is_write_failure(&other), "{other:?}");
+    }
 
     /// The pack handle kept for a store follows its pack directory: a pack written, rewritten or removed by
     /// any `Odb` (or another process) is seen by the next `Odb` of the same directory.

@@ -322,19 +322,7 @@ impl SqlError {
 
 /// Whether a driver error says the disk is full: SQLite's `SQLITE_FULL` or PostgreSQL's `53100`.
 fn is_full(error: &DbErr) -> bool {
-    let (DbErr::Conn(RuntimeErr::SqlxError(sqlx))
-    | DbErr::Exec(RuntimeErr::SqlxError(sqlx))
-    | DbErr::Query(RuntimeErr::SqlxError(sqlx))) = error
-    else {
-        return false;
-    };
-    match sqlx.as_database_error().and_then(|e| e.code()) {
-        Some(code) => match code.parse::<i64>() {
-            Ok(extended) => extended & 0xff == 13,
-            Err(_) => code == "53100",
-        },
-        None => false,
-    }
+    fault_kind(error) == FaultKind::Full
 }
 
 /// Each error by what it is: a fault the user can act on is `Storage` with its kind, anything else a
@@ -354,7 +342,10 @@ pub(crate) enum FaultKind {
     Locked,
     ReadOnly,
     Corrupt,
+    /// The disk failed a read or write (`SQLITE_IOERR`).
     Disk,
+    /// The disk is full (`SQLITE_FULL`, PostgreSQL's disk full).
+    Full,
     /// SQLite could not open the file (`SQLITE_CANTOPEN`).
     CannotOpen,
     Other,
@@ -378,7 +369,8 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
             5 | 6 => FaultKind::Locked,    // SQLITE_BUSY, SQLITE_LOCKED
             8 => FaultKind::ReadOnly,      // SQLITE_READONLY
             11 | 26 => FaultKind::Corrupt, // SQLITE_CORRUPT, SQLITE_NOTADB
-            10 | 13 => FaultKind::Disk,    // SQLITE_IOERR, SQLITE_FULL
+            10 => FaultKind::Disk,         // SQLITE_IOERR
+            13 => FaultKind::Full,         // SQLITE_FULL
             14 => FaultKind::CannotOpen,   // SQLITE_CANTOPEN
             _ => FaultKind::Other,
         };
@@ -387,7 +379,7 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
         "55P03" => FaultKind::Locked,            // lock_not_available
         "25006" => FaultKind::ReadOnly,          // read_only_sql_transaction
         "XX001" | "XX002" => FaultKind::Corrupt, // data_corrupted, index_corrupted
-        "53100" => FaultKind::Disk,              // disk_full
+        "53100" => FaultKind::Full,              // disk_full
         _ => FaultKind::Other,
     }
 }
@@ -415,7 +407,7 @@ pub(crate) fn classify(
             target,
             source: source.into(),
         },
-        FaultKind::Disk => SqlError::Disk {
+        FaultKind::Disk | FaultKind::Full => SqlError::Disk {
             target,
             source: source.into(),
         },

@@ -544,9 +544,8 @@ impl Unrecoverable {
     }
 }
 
-/// Aborts, every `interval`, the steps found abandoned (their owner gone, or their HTTP client silent past
-/// the step timeout: `Rewind::abort_abandoned_steps`), so their sessions' clients see them idle at once;
-/// and recovers the operations whose process died while the server runs (a `rewind revert`
+/// Sees to, every `interval`, the steps found abandoned (`Rewind::tend_abandoned_steps`: aborted when their
+/// process died, else announced idle once), so their sessions' clients see them idle at once; and recovers the operations whose process died while the server runs (a `rewind revert`
 /// killed mid-way, SPEC 8), as start-up does: its worktree is put back, with a capture and a warning the
 /// session's clients see at once, instead of only when the next operation on the session runs. An intent
 /// whose owner is alive is left alone, and so are those of this server's operations still running (one
@@ -559,10 +558,13 @@ async fn recover_periodically(
     mut unrecoverable: Unrecoverable,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    // A database that cannot be read is said once, when it starts failing; so is a step that cannot be
-    // aborted, per session.
+    // A database that cannot be read is said once, when it starts failing; so is a session whose step
+    // cannot be seen to, until it can.
     let mut failing = false;
+    let mut tending_fails = false;
     let mut unabortable: HashSet<rewind_core::model::SessionId> = HashSet::new();
+    // The abandoned steps announced idle (each once while this server runs).
+    let mut announced: HashSet<LeaseToken> = HashSet::new();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -588,22 +590,32 @@ async fn recover_periodically(
         }
         // After recovery (SPEC 8: an interrupted operation is finished before anything else is done to its
         // worktree), the steps abandoned since.
-        match rewind.abort_abandoned_steps().await {
+        let waiting = unrecoverable.waiting();
+        match rewind.tend_abandoned_steps(&announced, &waiting).await {
             Ok(report) => {
+                tending_fails = false;
                 if !report.aborted.is_empty() {
                     tracing::info!(
                         sessions = ?report.aborted.iter().map(|id| id.as_str()).collect::<Vec<_>>(),
-                        "aborted abandoned steps (their owner gone, or silent past the step timeout)"
+                        "aborted steps whose process died"
                     );
                 }
+                for session in &report.aborted {
+                    unabortable.remove(session);
+                }
+                // Bounded: a server that runs for months forgets the oldest (one more idle event each).
+                if announced.len() > 10_000 {
+                    announced.clear();
+                }
+                announced.extend(report.announced);
                 for (session, error) in report.failed {
                     if unabortable.insert(session.clone()) {
-                        tracing::warn!(%session, %error, "cannot abort an abandoned step; trying again");
+                        tracing::warn!(%session, %error, "cannot see to an abandoned step; trying again");
                     }
                 }
             }
-            Err(error) if !failing => {
-                failing = true;
+            Err(error) if !tending_fails => {
+                tending_fails = true;
                 tracing::warn!(%error, "cannot look for abandoned steps; trying again");
             }
             Err(_) => {}

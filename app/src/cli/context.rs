@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
 use rewind_core::MessageRepo as _;
+use rewind_core::error::StorageFault;
 use rewind_core::model::{HolderKind, Session, SessionId};
 
 use super::output::shown;
@@ -81,10 +82,11 @@ impl Context {
         // stopped by it (WAL), so the database is shown as it is then too (review: refused after 5 s).
         let why = match refusal
             .chain()
-            .find_map(|cause| cause.downcast_ref::<rewind_sql::SqlError>())
+            .find_map(|cause| cause.downcast_ref::<rewind_core::Error>())
+            .and_then(rewind_core::Error::storage_fault)
         {
-            Some(rewind_sql::SqlError::ReadOnly { .. }) => "is read-only",
-            Some(rewind_sql::SqlError::Locked { .. }) => "is locked by another process",
+            Some(StorageFault::ReadOnly) => "is read-only",
+            Some(StorageFault::Locked) => "is locked by another process",
             _ => return Err(refusal),
         };
         let (path, directory) = project_directory(settings, directory)?;

@@ -111,22 +111,18 @@ impl ApiError {
         session: Option<&SessionId>,
     ) -> ApiError {
         let noted = source.downcast_ref::<Noted>();
-        if fault == StorageFault::Locked {
-            // Under a note, the lock's own text (not the causes `Noted` adds), then the note.
-            let message = match noted {
-                Some(noted) => format!("{}; {}", noted.error(), noted.note()),
-                None => source.to_string(),
-            };
-            return ApiError::Busy {
-                session_id: session.map(|id| id.as_str().to_owned()),
-                message,
-            };
-        }
-        tracing::error!(error = %rewind_core::error::chain(source.as_ref()), "storage fault");
-        let note = noted
-            .map(|noted| format!("; {}", noted.note()))
-            .unwrap_or_default();
         let said = match fault {
+            StorageFault::Locked => {
+                // Under a note, the lock's own text (not the causes `Noted` adds), then the note.
+                let message = match noted {
+                    Some(noted) => format!("{}; {}", noted.error(), noted.note()),
+                    None => source.to_string(),
+                };
+                return ApiError::Busy {
+                    session_id: session.map(|id| id.as_str().to_owned()),
+                    message,
+                };
+            }
             StorageFault::Replaced => {
                 "the database file was deleted or replaced while the server had it open; nothing was \
                  stored: restart the server to use the file now at that path; the server log names it"
@@ -145,11 +141,15 @@ impl ApiError {
                  and try again: an operation that could not finish is put back once there is; the server \
                  log has the cause"
             }
-            StorageFault::ReadOnly | StorageFault::Locked => {
+            StorageFault::ReadOnly => {
                 "a disk or database rewind writes to (the worktree's, the data directory's or the \
                  database) can only be read; the server log names it"
             }
         };
+        tracing::error!(error = %rewind_core::error::chain(source.as_ref()), "storage fault");
+        let note = noted
+            .map(|noted| format!("; {}", noted.note()))
+            .unwrap_or_default();
         ApiError::Internal(format!("{said}{note}"))
     }
 

@@ -199,6 +199,9 @@ pub struct Rewind {
     host: Arc<dyn HostPort>,
     config: ServiceConfig,
     ids: IdGenerator,
+    /// The messages this process has warned of a tool part recorded outside a step (bounded), so the
+    /// session's warnings are read at most once per message (`record::tool_outside_a_step`).
+    tool_warned: std::sync::Mutex<std::collections::HashSet<MessageId>>,
 }
 
 impl std::fmt::Debug for Rewind {
@@ -223,6 +226,7 @@ impl Rewind {
             host,
             config,
             ids: IdGenerator::new(),
+            tool_warned: std::sync::Mutex::default(),
         }
     }
 

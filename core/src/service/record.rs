@@ -6,10 +6,10 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use crate::error::{Error, Result};
 use crate::id::ensure_sorts_after;
 use crate::model::{
-    EventPayload, LeaseKey, Message, MessageHead, MessageId, MessageTime, MessageWithParts,
-    OpenStep, Part, PartBody, PartId, PatchPart, RelPath, Role, Session, SessionFields, SessionId,
-    SessionStatus, SessionTime, SkipReason, SkippedPath, SnapshotId, StepFinishPart, StepStartPart,
-    Tokens, TrackOutcome, Warning,
+    EventPayload, HolderKind, LeaseKey, LeaseToken, Message, MessageHead, MessageId, MessageTime,
+    MessageWithParts, OpenStep, Part, PartBody, PartId, PatchPart, RelPath, Role, Session,
+    SessionFields, SessionId, SessionStatus, SessionTime, SkipReason, SkippedPath, SnapshotId,
+    StepFinishPart, StepStartPart, Tokens, TrackOutcome, Warning, worktrees_overlap,
 };
 use crate::ports::{Change, Guard, Transaction};
 
@@ -388,7 +388,7 @@ impl Rewind {
             for part in &parts {
                 self.push_part(&mut transaction, part.clone());
             }
-            self.push_tool_outside_a_step(&mut transaction, &session, &info.id, &parts);
+            self.push_tool_outside_a_step(&mut transaction, &session, &info, &parts);
             let committed = self.repo.commit(transaction).await;
             if self
                 .settle(
@@ -457,7 +457,7 @@ impl Rewind {
             for part in &parts {
                 self.push_part(&mut transaction, part.clone());
             }
-            self.push_tool_outside_a_step(&mut transaction, session, &info.id, &parts);
+            self.push_tool_outside_a_step(&mut transaction, session, &info, &parts);
             self.repo.commit(transaction).await?;
             Ok(MessageWithParts { info, parts })
         }
@@ -617,11 +617,19 @@ impl Rewind {
             session: session_id.clone(),
             point: session.revert.as_ref().map(|r| r.point()),
         };
-        let outside_step = self
-            .tool_outside_a_step(&session, message_id, &part)
-            .await?;
+        let mut outside_step = self
+            .tool_outside_a_step(&session, &message.info, &part)
+            .await;
         let mut tries = 0;
         loop {
+            if tries > 0 && outside_step {
+                // A step of the message begun under this write: the part is inside it after all.
+                let now = self.load_session(session_id).await?;
+                if now.step.is_some_and(|step| &step.message_id == message_id) {
+                    outside_step = false;
+                    self.unclaim_tool_warning(message_id);
+                }
+            }
             if tries > 0 {
                 // A part stored since: this one follows it, or is refused as it would have been then.
                 last = self
@@ -670,47 +678,72 @@ impl Rewind {
         Ok(part)
     }
 
-    /// Whether `part` is a tool part recorded while no step of its message is open, the first such part of
-    /// that message (the warning is said once per message). A step is a `step-start`, its tool parts, then
-    /// its `step-finish` (SPEC's glossary): what a tool changes before its step begins is in the step's
-    /// start snapshot, and what it changes after the step finished in no patch, so neither is undone
+    /// Whether `part` is a tool part recorded while no step of its assistant message is open, the first
+    /// such part of that message (the warning is said once per message). A step is a `step-start`, its tool
+    /// parts, then its `step-finish` (SPEC's glossary): what a tool changes before its step begins is in the
+    /// step's start snapshot, and what it changes after the step finished in no patch, so neither is undone
     /// (OpenCode's `snapshot-tool-race` test guards its own processor against the first; a client of
     /// rewind begins the step itself). Said, as rewind cannot tell when the tool ran.
-    async fn tool_outside_a_step(
-        &self,
-        session: &Session,
-        message_id: &MessageId,
-        part: &Part,
-    ) -> Result<bool> {
+    ///
+    /// Once per message: claimed in this process first (two appends at once say it once), then looked for
+    /// among the session's warnings (said by another process, or before a restart), which are read at most
+    /// once per message; warnings that cannot be read say it again rather than fail the append.
+    async fn tool_outside_a_step(&self, session: &Session, message: &Message, part: &Part) -> bool {
         if !matches!(part.body, PartBody::Tool(_))
+            || message.role != Role::Assistant
             || session
                 .step
                 .as_ref()
-                .is_some_and(|step| &step.message_id == message_id)
+                .is_some_and(|step| step.message_id == message.id)
+            || !self.claim_tool_warning(&message.id)
         {
-            return Ok(false);
+            return false;
         }
-        let said = tool_outside_a_step_words(message_id);
-        Ok(!self
-            .repo
-            .warnings(&session.id)
-            .await?
-            .iter()
-            .any(|warning| warning.message.contains(&said)))
+        let said = tool_outside_a_step_words(&message.id);
+        !self.repo.warnings(&session.id).await.is_ok_and(|warnings| {
+            warnings
+                .iter()
+                .any(|warning| warning.message.contains(&said))
+        })
     }
 
-    /// A new message's parts: the warning for the first tool part among them, if any (no step of a message
-    /// not stored yet is open; [`Self::tool_outside_a_step`]).
+    /// Whether this process is the first to warn of `message`'s tool parts outside a step; a claim given
+    /// back (`unclaim_tool_warning`) when the part turns out to be inside one. Bounded: past 10,000
+    /// messages the oldest claims are forgotten (such a message's warnings are read again).
+    fn claim_tool_warning(&self, message: &MessageId) -> bool {
+        let mut warned = self
+            .tool_warned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if warned.len() >= 10_000 {
+            warned.clear();
+        }
+        warned.insert(message.clone())
+    }
+
+    fn unclaim_tool_warning(&self, message: &MessageId) {
+        self.tool_warned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(message);
+    }
+
+    /// A new assistant message's parts: the warning for the first tool part among them, if any (no step of
+    /// a message not stored yet is open; [`Self::tool_outside_a_step`]).
     fn push_tool_outside_a_step(
         &self,
         transaction: &mut Transaction,
         session: &Session,
-        message_id: &MessageId,
+        info: &Message,
         parts: &[Part],
     ) {
+        if info.role != Role::Assistant {
+            return;
+        }
         if let Some(tool) = parts.iter().find(|p| matches!(p.body, PartBody::Tool(_))) {
-            let warning = self.tool_outside_a_step_warning(session, message_id, &tool.id);
+            let warning = self.tool_outside_a_step_warning(session, &info.id, &tool.id);
             self.push_warning(transaction, &session.id, warning);
+            self.claim_tool_warning(&info.id);
         }
     }
 
@@ -1259,17 +1292,30 @@ impl Rewind {
         Ok(sessions)
     }
 
-    /// Aborts every open step found abandoned now (its owner gone, or its HTTP client silent past the step
-    /// timeout), as the next operation on its session would (SPEC 4): what a server does every few seconds,
-    /// so that a session does not stay busy to its clients (no `session.status` idle was sent until some
-    /// later operation came; event stream review) and what such a step changed is recorded while it is
-    /// fresh. Steps are found by their session's lease (a step holds it while open), so only the lease
-    /// table is read when none is abandoned; each worktree with one is prepared as an operation would
-    /// prepare it (`prepare_worktree`). The sessions whose step was closed meanwhile, and those of a
-    /// worktree that could not be prepared (a step another process is closing at the time is neither).
-    pub async fn abort_abandoned_steps(&self) -> Result<AbandonedSteps> {
+    /// What a server does every few seconds with the open steps found abandoned now (SPEC 4), so that no
+    /// session stays busy to its clients (no `session.status` idle was sent until some later operation
+    /// came; event stream review):
+    /// - a step whose owner is a process on this host that is gone (a `rewind exec` killed) is aborted at
+    ///   once, its worktree prepared as an operation would prepare it (`prepare_worktree`): nothing of its
+    ///   owner can write any more, and what it changed is recorded while it is fresh;
+    /// - any other (an HTTP client silent past the step timeout, a step of a server that restarted, one of
+    ///   another host) is announced idle once (`announced` holds the step tokens said so far) and left to
+    ///   the next operation on its session, as before: a client still at work (a tool running past the
+    ///   timeout) keeps what it writes until then in the step's patch (diff review).
+    ///
+    /// Steps are found by their session's lease (a step holds it while open), so only the lease table is
+    /// read when none is abandoned. A worktree with an interrupted operation in `waiting` (backing off after
+    /// a failed recovery) is left alone, as recovery leaves it. One session that cannot be read or whose
+    /// step cannot be aborted is reported and the others are seen to.
+    pub async fn tend_abandoned_steps(
+        &self,
+        announced: &HashSet<LeaseToken>,
+        waiting: &HashSet<LeaseToken>,
+    ) -> Result<AbandonedSteps> {
         let mut report = AbandonedSteps::default();
         let mut prepared: HashSet<String> = HashSet::new();
+        let this = self.host.this_process();
+        let mut intents = None;
         for lease in self.repo.leases().await? {
             let LeaseKey::Session(id) = &lease.key else {
                 continue;
@@ -1277,30 +1323,81 @@ impl Rewind {
             if !self.is_abandoned(&lease) {
                 continue;
             }
-            let Some(session) = self.repo.session(id).await? else {
-                continue;
+            let session = match self.repo.session(id).await {
+                Ok(Some(session)) => session,
+                Ok(None) => continue,
+                Err(error) => {
+                    report.failed.push((id.clone(), error));
+                    continue;
+                }
             };
-            if session.step.is_none() || prepared.contains(&session.directory) {
+            if session
+                .step
+                .as_ref()
+                .is_none_or(|step| step.token != lease.token)
+            {
                 continue;
             }
-            // As before any operation on the worktree: its interrupted operations finished first (one that
-            // cannot be leaves its steps open, and is the failure), then its abandoned steps aborted.
+            let owner_gone_here = lease.holder.kind == HolderKind::Process
+                && lease.holder.process.same_host(&this)
+                && !self.host.is_alive(&lease.holder.process);
+            if !owner_gone_here {
+                if !announced.contains(&lease.token) {
+                    match self.announce_idle(&session.id).await {
+                        Ok(()) => report.announced.push(lease.token.clone()),
+                        Err(error) => report.failed.push((session.id.clone(), error)),
+                    }
+                }
+                continue;
+            }
+            if prepared.contains(&session.directory) {
+                continue;
+            }
+            let intents = match &intents {
+                Some(intents) => intents,
+                None => intents.insert(self.repo.intents().await?),
+            };
+            if intents.iter().any(|intent| {
+                waiting.contains(&intent.token)
+                    && worktrees_overlap(&intent.directory, &session.directory)
+            }) {
+                continue;
+            }
             prepared.insert(session.directory.clone());
-            let before = self.repo.sessions_overlapping(&session.directory).await?;
             match self.prepare_worktree(&session.directory).await {
-                Ok(after) => report.aborted.extend(before.iter().filter_map(|was| {
-                    let step = was.step.as_ref()?;
+                Ok(after) => {
                     let closed = after
                         .iter()
-                        .find(|now| now.id == was.id)
-                        .is_none_or(|now| now.step.as_ref().is_none_or(|s| s.token != step.token));
-                    closed.then(|| was.id.clone())
-                })),
+                        .find(|now| now.id == session.id)
+                        .is_none_or(|now| now.step.as_ref().is_none_or(|s| s.token != lease.token));
+                    if closed {
+                        report.aborted.push(session.id.clone());
+                    }
+                }
+                // Another process is closing it, or an operation holds the worktree: the next pass sees.
                 Err(Error::Busy { .. } | Error::LeaseLost(_)) => {}
                 Err(error) => report.failed.push((session.id.clone(), error)),
             }
         }
         Ok(report)
+    }
+
+    /// Publishes `session.status` idle (and `session.idle`) for a session whose open step is abandoned: its
+    /// clients see what `GET /session/status` says; the step itself is aborted by the next operation.
+    async fn announce_idle(&self, session: &SessionId) -> Result<()> {
+        let transaction = Transaction {
+            events: vec![
+                self.event(EventPayload::SessionStatus {
+                    session_id: session.clone(),
+                    status: SessionStatus::Idle,
+                }),
+                self.event(EventPayload::SessionIdle {
+                    session_id: session.clone(),
+                }),
+            ],
+            ..Transaction::default()
+        };
+        self.repo.commit(transaction).await
     }
 
     /// Closes the session's open step (as `session` shows it): the step's lease is taken (over) with its own
@@ -1951,8 +2048,8 @@ impl Rewind {
             None => "no step was begun in it".to_owned(),
             Some(Some(reason)) if reason == "aborted" => format!(
                 "its step was aborted: its owner was gone or silent for longer than the step timeout ({} s), and \
-                 the server's look for such steps (every few seconds) or the next request on the worktree (this \
-                 one, when it is the step's finish) aborted it, or an abort was asked; what the step changed until then is recorded and can be reverted. Begin a \
+                 the next request on the worktree (this one, when it is the step's finish) aborted it (or a \
+                 server, at once, when its process had died), or an abort was asked; what the step changed until then is recorded and can be reverted. Begin a \
                  new step to go on",
                 self.config.step_timeout_ms / 1000
             ),
@@ -2230,13 +2327,14 @@ fn refuse_open_step(session: &Session) -> Result<()> {
     }
 }
 
-/// What [`Rewind::abort_abandoned_steps`] did.
+/// What [`Rewind::tend_abandoned_steps`] did.
 #[derive(Debug, Default)]
 pub struct AbandonedSteps {
-    /// The sessions whose step was closed: aborted as abandoned (or, at the same moment, by its owner).
+    /// The sessions whose step was aborted, its owner gone (or closed at the same moment by another).
     pub aborted: Vec<SessionId>,
-    /// A session of each worktree whose abandoned steps could not be aborted, with why (an interrupted
-    /// operation there that cannot be finished, say).
+    /// The tokens of the steps announced idle this time, left open for the next operation.
+    pub announced: Vec<LeaseToken>,
+    /// The sessions that could not be read, announced or have their step aborted, with why.
     pub failed: Vec<(SessionId, Error)>,
 }
 

@@ -1603,12 +1603,16 @@ impl Rewind {
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(intent.clone());
         };
         let leases = [&operation.session_lease, &operation.worktree_lease];
+        // A full disk met by the rollback or its record too is still said to be one (diff review: only the
+        // first error's kind was kept).
+        let mut full = error.storage_fault() == Some(StorageFault::DiskFull);
         let failure = match self.put_back_intent(session, intent, &why, leases).await {
             Ok(mut put_back) => {
                 match self.repo.commit(std::mem::take(&mut put_back.record)).await {
                     Ok(()) => return error.noted(&put_back.recorded(intent.operation)),
                     Err(recording) => {
                         leave();
+                        full |= recording.storage_fault() == Some(StorageFault::DiskFull);
                         put_back.unrecorded(intent.operation, &recording)
                     }
                 }
@@ -1619,6 +1623,7 @@ impl Rewind {
             ),
             Err(rollback) => {
                 leave();
+                full |= rollback.storage_fault() == Some(StorageFault::DiskFull);
                 format!(
                     "rolling the files back also failed ({rollback}); {}; the intent record stays, and the \
                      next rewind command will finish the rollback",
@@ -1629,9 +1634,10 @@ impl Rewind {
         // Files may be left changed: a fault to look into, not a request to send again, whatever the error
         // was; a full disk is still said to be one (the likeliest reason both failed).
         let text = format!("{error}; {failure}");
-        match error.storage_fault() {
-            Some(fault @ StorageFault::DiskFull) => Error::storage(fault, text),
-            _ => Error::backend(text),
+        if full {
+            Error::storage(StorageFault::DiskFull, text)
+        } else {
+            Error::backend(text)
         }
     }
 

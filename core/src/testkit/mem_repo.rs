@@ -59,6 +59,8 @@ struct State {
     finish_intents_before_next_intent_delete: bool,
     /// Armed by `fail_next_capture`.
     fail_next_capture: bool,
+    /// The storage fault a hook's next failure is (`fail_as`), instead of a backend fault.
+    hook_faults: HashMap<&'static str, crate::error::StorageFault>,
     /// Armed by `fail_next_step_start`.
     fail_next_step_start: bool,
     /// Armed by `fail_next_message_put`.
@@ -126,6 +128,12 @@ impl MemRepo {
     /// files back) fails with `Error::Backend` and stores nothing; other commits behave normally.
     pub fn fail_next_capture(&self) {
         self.lock().fail_next_capture = true;
+    }
+
+    /// Makes the next failure of the fault hook named `hook` (`"fail_next_intent_delete"`, say; armed as
+    /// usual) an `Error::Storage` of `fault` (a full disk) instead of a backend fault.
+    pub fn fail_as(&self, hook: &'static str, fault: crate::error::StorageFault) {
+        self.lock().hook_faults.insert(hook, fault);
     }
 
     /// Fault hook: the next `commit` that stores a `step-start` part fails with `Error::Backend` and stores
@@ -795,11 +803,20 @@ impl MessageRepo for MemRepo {
             ),
         ];
         // The first armed hook whose kind of change this transaction makes fires (and is disarmed).
+        let mut fired = None;
         for (flag, applies, hook) in armed {
             if *flag && applies {
                 *flag = false;
-                return Err(Error::backend(format!("injected fault: MemRepo::{hook}")));
+                fired = Some(hook);
+                break;
             }
+        }
+        if let Some(hook) = fired {
+            let text = format!("injected fault: MemRepo::{hook}");
+            return Err(match hooks.hook_faults.remove(hook) {
+                Some(fault) => Error::storage(fault, text),
+                None => Error::backend(text),
+            });
         }
         if hooks.finish_intents_before_next_intent_delete
             && has(|c| matches!(c, Change::DeleteIntent(_)))

@@ -995,66 +995,144 @@ fn a_finish_after_the_step_timeout_aborts_the_step() {
     })
 }
 
-/// A server looks for abandoned steps every few seconds (`abort_abandoned_steps`): a step within the step
-/// timeout is left open and nothing is written; once its client has been silent past it, the step is
-/// aborted, what it changed recorded, and `session.status` idle published, with no other request on the
-/// session (event stream review: the session stayed busy to its clients until some operation came). A
-/// later finish is told the step was aborted. A second look finds nothing to do.
+/// A server sees to abandoned steps every few seconds (`tend_abandoned_steps`). An HTTP step whose client
+/// has been silent past the step timeout is announced idle once (event stream review: the session stayed
+/// busy to its clients) and left open: its client may still be at work (a tool running past the timeout),
+/// and what it writes until the next request is in the step's patch when that request aborts it (diff
+/// review). Within the timeout nothing is written; a second look says nothing again.
 #[test]
-fn a_server_aborts_a_step_abandoned_since_without_waiting_for_a_request() {
+fn a_server_announces_a_silent_step_idle_and_leaves_its_abort_to_the_next_request() {
     block_on(async {
         let w = World::new();
         let (server, s, a) = server_step(&w).await;
-        w.write("x.txt", "agent wrote this");
+        let none = std::collections::HashSet::new();
         w.host.advance(30_000);
         let before = w.last_seq().await;
-        let report = server.abort_abandoned_steps().await.expect("looks");
+        let report = server
+            .tend_abandoned_steps(&none, &none)
+            .await
+            .expect("looks");
+        assert!(
+            report.aborted.is_empty() && report.announced.is_empty() && report.failed.is_empty(),
+            "{report:?}"
+        );
+        assert_eq!(w.last_seq().await, before, "nothing written");
+
+        w.host.advance(60_000);
+        let report = server
+            .tend_abandoned_steps(&none, &none)
+            .await
+            .expect("looks");
         assert!(
             report.aborted.is_empty() && report.failed.is_empty(),
             "{report:?}"
         );
-        assert_eq!(w.last_seq().await, before, "nothing written");
-        assert!(
-            w.repo
-                .session(&s.id)
-                .await
-                .expect("reads")
-                .expect("stored")
-                .step
-                .is_some()
+        assert_eq!(report.announced.len(), 1, "{report:?}");
+        assert_eq!(
+            w.event_types_after(before).await,
+            ["session.status", "session.idle"]
         );
-
-        w.host.advance(60_000);
-        let report = server.abort_abandoned_steps().await.expect("looks");
-        assert_eq!(report.aborted, std::slice::from_ref(&s.id), "{report:?}");
-        assert!(report.failed.is_empty(), "{report:?}");
-        let kinds = w.event_types_after(before).await;
-        assert!(
-            kinds.iter().any(|k| k == "session.status")
-                && kinds.iter().any(|k| k == "message.part.updated"),
-            "{kinds:?}"
-        );
-        let session = w.repo.session(&s.id).await.expect("reads").expect("stored");
-        assert!(session.step.is_none());
-        let message = server.message(&s.id, &a.info.id).await.expect("message");
-        assert_eq!(finishes_of(&message), [("aborted".to_owned(), 0.0)]);
-        assert!(
-            message.parts.iter().any(
-                |p| matches!(&p.body, PartBody::Patch(patch) if patch.files == [w.abs("x.txt")])
-            ),
-            "what the step changed is recorded: {message:?}"
-        );
+        let announced: std::collections::HashSet<_> = report.announced.into_iter().collect();
+        let again = w.last_seq().await;
+        let report = server
+            .tend_abandoned_steps(&announced, &none)
+            .await
+            .expect("looks");
+        assert!(report.announced.is_empty(), "{report:?}");
+        assert_eq!(w.last_seq().await, again, "said once");
+        // The client was still at work: what it wrote is in the step's patch, with the finish's usage.
+        w.write("x.txt", "written by a tool that ran past the timeout");
         let late = server
-            .finish_step(&s.id, &a.info.id, StepEnd::default())
+            .finish_step(
+                &s.id,
+                &a.info.id,
+                StepEnd {
+                    cost: Some(0.5),
+                    ..StepEnd::default()
+                },
+            )
             .await;
         assert!(
             matches!(&late, Err(Error::InvalidInput(message)) if message.contains("its step was aborted")),
             "{late:?}"
         );
-        let again = w.last_seq().await;
-        let report = server.abort_abandoned_steps().await.expect("looks");
-        assert!(report.aborted.is_empty(), "{report:?}");
-        assert_eq!(w.last_seq().await, again);
+        let message = server.message(&s.id, &a.info.id).await.expect("message");
+        assert_eq!(finishes_of(&message), [("aborted".to_owned(), 0.5)]);
+        assert!(
+            message.parts.iter().any(
+                |p| matches!(&p.body, PartBody::Patch(patch) if patch.files == [w.abs("x.txt")])
+            ),
+            "{message:?}"
+        );
+    })
+}
+
+/// A step whose owner is a process on this host that is gone (a `rewind exec` killed) is aborted by the
+/// server's look at once, its changes recorded, `session.status` idle published; one whose process still
+/// runs, however long, is left alone.
+#[test]
+fn a_server_aborts_a_step_whose_process_died() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let s = w.session().await;
+        let exec = process(12);
+        let me = w.host.this_process();
+        w.host.become_process(exec.clone());
+        w.rewind
+            .create_message(&s.id, NewMessage::user_text("run it"))
+            .await
+            .expect("user");
+        let assistant = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        w.rewind
+            .begin_step(&s.id, &assistant.info.id)
+            .await
+            .expect("begin");
+        w.write("a.txt", "written by the command");
+        w.host.become_process(me);
+        let none = std::collections::HashSet::new();
+        w.host.advance(3_600_000);
+        let report = w
+            .rewind
+            .tend_abandoned_steps(&none, &none)
+            .await
+            .expect("looks");
+        assert!(
+            report.aborted.is_empty() && report.announced.is_empty(),
+            "a live process keeps its step: {report:?}"
+        );
+
+        w.host.kill(&exec);
+        let before = w.last_seq().await;
+        let report = w
+            .rewind
+            .tend_abandoned_steps(&none, &none)
+            .await
+            .expect("looks");
+        assert_eq!(report.aborted, std::slice::from_ref(&s.id), "{report:?}");
+        assert!(
+            report.announced.is_empty() && report.failed.is_empty(),
+            "{report:?}"
+        );
+        let kinds = w.event_types_after(before).await;
+        assert!(kinds.iter().any(|k| k == "session.status"), "{kinds:?}");
+        let session = w.repo.session(&s.id).await.expect("reads").expect("stored");
+        assert!(session.step.is_none());
+        let message = w
+            .rewind
+            .message(&s.id, &assistant.info.id)
+            .await
+            .expect("message");
+        assert!(
+            message.parts.iter().any(
+                |p| matches!(&p.body, PartBody::Patch(patch) if patch.files == [w.abs("a.txt")])
+            ),
+            "{message:?}"
+        );
     })
 }
 

@@ -794,8 +794,9 @@ fn revert_warns_about_what_a_step_without_an_end_snapshot_changed() {
 /// finished) ran where no step's patch sees what it changed: OpenCode's `snapshot-tool-race` test guards its
 /// processor against a tool that runs before `start-step`; a client of rewind begins its steps itself, so
 /// rewind says it, once per message, in the same commit as the part (checklist review: the revert then
-/// left the tool's file without a word). A tool part inside an open step, or of another message's open
-/// step, is not named; a message created with a tool part among its parts is.
+/// left the tool's file without a word). A tool part inside its message's open step is not named; one of a
+/// message whose step is not open is, while another message's step is open too; so is an assistant message
+/// created with a tool part among its parts, and not a user message (it has no steps).
 #[test]
 fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
     block_on(async {
@@ -860,6 +861,34 @@ fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
         let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
         assert_eq!(said.len(), 2, "{said:?}");
         assert!(said[1].contains(a2.as_str()), "{said:?}");
+        // While another message's step is open: said for this message.
+        w.rewind.begin_step(&s.id, &a2).await.expect("begin");
+        let a4 = w
+            .rewind
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant")
+            .info
+            .id;
+        w.rewind
+            .append_part(&s.id, &a4, tool("c7"))
+            .await
+            .expect("tool");
+        w.rewind
+            .finish_step(&s.id, &a2, rewind_core::service::StepEnd::default())
+            .await
+            .expect("finish");
+        let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
+        assert_eq!(said.len(), 3, "{said:?}");
+        assert!(said[2].contains(a4.as_str()), "{said:?}");
+        // A user message's tool part: no step to begin there, nothing said.
+        let mut user = NewMessage::user_text("with a tool");
+        user.parts.push(tool("u1"));
+        w.rewind.create_message(&s.id, user).await.expect("user");
+        assert_eq!(
+            outside(&w.rewind.warnings(&s.id).await.expect("warnings")).len(),
+            3
+        );
         // Recorded with its message.
         let mut message = NewMessage::assistant();
         message.parts = vec![tool("c5"), tool("c6")];
@@ -869,10 +898,25 @@ fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
             .await
             .expect("message");
         let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
-        assert_eq!(said.len(), 3, "{said:?}");
+        assert_eq!(said.len(), 4, "{said:?}");
         assert!(
-            said[2].contains(a3.info.id.as_str()) && said[2].contains(a3.parts[0].id.as_str()),
+            said[3].contains(a3.info.id.as_str()) && said[3].contains(a3.parts[0].id.as_str()),
             "{said:?}"
+        );
+        // Another process (or this one restarted) finds it said among the session's warnings.
+        let other = rewind_core::service::Rewind::new(
+            w.snapshots.clone(),
+            w.repo.clone(),
+            w.host.clone(),
+            rewind_core::service::ServiceConfig::default(),
+        );
+        other
+            .append_part(&s.id, &a3.info.id, tool("c8"))
+            .await
+            .expect("tool");
+        assert_eq!(
+            outside(&w.rewind.warnings(&s.id).await.expect("warnings")).len(),
+            4
         );
     })
 }
@@ -2201,6 +2245,43 @@ fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
         assert!(w.repo.intents().await.expect("intents").is_empty());
         // The snapshot the message names is the capture stored before the files were put back.
         assert_names_a_capture(&w, &message).await;
+    })
+}
+
+/// A revert that fails for one reason, whose rollback's record then meets a full disk, is answered as a
+/// full disk, which the HTTP layer names (diff review: only the first error's kind was kept, and a generic
+/// internal error hid the disk); the intent record stays for the next command.
+#[test]
+fn a_rollback_that_meets_a_full_disk_says_so() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        // The result's commit fails, then the capture's and the rollback's record, on a full disk.
+        w.repo.fail_next_result_commit();
+        w.repo.fail_next_capture();
+        w.repo.fail_next_intent_delete();
+        w.repo.fail_as(
+            "fail_next_intent_delete",
+            rewind_core::error::StorageFault::DiskFull,
+        );
+        let failed = w.try_revert_to(&s.id, &t1.user).await;
+        let Err(error) = failed else {
+            panic!("{failed:?}")
+        };
+        assert_eq!(
+            error.storage_fault(),
+            Some(rewind_core::error::StorageFault::DiskFull),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("MemRepo::fail_next_result_commit")
+                && message.contains("MemRepo::fail_next_intent_delete"),
+            "{message}"
+        );
+        assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
     })
 }
 
