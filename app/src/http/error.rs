@@ -137,9 +137,10 @@ impl ApiError {
                 "the database is corrupt; nothing was stored; the server log names it"
             }
             StorageFault::DiskFull => {
+                // What became of an operation's files is its note's to say (black-box review: "is put back
+                // once there is" was said before "were put back").
                 "a disk rewind writes to (the worktree's or the data directory's) is full; free some space \
-                 and try again: an operation that could not finish is put back once there is; the server \
-                 log has the cause"
+                 and try again; the server log has the cause"
             }
             StorageFault::ReadOnly => {
                 "a disk or database rewind writes to (the worktree's, the data directory's or the \

@@ -1364,6 +1364,15 @@ impl Rewind {
                 continue;
             }
             prepared.insert(session.directory.clone());
+            // A step whose end cannot be snapshotted now is closed without a patch (SPEC 4): when that is
+            // the store's disk (full, read-only), the pass waits for it instead, as no one is waiting on
+            // this abort (black-box review: the step stayed unrevertable after space was freed).
+            if let Err(error @ Error::Storage { .. }) =
+                self.snapshots.track(worktree(&session)).await
+            {
+                report.failed.push((session.id.clone(), error));
+                continue;
+            }
             match self.prepare_worktree(&session.directory).await {
                 Ok(after) => {
                     let closed = after
@@ -1937,15 +1946,23 @@ fn late_end_warning(
     files: &[RelPath],
     end: &Option<SnapshotId>,
 ) -> Warning {
+    // Black-box review: "gone or silent" named a live server as the owner of a step its client had left.
+    let why = match step.holder.kind {
+        HolderKind::Process => format!("its owner ({}) is gone", step.holder),
+        HolderKind::Server => format!(
+            "its owner ({}) is gone, or its HTTP client sent nothing on the session for longer than the step \
+             timeout",
+            step.holder
+        ),
+    };
     Warning {
         time: now,
         message: format!(
-            "the step of message {} was aborted because its owner ({}) is gone or was silent for longer than the \
-             step timeout; its end snapshot was taken at the abort, so its patch also holds any change made \
+            "the step of message {} was aborted because {why}; its end snapshot was taken at the abort, so its patch also holds any change made \
              to these files after the owner stopped (by hand or by another program), and reverting the step \
              undoes those changes too (the revert keeps what it overwrites; the snapshot here holds the files \
              as they were at the abort)",
-            step.message_id, step.holder
+            step.message_id
         ),
         snapshot: end.clone(),
         files: files.iter().map(|f| f.to_absolute(directory)).collect(),

@@ -973,6 +973,8 @@ pub struct MemSnapshotStore {
     config: MemSnapshotConfig,
     clock: Clock,
     stores: Mutex<HashMap<PathBuf, WorktreeStore>>,
+    /// Armed by `fill_disk`.
+    disk_full: std::sync::atomic::AtomicBool,
 }
 
 impl MemSnapshotStore {
@@ -988,7 +990,15 @@ impl MemSnapshotStore {
             config,
             clock: Arc::new(|| 0),
             stores: Mutex::new(HashMap::new()),
+            disk_full: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Fault injection: while `full`, every `track` fails as the store's disk being full
+    /// (`Error::Storage` with `StorageFault::DiskFull`) and stores nothing.
+    pub fn fill_disk(&self, full: bool) {
+        self.disk_full
+            .store(full, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Uses `clock` (milliseconds) for the times logged with returned ids and for gc's grace period.
@@ -1085,6 +1095,12 @@ impl MemSnapshotStore {
 
     fn track_now(&self, worktree: &Path) -> Result<TrackOutcome> {
         Self::check_worktree(worktree)?;
+        if self.disk_full.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::storage(
+                crate::error::StorageFault::DiskFull,
+                "the snapshot store's disk is full (MemSnapshotStore::fill_disk)",
+            ));
+        }
         let mut stores = lock(&self.stores);
         let store = stores.entry(worktree.to_path_buf()).or_default();
         let (_, tracked, skipped) = self.read_tracked(worktree, store)?;

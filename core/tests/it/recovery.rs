@@ -1069,7 +1069,8 @@ fn a_server_announces_a_silent_step_idle_and_leaves_its_abort_to_the_next_reques
 
 /// A step whose owner is a process on this host that is gone (a `rewind exec` killed) is aborted by the
 /// server's look at once, its changes recorded, `session.status` idle published; one whose process still
-/// runs, however long, is left alone.
+/// runs, however long, is left alone; while the store's disk is full, the step is left open for the next
+/// look rather than closed without its patch (black-box review).
 #[test]
 fn a_server_aborts_a_step_whose_process_died() {
     block_on(async {
@@ -1107,6 +1108,29 @@ fn a_server_aborts_a_step_whose_process_died() {
         );
 
         w.host.kill(&exec);
+        // The store's disk full: the step is not closed without its patch; the pass tries again.
+        w.snapshots.fill_disk(true);
+        let report = w
+            .rewind
+            .tend_abandoned_steps(&none, &none)
+            .await
+            .expect("looks");
+        assert!(report.aborted.is_empty(), "{report:?}");
+        assert!(
+            matches!(report.failed.as_slice(), [(id, error)] if *id == s.id
+                && error.storage_fault() == Some(rewind_core::error::StorageFault::DiskFull)),
+            "{report:?}"
+        );
+        assert!(
+            w.repo
+                .session(&s.id)
+                .await
+                .expect("reads")
+                .expect("stored")
+                .step
+                .is_some()
+        );
+        w.snapshots.fill_disk(false);
         let before = w.last_seq().await;
         let report = w
             .rewind
