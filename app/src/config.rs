@@ -406,8 +406,9 @@ fn sqlite_url_from(base: &Path, url: &str) -> Result<String> {
 pub fn sqlite_file_not_created(url: &str) -> Option<PathBuf> {
     let (path, query) = sqlite_url_file(url)?;
     // Only a file that is not there counts: one that cannot be looked at (another user's private data
-    // directory) is left to the open, which says why (diff review).
-    let missing = |file: &Path| matches!(std::fs::symlink_metadata(file), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    // directory) is left to the open, which says why (diff review). A symlink to nothing counts as not
+    // there: SQLite would create the file it names (black-box review: `gc` made a database there).
+    let missing = |file: &Path| matches!(std::fs::metadata(file), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
     // SQLite takes a `..` after a directory that does not exist by name (`missing/../rewind.db`); the
     // system does not.
     let by_name = crate::worktree::by_name(Path::new(&path));

@@ -63,6 +63,17 @@ fn commands_on_a_data_directory_without_a_database_say_so_and_create_nothing() {
         );
         assert!(!typo.exists(), "{args:?} created {}", typo.display());
     }
+    // A database file that is a symlink to nothing is not there either: nothing is made where it points.
+    std::fs::create_dir_all(&typo).expect("mkdir");
+    let target = env.data.path().join("nowhere.db");
+    std::os::unix::fs::symlink(&target, &database).expect("symlink");
+    for args in [&["gc"][..], &["log"][..]] {
+        let output = run(args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
+        assert!(!target.exists(), "{args:?} created {}", target.display());
+    }
+    std::fs::remove_file(&database).expect("unlink");
+    std::fs::remove_dir(&typo).expect("rmdir");
     let output = run(&["status"]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let stdout = String::from_utf8_lossy(&output.stdout);
