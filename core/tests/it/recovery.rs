@@ -995,6 +995,23 @@ fn a_finish_after_the_step_timeout_aborts_the_step() {
     })
 }
 
+/// One look of a server at the abandoned steps, none announced before and no recovery waiting.
+async fn tend(rewind: &Rewind) -> rewind_core::service::AbandonedSteps {
+    let none = std::collections::HashSet::new();
+    rewind
+        .tend_abandoned_steps(&none, &none)
+        .await
+        .expect("looks")
+}
+
+/// Whether the message's patch names exactly `files`.
+fn patches_exactly(message: &rewind_core::model::MessageWithParts, files: &[String]) -> bool {
+    message
+        .parts
+        .iter()
+        .any(|p| matches!(&p.body, PartBody::Patch(patch) if patch.files == files))
+}
+
 /// A server sees to abandoned steps every few seconds (`tend_abandoned_steps`). An HTTP step whose client
 /// has been silent past the step timeout is announced idle once (event stream review: the session stayed
 /// busy to its clients) and left open: its client may still be at work (a tool running past the timeout),
@@ -1008,10 +1025,7 @@ fn a_server_announces_a_silent_step_idle_and_leaves_its_abort_to_the_next_reques
         let none = std::collections::HashSet::new();
         w.host.advance(30_000);
         let before = w.last_seq().await;
-        let report = server
-            .tend_abandoned_steps(&none, &none)
-            .await
-            .expect("looks");
+        let report = tend(&server).await;
         assert!(
             report.aborted.is_empty() && report.announced.is_empty() && report.failed.is_empty(),
             "{report:?}"
@@ -1019,10 +1033,7 @@ fn a_server_announces_a_silent_step_idle_and_leaves_its_abort_to_the_next_reques
         assert_eq!(w.last_seq().await, before, "nothing written");
 
         w.host.advance(60_000);
-        let report = server
-            .tend_abandoned_steps(&none, &none)
-            .await
-            .expect("looks");
+        let report = tend(&server).await;
         assert!(
             report.aborted.is_empty() && report.failed.is_empty(),
             "{report:?}"
@@ -1058,12 +1069,7 @@ fn a_server_announces_a_silent_step_idle_and_leaves_its_abort_to_the_next_reques
         );
         let message = server.message(&s.id, &a.info.id).await.expect("message");
         assert_eq!(finishes_of(&message), [("aborted".to_owned(), 0.5)]);
-        assert!(
-            message.parts.iter().any(
-                |p| matches!(&p.body, PartBody::Patch(patch) if patch.files == [w.abs("x.txt")])
-            ),
-            "{message:?}"
-        );
+        assert!(patches_exactly(&message, &[w.abs("x.txt")]), "{message:?}");
     })
 }
 
@@ -1095,13 +1101,8 @@ fn a_server_aborts_a_step_whose_process_died() {
             .expect("begin");
         w.write("a.txt", "written by the command");
         w.host.become_process(me);
-        let none = std::collections::HashSet::new();
         w.host.advance(3_600_000);
-        let report = w
-            .rewind
-            .tend_abandoned_steps(&none, &none)
-            .await
-            .expect("looks");
+        let report = tend(&w.rewind).await;
         assert!(
             report.aborted.is_empty() && report.announced.is_empty(),
             "a live process keeps its step: {report:?}"
@@ -1110,11 +1111,7 @@ fn a_server_aborts_a_step_whose_process_died() {
         w.host.kill(&exec);
         // The store's disk full: the step is not closed without its patch; the pass tries again.
         w.snapshots.fill_disk(true);
-        let report = w
-            .rewind
-            .tend_abandoned_steps(&none, &none)
-            .await
-            .expect("looks");
+        let report = tend(&w.rewind).await;
         assert!(report.aborted.is_empty(), "{report:?}");
         assert!(
             matches!(report.failed.as_slice(), [(id, error)] if *id == s.id
@@ -1132,11 +1129,7 @@ fn a_server_aborts_a_step_whose_process_died() {
         );
         w.snapshots.fill_disk(false);
         let before = w.last_seq().await;
-        let report = w
-            .rewind
-            .tend_abandoned_steps(&none, &none)
-            .await
-            .expect("looks");
+        let report = tend(&w.rewind).await;
         assert_eq!(report.aborted, std::slice::from_ref(&s.id), "{report:?}");
         assert!(
             report.announced.is_empty() && report.failed.is_empty(),
@@ -1151,12 +1144,7 @@ fn a_server_aborts_a_step_whose_process_died() {
             .message(&s.id, &assistant.info.id)
             .await
             .expect("message");
-        assert!(
-            message.parts.iter().any(
-                |p| matches!(&p.body, PartBody::Patch(patch) if patch.files == [w.abs("a.txt")])
-            ),
-            "{message:?}"
-        );
+        assert!(patches_exactly(&message, &[w.abs("a.txt")]), "{message:?}");
     })
 }
 

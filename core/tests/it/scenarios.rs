@@ -817,22 +817,26 @@ fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
                 .map(|w| w.message.clone())
                 .collect()
         };
+        let warned = || async { outside(&w.rewind.warnings(&s.id).await.expect("warnings")) };
+        let (rewind, session) = (&w.rewind, &s.id);
+        let append = |message: &MessageId, call: &str| {
+            let (message, part) = (message.clone(), tool(call));
+            async move {
+                rewind
+                    .append_part(session, &message, part)
+                    .await
+                    .expect("tool")
+            }
+        };
         let a1 = w.prompt(&s.id, "one").await;
         let before = w.last_seq().await;
-        let early = w
-            .rewind
-            .append_part(&s.id, &a1, tool("c1"))
-            .await
-            .expect("tool");
+        let early = append(&a1, "c1").await;
         assert_eq!(
             w.event_types_after(before).await,
             ["message.part.updated", "session.warning"]
         );
-        w.rewind
-            .append_part(&s.id, &a1, tool("c2"))
-            .await
-            .expect("tool");
-        let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
+        append(&a1, "c2").await;
+        let said = warned().await;
         assert_eq!(said.len(), 1, "{said:?}");
         assert!(
             said[0].contains(early.id.as_str()) && said[0].contains(a1.as_str()),
@@ -840,25 +844,16 @@ fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
         );
         // Inside its step: nothing more is said.
         w.rewind.begin_step(&s.id, &a1).await.expect("begin");
-        w.rewind
-            .append_part(&s.id, &a1, tool("c3"))
-            .await
-            .expect("tool");
+        append(&a1, "c3").await;
         w.rewind
             .finish_step(&s.id, &a1, rewind_core::service::StepEnd::default())
             .await
             .expect("finish");
-        assert_eq!(
-            outside(&w.rewind.warnings(&s.id).await.expect("warnings")).len(),
-            1
-        );
+        assert_eq!(warned().await.len(), 1);
         // Another message's first tool part outside its step is said for that message.
         let a2 = w.prompt(&s.id, "two").await;
-        w.rewind
-            .append_part(&s.id, &a2, tool("c4"))
-            .await
-            .expect("tool");
-        let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
+        append(&a2, "c4").await;
+        let said = warned().await;
         assert_eq!(said.len(), 2, "{said:?}");
         assert!(said[1].contains(a2.as_str()), "{said:?}");
         // While another message's step is open: said for this message.
@@ -870,25 +865,19 @@ fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
             .expect("assistant")
             .info
             .id;
-        w.rewind
-            .append_part(&s.id, &a4, tool("c7"))
-            .await
-            .expect("tool");
+        append(&a4, "c7").await;
         w.rewind
             .finish_step(&s.id, &a2, rewind_core::service::StepEnd::default())
             .await
             .expect("finish");
-        let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
+        let said = warned().await;
         assert_eq!(said.len(), 3, "{said:?}");
         assert!(said[2].contains(a4.as_str()), "{said:?}");
         // A user message's tool part: no step to begin there, nothing said.
         let mut user = NewMessage::user_text("with a tool");
         user.parts.push(tool("u1"));
         w.rewind.create_message(&s.id, user).await.expect("user");
-        assert_eq!(
-            outside(&w.rewind.warnings(&s.id).await.expect("warnings")).len(),
-            3
-        );
+        assert_eq!(warned().await.len(), 3);
         // Recorded with its message.
         let mut message = NewMessage::assistant();
         message.parts = vec![tool("c5"), tool("c6")];
@@ -897,7 +886,7 @@ fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
             .create_message(&s.id, message)
             .await
             .expect("message");
-        let said = outside(&w.rewind.warnings(&s.id).await.expect("warnings"));
+        let said = warned().await;
         assert_eq!(said.len(), 4, "{said:?}");
         assert!(
             said[3].contains(a3.info.id.as_str()) && said[3].contains(a3.parts[0].id.as_str()),
@@ -914,10 +903,7 @@ fn a_tool_part_recorded_outside_a_step_is_said_once_per_message() {
             .append_part(&s.id, &a3.info.id, tool("c8"))
             .await
             .expect("tool");
-        assert_eq!(
-            outside(&w.rewind.warnings(&s.id).await.expect("warnings")).len(),
-            4
-        );
+        assert_eq!(warned().await.len(), 4);
     })
 }
 
