@@ -617,17 +617,22 @@ impl Rewind {
             session: session_id.clone(),
             point: session.revert.as_ref().map(|r| r.point()),
         };
-        let mut outside_step = self
+        // Held while the warning is to be said; given back if the part is not stored with it.
+        let mut claim = self
             .tool_outside_a_step(&session, &message.info, &part)
-            .await;
+            .await
+            .then(|| ToolWarningClaim {
+                rewind: self,
+                message: message_id,
+                kept: false,
+            });
         let mut tries = 0;
         loop {
-            if tries > 0 && outside_step {
+            if tries > 0 && claim.is_some() {
                 // A step of the message begun under this write: the part is inside it after all.
                 let now = self.load_session(session_id).await?;
                 if now.step.is_some_and(|step| &step.message_id == message_id) {
-                    outside_step = false;
-                    self.unclaim_tool_warning(message_id);
+                    claim = None;
                 }
             }
             if tries > 0 {
@@ -656,7 +661,7 @@ impl Rewind {
                 ..Transaction::default()
             };
             self.push_part(&mut transaction, part.clone());
-            if outside_step {
+            if claim.is_some() {
                 let warning = self.tool_outside_a_step_warning(&session, message_id, &part.id);
                 self.push_warning(&mut transaction, session_id, warning);
             }
@@ -673,6 +678,9 @@ impl Rewind {
             {
                 break;
             }
+        }
+        if let Some(claim) = &mut claim {
+            claim.kept = true;
         }
         self.touch_step(&session).await;
         Ok(part)
@@ -707,9 +715,10 @@ impl Rewind {
         })
     }
 
-    /// Whether this process is the first to warn of `message`'s tool parts outside a step; a claim given
-    /// back (`unclaim_tool_warning`) when the part turns out to be inside one. Bounded: past 10,000
-    /// messages the oldest claims are forgotten (such a message's warnings are read again).
+    /// Whether this process is the first to warn of `message`'s tool parts outside a step; a claim is given
+    /// back (`ToolWarningClaim`) when the part is not stored with its warning (it was inside a step after
+    /// all, or the append failed). Bounded: past 10,000 messages the claims are forgotten (such a message's
+    /// warnings are read again).
     fn claim_tool_warning(&self, message: &MessageId) -> bool {
         let mut warned = self
             .tool_warned
@@ -721,7 +730,7 @@ impl Rewind {
         warned.insert(message.clone())
     }
 
-    fn unclaim_tool_warning(&self, message: &MessageId) {
+    fn give_back_tool_warning(&self, message: &MessageId) {
         self.tool_warned
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1958,10 +1967,10 @@ fn late_end_warning(
     Warning {
         time: now,
         message: format!(
-            "the step of message {} was aborted because {why}; its end snapshot was taken at the abort, so its patch also holds any change made \
-             to these files after the owner stopped (by hand or by another program), and reverting the step \
-             undoes those changes too (the revert keeps what it overwrites; the snapshot here holds the files \
-             as they were at the abort)",
+            "the step of message {} was aborted because {why}; its end snapshot was taken at the abort, so \
+             its patch also holds any change made to these files after the owner stopped (by hand or by \
+             another program), and reverting the step undoes those changes too (the revert keeps what it \
+             overwrites; the snapshot here holds the files as they were at the abort)",
             step.message_id
         ),
         snapshot: end.clone(),
@@ -2066,8 +2075,8 @@ impl Rewind {
             Some(Some(reason)) if reason == "aborted" => format!(
                 "its step was aborted: its owner was gone or silent for longer than the step timeout ({} s), and \
                  the next request on the worktree (this one, when it is the step's finish) aborted it (or a \
-                 server, at once, when its process had died), or an abort was asked; what the step changed until then is recorded and can be reverted. Begin a \
-                 new step to go on",
+                 server, at once, when its process had died), or an abort was asked; what the step changed \
+                 until then is recorded and can be reverted. Begin a new step to go on",
                 self.config.step_timeout_ms / 1000
             ),
             Some(Some(reason)) => format!("its step is finished already (reason `{reason}`)"),
@@ -2341,6 +2350,22 @@ fn refuse_open_step(session: &Session) -> Result<()> {
             ),
         )),
         None => Ok(()),
+    }
+}
+
+/// A claim to say the tool-part warning of `message` (`Rewind::claim_tool_warning`), given back when dropped
+/// unless the warning was stored.
+struct ToolWarningClaim<'a> {
+    rewind: &'a Rewind,
+    message: &'a MessageId,
+    kept: bool,
+}
+
+impl Drop for ToolWarningClaim<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.rewind.give_back_tool_warning(self.message);
+        }
     }
 }
 
