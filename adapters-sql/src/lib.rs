@@ -12,8 +12,9 @@
 //!   outbox positions follow commit order with no gaps, and guards are checked against the state the
 //!   transaction commits on.
 //! - Leases are conditional writes (`INSERT … ON CONFLICT DO UPDATE … WHERE token = ours OR (token =
-//!   replaced [AND expires_at = as read])`), the same on both databases and across processes. On a SQLite file their commits do not
-//!   wait for the disk (`SqlRepo::lease_db`); every other commit does (`synchronous=FULL`).
+//!   replaced [AND expires_at = as read])`), the same on both databases and across processes. On a SQLite
+//!   file their commits do not wait for the disk (`SqlRepo::lease_db`); every other commit does
+//!   (`synchronous=FULL`).
 //! - Bodies are JSON text, never `jsonb`, so a part type rewind does not know reads back byte for byte.
 //! - A revert's large texts (its text diff, its session diff) are stored once, in a `shared_text` row that
 //!   the session, the session diff and their events reference (`shared.rs`).

@@ -544,14 +544,14 @@ impl Unrecoverable {
     }
 }
 
-/// Sees to, every `interval`, the steps found abandoned (`Rewind::tend_abandoned_steps`: aborted when their
-/// process died, else announced idle once), so their sessions' clients see them idle at once; and recovers the operations whose process died while the server runs (a `rewind revert`
+/// Recovers, every `interval`, the operations whose process died while the server runs (a `rewind revert`
 /// killed mid-way, SPEC 8), as start-up does: its worktree is put back, with a capture and a warning the
 /// session's clients see at once, instead of only when the next operation on the session runs. An intent
 /// whose owner is alive is left alone, and so are those of this server's operations still running (one
 /// of its own whose operation ended without finishing it, a rollback failed too, is finished); one it
 /// could not finish is tried again after a pause that doubles each time, up to 10 minutes
-/// (`Unrecoverable`).
+/// (`Unrecoverable`). Then it sees to the steps found abandoned (`Rewind::tend_abandoned_steps`: aborted
+/// when their process died, else announced idle once), so their sessions' clients see them idle at once.
 async fn recover_periodically(
     rewind: Arc<Rewind>,
     interval: std::time::Duration,

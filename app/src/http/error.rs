@@ -7,8 +7,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rewind_core::Error;
-use rewind_core::error::BoxError;
-use rewind_core::error::{Noted, StorageFault};
+use rewind_core::error::{BoxError, Noted, StorageFault};
 use rewind_core::model::SessionId;
 use serde_json::{Value, json};
 
