@@ -1308,9 +1308,10 @@ impl Rewind {
     ///   once, its worktree prepared as an operation would prepare it (`prepare_worktree`): nothing of its
     ///   owner can write any more, and what it changed is recorded while it is fresh;
     /// - any other (an HTTP client silent past the step timeout, a step of a server that restarted, one of
-    ///   another host) is announced idle once (`announced` holds the step tokens said so far) and left to
-    ///   the next operation on its session, as before: a client still at work (a tool running past the
-    ///   timeout) keeps what it writes until then in the step's patch (diff review).
+    ///   another host) is announced idle once (`announced` holds the step tokens said so far; a step of
+    ///   another server of this host that still runs is that server's to announce) and left to the next
+    ///   operation on its session, as before: a client still at work (a tool running past the timeout)
+    ///   keeps what it writes until then in the step's patch (diff review).
     ///
     /// Steps are found by their session's lease (a step holds it while open), so only the lease table is
     /// read when none is abandoned. A worktree with an interrupted operation in `waiting` (backing off after
@@ -1347,11 +1348,14 @@ impl Rewind {
             {
                 continue;
             }
-            let owner_gone_here = lease.holder.kind == HolderKind::Process
-                && lease.holder.process.same_host(&this)
-                && !self.host.is_alive(&lease.holder.process);
+            let here = lease.holder.process.same_host(&this);
+            let gone_here = here && !self.host.is_alive(&lease.holder.process);
+            let owner_gone_here = lease.holder.kind == HolderKind::Process && gone_here;
             if !owner_gone_here {
-                if !announced.contains(&lease.token) {
+                // Said by the step's own server while it runs (another server on this host would say it
+                // again), else by any that sees it.
+                let says = lease.holder.process == this || gone_here || !here;
+                if says && !announced.contains(&lease.token) {
                     match self.announce_idle(&session.id).await {
                         Ok(()) => report.announced.push(lease.token.clone()),
                         Err(error) => report.failed.push((session.id.clone(), error)),

@@ -1016,7 +1016,8 @@ fn patches_exactly(message: &rewind_core::model::MessageWithParts, files: &[Stri
 /// has been silent past the step timeout is announced idle once (event stream review: the session stayed
 /// busy to its clients) and left open: its client may still be at work (a tool running past the timeout),
 /// and what it writes until the next request is in the step's patch when that request aborts it (diff
-/// review). Within the timeout nothing is written; a second look says nothing again.
+/// review). Within the timeout nothing is written; another server of the host leaves it to the step's
+/// own; a second look says nothing again.
 #[test]
 fn a_server_announces_a_silent_step_idle_and_leaves_its_abort_to_the_next_request() {
     block_on(async {
@@ -1033,6 +1034,13 @@ fn a_server_announces_a_silent_step_idle_and_leaves_its_abort_to_the_next_reques
         assert_eq!(w.last_seq().await, before, "nothing written");
 
         w.host.advance(60_000);
+        // Another server of this host leaves it to the step's own server, which still runs.
+        let me = w.host.this_process();
+        w.host.become_process(process(41));
+        let report = tend(&server).await;
+        assert!(report.announced.is_empty(), "{report:?}");
+        assert_eq!(w.last_seq().await, before, "nothing written");
+        w.host.become_process(me);
         let report = tend(&server).await;
         assert!(
             report.aborted.is_empty() && report.failed.is_empty(),
