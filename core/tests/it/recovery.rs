@@ -733,6 +733,36 @@ fn a_failed_recovery_leaves_the_session_to_its_intent() {
     })
 }
 
+/// A turn recorded by process `exec` (a `rewind exec`): its user message, and the assistant message whose
+/// step `exec` has begun and holds; this host is itself again afterwards.
+async fn step_of(
+    w: &World,
+    session: &rewind_core::model::SessionId,
+    exec: &ProcessIdentity,
+) -> (
+    rewind_core::model::MessageWithParts,
+    rewind_core::model::MessageWithParts,
+) {
+    let me = w.host.this_process();
+    w.host.become_process(exec.clone());
+    let user = w
+        .rewind
+        .create_message(session, NewMessage::user_text("run it"))
+        .await
+        .expect("user");
+    let assistant = w
+        .rewind
+        .create_message(session, NewMessage::assistant())
+        .await
+        .expect("assistant");
+    w.rewind
+        .begin_step(session, &assistant.info.id)
+        .await
+        .expect("begin");
+    w.host.become_process(me);
+    (user, assistant)
+}
+
 #[test]
 fn a_killed_process_leaves_a_step_that_the_next_command_aborts() {
     block_on(async {
@@ -740,25 +770,9 @@ fn a_killed_process_leaves_a_step_that_the_next_command_aborts() {
         w.write("a.txt", "a0");
         let s = w.session().await;
         let exec = process(11);
-        let me = w.host.this_process();
-        w.host.become_process(exec.clone());
-        let user = w
-            .rewind
-            .create_message(&s.id, NewMessage::user_text("run it"))
-            .await
-            .expect("user");
-        let assistant = w
-            .rewind
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant");
-        w.rewind
-            .begin_step(&s.id, &assistant.info.id)
-            .await
-            .expect("begin");
+        let (user, assistant) = step_of(&w, &s.id, &exec).await;
         w.write("a.txt", "written by the killed command");
         // The command is killed; the next invocation is another process.
-        w.host.become_process(me);
         w.host.kill(&exec);
         let next = w
             .rewind
@@ -1092,23 +1106,8 @@ fn a_server_aborts_a_step_whose_process_died() {
         w.write("a.txt", "a0");
         let s = w.session().await;
         let exec = process(12);
-        let me = w.host.this_process();
-        w.host.become_process(exec.clone());
-        w.rewind
-            .create_message(&s.id, NewMessage::user_text("run it"))
-            .await
-            .expect("user");
-        let assistant = w
-            .rewind
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant");
-        w.rewind
-            .begin_step(&s.id, &assistant.info.id)
-            .await
-            .expect("begin");
+        let (_, assistant) = step_of(&w, &s.id, &exec).await;
         w.write("a.txt", "written by the command");
-        w.host.become_process(me);
         w.host.advance(3_600_000);
         let report = tend(&w.rewind).await;
         assert!(
