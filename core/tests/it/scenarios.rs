@@ -2178,16 +2178,23 @@ fn a_revert_whose_result_cannot_be_stored_rolls_its_files_back() {
 /// the session, the turn and the revert's error message (a `Backend` error). The rollback has put `a.txt`
 /// back to 1.
 async fn revert_failing_with(w: &World, arm: impl FnOnce(&MemRepo)) -> (Session, Turn, String) {
+    match revert_failing(w, arm).await {
+        (s, t1, Error::Backend(error)) => (s, t1, error.to_string()),
+        (_, _, other) => panic!("{other:?}"),
+    }
+}
+
+/// `revert_failing_with`, answering the error itself.
+async fn revert_failing(w: &World, arm: impl FnOnce(&MemRepo)) -> (Session, Turn, Error) {
     w.write("a.txt", "0");
     let s = w.session().await;
     let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
     arm(&w.repo);
-    let failed = match w.try_revert_to(&s.id, &t1.user).await {
-        Err(Error::Backend(error)) => (s, t1, error.to_string()),
-        other => panic!("{other:?}"),
+    let Err(error) = w.try_revert_to(&s.id, &t1.user).await else {
+        panic!("the revert must fail");
     };
     assert_eq!(w.read("a.txt").as_deref(), Some("1"), "rolled back");
-    failed
+    (s, t1, error)
 }
 
 /// The rollback `message` names a stored capture's snapshot as where the files' state is kept.
@@ -2241,21 +2248,17 @@ fn a_rollback_whose_record_cannot_be_stored_says_the_files_are_back() {
 fn a_rollback_that_meets_a_full_disk_says_so() {
     block_on(async {
         let w = World::new();
-        w.write("a.txt", "0");
-        let s = w.session().await;
-        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
         // The result's commit fails, then the capture's and the rollback's record, on a full disk.
-        w.repo.fail_next_result_commit();
-        w.repo.fail_next_capture();
-        w.repo.fail_next_intent_delete();
-        w.repo.fail_as(
-            "fail_next_intent_delete",
-            rewind_core::error::StorageFault::DiskFull,
-        );
-        let failed = w.try_revert_to(&s.id, &t1.user).await;
-        let Err(error) = failed else {
-            panic!("{failed:?}")
-        };
+        let (_, _, error) = revert_failing(&w, |repo| {
+            repo.fail_next_result_commit();
+            repo.fail_next_capture();
+            repo.fail_next_intent_delete();
+            repo.fail_as(
+                "fail_next_intent_delete",
+                rewind_core::error::StorageFault::DiskFull,
+            );
+        })
+        .await;
         assert_eq!(
             error.storage_fault(),
             Some(rewind_core::error::StorageFault::DiskFull),
