@@ -47,6 +47,13 @@ const subscription = await client.event.subscribe();
 (async () => {
   for await (const event of subscription.stream) seen.push(event);
 })().catch(() => {});
+// OpenCode's stream of every worktree's events, through the client's `global.event()`: frames
+// `{directory, payload}`.
+const seenGlobal = [];
+const globalSubscription = await client.global.event();
+(async () => {
+  for await (const frame of globalSubscription.stream) seenGlobal.push(frame);
+})().catch(() => {});
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 async function eventAfter(start, predicate, what) {
   for (let i = 0; i < 200; i += 1) {
@@ -159,6 +166,21 @@ check("the stream shows the revert: session.diff, then session.updated", () => {
     seen[revertDiff].properties.diff.map((d) => d.file).sort(),
     ["a.txt", "hello.txt"],
   );
+});
+
+for (let i = 0; i < 200 && !seenGlobal.some((f) => f.payload?.id === seen[revertUpdated].id); i += 1) {
+  await sleep(25);
+}
+check("global.event carries the same events, each with its session's worktree", () => {
+  const kinds = seenGlobal.map((frame) => frame.payload?.type).join(", ");
+  assert.equal(seenGlobal[0].directory, "global", kinds);
+  assert.equal(seenGlobal[0].payload.type, "server.connected", kinds);
+  const sessionFrames = seenGlobal.filter((frame) => frame.payload.properties?.sessionID === id);
+  assert.ok(sessionFrames.length > 0, kinds);
+  for (const frame of sessionFrames) assert.equal(frame.directory, repo, JSON.stringify(frame));
+  const ofSession = (list) => list.filter((event) => event.properties?.sessionID === id);
+  assert.deepEqual(sessionFrames.map((frame) => frame.payload), ofSession(seen).slice(0, sessionFrames.length));
+  assert.ok(sessionFrames.some((frame) => frame.payload.id === seen[revertUpdated].id), kinds);
 });
 
 const got = await client.session.get({ path: { id } });

@@ -38,6 +38,7 @@ use super::dto;
         super::routes::session_diff,
         super::routes::warnings,
         super::events::stream,
+        super::events::global_stream,
         openapi_json,
     ),
     components(schemas(

@@ -85,6 +85,46 @@ pub async fn stream(
         Some(directory) => Scope::Worktree(normalise_directory(&directory)?),
         None => Scope::Roots(Arc::clone(&state.roots)),
     };
+    open(state, scope, &headers, Envelope::Bare).await
+}
+
+/// `GET /global/event`: OpenCode's stream of every worktree's events, which its client reads through
+/// `client.global.event()` (an OpenCode route that SPEC 9 does not list). The events of `GET /event` with
+/// no worktree named (those of the sessions under the project roots; a worktree named is not looked at),
+/// each wrapped as OpenCode wraps it, `{directory, payload}`: `directory` is the worktree of the event's
+/// session, `"global"` for the stream's own events. Positions, resuming and lag as `GET /event`'s.
+#[utoipa::path(get, path = "/global/event",
+    params(
+        ("Last-Event-ID" = Option<String>, Header, description = "the `id:` of the last event received: the stream first sends the events committed after it")),
+    responses(
+        (status = 200, description = "text/event-stream of {directory, payload: {id, type, properties}}; `id:` as on `GET /event`", content_type = "text/event-stream", body = String)))]
+pub async fn global_stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    let scope = Scope::Roots(Arc::clone(&state.roots));
+    open(state, scope, &headers, Envelope::Global).await
+}
+
+/// How a stream's frames carry their events.
+#[derive(Clone, Copy)]
+enum Envelope {
+    /// The event itself (`GET /event`).
+    Bare,
+    /// `{directory, payload}` (`GET /global/event`).
+    Global,
+}
+
+/// The directory `GET /global/event` gives the stream's own events, as OpenCode's does.
+const GLOBAL_DIRECTORY: &str = "global";
+
+/// The event stream of the sessions `scope` covers, its frames as `envelope` says.
+async fn open(
+    state: AppState,
+    scope: Scope,
+    headers: &HeaderMap,
+    envelope: Envelope,
+) -> Result<impl IntoResponse + use<>, ApiError> {
     let filter = Some(Arc::new(SessionFilter {
         scope,
         rewind: Arc::clone(&state.services.rewind),
@@ -97,7 +137,7 @@ pub async fn stream(
     let live = state.bus.subscribe();
     let origin = state.services.repo.database_identity().and_then(origin);
     let repo: Arc<dyn MessageRepo> = state.services.repo.clone();
-    let start = Start::find(repo.as_ref(), resume_position(&headers), origin.as_ref())
+    let start = Start::find(repo.as_ref(), resume_position(headers), origin.as_ref())
         .await
         .map_err(|error| ApiError::from_core(error, None))?;
     let ids = Arc::new(IdGenerator::new());
@@ -128,9 +168,14 @@ pub async fn stream(
             let sse = frame
                 .map(|frame| {
                     let (payload, id) = match frame {
-                        Frame::Outbox(stored) => {
+                        Frame::Outbox(stored, directory) => {
                             mark = Mark::of(&stored);
-                            return Some(to_sse(&stored.event, Some(mark.to_id())));
+                            let directory = directory.as_deref().unwrap_or(GLOBAL_DIRECTORY);
+                            return Some(to_sse(
+                                &stored.event,
+                                (envelope, directory),
+                                Some(mark.to_id()),
+                            ));
                         }
                         Frame::Passed(passed) => {
                             mark = passed;
@@ -145,7 +190,11 @@ pub async fn stream(
                         Frame::Heartbeat => (EventPayload::ServerHeartbeat {}, Some(mark.to_id())),
                         Frame::Lagged(missed) => (EventPayload::ServerLagged { missed }, None),
                     };
-                    Some(to_sse(&server_event(payload), id))
+                    Some(to_sse(
+                        &server_event(payload),
+                        (envelope, GLOBAL_DIRECTORY),
+                        id,
+                    ))
                 })
                 .transpose();
             futures::future::ready(sse.map(|frame| frame.map_err(Broken::from)))
@@ -365,8 +414,9 @@ impl Start {
 /// One frame of a stream, before it is sent.
 #[derive(Debug, PartialEq)]
 enum Frame {
-    /// An outbox event, sent with its position as `id:`.
-    Outbox(StoredEvent),
+    /// An outbox event, sent with its position as `id:`, and the worktree of its session when the stream's
+    /// filter learned it.
+    Outbox(StoredEvent, Option<Arc<str>>),
     /// An outbox event the session filter passed over: not sent, but the position moves past it.
     Passed(Mark),
     Connected,
@@ -375,8 +425,16 @@ enum Frame {
     Lagged(u64),
 }
 
-fn to_sse(event: &Event, id: Option<String>) -> SseEvent {
-    match serde_json::to_string(event) {
+/// The SSE frame of `event`, wrapped as `envelope` says (`directory` is its session's worktree there).
+fn to_sse(event: &Event, (envelope, directory): (Envelope, &str), id: Option<String>) -> SseEvent {
+    let json = match envelope {
+        Envelope::Bare => serde_json::to_string(event),
+        Envelope::Global => serde_json::to_string(&GlobalFrame {
+            directory,
+            payload: event,
+        }),
+    };
+    match json {
         Ok(json) => {
             let frame = SseEvent::default().data(json);
             match id {
@@ -389,6 +447,13 @@ fn to_sse(event: &Event, id: Option<String>) -> SseEvent {
             SseEvent::default().comment("an event could not be serialised")
         }
     }
+}
+
+/// An event as `GET /global/event` sends it.
+#[derive(serde::Serialize)]
+struct GlobalFrame<'a> {
+    directory: &'a str,
+    payload: &'a Event,
 }
 
 /// Why a stream broke off: the outbox could not be read while it caught up. The response ends with an
@@ -483,10 +548,11 @@ impl Follower {
     async fn frame(&mut self, stored: StoredEvent) -> Frame {
         self.position = stored.seq;
         match &self.filter {
-            Some(filter) if !filter.keeps(stored.seq, &stored.event).await => {
-                Frame::Passed(Mark::of(&stored))
-            }
-            _ => Frame::Outbox(stored),
+            Some(filter) => match filter.keeps(stored.seq, &stored.event).await {
+                Kept::Sent(directory) => Frame::Outbox(stored, directory),
+                Kept::Passed => Frame::Passed(Mark::of(&stored)),
+            },
+            None => Frame::Outbox(stored, None),
         }
     }
 }
@@ -499,10 +565,18 @@ struct SessionFilter {
     scope: Scope,
     rewind: Arc<Rewind>,
     repo: Arc<dyn MessageRepo>,
-    /// Whether each session seen so far is in the scope.
-    known: Mutex<HashMap<SessionId, bool>>,
+    /// The worktree of each session seen so far that is in the scope, `None` for one that is not.
+    known: Mutex<HashMap<SessionId, Option<Arc<str>>>>,
     /// What the outbox's later events say of sessions' directories, read ahead for sessions deleted since.
     ahead: tokio::sync::Mutex<Ahead>,
+}
+
+/// What a stream's filter does with an event.
+enum Kept {
+    /// Sent, with its session's worktree (`None` for an event of no session).
+    Sent(Option<Arc<str>>),
+    /// Passed over: its session is not in the stream's scope.
+    Passed,
 }
 
 /// The directories of the sessions the outbox's events up to a position carry, read ahead of a stream.
@@ -524,56 +598,69 @@ enum Scope {
 }
 
 impl Scope {
-    fn covers(&self, directory: &str) -> bool {
-        match self {
+    /// `directory` as the stream names it when the scope covers it.
+    fn covering(&self, directory: &str) -> Option<Arc<str>> {
+        let covers = match self {
             Scope::Worktree(worktree) => directory == worktree,
             Scope::Roots(roots) => super::security::under_roots(Path::new(directory), roots),
+        };
+        covers.then(|| Arc::from(directory))
+    }
+
+    /// What an event of a session whose worktree is not known now gets: for a worktree's stream, sent
+    /// (with that worktree) rather than lost; for the roots', passed over, as the session routes refuse a
+    /// session they cannot read.
+    fn unknown(&self) -> Kept {
+        match self {
+            Scope::Worktree(worktree) => Kept::Sent(Some(Arc::from(worktree.as_str()))),
+            Scope::Roots(_) => Kept::Passed,
         }
     }
 }
 
+impl Kept {
+    /// An event of a session whose worktree is `ours` when the stream covers it, `None` when not.
+    fn of(ours: Option<Arc<str>>) -> Kept {
+        ours.map_or(Kept::Passed, |directory| Kept::Sent(Some(directory)))
+    }
+}
+
 impl SessionFilter {
-    async fn keeps(&self, seq: u64, event: &Event) -> bool {
+    async fn keeps(&self, seq: u64, event: &Event) -> Kept {
         let Some((id, info)) = event.payload.session() else {
-            return true;
+            return Kept::Sent(None);
+        };
+        let learned = |ours: Option<Arc<str>>| {
+            self.known().insert(id.clone(), ours.clone());
+            Kept::of(ours)
         };
         if let Some(info) = info {
-            let ours = self.scope.covers(&info.directory);
+            let ours = self.scope.covering(&info.directory);
             if matches!(event.payload, EventPayload::SessionDeleted { .. }) {
                 // Its last event: the stream forgets it (the map holds only live sessions).
                 self.known().remove(id);
-            } else {
-                self.known().insert(id.clone(), ours);
+                return Kept::of(ours);
             }
-            return ours;
+            return learned(ours);
         }
-        let seen = self.known().get(id).copied();
+        let seen = self.known().get(id).cloned();
         if let Some(ours) = seen {
-            return ours;
+            return Kept::of(ours);
         }
         match self.rewind.session(id).await {
-            Ok(session) => {
-                let ours = self.scope.covers(&session.directory);
-                self.known().insert(id.clone(), ours);
-                ours
-            }
+            Ok(session) => learned(self.scope.covering(&session.directory)),
             // Deleted since: its directory is that of its later events, its deletion's at the latest
             // (review: a stream resumed before a session's creation passed over its events until then).
             // When the outbox no longer holds any, the events are not sent.
             Err(rewind_core::Error::NotFound(_)) => match self.directory_ahead(id, seq).await {
-                Ok(Some(directory)) => {
-                    let ours = self.scope.covers(&directory);
-                    self.known().insert(id.clone(), ours);
-                    ours
-                }
-                Ok(None) => false,
-                // The outbox not read now: as below, sent rather than lost for a worktree's stream.
-                Err(_) => matches!(self.scope, Scope::Worktree(_)),
+                Ok(Some(directory)) => learned(self.scope.covering(&directory)),
+                Ok(None) => Kept::Passed,
+                // The outbox not read now: as below.
+                Err(_) => self.scope.unknown(),
             },
-            // Not known now (the database busy, say): for a worktree's stream, sent rather than lost, and
-            // asked again next time (review); for the roots', not sent, as the session routes refuse a
-            // session they cannot read.
-            Err(_) => matches!(self.scope, Scope::Worktree(_)),
+            // Not known now (the database busy, say): as `Scope::unknown` says, and asked again next time
+            // (review).
+            Err(_) => self.scope.unknown(),
         }
     }
 
@@ -609,7 +696,7 @@ impl SessionFilter {
         }
     }
 
-    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, bool>> {
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Option<Arc<str>>>> {
         self.known.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -915,7 +1002,7 @@ mod tests {
             frames
                 .into_iter()
                 .map(|frame| match frame.expect("no failure") {
-                    Frame::Outbox(stored) => stored.seq as i64,
+                    Frame::Outbox(stored, _) => stored.seq as i64,
                     Frame::Lagged(missed) => -(missed as i64),
                     other => panic!("unexpected {other:?}"),
                 })

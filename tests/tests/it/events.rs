@@ -309,6 +309,149 @@ async fn a_stream_that_names_no_worktree_gets_no_session_outside_the_roots() -> 
     app.stop().await
 }
 
+/// `GET /global/event`, which OpenCode's client reads through `client.global.event()`: the events `GET
+/// /event` sends with no worktree named, the same frames at the same positions, each wrapped as
+/// `{directory, payload}` with its session's worktree (`"global"` for the stream's own); none of a session
+/// outside the project roots; resumed from a frame's `id:` as `GET /event` is.
+#[tokio::test]
+async fn the_global_stream_wraps_each_event_with_its_sessions_worktree() -> Result<()> {
+    let app = spawn_app_with(AppConfig {
+        heartbeat: Some(Duration::from_millis(300)),
+        ..AppConfig::default()
+    })
+    .await?;
+    let sub = app.repo.join("sub");
+    std::fs::create_dir(&sub)?;
+    let outside = tempfile::tempdir()?;
+    let mut plain = app.events().await?;
+    let mut global = app.global_events(None).await?;
+    let here = app.new_session().await?;
+    app.turn(&here, "in the repository", |repo| {
+        Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
+    })
+    .await?;
+    let there = id_of(
+        &app.ok(
+            "/session",
+            json!({"title": "in sub", "directory": sub.display().to_string()}),
+        )
+        .await?,
+    )?;
+    app.ok(
+        &format!("/session/{there}/message"),
+        json!({"parts": [{"type": "text", "text": "hello from sub"}]}),
+    )
+    .await?;
+    let elsewhere = app.create_session_in(outside.path(), "elsewhere").await?;
+    app.create_session_in(&app.repo, "last").await?;
+    let is_last = |event: &Value| {
+        event["type"] == "session.created" && event["properties"]["info"]["title"] == "last"
+    };
+    // The plain stream's outbox events (the oracle) and the global stream's frames, up to the last session.
+    let mut expected = Vec::new();
+    loop {
+        let (id, event) = plain
+            .next_with_id(Duration::from_secs(5))
+            .await?
+            .context("the plain stream ended")?;
+        let last = is_last(&event);
+        if !event["type"].as_str().unwrap_or("").starts_with("server.") {
+            expected.push((id, event));
+        }
+        if last {
+            break;
+        }
+    }
+    let mut frames = Vec::new();
+    let mut heartbeat = false;
+    loop {
+        let (id, frame) = global
+            .next_with_id(Duration::from_secs(5))
+            .await?
+            .context("the global stream ended")?;
+        let keys: Vec<&String> = frame.as_object().context("a frame")?.keys().collect();
+        assert_eq!(keys, ["directory", "payload"], "{frame}");
+        let kind = frame["payload"]["type"]
+            .as_str()
+            .context("a type")?
+            .to_owned();
+        if kind.starts_with("server.") {
+            assert_eq!(frame["directory"], "global", "{frame}");
+            assert_eq!(frame["payload"]["properties"], json!({}), "{frame}");
+            heartbeat |= kind == "server.heartbeat";
+            ensure!(id.is_some(), "{kind} without its position");
+            continue;
+        }
+        let last = is_last(&frame["payload"]);
+        frames.push((id, frame));
+        if last {
+            break;
+        }
+    }
+    assert!(
+        frames
+            .iter()
+            .all(|(_, f)| !f.to_string().contains(elsewhere.as_str())),
+        "a session outside the roots was streamed"
+    );
+    ensure!(
+        frames.len() == expected.len(),
+        "{} frames, {} events",
+        frames.len(),
+        expected.len()
+    );
+    let worktree = |session: &str| {
+        if session == there {
+            sub.display().to_string()
+        } else {
+            app.repo.display().to_string()
+        }
+    };
+    for ((id, frame), (plain_id, event)) in frames.iter().zip(&expected) {
+        assert_eq!(&frame["payload"], event);
+        assert_eq!(id, plain_id, "{event}");
+        let session = event["properties"]["sessionID"]
+            .as_str()
+            .context("a session")?;
+        assert_eq!(frame["directory"], json!(worktree(session)), "{event}");
+    }
+    // Resumed after the frame of `there`'s creation: the frames after it, from the outbox.
+    let created = frames
+        .iter()
+        .position(|(_, f)| {
+            f["payload"]["type"] == "session.created"
+                && f["payload"]["properties"]["sessionID"] == json!(there)
+        })
+        .context("the creation of the session in sub")?;
+    let from = frames[created].0.clone().context("an id")?;
+    let mut resumed = app.global_events(Some(&from)).await?;
+    let mut again = Vec::new();
+    while again.len() < frames.len() - created - 1 {
+        let (id, frame) = resumed
+            .next_with_id(Duration::from_secs(5))
+            .await?
+            .context("the resumed stream ended")?;
+        if frame["payload"]["type"]
+            .as_str()
+            .is_some_and(|t| !t.starts_with("server."))
+        {
+            again.push((id, frame));
+        }
+    }
+    assert_eq!(again, frames[created + 1..]);
+    if !heartbeat {
+        let beat = global
+            .until_matching("a heartbeat", |f| {
+                f["payload"]["type"] == "server.heartbeat"
+            })
+            .await?;
+        assert_eq!(beat.last().map(|f| &f["directory"]), Some(&json!("global")));
+    }
+    let doc = app.read("/doc").await?;
+    assert!(doc["paths"]["/global/event"]["get"].is_object(), "{doc}");
+    app.stop().await
+}
+
 #[tokio::test]
 async fn heartbeats_arrive_and_stopping_the_server_ends_open_streams() -> Result<()> {
     let app = spawn_app_with(AppConfig {

@@ -337,6 +337,19 @@ impl TestApp {
         self.events_at("/event").await
     }
 
+    /// Opens OpenCode's stream of every worktree's events, `GET /global/event` (frames `{directory,
+    /// payload}`), as a client reconnecting after the frame whose SSE `id` was `last` when one is given.
+    pub async fn global_events(&self, last: Option<&str>) -> Result<EventStream> {
+        let request = self.http.get(self.url("/global/event"));
+        match last {
+            Some(last) => {
+                self.open_events(request.header("last-event-id", last))
+                    .await
+            }
+            None => self.open_events(request).await,
+        }
+    }
+
     /// Opens the event stream as a client reconnecting after the event whose SSE `id` was `last`.
     pub async fn events_resuming(&self, last: &str) -> Result<EventStream> {
         self.open_events(
