@@ -250,6 +250,13 @@ check("the v2 client's session.update sets metadata and time.archived", () => {
   assert.deepEqual(rereadV2.data, archived.data);
 });
 
+const health = await v2.global.health();
+check("the v2 client's global.health says the server is healthy, with its version", () => {
+  assert.equal(health.error, undefined, JSON.stringify(health.error));
+  assert.equal(health.data.healthy, true);
+  assert.match(health.data.version, /^\d+\.\d+\.\d+/);
+});
+
 // A turn interrupted while its tool runs: the client's own abort, then the messages as a TUI reads them.
 const asked = await client.session.prompt({
   path: { id },

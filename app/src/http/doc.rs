@@ -39,6 +39,7 @@ use super::dto;
         super::routes::warnings,
         super::events::stream,
         super::events::global_stream,
+        super::routes::health,
         openapi_json,
     ),
     components(schemas(

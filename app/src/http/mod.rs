@@ -138,6 +138,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/session/{id}/warnings", get(warnings))
         .route("/event", get(events::stream))
         .route("/global/event", get(events::global_stream))
+        .route("/global/health", get(health))
         .route("/doc", get(doc::openapi_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -627,6 +627,18 @@ pub async fn warnings(
     ))
 }
 
+/// `GET /global/health`: OpenCode's health route (its v2 client's `global.health()`, beyond SPEC 9's
+/// table), which OpenCode's apps ask before they use a server: `{healthy: true, version}` from a server
+/// that answers. It reads nothing: a database fault shows on the routes that need the database.
+#[utoipa::path(get, path = "/global/health",
+    responses((status = 200, description = "{healthy: true, version}", body = Object)))]
+pub async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "healthy": true,
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
 /// Unknown routes: OpenCode's 404 body.
 pub async fn not_found(method: Method, uri: Uri) -> ApiError {
     ApiError::NotFound(format!("No route for {method} {}", uri.path()))

@@ -117,6 +117,21 @@ async fn a_password_is_required_when_set() -> Result<()> {
         )
         .await?;
     assert_eq!(events.status, 200);
+    // OpenCode's health route answers only with the password too (its version is the server's).
+    let health = app.send(app.http.get(app.url("/global/health"))).await?;
+    assert_eq!(health.status, 401);
+    let health = app
+        .send(
+            app.http
+                .get(app.url("/global/health"))
+                .basic_auth("opencode", Some("s3cret")),
+        )
+        .await?;
+    assert_eq!(health.status, 200);
+    assert_eq!(
+        health.body,
+        json!({"healthy": true, "version": env!("CARGO_PKG_VERSION")})
+    );
     app.stop().await
 }
 
