@@ -594,9 +594,12 @@ pub fn warning_text(warning: &Warning) -> String {
 /// Past the first [`WARNING_FILES_SHOWN`] of `count` files listed in text, the line that says how many
 /// more there are.
 pub fn files_not_shown(count: usize) -> Option<String> {
-    let more = count
-        .checked_sub(WARNING_FILES_SHOWN)
-        .filter(|&more| more > 0)?;
+    files_past(count, WARNING_FILES_SHOWN)
+}
+
+/// Past the first `shown` of `count` files listed in text, the words that say how many more there are.
+pub fn files_past(count: usize, shown: usize) -> Option<String> {
+    let more = count.checked_sub(shown).filter(|&more| more > 0)?;
     Some(format!(
         "… and {more} more file{} (`--json` lists them all)",
         super::output::plural(more as u64)

@@ -91,6 +91,9 @@ struct LogReport {
     warnings: Vec<Warning>,
 }
 
+/// How many of a step's files a line of the text `log` names; `--json` names them all.
+const LOG_FILES_SHOWN: usize = 20;
+
 /// `rewind log [--session S]`.
 pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session(session).await?;
@@ -214,12 +217,14 @@ pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
             line.push_str(&format!(" {}", one_line(text)));
         }
         for step in row.steps.iter().filter(|step| !(partly && step.hidden)) {
-            let files: Vec<String> = step
-                .files
+            let all = step.files.as_deref().unwrap_or_default();
+            let mut files: Vec<String> = all
                 .iter()
-                .flatten()
+                .take(LOG_FILES_SHOWN)
                 .map(|f| format!("{} {}", shown(&f.file), f.counts_text()))
                 .collect();
+            // A step of thousands of files stays one line that can be read (black-box: 20,000 files).
+            files.extend(super::history::files_past(all.len(), LOG_FILES_SHOWN));
             // An open step has no end snapshot yet: what it changed is not known.
             line.push_str(&match (&step.reason, files.is_empty()) {
                 (None, _) => open_step.to_owned(),

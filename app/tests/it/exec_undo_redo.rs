@@ -755,6 +755,33 @@ fn a_worktree_name_with_a_newline_is_one_quoted_line_in_log_and_status() {
     assert!(line.ends_with("/new\\nline\""), "{status}");
 }
 
+/// A step of many files is one line of the text `log` that names its first 20 and says how many more
+/// there are (black-box: a 20,000-file step printed every name on one line); `--json` lists them all.
+#[test]
+fn log_names_the_first_files_of_a_big_step_and_counts_the_rest() {
+    let env = Env::plain();
+    env.exec_sh("for i in $(seq 1 25); do printf '%s\\n' $i > f$i.txt; done");
+    let log = env.ok(&["log"]);
+    let line = log
+        .lines()
+        .find(|line| line.contains("[step "))
+        .expect("the step's line");
+    assert_eq!(line.matches(".txt +1 -0").count(), 20, "{line}");
+    assert!(
+        line.ends_with(", … and 5 more files (`--json` lists them all)]"),
+        "{line}"
+    );
+    let json = env.json(&["log"]);
+    let files = json["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["steps"].as_array().cloned().unwrap_or_default())
+        .map(|step| step["files"].as_array().map_or(0, Vec::len))
+        .sum::<usize>();
+    assert_eq!(files, 25);
+}
+
 /// A SQLite database given inside the project (`--database-url sqlite://rewind.db`, taken from the `-C`
 /// directory as the README says) is rewind's own: its steps do not record it, and undo and redo never
 /// write it. Black-box: each undo wrote an old copy of its WAL over the live one; after two, the session
