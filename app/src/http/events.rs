@@ -3,7 +3,8 @@
 //! stream; it ends when the server stops, broken off rather than closed, so that a client reconnects (as
 //! OpenCode's does after an error, and not after a clean end) and resumes from the server that comes
 //! back. The relay follows the database's outbox and publishes new rows in order, so changes made by the
-//! command line or another server reach every stream.
+//! command line or another server reach every stream. `GET /global/event` is the same stream for every
+//! worktree under the project roots, each frame wrapped as OpenCode's global stream wraps it.
 //!
 //! A stream knows its outbox position: the last event it sent or passed over (another worktree's). Each
 //! outbox event's SSE frame carries its position as `id:`, and so do `server.connected` (where the stream
