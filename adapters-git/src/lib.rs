@@ -2,8 +2,8 @@
 //!
 //! One bare object store per worktree and database, outside the worktree, under
 //! `<data dir>/snapshot/<sha1 of the database identity and the canonical worktree path>`. Snapshots are git
-//! tree ids; blobs hold the bytes on disk, with no filter in either direction. See ARCHITECTURE.md for how
-//! the stat cache, the ignore rules and the safe writes keep it exact.
+//! tree ids; blobs hold the bytes on disk, with no filter in either direction. See `DESIGN.md` (beside this
+//! crate's `Cargo.toml`) for how the stat cache, the ignore rules and the safe writes keep it exact.
 
 mod apply;
 mod attributes;
