@@ -442,6 +442,55 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
     assert_eq!(again["warnings"], serde_json::json!([]), "{again:#}");
 }
 
+/// A tracked file whose place a directory ignored as one takes (`build/` in `.gitignore`, a file named
+/// `build`): git's check-ignore calls the path ignored now, so the step's patch leaves it out (SPEC 2.4) and
+/// undo does not bring it back. The step's end says so with the reason that holds (model-based fuzz: the
+/// warning said a rule had changed, when none had) and the snapshot that holds the file, from which it
+/// comes back once the directory is moved away.
+#[test]
+fn a_file_replaced_by_an_ignored_directory_is_named_with_the_reason_and_its_snapshot() {
+    let env = Env::plain();
+    std::fs::write(env.path().join(".gitignore"), "build/\n").expect("write");
+    std::fs::write(env.path().join("build"), "important notes\n").expect("write");
+    let build = env.path().canonicalize().expect("canonical").join("build");
+    let report = env.json(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "rm build; mkdir build; echo o > build/out.o",
+    ]);
+    let warnings = report["warnings"].as_array().expect("warnings");
+    let named: Vec<&serde_json::Value> = warnings
+        .iter()
+        .filter(|w| {
+            w["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("became ignored"))
+        })
+        .collect();
+    assert_eq!(named.len(), 1, "{report:#}");
+    let message = named[0]["message"].as_str().expect("message");
+    assert!(
+        message.contains("a directory the rules ignore as one took a file's place"),
+        "{message}"
+    );
+    assert_eq!(
+        named[0]["files"],
+        serde_json::json!([build.to_str().expect("utf-8")])
+    );
+    let snapshot = named[0]["snapshot"].as_str().expect("a snapshot");
+    // As it says: undo leaves the directory, and the file is in the snapshot.
+    env.ok(&["undo"]);
+    assert!(build.join("out.o").is_file(), "the ignored directory stays");
+    std::fs::remove_dir_all(&build).expect("move it away");
+    env.ok(&["snapshot", "restore", snapshot, "build"]);
+    assert_eq!(
+        std::fs::read_to_string(&build).expect("read"),
+        "important notes\n"
+    );
+}
+
 /// A directory that its enclosing git repository ignores holds no tracked content (SPEC 2.2: the
 /// enclosing repository's rules apply), so no change made in it can be undone. That was silent: every
 /// `exec` said "no tracked file changed" and `undo` took nothing back. The first turn now says why, once;
