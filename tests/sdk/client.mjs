@@ -64,6 +64,9 @@ async function eventAfter(start, predicate, what) {
   throw new Error(`no ${what} event; saw ${seen.map((event) => event.type).join(", ")}`);
 }
 await eventAfter(0, (event) => event.type === "server.connected", "server.connected");
+// The global stream starts where the outbox ends when it connects: nothing is recorded before it has.
+for (let i = 0; i < 200 && seenGlobal[0]?.payload?.type !== "server.connected"; i += 1) await sleep(25);
+assert.equal(seenGlobal[0]?.payload?.type, "server.connected", "global.event did not connect");
 check("event.subscribe starts with server.connected", () => {
   assert.equal(seen[0].type, "server.connected");
   assert.match(seen[0].id, /^evt_/);

@@ -107,7 +107,8 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The router with every route of SPEC section 9, the guards and the body limit.
+/// The router with every route of SPEC section 9 and OpenCode's routes beyond it (README, "Server"), the
+/// guards and the body limit.
 pub fn router(state: AppState, body_limit: usize) -> Router {
     use routes::*;
     Router::new()

@@ -444,9 +444,10 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
 
 /// A tracked file whose place a directory ignored as one takes (`build/` in `.gitignore`, a file named
 /// `build`): git's check-ignore calls the path ignored now, so the step's patch leaves it out (SPEC 2.4) and
-/// undo does not bring it back. The step's end says so with the reason that holds (model-based fuzz: the
-/// warning said a rule had changed, when none had) and the snapshot that holds the file, from which it
-/// comes back once the directory is moved away.
+/// undo does not bring it back. The step's end says so, naming this case among its reasons (model-based
+/// fuzz: the warning named only a rule change, when none had happened), and the snapshot that holds the
+/// file, from which it comes back once the directory is moved away, as the warning says (a restore while
+/// the ignored directory stands there keeps it).
 #[test]
 fn a_file_replaced_by_an_ignored_directory_is_named_with_the_reason_and_its_snapshot() {
     let env = Env::plain();
@@ -483,6 +484,13 @@ fn a_file_replaced_by_an_ignored_directory_is_named_with_the_reason_and_its_snap
     // As it says: undo leaves the directory, and the file is in the snapshot.
     env.ok(&["undo"]);
     assert!(build.join("out.o").is_file(), "the ignored directory stays");
+    assert!(
+        message.contains("(once a directory standing at its path is moved away)"),
+        "{message}"
+    );
+    let kept = env.json(&["snapshot", "restore", snapshot, "build"]);
+    assert!(build.join("out.o").is_file(), "{kept:#}");
+    assert!(kept["kept"].to_string().contains("build"), "{kept:#}");
     std::fs::remove_dir_all(&build).expect("move it away");
     env.ok(&["snapshot", "restore", snapshot, "build"]);
     assert_eq!(

@@ -1796,10 +1796,11 @@ impl Rewind {
 
     /// The warning for files that left the tracked content during a step without being named in its
     /// patch: they differ between the step's two snapshots, yet `changed_files` leaves them out, as it
-    /// leaves out every path ignored now (SPEC 2.4, OpenCode's tests 25-27; a file whose place a directory
-    /// ignored as one took, `build/` in a `.gitignore`, included, as git's check-ignore calls the path
-    /// ignored), and the end snapshot did not skip them. A file edited or deleted in the same step that made it ignored is not put back by
-    /// `undo`; the user should know, and where its content before the step is.
+    /// leaves out every path ignored now (SPEC 2.4, OpenCode's tests 25-27; a file whose place a
+    /// directory ignored as one took, `build/` in a `.gitignore`, included, as git's check-ignore calls
+    /// the path ignored), and the end snapshot did not skip them. A file edited or deleted in the same
+    /// step that made it ignored is not put back by `undo`; the user should know, and where its content
+    /// before the step is.
     fn newly_ignored_warning(
         &self,
         session: &Session,
@@ -1825,9 +1826,11 @@ impl Rewind {
             time: self.now(),
             message: format!(
                 "{} file(s) became ignored during this step (a .gitignore or exclude rule changed, a \
-                 directory the rules ignore as one took a file's place, or the nested repository whose own \
-                 rules tracked them was moved or lost its .git): the step's patch leaves them out, so undoing it does not put them back; their content before \
-                 the step is in snapshot {start}: `rewind snapshot restore {start} PATH…` brings a file back",
+                 directory the rules ignore as one took a file's place, or the nested repository whose \
+                 own rules tracked them was moved or lost its .git): the step's patch leaves them out, \
+                 so undoing it does not put them back; their content before the step is in snapshot \
+                 {start}: `rewind snapshot restore {start} PATH…` brings a file back (once a directory \
+                 standing at its path is moved away)",
                 left.len()
             ),
             snapshot: Some(start.clone()),

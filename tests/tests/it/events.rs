@@ -312,7 +312,8 @@ async fn a_stream_that_names_no_worktree_gets_no_session_outside_the_roots() -> 
 /// `GET /global/event`, which OpenCode's client reads through `client.global.event()`: the events `GET
 /// /event` sends with no worktree named, the same frames at the same positions, each wrapped as
 /// `{directory, payload}` with its session's worktree (`"global"` for the stream's own); none of a session
-/// outside the project roots; resumed from a frame's `id:` as `GET /event` is.
+/// outside the project roots; a worktree named is not a scope there; resumed from a frame's `id:` as `GET
+/// /event` is, a session deleted since still named with its worktree.
 #[tokio::test]
 async fn the_global_stream_wraps_each_event_with_its_sessions_worktree() -> Result<()> {
     let app = spawn_app_with(AppConfig {
@@ -324,7 +325,8 @@ async fn the_global_stream_wraps_each_event_with_its_sessions_worktree() -> Resu
     std::fs::create_dir(&sub)?;
     let outside = tempfile::tempdir()?;
     let mut plain = app.events().await?;
-    let mut global = app.global_events(None).await?;
+    let mut global = app.global_events(None, None).await?;
+    let mut named = app.global_events(None, Some(&sub)).await?;
     let here = app.new_session().await?;
     app.turn(&here, "in the repository", |repo| {
         Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
@@ -369,8 +371,11 @@ async fn the_global_stream_wraps_each_event_with_its_sessions_worktree() -> Resu
             .next_with_id(Duration::from_secs(5))
             .await?
             .context("the global stream ended")?;
-        let keys: Vec<&String> = frame.as_object().context("a frame")?.keys().collect();
-        assert_eq!(keys, ["directory", "payload"], "{frame}");
+        // OpenCode's v2 client also knows optional `project` and `workspace`; these two are required.
+        assert!(
+            frame["directory"].is_string() && frame["payload"].is_object(),
+            "{frame}"
+        );
         let kind = frame["payload"]["type"]
             .as_str()
             .context("a type")?
@@ -415,7 +420,26 @@ async fn the_global_stream_wraps_each_event_with_its_sessions_worktree() -> Resu
             .context("a session")?;
         assert_eq!(frame["directory"], json!(worktree(session)), "{event}");
     }
-    // Resumed after the frame of `there`'s creation: the frames after it, from the outbox.
+    // A stream that names a worktree (OpenCode's client sends its instance's) still gets every worktree's.
+    let named_frames = named
+        .until_matching("the last session", |f| is_last(&f["payload"]))
+        .await?;
+    let named_frames: Vec<&Value> = named_frames
+        .iter()
+        .filter(|f| {
+            f["payload"]["type"]
+                .as_str()
+                .is_some_and(|t| !t.starts_with("server."))
+        })
+        .collect();
+    assert_eq!(
+        named_frames,
+        frames.iter().map(|(_, f)| f).collect::<Vec<_>>()
+    );
+    // Resumed after the frame of `there`'s creation, once `there` is deleted: the frames after it, from the
+    // outbox, `there`'s still named with its worktree (read from its deletion's event).
+    let deleted = app.delete(&format!("/session/{there}")).await?;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
     let created = frames
         .iter()
         .position(|(_, f)| {
@@ -424,7 +448,7 @@ async fn the_global_stream_wraps_each_event_with_its_sessions_worktree() -> Resu
         })
         .context("the creation of the session in sub")?;
     let from = frames[created].0.clone().context("an id")?;
-    let mut resumed = app.global_events(Some(&from)).await?;
+    let mut resumed = app.global_events(Some(&from), None).await?;
     let mut again = Vec::new();
     while again.len() < frames.len() - created - 1 {
         let (id, frame) = resumed
@@ -449,6 +473,7 @@ async fn the_global_stream_wraps_each_event_with_its_sessions_worktree() -> Resu
     }
     let doc = app.read("/doc").await?;
     assert!(doc["paths"]["/global/event"]["get"].is_object(), "{doc}");
+    assert!(doc["paths"]["/global/health"]["get"].is_object(), "{doc}");
     app.stop().await
 }
 

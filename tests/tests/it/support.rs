@@ -338,9 +338,17 @@ impl TestApp {
     }
 
     /// Opens OpenCode's stream of every worktree's events, `GET /global/event` (frames `{directory,
-    /// payload}`), as a client reconnecting after the frame whose SSE `id` was `last` when one is given.
-    pub async fn global_events(&self, last: Option<&str>) -> Result<EventStream> {
-        let request = self.http.get(self.url("/global/event"));
+    /// payload}`), as a client reconnecting after the frame whose SSE `id` was `last` when one is given,
+    /// naming the worktree `directory` (`x-opencode-directory`, as OpenCode's client sends it) when given.
+    pub async fn global_events(
+        &self,
+        last: Option<&str>,
+        directory: Option<&Path>,
+    ) -> Result<EventStream> {
+        let mut request = self.http.get(self.url("/global/event"));
+        if let Some(directory) = directory {
+            request = request.header("x-opencode-directory", directory.display().to_string());
+        }
         match last {
             Some(last) => {
                 self.open_events(request.header("last-event-id", last))
