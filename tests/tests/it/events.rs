@@ -207,24 +207,7 @@ async fn a_stream_opened_for_a_worktree_gets_only_its_sessions_events() -> Resul
     std::fs::create_dir(&sub)?;
     let mut all = app.connected_events().await?;
     let mut mine = app.connected_events_for(&sub).await?;
-    // Sessions of the repository and of `sub` (a worktree of its own), each with a message.
-    let here = app.new_session().await?;
-    app.turn(&here, "in the repository", |repo| {
-        Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
-    })
-    .await?;
-    let there = id_of(
-        &app.ok(
-            "/session",
-            json!({"title": "in sub", "directory": sub.display().to_string()}),
-        )
-        .await?,
-    )?;
-    app.ok(
-        &format!("/session/{there}/message"),
-        json!({"parts": [{"type": "text", "text": "hello from sub"}]}),
-    )
-    .await?;
+    let (here, there) = sessions_here_and_in(&app, &sub).await?;
     let other = app.create_session_in(&sub, "last").await?;
     let is_last = |event: &Value| {
         event["type"] == "session.created" && event["properties"]["info"]["title"] == "last"
@@ -269,6 +252,29 @@ async fn a_stream_opened_for_a_worktree_gets_only_its_sessions_events() -> Resul
         assert!(all_sessions.contains(id), "{id}: {:?}", types(&seen[1]));
     }
     app.stop().await
+}
+
+/// Sessions of the repository and of `sub` (a worktree of its own), each with a message: the first with a
+/// turn that writes a file. Their ids.
+async fn sessions_here_and_in(app: &TestApp, sub: &std::path::Path) -> Result<(String, String)> {
+    let here = app.new_session().await?;
+    app.turn(&here, "in the repository", |repo| {
+        Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
+    })
+    .await?;
+    let there = id_of(
+        &app.ok(
+            "/session",
+            json!({"title": "in sub", "directory": sub.display().to_string()}),
+        )
+        .await?,
+    )?;
+    app.ok(
+        &format!("/session/{there}/message"),
+        json!({"parts": [{"type": "text", "text": "hello from sub"}]}),
+    )
+    .await?;
+    Ok((here, there))
 }
 
 /// A stream that names no worktree gets the events of every worktree under the project roots, and none
@@ -327,23 +333,7 @@ async fn the_global_stream_wraps_each_event_with_its_sessions_worktree() -> Resu
     let mut plain = app.events().await?;
     let mut global = app.global_events(None, None).await?;
     let mut named = app.global_events(None, Some(&sub)).await?;
-    let here = app.new_session().await?;
-    app.turn(&here, "in the repository", |repo| {
-        Ok(std::fs::write(repo.join("a.txt"), "a1\n")?)
-    })
-    .await?;
-    let there = id_of(
-        &app.ok(
-            "/session",
-            json!({"title": "in sub", "directory": sub.display().to_string()}),
-        )
-        .await?,
-    )?;
-    app.ok(
-        &format!("/session/{there}/message"),
-        json!({"parts": [{"type": "text", "text": "hello from sub"}]}),
-    )
-    .await?;
+    let (_, there) = sessions_here_and_in(&app, &sub).await?;
     let elsewhere = app.create_session_in(outside.path(), "elsewhere").await?;
     app.create_session_in(&app.repo, "last").await?;
     let is_last = |event: &Value| {
