@@ -92,9 +92,9 @@ pub async fn stream(
 /// `GET /global/event`: OpenCode's stream of every worktree's events, which its client reads through
 /// `client.global.event()` (an OpenCode route that SPEC 9 does not list). The events of `GET /event` with
 /// no worktree named (those of the sessions under the project roots; a worktree named is checked by the
-/// guard as on any route, then not used),
-/// each wrapped as OpenCode wraps it, `{directory, payload}`: `directory` is the worktree of the event's
-/// session, `"global"` for the stream's own events. Positions, resuming and lag as `GET /event`'s.
+/// guard as on any route, then not used), each wrapped as OpenCode wraps it, `{directory, payload}`:
+/// `directory` is the worktree of the event's session, `"global"` for the stream's own events. Positions,
+/// resuming and lag as `GET /event`'s.
 #[utoipa::path(get, path = "/global/event",
     params(
         ("Last-Event-ID" = Option<String>, Header, description = "the `id:` of the last event received: the stream first sends the events committed after it")),
