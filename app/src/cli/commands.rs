@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::context::Context;
+use super::history::DryRun;
 use super::{Command, SnapshotCommand, context, exec, gc, history, show, snapshot};
 use crate::config::Settings;
 
@@ -21,15 +22,16 @@ fn check_input(command: &Command, directory: &Path) -> Result<()> {
         Ok(())
     };
     match command {
-        Command::Undo { session: s }
-        | Command::Redo { session: s }
-        | Command::Unrevert { session: s }
+        Command::Undo { session: s, .. }
+        | Command::Redo { session: s, .. }
+        | Command::Unrevert { session: s, .. }
         | Command::Log { session: s }
         | Command::Diff { session: s } => session(s),
         Command::Revert {
             session: s,
             message,
             part,
+            ..
         } => {
             session(s)?;
             history::parse_target(message, part.as_deref()).map(|_| ())
@@ -89,7 +91,13 @@ pub async fn run(
     }
     let ctx = match command {
         // These only show: a database that cannot be written is still shown.
-        Command::Log { .. } | Command::Diff { .. } | Command::Status => {
+        Command::Log { .. }
+        | Command::Diff { .. }
+        | Command::Status
+        | Command::Undo { dry_run: true, .. }
+        | Command::Redo { dry_run: true, .. }
+        | Command::Revert { dry_run: true, .. }
+        | Command::Unrevert { dry_run: true, .. } => {
             Context::open_to_read(settings, directory, json).await?
         }
         _ => Context::open(settings, directory, json).await?,
@@ -99,14 +107,36 @@ pub async fn run(
             new_session,
             command,
         } => exec::run(&ctx, new_session, &command).await,
-        Command::Undo { session } => history::undo(&ctx, session.as_deref()).await,
-        Command::Redo { session } => history::redo(&ctx, session.as_deref()).await,
+        Command::Undo {
+            session,
+            dry_run: true,
+        } => history::dry_run(&ctx, session.as_deref(), DryRun::Undo).await,
+        Command::Redo {
+            session,
+            dry_run: true,
+        } => history::dry_run(&ctx, session.as_deref(), DryRun::Redo).await,
         Command::Revert {
             session,
             message,
             part,
+            dry_run: true,
+        } => {
+            let target = history::parse_target(&message, part.as_deref())?;
+            history::dry_run(&ctx, session.as_deref(), DryRun::Revert(target)).await
+        }
+        Command::Unrevert {
+            session,
+            dry_run: true,
+        } => history::dry_run(&ctx, session.as_deref(), DryRun::Unrevert).await,
+        Command::Undo { session, .. } => history::undo(&ctx, session.as_deref()).await,
+        Command::Redo { session, .. } => history::redo(&ctx, session.as_deref()).await,
+        Command::Revert {
+            session,
+            message,
+            part,
+            ..
         } => history::revert(&ctx, session.as_deref(), &message, part.as_deref()).await,
-        Command::Unrevert { session } => history::unrevert(&ctx, session.as_deref()).await,
+        Command::Unrevert { session, .. } => history::unrevert(&ctx, session.as_deref()).await,
         Command::Log { session } => show::log(&ctx, session.as_deref()).await,
         Command::Diff { session } => show::diff(&ctx, session.as_deref()).await,
         Command::Status => show::status(&ctx).await,

@@ -5,14 +5,14 @@ use std::collections::BTreeSet;
 
 use anyhow::{Result, anyhow, bail};
 use rewind_core::model::{
-    DiffSummary, FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId, RelPath,
-    RevertDescriptor, Role, Session, Warning,
+    DiffSummary, FileActionKind, FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId,
+    RelPath, RevertDescriptor, Role, Session, Warning,
 };
 use rewind_core::{HistorySeen, RevertTarget};
 use serde::Serialize;
 
 use super::context::{Context, explain};
-use super::output::{plural, print_file_summary, print_json, with_progress};
+use super::output::{one_line, plural, print_file_summary, print_json, shown, with_progress};
 
 /// What `undo`, `redo`, `revert` and `unrevert` print with `--json`.
 #[derive(Serialize)]
@@ -109,28 +109,12 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
     loop {
         choice += 1;
         let messages = messages(ctx, &session).await?;
-        let users = user_messages(&messages);
-        let target = match &session.revert {
-            Some(revert) => users.iter().rev().find(|m| m.info.id < revert.message_id),
-            None => users.last(),
-        };
-        let Some(target) = target else {
-            let flag = ctx.session_flag(&session.id).await;
-            bail!(
-                "nothing to undo in session {}: {}",
-                session.id,
-                if users.is_empty() {
-                    "it has no user message yet".to_owned()
-                } else {
-                    format!("every turn is already undone (`rewind redo{flag}` puts them back)")
-                }
-            );
-        };
+        let target = undo_target(ctx, &session, &messages).await?;
         let seen = HistorySeen::of(&session, &messages);
         let moved = revert_to(
             ctx,
             &session,
-            (target.info.id.clone(), None),
+            (target, None),
             &messages,
             Some(&seen),
             &aborted,
@@ -155,21 +139,13 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
             session = reverted_or_idle(ctx, &session).await?;
         }
         let Some(revert) = session.revert.clone() else {
-            let flag = ctx.session_flag(&session.id).await;
-            bail!(
-                "nothing to redo in session {}: it is not reverted (`rewind undo{flag}` undoes the last turn)",
-                session.id
-            );
+            return Err(nothing_to_redo(ctx, &session).await);
         };
         let messages = messages(ctx, &session).await?;
         let seen = HistorySeen::of(&session, &messages);
-        let next = user_messages(&messages)
-            .into_iter()
-            .find(|m| m.info.id > revert.message_id);
-        let moved = match next {
+        let moved = match redo_target(&revert, &messages) {
             None => unrevert_session(ctx, &session, Some(&seen), &aborted).await?,
-            Some(next) => {
-                let target = next.info.id.clone();
+            Some(target) => {
                 match revert_to(
                     ctx,
                     &session,
@@ -208,6 +184,190 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
             None => return Ok(()),
         }
     }
+}
+
+/// The user message `undo` reverts `session` to, as `messages` show it: the last one before the revert
+/// point, or the last one when the session is not reverted; refused when there is none.
+async fn undo_target(
+    ctx: &Context,
+    session: &Session,
+    messages: &[MessageWithParts],
+) -> Result<MessageId> {
+    let users = user_messages(messages);
+    let target = match &session.revert {
+        Some(revert) => users.iter().rev().find(|m| m.info.id < revert.message_id),
+        None => users.last(),
+    };
+    if let Some(target) = target {
+        return Ok(target.info.id.clone());
+    }
+    let flag = ctx.session_flag(&session.id).await;
+    bail!(
+        "nothing to undo in session {}: {}",
+        session.id,
+        if users.is_empty() {
+            "it has no user message yet".to_owned()
+        } else {
+            format!("every turn is already undone (`rewind redo{flag}` puts them back)")
+        }
+    )
+}
+
+/// The user message `redo` reverts to from the session's `revert`: the first one after the revert point;
+/// `None` when there is none, and `redo` unreverts.
+fn redo_target(revert: &RevertDescriptor, messages: &[MessageWithParts]) -> Option<MessageId> {
+    user_messages(messages)
+        .into_iter()
+        .find(|m| m.info.id > revert.message_id)
+        .map(|m| m.info.id.clone())
+}
+
+/// The refusal of `redo` on a session that is not reverted.
+async fn nothing_to_redo(ctx: &Context, session: &Session) -> anyhow::Error {
+    let flag = ctx.session_flag(&session.id).await;
+    anyhow!(
+        "nothing to redo in session {}: it is not reverted (`rewind undo{flag}` undoes the last turn)",
+        session.id
+    )
+}
+
+/// The refusal of `unrevert` on a session that is not reverted.
+fn nothing_to_unrevert(session: &Session) -> anyhow::Error {
+    anyhow!(
+        "session {} is not reverted; nothing to unrevert",
+        session.id
+    )
+}
+
+/// Which command `--dry-run` stands for.
+pub enum DryRun {
+    Undo,
+    Redo,
+    /// `revert MESSAGE [--part P]`, its target parsed.
+    Revert((MessageId, Option<PartId>)),
+    Unrevert,
+}
+
+/// What `--dry-run` prints with `--json`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DryRunReport {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    /// `revert` or `unrevert`: what the command would do.
+    action: &'static str,
+    /// The message (and part) a revert would go back to.
+    #[serde(rename = "messageID", skip_serializing_if = "Option::is_none")]
+    message_id: Option<MessageId>,
+    #[serde(rename = "partID", skip_serializing_if = "Option::is_none")]
+    part_id: Option<PartId>,
+    /// What it would do to each file: `{file, action: write|delete|keep, reason?}`, absolute paths.
+    files: Vec<rewind_core::service::PreviewFile>,
+    /// Whether a step is open: the command would end it first, and what the step changed so far (not
+    /// recorded yet) is not in `files`.
+    step_open: bool,
+}
+
+/// `undo`, `redo`, `revert` or `unrevert` with `--dry-run`: the target chosen as the command chooses it,
+/// then what it would do to each file (the revert's preview, SPEC 9's `revert/preview`; an unrevert's
+/// files go back to the pre-revert snapshot), changing nothing: no step is aborted, nothing is written.
+/// Refused as the command would be when there is nothing to undo or redo.
+pub async fn dry_run(ctx: &Context, session: Option<&str>, command: DryRun) -> Result<()> {
+    let session = ctx.session_to_change(session).await?;
+    let rewind = &ctx.services.rewind;
+    let messages = messages(ctx, &session).await?;
+    let target = match command {
+        DryRun::Undo => Some((undo_target(ctx, &session, &messages).await?, None)),
+        DryRun::Revert(target) => Some(target),
+        DryRun::Redo => match &session.revert {
+            Some(revert) => redo_target(revert, &messages).map(|target| (target, None)),
+            None => return Err(nothing_to_redo(ctx, &session).await),
+        },
+        DryRun::Unrevert if session.revert.is_none() => return Err(nothing_to_unrevert(&session)),
+        DryRun::Unrevert => None,
+    };
+    let (files, message_id, part_id) = match target {
+        Some((message_id, part_id)) => {
+            let preview = rewind
+                .preview(
+                    &session.id,
+                    RevertTarget {
+                        message_id: message_id.clone(),
+                        part_id: part_id.clone(),
+                    },
+                )
+                .await
+                .map_err(|error| explain(error, "planning the revert"))?;
+            (preview.files, Some(message_id), part_id)
+        }
+        None => (
+            rewind
+                .unrevert_preview(&session.id)
+                .await
+                .map_err(|error| explain(error, "planning the unrevert"))?,
+            None,
+            None,
+        ),
+    };
+    let action = if message_id.is_some() {
+        "revert"
+    } else {
+        "unrevert"
+    };
+    let step_open = session.step.is_some();
+    if ctx.json {
+        return print_json(&DryRunReport {
+            session_id: session.id.to_string(),
+            action,
+            message_id,
+            part_id,
+            files,
+            step_open,
+        });
+    }
+    match &message_id {
+        Some(message) => {
+            let text = messages
+                .iter()
+                .find(|m| &m.info.id == message)
+                .map(|m| parts_text(&m.parts))
+                .unwrap_or_default();
+            println!(
+                "Would revert session {} to {message} ({}){}:",
+                session.id,
+                one_line(&text),
+                part_id
+                    .as_ref()
+                    .map(|part| format!(" from its part {part} on"))
+                    .unwrap_or_default()
+            );
+        }
+        None => println!("Would unrevert session {}:", session.id),
+    }
+    if files.is_empty() {
+        println!("  no file would change");
+    }
+    let prefix = format!("{}/", session.directory.trim_end_matches('/'));
+    for file in &files {
+        let path = file.file.strip_prefix(&prefix).unwrap_or(&file.file);
+        let action = match file.action {
+            FileActionKind::Write => "write ",
+            FileActionKind::Delete => "delete",
+            FileActionKind::Keep => "keep  ",
+        };
+        match &file.reason {
+            Some(reason) => println!("  {action}  {}  ({reason})", shown(path)),
+            None => println!("  {action}  {}", shown(path)),
+        }
+    }
+    if step_open {
+        println!(
+            "A step is open: the command would end it first, and what it changed so far (not recorded yet) \
+             is not listed."
+        );
+    }
+    println!("Nothing was changed (--dry-run).");
+    Ok(())
 }
 
 /// How an operation chosen from a history the session showed ended, when it did not fail otherwise.
@@ -304,10 +464,7 @@ pub async fn unrevert(ctx: &Context, session: Option<&str>) -> Result<()> {
         session = reverted_or_idle(ctx, &session).await?;
     }
     if session.revert.is_none() {
-        bail!(
-            "session {} is not reverted; nothing to unrevert",
-            session.id
-        );
+        return Err(nothing_to_unrevert(&session));
     }
     unrevert_session(ctx, &session, None, &[]).await.map(|_| ())
 }

@@ -67,12 +67,18 @@ pub enum Command {
         /// The session (default: the latest of this directory).
         #[arg(long, value_name = "ID")]
         session: Option<String>,
+        /// Say what it would do to each file (write, delete or keep, and why), changing nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Redo the last undone turn (OpenCode's /redo).
     Redo {
         /// The session (default: the latest of this directory).
         #[arg(long, value_name = "ID")]
         session: Option<String>,
+        /// Say what it would do to each file (write, delete or keep, and why), changing nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// The session's timeline: one line per message, each step's files, the revert point and warnings.
     Log {
@@ -90,12 +96,18 @@ pub enum Command {
         /// The part to revert to.
         #[arg(long, value_name = "ID")]
         part: Option<String>,
+        /// Say what it would do to each file (write, delete or keep, and why), changing nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Undo the session's revert.
     Unrevert {
         /// The session (default: the latest of this directory).
         #[arg(long, value_name = "ID")]
         session: Option<String>,
+        /// Say what it would do to each file (write, delete or keep, and why), changing nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// The diff of the session's revert.
     Diff {

@@ -755,6 +755,84 @@ fn a_worktree_name_with_a_newline_is_one_quoted_line_in_log_and_status() {
     assert!(line.ends_with("/new\\nline\""), "{status}");
 }
 
+/// `--dry-run` of `undo`, `redo`, `revert` and `unrevert` changes nothing (files, session, warnings) and
+/// lists exactly what the command then does: each file it writes or deletes, as the worktree before and
+/// after says (the oracle), through a revert, a re-revert from a reverted session, a redo that re-reverts,
+/// the redo that unreverts, an explicit revert and unrevert.
+#[test]
+fn a_dry_run_changes_nothing_and_lists_what_the_command_then_does() {
+    let env = Env::plain();
+    std::fs::write(env.path().join("a.txt"), "a\n").expect("write");
+    std::fs::write(env.path().join("b.txt"), "b\n").expect("write");
+    env.exec_sh("echo a2 > a.txt; rm b.txt; mkdir d; echo c > d/c.txt");
+    env.exec_sh("echo a3 > a.txt; chmod +x d/c.txt");
+    let first = env.json(&["log"])["messages"][0]["id"]
+        .as_str()
+        .expect("the first user message")
+        .to_owned();
+    let root = env.path().canonicalize().expect("canonical");
+    let steps: [&[&str]; 6] = [
+        &["undo"],
+        &["undo"],
+        &["redo"],
+        &["redo"],
+        &["revert", &first],
+        &["unrevert"],
+    ];
+    for command in steps {
+        let before = env.state();
+        let log = env.json(&["log"]);
+        let dry = env.json(&[command, &["--dry-run"]].concat());
+        assert_eq!(env.state(), before, "{command:?} --dry-run changed files");
+        assert_eq!(
+            env.json(&["log"]),
+            log,
+            "{command:?} --dry-run changed the session"
+        );
+        let listed: std::collections::BTreeMap<String, String> = dry["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .map(|f| {
+                let file = f["file"].as_str().expect("file");
+                let rel = std::path::Path::new(file)
+                    .strip_prefix(&root)
+                    .expect("inside the worktree");
+                (
+                    rel.to_str().expect("utf-8").to_owned(),
+                    f["action"].as_str().expect("action").to_owned(),
+                )
+            })
+            .collect();
+        env.ok(command);
+        let after = env.state();
+        let done: std::collections::BTreeMap<String, String> = before
+            .keys()
+            .chain(after.keys())
+            .filter(|path| before.get(*path) != after.get(*path))
+            .map(|path| {
+                let action = if after.contains_key(path) {
+                    "write"
+                } else {
+                    "delete"
+                };
+                (path.clone(), action.to_owned())
+            })
+            .collect();
+        assert!(!done.is_empty(), "{command:?} changed no file");
+        assert_eq!(listed, done, "{command:?}: {dry:#}");
+        let expected = if command[0] == "unrevert" || dry["messageID"].is_null() {
+            "unrevert"
+        } else {
+            "revert"
+        };
+        assert_eq!(dry["action"], expected, "{command:?}: {dry:#}");
+    }
+    // Refused as the command is: nothing left to redo.
+    let refused = env.fails(&["redo", "--dry-run"]);
+    assert!(refused.contains("nothing to redo"), "{refused}");
+}
+
 /// A step of many files is one line of the text `log` that names its first 20 and says how many more
 /// there are (black-box: a 20,000-file step printed every name on one line); `--json` lists them all.
 #[test]

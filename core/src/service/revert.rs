@@ -1221,6 +1221,21 @@ impl Rewind {
         })
     }
 
+    /// What an unrevert would do to each file, changing nothing: the files the current revert changed go
+    /// back to its pre-revert snapshot, but for those the user's new files block, which are kept (SPEC 6).
+    /// Nothing for a session that is not reverted. A user's edit of one of them is captured before it is
+    /// written over, as `unrevert` does; the preview lists the write.
+    pub async fn unrevert_preview(&self, session_id: &SessionId) -> Result<Vec<PreviewFile>> {
+        let session = self.load_session(session_id).await?;
+        match current_revert(&session) {
+            Some((snapshot, applied)) => {
+                self.after_undo_preview(&session, (&snapshot, &applied), Vec::new())
+                    .await
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// `planned` (the new revert's files) after what the undo of the current revert (from its pre-revert
     /// `snapshot` to `applied`) would do first, as `undo_revert` does it: each file it changed goes back to
     /// `snapshot`, but for one the user's new files block, which is kept.
