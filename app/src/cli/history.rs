@@ -256,7 +256,8 @@ struct DryRunReport {
     session_id: String,
     /// `revert` or `unrevert`: what the command would do.
     action: &'static str,
-    /// The message (and part) a revert would go back to.
+    /// The message (and part) a revert would go back to: the point it would store, as `revert`'s
+    /// `revert.messageID` says it.
     #[serde(rename = "messageID", skip_serializing_if = "Option::is_none")]
     message_id: Option<MessageId>,
     #[serde(rename = "partID", skip_serializing_if = "Option::is_none")]
@@ -298,7 +299,9 @@ pub async fn dry_run(ctx: &Context, session: Option<&str>, command: DryRun) -> R
                 )
                 .await
                 .map_err(|error| explain(error, "planning the revert"))?;
-            (preview.files, Some(message_id), part_id)
+            // The point the revert would store (SPEC 5 moves one that is not a turn's start back to it).
+            let point = preview.descriptor;
+            (preview.files, Some(point.message_id), point.part_id)
         }
         None => (
             rewind

@@ -766,17 +766,25 @@ fn a_dry_run_changes_nothing_and_lists_what_the_command_then_does() {
     std::fs::write(env.path().join("b.txt"), "b\n").expect("write");
     env.exec_sh("echo a2 > a.txt; rm b.txt; mkdir d; echo c > d/c.txt");
     env.exec_sh("echo a3 > a.txt; chmod +x d/c.txt");
-    let first = env.json(&["log"])["messages"][0]["id"]
-        .as_str()
-        .expect("the first user message")
-        .to_owned();
+    let log = env.json(&["log"]);
+    let id = |at: usize| {
+        log["messages"][at]["id"]
+            .as_str()
+            .expect("a message")
+            .to_owned()
+    };
+    // The first turn's user message; the second turn's assistant message, which a revert moves back to
+    // its user message (SPEC 5).
+    let (first, second_assistant) = (id(0), id(3));
     let root = env.path().canonicalize().expect("canonical");
-    let steps: [&[&str]; 6] = [
+    let steps: [&[&str]; 8] = [
         &["undo"],
         &["undo"],
         &["redo"],
         &["redo"],
         &["revert", &first],
+        &["unrevert"],
+        &["revert", &second_assistant],
         &["unrevert"],
     ];
     for command in steps {
@@ -804,7 +812,7 @@ fn a_dry_run_changes_nothing_and_lists_what_the_command_then_does() {
                 )
             })
             .collect();
-        env.ok(command);
+        let real = env.json(command);
         let after = env.state();
         let done: std::collections::BTreeMap<String, String> = before
             .keys()
@@ -821,12 +829,12 @@ fn a_dry_run_changes_nothing_and_lists_what_the_command_then_does() {
             .collect();
         assert!(!done.is_empty(), "{command:?} changed no file");
         assert_eq!(listed, done, "{command:?}: {dry:#}");
-        let expected = if command[0] == "unrevert" || dry["messageID"].is_null() {
-            "unrevert"
-        } else {
-            "revert"
-        };
-        assert_eq!(dry["action"], expected, "{command:?}: {dry:#}");
+        // What it would do is what it does: `revert` to the point the command stores, or `unrevert`.
+        assert_eq!(dry["action"], real["action"], "{command:?}: {dry:#}");
+        if real["action"] == "revert" {
+            assert_eq!(dry["messageID"], real["revert"]["messageID"], "{command:?}");
+            assert_eq!(dry["partID"], real["revert"]["partID"], "{command:?}");
+        }
     }
     // Refused as the command is: nothing left to redo.
     let refused = env.fails(&["redo", "--dry-run"]);
