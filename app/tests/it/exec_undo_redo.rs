@@ -788,57 +788,101 @@ fn a_dry_run_changes_nothing_and_lists_what_the_command_then_does() {
         &["unrevert"],
     ];
     for command in steps {
-        let before = env.state();
-        let log = env.json(&["log"]);
-        let dry = env.json(&[command, &["--dry-run"]].concat());
-        assert_eq!(env.state(), before, "{command:?} --dry-run changed files");
-        assert_eq!(
-            env.json(&["log"]),
-            log,
-            "{command:?} --dry-run changed the session"
-        );
-        let listed: std::collections::BTreeMap<String, String> = dry["files"]
-            .as_array()
-            .expect("files")
-            .iter()
-            .map(|f| {
-                let file = f["file"].as_str().expect("file");
-                let rel = std::path::Path::new(file)
-                    .strip_prefix(&root)
-                    .expect("inside the worktree");
-                (
-                    rel.to_str().expect("utf-8").to_owned(),
-                    f["action"].as_str().expect("action").to_owned(),
-                )
-            })
-            .collect();
-        let real = env.json(command);
-        let after = env.state();
-        let done: std::collections::BTreeMap<String, String> = before
-            .keys()
-            .chain(after.keys())
-            .filter(|path| before.get(*path) != after.get(*path))
-            .map(|path| {
-                let action = if after.contains_key(path) {
-                    "write"
-                } else {
-                    "delete"
-                };
-                (path.clone(), action.to_owned())
-            })
-            .collect();
-        assert!(!done.is_empty(), "{command:?} changed no file");
-        assert_eq!(listed, done, "{command:?}: {dry:#}");
-        // What it would do is what it does: `revert` to the point the command stores, or `unrevert`.
-        assert_eq!(dry["action"], real["action"], "{command:?}: {dry:#}");
-        if real["action"] == "revert" {
-            assert_eq!(dry["messageID"], real["revert"]["messageID"], "{command:?}");
-            assert_eq!(dry["partID"], real["revert"]["partID"], "{command:?}");
-        }
+        dry_run_lists_what_follows(&env, &root, command);
     }
     // Refused as the command is: nothing left to redo.
     let refused = env.fails(&["redo", "--dry-run"]);
     assert!(refused.contains("nothing to redo"), "{refused}");
+}
+
+/// Runs `command` with `--dry-run` and checks that it changed nothing (the worktree, `log --json`), then
+/// runs it and checks that the dry run listed exactly what it did (each file written or deleted, as the
+/// worktree before and after says) and the same action and revert point as the command's own JSON.
+fn dry_run_lists_what_follows(env: &Env, root: &std::path::Path, command: &[&str]) {
+    let before = env.state();
+    let log = env.json(&["log"]);
+    let dry = env.json(&[command, &["--dry-run"]].concat());
+    assert_eq!(env.state(), before, "{command:?} --dry-run changed files");
+    assert_eq!(
+        env.json(&["log"]),
+        log,
+        "{command:?} --dry-run changed the session"
+    );
+    let (mut listed, mut kept) = (std::collections::BTreeMap::new(), Vec::new());
+    for f in dry["files"].as_array().expect("files") {
+        let file = f["file"].as_str().expect("file");
+        let rel = std::path::Path::new(file)
+            .strip_prefix(root)
+            .expect("inside the worktree");
+        let rel = rel.to_str().expect("utf-8").to_owned();
+        match f["action"].as_str().expect("action") {
+            "keep" => kept.push(rel),
+            action => {
+                listed.insert(rel, action.to_owned());
+            }
+        }
+    }
+    let real = env.json(command);
+    let after = env.state();
+    for path in &kept {
+        assert_eq!(
+            before.get(path),
+            after.get(path),
+            "{command:?} changed {path}, listed as kept"
+        );
+    }
+    let done: std::collections::BTreeMap<String, String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|path| before.get(*path) != after.get(*path))
+        .map(|path| {
+            let action = if after.contains_key(path) {
+                "write"
+            } else {
+                "delete"
+            };
+            (path.clone(), action.to_owned())
+        })
+        .collect();
+    assert!(!done.is_empty(), "{command:?} changed no file");
+    assert_eq!(listed, done, "{command:?}: {dry:#}");
+    // What it would do is what it does: `revert` to the point the command stores, or `unrevert`.
+    assert_eq!(dry["action"], real["action"], "{command:?}: {dry:#}");
+    if real["action"] == "revert" {
+        assert_eq!(dry["messageID"], real["revert"]["messageID"], "{command:?}");
+        assert_eq!(dry["partID"], real["revert"]["partID"], "{command:?}");
+    }
+}
+
+/// `--dry-run` where the undo of the current revert meets the user's changes made while reverted: a file
+/// ignored since, which the unrevert leaves (the preview said `delete`), and a user's edit of a file the
+/// undo puts back before the new revert keeps it as untracked when its step began (the preview said
+/// `keep`, hiding the overwrite). Dry-run fuzz, D4 and D7.
+#[test]
+fn a_dry_run_from_a_reverted_session_lists_what_the_undo_of_its_revert_does() {
+    let env = Env::plain();
+    let root = env.path().canonicalize().expect("canonical");
+    std::fs::create_dir(env.path().join("sub")).expect("mkdir");
+    std::fs::write(env.path().join("sub/c.txt"), "c\n").expect("write");
+    env.exec_sh("rm sub/c.txt; echo a2 > a.txt");
+    env.ok(&["undo"]);
+    std::fs::write(env.path().join(".gitignore"), "sub/\n").expect("write");
+    dry_run_lists_what_follows(&env, &root, &["redo"]);
+    assert!(env.path().join("sub/c.txt").is_file(), "left as it is");
+
+    let env = Env::plain();
+    let root = env.path().canonicalize().expect("canonical");
+    std::fs::write(env.path().join(".gitignore"), ".env\n").expect("write");
+    std::fs::write(env.path().join(".env"), "SECRET=orig\n").expect("write");
+    env.exec_sh("echo a2 > a.txt; : > .gitignore");
+    env.exec_sh("echo SECRET=turn2 > .env");
+    env.ok(&["undo"]);
+    std::fs::write(env.path().join(".env"), "SECRET=mine\n").expect("write");
+    dry_run_lists_what_follows(&env, &root, &["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join(".env")).expect("read"),
+        "SECRET=turn2\n"
+    );
 }
 
 /// A step of many files is one line of the text `log` that names its first 20 and says how many more

@@ -1252,10 +1252,21 @@ impl Rewind {
             return Ok(planned);
         }
         let changed_set = path_set(&changed);
-        let made: Vec<RelPath> = self
-            .snapshots
-            .changed_files(wt, applied)
+        let since_applied = self.snapshots.changed_files(wt, applied).await?;
+        // The paths whose tracked content left since `applied` while something stays on disk there (ignored
+        // since, or over the cap): the tracked content differs (`changed_between`), yet `changed_files`,
+        // which lists a path gone from it only when it is really gone and never one ignored now, does not
+        // list it. The undo (`restore_since`) leaves what is not tracked content (dry-run fuzz: the preview
+        // said `delete` where the unrevert kept the file).
+        let now = self.snapshots.track(wt).await?.id;
+        let listed = path_set(&since_applied);
+        let untracked_now: BTreeSet<RelPath> = self
+            .changed_between(wt, applied, &now)
             .await?
+            .into_iter()
+            .filter(|path| !listed.contains(path))
+            .collect();
+        let made: Vec<RelPath> = since_applied
             .into_iter()
             .filter(|path| !changed_set.contains(path))
             .collect();
@@ -1282,16 +1293,24 @@ impl Rewind {
                 continue;
             }
             let file = path.to_absolute(directory);
-            let action = match diff.status {
-                crate::model::FileStatus::Deleted => crate::model::FileActionKind::Delete,
-                _ => crate::model::FileActionKind::Write,
+            let (action, reason) = match diff.status {
+                _ if untracked_now.contains(&path) => (
+                    crate::model::FileActionKind::Keep,
+                    Some(
+                        "it is not tracked content now (ignored since, or over the size cap): the undo of \
+                         the current revert leaves it as it is"
+                            .to_owned(),
+                    ),
+                ),
+                crate::model::FileStatus::Deleted => (crate::model::FileActionKind::Delete, None),
+                _ => (crate::model::FileActionKind::Write, None),
             };
             files.insert(
                 file.clone(),
                 PreviewFile {
                     file,
                     action,
-                    reason: None,
+                    reason,
                 },
             );
         }
@@ -1310,7 +1329,16 @@ impl Rewind {
                 },
             );
         }
+        // The new revert's action stands, but a `keep` after the undo's write or delete: the revert leaves
+        // the file as the undo left it, so what is done to it is the undo's (dry-run fuzz: a user's edit
+        // the undo overwrites was listed as kept).
         for file in planned {
+            let undone_first = files
+                .get(&file.file)
+                .is_some_and(|undo| undo.action != crate::model::FileActionKind::Keep);
+            if file.action == crate::model::FileActionKind::Keep && undone_first {
+                continue;
+            }
             files.insert(file.file.clone(), file);
         }
         Ok(files.into_values().collect())
