@@ -1222,7 +1222,8 @@ impl Rewind {
     }
 
     /// What an unrevert would do to each file, changing nothing: the files the current revert changed go
-    /// back to its pre-revert snapshot, but for those the user's new files block, which are kept (SPEC 6).
+    /// back to its pre-revert snapshot, but for those the user's new files block or that are not tracked
+    /// content now, which are kept (SPEC 6).
     /// Nothing for a session that is not reverted. A user's edit of one of them is captured before it is
     /// written over, as `unrevert` does; the preview lists the write.
     pub async fn unrevert_preview(&self, session_id: &SessionId) -> Result<Vec<PreviewFile>> {
@@ -1238,7 +1239,9 @@ impl Rewind {
 
     /// `planned` (the new revert's files) after what the undo of the current revert (from its pre-revert
     /// `snapshot` to `applied`) would do first, as `undo_revert` does it: each file it changed goes back to
-    /// `snapshot`, but for one the user's new files block, which is kept.
+    /// `snapshot`, but for one the user's new files block or one that is not tracked content now, which is
+    /// kept. The worktree is weighed as it is now, not as that undo leaves it (an ignore rule or an emptied
+    /// directory it brings about is not seen).
     async fn after_undo_preview(
         &self,
         session: &Session,
