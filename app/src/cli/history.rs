@@ -289,14 +289,12 @@ pub async fn dry_run(ctx: &Context, session: Option<&str>, command: DryRun) -> R
     };
     let (files, message_id, part_id) = match target {
         Some((message_id, part_id)) => {
-            let preview = rewind
-                .preview(
-                    &session.id,
-                    RevertTarget {
-                        message_id: message_id.clone(),
-                        part_id: part_id.clone(),
-                    },
-                )
+            let target = RevertTarget {
+                message_id: message_id.clone(),
+                part_id: part_id.clone(),
+            };
+            // It snapshots the worktree and reads trees: long work on a big one (SPEC 11's progress).
+            let preview = with_progress("planning the revert", rewind.preview(&session.id, target))
                 .await
                 .map_err(|error| explain(error, "planning the revert"))?;
             // The point the revert would store (SPEC 5 moves one that is not a turn's start back to it).
@@ -304,10 +302,12 @@ pub async fn dry_run(ctx: &Context, session: Option<&str>, command: DryRun) -> R
             (preview.files, Some(point.message_id), point.part_id)
         }
         None => (
-            rewind
-                .unrevert_preview(&session.id)
-                .await
-                .map_err(|error| explain(error, "planning the unrevert"))?,
+            with_progress(
+                "planning the unrevert",
+                rewind.unrevert_preview(&session.id),
+            )
+            .await
+            .map_err(|error| explain(error, "planning the unrevert"))?,
             None,
             None,
         ),
