@@ -26,7 +26,7 @@ const USAGE: &str = "usage: snapshot_bench [--sizes 10000,100000] [--reps N]
   (internal) snapshot_bench child revert --wt DIR --data DIR --snapshot ID [--base ID] --files LIST
   (internal) snapshot_bench child restore --wt DIR --data DIR --to ID
   (profiling) snapshot_bench generate --wt DIR --files N   (the benchmark's worktree, kept)
-  (profiling) snapshot_bench floor --wt DIR [--writes N]   (the bare system calls, one thread)";
+  (profiling) snapshot_bench floor --wt DIR [--writes N]   (the bare system calls, on 1, 2 and 16 threads)";
 
 /// The generator's seed: every run generates the same worktrees.
 const SEED: u64 = 0x5eed_2e71_d0c5;
@@ -205,7 +205,8 @@ fn options(args: &[String]) -> Result<HashMap<String, String>> {
 /// What the bare system calls under three of the benchmark's operations cost on this machine, on one thread,
 /// with no other work: lstat of every file in `--wt` (a track's stat pass), `--writes` files (default 1,000)
 /// each written to a new file beside it and renamed over it (a revert's safe writes, SPEC 2.5; the content
-/// written is the file's own, so the worktree is unchanged), and, when `--wt` has a `.git` with loose
+/// written is the file's own, so the worktree is unchanged), the same writes again shared by two threads
+/// and by 16 (as a revert's writes are, `WRITE_THREADS`), and, when `--wt` has a `.git` with loose
 /// objects, a hard link of each into a new fan-out directory and the first 256 bytes of each read (what owning
 /// a committed repository's loose objects costs, SPEC 2.1). A goal below these on this machine is not one a
 /// few threads can reach.
@@ -261,6 +262,45 @@ fn floor(args: &[String]) -> Result<()> {
         thousands(chosen.len()),
         ms(start)
     );
+    // The same writes shared by two threads, then by 16 (as a revert's are, `WRITE_THREADS`): each thread
+    // its own share of the files, its own temporary name.
+    for threads in [2, 16] {
+        let start = Instant::now();
+        let share = chosen.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| -> Result<()> {
+            let handles: Vec<_> = chosen
+                .chunks(share)
+                .zip(contents.chunks(share))
+                .enumerate()
+                .map(|(n, (files, contents))| {
+                    scope.spawn(move || -> std::io::Result<()> {
+                        for (file, content) in files.iter().zip(contents) {
+                            let temp = file.with_file_name(format!(".rewind-floor-{n}.tmp"));
+                            let mut out = fs::OpenOptions::new()
+                                .write(true)
+                                .create_new(true)
+                                .open(&temp)?;
+                            out.write_all(content)?;
+                            drop(out);
+                            fs::rename(&temp, file)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a writer thread panicked"))??;
+            }
+            Ok(())
+        })?;
+        println!(
+            "floor: the same {} files on {threads} threads: {:.1} ms",
+            thousands(chosen.len()),
+            ms(start)
+        );
+    }
 
     let objects = wt.join(".git").join("objects");
     let mut loose = Vec::new();
