@@ -31,10 +31,12 @@ pub enum GitError {
         /// Why.
         reason: String,
     },
-    /// The snapshot store cannot be written: its disk is full, a quota is reached, or it is read-only.
+    /// The snapshot store cannot be written: its disk is full, a quota is reached, it is read-only, or
+    /// this user may not write there.
     #[error(
-        "cannot write to the snapshot store {store} (in rewind's data directory): {source}; free space \
-         there, or give rewind another data directory (--data-dir, REWIND_DATA_DIR)"
+        "cannot write to the snapshot store {store} (in rewind's data directory): {source}; {}, or give \
+         rewind another data directory (--data-dir, REWIND_DATA_DIR)",
+        remedy(source)
     )]
     StoreWrite {
         /// The store's directory.
@@ -64,6 +66,29 @@ impl GitError {
             path: path.display().to_string(),
             source,
         }
+    }
+}
+
+/// What the user can do about a store that cannot be written, by the cause: free space, or make it
+/// writable (a read-only mount, another user's data directory, an immutable file).
+fn remedy(source: &std::io::Error) -> &'static str {
+    match storage_fault(source) {
+        Some(StorageFault::DiskFull) => "free space there",
+        _ => "make it writable for this user",
+    }
+}
+
+/// `error`, met while the store at `store` was opened, made or written to: `GitError::StoreWrite` when
+/// the cause is one the user can act on (a full disk or quota, a read-only mount, no permission to
+/// write there), so the message names the store and what to do, otherwise the failure of `path`.
+pub fn store_write(store: &Path, path: &Path, error: std::io::Error) -> GitError {
+    if is_write_failure(&error) || error.kind() == std::io::ErrorKind::PermissionDenied {
+        GitError::StoreWrite {
+            store: store.display().to_string(),
+            source: error,
+        }
+    } else {
+        GitError::io(path, error)
     }
 }
 
@@ -150,6 +175,13 @@ mod tests {
             (5, None),
             (13, None),
         ] {
+            // The remedy fits the cause.
+            let remedy = if fault == Some(StorageFault::DiskFull) {
+                "; free space there, or give"
+            } else {
+                "; make it writable for this user, or give"
+            };
+            assert!(store(code).to_string().contains(remedy), "{code}");
             for error in [io(code), store(code)] {
                 let text = error.to_string();
                 let core = Error::from(error);

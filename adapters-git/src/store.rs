@@ -626,7 +626,7 @@ impl Store {
         let opened = Store::open(config, worktree);
         let unwritable = matches!(
             &opened,
-            Err(GitError::Io { source, .. }) if matches!(
+            Err(GitError::Io { source, .. } | GitError::StoreWrite { source, .. }) if matches!(
                 source.kind(),
                 std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
             )
@@ -1273,7 +1273,7 @@ fn lock_file(dir: &Path, wait: Duration) -> GitResult<File> {
         .read(true)
         .write(true)
         .open(&path)
-        .map_err(|e| GitError::io(&path, e))?;
+        .map_err(|e| crate::error::store_write(dir, &path, e))?;
     let mut pause = Duration::from_millis(2);
     let mut seen_stopped: Option<String> = None;
     let started = std::time::Instant::now();
@@ -1360,7 +1360,7 @@ fn create_bare(dir: &Path, worktree: &Path) -> GitResult<()> {
         "rewind",
     ] {
         let path = dir.join(sub);
-        fs::create_dir_all(&path).map_err(|e| GitError::io(&path, e))?;
+        fs::create_dir_all(&path).map_err(|e| crate::error::store_write(dir, &path, e))?;
     }
     let config = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n";
     write_atomically(&dir.join("config"), config.as_bytes())?;

@@ -3235,7 +3235,8 @@ async fn undoing_a_directory_turned_file_and_back_keeps_nothing() {
 
 /// A store whose data directory cannot be written (here its lock file is immutable; a read-only mount or
 /// another user's data directory refuses opening it for writing the same way) still diffs two snapshots,
-/// read without its lock; a track, which writes, is refused, and the store is unchanged (black-box:
+/// read without its lock; a track, which writes, is refused with an error that names the store and what
+/// to do (black-box: it named only the lock file and the OS error), and the store is unchanged (black-box:
 /// `rewind log` on a read-only data directory could show no step's files).
 #[tokio::test]
 async fn a_store_that_cannot_be_written_is_still_diffed() {
@@ -3260,10 +3261,20 @@ async fn a_store_that_cannot_be_written_is_still_diffed() {
         .expect("diffs without its lock");
     assert_eq!(diffs, expected);
     h.write("c.txt", b"c\n");
-    h.port()
+    let refused = h
+        .port()
         .track(h.root())
         .await
-        .expect_err("a track needs the lock");
+        .expect_err("a track needs the lock")
+        .to_string();
+    let store = h.store_dir().display().to_string();
+    assert!(
+        refused.starts_with(&format!(
+            "cannot write to the snapshot store {store} (in rewind's data directory): "
+        )) && refused
+            .contains("make it writable for this user, or give rewind another data directory"),
+        "{refused}"
+    );
     drop(immutable);
     assert_eq!(list_tree(&h.store_dir()), before);
 }

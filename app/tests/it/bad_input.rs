@@ -633,6 +633,7 @@ fn a_read_only_database_is_shown_and_refuses_changes() {
     let log = env.ok(&["log"]);
     let status = env.ok(&["status"]);
     let files = env.state();
+    let store = store_of(&env);
     let db = env.data.path().join("rewind.db");
     let bytes = std::fs::read(&db).expect("read");
     let url = format!("sqlite://{}?mode=ro", db.display());
@@ -664,6 +665,37 @@ fn a_read_only_database_is_shown_and_refuses_changes() {
     let refused = env.fails(&["--database-url", &url, "undo"]);
     assert!(refused.contains("read-only"), "{refused}");
     assert_state(&env, &files, "after the refused undo");
+
+    // A dry run only reads the database, so it answers; it snapshots the directory, so with the store
+    // not writable either (its lock file immutable, as on a read-only mount) it is refused, naming the
+    // store and what to do (dry-run check D5: it named the lock file and the OS error alone).
+    let planned = env.json(&["--database-url", &url, "undo", "--dry-run"]);
+    assert_eq!(planned["action"], "revert", "{planned}");
+    let lock = store.join("rewind").join("lock");
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&lock)
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    assert!(chattr("+i"), "chattr +i (an ext4 the tests run on)");
+    let output = env
+        .rewind(&["--database-url", &url, "undo", "--dry-run"])
+        .output()
+        .expect("runs");
+    assert!(chattr("-i"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "error: failed while planning the revert: cannot write to the snapshot store {} (in \
+             rewind's data directory): ",
+            store.display()
+        )) && stderr.contains("make it writable for this user"),
+        "{stderr}"
+    );
+    assert_state(&env, &files, "after the refused dry run");
     assert_eq!(
         std::fs::read(&db).expect("read"),
         bytes,
