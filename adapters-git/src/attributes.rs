@@ -137,7 +137,7 @@ impl Reader {
         };
         let mut files = Vec::new();
         if !env_true("GIT_ATTR_NOSYSTEM") {
-            files.push(PathBuf::from("/etc/gitattributes"));
+            files.extend(crate::git_config::system_files("gitattributes"));
         }
         if let Some(global) = global_attributes_path(global, enclosing.as_ref(), home, &top) {
             files.push(global);
@@ -283,7 +283,7 @@ impl Reader {
 }
 
 /// Whether environment variable `name` is set to a true value, as git reads a boolean one.
-fn env_true(name: &str) -> bool {
+pub(crate) fn env_true(name: &str) -> bool {
     std::env::var(name).is_ok_and(|value| {
         matches!(
             value.trim().to_ascii_lowercase().as_str(),

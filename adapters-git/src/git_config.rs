@@ -247,12 +247,67 @@ fn set_empty(file: &gix::config::File, name: &str) -> Option<PathBuf> {
         .map(|_| PathBuf::new())
 }
 
+/// Where git's system-wide file `name` (`gitconfig`, `gitattributes`) may be, whether it exists or not:
+/// `/etc/NAME`, and `PREFIX/etc/NAME` for each `git` on `PATH` that lies at `PREFIX/bin/git` (as found,
+/// and with symlinks resolved) with a prefix other than `/usr` or `/`. git's system directory is its
+/// build's `$(prefix)/etc`, `/etc` only for a prefix of `/usr`: a git built into `/usr/local`, or
+/// Homebrew's, reads `/usr/local/etc/gitattributes` or `/opt/homebrew/etc/gitattributes` and not `/etc`'s
+/// (seed review: a filter declared there was not seen, and a filtered file was seeded from the index).
+/// Found without running git (no git subprocess in the product); every candidate is returned, so a check
+/// that must not miss a filter reads them all.
+pub fn system_files(name: &str) -> Vec<PathBuf> {
+    let mut files = vec![Path::new("/etc").join(name)];
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path).filter(|dir| dir.is_absolute()) {
+        let git = dir.join("git");
+        if !git.is_file() {
+            continue;
+        }
+        for found in [Some(git.clone()), std::fs::canonicalize(&git).ok()]
+            .into_iter()
+            .flatten()
+        {
+            let prefix = found
+                .parent()
+                .filter(|bin| bin.file_name().is_some_and(|n| n == "bin"))
+                .and_then(Path::parent);
+            if let Some(prefix) = prefix
+                && prefix != Path::new("/usr")
+                && prefix != Path::new("/")
+            {
+                let file = prefix.join("etc").join(name);
+                if !files.contains(&file) {
+                    files.push(file);
+                }
+            }
+        }
+    }
+    files
+}
+
+/// The system configuration files git may read (`system_files`), or the one `GIT_CONFIG_SYSTEM` names;
+/// none when `GIT_CONFIG_NOSYSTEM` is set, as git then reads none.
+pub fn system_config_files() -> Vec<PathBuf> {
+    if crate::attributes::env_true("GIT_CONFIG_NOSYSTEM") {
+        return Vec::new();
+    }
+    match std::env::var_os("GIT_CONFIG_SYSTEM") {
+        Some(file) => vec![PathBuf::from(file)],
+        None => system_files("gitconfig"),
+    }
+}
+
 /// Every file git reads its configuration from for this repository, whether it exists or not.
 fn candidates(enclosing: Option<&Enclosing>, home: Option<&Path>) -> Vec<PathBuf> {
     let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
     let home = home.map(Path::to_path_buf).or_else(|| var("HOME"));
     let mut files =
         vec![var("GIT_CONFIG_SYSTEM").unwrap_or_else(|| PathBuf::from("/etc/gitconfig"))];
+    for file in system_config_files() {
+        if !files.contains(&file) {
+            files.push(file);
+        }
+    }
     if let Some(global) = var("GIT_CONFIG_GLOBAL") {
         files.push(global);
     }

@@ -387,22 +387,54 @@ fn settings_allow(repo: &Enclosing) -> bool {
     if config.string("attr.tree").is_some() || std::env::var_os("GIT_ATTR_SOURCE").is_some() {
         return false;
     }
-    let autocrlf = config
-        .string("core.autocrlf")
-        .map(|v| v.to_string().to_lowercase());
-    let autocrlf_off = autocrlf.as_deref().is_none_or(|v| v == "false");
-    autocrlf_off
-        && config.boolean("core.fileMode") != Some(false)
-        && config.boolean("core.symlinks") != Some(false)
+    let allows = |config: &gix::config::File| {
+        let autocrlf = config
+            .string("core.autocrlf")
+            .map(|v| v.to_string().to_lowercase());
+        let autocrlf_off = autocrlf.as_deref().is_none_or(|v| v == "false");
+        autocrlf_off
+            && config.string("attr.tree").is_none()
+            && config.boolean("core.fileMode").ok().flatten() != Some(false)
+            && config.boolean("core.symlinks").ok().flatten() != Some(false)
+    };
+    // Every system file the user's git may read too, each on its own (gix reads `/etc/gitconfig`; a git
+    // installed elsewhere reads its own prefix's, seed review): any that asks for a conversion stops it.
+    allows(config.plumbing())
+        && crate::git_config::system_config_files()
+            .iter()
+            .all(|file| system_config_allows(file, allows))
+}
+
+/// A system configuration file that is absent, or sets nothing that stops seeding; one that cannot be
+/// read or parsed may set anything.
+fn system_config_allows(file: &Path, allows: impl Fn(&gix::config::File) -> bool) -> bool {
+    match crate::odb::read_regular(file, true) {
+        Ok(_) => gix::config::File::from_path_no_includes(
+            file.to_path_buf(),
+            gix::config::Source::System,
+        )
+        .is_ok_and(|config| allows(&config)),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
 }
 
 /// True when an attributes file outside the worktree's tree may ask for conversions: the repository's
 /// `info/attributes`, the `.gitattributes` files above a subdirectory worktree, the global and system ones.
 fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
-    let mut files = vec![
-        repo.common_dir.join("info").join("attributes"),
-        PathBuf::from("/etc/gitattributes"),
-    ];
+    let mut files = vec![repo.common_dir.join("info").join("attributes")];
+    // Every system attributes file the user's git may read, and the attributes file each system
+    // configuration file names (seed review: git built into `/usr/local` reads
+    // `/usr/local/etc/gitattributes`, and a filter declared there was not seen).
+    files.extend(crate::git_config::system_files("gitattributes"));
+    for config in crate::git_config::system_config_files() {
+        if let Ok(config) =
+            gix::config::File::from_path_no_includes(config, gix::config::Source::System)
+            && let Some(path) = config.path("core.attributesFile")
+            && let Ok(path) = path.interpolate(gix::config::path::interpolate::Context::default())
+        {
+            files.push(path);
+        }
+    }
     if let Some(config_home) = std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))

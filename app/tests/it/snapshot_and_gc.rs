@@ -559,3 +559,120 @@ fn a_store_keyed_on_the_database_file_alone_is_adopted() {
     assert!(stores[0].join("HEAD").is_file(), "moved back into place");
     assert!(!legacy.exists());
 }
+
+/// The `git` a directory of `PATH` holds, as a shell finds it.
+fn git_on_path() -> std::path::PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("git"))
+        .find(|git| git.is_file())
+        .expect("git on PATH")
+}
+
+/// git reads its system files under its own prefix (a git built into `/usr/local` reads
+/// `/usr/local/etc/gitattributes` and `/usr/local/etc/gitconfig`, Homebrew's `/opt/homebrew/etc/…`), not
+/// only `/etc`'s: a filter declared there, or in the attributes file its system `gitconfig` names, or
+/// `core.autocrlf` set there, turns seeding off as in the repository, so the first snapshot holds the bytes on disk, not the
+/// index's filtered blobs (seed review F1: a same-size clean filter declared in git's own system file,
+/// and the snapshot held `HELLO` for a file reading `hello`, which a restore would have written). The
+/// `git` on `PATH` is here a link at `PREFIX/bin/git` in a directory of the test's own; the oracle is git's
+/// tree of the disk's bytes in a separate git directory, which no filter applies to.
+#[test]
+fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
+    for declared_in in ["gitattributes", "gitconfig", "gitconfig's autocrlf"] {
+        let env = Env::plain();
+        let root = env.path();
+        let prefix = tempfile::TempDir::new().expect("prefix");
+        let bin = prefix.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        std::fs::create_dir_all(prefix.path().join("etc")).expect("mkdir");
+        std::os::unix::fs::symlink(git_on_path(), bin.join("git")).expect("link");
+
+        // Committed through a clean filter the repository declares in `info/attributes`, which is then
+        // removed: the index holds the uppercased blobs, the disk the lowercase bytes, and their stat
+        // data matches (written well before the index, so no entry is racy).
+        let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        for i in 0..4 {
+            let path = root.join(format!("sub/f{i}.txt"));
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&path, format!("hello {i}\n")).expect("write");
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .and_then(|file| file.set_modified(long_ago))
+                .expect("backdated");
+        }
+        crate::support::git(root, &["init", "-q"]);
+        for (key, value) in [
+            ("filter.up.clean", "tr a-z A-Z"),
+            ("filter.up.smudge", "cat"),
+            ("core.autocrlf", "false"),
+        ] {
+            crate::support::git(root, &["config", key, value]);
+        }
+        let info = root.join(".git/info/attributes");
+        std::fs::create_dir_all(info.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&info, "*.txt filter=up\n").expect("write");
+        crate::support::commit_all(root, "filtered");
+        std::fs::remove_file(&info).expect("rm");
+        assert_eq!(
+            crate::support::git(root, &["cat-file", "-p", ":sub/f0.txt"]),
+            "HELLO 0\n"
+        );
+
+        match declared_in {
+            "gitattributes" => {
+                std::fs::write(prefix.path().join("etc/gitattributes"), "*.txt filter=up\n")
+            }
+            // The index may differ from the disk wherever the setting applies: nothing is seeded.
+            "gitconfig's autocrlf" => std::fs::write(
+                prefix.path().join("etc/gitconfig"),
+                "[core]\n\tautocrlf = true\n",
+            ),
+            _ => {
+                let named = prefix.path().join("attributes");
+                std::fs::write(&named, "*.txt filter=up\n").expect("write");
+                std::fs::write(
+                    prefix.path().join("etc/gitconfig"),
+                    format!("[core]\n\tattributesFile = {}\n", named.display()),
+                )
+            }
+        }
+        .expect("the system file");
+
+        let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )))
+        .expect("a PATH");
+        let output = env
+            .rewind(&["snapshot", "track", "--json"])
+            .env("PATH", path)
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+
+        let separate = tempfile::TempDir::new().expect("a git dir");
+        crate::support::git(separate.path(), &["init", "-q", "--bare"]);
+        let oracle = |args: &[&str]| {
+            let mut all = vec![
+                "--git-dir".to_owned(),
+                separate.path().display().to_string(),
+                "--work-tree".to_owned(),
+                root.display().to_string(),
+            ];
+            all.extend(args.iter().map(|arg| (*arg).to_owned()));
+            crate::support::git(root, &all.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        oracle(&["add", "-A"]);
+        let expected = oracle(&["write-tree"]);
+        assert_eq!(
+            tracked["id"].as_str(),
+            Some(expected.trim()),
+            "the disk's bytes (declared in {declared_in}): {tracked}"
+        );
+        assert_eq!(
+            tracked["hashed"], 4,
+            "every file read from disk ({declared_in})"
+        );
+    }
+}
