@@ -2927,7 +2927,48 @@ pub fn plan(
     {
         return Err(GitError::Missing(id.to_string()));
     }
-    Ok(planned.actions)
+    let made_way = made_way(&planned.current, &planned.actions)?;
+    let mut actions = planned.actions;
+    actions.extend(made_way);
+    Ok(actions)
+}
+
+/// The files and symlinks the writes of `actions` replace on their way, as deletions: one standing where a
+/// directory above a written file must be. `blocking_parent` found each to be tracked content (one that is
+/// not keeps the write instead), so the revert replaces it (`Applier::make_dir`; the caller's snapshot
+/// taken just before holds it, SPEC 2.4), and a preview should name it as it names the files the revert
+/// deletes (HTTP fuzz: it named only the file written beneath). A path the plan names itself is not
+/// repeated.
+fn made_way(current: &TrackedNow<'_>, actions: &[FileAction]) -> GitResult<Vec<FileAction>> {
+    let named: HashSet<&str> = actions.iter().map(|a| a.path.as_str()).collect();
+    let mut listed = HashSet::new();
+    let mut made_way = Vec::new();
+    for action in actions.iter().filter(|a| a.action == FileActionKind::Write) {
+        let path = action.path.as_str();
+        for (i, _) in path.match_indices('/') {
+            let parent = &path[..i];
+            match current.dir_on_disk(parent)? {
+                OnDisk::Dir => continue,
+                OnDisk::Absent => break,
+                OnDisk::File | OnDisk::Symlink => {
+                    if !named.contains(parent) && listed.insert(parent.to_owned()) {
+                        made_way.push(FileAction {
+                            path: RelPath::new(parent)
+                                .map_err(|e| GitError::Other(e.to_string()))?,
+                            action: FileActionKind::Delete,
+                            from: action.from.clone(),
+                            reason: Some(format!(
+                                "it stands where the directory of {path} must come back: it is replaced \
+                                 (tracked content, which the snapshot taken before the revert holds)"
+                            )),
+                        });
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    Ok(made_way)
 }
 
 /// Up to how many files a revert works out its diffs while it writes. Past that the diffs are long work of

@@ -128,7 +128,9 @@ pub trait SnapshotPort: Send + Sync {
         paths: Vec<RelPath>,
         since: &SnapshotId,
     ) -> Result<RestoreOutcome>;
-    /// What `revert` would do, changing nothing.
+    /// What `revert` would do, changing nothing: an action for every file the patches name, then a
+    /// deletion for each tracked file or symlink a write replaces on its way (one standing where a
+    /// directory above a written file must come back).
     async fn plan(&self, worktree: &Path, patches: &[SnapshotPatch]) -> Result<Vec<FileAction>>;
     /// Carries out `plan`; `applied` is `base` with the written and deleted paths replaced.
     async fn revert(

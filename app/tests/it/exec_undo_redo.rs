@@ -885,6 +885,26 @@ fn a_dry_run_from_a_reverted_session_lists_what_the_undo_of_its_revert_does() {
     );
 }
 
+/// `--dry-run` names a file the undo replaces on its way: after the turn that edited `src/main.rs`, the
+/// directory `src` was replaced by a file; the undo puts the directory back (the file is tracked content,
+/// kept in the snapshot the undo takes first and named in its warning), and the dry run lists the file as
+/// deleted (HTTP fuzz: the revert's preview listed only `src/main.rs`).
+#[test]
+fn a_dry_run_names_a_file_the_undo_replaces_on_its_way() {
+    let env = Env::plain();
+    let root = env.path().canonicalize().expect("canonical");
+    std::fs::create_dir(env.path().join("src")).expect("mkdir");
+    std::fs::write(env.path().join("src/main.rs"), "fn main() {}\n").expect("write");
+    env.exec_sh("echo edited > src/main.rs");
+    std::fs::remove_dir_all(env.path().join("src")).expect("rm");
+    std::fs::write(env.path().join("src"), "a file now\n").expect("write");
+    dry_run_lists_what_follows(&env, &root, &["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("src/main.rs")).expect("read"),
+        "fn main() {}\n"
+    );
+}
+
 /// A step of many files is one line of the text `log` that names its first 20 and says how many more
 /// there are (black-box: a 20,000-file step printed every name on one line); `--json` lists them all.
 #[test]

@@ -1369,6 +1369,28 @@ impl MemSnapshotStore {
             });
         }
         keep_deletes_under_occupied_dirs(nodes, &mut actions);
+        // A tracked file standing where a written file's directory must be is replaced by the write
+        // (`may_displace_ancestor`): listed as deleted, once, unless the plan names it itself.
+        let mut made_way = Vec::new();
+        for action in actions.iter().filter(|a| a.action == FileActionKind::Write) {
+            if let Some(ancestor) = ancestors(action.path.as_str()).find(|a| nodes.contains_key(*a))
+                && !named.contains(ancestor)
+                && !made_way
+                    .iter()
+                    .any(|m: &FileAction| m.path.as_str() == ancestor)
+            {
+                made_way.push(FileAction {
+                    path: RelPath::new(ancestor)?,
+                    action: FileActionKind::Delete,
+                    from: action.from.clone(),
+                    reason: Some(format!(
+                        "it stands where the directory of {} must come back: it is replaced",
+                        action.path
+                    )),
+                });
+            }
+        }
+        actions.extend(made_way);
         Ok((actions, applier.nodes))
     }
 

@@ -151,6 +151,7 @@ macro_rules! snapshot_contract_tests {
             revert_deletes_only_what_did_not_exist,
             revert_with_missing_tree_touches_nothing,
             revert_file_directory_clash_in_patch_order,
+            plan_lists_a_file_a_write_replaces_on_its_way,
             revert_keeps_a_file_that_would_replace_untracked_files,
             gc_keeps_what_is_kept,
         );
@@ -1212,6 +1213,50 @@ pub async fn revert_file_directory_clash_in_patch_order(h: &dyn WorktreeHarness)
     assert!(outcome.deleted.is_empty(), "{outcome:?}");
     assert_eq!(outcome.applied, track(h).await.id);
     assert_eq!(outcome.applied, s1);
+}
+
+/// A tracked file standing where a directory must come back, for a file the revert writes beneath it, is
+/// replaced (SPEC 2.4: tracked content is in the snapshot the caller took just before; only files that are
+/// not tracked content block a write), and the plan lists it as deleted, with the reason, so a preview
+/// names every file the revert removes (HTTP fuzz: it named only the file written beneath). The outcome
+/// lists it as deleted too.
+pub async fn plan_lists_a_file_a_write_replaces_on_its_way(h: &dyn WorktreeHarness) {
+    h.write("src/main.rs", b"fn main() {}\n");
+    h.write("other.txt", b"other\n");
+    let start = track(h).await.id;
+    h.write("src/main.rs", b"edited by the step\n");
+    // After the step, the directory `src` is replaced by a file (the user's, or another session's).
+    h.remove("src");
+    h.write("src", b"a file now\n");
+    let base = track(h).await.id;
+    let patches = [patch(&start, &["src/main.rs"])];
+
+    let before = h.list();
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    assert_eq!(h.list(), before, "plan changes nothing");
+    let summary: Vec<(&str, FileActionKind, &SnapshotId, bool)> = plan
+        .iter()
+        .map(|a| (a.path.as_str(), a.action, &a.from, a.reason.is_some()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("src/main.rs", FileActionKind::Write, &start, false),
+            ("src", FileActionKind::Delete, &start, true),
+        ]
+    );
+
+    let outcome = h
+        .port()
+        .revert(h.root(), &patches, &base)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("src/main.rs"), text("fn main() {}\n"));
+    assert_eq!(h.read("other.txt"), text("other\n"));
+    assert_eq!(outcome.written, rels(&["src/main.rs"]));
+    assert_eq!(outcome.deleted, rels(&["src"]));
+    assert!(outcome.kept.is_empty(), "{:?}", outcome.kept);
+    assert_eq!(outcome.applied, track(h).await.id);
 }
 
 /// A file that would replace a directory still holding files that are not tracked content is kept, with a
