@@ -528,8 +528,9 @@ fn now_ns() -> i128 {
 enum Outcome {
     /// Its blob, and whether it was read and hashed.
     Tracked(Stat, ObjectId, bool),
-    /// Its blob as the user's index records it (to be adopted into the store).
-    Seeded(Stat, ObjectId),
+    /// Its blob as the user's index records it (to be adopted into the store), and whether the file was
+    /// read and hashed to confirm it (its stat data was not believed).
+    Seeded(Stat, ObjectId, bool),
     Skipped(SkippedPath),
     Gone,
 }
@@ -801,7 +802,10 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     let mut all_fresh = true;
     let mut hashed = 0;
     for (candidate, outcome) in candidates.iter().zip(&outcomes) {
-        hashed += u64::from(matches!(outcome, Outcome::Tracked(_, _, true)));
+        hashed += u64::from(matches!(
+            outcome,
+            Outcome::Tracked(_, _, true) | Outcome::Seeded(_, _, true)
+        ));
         if as_cached(candidate, outcome) {
             fresh += 1;
         } else if !matches!(outcome, Outcome::Skipped(_)) {
@@ -842,10 +846,15 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         // its entries are updated in place.
         let mut in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
         let mut at = 0;
+        // Files read and hashed to confirm a seeded blob: counted, not weighed as racy cache entries.
+        let mut confirmed = 0;
         for (candidate, outcome) in candidates.iter().zip(outcomes) {
             let (entry, was_hashed) = match outcome {
                 Outcome::Tracked(stat, id, was_hashed) => (CacheEntry { stat, id }, was_hashed),
-                Outcome::Seeded(stat, id) => (CacheEntry { stat, id }, false),
+                Outcome::Seeded(stat, id, read) => {
+                    confirmed += u64::from(read);
+                    (CacheEntry { stat, id }, false)
+                }
                 Outcome::Skipped(skip) => {
                     skipped.push(skip);
                     continue;
@@ -857,7 +866,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         }
         let found = Found {
             skipped,
-            hashed: in_place.hashed,
+            hashed: in_place.hashed + confirmed,
             listings,
             listings_learned: relisted > 0 && learned_listings,
             listings_as_file,
@@ -892,7 +901,8 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 }
                 entries.push_new(&candidate.rel, CacheEntry { stat, id });
             }
-            Outcome::Seeded(stat, id) => {
+            Outcome::Seeded(stat, id, read) => {
+                hashed += u64::from(read);
                 entries.push_new(&candidate.rel, CacheEntry { stat, id });
             }
             Outcome::Skipped(skip) => skipped.push(skip),
@@ -1319,7 +1329,7 @@ fn adopt_seeded(
     let wanted: gix::hashtable::HashSet = outcomes
         .iter()
         .filter_map(|o| match o {
-            Outcome::Seeded(_, id) => Some(*id),
+            Outcome::Seeded(_, id, _) => Some(*id),
             _ => None,
         })
         .collect();
@@ -1358,7 +1368,7 @@ fn adopt_seeded(
         }
     }
     for (candidate, outcome) in candidates.iter().zip(outcomes.iter_mut()) {
-        if let Outcome::Seeded(stat, id) = outcome
+        if let Outcome::Seeded(stat, id, _) = outcome
             && size_of.get(id) != Some(&stat.size)
         {
             let misplaced = AtomicUsize::new(0);
@@ -1690,7 +1700,7 @@ fn examine<'a>(
             }));
         }
         if let Some(id) = seed.and_then(|seed| seed.lookup(rel, &seen.as_in_index(), mode)) {
-            return Ok(Outcome::Seeded(stat, id));
+            return Ok(Outcome::Seeded(stat, id, false));
         }
         if config.read_fault.as_ref().is_some_and(|fault| fault(rel)) {
             return Err(unreadable(rel, "injected read fault"));
@@ -1706,7 +1716,7 @@ fn examine<'a>(
             let hashed = open_candidate(worker, candidate)
                 .and_then(|source| Odb::hash_blob_of(source, stat.size));
             match hashed {
-                Ok(Some(id)) if id == recorded => return Ok(Outcome::Seeded(stat, id)),
+                Ok(Some(id)) if id == recorded => return Ok(Outcome::Seeded(stat, id, true)),
                 // Another content, or its size changed while it was read: stored as any other file.
                 Ok(_) => {}
                 Err(e) if crate::odb::gone(&e) => return Ok(Outcome::Gone),

@@ -142,6 +142,25 @@ async fn a_damaged_loose_object_of_the_user_s_is_replaced_by_the_file_s_content(
     );
 }
 
+/// Files whose stat data no longer matches the index (touched since the commit, their content unchanged)
+/// are read and hashed to confirm their recorded blob, which is then adopted: they count as hashed, as
+/// `hashed` is documented (seed review F3: they were read, and the count said 0).
+#[tokio::test]
+async fn files_read_to_confirm_their_recorded_blob_count_as_hashed() {
+    let h = GitHarness::new();
+    write_tree(&h);
+    commit_all(&h, &[("core.autocrlf", "false")]);
+    let earlier = std::time::SystemTime::now() - Duration::from_secs(100);
+    for i in 0..FILES {
+        fs::File::options()
+            .write(true)
+            .open(h.path(&format!("dir{}/file{i}.txt", i % 4)))
+            .and_then(|file| file.set_modified(earlier))
+            .expect("touched");
+    }
+    track_as_git(&h, FILES as u64, "every file read to confirm its blob").await;
+}
+
 #[tokio::test]
 async fn nothing_is_seeded_when_autocrlf_makes_the_index_differ_from_the_disk() {
     let h = GitHarness::new();
@@ -312,12 +331,9 @@ async fn racy_entries_are_confirmed_by_their_hash_and_adopted() {
         .expect("the index")
         .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000))
         .expect("set its mtime");
-    let outcome = track_as_git(
-        &h,
-        1,
-        "only the edited file was stored from its bytes; the others adopted the user's blobs",
-    )
-    .await;
+    // Every file was read and hashed to confirm it (counted since seed review F3); the others adopted the
+    // user's blobs, which the restore below reads with the user's `.git` gone.
+    let outcome = track_as_git(&h, FILES as u64, "every racy file read and hashed").await;
     fs::remove_dir_all(h.path(".git")).expect("remove .git");
     h.remove("dir3/file3.txt");
     h.remove("dir0/file0.txt");
