@@ -426,11 +426,15 @@ fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
     // configuration file names (seed review: git built into `/usr/local` reads
     // `/usr/local/etc/gitattributes`, and a filter declared there was not seen).
     files.extend(crate::git_config::system_files("gitattributes"));
+    let home = std::env::var_os("HOME").map(PathBuf::from);
     for config in crate::git_config::system_config_files() {
         if let Ok(config) =
             gix::config::File::from_path_no_includes(config, gix::config::Source::System)
             && let Some(path) = config.path("core.attributesFile")
-            && let Ok(path) = path.interpolate(gix::config::path::interpolate::Context::default())
+            && let Ok(path) = path.interpolate(gix::config::path::interpolate::Context {
+                home_dir: home.as_deref(),
+                ..Default::default()
+            })
         {
             files.push(path);
         }
