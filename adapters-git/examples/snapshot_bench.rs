@@ -248,14 +248,7 @@ fn floor(args: &[String]) -> Result<()> {
         .collect::<std::io::Result<Vec<_>>>()?;
     let start = Instant::now();
     for (file, content) in chosen.iter().zip(&contents) {
-        let temp = file.with_file_name(".rewind-floor.tmp");
-        let mut out = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        out.write_all(content)?;
-        drop(out);
-        fs::rename(&temp, file)?;
+        written_over(file, content, ".rewind-floor.tmp")?;
     }
     println!(
         "floor: {} files written to a new file and renamed over: {:.1} ms",
@@ -275,14 +268,7 @@ fn floor(args: &[String]) -> Result<()> {
                 .map(|(n, (files, contents))| {
                     scope.spawn(move || -> std::io::Result<()> {
                         for (file, content) in files.iter().zip(contents) {
-                            let temp = file.with_file_name(format!(".rewind-floor-{n}.tmp"));
-                            let mut out = fs::OpenOptions::new()
-                                .write(true)
-                                .create_new(true)
-                                .open(&temp)?;
-                            out.write_all(content)?;
-                            drop(out);
-                            fs::rename(&temp, file)?;
+                            written_over(file, content, &format!(".rewind-floor-{n}.tmp"))?;
                         }
                         Ok(())
                     })
@@ -346,6 +332,18 @@ fn floor(args: &[String]) -> Result<()> {
         ms(start)
     );
     Ok(())
+}
+
+/// `content` written to a new file `temp` beside `file` and renamed over it: a revert's safe write.
+fn written_over(file: &Path, content: &[u8], temp: &str) -> std::io::Result<()> {
+    let temp = file.with_file_name(temp);
+    let mut out = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)?;
+    out.write_all(content)?;
+    drop(out);
+    fs::rename(&temp, file)
 }
 
 fn generate_only(args: &[String]) -> Result<()> {
