@@ -1239,9 +1239,12 @@ impl Rewind {
 
     /// `planned` (the new revert's files) after what the undo of the current revert (from its pre-revert
     /// `snapshot` to `applied`) would do first, as `undo_revert` does it: each file it changed goes back to
-    /// `snapshot`, but for one the user's new files block or one that is not tracked content now, which is
-    /// kept. The worktree is weighed as it is now, not as that undo leaves it (an ignore rule or an emptied
-    /// directory it brings about is not seen).
+    /// `snapshot`, but for one the user's new tracked files block or one that is not tracked content now,
+    /// which is kept. The worktree is weighed as it is now, not as that undo leaves it (an ignore rule it
+    /// brings back or removes, a file it puts back where the new revert needs a directory, a directory it
+    /// empties, are not seen), and the undo's keeps only where tracked files cause them (a directory of
+    /// ignored files in its way is not seen): exact would take the snapshot port's plan of the undo
+    /// (`restore_since`) and the new revert's plan over the state it leaves.
     async fn after_undo_preview(
         &self,
         session: &Session,
