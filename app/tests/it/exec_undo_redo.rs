@@ -905,6 +905,53 @@ fn a_dry_run_names_a_file_the_undo_replaces_on_its_way() {
     );
 }
 
+/// `--dry-run` of a revert from a reverted session, where the undo of the current revert puts back a file
+/// that the new revert then replaces with a directory (a file it writes lies below): the file is listed as
+/// the command leaves it, deleted when one stood there, not listed when none did (re-run fuzz H1: listed
+/// as written, the undo's own action).
+#[test]
+fn a_dry_run_names_a_file_the_undo_puts_back_and_the_revert_replaces() {
+    // While reverted, `dir1` stays the directory the revert left (no file there: nothing to list), or the
+    // user makes it a file (the undo overwrites it and the revert replaces it: deleted).
+    for file_while_reverted in [false, true] {
+        a_file_put_back_and_replaced(file_while_reverted);
+    }
+}
+
+fn a_file_put_back_and_replaced(file_while_reverted: bool) {
+    let env = Env::plain();
+    let root = env.path().canonicalize().expect("canonical");
+    let dir = env.path().join("dir1");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::write(dir.join("f2"), "x\n").expect("write");
+    env.exec_sh("rm -r dir1; echo turn A > dir1");
+    // The user makes it a directory again; turn B edits a file in it; the user makes it a file again.
+    std::fs::remove_file(&dir).expect("rm");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::write(dir.join("f2"), "user\n").expect("write");
+    env.exec_sh("echo turn B > dir1/f2");
+    std::fs::remove_dir_all(&dir).expect("rm");
+    std::fs::write(&dir, "the user's file\n").expect("write");
+    let log = env.json(&["log"]);
+    let users: Vec<String> = log["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["id"].as_str().expect("id").to_owned())
+        .collect();
+    env.ok(&["revert", &users[0]]);
+    if file_while_reverted {
+        std::fs::remove_dir_all(&dir).expect("rm");
+        std::fs::write(&dir, "made while reverted\n").expect("write");
+    }
+    dry_run_lists_what_follows(&env, &root, &["revert", &users[1]]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("f2")).expect("read"),
+        "user\n"
+    );
+}
+
 /// A step of many files is one line of the text `log` that names its first 20 and says how many more
 /// there are (black-box: a 20,000-file step printed every name on one line); `--json` lists them all.
 #[test]
