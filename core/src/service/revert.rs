@@ -1342,15 +1342,15 @@ impl Rewind {
                 },
             );
         }
-        // The new revert's action stands, but a `keep` after the undo's write or delete: the revert leaves
-        // the file as the undo left it, so what is done to it is the undo's (dry-run fuzz: a user's edit
-        // the undo overwrites was listed as kept).
         let planned_files: BTreeSet<String> = planned.iter().map(|f| f.file.clone()).collect();
         let planned_writes: Vec<String> = planned
             .iter()
             .filter(|f| f.action == crate::model::FileActionKind::Write)
             .map(|f| f.file.clone())
             .collect();
+        // The new revert's action stands, but a `keep` after the undo's write or delete: the revert leaves
+        // the file as the undo left it, so what is done to it is the undo's (dry-run fuzz: a user's edit
+        // the undo overwrites was listed as kept).
         for file in planned {
             let undone_first = files
                 .get(&file.file)
