@@ -672,19 +672,15 @@ fn a_read_only_database_is_shown_and_refuses_changes() {
     let planned = env.json(&["--database-url", &url, "undo", "--dry-run"]);
     assert_eq!(planned["action"], "revert", "{planned}");
     let lock = store.join("rewind").join("lock");
-    let chattr = |flag: &str| {
-        std::process::Command::new("chattr")
-            .arg(flag)
-            .arg(&lock)
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    assert!(chattr("+i"), "chattr +i (an ext4 the tests run on)");
+    assert!(
+        crate::support::chattr("+i", &lock),
+        "chattr +i (an ext4 the tests run on)"
+    );
     let output = env
         .rewind(&["--database-url", &url, "undo", "--dry-run"])
         .output()
         .expect("runs");
-    assert!(chattr("-i"));
+    assert!(crate::support::chattr("-i", &lock));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(

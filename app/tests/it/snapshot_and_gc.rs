@@ -536,16 +536,12 @@ fn a_store_keyed_on_the_database_file_alone_is_adopted() {
         "{status:#}"
     );
     assert!(status["lastGc"]["time"].is_u64(), "{status:#}");
-    let chattr = |flag: &str| {
-        std::process::Command::new("chattr")
-            .arg(flag)
-            .arg(&root)
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    assert!(chattr("+i"), "chattr +i (an ext4 the tests run on)");
+    assert!(
+        crate::support::chattr("+i", &root),
+        "chattr +i (an ext4 the tests run on)"
+    );
     let log = env.rewind(&["log"]).output().expect("runs");
-    assert!(chattr("-i"));
+    assert!(crate::support::chattr("-i", &root));
     let shown = String::from_utf8_lossy(&log.stdout);
     assert!(log.status.success(), "{log:?}");
     assert!(shown.contains("a.txt +1 -1"), "{shown}");

@@ -354,3 +354,13 @@ pub fn part_id<'a>(message: &'a Value, kind: &str) -> &'a str {
         .and_then(|p| p["id"].as_str())
         .unwrap_or_else(|| panic!("a {kind} part in {message}"))
 }
+
+/// `chattr FLAG PATH` (`+i` makes a file or directory immutable, also to root, as a read-only mount is);
+/// whether it succeeded.
+pub fn chattr(flag: &str, path: &Path) -> bool {
+    Process::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .status()
+        .is_ok_and(|status| status.success())
+}
