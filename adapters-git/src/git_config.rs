@@ -297,6 +297,23 @@ pub fn system_config_files() -> Vec<PathBuf> {
     }
 }
 
+/// System configuration file `file`, read without waiting (a FIFO there is not opened for good) and parsed
+/// without its includes: none when it does not exist, an error when it cannot be read or parsed (it may
+/// then set anything).
+pub(crate) fn system_config(file: &Path) -> Result<Option<gix::config::File>, ()> {
+    match crate::odb::read_regular(file, true) {
+        Ok(bytes) => gix::config::File::from_bytes_no_includes(
+            &bytes,
+            gix::config::file::Metadata::from(gix::config::Source::System).at(file),
+            gix::config::file::init::Options::default(),
+        )
+        .map(Some)
+        .map_err(|_| ()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(_) => Err(()),
+    }
+}
+
 /// Every file git reads its configuration from for this repository, whether it exists or not.
 fn candidates(enclosing: Option<&Enclosing>, home: Option<&Path>) -> Vec<PathBuf> {
     let var = |name: &str| std::env::var_os(name).map(PathBuf::from);

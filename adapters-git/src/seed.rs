@@ -399,23 +399,12 @@ fn settings_allow(repo: &Enclosing) -> bool {
     };
     // Every system file the user's git may read too, each on its own (gix reads `/etc/gitconfig`; a git
     // installed elsewhere reads its own prefix's, seed review): any that asks for a conversion stops it.
+    // One that cannot be read or parsed may set anything.
     allows(config.plumbing())
-        && crate::git_config::system_config_files()
-            .iter()
-            .all(|file| system_config_allows(file, allows))
-}
-
-/// A system configuration file that is absent, or sets nothing that stops seeding; one that cannot be
-/// read or parsed may set anything.
-fn system_config_allows(file: &Path, allows: impl Fn(&gix::config::File) -> bool) -> bool {
-    match crate::odb::read_regular(file, true) {
-        Ok(_) => gix::config::File::from_path_no_includes(
-            file.to_path_buf(),
-            gix::config::Source::System,
-        )
-        .is_ok_and(|config| allows(&config)),
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-    }
+        && crate::git_config::system_config_files().iter().all(|file| {
+            crate::git_config::system_config(file)
+                .is_ok_and(|config| config.is_none_or(|config| allows(&config)))
+        })
 }
 
 /// True when an attributes file outside the worktree's tree may ask for conversions: the repository's
@@ -428,8 +417,7 @@ fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
     files.extend(crate::git_config::system_files("gitattributes"));
     let home = std::env::var_os("HOME").map(PathBuf::from);
     for config in crate::git_config::system_config_files() {
-        if let Ok(config) =
-            gix::config::File::from_path_no_includes(config, gix::config::Source::System)
+        if let Ok(Some(config)) = crate::git_config::system_config(&config)
             && let Some(path) = config.path("core.attributesFile")
             && let Ok(path) = path.interpolate(gix::config::path::interpolate::Context {
                 home_dir: home.as_deref(),
