@@ -1332,7 +1332,23 @@ fn write_temp(
     .map_err(|e| TempError::Disk(e.into()))?;
     let mut file = fs::File::from(fd);
     let ext4 = preallocate(&file, size);
-    io::copy(&mut reader, &mut file).map_err(TempError::Disk)?;
+    // Copied by hand, so a failure to read the object (damaged: a loose object cut short, say, which
+    // seeding may have taken over from the user's repository as it was) is told from a failure to write
+    // the file (review: it was reported as an error of the worktree file).
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(TempError::Store(GitError::Corrupt(format!(
+                    "object {id}: {e}"
+                ))));
+            }
+        };
+        io::Write::write_all(&mut file, &buf[..n]).map_err(TempError::Disk)?;
+    }
     let meta = file.metadata().map_err(TempError::Disk)?;
     let permissions = meta.permissions().mode() & 0o777;
     let owner = (

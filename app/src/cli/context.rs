@@ -269,7 +269,9 @@ pub fn explain(error: rewind_core::Error, what: &str) -> anyhow::Error {
         Error::InvalidInput(message) => anyhow!("{message}"),
         Error::Damaged(message) => anyhow!(
             "the snapshot store is damaged: {message} (an object rewind stored cannot be read: a disk \
-             fault, or a file of the store changed by hand; `rewind status` names the store)"
+             fault, a file of the store changed by hand, or an object the first snapshot took over from the \
+             repository's own `.git` that was damaged there, which `git fsck` in it tells; `rewind status` \
+             names the store)"
         ),
         Error::MissingObject(message) => anyhow!(
             "snapshot object missing: {message}{} (was the snapshot collected, is it from another directory's store, \

@@ -672,3 +672,56 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
         );
     }
 }
+
+/// A blob the first snapshot took over from the repository's own `.git` (seeding, SPEC 2.1) that was
+/// damaged there (a loose object cut short past its header) is adopted as it is: adopting without reading
+/// is what seeding saves, and a step's end checks the copies an undo of it needs. A `snapshot restore`
+/// that needs it fails, writes nothing, and its message says the object may come from the repository,
+/// which `git fsck` checks (seed review F2: it named rewind's store alone).
+#[test]
+fn a_restore_that_meets_a_damaged_seeded_object_says_where_it_may_come_from() {
+    let env = Env::plain();
+    let root = env.path();
+    let text: String = (0..2_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(root.join("big.txt"), &text).expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(root.join("big.txt"))
+        .and_then(|file| {
+            file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60))
+        })
+        .expect("backdated");
+    crate::support::git(root, &["init", "-q"]);
+    crate::support::commit_all(root, "big");
+    let blob = crate::support::git(root, &["rev-parse", ":big.txt"]);
+    let object = root
+        .join(".git/objects")
+        .join(&blob.trim()[..2])
+        .join(&blob.trim()[2..]);
+    let bytes = std::fs::read(&object).expect("the loose object");
+    std::fs::set_permissions(&object, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("writable");
+    std::fs::write(&object, &bytes[..bytes.len() / 2]).expect("cut short");
+
+    let tracked = env.json(&["snapshot", "track"]);
+    let id = tracked["id"].as_str().expect("an id").to_owned();
+    assert_eq!(tracked["hashed"], 0, "seeded: {tracked}");
+    std::fs::write(root.join("big.txt"), "changed since\n").expect("write");
+    let output = env
+        .rewind(&["snapshot", "restore", &id])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let refused = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        refused.contains("the snapshot store is damaged")
+            && refused.contains("took over from the repository's own `.git`")
+            && refused.contains("`git fsck`"),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("big.txt")).expect("read"),
+        "changed since\n",
+        "nothing written"
+    );
+}
