@@ -1336,9 +1336,16 @@ fn write_temp(
     // seeding may have taken over from the user's repository as it was) is told from a failure to write
     // the file (review: it was reported as an error of the worktree file).
     let mut buf = vec![0u8; 64 * 1024];
+    let mut copied = 0u64;
     loop {
         let n = match reader.read(&mut buf) {
-            Ok(0) => break,
+            Ok(0) if copied == size => break,
+            // A stream that ends before the object's size: as damaged as one that fails (diff review).
+            Ok(0) => {
+                return Err(TempError::Store(GitError::Corrupt(format!(
+                    "object {id}: {copied} bytes where its header says {size}"
+                ))));
+            }
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
@@ -1348,6 +1355,7 @@ fn write_temp(
             }
         };
         io::Write::write_all(&mut file, &buf[..n]).map_err(TempError::Disk)?;
+        copied += n as u64;
     }
     let meta = file.metadata().map_err(TempError::Disk)?;
     let permissions = meta.permissions().mode() & 0o777;

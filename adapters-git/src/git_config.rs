@@ -298,17 +298,24 @@ pub fn system_config_files() -> Vec<PathBuf> {
 }
 
 /// System configuration file `file`, read without waiting (a FIFO there is not opened for good) and parsed
-/// without its includes: none when it does not exist, an error when it cannot be read or parsed (it may
-/// then set anything).
+/// without its includes: none when it does not exist, an error when it cannot be read or parsed, or
+/// includes other files (it may then set anything; diff review: a setting in an included file was not
+/// seen).
 pub(crate) fn system_config(file: &Path) -> Result<Option<gix::config::File>, ()> {
     match crate::odb::read_regular(file, true) {
-        Ok(bytes) => gix::config::File::from_bytes_no_includes(
-            &bytes,
-            gix::config::file::Metadata::from(gix::config::Source::System).at(file),
-            gix::config::file::init::Options::default(),
-        )
-        .map(Some)
-        .map_err(|_| ()),
+        Ok(bytes) => {
+            let config = gix::config::File::from_bytes_no_includes(
+                &bytes,
+                gix::config::file::Metadata::from(gix::config::Source::System).at(file),
+                gix::config::file::init::Options::default(),
+            )
+            .map_err(|_| ())?;
+            let includes = config.sections().any(|section| {
+                let name = section.header().name().to_string().to_ascii_lowercase();
+                name == "include" || name == "includeif"
+            });
+            if includes { Err(()) } else { Ok(Some(config)) }
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(_) => Err(()),
     }

@@ -419,12 +419,15 @@ fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
     for config in crate::git_config::system_config_files() {
         if let Ok(Some(config)) = crate::git_config::system_config(&config)
             && let Some(path) = config.path("core.attributesFile")
-            && let Ok(path) = path.interpolate(gix::config::path::interpolate::Context {
+        {
+            // One that cannot be resolved (`%(prefix)`, `~user`, no home) may name anything.
+            match path.interpolate(gix::config::path::interpolate::Context {
                 home_dir: home.as_deref(),
                 ..Default::default()
-            })
-        {
-            files.push(path);
+            }) {
+                Ok(path) => files.push(path),
+                Err(_) => return true,
+            }
         }
     }
     if let Some(config_home) = std::env::var_os("XDG_CONFIG_HOME")

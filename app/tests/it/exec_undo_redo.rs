@@ -907,8 +907,8 @@ fn a_dry_run_names_a_file_the_undo_replaces_on_its_way() {
 
 /// `--dry-run` of a revert from a reverted session, where the undo of the current revert puts back a file
 /// that the new revert then replaces with a directory (a file it writes lies below): the file is listed as
-/// the command leaves it, deleted when one stood there, not listed when none did (re-run fuzz H1: listed
-/// as written, the undo's own action).
+/// the command leaves it: not listed (re-run fuzz H1: listed as written, the undo's own action), or, when
+/// the user made a file there while reverted, deleted as `plan` names a file a write replaces.
 #[test]
 fn a_dry_run_names_a_file_the_undo_puts_back_and_the_revert_replaces() {
     // While reverted, `dir1` stays the directory the revert left (no file there: nothing to list), or the
@@ -916,6 +916,35 @@ fn a_dry_run_names_a_file_the_undo_puts_back_and_the_revert_replaces() {
     for file_while_reverted in [false, true] {
         a_file_put_back_and_replaced(file_while_reverted);
     }
+    // The file the undo puts back was there when the session was reverted and the user deleted it since
+    // (diff review: listed as deleted, though no file stands there before the command or after it).
+    let env = Env::plain();
+    let root = env.path().canonicalize().expect("canonical");
+    let src = env.path().join("src");
+    std::fs::write(&src, "a\n").expect("write");
+    env.exec_sh("rm src; mkdir src; echo 1 > src/main.rs");
+    env.exec_sh("echo 2 > src/main.rs");
+    std::fs::remove_dir_all(&src).expect("rm");
+    std::fs::write(&src, "c\n").expect("write");
+    let users = user_messages(&env);
+    env.ok(&["revert", &users[0]]);
+    std::fs::remove_file(&src).expect("rm");
+    dry_run_lists_what_follows(&env, &root, &["revert", &users[1]]);
+    assert_eq!(
+        std::fs::read_to_string(src.join("main.rs")).expect("read"),
+        "1\n"
+    );
+}
+
+/// The ids of the session's user messages, in order (`log --json`).
+fn user_messages(env: &Env) -> Vec<String> {
+    env.json(&["log"])["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["id"].as_str().expect("id").to_owned())
+        .collect()
 }
 
 fn a_file_put_back_and_replaced(file_while_reverted: bool) {
@@ -932,14 +961,7 @@ fn a_file_put_back_and_replaced(file_while_reverted: bool) {
     env.exec_sh("echo turn B > dir1/f2");
     std::fs::remove_dir_all(&dir).expect("rm");
     std::fs::write(&dir, "the user's file\n").expect("write");
-    let log = env.json(&["log"]);
-    let users: Vec<String> = log["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["id"].as_str().expect("id").to_owned())
-        .collect();
+    let users = user_messages(&env);
     env.ok(&["revert", &users[0]]);
     if file_while_reverted {
         std::fs::remove_dir_all(&dir).expect("rm");

@@ -567,14 +567,21 @@ fn git_on_path() -> std::path::PathBuf {
 /// git reads its system files under its own prefix (a git built into `/usr/local` reads
 /// `/usr/local/etc/gitattributes` and `/usr/local/etc/gitconfig`, Homebrew's `/opt/homebrew/etc/…`), not
 /// only `/etc`'s: a filter declared there, or in the attributes file its system `gitconfig` names, or
-/// `core.autocrlf` set there, turns seeding off as in the repository, so the first snapshot holds the
+/// `core.autocrlf` set there (or, unseen, in a file it includes or an attributes file named in a way
+/// rewind cannot resolve), turns seeding off as in the repository, so the first snapshot holds the
 /// bytes on disk, not the index's filtered blobs (seed review F1: a same-size clean filter declared in
 /// git's own system file, and the snapshot held `HELLO` for a file reading `hello`, which a restore would
 /// have written). The `git` on `PATH` is here a link at `PREFIX/bin/git` in a directory of the test's own;
 /// the oracle is git's tree of the disk's bytes in a separate git directory, which no filter applies to.
 #[test]
 fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
-    for declared_in in ["gitattributes", "gitconfig", "gitconfig's autocrlf"] {
+    for declared_in in [
+        "gitattributes",
+        "gitconfig",
+        "gitconfig's autocrlf",
+        "a file gitconfig includes",
+        "an attributes file gitconfig names as rewind cannot resolve",
+    ] {
         let env = Env::plain();
         let root = env.path();
         let prefix = tempfile::TempDir::new().expect("prefix");
@@ -623,6 +630,20 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
             "gitconfig's autocrlf" => std::fs::write(
                 prefix.path().join("etc/gitconfig"),
                 "[core]\n\tautocrlf = true\n",
+            ),
+            // Settings in a file it includes are not read: an include stops seeding (diff review).
+            "a file gitconfig includes" => {
+                let included = prefix.path().join("more");
+                std::fs::write(&included, "[core]\n\tautocrlf = true\n").expect("write");
+                std::fs::write(
+                    prefix.path().join("etc/gitconfig"),
+                    format!("[include]\n\tpath = {}\n", included.display()),
+                )
+            }
+            // git's own install prefix, which rewind does not know: the file may name anything.
+            "an attributes file gitconfig names as rewind cannot resolve" => std::fs::write(
+                prefix.path().join("etc/gitconfig"),
+                "[core]\n\tattributesFile = %(prefix)/attributes\n",
             ),
             _ => {
                 let named = prefix.path().join("attributes");

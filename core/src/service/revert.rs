@@ -1240,7 +1240,8 @@ impl Rewind {
     /// `planned` (the new revert's files) after what the undo of the current revert (from its pre-revert
     /// `snapshot` to `applied`) would do first, as `undo_revert` does it: each file it changed goes back to
     /// `snapshot`, but for one the user's new tracked files block or one that is not tracked content now,
-    /// which is kept; a file it puts back where the new revert writes below it is replaced by that write.
+    /// which is kept; a file it puts back where the new revert writes below it is replaced by that write,
+    /// and not listed.
     /// Otherwise the worktree is weighed as it is now, not as that undo leaves it (an ignore rule it brings
     /// back or removes, a directory it puts back where a symlink stands, a directory it empties, are not
     /// seen), and the undo's keeps only where tracked files cause them (a directory of ignored files in its
@@ -1292,9 +1293,6 @@ impl Rewind {
             self.snapshots.diff(wt, applied, snapshot).await?
         };
         let mut files: BTreeMap<String, PreviewFile> = BTreeMap::new();
-        // The undo's writes of files that no file stands at now (absent from `applied`, and unchanged
-        // since): nothing was there before the command.
-        let mut absent_now = BTreeSet::new();
         for diff in undo {
             let Ok(path) = RelPath::new(&diff.file) else {
                 continue;
@@ -1303,9 +1301,6 @@ impl Rewind {
                 continue;
             }
             let file = path.to_absolute(directory);
-            if diff.status == crate::model::FileStatus::Added && !listed.contains(&path) {
-                absent_now.insert(file.clone());
-            }
             let (action, reason) = match diff.status {
                 _ if untracked_now.contains(&path) => (
                     crate::model::FileActionKind::Keep,
@@ -1361,9 +1356,9 @@ impl Rewind {
             files.insert(file.file.clone(), file);
         }
         // A file the undo puts back where the new revert writes a file below it: that write replaces it
-        // with the directory (a tracked file on its way, as `plan` lists one standing there now). A file
-        // that stands there now ends deleted; where none stands now, nothing is done to a file there
-        // (re-run fuzz H1: it was listed as written).
+        // with the directory, so nothing is done to a file there (re-run fuzz H1: it was listed as
+        // written). A tracked file standing there now is one `plan` names itself (a file a write replaces
+        // on its way, deleted), and its entry stands.
         for written in &planned_writes {
             let mut at = written.as_str();
             while let Some((above, _)) = at.rsplit_once('/') {
@@ -1371,21 +1366,12 @@ impl Rewind {
                     break;
                 }
                 at = above;
-                if planned_files.contains(above)
-                    || !files
+                if !planned_files.contains(above)
+                    && files
                         .get(above)
                         .is_some_and(|f| f.action == crate::model::FileActionKind::Write)
                 {
-                    continue;
-                }
-                if absent_now.contains(above) {
                     files.remove(above);
-                } else if let Some(put_back) = files.get_mut(above) {
-                    put_back.action = crate::model::FileActionKind::Delete;
-                    put_back.reason = Some(format!(
-                        "the undo of the current revert puts it back, and this revert replaces it with \
-                         the directory of {written}"
-                    ));
                 }
             }
         }
