@@ -287,7 +287,7 @@ pub fn system_files(name: &str) -> Vec<PathBuf> {
 
 /// The system configuration files git may read (`system_files`), or the one `GIT_CONFIG_SYSTEM` names;
 /// none when `GIT_CONFIG_NOSYSTEM` is set, as git then reads none.
-pub fn system_config_files() -> Vec<PathBuf> {
+fn system_config_files() -> Vec<PathBuf> {
     if crate::attributes::env_true("GIT_CONFIG_NOSYSTEM") {
         return Vec::new();
     }
@@ -297,36 +297,41 @@ pub fn system_config_files() -> Vec<PathBuf> {
     }
 }
 
-/// System configuration file `file`, read without waiting (a FIFO there is not opened for good) and parsed
-/// without its includes: none when it does not exist, an error when it cannot be read or parsed, or
-/// includes other files (it may then set anything; diff review: a setting in an included file was not
-/// seen).
-pub(crate) fn system_config(file: &Path) -> Result<Option<gix::config::File>, ()> {
-    match crate::odb::read_regular(file, true) {
-        Ok(bytes) => {
-            let config = gix::config::File::from_bytes_no_includes(
-                &bytes,
-                gix::config::file::Metadata::from(gix::config::Source::System).at(file),
-                gix::config::file::init::Options::default(),
-            )
-            .map_err(|_| ())?;
-            let includes = config.sections().any(|section| {
-                let name = section.header().name().to_string().to_ascii_lowercase();
-                name == "include" || name == "includeif"
-            });
-            if includes { Err(()) } else { Ok(Some(config)) }
+/// Every system configuration file git may read that exists (`system_config_files`), each read once
+/// without waiting (a FIFO there is not opened for good) and parsed without its includes; an error when
+/// one cannot be read or parsed, or includes other files (it may then set anything; diff review: a
+/// setting in an included file was not seen).
+pub(crate) fn system_configs() -> Result<Vec<gix::config::File>, ()> {
+    let mut configs = Vec::new();
+    for file in system_config_files() {
+        let bytes = match crate::odb::read_regular(&file, true) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => return Err(()),
+        };
+        let config = gix::config::File::from_bytes_no_includes(
+            &bytes,
+            gix::config::file::Metadata::from(gix::config::Source::System).at(&file),
+            gix::config::file::init::Options::default(),
+        )
+        .map_err(|_| ())?;
+        let includes = config.sections().any(|section| {
+            let name = section.header().name().to_string().to_ascii_lowercase();
+            name == "include" || name == "includeif"
+        });
+        if includes {
+            return Err(());
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(_) => Err(()),
+        configs.push(config);
     }
+    Ok(configs)
 }
 
 /// Every file git reads its configuration from for this repository, whether it exists or not.
 fn candidates(enclosing: Option<&Enclosing>, home: Option<&Path>) -> Vec<PathBuf> {
     let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
     let home = home.map(Path::to_path_buf).or_else(|| var("HOME"));
-    let mut files =
-        vec![var("GIT_CONFIG_SYSTEM").unwrap_or_else(|| PathBuf::from("/etc/gitconfig"))];
+    let mut files = vec![PathBuf::from("/etc/gitconfig")];
     for file in system_config_files() {
         if !files.contains(&file) {
             files.push(file);

@@ -86,7 +86,9 @@ impl Seed {
     /// none when the repository's settings or attributes outside the worktree forbid it or its index cannot
     /// be read. The attributes files inside the worktree are the caller's to check (the walk reads them).
     pub fn load(repo: &Enclosing, prefix: &str) -> Option<Seed> {
-        if !settings_allow(repo) || attributes_forbid(repo, prefix) {
+        // A system configuration file that cannot be read may set anything.
+        let system = crate::git_config::system_configs().ok()?;
+        if !settings_allow(repo, &system) || attributes_forbid(repo, prefix, &system) {
             return None;
         }
         let index_path = repo.git_dir.join("index");
@@ -377,16 +379,17 @@ fn is_on_disk(root: &Path, path: &[u8]) -> bool {
     fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file())
 }
 
-fn settings_allow(repo: &Enclosing) -> bool {
+fn settings_allow(repo: &Enclosing, system: &[gix::config::File]) -> bool {
+    // Attributes read from a tree (`GIT_ATTR_SOURCE` in rewind's environment here, `attr.tree` in any
+    // configuration file below) instead of the worktree's files may ask for filters no walk of the disk
+    // sees.
+    if std::env::var_os("GIT_ATTR_SOURCE").is_some() {
+        return false;
+    }
     let Ok(user) = gix::open(&repo.found_at) else {
         return false;
     };
     let config = user.config_snapshot();
-    // Attributes read from a tree (`attr.tree`, or `GIT_ATTR_SOURCE` in rewind's environment) instead of
-    // the worktree's files may ask for filters no walk of the disk sees.
-    if config.string("attr.tree").is_some() || std::env::var_os("GIT_ATTR_SOURCE").is_some() {
-        return false;
-    }
     let allows = |config: &gix::config::File| {
         let autocrlf = config
             .string("core.autocrlf")
@@ -399,27 +402,20 @@ fn settings_allow(repo: &Enclosing) -> bool {
     };
     // Every system file the user's git may read too, each on its own (gix reads `/etc/gitconfig`; a git
     // installed elsewhere reads its own prefix's, seed review): any that asks for a conversion stops it.
-    // One that cannot be read or parsed may set anything.
-    allows(config.plumbing())
-        && crate::git_config::system_config_files().iter().all(|file| {
-            crate::git_config::system_config(file)
-                .is_ok_and(|config| config.is_none_or(|config| allows(&config)))
-        })
+    allows(config.plumbing()) && system.iter().all(allows)
 }
 
 /// True when an attributes file outside the worktree's tree may ask for conversions: the repository's
 /// `info/attributes`, the `.gitattributes` files above a subdirectory worktree, the global and system ones.
-fn attributes_forbid(repo: &Enclosing, prefix: &str) -> bool {
+fn attributes_forbid(repo: &Enclosing, prefix: &str, system: &[gix::config::File]) -> bool {
     let mut files = vec![repo.common_dir.join("info").join("attributes")];
     // Every system attributes file the user's git may read, and the attributes file each system
     // configuration file names (seed review: git built into `/usr/local` reads
     // `/usr/local/etc/gitattributes`, and a filter declared there was not seen).
     files.extend(crate::git_config::system_files("gitattributes"));
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    for config in crate::git_config::system_config_files() {
-        if let Ok(Some(config)) = crate::git_config::system_config(&config)
-            && let Some(path) = config.path("core.attributesFile")
-        {
+    for config in system {
+        if let Some(path) = config.path("core.attributesFile") {
             // One that cannot be resolved (`%(prefix)`, `~user`, no home) may name anything.
             match path.interpolate(gix::config::path::interpolate::Context {
                 home_dir: home.as_deref(),
