@@ -1310,6 +1310,13 @@ fn write_temp(
         reader
             .read_to_end(&mut target)
             .map_err(|e| TempError::Store(GitError::Corrupt(format!("object {id}: {e}"))))?;
+        if target.len() as u64 != size {
+            return Err(TempError::Store(short_object(
+                id,
+                target.len() as u64,
+                size,
+            )));
+        }
         return rustix::fs::symlinkat(std::ffi::OsStr::from_bytes(&target), dir, tmp)
             .map(|()| Temp {
                 file: None,
@@ -1340,12 +1347,7 @@ fn write_temp(
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) if copied == size => break,
-            // A stream that ends before the object's size: as damaged as one that fails (diff review).
-            Ok(0) => {
-                return Err(TempError::Store(GitError::Corrupt(format!(
-                    "object {id}: {copied} bytes where its header says {size}"
-                ))));
-            }
+            Ok(0) => return Err(TempError::Store(short_object(id, copied, size))),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
@@ -1370,6 +1372,14 @@ fn write_temp(
         permissions,
         owner,
     })
+}
+
+/// Object `id` whose stream ended after `got` bytes where its header says `size`: as damaged as one that
+/// fails to read (diff review: the copy ended silently, and a short file or symlink was written).
+fn short_object(id: &ObjectId, got: u64, size: u64) -> GitError {
+    GitError::Corrupt(format!(
+        "object {id}: {got} bytes where its header says {size}"
+    ))
 }
 
 impl<'a> Applier<'a> {

@@ -3353,29 +3353,37 @@ async fn emptied_directories_the_snapshot_did_not_have_are_removed_and_nothing_e
 
 /// A loose object whose zlib stream ends, validly, before the size its header gives (a store file replaced
 /// by hand, or cut short and closed) fails a restore that needs it as damage, naming the object, and the
-/// file is left as it is (diff review: the copy ended silently, and a short file would have been written).
+/// file or symlink is left as it is (diff review: the copy ended silently, and a short file, or a symlink
+/// to a cut target, would have been written).
 #[tokio::test]
 async fn a_blob_shorter_than_its_header_says_is_damage_and_writes_nothing() {
     use std::io::Write as _;
-    let h = GitHarness::new();
-    h.write("a.txt", b"hello world\n");
-    let first = h.id().await;
-    let id = blob_id(b"hello world\n");
-    let object = h.store_dir().join("objects").join(&id[..2]).join(&id[2..]);
-    assert!(object.is_file(), "a loose object: {}", object.display());
-    let mut short = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-    short.write_all(b"blob 12\0hello").expect("compress");
-    fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).expect("writable");
-    fs::write(&object, short.finish().expect("compress")).expect("replaced");
-    h.write("a.txt", b"changed\n");
-    let refused = h
-        .port()
-        .restore(h.root(), &first, None)
-        .await
-        .expect_err("a short object is damage");
-    assert!(
-        matches!(refused, Error::Damaged(ref why) if why.contains(&id) && why.contains("5 bytes where its header says 12")),
-        "{refused:?}"
-    );
-    assert_eq!(h.read("a.txt"), text("changed\n"));
+    for symlink in [false, true] {
+        let h = GitHarness::new();
+        if symlink {
+            h.symlink("a.txt", "hello world\n");
+        } else {
+            h.write("a.txt", b"hello world\n");
+        }
+        let first = h.id().await;
+        let id = blob_id(b"hello world\n");
+        let object = h.store_dir().join("objects").join(&id[..2]).join(&id[2..]);
+        assert!(object.is_file(), "a loose object: {}", object.display());
+        let mut short = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        short.write_all(b"blob 12\0hello").expect("compress");
+        fs::set_permissions(&object, fs::Permissions::from_mode(0o644)).expect("writable");
+        fs::write(&object, short.finish().expect("compress")).expect("replaced");
+        h.remove("a.txt");
+        h.write("a.txt", b"changed\n");
+        let refused = h
+            .port()
+            .restore(h.root(), &first, None)
+            .await
+            .expect_err("a short object is damage");
+        assert!(
+            matches!(refused, Error::Damaged(ref why) if why.contains(&id) && why.contains("5 bytes where its header says 12")),
+            "symlink {symlink}: {refused:?}"
+        );
+        assert_eq!(h.read("a.txt"), text("changed\n"), "symlink {symlink}");
+    }
 }
