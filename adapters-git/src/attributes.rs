@@ -137,7 +137,9 @@ impl Reader {
         };
         let mut files = Vec::new();
         if !env_true("GIT_ATTR_NOSYSTEM") {
-            files.extend(crate::git_config::system_files("gitattributes"));
+            // The user's git's own, as git reads one alone (diff review: every candidate was read,
+            // and a `-diff` in another installation's file marked a file binary).
+            files.push(crate::git_config::user_system_file("gitattributes"));
         }
         if let Some(global) = global_attributes_path(global, enclosing.as_ref(), home, &top) {
             files.push(global);

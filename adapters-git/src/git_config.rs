@@ -1,5 +1,6 @@
 //! `core.excludesFile`, `core.attributesFile` and `core.ignoreCase` as git's configuration sets them, read
-//! with gix and kept in the process while every file they could come from is unchanged.
+//! with gix (the system layer from the file the user's git reads, `user_system_file`; no git is run) and
+//! kept in the process while every file they could come from is unchanged.
 //!
 //! Reading it opens the enclosing repository with gix (its configuration files, the global and system
 //! ones; a repository gix cannot open, one of SHA-256 objects, has the same files read without it):
@@ -136,12 +137,17 @@ fn configured(enclosing: Option<&Enclosing>, home: Option<&Path>) -> Values {
 /// The values read with gix, and the files the configuration came from, with every file an `include` or
 /// `includeIf` names (whatever its condition, also when it is missing or empty and so gave no section:
 /// one made or filled later changes the value; review).
+///
+/// The system layer is the file the user's git reads (`system_config_file`), not gix's `/etc/gitconfig`:
+/// a key no other file sets takes its value there. No git is run: gix's own reading of the global files
+/// (`File::from_globals`, `File::from_git_dir`) asks the `git` on `PATH` where its installation's file is,
+/// so those are not used (review: a worktree in no repository ran `git config -l` at every track).
 fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<PathBuf>) {
     let home_dir = home
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
-    let sources = |file: &gix::config::File| -> Vec<PathBuf> {
-        let mut sources = Vec::new();
+    let mut sources = Vec::new();
+    let mut note_sources = |file: &gix::config::File| {
         for section in file.sections() {
             let Some(from) = section.meta().path.clone() else {
                 continue;
@@ -158,69 +164,182 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<Path
             }
             sources.push(from);
         }
-        sources
     };
-    match enclosing {
-        Some(repo) => match gix::open(&repo.found_at) {
-            Ok(opened) => {
-                let config = opened.config_snapshot();
-                let path = |name: &str| {
+    let system = system_layer(home_dir.as_deref());
+    if let Some(system) = &system {
+        note_sources(system);
+    }
+    let below = system
+        .as_ref()
+        .map(|file| Set::of(file, home, |_| true))
+        .unwrap_or_default();
+    let opened = enclosing.and_then(|repo| gix::open(&repo.found_at).ok());
+    let above = match (&opened, enclosing) {
+        (Some(opened), _) => {
+            let config = opened.config_snapshot();
+            note_sources(config.plumbing());
+            // gix's values (trusted files only, paths interpolated as gix does), for the keys a file
+            // other than the system one sets.
+            let set = Set::of(config.plumbing(), home, |meta| {
+                meta.source != gix::config::Source::System
+            });
+            let path = |name: &str, set: Option<Option<PathBuf>>| {
+                set.map(|_| {
                     let value = config.trusted_path(name).ok().flatten();
                     set_empty(config.plumbing(), name).or(value)
-                };
-                let values = Values {
-                    excludes_file: path("core.excludesFile"),
-                    attributes_file: path("core.attributesFile"),
-                    ignore_case: config.boolean("core.ignoreCase").unwrap_or(false),
-                };
-                (values, sources(config.plumbing()))
-            }
-            // A repository gix cannot open (one of SHA-256 objects, say): its configuration files are
-            // still read, the global ones and its own (review: a SHA-256 repository's `core.excludesFile`
-            // and `core.ignoreCase`, global or its own, were not applied, and the files they ignore were
-            // snapshotted and reverted).
-            Err(_) => match gix::config::File::from_git_dir(repo.common_dir.clone()) {
-                Ok(file) => (values_of(&file, home), sources(&file)),
-                Err(_) => globals(home, sources),
-            },
-        },
-        None => globals(home, sources),
-    }
-}
-
-/// The values the global configuration files set (none when they cannot be read), and where they came from.
-fn globals(
-    home: Option<&Path>,
-    sources: impl Fn(&gix::config::File) -> Vec<PathBuf>,
-) -> (Values, Vec<PathBuf>) {
-    match gix::config::File::from_globals() {
-        Ok(file) => (values_of(&file, home), sources(&file)),
-        Err(_) => (Values::default(), Vec::new()),
-    }
-}
-
-/// The values `file` sets, its paths interpolated (`~/` under `home`).
-fn values_of(file: &gix::config::File, home: Option<&Path>) -> Values {
-    let path = |name: &str| {
-        let value = file.path(name).and_then(|value| {
-            value
-                .interpolate(gix::config::path::interpolate::Context {
-                    home_dir: home,
-                    ..Default::default()
                 })
-                .ok()
-        });
-        set_empty(file, name).or(value)
+            };
+            Set {
+                excludes_file: path("core.excludesFile", set.excludes_file),
+                attributes_file: path("core.attributesFile", set.attributes_file),
+                ignore_case: set
+                    .ignore_case
+                    .map(|_| config.boolean("core.ignoreCase").unwrap_or(false)),
+            }
+        }
+        // A repository gix cannot open (one of SHA-256 objects, say): its configuration files are still
+        // read, the global ones and its own (review: a SHA-256 repository's `core.excludesFile` and
+        // `core.ignoreCase`, global or its own, were not applied, and the files they ignore were
+        // snapshotted and reverted).
+        (None, repo) => match read_files(repo, home_dir.as_deref()) {
+            Some(file) => {
+                note_sources(&file);
+                Set::of(&file, home, |_| true)
+            }
+            None => Set::default(),
+        },
     };
-    Values {
-        excludes_file: path("core.excludesFile"),
-        attributes_file: path("core.attributesFile"),
-        ignore_case: file
-            .boolean("core.ignoreCase")
-            .ok()
-            .flatten()
-            .unwrap_or(false),
+    (above.or(below), sources)
+}
+
+/// The values files set, a key none of them sets left out (`None`; a path set to what cannot be
+/// resolved is `Some(None)`).
+#[derive(Default)]
+struct Set {
+    excludes_file: Option<Option<PathBuf>>,
+    attributes_file: Option<Option<PathBuf>>,
+    ignore_case: Option<bool>,
+}
+
+impl Set {
+    /// The values the sections of `file` that `filter` takes set, their paths interpolated (`~/` under
+    /// `home`). A key set to what is no boolean or path is set (to false, or to no file).
+    fn of(
+        file: &gix::config::File,
+        home: Option<&Path>,
+        mut filter: impl FnMut(&gix::config::file::Metadata) -> bool,
+    ) -> Set {
+        let mut path = |name: &str| {
+            let set = file.string_filter(name, &mut filter)?;
+            if set.is_empty() {
+                return Some(Some(PathBuf::new()));
+            }
+            Some(file.path_filter(name, &mut filter).and_then(|value| {
+                value
+                    .interpolate(gix::config::path::interpolate::Context {
+                        home_dir: home,
+                        ..Default::default()
+                    })
+                    .ok()
+            }))
+        };
+        let excludes_file = path("core.excludesFile");
+        let attributes_file = path("core.attributesFile");
+        let ignore_case = match file.boolean_filter("core.ignoreCase", &mut filter) {
+            Ok(None) => None,
+            Ok(Some(value)) => Some(value),
+            Err(_) => Some(false),
+        };
+        Set {
+            excludes_file,
+            attributes_file,
+            ignore_case,
+        }
     }
+
+    /// These values, each key none of them sets taken from `below`.
+    fn or(self, below: Set) -> Values {
+        Values {
+            excludes_file: self.excludes_file.or(below.excludes_file).flatten(),
+            attributes_file: self.attributes_file.or(below.attributes_file).flatten(),
+            ignore_case: self.ignore_case.or(below.ignore_case).unwrap_or(false),
+        }
+    }
+}
+
+/// The system configuration file the user's git reads (`system_config_file`), parsed with its includes;
+/// none when there is none, or it cannot be read or parsed (its keys are then unset, as before).
+fn system_layer(home: Option<&Path>) -> Option<gix::config::File> {
+    let path = system_config_file()?;
+    read_paths(
+        [(path, gix::config::Source::System)].into_iter(),
+        None,
+        home,
+    )
+}
+
+/// The global configuration files (`GIT_CONFIG_GLOBAL`, or `~/.gitconfig` and the XDG file) and, in a
+/// repository, its own `config` (and `config.worktree` where `extensions.worktreeConfig` asks for it),
+/// with the `GIT_CONFIG_COUNT` variables over them: what git reads besides its system file. None when
+/// they cannot be read or parsed.
+fn read_files(repo: Option<&Enclosing>, home: Option<&Path>) -> Option<gix::config::File> {
+    use gix::config::Source;
+    let mut paths: Vec<(PathBuf, Source)> = [Source::Git, Source::User]
+        .into_iter()
+        .filter_map(|source| {
+            let path = source.storage_location(&mut |name| std::env::var_os(name))?;
+            Some((path, source))
+        })
+        .collect();
+    if let Some(repo) = repo {
+        paths.push((repo.common_dir.join("config"), Source::Local));
+        let worktree_config =
+            gix::config::File::from_path_no_includes(repo.common_dir.join("config"), Source::Local)
+                .ok()
+                .and_then(|local| local.boolean("extensions.worktreeConfig").ok().flatten())
+                .unwrap_or(false);
+        if worktree_config {
+            paths.push((repo.git_dir.join("config.worktree"), Source::Worktree));
+        }
+    }
+    let mut file = read_paths(
+        paths.into_iter(),
+        repo.map(|repo| repo.git_dir.as_path()),
+        home,
+    )?;
+    let overrides = gix::config::File::from_environment_overrides().ok()?;
+    file.append(overrides).ok()?;
+    Some(file)
+}
+
+/// The configuration files `paths` that exist, with the sources they are read as, parsed in that order
+/// with their includes (those of `includeIf "gitdir:…"` against `git_dir`); an empty file when none
+/// exists, none when one cannot be read or parsed.
+fn read_paths(
+    paths: impl Iterator<Item = (PathBuf, gix::config::Source)>,
+    git_dir: Option<&Path>,
+    home: Option<&Path>,
+) -> Option<gix::config::File> {
+    let metas: Vec<gix::config::file::Metadata> = paths
+        .filter(|(path, _)| path.is_file())
+        .map(|(path, source)| gix::config::file::Metadata::from(source).at(path))
+        .collect();
+    let options = gix::config::file::init::Options {
+        includes: gix::config::file::includes::Options::follow(
+            gix::config::path::interpolate::Context {
+                home_dir: home,
+                ..Default::default()
+            },
+            gix::config::file::includes::conditional::Context {
+                git_dir,
+                branch_name: None,
+            },
+        ),
+        ..Default::default()
+    };
+    gix::config::File::from_paths_metadata(metas, options)
+        .ok()
+        .map(Option::unwrap_or_default)
 }
 
 /// The file an include's `path` names, as git finds it: `~/` under the home directory, a relative path
@@ -257,32 +376,82 @@ fn set_empty(file: &gix::config::File, name: &str) -> Option<PathBuf> {
 /// that must not miss a filter reads them all.
 pub fn system_files(name: &str) -> Vec<PathBuf> {
     let mut files = vec![Path::new("/etc").join(name)];
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path).filter(|dir| dir.is_absolute()) {
-        let git = dir.join("git");
-        if !git.is_file() {
-            continue;
-        }
-        for found in [Some(git.clone()), std::fs::canonicalize(&git).ok()]
-            .into_iter()
-            .flatten()
-        {
-            let prefix = found
-                .parent()
-                .filter(|bin| bin.file_name().is_some_and(|n| n == "bin"))
-                .and_then(Path::parent);
-            if let Some(prefix) = prefix
-                && prefix != Path::new("/usr")
-                && prefix != Path::new("/")
-            {
-                let file = prefix.join("etc").join(name);
-                if !files.contains(&file) {
-                    files.push(file);
-                }
+    for git in gits_on_path() {
+        for file in prefix_files(&git, name) {
+            if !files.contains(&file) {
+                files.push(file);
             }
         }
     }
     files
+}
+
+/// The system file `name` of the git the user runs, the first `git` on `PATH`, as git itself reads one
+/// alone: `PREFIX/etc/NAME` for a git at `PREFIX/bin/git` (as found, else with symlinks resolved, the
+/// first of the two that exists, else the first), `/etc/NAME` for a prefix of `/usr` or `/`, or with no
+/// `git` on `PATH` or none at a `bin` directory. A value is read from this one (an ignore rule, a `diff`
+/// attribute), where `system_files`' union serves a check that must not miss one.
+pub fn user_system_file(name: &str) -> PathBuf {
+    let etc = Path::new("/etc").join(name);
+    let Some(git) = gits_on_path().next() else {
+        return etc;
+    };
+    let candidates = prefix_files(&git, name);
+    candidates
+        .iter()
+        .find(|file| file.exists())
+        .or(candidates.first())
+        .cloned()
+        .unwrap_or(etc)
+}
+
+/// Each file named `git` in an absolute directory of `PATH`, in order.
+fn gits_on_path() -> impl Iterator<Item = PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join("git"))
+        .filter(|git| git.is_file())
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// The system file `name` of a git at `git` (as found, then with symlinks resolved) that lies at
+/// `PREFIX/bin/git`: `PREFIX/etc/NAME`, or `/etc/NAME` for a prefix of `/usr` or `/`.
+fn prefix_files(git: &Path, name: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for found in [Some(git.to_path_buf()), std::fs::canonicalize(git).ok()]
+        .into_iter()
+        .flatten()
+    {
+        let prefix = found
+            .parent()
+            .filter(|bin| bin.file_name().is_some_and(|n| n == "bin"))
+            .and_then(Path::parent);
+        if let Some(prefix) = prefix {
+            let file = if prefix == Path::new("/usr") || prefix == Path::new("/") {
+                Path::new("/etc").join(name)
+            } else {
+                prefix.join("etc").join(name)
+            };
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+    }
+    files
+}
+
+/// The one system configuration file the user's git reads: the one `GIT_CONFIG_SYSTEM` names, else its
+/// own (`user_system_file`); none when `GIT_CONFIG_NOSYSTEM` is set.
+fn system_config_file() -> Option<PathBuf> {
+    if crate::attributes::env_true("GIT_CONFIG_NOSYSTEM") {
+        return None;
+    }
+    Some(match std::env::var_os("GIT_CONFIG_SYSTEM") {
+        Some(file) => PathBuf::from(file),
+        None => user_system_file("gitconfig"),
+    })
 }
 
 /// The system configuration files git may read (`system_files`), or the one `GIT_CONFIG_SYSTEM` names;

@@ -694,6 +694,167 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
     }
 }
 
+/// The ignore rules follow the system `gitconfig` of the git the user runs (the first `git` on `PATH`,
+/// here a script at `PREFIX/bin/git` of the test's own, reading `PREFIX/etc/gitconfig` as such a git
+/// does), not `/etc/gitconfig` alone, which gix reads: a `core.excludesFile` or `core.ignoreCase` set
+/// there applies as for that git's `git add -A` (diff review: neither was applied, and the files it
+/// ignores were snapshotted, and a revert could delete them). In a repository and in a plain directory,
+/// where rewind also ran that `git` (`git config -l`, through gix's reading of the global files) at every
+/// track: the script notes each run, and none may come from rewind. The oracle is git told to read that
+/// file (`GIT_CONFIG_SYSTEM`), in a separate git directory.
+#[test]
+fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
+    for (case, in_repo) in [
+        ("excludesFile", true),
+        ("excludesFile", false),
+        ("ignoreCase", true),
+        ("ignoreCase", false),
+    ] {
+        let env = Env::plain();
+        let root = env.path();
+        let prefix = tempfile::TempDir::new().expect("prefix");
+        let bin = prefix.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        std::fs::create_dir_all(prefix.path().join("etc")).expect("mkdir");
+        let ran = prefix.path().join("ran");
+        let script = bin.join("git");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n",
+                ran.display(),
+                git_on_path().display()
+            ),
+        )
+        .expect("write");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let system = prefix.path().join("etc/gitconfig");
+        match case {
+            "excludesFile" => {
+                let excludes = prefix.path().join("ignore");
+                std::fs::write(&excludes, "secret.txt\n").expect("write");
+                std::fs::write(
+                    &system,
+                    format!("[core]\n\texcludesFile = {}\n", excludes.display()),
+                )
+            }
+            _ => {
+                std::fs::write(root.join(".gitignore"), "SECRET.TXT\n").expect("write");
+                std::fs::write(&system, "[core]\n\tignoreCase = true\n")
+            }
+        }
+        .expect("the system file");
+        std::fs::write(root.join("a.txt"), "kept\n").expect("write");
+        std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+        std::fs::write(root.join("secret.txt"), "ignored\n").expect("write");
+        std::fs::write(root.join("sub/secret.txt"), "ignored\n").expect("write");
+        if in_repo {
+            crate::support::git(root, &["init", "-q"]);
+        }
+
+        let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )))
+        .expect("a PATH");
+        let output = env
+            .rewind(&["snapshot", "track", "--json"])
+            .env("PATH", &path)
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+        assert!(
+            !ran.exists(),
+            "rewind ran git ({case}, in a repository: {in_repo}): {:?}",
+            std::fs::read_to_string(&ran)
+        );
+
+        let separate = tempfile::TempDir::new().expect("a git dir");
+        let oracle = |args: &[&str]| {
+            let output = std::process::Command::new(git_on_path())
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("HOME", env.config_home.path())
+                .env("XDG_CONFIG_HOME", env.config_home.path())
+                .env("GIT_CONFIG_SYSTEM", &system)
+                .arg("--git-dir")
+                .arg(separate.path())
+                .arg("--work-tree")
+                .arg(root)
+                .args(args)
+                .current_dir(root)
+                .output()
+                .expect("git runs");
+            assert!(output.status.success(), "git {args:?}: {output:?}");
+            String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        };
+        crate::support::git(separate.path(), &["init", "-q", "--bare"]);
+        oracle(&["add", "-A"]);
+        assert!(
+            !oracle(&["ls-files"]).contains("secret"),
+            "the case: git ignores the secrets ({case})"
+        );
+        let expected = oracle(&["write-tree"]);
+        assert_eq!(
+            tracked["id"].as_str(),
+            Some(expected.as_str()),
+            "git's tree ({case}, in a repository: {in_repo}): {tracked}"
+        );
+    }
+}
+
+/// The `diff` attributes come from the system `gitattributes` of the git the user runs (the first `git`
+/// on `PATH`, at `PREFIX/bin/git`), as git reads its own alone: a `-diff` in another installation's file
+/// (a second `git` further on `PATH`) does not mark a file binary (diff review: every candidate file was
+/// read, as seeding must read them). A binary file's row has no line diff (an empty patch).
+#[test]
+fn diffs_read_the_system_attributes_of_the_git_on_path_alone() {
+    let env = Env::plain();
+    let root = env.path();
+    let first = tempfile::TempDir::new().expect("prefix");
+    let second = tempfile::TempDir::new().expect("prefix");
+    for (prefix, attributes) in [(&first, "*.dat -diff\n"), (&second, "*.txt -diff\n")] {
+        std::fs::create_dir_all(prefix.path().join("bin")).expect("mkdir");
+        std::fs::create_dir_all(prefix.path().join("etc")).expect("mkdir");
+        std::os::unix::fs::symlink(git_on_path(), prefix.path().join("bin/git")).expect("link");
+        std::fs::write(prefix.path().join("etc/gitattributes"), attributes).expect("write");
+    }
+    let path = std::env::join_paths(
+        [first.path().join("bin"), second.path().join("bin")]
+            .into_iter()
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+    )
+    .expect("a PATH");
+    std::fs::write(root.join("a.txt"), "one\n").expect("write");
+    std::fs::write(root.join("b.dat"), "one\n").expect("write");
+    let rewind = |args: &[&str]| {
+        let output = env.rewind(args).env("PATH", &path).output().expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("JSON")
+    };
+    let tracked = rewind(&["snapshot", "track", "--json"]);
+    let id = tracked["id"].as_str().expect("an id").to_owned();
+    std::fs::write(root.join("a.txt"), "two\n").expect("write");
+    std::fs::write(root.join("b.dat"), "two\n").expect("write");
+    let diff = rewind(&["snapshot", "diff", &id, "--json"]);
+    // A binary file has no line diff: an empty patch, 0/0.
+    let text: Vec<(&str, bool)> = diff["files"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| {
+            (
+                row["file"].as_str().expect("a file"),
+                !row["patch"].as_str().expect("a patch").is_empty(),
+            )
+        })
+        .collect();
+    assert_eq!(text, [("a.txt", true), ("b.dat", false)], "{diff}");
+}
+
 /// A blob the first snapshot took over from the repository's own `.git` (seeding, SPEC 2.1) that was
 /// damaged there (a loose object cut short past its header) is adopted as it is: adopting without reading
 /// is what seeding saves, and a step's end checks the copies an undo of it needs. A `snapshot restore`
