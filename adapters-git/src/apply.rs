@@ -2961,20 +2961,25 @@ pub fn plan(
     {
         return Err(GitError::Missing(id.to_string()));
     }
-    let made_way = made_way(&planned.current, &planned.actions)?;
     let mut actions = planned.actions;
-    actions.extend(made_way);
+    made_way(&planned.current, &mut actions)?;
     Ok(actions)
 }
 
-/// The files and symlinks the writes of `actions` replace on their way, as deletions: one standing where a
-/// directory above a written file must be. `blocking_parent` found each to be tracked content (one that is
-/// not keeps the write instead), so the revert replaces it (`Applier::make_dir`; the caller's snapshot
-/// taken just before holds it, SPEC 2.4), and a preview should name it as it names the files the revert
-/// deletes (HTTP fuzz: it named only the file written beneath). A path the plan names itself is not
-/// repeated.
-fn made_way(current: &TrackedNow<'_>, actions: &[FileAction]) -> GitResult<Vec<FileAction>> {
-    let named: HashSet<&str> = actions.iter().map(|a| a.path.as_str()).collect();
+/// Lists the files and symlinks the writes of `actions` replace on their way, as deletions: one standing
+/// where a directory above a written file must be. `blocking_parent` found each to be tracked content (one
+/// that is not keeps the write instead), so the revert replaces it (`Applier::make_dir`; the caller's
+/// snapshot taken just before holds it, SPEC 2.4), and a preview should name it as it names the files the
+/// revert deletes (HTTP fuzz: it named only the file written beneath). A path the plan names itself is not
+/// repeated; where the plan keeps it (a later patch's file, ignored when its step began), its entry
+/// becomes the deletion the revert carries out (diff review: the preview said `keep` for a file the
+/// revert removed).
+fn made_way(current: &TrackedNow<'_>, actions: &mut Vec<FileAction>) -> GitResult<()> {
+    let named: HashMap<String, usize> = actions
+        .iter()
+        .enumerate()
+        .map(|(at, a)| (a.path.as_str().to_owned(), at))
+        .collect();
     let mut listed = HashSet::new();
     let mut made_way = Vec::new();
     for action in actions.iter().filter(|a| a.action == FileActionKind::Write) {
@@ -2985,24 +2990,37 @@ fn made_way(current: &TrackedNow<'_>, actions: &[FileAction]) -> GitResult<Vec<F
                 OnDisk::Dir => continue,
                 OnDisk::Absent => break,
                 OnDisk::File | OnDisk::Symlink => {
-                    if !named.contains(parent) && listed.insert(parent.to_owned()) {
-                        made_way.push(FileAction {
-                            path: RelPath::new(parent)
-                                .map_err(|e| GitError::Other(e.to_string()))?,
-                            action: FileActionKind::Delete,
-                            from: action.from.clone(),
-                            reason: Some(format!(
+                    if listed.insert(parent.to_owned()) {
+                        made_way.push((
+                            parent.to_owned(),
+                            action.from.clone(),
+                            format!(
                                 "it stands where the directory of {path} must come back: it is replaced \
                                  (tracked content, which the snapshot taken before the revert holds)"
-                            )),
-                        });
+                            ),
+                        ));
                     }
                     break;
                 }
             }
         }
     }
-    Ok(made_way)
+    for (parent, from, reason) in made_way {
+        match named.get(&parent) {
+            Some(&at) if actions[at].action == FileActionKind::Keep => {
+                actions[at].action = FileActionKind::Delete;
+                actions[at].reason = Some(reason);
+            }
+            Some(_) => {}
+            None => actions.push(FileAction {
+                path: RelPath::new(&parent).map_err(|e| GitError::Other(e.to_string()))?,
+                action: FileActionKind::Delete,
+                from,
+                reason: Some(reason),
+            }),
+        }
+    }
+    Ok(())
 }
 
 /// Up to how many files a revert works out its diffs while it writes. Past that the diffs are long work of
@@ -3511,6 +3529,15 @@ fn write_planned(
     applier.teach_stat_cache(Some((*base, applied, &dirs)));
     store.log_returned(&applied)?;
     let (written, deleted) = applier.net();
+    // A file the plan keeps (a later patch's, ignored when its step began) that a write replaced on its
+    // way, with the directory it needed, was deleted, not kept (diff review: it was reported as both).
+    let replaced: HashSet<&str> = deleted.iter().map(String::as_str).collect();
+    applier.kept.retain(|kept| {
+        !replaced.contains(kept.path.as_str())
+            || !actions
+                .iter()
+                .any(|a| a.path == kept.path && a.action == FileActionKind::Keep)
+    });
     let mut kept = Applier::outcome_kept(std::mem::take(&mut applier.kept));
     name_content_kept_from(store, actions, &mut kept);
     Ok(RevertOutcome {

@@ -130,7 +130,8 @@ pub trait SnapshotPort: Send + Sync {
     ) -> Result<RestoreOutcome>;
     /// What `revert` would do, changing nothing: an action for every file the patches name, then a
     /// deletion for each tracked file or symlink a write replaces on its way (one standing where a
-    /// directory above a written file must come back).
+    /// directory above a written file must come back; one the patches name to keep, as untracked when
+    /// its step began, is such a deletion too, and `revert` reports it deleted, not kept).
     async fn plan(&self, worktree: &Path, patches: &[SnapshotPatch]) -> Result<Vec<FileAction>>;
     /// Carries out `plan`; `applied` is `base` with the written and deleted paths replaced.
     async fn revert(

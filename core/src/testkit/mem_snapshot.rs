@@ -1371,13 +1371,11 @@ impl MemSnapshotStore {
         keep_deletes_under_occupied_dirs(nodes, &mut actions);
         // A tracked file standing where a written file's directory must be is replaced by the write
         // (`may_displace_ancestor`): listed as deleted, once, unless the plan names it itself.
-        let mut made_way = Vec::new();
+        // One the plan keeps (a later patch's, untracked when its step began) is replaced all the same.
+        let mut made_way: Vec<FileAction> = Vec::new();
         for action in actions.iter().filter(|a| a.action == FileActionKind::Write) {
             if let Some(ancestor) = ancestors(action.path.as_str()).find(|a| nodes.contains_key(*a))
-                && !named.contains(ancestor)
-                && !made_way
-                    .iter()
-                    .any(|m: &FileAction| m.path.as_str() == ancestor)
+                && !made_way.iter().any(|m| m.path.as_str() == ancestor)
             {
                 made_way.push(FileAction {
                     path: RelPath::new(ancestor)?,
@@ -1390,7 +1388,16 @@ impl MemSnapshotStore {
                 });
             }
         }
-        actions.extend(made_way);
+        for replaced in made_way {
+            match actions.iter_mut().find(|a| a.path == replaced.path) {
+                Some(named) if named.action == FileActionKind::Keep => {
+                    named.action = FileActionKind::Delete;
+                    named.reason = replaced.reason;
+                }
+                Some(_) => {}
+                None => actions.push(replaced),
+            }
+        }
         Ok((actions, applier.nodes))
     }
 

@@ -152,6 +152,7 @@ macro_rules! snapshot_contract_tests {
             revert_with_missing_tree_touches_nothing,
             revert_file_directory_clash_in_patch_order,
             plan_lists_a_file_a_write_replaces_on_its_way,
+            plan_lists_a_kept_file_a_write_replaces_as_deleted,
             revert_keeps_a_file_that_would_replace_untracked_files,
             gc_keeps_what_is_kept,
         );
@@ -1257,6 +1258,54 @@ pub async fn plan_lists_a_file_a_write_replaces_on_its_way(h: &dyn WorktreeHarne
     assert_eq!(outcome.deleted, rels(&["src"]));
     assert!(outcome.kept.is_empty(), "{:?}", outcome.kept);
     assert_eq!(outcome.applied, track(h).await.id);
+}
+
+/// A file one patch keeps (ignored when its step began, tracked at its end: SPEC 2.4) where an earlier
+/// patch's file needs its directory back is replaced all the same, as tracked content now, held by the
+/// snapshot taken just before the revert; the plan says so, as it says what else the revert deletes
+/// (diff review: it said `keep` for the file the revert then removed).
+pub async fn plan_lists_a_kept_file_a_write_replaces_as_deleted(h: &dyn WorktreeHarness) {
+    h.write("p/x", b"x\n");
+    let first = track(h).await.id;
+    // The first step edits `p/x`; then `p` becomes a file, ignored when the second step begins.
+    h.write("p/x", b"edited\n");
+    h.remove("p");
+    h.write(".gitignore", b"p\n");
+    h.write("p", b"the user's file\n");
+    let second = track(h).await.id;
+    // The second step stops ignoring it: `p` is tracked at its end.
+    h.write(".gitignore", b"# nothing ignored\n");
+    let base = track(h).await.id;
+    let patches = [
+        patch(&first, &["p/x"]),
+        patch(&second, &[".gitignore", "p"]),
+    ];
+
+    let before = h.list();
+    let plan = h.port().plan(h.root(), &patches).await.expect("plan");
+    assert_eq!(h.list(), before, "plan changes nothing");
+    let mut summary: Vec<(&str, FileActionKind)> =
+        plan.iter().map(|a| (a.path.as_str(), a.action)).collect();
+    summary.sort_by(|a, b| a.0.cmp(b.0));
+    assert_eq!(
+        summary,
+        [
+            (".gitignore", FileActionKind::Write),
+            ("p", FileActionKind::Delete),
+            ("p/x", FileActionKind::Write),
+        ]
+    );
+
+    let outcome = h
+        .port()
+        .revert(h.root(), &patches, &base)
+        .await
+        .expect("revert");
+    assert_eq!(h.read("p/x"), text("x\n"));
+    assert_eq!(h.read(".gitignore"), text("p\n"));
+    assert_eq!(outcome.written, rels(&[".gitignore", "p/x"]));
+    assert_eq!(outcome.deleted, rels(&["p"]));
+    assert!(outcome.kept.is_empty(), "{:?}", outcome.kept);
 }
 
 /// A file that would replace a directory still holding files that are not tracked content is kept, with a
