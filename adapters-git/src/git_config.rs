@@ -138,16 +138,16 @@ fn configured(enclosing: Option<&Enclosing>, home: Option<&Path>) -> Values {
 /// `includeIf` names (whatever its condition, also when it is missing or empty and so gave no section:
 /// one made or filled later changes the value; review).
 ///
-/// The system layer is the file the user's git reads (`system_config_file`), not gix's `/etc/gitconfig`:
-/// a key no other file sets takes its value there. No git is run: gix's own reading of the global files
-/// (`File::from_globals`, `File::from_git_dir`) asks the `git` on `PATH` where its installation's file is,
-/// so those are not used (review: a worktree in no repository ran `git config -l` at every track).
+/// gix is given the system file the user's git reads (`system_config_file`), not its own default of
+/// `/etc/gitconfig` alone, and runs no git: `gix::config` reads the files outside a repository where
+/// `File::from_globals` asked the `git` on `PATH` where its installation's file is (diff review: a
+/// worktree in no repository ran `git config -l` at every track).
 fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<PathBuf>) {
     let home_dir = home
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
-    let mut sources = Vec::new();
-    let mut note_sources = |file: &gix::config::File| {
+    let sources = |file: &gix::config::File| -> Vec<PathBuf> {
+        let mut sources = Vec::new();
         for section in file.sections() {
             let Some(from) = section.meta().path.clone() else {
                 continue;
@@ -164,166 +164,96 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<Path
             }
             sources.push(from);
         }
+        sources
     };
-    let system = system_layer(home_dir.as_deref());
-    if let Some(system) = &system {
-        note_sources(system);
+    let mut options = gix::open::Options::default();
+    if let Some(system) = system_config_file() {
+        options = options.system_config_path(system);
     }
-    let below = system
-        .as_ref()
-        .map(|file| Set::of(file, home, |_| true))
-        .unwrap_or_default();
-    let opened = enclosing.and_then(|repo| gix::open(&repo.found_at).ok());
-    let above = match (&opened, enclosing) {
-        (Some(opened), _) => {
-            let config = opened.config_snapshot();
-            note_sources(config.plumbing());
-            // gix's values (trusted files only, paths interpolated as gix does), for the keys a file
-            // other than the system one sets.
-            let set = Set::of(config.plumbing(), home, |meta| {
-                meta.source != gix::config::Source::System
-            });
-            let path = |name: &str, set: Option<Option<PathBuf>>| {
-                set.map(|_| {
+    match enclosing {
+        Some(repo) => match gix::open_opts(&repo.found_at, options.clone()) {
+            Ok(opened) => {
+                let config = opened.config_snapshot();
+                let path = |name: &str| {
                     let value = config.trusted_path(name).ok().flatten();
                     set_empty(config.plumbing(), name).or(value)
-                })
-            };
-            Set {
-                excludes_file: path("core.excludesFile", set.excludes_file),
-                attributes_file: path("core.attributesFile", set.attributes_file),
-                ignore_case: set
-                    .ignore_case
-                    .map(|_| config.boolean("core.ignoreCase").unwrap_or(false)),
+                };
+                let values = Values {
+                    excludes_file: path("core.excludesFile"),
+                    attributes_file: path("core.attributesFile"),
+                    ignore_case: config.boolean("core.ignoreCase").unwrap_or(false),
+                };
+                (values, sources(config.plumbing()))
             }
-        }
-        // A repository gix cannot open (one of SHA-256 objects, say): its configuration files are still
-        // read, the global ones and its own (review: a SHA-256 repository's `core.excludesFile` and
-        // `core.ignoreCase`, global or its own, were not applied, and the files they ignore were
-        // snapshotted and reverted).
-        (None, repo) => match read_files(repo, home_dir.as_deref()) {
-            Some(file) => {
-                note_sources(&file);
-                Set::of(&file, home, |_| true)
-            }
-            None => Set::default(),
+            // A repository gix cannot open (one of SHA-256 objects, say): its configuration files are
+            // still read, the global ones and its own (review: a SHA-256 repository's `core.excludesFile`
+            // and `core.ignoreCase`, global or its own, were not applied, and the files they ignore were
+            // snapshotted and reverted).
+            Err(_) => match gix::config(Some(&repo.git_dir), &options) {
+                Ok(mut file) => {
+                    if let Some(own) = repository_files(repo, home_dir.as_deref()) {
+                        // Only fails for files of another object hash; these are of the same.
+                        let _ = file.append(own);
+                    }
+                    (values_of(&file, home), sources(&file))
+                }
+                Err(_) => (Values::default(), Vec::new()),
+            },
         },
-    };
-    (above.or(below), sources)
-}
-
-/// The values files set, a key none of them sets left out (`None`; a path set to what cannot be
-/// resolved is `Some(None)`).
-#[derive(Default)]
-struct Set {
-    excludes_file: Option<Option<PathBuf>>,
-    attributes_file: Option<Option<PathBuf>>,
-    ignore_case: Option<bool>,
-}
-
-impl Set {
-    /// The values the sections of `file` that `filter` takes set, their paths interpolated (`~/` under
-    /// `home`). A key set to what is no boolean or path is set (to false, or to no file).
-    fn of(
-        file: &gix::config::File,
-        home: Option<&Path>,
-        mut filter: impl FnMut(&gix::config::file::Metadata) -> bool,
-    ) -> Set {
-        let mut path = |name: &str| {
-            let set = file.string_filter(name, &mut filter)?;
-            if set.is_empty() {
-                return Some(Some(PathBuf::new()));
-            }
-            Some(file.path_filter(name, &mut filter).and_then(|value| {
-                value
-                    .interpolate(gix::config::path::interpolate::Context {
-                        home_dir: home,
-                        ..Default::default()
-                    })
-                    .ok()
-            }))
-        };
-        let excludes_file = path("core.excludesFile");
-        let attributes_file = path("core.attributesFile");
-        let ignore_case = match file.boolean_filter("core.ignoreCase", &mut filter) {
-            Ok(None) => None,
-            Ok(Some(value)) => Some(value),
-            Err(_) => Some(false),
-        };
-        Set {
-            excludes_file,
-            attributes_file,
-            ignore_case,
-        }
-    }
-
-    /// These values, each key none of them sets taken from `below`.
-    fn or(self, below: Set) -> Values {
-        Values {
-            excludes_file: self.excludes_file.or(below.excludes_file).flatten(),
-            attributes_file: self.attributes_file.or(below.attributes_file).flatten(),
-            ignore_case: self.ignore_case.or(below.ignore_case).unwrap_or(false),
-        }
+        None => match gix::config(None, &options) {
+            Ok(file) => (values_of(&file, home), sources(&file)),
+            Err(_) => (Values::default(), Vec::new()),
+        },
     }
 }
 
-/// The system configuration file the user's git reads (`system_config_file`), parsed with its includes;
-/// none when there is none, or it cannot be read or parsed (its keys are then unset, as before).
-fn system_layer(home: Option<&Path>) -> Option<gix::config::File> {
-    let path = system_config_file()?;
-    read_paths(
-        [(path, gix::config::Source::System)].into_iter(),
-        None,
-        home,
-    )
-}
-
-/// The global configuration files (`GIT_CONFIG_GLOBAL`, or `~/.gitconfig` and the XDG file) and, in a
-/// repository, its own `config` (and `config.worktree` where `extensions.worktreeConfig` asks for it),
-/// with the `GIT_CONFIG_COUNT` variables over them: what git reads besides its system file. None when
-/// they cannot be read or parsed.
-fn read_files(repo: Option<&Enclosing>, home: Option<&Path>) -> Option<gix::config::File> {
-    use gix::config::Source;
-    let mut paths: Vec<(PathBuf, Source)> = [Source::Git, Source::User]
-        .into_iter()
-        .filter_map(|source| {
-            let path = source.storage_location(&mut |name| std::env::var_os(name))?;
-            Some((path, source))
-        })
-        .collect();
-    if let Some(repo) = repo {
-        paths.push((repo.common_dir.join("config"), Source::Local));
-        let worktree_config =
-            gix::config::File::from_path_no_includes(repo.common_dir.join("config"), Source::Local)
+/// The values `file` sets, its paths interpolated (`~/` under `home`).
+fn values_of(file: &gix::config::File, home: Option<&Path>) -> Values {
+    let path = |name: &str| {
+        let value = file.path(name).and_then(|value| {
+            value
+                .interpolate(gix::config::path::interpolate::Context {
+                    home_dir: home,
+                    ..Default::default()
+                })
                 .ok()
-                .and_then(|local| local.boolean("extensions.worktreeConfig").ok().flatten())
-                .unwrap_or(false);
-        if worktree_config {
-            paths.push((repo.git_dir.join("config.worktree"), Source::Worktree));
-        }
+        });
+        set_empty(file, name).or(value)
+    };
+    Values {
+        excludes_file: path("core.excludesFile"),
+        attributes_file: path("core.attributesFile"),
+        ignore_case: file
+            .boolean("core.ignoreCase")
+            .ok()
+            .flatten()
+            .unwrap_or(false),
     }
-    let mut file = read_paths(
-        paths.into_iter(),
-        repo.map(|repo| repo.git_dir.as_path()),
-        home,
-    )?;
-    let overrides = gix::config::File::from_environment_overrides().ok()?;
-    file.append(overrides).ok()?;
-    Some(file)
 }
 
-/// The configuration files `paths` that exist, with the sources they are read as, parsed in that order
-/// with their includes (those of `includeIf "gitdir:…"` against `git_dir`); an empty file when none
-/// exists, none when one cannot be read or parsed.
-fn read_paths(
-    paths: impl Iterator<Item = (PathBuf, gix::config::Source)>,
-    git_dir: Option<&Path>,
-    home: Option<&Path>,
-) -> Option<gix::config::File> {
-    let metas: Vec<gix::config::file::Metadata> = paths
-        .filter(|(path, _)| path.is_file())
-        .map(|(path, source)| gix::config::file::Metadata::from(source).at(path))
-        .collect();
+/// A repository's own configuration files, for one gix cannot open: its `config`, and its
+/// `config.worktree` where `extensions.worktreeConfig` asks for it, includes followed (`includeIf
+/// "gitdir:…"` and `"onbranch:…"` judged by its git dir and its `HEAD`). None when they cannot be read
+/// or parsed.
+fn repository_files(repo: &Enclosing, home: Option<&Path>) -> Option<gix::config::File> {
+    use gix::config::Source;
+    let local = repo.common_dir.join("config");
+    let worktree_config = gix::config::File::from_path_no_includes(local.clone(), Source::Local)
+        .ok()
+        .and_then(|local| local.boolean("extensions.worktreeConfig").ok().flatten())
+        .unwrap_or(false);
+    let mut metas = vec![gix::config::file::Metadata::from(Source::Local).at(local)];
+    if worktree_config {
+        metas.push(
+            gix::config::file::Metadata::from(Source::Worktree)
+                .at(repo.git_dir.join("config.worktree")),
+        );
+    }
+    metas.retain(|meta| meta.path.as_deref().is_some_and(Path::is_file));
+    let head = std::fs::read_to_string(repo.git_dir.join("HEAD")).unwrap_or_default();
+    let branch = head
+        .strip_prefix("ref: ")
+        .and_then(|name| gix::refs::FullName::try_from(name.trim()).ok());
     let options = gix::config::file::init::Options {
         includes: gix::config::file::includes::Options::follow(
             gix::config::path::interpolate::Context {
@@ -331,8 +261,8 @@ fn read_paths(
                 ..Default::default()
             },
             gix::config::file::includes::conditional::Context {
-                git_dir,
-                branch_name: None,
+                git_dir: Some(&repo.git_dir),
+                branch_name: branch.as_ref().map(|name| name.as_ref()),
             },
         ),
         ..Default::default()
@@ -392,8 +322,12 @@ pub fn system_files(name: &str) -> Vec<PathBuf> {
 /// `git` on `PATH` or none at a `bin` directory. A value is read from this one (an ignore rule, a `diff`
 /// attribute), where `system_files`' union serves a check that must not miss one.
 pub fn user_system_file(name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
     let etc = Path::new("/etc").join(name);
-    let Some(git) = gits_on_path().next() else {
+    // As a shell finds it: a file named `git` that is not executable is passed over (review).
+    let Some(git) = gits_on_path().find(|git| {
+        std::fs::metadata(git).is_ok_and(|meta| meta.permissions().mode() & 0o111 != 0)
+    }) else {
         return etc;
     };
     let candidates = prefix_files(&git, name);

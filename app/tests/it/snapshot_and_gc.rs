@@ -698,7 +698,9 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
 /// here a script at `PREFIX/bin/git` of the test's own, reading `PREFIX/etc/gitconfig` as such a git
 /// does), not `/etc/gitconfig` alone, which gix reads: a `core.excludesFile` or `core.ignoreCase` set
 /// there applies as for that git's `git add -A` (diff review: neither was applied, and the files it
-/// ignores were snapshotted, and a revert could delete them). In a repository and in a plain directory,
+/// ignores were snapshotted, and a revert could delete them), as it does its conditional includes; a file
+/// named `git` before it on `PATH` that cannot be run is passed over, as a shell passes it over. In a
+/// repository and in a plain directory,
 /// where rewind also ran that `git` (`git config -l`, through gix's reading of the global files) at every
 /// track: the script notes each run, and none may come from rewind. The oracle is git told to read that
 /// file (`GIT_CONFIG_SYSTEM`), in a separate git directory.
@@ -709,6 +711,12 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
         ("excludesFile", false),
         ("ignoreCase", true),
         ("ignoreCase", false),
+        // `includeIf "gitdir:…"` in the system file, judged by the repository's git dir (review).
+        ("a conditional include", true),
+        ("a conditional include for another repository", true),
+        // A file named `git` that cannot be run, before it on `PATH`, is not the git the user runs.
+        ("excludesFile behind a git that cannot run", true),
+        ("excludesFile behind a git that cannot run", false),
     ] {
         let env = Env::plain();
         let root = env.path();
@@ -730,19 +738,49 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
         let system = prefix.path().join("etc/gitconfig");
+        let separate = tempfile::TempDir::new().expect("a git dir");
+        let excludes = prefix.path().join("ignore");
+        std::fs::write(&excludes, "secret.txt\n").expect("write");
+        let set_excludes = format!("[core]\n\texcludesFile = {}\n", excludes.display());
+        let not_run = prefix.path().join("not-run");
+        std::fs::create_dir_all(&not_run).expect("mkdir");
+        std::fs::write(not_run.join("git"), "not a program\n").expect("write");
         match case {
-            "excludesFile" => {
-                let excludes = prefix.path().join("ignore");
-                std::fs::write(&excludes, "secret.txt\n").expect("write");
-                std::fs::write(
-                    &system,
-                    format!("[core]\n\texcludesFile = {}\n", excludes.display()),
-                )
-            }
-            _ => {
+            "ignoreCase" => {
                 std::fs::write(root.join(".gitignore"), "SECRET.TXT\n").expect("write");
                 std::fs::write(&system, "[core]\n\tignoreCase = true\n")
             }
+            // The oracle's git dir is the separate one: the condition names it too.
+            "a conditional include" | "a conditional include for another repository" => {
+                let included = prefix.path().join("included");
+                std::fs::write(&included, &set_excludes).expect("write");
+                // `DIR/` matches the git dirs below DIR (a worktree's `.git`), `DIR` that one.
+                let canonical = |dir: &std::path::Path| {
+                    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+                };
+                let patterns = if case == "a conditional include" {
+                    [
+                        format!("{}/", canonical(root).display()),
+                        canonical(separate.path()).display().to_string(),
+                    ]
+                } else {
+                    [
+                        format!("{}/", prefix.path().join("elsewhere").display()),
+                        prefix.path().join("other").display().to_string(),
+                    ]
+                };
+                let conditions: String = patterns
+                    .iter()
+                    .map(|pattern| {
+                        format!(
+                            "[includeIf \"gitdir:{pattern}\"]\n\tpath = {}\n",
+                            included.display()
+                        )
+                    })
+                    .collect();
+                std::fs::write(&system, conditions)
+            }
+            _ => std::fs::write(&system, &set_excludes),
         }
         .expect("the system file");
         std::fs::write(root.join("a.txt"), "kept\n").expect("write");
@@ -753,7 +791,11 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
             crate::support::git(root, &["init", "-q"]);
         }
 
-        let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+        let first = case
+            .ends_with("cannot run")
+            .then(|| not_run.clone())
+            .into_iter();
+        let path = std::env::join_paths(first.chain([bin.clone()]).chain(std::env::split_paths(
             &std::env::var_os("PATH").unwrap_or_default(),
         )))
         .expect("a PATH");
@@ -770,7 +812,6 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
             std::fs::read_to_string(&ran)
         );
 
-        let separate = tempfile::TempDir::new().expect("a git dir");
         let oracle = |args: &[&str]| {
             let output = std::process::Command::new(git_on_path())
                 .env_clear()
@@ -791,8 +832,9 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
         };
         crate::support::git(separate.path(), &["init", "-q", "--bare"]);
         oracle(&["add", "-A"]);
-        assert!(
-            !oracle(&["ls-files"]).contains("secret"),
+        assert_eq!(
+            oracle(&["ls-files"]).contains("secret"),
+            case.ends_with("another repository"),
             "the case: git ignores the secrets ({case})"
         );
         let expected = oracle(&["write-tree"]);
