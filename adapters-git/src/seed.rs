@@ -86,7 +86,12 @@ impl Seed {
     /// none when the repository's settings or attributes outside the worktree forbid it or its index cannot
     /// be read. The attributes files inside the worktree are the caller's to check (the walk reads them).
     pub fn load(repo: &Enclosing, prefix: &str) -> Option<Seed> {
-        // A system configuration file that cannot be read may set anything.
+        // A system configuration file that cannot be read may set anything, and so may
+        // `GIT_CONFIG_PARAMETERS`, the settings `git -c` hands to the programs it runs (an alias, a
+        // hook), which gix does not read (config review: a clean filter named there was not seen).
+        if std::env::var_os("GIT_CONFIG_PARAMETERS").is_some_and(|v| !v.is_empty()) {
+            return None;
+        }
         let system = crate::git_config::system_configs().ok()?;
         if !settings_allow(repo, &system) || attributes_forbid(repo, prefix, &system) {
             return None;

@@ -581,6 +581,8 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
         "gitconfig's autocrlf",
         "a file gitconfig includes",
         "an attributes file gitconfig names as rewind cannot resolve",
+        // Not a system file: what `git -c` hands to the programs it runs (an alias, a hook).
+        "GIT_CONFIG_PARAMETERS",
     ] {
         let env = Env::plain();
         let root = env.path();
@@ -645,6 +647,9 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
                 prefix.path().join("etc/gitconfig"),
                 "[core]\n\tattributesFile = %(prefix)/attributes\n",
             ),
+            "GIT_CONFIG_PARAMETERS" => {
+                std::fs::write(prefix.path().join("attributes"), "*.txt filter=up\n")
+            }
             _ => {
                 let named = prefix.path().join("attributes");
                 std::fs::write(&named, "*.txt filter=up\n").expect("write");
@@ -660,11 +665,18 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
             &std::env::var_os("PATH").unwrap_or_default(),
         )))
         .expect("a PATH");
-        let output = env
-            .rewind(&["snapshot", "track", "--json"])
-            .env("PATH", path)
-            .output()
-            .expect("runs");
+        let mut rewind = env.rewind(&["snapshot", "track", "--json"]);
+        rewind.env("PATH", path);
+        if declared_in == "GIT_CONFIG_PARAMETERS" {
+            rewind.env(
+                "GIT_CONFIG_PARAMETERS",
+                format!(
+                    "'core.attributesfile'='{}'",
+                    prefix.path().join("attributes").display()
+                ),
+            );
+        }
+        let output = rewind.output().expect("runs");
         assert!(output.status.success(), "{output:?}");
         let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
 
