@@ -320,6 +320,31 @@ impl SqlError {
     }
 }
 
+/// Whether the SQLite database `target` (a file's path; a PostgreSQL URL is not) or one of its files, its
+/// `-wal` and `-shm` beside it, cannot be written now: a read-only mount (`EROFS`), an
+/// immutable file (`EPERM`), no permission (`EACCES`). Asked with `access(2)`, which opens nothing: a
+/// file of the database opened and closed by this process would drop the locks SQLite holds on it.
+fn cannot_be_written(target: &str) -> bool {
+    let file = std::path::Path::new(target);
+    if !file.is_absolute() {
+        return false;
+    }
+    let mut paths = vec![file.to_path_buf()];
+    for suffix in ["-wal", "-shm"] {
+        let mut name = file.as_os_str().to_owned();
+        name.push(suffix);
+        paths.push(name.into());
+    }
+    paths.iter().filter(|path| path.exists()).any(|path| {
+        matches!(
+            rustix::fs::access(path, rustix::fs::Access::WRITE_OK),
+            Err(e) if e == rustix::io::Errno::ROFS
+                || e == rustix::io::Errno::PERM
+                || e == rustix::io::Errno::ACCESS
+        )
+    })
+}
+
 /// Whether a driver error says the disk is full: SQLite's `SQLITE_FULL` or PostgreSQL's `53100`.
 fn is_full(error: &DbErr) -> bool {
     fault_kind(error) == FaultKind::Full
@@ -404,6 +429,12 @@ pub(crate) fn classify(
             source: source.into(),
         },
         FaultKind::Corrupt => SqlError::Corrupt {
+            target,
+            source: source.into(),
+        },
+        // A failed write may be a file or mount that can only be read now (made so under a running server:
+        // SQLite says only `SQLITE_IOERR_WRITE`; review: answered as an internal error).
+        FaultKind::Disk if cannot_be_written(&target) => SqlError::ReadOnly {
             target,
             source: source.into(),
         },

@@ -558,3 +558,57 @@ async fn a_database_replaced_under_the_server_is_said_so_to_the_client() -> Resu
     assert_eq!(messages, json!([]), "nothing was stored");
     app.stop().await
 }
+
+/// A SQLite database made read-only under a running server (its files immutable, as a read-only mount
+/// makes them; SQLite then says only "disk I/O error"): a write is refused with a 500 whose message says
+/// the database can only be read, not "internal error" (review: the log alone had a cause, and it asked
+/// whether the disk was full). Nothing is stored; once writable again the server goes on.
+#[tokio::test]
+async fn a_database_made_read_only_under_the_server_is_said_so_to_the_client() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let files: Vec<std::path::PathBuf> = ["rewind.db", "rewind.db-wal"]
+        .iter()
+        .map(|name| app.data_dir.join(name))
+        .collect();
+    for file in &files {
+        ensure!(
+            chattr("+i", file),
+            "chattr +i {} (an ext4 the tests run on)",
+            file.display()
+        );
+    }
+    let reply = app
+        .post(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": "stored?"}]}),
+        )
+        .await;
+    for file in &files {
+        ensure!(chattr("-i", file), "chattr -i {}", file.display());
+    }
+    let reply = reply?;
+    assert_eq!(reply.status, 500, "{}", reply.body);
+    assert_eq!(reply.body["name"], "UnknownError", "{}", reply.body);
+    let message = reply.body["data"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("can only be read"), "{message}");
+    let messages = app.read(&format!("/session/{session}/message")).await?;
+    assert_eq!(messages, json!([]), "nothing was stored");
+    let stored = app
+        .post(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": "writable again"}]}),
+        )
+        .await?;
+    assert_eq!(stored.status, 200, "{}", stored.body);
+    app.stop().await
+}
+
+/// `chattr FLAG PATH`; whether it succeeded.
+fn chattr(flag: &str, path: &std::path::Path) -> bool {
+    std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .status()
+        .is_ok_and(|status| status.success())
+}
