@@ -191,9 +191,14 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<Path
             // snapshotted and reverted).
             Err(_) => match gix::config(Some(&repo.git_dir), &options) {
                 Ok(mut file) => {
+                    // Its own files over the global ones, and the `GIT_CONFIG_COUNT` settings, which
+                    // `gix::config` put last, over them again, as git orders them (a failed append
+                    // leaves the settings before it).
                     if let Some(own) = repository_files(repo, home_dir.as_deref()) {
-                        // Only fails for files of another object hash; these are of the same.
                         let _ = file.append(own);
+                    }
+                    if let Ok(overrides) = gix::config::File::from_environment_overrides() {
+                        let _ = file.append(overrides);
                     }
                     (values_of(&file, home), sources(&file))
                 }
@@ -316,26 +321,27 @@ pub fn system_files(name: &str) -> Vec<PathBuf> {
     files
 }
 
-/// The system file `name` of the git the user runs, the first `git` on `PATH`, as git itself reads one
-/// alone: `PREFIX/etc/NAME` for a git at `PREFIX/bin/git` (as found, else with symlinks resolved, the
-/// first of the two that exists, else the first), `/etc/NAME` for a prefix of `/usr` or `/`, or with no
-/// `git` on `PATH` or none at a `bin` directory. A value is read from this one (an ignore rule, a `diff`
+/// The system file `name` of the git the user runs (the first executable `git` on `PATH`), as far as
+/// rewind can tell without running it: the first that exists of `PREFIX/etc/NAME` for the prefix the
+/// binary lies at with symlinks resolved, of the one it is found at on `PATH` (Homebrew's
+/// `/opt/homebrew/bin/git` is a link into its cellar; it reads `/opt/homebrew/etc`), and `/etc/NAME`
+/// (where distributions' gits, and Nix's, read theirs). git reads its build's own file alone (its
+/// `sysconfdir`, compiled in: `/etc` for a prefix of `/usr`), which only git can say; a file that exists at
+/// such a prefix is taken to be that git's. A value is read from this one (an ignore rule, a `diff`
 /// attribute), where `system_files`' union serves a check that must not miss one.
 pub fn user_system_file(name: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let etc = Path::new("/etc").join(name);
     // As a shell finds it: a file named `git` that is not executable is passed over (review).
-    let Some(git) = gits_on_path().find(|git| {
+    let git = gits_on_path().find(|git| {
         std::fs::metadata(git).is_ok_and(|meta| meta.permissions().mode() & 0o111 != 0)
-    }) else {
-        return etc;
-    };
-    let candidates = prefix_files(&git, name);
+    });
+    let mut candidates = git.map(|git| prefix_files(&git, name)).unwrap_or_default();
+    candidates.reverse();
+    candidates.push(etc.clone());
     candidates
-        .iter()
+        .into_iter()
         .find(|file| file.exists())
-        .or(candidates.first())
-        .cloned()
         .unwrap_or(etc)
 }
 
@@ -351,7 +357,7 @@ fn gits_on_path() -> impl Iterator<Item = PathBuf> {
 }
 
 /// The system file `name` of a git at `git` (as found, then with symlinks resolved) that lies at
-/// `PREFIX/bin/git`: `PREFIX/etc/NAME`, or `/etc/NAME` for a prefix of `/usr` or `/`.
+/// `PREFIX/bin/git`: `PREFIX/etc/NAME`, or `/etc/NAME` for a prefix of `/usr` or `/`; as found first.
 fn prefix_files(git: &Path, name: &str) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for found in [Some(git.to_path_buf()), std::fs::canonicalize(git).ok()]
@@ -376,26 +382,26 @@ fn prefix_files(git: &Path, name: &str) -> Vec<PathBuf> {
     files
 }
 
-/// The one system configuration file the user's git reads: the one `GIT_CONFIG_SYSTEM` names, else its
-/// own (`user_system_file`); none when `GIT_CONFIG_NOSYSTEM` is set.
-fn system_config_file() -> Option<PathBuf> {
+/// The system configuration file as the environment chooses it: none (`GIT_CONFIG_NOSYSTEM`), the one
+/// `GIT_CONFIG_SYSTEM` names, or git's own (`None` here).
+fn system_config_by_env() -> Option<Option<PathBuf>> {
     if crate::attributes::env_true("GIT_CONFIG_NOSYSTEM") {
-        return None;
+        return Some(None);
     }
-    Some(match std::env::var_os("GIT_CONFIG_SYSTEM") {
-        Some(file) => PathBuf::from(file),
-        None => user_system_file("gitconfig"),
-    })
+    std::env::var_os("GIT_CONFIG_SYSTEM").map(|file| Some(PathBuf::from(file)))
 }
 
-/// The system configuration files git may read (`system_files`), or the one `GIT_CONFIG_SYSTEM` names;
-/// none when `GIT_CONFIG_NOSYSTEM` is set, as git then reads none.
+/// The one system configuration file the user's git reads: the environment's choice, else its own
+/// (`user_system_file`).
+fn system_config_file() -> Option<PathBuf> {
+    system_config_by_env().unwrap_or_else(|| Some(user_system_file("gitconfig")))
+}
+
+/// The system configuration files git may read: the environment's choice, else every candidate
+/// (`system_files`).
 fn system_config_files() -> Vec<PathBuf> {
-    if crate::attributes::env_true("GIT_CONFIG_NOSYSTEM") {
-        return Vec::new();
-    }
-    match std::env::var_os("GIT_CONFIG_SYSTEM") {
-        Some(file) => vec![PathBuf::from(file)],
+    match system_config_by_env() {
+        Some(chosen) => chosen.into_iter().collect(),
         None => system_files("gitconfig"),
     }
 }
@@ -483,7 +489,11 @@ impl Stamp {
         let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
             .filter(|(name, _)| {
                 let name = name.as_encoded_bytes();
-                name.starts_with(b"GIT_") || name == b"HOME" || name == b"XDG_CONFIG_HOME"
+                // `PATH` chooses the system file (`user_system_file`).
+                name.starts_with(b"GIT_")
+                    || name == b"HOME"
+                    || name == b"XDG_CONFIG_HOME"
+                    || name == b"PATH"
             })
             .collect();
         env.sort();

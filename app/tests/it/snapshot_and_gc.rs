@@ -706,16 +706,17 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
     }
 }
 
-/// The ignore rules follow the system `gitconfig` of the git the user runs (the first `git` on `PATH`,
-/// here a script at `PREFIX/bin/git` of the test's own, reading `PREFIX/etc/gitconfig` as such a git
-/// does), not `/etc/gitconfig` alone, which gix reads: a `core.excludesFile` or `core.ignoreCase` set
-/// there applies as for that git's `git add -A` (diff review: neither was applied, and the files it
-/// ignores were snapshotted, and a revert could delete them), as it does its conditional includes; a file
-/// named `git` before it on `PATH` that cannot be run is passed over, as a shell passes it over. In a
-/// repository and in a plain directory,
-/// where rewind also ran that `git` (`git config -l`, through gix's reading of the global files) at every
-/// track: the script notes each run, and none may come from rewind. The oracle is git told to read that
-/// file (`GIT_CONFIG_SYSTEM`), in a separate git directory.
+/// The ignore rules follow the system `gitconfig` of the git the user runs as rewind finds it without
+/// running git (`git_config::user_system_file`: `PREFIX/etc/gitconfig` of the first executable `git` on
+/// `PATH` at `PREFIX/bin/git` when it exists; here a script of the test's own), not `/etc/gitconfig` alone,
+/// which gix reads: a `core.excludesFile` or `core.ignoreCase` set there applies as git's `git add -A`
+/// applies that file (diff review: neither was applied, and the files it ignores were snapshotted, and a
+/// revert could delete them), as do its conditional includes; a file named `git` before it on `PATH` that
+/// cannot be run is passed over, as a shell passes it over. No git here was built for that prefix (git
+/// reads its build's own file alone), so the oracle is git told that file (`GIT_CONFIG_SYSTEM`), in a
+/// separate git directory. In a repository and in a plain directory, where rewind also ran the `git` on
+/// `PATH` (`git config -l`, through gix's reading of the global files) at every track: the script notes
+/// each run, and none may come from rewind.
 #[test]
 fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
     for (case, in_repo) in [
@@ -729,6 +730,9 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
         // A file named `git` that cannot be run, before it on `PATH`, is not the git the user runs.
         ("excludesFile behind a git that cannot run", true),
         ("excludesFile behind a git that cannot run", false),
+        // The first git on `PATH` a link at `OTHER/bin/git` to this one: this one's prefix is taken
+        // first, where the git it runs lies, though `OTHER/etc/gitconfig` exists too.
+        ("excludesFile through a link from another prefix", true),
     ] {
         let env = Env::plain();
         let root = env.path();
@@ -803,10 +807,25 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
             crate::support::git(root, &["init", "-q"]);
         }
 
-        let first = case
-            .ends_with("cannot run")
-            .then(|| not_run.clone())
-            .into_iter();
+        let other = prefix.path().join("other");
+        std::fs::create_dir_all(other.join("bin")).expect("mkdir");
+        std::fs::create_dir_all(other.join("etc")).expect("mkdir");
+        std::os::unix::fs::symlink(&script, other.join("bin/git")).expect("link");
+        let ignores_all = prefix.path().join("ignores-all");
+        std::fs::write(&ignores_all, "*.txt\n").expect("write");
+        std::fs::write(
+            other.join("etc/gitconfig"),
+            format!("[core]\n\texcludesFile = {}\n", ignores_all.display()),
+        )
+        .expect("write");
+        let first = if case.ends_with("cannot run") {
+            Some(not_run.clone())
+        } else if case.ends_with("another prefix") {
+            Some(other.join("bin"))
+        } else {
+            None
+        }
+        .into_iter();
         let path = std::env::join_paths(first.chain([bin.clone()]).chain(std::env::split_paths(
             &std::env::var_os("PATH").unwrap_or_default(),
         )))
@@ -858,10 +877,71 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
     }
 }
 
-/// The `diff` attributes come from the system `gitattributes` of the git the user runs (the first `git`
-/// on `PATH`, at `PREFIX/bin/git`), as git reads its own alone: a `-diff` in another installation's file
-/// (a second `git` further on `PATH`) does not mark a file binary (diff review: every candidate file was
-/// read, as seeding must read them). A binary file's row has no line diff (an empty patch).
+/// In a repository gix cannot open (one of SHA-256 objects), whose configuration rewind assembles, the
+/// settings of `GIT_CONFIG_COUNT` win over the repository's own, as in git (review of this change: its own
+/// files were added after them). The oracle is git with the same variables in a separate git directory,
+/// which does not read the repository's own `core.excludesFile`.
+#[test]
+fn the_environment_s_settings_win_over_a_sha256_repository_s_own() {
+    let env = Env::plain();
+    let root = env.path();
+    crate::support::git(root, &["init", "-q", "--object-format=sha256"]);
+    let rules = tempfile::TempDir::new().expect("rules");
+    let (own, from_env) = (rules.path().join("own"), rules.path().join("env"));
+    std::fs::write(&own, "a.txt\n").expect("write");
+    std::fs::write(&from_env, "b.txt\n").expect("write");
+    crate::support::git(
+        root,
+        &["config", "core.excludesFile", &own.display().to_string()],
+    );
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(root.join(name), name).expect("write");
+    }
+    let variables = [
+        ("GIT_CONFIG_COUNT", "1".to_owned()),
+        ("GIT_CONFIG_KEY_0", "core.excludesFile".to_owned()),
+        ("GIT_CONFIG_VALUE_0", from_env.display().to_string()),
+    ];
+    let mut rewind = env.rewind(&["snapshot", "track", "--json"]);
+    rewind.envs(variables.iter().map(|(k, v)| (k, v)));
+    let output = rewind.output().expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+
+    let separate = tempfile::TempDir::new().expect("a git dir");
+    crate::support::git(separate.path(), &["init", "-q", "--bare"]);
+    let oracle = |args: &[&str]| {
+        let output = std::process::Command::new(git_on_path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", env.config_home.path())
+            .env("XDG_CONFIG_HOME", env.config_home.path())
+            .envs(variables.iter().map(|(k, v)| (k, v)))
+            .arg("--git-dir")
+            .arg(separate.path())
+            .arg("--work-tree")
+            .arg(root)
+            .args(args)
+            .current_dir(root)
+            .output()
+            .expect("git runs");
+        assert!(output.status.success(), "git {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    oracle(&["add", "-A"]);
+    assert_eq!(oracle(&["ls-files"]), "a.txt\nc.txt", "the case");
+    assert_eq!(
+        tracked["id"].as_str(),
+        Some(oracle(&["write-tree"]).as_str()),
+        "{tracked}"
+    );
+}
+
+/// The `diff` attributes come from one system `gitattributes`, the one rewind takes for the git the user
+/// runs (the first `git` on `PATH`, here a link at `PREFIX/bin/git`, whose `PREFIX/etc/gitattributes`
+/// exists: `git_config::user_system_file`), as git reads one alone: a `-diff` in the file of a second
+/// `git` further on `PATH` does not mark a file binary (diff review: every candidate file was read, as
+/// seeding must read them). A binary file's row has no line diff (an empty patch).
 #[test]
 fn diffs_read_the_system_attributes_of_the_git_on_path_alone() {
     let env = Env::plain();
