@@ -843,24 +843,8 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
             std::fs::read_to_string(&ran)
         );
 
-        let oracle = |args: &[&str]| {
-            let output = std::process::Command::new(git_on_path())
-                .env_clear()
-                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-                .env("HOME", env.config_home.path())
-                .env("XDG_CONFIG_HOME", env.config_home.path())
-                .env("GIT_CONFIG_SYSTEM", &system)
-                .arg("--git-dir")
-                .arg(separate.path())
-                .arg("--work-tree")
-                .arg(root)
-                .args(args)
-                .current_dir(root)
-                .output()
-                .expect("git runs");
-            assert!(output.status.success(), "git {args:?}: {output:?}");
-            String::from_utf8_lossy(&output.stdout).trim().to_owned()
-        };
+        let system_env = [("GIT_CONFIG_SYSTEM", system.as_os_str())];
+        let oracle = |args: &[&str]| git_in_separate_dir(&env, separate.path(), &system_env, args);
         crate::support::git(separate.path(), &["init", "-q", "--bare"]);
         oracle(&["add", "-A"]);
         assert_eq!(
@@ -875,6 +859,32 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
             "git's tree ({case}, in a repository: {in_repo}): {tracked}"
         );
     }
+}
+
+/// `git --git-dir SEPARATE --work-tree WORKTREE ARGS…` run from the worktree with the environment's empty
+/// home and, besides `PATH`, the variables `vars` alone: a track's oracle. Its output, trimmed.
+fn git_in_separate_dir(
+    env: &Env,
+    separate: &std::path::Path,
+    vars: &[(&str, &std::ffi::OsStr)],
+    args: &[&str],
+) -> String {
+    let output = std::process::Command::new(git_on_path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", env.config_home.path())
+        .env("XDG_CONFIG_HOME", env.config_home.path())
+        .envs(vars.iter().copied())
+        .arg("--git-dir")
+        .arg(separate)
+        .arg("--work-tree")
+        .arg(env.path())
+        .args(args)
+        .current_dir(env.path())
+        .output()
+        .expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {output:?}");
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
 /// In a repository gix cannot open (one of SHA-256 objects), whose configuration rewind assembles, the
@@ -910,24 +920,11 @@ fn the_environment_s_settings_win_over_a_sha256_repository_s_own() {
 
     let separate = tempfile::TempDir::new().expect("a git dir");
     crate::support::git(separate.path(), &["init", "-q", "--bare"]);
-    let oracle = |args: &[&str]| {
-        let output = std::process::Command::new(git_on_path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", env.config_home.path())
-            .env("XDG_CONFIG_HOME", env.config_home.path())
-            .envs(variables.iter().map(|(k, v)| (k, v)))
-            .arg("--git-dir")
-            .arg(separate.path())
-            .arg("--work-tree")
-            .arg(root)
-            .args(args)
-            .current_dir(root)
-            .output()
-            .expect("git runs");
-        assert!(output.status.success(), "git {args:?}: {output:?}");
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
-    };
+    let variables: Vec<(&str, &std::ffi::OsStr)> = variables
+        .iter()
+        .map(|(k, v)| (*k, std::ffi::OsStr::new(v)))
+        .collect();
+    let oracle = |args: &[&str]| git_in_separate_dir(&env, separate.path(), &variables, args);
     oracle(&["add", "-A"]);
     assert_eq!(oracle(&["ls-files"]), "a.txt\nc.txt", "the case");
     assert_eq!(
