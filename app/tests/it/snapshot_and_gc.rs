@@ -564,6 +564,23 @@ fn git_on_path() -> std::path::PathBuf {
         .expect("git on PATH")
 }
 
+/// A directory of the test's own laid out as a git installation's prefix: `bin/` and `etc/`, empty.
+fn git_prefix() -> tempfile::TempDir {
+    let prefix = tempfile::TempDir::new().expect("prefix");
+    for dir in ["bin", "etc"] {
+        std::fs::create_dir_all(prefix.path().join(dir)).expect("mkdir");
+    }
+    prefix
+}
+
+/// The test's `PATH` with `dirs` before it.
+fn path_after(dirs: impl IntoIterator<Item = std::path::PathBuf>) -> std::ffi::OsString {
+    std::env::join_paths(dirs.into_iter().chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("a PATH")
+}
+
 /// git reads its system files under its own prefix (a git built into `/usr/local` reads
 /// `/usr/local/etc/gitattributes` and `/usr/local/etc/gitconfig`, Homebrew's `/opt/homebrew/etc/…`), not
 /// only `/etc`'s: a filter declared there, or in the attributes file its system `gitconfig` names, or
@@ -586,10 +603,8 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
     ] {
         let env = Env::plain();
         let root = env.path();
-        let prefix = tempfile::TempDir::new().expect("prefix");
+        let prefix = git_prefix();
         let bin = prefix.path().join("bin");
-        std::fs::create_dir_all(&bin).expect("mkdir");
-        std::fs::create_dir_all(prefix.path().join("etc")).expect("mkdir");
         std::os::unix::fs::symlink(git_on_path(), bin.join("git")).expect("link");
 
         // Committed through a clean filter the repository declares in `info/attributes`, which is then
@@ -661,10 +676,7 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
         }
         .expect("the system file");
 
-        let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
-            &std::env::var_os("PATH").unwrap_or_default(),
-        )))
-        .expect("a PATH");
+        let path = path_after([bin.clone()]);
         let mut rewind = env.rewind(&["snapshot", "track", "--json"]);
         rewind.env("PATH", path);
         if declared_in == "GIT_CONFIG_PARAMETERS" {
@@ -736,10 +748,8 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
     ] {
         let env = Env::plain();
         let root = env.path();
-        let prefix = tempfile::TempDir::new().expect("prefix");
+        let prefix = git_prefix();
         let bin = prefix.path().join("bin");
-        std::fs::create_dir_all(&bin).expect("mkdir");
-        std::fs::create_dir_all(prefix.path().join("etc")).expect("mkdir");
         let ran = prefix.path().join("ran");
         let script = bin.join("git");
         std::fs::write(
@@ -807,9 +817,8 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
             crate::support::git(root, &["init", "-q"]);
         }
 
-        let other = prefix.path().join("other");
-        std::fs::create_dir_all(other.join("bin")).expect("mkdir");
-        std::fs::create_dir_all(other.join("etc")).expect("mkdir");
+        let other_prefix = git_prefix();
+        let other = other_prefix.path();
         std::os::unix::fs::symlink(&script, other.join("bin/git")).expect("link");
         let ignores_all = prefix.path().join("ignores-all");
         std::fs::write(&ignores_all, "*.txt\n").expect("write");
@@ -826,10 +835,7 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
             None
         }
         .into_iter();
-        let path = std::env::join_paths(first.chain([bin.clone()]).chain(std::env::split_paths(
-            &std::env::var_os("PATH").unwrap_or_default(),
-        )))
-        .expect("a PATH");
+        let path = path_after(first.chain([bin.clone()]));
         let output = env
             .rewind(&["snapshot", "track", "--json"])
             .env("PATH", &path)
@@ -943,22 +949,12 @@ fn the_environment_s_settings_win_over_a_sha256_repository_s_own() {
 fn diffs_read_the_system_attributes_of_the_git_on_path_alone() {
     let env = Env::plain();
     let root = env.path();
-    let first = tempfile::TempDir::new().expect("prefix");
-    let second = tempfile::TempDir::new().expect("prefix");
+    let (first, second) = (git_prefix(), git_prefix());
     for (prefix, attributes) in [(&first, "*.dat -diff\n"), (&second, "*.txt -diff\n")] {
-        std::fs::create_dir_all(prefix.path().join("bin")).expect("mkdir");
-        std::fs::create_dir_all(prefix.path().join("etc")).expect("mkdir");
         std::os::unix::fs::symlink(git_on_path(), prefix.path().join("bin/git")).expect("link");
         std::fs::write(prefix.path().join("etc/gitattributes"), attributes).expect("write");
     }
-    let path = std::env::join_paths(
-        [first.path().join("bin"), second.path().join("bin")]
-            .into_iter()
-            .chain(std::env::split_paths(
-                &std::env::var_os("PATH").unwrap_or_default(),
-            )),
-    )
-    .expect("a PATH");
+    let path = path_after([first.path().join("bin"), second.path().join("bin")]);
     std::fs::write(root.join("a.txt"), "one\n").expect("write");
     std::fs::write(root.join("b.dat"), "one\n").expect("write");
     let rewind = |args: &[&str]| {
