@@ -2975,11 +2975,6 @@ pub fn plan(
 /// becomes the deletion the revert carries out (diff review: the preview said `keep` for a file the
 /// revert removed).
 fn made_way(current: &TrackedNow<'_>, actions: &mut Vec<FileAction>) -> GitResult<()> {
-    let named: HashMap<String, usize> = actions
-        .iter()
-        .enumerate()
-        .map(|(at, a)| (a.path.as_str().to_owned(), at))
-        .collect();
     let mut listed = HashSet::new();
     let mut made_way = Vec::new();
     for action in actions.iter().filter(|a| a.action == FileActionKind::Write) {
@@ -3005,19 +3000,29 @@ fn made_way(current: &TrackedNow<'_>, actions: &mut Vec<FileAction>) -> GitResul
             }
         }
     }
-    for (parent, from, reason) in made_way {
-        match named.get(&parent) {
-            Some(&at) if actions[at].action == FileActionKind::Keep => {
-                actions[at].action = FileActionKind::Delete;
-                actions[at].reason = Some(reason);
+    let at: HashMap<&str, usize> = made_way
+        .iter()
+        .enumerate()
+        .map(|(i, (parent, _, _))| (parent.as_str(), i))
+        .collect();
+    let mut named = vec![false; made_way.len()];
+    for action in actions.iter_mut() {
+        if let Some(&i) = at.get(action.path.as_str()) {
+            named[i] = true;
+            if action.action == FileActionKind::Keep {
+                action.action = FileActionKind::Delete;
+                action.reason = Some(made_way[i].2.clone());
             }
-            Some(_) => {}
-            None => actions.push(FileAction {
-                path: RelPath::new(&parent).map_err(|e| GitError::Other(e.to_string()))?,
+        }
+    }
+    for ((parent, from, reason), named) in made_way.iter().zip(named) {
+        if !named {
+            actions.push(FileAction {
+                path: RelPath::new(parent).map_err(|e| GitError::Other(e.to_string()))?,
                 action: FileActionKind::Delete,
-                from,
-                reason: Some(reason),
-            }),
+                from: from.clone(),
+                reason: Some(reason.clone()),
+            });
         }
     }
     Ok(())
