@@ -574,7 +574,7 @@ fn git_prefix() -> tempfile::TempDir {
 }
 
 /// The test's `PATH` with `dirs` before it.
-fn path_after(dirs: impl IntoIterator<Item = std::path::PathBuf>) -> std::ffi::OsString {
+fn path_led_by(dirs: impl IntoIterator<Item = std::path::PathBuf>) -> std::ffi::OsString {
     std::env::join_paths(dirs.into_iter().chain(std::env::split_paths(
         &std::env::var_os("PATH").unwrap_or_default(),
     )))
@@ -676,7 +676,7 @@ fn a_filter_in_the_system_files_of_the_git_on_path_turns_seeding_off() {
         }
         .expect("the system file");
 
-        let path = path_after([bin.clone()]);
+        let path = path_led_by([bin.clone()]);
         let mut rewind = env.rewind(&["snapshot", "track", "--json"]);
         rewind.env("PATH", path);
         if declared_in == "GIT_CONFIG_PARAMETERS" {
@@ -835,7 +835,7 @@ fn the_system_gitconfig_of_the_git_on_path_sets_the_ignore_rules() {
             None
         }
         .into_iter();
-        let path = path_after(first.chain([bin.clone()]));
+        let path = path_led_by(first.chain([bin.clone()]));
         let output = env
             .rewind(&["snapshot", "track", "--json"])
             .env("PATH", &path)
@@ -954,7 +954,7 @@ fn diffs_read_the_system_attributes_of_the_git_on_path_alone() {
         std::os::unix::fs::symlink(git_on_path(), prefix.path().join("bin/git")).expect("link");
         std::fs::write(prefix.path().join("etc/gitattributes"), attributes).expect("write");
     }
-    let path = path_after([first.path().join("bin"), second.path().join("bin")]);
+    let path = path_led_by([first.path().join("bin"), second.path().join("bin")]);
     std::fs::write(root.join("a.txt"), "one\n").expect("write");
     std::fs::write(root.join("b.dat"), "one\n").expect("write");
     let rewind = |args: &[&str]| {
