@@ -6,6 +6,7 @@ use std::time::Instant;
 use axum::Json;
 use axum::extract::{Extension, State};
 use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
 use rewind_core::RevertTarget;
 use rewind_core::model::{
     FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId, Role, Session, SessionId,
@@ -22,7 +23,7 @@ use super::dto::{
 };
 use super::error::ApiError;
 use super::extract::{JsonBody, PathIds, QueryParams};
-use super::security::RequestDirectory;
+use super::security::{NoOpenStep, RequestDirectory};
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
@@ -507,7 +508,7 @@ pub async fn revert(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
     JsonBody(body): JsonBody<RevertBody>,
-) -> ApiResult<Session> {
+) -> Result<Response, ApiError> {
     let target = revert_target(body.message_id, body.part_id)?;
     let started = Instant::now();
     let (session, counts) = state
@@ -517,7 +518,19 @@ pub async fn revert(
         .await
         .map_err(in_session(&path.id))?;
     log_file_operation("revert", &path.id, counts, started);
-    Ok(Json(session))
+    Ok(without_open_step(session))
+}
+
+/// The session as the answer, saying to the guard (`security::guard`) when it has no open step: the
+/// step timeout's renewal after the request (`Rewind::note_request`, a read of the session) has then
+/// nothing to renew. A revert or unrevert runs only without one.
+fn without_open_step(session: Session) -> Response {
+    let open = session.step.is_some();
+    let mut response = Json(session).into_response();
+    if !open {
+        response.extensions_mut().insert(NoOpenStep);
+    }
+    response
 }
 
 /// The one log line of a revert or unrevert: the session, the files written, deleted and kept, the time.
@@ -540,7 +553,7 @@ fn log_file_operation(what: &str, session: &SessionId, counts: FileCounts, start
 pub async fn unrevert(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
-) -> ApiResult<Session> {
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     let (session, counts) = state
         .services
@@ -549,7 +562,7 @@ pub async fn unrevert(
         .await
         .map_err(in_session(&path.id))?;
     log_file_operation("unrevert", &path.id, counts, started);
-    Ok(Json(session))
+    Ok(without_open_step(session))
 }
 
 /// Makes the current revert permanent (cleanup): the hidden messages and parts are deleted.

@@ -103,7 +103,9 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         method,
         axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
     );
-    if let Some(session) = session.filter(|_| !reads)
+    // A route that answered with the session and no open step in it has nothing to renew.
+    let no_step = response.extensions().get::<NoOpenStep>().is_some();
+    if let Some(session) = session.filter(|_| !reads && !no_step)
         && let Err(error) = state.services.rewind.note_request(&session, arrived).await
     {
         tracing::warn!(%session, %error, "cannot renew the session's open step");
@@ -113,6 +115,11 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
     }
     response
 }
+
+/// Put in a response by a route that answers with the session, when it has no open step: the step
+/// timeout's renewal after the request has nothing to do (its read of the session is saved).
+#[derive(Clone, Copy, Debug)]
+pub struct NoOpenStep;
 
 /// The session a `/session/{id}…` path names, when the id is well-formed (percent-decoded first, as the
 /// router decodes it).
