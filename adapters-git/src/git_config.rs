@@ -170,6 +170,13 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<Path
     if let Some(system) = system_config_file() {
         options = options.system_config_path(system);
     }
+    // git takes an empty `XDG_CONFIG_HOME` as unset (`~/.config/git/config` is read); gix would read
+    // `git/config` under the current directory (config review).
+    if std::env::var_os("XDG_CONFIG_HOME").is_some_and(|value| value.is_empty()) {
+        let mut permissions = gix::open::Permissions::default();
+        permissions.env.xdg_config_home = gix::sec::Permission::Deny;
+        options = options.permissions(permissions);
+    }
     match enclosing {
         Some(repo) => match gix::open_opts(&repo.found_at, options.clone()) {
             Ok(opened) => {

@@ -940,6 +940,57 @@ fn the_environment_s_settings_win_over_a_sha256_repository_s_own() {
     );
 }
 
+/// An empty `XDG_CONFIG_HOME` is taken as unset, as git takes it: `~/.config/git/config` is read, and no
+/// `git/config` under the current directory (config review: gix read the latter, in the worktree). In a
+/// repository and in a plain directory; the oracle is git with the same variables.
+#[test]
+fn an_empty_xdg_config_home_is_unset_as_for_git() {
+    for in_repo in [true, false] {
+        let env = Env::plain();
+        let root = env.path();
+        let rules = tempfile::TempDir::new().expect("rules");
+        let configured = |ignored: &str, name: &str| {
+            let file = rules.path().join(name);
+            std::fs::write(&file, format!("{ignored}\n")).expect("write");
+            format!("[core]\n\texcludesFile = {}\n", file.display())
+        };
+        let home_config = env.config_home.path().join(".config/git/config");
+        std::fs::create_dir_all(home_config.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&home_config, configured("secret.txt", "home")).expect("write");
+        std::fs::create_dir_all(root.join("git")).expect("mkdir");
+        std::fs::write(root.join("git/config"), configured("a.txt", "here")).expect("write");
+        for name in ["a.txt", "secret.txt", "c.txt"] {
+            std::fs::write(root.join(name), name).expect("write");
+        }
+        if in_repo {
+            crate::support::git(root, &["init", "-q"]);
+        }
+        let output = env
+            .rewind(&["snapshot", "track", "--json"])
+            .env("XDG_CONFIG_HOME", "")
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+
+        let separate = tempfile::TempDir::new().expect("a git dir");
+        crate::support::git(separate.path(), &["init", "-q", "--bare"]);
+        let vars = [("XDG_CONFIG_HOME", std::ffi::OsStr::new(""))];
+        let oracle = |args: &[&str]| git_in_separate_dir(&env, separate.path(), &vars, args);
+        oracle(&["add", "-A"]);
+        assert_eq!(
+            oracle(&["ls-files"]),
+            "a.txt\nc.txt\ngit/config",
+            "the case: git reads the home's file"
+        );
+        assert_eq!(
+            tracked["id"].as_str(),
+            Some(oracle(&["write-tree"]).as_str()),
+            "in a repository: {in_repo}: {tracked}"
+        );
+    }
+}
+
 /// The `diff` attributes come from one system `gitattributes`, the one rewind takes for the git the user
 /// runs (the first `git` on `PATH`, here a link at `PREFIX/bin/git`, whose `PREFIX/etc/gitattributes`
 /// exists: `git_config::user_system_file`), as git reads one alone: a `-diff` in the file of a second
