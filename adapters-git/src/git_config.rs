@@ -170,6 +170,11 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<Path
     if let Some(system) = system_config_file() {
         options = options.system_config_path(system);
     }
+    // What `git -c` hands to the programs it runs (an alias, a hook), which gix does not read itself.
+    let parameters = config_parameters();
+    if !parameters.is_empty() {
+        options = options.cli_overrides(parameters);
+    }
     // git takes an empty `XDG_CONFIG_HOME` as unset (`~/.config/git/config` is read); gix would read
     // `git/config` under the current directory (config review).
     if std::env::var_os("XDG_CONFIG_HOME").is_some_and(|value| value.is_empty()) {
@@ -216,6 +221,65 @@ fn read(enclosing: Option<&Enclosing>, home: Option<&Path>) -> (Values, Vec<Path
             Ok(file) => (values_of(&file, home), sources(&file)),
             Err(_) => (Values::default(), Vec::new()),
         },
+    }
+}
+
+/// The settings `GIT_CONFIG_PARAMETERS` holds, as git reads them (`'key'='value'`, or the older
+/// `'key=value'`, shell-quoted and separated by spaces), each as `key=value` (`key` alone, an implicit
+/// true) for gix's command-line overrides; none when it is unset or malformed (git refuses it then).
+fn config_parameters() -> Vec<gix::bstr::BString> {
+    let Some(value) = std::env::var_os("GIT_CONFIG_PARAMETERS") else {
+        return Vec::new();
+    };
+    parse_config_parameters(value.as_encoded_bytes()).unwrap_or_default()
+}
+
+/// `config_parameters` of the variable's bytes; none when malformed.
+fn parse_config_parameters(mut rest: &[u8]) -> Option<Vec<gix::bstr::BString>> {
+    let mut settings = Vec::new();
+    loop {
+        rest = rest.trim_ascii_start();
+        if rest.is_empty() {
+            return Some(settings);
+        }
+        let (key, after) = sq_dequote_step(rest)?;
+        rest = after;
+        let mut setting = key;
+        if let Some(after) = rest.strip_prefix(b"=") {
+            // The newer form, `'key'='value'`, or `'key'=` for an implicit true.
+            if after.first() == Some(&b'\'') {
+                let (value, after) = sq_dequote_step(after)?;
+                setting.push(b'=');
+                setting.extend_from_slice(&value);
+                rest = after;
+            } else {
+                rest = after;
+            }
+        }
+        if rest.first().is_some_and(|b| !b.is_ascii_whitespace()) {
+            return None;
+        }
+        settings.push(setting.into());
+    }
+}
+
+/// One shell-quoted word at the start of `text` (`'…'`, a quote inside written `'\''`), and what follows
+/// it; none when `text` does not start with one or it is not closed.
+fn sq_dequote_step(text: &[u8]) -> Option<(Vec<u8>, &[u8])> {
+    let mut rest = text.strip_prefix(b"'")?;
+    let mut word = Vec::new();
+    loop {
+        let end = rest.iter().position(|&b| b == b'\'')?;
+        word.extend_from_slice(&rest[..end]);
+        rest = &rest[end + 1..];
+        // `'\''` and `'\!'` stand for a quote and an exclamation mark inside the word.
+        match rest {
+            [b'\\', c @ (b'\'' | b'!'), b'\'', after @ ..] => {
+                word.push(*c);
+                rest = after;
+            }
+            _ => return Some((word, rest)),
+        }
     }
 }
 
@@ -532,6 +596,51 @@ mod tests {
 
     fn set_excludes(dir: &Path, value: &str) {
         git(dir, &["config", "core.excludesFile", value]);
+    }
+
+    /// `GIT_CONFIG_PARAMETERS` as git itself writes it for the programs it runs (read back through an
+    /// alias that prints it): quotes, spaces, an implicit true and an escaped `!`, and the older form.
+    #[test]
+    fn git_config_parameters_are_read_as_git_writes_them() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let output = std::process::Command::new("git")
+            .args([
+                "-c",
+                "core.excludesFile=/tmp/a b's",
+                "-c",
+                "core.ignoreCase",
+                "-c",
+                "alias.shown=!printenv GIT_CONFIG_PARAMETERS",
+                "shown",
+            ])
+            .env_remove("GIT_CONFIG_PARAMETERS")
+            .current_dir(dir.path())
+            .output()
+            .expect("run git");
+        assert!(output.status.success(), "{output:?}");
+        let written = String::from_utf8_lossy(&output.stdout);
+        let parsed = parse_config_parameters(written.trim_end().as_bytes()).expect("well-formed");
+        let parsed: Vec<String> = parsed.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            parsed,
+            [
+                "core.excludesFile=/tmp/a b's",
+                "core.ignoreCase",
+                "alias.shown=!printenv GIT_CONFIG_PARAMETERS",
+            ],
+            "{written}"
+        );
+        assert_eq!(
+            parse_config_parameters(b"'core.excludesfile=/x' 'core.ignorecase'")
+                .expect("the older form")
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["core.excludesfile=/x", "core.ignorecase"]
+        );
+        for malformed in [&b"core.x=1"[..], b"'core.x'=1", b"'core.x", b"'a''b'"] {
+            assert_eq!(parse_config_parameters(malformed), None, "{malformed:?}");
+        }
     }
 
     /// `core.excludesFile` set to the empty string is how git is told to read no global excludes file:

@@ -991,6 +991,51 @@ fn an_empty_xdg_config_home_is_unset_as_for_git() {
     }
 }
 
+/// The settings `git -c` hands to the programs it runs (`GIT_CONFIG_PARAMETERS`, for rewind run from a
+/// git alias or hook) set the ignore rules as for git (config review: gix does not read them, and the
+/// files they ignore were snapshotted). In a repository and in a plain directory; the oracle is git with
+/// the same variable.
+#[test]
+fn git_c_settings_handed_down_set_the_ignore_rules() {
+    for in_repo in [true, false] {
+        let env = Env::plain();
+        let root = env.path();
+        let rules = tempfile::TempDir::new().expect("rules");
+        let excludes = rules.path().join("it's ignored");
+        std::fs::write(&excludes, "secret.txt\n").expect("write");
+        for name in ["a.txt", "secret.txt"] {
+            std::fs::write(root.join(name), name).expect("write");
+        }
+        if in_repo {
+            crate::support::git(root, &["init", "-q"]);
+        }
+        // As git writes it: each word shell-quoted, a quote inside as `'\''`.
+        let parameters = format!(
+            "'core.excludesFile'='{}'",
+            excludes.display().to_string().replace('\'', "'\\''")
+        );
+        let output = env
+            .rewind(&["snapshot", "track", "--json"])
+            .env("GIT_CONFIG_PARAMETERS", &parameters)
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+
+        let separate = tempfile::TempDir::new().expect("a git dir");
+        crate::support::git(separate.path(), &["init", "-q", "--bare"]);
+        let vars = [("GIT_CONFIG_PARAMETERS", std::ffi::OsStr::new(&parameters))];
+        let oracle = |args: &[&str]| git_in_separate_dir(&env, separate.path(), &vars, args);
+        oracle(&["add", "-A"]);
+        assert_eq!(oracle(&["ls-files"]), "a.txt", "the case: git ignores it");
+        assert_eq!(
+            tracked["id"].as_str(),
+            Some(oracle(&["write-tree"]).as_str()),
+            "in a repository: {in_repo}: {tracked}"
+        );
+    }
+}
+
 /// The `diff` attributes come from one system `gitattributes`, the one rewind takes for the git the user
 /// runs (the first `git` on `PATH`, here a link at `PREFIX/bin/git`, whose `PREFIX/etc/gitattributes`
 /// exists: `git_config::user_system_file`), as git reads one alone: a `-diff` in the file of a second
