@@ -913,31 +913,48 @@ fn the_environment_s_settings_win_over_a_sha256_repository_s_own() {
     for name in ["a.txt", "b.txt", "c.txt"] {
         std::fs::write(root.join(name), name).expect("write");
     }
+    let from_env = from_env.into_os_string();
     let variables = [
-        ("GIT_CONFIG_COUNT", "1".to_owned()),
-        ("GIT_CONFIG_KEY_0", "core.excludesFile".to_owned()),
-        ("GIT_CONFIG_VALUE_0", from_env.display().to_string()),
+        ("GIT_CONFIG_COUNT", std::ffi::OsStr::new("1")),
+        (
+            "GIT_CONFIG_KEY_0",
+            std::ffi::OsStr::new("core.excludesFile"),
+        ),
+        ("GIT_CONFIG_VALUE_0", from_env.as_os_str()),
     ];
-    let mut rewind = env.rewind(&["snapshot", "track", "--json"]);
-    rewind.envs(variables.iter().map(|(k, v)| (k, v)));
-    let output = rewind.output().expect("runs");
+    let (tracked, git) = tracked_and_git(&env, &variables);
+    assert_eq!(git.files, "a.txt\nc.txt", "the case");
+    assert_eq!(tracked, git.tree);
+}
+
+/// What git makes of a worktree (`add -A` in a separate git directory).
+struct GitView {
+    /// `ls-files`.
+    files: String,
+    /// `write-tree`.
+    tree: String,
+}
+
+/// `snapshot track` of the environment's worktree with the variables `vars` set for rewind, and git's view
+/// of it with the same variables (`git_in_separate_dir`): rewind's id and git's view.
+fn tracked_and_git(env: &Env, vars: &[(&str, &std::ffi::OsStr)]) -> (String, GitView) {
+    let output = env
+        .rewind(&["snapshot", "track", "--json"])
+        .envs(vars.iter().copied())
+        .output()
+        .expect("runs");
     assert!(output.status.success(), "{output:?}");
     let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-
     let separate = tempfile::TempDir::new().expect("a git dir");
     crate::support::git(separate.path(), &["init", "-q", "--bare"]);
-    let variables: Vec<(&str, &std::ffi::OsStr)> = variables
-        .iter()
-        .map(|(k, v)| (*k, std::ffi::OsStr::new(v)))
-        .collect();
-    let oracle = |args: &[&str]| git_in_separate_dir(&env, separate.path(), &variables, args);
+    let oracle = |args: &[&str]| git_in_separate_dir(env, separate.path(), vars, args);
     oracle(&["add", "-A"]);
-    assert_eq!(oracle(&["ls-files"]), "a.txt\nc.txt", "the case");
-    assert_eq!(
-        tracked["id"].as_str(),
-        Some(oracle(&["write-tree"]).as_str()),
-        "{tracked}"
-    );
+    let git = GitView {
+        files: oracle(&["ls-files"]),
+        tree: oracle(&["write-tree"]),
+    };
+    let id = tracked["id"].as_str().expect("an id").to_owned();
+    (id, git)
 }
 
 /// An empty `XDG_CONFIG_HOME` is taken as unset, as git takes it: `~/.config/git/config` is read, and no
@@ -965,29 +982,13 @@ fn an_empty_xdg_config_home_is_unset_as_for_git() {
         if in_repo {
             crate::support::git(root, &["init", "-q"]);
         }
-        let output = env
-            .rewind(&["snapshot", "track", "--json"])
-            .env("XDG_CONFIG_HOME", "")
-            .output()
-            .expect("runs");
-        assert!(output.status.success(), "{output:?}");
-        let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-
-        let separate = tempfile::TempDir::new().expect("a git dir");
-        crate::support::git(separate.path(), &["init", "-q", "--bare"]);
-        let vars = [("XDG_CONFIG_HOME", std::ffi::OsStr::new(""))];
-        let oracle = |args: &[&str]| git_in_separate_dir(&env, separate.path(), &vars, args);
-        oracle(&["add", "-A"]);
+        let (tracked, git) =
+            tracked_and_git(&env, &[("XDG_CONFIG_HOME", std::ffi::OsStr::new(""))]);
         assert_eq!(
-            oracle(&["ls-files"]),
-            "a.txt\nc.txt\ngit/config",
+            git.files, "a.txt\nc.txt\ngit/config",
             "the case: git reads the home's file"
         );
-        assert_eq!(
-            tracked["id"].as_str(),
-            Some(oracle(&["write-tree"]).as_str()),
-            "in a repository: {in_repo}: {tracked}"
-        );
+        assert_eq!(tracked, git.tree, "in a repository: {in_repo}");
     }
 }
 
@@ -1014,25 +1015,12 @@ fn git_c_settings_handed_down_set_the_ignore_rules() {
             "'core.excludesFile'='{}'",
             excludes.display().to_string().replace('\'', "'\\''")
         );
-        let output = env
-            .rewind(&["snapshot", "track", "--json"])
-            .env("GIT_CONFIG_PARAMETERS", &parameters)
-            .output()
-            .expect("runs");
-        assert!(output.status.success(), "{output:?}");
-        let tracked: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-
-        let separate = tempfile::TempDir::new().expect("a git dir");
-        crate::support::git(separate.path(), &["init", "-q", "--bare"]);
-        let vars = [("GIT_CONFIG_PARAMETERS", std::ffi::OsStr::new(&parameters))];
-        let oracle = |args: &[&str]| git_in_separate_dir(&env, separate.path(), &vars, args);
-        oracle(&["add", "-A"]);
-        assert_eq!(oracle(&["ls-files"]), "a.txt", "the case: git ignores it");
-        assert_eq!(
-            tracked["id"].as_str(),
-            Some(oracle(&["write-tree"]).as_str()),
-            "in a repository: {in_repo}: {tracked}"
+        let (tracked, git) = tracked_and_git(
+            &env,
+            &[("GIT_CONFIG_PARAMETERS", std::ffi::OsStr::new(&parameters))],
         );
+        assert_eq!(git.files, "a.txt", "the case: git ignores it");
+        assert_eq!(tracked, git.tree, "in a repository: {in_repo}");
     }
 }
 
