@@ -846,15 +846,11 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         // its entries are updated in place.
         let mut in_place = InPlace::new(std::mem::take(&mut cache.entries), reusable, started_ns);
         let mut at = 0;
-        // Files read and hashed to confirm a seeded blob: counted, not weighed as racy cache entries.
-        let mut confirmed = 0;
         for (candidate, outcome) in candidates.iter().zip(outcomes) {
             let (entry, was_hashed) = match outcome {
                 Outcome::Tracked(stat, id, was_hashed) => (CacheEntry { stat, id }, was_hashed),
-                Outcome::Seeded(stat, id, read) => {
-                    confirmed += u64::from(read);
-                    (CacheEntry { stat, id }, false)
-                }
+                // A file read to confirm a seeded blob is counted (`hashed`), not weighed as a racy entry.
+                Outcome::Seeded(stat, id, _) => (CacheEntry { stat, id }, false),
                 Outcome::Skipped(skip) => {
                     skipped.push(skip);
                     continue;
@@ -866,7 +862,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         }
         let found = Found {
             skipped,
-            hashed: in_place.hashed + confirmed,
+            hashed,
             listings,
             listings_learned: relisted > 0 && learned_listings,
             listings_as_file,
@@ -882,7 +878,6 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
             ignores,
         );
     }
-    hashed = 0;
     // Whether every file hashed again had the cache's stat data and would still be racy in a cache this
     // track wrote (files written within the last second, e.g. by a revert): then a new cache would hold
     // the same entries and answer the next track no better, and is not written.
@@ -892,7 +887,6 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
         match outcome {
             Outcome::Tracked(stat, id, was_hashed) => {
-                hashed += u64::from(was_hashed);
                 if was_hashed {
                     hashed_stay_racy &= cache
                         .entries
@@ -901,8 +895,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
                 }
                 entries.push_new(&candidate.rel, CacheEntry { stat, id });
             }
-            Outcome::Seeded(stat, id, read) => {
-                hashed += u64::from(read);
+            Outcome::Seeded(stat, id, _) => {
                 entries.push_new(&candidate.rel, CacheEntry { stat, id });
             }
             Outcome::Skipped(skip) => skipped.push(skip),
