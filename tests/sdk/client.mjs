@@ -260,6 +260,25 @@ check("the v2 client's global.health says the server is healthy, with its versio
   assert.match(health.data.version, /^\d+\.\d+\.\d+/);
 });
 
+// OpenCode's paging of the messages, through the v2 client: `limit`, then `before` set to the page's
+// `X-Next-Cursor`, newest page first, each page ascending, until a page names no cursor.
+const everyMessage = await v2.session.messages({ sessionID: id });
+const pages = [];
+let cursor;
+for (let round = 0; round < 10; round += 1) {
+  const page = await v2.session.messages({ sessionID: id, limit: 1, ...(cursor ? { before: cursor } : {}) });
+  assert.equal(page.error, undefined, JSON.stringify(page.error));
+  pages.push(page.data.map((m) => m.info.id));
+  cursor = page.response.headers.get("x-next-cursor");
+  if (!cursor) break;
+}
+check("the v2 client pages through the messages with limit and the X-Next-Cursor header", () => {
+  assert.equal(everyMessage.error, undefined, JSON.stringify(everyMessage.error));
+  const all = everyMessage.data.map((m) => m.info.id);
+  assert.ok(all.length >= 2, JSON.stringify(all));
+  assert.deepEqual(pages, all.map((one) => [one]).reverse());
+});
+
 // A turn interrupted while its tool runs: the client's own abort, then the messages as a TUI reads them.
 const asked = await client.session.prompt({
   path: { id },

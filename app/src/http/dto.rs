@@ -128,9 +128,10 @@ pub struct SessionsQuery {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct MessagesQuery {
-    /// Only the newest `limit` messages.
+    /// Only the newest `limit` messages (`0`: all of them, as without it).
     pub limit: Option<usize>,
-    /// OpenCode's paging cursor; not supported by rewind (400).
+    /// OpenCode's paging cursor: only messages older than it (requires `limit`); the `X-Next-Cursor` of
+    /// the previous page.
     pub before: Option<String>,
 }
 

@@ -284,31 +284,92 @@ pub async fn delete_session(
     Ok(Json(true))
 }
 
-/// The session's messages with their parts, ascending (reverted ones included until cleanup).
+/// The session's messages with their parts, ascending (reverted ones included until cleanup); with
+/// `limit`, OpenCode's page of the newest `limit` messages (older than the cursor `before`, when given),
+/// and, while older ones are left, the cursor of the next page in `X-Next-Cursor` and `Link`.
 #[utoipa::path(get, path = "/session/{id}/message",
     params(("id" = String, Path), MessagesQuery, DirectoryParam),
-    responses((status = 200, description = "[{info, parts}]", body = Vec<Object>),
+    responses((status = 200, description = "[{info, parts}]; `X-Next-Cursor` and `Link` (rel=\"next\") \
+                                            name the next page while older messages are left",
+               body = Vec<Object>),
+              (status = 400, description = "Bad request", body = Object),
               (status = 404, description = "Not found", body = Object)))]
 pub async fn list_messages(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
     QueryParams(query): QueryParams<MessagesQuery>,
-) -> ApiResult<Vec<MessageWithParts>> {
-    if query.before.is_some() {
-        return Err(ApiError::BadRequest(
-            "the `before` cursor is not supported; use `limit` alone".to_owned(),
-        ));
-    }
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    // Checked before anything is read, as OpenCode's route validates its query first.
+    let before = match (&query.before, query.limit) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ApiError::BadRequest(
+                "`before` requires `limit` (OpenCode's paging: `limit=N`, then `before` set to the \
+                 `X-Next-Cursor` of the previous page)"
+                    .to_owned(),
+            ));
+        }
+        (Some(cursor), Some(_)) => Some(MessageId::parse(cursor).map_err(|_| {
+            ApiError::BadRequest(format!(
+                "invalid cursor {cursor:?}: `before` takes the `X-Next-Cursor` of a page of this route"
+            ))
+        })?),
+    };
     let rewind = &state.services.rewind;
     let mut messages = rewind
         .messages(&path.id)
         .await
         .map_err(in_session(&path.id))?;
-    if let Some(limit) = query.limit {
-        let skip = messages.len().saturating_sub(limit);
-        messages.drain(..skip);
+    // `limit=0` is every message, as in OpenCode.
+    let Some(limit) = query.limit.filter(|limit| *limit > 0) else {
+        return Ok(Json(messages).into_response());
+    };
+    // Message ids ascend with creation, so "older than the cursor" is "sorts before it".
+    if let Some(before) = &before {
+        messages.retain(|message| message.info.id < *before);
     }
-    Ok(Json(messages))
+    let skip = messages.len().saturating_sub(limit);
+    messages.drain(..skip);
+    let next = (skip > 0)
+        .then(|| {
+            messages
+                .first()
+                .map(|oldest| oldest.info.id.as_str().to_owned())
+        })
+        .flatten();
+    let mut response = Json(messages).into_response();
+    if let Some(cursor) = next {
+        let headers = response.headers_mut();
+        let link = format!("<{}>; rel=\"next\"", next_page(&uri, limit, &cursor));
+        for (name, value) in [
+            (
+                "access-control-expose-headers",
+                "Link, X-Next-Cursor".to_owned(),
+            ),
+            ("link", link),
+            ("x-next-cursor", cursor),
+        ] {
+            if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+                headers.insert(name, value);
+            }
+        }
+    }
+    Ok(response)
+}
+
+/// The path and query of the page after this one: the request's own, with `limit` and `before` set (its
+/// other parameters, such as `directory`, kept as they came).
+fn next_page(uri: &Uri, limit: usize, cursor: &str) -> String {
+    let kept = uri.query().unwrap_or_default().split('&').filter(|pair| {
+        let name = pair.split('=').next().unwrap_or_default();
+        !pair.is_empty() && name != "limit" && name != "before"
+    });
+    let query: Vec<String> = kept
+        .map(str::to_owned)
+        .chain([format!("limit={limit}"), format!("before={cursor}")])
+        .collect();
+    format!("{}?{}", uri.path(), query.join("&"))
 }
 
 /// One message with its parts.

@@ -72,6 +72,7 @@ async fn revert_rerevert_unrevert_and_commit_move_files_and_conversation() -> Re
         .read(&format!("/session/{session}/message?limit=2"))
         .await?;
     assert_eq!(message_ids(&newest), message_ids(&messages)[4..]);
+    pages_of_messages(&app, &session, &message_ids(&messages)).await?;
     // The second turn's assistant message: text, step-start, step-finish, patch naming both files.
     let turn2 = app
         .read(&format!("/session/{session}/message/{assistant2}"))
@@ -1763,5 +1764,70 @@ async fn ensure_aborted(
             .any(|p| p["type"] == "step-finish" && p["reason"] == "aborted")),
         "no aborted step-finish: {parts}"
     );
+    Ok(())
+}
+
+/// OpenCode's paging of `GET /session/:id/message`: `limit` gives the newest messages and, while older ones
+/// are left, their cursor in `X-Next-Cursor` (and `Link`); `before` set to it gives the page before, in
+/// ascending order, until the oldest, whose page names no cursor. `limit=0` is every message; `before`
+/// without `limit`, or one that is no cursor, is 400. `all` is every message id, ascending.
+async fn pages_of_messages(
+    app: &crate::support::TestApp,
+    session: &str,
+    all: &[String],
+) -> Result<()> {
+    let base = format!("/session/{session}/message");
+    let directory = app.repo.to_str().unwrap_or_default().to_owned();
+    let mut pages = Vec::new();
+    let mut path = format!("{base}?directory={directory}&limit=4");
+    loop {
+        let reply = app.get(&path).await?;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        let ids = message_ids(&reply.body);
+        let header = |name: &str| {
+            reply
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        pages.push(ids.clone());
+        let Some(cursor) = header("x-next-cursor") else {
+            assert_eq!(header("link"), None);
+            break;
+        };
+        // The cursor is the page's oldest message; the link is the next page's request, the worktree kept.
+        assert_eq!(Some(&cursor), ids.first());
+        let link = header("link").unwrap_or_default();
+        let next = format!("{base}?directory={directory}&limit=4&before={cursor}");
+        assert_eq!(link, format!("<{next}>; rel=\"next\""));
+        assert_eq!(
+            header("access-control-expose-headers").as_deref(),
+            Some("Link, X-Next-Cursor")
+        );
+        path = next;
+        assert!(pages.len() < 10, "the pages never end: {pages:?}");
+    }
+    // Newest page first, each ascending: 6 messages in pages of 4 and 2.
+    assert_eq!(pages, [all[2..].to_vec(), all[..2].to_vec()]);
+    // A page that ends exactly at the oldest message names no cursor.
+    let exact = app
+        .get(&format!("{base}?limit=2&before={}", all[2]))
+        .await?;
+    assert_eq!(message_ids(&exact.body), all[..2]);
+    assert!(exact.headers.get("x-next-cursor").is_none());
+    let everything = app.read(&format!("{base}?limit=0")).await?;
+    assert_eq!(message_ids(&everything), all);
+    for (query, said) in [
+        (format!("before={}", all[3]), "requires `limit`"),
+        ("limit=2&before=abc".to_owned(), "invalid cursor"),
+        ("limit=-1".to_owned(), ""),
+    ] {
+        let reply = app.get(&format!("{base}?{query}")).await?;
+        assert_eq!(reply.status, 400, "{query}: {}", reply.body);
+        assert_eq!(reply.body["name"], "BadRequest", "{query}");
+        let message = reply.body["data"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(said), "{query}: {message}");
+    }
     Ok(())
 }
