@@ -387,7 +387,7 @@ struct Applier<'a> {
     kept: Vec<KeptPath>,
     /// For a restore of given paths: a parent standing in the way may be replaced only when it is itself
     /// in scope.
-    scope: Option<Vec<String>>,
+    scope: Scope,
     /// Files checked and decided but not yet written (a temporary file renamed over the target): written
     /// together, on several threads, before anything is done to a related path and before the end.
     pending: Vec<PendingWrite>,
@@ -1398,7 +1398,7 @@ impl<'a> Applier<'a> {
             touched: Vec::new(),
             last: HashMap::new(),
             kept: Vec::new(),
-            scope: None,
+            scope: Scope::default(),
             pending: Vec::new(),
             pending_paths: HashSet::new(),
             written_stats: HashMap::new(),
@@ -1909,7 +1909,7 @@ impl<'a> Applier<'a> {
                             format!("{parent} is a file or symlink that is not tracked content, where a directory is needed"),
                         );
                     }
-                    if !in_scope(parent, &self.scope) {
+                    if !self.scope.holds(parent) {
                         return self.keep(
                             path,
                             format!(
@@ -2132,16 +2132,51 @@ impl Applier<'_> {
     }
 }
 
-fn in_scope(path: &str, scope: &Option<Vec<String>>) -> bool {
-    match scope {
-        None => true,
-        Some(paths) => paths.iter().any(|p| {
-            path == p
-                || (path.len() > p.len()
-                    && path.starts_with(p.as_str())
-                    && path.as_bytes()[p.len()] == b'/')
-        }),
+/// The paths a restore of given paths works on: each named path and everything below it (`None`: the
+/// whole worktree). Asked once per path the restore looks at, so a path is looked up with its parents in a
+/// set, not compared with every named path (a scoped undo of tens of thousands of files took time in the
+/// square of their number: big-repository review).
+#[derive(Clone, Default)]
+struct Scope(Option<HashSet<String>>);
+
+impl Scope {
+    fn of(paths: Option<&[String]>) -> Scope {
+        Scope(paths.map(|paths| paths.iter().cloned().collect()))
     }
+
+    /// Whether `path` is a named path or lies below one.
+    fn holds(&self, path: &str) -> bool {
+        let Some(named) = &self.0 else {
+            return true;
+        };
+        let mut at = path;
+        loop {
+            if named.contains(at) {
+                return true;
+            }
+            match at.rsplit_once('/') {
+                Some((parent, _)) => at = parent,
+                None => return false,
+            }
+        }
+    }
+}
+
+/// Each of `paths` and every directory above it: whether any of `paths` lies at or below a path is then one
+/// lookup.
+fn with_parents<'a>(paths: impl IntoIterator<Item = &'a String>) -> HashSet<&'a str> {
+    let mut all = HashSet::new();
+    for path in paths {
+        let mut at = path.as_str();
+        // A parent already seen has had its own parents added.
+        while all.insert(at) {
+            match at.rsplit_once('/') {
+                Some((parent, _)) => at = parent,
+                None => break,
+            }
+        }
+    }
+    all
 }
 
 /// Removes the empty directories at and above `paths` that were born at or after `made_since` (epoch ms,
@@ -2237,19 +2272,20 @@ pub fn restore(
         },
         None => whole_tree_changes(store, config, to, since, &mut changed_since, &mut expected)?,
     };
-    changed_since.retain(|path| in_scope(path, &scope));
+    let in_scope = Scope::of(scope.as_deref());
+    changed_since.retain(|path| in_scope.holds(path));
     changes.retain(|(path, _, _)| !changed_since.contains(path));
     // An old snapshot may hold rewind's own database: it is never written back.
     let own = own_files_in(store, config);
     let own_kept: Vec<String> = changes
         .iter()
-        .filter(|(p, _, _)| own.contains(p) && in_scope(p, &scope))
+        .filter(|(p, _, _)| own.contains(p) && in_scope.holds(p))
         .map(|(p, _, _)| p.clone())
         .collect();
     changes.retain(|(path, _, _)| !own.contains(path));
     let deletions: Vec<String> = changes
         .iter()
-        .filter(|(p, now, then)| in_scope(p, &scope) && now.is_some() && then.is_none())
+        .filter(|(p, now, then)| in_scope.holds(p) && now.is_some() && then.is_none())
         .map(|(p, _, _)| p.clone())
         .collect();
     // A restore to a snapshot (not the scoped undo of a revert, `since`) leaves the files that snapshot
@@ -2282,7 +2318,7 @@ pub fn restore(
     };
     let writes: Vec<(String, Mode, ObjectId)> = changes
         .iter()
-        .filter(|(p, _, _)| in_scope(p, &scope))
+        .filter(|(p, _, _)| in_scope.holds(p))
         .filter_map(|(p, _, then)| then.map(|(mode, id)| (p.clone(), mode, id)))
         .collect();
     // Every blob needed is checked before any file is touched.
@@ -2318,7 +2354,7 @@ pub fn restore(
             .map(|(p, _, _)| p.clone())
             .chain(deletions.iter().cloned()),
     )?;
-    applier.scope = scope.clone();
+    applier.scope = in_scope;
     applier.expected = expected;
     applier.protected = changed_since.iter().cloned().collect();
     for path in &changed_since {
@@ -2344,14 +2380,13 @@ pub fn restore(
     applier.teach_stat_cache(None);
     // Paths named in the scope that are untracked now and absent from the target stay as they are.
     if let Some(paths) = &scope {
+        let left: HashSet<&String> = untracked_then.iter().chain(&unknown_then).collect();
+        let deleted_below = with_parents(&deletions);
         for path in paths {
             let untracked_here = !changed_since.contains(path)
-                && !untracked_then.contains(path)
-                && !unknown_then.contains(path)
+                && !left.contains(path)
                 && !target.holds(path)?
-                && !deletions
-                    .iter()
-                    .any(|p| in_scope(p, &Some(vec![path.clone()])))
+                && !deleted_below.contains(path.as_str())
                 && on_disk(&store.worktree.join(path))? != OnDisk::Absent;
             if untracked_here {
                 applier.keep(
@@ -3601,6 +3636,27 @@ fn name_content_kept_from(store: &Store, actions: &[FileAction], kept: &mut [Kep
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scope_holds_its_paths_and_what_lies_below_them() {
+        let named = ["a/b".to_owned(), "c".to_owned()];
+        let scope = Scope::of(Some(&named));
+        for path in ["a/b", "a/b/x", "a/b/x/y", "c", "c/d"] {
+            assert!(scope.holds(path), "{path}");
+        }
+        // A sibling that shares a prefix, a parent, and other paths are outside.
+        for path in ["a/bc", "a/bc/x", "a", "a/c", "cd", "d/c", "b"] {
+            assert!(!scope.holds(path), "{path}");
+        }
+        assert!(Scope::of(None).holds("anything/at/all"));
+        assert!(!Scope::of(Some(&[])).holds("x"));
+
+        let deleted = ["a/b/c".to_owned(), "a/d".to_owned(), "e".to_owned()];
+        let below = with_parents(&deleted);
+        let mut listed: Vec<&str> = below.iter().copied().collect();
+        listed.sort_unstable();
+        assert_eq!(listed, ["a", "a/b", "a/b/c", "a/d", "e"]);
+    }
 
     /// A worktree holding `sub/a.txt` and `b.txt`, its store, and its track.
     fn tracked() -> (tempfile::TempDir, PathBuf, GitStoreConfig, Store, ObjectId) {
