@@ -200,3 +200,42 @@ pub(crate) fn history_snapshots(entry: &RevertHistoryEntry, out: &mut BTreeSet<S
         warning_snapshots(warning, out);
     }
 }
+
+/// A message's info read without its `summary`: the field is skipped as it is parsed (no value is built
+/// for it), the others are read as `Message` reads them.
+pub(crate) struct WithoutSummary(pub Message);
+
+impl<'de> serde::Deserialize<'de> for WithoutSummary {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = serde_json::Map<String, serde_json::Value>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a message object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut fields = serde_json::Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "summary" {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    } else {
+                        let value = map.next_value::<serde_json::Value>()?;
+                        fields.insert(key, value);
+                    }
+                }
+                Ok(fields)
+            }
+        }
+        let fields = deserializer.deserialize_map(Fields)?;
+        serde_json::from_value(serde_json::Value::Object(fields))
+            .map(WithoutSummary)
+            .map_err(serde::de::Error::custom)
+    }
+}

@@ -402,7 +402,9 @@ pub struct Transaction {
 /// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`
 ///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist).
 ///   `message_head` MUST return the message as `message` does, with the greatest of its part ids, without
-///   reading the parts' bodies. `message_infos` MUST equal the `info` of each of `messages`, in order.
+///   reading the parts' bodies. `message_infos` MUST equal the `info` of each of `messages`, in order, but
+///   without a message's `summary` (the diffs of a user message's turn, which can run to megabytes: a
+///   caller placing a message reads ids, roles, parents and times, and never stores an info it got here).
 ///   `sessions` MUST return newest first (ascending session id).
 /// - `take_lease` MUST be a conditional write: it MUST succeed only when no lease exists for the key, when the
 ///   existing one has the same token (re-entry), or when `replacing` names the existing lease's token (and
@@ -449,8 +451,9 @@ pub trait MessageRepo: Send + Sync {
         session: &SessionId,
         message: &MessageId,
     ) -> Result<Option<MessageWithParts>>;
-    /// Every message of a session without its parts, ascending: what placing a new message needs (the
-    /// last id, the user message an answer follows), without reading the parts.
+    /// Every message of a session without its parts and without its `summary`, ascending: what placing a
+    /// new message needs (the last id, the user message an answer follows), without reading the parts or a
+    /// turn's diffs.
     async fn message_infos(&self, session: &SessionId) -> Result<Vec<Message>>;
     /// One message and its last part's id, without reading the parts' bodies.
     async fn message_head(

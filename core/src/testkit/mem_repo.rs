@@ -633,7 +633,16 @@ impl MessageRepo for MemRepo {
             .rows
             .sessions
             .get(session)
-            .map(|s| s.messages.values().map(|m| m.info.clone()).collect())
+            .map(|s| {
+                s.messages
+                    .values()
+                    .map(|m| {
+                        let mut info = m.info.clone();
+                        info.extra.remove("summary");
+                        info
+                    })
+                    .collect()
+            })
             .unwrap_or_default())
     }
 

@@ -796,7 +796,13 @@ pub async fn part_id_free_guard_refuses_an_id_a_part_of_the_session_has(repo: &d
 pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
     let ids = Ids::new();
     let session = new_session(&ids, "/work/order");
-    let m1 = new_message(&ids, &session, Role::User);
+    let mut m1 = new_message(&ids, &session, Role::User);
+    // A turn's diffs, which `message` and `messages` return and `message_infos` leaves out.
+    m1.extra.insert(
+        "summary".to_owned(),
+        json!({"diffs": [{"file": "a.txt", "patch": "@@ -1 +1 @@\n-a\n+b\n", "additions": 1, "deletions": 1}]}),
+    );
+    m1.extra.insert("agent".to_owned(), json!("build"));
     let m2 = new_message(&ids, &session, Role::Assistant);
     let m3 = new_message(&ids, &session, Role::User);
     let a1 = text(&ids, &m1, "a1");
@@ -874,10 +880,12 @@ pub async fn messages_and_parts_come_back_in_id_order(repo: &dyn MessageRepo) {
         .message_infos(&session.id)
         .await
         .expect("reading a session's messages must succeed");
+    let mut m1_info = m1.clone();
+    m1_info.extra.remove("summary");
     assert_eq!(
         infos,
-        [m1.clone(), m2.clone(), m3.clone()],
-        "`message_infos` must return each message's info in id order"
+        [m1_info, m2.clone(), m3.clone()],
+        "`message_infos` must return each message's info in id order, without its summary"
     );
     let none = repo
         .message_infos(&ids.session())
