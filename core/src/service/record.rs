@@ -1708,7 +1708,10 @@ impl Rewind {
             .collect())
     }
 
-    /// The turn's user message with `summary.diffs` = diff(first step-start of the turn, `end`).
+    /// The turn's user message with `summary.diffs` = diff(first step-start of the turn, `end`); none when
+    /// it has no step start, or when the turn's last stored step end is the same snapshot `end` (a step that
+    /// changed nothing, with nothing changed since the step before: the summary that step made stands, and
+    /// the user message, whose diffs can run to megabytes, is neither made, stored nor announced again).
     async fn turn_summary(
         &self,
         session: &SessionId,
@@ -1733,6 +1736,21 @@ impl Rewind {
                 _ => None,
             });
         let Some(first) = first else { return Ok(None) };
+        // The end of the turn's last step that has one (a step closed without a snapshot left the summary
+        // as it was): the summary was made from it, or left as it was when it could not be made then, as
+        // it could not be now.
+        let previous_end = messages
+            .iter()
+            .filter(|m| m.info.parent_id.as_ref() == Some(user_id))
+            .flat_map(|m| m.parts.iter())
+            .filter_map(|p| match &p.body {
+                PartBody::StepFinish(finish) => finish.snapshot.as_ref(),
+                _ => None,
+            })
+            .last();
+        if previous_end == Some(end) {
+            return Ok(None);
+        }
         let diffs = self
             .snapshots
             .diff(std::path::Path::new(directory), &first, end)

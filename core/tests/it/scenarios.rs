@@ -1896,6 +1896,53 @@ fn turn_summary_covers_the_whole_turn() {
     })
 }
 
+/// A step that changes nothing, in a turn whose files are as its last step left them, leaves the turn's
+/// summary as that step made it: the user message (whose diffs can be megabytes) is not stored or
+/// announced again. A step after it that changes a file updates the summary as before.
+#[test]
+fn a_step_that_changes_nothing_leaves_the_turn_summary_unannounced() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1\n")).await;
+        let announced = |events: &[EventPayload]| {
+            events
+                .iter()
+                .filter(|e| {
+                    matches!(e, EventPayload::MessageUpdated { info, .. } if info.id == t1.user)
+                })
+                .count()
+        };
+        let summary = || async {
+            let user = w.rewind.message(&s.id, &t1.user).await.expect("user");
+            user.info.summary_diffs().expect("summary.diffs")
+        };
+        let made = summary().await;
+        let before = w.last_seq().await;
+        w.step(&s.id, &t1.assistant, |_| {}).await;
+        assert_eq!(announced(&w.repo_events_after(before).await), 0);
+        assert_eq!(summary().await, made);
+        // The assistant message itself is still announced complete.
+        let assistant = w
+            .rewind
+            .message(&s.id, &t1.assistant)
+            .await
+            .expect("assistant");
+        assert!(assistant.info.time.completed.is_some());
+
+        let before = w.last_seq().await;
+        w.step(&s.id, &t1.assistant, |w| w.write("b.txt", "2\n"))
+            .await;
+        assert_eq!(announced(&w.repo_events_after(before).await), 1);
+        let rows: Vec<_> = summary()
+            .await
+            .iter()
+            .map(|d| (d.file.clone(), d.additions))
+            .collect();
+        assert_eq!(rows, [("a.txt".to_owned(), 1), ("b.txt".to_owned(), 1)]);
+    })
+}
+
 /// `revert_counted` and `unrevert_counted` (behind the server's log line) count what the operations did:
 /// a revert of a turn that edited one file, created one and deleted one writes two and deletes one, and a
 /// re-revert further back counts its undo of the first revert too; the unrevert counts the way back.
