@@ -6,7 +6,10 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::sqlx::sqlite::{SqliteAutoVacuum, SqliteJournalMode, SqliteSynchronous};
+
+/// The size SQLite cuts the write-ahead log back to after a checkpoint (`journal_size_limit`), in bytes.
+const JOURNAL_SIZE_LIMIT: &str = "67108864";
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, EntityTrait,
     IsolationLevel, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
@@ -120,7 +123,12 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         }
         // WAL lets readers run beside the writer; FULL makes every commit durable before it returns
         // (an intent record is on disk before any file is touched).
+        // A file made now frees the pages of deleted rows when asked (`SqlRepo::reclaim`, after gc): with
+        // auto-vacuum off, which SQLite keeps for a file that has tables, its size never goes down. After a
+        // checkpoint the write-ahead log is cut back to 64 MiB (a big transaction grew it for good).
         let sqlite = sqlite
+            .auto_vacuum(SqliteAutoVacuum::Incremental)
+            .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(busy_timeout)
@@ -375,6 +383,7 @@ async fn connect_lease_pool(
     // Opened after the main pool made the file: never creating it (see `open`).
     options.map_sqlx_sqlite_opts(move |sqlite| {
         sqlite
+            .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(busy_timeout)
@@ -695,5 +704,43 @@ async fn migrate(
                 attempt += 1;
             }
         }
+    }
+}
+
+impl crate::SqlRepo {
+    /// `MessageRepo::reclaim_space`: a SQLite file made with incremental auto-vacuum (by rewind since
+    /// stop 57; an older file has it off, and keeps its size until `VACUUM`) gives its free pages back, in
+    /// one write transaction that moves pages and changes no row. Elsewhere nothing is done.
+    pub(crate) async fn reclaim(&self) -> rewind_core::Result<u64> {
+        if self.backend != Backend::SqliteFile {
+            return Ok(0);
+        }
+        // 2: incremental.
+        if self.pragma_number("PRAGMA auto_vacuum").await? != 2 {
+            return Ok(0);
+        }
+        let page = self.pragma_number("PRAGMA page_size").await?;
+        let free = self.pragma_number("PRAGMA freelist_count").await?;
+        if free == 0 {
+            return Ok(0);
+        }
+        self.db
+            .execute_unprepared("PRAGMA incremental_vacuum")
+            .await
+            .map_err(self.fault("giving the database's free pages back to the file system"))?;
+        let left = self.pragma_number("PRAGMA freelist_count").await?;
+        Ok(u64::try_from(free.saturating_sub(left).saturating_mul(page)).unwrap_or(0))
+    }
+
+    /// The number a SQLite pragma answers (0 when it answers none).
+    async fn pragma_number(&self, pragma: &'static str) -> rewind_core::Result<i64> {
+        let row = self
+            .db
+            .query_one_raw(Statement::from_string(DbBackend::Sqlite, pragma))
+            .await
+            .map_err(self.fault("reading the database's page counts"))?;
+        Ok(row
+            .and_then(|row| row.try_get_by_index::<i64>(0).ok())
+            .unwrap_or_default())
     }
 }

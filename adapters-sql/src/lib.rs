@@ -279,6 +279,10 @@ impl SqlRepo {
 
 #[async_trait]
 impl MessageRepo for SqlRepo {
+    async fn reclaim_space(&self) -> Result<u64> {
+        self.reclaim().await
+    }
+
     async fn session(&self, id: &SessionId) -> Result<Option<Session>> {
         self.read_session(id).await
     }

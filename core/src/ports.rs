@@ -505,6 +505,12 @@ pub trait MessageRepo: Send + Sync {
     /// with a position checks it is this outbox's (another database's, or one restored from a backup, holds
     /// another event there).
     async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>>;
+    /// Gives the space of deleted rows back to the file system, where the store can do that as it runs (a
+    /// SQLite file made with incremental auto-vacuum; PostgreSQL's own vacuum does it there). Returns the
+    /// bytes given back (0 where nothing is done). It MUST change no row. `gc` calls it last.
+    async fn reclaim_space(&self) -> Result<u64> {
+        Ok(0)
+    }
     /// The captures, oldest first; only those of `directory` when given.
     async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>>;
     /// Every snapshot id the stored rows refer to; when `directory` is given, those of its sessions and of

@@ -13,4 +13,5 @@ mod model;
 mod open;
 mod outbox;
 mod shared;
+mod space;
 mod support;

@@ -141,6 +141,12 @@ pub async fn run(ctx: &Context, older_than_days: Option<u64>, grace_seconds: u64
             plural(summary.events_deleted)
         );
     }
+    if summary.database_bytes_freed > 0 {
+        println!(
+            "  the database gave {} of deleted rows back to the file system",
+            bytes_text(summary.database_bytes_freed)
+        );
+    }
     for id in &summary.sessions_deleted {
         println!("  deleted session {id}");
     }

@@ -246,6 +246,7 @@ fn every_command_s_json_has_the_documented_fields() {
             "sessionsSkipped",
             "capturesDeleted",
             "eventsDeleted",
+            "databaseBytesFreed",
             "worktrees",
             "objectsRemoved",
             "bytesFreed",

@@ -85,6 +85,9 @@ pub struct GcSummary {
     pub captures_deleted: u64,
     /// How many old events were deleted from the outbox (all but the newest `ServiceConfig::outbox_kept`).
     pub events_deleted: u64,
+    /// The bytes the database file gave back to the file system (`MessageRepo::reclaim_space`).
+    #[serde(default)]
+    pub database_bytes_freed: u64,
     /// Per worktree, what its store freed.
     pub worktrees: Vec<WorktreeGc>,
 }
@@ -348,6 +351,10 @@ impl Rewind {
                 left,
             });
         }
+        // Last, once every row gc deletes is gone. Giving the space back is no part of what gc promises:
+        // a database that cannot do it now (locked past the busy timeout) keeps the space for its own
+        // next rows, and gc's work stands.
+        summary.database_bytes_freed = self.repo.reclaim_space().await.unwrap_or(0);
         Ok(summary)
     }
 
