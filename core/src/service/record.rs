@@ -1747,7 +1747,7 @@ impl Rewind {
                 PartBody::StepFinish(finish) => finish.snapshot.as_ref(),
                 _ => None,
             })
-            .last();
+            .next_back();
         if previous_end == Some(end) {
             return Ok(None);
         }
