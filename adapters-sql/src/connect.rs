@@ -7,9 +7,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sea_orm::sqlx::sqlite::{SqliteAutoVacuum, SqliteJournalMode, SqliteSynchronous};
-
-/// The size SQLite cuts the write-ahead log back to after a checkpoint (`journal_size_limit`), in bytes.
-const JOURNAL_SIZE_LIMIT: &str = "67108864";
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, EntityTrait,
     IsolationLevel, SqliteTransactionMode, Statement, TransactionOptions, TransactionTrait,
@@ -22,6 +19,9 @@ use crate::config::{Backend, SqlConfig, check_schema_name, display_target};
 use crate::error::{FaultKind, SqlError, classify, fault_kind};
 use crate::hooks::Hooks;
 use crate::migration::Migrator;
+
+/// The size SQLite cuts the write-ahead log back to after a checkpoint (`journal_size_limit`), in bytes.
+const JOURNAL_SIZE_LIMIT: &str = "67108864";
 
 /// How often migrating is retried when another process migrated the same database at the same moment.
 const MIGRATION_ATTEMPTS: u32 = 3;
@@ -707,9 +707,9 @@ async fn migrate(
     }
 }
 
-impl crate::SqlRepo {
-    /// `MessageRepo::reclaim_space`: a SQLite file made with incremental auto-vacuum (by rewind since
-    /// stop 57; an older file has it off, and keeps its size until `VACUUM`) gives its free pages back, in
+impl SqlRepo {
+    /// `MessageRepo::reclaim_space`: a SQLite file made with incremental auto-vacuum (as `open` makes one
+    /// now; a file made before has it off, and keeps its size until `VACUUM`) gives its free pages back, in
     /// one write transaction that moves pages and changes no row. Elsewhere nothing is done.
     pub(crate) async fn reclaim(&self) -> rewind_core::Result<u64> {
         if self.backend != Backend::SqliteFile {
