@@ -107,27 +107,29 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     // The pool's connections never create the file: one a pool opens after the database was moved or
     // deleted under a running process would make a fresh, empty database at its path (review). The file is
     // made here, once, when the URL asks for it (`mode=rwc`).
-    let made = backend == Backend::SqliteFile
-        && !read_only
-        && (std::path::Path::new(&target).is_file()
-            || (config.url.contains("mode=rwc")
-                && std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&target)
-                    .is_ok()));
+    let sqlite_file = backend == Backend::SqliteFile && !read_only;
+    let existed = sqlite_file && std::path::Path::new(&target).is_file();
+    let created = sqlite_file
+        && !existed
+        && config.url.contains("mode=rwc")
+        && std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&target)
+            .is_ok();
+    let made = existed || created;
+    if created {
+        give_back_space_when_asked(&target, busy_timeout).await;
+    }
     options.map_sqlx_sqlite_opts(move |sqlite| {
         if read_only {
             // Opened read-only, the file keeps the journal mode it has: setting it would write.
             return sqlite.read_only(true).busy_timeout(busy_timeout);
         }
         // WAL lets readers run beside the writer; FULL makes every commit durable before it returns
-        // (an intent record is on disk before any file is touched).
-        // A file made now frees the pages of deleted rows when asked (`SqlRepo::reclaim`, after gc): with
-        // auto-vacuum off, which SQLite keeps for a file that has tables, its size never goes down. After a
-        // checkpoint the write-ahead log is cut back to 64 MiB (a big transaction grew it for good).
+        // (an intent record is on disk before any file is touched). After a checkpoint the write-ahead log
+        // is cut back to 64 MiB (a big transaction grew it for good).
         let sqlite = sqlite
-            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
@@ -364,6 +366,26 @@ fn discard_connections_left_in_a_transaction(options: &mut ConnectOptions) {
             })
         })
     });
+}
+
+/// Makes the SQLite file this process just created (empty) free the pages of deleted rows when asked
+/// (`SqlRepo::reclaim`, after gc): incremental auto-vacuum, which must be set before the file's header is
+/// first written (switching to WAL writes it) and which SQLite keeps for good. Set once, on a connection
+/// of its own: setting it on a file that has it already writes to the file, which every connection of
+/// the pool would then do when it opens (and wait for another process's write lock to do it). When it
+/// cannot be set (another process opened the new file first), the file keeps auto-vacuum off, and its
+/// size until `VACUUM`.
+async fn give_back_space_when_asked(target: &str, busy_timeout: Duration) {
+    use sea_orm::sqlx::{ConnectOptions as _, Connection as _};
+    let options = sea_orm::sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(target)
+        .create_if_missing(false)
+        .busy_timeout(busy_timeout)
+        .auto_vacuum(SqliteAutoVacuum::Incremental)
+        .journal_mode(SqliteJournalMode::Wal);
+    if let Ok(connection) = options.connect().await {
+        let _ = connection.close().await;
+    }
 }
 
 /// The second pool of a SQLite file, for lease writes (`SqlRepo::lease_db`): the main pool's settings but
@@ -708,9 +730,10 @@ async fn migrate(
 }
 
 impl SqlRepo {
-    /// `MessageRepo::reclaim_space`: a SQLite file made with incremental auto-vacuum (as `open` makes one
-    /// now; a file made before has it off, and keeps its size until `VACUUM`) gives its free pages back, in
-    /// one write transaction that moves pages and changes no row. Elsewhere nothing is done.
+    /// `MessageRepo::reclaim_space`: a SQLite file made with incremental auto-vacuum
+    /// (`give_back_space_when_asked`; a file made before has it off, and keeps its size until `VACUUM`)
+    /// gives its free pages back, in one write transaction that moves pages and changes no row. Elsewhere
+    /// nothing is done.
     pub(crate) async fn reclaim(&self) -> rewind_core::Result<u64> {
         if self.backend != Backend::SqliteFile {
             return Ok(0);
