@@ -312,7 +312,17 @@ impl MessageRepo for SqlRepo {
         session: &SessionId,
         from: &MessageId,
     ) -> Result<Vec<MessageWithParts>> {
-        self.read_messages_from(session, Some(from)).await
+        self.read_messages_from(session, Some(from), None).await
+    }
+
+    async fn messages_between(
+        &self,
+        session: &SessionId,
+        from: &MessageId,
+        before: Option<MessageId>,
+    ) -> Result<Vec<MessageWithParts>> {
+        self.read_messages_from(session, Some(from), before.as_ref())
+            .await
     }
 
     async fn message_infos(&self, session: &SessionId) -> Result<Vec<rewind_core::model::Message>> {

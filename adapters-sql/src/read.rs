@@ -132,14 +132,16 @@ impl SqlRepo {
     }
 
     pub(crate) async fn read_messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
-        self.read_messages_from(session, None).await
+        self.read_messages_from(session, None, None).await
     }
 
-    /// The session's messages (those from `from` on, when given) with their parts, ascending.
+    /// The session's messages (those from `from` on, and before `before`, when given) with their parts,
+    /// ascending.
     pub(crate) async fn read_messages_from(
         &self,
         session: &SessionId,
         from: Option<&MessageId>,
+        before: Option<&MessageId>,
     ) -> Result<Vec<MessageWithParts>> {
         let fault = self.fault("reading a session's messages");
         let txn = self.begin_read().await?;
@@ -149,6 +151,10 @@ impl SqlRepo {
         if let Some(from) = from {
             messages = messages.filter(message::Column::Id.gte(from.as_str()));
             parts = parts.filter(part::Column::MessageId.gte(from.as_str()));
+        }
+        if let Some(before) = before {
+            messages = messages.filter(message::Column::Id.lt(before.as_str()));
+            parts = parts.filter(part::Column::MessageId.lt(before.as_str()));
         }
         let messages = messages
             .order_by_asc(message::Column::Id)

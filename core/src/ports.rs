@@ -400,7 +400,8 @@ pub struct Transaction {
 ///   the transaction deletes MUST carry what a client sets and the update time as they were stored when
 ///   it was deleted (an update takes no lease, and may land after the deleting caller read the session).
 /// - `messages` MUST return messages in id order, each with its parts in id order. `messages_from(s, from)`
-///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist).
+///   MUST equal `messages(s)` without the messages whose id sorts before `from` (which need not exist), and
+///   `messages_between(s, from, before)` MUST equal it without those whose id is `before` or later.
 ///   `message_head` MUST return the message as `message` does, with the greatest of its part ids, without
 ///   reading the parts' bodies. `message_infos` MUST equal the `info` of each of `messages`, in order, but
 ///   without a message's `summary` (the diffs of a user message's turn, which can run to megabytes: a
@@ -445,6 +446,20 @@ pub trait MessageRepo: Send + Sync {
         session: &SessionId,
         from: &MessageId,
     ) -> Result<Vec<MessageWithParts>>;
+    /// `messages_from(session, from)` without the messages whose id is `before` or later: one page of a
+    /// long session, read without the rest.
+    async fn messages_between(
+        &self,
+        session: &SessionId,
+        from: &MessageId,
+        before: Option<MessageId>,
+    ) -> Result<Vec<MessageWithParts>> {
+        let mut messages = self.messages_from(session, from).await?;
+        if let Some(before) = before {
+            messages.retain(|m| m.info.id < before);
+        }
+        Ok(messages)
+    }
     /// One message with its parts.
     async fn message(
         &self,

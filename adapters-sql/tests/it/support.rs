@@ -263,6 +263,14 @@ macro_rules! impl_repo {
             ) -> Result<Vec<MessageWithParts>> {
                 $with!(self, repo => repo.messages_from(session, from))
             }
+            async fn messages_between(
+                &self,
+                session: &SessionId,
+                from: &MessageId,
+                before: Option<MessageId>,
+            ) -> Result<Vec<MessageWithParts>> {
+                $with!(self, repo => repo.messages_between(session, from, before))
+            }
             async fn message_infos(&self, session: &SessionId) -> Result<Vec<Message>> {
                 $with!(self, repo => repo.message_infos(session))
             }

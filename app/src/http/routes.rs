@@ -317,27 +317,20 @@ pub async fn list_messages(
         })?),
     };
     let rewind = &state.services.rewind;
-    let mut messages = rewind
-        .messages(&path.id)
-        .await
-        .map_err(in_session(&path.id))?;
     // `limit=0` is every message, as in OpenCode.
     let Some(limit) = query.limit.filter(|limit| *limit > 0) else {
+        let messages = rewind
+            .messages(&path.id)
+            .await
+            .map_err(in_session(&path.id))?;
         return Ok(Json(messages).into_response());
     };
-    // Message ids ascend with creation, so "older than the cursor" is "sorts before it".
-    if let Some(before) = &before {
-        messages.retain(|message| message.info.id < *before);
-    }
-    let skip = messages.len().saturating_sub(limit);
-    messages.drain(..skip);
-    let next = (skip > 0)
-        .then(|| {
-            messages
-                .first()
-                .map(|oldest| oldest.info.id.as_str().to_owned())
-        })
-        .flatten();
+    // Only the page is read with its parts (a long session's other messages are not).
+    let (messages, next) = rewind
+        .messages_page(&path.id, before.as_ref(), limit)
+        .await
+        .map_err(in_session(&path.id))?;
+    let next = next.map(|id| id.as_str().to_owned());
     let mut response = Json(messages).into_response();
     if let Some(cursor) = next {
         let headers = response.headers_mut();

@@ -42,6 +42,41 @@ impl Rewind {
         Ok(messages)
     }
 
+    /// A page of the session's messages with their parts, ascending: the newest `limit` (at least one)
+    /// whose id sorts before `before` (every message when none), and the first message's id when older
+    /// ones are left (the next page's `before`). Only the page's messages are read with their parts.
+    pub async fn messages_page(
+        &self,
+        id: &SessionId,
+        before: Option<&MessageId>,
+        limit: usize,
+    ) -> Result<(Vec<MessageWithParts>, Option<MessageId>)> {
+        let session = self.load_session(id).await?;
+        // Ids alone first (no parts, no summaries), to find where the page starts.
+        let infos = self.repo.message_infos(id).await?;
+        let older: Vec<&MessageId> = infos
+            .iter()
+            .map(|m| &m.id)
+            .filter(|m| before.is_none_or(|before| *m < before))
+            .collect();
+        let start = older.len().saturating_sub(limit.max(1));
+        let page: std::collections::HashSet<&MessageId> = older[start..].iter().copied().collect();
+        let Some(first) = older.get(start) else {
+            return Ok((Vec::new(), None));
+        };
+        let mut messages = self
+            .repo
+            .messages_between(id, first, before.cloned())
+            .await?;
+        // Exactly the page chosen: a message stored since the ids were read is not in it.
+        messages.retain(|m| page.contains(&m.info.id));
+        for message in &mut messages {
+            message.info.fill_required_fields(&session.directory);
+        }
+        let next = (start > 0).then(|| (*first).clone());
+        Ok((messages, next))
+    }
+
     /// One message with its parts.
     pub async fn message(
         &self,

@@ -613,6 +613,34 @@ impl MessageRepo for MemRepo {
             .unwrap_or_default())
     }
 
+    async fn messages_between(
+        &self,
+        session: &SessionId,
+        from: &MessageId,
+        before: Option<MessageId>,
+    ) -> Result<Vec<MessageWithParts>> {
+        // An empty or reversed range is no messages (BTreeMap::range panics on a reversed one).
+        if before.as_ref().is_some_and(|before| before <= from) {
+            return Ok(Vec::new());
+        }
+        let range = (
+            std::ops::Bound::Included(from.clone()),
+            before.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+        );
+        Ok(self
+            .lock()
+            .rows
+            .sessions
+            .get(session)
+            .map(|s| {
+                s.messages
+                    .range(range)
+                    .map(|(_, m)| with_parts(m))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     async fn message(
         &self,
         session: &SessionId,

@@ -986,7 +986,7 @@ impl HiddenRangeFixture {
 
 /// `messages_from` is `messages` from an id on: from a message, it and the later ones with their parts;
 /// from an id no message has, those after it; from an id after every message, none. Another session's
-/// messages in the range are not among them.
+/// messages in the range are not among them. `messages_between` is the same, up to an id.
 pub async fn messages_from_an_id_on_are_those_of_the_session_from_there(repo: &dyn MessageRepo) {
     let ids = Ids::new();
     let session = new_session(&ids, "/work/from");
@@ -1032,6 +1032,24 @@ pub async fn messages_from_an_id_on_are_those_of_the_session_from_there(repo: &d
             .await
             .expect("reading messages from one on must succeed");
         assert_eq!(read, expected, "`messages_from` {from}");
+    }
+    // `messages_between`: the same, without those from `before` on (an id no message has, a message's,
+    // one before `from`: none); the other session's message in the range is not among them.
+    for (from, before, expected) in [
+        (&m1.id, None, &all[..]),
+        (&m1.id, Some(&m3.id), &all[..2]),
+        (&m1.id, Some(&between), &all[..2]),
+        (&m1.id, Some(&m2.id), &all[..1]),
+        (&m2.id, Some(&after), &all[1..]),
+        (&between, Some(&m3.id), &all[2..2]),
+        (&m3.id, Some(&m1.id), &all[3..]),
+        (&m2.id, Some(&m2.id), &all[3..]),
+    ] {
+        let read = repo
+            .messages_between(&session.id, from, before.cloned())
+            .await
+            .expect("reading a range of messages must succeed");
+        assert_eq!(read, expected, "`messages_between` {from} {before:?}");
     }
 }
 
