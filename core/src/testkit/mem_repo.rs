@@ -599,18 +599,7 @@ impl MessageRepo for MemRepo {
         session: &SessionId,
         from: &MessageId,
     ) -> Result<Vec<MessageWithParts>> {
-        Ok(self
-            .lock()
-            .rows
-            .sessions
-            .get(session)
-            .map(|s| {
-                s.messages
-                    .range(from.clone()..)
-                    .map(|(_, m)| with_parts(m))
-                    .collect()
-            })
-            .unwrap_or_default())
+        self.messages_between(session, from, None).await
     }
 
     async fn messages_between(
