@@ -2146,37 +2146,17 @@ impl Scope {
 
     /// Whether `path` is a named path or lies below one.
     fn holds(&self, path: &str) -> bool {
-        let Some(named) = &self.0 else {
-            return true;
-        };
-        let mut at = path;
-        loop {
-            if named.contains(at) {
-                return true;
-            }
-            match at.rsplit_once('/') {
-                Some((parent, _)) => at = parent,
-                None => return false,
-            }
-        }
+        self.0.as_ref().is_none_or(|named| {
+            crate::ignore::ancestors_and_self(path).any(|at| named.contains(at))
+        })
     }
 }
 
-/// Each of `paths` and every directory above it: whether any of `paths` lies at or below a path is then one
-/// lookup.
-fn with_parents<'a>(paths: impl IntoIterator<Item = &'a String>) -> HashSet<&'a str> {
-    let mut all = HashSet::new();
-    for path in paths {
-        let mut at = path.as_str();
-        // A parent already seen has had its own parents added.
-        while all.insert(at) {
-            match at.rsplit_once('/') {
-                Some((parent, _)) => at = parent,
-                None => break,
-            }
-        }
-    }
-    all
+/// Each of `paths` and every directory above it (`dirs_above`): whether any of `paths` lies at or below a
+/// path is then one lookup.
+fn with_parents(paths: &[String]) -> HashSet<&str> {
+    let paths = || paths.iter().map(String::as_str);
+    dirs_above(paths()).into_iter().chain(paths()).collect()
 }
 
 /// Removes the empty directories at and above `paths` that were born at or after `made_since` (epoch ms,

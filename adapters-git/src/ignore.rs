@@ -574,7 +574,7 @@ fn hash_text(hasher: &mut sha1::Sha1, text: Option<&str>) {
 }
 
 /// `a`, `a/b`, `a/b/c` for `a/b/c`.
-fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
     path.match_indices('/')
         .map(move |(i, _)| &path[..i])
         .chain((!path.is_empty()).then_some(path))
