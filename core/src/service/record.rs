@@ -1727,22 +1727,21 @@ impl Rewind {
         let Some(user) = messages.iter().find(|m| &m.info.id == user_id) else {
             return Ok(None);
         };
-        let first = messages
-            .iter()
-            .filter(|m| m.info.parent_id.as_ref() == Some(user_id))
-            .flat_map(|m| m.parts.iter())
-            .find_map(|p| match &p.body {
-                PartBody::StepStart(start) => start.snapshot.clone(),
-                _ => None,
-            });
+        let turn_parts = || {
+            messages
+                .iter()
+                .filter(|m| m.info.parent_id.as_ref() == Some(user_id))
+                .flat_map(|m| m.parts.iter())
+        };
+        let first = turn_parts().find_map(|p| match &p.body {
+            PartBody::StepStart(start) => start.snapshot.clone(),
+            _ => None,
+        });
         let Some(first) = first else { return Ok(None) };
         // The end of the turn's last step that has one (a step closed without a snapshot left the summary
         // as it was): the summary was made from it, or left as it was when it could not be made then, as
         // it could not be now.
-        let previous_end = messages
-            .iter()
-            .filter(|m| m.info.parent_id.as_ref() == Some(user_id))
-            .flat_map(|m| m.parts.iter())
+        let previous_end = turn_parts()
             .filter_map(|p| match &p.body {
                 PartBody::StepFinish(finish) => finish.snapshot.as_ref(),
                 _ => None,
