@@ -398,6 +398,10 @@ impl MessageRepo for SqlRepo {
         self.read_event_id_at(seq).await
     }
 
+    async fn outbox_over(&self, bytes: u64) -> Result<Option<u64>> {
+        self.read_outbox_over(bytes).await
+    }
+
     async fn referenced_snapshots(
         &self,
         directory: Option<String>,

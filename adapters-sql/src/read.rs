@@ -472,6 +472,59 @@ impl SqlRepo {
         }
     }
 
+    /// `MessageRepo::outbox_over`: the stored sizes newest first, a page at a time, with no text read
+    /// into this process; a shared text counts once, at the newest event that names it.
+    pub(crate) async fn read_outbox_over(&self, bytes: u64) -> Result<Option<u64>> {
+        const PAGE: u64 = 1000;
+        let fault = self.fault("measuring the event outbox");
+        let txn = self.begin_read().await?;
+        let mut counted = std::collections::HashSet::new();
+        let mut total: u64 = 0;
+        let mut before: Option<i64> = None;
+        let over = 'pages: loop {
+            let on = shared_text_of::<event_outbox::Entity>(event_outbox::Column::BodyRef);
+            let rows: Vec<(i64, i64, Option<String>, i64)> = event_outbox::Entity::find()
+                .select_only()
+                .column(event_outbox::Column::Seq)
+                .column_as(
+                    Expr::cust("CAST(octet_length(event_outbox.body) AS BIGINT)"),
+                    "own",
+                )
+                .column(event_outbox::Column::BodyRef)
+                .column_as(
+                    Expr::cust("CAST(COALESCE(octet_length(shared_text.body), 0) AS BIGINT)"),
+                    "shared",
+                )
+                .join(JoinType::LeftJoin, on)
+                .apply_if(before, |query, before| {
+                    query.filter(event_outbox::Column::Seq.lt(before))
+                })
+                .order_by_desc(event_outbox::Column::Seq)
+                .limit(PAGE)
+                .into_tuple()
+                .all(&txn)
+                .await
+                .map_err(&fault)?;
+            let Some(&(oldest, ..)) = rows.last() else {
+                break None;
+            };
+            for (seq, own, reference, shared) in rows {
+                let mut size = u64::try_from(own).unwrap_or(0);
+                if reference.is_some_and(|r| counted.insert(r)) {
+                    size = size.saturating_add(u64::try_from(shared).unwrap_or(0));
+                }
+                total = total.saturating_add(size);
+                if total > bytes {
+                    break 'pages Some(seq);
+                }
+            }
+            before = Some(oldest);
+        };
+        txn.commit().await.map_err(&fault)?;
+        over.map(|seq| self.bigint_to_u64(seq, "event position"))
+            .transpose()
+    }
+
     pub(crate) async fn read_referenced_snapshots(
         &self,
         directory: Option<String>,

@@ -520,6 +520,12 @@ pub trait MessageRepo: Send + Sync {
     /// with a position checks it is this outbox's (another database's, or one restored from a backup, holds
     /// another event there).
     async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>>;
+    /// Where the outbox passes a budget of `bytes`, counted from its newest event back: the position of
+    /// the newest event whose stored text, with that of every later event, is more than `bytes` (each
+    /// text as the adapter stores it; a text several events share is counted once). `None` when the
+    /// whole outbox fits. Deleting the events through that position (`Change::DeleteEventsThrough`)
+    /// leaves at most `bytes` of them, or the newest event alone when it is larger by itself.
+    async fn outbox_over(&self, bytes: u64) -> Result<Option<u64>>;
     /// Gives the space of deleted rows back to the file system, where the store can do that as it runs (a
     /// SQLite file made with incremental auto-vacuum; PostgreSQL's own vacuum does it there). Returns the
     /// bytes given back (0 where nothing is done). It MUST change no row. `gc` calls it last.

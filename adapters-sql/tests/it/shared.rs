@@ -326,6 +326,66 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
     );
 }
 
+/// `outbox_over` counts a shared text once, however many events name it: two reverts with the same texts
+/// (a revert, its unrevert, and the same revert again) have four events naming two shared rows, and the
+/// database's own sums are the oracle. Counting each event's text in full would put the outbox at twice its
+/// stored size and cut events that fit.
+async fn the_outbox_counts_a_shared_text_once(
+    repo: &SqlRepo,
+    raw: &DatabaseConnection,
+    prefix: &str,
+) {
+    let table = |name: &str| format!("{prefix}{name}");
+    let ids = Ids::default();
+    let plain = stored_session(repo, &ids).await;
+    for _ in 0..2 {
+        let (_, result) = revert_result(&ids, &plain, 20);
+        repo.commit(result)
+            .await
+            .expect("the revert's result commits");
+    }
+    let (outbox, shared) = (table("event_outbox"), table("shared_text"));
+    let events = number(raw, format!("SELECT count(*) AS n FROM {outbox}")).await;
+    let rows = number(raw, format!("SELECT count(*) AS n FROM {shared}")).await;
+    let referenced = number(
+        raw,
+        format!("SELECT count(DISTINCT body_ref) AS n FROM {outbox} WHERE body_ref IS NOT NULL"),
+    )
+    .await;
+    assert_eq!(
+        (events, rows, referenced),
+        (4, 2, 2),
+        "four events name the two shared texts"
+    );
+    let own = number(
+        raw,
+        format!("SELECT CAST(sum(octet_length(body)) AS BIGINT) AS n FROM {outbox}"),
+    )
+    .await;
+    let texts = number(
+        raw,
+        format!("SELECT CAST(sum(octet_length(body)) AS BIGINT) AS n FROM {shared}"),
+    )
+    .await;
+    assert!(
+        texts > 4 * own,
+        "the texts are most of it: {texts} and {own}"
+    );
+    let stored = u64::try_from(own + texts).expect("a size");
+    let oldest = number(raw, format!("SELECT min(seq) AS n FROM {outbox}")).await;
+    let oldest = u64::try_from(oldest).expect("a position");
+    assert_eq!(
+        repo.outbox_over(stored).await.expect("measured"),
+        None,
+        "the outbox is its stored size, each text once"
+    );
+    assert_eq!(
+        repo.outbox_over(stored - 1).await.expect("measured"),
+        Some(oldest),
+        "a byte less and the oldest event passes it"
+    );
+}
+
 #[test]
 fn sqlite_stores_a_reverts_texts_once() {
     run(async {
@@ -335,6 +395,28 @@ fn sqlite_stores_a_reverts_texts_once() {
             .await
             .expect("connects");
         texts_are_stored_once_and_deleted_when_unreferenced(&repo, &raw, "").await;
+    });
+}
+
+#[test]
+fn sqlite_counts_a_shared_text_once_in_the_outbox() {
+    run(async {
+        let file = SqliteFile::new();
+        let repo = file.open().await;
+        let raw = Database::connect(file.config().url.as_str())
+            .await
+            .expect("connects");
+        the_outbox_counts_a_shared_text_once(&repo, &raw, "").await;
+    });
+}
+
+#[test]
+fn postgres_counts_a_shared_text_once_in_the_outbox() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let repo = schema.open().await;
+        let raw = admin(&schema.url).await;
+        the_outbox_counts_a_shared_text_once(&repo, &raw, &format!("\"{}\".", schema.name)).await;
     });
 }
 

@@ -333,6 +333,9 @@ macro_rules! impl_repo {
             async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>> {
                 $with!(self, repo => repo.event_id_at(seq))
             }
+            async fn outbox_over(&self, bytes: u64) -> Result<Option<u64>> {
+                $with!(self, repo => repo.outbox_over(bytes))
+            }
             async fn referenced_snapshots(
                 &self,
                 directory: Option<String>,

@@ -83,7 +83,8 @@ pub struct GcSummary {
     pub sessions_skipped: Vec<GcSkipped>,
     /// How many captures older than the cut-off were deleted.
     pub captures_deleted: u64,
-    /// How many old events were deleted from the outbox (all but the newest `ServiceConfig::outbox_kept`).
+    /// How many old events were deleted from the outbox (all but the newest `ServiceConfig::outbox_kept`,
+    /// and no more than `ServiceConfig::outbox_kept_bytes` of text).
     pub events_deleted: u64,
     /// The bytes the database file gave back to the file system (`MessageRepo::reclaim_space`).
     #[serde(default)]
@@ -387,11 +388,16 @@ impl Rewind {
         Ok((keep.into_iter().collect(), from))
     }
 
-    /// Deletes the outbox's events but the newest `outbox_kept` (the newest always stays, so positions go
-    /// on after it). Returns how many were deleted. `gc` does it, and a server once an hour.
+    /// Deletes the outbox's events but the newest `outbox_kept`, and those past `outbox_kept_bytes` of text
+    /// counted from the newest back (the newest always stays, so positions go on after it). Returns how
+    /// many were deleted. `gc` does it, and a server once an hour.
     pub async fn cut_outbox(&self) -> Result<u64> {
         let last = self.repo.last_event_seq().await?;
-        let Some(through) = last.checked_sub(self.config.outbox_kept.max(1)) else {
+        let by_count = last.checked_sub(self.config.outbox_kept.max(1));
+        let by_bytes = self.repo.outbox_over(self.config.outbox_kept_bytes).await?;
+        // The newest event stays whatever its size: the adapter keeps it, and so is it counted here.
+        let by_bytes = by_bytes.map(|seq| seq.min(last.saturating_sub(1)));
+        let Some(through) = by_count.max(by_bytes) else {
             return Ok(0);
         };
         let first = match self.repo.events_after(0, 1).await?.first() {

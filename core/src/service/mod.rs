@@ -45,6 +45,11 @@ pub struct ServiceConfig {
     /// event streams, which follow the outbox within milliseconds; older ones only fill the database (a
     /// revert's events carry its whole diff).
     pub outbox_kept: u64,
+    /// How many bytes of event text gc keeps at most, counted from the newest event back (default 64 MiB;
+    /// `MessageRepo::outbox_over`): the events of large reverts and turns outlive their sessions in the
+    /// outbox, each carrying its diff, so a count alone bounds nothing on disk. The newest event always
+    /// stays.
+    pub outbox_kept_bytes: u64,
 }
 
 impl Default for ServiceConfig {
@@ -55,6 +60,7 @@ impl Default for ServiceConfig {
             operation_lease_ms: 2 * 60 * 1000,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             outbox_kept: 10_000,
+            outbox_kept_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -935,6 +935,21 @@ impl MessageRepo for MemRepo {
         Ok(at.ok().map(|i| state.outbox[i].event.id.clone()))
     }
 
+    /// Each event counts as its JSON text (this adapter shares no text between events).
+    async fn outbox_over(&self, bytes: u64) -> Result<Option<u64>> {
+        let state = self.lock();
+        let mut total: u64 = 0;
+        for stored in state.outbox.iter().rev() {
+            let text =
+                serde_json::to_string(&stored.event).map_err(|e| Error::Backend(Box::new(e)))?;
+            total = total.saturating_add(u64::try_from(text.len()).unwrap_or(u64::MAX));
+            if total > bytes {
+                return Ok(Some(stored.seq));
+            }
+        }
+        Ok(None)
+    }
+
     async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
         let state = self.lock();
         // The outbox is in position order (old events may have been deleted from its front).

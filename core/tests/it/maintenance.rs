@@ -385,6 +385,68 @@ fn gc_deletes_old_outbox_events_and_keeps_the_newest() {
     });
 }
 
+/// gc also keeps no more than `outbox_kept_bytes` of event text, counted from the newest event back (a
+/// large revert's events outlive its session, each with its diff): with a budget the three newest events
+/// fit and the fourth passes, those three stay; with none, the newest stays alone. The memory adapter
+/// counts an event as its JSON text.
+#[test]
+fn gc_keeps_the_outbox_within_its_byte_budget() {
+    block_on(async {
+        let world = World::new();
+        let session = world.session().await;
+        for turn in ["one", "two", "three"] {
+            world
+                .turn(&session.id, turn, |w| w.write("a.txt", turn))
+                .await;
+        }
+        let events = world.events().await;
+        let seqs = |events: &[rewind_core::model::StoredEvent]| -> Vec<u64> {
+            events.iter().map(|e| e.seq).collect()
+        };
+        let size = |e: &rewind_core::model::StoredEvent| -> u64 {
+            serde_json::to_string(&e.event).map_or(0, |t| t.len() as u64)
+        };
+        assert!(events.len() > 5, "the turns recorded events");
+        let newest_three: u64 = events.iter().rev().take(3).map(size).sum();
+        let fourth = size(&events[events.len() - 4]);
+        let keeping = |bytes: u64| {
+            rewind_core::Rewind::new(
+                world.snapshots.clone(),
+                world.repo.clone(),
+                world.host.clone(),
+                rewind_core::ServiceConfig {
+                    outbox_kept_bytes: bytes,
+                    ..rewind_core::ServiceConfig::default()
+                },
+            )
+        };
+        let messages_before = world.messages(&session.id).await;
+
+        let summary = keeping(newest_three + fourth - 1)
+            .gc(collect_all())
+            .await
+            .expect("gc");
+        assert_eq!(summary.events_deleted, events.len() as u64 - 3);
+        assert_eq!(
+            seqs(&world.events().await),
+            seqs(&events[events.len() - 3..]),
+            "the events that fit stay"
+        );
+        let summary = keeping(newest_three).gc(collect_all()).await.expect("gc");
+        assert_eq!(summary.events_deleted, 0, "what is left fits");
+
+        let summary = keeping(0).gc(collect_all()).await.expect("gc");
+        assert_eq!(summary.events_deleted, 2);
+        assert_eq!(
+            seqs(&world.events().await),
+            seqs(&events[events.len() - 1..]),
+            "the newest event stays whatever its size"
+        );
+        assert_eq!(world.messages(&session.id).await, messages_before);
+        assert_eq!(world.read("a.txt").as_deref(), Some("three"));
+    });
+}
+
 /// gc reads what to keep only while the worktree's lease is free, and a step's end holds it from its
 /// track to the commit that stores its end snapshot: a gc that comes in between (here while that commit
 /// is paused) leaves the worktree for its next run instead of collecting the snapshot about to be stored

@@ -87,6 +87,7 @@ macro_rules! repo_contract_tests {
             referenced_snapshots_cover_every_reference
             captures_are_listed_referenced_and_deleted_by_age
             old_outbox_events_are_deleted_and_positions_never_repeat
+            the_outbox_is_measured_from_its_newest_event_back
             large_revert_texts_read_back_whole_from_every_row
             delete_session_cascades
             sessions_are_listed_newest_first_and_by_directory
@@ -2924,6 +2925,60 @@ pub async fn old_outbox_events_are_deleted_and_positions_never_repeat(repo: &dyn
         [first + 4, first + 5],
         "the next event follows the newest, not a deleted position"
     );
+}
+
+/// `outbox_over` counts the outbox's text from the newest event back and names the newest event that
+/// passes the budget: none when all fit (also when the outbox is empty), the newest itself when it alone is
+/// larger. Each event here carries its own text of about 100 KB (an adapter's encoding adds a little), so
+/// two fit in 250,000 bytes and three do not. Deleting through the position named leaves what fits.
+pub async fn the_outbox_is_measured_from_its_newest_event_back(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    assert_eq!(
+        repo.outbox_over(0)
+            .await
+            .expect("measuring an empty outbox"),
+        None,
+        "an empty outbox fits any budget"
+    );
+    let session = ids.session();
+    for turn in 1..=5 {
+        let (_, diff) = large_revert(30, turn);
+        let text: usize = diff.iter().map(|d| d.patch.len()).sum();
+        assert!((95_000..105_000).contains(&text), "{text} bytes of text");
+        let event = Event {
+            id: ids.event(),
+            payload: EventPayload::SessionDiff {
+                session_id: session.clone(),
+                diff,
+            },
+        };
+        repo.commit(transaction(Vec::new(), vec![event]))
+            .await
+            .expect("a transaction with an event must commit");
+    }
+    let seqs: Vec<u64> = all_events(repo).await.iter().map(|e| e.seq).collect();
+    let [.., third, second, newest] = seqs[..] else {
+        panic!("five events are stored: {seqs:?}");
+    };
+    let over = |bytes: u64| async move { repo.outbox_over(bytes).await.expect("measuring") };
+    assert_eq!(over(u64::MAX).await, None, "everything fits");
+    assert_eq!(over(10_000_000).await, None, "everything fits");
+    assert_eq!(
+        over(250_000).await,
+        Some(third),
+        "the two newest fit, the third passes the budget"
+    );
+    assert_eq!(over(150_000).await, Some(second));
+    assert_eq!(
+        over(0).await,
+        Some(newest),
+        "the newest alone passes a budget smaller than itself"
+    );
+
+    commit(repo, vec![Change::DeleteEventsThrough { seq: third }]).await;
+    let left: Vec<u64> = all_events(repo).await.iter().map(|e| e.seq).collect();
+    assert_eq!(left, [second, newest], "what fits is what stays");
+    assert_eq!(over(250_000).await, None, "what is left fits");
 }
 
 /// `assert_eq!` without the values in the message: these texts are tens of kilobytes.
