@@ -41,6 +41,21 @@ pub enum SqlError {
         #[source]
         source: DriverError,
     },
+    /// No connection to a SQLite file came from the pool in time: every one stayed busy (long writes
+    /// waiting on each other, or more requests at once than the connections serve). Reported as a busy
+    /// database the request may be sent again to, not as an internal fault (a soak under a profiler: a
+    /// 500 with "internal error").
+    #[error(
+        "the database {target} was too busy to take this request: every connection to it stayed in use \
+         while it waited; retry once the load drops"
+    )]
+    Saturated {
+        /// The database.
+        target: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
     /// The database cannot be written (a read-only file, mount or connection).
     #[error("the database {target} is read-only; rewind needs to write to it")]
     ReadOnly {
@@ -304,7 +319,7 @@ impl SqlError {
     /// The storage fault this error is, as the core names it, if it is one a user can act on.
     pub fn fault(&self) -> Option<StorageFault> {
         match self {
-            SqlError::Locked { .. } => Some(StorageFault::Locked),
+            SqlError::Locked { .. } | SqlError::Saturated { .. } => Some(StorageFault::Locked),
             SqlError::ReadOnly { .. } | SqlError::OutdatedReadOnly { .. } => {
                 Some(StorageFault::ReadOnly)
             }
@@ -409,6 +424,19 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
     }
 }
 
+/// Whether no connection came from the pool in time.
+fn pool_timed_out(error: &DbErr) -> bool {
+    match error {
+        DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout) => true,
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => {
+            matches!(e.as_ref(), sea_orm::sqlx::Error::PoolTimedOut)
+        }
+        _ => false,
+    }
+}
+
 /// Maps a driver error to the adapter's error: a lock, a read-only or a corrupt database by what it is,
 /// anything else as a failed statement, naming the database and what rewind was doing.
 pub(crate) fn classify(
@@ -418,6 +446,12 @@ pub(crate) fn classify(
     source: DbErr,
 ) -> SqlError {
     let target = target.to_owned();
+    if !target.starts_with("postgres") && pool_timed_out(&source) {
+        return SqlError::Saturated {
+            target,
+            source: source.into(),
+        };
+    }
     match fault_kind(&source) {
         FaultKind::Locked => SqlError::Locked {
             target,
@@ -459,8 +493,9 @@ mod tests {
     }
 
     /// Each fault a user can act on reaches the core as `Storage` with its kind, the adapter's error as its
-    /// source; a PostgreSQL that cannot be reached is one, a connection that broke mid-statement (its
-    /// outcome unknown), a SQLite file and any other fault stay backend faults.
+    /// source; a PostgreSQL that cannot be reached is one, and so is a SQLite file whose connections all
+    /// stayed busy (classified: a busy database); a connection that broke mid-statement (its outcome
+    /// unknown) and any other fault stay backend faults.
     #[test]
     fn faults_reach_the_core_by_kind() {
         let target = || "/data/rewind.db".to_owned();
@@ -471,6 +506,7 @@ mod tests {
             )))
         };
         let timed_out = || DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout);
+        let busy = Duration::from_secs(5);
         let query = |target: &str, source: DbErr| SqlError::Query {
             target: target.to_owned(),
             context: "reading a session",
@@ -516,6 +552,27 @@ mod tests {
                 None,
             ),
             (query("/data/rewind.db", timed_out()), None),
+            // Classified: a SQLite file whose connections all stayed busy is a busy database; a
+            // PostgreSQL whose pool timed out is one that cannot be reached, as above.
+            (
+                classify("/data/rewind.db", busy, "reading a session", timed_out()),
+                Some(StorageFault::Locked),
+            ),
+            (
+                classify(
+                    "/data/rewind.db",
+                    busy,
+                    "reading a session",
+                    DbErr::Query(RuntimeErr::SqlxError(std::sync::Arc::new(
+                        sea_orm::sqlx::Error::PoolTimedOut,
+                    ))),
+                ),
+                Some(StorageFault::Locked),
+            ),
+            (
+                classify(postgres, busy, "reading a session", timed_out()),
+                Some(StorageFault::Unreachable),
+            ),
             (
                 query(postgres, DbErr::Custom("syntax error".to_owned())),
                 None,
