@@ -29,7 +29,7 @@ use sea_orm::{
 use crate::SqlRepo;
 use crate::entity::{
     capture, event_outbox, intent, lease, message, part, revert_history, session, session_diff,
-    shared_text, warning,
+    warning,
 };
 use crate::error::SqlError;
 use crate::hooks::Hooks;
@@ -484,34 +484,22 @@ impl SqlRepo {
         txn: &DatabaseTransaction,
         rows: Vec<(String, String)>,
     ) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
         // A row of the same text may be there already (rows are named after their text): it serves. No
         // sweep can delete it before this transaction commits its reference, as every write transaction
         // is serialised with every other one (`begin_write`).
-        // In statements of `INSERT_ROWS` rows, as `append_events` writes.
-        let mut rows = rows;
-        while !rows.is_empty() {
-            let rest = rows.split_off(rows.len().min(INSERT_ROWS));
-            let inserted = shared_text::Entity::insert_many(rows.into_iter().map(|(id, body)| {
-                shared_text::ActiveModel {
-                    id: Set(id),
-                    body: Set(body),
-                }
-            }))
-            .on_conflict(
-                sea_orm::sea_query::OnConflict::column(shared_text::Column::Id)
-                    .do_nothing()
-                    .to_owned(),
-            )
-            .exec_without_returning(txn)
-            .await;
-            match inserted {
-                Ok(_) | Err(sea_orm::DbErr::RecordNotInserted) => {}
-                Err(error) => return Err(self.fault("storing a shared text")(error)),
-            }
-            rows = rest;
+        // One raw statement per text, which takes the text itself as its value: an entity insert copied
+        // it into the statement it built, once more than this (a revert's texts are megabytes each, held
+        // about five times while inserted: the statement, the driver's arguments and SQLite's binding).
+        let backend = txn.get_database_backend();
+        for (id, body) in rows {
+            let statement = sea_orm::Statement::from_sql_and_values(
+                backend,
+                "INSERT INTO shared_text (id, body) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+                [id.into(), body.into()],
+            );
+            txn.execute_raw(statement)
+                .await
+                .map_err(self.fault("storing a shared text"))?;
         }
         Ok(())
     }
