@@ -41,13 +41,13 @@ pub enum SqlError {
         #[source]
         source: DriverError,
     },
-    /// No connection to a SQLite file came from the pool in time: every one stayed busy (long writes
-    /// waiting on each other, or more requests at once than the connections serve). Reported as a busy
-    /// database the request may be sent again to, not as an internal fault (a soak under a profiler: a
-    /// 500 with "internal error").
+    /// No connection to a SQLite file came from the pool in time (30 s): every one stayed in use (long
+    /// writes waiting on each other, or more requests at once than the connections serve), or a new one
+    /// could not be opened in time. Reported as a busy database (`StorageFault::Busy`), which may be tried
+    /// again, not as an internal fault (a soak whose server a profiler froze: a 500 "internal error").
     #[error(
-        "the database {target} was too busy to take this request: every connection to it stayed in use \
-         while it waited; retry once the load drops"
+        "the database {target} was too busy: no connection to it came free in time; try again once the \
+         load drops"
     )]
     Saturated {
         /// The database.
@@ -293,7 +293,7 @@ impl SqlError {
         else {
             return false;
         };
-        if !target.starts_with("postgres") {
+        if !is_postgres(target) {
             return false;
         }
         match source.db() {
@@ -319,7 +319,8 @@ impl SqlError {
     /// The storage fault this error is, as the core names it, if it is one a user can act on.
     pub fn fault(&self) -> Option<StorageFault> {
         match self {
-            SqlError::Locked { .. } | SqlError::Saturated { .. } => Some(StorageFault::Locked),
+            SqlError::Locked { .. } => Some(StorageFault::Locked),
+            SqlError::Saturated { .. } => Some(StorageFault::Busy),
             SqlError::ReadOnly { .. } | SqlError::OutdatedReadOnly { .. } => {
                 Some(StorageFault::ReadOnly)
             }
@@ -424,6 +425,11 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
     }
 }
 
+/// Whether `target` (a SQLite file's path, or a PostgreSQL URL without its password) is PostgreSQL's.
+fn is_postgres(target: &str) -> bool {
+    target.starts_with("postgres://") || target.starts_with("postgresql://")
+}
+
 /// Whether no connection came from the pool in time.
 fn pool_timed_out(error: &DbErr) -> bool {
     match error {
@@ -446,7 +452,7 @@ pub(crate) fn classify(
     source: DbErr,
 ) -> SqlError {
     let target = target.to_owned();
-    if !target.starts_with("postgres") && pool_timed_out(&source) {
+    if !is_postgres(&target) && pool_timed_out(&source) {
         return SqlError::Saturated {
             target,
             source: source.into(),
@@ -552,11 +558,16 @@ mod tests {
                 None,
             ),
             (query("/data/rewind.db", timed_out()), None),
-            // Classified: a SQLite file whose connections all stayed busy is a busy database; a
+            // Classified: a SQLite file whose connections all stayed in use is a busy database; a
             // PostgreSQL whose pool timed out is one that cannot be reached, as above.
             (
                 classify("/data/rewind.db", busy, "reading a session", timed_out()),
-                Some(StorageFault::Locked),
+                Some(StorageFault::Busy),
+            ),
+            // A SQLite file whose path begins like a PostgreSQL URL is still a file.
+            (
+                classify("postgres.db", busy, "reading a session", timed_out()),
+                Some(StorageFault::Busy),
             ),
             (
                 classify(
@@ -567,7 +578,7 @@ mod tests {
                         sea_orm::sqlx::Error::PoolTimedOut,
                     ))),
                 ),
-                Some(StorageFault::Locked),
+                Some(StorageFault::Busy),
             ),
             (
                 classify(postgres, busy, "reading a session", timed_out()),

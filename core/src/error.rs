@@ -77,6 +77,9 @@ pub enum StorageFault {
     /// Another process holds the database's write lock past the busy timeout: the request may be sent again
     /// once it lets go.
     Locked,
+    /// This process had more database work at once than its connections serve: none came free in time (a
+    /// SQLite file's connection pool). The request may be sent again once the load drops.
+    Busy,
     /// The database, or a disk rewind writes to, can only be read.
     ReadOnly,
     /// The database server cannot be reached (no connection could be had in time, or made).
@@ -310,6 +313,7 @@ mod tests {
     fn a_noted_storage_fault_keeps_its_fault() {
         for fault in [
             StorageFault::Locked,
+            StorageFault::Busy,
             StorageFault::ReadOnly,
             StorageFault::Unreachable,
             StorageFault::Replaced,

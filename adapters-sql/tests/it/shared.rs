@@ -326,10 +326,11 @@ async fn texts_are_stored_once_and_deleted_when_unreferenced(
     );
 }
 
-/// `outbox_over` counts a shared text once, however many events name it: two reverts with the same texts
-/// (a revert, its unrevert, and the same revert again) have four events naming two shared rows, and the
-/// database's own sums are the oracle. Counting each event's text in full would put the outbox at twice its
-/// stored size and cut events that fit.
+/// `outbox_over` counts a shared text once, however many events name it, at the newest event that names
+/// it: the same revert stored twice (as an undo, redo and undo again store it) has four events naming two
+/// shared rows, and the database's own sums are the oracle. Counting each event's text in full would put
+/// the outbox at twice its stored size and cut events that fit; counting a text at the oldest event naming
+/// it would let the second revert's events pass for smaller than they are.
 async fn the_outbox_counts_a_shared_text_once(
     repo: &SqlRepo,
     raw: &DatabaseConnection,
@@ -383,6 +384,19 @@ async fn the_outbox_counts_a_shared_text_once(
         repo.outbox_over(stored - 1).await.expect("measured"),
         Some(oldest),
         "a byte less and the oldest event passes it"
+    );
+    // The second revert's two events with both texts, and nothing more: the first revert's newer event
+    // (its `session.updated`, whose text is counted already) passes it by its own bytes.
+    let own_of = |seq: u64| {
+        let sql = "SELECT CAST(octet_length(body) AS BIGINT) AS n FROM";
+        number(raw, format!("{sql} {outbox} WHERE seq = {seq}"))
+    };
+    let newest_two = own_of(oldest + 3).await + own_of(oldest + 2).await + texts;
+    let newest_two = u64::try_from(newest_two).expect("a size");
+    assert_eq!(
+        repo.outbox_over(newest_two).await.expect("measured"),
+        Some(oldest + 1),
+        "the texts count at the newest events naming them"
     );
 }
 

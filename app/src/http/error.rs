@@ -111,7 +111,15 @@ impl ApiError {
     ) -> ApiError {
         let noted = source.downcast_ref::<Noted>();
         let said = match fault {
-            StorageFault::Locked => {
+            StorageFault::Locked | StorageFault::Busy => {
+                // A pool that never frees a connection (a leak, a hang) would otherwise answer "retry"
+                // to every request with nothing in the log.
+                if fault == StorageFault::Busy {
+                    tracing::warn!(
+                        error = %rewind_core::error::chain(source.as_ref()),
+                        "database busy: no connection came free in time"
+                    );
+                }
                 // Under a note, the lock's own text (not the causes `Noted` adds), then the note.
                 let message = match noted {
                     Some(noted) => format!("{}; {}", noted.error(), noted.note()),
@@ -277,14 +285,21 @@ mod tests {
         );
     }
 
-    /// A database locked by another process past the busy timeout is a 409 that says so, not a 500; also
-    /// when a rollback has put a note after it (`Error::noted`).
+    /// A database locked by another process past the busy timeout, or one whose connections all stayed in
+    /// use (`Busy`), is a 409 that says so, not a 500; also when a rollback has put a note after it
+    /// (`Error::noted`).
     #[test]
     fn a_locked_database_is_busy_not_an_internal_fault() {
+        for fault in [StorageFault::Locked, StorageFault::Busy] {
+            busy_database_is_409(fault);
+        }
+    }
+
+    fn busy_database_is_409(fault: StorageFault) {
         let session = SessionId::parse("ses_0123456789abABCDEFGHIJKLMN").expect("id");
         let text =
             "the database /data/rewind.db is locked by another process; retry when it has finished";
-        let locked = || Error::storage(StorageFault::Locked, text);
+        let locked = || Error::storage(fault, text);
         let note = "the files it had changed were put back";
         let as_text = Error::backend(text).noted(note);
         assert_eq!(

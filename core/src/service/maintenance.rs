@@ -83,8 +83,8 @@ pub struct GcSummary {
     pub sessions_skipped: Vec<GcSkipped>,
     /// How many captures older than the cut-off were deleted.
     pub captures_deleted: u64,
-    /// How many old events were deleted from the outbox (all but the newest `ServiceConfig::outbox_kept`,
-    /// and no more than `ServiceConfig::outbox_kept_bytes` of text).
+    /// How many old events were deleted from the outbox, which keeps its newest `ServiceConfig::outbox_kept`
+    /// events and at most `ServiceConfig::outbox_kept_bytes` of their text (the newest whatever its size).
     pub events_deleted: u64,
     /// The bytes the database file gave back to the file system (`MessageRepo::reclaim_space`).
     #[serde(default)]
@@ -395,7 +395,7 @@ impl Rewind {
         let last = self.repo.last_event_seq().await?;
         let by_count = last.checked_sub(self.config.outbox_kept.max(1));
         let by_bytes = self.repo.outbox_over(self.config.outbox_kept_bytes).await?;
-        // The newest event stays whatever its size: the adapter keeps it, and so is it counted here.
+        // The adapter never deletes the newest event; clamping here keeps the count to what is deleted.
         let by_bytes = by_bytes.map(|seq| seq.min(last.saturating_sub(1)));
         let Some(through) = by_count.max(by_bytes) else {
             return Ok(0);
