@@ -400,51 +400,45 @@ async fn the_outbox_counts_a_shared_text_once(
     );
 }
 
-#[test]
-fn sqlite_stores_a_reverts_texts_once() {
+/// Runs `check` on a new SQLite file: the repository, a connection of its own, and no table prefix.
+fn on_sqlite(check: impl AsyncFnOnce(&SqlRepo, &DatabaseConnection, &str)) {
     run(async {
         let file = SqliteFile::new();
         let repo = file.open().await;
         let raw = Database::connect(file.config().url.as_str())
             .await
             .expect("connects");
-        texts_are_stored_once_and_deleted_when_unreferenced(&repo, &raw, "").await;
+        check(&repo, &raw, "").await;
     });
 }
 
-#[test]
-fn sqlite_counts_a_shared_text_once_in_the_outbox() {
-    run(async {
-        let file = SqliteFile::new();
-        let repo = file.open().await;
-        let raw = Database::connect(file.config().url.as_str())
-            .await
-            .expect("connects");
-        the_outbox_counts_a_shared_text_once(&repo, &raw, "").await;
-    });
-}
-
-#[test]
-fn postgres_counts_a_shared_text_once_in_the_outbox() {
+/// Runs `check` in a new PostgreSQL schema: the repository, an administrator's connection, and the
+/// schema's name as the table prefix.
+fn on_postgres(check: impl AsyncFnOnce(&SqlRepo, &DatabaseConnection, &str)) {
     run_pg(async {
         let schema = PgSchema::create().await;
         let repo = schema.open().await;
         let raw = admin(&schema.url).await;
-        the_outbox_counts_a_shared_text_once(&repo, &raw, &format!("\"{}\".", schema.name)).await;
+        check(&repo, &raw, &format!("\"{}\".", schema.name)).await;
     });
+}
+
+#[test]
+fn sqlite_stores_a_reverts_texts_once() {
+    on_sqlite(texts_are_stored_once_and_deleted_when_unreferenced);
 }
 
 #[test]
 fn postgres_stores_a_reverts_texts_once() {
-    run_pg(async {
-        let schema = PgSchema::create().await;
-        let repo = schema.open().await;
-        let raw = admin(&schema.url).await;
-        texts_are_stored_once_and_deleted_when_unreferenced(
-            &repo,
-            &raw,
-            &format!("\"{}\".", schema.name),
-        )
-        .await;
-    });
+    on_postgres(texts_are_stored_once_and_deleted_when_unreferenced);
+}
+
+#[test]
+fn sqlite_counts_a_shared_text_once_in_the_outbox() {
+    on_sqlite(the_outbox_counts_a_shared_text_once);
+}
+
+#[test]
+fn postgres_counts_a_shared_text_once_in_the_outbox() {
+    on_postgres(the_outbox_counts_a_shared_text_once);
 }

@@ -328,19 +328,25 @@ fn restore_from_an_unknown_snapshot_records_nothing_and_changes_nothing() {
     });
 }
 
+/// A session of three turns, each writing `a.txt` (its last content: "three").
+async fn three_turns() -> (World, rewind_core::model::Session) {
+    let world = World::new();
+    let session = world.session().await;
+    for turn in ["one", "two", "three"] {
+        world
+            .turn(&session.id, turn, |w| w.write("a.txt", turn))
+            .await;
+    }
+    (world, session)
+}
+
 /// gc keeps only the newest `outbox_kept` events of the outbox (they exist to reach the event streams,
 /// which follow the outbox within milliseconds); the sessions, messages and files are untouched, and
 /// the events recorded after gc take the positions after the newest one kept.
 #[test]
 fn gc_deletes_old_outbox_events_and_keeps_the_newest() {
     block_on(async {
-        let world = World::new();
-        let session = world.session().await;
-        for turn in ["one", "two", "three"] {
-            world
-                .turn(&session.id, turn, |w| w.write("a.txt", turn))
-                .await;
-        }
+        let (world, session) = three_turns().await;
         let last = world.repo.last_event_seq().await.expect("outbox end");
         assert!(last > 5, "the turns recorded events: {last}");
         let keeping_five = rewind_core::Rewind::new(
@@ -392,13 +398,7 @@ fn gc_deletes_old_outbox_events_and_keeps_the_newest() {
 #[test]
 fn gc_keeps_the_outbox_within_its_byte_budget() {
     block_on(async {
-        let world = World::new();
-        let session = world.session().await;
-        for turn in ["one", "two", "three"] {
-            world
-                .turn(&session.id, turn, |w| w.write("a.txt", turn))
-                .await;
-        }
+        let (world, session) = three_turns().await;
         let events = world.events().await;
         let seqs = |events: &[rewind_core::model::StoredEvent]| -> Vec<u64> {
             events.iter().map(|e| e.seq).collect()
