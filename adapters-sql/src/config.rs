@@ -18,6 +18,10 @@ pub struct SqlConfig {
     /// which lives only as long as its connection; 4 for a SQLite file; 8 for Postgres). A SQLite file
     /// that is written also gets up to two connections for lease writes (`SqlRepo`'s lease pool).
     pub max_connections: Option<u32>,
+    /// How long a statement waits for a free connection of the pool before it fails (default 30 s, the
+    /// driver's): on a SQLite file as a busy database (`SqlError::Saturated`), on PostgreSQL as one that
+    /// cannot be reached.
+    pub acquire_timeout: Duration,
     /// PostgreSQL: the schema rewind's tables live in (created when missing); `None` uses the connection's
     /// `search_path`. Letters, digits and `_` only.
     pub schema: Option<String>,
@@ -34,6 +38,7 @@ impl SqlConfig {
             url: url.into(),
             busy_timeout: Duration::from_secs(5),
             max_connections: None,
+            acquire_timeout: Duration::from_secs(30),
             schema: None,
             read_only: false,
         }

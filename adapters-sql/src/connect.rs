@@ -70,6 +70,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 
     let mut options = ConnectOptions::new(config.url.clone());
     options.sqlx_logging(false);
+    options.acquire_timeout(config.acquire_timeout);
     match backend {
         Backend::SqliteMemory => {
             if config.max_connections.is_some_and(|n| n != 1) {

@@ -19,9 +19,9 @@ use crate::support::{
     run, run_pg, session, snapshot, transaction, updated, warning,
 };
 
-/// The message of a failed open, with its sources.
-fn described(result: Result<SqlRepo, Error>) -> String {
-    let error = result.expect_err("the store must be refused");
+/// The message of a failed open or read, with its sources.
+fn described<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
+    let error = result.expect_err("the call must fail");
     assert!(
         matches!(error, Error::Backend(_) | Error::Storage { .. }),
         "{error:?}"
@@ -530,6 +530,48 @@ fn a_row_that_cannot_be_read_is_named_by_its_id() {
                 s.id
             )),
             "{error}"
+        );
+    });
+}
+
+/// A SQLite file whose every connection stays in use past the pool's wait answers busy (`Busy`), naming
+/// the database, not an internal fault; nothing is changed, and the same read works once a connection is
+/// free. One connection, held by a commit paused inside its transaction; a read of the same handle waits
+/// for it.
+#[test]
+fn a_sqlite_pool_with_no_connection_free_is_a_busy_database() {
+    run(async {
+        let file = SqliteFile::new();
+        let mut config = file.config();
+        config.max_connections = Some(1);
+        config.acquire_timeout = Duration::from_millis(200);
+        let repo = std::sync::Arc::new(SqlRepo::open(config).await.expect("opens"));
+        let ids = Ids::default();
+        let s = session(&ids, "/work/busy");
+        let mut pause = repo.pause_next_commit();
+        let committing = tokio::spawn({
+            let (repo, s) = (repo.clone(), s.clone());
+            async move { put_session(repo.as_ref(), &s).await }
+        });
+        assert!(pause.reached().await);
+
+        let read = repo.session(&s.id).await;
+        let fault = read.as_ref().err().and_then(Error::storage_fault);
+        assert_eq!(fault, Some(StorageFault::Busy), "{read:?}");
+        let message = described(read);
+        assert!(
+            message.contains(&file.path.display().to_string()) && message.contains("too busy"),
+            "{message}"
+        );
+
+        pause.resume();
+        committing
+            .await
+            .expect("finishes")
+            .expect("the paused commit commits");
+        assert!(
+            repo.session(&s.id).await.expect("reads").is_some(),
+            "once a connection is free the read works"
         );
     });
 }
