@@ -535,9 +535,8 @@ fn a_row_that_cannot_be_read_is_named_by_its_id() {
 }
 
 /// A SQLite file whose every connection stays in use past the pool's wait answers busy (`Busy`), naming
-/// the database, not an internal fault; nothing is changed, and the same read works once a connection is
-/// free. One connection, held by a commit paused inside its transaction; a read of the same handle waits
-/// for it.
+/// the database, not an internal fault, and the same read works once a connection is free. One
+/// connection, held by a commit paused inside its transaction; a read of the same handle waits for it.
 #[test]
 fn a_sqlite_pool_with_no_connection_free_is_a_busy_database() {
     run(async {
