@@ -87,7 +87,10 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         }
         Backend::SqliteFile => {
             options.max_connections(config.max_connections.unwrap_or(4).max(1));
-            discard_connections_left_in_a_transaction(&mut options);
+            tend_sqlite_connections(
+                &mut options,
+                (!config.read_only).then_some(config.busy_timeout),
+            );
         }
         Backend::Postgres => {
             options.max_connections(config.max_connections.unwrap_or(8).max(1));
@@ -350,14 +353,27 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 /// a savepoint inside it, answered as committed, never stored, the write lock held until the process
 /// ended (review: `rewind serve` with the disk full answered 200 for a message it never stored). A rollback
 /// the driver queued (a transaction dropped unfinished) is run first.
-fn discard_connections_left_in_a_transaction(options: &mut ConnectOptions) {
-    use sea_orm::sqlx::{Connection as _, Sqlite};
+///
+/// And, for a pool that writes (`writes`: the busy timeout to set on each connection again afterwards), a
+/// connection that cannot begin a write transaction is refused before the pool hands it out. SQLite opens
+/// a file it cannot open for writing read-only, without a word (a file made immutable, or a mount made
+/// read-only, under a running process), and the pool kept such a connection once the file was writable
+/// again: every write it was given failed with "attempt to write a readonly database" (CI:
+/// `bad_input::a_database_made_read_only_under_the_server_is_said_so_to_the_client` failed about one run
+/// in ten, when the pool happened to open a connection in that window). Asked with `BEGIN IMMEDIATE`
+/// without waiting, then `ROLLBACK`: another connection's write lock (busy) says nothing against this
+/// one; any other refusal (read-only, or a disk error reaching the write-ahead log) fails the request that
+/// asked for the connection, as the database's fault of that moment, and the pool opens a new one next
+/// time.
+fn tend_sqlite_connections(options: &mut ConnectOptions, writes: Option<Duration>) {
+    use sea_orm::sqlx::{Connection as _, Executor as _, Sqlite};
     use sqlx_core::transaction::TransactionManager as _;
     fn depth(conn: &sea_orm::sqlx::sqlite::SqliteConnection) -> usize {
         <Sqlite as sea_orm::sqlx::Database>::TransactionManager::get_transaction_depth(conn)
     }
-    options.map_sqlx_sqlite_pool_opts(|pool| {
-        pool.after_release(|conn, _| {
+    let waits = writes.map(|busy| format!("PRAGMA busy_timeout = {}", busy.as_millis()));
+    options.map_sqlx_sqlite_pool_opts(move |pool| {
+        let pool = pool.after_release(|conn, _| {
             Box::pin(async move {
                 if depth(conn) == 0 {
                     return Ok(true);
@@ -365,8 +381,35 @@ fn discard_connections_left_in_a_transaction(options: &mut ConnectOptions) {
                 conn.ping().await?;
                 Ok(depth(conn) == 0)
             })
+        });
+        let Some(waits) = waits.clone() else {
+            return pool;
+        };
+        pool.after_connect(move |conn, _| {
+            let waits = waits.clone();
+            Box::pin(async move {
+                conn.execute("PRAGMA busy_timeout = 0").await?;
+                let probe = conn.execute("BEGIN IMMEDIATE").await;
+                if probe.is_ok() {
+                    conn.execute("ROLLBACK").await?;
+                }
+                conn.execute(sea_orm::sqlx::AssertSqlSafe(waits)).await?;
+                match probe {
+                    Err(error) if !busy_answer(&error) => Err(error),
+                    _ => Ok(()),
+                }
+            })
         })
     });
+}
+
+/// Whether SQLite answered `SQLITE_BUSY` or `SQLITE_LOCKED` (another connection holds the lock).
+fn busy_answer(error: &sea_orm::sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i64>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
 /// Makes the SQLite file this process just created (empty) free the pages of deleted rows when asked
@@ -402,7 +445,7 @@ async fn connect_lease_pool(
         .sqlx_logging(false)
         .max_connections(2)
         .connect_lazy(true);
-    discard_connections_left_in_a_transaction(&mut options);
+    tend_sqlite_connections(&mut options, Some(busy_timeout));
     // Opened after the main pool made the file: never creating it (see `open`).
     options.map_sqlx_sqlite_opts(move |sqlite| {
         sqlite
