@@ -360,7 +360,8 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 /// read-only, under a running process), and the pool kept such a connection once the file was writable
 /// again: every write it was given failed with "attempt to write a readonly database" (CI:
 /// `bad_input::a_database_made_read_only_under_the_server_is_said_so_to_the_client` failed about one run
-/// in ten, when the pool happened to open a connection in that window). Asked with `BEGIN IMMEDIATE`
+/// in ten; this made it rarer, not gone: the first write after such a spell can still be refused, cause
+/// not found, stop 58's note). Asked with `BEGIN IMMEDIATE`
 /// without waiting, then `ROLLBACK`: another connection's write lock (busy) says nothing against this
 /// one; any other refusal (read-only, or a disk error reaching the write-ahead log) fails the request that
 /// asked for the connection, as the database's fault of that moment, and the pool opens a new one next

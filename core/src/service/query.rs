@@ -60,16 +60,16 @@ impl Rewind {
             .filter(|m| before.is_none_or(|before| *m < before))
             .collect();
         let start = older.len().saturating_sub(limit.max(1));
-        let page: std::collections::HashSet<&MessageId> = older[start..].iter().copied().collect();
-        let Some(first) = older.get(start) else {
+        let (Some(first), Some(last)) = (older.get(start), older.last()) else {
             return Ok((Vec::new(), None));
         };
         let mut messages = self
             .repo
             .messages_between(id, first, before.cloned())
             .await?;
-        // Exactly the page chosen: a message stored since the ids were read is not in it.
-        messages.retain(|m| page.contains(&m.info.id));
+        // Exactly the page chosen: a message stored since the ids were read sorts after every one of them
+        // (SPEC 3), so it is not in it.
+        messages.retain(|m| m.info.id <= **last);
         for message in &mut messages {
             message.info.fill_required_fields(&session.directory);
         }
