@@ -355,53 +355,91 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 /// the driver queued (a transaction dropped unfinished) is run first.
 ///
 /// And, for a pool that writes (`writes`: the busy timeout to set on each connection again afterwards), a
-/// connection that cannot begin a write transaction is refused before the pool hands it out. SQLite opens
-/// a file it cannot open for writing read-only, without a word (a file made immutable, or a mount made
-/// read-only, under a running process), and the pool kept such a connection once the file was writable
-/// again: every write it was given failed with "attempt to write a readonly database" (CI:
-/// `bad_input::a_database_made_read_only_under_the_server_is_said_so_to_the_client` failed about one run
-/// in ten; this made it rarer, not gone: the first write after such a spell can still be refused, cause
-/// not found, stop 58's note). Asked with `BEGIN IMMEDIATE`
-/// without waiting, then `ROLLBACK`: another connection's write lock (busy) says nothing against this
-/// one; any other refusal (read-only, or a disk error reaching the write-ahead log) fails the request that
-/// asked for the connection, as the database's fault of that moment, and the pool opens a new one next
-/// time.
+/// connection that cannot write serves the request it was opened for and is then closed, never kept.
+/// SQLite opens a file it cannot open for writing read-only, without a word (a file made immutable, or a
+/// mount made read-only, under a running process), and the pool kept such a connection once the file was
+/// writable again: every write it was given failed with "attempt to write a readonly database" (CI:
+/// `bad_input::a_database_made_read_only_under_the_server_is_said_so_to_the_client`). Each new connection
+/// is asked with a write that is rolled back (`BEGIN`, the file's `user_version` set to what it is,
+/// `ROLLBACK`, without waiting); another connection's write lock (busy) says nothing against it; any
+/// other refusal (read-only, or a disk error reaching the write-ahead log) marks it `query_only`, and the
+/// pool closes a marked connection when it comes back. Stop 58's probe was `BEGIN IMMEDIATE` alone, which
+/// on a file opened read-only begins a read transaction and says nothing (seen with `strace`: the
+/// connection opened inside the read-only spell, `O_RDWR` refused, `O_RDONLY` taken), so it kept the very
+/// connections it was for; and a connection it refused failed nothing at once: the pool retries a
+/// connection its `after_connect` refuses until the acquire timeout, so the request waited 30 s to be
+/// told the database was busy. Marked connections are counted; only while there are some does a
+/// connection coming back cost a look at its mark.
 fn tend_sqlite_connections(options: &mut ConnectOptions, writes: Option<Duration>) {
     use sea_orm::sqlx::{Connection as _, Executor as _, Sqlite};
     use sqlx_core::transaction::TransactionManager as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     fn depth(conn: &sea_orm::sqlx::sqlite::SqliteConnection) -> usize {
         <Sqlite as sea_orm::sqlx::Database>::TransactionManager::get_transaction_depth(conn)
     }
     let waits = writes.map(|busy| format!("PRAGMA busy_timeout = {}", busy.as_millis()));
+    let marked = std::sync::Arc::new(AtomicUsize::new(0));
     options.map_sqlx_sqlite_pool_opts(move |pool| {
-        let pool = pool.after_release(|conn, _| {
-            Box::pin(async move {
-                if depth(conn) == 0 {
-                    return Ok(true);
-                }
-                conn.ping().await?;
-                Ok(depth(conn) == 0)
-            })
+        let pool = pool.after_release({
+            let marked = marked.clone();
+            move |conn, _| {
+                let marked = marked.clone();
+                Box::pin(async move {
+                    if marked.load(Ordering::Acquire) > 0 {
+                        let query_only: i64 = sea_orm::sqlx::query_scalar("PRAGMA query_only")
+                            .fetch_one(&mut *conn)
+                            .await?;
+                        if query_only != 0 {
+                            let _ = marked.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                                n.checked_sub(1)
+                            });
+                            return Ok(false);
+                        }
+                    }
+                    if depth(conn) == 0 {
+                        return Ok(true);
+                    }
+                    conn.ping().await?;
+                    Ok(depth(conn) == 0)
+                })
+            }
         });
         let Some(waits) = waits.clone() else {
             return pool;
         };
+        let marked = marked.clone();
         pool.after_connect(move |conn, _| {
-            let waits = waits.clone();
+            let (waits, marked) = (waits.clone(), marked.clone());
             Box::pin(async move {
                 conn.execute("PRAGMA busy_timeout = 0").await?;
-                let probe = conn.execute("BEGIN IMMEDIATE").await;
-                if probe.is_ok() {
-                    conn.execute("ROLLBACK").await?;
-                }
+                conn.execute("BEGIN").await?;
+                let probe = rewrite_user_version(conn).await;
+                let rolled_back = conn.execute("ROLLBACK").await;
                 conn.execute(sea_orm::sqlx::AssertSqlSafe(waits)).await?;
-                match probe {
-                    Err(error) if !busy_answer(&error) => Err(error),
-                    _ => Ok(()),
+                if probe.is_err_and(|error| !busy_answer(&error)) || rolled_back.is_err() {
+                    conn.execute("PRAGMA query_only = 1").await?;
+                    marked.fetch_add(1, Ordering::AcqRel);
                 }
+                Ok(())
             })
         })
     });
+}
+
+/// Sets the file's `user_version` to the value it has: the smallest write SQLite does on any database,
+/// a new empty one too, left to the caller's transaction to roll back.
+async fn rewrite_user_version(
+    conn: &mut sea_orm::sqlx::sqlite::SqliteConnection,
+) -> Result<(), sea_orm::sqlx::Error> {
+    use sea_orm::sqlx::Executor as _;
+    let version: i64 = sea_orm::sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(&mut *conn)
+        .await?;
+    conn.execute(sea_orm::sqlx::AssertSqlSafe(format!(
+        "PRAGMA user_version = {version}"
+    )))
+    .await?;
+    Ok(())
 }
 
 /// Whether SQLite answered `SQLITE_BUSY` or `SQLITE_LOCKED` (another connection holds the lock).

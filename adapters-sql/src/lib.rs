@@ -160,6 +160,28 @@ impl SqlRepo {
         CommitStart { started: receiver }
     }
 
+    /// Test hook: closes every connection of a SQLite file's pools, waiting (at most 5 s) for those in use
+    /// to come back, so the next request opens a new one. Nothing for other backends.
+    #[doc(hidden)]
+    pub async fn close_idle_connections(&self) {
+        if !matches!(self.backend, Backend::SqliteFile) {
+            return;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        for db in std::iter::once(&self.db).chain(self.lease_db.as_ref()) {
+            let pool = db.get_sqlite_connection_pool();
+            while pool.size() > 0 && std::time::Instant::now() < deadline {
+                match pool.try_acquire() {
+                    Some(connection) => {
+                        use sea_orm::sqlx::Connection as _;
+                        let _ = connection.detach().close().await;
+                    }
+                    None => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+        }
+    }
+
     fn hooks(&self) -> MutexGuard<'_, Hooks> {
         // The hooks hold no invariant a panic could break.
         self.hooks

@@ -1015,6 +1015,85 @@ fn a_transaction_sqlite_rolled_back_leaves_no_connection_that_commits_in_appeara
     });
 }
 
+/// Paths made immutable (`chattr +i`, on the ext4 the tests run on: as root, permissions stop nothing),
+/// mutable again when dropped.
+struct Immutable(Vec<std::path::PathBuf>);
+
+impl Immutable {
+    fn made(paths: &[std::path::PathBuf]) -> Immutable {
+        for path in paths {
+            assert!(
+                Immutable::chattr(path, "+i"),
+                "chattr +i {} (the test needs a filesystem that has the flag, such as ext4)",
+                path.display()
+            );
+        }
+        Immutable(paths.to_vec())
+    }
+
+    fn chattr(path: &std::path::Path, flag: &str) -> bool {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(path)
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            Immutable::chattr(path, "-i");
+        }
+    }
+}
+
+/// A connection the pool opens while the database cannot be written (its files immutable, as a read-only
+/// mount makes them) serves that request and is not kept: once the files are writable every write is
+/// stored. SQLite opens such a connection read-only without a word, and `BEGIN IMMEDIATE` on it begins a
+/// read transaction, so stop 58's probe kept it, and every write it was given failed "attempt to write a
+/// readonly database" (CI, `bad_input::a_database_made_read_only_under_the_server_is_said_so_to_the_client`);
+/// a connection that probe did refuse made the request wait for the pool's acquire timeout. The pools'
+/// connections are closed first, so the requests inside the read-only spell open new ones there.
+#[test]
+fn a_connection_opened_while_the_file_is_read_only_is_not_kept() {
+    run(async {
+        let file = SqliteFile::new();
+        let mut config = file.config();
+        config.acquire_timeout = Duration::from_secs(5);
+        let repo = SqlRepo::open(config).await.expect("opens");
+        let ids = Ids::default();
+        let kept = session(&ids, "/work/kept");
+        put_session(&repo, &kept).await.expect("commits");
+        repo.close_idle_connections().await;
+
+        // (The last connection closed took the write-ahead log away with it.)
+        let files: Vec<std::path::PathBuf> = ["", "-wal"]
+            .iter()
+            .map(|side| std::path::PathBuf::from(format!("{}{side}", file.path.display())))
+            .filter(|path| path.exists())
+            .collect();
+        let immutable = Immutable::made(&files);
+        let read = repo.session(&kept.id).await;
+        assert!(
+            matches!(&read, Ok(Some(s)) if s.id == kept.id),
+            "a read inside the spell reads: {read:?}"
+        );
+        let refused = put_session(&repo, &session(&ids, "/work/refused")).await;
+        let fault = refused.as_ref().err().and_then(Error::storage_fault);
+        assert_eq!(fault, Some(StorageFault::ReadOnly), "{refused:?}");
+        drop(immutable);
+
+        for n in 0..6 {
+            let next = session(&ids, &format!("/work/writable-again/{n}"));
+            put_session(&repo, &next)
+                .await
+                .expect("every write once the files are writable is stored");
+        }
+        assert_eq!(repo.sessions(None).await.expect("reads").len(), 7);
+    });
+}
+
 /// A SQLite file in a directory that cannot be written (a read-only mount): SQLite cannot make the `-shm`
 /// file it reads a WAL database with, and fails with `SQLITE_CANTOPEN`. Opened to write it is refused as
 /// read-only (so the commands that only show open it to read); opened to read, with no write-ahead log
@@ -1024,22 +1103,6 @@ fn a_transaction_sqlite_rolled_back_leaves_no_connection_that_commits_in_appeara
 /// with "unable to open database file" (review).
 #[test]
 fn a_sqlite_file_in_a_directory_that_cannot_be_written_is_read() {
-    /// Makes a directory immutable, and mutable again when dropped.
-    struct Immutable(std::path::PathBuf);
-    impl Immutable {
-        fn chattr(dir: &std::path::Path, flag: &str) -> bool {
-            std::process::Command::new("chattr")
-                .arg(flag)
-                .arg(dir)
-                .status()
-                .is_ok_and(|status| status.success())
-        }
-    }
-    impl Drop for Immutable {
-        fn drop(&mut self) {
-            Immutable::chattr(&self.0, "-i");
-        }
-    }
     run(async {
         let file = SqliteFile::new();
         let ids = Ids::default();
@@ -1056,12 +1119,7 @@ fn a_sqlite_file_in_a_directory_that_cannot_be_written_is_read() {
             .parent()
             .expect("the file's directory")
             .to_path_buf();
-        assert!(
-            Immutable::chattr(&dir, "+i"),
-            "chattr +i {} (the test needs a filesystem that has the flag, such as ext4)",
-            dir.display()
-        );
-        let _mutable_again = Immutable(dir.clone());
+        let _mutable_again = Immutable::made(std::slice::from_ref(&dir));
 
         let message = described(SqlRepo::open(file.config()).await);
         assert!(message.contains("read-only"), "{message}");
