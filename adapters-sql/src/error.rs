@@ -431,7 +431,7 @@ fn is_postgres(target: &str) -> bool {
 }
 
 /// Whether no connection came from the pool in time.
-fn pool_timed_out(error: &DbErr) -> bool {
+pub(crate) fn pool_timed_out(error: &DbErr) -> bool {
     match error {
         DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout) => true,
         DbErr::Conn(RuntimeErr::SqlxError(e))

@@ -199,7 +199,28 @@ impl SqlRepo {
                 target: self.target.clone(),
             };
         }
+        // PostgreSQL's pool waits as long for a server that is down as for a connection to come free. A
+        // wait that ran out while every connection the pool may have was out in use is a busy database
+        // (retry), not one that cannot be reached (stop 58's review: it was said to be down).
+        if self.backend == Backend::Postgres
+            && error::pool_timed_out(&source)
+            && self.postgres_pool_all_in_use()
+        {
+            return SqlError::Saturated {
+                target: self.target.clone(),
+                source: source.into(),
+            };
+        }
         error::classify(&self.target, self.busy_timeout, context, source)
+    }
+
+    /// Whether the PostgreSQL pool has every connection it may have, none of them idle. The pool counts a
+    /// connection it is still trying to open: with the server down and as many requests waiting as the
+    /// pool has connections, a wait that runs out is said to be busy too (still a 409 to retry; a request
+    /// that meets a broken connection says unreachable).
+    fn postgres_pool_all_in_use(&self) -> bool {
+        let pool = self.db.get_postgres_connection_pool();
+        pool.size() >= pool.options().get_max_connections() && pool.num_idle() == 0
     }
 
     /// `map_err` adapter for driver errors.

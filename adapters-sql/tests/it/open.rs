@@ -541,38 +541,141 @@ fn a_row_that_cannot_be_read_is_named_by_its_id() {
 fn a_sqlite_pool_with_no_connection_free_is_a_busy_database() {
     run(async {
         let file = SqliteFile::new();
-        let mut config = file.config();
-        config.max_connections = Some(1);
-        config.acquire_timeout = Duration::from_millis(200);
-        let repo = std::sync::Arc::new(SqlRepo::open(config).await.expect("opens"));
-        let ids = Ids::default();
-        let s = session(&ids, "/work/busy");
-        let mut pause = repo.pause_next_commit();
-        let committing = tokio::spawn({
-            let (repo, s) = (repo.clone(), s.clone());
-            async move { put_session(repo.as_ref(), &s).await }
-        });
-        assert!(pause.reached().await);
-
-        let read = repo.session(&s.id).await;
-        let fault = read.as_ref().err().and_then(Error::storage_fault);
-        assert_eq!(fault, Some(StorageFault::Busy), "{read:?}");
-        let message = described(read);
-        assert!(
-            message.contains(&file.path.display().to_string()) && message.contains("too busy"),
-            "{message}"
-        );
-
-        pause.resume();
-        committing
-            .await
-            .expect("finishes")
-            .expect("the paused commit commits");
-        assert!(
-            repo.session(&s.id).await.expect("reads").is_some(),
-            "once a connection is free the read works"
-        );
+        a_full_pool_is_a_busy_database(file.config(), &file.path.display().to_string()).await;
     });
+}
+
+/// The same of PostgreSQL: its pool waits as long for a server that is down, and a full pool was said to
+/// be a database that cannot be reached (`Unreachable`, stop 58's review). A server that is down is still
+/// said so (`an_unreachable_postgres_server_is_refused_with_the_cause`, and the HTTP tests' stopped
+/// server).
+#[test]
+fn a_postgres_pool_with_no_connection_free_is_a_busy_database() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let named = SqlRepo::open(schema.config())
+            .await
+            .expect("opens")
+            .target()
+            .to_owned();
+        a_full_pool_is_a_busy_database(schema.config(), &named).await;
+    });
+}
+
+/// A PostgreSQL server gone from under an open handle is said to be unreachable, not busy, though the
+/// pool's wait for a connection runs out as it does for a full pool: the handle reaches the server through
+/// a proxy of the test's, stopped after a first write.
+#[test]
+fn a_postgres_server_gone_under_an_open_handle_is_unreachable() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let proxy = Proxy::to(&schema.url).await;
+        let mut config = schema.config();
+        config.url = proxy.url.clone();
+        config.max_connections = Some(2);
+        config.acquire_timeout = Duration::from_millis(500);
+        let repo = SqlRepo::open(config)
+            .await
+            .expect("opens through the proxy");
+        let ids = Ids::default();
+        let s = session(&ids, "/work/gone");
+        put_session(&repo, &s).await.expect("commits");
+        proxy.stop().await;
+        // The first read finds the pool's connections broken, the second only refused connections.
+        for _ in 0..2 {
+            let read = repo.session(&s.id).await;
+            let fault = read.as_ref().err().and_then(Error::storage_fault);
+            assert_eq!(fault, Some(StorageFault::Unreachable), "{read:?}");
+        }
+    });
+}
+
+/// A TCP proxy to a PostgreSQL URL's server; `url` is the same URL through it.
+struct Proxy {
+    url: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn to(url: &str) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port for the proxy");
+        let port = listener.local_addr().expect("its address").port();
+        let server = url
+            .split_once('@')
+            .and_then(|(_, rest)| rest.split('/').next())
+            .expect("a URL with a host")
+            .to_owned();
+        let through = url.replacen(&format!("@{server}"), &format!("@127.0.0.1:{port}"), 1);
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => {
+                        let Ok((mut client, _)) = accepted else { break };
+                        let server = server.clone();
+                        connections.spawn(async move {
+                            if let Ok(mut upstream) = tokio::net::TcpStream::connect(&server).await {
+                                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                            }
+                        });
+                    }
+                }
+            }
+            // Every connection through it is closed, and no new one is accepted.
+            connections.shutdown().await;
+        });
+        Proxy {
+            url: through,
+            stop,
+            task,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// One connection held by a commit paused inside its transaction: a read of the same handle waits 200 ms
+/// and fails as `Busy`, naming the database (`named`) and saying it was too busy, then works once the
+/// commit ends.
+async fn a_full_pool_is_a_busy_database(mut config: SqlConfig, named: &str) {
+    config.max_connections = Some(1);
+    config.acquire_timeout = Duration::from_millis(200);
+    let repo = std::sync::Arc::new(SqlRepo::open(config).await.expect("opens"));
+    let ids = Ids::default();
+    let s = session(&ids, "/work/busy");
+    let mut pause = repo.pause_next_commit();
+    let committing = tokio::spawn({
+        let (repo, s) = (repo.clone(), s.clone());
+        async move { put_session(repo.as_ref(), &s).await }
+    });
+    assert!(pause.reached().await);
+
+    let read = repo.session(&s.id).await;
+    let fault = read.as_ref().err().and_then(Error::storage_fault);
+    assert_eq!(fault, Some(StorageFault::Busy), "{read:?}");
+    let message = described(read);
+    assert!(
+        message.contains(named) && message.contains("too busy"),
+        "{message}"
+    );
+
+    pause.resume();
+    committing
+        .await
+        .expect("finishes")
+        .expect("the paused commit commits");
+    assert!(
+        repo.session(&s.id).await.expect("reads").is_some(),
+        "once a connection is free the read works"
+    );
 }
 
 #[test]
