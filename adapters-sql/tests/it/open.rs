@@ -1124,14 +1124,17 @@ struct Immutable(Vec<std::path::PathBuf>);
 
 impl Immutable {
     fn made(paths: &[std::path::PathBuf]) -> Immutable {
+        // Each path is in the value before the next one is tried: a failure leaves none immutable.
+        let mut made = Immutable(Vec::new());
         for path in paths {
             assert!(
                 Immutable::chattr(path, "+i"),
                 "chattr +i {} (the test needs a filesystem that has the flag, such as ext4)",
                 path.display()
             );
+            made.0.push(path.clone());
         }
-        Immutable(paths.to_vec())
+        made
     }
 
     fn chattr(path: &std::path::Path, flag: &str) -> bool {
