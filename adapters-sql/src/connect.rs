@@ -360,16 +360,17 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 /// mount made read-only, under a running process), and the pool kept such a connection once the file was
 /// writable again: every write it was given failed with "attempt to write a readonly database" (CI:
 /// `bad_input::a_database_made_read_only_under_the_server_is_said_so_to_the_client`). Each new connection
-/// is asked with a write that is rolled back (`BEGIN`, the file's `user_version` set to what it is,
-/// `ROLLBACK`, without waiting); another connection's write lock (busy) says nothing against it; any
-/// other refusal (read-only, or a disk error reaching the write-ahead log) marks it `query_only`, and the
-/// pool closes a marked connection when it comes back. Stop 58's probe was `BEGIN IMMEDIATE` alone, which
+/// is asked with a write that is rolled back (`cannot_write`, without waiting); a read-only answer marks
+/// it `query_only`, and the pool closes a marked connection when it comes back. Stop 58's probe was `BEGIN IMMEDIATE` alone, which
 /// on a file opened read-only begins a read transaction and says nothing (seen with `strace`: the
 /// connection opened inside the read-only spell, `O_RDWR` refused, `O_RDONLY` taken), so it kept the very
 /// connections it was for; and a connection it refused failed nothing at once: the pool retries a
 /// connection its `after_connect` refuses until the acquire timeout, so the request waited 30 s to be
 /// told the database was busy. Marked connections are counted; only while there are some does a
-/// connection coming back cost a look at its mark.
+/// connection coming back cost a look at its mark (one closed another way, its look failing or the pool
+/// closing, leaves the count up: the looks go on, nothing worse). The first connection of a pool goes
+/// idle without coming back through `after_release` (sqlx's `connect_with`); marked, it is met by the
+/// open's write check, which refuses the database as read-only, as it then is.
 fn tend_sqlite_connections(options: &mut ConnectOptions, writes: Option<Duration>) {
     use sea_orm::sqlx::{Connection as _, Executor as _, Sqlite};
     use sqlx_core::transaction::TransactionManager as _;
@@ -413,10 +414,10 @@ fn tend_sqlite_connections(options: &mut ConnectOptions, writes: Option<Duration
             Box::pin(async move {
                 conn.execute("PRAGMA busy_timeout = 0").await?;
                 conn.execute("BEGIN").await?;
-                let probe = rewrite_user_version(conn).await;
+                let cannot = cannot_write(conn).await;
                 let rolled_back = conn.execute("ROLLBACK").await;
                 conn.execute(sea_orm::sqlx::AssertSqlSafe(waits)).await?;
-                if probe.is_err_and(|error| !busy_answer(&error)) || rolled_back.is_err() {
+                if cannot || rolled_back.is_err() {
                     conn.execute("PRAGMA query_only = 1").await?;
                     marked.fetch_add(1, Ordering::AcqRel);
                 }
@@ -426,29 +427,37 @@ fn tend_sqlite_connections(options: &mut ConnectOptions, writes: Option<Duration
     });
 }
 
-/// Sets the file's `user_version` to the value it has: the smallest write SQLite does on any database,
-/// a new empty one too, left to the caller's transaction to roll back.
-async fn rewrite_user_version(
-    conn: &mut sea_orm::sqlx::sqlite::SqliteConnection,
-) -> Result<(), sea_orm::sqlx::Error> {
+/// Whether this connection cannot write, asked inside a transaction the caller rolls back: the file's
+/// `user_version` set to the value it has, the smallest write SQLite does on any database, a new empty one
+/// too. Said only by SQLite's read-only answer (`SQLITE_READONLY` and its kinds); busy at the write is
+/// another connection's write lock, which says nothing against this one; any other failure (a corrupt
+/// page, a disk error) is the database's own, for the request to meet and report as what it is (review: a
+/// corrupt file was said to be read-only). Busy before the write (the read of `user_version`: a recovery
+/// under way) leaves it unknown, and a connection not known to write is not trusted either.
+async fn cannot_write(conn: &mut sea_orm::sqlx::sqlite::SqliteConnection) -> bool {
     use sea_orm::sqlx::Executor as _;
-    let version: i64 = sea_orm::sqlx::query_scalar("PRAGMA user_version")
+    let read = sea_orm::sqlx::query_scalar::<_, i64>("PRAGMA user_version")
         .fetch_one(&mut *conn)
-        .await?;
-    conn.execute(sea_orm::sqlx::AssertSqlSafe(format!(
-        "PRAGMA user_version = {version}"
-    )))
-    .await?;
-    Ok(())
+        .await;
+    let version = match read {
+        Ok(version) => version,
+        Err(error) => return matches!(primary_code(&error), Some(5 | 6 | 8)),
+    };
+    let written = conn
+        .execute(sea_orm::sqlx::AssertSqlSafe(format!(
+            "PRAGMA user_version = {version}"
+        )))
+        .await;
+    written.is_err_and(|error| primary_code(&error) == Some(8))
 }
 
-/// Whether SQLite answered `SQLITE_BUSY` or `SQLITE_LOCKED` (another connection holds the lock).
-fn busy_answer(error: &sea_orm::sqlx::Error) -> bool {
+/// SQLite's primary result code of a driver error (the low byte of the extended code it reports).
+fn primary_code(error: &sea_orm::sqlx::Error) -> Option<i64> {
     error
         .as_database_error()
         .and_then(|e| e.code())
         .and_then(|code| code.parse::<i64>().ok())
-        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+        .map(|code| code & 0xff)
 }
 
 /// Makes the SQLite file this process just created (empty) free the pages of deleted rows when asked

@@ -161,11 +161,12 @@ impl SqlRepo {
     }
 
     /// Test hook: closes every connection of a SQLite file's pools, waiting (at most 5 s) for those in use
-    /// to come back, so the next request opens a new one. Nothing for other backends.
+    /// to come back, so the next request opens a new one; whether none is left. Nothing (`false`) for
+    /// other backends.
     #[doc(hidden)]
-    pub async fn close_idle_connections(&self) {
+    pub async fn close_idle_connections(&self) -> bool {
         if !matches!(self.backend, Backend::SqliteFile) {
-            return;
+            return false;
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         for db in std::iter::once(&self.db).chain(self.lease_db.as_ref()) {
@@ -180,6 +181,9 @@ impl SqlRepo {
                 }
             }
         }
+        std::iter::once(&self.db)
+            .chain(self.lease_db.as_ref())
+            .all(|db| db.get_sqlite_connection_pool().size() == 0)
     }
 
     fn hooks(&self) -> MutexGuard<'_, Hooks> {

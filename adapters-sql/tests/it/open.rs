@@ -581,7 +581,7 @@ fn a_postgres_server_gone_under_an_open_handle_is_unreachable() {
         let s = session(&ids, "/work/gone");
         put_session(&repo, &s).await.expect("commits");
         proxy.stop().await;
-        // The first read finds the pool's connections broken, the second only refused connections.
+        // Each read waits out the pool: its connections fail their test, new ones are refused.
         for _ in 0..2 {
             let read = repo.session(&s.id).await;
             let fault = read.as_ref().err().and_then(Error::storage_fault);
@@ -1171,7 +1171,10 @@ fn a_connection_opened_while_the_file_is_read_only_is_not_kept() {
         let ids = Ids::default();
         let kept = session(&ids, "/work/kept");
         put_session(&repo, &kept).await.expect("commits");
-        repo.close_idle_connections().await;
+        assert!(
+            repo.close_idle_connections().await,
+            "the pools' connections are closed"
+        );
 
         // (The last connection closed took the write-ahead log away with it.)
         let files: Vec<std::path::PathBuf> = ["", "-wal"]
