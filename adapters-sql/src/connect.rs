@@ -361,12 +361,12 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 /// writable again: every write it was given failed with "attempt to write a readonly database" (CI:
 /// `bad_input::a_database_made_read_only_under_the_server_is_said_so_to_the_client`). Each new connection
 /// is asked with a write that is rolled back (`cannot_write`, without waiting); a read-only answer marks
-/// it `query_only`, and the pool closes a marked connection when it comes back. Stop 58's probe was `BEGIN IMMEDIATE` alone, which
-/// on a file opened read-only begins a read transaction and says nothing (seen with `strace`: the
-/// connection opened inside the read-only spell, `O_RDWR` refused, `O_RDONLY` taken), so it kept the very
-/// connections it was for; and a connection it refused failed nothing at once: the pool retries a
-/// connection its `after_connect` refuses until the acquire timeout, so the request waited 30 s to be
-/// told the database was busy. Marked connections are counted; only while there are some does a
+/// it `query_only`, and the pool closes a marked connection when it comes back. Stop 58's probe was
+/// `BEGIN IMMEDIATE` alone, which on a file opened read-only begins a read transaction and says nothing
+/// (seen with `strace`: the connection opened inside the read-only spell, `O_RDWR` refused, `O_RDONLY`
+/// taken), so it kept the very connections it was for; and a connection it refused failed nothing at
+/// once: the pool retries a connection its `after_connect` refuses until the acquire timeout, so the
+/// request waited 30 s to be told the database was busy. Marked connections are counted; only while there are some does a
 /// connection coming back cost a look at its mark (one closed another way, its look failing or the pool
 /// closing, leaves the count up: the looks go on, nothing worse). The first connection of a pool goes
 /// idle without coming back through `after_release` (sqlx's `connect_with`); marked, it is met by the
