@@ -366,11 +366,11 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
 /// (seen with `strace`: the connection opened inside the read-only spell, `O_RDWR` refused, `O_RDONLY`
 /// taken), so it kept the very connections it was for; and a connection it refused failed nothing at
 /// once: the pool retries a connection its `after_connect` refuses until the acquire timeout, so the
-/// request waited 30 s to be told the database was busy. Marked connections are counted; only while there are some does a
-/// connection coming back cost a look at its mark (one closed another way, its look failing or the pool
-/// closing, leaves the count up: the looks go on, nothing worse). The first connection of a pool goes
-/// idle without coming back through `after_release` (sqlx's `connect_with`); marked, it is met by the
-/// open's write check, which refuses the database as read-only, as it then is.
+/// request waited 30 s to be told the database was busy. Marked connections are counted; only while
+/// there are some does a connection coming back cost a look at its mark (one closed another way, its
+/// look failing or the pool closing, leaves the count up: the looks go on, nothing worse). The first
+/// connection of a pool goes idle without coming back through `after_release` (sqlx's `connect_with`);
+/// marked, it is met by the open's write check, which refuses the database as read-only, as it then is.
 fn tend_sqlite_connections(options: &mut ConnectOptions, writes: Option<Duration>) {
     use sea_orm::sqlx::{Connection as _, Executor as _, Sqlite};
     use sqlx_core::transaction::TransactionManager as _;
