@@ -389,6 +389,9 @@ impl Rewind {
                 self.push_part(&mut transaction, part.clone());
             }
             self.push_tool_outside_a_step(&mut transaction, &session, &info, &parts);
+            if info.role == Role::User {
+                self.push_touch(&mut transaction, &session);
+            }
             let committed = self.repo.commit(transaction).await;
             if self
                 .settle(
@@ -404,6 +407,23 @@ impl Rewind {
         }
         self.touch_step(&session).await;
         Ok(MessageWithParts { info, parts })
+    }
+
+    /// A prompt touches its session, as OpenCode's does (`Session.touch` after the user message): its update
+    /// time becomes now, announced with `session.updated` after the message's own events, so a client's list
+    /// of sessions by update time puts it first (SDK review D6: only a step's end did). Nothing else of the
+    /// session changes (`Change::UpdateSession` with no field; the announcement carries the session as
+    /// stored). A prompt on a reverted session needs none: its cleanup's announcement is the touch.
+    fn push_touch(&self, transaction: &mut Transaction, session: &Session) {
+        let updated = self.now();
+        let mut touched = session.clone();
+        touched.time.updated = touched.time.updated.max(updated);
+        transaction.changes.push(Change::UpdateSession {
+            session: session.id.clone(),
+            fields: SessionFields::default(),
+            updated,
+        });
+        transaction.events.push(self.updated_event(&touched));
     }
 
     /// `create_message` on a reverted session (`session` as the checks found it): the session's cleanup

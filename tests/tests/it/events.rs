@@ -557,6 +557,65 @@ async fn a_stream_that_falls_behind_the_bus_catches_up_from_the_outbox() -> Resu
     app.stop().await
 }
 
+/// A prompt touches its session, as OpenCode's does (`Session.touch` after the user message): the session's
+/// update time becomes the message's time or later, announced with `session.updated` after the message's
+/// own events, the rest of the session unchanged (SDK review D6: only a step's end touched it). An assistant
+/// message does not.
+#[tokio::test]
+async fn a_prompt_touches_its_session() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let before = app.read(&format!("/session/{session}")).await?;
+    let mut stream = app.events().await?;
+    stream.until("server.connected").await?;
+    // The clock moves past the session's creation.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let prompt = app
+        .post(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": "hello"}]}),
+        )
+        .await?;
+    ensure!(prompt.status == 200, "{}", prompt.body);
+    let events = stream.until("session.updated").await?;
+    assert_eq!(
+        types(&events),
+        ["message.updated", "message.part.updated", "session.updated"],
+        "the message's events, then the touch"
+    );
+    let created = prompt.body["info"]["time"]["created"].as_u64();
+    let touched = events
+        .last()
+        .map(|e| e["properties"]["info"].clone())
+        .unwrap_or_default();
+    let updated = touched["time"]["updated"].as_u64();
+    assert!(
+        updated >= created && updated > before["time"]["updated"].as_u64(),
+        "touched at {updated:?}, the message at {created:?}, the session before at {}",
+        before["time"]["updated"]
+    );
+    let after = app.read(&format!("/session/{session}")).await?;
+    assert_eq!(after["time"]["updated"], touched["time"]["updated"]);
+    let mut unchanged = after.clone();
+    unchanged["time"]["updated"] = before["time"]["updated"].clone();
+    assert_eq!(unchanged, before, "only the update time changed");
+
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let answer = app
+        .post(
+            &format!("/session/{session}/message"),
+            json!({"role": "assistant", "parentID": prompt.body["info"]["id"]}),
+        )
+        .await?;
+    ensure!(answer.status == 200, "{}", answer.body);
+    let later = app.read(&format!("/session/{session}")).await?;
+    assert_eq!(
+        later["time"]["updated"], after["time"]["updated"],
+        "an assistant message is not a prompt"
+    );
+    app.stop().await
+}
+
 fn is_server_event(event: &Value) -> bool {
     event["type"]
         .as_str()
