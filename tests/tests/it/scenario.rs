@@ -755,7 +755,12 @@ async fn a_session_is_renamed_while_its_step_is_open_and_keeps_the_title() -> Re
         "the step is still open: {stored}"
     );
     assert_eq!(during.body, stored);
-    let announced = stream.until("session.updated").await?;
+    // (The step's prompt touched the session before: announced too, with the title it had then.)
+    let announced = stream
+        .until_matching("the rename's session.updated", |e| {
+            e["type"] == "session.updated" && e["properties"]["info"]["title"] == "renamed mid-step"
+        })
+        .await?;
     let last = announced.last().map(|e| e["properties"]["info"].clone());
     assert_eq!(
         last,
