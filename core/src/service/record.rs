@@ -190,8 +190,8 @@ impl Rewind {
             let session = self.repo.session(id).await?.unwrap_or(session);
             let mut guards = vec![lease.guard()];
             match condition {
-                // A message (a user's prompt, recorded without a step) does not change the session's update
-                // time: the newest message's counts too.
+                // A message other than a prompt (an assistant's, recorded without a step) does not change the
+                // session's update time: the newest message's counts too.
                 Some(DeleteIf::UpdatedBefore(cutoff))
                     if session.time.updated >= cutoff
                         || self
@@ -413,7 +413,8 @@ impl Rewind {
     /// time becomes now, announced with `session.updated` after the message's own events, so a client's list
     /// of sessions by update time puts it first (SDK review D6: only a step's end did). Nothing else of the
     /// session changes (`Change::UpdateSession` with no field; the announcement carries the session as
-    /// stored). A prompt on a reverted session needs none: its cleanup's announcement is the touch.
+    /// stored). On a reverted session too, after the cleanup's events and the message's, as OpenCode runs
+    /// cleanup, then the message, then the touch.
     fn push_touch(&self, transaction: &mut Transaction, session: &Session) {
         let updated = self.now();
         let mut touched = session.clone();
@@ -478,6 +479,9 @@ impl Rewind {
                 self.push_part(&mut transaction, part.clone());
             }
             self.push_tool_outside_a_step(&mut transaction, session, &info, &parts);
+            if info.role == Role::User {
+                self.push_touch(&mut transaction, session);
+            }
             self.repo.commit(transaction).await?;
             Ok(MessageWithParts { info, parts })
         }

@@ -616,6 +616,68 @@ async fn a_prompt_touches_its_session() -> Result<()> {
     app.stop().await
 }
 
+/// A prompt on a reverted session touches it too, after the cleanup's events and its own, as OpenCode runs
+/// cleanup, then the message, then `Session.touch` (review: the cleanup's announcement came before the
+/// message, a client waiting for the one after it waited for ever).
+#[tokio::test]
+async fn a_prompt_on_a_reverted_session_touches_it_after_its_message() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let (user, _) = app
+        .turn(&session, "one", |repo| {
+            std::fs::write(repo.join("a.txt"), "a1\n")?;
+            Ok(())
+        })
+        .await?;
+    app.revert_to(&session, &user).await?;
+    let mut stream = app.events().await?;
+    stream.until("server.connected").await?;
+    let prompt = app
+        .post(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": "instead"}]}),
+        )
+        .await?;
+    ensure!(prompt.status == 200, "{}", prompt.body);
+    let message_seen = std::cell::Cell::new(false);
+    let events = stream
+        .until_matching("the touch after the message", |e| {
+            message_seen.set(message_seen.get() || e["type"] == "message.updated");
+            message_seen.get() && e["type"] == "session.updated"
+        })
+        .await?;
+    let kinds = types(&events);
+    assert_eq!(
+        kinds[kinds.len() - 3..],
+        ["message.updated", "message.part.updated", "session.updated"],
+        "cleanup, the message, then the touch: {kinds:?}"
+    );
+    assert!(
+        kinds[..kinds.len() - 3]
+            .iter()
+            .all(|k| k == "message.removed" || k == "session.updated"),
+        "{kinds:?}"
+    );
+    let touched = events
+        .last()
+        .map(|e| e["properties"]["info"]["time"]["updated"].as_u64());
+    assert!(
+        touched.flatten() >= prompt.body["info"]["time"]["created"].as_u64(),
+        "touched at {touched:?}: {}",
+        prompt.body
+    );
+    let after = app.read(&format!("/session/{session}")).await?;
+    assert!(after["revert"].is_null(), "{after}");
+    assert_eq!(
+        after["time"]["updated"],
+        events
+            .last()
+            .map(|e| e["properties"]["info"]["time"]["updated"].clone())
+            .unwrap_or_default()
+    );
+    app.stop().await
+}
+
 fn is_server_event(event: &Value) -> bool {
     event["type"]
         .as_str()
