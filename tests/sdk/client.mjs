@@ -81,6 +81,7 @@ check("session.create returns a session in the client's directory", () => {
 });
 const id = created.data.id;
 
+const beforePrompt = seen.length;
 const prompted = await client.session.prompt({
   path: { id },
   body: { parts: [{ type: "text", text: "create hello.txt and change a.txt" }] },
@@ -91,6 +92,24 @@ check("session.prompt records the user message", () => {
   assert.equal(prompted.data.parts[0].text, "create hello.txt and change a.txt");
 });
 const userID = prompted.data.info.id;
+// As OpenCode's prompt does (`Session.touch`): the session's update time moves to the prompt, announced
+// after the message.
+const promptedAt = prompted.data.info.time.created;
+const messageAt = await eventAfter(
+  beforePrompt,
+  (event) => event.type === "message.updated" && event.properties.info.id === userID,
+  "the prompt's message.updated",
+);
+await eventAfter(
+  messageAt,
+  (event) => event.type === "session.updated" && event.properties.info.id === id,
+  "the prompt's session.updated",
+);
+const touched = await client.session.get({ path: { id } });
+check("session.prompt touches the session: session.updated after the message, time.updated at the prompt or later", () => {
+  assert.equal(touched.error, undefined, JSON.stringify(touched.error));
+  assert.ok(touched.data.time.updated >= promptedAt, JSON.stringify(touched.data.time));
+});
 
 // The assistant's turn: rewind's extension routes, the edits made on disk inside the step.
 const assistant = await extension(`/session/${id}/message`, {
