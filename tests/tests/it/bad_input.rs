@@ -39,12 +39,7 @@ fn is_named(body: &Value, name: &str) -> bool {
 async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
-    let (user, assistant) = app
-        .turn(&session, "one", |repo| {
-            std::fs::write(repo.join("a.txt"), "a1\n")?;
-            Ok(())
-        })
-        .await?;
+    let (user, assistant) = app.turn_writing(&session, "one", "a.txt", "a1\n").await?;
     // A symlink under the root that leads outside it: canonicalised, it is outside.
     std::os::unix::fs::symlink(&app.data_dir, app.repo.join("escape"))?;
     let before = observed(&app, &session).await?;

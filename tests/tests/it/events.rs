@@ -36,18 +36,8 @@ async fn revert_unrevert_and_cleanup_publish_their_events_in_order() -> Result<(
         Some(json!(session))
     );
 
-    let (user1, _) = app
-        .turn(&session, "one", |repo| {
-            std::fs::write(repo.join("a.txt"), "a1\n")?;
-            Ok(())
-        })
-        .await?;
-    let (user2, assistant2) = app
-        .turn(&session, "two", |repo| {
-            std::fs::write(repo.join("b.txt"), "b2\n")?;
-            Ok(())
-        })
-        .await?;
+    let (user1, _) = app.turn_writing(&session, "one", "a.txt", "a1\n").await?;
+    let (user2, assistant2) = app.turn_writing(&session, "two", "b.txt", "b2\n").await?;
     // Recording: each step makes the session busy, then idle again, with its parts in between.
     // Two steps: busy, idle, busy, idle; closing a step ends with its session.updated.
     let mut recorded = Vec::new();
@@ -507,8 +497,7 @@ async fn a_stream_that_falls_behind_the_bus_catches_up_from_the_outbox() -> Resu
         ..AppConfig::default()
     })
     .await?;
-    let mut stream = app.events().await?;
-    stream.until("server.connected").await?;
+    let mut stream = app.connected_events().await?;
     let session = app.new_session().await?;
     stream.until("session.created").await?;
     let parts: Vec<_> = (0..10)
@@ -566,8 +555,7 @@ async fn a_prompt_touches_its_session() -> Result<()> {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
     let before = app.read(&format!("/session/{session}")).await?;
-    let mut stream = app.events().await?;
-    stream.until("server.connected").await?;
+    let mut stream = app.connected_events().await?;
     // The clock moves past the session's creation.
     tokio::time::sleep(Duration::from_millis(5)).await;
     let prompt = app
@@ -623,15 +611,9 @@ async fn a_prompt_touches_its_session() -> Result<()> {
 async fn a_prompt_on_a_reverted_session_touches_it_after_its_message() -> Result<()> {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
-    let (user, _) = app
-        .turn(&session, "one", |repo| {
-            std::fs::write(repo.join("a.txt"), "a1\n")?;
-            Ok(())
-        })
-        .await?;
+    let (user, _) = app.turn_writing(&session, "one", "a.txt", "a1\n").await?;
     app.revert_to(&session, &user).await?;
-    let mut stream = app.events().await?;
-    stream.until("server.connected").await?;
+    let mut stream = app.connected_events().await?;
     let prompt = app
         .post(
             &format!("/session/{session}/message"),

@@ -519,11 +519,8 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
     let listed = app.read(&format!("/session?directory={encoded}")).await?;
     assert_eq!(listed[0]["id"], other["id"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
-    app.turn(&first, "edit", |repo| {
-        std::fs::write(repo.join("a.txt"), "edited\n")?;
-        Ok(())
-    })
-    .await?;
+    app.turn_writing(&first, "edit", "a.txt", "edited\n")
+        .await?;
     let deleted = app.delete(&format!("/session/{first}")).await?;
     assert_eq!((deleted.status, deleted.body.clone()), (200, json!(true)));
     assert_eq!(app.get(&format!("/session/{first}")).await?.status, 404);
@@ -1235,12 +1232,7 @@ async fn an_operation_that_cannot_be_recovered_refuses_its_worktree_with_409() -
 async fn a_revert_whose_client_goes_away_still_completes() -> Result<()> {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
-    let (user, _) = app
-        .turn(&session, "one", |repo| {
-            std::fs::write(repo.join("a.txt"), "a1\n")?;
-            Ok(())
-        })
-        .await?;
+    let (user, _) = app.turn_writing(&session, "one", "a.txt", "a1\n").await?;
     // The revert's next commit is its intent record: held open until the client has gone.
     let mut pause = app.db.pause_next_commit();
     let request = app
@@ -1288,17 +1280,8 @@ async fn a_revert_whose_client_goes_away_still_completes() -> Result<()> {
 async fn messages_sent_at_once_to_a_reverted_session_are_all_recorded() -> Result<()> {
     let app = spawn_app().await?;
     let session = app.new_session().await?;
-    app.turn(&session, "one", |repo| {
-        std::fs::write(repo.join("a.txt"), "one\n")?;
-        Ok(())
-    })
-    .await?;
-    let (second, _) = app
-        .turn(&session, "two", |repo| {
-            std::fs::write(repo.join("a.txt"), "two\n")?;
-            Ok(())
-        })
-        .await?;
+    app.turn_writing(&session, "one", "a.txt", "one\n").await?;
+    let (second, _) = app.turn_writing(&session, "two", "a.txt", "two\n").await?;
     app.revert_to(&session, &second).await?;
     let posts: Vec<_> = (0..6)
         .map(|i| {

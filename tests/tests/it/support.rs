@@ -266,6 +266,20 @@ impl TestApp {
         Ok((user_id, assistant_id))
     }
 
+    /// `turn` whose step writes `content` to the worktree's `file`.
+    pub async fn turn_writing(
+        &self,
+        session: &str,
+        text: &str,
+        file: &str,
+        content: &str,
+    ) -> Result<(String, String)> {
+        self.turn(session, text, |repo| {
+            Ok(std::fs::write(repo.join(file), content)?)
+        })
+        .await
+    }
+
     /// Reverts `session` to `message` (which must succeed) and returns the session.
     pub async fn revert_to(&self, session: &str, message: &str) -> Result<Value> {
         self.ok(
