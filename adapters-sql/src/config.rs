@@ -19,8 +19,9 @@ pub struct SqlConfig {
     /// that is written also gets up to two connections for lease writes (`SqlRepo`'s lease pool).
     pub max_connections: Option<u32>,
     /// How long a statement waits for a free connection of the pool before it fails (default 30 s, the
-    /// driver's): on a SQLite file as a busy database (`SqlError::Saturated`), on PostgreSQL as one that
-    /// cannot be reached.
+    /// driver's): as a busy database (`SqlError::Saturated`) on a SQLite file, and on PostgreSQL when
+    /// every connection the pool may have was in use; otherwise on PostgreSQL as one that cannot be
+    /// reached.
     pub acquire_timeout: Duration,
     /// PostgreSQL: the schema rewind's tables live in (created when missing); `None` uses the connection's
     /// `search_path`. Letters, digits and `_` only.

@@ -41,9 +41,10 @@ pub enum SqlError {
         #[source]
         source: DriverError,
     },
-    /// No connection to a SQLite file came from the pool in time (30 s): every one stayed in use (long
-    /// writes waiting on each other, or more requests at once than the connections serve), or a new one
-    /// could not be opened in time. Reported as a busy database (`StorageFault::Busy`), which may be tried
+    /// No connection came from the pool in time (30 s): every one stayed in use (long writes waiting on
+    /// each other, or more requests at once than the connections serve), or, on a SQLite file, a new one
+    /// could not be opened in time (on PostgreSQL that is a server that cannot be reached:
+    /// `SqlRepo::sql_error` tells the two apart by the pool's state). Reported as a busy database (`StorageFault::Busy`), which may be tried
     /// again, not as an internal fault (a soak whose server a profiler froze: a 500 "internal error").
     #[error(
         "the database {target} was too busy: no connection to it came free in time; try again once the \
@@ -559,7 +560,8 @@ mod tests {
             ),
             (query("/data/rewind.db", timed_out()), None),
             // Classified: a SQLite file whose connections all stayed in use is a busy database; a
-            // PostgreSQL whose pool timed out is one that cannot be reached, as above.
+            // PostgreSQL whose pool timed out is one that cannot be reached, as above, unless the handle
+            // finds every connection of its pool in use (`SqlRepo::sql_error`, before this).
             (
                 classify("/data/rewind.db", busy, "reading a session", timed_out()),
                 Some(StorageFault::Busy),

@@ -78,7 +78,8 @@ pub enum StorageFault {
     /// once it lets go.
     Locked,
     /// This process had more database work at once than its connections serve: none came free in time (a
-    /// SQLite file's connection pool). The request may be sent again once the load drops.
+    /// SQLite file's connection pool, or a PostgreSQL pool whose every connection was in use). The request
+    /// may be sent again once the load drops.
     Busy,
     /// The database, or a disk rewind writes to, can only be read.
     ReadOnly,
