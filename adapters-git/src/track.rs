@@ -1914,8 +1914,13 @@ pub fn parallel_map_on<T: Sync, R: Send, S>(
     f: impl Fn(&mut S, &T) -> GitResult<R> + Sync,
 ) -> GitResult<Vec<R>> {
     if items.len() < min_items.max(2) || threads <= 1 {
-        let mut state = init();
-        return items.iter().map(|item| f(&mut state, item)).collect();
+        // A panic here ends as a worker's does, in an error (review: a revert's writes, which run here
+        // for a batch of up to 16 files, settle the files the batch moved aside whatever its outcome).
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut state = init();
+            items.iter().map(|item| f(&mut state, item)).collect()
+        }))
+        .unwrap_or_else(|_| Err(GitError::Other("a worker thread panicked".to_owned())));
     }
     let chunk = items.len().div_ceil(threads);
     let results: Vec<GitResult<Vec<R>>> = std::thread::scope(|scope| {
@@ -1948,6 +1953,27 @@ pub fn parallel_map_on<T: Sync, R: Send, S>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A panic in the work is an error whether the items are taken on the calling thread (one thread, or
+    /// fewer items than `min_items`) or on several: the caller goes on to what it does after (a revert's
+    /// writes settle the files they moved aside).
+    #[test]
+    fn a_panic_in_the_work_is_an_error_on_one_thread_as_on_several() {
+        let items: Vec<u32> = (0..32).collect();
+        let work = |(): &mut (), item: &u32| -> GitResult<u32> {
+            assert!(*item != 7, "item 7");
+            Ok(*item)
+        };
+        for (threads, min_items) in [(1, 1), (4, 64), (4, 1)] {
+            let outcome = parallel_map_on(&items, threads, min_items, || (), work);
+            assert!(
+                matches!(&outcome, Err(GitError::Other(m)) if m.contains("panicked")),
+                "{threads} threads, from {min_items} items: {outcome:?}"
+            );
+        }
+        let fine = parallel_map_on(&items[..7], 1, 1, || (), work).expect("no panic");
+        assert_eq!(fine, (0..7).collect::<Vec<_>>());
+    }
 
     /// A cache far out of walk order (an older version's, or after many files moved) still answers (the
     /// track reads nothing and returns the same tree), and is written again in walk order, so the next
