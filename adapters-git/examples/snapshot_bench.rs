@@ -206,7 +206,7 @@ fn options(args: &[String]) -> Result<HashMap<String, String>> {
 /// with no other work: lstat of every file in `--wt` (a track's stat pass), `--writes` files (default 1,000)
 /// each written to a new file beside it and renamed over it (a revert's safe writes, SPEC 2.5; the content
 /// written is the file's own, so the worktree is unchanged), the same writes again shared by two threads
-/// and by 16 (as a revert's writes are, `WRITE_THREADS`), and, when `--wt` has a `.git` with loose
+/// and by 16 (as a revert's writes of 241 files or more are, `WRITE_THREADS`), and, when `--wt` has a `.git` with loose
 /// objects, a hard link of each into a new fan-out directory and the first 256 bytes of each read (what owning
 /// a committed repository's loose objects costs, SPEC 2.1). A goal below these on this machine is not one a
 /// few threads can reach.
@@ -255,7 +255,7 @@ fn floor(args: &[String]) -> Result<()> {
         thousands(chosen.len()),
         ms(start)
     );
-    // The same writes shared by two threads, then by 16 (as a revert's are, `WRITE_THREADS`): each thread
+    // The same writes shared by two threads, then by 16 (as a revert's of 241 files or more are, `WRITE_THREADS`): each thread
     // its own share of the files, its own temporary name.
     for threads in [2, 16] {
         let start = Instant::now();

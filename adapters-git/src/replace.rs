@@ -192,7 +192,7 @@ impl Held {
 pub struct Releases(Vec<Held>);
 
 impl Releases {
-    /// How many files are handed over at once at most: the 16 threads a revert writes with then hold
+    /// How many files are handed over at once at most: the at most 16 threads a revert writes with then hold
     /// fewer than `MAX_HELD` files between them, so none is freed on the spot for want of a handle.
     const BATCH: usize = 8;
 

@@ -86,8 +86,9 @@ struct Entries {
 }
 
 impl Entries {
-    fn with_capacity(entries: usize) -> Entries {
+    fn with_capacity(entries: usize, path_bytes: usize) -> Entries {
         Entries {
+            paths: Vec::with_capacity(path_bytes),
             list: Vec::with_capacity(entries),
             table: hashbrown::HashTable::with_capacity(entries),
             ..Entries::default()
@@ -133,7 +134,7 @@ impl Entries {
 #[cfg(test)]
 impl<const N: usize> From<[(String, IndexEntry); N]> for Entries {
     fn from(entries: [(String, IndexEntry); N]) -> Entries {
-        let mut all = Entries::with_capacity(N);
+        let mut all = Entries::with_capacity(N, 0);
         for (path, entry) in entries {
             all.insert(&path, entry);
         }
@@ -174,7 +175,7 @@ impl Seed {
             Default::default(),
         )
         .ok()?;
-        let mut entries = Entries::with_capacity(index.entries().len());
+        let mut entries = Entries::with_capacity(index.entries().len(), index.path_backing().len());
         for entry in index.entries() {
             // An attributes file the index holds and the disk does not: git applies the index's copy
             // when it adds files, so it may ask for a filter no walk of the disk sees.
@@ -604,7 +605,7 @@ mod tests {
             gid: 0,
             size,
         };
-        let mut entries = Entries::with_capacity(0);
+        let mut entries = Entries::with_capacity(0, 0);
         for n in 0..5_000u32 {
             entries.insert(&format!("d{}/f{n}.txt", n % 7), entry(n));
         }
