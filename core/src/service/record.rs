@@ -1075,6 +1075,11 @@ impl Rewind {
             for part in &created.parts {
                 self.push_part(&mut transaction, part.clone());
             }
+            // A turn's prompt touches the session as the prompt route's does (`push_touch`): announced
+            // after the user message's events, with the session as this transaction stores it.
+            if created.info.role == Role::User {
+                transaction.events.push(self.updated_event(&updated));
+            }
         }
         // Busy before the step-start part, as OpenCode marks a session busy before its step begins (black-box:
         // a client saw the part first); after the turn's new messages, as OpenCode records the user's first.

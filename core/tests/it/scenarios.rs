@@ -3587,3 +3587,99 @@ fn steps_open_at_once_in_one_worktree_warn_both_sessions() {
         );
     })
 }
+
+/// A turn begun in one go (`begin_turn`, which `rewind exec` records its command with) touches its
+/// session as a prompt does (`push_touch`): `session.updated` comes after the user message's events and
+/// before the assistant message's, carrying the session as stored, its update time the turn's; on a
+/// reverted session too, after the cleanup's events.
+#[test]
+fn a_turn_begun_in_one_go_touches_its_session_after_its_prompt() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let first = w.turn(&s.id, "first", |w| w.write("a.txt", "a1\n")).await;
+        let (seq, touched) = begun_turn(&w, &s.id).await;
+        let stored = w.rewind.session(&s.id).await.expect("the session");
+        assert_eq!(touched.time.updated, stored.time.updated, "as stored");
+        let prompted = w
+            .rewind
+            .message(&s.id, &first.user)
+            .await
+            .expect("the first prompt");
+        assert!(touched.time.updated >= prompted.info.time.created);
+
+        w.rewind
+            .revert(
+                &s.id,
+                RevertTarget {
+                    message_id: first.user.clone(),
+                    part_id: None,
+                },
+            )
+            .await
+            .expect("revert");
+        let (seq_reverted, touched) = begun_turn(&w, &s.id).await;
+        assert!(seq_reverted > seq);
+        assert!(touched.revert.is_none(), "after the cleanup: {touched:?}");
+        assert_eq!(
+            w.rewind
+                .session(&s.id)
+                .await
+                .expect("the session")
+                .time
+                .updated,
+            touched.time.updated
+        );
+    })
+}
+
+/// Begins a turn on `session` and checks the order of its events: the user message's, then one
+/// `session.updated` of this session, then the assistant message's. Returns the sequence number the
+/// turn's events follow and the announced session.
+async fn begun_turn(w: &World, session: &SessionId) -> (u64, Session) {
+    let seq = w.last_seq().await;
+    let (user, assistant, _) = w
+        .rewind
+        .begin_turn(
+            session,
+            NewMessage::user_text("run it"),
+            NewMessage::assistant(),
+        )
+        .await
+        .expect("a turn");
+    let events = w.repo.events_after(seq, 10_000).await.expect("events");
+    let at = |id: &MessageId| {
+        events.iter().position(|e| {
+            matches!(&e.event.payload, EventPayload::MessageUpdated { info, .. } if info.id == *id)
+        })
+    };
+    let (Some(user_at), Some(assistant_at)) = (at(&user.info.id), at(&assistant.info.id)) else {
+        panic!("both messages announced: {events:?}");
+    };
+    let touches: Vec<(usize, Session)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match &e.event.payload {
+            EventPayload::SessionUpdated { info, .. } if i > user_at => Some((i, (**info).clone())),
+            _ => None,
+        })
+        .collect();
+    let [(touch_at, touched)] = touches.as_slice() else {
+        panic!("one session.updated after the prompt: {events:?}");
+    };
+    assert!(
+        user_at < *touch_at && *touch_at < assistant_at,
+        "the prompt, the touch, the answer: {events:?}"
+    );
+    assert_eq!(touched.id, *session);
+    assert!(touched.time.updated >= user.info.time.created);
+    w.rewind
+        .finish_step(
+            session,
+            &assistant.info.id,
+            rewind_core::service::StepEnd::default(),
+        )
+        .await
+        .expect("the turn's step ends");
+    (seq, touched.clone())
+}
