@@ -3590,23 +3590,18 @@ fn steps_open_at_once_in_one_worktree_warn_both_sessions() {
 
 /// A turn begun in one go (`begin_turn`, which `rewind exec` records its command with) touches its
 /// session as a prompt does (`push_touch`): `session.updated` comes after the user message's events and
-/// before the assistant message's, carrying the session as stored, its update time the turn's; on a
-/// reverted session too, after the cleanup's events.
+/// before the assistant message's, carrying the session as stored, its update time the turn's (the clock
+/// moves between calls); on a reverted session too, after the cleanup's events.
 #[test]
 fn a_turn_begun_in_one_go_touches_its_session_after_its_prompt() {
     block_on(async {
         let w = World::new();
+        w.host.ticking(1);
         let s = w.session().await;
         let first = w.turn(&s.id, "first", |w| w.write("a.txt", "a1\n")).await;
-        let (seq, touched) = begun_turn(&w, &s.id).await;
-        let stored = w.rewind.session(&s.id).await.expect("the session");
-        assert_eq!(touched.time.updated, stored.time.updated, "as stored");
-        let prompted = w
-            .rewind
-            .message(&s.id, &first.user)
-            .await
-            .expect("the first prompt");
-        assert!(touched.time.updated >= prompted.info.time.created);
+        let before = w.rewind.session(&s.id).await.expect("the session");
+        let touched = begun_turn(&w, &s.id).await;
+        assert!(touched.time.updated > before.time.updated, "{touched:?}");
 
         w.rewind
             .revert(
@@ -3618,25 +3613,16 @@ fn a_turn_begun_in_one_go_touches_its_session_after_its_prompt() {
             )
             .await
             .expect("revert");
-        let (seq_reverted, touched) = begun_turn(&w, &s.id).await;
-        assert!(seq_reverted > seq);
+        let touched = begun_turn(&w, &s.id).await;
         assert!(touched.revert.is_none(), "after the cleanup: {touched:?}");
-        assert_eq!(
-            w.rewind
-                .session(&s.id)
-                .await
-                .expect("the session")
-                .time
-                .updated,
-            touched.time.updated
-        );
     })
 }
 
-/// Begins a turn on `session` and checks the order of its events: the user message's, then one
-/// `session.updated` of this session, then the assistant message's. Returns the sequence number the
-/// turn's events follow and the announced session.
-async fn begun_turn(w: &World, session: &SessionId) -> (u64, Session) {
+/// Begins a turn on `session` and checks its events: the user message's, then one `session.updated` of
+/// this session, equal to the session as stored then (read before the turn's step ends) and updated at or
+/// after the prompt's creation, then the assistant message's. Ends the step; returns the announced
+/// session.
+async fn begun_turn(w: &World, session: &SessionId) -> Session {
     let seq = w.last_seq().await;
     let (user, assistant, _) = w
         .rewind
@@ -3647,6 +3633,7 @@ async fn begun_turn(w: &World, session: &SessionId) -> (u64, Session) {
         )
         .await
         .expect("a turn");
+    let stored = w.rewind.session(session).await.expect("the session");
     let events = w.repo.events_after(seq, 10_000).await.expect("events");
     let at = |id: &MessageId| {
         events.iter().position(|e| {
@@ -3671,7 +3658,7 @@ async fn begun_turn(w: &World, session: &SessionId) -> (u64, Session) {
         user_at < *touch_at && *touch_at < assistant_at,
         "the prompt, the touch, the answer: {events:?}"
     );
-    assert_eq!(touched.id, *session);
+    assert_eq!(*touched, stored, "the session as stored");
     assert!(touched.time.updated >= user.info.time.created);
     w.rewind
         .finish_step(
@@ -3681,5 +3668,5 @@ async fn begun_turn(w: &World, session: &SessionId) -> (u64, Session) {
         )
         .await
         .expect("the turn's step ends");
-    (seq, touched.clone())
+    touched.clone()
 }
