@@ -540,6 +540,20 @@ mod tests {
 
     use super::*;
 
+    /// An entry of `mode`, `id` and `size` whose stat data is all zero.
+    fn zeroed(mode: Mode, id: ObjectId, size: u32) -> IndexEntry {
+        IndexEntry {
+            mode,
+            id,
+            mtime: (0, 0),
+            ctime: (0, 0),
+            ino: 0,
+            uid: 0,
+            gid: 0,
+            size,
+        }
+    }
+
     /// git writes the size of an entry it found racy and changed as 0 ("racily smudged"); with the rest of
     /// the stat data matching an empty file, such an entry is believed only when its blob is the empty one.
     /// `recorded` offers an entry's blob for confirming by hash only when the file may still be it: the
@@ -553,19 +567,7 @@ mod tests {
             crate::track::Seen::from_std(fs::symlink_metadata(&path).expect("stat")).as_in_index();
         let id = ObjectId::from_hex(b"ce013625030ba8dba906f756967f9e9ca394464a").expect("an id");
         let seed = |size: u32, mode: Mode| Seed {
-            entries: Entries::from([(
-                "f.txt".to_owned(),
-                IndexEntry {
-                    mode,
-                    id,
-                    mtime: (0, 0),
-                    ctime: (0, 0),
-                    ino: 0,
-                    uid: 0,
-                    gid: 0,
-                    size,
-                },
-            )]),
+            entries: Entries::from([("f.txt".to_owned(), zeroed(mode, id, size))]),
             index_mtime: (0, 0),
             objects: PathBuf::new(),
         };
@@ -595,15 +597,12 @@ mod tests {
     /// paths it holds again then), and no other; a path given twice keeps its last entry.
     #[test]
     fn entries_find_every_path_after_the_table_grew() {
-        let entry = |size: u32| IndexEntry {
-            mode: Mode::File,
-            id: ObjectId::empty_blob(gix::hash::Kind::Sha1),
-            mtime: (0, 0),
-            ctime: (0, 0),
-            ino: 0,
-            uid: 0,
-            gid: 0,
-            size,
+        let entry = |size: u32| {
+            zeroed(
+                Mode::File,
+                ObjectId::empty_blob(gix::hash::Kind::Sha1),
+                size,
+            )
         };
         let mut entries = Entries::with_capacity(0, 0);
         for n in 0..5_000u32 {
