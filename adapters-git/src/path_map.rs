@@ -92,6 +92,12 @@ impl<V> PathMap<V> {
         })
     }
 
+    /// Builds the hash index now, on this thread, rather than at the first lookup that needs it (a map
+    /// built on one thread and asked on others: seeding's index entries).
+    pub fn prepare_lookups(&self) {
+        self.index();
+    }
+
     /// The slot of `path`, from the index.
     fn find(&self, path: &str) -> Option<usize> {
         self.index()

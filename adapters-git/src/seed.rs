@@ -18,7 +18,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
-use std::hash::BuildHasher;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -69,78 +68,12 @@ struct IndexEntry {
     size: u32,
 }
 
-/// The user's index entries by worktree path: the paths one after another in one buffer and a table of
-/// the entries' positions hashed by path (with foldhash, not std's SipHash), so a first track of a
-/// 100,000-file repository, which builds this once and asks it once per file, makes no allocation per
-/// entry (with a map of owned paths, that first track of a packed repository took 285 ms against 261,
-/// medians of 5 runs of `snapshot_bench child track`, and 4 MB more).
-#[derive(Default)]
-struct Entries {
-    /// Every entry's path, one after another.
-    paths: Vec<u8>,
-    /// Each entry with where its path lies in `paths`.
-    list: Vec<(std::ops::Range<usize>, IndexEntry)>,
-    /// Positions in `list`, by the hash of their path.
-    table: hashbrown::HashTable<u32>,
-    hasher: hashbrown::DefaultHashBuilder,
-}
-
-impl Entries {
-    fn with_capacity(entries: usize, path_bytes: usize) -> Entries {
-        Entries {
-            paths: Vec::with_capacity(path_bytes),
-            list: Vec::with_capacity(entries),
-            table: hashbrown::HashTable::with_capacity(entries),
-            ..Entries::default()
-        }
-    }
-
-    /// Adds `path`'s entry, or replaces the one it has.
-    fn insert(&mut self, path: &str, entry: IndexEntry) {
-        let Entries {
-            paths,
-            list,
-            table,
-            hasher,
-        } = self;
-        // Hashed as bytes, here and wherever the table hashes a path again (a `str` hashes otherwise).
-        let hash = hasher.hash_one(path.as_bytes());
-        let path_of = |at: u32| &paths[list[at as usize].0.clone()];
-        if let Some(&at) = table.find(hash, |&at| path_of(at) == path.as_bytes()) {
-            list[at as usize].1 = entry;
-            return;
-        }
-        // An index holds far fewer than 2^32 entries (git's own format counts them in 32 bits).
-        let Ok(at) = u32::try_from(list.len()) else {
-            return;
-        };
-        let start = paths.len();
-        paths.extend_from_slice(path.as_bytes());
-        list.push((start..paths.len(), entry));
-        table.insert_unique(hash, at, |&at| {
-            hasher.hash_one(&paths[list[at as usize].0.clone()])
-        });
-    }
-
-    fn get(&self, path: &str) -> Option<&IndexEntry> {
-        let hash = self.hasher.hash_one(path.as_bytes());
-        let at = *self.table.find(hash, |&at| {
-            self.paths[self.list[at as usize].0.clone()] == *path.as_bytes()
-        })?;
-        Some(&self.list[at as usize].1)
-    }
-}
-
-#[cfg(test)]
-impl<const N: usize> From<[(String, IndexEntry); N]> for Entries {
-    fn from(entries: [(String, IndexEntry); N]) -> Entries {
-        let mut all = Entries::with_capacity(N, 0);
-        for (path, entry) in entries {
-            all.insert(&path, entry);
-        }
-        all
-    }
-}
+/// The user's index entries by worktree path, in the stat cache's path map (every path in one string,
+/// no allocation per entry: a first track of a 100,000-file repository builds this once and asks it once
+/// per file; with a map of owned paths, that first track of a packed repository took 285 ms against 261,
+/// medians of 5 runs of `snapshot_bench child track`, and 4 MB more). An index holds each path once at
+/// stage 0, the only entries kept.
+type Entries = crate::path_map::PathMap<IndexEntry>;
 
 /// The user's index, as far as it may answer for files of the worktree.
 pub struct Seed {
@@ -205,7 +138,7 @@ impl Seed {
             let Some(rel) = path.strip_prefix(prefix) else {
                 continue;
             };
-            entries.insert(
+            entries.push_new(
                 rel,
                 IndexEntry {
                     mode,
@@ -219,6 +152,8 @@ impl Seed {
                 },
             );
         }
+        // Built here, beside the walk, not by the first file the walk asks about.
+        entries.prepare_lookups();
         Some(Seed {
             entries,
             index_mtime: (meta.mtime(), meta.mtime_nsec()),
@@ -540,6 +475,13 @@ mod tests {
 
     use super::*;
 
+    /// Seeding's entries holding `entry` for `path` alone.
+    fn one_entry(path: &str, entry: IndexEntry) -> Entries {
+        let mut entries = Entries::default();
+        entries.push_new(path, entry);
+        entries
+    }
+
     /// An entry of `mode`, `id` and `size` whose stat data is all zero.
     fn zeroed(mode: Mode, id: ObjectId, size: u32) -> IndexEntry {
         IndexEntry {
@@ -567,7 +509,7 @@ mod tests {
             crate::track::Seen::from_std(fs::symlink_metadata(&path).expect("stat")).as_in_index();
         let id = ObjectId::from_hex(b"ce013625030ba8dba906f756967f9e9ca394464a").expect("an id");
         let seed = |size: u32, mode: Mode| Seed {
-            entries: Entries::from([("f.txt".to_owned(), zeroed(mode, id, size))]),
+            entries: one_entry("f.txt", zeroed(mode, id, size)),
             index_mtime: (0, 0),
             objects: PathBuf::new(),
         };
@@ -593,10 +535,10 @@ mod tests {
         );
     }
 
-    /// The table finds every path it was given, also after it grew past its first size (it hashes the
-    /// paths it holds again then), and no other; a path given twice keeps its last entry.
+    /// The entries find every path seeding pushed, and no other; an entry set again replaces the one
+    /// there.
     #[test]
-    fn entries_find_every_path_after_the_table_grew() {
+    fn entries_find_every_path_pushed_and_an_entry_set_again_replaces_it() {
         let entry = |size: u32| {
             zeroed(
                 Mode::File,
@@ -606,15 +548,16 @@ mod tests {
         };
         let mut entries = Entries::with_capacity(0, 0);
         for n in 0..5_000u32 {
-            entries.insert(&format!("d{}/f{n}.txt", n % 7), entry(n));
+            entries.push_new(&format!("d{}/f{n}.txt", n % 7), entry(n));
         }
+        entries.prepare_lookups();
         entries.insert("d3/f3.txt", entry(99_999));
         for n in 0..5_000u32 {
             let want = if n == 3 { 99_999 } else { n };
             let found = entries.get(&format!("d{}/f{n}.txt", n % 7)).map(|e| e.size);
             assert_eq!(found, Some(want), "d{}/f{n}.txt", n % 7);
         }
-        assert_eq!(entries.list.len(), 5_000);
+        assert_eq!(entries.len(), 5_000);
         assert!(entries.get("d0/f1.txt").is_none());
         assert!(entries.get("").is_none());
     }
@@ -626,8 +569,8 @@ mod tests {
         fs::write(&path, b"").expect("an empty file");
         let meta = fs::symlink_metadata(&path).expect("its stat data");
         let seed = |id: ObjectId| Seed {
-            entries: Entries::from([(
-                "e.txt".to_owned(),
+            entries: one_entry(
+                "e.txt",
                 IndexEntry {
                     mode: Mode::File,
                     id,
@@ -638,7 +581,7 @@ mod tests {
                     gid: meta.gid(),
                     size: 0,
                 },
-            )]),
+            ),
             // Written long after the entry: not racy.
             index_mtime: (i64::MAX, 0),
             objects: PathBuf::new(),
@@ -660,8 +603,8 @@ mod tests {
         let meta = fs::symlink_metadata(&path).expect("its stat data");
         let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
         let seed = |index_mtime: (i64, i64)| Seed {
-            entries: Entries::from([(
-                "e.txt".to_owned(),
+            entries: one_entry(
+                "e.txt",
                 IndexEntry {
                     mode: Mode::File,
                     id: empty,
@@ -672,7 +615,7 @@ mod tests {
                     gid: meta.gid(),
                     size: 0,
                 },
-            )]),
+            ),
             index_mtime,
             objects: PathBuf::new(),
         };
