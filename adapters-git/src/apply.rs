@@ -1533,7 +1533,7 @@ impl<'a> Applier<'a> {
         let settled = crate::track::parallel_map_on(
             &swapped,
             write_threads(swapped.len()),
-            8,
+            1,
             || (None, Releases::default()),
             |thread, file| Ok(settle(root, file, hook, thread).map_err(|e| (file.rel.clone(), e))),
         );
