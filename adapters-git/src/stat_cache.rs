@@ -17,6 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
+use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{LazyLock, Mutex, PoisonError};
@@ -455,10 +456,10 @@ impl StatCache {
         }
     }
 
-    /// `load`, with the entries (most of the file) left to parse, so a track can parse them on another
-    /// thread while it walks with the rest. The entries are in the cache when it comes from memory (then
-    /// there is nothing to parse), and when nothing could be read (then there are none).
-    pub fn load_deferred(path: &Path) -> (StatCache, Option<PendingEntries>) {
+    /// `load`, with the entries and listings (most of the file) left to parse, so a track can parse them
+    /// on two threads, each as it starts what needs them (`Pending`). They are in the cache when it comes
+    /// from memory (then there is nothing to parse), and when nothing could be read (then there are none).
+    pub fn load_deferred(path: &Path) -> (StatCache, Option<Pending>) {
         if let Some(cache) = StatCache::remembered(path) {
             return (cache, None);
         }
@@ -792,17 +793,22 @@ impl Encoded {
     }
 }
 
-/// The entries of a cache file, read and checked but not parsed yet.
-pub struct PendingEntries {
+/// The entries and listings of a cache file, read and checked but not parsed yet: a track parses them on
+/// two threads, the listings on the one that walks with them, the entries on one that looks at their
+/// files meanwhile.
+pub struct Pending {
     data: Vec<u8>,
-    start: usize,
-    end: usize,
+    /// Where the entries are in `data`, and how many.
+    entries: Range<usize>,
     count: u64,
+    /// Where the listings are in `data` (up to the checksum), and how many.
+    listings: Range<usize>,
+    listing_count: u64,
     /// The side file's entries, applied after the file's.
     side: Vec<(String, Option<CacheEntry>)>,
 }
 
-impl PendingEntries {
+impl Pending {
     /// How many entries the file holds.
     pub fn count(&self) -> u64 {
         self.count
@@ -810,10 +816,17 @@ impl PendingEntries {
 
     /// The entries; none when they do not parse (the file is then not to be trusted at all).
     pub fn parse(&self) -> Option<PathMap<CacheEntry>> {
-        let mut r = Reader(&self.data[self.start..self.end]);
+        let mut r = Reader(self.data.get(self.entries.clone())?);
         let mut entries = parse_entries(&mut r, self.count)?;
         apply_entries(&mut entries, &self.side);
         r.0.is_empty().then_some(entries)
+    }
+
+    /// The listings; none when they do not parse (the file is then not to be trusted at all).
+    pub fn listings(&self) -> Option<HashMap<String, Listing>> {
+        let mut r = Reader(self.data.get(self.listings.clone())?);
+        let listings = parse_listings(&mut r, self.listing_count)?;
+        r.0.is_empty().then_some(listings)
     }
 }
 
@@ -821,15 +834,13 @@ impl PendingEntries {
 fn parse_with_side(data: Vec<u8>, side: Option<&[u8]>) -> Option<StatCache> {
     let (mut cache, pending) = parse_deferred_with_side(data, side)?;
     cache.entries = pending.parse()?;
+    cache.listings = pending.listings()?;
     Some(cache)
 }
 
 /// `parse_deferred`, with the side file's bytes `side` applied when they apply (the entries when they are
 /// parsed).
-fn parse_deferred_with_side(
-    data: Vec<u8>,
-    side: Option<&[u8]>,
-) -> Option<(StatCache, PendingEntries)> {
+fn parse_deferred_with_side(data: Vec<u8>, side: Option<&[u8]>) -> Option<(StatCache, Pending)> {
     let (mut cache, mut pending) = parse_deferred(data)?;
     if let Some(side) = side.and_then(|side| Side::parse(side, cache.generation)) {
         pending.side = side.apply(&mut cache);
@@ -837,8 +848,8 @@ fn parse_deferred_with_side(
     Some((cache, pending))
 }
 
-/// Checks the file and parses all but its entries.
-fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
+/// Checks the file and parses all but its entries and listings.
+fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, Pending)> {
     let body_length = data.len().checked_sub(4)?;
     let (body, sum) = data.split_at(body_length);
     if crc32fast::hash(body).to_le_bytes() != sum {
@@ -867,8 +878,34 @@ fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
         dirs.insert(dir, ObjectId::try_from(r.take(20)?).ok()?);
     }
     let listing_count = u64::from_le_bytes(r.take(8)?.try_into().ok()?);
-    let mut listings = HashMap::with_capacity(listing_count.min(1 << 20) as usize);
-    for _ in 0..listing_count {
+    let listings_start = body_length - r.0.len();
+    let cache = StatCache {
+        generation,
+        started_ns,
+        tree,
+        entries: PathMap::default(),
+        dirs,
+        listings: HashMap::new(),
+        listings_partial: false,
+        since_file: None,
+    };
+    Some((
+        cache,
+        Pending {
+            data,
+            entries: start..start + length,
+            count,
+            listings: listings_start..body_length,
+            listing_count,
+            side: Vec::new(),
+        },
+    ))
+}
+
+/// The `count` listings `r` holds.
+fn parse_listings(r: &mut Reader<'_>, count: u64) -> Option<HashMap<String, Listing>> {
+    let mut listings = HashMap::with_capacity(count.min(1 << 20) as usize);
+    for _ in 0..count {
         let dir = r.string()?;
         let stat = DirStat {
             mtime_ns: r.time()?,
@@ -903,30 +940,7 @@ fn parse_deferred(data: Vec<u8>) -> Option<(StatCache, PendingEntries)> {
             },
         );
     }
-    if !r.0.is_empty() {
-        return None;
-    }
-    let cache = StatCache {
-        generation,
-        started_ns,
-        tree,
-        entries: PathMap::default(),
-        dirs,
-        listings,
-        listings_partial: false,
-        since_file: None,
-    };
-    let end = start + length;
-    Some((
-        cache,
-        PendingEntries {
-            data,
-            start,
-            end,
-            count,
-            side: Vec::new(),
-        },
-    ))
+    Some(listings)
 }
 
 fn parse_entries(r: &mut Reader<'_>, count: u64) -> Option<PathMap<CacheEntry>> {
@@ -1357,6 +1371,58 @@ mod tests {
         let pending = pending.expect("entries to parse");
         assert_eq!(pending.count(), 2);
         assert!(pending.parse().is_none(), "the entries do not");
+    }
+
+    /// A file whose checksum holds but whose listings do not parse is not trusted at all either: `load`
+    /// gives an empty cache, and the deferred load's rest and entries parse while its listings do not (a
+    /// track then drops the file's tree and entries).
+    #[test]
+    fn listings_that_do_not_parse_distrust_the_whole_file() {
+        let id = ObjectId::from_hex(b"0123456789abcdef0123456789abcdef01234567").expect("an id");
+        let (mut cache, _) = listing_at(50 * RACY_MARGIN_NS);
+        cache.tree = Some(id);
+        let stat = Stat {
+            mode: Mode::File,
+            size: 1,
+            mtime_ns: 2,
+            ctime_ns: 3,
+            ino: 4,
+            dev: 5,
+        };
+        cache.entries.push_new("d/f", CacheEntry { stat, id });
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("stat-cache");
+        cache.save(&path).expect("save");
+        let mut data = fs::read(&path).expect("read");
+        let body = data.len() - 4;
+        // The one listing comes last, and ends with its one name's kind byte: 3 is no kind.
+        assert_eq!(data[body - 1], 0, "a file, not ignored");
+        data[body - 1] = 3;
+        data[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&12345u64.to_le_bytes());
+        let sum = crc32fast::hash(&data[..body]);
+        data[body..].copy_from_slice(&sum.to_le_bytes());
+        fs::write(&path, &data).expect("write");
+
+        let loaded = StatCache::load(&path);
+        assert!(loaded.entries.len() == 0 && loaded.tree.is_none() && loaded.listings.is_empty());
+        let (rest, pending) = StatCache::load_deferred(&path);
+        assert_eq!(rest.tree, Some(id), "the rest parses");
+        let pending = pending.expect("entries and listings to parse");
+        assert_eq!(
+            pending.parse().map(|entries| entries.len()),
+            Some(1),
+            "the entries parse"
+        );
+        assert!(pending.listings().is_none(), "the listings do not");
+        // Unharmed, the same file's listings parse.
+        data[body - 1] = 0;
+        let sum = crc32fast::hash(&data[..body]);
+        data[body..].copy_from_slice(&sum.to_le_bytes());
+        fs::write(&path, &data).expect("write");
+        assert_eq!(
+            StatCache::load(&path).listings,
+            listing_at(50 * RACY_MARGIN_NS).0.listings
+        );
     }
 
     /// The copy in memory is used only while the file holds its generation: a cache another process saved

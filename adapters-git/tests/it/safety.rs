@@ -18,7 +18,7 @@ use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
 use rewind_git::ExcludesFile;
 
 use crate::git_oracle::{GitOracle, blob_id, commit_all, git, git_succeeds, init_repo};
-use crate::harness::{Flagged, GitHarness, list_tree};
+use crate::harness::{Flagged, GitHarness, backdate_dirs, list_tree};
 
 fn rels(paths: &[&str]) -> Vec<RelPath> {
     paths
@@ -1363,6 +1363,44 @@ async fn corrupted_stat_cache_still_gives_git_tree_ids() {
         assert_eq!(ours.id.as_str(), oracle.write_tree(h.root()), "{name}");
         assert_eq!(h.id().await, ours.id, "{name}: and again");
     }
+}
+
+/// A stat cache whose checksum holds but whose listings do not parse (a file another version could have
+/// written) is not trusted at all, as one whose entries do not parse: the next track hashes every file
+/// again and gives git's tree id. The listings are parsed while another thread already looks at the
+/// cached files, so this checks that what that thread found is dropped too.
+#[tokio::test]
+async fn a_stat_cache_whose_listings_do_not_parse_is_not_trusted() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    for i in 0..40 {
+        h.write(
+            &format!("dir{}/file-{i:02}.txt", i % 4),
+            format!("content {i:02}\n").as_bytes(),
+        );
+    }
+    backdate_dirs(h.root());
+    h.id().await;
+    assert_eq!(
+        h.track().await.hashed,
+        0,
+        "the cache answers for every file"
+    );
+    let cache = h.store_dir().join("rewind").join("stat-cache");
+    let mut bytes = fs::read(&cache).expect("read the stat cache");
+    let body = bytes.len() - 4;
+    // The listings come last, before the checksum, and each ends with its last name's kind byte (every
+    // directory here holds something): 3 is no kind.
+    bytes[body - 1] = 3 | (bytes[body - 1] & 0x80);
+    // Another generation (it follows the 8-byte magic), as another process's save would write: the
+    // copy this process keeps in memory is not used.
+    bytes[8..16].copy_from_slice(&0x5eed_u64.to_le_bytes());
+    let sum = crc32fast::hash(&bytes[..body]);
+    bytes[body..].copy_from_slice(&sum.to_le_bytes());
+    fs::write(&cache, &bytes).expect("write the stat cache");
+    let again = h.track().await;
+    assert_eq!(again.id.as_str(), oracle.write_tree(h.root()));
+    assert_eq!(again.hashed, 40, "every file hashed again");
 }
 
 /// A stat cache that cannot be written (a full disk; here a directory stands at its path, so the rename
