@@ -700,7 +700,7 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
         match walked
             .as_ref()
             .ok()
-            .filter(|()| true)
+            .filter(|()| trusted)
             .and_then(|()| entries())
         {
             Some(entries) => prestat.run(&beneath, entries, cache_started_ns, &odd_modes),
