@@ -144,15 +144,73 @@ pub enum ListedKind {
     Special,
 }
 
-/// One entry of a cached directory listing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Listed {
+/// One entry of a directory listing (its name is kept by the listing's `Names`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listed<'a> {
     /// Its name (UTF-8: a directory holding any other name is never cached).
-    pub name: String,
+    pub name: &'a str,
     /// Its kind.
     pub kind: ListedKind,
     /// Whether the rules of `Listing::rules` ignore it (or it is the data dir).
     pub ignored: bool,
+}
+
+/// A directory's entries in the order they were read, every name in one string: a listing costs two
+/// allocations, not one per name (a cache of 100,000 files holds 100,000 names, parsed by every re-track
+/// in a new process).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Names {
+    text: String,
+    /// Per entry: where its name ends in `text`, its kind, and whether it is ignored.
+    entries: Vec<(usize, ListedKind, bool)>,
+}
+
+impl Names {
+    /// Room for `count` entries whose names take `bytes` in all.
+    pub fn with_capacity(count: usize, bytes: usize) -> Names {
+        Names {
+            text: String::with_capacity(bytes),
+            entries: Vec::with_capacity(count),
+        }
+    }
+
+    pub fn push(&mut self, name: &str, kind: ListedKind, ignored: bool) {
+        self.text.push_str(name);
+        self.entries.push((self.text.len(), kind, ignored));
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry at position `at`.
+    pub fn get(&self, at: usize) -> Option<Listed<'_>> {
+        let (end, kind, ignored) = *self.entries.get(at)?;
+        let start = match at.checked_sub(1) {
+            Some(before) => self.entries.get(before)?.0,
+            None => 0,
+        };
+        Some(Listed {
+            name: self.text.get(start..end)?,
+            kind,
+            ignored,
+        })
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Listed<'_>> {
+        (0..self.len()).filter_map(|at| self.get(at))
+    }
+
+    /// Sets whether the entry at position `at` is ignored.
+    pub fn set_ignored(&mut self, at: usize, ignored: bool) {
+        if let Some(entry) = self.entries.get_mut(at) {
+            entry.2 = ignored;
+        }
+    }
 }
 
 /// The cached listing of one directory (the untracked cache).
@@ -163,7 +221,7 @@ pub struct Listing {
     /// The hash of the ignore rules in force for its entries when they were matched.
     pub rules: [u8; 20],
     /// Its entries (`.git` and rewind's temporary files left out).
-    pub entries: Vec<Listed>,
+    pub entries: Names,
 }
 
 /// One cached file.
@@ -256,14 +314,19 @@ impl StatCache {
     /// is not racy: modified within `RACY_MARGIN_NS` before the track that cached it began, where a change
     /// made after that track's read could fall in the same timestamp tick and leave the mtime as it was.
     /// (The same rule as for files; any change sets the ctime too, which is compared as well.)
-    /// `Err` holds the listing that could not be used (racy or changed), if there was one.
-    pub fn take_listing(&mut self, dir: &str, stat: &DirStat) -> Result<Listing, Option<Listing>> {
+    /// `Err` holds the listing that could not be used (racy or changed), if there was one (boxed: the
+    /// rarer way).
+    pub fn take_listing(
+        &mut self,
+        dir: &str,
+        stat: &DirStat,
+    ) -> Result<Listing, Option<Box<Listing>>> {
         let listing = self.listings.remove(dir).ok_or(None)?;
         let racy = listing.stat.mtime_ns >= self.started_ns - RACY_MARGIN_NS;
         if listing.stat == *stat && !racy {
             Ok(listing)
         } else {
-            Err(Some(listing))
+            Err(Some(Box::new(listing)))
         }
     }
 
@@ -775,7 +838,7 @@ impl Encoded {
             out.extend_from_slice(&listing.stat.dev.to_le_bytes());
             out.extend_from_slice(&listing.rules);
             put_varint(out, listing.entries.len() as u64);
-            for entry in &listing.entries {
+            for entry in listing.entries.iter() {
                 put_varint(out, entry.name.len() as u64);
                 out.extend_from_slice(entry.name.as_bytes());
                 let kind = match entry.kind {
@@ -915,9 +978,10 @@ fn parse_listings(r: &mut Reader<'_>, count: u64) -> Option<HashMap<String, List
         };
         let rules: [u8; 20] = r.take(20)?.try_into().ok()?;
         let count = usize::try_from(r.varint()?).ok()?;
-        let mut entries = Vec::with_capacity(count.min(1 << 16));
+        // Names of about 16 bytes: a guess, the string grows if they are longer.
+        let mut entries = Names::with_capacity(count.min(1 << 16), count.min(1 << 16) * 16);
         for _ in 0..count {
-            let name = r.string()?;
+            let name = r.str()?;
             let byte = r.take(1)?[0];
             let kind = match byte & 0x7f {
                 0 => ListedKind::File,
@@ -925,11 +989,7 @@ fn parse_listings(r: &mut Reader<'_>, count: u64) -> Option<HashMap<String, List
                 2 => ListedKind::Special,
                 _ => return None,
             };
-            entries.push(Listed {
-                name,
-                kind,
-                ignored: byte & 0x80 != 0,
-            });
+            entries.push(name, kind, byte & 0x80 != 0);
         }
         listings.insert(
             dir,
@@ -1067,8 +1127,12 @@ impl<'a> Reader<'a> {
 
     /// A UTF-8 string after its varint length.
     fn string(&mut self) -> Option<String> {
+        self.str().map(str::to_owned)
+    }
+
+    fn str(&mut self) -> Option<&'a str> {
         let len = usize::try_from(self.varint()?).ok()?;
-        String::from_utf8(self.take(len)?.to_vec()).ok()
+        std::str::from_utf8(self.take(len)?).ok()
     }
 
     fn u64(&mut self) -> Option<u64> {
@@ -1191,11 +1255,11 @@ mod tests {
             Listing {
                 stat,
                 rules: [3; 20],
-                entries: vec![Listed {
-                    name: "f".to_owned(),
-                    kind: ListedKind::File,
-                    ignored: false,
-                }],
+                entries: {
+                    let mut names = Names::default();
+                    names.push("f", ListedKind::File, false);
+                    names
+                },
             },
         );
         (cache, stat)
@@ -1371,6 +1435,45 @@ mod tests {
         let pending = pending.expect("entries to parse");
         assert_eq!(pending.count(), 2);
         assert!(pending.parse().is_none(), "the entries do not");
+    }
+
+    /// A listing's names in one string: each entry comes back with its own name, kind and verdict, in
+    /// order, a verdict set again changes that entry only, and two listings are equal when their entries
+    /// are (the walk compares a listing read again with the cached one).
+    #[test]
+    fn names_give_back_each_entry_in_order() {
+        let listed = [
+            ("src", ListedKind::Dir, false),
+            ("a.txt", ListedKind::File, false),
+            ("ü ß.md", ListedKind::File, true),
+            ("fifo", ListedKind::Special, false),
+        ];
+        let mut names = Names::default();
+        for (name, kind, ignored) in listed {
+            names.push(name, kind, ignored);
+        }
+        let got: Vec<(&str, ListedKind, bool)> =
+            names.iter().map(|e| (e.name, e.kind, e.ignored)).collect();
+        assert_eq!(got, listed);
+        assert!(names.get(listed.len()).is_none());
+        let same = names.clone();
+        names.set_ignored(1, true);
+        assert_eq!(
+            names.get(1).map(|e| (e.name, e.ignored)),
+            Some(("a.txt", true))
+        );
+        assert_eq!(names.get(2), same.get(2));
+        assert_ne!(names, same);
+        names.set_ignored(1, false);
+        assert_eq!(names, same);
+        // The same names split otherwise are other entries.
+        let mut split = Names::default();
+        split.push("srca", ListedKind::Dir, false);
+        split.push(".txt", ListedKind::File, false);
+        let mut whole = Names::default();
+        whole.push("src", ListedKind::Dir, false);
+        whole.push("a.txt", ListedKind::File, false);
+        assert_ne!(split, whole);
     }
 
     /// A file whose checksum holds but whose listings do not parse is not trusted at all either: `load`

@@ -20,7 +20,7 @@ use crate::odb::{Kind, Odb};
 use crate::path_map::PathMap;
 use crate::seed::Seed;
 use crate::stat_cache::{
-    CacheEntry, DirStat, Encoded, Listed, ListedKind, Listing, Stat, StatCache,
+    CacheEntry, DirStat, Encoded, ListedKind, Listing, Names, Stat, StatCache,
 };
 use crate::store::{Store, UnheldRules, is_temp_name};
 use crate::tree::{Mode, mark_dirty, write_dirty};
@@ -187,7 +187,7 @@ impl Feed {
 
 /// A directory's entries, the names skipped, the stat data of the directory read, and whether the listing
 /// may be cached (`read_listing`).
-type ReadListing = (Vec<Listed>, Vec<SkippedPath>, DirStat, bool);
+type ReadListing = (Names, Vec<SkippedPath>, DirStat, bool);
 
 /// Reads a directory's entries: names with their kind, leaving out rewind's temporary files. A `.git` is
 /// listed, as ignored (never tracked content): it makes its directory a nested repository's root, walked
@@ -222,7 +222,7 @@ fn read_listing(
     let entries = rustix::io::dup(&fd)
         .and_then(rustix::fs::Dir::new)
         .map_err(|e| unreadable(e.into()))?;
-    let mut listed = Vec::new();
+    let mut listed = Names::default();
     let mut skipped = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| GitError::io(abs_dir, e.into()))?;
@@ -256,11 +256,7 @@ fn read_listing(
             FileType::RegularFile | FileType::Symlink => ListedKind::File,
             _ => ListedKind::Special,
         };
-        listed.push(Listed {
-            name: name.to_owned(),
-            kind,
-            ignored: name == ".git",
-        });
+        listed.push(name, kind, name == ".git");
     }
     // A git directory under another name (a bare repository, a `GIT_DIR=.cfg` "dotfiles" repository):
     // like `.git`, never tracked content (git's `HEAD`, `objects/` and `refs/`, looked at further only
@@ -278,7 +274,7 @@ fn read_listing(
             path: rel_dir.trim_end_matches('/').to_owned(),
             reason: SkipReason::GitDir,
         }];
-        return Ok(Some((Vec::new(), skipped, stat, false)));
+        return Ok(Some((Names::default(), skipped, stat, false)));
     }
     let cacheable = skipped.is_empty() && !git_layout;
     Ok(Some((listed, skipped, stat, cacheable)))
@@ -350,7 +346,7 @@ impl Walk<'_> {
         }
         let (cached, unusable) = match self.old.take_listing(rel_dir, &stat) {
             Ok(listing) => (Some(listing), None),
-            Err(unusable) => (None, unusable),
+            Err(unusable) => (None, unusable.map(|listing| *listing)),
         };
         let cached_rules = cached.as_ref().map(|listing| listing.rules);
         let (mut entries, cacheable) = match cached {
@@ -402,7 +398,7 @@ impl Walk<'_> {
             Some(old) if !matched && old.rules == rules => old
                 .entries
                 .iter()
-                .map(|e| (e.name.as_str(), (e.kind, e.ignored)))
+                .map(|e| (e.name, (e.kind, e.ignored)))
                 .collect(),
             _ => HashMap::new(),
         };
@@ -463,38 +459,39 @@ impl Walk<'_> {
         &mut self,
         rel_dir: &str,
         abs_dir: &Path,
-        entries: &mut [Listed],
+        entries: &mut Names,
         rules: [u8; 20],
         matched: bool,
         before: &HashMap<&str, (ListedKind, bool)>,
     ) -> GitResult<()> {
         if !matched {
             self.relisted += 1;
-            for entry in entries.iter_mut() {
-                if entry.name == ".git" {
-                    entry.ignored = true;
+            for at in 0..entries.len() {
+                let Some(entry) = entries.get(at) else {
                     continue;
-                }
-                if let Some((kind, ignored)) = before.get(entry.name.as_str())
+                };
+                let ignored = if entry.name == ".git" {
+                    true
+                } else if let Some((kind, ignored)) = before.get(entry.name)
                     && *kind == entry.kind
                 {
-                    entry.ignored = *ignored;
-                    continue;
-                }
-                let rel = joined(rel_dir, &entry.name, "");
-                entry.ignored = match entry.kind {
-                    ListedKind::Dir => {
-                        self.data_dir
-                            .is_some_and(|d| d == abs_dir.join(&entry.name))
-                            || self.ignores.is_ignored(&rel, true)
-                    }
-                    _ => {
-                        self.own_files
-                            .iter()
-                            .any(|f| f.parent() == Some(abs_dir) && f.ends_with(&entry.name))
-                            || self.ignores.is_ignored(&rel, false)
+                    *ignored
+                } else {
+                    let rel = joined(rel_dir, entry.name, "");
+                    match entry.kind {
+                        ListedKind::Dir => {
+                            self.data_dir.is_some_and(|d| d == abs_dir.join(entry.name))
+                                || self.ignores.is_ignored(&rel, true)
+                        }
+                        _ => {
+                            self.own_files
+                                .iter()
+                                .any(|f| f.parent() == Some(abs_dir) && f.ends_with(entry.name))
+                                || self.ignores.is_ignored(&rel, false)
+                        }
                     }
                 };
+                entries.set_ignored(at, ignored);
             }
         }
         // Files first, then sub-directories: a directory's candidates are next to each other, so each
@@ -508,7 +505,7 @@ impl Walk<'_> {
                 && entry.name == ".gitattributes"
             {
                 self.attributes_mention_filters |=
-                    crate::seed::file_mentions_filters(&abs_dir.join(&entry.name));
+                    crate::seed::file_mentions_filters(&abs_dir.join(entry.name));
             }
             if entry.ignored {
                 continue;
@@ -517,9 +514,9 @@ impl Walk<'_> {
                 ListedKind::Dir => {}
                 ListedKind::File => {
                     if self.feed.is_some() {
-                        fed.push(entry.name.clone());
+                        fed.push(entry.name.to_owned());
                     }
-                    self.candidates.push(rel_dir, &entry.name);
+                    self.candidates.push(rel_dir, entry.name);
                     if self.candidates.len() > self.file_cap {
                         return Err(GitError::Refused(format!(
                             "the worktree {} has more than {} files (the file-count cap); refusing to snapshot it: \
@@ -531,7 +528,7 @@ impl Walk<'_> {
                     }
                 }
                 ListedKind::Special => self.skipped.push(SkippedPath {
-                    path: joined(rel_dir, &entry.name, ""),
+                    path: joined(rel_dir, entry.name, ""),
                     reason: SkipReason::Special,
                 }),
             }
@@ -548,7 +545,7 @@ impl Walk<'_> {
         }
         for entry in entries.iter() {
             if entry.kind == ListedKind::Dir && !entry.ignored {
-                self.dir(&joined(rel_dir, &entry.name, "/"), rules)?;
+                self.dir(&joined(rel_dir, entry.name, "/"), rules)?;
             }
         }
         Ok(())
