@@ -74,8 +74,8 @@ impl Mode {
 /// A file entry: its mode and blob.
 pub type Entry = (Mode, ObjectId);
 
-/// One decoded tree entry: its name, mode and object.
-pub type TreeEntry = (String, Mode, ObjectId);
+/// A tree read: its id and its bytes.
+type TreeRead = (ObjectId, Arc<[u8]>);
 
 /// A path whose file entry differs between two snapshots, with the entry on each side.
 pub type Change = (String, Option<Entry>, Option<Entry>);
@@ -143,7 +143,7 @@ fn decode(odb: &Odb, id: &ObjectId) -> GitResult<Vec<(String, Mode, ObjectId)>> 
 }
 
 /// The entries of a tree read (none for no tree), names borrowed from its bytes.
-fn entries_of(tree: Option<&(ObjectId, Arc<[u8]>)>) -> GitResult<Vec<(&str, Mode, ObjectId)>> {
+fn entries_of(tree: Option<&TreeRead>) -> GitResult<Vec<(&str, Mode, ObjectId)>> {
     match tree {
         Some((id, data)) => decode_borrowed(id, data),
         None => Ok(Vec::new()),
@@ -152,27 +152,58 @@ fn entries_of(tree: Option<&(ObjectId, Arc<[u8]>)>) -> GitResult<Vec<(&str, Mode
 
 /// The entries of tree `id` from its bytes, names borrowed from them.
 fn decode_borrowed<'d>(id: &ObjectId, data: &'d [u8]) -> GitResult<Vec<(&'d str, Mode, ObjectId)>> {
-    let corrupt = || GitError::Corrupt(format!("tree {id} cannot be decoded"));
-    let mut entries = Vec::new();
-    let mut rest = data;
-    while !rest.is_empty() {
-        let space = rest.iter().position(|&b| b == b' ').ok_or_else(corrupt)?;
-        let mode = Mode::parse(&rest[..space]);
-        rest = &rest[space + 1..];
-        let nul = rest.iter().position(|&b| b == 0).ok_or_else(corrupt)?;
-        let name = std::str::from_utf8(&rest[..nul]).map_err(|_| corrupt())?;
-        rest = &rest[nul + 1..];
-        if rest.len() < 20 {
-            return Err(corrupt());
-        }
-        let oid = ObjectId::try_from(&rest[..20]).map_err(|_| corrupt())?;
-        rest = &rest[20..];
-        // Entries of other kinds (submodule links) are not tracked content.
-        if let Some(mode) = mode {
-            entries.push((name, mode, oid));
+    raw_entries(id, data).collect()
+}
+
+/// The entry called `name` in tree `id` (bytes `data`), a sub-tree or not as `tree` says.
+fn find_entry(id: &ObjectId, data: &[u8], name: &str, tree: bool) -> GitResult<Option<Entry>> {
+    for entry in raw_entries(id, data) {
+        let (found, mode, oid) = entry?;
+        if found == name && (mode == Mode::Tree) == tree {
+            return Ok(Some((mode, oid)));
         }
     }
-    Ok(entries)
+    Ok(None)
+}
+
+/// The entries of tree `id`, one by one from its bytes (names borrowed from them), without collecting them:
+/// an entry that does not decode is an error, and ends the entries. Entries of other kinds (submodule
+/// links) are not tracked content, and are left out.
+fn raw_entries<'d>(
+    id: &ObjectId,
+    data: &'d [u8],
+) -> impl Iterator<Item = GitResult<(&'d str, Mode, ObjectId)>> {
+    let corrupt = move || GitError::Corrupt(format!("tree {id} cannot be decoded"));
+    let mut rest = data;
+    std::iter::from_fn(move || {
+        loop {
+            if rest.is_empty() {
+                return None;
+            }
+            let entry = (|| {
+                let space = rest.iter().position(|&b| b == b' ').ok_or_else(corrupt)?;
+                let mode = Mode::parse(&rest[..space]);
+                let after = &rest[space + 1..];
+                let nul = after.iter().position(|&b| b == 0).ok_or_else(corrupt)?;
+                let name = std::str::from_utf8(&after[..nul]).map_err(|_| corrupt())?;
+                let after = &after[nul + 1..];
+                let oid = after
+                    .get(..20)
+                    .and_then(|raw| ObjectId::try_from(raw).ok())
+                    .ok_or_else(corrupt)?;
+                rest = &after[20..];
+                Ok((name, mode, oid))
+            })();
+            match entry {
+                Ok((name, Some(mode), oid)) => return Some(Ok((name, mode, oid))),
+                Ok((_, None, _)) => continue,
+                Err(e) => {
+                    rest = &[];
+                    return Some(Err(e));
+                }
+            }
+        }
+    })
 }
 
 /// Reads a snapshot in flat form together with the tree id of each of its directories (`""` is the root).
@@ -365,8 +396,11 @@ fn git_order(a: &str, a_mode: Mode, b: &str, b_mode: Mode) -> std::cmp::Ordering
 pub struct LazyTree<'a> {
     odb: &'a Odb,
     root: ObjectId,
-    /// Decoded directories (`""` is the root, others `a/b`); `None` when the path is no directory there.
-    dirs: HashMap<String, Option<Vec<TreeEntry>>>,
+    /// Directories read (`""` is the root, others `a/b`), each tree's id and bytes, checked to decode when
+    /// read and searched as they are when a name is looked up (decoding each into owned names cost a
+    /// string per entry: most of the trees' share of a 1,000-file revert's plan); `None` when the path is
+    /// no directory there.
+    dirs: HashMap<String, Option<TreeRead>>,
 }
 
 impl<'a> LazyTree<'a> {
@@ -379,38 +413,42 @@ impl<'a> LazyTree<'a> {
         }
     }
 
-    /// The entries of directory `dir` (`""` or `a/b`), or none when the snapshot has no such directory.
-    fn dir(&mut self, dir: &str) -> GitResult<Option<&[TreeEntry]>> {
+    /// The tree of directory `dir` (`""` or `a/b`), or none when the snapshot has no such directory.
+    fn dir(&mut self, dir: &str) -> GitResult<Option<&TreeRead>> {
         if !self.dirs.contains_key(dir) {
             let id = if dir.is_empty() {
                 Some(self.root)
             } else {
                 let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir));
-                self.dir(parent)?.and_then(|entries| {
-                    entries
-                        .iter()
-                        .find(|(n, mode, _)| n == name && *mode == Mode::Tree)
-                        .map(|(_, _, id)| *id)
-                })
+                match self.dir(parent)? {
+                    Some((parent_id, data)) => find_entry(parent_id, data, name, true)?,
+                    None => None,
+                }
+                .map(|(_, id)| id)
             };
-            let entries = match id {
-                Some(id) => Some(decode(self.odb, &id)?),
+            let tree = match id {
+                Some(id) => {
+                    let data = self.odb.read_tree(&id)?;
+                    // Every entry decodes, as when the tree was decoded whole.
+                    for entry in raw_entries(&id, &data) {
+                        entry?;
+                    }
+                    Some((id, data))
+                }
                 None => None,
             };
-            self.dirs.insert(dir.to_owned(), entries);
+            self.dirs.insert(dir.to_owned(), tree);
         }
-        Ok(self.dirs.get(dir).and_then(|d| d.as_deref()))
+        Ok(self.dirs.get(dir).and_then(Option::as_ref))
     }
 
     /// The file (or symlink) entry at `path`, if the snapshot has one there.
     pub fn get(&mut self, path: &str) -> GitResult<Option<Entry>> {
         let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
-        Ok(self.dir(parent)?.and_then(|entries| {
-            entries
-                .iter()
-                .find(|(n, mode, _)| n == name && *mode != Mode::Tree)
-                .map(|(_, mode, id)| (*mode, *id))
-        }))
+        match self.dir(parent)? {
+            Some((id, data)) => find_entry(id, data, name, false),
+            None => Ok(None),
+        }
     }
 
     /// True when the snapshot has a file or symlink at `path` or below it (`path` is a directory there).
@@ -644,7 +682,7 @@ fn diff_into(
     if a == b {
         return Ok(());
     }
-    let data = |id: Option<&ObjectId>| -> GitResult<Option<(ObjectId, Arc<[u8]>)>> {
+    let data = |id: Option<&ObjectId>| -> GitResult<Option<TreeRead>> {
         id.map(|id| Ok((*id, odb.read_tree(id)?))).transpose()
     };
     let (left_data, right_data) = (data(a)?, data(b)?);
@@ -912,6 +950,49 @@ mod tests {
         assert_eq!(lazy.get("a/e").expect("get"), None);
         assert!(lazy.holds("a/e").expect("holds"));
         assert!(!lazy.holds("missing").expect("holds"));
+    }
+
+    /// A snapshot read lazily finds a file and a directory by their kind, leaves a submodule link out, and
+    /// fails on a tree whose bytes do not decode, also past the entry looked up (a tree is checked whole
+    /// when it is read, as when it was decoded into owned entries).
+    #[test]
+    fn a_lazy_tree_finds_entries_by_kind_and_fails_on_a_tree_that_does_not_decode() {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let odb = Odb::new(temp.path().join("objects"));
+        let file = blob(&odb, "file");
+        let mut inner = Vec::new();
+        inner.extend_from_slice(b"100644 f\0");
+        inner.extend_from_slice(file.1.as_bytes());
+        let inner = odb.write_buf(Kind::Tree, &inner).expect("a tree");
+        let entry = |out: &mut Vec<u8>, mode: &str, name: &str, id: &ObjectId| {
+            out.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+            out.extend_from_slice(id.as_bytes());
+        };
+        let mut root = Vec::new();
+        entry(&mut root, "100755", "a", &file.1);
+        entry(&mut root, "40000", "d", &inner);
+        entry(&mut root, "160000", "sub", &file.1);
+        let root = odb.write_buf(Kind::Tree, &root).expect("a tree");
+        let mut lazy = LazyTree::new(&odb, root);
+        assert_eq!(lazy.get("a").expect("get"), Some((Mode::Exec, file.1)));
+        assert_eq!(lazy.get("d").expect("get"), None, "a directory is no file");
+        assert_eq!(lazy.get("d/f").expect("get"), Some(file));
+        assert!(lazy.holds("d").expect("holds"));
+        assert_eq!(lazy.get("sub").expect("get"), None, "a submodule link");
+        assert!(!lazy.holds("sub").expect("holds"));
+        assert_eq!(
+            lazy.get("a/f").expect("get"),
+            None,
+            "a file is no directory"
+        );
+
+        // The first entry decodes, the second is cut short.
+        let mut cut = Vec::new();
+        entry(&mut cut, "100644", "a", &file.1);
+        cut.extend_from_slice(b"100644 b\0abc");
+        let cut = odb.write_buf(Kind::Tree, &cut).expect("a tree");
+        let mut lazy = LazyTree::new(&odb, cut);
+        assert!(matches!(lazy.get("a"), Err(GitError::Corrupt(_))));
     }
 
     /// An edit read ahead along some paths (more than it changes, and fewer) gives the tree of the edited
