@@ -194,6 +194,7 @@ impl Names {
             Some(before) => self.entries.get(before)?.0,
             None => 0,
         };
+        debug_assert!(start <= end && end <= self.text.len());
         Some(Listed {
             name: self.text.get(start..end)?,
             kind,
@@ -978,8 +979,10 @@ fn parse_listings(r: &mut Reader<'_>, count: u64) -> Option<HashMap<String, List
         };
         let rules: [u8; 20] = r.take(20)?.try_into().ok()?;
         let count = usize::try_from(r.varint()?).ok()?;
-        // Names of about 16 bytes: a guess, the string grows if they are longer.
-        let mut entries = Names::with_capacity(count.min(1 << 16), count.min(1 << 16) * 16);
+        // Each entry takes at least two bytes (its name's length and its kind): no more are reserved than
+        // the bytes left could hold, with names of about 16 bytes (the string grows if they are longer).
+        let room = count.min(r.0.len() / 2);
+        let mut entries = Names::with_capacity(room, room * 16);
         for _ in 0..count {
             let name = r.str()?;
             let byte = r.take(1)?[0];
@@ -1510,7 +1513,7 @@ mod tests {
         assert!(loaded.entries.len() == 0 && loaded.tree.is_none() && loaded.listings.is_empty());
         let (rest, pending) = StatCache::load_deferred(&path);
         assert_eq!(rest.tree, Some(id), "the rest parses");
-        let pending = pending.expect("entries and listings to parse");
+        let pending = pending.expect("the rest to parse");
         assert_eq!(
             pending.parse().map(|entries| entries.len()),
             Some(1),

@@ -78,6 +78,7 @@ impl Candidates {
             Some(before) => self.bounds.get(before)?.0,
             None => 0,
         };
+        debug_assert!(start <= name && name <= end && end <= self.paths.len());
         Some(Candidate {
             rel: self.paths.get(start..end)?,
             at,
@@ -724,6 +725,8 @@ fn track_batched(store: &Store, config: &GitStoreConfig) -> GitResult<Tracked> {
     match parsed.into_inner() {
         Some(Some(entries)) if trusted => cache.entries = entries,
         // The checksum held and the entries or the listings did not parse: nothing of the file is trusted.
+        // Without a tree or entries the new cache is saved whole, with this track's generation and start
+        // time, so the file's are not used either.
         _ => {
             cache.tree = None;
             cache.dirs.clear();
@@ -1905,7 +1908,7 @@ impl Prestat {
         self.to_hash.load(Ordering::Relaxed)
     }
 
-    /// Makes every `run` return after its chunk (the walk failed).
+    /// Makes every `run` return after its chunk (the walk failed, or the cache's listings did not parse).
     fn stop(&self) {
         self.next_chunk
             .store(usize::MAX / PRESTAT_CHUNK, Ordering::Relaxed);

@@ -155,7 +155,8 @@ fn decode_borrowed<'d>(id: &ObjectId, data: &'d [u8]) -> GitResult<Vec<(&'d str,
     raw_entries(id, data).collect()
 }
 
-/// The entry called `name` in tree `id` (bytes `data`), a sub-tree or not as `tree` says.
+/// The entry called `name` in tree `id` (bytes `data`), a sub-tree or not as `tree` says. It reads no further
+/// than the entry found: the bytes are to be checked whole first (`LazyTree::dir` does, as it reads them).
 fn find_entry(id: &ObjectId, data: &[u8], name: &str, tree: bool) -> GitResult<Option<Entry>> {
     for entry in raw_entries(id, data) {
         let (found, mode, oid) = entry?;
@@ -972,6 +973,7 @@ mod tests {
         entry(&mut root, "100755", "a", &file.1);
         entry(&mut root, "40000", "d", &inner);
         entry(&mut root, "160000", "sub", &file.1);
+        entry(&mut root, "100600", "odd", &file.1);
         let root = odb.write_buf(Kind::Tree, &root).expect("a tree");
         let mut lazy = LazyTree::new(&odb, root);
         assert_eq!(lazy.get("a").expect("get"), Some((Mode::Exec, file.1)));
@@ -980,6 +982,11 @@ mod tests {
         assert!(lazy.holds("d").expect("holds"));
         assert_eq!(lazy.get("sub").expect("get"), None, "a submodule link");
         assert!(!lazy.holds("sub").expect("holds"));
+        assert_eq!(
+            lazy.get("odd").expect("get"),
+            None,
+            "a mode git does not track"
+        );
         assert_eq!(
             lazy.get("a/f").expect("get"),
             None,
@@ -993,6 +1000,10 @@ mod tests {
         let cut = odb.write_buf(Kind::Tree, &cut).expect("a tree");
         let mut lazy = LazyTree::new(&odb, cut);
         assert!(matches!(lazy.get("a"), Err(GitError::Corrupt(_))));
+        assert!(
+            matches!(lazy.get("a"), Err(GitError::Corrupt(_))),
+            "and again: the tree is not kept as read"
+        );
     }
 
     /// An edit read ahead along some paths (more than it changes, and fewer) gives the tree of the edited

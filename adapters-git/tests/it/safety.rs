@@ -1367,8 +1367,9 @@ async fn corrupted_stat_cache_still_gives_git_tree_ids() {
 
 /// A stat cache whose checksum holds but whose listings do not parse (a file another version could have
 /// written) is not trusted at all, as one whose entries do not parse: the next track hashes every file
-/// again and gives git's tree id. The listings are parsed while another thread already looks at the
-/// cached files, so this checks that what that thread found is dropped too.
+/// again and gives git's tree id. The listings are parsed while another thread already parses the
+/// entries (and may look at their files): a guard that the entries, and what was found by them, are
+/// dropped with the listings.
 #[tokio::test]
 async fn a_stat_cache_whose_listings_do_not_parse_is_not_trusted() {
     let h = GitHarness::new();
