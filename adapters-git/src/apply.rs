@@ -3059,6 +3059,10 @@ fn made_way(current: &TrackedNow<'_>, actions: &mut Vec<FileAction>) -> GitResul
 /// their own that would take the cores the writes use, and are left to `revert_diffs`.
 const SPECULATE_UP_TO: usize = 128;
 
+/// From how many patch files a revert reads the patch snapshots' trees ahead of its plan, on the thread
+/// that reads `base`'s.
+const READ_AHEAD_FROM: usize = 64;
+
 /// Carries out the plan of `patches`; `applied` is `base` with the written and deleted paths replaced.
 ///
 /// Another thread builds the `applied` the plan predicts. While this thread plans, it reads the trees of
@@ -3103,6 +3107,23 @@ fn revert_batched(
         let (read, read_rx) = std::sync::mpsc::channel();
         let (built, built_rx) = std::sync::mpsc::channel();
         let speculative = scope.spawn(move || -> Option<(ObjectId, RevertDiffs)> {
+            // A big revert's plan looks its paths up in the patch snapshots' trees one by one, among its
+            // other looks: this thread reads those trees first, ahead of it (into the process's tree
+            // cache), then `base`'s, which are not needed before the plan is done.
+            if patches.iter().map(|patch| patch.files.len()).sum::<usize>() >= READ_AHEAD_FROM {
+                for patch in patches {
+                    let Ok(id) = object_id(&patch.hash) else {
+                        continue;
+                    };
+                    let mut tree = LazyTree::new(&store.odb, id);
+                    for file in &patch.files {
+                        // The plan reads it again, and says what cannot be read.
+                        if tree.get(file.as_str()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
             let paths = patches
                 .iter()
                 .flat_map(|patch| patch.files.iter().map(RelPath::as_str));

@@ -1171,6 +1171,45 @@ async fn missing_base_sub_tree_with(count: usize) {
     assert_eq!(h.list(), listing, "{count} files");
 }
 
+/// A missing sub-tree of the patch's snapshot, on the patch's paths: the plan and the revert fail with
+/// `MissingObject` and touch no file, for a few files as for many (a revert of many reads the patch
+/// snapshots' trees ahead of its plan on another thread, which stops at the missing one: the plan still
+/// finds it missing, even after the trees before it were read ahead into the process's cache).
+#[tokio::test]
+async fn missing_patch_sub_tree_fails_before_anything_is_touched() {
+    for count in [1, 100] {
+        let h = GitHarness::new();
+        let mut files = vec!["top.txt".to_owned()];
+        for i in 0..count {
+            files.push(format!("before/b{i}.txt"));
+            files.push(format!("dir/y{i}.txt"));
+        }
+        for file in &files {
+            h.write(file, format!("{file} at the start\n").as_bytes());
+        }
+        let start = h.id().await;
+        for file in &files {
+            h.write(file, format!("{file} after the step\n").as_bytes());
+        }
+        let base = h.id().await;
+        let listing = h.list();
+        let sub = git(
+            h.base(),
+            &[
+                &format!("--git-dir={}", h.store_dir().display()),
+                "rev-parse",
+                &format!("{start}:dir"),
+            ],
+        );
+        h.remove_snapshot_object(&SnapshotId::parse(sub.trim()).expect("a tree id"));
+        let names: Vec<&str> = files.iter().map(String::as_str).collect();
+        let patches = one_patch(&start, &names);
+        assert_missing("plan", h.port().plan(h.root(), &patches).await);
+        assert_missing("revert", h.port().revert(h.root(), &patches, &base).await);
+        assert_eq!(h.list(), listing, "{count} files");
+    }
+}
+
 /// A worktree replaced by a symlink while a revert waits for its go-ahead (its intent being stored), as
 /// `mv proj old && ln -s elsewhere proj` does: nothing is written where the symlink leads. The store holds
 /// the root directory it checked, and the revert goes on there (black-box: each step opened the root by
