@@ -3060,8 +3060,9 @@ fn made_way(current: &TrackedNow<'_>, actions: &mut Vec<FileAction>) -> GitResul
 const SPECULATE_UP_TO: usize = 128;
 
 /// From how many patch files a revert reads the patch snapshots' trees ahead of its plan, on the thread
-/// that reads `base`'s.
-const READ_AHEAD_FROM: usize = 64;
+/// that reads `base`'s: below it the plan is short, and the trees of a server's reverts mostly in its
+/// cache already (`http_bench`'s revert of about 100 files was no faster with it, perhaps slower).
+const READ_AHEAD_FROM: usize = 256;
 
 /// Carries out the plan of `patches`; `applied` is `base` with the written and deleted paths replaced.
 ///

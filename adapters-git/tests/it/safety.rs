@@ -1177,7 +1177,7 @@ async fn missing_base_sub_tree_with(count: usize) {
 /// finds it missing, even after the trees before it were read ahead into the process's cache).
 #[tokio::test]
 async fn missing_patch_sub_tree_fails_before_anything_is_touched() {
-    for count in [1, 100] {
+    for count in [1, 150] {
         let h = GitHarness::new();
         let mut files = vec!["top.txt".to_owned()];
         for i in 0..count {
