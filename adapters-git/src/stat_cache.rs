@@ -1388,16 +1388,14 @@ mod tests {
         assert!(kept.is_some_and(|kept| kept != stat(future)), "{kept:?}");
     }
 
-    /// A file whose checksum holds but whose entries do not parse (a count larger than the entries it
-    /// holds, or larger than its bytes could hold) is not trusted at all: `load` gives an empty cache, and the deferred load's rest parses
-    /// while its entries do not (a track then drops the file's tree too).
-    #[test]
-    fn entries_that_do_not_parse_distrust_the_whole_file() {
-        let id = ObjectId::from_hex(b"0123456789abcdef0123456789abcdef01234567").expect("an id");
-        let mut cache = StatCache {
-            tree: Some(id),
-            ..StatCache::default()
-        };
+    /// The id of the caches saved by `saved_with_entry`.
+    const SAVED_TREE: &[u8] = b"0123456789abcdef0123456789abcdef01234567";
+
+    /// `cache` with tree `SAVED_TREE` and one entry at `path`, saved to `stat-cache` in a new temporary
+    /// directory: the directory, the file and its bytes.
+    fn saved_with_entry(mut cache: StatCache, path: &str) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+        let id = ObjectId::from_hex(SAVED_TREE).expect("an id");
+        cache.tree = Some(id);
         let stat = Stat {
             mode: Mode::File,
             size: 1,
@@ -1406,23 +1404,41 @@ mod tests {
             ino: 4,
             dev: 5,
         };
-        // A long path, so that one entry's bytes could hold the count of two written below.
-        cache
-            .entries
-            .push_new(&"a".repeat(100), CacheEntry { stat, id });
+        cache.entries.push_new(path, CacheEntry { stat, id });
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("stat-cache");
-        cache.save(&path).expect("save");
-        let mut data = fs::read(&path).expect("read");
-        // The entry count follows the magic, the generation, the start time and the tree.
-        let count_at = MAGIC.len() + 8 + 16 + 1 + 20;
-        data[count_at..count_at + 8].copy_from_slice(&2u64.to_le_bytes());
-        // As another process would write it: another generation, so the copy in memory is not used.
-        data[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&12345u64.to_le_bytes());
+        let file = dir.path().join("stat-cache");
+        cache.save(&file).expect("save");
+        let data = fs::read(&file).expect("read");
+        (dir, file, data)
+    }
+
+    /// `data` with its checksum made to hold again.
+    fn checksummed(data: &mut [u8]) {
         let body = data.len() - 4;
         let sum = crc32fast::hash(&data[..body]);
         data[body..].copy_from_slice(&sum.to_le_bytes());
-        fs::write(&path, &data).expect("write");
+    }
+
+    /// Writes `data` (checksummed) to `file` as another process would save it: another generation, so
+    /// this process's copy in memory is not used.
+    fn written_by_another_process(file: &Path, data: &mut [u8]) {
+        data[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&12345u64.to_le_bytes());
+        checksummed(data);
+        fs::write(file, data).expect("write");
+    }
+
+    /// A file whose checksum holds but whose entries do not parse (a count larger than the entries it
+    /// holds, or larger than its bytes could hold) is not trusted at all: `load` gives an empty cache, and
+    /// the deferred load's rest parses while its entries do not (a track then drops the file's tree too).
+    #[test]
+    fn entries_that_do_not_parse_distrust_the_whole_file() {
+        let id = ObjectId::from_hex(SAVED_TREE).expect("an id");
+        // A long path, so that one entry's bytes could hold the count of two written below.
+        let (_dir, path, mut data) = saved_with_entry(StatCache::default(), &"a".repeat(100));
+        // The entry count follows the magic, the generation, the start time and the tree.
+        let count_at = MAGIC.len() + 8 + 16 + 1 + 20;
+        data[count_at..count_at + 8].copy_from_slice(&2u64.to_le_bytes());
+        written_by_another_process(&path, &mut data);
 
         let loaded = StatCache::load(&path);
         assert!(loaded.entries.len() == 0 && loaded.tree.is_none());
@@ -1430,8 +1446,7 @@ mod tests {
         // sized by it.
         let mut huge = data.clone();
         huge[count_at..count_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
-        let sum = crc32fast::hash(&huge[..body]);
-        huge[body..].copy_from_slice(&sum.to_le_bytes());
+        checksummed(&mut huge);
         assert!(parse_deferred(huge).is_none());
         let (rest, pending) = StatCache::load_deferred(&path);
         assert_eq!(rest.tree, Some(id), "the rest parses");
@@ -1484,30 +1499,13 @@ mod tests {
     /// track then drops the file's tree and entries).
     #[test]
     fn listings_that_do_not_parse_distrust_the_whole_file() {
-        let id = ObjectId::from_hex(b"0123456789abcdef0123456789abcdef01234567").expect("an id");
-        let (mut cache, _) = listing_at(50 * RACY_MARGIN_NS);
-        cache.tree = Some(id);
-        let stat = Stat {
-            mode: Mode::File,
-            size: 1,
-            mtime_ns: 2,
-            ctime_ns: 3,
-            ino: 4,
-            dev: 5,
-        };
-        cache.entries.push_new("d/f", CacheEntry { stat, id });
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("stat-cache");
-        cache.save(&path).expect("save");
-        let mut data = fs::read(&path).expect("read");
+        let id = ObjectId::from_hex(SAVED_TREE).expect("an id");
+        let (_dir, path, mut data) = saved_with_entry(listing_at(50 * RACY_MARGIN_NS).0, "d/f");
         let body = data.len() - 4;
         // The one listing comes last, and ends with its one name's kind byte: 3 is no kind.
         assert_eq!(data[body - 1], 0, "a file, not ignored");
         data[body - 1] = 3;
-        data[MAGIC.len()..MAGIC.len() + 8].copy_from_slice(&12345u64.to_le_bytes());
-        let sum = crc32fast::hash(&data[..body]);
-        data[body..].copy_from_slice(&sum.to_le_bytes());
-        fs::write(&path, &data).expect("write");
+        written_by_another_process(&path, &mut data);
 
         let loaded = StatCache::load(&path);
         assert!(loaded.entries.len() == 0 && loaded.tree.is_none() && loaded.listings.is_empty());
@@ -1522,9 +1520,7 @@ mod tests {
         assert!(pending.listings().is_none(), "the listings do not");
         // Unharmed, the same file's listings parse.
         data[body - 1] = 0;
-        let sum = crc32fast::hash(&data[..body]);
-        data[body..].copy_from_slice(&sum.to_le_bytes());
-        fs::write(&path, &data).expect("write");
+        written_by_another_process(&path, &mut data);
         assert_eq!(
             StatCache::load(&path).listings,
             listing_at(50 * RACY_MARGIN_NS).0.listings

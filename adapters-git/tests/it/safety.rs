@@ -1355,18 +1355,23 @@ async fn missing_patch_tree_fails_every_operation() {
     assert_eq!(h.list(), listing);
 }
 
-/// A stat cache overwritten with garbage, truncated (a torn write) or with bytes flipped in the middle
-/// does not change what `track` returns: git's tree id.
-#[tokio::test]
-async fn corrupted_stat_cache_still_gives_git_tree_ids() {
-    let h = GitHarness::new();
-    let oracle = GitOracle::new(None);
+/// Forty files in four directories (`dirN/file-NN.txt`), each with its own content.
+fn write_forty_files(h: &GitHarness) {
     for i in 0..40 {
         h.write(
             &format!("dir{}/file-{i:02}.txt", i % 4),
             format!("content {i:02}\n").as_bytes(),
         );
     }
+}
+
+/// A stat cache overwritten with garbage, truncated (a torn write) or with bytes flipped in the middle
+/// does not change what `track` returns: git's tree id.
+#[tokio::test]
+async fn corrupted_stat_cache_still_gives_git_tree_ids() {
+    let h = GitHarness::new();
+    let oracle = GitOracle::new(None);
+    write_forty_files(&h);
     h.id().await;
     let cache = h.store_dir().join("rewind").join("stat-cache");
     assert!(cache.is_file(), "no stat cache at {}", cache.display());
@@ -1413,12 +1418,7 @@ async fn corrupted_stat_cache_still_gives_git_tree_ids() {
 async fn a_stat_cache_whose_listings_do_not_parse_is_not_trusted() {
     let h = GitHarness::new();
     let oracle = GitOracle::new(None);
-    for i in 0..40 {
-        h.write(
-            &format!("dir{}/file-{i:02}.txt", i % 4),
-            format!("content {i:02}\n").as_bytes(),
-        );
-    }
+    write_forty_files(&h);
     backdate_dirs(h.root());
     h.id().await;
     assert_eq!(
