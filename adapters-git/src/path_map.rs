@@ -1,4 +1,5 @@
-//! `PathMap`: the stat cache's map from worktree-relative paths to their entries, built for a re-track of a
+//! `PathMap`: the stat cache's map from worktree-relative paths to their entries (and `StrList`, its
+//! lookup-less sibling, below), built for a re-track of a
 //! big worktree. A `HashMap<String, _>` costs one allocation and one hash insert per path to load and one
 //! hash per path to look up; at 100,000 files that was a quarter of an unchanged re-track. Here every path
 //! lives in one string and every value in one vector, in the order they were added (the walk's order, which
@@ -268,6 +269,72 @@ impl<V> PathMap<V> {
 fn slot_path<'t, V>(text: &'t str, slots: &[Slot<V>], slot: usize) -> &'t str {
     let Slot { start, len, .. } = &slots[slot];
     &text[*start..*start + *len]
+}
+
+/// Strings kept one after the other in one string, each with a value, in the order they were added: a list
+/// of many short strings costs two allocations, not one per string (the walk's files, a directory
+/// listing's names). No lookup by string: that is `PathMap`'s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StrList<V> {
+    text: String,
+    /// Per string: where it ends in `text`, and its value.
+    items: Vec<(usize, V)>,
+}
+
+impl<V> Default for StrList<V> {
+    fn default() -> Self {
+        StrList {
+            text: String::new(),
+            items: Vec::new(),
+        }
+    }
+}
+
+impl<V: Copy> StrList<V> {
+    /// An empty list with room for `items` strings of `bytes` bytes in all.
+    pub fn with_capacity(items: usize, bytes: usize) -> Self {
+        StrList {
+            text: String::with_capacity(bytes),
+            items: Vec::with_capacity(items),
+        }
+    }
+
+    /// Adds the string made of `parts`, one after the other, with `value`.
+    pub fn push(&mut self, parts: &[&str], value: V) {
+        for part in parts {
+            self.text.push_str(part);
+        }
+        self.items.push((self.text.len(), value));
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The string at position `at`, with its value.
+    pub fn get(&self, at: usize) -> Option<(&str, V)> {
+        let (end, value) = *self.items.get(at)?;
+        let start = match at.checked_sub(1) {
+            Some(before) => self.items.get(before)?.0,
+            None => 0,
+        };
+        debug_assert!(start <= end && end <= self.text.len());
+        Some((self.text.get(start..end)?, value))
+    }
+
+    /// Every string with its value, in the order they were added.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, V)> {
+        (0..self.len()).filter_map(|at| self.get(at))
+    }
+
+    /// The value of the string at position `at`, to change.
+    pub fn value_mut(&mut self, at: usize) -> Option<&mut V> {
+        self.items.get_mut(at).map(|(_, value)| value)
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use gix::ObjectId;
 
 use crate::error::{GitError, GitResult};
-use crate::path_map::PathMap;
+use crate::path_map::{PathMap, StrList};
 use crate::tree::{self, Mode, mark_dirty, write_dirty};
 
 /// The file's format and meaning. 6: listings may name files that start with `.rewind-tmp-` without being
@@ -155,48 +155,34 @@ pub struct Listed<'a> {
     pub ignored: bool,
 }
 
-/// A directory's entries in the order they were read, every name in one string: a listing costs two
-/// allocations, not one per name (a cache of 100,000 files holds 100,000 names, parsed by every re-track
-/// in a new process).
+/// A directory's entries in the order they were read, every name in one string (`StrList`): a listing
+/// costs two allocations, not one per name (a cache of 100,000 files holds 100,000 names, parsed by every
+/// re-track in a new process).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Names {
-    text: String,
-    /// Per entry: where its name ends in `text`, its kind, and whether it is ignored.
-    entries: Vec<(usize, ListedKind, bool)>,
-}
+pub struct Names(StrList<(ListedKind, bool)>);
 
 impl Names {
     /// Room for `count` entries whose names take `bytes` in all.
     pub fn with_capacity(count: usize, bytes: usize) -> Names {
-        Names {
-            text: String::with_capacity(bytes),
-            entries: Vec::with_capacity(count),
-        }
+        Names(StrList::with_capacity(count, bytes))
     }
 
     pub fn push(&mut self, name: &str, kind: ListedKind, ignored: bool) {
-        self.text.push_str(name);
-        self.entries.push((self.text.len(), kind, ignored));
+        self.0.push(&[name], (kind, ignored));
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.0.is_empty()
     }
 
     /// The entry at position `at`.
     pub fn get(&self, at: usize) -> Option<Listed<'_>> {
-        let (end, kind, ignored) = *self.entries.get(at)?;
-        let start = match at.checked_sub(1) {
-            Some(before) => self.entries.get(before)?.0,
-            None => 0,
-        };
-        debug_assert!(start <= end && end <= self.text.len());
-        Some(Listed {
-            name: self.text.get(start..end)?,
+        self.0.get(at).map(|(name, (kind, ignored))| Listed {
+            name,
             kind,
             ignored,
         })
@@ -208,8 +194,8 @@ impl Names {
 
     /// Sets whether the entry at position `at` is ignored.
     pub fn set_ignored(&mut self, at: usize, ignored: bool) {
-        if let Some(entry) = self.entries.get_mut(at) {
-            entry.2 = ignored;
+        if let Some((_, was)) = self.0.value_mut(at) {
+            *was = ignored;
         }
     }
 }
