@@ -1,10 +1,10 @@
 //! `PathMap`: the stat cache's map from worktree-relative paths to their entries (and `StrList`, its
-//! lookup-less sibling, below), built for a re-track of a
-//! big worktree. A `HashMap<String, _>` costs one allocation and one hash insert per path to load and one
-//! hash per path to look up; at 100,000 files that was a quarter of an unchanged re-track. Here every path
-//! lives in one string and every value in one vector, in the order they were added (the walk's order, which
-//! the next walk repeats when nothing moved), so a load is two allocations and a lookup that names the
-//! position it expects the path at is one string comparison. The hash index is built only when a lookup
+//! lookup-less sibling, below), built for a re-track of a big worktree. A `HashMap<String, _>` costs one
+//! allocation and one hash insert per path to load and one hash per path to look up; at 100,000 files that
+//! was a quarter of an unchanged re-track. Here every path lives in one string and every value in one
+//! vector, in the order they were added (the walk's order, which the next walk repeats when nothing
+//! moved), so a load is two allocations and a lookup that names the position it expects the path at is
+//! one string comparison. The hash index is built only when a lookup
 //! misses its position or the map is changed.
 //!
 //! Duplicate paths never come from this crate (every writer adds distinct paths or goes through `insert`),
