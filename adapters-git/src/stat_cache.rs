@@ -155,6 +155,16 @@ pub struct Listed<'a> {
     pub ignored: bool,
 }
 
+impl<'a> From<(&'a str, (ListedKind, bool))> for Listed<'a> {
+    fn from((name, (kind, ignored)): (&'a str, (ListedKind, bool))) -> Self {
+        Listed {
+            name,
+            kind,
+            ignored,
+        }
+    }
+}
+
 /// A directory's entries in the order they were read, every name in one string (`StrList`): a listing
 /// costs two allocations, not one per name (a cache of 100,000 files holds 100,000 names, parsed by every
 /// re-track in a new process).
@@ -181,15 +191,11 @@ impl Names {
 
     /// The entry at position `at`.
     pub fn get(&self, at: usize) -> Option<Listed<'_>> {
-        self.0.get(at).map(|(name, (kind, ignored))| Listed {
-            name,
-            kind,
-            ignored,
-        })
+        self.0.get(at).map(Listed::from)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Listed<'_>> {
-        (0..self.len()).filter_map(|at| self.get(at))
+        self.0.iter().map(Listed::from)
     }
 
     /// Sets whether the entry at position `at` is ignored.
