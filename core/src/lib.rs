@@ -9,6 +9,8 @@
 pub mod error;
 pub mod id;
 pub mod model;
+#[cfg(feature = "openapi")]
+mod openapi;
 pub mod ports;
 pub mod revert;
 pub mod service;

@@ -3,10 +3,11 @@
 use axum::Json;
 use utoipa::openapi::path::{Parameter, ParameterIn};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
-use utoipa::openapi::{Required, Response};
-use utoipa::{Modify, OpenApi};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required, Response, ResponseBuilder};
+use utoipa::{Modify, OpenApi, ToSchema};
 
 use super::dto;
+use super::error::NamedError;
 
 /// The API as utoipa derives it from the handlers.
 #[derive(OpenApi)]
@@ -48,7 +49,9 @@ use super::dto;
         dto::UpdateSessionTime,
         dto::MessageBody,
         dto::StepFinishBody,
-        dto::RevertBody
+        dto::RevertBody,
+        super::error::NamedError,
+        super::error::BusyError,
     )),
     modifiers(&Shared)
 )]
@@ -115,6 +118,12 @@ impl Modify for Shared {
                          project roots",
                     ));
                 }
+                // Any route may meet an internal or storage fault (SPEC 9: 500 only for those).
+                shared.push((
+                    "500",
+                    "An internal or storage fault, or a snapshot object missing from the store: nothing was \
+                     changed unless the message says what was",
+                ));
                 if has_body {
                     shared.push(("413", "The body is over 8 MiB"));
                 }
@@ -129,7 +138,7 @@ impl Modify for Shared {
                         .responses
                         .responses
                         .entry(status.to_owned())
-                        .or_insert_with(|| Response::new(description).into());
+                        .or_insert_with(|| named_error(description));
                 }
                 if names_a_worktree {
                     let parameters = operation.parameters.get_or_insert_with(Vec::new);
@@ -140,6 +149,20 @@ impl Modify for Shared {
             }
         }
     }
+}
+
+/// A response whose body is a `NamedError`.
+fn named_error(description: &str) -> RefOr<Response> {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name(NamedError::name())))
+                .build(),
+        )
+        .build()
+        .into()
 }
 
 /// OpenCode's client names the worktree in this header, as `?directory=` does.

@@ -9,7 +9,9 @@ use axum::response::{IntoResponse, Response};
 use rewind_core::Error;
 use rewind_core::error::{BoxError, Noted, StorageFault};
 use rewind_core::model::SessionId;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 /// A failed request.
 #[derive(Debug)]
@@ -178,31 +180,97 @@ impl ApiError {
 
     /// The JSON body of this error.
     pub fn body(&self) -> Value {
-        let named = |name: &str, message: &str| json!({"name": name, "data": {"message": message}});
-        match self {
-            ApiError::BadRequest(message) => named("BadRequest", message),
-            ApiError::NotFound(message) => named("NotFoundError", message),
+        let named = |name: ErrorName, message: &str| {
+            serde_json::to_value(NamedError {
+                name,
+                data: ErrorData {
+                    message: message.to_owned(),
+                },
+            })
+        };
+        let body = match self {
+            ApiError::BadRequest(message) => named(ErrorName::BadRequest, message),
+            ApiError::NotFound(message) => named(ErrorName::NotFoundError, message),
             ApiError::Busy {
                 session_id,
                 message,
-            } => {
-                let mut body = json!({"_tag": "SessionBusyError", "message": message});
-                if let (Some(id), Value::Object(fields)) = (session_id, &mut body) {
-                    fields.insert("sessionID".to_owned(), Value::String(id.clone()));
-                }
-                body
-            }
+            } => serde_json::to_value(BusyError {
+                tag: BusyTag::SessionBusyError,
+                message: message.clone(),
+                session_id: session_id.clone(),
+            }),
             ApiError::Unauthorized => named(
-                "Unauthorized",
+                ErrorName::Unauthorized,
                 "this server requires a password (HTTP basic auth)",
             ),
-            ApiError::Forbidden(message) => named("Forbidden", message),
-            ApiError::MethodNotAllowed(message) => named("MethodNotAllowed", message),
-            ApiError::PayloadTooLarge(message) => named("PayloadTooLarge", message),
-            ApiError::UnsupportedMediaType(message) => named("UnsupportedMediaType", message),
-            ApiError::Internal(message) => named("UnknownError", message),
-        }
+            ApiError::Forbidden(message) => named(ErrorName::Forbidden, message),
+            ApiError::MethodNotAllowed(message) => named(ErrorName::MethodNotAllowed, message),
+            ApiError::PayloadTooLarge(message) => named(ErrorName::PayloadTooLarge, message),
+            ApiError::UnsupportedMediaType(message) => {
+                named(ErrorName::UnsupportedMediaType, message)
+            }
+            ApiError::Internal(message) => named(ErrorName::UnknownError, message),
+        };
+        // Plain structs of strings: serialising them cannot fail.
+        body.unwrap_or(Value::Null)
     }
+}
+
+/// OpenCode's error body, `{name, data: {message}}`: every error but a busy session's.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NamedError {
+    /// Which error.
+    pub name: ErrorName,
+    /// What went wrong.
+    pub data: ErrorData,
+}
+
+/// The names `NamedError` takes.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+pub enum ErrorName {
+    /// 400: a malformed id, JSON or worktree, a wrong type, a request the session's state refuses.
+    BadRequest,
+    /// 404: an unknown route, session, message or part.
+    NotFoundError,
+    /// 401: a password is required and was not given, or is wrong.
+    Unauthorized,
+    /// 403: a foreign `Host` or `Origin`.
+    Forbidden,
+    /// 405: the route exists with other methods.
+    MethodNotAllowed,
+    /// 413: the body is over the limit.
+    PayloadTooLarge,
+    /// 415: a body not sent as JSON.
+    UnsupportedMediaType,
+    /// 500: an internal or storage fault, or a snapshot object missing from the store.
+    UnknownError,
+}
+
+/// `NamedError`'s `data`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorData {
+    /// What went wrong and, where the client can act, what to do.
+    pub message: String,
+}
+
+/// OpenCode's busy session, `{_tag: "SessionBusyError", sessionID?, message}` (409).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BusyError {
+    /// Always `SessionBusyError`.
+    #[serde(rename = "_tag")]
+    pub tag: BusyTag,
+    /// What holds the session, and whether to try again.
+    pub message: String,
+    /// The session, when known.
+    #[serde(rename = "sessionID", skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `BusyError`'s `_tag`.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+pub enum BusyTag {
+    /// The only one.
+    SessionBusyError,
 }
 
 impl From<Error> for ApiError {
@@ -227,6 +295,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn core_errors_map_to_opencode_statuses_and_bodies() {

@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Response};
 use rewind_core::RevertTarget;
 use rewind_core::model::{
     FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId, Role, Session, SessionId,
-    Warning,
+    SessionStatus, Warning,
 };
 use rewind_core::service::{FileCounts, NewMessage, NewPart, Preview, StepEnd};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::AppState;
@@ -21,7 +21,7 @@ use super::dto::{
     CreateSessionBody, DirectoryParam, MESSAGE_BODY_FIELDS, MessageBody, MessagesQuery,
     PreviewQuery, RevertBody, SessionsQuery, StepFinishBody, UpdateSessionBody, extra_fields,
 };
-use super::error::ApiError;
+use super::error::{ApiError, BusyError, NamedError};
 use super::extract::{JsonBody, PathIds, QueryParams};
 use super::security::{NoOpenStep, RequestDirectory};
 
@@ -66,7 +66,7 @@ where
 /// Lists the sessions of the request's worktree (default: the server's directory), newest first, with
 /// OpenCode's filters.
 #[utoipa::path(get, path = "/session", params(SessionsQuery, DirectoryParam),
-    responses((status = 200, description = "Sessions, newest first", body = Vec<Object>)))]
+    responses((status = 200, description = "Sessions, newest first", body = Vec<Session>)))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
@@ -131,7 +131,7 @@ async fn worktree_sessions(
 /// with an open step that is not abandoned (its owner gone or its time out: the next operation aborts it);
 /// a session that is idle is left out, as OpenCode leaves it out.
 #[utoipa::path(get, path = "/session/status", params(DirectoryParam),
-    responses((status = 200, description = "{sessionID: {type: \"busy\"}}", body = Object)))]
+    responses((status = 200, description = "{sessionID: {type: \"busy\"}}", body = HashMap<String, SessionStatus>)))]
 pub async fn session_status(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
@@ -159,8 +159,9 @@ fn default_worktree(state: &AppState) -> Result<String, ApiError> {
 
 /// Creates a session; its worktree is the body's `directory`, else the request's, else the server's.
 #[utoipa::path(post, path = "/session", params(DirectoryParam), request_body = CreateSessionBody,
-    responses((status = 200, description = "The session", body = Object),
-              (status = 400, description = "Bad request", body = Object)))]
+    responses((status = 200, description = "The session", body = Session),
+              (status = 400, description = "Bad request", body = NamedError),
+              (status = 404, description = "The parent session (`parentID`) is not found", body = NamedError)))]
 pub async fn create_session(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
@@ -191,8 +192,8 @@ pub async fn create_session(
 
 /// One session.
 #[utoipa::path(get, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "The session", body = Object),
-              (status = 404, description = "Not found", body = Object)))]
+    responses((status = 200, description = "The session", body = Session),
+              (status = 404, description = "Not found", body = NamedError)))]
 pub async fn get_session(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -210,8 +211,8 @@ pub async fn get_session(
 /// first, those whose worktree lies under the project roots (the command line may record others, which
 /// this server shows nowhere else either); an unknown session is a 404, as for `GET /session/{id}`.
 #[utoipa::path(get, path = "/session/{id}/children", params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "The session's children, newest first", body = Vec<Object>),
-              (status = 404, description = "Not found", body = Object)))]
+    responses((status = 200, description = "The session's children, newest first", body = Vec<Session>),
+              (status = 404, description = "Not found", body = NamedError)))]
 pub async fn session_children(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -232,9 +233,9 @@ pub async fn session_children(
 /// `session.updated`.
 #[utoipa::path(patch, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
     request_body = UpdateSessionBody,
-    responses((status = 200, description = "The session", body = Object),
-              (status = 400, description = "Bad request", body = Object),
-              (status = 404, description = "Not found", body = Object)))]
+    responses((status = 200, description = "The session", body = Session),
+              (status = 400, description = "Bad request", body = NamedError),
+              (status = 404, description = "Not found", body = NamedError)))]
 pub async fn update_session(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -259,8 +260,8 @@ pub async fn update_session(
 /// Deletes a session and its messages (never its files), and the sessions created under it.
 #[utoipa::path(delete, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
     responses((status = 200, description = "true", body = bool, content_type = "application/json"),
-              (status = 404, description = "Not found", body = Object),
-              (status = 409, description = "Busy", body = Object)))]
+              (status = 404, description = "Not found", body = NamedError),
+              (status = 409, description = "Busy", body = BusyError)))]
 pub async fn delete_session(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -291,9 +292,9 @@ pub async fn delete_session(
     params(("id" = String, Path), MessagesQuery, DirectoryParam),
     responses((status = 200, description = "[{info, parts}]; `X-Next-Cursor` and `Link` (rel=\"next\") \
                                             name the next page while older messages are left",
-               body = Vec<Object>),
-              (status = 400, description = "Bad request", body = Object),
-              (status = 404, description = "Not found", body = Object)))]
+               body = Vec<MessageWithParts>),
+              (status = 400, description = "Bad request", body = NamedError),
+              (status = 404, description = "Not found", body = NamedError)))]
 pub async fn list_messages(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -368,8 +369,8 @@ fn next_page(uri: &Uri, limit: usize, cursor: &str) -> String {
 /// One message with its parts.
 #[utoipa::path(get, path = "/session/{id}/message/{mid}",
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
-    responses((status = 200, description = "{info, parts}", body = Object),
-              (status = 404, description = "Not found", body = Object)))]
+    responses((status = 200, description = "{info, parts}", body = MessageWithParts),
+              (status = 404, description = "Not found", body = NamedError)))]
 pub async fn get_message(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,
@@ -387,10 +388,10 @@ pub async fn get_message(
 /// extension `{id?, role, parentID?, parts?}` records either kind.
 #[utoipa::path(post, path = "/session/{id}/message",
     params(("id" = String, Path), DirectoryParam), request_body = MessageBody,
-    responses((status = 200, description = "{info, parts} of the recorded message", body = Object),
-              (status = 400, description = "Bad request", body = Object),
-              (status = 404, description = "Not found", body = Object),
-              (status = 409, description = "Busy", body = Object)))]
+    responses((status = 200, description = "{info, parts} of the recorded message", body = MessageWithParts),
+              (status = 400, description = "Bad request", body = NamedError),
+              (status = 404, description = "Not found", body = NamedError),
+              (status = 409, description = "Busy", body = BusyError)))]
 pub async fn create_message(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -455,10 +456,10 @@ pub async fn create_message(
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/part",
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
     request_body(content = Object, description = "A part: {id?, type, …}"),
-    responses((status = 200, description = "The part", body = Object),
-              (status = 400, description = "Bad request", body = Object),
-              (status = 404, description = "Not found", body = Object),
-              (status = 409, description = "Busy (an operation held the session for longer than the 2 s wait)", body = Object)))]
+    responses((status = 200, description = "The part", body = Part),
+              (status = 400, description = "Bad request", body = NamedError),
+              (status = 404, description = "Not found", body = NamedError),
+              (status = 409, description = "Busy (an operation held the session for longer than the 2 s wait)", body = BusyError)))]
 pub async fn append_part(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,
@@ -476,10 +477,10 @@ pub async fn append_part(
 /// Begins a step of an assistant message: snapshots the worktree and appends `step-start`.
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step",
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
-    responses((status = 200, description = "The parts appended ([step-start])", body = Vec<Object>),
-              (status = 400, description = "Bad request (not an assistant message, a step already open)", body = Object),
-              (status = 404, description = "Unknown session or message", body = Object),
-              (status = 409, description = "Busy", body = Object)))]
+    responses((status = 200, description = "The parts appended ([step-start])", body = Vec<Part>),
+              (status = 400, description = "Bad request (not an assistant message, a step already open)", body = NamedError),
+              (status = 404, description = "Unknown session or message", body = NamedError),
+              (status = 409, description = "Busy", body = BusyError)))]
 pub async fn begin_step(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,
@@ -495,10 +496,10 @@ pub async fn begin_step(
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step/finish",
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
     request_body = StepFinishBody,
-    responses((status = 200, description = "The parts appended", body = Vec<Object>),
-              (status = 400, description = "Bad request (no step open in the message: the message says whether its step was aborted, say after the step timeout, finished already, or never begun; bad usage counts)", body = Object),
-              (status = 404, description = "Unknown session or message", body = Object),
-              (status = 409, description = "Busy", body = Object)))]
+    responses((status = 200, description = "The parts appended", body = Vec<Part>),
+              (status = 400, description = "Bad request (no step open in the message: the message says whether its step was aborted, say after the step timeout, finished already, or never begun; bad usage counts)", body = NamedError),
+              (status = 404, description = "Unknown session or message", body = NamedError),
+              (status = 409, description = "Busy", body = BusyError)))]
 pub async fn finish_step(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,
@@ -520,10 +521,10 @@ pub async fn finish_step(
 /// Aborts the open step of the message (it stays revertable).
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step/abort",
     params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
-    responses((status = 200, description = "The parts appended", body = Vec<Object>),
-              (status = 400, description = "Bad request (no step open in the message: the message says whether its step was aborted, finished already, or never begun)", body = Object),
-              (status = 404, description = "Unknown session or message", body = Object),
-              (status = 409, description = "Busy", body = Object)))]
+    responses((status = 200, description = "The parts appended", body = Vec<Part>),
+              (status = 400, description = "Bad request (no step open in the message: the message says whether its step was aborted, finished already, or never begun)", body = NamedError),
+              (status = 404, description = "Unknown session or message", body = NamedError),
+              (status = 409, description = "Busy", body = BusyError)))]
 pub async fn abort_step(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,
@@ -540,8 +541,8 @@ pub async fn abort_step(
 /// Aborts the session's open step, if any, when this server owns it or its owner is gone.
 #[utoipa::path(post, path = "/session/{id}/abort", params(("id" = String, Path), DirectoryParam),
     responses((status = 200, description = "true", body = bool, content_type = "application/json"),
-              (status = 404, description = "Not found", body = Object),
-              (status = 409, description = "The step belongs to a running process", body = Object)))]
+              (status = 404, description = "Not found", body = NamedError),
+              (status = 409, description = "The step belongs to a running process", body = BusyError)))]
 pub async fn abort(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -554,10 +555,10 @@ pub async fn abort(
 /// Reverts the files and the visible conversation to a message or part.
 #[utoipa::path(post, path = "/session/{id}/revert", params(("id" = String, Path), DirectoryParam),
     request_body = RevertBody,
-    responses((status = 200, description = "The session with `revert`", body = Object),
-              (status = 400, description = "Bad request", body = Object),
-              (status = 404, description = "Unknown message or part", body = Object),
-              (status = 409, description = "Busy", body = Object)))]
+    responses((status = 200, description = "The session with `revert`", body = Session),
+              (status = 400, description = "Bad request", body = NamedError),
+              (status = 404, description = "Unknown message or part", body = NamedError),
+              (status = 409, description = "Busy", body = BusyError)))]
 pub async fn revert(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -601,9 +602,9 @@ fn log_file_operation(what: &str, session: &SessionId, counts: FileCounts, start
 
 /// Puts the files the revert changed back as they were before it.
 #[utoipa::path(post, path = "/session/{id}/unrevert", params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "The session", body = Object),
-              (status = 404, description = "Not found", body = Object),
-              (status = 409, description = "Busy", body = Object)))]
+    responses((status = 200, description = "The session", body = Session),
+              (status = 404, description = "Not found", body = NamedError),
+              (status = 409, description = "Busy", body = BusyError)))]
 pub async fn unrevert(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -622,9 +623,9 @@ pub async fn unrevert(
 /// Makes the current revert permanent (cleanup): the hidden messages and parts are deleted.
 #[utoipa::path(post, path = "/session/{id}/revert/commit",
     params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "The session", body = Object),
-              (status = 404, description = "Not found", body = Object),
-              (status = 409, description = "Busy", body = Object)))]
+    responses((status = 200, description = "The session", body = Session),
+              (status = 404, description = "Not found", body = NamedError),
+              (status = 409, description = "Busy", body = BusyError)))]
 pub async fn commit_revert(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -641,9 +642,9 @@ pub async fn commit_revert(
 /// What a revert would do, changing nothing.
 #[utoipa::path(get, path = "/session/{id}/revert/preview",
     params(("id" = String, Path), PreviewQuery, DirectoryParam),
-    responses((status = 200, description = "{descriptor, files: [{file, action}]}", body = Object),
-              (status = 400, description = "Bad request (a malformed id)", body = Object),
-              (status = 404, description = "Unknown message or part", body = Object)))]
+    responses((status = 200, description = "{descriptor, files: [{file, action}]}", body = Preview),
+              (status = 400, description = "Bad request (a malformed id)", body = NamedError),
+              (status = 404, description = "Unknown message or part", body = NamedError)))]
 pub async fn preview(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -662,8 +663,8 @@ pub async fn preview(
 /// The file diffs of the last revert (`?messageID=` is accepted and ignored, as in OpenCode).
 #[utoipa::path(get, path = "/session/{id}/diff", params(("id" = String, Path), DirectoryParam,
         ("messageID" = Option<String>, Query, description = "accepted and ignored, as in OpenCode")),
-    responses((status = 200, description = "FileDiff[]", body = Vec<Object>),
-              (status = 404, description = "Not found", body = Object)))]
+    responses((status = 200, description = "FileDiff[]", body = Vec<FileDiff>),
+              (status = 404, description = "Not found", body = NamedError)))]
 pub async fn session_diff(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -679,8 +680,8 @@ pub async fn session_diff(
 
 /// The session's warnings with the snapshots that hold what was overwritten.
 #[utoipa::path(get, path = "/session/{id}/warnings", params(("id" = String, Path), DirectoryParam),
-    responses((status = 200, description = "[{time, message, snapshot?, files}]", body = Vec<Object>),
-              (status = 404, description = "Not found", body = Object)))]
+    responses((status = 200, description = "[{time, message, snapshot?, files}]", body = Vec<Warning>),
+              (status = 404, description = "Not found", body = NamedError)))]
 pub async fn warnings(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
@@ -698,12 +699,21 @@ pub async fn warnings(
 /// table), which OpenCode's apps ask before they use a server: `{healthy: true, version}` from a server
 /// that answers. It reads nothing: a database fault shows on the routes that need the database.
 #[utoipa::path(get, path = "/global/health",
-    responses((status = 200, description = "{healthy: true, version}", body = Object)))]
-pub async fn health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({
-        "healthy": true,
-        "version": env!("CARGO_PKG_VERSION"),
-    }))
+    responses((status = 200, description = "{healthy: true, version}", body = Health)))]
+pub async fn health() -> Json<Health> {
+    Json(Health {
+        healthy: true,
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// `GET /global/health`'s answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always true: a server that answers is healthy.
+    pub healthy: bool,
+    /// rewind's version.
+    pub version: &'static str,
 }
 
 /// Unknown routes: OpenCode's 404 body.

@@ -10,6 +10,7 @@ use crate::id::EventId;
 
 /// Whether a session is working.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum SessionStatus {
     /// No step is open.
@@ -20,6 +21,7 @@ pub enum SessionStatus {
 
 /// The type and properties of an event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", content = "properties")]
 pub enum EventPayload {
     /// The first event of every stream.

@@ -64,6 +64,7 @@ pub fn worktrees_overlap(a: &str, b: &str) -> bool {
 
 /// A process, identified so that a reused pid is never mistaken for the original one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessIdentity {
     /// The host name.
@@ -101,6 +102,7 @@ impl ProcessIdentity {
 /// Whose a lease is: a process working for itself (the command line, embedded use) or a server working for
 /// HTTP clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum HolderKind {
     /// A process that does the work itself: its lease lives as long as the process.
@@ -111,6 +113,7 @@ pub enum HolderKind {
 
 /// The owner of a lease.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Holder {
     /// Process or server.
     pub kind: HolderKind,
@@ -130,6 +133,7 @@ impl fmt::Display for Holder {
 
 /// A token unique to one operation (or one step).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct LeaseToken(pub String);
 

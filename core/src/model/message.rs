@@ -9,6 +9,7 @@ use super::{FileDiff, MessageId, PartId, SessionId, SnapshotId, Tokens};
 
 /// Who wrote a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The person (or a script) driving the agent.
@@ -19,6 +20,7 @@ pub enum Role {
 
 /// Message times, epoch milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MessageTime {
     /// When the message was created.
     pub created: u64,
@@ -29,6 +31,7 @@ pub struct MessageTime {
 
 /// A message's info (OpenCode's `Message`): the fields rewind uses, and every other field kept in `extra`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
     /// The message id.
     pub id: MessageId,
@@ -181,6 +184,7 @@ impl Message {
 
 /// A `text` part.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextPart {
     /// The text.
     #[serde(default)]
@@ -192,6 +196,7 @@ pub struct TextPart {
 
 /// A `tool` part; rewind only needs to know that it is one.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolPart {
     /// Every field (`callID`, `tool`, `state`, …).
     #[serde(flatten)]
@@ -235,6 +240,7 @@ impl ToolPart {
 
 /// A `step-start` part: the snapshot before the step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepStartPart {
     /// The snapshot taken when the step began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,6 +252,7 @@ pub struct StepStartPart {
 
 /// A `step-finish` part: the snapshot after the step, with its usage.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepFinishPart {
     /// Why the step ended (`stop`, `tool-calls`, `aborted`, `error`, …).
     #[serde(default)]
@@ -266,6 +273,7 @@ pub struct StepFinishPart {
 
 /// A `patch` part: the files a step changed, and the snapshot from before the step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PatchPart {
     /// The snapshot at step start.
     pub hash: SnapshotId,
@@ -415,6 +423,7 @@ pub struct MessageHead {
 
 /// A message with its parts in id order (`{info, parts}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MessageWithParts {
     /// The message.
     pub info: Message,

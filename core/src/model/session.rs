@@ -6,6 +6,7 @@ use super::{FileDiff, Holder, LeaseToken, MessageId, PartId, SessionId, Snapshot
 
 /// Creation and update times, epoch milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionTime {
     /// When the session was created.
     pub created: u64,
@@ -19,6 +20,7 @@ pub struct SessionTime {
 
 /// The sums of a diff: what a revert undid, or what a session changed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DiffSummary {
     /// Lines added.
     pub additions: u64,
@@ -41,6 +43,7 @@ impl DiffSummary {
 
 /// Token usage as OpenCode reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Tokens {
     /// Total, when the provider reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,6 +64,7 @@ pub struct Tokens {
 
 /// Cache token usage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenCache {
     /// Tokens read from the cache.
     #[serde(default)]
@@ -107,6 +111,7 @@ impl Tokens {
 
 /// The revert descriptor stored on a session while it is reverted (OpenCode's `session.revert`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RevertDescriptor {
     /// The first hidden message (or the message whose parts from `partID` on are hidden).
     #[serde(rename = "messageID")]
@@ -131,6 +136,7 @@ impl RevertDescriptor {
 
 /// A step that has begun and not finished: it holds the session's lease.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OpenStep {
     /// The assistant message the step belongs to.
     #[serde(rename = "messageID")]
@@ -148,6 +154,7 @@ pub struct OpenStep {
 /// A session (OpenCode's `Session.Info`), with rewind's extensions: the snapshot store, the state the last
 /// revert left (`applied`) and the open step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Session {
     /// The session id.
     pub id: SessionId,
@@ -259,6 +266,7 @@ impl SessionFields {
 /// Something the user should know about a session's files, with the snapshot that holds what was
 /// overwritten, if anything.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Warning {
     /// When it was raised, epoch milliseconds.
     pub time: u64,

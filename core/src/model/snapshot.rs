@@ -171,6 +171,7 @@ impl fmt::Debug for RelPath {
 
 /// How a file changed between two snapshots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum FileStatus {
     /// Present only in the newer side.
@@ -185,6 +186,7 @@ pub enum FileStatus {
 /// One file's change (OpenCode's `FileDiff`). Stored rows may lack `file` or `patch` (OpenCode #26574), so
 /// both default to empty when read.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileDiff {
     /// The worktree-relative path.
     #[serde(default)]
@@ -322,6 +324,7 @@ pub struct SnapshotPatch {
 
 /// What a revert does to one file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum FileActionKind {
     /// Write the file's content from the snapshot.

@@ -20,6 +20,7 @@ pub struct RevertTarget {
 
 /// Where the hidden range starts: the descriptor's `{messageID, partID?}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RevertPoint {
     /// The first hidden message, or the message whose parts from `part_id` on are hidden.
     #[serde(rename = "messageID")]

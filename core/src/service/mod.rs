@@ -136,6 +136,7 @@ pub struct StepEnd {
 
 /// One file of a revert preview.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PreviewFile {
     /// The absolute, forward-slash path.
     pub file: String,
@@ -148,6 +149,7 @@ pub struct PreviewFile {
 
 /// What a revert would do, computed without changing anything.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Preview {
     /// The descriptor the revert would store (without snapshot and diff).
     pub descriptor: RevertPoint,

@@ -2,6 +2,7 @@
 //! real `git`) and a temporary SQLite database, spoken to over HTTP.
 
 mod bad_input;
+mod documented;
 mod events;
 mod postgres;
 mod scenario;

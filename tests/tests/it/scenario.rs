@@ -542,6 +542,8 @@ async fn sessions_are_listed_newest_first_and_deleted_without_touching_files() -
     assert_eq!(by_header.status, 200, "{}", by_header.body);
     assert_eq!(by_header.body["directory"], json!(app.repo.to_str()));
     let doc = app.read("/doc").await?;
+    // What the server serves is the document every answer of these tests is checked against.
+    assert_eq!(doc, crate::documented::served());
     assert!(
         doc["paths"]["/session/{id}/revert"]["post"].is_object(),
         "{doc}"

@@ -11,6 +11,8 @@ use rewind_app::{Application, ServerOptions, Settings};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+use crate::documented;
+
 /// A running application with its own repository and database.
 pub struct TestApp {
     /// `http://127.0.0.1:PORT`.
@@ -181,11 +183,16 @@ impl TestApp {
 
     /// Sends a request and reads its reply.
     pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<Reply> {
-        let response = request.send().await?;
+        let (client, request) = request.build_split();
+        let request = request?;
+        let method = request.method().as_str().to_owned();
+        let path = request.url().path().to_owned();
+        let response = client.execute(request).await?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let bytes = response.bytes().await?;
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        documented::check_answer(&method, &path, status, &body)?;
         Ok(Reply {
             status,
             body,
@@ -394,7 +401,10 @@ impl TestApp {
     }
 
     async fn open_events(&self, request: reqwest::RequestBuilder) -> Result<EventStream> {
-        let response = request.send().await?;
+        let (client, request) = request.build_split();
+        let request = request?;
+        let frame_schema = documented::stream_schema(request.url().path())?;
+        let response = client.execute(request).await?;
         ensure!(
             response.status() == 200,
             "GET /event: {}",
@@ -418,6 +428,7 @@ impl TestApp {
             ),
             buffer: String::new(),
             last_id: None,
+            frame_schema,
         })
     }
 
@@ -465,6 +476,8 @@ pub struct EventStream {
     buffer: String,
     /// The SSE `id` of the last event received that had one.
     last_id: Option<String>,
+    /// The document's schema of a frame (`documented::stream_schema`), which each must fit.
+    frame_schema: String,
 }
 
 impl EventStream {
@@ -522,7 +535,9 @@ impl EventStream {
                 if id.is_some() {
                     self.last_id.clone_from(&id);
                 }
-                return Ok(Some((id, serde_json::from_str(&data.join("\n"))?)));
+                let event = serde_json::from_str(&data.join("\n"))?;
+                documented::check_frame(&self.frame_schema, &event)?;
+                return Ok(Some((id, event)));
             }
             match self.bytes.next().await {
                 Some(chunk) => self.buffer.push_str(&String::from_utf8_lossy(&chunk?)),
