@@ -12,6 +12,7 @@ import net from "node:net";
 import path from "node:path";
 import { createOpencodeClient } from "@opencode-ai/sdk";
 import { createOpencodeClient as createOpencodeClientV2 } from "@opencode-ai/sdk/v2";
+import { Validator } from "@seriousme/openapi-schema-validator";
 
 const base = process.env.REWIND_URL;
 const repo = process.env.REWIND_REPO;
@@ -40,6 +41,16 @@ async function extension(route, body) {
   assert.equal(response.status, 200, `${route}: ${JSON.stringify(json)}`);
   return json;
 }
+
+// `GET /doc` is a valid OpenAPI document, by a validator of the OpenAPI Initiative's own schemas (that each
+// answer fits the schema the document gives it is checked by the end-to-end tests in tests/tests/it).
+const doc = await (await fetch(`${base}/doc`)).json();
+const openapi = new Validator();
+const validity = await openapi.validate(doc);
+check(`GET /doc is a valid OpenAPI ${openapi.version} document`, () => {
+  assert.ok(validity.valid, JSON.stringify(validity.errors, null, 1));
+  assert.ok(Object.keys(doc.components.schemas).includes("Session"));
+});
 
 // The live event stream, through the client's own SSE subscription.
 const seen = [];

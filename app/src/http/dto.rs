@@ -1,6 +1,7 @@
 //! Request bodies and query strings of the HTTP API, in OpenCode's field names. Responses are the core's
 //! domain types, which already serialise in OpenCode's shapes.
 
+use rewind_core::model::{MessageId, PartBody, PartId, SessionId};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -15,6 +16,7 @@ pub struct CreateSessionBody {
     /// The session this one is created under (OpenCode's subagent sessions): it must exist (404 otherwise).
     /// `GET /session/{id}/children` lists a session's children.
     #[serde(rename = "parentID")]
+    #[schema(value_type = Option<SessionId>)]
     pub parent_id: Option<String>,
 }
 
@@ -55,18 +57,21 @@ where
 #[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct MessageBody {
     /// The client's own message id (rewind's name).
+    #[schema(value_type = Option<MessageId>)]
     pub id: Option<String>,
     /// The client's own message id (OpenCode's name).
     #[serde(rename = "messageID")]
+    #[schema(value_type = Option<MessageId>)]
     pub message_id: Option<String>,
     /// `user` (default) or `assistant`.
     pub role: Option<String>,
     /// For an assistant message: its turn's user message (default: the latest).
     #[serde(rename = "parentID")]
+    #[schema(value_type = Option<MessageId>)]
     pub parent_id: Option<String>,
     /// The parts, each `{id?, type, …}`.
     #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<PartBody>)]
     pub parts: Vec<Value>,
 }
 
@@ -83,7 +88,6 @@ pub struct StepFinishBody {
     /// The step's cost.
     pub cost: Option<f64>,
     /// The step's tokens `{input, output, reasoning, cache:{read, write}}`.
-    #[schema(value_type = Option<Object>)]
     pub tokens: Option<rewind_core::model::Tokens>,
 }
 
@@ -92,9 +96,11 @@ pub struct StepFinishBody {
 pub struct RevertBody {
     /// The message to revert to.
     #[serde(rename = "messageID")]
+    #[schema(value_type = MessageId)]
     pub message_id: String,
     /// A part of it, for a part-level revert.
     #[serde(rename = "partID")]
+    #[schema(value_type = Option<PartId>)]
     pub part_id: Option<String>,
 }
 
@@ -104,9 +110,11 @@ pub struct RevertBody {
 pub struct PreviewQuery {
     /// The message a revert would go to.
     #[serde(rename = "messageID")]
+    #[param(value_type = MessageId)]
     pub message_id: String,
     /// A part of it.
     #[serde(rename = "partID")]
+    #[param(value_type = Option<PartId>)]
     pub part_id: Option<String>,
 }
 

@@ -191,7 +191,7 @@ pub async fn create_session(
 }
 
 /// One session.
-#[utoipa::path(get, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(get, path = "/session/{id}", params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     responses((status = 200, description = "The session", body = Session),
               (status = 404, description = "Not found", body = NamedError)))]
 pub async fn get_session(
@@ -210,7 +210,7 @@ pub async fn get_session(
 /// A session's child sessions (OpenCode's subagent sessions: those created with its id as `parentID`), newest
 /// first, those whose worktree lies under the project roots (the command line may record others, which
 /// this server shows nowhere else either); an unknown session is a 404, as for `GET /session/{id}`.
-#[utoipa::path(get, path = "/session/{id}/children", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(get, path = "/session/{id}/children", params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     responses((status = 200, description = "The session's children, newest first", body = Vec<Session>),
               (status = 404, description = "Not found", body = NamedError)))]
 pub async fn session_children(
@@ -231,7 +231,7 @@ pub async fn session_children(
 
 /// Sets a session's title, metadata or archive time (OpenCode's `session.update`), announced by
 /// `session.updated`.
-#[utoipa::path(patch, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(patch, path = "/session/{id}", params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     request_body = UpdateSessionBody,
     responses((status = 200, description = "The session", body = Session),
               (status = 400, description = "Bad request", body = NamedError),
@@ -258,7 +258,7 @@ pub async fn update_session(
 }
 
 /// Deletes a session and its messages (never its files), and the sessions created under it.
-#[utoipa::path(delete, path = "/session/{id}", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(delete, path = "/session/{id}", params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     responses((status = 200, description = "true", body = bool, content_type = "application/json"),
               (status = 404, description = "Not found", body = NamedError),
               (status = 409, description = "Busy", body = BusyError)))]
@@ -289,7 +289,7 @@ pub async fn delete_session(
 /// `limit`, OpenCode's page of the newest `limit` messages (older than the cursor `before`, when given),
 /// and, while older ones are left, the cursor of the next page in `X-Next-Cursor` and `Link`.
 #[utoipa::path(get, path = "/session/{id}/message",
-    params(("id" = String, Path), MessagesQuery, DirectoryParam),
+    params(("id" = SessionId, Path, description = "The session"), MessagesQuery, DirectoryParam),
     responses((status = 200, description = "[{info, parts}]; `X-Next-Cursor` and `Link` (rel=\"next\") \
                                             name the next page while older messages are left",
                body = Vec<MessageWithParts>),
@@ -368,7 +368,7 @@ fn next_page(uri: &Uri, limit: usize, cursor: &str) -> String {
 
 /// One message with its parts.
 #[utoipa::path(get, path = "/session/{id}/message/{mid}",
-    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    params(("id" = SessionId, Path, description = "The session"), ("mid" = MessageId, Path, description = "The message"), DirectoryParam),
     responses((status = 200, description = "{info, parts}", body = MessageWithParts),
               (status = 404, description = "Not found", body = NamedError)))]
 pub async fn get_message(
@@ -387,7 +387,7 @@ pub async fn get_message(
 /// Records a message: OpenCode's prompt body records a user message (rewind runs no model); rewind's
 /// extension `{id?, role, parentID?, parts?}` records either kind.
 #[utoipa::path(post, path = "/session/{id}/message",
-    params(("id" = String, Path), DirectoryParam), request_body = MessageBody,
+    params(("id" = SessionId, Path, description = "The session"), DirectoryParam), request_body = MessageBody,
     responses((status = 200, description = "{info, parts} of the recorded message", body = MessageWithParts),
               (status = 400, description = "Bad request", body = NamedError),
               (status = 404, description = "Not found", body = NamedError),
@@ -454,8 +454,8 @@ pub async fn create_message(
 
 /// Appends a part (with or without its own `prt_` id) to a message.
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/part",
-    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
-    request_body(content = Object, description = "A part: {id?, type, …}"),
+    params(("id" = SessionId, Path, description = "The session"), ("mid" = MessageId, Path, description = "The message"), DirectoryParam),
+    request_body(content = PartBody, description = "A part: {id?, type, …}"),
     responses((status = 200, description = "The part", body = Part),
               (status = 400, description = "Bad request", body = NamedError),
               (status = 404, description = "Not found", body = NamedError),
@@ -476,7 +476,7 @@ pub async fn append_part(
 
 /// Begins a step of an assistant message: snapshots the worktree and appends `step-start`.
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step",
-    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    params(("id" = SessionId, Path, description = "The session"), ("mid" = MessageId, Path, description = "The message"), DirectoryParam),
     responses((status = 200, description = "The parts appended ([step-start])", body = Vec<Part>),
               (status = 400, description = "Bad request (not an assistant message, a step already open)", body = NamedError),
               (status = 404, description = "Unknown session or message", body = NamedError),
@@ -494,7 +494,7 @@ pub async fn begin_step(
 
 /// Finishes the open step: snapshots again, appends `step-finish` and, when files changed, `patch`.
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step/finish",
-    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    params(("id" = SessionId, Path, description = "The session"), ("mid" = MessageId, Path, description = "The message"), DirectoryParam),
     request_body = StepFinishBody,
     responses((status = 200, description = "The parts appended", body = Vec<Part>),
               (status = 400, description = "Bad request (no step open in the message: the message says whether its step was aborted, say after the step timeout, finished already, or never begun; bad usage counts)", body = NamedError),
@@ -520,7 +520,7 @@ pub async fn finish_step(
 
 /// Aborts the open step of the message (it stays revertable).
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/step/abort",
-    params(("id" = String, Path), ("mid" = String, Path), DirectoryParam),
+    params(("id" = SessionId, Path, description = "The session"), ("mid" = MessageId, Path, description = "The message"), DirectoryParam),
     responses((status = 200, description = "The parts appended", body = Vec<Part>),
               (status = 400, description = "Bad request (no step open in the message: the message says whether its step was aborted, finished already, or never begun)", body = NamedError),
               (status = 404, description = "Unknown session or message", body = NamedError),
@@ -539,7 +539,7 @@ pub async fn abort_step(
 }
 
 /// Aborts the session's open step, if any, when this server owns it or its owner is gone.
-#[utoipa::path(post, path = "/session/{id}/abort", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(post, path = "/session/{id}/abort", params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     responses((status = 200, description = "true", body = bool, content_type = "application/json"),
               (status = 404, description = "Not found", body = NamedError),
               (status = 409, description = "The step belongs to a running process", body = BusyError)))]
@@ -553,7 +553,7 @@ pub async fn abort(
 }
 
 /// Reverts the files and the visible conversation to a message or part.
-#[utoipa::path(post, path = "/session/{id}/revert", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(post, path = "/session/{id}/revert", params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     request_body = RevertBody,
     responses((status = 200, description = "The session with `revert`", body = Session),
               (status = 400, description = "Bad request", body = NamedError),
@@ -601,7 +601,7 @@ fn log_file_operation(what: &str, session: &SessionId, counts: FileCounts, start
 }
 
 /// Puts the files the revert changed back as they were before it.
-#[utoipa::path(post, path = "/session/{id}/unrevert", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(post, path = "/session/{id}/unrevert", params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     responses((status = 200, description = "The session", body = Session),
               (status = 404, description = "Not found", body = NamedError),
               (status = 409, description = "Busy", body = BusyError)))]
@@ -622,7 +622,7 @@ pub async fn unrevert(
 
 /// Makes the current revert permanent (cleanup): the hidden messages and parts are deleted.
 #[utoipa::path(post, path = "/session/{id}/revert/commit",
-    params(("id" = String, Path), DirectoryParam),
+    params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     responses((status = 200, description = "The session", body = Session),
               (status = 404, description = "Not found", body = NamedError),
               (status = 409, description = "Busy", body = BusyError)))]
@@ -641,7 +641,7 @@ pub async fn commit_revert(
 
 /// What a revert would do, changing nothing.
 #[utoipa::path(get, path = "/session/{id}/revert/preview",
-    params(("id" = String, Path), PreviewQuery, DirectoryParam),
+    params(("id" = SessionId, Path, description = "The session"), PreviewQuery, DirectoryParam),
     responses((status = 200, description = "{descriptor, files: [{file, action}]}", body = Preview),
               (status = 400, description = "Bad request (a malformed id)", body = NamedError),
               (status = 404, description = "Unknown message or part", body = NamedError)))]
@@ -661,7 +661,7 @@ pub async fn preview(
 }
 
 /// The file diffs of the last revert (`?messageID=` is accepted and ignored, as in OpenCode).
-#[utoipa::path(get, path = "/session/{id}/diff", params(("id" = String, Path), DirectoryParam,
+#[utoipa::path(get, path = "/session/{id}/diff", params(("id" = SessionId, Path, description = "The session"), DirectoryParam,
         ("messageID" = Option<String>, Query, description = "accepted and ignored, as in OpenCode")),
     responses((status = 200, description = "FileDiff[]", body = Vec<FileDiff>),
               (status = 404, description = "Not found", body = NamedError)))]
@@ -679,7 +679,7 @@ pub async fn session_diff(
 }
 
 /// The session's warnings with the snapshots that hold what was overwritten.
-#[utoipa::path(get, path = "/session/{id}/warnings", params(("id" = String, Path), DirectoryParam),
+#[utoipa::path(get, path = "/session/{id}/warnings", params(("id" = SessionId, Path, description = "The session"), DirectoryParam),
     responses((status = 200, description = "[{time, message, snapshot?, files}]", body = Vec<Warning>),
               (status = 404, description = "Not found", body = NamedError)))]
 pub async fn warnings(

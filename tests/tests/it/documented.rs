@@ -102,19 +102,21 @@ fn schema_pointer(
             "{method} {template} answered {status} as {content_type}, which the document does not give"
         );
     }
-    // A JSON pointer in a URI fragment: `~` and `/` escaped as the pointer says, braces percent-encoded.
-    let escape = |segment: &str| {
-        segment
-            .replace('~', "~0")
-            .replace('/', "~1")
-            .replace('{', "%7B")
-            .replace('}', "%7D")
-    };
     Ok(Some(format!(
         "#/paths/{}/{method}/responses/{status}/content/{}/schema",
         escape(template),
         escape(content_type)
     )))
+}
+
+/// `segment` as a part of a JSON pointer in a URI fragment: `~` and `/` escaped as the pointer says, braces
+/// percent-encoded.
+fn escape(segment: &str) -> String {
+    segment
+        .replace('~', "~0")
+        .replace('/', "~1")
+        .replace('{', "%7B")
+        .replace('}', "%7D")
 }
 
 /// A validator of the schema at `pointer` in the document (the document itself is the root, so that its
@@ -167,6 +169,53 @@ pub fn check_answer(method: &str, path: &str, status: u16, body: &Value) -> Resu
     match schema_pointer(method, path, status, "application/json")? {
         Some(pointer) => check(&pointer, body, &format!("{method} {path} ({status})")),
         None => Ok(()),
+    }
+}
+
+/// Checks a request that `method path` accepted (answered with 2xx): the document's schemas of its path
+/// parameters and of its JSON body (`sent`) must accept them too, so that a client built from the document
+/// can send what the server takes.
+pub fn check_accepted_request(method: &str, path: &str, sent: Option<&Value>) -> Result<()> {
+    let Some(template) = template(path) else {
+        return Ok(());
+    };
+    let method = method.to_lowercase();
+    let operation = &document().doc["paths"][template][&method];
+    if !operation.is_object() {
+        return Ok(());
+    }
+    let at = format!("#/paths/{}/{method}", escape(template));
+    let parameters = operation["parameters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for (name, value) in segments(template).iter().zip(segments(path)) {
+        let Some(name) = name.strip_prefix('{').and_then(|n| n.strip_suffix('}')) else {
+            continue;
+        };
+        let index = parameters
+            .iter()
+            .position(|p| p["in"] == "path" && p["name"] == name)
+            .with_context(|| {
+                format!("{method} {template} does not document its parameter {name}")
+            })?;
+        check(
+            &format!("{at}/parameters/{index}/schema"),
+            &Value::String(value),
+            &format!("the path parameter {name} {method} {path} accepted"),
+        )?;
+    }
+    match sent {
+        Some(body)
+            if !operation["requestBody"]["content"]["application/json"]["schema"].is_null() =>
+        {
+            check(
+                &format!("{at}/requestBody/content/application~1json/schema"),
+                body,
+                &format!("the body {method} {path} accepted"),
+            )
+        }
+        _ => Ok(()),
     }
 }
 
@@ -230,6 +279,17 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_request_the_document_does_not_describe_fails_the_check() {
+        let path = "/session/ses_0000000000010123456789abcd/revert";
+        let revert = json!({"messageID": "msg_0000000000010123456789abcd"});
+        assert!(check_accepted_request("POST", path, Some(&revert)).is_ok());
+        let to_a_part = json!({"messageID": "prt_0000000000010123456789abcd"});
+        assert!(check_accepted_request("POST", path, Some(&to_a_part)).is_err());
+        let of_a_message = "/session/msg_0000000000010123456789abcd/revert";
+        assert!(check_accepted_request("POST", of_a_message, Some(&revert)).is_err());
     }
 
     #[test]

@@ -187,12 +187,19 @@ impl TestApp {
         let request = request?;
         let method = request.method().as_str().to_owned();
         let path = request.url().path().to_owned();
+        let sent: Option<Value> = request
+            .body()
+            .and_then(reqwest::Body::as_bytes)
+            .and_then(|bytes| serde_json::from_slice(bytes).ok());
         let response = client.execute(request).await?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let bytes = response.bytes().await?;
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         documented::check_answer(&method, &path, status, &body)?;
+        if (200..=299).contains(&status) {
+            documented::check_accepted_request(&method, &path, sent.as_ref())?;
+        }
         Ok(Reply {
             status,
             body,
