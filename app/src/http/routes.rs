@@ -292,7 +292,9 @@ pub async fn delete_session(
     params(("id" = SessionId, Path, description = "The session"), MessagesQuery, DirectoryParam),
     responses((status = 200, description = "[{info, parts}]; `X-Next-Cursor` and `Link` (rel=\"next\") \
                                             name the next page while older messages are left",
-               body = Vec<MessageWithParts>),
+               body = Vec<MessageWithParts>,
+               headers(("X-Next-Cursor" = String, description = "The `before` of the next page, while older messages are left"),
+                       ("Link" = String, description = "The next page's URL, `rel=\"next\"`, while older messages are left"))),
               (status = 400, description = "Bad request", body = NamedError),
               (status = 404, description = "Not found", body = NamedError)))]
 pub async fn list_messages(

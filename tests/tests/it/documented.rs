@@ -166,6 +166,14 @@ fn check(pointer: &str, body: &Value, what: &str) -> Result<()> {
 /// Checks an answer of `method path` (the request's path, no query): its status is listed and its JSON
 /// body fits the schema the document gives it.
 pub fn check_answer(method: &str, path: &str, status: u16, body: &Value) -> Result<()> {
+    // A route the server serves and the document leaves out: only the router's refusals (404, 405) and
+    // the checks before it (401, 403, 413, 415, 400 for a worktree) answer where the document has none.
+    let documented = template(path).is_some_and(|template| {
+        document().doc["paths"][template][method.to_lowercase()].is_object()
+    });
+    if !documented && (200..=299).contains(&status) {
+        bail!("{method} {path} answered {status}, and the document does not have it");
+    }
     match schema_pointer(method, path, status, "application/json")? {
         Some(pointer) => check(&pointer, body, &format!("{method} {path} ({status})")),
         None => Ok(()),
@@ -257,8 +265,10 @@ mod tests {
         let mut unknown = part;
         unknown["type"] = json!("reasoning");
         assert!(check_answer("POST", path, 200, &unknown).is_ok());
-        // Routes the document does not have are not its to describe.
+        // Routes the document does not have are not its to describe, but none of them may answer 2xx.
         assert!(check_answer("GET", "/no/such/route", 404, &json!({})).is_ok());
+        assert!(check_answer("GET", "/no/such/route", 200, &json!({})).is_err());
+        assert!(check_answer("PUT", "/session", 200, &json!({})).is_err());
         // An error body has OpenCode's shape.
         let not_found = json!({"name": "NotFoundError", "data": {"message": "Session not found"}});
         assert!(
