@@ -2,7 +2,10 @@
 //!
 //! A repository of 5,000 committed files (about 3 KB each), a session of 10 turns in which each turn
 //! changes 10 files, then, repeatedly: revert to turn 1, 5 or 9 and unrevert, each timed as one HTTP
-//! request to the application on a loopback port. Prints the median and 95th percentile of each.
+//! request to the application on a loopback port, and the same revert and unrevert called on the core
+//! directly (interleaved, so load weighs on both alike), and a read of the session through HTTP (the
+//! guard, the store and the JSON: what the HTTP layer costs alone). Prints the median and 95th percentile
+//! of each.
 //!
 //! Then recording in a long session: a part appended to an assistant message that already holds 300 parts
 //! of 60 KB, and a step finished after 40 turns of 10 such parts (24 MB), each against the same request at
@@ -186,7 +189,18 @@ async fn main() -> Result<()> {
     let mut core_unreverts = Vec::new();
     let mut tracks = Vec::new();
     let mut unified_diffs = Vec::new();
+    let mut reads = Vec::new();
     for _ in 0..reps {
+        // What the HTTP layer costs alone: a read of the session (the guard, the store, the JSON).
+        let t = Instant::now();
+        let response = client.get(format!("{base}/session/{id}")).send().await?;
+        ensure!(
+            response.status().is_success(),
+            "GET session: {}",
+            response.status()
+        );
+        response.bytes().await?;
+        reads.push(t.elapsed());
         for (slot, &turn) in TARGETS.iter().enumerate() {
             let t = Instant::now();
             let reverted = post(
@@ -270,6 +284,12 @@ async fn main() -> Result<()> {
         "unified_diff (no change)",
         percentile(&mut unified_diffs, 0.5),
         percentile(&mut unified_diffs, 0.95)
+    );
+    println!(
+        "{:<22} {:>10.2} {:>10.2}",
+        "session read (HTTP)",
+        percentile(&mut reads, 0.5),
+        percentile(&mut reads, 0.95)
     );
     if std::env::args().any(|a| a == "--stream") {
         println!(
