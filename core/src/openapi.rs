@@ -3,6 +3,8 @@
 //! not know is kept as it came) and an event (`{id, type, properties}`). The other types the HTTP API answers
 //! with derive theirs beside their definitions.
 
+use serde_json::json;
+use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::schema::{
     AdditionalProperties, AllOfBuilder, Object, ObjectBuilder, OneOfBuilder, Schema, Type,
 };
@@ -14,6 +16,7 @@ use crate::model::{
     Event, EventPayload, MessageId, Part, PartBody, PartId, PatchPart, SessionId, SnapshotId,
     StepFinishPart, StepStartPart, TextPart, ToolPart,
 };
+use crate::service::NewPart;
 
 /// A string of the form `pattern` (an ECMA-262 regular expression, anchored).
 fn string_schema(pattern: &str, description: &str) -> RefOr<Schema> {
@@ -32,7 +35,8 @@ fn id_schema(prefix: &str, description: &str) -> RefOr<Schema> {
     )
 }
 
-macro_rules! id_schema {
+/// The schema of an id type: its prefix and what it names.
+macro_rules! impl_id_schema {
     ($name:ident, $prefix:literal, $description:literal) => {
         impl PartialSchema for $name {
             fn schema() -> RefOr<Schema> {
@@ -44,10 +48,10 @@ macro_rules! id_schema {
     };
 }
 
-id_schema!(SessionId, "ses", "A session id (newer sessions sort first)");
-id_schema!(MessageId, "msg", "A message id (ascending)");
-id_schema!(PartId, "prt", "A part id (ascending)");
-id_schema!(EventId, "evt", "An event id (ascending)");
+impl_id_schema!(SessionId, "ses", "A session id (newer sessions sort first)");
+impl_id_schema!(MessageId, "msg", "A message id (ascending)");
+impl_id_schema!(PartId, "prt", "A part id (ascending)");
+impl_id_schema!(EventId, "evt", "An event id (ascending)");
 
 impl PartialSchema for SnapshotId {
     fn schema() -> RefOr<Schema> {
@@ -71,15 +75,30 @@ fn known_parts() -> [(&'static str, String); 5] {
     ]
 }
 
-/// An object whose `type` is one of `values`, or any string but `not` when `values` is empty.
-fn typed(values: &[&str], not: &[&str]) -> Object {
-    let kind = ObjectBuilder::new().schema_type(Type::String);
-    let kind = if values.is_empty() {
-        // ECMA-262 look-ahead: any type but those with a schema of their own.
-        kind.pattern(Some(format!("^(?!({})$)", not.join("|"))))
-    } else {
-        kind.enum_values(Some(values.iter().copied()))
-    };
+/// An object whose `type` is `kind`.
+fn typed_as(kind: &str) -> Object {
+    typed(
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some([kind])),
+    )
+}
+
+/// An object whose `type` is any string but those of `excluded`.
+fn typed_other(excluded: &[&str]) -> Object {
+    // JSON Schema's `not`, which utoipa's builders lack: an extension map is written out as it is, and
+    // one built from an iterator keeps its keys unprefixed. (A look-ahead pattern would say the same, but
+    // RE2 and Go's `regexp`, under some OpenAPI tools, refuse one.)
+    let not = Extensions::from_iter([("not", json!({ "enum": excluded }))]);
+    typed(
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .extensions(Some(not)),
+    )
+}
+
+/// An object with the string `type` that `kind` describes, and any other field.
+fn typed(kind: ObjectBuilder) -> Object {
     ObjectBuilder::new()
         .schema_type(Type::Object)
         .property("type", kind)
@@ -98,11 +117,11 @@ impl PartialSchema for PartBody {
         for (kind, schema) in &known {
             one_of = one_of.item(
                 AllOfBuilder::new()
-                    .item(typed(&[kind], &[]))
+                    .item(typed_as(kind))
                     .item(Ref::from_schema_name(schema.as_str())),
             );
         }
-        one_of.item(typed(&[], &names)).into()
+        one_of.item(typed_other(&names)).into()
     }
 }
 
@@ -113,6 +132,71 @@ impl ToSchema for PartBody {
         push::<StepStartPart>(schemas);
         push::<StepFinishPart>(schemas);
         push::<PatchPart>(schemas);
+    }
+}
+
+/// The parts a client may send (`record.rs`'s `reject_recorded_kinds`): the step operations record
+/// `step-start`, `step-finish` and `patch` parts, so of the types rewind reads only `text` and `tool` are
+/// sent.
+impl PartialSchema for NewPart {
+    fn schema() -> RefOr<Schema> {
+        let known: Vec<&str> = known_parts().iter().map(|(kind, _)| *kind).collect();
+        // OpenCode's `ToolPart` fields that SPEC 5 and its clients rely on (`check_tool_part`).
+        let status = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(["pending", "running", "completed", "error"]));
+        let tool = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "type",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["tool"])),
+            )
+            .property("callID", ObjectBuilder::new().schema_type(Type::String))
+            .property("tool", ObjectBuilder::new().schema_type(Type::String))
+            .property(
+                "state",
+                ObjectBuilder::new()
+                    .schema_type(Type::Object)
+                    .property("status", status)
+                    .required("status")
+                    .additional_properties(Some(AdditionalProperties::FreeForm(true))),
+            )
+            .required("type")
+            .required("callID")
+            .required("tool")
+            .required("state")
+            .additional_properties(Some(AdditionalProperties::FreeForm(true)));
+        let body = OneOfBuilder::new()
+            .item(
+                AllOfBuilder::new()
+                    .item(typed_as("text"))
+                    .item(Ref::from_schema_name(TextPart::name())),
+            )
+            .item(tool)
+            .item(typed_other(&known));
+        AllOfBuilder::new()
+            .description(Some(
+                "A part a client sends: `text`, `tool` (with OpenCode's `callID`, `tool` and `state.status`) \
+                 or a type rewind does not read, kept as it came; `step-start`, `step-finish` and `patch` \
+                 parts are recorded by the step operations. `id`: the client's own, which must sort after \
+                 every part of the message",
+            ))
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Object)
+                    .property("id", Ref::from_schema_name(PartId::name())),
+            )
+            .item(body)
+            .into()
+    }
+}
+
+impl ToSchema for NewPart {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        push::<PartId>(schemas);
+        push::<TextPart>(schemas);
     }
 }
 

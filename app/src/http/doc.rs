@@ -1,5 +1,7 @@
 //! `GET /doc`: the OpenAPI document, generated from the route annotations and request types.
 
+use std::borrow::Cow;
+
 use axum::Json;
 use utoipa::openapi::path::{Parameter, ParameterIn};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
@@ -7,7 +9,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required, Response, ResponseBu
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use super::dto;
-use super::error::NamedError;
+use super::error::{BusyError, NamedError};
 
 /// The API as utoipa derives it from the handlers.
 #[derive(OpenApi)]
@@ -59,7 +61,8 @@ pub struct ApiDoc;
 
 /// What every route shares, added to each operation of the document: the answers of the checks made
 /// before any handler (SPEC 9: 401 and 403 from the security checks, 413 for an oversize body, 415 for a
-/// write not sent as JSON, 400 for a malformed id, JSON or worktree), the `x-opencode-directory` header
+/// write not sent as JSON, 400 for a malformed id, JSON or worktree), the answers any handler may give
+/// (500 for an internal or storage fault, 409 for a busy database), the `x-opencode-directory` header
 /// beside `?directory=`, and a tag, the path's first segment; and the basic-auth scheme, optional.
 struct Shared;
 
@@ -88,6 +91,9 @@ impl Modify for Shared {
                 .unwrap_or_default()
                 .to_owned();
             let names_a_worktree = path != "/doc";
+            // Every route but these two reads the database, whose lock another process may hold past the
+            // busy timeout, or whose pool may have no connection free in time: a 409 (`error.rs`).
+            let reads_the_database = path != "/doc" && path != "/global/health";
             // (operation, whether it may carry a body, whether it is a DELETE)
             let operations = [
                 (&mut item.post, true, false),
@@ -138,7 +144,20 @@ impl Modify for Shared {
                         .responses
                         .responses
                         .entry(status.to_owned())
-                        .or_insert_with(|| named_error(description));
+                        .or_insert_with(|| error_response(description, NamedError::name()));
+                }
+                if reads_the_database {
+                    operation
+                        .responses
+                        .responses
+                        .entry("409".to_owned())
+                        .or_insert_with(|| {
+                            error_response(
+                                "The database is busy (another process holds its lock, or no connection \
+                                 came free in time): nothing was stored; try again",
+                                BusyError::name(),
+                            )
+                        });
                 }
                 if names_a_worktree {
                     let parameters = operation.parameters.get_or_insert_with(Vec::new);
@@ -151,14 +170,14 @@ impl Modify for Shared {
     }
 }
 
-/// A response whose body is a `NamedError`.
-fn named_error(description: &str) -> RefOr<Response> {
+/// A response whose body is the error schema `schema` (`NamedError` or `BusyError`).
+fn error_response(description: &str, schema: Cow<'static, str>) -> RefOr<Response> {
     ResponseBuilder::new()
         .description(description)
         .content(
             "application/json",
             ContentBuilder::new()
-                .schema(Some(Ref::from_schema_name(NamedError::name())))
+                .schema(Some(Ref::from_schema_name(schema)))
                 .build(),
         )
         .build()

@@ -1,7 +1,8 @@
 //! Request bodies and query strings of the HTTP API, in OpenCode's field names. Responses are the core's
 //! domain types, which already serialise in OpenCode's shapes.
 
-use rewind_core::model::{MessageId, PartBody, PartId, SessionId};
+use rewind_core::model::{MessageId, PartId, Role, SessionId};
+use rewind_core::service::NewPart;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
@@ -64,6 +65,7 @@ pub struct MessageBody {
     #[schema(value_type = Option<MessageId>)]
     pub message_id: Option<String>,
     /// `user` (default) or `assistant`.
+    #[schema(value_type = Option<Role>)]
     pub role: Option<String>,
     /// For an assistant message: its turn's user message (default: the latest).
     #[serde(rename = "parentID")]
@@ -71,7 +73,7 @@ pub struct MessageBody {
     pub parent_id: Option<String>,
     /// The parts, each `{id?, type, …}`.
     #[serde(default)]
-    #[schema(value_type = Vec<PartBody>)]
+    #[schema(value_type = Vec<NewPart>)]
     pub parts: Vec<Value>,
 }
 
@@ -140,6 +142,7 @@ pub struct MessagesQuery {
     pub limit: Option<usize>,
     /// OpenCode's paging cursor: only messages older than it (requires `limit`); the `X-Next-Cursor` of
     /// the previous page.
+    #[param(value_type = Option<MessageId>)]
     pub before: Option<String>,
 }
 

@@ -10,7 +10,6 @@ use rewind_core::Error;
 use rewind_core::error::{BoxError, Noted, StorageFault};
 use rewind_core::model::SessionId;
 use serde::Serialize;
-use serde_json::Value;
 use utoipa::ToSchema;
 
 /// A failed request.
@@ -179,22 +178,22 @@ impl ApiError {
     }
 
     /// The JSON body of this error.
-    pub fn body(&self) -> Value {
+    pub fn body(&self) -> ErrorBody {
         let named = |name: ErrorName, message: &str| {
-            serde_json::to_value(NamedError {
+            ErrorBody::Named(NamedError {
                 name,
                 data: ErrorData {
                     message: message.to_owned(),
                 },
             })
         };
-        let body = match self {
+        match self {
             ApiError::BadRequest(message) => named(ErrorName::BadRequest, message),
             ApiError::NotFound(message) => named(ErrorName::NotFoundError, message),
             ApiError::Busy {
                 session_id,
                 message,
-            } => serde_json::to_value(BusyError {
+            } => ErrorBody::Busy(BusyError {
                 tag: BusyTag::SessionBusyError,
                 message: message.clone(),
                 session_id: session_id.clone(),
@@ -210,10 +209,18 @@ impl ApiError {
                 named(ErrorName::UnsupportedMediaType, message)
             }
             ApiError::Internal(message) => named(ErrorName::UnknownError, message),
-        };
-        // Plain structs of strings: serialising them cannot fail.
-        body.unwrap_or(Value::Null)
+        }
     }
+}
+
+/// An error's body: one of OpenCode's two shapes.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ErrorBody {
+    /// Every error but a busy session's.
+    Named(NamedError),
+    /// A busy session (409).
+    Busy(BusyError),
 }
 
 /// OpenCode's error body, `{name, data: {message}}`: every error but a busy session's.
@@ -263,6 +270,7 @@ pub struct BusyError {
     pub message: String,
     /// The session, when known.
     #[serde(rename = "sessionID", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<SessionId>)]
     pub session_id: Option<String>,
 }
 
@@ -295,7 +303,12 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    /// The body `api` answers with, as JSON.
+    fn json_of(api: &ApiError) -> Value {
+        serde_json::to_value(api.body()).expect("an error body serialises")
+    }
 
     #[test]
     fn core_errors_map_to_opencode_statuses_and_bodies() {
@@ -323,11 +336,11 @@ mod tests {
         for (error, status, body) in cases {
             let api = ApiError::from_core(error, Some(&session));
             assert_eq!(api.status().as_u16(), status);
-            assert_eq!(api.body(), body);
+            assert_eq!(json_of(&api), body);
         }
         let lost = ApiError::from_core(Error::LeaseLost("token".into()), Some(&session));
         assert_eq!(lost.status().as_u16(), 409);
-        assert_eq!(lost.body()["sessionID"], session.as_str());
+        assert_eq!(json_of(&lost)["sessionID"], session.as_str());
     }
 
     /// A missing snapshot object is a 500 that says nothing was changed, unless a rollback's note says the
@@ -335,7 +348,7 @@ mod tests {
     #[test]
     fn a_missing_object_says_nothing_was_changed_only_when_no_rollback_ran() {
         let message = |error: Error| -> String {
-            let body = ApiError::from_core(error, None).body();
+            let body = json_of(&ApiError::from_core(error, None));
             body["data"]["message"]
                 .as_str()
                 .expect("a message")
@@ -381,7 +394,7 @@ mod tests {
         for (error, ends) in [(locked(), "finished"), (locked().noted(note), note)] {
             let api = ApiError::from_core(error, Some(&session));
             assert_eq!(api.status().as_u16(), 409);
-            let body = api.body();
+            let body = json_of(&api);
             assert_eq!(body["_tag"], "SessionBusyError");
             assert_eq!(body["sessionID"], session.as_str());
             let message = body["message"].as_str().unwrap_or_default();
@@ -396,8 +409,8 @@ mod tests {
     fn backend_faults_are_500s_that_do_not_leak_their_cause() {
         let api = ApiError::from_core(Error::backend("password=hunter2 at db"), None);
         assert_eq!(api.status().as_u16(), 500);
-        assert_eq!(api.body()["name"], "UnknownError");
-        assert!(!api.body().to_string().contains("hunter2"));
+        assert_eq!(json_of(&api)["name"], "UnknownError");
+        assert!(!json_of(&api).to_string().contains("hunter2"));
     }
 
     /// Every other storage fault is a 500 that says which (black-box: "internal error" hid a full disk, and
@@ -422,7 +435,7 @@ mod tests {
             ] {
                 let api = ApiError::from_core(error, None);
                 assert_eq!(api.status().as_u16(), 500);
-                let message = api.body()["data"]["message"]
+                let message = json_of(&api)["data"]["message"]
                     .as_str()
                     .unwrap_or_default()
                     .to_owned();
@@ -435,8 +448,8 @@ mod tests {
                 assert!(!message.contains("db.internal"), "{message}");
             }
         }
-        let said =
-            ApiError::from_core(Error::backend(cause), None).body()["data"]["message"].to_string();
+        let said = json_of(&ApiError::from_core(Error::backend(cause), None))["data"]["message"]
+            .to_string();
         assert!(said.contains("internal error"), "{said}");
     }
 

@@ -1,6 +1,7 @@
 //! The session routes of SPEC section 9. Each parses its input (a bad one is 400 before the core is
 //! asked anything), calls one `Rewind` use case and returns its result in OpenCode's shape.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use axum::Json;
@@ -131,20 +132,17 @@ async fn worktree_sessions(
 /// with an open step that is not abandoned (its owner gone or its time out: the next operation aborts it);
 /// a session that is idle is left out, as OpenCode leaves it out.
 #[utoipa::path(get, path = "/session/status", params(DirectoryParam),
-    responses((status = 200, description = "{sessionID: {type: \"busy\"}}", body = HashMap<String, SessionStatus>)))]
+    responses((status = 200, description = "{sessionID: {type: \"busy\"}}", body = BTreeMap<SessionId, SessionStatus>)))]
 pub async fn session_status(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
-) -> ApiResult<serde_json::Map<String, serde_json::Value>> {
-    let mut statuses = serde_json::Map::new();
+) -> ApiResult<BTreeMap<SessionId, SessionStatus>> {
+    let mut statuses = BTreeMap::new();
     for session in worktree_sessions(&state, directory).await? {
         if session.step.is_none() || state.services.rewind.step_is_abandoned(&session).await? {
             continue;
         }
-        statuses.insert(
-            session.id.to_string(),
-            serde_json::json!({ "type": "busy" }),
-        );
+        statuses.insert(session.id, SessionStatus::Busy);
     }
     Ok(Json(statuses))
 }
@@ -293,7 +291,7 @@ pub async fn delete_session(
     responses((status = 200, description = "[{info, parts}]; `X-Next-Cursor` and `Link` (rel=\"next\") \
                                             name the next page while older messages are left",
                body = Vec<MessageWithParts>,
-               headers(("X-Next-Cursor" = String, description = "The `before` of the next page, while older messages are left"),
+               headers(("X-Next-Cursor" = MessageId, description = "The `before` of the next page, while older messages are left"),
                        ("Link" = String, description = "The next page's URL, `rel=\"next\"`, while older messages are left"))),
               (status = 400, description = "Bad request", body = NamedError),
               (status = 404, description = "Not found", body = NamedError)))]
@@ -457,7 +455,7 @@ pub async fn create_message(
 /// Appends a part (with or without its own `prt_` id) to a message.
 #[utoipa::path(post, path = "/session/{id}/message/{mid}/part",
     params(("id" = SessionId, Path, description = "The session"), ("mid" = MessageId, Path, description = "The message"), DirectoryParam),
-    request_body(content = PartBody, description = "A part: {id?, type, …}"),
+    request_body(content = NewPart, description = "A part: {id?, type, …}"),
     responses((status = 200, description = "The part", body = Part),
               (status = 400, description = "Bad request", body = NamedError),
               (status = 404, description = "Not found", body = NamedError),

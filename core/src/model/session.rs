@@ -182,15 +182,18 @@ pub struct Session {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<DiffSummary>,
     /// The sum of the cost of the stored `step-finish` parts.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub cost: f64,
     /// The sum of the tokens of the stored `step-finish` parts.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub tokens: Tokens,
     /// Present while the session is reverted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert: Option<RevertDescriptor>,
     /// rewind: the snapshot store of the worktree.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub store: String,
     /// rewind: the snapshot the last revert left the worktree in, while reverted.

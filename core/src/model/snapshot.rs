@@ -189,9 +189,11 @@ pub enum FileStatus {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileDiff {
     /// The worktree-relative path.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub file: String,
     /// A unified diff with 3 lines of context; empty for binary files and files over the size cap.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub patch: String,
     /// Lines added.
@@ -199,6 +201,7 @@ pub struct FileDiff {
     /// Lines removed.
     pub deletions: u64,
     /// Added, deleted or modified.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub status: FileStatus,
 }

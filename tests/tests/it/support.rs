@@ -186,7 +186,7 @@ impl TestApp {
         let (client, request) = request.build_split();
         let request = request?;
         let method = request.method().as_str().to_owned();
-        let path = request.url().path().to_owned();
+        let url = request.url().clone();
         let sent: Option<Value> = request
             .body()
             .and_then(reqwest::Body::as_bytes)
@@ -196,9 +196,16 @@ impl TestApp {
         let headers = response.headers().clone();
         let bytes = response.bytes().await?;
         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        documented::check_answer(&method, &path, status, &body)?;
+        let content_type = headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split(';').next())
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        documented::check_answer(&method, url.path(), status, &content_type, &body)?;
         if (200..=299).contains(&status) {
-            documented::check_accepted_request(&method, &path, sent.as_ref())?;
+            documented::check_accepted_request(&method, &url, sent.as_ref())?;
         }
         Ok(Reply {
             status,
