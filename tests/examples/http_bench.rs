@@ -4,8 +4,9 @@
 //! changes 10 files, then, repeatedly: revert to turn 1, 5 or 9 and unrevert, each timed as one HTTP
 //! request to the application on a loopback port, and the same revert and unrevert called on the core
 //! directly (interleaved, so load weighs on both alike), and a read of the session through HTTP (the
-//! guard, the store and the JSON: what the HTTP layer costs alone). Prints the median and 95th percentile
-//! of each.
+//! guard, which reads the session's directory too, the store and the JSON) beside the same read on the
+//! core: their difference is what the HTTP layer costs a request. Prints the median and 95th percentile of
+//! each.
 //!
 //! Then recording in a long session: a part appended to an assistant message that already holds 300 parts
 //! of 60 KB, and a step finished after 40 turns of 10 such parts (24 MB), each against the same request at
@@ -190,8 +191,9 @@ async fn main() -> Result<()> {
     let mut tracks = Vec::new();
     let mut unified_diffs = Vec::new();
     let mut reads = Vec::new();
+    let mut core_reads = Vec::new();
     for _ in 0..reps {
-        // What the HTTP layer costs alone: a read of the session (the guard, the store, the JSON).
+        // A read of the session through HTTP and on the core: their difference is the HTTP layer's cost.
         let t = Instant::now();
         let response = client.get(format!("{base}/session/{id}")).send().await?;
         ensure!(
@@ -201,6 +203,9 @@ async fn main() -> Result<()> {
         );
         response.bytes().await?;
         reads.push(t.elapsed());
+        let t = Instant::now();
+        direct.rewind.session(&session_id).await?;
+        core_reads.push(t.elapsed());
         for (slot, &turn) in TARGETS.iter().enumerate() {
             let t = Instant::now();
             let reverted = post(
@@ -290,6 +295,12 @@ async fn main() -> Result<()> {
         "session read (HTTP)",
         percentile(&mut reads, 0.5),
         percentile(&mut reads, 0.95)
+    );
+    println!(
+        "{:<22} {:>10.2} {:>10.2}",
+        "core session read",
+        percentile(&mut core_reads, 0.5),
+        percentile(&mut core_reads, 0.95)
     );
     if std::env::args().any(|a| a == "--stream") {
         println!(
