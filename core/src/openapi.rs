@@ -1,7 +1,7 @@
 //! OpenAPI schemas (`utoipa`, feature `openapi`) of the domain types whose JSON form serde's attributes do not
 //! say alone: the ids (strings of a fixed form), a part (its `type` chooses its fields; a type rewind does
-//! not know is kept as it came) and an event (`{id, type, properties}`). The other types the HTTP API answers
-//! with derive theirs beside their definitions.
+//! not know is kept as it came), what a client may send as one (`NewPart`), and an event (`{id, type,
+//! properties}`). The other types the HTTP API answers with derive theirs beside their definitions.
 
 use serde_json::json;
 use utoipa::openapi::extensions::Extensions;
