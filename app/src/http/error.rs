@@ -270,7 +270,7 @@ pub struct BusyError {
     pub message: String,
     /// The session, when known.
     #[serde(rename = "sessionID", skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<SessionId>)]
+    #[schema(value_type = Option<SessionId>, nullable = false)]
     pub session_id: Option<String>,
 }
 

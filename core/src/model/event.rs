@@ -81,6 +81,7 @@ pub enum EventPayload {
         /// What happened.
         message: String,
         /// A snapshot holding what was overwritten.
+        #[cfg_attr(feature = "openapi", schema(nullable = false))]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         snapshot: Option<SnapshotId>,
         /// The files concerned (absolute paths).

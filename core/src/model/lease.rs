@@ -76,12 +76,14 @@ pub struct ProcessIdentity {
     /// The boot the process ran in (Linux's `/proc/sys/kernel/random/boot_id`), when known: after a
     /// restart of the host, a pid and a start time can come back, a boot id does not. Absent in leases
     /// written before it was recorded.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot: Option<String>,
     /// The machine and pid namespace the pid is one of (`/etc/machine-id` and `/proc/self/ns/pid`), when
     /// known: two machines can share a host name (and a PostgreSQL database), and a container can share
     /// its host's name but not its process table; a pid of either cannot be looked up here. Absent in
     /// leases written before it was recorded.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
 }

@@ -25,6 +25,7 @@ pub struct MessageTime {
     /// When the message was created.
     pub created: u64,
     /// When an assistant message completed.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed: Option<u64>,
 }
@@ -43,6 +44,7 @@ pub struct Message {
     /// Times.
     pub time: MessageTime,
     /// For an assistant message: the user message of its turn.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(rename = "parentID", default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<MessageId>,
     /// Every other field, as the client sent it (agent, model, summary, …).
@@ -186,7 +188,8 @@ impl Message {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextPart {
-    /// The text.
+    /// The text (empty when a client sent none; always written).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub text: String,
     /// Other fields (`synthetic`, `ignored`, `time`, `metadata`, …).
@@ -243,6 +246,7 @@ impl ToolPart {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepStartPart {
     /// The snapshot taken when the step began.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotId>,
     /// Other fields.
@@ -258,6 +262,7 @@ pub struct StepFinishPart {
     #[serde(default)]
     pub reason: String,
     /// The snapshot after the step; absent when it could not be taken.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotId>,
     /// The step's cost.

@@ -14,6 +14,7 @@ pub struct SessionTime {
     pub updated: u64,
     /// When a client archived it (OpenCode's `time.archived`, set by `PATCH /session/:id`); nothing of
     /// rewind's depends on it.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived: Option<u64>,
 }
@@ -46,6 +47,7 @@ impl DiffSummary {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Tokens {
     /// Total, when the provider reports one.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<f64>,
     /// Input tokens.
@@ -117,12 +119,15 @@ pub struct RevertDescriptor {
     #[serde(rename = "messageID")]
     pub message_id: MessageId,
     /// The first hidden part of `messageID`, when only part of it is hidden.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(rename = "partID", default, skip_serializing_if = "Option::is_none")]
     pub part_id: Option<PartId>,
     /// The pre-revert snapshot.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotId>,
     /// The unified diff from the pre-revert snapshot to the worktree after the revert.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
 }
@@ -166,12 +171,14 @@ pub struct Session {
     /// The worktree: an absolute, forward-slash path, fixed at creation.
     pub directory: String,
     /// The session this one was created under (OpenCode's subagent sessions), fixed at creation.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(rename = "parentID", default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<SessionId>,
     /// The title.
     pub title: String,
     /// A client's own data about the session (OpenCode's `metadata`, set by `PATCH /session/:id`), kept as
     /// given.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// The rewind version that created the session.
@@ -179,6 +186,7 @@ pub struct Session {
     /// Creation and update times.
     pub time: SessionTime,
     /// The sums of the last revert's session diff.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<DiffSummary>,
     /// The sum of the cost of the stored `step-finish` parts.
@@ -190,6 +198,7 @@ pub struct Session {
     #[serde(default)]
     pub tokens: Tokens,
     /// Present while the session is reverted.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revert: Option<RevertDescriptor>,
     /// rewind: the snapshot store of the worktree.
@@ -197,9 +206,11 @@ pub struct Session {
     #[serde(default)]
     pub store: String,
     /// rewind: the snapshot the last revert left the worktree in, while reverted.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<SnapshotId>,
     /// rewind: when the current revert began, epoch milliseconds (its warnings are those raised since).
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(
         rename = "revertedAt",
         default,
@@ -207,6 +218,7 @@ pub struct Session {
     )]
     pub reverted_at: Option<u64>,
     /// rewind: the step in progress, if any (the session is busy while it is set).
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<OpenStep>,
     /// rewind: the worktree-relative paths the session's last step snapshot (a step's start or end) left
@@ -277,6 +289,7 @@ pub struct Warning {
     pub message: String,
     /// A snapshot holding the files as the message says (their earlier content, or as they were when a
     /// step was aborted): `rewind snapshot restore ID PATH…` puts them back so.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotId>,
     /// The files concerned, absolute forward-slash paths.

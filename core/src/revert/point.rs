@@ -26,6 +26,7 @@ pub struct RevertPoint {
     #[serde(rename = "messageID")]
     pub message_id: MessageId,
     /// The first hidden part of `message_id`.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(rename = "partID", default, skip_serializing_if = "Option::is_none")]
     pub part_id: Option<PartId>,
 }

@@ -143,6 +143,7 @@ pub struct PreviewFile {
     /// What a revert would do to it.
     pub action: FileActionKind,
     /// Why it would be kept, for `keep`.
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

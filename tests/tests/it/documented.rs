@@ -645,4 +645,57 @@ mod tests {
         );
         Ok(())
     }
+
+    #[test]
+    fn no_answer_schema_allows_null() {
+        // The component schemas the answers refer to, and those they refer to in turn.
+        fn refs(value: &Value, found: &mut Vec<String>) {
+            match value {
+                Value::Object(fields) => {
+                    if let Some(Value::String(to)) = fields.get("$ref") {
+                        found.push(to.trim_start_matches("#/components/schemas/").to_owned());
+                    }
+                    fields.values().for_each(|v| refs(v, found));
+                }
+                Value::Array(items) => items.iter().for_each(|v| refs(v, found)),
+                _ => {}
+            }
+        }
+        fn allows_null(value: &Value) -> bool {
+            match value {
+                Value::Object(fields) => {
+                    let null = |t: &Value| t == "null";
+                    fields.get("type").is_some_and(|t| {
+                        null(t) || t.as_array().is_some_and(|types| types.iter().any(null))
+                    }) || fields.values().any(allows_null)
+                }
+                Value::Array(items) => items.iter().any(allows_null),
+                _ => false,
+            }
+        }
+        let doc = &document().doc;
+        let mut pending = Vec::new();
+        for operation in doc["paths"]
+            .as_object()
+            .into_iter()
+            .flat_map(|p| p.values())
+        {
+            for operation in operation.as_object().into_iter().flat_map(|o| o.values()) {
+                refs(&operation["responses"], &mut pending);
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(name) = pending.pop() {
+            if seen.insert(name.clone()) {
+                let schema = &doc["components"]["schemas"][&name];
+                // serde leaves out a field it has no value for: an answer never holds `null`.
+                assert!(!allows_null(schema), "{name} allows null: {schema}");
+                refs(schema, &mut pending);
+            }
+        }
+        assert!(
+            seen.contains("Session") && seen.contains("OpenStep"),
+            "{seen:?}"
+        );
+    }
 }
