@@ -65,6 +65,15 @@ async fn post(client: &reqwest::Client, url: &str, body: Value) -> Result<Value>
     Ok(body)
 }
 
+/// Prints `what`'s median and 95th percentile, in milliseconds.
+fn latency_row(what: &str, samples: &mut [Duration]) {
+    println!(
+        "{what:<22} {:>10.2} {:>10.2}",
+        percentile(samples, 0.5),
+        percentile(samples, 0.95)
+    );
+}
+
 fn percentile(samples: &mut [Duration], p: f64) -> f64 {
     samples.sort();
     let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
@@ -246,62 +255,20 @@ async fn main() -> Result<()> {
     let mut all = Vec::new();
     for (slot, &turn) in TARGETS.iter().enumerate() {
         all.extend(reverts[slot].iter().copied());
-        let samples = &mut reverts[slot];
-        println!(
-            "{:<22} {:>10.2} {:>10.2}",
-            format!("revert to turn {turn}"),
-            percentile(samples, 0.5),
-            percentile(samples, 0.95)
-        );
+        latency_row(&format!("revert to turn {turn}"), &mut reverts[slot]);
     }
-    println!(
-        "{:<22} {:>10.2} {:>10.2}",
-        "revert (all)",
-        percentile(&mut all, 0.5),
-        percentile(&mut all, 0.95)
-    );
-    println!(
-        "{:<22} {:>10.2} {:>10.2}",
-        "unrevert",
-        percentile(&mut unreverts, 0.5),
-        percentile(&mut unreverts, 0.95)
-    );
-    println!(
-        "{:<22} {:>10.2} {:>10.2}",
-        "core revert (no HTTP)",
-        percentile(&mut core_reverts, 0.5),
-        percentile(&mut core_reverts, 0.95)
-    );
-    println!(
-        "{:<22} {:>10.2} {:>10.2}",
-        "core unrevert",
-        percentile(&mut core_unreverts, 0.5),
-        percentile(&mut core_unreverts, 0.95)
-    );
-    println!(
-        "{:<22} {:>10.2} {:>10.2}",
-        "track (unchanged)",
-        percentile(&mut tracks, 0.5),
-        percentile(&mut tracks, 0.95)
-    );
-    println!(
-        "{:<22} {:>10.2} {:>10.2}",
-        "unified_diff (no change)",
-        percentile(&mut unified_diffs, 0.5),
-        percentile(&mut unified_diffs, 0.95)
-    );
-    println!(
-        "{:<22} {:>10.2} {:>10.2}",
-        "session read (HTTP)",
-        percentile(&mut reads, 0.5),
-        percentile(&mut reads, 0.95)
-    );
-    println!(
-        "{:<22} {:>10.2} {:>10.2}",
-        "core session read",
-        percentile(&mut core_reads, 0.5),
-        percentile(&mut core_reads, 0.95)
-    );
+    for (what, samples) in [
+        ("revert (all)", &mut all),
+        ("unrevert", &mut unreverts),
+        ("core revert (no HTTP)", &mut core_reverts),
+        ("core unrevert", &mut core_unreverts),
+        ("track (unchanged)", &mut tracks),
+        ("unified_diff (no change)", &mut unified_diffs),
+        ("session read (HTTP)", &mut reads),
+        ("core session read", &mut core_reads),
+    ] {
+        latency_row(what, samples);
+    }
     if std::env::args().any(|a| a == "--stream") {
         println!(
             "(an event stream was open throughout: {} frames read)",
