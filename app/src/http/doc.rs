@@ -1,4 +1,5 @@
-//! `GET /doc`: the OpenAPI document, generated from the route annotations and request types.
+//! `GET /doc`: the OpenAPI document, generated from the route annotations, the request types and the
+//! types the routes answer with.
 
 use std::borrow::Cow;
 

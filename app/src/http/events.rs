@@ -76,7 +76,7 @@ const LAST_EVENT_ID: &str = "last-event-id";
     params(DirectoryParam,
         ("Last-Event-ID" = Option<String>, Header, description = "the `id:` of the last event received: the stream first sends the events committed after it")),
     responses(
-        (status = 200, description = "text/event-stream of {id, type, properties}; each frame but `server.lagged`'s carries the stream's outbox position as `id:` (`SEQ:EVENT_ID`, the position and the id of the event there; before the first event, `0:` and an id that stands for the database)", content_type = "text/event-stream", body = Event)))]
+        (status = 200, description = "text/event-stream of {id, type, properties} (the schema is that of each frame's `data`); each frame but `server.lagged`'s carries the stream's outbox position as `id:` (`SEQ:EVENT_ID`, the position and the id of the event there; before the first event, `0:` and an id that stands for the database)", content_type = "text/event-stream", body = Event)))]
 pub async fn stream(
     State(state): State<AppState>,
     Extension(RequestDirectory(directory)): Extension<RequestDirectory>,
@@ -99,7 +99,7 @@ pub async fn stream(
     params(
         ("Last-Event-ID" = Option<String>, Header, description = "the `id:` of the last event received: the stream first sends the events committed after it")),
     responses(
-        (status = 200, description = "text/event-stream of {directory, payload: {id, type, properties}}; `id:` as on `GET /event`", content_type = "text/event-stream", body = GlobalFrame)))]
+        (status = 200, description = "text/event-stream of {directory, payload: {id, type, properties}} (the schema is that of each frame's `data`); `id:` as on `GET /event`", content_type = "text/event-stream", body = GlobalFrame)))]
 pub async fn global_stream(
     State(state): State<AppState>,
     headers: HeaderMap,

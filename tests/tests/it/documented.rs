@@ -233,10 +233,9 @@ pub fn check_accepted_request(
         return Ok(());
     };
     let at = at(template, method);
-    let parameters = operation["parameters"]
+    let parameters: &[Value] = operation["parameters"]
         .as_array()
-        .cloned()
-        .unwrap_or_default();
+        .map_or(&[], Vec::as_slice);
     let parameter = |place: &str, name: &str| {
         parameters
             .iter()
