@@ -435,7 +435,9 @@ pub async fn create_message(
     let parts = body
         .parts
         .into_iter()
-        .map(|part| new_part(part, &path.id, None))
+        // A part may name its message when the body gives the message's id (a client sending back the
+        // parts it stored, as OpenCode's `Part` carries both ids); without one there is none to match.
+        .map(|part| new_part(part, &path.id, id.as_ref()))
         .collect::<Result<Vec<_>, _>>()?;
     let input = NewMessage {
         id,

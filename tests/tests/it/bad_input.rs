@@ -192,6 +192,18 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             "BadRequest",
         ),
         (
+            "a message whose part names another message",
+            json_post(
+                &app,
+                &messages,
+                json!({"id": "msg_ffffffff00000123456789abcd", "parts": [
+                    {"type": "text", "text": "x", "messageID": "msg_ffffffff00010123456789abcd"}
+                ]}),
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
             "a message with its own time",
             json_post(
                 &app,

@@ -197,6 +197,31 @@ async fn revert_rerevert_unrevert_and_commit_move_files_and_conversation() -> Re
     app.stop().await
 }
 
+/// A message whose parts name their session and message (its own id, given in the body), as the parts a
+/// client stored and sends back do: accepted, the ids not kept twice.
+#[tokio::test]
+async fn a_message_whose_parts_name_it_is_recorded() -> Result<()> {
+    let app = spawn_app().await?;
+    let session = app.new_session().await?;
+    let own = "msg_ffffffff00000123456789abcd";
+    let named = app
+        .ok(
+            &format!("/session/{session}/message"),
+            json!({"id": own, "parts": [
+                {"type": "text", "text": "named", "sessionID": session, "messageID": own}
+            ]}),
+        )
+        .await?;
+    assert_eq!(named["info"]["id"], json!(own), "{named}");
+    assert_eq!(named["parts"][0]["messageID"], json!(own), "{named}");
+    assert_eq!(named["parts"][0]["text"], json!("named"), "{named}");
+    let stored = app
+        .read(&format!("/session/{session}/message/{own}"))
+        .await?;
+    assert_eq!(stored["parts"], named["parts"]);
+    app.stop().await
+}
+
 #[tokio::test]
 async fn an_aborted_step_can_be_reverted_and_preview_changes_nothing() -> Result<()> {
     let app = spawn_app().await?;
