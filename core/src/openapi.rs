@@ -168,12 +168,20 @@ impl PartialSchema for NewPart {
             .required("tool")
             .required("state")
             .additional_properties(Some(AdditionalProperties::FreeForm(true)));
-        let body = OneOfBuilder::new()
-            .item(
-                AllOfBuilder::new()
-                    .item(typed_as("text"))
-                    .item(Ref::from_schema_name(TextPart::name())),
+        // `text` may be left out (it is then empty), unlike in an answer's `TextPart`.
+        let text = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "type",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["text"])),
             )
+            .property("text", ObjectBuilder::new().schema_type(Type::String))
+            .required("type")
+            .additional_properties(Some(AdditionalProperties::FreeForm(true)));
+        let body = OneOfBuilder::new()
+            .item(text)
             .item(tool)
             .item(typed_other(&known));
         AllOfBuilder::new()
@@ -181,12 +189,20 @@ impl PartialSchema for NewPart {
                 "A part a client sends: `text`, `tool` (with OpenCode's `callID`, `tool` and `state.status`) \
                  or a type rewind does not read, kept as it came; `step-start`, `step-finish` and `patch` \
                  parts are recorded by the step operations. `id`: the client's own, which must sort after \
-                 every part of the message",
+                 every part of the message (`null`: none). `sessionID` and `messageID`, when given, must name \
+                 the route's session and message (in a message's body: the id the body gives it)",
             ))
             .item(
                 ObjectBuilder::new()
                     .schema_type(Type::Object)
-                    .property("id", Ref::from_schema_name(PartId::name())),
+                    .property(
+                        "id",
+                        OneOfBuilder::new()
+                            .item(ObjectBuilder::new().schema_type(Type::Null))
+                            .item(Ref::from_schema_name(PartId::name())),
+                    )
+                    .property("sessionID", Ref::from_schema_name(SessionId::name()))
+                    .property("messageID", Ref::from_schema_name(MessageId::name())),
             )
             .item(body)
             .into()
@@ -196,7 +212,8 @@ impl PartialSchema for NewPart {
 impl ToSchema for NewPart {
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
         push::<PartId>(schemas);
-        push::<TextPart>(schemas);
+        push::<SessionId>(schemas);
+        push::<MessageId>(schemas);
     }
 }
 

@@ -2,6 +2,7 @@
 //! types the routes answer with.
 
 use std::borrow::Cow;
+use std::collections::btree_map::Entry;
 
 use axum::Json;
 use utoipa::openapi::path::{Parameter, ParameterIn};
@@ -148,17 +149,18 @@ impl Modify for Shared {
                         .or_insert_with(|| error_response(description, NamedError::name()));
                 }
                 if reads_the_database {
-                    operation
-                        .responses
-                        .responses
-                        .entry("409".to_owned())
-                        .or_insert_with(|| {
-                            error_response(
-                                "The database is busy (another process holds its lock, or no connection \
-                                 came free in time): nothing was stored; try again",
-                                BusyError::name(),
-                            )
-                        });
+                    // Said beside the route's own 409, if it has one (its schema is the same).
+                    match operation.responses.responses.entry("409".to_owned()) {
+                        Entry::Vacant(vacant) => {
+                            vacant.insert(error_response(BUSY_DATABASE, BusyError::name()));
+                        }
+                        Entry::Occupied(mut occupied) => {
+                            if let RefOr::T(response) = occupied.get_mut() {
+                                response.description =
+                                    format!("{}; or: {BUSY_DATABASE}", response.description);
+                            }
+                        }
+                    }
                 }
                 if names_a_worktree {
                     let parameters = operation.parameters.get_or_insert_with(Vec::new);
@@ -170,6 +172,10 @@ impl Modify for Shared {
         }
     }
 }
+
+/// What a 409 says on any route that reads the database.
+const BUSY_DATABASE: &str = "The database is busy (another process holds its lock, or no connection came \
+                             free in time): nothing was stored; try again";
 
 /// A response whose body is the error schema `schema` (`NamedError` or `BusyError`).
 fn error_response(description: &str, schema: Cow<'static, str>) -> RefOr<Response> {

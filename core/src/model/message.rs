@@ -259,6 +259,7 @@ pub struct StepStartPart {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepFinishPart {
     /// Why the step ended (`stop`, `tool-calls`, `aborted`, `error`, …).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub reason: String,
     /// The snapshot after the step; absent when it could not be taken.
@@ -266,9 +267,11 @@ pub struct StepFinishPart {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotId>,
     /// The step's cost.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub cost: f64,
     /// The step's tokens.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     #[serde(default)]
     pub tokens: Tokens,
     /// Other fields.

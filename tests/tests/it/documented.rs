@@ -366,6 +366,34 @@ mod tests {
         assert!(check_accepted_request("POST", &url(path), Some(&revert)).is_ok());
         let to_a_part = json!({"messageID": "prt_0000000000010123456789abcd"});
         assert!(check_accepted_request("POST", &url(path), Some(&to_a_part)).is_err());
+        // What a client may send as a part: a text part without its text (it is then empty), no id, a tool
+        // call with OpenCode's fields; not a part the step operations record, nor a tool call without its
+        // state, nor ids of the wrong kind.
+        let part = url(
+            "/session/ses_0000000000010123456789abcd/message/msg_0000000000010123456789abcd/part",
+        );
+        for (sent, fits) in [
+            (json!({"type": "text"}), true),
+            (json!({"type": "text", "text": "x", "id": null}), true),
+            (json!({"type": "reasoning", "text": "x"}), true),
+            (
+                json!({"type": "tool", "callID": "c", "tool": "t", "state": {"status": "running"}}),
+                true,
+            ),
+            (json!({"type": "tool", "callID": "c", "tool": "t"}), false),
+            (json!({"type": "step-start"}), false),
+            (
+                json!({"type": "text", "id": "msg_0000000000010123456789abcd"}),
+                false,
+            ),
+            (
+                json!({"type": "text", "messageID": "prt_0000000000010123456789abcd"}),
+                false,
+            ),
+        ] {
+            let checked = check_accepted_request("POST", &part, Some(&sent));
+            assert_eq!(checked.is_ok(), fits, "{sent}: {checked:?}");
+        }
         let of_a_message = "/session/msg_0000000000010123456789abcd/revert";
         assert!(check_accepted_request("POST", &url(of_a_message), Some(&revert)).is_err());
     }
@@ -410,36 +438,67 @@ mod tests {
     }
 
     /// The document with every object schema that names its properties and says nothing of others made
-    /// strict (`unevaluatedProperties: false`), except those an `allOf` combines with another: a field
+    /// strict (`unevaluatedProperties: false`), except where an `allOf` combines it with another (its own
+    /// members, the branches of a `oneOf` among them, and the components an `allOf` refers to): a field
     /// serde writes under a name the document does not have then fails.
     fn strict() -> &'static Value {
-        fn tighten(schema: &mut Value, in_all_of: bool) {
-            match schema {
-                Value::Object(fields) => {
-                    let names_its_fields = fields.get("properties").is_some_and(Value::is_object);
-                    if names_its_fields
-                        && !in_all_of
-                        && !fields.contains_key("additionalProperties")
-                    {
-                        fields.insert("unevaluatedProperties".to_owned(), json!(false));
-                    }
-                    for (key, value) in fields.iter_mut() {
-                        match (key.as_str(), value) {
-                            ("allOf", Value::Array(items)) => {
-                                items.iter_mut().for_each(|item| tighten(item, true));
-                            }
-                            (_, value) => tighten(value, false),
+        /// Tightens the schema `schema`; `combined` when an `allOf` combines it with others.
+        fn tighten(schema: &mut Value, combined: bool) {
+            let Value::Object(fields) = schema else {
+                return;
+            };
+            let names_its_fields = fields.get("properties").is_some_and(Value::is_object);
+            if names_its_fields && !combined && !fields.contains_key("additionalProperties") {
+                fields.insert("unevaluatedProperties".to_owned(), json!(false));
+            }
+            for (key, value) in fields.iter_mut() {
+                match key.as_str() {
+                    "properties" => {
+                        if let Value::Object(properties) = value {
+                            properties.values_mut().for_each(|p| tighten(p, false));
                         }
                     }
+                    "items" | "additionalProperties" | "not" | "propertyNames" => {
+                        tighten(value, false);
+                    }
+                    "allOf" | "oneOf" | "anyOf" => {
+                        let members_combined = key == "allOf" || combined;
+                        if let Value::Array(members) = value {
+                            members
+                                .iter_mut()
+                                .for_each(|m| tighten(m, members_combined));
+                        }
+                    }
+                    _ => {}
                 }
-                Value::Array(items) => items.iter_mut().for_each(|item| tighten(item, false)),
+            }
+        }
+        /// The components an `allOf` somewhere refers to as one of its members.
+        fn all_of_members(value: &Value, found: &mut Vec<String>) {
+            match value {
+                Value::Object(fields) => {
+                    if let Some(Value::Array(members)) = fields.get("allOf") {
+                        found.extend(members.iter().filter_map(|m| {
+                            let to = m["$ref"].as_str()?;
+                            Some(to.trim_start_matches("#/components/schemas/").to_owned())
+                        }));
+                    }
+                    fields.values().for_each(|v| all_of_members(v, found));
+                }
+                Value::Array(items) => items.iter().for_each(|v| all_of_members(v, found)),
                 _ => {}
             }
         }
         static STRICT: OnceLock<Value> = OnceLock::new();
         STRICT.get_or_init(|| {
             let mut doc = document().doc.clone();
-            tighten(&mut doc["components"], false);
+            let mut combined = Vec::new();
+            all_of_members(&doc, &mut combined);
+            if let Value::Object(schemas) = &mut doc["components"]["schemas"] {
+                for (name, schema) in schemas.iter_mut() {
+                    tighten(schema, combined.contains(name));
+                }
+            }
             doc
         })
     }
@@ -630,18 +689,44 @@ mod tests {
         for payload in &payloads {
             strictly(payload, "EventPayload")?;
         }
-        // And what the strict document refuses: a field under a name it does not have.
-        let mut renamed = serde_json::to_value(&session)?;
-        if let Value::Object(fields) = &mut renamed {
-            let at = fields
-                .remove("revertedAt")
-                .context("revertedAt is written")?;
-            fields.insert("reverted_at".to_owned(), at);
+        // And what the strict document refuses: a field under a name it does not have, at the top of a
+        // session, deep in it, and in an event's properties.
+        let renamed = |value: &Value, at: &[&str], to: &str| -> Result<Value> {
+            let mut value = value.clone();
+            let (last, path) = at.split_last().context("a path")?;
+            let mut object = &mut value;
+            for key in path {
+                object = &mut object[*key];
+            }
+            let fields = object.as_object_mut().context("an object")?;
+            let field = fields
+                .remove(*last)
+                .with_context(|| format!("{last} is written"))?;
+            fields.insert(to.to_owned(), field);
+            Ok(value)
+        };
+        let session = serde_json::to_value(&session)?;
+        let deep = ["step", "holder", "process", "boot"];
+        for (at, to) in [(&["revertedAt"][..], "reverted_at"), (&deep[..], "bootId")] {
+            let renamed = renamed(&session, at, to)?;
+            ensure!(
+                strictly(&renamed, "Session").is_err(),
+                "{at:?} renamed passed"
+            );
         }
+        let warning = serde_json::to_value(&payloads[7])?;
+        ensure!(warning["type"] == "session.warning", "{warning}");
+        let renamed = renamed(&warning, &["properties", "snapshot"], "snapshotID")?;
         ensure!(
-            strictly(&renamed, "Session").is_err(),
-            "a renamed field passed"
+            strictly(&renamed, "EventPayload").is_err(),
+            "a renamed event field passed"
         );
+        // An event, with its id beside its payload, still fits the strict document.
+        let event = Event {
+            id: EventId::parse("evt_0000000000010123456789abcd")?,
+            payload: payloads[7].clone(),
+        };
+        strictly(&event, "Event")?;
         Ok(())
     }
 
@@ -680,13 +765,26 @@ mod tests {
             .flat_map(|p| p.values())
         {
             for operation in operation.as_object().into_iter().flat_map(|o| o.values()) {
-                refs(&operation["responses"], &mut pending);
+                let responses = &operation["responses"];
+                // The answers' own schemas (arrays, maps), then those they refer to.
+                for response in responses.as_object().into_iter().flat_map(|r| r.values()) {
+                    let contents = response["content"].as_object();
+                    for content in contents.into_iter().flat_map(|c| c.values()) {
+                        let schema = &content["schema"];
+                        assert!(!allows_null(schema), "an answer allows null: {schema}");
+                    }
+                }
+                refs(responses, &mut pending);
             }
         }
         let mut seen = std::collections::BTreeSet::new();
         while let Some(name) = pending.pop() {
             if seen.insert(name.clone()) {
                 let schema = &doc["components"]["schemas"][&name];
+                assert!(
+                    schema.is_object(),
+                    "{name} is referred to and not in the document"
+                );
                 // serde leaves out a field it has no value for: an answer never holds `null`.
                 assert!(!allows_null(schema), "{name} allows null: {schema}");
                 refs(schema, &mut pending);
