@@ -3,10 +3,12 @@
 //! not know is kept as it came), what a client may send as one (`NewPart`), and an event (`{id, type,
 //! properties}`). The other types the HTTP API answers with derive theirs beside their definitions.
 
+use std::borrow::Cow;
+
 use serde_json::json;
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::schema::{
-    AdditionalProperties, AllOfBuilder, Object, ObjectBuilder, OneOfBuilder, Schema, Type,
+    AdditionalProperties, AllOfBuilder, ObjectBuilder, OneOfBuilder, Schema, Type,
 };
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
@@ -20,8 +22,7 @@ use crate::service::NewPart;
 
 /// A string of the form `pattern` (an ECMA-262 regular expression, anchored).
 fn string_schema(pattern: &str, description: &str) -> RefOr<Schema> {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
+    string()
         .pattern(Some(pattern))
         .description(Some(description))
         .into()
@@ -75,36 +76,57 @@ fn known_parts() -> [(&'static str, String); 5] {
     ]
 }
 
-/// An object whose `type` is `kind`.
-fn typed_as(kind: &str) -> Object {
-    typed(
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .enum_values(Some([kind])),
-    )
+/// A string.
+fn string() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::String)
 }
 
-/// An object whose `type` is any string but those of `excluded`.
-fn typed_other(excluded: &[&str]) -> Object {
+/// One of the strings `values`.
+fn one_of_strings<const N: usize>(values: [&str; N]) -> ObjectBuilder {
+    string().enum_values(Some(values))
+}
+
+/// An object with any field.
+fn open_object() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+}
+
+/// An object whose `type` is `kind`, with any other field.
+fn typed_as(kind: &str) -> ObjectBuilder {
+    typed(one_of_strings([kind]))
+}
+
+/// An object whose `type` is any string but those of `excluded`, with any other field.
+fn typed_other(excluded: &[&str]) -> ObjectBuilder {
     // JSON Schema's `not`, which utoipa's builders lack: an extension map is written out as it is, and
     // one built from an iterator keeps its keys unprefixed. (A look-ahead pattern would say the same, but
     // RE2 and Go's `regexp`, under some OpenAPI tools, refuse one.)
     let not = Extensions::from_iter([("not", json!({ "enum": excluded }))]);
-    typed(
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .extensions(Some(not)),
-    )
+    typed(string().extensions(Some(not)))
 }
 
 /// An object with the string `type` that `kind` describes, and any other field.
-fn typed(kind: ObjectBuilder) -> Object {
-    ObjectBuilder::new()
-        .schema_type(Type::Object)
-        .property("type", kind)
-        .required("type")
-        .additional_properties(Some(AdditionalProperties::FreeForm(true)))
-        .build()
+fn typed(kind: ObjectBuilder) -> ObjectBuilder {
+    open_object().property("type", kind).required("type")
+}
+
+/// `rest` with the id fields `ids` (each a field's name and its schema's) beside it, all required.
+fn with_ids(description: &str, ids: &[(&str, Cow<'static, str>)], rest: Ref) -> RefOr<Schema> {
+    let ids = ids.iter().fold(
+        ObjectBuilder::new().schema_type(Type::Object),
+        |object, (field, schema)| {
+            object
+                .property(*field, Ref::from_schema_name(schema.clone()))
+                .required(*field)
+        },
+    );
+    AllOfBuilder::new()
+        .description(Some(description))
+        .item(ids)
+        .item(rest)
+        .into()
 }
 
 impl PartialSchema for PartBody {
@@ -142,44 +164,19 @@ impl PartialSchema for NewPart {
     fn schema() -> RefOr<Schema> {
         let known: Vec<&str> = known_parts().iter().map(|(kind, _)| *kind).collect();
         // OpenCode's `ToolPart` fields that SPEC 5 and its clients rely on (`check_tool_part`).
-        let status = ObjectBuilder::new()
-            .schema_type(Type::String)
-            .enum_values(Some(["pending", "running", "completed", "error"]));
-        let tool = ObjectBuilder::new()
-            .schema_type(Type::Object)
-            .property(
-                "type",
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(["tool"])),
-            )
-            .property("callID", ObjectBuilder::new().schema_type(Type::String))
-            .property("tool", ObjectBuilder::new().schema_type(Type::String))
+        let status = one_of_strings(["pending", "running", "completed", "error"]);
+        let tool = typed_as("tool")
+            .property("callID", string())
+            .property("tool", string())
             .property(
                 "state",
-                ObjectBuilder::new()
-                    .schema_type(Type::Object)
-                    .property("status", status)
-                    .required("status")
-                    .additional_properties(Some(AdditionalProperties::FreeForm(true))),
+                open_object().property("status", status).required("status"),
             )
-            .required("type")
             .required("callID")
             .required("tool")
-            .required("state")
-            .additional_properties(Some(AdditionalProperties::FreeForm(true)));
+            .required("state");
         // `text` may be left out (it is then empty), unlike in an answer's `TextPart`.
-        let text = ObjectBuilder::new()
-            .schema_type(Type::Object)
-            .property(
-                "type",
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(["text"])),
-            )
-            .property("text", ObjectBuilder::new().schema_type(Type::String))
-            .required("type")
-            .additional_properties(Some(AdditionalProperties::FreeForm(true)));
+        let text = typed_as("text").property("text", string());
         let body = OneOfBuilder::new()
             .item(text)
             .item(tool)
@@ -219,20 +216,15 @@ impl ToSchema for NewPart {
 
 impl PartialSchema for Part {
     fn schema() -> RefOr<Schema> {
-        AllOfBuilder::new()
-            .description(Some("A part of a message"))
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::Object)
-                    .property("id", Ref::from_schema_name(PartId::name()))
-                    .property("sessionID", Ref::from_schema_name(SessionId::name()))
-                    .property("messageID", Ref::from_schema_name(MessageId::name()))
-                    .required("id")
-                    .required("sessionID")
-                    .required("messageID"),
-            )
-            .item(Ref::from_schema_name(PartBody::name()))
-            .into()
+        with_ids(
+            "A part of a message",
+            &[
+                ("id", PartId::name()),
+                ("sessionID", SessionId::name()),
+                ("messageID", MessageId::name()),
+            ],
+            Ref::from_schema_name(PartBody::name()),
+        )
     }
 }
 
@@ -247,16 +239,11 @@ impl ToSchema for Part {
 
 impl PartialSchema for Event {
     fn schema() -> RefOr<Schema> {
-        AllOfBuilder::new()
-            .description(Some("An event: its id, `type` and `properties`"))
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::Object)
-                    .property("id", Ref::from_schema_name(EventId::name()))
-                    .required("id"),
-            )
-            .item(Ref::from_schema_name(EventPayload::name()))
-            .into()
+        with_ids(
+            "An event: its id, `type` and `properties`",
+            &[("id", EventId::name())],
+            Ref::from_schema_name(EventPayload::name()),
+        )
     }
 }
 
