@@ -118,17 +118,14 @@ fn at(template: &str, method: &str) -> String {
     format!("#/paths/{}/{}", escape(template), method.to_lowercase())
 }
 
-/// The JSON pointer to the schema of `method path`'s answer `status` in `content_type`; `None` when the
-/// document has no such route and method; an error when it has them but not that status or content.
+/// The JSON pointer to the schema of the answer `status` in `content_type` of the document's `operation`
+/// (with its path, `template`, and `method`); an error when it has not that status or content.
 fn schema_pointer(
+    (template, operation): (&str, &Value),
     method: &str,
-    path: &str,
     status: u16,
     content_type: &str,
-) -> Result<Option<String>> {
-    let Some((template, operation)) = operation(method, path)? else {
-        return Ok(None);
-    };
+) -> Result<String> {
     let response = &operation["responses"][status.to_string()];
     if !response.is_object() {
         bail!(
@@ -141,11 +138,11 @@ fn schema_pointer(
             "{method} {template} answered {status} as {content_type:?}, which the document does not give"
         );
     }
-    Ok(Some(format!(
+    Ok(format!(
         "{}/responses/{status}/content/{}/schema",
         at(template, method),
         escape(content_type)
-    )))
+    ))
 }
 
 /// A validator of the schema at `pointer` in `root` (the document itself, or a stricter copy), so that
@@ -209,15 +206,18 @@ pub fn check_answer(
     content_type: &str,
     body: &Value,
 ) -> Result<()> {
-    // A route the server serves and the document leaves out: only the router's refusals (404, 405) and
-    // the checks before it (401, 403, 413, 415, 400 for a worktree) answer where the document has none.
-    if operation(method, path)?.is_none() && (200..=299).contains(&status) {
-        bail!("{method} {path} answered {status}, and the document does not have it");
-    }
-    match schema_pointer(method, path, status, content_type)? {
-        Some(pointer) => check(&pointer, body, &format!("{method} {path} ({status})")),
-        None => Ok(()),
-    }
+    let Some((template, operation)) = operation(method, path)? else {
+        // A route the server serves and the document leaves out: only the router's refusals (404, 405)
+        // and the checks before it (401, 403, 413, 415, 400 for a worktree) answer where the document
+        // has none.
+        ensure!(
+            !(200..=299).contains(&status),
+            "{method} {path} answered {status}, and the document does not have it"
+        );
+        return Ok(());
+    };
+    let pointer = schema_pointer((template, operation), method, status, content_type)?;
+    check(&pointer, body, &format!("{method} {path} ({status})"))
 }
 
 /// Checks a request that `method url` accepted (answered with 2xx): the document's schemas of its path
@@ -287,8 +287,9 @@ pub fn check_accepted_request(
 
 /// The schema each frame of the event stream `GET path` must fit.
 pub fn stream_schema(path: &str) -> Result<String> {
-    schema_pointer("get", path, 200, "text/event-stream")?
-        .with_context(|| format!("the document has no event stream at {path}"))
+    let operation = operation("get", path)?
+        .with_context(|| format!("the document has no event stream at {path}"))?;
+    schema_pointer(operation, "get", 200, "text/event-stream")
 }
 
 /// Checks one frame of an event stream against `pointer` (from `stream_schema`).
