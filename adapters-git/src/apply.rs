@@ -363,9 +363,11 @@ struct Applier<'a> {
     store: &'a Store,
     /// The worktree, every change is made through (`beneath`).
     root: Root,
-    /// The tests' race hooks (`GitStoreConfig::change_hook`, `swap_hook` and `settle_hook`).
+    /// The tests' race hooks (`GitStoreConfig::change_hook`, `swap_hook`, `written_hook` and
+    /// `settle_hook`).
     hook: Option<ChangeHook>,
     swap_hook: Option<ChangeHook>,
+    written_hook: Option<ChangeHook>,
     settle_hook: Option<ChangeHook>,
     /// What each target was when the operation looked at it (stat data, or none when absent, also when a
     /// directory on its way was missing): a revert's check against its snapshot, a restore's own look or
@@ -560,7 +562,11 @@ enum TempError {
 /// The file renamed over is handed to `releases` (see `replace.rs`).
 fn write_file(
     (store, root, relinked): (&Store, &Root, &Relinked),
-    (hook, swap_hook): (Option<&ChangeHook>, Option<&ChangeHook>),
+    (hook, swap_hook, written_hook): (
+        Option<&ChangeHook>,
+        Option<&ChangeHook>,
+        Option<&ChangeHook>,
+    ),
     job: &PendingWrite,
     thread: &mut WriteThread,
 ) -> GitResult<Done> {
@@ -636,10 +642,19 @@ fn write_file(
             return Err(GitError::io(&job.abs, e));
         }
     };
+    if let Some(hook) = written_hook {
+        hook(&job.rel);
+    }
+    // What the stat cache learns is the file this wrote, or nothing: another program's write between the
+    // rename and this look (an edit in place, or a file put there, with an old time set back, as `cp -p`,
+    // `tar` and `rsync -t` do) would otherwise be learnt with the blob written here, and every later track
+    // would take the file for that blob (stat-cache fuzz). The file written keeps its inode, size and
+    // modification time through the rename; one changed since has another, or that recent time, which
+    // keeps it racy (read again by the next track).
     let stat = beneath::lstat_at(&dir, name)
         .ok()
         .and_then(|st| Stat::of_rustix(&st))
-        .filter(|stat| stat.mode == job.mode);
+        .filter(|stat| stat.mode == job.mode && temp.wrote(stat));
     if let (Some(ours), Some(was)) = (swapped_out, job.was) {
         let dir_handle = thread.keep_dir(dir_rel, dir);
         thread.swapped_out(SwappedOut {
@@ -1229,9 +1244,21 @@ struct Temp {
     permissions: u32,
     /// Its owner and group as created, read back.
     owner: Owner,
+    /// Its stat data once written (none when it could not be taken): `wrote` tells it from another
+    /// program's file at its name.
+    written: Option<Stat>,
 }
 
 impl Temp {
+    /// Whether `stat` (taken at the name it was renamed to) is of this file as it was written: the same
+    /// inode, size and modification time (a rename and a change of permissions or owner keep these).
+    fn wrote(&self, stat: &Stat) -> bool {
+        self.written.is_some_and(|written| {
+            (written.dev, written.ino, written.size, written.mtime_ns)
+                == (stat.dev, stat.ino, stat.size, stat.mtime_ns)
+        })
+    }
+
     /// Gives the file `owner` (the file it replaces has it), as far as this process may: a process of
     /// root's all of it; another, the group when it is one of its own. Best effort: otherwise the file is
     /// this process's, as any file it writes.
@@ -1329,15 +1356,18 @@ fn write_temp(
                 size,
             )));
         }
-        return rustix::fs::symlinkat(std::ffi::OsStr::from_bytes(&target), dir, tmp)
-            .map(|()| Temp {
-                file: None,
-                ext4: false,
-                executable: false,
-                permissions: 0,
-                owner: (0, 0),
-            })
-            .map_err(|e| TempError::Disk(e.into()));
+        rustix::fs::symlinkat(std::ffi::OsStr::from_bytes(&target), dir, tmp)
+            .map_err(|e| TempError::Disk(e.into()))?;
+        return Ok(Temp {
+            file: None,
+            ext4: false,
+            executable: false,
+            permissions: 0,
+            owner: (0, 0),
+            written: beneath::lstat_at(dir, tmp)
+                .ok()
+                .and_then(|st| Stat::of_rustix(&st)),
+        });
     }
     use rustix::fs::{Mode as Bits, OFlags};
     let executable = mode == Mode::Exec;
@@ -1383,6 +1413,7 @@ fn write_temp(
         executable,
         permissions,
         owner,
+        written: Some(Stat::of(&meta, mode)),
     })
 }
 
@@ -1401,6 +1432,7 @@ impl<'a> Applier<'a> {
             root: store.root()?,
             hook: config.change_hook.clone(),
             swap_hook: config.swap_hook.clone(),
+            written_hook: config.written_hook.clone(),
             settle_hook: config.settle_hook.clone(),
             expected: HashMap::new(),
             protected: HashSet::new(),
@@ -1465,7 +1497,11 @@ impl<'a> Applier<'a> {
         self.pending_paths.clear();
         self.pending_dirs.clear();
         let at = (self.store, &self.root, &self.relinked);
-        let hooks = (self.hook.as_ref(), self.swap_hook.as_ref());
+        let hooks = (
+            self.hook.as_ref(),
+            self.swap_hook.as_ref(),
+            self.written_hook.as_ref(),
+        );
         let swapped = std::sync::Mutex::new(deleted);
         let outcomes = crate::track::parallel_map_on(
             &jobs,

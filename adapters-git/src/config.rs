@@ -66,6 +66,9 @@ pub struct GitStoreConfig {
     /// Test race injection after the swap: called with a worktree-relative path right before the file a
     /// write swapped out there is looked at again, and removed when unchanged; `None` in production.
     pub settle_hook: Option<ChangeHook>,
+    /// Test race injection right after a write: called with a worktree-relative path once the new content
+    /// stands there, right before its stat data is taken for the stat cache; `None` in production.
+    pub written_hook: Option<ChangeHook>,
     /// Test race injection in a track: called with a directory's worktree-relative path (`""` for the top,
     /// `a/b/` below) right before the walk looks at it; `None` in production.
     pub walk_hook: Option<ChangeHook>,
@@ -91,6 +94,7 @@ impl fmt::Debug for GitStoreConfig {
             .field("change_hook", &self.change_hook.is_some())
             .field("swap_hook", &self.swap_hook.is_some())
             .field("settle_hook", &self.settle_hook.is_some())
+            .field("written_hook", &self.written_hook.is_some())
             .field("walk_hook", &self.walk_hook.is_some())
             .field("lock_wait", &self.lock_wait)
             .finish()
@@ -114,6 +118,7 @@ impl GitStoreConfig {
             change_hook: None,
             swap_hook: None,
             settle_hook: None,
+            written_hook: None,
             walk_hook: None,
             lock_wait: Duration::from_secs(300),
         }

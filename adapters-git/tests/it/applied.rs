@@ -5,12 +5,14 @@
 //! whole trees. Every snapshot is checked against git's `write-tree`.
 
 use std::fs;
+use std::path::Path;
 
 use rewind_core::model::{RelPath, SnapshotId, SnapshotPatch};
 use rewind_core::testkit::contract::snapshot::WorktreeHarness;
 
 use crate::git_oracle::GitOracle;
-use crate::harness::{Flagged, GitHarness, backdate_dirs};
+use crate::harness::{Flagged, GitHarness, backdate, backdate_dirs};
+use crate::races::{Hook, arm, racing_in};
 
 fn rels(paths: &[&str]) -> Vec<RelPath> {
     paths
@@ -752,4 +754,72 @@ async fn a_revert_that_rewrites_files_leaves_the_cache_with_the_trees_of_applied
     assert_ne!(later, before);
     h.write("d3/f03.txt", b"file 3\n");
     assert_eq!(track_as_git(&h, &oracle).await, before);
+}
+
+/// Another program's write right after rewind's, before rewind takes the new file's stat data (in place,
+/// the same size, an old time set back, as `cp -p`, `tar` or `rsync -t` leave a file), is seen by the next
+/// tracks: the stat cache learns only the file rewind wrote. Black-box (the stat-cache fuzz): after such
+/// a race in a restore or an undo, every later track took the file for the blob rewind had written.
+#[tokio::test]
+async fn a_write_right_after_a_revert_or_restore_wrote_the_file_is_seen_by_the_next_track() {
+    for revert in [false, true] {
+        let (h, armed) = racing_in("d1/f01.txt", Hook::Written);
+        let oracle = GitOracle::new(None);
+        let before = settled_tree(&h, &oracle).await;
+        edit_by_a_step(&h, &[1]);
+        backdate_dirs(h.root());
+        let after = track_as_git(&h, &oracle).await;
+        arm(
+            &armed,
+            Box::new(|wt: &Path| {
+                let path = wt.join("d1/f01.txt");
+                let file = fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .expect("the other program opens the file rewind wrote");
+                // "file 1\n", the content written, rewritten in place to another of its size.
+                std::os::unix::fs::FileExt::write_all_at(&file, b"FILE 1\n", 0)
+                    .expect("the other program's write");
+                drop(file);
+                backdate(&path);
+            }),
+        );
+        let written = if revert {
+            h.port()
+                .revert(
+                    h.root(),
+                    &[SnapshotPatch {
+                        hash: before.clone(),
+                        files: rels(&["d1/f01.txt"]),
+                    }],
+                    &after,
+                )
+                .await
+                .expect("revert")
+                .written
+        } else {
+            h.port()
+                .restore(h.root(), &before, None)
+                .await
+                .expect("restore")
+                .written
+        };
+        let how = if revert { "revert" } else { "restore" };
+        assert_eq!(written, rels(&["d1/f01.txt"]), "{how}");
+        assert_eq!(
+            fs::read(h.path("d1/f01.txt")).expect("read"),
+            b"FILE 1\n",
+            "{how}: the other program's write stands"
+        );
+        let next = track_as_git(&h, &oracle).await;
+        assert_ne!(
+            next, before,
+            "{how}: the track sees the other program's write"
+        );
+        assert_eq!(
+            track_as_git(&h, &oracle).await,
+            next,
+            "{how}: and so does the one after"
+        );
+    }
 }

@@ -35,6 +35,8 @@ pub(crate) enum Hook {
     Change,
     /// The last moment: after the last look at the file to be replaced, right before the swap.
     Swap,
+    /// Right after the write: the new content stands at the path, its stat data not yet taken.
+    Written,
     /// The walk hook: right before a track's walk looks at a directory (`sub/`).
     Walk,
 }
@@ -66,6 +68,7 @@ pub(crate) fn racing_in(at: &'static str, hook: Hook) -> (GitHarness, Armed) {
             }
             Hook::Change => config.change_hook = Some(Arc::new(run)),
             Hook::Swap => config.swap_hook = Some(Arc::new(run)),
+            Hook::Written => config.written_hook = Some(Arc::new(run)),
             Hook::Walk => config.walk_hook = Some(Arc::new(run)),
         }
     });
