@@ -3687,6 +3687,48 @@ fn name_content_kept_from(store: &Store, actions: &[FileAction], kept: &mut [Kep
 mod tests {
     use super::*;
 
+    /// A temporary file is known by the inode, size and modification time it had once written, which a
+    /// rename and a change of permissions or owner keep (they change the status change time only); any
+    /// other stat data at its name is another file's, or its own rewritten.
+    #[test]
+    fn a_temporary_file_is_known_by_what_a_rename_keeps() {
+        let written = Stat {
+            mode: Mode::File,
+            size: 7,
+            mtime_ns: 1_000,
+            ctime_ns: 1_000,
+            ino: 42,
+            dev: 3,
+        };
+        let temp = |written: Option<Stat>| Temp {
+            file: None,
+            ext4: false,
+            executable: false,
+            permissions: 0o600,
+            owner: (0, 0),
+            written,
+        };
+        let known = temp(Some(written));
+        let renamed = Stat {
+            ctime_ns: 2_000,
+            ..written
+        };
+        assert!(known.wrote(&written));
+        assert!(known.wrote(&renamed));
+        for other in [
+            Stat { ino: 43, ..renamed },
+            Stat { dev: 4, ..renamed },
+            Stat { size: 8, ..renamed },
+            Stat {
+                mtime_ns: 999,
+                ..renamed
+            },
+        ] {
+            assert!(!known.wrote(&other), "{other:?}");
+        }
+        assert!(!temp(None).wrote(&written), "nothing known, nothing taken");
+    }
+
     #[test]
     fn a_scope_holds_its_paths_and_what_lies_below_them() {
         let named = ["a/b".to_owned(), "c".to_owned()];

@@ -244,6 +244,16 @@ impl CacheEntry {
 /// A path an operation wrote (with the written file's stat data and blob) or deleted (none).
 pub type Applied = (String, Option<(Stat, ObjectId)>);
 
+/// Whether every file of `changes` is racy for a cache whose track began at `started_ns`, as each file an
+/// operation writes after that track is: the next track then reads it again, whatever its stat data says
+/// (the operation learns only the file it wrote, but another program's write in the same clock tick would
+/// show the same times). One that is not (a filesystem whose clock lags this one's) must not be learnt.
+fn all_racy(changes: &[Applied], started_ns: i128) -> bool {
+    changes.iter().all(|(_, after)| {
+        after.is_none_or(|(stat, _)| stat.mtime_ns >= started_ns - RACY_MARGIN_NS)
+    })
+}
+
 /// The cache: the last tracked tree and the stat data of its files.
 #[derive(Clone, Debug, Default)]
 pub struct StatCache {
@@ -354,7 +364,10 @@ impl StatCache {
         let Some(mut cache) = StatCache::remembered(&path) else {
             return Ok(());
         };
-        if cache.tree.is_none() || !cache.dirs.contains_key("") {
+        if cache.tree.is_none()
+            || !cache.dirs.contains_key("")
+            || !all_racy(changes, cache.started_ns)
+        {
             cache.keep(&path);
             return Ok(());
         }
@@ -1317,6 +1330,36 @@ mod tests {
         data[..MAGIC.len()].copy_from_slice(b"RWSTAT5\n");
         fs::write(&path, &data).expect("write an old header");
         assert!(StatCache::load(&path).listings.is_empty());
+    }
+
+    /// An operation's writes are learnt only when each is racy for the cache (the next track reads it
+    /// again): modified no earlier than the margin before the cache's track began. Deletions always are.
+    #[test]
+    fn only_files_racy_for_the_cache_are_learnt_from_an_operation() {
+        let id = ObjectId::from_hex(b"0123456789abcdef0123456789abcdef01234567").expect("an id");
+        let written = |path: &str, mtime_ns: i128| {
+            let stat = Stat {
+                mode: Mode::File,
+                size: 3,
+                mtime_ns,
+                ctime_ns: mtime_ns,
+                ino: 6,
+                dev: 7,
+            };
+            (path.to_owned(), Some((stat, id)))
+        };
+        let started = 100 * RACY_MARGIN_NS;
+        let now = written("a", started + 5);
+        let within_the_margin = written("b", started - RACY_MARGIN_NS);
+        let older = written("c", started - RACY_MARGIN_NS - 1);
+        let deleted = ("d".to_owned(), None);
+        assert!(all_racy(&[], started));
+        assert!(all_racy(
+            &[now.clone(), within_the_margin.clone(), deleted.clone()],
+            started
+        ));
+        assert!(!all_racy(&[now, older.clone(), deleted], started));
+        assert!(!all_racy(&[older], started));
     }
 
     /// Entries survive a save and a parse from the file in their order, with paths that share bytes

@@ -756,70 +756,107 @@ async fn a_revert_that_rewrites_files_leaves_the_cache_with_the_trees_of_applied
     assert_eq!(track_as_git(&h, &oracle).await, before);
 }
 
-/// Another program's write right after rewind's, before rewind takes the new file's stat data (in place,
-/// the same size, an old time set back, as `cp -p`, `tar` or `rsync -t` leave a file), is seen by the next
-/// tracks: the stat cache learns only the file rewind wrote. Black-box (the stat-cache fuzz): after such
-/// a race in a restore or an undo, every later track took the file for the blob rewind had written.
+/// What another program does to a file right after rewind wrote it, in the tests below.
+#[derive(Clone, Copy, Debug)]
+enum Rewrite {
+    /// Writes it again in place (the same inode), the same size.
+    InPlace,
+    /// Puts a new file there by rename (another inode), as `tar` or `rsync` do.
+    RenamedOver,
+}
+
+/// How the file is written back: which port method.
+#[derive(Clone, Copy, Debug)]
+enum Writer {
+    Restore,
+    Revert,
+    RestoreSince,
+}
+
+/// Another program's write right after rewind's, before rewind takes the new file's stat data (an old
+/// time set back, as `cp -p`, `tar` or `rsync -t` leave a file), is seen by the next tracks: the stat
+/// cache learns only the file rewind wrote, and here nothing (it is left as it was), so the next track
+/// reads that one file again. Black-box (the stat-cache fuzz): after such a race in a restore or an undo,
+/// every later track took the file for the blob rewind had written.
 #[tokio::test]
 async fn a_write_right_after_a_revert_or_restore_wrote_the_file_is_seen_by_the_next_track() {
-    for revert in [false, true] {
-        let (h, armed) = racing_in("d1/f01.txt", Hook::Written);
-        let oracle = GitOracle::new(None);
-        let before = settled_tree(&h, &oracle).await;
-        edit_by_a_step(&h, &[1]);
-        backdate_dirs(h.root());
-        let after = track_as_git(&h, &oracle).await;
-        arm(
-            &armed,
-            Box::new(|wt: &Path| {
-                let path = wt.join("d1/f01.txt");
-                let file = fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .expect("the other program opens the file rewind wrote");
-                // "file 1\n", the content written, rewritten in place to another of its size.
-                std::os::unix::fs::FileExt::write_all_at(&file, b"FILE 1\n", 0)
-                    .expect("the other program's write");
-                drop(file);
-                backdate(&path);
-            }),
-        );
-        let written = if revert {
-            h.port()
-                .revert(
-                    h.root(),
-                    &[SnapshotPatch {
-                        hash: before.clone(),
-                        files: rels(&["d1/f01.txt"]),
-                    }],
-                    &after,
-                )
-                .await
-                .expect("revert")
-                .written
-        } else {
-            h.port()
-                .restore(h.root(), &before, None)
-                .await
-                .expect("restore")
-                .written
-        };
-        let how = if revert { "revert" } else { "restore" };
-        assert_eq!(written, rels(&["d1/f01.txt"]), "{how}");
-        assert_eq!(
-            fs::read(h.path("d1/f01.txt")).expect("read"),
-            b"FILE 1\n",
-            "{how}: the other program's write stands"
-        );
-        let next = track_as_git(&h, &oracle).await;
-        assert_ne!(
-            next, before,
-            "{how}: the track sees the other program's write"
-        );
-        assert_eq!(
-            track_as_git(&h, &oracle).await,
-            next,
-            "{how}: and so does the one after"
-        );
+    for writer in [Writer::Restore, Writer::Revert, Writer::RestoreSince] {
+        for rewrite in [Rewrite::InPlace, Rewrite::RenamedOver] {
+            let how = format!("{writer:?}, {rewrite:?}");
+            let (h, armed) = racing_in("d1/f01.txt", Hook::Written);
+            let oracle = GitOracle::new(None);
+            let before = settled_tree(&h, &oracle).await;
+            edit_by_a_step(&h, &[1]);
+            backdate_dirs(h.root());
+            let after = track_as_git(&h, &oracle).await;
+            arm(
+                &armed,
+                Box::new(move |wt: &Path| {
+                    // "file 1\n", the content written, rewritten to another of its size.
+                    let path = wt.join("d1/f01.txt");
+                    match rewrite {
+                        Rewrite::InPlace => {
+                            let file = fs::OpenOptions::new()
+                                .write(true)
+                                .open(&path)
+                                .expect("the other program opens the file rewind wrote");
+                            std::os::unix::fs::FileExt::write_all_at(&file, b"FILE 1\n", 0)
+                                .expect("the other program's write");
+                        }
+                        Rewrite::RenamedOver => {
+                            let new = wt.join("d1/.other-program");
+                            fs::write(&new, b"FILE 1\n").expect("the other program's file");
+                            fs::rename(&new, &path).expect("the other program's rename");
+                        }
+                    }
+                    backdate(&path);
+                }),
+            );
+            let files = rels(&["d1/f01.txt"]);
+            let written = match writer {
+                Writer::Restore => h
+                    .port()
+                    .restore(h.root(), &before, None)
+                    .await
+                    .map(|outcome| outcome.written),
+                Writer::Revert => h
+                    .port()
+                    .revert(
+                        h.root(),
+                        &[SnapshotPatch {
+                            hash: before.clone(),
+                            files: files.clone(),
+                        }],
+                        &after,
+                    )
+                    .await
+                    .map(|outcome| outcome.written),
+                Writer::RestoreSince => h
+                    .port()
+                    .restore_since(h.root(), &before, files.clone(), &after)
+                    .await
+                    .map(|outcome| outcome.written),
+            }
+            .unwrap_or_else(|e| panic!("{how}: {e}"));
+            assert_eq!(written, files, "{how}");
+            assert_eq!(
+                fs::read(h.path("d1/f01.txt")).expect("read"),
+                b"FILE 1\n",
+                "{how}: the other program's write stands"
+            );
+            let next = h.track().await;
+            assert_eq!(
+                next.id.as_str(),
+                oracle.write_tree(h.root()),
+                "{how}: the track sees the other program's write"
+            );
+            assert_ne!(next.id, before, "{how}");
+            assert_eq!(next.hashed, 1, "{how}: only that file is read again");
+            assert_eq!(
+                track_as_git(&h, &oracle).await,
+                next.id,
+                "{how}: and the track after"
+            );
+        }
     }
 }
