@@ -58,6 +58,12 @@ static MEMO: LazyLock<Mutex<HashMap<PathBuf, StatCache>>> = LazyLock::new(Mutex:
 /// whose timestamps are as coarse as one second).
 const RACY_MARGIN_NS: i128 = 1_000_000_000;
 
+/// Whether something modified at `mtime_ns` is racy for a cache whose track began at `started_ns`: its
+/// stat data then cannot tell a later change in the same clock tick, so it is read again.
+fn racy(mtime_ns: i128, started_ns: i128) -> bool {
+    mtime_ns >= started_ns - RACY_MARGIN_NS
+}
+
 /// The stat data that decides whether a file must be hashed again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stat {
@@ -230,14 +236,14 @@ impl CacheEntry {
     /// Whether this entry, in a cache written by a track that began at `cache_started_ns`, answers for a
     /// file whose stat data is now `stat`: the same, and not racy.
     pub fn answers(&self, stat: &Stat, cache_started_ns: i128) -> bool {
-        self.stat == *stat && self.stat.mtime_ns < cache_started_ns - RACY_MARGIN_NS
+        self.stat == *stat && !racy(self.stat.mtime_ns, cache_started_ns)
     }
 
     /// Whether a cache that a track starting at `started_ns` wrote would still count a file whose stat
     /// data is now `stat` as racy, with this entry's stat data: saving such a cache would teach the next
     /// track nothing.
     pub fn stays_racy(&self, stat: &Stat, started_ns: i128) -> bool {
-        self.stat == *stat && stat.mtime_ns >= started_ns - RACY_MARGIN_NS
+        self.stat == *stat && racy(stat.mtime_ns, started_ns)
     }
 }
 
@@ -249,9 +255,9 @@ pub type Applied = (String, Option<(Stat, ObjectId)>);
 /// (the operation learns only the file it wrote, but another program's write in the same clock tick would
 /// show the same times). One that is not (a filesystem whose clock lags this one's) must not be learnt.
 fn all_racy(changes: &[Applied], started_ns: i128) -> bool {
-    changes.iter().all(|(_, after)| {
-        after.is_none_or(|(stat, _)| stat.mtime_ns >= started_ns - RACY_MARGIN_NS)
-    })
+    changes
+        .iter()
+        .all(|(_, after)| after.is_none_or(|(stat, _)| racy(stat.mtime_ns, started_ns)))
 }
 
 /// The cache: the last tracked tree and the stat data of its files.
@@ -325,7 +331,7 @@ impl StatCache {
         stat: &DirStat,
     ) -> Result<Listing, Option<Box<Listing>>> {
         let listing = self.listings.remove(dir).ok_or(None)?;
-        let racy = listing.stat.mtime_ns >= self.started_ns - RACY_MARGIN_NS;
+        let racy = racy(listing.stat.mtime_ns, self.started_ns);
         if listing.stat == *stat && !racy {
             Ok(listing)
         } else {
@@ -336,7 +342,7 @@ impl StatCache {
     /// Whether a listing taken now would still be racy in a cache written by a track that started at
     /// `started_ns`.
     pub fn listing_stays_racy(listing: &Listing, started_ns: i128) -> bool {
-        listing.stat.mtime_ns >= started_ns - RACY_MARGIN_NS
+        racy(listing.stat.mtime_ns, started_ns)
     }
 
     /// Takes in what a revert or restore just did to the worktree (each touched path with the stat data and
