@@ -208,10 +208,16 @@ impl PartialSchema for NewPart {
 
 impl ToSchema for NewPart {
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        push::<PartId>(schemas);
-        push::<SessionId>(schemas);
-        push::<MessageId>(schemas);
+        push_part_ids(schemas);
     }
+}
+
+/// The schemas of the three ids a part names (its own, its session's and its message's), which both what a
+/// client sends and what rewind answers refer to.
+fn push_part_ids(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+    push::<PartId>(schemas);
+    push::<SessionId>(schemas);
+    push::<MessageId>(schemas);
 }
 
 impl PartialSchema for Part {
@@ -230,9 +236,7 @@ impl PartialSchema for Part {
 
 impl ToSchema for Part {
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        push::<PartId>(schemas);
-        push::<SessionId>(schemas);
-        push::<MessageId>(schemas);
+        push_part_ids(schemas);
         push::<PartBody>(schemas);
     }
 }
