@@ -2,7 +2,7 @@
 //! deleted; no write goes through a symlink or outside the worktree; every write is a temporary file renamed
 //! over the target; and nothing that is not tracked content at that moment is overwritten or deleted.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
@@ -10,6 +10,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use gix::ObjectId;
@@ -25,7 +26,7 @@ use crate::error::{GitError, GitResult};
 use crate::ignore::{Ignores, OutsideRule};
 use crate::odb::{Kind, Odb};
 use crate::replace::{Held, Releases, preallocate};
-use crate::stat_cache::{Applied, Stat, StatCache};
+use crate::stat_cache::{Applied, DirStat, Stat, StatCache};
 use crate::store::{HiddenRules, NestedRoots, SnapshotRecord, Store, is_temp_name, temp_name};
 use crate::track::track;
 use crate::tree::{self, Change as TreeChange, Entry, LazyTree, Mode, diff_trees, edit};
@@ -67,6 +68,69 @@ fn look(path: &Path) -> GitResult<(OnDisk, Option<Stat>)> {
             Ok((OnDisk::Absent, None))
         }
         Err(e) => Err(GitError::io(path, e)),
+    }
+}
+
+/// `on_disk` of a directory's path, with its stat data when it is a directory (`DirStat`, as the walk's
+/// listings record it).
+fn look_dir(path: &Path) -> GitResult<DirLook> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok((OnDisk::Dir, Some(DirStat::of(&meta)))),
+        Ok(meta) if meta.file_type().is_symlink() => Ok((OnDisk::Symlink, None)),
+        Ok(_) => Ok((OnDisk::File, None)),
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error())
+                || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) =>
+        {
+            Ok((OnDisk::Absent, None))
+        }
+        Err(e) => Err(GitError::io(path, e)),
+    }
+}
+
+/// What a look at a directory's path found (`look_dir`).
+type DirLook = (OnDisk, Option<DirStat>);
+
+/// What the last track's listing of a directory says of the names that decide its ignore rules and
+/// whether it is a git directory.
+#[derive(Clone, Copy, Debug)]
+struct ListedDir {
+    /// The directory's stat data when it was listed.
+    stat: DirStat,
+    /// Whether it held a `.gitignore` (of any kind).
+    gitignore: bool,
+    /// Whether it held a `.git` (of any kind: a nested repository's root, or a submodule's).
+    dot_git: bool,
+    /// Whether it held `objects`, `refs` and `HEAD`, the names a git directory has (`laid_out_as_git_dir`
+    /// then looks at them).
+    git_dir_names: bool,
+}
+
+impl ListedDir {
+    /// Those of the listings of the stat cache this process keeps for `store` (none when it keeps none)
+    /// that are not racy, by directory (`a/b`; the root, whose rules are always read, left out).
+    fn kept(store: &Store) -> HashMap<String, ListedDir> {
+        StatCache::peek_kept(&store.stat_cache_path(), |cache| {
+            cache
+                .listings
+                .iter()
+                .filter(|(dir, listing)| {
+                    !dir.is_empty() && !StatCache::listing_stays_racy(listing, cache.started_ns)
+                })
+                .map(|(dir, listing)| {
+                    let has = |name: &str| listing.entries.iter().any(|e| e.name == name);
+                    let listed = ListedDir {
+                        stat: listing.stat,
+                        gitignore: has(".gitignore"),
+                        dot_git: has(".git"),
+                        git_dir_names: has("objects") && has("refs") && has("HEAD"),
+                    };
+                    (dir.trim_end_matches('/').to_owned(), listed)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
     }
 }
 
@@ -120,12 +184,20 @@ struct TrackedNow<'a> {
     /// The `.gitignore` text of each directory looked at, read once per operation.
     rules: RefCell<HashMap<String, Option<String>>>,
     /// The rules in force for the entries of each directory looked at (none when the directory itself is
-    /// ignored), built once per operation from the texts above.
-    dir_rules: RefCell<HashMap<String, Option<Ignores>>>,
-    /// While planning (nothing is changed yet), what each parent directory was found to be, so the same
-    /// directory is not looked at again for every file in it. Off while changes are made: every parent is
-    /// then checked right before it is used.
-    planning_dirs: RefCell<Option<HashMap<String, OnDisk>>>,
+    /// ignored), built once per operation from the texts above. A directory with no `.gitignore` of its
+    /// own and no nested repository shares its parent's (a revert of 1,000 files in a worktree of
+    /// 100,000 cloned the rules for each of its files and each of their directories).
+    dir_rules: RefCell<HashMap<String, Option<Rc<Ignores>>>>,
+    /// While planning (nothing is changed yet), what each parent directory was found to be, with its stat
+    /// data when a directory, so the same directory is not looked at again for every file in it. Off while
+    /// changes are made: every parent is then checked right before it is used.
+    planning_dirs: RefCell<Option<HashMap<String, DirLook>>>,
+    /// What the last track's listings say of each directory (`a/b`), for those that were not racy, from
+    /// the stat cache this process keeps (none when it keeps none: nothing is read for it). While
+    /// planning, a directory found with the stat data its listing was taken with holds the names it held
+    /// then (a name made, removed or renamed in it changes its times), so the looks for names it did not
+    /// hold are not made (`listed_now`). Taken when first needed.
+    listed: OnceCell<HashMap<String, ListedDir>>,
     /// The tests' read fault hook (`GitStoreConfig::read_fault`).
     read_fault: Option<crate::config::ReadFault>,
 }
@@ -148,13 +220,14 @@ impl<'a> TrackedNow<'a> {
             rules: Default::default(),
             dir_rules: Default::default(),
             planning_dirs: RefCell::new(Some(HashMap::new())),
+            listed: OnceCell::new(),
             read_fault: config.read_fault.clone(),
         })
     }
 
     /// What stands at worktree directory `dir`, remembered while planning.
     fn dir_on_disk(&self, dir: &str) -> GitResult<OnDisk> {
-        if let Some(known) = self
+        if let Some((known, _)) = self
             .planning_dirs
             .borrow()
             .as_ref()
@@ -162,11 +235,23 @@ impl<'a> TrackedNow<'a> {
         {
             return Ok(known);
         }
-        let found = on_disk(&self.store.worktree.join(dir))?;
+        let found = look_dir(&self.store.worktree.join(dir))?;
         if let Some(memo) = self.planning_dirs.borrow_mut().as_mut() {
             memo.insert(dir.to_owned(), found);
         }
-        Ok(found)
+        Ok(found.0)
+    }
+
+    /// What the last track's listing of directory `dir` says, when planning found the directory with the
+    /// stat data the listing was taken with (so it holds the same names).
+    fn listed_now(&self, dir: &str) -> Option<ListedDir> {
+        let planning = self.planning_dirs.borrow();
+        let (_, stat) = planning.as_ref()?.get(dir)?;
+        let listed = self
+            .listed
+            .get_or_init(|| ListedDir::kept(self.store))
+            .get(dir)?;
+        (*stat == Some(listed.stat)).then_some(*listed)
     }
 
     /// Planning is over: from now on every parent is looked at when it is used.
@@ -198,26 +283,41 @@ impl<'a> TrackedNow<'a> {
 
     /// The rules in force for the entries of directory `dir` (`""` or `a/b`), or none when `dir` or a
     /// directory above it is ignored (as `Ignores::is_path_ignored` decides, one directory at a time).
-    fn rules_for(&self, dir: &str) -> GitResult<Option<Ignores>> {
+    fn rules_for(&self, dir: &str) -> GitResult<Option<Rc<Ignores>>> {
         if let Some(known) = self.dir_rules.borrow().get(dir) {
             return Ok(known.clone());
         }
         let rules = if dir.is_empty() {
             self.ignores
                 .rules_below_root(self.gitignore_text("")?.as_deref())
+                .map(Rc::new)
         } else {
             let parent = dir.rsplit_once('/').map_or("", |(parent, _)| parent);
             match self.rules_for(parent)? {
                 Some(rules) if rules.is_ignored(dir, true) => None,
-                Some(mut rules) => {
-                    let slashed = format!("{dir}/");
-                    if let Some(exclude) =
+                Some(rules) => {
+                    let listed = self.listed_now(dir);
+                    let exclude = if listed.is_some_and(|listed| !listed.dot_git) {
+                        None
+                    } else {
                         crate::ignore::nested_repository_exclude(&self.store.worktree.join(dir))?
-                    {
-                        rules = rules.nested(&slashed, exclude.as_deref());
+                    };
+                    let text = if listed.is_some_and(|listed| !listed.gitignore) {
+                        None
+                    } else {
+                        self.gitignore_text(dir)?
+                    };
+                    if exclude.is_none() && text.is_none() {
+                        Some(rules)
+                    } else {
+                        let slashed = format!("{dir}/");
+                        let mut rules = match exclude {
+                            Some(exclude) => rules.nested(&slashed, exclude.as_deref()),
+                            None => Ignores::clone(&rules),
+                        };
+                        rules.push_dir(&slashed, text.as_deref());
+                        Some(Rc::new(rules))
                     }
-                    rules.push_dir(&slashed, self.gitignore_text(dir)?.as_deref());
-                    Some(rules)
                 }
                 None => None,
             }
@@ -262,7 +362,10 @@ impl<'a> TrackedNow<'a> {
         if let Some(known) = self.git_dirs.borrow().get(dir) {
             return *known;
         }
-        let found = crate::store::laid_out_as_git_dir(&self.store.worktree.join(dir));
+        let found = self
+            .listed_now(dir)
+            .is_none_or(|listed| listed.git_dir_names)
+            && crate::store::laid_out_as_git_dir(&self.store.worktree.join(dir));
         self.git_dirs.borrow_mut().insert(dir.to_owned(), found);
         found
     }

@@ -52,8 +52,39 @@ const MEMO_STORES: usize = 8;
 /// The cache each store of this process last saved, or loaded and handed back unchanged, with the
 /// generation its file holds: a load whose file still starts with that generation takes it from here
 /// instead of parsing the file (a long-running server loads the same cache for every operation). Any
-/// other process's save writes a new random generation.
-static MEMO: LazyLock<Mutex<HashMap<PathBuf, StatCache>>> = LazyLock::new(Mutex::default);
+/// other process's save writes a new random generation. Each is kept with when it was last kept (a
+/// count): when a store past `MEMO_STORES` comes, the one kept longest ago goes.
+static MEMO: LazyLock<Mutex<Memo>> = LazyLock::new(Mutex::default);
+
+#[derive(Default)]
+struct Memo {
+    caches: HashMap<PathBuf, (u64, StatCache)>,
+    kept: u64,
+}
+
+impl Memo {
+    /// Keeps `cache` as the one of `path`; when that makes more than `MEMO_STORES`, the cache kept longest
+    /// ago goes (a server working on many worktrees keeps those it works on).
+    fn keep(&mut self, path: &Path, cache: StatCache) {
+        if self.caches.len() >= MEMO_STORES
+            && !self.caches.contains_key(path)
+            && let Some(oldest) = self
+                .caches
+                .iter()
+                .min_by_key(|(_, (kept, _))| *kept)
+                .map(|(path, _)| path.clone())
+        {
+            self.caches.remove(&oldest);
+        }
+        self.kept += 1;
+        self.caches.insert(path.to_path_buf(), (self.kept, cache));
+    }
+
+    /// Takes the cache kept for `path`.
+    fn take(&mut self, path: &Path) -> Option<StatCache> {
+        self.caches.remove(path).map(|(_, cache)| cache)
+    }
+}
 /// How close to the start of a track a modification counts as racy, in nanoseconds (covers filesystems
 /// whose timestamps are as coarse as one second).
 const RACY_MARGIN_NS: i128 = 1_000_000_000;
@@ -490,8 +521,17 @@ impl StatCache {
         let remembered = MEMO
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(path)?;
+            .take(path)?;
         (file_generation(path) == Some(remembered.generation)).then_some(remembered)
+    }
+
+    /// Runs `f` on the copy kept in memory, when this process keeps one that the file still holds; none
+    /// otherwise (the file is not read).
+    pub fn peek_kept<T>(path: &Path, f: impl FnOnce(&StatCache) -> T) -> Option<T> {
+        let cache = StatCache::remembered(path)?;
+        let out = f(&cache);
+        cache.keep(path);
+        Some(out)
     }
 
     /// Runs `f` on the cache without taking it: the copy in memory is handed back after; one read from
@@ -1053,11 +1093,9 @@ fn file_generation(path: &Path) -> Option<u64> {
 }
 
 fn remember(path: &Path, cache: StatCache) {
-    let mut memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
-    if memo.len() >= MEMO_STORES && !memo.contains_key(path) {
-        memo.clear();
-    }
-    memo.insert(path.to_path_buf(), cache);
+    MEMO.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .keep(path, cache);
 }
 
 /// Appends `n` in 7-bit groups, low first, the high bit set on all but the last.
@@ -1566,6 +1604,30 @@ mod tests {
             StatCache::load(&path).listings,
             listing_at(50 * RACY_MARGIN_NS).0.listings
         );
+    }
+
+    /// Past `MEMO_STORES` stores, the cache kept longest ago gives way, not every cache (a revert's plan
+    /// reads the listings of the cache its track kept a moment before, while other stores come and go).
+    #[test]
+    fn the_cache_kept_longest_ago_gives_way_to_another_store_s() {
+        let mut memo = Memo::default();
+        let path = |n: usize| PathBuf::from(format!("/stores/{n}/stat-cache"));
+        let cache = |n: usize| StatCache {
+            started_ns: n as i128,
+            ..StatCache::default()
+        };
+        for n in 0..MEMO_STORES {
+            memo.keep(&path(n), cache(n));
+        }
+        // Store 0 is used again (taken and kept back): store 1 is now the one kept longest ago.
+        let again = memo.take(&path(0)).expect("store 0 is kept");
+        memo.keep(&path(0), again);
+        memo.keep(&path(MEMO_STORES), cache(MEMO_STORES));
+        assert!(memo.take(&path(1)).is_none(), "store 1 gave way");
+        for n in (0..=MEMO_STORES).filter(|n| *n != 1) {
+            let kept = memo.take(&path(n)).map(|cache| cache.started_ns);
+            assert_eq!(kept, Some(n as i128), "store {n} is still kept");
+        }
     }
 
     /// The copy in memory is used only while the file holds its generation: a cache another process saved

@@ -186,6 +186,14 @@ pub struct GitHarness {
 }
 
 impl GitHarness {
+    /// Makes any read of `path` fail from now on (the fault hook), without touching it: for a file that
+    /// does not exist, whose read must not even be tried.
+    pub fn fail_reads_of(&self, path: &str) {
+        self.failing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_owned());
+    }
     /// A plain-directory worktree with the default configuration (no global excludes file).
     pub fn new() -> Self {
         GitHarness::with_config(|_, _| {})

@@ -621,6 +621,38 @@ async fn file_ignored_by_global_excludes_at_step_start_survives_revert() {
     .await;
 }
 
+/// A revert's plan learns from the last track's listings which directories hold no `.gitignore` (and no
+/// nested repository), when it finds a directory with the stat data it was listed with; a directory
+/// changed since is looked at again. A `.gitignore` made after the track that `base` came from, in a
+/// directory listed without one, ignores the file the revert would overwrite: the file is kept, as it is.
+/// The directory listed without one and unchanged since is not asked for it (a read there would fail the
+/// revert).
+#[tokio::test]
+async fn a_gitignore_made_after_the_revert_s_track_is_obeyed_and_none_is_looked_for_where_none_was_listed()
+ {
+    let h = GitHarness::new();
+    h.write("d/secret.txt", b"v1\n");
+    h.write("e/plain.txt", b"p1\n");
+    let start = h.id().await;
+    h.write("d/secret.txt", b"v2\n");
+    h.write("e/plain.txt", b"p2\n");
+    // Listed more than a second after their last change, the directories' listings are not racy.
+    backdate_dirs(h.root());
+    let base = h.id().await;
+    h.write("d/.gitignore", b"secret.txt\n");
+    h.fail_reads_of("e/.gitignore");
+
+    let patches = one_patch(&start, &["d/secret.txt", "e/plain.txt"]);
+    let outcome = h
+        .port()
+        .revert(h.root(), &patches, &base)
+        .await
+        .expect("revert");
+    assert_eq!(kept_paths(&outcome.kept), ["d/secret.txt"]);
+    assert_eq!(h.read("d/secret.txt"), text("v2\n"));
+    assert_eq!(h.read("e/plain.txt"), text("p1\n"));
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // (d) Byte-exact content.
 
