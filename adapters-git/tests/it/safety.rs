@@ -1105,6 +1105,65 @@ fn fifo_is_skipped_and_never_opened() {
     assert!(meta.file_type().is_fifo());
 }
 
+/// A tracked file that a step replaced by a FIFO (never tracked content) left the tracked content as a
+/// deleted file does: it is in the step's changes. Undoing the step leaves the FIFO as it is (never opened)
+/// and names the snapshot holding the file; once the FIFO is gone, the next undo puts the file back.
+#[test]
+fn a_tracked_file_a_step_replaced_by_a_fifo_is_in_its_changes_and_comes_back_once_the_fifo_is_gone()
+{
+    let h = GitHarness::new();
+    h.write("a.txt", b"precious\n");
+    h.write("b.txt", b"b1\n");
+    let start = runtime().block_on(h.id());
+    fs::remove_file(h.path("a.txt")).expect("remove a.txt");
+    let fifo = h.path("a.txt");
+    let status = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success(), "mkfifo failed");
+    h.write("b.txt", b"b2\n");
+
+    let (worker, from) = (h.clone(), start.clone());
+    let (outcome, changed) = within_deadline("track_changes", &fifo, move || {
+        runtime().block_on(worker.port().track_changes(worker.root(), &from))
+    })
+    .expect("track_changes");
+    assert_eq!(changed.expect("the changes"), rels(&["a.txt", "b.txt"]));
+    let skipped: Vec<(&str, &SkipReason)> = outcome
+        .skipped
+        .iter()
+        .map(|s| (s.path.as_str(), &s.reason))
+        .collect();
+    assert_eq!(skipped, [("a.txt", &SkipReason::Special)]);
+
+    let patches = one_patch(&start, &["a.txt", "b.txt"]);
+    let (worker, undo, base) = (h.clone(), patches.clone(), outcome.id.clone());
+    let undone = within_deadline("revert", &fifo, move || {
+        runtime().block_on(worker.port().revert(worker.root(), &undo, &base))
+    })
+    .expect("revert");
+    assert_eq!(undone.written, rels(&["b.txt"]), "{undone:?}");
+    assert_eq!(kept_paths(&undone.kept), ["a.txt"]);
+    assert_eq!(undone.kept[0].from.as_ref(), Some(&start));
+    assert!(
+        fs::symlink_metadata(&fifo)
+            .expect("the FIFO is still there")
+            .file_type()
+            .is_fifo()
+    );
+    assert_eq!(h.read("b.txt"), text("b1\n"));
+
+    fs::remove_file(&fifo).expect("the user removes the FIFO");
+    let base = runtime().block_on(h.id());
+    let again = runtime()
+        .block_on(h.port().revert(h.root(), &patches, &base))
+        .expect("revert");
+    assert_eq!(again.written, rels(&["a.txt", "b.txt"]), "{again:?}");
+    assert!(again.kept.is_empty(), "{again:?}");
+    assert_eq!(h.read("a.txt"), text("precious\n"));
+}
+
 /// A step that modified `a.txt` and `b.txt` and created `new.txt`: the snapshot at its start, its patch, and
 /// the pre-revert snapshot.
 async fn step_with_patch(h: &GitHarness) -> (SnapshotId, Vec<SnapshotPatch>, SnapshotId) {

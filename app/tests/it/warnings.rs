@@ -346,10 +346,13 @@ fn collect_skipped(value: &serde_json::Value, found: &mut Vec<Vec<String>>) {
 }
 
 /// SPEC 4: a file a turn's snapshots leave out cannot be undone, and the user should know. `exec` says so
-/// as the turn ends (on stderr, and in `--json`), and `log` lists as the step's files only what `undo`
-/// takes back: a tracked file the command replaced by a FIFO is named in the warning, not as deleted.
+/// as the turn ends (on stderr, and in `--json`). A tracked file the command replaced by a FIFO left the
+/// tracked content (SPEC 2.4 `changed_files`: deleted): the step's files name it, and `undo` puts it back
+/// once the FIFO is moved away; while the FIFO stands, the undo leaves it and names the snapshot holding
+/// the file (black-box: with the FIFO removed before the undo, the file never came back, and nothing said
+/// so).
 #[test]
-fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_takes_back() {
+fn exec_names_the_files_its_snapshots_left_out_and_the_file_a_fifo_replaced_comes_back() {
     let env = Env::plain();
     env.exec_sh("printf 'x\\n' > x; printf 'y\\n' > y");
     let worktree = env.path().canonicalize().expect("canonical");
@@ -372,7 +375,7 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
             && stderr.contains(&format!("    {}", x.display())),
         "{stderr}"
     );
-    assert!(stderr.contains("(1 file changed)"), "{stderr}");
+    assert!(stderr.contains("(2 files changed)"), "{stderr}");
 
     let log = env.json(&["log"]);
     let steps = log["messages"][3]["steps"].as_array().expect("steps");
@@ -382,7 +385,7 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
         .iter()
         .map(|f| f["file"].as_str().expect("file"))
         .collect();
-    assert_eq!(files, ["y"], "{log:#}");
+    assert_eq!(files, ["x", "y"], "{log:#}");
 
     // A file over the size cap that the command creates: named in `exec --json`'s warnings.
     let report = env.json(&[
@@ -440,6 +443,26 @@ fn exec_names_the_files_its_snapshots_left_out_and_log_lists_only_what_undo_take
     env.ok(&["redo"]);
     let again = env.json(&["undo"]);
     assert_eq!(again["warnings"], serde_json::json!([]), "{again:#}");
+}
+
+/// A turn replaced a tracked file by a FIFO, and the user removed the FIFO before the undo: the undo puts
+/// the file back (black-box: it was in no patch, so it never came back, and nothing said so).
+#[test]
+fn an_undo_puts_back_a_file_its_turn_replaced_by_a_fifo_the_user_removed() {
+    let env = Env::plain();
+    env.exec_sh("printf 'precious\\n' > a; printf 'b\\n' > b");
+    env.exec_sh("rm a; mkfifo a; printf 'b2\\n' > b");
+    std::fs::remove_file(env.path().join("a")).expect("rm the FIFO");
+    let undo = env.json(&["undo"]);
+    assert_eq!(undo["warnings"], serde_json::json!([]), "{undo:#}");
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("a")).expect("a is back"),
+        "precious\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("b")).expect("read"),
+        "b\n"
+    );
 }
 
 /// A tracked file whose place a directory ignored as one takes (`build/` in `.gitignore`, a file named

@@ -385,13 +385,11 @@ impl Rewind {
 
     /// The files a revert to `point` cannot put back: the snapshot it goes back to (the start of the
     /// earliest step it undoes: the first hidden patch's `hash`, or the first hidden step start when that
-    /// comes first, as for a turn whose only change was to put a FIFO in place of a file) has a file
-    /// there, and what stands there now is left out of every snapshot (a FIFO or another special file, an
-    /// untracked file over the size cap), which the revert leaves as it is (no patch names it when the
-    /// turn made it; the plan keeps it when the user did). Named in a warning with that snapshot, which
-    /// holds the earlier content. No warning when there is nothing left out, no hidden step, or the trees
-    /// cannot be compared (the revert must not fail for a warning; one whose snapshot is gone fails on its
-    /// own).
+    /// comes first) has a file there, and what stands there now is left out of every snapshot (a FIFO or
+    /// another special file, an untracked file over the size cap), which the revert leaves as it is (the
+    /// plan keeps it). Named in a warning with that snapshot, which holds the earlier content. No warning
+    /// when there is nothing left out, no hidden step, or the trees cannot be compared (the revert must
+    /// not fail for a warning; one whose snapshot is gone fails on its own).
     async fn left_out_warning(
         &self,
         session: &Session,
@@ -524,11 +522,14 @@ impl Rewind {
         }
         // Files this revert overwrote whose content no step of this session produced: edited by the user or
         // another session, between two steps or after the last one. They stay recoverable from the
-        // pre-revert snapshot, which holds their current content.
+        // pre-revert snapshot, which holds their current content. A file written again with the content it
+        // had (a file the user had already put back as it was) lost nothing, and is not named.
+        let differs: BTreeSet<&str> = diffs.files.iter().map(|d| d.file.as_str()).collect();
         let touched: BTreeSet<RelPath> = outcome
             .written
             .iter()
             .chain(&outcome.deleted)
+            .filter(|path| differs.contains(path.as_str()))
             .cloned()
             .collect();
         if !touched.is_empty() {

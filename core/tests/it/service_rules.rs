@@ -6,9 +6,10 @@ use std::sync::Arc;
 use mockall::Sequence;
 use mockall::predicate::always;
 use rewind_core::model::{
-    EventPayload, Holder, HolderKind, Lease, LeaseKey, LeaseTake, LeaseToken, MessageWithParts,
-    OpenStep, PartBody, ProcessIdentity, RelPath, RestoreOutcome, RevertDescriptor, RevertDiffs,
-    RevertOutcome, Session, SessionTime, SnapshotId, Tokens, TrackOutcome,
+    EventPayload, FileDiff, FileStatus, Holder, HolderKind, Lease, LeaseKey, LeaseTake, LeaseToken,
+    MessageWithParts, OpenStep, PartBody, ProcessIdentity, RelPath, RestoreOutcome,
+    RevertDescriptor, RevertDiffs, RevertOutcome, Session, SessionTime, SnapshotId, Tokens,
+    TrackOutcome,
 };
 use rewind_core::ports::MockSnapshotPort;
 use rewind_core::testkit::FakeHost;
@@ -482,9 +483,20 @@ fn a_second_revert_first_undoes_the_first_scoped_as_unrevert() {
         .expect_revert_diffs()
         .times(1)
         .returning(|_, _, _| {
+            // The files the revert wrote and deleted, which the pre-revert snapshot held otherwise.
+            let diff = |file: &str, status| FileDiff {
+                file: file.to_owned(),
+                patch: String::new(),
+                additions: 1,
+                deletions: 1,
+                status,
+            };
             Ok(RevertDiffs {
                 text: "diff".to_owned(),
-                files: Vec::new(),
+                files: vec![
+                    diff("a.txt", FileStatus::Modified),
+                    diff("b.txt", FileStatus::Added),
+                ],
             })
         });
     snapshots
