@@ -1318,14 +1318,18 @@ fn holder_pid(holder: &str) -> Option<u32> {
     holder.split_whitespace().next()?.parse().ok()
 }
 
-/// Writes this process's id and start time into the lock file it has just locked.
+/// Writes this process's id and start time into the lock file it has just locked: over the last holder's
+/// name, then cut to its own length, so the file never reads empty. A waiter reads the first two fields,
+/// and names this process even while a longer last name's end is still there; an empty file names no one,
+/// and a holder stopped right after emptying it was waited for without a word until the lock wait ran
+/// out (black-box: 3 in 40 random stops of an `undo`, its thread in `ftruncate`).
 fn write_holder(file: &File, path: &Path) -> GitResult<()> {
     use std::os::unix::fs::FileExt as _;
     let me = std::process::id();
     let start = process_state(me).map_or(0, |(_, start)| start);
     let name = format!("{me} {start}\n");
-    file.set_len(0)
-        .and_then(|()| file.write_all_at(name.as_bytes(), 0))
+    file.write_all_at(name.as_bytes(), 0)
+        .and_then(|()| file.set_len(name.len() as u64))
         .map_err(|e| GitError::io(path, e))
 }
 
@@ -1422,6 +1426,25 @@ pub fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lock file names its new holder, whatever the last one's name was, and only it.
+    #[test]
+    fn the_lock_file_names_its_holder_alone() {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        let path = temp.path().join("lock");
+        let me = std::process::id();
+        let expected = format!("{me} {}\n", process_state(me).map_or(0, |(_, start)| start));
+        for last in ["", "1 2\n", "4194304 18446744073709551615\n"] {
+            fs::write(&path, last).expect("the last holder's name");
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .expect("open");
+            write_holder(&file, &path).expect("write the holder");
+            assert_eq!(fs::read_to_string(&path).expect("read"), expected);
+        }
+    }
 
     /// gc cuts the log of returned ids to its grace period, but keeps its last line, however old: the
     /// snapshot returned last, which a track asks about files grown past the size cap (`newest_returned`).
