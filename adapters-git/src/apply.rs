@@ -47,8 +47,8 @@ fn on_disk(path: &Path) -> GitResult<OnDisk> {
 /// What stands at `path`, with its stat data when it is a file or symlink: the identity a write or delete
 /// checks again right before it changes the path (`standing`).
 fn look(path: &Path) -> GitResult<(OnDisk, Option<Stat>)> {
-    match fs::symlink_metadata(path) {
-        Ok(meta) => {
+    Ok(match lstat(path)? {
+        Some(meta) => {
             let kind = if meta.file_type().is_symlink() {
                 OnDisk::Symlink
             } else if meta.is_dir() {
@@ -56,34 +56,35 @@ fn look(path: &Path) -> GitResult<(OnDisk, Option<Stat>)> {
             } else {
                 OnDisk::File
             };
-            Ok((kind, Mode::of_file(&meta).map(|mode| Stat::of(&meta, mode))))
+            (kind, Mode::of_file(&meta).map(|mode| Stat::of(&meta, mode)))
         }
-        // A parent that is not a directory (ENOTDIR), or a symlink that loops (ELOOP: `sub -> sub` makes
-        // `sub/x` unresolvable): nothing stands at the path as a worktree path.
-        Err(e)
-            if e.kind() == io::ErrorKind::NotFound
-                || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error())
-                || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) =>
-        {
-            Ok((OnDisk::Absent, None))
-        }
-        Err(e) => Err(GitError::io(path, e)),
-    }
+        None => (OnDisk::Absent, None),
+    })
 }
 
 /// `on_disk` of a directory's path, with its stat data when it is a directory (`DirStat`, as the walk's
 /// listings record it).
 fn look_dir(path: &Path) -> GitResult<DirLook> {
+    Ok(match lstat(path)? {
+        Some(meta) if meta.is_dir() => (OnDisk::Dir, Some(DirStat::of(&meta))),
+        Some(meta) if meta.file_type().is_symlink() => (OnDisk::Symlink, None),
+        Some(_) => (OnDisk::File, None),
+        None => (OnDisk::Absent, None),
+    })
+}
+
+/// The `lstat` of `path`; none when nothing stands there as a worktree path: absent, below a parent that
+/// is not a directory (ENOTDIR), or below a symlink that loops (ELOOP: `sub -> sub` makes `sub/x`
+/// unresolvable).
+fn lstat(path: &Path) -> GitResult<Option<fs::Metadata>> {
     match fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => Ok((OnDisk::Dir, Some(DirStat::of(&meta)))),
-        Ok(meta) if meta.file_type().is_symlink() => Ok((OnDisk::Symlink, None)),
-        Ok(_) => Ok((OnDisk::File, None)),
+        Ok(meta) => Ok(Some(meta)),
         Err(e)
             if e.kind() == io::ErrorKind::NotFound
                 || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error())
                 || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) =>
         {
-            Ok((OnDisk::Absent, None))
+            Ok(None)
         }
         Err(e) => Err(GitError::io(path, e)),
     }

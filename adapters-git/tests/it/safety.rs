@@ -628,8 +628,7 @@ async fn file_ignored_by_global_excludes_at_step_start_survives_revert() {
 /// The directory listed without one and unchanged since is not asked for it (a read there would fail the
 /// revert).
 #[tokio::test]
-async fn a_gitignore_made_after_the_revert_s_track_is_obeyed_and_none_is_looked_for_where_none_was_listed()
- {
+async fn a_gitignore_made_after_the_track_is_obeyed_and_none_looked_for_where_none_listed() {
     let h = GitHarness::new();
     h.write("d/secret.txt", b"v1\n");
     h.write("e/plain.txt", b"p1\n");
