@@ -272,7 +272,7 @@ impl<'a> TrackedNow<'a> {
     }
 
     /// Takes the last track's listings (`listed`) of the directories above `paths` alone, the paths a
-    /// plan is about to look at, rather than all of them when first needed.
+    /// plan or a restore of given paths is about to look at, rather than all of them when first needed.
     fn take_listings_above<'p>(&self, paths: impl Iterator<Item = &'p str>) {
         let dirs: HashSet<&str> = paths
             .flat_map(|path| path.match_indices('/').map(move |(i, _)| &path[..i]))
@@ -2658,6 +2658,7 @@ fn changes_at_paths<'a>(
     expected: &mut Expected,
 ) -> GitResult<Option<(Vec<TreeChange>, TrackedNow<'a>)>> {
     let now = TrackedNow::new(store, config)?;
+    now.take_listings_above(paths.iter().map(String::as_str));
     let mut changes = Vec::new();
     let unique: BTreeSet<&String> = paths.iter().collect();
     for path in unique {
