@@ -2,7 +2,7 @@
 //! deleted; no write goes through a symlink or outside the worktree; every write is a temporary file renamed
 //! over the target; and nothing that is not tracked content at that moment is overwritten or deleted.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read};
@@ -110,16 +110,16 @@ struct ListedDir {
 
 impl ListedDir {
     /// Those of the listings of the stat cache this process keeps for `store` (none when it keeps none)
-    /// that are not racy, by directory (`a/b`; the root, whose rules are always read, left out); only
-    /// those of the directories of `only`, when given (a cache of 100,000 files lists some 5,000
-    /// directories holding 100,000 names, and looking through all of them took 3 – 5 ms).
-    fn kept(store: &Store, only: Option<&HashSet<&str>>) -> HashMap<String, ListedDir> {
+    /// that are not racy, of the directories of `only` (`a/b`; the root, whose rules are always read, left
+    /// out): a cache of 100,000 files lists some 5,000 directories holding 100,000 names, and looking
+    /// through all of them took 3 – 5 ms.
+    fn kept(store: &Store, only: &HashSet<&str>) -> HashMap<String, ListedDir> {
         StatCache::peek_kept(&store.stat_cache_path(), |cache| {
-            let mut kept = HashMap::with_capacity(only.map_or(cache.listings.len(), HashSet::len));
+            let mut kept = HashMap::with_capacity(only.len());
             for (dir, listing) in &cache.listings {
                 let dir = dir.trim_end_matches('/');
                 if dir.is_empty()
-                    || only.is_some_and(|only| !only.contains(dir))
+                    || !only.contains(dir)
                     || StatCache::listing_stays_racy(listing, cache.started_ns)
                 {
                     continue;
@@ -213,14 +213,24 @@ struct TrackedNow<'a> {
     /// the stat cache this process keeps (none when it keeps none: nothing is read for it). While
     /// planning, a directory found with the stat data its listing was taken with holds the names it held
     /// then (a name made, removed or renamed in it changes its times), so the looks for names it did not
-    /// hold are not made (`listed_now`). Taken when first needed.
-    listed: OnceCell<HashMap<String, ListedDir>>,
+    /// hold are not made (`listed_now`). Only the directories above the paths the operation is about
+    /// (`TrackedNow::new`).
+    listed: HashMap<String, ListedDir>,
     /// The tests' read fault hook (`GitStoreConfig::read_fault`).
     read_fault: Option<crate::config::ReadFault>,
 }
 
 impl<'a> TrackedNow<'a> {
-    fn new(store: &'a Store, config: &GitStoreConfig) -> GitResult<Self> {
+    /// What is tracked now in `store`'s worktree, for an operation about `paths`: the last track's
+    /// listings of the directories above them are taken (`listed`), rather than all of them.
+    fn new<'p>(
+        store: &'a Store,
+        config: &GitStoreConfig,
+        paths: impl Iterator<Item = &'p str>,
+    ) -> GitResult<Self> {
+        let dirs: HashSet<&str> = paths
+            .flat_map(|path| path.match_indices('/').map(move |(i, _)| &path[..i]))
+            .collect();
         Ok(TrackedNow {
             store,
             ignores: Ignores::for_worktree(
@@ -237,7 +247,7 @@ impl<'a> TrackedNow<'a> {
             rules: Default::default(),
             dir_rules: Default::default(),
             planning_dirs: RefCell::new(Some(HashMap::new())),
-            listed: OnceCell::new(),
+            listed: ListedDir::kept(store, &dirs),
             read_fault: config.read_fault.clone(),
         })
     }
@@ -264,21 +274,8 @@ impl<'a> TrackedNow<'a> {
     fn listed_now(&self, dir: &str) -> Option<ListedDir> {
         let planning = self.planning_dirs.borrow();
         let (_, stat) = planning.as_ref()?.get(dir)?;
-        let listed = self
-            .listed
-            .get_or_init(|| ListedDir::kept(self.store, None))
-            .get(dir)?;
+        let listed = self.listed.get(dir)?;
         (*stat == Some(listed.stat)).then_some(*listed)
-    }
-
-    /// Takes the last track's listings (`listed`) of the directories above `paths` alone, the paths a
-    /// plan or a restore of given paths is about to look at, rather than all of them when first needed.
-    fn take_listings_above<'p>(&self, paths: impl Iterator<Item = &'p str>) {
-        let dirs: HashSet<&str> = paths
-            .flat_map(|path| path.match_indices('/').map(move |(i, _)| &path[..i]))
-            .collect();
-        // Set once, before any look: a second call finds it taken and changes nothing.
-        let _ = self.listed.set(ListedDir::kept(self.store, Some(&dirs)));
     }
 
     /// Planning is over: from now on every parent is looked at when it is used.
@@ -2657,8 +2654,7 @@ fn changes_at_paths<'a>(
     (mut since, changed_since): (Option<&mut LazyTree<'_>>, &mut BTreeSet<String>),
     expected: &mut Expected,
 ) -> GitResult<Option<(Vec<TreeChange>, TrackedNow<'a>)>> {
-    let now = TrackedNow::new(store, config)?;
-    now.take_listings_above(paths.iter().map(String::as_str));
+    let now = TrackedNow::new(store, config, paths.iter().map(String::as_str))?;
     let mut changes = Vec::new();
     let unique: BTreeSet<&String> = paths.iter().collect();
     for path in unique {
@@ -2942,9 +2938,8 @@ fn plan_inner<'a>(
     config: &GitStoreConfig,
     patches: &[SnapshotPatch],
 ) -> GitResult<Planned<'a>> {
-    let current = TrackedNow::new(store, config)?;
     let planned = file_plan(patches);
-    current.take_listings_above(planned.iter().map(|(path, _)| path.as_str()));
+    let current = TrackedNow::new(store, config, planned.iter().map(|(path, _)| path.as_str()))?;
     // Each snapshot's trees are read only along the paths looked up.
     let mut trees: HashMap<ObjectId, RefCell<LazyTree<'a>>> = HashMap::new();
     // Each snapshot's record, read once, when a path absent from its tree needs it (`None`: missing or
