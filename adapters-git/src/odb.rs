@@ -769,7 +769,7 @@ impl Odb {
         {
             return Ok(data);
         }
-        let data: Arc<[u8]> = self.read(id, Kind::Tree)?.into();
+        let data = self.read_tree_stored(id)?;
         tree_cache().insert(*id, data.clone());
         Ok(data)
     }
