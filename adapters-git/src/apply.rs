@@ -300,7 +300,7 @@ impl<'a> TrackedNow<'a> {
                 reason: "injected read fault".to_owned(),
             });
         }
-        let text = crate::ignore::read_rules(&self.store.worktree.join(&rel))?;
+        let text = crate::ignore::read_gitignore(&self.store.worktree.join(dir))?;
         self.rules.borrow_mut().insert(dir.to_owned(), text.clone());
         Ok(text)
     }
@@ -2892,7 +2892,7 @@ fn ignored_at(
         let Some((mode, id)) = in_tree else {
             return match hidden {
                 Some(hidden) => hidden.get(dir).cloned(),
-                None => match crate::ignore::read_rules(&store.worktree.join(&file)) {
+                None => match crate::ignore::read_gitignore(&store.worktree.join(dir)) {
                     Ok(text) => text,
                     Err(e) => {
                         *failed.borrow_mut() = Some(e);

@@ -677,7 +677,7 @@ mod tests {
         assert!(!git_ignores(), "set empty: git reads no excludes file");
         let value = configured_excludes_file(Some(&repo), None);
         assert_eq!(value, Some(PathBuf::new()));
-        let rules = crate::ignore::read_rules(value.as_deref().unwrap_or(Path::new("/")))
+        let rules = crate::ignore::read_rules_following(value.as_deref().unwrap_or(Path::new("/")))
             .expect("reading the empty path is not an error");
         assert_eq!(rules, None, "and it holds no rules");
     }

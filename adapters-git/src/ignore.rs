@@ -207,7 +207,7 @@ impl Ignores {
             let mut dir = repo.root.clone();
             let mut base = String::new();
             for component in relative.components() {
-                if let Some(text) = read_rules(&dir.join(".gitignore"))? {
+                if let Some(text) = read_gitignore(&dir)? {
                     outside.push(OutsideRule {
                         base: (!base.is_empty()).then(|| base.clone()),
                         text,
@@ -230,7 +230,7 @@ impl Ignores {
         let fold = crate::git_config::configured_ignore_case(enclosing.as_ref(), home);
         let mut ignores = Ignores::from_outside(marked_case(outside, fold), prefix);
         ignores.enclosing = enclosing;
-        ignores.root_rules = read_rules(&worktree.join(".gitignore"))?;
+        ignores.root_rules = read_gitignore(worktree)?;
         let root_rules = ignores.root_rules.clone();
         ignores.push_dir("", root_rules.as_deref());
         Ok(ignores)
@@ -454,20 +454,12 @@ impl Ignores {
 /// turn or the user may have put a file where one was (black-box: the `.git` looked for below a file
 /// failed the whole revert with "Not a directory").
 pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>> {
-    match std::fs::symlink_metadata(dir) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => return Ok(None),
-        // Not there, below a file, or below a symlink that loops (ELOOP: `d -> d`).
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) =>
-        {
-            return Ok(None);
-        }
-        Err(e) => return Err(GitError::io(dir, e)),
-    }
+    // Not there, below a file, a symlink (not followed), or a symlink that loops (ELOOP: `d -> d`).
+    let Some(handle) = open_dir(dir)? else {
+        return Ok(None);
+    };
+    // Its `.git` is looked at through the handle (`read_gitignore` says why); only a repository found
+    // there is then read by path.
     let dot_git = dir.join(".git");
     // Another program may remove or replace the `.git` between the look and the read: a `.git` file
     // that is something else by then is looked at again (twice at most, then taken as a repository
@@ -475,20 +467,27 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
     let mut looks = 0;
     let git_dir = loop {
         looks += 1;
-        let meta = match std::fs::symlink_metadata(&dot_git) {
-            Ok(meta) => meta,
+        let kind = match crate::beneath::lstat_at(&handle, ".git") {
+            Ok(stat) => rustix::fs::FileType::from_raw_mode(stat.st_mode),
             Err(e) if crate::odb::gone(&e) => return Ok(None),
             Err(e) => return Err(GitError::io(&dot_git, e)),
         };
         // A symlink is judged by where it leads, as git judges it.
-        if meta.is_dir() || meta.is_symlink() {
+        if matches!(
+            kind,
+            rustix::fs::FileType::Directory | rustix::fs::FileType::Symlink
+        ) {
             break dot_git;
         }
         // A FIFO or a socket named `.git` makes no repository.
-        if !meta.is_file() {
+        if kind != rustix::fs::FileType::RegularFile {
             return Ok(None);
         }
-        let text = match crate::odb::read_regular(&dot_git, false) {
+        let read = crate::beneath::Root::file_for_reading(&handle, ".git").and_then(|mut file| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut file, &mut bytes).map(|_| bytes)
+        });
+        let text = match read {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) if crate::odb::gone(&e) => return Ok(None),
             Err(e) if crate::odb::replaced_meanwhile(&e) && looks < 2 => continue,
@@ -580,35 +579,64 @@ pub(crate) fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
         .chain((!path.is_empty()).then_some(path))
 }
 
-/// `read_rules` for a rules file outside the tree (the global excludes file, an `info/exclude`), which git
-/// reads through a symlink (a dotfile manager's `~/.config/git/ignore`, say); only the `.gitignore` files
-/// in and above the tree are never followed (review: a symlinked global file was read as none).
+/// A rules file outside the tree (the global excludes file, an `info/exclude`), which git reads through a
+/// symlink (a dotfile manager's `~/.config/git/ignore`, say); only the `.gitignore` files in and above
+/// the tree are never followed (`read_gitignore`; review: a symlinked global file was read as none). A
+/// missing file is none, and so is one that is not a regular file. One that cannot even be looked at (a
+/// path too long to name, an I/O error) is an error, as one that cannot be read is: taken as no rules,
+/// the files it ignores would count as tracked content.
 pub fn read_rules_following(path: &Path) -> GitResult<Option<String>> {
-    read_rules_file(path, true)
-}
-
-/// Reads a rules file; a missing file is none, and so is one that is not a regular file (git does not
-/// follow a symlinked `.gitignore` either).
-pub fn read_rules(path: &Path) -> GitResult<Option<String>> {
-    read_rules_file(path, false)
-}
-
-/// A rules file's text, through a symlink when `follow`; none when it is missing or not a regular file.
-fn read_rules_file(path: &Path, follow: bool) -> GitResult<Option<String>> {
-    let meta = if follow {
-        std::fs::metadata(path)
-    } else {
-        std::fs::symlink_metadata(path)
-    };
-    match meta {
+    match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => {}
-        _ => return Ok(None),
+        Ok(_) => return Ok(None),
+        Err(e) if crate::odb::gone(&e) || crate::beneath::moved(&e) => return Ok(None),
+        Err(e) => return Err(GitError::io(path, e)),
     }
-    match crate::odb::read_regular(path, follow) {
+    match crate::odb::read_regular(path, true) {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
         // Deleted, or no longer a regular file, since it was looked at: as one found so.
         Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),
         Err(e) => Err(GitError::io(path, e)),
+    }
+}
+
+/// The `.gitignore` of directory `dir`, opened through a handle on the directory and never through a
+/// symlink (git does not follow a symlinked `.gitignore`); none when it is missing or not a regular file,
+/// and when `dir` is not a directory now (absent, a file, a symlink). The file's own path is never named
+/// whole: a directory whose path is within a few bytes of `PATH_MAX` has its rules read, as the walk lists
+/// it through handles and git names paths from the worktree's top (fuzz: the rules there were taken as
+/// none, or the look failed the revert with "File name too long").
+pub fn read_gitignore(dir: &Path) -> GitResult<Option<String>> {
+    let Some(handle) = open_dir(dir)? else {
+        return Ok(None);
+    };
+    let shown = || dir.join(".gitignore");
+    let mut file = match crate::beneath::Root::file_for_reading(&handle, ".gitignore") {
+        Ok(file) => file,
+        // Missing, not a regular file (a directory, a FIFO; a symlink: `ELOOP`), or gone meanwhile.
+        Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => return Ok(None),
+        Err(e) => return Err(GitError::io(&shown(), e)),
+    };
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| GitError::io(&shown(), e))?;
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// A handle on directory `dir` for the `*at` calls, without following a symlink at `dir` itself; none
+/// when nothing stands there as a directory (absent, below a file, a file, a symlink, a symlink loop).
+fn open_dir(dir: &Path) -> GitResult<Option<std::os::fd::OwnedFd>> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::open(dir, flags, Mode::empty()) {
+        Ok(handle) => Ok(Some(handle)),
+        Err(e) => {
+            let e = std::io::Error::from(e);
+            if crate::odb::gone(&e) || crate::beneath::moved(&e) {
+                Ok(None)
+            } else {
+                Err(GitError::io(dir, e))
+            }
+        }
     }
 }
 
@@ -629,7 +657,28 @@ fn global_excludes_path(
 
 #[cfg(test)]
 mod tests {
-    use super::rule_lines;
+    use super::{read_gitignore, read_rules_following, rule_lines};
+
+    /// A rules file that cannot be looked at is an error, not "no rules" (read as none, the files it
+    /// ignores would be tracked content): here a path longer than `PATH_MAX`. Missing and not-a-directory
+    /// paths still hold no rules.
+    #[test]
+    fn a_rules_file_that_cannot_be_looked_at_is_an_error_and_a_missing_one_holds_none() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let too_long = dir.path().join(vec!["x".repeat(249); 20].join("/"));
+        assert!(read_rules_following(&too_long).is_err());
+        assert!(read_gitignore(&too_long).is_err());
+        std::fs::write(dir.path().join("file"), "f").expect("write");
+        for absent in ["missing", "file/below", "missing/below"] {
+            let path = dir.path().join(absent);
+            assert_eq!(
+                read_rules_following(&path).expect("no error"),
+                None,
+                "{absent}"
+            );
+            assert_eq!(read_gitignore(&path).expect("no error"), None, "{absent}");
+        }
+    }
 
     #[test]
     fn a_rules_files_comments_and_empty_lines_are_left_out_and_its_patterns_kept_as_they_are() {

@@ -309,8 +309,9 @@ fn changed_since(
                 &path,
                 is_dir,
                 |dir| {
-                    let file = store.worktree.join(dir).join(".gitignore");
-                    ignore::read_rules(&file).ok().flatten()
+                    ignore::read_gitignore(&store.worktree.join(dir))
+                        .ok()
+                        .flatten()
                 },
                 |dir| ignore::nested_repository_exclude(&store.worktree.join(dir)).unwrap_or(None),
             );

@@ -15,7 +15,7 @@ use rustix::fs::{AtFlags, FileType};
 use crate::beneath::Root;
 use crate::config::GitStoreConfig;
 use crate::error::{GitError, GitResult};
-use crate::ignore::{Ignores, dir_rules_hash, read_rules};
+use crate::ignore::{Ignores, dir_rules_hash, read_gitignore};
 use crate::odb::{Kind, Odb};
 use crate::path_map::{PathMap, StrList};
 use crate::seed::Seed;
@@ -357,7 +357,7 @@ impl Walk<'_> {
         } else {
             // A missing `.gitignore` is not looked for: the listing says whether there is one.
             if entries.iter().any(|e| e.name == ".gitignore") {
-                text = read_rules(&abs_dir.join(".gitignore"))?;
+                text = read_gitignore(&abs_dir)?;
             }
             let mut rules = rules;
             if entries.iter().any(|e| e.name == ".git")

@@ -652,6 +652,62 @@ async fn a_gitignore_made_after_the_track_is_obeyed_and_none_looked_for_where_no
     assert_eq!(h.read("e/plain.txt"), text("p1\n"));
 }
 
+/// A directory whose path is a few bytes short of `PATH_MAX` (4,096 with its NUL): its files can be named
+/// by path, but not its `.gitignore` or the `.git` looked for there. Its rules are read, as git reads them
+/// (`track` gives git's tree, the ignored file left out), and a revert of a file in it is done (fuzz: the
+/// rules were taken as none and the ignored file snapshotted, and the revert failed with "File name too
+/// long" looking for the `.git`).
+#[tokio::test]
+async fn a_directory_a_few_bytes_short_of_path_max_has_its_rules_read_and_its_files_reverted() {
+    let h = GitHarness::new();
+    // The deepest directory's absolute path is 4,092 bytes: `f` and `x` in it take 4,094, `.git` 4,097.
+    let root = fs::canonicalize(h.root()).expect("canonical root");
+    let mut rel = String::new();
+    let mut length = root.as_os_str().len();
+    while length < 4_092 {
+        let name = "d".repeat((4_092 - length - 1).min(200));
+        if !rel.is_empty() {
+            rel.push('/');
+        }
+        rel.push_str(&name);
+        length += name.len() + 1;
+    }
+    assert_eq!(length, 4_092, "the names fill the path exactly");
+    let deep = root.join(&rel);
+    fs::create_dir_all(&deep).expect("create the deep directory");
+    // `.gitignore` cannot be named from here: written from inside the directory.
+    let written = Command::new("sh")
+        .current_dir(&deep)
+        .args(["-c", "printf 'x\\n' > .gitignore"])
+        .status()
+        .expect("run sh");
+    assert!(written.success());
+    fs::write(deep.join("x"), "ignored\n").expect("write x");
+    fs::write(deep.join("f"), "v1\n").expect("write f");
+
+    let start = h.id().await;
+    let oracle = GitOracle::new(None);
+    assert_eq!(start.as_str(), oracle.write_tree(h.root()), "git's tree");
+    fs::write(deep.join("f"), "v2\n").expect("write f");
+    fs::write(deep.join("x"), "ignored, changed\n").expect("write x");
+    let base = h.id().await;
+    assert_eq!(base.as_str(), oracle.write_tree(h.root()), "git's tree");
+
+    let file = format!("{rel}/f");
+    let patches = one_patch(&start, &[file.as_str()]);
+    let outcome = h
+        .port()
+        .revert(h.root(), &patches, &base)
+        .await
+        .expect("revert");
+    assert!(outcome.kept.is_empty(), "{:?}", outcome.kept);
+    assert_eq!(fs::read(deep.join("f")).expect("read f"), b"v1\n");
+    assert_eq!(
+        fs::read(deep.join("x")).expect("read x"),
+        b"ignored, changed\n"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // (d) Byte-exact content.
 
