@@ -9,7 +9,7 @@ use rewind_core::error::StorageFault;
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
     /// A filesystem operation failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {source}{}", hint(source))]
     Io {
         /// The path concerned.
         path: String,
@@ -66,6 +66,17 @@ impl GitError {
             path: path.display().to_string(),
             source,
         }
+    }
+}
+
+/// What an `Io` error's cause says too little about: `EPERM` on a worktree path is an attribute the
+/// system's own message does not name (the fuzz's `chattr +i` files: "Operation not permitted" alone).
+fn hint(source: &std::io::Error) -> &'static str {
+    if source.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) {
+        " (an immutable or append-only attribute refuses it, see `lsattr -d`; or a sticky directory owned \
+         by another user)"
+    } else {
+        ""
     }
 }
 
@@ -142,6 +153,23 @@ fn storage_fault(error: &std::io::Error) -> Option<StorageFault> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A change refused with `EPERM` names the attributes that refuse one; other causes get no hint.
+    #[test]
+    fn a_change_the_system_does_not_permit_names_what_refuses_it() {
+        let os = std::io::Error::from_raw_os_error;
+        let text = GitError::io(Path::new("/work/a.txt"), os(1)).to_string();
+        assert!(
+            text.starts_with("/work/a.txt: Operation not permitted"),
+            "{text}"
+        );
+        assert!(
+            text.contains("immutable or append-only attribute refuses it, see `lsattr -d`"),
+            "{text}"
+        );
+        let text = GitError::io(Path::new("/work/a.txt"), os(13)).to_string();
+        assert!(!text.contains("lsattr"), "{text}");
+    }
 
     /// Only the failures a write can meet are the store's: a file that cannot be read stays `Unreadable`.
     #[test]
