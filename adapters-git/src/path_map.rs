@@ -335,6 +335,18 @@ impl<V: Copy> StrList<V> {
     pub fn value_mut(&mut self, at: usize) -> Option<&mut V> {
         self.items.get_mut(at).map(|(_, value)| value)
     }
+
+    /// The same strings with their values, in the order of the strings' bytes (equal strings keep their
+    /// order).
+    pub fn sorted(&self) -> Self {
+        let mut order: Vec<(&str, V)> = self.iter().collect();
+        order.sort_by(|a, b| a.0.cmp(b.0));
+        let mut sorted = StrList::with_capacity(self.len(), self.text.len());
+        for (text, value) in order {
+            sorted.push(&[text], value);
+        }
+        sorted
+    }
 }
 
 #[cfg(test)]

@@ -218,6 +218,11 @@ impl Names {
         self.0.push(&[name], (kind, ignored));
     }
 
+    /// The names in the order of their bytes, whatever order they were pushed in.
+    pub fn sort(&mut self) {
+        self.0 = self.0.sorted();
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }

@@ -241,6 +241,10 @@ fn read_listing(
         };
         listed.push(name, kind, name == ".git");
     }
+    // In the order of the names, not the file system's: btrfs lists a name renamed over another (a
+    // revert's write) last, so the same names came in another order, and the listing compared as changed
+    // made every track after a revert write the whole cache file (the tests on btrfs).
+    listed.sort();
     // A git directory under another name (a bare repository, a `GIT_DIR=.cfg` "dotfiles" repository):
     // like `.git`, never tracked content (git's `HEAD`, `objects/` and `refs/`, looked at further only
     // when the names are there).
@@ -1996,6 +2000,30 @@ pub fn parallel_map_on<T: Sync, R: Send, S>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listing holds its names in the order of their bytes, whatever order the file system gives them
+    /// in (ext4 by hash, btrfs by when each was made or renamed there): the same names read again are the
+    /// same listing.
+    #[test]
+    fn a_listing_holds_its_names_in_their_order_not_the_file_system_s() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let names: Vec<String> = (0..40u32)
+            .map(|n| format!("{:08x}", n.wrapping_mul(2_654_435_761)))
+            .collect();
+        for name in names.iter().rev() {
+            std::fs::write(dir.path().join(name), name).expect("write");
+        }
+        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+        let root = Root::open(dir.path()).expect("open the root");
+        let (listed, skipped, _, cacheable) = read_listing(&root, (dir.path(), ""))
+            .expect("read the listing")
+            .expect("a listing");
+        let got: Vec<&str> = listed.iter().map(|e| e.name).collect();
+        let mut expected: Vec<&str> = names.iter().map(String::as_str).chain(["sub"]).collect();
+        expected.sort_unstable();
+        assert_eq!(got, expected);
+        assert!(skipped.is_empty() && cacheable);
+    }
 
     /// The walk's files in one string: each comes back whole, with its directory and its name, at its
     /// position, in the order they were listed (the top directory's too, and names that are not ASCII).
