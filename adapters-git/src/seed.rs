@@ -100,7 +100,10 @@ impl Seed {
             return None;
         }
         let index_path = repo.git_dir.join("index");
-        let meta = fs::metadata(&index_path).ok()?;
+        // Only a regular file is opened: a FIFO put there would be waited on for good.
+        let meta = fs::metadata(&index_path)
+            .ok()
+            .filter(fs::Metadata::is_file)?;
         let index = gix::index::File::at(
             &index_path,
             gix::hash::Kind::Sha1,

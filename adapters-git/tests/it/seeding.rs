@@ -175,6 +175,32 @@ async fn nothing_is_seeded_when_autocrlf_makes_the_index_differ_from_the_disk() 
     .await;
 }
 
+/// A FIFO where the user's index should be is not opened (it would wait for a writer for good): nothing
+/// is seeded, every file is hashed, and the snapshot is git's tree (fuzz: every first track hung).
+#[tokio::test]
+async fn a_fifo_in_place_of_the_user_s_index_is_not_opened() {
+    let h = GitHarness::new();
+    write_tree(&h);
+    commit_all(&h, &[]);
+    let index = h.root().join(".git/index");
+    std::fs::remove_file(&index).expect("remove the index");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&index)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    let tracked = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        track_as_git(&h, FILES as u64, "no index to seed from"),
+    )
+    .await;
+    if tracked.is_err() {
+        // A writer comes and goes, so the waiting open returns and the test ends.
+        drop(std::fs::OpenOptions::new().write(true).open(&index));
+        panic!("the track waited on the FIFO");
+    }
+}
+
 /// A repository whose clean filter changes the bytes: the user's blobs hold them uppercased, the disk
 /// lowercase, and the stat data matches. `sub/.gitattributes` holds `attributes` (the root's is read
 /// whatever the ignore rules say; a nested one is found by the walk).
