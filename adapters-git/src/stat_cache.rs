@@ -89,10 +89,15 @@ impl Memo {
 /// whose timestamps are as coarse as one second).
 const RACY_MARGIN_NS: i128 = 1_000_000_000;
 
-/// Whether something modified at `mtime_ns` is racy for a cache whose track began at `started_ns`: its
-/// stat data then cannot tell a later change in the same clock tick, so it is read again.
-fn racy(mtime_ns: i128, started_ns: i128) -> bool {
-    mtime_ns >= started_ns - RACY_MARGIN_NS
+/// Whether something last changed at `changed_ns` is racy for a cache whose track began at `started_ns`:
+/// its stat data then cannot tell a later change in the same clock tick, so it is read again. The change
+/// is the later of the modification and the status change (`last_change_ns`): a program that sets an old
+/// modification time back (`cp -p`, `rsync -t`, `tar`) cannot set the status change time, so an edit of
+/// the same size within the tick of an earlier one is still caught where timestamps are whole seconds
+/// (ext4 with 128-byte inodes, ext3, HFS+): by the modification time alone it was not (the tests, run on
+/// such an ext4, where their backdated times fell into one second).
+fn racy(changed_ns: i128, started_ns: i128) -> bool {
+    changed_ns >= started_ns - RACY_MARGIN_NS
 }
 
 /// The stat data that decides whether a file must be hashed again.
@@ -124,6 +129,11 @@ impl Stat {
             dev: meta.dev(),
         }
     }
+
+    /// The later of its modification and status change times (`racy`).
+    pub fn last_change_ns(&self) -> i128 {
+        self.mtime_ns.max(self.ctime_ns)
+    }
 }
 
 impl Stat {
@@ -149,6 +159,11 @@ pub struct DirStat {
 }
 
 impl DirStat {
+    /// The later of its modification and status change times (`racy`).
+    pub fn last_change_ns(&self) -> i128 {
+        self.mtime_ns.max(self.ctime_ns)
+    }
+
     /// The stat data of a directory's `fstat`.
     pub fn of_rustix(stat: &rustix::fs::Stat) -> DirStat {
         DirStat {
@@ -272,14 +287,14 @@ impl CacheEntry {
     /// Whether this entry, in a cache written by a track that began at `cache_started_ns`, answers for a
     /// file whose stat data is now `stat`: the same, and not racy.
     pub fn answers(&self, stat: &Stat, cache_started_ns: i128) -> bool {
-        self.stat == *stat && !racy(self.stat.mtime_ns, cache_started_ns)
+        self.stat == *stat && !racy(self.stat.last_change_ns(), cache_started_ns)
     }
 
     /// Whether a cache that a track starting at `started_ns` wrote would still count a file whose stat
     /// data is now `stat` as racy, with this entry's stat data: saving such a cache would teach the next
     /// track nothing.
     pub fn stays_racy(&self, stat: &Stat, started_ns: i128) -> bool {
-        self.stat == *stat && racy(stat.mtime_ns, started_ns)
+        self.stat == *stat && racy(stat.last_change_ns(), started_ns)
     }
 }
 
@@ -293,7 +308,7 @@ pub type Applied = (String, Option<(Stat, ObjectId)>);
 fn all_racy(changes: &[Applied], started_ns: i128) -> bool {
     changes
         .iter()
-        .all(|(_, after)| after.is_none_or(|(stat, _)| racy(stat.mtime_ns, started_ns)))
+        .all(|(_, after)| after.is_none_or(|(stat, _)| racy(stat.last_change_ns(), started_ns)))
 }
 
 /// The cache: the last tracked tree and the stat data of its files.
@@ -367,7 +382,7 @@ impl StatCache {
         stat: &DirStat,
     ) -> Result<Listing, Option<Box<Listing>>> {
         let listing = self.listings.remove(dir).ok_or(None)?;
-        let racy = racy(listing.stat.mtime_ns, self.started_ns);
+        let racy = racy(listing.stat.last_change_ns(), self.started_ns);
         if listing.stat == *stat && !racy {
             Ok(listing)
         } else {
@@ -378,7 +393,7 @@ impl StatCache {
     /// Whether a listing taken now would still be racy in a cache written by a track that started at
     /// `started_ns`.
     pub fn listing_stays_racy(listing: &Listing, started_ns: i128) -> bool {
-        racy(listing.stat.mtime_ns, started_ns)
+        racy(listing.stat.last_change_ns(), started_ns)
     }
 
     /// Takes in what a revert or restore just did to the worktree (each touched path with the stat data and
@@ -1320,6 +1335,39 @@ mod tests {
             },
         );
         (cache, stat)
+    }
+
+    /// A file whose modification time was set back (`cp -p`, `touch -d`) but whose status changed within
+    /// the racy margin before the caching track began is racy: where timestamps are whole seconds, an edit
+    /// of the same size in that second shows the same stat data. So is a directory's listing.
+    #[test]
+    fn a_status_change_within_the_margin_is_racy_whatever_the_modification_time() {
+        let started = 100 * RACY_MARGIN_NS;
+        let entry = |ctime_ns| CacheEntry {
+            stat: Stat {
+                mode: Mode::File,
+                size: 5,
+                mtime_ns: 10 * RACY_MARGIN_NS,
+                ctime_ns,
+                ino: 7,
+                dev: 1,
+            },
+            id: ObjectId::null(gix::hash::Kind::Sha1),
+        };
+        let old = entry(50 * RACY_MARGIN_NS);
+        assert!(old.answers(&old.stat, started), "changed long before");
+        let recent = entry(started - RACY_MARGIN_NS / 2);
+        assert!(
+            !recent.answers(&recent.stat, started),
+            "changed just before"
+        );
+        assert!(recent.stays_racy(&recent.stat, started));
+        let (mut cache, mut stat) = listing_at(10 * RACY_MARGIN_NS);
+        stat.ctime_ns = started - RACY_MARGIN_NS / 2;
+        if let Some(listing) = cache.listings.get_mut("d/") {
+            listing.stat = stat;
+        }
+        assert!(cache.take_listing("d/", &stat).is_err(), "a listing too");
     }
 
     /// A listing is reused only under the same stat data, and never when the directory changed within the

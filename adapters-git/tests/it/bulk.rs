@@ -6,7 +6,7 @@ use rewind_core::model::{RelPath, SnapshotPatch};
 use rewind_core::testkit::contract::snapshot::{Node, WorktreeHarness};
 
 use crate::git_oracle::GitOracle;
-use crate::harness::{GitHarness, backdate_dirs};
+use crate::harness::{GitHarness, age_past_racy};
 
 fn content(i: usize, version: u32) -> Vec<u8> {
     format!("file {i}, version {version}\n").into_bytes()
@@ -38,7 +38,7 @@ async fn reverting_hundreds_of_files_with_kind_changes() {
     h.remove("y/inner.txt");
     h.write("y", b"y is a file\n");
     h.write("new/added.txt", b"added\n");
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let base = h.id().await;
 
     let mut files: Vec<RelPath> = (0..300)

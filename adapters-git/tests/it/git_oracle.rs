@@ -1227,9 +1227,9 @@ fn apply(h: &GitHarness, op: &Op) {
     }
 }
 
-/// `backdate_dirs`: give the directories old mtimes after the worktree is made and after the changes, so
+/// `age_past_racy`: give the directories old mtimes after the worktree is made and after the changes, so
 /// the second track reuses the untracked cache's listing of every directory the changes left alone.
-async fn check_worktree_and_changes(entries: Vec<Entry>, ops: Vec<Op>, backdate_dirs: bool) {
+async fn check_worktree_and_changes(entries: Vec<Entry>, ops: Vec<Op>, age_past_racy: bool) {
     let h = GitHarness::new();
     let oracle = GitOracle::new(None);
     let port = h.port();
@@ -1241,8 +1241,8 @@ async fn check_worktree_and_changes(entries: Vec<Entry>, ops: Vec<Op>, backdate_
         }
     }
 
-    if backdate_dirs {
-        crate::harness::backdate_dirs(h.root());
+    if age_past_racy {
+        crate::harness::age_past_racy(h.root());
     }
     let a = h.track().await;
     let git_a = oracle.write_tree(h.root());
@@ -1252,8 +1252,8 @@ async fn check_worktree_and_changes(entries: Vec<Entry>, ops: Vec<Op>, backdate_
     for op in &ops {
         apply(&h, op);
     }
-    if backdate_dirs {
-        crate::harness::backdate_dirs(h.root());
+    if age_past_racy {
+        crate::harness::age_past_racy(h.root());
     }
     let listing = h.list();
     let b = h.track().await;

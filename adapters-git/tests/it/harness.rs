@@ -41,11 +41,13 @@ pub fn backdate(path: &Path) {
         .unwrap_or_else(|e| panic!("harness: set mtime of {}: {e}", path.display()));
 }
 
-/// Gives every directory under `root` (itself included, `.git` left out) whose mtime lies in the last hour
-/// an mtime of its own about a day in the past, so the untracked cache may answer for it next time (a
-/// directory changed within a second of a track is racy and always read again). Directories not changed
-/// since the last call keep their backdated mtime: the cache is then really used for them.
-pub fn backdate_dirs(root: &Path) {
+/// Lets every change made so far age past the stat cache's racy margin (1 s before a track's start, on
+/// the later of the modification and status change times), so the next track's cache may answer for
+/// what is not changed after this: directories (their listings) and files alike. The status change time
+/// cannot be set back, so this waits (1.1 s). Every directory under `root` (itself included, `.git` left
+/// out) whose mtime lies in the last hour is first given an mtime of its own about a day in the past, as
+/// before the wait was needed: two directories never share one.
+pub fn age_past_racy(root: &Path) {
     let recent = SystemTime::now() - Duration::from_secs(3600);
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -68,7 +70,24 @@ pub fn backdate_dirs(root: &Path) {
                 .unwrap_or_else(|e| panic!("harness: set mtime of {}: {e}", dir.display()));
         }
     }
+    std::thread::sleep(PAST_RACY);
 }
+
+/// Whether the filesystem holding `path` records when a file was born (`statx`'s `BTIME`): ext4 with
+/// 128-byte inodes, ext3 and NFS do not.
+pub fn records_birth(path: &Path) -> bool {
+    use rustix::fs::{AtFlags, StatxFlags};
+    rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BTIME,
+    )
+    .is_ok_and(|stx| stx.stx_mask & StatxFlags::BTIME.bits() != 0)
+}
+
+/// Longer than the stat cache's racy margin (1 s).
+pub const PAST_RACY: Duration = Duration::from_millis(1100);
 
 /// Writes a file (creating its parents) and backdates it.
 /// A file attribute (`chattr +i`, immutable; `+a`, append-only) set on `path` until this is dropped, however
@@ -317,6 +336,10 @@ impl WorktreeHarness for GitHarness {
 
     fn write(&self, path: &str, bytes: &[u8]) {
         write_file(&self.path(path), bytes);
+    }
+
+    fn settle(&self) {
+        std::thread::sleep(PAST_RACY);
     }
 
     fn remove(&self, path: &str) {

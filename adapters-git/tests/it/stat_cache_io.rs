@@ -148,12 +148,13 @@ fn path(i: usize) -> String {
     format!("d{:02}/f{i:04}.txt", i / 100)
 }
 
-/// 1000 files of 10 KB with backdated mtimes, tracked once by the parent.
+/// 1000 files of 10 KB with backdated mtimes, past the racy margin, tracked once by the parent.
 fn tracked_tree() -> (GitHarness, String) {
     let h = GitHarness::new();
     for i in 0..FILES {
         crate::harness::write_file(&h.path(&path(i)), &content(i, 1));
     }
+    crate::harness::age_past_racy(h.root());
     let first = runtime().block_on(h.track());
     assert_eq!(
         first.hashed, FILES as u64,
@@ -194,6 +195,8 @@ fn five_changed_files_are_read_and_little_else() {
     for i in [3, 250, 251, 777, 999] {
         crate::harness::write_file(&h.path(&path(i)), &content(i, 2));
     }
+    // Past the racy margin, so the child's cache answers for the 5 files next time.
+    crate::harness::age_past_racy(h.root());
     let changed = measure(&h, name);
     assert_ne!(changed.id, id);
     assert_eq!(changed.hashed, 5, "{changed:?}");
@@ -209,7 +212,8 @@ fn five_changed_files_are_read_and_little_else() {
         "reading 5 changed files cost {changed:?} after {unchanged:?}"
     );
 
-    // The child's cache was kept: the parent's re-track agrees and reads nothing.
+    // The child's cache was kept: the parent's re-track agrees and reads nothing (the child read the 5
+    // files more than the racy margin after they were written).
     let again = runtime().block_on(h.track());
     assert_eq!(again.id.as_str(), changed.id);
     assert_eq!(again.hashed, 0);

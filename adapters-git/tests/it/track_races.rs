@@ -15,7 +15,7 @@ use rewind_core::model::{SkipReason, TrackOutcome};
 use rewind_core::testkit::contract::snapshot::WorktreeHarness;
 
 use crate::git_oracle::{GitOracle, blob_id};
-use crate::harness::{GitHarness, backdate_dirs, write_file};
+use crate::harness::{GitHarness, age_past_racy, write_file};
 use crate::races::{Action, Hook, arm, racing_in};
 
 /// A harness whose `hook` runs `action` (given the worktree) the first time it is called with `at`.
@@ -247,7 +247,7 @@ async fn a_directory_swapped_for_a_symlink_after_the_walk_listed_it_is_not_read_
 async fn a_cached_directory_replaced_by_a_file_is_left_out_and_its_listing_dropped() {
     let (h, armed) = racing_in("sub/", Hook::Walk);
     lay_out(&h);
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let oracle = GitOracle::new(None);
     assert_eq!(
         h.id().await.as_str(),
@@ -277,7 +277,7 @@ async fn a_worktree_swapped_for_another_while_a_track_walks_it_leaves_no_stale_l
     write_file(&staged.join("a.txt"), b"staged a\n");
     write_file(&staged.join("sub/c.txt"), b"staged c\n");
     write_file(&staged.join("sub/x.txt"), b"only in the staged tree\n");
-    backdate_dirs(&staged);
+    age_past_racy(&staged);
     h.port().track(h.root()).await.expect("the raced track");
     assert_eq!(
         h.id().await.as_str(),

@@ -12,7 +12,7 @@ use rewind_core::testkit::contract::snapshot::WorktreeHarness;
 use rewind_git::ExcludesFile;
 
 use crate::git_oracle::{GitOracle, init_repo};
-use crate::harness::{GitHarness, backdate_dirs};
+use crate::harness::{GitHarness, age_past_racy};
 
 /// The mtime of a directory, in nanoseconds.
 fn dir_mtime(path: &Path) -> i128 {
@@ -37,7 +37,7 @@ async fn a_new_file_in_a_cached_directory_is_seen() {
     h.write("a/one.txt", b"one\n");
     h.write("a/b/two.txt", b"two\n");
     h.write("c/three.txt", b"three\n");
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let first = track_as_git(&h, &oracle).await;
     // Answered from the caches: the same id, nothing read.
     let again = h.track().await;
@@ -50,19 +50,19 @@ async fn a_new_file_in_a_cached_directory_is_seen() {
         before,
         "creating a file sets the directory's mtime"
     );
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let second = track_as_git(&h, &oracle).await;
     assert_ne!(second, first, "the new file is in the snapshot");
 
     // A new directory with a file, in the root: seen too.
     h.write("d/e/f.txt", b"f\n");
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let third = track_as_git(&h, &oracle).await;
     assert_ne!(third, second);
     // And removing them again gives the earlier tree back.
     h.remove("d/e/f.txt");
     h.remove("a/b/new.txt");
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     assert_eq!(track_as_git(&h, &oracle).await, first);
 }
 
@@ -79,7 +79,7 @@ async fn a_gitignore_edit_that_unignores_a_file_is_seen() {
     h.write("a/sub/deep.txt", b"deep\n");
     h.write(".gitignore", b"build/\n");
     h.write("build/out.o", b"object\n");
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let first = track_as_git(&h, &oracle).await;
 
     let (a, sub) = (dir_mtime(&h.path("a")), dir_mtime(&h.path("a/sub")));
@@ -121,7 +121,7 @@ async fn outside_rule_edits_are_seen() {
     h.write("src/main.rs", b"fn main() {}\n");
     h.write("src/old.bak", b"old\n");
     h.write("src/scratch.tmp", b"scratch\n");
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let first = track_as_git(&h, &oracle).await;
 
     fs::write(&exclude, "").expect("empty info/exclude");
@@ -221,16 +221,16 @@ async fn racy_files_are_hashed_again_without_rewriting_the_cache() {
 async fn a_git_directory_s_verdict_follows_its_head_edited_in_place() {
     let h = GitHarness::new();
     h.write("a.txt", b"a\n");
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let without = h.track().await.id;
     h.write("fx/HEAD", b"placeholder\n");
     h.write("fx/objects/x/f", b"data\n");
     fs::create_dir_all(h.path("fx/refs")).expect("mkdir refs");
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     let with = h.track().await.id;
     assert_ne!(with, without, "not a git directory: its files are tracked");
     // Cached, past the racy margin.
-    backdate_dirs(h.root());
+    age_past_racy(h.root());
     assert_eq!(h.track().await.id, with);
     let before = dir_mtime(&h.path("fx"));
     for (head, expected, what) in [
