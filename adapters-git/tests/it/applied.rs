@@ -515,8 +515,8 @@ async fn temporary_files_a_crash_left_are_removed_when_the_store_is_opened() {
 /// to it since through a handle opened before the move: such a file, born before the operation began
 /// and holding content no snapshot has, is kept as `rewind-kept-<batch>-<n>` when the store is next
 /// opened. The operation's own files (born since) and a moved-out file whose content the store has are
-/// removed, as before; where the filesystem records no birth time, an own file whose content the store
-/// lacks (cut short by the crash) cannot be told from a user's, and is kept too.
+/// removed, as before. Where the filesystem records no birth time the two cannot be told apart, and
+/// every temporary file is removed (SPEC 8).
 #[tokio::test]
 async fn a_file_a_crash_left_moved_out_with_content_in_no_snapshot_is_kept() {
     // Also when its kept name is taken (by the user, or an earlier clean-up cut short): a name of its own.
@@ -560,10 +560,15 @@ async fn a_file_a_crash_left_moved_out_with_content_in_no_snapshot_is_kept() {
         let content =
             |name: &str| fs::read_to_string(h.path(&format!("src/{name}"))).expect("read");
         if !crate::harness::records_birth(h.root()) {
-            // Nothing tells the operation's own file from a user's: it is kept too, as no user's is lost.
-            let own = format!("rewind-kept-{crashed}-3");
-            assert_eq!(content(&own), "half writ");
-            names.retain(|name| *name != own);
+            // Nothing tells the operation's own file from a user's: every temporary file goes (SPEC 8).
+            let mut expected = vec!["a.txt".to_owned()];
+            if taken {
+                expected.push(kept.clone());
+                assert_eq!(content(&kept), "already here\n");
+            }
+            assert_eq!(names, expected);
+            assert_eq!(fs::read_to_string(&journal).unwrap_or_default(), "");
+            continue;
         }
         if taken {
             assert_eq!(names.len(), 3, "{names:?}");
