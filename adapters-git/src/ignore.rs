@@ -582,20 +582,27 @@ pub(crate) fn ancestors_and_self(path: &str) -> impl Iterator<Item = &str> {
 /// A rules file outside the tree (the global excludes file, an `info/exclude`), which git reads through a
 /// symlink (a dotfile manager's `~/.config/git/ignore`, say); only the `.gitignore` files in and above
 /// the tree are never followed (`read_gitignore`; review: a symlinked global file was read as none). A
-/// missing file is none, and so is one that is not a regular file. One that cannot even be looked at (a
-/// path too long to name, an I/O error) is an error, as one that cannot be read is: taken as no rules,
-/// the files it ignores would count as tracked content.
+/// missing file is none, and so is one that is not a regular file, and one this user may not read (a
+/// `HOME` of another user's, mode 700, as `sudo -u` or a container's `--user` leave it): git warns of it
+/// and goes on without its rules, and the snapshot is git's tree. One that cannot be looked at for
+/// another reason (a path too long to name, an I/O error) is an error, as one that cannot be read is:
+/// taken as no rules, the files it ignores would count as tracked content.
 pub fn read_rules_following(path: &Path) -> GitResult<Option<String>> {
+    let no_rules = |e: &std::io::Error| {
+        crate::odb::gone(e)
+            || crate::beneath::moved(e)
+            || e.kind() == std::io::ErrorKind::PermissionDenied
+    };
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => {}
         Ok(_) => return Ok(None),
-        Err(e) if crate::odb::gone(&e) || crate::beneath::moved(&e) => return Ok(None),
+        Err(e) if no_rules(&e) => return Ok(None),
         Err(e) => return Err(GitError::io(path, e)),
     }
     match crate::odb::read_regular(path, true) {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
         // Deleted, or no longer a regular file, since it was looked at: as one found so.
-        Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),
+        Err(e) if no_rules(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),
         Err(e) => Err(GitError::io(path, e)),
     }
 }
@@ -611,6 +618,14 @@ pub fn read_gitignore(dir: &Path) -> GitResult<Option<String>> {
         return Ok(None);
     };
     let shown = || dir.join(".gitignore");
+    // Looked at first: a FIFO, socket or device there is never opened (SPEC 2.2; review: a socket failed
+    // the open with `ENXIO`, and a device's driver ran its open).
+    match crate::beneath::lstat_at(&handle, ".gitignore") {
+        Ok(stat) if rustix::fs::FileType::from_raw_mode(stat.st_mode).is_file() => {}
+        Ok(_) => return Ok(None),
+        Err(e) if crate::odb::gone(&e) => return Ok(None),
+        Err(e) => return Err(GitError::io(&shown(), e)),
+    }
     let mut file = match crate::beneath::Root::file_for_reading(&handle, ".gitignore") {
         Ok(file) => file,
         // Missing, not a regular file (a directory, a FIFO; a symlink: `ELOOP`), or gone meanwhile.
@@ -627,14 +642,17 @@ pub fn read_gitignore(dir: &Path) -> GitResult<Option<String>> {
 fn open_dir(dir: &Path) -> GitResult<Option<std::os::fd::OwnedFd>> {
     use rustix::fs::{Mode, OFlags};
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    match rustix::fs::open(dir, flags, Mode::empty()) {
+    // Without a trailing `/`, which would have a symlink there followed whatever the flags say (the walk
+    // names its directories `a/b/`).
+    let dir: std::path::PathBuf = dir.components().collect();
+    match rustix::fs::open(&dir, flags, Mode::empty()) {
         Ok(handle) => Ok(Some(handle)),
         Err(e) => {
             let e = std::io::Error::from(e);
             if crate::odb::gone(&e) || crate::beneath::moved(&e) {
                 Ok(None)
             } else {
-                Err(GitError::io(dir, e))
+                Err(GitError::io(&dir, e))
             }
         }
     }

@@ -1,8 +1,9 @@
 //! The stat cache, like git's index: for every tracked file, the stat data seen when it was last hashed
 //! and its blob id, so a re-track reads no content for files whose stat data is unchanged.
 //!
-//! A file modified within `RACY_MARGIN` before the cache was built is "racy" (its modification could fall
-//! in the same timestamp tick as our read) and is hashed again next time, as git does. The cache also keeps
+//! A file modified, or whose status changed, within `RACY_MARGIN` before the cache was built is "racy" (the
+//! change could fall in the same timestamp tick as our read) and is hashed again next time, as git does
+//! for the modification time. The cache also keeps
 //! the tree id of every directory of the last snapshot, so a re-track rewrites only the trees of
 //! directories that changed. The file ends with a CRC-32 of its content; a cache that fails to parse or to
 //! verify is ignored (everything is hashed again, nothing wrong is returned).
@@ -217,9 +218,9 @@ impl<'a> From<(&'a str, (ListedKind, bool))> for Listed<'a> {
     }
 }
 
-/// A directory's entries in the order they were read, every name in one string (`StrList`): a listing
-/// costs two allocations, not one per name (a cache of 100,000 files holds 100,000 names, parsed by every
-/// re-track in a new process).
+/// A directory's entries in the order of their names' bytes (`Names::sort`), every name in one string
+/// (`StrList`): a listing costs two allocations, not one per name (a cache of 100,000 files holds 100,000
+/// names, parsed by every re-track in a new process).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Names(StrList<(ListedKind, bool)>);
 

@@ -1160,8 +1160,8 @@ fn finish(
         let written = match cache.tree {
             // No directory changed (only listings, the order, or files still racy): the cache's trees
             // stay. Its start time moves forward, which leaves every unchanged entry as it was: one found
-            // as cached has its mtime before the old start time less the margin, so before the new one
-            // too; one hashed again and found as cached stays racy under the new start time.
+            // as cached last changed (mtime or ctime) before the old start time less the margin, so before
+            // the new one too; one hashed again and found as cached stays racy under the new start time.
             Some(tree) if reusable && dirty.is_empty() => Ok((tree, cache.dirs)),
             _ => {
                 let no_dirs = HashMap::new();

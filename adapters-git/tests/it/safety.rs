@@ -652,6 +652,29 @@ async fn a_gitignore_made_after_the_track_is_obeyed_and_none_looked_for_where_no
     assert_eq!(h.read("e/plain.txt"), text("p1\n"));
 }
 
+/// A socket named `.gitignore` is never opened, and holds no rules, as for git (which warns and goes on):
+/// the track is git's tree, and a revert in that directory is done (review: the open failed with
+/// `ENXIO`, failing both).
+#[tokio::test]
+async fn a_socket_named_gitignore_holds_no_rules_and_fails_nothing() {
+    let h = GitHarness::new();
+    h.write("d/x.log", b"one\n");
+    let _listener = std::os::unix::net::UnixListener::bind(h.path("d/.gitignore"))
+        .expect("bind a socket named .gitignore");
+    let start = h.id().await;
+    let oracle = GitOracle::new(None);
+    assert_eq!(start.as_str(), oracle.write_tree(h.root()), "git's tree");
+    h.write("d/x.log", b"two\n");
+    let base = h.id().await;
+    let outcome = h
+        .port()
+        .revert(h.root(), &one_patch(&start, &["d/x.log"]), &base)
+        .await
+        .expect("revert");
+    assert!(outcome.kept.is_empty(), "{:?}", outcome.kept);
+    assert_eq!(h.read("d/x.log"), text("one\n"));
+}
+
 /// A directory whose path is a few bytes short of `PATH_MAX` (4,096 with its NUL): its files can be named
 /// by path, but not its `.gitignore` or the `.git` looked for there. Its rules are read, as git reads them
 /// (`track` gives git's tree, the ignored file left out), and a revert of a file in it is done (fuzz: the

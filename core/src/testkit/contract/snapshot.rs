@@ -97,6 +97,9 @@ impl<H: WorktreeHarness + ?Sized> WorktreeHarness for Arc<H> {
     fn root(&self) -> &Path {
         (**self).root()
     }
+    fn settle(&self) {
+        (**self).settle()
+    }
     fn write(&self, path: &str, bytes: &[u8]) {
         (**self).write(path, bytes)
     }
