@@ -688,7 +688,13 @@ async fn a_directory_a_few_bytes_short_of_path_max_has_its_rules_read_and_its_fi
     let mut rel = String::new();
     let mut length = root.as_os_str().len();
     while length < 4_092 {
-        let name = "d".repeat((4_092 - length - 1).min(200));
+        // A component of up to 200 bytes, leaving never exactly 1 byte (an empty last name) for the next.
+        let left = 4_092 - length - 1;
+        let mut size = left.min(200);
+        if left - size == 1 {
+            size -= 1;
+        }
+        let name = "d".repeat(size);
         if !rel.is_empty() {
             rel.push('/');
         }
