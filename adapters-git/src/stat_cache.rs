@@ -236,7 +236,9 @@ impl Names {
 
     /// The names in the order of their bytes, whatever order they were pushed in.
     pub fn sort(&mut self) {
-        self.0 = self.0.sorted();
+        if !self.0.iter().is_sorted_by(|a, b| a.0 <= b.0) {
+            self.0 = self.0.sorted();
+        }
     }
 
     pub fn len(&self) -> usize {
