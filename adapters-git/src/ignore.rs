@@ -483,11 +483,7 @@ pub fn nested_repository_exclude(dir: &Path) -> GitResult<Option<Option<String>>
         if kind != rustix::fs::FileType::RegularFile {
             return Ok(None);
         }
-        let read = crate::beneath::Root::file_for_reading(&handle, ".git").and_then(|mut file| {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut file, &mut bytes).map(|_| bytes)
-        });
-        let text = match read {
+        let text = match read_in(&handle, ".git") {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) if crate::odb::gone(&e) => return Ok(None),
             Err(e) if crate::odb::replaced_meanwhile(&e) && looks < 2 => continue,
@@ -626,15 +622,21 @@ pub fn read_gitignore(dir: &Path) -> GitResult<Option<String>> {
         Err(e) if crate::odb::gone(&e) => return Ok(None),
         Err(e) => return Err(GitError::io(&shown(), e)),
     }
-    let mut file = match crate::beneath::Root::file_for_reading(&handle, ".gitignore") {
-        Ok(file) => file,
-        // Missing, not a regular file (a directory, a FIFO; a symlink: `ELOOP`), or gone meanwhile.
-        Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => return Ok(None),
-        Err(e) => return Err(GitError::io(&shown(), e)),
-    };
+    match read_in(&handle, ".gitignore") {
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        // Gone, or no longer a regular file (a symlink: `ELOOP`), since it was looked at.
+        Err(e) if crate::odb::gone(&e) || crate::odb::replaced_meanwhile(&e) => Ok(None),
+        Err(e) => Err(GitError::io(&shown(), e)),
+    }
+}
+
+/// The whole content of the regular file `name` of directory `dir` (a handle), opened without following
+/// a symlink and never waited on when a FIFO (`Root::file_for_reading`).
+fn read_in(dir: &impl std::os::fd::AsFd, name: &str) -> std::io::Result<Vec<u8>> {
+    let mut file = crate::beneath::Root::file_for_reading(dir, name)?;
     let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| GitError::io(&shown(), e))?;
-    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+    std::io::Read::read_to_end(&mut file, &mut bytes)?;
+    Ok(bytes)
 }
 
 /// A handle on directory `dir` for the `*at` calls, without following a symlink at `dir` itself; none

@@ -3,10 +3,10 @@
 //!
 //! A file modified, or whose status changed, within `RACY_MARGIN` before the cache was built is "racy" (the
 //! change could fall in the same timestamp tick as our read) and is hashed again next time, as git does
-//! for the modification time. The cache also keeps
-//! the tree id of every directory of the last snapshot, so a re-track rewrites only the trees of
-//! directories that changed. The file ends with a CRC-32 of its content; a cache that fails to parse or to
-//! verify is ignored (everything is hashed again, nothing wrong is returned).
+//! for the modification time. The cache also keeps the tree id of every directory of the last snapshot, so
+//! a re-track rewrites only the trees of directories that changed. The file ends with a CRC-32 of its
+//! content; a cache that fails to parse or to verify is ignored (everything is hashed again, nothing wrong
+//! is returned).
 //!
 //! It also holds the untracked cache (git's idea of the same name): for every directory the last walk
 //! entered, its own stat data, a hash of the ignore rules that were in force for its entries, and its
