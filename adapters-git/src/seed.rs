@@ -170,8 +170,11 @@ impl Seed {
         let entry = self.entries.get(rel)?;
         // Racy from the index's second on, as git (built without `USE_NSEC`) judges it: a file written
         // again within the timestamp tick of an entry's `git add`, in the second the index was written,
-        // keeps the entry's stat data with other content.
-        let racy = i64::from(entry.mtime.0) >= self.index_mtime.0;
+        // keeps the entry's stat data with other content. Judged by the later of the entry's modification
+        // and status change times, as the stat cache judges its entries: a file whose modification time
+        // was set back (`cp -p`, `touch -d`) after the entry was taken, in the same second, keeps both
+        // where timestamps are whole seconds (the stat-cache fuzz, on an ext4 with 128-byte inodes).
+        let racy = i64::from(entry.mtime.0.max(entry.ctime.0)) >= self.index_mtime.0;
         let matches = entry.mode == mode
             && seen.has_size(entry.size)
             && entry.mtime == seen.mtime
@@ -631,6 +634,48 @@ mod tests {
         assert_eq!(
             seed((meta.mtime() + 1, 0)).lookup("e.txt", &seen, Mode::File),
             Some(empty)
+        );
+    }
+
+    /// An entry whose modification time lies long before the index was written but whose status changed
+    /// in the index's second is racy too: a file rewritten with its old modification time set back, in
+    /// that second, keeps every stat field where timestamps are whole seconds.
+    #[test]
+    fn an_entry_whose_status_changed_in_the_index_s_second_is_racy() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("e.txt");
+        fs::write(&path, b"").expect("an empty file");
+        let meta = fs::symlink_metadata(&path).expect("its stat data");
+        let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
+        let old = (1_000_000_000, 0);
+        let seed = |index_mtime: (i64, i64)| Seed {
+            entries: one_entry(
+                "e.txt",
+                IndexEntry {
+                    mode: Mode::File,
+                    id: empty,
+                    mtime: old,
+                    ctime: (meta.ctime() as u32, meta.ctime_nsec() as u32),
+                    ino: meta.ino() as u32,
+                    uid: meta.uid(),
+                    gid: meta.gid(),
+                    size: 0,
+                },
+            ),
+            index_mtime,
+            objects: PathBuf::new(),
+        };
+        let mut seen = crate::track::Seen::from_std(meta.clone()).as_in_index();
+        seen.mtime = old;
+        assert_eq!(
+            seed((meta.ctime(), 0)).lookup("e.txt", &seen, Mode::File),
+            None,
+            "changed in the index's second"
+        );
+        assert_eq!(
+            seed((meta.ctime() + 1, 0)).lookup("e.txt", &seen, Mode::File),
+            Some(empty),
+            "changed before it"
         );
     }
 }
