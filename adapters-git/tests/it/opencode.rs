@@ -28,9 +28,18 @@ const B: &str = "b content\n";
 /// (`git add . && git commit -m init`), so the first track is seeded from the user's index and objects, as a
 /// real checkout's is (SPEC 2.1).
 fn setup() -> GitHarness {
+    setup_aged(false)
+}
+
+/// `setup`; `aged`: the files' changes aged past the racy second before the commit, so the index's
+/// entries are believed (seeding hashes the file of a racy one to confirm it).
+fn setup_aged(aged: bool) -> GitHarness {
     let h = GitHarness::git_repo();
     h.write("a.txt", A.as_bytes());
     h.write("b.txt", B.as_bytes());
+    if aged {
+        crate::harness::age_past_racy(h.root());
+    }
     commit_all(h.root(), "init");
     h
 }
@@ -114,7 +123,7 @@ fn files_of(diffs: &[FileDiff]) -> Vec<&str> {
 /// 1. tracks deleted files correctly.
 #[tokio::test]
 async fn oc01_tracks_deleted_files() {
-    let h = setup();
+    let h = setup_aged(true);
     let first = h.track().await;
     // The fixture's committed files are seeded from the user's index: none is read from disk.
     assert_eq!(first.hashed, 0);

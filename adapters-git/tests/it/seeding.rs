@@ -12,13 +12,16 @@ use crate::harness::GitHarness;
 
 const FILES: usize = 40;
 
-/// Makes the worktree a git repository with `settings` and everything committed.
+/// Makes the worktree a git repository with `settings` and everything committed, the files' changes aged
+/// past the racy second first: an index entry whose file changed (modification or status) in the second
+/// the index was written is racy, and seeding hashes its file to confirm it.
 pub(crate) fn commit_all(h: &GitHarness, settings: &[(&str, &str)]) {
     let root = h.root();
     git(root, &["init", "-q"]);
     for (key, value) in settings {
         git(root, &["config", key, value]);
     }
+    crate::harness::age_past_racy(root);
     git(root, &["add", "-A"]);
     commit(h, "all");
 }

@@ -1077,13 +1077,9 @@ fn a_restore_that_meets_a_damaged_seeded_object_says_where_it_may_come_from() {
     let root = env.path();
     let text: String = (0..2_000).map(|i| format!("line {i}\n")).collect();
     std::fs::write(root.join("big.txt"), &text).expect("write");
-    std::fs::File::options()
-        .write(true)
-        .open(root.join("big.txt"))
-        .and_then(|file| {
-            file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60))
-        })
-        .expect("backdated");
+    // Changed more than a second before the index is written, so its entry is not racy (seeding would
+    // hash the file to confirm a racy one).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     crate::support::git(root, &["init", "-q"]);
     crate::support::commit_all(root, "big");
     let blob = crate::support::git(root, &["rev-parse", ":big.txt"]);
