@@ -599,22 +599,16 @@ mod tests {
         assert_eq!(seed(empty).lookup("e.txt", &seen, Mode::File), Some(empty));
     }
 
-    /// An entry modified in the second the index was written is racy, also when its nanoseconds are
-    /// earlier than the index's (black-box: compared to the nanosecond, it was believed).
-    #[test]
-    fn an_entry_of_the_index_s_second_is_racy() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("e.txt");
-        fs::write(&path, b"").expect("an empty file");
-        let meta = fs::symlink_metadata(&path).expect("its stat data");
-        let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
-        let seed = |index_mtime: (i64, i64)| Seed {
+    /// A seed whose index holds `e.txt` as the empty file whose stat data is `meta`, but for its
+    /// modification time `mtime`, in an index written at `index_mtime`.
+    fn empty_file_seed(meta: &fs::Metadata, mtime: (u32, u32), index_mtime: (i64, i64)) -> Seed {
+        Seed {
             entries: one_entry(
                 "e.txt",
                 IndexEntry {
                     mode: Mode::File,
-                    id: empty,
-                    mtime: (meta.mtime() as u32, 100_000_000),
+                    id: ObjectId::empty_blob(gix::hash::Kind::Sha1),
+                    mtime,
                     ctime: (meta.ctime() as u32, meta.ctime_nsec() as u32),
                     ino: meta.ino() as u32,
                     uid: meta.uid(),
@@ -624,9 +618,22 @@ mod tests {
             ),
             index_mtime,
             objects: PathBuf::new(),
-        };
+        }
+    }
+
+    /// An entry modified in the second the index was written is racy, also when its nanoseconds are
+    /// earlier than the index's (black-box: compared to the nanosecond, it was believed).
+    #[test]
+    fn an_entry_of_the_index_s_second_is_racy() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("e.txt");
+        fs::write(&path, b"").expect("an empty file");
+        let meta = fs::symlink_metadata(&path).expect("its stat data");
+        let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
+        let mtime = (meta.mtime() as u32, 100_000_000);
+        let seed = |index_mtime| empty_file_seed(&meta, mtime, index_mtime);
         let mut seen = crate::track::Seen::from_std(meta.clone()).as_in_index();
-        seen.mtime = (meta.mtime() as u32, 100_000_000);
+        seen.mtime = mtime;
         assert_eq!(
             seed((meta.mtime(), 900_000_000)).lookup("e.txt", &seen, Mode::File),
             None
@@ -648,23 +655,7 @@ mod tests {
         let meta = fs::symlink_metadata(&path).expect("its stat data");
         let empty = ObjectId::empty_blob(gix::hash::Kind::Sha1);
         let old = (1_000_000_000, 0);
-        let seed = |index_mtime: (i64, i64)| Seed {
-            entries: one_entry(
-                "e.txt",
-                IndexEntry {
-                    mode: Mode::File,
-                    id: empty,
-                    mtime: old,
-                    ctime: (meta.ctime() as u32, meta.ctime_nsec() as u32),
-                    ino: meta.ino() as u32,
-                    uid: meta.uid(),
-                    gid: meta.gid(),
-                    size: 0,
-                },
-            ),
-            index_mtime,
-            objects: PathBuf::new(),
-        };
+        let seed = |index_mtime| empty_file_seed(&meta, old, index_mtime);
         let mut seen = crate::track::Seen::from_std(meta.clone()).as_in_index();
         seen.mtime = old;
         assert_eq!(
