@@ -531,3 +531,44 @@ async fn a_panic_in_a_seeded_walk_fails_the_track_instead_of_hanging() {
         "the walk's panic fails the track: {outcome:?}"
     );
 }
+
+/// A split index (`core.splitIndex`, `git update-index --split-index`): `.git/index` holds only the
+/// entries changed since the shared index was written, and names `sharedindex.<id>` for the rest. Seeding
+/// reads both, so no committed file is read, also after one file was staged again into the split part.
+#[tokio::test]
+async fn a_split_index_is_read_with_its_shared_index() {
+    let h = GitHarness::new();
+    write_tree(&h);
+    commit_all(
+        &h,
+        &[("core.autocrlf", "false"), ("core.splitIndex", "true")],
+    );
+    git(h.root(), &["update-index", "--split-index"]);
+    let shared = fs::read_dir(h.path(".git"))
+        .expect("read .git")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("sharedindex."))
+        .count();
+    assert!(shared > 0, "git wrote a shared index");
+    // One file changed and staged again: its entry lives in the split part, which replaces the shared
+    // index's entry for it.
+    h.write("dir1/file1.txt", b"staged again, another size\n");
+    crate::harness::age_past_racy(h.root());
+    git(h.root(), &["add", "dir1/file1.txt"]);
+    let outcome = track_as_git(&h, 0, "every file taken from the split index").await;
+    fs::remove_dir_all(h.path(".git")).expect("remove .git");
+    h.remove("dir1/file1.txt");
+    h.remove("dir2/file2.txt");
+    h.port()
+        .restore(h.root(), &outcome.id, None)
+        .await
+        .expect("restore from the store's own objects");
+    assert_eq!(
+        fs::read(h.path("dir1/file1.txt")).expect("restored"),
+        b"staged again, another size\n"
+    );
+    assert_eq!(
+        fs::read(h.path("dir2/file2.txt")).expect("restored"),
+        b"line of file 2\r\nsecond\r\n"
+    );
+}
