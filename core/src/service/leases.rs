@@ -316,13 +316,20 @@ impl Rewind {
     /// taken for abandoned by the next operation on the worktree (black-box: a revert of another session
     /// that made a step's finish wait aborted the step, and the finish, tried again, got 400).
     pub(super) async fn hand_back_step_lease(&self, held: &HeldLease, replaced: Option<Lease>) {
-        if let Some(replaced) = replaced
-            && let Ok(LeaseTake::Taken) = self
+        if let Some(replaced) = replaced {
+            match self
                 .repo
                 .take_lease(&replaced, Some(Replacing::token(held.token.clone())))
                 .await
-        {
-            return;
+            {
+                Ok(LeaseTake::Taken) => return,
+                Ok(LeaseTake::Held(_)) => {}
+                // Given back once the database answers again, not released meanwhile.
+                Err(_) => {
+                    self.note_unreturned(held, Some(replaced));
+                    return;
+                }
+            }
         }
         self.release(held).await;
     }
@@ -415,11 +422,77 @@ impl Rewind {
         }
     }
 
-    /// Releases a lease. A failure is ignored on purpose: the lease then expires, or its owner is found
-    /// gone, and it is taken over by the rules of SPEC section 1.
+    /// Releases a lease. One the database fails to release is noted and released again before this
+    /// process's next recovery (`return_unreturned`): held by a live process, it would otherwise never be
+    /// taken over on this host (SPEC 1), and a server kept it for its whole life.
     pub(super) async fn release(&self, lease: &HeldLease) {
-        let _ = self.repo.release_lease(&lease.key, &lease.token).await;
+        if self
+            .repo
+            .release_lease(&lease.key, &lease.token)
+            .await
+            .is_err()
+        {
+            self.note_unreturned(lease, None);
+        }
     }
+
+    /// Notes that `held` is to become `to` (released when none) though the database failed to write it.
+    pub(super) fn note_unreturned(&self, held: &HeldLease, to: Option<Lease>) {
+        self.unreturned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Unreturned {
+                key: held.key.clone(),
+                token: held.token.clone(),
+                to,
+            });
+    }
+
+    /// Writes again what the releases and hand-backs noted by `note_unreturned` were to write; those the
+    /// database fails again stay noted. Each replaces only a lease still held by its own token (a release
+    /// deletes only that; a hand-back replaces only that, or takes a key none holds), so one another
+    /// process took over since is left to it.
+    pub(super) async fn return_unreturned(&self) {
+        let noted = std::mem::take(
+            &mut *self
+                .unreturned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for unreturned in noted {
+            let written = match &unreturned.to {
+                Some(to) => self
+                    .repo
+                    .take_lease(to, Some(Replacing::token(unreturned.token.clone())))
+                    .await
+                    .map(|_| ()),
+                None => {
+                    self.repo
+                        .release_lease(&unreturned.key, &unreturned.token)
+                        .await
+                }
+            };
+            if written.is_err() {
+                self.unreturned
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(unreturned);
+            }
+        }
+    }
+}
+
+/// A lease this process let go of (an operation ended, a recovery gave up, a step's closer gave it back)
+/// that the database did not let it write so (PostgreSQL down, a SQLite file locked past its timeout): its
+/// key and token, and the lease it is to become, or none when it is to be released. The same process then
+/// runs, so SPEC 1 never lets another take it over on this host, even expired (PostgreSQL outage fuzz: a
+/// server's revert whose result and rollback met the outage kept its worktree's lease, and the worktree
+/// answered 409 until the server was restarted).
+#[derive(Clone, Debug)]
+pub(super) struct Unreturned {
+    key: LeaseKey,
+    token: LeaseToken,
+    to: Option<Lease>,
 }
 
 /// How many gone holders one take may take over or clear (its own key's, then those of worktrees inside

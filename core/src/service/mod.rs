@@ -211,6 +211,9 @@ pub struct Rewind {
     /// The messages this process has warned of a tool part recorded outside a step (bounded), so the
     /// session's warnings are read at most once per message (`record::tool_outside_a_step`).
     tool_warned: std::sync::Mutex<std::collections::HashSet<MessageId>>,
+    /// The leases this process let go of but could not write so: the database failed the release or the
+    /// hand-back (`leases::Unreturned`). Written again before its next recovery.
+    unreturned: std::sync::Mutex<Vec<leases::Unreturned>>,
 }
 
 impl std::fmt::Debug for Rewind {
@@ -236,6 +239,7 @@ impl Rewind {
             config,
             ids: IdGenerator::new(),
             tool_warned: std::sync::Mutex::default(),
+            unreturned: std::sync::Mutex::default(),
         }
     }
 

@@ -40,6 +40,7 @@ impl Rewind {
         &self,
         skip: &std::collections::HashSet<LeaseToken>,
     ) -> Result<RecoveryReport> {
+        self.return_unreturned().await;
         let mut report = RecoveryReport::default();
         let this_process = self.host.this_process();
         for intent in self.repo.intents().await? {
@@ -72,6 +73,7 @@ impl Rewind {
     /// reported (`failed`) and stays to be finished: the operations that take this worktree's lease meet
     /// its holder's lease and are refused with the reason, while recording messages goes on.
     pub(super) async fn recover_worktree(&self, directory: &str) -> Result<RecoveryReport> {
+        self.return_unreturned().await;
         let mut report = RecoveryReport::default();
         for intent in self.repo.intents().await? {
             if intent.directory == directory {
@@ -180,12 +182,17 @@ impl Rewind {
     }
 
     /// Puts `to` back in the place of `held` (this recovery's): the lease goes back to the operation it
-    /// was taken from. A failure leaves ours to expire.
+    /// was taken from. One the database fails to write is noted and written again before this process's
+    /// next recovery (`return_unreturned`).
     pub(super) async fn hand_back(&self, held: &super::HeldLease, to: &Lease) {
-        let _ = self
+        if self
             .repo
             .take_lease(to, Some(Replacing::token(held.token.clone())))
-            .await;
+            .await
+            .is_err()
+        {
+            self.note_unreturned(held, Some(to.clone()));
+        }
     }
 
     /// Finishes an intent record once both leases are held. What was read before them is read again: the

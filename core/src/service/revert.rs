@@ -1529,7 +1529,9 @@ impl Rewind {
     /// its new holder's recovery finishes the intent, SPEC 8), the files are rolled back from `intent`
     /// before the error is returned, so the worktree and the database agree. Unless the intent is gone:
     /// the commit was made and only its answer was lost, and the result stands. When even the intents
-    /// cannot be read, the record stays for recovery.
+    /// cannot be read, the record stays for recovery, and the leases go to it as to an operation whose
+    /// rollback failed (`end_operation`), not released: the next taker finishes the intent first. (Should
+    /// the commit have been made after all, the next taker finds no intent, and takes the lease as free.)
     async fn store_result(
         &self,
         operation: &Operation,
@@ -1551,7 +1553,13 @@ impl Rewind {
                 Ok(())
             }
             Ok(_) => Err(self.roll_back(operation, session, intent, error).await),
-            Err(_) => Err(error),
+            Err(_) => {
+                *operation
+                    .left_intent
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(intent.clone());
+                Err(error)
+            }
         }
     }
 

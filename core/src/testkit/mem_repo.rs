@@ -65,6 +65,12 @@ struct State {
     fail_next_step_start: bool,
     /// Armed by `fail_next_message_put`.
     fail_next_message_put: bool,
+    /// Armed by `unreachable_from_next_result_commit`.
+    unreachable_from_next_result_commit: bool,
+    /// Set by that hook, cleared by `reachable_again`: every write and the reads recovery needs fail.
+    unreachable: bool,
+    /// Armed by `fail_next_intents_read`.
+    fail_next_intents_read: bool,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -134,6 +140,36 @@ impl MemRepo {
     /// usual) an `Error::Storage` of `fault` (a full disk) instead of a backend fault.
     pub fn fail_as(&self, hook: &'static str, fault: crate::error::StorageFault) {
         self.lock().hook_faults.insert(hook, fault);
+    }
+
+    /// Fault hook: the database goes away at the next `commit` that releases a lease (the one that stores an
+    /// operation's result) and stays away until `reachable_again`: that commit and every one after it, every
+    /// lease call and the reads of intents and captures fail with `StorageFault::Unreachable` and store
+    /// nothing, as a PostgreSQL server stopped in the middle of an operation.
+    pub fn unreachable_from_next_result_commit(&self) {
+        self.lock().unreachable_from_next_result_commit = true;
+    }
+
+    /// Fault hook: the next read of the intent records fails with `Error::Backend`; other calls behave
+    /// normally.
+    pub fn fail_next_intents_read(&self) {
+        self.lock().fail_next_intents_read = true;
+    }
+
+    /// Ends `unreachable_from_next_result_commit`'s outage: every call works again.
+    pub fn reachable_again(&self) {
+        self.lock().unreachable = false;
+    }
+
+    /// `Err` while the database is unreachable (`unreachable_from_next_result_commit`).
+    fn reachable(&self) -> Result<()> {
+        if self.lock().unreachable {
+            return Err(Error::storage(
+                crate::error::StorageFault::Unreachable,
+                "injected fault: MemRepo::unreachable_from_next_result_commit",
+            ));
+        }
+        Ok(())
     }
 
     /// Fault hook: the next `commit` that stores a `step-start` part fails with `Error::Backend` and stores
@@ -711,20 +747,29 @@ impl MessageRepo for MemRepo {
     }
 
     async fn intents(&self) -> Result<Vec<IntentRecord>> {
+        self.reachable()?;
+        if std::mem::take(&mut self.lock().fail_next_intents_read) {
+            return Err(Error::backend(
+                "injected fault: MemRepo::fail_next_intents_read",
+            ));
+        }
         Ok(self.lock().rows.intents.values().cloned().collect())
     }
 
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>> {
         self.paused(PausedCall::LeaseRead).await;
+        self.reachable()?;
         Ok(self.lock().leases.get(key).cloned())
     }
 
     async fn leases(&self) -> Result<Vec<Lease>> {
+        self.reachable()?;
         Ok(self.lock().leases.values().cloned().collect())
     }
 
     async fn take_lease(&self, lease: &Lease, replacing: Option<Replacing>) -> Result<LeaseTake> {
         self.paused(PausedCall::LeaseTake).await;
+        self.reachable()?;
         let mut state = self.lock();
         if let Some(existing) = state.leases.get(&lease.key) {
             let ours = existing.token == lease.token;
@@ -741,6 +786,7 @@ impl MessageRepo for MemRepo {
     }
 
     async fn take_leases(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>> {
+        self.reachable()?;
         let mut state = self.lock();
         let takes: Vec<LeaseTake> = leases
             .iter()
@@ -768,6 +814,7 @@ impl MessageRepo for MemRepo {
         token: &LeaseToken,
         expires_at: u64,
     ) -> Result<bool> {
+        self.reachable()?;
         let mut state = self.lock();
         match state.leases.get_mut(key) {
             Some(lease) if &lease.token == token => {
@@ -779,6 +826,7 @@ impl MessageRepo for MemRepo {
     }
 
     async fn release_lease(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
+        self.reachable()?;
         self.lock().release(key, token);
         Ok(())
     }
@@ -793,6 +841,20 @@ impl MessageRepo for MemRepo {
         }
         self.paused(PausedCall::Commit).await;
         let mut state = self.lock();
+        if transaction
+            .changes
+            .iter()
+            .any(|c| matches!(c, Change::ReleaseLease { .. }))
+            && std::mem::take(&mut state.unreachable_from_next_result_commit)
+        {
+            state.unreachable = true;
+        }
+        if state.unreachable {
+            return Err(Error::storage(
+                crate::error::StorageFault::Unreachable,
+                "injected fault: MemRepo::unreachable_from_next_result_commit",
+            ));
+        }
         if std::mem::take(&mut state.fail_next_commit) {
             return Err(Error::backend("injected fault: MemRepo::fail_next_commit"));
         }
@@ -990,6 +1052,7 @@ impl MessageRepo for MemRepo {
     }
 
     async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>> {
+        self.reachable()?;
         let state = self.lock();
         Ok(state
             .rows

@@ -295,6 +295,106 @@ fn recover_others_leaves_running_operations_and_skipped_intents() {
     })
 }
 
+/// The database goes away as a server's revert stores its result and stays away through the rollback and
+/// the hand-back of the leases: the revert's files stay written, its intent stays, and both leases stay as
+/// the operation took them, held by this process, which runs, so SPEC 1 never lets them be taken over.
+/// Once the database is back, this process gives them back as an interrupted operation's and finishes the
+/// intent: in its periodic pass, and before its next operation (PostgreSQL outage fuzz: a server answered
+/// 409 on the session for good, until it was restarted).
+#[test]
+fn leases_an_outage_kept_from_being_given_back_are_given_back_once_the_database_returns() {
+    for next in ["periodic pass", "next operation"] {
+        block_on(async {
+            let (w, s, t) = one_turn_world().await;
+            let (server, _) = server_of(&w);
+            let target = rewind_core::RevertTarget {
+                message_id: t.user.clone(),
+                part_id: None,
+            };
+            w.repo.unreachable_from_next_result_commit();
+            let failed = server.revert(&s.id, target.clone()).await;
+            assert!(failed.is_err(), "{next}: {failed:?}");
+            assert_eq!(
+                w.state(&["a.txt", "new.txt"]),
+                ["a0", "-"],
+                "{next}: neither the result nor the intents could be read after it, so nothing was put back"
+            );
+            w.repo.reachable_again();
+            let intents = w.repo.intents().await.expect("intents");
+            assert_eq!(intents.len(), 1, "{next}: the intent waits for recovery");
+            if next == "periodic pass" {
+                let report = server
+                    .recover_others(&Default::default())
+                    .await
+                    .expect("recover");
+                assert_eq!(report.recovered, [intents[0].token.clone()], "{next}");
+                assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "{next}");
+            }
+            let reverted = server
+                .revert(&s.id, target)
+                .await
+                .unwrap_or_else(|e| panic!("{next}: the revert after the outage: {e}"));
+            assert!(reverted.revert.is_some(), "{next}");
+            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"], "{next}");
+            assert!(
+                w.repo.intents().await.expect("intents").is_empty(),
+                "{next}"
+            );
+            server.unrevert(&s.id).await.expect("unrevert");
+            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "{next}");
+        });
+    }
+}
+
+/// A revert whose result cannot be stored, and whose intent records then cannot be read (so whether the
+/// commit was made is not known), leaves the intent for recovery and hands both leases to it, expired, as
+/// an operation whose rollback failed does: not released, so whatever takes either next finishes the
+/// intent first.
+#[test]
+fn a_result_whose_fate_cannot_be_read_leaves_its_leases_to_the_intent() {
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let (server, _) = server_of(&w);
+        let target = rewind_core::RevertTarget {
+            message_id: t.user.clone(),
+            part_id: None,
+        };
+        // Armed at the result's commit: the reads of intents before it (recovery's) work.
+        let (reached, resume) = w.repo.pause_next_result_commit();
+        let arming = async {
+            reached.await.expect("the result's commit is reached");
+            w.repo.fail_next_result_commit();
+            w.repo.fail_next_intents_read();
+            let _ = resume.send(());
+        };
+        let (failed, ()) =
+            futures::future::join(server.revert(&s.id, target.clone()), arming).await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["a0", "-"],
+            "not rolled back: the commit may have been made"
+        );
+        let intents = w.repo.intents().await.expect("intents");
+        assert_eq!(intents.len(), 1, "the intent waits for recovery");
+        for key in [
+            LeaseKey::Session(s.id.clone()),
+            LeaseKey::Worktree(ROOT.to_owned()),
+        ] {
+            let lease = w.repo.lease(&key).await.expect("lease");
+            let lease = lease.unwrap_or_else(|| panic!("{key:?} was released"));
+            assert_eq!(lease.token, intents[0].token, "{key:?}");
+            assert_eq!(
+                lease.expires_at, 0,
+                "{key:?} is the interrupted operation's"
+            );
+        }
+        server.revert(&s.id, target).await.expect("the next revert");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+    });
+}
+
 /// A server's services over `w`'s adapters (leases held as a server's), with its operations' lease time.
 fn server_of(w: &World) -> (Rewind, u64) {
     let config = ServiceConfig {
