@@ -8,7 +8,9 @@ use std::os::unix::process::ExitStatusExt;
 use anyhow::{Context as _, Result};
 use nix::sys::signal::Signal;
 use rewind_core::model::FileActionKind;
-use rewind_core::model::{MessageId, Part, PartBody, Session, SessionId, Warning};
+use rewind_core::model::{
+    MessageId, MessageWithParts, Part, PartBody, Session, SessionId, Warning,
+};
 use rewind_core::revert::{RevertPoint, cleanup_plan};
 use rewind_core::service::{DeleteIf, NewMessage, NewPart, PreviewFile, StepEnd};
 use serde::Serialize;
@@ -73,51 +75,31 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         }
         return Err(Exit(127).into());
     }
-    let (session, created) = match (new_session, ctx.latest_session().await?) {
-        (false, Some(session)) => (session, false),
-        _ => (create_session(ctx, &line).await?, true),
-    };
-    // Refuse before recording anything when a live process (another `rewind exec`, or a server's
-    // client) has a step open in this session, or is closing it; an abandoned step is aborted by the next
-    // call instead.
-    if let Some(step) = &session.step
-        && let Err(busy) = rewind.refuse_if_step_busy(&session).await
-    {
-        return Err(match busy {
-            rewind_core::Error::Busy { message, .. } => {
-                let hint = if message.contains("try again") {
-                    ""
-                } else {
-                    "; wait for it to finish and try again"
-                };
-                anyhow::anyhow!(
-                    "a step is open in message {}: {message}{hint}",
-                    step.message_id
-                )
+    // The latest session can be deleted between its choice and the turn's beginning (`rewind gc
+    // --older-than`, `DELETE /session`): the turn then goes to the next latest, or to a new session, as
+    // it would have had the command started a moment later (gc fuzz: exec failed with "Session not
+    // found" on a session the user never named).
+    let mut chosen_again = 0;
+    let (session, created, begun) = loop {
+        let (session, created) = match (new_session, ctx.latest_session().await?) {
+            (false, Some(session)) => (session, false),
+            _ => (create_session(ctx, &line).await?, true),
+        };
+        let begun = begin_turn_in(ctx, &session, &line).await?;
+        match &begun.turn {
+            Err(rewind_core::Error::NotFound(_))
+                if !created && chosen_again < CHOOSE_AGAIN && is_deleted(ctx, &session).await =>
+            {
+                chosen_again += 1;
             }
-            other => explain(other, "reading the session's lease"),
-        });
-    }
-    // Read to tell the turn's own warnings apart later; unread (the database busy, say), none is shown
-    // rather than old ones (the turn's are still in `rewind log`).
-    let warnings_before = warning_count(ctx, &session).await.unwrap_or(usize::MAX);
-    // A reverted session's hidden messages are discarded when the turn begins (SPEC 7): said afterwards,
-    // since `redo` can no longer bring them back.
-    let hidden = hidden_messages(ctx, &session).await;
-    // The turn's two messages and its step are stored together: a step that cannot begin (the session or
-    // the worktree busy) leaves nothing recorded.
-    let begun = with_progress(
-        "snapshotting before the command",
-        rewind.begin_turn(
-            &session.id,
-            NewMessage::user_text(line.clone()),
-            NewMessage::assistant(),
-        ),
-    )
-    .await;
-    // Counted as what is gone afterwards: the cleanup is stored with the step (none when it cannot
-    // begin), and another process may have unreverted the session, or run its cleanup, meanwhile.
-    let discarded = discarded_of(ctx, &session.id, &hidden).await;
+            _ => break (session, created, begun),
+        }
+    };
+    let Begun {
+        turn: begun,
+        warnings_before,
+        discarded,
+    } = begun;
     if discarded > 0 && (!ctx.json || begun.is_err()) {
         say_discarded(discarded, begun.is_ok());
     }
@@ -453,6 +435,77 @@ fn exit_status(code: i32) -> u8 {
 /// command's own failure status, or 1 when it succeeded.
 fn exit_code_after_failed_record(code: i32) -> u8 {
     exit_status(code).max(1)
+}
+
+/// How many times `exec` chooses the latest session again when the one it chose was deleted before its
+/// turn began.
+const CHOOSE_AGAIN: u32 = 3;
+
+/// A turn's beginning in `session` (`Rewind::begin_turn`), with what was read around it: the session's
+/// warnings before it and the hidden messages its cleanup discarded.
+struct Begun {
+    turn: rewind_core::Result<(MessageWithParts, MessageWithParts, Part)>,
+    warnings_before: usize,
+    discarded: usize,
+}
+
+/// Refuses (before recording anything) when a live process has a step open in `session`, then begins
+/// the turn: its two messages and its step are stored together, so a step that cannot begin (the session
+/// or the worktree busy) leaves nothing recorded.
+async fn begin_turn_in(ctx: &Context, session: &Session, line: &str) -> Result<Begun> {
+    let rewind = &ctx.services.rewind;
+    // Refuse before recording anything when a live process (another `rewind exec`, or a server's
+    // client) has a step open in this session, or is closing it; an abandoned step is aborted by the next
+    // call instead.
+    if let Some(step) = &session.step
+        && let Err(busy) = rewind.refuse_if_step_busy(session).await
+    {
+        return Err(match busy {
+            rewind_core::Error::Busy { message, .. } => {
+                let hint = if message.contains("try again") {
+                    ""
+                } else {
+                    "; wait for it to finish and try again"
+                };
+                anyhow::anyhow!(
+                    "a step is open in message {}: {message}{hint}",
+                    step.message_id
+                )
+            }
+            other => explain(other, "reading the session's lease"),
+        });
+    }
+    // Read to tell the turn's own warnings apart later; unread (the database busy, say), none is shown
+    // rather than old ones (the turn's are still in `rewind log`).
+    let warnings_before = warning_count(ctx, session).await.unwrap_or(usize::MAX);
+    // A reverted session's hidden messages are discarded when the turn begins (SPEC 7): said afterwards,
+    // since `redo` can no longer bring them back.
+    let hidden = hidden_messages(ctx, session).await;
+    let turn = with_progress(
+        "snapshotting before the command",
+        rewind.begin_turn(
+            &session.id,
+            NewMessage::user_text(line.to_owned()),
+            NewMessage::assistant(),
+        ),
+    )
+    .await;
+    // Counted as what is gone afterwards: the cleanup is stored with the step (none when it cannot
+    // begin), and another process may have unreverted the session, or run its cleanup, meanwhile.
+    let discarded = discarded_of(ctx, &session.id, &hidden).await;
+    Ok(Begun {
+        turn,
+        warnings_before,
+        discarded,
+    })
+}
+
+/// Whether `session` is no longer stored (deleted since it was read).
+async fn is_deleted(ctx: &Context, session: &Session) -> bool {
+    matches!(
+        ctx.services.rewind.session(&session.id).await,
+        Err(rewind_core::Error::NotFound(_))
+    )
 }
 
 async fn create_session(ctx: &Context, line: &str) -> Result<Session> {

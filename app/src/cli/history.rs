@@ -162,6 +162,19 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
                     // "message not found" would not say why. Only then; any other failure is reported
                     // as it is.
                     Err(error) => {
+                        // The session itself deleted meanwhile (`rewind gc --older-than`, `DELETE
+                        // /session`) is said as such (gc fuzz: it was said to be a turn made permanent).
+                        let session_gone = matches!(
+                            ctx.services.rewind.session(&session.id).await,
+                            Err(rewind_core::Error::NotFound(_))
+                        );
+                        if session_gone {
+                            bail!(
+                                "nothing to redo: session {} was deleted while this redo ran (by `rewind gc \
+                                 --older-than` or another client); `rewind log` shows the sessions left",
+                                session.id
+                            );
+                        }
                         let gone = matches!(
                             ctx.services.rewind.message(&session.id, &target).await,
                             Err(rewind_core::Error::NotFound(_))
