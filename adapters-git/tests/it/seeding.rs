@@ -363,21 +363,39 @@ async fn racy_entries_are_confirmed_by_their_hash_and_adopted() {
     // Every file was read and hashed to confirm it (counted since seed review F3); the others adopted the
     // user's blobs, which the restore below reads with the user's `.git` gone.
     let outcome = track_as_git(&h, FILES as u64, "every racy file read and hashed").await;
+    restored_without_the_user_s_git(
+        &h,
+        &outcome.id,
+        &[
+            ("dir3/file3.txt", b"line of file 3\r\nsecond\r\n"),
+            ("dir0/file0.txt", b"LINE OF FILE 0\r\nsecond\r\n"),
+        ],
+    )
+    .await;
+}
+
+/// Removes the user's `.git` and each of `files`, restores `snapshot` from the store's own objects, and
+/// checks that every file is back with its content.
+async fn restored_without_the_user_s_git(
+    h: &GitHarness,
+    snapshot: &rewind_core::model::SnapshotId,
+    files: &[(&str, &[u8])],
+) {
     fs::remove_dir_all(h.path(".git")).expect("remove .git");
-    h.remove("dir3/file3.txt");
-    h.remove("dir0/file0.txt");
+    for (path, _) in files {
+        h.remove(path);
+    }
     h.port()
-        .restore(h.root(), &outcome.id, None)
+        .restore(h.root(), snapshot, None)
         .await
         .expect("restore from the store's own objects");
-    assert_eq!(
-        fs::read(h.path("dir3/file3.txt")).expect("restored"),
-        b"line of file 3\r\nsecond\r\n"
-    );
-    assert_eq!(
-        fs::read(h.path("dir0/file0.txt")).expect("restored"),
-        b"LINE OF FILE 0\r\nsecond\r\n"
-    );
+    for (path, content) in files {
+        assert_eq!(
+            fs::read(h.path(path)).expect("restored"),
+            *content,
+            "{path}"
+        );
+    }
 }
 
 /// A repository whose `core.worktree` is a subdirectory of the directory holding `.git`: git's worktree
@@ -556,19 +574,13 @@ async fn a_split_index_is_read_with_its_shared_index() {
     crate::harness::age_past_racy(h.root());
     git(h.root(), &["add", "dir1/file1.txt"]);
     let outcome = track_as_git(&h, 0, "every file taken from the split index").await;
-    fs::remove_dir_all(h.path(".git")).expect("remove .git");
-    h.remove("dir1/file1.txt");
-    h.remove("dir2/file2.txt");
-    h.port()
-        .restore(h.root(), &outcome.id, None)
-        .await
-        .expect("restore from the store's own objects");
-    assert_eq!(
-        fs::read(h.path("dir1/file1.txt")).expect("restored"),
-        b"staged again, another size\n"
-    );
-    assert_eq!(
-        fs::read(h.path("dir2/file2.txt")).expect("restored"),
-        b"line of file 2\r\nsecond\r\n"
-    );
+    restored_without_the_user_s_git(
+        &h,
+        &outcome.id,
+        &[
+            ("dir1/file1.txt", b"staged again, another size\n"),
+            ("dir2/file2.txt", b"line of file 2\r\nsecond\r\n"),
+        ],
+    )
+    .await;
 }

@@ -307,10 +307,7 @@ fn leases_an_outage_kept_from_being_given_back_are_given_back_once_the_database_
         block_on(async {
             let (w, s, t) = one_turn_world().await;
             let (server, _) = server_of(&w);
-            let target = rewind_core::RevertTarget {
-                message_id: t.user.clone(),
-                part_id: None,
-            };
+            let target = to_turn(&t);
             w.repo.unreachable_from_next_result_commit();
             let failed = server.revert(&s.id, target.clone()).await;
             assert!(failed.is_err(), "{next}: {failed:?}");
@@ -355,10 +352,7 @@ fn a_result_whose_fate_cannot_be_read_leaves_its_leases_to_the_intent() {
     block_on(async {
         let (w, s, t) = one_turn_world().await;
         let (server, _) = server_of(&w);
-        let target = rewind_core::RevertTarget {
-            message_id: t.user.clone(),
-            part_id: None,
-        };
+        let target = to_turn(&t);
         // Armed at the result's commit: the reads of intents before it (recovery's) work.
         let (reached, resume) = w.repo.pause_next_result_commit();
         let arming = async {
@@ -395,6 +389,14 @@ fn a_result_whose_fate_cannot_be_read_leaves_its_leases_to_the_intent() {
     });
 }
 
+/// A revert to turn `t`'s user message.
+fn to_turn(t: &Turn) -> rewind_core::RevertTarget {
+    rewind_core::RevertTarget {
+        message_id: t.user.clone(),
+        part_id: None,
+    }
+}
+
 /// A server's services over `w`'s adapters (leases held as a server's), with its operations' lease time.
 fn server_of(w: &World) -> (Rewind, u64) {
     let config = ServiceConfig {
@@ -416,10 +418,7 @@ fn a_server_operation_past_its_lease_is_not_taken_over_by_the_same_server() {
     block_on(async {
         let (w, s, t) = one_turn_world().await;
         let (server, lease_ms) = server_of(&w);
-        let target = rewind_core::RevertTarget {
-            message_id: t.user.clone(),
-            part_id: None,
-        };
+        let target = to_turn(&t);
         let (reached, resume) = w.repo.pause_next_result_commit();
         let reverting = server.revert(&s.id, target.clone());
         let meanwhile = async {
@@ -460,10 +459,7 @@ fn a_server_operation_past_its_lease_is_not_taken_over_by_another_process_on_its
         let (w, s, t) = one_turn_world().await;
         let (server, lease_ms) = server_of(&w);
         let server_process = w.host.this_process();
-        let target = rewind_core::RevertTarget {
-            message_id: t.user.clone(),
-            part_id: None,
-        };
+        let target = to_turn(&t);
         let (reached, resume) = w.repo.pause_next_result_commit();
         let reverting = server.revert(&s.id, target.clone());
         let meanwhile = async {
@@ -1998,10 +1994,7 @@ fn a_recovery_that_finds_the_intent_finished_meanwhile_takes_no_lease() {
     block_on(async {
         let (w, s, t) = one_turn_world().await;
         let owner = w.host.this_process();
-        let target = rewind_core::RevertTarget {
-            message_id: t.user.clone(),
-            part_id: None,
-        };
+        let target = to_turn(&t);
         let (result_reached, resume_result) = w.repo.pause_next_result_commit();
         let (reverted_tx, reverted_rx) = futures::channel::oneshot::channel();
         let reverting = async {
