@@ -449,9 +449,10 @@ impl Rewind {
     }
 
     /// Writes again what the releases and hand-backs noted by `note_unreturned` were to write; those the
-    /// database fails again stay noted. Each replaces only a lease still held by its own token (a release
-    /// deletes only that; a hand-back replaces only that, or takes a key none holds), so one another
-    /// process took over since is left to it.
+    /// database fails again stay noted. Each acts only on a lease still held by its own token (a release
+    /// deletes only that; a hand-back is made only while it is read so, never into a key none holds: a
+    /// step's lease put back after its step was closed would refuse the session until it expired), so
+    /// one another process took over since is left to it.
     pub(super) async fn return_unreturned(&self) {
         let noted = std::mem::take(
             &mut *self
@@ -461,11 +462,15 @@ impl Rewind {
         );
         for unreturned in noted {
             let written = match &unreturned.to {
-                Some(to) => self
-                    .repo
-                    .take_lease(to, Some(Replacing::token(unreturned.token.clone())))
-                    .await
-                    .map(|_| ()),
+                Some(to) => match self.repo.lease(&unreturned.key).await {
+                    Ok(Some(current)) if current.token == unreturned.token => self
+                        .repo
+                        .take_lease(to, Some(Replacing::token(unreturned.token.clone())))
+                        .await
+                        .map(|_| ()),
+                    Ok(_) => Ok(()),
+                    Err(error) => Err(error),
+                },
                 None => {
                     self.repo
                         .release_lease(&unreturned.key, &unreturned.token)
