@@ -192,7 +192,10 @@ impl Rewind {
                 holder: holder.clone(),
                 ..self.new_lease(key.clone(), token, ttl_ms)
             };
-            let current = match self.repo.take_lease(&lease, replacing.clone()).await? {
+            let current = match self
+                .take_or_note(&lease, replacing.clone(), Return::Release)
+                .await?
+            {
                 LeaseTake::Taken => return Ok(HeldLease::of(&lease)),
                 LeaseTake::Held(current) => current,
             };
@@ -300,9 +303,10 @@ impl Rewind {
             }
             Some(current) => return Err(busy_error(&current, Some(session))),
         };
+        // Should the take apply with its answer lost, the step gets its lease back.
+        let back = replaced.clone().map_or(Return::Release, Return::HandBack);
         match self
-            .repo
-            .take_lease(&lease, replaced.as_ref().map(Replacing::seen))
+            .take_or_note(&lease, replaced.as_ref().map(Replacing::seen), back)
             .await?
         {
             LeaseTake::Taken => Ok((HeldLease::of(&lease), replaced)),
@@ -312,26 +316,29 @@ impl Rewind {
 
     /// Gives back `held` (taken by `take_step_lease` to close a step that stays open: its closing failed,
     /// a revert holding the worktree, say) to the step's own lease `replaced`, as it was; released when
-    /// there was none, or it cannot be. Released instead, the step's lease would be gone, and the step
-    /// taken for abandoned by the next operation on the worktree (black-box: a revert of another session
-    /// that made a step's finish wait aborted the step, and the finish, tried again, got 400).
+    /// there was none, or another token holds the key now. Released instead, the step's lease would be
+    /// gone, and the step taken for abandoned by the next operation on the worktree (black-box: a revert
+    /// of another session that made a step's finish wait aborted the step, and the finish, tried again,
+    /// got 400). One the database fails is given back once it answers again, not released meanwhile.
     pub(super) async fn hand_back_step_lease(&self, held: &HeldLease, replaced: Option<Lease>) {
-        if let Some(replaced) = replaced {
-            match self
-                .repo
-                .take_lease(&replaced, Some(Replacing::token(held.token.clone())))
-                .await
-            {
-                Ok(LeaseTake::Taken) => return,
-                Ok(LeaseTake::Held(_)) => {}
-                // Given back once the database answers again, not released meanwhile.
-                Err(_) => {
-                    self.note_unreturned(held, Some(replaced));
-                    return;
-                }
-            }
+        match replaced {
+            Some(replaced) => self.hand_back(held, &replaced).await,
+            None => self.release(held).await,
         }
-        self.release(held).await;
+    }
+
+    /// Puts `to` back in the place of `held`: the lease goes back to the operation or step it was taken
+    /// from. One the database fails to write is noted and written again before this process's next
+    /// recovery or take (`return_unreturned`).
+    pub(super) async fn hand_back(&self, held: &HeldLease, to: &Lease) {
+        if self
+            .repo
+            .take_lease(to, Some(Replacing::token(held.token.clone())))
+            .await
+            .is_err()
+        {
+            self.note_unreturned(held, Return::HandBack(to.clone()));
+        }
     }
 
     /// A lease on `key` for an operation of this process with `token`, for `ttl_ms` from now.
@@ -371,13 +378,18 @@ impl Rewind {
             self.new_lease(LeaseKey::Session(session.clone()), token, ttl),
             self.new_lease(LeaseKey::Worktree(directory.to_owned()), token, ttl),
         ];
-        if self
-            .repo
-            .take_leases(&both)
-            .await?
-            .iter()
-            .all(|take| *take == LeaseTake::Taken)
-        {
+        self.return_unreturned().await;
+        let taken = match self.repo.take_leases(&both).await {
+            Ok(taken) => taken,
+            // Taken with the answer lost, they would stay this live process's: released once it answers.
+            Err(error) => {
+                for lease in &both {
+                    self.note_unreturned(&HeldLease::of(lease), Return::Release);
+                }
+                return Err(error);
+            }
+        };
+        if taken.iter().all(|take| *take == LeaseTake::Taken) {
             return Ok((HeldLease::of(&both[0]), HeldLease::of(&both[1])));
         }
         let session_lease = self
@@ -423,8 +435,8 @@ impl Rewind {
     }
 
     /// Releases a lease. One the database fails to release is noted and released again before this
-    /// process's next recovery (`return_unreturned`): held by a live process, it would otherwise never be
-    /// taken over on this host (SPEC 1), and a server kept it for its whole life.
+    /// process's next recovery or take (`return_unreturned`): held by a live process, it would otherwise
+    /// never be taken over on this host (SPEC 1), and a server kept it for its whole life.
     pub(super) async fn release(&self, lease: &HeldLease) {
         if self
             .repo
@@ -432,72 +444,117 @@ impl Rewind {
             .await
             .is_err()
         {
-            self.note_unreturned(lease, None);
+            self.note_unreturned(lease, Return::Release);
         }
     }
 
-    /// Notes that `held` is to become `to` (released when none) though the database failed to write it.
-    pub(super) fn note_unreturned(&self, held: &HeldLease, to: Option<Lease>) {
+    /// `MessageRepo::take_lease`, noting what becomes of `lease` (`back`) should the database fail the
+    /// call: a take can apply with its answer lost (a connection ended during the commit), and the lease
+    /// would then stay this live process's, unknown to it.
+    pub(super) async fn take_or_note(
+        &self,
+        lease: &Lease,
+        replacing: Option<Replacing>,
+        back: Return,
+    ) -> Result<LeaseTake> {
+        self.return_unreturned().await;
+        let taken = self.repo.take_lease(lease, replacing).await;
+        if taken.is_err() {
+            self.note_unreturned(&HeldLease::of(lease), back);
+        }
+        taken
+    }
+
+    /// Notes that `held` is to be given back as `to` though the database failed to write it.
+    pub(super) fn note_unreturned(&self, held: &HeldLease, to: Return) {
+        self.unreturned().push(Unreturned {
+            key: held.key.clone(),
+            token: held.token.clone(),
+            to,
+        });
+    }
+
+    fn unreturned(&self) -> std::sync::MutexGuard<'_, Vec<Unreturned>> {
         self.unreturned
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Unreturned {
-                key: held.key.clone(),
-                token: held.token.clone(),
-                to,
-            });
     }
 
     /// Writes again what the releases and hand-backs noted by `note_unreturned` were to write; those the
     /// database fails again stay noted. Each acts only on a lease still held by its own token (a release
-    /// deletes only that; a hand-back is made only while it is read so, never into a key none holds: a
-    /// step's lease put back after its step was closed would refuse the session until it expired), so
+    /// deletes only that; a hand-back is made only while the key is read so, never into a key none holds:
+    /// a step's lease put back after its step was closed would refuse the session until it expired), so
     /// one another process took over since is left to it.
     pub(super) async fn return_unreturned(&self) {
-        let noted = std::mem::take(
-            &mut *self
-                .unreturned
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let noted = std::mem::take(&mut *self.unreturned());
         for unreturned in noted {
-            let written = match &unreturned.to {
-                Some(to) => match self.repo.lease(&unreturned.key).await {
-                    Ok(Some(current)) if current.token == unreturned.token => self
-                        .repo
-                        .take_lease(to, Some(Replacing::token(unreturned.token.clone())))
-                        .await
-                        .map(|_| ()),
-                    Ok(_) => Ok(()),
-                    Err(error) => Err(error),
-                },
-                None => {
-                    self.repo
-                        .release_lease(&unreturned.key, &unreturned.token)
-                        .await
-                }
-            };
-            if written.is_err() {
-                self.unreturned
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(unreturned);
+            if self.give_back(&unreturned).await.is_err() {
+                self.unreturned().push(unreturned);
             }
+        }
+    }
+
+    async fn give_back(&self, unreturned: &Unreturned) -> Result<()> {
+        let Unreturned { key, token, to } = unreturned;
+        let to = match to {
+            Return::Release => None,
+            Return::HandBack(to) => Some(to),
+            // Decided now: handed back while the step is still open, else released.
+            Return::StepCloser {
+                session,
+                step,
+                replaced,
+            } => {
+                let open = self
+                    .repo
+                    .session(session)
+                    .await?
+                    .and_then(|now| now.step)
+                    .is_some_and(|open| &open.token == step);
+                replaced.as_ref().filter(|_| open)
+            }
+        };
+        match to {
+            None => self.repo.release_lease(key, token).await,
+            Some(to) => match self.repo.lease(key).await? {
+                Some(current) if &current.token == token => self
+                    .repo
+                    .take_lease(to, Some(Replacing::token(token.clone())))
+                    .await
+                    .map(|_| ()),
+                _ => Ok(()),
+            },
         }
     }
 }
 
-/// A lease this process let go of (an operation ended, a recovery gave up, a step's closer gave it back)
-/// that the database did not let it write so (PostgreSQL down, a SQLite file locked past its timeout): its
-/// key and token, and the lease it is to become, or none when it is to be released. The same process then
-/// runs, so SPEC 1 never lets another take it over on this host, even expired (PostgreSQL outage fuzz: a
-/// server's revert whose result and rollback met the outage kept its worktree's lease, and the worktree
-/// answered 409 until the server was restarted).
+/// A lease this process let go of, or may hold unknown to it (a take whose answer was lost), that the
+/// database did not let it write so (PostgreSQL down, a SQLite file locked past its timeout): its key and
+/// token, and what it is to become. The same process then runs, so SPEC 1 never lets another take it over
+/// on this host, even expired (PostgreSQL outage fuzz: a server's revert whose result and rollback met the
+/// outage kept its worktree's lease, and the worktree answered 409 until the server was restarted).
 #[derive(Clone, Debug)]
 pub(super) struct Unreturned {
     key: LeaseKey,
     token: LeaseToken,
-    to: Option<Lease>,
+    to: Return,
+}
+
+/// What a noted lease becomes (`Unreturned`).
+#[derive(Clone, Debug)]
+pub(super) enum Return {
+    /// Released.
+    Release,
+    /// Replaced by this lease (the operation's or step's it was taken from).
+    HandBack(Lease),
+    /// A step closer's lease when whether it closed the step is not known (the session could not be read
+    /// after the closing failed): handed back to the step's lease `replaced` while `session` still has the
+    /// step `step` open, else released.
+    StepCloser {
+        session: SessionId,
+        step: LeaseToken,
+        replaced: Option<Lease>,
+    },
 }
 
 /// How many gone holders one take may take over or clear (its own key's, then those of worktrees inside

@@ -1489,14 +1489,28 @@ impl Rewind {
             }
         }
         .await;
-        // Not closed (as the session now says): the step stays open, with its lease.
-        let still_open = result.is_err()
-            && self.repo.session(&session.id).await.is_ok_and(|now| {
-                now.and_then(|now| now.step)
-                    .is_some_and(|open| open.token == step.token)
-            });
-        if still_open {
-            self.hand_back_step_lease(&session_lease, replaced).await;
+        // Not closed (as the session now says): the step stays open, with its lease. When the session
+        // cannot be read (the database away), that is decided once it answers (`Return::StepCloser`).
+        if result.is_err() {
+            match self.repo.session(&session.id).await {
+                Ok(now)
+                    if now
+                        .as_ref()
+                        .and_then(|now| now.step.as_ref())
+                        .is_some_and(|open| open.token == step.token) =>
+                {
+                    self.hand_back_step_lease(&session_lease, replaced).await;
+                }
+                Ok(_) => self.release(&session_lease).await,
+                Err(_) => self.note_unreturned(
+                    &session_lease,
+                    super::leases::Return::StepCloser {
+                        session: session.id.clone(),
+                        step: step.token.clone(),
+                        replaced,
+                    },
+                ),
+            }
         } else {
             self.release(&session_lease).await;
         }

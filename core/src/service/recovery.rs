@@ -129,9 +129,14 @@ impl Rewind {
         }
         let token = new_token();
         let lease = self.new_lease(session_key, &token, self.config.operation_lease_ms);
+        // Should the take apply with its answer lost, the lease goes back to the operation it was taken
+        // from.
+        let back = current.clone().map_or(
+            super::leases::Return::Release,
+            super::leases::Return::HandBack,
+        );
         if let LeaseTake::Held(_) = self
-            .repo
-            .take_lease(&lease, current.as_ref().map(Replacing::seen))
+            .take_or_note(&lease, current.as_ref().map(Replacing::seen), back)
             .await?
         {
             return Ok(Outcome::InProgress);
@@ -179,20 +184,6 @@ impl Rewind {
             }
         }
         result
-    }
-
-    /// Puts `to` back in the place of `held` (this recovery's): the lease goes back to the operation it
-    /// was taken from. One the database fails to write is noted and written again before this process's
-    /// next recovery (`return_unreturned`).
-    pub(super) async fn hand_back(&self, held: &super::HeldLease, to: &Lease) {
-        if self
-            .repo
-            .take_lease(to, Some(Replacing::token(held.token.clone())))
-            .await
-            .is_err()
-        {
-            self.note_unreturned(held, Some(to.clone()));
-        }
     }
 
     /// Finishes an intent record once both leases are held. What was read before them is read again: the

@@ -79,6 +79,14 @@ struct Operation {
 }
 
 impl Operation {
+    /// Leaves `intent` for recovery: the leases go to it when the operation ends (`end_operation`).
+    fn leave(&self, intent: &IntentRecord) {
+        *self
+            .left_intent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(intent.clone());
+    }
+
     fn guards(&self) -> Vec<Guard> {
         intent_guards(&self.token, [&self.session_lease, &self.worktree_lease])
     }
@@ -1554,10 +1562,7 @@ impl Rewind {
             }
             Ok(_) => Err(self.roll_back(operation, session, intent, error).await),
             Err(_) => {
-                *operation
-                    .left_intent
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(intent.clone());
+                operation.leave(intent);
                 Err(error)
             }
         }
@@ -1682,12 +1687,7 @@ impl Rewind {
     ) -> Error {
         let why = format!("the {} failed: {error}", intent.operation);
         // Unless the rollback is recorded (or another process took the operation over), the intent stays.
-        let leave = || {
-            *operation
-                .left_intent
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(intent.clone());
-        };
+        let leave = || operation.leave(intent);
         let leases = [&operation.session_lease, &operation.worktree_lease];
         // A full disk met by the rollback or its record too is still said to be one (diff review: only the
         // first error's kind was kept).

@@ -67,10 +67,13 @@ struct State {
     fail_next_message_put: bool,
     /// Armed by `unreachable_from_next_result_commit`.
     unreachable_from_next_result_commit: bool,
-    /// Set by that hook, cleared by `reachable_again`: every write and the reads recovery needs fail.
+    /// Set by that hook or `go_unreachable`, cleared by `reachable_again`: every write, every lease call and
+    /// the reads of sessions, intents and captures fail.
     unreachable: bool,
     /// Armed by `fail_next_intents_read`.
     fail_next_intents_read: bool,
+    /// Armed by `lose_next_take_answer`.
+    lose_next_take_answer: bool,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -144,7 +147,7 @@ impl MemRepo {
 
     /// Fault hook: the database goes away at the next `commit` that releases a lease (the one that stores an
     /// operation's result) and stays away until `reachable_again`: that commit and every one after it, every
-    /// lease call and the reads of intents and captures fail with `StorageFault::Unreachable` and store
+    /// lease call and the reads of sessions, intents and captures fail with `StorageFault::Unreachable` and store
     /// nothing, as a PostgreSQL server stopped in the middle of an operation.
     pub fn unreachable_from_next_result_commit(&self) {
         self.lock().unreachable_from_next_result_commit = true;
@@ -154,6 +157,18 @@ impl MemRepo {
     /// normally.
     pub fn fail_next_intents_read(&self) {
         self.lock().fail_next_intents_read = true;
+    }
+
+    /// Fault hook: the next `take_leases` applies as it would, then fails with `StorageFault::Unreachable`,
+    /// as a commit whose answer a broken connection lost.
+    pub fn lose_next_take_answer(&self) {
+        self.lock().lose_next_take_answer = true;
+    }
+
+    /// Fault hook: the database goes away now, as `unreachable_from_next_result_commit` makes it go, until
+    /// `reachable_again`.
+    pub fn go_unreachable(&self) {
+        self.lock().unreachable = true;
     }
 
     /// Ends `unreachable_from_next_result_commit`'s outage: every call works again.
@@ -591,6 +606,7 @@ fn session_snapshots(stored: &StoredSession, out: &mut BTreeSet<SnapshotId>) {
 #[async_trait]
 impl MessageRepo for MemRepo {
     async fn session(&self, id: &SessionId) -> Result<Option<Session>> {
+        self.reachable()?;
         let session = self.lock().rows.sessions.get(id).map(|s| s.info.clone());
         self.paused(PausedCall::SessionRead).await;
         Ok(session)
@@ -804,6 +820,12 @@ impl MessageRepo for MemRepo {
             for lease in leases {
                 state.leases.insert(lease.key.clone(), lease.clone());
             }
+        }
+        if std::mem::take(&mut state.lose_next_take_answer) {
+            return Err(Error::storage(
+                crate::error::StorageFault::Unreachable,
+                "injected fault: MemRepo::lose_next_take_answer",
+            ));
         }
         Ok(takes)
     }

@@ -389,6 +389,93 @@ fn a_result_whose_fate_cannot_be_read_leaves_its_leases_to_the_intent() {
     });
 }
 
+/// A step's finish that fails as the database goes away, and after which the session cannot be read
+/// either, does not know whether it closed the step. Its lease is neither released (the live step would
+/// be taken for abandoned) nor left as the closer's, this live process's (the step refused for good): once
+/// the database answers, the step, still open, has its own lease back, and its owner finishes it.
+#[test]
+fn a_finish_whose_outcome_an_outage_hides_gives_the_step_its_lease_back() {
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "a0");
+        let (server, _) = server_of(&w);
+        let s = server.create_session(ROOT, None).await.expect("session");
+        server
+            .create_message(&s.id, NewMessage::user_text("go"))
+            .await
+            .expect("user");
+        let assistant = server
+            .create_message(&s.id, NewMessage::assistant())
+            .await
+            .expect("assistant");
+        server
+            .begin_step(&s.id, &assistant.info.id)
+            .await
+            .expect("begin");
+        let step = server
+            .session(&s.id)
+            .await
+            .expect("session")
+            .step
+            .expect("the step is open");
+        w.write("a.txt", "a1");
+        // The closer holds the session's lease; the database goes away before the finish stores anything.
+        let (reached, resume) = w.repo.pause_next_commit();
+        let outage = async {
+            reached.await.expect("the finish's commit is reached");
+            w.repo.go_unreachable();
+            let _ = resume.send(());
+        };
+        let (finished, ()) = futures::future::join(
+            server.finish_step(&s.id, &assistant.info.id, StepEnd::default()),
+            outage,
+        )
+        .await;
+        assert!(finished.is_err(), "{finished:?}");
+        w.repo.reachable_again();
+        server
+            .recover_others(&Default::default())
+            .await
+            .expect("the periodic pass");
+        let lease = w
+            .repo
+            .lease(&LeaseKey::Session(s.id.clone()))
+            .await
+            .expect("lease")
+            .expect("the step's lease");
+        assert_eq!(lease.token, step.token, "the step has its own lease back");
+        server
+            .finish_step(&s.id, &assistant.info.id, StepEnd::default())
+            .await
+            .expect("the owner finishes the step");
+        assert!(server.session(&s.id).await.expect("session").step.is_none());
+    });
+}
+
+/// A revert whose take of its two leases applies but whose answer is lost (a connection ended during the
+/// commit) fails, and leaves nothing of this live process's behind: the leases it holds unknown to itself
+/// are released before its next take, and the next revert runs.
+#[test]
+fn leases_taken_with_the_answer_lost_are_released_before_the_next_take() {
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let (server, _) = server_of(&w);
+        w.repo.lose_next_take_answer();
+        let failed = server.revert(&s.id, to_turn(&t)).await;
+        assert!(failed.is_err(), "{failed:?}");
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["a1", "n1"],
+            "nothing written"
+        );
+        server
+            .revert(&s.id, to_turn(&t))
+            .await
+            .expect("the next revert");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+    });
+}
+
 /// A revert to turn `t`'s user message.
 fn to_turn(t: &Turn) -> rewind_core::RevertTarget {
     rewind_core::RevertTarget {
