@@ -485,11 +485,18 @@ impl Rewind {
     /// deletes only that; a hand-back is made only while the key is read so, never into a key none holds:
     /// a step's lease put back after its step was closed would refuse the session until it expired), so
     /// one another process took over since is left to it.
+    ///
+    /// The first that fails again ends the pass, the rest left noted untried: the database is likely still
+    /// away, and each try would wait out its timeout (30 s for a PostgreSQL connection) before the caller's
+    /// own call.
     pub(super) async fn return_unreturned(&self) {
-        let noted = std::mem::take(&mut *self.unreturned());
-        for unreturned in noted {
+        let mut noted = std::mem::take(&mut *self.unreturned()).into_iter();
+        while let Some(unreturned) = noted.next() {
             if self.give_back(&unreturned).await.is_err() {
-                self.unreturned().push(unreturned);
+                let mut left = self.unreturned();
+                left.push(unreturned);
+                left.extend(noted);
+                return;
             }
         }
     }
