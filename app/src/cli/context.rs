@@ -185,6 +185,15 @@ impl Context {
         }
     }
 
+    /// Whether `session` is no longer stored (deleted since it was read: `rewind gc --older-than`,
+    /// `DELETE /session`).
+    pub async fn is_deleted(&self, session: &SessionId) -> bool {
+        matches!(
+            self.services.rewind.session(session).await,
+            Err(rewind_core::Error::NotFound(_))
+        )
+    }
+
     /// The newest session of this directory, if any.
     pub async fn latest_session(&self) -> Result<Option<Session>> {
         let sessions = self

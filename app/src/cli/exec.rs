@@ -88,7 +88,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         let begun = begin_turn_in(ctx, &session, &line).await?;
         match &begun.turn {
             Err(rewind_core::Error::NotFound(_))
-                if !created && chosen_again < CHOOSE_AGAIN && is_deleted(ctx, &session).await =>
+                if !created && chosen_again < CHOOSE_AGAIN && ctx.is_deleted(&session.id).await =>
             {
                 chosen_again += 1;
             }
@@ -449,9 +449,8 @@ struct Begun {
     discarded: usize,
 }
 
-/// Refuses (before recording anything) when a live process has a step open in `session`, then begins
-/// the turn: its two messages and its step are stored together, so a step that cannot begin (the session
-/// or the worktree busy) leaves nothing recorded.
+/// Begins the turn in `session`: its two messages and its step are stored together, so a step that cannot
+/// begin (the session or the worktree busy, the session deleted) leaves nothing recorded.
 async fn begin_turn_in(ctx: &Context, session: &Session, line: &str) -> Result<Begun> {
     let rewind = &ctx.services.rewind;
     // Refuse before recording anything when a live process (another `rewind exec`, or a server's
@@ -498,14 +497,6 @@ async fn begin_turn_in(ctx: &Context, session: &Session, line: &str) -> Result<B
         warnings_before,
         discarded,
     })
-}
-
-/// Whether `session` is no longer stored (deleted since it was read).
-async fn is_deleted(ctx: &Context, session: &Session) -> bool {
-    matches!(
-        ctx.services.rewind.session(&session.id).await,
-        Err(rewind_core::Error::NotFound(_))
-    )
 }
 
 async fn create_session(ctx: &Context, line: &str) -> Result<Session> {

@@ -164,11 +164,7 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
                     Err(error) => {
                         // The session itself deleted meanwhile (`rewind gc --older-than`, `DELETE
                         // /session`) is said as such (gc fuzz: it was said to be a turn made permanent).
-                        let session_gone = matches!(
-                            ctx.services.rewind.session(&session.id).await,
-                            Err(rewind_core::Error::NotFound(_))
-                        );
-                        if session_gone {
+                        if ctx.is_deleted(&session.id).await {
                             bail!(
                                 "nothing to redo: session {} was deleted while this redo ran (by `rewind gc \
                                  --older-than` or another client); `rewind log` shows the sessions left",

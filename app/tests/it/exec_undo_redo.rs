@@ -298,14 +298,7 @@ fn new_session_starts_a_separate_history() {
     let env = Env::plain();
     env.exec_sh("printf '1\\n' > one.txt");
     let before_second = env.state();
-    env.ok(&[
-        "exec",
-        "--new-session",
-        "--",
-        "sh",
-        "-c",
-        "printf '2\\n' > two.txt",
-    ]);
+    env.exec_sh_in_a_new_session("printf '2\\n' > two.txt");
     let status = env.json(&["status"]);
     assert_eq!(status["sessions"].as_array().expect("sessions").len(), 2);
     // The latest session has one turn: undo takes it back, and then there is nothing more to undo there.

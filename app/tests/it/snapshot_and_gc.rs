@@ -1167,14 +1167,7 @@ fn redo_racing_a_gc_that_deletes_its_session_says_so() {
     let env = Env::plain();
     let mut said = Vec::new();
     for i in 1..=12 {
-        env.ok(&[
-            "exec",
-            "--new-session",
-            "--",
-            "sh",
-            "-c",
-            &format!("echo a{i} > a.txt"),
-        ]);
+        env.exec_sh_in_a_new_session(&format!("echo a{i} > a.txt"));
         env.exec_sh(&format!("echo b{i} > a.txt"));
         env.exec_sh(&format!("echo c{i} > a.txt"));
         env.ok(&["undo"]);

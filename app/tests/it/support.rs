@@ -163,6 +163,11 @@ impl Env {
         self.ok(&["exec", "--", "sh", "-c", script]);
     }
 
+    /// `exec --new-session -- sh -c SCRIPT`, which must succeed.
+    pub fn exec_sh_in_a_new_session(&self, script: &str) {
+        self.ok(&["exec", "--new-session", "--", "sh", "-c", script]);
+    }
+
     /// The worktree's files.
     pub fn state(&self) -> State {
         state(self.path())

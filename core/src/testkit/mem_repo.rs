@@ -171,18 +171,16 @@ impl MemRepo {
         self.lock().unreachable = true;
     }
 
-    /// Ends `unreachable_from_next_result_commit`'s outage: every call works again.
+    /// Ends the outage `unreachable_from_next_result_commit` or `go_unreachable` began: every call works
+    /// again.
     pub fn reachable_again(&self) {
         self.lock().unreachable = false;
     }
 
-    /// `Err` while the database is unreachable (`unreachable_from_next_result_commit`).
+    /// `Err` during such an outage.
     fn reachable(&self) -> Result<()> {
         if self.lock().unreachable {
-            return Err(Error::storage(
-                crate::error::StorageFault::Unreachable,
-                "injected fault: MemRepo::unreachable_from_next_result_commit",
-            ));
+            return Err(unreachable("the database is away"));
         }
         Ok(())
     }
@@ -302,6 +300,14 @@ impl MemRepo {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// The fault an outage hook injects (`what` says which).
+fn unreachable(what: &str) -> Error {
+    Error::storage(
+        crate::error::StorageFault::Unreachable,
+        format!("injected fault: MemRepo: {what}"),
+    )
 }
 
 fn session_not_found(id: &SessionId) -> Error {
@@ -822,10 +828,7 @@ impl MessageRepo for MemRepo {
             }
         }
         if std::mem::take(&mut state.lose_next_take_answer) {
-            return Err(Error::storage(
-                crate::error::StorageFault::Unreachable,
-                "injected fault: MemRepo::lose_next_take_answer",
-            ));
+            return Err(unreachable("lose_next_take_answer"));
         }
         Ok(takes)
     }
@@ -854,28 +857,20 @@ impl MessageRepo for MemRepo {
     }
 
     async fn commit(&self, transaction: Transaction) -> Result<()> {
-        if transaction
+        let result_commit = transaction
             .changes
             .iter()
-            .any(|c| matches!(c, Change::ReleaseLease { .. }))
-        {
+            .any(|c| matches!(c, Change::ReleaseLease { .. }));
+        if result_commit {
             self.paused(PausedCall::ResultCommit).await;
         }
         self.paused(PausedCall::Commit).await;
         let mut state = self.lock();
-        if transaction
-            .changes
-            .iter()
-            .any(|c| matches!(c, Change::ReleaseLease { .. }))
-            && std::mem::take(&mut state.unreachable_from_next_result_commit)
-        {
+        if result_commit && std::mem::take(&mut state.unreachable_from_next_result_commit) {
             state.unreachable = true;
         }
         if state.unreachable {
-            return Err(Error::storage(
-                crate::error::StorageFault::Unreachable,
-                "injected fault: MemRepo::unreachable_from_next_result_commit",
-            ));
+            return Err(unreachable("the database is away"));
         }
         if std::mem::take(&mut state.fail_next_commit) {
             return Err(Error::backend("injected fault: MemRepo::fail_next_commit"));

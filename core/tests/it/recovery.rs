@@ -398,20 +398,7 @@ fn a_finish_whose_outcome_an_outage_hides_gives_the_step_its_lease_back() {
     block_on(async {
         let w = World::new();
         w.write("a.txt", "a0");
-        let (server, _) = server_of(&w);
-        let s = server.create_session(ROOT, None).await.expect("session");
-        server
-            .create_message(&s.id, NewMessage::user_text("go"))
-            .await
-            .expect("user");
-        let assistant = server
-            .create_message(&s.id, NewMessage::assistant())
-            .await
-            .expect("assistant");
-        server
-            .begin_step(&s.id, &assistant.info.id)
-            .await
-            .expect("begin");
+        let (server, s, assistant) = server_step(&w).await;
         let step = server
             .session(&s.id)
             .await
