@@ -317,6 +317,32 @@ impl SqlError {
 }
 
 impl SqlError {
+    /// Whether the connection to a PostgreSQL server broke during a statement: the server ended it
+    /// (`pg_terminate_backend`, a shutdown or crash: SQLSTATE class 57P, or class 08) or it failed under
+    /// the statement (an I/O error). Whether the statement was stored is not known; the pool drops the
+    /// connection, so the next request gets a new one.
+    pub fn is_connection_lost(&self) -> bool {
+        let (SqlError::Open { source, target } | SqlError::Query { source, target, .. }) = self
+        else {
+            return false;
+        };
+        if !is_postgres(target) {
+            return false;
+        }
+        let (DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e))) = source.db()
+        else {
+            return false;
+        };
+        if matches!(e.as_ref(), sea_orm::sqlx::Error::Io(_)) {
+            return true;
+        }
+        e.as_database_error()
+            .and_then(|e| e.code())
+            .is_some_and(|code| code.starts_with("57P") || code.starts_with("08"))
+    }
+
     /// The storage fault this error is, as the core names it, if it is one a user can act on.
     pub fn fault(&self) -> Option<StorageFault> {
         match self {
@@ -332,6 +358,7 @@ impl SqlError {
             // `SQLITE_FULL` or PostgreSQL's disk full; `SQLITE_IOERR` is any other failure of the disk.
             SqlError::Disk { source, .. } if is_full(source.db()) => Some(StorageFault::DiskFull),
             _ if self.is_unreachable() => Some(StorageFault::Unreachable),
+            _ if self.is_connection_lost() => Some(StorageFault::ConnectionLost),
             _ => None,
         }
     }
@@ -501,8 +528,8 @@ mod tests {
 
     /// Each fault a user can act on reaches the core as `Storage` with its kind, the adapter's error as its
     /// source; a PostgreSQL that cannot be reached is one, and so is a SQLite file whose connections all
-    /// stayed busy (classified: a busy database); a connection that broke mid-statement (its outcome
-    /// unknown) and any other fault stay backend faults.
+    /// stayed busy (classified: a busy database), and so is a PostgreSQL connection that broke
+    /// mid-statement (its outcome unknown); any other fault stays a backend fault.
     #[test]
     fn faults_reach_the_core_by_kind() {
         let target = || "/data/rewind.db".to_owned();
@@ -554,8 +581,17 @@ mod tests {
                 query(postgres, DbErr::Conn(RuntimeErr::SqlxError(io()))),
                 Some(StorageFault::Unreachable),
             ),
+            // A connection that broke under a statement: its outcome is not known.
             (
                 query(postgres, DbErr::Exec(RuntimeErr::SqlxError(io()))),
+                Some(StorageFault::ConnectionLost),
+            ),
+            (
+                query(postgres, DbErr::Query(RuntimeErr::SqlxError(io()))),
+                Some(StorageFault::ConnectionLost),
+            ),
+            (
+                query("/data/rewind.db", DbErr::Exec(RuntimeErr::SqlxError(io()))),
                 None,
             ),
             (query("/data/rewind.db", timed_out()), None),

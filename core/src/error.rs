@@ -85,6 +85,10 @@ pub enum StorageFault {
     ReadOnly,
     /// The database server cannot be reached (no connection could be had in time, or made).
     Unreachable,
+    /// The connection to the database server broke during a statement (the server restarted, or ended
+    /// the connection): whether that statement was stored is not known. The next request gets a new
+    /// connection.
+    ConnectionLost,
     /// The database file was deleted or replaced while it was open.
     Replaced,
     /// The database is corrupt or is not one.
@@ -317,6 +321,7 @@ mod tests {
             StorageFault::Busy,
             StorageFault::ReadOnly,
             StorageFault::Unreachable,
+            StorageFault::ConnectionLost,
             StorageFault::Replaced,
             StorageFault::Corrupt,
             StorageFault::DiskFull,

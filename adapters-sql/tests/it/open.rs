@@ -590,6 +590,68 @@ fn a_postgres_server_gone_under_an_open_handle_is_unreachable() {
     });
 }
 
+/// A connection the PostgreSQL server ends in the middle of a commit (`pg_terminate_backend`, as an
+/// administrator or a failover does) fails that commit as `ConnectionLost`: its outcome is not known to
+/// the caller, unlike a server that cannot be reached at all (stop 66's outage fuzz: it was a backend
+/// fault, "internal error" over HTTP). Here the commit is held open by the pause hook, so the server
+/// rolled it back: nothing of it is stored, and the handle's next commit gets a new connection.
+#[test]
+fn a_postgres_connection_ended_during_a_commit_is_a_lost_connection() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let repo = std::sync::Arc::new(schema.open().await);
+        let ids = Ids::default();
+        let first = session(&ids, "/work/ended");
+        let mut pause = repo.pause_next_commit();
+        let task = tokio::spawn({
+            let (repo, first) = (repo.clone(), first.clone());
+            async move {
+                repo.commit(transaction(
+                    vec![Change::PutSession(Box::new(first))],
+                    vec![heartbeat(&Ids::default())],
+                ))
+                .await
+            }
+        });
+        assert!(
+            pause.reached().await,
+            "the commit holds its transaction open"
+        );
+        // The backend of that transaction: the one holding a lock on this schema's session table.
+        let admin = admin(&schema.url).await;
+        let ended = admin
+            .query_one_raw(Statement::from_sql_and_values(
+                DbBackend::Postgres,
+                "SELECT count(pg_terminate_backend(pid)) AS ended FROM (SELECT DISTINCT l.pid \
+                 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE l.granted AND c.relname = 'session' AND n.nspname = $1 \
+                 AND l.pid <> pg_backend_pid()) AS held",
+                [schema.name.clone().into()],
+            ))
+            .await
+            .expect("pg_terminate_backend runs")
+            .and_then(|row| row.try_get::<i64>("", "ended").ok());
+        let _ = admin.close().await;
+        assert_eq!(ended, Some(1), "one backend held the commit's transaction");
+        pause.resume();
+        let result = task.await.expect("the commit finishes");
+        let fault = result.as_ref().err().and_then(Error::storage_fault);
+        assert_eq!(fault, Some(StorageFault::ConnectionLost), "{result:?}");
+        assert_eq!(
+            repo.session(&first.id)
+                .await
+                .expect("reads on a new connection"),
+            None,
+            "the server rolled the ended transaction back"
+        );
+        put_session(repo.as_ref(), &first)
+            .await
+            .expect("the next commit gets a new connection");
+        assert!(repo.session(&first.id).await.expect("reads").is_some());
+    });
+}
+
 /// A TCP proxy to a PostgreSQL URL's server; `url` is the same URL through it.
 struct Proxy {
     url: String,

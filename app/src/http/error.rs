@@ -141,6 +141,13 @@ impl ApiError {
                  once it is back; an operation it interrupted is finished by the next one; the server log \
                  names it"
             }
+            // Stop 66's outage fuzz: a connection the server ended mid-request answered "internal error".
+            StorageFault::ConnectionLost => {
+                "the connection to the database broke during the request (its PostgreSQL server restarted \
+                 or ended the connection): whether its last change was stored is not known, so look at the \
+                 session before sending it again; an operation it interrupted is finished by the next one; \
+                 the server log has the cause"
+            }
             StorageFault::Corrupt => {
                 "the database is corrupt; nothing was stored; the server log names it"
             }
@@ -425,6 +432,10 @@ mod tests {
         for (fault, says) in [
             (StorageFault::DiskFull, "is full; free some space"),
             (StorageFault::Unreachable, "the database cannot be reached"),
+            (
+                StorageFault::ConnectionLost,
+                "whether its last change was stored is not known",
+            ),
             (StorageFault::Corrupt, "the database is corrupt"),
             (StorageFault::Replaced, "was deleted or replaced"),
             (StorageFault::ReadOnly, "can only be read"),
