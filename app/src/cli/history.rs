@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use anyhow::{Result, anyhow, bail};
 use rewind_core::model::{
     DiffSummary, FileActionKind, FileDiff, MessageId, MessageWithParts, Part, PartBody, PartId,
-    RelPath, RevertDescriptor, Role, Session, Warning,
+    RelPath, RevertDescriptor, Role, Session, SessionId, Warning,
 };
 use rewind_core::{HistorySeen, RevertTarget};
 use serde::Serialize;
@@ -104,6 +104,15 @@ const CHOICES: usize = 8;
 /// meanwhile, the choice is made again on what it shows now. So two `undo`s run at once undo two turns.
 pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
+    let id = session.id.clone();
+    match undo_chosen(ctx, session).await {
+        Err(_) if ctx.is_deleted(&id).await => Err(deleted_meanwhile(&id, "undo")),
+        done => done,
+    }
+}
+
+/// `undo` of the session it chose.
+async fn undo_chosen(ctx: &Context, session: Session) -> Result<()> {
     let (mut session, aborted) = abort_open_step(ctx, session).await?;
     let mut choice = 0;
     loop {
@@ -131,6 +140,15 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
 /// there is none. Chosen as `undo` chooses, again when the history changed meanwhile.
 pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
+    let id = session.id.clone();
+    match redo_chosen(ctx, session).await {
+        Err(_) if ctx.is_deleted(&id).await => Err(deleted_meanwhile(&id, "redo")),
+        done => done,
+    }
+}
+
+/// `redo` of the session it chose.
+async fn redo_chosen(ctx: &Context, session: Session) -> Result<()> {
     let (mut session, aborted) = abort_open_step(ctx, session).await?;
     let mut choice = 0;
     loop {
@@ -162,14 +180,10 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
                     // "message not found" would not say why. Only then; any other failure is reported
                     // as it is.
                     Err(error) => {
-                        // The session itself deleted meanwhile (`rewind gc --older-than`, `DELETE
-                        // /session`) is said as such (gc fuzz: it was said to be a turn made permanent).
+                        // The session itself deleted meanwhile is said by `redo` (gc fuzz: it was said to
+                        // be a turn made permanent).
                         if ctx.is_deleted(&session.id).await {
-                            bail!(
-                                "nothing to redo: session {} was deleted while this redo ran (by `rewind gc \
-                                 --older-than` or another client); `rewind log` shows the sessions left",
-                                session.id
-                            );
+                            return Err(error);
                         }
                         let gone = matches!(
                             ctx.services.rewind.message(&session.id, &target).await,
@@ -193,6 +207,16 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
             None => return Ok(()),
         }
     }
+}
+
+/// What an `undo` or `redo` whose session was deleted while it ran says (`rewind gc --older-than`,
+/// `DELETE /session`), in place of the failure the deletion caused ("Session not found: ses_…" from
+/// whichever read or write met it first, or a turn taken for one made permanent: gc fuzz).
+fn deleted_meanwhile(session: &SessionId, verb: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "nothing to {verb}: session {session} was deleted while this {verb} ran (by `rewind gc \
+         --older-than` or another client); `rewind log` shows the sessions left"
+    )
 }
 
 /// The user message `undo` reverts `session` to, as `messages` show it: the last one before the revert

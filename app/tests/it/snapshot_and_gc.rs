@@ -1161,17 +1161,33 @@ fn exec_racing_a_gc_that_deletes_its_session_records_the_turn_in_another() {
 
 /// `redo` racing `gc --older-than 0`, which deletes the session while the redo runs: the refusal says the
 /// session was deleted, not that its turn was made permanent by a new turn (none was recorded; gc fuzz:
-/// 18 of 60 such redos said so).
+/// 18 of 60 such redos said so), nor the bare "Session not found" of whichever read met the deletion first
+/// (the unrevert of the last undo said it).
 #[test]
 fn redo_racing_a_gc_that_deletes_its_session_says_so() {
+    racing_a_gc_that_deletes_its_session("redo");
+}
+
+/// The same of `undo`.
+#[test]
+fn undo_racing_a_gc_that_deletes_its_session_says_so() {
+    racing_a_gc_that_deletes_its_session("undo");
+}
+
+/// Twelve races of `verb` (after one or two turns of three undone, so that `undo` and both ways of
+/// `redo` have work) against `gc --older-than 0`. Each either succeeds, or fails saying the session was deleted while it
+/// ran, or finds no session left to choose (gc deleted it first).
+fn racing_a_gc_that_deletes_its_session(verb: &str) {
     let env = Env::plain();
-    let mut said = Vec::new();
+    let mut odd = Vec::new();
     for i in 1..=12 {
         env.exec_sh_in_a_new_session(&format!("echo a{i} > a.txt"));
         env.exec_sh(&format!("echo b{i} > a.txt"));
         env.exec_sh(&format!("echo c{i} > a.txt"));
-        env.ok(&["undo"]);
-        env.ok(&["undo"]);
+        // One undo or two: a `redo` then unreverts or reverts to the next turn.
+        for _ in 0..1 + i % 2 {
+            env.ok(&["undo"]);
+        }
         let mut gc = env
             .process_in(env.path(), &["gc", "--older-than", "0"])
             .stdout(std::process::Stdio::null())
@@ -1179,15 +1195,17 @@ fn redo_racing_a_gc_that_deletes_its_session_says_so() {
             .spawn()
             .expect("start gc");
         std::thread::sleep(std::time::Duration::from_millis(i % 8));
-        let redo = env
-            .process_in(env.path(), &["redo"])
+        let raced = env
+            .process_in(env.path(), &[verb])
             .output()
-            .expect("run redo");
+            .expect("run the command");
         gc.wait().expect("gc ends");
-        let stderr = String::from_utf8_lossy(&redo.stderr).into_owned();
-        if stderr.contains("made permanent") {
-            said.push(stderr);
+        let stderr = String::from_utf8_lossy(&raced.stderr).into_owned();
+        let said_so = stderr.contains(&format!("was deleted while this {verb} ran"))
+            || stderr.contains("no rewind session in");
+        if !raced.status.success() && !said_so {
+            odd.push(stderr);
         }
     }
-    assert!(said.is_empty(), "{said:#?}");
+    assert!(odd.is_empty(), "{odd:#?}");
 }
