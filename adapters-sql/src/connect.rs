@@ -342,6 +342,7 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         file,
         identity,
         hooks: Mutex::new(Hooks::default()),
+        unreachable_since: Mutex::new(None),
     })
 }
 

@@ -652,6 +652,58 @@ fn a_postgres_connection_ended_during_a_commit_is_a_lost_connection() {
     });
 }
 
+/// Once a statement found the PostgreSQL server unreachable, the next requests wait for a connection a
+/// short while (`OUTAGE_WAIT`, 2 s), not the pool's whole acquire timeout each: an operation that met an
+/// outage, then its rollback and lease releases, answered after 90 – 100 s (stop 66's outage fuzz). Once
+/// the server answers again, the first request gets its connection and everything is as before.
+#[test]
+fn after_a_postgres_server_is_found_unreachable_requests_fail_fast_until_it_answers() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let proxy = Proxy::to(&schema.url).await;
+        let port = proxy.port();
+        let mut config = schema.config();
+        config.url = proxy.url.clone();
+        config.max_connections = Some(2);
+        config.acquire_timeout = Duration::from_secs(8);
+        let repo = SqlRepo::open(config)
+            .await
+            .expect("opens through the proxy");
+        let ids = Ids::default();
+        let s = session(&ids, "/work/outage");
+        put_session(&repo, &s).await.expect("commits");
+        proxy.stop().await;
+        let first = std::time::Instant::now();
+        let read = repo.session(&s.id).await;
+        let first = first.elapsed();
+        let fault = read.as_ref().err().and_then(Error::storage_fault);
+        assert_eq!(fault, Some(StorageFault::Unreachable), "{read:?}");
+        for _ in 0..2 {
+            let next = std::time::Instant::now();
+            let read = repo.session(&s.id).await;
+            let next = next.elapsed();
+            let fault = read.as_ref().err().and_then(Error::storage_fault);
+            assert_eq!(fault, Some(StorageFault::Unreachable), "{read:?}");
+            assert!(
+                next < Duration::from_secs(5),
+                "a request after the outage was found waited {next:?} (the first {first:?})"
+            );
+        }
+        let back = Proxy::on_port(&schema.url, port).await;
+        assert!(
+            repo.session(&s.id)
+                .await
+                .expect("reads once it answers")
+                .is_some(),
+            "the session is read through the proxy started again"
+        );
+        put_session(&repo, &session(&ids, "/work/outage"))
+            .await
+            .expect("commits as before");
+        back.stop().await;
+    });
+}
+
 /// A TCP proxy to a PostgreSQL URL's server; `url` is the same URL through it.
 struct Proxy {
     url: String,
@@ -661,7 +713,13 @@ struct Proxy {
 
 impl Proxy {
     async fn to(url: &str) -> Proxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Proxy::on_port(url, 0).await
+    }
+
+    /// `to`, listening on `port` (0: any free port): a proxy stopped before can be started again at the
+    /// URL it had.
+    async fn on_port(url: &str, port: u16) -> Proxy {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("a port for the proxy");
         let port = listener.local_addr().expect("its address").port();
@@ -696,6 +754,15 @@ impl Proxy {
             stop,
             task,
         }
+    }
+
+    /// The port it listens on.
+    fn port(&self) -> u16 {
+        self.url
+            .split_once("@127.0.0.1:")
+            .and_then(|(_, rest)| rest.split('/').next())
+            .and_then(|port| port.parse().ok())
+            .expect("the proxy's URL names its port")
     }
 
     async fn stop(self) {
