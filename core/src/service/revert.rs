@@ -1692,6 +1692,10 @@ impl Rewind {
         // A full disk met by the rollback or its record too is still said to be one (diff review: only the
         // first error's kind was kept).
         let mut full = error.storage_fault() == Some(StorageFault::DiskFull);
+        // A database outage (down, or its connection ended) that the rollback's record met too is still
+        // said to be one, so a client is told what to wait for (stop 67: "internal error" after a burst of
+        // ended connections); the files are back and the intent stays for the next operation.
+        let mut outage = error.storage_fault().filter(|fault| is_outage(*fault));
         let failure = match self.put_back_intent(session, intent, &why, leases).await {
             Ok(mut put_back) => {
                 match self.repo.commit(std::mem::take(&mut put_back.record)).await {
@@ -1699,6 +1703,8 @@ impl Rewind {
                     Err(recording) => {
                         leave();
                         full |= recording.storage_fault() == Some(StorageFault::DiskFull);
+                        outage =
+                            outage.filter(|_| recording.storage_fault().is_some_and(is_outage));
                         put_back.unrecorded(intent.operation, &recording)
                     }
                 }
@@ -1710,6 +1716,8 @@ impl Rewind {
             Err(rollback) => {
                 leave();
                 full |= rollback.storage_fault() == Some(StorageFault::DiskFull);
+                // Files may be left changed: a fault to look into.
+                outage = None;
                 format!(
                     "rolling the files back also failed ({rollback}); {}; the intent record stays, and the \
                      next rewind command will finish the rollback",
@@ -1720,10 +1728,10 @@ impl Rewind {
         // Files may be left changed: a fault to look into, not a request to send again, whatever the error
         // was; a full disk is still said to be one (the likeliest reason both failed).
         let text = format!("{error}; {failure}");
-        if full {
-            Error::storage(StorageFault::DiskFull, text)
-        } else {
-            Error::backend(text)
+        match (full, outage) {
+            (true, _) => Error::storage(StorageFault::DiskFull, text),
+            (false, Some(outage)) => Error::storage(outage, text),
+            (false, None) => Error::backend(text),
         }
     }
 
@@ -1975,6 +1983,15 @@ impl PutBack {
             ),
         }
     }
+}
+
+/// Whether `fault` is the database being away (down, or a connection it ended): an operation it stopped
+/// is finished by the next one once it is back.
+fn is_outage(fault: StorageFault) -> bool {
+    matches!(
+        fault,
+        StorageFault::Unreachable | StorageFault::ConnectionLost
+    )
 }
 
 /// `the files it was changing, as it may have left them (N): a, b` for an intent whose rollback failed:

@@ -2321,6 +2321,44 @@ fn a_rollback_that_meets_a_full_disk_says_so() {
     })
 }
 
+/// A revert that meets a database outage (its connection ended, then the server away), whose rollback puts
+/// the files back but cannot record it for the same outage, is answered as that outage, which the HTTP
+/// layer names, not as an internal error (stop 67: a burst of `pg_terminate_backend` answered "internal
+/// error"). When the rollback's record fails for another reason it is a fault to look into, as before (and
+/// so when the files could not be put back: `a_rollback_that_fails_too_names_the_files_it_may_have_left_changed`).
+#[test]
+fn a_rollback_that_meets_the_same_database_outage_says_so() {
+    use rewind_core::error::StorageFault::{ConnectionLost, Unreachable};
+    block_on(async {
+        for (recording, said) in [(Some(Unreachable), Some(ConnectionLost)), (None, None)] {
+            let w = World::new();
+            let (_, _, error) = revert_failing(&w, |repo| {
+                repo.fail_next_result_commit();
+                repo.fail_as("fail_next_result_commit", ConnectionLost);
+                repo.fail_next_intent_delete();
+                if let Some(fault) = recording {
+                    repo.fail_as("fail_next_intent_delete", fault);
+                }
+            })
+            .await;
+            let case = format!("recording {recording:?}");
+            assert_eq!(error.storage_fault(), said, "{case}: {error:?}");
+            assert_eq!(
+                matches!(error, Error::Backend(_)),
+                said.is_none(),
+                "{case}: {error:?}"
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains("MemRepo::fail_next_result_commit")
+                    && message.contains("the files were put back to their state before the revert"),
+                "{case}: {message}"
+            );
+            assert_eq!(w.repo.intents().await.expect("intents").len(), 1, "{case}");
+        }
+    })
+}
+
 /// SPEC section 8: a rollback that cannot put the files back either (its track of the worktree fails: a
 /// file can no longer be read) says so, names the files the revert may have left changed, and leaves the
 /// intent record for the next command.
@@ -2337,7 +2375,13 @@ fn a_rollback_that_fails_too_names_the_files_it_may_have_left_changed() {
                 w.write("b.txt", "1");
             })
             .await;
+        // The first failure a database outage: files left changed are still a fault to look into, not
+        // said as the outage.
         w.repo.fail_next_result_commit();
+        w.repo.fail_as(
+            "fail_next_result_commit",
+            rewind_core::error::StorageFault::ConnectionLost,
+        );
         let (reached, resume) = w.repo.pause_next_result_commit();
         let unreadable = async {
             reached.await.expect("the result's commit is reached");
