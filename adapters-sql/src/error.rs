@@ -256,14 +256,7 @@ impl DriverError {
     /// The text `Display` shows, before secrets are hidden.
     fn text(&self) -> String {
         use std::fmt::Write as _;
-        let server = match &self.0 {
-            DbErr::Conn(RuntimeErr::SqlxError(e))
-            | DbErr::Exec(RuntimeErr::SqlxError(e))
-            | DbErr::Query(RuntimeErr::SqlxError(e)) => e
-                .as_database_error()
-                .and_then(|e| e.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>()),
-            _ => None,
-        };
+        let server = sqlx_error(&self.0).and_then(postgres_error);
         let Some(server) = server else {
             return self.0.to_string();
         };
@@ -297,50 +290,41 @@ impl SqlError {
         if !is_postgres(target) {
             return false;
         }
-        match source.db() {
-            DbErr::ConnectionAcquire(_) => true,
-            DbErr::Conn(RuntimeErr::SqlxError(e)) => matches!(
-                e.as_ref(),
-                sea_orm::sqlx::Error::PoolTimedOut
-                    | sea_orm::sqlx::Error::PoolClosed
-                    | sea_orm::sqlx::Error::Io(_)
-            ),
-            DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
-                matches!(
-                    e.as_ref(),
-                    sea_orm::sqlx::Error::PoolTimedOut | sea_orm::sqlx::Error::PoolClosed
-                )
-            }
-            _ => false,
-        }
+        let db = source.db();
+        matches!(db, DbErr::ConnectionAcquire(_))
+            || sqlx_error(db).is_some_and(|e| match e {
+                sea_orm::sqlx::Error::PoolTimedOut | sea_orm::sqlx::Error::PoolClosed => true,
+                // Under a statement, whether it was stored is not known (`is_connection_lost`).
+                sea_orm::sqlx::Error::Io(_) => matches!(db, DbErr::Conn(_)),
+                _ => false,
+            })
     }
 }
 
 impl SqlError {
-    /// Whether the connection to a PostgreSQL server broke during a statement: the server ended it
-    /// (`pg_terminate_backend`, a shutdown or crash: SQLSTATE class 57P, or class 08) or it failed under
-    /// the statement (an I/O error). Whether the statement was stored is not known; the pool drops the
-    /// connection, so the next request gets a new one.
+    /// Whether the connection to a PostgreSQL server broke during a statement: the server ended it (an
+    /// error of `FATAL` or `PANIC` severity, which the server sends as it closes the connection:
+    /// `pg_terminate_backend`, a shutdown, a crash of another backend, an idle-session timeout) or it
+    /// failed under the statement (an I/O error). Whether the statement was stored is not known; the pool
+    /// drops the connection, so the next request gets a new one. An error on getting a connection
+    /// (`DbErr::Conn`: nothing was sent) is not one: that is a server that cannot be reached.
     pub fn is_connection_lost(&self) -> bool {
-        let (SqlError::Open { source, target } | SqlError::Query { source, target, .. }) = self
-        else {
+        let SqlError::Query { source, target, .. } = self else {
             return false;
         };
         if !is_postgres(target) {
             return false;
         }
-        let (DbErr::Conn(RuntimeErr::SqlxError(e))
-        | DbErr::Exec(RuntimeErr::SqlxError(e))
-        | DbErr::Query(RuntimeErr::SqlxError(e))) = source.db()
+        let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) =
+            source.db()
         else {
             return false;
         };
-        if matches!(e.as_ref(), sea_orm::sqlx::Error::Io(_)) {
-            return true;
-        }
-        e.as_database_error()
-            .and_then(|e| e.code())
-            .is_some_and(|code| code.starts_with("57P") || code.starts_with("08"))
+        matches!(e.as_ref(), sea_orm::sqlx::Error::Io(_))
+            || postgres_error(e).is_some_and(|server| {
+                use sea_orm::sqlx::postgres::PgSeverity;
+                matches!(server.severity(), PgSeverity::Fatal | PgSeverity::Panic)
+            })
     }
 
     /// The storage fault this error is, as the core names it, if it is one a user can act on.
@@ -420,13 +404,28 @@ pub(crate) enum FaultKind {
     Other,
 }
 
+/// The sqlx error under a driver error, when there is one.
+fn sqlx_error(error: &DbErr) -> Option<&sea_orm::sqlx::Error> {
+    match error {
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => Some(e.as_ref()),
+        _ => None,
+    }
+}
+
+/// The PostgreSQL server's own error, when a sqlx error is one.
+fn postgres_error(
+    error: &sea_orm::sqlx::Error,
+) -> Option<&sea_orm::sqlx::postgres::PgDatabaseError> {
+    error
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<sea_orm::sqlx::postgres::PgDatabaseError>())
+}
+
 /// Classifies a driver error by its SQLite result code or Postgres SQLSTATE.
 pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
-    let runtime = match error {
-        DbErr::Conn(e) | DbErr::Exec(e) | DbErr::Query(e) => e,
-        _ => return FaultKind::Other,
-    };
-    let RuntimeErr::SqlxError(sqlx) = runtime else {
+    let Some(sqlx) = sqlx_error(error) else {
         return FaultKind::Other;
     };
     let Some(code) = sqlx.as_database_error().and_then(|e| e.code()) else {
@@ -460,15 +459,10 @@ fn is_postgres(target: &str) -> bool {
 
 /// Whether no connection came from the pool in time.
 pub(crate) fn pool_timed_out(error: &DbErr) -> bool {
-    match error {
-        DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout) => true,
-        DbErr::Conn(RuntimeErr::SqlxError(e))
-        | DbErr::Exec(RuntimeErr::SqlxError(e))
-        | DbErr::Query(RuntimeErr::SqlxError(e)) => {
-            matches!(e.as_ref(), sea_orm::sqlx::Error::PoolTimedOut)
-        }
-        _ => false,
-    }
+    matches!(
+        error,
+        DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout)
+    ) || sqlx_error(error).is_some_and(|e| matches!(e, sea_orm::sqlx::Error::PoolTimedOut))
 }
 
 /// Maps a driver error to the adapter's error: a lock, a read-only or a corrupt database by what it is,
