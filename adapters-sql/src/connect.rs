@@ -342,7 +342,10 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         file,
         identity,
         hooks: Mutex::new(Hooks::default()),
-        unreachable_since: Mutex::new(None),
+        outage: std::sync::Arc::new(crate::Outage {
+            away: tokio::sync::watch::Sender::new(false),
+            probing: std::sync::atomic::AtomicBool::new(false),
+        }),
     })
 }
 

@@ -35,7 +35,7 @@ mod shared;
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rewind_core::Result;
@@ -48,7 +48,7 @@ use rewind_core::model::{
 use rewind_core::ports::{MessageRepo, Transaction};
 use sea_orm::{
     AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, IsolationLevel,
-    RuntimeErr, SqliteTransactionMode, TransactionOptions, TransactionTrait,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 
 pub use config::{SqlConfig, escape_sqlite_path, redact_password};
@@ -59,9 +59,29 @@ pub use hooks::{CommitPause, CommitStart};
 use config::Backend;
 use hooks::Hooks;
 
-/// How long a request waits for a connection while the PostgreSQL server was last found unreachable
-/// (`SqlRepo::reachable`), at most.
+/// How long a request waits for the PostgreSQL server while it was last found away (`SqlRepo::reachable`),
+/// at most.
 const OUTAGE_WAIT: Duration = Duration::from_secs(2);
+
+/// A PostgreSQL server's outage as one handle saw it (`SqlRepo::reachable`).
+struct Outage {
+    /// Whether a statement found the server away (it could not be reached, or it ended the connection)
+    /// and no connection was had since.
+    away: tokio::sync::watch::Sender<bool>,
+    /// Whether a task is getting a connection, to end the outage.
+    probing: std::sync::atomic::AtomicBool,
+}
+
+/// The task that gets a connection to end an outage (`SqlRepo::reachable`), while it runs.
+struct Probe(std::sync::Arc<Outage>);
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.0
+            .probing
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+}
 
 /// The SQL store: a pool of connections to one SQLite file, in-memory SQLite database or PostgreSQL
 /// database (or schema). Open it once and share it; handles in other processes may use the same store.
@@ -85,9 +105,8 @@ pub struct SqlRepo {
     /// `rewind_identity`'s value (see `database_identity`).
     identity: Option<String>,
     hooks: Mutex<Hooks>,
-    /// PostgreSQL: since when a statement found the server unreachable, until a connection is had again
-    /// (`reachable`).
-    unreachable_since: Mutex<Option<Instant>>,
+    /// PostgreSQL: whether the server is away (`reachable`); shared with the task that ends it.
+    outage: std::sync::Arc<Outage>,
 }
 
 impl std::fmt::Debug for SqlRepo {
@@ -202,46 +221,52 @@ impl SqlRepo {
     }
 
     /// Maps a driver error to the adapter's error, naming the database and what rewind was doing. A
-    /// PostgreSQL server found unreachable is noted for `reachable`.
+    /// PostgreSQL server found away (unreachable, or ending the connection) is noted for `reachable`.
     fn sql_error(&self, context: &'static str, source: DbErr) -> SqlError {
         let error = self.sql_error_of(context, source);
-        if error.fault() == Some(StorageFault::Unreachable) {
-            self.unreachable_since().get_or_insert_with(Instant::now);
+        if matches!(
+            error.fault(),
+            Some(StorageFault::Unreachable | StorageFault::ConnectionLost)
+        ) {
+            self.outage.away.send_replace(true);
         }
         error
     }
 
-    fn unreachable_since(&self) -> MutexGuard<'_, Option<Instant>> {
-        // An instant holds no invariant a panic could break.
-        self.unreachable_since
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// On PostgreSQL, after a statement found the server unreachable and until a connection is had again,
-    /// a request first waits for a connection at most `OUTAGE_WAIT`, not the pool's whole acquire timeout
-    /// (30 s): an operation that met an outage, and the rollback and lease releases after it, each fail
-    /// within seconds instead of waiting out the timeout one after the other (stop 66's outage fuzz: a
-    /// revert answered after 90 – 100 s). The connection had is given back to the pool for the request.
-    /// A pool whose every connection is in use waits as usual: that is load, not an outage.
+    /// On PostgreSQL, after a statement found the server away (unreachable, or ending the connection) and
+    /// until a connection is had again, a request waits for that at most `OUTAGE_WAIT`, then is refused as
+    /// unreachable, instead of waiting out the pool's whole acquire timeout (30 s) itself: an operation
+    /// that met an outage, and the rollback and lease releases after it, each answer within seconds
+    /// instead of one after the other (stop 66's outage fuzz: a revert answered after 90 – 100 s). One task
+    /// at a time gets the connection, with the pool's whole timeout, and ends the outage when it has one
+    /// (given straight back to the pool): a server slow to accept connections is still found again.
     async fn reachable(&self) -> Result<()> {
-        if self.backend != Backend::Postgres
-            || self.unreachable_since().is_none()
-            || self.postgres_pool_all_in_use()
-        {
+        if self.backend != Backend::Postgres || !*self.outage.away.borrow() {
             return Ok(());
         }
-        let pool = self.db.get_postgres_connection_pool();
-        let wait = OUTAGE_WAIT.min(pool.options().get_acquire_timeout());
-        let source = match tokio::time::timeout(wait, pool.acquire()).await {
-            Ok(Ok(_connection)) => {
-                *self.unreachable_since() = None;
-                return Ok(());
+        use std::sync::atomic::Ordering;
+        if !self.outage.probing.swap(true, Ordering::AcqRel) {
+            let pool = self.db.get_postgres_connection_pool().clone();
+            // Lets go of however the task ends: dropped with its runtime too (before it ever ran, say),
+            // it is not left "probing".
+            let probe = Probe(self.outage.clone());
+            tokio::spawn(async move {
+                if pool.acquire().await.is_ok() {
+                    probe.0.away.send_replace(false);
+                }
+                drop(probe);
+            });
+        }
+        let mut away = self.outage.away.subscribe();
+        match tokio::time::timeout(OUTAGE_WAIT, away.wait_for(|away| !*away)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(SqlError::Query {
+                target: self.target.clone(),
+                context: "waiting for a connection (the server was found away)",
+                source: DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout).into(),
             }
-            Ok(Err(error)) => DbErr::Conn(RuntimeErr::SqlxError(std::sync::Arc::new(error))),
-            Err(_) => DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout),
-        };
-        Err(self.sql_error("waiting for a connection", source).into())
+            .into()),
+        }
     }
 
     fn sql_error_of(&self, context: &'static str, source: DbErr) -> SqlError {
