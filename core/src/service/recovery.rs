@@ -249,10 +249,16 @@ pub(super) fn interrupted(intent: &IntentRecord, key: LeaseKey) -> Lease {
 /// Why an operation on a worktree is refused when the interrupted operation `intent` there cannot be put
 /// back (a file that cannot be written, say): the worktree stays refused until it can (SPEC 8), so it is
 /// busy, with the cause, not an internal fault. A refusal of the recovery itself (busy, a lease lost) is
-/// kept as it is.
+/// kept as it is, and so is the database being away (down, or a connection it ended): said as such, the
+/// client waits for the database, not for the worktree (stop 67's review).
 fn unrecovered(intent: &IntentRecord, error: Error) -> Error {
+    use crate::error::StorageFault;
     match error {
         Error::Busy { .. } | Error::LeaseLost(_) | Error::Stale { .. } => error,
+        Error::Storage {
+            fault: StorageFault::Unreachable | StorageFault::ConnectionLost,
+            ..
+        } => error,
         other => Error::Busy {
             session_id: Some(intent.session_id.clone()),
             message: format!(

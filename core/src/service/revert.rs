@@ -1709,10 +1709,14 @@ impl Rewind {
                     }
                 }
             }
-            Err(rollback @ Error::LeaseLost(_)) => format!(
-                "rolling the files back stopped ({rollback}): another process has taken the operation over and \
-                 finishes it"
-            ),
+            Err(rollback @ Error::LeaseLost(_)) => {
+                // Another process finishes it: said as a fault of this one, as before.
+                outage = None;
+                format!(
+                    "rolling the files back stopped ({rollback}): another process has taken the operation \
+                     over and finishes it"
+                )
+            }
             Err(rollback) => {
                 leave();
                 full |= rollback.storage_fault() == Some(StorageFault::DiskFull);
