@@ -106,7 +106,9 @@ pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
     let id = session.id.clone();
     match undo_chosen(ctx, session).await {
-        Err(_) if ctx.is_deleted(&id).await => Err(deleted_meanwhile(&id, "undo")),
+        Err(error) if ctx.is_deleted(&id).await => {
+            Err(error.context(deleted_meanwhile(&id, "undo")))
+        }
         done => done,
     }
 }
@@ -142,7 +144,9 @@ pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
     let id = session.id.clone();
     match redo_chosen(ctx, session).await {
-        Err(_) if ctx.is_deleted(&id).await => Err(deleted_meanwhile(&id, "redo")),
+        Err(error) if ctx.is_deleted(&id).await => {
+            Err(error.context(deleted_meanwhile(&id, "redo")))
+        }
         done => done,
     }
 }
@@ -210,10 +214,11 @@ async fn redo_chosen(ctx: &Context, session: Session) -> Result<()> {
 }
 
 /// What an `undo` or `redo` whose session was deleted while it ran says (`rewind gc --older-than`,
-/// `DELETE /session`), in place of the failure the deletion caused ("Session not found: ses_…" from
-/// whichever read or write met it first, or a turn taken for one made permanent: gc fuzz).
-fn deleted_meanwhile(session: &SessionId, verb: &str) -> anyhow::Error {
-    anyhow::anyhow!(
+/// `DELETE /session`), before the failure it met (a bare "Session not found: ses_…" from whichever read or
+/// write met the deletion first, or a turn taken for one made permanent: gc fuzz), which is kept after it:
+/// a failure of another cause at the same time is not hidden (review).
+fn deleted_meanwhile(session: &SessionId, verb: &str) -> String {
+    format!(
         "nothing to {verb}: session {session} was deleted while this {verb} ran (by `rewind gc \
          --older-than` or another client); `rewind log` shows the sessions left"
     )
