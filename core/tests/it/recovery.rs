@@ -903,6 +903,36 @@ fn a_failed_recovery_leaves_the_session_to_its_intent() {
     })
 }
 
+/// The recovery an operation runs first, when it meets the database away (its last commit unreachable),
+/// fails the operation as that outage (a 500 that says to wait for the database), not as a busy worktree
+/// (a 409, "fix the cause, then try again"; stop 67's review); any other failure of it is still the busy
+/// worktree. The intent stays for the next recovery either way.
+#[test]
+fn an_operation_whose_recovery_meets_a_database_outage_says_so() {
+    block_on(async {
+        for fault in [Some(rewind_core::error::StorageFault::Unreachable), None] {
+            let (w, s, _, _) = crashed_world(15).await;
+            w.repo.fail_next_intent_delete();
+            if let Some(fault) = fault {
+                w.repo.fail_as("fail_next_intent_delete", fault);
+            }
+            let deleted = w.rewind.delete_session(&s.id).await;
+            match fault {
+                Some(fault) => assert_eq!(
+                    deleted.as_ref().err().and_then(Error::storage_fault),
+                    Some(fault),
+                    "{deleted:?}"
+                ),
+                None => assert!(
+                    matches!(&deleted, Err(Error::Busy { message, .. }) if message.starts_with("Worktree is busy")),
+                    "{deleted:?}"
+                ),
+            }
+            assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+        }
+    })
+}
+
 /// A turn recorded by process `exec` (a `rewind exec`): its user message, and the assistant message whose
 /// step `exec` has begun and holds; this host is itself again afterwards.
 async fn step_of(
