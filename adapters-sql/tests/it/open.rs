@@ -7,7 +7,8 @@ use std::time::Duration;
 use rewind_core::Error;
 use rewind_core::error::StorageFault;
 use rewind_core::model::{
-    FileDiff, FileStatus, LeaseKey, LeaseTake, PartBody, RevertDescriptor, RevertHistoryEntry, Role,
+    FileDiff, FileStatus, LeaseKey, LeaseTake, PartBody, RevertDescriptor, RevertHistoryEntry,
+    Role, Session,
 };
 use rewind_core::ports::{Change, MessageRepo};
 use rewind_sql::{SqlConfig, SqlRepo};
@@ -568,18 +569,7 @@ fn a_postgres_pool_with_no_connection_free_is_a_busy_database() {
 #[test]
 fn a_postgres_server_gone_under_an_open_handle_is_unreachable() {
     run_pg(async {
-        let schema = PgSchema::create().await;
-        let proxy = Proxy::to(&schema.url).await;
-        let mut config = schema.config();
-        config.url = proxy.url.clone();
-        config.max_connections = Some(2);
-        config.acquire_timeout = Duration::from_millis(500);
-        let repo = SqlRepo::open(config)
-            .await
-            .expect("opens through the proxy");
-        let ids = Ids::default();
-        let s = session(&ids, "/work/gone");
-        put_session(&repo, &s).await.expect("commits");
+        let (_schema, proxy, repo, s) = through_a_proxy(Duration::from_millis(500)).await;
         proxy.stop().await;
         // Each read waits out the pool: its connections fail their test, new ones are refused.
         for _ in 0..2 {
@@ -661,18 +651,7 @@ fn a_postgres_connection_ended_during_a_commit_is_a_lost_connection() {
 #[test]
 fn after_a_postgres_server_is_found_unreachable_requests_fail_fast_until_it_answers() {
     run_pg(async {
-        let schema = PgSchema::create().await;
-        let proxy = Proxy::to(&schema.url).await;
-        let mut config = schema.config();
-        config.url = proxy.url.clone();
-        config.max_connections = Some(2);
-        config.acquire_timeout = Duration::from_secs(8);
-        let repo = SqlRepo::open(config)
-            .await
-            .expect("opens through the proxy");
-        let ids = Ids::default();
-        let s = session(&ids, "/work/outage");
-        put_session(&repo, &s).await.expect("commits");
+        let (_schema, proxy, repo, s) = through_a_proxy(Duration::from_secs(8)).await;
         proxy.hold();
         let first = std::time::Instant::now();
         let read = repo.session(&s.id).await;
@@ -707,11 +686,28 @@ fn after_a_postgres_server_is_found_unreachable_requests_fail_fast_until_it_answ
             found.is_some(),
             "the session is read once the server answers"
         );
-        put_session(&repo, &session(&ids, "/work/outage"))
+        put_session(&repo, &session(&Ids::default(), "/work/outage"))
             .await
             .expect("commits as before");
         proxy.stop().await;
     });
+}
+
+/// A schema, a proxy to its server, a handle on it through the proxy (a pool of two connections, waiting
+/// `acquire_timeout` for one), and a session it stored.
+async fn through_a_proxy(acquire_timeout: Duration) -> (PgSchema, Proxy, SqlRepo, Session) {
+    let schema = PgSchema::create().await;
+    let proxy = Proxy::to(&schema.url).await;
+    let mut config = schema.config();
+    config.url = proxy.url.clone();
+    config.max_connections = Some(2);
+    config.acquire_timeout = acquire_timeout;
+    let repo = SqlRepo::open(config)
+        .await
+        .expect("opens through the proxy");
+    let s = session(&Ids::default(), "/work/proxied");
+    put_session(&repo, &s).await.expect("commits");
+    (schema, proxy, repo, s)
 }
 
 /// A TCP proxy to a PostgreSQL URL's server; `url` is the same URL through it. It can hold every
