@@ -2423,6 +2423,86 @@ fn a_rollback_that_fails_too_names_the_files_it_may_have_left_changed() {
     })
 }
 
+/// SPEC 8: a revert that fails (here its result's commit, the connection to the database ended) after
+/// another process took its worktree over (it stalled past its lease: that process's recovery may be
+/// putting the same files back) does not roll back behind it: it says the other process finishes the
+/// operation, as a fault of this one, not as the outage (a client should not wait for the database and
+/// send the revert again), and leaves the files, the intent and the other process's lease alone.
+#[test]
+fn a_rollback_after_another_process_took_the_operation_over_leaves_it_to_that_process() {
+    use rewind_core::model::{
+        Holder, HolderKind, Lease, LeaseKey, LeaseTake, LeaseToken, ProcessIdentity, Replacing,
+    };
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        let key = LeaseKey::Worktree(crate::support::ROOT.to_owned());
+        let other = LeaseToken("tok_another_host".to_owned());
+        w.repo.fail_next_result_commit();
+        w.repo.fail_as(
+            "fail_next_result_commit",
+            rewind_core::error::StorageFault::ConnectionLost,
+        );
+        let (reached, resume) = w.repo.pause_next_result_commit();
+        let take_over = async {
+            reached.await.expect("the result's commit is reached");
+            let current = w.repo.lease(&key).await.expect("lease").expect("held");
+            let lease = Lease {
+                key: key.clone(),
+                token: other.clone(),
+                holder: Holder {
+                    kind: HolderKind::Process,
+                    process: ProcessIdentity {
+                        host: "another-host".to_owned(),
+                        pid: 9,
+                        start_time: 1,
+                        boot: None,
+                        machine: None,
+                    },
+                },
+                expires_at: u64::MAX,
+            };
+            let taken = w
+                .repo
+                .take_lease(&lease, Some(Replacing::token(current.token)))
+                .await
+                .expect("take over");
+            assert_eq!(taken, LeaseTake::Taken);
+            let _ = resume.send(());
+        };
+        let (failed, ()) = futures::future::join(w.try_revert_to(&s.id, &t1.user), take_over).await;
+        let Err(Error::Backend(error)) = failed else {
+            panic!("a fault of this process, not the outage: {failed:?}")
+        };
+        let message = error.to_string();
+        assert!(
+            message.contains("MemRepo::fail_next_result_commit")
+                && message.contains("rolling the files back stopped")
+                && message.contains("another process has taken the operation over and finishes it"),
+            "{message}"
+        );
+        assert_eq!(
+            w.read("a.txt").as_deref(),
+            Some("0"),
+            "not put back behind it"
+        );
+        assert_eq!(
+            w.repo.intents().await.expect("intents").len(),
+            1,
+            "left to it"
+        );
+        let lease = w.repo.lease(&key).await.expect("lease");
+        assert_eq!(
+            lease.map(|l| l.token),
+            Some(other),
+            "still the other process's"
+        );
+        assert!(w.rewind.captures(None).await.expect("captures").is_empty());
+    })
+}
+
 /// As above, when the capture's own record was refused too: the message says that no record names the
 /// snapshot yet (gc would collect it after its grace period), and nothing names it in the database.
 #[test]
