@@ -105,12 +105,7 @@ const CHOICES: usize = 8;
 pub async fn undo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
     let id = session.id.clone();
-    match undo_chosen(ctx, session).await {
-        Err(error) if ctx.is_deleted(&id).await => {
-            Err(error.context(deleted_meanwhile(&id, "undo")))
-        }
-        done => done,
-    }
+    said_if_deleted_meanwhile(ctx, &id, "undo", undo_chosen(ctx, session).await).await
 }
 
 /// `undo` of the session it chose.
@@ -143,12 +138,7 @@ async fn undo_chosen(ctx: &Context, session: Session) -> Result<()> {
 pub async fn redo(ctx: &Context, session: Option<&str>) -> Result<()> {
     let session = ctx.session_to_change(session).await?;
     let id = session.id.clone();
-    match redo_chosen(ctx, session).await {
-        Err(error) if ctx.is_deleted(&id).await => {
-            Err(error.context(deleted_meanwhile(&id, "redo")))
-        }
-        done => done,
-    }
+    said_if_deleted_meanwhile(ctx, &id, "redo", redo_chosen(ctx, session).await).await
 }
 
 /// `redo` of the session it chose.
@@ -216,12 +206,20 @@ async fn redo_chosen(ctx: &Context, session: Session) -> Result<()> {
 /// What an `undo` or `redo` whose session was deleted while it ran says (`rewind gc --older-than`,
 /// `DELETE /session`), before the failure it met (a bare "Session not found: ses_…" from whichever read or
 /// write met the deletion first, or a turn taken for one made permanent: gc fuzz), which is kept after it:
-/// a failure of another cause at the same time is not hidden (review).
-fn deleted_meanwhile(session: &SessionId, verb: &str) -> String {
-    format!(
-        "nothing to {verb}: session {session} was deleted while this {verb} ran (by `rewind gc \
-         --older-than` or another client); `rewind log` shows the sessions left"
-    )
+/// a failure of another cause at the same time is not hidden (review). `done` is its outcome.
+async fn said_if_deleted_meanwhile(
+    ctx: &Context,
+    session: &SessionId,
+    verb: &str,
+    done: Result<()>,
+) -> Result<()> {
+    match done {
+        Err(error) if ctx.is_deleted(session).await => Err(error.context(format!(
+            "nothing to {verb}: session {session} was deleted while this {verb} ran (by `rewind gc \
+             --older-than` or another client); `rewind log` shows the sessions left"
+        ))),
+        done => done,
+    }
 }
 
 /// The user message `undo` reverts `session` to, as `messages` show it: the last one before the revert
