@@ -224,10 +224,7 @@ impl SqlRepo {
     /// PostgreSQL server found away (unreachable, or ending the connection) is noted for `reachable`.
     fn sql_error(&self, context: &'static str, source: DbErr) -> SqlError {
         let error = self.sql_error_of(context, source);
-        if matches!(
-            error.fault(),
-            Some(StorageFault::Unreachable | StorageFault::ConnectionLost)
-        ) {
+        if error.fault().is_some_and(StorageFault::is_outage) {
             self.outage.away.send_replace(true);
         }
         error
@@ -269,6 +266,7 @@ impl SqlRepo {
         }
     }
 
+    /// `sql_error` without the note of an outage.
     fn sql_error_of(&self, context: &'static str, source: DbErr) -> SqlError {
         // A statement that failed on a SQLite file moved or deleted since it was opened (a connection
         // opened after that finds no file): said as such, not as the statement's own error (review: a

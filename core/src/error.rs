@@ -97,6 +97,17 @@ pub enum StorageFault {
     DiskFull,
 }
 
+impl StorageFault {
+    /// Whether this is the database being away (it cannot be reached, or it ended a connection): what it
+    /// stopped is finished by the next operation once it answers, and a request may be sent again then.
+    pub fn is_outage(self) -> bool {
+        matches!(
+            self,
+            StorageFault::Unreachable | StorageFault::ConnectionLost
+        )
+    }
+}
+
 impl Error {
     /// A `Busy` error about a session.
     pub fn busy(session_id: &SessionId, message: impl Into<String>) -> Self {

@@ -252,13 +252,9 @@ pub(super) fn interrupted(intent: &IntentRecord, key: LeaseKey) -> Lease {
 /// kept as it is, and so is the database being away (down, or a connection it ended): said as such, the
 /// client waits for the database, not for the worktree (stop 67's review).
 fn unrecovered(intent: &IntentRecord, error: Error) -> Error {
-    use crate::error::StorageFault;
     match error {
         Error::Busy { .. } | Error::LeaseLost(_) | Error::Stale { .. } => error,
-        Error::Storage {
-            fault: StorageFault::Unreachable | StorageFault::ConnectionLost,
-            ..
-        } => error,
+        Error::Storage { fault, .. } if fault.is_outage() => error,
         other => Error::Busy {
             session_id: Some(intent.session_id.clone()),
             message: format!(

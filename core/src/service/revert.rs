@@ -1695,7 +1695,7 @@ impl Rewind {
         // A database outage (down, or its connection ended) that the rollback's record met too is still
         // said to be one, so a client is told what to wait for (stop 67: "internal error" after a burst of
         // ended connections); the files are back and the intent stays for the next operation.
-        let mut outage = error.storage_fault().filter(|fault| is_outage(*fault));
+        let mut outage = error.storage_fault().filter(|fault| fault.is_outage());
         let failure = match self.put_back_intent(session, intent, &why, leases).await {
             Ok(mut put_back) => {
                 match self.repo.commit(std::mem::take(&mut put_back.record)).await {
@@ -1703,8 +1703,11 @@ impl Rewind {
                     Err(recording) => {
                         leave();
                         full |= recording.storage_fault() == Some(StorageFault::DiskFull);
-                        outage =
-                            outage.filter(|_| recording.storage_fault().is_some_and(is_outage));
+                        outage = outage.filter(|_| {
+                            recording
+                                .storage_fault()
+                                .is_some_and(StorageFault::is_outage)
+                        });
                         put_back.unrecorded(intent.operation, &recording)
                     }
                 }
@@ -1987,15 +1990,6 @@ impl PutBack {
             ),
         }
     }
-}
-
-/// Whether `fault` is the database being away (down, or a connection it ended): an operation it stopped
-/// is finished by the next one once it is back.
-fn is_outage(fault: StorageFault) -> bool {
-    matches!(
-        fault,
-        StorageFault::Unreachable | StorageFault::ConnectionLost
-    )
 }
 
 /// `the files it was changing, as it may have left them (N): a, b` for an intent whose rollback failed:
