@@ -1695,7 +1695,7 @@ impl Rewind {
         // A database outage (down, or its connection ended) that the rollback's record met too is still
         // said to be one, so a client is told what to wait for (stop 67: "internal error" after a burst of
         // ended connections); the files are back and the intent stays for the next operation.
-        let mut outage = error.storage_fault().filter(|fault| fault.is_outage());
+        let outage = error.storage_fault().filter(|fault| fault.is_outage());
         let failure = match self.put_back_intent(session, intent, &why, leases).await {
             Ok(mut put_back) => {
                 match self.repo.commit(std::mem::take(&mut put_back.record)).await {
@@ -1703,18 +1703,25 @@ impl Rewind {
                     Err(recording) => {
                         leave();
                         full |= recording.storage_fault() == Some(StorageFault::DiskFull);
-                        outage = outage.filter(|_| {
-                            recording
-                                .storage_fault()
-                                .is_some_and(StorageFault::is_outage)
-                        });
+                        let recording_outage = recording
+                            .storage_fault()
+                            .is_some_and(StorageFault::is_outage);
+                        if let Some(outage) = outage.filter(|_| recording_outage) {
+                            // Said as the outage, with what became of the files as the error's note, which
+                            // an HTTP answer gives too (it leaves out the causes, which may name the
+                            // database's host).
+                            return Error::storage(
+                                outage,
+                                format!("{error}; recording the rollback failed too ({recording})"),
+                            )
+                            .noted(&put_back.awaiting_database(intent.operation));
+                        }
                         put_back.unrecorded(intent.operation, &recording)
                     }
                 }
             }
             Err(rollback @ Error::LeaseLost(_)) => {
                 // Another process finishes it: said as a fault of this one, as before.
-                outage = None;
                 format!(
                     "rolling the files back stopped ({rollback}): another process has taken the operation \
                      over and finishes it"
@@ -1724,7 +1731,6 @@ impl Rewind {
                 leave();
                 full |= rollback.storage_fault() == Some(StorageFault::DiskFull);
                 // Files may be left changed: a fault to look into.
-                outage = None;
                 format!(
                     "rolling the files back also failed ({rollback}); {}; the intent record stays, and the \
                      next rewind command will finish the rollback",
@@ -1735,10 +1741,10 @@ impl Rewind {
         // Files may be left changed: a fault to look into, not a request to send again, whatever the error
         // was; a full disk is still said to be one (the likeliest reason both failed).
         let text = format!("{error}; {failure}");
-        match (full, outage) {
-            (true, _) => Error::storage(StorageFault::DiskFull, text),
-            (false, Some(outage)) => Error::storage(outage, text),
-            (false, None) => Error::backend(text),
+        if full {
+            Error::storage(StorageFault::DiskFull, text)
+        } else {
+            Error::backend(text)
         }
     }
 
@@ -1969,6 +1975,18 @@ impl PutBack {
                  restore {id} PATH…` brings a file back)"
             ),
         }
+    }
+
+    /// What a rollback says when its files are back but `record` could not be committed because the
+    /// database is away: nothing of the database's own error (it may name its host).
+    fn awaiting_database(&self, operation: IntentOperation) -> String {
+        format!(
+            "the files {} {operation}{}; the intent record stays, and the next rewind command records \
+             that once the database answers (it finds the files already back){}",
+            crate::error::PUT_BACK,
+            left_as_they_are(&self.left),
+            self.kept(false)
+        )
     }
 
     /// What a rollback says when its files are back but `record` could not be committed (`recording`).

@@ -2324,7 +2324,8 @@ fn a_rollback_that_meets_a_full_disk_says_so() {
 /// A revert that meets a database outage (its connection ended, then the server away), whose rollback puts
 /// the files back but cannot record it for the same outage, is answered as that outage, which the HTTP
 /// layer names, not as an internal error (stop 67: a burst of `pg_terminate_backend` answered "internal
-/// error"). When the rollback's record fails for another reason it is a fault to look into, as before (and
+/// error"), with what became of the files as its note (which the HTTP answer gives). When the rollback's
+/// record fails for another reason it is a fault to look into, as before (and
 /// so when the files could not be put back: `a_rollback_that_fails_too_names_the_files_it_may_have_left_changed`).
 #[test]
 fn a_rollback_that_meets_the_same_database_outage_says_so() {
@@ -2354,6 +2355,23 @@ fn a_rollback_that_meets_the_same_database_outage_says_so() {
                     && message.contains("the files were put back to their state before the revert"),
                 "{case}: {message}"
             );
+            // Said as the outage, what became of the files is the error's note: the words an HTTP answer
+            // gives after the outage's own (not the database's errors, which may name its host).
+            if said.is_some() {
+                let Error::Storage { source, .. } = &error else {
+                    panic!("{case}: {error:?}")
+                };
+                let noted = source
+                    .downcast_ref::<rewind_core::error::Noted>()
+                    .unwrap_or_else(|| panic!("{case}: no note: {error:?}"));
+                let note = noted.note();
+                assert!(
+                    note.starts_with("the files were put back to their state before the revert")
+                        && note.contains("once the database answers")
+                        && !note.contains("MemRepo"),
+                    "{case}: {note}"
+                );
+            }
             assert_eq!(w.repo.intents().await.expect("intents").len(), 1, "{case}");
         }
     })
