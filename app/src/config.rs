@@ -59,8 +59,8 @@ pub struct ConfigArgs {
     #[arg(long, env = "REWIND_FILE_CAP", global = true, value_name = "COUNT",
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub file_cap: Option<usize>,
-    /// Seconds without a request after which an HTTP client's open step is abandoned (`exec` renews its
-    /// own step every third of it). Default: 600.
+    /// Seconds without a writing request (POST, PATCH, DELETE) in its session after which an HTTP client's
+    /// open step is abandoned (`exec` renews its own step every third of it). Default: 600.
     #[arg(
         long,
         env = "REWIND_STEP_TIMEOUT",

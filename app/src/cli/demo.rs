@@ -124,8 +124,11 @@ pub async fn run(settings: Option<Settings>, keep: Option<&Path>, json: bool) ->
     let (settings, _data_guard) = match settings {
         Some(settings) => (settings, None),
         None => {
+            // Private (0700), as a data directory rewind makes always is (README: the stores hold copies of
+            // the files); a `--keep` leaves it behind (README audit: it was 0755).
             let data = tempfile::Builder::new()
                 .prefix("rewind-demo-data-")
+                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
                 .tempdir()
                 .context("cannot create a temporary data directory")?;
             let settings = Settings::new(data.path(), &cwd);

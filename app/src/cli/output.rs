@@ -19,7 +19,7 @@ const SPINNER_DELAY: Duration = Duration::from_millis(300);
 /// Said after the cause when stdout cannot be written (a full disk, `> /dev/full`): output is written
 /// after the work, so an `undo` whose report is lost was done all the same, and running it again would
 /// undo another turn (CLI review L4).
-pub const STDOUT_LOST: &str = "whatever the command changed stays changed (`rewind log` shows the session), only its report is lost";
+pub const STDOUT_LOST: &str = "anything the command changed stays changed (`rewind log` shows the session), only its report is lost";
 
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json(value: &impl Serialize) -> Result<()> {

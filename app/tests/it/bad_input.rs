@@ -594,7 +594,7 @@ fn text_output_that_cannot_be_written_is_an_error_not_a_panic() {
         // A command's report lost says its work stands, so the undo is not run again (CLI review L4).
         if args == ["undo"] {
             assert!(
-                stderr.contains("whatever the command changed stays changed"),
+                stderr.contains("anything the command changed stays changed"),
                 "{stderr}"
             );
         }

@@ -207,6 +207,40 @@ fn the_demo_refuses_a_directory_that_is_not_empty() {
     assert_eq!(env.state(), before);
 }
 
+/// `--keep` without a data directory keeps the temporary one that holds the kept repository's session, and
+/// it is private (0700), as every data directory rewind makes (README audit: it was made 0755).
+#[test]
+fn the_demo_keeps_its_temporary_data_directory_private_with_the_repository() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::plain();
+    let temp = TempDir::new().expect("a temporary directory");
+    let repository = temp.path().join("repo");
+    let output = env
+        .bare()
+        .env("TMPDIR", temp.path())
+        .args(["--json", "demo", "--keep"])
+        .arg(&repository)
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let report: Value = serde_json::from_slice(&output.stdout).expect("the report");
+    let data = Path::new(report["dataDir"].as_str().expect("dataDir")).to_owned();
+    assert!(data.starts_with(temp.path()), "{}", data.display());
+    let mode = std::fs::metadata(&data).expect("kept").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    let log = env
+        .bare()
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("-C")
+        .arg(&repository)
+        .args(["--json", "log"])
+        .output()
+        .expect("log");
+    let log: Value = serde_json::from_slice(&log.stdout).expect("log JSON");
+    assert_eq!(log["sessionID"], report["sessionID"]);
+}
+
 /// The demo writes into a data directory only when one is given on its command line: one that a
 /// `REWIND_*` variable names, set for everyday use, stays untouched (review: the demo's session went
 /// into the user's database, naming a repository it then removed).
