@@ -1980,6 +1980,13 @@ impl PutBack {
     /// What a rollback says when its files are back but `record` could not be committed because the
     /// database is away: nothing of the database's own error (it may name its host).
     fn awaiting_database(&self, operation: IntentOperation) -> String {
+        if self.untouched {
+            return format!(
+                "{}: no file had been written yet; the intent record stays, and the next rewind command \
+                 removes it once the database answers",
+                crate::error::NOTHING_CHANGED
+            );
+        }
         format!(
             "the files {} {operation}{}; the intent record stays, and the next rewind command records \
              that once the database answers (it finds the files already back){}",

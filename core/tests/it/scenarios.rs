@@ -2377,6 +2377,42 @@ fn a_rollback_that_meets_the_same_database_outage_says_so() {
     })
 }
 
+/// The same outage met by a revert that had no file to write (the user put it back by hand first): its
+/// note says nothing was changed, not that files were put back.
+#[test]
+fn a_rollback_that_wrote_nothing_and_meets_the_same_outage_says_nothing_was_changed() {
+    use rewind_core::error::StorageFault::{ConnectionLost, Unreachable};
+    block_on(async {
+        let w = World::new();
+        w.write("a.txt", "0");
+        let s = w.session().await;
+        let t1 = w.turn(&s.id, "one", |w| w.write("a.txt", "1")).await;
+        w.write("a.txt", "0");
+        w.repo.fail_next_result_commit();
+        w.repo.fail_as("fail_next_result_commit", ConnectionLost);
+        w.repo.fail_next_intent_delete();
+        w.repo.fail_as("fail_next_intent_delete", Unreachable);
+        let Err(error) = w.try_revert_to(&s.id, &t1.user).await else {
+            panic!("the revert must fail");
+        };
+        assert_eq!(error.storage_fault(), Some(ConnectionLost), "{error:?}");
+        let Error::Storage { source, .. } = &error else {
+            panic!("{error:?}")
+        };
+        let note = source
+            .downcast_ref::<rewind_core::error::Noted>()
+            .map(|noted| noted.note().to_owned())
+            .unwrap_or_else(|| panic!("no note: {error:?}"));
+        assert!(
+            note.starts_with(rewind_core::error::NOTHING_CHANGED)
+                && !note.contains(rewind_core::error::PUT_BACK),
+            "{note}"
+        );
+        assert_eq!(w.read("a.txt").as_deref(), Some("0"));
+        assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
+    })
+}
+
 /// SPEC section 8: a rollback that cannot put the files back either (its track of the worktree fails: a
 /// file can no longer be read) says so, names the files the revert may have left changed, and leaves the
 /// intent record for the next command.
