@@ -3,7 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::model::{
-    Lease, LeaseKey, LeaseTake, LeaseToken, Replacing, Session, SessionId, may_take_over,
+    HolderKind, Lease, LeaseKey, LeaseTake, LeaseToken, Replacing, Session, SessionId,
+    may_take_over,
 };
 use crate::ports::Guard;
 
@@ -48,6 +49,22 @@ impl Rewind {
         })
     }
 
+    /// `is_abandoned` for the lease of a session's open step. To a server, an HTTP client's step (a lease a
+    /// server holds) is the client's, whichever server it began through (README: any server of the
+    /// database takes its parts and keeps it alive): it is abandoned once its client has been silent past
+    /// the step timeout (its lease expired), also when the server process it began through has ended
+    /// (multi-server fuzz: a client at work through another server lost its step when the first stopped,
+    /// as a rolling restart would lose every one). To the command line, such a step of a server process
+    /// that is gone stays abandoned at once: no client of its own keeps it, and a `rewind undo` after a
+    /// server's crash is not held up for the step timeout.
+    pub(super) fn step_lease_is_abandoned(&self, lease: &Lease) -> bool {
+        if lease.holder.kind == HolderKind::Server && self.config.holder_kind == HolderKind::Server
+        {
+            return self.now() >= lease.expires_at;
+        }
+        self.is_abandoned(lease)
+    }
+
     /// True when the session has an open step whose owner is gone or whose lease may be taken over (or
     /// was lost: no lease at all): the step the next operation aborts (SPEC section 4). False when no step
     /// is open. A lease of another token (the step's owner finishing it under a token of its own, say) is
@@ -64,7 +81,7 @@ impl Rewind {
                 .lease(&LeaseKey::Session(session.id.clone()))
                 .await?
             {
-                Some(lease) => self.is_abandoned(&lease),
+                Some(lease) => self.step_lease_is_abandoned(&lease),
                 None => true,
             },
         )

@@ -1336,8 +1336,8 @@ impl Rewind {
     /// - a step whose owner is a process on this host that is gone (a `rewind exec` killed) is aborted at
     ///   once, its worktree prepared as an operation would prepare it (`prepare_worktree`): nothing of its
     ///   owner can write any more, and what it changed is recorded while it is fresh;
-    /// - any other (an HTTP client silent past the step timeout, a step of a server that restarted, one of
-    ///   another host) is announced idle once (`announced` holds the step tokens said so far; a step of
+    /// - any other (an HTTP client silent past the step timeout, also one whose step began through a
+    ///   server that has ended since, or a step of another host) is announced idle once (`announced` holds the step tokens said so far; a step of
     ///   another server of this host that still runs is that server's to announce) and left to the next
     ///   operation on its session, as before: a client still at work (a tool running past the timeout)
     ///   keeps what it writes until then in the step's patch (diff review).
@@ -1359,7 +1359,8 @@ impl Rewind {
             let LeaseKey::Session(id) = &lease.key else {
                 continue;
             };
-            if !self.is_abandoned(&lease) {
+            // A step's lease is judged as a step's (an operation's as any lease): only its steps are seen to.
+            if !self.step_lease_is_abandoned(&lease) {
                 continue;
             }
             let session = match self.repo.session(id).await {

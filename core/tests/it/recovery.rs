@@ -1694,6 +1694,105 @@ fn a_step_begun_through_one_server_is_finished_or_aborted_through_another() {
     })
 }
 
+/// An HTTP client's step is the client's, whichever server it began through (README "Databases"): when
+/// the server process it began through has ended (stopped in a rolling restart, say), another server
+/// neither announces it idle nor aborts it while its client keeps sending within the step timeout, and the
+/// client finishes it there; silent past the timeout, it is abandoned as any. To the command line such a
+/// step is abandoned at once: no client of its own keeps it (a `rewind undo` after a server's crash is not
+/// held up). Multi-server fuzz: the next part through the other server aborted the step, and the finish
+/// answered 400 "its owner was gone".
+#[test]
+fn an_http_step_outlives_the_server_it_began_through_while_its_client_is_at_work() {
+    use rewind_core::testkit::FakeHost;
+    block_on(async {
+        let w = World::new();
+        let config = server_config();
+        let a = Rewind::new(
+            w.snapshots.clone(),
+            w.repo.clone(),
+            w.host.clone(),
+            config.clone(),
+        );
+        let a_process = w.host.this_process();
+        let now = rewind_core::HostPort::now_ms(&*w.host);
+        let b_host = std::sync::Arc::new(FakeHost::new(now));
+        b_host.become_process(process(2));
+        let b = Rewind::new(w.snapshots.clone(), w.repo.clone(), b_host.clone(), config);
+        let cli_host = std::sync::Arc::new(FakeHost::new(now));
+        cli_host.become_process(process(3));
+        let cli = Rewind::new(
+            w.snapshots.clone(),
+            w.repo.clone(),
+            cli_host.clone(),
+            ServiceConfig::default(),
+        );
+        let s = a.create_session(ROOT, None).await.expect("session");
+        let turn = |label: &'static str| {
+            let a = &a;
+            let s = &s;
+            async move {
+                a.create_message(&s.id, NewMessage::user_text(label))
+                    .await
+                    .expect("user");
+                let m = a
+                    .create_message(&s.id, NewMessage::assistant())
+                    .await
+                    .expect("assistant")
+                    .info
+                    .id;
+                a.begin_step(&s.id, &m).await.expect("begin through a");
+                m
+            }
+        };
+        let m = turn("go").await;
+        // Server a stops; its client goes on through b.
+        b_host.kill(&a_process);
+        cli_host.kill(&a_process);
+        b_host.advance(30_000);
+        let session = b.session(&s.id).await.expect("session");
+        assert!(
+            cli.step_is_abandoned(&session).await.expect("judged"),
+            "to the command line, abandoned"
+        );
+        assert!(
+            !b.step_is_abandoned(&session).await.expect("judged"),
+            "to a server, its client's while it is at work"
+        );
+        let report = tend(&b).await;
+        assert!(
+            report.announced.is_empty() && report.aborted.is_empty(),
+            "{report:?}"
+        );
+        b.append_part(&s.id, &m, NewPart::new(PartBody::text("through b")))
+            .await
+            .expect("a part through b");
+        // 75 s after the step began, 45 s after the client's last part: within the step timeout.
+        b_host.advance(45_000);
+        w.write("x.txt", "the agent's work");
+        let parts = b
+            .finish_step(&s.id, &m, StepEnd::default())
+            .await
+            .expect("the client finishes its step through b");
+        let reason = parts.iter().find_map(|p| match &p.body {
+            PartBody::StepFinish(finish) => Some(finish.reason.clone()),
+            _ => None,
+        });
+        assert_eq!(reason.as_deref(), Some("stop"), "{parts:?}");
+        assert!(parts.iter().any(|p| p.as_patch().is_some()), "{parts:?}");
+
+        // A step of the ended server whose client is silent: abandoned once the timeout has passed.
+        w.host.set_now(rewind_core::HostPort::now_ms(&*b_host));
+        turn("again").await;
+        b_host.advance(30_000);
+        let session = b.session(&s.id).await.expect("session");
+        assert!(!b.step_is_abandoned(&session).await.expect("judged"));
+        b_host.advance(31_000);
+        assert!(b.step_is_abandoned(&session).await.expect("judged"));
+        let report = tend(&b).await;
+        assert_eq!(report.announced.len(), 1, "{report:?}");
+    })
+}
+
 #[test]
 fn a_server_step_is_abandoned_after_the_step_timeout_of_silence() {
     block_on(async {
