@@ -61,6 +61,22 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// The body of a route that reads none (a step's begin and abort, a session's abort, unrevert,
+/// `revert/commit`, `DELETE`): empty, or a JSON object, whose fields are ignored; anything else is refused
+/// as `JsonBody` refuses it (400 before anything is done; multi-server fuzz: `DELETE` with the body `{`
+/// deleted the session).
+#[derive(Debug)]
+pub struct IgnoredBody;
+
+impl<S: Send + Sync> FromRequest<S> for IgnoredBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let JsonBody(serde::de::IgnoredAny) = JsonBody::from_request(request, state).await?;
+        Ok(IgnoredBody)
+    }
+}
+
 /// Whether a `Content-Type` value names JSON: `application/json` or `application/<something>+json`, with
 /// any parameters (`; charset=utf-8`), in any case.
 pub(super) fn is_json(content_type: &str) -> bool {

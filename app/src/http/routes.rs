@@ -23,7 +23,7 @@ use super::dto::{
     PreviewQuery, RevertBody, SessionsQuery, StepFinishBody, UpdateSessionBody, extra_fields,
 };
 use super::error::{ApiError, BusyError, NamedError};
-use super::extract::{JsonBody, PathIds, QueryParams};
+use super::extract::{IgnoredBody, JsonBody, PathIds, QueryParams};
 use super::security::{NoOpenStep, RequestDirectory};
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
@@ -263,6 +263,7 @@ pub async fn update_session(
 pub async fn delete_session(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
+    _body: IgnoredBody,
 ) -> ApiResult<bool> {
     let rewind = &state.services.rewind;
     let roots = state.roots.clone();
@@ -486,6 +487,7 @@ pub async fn append_part(
 pub async fn begin_step(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,
+    _body: IgnoredBody,
 ) -> ApiResult<Vec<Part>> {
     let rewind = &state.services.rewind;
     let part = while_busy(|| rewind.begin_step(&path.id, &path.mid))
@@ -530,6 +532,7 @@ pub async fn finish_step(
 pub async fn abort_step(
     State(state): State<AppState>,
     PathIds(path): PathIds<MessagePath>,
+    _body: IgnoredBody,
 ) -> ApiResult<Vec<Part>> {
     let rewind = &state.services.rewind;
     Ok(Json(
@@ -548,6 +551,7 @@ pub async fn abort_step(
 pub async fn abort(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
+    _body: IgnoredBody,
 ) -> ApiResult<bool> {
     let rewind = &state.services.rewind;
     rewind.abort(&path.id).await.map_err(in_session(&path.id))?;
@@ -610,6 +614,7 @@ fn log_file_operation(what: &str, session: &SessionId, counts: FileCounts, start
 pub async fn unrevert(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
+    _body: IgnoredBody,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let (session, counts) = state
@@ -631,6 +636,7 @@ pub async fn unrevert(
 pub async fn commit_revert(
     State(state): State<AppState>,
     PathIds(path): PathIds<SessionPath>,
+    _body: IgnoredBody,
 ) -> ApiResult<Session> {
     let rewind = &state.services.rewind;
     Ok(Json(

@@ -504,6 +504,55 @@ async fn bad_requests_get_opencode_errors_and_change_nothing() -> Result<()> {
             400,
             "BadRequest",
         ),
+        // The routes that read no body refuse one that is not JSON before they act (multi-server fuzz:
+        // a `DELETE` with the body `{` deleted the session, and a step began).
+        (
+            "a session's delete with a body that is not JSON",
+            app.http
+                .delete(app.url(&format!("/session/{session}")))
+                .header("content-type", "application/json")
+                .body("{"),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a step's begin with a body that is not JSON",
+            raw(
+                &app,
+                &format!("/session/{session}/message/{assistant}/step"),
+                "{",
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a step's abort with a body that is not JSON",
+            raw(
+                &app,
+                &format!("/session/{session}/message/{assistant}/step/abort"),
+                "not json",
+            ),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a session's abort with a body that is not JSON",
+            raw(&app, &format!("/session/{session}/abort"), "{"),
+            400,
+            "BadRequest",
+        ),
+        (
+            "an unrevert with a body that is not JSON",
+            raw(&app, &format!("/session/{session}/unrevert"), "{"),
+            400,
+            "BadRequest",
+        ),
+        (
+            "a revert's commit with a body that is not JSON",
+            raw(&app, &format!("/session/{session}/revert/commit"), "]"),
+            400,
+            "BadRequest",
+        ),
     ];
     for (what, request, status, name) in cases {
         let reply = app.send(request).await?;
