@@ -637,6 +637,25 @@ impl Rewind {
         let mut part = parts
             .pop()
             .ok_or_else(|| Error::InvalidInput("no part given".to_owned()))?;
+        // A call that comes after its message's step was aborted (abandoned while its client was still at
+        // work: by this very request, say) is ended as that abort ended the message's calls, not stored
+        // running for good: nothing could end it afterwards (multi-server fuzz). A step begun on the
+        // message again takes the abort back (`note_step_begun`), and its calls are stored as they come.
+        if message
+            .info
+            .extra
+            .get("finish")
+            .and_then(serde_json::Value::as_str)
+            == Some("aborted")
+            && session
+                .step
+                .as_ref()
+                .is_none_or(|step| &step.message_id != message_id)
+            && let PartBody::Tool(tool) = &part.body
+            && let Some(ended) = tool.aborted(self.now())
+        {
+            part.body = PartBody::Tool(ended);
+        }
         let as_checked = Guard::RevertIs {
             session: session_id.clone(),
             point: session.revert.as_ref().map(|r| r.point()),

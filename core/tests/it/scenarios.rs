@@ -3449,6 +3449,53 @@ fn an_abort_ends_the_tool_calls_that_had_not_ended() {
     })
 }
 
+/// A tool call that comes after its message's step was aborted (an HTTP step abandoned while its client
+/// was still at work: the part's own request aborts it) is stored ended, as that abort ended the message's
+/// calls, not running for good (multi-server fuzz: nothing could end it afterwards, a re-sent part id is
+/// refused); a call sent once a step has begun on the message again is stored as it came.
+#[test]
+fn a_tool_call_that_comes_after_its_step_was_aborted_is_stored_ended() {
+    block_on(async {
+        let w = World::new();
+        let s = w.session().await;
+        let (_, assistant) = w.exchange(&s.id, "edit").await;
+        let id = assistant.info.id.clone();
+        let tool = |call: &str| {
+            NewPart::new(PartBody::Tool(rewind_core::model::ToolPart {
+                extra: serde_json::json!({"callID": call, "tool": "bash",
+                    "state": {"status": "running", "input": {"command": "make"}, "time": {"start": 5}}})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            }))
+        };
+        let stored = |part: rewind_core::model::Part| match part.body {
+            PartBody::Tool(t) => t.extra["state"].clone(),
+            other => panic!("{other:?}"),
+        };
+        w.rewind.begin_step(&s.id, &id).await.expect("begin");
+        w.rewind.abort_step(&s.id, &id).await.expect("abort");
+        let late = w
+            .rewind
+            .append_part(&s.id, &id, tool("late"))
+            .await
+            .expect("part");
+        let state = stored(late);
+        assert_eq!(state["status"], "error", "{state}");
+        assert_eq!(state["error"], "Tool execution aborted");
+        assert_eq!(state["input"], serde_json::json!({"command": "make"}));
+        assert_eq!(state["time"]["start"], 5);
+
+        w.rewind.begin_step(&s.id, &id).await.expect("begin again");
+        let next = w
+            .rewind
+            .append_part(&s.id, &id, tool("next"))
+            .await
+            .expect("part");
+        assert_eq!(stored(next)["status"], "running");
+    })
+}
+
 /// A step does not begin on a message that a later message's steps follow: its changes, made after theirs,
 /// would be undone by a revert to the later message while the message recording them stayed visible
 /// (black-box: the late step's edit of `f` was lost by such a revert, and after the cleanup a revert to
