@@ -1627,6 +1627,30 @@ fn a_turn_beside_a_step_being_closed_names_who_closes_it() {
     })
 }
 
+/// Two servers' `Rewind`s on `w`'s database and store: `a` on `w`'s host and process, `b` as process 2 on
+/// a host of its own (its clock and the processes it knows gone), whose handle is returned too.
+fn two_servers(
+    w: &World,
+) -> (
+    Rewind,
+    Rewind,
+    std::sync::Arc<rewind_core::testkit::FakeHost>,
+) {
+    let config = server_config();
+    let a = Rewind::new(
+        w.snapshots.clone(),
+        w.repo.clone(),
+        w.host.clone(),
+        config.clone(),
+    );
+    let b_host = std::sync::Arc::new(rewind_core::testkit::FakeHost::new(
+        rewind_core::HostPort::now_ms(&*w.host),
+    ));
+    b_host.become_process(process(2));
+    let b = Rewind::new(w.snapshots.clone(), w.repo.clone(), b_host.clone(), config);
+    (a, b, b_host)
+}
+
 /// Two servers on one database: an HTTP step begun through one is finished, and another aborted, through
 /// the other, as the step belongs to its client, which may reach either (SPEC 4: its owner is "the
 /// server"); a part through the other renews it. A process of the command line still may not take a live
@@ -1635,23 +1659,7 @@ fn a_turn_beside_a_step_being_closed_names_who_closes_it() {
 fn a_step_begun_through_one_server_is_finished_or_aborted_through_another() {
     block_on(async {
         let w = World::new();
-        let config = server_config();
-        let a = Rewind::new(
-            w.snapshots.clone(),
-            w.repo.clone(),
-            w.host.clone(),
-            config.clone(),
-        );
-        let other_host = std::sync::Arc::new(rewind_core::testkit::FakeHost::new(
-            rewind_core::HostPort::now_ms(&*w.host),
-        ));
-        other_host.become_process(process(2));
-        let b = Rewind::new(
-            w.snapshots.clone(),
-            w.repo.clone(),
-            other_host.clone(),
-            config,
-        );
+        let (a, b, _) = two_servers(&w);
         let s = a.create_session(ROOT, None).await.expect("session");
         for abort in [false, true] {
             a.create_message(&s.id, NewMessage::user_text("go"))
@@ -1706,18 +1714,9 @@ fn an_http_step_outlives_the_server_it_began_through_while_its_client_is_at_work
     use rewind_core::testkit::FakeHost;
     block_on(async {
         let w = World::new();
-        let config = server_config();
-        let a = Rewind::new(
-            w.snapshots.clone(),
-            w.repo.clone(),
-            w.host.clone(),
-            config.clone(),
-        );
+        let (a, b, b_host) = two_servers(&w);
         let a_process = w.host.this_process();
         let now = rewind_core::HostPort::now_ms(&*w.host);
-        let b_host = std::sync::Arc::new(FakeHost::new(now));
-        b_host.become_process(process(2));
-        let b = Rewind::new(w.snapshots.clone(), w.repo.clone(), b_host.clone(), config);
         let cli_host = std::sync::Arc::new(FakeHost::new(now));
         cli_host.become_process(process(3));
         let cli = Rewind::new(
