@@ -1356,10 +1356,11 @@ impl Rewind {
     ///   once, its worktree prepared as an operation would prepare it (`prepare_worktree`): nothing of its
     ///   owner can write any more, and what it changed is recorded while it is fresh;
     /// - any other (an HTTP client silent past the step timeout, also one whose step began through a
-    ///   server that has ended since, or a step of another host) is announced idle once (`announced` holds the step tokens said so far; a step of
-    ///   another server of this host that still runs is that server's to announce) and left to the next
-    ///   operation on its session, as before: a client still at work (a tool running past the timeout)
-    ///   keeps what it writes until then in the step's patch (diff review).
+    ///   server that has ended since, or a step of another host) is announced idle once (`announced`
+    ///   holds the step tokens said so far; a step of another server of this host that still runs is that
+    ///   server's to announce) and left to the next operation on its session, as before: a client still
+    ///   at work (a tool running past the timeout) keeps what it writes until then in the step's patch
+    ///   (diff review).
     ///
     /// Steps are found by their session's lease (a step holds it while open), so only the lease table is
     /// read when none is abandoned. A worktree with an interrupted operation in `waiting` (backing off after
