@@ -673,7 +673,24 @@ fn after_a_postgres_server_is_found_unreachable_requests_fail_fast_until_it_answ
         }
         // Back, slow to accept: each connection waits 3 s before it reaches the server.
         proxy.pass(Duration::from_secs(3));
-        works_again(&repo, &s, |fault| fault == StorageFault::Unreachable).await;
+        let mut refused = 0;
+        let found = loop {
+            match repo.session(&s.id).await {
+                Ok(found) => break found,
+                Err(error) => {
+                    assert_eq!(error.storage_fault(), Some(StorageFault::Unreachable));
+                    refused += 1;
+                    assert!(refused < 10, "the server was not found again: {error}");
+                }
+            }
+        };
+        assert!(
+            found.is_some(),
+            "the session is read once the server answers"
+        );
+        put_session(&repo, &session(&Ids::default(), "/work/outage"))
+            .await
+            .expect("commits as before");
         proxy.stop().await;
     });
 }
@@ -741,33 +758,24 @@ fn a_postgres_server_that_stops_answering_is_given_up_after_the_answer_timeout()
             next.elapsed()
         );
         proxy.pass(Duration::ZERO);
-        works_again(&repo, &s, StorageFault::is_outage).await;
+        let mut refused = 0;
+        let found = loop {
+            match tokio::time::timeout(Duration::from_secs(30), repo.session(&s.id)).await {
+                Ok(Ok(found)) => break found,
+                Ok(Err(error)) => {
+                    assert!(error.storage_fault().is_some_and(StorageFault::is_outage));
+                    refused += 1;
+                    assert!(refused < 10, "the server was not found again: {error}");
+                }
+                Err(_) => panic!("a call after the server answered again hung"),
+            }
+        };
+        assert!(found.is_some(), "the session is read again");
+        put_session(&repo, &session(&Ids::default(), "/work/thawed"))
+            .await
+            .expect("commits as before");
         proxy.stop().await;
     });
-}
-
-/// Reads `s` until the server behind `repo` is found again (each refusal a fault `refused_as` accepts, at
-/// most 9 of them, none left unanswered), then commits: the handle works as before the outage.
-async fn works_again(repo: &SqlRepo, s: &Session, refused_as: impl Fn(StorageFault) -> bool) {
-    let mut refused = 0;
-    let found = loop {
-        match tokio::time::timeout(Duration::from_secs(30), repo.session(&s.id)).await {
-            Ok(Ok(found)) => break found,
-            Ok(Err(error)) => {
-                assert!(error.storage_fault().is_some_and(&refused_as), "{error:?}");
-                refused += 1;
-                assert!(refused < 10, "the server was not found again: {error}");
-            }
-            Err(_) => panic!("a call after the server answered again hung"),
-        }
-    };
-    assert!(
-        found.is_some(),
-        "the session is read once the server answers"
-    );
-    put_session(repo, &session(&Ids::default(), "/work/again"))
-        .await
-        .expect("commits as before");
 }
 
 /// A PostgreSQL `answer_timeout` that a call's waits for a connection and for locks could use up is
