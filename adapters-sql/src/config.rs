@@ -23,12 +23,6 @@ pub struct SqlConfig {
     /// every connection the pool may have was in use; otherwise on PostgreSQL as one that cannot be
     /// reached.
     pub acquire_timeout: Duration,
-    /// PostgreSQL: how long one call of the store (a read, a commit, a lease write: its waits for a
-    /// connection and for locks included) may go unanswered before it is given up as a connection lost
-    /// (default 60 s; it must be longer than `acquire_timeout` and `busy_timeout` together). A server that
-    /// stops answering without closing its connections (frozen by `SIGSTOP`, a paused VM, a network that
-    /// drops packets without a reset) otherwise held each request until TCP gave up, 15 minutes or more.
-    pub answer_timeout: Duration,
     /// PostgreSQL: the schema rewind's tables live in (created when missing); `None` uses the connection's
     /// `search_path`. Letters, digits and `_` only.
     pub schema: Option<String>,
@@ -46,7 +40,6 @@ impl SqlConfig {
             busy_timeout: Duration::from_secs(5),
             max_connections: None,
             acquire_timeout: Duration::from_secs(30),
-            answer_timeout: Duration::from_secs(60),
             schema: None,
             read_only: false,
         }

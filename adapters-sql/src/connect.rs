@@ -57,14 +57,6 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
     if backend == Backend::SqliteFile && std::path::Path::new(&target).is_dir() {
         return Err(config_error("it is a directory, not a database file"));
     }
-    if backend == Backend::Postgres
-        && config.answer_timeout <= config.acquire_timeout + config.busy_timeout
-    {
-        return Err(config_error(
-            "answer_timeout must be longer than acquire_timeout and busy_timeout together: a call waits \
-             up to both before its statements run",
-        ));
-    }
     if let Some(schema) = &config.schema {
         if backend != Backend::Postgres {
             return Err(config_error("a schema can only be given for PostgreSQL"));
@@ -347,7 +339,6 @@ pub(crate) async fn open(config: SqlConfig) -> Result<SqlRepo, SqlError> {
         target,
         sqlite_path,
         busy_timeout,
-        answer_timeout: config.answer_timeout,
         file,
         identity,
         hooks: Mutex::new(Hooks::default()),

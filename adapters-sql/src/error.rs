@@ -181,18 +181,6 @@ pub enum SqlError {
         /// The database.
         target: String,
     },
-    /// PostgreSQL: a call got no answer within `SqlConfig::answer_timeout` (a server frozen, a network that
-    /// drops packets without a reset) and was given up; what it sent may have been applied.
-    #[error(
-        "the database {target} did not answer within {waited_s} s (its server frozen, or the network to it \
-         dropping packets), and the request was given up; whether its last change was stored is not known"
-    )]
-    NoAnswer {
-        /// The database.
-        target: String,
-        /// How long it waited.
-        waited_s: u64,
-    },
     /// A fault injected by a test hook.
     #[error("injected fault on the database {target}: {what}")]
     Injected {
@@ -348,8 +336,6 @@ impl SqlError {
                 Some(StorageFault::ReadOnly)
             }
             SqlError::Replaced { .. } => Some(StorageFault::Replaced),
-            // Like a connection the server ended: whatever was sent may have been applied.
-            SqlError::NoAnswer { .. } => Some(StorageFault::ConnectionLost),
             SqlError::Corrupt { .. } | SqlError::MissingTables { .. } => {
                 Some(StorageFault::Corrupt)
             }

@@ -97,8 +97,6 @@ pub struct SqlRepo {
     /// The database as messages name it: a file path, or a URL without its password.
     target: String,
     busy_timeout: Duration,
-    /// PostgreSQL: how long a call may go unanswered (`SqlConfig::answer_timeout`).
-    answer_timeout: Duration,
     /// A SQLite file's path as SQLite opened it (`connect::sqlite_main_file`).
     sqlite_path: Option<std::path::PathBuf>,
     /// A SQLite file's device and inode when it was opened: a write first checks that the path still
@@ -268,30 +266,6 @@ impl SqlRepo {
         }
     }
 
-    /// Runs one call of the store (every `MessageRepo` method is one): after `reachable`, and on PostgreSQL
-    /// given up after `answer_timeout` without an answer, as a connection lost (`SqlError::NoAnswer`), the
-    /// server then noted as away as for any outage. A server frozen, or a network that drops packets
-    /// without a reset, otherwise held the request until TCP gave up (stop 67's outage fuzz: a request
-    /// waited out a whole `SIGSTOP`). What the call had sent may have been applied: that is what a
-    /// connection lost says. Its connection is dropped unfinished: the driver rolls back or closes it.
-    async fn answered<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        self.reachable().await?;
-        if self.backend != Backend::Postgres {
-            return call.await;
-        }
-        match tokio::time::timeout(self.answer_timeout, call).await {
-            Ok(answer) => answer,
-            Err(_) => {
-                self.outage.away.send_replace(true);
-                Err(SqlError::NoAnswer {
-                    target: self.target.clone(),
-                    waited_s: self.answer_timeout.as_secs(),
-                }
-                .into())
-            }
-        }
-    }
-
     /// `sql_error` without the note of an outage.
     fn sql_error_of(&self, context: &'static str, source: DbErr) -> SqlError {
         // A statement that failed on a SQLite file moved or deleted since it was opened (a connection
@@ -426,24 +400,28 @@ impl SqlRepo {
 #[async_trait]
 impl MessageRepo for SqlRepo {
     async fn reclaim_space(&self) -> Result<u64> {
-        self.answered(self.reclaim()).await
+        self.reachable().await?;
+        self.reclaim().await
     }
 
     async fn session(&self, id: &SessionId) -> Result<Option<Session>> {
-        self.answered(self.read_session(id)).await
+        self.reachable().await?;
+        self.read_session(id).await
     }
 
     async fn sessions(&self, directory: Option<String>) -> Result<Vec<Session>> {
-        self.answered(self.read_sessions(directory)).await
+        self.reachable().await?;
+        self.read_sessions(directory).await
     }
 
     async fn sessions_overlapping(&self, directory: &str) -> Result<Vec<Session>> {
-        self.answered(self.read_sessions_overlapping(directory))
-            .await
+        self.reachable().await?;
+        self.read_sessions_overlapping(directory).await
     }
 
     async fn messages(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
-        self.answered(self.read_messages(session)).await
+        self.reachable().await?;
+        self.read_messages(session).await
     }
 
     async fn message(
@@ -451,7 +429,8 @@ impl MessageRepo for SqlRepo {
         session: &SessionId,
         message: &MessageId,
     ) -> Result<Option<MessageWithParts>> {
-        self.answered(self.read_message(session, message)).await
+        self.reachable().await?;
+        self.read_message(session, message).await
     }
 
     async fn messages_from(
@@ -459,8 +438,8 @@ impl MessageRepo for SqlRepo {
         session: &SessionId,
         from: &MessageId,
     ) -> Result<Vec<MessageWithParts>> {
-        self.answered(self.read_messages_from(session, Some(from), None))
-            .await
+        self.reachable().await?;
+        self.read_messages_from(session, Some(from), None).await
     }
 
     async fn messages_between(
@@ -469,12 +448,14 @@ impl MessageRepo for SqlRepo {
         from: &MessageId,
         before: Option<MessageId>,
     ) -> Result<Vec<MessageWithParts>> {
-        self.answered(self.read_messages_from(session, Some(from), before.as_ref()))
+        self.reachable().await?;
+        self.read_messages_from(session, Some(from), before.as_ref())
             .await
     }
 
     async fn message_infos(&self, session: &SessionId) -> Result<Vec<rewind_core::model::Message>> {
-        self.answered(self.read_message_infos(session)).await
+        self.reachable().await?;
+        self.read_message_infos(session).await
     }
 
     async fn message_head(
@@ -482,40 +463,48 @@ impl MessageRepo for SqlRepo {
         session: &SessionId,
         message: &MessageId,
     ) -> Result<Option<MessageHead>> {
-        self.answered(self.read_message_head(session, message))
-            .await
+        self.reachable().await?;
+        self.read_message_head(session, message).await
     }
 
     async fn session_diff(&self, session: &SessionId) -> Result<Vec<FileDiff>> {
-        self.answered(self.read_session_diff(session)).await
+        self.reachable().await?;
+        self.read_session_diff(session).await
     }
 
     async fn warnings(&self, session: &SessionId) -> Result<Vec<Warning>> {
-        self.answered(self.read_warnings(session)).await
+        self.reachable().await?;
+        self.read_warnings(session).await
     }
 
     async fn revert_history(&self, session: &SessionId) -> Result<Vec<RevertHistoryEntry>> {
-        self.answered(self.read_revert_history(session)).await
+        self.reachable().await?;
+        self.read_revert_history(session).await
     }
 
     async fn intents(&self) -> Result<Vec<IntentRecord>> {
-        self.answered(self.read_intents()).await
+        self.reachable().await?;
+        self.read_intents().await
     }
 
     async fn lease(&self, key: &LeaseKey) -> Result<Option<Lease>> {
-        self.answered(self.read_lease(key)).await
+        self.reachable().await?;
+        self.read_lease(key).await
     }
 
     async fn leases(&self) -> Result<Vec<Lease>> {
-        self.answered(self.read_leases()).await
+        self.reachable().await?;
+        self.read_leases().await
     }
 
     async fn take_lease(&self, lease: &Lease, replacing: Option<Replacing>) -> Result<LeaseTake> {
-        self.answered(self.take(lease, replacing)).await
+        self.reachable().await?;
+        self.take(lease, replacing).await
     }
 
     async fn take_leases(&self, leases: &[Lease]) -> Result<Vec<LeaseTake>> {
-        self.answered(self.take_all(leases)).await
+        self.reachable().await?;
+        self.take_all(leases).await
     }
 
     async fn renew_lease(
@@ -524,42 +513,50 @@ impl MessageRepo for SqlRepo {
         token: &LeaseToken,
         expires_at: u64,
     ) -> Result<bool> {
-        self.answered(self.renew(key, token, expires_at)).await
+        self.reachable().await?;
+        self.renew(key, token, expires_at).await
     }
 
     async fn release_lease(&self, key: &LeaseKey, token: &LeaseToken) -> Result<()> {
-        self.answered(self.release(key, token)).await
+        self.reachable().await?;
+        self.release(key, token).await
     }
 
     async fn commit(&self, transaction: Transaction) -> Result<()> {
-        self.answered(self.apply(transaction)).await
+        self.reachable().await?;
+        self.apply(transaction).await
     }
 
     async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
-        self.answered(self.read_events_after(after, limit)).await
+        self.reachable().await?;
+        self.read_events_after(after, limit).await
     }
 
     async fn last_event_seq(&self) -> Result<u64> {
-        self.answered(self.read_last_event_seq()).await
+        self.reachable().await?;
+        self.read_last_event_seq().await
     }
 
     async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>> {
-        self.answered(self.read_event_id_at(seq)).await
+        self.reachable().await?;
+        self.read_event_id_at(seq).await
     }
 
     async fn outbox_over(&self, bytes: u64) -> Result<Option<u64>> {
-        self.answered(self.read_outbox_over(bytes)).await
+        self.reachable().await?;
+        self.read_outbox_over(bytes).await
     }
 
     async fn referenced_snapshots(
         &self,
         directory: Option<String>,
     ) -> Result<BTreeSet<SnapshotId>> {
-        self.answered(self.read_referenced_snapshots(directory))
-            .await
+        self.reachable().await?;
+        self.read_referenced_snapshots(directory).await
     }
 
     async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>> {
-        self.answered(self.read_captures(directory)).await
+        self.reachable().await?;
+        self.read_captures(directory).await
     }
 }

@@ -569,8 +569,7 @@ fn a_postgres_pool_with_no_connection_free_is_a_busy_database() {
 #[test]
 fn a_postgres_server_gone_under_an_open_handle_is_unreachable() {
     run_pg(async {
-        let (_schema, proxy, repo, s) =
-            through_a_proxy(|config| config.acquire_timeout = Duration::from_millis(500)).await;
+        let (_schema, proxy, repo, s) = through_a_proxy(Duration::from_millis(500)).await;
         proxy.stop().await;
         // Each read waits out the pool: its connections fail their test, new ones are refused.
         for _ in 0..2 {
@@ -652,8 +651,7 @@ fn a_postgres_connection_ended_during_a_commit_is_a_lost_connection() {
 #[test]
 fn after_a_postgres_server_is_found_unreachable_requests_fail_fast_until_it_answers() {
     run_pg(async {
-        let (_schema, proxy, repo, s) =
-            through_a_proxy(|config| config.acquire_timeout = Duration::from_secs(8)).await;
+        let (_schema, proxy, repo, s) = through_a_proxy(Duration::from_secs(8)).await;
         proxy.hold();
         let first = std::time::Instant::now();
         let read = repo.session(&s.id).await;
@@ -695,115 +693,15 @@ fn after_a_postgres_server_is_found_unreachable_requests_fail_fast_until_it_answ
     });
 }
 
-/// A PostgreSQL server that stops answering without closing its connections (frozen by `SIGSTOP`, a paused
-/// VM, a network that drops packets without a reset) while a call's statements are under way: the call is
-/// given up after `answer_timeout` as a connection lost (what it sent may have been applied), not held
-/// until TCP gives up (stop 67: a request waited out a whole `SIGSTOP`; a call that has yet to get its
-/// connection was already bounded, by the pool's check of it within `acquire_timeout`); the next calls
-/// fail fast as during any outage, and once the server answers again they go through.
-#[test]
-fn a_postgres_server_that_stops_answering_is_given_up_after_the_answer_timeout() {
-    run_pg(async {
-        let (_schema, proxy, repo, s) = through_a_proxy(|config| {
-            config.acquire_timeout = Duration::from_secs(1);
-            config.busy_timeout = Duration::from_secs(1);
-            config.answer_timeout = Duration::from_secs(3);
-        })
-        .await;
-        assert!(repo.session(&s.id).await.expect("reads").is_some());
-        // A commit stopped inside its transaction; the server freezes; the commit goes on.
-        let mut pause = repo.pause_next_commit();
-        let frozen = session(&Ids::default(), "/work/frozen-mid-commit");
-        let started = std::time::Instant::now();
-        let freeze = async {
-            assert!(
-                pause.reached().await,
-                "the commit holds its transaction open"
-            );
-            proxy.freeze();
-            // Past the proxy's own look at the change: nothing more gets through.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            pause.resume();
-        };
-        // Bounded here so that a call that never returns fails the test instead of hanging it.
-        let (commit, ()) = tokio::join!(
-            tokio::time::timeout(Duration::from_secs(30), put_session(&repo, &frozen)),
-            freeze
-        );
-        let commit =
-            commit.unwrap_or_else(|_| panic!("no answer after 30 s: the call was not given up"));
-        let waited = started.elapsed();
-        let fault = commit.as_ref().err().and_then(Error::storage_fault);
-        assert_eq!(fault, Some(StorageFault::ConnectionLost), "{commit:?}");
-        let message = described(commit);
-        assert!(
-            message.contains("did not answer within 3 s")
-                && message.contains("whether its last change was stored is not known"),
-            "{message}"
-        );
-        assert!(
-            waited >= Duration::from_secs(3) && waited < Duration::from_secs(10),
-            "given up after {waited:?}"
-        );
-        // A read meanwhile is refused at once, as during any outage.
-        let next = std::time::Instant::now();
-        let read = tokio::time::timeout(Duration::from_secs(30), repo.session(&s.id))
-            .await
-            .unwrap_or_else(|_| panic!("the read after it hung"));
-        let fault = read.as_ref().err().and_then(Error::storage_fault);
-        assert!(fault.is_some_and(StorageFault::is_outage), "{read:?}");
-        assert!(
-            next.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            next.elapsed()
-        );
-        proxy.pass(Duration::ZERO);
-        let mut refused = 0;
-        let found = loop {
-            match tokio::time::timeout(Duration::from_secs(30), repo.session(&s.id)).await {
-                Ok(Ok(found)) => break found,
-                Ok(Err(error)) => {
-                    assert!(error.storage_fault().is_some_and(StorageFault::is_outage));
-                    refused += 1;
-                    assert!(refused < 10, "the server was not found again: {error}");
-                }
-                Err(_) => panic!("a call after the server answered again hung"),
-            }
-        };
-        assert!(found.is_some(), "the session is read again");
-        put_session(&repo, &session(&Ids::default(), "/work/thawed"))
-            .await
-            .expect("commits as before");
-        proxy.stop().await;
-    });
-}
-
-/// A PostgreSQL `answer_timeout` that a call's waits for a connection and for locks could use up is
-/// refused before anything is connected to (no server listens at that port).
-#[test]
-fn an_answer_timeout_shorter_than_the_waits_before_it_is_refused() {
-    run(async {
-        let mut config = SqlConfig::new("postgres://rewind:secret@127.0.0.1:9/rewind");
-        config.answer_timeout = config.acquire_timeout + config.busy_timeout;
-        let message = described(SqlRepo::open(config).await);
-        assert!(
-            message.contains("answer_timeout must be longer") && !message.contains("secret"),
-            "{message}"
-        );
-    });
-}
-
-/// A schema, a proxy to its server, a handle on it through the proxy (a pool of two connections, and what
-/// `configure` sets), and a session it stored.
-async fn through_a_proxy(
-    configure: impl FnOnce(&mut SqlConfig),
-) -> (PgSchema, Proxy, SqlRepo, Session) {
+/// A schema, a proxy to its server, a handle on it through the proxy (a pool of two connections, waiting
+/// `acquire_timeout` for one), and a session it stored.
+async fn through_a_proxy(acquire_timeout: Duration) -> (PgSchema, Proxy, SqlRepo, Session) {
     let schema = PgSchema::create().await;
     let proxy = Proxy::to(&schema.url).await;
     let mut config = schema.config();
     config.url = proxy.url.clone();
     config.max_connections = Some(2);
-    configure(&mut config);
+    config.acquire_timeout = acquire_timeout;
     let repo = SqlRepo::open(config)
         .await
         .expect("opens through the proxy");
@@ -814,9 +712,7 @@ async fn through_a_proxy(
 
 /// A TCP proxy to a PostgreSQL URL's server; `url` is the same URL through it. It can hold every
 /// connection (`hold`: those open are broken off, new ones are accepted and left unanswered, as by a server
-/// that is away), freeze them (`freeze`: those open stay open and carry nothing more, new ones are left
-/// unanswered, as with a server stopped by `SIGSTOP` or a network that drops packets; once passed again,
-/// those frozen are broken off) and pass them again (`pass`), after a delay each.
+/// that is away) and pass them again (`pass`), after a delay each.
 struct Proxy {
     url: String,
     mode: tokio::sync::watch::Sender<Mode>,
@@ -830,7 +726,6 @@ enum Mode {
     /// Each reaches the server after this delay.
     Pass(Duration),
     Hold,
-    Freeze,
 }
 
 impl Proxy {
@@ -859,7 +754,7 @@ impl Proxy {
                         let mut mode = modes.subscribe();
                         connections.spawn(async move {
                             let Ok(Mode::Pass(delay)) = mode
-                                .wait_for(|m| matches!(m, Mode::Pass(_)))
+                                .wait_for(|m| *m != Mode::Hold)
                                 .await
                                 .map(|m| *m)
                             else {
@@ -870,17 +765,10 @@ impl Proxy {
                             else {
                                 return;
                             };
-                            let stopped = tokio::select! {
-                                _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => None,
-                                stopped = mode.wait_for(|m| !matches!(m, Mode::Pass(_))) => {
-                                    stopped.ok().map(|m| *m)
-                                }
-                            };
-                            // Frozen: both sockets stay open, carrying nothing, until passed again.
-                            if stopped == Some(Mode::Freeze) {
-                                let _ = mode.wait_for(|m| *m != Mode::Freeze).await;
+                            tokio::select! {
+                                _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+                                _ = mode.wait_for(|m| *m == Mode::Hold) => {}
                             }
-                            drop((client, upstream));
                         });
                     }
                 }
@@ -899,11 +787,6 @@ impl Proxy {
     /// Breaks off every connection and leaves new ones unanswered.
     fn hold(&self) {
         self.mode.send_replace(Mode::Hold);
-    }
-
-    /// Leaves every connection open and unanswered, and new ones unanswered.
-    fn freeze(&self) {
-        self.mode.send_replace(Mode::Freeze);
     }
 
     /// Lets connections through again, each after `delay`.

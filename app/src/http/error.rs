@@ -143,8 +143,8 @@ impl ApiError {
             }
             // Stop 66's outage fuzz: a connection the server ended mid-request answered "internal error".
             StorageFault::ConnectionLost => {
-                "the connection to the database broke during the request (its PostgreSQL server restarted, \
-                 ended the connection or stopped answering): whether its last change was stored is not known, so look at the \
+                "the connection to the database broke during the request (its PostgreSQL server restarted \
+                 or ended the connection): whether its last change was stored is not known, so look at the \
                  session before sending it again; an operation it interrupted is finished by the next one; \
                  the server log has the cause"
             }
