@@ -1977,21 +1977,40 @@ impl PutBack {
         }
     }
 
-    /// What a rollback says when its files are back but `record` could not be committed because the
-    /// database is away: nothing of the database's own error (it may name its host).
-    fn awaiting_database(&self, operation: IntentOperation) -> String {
+    /// What became of the files, said after the operation's error when the rollback's record is not
+    /// committed: put back, or nothing changed when none had been written (review: "the files were put back"
+    /// was said then too).
+    fn what_became(&self, operation: IntentOperation) -> String {
         if self.untouched {
             return format!(
-                "{}: no file had been written yet; the intent record stays, and the next rewind command \
-                 removes it once the database answers",
+                "{}: no file had been written yet",
                 crate::error::NOTHING_CHANGED
             );
         }
         format!(
-            "the files {} {operation}{}; the intent record stays, and the next rewind command records \
-             that once the database answers (it finds the files already back){}",
+            "the files {} {operation}{}",
             crate::error::PUT_BACK,
-            left_as_they_are(&self.left),
+            left_as_they_are(&self.left)
+        )
+    }
+
+    /// How the next command finds the files when it finishes the intent record.
+    fn found_next(&self) -> &'static str {
+        if self.untouched {
+            "it finds them unchanged"
+        } else {
+            "it finds the files already back"
+        }
+    }
+
+    /// What a rollback says when its files are back but `record` could not be committed because the
+    /// database is away: nothing of the database's own error (it may name its host).
+    fn awaiting_database(&self, operation: IntentOperation) -> String {
+        format!(
+            "{}; the intent record stays, and the next rewind command finishes it once the database \
+             answers ({}){}",
+            self.what_became(operation),
+            self.found_next(),
             self.kept(false)
         )
     }
@@ -1999,11 +2018,7 @@ impl PutBack {
     /// What a rollback says when its files are back but `record` could not be committed (`recording`).
     fn unrecorded(&self, operation: IntentOperation, recording: &Error) -> String {
         let kept = self.kept(false);
-        let put_back = format!(
-            "the files {} {operation}{}",
-            crate::error::PUT_BACK,
-            left_as_they_are(&self.left)
-        );
+        let put_back = self.what_became(operation);
         match recording {
             // The intent's guard: another process's recovery finished the record meanwhile.
             Error::LeaseLost(_) => format!(
@@ -2011,7 +2026,8 @@ impl PutBack {
             ),
             _ => format!(
                 "{put_back}, but recording that failed ({recording}){kept}; the intent record stays, and the \
-                 next rewind command finishes it (it finds the files already back)"
+                 next rewind command finishes it ({})",
+                self.found_next()
             ),
         }
     }
