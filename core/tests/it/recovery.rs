@@ -1651,6 +1651,27 @@ fn two_servers(
     (a, b, b_host)
 }
 
+/// A user message `prompt` and an assistant message recorded through `server` in session `s`, whose step
+/// it has begun; the assistant message's id.
+async fn step_through(
+    server: &Rewind,
+    s: &rewind_core::model::SessionId,
+    prompt: &str,
+) -> rewind_core::model::MessageId {
+    server
+        .create_message(s, NewMessage::user_text(prompt))
+        .await
+        .expect("user");
+    let m = server
+        .create_message(s, NewMessage::assistant())
+        .await
+        .expect("assistant")
+        .info
+        .id;
+    server.begin_step(s, &m).await.expect("begin");
+    m
+}
+
 /// Two servers on one database: an HTTP step begun through one is finished, and another aborted, through
 /// the other, as the step belongs to its client, which may reach either (SPEC 4: its owner is "the
 /// server"); a part through the other renews it. A process of the command line still may not take a live
@@ -1662,16 +1683,7 @@ fn a_step_begun_through_one_server_is_finished_or_aborted_through_another() {
         let (a, b, _) = two_servers(&w);
         let s = a.create_session(ROOT, None).await.expect("session");
         for abort in [false, true] {
-            a.create_message(&s.id, NewMessage::user_text("go"))
-                .await
-                .expect("user");
-            let m = a
-                .create_message(&s.id, NewMessage::assistant())
-                .await
-                .expect("assistant")
-                .info
-                .id;
-            a.begin_step(&s.id, &m).await.expect("begin through a");
+            let m = step_through(&a, &s.id, "go").await;
             w.write("x.txt", if abort { "aborted" } else { "finished" });
             b.append_part(&s.id, &m, NewPart::new(PartBody::text("through b")))
                 .await
@@ -1726,24 +1738,7 @@ fn an_http_step_outlives_the_server_it_began_through_while_its_client_is_at_work
             ServiceConfig::default(),
         );
         let s = a.create_session(ROOT, None).await.expect("session");
-        let turn = |label: &'static str| {
-            let a = &a;
-            let s = &s;
-            async move {
-                a.create_message(&s.id, NewMessage::user_text(label))
-                    .await
-                    .expect("user");
-                let m = a
-                    .create_message(&s.id, NewMessage::assistant())
-                    .await
-                    .expect("assistant")
-                    .info
-                    .id;
-                a.begin_step(&s.id, &m).await.expect("begin through a");
-                m
-            }
-        };
-        let m = turn("go").await;
+        let m = step_through(&a, &s.id, "go").await;
         // Server a stops; its client goes on through b.
         b_host.kill(&a_process);
         cli_host.kill(&a_process);
@@ -1781,7 +1776,7 @@ fn an_http_step_outlives_the_server_it_began_through_while_its_client_is_at_work
 
         // A step of the ended server whose client is silent: abandoned once the timeout has passed.
         w.host.set_now(rewind_core::HostPort::now_ms(&*b_host));
-        turn("again").await;
+        step_through(&a, &s.id, "again").await;
         b_host.advance(30_000);
         let session = b.session(&s.id).await.expect("session");
         assert!(!b.step_is_abandoned(&session).await.expect("judged"));
