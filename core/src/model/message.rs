@@ -121,6 +121,12 @@ impl Message {
         }
     }
 
+    /// Whether the message's last step ended aborted, as `note_step_end` noted it (and no step began on it
+    /// since: `note_step_begun` takes it back).
+    pub fn last_step_aborted(&self) -> bool {
+        self.extra.get("finish").and_then(Value::as_str) == Some("aborted")
+    }
+
     /// What a cleanup that cuts steps from the message (a revert to one of its parts, made permanent) leaves
     /// of their sums: their `cut_cost` taken off the message's `cost`, and `finish` and `tokens` those of the
     /// last step it keeps (`last`: its reason and tokens), or none when it keeps none (review: the message

@@ -58,8 +58,7 @@ impl Rewind {
     /// that is gone stays abandoned at once: no client of its own keeps it, and a `rewind undo` after a
     /// server's crash is not held up for the step timeout.
     pub(super) fn step_lease_is_abandoned(&self, lease: &Lease) -> bool {
-        if lease.holder.kind == HolderKind::Server && self.config.holder_kind == HolderKind::Server
-        {
+        if lease.holder.kind == HolderKind::Server && self.speaks_for(&lease.holder) {
             return self.now() >= lease.expires_at;
         }
         self.is_abandoned(lease)

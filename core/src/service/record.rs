@@ -641,12 +641,7 @@ impl Rewind {
         // work: by this very request, say) is ended as that abort ended the message's calls, not stored
         // running for good: nothing could end it afterwards (multi-server fuzz). A step begun on the
         // message again takes the abort back (`note_step_begun`), and its calls are stored as they come.
-        if message
-            .info
-            .extra
-            .get("finish")
-            .and_then(serde_json::Value::as_str)
-            == Some("aborted")
+        if message.info.last_step_aborted()
             && session
                 .step
                 .as_ref()
