@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::{self, File};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gix::ObjectId;
@@ -561,6 +561,23 @@ impl Store {
     /// another directory now (it, or a directory above it, was replaced by a symlink) is refused, so no
     /// operation reads or writes where the symlink leads with the snapshots of the recorded worktree.
     pub fn open(config: &GitStoreConfig, worktree: &Path) -> GitResult<Store> {
+        if !worktree.is_absolute() {
+            return Err(GitError::Refused(format!(
+                "worktree {} is a relative path: the snapshot store is opened on the absolute, canonical path \
+                 of the worktree",
+                worktree.display()
+            )));
+        }
+        if worktree
+            .components()
+            .any(|part| matches!(part, Component::CurDir | Component::ParentDir))
+        {
+            return Err(GitError::Refused(format!(
+                "worktree {} names `.` or `..`: the snapshot store is opened on the canonical path of the \
+                 worktree",
+                worktree.display()
+            )));
+        }
         let canonical = canonical_worktree(config, worktree)?;
         if canonical != worktree {
             return Err(GitError::Refused(format!(

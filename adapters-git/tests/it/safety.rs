@@ -2151,6 +2151,31 @@ async fn a_worktree_replaced_by_a_symlink_is_refused() {
     );
 }
 
+/// A worktree named by a relative path, or through `..`, is refused with an error that says so (not that it
+/// is a symlink, as a path that differs from its canonical form otherwise is), and nothing is written.
+#[tokio::test]
+async fn a_worktree_named_relatively_or_through_dot_dot_is_refused_as_such() {
+    let h = GitHarness::new();
+    h.write("f.txt", b"v1\n");
+    let data_before = list_tree(h.data_dir());
+    let name = h.root().file_name().expect("a name").to_owned();
+    let through_dot_dot = h.root().join("..").join(&name);
+    for (worktree, says) in [
+        (PathBuf::from(&name), "relative path"),
+        (through_dot_dot, "names `.` or `..`"),
+    ] {
+        match h.port().track(&worktree).await {
+            Err(Error::InvalidInput(message)) => assert!(
+                message.contains(says) && !message.contains("symlink"),
+                "{}: {message}",
+                worktree.display()
+            ),
+            other => panic!("{}: {other:?}", worktree.display()),
+        }
+    }
+    assert_eq!(list_tree(h.data_dir()), data_before, "nothing written");
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // (h) Refused worktrees, (i) the file-count cap, and names that are not UTF-8.
 
