@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use rewind_core::Error;
 use rewind_core::error::StorageFault;
-use rewind_core::model::{Event, LeaseKey, LeaseTake, StoredEvent};
+use rewind_core::model::{Event, LeaseKey, LeaseTake, LeaseToken, StoredEvent};
 use rewind_core::ports::{Change, Guard, MessageRepo};
 use rewind_sql::SqlRepo;
 
 use crate::support::{
-    Ids, PgSchema, SqliteFile, heartbeat, lease, run, run_pg, session, transaction, updated,
+    Ids, PgSchema, SqliteFile, heartbeat, intent, lease, run, run_pg, session, snapshot,
+    transaction, updated,
 };
 
 /// Waits until writer B is blocked on writer A's transaction. On PostgreSQL this is observed in
@@ -421,6 +422,108 @@ fn postgres_a_lease_take_waits_for_a_guarded_commit() {
         )
         .await;
     });
+}
+
+/// What core's check after a failed result commit relies on (`Rewind::confirm_intent`): a commit holding
+/// only an intent's guard waits for a commit under way that deletes that intent (as one whose connection
+/// broke may still be, on the server), and then finds what it left: the intent gone when it committed,
+/// there when it rolled back. A read beside the commit under way still finds the intent, so it cannot tell.
+async fn an_intent_check_waits_for_the_commit_that_deletes_it(
+    a: SqlRepo,
+    b: SqlRepo,
+    probe: BlockedProbe<'_>,
+    a_fails: bool,
+) {
+    let ids = Ids::default();
+    let owner = session(&ids, "/work/intent-check");
+    let token = LeaseToken("token-result".to_owned());
+    let record = intent(&ids, &owner, &token.0, snapshot(7));
+    a.commit(transaction(
+        vec![
+            Change::PutSession(Box::new(owner.clone())),
+            Change::PutIntent(Box::new(record)),
+        ],
+        Vec::new(),
+    ))
+    .await
+    .expect("stores the session and its intent");
+    let mut pause = a.pause_next_commit();
+    if a_fails {
+        a.fail_next_commit();
+    }
+    let a = Arc::new(a);
+    let result = tokio::spawn({
+        let (a, token) = (a.clone(), token.clone());
+        async move {
+            let mut result = transaction(vec![Change::DeleteIntent(token.clone())], Vec::new());
+            result.guards = vec![Guard::IntentExists(token)];
+            a.commit(result).await
+        }
+    });
+    assert!(pause.reached().await, "the result's commit is inside");
+    assert_eq!(
+        b.intents().await.expect("reads").len(),
+        1,
+        "a read beside the commit under way still finds the intent"
+    );
+    let b = Arc::new(b);
+    let check = tokio::spawn({
+        let (b, token) = (b.clone(), token.clone());
+        async move {
+            let mut check = transaction(Vec::new(), Vec::new());
+            check.guards = vec![Guard::IntentExists(token)];
+            b.commit(check).await
+        }
+    });
+    probe.wait_until_blocked().await;
+    assert!(
+        !check.is_finished(),
+        "the check must wait for the commit under way"
+    );
+    pause.resume();
+    let committed = result.await.expect("the result's commit ends");
+    assert_eq!(committed.is_err(), a_fails, "{committed:?}");
+    let checked = check.await.expect("the check ends");
+    if a_fails {
+        checked.expect("rolled back: the intent is still there");
+    } else {
+        assert!(
+            matches!(checked, Err(Error::LeaseLost(_))),
+            "committed: the intent is gone, got {checked:?}"
+        );
+    }
+}
+
+#[test]
+fn sqlite_file_an_intent_check_waits_for_the_commit_that_deletes_it() {
+    for a_fails in [false, true] {
+        run(async {
+            let file = SqliteFile::new();
+            an_intent_check_waits_for_the_commit_that_deletes_it(
+                file.open().await,
+                file.open().await,
+                BlockedProbe::Sqlite,
+                a_fails,
+            )
+            .await;
+        });
+    }
+}
+
+#[test]
+fn postgres_an_intent_check_waits_for_the_commit_that_deletes_it() {
+    for a_fails in [false, true] {
+        run_pg(async {
+            let schema = PgSchema::create().await;
+            an_intent_check_waits_for_the_commit_that_deletes_it(
+                schema.open().await,
+                schema.open().await,
+                BlockedProbe::Postgres(&schema),
+                a_fails,
+            )
+            .await;
+        });
+    }
 }
 
 /// Runs `call`, which another process's held transaction makes wait: it must be answered within the busy

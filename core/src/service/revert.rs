@@ -1536,10 +1536,14 @@ impl Rewind {
     /// When that commit fails for another reason than a lost lease (which stops the operation where it is:
     /// its new holder's recovery finishes the intent, SPEC 8), the files are rolled back from `intent`
     /// before the error is returned, so the worktree and the database agree. Unless the intent is gone:
-    /// the commit was made and only its answer was lost, and the result stands. When even the intents
-    /// cannot be read, the record stays for recovery, and the leases go to it as to an operation whose
-    /// rollback failed (`end_operation`), not released: the next taker finishes the intent first. (Should
-    /// the commit have been made after all, the next taker finds no intent, and takes the lease as free.)
+    /// the commit was made and only its answer was lost, and the result stands. Which of the two is asked
+    /// with a commit of the intent's guard alone (`confirm_intent`), not a read: a commit whose connection
+    /// broke may still be under way on a PostgreSQL server, holding the write lock every commit takes
+    /// first, and a read beside it would still find the intent it is about to delete. When the database
+    /// cannot say, the record stays for recovery, the files stay as the operation wrote them, and the
+    /// leases go to it as to an operation whose rollback failed (`end_operation`), not released: the next
+    /// taker finishes the intent first. (Should the commit have been made after all, the next taker finds
+    /// no intent, and takes the lease as free.)
     async fn store_result(
         &self,
         operation: &Operation,
@@ -1555,16 +1559,37 @@ impl Rewind {
             Err(error @ Error::LeaseLost(_)) => return Err(error),
             Err(error) => error,
         };
-        match self.repo.intents().await {
-            Ok(intents) if intents.iter().all(|i| i.token != intent.token) => {
+        match self.confirm_intent(intent).await {
+            Ok(false) => {
                 operation.released.store(true, Ordering::Relaxed);
                 Ok(())
             }
-            Ok(_) => Err(self.roll_back(operation, session, intent, error).await),
+            Ok(true) => Err(self.roll_back(operation, session, intent, error).await),
             Err(_) => {
                 operation.leave(intent);
-                Err(error)
+                Err(error.noted(&format!(
+                    "whether the {} was stored is not known, so its files are left as it wrote them; the \
+                     intent record stays, and the next rewind command finishes it once the database answers \
+                     (it puts the files back unless the {0} was stored)",
+                    intent.operation
+                )))
             }
+        }
+    }
+
+    /// Whether `intent` still exists, asked with a commit that holds only its guard: it takes the write
+    /// lock every commit takes first, so it waits for any commit still under way (one whose connection
+    /// broke, which may yet delete the intent) and then finds what that commit left. `Err` when the
+    /// database cannot say (away, or that lock not had in time).
+    async fn confirm_intent(&self, intent: &IntentRecord) -> Result<bool> {
+        let guard_only = Transaction {
+            guards: vec![Guard::IntentExists(intent.token.clone())],
+            ..Default::default()
+        };
+        match self.repo.commit(guard_only).await {
+            Ok(()) => Ok(true),
+            Err(Error::LeaseLost(_)) => Ok(false),
+            Err(error) => Err(error),
         }
     }
 

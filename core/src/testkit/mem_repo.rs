@@ -70,10 +70,12 @@ struct State {
     /// Set by that hook or `go_unreachable`, cleared by `reachable_again`: every write, every lease call and
     /// the reads of sessions, intents and captures fail.
     unreachable: bool,
-    /// Armed by `fail_next_intents_read`.
-    fail_next_intents_read: bool,
+    /// Armed by `fail_next_intent_check`.
+    fail_next_intent_check: bool,
     /// Armed by `lose_next_take_answer`.
     lose_next_take_answer: bool,
+    /// Armed by `lose_next_result_answer`.
+    lose_next_result_answer: bool,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -153,16 +155,23 @@ impl MemRepo {
         self.lock().unreachable_from_next_result_commit = true;
     }
 
-    /// Fault hook: the next read of the intent records fails with `Error::Backend`; other calls behave
-    /// normally.
-    pub fn fail_next_intents_read(&self) {
-        self.lock().fail_next_intents_read = true;
+    /// Fault hook: the next `commit` that only checks that an intent record exists (its guard and no
+    /// change: whether a failed result commit was made after all) fails with `Error::Backend`, as a
+    /// database that cannot say would; other calls behave normally.
+    pub fn fail_next_intent_check(&self) {
+        self.lock().fail_next_intent_check = true;
     }
 
     /// Fault hook: the next `take_leases` applies as it would, then fails with `StorageFault::Unreachable`,
     /// as a commit whose answer a broken connection lost.
     pub fn lose_next_take_answer(&self) {
         self.lock().lose_next_take_answer = true;
+    }
+
+    /// Fault hook: the next `commit` that stores an operation's result (it releases a lease) is made, then
+    /// fails with `StorageFault::ConnectionLost`, as a commit whose connection broke before its answer came.
+    pub fn lose_next_result_answer(&self) {
+        self.lock().lose_next_result_answer = true;
     }
 
     /// Fault hook: the database goes away now, as `unreachable_from_next_result_commit` makes it go, until
@@ -770,11 +779,6 @@ impl MessageRepo for MemRepo {
 
     async fn intents(&self) -> Result<Vec<IntentRecord>> {
         self.reachable()?;
-        if std::mem::take(&mut self.lock().fail_next_intents_read) {
-            return Err(Error::backend(
-                "injected fault: MemRepo::fail_next_intents_read",
-            ));
-        }
         Ok(self.lock().rows.intents.values().cloned().collect())
     }
 
@@ -906,6 +910,15 @@ impl MessageRepo for MemRepo {
                 has(|c| matches!(c, Change::PutMessage(_))),
                 "fail_next_message_put",
             ),
+            (
+                &mut hooks.fail_next_intent_check,
+                transaction.changes.is_empty()
+                    && transaction
+                        .guards
+                        .iter()
+                        .any(|g| matches!(g, Guard::IntentExists(_))),
+                "fail_next_intent_check",
+            ),
         ];
         // The first armed hook whose kind of change this transaction makes fires (and is disarmed).
         let mut fired = None;
@@ -1001,6 +1014,12 @@ impl MessageRepo for MemRepo {
         state
             .outbox
             .extend(stored.map(|(seq, event)| StoredEvent { seq, event }));
+        if result_commit && std::mem::take(&mut state.lose_next_result_answer) {
+            return Err(Error::storage(
+                crate::error::StorageFault::ConnectionLost,
+                "injected fault: MemRepo::lose_next_result_answer",
+            ));
+        }
         Ok(())
     }
 

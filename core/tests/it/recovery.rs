@@ -343,8 +343,35 @@ fn leases_an_outage_kept_from_being_given_back_are_given_back_once_the_database_
     }
 }
 
-/// A revert whose result cannot be stored, and whose intent records then cannot be read (so whether the
-/// commit was made is not known), leaves the intent for recovery and hands both leases to it, expired, as
+/// A revert whose result's commit was made but whose answer a broken connection lost stands: the check of
+/// its intent finds it gone, so nothing is put back, the revert succeeds, and its leases are free.
+#[test]
+fn a_result_whose_answer_was_lost_stands() {
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let (server, _) = server_of(&w);
+        w.repo.lose_next_result_answer();
+        let reverted = server
+            .revert(&s.id, to_turn(&t))
+            .await
+            .expect("the revert stands");
+        assert!(reverted.revert.is_some());
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        for key in [
+            LeaseKey::Session(s.id.clone()),
+            LeaseKey::Worktree(ROOT.to_owned()),
+        ] {
+            let lease = w.repo.lease(&key).await.expect("lease");
+            assert!(lease.is_none(), "{key:?} is free: {lease:?}");
+        }
+        server.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+    });
+}
+
+/// A revert whose result cannot be stored, and whose intent record the database then cannot be asked about
+/// (so whether the commit was made is not known), leaves the intent for recovery and hands both leases to it, expired, as
 /// an operation whose rollback failed does: not released, so whatever takes either next finishes the
 /// intent first.
 #[test]
@@ -358,12 +385,23 @@ fn a_result_whose_fate_cannot_be_read_leaves_its_leases_to_the_intent() {
         let arming = async {
             reached.await.expect("the result's commit is reached");
             w.repo.fail_next_result_commit();
-            w.repo.fail_next_intents_read();
+            w.repo.fail_next_intent_check();
             let _ = resume.send(());
         };
         let (failed, ()) =
             futures::future::join(server.revert(&s.id, target.clone()), arming).await;
-        assert!(failed.is_err(), "{failed:?}");
+        let Err(error) = failed else {
+            panic!("the revert must fail")
+        };
+        let message = error.to_string();
+        assert!(
+            message.contains("MemRepo::fail_next_result_commit")
+                && message.contains(
+                    "whether the revert was stored is not known, so its files are left as it wrote them"
+                )
+                && message.contains("puts the files back unless the revert was stored"),
+            "{message}"
+        );
         assert_eq!(
             w.state(&["a.txt", "new.txt"]),
             ["a0", "-"],
