@@ -107,11 +107,12 @@ impl Message {
     /// Records how an assistant message's last step ended, as OpenCode's processor does: `finish` is the
     /// step's reason (a client reads it to tell a final answer from one that goes on), and an aborted step
     /// gives the message OpenCode's `MessageAbortedError` (a client shows the turn as interrupted), unless
-    /// the client gave an error of its own.
-    pub fn note_step_end(&mut self, reason: &str) {
+    /// the client gave an error of its own. `aborted` also when the reason is not `aborted` (an abort whose
+    /// end snapshot failed ends with `error`).
+    pub fn note_step_end(&mut self, reason: &str, aborted: bool) {
         self.extra
             .insert("finish".to_owned(), Value::String(reason.to_owned()));
-        if reason == "aborted" {
+        if aborted || reason == "aborted" {
             self.extra.entry("error").or_insert_with(|| {
                 serde_json::json!({
                     "name": ABORTED_ERROR,
@@ -122,9 +123,23 @@ impl Message {
     }
 
     /// Whether the message's last step ended aborted, as `note_step_end` noted it (and no step began on it
-    /// since: `note_step_begun` takes it back).
+    /// since: `note_step_begun` takes it back): its reason `aborted`, or another reason (`error`: the abort's
+    /// end snapshot failed) with the message's `MessageAbortedError`.
     pub fn last_step_aborted(&self) -> bool {
-        self.extra.get("finish").and_then(Value::as_str) == Some("aborted")
+        match self.extra.get("finish").and_then(Value::as_str) {
+            Some("aborted") => true,
+            Some(_) => self.aborted_error(),
+            None => false,
+        }
+    }
+
+    /// Whether the message's error is OpenCode's `MessageAbortedError`.
+    fn aborted_error(&self) -> bool {
+        self.extra
+            .get("error")
+            .and_then(|error| error.get("name"))
+            .and_then(Value::as_str)
+            == Some(ABORTED_ERROR)
     }
 
     /// What a cleanup that cuts steps from the message (a revert to one of its parts, made permanent) leaves
@@ -145,7 +160,7 @@ impl Message {
         match last {
             Some((reason, tokens)) => {
                 self.extra.insert("tokens".to_owned(), tokens_value(tokens));
-                self.note_step_end(reason);
+                self.note_step_end(reason, false);
             }
             None => {
                 self.extra.remove("tokens");
@@ -157,13 +172,7 @@ impl Message {
     /// longer interrupted (an error the client gave is kept).
     pub fn note_step_begun(&mut self) {
         self.extra.remove("finish");
-        if self
-            .extra
-            .get("error")
-            .and_then(|error| error.get("name"))
-            .and_then(Value::as_str)
-            == Some(ABORTED_ERROR)
-        {
+        if self.aborted_error() {
             self.extra.remove("error");
         }
     }

@@ -1656,7 +1656,8 @@ impl Rewind {
         // An aborted step's tool calls that had not ended are ended as failed, as OpenCode's processor does
         // (SDK audit: a client showed them running for good). Their parts keep their ids and places.
         // Asked as an abort: also when the end snapshot failed and the reason became `error`.
-        let calls_ended = if finish == "aborted" || end.reason.as_deref() == Some("aborted") {
+        let aborted = finish == "aborted" || end.reason.as_deref() == Some("aborted");
+        let calls_ended = if aborted {
             self.tool_calls_aborted(&session.id, &step.message_id, now)
                 .await?
         } else {
@@ -1707,7 +1708,7 @@ impl Rewind {
         let mut completed = message.info.clone();
         completed.time.completed = Some(now);
         completed.add_step_usage(cost, end.tokens.as_ref());
-        completed.note_step_end(&finish);
+        completed.note_step_end(&finish, aborted);
         self.push_message(&mut transaction, completed, &directory);
         // The turn's summary is left as it was when its diff cannot be made (a snapshot of the turn gone
         // from the store): the step is closed all the same.

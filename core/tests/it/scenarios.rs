@@ -3508,6 +3508,29 @@ fn a_tool_call_that_comes_after_its_step_was_aborted_is_stored_ended() {
             .await
             .expect("part");
         assert_eq!(stored(next)["status"], "running");
+
+        // An abort whose end snapshot fails ends its step with `error`, not `aborted`: still an abort, so
+        // the message says it was interrupted and a call after it is stored ended too.
+        w.write("unreadable.txt", "x");
+        w.snapshots
+            .fs()
+            .fail_reads(w.path(), "unreadable.txt")
+            .expect("fault hook");
+        w.rewind.abort_step(&s.id, &id).await.expect("abort");
+        let message = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .find(|m| m.info.id == id)
+            .expect("the message");
+        assert_eq!(message.info.extra["finish"], "error");
+        assert_eq!(message.info.extra["error"]["name"], "MessageAbortedError");
+        let after_failed = w
+            .rewind
+            .append_part(&s.id, &id, tool("after-failed"))
+            .await
+            .expect("part");
+        assert_eq!(stored(after_failed)["status"], "error");
     })
 }
 
