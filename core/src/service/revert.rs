@@ -1537,7 +1537,9 @@ impl Rewind {
     /// its new holder's recovery finishes the intent, SPEC 8), the files are rolled back from `intent`
     /// before the error is returned, so the worktree and the database agree. Unless the intent is gone:
     /// the commit was made and only its answer was lost, and the result stands. Which of the two is asked
-    /// with a commit of the intent's guard alone (`confirm_intent`), not a read: a commit whose connection
+    /// (unless the commit was refused before it was sent or had the write lock: locked, no connection
+    /// free, the server not reached) with a commit of the intent's guard alone (`confirm_intent`), not a
+    /// read: a commit whose connection
     /// broke may still be under way on a PostgreSQL server, holding the write lock every commit takes
     /// first, and a read beside it would still find the intent it is about to delete. When the database
     /// cannot say, the record stays for recovery, the files stay as the operation wrote them, and the
@@ -1559,7 +1561,18 @@ impl Rewind {
             Err(error @ Error::LeaseLost(_)) => return Err(error),
             Err(error) => error,
         };
-        match self.confirm_intent(intent).await {
+        // A commit refused before it could be sent, or before it had the write lock, stored nothing: the
+        // intent is there (this operation holds its lease), and asking again would likely be refused alike.
+        let stored_nothing = matches!(
+            error.storage_fault(),
+            Some(StorageFault::Locked | StorageFault::Busy | StorageFault::Unreachable)
+        );
+        let there = if stored_nothing {
+            Ok(true)
+        } else {
+            self.confirm_intent(intent).await
+        };
+        match there {
             Ok(false) => {
                 operation.released.store(true, Ordering::Relaxed);
                 Ok(())

@@ -370,6 +370,37 @@ fn a_result_whose_answer_was_lost_stands() {
     });
 }
 
+/// A result commit refused before it was sent or had the write lock (the database locked by another
+/// process, say) stored nothing: the files are put back at once, without asking the database again (which
+/// would likely be refused alike, and leave them for recovery).
+#[test]
+fn a_result_refused_as_locked_is_rolled_back_without_asking_again() {
+    use rewind_core::error::StorageFault;
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let (server, _) = server_of(&w);
+        w.repo.fail_next_result_commit();
+        w.repo
+            .fail_as("fail_next_result_commit", StorageFault::Locked);
+        w.repo.fail_next_intent_check();
+        let error = server
+            .revert(&s.id, to_turn(&t))
+            .await
+            .expect_err("the revert fails");
+        assert_eq!(
+            error.storage_fault(),
+            Some(StorageFault::Locked),
+            "{error:?}"
+        );
+        assert_eq!(
+            w.state(&["a.txt", "new.txt"]),
+            ["a1", "n1"],
+            "put back: {error}"
+        );
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+    });
+}
+
 /// A revert whose result cannot be stored, and whose intent record the database then cannot be asked about
 /// (so whether the commit was made is not known), leaves the intent for recovery and hands both leases to it, expired, as
 /// an operation whose rollback failed does: not released, so whatever takes either next finishes the
