@@ -393,6 +393,11 @@ pub struct Transaction {
 ///   of them. It MUST fail with the error a guard names when it does not hold (`Error::LeaseLost` for
 ///   `LeaseHeld` and `IntentExists`, `Error::Busy` for `LeaseNotTaken`), and with `Error::NotFound` when a
 ///   change refers to a session or message that does not exist (nothing stored in either case).
+/// - Commits are serialised, guards included: a commit's guards MUST be checked after every commit that
+///   began before it has ended (stored or not), also one whose caller's connection broke under it and that
+///   the database is still making. Core relies on it to learn whether a result commit whose connection
+///   broke was made (`Rewind::confirm_intent`, a commit of an intent's guard alone); an adapter that
+///   cannot wait for such a commit fails instead (the service then leaves the intent to recovery).
 /// - A `session.updated` event of a session the transaction puts or updates MUST carry what a client
 ///   sets (title, metadata, archive time) and the update time as stored when it commits, and, when the
 ///   transaction updates it (`UpdateSession`), the whole session as stored when it commits: what an

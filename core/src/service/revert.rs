@@ -1536,10 +1536,9 @@ impl Rewind {
     /// When that commit fails for another reason than a lost lease (which stops the operation where it is:
     /// its new holder's recovery finishes the intent, SPEC 8), the files are rolled back from `intent`
     /// before the error is returned, so the worktree and the database agree. Unless the intent is gone:
-    /// the commit was made and only its answer was lost, and the result stands. Which of the two is asked
-    /// (unless the commit was refused before it was sent or had the write lock: locked, no connection
-    /// free, the server not reached) with a commit of the intent's guard alone (`confirm_intent`), not a
-    /// read: a commit whose connection
+    /// the commit was made and only its answer was lost, and the result stands. Which of the two is asked,
+    /// when the commit's connection broke under it (any other failure stored nothing), with a commit of
+    /// the intent's guard alone (`confirm_intent`), not a read: a commit whose connection
     /// broke may still be under way on a PostgreSQL server, holding the write lock every commit takes
     /// first, and a read beside it would still find the intent it is about to delete. When the database
     /// cannot say, the record stays for recovery, the files stay as the operation wrote them, and the
@@ -1561,16 +1560,13 @@ impl Rewind {
             Err(error @ Error::LeaseLost(_)) => return Err(error),
             Err(error) => error,
         };
-        // A commit refused before it could be sent, or before it had the write lock, stored nothing: the
-        // intent is there (this operation holds its lease), and asking again would likely be refused alike.
-        let stored_nothing = matches!(
-            error.storage_fault(),
-            Some(StorageFault::Locked | StorageFault::Busy | StorageFault::Unreachable)
-        );
-        let there = if stored_nothing {
-            Ok(true)
-        } else {
+        // Only a connection that broke under the commit leaves its fate unknown; any other failure stored
+        // nothing (refused before it was sent or had the write lock, or answered with an error), so the
+        // intent is there (this operation holds its lease), and asking again might be refused alike.
+        let there = if error.storage_fault() == Some(StorageFault::ConnectionLost) {
             self.confirm_intent(intent).await
+        } else {
+            Ok(true)
         };
         match there {
             Ok(false) => {
@@ -1768,6 +1764,24 @@ impl Rewind {
             Err(rollback) => {
                 leave();
                 full |= rollback.storage_fault() == Some(StorageFault::DiskFull);
+                // The same outage met by the rollback's reads or its capture's record, which come before any
+                // file is put back (the restore's own errors are not the database's): said as the outage,
+                // with the files as the operation left them (review: said as an internal error).
+                if let Some(outage) = outage.filter(|_| {
+                    rollback
+                        .storage_fault()
+                        .is_some_and(StorageFault::is_outage)
+                }) {
+                    return Error::storage(
+                        outage,
+                        format!("{error}; rolling the files back could not begin ({rollback})"),
+                    )
+                    .noted(&format!(
+                        "the files are left as the {} left them; the intent record stays, and the next \
+                         rewind command puts them back once the database answers",
+                        intent.operation
+                    ));
+                }
                 // Files may be left changed: a fault to look into.
                 format!(
                     "rolling the files back also failed ({rollback}); {}; the intent record stays, and the \

@@ -76,6 +76,10 @@ struct State {
     lose_next_take_answer: bool,
     /// Armed by `lose_next_result_answer`.
     lose_next_result_answer: bool,
+    /// Armed by `land_next_result_late`.
+    land_next_result_late: bool,
+    /// The result commit that hook held back, made at the start of the next `commit`.
+    landing_late: Option<Transaction>,
 }
 
 /// An in-memory `MessageRepo` (see the module doc). Cheap to create: give every test its own.
@@ -172,6 +176,14 @@ impl MemRepo {
     /// fails with `StorageFault::ConnectionLost`, as a commit whose connection broke before its answer came.
     pub fn lose_next_result_answer(&self) {
         self.lock().lose_next_result_answer = true;
+    }
+
+    /// Race hook: the next `commit` that stores an operation's result fails with
+    /// `StorageFault::ConnectionLost` having stored nothing yet, and is made at the start of the next
+    /// `commit` (before it), as a commit still under way on a PostgreSQL server after its connection broke
+    /// lands before the next one that takes the write lock; reads in between do not see it.
+    pub fn land_next_result_late(&self) {
+        self.lock().land_next_result_late = true;
     }
 
     /// Fault hook: the database goes away now, as `unreachable_from_next_result_commit` makes it go, until
@@ -861,6 +873,95 @@ impl MessageRepo for MemRepo {
     }
 
     async fn commit(&self, transaction: Transaction) -> Result<()> {
+        // A result commit `land_next_result_late` held back lands first, as a server's write lock orders a
+        // commit still under way before the next.
+        let late = self.lock().landing_late.take();
+        if let Some(late) = late {
+            let _ = self.commit_now(late).await;
+        }
+        self.commit_now(transaction).await
+    }
+
+    async fn last_event_seq(&self) -> Result<u64> {
+        Ok(self.lock().outbox.last().map_or(0, |stored| stored.seq))
+    }
+
+    async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>> {
+        let state = self.lock();
+        let at = state.outbox.binary_search_by_key(&seq, |stored| stored.seq);
+        Ok(at.ok().map(|i| state.outbox[i].event.id.clone()))
+    }
+
+    /// Each event counts as its JSON text (this adapter shares no text between events).
+    async fn outbox_over(&self, bytes: u64) -> Result<Option<u64>> {
+        let state = self.lock();
+        let mut total: u64 = 0;
+        for stored in state.outbox.iter().rev() {
+            let text =
+                serde_json::to_string(&stored.event).map_err(|e| Error::Backend(Box::new(e)))?;
+            total = total.saturating_add(u64::try_from(text.len()).unwrap_or(u64::MAX));
+            if total > bytes {
+                return Ok(Some(stored.seq));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
+        let state = self.lock();
+        // The outbox is in position order (old events may have been deleted from its front).
+        let start = state.outbox.partition_point(|stored| stored.seq <= after);
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        Ok(state
+            .outbox
+            .iter()
+            .skip(start)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn referenced_snapshots(
+        &self,
+        directory: Option<String>,
+    ) -> Result<BTreeSet<SnapshotId>> {
+        let state = self.lock();
+        let wanted = |dir: &str| directory.as_deref().is_none_or(|d| d == dir);
+        let mut out = BTreeSet::new();
+        for stored in state.rows.sessions.values() {
+            if wanted(&stored.info.directory) {
+                session_snapshots(stored, &mut out);
+            }
+        }
+        for intent in state.rows.intents.values() {
+            if wanted(&intent.directory) {
+                out.insert(intent.before.clone());
+            }
+        }
+        for capture in &state.rows.captures {
+            if wanted(&capture.directory) {
+                out.insert(capture.snapshot.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>> {
+        self.reachable()?;
+        let state = self.lock();
+        Ok(state
+            .rows
+            .captures
+            .iter()
+            .filter(|capture| directory.as_deref().is_none_or(|d| d == capture.directory))
+            .cloned()
+            .collect())
+    }
+}
+
+impl MemRepo {
+    /// `commit`, once any commit held back has landed.
+    async fn commit_now(&self, transaction: Transaction) -> Result<()> {
         let result_commit = transaction
             .changes
             .iter()
@@ -875,6 +976,13 @@ impl MessageRepo for MemRepo {
         }
         if state.unreachable {
             return Err(unreachable("the database is away"));
+        }
+        if result_commit && std::mem::take(&mut state.land_next_result_late) {
+            state.landing_late = Some(transaction);
+            return Err(Error::storage(
+                crate::error::StorageFault::ConnectionLost,
+                "injected fault: MemRepo::land_next_result_late",
+            ));
         }
         if std::mem::take(&mut state.fail_next_commit) {
             return Err(Error::backend("injected fault: MemRepo::fail_next_commit"));
@@ -1021,81 +1129,5 @@ impl MessageRepo for MemRepo {
             ));
         }
         Ok(())
-    }
-
-    async fn last_event_seq(&self) -> Result<u64> {
-        Ok(self.lock().outbox.last().map_or(0, |stored| stored.seq))
-    }
-
-    async fn event_id_at(&self, seq: u64) -> Result<Option<EventId>> {
-        let state = self.lock();
-        let at = state.outbox.binary_search_by_key(&seq, |stored| stored.seq);
-        Ok(at.ok().map(|i| state.outbox[i].event.id.clone()))
-    }
-
-    /// Each event counts as its JSON text (this adapter shares no text between events).
-    async fn outbox_over(&self, bytes: u64) -> Result<Option<u64>> {
-        let state = self.lock();
-        let mut total: u64 = 0;
-        for stored in state.outbox.iter().rev() {
-            let text =
-                serde_json::to_string(&stored.event).map_err(|e| Error::Backend(Box::new(e)))?;
-            total = total.saturating_add(u64::try_from(text.len()).unwrap_or(u64::MAX));
-            if total > bytes {
-                return Ok(Some(stored.seq));
-            }
-        }
-        Ok(None)
-    }
-
-    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<StoredEvent>> {
-        let state = self.lock();
-        // The outbox is in position order (old events may have been deleted from its front).
-        let start = state.outbox.partition_point(|stored| stored.seq <= after);
-        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        Ok(state
-            .outbox
-            .iter()
-            .skip(start)
-            .take(limit)
-            .cloned()
-            .collect())
-    }
-
-    async fn referenced_snapshots(
-        &self,
-        directory: Option<String>,
-    ) -> Result<BTreeSet<SnapshotId>> {
-        let state = self.lock();
-        let wanted = |dir: &str| directory.as_deref().is_none_or(|d| d == dir);
-        let mut out = BTreeSet::new();
-        for stored in state.rows.sessions.values() {
-            if wanted(&stored.info.directory) {
-                session_snapshots(stored, &mut out);
-            }
-        }
-        for intent in state.rows.intents.values() {
-            if wanted(&intent.directory) {
-                out.insert(intent.before.clone());
-            }
-        }
-        for capture in &state.rows.captures {
-            if wanted(&capture.directory) {
-                out.insert(capture.snapshot.clone());
-            }
-        }
-        Ok(out)
-    }
-
-    async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>> {
-        self.reachable()?;
-        let state = self.lock();
-        Ok(state
-            .rows
-            .captures
-            .iter()
-            .filter(|capture| directory.as_deref().is_none_or(|d| d == capture.directory))
-            .cloned()
-            .collect())
     }
 }

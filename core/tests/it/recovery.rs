@@ -309,12 +309,26 @@ fn leases_an_outage_kept_from_being_given_back_are_given_back_once_the_database_
             let (server, _) = server_of(&w);
             let target = to_turn(&t);
             w.repo.unreachable_from_next_result_commit();
-            let failed = server.revert(&s.id, target.clone()).await;
-            assert!(failed.is_err(), "{next}: {failed:?}");
+            let Err(error) = server.revert(&s.id, target.clone()).await else {
+                panic!("{next}: the revert must fail")
+            };
+            // Said as the outage (a client is told what to wait for), with what became of the files.
+            assert_eq!(
+                error.storage_fault(),
+                Some(rewind_core::error::StorageFault::Unreachable),
+                "{next}: {error:?}"
+            );
+            assert!(
+                error.to_string().contains(
+                    "the files are left as the revert left them; the intent record stays, and the next \
+                     rewind command puts them back once the database answers"
+                ),
+                "{next}: {error}"
+            );
             assert_eq!(
                 w.state(&["a.txt", "new.txt"]),
                 ["a0", "-"],
-                "{next}: neither the result nor the intents could be read after it, so nothing was put back"
+                "{next}: the rollback could not read the database, so nothing was put back"
             );
             w.repo.reachable_again();
             let intents = w.repo.intents().await.expect("intents");
@@ -341,6 +355,30 @@ fn leases_an_outage_kept_from_being_given_back_are_given_back_once_the_database_
             assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "{next}");
         });
     }
+}
+
+/// A revert whose result's commit broke its connection while still under way on the server, and lands only
+/// after (a read beside it still finds the intent): the check of the intent waits for it, as the server's
+/// write lock makes it, and finds it made; the revert stands, nothing is put back (with a read, the
+/// rollback began over a stored result, and the revert was said to have failed).
+#[test]
+fn a_result_that_lands_after_its_connection_broke_stands() {
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let (server, _) = server_of(&w);
+        w.repo.land_next_result_late();
+        let reverted = server
+            .revert(&s.id, to_turn(&t))
+            .await
+            .expect("the revert stands");
+        assert!(reverted.revert.is_some());
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+        assert!(w.repo.intents().await.expect("intents").is_empty());
+        let stored = server.session(&s.id).await.expect("session");
+        assert!(stored.revert.is_some(), "the session reads as reverted");
+        server.unrevert(&s.id).await.expect("unrevert");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+    });
 }
 
 /// A revert whose result's commit was made but whose answer a broken connection lost stands: the check of
@@ -401,8 +439,8 @@ fn a_result_refused_as_locked_is_rolled_back_without_asking_again() {
     });
 }
 
-/// A revert whose result cannot be stored, and whose intent record the database then cannot be asked about
-/// (so whether the commit was made is not known), leaves the intent for recovery and hands both leases to it, expired, as
+/// A revert whose result's commit broke its connection, and whose intent record the database then cannot
+/// be asked about (so whether the commit was made is not known), leaves the intent for recovery and hands both leases to it, expired, as
 /// an operation whose rollback failed does: not released, so whatever takes either next finishes the
 /// intent first.
 #[test]
@@ -416,6 +454,10 @@ fn a_result_whose_fate_cannot_be_read_leaves_its_leases_to_the_intent() {
         let arming = async {
             reached.await.expect("the result's commit is reached");
             w.repo.fail_next_result_commit();
+            w.repo.fail_as(
+                "fail_next_result_commit",
+                rewind_core::error::StorageFault::ConnectionLost,
+            );
             w.repo.fail_next_intent_check();
             let _ = resume.send(());
         };
