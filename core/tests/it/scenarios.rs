@@ -3531,6 +3531,44 @@ fn a_tool_call_that_comes_after_its_step_was_aborted_is_stored_ended() {
             .await
             .expect("part");
         assert_eq!(stored(after_failed)["status"], "error");
+
+        // A finish (not an abort) whose end snapshot fails ends with `error` too, but is no abort: no
+        // `MessageAbortedError`, and a call after it is stored as it came.
+        w.snapshots
+            .fs()
+            .remove(w.path(), "unreadable.txt")
+            .expect("remove");
+        w.rewind
+            .begin_step(&s.id, &id)
+            .await
+            .expect("begin a third time");
+        w.write("unreadable.txt", "x");
+        w.snapshots
+            .fs()
+            .fail_reads(w.path(), "unreadable.txt")
+            .expect("fault hook");
+        w.rewind
+            .finish_step(&s.id, &id, Default::default())
+            .await
+            .expect("finish");
+        let message = w
+            .messages(&s.id)
+            .await
+            .into_iter()
+            .find(|m| m.info.id == id)
+            .expect("the message");
+        assert_eq!(message.info.extra["finish"], "error");
+        assert!(
+            message.info.extra.get("error").is_none(),
+            "{:?}",
+            message.info.extra
+        );
+        let after_finish = w
+            .rewind
+            .append_part(&s.id, &id, tool("after-finish"))
+            .await
+            .expect("part");
+        assert_eq!(stored(after_finish)["status"], "running");
     })
 }
 
