@@ -357,55 +357,45 @@ fn leases_an_outage_kept_from_being_given_back_are_given_back_once_the_database_
     }
 }
 
-/// A revert whose result's commit broke its connection while still under way on the server, and lands only
-/// after (a read beside it still finds the intent): the check of the intent waits for it, as the server's
-/// write lock makes it, and finds it made; the revert stands, nothing is put back (with a read, the
-/// rollback began over a stored result, and the revert was said to have failed).
-#[test]
-fn a_result_that_lands_after_its_connection_broke_stands() {
-    block_on(async {
-        let (w, s, t) = one_turn_world().await;
-        let (server, _) = server_of(&w);
-        w.repo.land_next_result_late();
-        let reverted = server
-            .revert(&s.id, to_turn(&t))
-            .await
-            .expect("the revert stands");
-        assert!(reverted.revert.is_some());
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
-        assert!(w.repo.intents().await.expect("intents").is_empty());
-        let stored = server.session(&s.id).await.expect("session");
-        assert!(stored.revert.is_some(), "the session reads as reverted");
-        server.unrevert(&s.id).await.expect("unrevert");
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
-    });
-}
-
-/// A revert whose result's commit was made but whose answer a broken connection lost stands: the check of
-/// its intent finds it gone, so nothing is put back, the revert succeeds, and its leases are free.
+/// A revert whose result's commit was made but whose connection broke before the answer came stands: made
+/// before the answer was lost, or still under way on the server and landing only after (a read beside it
+/// still finds the intent). The check of the intent waits for it, as the server's write lock makes it, and
+/// finds it made: the revert succeeds, nothing is put back, its leases are free (with a read, the rollback
+/// began over the stored result of one landing late, and the revert was said to have failed).
 #[test]
 fn a_result_whose_answer_was_lost_stands() {
-    block_on(async {
-        let (w, s, t) = one_turn_world().await;
-        let (server, _) = server_of(&w);
-        w.repo.lose_next_result_answer();
-        let reverted = server
-            .revert(&s.id, to_turn(&t))
-            .await
-            .expect("the revert stands");
-        assert!(reverted.revert.is_some());
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
-        assert!(w.repo.intents().await.expect("intents").is_empty());
-        for key in [
-            LeaseKey::Session(s.id.clone()),
-            LeaseKey::Worktree(ROOT.to_owned()),
-        ] {
-            let lease = w.repo.lease(&key).await.expect("lease");
-            assert!(lease.is_none(), "{key:?} is free: {lease:?}");
-        }
-        server.unrevert(&s.id).await.expect("unrevert");
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
-    });
+    for late in [false, true] {
+        block_on(async {
+            let (w, s, t) = one_turn_world().await;
+            let (server, _) = server_of(&w);
+            if late {
+                w.repo.land_next_result_late();
+            } else {
+                w.repo.lose_next_result_answer();
+            }
+            let reverted = server
+                .revert(&s.id, to_turn(&t))
+                .await
+                .unwrap_or_else(|e| panic!("late {late}: the revert stands: {e}"));
+            assert!(reverted.revert.is_some(), "late {late}");
+            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"], "late {late}");
+            assert!(w.repo.intents().await.expect("intents").is_empty());
+            let stored = server.session(&s.id).await.expect("session");
+            assert!(
+                stored.revert.is_some(),
+                "late {late}: the session reads as reverted"
+            );
+            for key in [
+                LeaseKey::Session(s.id.clone()),
+                LeaseKey::Worktree(ROOT.to_owned()),
+            ] {
+                let lease = w.repo.lease(&key).await.expect("lease");
+                assert!(lease.is_none(), "late {late}: {key:?} is free: {lease:?}");
+            }
+            server.unrevert(&s.id).await.expect("unrevert");
+            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "late {late}");
+        });
+    }
 }
 
 /// A result commit refused before it was sent or had the write lock (the database locked by another

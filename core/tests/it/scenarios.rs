@@ -3488,6 +3488,21 @@ fn a_tool_call_that_comes_after_its_step_was_aborted_is_stored_ended() {
             PartBody::Tool(t) => t.extra["state"].clone(),
             other => panic!("{other:?}"),
         };
+        let unreadable = || {
+            w.write("unreadable.txt", "x");
+            w.snapshots
+                .fs()
+                .fail_reads(w.path(), "unreadable.txt")
+                .expect("fault hook");
+        };
+        let info = async || {
+            w.messages(&s.id)
+                .await
+                .into_iter()
+                .find(|m| m.info.id == id)
+                .expect("the message")
+                .info
+        };
         w.rewind.begin_step(&s.id, &id).await.expect("begin");
         w.rewind.abort_step(&s.id, &id).await.expect("abort");
         let late = w
@@ -3511,20 +3526,11 @@ fn a_tool_call_that_comes_after_its_step_was_aborted_is_stored_ended() {
 
         // An abort whose end snapshot fails ends its step with `error`, not `aborted`: still an abort, so
         // the message says it was interrupted and a call after it is stored ended too.
-        w.write("unreadable.txt", "x");
-        w.snapshots
-            .fs()
-            .fail_reads(w.path(), "unreadable.txt")
-            .expect("fault hook");
+        unreadable();
         w.rewind.abort_step(&s.id, &id).await.expect("abort");
-        let message = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .find(|m| m.info.id == id)
-            .expect("the message");
-        assert_eq!(message.info.extra["finish"], "error");
-        assert_eq!(message.info.extra["error"]["name"], "MessageAbortedError");
+        let message = info().await;
+        assert_eq!(message.extra["finish"], "error");
+        assert_eq!(message.extra["error"]["name"], "MessageAbortedError");
         let after_failed = w
             .rewind
             .append_part(&s.id, &id, tool("after-failed"))
@@ -3542,27 +3548,14 @@ fn a_tool_call_that_comes_after_its_step_was_aborted_is_stored_ended() {
             .begin_step(&s.id, &id)
             .await
             .expect("begin a third time");
-        w.write("unreadable.txt", "x");
-        w.snapshots
-            .fs()
-            .fail_reads(w.path(), "unreadable.txt")
-            .expect("fault hook");
+        unreadable();
         w.rewind
             .finish_step(&s.id, &id, Default::default())
             .await
             .expect("finish");
-        let message = w
-            .messages(&s.id)
-            .await
-            .into_iter()
-            .find(|m| m.info.id == id)
-            .expect("the message");
-        assert_eq!(message.info.extra["finish"], "error");
-        assert!(
-            message.info.extra.get("error").is_none(),
-            "{:?}",
-            message.info.extra
-        );
+        let message = info().await;
+        assert_eq!(message.extra["finish"], "error");
+        assert!(message.extra.get("error").is_none(), "{:?}", message.extra);
         let after_finish = w
             .rewind
             .append_part(&s.id, &id, tool("after-finish"))
