@@ -428,10 +428,22 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
     let Some(sqlx) = sqlx_error(error) else {
         return FaultKind::Other;
     };
+    if let Some(postgres) = postgres_error(sqlx) {
+        return match postgres.code() {
+            "55P03" => FaultKind::Locked,            // lock_not_available
+            "25006" => FaultKind::ReadOnly,          // read_only_sql_transaction
+            "XX001" | "XX002" => FaultKind::Corrupt, // data_corrupted, index_corrupted
+            "53100" => FaultKind::Full,              // disk_full
+            _ => FaultKind::Other,
+        };
+    }
     let Some(code) = sqlx.as_database_error().and_then(|e| e.code()) else {
         return FaultKind::Other;
     };
-    // SQLite reports its extended result code as a number; the primary code is its low byte.
+    // SQLite reports its extended result code as a number; the primary code is its low byte. Only
+    // SQLite's: a PostgreSQL SQLSTATE may be all digits too (kill fuzz: `22021`, a NUL byte refused, read
+    // as SQLITE_BUSY, "locked"; `25006` read-only and `53100` disk full were never seen), so it is matched
+    // above.
     if let Ok(extended) = code.parse::<i64>() {
         return match extended & 0xff {
             5 | 6 => FaultKind::Locked,    // SQLITE_BUSY, SQLITE_LOCKED
@@ -443,13 +455,7 @@ pub(crate) fn fault_kind(error: &DbErr) -> FaultKind {
             _ => FaultKind::Other,
         };
     }
-    match &*code {
-        "55P03" => FaultKind::Locked,            // lock_not_available
-        "25006" => FaultKind::ReadOnly,          // read_only_sql_transaction
-        "XX001" | "XX002" => FaultKind::Corrupt, // data_corrupted, index_corrupted
-        "53100" => FaultKind::Full,              // disk_full
-        _ => FaultKind::Other,
-    }
+    FaultKind::Other
 }
 
 /// Whether `target` (a SQLite file's path, or a PostgreSQL URL without its password) is PostgreSQL's.

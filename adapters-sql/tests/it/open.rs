@@ -1080,6 +1080,27 @@ fn a_postgres_refusal_is_the_servers_message_without_its_source_line() {
 /// Opens that race on a fresh schema used to fail now and then on a duplicate key of PostgreSQL's catalogue
 /// (two of them creating the same table, the loser's retries running out while the winner was still
 /// migrating): CI met it once in about thirty runs. Several rounds of eight give the race more chances.
+/// PostgreSQL's error codes are read as PostgreSQL's, not as SQLite result codes: an all-digit SQLSTATE
+/// parsed as a number took SQLite's meaning of its low byte (kill fuzz: `22021`, a NUL byte refused, was
+/// said to be a lock held by another process; `25006` read-only and `53100` disk full were never
+/// recognised). A NUL byte in a column (a directory, which no path can hold) is a failed statement.
+#[test]
+fn postgres_error_codes_are_not_read_as_sqlite_result_codes() {
+    run_pg(async {
+        let schema = PgSchema::create().await;
+        let repo = schema.open().await;
+        let ids = Ids::default();
+        let refused = put_session(&repo, &session(&ids, "/work/a\0b")).await;
+        let Err(error) = refused else {
+            panic!("a NUL byte in a text column is refused")
+        };
+        assert!(
+            error.storage_fault().is_none() && format!("{error:?}").contains("22021"),
+            "{error:?}"
+        );
+    });
+}
+
 #[test]
 fn postgres_opens_at_once_from_many_handles_migrate_one_fresh_schema() {
     run_pg(async {
