@@ -100,7 +100,10 @@ impl SqlRepo {
             session_id: Set(part.session_id.as_str().to_owned()),
             message_id: Set(part.message_id.as_str().to_owned()),
             id: Set(part.id.as_str().to_owned()),
-            kind: Set(part.body.kind().to_owned()),
+            // The column only finds the kinds that name snapshots (`SNAPSHOT_PART_KINDS`); the body keeps
+            // the type as given. A NUL byte, which a PostgreSQL text column refuses, can only be in a kind
+            // rewind does not know: stored as U+FFFD there.
+            kind: Set(part.body.kind().replace('\0', "\u{fffd}")),
             // Only the body: the ids live in their columns, and the body's JSON keeps its key order.
             body: Set(self.encode(&part.body, "part")?),
         })

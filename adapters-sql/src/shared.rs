@@ -2,7 +2,9 @@
 //! and the `session.updated` event) and its session diff twice (the `session_diff` row and the
 //! `session.diff` event). When a transaction writes a session and an event with the very same session, or a
 //! session diff and an event with the very same diff, and the text is at least `MIN_BYTES` long, the text
-//! goes into one `shared_text` row, which both rows reference, instead of into both bodies.
+//! goes into one `shared_text` row, which both rows reference, instead of into both bodies. A text diff
+//! that holds a NUL byte stays in the bodies (JSON spells it `\u0000`; a PostgreSQL text column refuses
+//! the byte itself).
 //!
 //! A `shared_text` row never changes. Every read joins it in the same statement as the row that names it,
 //! so a read sees both from one committed state. A row is deleted by `sweep` once no session, session diff
@@ -55,11 +57,14 @@ impl SqlRepo {
         for (index, event) in events.iter_mut().enumerate() {
             match &mut event.payload {
                 EventPayload::SessionUpdated { info, .. } => {
+                    // A text with a NUL (a file git's 8000-byte look calls text) stays in the bodies, where
+                    // JSON spells it `\u0000`: a PostgreSQL text column refuses the byte itself (kill fuzz:
+                    // every revert of such a file failed).
                     let large = info
                         .revert
                         .as_ref()
                         .and_then(|revert| revert.diff.as_ref())
-                        .is_some_and(|text| text.len() >= MIN_BYTES);
+                        .is_some_and(|text| text.len() >= MIN_BYTES && !text.contains('\0'));
                     if !large {
                         continue;
                     }

@@ -89,6 +89,7 @@ macro_rules! repo_contract_tests {
             old_outbox_events_are_deleted_and_positions_never_repeat
             the_outbox_is_measured_from_its_newest_event_back
             large_revert_texts_read_back_whole_from_every_row
+            texts_with_nul_bytes_read_back_as_they_were
             delete_session_cascades
             sessions_are_listed_newest_first_and_by_directory
             a_put_keeps_the_stored_title_and_a_rename_changes_only_it
@@ -3012,6 +3013,96 @@ fn large_revert(files: usize, turn: u32) -> (String, Vec<FileDiff>) {
         })
         .collect();
     (text, diff)
+}
+
+/// Every text a client or a snapshot gives may hold a NUL byte (a file git's 8000-byte look calls text, a
+/// tool's output, a part of a type rewind does not know): a session, its revert's large text diff, its
+/// session diff, a message, its parts and the events read back as they were (kill fuzz: PostgreSQL, whose
+/// text columns refuse the byte, failed every revert of such a file).
+pub async fn texts_with_nul_bytes_read_back_as_they_were(repo: &dyn MessageRepo) {
+    let ids = Ids::new();
+    let mut session = new_session(&ids, "/work/nul-bytes");
+    session.title = "a title\0with a NUL".to_owned();
+    commit(repo, vec![put_session(&session)]).await;
+    let mut message = new_message(&ids, &session, Role::Assistant);
+    message.extra = object(json!({"agent": "build\u{0}", "mode": "x"}));
+    let text = new_part(&ids, &message, PartBody::text("before\0after"));
+    let unknown = new_part(
+        &ids,
+        &message,
+        PartBody::Other {
+            kind: "x-\0-kind".to_owned(),
+            fields: object(json!({"output": "\u{0}"})),
+        },
+    );
+    commit(
+        repo,
+        vec![put_message(&message), put_part(&text), put_part(&unknown)],
+    )
+    .await;
+    same!(
+        messages(repo, &session.id).await,
+        vec![with_parts(&message, &[&text, &unknown])],
+        "the message and its parts read back with their NUL bytes"
+    );
+
+    let (text_diff, mut diff) = large_revert(10, 1);
+    let text_diff = format!("{text_diff}+a line\0of a file git calls text\n");
+    diff[0]
+        .patch
+        .push_str("+a line\0of a file git calls text\n");
+    let mut reverted = session.clone();
+    reverted.revert = Some(RevertDescriptor {
+        message_id: message.id.clone(),
+        part_id: None,
+        snapshot: Some(snapshot(1)),
+        diff: Some(text_diff),
+    });
+    let events = vec![
+        Event {
+            id: ids.event(),
+            payload: EventPayload::SessionDiff {
+                session_id: session.id.clone(),
+                diff: diff.clone(),
+            },
+        },
+        updated(&ids, &reverted),
+    ];
+    repo.commit(transaction(
+        vec![
+            Change::SetSessionDiff {
+                session: session.id.clone(),
+                diff: diff.clone(),
+            },
+            put_session(&reverted),
+        ],
+        events.clone(),
+    ))
+    .await
+    .expect("a revert's result with NUL bytes in its texts commits");
+    same!(
+        repo.session(&session.id)
+            .await
+            .expect("reading the session"),
+        Some(reverted.clone()),
+        "the session reads back with its revert's text diff"
+    );
+    same!(
+        repo.session_diff(&session.id)
+            .await
+            .expect("reading the session diff"),
+        diff,
+        "the session diff reads back whole"
+    );
+    let stored = all_events(repo).await;
+    same!(
+        stored[stored.len() - 2..]
+            .iter()
+            .map(|stored| stored.event.clone())
+            .collect::<Vec<_>>(),
+        events,
+        "its events read back whole"
+    );
 }
 
 /// A revert's result transaction carries its text diff twice (the session and its `session.updated` event)
