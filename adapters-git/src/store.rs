@@ -568,17 +568,19 @@ impl Store {
                 worktree.display()
             )));
         }
-        if worktree
-            .components()
-            .any(|part| matches!(part, Component::CurDir | Component::ParentDir))
+        // Its own refusals first (the filesystem root, the home and the data directory, by what the path
+        // leads to), then why the path is not the canonical one.
+        let canonical = canonical_worktree(config, worktree)?;
+        if canonical != worktree
+            && worktree
+                .components()
+                .any(|part| part == Component::ParentDir)
         {
             return Err(GitError::Refused(format!(
-                "worktree {} names `.` or `..`: the snapshot store is opened on the canonical path of the \
-                 worktree",
+                "worktree {} names `..`: the snapshot store is opened on the canonical path of the worktree",
                 worktree.display()
             )));
         }
-        let canonical = canonical_worktree(config, worktree)?;
         if canonical != worktree {
             return Err(GitError::Refused(format!(
                 "worktree {} resolves to {}: it, or a directory above it, is a symlink; rewind works on the \
