@@ -3015,6 +3015,28 @@ fn large_revert(files: usize, turn: u32) -> (String, Vec<FileDiff>) {
     (text, diff)
 }
 
+/// The transaction a revert's result commits for `reverted` (its revert descriptor set) with session diff
+/// `diff`: the session diff, the session, and their `session.diff` and `session.updated` events.
+fn revert_result(ids: &Ids, reverted: &Session, diff: &[FileDiff]) -> Transaction {
+    let diff_event = Event {
+        id: ids.event(),
+        payload: EventPayload::SessionDiff {
+            session_id: reverted.id.clone(),
+            diff: diff.to_vec(),
+        },
+    };
+    transaction(
+        vec![
+            Change::SetSessionDiff {
+                session: reverted.id.clone(),
+                diff: diff.to_vec(),
+            },
+            put_session(reverted),
+        ],
+        vec![diff_event, updated(ids, reverted)],
+    )
+}
+
 /// Every text a client or a snapshot gives may hold a NUL byte (a file git's 8000-byte look calls text, a
 /// tool's output, a part of a type rewind does not know): a session, its revert's large text diff, its
 /// session diff, a message, its parts and the events read back as they were (kill fuzz: PostgreSQL, whose
@@ -3058,28 +3080,11 @@ pub async fn texts_with_nul_bytes_read_back_as_they_were(repo: &dyn MessageRepo)
         snapshot: Some(snapshot(1)),
         diff: Some(text_diff),
     });
-    let events = vec![
-        Event {
-            id: ids.event(),
-            payload: EventPayload::SessionDiff {
-                session_id: session.id.clone(),
-                diff: diff.clone(),
-            },
-        },
-        updated(&ids, &reverted),
-    ];
-    repo.commit(transaction(
-        vec![
-            Change::SetSessionDiff {
-                session: session.id.clone(),
-                diff: diff.clone(),
-            },
-            put_session(&reverted),
-        ],
-        events.clone(),
-    ))
-    .await
-    .expect("a revert's result with NUL bytes in its texts commits");
+    let result = revert_result(&ids, &reverted, &diff);
+    let events = result.events.clone();
+    repo.commit(result)
+        .await
+        .expect("a revert's result with NUL bytes in its texts commits");
     same!(
         repo.session(&session.id)
             .await
@@ -3124,24 +3129,7 @@ pub async fn large_revert_texts_read_back_whole_from_every_row(repo: &dyn Messag
             snapshot: Some(snapshot(turn)),
             diff: Some(text),
         });
-        let diff_event = Event {
-            id: ids.event(),
-            payload: EventPayload::SessionDiff {
-                session_id: session.id.clone(),
-                diff: diff.clone(),
-            },
-        };
-        let updated_event = updated(&ids, &session);
-        let transaction = transaction(
-            vec![
-                Change::SetSessionDiff {
-                    session: session.id.clone(),
-                    diff: diff.clone(),
-                },
-                put_session(&session),
-            ],
-            vec![diff_event, updated_event],
-        );
+        let transaction = revert_result(&ids, &session, &diff);
         (session, diff, transaction)
     };
     let reads = |session: Session, diff: Vec<FileDiff>| async move {
