@@ -571,20 +571,18 @@ impl Store {
         // Its own refusals first (the filesystem root, the home and the data directory, by what the path
         // leads to), then why the path is not the canonical one.
         let canonical = canonical_worktree(config, worktree)?;
-        if canonical != worktree
-            && worktree
+        if canonical != worktree {
+            let why = if worktree
                 .components()
                 .any(|part| part == Component::ParentDir)
-        {
+            {
+                "it names `..`: the snapshot store is opened on the canonical path of the worktree"
+            } else {
+                "it, or a directory above it, is a symlink; rewind works on the real directory's path, and \
+                 does not follow a worktree replaced by a symlink"
+            };
             return Err(GitError::Refused(format!(
-                "worktree {} names `..`: the snapshot store is opened on the canonical path of the worktree",
-                worktree.display()
-            )));
-        }
-        if canonical != worktree {
-            return Err(GitError::Refused(format!(
-                "worktree {} resolves to {}: it, or a directory above it, is a symlink; rewind works on the \
-                 real directory's path, and does not follow a worktree replaced by a symlink",
+                "worktree {} resolves to {}: {why}",
                 worktree.display(),
                 canonical.display()
             )));
