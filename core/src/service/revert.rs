@@ -1730,6 +1730,14 @@ impl Rewind {
         // said to be one, so a client is told what to wait for (stop 67: "internal error" after a burst of
         // ended connections); the files are back and the intent stays for the next operation.
         let outage = error.storage_fault().filter(|fault| fault.is_outage());
+        // The same outage met again by `other`: the error said as that outage, `also` after its text and
+        // what became of the files as its note, which an HTTP answer gives too (it leaves out the causes,
+        // which may name the database's host).
+        let again = |other: &Error, also: String, note: &str| {
+            outage
+                .filter(|_| other.storage_fault().is_some_and(StorageFault::is_outage))
+                .map(|outage| Error::storage(outage, format!("{error}; {also}")).noted(note))
+        };
         let failure = match self.put_back_intent(session, intent, &why, leases).await {
             Ok(mut put_back) => {
                 match self.repo.commit(std::mem::take(&mut put_back.record)).await {
@@ -1737,18 +1745,12 @@ impl Rewind {
                     Err(recording) => {
                         leave();
                         full |= recording.storage_fault() == Some(StorageFault::DiskFull);
-                        let recording_outage = recording
-                            .storage_fault()
-                            .is_some_and(StorageFault::is_outage);
-                        if let Some(outage) = outage.filter(|_| recording_outage) {
-                            // Said as the outage, with what became of the files as the error's note, which
-                            // an HTTP answer gives too (it leaves out the causes, which may name the
-                            // database's host).
-                            return Error::storage(
-                                outage,
-                                format!("{error}; recording the rollback failed too ({recording})"),
-                            )
-                            .noted(&put_back.awaiting_database(intent.operation));
+                        if let Some(said) = again(
+                            &recording,
+                            format!("recording the rollback failed too ({recording})"),
+                            &put_back.awaiting_database(intent.operation),
+                        ) {
+                            return said;
                         }
                         put_back.unrecorded(intent.operation, &recording)
                     }
@@ -1765,22 +1767,18 @@ impl Rewind {
                 leave();
                 full |= rollback.storage_fault() == Some(StorageFault::DiskFull);
                 // The same outage met by the rollback's reads or its capture's record, which come before any
-                // file is put back (the restore's own errors are not the database's): said as the outage,
-                // with the files as the operation left them (review: said as an internal error).
-                if let Some(outage) = outage.filter(|_| {
-                    rollback
-                        .storage_fault()
-                        .is_some_and(StorageFault::is_outage)
-                }) {
-                    return Error::storage(
-                        outage,
-                        format!("{error}; rolling the files back could not begin ({rollback})"),
-                    )
-                    .noted(&format!(
+                // file is put back (the restore's own errors are not the database's): the files are as the
+                // operation left them (review: said as an internal error).
+                if let Some(said) = again(
+                    &rollback,
+                    format!("rolling the files back could not begin ({rollback})"),
+                    &format!(
                         "the files are left as the {} left them; the intent record stays, and the next \
                          rewind command puts them back once the database answers",
                         intent.operation
-                    ));
+                    ),
+                ) {
+                    return said;
                 }
                 // Files may be left changed: a fault to look into.
                 format!(
