@@ -78,7 +78,9 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
     // The latest session can be deleted between its choice and the turn's beginning (`rewind gc
     // --older-than`, `DELETE /session`): the turn then goes to the next latest, or to a new session, as
     // it would have had the command started a moment later (gc fuzz: exec failed with "Session not
-    // found" on a session the user never named).
+    // found" on a session the user never named). So can the session this command created, still empty
+    // (`gc --older-than 0` listing it the moment it exists): another is chosen or created alike (CI saw
+    // the bare "Session not found" of that race).
     let mut chosen_again = 0;
     let (session, created, begun) = loop {
         let (session, created) = match (new_session, ctx.latest_session().await?) {
@@ -88,7 +90,7 @@ pub async fn run(ctx: &Context, new_session: bool, command: &[OsString]) -> Resu
         let begun = begin_turn_in(ctx, &session, &line).await?;
         match &begun.turn {
             Err(rewind_core::Error::NotFound(_))
-                if !created && chosen_again < CHOOSE_AGAIN && ctx.is_deleted(&session.id).await =>
+                if chosen_again < CHOOSE_AGAIN && ctx.is_deleted(&session.id).await =>
             {
                 chosen_again += 1;
             }
@@ -437,8 +439,8 @@ fn exit_code_after_failed_record(code: i32) -> u8 {
     exit_status(code).max(1)
 }
 
-/// How many times `exec` chooses the latest session again when the one it chose was deleted before its
-/// turn began.
+/// How many times `exec` chooses the latest session again (or creates one) when the one it chose or
+/// created was deleted before its turn began.
 const CHOOSE_AGAIN: u32 = 3;
 
 /// A turn's beginning in `session` (`Rewind::begin_turn`), with what was read around it: the session's

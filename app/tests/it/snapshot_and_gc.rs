@@ -1118,13 +1118,18 @@ fn a_restore_that_meets_a_damaged_seeded_object_says_where_it_may_come_from() {
 /// `exec` racing `gc --older-than 0`, which deletes the session `exec` chose as this directory's latest:
 /// the turn goes to the next latest, or to a new session, as it would had the command started a moment
 /// later; never "Session not found" for a session the user did not name (gc fuzz: 26 of 60 such execs
-/// failed, most with it). A refusal while gc holds the session's lease (409, SPEC 8) runs nothing.
+/// failed, most with it). A refusal while gc holds the session's lease (409, SPEC 8) runs nothing. Every
+/// other race starts with no session left, so `exec` creates one, which the racing gc can delete the
+/// moment it exists (the next test makes that moment certain).
 #[test]
 fn exec_racing_a_gc_that_deletes_its_session_records_the_turn_in_another() {
     let env = Env::plain();
     env.exec_sh("echo 0 > n.txt");
     let mut not_found = Vec::new();
-    for i in 1..=30 {
+    for i in 1..=40 {
+        if i % 2 == 0 {
+            env.ok(&["gc", "--older-than", "0", "--grace-seconds", "0"]);
+        }
         let before = std::fs::read_to_string(env.path().join("n.txt")).expect("n.txt");
         let mut gc = env
             .process_in(
@@ -1157,6 +1162,55 @@ fn exec_racing_a_gc_that_deletes_its_session_records_the_turn_in_another() {
         }
     }
     assert!(not_found.is_empty(), "{not_found:#?}");
+}
+
+/// The session `exec` created, deleted before its turn began (a `gc --older-than 0` that listed it the
+/// moment it existed, as the race above can): the turn goes to another session `exec` creates, and the
+/// command runs once. CI saw exec fail with a bare "Session not found" there, the retry being only for a
+/// session it had chosen. The deletion is made certain by a trigger that deletes every session when the
+/// first lease is taken (the turn's, which exec takes only after creating the session).
+#[test]
+fn exec_whose_new_session_is_deleted_before_its_turn_begins_records_it_in_another() {
+    let env = Env::plain();
+    env.exec_sh("echo 0 > n.txt");
+    env.ok(&["gc", "--older-than", "0", "--grace-seconds", "0"]);
+    let trigger = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys\n\
+             db = sqlite3.connect(sys.argv[1])\n\
+             db.executescript(\"CREATE TABLE deleted_once (n INTEGER); \
+             CREATE TRIGGER delete_sessions_once AFTER INSERT ON lease \
+             WHEN NOT EXISTS (SELECT 1 FROM deleted_once) \
+             BEGIN DELETE FROM session; INSERT INTO deleted_once VALUES (1); END;\")\n",
+        )
+        .arg(env.data.path().join("rewind.db"))
+        .status()
+        .expect("python3 runs");
+    assert!(trigger.success());
+
+    let output = env
+        .rewind(&["--json", "exec", "--", "sh", "-c", "echo 1 >> n.txt"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("n.txt")).expect("n.txt"),
+        "0\n1\n",
+        "the command ran once"
+    );
+    let turn: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let status = env.json(&["status"]);
+    let sessions = status["sessions"].as_array().expect("sessions");
+    assert_eq!(sessions.len(), 1, "{status}");
+    assert_eq!(sessions[0]["id"], turn["sessionID"], "{turn}");
+    env.ok(&["undo"]);
+    assert_eq!(
+        std::fs::read_to_string(env.path().join("n.txt")).expect("n.txt"),
+        "0\n",
+        "the turn is undone"
+    );
 }
 
 /// `redo` racing `gc --older-than 0`, which deletes the session while the redo runs: the refusal says the
