@@ -16,8 +16,8 @@ use sea_orm::{ConnectionTrait, Database, DbBackend, Statement};
 use serde_json::json;
 
 use crate::support::{
-    Ids, PgSchema, SqliteFile, admin, dump, heartbeat, intent, lease, message, part, put_session,
-    run, run_pg, session, snapshot, transaction, updated, warning,
+    Ids, PgDatabase, PgSchema, SqliteFile, admin, dump, heartbeat, intent, lease, message, part,
+    put_session, run, run_pg, session, snapshot, transaction, updated, warning,
 };
 
 /// The message of a failed open or read, with its sources.
@@ -1099,6 +1099,75 @@ fn postgres_error_codes_are_not_read_as_sqlite_result_codes() {
             "{error:?}"
         );
     });
+}
+
+/// A PostgreSQL database that takes no writes (a standby, or one set `default_transaction_read_only` as
+/// here) is said to be read-only: refused when opened, and a write on a connection made after the change
+/// (`25006`, under a repo opened before it) is refused alike, storing nothing, while reads still read.
+/// Once the setting is reset, writes are stored again. Before the SQLSTATE was matched first, `25006`
+/// was read as a SQLite code, none of whose it is, and was a backend fault ("internal error").
+#[test]
+fn postgres_that_takes_no_writes_is_said_to_be_read_only() {
+    run_pg(async {
+        let database = PgDatabase::create().await;
+        let repo = SqlRepo::open(SqlConfig::new(database.url.clone()))
+            .await
+            .expect("opens");
+        let ids = Ids::default();
+        let kept = session(&ids, "/work/kept");
+        put_session(&repo, &kept).await.expect("commits");
+        let name = &database.name;
+        // The pool's connections are ended, so that its next ones take the database's new setting.
+        let renew_connections = format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        );
+        database
+            .admin(&format!(
+                "ALTER DATABASE \"{name}\" SET default_transaction_read_only = on"
+            ))
+            .await;
+        database.admin(&renew_connections).await;
+
+        let message = described(SqlRepo::open(SqlConfig::new(database.url.clone())).await);
+        assert!(
+            message.contains("is read-only; rewind needs to write to it"),
+            "{message}"
+        );
+        let refused = put_on_new_connections(&repo, &session(&ids, "/work/refused")).await;
+        let fault = refused.as_ref().err().and_then(Error::storage_fault);
+        assert_eq!(fault, Some(StorageFault::ReadOnly), "{refused:?}");
+        assert!(
+            format!("{:?}", refused).contains("25006"),
+            "the server's code is kept: {refused:?}"
+        );
+        let sessions = repo.sessions(None).await.expect("reads still read");
+        assert_eq!(
+            sessions.iter().map(|s| &s.id).collect::<Vec<_>>(),
+            [&kept.id],
+            "nothing was stored"
+        );
+
+        database
+            .admin(&format!(
+                "ALTER DATABASE \"{name}\" RESET default_transaction_read_only"
+            ))
+            .await;
+        database.admin(&renew_connections).await;
+        put_on_new_connections(&repo, &session(&ids, "/work/writable-again"))
+            .await
+            .expect("a write once the setting is reset is stored");
+        let _ = repo.close().await;
+    });
+}
+
+/// `put_session` after the repo's connections were ended: the first request may meet one of them (said
+/// as the connection lost, nothing stored), so it is made once more, on a new connection.
+async fn put_on_new_connections(repo: &SqlRepo, session: &Session) -> rewind_core::Result<()> {
+    let first = put_session(repo, session).await;
+    if first.as_ref().err().and_then(Error::storage_fault) == Some(StorageFault::ConnectionLost) {
+        return put_session(repo, session).await;
+    }
+    first
 }
 
 #[test]

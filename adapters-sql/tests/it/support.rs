@@ -169,24 +169,85 @@ pub async fn admin(url: &str) -> DatabaseConnection {
 
 impl Drop for PgSchema {
     fn drop(&mut self) {
-        let url = self.url.clone();
-        let name = self.name.clone();
-        // Drop runs inside or outside a runtime; a thread of its own may block on one either way.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime starts");
-            runtime.block_on(async {
-                let admin = admin(&url).await;
-                let _ = admin
-                    .execute_unprepared(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
-                    .await;
-                let _ = admin.close().await;
-            });
-        });
-        let _ = dropped.join();
+        admin_after(
+            &self.url,
+            format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name),
+        );
     }
+}
+
+/// A database of its own on the test PostgreSQL server, for what is set per database; dropped (its
+/// connections ended) when the value is dropped.
+pub struct PgDatabase {
+    /// The test server's URL with this database in place of its own.
+    pub url: String,
+    pub name: String,
+    admin_url: String,
+}
+
+impl PgDatabase {
+    pub async fn create() -> PgDatabase {
+        let admin_url =
+            postgres_url().expect("PostgreSQL runs are gated on the environment variable");
+        let name = format!("rewind_t_{}_{}", std::process::id(), rand::random::<u32>());
+        let (start, end) = database_name_span(&admin_url);
+        let url = format!("{}{name}{}", &admin_url[..start], &admin_url[end..]);
+        let admin = admin(&admin_url).await;
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .expect("the test database is created (the role may create databases)");
+        let _ = admin.close().await;
+        PgDatabase {
+            url,
+            name,
+            admin_url,
+        }
+    }
+
+    /// Runs `sql` as the test role, connected to another database (`ALTER DATABASE` of this one, say).
+    pub async fn admin(&self, sql: &str) {
+        let admin = admin(&self.admin_url).await;
+        admin
+            .execute_unprepared(sql)
+            .await
+            .unwrap_or_else(|error| panic!("{sql}: {error}"));
+        let _ = admin.close().await;
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        admin_after(
+            &self.admin_url,
+            format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name),
+        );
+    }
+}
+
+/// Where the database name lies in a `postgres://…/NAME?…` URL.
+fn database_name_span(url: &str) -> (usize, usize) {
+    let query = url.find('?').unwrap_or(url.len());
+    let start = url[..query].rfind('/').expect("a URL with a database name") + 1;
+    (start, query)
+}
+
+/// Runs `sql` on the server at `url`, best effort, from `Drop`: it runs inside or outside a runtime, so on
+/// a thread of its own, which may block on one either way.
+fn admin_after(url: &str, sql: String) {
+    let url = url.to_owned();
+    let dropped = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime starts");
+        runtime.block_on(async {
+            let admin = admin(&url).await;
+            let _ = admin.execute_unprepared(&sql).await;
+            let _ = admin.close().await;
+        });
+    });
+    let _ = dropped.join();
 }
 
 /// A repo together with what its store needs to live (a temporary directory, a schema to drop).
