@@ -270,19 +270,17 @@ fn a_sigterm_sent_to_rewind_is_passed_to_the_command_and_the_step_is_finished() 
 
 /// While `exec`'s command runs, its step's lease is renewed: a process on another host sharing the
 /// database takes an expired lease for an abandoned step (SPEC section 4) and would abort it. With a step
-/// timeout of one second, the lease read from the database after two and a half seconds still runs.
+/// timeout of one second (a renewal every third of it), the lease read twice, a second and a half apart
+/// while the command runs, has moved on. (It was compared with the test's own clock after a fixed sleep,
+/// which a loaded machine could fail without any renewal missed: review.)
 #[test]
 fn a_long_exec_keeps_its_steps_lease_renewed() {
     use rewind_core::MessageRepo;
     use rewind_core::model::{LeaseKey, SessionId};
 
     let env = Env::plain();
-    let mut child = env
-        .process_in(env.path(), &["exec", "--", "sleep", "4"])
-        .env("REWIND_STEP_TIMEOUT", "1")
-        .spawn()
-        .expect("starts");
-    std::thread::sleep(Duration::from_millis(2500));
+    // Killed (taking its command with it) if the test fails before it lets the command end.
+    let mut child = KilledOnDrop(env.exec_waiting_for_go_with(&[("REWIND_STEP_TIMEOUT", "1")]));
     let status = env.json(&["status"]);
     assert_eq!(status["sessions"][0]["busy"], true, "{status:#}");
     let id = SessionId::parse(status["sessions"][0]["id"].as_str().expect("an id")).expect("an id");
@@ -291,23 +289,28 @@ fn a_long_exec_keeps_its_steps_lease_renewed() {
         env.data.path().join("rewind.db").display()
     );
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let lease = runtime
+    let (first, second) = runtime
         .block_on(async {
             let repo = rewind_sql::SqlRepo::connect(&url).await?;
-            repo.lease(&LeaseKey::Session(id)).await
+            let key = LeaseKey::Session(id);
+            let first = repo.lease(&key).await?;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Ok::<_, rewind_core::Error>((first, repo.lease(&key).await?))
         })
-        .expect("read the lease")
-        .expect("the step's lease");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_millis() as u64;
-    assert!(
-        lease.expires_at > now_ms,
-        "the lease expired {} ms ago while the command ran",
-        now_ms - lease.expires_at
+        .expect("read the lease");
+    let (first, second) = (
+        first.expect("the step's lease"),
+        second.expect("the step's lease, still held"),
     );
-    assert!(child.wait().expect("ends").success());
+    assert_eq!(first.token, second.token, "the same lease");
+    assert!(
+        second.expires_at > first.expires_at,
+        "the lease was not renewed in 1.5 s: it expires at {} and then at {}",
+        first.expires_at,
+        second.expires_at
+    );
+    std::fs::write(env.path().join("go"), "").expect("go");
+    assert!(child.0.wait().expect("ends").success());
     let log = env.json(&["log"]);
     let reasons: Vec<&str> = log["messages"]
         .as_array()
@@ -428,18 +431,35 @@ fn an_undo_in_a_worktree_around_or_inside_a_running_exec_is_refused() {
     assert_eq!(read(&sub.join("inner.txt")), "i0\n");
 }
 
-/// The command's script locks rewind's database (`BEGIN EXCLUSIVE` in a process it leaves behind, for
-/// `seconds`) and then exits with `code`. Longer than two of rewind's 5 s busy timeouts (the note of the
-/// exit status, then the step's end), rewind cannot record the step's end. Run with `--json`.
-fn exec_that_locks_the_database(env: &Env, code: i32, seconds: u32) -> std::process::Output {
+/// The command's script locks rewind's database (`BEGIN EXCLUSIVE` in a process it leaves behind) and
+/// then exits with `code`. The lock is held for `seconds`, or, when none are given, until `exec` has
+/// ended: then rewind cannot record the step's end whatever the machine's load (a fixed 14 s, meant to
+/// outlast two of rewind's 5 s busy timeouts, the note of the exit status and then the step's end, could
+/// be outlasted by them on a loaded machine: review). Run with `--json`.
+fn exec_that_locks_the_database(
+    env: &Env,
+    code: i32,
+    seconds: Option<u32>,
+) -> std::process::Output {
     let data = env.data.path();
-    let (locked, released) = (data.join("locked"), data.join("released"));
+    let (locked, released, release) = (
+        data.join("locked"),
+        data.join("released"),
+        data.join("release"),
+    );
+    let wait = match seconds {
+        Some(seconds) => format!("time.sleep({seconds})"),
+        None => format!(
+            "while not pathlib.Path({release:?}).exists(): time.sleep(0.05)",
+            release = release.display().to_string()
+        ),
+    };
     let holder = format!(
         "import sqlite3, time, pathlib\n\
          db = sqlite3.connect({database:?}, isolation_level=None)\n\
          db.execute('BEGIN EXCLUSIVE')\n\
          pathlib.Path({locked:?}).touch()\n\
-         time.sleep({seconds})\n\
+         {wait}\n\
          db.execute('ROLLBACK')\n\
          pathlib.Path({locked:?}).rename({released:?})\n",
         database = data.join("rewind.db").display().to_string(),
@@ -457,6 +477,7 @@ fn exec_that_locks_the_database(env: &Env, code: i32, seconds: u32) -> std::proc
         .process_in(env.path(), &["--json", "exec", "--", "sh", "-c", &script])
         .output()
         .expect("runs");
+    std::fs::write(&release, "").expect("release the lock");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !released.exists() {
         assert!(Instant::now() < deadline, "the lock holder never ended");
@@ -472,7 +493,7 @@ fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_ses
         env.exec_sh("printf 'kept\\n' > kept.txt");
         let before = env.state();
 
-        let output = exec_that_locks_the_database(&env, code, 14);
+        let output = exec_that_locks_the_database(&env, code, None);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(
             output.status.code(),
@@ -515,7 +536,7 @@ fn an_exec_whose_end_cannot_be_recorded_keeps_the_commands_exit_code_and_the_ses
 #[test]
 fn an_exec_whose_exit_note_meets_a_locked_database_still_records_it() {
     let env = Env::plain();
-    let output = exec_that_locks_the_database(&env, 3, 7);
+    let output = exec_that_locks_the_database(&env, 3, Some(7));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(3), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&output.stdout)

@@ -84,6 +84,11 @@ impl Env {
     /// Starts `rewind exec` on a command that writes `started` and then waits for a file `go` (removing
     /// both before it ends); returns once the command has started, its step open.
     pub fn exec_waiting_for_go(&self) -> std::process::Child {
+        self.exec_waiting_for_go_with(&[])
+    }
+
+    /// `exec_waiting_for_go` with the environment variables `vars` set for rewind.
+    pub fn exec_waiting_for_go_with(&self, vars: &[(&str, &str)]) -> std::process::Child {
         let mut child = self
             .process_in(
                 self.path(),
@@ -95,6 +100,7 @@ impl Env {
                     "printf 'x\\n' > started; while [ ! -e go ]; do sleep 0.05; done; rm go started",
                 ],
             )
+            .envs(vars.iter().copied())
             .spawn()
             .expect("spawns");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
