@@ -894,15 +894,17 @@ async fn renames_racing_the_sessions_own_writes_never_bring_an_old_title_back() 
 async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_timeout() -> Result<()>
 {
     let app = spawn_app_with(AppConfig {
-        step_timeout: Some(Duration::from_millis(1500)),
+        step_timeout: Some(Duration::from_millis(3000)),
         ..AppConfig::default()
     })
     .await?;
     let session = app.new_session().await?;
     let (user, assistant) = app.open_step(&session, "go").await?;
     app.write("a.txt", "during the step\n")?;
-    // Writes on the session (the agent's parts), for longer than the timeout, keep the step open.
-    for n in 0..8 {
+    // Writes on the session (the agent's parts), for longer than the timeout, keep the step open. (Every
+    // 300 ms, with a timeout of 3 s: a stall of the loaded test machine between two of them must last
+    // 2.7 s to abandon the step; with 1.5 s, 1.2 s did: review.)
+    for n in 0..12 {
         tokio::time::sleep(Duration::from_millis(300)).await;
         app.ok(
             &format!("/session/{session}/message/{assistant}/part"),
@@ -928,7 +930,7 @@ async fn an_http_step_lives_while_its_client_talks_and_is_aborted_after_the_time
     );
     // Reads alone past the timeout (a UI polling a dead agent's session) are silence: the next operation
     // aborts the step first, so the revert goes ahead.
-    for _ in 0..7 {
+    for _ in 0..12 {
         tokio::time::sleep(Duration::from_millis(300)).await;
         app.read(&format!("/session/{session}/message")).await?;
         app.read(&format!("/session/{session}")).await?;
@@ -957,8 +959,17 @@ async fn a_silent_step_is_shown_idle_without_another_request() -> Result<()> {
     })
     .await?;
     let session = app.new_session().await?;
-    let (user, assistant) = app.open_step(&session, "go").await?;
+    // Connected before the step opens: the idle announcement, a second after it, must not come before
+    // the stream is there (a fresh stream starts with what comes next; review).
     let mut events = app.connected_events().await?;
+    let (user, assistant) = app.open_step(&session, "go").await?;
+    events
+        .until_matching("the session shown busy", |event| {
+            event["type"] == "session.status"
+                && event["properties"]["sessionID"] == json!(session)
+                && event["properties"]["status"]["type"] == "busy"
+        })
+        .await?;
     app.write("a.txt", "written by an agent that then fell silent\n")?;
     let seen = events
         .until_matching("the session shown idle", |event| {

@@ -576,6 +576,9 @@ async fn connections_that_send_no_request_in_time_are_closed() -> Result<()> {
         .to_owned();
     let mut events = app.http.get(app.url("/event")).send().await?;
     assert_eq!(events.status(), 200);
+    // Taken before the connections are made: each is closed no earlier than the timeout after its own
+    // connect, so at least that long after this, however slowly the three are made (review).
+    let opened = std::time::Instant::now();
     let idle = tokio::net::TcpStream::connect(&address).await?;
     let mut dripping = tokio::net::TcpStream::connect(&address).await?;
     dripping
@@ -585,7 +588,6 @@ async fn connections_that_send_no_request_in_time_are_closed() -> Result<()> {
     kept_alive
         .write_all(b"GET /session HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await?;
-    let opened = std::time::Instant::now();
     for (name, mut stream) in [
         ("idle", idle),
         ("dripping", dripping),
