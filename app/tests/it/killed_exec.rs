@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::support::{Env, assert_state};
+use crate::support::{Env, KilledOnDrop, assert_state};
 
 #[test]
 fn an_exec_killed_by_its_own_command_leaves_the_session_usable() {
@@ -166,7 +166,7 @@ fn a_second_exec_while_one_runs_is_refused_and_records_nothing() {
     );
 
     std::fs::write(env.path().join("go"), "").expect("write");
-    assert!(first.wait().expect("waits").success());
+    assert!(first.0.wait().expect("waits").success());
     let log = env.json(&["log"]);
     assert_eq!(
         log["messages"].as_array().expect("messages").len(),
@@ -279,8 +279,7 @@ fn a_long_exec_keeps_its_steps_lease_renewed() {
     use rewind_core::model::{LeaseKey, SessionId};
 
     let env = Env::plain();
-    // Killed (taking its command with it) if the test fails before it lets the command end.
-    let mut child = KilledOnDrop(env.exec_waiting_for_go_with(&[("REWIND_STEP_TIMEOUT", "1")]));
+    let mut child = env.exec_waiting_for_go_with(&[("REWIND_STEP_TIMEOUT", "1")]);
     let status = env.json(&["status"]);
     assert_eq!(status["sessions"][0]["busy"], true, "{status:#}");
     let id = SessionId::parse(status["sessions"][0]["id"].as_str().expect("an id")).expect("an id");
@@ -553,16 +552,6 @@ fn an_exec_whose_exit_note_meets_a_locked_database_still_records_it() {
     );
     env.ok(&["undo"]);
     assert!(!env.path().join("f.txt").exists(), "and the turn is undone");
-}
-
-/// A child process killed (also when stopped) and reaped when the test ends, whether it passes or not.
-struct KilledOnDrop(std::process::Child);
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The state and start time of process `pid`, from `/proc/PID/stat`.

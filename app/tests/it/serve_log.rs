@@ -236,7 +236,7 @@ fn a_session_whose_step_a_running_exec_owns_is_not_deleted() {
         "{body}"
     );
     std::fs::write(env.path().join("go"), "").expect("write");
-    assert!(exec.wait().expect("waits").success());
+    assert!(exec.0.wait().expect("waits").success());
     let (code, body) = request(port, "GET", &format!("/session/{id}"), &json!({}));
     assert_eq!(code, 200, "the session stayed: {body}");
     let (code, body) = request(port, "DELETE", &format!("/session/{id}"), &json!({}));

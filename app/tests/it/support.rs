@@ -82,13 +82,15 @@ impl Env {
     }
 
     /// Starts `rewind exec` on a command that writes `started` and then waits for a file `go` (removing
-    /// both before it ends); returns once the command has started, its step open.
-    pub fn exec_waiting_for_go(&self) -> std::process::Child {
+    /// both before it ends); returns once the command has started, its step open. Killed, its command with
+    /// it, if the test ends before it does: a failing test does not leave it waiting for good (which kept
+    /// `cargo test` waiting on its output).
+    pub fn exec_waiting_for_go(&self) -> KilledOnDrop {
         self.exec_waiting_for_go_with(&[])
     }
 
     /// `exec_waiting_for_go` with the environment variables `vars` set for rewind.
-    pub fn exec_waiting_for_go_with(&self, vars: &[(&str, &str)]) -> std::process::Child {
+    pub fn exec_waiting_for_go_with(&self, vars: &[(&str, &str)]) -> KilledOnDrop {
         let mut child = self
             .process_in(
                 self.path(),
@@ -111,7 +113,7 @@ impl Env {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        child
+        KilledOnDrop(child)
     }
 
     /// Runs a command that must succeed; returns its stdout.
@@ -374,4 +376,14 @@ pub fn chattr(flag: &str, path: &Path) -> bool {
         .arg(path)
         .status()
         .is_ok_and(|status| status.success())
+}
+
+/// A child process killed (also when stopped) and reaped when the test ends, whether it passes or not.
+pub struct KilledOnDrop(pub std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
