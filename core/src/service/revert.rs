@@ -1569,9 +1569,22 @@ impl Rewind {
             Ok(true)
         };
         match there {
+            // The intent is finished: by this commit, or by another process's recovery that took the
+            // operation over when it stalled past its leases (their tokens replaced, so this commit, had
+            // it reached the database, was refused), which put the files back.
             Ok(false) => {
                 operation.released.store(true, Ordering::Relaxed);
-                Ok(())
+                match self.recovery_capture_of(intent).await {
+                    Ok(None) => Ok(()),
+                    Ok(Some(capture)) => Err(Error::LeaseLost(format!(
+                        "the {op} stalled past its leases and another process took it over: its files were put                          back to their state before the {op} (what they were is kept in snapshot {capture}),                          and its result, whose commit lost its connection ({error}), was not stored",
+                        op = intent.operation
+                    ))),
+                    Err(read) => Err(error.noted(&format!(
+                        "the {op}'s intent record is finished, by its result or by another process that took                          the {op} over and put its files back, and which cannot be read now ({read}); the                          files agree with the session either way (`rewind log` shows whether it is reverted)",
+                        op = intent.operation
+                    ))),
+                }
             }
             Ok(true) => Err(self.roll_back(operation, session, intent, error).await),
             Err(_) => {
@@ -1600,6 +1613,19 @@ impl Rewind {
             Err(Error::LeaseLost(_)) => Ok(false),
             Err(error) => Err(error),
         }
+    }
+
+    /// The capture another process's recovery of `intent` recorded before it put the files back (it
+    /// records one whenever a file differs from the intent's `before`): `None` when there is none, as when
+    /// the operation's own result finished the intent.
+    async fn recovery_capture_of(&self, intent: &IntentRecord) -> Result<Option<SnapshotId>> {
+        Ok(self
+            .repo
+            .captures(None)
+            .await?
+            .into_iter()
+            .find(|capture| capture.intent.as_deref() == Some(intent.token.0.as_str()))
+            .map(|capture| capture.snapshot))
     }
 
     /// Releases an operation's leases, unless the transaction that stored its result did.

@@ -72,6 +72,8 @@ struct State {
     unreachable: bool,
     /// Armed by `fail_next_intent_check`.
     fail_next_intent_check: bool,
+    /// Armed by `fail_next_captures_read`.
+    fail_next_captures_read: bool,
     /// Armed by `lose_next_take_answer`.
     lose_next_take_answer: bool,
     /// Armed by `lose_next_result_answer`.
@@ -164,6 +166,12 @@ impl MemRepo {
     /// database that cannot say would; other calls behave normally.
     pub fn fail_next_intent_check(&self) {
         self.lock().fail_next_intent_check = true;
+    }
+
+    /// Fault hook: the next read of the captures fails with `StorageFault::ConnectionLost`; other calls
+    /// behave normally.
+    pub fn fail_next_captures_read(&self) {
+        self.lock().fail_next_captures_read = true;
     }
 
     /// Fault hook: the next `take_leases` applies as it would, then fails with `StorageFault::Unreachable`,
@@ -948,7 +956,13 @@ impl MessageRepo for MemRepo {
 
     async fn captures(&self, directory: Option<String>) -> Result<Vec<Capture>> {
         self.reachable()?;
-        let state = self.lock();
+        let mut state = self.lock();
+        if std::mem::take(&mut state.fail_next_captures_read) {
+            return Err(Error::storage(
+                crate::error::StorageFault::ConnectionLost,
+                "injected fault: MemRepo::fail_next_captures_read",
+            ));
+        }
         Ok(state
             .rows
             .captures
