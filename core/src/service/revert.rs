@@ -109,6 +109,17 @@ impl Operation {
     }
 }
 
+/// What finished an operation's intent record while its result's commit went unanswered
+/// (`Rewind::finished_by`).
+enum Finisher {
+    /// The operation's own result: it stands.
+    Result,
+    /// Another host's recovery, which put the files back, their state before it kept in this capture.
+    Recovery(SnapshotId),
+    /// Cannot be told.
+    Unknown,
+}
+
 /// A reverted session's pre-revert snapshot and `applied` (none when it is not reverted, or its descriptor
 /// names no snapshot).
 fn current_revert(session: &Session) -> Option<(SnapshotId, SnapshotId)> {
@@ -1536,11 +1547,12 @@ impl Rewind {
     /// When that commit fails for another reason than a lost lease (which stops the operation where it is:
     /// its new holder's recovery finishes the intent, SPEC 8), the files are rolled back from `intent`
     /// before the error is returned, so the worktree and the database agree. Unless the intent is gone:
-    /// the commit was made and only its answer was lost, and the result stands. Which of the two is asked,
-    /// when the commit's connection broke under it (any other failure stored nothing), with a commit of
+    /// the commit may have been made and only its answer lost. Which of the two is asked, when the
+    /// commit's connection broke under it (any other failure stored nothing), with a commit of
     /// the intent's guard alone (`confirm_intent`), not a read: a commit whose connection
     /// broke may still be under way on a PostgreSQL server, holding the write lock every commit takes
-    /// first, and a read beside it would still find the intent it is about to delete. When the database
+    /// first, and a read beside it would still find the intent it is about to delete. A gone intent is
+    /// then told apart from one another host's recovery finished (`finished_by`). When the database
     /// cannot say, the record stays for recovery, the files stay as the operation wrote them, and the
     /// leases go to it as to an operation whose rollback failed (`end_operation`), not released: the next
     /// taker finishes the intent first. (Should the commit have been made after all, the next taker finds
@@ -1552,6 +1564,11 @@ impl Rewind {
         intent: &IntentRecord,
         transaction: Transaction,
     ) -> Result<()> {
+        // The session as the result stores it, to tell later whether it was stored.
+        let stored = transaction.changes.iter().find_map(|change| match change {
+            Change::PutSession(session) => Some((**session).clone()),
+            _ => None,
+        });
         let error = match self.repo.commit(operation.finishing(transaction)).await {
             Ok(()) => {
                 operation.released.store(true, Ordering::Relaxed);
@@ -1568,32 +1585,46 @@ impl Rewind {
         } else {
             Ok(true)
         };
+        let op = intent.operation;
         match there {
-            // The intent is finished: by this commit, or by another process's recovery that took the
-            // operation over when it stalled past its leases (their tokens replaced, so this commit, had
-            // it reached the database, was refused), which put the files back.
+            // The intent is finished: by this commit, or by another host's recovery, which took the
+            // operation over when it stalled past its leases and put its files back. Either way the
+            // leases are not this operation's to release any more.
             Ok(false) => {
                 operation.released.store(true, Ordering::Relaxed);
-                match self.recovery_capture_of(intent).await {
-                    Ok(None) => Ok(()),
-                    Ok(Some(capture)) => Err(Error::LeaseLost(format!(
-                        "the {op} stalled past its leases and another process took it over: its files were put                          back to their state before the {op} (what they were is kept in snapshot {capture}),                          and its result, whose commit lost its connection ({error}), was not stored",
-                        op = intent.operation
+                let untold = |error: Error, why: String| {
+                    error.noted(&format!(
+                        "the {op}'s intent record was finished, by its result or by another process that \
+                         took the {op} over, and which of the two cannot be told: {why}; `rewind log` shows \
+                         whether it is reverted"
+                    ))
+                };
+                match self.finished_by(intent, stored.as_ref()).await {
+                    Ok(Finisher::Result) => Ok(()),
+                    Ok(Finisher::Recovery(capture)) => Err(Error::LeaseLost(format!(
+                        "the {op} stalled past its leases and another process took it over: it put the \
+                         files back to their state before the {op} (what they were is kept in snapshot \
+                         {capture}), and the {op}'s result, whose commit lost its connection ({error}), \
+                         was not stored"
                     ))),
-                    Err(read) => Err(error.noted(&format!(
-                        "the {op}'s intent record is finished, by its result or by another process that took                          the {op} over and put its files back, and which cannot be read now ({read}); the                          files agree with the session either way (`rewind log` shows whether it is reverted)",
-                        op = intent.operation
-                    ))),
+                    Ok(Finisher::Unknown) => Err(untold(
+                        error,
+                        "the session does not read as its result stored it, and no file was put back"
+                            .to_owned(),
+                    )),
+                    Err(read) => Err(untold(
+                        error,
+                        format!("the session or its captures cannot be read ({read})"),
+                    )),
                 }
             }
             Ok(true) => Err(self.roll_back(operation, session, intent, error).await),
             Err(_) => {
                 operation.leave(intent);
                 Err(error.noted(&format!(
-                    "whether the {} was stored is not known, so its files are left as it wrote them; the \
+                    "whether the {op} was stored is not known, so its files are left as it wrote them; the \
                      intent record stays, and the next rewind command finishes it once the database answers \
-                     (it puts the files back unless the {0} was stored)",
-                    intent.operation
+                     (it puts the files back unless the {op} was stored)"
                 )))
             }
         }
@@ -1615,17 +1646,49 @@ impl Rewind {
         }
     }
 
-    /// The capture another process's recovery of `intent` recorded before it put the files back (it
-    /// records one whenever a file differs from the intent's `before`): `None` when there is none, as when
-    /// the operation's own result finished the intent.
-    async fn recovery_capture_of(&self, intent: &IntentRecord) -> Result<Option<SnapshotId>> {
+    /// What finished `intent`, gone, whose operation's result would have stored the session as `stored`:
+    /// that result, when the session reads as it put it (its revert, with the operation's own start time);
+    /// otherwise another host's recovery, when one recorded a capture under the intent's token before it
+    /// put the files back (it does whenever a file differed from the intent's `before`). Neither is
+    /// `Unknown`: a recovery that found every file as before, or the result, with the session changed by
+    /// another operation since (both leave the session and the files agreeing).
+    async fn finished_by(
+        &self,
+        intent: &IntentRecord,
+        stored: Option<&Session>,
+    ) -> Result<Finisher> {
+        let now = self.repo.session(&intent.session_id).await?;
+        if let (Some(now), Some(stored)) = (&now, stored)
+            && now.revert == stored.revert
+            && now.applied == stored.applied
+            && now.reverted_at == stored.reverted_at
+        {
+            return Ok(Finisher::Result);
+        }
         Ok(self
-            .repo
-            .captures(None)
+            .captures_of_intent(&intent.directory, &intent.token)
             .await?
             .into_iter()
-            .find(|capture| capture.intent.as_deref() == Some(intent.token.0.as_str()))
-            .map(|capture| capture.snapshot))
+            .next()
+            .map_or(Finisher::Unknown, |capture| {
+                Finisher::Recovery(capture.snapshot)
+            }))
+    }
+
+    /// The captures of `directory` recorded under the intent `token` (by a recovery or rollback of it,
+    /// before it put files back).
+    async fn captures_of_intent(
+        &self,
+        directory: &str,
+        token: &LeaseToken,
+    ) -> Result<Vec<Capture>> {
+        Ok(self
+            .repo
+            .captures(Some(directory.to_owned()))
+            .await?
+            .into_iter()
+            .filter(|capture| capture.intent.as_deref() == Some(token.0.as_str()))
+            .collect())
     }
 
     /// Releases an operation's leases, unless the transaction that stored its result did.
@@ -1853,13 +1916,9 @@ impl Rewind {
         let wt = worktree(session);
         // An earlier attempt at this intent that was interrupted after its capture (a recovery killed
         // too) may have put some files back already: its capture, not this one, holds what they were.
-        let earlier: Vec<Capture> = self
-            .repo
-            .captures(Some(session.directory.clone()))
-            .await?
-            .into_iter()
-            .filter(|c| c.intent.as_deref() == Some(intent.token.0.as_str()))
-            .collect();
+        let earlier = self
+            .captures_of_intent(&session.directory, &intent.token)
+            .await?;
         let capture = self.snapshots.track(wt).await?.id;
         let files: BTreeSet<&str> = intent.files.iter().map(RelPath::as_str).collect();
         // The operation's files, and the paths it replaced to write them: a file or symlink standing where

@@ -398,21 +398,35 @@ fn a_result_whose_answer_was_lost_stands() {
     }
 }
 
-/// A revert that stalled past its leases and was taken over by another host's recovery, which put its
-/// files back, and whose result commit then lost its connection (it was refused, or never arrived): the
-/// check of its intent finds it gone, as a result that was made would leave it, and the capture that
-/// recovery recorded says who finished it. The revert fails, saying so; before, it said it had succeeded
-/// while the session was not reverted and the files were back as before (stop 69's review).
+/// A revert that stalled past its leases and was taken over by another host's recovery, and whose result
+/// commit then lost its connection (it was refused, or never arrived): the check of its intent finds it
+/// gone, as a result that was made would leave it. The session, not reverted, says the result was not
+/// stored, and the capture that recovery recorded before it put the files back says who finished it: the
+/// revert fails, saying so (before, it said it had succeeded while the session was not reverted and the
+/// files were back as before: stop 69's review). When nothing was put back (the files were as before
+/// again, so no capture), or the captures cannot be read, it says it cannot tell, not that it succeeded.
 #[test]
 fn a_result_lost_after_another_host_took_the_operation_over_is_not_said_made() {
-    for captures_unread in [false, true] {
-        result_lost_after_another_host_took_the_operation_over(captures_unread);
+    for case in [
+        TakenOver::PutBack,
+        TakenOver::NothingPutBack,
+        TakenOver::CapturesUnread,
+    ] {
+        result_lost_after_another_host_took_the_operation_over(case);
     }
 }
 
-/// The revert of the test above; with `captures_unread`, the captures cannot be read when the revert asks
-/// who finished its intent: it says it cannot tell, not that it succeeded.
-fn result_lost_after_another_host_took_the_operation_over(captures_unread: bool) {
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TakenOver {
+    /// The recovery put the revert's files back.
+    PutBack,
+    /// The files were back as before the revert when the recovery came (edited back by hand).
+    NothingPutBack,
+    /// As `PutBack`, and the captures cannot be read when the revert asks who finished its intent.
+    CapturesUnread,
+}
+
+fn result_lost_after_another_host_took_the_operation_over(case: TakenOver) {
     use rewind_core::error::StorageFault;
     block_on(async {
         let (w, s, t) = one_turn_world().await;
@@ -421,19 +435,23 @@ fn result_lost_after_another_host_took_the_operation_over(captures_unread: bool)
         let (reached, resume) = w.repo.pause_next_result_commit();
         let meanwhile = async {
             reached.await.expect("the result's commit is reached");
+            if case == TakenOver::NothingPutBack {
+                w.write("a.txt", "a1");
+                w.write("new.txt", "n1");
+            }
             w.host.advance(lease_ms + 1);
             w.host.become_process(ProcessIdentity {
                 host: "another-host".to_owned(),
                 ..process(9)
             });
             let report = w.rewind.recover().await.expect("recover");
-            assert_eq!(report.recovered.len(), 1, "{report:?}");
-            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "put back");
+            assert_eq!(report.recovered.len(), 1, "{case:?}: {report:?}");
+            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "{case:?}");
             w.host.become_process(server_process.clone());
             w.repo.fail_next_result_commit();
             w.repo
                 .fail_as("fail_next_result_commit", StorageFault::ConnectionLost);
-            if captures_unread {
+            if case == TakenOver::CapturesUnread {
                 w.repo.fail_next_captures_read();
             }
             let _ = resume.send(());
@@ -442,30 +460,33 @@ fn result_lost_after_another_host_took_the_operation_over(captures_unread: bool)
             futures::future::join(server.revert(&s.id, to_turn(&t)), meanwhile).await;
         let error = reverted.expect_err("the revert was not stored");
         let message = error.to_string();
-        if captures_unread {
+        if case == TakenOver::PutBack {
             assert!(
-                error.storage_fault() == Some(StorageFault::ConnectionLost)
-                    && message.contains("by its result or by another process")
-                    && message.contains("`rewind log` shows whether it is reverted"),
+                matches!(error, Error::LeaseLost(_))
+                    && message.contains("another process took it over: it put the files back to their state before the revert")
+                    && message.contains("was not stored"),
                 "{message}"
             );
         } else {
             assert!(
-                matches!(error, Error::LeaseLost(_))
-                    && message.contains("another process took it over")
-                    && message.contains("was not stored"),
-                "{message}"
+                error.storage_fault() == Some(StorageFault::ConnectionLost)
+                    && message.contains("by its result or by another process that took the revert over, and which of the two cannot be told")
+                    && message.contains("`rewind log` shows whether it is reverted"),
+                "{case:?}: {message}"
             );
         }
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "{case:?}");
         let stored = server.session(&s.id).await.expect("session");
-        assert!(stored.revert.is_none(), "not reverted: {stored:?}");
+        assert!(
+            stored.revert.is_none(),
+            "{case:?}: not reverted: {stored:?}"
+        );
         assert!(w.repo.intents().await.expect("intents").is_empty());
         server
             .revert(&s.id, to_turn(&t))
             .await
             .expect("the revert, asked again");
-        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"], "{case:?}");
     });
 }
 
