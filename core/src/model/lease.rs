@@ -139,6 +139,15 @@ impl fmt::Display for Holder {
 #[serde(transparent)]
 pub struct LeaseToken(pub String);
 
+impl LeaseToken {
+    /// The token of the expired lease a failed rollback or recovery leaves for the interrupted operation
+    /// whose token this is: not the operation's own, so that operation, should it still run, no longer
+    /// holds it (its guards and renewals fail, its release leaves it).
+    pub fn interrupted(&self) -> LeaseToken {
+        LeaseToken(format!("{}.interrupted", self.0))
+    }
+}
+
 impl fmt::Display for LeaseToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -235,7 +235,7 @@ impl Rewind {
                     .intents()
                     .await?
                     .iter()
-                    .any(|intent| intent.token == current.token)
+                    .any(|intent| super::recovery::is_intents(intent, &current.token))
             {
                 // Recovery itself does not finish another interrupted operation on a nested worktree:
                 // the next operation there (or on this worktree) recovers it first.
@@ -253,7 +253,7 @@ impl Rewind {
     async fn finish_intents_of(&self, holder: &Lease, session: Option<&SessionId>) -> Result<bool> {
         let mut recovered = false;
         for intent in self.repo.intents().await? {
-            if intent.token == holder.token {
+            if super::recovery::is_intents(&intent, &holder.token) {
                 // Recovery takes its own leases (`acquire_recovering`) and releases them when done.
                 match Box::pin(self.recover_intent(&intent)).await? {
                     super::recovery::Outcome::Recovered | super::recovery::Outcome::Gone => {

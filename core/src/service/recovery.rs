@@ -233,17 +233,27 @@ impl RecoveryReport {
 /// The lease on `key` of the operation `intent` records, expired: what a recovery that cannot finish
 /// leaves where none of the operation's own was left. Any taker may take it over (after finishing the
 /// intent): held as a server holds an HTTP step, so an operation of a process that still runs but has
-/// ended (a server's, whose rollback failed) does not block the worktree for the process's life.
+/// ended (a server's, whose rollback failed) does not block the worktree for the process's life. Its
+/// token is the intent's marked interrupted (`LeaseToken::interrupted`), never the operation's own: an
+/// operation that stalled past its leases, whose recovery by another host failed after it had put files
+/// back, would otherwise find its leases held by its token again, and store its result over files put
+/// back (review). Its guards and renewals fail instead, and its release leaves this lease in place.
 pub(super) fn interrupted(intent: &IntentRecord, key: LeaseKey) -> Lease {
     Lease {
         key,
-        token: intent.token.clone(),
+        token: intent.token.interrupted(),
         holder: crate::model::Holder {
             kind: crate::model::HolderKind::Server,
             process: intent.holder.process.clone(),
         },
         expires_at: 0,
     }
+}
+
+/// Whether the lease token `token` is the operation's of `intent`: its own, or the one `interrupted`
+/// leaves for it.
+pub(super) fn is_intents(intent: &IntentRecord, token: &LeaseToken) -> bool {
+    intent.token == *token || intent.token.interrupted() == *token
 }
 
 /// Why an operation on a worktree is refused when the interrupted operation `intent` there cannot be put
