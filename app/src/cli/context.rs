@@ -25,6 +25,10 @@ pub struct Context {
     pub json: bool,
 }
 
+/// How many times a command chooses the latest session again (`exec` may create one) when the one it chose
+/// or created was deleted before it was done with it.
+pub const CHOOSE_AGAIN: u32 = 3;
+
 /// A `--session` id, or why it is none.
 pub fn parse_session(text: &str) -> Result<SessionId> {
     SessionId::parse(text).map_err(|error| {
@@ -156,6 +160,38 @@ impl Context {
                     crate::config::redact_url(&self.services.settings.database_url)
                 )
             }),
+        }
+    }
+
+    /// Runs `read` on the session `explicit` names, or on this directory's latest (`session_to_change`
+    /// when `to_change`, for a dry run). The latest, chosen without being named, may be deleted while it is
+    /// read (`rewind gc --older-than` beside it): it is then chosen again, as by the command started a
+    /// moment later (gc fuzz: `log`, `diff` and `undo --dry-run` said a bare "Session not found" of a
+    /// session the user never named). For commands that only read, whose output comes after their reads.
+    pub async fn with_session<T>(
+        &self,
+        explicit: Option<&str>,
+        to_change: bool,
+        read: impl AsyncFn(Session) -> Result<T>,
+    ) -> Result<T> {
+        let mut chosen_again = 0;
+        loop {
+            let session = if to_change {
+                self.session_to_change(explicit).await?
+            } else {
+                self.session(explicit).await?
+            };
+            let id = session.id.clone();
+            match read(session).await {
+                Err(_)
+                    if explicit.is_none()
+                        && chosen_again < CHOOSE_AGAIN
+                        && self.is_deleted(&id).await =>
+                {
+                    chosen_again += 1;
+                }
+                done => return done,
+            }
         }
     }
 
@@ -328,6 +364,64 @@ fn held_by_itself(message: String, me: &rewind_core::model::ProcessIdentity) -> 
 #[cfg(test)]
 mod tests {
     use super::{explain, held_by_itself};
+
+    /// A command that reads this directory's latest session, which is deleted while it reads it (`rewind
+    /// gc --older-than` beside it), reads the next latest instead, as it would have started a moment
+    /// later (gc fuzz: `log` said a bare "Session not found"); a session named with `--session` is not
+    /// exchanged for another.
+    #[tokio::test]
+    async fn a_latest_session_deleted_while_it_is_read_is_chosen_again() {
+        let data = tempfile::tempdir().expect("a data directory");
+        let worktree = tempfile::tempdir().expect("a worktree");
+        let settings = crate::config::Settings::new(data.path(), worktree.path());
+        let ctx = super::Context::open(&settings, worktree.path(), false)
+            .await
+            .expect("opens");
+        let rewind = &ctx.services.rewind;
+        let create = async |title: &str| {
+            let session = rewind
+                .create_session(&ctx.directory, Some(title.to_owned()))
+                .await
+                .expect("a session");
+            // The next one sorts as newer.
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            session
+        };
+        let older = create("older").await;
+        let newer = create("newer").await;
+        let reads = std::sync::Mutex::new(Vec::new());
+        // Deletes the newest session as it reads it, as gc would meanwhile.
+        let read = async |session: rewind_core::model::Session| {
+            reads.lock().expect("reads").push(session.id.clone());
+            if session.id != older.id {
+                rewind
+                    .delete_session(&session.id)
+                    .await
+                    .expect("deleted meanwhile");
+            }
+            rewind
+                .messages(&session.id)
+                .await
+                .map_err(|error| explain(error, "reading the messages"))?;
+            Ok(session.id)
+        };
+        let read_id = ctx
+            .with_session(None, false, read)
+            .await
+            .expect("the next latest is read");
+        assert_eq!(read_id, older.id);
+        assert_eq!(*reads.lock().expect("reads"), [newer.id, older.id.clone()]);
+
+        let named = create("named").await;
+        let refused = ctx
+            .with_session(Some(named.id.as_str()), false, read)
+            .await
+            .expect_err("a named session is not exchanged");
+        assert!(
+            refused.to_string().contains("Session not found"),
+            "{refused:#}"
+        );
+    }
 
     #[test]
     fn a_lease_held_by_the_command_itself_is_said_to_be_its_own() {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
-use super::context::{Context, explain};
+use super::context::{CHOOSE_AGAIN, Context, explain};
 use super::history::{
     WARNING_FILES_SHOWN, files_not_shown, warning_count, warning_text, warnings_since,
 };
@@ -438,10 +438,6 @@ fn exit_status(code: i32) -> u8 {
 fn exit_code_after_failed_record(code: i32) -> u8 {
     exit_status(code).max(1)
 }
-
-/// How many times `exec` chooses the latest session again (or creates one) when the one it chose or
-/// created was deleted before its turn began.
-const CHOOSE_AGAIN: u32 = 3;
 
 /// A turn's beginning in `session` (`Rewind::begin_turn`), with what was read around it: the session's
 /// warnings before it and the hidden messages its cleanup discarded.

@@ -276,6 +276,7 @@ fn nothing_to_unrevert(session: &Session) -> anyhow::Error {
 }
 
 /// Which command `--dry-run` stands for.
+#[derive(Clone)]
 pub enum DryRun {
     Undo,
     Redo,
@@ -310,7 +311,14 @@ struct DryRunReport {
 /// files go back to the pre-revert snapshot), changing nothing: no step is aborted, nothing is written.
 /// Refused as the command would be when there is nothing to undo or redo.
 pub async fn dry_run(ctx: &Context, session: Option<&str>, command: DryRun) -> Result<()> {
-    let session = ctx.session_to_change(session).await?;
+    ctx.with_session(session, true, async |session| {
+        dry_run_of(ctx, session, command.clone()).await
+    })
+    .await
+}
+
+/// `dry_run` of `session`.
+async fn dry_run_of(ctx: &Context, session: Session, command: DryRun) -> Result<()> {
     let rewind = &ctx.services.rewind;
     let messages = messages(ctx, &session).await?;
     let target = match command {

@@ -7,7 +7,8 @@ use std::path::Path;
 use anyhow::Result;
 use rewind_core::SnapshotPort;
 use rewind_core::model::{
-    MessageWithParts, PartBody, PartId, RelPath, RevertDescriptor, Role, SnapshotId, Warning,
+    MessageWithParts, PartBody, PartId, RelPath, RevertDescriptor, Role, Session, SnapshotId,
+    Warning,
 };
 use rewind_core::revert::RevertPoint;
 use serde::Serialize;
@@ -96,7 +97,12 @@ const LOG_FILES_SHOWN: usize = 20;
 
 /// `rewind log [--session S]`.
 pub async fn log(ctx: &Context, session: Option<&str>) -> Result<()> {
-    let session = ctx.session(session).await?;
+    ctx.with_session(session, false, async |session| log_of(ctx, session).await)
+        .await
+}
+
+/// `log` of `session`.
+async fn log_of(ctx: &Context, session: Session) -> Result<()> {
     let rewind = &ctx.services.rewind;
     let messages = rewind
         .messages(&session.id)
@@ -346,7 +352,12 @@ async fn steps(
 
 /// `rewind diff [--session S]`: the changes the session's revert undid.
 pub async fn diff(ctx: &Context, session: Option<&str>) -> Result<()> {
-    let session = ctx.session(session).await?;
+    ctx.with_session(session, false, async |session| diff_of(ctx, session).await)
+        .await
+}
+
+/// `diff` of `session`.
+async fn diff_of(ctx: &Context, session: Session) -> Result<()> {
     let diffs = ctx
         .services
         .rewind
