@@ -1605,3 +1605,73 @@ async fn a_directory_moved_before_the_swapped_out_files_are_removed_keeps_none_o
         );
     }
 }
+
+/// A file another program deletes and makes again while a track walks the worktree (gone when the walk
+/// lists its directory, back before the track is over) is missing from the snapshot, and `track_changes`
+/// lists it as changed, as the two snapshots have it: a step's end then names it, and its undo puts the
+/// content from before the step back. It was left out as "still on disk", so the step's end said it had
+/// become ignored (with no ignore rule anywhere) and no undo brought its content back (gc fuzz, with a
+/// second writer deleting and re-creating a file while `exec` ended its step).
+#[tokio::test]
+async fn a_file_made_again_behind_the_walk_is_listed_as_changed() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let armed = Arc::new(AtomicBool::new(false));
+    let hook_armed = Arc::clone(&armed);
+    let h = GitHarness::with_config(move |config, base| {
+        let wt = base.join("wt");
+        config.walk_hook = Some(Arc::new(move |dir: &str| {
+            if !hook_armed.load(Ordering::SeqCst) {
+                return;
+            }
+            match dir {
+                "" => fs::remove_file(wt.join("churn.txt")).expect("deleted before the listing"),
+                "z/" => {
+                    fs::write(wt.join("churn.txt"), "another program's\n").expect("made again");
+                    hook_armed.store(false, Ordering::SeqCst);
+                }
+                _ => {}
+            }
+        }));
+    });
+    h.write("churn.txt", b"before the step\n");
+    h.write("z/keep.txt", b"kept\n");
+    let start = h.id().await;
+    h.write("churn.txt", b"the step's\n");
+    armed.store(true, Ordering::SeqCst);
+    let (tracked, listed) = h
+        .port()
+        .track_changes(h.root(), &start)
+        .await
+        .expect("tracks");
+    assert!(!armed.load(Ordering::SeqCst), "the walk went through both");
+    let between = h
+        .port()
+        .changed_between(h.root(), &start, &tracked.id)
+        .await
+        .expect("diffs");
+    assert_eq!(
+        between.iter().map(RelPath::as_str).collect::<Vec<_>>(),
+        ["churn.txt"],
+        "the snapshot missed it"
+    );
+    assert!(tracked.skipped.is_empty(), "{:?}", tracked.skipped);
+    let listed = listed.expect("lists");
+    assert_eq!(
+        listed.iter().map(RelPath::as_str).collect::<Vec<_>>(),
+        ["churn.txt"]
+    );
+
+    // The step's undo puts the content from before it back (the other program's is in the undo's own
+    // snapshot of the worktree, `base`, as every revert takes first).
+    let base = h.id().await;
+    let outcome = h
+        .port()
+        .revert(h.root(), &patch(&start, &["churn.txt"]), &base)
+        .await
+        .expect("revert");
+    assert_eq!(
+        fs::read(h.root().join("churn.txt")).expect("read"),
+        b"before the step\n",
+        "{outcome:?}"
+    );
+}
