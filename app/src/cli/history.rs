@@ -311,6 +311,11 @@ struct DryRunReport {
 /// files go back to the pre-revert snapshot), changing nothing: no step is aborted, nothing is written.
 /// Refused as the command would be when there is nothing to undo or redo.
 pub async fn dry_run(ctx: &Context, session: Option<&str>, command: DryRun) -> Result<()> {
+    // A message named with `revert` belongs to the session chosen: not tried in another one.
+    if let DryRun::Revert(_) = command {
+        let session = ctx.session_to_change(session).await?;
+        return dry_run_of(ctx, session, command).await;
+    }
     ctx.with_session(session, true, async |session| {
         dry_run_of(ctx, session, command.clone()).await
     })

@@ -183,19 +183,20 @@ async fn log_of(ctx: &Context, session: Session) -> Result<()> {
             warnings,
         });
     }
-    println!(
-        "session {}  {}  ({})",
-        session.id,
-        one_line(&session.title),
-        shown(&session.directory)
-    );
     // `log` only reads: an open step whose owner is gone stays open until the next command aborts it.
+    // Read before anything is printed (`Context::with_session` may read another session after a failure).
     let flag = ctx.session_flag(&session.id).await;
     let open_step = if step_is_abandoned(ctx, &session).await? {
         " [step open: its process is gone; the next exec, undo, redo, revert, unrevert or snapshot restore aborts it]"
     } else {
         " [step open]"
     };
+    println!(
+        "session {}  {}  ({})",
+        session.id,
+        one_line(&session.title),
+        shown(&session.directory)
+    );
     // Warnings are shown where they happened: after the last message created before them.
     let mut pending = warnings.iter().peekable();
     for (index, row) in rows.iter().enumerate() {

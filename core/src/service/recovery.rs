@@ -146,7 +146,12 @@ impl Rewind {
         // holder (or to the intent's holder, expired, when none was there), not free, so no other
         // operation takes the session while the intent waits: an operation that finds that lease tries
         // this recovery again first (`acquire`).
-        let gone = current.unwrap_or_else(|| interrupted(intent, lease.key.clone()));
+        // The operation's own lease is not handed back under its own token (`interrupted`): should the
+        // operation still run (stalled past its lease, on another host), it would hold it again.
+        let gone = match current {
+            Some(other) if !is_intents(intent, &other.token) => other,
+            _ => interrupted(intent, lease.key.clone()),
+        };
         let worktree_lease = match self
             .acquire_recovering(
                 LeaseKey::Worktree(intent.directory.clone()),

@@ -1647,9 +1647,12 @@ impl Rewind {
     }
 
     /// What finished `intent`, gone, whose operation's result would have stored the session as `stored`:
-    /// that result, when the session reads as it put it (its revert, with the operation's own start time);
-    /// otherwise another host's recovery, when one recorded a capture under the intent's token before it
-    /// put the files back (it does whenever a file differed from the intent's `before`). Neither is
+    /// another host's recovery, when one recorded a capture under the intent's token (it does before it
+    /// puts back any file that differs from the intent's `before`, and a recovery that took the operation
+    /// over leaves no lease under the operation's token, so its result can no longer be stored after
+    /// that); otherwise that result, when the session reads as it put it (its revert point, applied
+    /// snapshot, the operation's own start time for a revert, and its update time, which any later change
+    /// moves: an unrevert's `None`s alone are what any later unrevert or cleanup leaves too). Neither is
     /// `Unknown`: a recovery that found every file as before, or the result, with the session changed by
     /// another operation since (both leave the session and the files agreeing).
     async fn finished_by(
@@ -1657,22 +1660,26 @@ impl Rewind {
         intent: &IntentRecord,
         stored: Option<&Session>,
     ) -> Result<Finisher> {
-        let now = self.repo.session(&intent.session_id).await?;
-        if let (Some(now), Some(stored)) = (&now, stored)
-            && now.revert == stored.revert
-            && now.applied == stored.applied
-            && now.reverted_at == stored.reverted_at
-        {
-            return Ok(Finisher::Result);
-        }
-        Ok(self
+        if let Some(capture) = self
             .captures_of_intent(&intent.directory, &intent.token)
             .await?
             .into_iter()
             .next()
-            .map_or(Finisher::Unknown, |capture| {
-                Finisher::Recovery(capture.snapshot)
-            }))
+        {
+            return Ok(Finisher::Recovery(capture.snapshot));
+        }
+        let now = self.repo.session(&intent.session_id).await?;
+        Ok(match (&now, stored) {
+            (Some(now), Some(stored))
+                if now.revert == stored.revert
+                    && now.applied == stored.applied
+                    && now.reverted_at == stored.reverted_at
+                    && now.time.updated == stored.time.updated =>
+            {
+                Finisher::Result
+            }
+            _ => Finisher::Unknown,
+        })
     }
 
     /// The captures of `directory` recorded under the intent `token` (by a recovery or rollback of it,

@@ -522,6 +522,15 @@ fn a_stalled_revert_whose_recovery_failed_after_putting_files_back_stores_nothin
         let error = reverted.expect_err("the revert stores nothing");
         assert!(matches!(error, Error::LeaseLost(_)), "{error:?}");
         assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
+        // Neither lease is the revert's again, nor free: both wait for the next recovery.
+        let token = w.repo.intents().await.expect("intents")[0].token.clone();
+        for key in [
+            LeaseKey::Session(s.id.clone()),
+            LeaseKey::Worktree(ROOT.to_owned()),
+        ] {
+            let lease = w.repo.lease(&key).await.expect("lease");
+            assert_eq!(lease.map(|l| l.token), Some(token.interrupted()), "{key:?}");
+        }
         let stored = server.session(&s.id).await.expect("session");
         assert!(stored.revert.is_none(), "not reverted: {stored:?}");
         assert_eq!(w.repo.intents().await.expect("intents").len(), 1);
@@ -531,6 +540,55 @@ fn a_stalled_revert_whose_recovery_failed_after_putting_files_back_stores_nothin
             .expect("the next revert finishes the intent first");
         assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
         assert!(w.repo.intents().await.expect("intents").is_empty());
+    });
+}
+
+/// The unrevert of the test above: its result stores no revert point, as any later unrevert or cleanup
+/// leaves none, so the capture of the recovery that put its files back is what tells (review).
+#[test]
+fn an_unrevert_whose_result_was_lost_after_another_host_took_it_over_is_not_said_made() {
+    use rewind_core::error::StorageFault;
+    block_on(async {
+        let (w, s, t) = one_turn_world().await;
+        let (server, lease_ms) = server_of(&w);
+        server.revert(&s.id, to_turn(&t)).await.expect("revert");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
+        let server_process = w.host.this_process();
+        let (reached, resume) = w.repo.pause_next_result_commit();
+        let meanwhile = async {
+            reached.await.expect("the result's commit is reached");
+            assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "unreverted");
+            w.host.advance(lease_ms + 1);
+            w.host.become_process(ProcessIdentity {
+                host: "another-host".to_owned(),
+                ..process(9)
+            });
+            let report = w.rewind.recover().await.expect("recover");
+            assert_eq!(report.recovered.len(), 1, "{report:?}");
+            w.host.become_process(server_process.clone());
+            w.repo.fail_next_result_commit();
+            w.repo
+                .fail_as("fail_next_result_commit", StorageFault::ConnectionLost);
+            let _ = resume.send(());
+        };
+        let (unreverted, ()) = futures::future::join(server.unrevert(&s.id), meanwhile).await;
+        let error = unreverted.expect_err("the unrevert was not stored");
+        let message = error.to_string();
+        assert!(
+            matches!(error, Error::LeaseLost(_))
+                && message.contains(
+                    "the unrevert stalled past its leases and another process took it over"
+                ),
+            "{message}"
+        );
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"], "put back");
+        let stored = server.session(&s.id).await.expect("session");
+        assert!(stored.revert.is_some(), "still reverted: {stored:?}");
+        server
+            .unrevert(&s.id)
+            .await
+            .expect("the unrevert, asked again");
+        assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"]);
     });
 }
 
@@ -1117,7 +1175,11 @@ fn a_failed_recovery_leaves_the_session_to_its_intent() {
             .await
             .expect("lease")
             .expect("the session's lease is held");
-        assert_eq!(lease.token, token, "by the interrupted operation again");
+        assert_eq!(
+            lease.token,
+            token.interrupted(),
+            "by the interrupted operation again, marked so"
+        );
         let worktree = w
             .repo
             .lease(&LeaseKey::Worktree(ROOT.to_owned()))
