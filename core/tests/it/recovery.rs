@@ -431,7 +431,6 @@ fn result_lost_after_another_host_took_the_operation_over(case: TakenOver) {
     block_on(async {
         let (w, s, t) = one_turn_world().await;
         let (server, lease_ms) = server_of(&w);
-        let server_process = w.host.this_process();
         let (reached, resume) = w.repo.pause_next_result_commit();
         let meanwhile = async {
             reached.await.expect("the result's commit is reached");
@@ -439,15 +438,9 @@ fn result_lost_after_another_host_took_the_operation_over(case: TakenOver) {
                 w.write("a.txt", "a1");
                 w.write("new.txt", "n1");
             }
-            w.host.advance(lease_ms + 1);
-            w.host.become_process(ProcessIdentity {
-                host: "another-host".to_owned(),
-                ..process(9)
-            });
-            let report = w.rewind.recover().await.expect("recover");
+            let report = recover_from_another_host(&w, lease_ms).await;
             assert_eq!(report.recovered.len(), 1, "{case:?}: {report:?}");
             assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "{case:?}");
-            w.host.become_process(server_process.clone());
             w.repo.fail_next_result_commit();
             w.repo
                 .fail_as("fail_next_result_commit", StorageFault::ConnectionLost);
@@ -501,20 +494,13 @@ fn a_stalled_revert_whose_recovery_failed_after_putting_files_back_stores_nothin
     block_on(async {
         let (w, s, t) = one_turn_world().await;
         let (server, lease_ms) = server_of(&w);
-        let server_process = w.host.this_process();
         let (reached, resume) = w.repo.pause_next_result_commit();
         let meanwhile = async {
             reached.await.expect("the result's commit is reached");
-            w.host.advance(lease_ms + 1);
-            w.host.become_process(ProcessIdentity {
-                host: "another-host".to_owned(),
-                ..process(9)
-            });
             w.repo.fail_next_intent_delete();
-            let report = w.rewind.recover().await.expect("recover");
+            let report = recover_from_another_host(&w, lease_ms).await;
             assert_eq!(report.failed.len(), 1, "{report:?}");
             assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "put back");
-            w.host.become_process(server_process.clone());
             let _ = resume.send(());
         };
         let (reverted, ()) =
@@ -553,19 +539,12 @@ fn an_unrevert_whose_result_was_lost_after_another_host_took_it_over_is_not_said
         let (server, lease_ms) = server_of(&w);
         server.revert(&s.id, to_turn(&t)).await.expect("revert");
         assert_eq!(w.state(&["a.txt", "new.txt"]), ["a0", "-"]);
-        let server_process = w.host.this_process();
         let (reached, resume) = w.repo.pause_next_result_commit();
         let meanwhile = async {
             reached.await.expect("the result's commit is reached");
             assert_eq!(w.state(&["a.txt", "new.txt"]), ["a1", "n1"], "unreverted");
-            w.host.advance(lease_ms + 1);
-            w.host.become_process(ProcessIdentity {
-                host: "another-host".to_owned(),
-                ..process(9)
-            });
-            let report = w.rewind.recover().await.expect("recover");
+            let report = recover_from_another_host(&w, lease_ms).await;
             assert_eq!(report.recovered.len(), 1, "{report:?}");
-            w.host.become_process(server_process.clone());
             w.repo.fail_next_result_commit();
             w.repo
                 .fail_as("fail_next_result_commit", StorageFault::ConnectionLost);
@@ -764,6 +743,24 @@ fn to_turn(t: &Turn) -> rewind_core::RevertTarget {
         message_id: t.user.clone(),
         part_id: None,
     }
+}
+
+/// Another host's recovery while this host's operation stalls: the clock moves past the operation's
+/// leases (`lease_ms`), the recovery runs as a process of another host, which may take them over, and
+/// the host is this process again. Its report.
+async fn recover_from_another_host(
+    w: &World,
+    lease_ms: u64,
+) -> rewind_core::service::RecoveryReport {
+    let this = w.host.this_process();
+    w.host.advance(lease_ms + 1);
+    w.host.become_process(ProcessIdentity {
+        host: "another-host".to_owned(),
+        ..process(9)
+    });
+    let report = w.rewind.recover().await.expect("recover");
+    w.host.become_process(this);
+    report
 }
 
 /// A server's services over `w`'s adapters (leases held as a server's), with its operations' lease time.
