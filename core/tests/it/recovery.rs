@@ -529,8 +529,9 @@ fn a_stalled_revert_whose_recovery_failed_after_putting_files_back_stores_nothin
     });
 }
 
-/// The unrevert of the test above: its result stores no revert point, as any later unrevert or cleanup
-/// leaves none, so the capture of the recovery that put its files back is what tells (review).
+/// `a_result_lost_after_another_host_took_the_operation_over_is_not_said_made` for an unrevert: its result
+/// stores no revert point, as any later unrevert or cleanup leaves none, so the capture of the recovery
+/// that put its files back is what tells (review).
 #[test]
 fn an_unrevert_whose_result_was_lost_after_another_host_took_it_over_is_not_said_made() {
     use rewind_core::error::StorageFault;
