@@ -681,7 +681,7 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        self.store_result(operation, session, intent, transaction)
+        self.store_result(operation, session, intent, (transaction, &updated))
             .await?;
         Ok((self.with_stored_client_fields(updated).await, result.counts))
     }
@@ -806,7 +806,7 @@ impl Rewind {
         transaction
             .changes
             .push(Change::PutSession(Box::new(updated.clone())));
-        self.store_result(operation, &session, &intent, transaction)
+        self.store_result(operation, &session, &intent, (transaction, &updated))
             .await?;
         Ok((self.with_stored_client_fields(updated).await, counts))
     }
@@ -1542,7 +1542,8 @@ impl Rewind {
         })
     }
 
-    /// Commits `transaction` as the one that stores `operation`'s result (see `Operation::finishing`).
+    /// Commits `transaction` as the one that stores `operation`'s result (see `Operation::finishing`), the
+    /// session as `stored`.
     ///
     /// When that commit fails for another reason than a lost lease (which stops the operation where it is:
     /// its new holder's recovery finishes the intent, SPEC 8), the files are rolled back from `intent`
@@ -1562,13 +1563,8 @@ impl Rewind {
         operation: &Operation,
         session: &Session,
         intent: &IntentRecord,
-        transaction: Transaction,
+        (transaction, stored): (Transaction, &Session),
     ) -> Result<()> {
-        // The session as the result stores it, to tell later whether it was stored.
-        let stored = transaction.changes.iter().find_map(|change| match change {
-            Change::PutSession(session) => Some((**session).clone()),
-            _ => None,
-        });
         let error = match self.repo.commit(operation.finishing(transaction)).await {
             Ok(()) => {
                 operation.released.store(true, Ordering::Relaxed);
@@ -1599,7 +1595,7 @@ impl Rewind {
                          whether it is reverted"
                     ))
                 };
-                match self.finished_by(intent, stored.as_ref()).await {
+                match self.finished_by(intent, stored).await {
                     Ok(Finisher::Result) => Ok(()),
                     Ok(Finisher::Recovery(capture)) => Err(Error::LeaseLost(format!(
                         "the {op} stalled past its leases and another process took it over: it put the \
@@ -1655,11 +1651,7 @@ impl Rewind {
     /// moves: an unrevert's `None`s alone are what any later unrevert or cleanup leaves too). Neither is
     /// `Unknown`: a recovery that found every file as before, or the result, with the session changed by
     /// another operation since (both leave the session and the files agreeing).
-    async fn finished_by(
-        &self,
-        intent: &IntentRecord,
-        stored: Option<&Session>,
-    ) -> Result<Finisher> {
+    async fn finished_by(&self, intent: &IntentRecord, stored: &Session) -> Result<Finisher> {
         if let Some(capture) = self
             .captures_of_intent(&intent.directory, &intent.token)
             .await?
@@ -1669,8 +1661,8 @@ impl Rewind {
             return Ok(Finisher::Recovery(capture.snapshot));
         }
         let now = self.repo.session(&intent.session_id).await?;
-        Ok(match (&now, stored) {
-            (Some(now), Some(stored))
+        Ok(match &now {
+            Some(now)
                 if now.revert == stored.revert
                     && now.applied == stored.applied
                     && now.reverted_at == stored.reverted_at
