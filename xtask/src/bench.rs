@@ -1,4 +1,4 @@
-//! `cargo xtask bench snapshot`: builds `adapters-git/examples/snapshot_bench.rs` in release mode and runs
+//! `cargo xtask bench snapshot`: builds `adapters-git/examples/snapshot_bench/` in release mode and runs
 //! it, passing its output through; `cargo xtask bench http` does the same with
 //! `tests/examples/http_bench.rs`. It times rewind's snapshot store against the `git` commands OpenCode uses
 //! for the same operations; CI and the tests never run it.

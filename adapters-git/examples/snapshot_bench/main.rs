@@ -17,6 +17,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+
+mod floor;
 use rewind_core::SnapshotPort;
 use rewind_core::model::{RelPath, SnapshotId, SnapshotPatch};
 use rewind_git::{ExcludesFile, GitSnapshotStore, GitStoreConfig};
@@ -26,7 +28,7 @@ const USAGE: &str = "usage: snapshot_bench [--sizes 10000,100000] [--reps N]
   (internal) snapshot_bench child revert --wt DIR --data DIR --snapshot ID [--base ID] --files LIST
   (internal) snapshot_bench child restore --wt DIR --data DIR --to ID
   (profiling) snapshot_bench generate --wt DIR --files N   (the benchmark's worktree, kept)
-  (profiling) snapshot_bench floor --wt DIR [--writes N]   (the bare system calls, on 1, 2 and 16 threads)";
+  (profiling) snapshot_bench floor --wt DIR [--writes N]   (the bare system calls, on 1, nproc and 16 threads)";
 
 /// The generator's seed: every run generates the same worktrees.
 const SEED: u64 = 0x5eed_2e71_d0c5;
@@ -200,150 +202,71 @@ fn options(args: &[String]) -> Result<HashMap<String, String>> {
     Ok(options)
 }
 
-/// Writes the benchmark's worktree of `--files N` into `--wt DIR` and leaves it there, so one operation can
-/// be profiled (`strace -c`, timing spans) with the `child` commands.
-/// What the bare system calls under three of the benchmark's operations cost on this machine, on one thread,
-/// with no other work: lstat of every file in `--wt` (a track's stat pass), `--writes` files (default 1,000)
-/// each written to a new file beside it and renamed over it (a revert's safe writes, SPEC 2.5; the content
-/// written is the file's own, so the worktree is unchanged), the same writes again shared by two threads
-/// and by 16 (as a revert's writes of 241 files or more are, `WRITE_THREADS`), and, when `--wt` has a `.git` with loose
-/// objects, a hard link of each into a new fan-out directory and the first 256 bytes of each read (what owning
-/// a committed repository's loose objects costs, SPEC 2.1). A goal below these on this machine is not one a
-/// few threads can reach.
+/// What the bare system calls under the benchmark's operations cost on this machine (`floor.rs`), each on 1,
+/// `nproc` and 16 threads: listing and lstat of `--wt` (a first track's walk), with every file read too,
+/// lstat of its files alone (a re-track's), `--writes` files (default 1,000) each written to a new file
+/// beside it and renamed over it (a revert's safe writes, SPEC 2.5; the content written is the file's own),
+/// and, when `--wt` has a `.git` with loose objects, hard links of them and reads of them whole (what owning
+/// a committed repository's loose objects costs at the least, SPEC 2.1). The benchmark's table measures the
+/// same in its `floor ms` column.
 fn floor(args: &[String]) -> Result<()> {
-    use std::io::Read as _;
     let options = options(args)?;
     let wt = PathBuf::from(options.get("wt").context(USAGE)?);
     let writes: usize = options.get("writes").map_or(Ok(1_000), |n| n.parse())?;
+    let ms = |took: Duration| took.as_secs_f64() * 1000.0;
     let mut files = Vec::new();
-    let mut dirs = vec![wt.clone()];
-    while let Some(dir) = dirs.pop() {
-        for entry in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
-            let entry = entry?;
-            let kind = entry.file_type()?;
-            if kind.is_dir() && entry.file_name() != ".git" {
-                dirs.push(entry.path());
-            } else if kind.is_file() {
-                files.push(entry.path());
-            }
-        }
+    for threads in floor::thread_counts() {
+        let (took, listed) = floor::walk(&wt, threads, false)?;
+        println!(
+            "floor: listing and lstat of {} files on {threads} thread(s): {:.1} ms",
+            thousands(listed.len()),
+            ms(took)
+        );
+        files = listed;
     }
     files.sort();
-    let ms = |start: Instant| start.elapsed().as_secs_f64() * 1000.0;
-    let start = Instant::now();
-    for file in &files {
-        fs::symlink_metadata(file)?;
-    }
-    println!(
-        "floor: lstat of {} files: {:.1} ms",
-        thousands(files.len()),
-        ms(start)
-    );
-
-    let step = (files.len() / writes.max(1)).max(1);
-    let chosen: Vec<&PathBuf> = files.iter().step_by(step).take(writes).collect();
-    let contents = chosen
-        .iter()
-        .map(fs::read)
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let start = Instant::now();
-    for (file, content) in chosen.iter().zip(&contents) {
-        written_over(file, content, ".rewind-floor.tmp")?;
-    }
-    println!(
-        "floor: {} files written to a new file and renamed over: {:.1} ms",
-        thousands(chosen.len()),
-        ms(start)
-    );
-    // The same writes shared by two threads, then by 16 (as a revert's of 241 files or more are, `WRITE_THREADS`): each thread
-    // its own share of the files, its own temporary name.
-    for threads in [2, 16] {
-        let start = Instant::now();
-        let share = chosen.len().div_ceil(threads).max(1);
-        std::thread::scope(|scope| -> Result<()> {
-            let handles: Vec<_> = chosen
-                .chunks(share)
-                .zip(contents.chunks(share))
-                .enumerate()
-                .map(|(n, (files, contents))| {
-                    scope.spawn(move || -> std::io::Result<()> {
-                        for (file, content) in files.iter().zip(contents) {
-                            written_over(file, content, &format!(".rewind-floor-{n}.tmp"))?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            for handle in handles {
-                handle
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a writer thread panicked"))??;
-            }
-            Ok(())
-        })?;
+    for threads in floor::thread_counts() {
+        let (took, _) = floor::walk(&wt, threads, true)?;
         println!(
-            "floor: the same {} files on {threads} threads: {:.1} ms",
-            thousands(chosen.len()),
-            ms(start)
+            "floor: the same with every file read, on {threads} thread(s): {:.1} ms",
+            ms(took)
         );
     }
-
-    let objects = wt.join(".git").join("objects");
-    let mut loose = Vec::new();
-    for fan in fs::read_dir(&objects).into_iter().flatten().flatten() {
-        let name = fan.file_name();
-        if name.len() == 2
-            && name
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit())
-        {
-            for object in fs::read_dir(fan.path())?.flatten() {
-                loose.push((name.clone(), object.file_name()));
-            }
-        }
+    let by_dir = floor::ByDir::of(&files);
+    for threads in floor::thread_counts() {
+        let took = floor::lstat(&by_dir, threads)?;
+        println!(
+            "floor: lstat of the files alone on {threads} thread(s): {:.1} ms",
+            ms(took)
+        );
     }
+    let step = (files.len() / writes.max(1)).max(1);
+    let chosen: Vec<PathBuf> = files.iter().step_by(step).take(writes).cloned().collect();
+    let chosen_by_dir = floor::ByDir::of(&chosen);
+    for threads in floor::thread_counts() {
+        let took = floor::safe_writes(&chosen_by_dir, threads)?;
+        println!(
+            "floor: {} files written to a new file and renamed over, on {threads} thread(s): {:.1} ms",
+            thousands(chosen.len()),
+            ms(took)
+        );
+    }
+    let objects = wt.join(".git").join("objects");
+    let loose = floor::loose_objects(&objects);
     if loose.is_empty() {
         return Ok(());
     }
-    let target = tempfile::tempdir_in(wt.parent().unwrap_or(&wt))?;
-    let start = Instant::now();
-    let mut made = std::collections::HashSet::new();
-    for (fan, name) in &loose {
-        if made.insert(fan.clone()) {
-            fs::create_dir(target.path().join(fan))?;
-        }
-        fs::hard_link(
-            objects.join(fan).join(name),
-            target.path().join(fan).join(name),
-        )?;
+    for threads in floor::thread_counts() {
+        let (linked, read) = floor::own_loose(&objects, &loose, threads)?;
+        println!(
+            "floor: {} loose objects on {threads} thread(s): hard links (and 256 fan-out directories) {:.1} ms, \
+             each read whole {:.1} ms",
+            thousands(loose.len()),
+            ms(linked),
+            ms(read)
+        );
     }
-    let linked = ms(start);
-    let start = Instant::now();
-    let mut head = [0u8; 256];
-    for (fan, name) in &loose {
-        let mut object = fs::File::open(objects.join(fan).join(name))?;
-        let _ = object.read(&mut head)?;
-    }
-    println!(
-        "floor: {} loose objects: hard links (and {} fan-out directories) {linked:.1} ms, first 256 bytes read {:.1} ms",
-        thousands(loose.len()),
-        made.len(),
-        ms(start)
-    );
     Ok(())
-}
-
-/// `content` written to a new file `temp` beside `file` and renamed over it: a revert's safe write.
-fn written_over(file: &Path, content: &[u8], temp: &str) -> std::io::Result<()> {
-    let temp = file.with_file_name(temp);
-    let mut out = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temp)?;
-    out.write_all(content)?;
-    drop(out);
-    fs::rename(&temp, file)
 }
 
 fn generate_only(args: &[String]) -> Result<()> {
@@ -457,10 +380,30 @@ fn print_preamble(temp: &Path, reps: usize) -> Result<()> {
          restore <= {GOAL_REVERT_RESTORE}; rewind peak memory < {MEMORY_GOAL_MB} MB at {} files",
         thousands(MEMORY_GOAL_FILES)
     );
+    println!(
+        "floors:  the bare system calls each operation cannot do without, timed alone in the same run (median, \
+         the fastest of 1, nproc and 16 threads): first track uncommitted: listing every directory, lstat \
+         and reading every file; committed: the longer of listing every directory with lstat of every file, \
+         and owning a loose object per file (SPEC 2.1: hard links, or reading each whole, the faster); packed: \
+         the listing and lstat; re-track: \
+         lstat of every file; revert: the {REVERT_FILES} files written to a new file and renamed over \
+         (SPEC 2.5); restore: lstat of every file and the {FEW_CHANGES} safe writes. fl/git is floor / git; \
+         MISS:floor marks a goal below it"
+    );
     println!();
     println!(
-        "{:>9}  {:<30} {:>4} {:>11} {:>11} {:>7} {:>6} {:<5} {:>8}  notes",
-        "files", "operation", "reps", "rewind ms", "git ms", "ratio", "goal", "met", "peak MB"
+        "{:>9}  {:<30} {:>4} {:>11} {:>11} {:>7} {:>6} {:<11} {:>9} {:>7} {:>8}  notes",
+        "files",
+        "operation",
+        "reps",
+        "rewind ms",
+        "git ms",
+        "ratio",
+        "goal",
+        "met",
+        "floor ms",
+        "fl/git",
+        "peak MB"
     );
     std::io::stdout().flush().context("writing the table")?;
     Ok(())
@@ -473,6 +416,8 @@ struct Row {
     goal: f64,
     rewind: Vec<Duration>,
     git: Vec<Duration>,
+    /// The bare system calls the operation cannot do without, timed alone in the same run (`floor.rs`).
+    floor: Vec<Duration>,
     peak_kb: Option<u64>,
     notes: Vec<String>,
     /// Named checks: (name, failed, total).
@@ -487,6 +432,7 @@ impl Row {
             goal,
             rewind: Vec::new(),
             git: Vec::new(),
+            floor: Vec::new(),
             peak_kb: None,
             notes: Vec::new(),
             checks: Vec::new(),
@@ -526,6 +472,18 @@ impl Row {
         self.ratio() <= self.goal
     }
 
+    /// The floor's ratio to git's median, when the floor was timed.
+    fn floor_ratio(&self) -> Option<f64> {
+        (!self.floor.is_empty())
+            .then(|| median(&self.floor).as_secs_f64() / median(&self.git).as_secs_f64().max(1e-9))
+    }
+
+    /// Whether the goal asks for less time than the floor takes on this machine: no implementation of SPEC
+    /// can meet it here.
+    fn below_floor(&self) -> bool {
+        self.floor_ratio().is_some_and(|floor| floor > self.goal)
+    }
+
     /// Whether every check passed (a row whose results are wrong does not count as meeting its goal).
     fn right(&self) -> bool {
         self.checks.iter().all(|(_, failed, _)| *failed == 0)
@@ -540,8 +498,15 @@ impl Row {
         let peak = self
             .peak_mb()
             .map_or_else(|| "-".to_owned(), |mb| format!("{mb:.1}"));
+        let (floor, floor_ratio) = match self.floor_ratio() {
+            Some(ratio) => (
+                format!("{:.1}", median(&self.floor).as_secs_f64() * 1e3),
+                format!("{ratio:.3}"),
+            ),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
         println!(
-            "{:>9}  {:<30} {:>4} {:>11.1} {:>11.1} {:>7.3} {:>6} {:<5} {:>8}  {}",
+            "{:>9}  {:<30} {:>4} {:>11.1} {:>11.1} {:>7.3} {:>6} {:<11} {:>9} {:>7} {:>8}  {}",
             thousands(self.files),
             self.operation,
             self.rewind.len().min(self.git.len()),
@@ -549,11 +514,14 @@ impl Row {
             median(&self.git).as_secs_f64() * 1e3,
             self.ratio(),
             goal,
-            match (self.right(), self.met()) {
-                (false, _) => "WRONG",
-                (true, true) => "ok",
-                (true, false) => "MISS",
+            match (self.right(), self.met(), self.below_floor()) {
+                (false, _, _) => "WRONG",
+                (true, true, _) => "ok",
+                (true, false, true) => "MISS:floor",
+                (true, false, false) => "MISS",
             },
+            floor,
+            floor_ratio,
             peak,
             self.notes
                 .iter()
@@ -580,6 +548,23 @@ fn print_summary(rows: &[Row]) {
     println!(
         "ratio goals met: {met} of {}; rows with a failed check (WRONG): {wrong}",
         rows.len()
+    );
+    let missed: Vec<&Row> = rows.iter().filter(|r| r.right() && !r.met()).collect();
+    let below: Vec<String> = missed
+        .iter()
+        .filter(|r| r.below_floor())
+        .map(|r| format!("{} {}", thousands(r.files), r.operation))
+        .collect();
+    println!(
+        "missed rows whose goal is below this machine's floor (MISS:floor; the bare system calls SPEC \
+         requires take longer than the goal allows): {} of {}{}",
+        below.len(),
+        missed.len(),
+        if below.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", below.join("; "))
+        }
     );
     let peak = rows
         .iter()
@@ -782,8 +767,39 @@ impl<'a> Bench<'a> {
             let tree = self.sep_git(&["write-tree"])?;
             row.git.push(start.elapsed());
             row.check(SAME_ID, rewind_id == String::from_utf8_lossy(&tree).trim());
+            row.floor.push(self.first_track_floor(seeding)?);
         }
         Ok(row)
+    }
+
+    /// The floor of a first track (see the preamble's `floors:`).
+    fn first_track_floor(&self, seeding: Seeding) -> Result<Duration> {
+        settle();
+        let walked = floor::fastest(|threads| {
+            Ok(floor::walk(&self.wt, threads, seeding == Seeding::None)?.0)
+        })?;
+        if seeding != Seeding::Loose {
+            return Ok(walked);
+        }
+        let objects = self.wt.join(".git").join("objects");
+        let mut loose = floor::loose_objects(&objects);
+        // The snapshot needs a blob per file at most (not the commit's trees, nor the commit).
+        loose.truncate(self.files.len());
+        settle();
+        let owned = floor::fastest(|threads| {
+            let (linked, read) = floor::own_loose(&objects, &loose, threads)?;
+            Ok(linked.min(read))
+        })?;
+        Ok(walked.max(owned))
+    }
+
+    /// The tracked regular files of the worktree at `indices`, by directory.
+    fn abs_files(&self, indices: impl IntoIterator<Item = usize>) -> floor::ByDir {
+        let files: Vec<PathBuf> = indices
+            .into_iter()
+            .map(|i| self.wt.join(&self.files[i].rel))
+            .collect();
+        floor::ByDir::of(&files)
     }
 
     fn retrack(&self, changes: usize) -> Result<Row> {
@@ -804,6 +820,10 @@ impl<'a> Bench<'a> {
             let (elapsed, tree) = self.git_retrack()?;
             row.git.push(elapsed);
             row.check(SAME_ID, report.id()? == tree);
+            let all = self.abs_files(0..self.files.len());
+            settle();
+            row.floor
+                .push(floor::fastest(|threads| floor::lstat(&all, threads))?);
         }
         Ok(row)
     }
@@ -871,6 +891,12 @@ impl<'a> Bench<'a> {
             }
             row.git.push(start.elapsed());
             row.check("git restored", self.restored(&targets, snapshot)?);
+            // The same files, written again with the content they have now.
+            let written = self.abs_files(targets.iter().copied());
+            settle();
+            row.floor.push(floor::fastest(|threads| {
+                floor::safe_writes(&written, threads)
+            })?);
         }
         Ok(row)
     }
@@ -904,6 +930,13 @@ impl<'a> Bench<'a> {
             self.sep_git(&["checkout-index", "-a", "-f"])?;
             row.git.push(start.elapsed());
             row.check("git restored", self.restored(&targets, snapshot)?);
+            let all = self.abs_files(0..self.files.len());
+            let written = self.abs_files(targets.iter().copied());
+            settle();
+            let looked = floor::fastest(|threads| floor::lstat(&all, threads))?;
+            settle();
+            let wrote = floor::fastest(|threads| floor::safe_writes(&written, threads))?;
+            row.floor.push(looked + wrote);
         }
         Ok(row)
     }
