@@ -62,12 +62,20 @@ fn open_dir(dir: &Path) -> std::io::Result<OwnedFd> {
     )?)
 }
 
-/// Lists every directory of `wt` but `.git` and lstats every entry, shared by `threads` threads through one
-/// queue of directories (a track's walk of a tree it has no listing cached for: SPEC 2.4's `track` lists
-/// every directory for untracked files and looks at every file's stat data). With `read`, every regular
-/// file is also read whole (a first track with nothing to seed from hashes each). Returns the time and the
-/// regular files found.
-pub fn walk(wt: &Path, threads: usize, read: bool) -> Result<(Duration, Vec<PathBuf>)> {
+/// How `walk` goes: whether it reads every regular file whole (a first track with nothing to seed from
+/// hashes each), whether it gathers the regular files' paths (for `snapshot_bench floor`; outside a timed
+/// floor), and the directories it leaves out (ignored: a track does not list them).
+pub struct Walk<'a> {
+    pub read: bool,
+    pub gather: bool,
+    pub ignored: &'a [PathBuf],
+}
+
+/// Lists every directory of `wt` but `.git` and those `how` leaves out, and lstats every entry that is not
+/// a directory (its type is in the listing), shared by `threads` threads through one queue of directories: a
+/// track's walk of a tree it has no listing cached for (SPEC 2.4's `track` finds untracked files and looks
+/// at every file's stat data). Returns the time and the regular files gathered.
+pub fn walk(wt: &Path, threads: usize, how: &Walk) -> Result<(Duration, Vec<PathBuf>)> {
     let queue = Mutex::new(vec![wt.to_path_buf()]);
     // Directories queued or being listed; the walk is over when none are, or when a thread failed.
     let open = AtomicUsize::new(1);
@@ -78,11 +86,10 @@ pub fn walk(wt: &Path, threads: usize, read: bool) -> Result<(Duration, Vec<Path
         let workers: Vec<_> = (0..threads.max(1))
             .map(|_| {
                 scope.spawn(|| -> Result<()> {
-                    let walked = walk_queue((&queue, &open, &failed), read, &found);
-                    if walked.is_err() {
-                        failed.store(true, Ordering::Release);
-                    }
-                    walked
+                    // Set however the thread ends, a panic included, so that the others stop waiting (a thread
+                    // ends without one only once every directory is listed).
+                    let _stops_others = FailsOthers(&failed);
+                    walk_queue((&queue, &open, &failed), how, &found)
                 })
             })
             .collect();
@@ -100,14 +107,24 @@ pub fn walk(wt: &Path, threads: usize, read: bool) -> Result<(Duration, Vec<Path
     Ok((elapsed, files))
 }
 
+/// Sets its flag when dropped: a walking thread that ended early (an error or a panic) stops the others.
+struct FailsOthers<'a>(&'a AtomicBool);
+
+impl Drop for FailsOthers<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// One thread of `walk`: takes directories from the queue until none is open (or a thread failed).
 fn walk_queue(
     (queue, open, failed): (&Mutex<Vec<PathBuf>>, &AtomicUsize, &AtomicBool),
-    read: bool,
+    how: &Walk,
     found: &Mutex<Vec<PathBuf>>,
 ) -> Result<()> {
     let mut mine = Vec::new();
     let mut buffer = vec![0u8; 1 << 16];
+    let mut entries: Vec<(std::ffi::CString, FileType)> = Vec::new();
     loop {
         let next = queue
             .lock()
@@ -120,35 +137,57 @@ fn walk_queue(
             std::thread::yield_now();
             continue;
         };
-        let fd = open_dir(&dir).with_context(|| format!("opening {}", dir.display()))?;
-        let mut subdirs = Vec::new();
-        for entry in Dir::read_from(&fd)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            if matches!(name.to_bytes(), b"." | b"..") {
-                continue;
+        let listed = (|| -> std::io::Result<_> {
+            let mut listing = Dir::new(open_dir(&dir)?)?;
+            entries.clear();
+            while let Some(entry) = listing.read() {
+                let entry = entry?;
+                if !matches!(entry.file_name().to_bytes(), b"." | b"..") {
+                    entries.push((entry.file_name().to_owned(), entry.file_type()));
+                }
             }
-            let stat = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            Ok(listing)
+        })();
+        let listing = listed.with_context(|| format!("listing {}", dir.display()))?;
+        let fd = listing.fd()?;
+        let mut subdirs = Vec::new();
+        for (name, kind) in &entries {
             let path = || {
                 dir.join(
                     <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.to_bytes()),
                 )
             };
-            match FileType::from_raw_mode(stat.st_mode) {
-                FileType::Directory if name.to_bytes() != b".git" => subdirs.push(path()),
-                FileType::RegularFile => {
-                    if read {
-                        let file = rustix::fs::openat(
-                            &fd,
-                            name,
-                            OFlags::RDONLY | OFlags::CLOEXEC,
-                            Mode::empty(),
-                        )?;
-                        while rustix::io::read(&file, &mut buffer)? > 0 {}
-                    }
+            let kind = match kind {
+                FileType::Unknown => FileType::from_raw_mode(
+                    rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                        .with_context(|| format!("looking at {}", path().display()))?
+                        .st_mode,
+                ),
+                known => *known,
+            };
+            if kind == FileType::Directory {
+                let sub = path();
+                if name.to_bytes() != b".git" && !how.ignored.contains(&sub) {
+                    subdirs.push(sub);
+                }
+                continue;
+            }
+            let stat = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                .with_context(|| format!("looking at {}", path().display()))?;
+            if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile {
+                if how.read {
+                    let file = rustix::fs::openat(
+                        fd,
+                        name,
+                        OFlags::RDONLY | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .with_context(|| format!("opening {}", path().display()))?;
+                    while rustix::io::read(&file, &mut buffer)? > 0 {}
+                }
+                if how.gather {
                     mine.push(path());
                 }
-                _ => {}
             }
         }
         if !subdirs.is_empty() {
@@ -182,8 +221,10 @@ pub fn lstat(files: &ByDir, threads: usize) -> Result<Duration> {
 }
 
 /// Each of `files` written with its own content and permissions to a new file beside it, then renamed
-/// over it, shared by `threads` threads: SPEC 2.5's safe write, as a revert or restore makes one per file.
-/// The worktree is unchanged but for the files' inodes and times.
+/// over it, shared by `threads` threads: SPEC 2.5's safe write, as a revert or restore makes one per file
+/// (the permissions set when the file is made; changed again only when the umask took some of them). The
+/// worktree is unchanged but for the files' inodes and times; a temporary file is removed when its write
+/// fails.
 pub fn safe_writes(files: &ByDir, threads: usize) -> Result<Duration> {
     let mut jobs = Vec::new();
     for (dir, names) in &files.0 {
@@ -201,6 +242,7 @@ pub fn safe_writes(files: &ByDir, threads: usize) -> Result<Duration> {
         }
         jobs.push((dir.clone(), contents));
     }
+    let umask = umask();
     let start = Instant::now();
     shared(&jobs, threads, |thread, (dir, files)| {
         let fd = open_dir(dir)?;
@@ -210,19 +252,41 @@ pub fn safe_writes(files: &ByDir, threads: usize) -> Result<Duration> {
                 &fd,
                 temp.as_str(),
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
+                Mode::from_raw_mode(*permissions),
             )?;
-            let mut written = 0;
-            while written < content.len() {
-                written += rustix::io::write(&out, &content[written..])?;
+            let written = (|| -> rustix::io::Result<()> {
+                let mut written = 0;
+                while written < content.len() {
+                    written += rustix::io::write(&out, &content[written..])?;
+                }
+                if permissions & umask != 0 {
+                    rustix::fs::fchmod(&out, Mode::from_raw_mode(*permissions))?;
+                }
+                drop(out);
+                rustix::fs::renameat(&fd, temp.as_str(), &fd, name)
+            })();
+            if let Err(e) = written {
+                let _ = rustix::fs::unlinkat(&fd, temp.as_str(), AtFlags::empty());
+                return Err(e.into());
             }
-            rustix::fs::fchmod(&out, Mode::from_raw_mode(*permissions))?;
-            drop(out);
-            rustix::fs::renameat(&fd, temp.as_str(), &fd, name)?;
         }
         Ok(())
     })?;
     Ok(start.elapsed())
+}
+
+/// The process's umask, from `/proc/self/status` (all bits when it cannot be read, so that every floor
+/// write sets its permissions again).
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|mask| u32::from_str_radix(mask.trim(), 8).ok())
+        })
+        .unwrap_or(0o7777)
 }
 
 /// The loose objects of the repository whose objects directory is `objects`, as (fan-out, file name).
@@ -275,6 +339,8 @@ pub fn own_loose(
     })?;
     let linked = start.elapsed();
     target.close()?;
+    // The links' removal written back before the reads are timed.
+    rustix::fs::sync();
     let start = Instant::now();
     shared(&by_fan, threads, |_, (fan, names)| {
         let mut buffer = vec![0u8; 1 << 16];

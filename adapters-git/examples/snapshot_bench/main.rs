@@ -215,8 +215,13 @@ fn floor(args: &[String]) -> Result<()> {
     let writes: usize = options.get("writes").map_or(Ok(1_000), |n| n.parse())?;
     let ms = |took: Duration| took.as_secs_f64() * 1000.0;
     let mut files = Vec::new();
+    let how = |read| floor::Walk {
+        read,
+        gather: true,
+        ignored: &[],
+    };
     for threads in floor::thread_counts() {
-        let (took, listed) = floor::walk(&wt, threads, false)?;
+        let (took, listed) = floor::walk(&wt, threads, &how(false))?;
         println!(
             "floor: listing and lstat of {} files on {threads} thread(s): {:.1} ms",
             thousands(listed.len()),
@@ -226,7 +231,7 @@ fn floor(args: &[String]) -> Result<()> {
     }
     files.sort();
     for threads in floor::thread_counts() {
-        let (took, _) = floor::walk(&wt, threads, true)?;
+        let (took, _) = floor::walk(&wt, threads, &how(true))?;
         println!(
             "floor: the same with every file read, on {threads} thread(s): {:.1} ms",
             ms(took)
@@ -381,14 +386,15 @@ fn print_preamble(temp: &Path, reps: usize) -> Result<()> {
         thousands(MEMORY_GOAL_FILES)
     );
     println!(
-        "floors:  the bare system calls each operation cannot do without, timed alone in the same run (median, \
-         the fastest of 1, nproc and 16 threads): first track uncommitted: listing every directory, lstat \
-         and reading every file; committed: the longer of listing every directory with lstat of every file, \
-         and owning a loose object per file (SPEC 2.1: hard links, or reading each whole, the faster); packed: \
-         the listing and lstat; re-track: \
-         lstat of every file; revert: the {REVERT_FILES} files written to a new file and renamed over \
-         (SPEC 2.5); restore: lstat of every file and the {FEW_CHANGES} safe writes. fl/git is floor / git; \
-         MISS:floor marks a goal below it"
+        "floors:  the bare system calls each operation cannot do without (SPEC 2.1, 2.4, 2.5), timed alone in \
+         the same run after both tools (median; the fastest of 1, nproc and 16 threads; relative to open \
+         directories): first track uncommitted: listing every directory that is not ignored, an lstat of \
+         every entry that is not a directory, and reading every file; committed: the longer of that listing \
+         and owning a loose object per file (SPEC 2.1: hard links, or reading each whole, the faster), or \
+         the listing with every file read (nothing seeded), the shorter; packed: the listing; re-track: an \
+         lstat of every file; revert: the {REVERT_FILES} files written to a new file with their permissions \
+         and renamed over (SPEC 2.5); restore: the longer of an lstat of every file and the {FEW_CHANGES} \
+         safe writes. fl/git is floor / git; MISS:floor marks a goal below it"
     );
     println!();
     println!(
@@ -767,19 +773,35 @@ impl<'a> Bench<'a> {
             let tree = self.sep_git(&["write-tree"])?;
             row.git.push(start.elapsed());
             row.check(SAME_ID, rewind_id == String::from_utf8_lossy(&tree).trim());
-            row.floor.push(self.first_track_floor(seeding)?);
+            let (floor, parts) = self.first_track_floor(seeding)?;
+            row.floor.push(floor);
+            if let Some(parts) = parts {
+                // The last repetition's.
+                row.notes.retain(|note| !note.starts_with("floor parts"));
+                row.note(parts);
+            }
         }
         Ok(row)
     }
 
-    /// The floor of a first track (see the preamble's `floors:`).
-    fn first_track_floor(&self, seeding: Seeding) -> Result<Duration> {
-        settle();
-        let walked = floor::fastest(|threads| {
-            Ok(floor::walk(&self.wt, threads, seeding == Seeding::None)?.0)
-        })?;
+    /// The floor of a first track (see the preamble's `floors:`), and for a committed one with loose
+    /// objects its parts (listed, owned, listed and read) in ms.
+    fn first_track_floor(&self, seeding: Seeding) -> Result<(Duration, Option<String>)> {
+        let ignored = [self.wt.join("build")];
+        let walk = |read| -> Result<Duration> {
+            settle();
+            floor::fastest(|threads| {
+                let how = floor::Walk {
+                    read,
+                    gather: false,
+                    ignored: &ignored,
+                };
+                Ok(floor::walk(&self.wt, threads, &how)?.0)
+            })
+        };
+        let walked = walk(seeding == Seeding::None)?;
         if seeding != Seeding::Loose {
-            return Ok(walked);
+            return Ok((walked, None));
         }
         let objects = self.wt.join(".git").join("objects");
         let mut loose = floor::loose_objects(&objects);
@@ -790,7 +812,16 @@ impl<'a> Bench<'a> {
             let (linked, read) = floor::own_loose(&objects, &loose, threads)?;
             Ok(linked.min(read))
         })?;
-        Ok(walked.max(owned))
+        // Or nothing seeded: every file read, as in a first track without a repository.
+        let read = walk(true)?;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let parts = format!(
+            "floor parts: listed {:.1}, owned {:.1}, listed and read {:.1}",
+            ms(walked),
+            ms(owned),
+            ms(read)
+        );
+        Ok((walked.max(owned).min(read), Some(parts)))
     }
 
     /// The tracked regular files of the worktree at `indices`, by directory.
@@ -936,7 +967,8 @@ impl<'a> Bench<'a> {
             let looked = floor::fastest(|threads| floor::lstat(&all, threads))?;
             settle();
             let wrote = floor::fastest(|threads| floor::safe_writes(&written, threads))?;
-            row.floor.push(looked + wrote);
+            // The two may overlap (a file written while others are looked at): the longer is the floor.
+            row.floor.push(looked.max(wrote));
         }
         Ok(row)
     }
