@@ -6,7 +6,8 @@
 //! `snapshot_bench child <track|revert|restore> --wt DIR --data DIR ...` (internal) runs one rewind operation
 //! in its own process and prints one `BENCH` line with the operation's wall time (measured inside the
 //! process, so process start is excluded) and the process's peak memory (`VmHWM`). Git commands are timed as
-//! whole processes, which is what OpenCode pays.
+//! whole processes, which is what OpenCode pays. Each row also times its floor, the bare system calls the
+//! operation cannot do without (`floor.rs`).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -17,11 +18,11 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-
-mod floor;
 use rewind_core::SnapshotPort;
 use rewind_core::model::{RelPath, SnapshotId, SnapshotPatch};
 use rewind_git::{ExcludesFile, GitSnapshotStore, GitStoreConfig};
+
+mod floor;
 
 const USAGE: &str = "usage: snapshot_bench [--sizes 10000,100000] [--reps N]
   (internal) snapshot_bench child track --wt DIR --data DIR [--repeat N]
