@@ -82,23 +82,11 @@ pub fn walk(wt: &Path, threads: usize, how: &Walk) -> Result<(Duration, Vec<Path
     let failed = AtomicBool::new(false);
     let found = Mutex::new(Vec::new());
     let start = Instant::now();
-    std::thread::scope(|scope| -> Result<()> {
-        let workers: Vec<_> = (0..threads.max(1))
-            .map(|_| {
-                scope.spawn(|| -> Result<()> {
-                    // Set however the thread ends, a panic included, so that the others stop waiting (a thread
-                    // ends without one only once every directory is listed).
-                    let _stops_others = FailsOthers(&failed);
-                    walk_queue((&queue, &open, &failed), how, &found)
-                })
-            })
-            .collect();
-        for worker in workers {
-            worker
-                .join()
-                .map_err(|_| anyhow!("a floor thread panicked"))??;
-        }
-        Ok(())
+    on_threads(threads.max(1), |_| {
+        // Set however the thread ends, a panic included, so that the others stop waiting (a thread ends
+        // without one only once every directory is listed).
+        let _stops_others = FailsOthers(&failed);
+        walk_queue((&queue, &open, &failed), how, &found)
     })?;
     let elapsed = start.elapsed();
     let files = found
@@ -367,19 +355,22 @@ fn shared<T: Sync>(
     work: impl Fn(usize, &T) -> std::io::Result<()> + Sync,
 ) -> Result<()> {
     let share = items.len().div_ceil(threads.max(1)).max(1);
+    let runs: Vec<&[T]> = items.chunks(share).collect();
+    on_threads(runs.len(), |thread| {
+        for item in runs[thread] {
+            work(thread, item)?;
+        }
+        Ok(())
+    })
+}
+
+/// `work` on `threads` threads at once, each given its number; the first error (or panic) is the answer once
+/// all have ended.
+fn on_threads(threads: usize, work: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
     std::thread::scope(|scope| -> Result<()> {
         let work = &work;
-        let handles: Vec<_> = items
-            .chunks(share)
-            .enumerate()
-            .map(|(thread, items)| {
-                scope.spawn(move || -> std::io::Result<()> {
-                    for item in items {
-                        work(thread, item)?;
-                    }
-                    Ok(())
-                })
-            })
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| scope.spawn(move || work(thread)))
             .collect();
         for handle in handles {
             handle
